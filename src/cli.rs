@@ -1,0 +1,185 @@
+//! The one clap definition of the command line, shared by the `deepep-forge`
+//! binary and `cargo xtask`. Owns argument parsing, dispatch and turning errors
+//! into exit codes; must not hold any job's logic.
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use crate::error::{self, Exit};
+
+const ABOUT: &str = "Build, pin, lock-check and probe DeepEP (HybridEP) wheels";
+const LONG_ABOUT: &str = "\
+Build, pin, lock-check and probe DeepEP (HybridEP) wheels.
+
+DeepEP's HybridEP decides at build time what it can do: HYBRID_EP_MULTINODE=1
+compiles the RDMA path multi-node runs need, TORCH_CUDA_ARCH_LIST the GPU
+generations. pins.toml pins DeepEP per architecture and declares build variants;
+the commands below keep consumers, wheels and clusters in agreement with it.
+
+Exit codes: 0 ok, 1 the job found problems or failed, 2 bad input or usage,
+3 missing environment (no GPU, no toolchain), 130 interrupted.";
+
+#[derive(Debug, Parser)]
+#[command(name = "deepep-forge", version, about = ABOUT, long_about = LONG_ABOUT, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate or show pins.toml.
+    #[command(subcommand)]
+    Pins(PinsCommand),
+    /// Check a consumer project's pyproject.toml, uv.lock and Dockerfiles against pins.toml.
+    #[command(subcommand)]
+    Lock(LockCommand),
+    /// Change the pinned DeepEP revision in pins.toml and the consumer's pyproject.toml.
+    #[command(subcommand)]
+    Pin(PinCommand),
+    /// Compute the build plan (source, environment, toolchain, cache key, outputs) without building.
+    Plan(crate::build::PlanArgs),
+    /// Build DeepEP wheels for pins.toml variants: flags baked in, provenance stamped, cached.
+    BuildWheel(crate::build::BuildArgs),
+    /// Inspect and manage the wheel cache.
+    #[command(subcommand)]
+    Cache(crate::cache::CacheCommand),
+    /// Judge a wheel, an installed environment or this machine against a requested topology.
+    Probe(crate::probe::ProbeArgs),
+    /// Container images: generate the buildx bake file from pins.toml, build images.
+    #[command(subcommand)]
+    Docker(crate::docker::DockerCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PinsCommand {
+    /// Validate pins.toml; exit 2 with file:line:column on the first problem.
+    Check(PinsFileArgs),
+    /// Print the validated pins (human or JSON).
+    Show(PinsShowArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PinsFileArgs {
+    /// The pins file.
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
+    pub pins: std::path::PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PinsShowArgs {
+    #[command(flatten)]
+    pub file: PinsFileArgs,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: crate::output::Format,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Prove that pyproject.toml, uv.lock and Dockerfiles agree with pins.toml for every architecture.
+    Check(crate::lock::CheckArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PinCommand {
+    /// Pin DeepEP to REV in pins.toml and the consumer's pyproject.toml (optionally relock with uv).
+    Set(crate::pinset::SetArgs),
+}
+
+/// Run a parsed command; the returned `Exit` is the process's exit code.
+pub fn run(command: Command) -> Result<Exit> {
+    match command {
+        Command::Pins(PinsCommand::Check(a)) => {
+            let p = crate::pins::Pins::load(&a.pins)?;
+            println!("{}: ok ({} pins, {} variants)", a.pins.display(), p.pins.len(), p.variants.len());
+            Ok(Exit::Ok)
+        }
+        Command::Pins(PinsCommand::Show(a)) => {
+            let p = crate::pins::Pins::load(&a.file.pins)?;
+            match a.format {
+                crate::output::Format::Json => println!("{}", serde_json::to_string_pretty(&p)?),
+                _ => {
+                    println!("source: {} ({})", p.source.repo, p.source.branch.as_deref().unwrap_or("-"));
+                    for pin in p.pins.values() {
+                        println!("pin {:<8} {}  label {}", pin.arch.as_str(), pin.rev, p.label(pin.arch).unwrap_or_default());
+                    }
+                    for v in &p.variants {
+                        let t = &v.topology;
+                        println!(
+                            "variant {:<16} {:<8} arch-list {:<9} {:<11} for {} EP {} over {}x{} (R {}, MNNVL {})",
+                            v.name,
+                            v.arch.as_str(),
+                            v.cuda_arch_list.to_env(),
+                            if v.multinode { format!("multi/{}", v.transport.as_str()) } else { "single-node".into() },
+                            t.gpu,
+                            t.ep,
+                            t.nodes,
+                            t.gpus_per_node,
+                            t.ranks_per_domain,
+                            if t.mnnvl { "yes" } else { "no" }
+                        );
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Lock(LockCommand::Check(a)) => crate::lock::check(a),
+        Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a),
+        Command::Plan(a) => crate::build::plan(a),
+        Command::BuildWheel(a) => crate::build::build(a),
+        Command::Cache(c) => crate::cache::run(c),
+        Command::Probe(a) => crate::probe::run(a),
+        Command::Docker(c) => crate::docker::run(c),
+    }
+}
+
+/// Install the Ctrl-C/SIGTERM handler: the first signal sets
+/// [`error::INTERRUPTED`]; work that cleans up after itself (builds) holds a
+/// [`error::Cooperative`] guard and stops at its next check; with no guard held,
+/// or on a second signal, the process exits 130 at once.
+pub fn install_signal_handler() {
+    let _ = ctrlc::set_handler(|| {
+        use std::sync::atomic::Ordering;
+        let again = error::INTERRUPTED.swap(true, Ordering::SeqCst);
+        if again || error::COOPERATIVE.load(Ordering::SeqCst) == 0 {
+            eprintln!("\ninterrupted");
+            std::process::exit(Exit::Interrupted.code() as i32);
+        }
+        eprintln!("\ninterrupted: cleaning up (press Ctrl-C again to exit at once)");
+    });
+}
+
+/// Turn a command's result into a process exit code, printing errors.
+pub fn finish(result: Result<Exit>) -> ExitCode {
+    match result {
+        Ok(e) => ExitCode::from(e.code()),
+        Err(err) => {
+            error::report(&err);
+            ExitCode::from(error::exit_of(&err).code())
+        }
+    }
+}
+
+/// Entry point of the `deepep-forge` binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { Exit::Usage.code() } else { Exit::Ok.code() };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    install_signal_handler();
+    finish(run(cli.command))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,21 @@
+//! deepep-forge: pins, lock checks, wheel builds and probes for DeepEP (HybridEP).
+//!
+//! See ARCHITECTURE.md for the map. The CLI lives in [`cli`]; every job is a
+//! module with an `Args` type and a function returning `Result<error::Exit>`.
+pub mod build;
+pub mod cache;
+pub mod cli;
+pub mod docker;
+pub mod dockerfile;
+pub mod error;
+pub mod findings;
+pub mod lock;
+pub mod output;
+pub mod pins;
+pub mod pinset;
+pub mod probe;
+pub mod provenance;
+pub mod runtime;
+pub mod topology;
+pub mod verdict;
+pub mod wheel;

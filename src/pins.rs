@@ -1,0 +1,635 @@
+//! `pins.toml`: the one place that pins DeepEP per architecture and declares
+//! build variants. Owns parsing and validation (with file:line:column errors);
+//! must not touch the network, git or a consumer project.
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::error::Failure;
+
+/// The schema version this build of deepep-forge reads and writes.
+pub const SCHEMA: i64 = 1;
+/// Default location, relative to the directory the command runs in.
+pub const DEFAULT_PATH: &str = "pins.toml";
+
+/// A CPU architecture as Python's `platform_machine` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Arch {
+    #[serde(rename = "x86_64")]
+    X86_64,
+    #[serde(rename = "aarch64")]
+    Aarch64,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+    /// The architecture of the machine running this process, if it is one we know.
+    pub fn host() -> Option<Arch> {
+        match std::env::consts::ARCH {
+            "x86_64" => Some(Arch::X86_64),
+            "aarch64" => Some(Arch::Aarch64),
+            _ => None,
+        }
+    }
+    /// Docker/OCI platform string.
+    pub fn docker_platform(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "linux/amd64",
+            Arch::Aarch64 => "linux/arm64",
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Arch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "x86_64" | "amd64" => Ok(Arch::X86_64),
+            "aarch64" | "arm64" => Ok(Arch::Aarch64),
+            other => Err(format!("unknown architecture `{other}`: expected `x86_64` or `aarch64`")),
+        }
+    }
+}
+
+/// One entry of `TORCH_CUDA_ARCH_LIST`: `9.0`, `10.0`, `9.0a`, `10.0+PTX`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CudaArch {
+    pub major: u32,
+    pub minor: u32,
+    /// `a` (arch-specific) or `f` (family-specific) suffix.
+    pub suffix: Option<char>,
+    /// `+PTX`: also embed PTX for JIT on newer GPUs.
+    pub ptx: bool,
+}
+
+impl CudaArch {
+    /// `sm_90`, `sm_90a`, `sm_100`.
+    pub fn sm(&self) -> String {
+        format!("sm_{}{}{}", self.major, self.minor, self.suffix.map(String::from).unwrap_or_default())
+    }
+    /// The numeric SM as fatbins record it (90, 100).
+    pub fn sm_number(&self) -> u32 {
+        self.major * 10 + self.minor
+    }
+}
+
+impl fmt::Display for CudaArch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)?;
+        if let Some(s) = self.suffix {
+            write!(f, "{s}")?;
+        }
+        if self.ptx {
+            f.write_str("+PTX")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for CudaArch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not a CUDA arch: expected forms like `9.0`, `10.0`, `9.0a`, `10.0+PTX`");
+        let (body, ptx) = match s.strip_suffix("+PTX") {
+            Some(b) => (b, true),
+            None => (s, false),
+        };
+        let (major, rest) = body.split_once('.').ok_or_else(bad)?;
+        let (minor, suffix) = match rest.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+            Some((i, c)) if i + c.len_utf8() == rest.len() && (c == 'a' || c == 'f') => (&rest[..i], Some(c)),
+            Some(_) => return Err(bad()),
+            None => (rest, None),
+        };
+        let num = |t: &str| -> Result<u32, String> {
+            if t.is_empty() || t.len() > 2 || !t.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            t.parse().map_err(|_| bad())
+        };
+        let (major, minor) = (num(major)?, num(minor)?);
+        if minor > 9 || !(3..=20).contains(&major) {
+            return Err(bad());
+        }
+        Ok(CudaArch { major, minor, suffix, ptx })
+    }
+}
+
+/// A whole `TORCH_CUDA_ARCH_LIST` (entries separated by spaces or `;`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArchList(pub Vec<CudaArch>);
+
+impl ArchList {
+    /// The value for `TORCH_CUDA_ARCH_LIST`, space separated.
+    pub fn to_env(&self) -> String {
+        self.0.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" ")
+    }
+    pub fn has_ptx(&self) -> bool {
+        self.0.iter().any(|a| a.ptx)
+    }
+    /// SM numbers (90, 100) this list compiles cubins for.
+    pub fn sm_numbers(&self) -> Vec<u32> {
+        self.0.iter().map(|a| a.sm_number()).collect()
+    }
+}
+
+impl FromStr for ArchList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let items: Vec<&str> = s.split(|c: char| c == ';' || c.is_whitespace()).filter(|t| !t.is_empty()).collect();
+        if items.is_empty() {
+            return Err("empty arch list: expected e.g. \"9.0\" or \"9.0 10.0\"".into());
+        }
+        let mut out: Vec<CudaArch> = Vec::new();
+        for it in items {
+            let a: CudaArch = it.parse()?;
+            if out.iter().any(|o| o.major == a.major && o.minor == a.minor && o.suffix == a.suffix) {
+                return Err(format!("`{it}` appears twice in the arch list"));
+            }
+            out.push(a);
+        }
+        Ok(ArchList(out))
+    }
+}
+
+impl fmt::Display for ArchList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_env())
+    }
+}
+
+/// The multinode transport compiled into hybrid_ep_cpp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Doca,
+    Nixl,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Doca => "doca",
+            Transport::Nixl => "nixl",
+        }
+    }
+}
+
+/// Where the DeepEP source comes from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Source {
+    /// Distribution name as consumers write it (`deep_ep`).
+    pub name: String,
+    pub repo: String,
+    pub branch: Option<String>,
+    /// `1.2.1`: the part of the version label before `+<short sha>`.
+    pub base_version: String,
+}
+
+/// One architecture's pin.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pin {
+    pub arch: Arch,
+    /// Full 40-hex commit.
+    pub rev: String,
+    /// 1-based line of the `rev` value in pins.toml.
+    pub line: usize,
+}
+
+impl Pin {
+    /// The short sha as `git rev-parse --short` prints it in a fresh clone (7 for DeepEP).
+    pub fn short(&self) -> &str {
+        &self.rev[..7]
+    }
+}
+
+/// `[toolchain]`: what the registry toolchain provisions (see build-wheel).
+#[derive(Debug, Clone, Serialize)]
+pub struct Toolchain {
+    pub torch: String,
+    /// CUDA major.minor torch was built for (`13.0`).
+    pub cuda: String,
+    pub python: Option<String>,
+}
+
+/// `[rdma_core]`: the rdma-core release container images build.
+#[derive(Debug, Clone, Serialize)]
+pub struct RdmaCore {
+    pub repo: String,
+    pub git_ref: String,
+}
+
+/// The topology a variant is meant for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IntendedTopology {
+    pub gpu: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub ep: u32,
+    pub ranks_per_domain: u32,
+    pub mnnvl: bool,
+}
+
+/// A build variant: everything that changes the binary, plus its intended use.
+#[derive(Debug, Clone, Serialize)]
+pub struct Variant {
+    pub name: String,
+    pub arch: Arch,
+    pub cuda_arch_list: ArchList,
+    pub multinode: bool,
+    pub transport: Transport,
+    pub rdma_core_home: Option<String>,
+    pub nvshmem_dir: Option<String>,
+    pub description: Option<String>,
+    pub topology: IntendedTopology,
+    /// 1-based line of the variant's `[[variant]]` table.
+    pub line: usize,
+}
+
+/// A validated pins.toml.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pins {
+    pub path: PathBuf,
+    pub source: Source,
+    pub pins: BTreeMap<Arch, Pin>,
+    pub toolchain: Option<Toolchain>,
+    pub rdma_core: Option<RdmaCore>,
+    pub variants: Vec<Variant>,
+}
+
+impl Pins {
+    /// Read and validate a pins file. Errors are usage failures (exit 2) that
+    /// name file, line and column.
+    pub fn load(path: &Path) -> Result<Pins> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Failure::usage(format!("pins file not found: {}", path.display()))
+                    .hint("pass --pins FILE, run from the directory that holds pins.toml, or use --no-pins where the command offers it")
+                    .into())
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        Self::parse(&text, path)
+    }
+
+    /// Parse pins from text; `path` is used in messages only.
+    pub fn parse(text: &str, path: &Path) -> Result<Pins> {
+        let raw: RawPins = toml::from_str(text).map_err(|e| {
+            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            Failure::usage(format!("{}:{line}:{col}: {}", path.display(), e.message().trim()))
+                .hint("see the pins.toml shipped with deepep-forge for the expected shape")
+        })?;
+        validate(raw, text, path)
+    }
+
+    /// The pin for an architecture, or a usage error naming the file.
+    pub fn pin(&self, arch: Arch) -> Result<&Pin> {
+        self.pins.get(&arch).ok_or_else(|| {
+            Failure::usage(format!("{} has no [pin.{arch}]", self.path.display()))
+                .hint(format!("add [pin.{arch}] rev = \"<40-hex sha>\", or run `deepep-forge pin set REV --arch {arch}`"))
+                .into()
+        })
+    }
+
+    /// The label a build of `arch`'s pin gets: `<base>+<short sha>`.
+    pub fn label(&self, arch: Arch) -> Option<String> {
+        self.pins.get(&arch).map(|p| format!("{}+{}", self.source.base_version, p.short()))
+    }
+
+    /// Look a variant up by name; an unknown name lists the known ones.
+    pub fn variant(&self, name: &str) -> Result<&Variant> {
+        self.variants.iter().find(|v| v.name == name).ok_or_else(|| {
+            let names: Vec<&str> = self.variants.iter().map(|v| v.name.as_str()).collect();
+            Failure::usage(format!("unknown variant `{name}` in {}", self.path.display()))
+                .hint(format!("known variants: {}", names.join(", ")))
+                .into()
+        })
+    }
+}
+
+/// 1-based (line, column) of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (line, col)
+}
+
+// ---- raw (serde) shape ------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPins {
+    schema: Spanned<i64>,
+    source: RawSource,
+    pin: BTreeMap<String, Spanned<RawPin>>,
+    toolchain: Option<RawToolchain>,
+    rdma_core: Option<RawRdmaCore>,
+    #[serde(default)]
+    variant: Vec<Spanned<RawVariant>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    name: Spanned<String>,
+    repo: Spanned<String>,
+    branch: Option<String>,
+    base_version: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPin {
+    rev: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolchain {
+    torch: Spanned<String>,
+    cuda: Spanned<String>,
+    python: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRdmaCore {
+    repo: String,
+    #[serde(rename = "ref")]
+    git_ref: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVariant {
+    name: Spanned<String>,
+    arch: Spanned<String>,
+    cuda_arch_list: Spanned<String>,
+    multinode: bool,
+    transport: Option<Spanned<String>>,
+    rdma_core_home: Option<String>,
+    nvshmem_dir: Option<String>,
+    description: Option<String>,
+    topology: Spanned<RawTopology>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTopology {
+    gpu: Spanned<String>,
+    nodes: u32,
+    gpus_per_node: u32,
+    ep: u32,
+    ranks_per_domain: u32,
+    mnnvl: bool,
+}
+
+fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
+    let err = |span: std::ops::Range<usize>, msg: String| -> anyhow::Error {
+        let (line, col) = line_col(text, span.start);
+        Failure::usage(format!("{}:{line}:{col}: {msg}", path.display())).into()
+    };
+    if *raw.schema.get_ref() != SCHEMA {
+        return Err(err(raw.schema.span(), format!("schema = {} is not supported: expected schema = {SCHEMA}", raw.schema.get_ref())));
+    }
+    let s = raw.source;
+    if s.name.get_ref().trim().is_empty() {
+        return Err(err(s.name.span(), "source.name is empty: expected the distribution name, e.g. \"deep_ep\"".into()));
+    }
+    if s.repo.get_ref().trim().is_empty() {
+        return Err(err(s.repo.span(), "source.repo is empty: expected a git URL".into()));
+    }
+    if pep440_rs::Version::from_str(s.base_version.get_ref()).is_err() || s.base_version.get_ref().contains('+') {
+        return Err(err(
+            s.base_version.span(),
+            format!("base_version `{}` is not a PEP 440 version without a local part (expected e.g. \"1.2.1\")", s.base_version.get_ref()),
+        ));
+    }
+    let source = Source {
+        name: s.name.into_inner(),
+        repo: s.repo.into_inner(),
+        branch: s.branch,
+        base_version: s.base_version.into_inner(),
+    };
+
+    let mut pins = BTreeMap::new();
+    for (key, p) in raw.pin {
+        let arch: Arch = key.parse().map_err(|m: String| err(p.span(), format!("[pin.{key}]: {m}")))?;
+        let rev = p.get_ref().rev.get_ref().clone();
+        let rspan = p.get_ref().rev.span();
+        if !is_full_sha(&rev) {
+            return Err(err(rspan, format!("rev `{rev}` is not a full commit: expected 40 lowercase hex characters")));
+        }
+        pins.insert(arch, Pin { arch, rev, line: line_col(text, rspan.start).0 });
+    }
+    if pins.is_empty() {
+        return Err(Failure::usage(format!("{}: no [pin.<arch>] table: expected [pin.x86_64] and/or [pin.aarch64]", path.display())).into());
+    }
+
+    let toolchain = match raw.toolchain {
+        None => None,
+        Some(t) => {
+            if pep440_rs::Version::from_str(t.torch.get_ref()).is_err() {
+                return Err(err(t.torch.span(), format!("toolchain.torch `{}` is not a PEP 440 version", t.torch.get_ref())));
+            }
+            let c = t.cuda.get_ref();
+            let ok = c.split_once('.').is_some_and(|(a, b)| {
+                !a.is_empty() && !b.is_empty() && a.bytes().all(|x| x.is_ascii_digit()) && b.bytes().all(|x| x.is_ascii_digit())
+            });
+            if !ok {
+                return Err(err(t.cuda.span(), format!("toolchain.cuda `{c}`: expected CUDA major.minor, e.g. \"13.0\"")));
+            }
+            Some(Toolchain { torch: t.torch.into_inner(), cuda: t.cuda.into_inner(), python: t.python })
+        }
+    };
+    let rdma_core = raw.rdma_core.map(|r| RdmaCore { repo: r.repo, git_ref: r.git_ref });
+
+    let mut variants: Vec<Variant> = Vec::new();
+    for sv in raw.variant {
+        let vspan = sv.span();
+        let v = sv.into_inner();
+        let name = v.name.get_ref().clone();
+        let valid_name = !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            && name.as_bytes()[0].is_ascii_alphanumeric();
+        if !valid_name {
+            return Err(err(v.name.span(), format!("variant name `{name}`: expected lowercase letters, digits, `-` and `_`")));
+        }
+        if let Some(prev) = variants.iter().find(|p| p.name == name) {
+            return Err(err(v.name.span(), format!("variant `{name}` is declared twice (first at line {})", prev.line)));
+        }
+        let arch: Arch = v.arch.get_ref().parse().map_err(|m: String| err(v.arch.span(), m))?;
+        if !pins.contains_key(&arch) {
+            return Err(err(v.arch.span(), format!("variant `{name}` builds for {arch}, but there is no [pin.{arch}]")));
+        }
+        let cuda_arch_list: ArchList =
+            v.cuda_arch_list.get_ref().parse().map_err(|m: String| err(v.cuda_arch_list.span(), m))?;
+        let transport = match &v.transport {
+            None => Transport::Doca,
+            Some(t) => match t.get_ref().as_str() {
+                "doca" => Transport::Doca,
+                "nixl" => Transport::Nixl,
+                other => return Err(err(t.span(), format!("transport `{other}`: expected \"doca\" or \"nixl\""))),
+            },
+        };
+        if !v.multinode && transport == Transport::Nixl {
+            let t = v.transport.as_ref().expect("nixl was written");
+            return Err(err(t.span(), format!("variant `{name}` is single-node: transport applies only with multinode = true")));
+        }
+        if v.multinode && transport == Transport::Doca && cuda_arch_list.has_ptx() {
+            return Err(err(
+                v.cuda_arch_list.span(),
+                format!("variant `{name}`: the DOCA multinode build rejects +PTX entries in the arch list (DeepEP setup.py)"),
+            ));
+        }
+        let t = v.topology.get_ref();
+        let tspan = v.topology.span();
+        if t.ep == 0 || t.ranks_per_domain == 0 || t.nodes == 0 || t.gpus_per_node == 0 {
+            return Err(err(tspan, format!("variant `{name}`: topology numbers must be at least 1")));
+        }
+        if t.ep % t.ranks_per_domain != 0 {
+            return Err(err(tspan, format!("variant `{name}`: topology ep {} is not a multiple of ranks_per_domain {}", t.ep, t.ranks_per_domain)));
+        }
+        if t.ep > t.nodes * t.gpus_per_node {
+            return Err(err(
+                tspan,
+                format!("variant `{name}`: topology ep {} exceeds nodes × gpus_per_node = {}", t.ep, t.nodes * t.gpus_per_node),
+            ));
+        }
+        if t.ep / t.ranks_per_domain > 1 && !v.multinode {
+            return Err(err(
+                tspan,
+                format!(
+                    "variant `{name}`: its topology spans {} NVLink domains (ep {} / ranks_per_domain {}), which needs multinode = true",
+                    t.ep / t.ranks_per_domain,
+                    t.ep,
+                    t.ranks_per_domain
+                ),
+            ));
+        }
+        let topology = IntendedTopology {
+            gpu: t.gpu.get_ref().clone(),
+            nodes: t.nodes,
+            gpus_per_node: t.gpus_per_node,
+            ep: t.ep,
+            ranks_per_domain: t.ranks_per_domain,
+            mnnvl: t.mnnvl,
+        };
+        variants.push(Variant {
+            name,
+            arch,
+            cuda_arch_list,
+            multinode: v.multinode,
+            transport,
+            rdma_core_home: v.rdma_core_home.filter(|s| !s.is_empty()),
+            nvshmem_dir: v.nvshmem_dir.filter(|s| !s.is_empty()),
+            description: v.description,
+            topology,
+            line: line_col(text, vspan.start).0,
+        });
+    }
+    Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants })
+}
+
+/// A full commit sha: exactly 40 lowercase hex characters.
+pub fn is_full_sha(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = include_str!("../pins.toml");
+
+    fn parse(t: &str) -> Result<Pins> {
+        Pins::parse(t, Path::new("pins.toml"))
+    }
+
+    #[test]
+    fn shipped_pins_are_valid_and_name_the_required_variants() {
+        let p = parse(GOOD).unwrap();
+        for (name, arch, list, multi) in [
+            ("h100", Arch::X86_64, "9.0", false),
+            ("h100-multinode", Arch::X86_64, "9.0", true),
+            ("b200-multinode", Arch::X86_64, "10.0", true),
+            ("gb200-nvl72", Arch::Aarch64, "10.0", false),
+            ("gb200-multinode", Arch::Aarch64, "10.0", true),
+        ] {
+            let v = p.variant(name).unwrap();
+            assert_eq!((v.arch, v.cuda_arch_list.to_env().as_str(), v.multinode), (arch, list, multi), "{name}");
+        }
+        for a in Arch::ALL {
+            assert_eq!(p.pin(a).unwrap().rev, "17cfb817bccec3a9c247013360cc550c2bac441e");
+            assert_eq!(p.label(a).unwrap(), "1.2.1+17cfb81");
+        }
+    }
+
+    fn err_of(t: &str) -> String {
+        format!("{:#}", parse(t).unwrap_err())
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_line_and_column() {
+        let t = GOOD.replacen("branch = \"hybrid-ep\"", "branch = \"hybrid-ep\"\nbranhc = \"x\"", 1);
+        let line = t.lines().position(|l| l.starts_with("branhc")).unwrap() + 1;
+        let e = err_of(&t);
+        assert!(e.contains(&format!("pins.toml:{line}:1:")), "{e}");
+        assert!(e.contains("unknown field `branhc`"), "{e}");
+    }
+
+    #[test]
+    fn short_or_uppercase_rev_is_rejected() {
+        for bad in ["17cfb81", "17CFB817BCCEC3A9C247013360CC550C2BAC441E"] {
+            let t = GOOD.replacen("17cfb817bccec3a9c247013360cc550c2bac441e", bad, 1);
+            let e = err_of(&t);
+            assert!(e.contains("40 lowercase hex"), "{e}");
+            assert!(e.contains("pins.toml:"), "{e}");
+        }
+    }
+
+    #[test]
+    fn arch_lists_are_checked() {
+        for (list, ok) in [("9.0", true), ("9.0 10.0", true), ("9.0;10.0", true), ("9.0a", true), ("10.0+PTX", true), ("9", false), ("sm_90", false), ("9.0b", false), ("9.0 9.0", false), ("", false)] {
+            assert_eq!(list.parse::<ArchList>().is_ok(), ok, "{list:?}");
+        }
+        let a: ArchList = "9.0a 10.0+PTX".parse().unwrap();
+        assert_eq!(a.0[0].sm(), "sm_90a");
+        assert_eq!(a.sm_numbers(), vec![90, 100]);
+    }
+
+    #[test]
+    fn doca_rejects_ptx_and_duplicates_are_rejected() {
+        let t = GOOD.replacen("cuda_arch_list = \"10.0\"\nmultinode = true", "cuda_arch_list = \"10.0+PTX\"\nmultinode = true", 1);
+        assert!(err_of(&t).contains("rejects +PTX"), "{}", err_of(&t));
+        let t = GOOD.replacen("name = \"h100-multinode\"", "name = \"h100\"", 1);
+        assert!(err_of(&t).contains("declared twice"), "{}", err_of(&t));
+        let t = GOOD.replacen("arch = \"aarch64\"", "arch = \"riscv64\"", 1);
+        assert!(err_of(&t).contains("expected `x86_64` or `aarch64`"), "{}", err_of(&t));
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    }
+}

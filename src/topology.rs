@@ -1,0 +1,182 @@
+//! The topology request shared by the static probe and the runtime probe:
+//! EP size, nodes, GPUs per node, ranks per NVLink domain, MNNVL, GPU kind;
+//! from flags, a named preset, or a NeMo-RL recipe. Owns resolving a request
+//! (and the NeMo-RL defaults); must not read wheels or touch a GPU.
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::pins::Arch;
+
+/// A GPU kind: named products or a bare SM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Gpu {
+    H100,
+    H200,
+    B200,
+    Gb200,
+    /// A bare compute capability as `sm_XY` (90, 100, ...).
+    Sm(u32),
+}
+
+impl Gpu {
+    /// SM number the GPU needs cubins for (90, 100).
+    pub fn sm(self) -> u32 {
+        match self {
+            Gpu::H100 | Gpu::H200 => 90,
+            Gpu::B200 | Gpu::Gb200 => 100,
+            Gpu::Sm(n) => n,
+        }
+    }
+    /// The CPU architecture of hosts that carry this GPU, where fixed.
+    pub fn host_arch(self) -> Option<Arch> {
+        match self {
+            Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(Arch::X86_64),
+            Gpu::Gb200 => Some(Arch::Aarch64),
+            Gpu::Sm(_) => None,
+        }
+    }
+    /// Whether systems of this kind have multi-node NVLink (NVL72 racks).
+    pub fn mnnvl_capable(self) -> Option<bool> {
+        match self {
+            Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(false),
+            Gpu::Gb200 => Some(true),
+            Gpu::Sm(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Gpu::H100 => f.write_str("h100"),
+            Gpu::H200 => f.write_str("h200"),
+            Gpu::B200 => f.write_str("b200"),
+            Gpu::Gb200 => f.write_str("gb200"),
+            Gpu::Sm(n) => write!(f, "sm_{n}"),
+        }
+    }
+}
+
+impl FromStr for Gpu {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "h100" => Ok(Gpu::H100),
+            "h200" => Ok(Gpu::H200),
+            "b200" => Ok(Gpu::B200),
+            "gb200" => Ok(Gpu::Gb200),
+            other => other
+                .strip_prefix("sm_")
+                .and_then(|n| n.parse::<u32>().ok())
+                .map(Gpu::Sm)
+                .ok_or_else(|| format!("unknown GPU `{s}`: expected h100, h200, b200, gb200, sm_90 or sm_100")),
+        }
+    }
+}
+
+/// Where a request's value came from (reported in verdicts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    Flag,
+    Preset,
+    Recipe,
+    /// Filled in by NeMo-RL's own defaults (R = min(EP,64), USE_MNNVL = EP>4).
+    Default,
+}
+
+/// A resolved topology request. Every field may be unknown; rules that need an
+/// unknown value report "unknown" (warn) rather than guess.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Request {
+    /// Human label of where the request came from: `flags`, `preset h100-8g`, a recipe path.
+    pub source: String,
+    pub ep: Option<u32>,
+    pub nodes: Option<u32>,
+    pub gpus_per_node: Option<u32>,
+    pub ranks_per_domain: Option<u32>,
+    pub mnnvl: Option<bool>,
+    pub gpu: Option<Gpu>,
+    /// MoE dispatcher backend named by a recipe (`hybridep`, or none for dense models).
+    pub dispatcher: Option<String>,
+    /// Notes about how values were obtained ("default applied: ...", unresolved interpolations).
+    pub notes: Vec<String>,
+}
+
+/// Topology flags, shared by `probe` (static and `--run`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RequestArgs {
+    /// Expert-parallel group size (EP).
+    #[arg(long, value_name = "N")]
+    pub ep: Option<u32>,
+    /// Number of nodes the job spans.
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// GPUs per node.
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
+    /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN).
+    #[arg(long, value_name = "R")]
+    pub ranks_per_domain: Option<u32>,
+    /// The system has multi-node NVLink (GB200 NVL72) and the job uses it.
+    #[arg(long, overrides_with = "no_mnnvl")]
+    pub mnnvl: bool,
+    /// The job does not use multi-node NVLink (USE_MNNVL=0).
+    #[arg(long)]
+    pub no_mnnvl: bool,
+    /// GPU kind: h100, h200, b200, gb200, sm_90, sm_100.
+    #[arg(long, value_name = "GPU")]
+    pub gpu: Option<Gpu>,
+    /// A named topology: h100-8g, b200-8g, gb200-nvl72 (flags override its values).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain.
+    #[arg(long, value_name = "PATH")]
+    pub recipe: Option<PathBuf>,
+}
+
+impl RequestArgs {
+    /// True when no topology was asked for at all.
+    pub fn is_empty(&self) -> bool {
+        self.ep.is_none()
+            && self.nodes.is_none()
+            && self.gpus_per_node.is_none()
+            && self.ranks_per_domain.is_none()
+            && !self.mnnvl
+            && !self.no_mnnvl
+            && self.gpu.is_none()
+            && self.preset.is_none()
+            && self.recipe.is_none()
+    }
+
+    /// The flags alone as a request (presets and recipes are layered by `resolve`).
+    pub fn flags(&self) -> Request {
+        Request {
+            source: "flags".into(),
+            ep: self.ep,
+            nodes: self.nodes,
+            gpus_per_node: self.gpus_per_node,
+            ranks_per_domain: self.ranks_per_domain,
+            mnnvl: if self.mnnvl { Some(true) } else if self.no_mnnvl { Some(false) } else { None },
+            gpu: self.gpu,
+            dispatcher: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Resolve flags, preset and recipe into one request (None when nothing was asked).
+    pub fn resolve(&self) -> Result<Option<Request>> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        if self.preset.is_some() || self.recipe.is_some() {
+            crate::bail_usage!("--preset and --recipe are not implemented yet");
+        }
+        Ok(Some(self.flags()))
+    }
+}

@@ -1,0 +1,131 @@
+//! The verdict table both probes print: one row per rule with pass/warn/fail,
+//! the evidence and the fix. Owns rendering and the exit code of a verdict;
+//! must not decide rules itself.
+use serde::Serialize;
+
+use crate::error::Exit;
+use crate::topology::Request;
+
+/// Version of the JSON document `probe --format json` prints.
+pub const SCHEMA: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    /// Not proven wrong, but not proven right either (unknown input, PTX-only...).
+    Warn,
+    Fail,
+    /// Not applicable to this request.
+    Skip,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Stable rule id, e.g. `ep-divisible`, `multinode-build`, `cubin-arch`.
+    pub rule: String,
+    pub status: Status,
+    /// What was seen, in one line.
+    pub evidence: String,
+    /// What to do, usually an exact command.
+    pub fix: Option<String>,
+}
+
+impl Check {
+    pub fn new(rule: &str, status: Status, evidence: impl Into<String>) -> Self {
+        Check { rule: rule.into(), status, evidence: evidence.into(), fix: None }
+    }
+    pub fn pass(rule: &str, evidence: impl Into<String>) -> Self {
+        Self::new(rule, Status::Pass, evidence)
+    }
+    pub fn warn(rule: &str, evidence: impl Into<String>) -> Self {
+        Self::new(rule, Status::Warn, evidence)
+    }
+    pub fn fail(rule: &str, evidence: impl Into<String>) -> Self {
+        Self::new(rule, Status::Fail, evidence)
+    }
+    pub fn skip(rule: &str, evidence: impl Into<String>) -> Self {
+        Self::new(rule, Status::Skip, evidence)
+    }
+    pub fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// A whole verdict: what was judged, against what, and the rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub schema: u32,
+    /// The wheel, environment or machine judged.
+    pub subject: String,
+    pub request: Option<Request>,
+    pub checks: Vec<Check>,
+    /// Extra facts for JSON consumers (wheel facts, discovered devices, bandwidth).
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub facts: serde_json::Value,
+}
+
+impl Verdict {
+    pub fn new(subject: impl Into<String>, request: Option<Request>) -> Self {
+        Verdict { schema: SCHEMA, subject: subject.into(), request, checks: Vec::new(), facts: serde_json::Value::Null }
+    }
+    pub fn push(&mut self, c: Check) {
+        self.checks.push(c);
+    }
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+    /// 0 when nothing failed, 1 otherwise.
+    pub fn exit(&self) -> Exit {
+        if self.failed() {
+            Exit::Problems
+        } else {
+            Exit::Ok
+        }
+    }
+    /// The aligned table people read.
+    pub fn render_human(&self) -> String {
+        let mut out = format!("verdict for {}\n", self.subject);
+        if let Some(r) = &self.request {
+            let show = |v: Option<u32>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
+            out.push_str(&format!(
+                "request ({}): EP {} · nodes {} · GPUs/node {} · R {} · MNNVL {} · GPU {}\n",
+                r.source,
+                show(r.ep),
+                show(r.nodes),
+                show(r.gpus_per_node),
+                show(r.ranks_per_domain),
+                r.mnnvl.map(|b| if b { "yes" } else { "no" }).unwrap_or("?"),
+                r.gpu.map(|g| g.to_string()).unwrap_or_else(|| "?".into()),
+            ));
+            for n in &r.notes {
+                out.push_str(&format!("  note: {n}\n"));
+            }
+        }
+        let w = self.checks.iter().map(|c| c.rule.len()).max().unwrap_or(4).max(4);
+        for c in &self.checks {
+            let s = match c.status {
+                Status::Pass => "pass",
+                Status::Warn => "WARN",
+                Status::Fail => "FAIL",
+                Status::Skip => "skip",
+            };
+            out.push_str(&format!("  {s}  {:<w$}  {}\n", c.rule, c.evidence));
+            if let Some(f) = &c.fix {
+                out.push_str(&format!("        {:<w$}  fix: {f}\n", ""));
+            }
+        }
+        let (p, wn, f) = self.checks.iter().fold((0, 0, 0), |(p, w, f), c| match c.status {
+            Status::Pass => (p + 1, w, f),
+            Status::Warn => (p, w + 1, f),
+            Status::Fail => (p, w, f + 1),
+            Status::Skip => (p, w, f),
+        });
+        out.push_str(&format!(
+            "{}: {p} passed, {wn} warnings, {f} failed\n",
+            if f > 0 { "MISMATCH" } else { "MATCH" }
+        ));
+        out
+    }
+}

