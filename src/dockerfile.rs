@@ -1,20 +1,1051 @@
 //! Dockerfile scanning for `lock check`: ARG/ENV defaults that carry a DeepEP
-//! rev, an arch list or the multinode flag, compared with pins.toml.
-use std::collections::BTreeMap;
+//! rev, an arch list, the multinode flag, the transport, RDMA_CORE_HOME or the
+//! rdma-core ref, compared with pins.toml. Owns a small Dockerfile reader
+//! (continuations, comments, heredocs, quoting, `${VAR}` expansion with ARG
+//! scoping across stages); must not run docker or read anything but the
+//! Dockerfiles it is given.
+//!
+//! What is detected (values are the defaults written in the file; a
+//! `--build-arg` given at build time is not visible here):
+//! - a DeepEP rev: a variable whose name mentions DEEPEP/DEEP_EP and ends in
+//!   REV/REF/COMMIT/SHA; any ARG/ENV value or RUN line holding a
+//!   `.../DeepEP.git@<rev>` URL; `git checkout <rev>` / `git reset --hard <rev>`
+//!   in a RUN that mentions DeepEP;
+//! - the build configuration of each stage (and of global ARGs no stage uses):
+//!   TORCH_CUDA_ARCH_LIST (else any `*CUDA_ARCH_LIST`), HYBRID_EP_MULTINODE,
+//!   USE_NIXL, RDMA_CORE_HOME, checked *together* against the variants of
+//!   pins.toml (or the one named by a VARIANT/DEEPEP_VARIANT ARG);
+//! - the rdma-core ref (`RDMA_CORE_REF`, `*RDMA_CORE*_TAG|VERSION`) against `[rdma_core] ref`.
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::findings::Finding;
-use crate::pins::{Arch, Pins};
+use crate::error::Failure;
+use crate::findings::{Finding, Severity};
+use crate::pins::{is_full_sha, Arch, ArchList, Pins, Transport, Variant};
 
-/// Dockerfiles of a project: `Dockerfile*` at the root and `docker/**/Dockerfile*`, plus `extra`.
-pub fn discover(_project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    Ok(extra.to_vec())
+/// Dockerfiles of a project: `Dockerfile*` at the root and `docker/**/Dockerfile*`
+/// (each group sorted), then `extra` in the order given (a missing one is a usage error).
+pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let is_dockerfile = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("Dockerfile") && !n.ends_with(".dockerignore"))
+    };
+    let mut root: Vec<PathBuf> = match std::fs::read_dir(project) {
+        Ok(rd) => rd.flatten().map(|e| e.path()).filter(|p| p.is_file() && is_dockerfile(p)).collect(),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", project.display())),
+    };
+    root.sort();
+    let mut nested: Vec<PathBuf> = walkdir::WalkDir::new(project.join("docker"))
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file() && is_dockerfile(e.path()))
+        .map(|e| e.into_path())
+        .collect();
+    nested.sort();
+    let mut out = root;
+    out.extend(nested);
+    for p in extra {
+        if !p.is_file() {
+            return Err(Failure::usage(format!("Dockerfile not found: {}", p.display()))
+                .hint("check the path given to --dockerfile")
+                .into());
+        }
+        let same = |q: &PathBuf| q.canonicalize().ok() == p.canonicalize().ok();
+        if !out.iter().any(same) {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// Check Dockerfiles. `revs` is the intended revision per architecture (from
-/// pins.toml, or from pyproject.toml under --no-pins); `pins` is None under --no-pins.
-pub fn check(_files: &[PathBuf], _pins: Option<&Pins>, _revs: &BTreeMap<Arch, String>) -> Result<Vec<Finding>> {
-    Ok(Vec::new())
+/// pins.toml, or from pyproject.toml under --no-pins); `pins` is None under
+/// --no-pins (then only revisions are checked).
+pub fn check(files: &[PathBuf], pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Result<Vec<Finding>> {
+    let mut out = Vec::new();
+    for f in files {
+        let text = match std::fs::read_to_string(f) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Failure::usage(format!("Dockerfile not found: {}", f.display())).into())
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", f.display())),
+        };
+        out.extend(check_text(&text, f, pins, revs));
+    }
+    Ok(out)
+}
+
+/// Check one Dockerfile's text; `file` is used in findings.
+pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Vec<Finding> {
+    let model = Model::read(text);
+    let mut c = Checker { file, pins, revs, out: Vec::new(), seen: BTreeSet::new() };
+    for d in &model.defs {
+        c.def(d, model.platform_of(d));
+    }
+    for r in &model.runs {
+        c.run(r, model.stages[r.stage].platform);
+    }
+    for (cfg, platform) in model.configs() {
+        c.config(&cfg, platform);
+    }
+    c.out
+}
+
+// ---- reading ----------------------------------------------------------------
+
+/// One instruction: keyword (upper case), arguments (continuations joined,
+/// heredoc bodies appended after a newline), 1-based line of its keyword.
+#[derive(Debug, Clone, PartialEq)]
+struct Instruction {
+    keyword: String,
+    args: String,
+    line: usize,
+}
+
+fn instructions(text: &str) -> (Vec<Instruction>, char) {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut escape = '\\';
+    for l in &lines {
+        let Some(d) = l.trim().strip_prefix('#') else { break };
+        match d.split_once('=') {
+            Some((k, v)) if k.trim().eq_ignore_ascii_case("escape") => escape = v.trim().chars().next().unwrap_or('\\'),
+            Some((k, _)) if !k.trim().contains(' ') => {}
+            _ => break,
+        }
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let t = lines[i].trim();
+        if t.is_empty() || t.starts_with('#') {
+            i += 1;
+            continue;
+        }
+        let line = i + 1;
+        let mut buf = String::new();
+        let mut first = true;
+        while i < lines.len() {
+            let l = lines[i];
+            i += 1;
+            if !first && (l.trim().is_empty() || l.trim_start().starts_with('#')) {
+                continue;
+            }
+            first = false;
+            let end = l.trim_end();
+            match end.strip_suffix(escape) {
+                Some(body) => buf.push_str(body),
+                None => {
+                    buf.push_str(end);
+                    break;
+                }
+            }
+        }
+        let buf = buf.trim_start();
+        let (kw, args) = buf.split_once(char::is_whitespace).unwrap_or((buf, ""));
+        let keyword = kw.to_ascii_uppercase();
+        let mut args = args.trim().to_string();
+        if keyword == "RUN" || keyword == "COPY" {
+            for (delim, strip) in heredoc_delims(&args) {
+                args.push('\n');
+                while i < lines.len() {
+                    let l = lines[i];
+                    i += 1;
+                    let cmp = if strip { l.trim_start_matches('\t') } else { l };
+                    if cmp == delim {
+                        break;
+                    }
+                    args.push_str(l);
+                    args.push('\n');
+                }
+            }
+        }
+        out.push(Instruction { keyword, args, line });
+    }
+    (out, escape)
+}
+
+/// `<<EOF`, `<<-EOF`, `<<"EOF"`: (delimiter, strip leading tabs).
+fn heredoc_delims(args: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    let mut rest = args;
+    while let Some(p) = rest.find("<<") {
+        let mut s = &rest[p + 2..];
+        let strip = s.starts_with('-');
+        if strip {
+            s = &s[1..];
+        }
+        let s = s.trim_start_matches(['"', '\'']);
+        let name: String = s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if !name.is_empty() {
+            out.push((name.clone(), strip));
+        }
+        rest = &s[name.len()..];
+    }
+    out
+}
+
+/// Split on unquoted, unescaped whitespace, keeping quotes and escapes in the words.
+fn split_words(s: &str, escape: char) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (_, c) if c == escape && quote != Some('\'') => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            (None, c) if c.is_whitespace() => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                cur.push(c);
+            }
+            (Some(q), c) if c == q => {
+                quote = None;
+                cur.push(c);
+            }
+            _ => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// A variable definition (ARG or ENV) in some scope.
+#[derive(Debug)]
+struct Def {
+    kw: &'static str,
+    name: String,
+    line: usize,
+    /// The default after expansion; None when it is only known at build time
+    /// (an ARG without default, or a reference to one).
+    value: Option<String>,
+    /// The definition this value is copied from (`ENV A=${B}`, a stage `ARG B`
+    /// re-declaring a global one).
+    via: Option<Rc<Def>>,
+    /// Index of the stage; None for global ARGs (before the first FROM).
+    stage: Option<usize>,
+}
+
+impl Def {
+    /// The definition whose line holds the literal value.
+    fn source(self: &Rc<Self>) -> Rc<Def> {
+        let mut d = self.clone();
+        while let Some(v) = d.via.clone() {
+            d = v;
+        }
+        d
+    }
+    /// `TORCH_CUDA_ARCH_LIST (ENV, line 14, from ARG DEEPEP_CUDA_ARCH_LIST at line 5)`.
+    fn describe(self: &Rc<Self>) -> String {
+        let mut s = format!("{} ({}, line {}", self.name, self.kw, self.line);
+        let mut d = self.via.clone();
+        while let Some(v) = d {
+            s.push_str(&format!(", from {} {} at line {}", v.kw, v.name, v.line));
+            d = v.via.clone();
+        }
+        s.push(')');
+        s
+    }
+}
+
+/// The result of expanding one word.
+struct Expanded {
+    text: Option<String>,
+    /// Set when the word is exactly one variable reference.
+    single: Option<Rc<Def>>,
+}
+
+/// Quote removal and `$VAR`, `${VAR}`, `${VAR:-w}`, `${VAR-w}`, `${VAR:+w}`,
+/// `${VAR+w}` expansion, as Docker does for ARG/ENV/FROM. `lookup` returns the
+/// definition in scope.
+fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) -> Expanded {
+    let chars: Vec<char> = word.chars().collect();
+    let mut out = String::new();
+    let mut known = true;
+    let mut refs: Vec<Rc<Def>> = Vec::new();
+    let mut literal = false;
+    let mut quote: Option<char> = None;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if quote == Some('\'') {
+            if c == '\'' {
+                quote = None;
+            } else {
+                out.push(c);
+                literal = true;
+            }
+            i += 1;
+            continue;
+        }
+        if c == escape {
+            if let Some(&n) = chars.get(i + 1) {
+                out.push(n);
+                literal = true;
+            }
+            i += 2;
+            continue;
+        }
+        if (c == '"' || c == '\'') && quote.is_none() {
+            quote = Some(c);
+            i += 1;
+            continue;
+        }
+        if quote == Some('"') && c == '"' {
+            quote = None;
+            i += 1;
+            continue;
+        }
+        if c == '$' {
+            let (name, op, word_arg, next) = parse_ref(&chars, i);
+            if name.is_empty() {
+                out.push('$');
+                literal = true;
+                i += 1;
+                continue;
+            }
+            i = next;
+            let def = lookup(&name);
+            let val = def.as_ref().and_then(|d| d.value.clone());
+            let set = def.is_some();
+            let nonempty = val.as_deref().is_some_and(|v| !v.is_empty());
+            let sub = |w: &str| expand(w, escape, lookup);
+            match op.as_deref() {
+                None => {
+                    if let Some(d) = def {
+                        refs.push(d);
+                    }
+                    match val {
+                        Some(v) => out.push_str(&v),
+                        None => known = false,
+                    }
+                }
+                Some(":-") | Some("-") => {
+                    // An ARG without default counts as unset: the default is what a build gets without --build-arg.
+                    let use_default = if op.as_deref() == Some(":-") { !nonempty } else { !set || val.is_none() };
+                    if use_default {
+                        let e = sub(&word_arg);
+                        literal = true;
+                        match e.text {
+                            Some(t) => out.push_str(&t),
+                            None => known = false,
+                        }
+                    } else {
+                        refs.push(def.expect("set"));
+                        out.push_str(&val.expect("known"));
+                    }
+                }
+                Some(":+") | Some("+") => {
+                    let take = if op.as_deref() == Some(":+") { nonempty } else { set && val.is_some() };
+                    literal = true;
+                    if take {
+                        match sub(&word_arg).text {
+                            Some(t) => out.push_str(&t),
+                            None => known = false,
+                        }
+                    } else if val.is_none() {
+                        known = false;
+                    }
+                }
+                Some(_) => known = false,
+            }
+            continue;
+        }
+        out.push(c);
+        literal = true;
+        i += 1;
+    }
+    let single = (refs.len() == 1 && !literal).then(|| refs.pop().expect("one"));
+    Expanded { text: known.then_some(out), single }
+}
+
+/// Parse `$NAME` or `${NAME<op>word}` at `chars[i] == '$'`: (name, op, word, index after).
+fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, String, usize) {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    if chars.get(i + 1) == Some(&'{') {
+        let mut j = i + 2;
+        let mut name = String::new();
+        while j < chars.len() && is_name(chars[j]) {
+            name.push(chars[j]);
+            j += 1;
+        }
+        let mut op = String::new();
+        while j < chars.len() && ":-+?#%/".contains(chars[j]) && op.len() < 2 {
+            op.push(chars[j]);
+            j += 1;
+        }
+        let mut depth = 1;
+        let mut w = String::new();
+        while j < chars.len() {
+            match chars[j] {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            w.push(chars[j]);
+            j += 1;
+        }
+        (name, (!op.is_empty()).then_some(op), w, (j + 1).min(chars.len()))
+    } else {
+        let mut j = i + 1;
+        let mut name = String::new();
+        while j < chars.len() && is_name(chars[j]) {
+            name.push(chars[j]);
+            j += 1;
+        }
+        (name, None, String::new(), j)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Stage {
+    name: Option<String>,
+    platform: Option<Arch>,
+    args: BTreeMap<String, Rc<Def>>,
+    envs: BTreeMap<String, Rc<Def>>,
+}
+
+impl Stage {
+    /// ENV wins over ARG of the same name (Docker's rule).
+    fn get(&self, name: &str) -> Option<Rc<Def>> {
+        self.envs.get(name).or_else(|| self.args.get(name)).cloned()
+    }
+}
+
+struct Run {
+    stage: usize,
+    line: usize,
+    /// The RUN text with ARG/ENV references in scope replaced by their values.
+    text: String,
+    /// Words of the text before expansion: pure references resolved to their definition.
+    words: Vec<(String, Option<Rc<Def>>)>,
+}
+
+/// What a Dockerfile declares, as the checks need it.
+#[derive(Default)]
+struct Model {
+    global: BTreeMap<String, Rc<Def>>,
+    /// Global ARGs some stage re-declares (their value is checked there).
+    used_globals: BTreeSet<usize>,
+    stages: Vec<Stage>,
+    /// Every definition in file order.
+    defs: Vec<Rc<Def>>,
+    runs: Vec<Run>,
+}
+
+impl Model {
+    fn read(text: &str) -> Model {
+        let (ins, escape) = instructions(text);
+        let mut m = Model::default();
+        for inst in ins {
+            let line = inst.line;
+            match inst.keyword.as_str() {
+                "FROM" => {
+                    let words = split_words(&inst.args, escape);
+                    let global = |n: &str| m.global.get(n).cloned();
+                    let mut platform = None;
+                    let mut rest = Vec::new();
+                    for w in &words {
+                        match w.strip_prefix("--platform=") {
+                            Some(p) => platform = expand(p, escape, &global).text.and_then(|p| platform_arch(&p)),
+                            None if w.starts_with("--") => {}
+                            None => rest.push(w.clone()),
+                        }
+                    }
+                    let image = rest.first().and_then(|w| expand(w, escape, &global).text).unwrap_or_default().to_ascii_lowercase();
+                    let name = match rest.as_slice() {
+                        [_, as_, n, ..] if as_.eq_ignore_ascii_case("as") => Some(n.to_ascii_lowercase()),
+                        _ => None,
+                    };
+                    let mut stage = Stage { name, platform, ..Stage::default() };
+                    if let Some(parent) = m.stages.iter().find(|s| s.name.as_deref() == Some(image.as_str())) {
+                        stage.envs = parent.envs.clone();
+                        stage.platform = stage.platform.or(parent.platform);
+                    }
+                    m.stages.push(stage);
+                }
+                "ARG" => {
+                    let idx = m.stages.len().checked_sub(1);
+                    for w in split_words(&inst.args, escape) {
+                        let (name, default) = match w.split_once('=') {
+                            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                            None => (w.clone(), None),
+                        };
+                        let def = match (default, idx) {
+                            (Some(v), _) => {
+                                let e = match idx {
+                                    Some(s) => expand(&v, escape, &|n| m.stages[s].get(n)),
+                                    None => expand(&v, escape, &|n| m.global.get(n).cloned()),
+                                };
+                                Def { kw: "ARG", name: name.clone(), line, value: e.text, via: e.single, stage: idx }
+                            }
+                            (None, Some(_)) => {
+                                let g = m.global.get(&name).cloned();
+                                if let Some(g) = &g {
+                                    m.used_globals.insert(g.line);
+                                }
+                                Def { kw: "ARG", name: name.clone(), line, value: g.as_ref().and_then(|g| g.value.clone()), via: g, stage: idx }
+                            }
+                            (None, None) => Def { kw: "ARG", name: name.clone(), line, value: None, via: None, stage: None },
+                        };
+                        let def = Rc::new(def);
+                        m.defs.push(def.clone());
+                        match idx {
+                            Some(s) => m.stages[s].args.insert(name, def),
+                            None => m.global.insert(name, def),
+                        };
+                    }
+                }
+                "ENV" => {
+                    let Some(s) = m.stages.len().checked_sub(1) else { continue };
+                    let words = split_words(&inst.args, escape);
+                    let pairs: Vec<(String, String)> = if words.first().is_some_and(|w| w.contains('=')) {
+                        words.iter().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+                    } else {
+                        match inst.args.split_once(char::is_whitespace) {
+                            Some((k, v)) => vec![(k.to_string(), v.trim().to_string())],
+                            None => Vec::new(),
+                        }
+                    };
+                    // All pairs of one ENV see the scope before it (Docker's rule).
+                    let defs: Vec<Rc<Def>> = pairs
+                        .into_iter()
+                        .map(|(k, v)| {
+                            let e = expand(&v, escape, &|n| m.stages[s].get(n));
+                            Rc::new(Def { kw: "ENV", name: k, line, value: e.text, via: e.single, stage: Some(s) })
+                        })
+                        .collect();
+                    for d in defs {
+                        m.defs.push(d.clone());
+                        m.stages[s].envs.insert(d.name.clone(), d);
+                    }
+                }
+                "RUN" => {
+                    let Some(s) = m.stages.len().checked_sub(1) else { continue };
+                    let scope = &m.stages[s];
+                    let words: Vec<(String, Option<Rc<Def>>)> = split_words(&inst.args, escape)
+                        .into_iter()
+                        .map(|w| {
+                            let e = expand(&w, escape, &|n| scope.get(n));
+                            let shown = match &e.text {
+                                Some(t) if e.single.is_some() || !w.contains('$') => t.clone(),
+                                _ => w.clone(),
+                            };
+                            (shown, e.single)
+                        })
+                        .collect();
+                    let text = words.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>().join(" ");
+                    m.runs.push(Run { stage: s, line, text, words });
+                }
+                _ => {}
+            }
+        }
+        m
+    }
+
+    fn platform_of(&self, d: &Def) -> Option<Arch> {
+        d.stage.and_then(|s| self.stages[s].platform)
+    }
+
+    /// Build configurations to check: each stage's scope at its end, then the
+    /// global ARGs no stage re-declares.
+    fn configs(&self) -> Vec<(Config, Option<Arch>)> {
+        let mut out: Vec<(Config, Option<Arch>)> =
+            self.stages.iter().map(|s| (Config::from_scope(&|n| s.get(n), s.envs.keys().chain(s.args.keys())), s.platform)).collect();
+        let unused: BTreeMap<String, Rc<Def>> =
+            self.global.iter().filter(|(_, d)| !self.used_globals.contains(&d.line)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        out.push((Config::from_scope(&|n| unused.get(n).cloned(), unused.keys()), None));
+        out
+    }
+}
+
+fn platform_arch(p: &str) -> Option<Arch> {
+    p.strip_prefix("linux/").unwrap_or(p).split('/').next()?.parse().ok()
+}
+
+/// The DeepEP build settings in one scope (resolved values only).
+#[derive(Default)]
+struct Config {
+    variant: Option<Rc<Def>>,
+    arch_list: Option<Rc<Def>>,
+    multinode: Option<Rc<Def>>,
+    nixl: Option<Rc<Def>>,
+    rdma_home: Option<Rc<Def>>,
+}
+
+impl Config {
+    fn from_scope<'a>(get: &dyn Fn(&str) -> Option<Rc<Def>>, names: impl Iterator<Item = &'a String>) -> Config {
+        let known = |n: &str| get(n).filter(|d| d.value.is_some());
+        let names: BTreeSet<&String> = names.collect();
+        let arch_list = known("TORCH_CUDA_ARCH_LIST")
+            .or_else(|| names.iter().filter(|n| n.ends_with("CUDA_ARCH_LIST")).find_map(|n| known(n)));
+        Config {
+            variant: ["DEEPEP_VARIANT", "DEEPEP_FORGE_VARIANT", "VARIANT"].iter().find_map(|n| known(n)),
+            arch_list,
+            multinode: known("HYBRID_EP_MULTINODE"),
+            nixl: known("USE_NIXL"),
+            rdma_home: known("RDMA_CORE_HOME"),
+        }
+    }
+}
+
+/// DeepEP's setup.py reading of a boolean environment variable.
+fn truthy(v: &str) -> bool {
+    matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "t" | "yes" | "y" | "on")
+}
+
+fn value(d: &Rc<Def>) -> &str {
+    d.value.as_deref().unwrap_or_default()
+}
+
+// ---- checking ---------------------------------------------------------------
+
+struct Checker<'a> {
+    file: &'a Path,
+    pins: Option<&'a Pins>,
+    revs: &'a BTreeMap<Arch, String>,
+    out: Vec<Finding>,
+    /// (rule, line) already reported: a value is reported once, at the line that holds it.
+    seen: BTreeSet<(String, usize)>,
+}
+
+impl Checker<'_> {
+    fn push(&mut self, f: Finding) {
+        let key = (f.rule.clone(), f.line.unwrap_or(0));
+        if self.seen.insert(key) {
+            self.out.push(f);
+        }
+    }
+
+    fn def(&mut self, d: &Rc<Def>, platform: Option<Arch>) {
+        let Some(v) = d.value.as_deref() else { return };
+        let upper = d.name.to_ascii_uppercase();
+        let src = d.source();
+        if (upper.contains("DEEPEP") || upper.contains("DEEP_EP")) && ["REV", "REF", "COMMIT", "SHA"].iter().any(|s| upper.ends_with(s)) {
+            self.rev(v.trim(), src.line, &d.describe(), platform);
+        } else if let Some(r) = url_rev(v) {
+            self.rev(&r, src.line, &d.describe(), platform);
+        }
+        if upper.contains("RDMA_CORE") && ["REF", "TAG", "VERSION"].iter().any(|s| upper.ends_with(s)) {
+            if let Some(rc) = self.pins.and_then(|p| p.rdma_core.as_ref()) {
+                if v.trim() != rc.git_ref {
+                    let f = Finding::new(
+                        "dockerfile-rdma-core-ref",
+                        Severity::Error,
+                        self.file,
+                        format!("{} builds rdma-core `{v}`, pins.toml [rdma_core] says `{}`", d.describe(), rc.git_ref),
+                    )
+                    .line(src.line)
+                    .expected_found(&rc.git_ref, v)
+                    .fix(format!("set {}={} at {}:{}", src.name, rc.git_ref, self.file.display(), src.line));
+                    self.push(f);
+                }
+            }
+        }
+    }
+
+    fn run(&mut self, r: &Run, platform: Option<Arch>) {
+        let lower = r.text.to_ascii_lowercase();
+        if !(lower.contains("deepep") || lower.contains("deep_ep") || lower.contains("deep-ep")) {
+            return;
+        }
+        if let Some(rev) = url_rev(&r.text) {
+            // A URL built from a variable was already checked at that variable.
+            let from = r.words.iter().find(|(w, _)| url_rev(w).as_deref() == Some(rev.as_str())).and_then(|(_, d)| d.clone());
+            match from {
+                Some(d) => self.rev(&rev, d.source().line, &d.describe(), platform),
+                None => self.rev(&rev, r.line, &format!("RUN (line {})", r.line), platform),
+            }
+        }
+        // `git [-C dir] checkout [-q|--detach|-f] <rev>`, `git reset --hard <rev>`, per shell command.
+        let mut git = false;
+        let mut i = 0;
+        while i < r.words.len() {
+            let w = r.words[i].0.as_str();
+            if matches!(w, "&&" | "||" | ";" | "|") || w.ends_with(';') {
+                git = false;
+            } else if w == "git" {
+                git = true;
+            } else if git && (w == "checkout" || (w == "reset" && r.words.get(i + 1).is_some_and(|n| n.0 == "--hard"))) {
+                let target = r.words[i + 1..].iter().find(|(t, _)| !t.starts_with('-'));
+                if let Some((t, d)) = target {
+                    let t = t.trim_end_matches(';');
+                    match d {
+                        Some(d) => self.rev(t, d.source().line, &d.describe(), platform),
+                        None => self.rev(t, r.line, &format!("`git {w}` in RUN (line {})", r.line), platform),
+                    }
+                }
+                git = false;
+            }
+            i += 1;
+        }
+    }
+
+    /// Compare one DeepEP rev with the intended revs.
+    fn rev(&mut self, found: &str, line: usize, what: &str, platform: Option<Arch>) {
+        if found.is_empty() || found.contains('$') || self.revs.is_empty() {
+            return;
+        }
+        let wanted: Vec<(Arch, &String)> = match platform {
+            Some(a) => self.revs.get(&a).map(|r| vec![(a, r)]).unwrap_or_default(),
+            None => self.revs.iter().map(|(a, r)| (*a, r)).collect(),
+        };
+        if wanted.is_empty() {
+            return;
+        }
+        let expected = wanted.iter().map(|(a, r)| format!("{r} ({a})")).collect::<Vec<_>>().join(", ");
+        let fix_to = |r: &str| format!("write the full pinned sha {r} at {}:{line}", self.file.display());
+        let hex = found.bytes().all(|b| b.is_ascii_hexdigit());
+        let f = if hex && found.len() < 40 && found.len() >= 4 {
+            let full = wanted.iter().find(|(_, r)| r.starts_with(&found.to_ascii_lowercase())).map(|(_, r)| r.as_str());
+            let target = full.unwrap_or(wanted[0].1);
+            Finding::new(
+                "dockerfile-rev",
+                Severity::Error,
+                self.file,
+                format!(
+                    "{what} names DeepEP by the short sha `{found}`: full sha required (a short sha is ambiguous and is not what uv.lock and pins.toml record){}",
+                    if full.is_some() { "" } else { "; it is not a prefix of the pin either" }
+                ),
+            )
+            .expected_found(expected, found)
+            .fix(fix_to(target))
+        } else if !is_full_sha(found) {
+            Finding::new(
+                "dockerfile-rev",
+                Severity::Error,
+                self.file,
+                format!("{what} names DeepEP by `{found}`, a branch or tag, not a commit: the image would build whatever it points to at build time"),
+            )
+            .expected_found(expected, found)
+            .fix(fix_to(wanted[0].1))
+        } else {
+            let bad: Vec<&(Arch, &String)> = wanted.iter().filter(|(_, r)| r.as_str() != found).collect();
+            if bad.is_empty() {
+                return;
+            }
+            let mut msg = format!("{what} builds DeepEP {found}, ");
+            if bad.len() < wanted.len() {
+                let ok: Vec<&str> = wanted.iter().filter(|(_, r)| r.as_str() == found).map(|(a, _)| a.as_str()).collect();
+                msg.push_str(&format!(
+                    "which is the {} pin but not the {} one ({}); the Dockerfile names no platform (`FROM --platform=...`), so it must match every architecture's pin",
+                    ok.join("/"),
+                    bad.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>().join("/"),
+                    bad.iter().map(|(_, r)| r.as_str()).collect::<Vec<_>>().join(", ")
+                ));
+            } else {
+                msg.push_str("not the pinned revision");
+            }
+            let mut f = Finding::new("dockerfile-rev", Severity::Error, self.file, msg).expected_found(expected, found).fix(fix_to(bad[0].1));
+            if bad.len() == 1 {
+                f = f.arch(bad[0].0);
+            }
+            f
+        };
+        self.push(f.line(line));
+    }
+
+    /// One stage's build settings against the variants of pins.toml.
+    fn config(&mut self, cfg: &Config, platform: Option<Arch>) {
+        let Some(pins) = self.pins else { return };
+        let named = match &cfg.variant {
+            None => None,
+            Some(d) => match pins.variants.iter().find(|v| v.name == value(d)) {
+                Some(v) => Some(v),
+                None => {
+                    let names: Vec<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
+                    let f = Finding::new(
+                        "dockerfile-variant",
+                        Severity::Error,
+                        self.file,
+                        format!("{} names variant `{}`, which {} does not declare", d.describe(), value(d), pins.path.display()),
+                    )
+                    .line(d.source().line)
+                    .fix(format!("use one of: {}", names.join(", ")));
+                    self.push(f);
+                    return;
+                }
+            },
+        };
+        if let (Some(v), Some(p), Some(d)) = (named, platform, &cfg.variant) {
+            if v.arch != p {
+                let f = Finding::new(
+                    "dockerfile-platform",
+                    Severity::Error,
+                    self.file,
+                    format!("{} names variant `{}` ({}), but the stage is built for {}", d.describe(), v.name, v.arch, p.docker_platform()),
+                )
+                .line(d.source().line)
+                .expected_found(v.arch.docker_platform(), p.docker_platform());
+                self.push(f);
+            }
+        }
+        let list = match &cfg.arch_list {
+            Some(d) => match value(d).parse::<ArchList>() {
+                Ok(l) => Some((d, l)),
+                Err(e) => {
+                    let f = Finding::new("dockerfile-arch-list", Severity::Error, self.file, format!("{}: {e}", d.describe()))
+                        .line(d.source().line)
+                        .fix("write the CUDA archs as pins.toml does, e.g. \"9.0\" or \"10.0\"");
+                    self.push(f);
+                    None
+                }
+            },
+            None => None,
+        };
+        let multinode = cfg.multinode.as_ref().map(|d| (d, truthy(value(d))));
+        let nixl = cfg.nixl.as_ref().map(|d| (d, truthy(value(d))));
+        let is_multi = multinode.is_some_and(|(_, m)| m);
+        // RDMA_CORE_HOME and USE_NIXL only matter to a multinode build.
+        let rdma = cfg.rdma_home.as_ref().filter(|_| is_multi && !nixl.is_some_and(|(_, n)| n));
+        let nixl = nixl.filter(|_| is_multi);
+        if list.is_none() && multinode.is_none() {
+            return;
+        }
+
+        // Each present setting is a field; a variant matches when all agree.
+        type Field<'d> = (&'static str, &'d Rc<Def>, String, Box<dyn Fn(&Variant) -> Option<String> + 'd>);
+        let mut fields: Vec<Field> = Vec::new();
+        if let Some((d, l)) = &list {
+            let mine = sorted_list(l);
+            fields.push(("dockerfile-arch-list", d, l.to_env(), Box::new(move |v| (sorted_list(&v.cuda_arch_list) != mine).then(|| v.cuda_arch_list.to_env()))));
+        }
+        if let Some((d, m)) = multinode {
+            fields.push(("dockerfile-multinode", d, value(d).to_string(), Box::new(move |v| (v.multinode != m).then(|| if v.multinode { "1" } else { "0" }.to_string()))));
+        }
+        if let Some((d, n)) = nixl {
+            fields.push((
+                "dockerfile-transport",
+                d,
+                value(d).to_string(),
+                Box::new(move |v| (v.multinode && (v.transport == Transport::Nixl) != n).then(|| if v.transport == Transport::Nixl { "1" } else { "0" }.to_string())),
+            ));
+        }
+        if let Some(d) = rdma {
+            let mine = value(d).trim_end_matches('/').to_string();
+            fields.push((
+                "dockerfile-rdma-core-home",
+                d,
+                value(d).to_string(),
+                Box::new(move |v| {
+                    let theirs = v.rdma_core_home.as_deref().map(|h| h.trim_end_matches('/'));
+                    (v.multinode && v.transport == Transport::Doca && theirs != Some(mine.as_str()))
+                        .then(|| v.rdma_core_home.clone().unwrap_or_else(|| "(unset)".into()))
+                }),
+            ));
+        }
+        let candidates: Vec<&Variant> = match named {
+            Some(v) => vec![v],
+            None => pins.variants.iter().filter(|v| platform.is_none_or(|p| v.arch == p)).collect(),
+        };
+        let Some((best, diffs)) = candidates
+            .iter()
+            .map(|v| (*v, fields.iter().filter_map(|f| f.3(v).map(|exp| (f, exp))).collect::<Vec<_>>()))
+            // The arch list and the multinode flag shape the binary: a variant that differs in them is farther.
+            .min_by_key(|(_, d)| d.iter().map(|((rule, ..), _)| if *rule == "dockerfile-arch-list" || *rule == "dockerfile-multinode" { 2 } else { 1 }).sum::<u32>())
+        else {
+            return;
+        };
+        if diffs.is_empty() {
+            return;
+        }
+        let settings = fields.iter().map(|f| format!("{}={:?}", f.1.name, f.2)).collect::<Vec<_>>().join(", ");
+        for ((rule, d, found, _), expected) in diffs {
+            let src = d.source();
+            let msg = match named {
+                Some(v) => format!("{} = {found:?}, but the variant it names, `{}`, builds with {expected:?}", d.describe(), v.name),
+                None => format!(
+                    "{} = {found:?}: no variant in {} builds with {settings}{}; the closest, `{}`, has {expected:?}",
+                    d.describe(),
+                    pins.path.display(),
+                    platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
+                    best.name
+                ),
+            };
+            let mut fix = format!("set {}={expected:?} at {}:{} to build `{}`", src.name, self.file.display(), src.line, best.name);
+            if named.is_none() {
+                fix.push_str(&format!(", or declare this combination as a [[variant]] in {}", pins.path.display()));
+            }
+            let f = Finding::new(rule, Severity::Error, self.file, msg).line(src.line).arch(best.arch).expected_found(expected, found.clone()).fix(fix);
+            self.push(f);
+        }
+    }
+}
+
+fn sorted_list(l: &ArchList) -> Vec<String> {
+    let mut v: Vec<String> = l.0.iter().map(|a| a.to_string()).collect();
+    v.sort();
+    v
+}
+
+/// The rev of a `.../DeepEP.git@<rev>` (or `DeepEP@<rev>`) URL in `s`, if any.
+fn url_rev(s: &str) -> Option<String> {
+    let lower = s.to_ascii_lowercase();
+    for pat in ["deepep.git@", "deepep@"] {
+        if let Some(p) = lower.find(pat) {
+            let rest = &s[p + pat.len()..];
+            let rev: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '$' | '{' | '}')).collect();
+            return (!rev.is_empty()).then_some(rev);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PIN: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+    const OTHER: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+
+    fn pins() -> Pins {
+        Pins::parse(include_str!("../pins.toml"), Path::new("pins.toml")).unwrap()
+    }
+
+    fn revs(x: &str, a: &str) -> BTreeMap<Arch, String> {
+        BTreeMap::from([(Arch::X86_64, x.to_string()), (Arch::Aarch64, a.to_string())])
+    }
+
+    fn run(text: &str) -> Vec<Finding> {
+        check_text(text, Path::new("Dockerfile"), Some(&pins()), &revs(PIN, PIN))
+    }
+
+    fn rules(f: &[Finding]) -> Vec<(String, usize)> {
+        f.iter().map(|f| (f.rule.clone(), f.line.unwrap_or(0))).collect()
+    }
+
+    #[test]
+    fn continuations_comments_and_heredocs() {
+        let (ins, _) = instructions("FROM x AS a\nRUN echo a \\\n  # comment\n\n  b\nRUN <<EOF\ngit checkout abc\nEOF\nENV A=1\n");
+        assert_eq!(ins.len(), 4);
+        assert_eq!(ins[1], Instruction { keyword: "RUN".into(), args: "echo a   b".into(), line: 2 });
+        assert_eq!(ins[2].args, "<<EOF\ngit checkout abc\n");
+        assert_eq!((ins[3].keyword.as_str(), ins[3].line), ("ENV", 9));
+        let (ins, esc) = instructions("# escape=`\nFROM x\nRUN a `\n b\n");
+        assert_eq!((esc, ins[1].args.as_str()), ('`', "a  b"));
+    }
+
+    #[test]
+    fn expansion_follows_quotes_defaults_and_scopes() {
+        let d = Rc::new(Def { kw: "ARG", name: "A".into(), line: 3, value: Some("9.0 10.0".into()), via: None, stage: None });
+        let lookup = |n: &str| (n == "A").then(|| d.clone());
+        let e = expand("\"${A}\"", '\\', &lookup);
+        assert_eq!(e.text.as_deref(), Some("9.0 10.0"));
+        assert_eq!(e.single.unwrap().line, 3);
+        assert_eq!(expand("'$A'", '\\', &lookup).text.as_deref(), Some("$A"));
+        assert_eq!(expand("x$A", '\\', &lookup).text.as_deref(), Some("x9.0 10.0"));
+        assert!(expand("x$A", '\\', &lookup).single.is_none());
+        assert_eq!(expand("${B:-9.0}", '\\', &lookup).text.as_deref(), Some("9.0"));
+        assert_eq!(expand("${A:+set}", '\\', &lookup).text.as_deref(), Some("set"));
+        assert_eq!(expand("\\$A", '\\', &lookup).text.as_deref(), Some("$A"));
+        assert!(expand("$B", '\\', &lookup).text.is_none(), "an undeclared variable is only known at build time");
+    }
+
+    #[test]
+    fn nemo_rl_shape_is_checked_as_one_combination() {
+        let text = "FROM base AS wheel\nARG DEEPEP_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG RDMA_CORE_REF=v60.0\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/rdma-core/build\nENV TORCH_CUDA_ARCH_LIST=${DEEPEP_CUDA_ARCH_LIST}\n";
+        let f = run(text);
+        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 2)], "{f:#?}");
+        assert!(f[0].message.contains("TORCH_CUDA_ARCH_LIST (ENV, line 6, from ARG DEEPEP_CUDA_ARCH_LIST at line 2)"), "{}", f[0].message);
+        assert!(f[0].message.contains("closest, `gb200-multinode`"), "{}", f[0].message);
+        assert_eq!(f[0].expected.as_deref(), Some("10.0"));
+        // The same shape for Hopper with the system rdma-core is h100-multinode: clean.
+        let good = text.replace("\"9.0 10.0\"", "\"9.0\"").replace("/opt/rdma-core/build", "/usr");
+        assert!(run(&good).is_empty(), "{:#?}", run(&good));
+    }
+
+    #[test]
+    fn global_arg_redeclared_in_a_stage_is_followed() {
+        let text = "ARG ARCHS=\"9.0\"\nFROM base\nARG ARCHS\nENV TORCH_CUDA_ARCH_LIST=$ARCHS HYBRID_EP_MULTINODE=0\n";
+        assert!(run(text).is_empty(), "{:#?}", run(text));
+        let f = run(&text.replace("\"9.0\"", "\"8.0\""));
+        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 1)], "{f:#?}");
+        // Without the re-declaration the global is not visible in the stage.
+        let f = run("ARG ARCHS=\"9.0\"\nFROM base\nENV TORCH_CUDA_ARCH_LIST=$ARCHS\n");
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn named_variant_and_platform_narrow_the_candidates() {
+        let f = run("FROM base\nARG VARIANT=h100-multinode\nENV TORCH_CUDA_ARCH_LIST=10.0 HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n");
+        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 3)], "{f:#?}");
+        assert!(f[0].message.contains("`h100-multinode`"), "{}", f[0].message);
+        let f = run("FROM base\nARG VARIANT=h200\n");
+        assert_eq!(rules(&f), vec![("dockerfile-variant".into(), 2)]);
+        // 10.0 multinode on arm64 with /usr: closest is gb200-multinode, which wants /opt/rdma-core/build.
+        let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=10.0 HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n");
+        assert_eq!(rules(&f), vec![("dockerfile-rdma-core-home".into(), 2)], "{f:#?}");
+        assert_eq!(f[0].expected.as_deref(), Some("/opt/rdma-core/build"));
+        let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=9.0 HYBRID_EP_MULTINODE=0\n");
+        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 2)], "{f:#?}");
+    }
+
+    #[test]
+    fn multinode_flag_and_legacy_env_form() {
+        let f = run("FROM base\nENV TORCH_CUDA_ARCH_LIST 10.0\nENV HYBRID_EP_MULTINODE yes\nENV RDMA_CORE_HOME=/usr\nENV USE_NIXL=1\n");
+        assert_eq!(rules(&f), vec![("dockerfile-transport".into(), 5)], "{f:#?}");
+        let f = run("FROM base\nENV TORCH_CUDA_ARCH_LIST=\"9.0\"\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/x\n");
+        assert_eq!(rules(&f), vec![("dockerfile-rdma-core-home".into(), 4)], "{f:#?}");
+    }
+
+    #[test]
+    fn revs_full_short_branch_and_per_platform() {
+        assert!(run(&format!("FROM b\nARG DEEPEP_REV={PIN}\n")).is_empty());
+        let f = run("FROM b\nARG DEEPEP_REV=17cfb81\n");
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)]);
+        assert!(f[0].message.contains("full sha required"), "{}", f[0].message);
+        assert!(f[0].fix.as_deref().unwrap().contains(PIN));
+        let f = run("FROM b\nARG DEEPEP_REF=hybrid-ep\n");
+        assert!(f[0].message.contains("branch or tag"), "{}", f[0].message);
+        let url = format!("FROM b\nENV DEEPEP_URL=git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}\n");
+        assert_eq!(rules(&run(&url)), vec![("dockerfile-rev".into(), 2)]);
+        // Different pins per arch: no platform means it must match both.
+        let r = revs(PIN, OTHER);
+        let f = check_text(&format!("FROM b\nARG DEEPEP_COMMIT={PIN}\n"), Path::new("D"), None, &r);
+        assert_eq!(f.len(), 1);
+        assert!(f[0].message.contains("x86_64 pin but not the aarch64"), "{}", f[0].message);
+        assert_eq!(f[0].arch, Some(Arch::Aarch64));
+        let f = check_text(&format!("FROM --platform=linux/amd64 b\nARG DEEPEP_COMMIT={PIN}\n"), Path::new("D"), None, &r);
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn run_checkout_is_checked_once_at_the_value() {
+        let text = format!("FROM b\nARG DEEPEP_REV={OTHER}\nRUN git clone https://github.com/deepseek-ai/DeepEP && cd DeepEP && git checkout ${{DEEPEP_REV}}\nRUN cd DeepEP && git -C . checkout -q 17cfb81\n");
+        let f = run(&text);
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2), ("dockerfile-rev".into(), 4)], "{f:#?}");
+        assert!(run("FROM b\nRUN git checkout abc1234\n").is_empty(), "a RUN that does not mention DeepEP is not ours");
+    }
+
+    #[test]
+    fn rdma_core_ref_must_match_pins() {
+        assert!(run("FROM b\nARG RDMA_CORE_REF=v60.0\n").is_empty());
+        let f = run("FROM b\nARG RDMA_CORE_REF=v59.0\n");
+        assert_eq!(rules(&f), vec![("dockerfile-rdma-core-ref".into(), 2)]);
+    }
+
+    #[test]
+    fn build_time_only_values_are_not_judged() {
+        assert!(run("FROM b\nARG TORCH_CUDA_ARCH_LIST\nARG HYBRID_EP_MULTINODE\nARG DEEPEP_REV\nENV X=${TORCH_CUDA_ARCH_LIST}\n").is_empty());
+    }
 }
