@@ -1,14 +1,310 @@
-//! `docker bake` / `docker build`: container images from pins.toml.
-use anyhow::Result;
+//! `docker bake` / `docker build`: container images from pins.toml. Owns the
+//! generated `docker/docker-bake.json` (one buildx target per variant, args
+//! from pins) and running `docker buildx bake`; must not build wheels itself
+//! (the image runs `deepep-forge build-wheel`) nor parse Dockerfiles (that is
+//! `dockerfile`).
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use crate::error::Exit;
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::error::{Exit, Failure};
+use crate::pins::{Pins, Transport, Variant};
+
+/// Where `docker bake` writes and `docker build` reads, relative to the repository root.
+pub const BAKE_FILE: &str = "docker/docker-bake.json";
+/// The Dockerfile the bake targets build.
+pub const DOCKERFILE: &str = "docker/Dockerfile";
+/// Image name the targets are tagged with (`<name>:<variant>-<version>`).
+pub const IMAGE: &str = "deepep-forge/deep-ep";
 
 #[derive(Debug, clap::Subcommand)]
 pub enum DockerCommand {
-    /// Generate docker/docker-bake.json from pins.toml.
-    Bake,
+    /// Generate docker/docker-bake.json from pins.toml: one buildx target per variant,
+    /// platform from the variant's arch, build args (rev, arch list, multinode,
+    /// transport, rdma-core, probe topology) from pins.
+    Bake(BakeArgs),
+    /// Build images with `docker buildx bake` from the bake file (which must be up to date).
+    Build(BuildArgs),
 }
 
-pub fn run(_cmd: DockerCommand) -> Result<Exit> {
-    crate::bail_usage!("docker is not implemented yet")
+#[derive(Debug, clap::Args)]
+pub struct BakeArgs {
+    /// Compare the generated file with the one on disk and write nothing; exit 1 when they differ.
+    #[arg(long)]
+    pub check: bool,
+    /// The pins file (its path, relative to the build context, is passed to the image as PINS).
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
+    pub pins: PathBuf,
+    /// Where to write the bake file.
+    #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BuildArgs {
+    /// Variant(s) to build (bake targets); repeatable. Default: every variant.
+    #[arg(long, value_name = "NAME")]
+    pub variant: Vec<String>,
+    /// The pins file the bake file was generated from.
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
+    pub pins: PathBuf,
+    /// The bake file.
+    #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
+    pub file: PathBuf,
+    /// Extra arguments for `docker buildx bake`, after `--` (e.g. `-- --push`, `-- --set '*.cache-to=...'`).
+    #[arg(last = true, value_name = "BAKE ARGS")]
+    pub extra: Vec<String>,
+}
+
+pub fn run(cmd: DockerCommand) -> Result<Exit> {
+    match cmd {
+        DockerCommand::Bake(a) => bake(a),
+        DockerCommand::Build(a) => build(a),
+    }
+}
+
+// ---- the bake file ----------------------------------------------------------
+
+#[derive(Serialize)]
+struct BakeFile {
+    group: BTreeMap<String, Group>,
+    target: BTreeMap<String, Target>,
+}
+
+#[derive(Serialize)]
+struct Group {
+    targets: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Target {
+    context: String,
+    dockerfile: String,
+    /// The Dockerfile stage to build.
+    target: String,
+    platforms: Vec<String>,
+    args: BTreeMap<String, String>,
+    labels: BTreeMap<String, String>,
+    tags: Vec<String>,
+}
+
+/// The bake file for `pins` (deterministic: sorted keys, two-space indent,
+/// trailing newline). `pins_in_context` is the pins file's path inside the
+/// build context (the repository root).
+pub fn bake_json(pins: &Pins, pins_in_context: &str) -> Result<String> {
+    let mut target = BTreeMap::new();
+    for v in &pins.variants {
+        target.insert(v.name.clone(), bake_target(pins, v, pins_in_context)?);
+    }
+    let group = BTreeMap::from([("default".to_string(), Group { targets: pins.variants.iter().map(|v| v.name.clone()).collect() })]);
+    let mut s = serde_json::to_string_pretty(&BakeFile { group, target })?;
+    s.push('\n');
+    Ok(s)
+}
+
+fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target> {
+    let pin = pins.pin(v.arch)?;
+    let version = pins.label(v.arch).expect("pin exists");
+    let t = &v.topology;
+    let flag = |b: bool| if b { "1" } else { "0" }.to_string();
+    let mut args = BTreeMap::from([
+        ("VARIANT".to_string(), v.name.clone()),
+        ("PINS".into(), pins_in_context.to_string()),
+        ("DEEPEP_REV".into(), pin.rev.clone()),
+        ("TORCH_CUDA_ARCH_LIST".into(), v.cuda_arch_list.to_env()),
+        ("HYBRID_EP_MULTINODE".into(), flag(v.multinode)),
+        ("USE_NIXL".into(), flag(v.multinode && v.transport == Transport::Nixl)),
+        ("RDMA_CORE_HOME".into(), v.rdma_core_home.clone().unwrap_or_default()),
+        ("PROBE_GPU".into(), t.gpu.clone()),
+        ("PROBE_EP".into(), t.ep.to_string()),
+        ("PROBE_NODES".into(), t.nodes.to_string()),
+        ("PROBE_GPUS_PER_NODE".into(), t.gpus_per_node.to_string()),
+        ("PROBE_RANKS_PER_DOMAIN".into(), t.ranks_per_domain.to_string()),
+        ("PROBE_MNNVL".into(), if t.mnnvl { "--mnnvl" } else { "--no-mnnvl" }.to_string()),
+    ]);
+    if let Some(rc) = &pins.rdma_core {
+        args.insert("RDMA_CORE_REPO".into(), rc.repo.clone());
+        args.insert("RDMA_CORE_REF".into(), rc.git_ref.clone());
+    }
+    if let Some(tc) = &pins.toolchain {
+        args.insert("TORCH_VERSION".into(), tc.torch.clone());
+    }
+    let labels = BTreeMap::from([
+        ("org.opencontainers.image.title".to_string(), format!("DeepEP {version} ({})", v.name)),
+        ("org.opencontainers.image.source".into(), pins.source.repo.clone()),
+        ("org.opencontainers.image.revision".into(), pin.rev.clone()),
+        ("org.opencontainers.image.version".into(), version.clone()),
+    ]);
+    Ok(Target {
+        context: ".".into(),
+        dockerfile: DOCKERFILE.into(),
+        target: "runtime".into(),
+        platforms: vec![v.arch.docker_platform().into()],
+        args,
+        labels,
+        tags: vec![format!("{IMAGE}:{}-{}", v.name, version.replace('+', "-"))],
+    })
+}
+
+/// The pins file's path as the image sees it: relative to the directory the
+/// command runs in (the build context), with `/` separators.
+fn pins_in_context(pins: &Path) -> Result<String> {
+    if pins.is_absolute() {
+        let cwd = std::env::current_dir()?;
+        let rel = pins.strip_prefix(&cwd).map_err(|_| {
+            Failure::usage(format!("{} is outside the build context {}", pins.display(), cwd.display()))
+                .hint("run from the repository root and pass a pins file inside it")
+        })?;
+        return Ok(rel.to_string_lossy().replace('\\', "/"));
+    }
+    Ok(pins.to_string_lossy().trim_start_matches("./").replace('\\', "/"))
+}
+
+/// A short account of how two texts differ, by line.
+fn diff_summary(old: &str, new: &str) -> String {
+    let o: Vec<&str> = old.lines().collect();
+    let n: Vec<&str> = new.lines().collect();
+    let mut out = Vec::new();
+    for line in o.iter().filter(|l| !n.contains(l)).take(10) {
+        out.push(format!("  - {}", line.trim()));
+    }
+    for line in n.iter().filter(|l| !o.contains(l)).take(10) {
+        out.push(format!("  + {}", line.trim()));
+    }
+    if out.is_empty() {
+        out.push("  (same lines, different order or whitespace)".into());
+    }
+    out.join("\n")
+}
+
+fn bake(a: BakeArgs) -> Result<Exit> {
+    let pins = Pins::load(&a.pins)?;
+    let text = bake_json(&pins, &pins_in_context(&a.pins)?)?;
+    let current = match std::fs::read_to_string(&a.out) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", a.out.display())),
+    };
+    if current.as_deref() == Some(text.as_str()) {
+        println!("{}: up to date ({} targets from {})", a.out.display(), pins.variants.len(), a.pins.display());
+        return Ok(Exit::Ok);
+    }
+    let fix = format!("deepep-forge docker bake --pins {} --out {}", a.pins.display(), a.out.display());
+    if a.check {
+        match &current {
+            None => println!("{}: missing (it is generated from {})", a.out.display(), a.pins.display()),
+            Some(old) => println!("{}: stale: it differs from what {} generates:\n{}", a.out.display(), a.pins.display(), diff_summary(old, &text)),
+        }
+        println!("fix: run `{fix}` (or `cargo xtask docker bake`) and commit the result");
+        return Ok(Exit::Problems);
+    }
+    write_atomic(&a.out, &text)?;
+    println!("{}: written ({} targets from {})", a.out.display(), pins.variants.len(), a.pins.display());
+    Ok(Exit::Ok)
+}
+
+/// Write via a temp file in the same directory and rename.
+fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temp file in {}", dir.display()))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes())?;
+    tmp.persist(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+// ---- docker buildx bake -----------------------------------------------------
+
+/// `program` found on PATH.
+fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+fn build(a: BuildArgs) -> Result<Exit> {
+    let pins = Pins::load(&a.pins)?;
+    for v in &a.variant {
+        pins.variant(v)?;
+    }
+    let expected = bake_json(&pins, &pins_in_context(&a.pins)?)?;
+    let current = std::fs::read_to_string(&a.file).ok();
+    if current.as_deref() != Some(expected.as_str()) {
+        return Err(Failure::usage(format!(
+            "{} is {} {}: building from it would not build what pins.toml says",
+            a.file.display(),
+            if current.is_some() { "stale against" } else { "missing for" },
+            a.pins.display()
+        ))
+        .hint(format!("run `deepep-forge docker bake --pins {} --out {}` first", a.pins.display(), a.file.display()))
+        .into());
+    }
+    let docker = which("docker").ok_or_else(|| {
+        Failure::env("docker not found on PATH: `docker build` runs `docker buildx bake`")
+            .hint("install Docker Engine with the buildx plugin (https://docs.docker.com/engine/install/), or build one variant without docker: `deepep-forge build-wheel --variant NAME`")
+    })?;
+    let probe = Command::new(&docker).args(["buildx", "version"]).output().with_context(|| format!("running {} buildx version", docker.display()))?;
+    if !probe.status.success() {
+        let why = String::from_utf8_lossy(&probe.stderr);
+        return Err(Failure::env(format!("docker buildx is not available ({}): {}", docker.display(), why.lines().next().unwrap_or("").trim()))
+            .hint("install the buildx plugin (Debian/Ubuntu: apt-get install docker-buildx-plugin; or https://github.com/docker/buildx#installing)")
+            .into());
+    }
+    let mut cmd = Command::new(&docker);
+    cmd.args(["buildx", "bake", "-f"]).arg(&a.file).args(&a.variant).args(&a.extra);
+    let status = cmd.status().with_context(|| format!("running {} buildx bake", docker.display()))?;
+    crate::error::check_interrupted()?;
+    if !status.success() {
+        return Err(Failure::problems(format!("docker buildx bake failed ({status})"))
+            .hint("the image's last step is `deepep-forge probe`: a probe failure means the wheel does not fit the variant's topology")
+            .into());
+    }
+    let targets = if a.variant.is_empty() { "all variants".to_string() } else { a.variant.join(", ") };
+    println!("built {targets} from {}", a.file.display());
+    Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pins() -> Pins {
+        Pins::parse(include_str!("../pins.toml"), Path::new("pins.toml")).unwrap()
+    }
+
+    #[test]
+    fn one_target_per_variant_with_args_from_pins() {
+        let p = pins();
+        let j: serde_json::Value = serde_json::from_str(&bake_json(&p, "pins.toml").unwrap()).unwrap();
+        assert_eq!(j["group"]["default"]["targets"].as_array().unwrap().len(), p.variants.len());
+        let t = &j["target"]["gb200-multinode"];
+        assert_eq!(t["platforms"][0], "linux/arm64");
+        assert_eq!(t["args"]["TORCH_CUDA_ARCH_LIST"], "10.0");
+        assert_eq!(t["args"]["HYBRID_EP_MULTINODE"], "1");
+        assert_eq!(t["args"]["RDMA_CORE_HOME"], "/opt/rdma-core/build");
+        assert_eq!(t["args"]["RDMA_CORE_REF"], "v60.0");
+        assert_eq!(t["args"]["PROBE_RANKS_PER_DOMAIN"], "64");
+        assert_eq!(t["args"]["PROBE_MNNVL"], "--mnnvl");
+        assert_eq!(t["args"]["DEEPEP_REV"], p.pin(crate::pins::Arch::Aarch64).unwrap().rev);
+        assert_eq!(t["tags"][0], "deepep-forge/deep-ep:gb200-multinode-1.2.1-17cfb81");
+        let h = &j["target"]["h100"];
+        assert_eq!((h["platforms"][0].as_str(), h["args"]["HYBRID_EP_MULTINODE"].as_str()), (Some("linux/amd64"), Some("0")));
+        assert_eq!(h["args"]["PROBE_MNNVL"], "--no-mnnvl");
+    }
+
+    #[test]
+    fn output_is_deterministic_and_changes_with_pins() {
+        let p = pins();
+        assert_eq!(bake_json(&p, "pins.toml").unwrap(), bake_json(&p, "pins.toml").unwrap());
+        let other = Pins::parse(&include_str!("../pins.toml").replace("ep = 8, ranks_per_domain = 8, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\"", "ep = 4, ranks_per_domain = 4, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\""), Path::new("pins.toml")).unwrap();
+        let (a, b) = (bake_json(&p, "pins.toml").unwrap(), bake_json(&other, "pins.toml").unwrap());
+        assert_ne!(a, b);
+        let d = diff_summary(&a, &b);
+        assert!(d.contains("- \"PROBE_EP\": \"8\",") && d.contains("+ \"PROBE_EP\": \"4\","), "{d}");
+    }
 }

@@ -1,0 +1,174 @@
+//! `docker bake`, `docker build` and the Dockerfile rules of `lock check`,
+//! through the built binary and the library, on real files.
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use deepep_forge::dockerfile;
+use deepep_forge::pins::{Arch, Pins};
+use support::*;
+
+const PIN: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+
+fn code(o: &std::process::Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+/// A temp dir holding the repository's pins.toml and bake file.
+fn scratch() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::copy(root().join("pins.toml"), d.path().join("pins.toml")).unwrap();
+    std::fs::create_dir(d.path().join("docker")).unwrap();
+    std::fs::copy(root().join("docker/docker-bake.json"), d.path().join("docker/docker-bake.json")).unwrap();
+    d
+}
+
+#[test]
+fn committed_bake_file_is_up_to_date() {
+    let o = forge(&root(), &["docker", "bake", "--check"]);
+    assert_eq!(code(&o), 0, "docker/docker-bake.json is stale: run `cargo xtask docker bake` and commit it\n{}{}", stdout(&o), stderr(&o));
+}
+
+#[test]
+fn check_reports_a_stale_file_and_writes_nothing() {
+    let d = scratch();
+    let pins = d.path().join("pins.toml");
+    let other = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+    std::fs::write(&pins, std::fs::read_to_string(&pins).unwrap().replacen(PIN, other, 1)).unwrap();
+    let before = std::fs::read(d.path().join("docker/docker-bake.json")).unwrap();
+    let o = forge(d.path(), &["docker", "bake", "--check"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("stale"), "{out}");
+    assert!(out.contains(&format!("+ \"DEEPEP_REV\": \"{other}\"")), "{out}");
+    assert!(out.contains("fix: run `deepep-forge docker bake"), "{out}");
+    assert_eq!(std::fs::read(d.path().join("docker/docker-bake.json")).unwrap(), before, "--check wrote the file");
+
+    // Without --check it regenerates; then --check passes.
+    let o = forge(d.path(), &["docker", "bake"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("docker/docker-bake.json")).unwrap()).unwrap();
+    assert_eq!(j["target"]["h100"]["args"]["DEEPEP_REV"], other);
+    assert_eq!(j["target"]["gb200-nvl72"]["args"]["DEEPEP_REV"], PIN, "only x86_64 moved");
+    assert_eq!(code(&forge(d.path(), &["docker", "bake", "--check"])), 0);
+}
+
+#[test]
+fn bad_pins_exit_2_and_write_nothing() {
+    let d = scratch();
+    let pins = d.path().join("pins.toml");
+    std::fs::write(&pins, std::fs::read_to_string(&pins).unwrap().replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"sm_90\"", 1)).unwrap();
+    std::fs::remove_file(d.path().join("docker/docker-bake.json")).unwrap();
+    let o = forge(d.path(), &["docker", "bake"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("pins.toml:"), "{}", stderr(&o));
+    assert!(std::fs::read_dir(d.path().join("docker")).unwrap().next().is_none(), "something was written");
+    let o = forge(d.path(), &["docker", "bake", "--check"]);
+    assert_eq!(code(&o), 2);
+}
+
+#[test]
+fn build_without_docker_exits_3() {
+    let empty = tempfile::tempdir().unwrap();
+    let o = bin().args(["docker", "build", "--variant", "h100"]).current_dir(root()).env("PATH", empty.path()).output().unwrap();
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(stderr(&o).contains("docker not found on PATH"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("hint:"), "{}", stderr(&o));
+}
+
+#[test]
+fn build_checks_variants_and_staleness_first() {
+    let o = forge(&root(), &["docker", "build", "--variant", "h300"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("unknown variant `h300`"), "{}", stderr(&o));
+    let d = scratch();
+    let f = d.path().join("docker/docker-bake.json");
+    std::fs::write(&f, std::fs::read_to_string(&f).unwrap().replace("\"9.0\"", "\"8.0\"")).unwrap();
+    let o = forge(d.path(), &["docker", "build"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("stale"), "{}", stderr(&o));
+}
+
+/// Where the real docker client is installed without the buildx plugin (as on
+/// the development machine), `docker build` says so and exits 3.
+#[test]
+fn build_with_docker_but_no_buildx_exits_3() {
+    let has_docker = std::process::Command::new("docker").arg("--version").output().is_ok_and(|o| o.status.success());
+    let has_buildx = std::process::Command::new("docker").args(["buildx", "version"]).output().is_ok_and(|o| o.status.success());
+    if !has_docker || has_buildx {
+        eprintln!("SKIPPED: needs a docker client without buildx (docker: {has_docker}, buildx: {has_buildx})");
+        return;
+    }
+    let o = forge(&root(), &["docker", "build", "--variant", "h100"]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(stderr(&o).contains("docker buildx is not available"), "{}", stderr(&o));
+}
+
+// ---- Dockerfile rules (lock check) --------------------------------------------
+
+fn fixtures() -> PathBuf {
+    root().join("tests/fixtures/dockerfiles")
+}
+
+fn pins_and_revs() -> (Pins, BTreeMap<Arch, String>) {
+    let p = Pins::load(&root().join("pins.toml")).unwrap();
+    let revs = p.pins.iter().map(|(a, pin)| (*a, pin.rev.clone())).collect();
+    (p, revs)
+}
+
+#[test]
+fn discover_finds_root_and_docker_dockerfiles_then_extras() {
+    let project = fixtures().join("project");
+    let extra = fixtures().join("revs.Dockerfile");
+    let found = dockerfile::discover(&project, &[extra.clone(), project.join("Dockerfile")]).unwrap();
+    let rel: Vec<String> = found.iter().map(|p| p.strip_prefix(fixtures()).unwrap().display().to_string()).collect();
+    assert_eq!(rel, ["project/Dockerfile", "project/docker/hopper/Dockerfile.multinode", "revs.Dockerfile"]);
+    let e = dockerfile::discover(&project, &[fixtures().join("nope/Dockerfile")]).unwrap_err();
+    assert_eq!(deepep_forge::error::exit_of(&e), deepep_forge::error::Exit::Usage);
+    assert!(format!("{e:#}").contains("nope/Dockerfile"), "{e:#}");
+}
+
+#[test]
+fn nemo_rl_shaped_image_is_judged_against_the_variants() {
+    let (p, revs) = pins_and_revs();
+    let project = fixtures().join("project");
+    let files = dockerfile::discover(&project, &[]).unwrap();
+    let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
+    let got: Vec<(String, String, usize)> =
+        f.iter().map(|f| (f.file.file_name().unwrap().to_string_lossy().into_owned(), f.rule.clone(), f.line.unwrap())).collect();
+    // The fat "9.0 10.0" multinode build: one finding, at the ARG that holds the value;
+    // the Hopper multinode image matches h100-multinode and is clean.
+    assert_eq!(got, [("Dockerfile".to_string(), "dockerfile-arch-list".to_string(), 12)], "{}", deepep_forge::findings::render_human(&f));
+    let m = &f[0].message;
+    assert!(m.contains("TORCH_CUDA_ARCH_LIST (ENV, line 16, from ARG DEEPEP_CUDA_ARCH_LIST at line 12)"), "{m}");
+    assert!(m.contains("HYBRID_EP_MULTINODE=\"1\""), "{m}");
+    assert!(f[0].fix.as_deref().unwrap().contains("[[variant]]"));
+
+    // Declare NeMo-RL's combination as a variant and the same image is clean.
+    let text = std::fs::read_to_string(root().join("pins.toml")).unwrap()
+        + "\n[[variant]]\nname = \"nemo-rl\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0 10.0\"\nmultinode = true\nrdma_core_home = \"/opt/rdma-core/build\"\ntopology = { gpu = \"h100\", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }\n";
+    let p2 = Pins::parse(&text, Path::new("pins.toml")).unwrap();
+    assert!(dockerfile::check(&files, Some(&p2), &revs).unwrap().is_empty());
+}
+
+#[test]
+fn revisions_are_full_shas_matching_the_pins() {
+    let (p, revs) = pins_and_revs();
+    let f = dockerfile::check(&[fixtures().join("revs.Dockerfile")], Some(&p), &revs).unwrap();
+    let got: Vec<(&str, usize)> = f.iter().map(|f| (f.rule.as_str(), f.line.unwrap())).collect();
+    assert_eq!(got, [("dockerfile-rev", 4), ("dockerfile-rev", 6), ("dockerfile-rev", 8), ("dockerfile-rdma-core-ref", 10)], "{}", deepep_forge::findings::render_human(&f));
+    assert!(f[0].message.contains("full sha required"));
+    assert!(f[1].message.contains("branch or tag"));
+    assert_eq!(f[2].found.as_deref(), Some("29d31c095796f3c8ece47ee9cdcc167051bbeed9"));
+    assert!(f.iter().all(|f| f.fix.is_some()));
+}
+
+#[test]
+fn the_shipped_dockerfile_passes_its_own_rules() {
+    let (p, revs) = pins_and_revs();
+    let files = dockerfile::discover(&root(), &[]).unwrap();
+    assert!(files.contains(&root().join("docker/Dockerfile")), "{files:?}");
+    let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
+    assert!(f.is_empty(), "{}", deepep_forge::findings::render_human(&f));
+}
