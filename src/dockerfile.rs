@@ -713,7 +713,11 @@ impl Checker<'_> {
         if wanted.is_empty() {
             return;
         }
-        let expected = wanted.iter().map(|(a, r)| format!("{r} ({a})")).collect::<Vec<_>>().join(", ");
+        let mut by_rev: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (a, r) in &wanted {
+            by_rev.entry(r.as_str()).or_default().push(a.as_str());
+        }
+        let expected = by_rev.iter().map(|(r, a)| format!("{r} ({})", a.join(", "))).collect::<Vec<_>>().join(", ");
         let fix_to = |r: &str| format!("write the full pinned sha {r} at {}:{line}", self.file.display());
         let hex = found.bytes().all(|b| b.is_ascii_hexdigit());
         let f = if hex && found.len() < 40 && found.len() >= 4 {
@@ -886,7 +890,10 @@ impl Checker<'_> {
             if named.is_none() {
                 fix.push_str(&format!(", or declare this combination as a [[variant]] in {}", pins.path.display()));
             }
-            let f = Finding::new(rule, Severity::Error, self.file, msg).line(src.line).arch(best.arch).expected_found(expected, found.clone()).fix(fix);
+            let mut f = Finding::new(rule, Severity::Error, self.file, msg).line(src.line).expected_found(expected, found.clone()).fix(fix);
+            if platform.is_some() || named.is_some() {
+                f = f.arch(best.arch);
+            }
             self.push(f);
         }
     }
