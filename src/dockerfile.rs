@@ -1052,6 +1052,16 @@ mod tests {
     }
 
     #[test]
+    fn truncated_and_odd_input_never_panics() {
+        let text = format!(
+            "# escape=\\\nARG A=\"${{B:-x}}\" C='${{D}}'\nFROM --platform=$P b AS s\nENV TORCH_CUDA_ARCH_LIST=\"${{A:+9.0}}\" \\\n  HYBRID_EP_MULTINODE=on\nRUN <<-EOF git checkout {PIN}\n\tDeepEP\n\tEOF\nENV K ${{UNCLOSED\nRUN git -C DeepEP checkout\nARG DEEPEP_REV=é😀\n"
+        );
+        for (i, _) in text.char_indices() {
+            let _ = run(&text[..i]);
+        }
+    }
+
+    #[test]
     fn build_time_only_values_are_not_judged() {
         assert!(run("FROM b\nARG TORCH_CUDA_ARCH_LIST\nARG HYBRID_EP_MULTINODE\nARG DEEPEP_REV\nENV X=${TORCH_CUDA_ARCH_LIST}\n").is_empty());
     }
