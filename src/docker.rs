@@ -163,19 +163,39 @@ fn pins_in_context(pins: &Path) -> Result<String> {
     Ok(pins.to_string_lossy().trim_start_matches("./").replace('\\', "/"))
 }
 
-/// A short account of how two texts differ, by line.
+/// A short account of how two bake files differ: one line per changed JSON
+/// path (`target.h100.args.TORCH_CUDA_ARCH_LIST: "9.0" -> "9.0a"`), at most 20.
 fn diff_summary(old: &str, new: &str) -> String {
-    let o: Vec<&str> = old.lines().collect();
-    let n: Vec<&str> = new.lines().collect();
+    fn walk(path: &str, a: Option<&serde_json::Value>, b: Option<&serde_json::Value>, out: &mut Vec<String>) {
+        use serde_json::Value::Object;
+        match (a, b) {
+            (Some(Object(x)), Some(Object(y))) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for k in keys {
+                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    walk(&p, x.get(k), y.get(k), out);
+                }
+            }
+            (Some(x), Some(y)) if x == y => {}
+            (Some(x), Some(y)) => out.push(format!("  {path}: {x} -> {y}")),
+            (Some(_), None) => out.push(format!("  {path}: removed")),
+            (None, Some(y)) => out.push(format!("  {path}: added {}", if y.is_object() { "{...}".to_string() } else { y.to_string() })),
+            (None, None) => {}
+        }
+    }
+    let Ok(a) = serde_json::from_str::<serde_json::Value>(old) else {
+        return "  the file on disk is not valid JSON".into();
+    };
+    let b: serde_json::Value = serde_json::from_str(new).expect("generated JSON parses");
     let mut out = Vec::new();
-    for line in o.iter().filter(|l| !n.contains(l)).take(10) {
-        out.push(format!("  - {}", line.trim()));
-    }
-    for line in n.iter().filter(|l| !o.contains(l)).take(10) {
-        out.push(format!("  + {}", line.trim()));
-    }
+    walk("", Some(&a), Some(&b), &mut out);
     if out.is_empty() {
-        out.push("  (same lines, different order or whitespace)".into());
+        out.push("  same content, different formatting".into());
+    }
+    let more = out.len().saturating_sub(20);
+    out.truncate(20);
+    if more > 0 {
+        out.push(format!("  ... and {more} more"));
     }
     out.join("\n")
 }
@@ -305,6 +325,9 @@ mod tests {
         let (a, b) = (bake_json(&p, "pins.toml").unwrap(), bake_json(&other, "pins.toml").unwrap());
         assert_ne!(a, b);
         let d = diff_summary(&a, &b);
-        assert!(d.contains("- \"PROBE_EP\": \"8\",") && d.contains("+ \"PROBE_EP\": \"4\","), "{d}");
+        assert!(d.contains("target.h100.args.PROBE_EP: \"8\" -> \"4\""), "{d}");
+        assert!(d.contains("target.h100.args.PROBE_RANKS_PER_DOMAIN: \"8\" -> \"4\""), "{d}");
+        assert_eq!(d.lines().count(), 2, "{d}");
+        assert!(diff_summary("{", &a).contains("not valid JSON"));
     }
 }

@@ -41,7 +41,7 @@ fn check_reports_a_stale_file_and_writes_nothing() {
     assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("stale"), "{out}");
-    assert!(out.contains(&format!("+ \"DEEPEP_REV\": \"{other}\"")), "{out}");
+    assert!(out.contains(&format!("target.h100.args.DEEPEP_REV: \"{PIN}\" -> \"{other}\"")), "{out}");
     assert!(out.contains("fix: run `deepep-forge docker bake"), "{out}");
     assert_eq!(std::fs::read(d.path().join("docker/docker-bake.json")).unwrap(), before, "--check wrote the file");
 
