@@ -36,13 +36,16 @@ pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
     };
     let mut root: Vec<PathBuf> = match std::fs::read_dir(project) {
         Ok(rd) => rd.flatten().map(|e| e.path()).filter(|p| p.is_file() && is_dockerfile(p)).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Failure::usage(format!("project folder not found: {}", project.display())).hint("check --project").into())
+        }
         Err(e) => return Err(e).with_context(|| format!("listing {}", project.display())),
     };
     root.sort();
     let mut nested: Vec<PathBuf> = walkdir::WalkDir::new(project.join("docker"))
         .into_iter()
         .flatten()
-        .filter(|e| e.file_type().is_file() && is_dockerfile(e.path()))
+        .filter(|e| e.path().is_file() && is_dockerfile(e.path()))
         .map(|e| e.into_path())
         .collect();
     nested.sort();
@@ -268,6 +271,8 @@ struct Expanded {
     text: Option<String>,
     /// Set when the word is exactly one variable reference.
     single: Option<Rc<Def>>,
+    /// Every definition referenced (and used).
+    refs: Vec<Rc<Def>>,
 }
 
 /// Quote removal and `$VAR`, `${VAR}`, `${VAR:-w}`, `${VAR-w}`, `${VAR:+w}`,
@@ -370,8 +375,8 @@ fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) ->
         literal = true;
         i += 1;
     }
-    let single = (refs.len() == 1 && !literal).then(|| refs.pop().expect("one"));
-    Expanded { text: known.then_some(out), single }
+    let single = (refs.len() == 1 && !literal).then(|| refs[0].clone());
+    Expanded { text: known.then_some(out), single, refs }
 }
 
 /// Parse `$NAME` or `${NAME<op>word}` at `chars[i] == '$'`: (name, op, word, index after).
@@ -437,8 +442,9 @@ struct Run {
     line: usize,
     /// The RUN text with ARG/ENV references in scope replaced by their values.
     text: String,
-    /// Words of the text before expansion: pure references resolved to their definition.
-    words: Vec<(String, Option<Rc<Def>>)>,
+    /// Words of the text (expanded where every reference is known), each with
+    /// the definitions it references.
+    words: Vec<(String, Vec<Rc<Def>>)>,
 }
 
 /// What a Dockerfile declares, as the checks need it.
@@ -543,15 +549,12 @@ impl Model {
                 "RUN" => {
                     let Some(s) = m.stages.len().checked_sub(1) else { continue };
                     let scope = &m.stages[s];
-                    let words: Vec<(String, Option<Rc<Def>>)> = split_words(&inst.args, escape)
+                    // Shell variables (not ARG/ENV) stay as written: Docker does not expand RUN.
+                    let words: Vec<(String, Vec<Rc<Def>>)> = split_words(&inst.args, escape)
                         .into_iter()
                         .map(|w| {
                             let e = expand(&w, escape, &|n| scope.get(n));
-                            let shown = match &e.text {
-                                Some(t) if e.single.is_some() || !w.contains('$') => t.clone(),
-                                _ => w.clone(),
-                            };
-                            (shown, e.single)
+                            (e.text.unwrap_or(w), e.refs)
                         })
                         .collect();
                     let text = words.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>().join(" ");
@@ -670,8 +673,13 @@ impl Checker<'_> {
             return;
         }
         if let Some(rev) = url_rev(&r.text) {
-            // A URL built from a variable was already checked at that variable.
-            let from = r.words.iter().find(|(w, _)| url_rev(w).as_deref() == Some(rev.as_str())).and_then(|(_, d)| d.clone());
+            // A rev that comes from a variable is reported at the line that holds it.
+            let from = r
+                .words
+                .iter()
+                .filter(|(w, _)| url_rev(w).as_deref() == Some(rev.as_str()))
+                .flat_map(|(_, refs)| refs.iter())
+                .find(|d| d.value.as_deref().is_some_and(|v| v.contains(rev.as_str())));
             match from {
                 Some(d) => self.rev(&rev, d.source().line, &d.describe(), platform),
                 None => self.rev(&rev, r.line, &format!("RUN (line {})", r.line), platform),
@@ -688,9 +696,9 @@ impl Checker<'_> {
                 git = true;
             } else if git && (w == "checkout" || (w == "reset" && r.words.get(i + 1).is_some_and(|n| n.0 == "--hard"))) {
                 let target = r.words[i + 1..].iter().find(|(t, _)| !t.starts_with('-'));
-                if let Some((t, d)) = target {
+                if let Some((t, refs)) = target {
                     let t = t.trim_end_matches(';');
-                    match d {
+                    match refs.iter().find(|d| d.value.as_deref() == Some(t)) {
                         Some(d) => self.rev(t, d.source().line, &d.describe(), platform),
                         None => self.rev(t, r.line, &format!("`git {w}` in RUN (line {})", r.line), platform),
                     }
@@ -1042,6 +1050,13 @@ mod tests {
         let f = run(&text);
         assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2), ("dockerfile-rev".into(), 4)], "{f:#?}");
         assert!(run("FROM b\nRUN git checkout abc1234\n").is_empty(), "a RUN that does not mention DeepEP is not ours");
+        // Any variable spliced into a DeepEP URL is followed to its line.
+        let text = format!("FROM b\nARG REV={OTHER}\nRUN uv pip install \"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@${{REV}}\"\n");
+        let f = run(&text);
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)], "{f:#?}");
+        assert!(f[0].message.starts_with("REV (ARG, line 2)"), "{}", f[0].message);
+        let f = run(&format!("FROM b\nRUN pip install git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}#egg=deep_ep\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)], "{f:#?}");
     }
 
     #[test]

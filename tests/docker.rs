@@ -127,6 +127,8 @@ fn discover_finds_root_and_docker_dockerfiles_then_extras() {
     let e = dockerfile::discover(&project, &[fixtures().join("nope/Dockerfile")]).unwrap_err();
     assert_eq!(deepep_forge::error::exit_of(&e), deepep_forge::error::Exit::Usage);
     assert!(format!("{e:#}").contains("nope/Dockerfile"), "{e:#}");
+    let e = dockerfile::discover(&fixtures().join("no-such-project"), &[]).unwrap_err();
+    assert_eq!(deepep_forge::error::exit_of(&e), deepep_forge::error::Exit::Usage);
 }
 
 #[test]
