@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::error::{Exit, Failure};
+use crate::output::{gh_escape_data, gh_escape_prop, Format};
 use crate::pins::{Pins, Transport, Variant};
 
 /// Where `docker bake` writes and `docker build` reads, relative to the repository root.
@@ -41,6 +42,28 @@ pub struct BakeArgs {
     /// Where to write the bake file.
     #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
     pub out: PathBuf,
+    /// Report format; `json` prints {schema, file, pins, status, targets, changes};
+    /// `github` adds an `::error` annotation on a stale or missing file.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// `docker bake --format json` schema version.
+pub const BAKE_REPORT_SCHEMA: u32 = 1;
+
+/// What `docker bake` did or found.
+#[derive(Debug, Serialize)]
+pub struct BakeReport {
+    pub schema: u32,
+    pub file: PathBuf,
+    pub pins: PathBuf,
+    /// `up-to-date`, `written`, `stale` or `missing` (the last two only with --check).
+    pub status: &'static str,
+    pub targets: Vec<String>,
+    /// Changed JSON paths, `target.h100.args.DEEPEP_REV: "a" -> "b"` (stale only).
+    pub changes: Vec<String>,
+    /// The command that regenerates the file (stale or missing only).
+    pub fix: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -163,9 +186,9 @@ fn pins_in_context(pins: &Path) -> Result<String> {
     Ok(pins.to_string_lossy().trim_start_matches("./").replace('\\', "/"))
 }
 
-/// A short account of how two bake files differ: one line per changed JSON
-/// path (`target.h100.args.TORCH_CUDA_ARCH_LIST: "9.0" -> "9.0a"`), at most 20.
-fn diff_summary(old: &str, new: &str) -> String {
+/// How two bake files differ: one entry per changed JSON path
+/// (`target.h100.args.TORCH_CUDA_ARCH_LIST: "9.0" -> "9.0a"`), at most 20.
+fn diff_summary(old: &str, new: &str) -> Vec<String> {
     fn walk(path: &str, a: Option<&serde_json::Value>, b: Option<&serde_json::Value>, out: &mut Vec<String>) {
         use serde_json::Value::Object;
         match (a, b) {
@@ -177,27 +200,27 @@ fn diff_summary(old: &str, new: &str) -> String {
                 }
             }
             (Some(x), Some(y)) if x == y => {}
-            (Some(x), Some(y)) => out.push(format!("  {path}: {x} -> {y}")),
-            (Some(_), None) => out.push(format!("  {path}: removed")),
-            (None, Some(y)) => out.push(format!("  {path}: added {}", if y.is_object() { "{...}".to_string() } else { y.to_string() })),
+            (Some(x), Some(y)) => out.push(format!("{path}: {x} -> {y}")),
+            (Some(_), None) => out.push(format!("{path}: removed")),
+            (None, Some(y)) => out.push(format!("{path}: added {}", if y.is_object() { "{...}".to_string() } else { y.to_string() })),
             (None, None) => {}
         }
     }
     let Ok(a) = serde_json::from_str::<serde_json::Value>(old) else {
-        return "  the file on disk is not valid JSON".into();
+        return vec!["the file on disk is not valid JSON".into()];
     };
     let b: serde_json::Value = serde_json::from_str(new).expect("generated JSON parses");
     let mut out = Vec::new();
     walk("", Some(&a), Some(&b), &mut out);
     if out.is_empty() {
-        out.push("  same content, different formatting".into());
+        out.push("same content, different formatting".into());
     }
     let more = out.len().saturating_sub(20);
     out.truncate(20);
     if more > 0 {
-        out.push(format!("  ... and {more} more"));
+        out.push(format!("... and {more} more"));
     }
-    out.join("\n")
+    out
 }
 
 fn bake(a: BakeArgs) -> Result<Exit> {
@@ -208,22 +231,59 @@ fn bake(a: BakeArgs) -> Result<Exit> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("reading {}", a.out.display())),
     };
-    if current.as_deref() == Some(text.as_str()) {
-        println!("{}: up to date ({} targets from {})", a.out.display(), pins.variants.len(), a.pins.display());
-        return Ok(Exit::Ok);
-    }
     let fix = format!("deepep-forge docker bake --pins {} --out {}", a.pins.display(), a.out.display());
-    if a.check {
-        match &current {
-            None => println!("{}: missing (it is generated from {})", a.out.display(), a.pins.display()),
-            Some(old) => println!("{}: stale: it differs from what {} generates:\n{}", a.out.display(), a.pins.display(), diff_summary(old, &text)),
+    let (status, changes) = match &current {
+        Some(t) if *t == text => ("up-to-date", Vec::new()),
+        _ if !a.check => {
+            write_atomic(&a.out, &text)?;
+            ("written", Vec::new())
         }
-        println!("fix: run `{fix}` (or `cargo xtask docker bake`) and commit the result");
-        return Ok(Exit::Problems);
+        Some(old) => ("stale", diff_summary(old, &text)),
+        None => ("missing", Vec::new()),
+    };
+    let problem = matches!(status, "stale" | "missing");
+    let report = BakeReport {
+        schema: BAKE_REPORT_SCHEMA,
+        file: a.out.clone(),
+        pins: a.pins.clone(),
+        status,
+        targets: pins.variants.iter().map(|v| v.name.clone()).collect(),
+        changes,
+        fix: problem.then(|| fix.clone()),
+    };
+    if a.format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let human = render_bake(&report);
+        if a.format == Format::Github && problem {
+            let msg = format!("{} is {status}: regenerate it from {}", a.out.display(), a.pins.display());
+            println!(
+                "::error file={},title={}::{}",
+                gh_escape_prop(&a.out.display().to_string()),
+                gh_escape_prop("deepep-forge docker-bake"),
+                gh_escape_data(&format!("{msg}\n{human}"))
+            );
+        }
+        print!("{human}");
     }
-    write_atomic(&a.out, &text)?;
-    println!("{}: written ({} targets from {})", a.out.display(), pins.variants.len(), a.pins.display());
-    Ok(Exit::Ok)
+    Ok(if problem { Exit::Problems } else { Exit::Ok })
+}
+
+fn render_bake(r: &BakeReport) -> String {
+    let (file, pins) = (r.file.display(), r.pins.display());
+    let mut s = match r.status {
+        "up-to-date" => format!("{file}: up to date ({} targets from {pins})\n", r.targets.len()),
+        "written" => format!("{file}: written ({} targets from {pins})\n", r.targets.len()),
+        "missing" => format!("{file}: missing (it is generated from {pins})\n"),
+        _ => format!("{file}: stale: it differs from what {pins} generates:\n"),
+    };
+    for c in &r.changes {
+        s.push_str(&format!("  {c}\n"));
+    }
+    if let Some(fix) = &r.fix {
+        s.push_str(&format!("fix: run `{fix}` (or `cargo xtask docker bake`) and commit the result\n"));
+    }
+    s
 }
 
 /// Write via a temp file in the same directory and rename.
@@ -324,10 +384,10 @@ mod tests {
         let other = Pins::parse(&include_str!("../pins.toml").replace("ep = 8, ranks_per_domain = 8, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\"", "ep = 4, ranks_per_domain = 4, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\""), Path::new("pins.toml")).unwrap();
         let (a, b) = (bake_json(&p, "pins.toml").unwrap(), bake_json(&other, "pins.toml").unwrap());
         assert_ne!(a, b);
-        let d = diff_summary(&a, &b);
+        let d = diff_summary(&a, &b).join("\n");
         assert!(d.contains("target.h100.args.PROBE_EP: \"8\" -> \"4\""), "{d}");
         assert!(d.contains("target.h100.args.PROBE_RANKS_PER_DOMAIN: \"8\" -> \"4\""), "{d}");
         assert_eq!(d.lines().count(), 2, "{d}");
-        assert!(diff_summary("{", &a).contains("not valid JSON"));
+        assert!(diff_summary("{", &a)[0].contains("not valid JSON"));
     }
 }

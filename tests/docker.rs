@@ -44,6 +44,18 @@ fn check_reports_a_stale_file_and_writes_nothing() {
     assert!(out.contains(&format!("target.h100.args.DEEPEP_REV: \"{PIN}\" -> \"{other}\"")), "{out}");
     assert!(out.contains("fix: run `deepep-forge docker bake"), "{out}");
     assert_eq!(std::fs::read(d.path().join("docker/docker-bake.json")).unwrap(), before, "--check wrote the file");
+    let o = forge(d.path(), &["docker", "bake", "--check", "--format", "json"]);
+    assert_eq!(code(&o), 1);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!((j["schema"].as_u64(), j["status"].as_str()), (Some(1), Some("stale")));
+    let changes: Vec<&str> = j["changes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    for t in ["h100", "h100-multinode", "b200-multinode"] {
+        assert!(changes.contains(&format!("target.{t}.args.DEEPEP_REV: \"{PIN}\" -> \"{other}\"").as_str()), "{changes:#?}");
+    }
+    assert!(!changes.iter().any(|c| c.contains("gb200")), "aarch64 targets did not move: {changes:#?}");
+    let o = forge(d.path(), &["docker", "bake", "--check", "--format", "github"]);
+    assert!(stdout(&o).starts_with("::error file=docker/docker-bake.json,title=deepep-forge docker-bake::"), "{}", stdout(&o));
+    assert_eq!(std::fs::read(d.path().join("docker/docker-bake.json")).unwrap(), before, "--check wrote the file");
 
     // Without --check it regenerates; then --check passes.
     let o = forge(d.path(), &["docker", "bake"]);
