@@ -234,7 +234,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                     format!("{} says {found}, but building {} for {a} gives {want}: uv trusts the label, a fresh build fails", r.place, short(&ctx.intent[&a]))
                 };
                 // With two revisions no per-architecture fix can make one static label right.
-                let fix = if ctx.split(used) { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
+                let fix = if ctx.split(&used) { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
                 out.push(Finding::new(rule, Severity::Error, &r.file, msg).line(r.line).arch(a).expected_found(want, found).fix(fix));
             }
         }
