@@ -358,7 +358,9 @@ fn merge(findings: Vec<Finding>) -> Vec<Finding> {
         }
     }
     out.into_iter()
-        .map(|(mut f, more)| {
+        .map(|(mut f, mut more)| {
+            more.sort_unstable();
+            more.dedup();
             if !more.is_empty() {
                 let lines: Vec<String> = more.iter().map(|l| l.to_string()).collect();
                 f.message.push_str(&format!(" (also at line{} {})", if more.len() > 1 { "s" } else { "" }, lines.join(", ")));
