@@ -258,3 +258,26 @@ fn help_documents_every_flag() {
         assert!(h.contains(flag), "{flag}: {h}");
     }
 }
+
+#[test]
+fn nemo_rl_fast_path_reports_exactly_what_a_full_parse_reports() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    for case in ["2026-06-08-stale-label", "2026-08-22-main"] {
+        let dir = workdir(X86, ARM);
+        let full = dir.path().join("full");
+        std::fs::create_dir(&full).unwrap();
+        std::fs::copy(f.join(case).join("pyproject.toml"), full.join("pyproject.toml")).unwrap();
+        // a multi-line string delimiter in a comment makes the reader parse the whole lock
+        std::fs::write(full.join("uv.lock"), read_to(&f.join(case).join("uv.lock")) + "# '''\n").unwrap();
+        let (c1, fast) = json(dir.path(), &f.join(case), &[]);
+        let (c2, slow) = json(dir.path(), &full, &[]);
+        assert_eq!(c1, c2);
+        let strip = |v: &serde_json::Value| rules(v).into_iter().map(|(r, a, f, l)| format!("{r} {a} {f}:{l}")).collect::<Vec<_>>();
+        assert_eq!(strip(&fast), strip(&slow), "{case}");
+        assert_eq!(fast["findings"].as_array().unwrap().iter().map(|x| x["message"].clone()).collect::<Vec<_>>(), slow["findings"].as_array().unwrap().iter().map(|x| x["message"].clone()).collect::<Vec<_>>());
+    }
+}
+
+fn read_to(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap()
+}

@@ -154,7 +154,7 @@ pub struct LineIndex {
 impl LineIndex {
     pub fn new(text: &str) -> LineIndex {
         let mut starts = vec![0];
-        starts.extend(text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i + 1));
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         LineIndex { starts }
     }
     pub fn line(&self, offset: usize) -> usize {

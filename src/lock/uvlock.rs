@@ -3,6 +3,13 @@
 //! (source `?rev=` and `#commit`, version), other packages' dependency
 //! entries on it, and `requires-dist` (the project's own, or a third party's
 //! own DeepEP pin). Must not judge (see `rules`).
+//!
+//! Fast path: uv writes one `[[package]]` table per package and no multi-line
+//! strings, so only the header (conflicts, manifest) and the package tables
+//! whose text names deep-ep are parsed; the rest (wheel lists, hashes: ~95%
+//! of the file) is skipped unparsed. Anything unexpected (a multi-line
+//! string, a manifest after the packages, a table that does not parse alone)
+//! falls back to parsing the whole file, which also gives exact error positions.
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::str::FromStr;
@@ -115,14 +122,38 @@ fn parse_marker(m: Option<&str>, path: &Path, line: usize) -> Result<MarkerTree>
     }
 }
 
+/// Parse the parts of uv.lock that can mention `name`, each with its byte offset (see the module doc).
+fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize, Lock)>> {
+    let full = || -> Result<Vec<(usize, Lock)>> {
+        let lock = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "uv.lock (or regenerate it with `uv lock`)"))?;
+        Ok(vec![(0, lock)])
+    };
+    let starts: Vec<usize> = text.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
+    let Some(&first) = starts.first() else { return full() };
+    let body = &text[first..];
+    if text.contains("\"\"\"") || text.contains("'''") || body.contains("\n[manifest") || body.contains("\n[[manifest") {
+        return full();
+    }
+    let needle = format!("\"{name}\"");
+    let mut out = Vec::new();
+    let blocks = starts.iter().enumerate().map(|(k, &s)| (s, &text[s..starts.get(k + 1).copied().unwrap_or(text.len())]));
+    for (off, part) in std::iter::once((0, &text[..first])).chain(blocks.filter(|(_, b)| b.contains(&needle))) {
+        match toml::from_str::<Lock>(part) {
+            Ok(l) => out.push((off, l)),
+            Err(_) => return full(),
+        }
+    }
+    Ok(out)
+}
+
 /// Read uv.lock text. `project` is the pyproject's own name (its requires-dist
 /// is the project's intent, not a transitive pin).
 pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) -> Result<UvLock> {
-    let lock: Lock = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "uv.lock (or regenerate it with `uv lock`)"))?;
+    let parts = parse_parts(path, text, name)?;
     let ix = LineIndex::new(text);
-    let sets: Vec<Vec<(String, ConflictItem)>> = lock
-        .conflicts
+    let sets: Vec<Vec<(String, ConflictItem)>> = parts
         .iter()
+        .flat_map(|(_, l)| &l.conflicts)
         .map(|set| {
             set.iter()
                 .filter_map(|c| {
@@ -150,11 +181,13 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         owner,
     };
 
-    let members: Vec<String> = lock.manifest.as_ref().map(|m| m.members.clone()).unwrap_or_default();
-    if let Some(m) = &lock.manifest {
+    let manifest = parts.iter().find_map(|(o, l)| l.manifest.as_ref().map(|m| (*o, m)));
+    let members: Vec<String> = manifest.map(|(_, m)| m.members.clone()).unwrap_or_default();
+    let packages: Vec<(usize, &Package)> = parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))).collect();
+    if let Some((off, m)) = manifest {
         for (list, what) in [(&m.overrides, "overrides"), (&m.constraints, "constraints")] {
             for r in list.iter().filter(|r| is_name(&r.get_ref().name, name)) {
-                let line = ix.line(r.span().start);
+                let line = ix.line(off + r.span().start);
                 let archs = marker::archs(&parse_marker(r.get_ref().marker.as_deref(), path, line)?, &allowed);
                 if what == "overrides" {
                     overridden.extend(archs.iter().copied());
@@ -165,15 +198,15 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         }
         for md in m.dependency_metadata.iter().filter(|d| is_name(&d.get_ref().name, name)) {
             let Some(v) = &md.get_ref().version else { continue };
-            let line = ix.line(v.span().start);
+            let line = ix.line(off + v.span().start);
             refs.push(reference(Kind::LockLabel, line, "[[manifest.dependency-metadata]] version".into(), Arch::ALL.to_vec(), None, Some(v.get_ref().clone()), None));
         }
     }
 
     // The locked deep-ep packages first: dependents are resolved against them.
     let mut locked: Vec<(Option<String>, Option<String>, Vec<Arch>)> = Vec::new(); // (git source, version, archs)
-    for p in lock.package.iter().filter(|p| is_name(p.name.get_ref(), name)) {
-        let line = ix.line(p.name.span().start);
+    for (off, p) in packages.iter().filter(|(_, p)| is_name(p.name.get_ref(), name)) {
+        let line = ix.line(off + p.name.span().start);
         let mut m = if p.resolution_markers.is_empty() { MarkerTree::TRUE } else { MarkerTree::FALSE };
         for rm in &p.resolution_markers {
             m.or(parse_marker(Some(rm), path, line)?);
@@ -192,7 +225,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         ));
     }
 
-    for p in &lock.package {
+    for (off, p) in &packages {
         let owner = p.name.get_ref();
         let lists = std::iter::once(("dependencies".to_string(), &p.dependencies))
             .chain(p.optional_dependencies.iter().map(|(k, v)| (format!("optional-dependencies.{k}"), v)))
@@ -200,7 +233,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         for (list, deps) in lists {
             for d in deps.iter().filter(|d| is_name(&d.get_ref().name, name)) {
                 let dep = d.get_ref();
-                let line = ix.line(d.span().start);
+                let line = ix.line(off + d.span().start);
                 let git_url = dep.source.as_ref().and_then(|s| s.git.clone());
                 // The entry applies where its marker can hold AND the package it names was resolved.
                 let target: Vec<Arch> = match locked.iter().find(|(g, v, _)| (git_url.is_some() && *g == git_url) || (git_url.is_none() && dep.version.is_some() && *v == dep.version)) {
@@ -231,7 +264,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
             .chain(meta.requires_dev.iter().map(|(k, v)| (format!("requires-dev.{k}"), v)));
         for (list, reqs) in lists {
             for r in reqs.iter().filter(|r| is_name(&r.get_ref().name, name)) {
-                let line = ix.line(r.span().start);
+                let line = ix.line(off + r.span().start);
                 // requires-dist markers use plain extra names: no uv conflict encoding.
                 let archs = marker::archs(&parse_marker(r.get_ref().marker.as_deref(), path, line)?, &MarkerTree::TRUE);
                 let kind = if own { Kind::LockRequiresDist } else { Kind::LockTransitive };
@@ -243,4 +276,48 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
     overridden.sort();
     overridden.dedup();
     Ok(UvLock { refs, overridden })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refs(text: &str) -> String {
+        let name = PackageName::from_str("deep_ep").unwrap();
+        format!("{:?}", read(Path::new("uv.lock"), text, &name, Some("consumer")).unwrap())
+    }
+
+    #[test]
+    fn fast_path_reads_the_same_as_a_full_parse() {
+        for text in [include_str!("../../tests/fixtures/consumer-split/uv.lock"), include_str!("../../tests/fixtures/consumer-unified/uv.lock")] {
+            // a trailing comment with a multi-line string delimiter forces the full parse
+            let full = format!("{text}# '''\n");
+            assert_eq!(refs(text), refs(&full));
+        }
+    }
+
+    #[test]
+    fn split_lock_references_carry_lines_archs_and_kinds() {
+        let name = PackageName::from_str("deep_ep").unwrap();
+        let text = include_str!("../../tests/fixtures/consumer-split/uv.lock");
+        let l = read(Path::new("uv.lock"), text, &name, Some("consumer")).unwrap();
+        let line = |needle: &str| text.lines().position(|x| x.contains(needle)).unwrap() + 1;
+        let x86 = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+        let pkg: Vec<(usize, Vec<Arch>)> = l.refs.iter().filter(|r| r.kind == Kind::LockPackage).map(|r| (r.line, r.archs.clone())).collect();
+        assert_eq!(pkg.len(), 2);
+        assert_eq!(pkg[0].1, vec![Arch::X86_64]);
+        assert_eq!(pkg[1].1, vec![Arch::Aarch64]);
+        // dependents restricted by conflicts and by the package they name
+        let deps: Vec<&Reference> = l.refs.iter().filter(|r| r.kind == Kind::LockDependent && r.owner.as_deref() == Some("consumer")).collect();
+        assert_eq!(deps.len(), 4);
+        for d in deps {
+            let rev = d.git.as_ref().unwrap().rev.as_deref().unwrap();
+            assert_eq!(d.archs, if rev == x86 { vec![Arch::X86_64] } else { vec![Arch::Aarch64] }, "line {}", d.line);
+        }
+        let t: Vec<&Reference> = l.refs.iter().filter(|r| r.kind == Kind::LockTransitive).collect();
+        assert_eq!((t.len(), t[0].line, t[0].archs.len()), (1, line("rev=7febc6e"), 2));
+        assert_eq!(l.overridden, Arch::ALL.to_vec());
+        assert_eq!(l.refs.iter().filter(|r| r.kind == Kind::LockRequiresDist).count(), 4);
+        assert_eq!(l.refs.iter().find(|r| r.kind == Kind::LockLabel).unwrap().line, line("version = \"1.2.1+29d31c0\""));
+    }
 }
