@@ -7,7 +7,7 @@
 //! Fast path: uv writes one `[[package]]` table per package and no multi-line
 //! strings, so only the header (conflicts, manifest) and the package tables
 //! whose text names deep-ep are parsed; the rest (wheel lists, hashes: ~95%
-//! of the file) is skipped unparsed. Anything unexpected (a multi-line
+//! of the file) is skipped unparsed, so a syntax error there is left to uv. Anything unexpected (a multi-line
 //! string, a manifest after the packages, a table that does not parse alone)
 //! falls back to parsing the whole file, which also gives exact error positions.
 use std::collections::BTreeMap;
@@ -134,7 +134,8 @@ fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize
     if text.contains("\"\"\"") || text.contains("'''") || body.contains("\n[manifest") || body.contains("\n[[manifest") {
         return full();
     }
-    let needle = format!("\"{name}\"");
+    // The bare normalised name: also catches a mangled `name = deep-ep`, so it gets parsed and reported.
+    let needle = name.to_string();
     let mut out = Vec::new();
     let blocks = starts.iter().enumerate().map(|(k, &s)| (s, &text[s..starts.get(k + 1).copied().unwrap_or(text.len())]));
     for (off, part) in std::iter::once((0, &text[..first])).chain(blocks.filter(|(_, b)| b.contains(&needle))) {
