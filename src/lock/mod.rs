@@ -196,7 +196,7 @@ pub struct Report {
 }
 
 /// Display a path as the user gave it (`./x` shown as `x`).
-fn shown(p: &Path) -> PathBuf {
+pub(crate) fn shown(p: &Path) -> PathBuf {
     p.strip_prefix(".").map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
 }
 

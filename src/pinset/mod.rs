@@ -80,7 +80,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let pins = if args.no_pins { None } else { Some(Pins::load(&args.pins)?) };
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
-    let py_path = args.project.join("pyproject.toml");
+    let py_path = crate::lock::shown(&args.project.join("pyproject.toml"));
     let py_text = std::fs::read_to_string(&py_path)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", py_path.display())).hint("--project must name a folder with a pyproject.toml"))?;
     let before = pyproject::read(&py_path, &py_text, &name)?;
