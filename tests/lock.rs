@@ -281,3 +281,15 @@ fn nemo_rl_fast_path_reports_exactly_what_a_full_parse_reports() {
 fn read_to(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap()
 }
+
+#[test]
+fn named_dockerfiles_are_listed_as_checked() {
+    let d = tempfile::tempdir().unwrap();
+    support::copy_dir(&root().join("tests/fixtures/consumer-unified"), d.path());
+    std::fs::write(d.path().join("Dockerfile.extra"), "FROM scratch\n").unwrap();
+    let extra = d.path().join("Dockerfile.extra");
+    let (code, v) = json(&root(), d.path(), &["--dockerfile", extra.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+    let listed: Vec<&str> = v["checked"]["dockerfiles"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert!(listed.contains(&extra.to_str().unwrap()), "{listed:?}");
+}

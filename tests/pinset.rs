@@ -103,6 +103,7 @@ fn invalid_input_changes_no_file() {
         (Some(read(&unified).replacen(&format!("@{UNIFIED}\",\n]\nserve"), &format!("@{UNIFIED} ; platform_machine == 'x86_64' and python_version >= '3.12'\",\n]\nserve"), 1)), vec![UNIFIED], "restricts DeepEP by more than the architecture"),
         (None, vec![UNIFIED, "--source", "/does/not/exist"], "no such directory"),
         (None, vec![UNIFIED, "--arch", "riscv"], "expected `x86_64` or `aarch64`"),
+        (Some("[project]\nname = \"x\"\ndependencies = [\"numpy\"]\n".into()), vec![UNIFIED], "does not reference DeepEP"),
     ];
     for (text, args, msg) in cases {
         let d = project(&unified, &pins);

@@ -257,7 +257,8 @@ version = "v1.2.1+aaaaaaa"
 "#;
         let p = read(Path::new("pyproject.toml"), text, &deep_ep()).unwrap();
         assert_eq!(p.project_name.as_deref(), Some("consumer"));
-        let got: Vec<(Kind, usize, &str, Vec<Arch>, Option<&str>)> =
+        type Row<'a> = (Kind, usize, &'a str, Vec<Arch>, Option<&'a str>);
+        let got: Vec<Row> =
             p.refs.iter().map(|r| (r.kind, r.line, r.place.as_str(), r.archs.clone(), r.git.as_ref().and_then(|g| g.rev.as_deref()))).collect();
         let a = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
         let both = Arch::ALL.to_vec();

@@ -276,7 +276,10 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     merge(out)
 }
 
-fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &dyn Fn(&Reference, &str, &[Arch], &mut Vec<Finding>), out: &mut Vec<Finding>) {
+/// The label rule, shared by pyproject and uv.lock: (reference, rule id, architectures, findings).
+type LabelRule<'a> = dyn Fn(&Reference, &str, &[Arch], &mut Vec<Finding>) + 'a;
+
+fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, out: &mut Vec<Finding>) {
     let py_wrong = out.iter().any(|f| f.severity == Severity::Error);
     let lock_fix = |a: Arch| {
         if py_wrong {
@@ -302,7 +305,7 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &dyn Fn(&Refe
                     };
                     let mut f = Finding::new("transitive-pin", sev, &r.file, msg).line(r.line).arch(a).expected_found(want, rev);
                     if sev == Severity::Warning {
-                        f = f.fix("add the pinned requirement to [tool.uv] override-dependencies: deepep-forge pin set writes it there");
+                        f = f.fix(format!("add \"deep_ep @ git+<repo>@{want}\" to [tool.uv] override-dependencies"));
                     }
                     out.push(f);
                 }

@@ -84,6 +84,11 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let py_text = std::fs::read_to_string(&py_path)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", py_path.display())).hint("--project must name a folder with a pyproject.toml"))?;
     let before = pyproject::read(&py_path, &py_text, &name)?;
+    if before.refs.is_empty() {
+        return Err(Failure::usage(format!("{} does not reference DeepEP (`{name}`) anywhere: nothing to pin", py_path.display()))
+            .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first")
+            .into());
+    }
     let uv = if args.relock { Some(find_uv()?) } else { None };
 
     let src = args.source.as_deref().map(source::GitSource::open).transpose()?;
