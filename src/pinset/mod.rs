@@ -178,14 +178,17 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         return Ok(Exit::Ok);
     };
 
-    // 3. --relock: real uv, then the lock check.
+    // 3. --relock: real uv, then the lock check. Ctrl-C reaches uv too; we then restore and exit 130.
+    let _guard = crate::error::Cooperative::enter();
+    eprintln!("running {} lock in {} ...", uv.display(), args.project.display());
     let out = Command::new(&uv).arg("lock").current_dir(&args.project).output().with_context(|| format!("running {} lock", uv.display()))?;
-    if !out.status.success() {
+    if !out.status.success() || crate::error::check_interrupted().is_err() {
         // All or nothing: put both files back as they were.
         stage(&py_path, &py_text)?.persist(&py_path).with_context(|| format!("restoring {}", py_path.display()))?;
         if let Some((path, old, _)) = &new_pins {
             stage(path, old)?.persist(path).with_context(|| format!("restoring {}", path.display()))?;
         }
+        crate::error::check_interrupted()?;
         return Err(Failure::problems(format!("`uv lock` failed in {}; pyproject.toml and pins.toml were restored:\n{}", args.project.display(), String::from_utf8_lossy(&out.stderr).trim()))
             .hint(format!("fix what uv reports, then run `deepep-forge pin set {rev} --relock` again, or by hand: uv lock --project {} && {check_cmd}", args.project.display()))
             .into());
