@@ -21,7 +21,7 @@ pub struct SetArgs {
     /// The new DeepEP revision: a full 40-hex commit, or a short sha, branch or
     /// tag that --source resolves (short revisions are never guessed).
     pub rev: String,
-    /// Pin only this architecture: only requirements whose marker selects it
+    /// Pin only this architecture (x86_64 or aarch64): only requirements whose marker selects it
     /// change. Without it both architectures get one unmarked requirement per place.
     #[arg(long, value_name = "ARCH")]
     pub arch: Option<Arch>,
