@@ -100,7 +100,7 @@ fn edit_array(arr: &mut Array, place: &str, name: &PackageName, t: &Target, path
                 let p = decor_prefix(&removed);
                 if p.contains('#') {
                     if let Some(next) = arr.get_mut(*i) {
-                        let merged = format!("{p}{}", decor_prefix(next));
+                        let merged = format!("{}{}", p.trim_end(), decor_prefix(next));
                         next.decor_mut().set_prefix(merged);
                     }
                 }
@@ -187,12 +187,14 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
         let keys: Vec<String> = sources.iter().map(|(k, _)| k.to_string()).filter(|k| is_name(k, name)).collect();
         for k in keys {
             let item = sources.get_mut(&k).expect("listed");
-            let mut entries: Vec<&mut dyn TableLike> = match item {
-                Item::Value(Value::Array(a)) => a.iter_mut().filter_map(|v| v.as_inline_table_mut().map(|t| t as &mut dyn TableLike)).collect(),
-                other => other.as_table_like_mut().into_iter().collect(),
+            // (entry, is an inline table)
+            let mut entries: Vec<(&mut dyn TableLike, bool)> = match item {
+                Item::Value(Value::Array(a)) => a.iter_mut().filter_map(|v| v.as_inline_table_mut().map(|t| (t as &mut dyn TableLike, true))).collect(),
+                Item::Value(Value::InlineTable(t)) => vec![(t as &mut dyn TableLike, true)],
+                other => other.as_table_like_mut().into_iter().map(|t| (t, false)).collect(),
             };
             let mut changed = false;
-            for e in entries.iter_mut() {
+            for (e, inline) in entries.iter_mut() {
                 if e.get("git").is_none() {
                     continue;
                 }
@@ -221,7 +223,17 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
                 match e.get_mut("rev") {
                     Some(r) => changed |= set_string(r, t.rev),
                     None => {
-                        e.insert("rev", Item::Value(Value::from(t.rev)));
+                        let mut v = Value::from(t.rev);
+                        if *inline {
+                            // Appended last: the old last value's space before `}` moves behind the new one.
+                            if let Some(last) = e.iter_mut().last().and_then(|(_, i)| i.as_value_mut()) {
+                                let suffix = last.decor().suffix().and_then(|s| s.as_str()).unwrap_or_default().to_string();
+                                last.decor_mut().set_suffix("");
+                                v.decor_mut().set_suffix(suffix);
+                            }
+                            v.decor_mut().set_prefix(" ");
+                        }
+                        e.insert("rev", Item::Value(v));
                         changed = true;
                     }
                 }
@@ -294,6 +306,49 @@ mod tests {
         assert_eq!(with_rev("git+https://h/o/DeepEP.git@abc", "def"), "git+https://h/o/DeepEP.git@def");
         assert_eq!(with_rev("git+https://h/o/DeepEP.git", "def"), "git+https://h/o/DeepEP.git@def");
         assert_eq!(with_rev("git+ssh://git@h/o/DeepEP.git@abc#subdirectory=x", "def"), "git+ssh://git@h/o/DeepEP.git@def#subdirectory=x");
+    }
+
+    const NEW: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+
+    fn edit(text: &str, arch: Option<Arch>) -> Result<(String, Vec<String>)> {
+        let name = PackageName::from_str("deep_ep").unwrap();
+        pyproject(Path::new("pyproject.toml"), text, &name, &Target { rev: NEW, arch, label: Some("1.2.1+17cfb81") })
+    }
+
+    #[test]
+    fn sources_labels_and_comments_are_rewritten_in_place() {
+        let text = r#"[project]
+dependencies = [
+  "deep-ep ; platform_machine == 'x86_64'",  # bare: the source pins it
+]
+[tool.uv]
+override-dependencies = [
+  "deep_ep @ git+https://h/DeepEP.git@aaaa ; platform_machine == 'x86_64'",
+  # aarch64 runs an older build
+  "deep_ep @ git+https://h/DeepEP.git@bbbb ; platform_machine == 'aarch64'",
+  "numpy",
+]
+[tool.uv.sources]
+deep-ep = [
+  { git = "https://h/DeepEP.git", tag = "v1", marker = "platform_machine == 'x86_64'" },
+  { git = "https://h/DeepEP.git", rev = "bbbb", marker = "platform_machine == 'aarch64'" },  # arm
+]
+[[tool.uv.dependency-metadata]]
+name = "Deep_EP"
+version = "v1.2.1+aaaa"   # label
+"#;
+        let (out, places) = edit(text, None).unwrap();
+        assert_eq!(places, ["tool.uv.override-dependencies", "tool.uv.sources.deep-ep", "[[tool.uv.dependency-metadata]] version"]);
+        assert!(out.contains(&format!("  \"deep_ep @ git+https://h/DeepEP.git@{NEW}\",\n  # aarch64 runs an older build\n  \"numpy\",")), "{out}");
+        assert!(out.contains(&format!("{{ git = \"https://h/DeepEP.git\", marker = \"platform_machine == 'x86_64'\", rev = \"{NEW}\" }},\n")), "{out}");
+        assert!(out.contains(&format!("rev = \"{NEW}\", marker = \"platform_machine == 'aarch64'\" }},  # arm")), "{out}");
+        assert!(out.contains("version = \"1.2.1+17cfb81\"   # label"), "{out}");
+        assert!(out.contains("\"deep-ep ; platform_machine == 'x86_64'\",  # bare"), "{out}");
+
+        // --arch aarch64 touches only aarch64's requirement and source
+        let (out, _) = edit(text, Some(Arch::Aarch64)).unwrap();
+        assert!(out.contains("DeepEP.git@aaaa ; platform_machine == 'x86_64'") && out.contains(&format!("DeepEP.git@{NEW} ; platform_machine == 'aarch64'")), "{out}");
+        assert!(out.contains("tag = \"v1\"") && !out.contains("rev = \"bbbb\""), "{out}");
     }
 
     #[test]
