@@ -1,22 +1,316 @@
-//! `lock check`: consumer pyproject.toml + uv.lock (+ Dockerfiles) vs pins.toml.
-use std::path::PathBuf;
+//! `lock check`: prove that a consumer's pyproject.toml, uv.lock and
+//! Dockerfiles agree with pins.toml (or, under `--no-pins`, with the
+//! pyproject's own intent) for every architecture.
+//!
+//! Reading is split by file (`pyproject`, `uvlock`: each yields
+//! [`Reference`]s with file:line and the architectures they apply to, using
+//! `marker`), judging lives in `rules`. Parsing uses the serde `toml` crate
+//! (fast path); `toml_edit` is for `pin set` only.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use pep508_rs::PackageName;
+use serde::Serialize;
 
-use crate::error::Exit;
+use crate::error::{Exit, Failure};
+use crate::findings::{self, Finding, Severity};
+use crate::output::Format;
+use crate::pins::{Arch, Pins};
+
+pub mod marker;
+pub mod pyproject;
+pub mod rules;
+pub mod uvlock;
+
+/// Version of the JSON document `lock check --format json` prints.
+pub const REPORT_SCHEMA: u32 = 1;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The consumer project (holds pyproject.toml and uv.lock).
+    /// The consumer project (holds pyproject.toml and, if locked, uv.lock).
+    /// Relative paths resolve against the directory the command runs in.
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub project: PathBuf,
-    /// The pins file.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
+    /// The pins file that states the intended DeepEP revision per architecture.
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE", conflicts_with = "no_pins")]
     pub pins: PathBuf,
+    /// Keep no pins.toml: take the consumer's pyproject.toml as the intent
+    /// (its override-dependencies entry per architecture, else its most common
+    /// revision) and check everything else against it.
+    #[arg(long)]
+    pub no_pins: bool,
+    /// A Dockerfile to check as well (repeatable); Dockerfile* at the project
+    /// root and docker/**/Dockerfile* are found on their own.
+    #[arg(long = "dockerfile", value_name = "PATH")]
+    pub dockerfiles: Vec<PathBuf>,
+    /// Report format: human text, one JSON document, or GitHub annotations plus text.
     #[arg(long, value_enum, default_value_t)]
-    pub format: crate::output::Format,
+    pub format: Format,
 }
 
-pub fn check(_args: CheckArgs) -> Result<Exit> {
-    crate::bail_usage!("lock check is not implemented yet")
+/// Where a DeepEP reference sits, which decides the rule that judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A PEP 508 requirement in pyproject.toml (dependencies, extras, groups, overrides, constraints).
+    Requirement,
+    /// `tool.uv.sources` entry.
+    Source,
+    /// `[[tool.uv.dependency-metadata]]` version: the static label.
+    Label,
+    /// uv.lock `[manifest] overrides` / `constraints`.
+    LockManifest,
+    /// uv.lock `[[manifest.dependency-metadata]]` version.
+    LockLabel,
+    /// uv.lock `[[package]] name = "deep-ep"`.
+    LockPackage,
+    /// uv.lock: another package's dependency entry on a locked deep-ep.
+    LockDependent,
+    /// uv.lock: `requires-dist` of one of the project's own packages.
+    LockRequiresDist,
+    /// uv.lock: `requires-dist` of a third-party package (its own DeepEP pin).
+    LockTransitive,
+}
+
+impl Kind {
+    pub fn in_lock(self) -> bool {
+        !matches!(self, Kind::Requirement | Kind::Source | Kind::Label)
+    }
+}
+
+/// A git reference as a requirement, source or lock entry writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitRef {
+    /// Repository URL without `git+`, rev, query or fragment.
+    pub repo: String,
+    /// The requested rev/tag/branch (`@REV`, `?rev=`, `rev =`), if any.
+    pub rev: Option<String>,
+    /// The commit uv resolved it to (`#<sha>` in uv.lock).
+    pub commit: Option<String>,
+}
+
+impl GitRef {
+    /// `git+https://host/repo.git@REV#subdirectory=x` (PEP 508 direct reference).
+    pub fn from_pep508_url(url: &str) -> Option<GitRef> {
+        let rest = url.strip_prefix("git+")?;
+        let rest = rest.split('#').next().unwrap_or(rest);
+        let rest = rest.split('?').next().unwrap_or(rest);
+        let slash = rest.rfind('/').unwrap_or(0);
+        match rest[slash..].rfind('@') {
+            Some(at) => Some(GitRef { repo: rest[..slash + at].to_string(), rev: Some(rest[slash + at + 1..].to_string()), commit: None }),
+            None => Some(GitRef { repo: rest.to_string(), rev: None, commit: None }),
+        }
+    }
+
+    /// `https://host/repo.git?rev=REV#<sha>` (uv.lock).
+    pub fn from_lock_url(url: &str) -> GitRef {
+        let (base, commit) = match url.split_once('#') {
+            Some((b, c)) => (b, Some(c.to_string())),
+            None => (url, None),
+        };
+        let (repo, query) = base.split_once('?').unwrap_or((base, ""));
+        let rev = query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| matches!(*k, "rev" | "tag" | "branch"))
+            .map(|(_, v)| v.to_string());
+        GitRef { repo: repo.to_string(), rev, commit }
+    }
+}
+
+/// Two repository URLs name the same repository (scheme, host case, `.git`, trailing `/` aside).
+pub fn same_repo(a: &str, b: &str) -> bool {
+    fn norm(u: &str) -> String {
+        let u = u.trim().trim_end_matches('/');
+        let u = u.strip_suffix(".git").unwrap_or(u);
+        let u = u.split_once("://").map(|(_, r)| r).unwrap_or(u);
+        u.to_ascii_lowercase()
+    }
+    norm(a) == norm(b)
+}
+
+/// One DeepEP reference found in a consumer file.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    pub kind: Kind,
+    pub file: PathBuf,
+    pub line: usize,
+    /// Where, in words (`project.optional-dependencies.vllm`).
+    pub place: String,
+    /// Architectures some choice of extras/Python version makes it apply to.
+    pub archs: Vec<Arch>,
+    pub git: Option<GitRef>,
+    /// A version as written (labels, locked package versions).
+    pub version: Option<String>,
+    /// Package that carries it (uv.lock dependents and requires-dist).
+    pub owner: Option<String>,
+}
+
+/// Byte offset → 1-based line, for many lookups in one text.
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> LineIndex {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { starts }
+    }
+    pub fn line(&self, offset: usize) -> usize {
+        self.starts.partition_point(|&s| s <= offset)
+    }
+}
+
+/// A TOML syntax or shape error as a usage failure naming file:line:column.
+pub(crate) fn toml_error(path: &Path, text: &str, e: toml::de::Error, what: &str) -> anyhow::Error {
+    let (line, col) = e.span().map(|s| crate::pins::line_col(text, s.start)).unwrap_or((0, 0));
+    Failure::usage(format!("{}:{line}:{col}: {}", path.display(), e.message().trim()))
+        .hint(format!("fix the {what} at that line; nothing was checked"))
+        .into()
+}
+
+/// What `lock check` looked at.
+#[derive(Debug, Serialize)]
+pub struct Checked {
+    pub pyproject: PathBuf,
+    /// `null` when the project has no uv.lock (then only pyproject.toml was checked).
+    pub uv_lock: Option<PathBuf>,
+    pub dockerfiles: Vec<PathBuf>,
+}
+
+/// The JSON document of `lock check --format json`.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema: u32,
+    pub project: PathBuf,
+    /// The pins file, or `null` under --no-pins.
+    pub pins: Option<PathBuf>,
+    /// Intended revision per architecture (from pins.toml, or from pyproject.toml under --no-pins).
+    pub intent: BTreeMap<Arch, String>,
+    pub checked: Checked,
+    pub findings: Vec<Finding>,
+    pub errors: usize,
+    pub warnings: usize,
+    pub notes: usize,
+}
+
+/// Display a path as the user gave it (`./x` shown as `x`).
+pub(crate) fn shown(p: &Path) -> PathBuf {
+    p.strip_prefix(".").map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Run the whole check and build the report (no printing).
+pub fn run_check(args: &CheckArgs) -> Result<Report> {
+    let pins = if args.no_pins { None } else { Some(Pins::load(&args.pins)?) };
+    let name = match &pins {
+        Some(p) => PackageName::new(p.source.name.clone())
+            .map_err(|e| Failure::usage(format!("{}: source.name `{}`: {e}", p.path.display(), p.source.name)))?,
+        None => PackageName::new("deep_ep".to_string()).expect("valid name"),
+    };
+    if !args.project.is_dir() {
+        return Err(Failure::usage(format!("project directory not found: {}", args.project.display()))
+            .hint("pass --project DIR, the folder that holds pyproject.toml")
+            .into());
+    }
+    let py_path = shown(&args.project.join("pyproject.toml"));
+    let py_text = std::fs::read_to_string(&py_path).map_err(|e| {
+        Failure::usage(format!("cannot read {}: {e}", py_path.display())).hint("--project must name a folder with a pyproject.toml")
+    })?;
+    let py = pyproject::read(&py_path, &py_text, &name)?;
+
+    let lock_path = shown(&args.project.join("uv.lock"));
+    let lock = match std::fs::read_to_string(&lock_path) {
+        Ok(text) => Some(uvlock::read(&lock_path, &text, &name, py.project_name.as_deref())?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", lock_path.display())),
+    };
+
+    let ctx = rules::Context::new(&args.project, pins.as_ref(), &args.pins, &py, lock.as_ref(), &py_path);
+    let mut found = rules::check(&ctx);
+    if lock.is_none() {
+        found.push(
+            Finding::new("lock-not-checked", Severity::Note, &lock_path, "no uv.lock in the project: only pyproject.toml was checked")
+                .fix(format!("uv lock --project {}", args.project.display())),
+        );
+    }
+
+    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.project, &args.dockerfiles)?;
+    found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
+
+    let count = |s: Severity| found.iter().filter(|f| f.severity == s).count();
+    Ok(Report {
+        schema: REPORT_SCHEMA,
+        project: args.project.clone(),
+        pins: pins.as_ref().map(|p| p.path.clone()),
+        intent: ctx.intent.clone(),
+        checked: Checked { pyproject: py_path, uv_lock: lock.map(|_| lock_path), dockerfiles },
+        errors: count(Severity::Error),
+        warnings: count(Severity::Warning),
+        notes: count(Severity::Note),
+        findings: found,
+    })
+}
+
+/// `deepep-forge lock check`.
+pub fn check(args: CheckArgs) -> Result<Exit> {
+    let report = run_check(&args)?;
+    let text = match args.format {
+        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+        Format::Human => human(&report),
+        Format::Github => findings::render_github(&report.findings) + &human(&report),
+    };
+    print!("{text}");
+    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+}
+
+fn human(r: &Report) -> String {
+    let mut out = String::new();
+    let intent: Vec<String> = r.intent.iter().map(|(a, rev)| format!("{a} {rev}")).collect();
+    out.push_str(&format!(
+        "lock check {} against {}: {}\n",
+        r.project.display(),
+        r.pins.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "pyproject.toml (--no-pins)".into()),
+        if intent.is_empty() { "no intended revision".into() } else { intent.join(", ") }
+    ));
+    let mut files = vec![r.checked.pyproject.display().to_string()];
+    files.push(match &r.checked.uv_lock {
+        Some(l) => l.display().to_string(),
+        None => "uv.lock not found (lock not checked)".into(),
+    });
+    files.extend(r.checked.dockerfiles.iter().map(|d| d.display().to_string()));
+    out.push_str(&format!("checked: {}\n", files.join(", ")));
+    out.push_str(&findings::render_human(&r.findings));
+    out.push_str(&format!(
+        "{}: {} error(s), {} warning(s), {} note(s)\n",
+        if r.errors > 0 { "FAILED" } else { "ok" },
+        r.errors,
+        r.warnings,
+        r.notes
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_urls_split_into_repo_rev_and_commit() {
+        let g = GitRef::from_pep508_url("git+https://github.com/deepseek-ai/DeepEP.git@29d31c0#subdirectory=x").unwrap();
+        assert_eq!((g.repo.as_str(), g.rev.as_deref()), ("https://github.com/deepseek-ai/DeepEP.git", Some("29d31c0")));
+        let g = GitRef::from_pep508_url("git+ssh://git@github.com/deepseek-ai/DeepEP.git").unwrap();
+        assert_eq!((g.repo.as_str(), g.rev), ("ssh://git@github.com/deepseek-ai/DeepEP.git", None));
+        assert!(GitRef::from_pep508_url("https://example.com/deep_ep-1.whl").is_none());
+        let g = GitRef::from_lock_url("https://github.com/deepseek-ai/DeepEP.git?rev=abc#def");
+        assert_eq!((g.rev.as_deref(), g.commit.as_deref()), (Some("abc"), Some("def")));
+        assert!(same_repo("https://github.com/deepseek-ai/DeepEP.git", "https://GitHub.com/deepseek-ai/DeepEP/"));
+        assert!(!same_repo("https://github.com/deepseek-ai/DeepEP.git", "https://github.com/fork/DeepEP.git"));
+    }
+
+    #[test]
+    fn line_index_counts_from_one() {
+        let ix = LineIndex::new("a\nbc\n\nd");
+        assert_eq!([ix.line(0), ix.line(2), ix.line(3), ix.line(5), ix.line(6)], [1, 2, 2, 3, 4]);
+    }
 }

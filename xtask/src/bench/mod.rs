@@ -3,6 +3,8 @@
 use anyhow::Result;
 use deepep_forge::error::Exit;
 
+mod lock;
+
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// Which benchmark.
@@ -16,8 +18,14 @@ pub enum Which {
     LockCheck,
 }
 
+/// The workspace root (xtask lives one level below it).
+fn project_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent").to_path_buf()
+}
+
 pub fn run(args: BenchArgs) -> Result<Exit> {
     match args.which {
-        Which::LockCheck => anyhow::bail!("not implemented yet"),
+        Which::LockCheck => lock::run(&project_root())?,
     }
+    Ok(Exit::Ok)
 }

@@ -1,0 +1,288 @@
+//! DeepEP references in a consumer's pyproject.toml, with line numbers:
+//! `project.dependencies`, `project.optional-dependencies.*`,
+//! `dependency-groups.*`, `tool.uv.{override,constraint,dev}-dependencies`,
+//! `tool.uv.sources` and `[[tool.uv.dependency-metadata]]`.
+//! Reads with serde `toml` + `Spanned`; must not judge (see `rules`).
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::Result;
+use pep508_rs::{MarkerTree, PackageName, Requirement, VerbatimUrl, VersionOrUrl};
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{marker, GitRef, Kind, LineIndex, Reference};
+use crate::error::Failure;
+
+/// What `lock check` and `pin set` need from pyproject.toml.
+#[derive(Debug)]
+pub struct Pyproject {
+    pub project_name: Option<String>,
+    pub refs: Vec<Reference>,
+}
+
+#[derive(Deserialize)]
+struct Doc {
+    project: Option<Project>,
+    #[serde(rename = "dependency-groups", default)]
+    dependency_groups: BTreeMap<String, Vec<Spanned<GroupItem>>>,
+    tool: Option<Tool>,
+}
+
+#[derive(Deserialize)]
+struct Project {
+    name: Option<String>,
+    #[serde(default)]
+    dependencies: Vec<Spanned<String>>,
+    #[serde(rename = "optional-dependencies", default)]
+    optional_dependencies: BTreeMap<String, Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum GroupItem {
+    Requirement(String),
+    /// `{ include-group = "x" }`: refers to another group, holds no requirement.
+    Include(#[allow(dead_code)] toml::Table),
+}
+
+#[derive(Deserialize)]
+struct Tool {
+    uv: Option<Uv>,
+}
+
+#[derive(Deserialize)]
+struct Uv {
+    #[serde(rename = "override-dependencies", default)]
+    override_dependencies: Vec<Spanned<String>>,
+    #[serde(rename = "constraint-dependencies", default)]
+    constraint_dependencies: Vec<Spanned<String>>,
+    #[serde(rename = "dev-dependencies", default)]
+    dev_dependencies: Vec<Spanned<String>>,
+    #[serde(default)]
+    sources: BTreeMap<String, Spanned<Sources>>,
+    #[serde(rename = "dependency-metadata", default)]
+    dependency_metadata: Vec<Spanned<Metadata>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Sources {
+    One(Source),
+    Many(Vec<Source>),
+}
+
+#[derive(Deserialize)]
+struct Source {
+    git: Option<String>,
+    rev: Option<String>,
+    tag: Option<String>,
+    branch: Option<String>,
+    marker: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    name: String,
+    version: Option<Spanned<String>>,
+}
+
+/// The distribution name a PEP 508 string starts with (cheap: no full parse).
+pub fn leading_name(req: &str) -> &str {
+    let s = req.trim_start();
+    let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))).unwrap_or(s.len());
+    &s[..end]
+}
+
+/// `name` normalises to `target` (PEP 503: case, `-`, `_`, `.` runs).
+pub fn is_name(name: &str, target: &PackageName) -> bool {
+    PackageName::from_str(name).is_ok_and(|n| &n == target)
+}
+
+/// Parse a DeepEP requirement string fully (PEP 508), or fail naming file:line.
+pub fn parse_requirement(req: &str, path: &Path, line: usize) -> Result<Requirement<VerbatimUrl>> {
+    Requirement::<VerbatimUrl>::from_str(req).map_err(|e| {
+        Failure::usage(format!("{}:{line}: not a valid PEP 508 requirement: {e}", path.display()))
+            .hint("fix the requirement string (e.g. `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>`)")
+            .into()
+    })
+}
+
+/// Read pyproject.toml text (`path` for messages and findings).
+pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
+    let doc: Doc = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "pyproject.toml"))?;
+    let ix = LineIndex::new(text);
+    let mut refs = Vec::new();
+    let reqs = |items: &[Spanned<String>], place: String, refs: &mut Vec<Reference>| -> Result<()> {
+        for item in items {
+            if !is_name(leading_name(item.get_ref()), name) {
+                continue;
+            }
+            let line = ix.line(item.span().start);
+            let req = parse_requirement(item.get_ref(), path, line)?;
+            let git = match &req.version_or_url {
+                Some(VersionOrUrl::Url(u)) => GitRef::from_pep508_url(u.given().unwrap_or(u.as_str())),
+                _ => None,
+            };
+            refs.push(Reference {
+                kind: Kind::Requirement,
+                file: path.to_path_buf(),
+                line,
+                place: place.clone(),
+                archs: marker::archs(&req.marker, &MarkerTree::TRUE),
+                git,
+                version: None,
+                owner: None,
+            });
+        }
+        Ok(())
+    };
+    if let Some(p) = &doc.project {
+        reqs(&p.dependencies, "project.dependencies".into(), &mut refs)?;
+        for (g, items) in &p.optional_dependencies {
+            reqs(items, format!("project.optional-dependencies.{g}"), &mut refs)?;
+        }
+    }
+    for (g, items) in &doc.dependency_groups {
+        let strings: Vec<Spanned<String>> = items
+            .iter()
+            .filter_map(|i| match i.get_ref() {
+                GroupItem::Requirement(s) => Some(Spanned::new(i.span(), s.clone())),
+                GroupItem::Include(_) => None,
+            })
+            .collect();
+        reqs(&strings, format!("dependency-groups.{g}"), &mut refs)?;
+    }
+    if let Some(uv) = doc.tool.and_then(|t| t.uv) {
+        reqs(&uv.override_dependencies, "tool.uv.override-dependencies".into(), &mut refs)?;
+        reqs(&uv.constraint_dependencies, "tool.uv.constraint-dependencies".into(), &mut refs)?;
+        reqs(&uv.dev_dependencies, "tool.uv.dev-dependencies".into(), &mut refs)?;
+        for (key, spec) in &uv.sources {
+            if !is_name(key, name) {
+                continue;
+            }
+            let span = spec.span();
+            let entries: Vec<&Source> = match spec.get_ref() {
+                Sources::One(s) => vec![s],
+                Sources::Many(v) => v.iter().collect(),
+            };
+            for s in entries {
+                let Some(repo) = &s.git else { continue };
+                let rev = s.rev.clone().or_else(|| s.tag.clone()).or_else(|| s.branch.clone());
+                // The entry's own line: where its rev (else its URL) is written inside the sources value.
+                let needle = rev.as_deref().unwrap_or(repo);
+                let at = text[span.clone()].find(needle).map(|o| span.start + o).unwrap_or(span.start);
+                let line = ix.line(at);
+                let m = match &s.marker {
+                    Some(m) => MarkerTree::from_str(m).map_err(|e| {
+                        Failure::usage(format!("{}:{line}: tool.uv.sources.{key}: invalid marker: {e}", path.display()))
+                    })?,
+                    None => MarkerTree::TRUE,
+                };
+                refs.push(Reference {
+                    kind: Kind::Source,
+                    file: path.to_path_buf(),
+                    line,
+                    place: format!("tool.uv.sources.{key}"),
+                    archs: marker::archs(&m, &MarkerTree::TRUE),
+                    git: Some(GitRef { repo: repo.clone(), rev, commit: None }),
+                    version: None,
+                    owner: None,
+                });
+            }
+        }
+        for m in &uv.dependency_metadata {
+            let meta = m.get_ref();
+            if !is_name(&meta.name, name) {
+                continue;
+            }
+            let Some(v) = &meta.version else { continue };
+            refs.push(Reference {
+                kind: Kind::Label,
+                file: path.to_path_buf(),
+                line: ix.line(v.span().start),
+                place: "[[tool.uv.dependency-metadata]] version".into(),
+                // No marker: one static label serves every architecture.
+                archs: crate::pins::Arch::ALL.to_vec(),
+                git: None,
+                version: Some(v.get_ref().clone()),
+                owner: None,
+            });
+        }
+    }
+    Ok(Pyproject { project_name: doc.project.and_then(|p| p.name), refs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pins::Arch;
+
+    fn deep_ep() -> PackageName {
+        PackageName::from_str("deep_ep").unwrap()
+    }
+
+    #[test]
+    fn names_normalise() {
+        for n in ["deep_ep", "deep-ep", "Deep.EP", "DEEP__EP"] {
+            assert!(is_name(n, &deep_ep()), "{n}");
+        }
+        assert!(!is_name("deep_gemm", &deep_ep()));
+        assert_eq!(leading_name("  deep_ep[x] @ git+x"), "deep_ep");
+        assert_eq!(leading_name("deep-ep>=1"), "deep-ep");
+    }
+
+    #[test]
+    fn finds_every_place_with_lines_and_archs() {
+        let text = r#"[project]
+name = "consumer"
+dependencies = ["numpy", "Deep-EP"]
+[project.optional-dependencies]
+moe = [
+  "deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa ; platform_machine == 'x86_64'",
+  "deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb ; platform_machine == 'aarch64' and extra == 'moe'",
+]
+[dependency-groups]
+dev = [{ include-group = "x" }, "deep.ep ; python_version < '3.0'"]
+[tool.uv]
+override-dependencies = ["deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"]
+[tool.uv.sources]
+deep_ep = [
+  { git = "https://github.com/deepseek-ai/DeepEP.git", rev = "cccccccccccccccccccccccccccccccccccccccc", marker = "platform_machine == 'x86_64'" },
+]
+[[tool.uv.dependency-metadata]]
+name = "deep-ep"
+version = "v1.2.1+aaaaaaa"
+"#;
+        let p = read(Path::new("pyproject.toml"), text, &deep_ep()).unwrap();
+        assert_eq!(p.project_name.as_deref(), Some("consumer"));
+        type Row<'a> = (Kind, usize, &'a str, Vec<Arch>, Option<&'a str>);
+        let got: Vec<Row> =
+            p.refs.iter().map(|r| (r.kind, r.line, r.place.as_str(), r.archs.clone(), r.git.as_ref().and_then(|g| g.rev.as_deref()))).collect();
+        let a = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        let both = Arch::ALL.to_vec();
+        assert_eq!(
+            got,
+            vec![
+                (Kind::Requirement, 3, "project.dependencies", both.clone(), None),
+                (Kind::Requirement, 6, "project.optional-dependencies.moe", vec![Arch::X86_64], Some(a)),
+                (Kind::Requirement, 7, "project.optional-dependencies.moe", vec![Arch::Aarch64], Some("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")),
+                (Kind::Requirement, 10, "dependency-groups.dev", both.clone(), None),
+                (Kind::Requirement, 12, "tool.uv.override-dependencies", both.clone(), Some(a)),
+                (Kind::Source, 15, "tool.uv.sources.deep_ep", vec![Arch::X86_64], Some("cccccccccccccccccccccccccccccccccccccccc")),
+                (Kind::Label, 19, "[[tool.uv.dependency-metadata]] version", both, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_input_names_file_and_line() {
+        let e = read(Path::new("p/pyproject.toml"), "[project]\ndependencies = [\"x\",\n", &deep_ep()).unwrap_err();
+        assert!(format!("{e:#}").contains("p/pyproject.toml:"), "{e:#}");
+        let e = read(Path::new("pyproject.toml"), "[project]\ndependencies = [\n\"deep_ep @ git+https://x/y.git@a ; platform_machine ==\"]\n", &deep_ep()).unwrap_err();
+        let s = format!("{e:#}");
+        assert!(s.contains("pyproject.toml:3: not a valid PEP 508 requirement"), "{s}");
+        assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage);
+    }
+}

@@ -1,0 +1,324 @@
+//! DeepEP references in uv.lock, with line numbers: `[manifest]` overrides,
+//! constraints and dependency-metadata, every `[[package]]` named deep-ep
+//! (source `?rev=` and `#commit`, version), other packages' dependency
+//! entries on it, and `requires-dist` (the project's own, or a third party's
+//! own DeepEP pin). Must not judge (see `rules`).
+//!
+//! Fast path: uv writes one `[[package]]` table per package and no multi-line
+//! strings, so only the header (conflicts, manifest) and the package tables
+//! whose text names deep-ep are parsed; the rest (wheel lists, hashes: ~95%
+//! of the file) is skipped unparsed, so a syntax error there is left to uv. Anything unexpected (a multi-line
+//! string, a manifest after the packages, a table that does not parse alone)
+//! falls back to parsing the whole file, which also gives exact error positions.
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::Result;
+use pep508_rs::{MarkerTree, PackageName};
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::marker::{self, ConflictItem};
+use super::pyproject::is_name;
+use super::{GitRef, Kind, LineIndex, Reference};
+use crate::error::Failure;
+use crate::pins::Arch;
+
+/// What `lock check` needs from uv.lock.
+#[derive(Debug)]
+pub struct UvLock {
+    pub refs: Vec<Reference>,
+    /// Architectures for which `[manifest] overrides` replace deep-ep.
+    pub overridden: Vec<Arch>,
+}
+
+#[derive(Deserialize)]
+struct Lock {
+    #[serde(default)]
+    conflicts: Vec<Vec<ConflictEntry>>,
+    manifest: Option<Manifest>,
+    #[serde(default)]
+    package: Vec<Package>,
+}
+
+#[derive(Deserialize)]
+struct ConflictEntry {
+    package: Option<String>,
+    extra: Option<String>,
+    group: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Manifest {
+    #[serde(default)]
+    members: Vec<String>,
+    #[serde(default)]
+    overrides: Vec<Spanned<LockReq>>,
+    #[serde(default)]
+    constraints: Vec<Spanned<LockReq>>,
+    #[serde(rename = "dependency-metadata", default)]
+    dependency_metadata: Vec<Spanned<LockMeta>>,
+}
+
+#[derive(Deserialize)]
+struct LockReq {
+    name: String,
+    marker: Option<String>,
+    git: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LockMeta {
+    name: String,
+    version: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+struct Package {
+    name: Spanned<String>,
+    version: Option<String>,
+    source: Option<PkgSource>,
+    #[serde(rename = "resolution-markers", default)]
+    resolution_markers: Vec<String>,
+    #[serde(default)]
+    dependencies: Vec<Spanned<LockDep>>,
+    #[serde(rename = "optional-dependencies", default)]
+    optional_dependencies: BTreeMap<String, Vec<Spanned<LockDep>>>,
+    #[serde(rename = "dev-dependencies", default)]
+    dev_dependencies: BTreeMap<String, Vec<Spanned<LockDep>>>,
+    metadata: Option<PkgMeta>,
+}
+
+#[derive(Deserialize)]
+struct PkgSource {
+    git: Option<String>,
+    editable: Option<String>,
+    #[serde(rename = "virtual")]
+    virtual_: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LockDep {
+    name: String,
+    version: Option<String>,
+    source: Option<PkgSource>,
+    marker: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PkgMeta {
+    #[serde(rename = "requires-dist", default)]
+    requires_dist: Vec<Spanned<LockReq>>,
+    #[serde(rename = "requires-dev", default)]
+    requires_dev: BTreeMap<String, Vec<Spanned<LockReq>>>,
+}
+
+fn parse_marker(m: Option<&str>, path: &Path, line: usize) -> Result<MarkerTree> {
+    match m {
+        None => Ok(MarkerTree::TRUE),
+        Some(s) => MarkerTree::from_str(s)
+            .map_err(|e| Failure::usage(format!("{}:{line}: invalid marker: {e}", path.display())).hint("regenerate the lock with `uv lock`").into()),
+    }
+}
+
+/// Parse the parts of uv.lock that can mention `name`, each with its byte offset (see the module doc).
+fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize, Lock)>> {
+    let full = || -> Result<Vec<(usize, Lock)>> {
+        let lock = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "uv.lock (or regenerate it with `uv lock`)"))?;
+        Ok(vec![(0, lock)])
+    };
+    let starts: Vec<usize> = text.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
+    let Some(&first) = starts.first() else { return full() };
+    let body = &text[first..];
+    if text.contains("\"\"\"") || text.contains("'''") || body.contains("\n[manifest") || body.contains("\n[[manifest") {
+        return full();
+    }
+    // The bare normalised name: also catches a mangled `name = deep-ep`, so it gets parsed and reported.
+    let needle = name.to_string();
+    let mut out = Vec::new();
+    let blocks = starts.iter().enumerate().map(|(k, &s)| (s, &text[s..starts.get(k + 1).copied().unwrap_or(text.len())]));
+    for (off, part) in std::iter::once((0, &text[..first])).chain(blocks.filter(|(_, b)| b.contains(&needle))) {
+        match toml::from_str::<Lock>(part) {
+            Ok(l) => out.push((off, l)),
+            Err(_) => return full(),
+        }
+    }
+    Ok(out)
+}
+
+/// Read uv.lock text. `project` is the pyproject's own name (its requires-dist
+/// is the project's intent, not a transitive pin).
+pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) -> Result<UvLock> {
+    let parts = parse_parts(path, text, name)?;
+    let ix = LineIndex::new(text);
+    let sets: Vec<Vec<(String, ConflictItem)>> = parts
+        .iter()
+        .flat_map(|(_, l)| &l.conflicts)
+        .map(|set| {
+            set.iter()
+                .filter_map(|c| {
+                    let item = match (&c.extra, &c.group) {
+                        (Some(e), _) => ConflictItem::Extra(e.clone()),
+                        (None, Some(g)) => ConflictItem::Group(g.clone()),
+                        _ => return None,
+                    };
+                    Some((c.package.clone().or_else(|| project.map(str::to_string))?, item))
+                })
+                .collect()
+        })
+        .collect();
+    let allowed = marker::conflicts_allowed(&sets);
+    let mut refs = Vec::new();
+    let mut overridden = Vec::new();
+    let reference = |kind, line, place: String, archs, git, version, owner| Reference {
+        kind,
+        file: path.to_path_buf(),
+        line,
+        place,
+        archs,
+        git,
+        version,
+        owner,
+    };
+
+    let manifest = parts.iter().find_map(|(o, l)| l.manifest.as_ref().map(|m| (*o, m)));
+    let members: Vec<String> = manifest.map(|(_, m)| m.members.clone()).unwrap_or_default();
+    let packages: Vec<(usize, &Package)> = parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))).collect();
+    if let Some((off, m)) = manifest {
+        for (list, what) in [(&m.overrides, "overrides"), (&m.constraints, "constraints")] {
+            for r in list.iter().filter(|r| is_name(&r.get_ref().name, name)) {
+                let line = ix.line(off + r.span().start);
+                let archs = marker::archs(&parse_marker(r.get_ref().marker.as_deref(), path, line)?, &allowed);
+                if what == "overrides" {
+                    overridden.extend(archs.iter().copied());
+                }
+                let git = r.get_ref().git.as_deref().map(GitRef::from_lock_url);
+                refs.push(reference(Kind::LockManifest, line, format!("[manifest] {what}"), archs, git, None, None));
+            }
+        }
+        for md in m.dependency_metadata.iter().filter(|d| is_name(&d.get_ref().name, name)) {
+            let Some(v) = &md.get_ref().version else { continue };
+            let line = ix.line(off + v.span().start);
+            refs.push(reference(Kind::LockLabel, line, "[[manifest.dependency-metadata]] version".into(), Arch::ALL.to_vec(), None, Some(v.get_ref().clone()), None));
+        }
+    }
+
+    // The locked deep-ep packages first: dependents are resolved against them.
+    let mut locked: Vec<(Option<String>, Option<String>, Vec<Arch>)> = Vec::new(); // (git source, version, archs)
+    for (off, p) in packages.iter().filter(|(_, p)| is_name(p.name.get_ref(), name)) {
+        let line = ix.line(off + p.name.span().start);
+        let mut m = if p.resolution_markers.is_empty() { MarkerTree::TRUE } else { MarkerTree::FALSE };
+        for rm in &p.resolution_markers {
+            m.or(parse_marker(Some(rm), path, line)?);
+        }
+        let archs = marker::archs(&m, &MarkerTree::TRUE);
+        let git_url = p.source.as_ref().and_then(|s| s.git.clone());
+        locked.push((git_url.clone(), p.version.clone(), archs.clone()));
+        refs.push(reference(
+            Kind::LockPackage,
+            line,
+            "[[package]] deep-ep".into(),
+            archs,
+            git_url.as_deref().map(GitRef::from_lock_url),
+            p.version.clone(),
+            None,
+        ));
+    }
+
+    for (off, p) in &packages {
+        let owner = p.name.get_ref();
+        let lists = std::iter::once(("dependencies".to_string(), &p.dependencies))
+            .chain(p.optional_dependencies.iter().map(|(k, v)| (format!("optional-dependencies.{k}"), v)))
+            .chain(p.dev_dependencies.iter().map(|(k, v)| (format!("dev-dependencies.{k}"), v)));
+        for (list, deps) in lists {
+            for d in deps.iter().filter(|d| is_name(&d.get_ref().name, name)) {
+                let dep = d.get_ref();
+                let line = ix.line(off + d.span().start);
+                let git_url = dep.source.as_ref().and_then(|s| s.git.clone());
+                // The entry applies where its marker can hold AND the package it names was resolved.
+                let target: Vec<Arch> = match locked.iter().find(|(g, v, _)| (git_url.is_some() && *g == git_url) || (git_url.is_none() && dep.version.is_some() && *v == dep.version)) {
+                    Some((_, _, a)) => a.clone(),
+                    None if locked.len() == 1 => locked[0].2.clone(),
+                    None => Arch::ALL.to_vec(),
+                };
+                let archs: Vec<Arch> = marker::archs(&parse_marker(dep.marker.as_deref(), path, line)?, &allowed)
+                    .into_iter()
+                    .filter(|a| target.contains(a))
+                    .collect();
+                refs.push(reference(
+                    Kind::LockDependent,
+                    line,
+                    format!("{owner} {list}"),
+                    archs,
+                    git_url.as_deref().map(GitRef::from_lock_url),
+                    dep.version.clone(),
+                    Some(owner.clone()),
+                ));
+            }
+        }
+        let own = members.iter().any(|m| m == owner)
+            || project.is_some_and(|pr| PackageName::from_str(pr).is_ok_and(|pr| pr.as_ref() == owner))
+            || p.source.as_ref().is_some_and(|s| s.editable.as_deref() == Some(".") || s.virtual_.as_deref() == Some("."));
+        let Some(meta) = &p.metadata else { continue };
+        let lists = std::iter::once(("requires-dist".to_string(), &meta.requires_dist))
+            .chain(meta.requires_dev.iter().map(|(k, v)| (format!("requires-dev.{k}"), v)));
+        for (list, reqs) in lists {
+            for r in reqs.iter().filter(|r| is_name(&r.get_ref().name, name)) {
+                let line = ix.line(off + r.span().start);
+                // requires-dist markers use plain extra names: no uv conflict encoding.
+                let archs = marker::archs(&parse_marker(r.get_ref().marker.as_deref(), path, line)?, &MarkerTree::TRUE);
+                let kind = if own { Kind::LockRequiresDist } else { Kind::LockTransitive };
+                let git = r.get_ref().git.as_deref().map(GitRef::from_lock_url);
+                refs.push(reference(kind, line, format!("{owner} {list}"), archs, git, None, Some(owner.clone())));
+            }
+        }
+    }
+    overridden.sort();
+    overridden.dedup();
+    Ok(UvLock { refs, overridden })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refs(text: &str) -> String {
+        let name = PackageName::from_str("deep_ep").unwrap();
+        format!("{:?}", read(Path::new("uv.lock"), text, &name, Some("consumer")).unwrap())
+    }
+
+    #[test]
+    fn fast_path_reads_the_same_as_a_full_parse() {
+        for text in [include_str!("../../tests/fixtures/consumer-split/uv.lock"), include_str!("../../tests/fixtures/consumer-unified/uv.lock")] {
+            // a trailing comment with a multi-line string delimiter forces the full parse
+            let full = format!("{text}# '''\n");
+            assert_eq!(refs(text), refs(&full));
+        }
+    }
+
+    #[test]
+    fn split_lock_references_carry_lines_archs_and_kinds() {
+        let name = PackageName::from_str("deep_ep").unwrap();
+        let text = include_str!("../../tests/fixtures/consumer-split/uv.lock");
+        let l = read(Path::new("uv.lock"), text, &name, Some("consumer")).unwrap();
+        let line = |needle: &str| text.lines().position(|x| x.contains(needle)).unwrap() + 1;
+        let x86 = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+        let pkg: Vec<(usize, Vec<Arch>)> = l.refs.iter().filter(|r| r.kind == Kind::LockPackage).map(|r| (r.line, r.archs.clone())).collect();
+        assert_eq!(pkg.len(), 2);
+        assert_eq!(pkg[0].1, vec![Arch::X86_64]);
+        assert_eq!(pkg[1].1, vec![Arch::Aarch64]);
+        // dependents restricted by conflicts and by the package they name
+        let deps: Vec<&Reference> = l.refs.iter().filter(|r| r.kind == Kind::LockDependent && r.owner.as_deref() == Some("consumer")).collect();
+        assert_eq!(deps.len(), 4);
+        for d in deps {
+            let rev = d.git.as_ref().unwrap().rev.as_deref().unwrap();
+            assert_eq!(d.archs, if rev == x86 { vec![Arch::X86_64] } else { vec![Arch::Aarch64] }, "line {}", d.line);
+        }
+        let t: Vec<&Reference> = l.refs.iter().filter(|r| r.kind == Kind::LockTransitive).collect();
+        assert_eq!((t.len(), t[0].line, t[0].archs.len()), (1, line("rev=7febc6e"), 2));
+        assert_eq!(l.overridden, Arch::ALL.to_vec());
+        assert_eq!(l.refs.iter().filter(|r| r.kind == Kind::LockRequiresDist).count(), 4);
+        assert_eq!(l.refs.iter().find(|r| r.kind == Kind::LockLabel).unwrap().line, line("version = \"1.2.1+29d31c0\""));
+    }
+}

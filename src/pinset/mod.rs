@@ -1,0 +1,201 @@
+//! `pin set`: rewrite pins.toml and the consumer's pyproject.toml to one
+//! DeepEP revision (both architectures, or one with --arch), optionally relock
+//! with real uv and re-run `lock check`. Validates everything first, writes
+//! temp files and renames them only at the end: bad input changes no file.
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use pep508_rs::PackageName;
+
+use crate::error::{Exit, Failure};
+use crate::lock::{pyproject, CheckArgs, Kind};
+use crate::pins::{is_full_sha, Arch, Pins};
+
+pub mod edit;
+pub mod source;
+
+#[derive(Debug, clap::Args)]
+pub struct SetArgs {
+    /// The new DeepEP revision: a full 40-hex commit, or a short sha, branch or
+    /// tag that --source resolves (short revisions are never guessed).
+    pub rev: String,
+    /// Pin only this architecture (x86_64 or aarch64): only requirements whose marker selects it
+    /// change. Without it both architectures get one unmarked requirement per place.
+    #[arg(long, value_name = "ARCH")]
+    pub arch: Option<Arch>,
+    /// The consumer project (holds pyproject.toml). Relative to the current directory.
+    #[arg(long, default_value = ".", value_name = "DIR")]
+    pub project: PathBuf,
+    /// The pins file to update as well.
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE", conflicts_with = "no_pins")]
+    pub pins: PathBuf,
+    /// Keep no pins.toml: rewrite the consumer's pyproject.toml only.
+    #[arg(long)]
+    pub no_pins: bool,
+    /// A DeepEP git checkout (PATH) or URL: resolves short revisions, gives the
+    /// short sha as `git rev-parse --short` prints it and the base version from
+    /// setup.py at the new revision.
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
+    /// Run `uv lock` in the project afterwards (uv from $DEEPEP_FORGE_UV or PATH),
+    /// then `lock check`; without it the exact commands are printed.
+    #[arg(long)]
+    pub relock: bool,
+}
+
+/// uv from `$DEEPEP_FORGE_UV`, else the first `uv` on PATH.
+pub fn find_uv() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("DEEPEP_FORGE_UV") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(Failure::env(format!("DEEPEP_FORGE_UV={} does not exist", p.display())).hint("point DEEPEP_FORGE_UV at a uv binary, or unset it to use uv from PATH").into());
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join("uv")).find(|p| p.is_file()))
+        .ok_or_else(|| {
+            Failure::env("--relock needs uv, and there is no uv on PATH")
+                .hint("install it (`pip install uv` or `curl -LsSf https://astral.sh/uv/install.sh | sh`), or set DEEPEP_FORGE_UV=/path/to/uv")
+                .into()
+        })
+}
+
+/// Write `text` to `path` through a temp file in the same folder; the caller renames (persists) it.
+fn stage(path: &Path, text: &str) -> Result<tempfile::NamedTempFile> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temp file next to {}", path.display()))?;
+    tmp.write_all(text.as_bytes()).with_context(|| format!("writing the new {}", path.display()))?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        tmp.as_file().set_permissions(meta.permissions()).ok();
+    }
+    Ok(tmp)
+}
+
+/// `deepep-forge pin set`.
+pub fn set(args: SetArgs) -> Result<Exit> {
+    // 1. Everything that can fail on input, before any write.
+    let pins = if args.no_pins { None } else { Some(Pins::load(&args.pins)?) };
+    let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
+        .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
+    let py_path = crate::lock::shown(&args.project.join("pyproject.toml"));
+    let py_text = std::fs::read_to_string(&py_path)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", py_path.display())).hint("--project must name a folder with a pyproject.toml"))?;
+    let before = pyproject::read(&py_path, &py_text, &name)?;
+    if before.refs.is_empty() {
+        return Err(Failure::usage(format!("{} does not reference DeepEP (`{name}`) anywhere: nothing to pin", py_path.display()))
+            .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first")
+            .into());
+    }
+    let uv = if args.relock { Some(find_uv()?) } else { None };
+
+    let src = args.source.as_deref().map(source::GitSource::open).transpose()?;
+    let rev = match &src {
+        Some(s) => s.resolve(&args.rev)?,
+        None if is_full_sha(&args.rev) => args.rev.clone(),
+        None => {
+            return Err(Failure::usage(format!("`{}` is not a full 40-hex commit, and there is no git source to resolve it against", args.rev))
+                .hint("give the full sha, or pass --source PATH|URL (e.g. --source https://github.com/deepseek-ai/DeepEP.git)")
+                .into())
+        }
+    };
+    let short = match &src {
+        Some(s) => s.short(&rev)?,
+        None => rev[..7].to_string(),
+    };
+    let old_label = before.refs.iter().find(|r| r.kind == Kind::Label).and_then(|r| r.version.clone());
+    let base = match src.as_ref().map(|s| s.base_version(&rev)).transpose()?.flatten() {
+        Some(b) => Some(b),
+        None => old_label
+            .as_deref()
+            .and_then(|l| <pep440_rs::Version as std::str::FromStr>::from_str(l).ok())
+            .map(|v| v.without_local().to_string())
+            .or_else(|| pins.as_ref().map(|p| p.source.base_version.clone())),
+    };
+    if old_label.is_some() && base.is_none() {
+        return Err(Failure::usage("cannot tell the base version for the dependency-metadata label").hint("pass --source with DeepEP's git repository").into());
+    }
+    let label = base.as_ref().map(|b| format!("{b}+{short}"));
+
+    let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
+    let (new_py, places) = edit::pyproject(&py_path, &py_text, &name, &target)?;
+    let after = pyproject::read(&py_path, &new_py, &name)?; // the result must read back cleanly
+    let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
+    let new_pins = match &pins {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p.path).with_context(|| format!("reading {}", p.path.display()))?;
+            let base_change = base.as_deref().filter(|b| *b != p.source.base_version);
+            let new = edit::pins(&p.path, &text, &rev, &arches, base_change)?;
+            Pins::parse(&new, &p.path)?; // still valid
+            Some((p.path.clone(), text, new))
+        }
+        None => None,
+    };
+    // With --arch, the other architecture may keep another revision: one static label cannot serve both.
+    let split = after.refs.iter().any(|r| matches!(r.kind, Kind::Requirement | Kind::Source) && r.git.as_ref().and_then(|g| g.rev.as_deref()).is_some_and(|r| r != rev))
+        && after.refs.iter().any(|r| r.kind == Kind::Label);
+
+    // 2. Write both files: temp files first, renamed only when both are ready.
+    let py_tmp = (new_py != py_text).then(|| stage(&py_path, &new_py)).transpose()?;
+    let pins_tmp = match &new_pins {
+        Some((path, old, new)) if old != new => Some((path.clone(), stage(path, new)?)),
+        _ => None,
+    };
+    if let Some(t) = py_tmp {
+        t.persist(&py_path).with_context(|| format!("replacing {}", py_path.display()))?;
+    }
+    if let Some((path, t)) = pins_tmp {
+        t.persist(&path).with_context(|| format!("replacing {}", path.display()))?;
+    }
+
+    let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
+    println!("pinned DeepEP {} ({short}) for {which}", rev);
+    if places.is_empty() {
+        println!("{}: already at that revision", py_path.display());
+    } else {
+        println!("{}: {}", py_path.display(), places.join(", "));
+    }
+    if let Some(l) = &label {
+        println!("label: {l}");
+    }
+    if let Some((path, old, new)) = &new_pins {
+        println!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
+    }
+    if split {
+        eprintln!("warning: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split");
+    }
+
+    let check = CheckArgs { project: args.project.clone(), pins: args.pins.clone(), no_pins: args.no_pins, dockerfiles: Vec::new(), format: crate::output::Format::Human };
+    let check_cmd = format!(
+        "deepep-forge lock check --project {}{}",
+        args.project.display(),
+        if args.no_pins { " --no-pins".to_string() } else if args.pins != Path::new(crate::pins::DEFAULT_PATH) { format!(" --pins {}", args.pins.display()) } else { String::new() }
+    );
+    let Some(uv) = uv else {
+        println!("next: uv lock --project {} && {check_cmd}", args.project.display());
+        return Ok(Exit::Ok);
+    };
+
+    // 3. --relock: real uv, then the lock check. Ctrl-C reaches uv too; we then restore and exit 130.
+    let _guard = crate::error::Cooperative::enter();
+    eprintln!("running {} lock in {} ...", uv.display(), args.project.display());
+    let out = Command::new(&uv).arg("lock").current_dir(&args.project).output().with_context(|| format!("running {} lock", uv.display()))?;
+    if !out.status.success() || crate::error::check_interrupted().is_err() {
+        // All or nothing: put both files back as they were.
+        stage(&py_path, &py_text)?.persist(&py_path).with_context(|| format!("restoring {}", py_path.display()))?;
+        if let Some((path, old, _)) = &new_pins {
+            stage(path, old)?.persist(path).with_context(|| format!("restoring {}", path.display()))?;
+        }
+        crate::error::check_interrupted()?;
+        return Err(Failure::problems(format!("`uv lock` failed in {}; pyproject.toml and pins.toml were restored:\n{}", args.project.display(), String::from_utf8_lossy(&out.stderr).trim()))
+            .hint(format!("fix what uv reports, then run `deepep-forge pin set {rev} --relock` again, or by hand: uv lock --project {} && {check_cmd}", args.project.display()))
+            .into());
+    }
+    println!("uv lock: ok");
+    let report = crate::lock::run_check(&check)?;
+    print!("{}", crate::findings::render_human(&report.findings));
+    println!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
+    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+}

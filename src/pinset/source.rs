@@ -1,0 +1,114 @@
+//! The DeepEP git source `pin set` asks: resolve a short rev to a full commit,
+//! print the short sha as git does, read the base version from setup.py at a
+//! revision. A URL is cloned (bare) into a temp dir first. Never guesses.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::error::Failure;
+
+/// A git repository holding DeepEP's history.
+pub struct GitSource {
+    pub dir: PathBuf,
+    /// Shown in messages: the path or URL the user gave.
+    pub given: String,
+    _clone: Option<tempfile::TempDir>,
+}
+
+fn git(dir: &Path, args: &[&str], purpose: &str) -> Result<std::process::Output> {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .with_context(|| format!("running git to {purpose} (is git installed?)"))
+}
+
+impl GitSource {
+    /// Open `given`: an existing folder (a checkout or bare repo) or a URL to clone.
+    pub fn open(given: &str) -> Result<GitSource> {
+        let p = Path::new(given);
+        if p.is_dir() {
+            let out = git(p, &["rev-parse", "--git-dir"], "open the --source repository")?;
+            if !out.status.success() {
+                return Err(Failure::usage(format!("--source {given} is not a git repository")).hint("pass a DeepEP checkout or its URL").into());
+            }
+            return Ok(GitSource { dir: p.to_path_buf(), given: given.to_string(), _clone: None });
+        }
+        if !(given.contains("://") || given.starts_with("git@")) {
+            return Err(Failure::usage(format!("--source {given}: no such directory, and not a URL"))
+                .hint("pass a DeepEP checkout (PATH) or a URL such as https://github.com/deepseek-ai/DeepEP.git")
+                .into());
+        }
+        let tmp = tempfile::tempdir().context("creating a temp dir for the --source clone")?;
+        let out = Command::new("git")
+            .args(["clone", "--quiet", "--bare", "--", given])
+            .arg(tmp.path().join("src.git"))
+            .output()
+            .context("running git clone (is git installed?)")?;
+        if !out.status.success() {
+            return Err(Failure::usage(format!("cloning --source {given} failed: {}", String::from_utf8_lossy(&out.stderr).trim()))
+                .hint("check the URL and the network, or pass a local checkout with --source PATH")
+                .into());
+        }
+        Ok(GitSource { dir: tmp.path().join("src.git"), given: given.to_string(), _clone: Some(tmp) })
+    }
+
+    /// The full commit `rev` names (sha prefix, branch or tag), or a usage error.
+    pub fn resolve(&self, rev: &str) -> Result<String> {
+        let out = git(&self.dir, &["rev-parse", "--verify", "--quiet", "--end-of-options", &format!("{rev}^{{commit}}")], "resolve the revision")?;
+        let full = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !out.status.success() || !crate::pins::is_full_sha(&full) {
+            return Err(Failure::usage(format!("revision `{rev}` is not a commit in {} (or is ambiguous)", self.given))
+                .hint("give the full 40-hex sha, or fetch the branch that holds it into the source first")
+                .into());
+        }
+        Ok(full)
+    }
+
+    /// The short sha as `git rev-parse --short` prints it here.
+    pub fn short(&self, full: &str) -> Result<String> {
+        let out = git(&self.dir, &["rev-parse", "--short", full], "abbreviate the revision")?;
+        anyhow::ensure!(out.status.success(), "git rev-parse --short {full} failed in {}", self.given);
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// The base version setup.py declares at `full` (`version='1.2.1' + ...`), if it says.
+    pub fn base_version(&self, full: &str) -> Result<Option<String>> {
+        let out = git(&self.dir, &["show", &format!("{full}:setup.py")], "read setup.py")?;
+        if !out.status.success() {
+            return Ok(None);
+        }
+        Ok(setup_py_version(&String::from_utf8_lossy(&out.stdout)))
+    }
+}
+
+/// The first `version = '<x>'` / `version="<x>"` literal in setup.py text that is a PEP 440 version.
+pub fn setup_py_version(text: &str) -> Option<String> {
+    let mut rest = text;
+    while let Some(i) = rest.find("version") {
+        let after = rest[i + "version".len()..].trim_start();
+        rest = &rest[i + "version".len()..];
+        let Some(after) = after.strip_prefix('=').filter(|a| !a.starts_with('=')) else { continue };
+        let after = after.trim_start();
+        let Some(q) = after.chars().next().filter(|c| *c == '\'' || *c == '"') else { continue };
+        let Some(end) = after[1..].find(q) else { continue };
+        let v = &after[1..1 + end];
+        if <pep440_rs::Version as std::str::FromStr>::from_str(v).is_ok() {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_deepep_style_setup_py_versions() {
+        assert_eq!(setup_py_version("    version='1.2.1' + revision,").as_deref(), Some("1.2.1"));
+        assert_eq!(setup_py_version("x = version\nsetup(version = \"2.1.0\" + rev)").as_deref(), Some("2.1.0"));
+        assert_eq!(setup_py_version("if version == '1': pass\nsetup(version=get())"), None);
+    }
+}

@@ -1,0 +1,295 @@
+//! Whole-process tests of `lock check`: NeMo-RL's real files (when
+//! ../shared/fixtures is present) and our own consumer fixtures.
+mod support;
+use std::path::{Path, PathBuf};
+
+use support::*;
+
+const X86: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+const ARM: &str = "a48493600c4886c1b297aaa78db0e1ebc2d8dd6c";
+const UNIFIED: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+
+/// The shipped pins.toml with each architecture pinned as given.
+fn pins_text(x86: &str, arm: &str) -> String {
+    let t = std::fs::read_to_string(root().join("pins.toml")).unwrap();
+    let t = t.replacen(&format!("[pin.x86_64]\nrev = \"{UNIFIED}\""), &format!("[pin.x86_64]\nrev = \"{x86}\""), 1);
+    let t = t.replacen(&format!("[pin.aarch64]\nrev = \"{UNIFIED}\""), &format!("[pin.aarch64]\nrev = \"{arm}\""), 1);
+    assert!(t.contains(x86) && t.contains(arm));
+    t
+}
+
+/// A temp dir holding pins.toml; returns it as the working directory.
+fn workdir(x86: &str, arm: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("pins.toml"), pins_text(x86, arm)).unwrap();
+    d
+}
+
+fn json(cwd: &Path, project: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["lock", "check", "--format", "json", "--project", project.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = forge(cwd, &args);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    (o.status.code().unwrap(), v)
+}
+
+/// (rule, arch, file name, line) of every finding.
+fn rules(v: &serde_json::Value) -> Vec<(String, String, String, u64)> {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let file = PathBuf::from(f["file"].as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned();
+            (f["rule"].as_str().unwrap().into(), f["arch"].as_str().unwrap_or("-").into(), file, f["line"].as_u64().unwrap_or(0))
+        })
+        .collect()
+}
+
+fn has(v: &serde_json::Value, rule: &str, arch: &str, file: &str) -> bool {
+    rules(v).iter().any(|(r, a, f, _)| r == rule && a == arch && f == file)
+}
+
+/// The 1-based line of the first line of `file` containing `needle`.
+fn line_of(file: &Path, needle: &str) -> u64 {
+    std::fs::read_to_string(file).unwrap().lines().position(|l| l.contains(needle)).unwrap() as u64 + 1
+}
+
+#[test]
+fn nemo_rl_2026_06_08_stale_label_has_stale_label_and_stale_lock() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    let dir = workdir(X86, ARM);
+    let p = f.join("2026-06-08-stale-label");
+    let (code, v) = json(dir.path(), &p, &[]);
+    assert_eq!(code, 1);
+    let label_line = line_of(&p.join("pyproject.toml"), "version = \"v1.2.1+bfded34\"");
+    for arch in ["x86_64", "aarch64"] {
+        assert!(rules(&v).contains(&("stale-label".into(), arch.into(), "pyproject.toml".into(), label_line)), "{:#?}", rules(&v));
+    }
+    let override_line = line_of(&p.join("uv.lock"), "rev=bfded34800dfec415b71503f8205181de90b2480\" }");
+    assert!(rules(&v).contains(&("lock-stale".into(), "x86_64".into(), "uv.lock".into(), override_line)), "{:#?}", rules(&v));
+    assert!(!has(&v, "lock-stale", "aarch64", "uv.lock"), "the lock is right for aarch64: {:#?}", rules(&v));
+    assert!(has(&v, "label-split", "-", "pyproject.toml"));
+    assert_eq!(v["checked"]["uv_lock"].as_str().map(|s| s.ends_with("uv.lock")), Some(true));
+}
+
+#[test]
+fn nemo_rl_2026_06_08_label_fixed_still_has_a_stale_lock() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    let dir = workdir(X86, ARM);
+    let (code, v) = json(dir.path(), &f.join("2026-06-08-label-fixed"), &[]);
+    assert_eq!(code, 1);
+    assert!(!has(&v, "stale-label", "x86_64", "pyproject.toml"), "the x86 label is fixed: {:#?}", rules(&v));
+    assert!(has(&v, "stale-label", "aarch64", "pyproject.toml"));
+    assert!(has(&v, "lock-stale", "x86_64", "uv.lock"));
+    assert!(has(&v, "lock-label", "x86_64", "uv.lock"));
+}
+
+#[test]
+fn nemo_rl_2026_08_22_main_has_aarch64_label_mismatch_and_split() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    let dir = workdir(X86, ARM);
+    let p = f.join("2026-08-22-main");
+    let (code, v) = json(dir.path(), &p, &[]);
+    assert_eq!(code, 1);
+    let r = rules(&v);
+    assert!(has(&v, "stale-label", "aarch64", "pyproject.toml") && !has(&v, "stale-label", "x86_64", "pyproject.toml"), "{r:#?}");
+    assert!(has(&v, "label-split", "-", "pyproject.toml"), "{r:#?}");
+    // the aarch64 package is labelled with the x86 short sha
+    assert!(has(&v, "lock-label", "aarch64", "uv.lock"), "{r:#?}");
+    assert!(!r.iter().any(|(rule, ..)| rule == "lock-stale" || rule == "rev-mismatch"), "revisions agree: {r:#?}");
+    // the transitive deep-ep under nemo-automodel's moe extra is a note, not an error
+    let notes: Vec<&serde_json::Value> = v["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == "transitive-pin").collect();
+    assert_eq!(notes.len(), 2);
+    assert!(notes.iter().all(|n| n["severity"] == "note" && n["found"] == "7febc6e25660af0f54d95dd781ecdcd62265ecca"));
+    assert_eq!(v["errors"].as_u64().unwrap(), v["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "error").count() as u64);
+}
+
+#[test]
+fn nemo_rl_2026_08_17_unified_pin_is_clean_against_the_shipped_pins() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    let o = forge(&root(), &["lock", "check", "--project", f.join("2026-08-17-unified-pin").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("uv.lock not found (lock not checked)"), "{}", stdout(&o));
+    // the same pyproject against another pin is not clean
+    let dir = workdir(X86, X86);
+    let (code, v) = json(dir.path(), &f.join("2026-08-17-unified-pin"), &[]);
+    assert_eq!(code, 1);
+    assert!(has(&v, "rev-mismatch", "x86_64", "pyproject.toml") && has(&v, "stale-label", "aarch64", "pyproject.toml"));
+}
+
+#[test]
+fn own_unified_fixture_is_clean_and_the_transitive_pin_is_a_note() {
+    let (code, v) = json(&root(), Path::new("tests/fixtures/consumer-unified"), &[]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["schema"], 1);
+    assert_eq!(v["checked"]["pyproject"], "tests/fixtures/consumer-unified/pyproject.toml");
+    assert_eq!(v["checked"]["uv_lock"], "tests/fixtures/consumer-unified/uv.lock");
+    assert_eq!(v["checked"]["dockerfiles"], serde_json::json!([]));
+    assert_eq!(v["intent"]["x86_64"], UNIFIED);
+    assert_eq!(rules(&v).iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["transitive-pin", "transitive-pin"]);
+}
+
+#[test]
+fn own_split_fixture_against_its_own_intent_reports_the_split() {
+    let dir = workdir(X86, ARM);
+    let p = root().join("tests/fixtures/consumer-split");
+    for extra in [&[][..], &["--no-pins"][..]] {
+        let (code, v) = json(dir.path(), &p, extra);
+        assert_eq!(code, 1);
+        let r = rules(&v);
+        let label = line_of(&p.join("pyproject.toml"), "version = \"v1.2.1+29d31c0\"");
+        assert!(r.contains(&("stale-label".into(), "aarch64".into(), "pyproject.toml".into(), label)), "{r:#?}");
+        assert!(r.contains(&("label-split".into(), "-".into(), "pyproject.toml".into(), label)), "{r:#?}");
+        assert!(has(&v, "lock-label", "aarch64", "uv.lock") && !has(&v, "lock-label", "x86_64", "uv.lock"), "{r:#?}");
+        assert!(!r.iter().any(|(rule, ..)| rule == "lock-stale"), "{r:#?}");
+    }
+}
+
+/// Copy a fixture into a temp dir, editing file texts on the way.
+fn edited(fixture: &str, edit: impl Fn(&str, String) -> String) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    for f in ["pyproject.toml", "uv.lock"] {
+        let t = std::fs::read_to_string(root().join("tests/fixtures").join(fixture).join(f)).unwrap();
+        std::fs::write(d.path().join(f), edit(f, t)).unwrap();
+    }
+    d
+}
+
+#[test]
+fn stale_lock_is_found_at_every_line_and_github_annotates_it() {
+    let old = "bfded34800dfec415b71503f8205181de90b2480";
+    let d = edited("consumer-unified", |f, t| if f == "uv.lock" { t.replace(UNIFIED, old).replace("1.2.1+17cfb81", "1.2.1+bfded34") } else { t });
+    let o = forge(&root(), &["lock", "check", "--format", "github", "--project", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    let lock = d.path().join("uv.lock");
+    let first = line_of(&lock, &format!("rev={old}\" }}"));
+    let ann = out.lines().find(|l| l.starts_with("::error ") && l.contains("deepep-forge lock-stale")).unwrap_or_else(|| panic!("{out}"));
+    assert!(ann.contains(&format!("uv.lock,line={first},")), "{ann}");
+    assert!(ann.contains("expected: 17cfb817bccec3a9c247013360cc550c2bac441e%0Afound: bfded348"), "{ann}");
+    assert!(ann.contains("fix: uv lock --project"), "{ann}");
+    assert!(out.contains("::error ") && out.contains("deepep-forge lock-label"), "{out}");
+    // every place is named: the package, the project's requires-dist
+    let text = std::fs::read_to_string(&lock).unwrap();
+    let places = text.lines().filter(|l| l.contains(&format!("rev={old}"))).count();
+    let also = ann.split("(also at lines ").nth(1).map(|s| s.split(')').next().unwrap().split(", ").count()).unwrap_or(0);
+    assert_eq!(also + 1, places, "{ann}");
+    // the human text follows the annotations
+    assert!(out.contains("FAILED:"), "{out}");
+}
+
+#[test]
+fn short_revs_unpinned_requirements_and_forks_are_reported() {
+    let d = edited("consumer-unified", |f, t| {
+        if f == "pyproject.toml" {
+            t.replacen(&format!("DeepEP.git@{UNIFIED}\",\n]\nserve"), "DeepEP.git@17cfb81\",\n]\nserve", 1)
+                .replacen(&format!("\"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{UNIFIED}\",\n  \"uvicorn\""), "\"deep-ep>=1 ; python_version >= '3.12'\",\n  \"uvicorn\"", 1)
+                .replacen(&format!("\"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{UNIFIED}\",\n]\n\n[tool.uv.sources]"), &format!("\"deep_ep @ git+https://github.com/fork/DeepEP.git@{UNIFIED}\",\n]\n\n[tool.uv.sources]"), 1)
+        } else {
+            t
+        }
+    });
+    let (code, v) = json(&root(), d.path(), &[]);
+    assert_eq!(code, 1);
+    let py = d.path().join("pyproject.toml");
+    let r = rules(&v);
+    assert!(r.contains(&("rev-not-full-sha".into(), "-".into(), "pyproject.toml".into(), line_of(&py, "DeepEP.git@17cfb81\""))), "{r:#?}");
+    assert!(r.contains(&("source-repo".into(), "-".into(), "pyproject.toml".into(), line_of(&py, "fork/DeepEP"))), "{r:#?}");
+    // the bare requirement is pinned by the (fork) override, so it is not `unpinned`
+    assert!(!r.iter().any(|x| x.0 == "unpinned"), "{r:#?}");
+    let d2 = edited("consumer-unified", |f, t| if f == "pyproject.toml" { t.replace(&format!("  \"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{UNIFIED}\",\n]\n\n[tool.uv.sources]"), "]\n\n[tool.uv.sources]").replacen(&format!("\"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{UNIFIED}\",\n  \"uvicorn\""), "\"deep_ep\",\n  \"uvicorn\"", 1) } else { t });
+    let (_, v) = json(&root(), d2.path(), &[]);
+    assert!(has(&v, "unpinned", "x86_64", "pyproject.toml") && has(&v, "unpinned", "aarch64", "pyproject.toml"), "{:#?}", rules(&v));
+}
+
+#[test]
+fn missing_lock_checks_pyproject_only_and_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::copy(root().join("tests/fixtures/consumer-unified/pyproject.toml"), d.path().join("pyproject.toml")).unwrap();
+    let (code, v) = json(&root(), d.path(), &[]);
+    assert_eq!(code, 0, "{v:#}");
+    assert!(v["checked"]["uv_lock"].is_null());
+    assert!(has(&v, "lock-not-checked", "-", "uv.lock"));
+}
+
+#[test]
+fn bad_input_exits_2_with_file_and_line() {
+    // malformed TOML
+    let d = edited("consumer-unified", |f, t| if f == "pyproject.toml" { t.replacen("moe = [", "moe = [[", 1) } else { t });
+    let o = forge(&root(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("pyproject.toml:") && stdout(&o).is_empty(), "{}", stderr(&o));
+    // a DeepEP requirement that is not PEP 508
+    let d = edited("consumer-unified", |f, t| if f == "pyproject.toml" { t.replacen("DeepEP.git@17cfb817bccec3a9c247013360cc550c2bac441e\",\n]\nserve", "DeepEP.git@17cfb817bccec3a9c247013360cc550c2bac441e ; platform_machine ==\",\n]\nserve", 1) } else { t });
+    let o = forge(&root(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let line = line_of(&d.path().join("pyproject.toml"), "platform_machine ==\"");
+    assert!(stderr(&o).contains(&format!("pyproject.toml:{line}: not a valid PEP 508 requirement")), "{}", stderr(&o));
+    // a broken uv.lock
+    let d = edited("consumer-unified", |f, t| if f == "uv.lock" { t.replacen("[[package]]\nname = \"deep-ep\"", "[[package]]\nname = deep-ep", 1) } else { t });
+    let o = forge(&root(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("uv.lock:"), "{}", stderr(&o));
+    // no pins.toml where the command runs, no project
+    let empty = tempfile::tempdir().unwrap();
+    let o = forge(empty.path(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("pins file not found") && stderr(&o).contains("--no-pins"), "{}", stderr(&o));
+    let o = forge(&root(), &["lock", "check", "--project", "does/not/exist"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn relative_paths_resolve_against_the_working_directory() {
+    let dir = workdir(UNIFIED, UNIFIED);
+    support::copy_dir(&root().join("tests/fixtures/consumer-unified"), &dir.path().join("sub/consumer"));
+    std::fs::rename(dir.path().join("pins.toml"), dir.path().join("sub/my-pins.toml")).unwrap();
+    let o = forge(dir.path(), &["lock", "check", "--project", "sub/consumer", "--pins", "sub/my-pins.toml"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("checked: sub/consumer/pyproject.toml, sub/consumer/uv.lock"), "{}", stdout(&o));
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let o = forge(&root(), &["lock", "check", "--help"]);
+    let h = stdout(&o);
+    for flag in ["--project", "--pins", "--no-pins", "--dockerfile", "--format"] {
+        assert!(h.contains(flag), "{flag}: {h}");
+    }
+}
+
+#[test]
+fn nemo_rl_fast_path_reports_exactly_what_a_full_parse_reports() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    for case in ["2026-06-08-stale-label", "2026-08-22-main"] {
+        let dir = workdir(X86, ARM);
+        let full = dir.path().join("full");
+        std::fs::create_dir(&full).unwrap();
+        std::fs::copy(f.join(case).join("pyproject.toml"), full.join("pyproject.toml")).unwrap();
+        // a multi-line string delimiter in a comment makes the reader parse the whole lock
+        std::fs::write(full.join("uv.lock"), read_to(&f.join(case).join("uv.lock")) + "# '''\n").unwrap();
+        let (c1, fast) = json(dir.path(), &f.join(case), &[]);
+        let (c2, slow) = json(dir.path(), &full, &[]);
+        assert_eq!(c1, c2);
+        let strip = |v: &serde_json::Value| rules(v).into_iter().map(|(r, a, f, l)| format!("{r} {a} {f}:{l}")).collect::<Vec<_>>();
+        assert_eq!(strip(&fast), strip(&slow), "{case}");
+        assert_eq!(fast["findings"].as_array().unwrap().iter().map(|x| x["message"].clone()).collect::<Vec<_>>(), slow["findings"].as_array().unwrap().iter().map(|x| x["message"].clone()).collect::<Vec<_>>());
+    }
+}
+
+fn read_to(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap()
+}
+
+#[test]
+fn named_dockerfiles_are_listed_as_checked() {
+    let d = tempfile::tempdir().unwrap();
+    support::copy_dir(&root().join("tests/fixtures/consumer-unified"), d.path());
+    std::fs::write(d.path().join("Dockerfile.extra"), "FROM scratch\n").unwrap();
+    let extra = d.path().join("Dockerfile.extra");
+    let (code, v) = json(&root(), d.path(), &["--dockerfile", extra.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+    let listed: Vec<&str> = v["checked"]["dockerfiles"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert!(listed.contains(&extra.to_str().unwrap()), "{listed:?}");
+}

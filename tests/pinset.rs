@@ -1,0 +1,248 @@
+//! Whole-process tests of `pin set`: the NeMo-RL acceptance (PR #3436's
+//! rewrite), per-arch pins, short revisions against a real git source,
+//! invalid input changing nothing, and `--relock` with real uv on a small
+//! project whose DeepEP is a local git repository.
+mod support;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use support::*;
+
+const X86: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+const ARM: &str = "a48493600c4886c1b297aaa78db0e1ebc2d8dd6c";
+const UNIFIED: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+
+fn pins_text(repo: &str, x86: &str, arm: &str) -> String {
+    let t = std::fs::read_to_string(root().join("pins.toml")).unwrap();
+    t.replacen("https://github.com/deepseek-ai/DeepEP.git", repo, 1)
+        .replacen(&format!("[pin.x86_64]\nrev = \"{UNIFIED}\""), &format!("[pin.x86_64]\nrev = \"{x86}\""), 1)
+        .replacen(&format!("[pin.aarch64]\nrev = \"{UNIFIED}\""), &format!("[pin.aarch64]\nrev = \"{arm}\""), 1)
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap()
+}
+
+/// A temp dir with pins.toml and a copy of `pyproject` (uv.lock too when given).
+fn project(pyproject: &Path, pins: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("pyproject.toml"), read(pyproject)).unwrap();
+    std::fs::write(d.path().join("pins.toml"), pins).unwrap();
+    d
+}
+
+fn run(cwd: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut c = bin();
+    c.args(args).current_dir(cwd);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn nemo_rl_main_becomes_the_unified_pin_and_nothing_else_changes() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    let d = project(&f.join("2026-08-22-main/pyproject.toml"), &read(&root().join("pins.toml")));
+    let o = forge(d.path(), &["pin", "set", UNIFIED]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // byte-identical to NeMo-RL's own result of PR #3436: DeepEP lines equal, no other line changed
+    let got = read(&d.path().join("pyproject.toml"));
+    let want = read(&f.join("2026-08-17-unified-pin/pyproject.toml"));
+    assert!(got == want, "differs from 2026-08-17-unified-pin:\n{}", diff(&want, &got));
+    assert_eq!(read(&d.path().join("pins.toml")), read(&root().join("pins.toml")), "pins.toml was already at 17cfb817");
+    assert!(stdout(&o).contains("label: 1.2.1+17cfb81") && stdout(&o).contains("next: uv lock --project ."), "{}", stdout(&o));
+    // and the result passes the check
+    let o = forge(d.path(), &["lock", "check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+fn diff(a: &str, b: &str) -> String {
+    a.lines().zip(b.lines()).enumerate().filter(|(_, (x, y))| x != y).map(|(i, (x, y))| format!("{}:\n- {x}\n+ {y}\n", i + 1)).collect()
+}
+
+#[test]
+fn arch_pin_changes_only_that_architectures_requirements_and_its_pin() {
+    let src = root().join("tests/fixtures/consumer-split/pyproject.toml");
+    let d = project(&src, &pins_text("https://github.com/deepseek-ai/DeepEP.git", X86, ARM));
+    let o = forge(d.path(), &["pin", "set", UNIFIED, "--arch", "aarch64"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("label-split"), "the split is announced: {}", stderr(&o));
+    let (old, new) = (read(&src), read(&d.path().join("pyproject.toml")));
+    assert_eq!(old.lines().count(), new.lines().count());
+    for (o_line, n_line) in old.lines().zip(new.lines()) {
+        if o_line.contains(ARM) {
+            assert_eq!(n_line, o_line.replace(ARM, UNIFIED), "the aarch64 requirement keeps its marker");
+        } else if o_line.starts_with("version = \"v1.2.1") {
+            assert_eq!(n_line, "version = \"1.2.1+17cfb81\"");
+        } else {
+            assert_eq!(n_line, o_line);
+        }
+    }
+    let pins = read(&d.path().join("pins.toml"));
+    assert!(pins.contains(&format!("[pin.x86_64]\nrev = \"{X86}\"")) && pins.contains(&format!("[pin.aarch64]\nrev = \"{UNIFIED}\"")), "{pins}");
+    assert!(pins.contains("# deepep-forge pins: the one place"), "comments stay");
+}
+
+/// Every file in `dir` with its bytes, to prove nothing changed.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).map(|p| (p.clone(), std::fs::read(p).unwrap())).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn invalid_input_changes_no_file() {
+    let unified = root().join("tests/fixtures/consumer-unified/pyproject.toml");
+    let pins = pins_text("https://github.com/deepseek-ai/DeepEP.git", X86, ARM);
+    let cases: Vec<(Option<String>, Vec<&str>, &str)> = vec![
+        (None, vec!["17cfb81"], "there is no git source"),
+        (None, vec!["not-a-sha"], "not a full 40-hex commit"),
+        (None, vec![UNIFIED, "--arch", "aarch64"], "serves every architecture"),
+        (Some(read(&unified).replacen("moe = [", "moe = [[", 1)), vec![UNIFIED], "pyproject.toml:"),
+        (Some(read(&unified).replacen(&format!("@{UNIFIED}\",\n]\nserve"), &format!("@{UNIFIED} ; platform_machine == 'x86_64' and python_version >= '3.12'\",\n]\nserve"), 1)), vec![UNIFIED], "restricts DeepEP by more than the architecture"),
+        (None, vec![UNIFIED, "--source", "/does/not/exist"], "no such directory"),
+        (None, vec![UNIFIED, "--arch", "riscv"], "expected `x86_64` or `aarch64`"),
+        (Some("[project]\nname = \"x\"\ndependencies = [\"numpy\"]\n".into()), vec![UNIFIED], "does not reference DeepEP"),
+    ];
+    for (text, args, msg) in cases {
+        let d = project(&unified, &pins);
+        if let Some(t) = text {
+            std::fs::write(d.path().join("pyproject.toml"), t).unwrap();
+        }
+        let before = snapshot(d.path());
+        let mut all = vec!["pin", "set"];
+        all.extend(args.iter());
+        let o = forge(d.path(), &all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(msg), "{args:?}: {}", stderr(&o));
+        assert_eq!(snapshot(d.path()), before, "{args:?} changed a file");
+    }
+    // a malformed pins.toml changes no pyproject either
+    let d = project(&unified, &pins.replacen("schema = 1", "schema = 2", 1));
+    let before = snapshot(d.path());
+    let o = forge(d.path(), &["pin", "set", UNIFIED]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("pins.toml:4:"), "{}", stderr(&o));
+    assert_eq!(snapshot(d.path()), before);
+}
+
+/// A DeepEP stand-in with two commits; the second bumps setup.py's base version.
+/// Returns (repo, first sha, second sha).
+fn deepep_repo(dir: &Path) -> (PathBuf, String, String) {
+    let repo = dir.join("DeepEP");
+    let first = git_repo_from_fixture("mini-deepep", &repo);
+    let setup = repo.join("setup.py");
+    std::fs::write(&setup, read(&setup).replace("version=\"1.2.1\" + revision", "version=\"1.3.0\" + revision")).unwrap();
+    git(&repo, &["commit", "-qam", "bump"]);
+    let second = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    (repo, first, second)
+}
+
+#[test]
+fn short_revisions_resolve_only_against_a_git_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, second) = deepep_repo(tmp.path());
+    let short = git(&repo, &["rev-parse", "--short", &second]).trim().to_string();
+    let d = project(&root().join("tests/fixtures/consumer-unified/pyproject.toml"), &pins_text("https://github.com/deepseek-ai/DeepEP.git", UNIFIED, UNIFIED));
+    let o = forge(d.path(), &["pin", "set", &second[..10], "--source", repo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let py = read(&d.path().join("pyproject.toml"));
+    assert_eq!(py.matches(&format!("DeepEP.git@{second}\"")).count(), 3, "{py}");
+    // base version from setup.py at the new revision, short sha as git prints it
+    assert!(py.contains(&format!("version = \"1.3.0+{short}\"")), "{py}");
+    let pins = read(&d.path().join("pins.toml"));
+    assert!(pins.contains("base_version = \"1.3.0\"") && pins.matches(&second).count() == 2, "{pins}");
+    // a URL source is cloned
+    let o = forge(d.path(), &["pin", "set", "main", "--source", &format!("file://{}", repo.display())]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // a revision the source lacks is refused
+    let o = forge(d.path(), &["pin", "set", "0123456", "--source", repo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("is not a commit in"), "{}", stderr(&o));
+}
+
+/// A consumer project whose DeepEP is `git+file://` the local repo at `rev`.
+fn uv_project(dir: &Path, repo: &Path, rev: &str) -> PathBuf {
+    let p = dir.join("consumer");
+    std::fs::create_dir_all(&p).unwrap();
+    let url = format!("file://{}", repo.display());
+    let short = git(repo, &["rev-parse", "--short", rev]).trim().to_string();
+    std::fs::write(
+        p.join("pyproject.toml"),
+        format!(
+            r#"[project]
+name = "consumer"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = []
+
+[project.optional-dependencies]
+moe = [
+  # DeepEP, pinned for every architecture
+  "deep_ep @ git+{url}@{rev}",
+]
+
+[tool.uv]
+override-dependencies = [
+  "deep_ep @ git+{url}@{rev}",
+]
+
+[[tool.uv.dependency-metadata]]
+name = "deep_ep"
+version = "1.2.1+{short}"
+requires-dist = []
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("pins.toml"), pins_text(&url, rev, rev)).unwrap();
+    p
+}
+
+#[test]
+fn relock_runs_real_uv_then_the_lock_check() {
+    let uv = require!(tools_venv().map(|v| v.join("bin/uv")).filter(|p| p.exists()), "uv");
+    let python = require!(tools_python(), "python");
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, first, second) = deepep_repo(tmp.path());
+    let proj = uv_project(tmp.path(), &repo, &first);
+    let cache = tmp.path().join("uv-cache");
+    let env: Vec<(&str, &Path)> = vec![("DEEPEP_FORGE_UV", &uv), ("UV_PYTHON", &python), ("UV_CACHE_DIR", &cache), ("UV_OFFLINE", Path::new("1"))];
+    let o = run(tmp.path(), &["pin", "set", &first, "--project", "consumer", "--relock"], &env);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(read(&proj.join("uv.lock")).contains(&format!("#{first}")));
+
+    let o = run(tmp.path(), &["pin", "set", &second[..8], "--source", repo.to_str().unwrap(), "--project", "consumer", "--relock"], &env);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("uv lock: ok") && stdout(&o).contains("lock check: 0 error(s)"), "{}", stdout(&o));
+    let lock = read(&proj.join("uv.lock"));
+    let short = git(&repo, &["rev-parse", "--short", &second]).trim().to_string();
+    assert!(lock.contains(&format!("?rev={second}#{second}")) && !lock.contains(&first), "{lock}");
+    assert!(lock.contains(&format!("version = \"1.3.0+{short}\"")), "{lock}");
+    let o = run(tmp.path(), &["lock", "check", "--project", "consumer"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+
+    // uv failing (no Python satisfies the project) restores both files and exits 1
+    let py = read(&proj.join("pyproject.toml")).replace("requires-python = \">=3.10\"", "requires-python = \">=99\"");
+    std::fs::write(proj.join("pyproject.toml"), py).unwrap();
+    let before = (read(&proj.join("pyproject.toml")), read(&tmp.path().join("pins.toml")), read(&proj.join("uv.lock")));
+    let o = run(tmp.path(), &["pin", "set", &first, "--project", "consumer", "--relock"], &env);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("were restored"), "{}", stderr(&o));
+    assert_eq!((read(&proj.join("pyproject.toml")), read(&tmp.path().join("pins.toml")), read(&proj.join("uv.lock"))), before);
+}
+
+#[test]
+fn relock_without_uv_exits_3_and_changes_nothing() {
+    let d = project(&root().join("tests/fixtures/consumer-unified/pyproject.toml"), &pins_text("https://github.com/deepseek-ai/DeepEP.git", X86, X86));
+    let before = snapshot(d.path());
+    let o = run(d.path(), &["pin", "set", UNIFIED, "--relock"], &[("DEEPEP_FORGE_UV", Path::new("/nonexistent/uv"))]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("hint:"), "{}", stderr(&o));
+    assert_eq!(snapshot(d.path()), before);
+    let o = bin().args(["pin", "set", UNIFIED, "--relock"]).current_dir(d.path()).env_remove("DEEPEP_FORGE_UV").env("PATH", "/nonexistent").output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("install it"), "{}", stderr(&o));
+    assert_eq!(snapshot(d.path()), before);
+}
