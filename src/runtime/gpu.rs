@@ -340,7 +340,7 @@ pub fn compile(sm: u32) -> Result<Vec<u8>> {
     let src = CString::new(KERNELS).expect("kernel source has no NUL");
     let name = CString::new("dispatch.cu").expect("name");
     let prog = result::create_program(&src, Some(&name)).map_err(|e| anyhow!("nvrtcCreateProgram: {e}"))?;
-    let opts = [format!("--gpu-architecture=sm_{sm}"), "-O3".into(), "--std=c++17".into()];
+    let opts = [format!("--gpu-architecture=sm_{sm}"), "--std=c++17".into()];
     let compiled = unsafe { result::compile_program(prog, &opts) };
     let out = match compiled {
         Ok(()) => {

@@ -193,7 +193,7 @@ fn multi(
         // Tell the others at once (a no-op when the connection is already gone).
         comm.abort(&format!("{e:#}"));
     }
-    body.with_context(|| format!("rank {} of {}", ranks.rank, ranks.world))
+    body.with_context(|| format!("rank {} of {} ({})", ranks.rank, ranks.world, ranks.launcher))
 }
 
 fn multi_body(
