@@ -139,16 +139,17 @@ extern "C" __global__ void check_recv(int me, int H, int world, int topk, int ca
 }
 
 // Combine: the receiver sends every received row back to its source rank,
-// into the source's combine buffer, region `me`, the same row slot.
+// into the source's combine buffer, region `me`, the same row slot. Rows of
+// all sources are interleaved so local and NVLink writes overlap.
 extern "C" __global__ void combine(int me, int H, int world, int cap, const int* __restrict__ rows_from,
                                    const int4* __restrict__ recv, const u64* __restrict__ comb) {
     int vec = H / 8, lane = threadIdx.x & 31;
     int warps = gridDim.x * (blockDim.x / 32);
-    int total = 0;
-    for (int s = 0; s < world; ++s) total += rows_from[s];
-    for (int k = (blockIdx.x * blockDim.x + threadIdx.x) / 32; k < total; k += warps) {
-        int src = 0, i = k;
-        while (i >= rows_from[src]) { i -= rows_from[src]; ++src; }
+    int most = 0;
+    for (int s = 0; s < world; ++s) most = max(most, rows_from[s]);
+    for (int k = (blockIdx.x * blockDim.x + threadIdx.x) / 32; k < most * world; k += warps) {
+        int src = k % world, i = k / world;
+        if (i >= rows_from[src]) continue;
         size_t r = (size_t)src * cap + i;
         copy_row((int4*)comb[src] + ((size_t)me * cap + i) * vec, recv + r * vec, vec, lane);
     }
