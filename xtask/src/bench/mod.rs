@@ -1,6 +1,8 @@
 //! `cargo xtask bench <name>`: each benchmark measures deepep-forge and a
 //! baseline in the same run and prints the ratio. Never used as a test.
 use anyhow::Result;
+
+mod runtime;
 use deepep_forge::error::Exit;
 
 #[derive(Debug, clap::Args)]
@@ -14,10 +16,13 @@ pub struct BenchArgs {
 pub enum Which {
     /// `lock check` on NeMo-RL's 2026-08-22-main vs Python tomllib parsing the same files.
     LockCheck,
+    /// `probe --run` dispatch/combine kernels vs the copy engine on the same GPUs (needs NVIDIA GPUs).
+    Runtime,
 }
 
 pub fn run(args: BenchArgs) -> Result<Exit> {
     match args.which {
         Which::LockCheck => anyhow::bail!("not implemented yet"),
+        Which::Runtime => runtime::run(),
     }
 }
