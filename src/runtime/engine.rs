@@ -389,3 +389,32 @@ pub fn roundtrip(gpus: Vec<Gpu>, link: &mut Link, shape: Shape) -> Result<Vec<Ra
     let all = gather(link, "the result exchange", mine)?;
     all.iter().map(|b| serde_json::from_slice(b).context("a rank's report")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_picks_distinct_experts_and_counts_add_up() {
+        for (world, topk) in [(1, 8), (2, 8), (8, 8), (3, 5), (16, 1)] {
+            let tokens = 1000;
+            for s in 0..world {
+                for t in 0..tokens {
+                    let mut seen: Vec<u32> = (0..topk).map(|j| expert_of(s, t, j, world, topk)).collect();
+                    seen.sort();
+                    seen.dedup();
+                    assert_eq!(seen.len() as u32, topk, "world {world} topk {topk}: repeated expert");
+                    assert!(seen.iter().all(|&e| e < world * topk));
+                }
+            }
+            let (rows, experts) = expected(world, tokens, topk);
+            let pairs: i64 = experts.iter().flatten().sum();
+            assert_eq!(pairs, (world * tokens * topk) as i64);
+            for s in 0..world as usize {
+                // Every token goes somewhere, at most once per rank.
+                let sent: u32 = rows[s].iter().sum();
+                assert!(sent >= tokens && sent <= tokens * world.min(topk), "{sent}");
+            }
+        }
+    }
+}

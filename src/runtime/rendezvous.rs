@@ -453,3 +453,121 @@ fn read_exact(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::resu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn launchers_are_read_in_order() {
+        assert_eq!(detect(env(&[])).unwrap(), None);
+        let r = detect(env(&[("SLURM_PROCID", "5"), ("SLURM_LOCALID", "1"), ("SLURM_NTASKS", "8")])).unwrap().unwrap();
+        assert_eq!((r.rank, r.local_rank, r.world, r.launcher), (5, 1, 8, "srun"));
+        let r = detect(env(&[("OMPI_COMM_WORLD_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "4")])).unwrap().unwrap();
+        assert_eq!((r.rank, r.local_rank, r.world, r.launcher), (2, 2, 4, "mpirun"));
+        // torchrun inside srun: torchrun's own variables win.
+        let r = detect(env(&[("RANK", "3"), ("LOCAL_RANK", "3"), ("WORLD_SIZE", "4"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.rank, r.world, r.launcher), (3, 4, "torchrun"));
+    }
+
+    #[test]
+    fn bad_launcher_values_are_usage_errors() {
+        for (pairs, want) in [
+            (&[("RANK", "x"), ("WORLD_SIZE", "2")][..], "not a rank number"),
+            (&[("RANK", "2"), ("WORLD_SIZE", "2")][..], "outside"),
+            (&[("RANK", "0")][..], "WORLD_SIZE is not"),
+        ] {
+            let e = detect(env(pairs)).unwrap_err();
+            assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage, "{e:#}");
+            assert!(format!("{e:#}").contains(want), "{e:#}");
+        }
+    }
+
+    #[test]
+    fn rendezvous_spec_from_flag_or_environment() {
+        assert_eq!(Rendezvous::choose(Some("file:/s/a"), env(&[])).unwrap(), Rendezvous::File("/s/a".into()));
+        assert_eq!(Rendezvous::choose(Some("tcp://h:1"), env(&[])).unwrap(), Rendezvous::Tcp("h:1".into()));
+        assert_eq!(Rendezvous::choose(None, env(&[("MASTER_ADDR", "n1")])).unwrap(), Rendezvous::Tcp("n1:29500".into()));
+        for bad in ["file:", "host", "h:notaport"] {
+            assert!(Rendezvous::choose(Some(bad), env(&[])).is_err(), "{bad}");
+        }
+        assert!(Rendezvous::choose(None, env(&[])).is_err());
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// Run `f(comm)` for every rank of `world` on threads; results in rank order.
+    fn group<T: Send + 'static>(world: u32, f: impl Fn(Comm) -> Result<T> + Send + Sync + Copy + 'static) -> Vec<Result<T>> {
+        let how = Rendezvous::Tcp(format!("127.0.0.1:{}", free_port()));
+        let hs: Vec<_> = (0..world)
+            .map(|r| {
+                let how = how.clone();
+                std::thread::spawn(move || f(Comm::connect(&how, r, world, Duration::from_secs(2))?))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn allgather_returns_every_payload_in_rank_order() {
+        let out = group(4, |mut c| {
+            let a = c.allgather("step one", format!("r{}", c.rank).as_bytes())?;
+            c.barrier("step two")?;
+            Ok(a)
+        });
+        for o in out {
+            let got: Vec<String> = o.unwrap().iter().map(|b| String::from_utf8(b.clone()).unwrap()).collect();
+            assert_eq!(got, ["r0", "r1", "r2", "r3"]);
+        }
+    }
+
+    #[test]
+    fn a_failing_or_vanishing_rank_is_named_to_everyone() {
+        let out = group(3, |mut c| {
+            if c.rank == 2 {
+                c.abort("GPU on fire");
+                return Ok(());
+            }
+            c.allgather("the dispatch", b"x").map(|_| ())
+        });
+        for r in [0, 1] {
+            let e = format!("{:#}", out[r].as_ref().unwrap_err());
+            assert!(e.contains("rank 2 failed: GPU on fire"), "rank {r}: {e}");
+        }
+        let out = group(3, |mut c| {
+            if c.rank == 1 {
+                return Ok(()); // drops the connection: died
+            }
+            c.allgather("the combine", b"x").map(|_| ())
+        });
+        for r in [0, 2] {
+            let e = format!("{:#}", out[r].as_ref().unwrap_err());
+            assert!(e.contains("rank 1 went away before the combine"), "rank {r}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_hanging_rank_times_out_by_name() {
+        let start = Instant::now();
+        let out = group(2, |mut c| {
+            if c.rank == 1 {
+                std::thread::sleep(Duration::from_secs(4)); // alive but stuck past the 2 s timeout
+                return Ok(());
+            }
+            c.allgather("the layout exchange", b"x").map(|_| ())
+        });
+        let e = format!("{:#}", out[0].as_ref().unwrap_err());
+        assert!(e.contains("rank 1 did not reach the layout exchange within 2 s"), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+}
