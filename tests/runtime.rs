@@ -56,7 +56,13 @@ fn no_driver_exits_3_with_a_message_not_a_panic() {
         eprintln!("SKIPPED: libcuda loads on this machine; the no-driver path needs a machine without it");
         return;
     }
-    let o = bin().args(["probe", "--run"]).env_remove("RANK").env_remove("SLURM_PROCID").env_remove("OMPI_COMM_WORLD_RANK").output().unwrap();
+    let o = bin()
+        .args(["probe", "--run"])
+        .env_remove("RANK")
+        .env_remove("SLURM_PROCID")
+        .env_remove("OMPI_COMM_WORLD_RANK")
+        .output()
+        .unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains("no CUDA driver"), "{err}");
@@ -198,8 +204,12 @@ fn assert_gpu_verdict(o: &Output, ranks: usize) {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["schema"], 1);
-    let rules: Vec<(&str, &str)> =
-        v["checks"].as_array().unwrap().iter().map(|c| (c["rule"].as_str().unwrap(), c["status"].as_str().unwrap())).collect();
+    let rules: Vec<(&str, &str)> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["rule"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
     assert!(rules.contains(&("dispatch-roundtrip", "pass")), "{rules:?}");
     assert!(rules.contains(&("expert-counts", "pass")), "{rules:?}");
     assert_eq!(v["facts"]["roundtrip"].as_array().unwrap().len(), ranks);
@@ -210,7 +220,11 @@ fn assert_gpu_verdict(o: &Output, ranks: usize) {
 #[test]
 #[ignore = "needs 2 NVIDIA GPUs: run through the device tool"]
 fn single_process_round_trip_on_two_gpus() {
-    let o = bin().args(["probe", "--run", "--format", "json", "--ranks-per-domain", "2"]).env_remove("RANK").output().unwrap();
+    let o = bin()
+        .args(["probe", "--run", "--format", "json", "--ranks-per-domain", "2"])
+        .env_remove("RANK")
+        .output()
+        .unwrap();
     assert_gpu_verdict(&o, 2);
 }
 

@@ -27,8 +27,10 @@ pub enum Outcome {
 impl Outcome {
     pub fn check(&self) -> Check {
         match self {
-            Outcome::Unavailable { python, detail } => Check::warn("deep-ep-roundtrip", format!("not run: {python} cannot import deep_ep ({detail})"))
-                .fix("pass --python with the environment that has the DeepEP wheel installed"),
+            Outcome::Unavailable { python, detail } => {
+                Check::warn("deep-ep-roundtrip", format!("not run: {python} cannot import deep_ep ({detail})"))
+                    .fix("pass --python with the environment that has the DeepEP wheel installed")
+            }
             Outcome::Ran { result, .. } if result["ok"] == true => Check::pass(
                 "deep-ep-roundtrip",
                 format!(
@@ -42,7 +44,9 @@ impl Outcome {
                 "deep-ep-roundtrip",
                 format!("HybridEP round trip wrong: {} mismatching elements", result["mismatches"]),
             ),
-            Outcome::Failed { detail, .. } => Check::fail("deep-ep-roundtrip", format!("HybridEP round trip failed: {detail}")),
+            Outcome::Failed { detail, .. } => {
+                Check::fail("deep-ep-roundtrip", format!("HybridEP round trip failed: {detail}"))
+            }
         }
     }
 }
@@ -69,7 +73,8 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, Str
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let script = dir.path().join("hybrid_ep_roundtrip.py");
     std::fs::write(&script, SCRIPT).map_err(|e| e.to_string())?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
     let mut children: Vec<Child> = Vec::new();
     for r in 0..world {
         let child = Command::new(py)
@@ -103,7 +108,8 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, Str
             }
         }
         if Instant::now() >= deadline || crate::error::check_interrupted().is_err() {
-            let running: Vec<String> = (0..status.len()).filter(|&i| status[i].is_none()).map(|i| i.to_string()).collect();
+            let running: Vec<String> =
+                (0..status.len()).filter(|&i| status[i].is_none()).map(|i| i.to_string()).collect();
             reap(&mut children);
             return Err(format!("rank(s) {} still running after {timeout_s} s", running.join(", ")));
         }
@@ -121,7 +127,11 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, Str
         .collect();
     if !failed.is_empty() || result.is_null() {
         let err0 = read("err");
-        let why = result["error"].as_str().map(str::to_string).or_else(|| err0.lines().last().map(str::to_string)).unwrap_or_default();
+        let why = result["error"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| err0.lines().last().map(str::to_string))
+            .unwrap_or_default();
         return Err(format!("{}: {why}", failed.join(", ")));
     }
     Ok(result)

@@ -3,10 +3,9 @@
 //! order (with a barrier between phases) and the host mirror of the routing
 //! (expected counts); must not decide verdicts or print.
 use anyhow::{bail, Context, Result};
-use cudarc::driver::sys::CUstream;
 use serde::{Deserialize, Serialize};
 
-use super::gpu::{elapsed_ms, Arg, Gpu};
+use super::gpu::{elapsed_ms, Arg, Ctx, Gpu, Stream};
 use super::rendezvous::Comm;
 
 /// Problem size of the round trip.
@@ -102,8 +101,8 @@ struct Side {
     rows_from: u64,
     /// Peers' receive buffers as this side addresses them (and their contexts when local).
     peer_recv: Vec<u64>,
-    peer_ctx: Vec<Option<cudarc::driver::sys::CUcontext>>,
-    peer_streams: Vec<CUstream>,
+    peer_ctx: Vec<Option<Ctx>>,
+    peer_streams: Vec<Stream>,
 }
 
 fn gather(link: &mut Link, what: &str, mine: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
@@ -200,9 +199,11 @@ pub fn roundtrip(gpus: Vec<Gpu>, link: &mut Link, shape: Shape) -> Result<Vec<Ra
                     p[r] = if r as u32 == s.rank {
                         [s.recv, s.meta, s.comb][b]
                     } else {
-                        s.gpu
-                            .ipc_open(&handles[b * 64..(b + 1) * 64])
-                            .with_context(|| format!("opening rank {r}'s buffers (CUDA IPC): are both GPUs on this host and P2P-connected?"))?
+                        s.gpu.ipc_open(&handles[b * 64..(b + 1) * 64]).with_context(|| {
+                            format!(
+                                "opening rank {r}'s buffers (CUDA IPC): are both GPUs on this host and P2P-connected?"
+                            )
+                        })?
                     };
                 }
             }
@@ -225,7 +226,14 @@ pub fn roundtrip(gpus: Vec<Gpu>, link: &mut Link, shape: Shape) -> Result<Vec<Ra
             "layout",
             1,
             512,
-            &[Arg::I(s.rank as i32), Arg::I(t as i32), Arg::I(w as i32), Arg::I(k as i32), Arg::P(s.slot), Arg::P(s.count)],
+            &[
+                Arg::I(s.rank as i32),
+                Arg::I(t as i32),
+                Arg::I(w as i32),
+                Arg::I(k as i32),
+                Arg::P(s.slot),
+                Arg::P(s.count),
+            ],
         )?;
     }
     let mut mine = Vec::new();
@@ -266,7 +274,15 @@ pub fn roundtrip(gpus: Vec<Gpu>, link: &mut Link, shape: Shape) -> Result<Vec<Ra
             "combine",
             s.gpu.multiprocessors as u32 * shape.blocks_per_sm,
             512,
-            &[Arg::I(s.rank as i32), Arg::I(h as i32), Arg::I(w as i32), Arg::I(cap as i32), Arg::P(s.rows_from), Arg::P(s.recv), Arg::P(s.comb_ptrs)],
+            &[
+                Arg::I(s.rank as i32),
+                Arg::I(h as i32),
+                Arg::I(w as i32),
+                Arg::I(cap as i32),
+                Arg::P(s.rows_from),
+                Arg::P(s.recv),
+                Arg::P(s.comb_ptrs),
+            ],
         )
     };
 
@@ -336,8 +352,8 @@ pub fn roundtrip(gpus: Vec<Gpu>, link: &mut Link, shape: Shape) -> Result<Vec<Ra
     let d_ms = timed("the dispatch timing", &|s| dispatch(s), &sides)?;
     let c_ms = timed("the combine timing", &|s| combine(s), &sides)?;
     let copy = |s: &Side| -> Result<()> {
-        for d in 0..w {
-            let n = counts[s.rank as usize][d] as usize * row;
+        for (d, &rows) in counts[s.rank as usize].iter().enumerate() {
+            let n = rows as usize * row;
             if d as u32 == s.rank || n == 0 {
                 continue;
             }
@@ -410,9 +426,9 @@ mod tests {
             let (rows, experts) = expected(world, tokens, topk);
             let pairs: i64 = experts.iter().flatten().sum();
             assert_eq!(pairs, (world * tokens * topk) as i64);
-            for s in 0..world as usize {
+            for r in &rows {
                 // Every token goes somewhere, at most once per rank.
-                let sent: u32 = rows[s].iter().sum();
+                let sent: u32 = r.iter().sum();
                 assert!(sent >= tokens && sent <= tokens * world.min(topk), "{sent}");
             }
         }

@@ -6,7 +6,7 @@ use std::ffi::{c_void, CStr, CString};
 use std::mem::MaybeUninit;
 
 use anyhow::{anyhow, Context, Result};
-use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUdevice_P2PAttribute as P2pAttr};
+use cudarc::driver::sys::{self, CUdevice_P2PAttribute as P2pAttr, CUdevice_attribute as Attr};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Failure;
@@ -149,13 +149,23 @@ pub fn discover() -> Result<Discovery> {
     Ok(Discovery { driver: format!("{}.{}", version / 1000, version % 1000 / 10), devices, p2p })
 }
 
+/// A stream of one device (opaque: only this module touches the handle).
+#[derive(Debug, Clone, Copy)]
+pub struct Stream(sys::CUstream);
+/// A recorded point on a stream, for timing and cross-stream waits.
+#[derive(Debug, Clone, Copy)]
+pub struct Event(sys::CUevent);
+/// A device's primary context.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx(sys::CUcontext);
+
 /// A device with its primary context and a stream.
 pub struct Gpu {
     pub ordinal: i32,
     pub sm: u32,
     pub multiprocessors: i32,
-    pub ctx: sys::CUcontext,
-    pub stream: sys::CUstream,
+    pub ctx: Ctx,
+    pub stream: Stream,
     module: sys::CUmodule,
 }
 
@@ -178,21 +188,21 @@ impl Gpu {
             ordinal,
             sm,
             multiprocessors,
-            ctx,
-            stream: unsafe { stream.assume_init() },
+            ctx: Ctx(ctx),
+            stream: Stream(unsafe { stream.assume_init() }),
             module: unsafe { module.assume_init() },
         })
     }
 
     /// Make this device's context current on the calling thread.
     pub fn bind(&self) -> Result<()> {
-        cu!(cuCtxSetCurrent(self.ctx))
+        cu!(cuCtxSetCurrent(self.ctx.0))
     }
 
     /// Let this context write to `peer`'s memory (already enabled is fine).
     pub fn enable_peer(&self, peer: &Gpu) -> Result<()> {
         self.bind()?;
-        match unsafe { sys::cuCtxEnablePeerAccess(peer.ctx, 0) } {
+        match unsafe { sys::cuCtxEnablePeerAccess(peer.ctx.0, 0) } {
             sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
             e => Err(anyhow!("cuCtxEnablePeerAccess(GPU {} -> GPU {}) failed: {:?}", self.ordinal, peer.ordinal, e)),
         }
@@ -220,12 +230,8 @@ impl Gpu {
         Ok(v)
     }
 
-    /// Launch kernel `name` on this device's stream (or `stream`).
+    /// Launch kernel `name` on this device's stream.
     pub fn launch(&self, name: &str, grid: u32, block: u32, args: &[Arg]) -> Result<()> {
-        self.launch_on(self.stream, name, grid, block, args)
-    }
-
-    pub fn launch_on(&self, stream: sys::CUstream, name: &str, grid: u32, block: u32, args: &[Arg]) -> Result<()> {
         self.bind()?;
         let cname = CString::new(name).expect("kernel name");
         let mut f = MaybeUninit::uninit();
@@ -241,18 +247,18 @@ impl Gpu {
             1,
             1,
             0,
-            stream,
+            self.stream.0,
             ptrs.as_mut_ptr(),
             std::ptr::null_mut()
         ))
         .with_context(|| format!("launching `{name}` on GPU {}", self.ordinal))
     }
 
-    pub fn new_stream(&self) -> Result<sys::CUstream> {
+    pub fn new_stream(&self) -> Result<Stream> {
         self.bind()?;
         let mut s = MaybeUninit::uninit();
         cu!(cuStreamCreate(s.as_mut_ptr(), sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32))?;
-        Ok(unsafe { s.assume_init() })
+        Ok(Stream(unsafe { s.assume_init() }))
     }
 
     pub fn sync(&self) -> Result<()> {
@@ -261,29 +267,29 @@ impl Gpu {
     }
 
     /// Make `stream` wait for `event` (recorded on another stream).
-    pub fn wait(&self, stream: sys::CUstream, event: sys::CUevent) -> Result<()> {
+    pub fn wait(&self, stream: Stream, event: Event) -> Result<()> {
         self.bind()?;
-        cu!(cuStreamWaitEvent(stream, event, 0))
+        cu!(cuStreamWaitEvent(stream.0, event.0, 0))
     }
 
-    pub fn event(&self) -> Result<sys::CUevent> {
+    pub fn event(&self) -> Result<Event> {
         self.bind()?;
         let mut e = MaybeUninit::uninit();
         cu!(cuEventCreate(e.as_mut_ptr(), 0))?;
-        Ok(unsafe { e.assume_init() })
+        Ok(Event(unsafe { e.assume_init() }))
     }
 
-    pub fn record(&self, e: sys::CUevent, stream: sys::CUstream) -> Result<()> {
+    pub fn record(&self, e: Event, stream: Stream) -> Result<()> {
         self.bind()?;
-        cu!(cuEventRecord(e, stream))
+        cu!(cuEventRecord(e.0, stream.0))
     }
 
     /// Copy-engine copy into memory another context owns (or an IPC mapping).
-    pub fn copy_peer(&self, stream: sys::CUstream, dst: u64, dst_ctx: Option<sys::CUcontext>, src: u64, bytes: usize) -> Result<()> {
+    pub fn copy_peer(&self, stream: Stream, dst: u64, dst_ctx: Option<Ctx>, src: u64, bytes: usize) -> Result<()> {
         self.bind()?;
         match dst_ctx {
-            Some(c) => cu!(cuMemcpyPeerAsync(dst, c, src, self.ctx, bytes, stream)),
-            None => cu!(cuMemcpyDtoDAsync_v2(dst, src, bytes, stream)),
+            Some(c) => cu!(cuMemcpyPeerAsync(dst, c.0, src, self.ctx.0, bytes, stream.0)),
+            None => cu!(cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.0)),
         }
     }
 
@@ -310,10 +316,10 @@ impl Gpu {
 }
 
 /// Milliseconds between two recorded events (waits for the second).
-pub fn elapsed_ms(start: sys::CUevent, end: sys::CUevent) -> Result<f64> {
-    cu!(cuEventSynchronize(end))?;
+pub fn elapsed_ms(start: Event, end: Event) -> Result<f64> {
+    cu!(cuEventSynchronize(end.0))?;
     let mut ms = 0f32;
-    cu!(cuEventElapsedTime_v2(&mut ms, start, end))?;
+    cu!(cuEventElapsedTime_v2(&mut ms, start.0, end.0))?;
     Ok(ms as f64)
 }
 
@@ -345,7 +351,9 @@ pub fn compile(sm: u32) -> Result<Vec<u8>> {
     let out = match compiled {
         Ok(()) => {
             let mut size = 0usize;
-            unsafe { nv::nvrtcGetCUBINSize(prog, &mut size) }.result().map_err(|e| anyhow!("nvrtcGetCUBINSize: {e}"))?;
+            unsafe { nv::nvrtcGetCUBINSize(prog, &mut size) }
+                .result()
+                .map_err(|e| anyhow!("nvrtcGetCUBINSize: {e}"))?;
             let mut cubin = vec![0u8; size];
             unsafe { nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut std::ffi::c_char) }
                 .result()

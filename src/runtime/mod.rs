@@ -63,7 +63,7 @@ pub struct RunArgs {
 pub fn run(args: &ProbeArgs) -> Result<Exit> {
     let started = Instant::now();
     let ra = &args.runtime;
-    if ra.hidden == 0 || ra.hidden % 8 != 0 {
+    if ra.hidden == 0 || !ra.hidden.is_multiple_of(8) {
         crate::bail_usage!("--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)", ra.hidden);
     }
     if !(1..=16).contains(&ra.topk) {
@@ -79,7 +79,8 @@ pub fn run(args: &ProbeArgs) -> Result<Exit> {
         Some(_) => Some(Rendezvous::choose(ra.rendezvous.as_deref(), env)?),
         None => None,
     };
-    let shape = Shape { tokens: ra.tokens, hidden: ra.hidden, topk: ra.topk, iters: ra.iters, blocks_per_sm: ra.blocks_per_sm };
+    let shape =
+        Shape { tokens: ra.tokens, hidden: ra.hidden, topk: ra.topk, iters: ra.iters, blocks_per_sm: ra.blocks_per_sm };
     let binary = crate::probe::binary_facts(args)?;
     let _guard = crate::error::Cooperative::enter();
     let outcome = match (ranks, how) {
@@ -98,7 +99,11 @@ pub fn run(args: &ProbeArgs) -> Result<Exit> {
             }
             if args.format == Format::Github {
                 for c in verdict.checks.iter().filter(|c| c.status == crate::verdict::Status::Fail) {
-                    println!("::error title={}::{}", crate::output::gh_escape_prop(&c.rule), crate::output::gh_escape_data(&c.evidence));
+                    println!(
+                        "::error title={}::{}",
+                        crate::output::gh_escape_prop(&c.rule),
+                        crate::output::gh_escape_data(&c.evidence)
+                    );
                 }
             }
         }
@@ -132,7 +137,13 @@ fn kernel_group(d: &Discovery) -> Vec<i32> {
     group
 }
 
-fn single(args: &ProbeArgs, shape: Shape, request: Option<Request>, binary: Option<&BinaryFacts>, started: Instant) -> Result<Verdict> {
+fn single(
+    args: &ProbeArgs,
+    shape: Shape,
+    request: Option<Request>,
+    binary: Option<&BinaryFacts>,
+    started: Instant,
+) -> Result<Verdict> {
     gpu::require_libraries()?;
     let mut tm = Timings::default();
     let t0 = Instant::now();
@@ -212,7 +223,8 @@ fn multi_body(
         Err(e) => format!("{e:#}").into_bytes(),
     };
     let all = comm.allgather("the driver check", &mine)?;
-    let missing: Vec<String> = all.iter().enumerate().filter(|(_, m)| !m.is_empty()).map(|(r, _)| r.to_string()).collect();
+    let missing: Vec<String> =
+        all.iter().enumerate().filter(|(_, m)| !m.is_empty()).map(|(r, _)| r.to_string()).collect();
     if !missing.is_empty() {
         let first = String::from_utf8_lossy(all.iter().find(|m| !m.is_empty()).expect("one is missing"));
         return Err(Failure::env(format!("no CUDA on rank(s) {}: {first}", missing.join(", ")))
@@ -257,7 +269,21 @@ fn multi_body(
         return Ok(None);
     }
     let group: Vec<i32> = (0..ranks.world as i32).collect();
-    Ok(Some(judge(request, binary, args, &disc, &group, &hosts, Some(ranks), shape, &reports, None, tm, started, &discs)))
+    Ok(Some(judge(
+        request,
+        binary,
+        args,
+        &disc,
+        &group,
+        &hosts,
+        Some(ranks),
+        shape,
+        &reports,
+        None,
+        tm,
+        started,
+        &discs,
+    )))
 }
 
 fn hostname() -> String {
@@ -324,11 +350,21 @@ fn judge(
                 if b.cubin_sms.contains(sm) {
                     v.push(Check::pass("gpu-arch", format!("{} has a sm_{sm} cubin for these GPUs", b.subject)));
                 } else if b.ptx_sms.iter().any(|p| p <= sm) {
-                    v.push(Check::warn("gpu-arch", format!("{}: no sm_{sm} cubin, only PTX (JIT at first use)", b.subject)));
+                    v.push(Check::warn(
+                        "gpu-arch",
+                        format!("{}: no sm_{sm} cubin, only PTX (JIT at first use)", b.subject),
+                    ));
                 } else {
                     v.push(
-                        Check::fail("gpu-arch", format!("{} has cubins for {:?} but these GPUs are sm_{sm}", b.subject, b.cubin_sms))
-                            .fix(format!("rebuild with TORCH_CUDA_ARCH_LIST including \"{}.{}\"", sm / 10, sm % 10)),
+                        Check::fail(
+                            "gpu-arch",
+                            format!("{} has cubins for {:?} but these GPUs are sm_{sm}", b.subject, b.cubin_sms),
+                        )
+                        .fix(format!(
+                            "rebuild with TORCH_CUDA_ARCH_LIST including \"{}.{}\"",
+                            sm / 10,
+                            sm % 10
+                        )),
                     );
                 }
             }
@@ -345,7 +381,11 @@ fn judge(
 
     // R against the GPUs that see each other.
     let domain = group.len() as u32;
-    let how_seen = if ranks.is_some() { "ranks that opened each other's memory (CUDA IPC)" } else { "GPUs with P2P access to each other" };
+    let how_seen = if ranks.is_some() {
+        "ranks that opened each other's memory (CUDA IPC)"
+    } else {
+        "GPUs with P2P access to each other"
+    };
     match req.and_then(|r| r.ranks_per_domain) {
         None => v.push(Check::skip("nvlink-domain", format!("R not requested; {domain} {how_seen}"))),
         Some(r) if r <= domain => {
@@ -361,11 +401,15 @@ fn judge(
         ),
     }
     if let Some(n) = req.and_then(|r| r.gpus_per_node) {
-        let here = if ranks.is_some() { hosts.iter().filter(|h| **h == hosts[0]).count() as u32 } else { devs.len() as u32 };
+        let here =
+            if ranks.is_some() { hosts.iter().filter(|h| **h == hosts[0]).count() as u32 } else { devs.len() as u32 };
         if n == here {
             v.push(Check::pass("gpus-per-node", format!("{here} GPUs per node as requested")));
         } else {
-            v.push(Check::warn("gpus-per-node", format!("requested {n} GPUs per node, this node has {here} in the probe")));
+            v.push(Check::warn(
+                "gpus-per-node",
+                format!("requested {n} GPUs per node, this node has {here} in the probe"),
+            ));
         }
     }
     let fabric = discs.iter().all(|d| d.devices.iter().all(|x| x.fabric_handles));
@@ -375,17 +419,23 @@ fn judge(
             Check::fail("mnnvl", "MNNVL requested but these GPUs do not support fabric handles (no multi-node NVLink)")
                 .fix("USE_MNNVL=0 (--no-mnnvl) and R <= GPUs per node"),
         ),
-        _ => v.push(Check::skip("mnnvl", format!("not requested; fabric handles {}", if fabric { "supported" } else { "not supported" }))),
+        _ => v.push(Check::skip(
+            "mnnvl",
+            format!("not requested; fabric handles {}", if fabric { "supported" } else { "not supported" }),
+        )),
     }
 
     // The round trip.
     let bw = if reports.is_empty() {
-        v.push(Check::warn("dispatch-roundtrip", format!("not run: the ranks span {} hosts (CUDA IPC works within one host)", {
-            let mut h = hosts.to_vec();
-            h.sort();
-            h.dedup();
-            h.len()
-        })));
+        v.push(Check::warn(
+            "dispatch-roundtrip",
+            format!("not run: the ranks span {} hosts (CUDA IPC works within one host)", {
+                let mut h = hosts.to_vec();
+                h.sort();
+                h.dedup();
+                h.len()
+            }),
+        ));
         serde_json::Value::Null
     } else {
         let bad_d: u64 = reports.iter().map(|r| r.dispatch_mismatches).sum();
@@ -409,11 +459,19 @@ fn judge(
         let wrong: Vec<String> = reports
             .iter()
             .filter(|r| r.expert_counts != r.expected_expert_counts || r.sent_rows != r.expected_sent_rows)
-            .map(|r| format!("rank {}: experts {:?} expected {:?}, rows {:?} expected {:?}", r.rank, r.expert_counts, r.expected_expert_counts, r.sent_rows, r.expected_sent_rows))
+            .map(|r| {
+                format!(
+                    "rank {}: experts {:?} expected {:?}, rows {:?} expected {:?}",
+                    r.rank, r.expert_counts, r.expected_expert_counts, r.sent_rows, r.expected_sent_rows
+                )
+            })
             .collect();
         if wrong.is_empty() {
             let total: i64 = reports.iter().flat_map(|r| r.expert_counts.iter()).sum();
-            v.push(Check::pass("expert-counts", format!("per-expert counts match the routing ({total} token-expert pairs)")));
+            v.push(Check::pass(
+                "expert-counts",
+                format!("per-expert counts match the routing ({total} token-expert pairs)"),
+            ));
         } else {
             v.push(Check::fail("expert-counts", wrong.join("; ")));
         }
@@ -433,7 +491,11 @@ fn judge(
                 bytes as f64 / 1048576.0
             );
             let low = d / e < 0.5 || c / e < 0.5;
-            v.push(if low { Check::warn("bandwidth", format!("{summary}: far below the copy engine")) } else { Check::pass("bandwidth", summary.clone()) });
+            v.push(if low {
+                Check::warn("bandwidth", format!("{summary}: far below the copy engine"))
+            } else {
+                Check::pass("bandwidth", summary.clone())
+            });
             json!({"dispatch_gbps": d, "combine_gbps": c, "copy_engine_gbps": e,
                    "dispatch_ratio": d / e, "combine_ratio": c / e, "bytes_per_phase": bytes,
                    "iters": shape.iters, "summary": summary})

@@ -45,9 +45,9 @@ pub fn detect(env: impl Fn(&str) -> Option<String>) -> Result<Option<Ranks>> {
     for (launcher, rank, local, world) in SETS {
         let Some(r) = env(rank) else { continue };
         let num = |name: &str, v: String| -> Result<u32> {
-            v.trim().parse::<u32>().map_err(|_| {
-                Failure::usage(format!("{name}={v:?} is not a rank number (set by {launcher})")).into()
-            })
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| Failure::usage(format!("{name}={v:?} is not a rank number (set by {launcher})")).into())
         };
         let r = num(rank, r)?;
         let w = match env(world) {
@@ -93,7 +93,10 @@ impl Rendezvous {
             }
             let hp = f.strip_prefix("tcp://").unwrap_or(f);
             if hp.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
-                return Err(Failure::usage(format!("--rendezvous {f:?}: expected tcp://HOST:PORT, HOST:PORT or file:PATH")).into());
+                return Err(Failure::usage(format!(
+                    "--rendezvous {f:?}: expected tcp://HOST:PORT, HOST:PORT or file:PATH"
+                ))
+                .into());
             }
             return Ok(Rendezvous::Tcp(hp.to_string()));
         }
@@ -309,7 +312,13 @@ fn write_address(path: &Path, addr: &str) -> Result<()> {
     Ok(())
 }
 
-fn accept_all(l: &TcpListener, world: u32, deadline: Instant, timeout: Duration, how: &Rendezvous) -> Result<Vec<TcpStream>> {
+fn accept_all(
+    l: &TcpListener,
+    world: u32,
+    deadline: Instant,
+    timeout: Duration,
+    how: &Rendezvous,
+) -> Result<Vec<TcpStream>> {
     l.set_nonblocking(true)?;
     let mut slots: Vec<Option<TcpStream>> = (1..world).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
@@ -330,7 +339,8 @@ fn accept_all(l: &TcpListener, world: u32, deadline: Instant, timeout: Duration,
                         match slots.get_mut(r.wrapping_sub(1) as usize) {
                             Some(slot @ None) => *slot = Some(s),
                             _ => {
-                                let msg = format!("rank {r} (from {from}) arrived twice or is out of range (world {world})");
+                                let msg =
+                                    format!("rank {r} (from {from}) arrived twice or is out of range (world {world})");
                                 let _ = send(&mut s, 1, msg.as_bytes());
                                 return Err(Failure::usage(msg).into());
                             }
@@ -400,9 +410,12 @@ fn connect_leaf(how: &Rendezvous, deadline: Instant) -> Result<TcpStream> {
             }
         }
         if Instant::now() >= deadline {
-            return Err(Failure::problems(format!("rank 0 never answered at the rendezvous ({}): {last}", describe(how)))
-                .hint("start rank 0 too (same MASTER_ADDR/MASTER_PORT or --rendezvous), or raise --timeout")
-                .into());
+            return Err(Failure::problems(format!(
+                "rank 0 never answered at the rendezvous ({}): {last}",
+                describe(how)
+            ))
+            .hint("start rank 0 too (same MASTER_ADDR/MASTER_PORT or --rendezvous), or raise --timeout")
+            .into());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -472,9 +485,15 @@ mod tests {
         let r = detect(env(&[("OMPI_COMM_WORLD_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "4")])).unwrap().unwrap();
         assert_eq!((r.rank, r.local_rank, r.world, r.launcher), (2, 2, 4, "mpirun"));
         // torchrun inside srun: torchrun's own variables win.
-        let r = detect(env(&[("RANK", "3"), ("LOCAL_RANK", "3"), ("WORLD_SIZE", "4"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]))
-            .unwrap()
-            .unwrap();
+        let r = detect(env(&[
+            ("RANK", "3"),
+            ("LOCAL_RANK", "3"),
+            ("WORLD_SIZE", "4"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "1"),
+        ]))
+        .unwrap()
+        .unwrap();
         assert_eq!((r.rank, r.world, r.launcher), (3, 4, "torchrun"));
     }
 
@@ -495,7 +514,10 @@ mod tests {
     fn rendezvous_spec_from_flag_or_environment() {
         assert_eq!(Rendezvous::choose(Some("file:/s/a"), env(&[])).unwrap(), Rendezvous::File("/s/a".into()));
         assert_eq!(Rendezvous::choose(Some("tcp://h:1"), env(&[])).unwrap(), Rendezvous::Tcp("h:1".into()));
-        assert_eq!(Rendezvous::choose(None, env(&[("MASTER_ADDR", "n1")])).unwrap(), Rendezvous::Tcp("n1:29500".into()));
+        assert_eq!(
+            Rendezvous::choose(None, env(&[("MASTER_ADDR", "n1")])).unwrap(),
+            Rendezvous::Tcp("n1:29500".into())
+        );
         for bad in ["file:", "host", "h:notaport"] {
             assert!(Rendezvous::choose(Some(bad), env(&[])).is_err(), "{bad}");
         }
@@ -507,7 +529,10 @@ mod tests {
     }
 
     /// Run `f(comm)` for every rank of `world` on threads; results in rank order.
-    fn group<T: Send + 'static>(world: u32, f: impl Fn(Comm) -> Result<T> + Send + Sync + Copy + 'static) -> Vec<Result<T>> {
+    fn group<T: Send + 'static>(
+        world: u32,
+        f: impl Fn(Comm) -> Result<T> + Send + Sync + Copy + 'static,
+    ) -> Vec<Result<T>> {
         let how = Rendezvous::Tcp(format!("127.0.0.1:{}", free_port()));
         let hs: Vec<_> = (0..world)
             .map(|r| {
