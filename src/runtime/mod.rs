@@ -94,9 +94,6 @@ pub fn run(args: &ProbeArgs) -> Result<Exit> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&verdict)?),
         Format::Human | Format::Github => {
             print!("{}", verdict.render_human());
-            if let Some(b) = verdict.facts.get("bandwidth").filter(|b| !b.is_null()) {
-                println!("bandwidth: {}", b["summary"].as_str().unwrap_or(""));
-            }
             if args.format == Format::Github {
                 for c in verdict.checks.iter().filter(|c| c.status == crate::verdict::Status::Fail) {
                     println!(
@@ -501,8 +498,13 @@ fn judge(
                    "iters": shape.iters, "summary": summary})
         }
     };
-    if let Some(o) = deep_ep {
-        v.push(o.check());
+    match deep_ep {
+        Some(o) => v.push(o.check()),
+        None if args.runtime.deep_ep => v.push(Check::skip(
+            "deep-ep-roundtrip",
+            "not run under a launcher: run `probe --run --deep-ep` as one process, it starts one Python per GPU",
+        )),
+        None => {}
     }
     // The static probe's rows for --wheel/--python.
     if binary.is_some() {
