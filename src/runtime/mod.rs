@@ -1,15 +1,533 @@
-//! `probe --run`: topology discovery and a dispatch/combine kernel on the GPUs.
-use anyhow::Result;
+//! `probe --run`: topology discovery and a dispatch/combine kernel on this
+//! machine's GPUs (one process driving all, or one process per GPU through a
+//! launcher), judged against the topology request and the wheel's facts.
+//! Owns the runtime verdict rules; must not read wheels itself (the static
+//! probe's `binary_facts`/`static_verdict` do) nor edit the request.
+pub mod deep_ep;
+pub mod engine;
+pub mod gpu;
+pub mod nvml;
+pub mod rendezvous;
 
-use crate::error::Exit;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use crate::error::{Exit, Failure};
+use crate::output::Format;
+use crate::probe::{BinaryFacts, ProbeArgs};
+use crate::topology::Request;
+use crate::verdict::{Check, Verdict};
+use engine::{Link, RankReport, Shape};
+use gpu::{Discovery, Gpu};
+use rendezvous::{Comm, Ranks, Rendezvous};
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RunArgs {
-    /// Run on this machine's GPUs (discovery, dispatch/combine kernel, bandwidth).
+    /// Run on this machine's GPUs: discovery, a dispatch/combine round trip
+    /// over NVLink checked exactly, and its bandwidth against the copy engine.
+    /// Under torchrun/srun/mpirun (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK
+    /// set, world size > 1) each process takes the GPU of its local rank.
     #[arg(long)]
     pub run: bool,
+    /// Tokens per GPU for the round trip (the timed payload is tokens x hidden x 2 bytes per peer).
+    #[arg(long, value_name = "N", default_value_t = 16384, requires = "run")]
+    pub tokens: u32,
+    /// Hidden size in bf16 elements (a multiple of 8: rows move as 16-byte vectors).
+    #[arg(long, value_name = "H", default_value_t = 7168, requires = "run")]
+    pub hidden: u32,
+    /// Experts per token (1..=16); there are topk experts per rank.
+    #[arg(long, value_name = "K", default_value_t = 8, requires = "run")]
+    pub topk: u32,
+    /// Timed repetitions of dispatch, combine and the copy-engine baseline.
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "run")]
+    pub iters: u32,
+    /// Blocks of 512 threads per multiprocessor for the dispatch and combine kernels.
+    #[arg(long, value_name = "N", default_value_t = 2, requires = "run")]
+    pub blocks_per_sm: u32,
+    /// Where the processes of a launched job meet: tcp://HOST:PORT, HOST:PORT,
+    /// or file:PATH (rank 0 writes its address there; a shared filesystem).
+    /// Default: MASTER_ADDR:MASTER_PORT (port 29500 if unset).
+    #[arg(long, value_name = "SPEC", requires = "run")]
+    pub rendezvous: Option<String>,
+    /// Seconds any rank waits for another (arrival, each phase) before failing with the missing rank's number.
+    #[arg(long, value_name = "SECS", default_value_t = 60, requires = "run")]
+    pub timeout: u64,
+    /// Also run the installed deep_ep's own HybridEP dispatch/combine round
+    /// trip (one Python process per GPU; --python or python3 on PATH).
+    #[arg(long, requires = "run")]
+    pub deep_ep: bool,
 }
 
-pub fn run(_args: &crate::probe::ProbeArgs) -> Result<Exit> {
-    crate::bail_usage!("probe --run is not implemented yet")
+pub fn run(args: &ProbeArgs) -> Result<Exit> {
+    let started = Instant::now();
+    let ra = &args.runtime;
+    if ra.hidden == 0 || !ra.hidden.is_multiple_of(8) {
+        crate::bail_usage!("--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)", ra.hidden);
+    }
+    if !(1..=16).contains(&ra.topk) {
+        crate::bail_usage!("--topk {} must be between 1 and 16", ra.topk);
+    }
+    if ra.tokens == 0 || ra.iters == 0 || ra.timeout == 0 || ra.blocks_per_sm == 0 {
+        crate::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
+    }
+    let request = args.topology.resolve()?;
+    let env = |k: &str| std::env::var(k).ok();
+    let ranks = rendezvous::detect(env)?.filter(|r| r.world > 1);
+    let how = match &ranks {
+        Some(_) => Some(Rendezvous::choose(ra.rendezvous.as_deref(), env)?),
+        None => None,
+    };
+    let shape =
+        Shape { tokens: ra.tokens, hidden: ra.hidden, topk: ra.topk, iters: ra.iters, blocks_per_sm: ra.blocks_per_sm };
+    let binary = crate::probe::binary_facts(args)?;
+    let _guard = crate::error::Cooperative::enter();
+    let outcome = match (ranks, how) {
+        (Some(r), Some(how)) => multi(args, &r, &how, shape, request.clone(), binary.as_ref(), started)?,
+        _ => Some(single(args, shape, request.clone(), binary.as_ref(), started)?),
+    };
+    let Some(verdict) = outcome else {
+        return Ok(Exit::Ok); // not rank 0: rank 0 prints and carries the verdict
+    };
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&verdict)?),
+        Format::Human | Format::Github => {
+            print!("{}", verdict.render_human());
+            if args.format == Format::Github {
+                for c in verdict.checks.iter().filter(|c| c.status == crate::verdict::Status::Fail) {
+                    println!(
+                        "::error title={}::{}",
+                        crate::output::gh_escape_prop(&c.rule),
+                        crate::output::gh_escape_data(&c.evidence)
+                    );
+                }
+            }
+        }
+    }
+    Ok(verdict.exit())
+}
+
+/// Timings of one probe, for `facts.timings_ms`.
+#[derive(Default)]
+struct Timings {
+    discover: f64,
+    nvrtc: f64,
+    roundtrip: f64,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+/// The largest set of same-arch devices (from device 0 on) that all reach each other.
+fn kernel_group(d: &Discovery) -> Vec<i32> {
+    let mut group: Vec<i32> = Vec::new();
+    for dev in &d.devices {
+        if group.len() < engine::MAX_RANKS
+            && group.iter().all(|&g| d.peer_access(g, dev.ordinal) && d.peer_access(dev.ordinal, g))
+            && group.first().is_none_or(|&g| d.devices[g as usize].sm == dev.sm)
+        {
+            group.push(dev.ordinal);
+        }
+    }
+    group
+}
+
+fn single(
+    args: &ProbeArgs,
+    shape: Shape,
+    request: Option<Request>,
+    binary: Option<&BinaryFacts>,
+    started: Instant,
+) -> Result<Verdict> {
+    gpu::require_libraries()?;
+    let mut tm = Timings::default();
+    let t0 = Instant::now();
+    let disc = gpu::discover()?;
+    tm.discover = ms(t0);
+    if disc.devices.is_empty() {
+        return Err(Failure::env("no CUDA device is visible (the driver loaded but reports 0 GPUs)")
+            .hint("check nvidia-smi and CUDA_VISIBLE_DEVICES")
+            .into());
+    }
+    let group = kernel_group(&disc);
+    let sm = disc.devices[group[0] as usize].sm;
+    let t0 = Instant::now();
+    let cubin = gpu::compile(sm)?;
+    tm.nvrtc = ms(t0);
+    let t0 = Instant::now();
+    let gpus = group.iter().map(|&o| Gpu::open(o, &cubin)).collect::<Result<Vec<_>>>()?;
+    let reports = engine::roundtrip(gpus, &mut Link::Local, shape)?;
+    tm.roundtrip = ms(t0);
+    let deep_ep = if args.runtime.deep_ep {
+        Some(deep_ep::run(args.python.as_deref(), group.len() as u32, args.runtime.timeout))
+    } else {
+        None
+    };
+    let hosts = vec![hostname()];
+    Ok(judge(
+        request,
+        binary,
+        args,
+        &disc,
+        &group,
+        &hosts,
+        None,
+        shape,
+        &reports,
+        deep_ep.as_ref(),
+        tm,
+        started,
+        std::slice::from_ref(&disc),
+    ))
+}
+
+/// One process per GPU. Returns the verdict on rank 0, None elsewhere.
+fn multi(
+    args: &ProbeArgs,
+    ranks: &Ranks,
+    how: &Rendezvous,
+    shape: Shape,
+    request: Option<Request>,
+    binary: Option<&BinaryFacts>,
+    started: Instant,
+) -> Result<Option<Verdict>> {
+    let timeout = Duration::from_secs(args.runtime.timeout);
+    let mut comm = Comm::connect(how, ranks.rank, ranks.world, timeout)
+        .with_context(|| format!("rank {} of {} ({})", ranks.rank, ranks.world, ranks.launcher))?;
+    let body = multi_body(args, ranks, &mut comm, shape, request, binary, started);
+    if let Err(e) = &body {
+        // Tell the others at once (a no-op when the connection is already gone).
+        comm.abort(&format!("{e:#}"));
+    }
+    body.with_context(|| format!("rank {} of {} ({})", ranks.rank, ranks.world, ranks.launcher))
+}
+
+fn multi_body(
+    args: &ProbeArgs,
+    ranks: &Ranks,
+    comm: &mut Comm,
+    shape: Shape,
+    request: Option<Request>,
+    binary: Option<&BinaryFacts>,
+    started: Instant,
+) -> Result<Option<Verdict>> {
+    // Every rank says whether it has a driver, so a missing one is reported once, by number.
+    let present = gpu::require_libraries();
+    let mine = match &present {
+        Ok(()) => Vec::new(),
+        Err(e) => format!("{e:#}").into_bytes(),
+    };
+    let all = comm.allgather("the driver check", &mine)?;
+    let missing: Vec<String> =
+        all.iter().enumerate().filter(|(_, m)| !m.is_empty()).map(|(r, _)| r.to_string()).collect();
+    if !missing.is_empty() {
+        let first = String::from_utf8_lossy(all.iter().find(|m| !m.is_empty()).expect("one is missing"));
+        return Err(Failure::env(format!("no CUDA on rank(s) {}: {first}", missing.join(", ")))
+            .hint("run `probe --run` where every rank has an NVIDIA GPU and its driver")
+            .into());
+    }
+    let mut tm = Timings::default();
+    let t0 = Instant::now();
+    let disc = gpu::discover()?;
+    tm.discover = ms(t0);
+    let ordinal = ranks.local_rank as i32;
+    if ordinal as usize >= disc.devices.len() {
+        return Err(Failure::env(format!(
+            "rank {} has local rank {} but sees only {} GPU(s)",
+            ranks.rank,
+            ranks.local_rank,
+            disc.devices.len()
+        ))
+        .hint("start one process per visible GPU on each host")
+        .into());
+    }
+    let me = json!({"host": hostname(), "discovery": disc});
+    let all = comm.allgather("the discovery exchange", &serde_json::to_vec(&me)?)?;
+    let all: Vec<serde_json::Value> = all.iter().map(|b| serde_json::from_slice(b)).collect::<Result<_, _>>()?;
+    let hosts: Vec<String> = all.iter().map(|v| v["host"].as_str().unwrap_or("?").to_string()).collect();
+    let discs: Vec<Discovery> =
+        all.iter().map(|v| serde_json::from_value(v["discovery"].clone())).collect::<Result<_, _>>()?;
+    let one_host = hosts.iter().all(|h| *h == hosts[0]);
+    let reports = if one_host {
+        let t0 = Instant::now();
+        let cubin = gpu::compile(disc.devices[ordinal as usize].sm)?;
+        tm.nvrtc = ms(t0);
+        let t0 = Instant::now();
+        let g = Gpu::open(ordinal, &cubin)?;
+        let r = engine::roundtrip(vec![g], &mut Link::Procs(comm), shape)?;
+        tm.roundtrip = ms(t0);
+        r
+    } else {
+        Vec::new()
+    };
+    if ranks.rank != 0 {
+        return Ok(None);
+    }
+    let group: Vec<i32> = (0..ranks.world as i32).collect();
+    Ok(Some(judge(
+        request,
+        binary,
+        args,
+        &disc,
+        &group,
+        &hosts,
+        Some(ranks),
+        shape,
+        &reports,
+        None,
+        tm,
+        started,
+        &discs,
+    )))
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } != 0 {
+        return "?".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Aggregate bandwidth of one phase: all ranks' crossing bytes over the slowest rank's time.
+fn gbps(reports: &[RankReport], iters: u32, ms_of: impl Fn(&RankReport) -> f64) -> f64 {
+    let bytes: u64 = reports.iter().map(|r| r.cross_bytes).sum::<u64>() * iters as u64;
+    let ms = reports.iter().map(&ms_of).fold(0.0, f64::max);
+    if ms > 0.0 {
+        bytes as f64 / (ms * 1e-3) / 1e9
+    } else {
+        0.0
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn judge(
+    request: Option<Request>,
+    binary: Option<&BinaryFacts>,
+    args: &ProbeArgs,
+    disc: &Discovery,
+    group: &[i32],
+    hosts: &[String],
+    ranks: Option<&Ranks>,
+    shape: Shape,
+    reports: &[RankReport],
+    deep_ep: Option<&deep_ep::Outcome>,
+    tm: Timings,
+    started: Instant,
+    discs: &[Discovery],
+) -> Verdict {
+    let subject = match ranks {
+        Some(r) => format!("{} ranks on {} ({})", r.world, hosts[0], r.launcher),
+        None => format!("{} GPU(s) on {}", disc.devices.len(), hosts[0]),
+    };
+    let mut v = Verdict::new(subject, request.clone());
+    let devs = &disc.devices;
+    let d0 = &devs[0];
+    v.push(Check::pass(
+        "cuda-devices",
+        format!(
+            "{} x {} (sm_{}, {} GiB), driver API {}",
+            devs.len(),
+            d0.name,
+            d0.sm,
+            d0.memory_bytes >> 30,
+            disc.driver
+        ),
+    ));
+
+    // The wheel's cubins against the devices.
+    let sms: std::collections::BTreeSet<u32> = discs.iter().flat_map(|d| d.devices.iter().map(|x| x.sm)).collect();
+    match binary {
+        None => v.push(Check::skip("gpu-arch", "no --wheel/--python given: the binary's arch list is unknown")),
+        Some(b) => {
+            for sm in &sms {
+                if b.cubin_sms.contains(sm) {
+                    v.push(Check::pass("gpu-arch", format!("{} has a sm_{sm} cubin for these GPUs", b.subject)));
+                } else if b.ptx_sms.iter().any(|p| p <= sm) {
+                    v.push(Check::warn(
+                        "gpu-arch",
+                        format!("{}: no sm_{sm} cubin, only PTX (JIT at first use)", b.subject),
+                    ));
+                } else {
+                    v.push(
+                        Check::fail(
+                            "gpu-arch",
+                            format!("{} has cubins for {:?} but these GPUs are sm_{sm}", b.subject, b.cubin_sms),
+                        )
+                        .fix(format!(
+                            "rebuild with TORCH_CUDA_ARCH_LIST including \"{}.{}\"",
+                            sm / 10,
+                            sm % 10
+                        )),
+                    );
+                }
+            }
+        }
+    }
+    let req = request.as_ref();
+    if let Some(g) = req.and_then(|r| r.gpu) {
+        if sms.iter().all(|&s| s == g.sm()) {
+            v.push(Check::pass("request-gpu", format!("requested {g} (sm_{}) matches the devices", g.sm())));
+        } else {
+            v.push(Check::fail("request-gpu", format!("requested {g} (sm_{}) but the devices are {:?}", g.sm(), sms)));
+        }
+    }
+
+    // R against the GPUs that see each other.
+    let domain = group.len() as u32;
+    let how_seen = if ranks.is_some() {
+        "ranks that opened each other's memory (CUDA IPC)"
+    } else {
+        "GPUs with P2P access to each other"
+    };
+    match req.and_then(|r| r.ranks_per_domain) {
+        None => v.push(Check::skip("nvlink-domain", format!("R not requested; {domain} {how_seen}"))),
+        Some(r) if r <= domain => {
+            v.push(Check::pass("nvlink-domain", format!("R = {r} fits the {domain} {how_seen}")))
+        }
+        Some(r) if req.and_then(|q| q.mnnvl) == Some(true) => v.push(Check::warn(
+            "nvlink-domain",
+            format!("R = {r} > the {domain} {how_seen} here; the rest must come over MNNVL (only a run across nodes proves it)"),
+        )),
+        Some(r) => v.push(
+            Check::fail("nvlink-domain", format!("R = {r} but only {domain} {how_seen}"))
+                .fix(format!("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={domain} (--ranks-per-domain {domain})")),
+        ),
+    }
+    if let Some(n) = req.and_then(|r| r.gpus_per_node) {
+        let here =
+            if ranks.is_some() { hosts.iter().filter(|h| **h == hosts[0]).count() as u32 } else { devs.len() as u32 };
+        if n == here {
+            v.push(Check::pass("gpus-per-node", format!("{here} GPUs per node as requested")));
+        } else {
+            v.push(Check::warn(
+                "gpus-per-node",
+                format!("requested {n} GPUs per node, this node has {here} in the probe"),
+            ));
+        }
+    }
+    let fabric = discs.iter().all(|d| d.devices.iter().all(|x| x.fabric_handles));
+    match req.and_then(|r| r.mnnvl) {
+        Some(true) if fabric => v.push(Check::pass("mnnvl", "MNNVL requested; every GPU supports fabric handles")),
+        Some(true) => v.push(
+            Check::fail("mnnvl", "MNNVL requested but these GPUs do not support fabric handles (no multi-node NVLink)")
+                .fix("USE_MNNVL=0 (--no-mnnvl) and R <= GPUs per node"),
+        ),
+        _ => v.push(Check::skip(
+            "mnnvl",
+            format!("not requested; fabric handles {}", if fabric { "supported" } else { "not supported" }),
+        )),
+    }
+
+    // The round trip.
+    let bw = if reports.is_empty() {
+        v.push(Check::warn(
+            "dispatch-roundtrip",
+            format!("not run: the ranks span {} hosts (CUDA IPC works within one host)", {
+                let mut h = hosts.to_vec();
+                h.sort();
+                h.dedup();
+                h.len()
+            }),
+        ));
+        serde_json::Value::Null
+    } else {
+        let bad_d: u64 = reports.iter().map(|r| r.dispatch_mismatches).sum();
+        let bad_c: u64 = reports.iter().map(|r| r.combine_mismatches).sum();
+        let what = format!(
+            "{} ranks, {} tokens x {} bf16 each, top-{} of {} experts",
+            reports.len(),
+            shape.tokens,
+            shape.hidden,
+            shape.topk,
+            shape.topk as usize * reports.len()
+        );
+        if bad_d == 0 && bad_c == 0 {
+            v.push(Check::pass("dispatch-roundtrip", format!("combine(dispatch(x)) == 2x exactly; {what}")));
+        } else {
+            v.push(Check::fail(
+                "dispatch-roundtrip",
+                format!("{bad_d} dispatched and {bad_c} combined elements wrong; {what}"),
+            ));
+        }
+        let wrong: Vec<String> = reports
+            .iter()
+            .filter(|r| r.expert_counts != r.expected_expert_counts || r.sent_rows != r.expected_sent_rows)
+            .map(|r| {
+                format!(
+                    "rank {}: experts {:?} expected {:?}, rows {:?} expected {:?}",
+                    r.rank, r.expert_counts, r.expected_expert_counts, r.sent_rows, r.expected_sent_rows
+                )
+            })
+            .collect();
+        if wrong.is_empty() {
+            let total: i64 = reports.iter().flat_map(|r| r.expert_counts.iter()).sum();
+            v.push(Check::pass(
+                "expert-counts",
+                format!("per-expert counts match the routing ({total} token-expert pairs)"),
+            ));
+        } else {
+            v.push(Check::fail("expert-counts", wrong.join("; ")));
+        }
+        let bytes: u64 = reports.iter().map(|r| r.cross_bytes).sum();
+        if bytes == 0 {
+            v.push(Check::skip("bandwidth", "one GPU: nothing crosses between GPUs"));
+            serde_json::Value::Null
+        } else {
+            let d = gbps(reports, shape.iters, |r| r.dispatch_ms);
+            let c = gbps(reports, shape.iters, |r| r.combine_ms);
+            let e = gbps(reports, shape.iters, |r| r.copy_engine_ms);
+            let summary = format!(
+                "dispatch {d:.0} GB/s ({:.2}x), combine {c:.0} GB/s ({:.2}x), copy engine {e:.0} GB/s; all {} GPUs sending at once, {:.0} MiB crossing per phase",
+                d / e,
+                c / e,
+                reports.len(),
+                bytes as f64 / 1048576.0
+            );
+            let low = d / e < 0.5 || c / e < 0.5;
+            v.push(if low {
+                Check::warn("bandwidth", format!("{summary}: far below the copy engine"))
+            } else {
+                Check::pass("bandwidth", summary.clone())
+            });
+            json!({"dispatch_gbps": d, "combine_gbps": c, "copy_engine_gbps": e,
+                   "dispatch_ratio": d / e, "combine_ratio": c / e, "bytes_per_phase": bytes,
+                   "iters": shape.iters, "summary": summary})
+        }
+    };
+    match deep_ep {
+        Some(o) => v.push(o.check()),
+        None if args.runtime.deep_ep => v.push(Check::skip(
+            "deep-ep-roundtrip",
+            "not run under a launcher: run `probe --run --deep-ep` as one process, it starts one Python per GPU",
+        )),
+        None => {}
+    }
+    // The static probe's rows for --wheel/--python.
+    if binary.is_some() {
+        match crate::probe::static_verdict(args, request) {
+            Ok(s) => v.checks.extend(s.checks),
+            Err(e) => v.push(Check::warn("static-probe", format!("{e:#}"))),
+        }
+    }
+    v.facts = json!({
+        "mode": if ranks.is_some() { "multi-process" } else { "single-process" },
+        "ranks": ranks,
+        "hosts": hosts,
+        "driver": disc.driver,
+        "devices": disc.devices,
+        "p2p": disc.p2p,
+        "rank_devices": if ranks.is_some() { serde_json::to_value(discs).unwrap_or_default() } else { serde_json::Value::Null },
+        "kernel_group": group,
+        "shape": shape,
+        "roundtrip": reports,
+        "bandwidth": bw,
+        "binary": binary,
+        "deep_ep": deep_ep,
+        "timings_ms": {"discover": tm.discover, "nvrtc": tm.nvrtc, "roundtrip": tm.roundtrip, "total": ms(started)},
+    });
+    v
 }

@@ -20,7 +20,8 @@ pub fn nemo_rl_fixtures() -> Option<PathBuf> {
 
 /// The tools venv made by `.ci/setup-tools` (`DEEPEP_FORGE_TOOLS` overrides).
 pub fn tools_venv() -> Option<PathBuf> {
-    let p = std::env::var_os("DEEPEP_FORGE_TOOLS").map(PathBuf::from).unwrap_or_else(|| root().join("target/tools-venv"));
+    let p =
+        std::env::var_os("DEEPEP_FORGE_TOOLS").map(PathBuf::from).unwrap_or_else(|| root().join("target/tools-venv"));
     p.join("bin/nvcc-ok").exists().then_some(p)
 }
 
@@ -32,7 +33,10 @@ pub fn tools_python() -> Option<PathBuf> {
 /// CUDA_HOME laid out by the registry wheels (`nvidia/cu13`: bin/nvcc, include, lib).
 pub fn cuda_home() -> Option<PathBuf> {
     let v = tools_venv()?;
-    let lib = std::fs::read_dir(v.join("lib")).ok()?.flatten().find(|e| e.file_name().to_string_lossy().starts_with("python"))?;
+    let lib = std::fs::read_dir(v.join("lib"))
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("python"))?;
     let p = lib.path().join("site-packages/nvidia/cu13");
     p.join("bin/nvcc").exists().then_some(p)
 }
@@ -64,7 +68,14 @@ pub fn git_repo_from_fixture(fixture: &str, dest: &Path) -> String {
 /// Run git with a fixed identity and dates; panics with stderr on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
-        .args(["-c", "user.name=deepep-forge tests", "-c", "user.email=tests@invalid", "-c", "protocol.file.allow=always"])
+        .args([
+            "-c",
+            "user.name=deepep-forge tests",
+            "-c",
+            "user.email=tests@invalid",
+            "-c",
+            "protocol.file.allow=always",
+        ])
         .args(args)
         .current_dir(dir)
         .env("GIT_AUTHOR_DATE", "2026-08-17T12:00:00Z")

@@ -4,6 +4,7 @@ use anyhow::Result;
 use deepep_forge::error::Exit;
 
 mod lock;
+mod runtime;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -16,6 +17,8 @@ pub struct BenchArgs {
 pub enum Which {
     /// `lock check` on NeMo-RL's 2026-08-22-main vs Python tomllib parsing the same files.
     LockCheck,
+    /// `probe --run` dispatch/combine kernels vs the copy engine on the same GPUs (needs NVIDIA GPUs).
+    Runtime,
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -25,7 +28,7 @@ fn project_root() -> std::path::PathBuf {
 
 pub fn run(args: BenchArgs) -> Result<Exit> {
     match args.which {
-        Which::LockCheck => lock::run(&project_root())?,
+        Which::LockCheck => lock::run(&project_root()).map(|()| Exit::Ok),
+        Which::Runtime => runtime::run(),
     }
-    Ok(Exit::Ok)
 }
