@@ -47,14 +47,27 @@ impl Cmd {
     }
 
     /// Run to completion and return stdout; a failure names the purpose and
-    /// carries stderr. An interrupt that arrived meanwhile wins (exit 130).
+    /// carries stderr. Ctrl-C/SIGTERM kills the child's group (exit 130).
     pub fn output(&mut self) -> Result<String> {
-        let out = self.cmd.stdin(Stdio::null()).output().with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
-        check_interrupted()?;
-        if !out.status.success() {
-            anyhow::bail!("{} failed ({}): {}", self.purpose, out.status, String::from_utf8_lossy(&out.stderr).trim());
+        self.cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = self.cmd.spawn().with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
+        let read_all = |r: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = read_all(child.stdout.take().map(|r| Box::new(r) as _));
+        let err = read_all(child.stderr.take().map(|r| Box::new(r) as _));
+        let status = wait_interruptible(child)?;
+        let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+        if !status.success() {
+            anyhow::bail!("{} failed ({status}): {}", self.purpose, String::from_utf8_lossy(&err).trim());
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
     /// Run with stdout and stderr appended to `log`; on a TTY show a spinner
@@ -67,10 +80,9 @@ impl Cmd {
         let writer2 = writer.try_clone()?;
         self.cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2);
         let mut logf = std::fs::File::create(log).with_context(|| format!("creating log {}", log.display()))?;
-        let mut child = self.cmd.spawn().with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
+        let child = self.cmd.spawn().with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
         // Drop our copies of the pipe's write end (held by `self.cmd`).
         self.cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        let pid = child.id() as i32;
         let step = Arc::new(Mutex::new(String::new()));
         let step2 = Arc::clone(&step);
         let pump = std::thread::spawn(move || -> std::io::Result<()> {
@@ -84,10 +96,6 @@ impl Cmd {
             }
             logf.flush()
         });
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
         let bar = std::io::stderr().is_terminal().then(|| {
             let b = indicatif::ProgressBar::new_spinner();
             b.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix} {wide_msg}").expect("template"));
@@ -95,27 +103,21 @@ impl Cmd {
             b.enable_steady_tick(Duration::from_millis(120));
             b
         });
-        let status = loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(status) => break status.context("waiting for the build")?,
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => anyhow::bail!("lost the build process"),
-            }
+        let waited = wait_with(child, || {
             if let Some(b) = &bar {
                 b.set_message(step.lock().expect("step lock").clone());
             }
-            if check_interrupted().is_err() {
-                if let Some(b) = &bar {
-                    b.finish_and_clear();
-                }
-                kill_group(pid, &rx);
-                let _ = pump.join();
-                return Err(Failure::interrupted().into());
-            }
-        };
+        });
         if let Some(b) = &bar {
             b.finish_and_clear();
         }
+        let status = match waited {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = pump.join();
+                return Err(e);
+            }
+        };
         pump.join().map_err(|_| anyhow::anyhow!("log writer panicked"))?.with_context(|| format!("writing log {}", log.display()))?;
         check_interrupted()?;
         if !status.success() {
@@ -127,6 +129,36 @@ impl Cmd {
                 .into());
         }
         Ok(())
+    }
+}
+
+/// Wait for a child (leader of its own process group), polling the
+/// interrupt flag; on Ctrl-C/SIGTERM kill the group and fail with exit 130.
+pub fn wait_interruptible(child: std::process::Child) -> Result<std::process::ExitStatus> {
+    wait_with(child, || {})
+}
+
+fn wait_with(mut child: std::process::Child, mut tick: impl FnMut()) -> Result<std::process::ExitStatus> {
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(status) => {
+                let status = status.context("waiting for a child process")?;
+                check_interrupted()?;
+                return Ok(status);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => anyhow::bail!("lost a child process"),
+        }
+        tick();
+        if check_interrupted().is_err() {
+            kill_group(pid, &rx);
+            return Err(Failure::interrupted().into());
+        }
     }
 }
 
