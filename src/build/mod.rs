@@ -334,7 +334,7 @@ fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>
     let dist = tmp.path().join("dist");
     std::fs::create_dir_all(pl.outputs.log.parent().expect("log dir"))?;
     let mut cmd = exec::Cmd::new(&pl.toolchain.python, format!("building {} ({})", pl.variant.name, pl.source.version));
-    cmd.args(["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-input", "--disable-pip-version-check", "-w"]).arg(&dist).arg(".").dir(&tree);
+    cmd.args(["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-input", "--disable-pip-version-check", "-w"]).arg(&dist).arg(".").dir(&tree);
     for k in plan::VARIANT_VARS {
         cmd.cmd.env_remove(k);
     }

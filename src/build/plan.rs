@@ -176,7 +176,7 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
 /// The build command; `<tmp>` is the build's temporary folder.
 pub fn pip_command(python: &Path) -> Vec<String> {
     let mut c = vec![python.to_string_lossy().into_owned()];
-    c.extend(["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-input", "-w", "<tmp>/dist", "."].map(String::from));
+    c.extend(["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-input", "--disable-pip-version-check", "-w", "<tmp>/dist", "."].map(String::from));
     c
 }
 
