@@ -280,7 +280,8 @@ fn a_failing_build_exits_1_with_the_log_tail_and_leaves_nothing() {
     let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("deliberately broken for the test") && e.contains("last") && e.contains("hint: full log: "), "{e}");
+    assert!(e.contains("first error in the log: ") && e.contains("deliberately broken for the test"), "{e}");
+    assert!(e.contains("last 40 lines of the log") && e.contains("hint: full log: "), "{e}");
     let log = e.lines().find_map(|l| l.strip_prefix("hint: full log: ")).unwrap();
     assert!(std::fs::read_to_string(log).unwrap().contains("deliberately broken"));
     assert!(lab.out_wheels().is_empty());

@@ -124,7 +124,9 @@ impl Cmd {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             let tail = lines[lines.len().saturating_sub(40)..].join("\n");
-            return Err(Failure::problems(format!("{} failed ({status}); last {} lines of the log:\n{tail}", self.purpose, lines.len().min(40)))
+            // pip's verbose epilogue can push the compiler's message out of the tail.
+            let first = lines.iter().find(|l| l.contains("error:") || l.contains("Error:")).map(|l| format!("first error in the log: {}\n", l.trim())).unwrap_or_default();
+            return Err(Failure::problems(format!("{} failed ({status}); {first}last {} lines of the log:\n{tail}", self.purpose, lines.len().min(40)))
                 .hint(format!("full log: {}", log.display()))
                 .into());
         }
