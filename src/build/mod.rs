@@ -121,7 +121,7 @@ fn make_plans(c: &Common) -> Result<Planned> {
     let mut plans = Vec::new();
     if !here.is_empty() {
         let origin = source::resolve(&c.source.clone().unwrap_or_else(|| pins_repo(&pins)), &cache_dir)?;
-        let tc = toolchain::identify(&c.python)?;
+        let tc = toolchain::identify(&c.python, &cache_dir.join("toolchain"))?;
         let caller_env: BTreeMap<String, String> = std::env::vars().collect();
         let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
         let settings = plan::Settings { cache_dir: &cache_dir, out_dir: &c.out, no_cache: c.no_cache, jobs, caller_env: &caller_env };

@@ -59,8 +59,8 @@ fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
     if !repo.join("HEAD").exists() {
         git(&repo, "create snapshot repository").args(["init", "-q", "--bare"]).output()?;
     }
+    // The index persists between snapshots, so `git add` only rehashes changed files.
     let index = repo.join("snapshot.index");
-    let _ = std::fs::remove_file(&index);
     let with_env = |c: &mut Cmd| {
         c.cmd
             .env("GIT_DIR", &repo)
@@ -81,15 +81,22 @@ fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
     tree.args(["write-tree"]);
     with_env(&mut tree);
     let tree = tree.output()?.trim().to_string();
+    // `<tree> <commit>` of the last snapshot: the same tree is the same commit.
+    let last = repo.join("snapshot.last");
+    if let Some((t, c)) = std::fs::read_to_string(&last).ok().as_deref().and_then(|l| l.trim().split_once(' ')).map(|(t, c)| (t.to_string(), c.to_string())) {
+        if t == tree {
+            return Ok((repo, c));
+        }
+    }
     let mut commit = git(dir, "commit snapshot");
     commit.args(["commit-tree", &tree, "-m", "deepep-forge snapshot"]);
     with_env(&mut commit);
     let sha = commit.output()?.trim().to_string();
     let mut refup = git(dir, "record snapshot");
-    refup.args(["update-ref", "refs/heads/snapshot", &sha]);
+    refup.args(["update-ref", &format!("refs/snapshots/{sha}"), &sha]);
     with_env(&mut refup);
     refup.output()?;
-    let _ = std::fs::remove_file(&index);
+    std::fs::write(&last, format!("{tree} {sha}\n"))?;
     Ok((repo, sha))
 }
 
@@ -145,27 +152,34 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> 
     if !mirror.join("HEAD").exists() {
         git(mirror, "create mirror").args(["init", "-q", "--bare"]).output()?;
     }
-    if !has_commit(mirror, rev) {
-        // Fetch by sha first (GitHub allows it); fall back to every ref for servers that refuse.
-        let by_sha = git(mirror, format!("fetch {rev} from {repo}")).args(["fetch", "-q", "--no-tags", repo, rev]).output();
-        if by_sha.is_err() && !has_commit(mirror, rev) {
+    // `git log` doubles as the presence check.
+    let time_of = || git(mirror, "read commit time").args(["log", "-1", "--format=%ct", rev, "--"]).output();
+    let commit_time = match time_of() {
+        Ok(t) => t,
+        Err(_) => {
             crate::error::check_interrupted()?;
-            let all = git(mirror, format!("fetch {repo}")).args(["fetch", "-q", "--no-tags", repo, "+refs/*:refs/forge/*"]).output();
-            if let Err(e) = all {
+            // Fetch by sha first (GitHub allows it); fall back to every ref for servers that refuse.
+            let by_sha = git(mirror, format!("fetch {rev} from {repo}")).args(["fetch", "-q", "--no-tags", repo, rev]).output();
+            if by_sha.is_err() && !has_commit(mirror, rev) {
                 crate::error::check_interrupted()?;
-                return Err(Failure::env(format!("cannot fetch {rev} from {repo}: {e:#}"))
-                    .hint("check the URL and the network, or pass --source PATH|URL with a local mirror of the repository")
+                let all = git(mirror, format!("fetch {repo}")).args(["fetch", "-q", "--no-tags", repo, "+refs/*:refs/forge/*"]).output();
+                if let Err(e) = all {
+                    crate::error::check_interrupted()?;
+                    return Err(Failure::env(format!("cannot fetch {rev} from {repo}: {e:#}"))
+                        .hint("check the URL and the network, or pass --source PATH|URL with a local mirror of the repository")
+                        .into());
+                }
+            }
+            if !has_commit(mirror, rev) {
+                return Err(Failure::usage(format!("revision {rev} is not in {repo}"))
+                    .hint("check the rev in pins.toml (a full 40-hex commit of that repository) or point --source at a repository that has it")
                     .into());
             }
+            git(mirror, "keep the pinned rev").args(["update-ref", &format!("refs/pins/{rev}"), rev]).output()?;
+            time_of()?
         }
-        if !has_commit(mirror, rev) {
-            return Err(Failure::usage(format!("revision {rev} is not in {repo}"))
-                .hint("check the rev in pins.toml (a full 40-hex commit of that repository) or point --source at a repository that has it")
-                .into());
-        }
-        git(mirror, "keep the pinned rev").args(["update-ref", &format!("refs/pins/{rev}"), rev]).output()?;
-    }
-    let commit_time = git(mirror, "read commit time").args(["show", "-s", "--format=%ct", rev]).output()?.trim().parse::<i64>().context("commit time")?;
+    };
+    let commit_time = commit_time.trim().parse::<i64>().context("commit time")?;
     let mut subs = BTreeMap::new();
     for path in submodules {
         let line = git(mirror, format!("look up submodule {path}")).args(["ls-tree", rev, "--", path]).output()?;

@@ -65,7 +65,7 @@ print(json.dumps({
 }))
 "#;
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct PyFacts {
     version: String,
     tag: String,
@@ -74,17 +74,22 @@ struct PyFacts {
     importable: BTreeMap<String, bool>,
 }
 
-/// Identify the toolchain. A missing Python or nvcc is exit 3.
-pub fn identify(python: &str) -> Result<Toolchain> {
+/// Identify the toolchain. A missing Python or nvcc is exit 3. Answers are
+/// memoised in `memo` per file (path, size, mtime): the Python's facts also
+/// depend on its site-packages folders, whose mtime changes when a package
+/// is installed or removed.
+pub fn identify(python: &str, memo: &Path) -> Result<Toolchain> {
     let py = which(python).ok_or_else(|| {
         Failure::env(format!("Python `{python}` not found")).hint("pass --python PATH to the interpreter whose environment builds the wheel")
     })?;
-    let facts: PyFacts = serde_json::from_str(&Cmd::new(&py, format!("probe Python {}", py.display())).args(["-c", PY_PROBE]).output().map_err(|e| Failure::env(format!("{e:#}")))?)
-        .context("Python probe output")?;
+    let facts: PyFacts = memoised(memo, "python", &py, |f: &PyFacts| f.site.clone(), || {
+        let out = Cmd::new(&py, format!("probe Python {}", py.display())).args(["-c", PY_PROBE]).output().map_err(|e| Failure::env(format!("{e:#}")))?;
+        serde_json::from_str(&out).context("Python probe output")
+    })?;
     let (torch, torch_cuda) = facts.site.iter().find_map(|d| read_torch_version(&d.join("torch/version.py"))).unzip();
     let cuda_home = find_cuda_home(&facts.site)?;
     let nvcc = cuda_home.join("bin/nvcc");
-    let out = Cmd::new(&nvcc, "read nvcc version").args(["--version"]).output().map_err(|e| Failure::env(format!("{e:#}")))?;
+    let out = memoised(memo, "nvcc", &nvcc, |_| vec![], || Cmd::new(&nvcc, "read nvcc version").args(["--version"]).output().map_err(|e| Failure::env(format!("{e:#}")).into()))?;
     let nvcc_version = out
         .split_whitespace()
         .find_map(|w| w.strip_prefix('V'))
@@ -101,7 +106,8 @@ pub fn identify(python: &str) -> Result<Toolchain> {
             },
         };
         let path = which(&name).ok_or_else(|| Failure::env(format!("{var} compiler `{name}` not found")).hint("install gcc/g++ or point CC/CXX at a compiler"))?;
-        let version = Cmd::new(&path, format!("read {var} version")).args(["--version"]).output()?.lines().next().unwrap_or("").to_string();
+        let out = memoised(memo, "compiler", &path, |_| vec![], || Cmd::new(&path, format!("read {var} version")).args(["--version"]).output())?;
+        let version = out.lines().next().unwrap_or("").to_string();
         compilers.insert(var.to_string(), Compiler { path, version });
     }
     Ok(Toolchain {
@@ -117,6 +123,50 @@ pub fn identify(python: &str) -> Result<Toolchain> {
         compilers,
         importable: facts.importable,
     })
+}
+
+/// (path, size, mtime in ns) of a file or folder; None when it is gone.
+fn file_stamp(p: &Path) -> Option<(PathBuf, u64, u128)> {
+    let m = std::fs::metadata(p).ok()?;
+    let t = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    Some((p.to_path_buf(), m.len(), t))
+}
+
+#[derive(Serialize, Deserialize)]
+struct Memo<T> {
+    stamps: Vec<Option<(PathBuf, u64, u128)>>,
+    value: T,
+}
+
+/// `compute()`'s answer about the program at `path`, memoised in
+/// `<dir>/<kind>-<hash>.json` until the program (resolved) or any of the
+/// folders `also(value)` names changes.
+fn memoised<T: Serialize + serde::de::DeserializeOwned>(
+    dir: &Path,
+    kind: &str,
+    path: &Path,
+    also: impl Fn(&T) -> Vec<PathBuf>,
+    compute: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let file = dir.join(format!("{kind}-{}.json", super::source::short_hash(&path.to_string_lossy())));
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let stamps = |v: &T| -> Vec<_> { [path.to_path_buf(), real.clone()].into_iter().chain(also(v)).map(|p| file_stamp(&p)).collect() };
+    if let Some(m) = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Memo<T>>(&b).ok()) {
+        if m.stamps == stamps(&m.value) {
+            return Ok(m.value);
+        }
+    }
+    let value = compute()?;
+    let memo = Memo { stamps: stamps(&value), value };
+    // Best effort: a read-only cache only costs the probe next time.
+    if std::fs::create_dir_all(dir).is_ok() {
+        if let Ok(mut tmp) = tempfile::NamedTempFile::new_in(dir) {
+            if std::io::Write::write_all(&mut tmp, &serde_json::to_vec(&memo)?).is_ok() {
+                let _ = tmp.persist(&file);
+            }
+        }
+    }
+    Ok(memo.value)
 }
 
 /// `__version__` and `cuda` from torch/version.py.

@@ -109,9 +109,7 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
     let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).last_modified_time(time).unix_permissions(0o644);
     zout.start_file(record_path.as_str(), opts)?;
     zout.write_all(record::write(&new_record).as_bytes())?;
-    let mut w = zout.finish()?;
-    w.flush()?;
-    w.get_ref().sync_all()?;
+    zout.finish()?.flush()?;
     Ok(())
 }
 
