@@ -328,9 +328,8 @@ fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>
     preflight(pl, cache_dir)?;
     let tmp = cache::tmp_dir(cache_dir)?;
     let tree = tmp.path().join("src");
-    source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, &tree, &pl.source.submodules)?;
+    let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, &tree, &pl.source.submodules)?;
     check_interrupted()?;
-    let short = source::short_head(&tree)?;
     let dist = tmp.path().join("dist");
     std::fs::create_dir_all(pl.outputs.log.parent().expect("log dir"))?;
     let mut cmd = exec::Cmd::new(&pl.toolchain.python, format!("building {} ({})", pl.variant.name, pl.source.version));

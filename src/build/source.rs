@@ -207,20 +207,25 @@ fn has_commit(mirror: &Path, rev: &str) -> bool {
     git(mirror, "look up rev").args(["cat-file", "-e", &format!("{rev}^{{commit}}")]).output().is_ok()
 }
 
-/// Check `rev` out of the mirror into a fresh `dest`, init the submodules the
-/// plan names, and verify HEAD and every submodule commit against the plan.
-pub fn checkout(mirror: &Path, repo: &str, rev: &str, dest: &Path, submodules: &BTreeMap<String, String>) -> Result<()> {
-    let parent = dest.parent().expect("checkout dir has a parent");
-    git(parent, "clone from the mirror")
-        .args(["clone", "-q", "--shared", "--no-checkout"])
-        .args([mirror, dest])
-        .output()?;
-    // Relative submodule URLs resolve against the real repository, not the mirror.
-    git(dest, "set origin").args(["remote", "set-url", "origin", repo]).output()?;
+/// Check `rev` out of the mirror into a fresh `dest` (a new repository that
+/// borrows the mirror's objects through `objects/info/alternates`), init the
+/// submodules the plan names, and verify HEAD and every submodule commit
+/// against the plan. Returns `git rev-parse --short HEAD` of the tree (the
+/// label setup.py computes).
+pub fn checkout(mirror: &Path, repo: &str, rev: &str, dest: &Path, submodules: &BTreeMap<String, String>) -> Result<String> {
+    std::fs::create_dir_all(dest)?;
+    git(dest, "create the build tree").args(["init", "-q"]).output()?;
+    let objects = std::fs::canonicalize(mirror.join("objects"))?;
+    std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
     git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
-    let head = git(dest, "read HEAD").args(["rev-parse", "HEAD"]).output()?.trim().to_string();
+    let ids = git(dest, "read HEAD").args(["log", "-1", "--format=%H %h"]).output()?;
+    let (head, short) = ids.trim().split_once(' ').context("git log output")?;
     if head != rev {
         anyhow::bail!("checkout of {rev} from {repo} has HEAD {head}");
+    }
+    if !submodules.is_empty() {
+        // Relative submodule URLs resolve against the real repository.
+        git(dest, "set origin").args(["remote", "add", "origin", repo]).output()?;
     }
     for (path, want) in submodules {
         git(dest, format!("init submodule {path}")).args(["submodule", "update", "--init", "--recursive", "--", path]).output().map_err(|e| {
@@ -232,10 +237,5 @@ pub fn checkout(mirror: &Path, repo: &str, rev: &str, dest: &Path, submodules: &
             anyhow::bail!("submodule {path}: HEAD {got}, the superproject records {want}");
         }
     }
-    Ok(())
-}
-
-/// `git rev-parse --short HEAD` in the build tree (the label setup.py computes).
-pub fn short_head(tree: &Path) -> Result<String> {
-    Ok(git(tree, "read short HEAD").args(["rev-parse", "--short", "HEAD"]).output()?.trim().to_string())
+    Ok(short.to_string())
 }
