@@ -50,7 +50,7 @@ pub fn read_member(wheel: &Path, member: &str) -> Result<Vec<u8>> {
 /// Write `input` with `changes` applied to `output` (a new file; the caller
 /// renames it into place). Checks for Ctrl-C between members.
 pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
-    let mut zin = zip::ZipArchive::new(BufReader::new(File::open(input).with_context(|| format!("opening {}", input.display()))?))
+    let mut zin = zip::ZipArchive::new(BufReader::with_capacity(1 << 20, File::open(input).with_context(|| format!("opening {}", input.display()))?))
         .with_context(|| format!("{} is not a zip file", input.display()))?;
     let di = dist_info_dir(&zin)?;
     let record_path = format!("{di}/RECORD");
