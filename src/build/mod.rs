@@ -58,6 +58,8 @@ pub struct Common {
     /// Parallel compile jobs (MAX_JOBS). Default: the number of CPU cores.
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+    /// Output: human text, or one JSON document (schema 1: `plan` prints plans,
+    /// skipped variants and a CI matrix; `build-wheel` prints the build report).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }

@@ -165,6 +165,7 @@ pub enum CacheCommand {
 pub struct LsArgs {
     #[command(flatten)]
     pub cache: CacheDirArg,
+    /// Output: human text, or one JSON document (schema 1) listing the entries.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
