@@ -246,7 +246,7 @@ pub fn build(args: BuildArgs) -> Result<Exit> {
         check_interrupted()?;
         let o = build_one(pl, &p, c, remote.as_ref())?;
         if c.format != Format::Json {
-            println!("{:<10} {} ({}) sha256 {} in {:.1} s", o.status, o.wheel.display(), cache::human_size(o.size), &o.sha256[..16], o.seconds);
+            println!("{:<10} {} ({}) sha256 {} in {:.2} s", o.status, o.wheel.display(), cache::human_size(o.size), &o.sha256[..16], o.seconds);
             for (k, v) in &o.dropped_env {
                 println!("           dropped {k}={v} from the environment (the plan decides it)");
             }
