@@ -386,3 +386,34 @@ topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_doma
     assert_eq!(prov["env"]["RDMA_CORE_HOME"], "/usr");
     assert_eq!(prov["variant"]["transport"], "doca");
 }
+
+/// The wheel is checked after the build: a pin whose label differs from what
+/// setup.py computes, or a revision without HybridEP, fails (exit 1) and
+/// publishes nothing.
+#[test]
+fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let text = std::fs::read_to_string(&pins).unwrap().replace("base_version = \"1.2.1\"", "base_version = \"1.2.2\"");
+    std::fs::write(&pins, text).unwrap();
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let short = &lab.rev[..7];
+    assert!(stderr(&o).contains(&format!("version is 1.2.1+{short} but the pin {} must give 1.2.2+{short}", lab.rev)), "{}", stderr(&o));
+    assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty());
+
+    // An old `main`-like revision: no hybrid_ep_cpp extension.
+    let setup = lab.repo.join("setup.py");
+    let text = std::fs::read_to_string(&setup).unwrap().replace("ext_modules=[deep_ep_cpp(), hybrid_ep_cpp()]", "ext_modules=[deep_ep_cpp()]");
+    std::fs::write(&setup, text).unwrap();
+    git(&lab.repo, &["commit", "-qam", "no hybrid-ep"]);
+    let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let pins = lab.pins_with(&rev, SINGLE);
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("no hybrid_ep_cpp extension: the pinned revision {rev} lacks HybridEP")), "{}", stderr(&o));
+    assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty());
+}

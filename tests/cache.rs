@@ -135,6 +135,9 @@ fn ls_gc_and_a_damaged_entry_is_rebuilt() {
     assert!(human.contains(&key[..16]) && human.contains("sn"), "{human}");
 
     // A damaged cached wheel is not used: the entry goes and the wheel is rebuilt.
+    // That run also removes what a killed (SIGKILL) build of a dead process left in tmp/.
+    let killed = lab.cache.join("tmp/build-999999998-xyz");
+    std::fs::create_dir_all(killed.join("src")).unwrap();
     let entry = lab.cache.join("wheels").join(&key);
     let wheel = files_with(&entry, ".whl").pop().unwrap();
     let mut data = std::fs::read(&wheel).unwrap();
@@ -142,6 +145,7 @@ fn ls_gc_and_a_damaged_entry_is_rebuilt() {
     std::fs::write(&wheel, data).unwrap();
     let again = json(&lab.forge(&build).output().unwrap());
     assert_eq!(again["results"][0]["status"], "built");
+    assert!(!killed.exists(), "leftover of a dead build survived the next run");
     assert_eq!(sha256sum(&files_with(&entry, ".whl").pop().unwrap()), again["results"][0]["sha256"].as_str().unwrap());
 
     // gc: a leftover of a dead build process and the entries go; --dry-run removes nothing.

@@ -6,6 +6,7 @@
 //!   `pip wheel` command by hand in a fresh tree (target: <= 5% more);
 //! - `stamp`: stamping a 200 MB wheel (rewrite + sha256 of the result) vs
 //!   `sha256sum` of it (target: <= 1.5x).
+//!
 //! Needs `.ci/setup-tools` (nvcc, pip, setuptools in target/tools-venv).
 use std::path::{Path, PathBuf};
 use std::process::Command;
