@@ -344,7 +344,7 @@ fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>
 
     let built = single_wheel(&dist)?;
     let name = WheelName::parse(&built.file_name().expect("file").to_string_lossy()).context("pip produced a wheel with an unparsable name")?;
-    if name.version != pl.source.version {
+    if !same_version(&name.version, &pl.source.version) {
         return Err(Failure::problems(format!(
             "the built wheel's version is {} but the pin {} must give {} (git short in the build tree: {short})",
             name.version, pl.source.rev, pl.source.version
@@ -428,6 +428,15 @@ fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>
         notes.push(format!("fix applied: {f}"));
     }
     Ok(outcome("built", &entry, w, patches, Some(pl.outputs.log.clone()), notes))
+}
+
+/// PEP 440 equality: setuptools normalises a short sha of digits only as a
+/// number (`1.2.1+0155955` is built as `1.2.1+155955`).
+fn same_version(a: &str, b: &str) -> bool {
+    match (a.parse::<pep440_rs::Version>(), b.parse::<pep440_rs::Version>()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 /// The patches a stamped wheel records (cache hits report what the build did).
@@ -520,4 +529,14 @@ fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     std::io::Write::write_all(&mut f, data)?;
     f.persist(path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn versions_compare_by_pep440() {
+        assert!(super::same_version("1.2.1+155955", "1.2.1+0155955"));
+        assert!(super::same_version("1.2.1+17cfb81", "1.2.1+17cfb81"));
+        assert!(!super::same_version("1.2.1+17cfb81", "1.2.2+17cfb81"));
+    }
 }
