@@ -338,9 +338,46 @@ fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
     // A Python without the build's requirements: exit 3 naming them (torch is not needed by the fixture).
     let bare = lab.dir.path().join("bare-venv");
     run(Command::new(lab.tools.join("bin/python")).args(["-m", "venv", "--without-pip"]).arg(&bare));
-    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--python", bare.join("bin/python").to_str().unwrap()]).output().unwrap();
+    let bare_py = bare.join("bin/python");
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--python", bare_py.to_str().unwrap()]).output().unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("cannot import setuptools, wheel, pip"), "{}", stderr(&o));
+    // The memoised Python facts follow the environment: installing (a .pth here) is seen.
+    let importable = |py: &Path| {
+        let j = json(&lab.forge(&["plan", "--variant", "sn", "--format", "json", "--pins", pins.to_str().unwrap(), "--python", py.to_str().unwrap()]).output().unwrap());
+        j["plans"][0]["toolchain"]["importable"]["setuptools"].as_bool().unwrap()
+    };
+    assert!(!importable(&bare_py));
+    std::fs::write(site_packages(&bare).join("tools.pth"), format!("{}\n", site_packages(&lab.tools).display())).unwrap();
+    assert!(importable(&bare_py));
+
+    // A source whose setup.py imports torch (as DeepEP's does) needs torch in the Python.
+    let setup = lab.repo.join("setup.py");
+    let text = std::fs::read_to_string(&setup).unwrap().replacen("import setuptools\n", "import setuptools\nimport torch  # like DeepEP\n", 1);
+    std::fs::write(&setup, text).unwrap();
+    git(&lab.repo, &["commit", "-qam", "import torch"]);
+    let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let torch_pins = lab.pins_with(&rev, SINGLE);
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", torch_pins.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot import torch (the build imports setuptools, wheel, pip, torch)"), "{}", stderr(&o));
+    assert!(!lab.out.exists() && files_with(&lab.cache.join("logs"), ".log").is_empty());
+}
+
+/// `--source` replaces pins.toml's repo (a local mirror for a machine without GitHub).
+#[test]
+fn source_overrides_the_pinned_repo() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let text = std::fs::read_to_string(&pins).unwrap().replace(&format!("repo = \"{}\"", lab.repo.display()), "repo = \"https://github.com/deepseek-ai/DeepEP.git\"");
+    std::fs::write(&pins, text).unwrap();
+    let o = lab.forge(&["plan", "--variant", "sn", "--format", "json", "--pins", pins.to_str().unwrap(), "--source", lab.repo.to_str().unwrap()]).output().unwrap();
+    let j = json(&o);
+    assert_eq!(j["plans"][0]["source"]["repo"], std::fs::canonicalize(&lab.repo).unwrap().to_str().unwrap());
+    assert_eq!(j["plans"][0]["source"]["rev"], lab.rev.as_str());
 }
 
 /// DOCA multinode: the nccl submodule (a real local repository) is initialised

@@ -150,6 +150,8 @@ fn names(p: &Pins) -> String {
 
 /// `deepep-forge plan`: print the plans (JSON usable as a CI matrix).
 pub fn plan(args: PlanArgs) -> Result<Exit> {
+    // Planning may fetch: Ctrl-C then stops git's process group, not just us.
+    let _coop = Cooperative::enter();
     let p = make_plans(&args.common)?;
     let cached = |pl: &Plan| !args.common.no_cache && cache::entry_dir(&p.cache_dir, &pl.cache_key).join(cache::ENTRY_FILE).exists();
     if args.common.format == Format::Json {
