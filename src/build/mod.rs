@@ -277,58 +277,81 @@ pub fn build(args: BuildArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// A wheel delivered to the output folder, and where it came from.
+struct Delivered {
+    status: &'static str,
+    entry: cache::Entry,
+    wheel: PathBuf,
+    patches: Vec<Patch>,
+    log: Option<PathBuf>,
+}
+
 fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>) -> Result<Outcome> {
     let t0 = Instant::now();
-    let started = provenance::now_secs();
-    let cache_dir = &p.cache_dir;
-    let key = &pl.cache_key;
     let mut notes = Vec::new();
-    let outcome = |status: &str, entry: &cache::Entry, wheel: PathBuf, patches: Vec<Patch>, log: Option<PathBuf>, notes: Vec<String>| Outcome {
-        variant: pl.variant.name.clone(),
-        status: status.into(),
-        wheel,
-        sha256: entry.sha256.clone(),
-        size: entry.size,
-        version: entry.version.clone(),
-        cache_key: key.clone(),
-        seconds: t0.elapsed().as_secs_f64(),
-        log,
-        dropped_env: pl.dropped_env.clone(),
-        patches,
-        notes,
+    let d = match from_cache(pl, p, c, remote, &mut notes)? {
+        Ok(d) => d,
+        // The key's lock (when caching) is held until the fresh build is published.
+        Err(_lock) => fresh(pl, p, c, &mut notes)?,
     };
-    let mut _lock = None;
-    if !c.no_cache {
-        if let Some(e) = cache::lookup(cache_dir, key)? {
-            let w = deliver(&cache::entry_dir(cache_dir, key), &e, &c.out, cache_dir)?;
-            return Ok(outcome("cache-hit", &e, w, recorded_patches(&cache::entry_dir(cache_dir, key).join(&e.wheel))?, None, notes));
-        }
-        if let Some(r) = remote {
-            let stage = cache::tmp_dir(cache_dir)?;
-            let dir = stage.path().join("entry");
-            std::fs::create_dir(&dir)?;
-            match r.get(key, &dir) {
-                Ok(remote::Fetched::Hit(e)) => {
-                    let published = cache::publish(cache_dir, &dir, key)?;
-                    let w = deliver(&published, &e, &c.out, cache_dir)?;
-                    return Ok(outcome("remote-hit", &e, w, recorded_patches(&published.join(&e.wheel))?, None, notes));
-                }
-                Ok(remote::Fetched::Miss) => notes.push("remote cache: miss".into()),
-                Ok(remote::Fetched::Rejected(why)) => notes.push(format!("remote cache entry rejected: {why}")),
-                Err(e) => {
-                    check_interrupted()?;
-                    notes.push(format!("remote cache not used: {e:#}"));
-                }
+    Ok(Outcome {
+        variant: pl.variant.name.clone(),
+        status: d.status.into(),
+        wheel: d.wheel,
+        sha256: d.entry.sha256,
+        size: d.entry.size,
+        version: d.entry.version,
+        cache_key: pl.cache_key.clone(),
+        seconds: t0.elapsed().as_secs_f64(),
+        log: d.log,
+        dropped_env: pl.dropped_env.clone(),
+        patches: d.patches,
+        notes,
+    })
+}
+
+/// The wheel from the local cache, else the remote one, else (after taking
+/// the key's lock: one builder per key, the others wait here and then reuse
+/// its entry) the local cache again. `Err(lock)`: build it.
+fn from_cache(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>, notes: &mut Vec<String>) -> Result<Result<Delivered, Option<std::fs::File>>> {
+    let (cache_dir, key) = (&p.cache_dir, &pl.cache_key);
+    if c.no_cache {
+        return Ok(Err(None));
+    }
+    let hit = |status, dir: &Path, entry: cache::Entry| -> Result<Delivered> {
+        let wheel = deliver(dir, &entry, &c.out, cache_dir)?;
+        let patches = recorded_patches(&dir.join(&entry.wheel))?;
+        Ok(Delivered { status, entry, wheel, patches, log: None })
+    };
+    if let Some(e) = cache::lookup(cache_dir, key)? {
+        return hit("cache-hit", &cache::entry_dir(cache_dir, key), e).map(Ok);
+    }
+    if let Some(r) = remote {
+        let stage = cache::tmp_dir(cache_dir)?;
+        let dir = stage.path().join("entry");
+        std::fs::create_dir(&dir)?;
+        match r.get(key, &dir) {
+            Ok(remote::Fetched::Hit(e)) => return hit("remote-hit", &cache::publish(cache_dir, &dir, key)?, e).map(Ok),
+            Ok(remote::Fetched::Miss) => notes.push("remote cache: miss".into()),
+            Ok(remote::Fetched::Rejected(why)) => notes.push(format!("remote cache entry rejected: {why}")),
+            Err(e) => {
+                check_interrupted()?;
+                notes.push(format!("remote cache not used: {e:#}"));
             }
         }
-        // One builder per key; the others wait here and then reuse its entry.
-        _lock = Some(source::lock(&cache::lock_path(cache_dir, key))?);
-        if let Some(e) = cache::lookup(cache_dir, key)? {
-            let w = deliver(&cache::entry_dir(cache_dir, key), &e, &c.out, cache_dir)?;
-            notes.push("built by a concurrent builder of the same key".into());
-            return Ok(outcome("cache-hit", &e, w, recorded_patches(&cache::entry_dir(cache_dir, key).join(&e.wheel))?, None, notes));
-        }
     }
+    let lock = source::lock(&cache::lock_path(cache_dir, key))?;
+    if let Some(e) = cache::lookup(cache_dir, key)? {
+        notes.push("built by a concurrent builder of the same key".into());
+        return hit("cache-hit", &cache::entry_dir(cache_dir, key), e).map(Ok);
+    }
+    Ok(Err(Some(lock)))
+}
+
+/// Preflight, fresh checkout, pip, checks, relocation, stamping, publishing.
+fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<Delivered> {
+    let started = provenance::now_secs();
+    let (cache_dir, key) = (&p.cache_dir, &pl.cache_key);
     preflight(pl, cache_dir)?;
     let tmp = cache::tmp_dir(cache_dir)?;
     let tree = tmp.path().join("src");
@@ -425,11 +448,11 @@ fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>
     };
     cache::write_entry(&stage, &entry)?;
     let from = if c.no_cache { stage } else { cache::publish(cache_dir, &stage, key)? };
-    let w = deliver(&from, &entry, &c.out, cache_dir)?;
+    let wheel = deliver(&from, &entry, &c.out, cache_dir)?;
     for f in &pl.fixes {
         notes.push(format!("fix applied: {f}"));
     }
-    Ok(outcome("built", &entry, w, patches, Some(pl.outputs.log.clone()), notes))
+    Ok(Delivered { status: "built", entry, wheel, patches, log: Some(pl.outputs.log.clone()) })
 }
 
 /// PEP 440 equality: setuptools normalises a short sha of digits only as a
