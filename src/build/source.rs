@@ -1,0 +1,241 @@
+//! The source of a build: a bare mirror per repository under the cache dir,
+//! the pinned revision fetched into it, and a fresh checkout per build
+//! (DeepEP's `deep_ep/backend` copy and setuptools' `build/` leak between
+//! builds of one tree, so a tree is never reused). A `--source` folder that is
+//! not the top of a git repository is snapshotted into a commit with a fixed
+//! identity and date, so the same files always give the same sha.
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+
+use super::exec::Cmd;
+use crate::error::Failure;
+
+/// Identity and date of a directory snapshot commit (fixed: same files, same sha).
+const SNAPSHOT_DATE: &str = "2000-01-01T00:00:00Z";
+
+/// A git command with the settings every build uses (local file:// submodules allowed).
+pub fn git(dir: &Path, purpose: impl Into<String>) -> Cmd {
+    let mut c = Cmd::new("git", purpose);
+    c.args(["-c", "protocol.file.allow=always", "-c", "advice.detachedHead=false"]).dir(dir);
+    c.cmd.env("GIT_TERMINAL_PROMPT", "0");
+    c
+}
+
+/// Where the source comes from: the repo URL/path git fetches, and for a
+/// snapshotted folder the folder itself.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub repo: String,
+    /// For a snapshotted folder: the folder and the snapshot's commit.
+    pub snapshot_of: Option<(PathBuf, String)>,
+}
+
+/// Resolve `--source` (or the pins' repo): a local folder that is not the top
+/// of a git repository is committed into `<cache>/git/snapshots/...` first.
+pub fn resolve(source: &str, cache: &Path) -> Result<Origin> {
+    let p = Path::new(source);
+    if !p.is_dir() {
+        return Ok(Origin { repo: source.to_string(), snapshot_of: None });
+    }
+    let abs = std::fs::canonicalize(p).with_context(|| format!("resolving --source {source}"))?;
+    let is_repo_top = abs.join(".git").exists() || (abs.join("HEAD").is_file() && abs.join("objects").is_dir());
+    if is_repo_top {
+        return Ok(Origin { repo: abs.to_string_lossy().into_owned(), snapshot_of: None });
+    }
+    let (repo, sha) = snapshot(&abs, cache)?;
+    Ok(Origin { repo: repo.to_string_lossy().into_owned(), snapshot_of: Some((abs, sha)) })
+}
+
+/// Commit the files of `dir` (its .gitignore honoured) into a bare repository
+/// with a fixed author, committer and date; returns the repository and commit.
+fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
+    let repo = cache.join("git/snapshots").join(format!("{}.git", short_hash(&dir.to_string_lossy())));
+    std::fs::create_dir_all(&repo)?;
+    let _lock = lock(&repo.with_extension("lock"))?;
+    if !repo.join("HEAD").exists() {
+        git(&repo, "create snapshot repository").args(["init", "-q", "--bare"]).output()?;
+    }
+    // The index persists between snapshots, so `git add` only rehashes changed files.
+    let index = repo.join("snapshot.index");
+    let with_env = |c: &mut Cmd| {
+        c.cmd
+            .env("GIT_DIR", &repo)
+            .env("GIT_WORK_TREE", dir)
+            .env("GIT_INDEX_FILE", &index)
+            .env("GIT_AUTHOR_NAME", "deepep-forge snapshot")
+            .env("GIT_AUTHOR_EMAIL", "snapshot@deepep-forge.invalid")
+            .env("GIT_COMMITTER_NAME", "deepep-forge snapshot")
+            .env("GIT_COMMITTER_EMAIL", "snapshot@deepep-forge.invalid")
+            .env("GIT_AUTHOR_DATE", SNAPSHOT_DATE)
+            .env("GIT_COMMITTER_DATE", SNAPSHOT_DATE);
+    };
+    let mut add = git(dir, format!("snapshot {}", dir.display()));
+    add.args(["-c", "core.excludesFile=/dev/null", "-c", "core.autocrlf=false", "add", "-A", "."]);
+    with_env(&mut add);
+    add.output()?;
+    let mut tree = git(dir, "write snapshot tree");
+    tree.args(["write-tree"]);
+    with_env(&mut tree);
+    let tree = tree.output()?.trim().to_string();
+    // `<tree> <commit>` of the last snapshot: the same tree is the same commit.
+    let last = repo.join("snapshot.last");
+    if let Some((t, c)) = std::fs::read_to_string(&last).ok().as_deref().and_then(|l| l.trim().split_once(' ')).map(|(t, c)| (t.to_string(), c.to_string())) {
+        if t == tree {
+            return Ok((repo, c));
+        }
+    }
+    let mut commit = git(dir, "commit snapshot");
+    commit.args(["commit-tree", &tree, "-m", "deepep-forge snapshot"]);
+    with_env(&mut commit);
+    let sha = commit.output()?.trim().to_string();
+    let mut refup = git(dir, "record snapshot");
+    refup.args(["update-ref", &format!("refs/snapshots/{sha}"), &sha]);
+    with_env(&mut refup);
+    refup.output()?;
+    std::fs::write(&last, format!("{tree} {sha}\n"))?;
+    Ok((repo, sha))
+}
+
+/// First 16 hex of sha256(text): stable names for mirrors and snapshots.
+pub fn short_hash(text: &str) -> String {
+    hex::encode(&Sha256::digest(text.as_bytes())[..8])
+}
+
+/// An exclusive lock file, held until dropped; waits (checking for Ctrl-C).
+pub fn lock(path: &Path) -> Result<File> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let f = File::options().create(true).truncate(false).write(true).open(path).with_context(|| format!("opening lock {}", path.display()))?;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => super::exec::sleep_checked(std::time::Duration::from_millis(100))?,
+            Err(std::fs::TryLockError::Error(e)) => return Err(e).with_context(|| format!("locking {}", path.display())),
+        }
+    }
+}
+
+/// The bare mirror of `repo` under the cache dir.
+pub fn mirror_path(cache: &Path, repo: &str) -> PathBuf {
+    let name: String = repo
+        .trim_end_matches('/')
+        .trim_end_matches(".git")
+        .rsplit(['/', ':'])
+        .next()
+        .unwrap_or("repo")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    cache.join("git").join(format!("{name}-{}.git", short_hash(repo)))
+}
+
+/// Facts about the pinned commit, read from the mirror.
+#[derive(Debug, Clone)]
+pub struct Commit {
+    pub commit_time: i64,
+    /// Gitlink path -> commit of the submodules the variant needs.
+    pub submodules: BTreeMap<String, String>,
+    /// The source's setup.py imports torch (`import torch` / `from torch`).
+    pub imports_torch: bool,
+}
+
+/// Make sure `rev` is in the mirror of `repo` (fetch it if not) and read the
+/// commit facts plans need. Unreachable repo: exit 3; rev not in repo: exit 2.
+pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> Result<Commit> {
+    std::fs::create_dir_all(mirror)?;
+    let _lock = lock(&mirror.with_extension("lock"))?;
+    if !mirror.join("HEAD").exists() {
+        git(mirror, "create mirror").args(["init", "-q", "--bare"]).output()?;
+    }
+    // `git log` doubles as the presence check.
+    let time_of = || git(mirror, "read commit time").args(["log", "-1", "--format=%ct", rev, "--"]).output();
+    let commit_time = match time_of() {
+        Ok(t) => t,
+        Err(_) => {
+            crate::error::check_interrupted()?;
+            // Fetch by sha first (GitHub allows it); fall back to every ref for servers that refuse.
+            let by_sha = git(mirror, format!("fetch {rev} from {repo}")).args(["fetch", "-q", "--no-tags", repo, rev]).output();
+            if by_sha.is_err() && !has_commit(mirror, rev) {
+                crate::error::check_interrupted()?;
+                let all = git(mirror, format!("fetch {repo}")).args(["fetch", "-q", "--no-tags", repo, "+refs/*:refs/forge/*"]).output();
+                if let Err(e) = all {
+                    crate::error::check_interrupted()?;
+                    return Err(Failure::env(format!("cannot fetch {rev} from {repo}: {e:#}"))
+                        .hint("check the URL and the network, or pass --source PATH|URL with a local mirror of the repository")
+                        .into());
+                }
+            }
+            if !has_commit(mirror, rev) {
+                return Err(Failure::usage(format!("revision {rev} is not in {repo}"))
+                    .hint("check the rev in pins.toml (a full 40-hex commit of that repository) or point --source at a repository that has it")
+                    .into());
+            }
+            git(mirror, "keep the pinned rev").args(["update-ref", &format!("refs/pins/{rev}"), rev]).output()?;
+            time_of()?
+        }
+    };
+    let commit_time = commit_time.trim().parse::<i64>().context("commit time")?;
+    let mut subs = BTreeMap::new();
+    for path in submodules {
+        let line = git(mirror, format!("look up submodule {path}")).args(["ls-tree", rev, "--", path]).output()?;
+        let sha = line.split_whitespace().nth(2).filter(|_| line.starts_with("160000"));
+        match sha {
+            Some(s) => {
+                subs.insert(path.to_string(), s.to_string());
+            }
+            None => {
+                return Err(Failure::env(format!("{repo} at {rev} has no submodule {path}, which this variant's build needs"))
+                    .hint("pin a revision of DeepEP's hybrid-ep branch that carries third-party/nccl, or build a single-node variant")
+                    .into())
+            }
+        }
+    }
+    let setup = git(mirror, "read setup.py").args(["show", &format!("{rev}:setup.py")]).output().unwrap_or_default();
+    let imports_torch = setup.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("import torch") || l.starts_with("from torch")
+    });
+    Ok(Commit { commit_time, submodules: subs, imports_torch })
+}
+
+fn has_commit(mirror: &Path, rev: &str) -> bool {
+    git(mirror, "look up rev").args(["cat-file", "-e", &format!("{rev}^{{commit}}")]).output().is_ok()
+}
+
+/// Check `rev` out of the mirror into a fresh `dest` (a new repository that
+/// borrows the mirror's objects through `objects/info/alternates`), init the
+/// submodules the plan names, and verify HEAD and every submodule commit
+/// against the plan. Returns `git rev-parse --short HEAD` of the tree (the
+/// label setup.py computes).
+pub fn checkout(mirror: &Path, repo: &str, rev: &str, dest: &Path, submodules: &BTreeMap<String, String>) -> Result<String> {
+    std::fs::create_dir_all(dest)?;
+    git(dest, "create the build tree").args(["init", "-q"]).output()?;
+    let objects = std::fs::canonicalize(mirror.join("objects"))?;
+    std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
+    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
+    let ids = git(dest, "read HEAD").args(["log", "-1", "--format=%H %h"]).output()?;
+    let (head, short) = ids.trim().split_once(' ').context("git log output")?;
+    if head != rev {
+        anyhow::bail!("checkout of {rev} from {repo} has HEAD {head}");
+    }
+    if !submodules.is_empty() {
+        // Relative submodule URLs resolve against the real repository.
+        git(dest, "set origin").args(["remote", "add", "origin", repo]).output()?;
+    }
+    for (path, want) in submodules {
+        git(dest, format!("init submodule {path}")).args(["submodule", "update", "--init", "--recursive", "--", path]).output().map_err(|e| {
+            Failure::env(format!("cannot fetch submodule {path} ({want}) of {repo}: {e:#}"))
+                .hint("the submodule's URL (in .gitmodules) must be reachable; offline, use a local mirror and git's url.<base>.insteadOf")
+        })?;
+        let got = git(&dest.join(path), "read submodule HEAD").args(["rev-parse", "HEAD"]).output()?.trim().to_string();
+        if &got != want {
+            anyhow::bail!("submodule {path}: HEAD {got}, the superproject records {want}");
+        }
+    }
+    Ok(short.to_string())
+}

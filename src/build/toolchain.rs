@@ -1,0 +1,281 @@
+//! What a build's binary depends on besides the source: the Python (version,
+//! tag, site-packages, importable build requirements), torch and its CUDA
+//! (read from `torch/version.py`: `import torch` takes seconds), nvcc and the
+//! C/C++ compilers. Also the preflight checks that refuse a build before
+//! anything compiles (exit 3 with what is missing and how to get it).
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::exec::Cmd;
+use crate::error::Failure;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Toolchain {
+    pub python: PathBuf,
+    pub python_version: String,
+    /// `cp312`.
+    pub python_tag: String,
+    /// `linux-x86_64` (sysconfig).
+    pub platform: String,
+    pub site_packages: Vec<PathBuf>,
+    /// torch `__version__`, when installed.
+    pub torch: Option<String>,
+    /// torch's CUDA (`version.cuda`).
+    pub torch_cuda: Option<String>,
+    pub cuda_home: PathBuf,
+    /// `13.0.88` from `nvcc --version`.
+    pub nvcc_version: String,
+    /// CC/CXX/CUDAHOSTCXX -> path and `--version` first line.
+    pub compilers: BTreeMap<String, Compiler>,
+    /// Build requirements the Python can import (setuptools, wheel, pip, torch).
+    pub importable: BTreeMap<String, bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compiler {
+    pub path: PathBuf,
+    pub version: String,
+}
+
+impl Toolchain {
+    /// `13.0` from `13.0.88`.
+    pub fn cuda_major_minor(&self) -> String {
+        self.nvcc_version.split('.').take(2).collect::<Vec<_>>().join(".")
+    }
+    pub fn cuda_major(&self) -> u32 {
+        self.nvcc_version.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0)
+    }
+}
+
+const PY_PROBE: &str = r#"
+import sys, sysconfig, site, json, importlib.util as u
+dirs = []
+for d in site.getsitepackages() + [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]:
+    if d not in dirs:
+        dirs.append(d)
+print(json.dumps({
+    "version": "%d.%d.%d" % sys.version_info[:3],
+    "tag": "cp%d%d" % sys.version_info[:2],
+    "platform": sysconfig.get_platform(),
+    "site": dirs,
+    "importable": {m: u.find_spec(m) is not None for m in ("setuptools", "wheel", "pip", "torch")},
+}))
+"#;
+
+#[derive(Serialize, Deserialize)]
+struct PyFacts {
+    version: String,
+    tag: String,
+    platform: String,
+    site: Vec<PathBuf>,
+    importable: BTreeMap<String, bool>,
+}
+
+/// Identify the toolchain. A missing Python or nvcc is exit 3. Answers are
+/// memoised in `memo` per file (path, size, mtime): the Python's facts also
+/// depend on its site-packages folders, whose mtime changes when a package
+/// is installed or removed.
+pub fn identify(python: &str, memo: &Path) -> Result<Toolchain> {
+    let py = which(python).ok_or_else(|| {
+        Failure::env(format!("Python `{python}` not found")).hint("pass --python PATH to the interpreter whose environment builds the wheel")
+    })?;
+    let facts: PyFacts = memoised(memo, "python", &py, |f: &PyFacts| f.site.clone(), || {
+        let out = Cmd::new(&py, format!("probe Python {}", py.display())).args(["-c", PY_PROBE]).output().map_err(|e| Failure::env(format!("{e:#}")))?;
+        serde_json::from_str(&out).context("Python probe output")
+    })?;
+    let (torch, torch_cuda) = facts.site.iter().find_map(|d| read_torch_version(&d.join("torch/version.py"))).unzip();
+    let cuda_home = find_cuda_home(&facts.site)?;
+    let nvcc = cuda_home.join("bin/nvcc");
+    let out = memoised(memo, "nvcc", &nvcc, |_| vec![], || Cmd::new(&nvcc, "read nvcc version").args(["--version"]).output().map_err(|e| Failure::env(format!("{e:#}")).into()))?;
+    let nvcc_version = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix('V'))
+        .filter(|v| v.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .ok_or_else(|| Failure::env(format!("could not read the version from `{} --version`", nvcc.display())))?
+        .to_string();
+    let mut compilers = BTreeMap::new();
+    for (var, default) in [("CC", Some("cc")), ("CXX", Some("c++")), ("CUDAHOSTCXX", None)] {
+        let name = match std::env::var(var).ok().filter(|v| !v.is_empty()) {
+            Some(v) => v,
+            None => match default {
+                Some(d) => d.to_string(),
+                None => continue,
+            },
+        };
+        let path = which(&name).ok_or_else(|| Failure::env(format!("{var} compiler `{name}` not found")).hint("install gcc/g++ or point CC/CXX at a compiler"))?;
+        let out = memoised(memo, "compiler", &path, |_| vec![], || Cmd::new(&path, format!("read {var} version")).args(["--version"]).output())?;
+        let version = out.lines().next().unwrap_or("").to_string();
+        compilers.insert(var.to_string(), Compiler { path, version });
+    }
+    Ok(Toolchain {
+        python: py,
+        python_version: facts.version,
+        python_tag: facts.tag,
+        platform: facts.platform,
+        site_packages: facts.site,
+        torch,
+        torch_cuda: torch_cuda.flatten(),
+        cuda_home,
+        nvcc_version,
+        compilers,
+        importable: facts.importable,
+    })
+}
+
+/// (path, size, mtime in ns) of a file or folder; None when it is gone.
+fn file_stamp(p: &Path) -> Option<(PathBuf, u64, u128)> {
+    let m = std::fs::metadata(p).ok()?;
+    let t = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    Some((p.to_path_buf(), m.len(), t))
+}
+
+#[derive(Serialize, Deserialize)]
+struct Memo<T> {
+    stamps: Vec<Option<(PathBuf, u64, u128)>>,
+    value: T,
+}
+
+/// `compute()`'s answer about the program at `path`, memoised in
+/// `<dir>/<kind>-<hash>.json` until the program (resolved) or any of the
+/// folders `also(value)` names changes.
+fn memoised<T: Serialize + serde::de::DeserializeOwned>(
+    dir: &Path,
+    kind: &str,
+    path: &Path,
+    also: impl Fn(&T) -> Vec<PathBuf>,
+    compute: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let file = dir.join(format!("{kind}-{}.json", super::source::short_hash(&path.to_string_lossy())));
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let stamps = |v: &T| -> Vec<_> { [path.to_path_buf(), real.clone()].into_iter().chain(also(v)).map(|p| file_stamp(&p)).collect() };
+    if let Some(m) = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Memo<T>>(&b).ok()) {
+        if m.stamps == stamps(&m.value) {
+            return Ok(m.value);
+        }
+    }
+    let value = compute()?;
+    let memo = Memo { stamps: stamps(&value), value };
+    // Best effort: a read-only cache only costs the probe next time.
+    if std::fs::create_dir_all(dir).is_ok() {
+        if let Ok(mut tmp) = tempfile::NamedTempFile::new_in(dir) {
+            if std::io::Write::write_all(&mut tmp, &serde_json::to_vec(&memo)?).is_ok() {
+                let _ = tmp.persist(&file);
+            }
+        }
+    }
+    Ok(memo.value)
+}
+
+/// `__version__` and `cuda` from torch/version.py.
+fn read_torch_version(file: &Path) -> Option<(String, Option<String>)> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let value = |key: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            let k = k.split(':').next()?.trim();
+            (k == key).then(|| v.trim().trim_matches(|c| c == '\'' || c == '"').to_string()).filter(|v| v != "None")
+        })
+    };
+    Some((value("__version__")?, value("cuda")))
+}
+
+/// CUDA_HOME, else nvcc on PATH, else the registry wheels in the Python's
+/// site-packages (`nvidia/cu13/bin/nvcc` from `nvidia-cuda-nvcc`).
+fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
+    if let Some(h) = std::env::var_os("CUDA_HOME").filter(|h| !h.is_empty()) {
+        let h = PathBuf::from(h);
+        if h.join("bin/nvcc").exists() {
+            return Ok(h);
+        }
+        return Err(Failure::env(format!("CUDA_HOME={} has no bin/nvcc", h.display()))
+            .hint("point CUDA_HOME at a CUDA toolkit, or unset it to use nvcc from PATH or the Python's nvidia-cuda-nvcc wheel")
+            .into());
+    }
+    if let Some(nvcc) = which("nvcc") {
+        let real = std::fs::canonicalize(&nvcc).unwrap_or(nvcc);
+        if let Some(home) = real.parent().and_then(Path::parent) {
+            return Ok(home.to_path_buf());
+        }
+    }
+    for d in site {
+        if let Ok(rd) = std::fs::read_dir(d.join("nvidia")) {
+            let mut homes: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.join("bin/nvcc").exists()).collect();
+            homes.sort();
+            if let Some(h) = homes.pop() {
+                return Ok(h);
+            }
+        }
+    }
+    Err(Failure::env("nvcc not found (CUDA_HOME unset, no nvcc on PATH, no nvidia-cuda-nvcc wheel in the Python's site-packages)")
+        .hint("set CUDA_HOME to a CUDA toolkit, or `pip install nvidia-cuda-nvcc` (see .ci/setup-tools) into the build Python")
+        .into())
+}
+
+/// `name` if it is a path, else the first match on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let p = Path::new(name);
+    if name.contains('/') {
+        return p.is_file().then(|| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|c| c.is_file())
+}
+
+/// Preflight: the Python can import what the build imports, the compilers
+/// link libstdc++ dynamically. Memoised per compiler (path, size, mtime) in
+/// `memo_dir` once a compiler passed.
+pub fn preflight(tc: &Toolchain, needs_torch: bool, memo_dir: &Path) -> Result<()> {
+    let mut need = vec!["setuptools", "wheel", "pip"];
+    if needs_torch {
+        need.push("torch");
+    }
+    let missing: Vec<&str> = need.iter().copied().filter(|m| !tc.importable.get(*m).copied().unwrap_or(false)).collect();
+    if !missing.is_empty() {
+        return Err(Failure::env(format!("{} cannot import {} (the build imports {})", tc.python.display(), missing.join(", "), need.join(", ")))
+            .hint(format!("install them into that environment, e.g. `{} -m pip install {}` (torch matching pins.toml [toolchain]), or pass --python", tc.python.display(), missing.join(" ")))
+            .into());
+    }
+    for (var, c) in &tc.compilers {
+        if var == "CC" {
+            continue;
+        }
+        check_dynamic_libstdcxx(var, c, memo_dir)?;
+    }
+    Ok(())
+}
+
+/// Compile a tiny shared object with the compiler; refuse when libstdc++ ends
+/// up linked statically (no NEEDED libstdc++.so.6 while `std::` symbols are
+/// defined): such a DeepEP build segfaults in HybridEPBuffer's constructor.
+fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<()> {
+    let meta = std::fs::metadata(&c.path)?;
+    let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos()).unwrap_or(0);
+    let memo = memo_dir.join(format!("libstdcxx-ok-{}", super::source::short_hash(&format!("{}|{}|{mtime}|{}", c.path.display(), meta.len(), c.version))));
+    if memo.exists() {
+        return Ok(());
+    }
+    let tmp = tempfile::tempdir()?;
+    let src = tmp.path().join("probe.cpp");
+    std::fs::write(&src, "#include <string>\n#include <stdexcept>\nstd::string forge_probe(int n) { if (n < 0) throw std::runtime_error(\"n\"); return std::string(n, 'x'); }\n")?;
+    let so = tmp.path().join("probe.so");
+    Cmd::new(&c.path, format!("compile a test shared object with {var}={}", c.path.display()))
+        .args(["-shared", "-fPIC", "-O1"])
+        .args([&src])
+        .arg("-o")
+        .arg(&so)
+        .output()
+        .map_err(|e| Failure::env(format!("{e:#}")).hint(format!("{var} must compile C++ shared objects; e.g. {var}=/usr/bin/g++")))?;
+    let data = std::fs::read(&so)?;
+    let elf = crate::build::relocate::ElfDynamic::parse(&data)?.context("test shared object is not ELF")?;
+    let dynamic_std = elf.needed.iter().any(|n| n.starts_with("libstdc++.so"));
+    if !dynamic_std && elf.defines_std {
+        return Err(Failure::env(format!("{var}={} links libstdc++ statically (the test shared object has no NEEDED libstdc++.so.6 and defines std:: symbols)", c.path.display()))
+            .hint(format!("a DeepEP built this way segfaults in HybridEPBuffer's constructor: use the system compiler, e.g. {var}=/usr/bin/g++"))
+            .into());
+    }
+    std::fs::create_dir_all(memo_dir)?;
+    std::fs::write(&memo, &c.version)?;
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! Rewriting a wheel: replace some members (patched ELF files), add files to
+//! its `.dist-info/` (the provenance document), and write RECORD again by the
+//! spec. Unchanged members are copied byte for byte (zip raw copy, their RECORD
+//! lines kept); `.dist-info/` comes last and RECORD last of all; signatures
+//! (`RECORD.jws`, `RECORD.p7s`) are dropped because the content changed.
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use zip::write::SimpleFileOptions;
+
+use super::record::{self, Entry};
+use crate::error::check_interrupted;
+
+/// What to change in a wheel.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Member path -> new content.
+    pub replace: BTreeMap<String, Vec<u8>>,
+    /// File name inside `.dist-info/` -> content.
+    pub add_dist_info: BTreeMap<String, Vec<u8>>,
+    /// Modification time of new entries (SOURCE_DATE_EPOCH), seconds since 1970.
+    pub epoch: i64,
+}
+
+/// The `<name>.dist-info` folder of an open wheel.
+pub fn dist_info_dir<R: Read + std::io::Seek>(zip: &zip::ZipArchive<R>) -> Result<String> {
+    let mut dirs: Vec<&str> = zip.file_names().filter_map(|n| n.strip_suffix("/RECORD")).filter(|d| d.ends_with(".dist-info") && !d.contains('/')).collect();
+    dirs.sort();
+    dirs.dedup();
+    match dirs.as_slice() {
+        [one] => Ok(one.to_string()),
+        [] => anyhow::bail!("no <name>.dist-info/RECORD in the wheel"),
+        many => anyhow::bail!("several .dist-info folders in the wheel: {}", many.join(", ")),
+    }
+}
+
+/// Read one member of a wheel.
+pub fn read_member(wheel: &Path, member: &str) -> Result<Vec<u8>> {
+    let mut zip = zip::ZipArchive::new(BufReader::new(File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?))?;
+    let mut f = zip.by_name(member).with_context(|| format!("{} has no {member}", wheel.display()))?;
+    let mut buf = Vec::with_capacity(f.size() as usize);
+    f.read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Write `input` with `changes` applied to `output` (a new file; the caller
+/// renames it into place). Checks for Ctrl-C between members.
+pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
+    let mut zin = zip::ZipArchive::new(BufReader::with_capacity(1 << 20, File::open(input).with_context(|| format!("opening {}", input.display()))?))
+        .with_context(|| format!("{} is not a zip file", input.display()))?;
+    let di = dist_info_dir(&zin)?;
+    let record_path = format!("{di}/RECORD");
+    let old_record: BTreeMap<String, Entry> = {
+        let mut text = String::new();
+        zin.by_name(&record_path)?.read_to_string(&mut text)?;
+        record::parse(&text).with_context(|| format!("{record_path} in {}", input.display()))?.into_iter().map(|e| (e.path.clone(), e)).collect()
+    };
+    for member in changes.replace.keys() {
+        if zin.index_for_name(member).is_none() {
+            anyhow::bail!("{} has no member {member} to replace", input.display());
+        }
+    }
+    let dropped = [record_path.clone(), format!("{di}/RECORD.jws"), format!("{di}/RECORD.p7s")];
+    // Members in output order: the package first, then .dist-info.
+    let names: Vec<String> = zin.file_names().map(String::from).collect();
+    let mut order: Vec<usize> = (0..names.len()).filter(|i| !dropped.contains(&names[*i])).collect();
+    order.sort_by_key(|i| names[*i].starts_with(&format!("{di}/")));
+
+    let out = File::create_new(output).with_context(|| format!("creating {}", output.display()))?;
+    let mut zout = zip::ZipWriter::new(BufWriter::with_capacity(1 << 20, out));
+    let time = zip_time(changes.epoch);
+    let mut new_record = Vec::new();
+    for i in order {
+        check_interrupted()?;
+        let name = &names[i];
+        if let Some(data) = changes.replace.get(name) {
+            let mode = zin.by_index_raw(i)?.unix_mode().unwrap_or(0o644);
+            let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).last_modified_time(time).unix_permissions(mode).large_file(data.len() as u64 >= u32::MAX as u64);
+            zout.start_file(name.as_str(), opts)?;
+            zout.write_all(data)?;
+            new_record.push(Entry { path: name.clone(), hash: Some(record::hash_bytes(data)), size: Some(data.len() as u64) });
+            continue;
+        }
+        let f = zin.by_index_raw(i)?;
+        if f.is_dir() {
+            zout.raw_copy_file(f)?;
+            continue;
+        }
+        let e = old_record.get(name).filter(|e| e.hash.is_some()).cloned();
+        let e = e.with_context(|| format!("{} is not in {record_path} with a hash; the wheel is malformed", name))?;
+        zout.raw_copy_file(f)?;
+        new_record.push(e);
+    }
+    for (file, data) in &changes.add_dist_info {
+        let path = format!("{di}/{file}");
+        if names.contains(&path) {
+            anyhow::bail!("{} already has {path}: it was stamped before", input.display());
+        }
+        let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).last_modified_time(time).unix_permissions(0o644);
+        zout.start_file(path.as_str(), opts)?;
+        zout.write_all(data)?;
+        new_record.push(Entry { path, hash: Some(record::hash_bytes(data)), size: Some(data.len() as u64) });
+    }
+    new_record.push(Entry { path: record_path.clone(), hash: None, size: None });
+    let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).last_modified_time(time).unix_permissions(0o644);
+    zout.start_file(record_path.as_str(), opts)?;
+    zout.write_all(record::write(&new_record).as_bytes())?;
+    zout.finish()?.flush()?;
+    Ok(())
+}
+
+fn zip_time(epoch: i64) -> zip::DateTime {
+    let (y, mo, d, h, mi, s) = crate::provenance::utc_parts(epoch.max(315_532_800)); // zip starts in 1980
+    zip::DateTime::from_date_and_time(y as u16, mo as u8, d as u8, h as u8, mi as u8, s as u8).unwrap_or_default()
+}
+
+/// sha256 (hex) and size of a file.
+pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
+    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = f.read(&mut buf)?;
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+    Ok((hex::encode(h.finalize()), n))
+}

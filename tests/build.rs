@@ -1,0 +1,459 @@
+//! build-wheel and plan, end to end: real git repositories, real nvcc and pip
+//! builds of the mini-deepep fixture, real patchelf, real venvs, real signals.
+mod build_support;
+mod support;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use build_support::*;
+use sha2::{Digest, Sha256};
+use support::*;
+
+#[test]
+fn demo_pins_name_the_current_fixture_snapshot() {
+    let tools = require!(tools_python(), "tools venv");
+    let cache = tempfile::tempdir().unwrap();
+    // The README's first command uses this file: it must plan (pin == snapshot of the fixture).
+    let o = bin()
+        .args(["plan", "--pins", "tests/fixtures/demo-pins.toml", "--all", "--format", "json", "--python"])
+        .arg(&tools)
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "the demo pin is stale: {}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["plans"][0]["variant"]["name"], "demo");
+    assert_eq!(j["skipped"][0]["variant"], "demo-arm");
+}
+
+#[test]
+fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let plan = |extra: &[(&str, &str)], pins: &Path| {
+        let mut c = lab.forge(&["plan", "--all", "--format", "json", "--pins", pins.to_str().unwrap()]);
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        json(&c.output().unwrap())
+    };
+    let a = plan(&[("HYBRID_EP_MULTINODE", "1"), ("RDMA_CORE_HOME", "/opt/stray"), ("MAX_JOBS", "1")], &pins);
+    let p = &a["plans"][0];
+    assert_eq!(a["schema"], 1);
+    assert_eq!(p["env"]["HYBRID_EP_MULTINODE"], "0");
+    assert_eq!(p["env"]["USE_NIXL"], "0");
+    assert_eq!(p["env"]["TORCH_CUDA_ARCH_LIST"], "9.0");
+    assert!(p["env"].get("RDMA_CORE_HOME").is_none(), "{p}");
+    assert_eq!(p["env"]["NVSHMEM_DIR"], lab.nvshmem_dir().to_str().unwrap());
+    assert_eq!(p["env"]["SOURCE_DATE_EPOCH"], "1786968000", "commit time of the fixture commit (2026-08-17T12:00:00Z)");
+    assert!(p["env"]["CPATH"].as_str().unwrap().ends_with("include/cccl"), "CUDA 13 fix: {p}");
+    assert_eq!(p["dropped_env"]["HYBRID_EP_MULTINODE"], "1");
+    assert_eq!(p["dropped_env"]["RDMA_CORE_HOME"], "/opt/stray");
+    assert_eq!(p["source"]["rev"], lab.rev.as_str());
+    assert_eq!(p["source"]["version"], format!("1.2.1+{}", &lab.rev[..7]));
+    assert_eq!(p["toolchain"]["python_tag"].as_str().unwrap().len(), 5);
+    assert_eq!(a["matrix"]["include"][0]["variant"], "sn");
+    assert_eq!(a["matrix"]["include"][0]["cached"], false);
+    assert_eq!(a["skipped"][0]["variant"], "arm");
+    let key = p["cache_key"].as_str().unwrap();
+    assert_eq!(key.len(), 64);
+    // MAX_JOBS and the stray variables do not change the key; the arch list does.
+    let b = plan(&[], &pins);
+    assert_eq!(b["plans"][0]["cache_key"], key);
+    let other = lab.pins_with(&lab.rev, &SINGLE.replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1));
+    let c = plan(&[], &other);
+    assert_ne!(c["plans"][0]["cache_key"], key);
+    assert_eq!(c["plans"][0]["env"]["TORCH_CUDA_ARCH_LIST"], "10.0");
+}
+
+/// The whole pipeline: build with a stray variable in the environment, check
+/// the version, the RUNPATH rewrite (readelf), RECORD (`python -m wheel
+/// unpack` verifies every hash), provenance, SHA256SUMS; install with pip into
+/// a fresh venv on "another machine" (the build's NVSHMEM deleted) and import.
+/// Before that, SIGTERM during the stamping (patchelf held up) leaves nothing.
+#[test]
+fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let pins = pins.to_str().unwrap();
+
+    // 1. patchelf held up by a wrapper: SIGTERM the process while it stamps.
+    let wrap = lab.dir.path().join("slow-bin");
+    std::fs::create_dir_all(&wrap).unwrap();
+    let marker = lab.dir.path().join("stamping");
+    std::fs::write(
+        wrap.join("patchelf"),
+        format!("#!/bin/sh\ntouch '{}'\nsleep 30\nexec '{}' \"$@\"\n", marker.display(), lab.tools.join("bin/patchelf").display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(wrap.join("patchelf"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut c = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins]);
+    c.env("PATH", format!("{}:{}:/usr/bin:/bin", wrap.display(), lab.tools.join("bin").display())).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let t = Instant::now();
+    while !marker.exists() {
+        assert!(t.elapsed() < Duration::from_secs(120), "stamping never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(lab.out_wheels().is_empty(), "half-written output after a kill");
+    assert!(lab.cache_entries().is_empty(), "cache not clean after a kill: {:?}", lab.cache_entries());
+
+    // 2. The real build, with a stray HYBRID_EP_MULTINODE=1 in the caller's environment.
+    let report = lab.dir.path().join("report.json");
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins, "--report", report.to_str().unwrap()]).env("HYBRID_EP_MULTINODE", "1").output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("dropped HYBRID_EP_MULTINODE=1"), "{}", stdout(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let res = &r["results"][0];
+    assert_eq!(res["status"], "built");
+    let wheels = lab.out_wheels();
+    assert_eq!(wheels.len(), 1);
+    let wheel = &wheels[0];
+    let short = &lab.rev[..7];
+    let name = deepep_forge::wheel::WheelName::parse(&wheel.file_name().unwrap().to_string_lossy()).unwrap();
+    let v = |s: &str| s.parse::<pep440_rs::Version>().unwrap();
+    assert_eq!((name.dist.as_str(), v(&name.version)), ("deep_ep", v(&format!("1.2.1+{short}"))), "{wheel:?}");
+    let sum = sha256sum(wheel);
+    assert_eq!(res["sha256"], sum.as_str());
+    let sums = std::fs::read_to_string(lab.out.join("SHA256SUMS")).unwrap();
+    assert_eq!(sums, format!("{sum}  {}\n", wheel.file_name().unwrap().to_string_lossy()));
+
+    // RUNPATH: $ORIGIN-relative, recorded as a patch.
+    let patch = &res["patches"][0];
+    assert_eq!(patch["kind"], "runpath");
+    assert!(patch["file"].as_str().unwrap().starts_with("deep_ep_cpp"), "{patch}");
+    let nvshmem_lib = lab.nvshmem_dir().join("lib").to_string_lossy().into_owned();
+    let (from, to) = (patch["from"].as_str().unwrap(), patch["to"].as_str().unwrap());
+    // Only the entry into the build venv's site-packages changes (Python's own lib dir may stay).
+    assert!(from.split(':').any(|e| e == nvshmem_lib), "{patch}");
+    assert_eq!(to, from.replace(&nvshmem_lib, "$ORIGIN/nvidia/nvshmem/lib"));
+    let unpacked = lab.dir.path().join("unpacked");
+    // `python -m wheel unpack` checks every RECORD hash and fails on a mismatch.
+    run(Command::new(lab.tools.join("bin/python")).args(["-m", "wheel", "unpack", "-d"]).arg(&unpacked).arg(wheel));
+    let top = std::fs::read_dir(&unpacked).unwrap().next().unwrap().unwrap().path();
+    let so = files_with(&top, ".so").into_iter().find(|p| p.file_name().unwrap().to_string_lossy().starts_with("deep_ep_cpp")).unwrap();
+    let dynamic = run(Command::new("readelf").arg("-d").arg(&so));
+    assert!(dynamic.contains(&format!("Library runpath: [{to}]")), "{dynamic}");
+    assert!(!dynamic.contains(&nvshmem_lib), "{dynamic}");
+    assert!(dynamic.contains("libnvshmem_host.so.3"), "{dynamic}");
+
+    // RECORD: every member listed with its url-safe base64 sha256 and size; .dist-info last.
+    let di = std::fs::read_dir(&top).unwrap().flatten().map(|e| e.path()).find(|p| p.to_string_lossy().ends_with(".dist-info")).unwrap();
+    let record = std::fs::read_to_string(di.join("RECORD")).unwrap();
+    let mut seen_dist_info = false;
+    for line in record.lines() {
+        let f: Vec<&str> = line.rsplitn(3, ',').collect();
+        let (size, hash, path) = (f[0], f[1], f[2]);
+        seen_dist_info |= path.contains(".dist-info/");
+        assert!(!seen_dist_info || path.contains(".dist-info/"), "package member after .dist-info in RECORD: {path}");
+        if path.ends_with("/RECORD") {
+            assert_eq!((hash, size), ("", ""));
+            continue;
+        }
+        let data = std::fs::read(top.join(path)).unwrap();
+        let want = format!("sha256={}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(&data)));
+        assert_eq!((hash, size), (want.as_str(), data.len().to_string().as_str()), "{path}");
+    }
+    assert!(record.trim_end().ends_with("/RECORD,,"), "RECORD is not last: {record}");
+
+    // Provenance.
+    let prov: serde_json::Value = serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
+    assert_eq!(prov["source"]["rev"], lab.rev.as_str());
+    assert_eq!(prov["source"]["short"], short);
+    assert_eq!(prov["variant"]["name"], "sn");
+    assert_eq!(prov["env"]["HYBRID_EP_MULTINODE"], "0");
+    assert_eq!(prov["env"]["TORCH_CUDA_ARCH_LIST"], "9.0");
+    assert_eq!(prov["cache_key"], res["cache_key"]);
+    assert_eq!(prov["patches"][0]["to"], to);
+    assert!(prov["toolchain"]["nvcc"].as_str().unwrap().starts_with("13."), "{prov}");
+
+    // Install on "another machine": the build venv's NVSHMEM is gone; the
+    // target venv has its own under site-packages/nvidia/nvshmem/lib.
+    std::fs::remove_dir_all(lab.nvshmem_dir()).unwrap();
+    let target = lab.dir.path().join("target-venv");
+    run(Command::new(lab.tools.join("bin/python")).args(["-m", "venv", "--without-pip"]).arg(&target));
+    let tsite = site_packages(&target);
+    fake_nvshmem(&tsite.join("nvidia/nvshmem/lib"));
+    run(Command::new(lab.tools.join("bin/python"))
+        .args(["-m", "pip", "--disable-pip-version-check", "--python"])
+        .arg(target.join("bin/python"))
+        .args(["install", "-q", "--no-deps", "--no-index"])
+        .arg(wheel));
+    let out = run(Command::new(target.join("bin/python")).args(["-c", "import deep_ep, deep_ep_cpp, hybrid_ep_cpp; print(deep_ep_cpp.nvshmem_enabled())"]));
+    assert_eq!(out.trim(), "True");
+    // pip's installed RECORD lists our provenance file with its hash.
+    let installed = std::fs::read_to_string(tsite.join(di.file_name().unwrap()).join("RECORD")).unwrap();
+    assert!(installed.contains("deepep-forge-provenance.json,sha256="), "{installed}");
+
+    // A second run is a cache hit with the same bytes.
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins, "--format", "json"]).output().unwrap();
+    let j = json(&o);
+    assert_eq!(j["results"][0]["status"], "cache-hit");
+    assert_eq!(j["results"][0]["sha256"], sum.as_str());
+    assert_eq!(j["results"][0]["patches"][0]["to"], to);
+}
+
+#[test]
+fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let pins = pins.to_str().unwrap();
+    let logs = lab.cache.join("logs");
+    let child = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Wait until nvcc runs (the log names it), then Ctrl-C.
+    let t = Instant::now();
+    loop {
+        let log = files_with(&logs, ".log").first().map(|p| std::fs::read_to_string(p).unwrap_or_default()).unwrap_or_default();
+        if log.contains("nvcc") {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "the build never reached nvcc: {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(lab.out_wheels().is_empty());
+    assert!(std::fs::read_dir(&lab.out).map(|d| d.count()).unwrap_or(0) == 0, "output folder not empty");
+    assert!(lab.cache_entries().is_empty(), "cache not clean: {:?}", lab.cache_entries());
+    // No compiler left running from our build tree.
+    let ps = run(Command::new("ps").args(["-eo", "args"]));
+    assert!(!ps.lines().any(|l| l.contains(&lab.cache.to_string_lossy().to_string()) && !l.contains("ps -eo")), "{ps}");
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(lab.out_wheels().len(), 1);
+}
+
+#[test]
+fn concurrent_builders_of_one_key_build_once() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let spawn = |out: &str| {
+        let out = lab.dir.path().join(out);
+        lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--format", "json", "--out", out.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("a"), spawn("b"));
+    let (a, b) = (json(&a.wait_with_output().unwrap()), json(&b.wait_with_output().unwrap()));
+    let mut statuses = [a["results"][0]["status"].as_str().unwrap(), b["results"][0]["status"].as_str().unwrap()];
+    statuses.sort();
+    assert_eq!(statuses, ["built", "cache-hit"], "{a}\n{b}");
+    assert_eq!(a["results"][0]["sha256"], b["results"][0]["sha256"]);
+    assert_eq!(std::fs::read_dir(lab.cache.join("wheels")).unwrap().count(), 1);
+}
+
+#[test]
+fn a_failing_build_exits_1_with_the_log_tail_and_leaves_nothing() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let cu = lab.repo.join("csrc/kernels/layout.cu");
+    let mut text = std::fs::read_to_string(&cu).unwrap();
+    text.push_str("\n#error deliberately broken for the test\n");
+    std::fs::write(&cu, text).unwrap();
+    git(&lab.repo, &["commit", "-qam", "break"]);
+    let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let pins = lab.pins_with(&rev, SINGLE);
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("first error in the log: ") && e.contains("deliberately broken for the test"), "{e}");
+    assert!(e.contains("last 40 lines of the log") && e.contains("hint: full log: "), "{e}");
+    let log = e.lines().find_map(|l| l.strip_prefix("hint: full log: ")).unwrap();
+    assert!(std::fs::read_to_string(log).unwrap().contains("deliberately broken"));
+    assert!(lab.out_wheels().is_empty());
+    assert!(lab.cache_entries().is_empty(), "{:?}", lab.cache_entries());
+}
+
+#[test]
+fn a_compiler_that_links_libstdcxx_statically_is_refused_before_compiling() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let wrapper = lab.dir.path().join("static-g++");
+    std::fs::write(&wrapper, "#!/bin/sh\nexec g++ -static-libstdc++ \"$@\"\n").unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let pins = lab.pins();
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).env("CXX", &wrapper).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains(&format!("CXX={}", wrapper.display())) && e.contains("statically") && e.contains("CXX=/usr/bin/g++"), "{e}");
+    assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "it compiled before refusing");
+    assert!(lab.out_wheels().is_empty());
+}
+
+#[test]
+fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let pins = pins.to_str().unwrap();
+    let check = |args: &[&str], pins_file: &str, code: i32, needles: &[&str]| {
+        let mut full = vec!["build-wheel", "--pins", pins_file];
+        full.extend_from_slice(args);
+        let o = lab.forge(&full).output().unwrap();
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        for n in needles {
+            assert!(stderr(&o).contains(n), "{args:?}: expected `{n}` in: {}", stderr(&o));
+        }
+        assert!(!lab.out.exists(), "{args:?} wrote the output folder");
+    };
+    check(&["--variant", "nope"], pins, 2, &["unknown variant `nope`", "known variants: sn, arm"]);
+    check(&["--variant", "sn"], "missing.toml", 2, &["pins file not found: missing.toml"]);
+    check(&[], pins, 2, &["--variant NAME", "--all"]);
+    check(&["--variant", "arm"], pins, 2, &["builds for aarch64"]);
+    let absent = "0123456789abcdef0123456789abcdef01234567";
+    let bad_rev = lab.pins_with(absent, SINGLE);
+    check(&["--variant", "sn"], bad_rev.to_str().unwrap(), 2, &[&format!("revision {absent} is not in {}", lab.repo.display())]);
+    let pins = lab.pins();
+    check(&["--variant", "sn", "--source", "file:///nonexistent/DeepEP.git"], pins.to_str().unwrap(), 3, &["cannot fetch", "/nonexistent/DeepEP.git"]);
+    // A Python without the build's requirements: exit 3 naming them (torch is not needed by the fixture).
+    let bare = lab.dir.path().join("bare-venv");
+    run(Command::new(lab.tools.join("bin/python")).args(["-m", "venv", "--without-pip"]).arg(&bare));
+    let bare_py = bare.join("bin/python");
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--python", bare_py.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot import setuptools, wheel, pip"), "{}", stderr(&o));
+    // The memoised Python facts follow the environment: installing (a .pth here) is seen.
+    let importable = |py: &Path| {
+        let j = json(&lab.forge(&["plan", "--variant", "sn", "--format", "json", "--pins", pins.to_str().unwrap(), "--python", py.to_str().unwrap()]).output().unwrap());
+        j["plans"][0]["toolchain"]["importable"]["setuptools"].as_bool().unwrap()
+    };
+    assert!(!importable(&bare_py));
+    std::fs::write(site_packages(&bare).join("tools.pth"), format!("{}\n", site_packages(&lab.tools).display())).unwrap();
+    assert!(importable(&bare_py));
+
+    // A source whose setup.py imports torch (as DeepEP's does) needs torch in the Python.
+    let setup = lab.repo.join("setup.py");
+    let text = std::fs::read_to_string(&setup).unwrap().replacen("import setuptools\n", "import setuptools\nimport torch  # like DeepEP\n", 1);
+    std::fs::write(&setup, text).unwrap();
+    git(&lab.repo, &["commit", "-qam", "import torch"]);
+    let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let torch_pins = lab.pins_with(&rev, SINGLE);
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", torch_pins.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot import torch (the build imports setuptools, wheel, pip, torch)"), "{}", stderr(&o));
+    assert!(!lab.out.exists() && files_with(&lab.cache.join("logs"), ".log").is_empty());
+}
+
+/// `--source` replaces pins.toml's repo (a local mirror for a machine without GitHub).
+#[test]
+fn source_overrides_the_pinned_repo() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let text = std::fs::read_to_string(&pins).unwrap().replace(&format!("repo = \"{}\"", lab.repo.display()), "repo = \"https://github.com/deepseek-ai/DeepEP.git\"");
+    std::fs::write(&pins, text).unwrap();
+    let o = lab.forge(&["plan", "--variant", "sn", "--format", "json", "--pins", pins.to_str().unwrap(), "--source", lab.repo.to_str().unwrap()]).output().unwrap();
+    let j = json(&o);
+    assert_eq!(j["plans"][0]["source"]["repo"], std::fs::canonicalize(&lab.repo).unwrap().to_str().unwrap());
+    assert_eq!(j["plans"][0]["source"]["rev"], lab.rev.as_str());
+}
+
+/// DOCA multinode: the nccl submodule (a real local repository) is initialised
+/// in the fresh checkout, its sha recorded, rdma-core found, libibverbs linked.
+#[test]
+fn doca_multinode_inits_the_nccl_submodule_and_records_its_sha() {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIPPED: rdma-core headers (libibverbs-dev) not installed; `.ci/setup-tools` installs them");
+        return;
+    }
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let nccl = lab.dir.path().join("nccl");
+    let nccl_rev = git_repo_from_fixture("mini-nccl", &nccl);
+    git(&lab.repo, &["submodule", "add", "-q", nccl.to_str().unwrap(), "third-party/nccl"]);
+    git(&lab.repo, &["commit", "-qm", "nccl submodule"]);
+    let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let variant = r#"
+[[variant]]
+name = "mn"
+arch = "x86_64"
+cuda_arch_list = "9.0"
+multinode = true
+transport = "doca"
+rdma_core_home = "/usr"
+topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }
+"#;
+    let pins = lab.pins_with(&rev, variant);
+    let o = lab.forge(&["build-wheel", "--variant", "mn", "--pins", pins.to_str().unwrap(), "--format", "json"]).output().unwrap();
+    let j = json(&o);
+    assert_eq!(j["results"][0]["status"], "built");
+    let wheel = Path::new(j["results"][0]["wheel"].as_str().unwrap());
+    let wheel = if wheel.is_absolute() { wheel.to_path_buf() } else { lab.dir.path().join(wheel) };
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+    let names: Vec<String> = zip.file_names().map(String::from).collect();
+    assert!(names.iter().any(|n| n.starts_with("deep_ep/backend/nccl/obj/") && n.ends_with(".o")), "{names:?}");
+    let di = names.iter().find(|n| n.ends_with(".dist-info/deepep-forge-provenance.json")).unwrap().clone();
+    let mut text = String::new();
+    zip.by_name(&di).unwrap().read_to_string(&mut text).unwrap();
+    let prov: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(prov["source"]["submodules"]["third-party/nccl"], nccl_rev.as_str());
+    assert_eq!(prov["env"]["HYBRID_EP_MULTINODE"], "1");
+    assert_eq!(prov["env"]["RDMA_CORE_HOME"], "/usr");
+    assert_eq!(prov["variant"]["transport"], "doca");
+}
+
+/// The wheel is checked after the build: a pin whose label differs from what
+/// setup.py computes, or a revision without HybridEP, fails (exit 1) and
+/// publishes nothing.
+#[test]
+fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let text = std::fs::read_to_string(&pins).unwrap().replace("base_version = \"1.2.1\"", "base_version = \"1.2.2\"");
+    std::fs::write(&pins, text).unwrap();
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let short = &lab.rev[..7];
+    assert!(stderr(&o).contains("the built wheel's version is 1.2.1+"), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("but the pin {} must give 1.2.2+{short}", lab.rev)), "{}", stderr(&o));
+    assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty());
+
+    // An old `main`-like revision: no hybrid_ep_cpp extension.
+    let setup = lab.repo.join("setup.py");
+    let text = std::fs::read_to_string(&setup).unwrap().replace("ext_modules=[deep_ep_cpp(), hybrid_ep_cpp()]", "ext_modules=[deep_ep_cpp()]");
+    std::fs::write(&setup, text).unwrap();
+    git(&lab.repo, &["commit", "-qam", "no hybrid-ep"]);
+    let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let pins = lab.pins_with(&rev, SINGLE);
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("no hybrid_ep_cpp extension: the pinned revision {rev} lacks HybridEP")), "{}", stderr(&o));
+    assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty());
+}
