@@ -75,10 +75,8 @@ fn load_inner(path: &Path, stack: &mut Vec<PathBuf>, declared_by: Option<&Path>)
     if stack.contains(&canonical) {
         return Err(bad(path, "its `defaults:` chain comes back to itself"));
     }
-    let value: Value = serde_yaml::from_str(&text).map_err(|e| match e.location() {
-        Some(l) => bad(path, format!("line {} column {}: {e}", l.line(), l.column())),
-        None => bad(path, e),
-    })?;
+    // serde_yaml's message names line and column.
+    let value: Value = serde_yaml::from_str(&text).map_err(|e| bad(path, e))?;
     let mut map = match value {
         Value::Mapping(m) => m,
         Value::Null => Mapping::new(),
