@@ -141,8 +141,17 @@ fn static_libstdcxx_is_flagged() {
 fn ptx_only_for_the_gpu_is_a_warning() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let (_, v, _) = probe(&["--wheel", s(&w.ptx), "--preset", "b200-8g"]);
-    assert_eq!(status(&v, "cubin-arch"), "warn", "{v:#}");
-    assert_eq!(v["facts"]["binary"]["ptx_sms"], serde_json::json!([90]));
+    let cubin = |module: &str| -> String {
+        let rows = v["checks"].as_array().unwrap();
+        let r = rows.iter().find(|c| c["rule"] == "cubin-arch" && c["evidence"].as_str().unwrap().contains(module)).unwrap();
+        r["status"].as_str().unwrap().to_string()
+    };
+    // hybrid_ep_cpp carries compute_90 PTX; deep_ep_cpp's device-linked code keeps no PTX.
+    assert_eq!(cubin("hybrid_ep_cpp"), "warn", "{v:#}");
+    assert_eq!(cubin("deep_ep_cpp"), "fail", "{v:#}");
+    // sm_90 has a cubin too, so no SM is PTX-only in BinaryFacts' sense.
+    assert_eq!(v["facts"]["binary"]["ptx_sms"], serde_json::json!([]));
+    assert!(v["checks"].to_string().contains("cubin [sm_90] ptx [sm_90]"), "{v:#}");
     let (code, v, _) = probe(&["--wheel", s(&w.ptx), "--preset", "h100-8g"]);
     assert_eq!(status(&v, "cubin-arch"), "pass");
     assert_eq!(code, 0);

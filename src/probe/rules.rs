@@ -186,7 +186,7 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
 
     // cubin for the GPU.
     let hep = hybrid_ep(b).and_then(|e| e.elf.as_ref().ok());
-    out.push(cubin_check(b, gpu, ev, pins));
+    out.extend(cubin_checks(b, gpu, ev, pins));
 
     // Driver symbols without libcuda.
     for (e, f) in elfs(b) {
@@ -315,42 +315,39 @@ fn baked_rdma_home(hep: Option<&ElfFacts>) -> Option<String> {
     Some(after.split_whitespace().next()?.strip_suffix("/include")?.to_string())
 }
 
-fn cubin_check(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&Pins>) -> Check {
-    let mut per_ext = Vec::new();
-    let mut worst = 0; // 0 pass, 1 warn (ptx only / unknown), 2 fail
+/// One `cubin-arch` row per extension: a cubin for the GPU's SM, PTX only (warn), or nothing.
+fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&Pins>) -> Vec<Check> {
+    let list = |v: &[u32]| v.iter().map(|n| format!("sm_{n}")).collect::<Vec<_>>().join(" ");
+    let mut out = Vec::new();
     for (e, f) in elfs(b) {
         let (c, p) = f.sms();
-        let list = |v: &[u32]| v.iter().map(|n| format!("sm_{n}")).collect::<Vec<_>>().join(" ");
-        let mut problems: Vec<String> = Vec::new();
-        for fb in &f.fatbins {
-            problems.extend(fb.1.problems.iter().map(|p| format!("{}: {p}", fb.0)));
-        }
-        per_ext.push(format!(
-            "{}: cubin [{}]{}{}",
+        let problems: Vec<String> = f.fatbins.iter().flat_map(|(n, fb)| fb.problems.iter().map(move |p| format!("{n}: {p}"))).collect();
+        let seen = format!(
+            "{}: cubin [{}]{}",
             short(&e.path),
             list(&c),
-            if p.is_empty() { String::new() } else { format!(" ptx [{}]", list(&p)) },
-            if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
-        ));
-        if !problems.is_empty() {
-            worst = worst.max(2);
-        }
-        if let Some(g) = gpu {
-            if !c.contains(&g.sm()) {
-                worst = worst.max(if p.iter().any(|&s| s <= g.sm()) { 1 } else { 2 });
+            if p.is_empty() { String::new() } else { format!(" ptx [{}]", list(&p)) }
+        );
+        let fix = || rebuild(gpu, ev.multinode.unwrap_or(false), pins);
+        out.push(if !problems.is_empty() {
+            Check::fail("cubin-arch", format!("{seen}; malformed fatbin: {}", problems.join("; "))).fix("rebuild the wheel")
+        } else if f.device_code().is_none() {
+            Check::fail("cubin-arch", format!("{}: no .nv_fatbin/__nv_relfatbin section: no GPU code", short(&e.path))).fix(fix())
+        } else {
+            match gpu {
+                None => Check::warn("cubin-arch", format!("unknown: no GPU named; {seen}")),
+                Some(g) if c.contains(&g.sm()) => Check::pass("cubin-arch", format!("sm_{} cubin for {g}: {seen}", g.sm())),
+                Some(g) if p.iter().any(|&s| s <= g.sm()) => {
+                    Check::warn("cubin-arch", format!("{g} (sm_{}) would JIT from PTX only, measured elsewhere to fail: {seen}", g.sm())).fix(fix())
+                }
+                Some(g) => Check::fail("cubin-arch", format!("no sm_{} code for {g}: {seen}", g.sm())).fix(fix()),
             }
-        }
+        });
     }
-    let evidence = per_ext.join("; ");
-    match (gpu, worst) {
-        (_, _) if per_ext.is_empty() => Check::skip("cubin-arch", "no readable extension"),
-        (Some(g), 0) => Check::pass("cubin-arch", format!("sm_{} cubin present for {g}: {evidence}", g.sm())),
-        (Some(g), 1) => Check::warn("cubin-arch", format!("{g} (sm_{}) would JIT from PTX only (measured elsewhere to fail): {evidence}", g.sm()))
-            .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins)),
-        (Some(g), _) => Check::fail("cubin-arch", format!("no usable sm_{} code for {g}: {evidence}", g.sm())).fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins)),
-        (None, 2) => Check::fail("cubin-arch", format!("malformed fatbin: {evidence}")).fix("rebuild the wheel"),
-        (None, _) => Check::warn("cubin-arch", format!("unknown: no GPU named; {evidence}")),
+    if out.is_empty() {
+        out.push(Check::skip("cubin-arch", "no readable extension"));
     }
+    out
 }
 
 fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Check {
