@@ -3,6 +3,8 @@
 use anyhow::Result;
 use deepep_forge::error::Exit;
 
+mod probe;
+
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// Which benchmark.
@@ -14,10 +16,13 @@ pub struct BenchArgs {
 pub enum Which {
     /// `lock check` on NeMo-RL's 2026-08-22-main vs Python tomllib parsing the same files.
     LockCheck,
+    /// `probe --wheel` (every member read once, RECORD hashes, ELF/fatbin parsing) vs `unzip -p` of the same wheel.
+    ProbeWheel,
 }
 
 pub fn run(args: BenchArgs) -> Result<Exit> {
     match args.which {
         Which::LockCheck => anyhow::bail!("not implemented yet"),
+        Which::ProbeWheel => probe::run_bench(),
     }
 }
