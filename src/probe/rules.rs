@@ -122,7 +122,7 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
     let is_wheel = env.is_none();
 
     // RECORD.
-    let what = if is_wheel { "wheel" } else { "installed files" };
+    let what = if is_wheel { "wheel members" } else { "installed files" };
     out.push(if b.record_problems.is_empty() {
         Check::pass("record", format!("{} {what} verified against RECORD (sha256 and size)", b.record_verified))
     } else {
