@@ -102,6 +102,8 @@ fn single_node_wheel_on_one_h100_node_matches() {
     assert_eq!(v["facts"]["binary"]["machine"], "x86_64");
     assert_eq!(status(&v, "multinode-build"), "pass");
     assert_eq!(status(&v, "libstdcxx"), "pass");
+    assert_eq!(status(&v, "jit-sm-arch"), "pass");
+    assert_eq!(v["facts"]["evidence"]["sm_arch"], "9.0 10.0");
 }
 
 #[test]
@@ -149,6 +151,7 @@ fn ptx_only_for_the_gpu_is_a_warning() {
     // hybrid_ep_cpp carries compute_90 PTX; deep_ep_cpp's device-linked code keeps no PTX.
     assert_eq!(cubin("hybrid_ep_cpp"), "warn", "{v:#}");
     assert_eq!(cubin("deep_ep_cpp"), "fail", "{v:#}");
+    assert_eq!(status(&v, "jit-sm-arch"), "fail", "SM_ARCH 9.0+PTX does not cover sm_100");
     // sm_90 has a cubin too, so no SM is PTX-only in BinaryFacts' sense.
     assert_eq!(v["facts"]["binary"]["ptx_sms"], serde_json::json!([]));
     assert!(v["checks"].to_string().contains("cubin [sm_90] ptx [sm_90]"), "{v:#}");

@@ -27,6 +27,10 @@ pub struct Evidence {
     pub signals: Vec<String>,
     /// `deep_ep/backend/nccl/` shipped by a single-node binary: built in a reused tree.
     pub leaked_nccl_backend: bool,
+    /// The arch list baked into hybrid_ep_cpp for its JIT (a `SM_ARCH=<list>` string).
+    pub sm_arch: Option<String>,
+    /// RDMA_CORE_HOME as baked into the JIT flags (` -I<home>/include`).
+    pub rdma_core_home: Option<String>,
 }
 
 pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
@@ -82,6 +86,8 @@ pub fn evidence(b: &WheelFacts) -> Evidence {
         ev.transport = if !nixl.is_empty() { Some(Transport::Nixl) } else { Some(Transport::Doca) };
     }
     ev.leaked_nccl_backend = ev.multinode == Some(false) && nccl_files;
+    ev.sm_arch = elf.strings.iter().find_map(|s| s.strip_prefix("SM_ARCH=")).map(str::to_string);
+    ev.rdma_core_home = baked_rdma_home(elf);
     ev
 }
 
@@ -187,6 +193,15 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
     // cubin for the GPU.
     let hep = hybrid_ep(b).and_then(|e| e.elf.as_ref().ok());
     out.extend(cubin_checks(b, gpu, ev, pins));
+    if let (Some(list), Some(g)) = (&ev.sm_arch, gpu) {
+        let has = list.parse::<crate::pins::ArchList>().map(|l| l.sm_numbers().contains(&g.sm())).unwrap_or(false);
+        out.push(if has {
+            Check::pass("jit-sm-arch", format!("baked SM_ARCH \"{list}\" covers {g} (sm_{})", g.sm()))
+        } else {
+            Check::fail("jit-sm-arch", format!("baked SM_ARCH \"{list}\" does not cover {g} (sm_{}): HybridEP's JIT compiles for the wrong GPU", g.sm()))
+                .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins))
+        });
+    }
 
     // Driver symbols without libcuda.
     for (e, f) in elfs(b) {
@@ -227,7 +242,14 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
     }
 
     // RUNPATH / RPATH.
-    let rdma_lib = b.provenance.as_ref().and_then(|p| p.as_ref().ok()).and_then(|p| p.variant.rdma_core_home.clone()).map(|h| format!("{}/lib", h.trim_end_matches('/')));
+    // RDMA_CORE_HOME/lib is meant to exist where the wheel runs (the JIT needs it too).
+    let rdma_lib = b
+        .provenance
+        .as_ref()
+        .and_then(|p| p.as_ref().ok())
+        .and_then(|p| p.variant.rdma_core_home.clone())
+        .or_else(|| ev.rdma_core_home.clone())
+        .map(|h| format!("{}/lib", h.trim_end_matches('/')));
     match env {
         Some(env) if !env.missing_runpaths.is_empty() => {
             for (ext, dir) in &env.missing_runpaths {
@@ -274,7 +296,7 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
                 .fix("install the missing libraries or point LD_LIBRARY_PATH at them")
         });
         if ev.transport == Some(Transport::Doca) {
-            let home = b.provenance.as_ref().and_then(|p| p.as_ref().ok()).and_then(|p| p.variant.rdma_core_home.clone()).or_else(|| baked_rdma_home(hep));
+            let home = b.provenance.as_ref().and_then(|p| p.as_ref().ok()).and_then(|p| p.variant.rdma_core_home.clone()).or_else(|| ev.rdma_core_home.clone());
             out.push(match home {
                 Some(h) if std::path::Path::new(&h).is_dir() => Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists")),
                 Some(h) => Check::fail("rdma-core-home", format!("baked RDMA_CORE_HOME {h} does not exist here: the HybridEP JIT cannot find rdma-core"))
@@ -309,8 +331,8 @@ fn is_system_dir(d: &str) -> bool {
 }
 
 /// RDMA_CORE_HOME as the binary bakes it: ` -I<home>/include` in the JIT flags.
-fn baked_rdma_home(hep: Option<&ElfFacts>) -> Option<String> {
-    let s = hep?.has_string(MULTINODE_DEFINE)?;
+fn baked_rdma_home(hep: &ElfFacts) -> Option<String> {
+    let s = hep.has_string(MULTINODE_DEFINE)?;
     let after = s.split(" -I").nth(1)?;
     Some(after.split_whitespace().next()?.strip_suffix("/include")?.to_string())
 }
@@ -384,6 +406,12 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
         let (have, _) = h.sms();
         if h.device_code().is_some() && want != have {
             disagree.push(format!("says cuda_arch_list {} but hybrid_ep_cpp has cubins {:?}", p.variant.cuda_arch_list, have));
+        }
+    }
+    if let (Some(home), Some(h), Some(Transport::Doca)) = (&p.variant.rdma_core_home, hep, ev.transport) {
+        let want = format!("{}/lib", home.trim_end_matches('/'));
+        if !h.runpath.iter().chain(&h.rpath).any(|d| *d == want) {
+            disagree.push(format!("says RDMA_CORE_HOME {home} but hybrid_ep_cpp's RUNPATH is [{}]", h.runpath.join(":")));
         }
     }
     if let Some(label) = b.version.as_deref().and_then(local_label) {
