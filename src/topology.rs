@@ -135,7 +135,9 @@ pub struct RequestArgs {
     /// A named topology: h100-8g, b200-8g, gb200-nvl72 (flags override its values).
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
-    /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain.
+    /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain. Missing
+    /// HybridEP settings get NeMo-RL's defaults (R = min(EP, 64), USE_MNNVL = EP > 4),
+    /// which the verdict names; recipes name no GPU, so add --gpu or --preset.
     #[arg(long, value_name = "PATH")]
     pub recipe: Option<PathBuf>,
 }

@@ -482,6 +482,10 @@ fn own_recipes_cover_hybridep_keys_override_and_interpolation() {
     let (_, v, _) = probe(&["--recipe", dir.join("base.yaml").to_str().unwrap(), "--gpu", "h100", "--ranks-per-domain", "4"]);
     assert_eq!(v["request"]["ranks_per_domain"], 4);
     assert!(v["request"]["notes"].to_string().contains("--ranks-per-domain"));
+    // GitHub annotations carry the failed rule and its fix.
+    let o = forge(&root(), &["probe", "--format", "github", "--recipe", dir.join("sub/hybridep-keys.yaml").to_str().unwrap(), "--gpu", "h100"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("::error title=probe mnnvl-system::USE_MNNVL=1 but h100 systems have no multi-node NVLink (fix: set USE_MNNVL=0"), "{}", stdout(&o));
     // Bad recipes: exit 2, the file and what was wrong.
     for (name, want) in [
         ("loop-a.yaml", "comes back to itself"),

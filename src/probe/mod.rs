@@ -20,9 +20,6 @@ use crate::topology::Request;
 use crate::verdict::{Status, Verdict};
 
 #[derive(Debug, clap::Args)]
-#[command(long_about = "Judge a wheel (--wheel) or an installed environment (--python) against a topology \
-request (--ep/--nodes/..., --preset or --recipe) without a GPU: one row per rule with pass/warn/fail, \
-the evidence and the fix. Exit 0 when nothing fails, 1 on a mismatch, 2 on bad input.")]
 pub struct ProbeArgs {
     /// A wheel file to inspect.
     #[arg(long, value_name = "WHEEL", conflicts_with = "python")]
@@ -38,6 +35,8 @@ pub struct ProbeArgs {
     pub topology: crate::topology::RequestArgs,
     #[command(flatten)]
     pub runtime: crate::runtime::RunArgs,
+    /// How to print the verdict: a table, one JSON document (schema 1), or the
+    /// table plus GitHub `::error`/`::warning` annotations.
     #[arg(long, value_enum, default_value_t)]
     pub format: crate::output::Format,
 }
