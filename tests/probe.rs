@@ -19,6 +19,7 @@ struct Wheels {
     doca: PathBuf,
     static_cxx: PathBuf,
     ptx: PathBuf,
+    nixl: PathBuf,
 }
 
 /// Build the fixture wheels once (None when nvcc/pip are not installed).
@@ -63,7 +64,24 @@ fn wheels() -> Option<&'static Wheels> {
         std::fs::set_permissions(&gxx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let static_cxx = build("static", &[("TORCH_CUDA_ARCH_LIST", "9.0".into()), ("CXX", gxx.display().to_string())], &|_| {});
         let ptx = build("ptx", &[("TORCH_CUDA_ARCH_LIST", "9.0+PTX".into())], &|_| {});
-        Some(Wheels { _dir: dir, single, doca, static_cxx, ptx })
+        // NIXL transport against a stub libnixl (NIXL_HOME/lib/<machine>-linux-gnu).
+        let nixl_home = dir.path().join("nixl");
+        let nixl_lib = nixl_home.join(format!("lib/{}-linux-gnu", std::env::consts::ARCH));
+        std::fs::create_dir_all(&nixl_lib).unwrap();
+        std::fs::write(nixl_home.join("stub.c"), "int nixl_agent_version(void) { return 1; }\n").unwrap();
+        let cc = Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(nixl_lib.join("libnixl.so")).arg(nixl_home.join("stub.c")).status().unwrap();
+        assert!(cc.success());
+        let nixl = build(
+            "nixl",
+            &[
+                ("TORCH_CUDA_ARCH_LIST", "9.0".into()),
+                ("HYBRID_EP_MULTINODE", "1".into()),
+                ("USE_NIXL", "1".into()),
+                ("NIXL_HOME", nixl_home.display().to_string()),
+            ],
+            &|_| {},
+        );
+        Some(Wheels { _dir: dir, single, doca, static_cxx, ptx, nixl })
     })
     .as_ref()
 }
@@ -128,6 +146,21 @@ fn ep16_over_two_h100_nodes_needs_the_multinode_build() {
     // RUNPATH /usr/lib is RDMA_CORE_HOME's, a system dir: not a build-machine path.
     assert!(!row(&v, "runpath")["evidence"].as_str().unwrap().contains("/usr/lib,"), "{v:#}");
     assert_eq!(code, 0, "{v:#} {err}");
+}
+
+#[test]
+fn nixl_transport_is_recognised() {
+    let w = require!(wheels(), "nvcc and pip (tools venv)");
+    let (_, v, err) = probe(&["--wheel", s(&w.nixl), "--ep", "16", "--ranks-per-domain", "8", "--gpus-per-node", "8", "--no-mnnvl", "--gpu", "h100"]);
+    assert_eq!(v["facts"]["evidence"]["transport"], "nixl", "{v:#} {err}");
+    let signals = v["facts"]["evidence"]["signals"].to_string();
+    for want in ["NEEDED libnixl", "NIXLCoordinator", "-DUSE_NIXL"] {
+        assert!(signals.contains(want), "{want} missing from {signals}");
+    }
+    assert_eq!(status(&v, "multinode-build"), "pass");
+    // NIXL_HOME's lib dir is a build-machine RUNPATH.
+    assert_eq!(status(&v, "runpath"), "warn");
+    assert!(row(&v, "runpath")["evidence"].as_str().unwrap().contains("-linux-gnu"), "{v:#}");
 }
 
 #[test]

@@ -167,7 +167,7 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
         (0, _, _) => Check::skip("elf-machine", "no readable extension"),
         (n, _, _) if n > 1 => Check::fail("elf-machine", format!("extensions disagree: {listing}")).fix("rebuild the wheel on one architecture"),
         (_, Some(p), Some(t)) if Some(t) != elf_arch => Check::fail("elf-machine", format!("platform tag {p} names {t} but the ELF machine is {listing}: mislabelled wheel"))
-            .fix(format!("rebuild on {}: cargo xtask build-wheel --variant <{} variant>", distinct.iter().next().unwrap_or(&"?"), t)),
+            .fix(format!("do not install it under this name; {}", rebuild(gpu.filter(|g| g.host_arch() == Some(t)), ev.multinode.unwrap_or(false), pins))),
         (_, Some(p), _) => Check::pass("elf-machine", format!("platform tag {p} and ELF machine agree ({listing})")),
         (_, None, _) => Check::warn("elf-machine", format!("no platform tag to compare with ({listing})")),
     });
