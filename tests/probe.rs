@@ -301,6 +301,18 @@ fn broken_inputs_are_findings_or_usage_errors_never_panics() {
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let (code, _, err) = probe(&["--wheel", s(&cut), "--preset", "h100-8g"]);
     assert!(code == 2 && err.contains("not a readable wheel"), "{err}");
+    // Central directory intact, a member's compressed bytes damaged: a finding.
+    let mut damaged = bytes.clone();
+    for b in &mut damaged[2000..2400] {
+        *b = !*b;
+    }
+    let dmg = dir.path().join("damaged").join(w.single.file_name().unwrap());
+    std::fs::create_dir_all(dmg.parent().unwrap()).unwrap();
+    std::fs::write(&dmg, &damaged).unwrap();
+    let (code, v, err) = probe(&["--wheel", s(&dmg), "--preset", "h100-8g"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(status(&v, "record"), "fail");
+    assert!(row(&v, "record")["evidence"].as_str().unwrap().contains("unreadable"), "{v:#}");
     // A non-ELF extension member and a fatbin with its magic broken.
     let odd = dir.path().join("odd").join(w.single.file_name().unwrap());
     std::fs::create_dir_all(odd.parent().unwrap()).unwrap();

@@ -110,7 +110,11 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
         facts.members.push(mpath.clone());
         buf.clear();
         if let Err(e) = member.read_to_end(&mut buf) {
-            seen.insert(mpath.clone(), Err(format!("{mpath}: unreadable ({e})")));
+            let why = format!("{mpath}: unreadable ({e})");
+            if let Some(module) = module_of(&mpath) {
+                facts.extensions.push(Extension { path: mpath.clone(), module, elf: Err(why.clone()) });
+            }
+            seen.insert(mpath, Err(why));
             continue;
         }
         seen.insert(mpath.clone(), Ok((record::hash_digest(&Sha256::digest(&buf)), buf.len() as u64)));
