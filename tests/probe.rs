@@ -511,6 +511,11 @@ fn own_recipes_cover_hybridep_keys_override_and_interpolation() {
     assert_eq!((code, status(&v, "mnnvl-system")), (1, "fail"));
     let (_, v, _) = probe(&["--recipe", dir.join("sub/hybridep-keys.yaml").to_str().unwrap(), "--preset", "gb200-nvl72"]);
     assert_eq!(status(&v, "mnnvl-system"), "pass");
+    // A list of parents: later parents win, the child wins over both; siblings survive.
+    let (code, v, _) = recipe("two-parents.yaml");
+    let r = &v["request"];
+    assert_eq!((r["ep"].as_u64(), r["nodes"].as_u64(), r["gpus_per_node"].as_u64(), r["ranks_per_domain"].as_u64(), r["mnnvl"].as_bool()), (Some(16), Some(4), Some(4), Some(4), Some(false)));
+    assert_eq!((code, status(&v, "multinode-build")), (0, "warn"));
     // _override_ replaces `policy`: env_vars gone, defaults applied and noted.
     let (_, v, _) = recipe("override.yaml");
     assert_eq!((v["request"]["ep"].as_u64(), v["request"]["ranks_per_domain"].as_u64(), v["request"]["mnnvl"].as_bool()), (Some(8), Some(8), Some(true)));
