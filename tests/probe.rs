@@ -257,6 +257,16 @@ fn provenance_agreement_tampering_and_record() {
     assert_eq!(status(&v, "record"), "pass");
     assert_eq!(code, 0);
 
+    // The pin rule: the shipped pins.toml pins another revision; a pins file at the
+    // provenance's revision matches.
+    let (code, v, _) = probe(&["--wheel", s(&honest), "--preset", "h100-8g", "--pins", s(&root().join("pins.toml"))]);
+    assert_eq!((code, status(&v, "pin")), (1, "fail"));
+    assert_eq!(row(&v, "pin")["fix"], "rebuild: cargo xtask build-wheel --variant h100");
+    let shipped = std::fs::read_to_string(root().join("pins.toml")).unwrap();
+    let mine = dir.path().join("pins.toml");
+    std::fs::write(&mine, shipped.replacen("17cfb817bccec3a9c247013360cc550c2bac441e", &format!("{short}{}", "0".repeat(33)), 1)).unwrap();
+    let (code, v, _) = probe(&["--wheel", s(&honest), "--preset", "h100-8g", "--pins", s(&mine)]);
+    assert_eq!((code, status(&v, "pin")), (0, "pass"), "{v:#}");
     // Provenance claims multinode, the binary is single-node: a mislabelled wheel.
     let lying = dir.path().join("lying").join(name);
     std::fs::create_dir_all(lying.parent().unwrap()).unwrap();
