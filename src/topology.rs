@@ -135,7 +135,9 @@ pub struct RequestArgs {
     /// A named topology: h100-8g, b200-8g, gb200-nvl72 (flags override its values).
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
-    /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain.
+    /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain. Missing
+    /// HybridEP settings get NeMo-RL's defaults (R = min(EP, 64), USE_MNNVL = EP > 4),
+    /// which the verdict names; recipes name no GPU, so add --gpu or --preset.
     #[arg(long, value_name = "PATH")]
     pub recipe: Option<PathBuf>,
 }
@@ -170,13 +172,74 @@ impl RequestArgs {
     }
 
     /// Resolve flags, preset and recipe into one request (None when nothing was asked).
+    /// Layering: preset, then recipe (with NeMo-RL's defaults for what it leaves
+    /// out), then flags.
     pub fn resolve(&self) -> Result<Option<Request>> {
         if self.is_empty() {
             return Ok(None);
         }
-        if self.preset.is_some() || self.recipe.is_some() {
-            crate::bail_usage!("--preset and --recipe are not implemented yet");
+        let mut req = match &self.preset {
+            Some(name) => preset(name)?,
+            None => Request { source: "flags".into(), ..Default::default() },
+        };
+        if let Some(path) = &self.recipe {
+            let r = recipe::read(path)?;
+            req = r.layer_over(req);
         }
-        Ok(Some(self.flags()))
+        let flags = self.flags();
+        let mut set = Vec::new();
+        macro_rules! over {
+            ($f:ident, $name:expr) => {
+                if flags.$f.is_some() {
+                    if req.$f.is_some() && req.$f != flags.$f {
+                        set.push($name);
+                    }
+                    req.$f = flags.$f;
+                }
+            };
+        }
+        over!(ep, "--ep");
+        over!(nodes, "--nodes");
+        over!(gpus_per_node, "--gpus-per-node");
+        over!(ranks_per_domain, "--ranks-per-domain");
+        over!(mnnvl, "--mnnvl/--no-mnnvl");
+        over!(gpu, "--gpu");
+        if !set.is_empty() {
+            req.notes.push(format!("flags override {}: {}", req.source, set.join(", ")));
+        }
+        if self.recipe.is_some() && req.gpu.is_none() {
+            req.notes.push("recipes name no GPU: pass --gpu or --preset (rules that need it report unknown)".into());
+        }
+        Ok(Some(req))
     }
 }
+
+/// Named topologies (`--preset`).
+pub const PRESETS: [&str; 3] = ["h100-8g", "b200-8g", "gb200-nvl72"];
+
+/// A named topology: one 8-GPU node for h100/b200, one NVL72 rack (18 nodes x 4) for GB200.
+pub fn preset(name: &str) -> Result<Request> {
+    let (gpu, nodes, gpn, ep, rpd, mnnvl) = match name {
+        "h100-8g" => (Gpu::H100, 1, 8, 8, 8, false),
+        "b200-8g" => (Gpu::B200, 1, 8, 8, 8, false),
+        "gb200-nvl72" => (Gpu::Gb200, 18, 4, 72, 72, true),
+        other => {
+            return Err(crate::error::Failure::usage(format!("unknown preset `{other}`"))
+                .hint(format!("known presets: {}", PRESETS.join(", ")))
+                .into())
+        }
+    };
+    Ok(Request {
+        source: format!("preset {name}"),
+        ep: Some(ep),
+        nodes: Some(nodes),
+        gpus_per_node: Some(gpn),
+        ranks_per_domain: Some(rpd),
+        mnnvl: Some(mnnvl),
+        gpu: Some(gpu),
+        dispatcher: None,
+        notes: Vec::new(),
+    })
+}
+
+pub mod recipe;

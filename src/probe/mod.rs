@@ -1,25 +1,42 @@
 //! `probe`: static (wheel / installed environment) and, with `--run`, runtime.
+//!
+//! The static probe reads a wheel once (`wheel`: RECORD, METADATA, provenance,
+//! extension ELFs via `elf` and `fatbin`) or an installed environment (`env`),
+//! resolves the topology request (`crate::topology`) and applies `rules`.
+pub mod elf;
+pub mod env;
+pub mod fatbin;
+pub mod rules;
+pub mod wheel;
+
 use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::error::Exit;
-use crate::pins::Arch;
+use crate::error::{Exit, Failure};
+use crate::output::{gh_escape_data, gh_escape_prop, Format};
+use crate::pins::{Arch, Pins};
 use crate::topology::Request;
-use crate::verdict::Verdict;
+use crate::verdict::{Status, Verdict};
 
 #[derive(Debug, clap::Args)]
 pub struct ProbeArgs {
     /// A wheel file to inspect.
-    #[arg(long, value_name = "WHEEL")]
+    #[arg(long, value_name = "WHEEL", conflicts_with = "python")]
     pub wheel: Option<PathBuf>,
-    /// A Python whose environment has deep_ep installed.
+    /// A Python whose environment has deep_ep installed (asked where deep_ep
+    /// and hybrid_ep_cpp live; nothing is imported).
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<PathBuf>,
+    /// pins.toml to compare the wheel's revision with (optional; without it the `pin` rule is not run).
+    #[arg(long, value_name = "FILE")]
+    pub pins: Option<PathBuf>,
     #[command(flatten)]
     pub topology: crate::topology::RequestArgs,
     #[command(flatten)]
     pub runtime: crate::runtime::RunArgs,
+    /// How to print the verdict: a table, one JSON document (schema 1), or the
+    /// table plus GitHub `::error`/`::warning` annotations.
     #[arg(long, value_enum, default_value_t)]
     pub format: crate::output::Format,
 }
@@ -38,21 +55,110 @@ pub struct BinaryFacts {
     pub multinode: Option<bool>,
     /// ELF machine of the extensions.
     pub machine: Option<Arch>,
+    /// `deep_ep` version (`1.2.1+17cfb81`).
+    pub version: Option<String>,
+    /// Multinode transport seen in the binary (`doca`, `nixl`).
+    pub transport: Option<String>,
+}
+
+/// Everything the static probe read about the subject.
+struct Inspected {
+    binary: wheel::WheelFacts,
+    env: Option<env::EnvFacts>,
+    evidence: rules::Evidence,
+}
+
+fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
+    let (binary, env) = match (&args.wheel, &args.python) {
+        (Some(w), _) => (wheel::read(w)?, None),
+        (None, Some(py)) => {
+            let (b, e) = env::inspect(py)?;
+            (b, Some(e))
+        }
+        (None, None) => return Ok(None),
+    };
+    let evidence = rules::evidence(&binary);
+    Ok(Some(Inspected { binary, env, evidence }))
+}
+
+fn facts_of(i: &Inspected) -> BinaryFacts {
+    let hep = rules::hybrid_ep(&i.binary).and_then(|e| e.elf.as_ref().ok());
+    let (cubin_sms, ptx) = hep.map(|h| h.sms()).unwrap_or_default();
+    BinaryFacts {
+        subject: i.binary.file.clone(),
+        ptx_sms: ptx.into_iter().filter(|s| !cubin_sms.contains(s)).collect(),
+        cubin_sms,
+        multinode: i.evidence.multinode,
+        machine: i.binary.extensions.iter().find_map(|e| e.elf.as_ref().ok().and_then(|f| f.arch())),
+        version: i.binary.version.clone(),
+        transport: i.evidence.transport.map(|t| t.as_str().to_string()),
+    }
 }
 
 /// Facts about the binary named by `--wheel`/`--python`; None when neither is given.
-pub fn binary_facts(_args: &ProbeArgs) -> Result<Option<BinaryFacts>> {
-    Ok(None)
+pub fn binary_facts(args: &ProbeArgs) -> Result<Option<BinaryFacts>> {
+    Ok(inspect(args)?.as_ref().map(facts_of))
 }
 
 /// The static verdict for `--wheel`/`--python` against `request` (rules of DOMAIN.md §2).
-pub fn static_verdict(_args: &ProbeArgs, request: Option<Request>) -> Result<Verdict> {
-    Ok(Verdict::new("nothing", request))
+pub fn static_verdict(args: &ProbeArgs, request: Option<Request>) -> Result<Verdict> {
+    let pins = args.pins.as_deref().map(Pins::load).transpose()?;
+    let inspected = inspect(args)?;
+    let subject = inspected.as_ref().map(|i| i.binary.file.clone()).unwrap_or_else(|| "no binary (topology only)".into());
+    let mut v = Verdict::new(subject, request.clone());
+    if let Some(i) = &inspected {
+        for c in rules::binary_checks(&i.binary, i.env.as_ref(), &i.evidence, request.as_ref(), pins.as_ref()) {
+            v.push(c);
+        }
+    }
+    if let Some(r) = &request {
+        for c in rules::topology_checks(r, inspected.as_ref().map(|i| &i.evidence), pins.as_ref()) {
+            v.push(c);
+        }
+    }
+    if let Some(i) = &inspected {
+        v.facts = serde_json::json!({
+            "binary": facts_of(i),
+            "evidence": i.evidence,
+            "inspected": i.binary,
+            "environment": i.env,
+        });
+    }
+    Ok(v)
 }
 
 pub fn run(args: ProbeArgs) -> Result<Exit> {
     if args.runtime.run {
         return crate::runtime::run(&args);
     }
-    crate::bail_usage!("the static probe is not implemented yet")
+    let request = args.topology.resolve()?;
+    if args.wheel.is_none() && args.python.is_none() && request.is_none() {
+        return Err(Failure::usage("nothing to probe")
+            .hint("pass --wheel W.whl or --python PATH, and a request: --preset h100-8g, --recipe R.yaml or --ep/--nodes/--gpus-per-node/...")
+            .into());
+    }
+    let verdict = static_verdict(&args, request)?;
+    print(&verdict, args.format)?;
+    Ok(verdict.exit())
+}
+
+/// Print a verdict in the chosen format.
+pub fn print(v: &Verdict, format: Format) -> Result<()> {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(v)?),
+        Format::Human => print!("{}", v.render_human()),
+        Format::Github => {
+            print!("{}", v.render_human());
+            for c in &v.checks {
+                let level = match c.status {
+                    Status::Fail => "error",
+                    Status::Warn => "warning",
+                    _ => continue,
+                };
+                let fix = c.fix.as_deref().map(|f| format!(" (fix: {f})")).unwrap_or_default();
+                println!("::{level} title={}::{}", gh_escape_prop(&format!("probe {}", c.rule)), gh_escape_data(&format!("{}{fix}", c.evidence)));
+            }
+        }
+    }
+    Ok(())
 }

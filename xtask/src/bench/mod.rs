@@ -5,6 +5,7 @@ use deepep_forge::error::Exit;
 
 mod build;
 mod lock;
+mod probe;
 mod runtime;
 
 #[derive(Debug, clap::Args)]
@@ -26,6 +27,8 @@ pub enum Which {
     Stamp,
     /// `probe --run` dispatch/combine kernels vs the copy engine on the same GPUs (needs NVIDIA GPUs).
     Runtime,
+    /// `probe --wheel` (every member read once, RECORD hashes, ELF/fatbin parsing) vs `unzip -p` of the same wheel.
+    ProbeWheel,
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -40,6 +43,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::Overhead => build::overhead()?,
         Which::Stamp => build::stamp()?,
         Which::Runtime => return runtime::run(),
+        Which::ProbeWheel => return probe::run_bench(),
     }
     Ok(Exit::Ok)
 }

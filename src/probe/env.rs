@@ -1,0 +1,232 @@
+//! An installed environment (`probe --python PATH`): ask that Python where
+//! deep_ep and its extensions live (without importing them or torch), read the
+//! dist-info, verify its RECORD, and check what the extensions need at run
+//! time: NEEDED libraries (RPATH, LD_LIBRARY_PATH, RUNPATH, ld.so.cache,
+//! default dirs), the baked RDMA_CORE_HOME, the unversioned libnvshmem_host.so
+//! HybridEP opens, and `$CUDA_HOME/bin/nvcc` for its JIT. Must not judge.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::wheel::{self, WheelFacts};
+use crate::error::Failure;
+use crate::wheel::record;
+
+/// Printed as JSON by the interpreter under test. `find_spec` locates modules
+/// without executing them (deep_ep is top level, so nothing is imported).
+const SCRIPT: &str = r#"
+import importlib.util, importlib.metadata as md, json, platform, sys
+mods = {}
+for m in ("deep_ep", "hybrid_ep_cpp", "deep_ep_cpp", "torch"):
+    try:
+        s = importlib.util.find_spec(m)
+        mods[m] = s.origin if s else None
+    except Exception:
+        mods[m] = None
+dist = None
+try:
+    d = md.distribution("deep_ep")
+    files = [str(f) for f in (d.files or [])]
+    info = [f for f in files if f.endswith(".dist-info/METADATA")]
+    dist = {"version": d.version, "location": str(d.locate_file("")),
+            "dist_info": str(d.locate_file(info[0]).parent) if info else None}
+except md.PackageNotFoundError:
+    pass
+print(json.dumps({"python": sys.executable, "version": platform.python_version(),
+                  "machine": platform.machine(), "modules": mods, "dist": dist}))
+"#;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Interpreter {
+    pub python: String,
+    pub version: String,
+    pub machine: String,
+    pub modules: BTreeMap<String, Option<String>>,
+    pub dist: Option<Dist>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Dist {
+    pub version: String,
+    pub location: String,
+    pub dist_info: Option<String>,
+}
+
+/// How one NEEDED library resolved.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resolved {
+    pub extension: String,
+    pub library: String,
+    /// Where it was found and through what (`RUNPATH /usr/lib`), or None.
+    pub found: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvFacts {
+    pub interpreter: Interpreter,
+    pub needed: Vec<Resolved>,
+    /// RUNPATH/RPATH entries that do not exist here, per extension.
+    pub missing_runpaths: Vec<(String, String)>,
+    /// The unversioned `libnvshmem_host.so`, where found.
+    pub nvshmem_host: Option<String>,
+    /// `$CUDA_HOME` (or /usr/local/cuda) and whether `bin/nvcc` is there.
+    pub cuda_home: String,
+    pub nvcc: bool,
+}
+
+/// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
+pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
+    let out = Command::new(python).arg("-c").arg(SCRIPT).output().map_err(|e| {
+        Failure::usage(format!("cannot run {}: {e}", python.display())).hint("pass the python of the environment to inspect, e.g. .venv/bin/python")
+    })?;
+    if !out.status.success() {
+        return Err(Failure::usage(format!(
+            "{} failed to describe its environment: {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+        .into());
+    }
+    let interp: Interpreter = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("{} printed something other than the expected JSON", python.display()))?;
+    let Some(dist) = interp.dist.clone() else {
+        return Err(Failure::usage(format!("deep_ep is not installed for {}", interp.python))
+            .hint("install the wheel into that environment, or probe the wheel file with --wheel")
+            .into());
+    };
+    let mut facts = WheelFacts {
+        file: dist.location.clone(),
+        name: None,
+        platform: None,
+        version: Some(dist.version.clone()),
+        provenance: None,
+        record_problems: Vec::new(),
+        record_verified: 0,
+        extensions: Vec::new(),
+        members: Vec::new(),
+    };
+    if let Some(info) = &dist.dist_info {
+        read_dist_info(Path::new(info), Path::new(&dist.location), &mut facts);
+    } else {
+        facts.record_problems.push("the installed deep_ep lists no .dist-info/METADATA".into());
+    }
+    for m in ["hybrid_ep_cpp", "deep_ep_cpp"] {
+        if let Some(Some(origin)) = interp.modules.get(m) {
+            facts.extensions.push(wheel::extension_from_disk(Path::new(origin))?);
+        }
+    }
+    let env = resolve(&interp, &facts);
+    Ok((facts, env))
+}
+
+fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
+    if let Ok(wheel) = std::fs::read_to_string(info.join("WHEEL")) {
+        facts.platform = wheel.lines().find_map(|l| l.strip_prefix("Tag:")).and_then(|t| t.trim().rsplit('-').next()).map(str::to_string);
+    }
+    if let Ok(bytes) = std::fs::read(info.join(crate::provenance::FILE_NAME)) {
+        facts.provenance = Some(serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", crate::provenance::FILE_NAME)));
+    }
+    let text = match std::fs::read_to_string(info.join("RECORD")) {
+        Ok(t) => t,
+        Err(e) => return facts.record_problems.push(format!("{}/RECORD: {e}", info.display())),
+    };
+    let entries = match record::parse(&text) {
+        Ok(e) => e,
+        Err(e) => return facts.record_problems.push(format!("{}/RECORD: {e:#}", info.display())),
+    };
+    for e in entries {
+        facts.members.push(e.path.clone());
+        let Some(want) = e.hash else { continue };
+        match std::fs::read(location.join(&e.path)) {
+            Err(err) => facts.record_problems.push(format!("{}: listed in RECORD but unreadable ({err})", e.path)),
+            Ok(data) if record::hash_bytes(&data) != want || e.size.is_some_and(|s| s != data.len() as u64) => {
+                facts.record_problems.push(format!("{}: content differs from RECORD (changed after install)", e.path))
+            }
+            Ok(_) => facts.record_verified += 1,
+        }
+    }
+}
+
+/// The loader cache: soname -> path (`ldconfig -p`).
+fn ld_cache() -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    for ldconfig in ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"] {
+        let Ok(out) = Command::new(ldconfig).arg("-p").output() else { continue };
+        for line in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
+            if let Some((left, path)) = line.split_once(" => ") {
+                let name = left.trim().split(' ').next().unwrap_or_default().to_string();
+                map.entry(name).or_insert_with(|| path.trim().to_string());
+            }
+        }
+        break;
+    }
+    map
+}
+
+fn expand_origin(dir: &str, ext: &Path) -> PathBuf {
+    let origin = ext.parent().map(|p| p.display().to_string()).unwrap_or_default();
+    PathBuf::from(dir.replace("$ORIGIN", &origin).replace("${ORIGIN}", &origin))
+}
+
+fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
+    let cache = ld_cache();
+    let ld_path: Vec<PathBuf> =
+        std::env::var("LD_LIBRARY_PATH").unwrap_or_default().split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+    // torch loads its own libraries (libc10, libtorch*, the pip CUDA runtime) before deep_ep.
+    let torch_dirs: Vec<PathBuf> = interp.modules.get("torch").cloned().flatten().map(PathBuf::from).and_then(|t| {
+        let torch = t.parent()?.to_path_buf();
+        let mut dirs = vec![torch.join("lib")];
+        if let Ok(rd) = std::fs::read_dir(torch.parent()?.join("nvidia")) {
+            dirs.extend(rd.flatten().map(|e| e.path().join("lib")));
+        }
+        Some(dirs)
+    }).unwrap_or_default();
+    let defaults: Vec<PathBuf> = ["/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    let mut needed = Vec::new();
+    let mut missing_runpaths = Vec::new();
+    let mut nvshmem_dirs: Vec<PathBuf> = Vec::new();
+    for ext in &facts.extensions {
+        let Ok(elf) = &ext.elf else { continue };
+        let here = Path::new(&ext.path);
+        for dir in elf.runpath.iter().chain(&elf.rpath) {
+            let d = expand_origin(dir, here);
+            if !d.is_dir() {
+                missing_runpaths.push((ext.path.clone(), dir.clone()));
+            }
+            nvshmem_dirs.push(d);
+        }
+        for lib in &elf.needed {
+            let search = |how: &str, dirs: &[PathBuf]| {
+                dirs.iter().map(|d| d.join(lib)).find(|p| p.exists()).map(|p| format!("{how} {}", p.display()))
+            };
+            let runpath: Vec<PathBuf> = elf.runpath.iter().map(|d| expand_origin(d, here)).collect();
+            let rpath: Vec<PathBuf> = if runpath.is_empty() { elf.rpath.iter().map(|d| expand_origin(d, here)).collect() } else { Vec::new() };
+            let found = search("RPATH", &rpath)
+                .or_else(|| search("LD_LIBRARY_PATH", &ld_path))
+                .or_else(|| search("RUNPATH", &runpath))
+                .or_else(|| cache.get(lib).map(|p| format!("ld.so.cache {p}")))
+                .or_else(|| search("default dir", &defaults))
+                .or_else(|| search("loaded by torch from", &torch_dirs));
+            needed.push(Resolved { extension: ext.path.clone(), library: lib.clone(), found });
+        }
+    }
+    let nvshmem_host = ld_path
+        .iter()
+        .cloned()
+        .chain(nvshmem_dirs)
+        .chain(torch_dirs.iter().cloned())
+        .chain(defaults.iter().cloned())
+        .map(|d| d.join("libnvshmem_host.so"))
+        .find(|p| p.exists())
+        .map(|p| p.display().to_string())
+        .or_else(|| cache.get("libnvshmem_host.so").cloned());
+    let cuda_home = std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into());
+    let nvcc = Path::new(&cuda_home).join("bin/nvcc").exists();
+    EnvFacts { interpreter: interp.clone(), needed, missing_runpaths, nvshmem_host, cuda_home, nvcc }
+}

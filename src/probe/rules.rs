@@ -1,0 +1,561 @@
+//! The static verdict: DOMAIN.md §2's rules applied to what `wheel`/`env`
+//! read and to a topology request. Owns every rule id, status, evidence line
+//! and fix; must not read files or run anything.
+use crate::pins::{Arch, Pins, Transport};
+use crate::topology::{Gpu, Request};
+use crate::verdict::Check;
+
+use super::elf::{demangle_prefix, is_std_symbol, ElfFacts};
+use super::env::EnvFacts;
+use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
+
+/// DeepEP's abort message in single-node builds.
+pub const SINGLE_NODE_STRING: &str = "Inter-node communication is not supported. Please rebuild with HYBRID_EP_MULTINODE flag";
+pub const MULTINODE_DEFINE: &str = "-DHYBRID_EP_BUILD_MULTINODE_ENABLE";
+/// Largest NVLink domain (GB200 NVL72).
+pub const MAX_RANKS_PER_DOMAIN: u32 = 72;
+/// Multinode JIT code handles at most 32 remote domains.
+pub const MAX_REMOTE_DOMAINS: u32 = 32;
+
+/// What the binary shows about how it was built (DOMAIN.md §2's evidence table).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Evidence {
+    /// Built with HYBRID_EP_MULTINODE (None: no signal either way, or signals disagree).
+    pub multinode: Option<bool>,
+    pub transport: Option<Transport>,
+    /// The signals seen, for the evidence column.
+    pub signals: Vec<String>,
+    /// `deep_ep/backend/nccl/` shipped by a single-node binary: built in a reused tree.
+    pub leaked_nccl_backend: bool,
+    /// The arch list baked into hybrid_ep_cpp for its JIT (a `SM_ARCH=<list>` string).
+    pub sm_arch: Option<String>,
+    /// RDMA_CORE_HOME as baked into the JIT flags (` -I<home>/include`).
+    pub rdma_core_home: Option<String>,
+}
+
+pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
+    b.extensions.iter().find(|e| e.module == "hybrid_ep_cpp")
+}
+
+pub fn evidence(b: &WheelFacts) -> Evidence {
+    let mut ev = Evidence::default();
+    let Some(Ok(elf)) = hybrid_ep(b).map(|e| &e.elf) else { return ev };
+    let mut doca = Vec::new();
+    for lib in ["libibverbs", "libmlx5", "libnvidia-ml"] {
+        if elf.needs(lib) {
+            doca.push(format!("NEEDED {lib}"));
+        }
+    }
+    let ibv = elf.undefined.iter().filter(|s| s.starts_with("ibv_") || s.starts_with("mlx5dv_")).count();
+    if ibv > 0 {
+        doca.push(format!("{ibv} undefined ibv_*/mlx5dv_*"));
+    }
+    for sym in ["RDMACoordinator", "create_and_place_qps"] {
+        if let Some(s) = elf.defines(sym) {
+            doca.push(format!("defines {}", demangle_prefix(s)));
+        }
+    }
+    let mut nixl = Vec::new();
+    if elf.needs("libnixl") {
+        nixl.push("NEEDED libnixl".to_string());
+    }
+    if let Some(s) = elf.defines("NIXLCoordinator") {
+        nixl.push(format!("defines {}", demangle_prefix(s)));
+    }
+    if elf.has_string("-DUSE_NIXL").is_some() {
+        nixl.push("string -DUSE_NIXL".into());
+    }
+    let define = elf.has_string(MULTINODE_DEFINE).is_some();
+    let single = elf.has_string(SINGLE_NODE_STRING).is_some();
+    let nccl_files = b.members.iter().any(|m| m.contains("deep_ep/backend/nccl/"));
+    let multi_signals = define || !doca.is_empty() || !nixl.is_empty();
+    if define {
+        ev.signals.push(format!("string \"{MULTINODE_DEFINE}\""));
+    }
+    ev.signals.extend(doca.iter().cloned());
+    ev.signals.extend(nixl.iter().cloned());
+    if single {
+        ev.signals.push("string \"Inter-node communication is not supported...\"".into());
+    }
+    ev.multinode = match (multi_signals, single) {
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        _ => None,
+    };
+    if ev.multinode == Some(true) {
+        ev.transport = if !nixl.is_empty() { Some(Transport::Nixl) } else { Some(Transport::Doca) };
+    }
+    ev.leaked_nccl_backend = ev.multinode == Some(false) && nccl_files;
+    ev.sm_arch = elf.strings.iter().find_map(|s| s.strip_prefix("SM_ARCH=")).map(str::to_string);
+    ev.rdma_core_home = baked_rdma_home(elf);
+    ev
+}
+
+/// The `rebuild: ...` fix for a variant that matches the request.
+fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
+    let family = match gpu {
+        Some(Gpu::H100 | Gpu::H200) | Some(Gpu::Sm(90)) => Some("h100"),
+        Some(Gpu::B200) | Some(Gpu::Sm(100)) => Some("b200"),
+        Some(Gpu::Gb200) => Some("gb200"),
+        _ => None,
+    };
+    let from_pins = pins.and_then(|p| {
+        p.variants.iter().find(|v| Some(v.topology.gpu.as_str()) == family && v.multinode == multinode).map(|v| v.name.clone())
+    });
+    let name = from_pins.unwrap_or_else(|| match (family, multinode) {
+        (Some("gb200"), false) => "gb200-nvl72".into(),
+        (Some("b200"), _) => "b200-multinode".into(),
+        (Some(f), true) => format!("{f}-multinode"),
+        (Some(f), false) => f.into(),
+        (None, true) => "<gpu>-multinode".into(),
+        (None, false) => "<variant>".into(),
+    });
+    format!("rebuild: cargo xtask build-wheel --variant {name}")
+}
+
+fn elfs(b: &WheelFacts) -> impl Iterator<Item = (&Extension, &ElfFacts)> {
+    b.extensions.iter().filter_map(|e| e.elf.as_ref().ok().map(|f| (e, f)))
+}
+
+fn short(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Rules about the binary alone (no request needed).
+pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, request: Option<&Request>, pins: Option<&Pins>) -> Vec<Check> {
+    let gpu = request.and_then(|r| r.gpu);
+    let mut out = Vec::new();
+    let is_wheel = env.is_none();
+
+    // RECORD.
+    let what = if is_wheel { "wheel members" } else { "installed files" };
+    out.push(if b.record_problems.is_empty() {
+        Check::pass("record", format!("{} {what} verified against RECORD (sha256 and size)", b.record_verified))
+    } else {
+        let n = b.record_problems.len();
+        Check::fail("record", format!("{n} problem(s): {}", b.record_problems.iter().take(3).cloned().collect::<Vec<_>>().join("; ")))
+            .fix(if is_wheel { "the wheel was changed after it was built: rebuild it, or fetch it again" } else { "reinstall deep_ep: files changed after installation" })
+    });
+
+    // Extensions readable, hybrid_ep_cpp present.
+    for e in &b.extensions {
+        if let Err(why) = &e.elf {
+            out.push(Check::fail("extension-elf", format!("{}: {why}", e.path)).fix("the member is not a loadable extension: rebuild the wheel"));
+        }
+    }
+    let wants_hybridep = request.is_some_and(|r| r.dispatcher.as_deref().is_none_or(|d| d == "hybridep"));
+    out.push(match hybrid_ep(b) {
+        Some(e) => Check::pass("hybrid-ep-present", format!("{} present", short(&e.path))),
+        None => {
+            let modules: Vec<&str> = b.extensions.iter().map(|e| short(&e.path)).collect();
+            let c = if wants_hybridep { Check::fail } else { Check::warn };
+            c("hybrid-ep-present", format!(
+                "no hybrid_ep_cpp extension (found: {}): this DeepEP revision has no HybridEP",
+                if modules.is_empty() { "none".into() } else { modules.join(", ") }
+            ))
+            .fix("pin a hybrid-ep branch revision (deepep-forge pin set REV), then rebuild: cargo xtask build-wheel --variant <variant>")
+        }
+    });
+
+    // ELF machine vs platform tag vs target.
+    let machines: Vec<(String, String)> = elfs(b).map(|(e, f)| (short(&e.path).to_string(), f.machine.clone())).collect();
+    let elf_arch = elfs(b).find_map(|(_, f)| f.arch());
+    let distinct: std::collections::BTreeSet<&str> = machines.iter().map(|(_, m)| m.as_str()).collect();
+    let tag_arch = b.platform.as_deref().and_then(platform_arch);
+    let listing = machines.iter().map(|(p, m)| format!("{p} {m}")).collect::<Vec<_>>().join(", ");
+    out.push(match (distinct.len(), b.platform.as_deref(), tag_arch) {
+        (0, _, _) => Check::skip("elf-machine", "no readable extension"),
+        (n, _, _) if n > 1 => Check::fail("elf-machine", format!("extensions disagree: {listing}")).fix("rebuild the wheel on one architecture"),
+        (_, Some(p), Some(t)) if Some(t) != elf_arch => Check::fail("elf-machine", format!("platform tag {p} names {t} but the ELF machine is {listing}: mislabelled wheel"))
+            .fix(format!("do not install it under this name; {}", rebuild(gpu.filter(|g| g.host_arch() == Some(t)), ev.multinode.unwrap_or(false), pins))),
+        (_, Some(p), _) => Check::pass("elf-machine", format!("platform tag {p} and ELF machine agree ({listing})")),
+        (_, None, _) => Check::warn("elf-machine", format!("no platform tag to compare with ({listing})")),
+    });
+    out.push(match (gpu, gpu.and_then(Gpu::host_arch), elf_arch) {
+        (None, _, _) => Check::warn("target-arch", "unknown: no GPU named (pass --gpu or --preset)"),
+        (Some(g), None, _) => Check::warn("target-arch", format!("unknown: {g} does not fix the host CPU architecture")),
+        (_, _, None) => Check::warn("target-arch", "unknown: no readable extension"),
+        (Some(g), Some(want), Some(have)) if want == have => Check::pass("target-arch", format!("{g} hosts are {want}, the binary is {have}")),
+        (Some(g), Some(want), Some(have)) => Check::fail("target-arch", format!("{g} hosts are {want} but the binary is {have}"))
+            .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins)),
+    });
+
+    // Host machine vs binary (installed environments run here).
+    if let Some(env) = env {
+        let m = &env.interpreter.machine;
+        out.push(match (m.parse::<Arch>().ok(), elf_arch) {
+            (Some(h), Some(a)) if h == a => Check::pass("host-arch", format!("this machine ({m}) runs {a} binaries")),
+            (Some(_), Some(a)) => Check::fail("host-arch", format!("this machine is {m} but the extensions are {a}")).fix("install the wheel built for this architecture"),
+            _ => Check::warn("host-arch", format!("unknown: machine {m}")),
+        });
+    }
+
+    // cubin for the GPU.
+    let hep = hybrid_ep(b).and_then(|e| e.elf.as_ref().ok());
+    out.extend(cubin_checks(b, gpu, ev, pins));
+    if let (Some(list), Some(g)) = (&ev.sm_arch, gpu) {
+        let has = list.parse::<crate::pins::ArchList>().map(|l| l.sm_numbers().contains(&g.sm())).unwrap_or(false);
+        out.push(if has {
+            Check::pass("jit-sm-arch", format!("baked SM_ARCH \"{list}\" covers {g} (sm_{})", g.sm()))
+        } else {
+            Check::fail("jit-sm-arch", format!("baked SM_ARCH \"{list}\" does not cover {g} (sm_{}): HybridEP's JIT compiles for the wrong GPU", g.sm()))
+                .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins))
+        });
+    }
+
+    // Driver symbols without libcuda.
+    for (e, f) in elfs(b) {
+        let cu: Vec<&String> = f.undefined.iter().filter(|s| is_driver_symbol(s)).collect();
+        if !cu.is_empty() && !f.needs("libcuda.so") {
+            out.push(
+                Check::fail("cuda-driver-link", format!(
+                    "{}: {} undefined driver symbols ({}...) but no NEEDED libcuda.so.1: import fails with an undefined symbol",
+                    short(&e.path),
+                    cu.len(),
+                    cu.iter().take(3).map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                ))
+                .fix("link against a libcuda.so stub that defines the driver API (an empty stub is dropped by --as-needed), then rebuild"),
+            );
+        }
+    }
+    if !out.iter().any(|c| c.rule == "cuda-driver-link") {
+        out.push(Check::pass("cuda-driver-link", "every extension that uses cu* driver symbols NEEDs libcuda.so.1"));
+    }
+
+    // Static libstdc++.
+    for (e, f) in elfs(b) {
+        let std_syms: Vec<&String> = f.defined.iter().filter(|s| is_std_symbol(s)).collect();
+        if !f.needs("libstdc++") && std_syms.len() > 5 {
+            out.push(
+                Check::fail("libstdcxx", format!(
+                    "{}: no NEEDED libstdc++.so.6 and {} exported std:: symbols (e.g. {}): statically linked libstdc++, measured to crash HybridEPBuffer",
+                    short(&e.path),
+                    std_syms.len(),
+                    demangle_prefix(std_syms[0])
+                ))
+                .fix("rebuild with the system g++ (no -static-libstdc++)"),
+            );
+        }
+    }
+    if !out.iter().any(|c| c.rule == "libstdcxx") {
+        out.push(Check::pass("libstdcxx", "libstdc++ is linked dynamically"));
+    }
+
+    // RUNPATH / RPATH.
+    // RDMA_CORE_HOME/lib is meant to exist where the wheel runs (the JIT needs it too).
+    let rdma_lib = b
+        .provenance
+        .as_ref()
+        .and_then(|p| p.as_ref().ok())
+        .and_then(|p| p.variant.rdma_core_home.clone())
+        .or_else(|| ev.rdma_core_home.clone())
+        .map(|h| format!("{}/lib", h.trim_end_matches('/')));
+    match env {
+        Some(env) if !env.missing_runpaths.is_empty() => {
+            for (ext, dir) in &env.missing_runpaths {
+                out.push(Check::warn("runpath", format!("{}: RUNPATH {dir} does not exist on this machine", short(ext))).fix("set LD_LIBRARY_PATH to where those libraries live here, or rebuild with the run-time path"));
+            }
+        }
+        Some(_) => out.push(Check::pass("runpath", "every RUNPATH/RPATH directory exists here")),
+        None => {
+            let mut build_paths = Vec::new();
+            for (e, f) in elfs(b) {
+                for d in f.runpath.iter().chain(&f.rpath) {
+                    if d.starts_with('/') && !is_system_dir(d) && Some(d) != rdma_lib.as_ref() {
+                        build_paths.push(format!("{} {d}", short(&e.path)));
+                    }
+                }
+            }
+            out.push(if build_paths.is_empty() {
+                Check::pass("runpath", "no build-machine RUNPATH/RPATH")
+            } else {
+                Check::warn("runpath", format!("absolute build-machine paths that will not exist at run time: {}", build_paths.join(", ")))
+                    .fix("set LD_LIBRARY_PATH on the run machine (e.g. to its nvshmem lib dir), or patch the RUNPATH")
+            });
+        }
+    }
+
+    // Provenance vs evidence.
+    out.push(provenance_check(b, ev, hep));
+    if ev.leaked_nccl_backend {
+        out.push(Check::warn("reused-tree", "single-node binary ships deep_ep/backend/nccl/: built in a source tree reused after a DOCA build").fix("build in a fresh checkout"));
+    }
+
+    // Pin.
+    if let Some(pins) = pins {
+        out.push(pin_check(b, elf_arch.or(tag_arch), pins, gpu, ev));
+    }
+
+    // Installed environment: what the loader and the JIT will need.
+    if let Some(env) = env {
+        let unresolved: Vec<String> = env.needed.iter().filter(|r| r.found.is_none()).map(|r| format!("{} (by {})", r.library, short(&r.extension))).collect();
+        out.push(if unresolved.is_empty() {
+            Check::pass("needed-libs", format!("all {} NEEDED libraries resolve", env.needed.len()))
+        } else {
+            Check::fail("needed-libs", format!("not found via RPATH, LD_LIBRARY_PATH, RUNPATH, ld.so.cache or default dirs: {}", unresolved.join(", ")))
+                .fix("install the missing libraries or point LD_LIBRARY_PATH at them")
+        });
+        if ev.transport == Some(Transport::Doca) {
+            let home = b.provenance.as_ref().and_then(|p| p.as_ref().ok()).and_then(|p| p.variant.rdma_core_home.clone()).or_else(|| ev.rdma_core_home.clone());
+            out.push(match home {
+                Some(h) if std::path::Path::new(&h).is_dir() => Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists")),
+                Some(h) => Check::fail("rdma-core-home", format!("baked RDMA_CORE_HOME {h} does not exist here: the HybridEP JIT cannot find rdma-core"))
+                    .fix(format!("install rdma-core at {h}, or rebuild with this machine's RDMA_CORE_HOME")),
+                None => Check::warn("rdma-core-home", "DOCA build but the baked RDMA_CORE_HOME could not be read"),
+            });
+        }
+        out.push(match &env.nvshmem_host {
+            Some(p) => Check::pass("nvshmem-host", format!("unversioned libnvshmem_host.so at {p}")),
+            None => Check::warn("nvshmem-host", "no unversioned libnvshmem_host.so (HybridEP opens it by that name)")
+                .fix("ln -s libnvshmem_host.so.3 libnvshmem_host.so in the nvshmem lib dir"),
+        });
+        out.push(if env.nvcc {
+            Check::pass("jit-nvcc", format!("{}/bin/nvcc exists for HybridEP's JIT", env.cuda_home))
+        } else {
+            Check::fail("jit-nvcc", format!("{}/bin/nvcc missing: HybridEP compiles kernels at run time", env.cuda_home)).fix("install the CUDA toolkit and set CUDA_HOME")
+        });
+    }
+    out
+}
+
+/// `cu` followed by an upper-case letter: the driver API (`cuInit`), not the runtime (`cudaMalloc`).
+pub fn is_driver_symbol(s: &str) -> bool {
+    s.strip_prefix("cu").and_then(|r| r.chars().next()).is_some_and(|c| c.is_ascii_uppercase())
+}
+
+fn is_system_dir(d: &str) -> bool {
+    let d = d.trim_end_matches('/');
+    ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/cuda/lib64", "/usr/local/cuda/lib"].contains(&d)
+        || d.starts_with("/usr/lib/") && d.ends_with("-linux-gnu")
+        || d.starts_with("/lib/") && d.ends_with("-linux-gnu")
+}
+
+/// RDMA_CORE_HOME as the binary bakes it: ` -I<home>/include` in the JIT flags.
+fn baked_rdma_home(hep: &ElfFacts) -> Option<String> {
+    let s = hep.has_string(MULTINODE_DEFINE)?;
+    let after = s.split(" -I").nth(1)?;
+    Some(after.split_whitespace().next()?.strip_suffix("/include")?.to_string())
+}
+
+/// One `cubin-arch` row per extension: a cubin for the GPU's SM, PTX only (warn), or nothing.
+fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&Pins>) -> Vec<Check> {
+    let list = |v: &[u32]| v.iter().map(|n| format!("sm_{n}")).collect::<Vec<_>>().join(" ");
+    let mut out = Vec::new();
+    for (e, f) in elfs(b) {
+        let (c, p) = f.sms();
+        let problems: Vec<String> = f.fatbins.iter().flat_map(|(n, fb)| fb.problems.iter().map(move |p| format!("{n}: {p}"))).collect();
+        let seen = format!(
+            "{}: cubin [{}]{}",
+            short(&e.path),
+            list(&c),
+            if p.is_empty() { String::new() } else { format!(" ptx [{}]", list(&p)) }
+        );
+        let fix = || rebuild(gpu, ev.multinode.unwrap_or(false), pins);
+        out.push(if !problems.is_empty() {
+            Check::fail("cubin-arch", format!("{seen}; malformed fatbin: {}", problems.join("; "))).fix("rebuild the wheel")
+        } else if f.device_code().is_none() {
+            Check::fail("cubin-arch", format!("{}: no .nv_fatbin/__nv_relfatbin section: no GPU code", short(&e.path))).fix(fix())
+        } else {
+            match gpu {
+                None => Check::warn("cubin-arch", format!("unknown: no GPU named; {seen}")),
+                Some(g) if c.contains(&g.sm()) => Check::pass("cubin-arch", format!("sm_{} cubin for {g}: {seen}", g.sm())),
+                Some(g) if p.iter().any(|&s| s <= g.sm()) => {
+                    Check::warn("cubin-arch", format!("{g} (sm_{}) would JIT from PTX only, measured elsewhere to fail: {seen}", g.sm())).fix(fix())
+                }
+                Some(g) => Check::fail("cubin-arch", format!("no sm_{} code for {g}: {seen}", g.sm())).fix(fix()),
+            }
+        });
+    }
+    if out.is_empty() {
+        out.push(Check::skip("cubin-arch", "no readable extension"));
+    }
+    out
+}
+
+fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Check {
+    let p = match &b.provenance {
+        None => return Check::skip("provenance", "no deepep-forge provenance file (not built by deepep-forge)"),
+        Some(Err(e)) => return Check::fail("provenance", format!("unreadable provenance: {e}")).fix("rebuild: cargo xtask build-wheel --variant <variant>"),
+        Some(Ok(p)) => p,
+    };
+    let mut disagree = Vec::new();
+    if let Some(m) = ev.multinode {
+        if m != p.variant.multinode {
+            disagree.push(format!(
+                "says multinode={} but the binary is {}",
+                p.variant.multinode,
+                if m { "multinode" } else { "single-node" }
+            ));
+        }
+    }
+    if let (Some(t), Some(pt)) = (ev.transport, p.variant.transport.as_deref()) {
+        if t.as_str() != pt {
+            disagree.push(format!("says transport {pt} but the binary uses {}", t.as_str()));
+        }
+    }
+    let elf_arch = elfs(b).find_map(|(_, f)| f.arch());
+    if let Some(a) = elf_arch {
+        if a.as_str() != p.variant.arch {
+            disagree.push(format!("says arch {} but the ELF machine is {a}", p.variant.arch));
+        }
+    }
+    if let (Ok(list), Some(h)) = (p.variant.cuda_arch_list.parse::<crate::pins::ArchList>(), hep) {
+        let mut want = list.sm_numbers();
+        want.sort_unstable();
+        want.dedup();
+        let (have, _) = h.sms();
+        if h.device_code().is_some() && want != have {
+            disagree.push(format!("says cuda_arch_list {} but hybrid_ep_cpp has cubins {:?}", p.variant.cuda_arch_list, have));
+        }
+    }
+    if let (Some(home), Some(h), Some(Transport::Doca)) = (&p.variant.rdma_core_home, hep, ev.transport) {
+        let want = format!("{}/lib", home.trim_end_matches('/'));
+        if !h.runpath.iter().chain(&h.rpath).any(|d| *d == want) {
+            disagree.push(format!("says RDMA_CORE_HOME {home} but hybrid_ep_cpp's RUNPATH is [{}]", h.runpath.join(":")));
+        }
+    }
+    if let Some(label) = b.version.as_deref().and_then(local_label) {
+        if label != p.source.short {
+            disagree.push(format!("says rev {} but the version label is +{label}", p.source.short));
+        }
+    }
+    if disagree.is_empty() {
+        Check::pass("provenance", format!(
+            "variant {} ({}, {}, {}) at {} agrees with the binary",
+            p.variant.name,
+            p.variant.arch,
+            p.variant.cuda_arch_list,
+            if p.variant.multinode { "multinode" } else { "single-node" },
+            p.source.short
+        ))
+    } else {
+        Check::fail("provenance", format!("provenance and binary disagree (mislabelled or tampered wheel): {}", disagree.join("; ")))
+            .fix(format!("do not use this wheel; rebuild: cargo xtask build-wheel --variant {}", p.variant.name))
+    }
+}
+
+fn pin_check(b: &WheelFacts, arch: Option<Arch>, pins: &Pins, gpu: Option<Gpu>, ev: &Evidence) -> Check {
+    let Some(arch) = arch else { return Check::warn("pin", "unknown: the wheel's architecture is unknown") };
+    let Some(pin) = pins.pins.get(&arch) else {
+        return Check::warn("pin", format!("{} has no [pin.{arch}]", pins.path.display()));
+    };
+    let prov_rev = b.provenance.as_ref().and_then(|p| p.as_ref().ok()).map(|p| p.source.rev.clone());
+    let label = b.version.as_deref().and_then(local_label);
+    let fix = || rebuild(gpu, ev.multinode.unwrap_or(false), Some(pins));
+    match (prov_rev, label) {
+        (Some(rev), _) if rev == pin.rev => Check::pass("pin", format!("provenance rev {rev} is the {arch} pin")),
+        (Some(rev), _) => Check::fail("pin", format!("built from {rev}, but {} pins {arch} to {}", pins.path.display(), pin.rev)).fix(fix()),
+        (None, Some(l)) if l == pin.short() => Check::pass("pin", format!("version label +{l} matches the {arch} pin {}", pin.short())),
+        (None, Some(l)) => Check::fail("pin", format!("version label +{l}, but {} pins {arch} to {} (+{})", pins.path.display(), pin.rev, pin.short())).fix(fix()),
+        (None, None) => Check::warn("pin", format!("version {} carries no revision (built from a tarball?)", b.version.as_deref().unwrap_or("?"))),
+    }
+}
+
+/// Rules about the request against the binary (DOMAIN.md §2, rules 1-6).
+pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
+    let mut out = Vec::new();
+    if let Some(d) = r.dispatcher.as_deref().filter(|d| *d != "hybridep") {
+        out.push(Check::skip("dispatcher", format!("the request uses no HybridEP (MoE dispatcher: {d}): topology rules do not apply")));
+        return out;
+    }
+    let gpu = r.gpu;
+    let (ep, rpd) = (r.ep, r.ranks_per_domain);
+    // 1. EP % R.
+    out.push(match (ep, rpd) {
+        (Some(_), Some(0)) => Check::fail("ep-divisible", "R = 0 ranks per NVLink domain"),
+        (Some(e), Some(rr)) if e % rr == 0 => Check::pass("ep-divisible", format!("EP {e} is divisible by R {rr}")),
+        (Some(e), Some(rr)) => Check::fail("ep-divisible", format!("EP {e} is not divisible by R {rr} (DeepEP asserts it)"))
+            .fix("choose NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN dividing the EP size"),
+        _ => Check::warn("ep-divisible", "unknown: EP or R not given"),
+    });
+    let domains = match (ep, rpd) {
+        (Some(e), Some(rr)) if rr > 0 => Some(e.div_ceil(rr)),
+        _ => None,
+    };
+    // 2. D > 1 needs multinode.
+    let multinode = ev.and_then(|e| e.multinode);
+    out.push(match (domains, multinode) {
+        (None, _) => Check::warn("multinode-build", "unknown: EP or R not given"),
+        (Some(1), _) => Check::pass("multinode-build", "D = 1 NVLink domain: a single-node build suffices"),
+        (Some(d), Some(true)) => Check::pass("multinode-build", format!("D = {d} NVLink domains and the binary is multinode ({})", ev.and_then(|e| e.transport).map(|t| t.as_str()).unwrap_or("?"))),
+        (Some(d), Some(false)) => Check::fail("multinode-build", format!(
+            "D = EP/R = {d} NVLink domains but the binary is single-node: it aborts with \"Inter-node communication is not supported\""
+        ))
+        .fix(rebuild(gpu, true, pins)),
+        (Some(d), None) if ev.is_none() => Check::warn("multinode-build", format!("D = {d} NVLink domains: needs a HYBRID_EP_MULTINODE=1 build (no binary given)")),
+        (Some(d), None) => Check::warn("multinode-build", format!("D = {d} NVLink domains but the binary shows no multinode evidence either way")),
+    });
+    // 3. R <= 72.
+    out.push(match rpd {
+        Some(rr) if rr <= MAX_RANKS_PER_DOMAIN => Check::pass("ranks-per-domain-max", format!("R {rr} <= {MAX_RANKS_PER_DOMAIN}")),
+        Some(rr) => Check::fail("ranks-per-domain-max", format!("R {rr} > {MAX_RANKS_PER_DOMAIN} (the largest NVLink domain)")).fix("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN <= 72"),
+        None => Check::warn("ranks-per-domain-max", "unknown: R not given"),
+    });
+    // 4. Without MNNVL, R <= GPUs per node.
+    out.push(match (r.mnnvl, rpd, r.gpus_per_node) {
+        (Some(true), _, _) => Check::skip("ranks-per-node", "MNNVL: an NVLink domain may span nodes"),
+        (Some(false), Some(rr), Some(g)) if rr <= g => Check::pass("ranks-per-node", format!("R {rr} <= {g} GPUs per node (no MNNVL)")),
+        (Some(false), Some(rr), Some(g)) => Check::fail("ranks-per-node", format!(
+            "R {rr} > {g} GPUs per node with USE_MNNVL=0: an NVLink domain cannot span nodes without MNNVL"
+        ))
+        .fix(format!("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={g} (and a multinode build if EP > {g})")),
+        (None, _, _) => Check::warn("ranks-per-node", "unknown: MNNVL not given"),
+        _ => Check::warn("ranks-per-node", "unknown: R or GPUs per node not given"),
+    });
+    // 5. MNNVL only on GB200-class systems.
+    out.push(match (r.mnnvl, gpu.map(|g| (g, g.mnnvl_capable()))) {
+        (Some(false), _) => Check::skip("mnnvl-system", "MNNVL not used"),
+        (None, _) => Check::warn("mnnvl-system", "unknown: MNNVL not given"),
+        (Some(true), Some((g, Some(true)))) => Check::pass("mnnvl-system", format!("{g} systems have multi-node NVLink")),
+        (Some(true), Some((g, Some(false)))) => Check::fail("mnnvl-system", format!("USE_MNNVL=1 but {g} systems have no multi-node NVLink"))
+            .fix(match r.gpus_per_node {
+                Some(n) => format!("set USE_MNNVL=0 and NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={n}"),
+                None => "set USE_MNNVL=0 and R to the GPUs per node".into(),
+            }),
+        (Some(true), _) => Check::warn("mnnvl-system", "unknown: MNNVL requested but no GB200-class GPU named (pass --gpu)"),
+    });
+    // 6. D - 1 <= 32.
+    out.push(match domains {
+        Some(d) if d <= 1 => Check::skip("domains-max", "one NVLink domain"),
+        Some(d) if d - 1 <= MAX_REMOTE_DOMAINS => Check::pass("domains-max", format!("D-1 = {} remote domains <= {MAX_REMOTE_DOMAINS}", d - 1)),
+        Some(d) => Check::fail("domains-max", format!("D-1 = {} remote NVLink domains > {MAX_REMOTE_DOMAINS} (multinode JIT limit)", d - 1)).fix("use larger NVLink domains (MNNVL) or a smaller EP"),
+        None => Check::warn("domains-max", "unknown: EP or R not given"),
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(ep: u32, r: u32, gpn: u32, mnnvl: bool, gpu: Gpu) -> Request {
+        Request { source: "test".into(), ep: Some(ep), nodes: None, gpus_per_node: Some(gpn), ranks_per_domain: Some(r), mnnvl: Some(mnnvl), gpu: Some(gpu), dispatcher: None, notes: vec![] }
+    }
+    fn status(cs: &[Check], rule: &str) -> crate::verdict::Status {
+        cs.iter().find(|c| c.rule == rule).unwrap_or_else(|| panic!("no {rule}")).status
+    }
+    use crate::verdict::Status::*;
+
+    #[test]
+    fn domain_rules() {
+        let single = Evidence { multinode: Some(false), ..Default::default() };
+        let multi = Evidence { multinode: Some(true), transport: Some(Transport::Doca), ..Default::default() };
+        let c = topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&single), None);
+        assert_eq!(status(&c, "multinode-build"), Fail);
+        assert!(c.iter().any(|c| c.fix.as_deref() == Some("rebuild: cargo xtask build-wheel --variant h100-multinode")));
+        assert_eq!(status(&topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&multi), None), "multinode-build"), Pass);
+        assert_eq!(status(&topology_checks(&req(12, 8, 8, false, Gpu::H100), None, None), "ep-divisible"), Fail);
+        assert_eq!(status(&topology_checks(&req(16, 8, 4, false, Gpu::H100), None, None), "ranks-per-node"), Fail);
+        assert_eq!(status(&topology_checks(&req(16, 16, 8, true, Gpu::H100), None, None), "mnnvl-system"), Fail);
+        assert_eq!(status(&topology_checks(&req(72, 72, 4, true, Gpu::Gb200), Some(&single), None), "multinode-build"), Pass);
+        assert_eq!(status(&topology_checks(&req(80, 80, 4, true, Gpu::Gb200), None, None), "ranks-per-domain-max"), Fail);
+        assert_eq!(status(&topology_checks(&req(8 * 34, 8, 8, false, Gpu::H100), None, None), "domains-max"), Fail);
+        assert_eq!(status(&topology_checks(&req(8 * 33, 8, 8, false, Gpu::H100), None, None), "domains-max"), Pass);
+    }
+
+    #[test]
+    fn driver_symbols_are_cu_upper() {
+        assert!(is_driver_symbol("cuInit") && is_driver_symbol("cuMemAlloc_v2"));
+        assert!(!is_driver_symbol("cudaMalloc") && !is_driver_symbol("cublasCreate") && !is_driver_symbol("cu"));
+    }
+}

@@ -1,0 +1,195 @@
+//! Read a DeepEP wheel once: every member is read a single time, hashed for
+//! RECORD, and parsed when it is METADATA, RECORD, the provenance file or an
+//! extension module. Must not judge (that is `rules`).
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::elf::{self, ElfFacts};
+use crate::error::Failure;
+use crate::provenance::{self, Provenance};
+use crate::wheel::{record, WheelName};
+
+/// One extension module (`hybrid_ep_cpp*.so`, `deep_ep_cpp*.so`, `deep_ep/_C*.so`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Extension {
+    /// Path inside the wheel or on disk.
+    pub path: String,
+    /// `hybrid_ep_cpp`, `deep_ep_cpp`, ...: the module name before the first dot.
+    pub module: String,
+    pub elf: Result<ElfFacts, String>,
+}
+
+/// What a wheel holds, read in one pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct WheelFacts {
+    pub file: String,
+    /// The file name parsed as a wheel name (None: not a PEP 427 name).
+    #[serde(skip)]
+    pub name: Option<WheelName>,
+    pub platform: Option<String>,
+    /// `Version:` of METADATA.
+    pub version: Option<String>,
+    pub provenance: Option<Result<Provenance, String>>,
+    /// RECORD problems (missing, unparsable, hash/size mismatches, unlisted files).
+    pub record_problems: Vec<String>,
+    /// Members whose hash and size RECORD confirmed.
+    pub record_verified: usize,
+    pub extensions: Vec<Extension>,
+    /// Every member path.
+    #[serde(skip)]
+    pub members: Vec<String>,
+}
+
+/// Module name of a shared object path (`a/b/hybrid_ep_cpp.cpython-312-x86_64-linux-gnu.so` -> `hybrid_ep_cpp`).
+pub fn module_of(path: &str) -> Option<String> {
+    let file = path.rsplit('/').next()?;
+    if !file.ends_with(".so") {
+        return None;
+    }
+    Some(file.split('.').next()?.to_string())
+}
+
+/// The architecture a platform tag names (`linux_x86_64`, `manylinux_2_28_aarch64`).
+pub fn platform_arch(platform: &str) -> Option<crate::pins::Arch> {
+    platform.split('.').find_map(|tag| {
+        if tag.ends_with("x86_64") {
+            Some(crate::pins::Arch::X86_64)
+        } else if tag.ends_with("aarch64") {
+            Some(crate::pins::Arch::Aarch64)
+        } else {
+            None
+        }
+    })
+}
+
+/// Read a wheel. A missing file or a file that is not a zip is bad input (exit 2);
+/// everything wrong inside a readable zip becomes a fact for the rules.
+pub fn read(path: &Path) -> Result<WheelFacts> {
+    let file = std::fs::File::open(path).map_err(|e| {
+        Failure::usage(format!("cannot open wheel {}: {e}", path.display())).hint("pass the path of a .whl file")
+    })?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| {
+        Failure::usage(format!("{} is not a readable wheel (zip): {e}", path.display()))
+            .hint("a truncated download or a file that is not a wheel; fetch or build it again")
+    })?;
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = WheelName::parse(&file_name);
+    let mut facts = WheelFacts {
+        file: path.display().to_string(),
+        platform: name.as_ref().map(|n| n.platform.clone()),
+        name,
+        version: None,
+        provenance: None,
+        record_problems: Vec::new(),
+        record_verified: 0,
+        extensions: Vec::new(),
+        members: Vec::new(),
+    };
+    // path -> (sha256=..., size) of what was actually read.
+    let mut seen: BTreeMap<String, Result<(String, u64), String>> = BTreeMap::new();
+    let mut record_text: Option<(String, String)> = None;
+    let mut buf = Vec::new();
+    for i in 0..zip.len() {
+        crate::error::check_interrupted()?;
+        let mut member = match zip.by_index(i) {
+            Ok(m) => m,
+            Err(e) => {
+                facts.record_problems.push(format!("member #{i} cannot be opened: {e}"));
+                continue;
+            }
+        };
+        if member.is_dir() {
+            continue;
+        }
+        let mpath = member.name().to_string();
+        facts.members.push(mpath.clone());
+        buf.clear();
+        if let Err(e) = member.read_to_end(&mut buf) {
+            let why = format!("{mpath}: unreadable ({e})");
+            if let Some(module) = module_of(&mpath) {
+                facts.extensions.push(Extension { path: mpath.clone(), module, elf: Err(why.clone()) });
+            }
+            seen.insert(mpath, Err(why));
+            continue;
+        }
+        seen.insert(mpath.clone(), Ok((record::hash_digest(&Sha256::digest(&buf)), buf.len() as u64)));
+        let in_dist_info = mpath.split('/').next().is_some_and(|d| d.ends_with(".dist-info")) && mpath.matches('/').count() == 1;
+        let base = mpath.rsplit('/').next().unwrap_or(&mpath);
+        if in_dist_info && base == "METADATA" {
+            let text = String::from_utf8_lossy(&buf);
+            facts.version = text.lines().find_map(|l| l.strip_prefix("Version:")).map(|v| v.trim().to_string());
+        } else if in_dist_info && base == "RECORD" {
+            record_text = Some((mpath.clone(), String::from_utf8_lossy(&buf).into_owned()));
+        } else if in_dist_info && base == provenance::FILE_NAME {
+            facts.provenance = Some(serde_json::from_slice::<Provenance>(&buf).map_err(|e| format!("{mpath}: {e}")));
+        } else if let Some(module) = module_of(&mpath) {
+            facts.extensions.push(Extension { path: mpath.clone(), module, elf: elf::parse(&buf) });
+        }
+    }
+    check_record(&mut facts, record_text, seen);
+    Ok(facts)
+}
+
+fn check_record(facts: &mut WheelFacts, record_text: Option<(String, String)>, mut seen: BTreeMap<String, Result<(String, u64), String>>) {
+    let Some((record_path, text)) = record_text else {
+        facts.record_problems.push("no <name>.dist-info/RECORD in the wheel".into());
+        return;
+    };
+    seen.remove(&record_path);
+    let entries = match record::parse(&text) {
+        Ok(e) => e,
+        Err(e) => {
+            facts.record_problems.push(format!("{record_path}: {e:#}"));
+            return;
+        }
+    };
+    for e in entries {
+        if e.path == record_path {
+            continue;
+        }
+        match seen.remove(&e.path) {
+            None => facts.record_problems.push(format!("{}: listed in RECORD but not in the wheel", e.path)),
+            Some(Err(why)) => facts.record_problems.push(why),
+            Some(Ok((hash, size))) => {
+                let mut bad = Vec::new();
+                if e.hash.as_deref() != Some(hash.as_str()) {
+                    bad.push(format!("hash {} in RECORD, {hash} in the file", e.hash.as_deref().unwrap_or("(none)")));
+                }
+                if e.size.is_some_and(|s| s != size) {
+                    bad.push(format!("size {} in RECORD, {size} in the file", e.size.unwrap_or_default()));
+                }
+                if bad.is_empty() {
+                    facts.record_verified += 1;
+                } else {
+                    facts.record_problems.push(format!("{}: {}", e.path, bad.join("; ")));
+                }
+            }
+        }
+    }
+    for (path, r) in seen {
+        let is_signature = path.ends_with("/RECORD.jws") || path.ends_with("/RECORD.p7s");
+        if !is_signature {
+            facts.record_problems.push(match r {
+                Ok(_) => format!("{path}: in the wheel but not in RECORD"),
+                Err(why) => why,
+            });
+        }
+    }
+}
+
+/// `<base>+<short>` -> `short`.
+pub fn local_label(version: &str) -> Option<&str> {
+    version.split_once('+').map(|(_, l)| l)
+}
+
+/// Read a file on disk as an extension (used for installed environments).
+pub fn extension_from_disk(path: &Path) -> Result<Extension> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let p = path.display().to_string();
+    Ok(Extension { module: module_of(&p).unwrap_or_default(), elf: elf::parse(&data), path: p })
+}

@@ -1,0 +1,360 @@
+//! NeMo-RL recipes as NeMo-RL's `load_config_with_inheritance` reads them:
+//! `defaults:` (a path or a list, relative to the declaring file, loaded
+//! depth first, later parents win), a deep merge child over parent, and
+//! `_override_: true` on a top-level section to replace instead of merge (as
+//! in NeMo-RL, below the top level it is an ordinary key). Only the keys the
+//! topology needs are interpolated (`${a.b}`, relative `${.x}`); a resolver
+//! such as `${mul:...}` stays unresolved and is named in a note.
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde_yaml::{Mapping, Value};
+
+use super::Request;
+use crate::error::Failure;
+
+const OVERRIDE: &str = "_override_";
+const MAX_DEPTH: usize = 32;
+
+const MEGATRON: &str = "policy.megatron_cfg";
+pub const EP_KEY: &str = "policy.megatron_cfg.expert_model_parallel_size";
+pub const R_ENV: &str = "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN";
+pub const MNNVL_ENV: &str = "USE_MNNVL";
+
+/// The topology a recipe asks for, after NeMo-RL's defaults.
+#[derive(Debug, Clone, Default)]
+pub struct RecipeTopology {
+    pub path: PathBuf,
+    pub ep: Option<u32>,
+    pub nodes: Option<u32>,
+    pub gpus_per_node: Option<u32>,
+    pub ranks_per_domain: Option<u32>,
+    pub mnnvl: Option<bool>,
+    pub dispatcher: String,
+    pub notes: Vec<String>,
+}
+
+impl RecipeTopology {
+    /// The recipe's values over a preset's (recipes name no GPU: the preset's stays).
+    pub fn layer_over(self, base: Request) -> Request {
+        let mut notes = base.notes;
+        notes.extend(self.notes);
+        let hybridep = self.dispatcher == "hybridep";
+        Request {
+            source: if base.source == "flags" { self.path.display().to_string() } else { format!("{} over {}", self.path.display(), base.source) },
+            ep: self.ep.or(base.ep),
+            nodes: self.nodes.or(base.nodes),
+            gpus_per_node: self.gpus_per_node.or(base.gpus_per_node),
+            // What NeMo-RL sets wins over a preset: it is what the run will use.
+            ranks_per_domain: if hybridep { self.ranks_per_domain } else { base.ranks_per_domain },
+            mnnvl: if hybridep { self.mnnvl } else { base.mnnvl },
+            gpu: base.gpu,
+            dispatcher: Some(self.dispatcher),
+            notes,
+        }
+    }
+}
+
+fn bad(path: &Path, what: impl std::fmt::Display) -> anyhow::Error {
+    Failure::usage(format!("bad recipe {}: {what}", path.display()))
+        .hint("a NeMo-RL recipe is a YAML mapping; `defaults:` names parent recipes relative to the declaring file")
+        .into()
+}
+
+/// Load a recipe and its `defaults:` chain into one merged mapping.
+pub fn load(path: &Path) -> Result<Mapping> {
+    load_inner(path, &mut Vec::new(), None)
+}
+
+fn load_inner(path: &Path, stack: &mut Vec<PathBuf>, declared_by: Option<&Path>) -> Result<Mapping> {
+    let text = std::fs::read_to_string(path).map_err(|e| match declared_by {
+        Some(parent) => bad(parent, format!("`defaults:` names {}, which cannot be read: {e}", path.display())),
+        None => bad(path, format!("cannot read it: {e}")),
+    })?;
+    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    if stack.contains(&canonical) {
+        return Err(bad(path, "its `defaults:` chain comes back to itself"));
+    }
+    // serde_yaml's message names line and column.
+    let value: Value = serde_yaml::from_str(&text).map_err(|e| bad(path, e))?;
+    let mut map = match value {
+        Value::Mapping(m) => m,
+        Value::Null => Mapping::new(),
+        other => return Err(bad(path, format!("the top level is {}, expected a mapping", kind(&other)))),
+    };
+    let Some(defaults) = map.remove("defaults") else { return Ok(map) };
+    let parents: Vec<String> = match defaults {
+        Value::String(s) => vec![s],
+        Value::Sequence(items) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                other => Err(bad(path, format!("`defaults:` holds {}, expected a path", kind(&other)))),
+            })
+            .collect::<Result<_>>()?,
+        other => return Err(bad(path, format!("`defaults:` is {}, expected a path or a list of paths", kind(&other)))),
+    };
+    stack.push(canonical);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut base = Mapping::new();
+    for p in parents {
+        let parent = if p.starts_with('/') { PathBuf::from(&p) } else { dir.join(&p) };
+        let loaded = load_inner(&parent, stack, Some(path))?;
+        base = merge_with_override(base, loaded);
+    }
+    stack.pop();
+    Ok(merge_with_override(base, map))
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// NeMo-RL's `merge_with_override`: top-level sections marked `_override_: true`
+/// replace the parent's; everything else merges deeply, child over parent.
+fn merge_with_override(mut base: Mapping, mut child: Mapping) -> Mapping {
+    for (k, v) in child.iter_mut() {
+        if let Value::Mapping(m) = v {
+            if m.get(OVERRIDE).and_then(Value::as_bool).unwrap_or(false) {
+                m.remove(OVERRIDE);
+                base.remove(k);
+            }
+        }
+    }
+    merge(&mut base, child);
+    base
+}
+
+fn merge(base: &mut Mapping, child: Mapping) {
+    for (k, v) in child {
+        match (base.get_mut(&k), v) {
+            (Some(Value::Mapping(b)), Value::Mapping(c)) => merge(b, c),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+fn lookup<'a>(root: &'a Mapping, key: &str) -> Option<&'a Value> {
+    let mut parts = key.split('.');
+    let mut cur = root.get(parts.next()?)?;
+    for p in parts {
+        cur = cur.as_mapping()?.get(p)?;
+    }
+    Some(cur)
+}
+
+/// The value at `key` with `${...}` interpolations resolved; Err names what stayed unresolved.
+fn resolve(root: &Mapping, key: &str, depth: usize) -> Result<Option<Value>, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("`{key}`: interpolation loop"));
+    }
+    let Some(v) = lookup(root, key) else { return Ok(None) };
+    let Value::String(s) = v else { return Ok(Some(v.clone())) };
+    if !s.contains("${") {
+        return Ok(Some(v.clone()));
+    }
+    let mut out = String::new();
+    let mut rest = s.as_str();
+    let mut whole = None;
+    while let Some(start) = rest.find("${") {
+        let inner_start = start + 2;
+        let end = matching_brace(&rest[inner_start..]).ok_or_else(|| format!("`{key}` = `{s}`: unbalanced `${{`"))? + inner_start;
+        let inner = &rest[inner_start..end];
+        if let Some((resolver, _)) = inner.split_once(':').filter(|(r, _)| !r.contains('.') || r.starts_with("oc.")) {
+            return Err(format!("`{key}` = `{s}` uses the `{resolver}` resolver, which deepep-forge does not evaluate"));
+        }
+        let target = if inner.starts_with('.') { relative(key, inner) } else { inner.to_string() };
+        let value = resolve(root, &target, depth + 1)?.ok_or_else(|| format!("`{key}` = `{s}`: `{target}` is not set"))?;
+        if start == 0 && end + 1 == rest.len() && out.is_empty() {
+            whole = Some(value);
+        } else {
+            out.push_str(&rest[..start]);
+            out.push_str(&scalar_text(&value).ok_or_else(|| format!("`{key}`: `{target}` is not a scalar"))?);
+        }
+        rest = &rest[end + 1..];
+    }
+    if let Some(w) = whole {
+        return Ok(Some(w));
+    }
+    out.push_str(rest);
+    Ok(Some(Value::String(out)))
+}
+
+fn matching_brace(s: &str) -> Option<usize> {
+    let mut depth = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => return Some(i),
+            '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `${.x}` is a sibling of `key`; each further dot goes one level up.
+fn relative(key: &str, inner: &str) -> String {
+    let dots = inner.chars().take_while(|&c| c == '.').count();
+    let mut parts: Vec<&str> = key.split('.').collect();
+    parts.pop();
+    for _ in 1..dots {
+        parts.pop();
+    }
+    let name = &inner[dots..];
+    if parts.is_empty() {
+        name.to_string()
+    } else {
+        format!("{}.{name}", parts.join("."))
+    }
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Reads typed topology keys, collecting notes about unresolved ones.
+struct Reader<'a> {
+    path: &'a Path,
+    root: &'a Mapping,
+    notes: Vec<String>,
+}
+
+impl Reader<'_> {
+    fn value(&mut self, key: &str) -> Option<Value> {
+        match resolve(self.root, key, 0) {
+            Ok(Some(Value::Null)) | Ok(None) => None,
+            Ok(v) => v,
+            Err(why) => {
+                self.notes.push(format!("unresolved: {why}; treated as unknown"));
+                None
+            }
+        }
+    }
+    fn int(&mut self, key: &str) -> Result<Option<u32>> {
+        let Some(v) = self.value(key) else { return Ok(None) };
+        let n = match &v {
+            Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        };
+        n.map(Some).ok_or_else(|| bad(self.path, format!("`{key}` is {}, expected a whole number", show(&v))))
+    }
+    fn flag(&mut self, key: &str) -> Result<Option<bool>> {
+        let Some(v) = self.value(key) else { return Ok(None) };
+        let b = match &v {
+            Value::Bool(b) => Some(*b),
+            Value::Number(n) => n.as_u64().map(|n| n != 0),
+            Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" => Some(true),
+                "0" | "false" => Some(false),
+                _ => None,
+            },
+            _ => None,
+        };
+        b.map(Some).ok_or_else(|| bad(self.path, format!("`{key}` is {}, expected 0/1 or true/false", show(&v))))
+    }
+    fn text(&mut self, key: &str) -> Option<String> {
+        self.value(key).as_ref().and_then(scalar_text)
+    }
+}
+
+fn show(v: &Value) -> String {
+    scalar_text(v).map(|s| format!("`{s}`")).unwrap_or_else(|| kind(v).to_string())
+}
+
+/// Read a recipe's topology: cluster size, EP, dispatcher and HybridEP settings,
+/// with NeMo-RL's defaults (R = min(EP, 64), USE_MNNVL = EP > 4) where unset.
+pub fn read(path: &Path) -> Result<RecipeTopology> {
+    let root = load(path)?;
+    let mut rd = Reader { path, root: &root, notes: Vec::new() };
+    let nodes = rd.int("cluster.num_nodes")?;
+    let gpus_per_node = rd.int("cluster.gpus_per_node")?;
+    let ep = rd.int(EP_KEY)?;
+    let enabled = rd.flag(&format!("{MEGATRON}.enabled"))?.unwrap_or(false);
+    let dtype = rd.text(&format!("{MEGATRON}.moe_token_dispatcher_type"));
+    let backend = rd.text(&format!("{MEGATRON}.moe_flex_dispatcher_backend"));
+    let dispatcher = if !enabled {
+        "none (policy.megatron_cfg.enabled is not true)".to_string()
+    } else if dtype.as_deref() == Some("flex") {
+        backend.clone().unwrap_or_else(|| "deepep".into())
+    } else {
+        if backend.as_deref() == Some("hybridep") {
+            rd.notes.push(format!(
+                "moe_flex_dispatcher_backend is hybridep but moe_token_dispatcher_type is {}: Megatron uses HybridEP only with `flex`",
+                dtype.as_deref().unwrap_or("unset")
+            ));
+        }
+        dtype.unwrap_or_else(|| "alltoall".into())
+    };
+    let mut topo = RecipeTopology { path: path.to_path_buf(), ep, nodes, gpus_per_node, dispatcher, ..Default::default() };
+    if topo.dispatcher == "hybridep" {
+        // NeMo-RL: the hybridep_* config key, else the env var, else its default.
+        let r_key = format!("{MEGATRON}.hybridep_num_ranks_per_nvlink_domain");
+        let m_key = format!("{MEGATRON}.hybridep_use_mnnvl");
+        topo.ranks_per_domain = match rd.int(&r_key)? {
+            Some(v) => Some(v),
+            None => rd.int(&format!("{MEGATRON}.env_vars.{R_ENV}"))?,
+        };
+        topo.mnnvl = match rd.flag(&m_key)? {
+            Some(v) => Some(v),
+            None => rd.flag(&format!("{MEGATRON}.env_vars.{MNNVL_ENV}"))?,
+        };
+        if let Some(e) = ep {
+            if topo.ranks_per_domain.is_none() {
+                topo.ranks_per_domain = Some(e.min(64));
+                rd.notes.push(format!("default applied: {R_ENV} = min(EP {e}, 64) = {} (NeMo-RL's default; the recipe sets neither it nor hybridep_num_ranks_per_nvlink_domain)", e.min(64)));
+            }
+            if topo.mnnvl.is_none() {
+                topo.mnnvl = Some(e > 4);
+                rd.notes.push(format!("default applied: {MNNVL_ENV} = int(EP {e} > 4) = {} (NeMo-RL's default; the recipe sets neither it nor hybridep_use_mnnvl)", u8::from(e > 4)));
+            }
+        } else {
+            rd.notes.push(format!("`{EP_KEY}` is not set: EP unknown, NeMo-RL's defaults for R and USE_MNNVL cannot be computed"));
+        }
+    } else {
+        rd.notes.push(format!("no HybridEP: MoE dispatcher is {} (moe_flex_dispatcher_backend: hybridep with moe_token_dispatcher_type: flex enables it)", topo.dispatcher));
+    }
+    for key in [MEGATRON, "policy.megatron_cfg.env_vars"] {
+        if lookup(&root, &format!("{key}.{OVERRIDE}")).is_some() {
+            rd.notes.push(format!("`{key}` carries `{OVERRIDE}` below the top level: NeMo-RL honours it only on top-level sections, so it was merged"));
+        }
+    }
+    topo.notes = rd.notes;
+    Ok(topo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn relative_interpolation_paths() {
+        assert_eq!(relative("policy.generation.val_top_p", ".top_p"), "policy.generation.top_p");
+        assert_eq!(relative("policy.generation.val_top_p", "..x"), "policy.x");
+        assert_eq!(relative("a", ".b"), "b");
+    }
+    #[test]
+    fn interpolates_and_reports_resolvers() {
+        let root: Mapping = serde_yaml::from_str("a: {b: 16, c: '${a.b}', d: 'x${a.b}y', e: '${mul:${a.b}, 2}', f: '${.b}', g: '${a.g}'}").unwrap();
+        assert_eq!(resolve(&root, "a.c", 0).unwrap(), Some(Value::Number(16.into())));
+        assert_eq!(resolve(&root, "a.d", 0).unwrap(), Some(Value::String("x16y".into())));
+        assert_eq!(resolve(&root, "a.f", 0).unwrap(), Some(Value::Number(16.into())));
+        assert!(resolve(&root, "a.e", 0).unwrap_err().contains("`mul` resolver"));
+        assert!(resolve(&root, "a.g", 0).unwrap_err().contains("loop"));
+    }
+}
