@@ -380,6 +380,31 @@ fn source_overrides_the_pinned_repo() {
     assert_eq!(j["plans"][0]["source"]["rev"], lab.rev.as_str());
 }
 
+/// A shallow source (a `--depth 1` mirror, as carried to machines without
+/// network) has the pinned commit but not its parents: the build must not need them.
+#[test]
+fn a_shallow_source_mirror_builds() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    std::fs::write(lab.repo.join("NEWS"), "second commit\n").unwrap();
+    support::git(&lab.repo, &["add", "-A"]);
+    support::git(&lab.repo, &["commit", "-q", "-m", "second"]);
+    let rev = support::git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let shallow = lab.dir.path().join("shallow.git");
+    let url = format!("file://{}", lab.repo.display());
+    support::git(lab.dir.path(), &["clone", "-q", "--bare", "--depth", "1", &url, shallow.to_str().unwrap()]);
+    assert!(shallow.join("shallow").exists(), "the mirror is shallow");
+    let pins = lab.pins_with(&rev, SINGLE);
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--source", shallow.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let wheels = lab.out_wheels();
+    assert_eq!(wheels.len(), 1);
+    let name = wheels[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.contains(&format!("+{}", &rev[..7])) || name.contains(&format!("+{}", rev[..7].trim_start_matches('0'))), "{name}");
+}
+
 /// DOCA multinode: the nccl submodule (a real local repository) is initialised
 /// in the fresh checkout, its sha recorded, rdma-core found, libibverbs linked.
 #[test]

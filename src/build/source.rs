@@ -152,17 +152,19 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> 
     if !mirror.join("HEAD").exists() {
         git(mirror, "create mirror").args(["init", "-q", "--bare"]).output()?;
     }
-    // `git log` doubles as the presence check.
-    let time_of = || git(mirror, "read commit time").args(["log", "-1", "--format=%ct", rev, "--"]).output();
+    // Reading the commit doubles as the presence check. `show -s` reads that one
+    // commit only, so a shallow source (parents absent) works too.
+    let commit = format!("{rev}^{{commit}}");
+    let time_of = || git(mirror, "read commit time").args(["show", "-s", "--format=%ct", &commit]).output();
     let commit_time = match time_of() {
         Ok(t) => t,
         Err(_) => {
             crate::error::check_interrupted()?;
             // Fetch by sha first (GitHub allows it); fall back to every ref for servers that refuse.
-            let by_sha = git(mirror, format!("fetch {rev} from {repo}")).args(["fetch", "-q", "--no-tags", repo, rev]).output();
+            let by_sha = git(mirror, format!("fetch {rev} from {repo}")).args(["fetch", "-q", "--no-tags", "--update-shallow", repo, rev]).output();
             if by_sha.is_err() && !has_commit(mirror, rev) {
                 crate::error::check_interrupted()?;
-                let all = git(mirror, format!("fetch {repo}")).args(["fetch", "-q", "--no-tags", repo, "+refs/*:refs/forge/*"]).output();
+                let all = git(mirror, format!("fetch {repo}")).args(["fetch", "-q", "--no-tags", "--update-shallow", repo, "+refs/*:refs/forge/*"]).output();
                 if let Err(e) = all {
                     crate::error::check_interrupted()?;
                     return Err(Failure::env(format!("cannot fetch {rev} from {repo}: {e:#}"))
@@ -218,8 +220,10 @@ pub fn checkout(mirror: &Path, repo: &str, rev: &str, dest: &Path, submodules: &
     let objects = std::fs::canonicalize(mirror.join("objects"))?;
     std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
     git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
-    let ids = git(dest, "read HEAD").args(["log", "-1", "--format=%H %h"]).output()?;
-    let (head, short) = ids.trim().split_once(' ').context("git log output")?;
+    // `rev-parse`, as setup.py does: it never walks history, so a shallow source
+    // (parents absent) works.
+    let ids = git(dest, "read HEAD").args(["rev-parse", "HEAD", "--short", "HEAD"]).output()?;
+    let (head, short) = ids.trim().split_once('\n').context("git rev-parse output")?;
     if head != rev {
         anyhow::bail!("checkout of {rev} from {repo} has HEAD {head}");
     }
