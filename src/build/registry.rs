@@ -273,12 +273,13 @@ fn minor_spec(cuda: &str) -> Result<String> {
 }
 
 /// The registry packages of torch's CUDA minor (the nvcc family, headers, the
-/// runtime, the profiler API header DeepEP includes), NVSHMEM for that major,
+/// runtime, the profiler API header DeepEP includes, NVTX whose
+/// libnvtx3interop torch's extension builder links), NVSHMEM for that major,
 /// and the build tools.
 pub fn cuda_requirements(cuda: &str) -> Result<Vec<String>> {
     let spec = minor_spec(cuda)?;
     let major = cuda.split('.').next().unwrap_or("");
-    let mut v: Vec<String> = ["nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl", "nvidia-cuda-profiler-api", "nvidia-cuda-runtime"]
+    let mut v: Vec<String> = ["nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl", "nvidia-cuda-profiler-api", "nvidia-cuda-runtime", "nvidia-nvtx"]
         .iter()
         .map(|p| format!("{p}{spec}"))
         .collect();
@@ -297,7 +298,8 @@ fn site_packages(env: &Path) -> Result<PathBuf> {
         .with_context(|| format!("no site-packages under {}", lib.display()))
 }
 
-/// Lay out `home` from the `nvidia/cuXX` package folder `cu`: bin, include
+/// Lay out `home` from the `nvidia/cuXX` package folder `cu` (`stage`: the
+/// folder published by rename, for relative links; the C source is written there): bin, include
 /// and nvvm as relative links, lib64 with links to its libraries plus their
 /// unversioned names, and the driver stub. Returns the stub's symbol count.
 pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
@@ -305,10 +307,12 @@ pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
         anyhow::bail!("{} has no bin/nvcc after installing nvidia-cuda-nvcc", cu.display());
     }
     std::fs::create_dir_all(home.join("lib64"))?;
+    // Relative links inside `stage` (it is renamed into place), absolute otherwise.
     let rel = |target: &Path, from_dir: &Path| -> PathBuf {
-        let t = target.strip_prefix(stage).expect("inside the stage");
-        let up = from_dir.strip_prefix(stage).expect("inside the stage").components().count();
-        std::iter::repeat_n(Path::new(".."), up).collect::<PathBuf>().join(t)
+        match (target.strip_prefix(stage), from_dir.strip_prefix(stage)) {
+            (Ok(t), Ok(from)) => std::iter::repeat_n(Path::new(".."), from.components().count()).collect::<PathBuf>().join(t),
+            _ => target.to_path_buf(),
+        }
     };
     for d in ["bin", "include", "nvvm"] {
         std::os::unix::fs::symlink(rel(&cu.join(d), home), home.join(d))?;
