@@ -179,7 +179,9 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     // Index settings change what resolves: they are part of the key.
     let index: BTreeMap<String, String> =
         std::env::vars().filter(|(k, _)| ["UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX"].contains(&k.as_str())).collect();
-    let key_text = serde_json::to_string(&(LAYOUT, &req.torch, &req.cuda, &base, &index, &uv_version, std::env::consts::ARCH))?;
+    // The package set (its names and the shape of its pins) too: a template rendered for CUDA 0.0.
+    let set = cuda_requirements("0.0")?;
+    let key_text = serde_json::to_string(&(LAYOUT, &req.torch, &req.cuda, &base, &index, &uv_version, &set, std::env::consts::ARCH))?;
     let key = source::short_hash(&key_text);
     let root = cache_dir.join("toolchains").join(&key);
     if let Some(p) = read_identity(&root) {
@@ -228,7 +230,7 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, key: &str) -> 
     let install = |what: &[String], purpose: String| -> Result<()> {
         uv_cmd(purpose).args(["pip", "install", "--quiet", "--python"]).arg(&python).args(what).output().map(|_| ())
     };
-    install(&[req.torch.clone()], format!("install {} from the registry", req.torch))?;
+    install(std::slice::from_ref(&req.torch), format!("install {} from the registry", req.torch))?;
     check_interrupted()?;
     let site = site_packages(&env)?;
     let (torch_version, cuda) = super::toolchain::read_torch_version(&site.join("torch/version.py"))
