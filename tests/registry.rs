@@ -271,6 +271,10 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
         .unwrap();
     let r = json(&o);
     assert_eq!(r["results"][0]["status"], "built", "{r}");
+    assert!(
+        r["results"][0]["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("CUDA 13.0: CUDA compiler packages pinned to >=13.0,<13.1")),
+        "{r}"
+    );
     assert_eq!(r["results"][0]["cache_key"], p["cache_key"]);
     let wheel = PathBuf::from(r["results"][0]["wheel"].as_str().unwrap());
     let zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();

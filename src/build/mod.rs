@@ -157,7 +157,8 @@ fn identify(c: &Common, pins: &Pins, cache_dir: &Path) -> Result<toolchain::Tool
         return toolchain::identify(c.python.as_deref().unwrap_or("python3"), None, &memo);
     }
     let req = registry::request(pins, c.match_project.as_deref(), c.python.as_deref())?;
-    let p = registry::provision(&req, cache_dir)?;
+    let mut p = registry::provision(&req, cache_dir)?;
+    p.notes.splice(0..0, req.notes);
     let mut tc = toolchain::identify(&p.python().to_string_lossy(), Some(&p.cuda_home()), &memo)?;
     tc.kind = registry::Kind::Registry;
     tc.registry = Some(p);
@@ -326,7 +327,7 @@ struct Delivered {
 
 fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>) -> Result<Outcome> {
     let t0 = Instant::now();
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = pl.toolchain.registry.iter().flat_map(|r| r.notes.iter().cloned()).collect();
     let d = match from_cache(pl, p, c, remote, &mut notes)? {
         Ok(d) => d,
         // The key's lock (when caching) is held until the fresh build is published.

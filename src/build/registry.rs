@@ -71,6 +71,8 @@ pub struct Provisioned {
     pub uv: String,
     /// Driver API functions the libcuda.so stub defines.
     pub stub_symbols: usize,
+    /// How versions were chosen (the request's notes first; only the
+    /// provisioning's are kept in `toolchain.json`).
     pub notes: Vec<String>,
 }
 
@@ -250,8 +252,7 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, key: &str) -> 
     let major = cuda.split('.').next().unwrap_or("");
     let cu = site.join(format!("nvidia/cu{major}"));
     let stub_symbols = cuda_home(&cu, &stage.join("cuda-home"), stage)?;
-    let mut notes = req.notes.clone();
-    notes.push(format!("torch {torch_version} carries CUDA {cuda}: CUDA compiler packages pinned to {}", minor_spec(&cuda)?));
+    let notes = vec![format!("torch {torch_version} carries CUDA {cuda}: CUDA compiler packages pinned to {}", minor_spec(&cuda)?)];
     Ok(Provisioned {
         layout: LAYOUT,
         root: stage.to_path_buf(),
