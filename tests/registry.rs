@@ -392,6 +392,34 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
         .map(|e| e.path())
         .collect();
     assert_eq!(before, after);
+
+    // A torch version the registry does not have: exit 3 with what to check, nothing published.
+    std::fs::write(&bad, std::fs::read_to_string(pins).unwrap().replace(TORCH, "2.11.0+nosuchbuild")).unwrap();
+    let o = forge_registry(&lab, &links, &["plan", "--toolchain", "registry", "--python", py, "--pins", bad.to_str().unwrap(), "--variant", "sn"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("torch==2.11.0+nosuchbuild") && stderr(&o).contains("pip index versions"), "{}", stderr(&o));
+    let after: Vec<_> = std::fs::read_dir(lab.cache.join("toolchains")).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(before, after);
+
+    // A moved cache folder (a CI cache restored elsewhere): the toolchain is used where it is now.
+    let moved = lab.dir.path().join("moved-cache");
+    std::fs::rename(&lab.cache, &moved).unwrap();
+    let key = root_dir.file_name().unwrap();
+    let o = forge_registry(&lab, &links, &[&["build-wheel"][..], &args].concat())
+        .env("DEEPEP_FORGE_CACHE_DIR", &moved)
+        .arg("--out")
+        .arg(&lab.out)
+        .output()
+        .unwrap();
+    let r = json(&o);
+    assert_eq!(r["results"][0]["status"], "cache-hit", "{r}");
+    let here = moved.join("toolchains").join(key);
+    assert_eq!(std::fs::metadata(here.join("toolchain.json")).unwrap().modified().unwrap(), stamp, "the moved toolchain was remade");
+    let plan = json(&forge_registry(&lab, &links, &[&["plan"][..], &args].concat()).env("DEEPEP_FORGE_CACHE_DIR", &moved).output().unwrap());
+    assert_eq!(plan["plans"][0]["env"]["CUDA_HOME"], here.join("cuda-home").to_str().unwrap());
+    assert!(here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(), "relative links survive the move");
 }
 
 #[test]

@@ -196,26 +196,29 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     let tmp = crate::cache::tmp_dir(cache_dir)?;
     let stage = tmp.path().join("tc");
     std::fs::create_dir(&stage)?;
-    let mut p = make(req, &uv, &uv_version, &stage, &key)?;
-    p.root = root.clone();
+    let p = make(req, &uv, &uv_version, &stage, &root, &key)?;
     std::fs::write(stage.join(IDENTITY_FILE), serde_json::to_vec_pretty(&p)?)?;
     check_interrupted()?;
     std::fs::create_dir_all(root.parent().expect("toolchains dir"))?;
-    if let Err(e) = std::fs::rename(&stage, &root) {
-        if read_identity(&root).is_none() {
-            return Err(e).with_context(|| format!("publishing the toolchain as {}", root.display()));
-        }
+    // A folder of another layout (we hold the key's lock): replace it.
+    if root.exists() {
+        std::fs::remove_dir_all(&root).with_context(|| format!("removing the outdated toolchain {}", root.display()))?;
     }
+    std::fs::rename(&stage, &root).with_context(|| format!("publishing the toolchain as {}", root.display()))?;
     Ok(p)
 }
 
+/// The toolchain published at `root`, if complete and of this layout. The
+/// environment is relocatable (relative links, `uv venv --relocatable`), so a
+/// moved cache folder (a CI cache restored elsewhere) is still used.
 fn read_identity(root: &Path) -> Option<Provisioned> {
-    let p: Provisioned = serde_json::from_slice(&std::fs::read(root.join(IDENTITY_FILE)).ok()?).ok()?;
-    (p.layout == LAYOUT && p.root == root).then_some(p)
+    let mut p: Provisioned = serde_json::from_slice(&std::fs::read(root.join(IDENTITY_FILE)).ok()?).ok()?;
+    p.root = root.to_path_buf();
+    (p.layout == LAYOUT).then_some(p)
 }
 
-/// Make the environment in `stage` (relocatable: it is renamed into place).
-fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, key: &str) -> Result<Provisioned> {
+/// Make the environment in `stage` (relocatable: it is renamed to `root`).
+fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, key: &str) -> Result<Provisioned> {
     let env = stage.join("env");
     let uv_cmd = |purpose: String| {
         let mut c = Cmd::new(uv, purpose);
@@ -230,7 +233,11 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, key: &str) -> 
         .map_err(|e| Failure::env(format!("{e:#}")).hint("pass --python PATH to an installed Python (pins.toml [toolchain].python names the minor)"))?;
     let python = env.join("bin/python");
     let install = |what: &[String], purpose: String| -> Result<()> {
-        uv_cmd(purpose).args(["pip", "install", "--quiet", "--python"]).arg(&python).args(what).output().map(|_| ())
+        uv_cmd(purpose).args(["pip", "install", "--quiet", "--python"]).arg(&python).args(what).output().map(|_| ()).map_err(|e| {
+            Failure::env(format!("{e:#}"))
+                .hint("check that the registry is reachable (uv honours UV_INDEX_URL, UV_FIND_LINKS, proxies) and that the version exists, e.g. `pip index versions torch`")
+                .into()
+        })
     };
     install(std::slice::from_ref(&req.torch), format!("install {} from the registry", req.torch))?;
     check_interrupted()?;
@@ -255,7 +262,7 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, key: &str) -> 
     let notes = vec![format!("torch {torch_version} carries CUDA {cuda}: CUDA compiler packages pinned to {}", minor_spec(&cuda)?)];
     Ok(Provisioned {
         layout: LAYOUT,
-        root: stage.to_path_buf(),
+        root: root.to_path_buf(),
         key: key.to_string(),
         torch_request: req.torch.clone(),
         cuda,
