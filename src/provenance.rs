@@ -59,6 +59,9 @@ pub struct ToolchainInfo {
     pub nvcc: Option<String>,
     pub cxx: Option<String>,
     pub cxx_version: Option<String>,
+    /// Every package of a registry toolchain, name -> version (empty for `system`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub packages: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

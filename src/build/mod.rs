@@ -5,6 +5,7 @@
 //! Owns the build; must not parse consumer lockfiles or touch a GPU.
 pub mod exec;
 pub mod plan;
+pub mod registry;
 pub mod relocate;
 pub mod source;
 pub mod toolchain;
@@ -41,9 +42,21 @@ pub struct Common {
     /// and date, so the same files always give the same sha; the pin must name it).
     #[arg(long, value_name = "PATH|URL")]
     pub source: Option<String>,
-    /// The Python that builds (needs setuptools, wheel, pip; torch for DeepEP).
-    #[arg(long, default_value = "python3", value_name = "PYTHON")]
-    pub python: String,
+    /// The Python that builds (needs setuptools, wheel, pip; torch for DeepEP);
+    /// default `python3`. With `--toolchain registry`: the interpreter the managed
+    /// environment is made from (default: pins.toml's `[toolchain].python`, found by uv).
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<String>,
+    /// Where torch, nvcc and the CUDA headers come from: `system` (the build
+    /// Python's environment and the CUDA on this machine) or `registry` (a cached
+    /// environment made with uv from PyPI: torch from pins.toml's `[toolchain]`,
+    /// the CUDA compiler packages of torch's own CUDA minor; no CUDA install needed).
+    #[arg(long, value_enum, default_value_t)]
+    pub toolchain: registry::Kind,
+    /// With `--toolchain registry`: take torch's version from this project's
+    /// uv.lock (so the wheel's torch ABI matches the project that installs it).
+    #[arg(long, value_name = "DIR")]
+    pub match_project: Option<PathBuf>,
     /// Output folder for wheels and SHA256SUMS.
     #[arg(long, default_value = "dist", value_name = "DIR")]
     pub out: PathBuf,
@@ -123,7 +136,7 @@ fn make_plans(c: &Common) -> Result<Planned> {
     let mut plans = Vec::new();
     if !here.is_empty() {
         let origin = source::resolve(&c.source.clone().unwrap_or_else(|| pins_repo(&pins)), &cache_dir)?;
-        let tc = toolchain::identify(&c.python, &cache_dir.join("toolchain"))?;
+        let tc = identify(c, &pins, &cache_dir)?;
         let caller_env: BTreeMap<String, String> = std::env::vars().collect();
         let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
         let settings = plan::Settings { cache_dir: &cache_dir, out_dir: &c.out, no_cache: c.no_cache, jobs, caller_env: &caller_env };
@@ -132,6 +145,24 @@ fn make_plans(c: &Common) -> Result<Planned> {
         }
     }
     Ok(Planned { cache_dir, plans, skipped })
+}
+
+/// The toolchain `--toolchain` names (the registry one provisioned first).
+fn identify(c: &Common, pins: &Pins, cache_dir: &Path) -> Result<toolchain::Toolchain> {
+    let memo = cache_dir.join("toolchain");
+    if c.toolchain == registry::Kind::System {
+        if c.match_project.is_some() {
+            crate::bail_usage!("--match-project needs --toolchain registry (the system toolchain is what the build Python has)");
+        }
+        return toolchain::identify(c.python.as_deref().unwrap_or("python3"), None, &memo);
+    }
+    let req = registry::request(pins, c.match_project.as_deref(), c.python.as_deref())?;
+    let mut p = registry::provision(&req, cache_dir)?;
+    p.notes.splice(0..0, req.notes);
+    let mut tc = toolchain::identify(&p.python().to_string_lossy(), Some(&p.cuda_home()), &memo)?;
+    tc.kind = registry::Kind::Registry;
+    tc.registry = Some(p);
+    Ok(tc)
 }
 
 /// pins.toml's repo; a relative local path is relative to the pins file.
@@ -202,6 +233,14 @@ fn print_plan(pl: &Plan, cached: bool) {
         if pl.needs_torch { " (the build imports torch)" } else { "" }
     );
     println!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
+    if let Some(r) = &t.registry {
+        let pick = |n: &str| format!("{n} {}", r.packages.get(n).map(String::as_str).unwrap_or("-"));
+        println!("  toolchain   registry {} ({} packages: {}, ...)", r.root.display(), r.packages.len(), ["torch", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvshmem-cu13"].map(pick).join(", "));
+        println!("  stub        libcuda.so (soname libcuda.so.1) defining {} driver functions from cuda.h", r.stub_symbols);
+        for n in &r.notes {
+            println!("  note        {n}");
+        }
+    }
     for (k, c) in &t.compilers {
         println!("  {k:<11} {} ({})", c.path.display(), c.version);
     }
@@ -288,7 +327,7 @@ struct Delivered {
 
 fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>) -> Result<Outcome> {
     let t0 = Instant::now();
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = pl.toolchain.registry.iter().flat_map(|r| r.notes.iter().cloned()).collect();
     let d = match from_cache(pl, p, c, remote, &mut notes)? {
         Ok(d) => d,
         // The key's lock (when caching) is held until the fresh build is published.
@@ -413,7 +452,7 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
         variant: pl.variant.clone(),
         env: pl.env.clone(),
         toolchain: provenance::ToolchainInfo {
-            kind: "host".into(),
+            kind: pl.toolchain.kind.as_str().into(),
             python: Some(pl.toolchain.python_version.clone()),
             python_tag: Some(pl.toolchain.python_tag.clone()),
             torch: pl.toolchain.torch.clone(),
@@ -421,6 +460,7 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
             nvcc: Some(pl.toolchain.nvcc_version.clone()),
             cxx: pl.toolchain.compilers.get("CXX").map(|c| c.path.to_string_lossy().into_owned()),
             cxx_version: pl.toolchain.compilers.get("CXX").map(|c| c.version.clone()),
+            packages: pl.toolchain.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
         },
         host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
         times: provenance::Times { started: provenance::rfc3339(started), finished: provenance::rfc3339(provenance::now_secs()), source_date_epoch: pl.source.source_date_epoch },

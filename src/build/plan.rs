@@ -117,6 +117,13 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
     env.insert("MAX_JOBS".into(), s.jobs.to_string());
     env.insert("SOURCE_DATE_EPOCH".into(), commit.commit_time.to_string());
     env.insert("CUDA_HOME".into(), tc.cuda_home.to_string_lossy().into_owned());
+    if let Some(r) = &tc.registry {
+        // torch's extension builder runs `ninja` from PATH; the link finds libcuda.so (the stub) and
+        // the unversioned runtime names through LIBRARY_PATH.
+        let path = s.caller_env.get("PATH").filter(|p| !p.is_empty()).map(|p| format!(":{p}")).unwrap_or_default();
+        env.insert("PATH".into(), format!("{}{path}", r.bin().display()));
+        env.insert("LIBRARY_PATH".into(), tc.cuda_home.join("lib64").to_string_lossy().into_owned());
+    }
     let mut fixes = Vec::new();
     if tc.cuda_major() >= 13 {
         let cccl = tc.cuda_home.join("include/cccl");
@@ -137,12 +144,13 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")),
         rev: &pin.rev,
         submodules: &commit.submodules,
-        env: env.iter().filter(|(k, _)| !["MAX_JOBS", "CUDA_HOME", "CPATH"].contains(&k.as_str())).collect(),
+        env: env.iter().filter(|(k, _)| !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH"].contains(&k.as_str())).collect(),
         python: (&tc.python_version, &tc.python_tag, &tc.platform),
         torch: (tc.torch.as_deref(), tc.torch_cuda.as_deref()),
         cuda: &tc.nvcc_version,
         compilers: tc.compilers.iter().map(|(k, c)| (k.as_str(), c.version.as_str())).collect(),
         host: std::env::consts::ARCH,
+        registry: tc.registry.as_ref().map(|r| (&r.packages, r.stub_symbols)),
     });
     let log = s.cache_dir.join("logs").join(format!("{}-{}.log", v.name, &key[..12]));
     Ok(Plan {
@@ -202,6 +210,9 @@ struct KeyInput<'a> {
     cuda: &'a str,
     compilers: BTreeMap<&'a str, &'a str>,
     host: &'a str,
+    /// The registry toolchain's packages and stub (absent for `system`: its keys stay as they were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    registry: Option<(&'a BTreeMap<String, String>, usize)>,
 }
 
 fn cache_key(k: &KeyInput) -> String {

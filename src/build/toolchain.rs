@@ -14,6 +14,10 @@ use crate::error::Failure;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Toolchain {
+    /// `system` or `registry` (`--toolchain`).
+    pub kind: super::registry::Kind,
+    /// The managed environment, for `--toolchain registry`.
+    pub registry: Option<super::registry::Provisioned>,
     pub python: PathBuf,
     pub python_version: String,
     /// `cp312`.
@@ -74,11 +78,12 @@ struct PyFacts {
     importable: BTreeMap<String, bool>,
 }
 
-/// Identify the toolchain. A missing Python or nvcc is exit 3. Answers are
+/// Identify the toolchain (`cuda_home`: the registry toolchain's, else
+/// searched). A missing Python or nvcc is exit 3. Answers are
 /// memoised in `memo` per file (path, size, mtime): the Python's facts also
 /// depend on its site-packages folders, whose mtime changes when a package
 /// is installed or removed.
-pub fn identify(python: &str, memo: &Path) -> Result<Toolchain> {
+pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<Toolchain> {
     let py = which(python).ok_or_else(|| {
         Failure::env(format!("Python `{python}` not found")).hint("pass --python PATH to the interpreter whose environment builds the wheel")
     })?;
@@ -87,7 +92,10 @@ pub fn identify(python: &str, memo: &Path) -> Result<Toolchain> {
         serde_json::from_str(&out).context("Python probe output")
     })?;
     let (torch, torch_cuda) = facts.site.iter().find_map(|d| read_torch_version(&d.join("torch/version.py"))).unzip();
-    let cuda_home = find_cuda_home(&facts.site)?;
+    let cuda_home = match cuda_home {
+        Some(h) => h.to_path_buf(),
+        None => find_cuda_home(&facts.site)?,
+    };
     let nvcc = cuda_home.join("bin/nvcc");
     let out = memoised(memo, "nvcc", &nvcc, |_| vec![], || Cmd::new(&nvcc, "read nvcc version").args(["--version"]).output().map_err(|e| Failure::env(format!("{e:#}")).into()))?;
     let nvcc_version = out
@@ -111,6 +119,8 @@ pub fn identify(python: &str, memo: &Path) -> Result<Toolchain> {
         compilers.insert(var.to_string(), Compiler { path, version });
     }
     Ok(Toolchain {
+        kind: super::registry::Kind::System,
+        registry: None,
         python: py,
         python_version: facts.version,
         python_tag: facts.tag,
@@ -170,7 +180,7 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
 }
 
 /// `__version__` and `cuda` from torch/version.py.
-fn read_torch_version(file: &Path) -> Option<(String, Option<String>)> {
+pub(super) fn read_torch_version(file: &Path) -> Option<(String, Option<String>)> {
     let text = std::fs::read_to_string(file).ok()?;
     let value = |key: &str| {
         text.lines().find_map(|l| {
@@ -191,7 +201,7 @@ fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
             return Ok(h);
         }
         return Err(Failure::env(format!("CUDA_HOME={} has no bin/nvcc", h.display()))
-            .hint("point CUDA_HOME at a CUDA toolkit, or unset it to use nvcc from PATH or the Python's nvidia-cuda-nvcc wheel")
+            .hint("point CUDA_HOME at a CUDA toolkit, or unset it to use nvcc from PATH or the Python's nvidia-cuda-nvcc wheel, or pass --toolchain registry (provisions torch and CUDA from PyPI with uv)")
             .into());
     }
     if let Some(nvcc) = which("nvcc") {
@@ -210,7 +220,7 @@ fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
         }
     }
     Err(Failure::env("nvcc not found (CUDA_HOME unset, no nvcc on PATH, no nvidia-cuda-nvcc wheel in the Python's site-packages)")
-        .hint("set CUDA_HOME to a CUDA toolkit, or `pip install nvidia-cuda-nvcc` (see .ci/setup-tools) into the build Python")
+        .hint("pass --toolchain registry to provision torch and the matching CUDA compiler from PyPI with uv (no CUDA install needed); or set CUDA_HOME to a CUDA toolkit")
         .into())
 }
 

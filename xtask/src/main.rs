@@ -14,6 +14,8 @@ struct XCli {
     command: XCommand,
 }
 
+// Parsed once per process: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum XCommand {
     #[command(flatten)]

@@ -17,12 +17,12 @@ use anyhow::{Context, Result};
 const VARIANT: &str = "demo";
 const RUNS: usize = 5;
 
-struct Tools {
-    python: PathBuf,
+pub(super) struct Tools {
+    pub(super) python: PathBuf,
     cuda_home: PathBuf,
 }
 
-fn tools() -> Result<Tools> {
+pub(super) fn tools() -> Result<Tools> {
     let venv = std::env::var_os("DEEPEP_FORGE_TOOLS").map(PathBuf::from).unwrap_or_else(|| super::project_root().join("target/tools-venv"));
     let python = venv.join("bin/python");
     let lib = std::fs::read_dir(venv.join("lib"))
@@ -52,9 +52,9 @@ fn forge(t: &Tools, cache: &Path, out: &Path, extra: &[&str]) -> Result<Sample> 
 
 /// Wall time and CPU time (user + system of the process and its children).
 #[derive(Clone, Copy)]
-struct Sample {
-    wall: Duration,
-    cpu: Duration,
+pub(super) struct Sample {
+    pub(super) wall: Duration,
+    pub(super) cpu: Duration,
 }
 
 /// CPU time so far of this process (`who` = RUSAGE_SELF) or its waited-for children.
@@ -66,7 +66,7 @@ fn cpu(who: i32) -> Duration {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-fn timed(c: &mut Command) -> Result<Sample> {
+pub(super) fn timed(c: &mut Command) -> Result<Sample> {
     let (t0, c0) = (Instant::now(), cpu(libc::RUSAGE_CHILDREN));
     let o = c.output().with_context(|| format!("running {c:?}"))?;
     let s = Sample { wall: t0.elapsed(), cpu: cpu(libc::RUSAGE_CHILDREN) - c0 };
@@ -75,7 +75,7 @@ fn timed(c: &mut Command) -> Result<Sample> {
 }
 
 /// Medians of wall and CPU time (each sorted on its own).
-fn median(v: &[Sample]) -> Sample {
+pub(super) fn median(v: &[Sample]) -> Sample {
     let mid = |mut d: Vec<Duration>| {
         d.sort();
         d[d.len() / 2]
@@ -83,7 +83,7 @@ fn median(v: &[Sample]) -> Sample {
     Sample { wall: mid(v.iter().map(|s| s.wall).collect()), cpu: mid(v.iter().map(|s| s.cpu).collect()) }
 }
 
-fn verdict(ok: bool) -> &'static str {
+pub(super) fn verdict(ok: bool) -> &'static str {
     if ok {
         "ok"
     } else {

@@ -7,6 +7,7 @@ mod build;
 mod lock;
 mod probe;
 mod runtime;
+mod toolchain;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -29,6 +30,8 @@ pub enum Which {
     Runtime,
     /// `probe --wheel` (every member read once, RECORD hashes, ELF/fatbin parsing) vs `unzip -p` of the same wheel.
     ProbeWheel,
+    /// Provisioning the registry toolchain (`plan --toolchain registry`, empty cache) vs `uv venv` + `uv pip install` of the same packages by hand.
+    Toolchain,
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -44,6 +47,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::Stamp => build::stamp()?,
         Which::Runtime => return runtime::run(),
         Which::ProbeWheel => return probe::run_bench(),
+        Which::Toolchain => toolchain::run()?,
     }
     Ok(Exit::Ok)
 }

