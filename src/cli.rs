@@ -102,7 +102,12 @@ pub fn run(command: Command) -> Result<Exit> {
                 _ => {
                     println!("source: {} ({})", p.source.repo, p.source.branch.as_deref().unwrap_or("-"));
                     for pin in p.pins.values() {
-                        println!("pin {:<8} {}  label {}", pin.arch.as_str(), pin.rev, p.label(pin.arch).unwrap_or_default());
+                        println!(
+                            "pin {:<8} {}  label {}",
+                            pin.arch.as_str(),
+                            pin.rev,
+                            p.label(pin.arch).unwrap_or_default()
+                        );
                     }
                     for v in &p.variants {
                         let t = &v.topology;

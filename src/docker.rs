@@ -122,7 +122,10 @@ pub fn bake_json(pins: &Pins, pins_in_context: &str) -> Result<String> {
     for v in &pins.variants {
         target.insert(v.name.clone(), bake_target(pins, v, pins_in_context)?);
     }
-    let group = BTreeMap::from([("default".to_string(), Group { targets: pins.variants.iter().map(|v| v.name.clone()).collect() })]);
+    let group = BTreeMap::from([(
+        "default".to_string(),
+        Group { targets: pins.variants.iter().map(|v| v.name.clone()).collect() },
+    )]);
     let mut s = serde_json::to_string_pretty(&BakeFile { group, target })?;
     s.push('\n');
     Ok(s)
@@ -202,7 +205,9 @@ fn diff_summary(old: &str, new: &str) -> Vec<String> {
             (Some(x), Some(y)) if x == y => {}
             (Some(x), Some(y)) => out.push(format!("{path}: {x} -> {y}")),
             (Some(_), None) => out.push(format!("{path}: removed")),
-            (None, Some(y)) => out.push(format!("{path}: added {}", if y.is_object() { "{...}".to_string() } else { y.to_string() })),
+            (None, Some(y)) => {
+                out.push(format!("{path}: added {}", if y.is_object() { "{...}".to_string() } else { y.to_string() }))
+            }
             (None, None) => {}
         }
     }
@@ -290,7 +295,8 @@ fn render_bake(r: &BakeReport) -> String {
 fn write_atomic(path: &Path, text: &str) -> Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temp file in {}", dir.display()))?;
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temp file in {}", dir.display()))?;
     std::io::Write::write_all(&mut tmp, text.as_bytes())?;
     tmp.persist(path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
@@ -328,7 +334,10 @@ fn build(a: BuildArgs) -> Result<Exit> {
         Failure::env("docker not found on PATH: `docker build` runs `docker buildx bake`")
             .hint("install Docker Engine with the buildx plugin (https://docs.docker.com/engine/install/), or build one variant without docker: `deepep-forge build-wheel --variant NAME`")
     })?;
-    let probe = Command::new(&docker).args(["buildx", "version"]).output().with_context(|| format!("running {} buildx version", docker.display()))?;
+    let probe = Command::new(&docker)
+        .args(["buildx", "version"])
+        .output()
+        .with_context(|| format!("running {} buildx version", docker.display()))?;
     if !probe.status.success() {
         let why = String::from_utf8_lossy(&probe.stderr);
         return Err(Failure::env(format!("docker buildx is not available ({}): {}", docker.display(), why.lines().next().unwrap_or("").trim()))
@@ -373,7 +382,10 @@ mod tests {
         assert_eq!(t["args"]["DEEPEP_REV"], p.pin(crate::pins::Arch::Aarch64).unwrap().rev);
         assert_eq!(t["tags"][0], "deepep-forge/deep-ep:gb200-multinode-1.2.1-17cfb81");
         let h = &j["target"]["h100"];
-        assert_eq!((h["platforms"][0].as_str(), h["args"]["HYBRID_EP_MULTINODE"].as_str()), (Some("linux/amd64"), Some("0")));
+        assert_eq!(
+            (h["platforms"][0].as_str(), h["args"]["HYBRID_EP_MULTINODE"].as_str()),
+            (Some("linux/amd64"), Some("0"))
+        );
         assert_eq!(h["args"]["PROBE_MNNVL"], "--no-mnnvl");
     }
 
@@ -381,7 +393,14 @@ mod tests {
     fn output_is_deterministic_and_changes_with_pins() {
         let p = pins();
         assert_eq!(bake_json(&p, "pins.toml").unwrap(), bake_json(&p, "pins.toml").unwrap());
-        let other = Pins::parse(&include_str!("../pins.toml").replace("ep = 8, ranks_per_domain = 8, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\"", "ep = 4, ranks_per_domain = 4, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\""), Path::new("pins.toml")).unwrap();
+        let other = Pins::parse(
+            &include_str!("../pins.toml").replace(
+                "ep = 8, ranks_per_domain = 8, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\"",
+                "ep = 4, ranks_per_domain = 4, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\"",
+            ),
+            Path::new("pins.toml"),
+        )
+        .unwrap();
         let (a, b) = (bake_json(&p, "pins.toml").unwrap(), bake_json(&other, "pins.toml").unwrap());
         assert_ne!(a, b);
         let d = diff_summary(&a, &b).join("\n");

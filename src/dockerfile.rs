@@ -37,7 +37,9 @@ pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut root: Vec<PathBuf> = match std::fs::read_dir(project) {
         Ok(rd) => rd.flatten().map(|e| e.path()).filter(|p| p.is_file() && is_dockerfile(p)).collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Failure::usage(format!("project folder not found: {}", project.display())).hint("check --project").into())
+            return Err(Failure::usage(format!("project folder not found: {}", project.display()))
+                .hint("check --project")
+                .into())
         }
         Err(e) => return Err(e).with_context(|| format!("listing {}", project.display())),
     };
@@ -478,7 +480,11 @@ impl Model {
                             None => rest.push(w.clone()),
                         }
                     }
-                    let image = rest.first().and_then(|w| expand(w, escape, &global).text).unwrap_or_default().to_ascii_lowercase();
+                    let image = rest
+                        .first()
+                        .and_then(|w| expand(w, escape, &global).text)
+                        .unwrap_or_default()
+                        .to_ascii_lowercase();
                     let name = match rest.as_slice() {
                         [_, as_, n, ..] if as_.eq_ignore_ascii_case("as") => Some(n.to_ascii_lowercase()),
                         _ => None,
@@ -510,9 +516,18 @@ impl Model {
                                 if let Some(g) = &g {
                                     m.used_globals.insert(g.line);
                                 }
-                                Def { kw: "ARG", name: name.clone(), line, value: g.as_ref().and_then(|g| g.value.clone()), via: g, stage: idx }
+                                Def {
+                                    kw: "ARG",
+                                    name: name.clone(),
+                                    line,
+                                    value: g.as_ref().and_then(|g| g.value.clone()),
+                                    via: g,
+                                    stage: idx,
+                                }
                             }
-                            (None, None) => Def { kw: "ARG", name: name.clone(), line, value: None, via: None, stage: None },
+                            (None, None) => {
+                                Def { kw: "ARG", name: name.clone(), line, value: None, via: None, stage: None }
+                            }
                         };
                         let def = Rc::new(def);
                         m.defs.push(def.clone());
@@ -526,7 +541,11 @@ impl Model {
                     let Some(s) = m.stages.len().checked_sub(1) else { continue };
                     let words = split_words(&inst.args, escape);
                     let pairs: Vec<(String, String)> = if words.first().is_some_and(|w| w.contains('=')) {
-                        words.iter().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+                        words
+                            .iter()
+                            .filter_map(|w| w.split_once('='))
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect()
                     } else {
                         match inst.args.split_once(char::is_whitespace) {
                             Some((k, v)) => vec![(k.to_string(), v.trim().to_string())],
@@ -573,10 +592,17 @@ impl Model {
     /// Build configurations to check: each stage's scope at its end, then the
     /// global ARGs no stage re-declares.
     fn configs(&self) -> Vec<(Config, Option<Arch>)> {
-        let mut out: Vec<(Config, Option<Arch>)> =
-            self.stages.iter().map(|s| (Config::from_scope(&|n| s.get(n), s.envs.keys().chain(s.args.keys())), s.platform)).collect();
-        let unused: BTreeMap<String, Rc<Def>> =
-            self.global.iter().filter(|(_, d)| !self.used_globals.contains(&d.line)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut out: Vec<(Config, Option<Arch>)> = self
+            .stages
+            .iter()
+            .map(|s| (Config::from_scope(&|n| s.get(n), s.envs.keys().chain(s.args.keys())), s.platform))
+            .collect();
+        let unused: BTreeMap<String, Rc<Def>> = self
+            .global
+            .iter()
+            .filter(|(_, d)| !self.used_globals.contains(&d.line))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         out.push((Config::from_scope(&|n| unused.get(n).cloned(), unused.keys()), None));
         out
     }
@@ -644,7 +670,9 @@ impl Checker<'_> {
         let Some(v) = d.value.as_deref() else { return };
         let upper = d.name.to_ascii_uppercase();
         let src = d.source();
-        if (upper.contains("DEEPEP") || upper.contains("DEEP_EP")) && ["REV", "REF", "COMMIT", "SHA"].iter().any(|s| upper.ends_with(s)) {
+        if (upper.contains("DEEPEP") || upper.contains("DEEP_EP"))
+            && ["REV", "REF", "COMMIT", "SHA"].iter().any(|s| upper.ends_with(s))
+        {
             self.rev(v.trim(), src.line, &d.describe(), platform);
         } else if let Some(r) = url_rev(v) {
             self.rev(&r, src.line, &d.describe(), platform);
@@ -660,7 +688,13 @@ impl Checker<'_> {
                     )
                     .line(src.line)
                     .expected_found(&rc.git_ref, v)
-                    .fix(format!("set {}={} at {}:{}", src.name, rc.git_ref, self.file.display(), src.line));
+                    .fix(format!(
+                        "set {}={} at {}:{}",
+                        src.name,
+                        rc.git_ref,
+                        self.file.display(),
+                        src.line
+                    ));
                     self.push(f);
                 }
             }
@@ -694,7 +728,8 @@ impl Checker<'_> {
                 git = false;
             } else if w == "git" {
                 git = true;
-            } else if git && (w == "checkout" || (w == "reset" && r.words.get(i + 1).is_some_and(|n| n.0 == "--hard"))) {
+            } else if git && (w == "checkout" || (w == "reset" && r.words.get(i + 1).is_some_and(|n| n.0 == "--hard")))
+            {
                 let target = r.words[i + 1..].iter().find(|(t, _)| !t.starts_with('-'));
                 if let Some((t, refs)) = target {
                     let t = t.trim_end_matches(';');
@@ -758,7 +793,8 @@ impl Checker<'_> {
             }
             let mut msg = format!("{what} builds DeepEP {found}, ");
             if bad.len() < wanted.len() {
-                let ok: Vec<&str> = wanted.iter().filter(|(_, r)| r.as_str() == found).map(|(a, _)| a.as_str()).collect();
+                let ok: Vec<&str> =
+                    wanted.iter().filter(|(_, r)| r.as_str() == found).map(|(a, _)| a.as_str()).collect();
                 msg.push_str(&format!(
                     "which is the {} pin but not the {} one ({}); the Dockerfile names no platform (`FROM --platform=...`), so it must match every architecture's pin",
                     ok.join("/"),
@@ -768,7 +804,9 @@ impl Checker<'_> {
             } else {
                 msg.push_str("not the pinned revision");
             }
-            let mut f = Finding::new("dockerfile-rev", Severity::Error, self.file, msg).expected_found(expected, found).fix(fix_to(bad[0].1));
+            let mut f = Finding::new("dockerfile-rev", Severity::Error, self.file, msg)
+                .expected_found(expected, found)
+                .fix(fix_to(bad[0].1));
             if bad.len() == 1 {
                 f = f.arch(bad[0].0);
             }
@@ -790,7 +828,12 @@ impl Checker<'_> {
                         "dockerfile-variant",
                         Severity::Error,
                         self.file,
-                        format!("{} names variant `{}`, which {} does not declare", d.describe(), value(d), pins.path.display()),
+                        format!(
+                            "{} names variant `{}`, which {} does not declare",
+                            d.describe(),
+                            value(d),
+                            pins.path.display()
+                        ),
                     )
                     .line(d.source().line)
                     .fix(format!("use one of: {}", names.join(", ")));
@@ -805,7 +848,13 @@ impl Checker<'_> {
                     "dockerfile-platform",
                     Severity::Error,
                     self.file,
-                    format!("{} names variant `{}` ({}), but the stage is built for {}", d.describe(), v.name, v.arch, p.docker_platform()),
+                    format!(
+                        "{} names variant `{}` ({}), but the stage is built for {}",
+                        d.describe(),
+                        v.name,
+                        v.arch,
+                        p.docker_platform()
+                    ),
                 )
                 .line(d.source().line)
                 .expected_found(v.arch.docker_platform(), p.docker_platform());
@@ -816,9 +865,14 @@ impl Checker<'_> {
             Some(d) => match value(d).parse::<ArchList>() {
                 Ok(l) => Some((d, l)),
                 Err(e) => {
-                    let f = Finding::new("dockerfile-arch-list", Severity::Error, self.file, format!("{}: {e}", d.describe()))
-                        .line(d.source().line)
-                        .fix("write the CUDA archs as pins.toml does, e.g. \"9.0\" or \"10.0\"");
+                    let f = Finding::new(
+                        "dockerfile-arch-list",
+                        Severity::Error,
+                        self.file,
+                        format!("{}: {e}", d.describe()),
+                    )
+                    .line(d.source().line)
+                    .fix("write the CUDA archs as pins.toml does, e.g. \"9.0\" or \"10.0\"");
                     self.push(f);
                     None
                 }
@@ -840,17 +894,30 @@ impl Checker<'_> {
         let mut fields: Vec<Field> = Vec::new();
         if let Some((d, l)) = &list {
             let mine = sorted_list(l);
-            fields.push(("dockerfile-arch-list", d, l.to_env(), Box::new(move |v| (sorted_list(&v.cuda_arch_list) != mine).then(|| v.cuda_arch_list.to_env()))));
+            fields.push((
+                "dockerfile-arch-list",
+                d,
+                l.to_env(),
+                Box::new(move |v| (sorted_list(&v.cuda_arch_list) != mine).then(|| v.cuda_arch_list.to_env())),
+            ));
         }
         if let Some((d, m)) = multinode {
-            fields.push(("dockerfile-multinode", d, value(d).to_string(), Box::new(move |v| (v.multinode != m).then(|| if v.multinode { "1" } else { "0" }.to_string()))));
+            fields.push((
+                "dockerfile-multinode",
+                d,
+                value(d).to_string(),
+                Box::new(move |v| (v.multinode != m).then(|| if v.multinode { "1" } else { "0" }.to_string())),
+            ));
         }
         if let Some((d, n)) = nixl {
             fields.push((
                 "dockerfile-transport",
                 d,
                 value(d).to_string(),
-                Box::new(move |v| (v.multinode && (v.transport == Transport::Nixl) != n).then(|| if v.transport == Transport::Nixl { "1" } else { "0" }.to_string())),
+                Box::new(move |v| {
+                    (v.multinode && (v.transport == Transport::Nixl) != n)
+                        .then(|| if v.transport == Transport::Nixl { "1" } else { "0" }.to_string())
+                }),
             ));
         }
         if let Some(d) = rdma {
@@ -874,7 +941,19 @@ impl Checker<'_> {
             .iter()
             .map(|v| (*v, fields.iter().filter_map(|f| f.3(v).map(|exp| (f, exp))).collect::<Vec<_>>()))
             // The arch list and the multinode flag shape the binary: a variant that differs in them is farther.
-            .min_by_key(|(_, d)| d.iter().map(|((rule, ..), _)| if *rule == "dockerfile-arch-list" || *rule == "dockerfile-multinode" { 2 } else { 1 }).sum::<u32>())
+            .min_by_key(|(_, d)| {
+                d.iter()
+                    .map(
+                        |((rule, ..), _)| {
+                            if *rule == "dockerfile-arch-list" || *rule == "dockerfile-multinode" {
+                                2
+                            } else {
+                                1
+                            }
+                        },
+                    )
+                    .sum::<u32>()
+            })
         else {
             return;
         };
@@ -885,7 +964,11 @@ impl Checker<'_> {
         for ((rule, d, found, _), expected) in diffs {
             let src = d.source();
             let msg = match named {
-                Some(v) => format!("{} = {found:?}, but the variant it names, `{}`, builds with {expected:?}", d.describe(), v.name),
+                Some(v) => format!(
+                    "{} = {found:?}, but the variant it names, `{}`, builds with {expected:?}",
+                    d.describe(),
+                    v.name
+                ),
                 None => format!(
                     "{} = {found:?}: no variant in {} builds with {settings}{}; the closest, `{}`, has {expected:?}",
                     d.describe(),
@@ -894,11 +977,20 @@ impl Checker<'_> {
                     best.name
                 ),
             };
-            let mut fix = format!("set {}={expected:?} at {}:{} to build `{}`", src.name, self.file.display(), src.line, best.name);
+            let mut fix = format!(
+                "set {}={expected:?} at {}:{} to build `{}`",
+                src.name,
+                self.file.display(),
+                src.line,
+                best.name
+            );
             if named.is_none() {
                 fix.push_str(&format!(", or declare this combination as a [[variant]] in {}", pins.path.display()));
             }
-            let mut f = Finding::new(rule, Severity::Error, self.file, msg).line(src.line).expected_found(expected, found.clone()).fix(fix);
+            let mut f = Finding::new(rule, Severity::Error, self.file, msg)
+                .line(src.line)
+                .expected_found(expected, found.clone())
+                .fix(fix);
             if platform.is_some() || named.is_some() {
                 f = f.arch(best.arch);
             }
@@ -919,7 +1011,10 @@ fn url_rev(s: &str) -> Option<String> {
     for pat in ["deepep.git@", "deepep@"] {
         if let Some(p) = lower.find(pat) {
             let rest = &s[p + pat.len()..];
-            let rev: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '$' | '{' | '}')).collect();
+            let rev: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '$' | '{' | '}'))
+                .collect();
             return (!rev.is_empty()).then_some(rev);
         }
     }
@@ -951,7 +1046,8 @@ mod tests {
 
     #[test]
     fn continuations_comments_and_heredocs() {
-        let (ins, _) = instructions("FROM x AS a\nRUN echo a \\\n  # comment\n\n  b\nRUN <<EOF\ngit checkout abc\nEOF\nENV A=1\n");
+        let (ins, _) =
+            instructions("FROM x AS a\nRUN echo a \\\n  # comment\n\n  b\nRUN <<EOF\ngit checkout abc\nEOF\nENV A=1\n");
         assert_eq!(ins.len(), 4);
         assert_eq!(ins[1], Instruction { keyword: "RUN".into(), args: "echo a   b".into(), line: 2 });
         assert_eq!(ins[2].args, "<<EOF\ngit checkout abc\n");
@@ -962,7 +1058,14 @@ mod tests {
 
     #[test]
     fn expansion_follows_quotes_defaults_and_scopes() {
-        let d = Rc::new(Def { kw: "ARG", name: "A".into(), line: 3, value: Some("9.0 10.0".into()), via: None, stage: None });
+        let d = Rc::new(Def {
+            kw: "ARG",
+            name: "A".into(),
+            line: 3,
+            value: Some("9.0 10.0".into()),
+            via: None,
+            stage: None,
+        });
         let lookup = |n: &str| (n == "A").then(|| d.clone());
         let e = expand("\"${A}\"", '\\', &lookup);
         assert_eq!(e.text.as_deref(), Some("9.0 10.0"));
@@ -981,7 +1084,11 @@ mod tests {
         let text = "FROM base AS wheel\nARG DEEPEP_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG RDMA_CORE_REF=v60.0\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/rdma-core/build\nENV TORCH_CUDA_ARCH_LIST=${DEEPEP_CUDA_ARCH_LIST}\n";
         let f = run(text);
         assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 2)], "{f:#?}");
-        assert!(f[0].message.contains("TORCH_CUDA_ARCH_LIST (ENV, line 6, from ARG DEEPEP_CUDA_ARCH_LIST at line 2)"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("TORCH_CUDA_ARCH_LIST (ENV, line 6, from ARG DEEPEP_CUDA_ARCH_LIST at line 2)"),
+            "{}",
+            f[0].message
+        );
         assert!(f[0].message.contains("closest, `gb200-multinode`"), "{}", f[0].message);
         assert_eq!(f[0].expected.as_deref(), Some("10.0"));
         // The same shape for Hopper with the system rdma-core is h100-multinode: clean.
@@ -1019,7 +1126,8 @@ mod tests {
     fn multinode_flag_and_legacy_env_form() {
         let f = run("FROM base\nENV TORCH_CUDA_ARCH_LIST 10.0\nENV HYBRID_EP_MULTINODE yes\nENV RDMA_CORE_HOME=/usr\nENV USE_NIXL=1\n");
         assert_eq!(rules(&f), vec![("dockerfile-transport".into(), 5)], "{f:#?}");
-        let f = run("FROM base\nENV TORCH_CUDA_ARCH_LIST=\"9.0\"\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/x\n");
+        let f =
+            run("FROM base\nENV TORCH_CUDA_ARCH_LIST=\"9.0\"\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/x\n");
         assert_eq!(rules(&f), vec![("dockerfile-rdma-core-home".into(), 4)], "{f:#?}");
     }
 
@@ -1040,7 +1148,8 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(f[0].message.contains("x86_64 pin but not the aarch64"), "{}", f[0].message);
         assert_eq!(f[0].arch, Some(Arch::Aarch64));
-        let f = check_text(&format!("FROM --platform=linux/amd64 b\nARG DEEPEP_COMMIT={PIN}\n"), Path::new("D"), None, &r);
+        let f =
+            check_text(&format!("FROM --platform=linux/amd64 b\nARG DEEPEP_COMMIT={PIN}\n"), Path::new("D"), None, &r);
         assert!(f.is_empty(), "{f:#?}");
     }
 
@@ -1055,7 +1164,9 @@ mod tests {
         let f = run(&text);
         assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)], "{f:#?}");
         assert!(f[0].message.starts_with("REV (ARG, line 2)"), "{}", f[0].message);
-        let f = run(&format!("FROM b\nRUN pip install git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}#egg=deep_ep\n"));
+        let f = run(&format!(
+            "FROM b\nRUN pip install git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}#egg=deep_ep\n"
+        ));
         assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)], "{f:#?}");
     }
 

@@ -140,7 +140,12 @@ mod tests {
             .line(12)
             .fix("deepep-forge pin set X");
         let s = render_github(&[f]);
-        assert!(s.starts_with("::error file=a%2Cb/pyproject.toml,line=12,title=deepep-forge rev-mismatch::50%25 wrong%0Areally"), "{s}");
+        assert!(
+            s.starts_with(
+                "::error file=a%2Cb/pyproject.toml,line=12,title=deepep-forge rev-mismatch::50%25 wrong%0Areally"
+            ),
+            "{s}"
+        );
         assert!(s.contains("fix: deepep-forge pin set X"));
     }
 }

@@ -303,7 +303,9 @@ impl Pins {
     pub fn pin(&self, arch: Arch) -> Result<&Pin> {
         self.pins.get(&arch).ok_or_else(|| {
             Failure::usage(format!("{} has no [pin.{arch}]", self.path.display()))
-                .hint(format!("add [pin.{arch}] rev = \"<40-hex sha>\", or run `deepep-forge pin set REV --arch {arch}`"))
+                .hint(format!(
+                    "add [pin.{arch}] rev = \"<40-hex sha>\", or run `deepep-forge pin set REV --arch {arch}`"
+                ))
                 .into()
         })
     }
@@ -409,11 +411,17 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         Failure::usage(format!("{}:{line}:{col}: {msg}", path.display())).into()
     };
     if *raw.schema.get_ref() != SCHEMA {
-        return Err(err(raw.schema.span(), format!("schema = {} is not supported: expected schema = {SCHEMA}", raw.schema.get_ref())));
+        return Err(err(
+            raw.schema.span(),
+            format!("schema = {} is not supported: expected schema = {SCHEMA}", raw.schema.get_ref()),
+        ));
     }
     let s = raw.source;
     if s.name.get_ref().trim().is_empty() {
-        return Err(err(s.name.span(), "source.name is empty: expected the distribution name, e.g. \"deep_ep\"".into()));
+        return Err(err(
+            s.name.span(),
+            "source.name is empty: expected the distribution name, e.g. \"deep_ep\"".into(),
+        ));
     }
     if s.repo.get_ref().trim().is_empty() {
         return Err(err(s.repo.span(), "source.repo is empty: expected a git URL".into()));
@@ -421,7 +429,10 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
     if pep440_rs::Version::from_str(s.base_version.get_ref()).is_err() || s.base_version.get_ref().contains('+') {
         return Err(err(
             s.base_version.span(),
-            format!("base_version `{}` is not a PEP 440 version without a local part (expected e.g. \"1.2.1\")", s.base_version.get_ref()),
+            format!(
+                "base_version `{}` is not a PEP 440 version without a local part (expected e.g. \"1.2.1\")",
+                s.base_version.get_ref()
+            ),
         ));
     }
     let source = Source {
@@ -442,21 +453,34 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         pins.insert(arch, Pin { arch, rev, line: line_col(text, rspan.start).0 });
     }
     if pins.is_empty() {
-        return Err(Failure::usage(format!("{}: no [pin.<arch>] table: expected [pin.x86_64] and/or [pin.aarch64]", path.display())).into());
+        return Err(Failure::usage(format!(
+            "{}: no [pin.<arch>] table: expected [pin.x86_64] and/or [pin.aarch64]",
+            path.display()
+        ))
+        .into());
     }
 
     let toolchain = match raw.toolchain {
         None => None,
         Some(t) => {
             if pep440_rs::Version::from_str(t.torch.get_ref()).is_err() {
-                return Err(err(t.torch.span(), format!("toolchain.torch `{}` is not a PEP 440 version", t.torch.get_ref())));
+                return Err(err(
+                    t.torch.span(),
+                    format!("toolchain.torch `{}` is not a PEP 440 version", t.torch.get_ref()),
+                ));
             }
             let c = t.cuda.get_ref();
             let ok = c.split_once('.').is_some_and(|(a, b)| {
-                !a.is_empty() && !b.is_empty() && a.bytes().all(|x| x.is_ascii_digit()) && b.bytes().all(|x| x.is_ascii_digit())
+                !a.is_empty()
+                    && !b.is_empty()
+                    && a.bytes().all(|x| x.is_ascii_digit())
+                    && b.bytes().all(|x| x.is_ascii_digit())
             });
             if !ok {
-                return Err(err(t.cuda.span(), format!("toolchain.cuda `{c}`: expected CUDA major.minor, e.g. \"13.0\"")));
+                return Err(err(
+                    t.cuda.span(),
+                    format!("toolchain.cuda `{c}`: expected CUDA major.minor, e.g. \"13.0\""),
+                ));
             }
             Some(Toolchain { torch: t.torch.into_inner(), cuda: t.cuda.into_inner(), python: t.python })
         }
@@ -472,14 +496,23 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
             && name.as_bytes()[0].is_ascii_alphanumeric();
         if !valid_name {
-            return Err(err(v.name.span(), format!("variant name `{name}`: expected lowercase letters, digits, `-` and `_`")));
+            return Err(err(
+                v.name.span(),
+                format!("variant name `{name}`: expected lowercase letters, digits, `-` and `_`"),
+            ));
         }
         if let Some(prev) = variants.iter().find(|p| p.name == name) {
-            return Err(err(v.name.span(), format!("variant `{name}` is declared twice (first at line {})", prev.line)));
+            return Err(err(
+                v.name.span(),
+                format!("variant `{name}` is declared twice (first at line {})", prev.line),
+            ));
         }
         let arch: Arch = v.arch.get_ref().parse().map_err(|m: String| err(v.arch.span(), m))?;
         if !pins.contains_key(&arch) {
-            return Err(err(v.arch.span(), format!("variant `{name}` builds for {arch}, but there is no [pin.{arch}]")));
+            return Err(err(
+                v.arch.span(),
+                format!("variant `{name}` builds for {arch}, but there is no [pin.{arch}]"),
+            ));
         }
         let cuda_arch_list: ArchList =
             v.cuda_arch_list.get_ref().parse().map_err(|m: String| err(v.cuda_arch_list.span(), m))?;
@@ -493,7 +526,10 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         };
         if !v.multinode && transport == Transport::Nixl {
             let t = v.transport.as_ref().expect("nixl was written");
-            return Err(err(t.span(), format!("variant `{name}` is single-node: transport applies only with multinode = true")));
+            return Err(err(
+                t.span(),
+                format!("variant `{name}` is single-node: transport applies only with multinode = true"),
+            ));
         }
         if v.multinode && transport == Transport::Doca && cuda_arch_list.has_ptx() {
             return Err(err(
@@ -507,12 +543,22 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             return Err(err(tspan, format!("variant `{name}`: topology numbers must be at least 1")));
         }
         if t.ep % t.ranks_per_domain != 0 {
-            return Err(err(tspan, format!("variant `{name}`: topology ep {} is not a multiple of ranks_per_domain {}", t.ep, t.ranks_per_domain)));
+            return Err(err(
+                tspan,
+                format!(
+                    "variant `{name}`: topology ep {} is not a multiple of ranks_per_domain {}",
+                    t.ep, t.ranks_per_domain
+                ),
+            ));
         }
         if t.ep > t.nodes * t.gpus_per_node {
             return Err(err(
                 tspan,
-                format!("variant `{name}`: topology ep {} exceeds nodes × gpus_per_node = {}", t.ep, t.nodes * t.gpus_per_node),
+                format!(
+                    "variant `{name}`: topology ep {} exceeds nodes × gpus_per_node = {}",
+                    t.ep,
+                    t.nodes * t.gpus_per_node
+                ),
             ));
         }
         if t.ep / t.ranks_per_domain > 1 && !v.multinode {
@@ -609,7 +655,18 @@ mod tests {
 
     #[test]
     fn arch_lists_are_checked() {
-        for (list, ok) in [("9.0", true), ("9.0 10.0", true), ("9.0;10.0", true), ("9.0a", true), ("10.0+PTX", true), ("9", false), ("sm_90", false), ("9.0b", false), ("9.0 9.0", false), ("", false)] {
+        for (list, ok) in [
+            ("9.0", true),
+            ("9.0 10.0", true),
+            ("9.0;10.0", true),
+            ("9.0a", true),
+            ("10.0+PTX", true),
+            ("9", false),
+            ("sm_90", false),
+            ("9.0b", false),
+            ("9.0 9.0", false),
+            ("", false),
+        ] {
             assert_eq!(list.parse::<ArchList>().is_ok(), ok, "{list:?}");
         }
         let a: ArchList = "9.0a 10.0+PTX".parse().unwrap();
@@ -619,7 +676,11 @@ mod tests {
 
     #[test]
     fn doca_rejects_ptx_and_duplicates_are_rejected() {
-        let t = GOOD.replacen("cuda_arch_list = \"10.0\"\nmultinode = true", "cuda_arch_list = \"10.0+PTX\"\nmultinode = true", 1);
+        let t = GOOD.replacen(
+            "cuda_arch_list = \"10.0\"\nmultinode = true",
+            "cuda_arch_list = \"10.0+PTX\"\nmultinode = true",
+            1,
+        );
         assert!(err_of(&t).contains("rejects +PTX"), "{}", err_of(&t));
         let t = GOOD.replacen("name = \"h100-multinode\"", "name = \"h100\"", 1);
         assert!(err_of(&t).contains("declared twice"), "{}", err_of(&t));

@@ -164,7 +164,13 @@ impl RequestArgs {
             nodes: self.nodes,
             gpus_per_node: self.gpus_per_node,
             ranks_per_domain: self.ranks_per_domain,
-            mnnvl: if self.mnnvl { Some(true) } else if self.no_mnnvl { Some(false) } else { None },
+            mnnvl: if self.mnnvl {
+                Some(true)
+            } else if self.no_mnnvl {
+                Some(false)
+            } else {
+                None
+            },
             gpu: self.gpu,
             dispatcher: None,
             notes: Vec::new(),

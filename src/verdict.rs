@@ -122,10 +122,7 @@ impl Verdict {
             Status::Fail => (p, w, f + 1),
             Status::Skip => (p, w, f),
         });
-        out.push_str(&format!(
-            "{}: {p} passed, {wn} warnings, {f} failed\n",
-            if f > 0 { "MISMATCH" } else { "MATCH" }
-        ));
+        out.push_str(&format!("{}: {p} passed, {wn} warnings, {f} failed\n", if f > 0 { "MISMATCH" } else { "MATCH" }));
         out
     }
 }

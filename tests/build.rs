@@ -95,12 +95,18 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     let marker = lab.dir.path().join("stamping");
     std::fs::write(
         wrap.join("patchelf"),
-        format!("#!/bin/sh\ntouch '{}'\nsleep 30\nexec '{}' \"$@\"\n", marker.display(), lab.tools.join("bin/patchelf").display()),
+        format!(
+            "#!/bin/sh\ntouch '{}'\nsleep 30\nexec '{}' \"$@\"\n",
+            marker.display(),
+            lab.tools.join("bin/patchelf").display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(wrap.join("patchelf"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut c = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins]);
-    c.env("PATH", format!("{}:{}:/usr/bin:/bin", wrap.display(), lab.tools.join("bin").display())).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.env("PATH", format!("{}:{}:/usr/bin:/bin", wrap.display(), lab.tools.join("bin").display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let child = c.spawn().unwrap();
     let t = Instant::now();
     while !marker.exists() {
@@ -115,7 +121,11 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
 
     // 2. The real build, with a stray HYBRID_EP_MULTINODE=1 in the caller's environment.
     let report = lab.dir.path().join("report.json");
-    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins, "--report", report.to_str().unwrap()]).env("HYBRID_EP_MULTINODE", "1").output().unwrap();
+    let o = lab
+        .forge(&["build-wheel", "--variant", "sn", "--pins", pins, "--report", report.to_str().unwrap()])
+        .env("HYBRID_EP_MULTINODE", "1")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("dropped HYBRID_EP_MULTINODE=1"), "{}", stdout(&o));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
@@ -146,14 +156,22 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     // `python -m wheel unpack` checks every RECORD hash and fails on a mismatch.
     run(Command::new(lab.tools.join("bin/python")).args(["-m", "wheel", "unpack", "-d"]).arg(&unpacked).arg(wheel));
     let top = std::fs::read_dir(&unpacked).unwrap().next().unwrap().unwrap().path();
-    let so = files_with(&top, ".so").into_iter().find(|p| p.file_name().unwrap().to_string_lossy().starts_with("deep_ep_cpp")).unwrap();
+    let so = files_with(&top, ".so")
+        .into_iter()
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("deep_ep_cpp"))
+        .unwrap();
     let dynamic = run(Command::new("readelf").arg("-d").arg(&so));
     assert!(dynamic.contains(&format!("Library runpath: [{to}]")), "{dynamic}");
     assert!(!dynamic.contains(&nvshmem_lib), "{dynamic}");
     assert!(dynamic.contains("libnvshmem_host.so.3"), "{dynamic}");
 
     // RECORD: every member listed with its url-safe base64 sha256 and size; .dist-info last.
-    let di = std::fs::read_dir(&top).unwrap().flatten().map(|e| e.path()).find(|p| p.to_string_lossy().ends_with(".dist-info")).unwrap();
+    let di = std::fs::read_dir(&top)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".dist-info"))
+        .unwrap();
     let record = std::fs::read_to_string(di.join("RECORD")).unwrap();
     let mut seen_dist_info = false;
     for line in record.lines() {
@@ -172,7 +190,8 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     assert!(record.trim_end().ends_with("/RECORD,,"), "RECORD is not last: {record}");
 
     // Provenance.
-    let prov: serde_json::Value = serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
+    let prov: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["source"]["rev"], lab.rev.as_str());
     assert_eq!(prov["source"]["short"], short);
     assert_eq!(prov["variant"]["name"], "sn");
@@ -194,7 +213,8 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
         .arg(target.join("bin/python"))
         .args(["install", "-q", "--no-deps", "--no-index"])
         .arg(wheel));
-    let out = run(Command::new(target.join("bin/python")).args(["-c", "import deep_ep, deep_ep_cpp, hybrid_ep_cpp; print(deep_ep_cpp.nvshmem_enabled())"]));
+    let out = run(Command::new(target.join("bin/python"))
+        .args(["-c", "import deep_ep, deep_ep_cpp, hybrid_ep_cpp; print(deep_ep_cpp.nvshmem_enabled())"]));
     assert_eq!(out.trim(), "True");
     // pip's installed RECORD lists our provenance file with its hash.
     let installed = std::fs::read_to_string(tsite.join(di.file_name().unwrap()).join("RECORD")).unwrap();
@@ -217,11 +237,19 @@ fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
     let logs = lab.cache.join("logs");
-    let child = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let child = lab
+        .forge(&["build-wheel", "--variant", "sn", "--pins", pins])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // Wait until nvcc runs (the log names it), then Ctrl-C.
     let t = Instant::now();
     loop {
-        let log = files_with(&logs, ".log").first().map(|p| std::fs::read_to_string(p).unwrap_or_default()).unwrap_or_default();
+        let log = files_with(&logs, ".log")
+            .first()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .unwrap_or_default();
         if log.contains("nvcc") {
             break;
         }
@@ -251,11 +279,21 @@ fn concurrent_builders_of_one_key_build_once() {
     let pins = lab.pins();
     let spawn = |out: &str| {
         let out = lab.dir.path().join(out);
-        lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--format", "json", "--out", out.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        lab.forge(&[
+            "build-wheel",
+            "--variant",
+            "sn",
+            "--pins",
+            pins.to_str().unwrap(),
+            "--format",
+            "json",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
     };
     let (a, b) = (spawn("a"), spawn("b"));
     let (a, b) = (json(&a.wait_with_output().unwrap()), json(&b.wait_with_output().unwrap()));
@@ -300,10 +338,17 @@ fn a_compiler_that_links_libstdcxx_statically_is_refused_before_compiling() {
     std::fs::write(&wrapper, "#!/bin/sh\nexec g++ -static-libstdc++ \"$@\"\n").unwrap();
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let pins = lab.pins();
-    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).env("CXX", &wrapper).output().unwrap();
+    let o = lab
+        .forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()])
+        .env("CXX", &wrapper)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains(&format!("CXX={}", wrapper.display())) && e.contains("statically") && e.contains("CXX=/usr/bin/g++"), "{e}");
+    assert!(
+        e.contains(&format!("CXX={}", wrapper.display())) && e.contains("statically") && e.contains("CXX=/usr/bin/g++"),
+        "{e}"
+    );
     assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "it compiled before refusing");
     assert!(lab.out_wheels().is_empty());
 }
@@ -332,35 +377,79 @@ fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
     check(&["--variant", "arm"], pins, 2, &["builds for aarch64"]);
     let absent = "0123456789abcdef0123456789abcdef01234567";
     let bad_rev = lab.pins_with(absent, SINGLE);
-    check(&["--variant", "sn"], bad_rev.to_str().unwrap(), 2, &[&format!("revision {absent} is not in {}", lab.repo.display())]);
+    check(
+        &["--variant", "sn"],
+        bad_rev.to_str().unwrap(),
+        2,
+        &[&format!("revision {absent} is not in {}", lab.repo.display())],
+    );
     let pins = lab.pins();
-    check(&["--variant", "sn", "--source", "file:///nonexistent/DeepEP.git"], pins.to_str().unwrap(), 3, &["cannot fetch", "/nonexistent/DeepEP.git"]);
+    check(
+        &["--variant", "sn", "--source", "file:///nonexistent/DeepEP.git"],
+        pins.to_str().unwrap(),
+        3,
+        &["cannot fetch", "/nonexistent/DeepEP.git"],
+    );
     // A Python without the build's requirements: exit 3 naming them (torch is not needed by the fixture).
     let bare = lab.dir.path().join("bare-venv");
     run(Command::new(lab.tools.join("bin/python")).args(["-m", "venv", "--without-pip"]).arg(&bare));
     let bare_py = bare.join("bin/python");
-    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--python", bare_py.to_str().unwrap()]).output().unwrap();
+    let o = lab
+        .forge(&[
+            "build-wheel",
+            "--variant",
+            "sn",
+            "--pins",
+            pins.to_str().unwrap(),
+            "--python",
+            bare_py.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("cannot import setuptools, wheel, pip"), "{}", stderr(&o));
     // The memoised Python facts follow the environment: installing (a .pth here) is seen.
     let importable = |py: &Path| {
-        let j = json(&lab.forge(&["plan", "--variant", "sn", "--format", "json", "--pins", pins.to_str().unwrap(), "--python", py.to_str().unwrap()]).output().unwrap());
+        let j = json(
+            &lab.forge(&[
+                "plan",
+                "--variant",
+                "sn",
+                "--format",
+                "json",
+                "--pins",
+                pins.to_str().unwrap(),
+                "--python",
+                py.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap(),
+        );
         j["plans"][0]["toolchain"]["importable"]["setuptools"].as_bool().unwrap()
     };
     assert!(!importable(&bare_py));
-    std::fs::write(site_packages(&bare).join("tools.pth"), format!("{}\n", site_packages(&lab.tools).display())).unwrap();
+    std::fs::write(site_packages(&bare).join("tools.pth"), format!("{}\n", site_packages(&lab.tools).display()))
+        .unwrap();
     assert!(importable(&bare_py));
 
     // A source whose setup.py imports torch (as DeepEP's does) needs torch in the Python.
     let setup = lab.repo.join("setup.py");
-    let text = std::fs::read_to_string(&setup).unwrap().replacen("import setuptools\n", "import setuptools\nimport torch  # like DeepEP\n", 1);
+    let text = std::fs::read_to_string(&setup).unwrap().replacen(
+        "import setuptools\n",
+        "import setuptools\nimport torch  # like DeepEP\n",
+        1,
+    );
     std::fs::write(&setup, text).unwrap();
     git(&lab.repo, &["commit", "-qam", "import torch"]);
     let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
     let torch_pins = lab.pins_with(&rev, SINGLE);
     let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", torch_pins.to_str().unwrap()]).output().unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    assert!(stderr(&o).contains("cannot import torch (the build imports setuptools, wheel, pip, torch)"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot import torch (the build imports setuptools, wheel, pip, torch)"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!lab.out.exists() && files_with(&lab.cache.join("logs"), ".log").is_empty());
 }
 
@@ -372,9 +461,24 @@ fn source_overrides_the_pinned_repo() {
         None => return,
     };
     let pins = lab.pins();
-    let text = std::fs::read_to_string(&pins).unwrap().replace(&format!("repo = \"{}\"", lab.repo.display()), "repo = \"https://github.com/deepseek-ai/DeepEP.git\"");
+    let text = std::fs::read_to_string(&pins)
+        .unwrap()
+        .replace(&format!("repo = \"{}\"", lab.repo.display()), "repo = \"https://github.com/deepseek-ai/DeepEP.git\"");
     std::fs::write(&pins, text).unwrap();
-    let o = lab.forge(&["plan", "--variant", "sn", "--format", "json", "--pins", pins.to_str().unwrap(), "--source", lab.repo.to_str().unwrap()]).output().unwrap();
+    let o = lab
+        .forge(&[
+            "plan",
+            "--variant",
+            "sn",
+            "--format",
+            "json",
+            "--pins",
+            pins.to_str().unwrap(),
+            "--source",
+            lab.repo.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
     let j = json(&o);
     assert_eq!(j["plans"][0]["source"]["repo"], std::fs::canonicalize(&lab.repo).unwrap().to_str().unwrap());
     assert_eq!(j["plans"][0]["source"]["rev"], lab.rev.as_str());
@@ -397,12 +501,26 @@ fn a_shallow_source_mirror_builds() {
     support::git(lab.dir.path(), &["clone", "-q", "--bare", "--depth", "1", &url, shallow.to_str().unwrap()]);
     assert!(shallow.join("shallow").exists(), "the mirror is shallow");
     let pins = lab.pins_with(&rev, SINGLE);
-    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--source", shallow.to_str().unwrap()]).output().unwrap();
+    let o = lab
+        .forge(&[
+            "build-wheel",
+            "--variant",
+            "sn",
+            "--pins",
+            pins.to_str().unwrap(),
+            "--source",
+            shallow.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let wheels = lab.out_wheels();
     assert_eq!(wheels.len(), 1);
     let name = wheels[0].file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.contains(&format!("+{}", &rev[..7])) || name.contains(&format!("+{}", rev[..7].trim_start_matches('0'))), "{name}");
+    assert!(
+        name.contains(&format!("+{}", &rev[..7])) || name.contains(&format!("+{}", rev[..7].trim_start_matches('0'))),
+        "{name}"
+    );
 }
 
 /// The build links NVSHMEM from the build Python's site-packages, so its RUNPATH
@@ -455,7 +573,10 @@ rdma_core_home = "/usr"
 topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }
 "#;
     let pins = lab.pins_with(&rev, variant);
-    let o = lab.forge(&["build-wheel", "--variant", "mn", "--pins", pins.to_str().unwrap(), "--format", "json"]).output().unwrap();
+    let o = lab
+        .forge(&["build-wheel", "--variant", "mn", "--pins", pins.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
     let j = json(&o);
     assert_eq!(j["results"][0]["status"], "built");
     let wheel = Path::new(j["results"][0]["wheel"].as_str().unwrap());
@@ -494,13 +615,19 @@ fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
 
     // An old `main`-like revision: no hybrid_ep_cpp extension.
     let setup = lab.repo.join("setup.py");
-    let text = std::fs::read_to_string(&setup).unwrap().replace("ext_modules=[deep_ep_cpp(), hybrid_ep_cpp()]", "ext_modules=[deep_ep_cpp()]");
+    let text = std::fs::read_to_string(&setup)
+        .unwrap()
+        .replace("ext_modules=[deep_ep_cpp(), hybrid_ep_cpp()]", "ext_modules=[deep_ep_cpp()]");
     std::fs::write(&setup, text).unwrap();
     git(&lab.repo, &["commit", "-qam", "no hybrid-ep"]);
     let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
     let pins = lab.pins_with(&rev, SINGLE);
     let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains(&format!("no hybrid_ep_cpp extension: the pinned revision {rev} lacks HybridEP")), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("no hybrid_ep_cpp extension: the pinned revision {rev} lacks HybridEP")),
+        "{}",
+        stderr(&o)
+    );
     assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty());
 }

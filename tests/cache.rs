@@ -107,7 +107,11 @@ fn push_then_remote_hit_verifies_sha256_and_rejects_a_corrupt_wheel() {
     let c = json(&with_cache(&lab, &c_dir, &[&build[..], &["--out", out_c.to_str().unwrap()]].concat()));
     let res = &c["results"][0];
     assert_eq!(res["status"], "built");
-    assert!(res["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("remote cache entry rejected") && n.as_str().unwrap().contains("sha256")), "{res}");
+    assert!(
+        res["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("remote cache entry rejected")
+            && n.as_str().unwrap().contains("sha256")),
+        "{res}"
+    );
     assert_ne!(sha256sum(&out_c.join(&wheel_name)), sha256sum(&remote_wheel));
 }
 

@@ -23,7 +23,8 @@ fn shipped_pins_check_ok_and_broken_pins_exit_2_with_location() {
     let o = forge(&root(), &["pins", "check"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(root().join("pins.toml")).unwrap().replacen("arch = \"x86_64\"", "arch = \"x86\"", 1);
+    let text =
+        std::fs::read_to_string(root().join("pins.toml")).unwrap().replacen("arch = \"x86_64\"", "arch = \"x86\"", 1);
     std::fs::write(dir.path().join("pins.toml"), &text).unwrap();
     let o = forge(dir.path(), &["pins", "check"]);
     assert_eq!(o.status.code(), Some(2));

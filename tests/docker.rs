@@ -27,7 +27,13 @@ fn scratch() -> tempfile::TempDir {
 #[test]
 fn committed_bake_file_is_up_to_date() {
     let o = forge(&root(), &["docker", "bake", "--check"]);
-    assert_eq!(code(&o), 0, "docker/docker-bake.json is stale: run `cargo xtask docker bake` and commit it\n{}{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        code(&o),
+        0,
+        "docker/docker-bake.json is stale: run `cargo xtask docker bake` and commit it\n{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -50,17 +56,25 @@ fn check_reports_a_stale_file_and_writes_nothing() {
     assert_eq!((j["schema"].as_u64(), j["status"].as_str()), (Some(1), Some("stale")));
     let changes: Vec<&str> = j["changes"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     for t in ["h100", "h100-multinode", "b200-multinode"] {
-        assert!(changes.contains(&format!("target.{t}.args.DEEPEP_REV: \"{PIN}\" -> \"{other}\"").as_str()), "{changes:#?}");
+        assert!(
+            changes.contains(&format!("target.{t}.args.DEEPEP_REV: \"{PIN}\" -> \"{other}\"").as_str()),
+            "{changes:#?}"
+        );
     }
     assert!(!changes.iter().any(|c| c.contains("gb200")), "aarch64 targets did not move: {changes:#?}");
     let o = forge(d.path(), &["docker", "bake", "--check", "--format", "github"]);
-    assert!(stdout(&o).starts_with("::error file=docker/docker-bake.json,title=deepep-forge docker-bake::"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("::error file=docker/docker-bake.json,title=deepep-forge docker-bake::"),
+        "{}",
+        stdout(&o)
+    );
     assert_eq!(std::fs::read(d.path().join("docker/docker-bake.json")).unwrap(), before, "--check wrote the file");
 
     // Without --check it regenerates; then --check passes.
     let o = forge(d.path(), &["docker", "bake"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("docker/docker-bake.json")).unwrap()).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("docker/docker-bake.json")).unwrap()).unwrap();
     assert_eq!(j["target"]["h100"]["args"]["DEEPEP_REV"], other);
     assert_eq!(j["target"]["gb200-nvl72"]["args"]["DEEPEP_REV"], PIN, "only x86_64 moved");
     assert_eq!(code(&forge(d.path(), &["docker", "bake", "--check"])), 0);
@@ -70,7 +84,11 @@ fn check_reports_a_stale_file_and_writes_nothing() {
 fn bad_pins_exit_2_and_write_nothing() {
     let d = scratch();
     let pins = d.path().join("pins.toml");
-    std::fs::write(&pins, std::fs::read_to_string(&pins).unwrap().replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"sm_90\"", 1)).unwrap();
+    std::fs::write(
+        &pins,
+        std::fs::read_to_string(&pins).unwrap().replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"sm_90\"", 1),
+    )
+    .unwrap();
     std::fs::remove_file(d.path().join("docker/docker-bake.json")).unwrap();
     let o = forge(d.path(), &["docker", "bake"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
@@ -83,7 +101,12 @@ fn bad_pins_exit_2_and_write_nothing() {
 #[test]
 fn build_without_docker_exits_3() {
     let empty = tempfile::tempdir().unwrap();
-    let o = bin().args(["docker", "build", "--variant", "h100"]).current_dir(root()).env("PATH", empty.path()).output().unwrap();
+    let o = bin()
+        .args(["docker", "build", "--variant", "h100"])
+        .current_dir(root())
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
     assert_eq!(code(&o), 3, "{}", stderr(&o));
     assert!(stderr(&o).contains("docker not found on PATH"), "{}", stderr(&o));
     assert!(stderr(&o).contains("hint:"), "{}", stderr(&o));
@@ -107,7 +130,8 @@ fn build_checks_variants_and_staleness_first() {
 #[test]
 fn build_with_docker_but_no_buildx_exits_3() {
     let has_docker = std::process::Command::new("docker").arg("--version").output().is_ok_and(|o| o.status.success());
-    let has_buildx = std::process::Command::new("docker").args(["buildx", "version"]).output().is_ok_and(|o| o.status.success());
+    let has_buildx =
+        std::process::Command::new("docker").args(["buildx", "version"]).output().is_ok_and(|o| o.status.success());
     if !has_docker || has_buildx {
         eprintln!("SKIPPED: needs a docker client without buildx (docker: {has_docker}, buildx: {has_buildx})");
         return;
@@ -149,11 +173,18 @@ fn nemo_rl_shaped_image_is_judged_against_the_variants() {
     let project = fixtures().join("project");
     let files = dockerfile::discover(&project, &[]).unwrap();
     let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
-    let got: Vec<(String, String, usize)> =
-        f.iter().map(|f| (f.file.file_name().unwrap().to_string_lossy().into_owned(), f.rule.clone(), f.line.unwrap())).collect();
+    let got: Vec<(String, String, usize)> = f
+        .iter()
+        .map(|f| (f.file.file_name().unwrap().to_string_lossy().into_owned(), f.rule.clone(), f.line.unwrap()))
+        .collect();
     // The fat "9.0 10.0" multinode build: one finding, at the ARG that holds the value;
     // the Hopper multinode image matches h100-multinode and is clean.
-    assert_eq!(got, [("Dockerfile".to_string(), "dockerfile-arch-list".to_string(), 12)], "{}", deepep_forge::findings::render_human(&f));
+    assert_eq!(
+        got,
+        [("Dockerfile".to_string(), "dockerfile-arch-list".to_string(), 12)],
+        "{}",
+        deepep_forge::findings::render_human(&f)
+    );
     let m = &f[0].message;
     assert!(m.contains("TORCH_CUDA_ARCH_LIST (ENV, line 16, from ARG DEEPEP_CUDA_ARCH_LIST at line 12)"), "{m}");
     assert!(m.contains("HYBRID_EP_MULTINODE=\"1\""), "{m}");
@@ -171,7 +202,12 @@ fn revisions_are_full_shas_matching_the_pins() {
     let (p, revs) = pins_and_revs();
     let f = dockerfile::check(&[fixtures().join("revs.Dockerfile")], Some(&p), &revs).unwrap();
     let got: Vec<(&str, usize)> = f.iter().map(|f| (f.rule.as_str(), f.line.unwrap())).collect();
-    assert_eq!(got, [("dockerfile-rev", 4), ("dockerfile-rev", 6), ("dockerfile-rev", 8), ("dockerfile-rdma-core-ref", 10)], "{}", deepep_forge::findings::render_human(&f));
+    assert_eq!(
+        got,
+        [("dockerfile-rev", 4), ("dockerfile-rev", 6), ("dockerfile-rev", 8), ("dockerfile-rdma-core-ref", 10)],
+        "{}",
+        deepep_forge::findings::render_human(&f)
+    );
     assert!(f[0].message.contains("full sha required"));
     assert!(f[1].message.contains("branch or tag"));
     assert_eq!(f[2].found.as_deref(), Some("29d31c095796f3c8ece47ee9cdcc167051bbeed9"));

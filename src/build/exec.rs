@@ -50,7 +50,10 @@ impl Cmd {
     /// carries stderr. Ctrl-C/SIGTERM kills the child's group (exit 130).
     pub fn output(&mut self) -> Result<String> {
         self.cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = self.cmd.spawn().with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
+        let mut child = self
+            .cmd
+            .spawn()
+            .with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
         let read_all = |r: Option<Box<dyn std::io::Read + Send>>| {
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
@@ -80,7 +83,10 @@ impl Cmd {
         let writer2 = writer.try_clone()?;
         self.cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2);
         let mut logf = std::fs::File::create(log).with_context(|| format!("creating log {}", log.display()))?;
-        let child = self.cmd.spawn().with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
+        let child = self
+            .cmd
+            .spawn()
+            .with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
         // Drop our copies of the pipe's write end (held by `self.cmd`).
         self.cmd.stdout(Stdio::null()).stderr(Stdio::null());
         let step = Arc::new(Mutex::new(String::new()));
@@ -98,7 +104,10 @@ impl Cmd {
         });
         let bar = std::io::stderr().is_terminal().then(|| {
             let b = indicatif::ProgressBar::new_spinner();
-            b.set_style(indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix} {wide_msg}").expect("template"));
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix} {wide_msg}")
+                    .expect("template"),
+            );
             b.set_prefix(label.to_string());
             b.enable_steady_tick(Duration::from_millis(120));
             b
@@ -118,17 +127,27 @@ impl Cmd {
                 return Err(e);
             }
         };
-        pump.join().map_err(|_| anyhow::anyhow!("log writer panicked"))?.with_context(|| format!("writing log {}", log.display()))?;
+        pump.join()
+            .map_err(|_| anyhow::anyhow!("log writer panicked"))?
+            .with_context(|| format!("writing log {}", log.display()))?;
         check_interrupted()?;
         if !status.success() {
             let text = std::fs::read_to_string(log).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             let tail = lines[lines.len().saturating_sub(40)..].join("\n");
             // pip's verbose epilogue can push the compiler's message out of the tail.
-            let first = lines.iter().find(|l| l.contains("error:") || l.contains("Error:")).map(|l| format!("first error in the log: {}\n", l.trim())).unwrap_or_default();
-            return Err(Failure::problems(format!("{} failed ({status}); {first}last {} lines of the log:\n{tail}", self.purpose, lines.len().min(40)))
-                .hint(format!("full log: {}", log.display()))
-                .into());
+            let first = lines
+                .iter()
+                .find(|l| l.contains("error:") || l.contains("Error:"))
+                .map(|l| format!("first error in the log: {}\n", l.trim()))
+                .unwrap_or_default();
+            return Err(Failure::problems(format!(
+                "{} failed ({status}); {first}last {} lines of the log:\n{tail}",
+                self.purpose,
+                lines.len().min(40)
+            ))
+            .hint(format!("full log: {}", log.display()))
+            .into());
         }
         Ok(())
     }
@@ -184,7 +203,9 @@ fn compile_step(line: &str) -> Option<String> {
     }
     let words: Vec<&str> = line.split_whitespace().collect();
     let tool = Path::new(words.first()?).file_name()?.to_string_lossy().into_owned();
-    let compiler = ["nvcc", "gcc", "g++", "c++", "cc", "clang", "clang++"].iter().any(|c| tool == *c || tool.ends_with(&format!("-{c}")));
+    let compiler = ["nvcc", "gcc", "g++", "c++", "cc", "clang", "clang++"]
+        .iter()
+        .any(|c| tool == *c || tool.ends_with(&format!("-{c}")));
     if compiler {
         if let Some(i) = words.iter().position(|w| *w == "-c") {
             let src = words.get(i + 1)?;
@@ -210,7 +231,10 @@ mod tests {
     use super::compile_step;
     #[test]
     fn compile_steps_are_recognised() {
-        assert_eq!(compile_step("/x/bin/nvcc -c csrc/kernels/layout.cu -o b/layout.o").as_deref(), Some("nvcc layout.cu"));
+        assert_eq!(
+            compile_step("/x/bin/nvcc -c csrc/kernels/layout.cu -o b/layout.o").as_deref(),
+            Some("nvcc layout.cu")
+        );
         assert_eq!(compile_step("building 'hybrid_ep_cpp' extension").as_deref(), Some("building hybrid_ep_cpp"));
         assert_eq!(compile_step("g++ -shared a.o -o x.so").as_deref(), Some("g++ (link)"));
         assert_eq!(compile_step("Processing ./x").as_deref(), None);

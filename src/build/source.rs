@@ -83,7 +83,12 @@ fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
     let tree = tree.output()?.trim().to_string();
     // `<tree> <commit>` of the last snapshot: the same tree is the same commit.
     let last = repo.join("snapshot.last");
-    if let Some((t, c)) = std::fs::read_to_string(&last).ok().as_deref().and_then(|l| l.trim().split_once(' ')).map(|(t, c)| (t.to_string(), c.to_string())) {
+    if let Some((t, c)) = std::fs::read_to_string(&last)
+        .ok()
+        .as_deref()
+        .and_then(|l| l.trim().split_once(' '))
+        .map(|(t, c)| (t.to_string(), c.to_string()))
+    {
         if t == tree {
             return Ok((repo, c));
         }
@@ -110,12 +115,21 @@ pub fn lock(path: &Path) -> Result<File> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
-    let f = File::options().create(true).truncate(false).write(true).open(path).with_context(|| format!("opening lock {}", path.display()))?;
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening lock {}", path.display()))?;
     loop {
         match f.try_lock() {
             Ok(()) => return Ok(f),
-            Err(std::fs::TryLockError::WouldBlock) => super::exec::sleep_checked(std::time::Duration::from_millis(100))?,
-            Err(std::fs::TryLockError::Error(e)) => return Err(e).with_context(|| format!("locking {}", path.display())),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                super::exec::sleep_checked(std::time::Duration::from_millis(100))?
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()))
+            }
         }
     }
 }
@@ -161,10 +175,14 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> 
         Err(_) => {
             crate::error::check_interrupted()?;
             // Fetch by sha first (GitHub allows it); fall back to every ref for servers that refuse.
-            let by_sha = git(mirror, format!("fetch {rev} from {repo}")).args(["fetch", "-q", "--no-tags", "--update-shallow", repo, rev]).output();
+            let by_sha = git(mirror, format!("fetch {rev} from {repo}"))
+                .args(["fetch", "-q", "--no-tags", "--update-shallow", repo, rev])
+                .output();
             if by_sha.is_err() && !has_commit(mirror, rev) {
                 crate::error::check_interrupted()?;
-                let all = git(mirror, format!("fetch {repo}")).args(["fetch", "-q", "--no-tags", "--update-shallow", repo, "+refs/*:refs/forge/*"]).output();
+                let all = git(mirror, format!("fetch {repo}"))
+                    .args(["fetch", "-q", "--no-tags", "--update-shallow", repo, "+refs/*:refs/forge/*"])
+                    .output();
                 if let Err(e) = all {
                     crate::error::check_interrupted()?;
                     return Err(Failure::env(format!("cannot fetch {rev} from {repo}: {e:#}"))
@@ -214,7 +232,13 @@ fn has_commit(mirror: &Path, rev: &str) -> bool {
 /// submodules the plan names, and verify HEAD and every submodule commit
 /// against the plan. Returns `git rev-parse --short HEAD` of the tree (the
 /// label setup.py computes).
-pub fn checkout(mirror: &Path, repo: &str, rev: &str, dest: &Path, submodules: &BTreeMap<String, String>) -> Result<String> {
+pub fn checkout(
+    mirror: &Path,
+    repo: &str,
+    rev: &str,
+    dest: &Path,
+    submodules: &BTreeMap<String, String>,
+) -> Result<String> {
     std::fs::create_dir_all(dest)?;
     git(dest, "create the build tree").args(["init", "-q"]).output()?;
     let objects = std::fs::canonicalize(mirror.join("objects"))?;

@@ -85,19 +85,40 @@ struct PyFacts {
 /// is installed or removed.
 pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<Toolchain> {
     let py = which(python).ok_or_else(|| {
-        Failure::env(format!("Python `{python}` not found")).hint("pass --python PATH to the interpreter whose environment builds the wheel")
+        Failure::env(format!("Python `{python}` not found"))
+            .hint("pass --python PATH to the interpreter whose environment builds the wheel")
     })?;
-    let facts: PyFacts = memoised(memo, "python", &py, |f: &PyFacts| f.site.clone(), || {
-        let out = Cmd::new(&py, format!("probe Python {}", py.display())).args(["-c", PY_PROBE]).output().map_err(|e| Failure::env(format!("{e:#}")))?;
-        serde_json::from_str(&out).context("Python probe output")
-    })?;
+    let facts: PyFacts = memoised(
+        memo,
+        "python",
+        &py,
+        |f: &PyFacts| f.site.clone(),
+        || {
+            let out = Cmd::new(&py, format!("probe Python {}", py.display()))
+                .args(["-c", PY_PROBE])
+                .output()
+                .map_err(|e| Failure::env(format!("{e:#}")))?;
+            serde_json::from_str(&out).context("Python probe output")
+        },
+    )?;
     let (torch, torch_cuda) = facts.site.iter().find_map(|d| read_torch_version(&d.join("torch/version.py"))).unzip();
     let cuda_home = match cuda_home {
         Some(h) => h.to_path_buf(),
         None => find_cuda_home(&facts.site)?,
     };
     let nvcc = cuda_home.join("bin/nvcc");
-    let out = memoised(memo, "nvcc", &nvcc, |_| vec![], || Cmd::new(&nvcc, "read nvcc version").args(["--version"]).output().map_err(|e| Failure::env(format!("{e:#}")).into()))?;
+    let out = memoised(
+        memo,
+        "nvcc",
+        &nvcc,
+        |_| vec![],
+        || {
+            Cmd::new(&nvcc, "read nvcc version")
+                .args(["--version"])
+                .output()
+                .map_err(|e| Failure::env(format!("{e:#}")).into())
+        },
+    )?;
     let nvcc_version = out
         .split_whitespace()
         .find_map(|w| w.strip_prefix('V'))
@@ -113,8 +134,17 @@ pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<T
                 None => continue,
             },
         };
-        let path = which(&name).ok_or_else(|| Failure::env(format!("{var} compiler `{name}` not found")).hint("install gcc/g++ or point CC/CXX at a compiler"))?;
-        let out = memoised(memo, "compiler", &path, |_| vec![], || Cmd::new(&path, format!("read {var} version")).args(["--version"]).output())?;
+        let path = which(&name).ok_or_else(|| {
+            Failure::env(format!("{var} compiler `{name}` not found"))
+                .hint("install gcc/g++ or point CC/CXX at a compiler")
+        })?;
+        let out = memoised(
+            memo,
+            "compiler",
+            &path,
+            |_| vec![],
+            || Cmd::new(&path, format!("read {var} version")).args(["--version"]).output(),
+        )?;
         let version = out.lines().next().unwrap_or("").to_string();
         compilers.insert(var.to_string(), Compiler { path, version });
     }
@@ -160,7 +190,9 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
 ) -> Result<T> {
     let file = dir.join(format!("{kind}-{}.json", super::source::short_hash(&path.to_string_lossy())));
     let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let stamps = |v: &T| -> Vec<_> { [path.to_path_buf(), real.clone()].into_iter().chain(also(v)).map(|p| file_stamp(&p)).collect() };
+    let stamps = |v: &T| -> Vec<_> {
+        [path.to_path_buf(), real.clone()].into_iter().chain(also(v)).map(|p| file_stamp(&p)).collect()
+    };
     if let Some(m) = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Memo<T>>(&b).ok()) {
         if m.stamps == stamps(&m.value) {
             return Ok(m.value);
@@ -212,7 +244,8 @@ fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
     }
     for d in site {
         if let Ok(rd) = std::fs::read_dir(d.join("nvidia")) {
-            let mut homes: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.join("bin/nvcc").exists()).collect();
+            let mut homes: Vec<PathBuf> =
+                rd.flatten().map(|e| e.path()).filter(|p| p.join("bin/nvcc").exists()).collect();
             homes.sort();
             if let Some(h) = homes.pop() {
                 return Ok(h);
@@ -241,7 +274,8 @@ pub fn preflight(tc: &Toolchain, needs_torch: bool, memo_dir: &Path) -> Result<(
     if needs_torch {
         need.push("torch");
     }
-    let missing: Vec<&str> = need.iter().copied().filter(|m| !tc.importable.get(*m).copied().unwrap_or(false)).collect();
+    let missing: Vec<&str> =
+        need.iter().copied().filter(|m| !tc.importable.get(*m).copied().unwrap_or(false)).collect();
     if !missing.is_empty() {
         return Err(Failure::env(format!("{} cannot import {} (the build imports {})", tc.python.display(), missing.join(", "), need.join(", ")))
             .hint(format!("install them into that environment, e.g. `{} -m pip install {}` (torch matching pins.toml [toolchain]), or pass --python", tc.python.display(), missing.join(" ")))
@@ -261,8 +295,16 @@ pub fn preflight(tc: &Toolchain, needs_torch: bool, memo_dir: &Path) -> Result<(
 /// defined): such a DeepEP build segfaults in HybridEPBuffer's constructor.
 fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<()> {
     let meta = std::fs::metadata(&c.path)?;
-    let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos()).unwrap_or(0);
-    let memo = memo_dir.join(format!("libstdcxx-ok-{}", super::source::short_hash(&format!("{}|{}|{mtime}|{}", c.path.display(), meta.len(), c.version))));
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let memo = memo_dir.join(format!(
+        "libstdcxx-ok-{}",
+        super::source::short_hash(&format!("{}|{}|{mtime}|{}", c.path.display(), meta.len(), c.version))
+    ));
     if memo.exists() {
         return Ok(());
     }
@@ -276,7 +318,10 @@ fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<(
         .arg("-o")
         .arg(&so)
         .output()
-        .map_err(|e| Failure::env(format!("{e:#}")).hint(format!("{var} must compile C++ shared objects; e.g. {var}=/usr/bin/g++")))?;
+        .map_err(|e| {
+            Failure::env(format!("{e:#}"))
+                .hint(format!("{var} must compile C++ shared objects; e.g. {var}=/usr/bin/g++"))
+        })?;
     let data = std::fs::read(&so)?;
     let elf = crate::build::relocate::ElfDynamic::parse(&data)?.context("test shared object is not ELF")?;
     let dynamic_std = elf.needed.iter().any(|n| n.starts_with("libstdc++.so"));

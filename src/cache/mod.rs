@@ -38,7 +38,9 @@ impl CacheDirArg {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .ok_or_else(|| Failure::env("no cache folder: HOME and XDG_CACHE_HOME are unset").hint("pass --cache-dir DIR"))?;
+            .ok_or_else(|| {
+                Failure::env("no cache folder: HOME and XDG_CACHE_HOME are unset").hint("pass --cache-dir DIR")
+            })?;
         Ok(base.join("deepep-forge"))
     }
 }
@@ -66,7 +68,8 @@ pub fn entry_dir(cache: &Path, key: &str) -> PathBuf {
 /// Read an entry's metadata (no hashing).
 pub fn read_entry(dir: &Path) -> Result<Entry> {
     let p = dir.join(ENTRY_FILE);
-    serde_json::from_slice(&std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?).with_context(|| format!("parsing {}", p.display()))
+    serde_json::from_slice(&std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?)
+        .with_context(|| format!("parsing {}", p.display()))
 }
 
 /// The verified entry for `key`: entry.json readable and the wheel's sha256
@@ -76,7 +79,9 @@ pub fn lookup(cache: &Path, key: &str) -> Result<Option<Entry>> {
     if !dir.join(ENTRY_FILE).exists() {
         return Ok(None);
     }
-    let ok = read_entry(&dir).ok().filter(|e| e.key == key && sha256_file(&dir.join(&e.wheel)).ok() == Some((e.sha256.clone(), e.size)));
+    let ok = read_entry(&dir)
+        .ok()
+        .filter(|e| e.key == key && sha256_file(&dir.join(&e.wheel)).ok() == Some((e.sha256.clone(), e.size)));
     if ok.is_none() {
         remove_entry(cache, &dir)?;
     }
@@ -111,7 +116,9 @@ pub fn clean_stale(cache: &Path) -> Result<Vec<PathBuf>> {
         let name = e.file_name().to_string_lossy().into_owned();
         let pid = name.strip_prefix("build-").and_then(|r| r.split('-').next()).and_then(|p| p.parse::<i32>().ok());
         // SAFETY: signal 0 only checks whether the process exists.
-        let dead = pid.is_none_or(|p| unsafe { libc::kill(p, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH));
+        let dead = pid.is_none_or(
+            |p| unsafe { libc::kill(p, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH),
+        );
         if dead {
             std::fs::remove_dir_all(e.path()).with_context(|| format!("removing stale {}", e.path().display()))?;
             removed.push(e.path());
@@ -210,7 +217,12 @@ fn ls(a: LsArgs) -> Result<Exit> {
     let list = entries(&cache)?;
     if a.format == Format::Json {
         let items: Vec<&Entry> = list.iter().map(|(_, e)| e).collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "schema": SCHEMA, "cache_dir": cache, "entries": items }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "schema": SCHEMA, "cache_dir": cache, "entries": items })
+            )?
+        );
         return Ok(Exit::Ok);
     }
     if list.is_empty() {
@@ -236,7 +248,13 @@ fn gc(a: GcArgs) -> Result<Exit> {
         }
     }
     for (dir, e) in &doomed {
-        println!("{} {} ({}, {})", if a.dry_run { "would remove" } else { "removed" }, &e.key[..16], e.variant, e.wheel);
+        println!(
+            "{} {} ({}, {})",
+            if a.dry_run { "would remove" } else { "removed" },
+            &e.key[..16],
+            e.variant,
+            e.wheel
+        );
         if !a.dry_run {
             let _lock = crate::build::source::lock(&lock_path(&cache, &e.key))?;
             remove_entry(&cache, dir)?;
@@ -270,7 +288,8 @@ fn push(a: PushArgs) -> Result<Exit> {
     };
     let client = remote::Remote::new(&a.cache_url)?;
     for (dir, e) in chosen {
-        let verified = lookup(&cache, &e.key)?.with_context(|| format!("entry {} failed verification and was removed", e.key))?;
+        let verified =
+            lookup(&cache, &e.key)?.with_context(|| format!("entry {} failed verification and was removed", e.key))?;
         client.put(dir, &verified)?;
         println!("pushed {} {} -> {}", &e.key[..16], e.wheel, client.url_of(&e.key, &e.wheel));
     }

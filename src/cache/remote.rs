@@ -29,7 +29,8 @@ impl Remote {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             crate::bail_usage!("--cache-url {url}: expected an http:// or https:// URL");
         }
-        let client = reqwest::blocking::Client::builder().connect_timeout(Duration::from_secs(10)).timeout(None).build()?;
+        let client =
+            reqwest::blocking::Client::builder().connect_timeout(Duration::from_secs(10)).timeout(None).build()?;
         Ok(Remote { base: url.trim_end_matches('/').to_string(), client })
     }
 
@@ -50,7 +51,13 @@ impl Remote {
             return Ok(Fetched::Rejected(format!("{url} describes another key or a bad wheel name")));
         }
         let wurl = self.url_of(key, &entry.wheel);
-        let mut resp = self.client.get(&wurl).send().map_err(|e| unreachable(&wurl, e))?.error_for_status().with_context(|| format!("GET {wurl}"))?;
+        let mut resp = self
+            .client
+            .get(&wurl)
+            .send()
+            .map_err(|e| unreachable(&wurl, e))?
+            .error_for_status()
+            .with_context(|| format!("GET {wurl}"))?;
         let path = stage.join(&entry.wheel);
         let mut f = std::fs::File::create_new(&path)?;
         let mut h = Sha256::new();
@@ -70,7 +77,10 @@ impl Remote {
         let got = hex::encode(h.finalize());
         if got != entry.sha256 || n != entry.size {
             std::fs::remove_file(&path)?;
-            return Ok(Fetched::Rejected(format!("{wurl}: sha256 {got} ({n} bytes), entry says {} ({} bytes)", entry.sha256, entry.size)));
+            return Ok(Fetched::Rejected(format!(
+                "{wurl}: sha256 {got} ({n} bytes), entry says {} ({} bytes)",
+                entry.sha256, entry.size
+            )));
         }
         super::write_entry(stage, &entry)?;
         Ok(Fetched::Hit(entry))
@@ -94,5 +104,7 @@ impl Remote {
 }
 
 fn unreachable(url: &str, e: reqwest::Error) -> anyhow::Error {
-    Failure::env(format!("remote cache unreachable: {url}: {e}")).hint("check --cache-url and the network, or drop --cache-url").into()
+    Failure::env(format!("remote cache unreachable: {url}: {e}"))
+        .hint("check --cache-url and the network, or drop --cache-url")
+        .into()
 }

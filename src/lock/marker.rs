@@ -12,7 +12,8 @@ use crate::pins::Arch;
 
 /// The environment of one architecture as a marker: `platform_machine == A and sys_platform == 'linux'`.
 pub fn arch_env(arch: Arch) -> MarkerTree {
-    MarkerTree::from_str(&format!("platform_machine == '{arch}' and sys_platform == 'linux'")).expect("static marker parses")
+    MarkerTree::from_str(&format!("platform_machine == '{arch}' and sys_platform == 'linux'"))
+        .expect("static marker parses")
 }
 
 /// Architectures for which `marker`, restricted by `allowed` (e.g. uv's

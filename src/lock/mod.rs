@@ -97,7 +97,11 @@ impl GitRef {
         let rest = rest.split('?').next().unwrap_or(rest);
         let slash = rest.rfind('/').unwrap_or(0);
         match rest[slash..].rfind('@') {
-            Some(at) => Some(GitRef { repo: rest[..slash + at].to_string(), rev: Some(rest[slash + at + 1..].to_string()), commit: None }),
+            Some(at) => Some(GitRef {
+                repo: rest[..slash + at].to_string(),
+                rev: Some(rest[slash + at + 1..].to_string()),
+                commit: None,
+            }),
             None => Some(GitRef { repo: rest.to_string(), rev: None, commit: None }),
         }
     }
@@ -215,7 +219,8 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     }
     let py_path = shown(&args.project.join("pyproject.toml"));
     let py_text = std::fs::read_to_string(&py_path).map_err(|e| {
-        Failure::usage(format!("cannot read {}: {e}", py_path.display())).hint("--project must name a folder with a pyproject.toml")
+        Failure::usage(format!("cannot read {}: {e}", py_path.display()))
+            .hint("--project must name a folder with a pyproject.toml")
     })?;
     let py = pyproject::read(&py_path, &py_text, &name)?;
 
@@ -230,8 +235,13 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     let mut found = rules::check(&ctx);
     if lock.is_none() {
         found.push(
-            Finding::new("lock-not-checked", Severity::Note, &lock_path, "no uv.lock in the project: only pyproject.toml was checked")
-                .fix(format!("uv lock --project {}", args.project.display())),
+            Finding::new(
+                "lock-not-checked",
+                Severity::Note,
+                &lock_path,
+                "no uv.lock in the project: only pyproject.toml was checked",
+            )
+            .fix(format!("uv lock --project {}", args.project.display())),
         );
     }
 
@@ -297,7 +307,8 @@ mod tests {
 
     #[test]
     fn git_urls_split_into_repo_rev_and_commit() {
-        let g = GitRef::from_pep508_url("git+https://github.com/deepseek-ai/DeepEP.git@29d31c0#subdirectory=x").unwrap();
+        let g =
+            GitRef::from_pep508_url("git+https://github.com/deepseek-ai/DeepEP.git@29d31c0#subdirectory=x").unwrap();
         assert_eq!((g.repo.as_str(), g.rev.as_deref()), ("https://github.com/deepseek-ai/DeepEP.git", Some("29d31c0")));
         let g = GitRef::from_pep508_url("git+ssh://git@github.com/deepseek-ai/DeepEP.git").unwrap();
         assert_eq!((g.repo.as_str(), g.rev), ("ssh://git@github.com/deepseek-ai/DeepEP.git", None));

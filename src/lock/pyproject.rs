@@ -258,8 +258,11 @@ version = "v1.2.1+aaaaaaa"
         let p = read(Path::new("pyproject.toml"), text, &deep_ep()).unwrap();
         assert_eq!(p.project_name.as_deref(), Some("consumer"));
         type Row<'a> = (Kind, usize, &'a str, Vec<Arch>, Option<&'a str>);
-        let got: Vec<Row> =
-            p.refs.iter().map(|r| (r.kind, r.line, r.place.as_str(), r.archs.clone(), r.git.as_ref().and_then(|g| g.rev.as_deref()))).collect();
+        let got: Vec<Row> = p
+            .refs
+            .iter()
+            .map(|r| (r.kind, r.line, r.place.as_str(), r.archs.clone(), r.git.as_ref().and_then(|g| g.rev.as_deref())))
+            .collect();
         let a = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
         let both = Arch::ALL.to_vec();
         assert_eq!(
@@ -267,10 +270,22 @@ version = "v1.2.1+aaaaaaa"
             vec![
                 (Kind::Requirement, 3, "project.dependencies", both.clone(), None),
                 (Kind::Requirement, 6, "project.optional-dependencies.moe", vec![Arch::X86_64], Some(a)),
-                (Kind::Requirement, 7, "project.optional-dependencies.moe", vec![Arch::Aarch64], Some("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")),
+                (
+                    Kind::Requirement,
+                    7,
+                    "project.optional-dependencies.moe",
+                    vec![Arch::Aarch64],
+                    Some("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")
+                ),
                 (Kind::Requirement, 10, "dependency-groups.dev", both.clone(), None),
                 (Kind::Requirement, 12, "tool.uv.override-dependencies", both.clone(), Some(a)),
-                (Kind::Source, 15, "tool.uv.sources.deep_ep", vec![Arch::X86_64], Some("cccccccccccccccccccccccccccccccccccccccc")),
+                (
+                    Kind::Source,
+                    15,
+                    "tool.uv.sources.deep_ep",
+                    vec![Arch::X86_64],
+                    Some("cccccccccccccccccccccccccccccccccccccccc")
+                ),
                 (Kind::Label, 19, "[[tool.uv.dependency-metadata]] version", both, None),
             ]
         );
@@ -280,7 +295,12 @@ version = "v1.2.1+aaaaaaa"
     fn malformed_input_names_file_and_line() {
         let e = read(Path::new("p/pyproject.toml"), "[project]\ndependencies = [\"x\",\n", &deep_ep()).unwrap_err();
         assert!(format!("{e:#}").contains("p/pyproject.toml:"), "{e:#}");
-        let e = read(Path::new("pyproject.toml"), "[project]\ndependencies = [\n\"deep_ep @ git+https://x/y.git@a ; platform_machine ==\"]\n", &deep_ep()).unwrap_err();
+        let e = read(
+            Path::new("pyproject.toml"),
+            "[project]\ndependencies = [\n\"deep_ep @ git+https://x/y.git@a ; platform_machine ==\"]\n",
+            &deep_ep(),
+        )
+        .unwrap_err();
         let s = format!("{e:#}");
         assert!(s.contains("pyproject.toml:3: not a valid PEP 508 requirement"), "{s}");
         assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage);

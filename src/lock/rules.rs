@@ -35,7 +35,14 @@ fn git_rev(r: &Reference) -> Option<&str> {
 }
 
 impl<'a> Context<'a> {
-    pub fn new(project: &'a Path, pins: Option<&'a Pins>, pins_path: &'a Path, py: &'a Pyproject, lock: Option<&'a UvLock>, pyproject_path: &Path) -> Self {
+    pub fn new(
+        project: &'a Path,
+        pins: Option<&'a Pins>,
+        pins_path: &'a Path,
+        py: &'a Pyproject,
+        lock: Option<&'a UvLock>,
+        pyproject_path: &Path,
+    ) -> Self {
         let intent: BTreeMap<Arch, String> = match pins {
             Some(p) => p.pins.iter().map(|(a, pin)| (*a, pin.rev.clone())).collect(),
             None => Arch::ALL.into_iter().filter_map(|a| pyproject_intent(py, a).map(|r| (a, r))).collect(),
@@ -64,7 +71,9 @@ impl<'a> Context<'a> {
         }
         match self.pins {
             None => c.push_str(" --no-pins"),
-            Some(_) if self.pins_path != Path::new(crate::pins::DEFAULT_PATH) => c.push_str(&format!(" --pins {}", self.pins_path.display())),
+            Some(_) if self.pins_path != Path::new(crate::pins::DEFAULT_PATH) => {
+                c.push_str(&format!(" --pins {}", self.pins_path.display()))
+            }
             Some(_) => {}
         }
         if relock {
@@ -104,8 +113,13 @@ impl<'a> Context<'a> {
 /// The pyproject's own intent for `arch` (--no-pins): the override-dependencies
 /// entry (it wins in uv), else the revision most references name.
 fn pyproject_intent(py: &Pyproject, arch: Arch) -> Option<String> {
-    let candidates: Vec<&Reference> =
-        py.refs.iter().filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source) && r.archs.contains(&arch) && git_rev(r).is_some()).collect();
+    let candidates: Vec<&Reference> = py
+        .refs
+        .iter()
+        .filter(|r| {
+            matches!(r.kind, Kind::Requirement | Kind::Source) && r.archs.contains(&arch) && git_rev(r).is_some()
+        })
+        .collect();
     if let Some(o) = candidates.iter().find(|r| r.place == "tool.uv.override-dependencies") {
         return git_rev(o).map(str::to_string);
     }
@@ -134,13 +148,24 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     let py = &ctx.py.refs;
     if py.is_empty() {
         out.push(
-            Finding::new("no-deepep", Severity::Error, &ctx.pyproject_path, "pyproject.toml does not reference DeepEP anywhere")
-                .fix("check --project (the folder that holds the consumer's pyproject.toml) or the source name in pins.toml"),
+            Finding::new(
+                "no-deepep",
+                Severity::Error,
+                &ctx.pyproject_path,
+                "pyproject.toml does not reference DeepEP anywhere",
+            )
+            .fix(
+                "check --project (the folder that holds the consumer's pyproject.toml) or the source name in pins.toml",
+            ),
         );
         return out;
     }
     // Architectures the project installs DeepEP for.
-    let mut used: Vec<Arch> = py.iter().filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source)).flat_map(|r| r.archs.clone()).collect();
+    let mut used: Vec<Arch> = py
+        .iter()
+        .filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source))
+        .flat_map(|r| r.archs.clone())
+        .collect();
     used.sort();
     used.dedup();
     let pins_name = if ctx.pins.is_some() { "pins.toml" } else { "the pyproject's intent (--no-pins)" };
@@ -149,7 +174,9 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         let Some(g) = &r.git else {
             for &a in &r.archs {
                 let pinned = py.iter().any(|o| {
-                    o.archs.contains(&a) && git_rev(o).is_some() && (o.kind == Kind::Source || o.place == "tool.uv.override-dependencies")
+                    o.archs.contains(&a)
+                        && git_rev(o).is_some()
+                        && (o.kind == Kind::Source || o.place == "tool.uv.override-dependencies")
                 });
                 if !pinned {
                     out.push(
@@ -165,16 +192,31 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         if let Some(p) = ctx.pins {
             if !same_repo(&g.repo, &p.source.repo) {
                 out.push(
-                    Finding::new("source-repo", Severity::Warning, &r.file, format!("{} takes DeepEP from another repository than pins.toml", r.place))
-                        .line(r.line)
-                        .expected_found(&p.source.repo, &g.repo),
+                    Finding::new(
+                        "source-repo",
+                        Severity::Warning,
+                        &r.file,
+                        format!("{} takes DeepEP from another repository than pins.toml", r.place),
+                    )
+                    .line(r.line)
+                    .expected_found(&p.source.repo, &g.repo),
                 );
             }
         }
         let rev = g.rev.as_deref().unwrap_or("");
         if !is_full_sha(rev) {
-            let what = if rev.is_empty() { "names no revision (it follows the default branch)".to_string() } else { format!("names `{rev}`, not a full commit") };
-            let mut f = Finding::new("rev-not-full-sha", Severity::Error, &r.file, format!("{} {what}: pins must be 40-hex commits", r.place)).line(r.line);
+            let what = if rev.is_empty() {
+                "names no revision (it follows the default branch)".to_string()
+            } else {
+                format!("names `{rev}`, not a full commit")
+            };
+            let mut f = Finding::new(
+                "rev-not-full-sha",
+                Severity::Error,
+                &r.file,
+                format!("{} {what}: pins must be 40-hex commits", r.place),
+            )
+            .line(r.line);
             if let Some(fix) = r.archs.first().and_then(|a| ctx.fix_for(*a, false)) {
                 f = f.fix(fix);
             }
@@ -185,19 +227,34 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 Some(want) if want != rev => {
                     let rule = if ctx.pins.is_some() { "rev-mismatch" } else { "rev-inconsistent" };
                     out.push(
-                        Finding::new(rule, Severity::Error, &r.file, format!("{} pins DeepEP for {a} to {}, {pins_name} to {}", r.place, short(rev), short(want)))
-                            .line(r.line)
-                            .arch(a)
-                            .expected_found(want, rev)
-                            .fix(ctx.fix_for(a, false).expect("intent exists")),
+                        Finding::new(
+                            rule,
+                            Severity::Error,
+                            &r.file,
+                            format!(
+                                "{} pins DeepEP for {a} to {}, {pins_name} to {}",
+                                r.place,
+                                short(rev),
+                                short(want)
+                            ),
+                        )
+                        .line(r.line)
+                        .arch(a)
+                        .expected_found(want, rev)
+                        .fix(ctx.fix_for(a, false).expect("intent exists")),
                     );
                 }
                 Some(_) => {}
                 None if ctx.pins.is_some() => out.push(
-                    Finding::new("arch-unpinned", Severity::Warning, &r.file, format!("{} installs DeepEP on {a}, which pins.toml does not pin", r.place))
-                        .line(r.line)
-                        .arch(a)
-                        .fix(format!("deepep-forge pin set <40-hex sha> --arch {a}")),
+                    Finding::new(
+                        "arch-unpinned",
+                        Severity::Warning,
+                        &r.file,
+                        format!("{} installs DeepEP on {a}, which pins.toml does not pin", r.place),
+                    )
+                    .line(r.line)
+                    .arch(a)
+                    .fix(format!("deepep-forge pin set <40-hex sha> --arch {a}")),
                 ),
                 None => {}
             }
@@ -206,9 +263,14 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     if let Some(p) = ctx.pins {
         for a in p.pins.keys().filter(|a| !used.contains(a)) {
             out.push(
-                Finding::new("arch-not-referenced", Severity::Warning, &ctx.pyproject_path, format!("pins.toml pins {a}, but pyproject.toml installs DeepEP on {a} nowhere"))
-                    .arch(*a)
-                    .fix(ctx.fix_for(*a, false).expect("pinned")),
+                Finding::new(
+                    "arch-not-referenced",
+                    Severity::Warning,
+                    &ctx.pyproject_path,
+                    format!("pins.toml pins {a}, but pyproject.toml installs DeepEP on {a} nowhere"),
+                )
+                .arch(*a)
+                .fix(ctx.fix_for(*a, false).expect("pinned")),
             );
         }
     }
@@ -218,9 +280,14 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         let found = r.version.as_deref().unwrap_or_default();
         if Version::from_str(found).is_err() {
             out.push(
-                Finding::new("label-invalid", Severity::Error, &r.file, format!("{} `{found}` is not a PEP 440 version", r.place))
-                    .line(r.line)
-                    .fix(used.first().and_then(|a| ctx.fix_for(*a, false)).unwrap_or_default()),
+                Finding::new(
+                    "label-invalid",
+                    Severity::Error,
+                    &r.file,
+                    format!("{} `{found}` is not a PEP 440 version", r.place),
+                )
+                .line(r.line)
+                .fix(used.first().and_then(|a| ctx.fix_for(*a, false)).unwrap_or_default()),
             );
             return;
         }
@@ -229,13 +296,24 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             if !same_version(found, &want) {
                 let relock = r.kind.in_lock();
                 let msg = if relock {
-                    format!("{} says {found}, but a fresh {a} build of {} is {want}: `uv sync --locked` rejects it", r.place, short(&ctx.intent[&a]))
+                    format!(
+                        "{} says {found}, but a fresh {a} build of {} is {want}: `uv sync --locked` rejects it",
+                        r.place,
+                        short(&ctx.intent[&a])
+                    )
                 } else {
                     format!("{} says {found}, but building {} for {a} gives {want}: uv trusts the label, a fresh build fails", r.place, short(&ctx.intent[&a]))
                 };
                 // With two revisions no per-architecture fix can make one static label right.
-                let fix = if ctx.split(&used) { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
-                out.push(Finding::new(rule, Severity::Error, &r.file, msg).line(r.line).arch(a).expected_found(want, found).fix(fix));
+                let fix =
+                    if ctx.split(&used) { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
+                out.push(
+                    Finding::new(rule, Severity::Error, &r.file, msg)
+                        .line(r.line)
+                        .arch(a)
+                        .expected_found(want, found)
+                        .fix(fix),
+                );
             }
         }
     };
@@ -299,11 +377,24 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                     }
                     let owner = r.owner.as_deref().unwrap_or("a dependency");
                     let (sev, msg) = if lock.overridden.contains(&a) {
-                        (Severity::Note, format!("{owner} pins DeepEP {} for {a} itself; the project's override replaces it with {}", short(rev), short(want)))
+                        (
+                            Severity::Note,
+                            format!(
+                                "{owner} pins DeepEP {} for {a} itself; the project's override replaces it with {}",
+                                short(rev),
+                                short(want)
+                            ),
+                        )
                     } else {
-                        (Severity::Warning, format!("{owner} pins DeepEP {} for {a} itself and no override replaces it", short(rev)))
+                        (
+                            Severity::Warning,
+                            format!("{owner} pins DeepEP {} for {a} itself and no override replaces it", short(rev)),
+                        )
                     };
-                    let mut f = Finding::new("transitive-pin", sev, &r.file, msg).line(r.line).arch(a).expected_found(want, rev);
+                    let mut f = Finding::new("transitive-pin", sev, &r.file, msg)
+                        .line(r.line)
+                        .arch(a)
+                        .expected_found(want, rev);
                     if sev == Severity::Warning {
                         f = f.fix(format!("add \"deep_ep @ git+<repo>@{want}\" to [tool.uv] override-dependencies"));
                     }
@@ -317,19 +408,34 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                     let rev = g.rev.as_deref().unwrap_or("");
                     if rev != want {
                         out.push(
-                            Finding::new("lock-stale", Severity::Error, &r.file, format!("uv.lock {} has DeepEP {} for {a}; the intent is {}", r.place, short(rev), short(want)))
-                                .line(r.line)
-                                .arch(a)
-                                .expected_found(want, rev)
-                                .fix(lock_fix(a)),
+                            Finding::new(
+                                "lock-stale",
+                                Severity::Error,
+                                &r.file,
+                                format!(
+                                    "uv.lock {} has DeepEP {} for {a}; the intent is {}",
+                                    r.place,
+                                    short(rev),
+                                    short(want)
+                                ),
+                            )
+                            .line(r.line)
+                            .arch(a)
+                            .expected_found(want, rev)
+                            .fix(lock_fix(a)),
                         );
                     } else if let Some(c) = g.commit.as_deref().filter(|c| *c != want && is_full_sha(want)) {
                         out.push(
-                            Finding::new("fragment-mismatch", Severity::Error, &r.file, format!("uv.lock {} requests {} but records commit {}", r.place, short(want), short(c)))
-                                .line(r.line)
-                                .arch(a)
-                                .expected_found(want, c)
-                                .fix(lock_fix(a)),
+                            Finding::new(
+                                "fragment-mismatch",
+                                Severity::Error,
+                                &r.file,
+                                format!("uv.lock {} requests {} but records commit {}", r.place, short(want), short(c)),
+                            )
+                            .line(r.line)
+                            .arch(a)
+                            .expected_found(want, c)
+                            .fix(lock_fix(a)),
                         );
                     }
                 }
@@ -342,10 +448,15 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
     for &a in used.iter().filter(|a| ctx.intent.contains_key(a)) {
         if !lock.refs.iter().any(|r| r.kind == Kind::LockPackage && r.archs.contains(&a)) {
             out.push(
-                Finding::new("lock-stale", Severity::Error, ctx.pyproject_path.with_file_name("uv.lock"), format!("uv.lock locks no deep-ep package for {a}"))
-                    .arch(a)
-                    .expected_found(&ctx.intent[&a], "none")
-                    .fix(lock_fix(a)),
+                Finding::new(
+                    "lock-stale",
+                    Severity::Error,
+                    ctx.pyproject_path.with_file_name("uv.lock"),
+                    format!("uv.lock locks no deep-ep package for {a}"),
+                )
+                .arch(a)
+                .expected_found(&ctx.intent[&a], "none")
+                .fix(lock_fix(a)),
             );
         }
     }
@@ -355,7 +466,14 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
 fn merge(findings: Vec<Finding>) -> Vec<Finding> {
     let mut out: Vec<(Finding, Vec<usize>)> = Vec::new();
     for f in findings {
-        match out.iter_mut().find(|(o, _)| o.rule == f.rule && o.file == f.file && o.arch == f.arch && o.expected == f.expected && o.found == f.found && o.severity == f.severity) {
+        match out.iter_mut().find(|(o, _)| {
+            o.rule == f.rule
+                && o.file == f.file
+                && o.arch == f.arch
+                && o.expected == f.expected
+                && o.found == f.found
+                && o.severity == f.severity
+        }) {
             Some((_, more)) => more.extend(f.line),
             None => out.push((f, Vec::new())),
         }
@@ -366,7 +484,11 @@ fn merge(findings: Vec<Finding>) -> Vec<Finding> {
             more.dedup();
             if !more.is_empty() {
                 let lines: Vec<String> = more.iter().map(|l| l.to_string()).collect();
-                f.message.push_str(&format!(" (also at line{} {})", if more.len() > 1 { "s" } else { "" }, lines.join(", ")));
+                f.message.push_str(&format!(
+                    " (also at line{} {})",
+                    if more.len() > 1 { "s" } else { "" },
+                    lines.join(", ")
+                ));
             }
             f
         })

@@ -117,27 +117,33 @@ struct PkgMeta {
 fn parse_marker(m: Option<&str>, path: &Path, line: usize) -> Result<MarkerTree> {
     match m {
         None => Ok(MarkerTree::TRUE),
-        Some(s) => MarkerTree::from_str(s)
-            .map_err(|e| Failure::usage(format!("{}:{line}: invalid marker: {e}", path.display())).hint("regenerate the lock with `uv lock`").into()),
+        Some(s) => MarkerTree::from_str(s).map_err(|e| {
+            Failure::usage(format!("{}:{line}: invalid marker: {e}", path.display()))
+                .hint("regenerate the lock with `uv lock`")
+                .into()
+        }),
     }
 }
 
 /// Parse the parts of uv.lock that can mention `name`, each with its byte offset (see the module doc).
 fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize, Lock)>> {
     let full = || -> Result<Vec<(usize, Lock)>> {
-        let lock = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "uv.lock (or regenerate it with `uv lock`)"))?;
+        let lock = toml::from_str(text)
+            .map_err(|e| super::toml_error(path, text, e, "uv.lock (or regenerate it with `uv lock`)"))?;
         Ok(vec![(0, lock)])
     };
     let starts: Vec<usize> = text.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
     let Some(&first) = starts.first() else { return full() };
     let body = &text[first..];
-    if text.contains("\"\"\"") || text.contains("'''") || body.contains("\n[manifest") || body.contains("\n[[manifest") {
+    if text.contains("\"\"\"") || text.contains("'''") || body.contains("\n[manifest") || body.contains("\n[[manifest")
+    {
         return full();
     }
     // The bare normalised name: also catches a mangled `name = deep-ep`, so it gets parsed and reported.
     let needle = name.to_string();
     let mut out = Vec::new();
-    let blocks = starts.iter().enumerate().map(|(k, &s)| (s, &text[s..starts.get(k + 1).copied().unwrap_or(text.len())]));
+    let blocks =
+        starts.iter().enumerate().map(|(k, &s)| (s, &text[s..starts.get(k + 1).copied().unwrap_or(text.len())]));
     for (off, part) in std::iter::once((0, &text[..first])).chain(blocks.filter(|(_, b)| b.contains(&needle))) {
         match toml::from_str::<Lock>(part) {
             Ok(l) => out.push((off, l)),
@@ -184,7 +190,8 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
 
     let manifest = parts.iter().find_map(|(o, l)| l.manifest.as_ref().map(|m| (*o, m)));
     let members: Vec<String> = manifest.map(|(_, m)| m.members.clone()).unwrap_or_default();
-    let packages: Vec<(usize, &Package)> = parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))).collect();
+    let packages: Vec<(usize, &Package)> =
+        parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))).collect();
     if let Some((off, m)) = manifest {
         for (list, what) in [(&m.overrides, "overrides"), (&m.constraints, "constraints")] {
             for r in list.iter().filter(|r| is_name(&r.get_ref().name, name)) {
@@ -200,7 +207,15 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         for md in m.dependency_metadata.iter().filter(|d| is_name(&d.get_ref().name, name)) {
             let Some(v) = &md.get_ref().version else { continue };
             let line = ix.line(off + v.span().start);
-            refs.push(reference(Kind::LockLabel, line, "[[manifest.dependency-metadata]] version".into(), Arch::ALL.to_vec(), None, Some(v.get_ref().clone()), None));
+            refs.push(reference(
+                Kind::LockLabel,
+                line,
+                "[[manifest.dependency-metadata]] version".into(),
+                Arch::ALL.to_vec(),
+                None,
+                Some(v.get_ref().clone()),
+                None,
+            ));
         }
     }
 
@@ -237,7 +252,10 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
                 let line = ix.line(off + d.span().start);
                 let git_url = dep.source.as_ref().and_then(|s| s.git.clone());
                 // The entry applies where its marker can hold AND the package it names was resolved.
-                let target: Vec<Arch> = match locked.iter().find(|(g, v, _)| (git_url.is_some() && *g == git_url) || (git_url.is_none() && dep.version.is_some() && *v == dep.version)) {
+                let target: Vec<Arch> = match locked.iter().find(|(g, v, _)| {
+                    (git_url.is_some() && *g == git_url)
+                        || (git_url.is_none() && dep.version.is_some() && *v == dep.version)
+                }) {
                     Some((_, _, a)) => a.clone(),
                     None if locked.len() == 1 => locked[0].2.clone(),
                     None => Arch::ALL.to_vec(),
@@ -259,7 +277,9 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         }
         let own = members.iter().any(|m| m == owner)
             || project.is_some_and(|pr| PackageName::from_str(pr).is_ok_and(|pr| pr.as_ref() == owner))
-            || p.source.as_ref().is_some_and(|s| s.editable.as_deref() == Some(".") || s.virtual_.as_deref() == Some("."));
+            || p.source
+                .as_ref()
+                .is_some_and(|s| s.editable.as_deref() == Some(".") || s.virtual_.as_deref() == Some("."));
         let Some(meta) = &p.metadata else { continue };
         let lists = std::iter::once(("requires-dist".to_string(), &meta.requires_dist))
             .chain(meta.requires_dev.iter().map(|(k, v)| (format!("requires-dev.{k}"), v)));
@@ -290,7 +310,10 @@ mod tests {
 
     #[test]
     fn fast_path_reads_the_same_as_a_full_parse() {
-        for text in [include_str!("../../tests/fixtures/consumer-split/uv.lock"), include_str!("../../tests/fixtures/consumer-unified/uv.lock")] {
+        for text in [
+            include_str!("../../tests/fixtures/consumer-split/uv.lock"),
+            include_str!("../../tests/fixtures/consumer-unified/uv.lock"),
+        ] {
             // a trailing comment with a multi-line string delimiter forces the full parse
             let full = format!("{text}# '''\n");
             assert_eq!(refs(text), refs(&full));
@@ -304,12 +327,14 @@ mod tests {
         let l = read(Path::new("uv.lock"), text, &name, Some("consumer")).unwrap();
         let line = |needle: &str| text.lines().position(|x| x.contains(needle)).unwrap() + 1;
         let x86 = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
-        let pkg: Vec<(usize, Vec<Arch>)> = l.refs.iter().filter(|r| r.kind == Kind::LockPackage).map(|r| (r.line, r.archs.clone())).collect();
+        let pkg: Vec<(usize, Vec<Arch>)> =
+            l.refs.iter().filter(|r| r.kind == Kind::LockPackage).map(|r| (r.line, r.archs.clone())).collect();
         assert_eq!(pkg.len(), 2);
         assert_eq!(pkg[0].1, vec![Arch::X86_64]);
         assert_eq!(pkg[1].1, vec![Arch::Aarch64]);
         // dependents restricted by conflicts and by the package they name
-        let deps: Vec<&Reference> = l.refs.iter().filter(|r| r.kind == Kind::LockDependent && r.owner.as_deref() == Some("consumer")).collect();
+        let deps: Vec<&Reference> =
+            l.refs.iter().filter(|r| r.kind == Kind::LockDependent && r.owner.as_deref() == Some("consumer")).collect();
         assert_eq!(deps.len(), 4);
         for d in deps {
             let rev = d.git.as_ref().unwrap().rev.as_deref().unwrap();
@@ -319,6 +344,9 @@ mod tests {
         assert_eq!((t.len(), t[0].line, t[0].archs.len()), (1, line("rev=7febc6e"), 2));
         assert_eq!(l.overridden, Arch::ALL.to_vec());
         assert_eq!(l.refs.iter().filter(|r| r.kind == Kind::LockRequiresDist).count(), 4);
-        assert_eq!(l.refs.iter().find(|r| r.kind == Kind::LockLabel).unwrap().line, line("version = \"1.2.1+29d31c0\""));
+        assert_eq!(
+            l.refs.iter().find(|r| r.kind == Kind::LockLabel).unwrap().line,
+            line("version = \"1.2.1+29d31c0\"")
+        );
     }
 }

@@ -10,7 +10,7 @@ use pep508_rs::{MarkerTree, PackageName, VersionOrUrl};
 use toml_edit::{Array, DocumentMut, Item, TableLike, Value};
 
 use crate::error::Failure;
-use crate::lock::marker::{archs, arch_env};
+use crate::lock::marker::{arch_env, archs};
 use crate::lock::pyproject::{is_name, leading_name, parse_requirement};
 use crate::pins::Arch;
 
@@ -189,7 +189,10 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
             let item = sources.get_mut(&k).expect("listed");
             // (entry, is an inline table)
             let mut entries: Vec<(&mut dyn TableLike, bool)> = match item {
-                Item::Value(Value::Array(a)) => a.iter_mut().filter_map(|v| v.as_inline_table_mut().map(|t| (t as &mut dyn TableLike, true))).collect(),
+                Item::Value(Value::Array(a)) => a
+                    .iter_mut()
+                    .filter_map(|v| v.as_inline_table_mut().map(|t| (t as &mut dyn TableLike, true)))
+                    .collect(),
                 Item::Value(Value::InlineTable(t)) => vec![(t as &mut dyn TableLike, true)],
                 other => other.as_table_like_mut().into_iter().map(|t| (t, false)).collect(),
             };
@@ -199,8 +202,13 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
                     continue;
                 }
                 let m = match e.get("marker").and_then(Item::as_str) {
-                    Some(s) => MarkerTree::from_str(s)
-                        .map_err(|err| Failure::usage(format!("{}:{}: tool.uv.sources.{k}: invalid marker: {err}", path.display(), line_of(text, s))))?,
+                    Some(s) => MarkerTree::from_str(s).map_err(|err| {
+                        Failure::usage(format!(
+                            "{}:{}: tool.uv.sources.{k}: invalid marker: {err}",
+                            path.display(),
+                            line_of(text, s)
+                        ))
+                    })?,
                     None => MarkerTree::TRUE,
                 };
                 let covers = archs(&m, &MarkerTree::TRUE);
@@ -227,7 +235,8 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
                         if *inline {
                             // Appended last: the old last value's space before `}` moves behind the new one.
                             if let Some(last) = e.iter_mut().last().and_then(|(_, i)| i.as_value_mut()) {
-                                let suffix = last.decor().suffix().and_then(|s| s.as_str()).unwrap_or_default().to_string();
+                                let suffix =
+                                    last.decor().suffix().and_then(|s| s.as_str()).unwrap_or_default().to_string();
                                 last.decor_mut().set_suffix("");
                                 v.decor_mut().set_suffix(suffix);
                             }
@@ -272,7 +281,9 @@ pub fn pins(path: &Path, text: &str, rev: &str, arches: &[Arch], base: Option<&s
         Failure::usage(format!("{}:{line}: {}", path.display(), e.message().trim()))
     })?;
     for a in arches {
-        let pin = doc["pin"].as_table_like_mut().ok_or_else(|| Failure::usage(format!("{}: [pin] is not a table", path.display())))?;
+        let pin = doc["pin"]
+            .as_table_like_mut()
+            .ok_or_else(|| Failure::usage(format!("{}: [pin] is not a table", path.display())))?;
         if pin.get(a.as_str()).is_none() {
             let mut t = toml_edit::Table::new();
             t.insert("rev", toml_edit::value(rev));
@@ -305,7 +316,10 @@ mod tests {
     fn with_rev_replaces_or_adds_the_revision() {
         assert_eq!(with_rev("git+https://h/o/DeepEP.git@abc", "def"), "git+https://h/o/DeepEP.git@def");
         assert_eq!(with_rev("git+https://h/o/DeepEP.git", "def"), "git+https://h/o/DeepEP.git@def");
-        assert_eq!(with_rev("git+ssh://git@h/o/DeepEP.git@abc#subdirectory=x", "def"), "git+ssh://git@h/o/DeepEP.git@def#subdirectory=x");
+        assert_eq!(
+            with_rev("git+ssh://git@h/o/DeepEP.git@abc#subdirectory=x", "def"),
+            "git+ssh://git@h/o/DeepEP.git@def#subdirectory=x"
+        );
     }
 
     const NEW: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
@@ -338,16 +352,36 @@ name = "Deep_EP"
 version = "v1.2.1+aaaa"   # label
 "#;
         let (out, places) = edit(text, None).unwrap();
-        assert_eq!(places, ["tool.uv.override-dependencies", "tool.uv.sources.deep-ep", "[[tool.uv.dependency-metadata]] version"]);
-        assert!(out.contains(&format!("  \"deep_ep @ git+https://h/DeepEP.git@{NEW}\",\n  # aarch64 runs an older build\n  \"numpy\",")), "{out}");
-        assert!(out.contains(&format!("{{ git = \"https://h/DeepEP.git\", marker = \"platform_machine == 'x86_64'\", rev = \"{NEW}\" }},\n")), "{out}");
-        assert!(out.contains(&format!("rev = \"{NEW}\", marker = \"platform_machine == 'aarch64'\" }},  # arm")), "{out}");
+        assert_eq!(
+            places,
+            ["tool.uv.override-dependencies", "tool.uv.sources.deep-ep", "[[tool.uv.dependency-metadata]] version"]
+        );
+        assert!(
+            out.contains(&format!(
+                "  \"deep_ep @ git+https://h/DeepEP.git@{NEW}\",\n  # aarch64 runs an older build\n  \"numpy\","
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!(
+                "{{ git = \"https://h/DeepEP.git\", marker = \"platform_machine == 'x86_64'\", rev = \"{NEW}\" }},\n"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("rev = \"{NEW}\", marker = \"platform_machine == 'aarch64'\" }},  # arm")),
+            "{out}"
+        );
         assert!(out.contains("version = \"1.2.1+17cfb81\"   # label"), "{out}");
         assert!(out.contains("\"deep-ep ; platform_machine == 'x86_64'\",  # bare"), "{out}");
 
         // --arch aarch64 touches only aarch64's requirement and source
         let (out, _) = edit(text, Some(Arch::Aarch64)).unwrap();
-        assert!(out.contains("DeepEP.git@aaaa ; platform_machine == 'x86_64'") && out.contains(&format!("DeepEP.git@{NEW} ; platform_machine == 'aarch64'")), "{out}");
+        assert!(
+            out.contains("DeepEP.git@aaaa ; platform_machine == 'x86_64'")
+                && out.contains(&format!("DeepEP.git@{NEW} ; platform_machine == 'aarch64'")),
+            "{out}"
+        );
         assert!(out.contains("tag = \"v1\"") && !out.contains("rev = \"bbbb\""), "{out}");
     }
 

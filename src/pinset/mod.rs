@@ -52,7 +52,9 @@ pub fn find_uv() -> Result<PathBuf> {
         if p.is_file() {
             return Ok(p);
         }
-        return Err(Failure::env(format!("DEEPEP_FORGE_UV={} does not exist", p.display())).hint("point DEEPEP_FORGE_UV at a uv binary, or unset it to use uv from PATH").into());
+        return Err(Failure::env(format!("DEEPEP_FORGE_UV={} does not exist", p.display()))
+            .hint("point DEEPEP_FORGE_UV at a uv binary, or unset it to use uv from PATH")
+            .into());
     }
     std::env::var_os("PATH")
         .and_then(|path| std::env::split_paths(&path).map(|d| d.join("uv")).find(|p| p.is_file()))
@@ -66,7 +68,8 @@ pub fn find_uv() -> Result<PathBuf> {
 /// Write `text` to `path` through a temp file in the same folder; the caller renames (persists) it.
 fn stage(path: &Path, text: &str) -> Result<tempfile::NamedTempFile> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temp file next to {}", path.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a temp file next to {}", path.display()))?;
     tmp.write_all(text.as_bytes()).with_context(|| format!("writing the new {}", path.display()))?;
     if let Ok(meta) = std::fs::metadata(path) {
         tmp.as_file().set_permissions(meta.permissions()).ok();
@@ -81,13 +84,18 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
     let py_path = crate::lock::shown(&args.project.join("pyproject.toml"));
-    let py_text = std::fs::read_to_string(&py_path)
-        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", py_path.display())).hint("--project must name a folder with a pyproject.toml"))?;
+    let py_text = std::fs::read_to_string(&py_path).map_err(|e| {
+        Failure::usage(format!("cannot read {}: {e}", py_path.display()))
+            .hint("--project must name a folder with a pyproject.toml")
+    })?;
     let before = pyproject::read(&py_path, &py_text, &name)?;
     if before.refs.is_empty() {
-        return Err(Failure::usage(format!("{} does not reference DeepEP (`{name}`) anywhere: nothing to pin", py_path.display()))
-            .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first")
-            .into());
+        return Err(Failure::usage(format!(
+            "{} does not reference DeepEP (`{name}`) anywhere: nothing to pin",
+            py_path.display()
+        ))
+        .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first")
+        .into());
     }
     let uv = if args.relock { Some(find_uv()?) } else { None };
 
@@ -95,11 +103,12 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let rev = match &src {
         Some(s) => s.resolve(&args.rev)?,
         None if is_full_sha(&args.rev) => args.rev.clone(),
-        None => {
-            return Err(Failure::usage(format!("`{}` is not a full 40-hex commit, and there is no git source to resolve it against", args.rev))
-                .hint("give the full sha, or pass --source PATH|URL (e.g. --source https://github.com/deepseek-ai/DeepEP.git)")
-                .into())
-        }
+        None => return Err(Failure::usage(format!(
+            "`{}` is not a full 40-hex commit, and there is no git source to resolve it against",
+            args.rev
+        ))
+        .hint("give the full sha, or pass --source PATH|URL (e.g. --source https://github.com/deepseek-ai/DeepEP.git)")
+        .into()),
     };
     let short = match &src {
         Some(s) => s.short(&rev)?,
@@ -115,7 +124,9 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             .or_else(|| pins.as_ref().map(|p| p.source.base_version.clone())),
     };
     if old_label.is_some() && base.is_none() {
-        return Err(Failure::usage("cannot tell the base version for the dependency-metadata label").hint("pass --source with DeepEP's git repository").into());
+        return Err(Failure::usage("cannot tell the base version for the dependency-metadata label")
+            .hint("pass --source with DeepEP's git repository")
+            .into());
     }
     let label = base.as_ref().map(|b| format!("{b}+{short}"));
 
@@ -134,8 +145,10 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         None => None,
     };
     // With --arch, the other architecture may keep another revision: one static label cannot serve both.
-    let split = after.refs.iter().any(|r| matches!(r.kind, Kind::Requirement | Kind::Source) && r.git.as_ref().and_then(|g| g.rev.as_deref()).is_some_and(|r| r != rev))
-        && after.refs.iter().any(|r| r.kind == Kind::Label);
+    let split = after.refs.iter().any(|r| {
+        matches!(r.kind, Kind::Requirement | Kind::Source)
+            && r.git.as_ref().and_then(|g| g.rev.as_deref()).is_some_and(|r| r != rev)
+    }) && after.refs.iter().any(|r| r.kind == Kind::Label);
 
     // 2. Write both files: temp files first, renamed only when both are ready.
     let py_tmp = (new_py != py_text).then(|| stage(&py_path, &new_py)).transpose()?;
@@ -167,11 +180,23 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         eprintln!("warning: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split");
     }
 
-    let check = CheckArgs { project: args.project.clone(), pins: args.pins.clone(), no_pins: args.no_pins, dockerfiles: Vec::new(), format: crate::output::Format::Human };
+    let check = CheckArgs {
+        project: args.project.clone(),
+        pins: args.pins.clone(),
+        no_pins: args.no_pins,
+        dockerfiles: Vec::new(),
+        format: crate::output::Format::Human,
+    };
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
         args.project.display(),
-        if args.no_pins { " --no-pins".to_string() } else if args.pins != Path::new(crate::pins::DEFAULT_PATH) { format!(" --pins {}", args.pins.display()) } else { String::new() }
+        if args.no_pins {
+            " --no-pins".to_string()
+        } else if args.pins != Path::new(crate::pins::DEFAULT_PATH) {
+            format!(" --pins {}", args.pins.display())
+        } else {
+            String::new()
+        }
     );
     let Some(uv) = uv else {
         println!("next: uv lock --project {} && {check_cmd}", args.project.display());
@@ -181,7 +206,11 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     // 3. --relock: real uv, then the lock check. Ctrl-C reaches uv too; we then restore and exit 130.
     let _guard = crate::error::Cooperative::enter();
     eprintln!("running {} lock in {} ...", uv.display(), args.project.display());
-    let out = Command::new(&uv).arg("lock").current_dir(&args.project).output().with_context(|| format!("running {} lock", uv.display()))?;
+    let out = Command::new(&uv)
+        .arg("lock")
+        .current_dir(&args.project)
+        .output()
+        .with_context(|| format!("running {} lock", uv.display()))?;
     if !out.status.success() || crate::error::check_interrupted().is_err() {
         // All or nothing: put both files back as they were.
         stage(&py_path, &py_text)?.persist(&py_path).with_context(|| format!("restoring {}", py_path.display()))?;

@@ -31,7 +31,9 @@ impl GitSource {
         if p.is_dir() {
             let out = git(p, &["rev-parse", "--git-dir"], "open the --source repository")?;
             if !out.status.success() {
-                return Err(Failure::usage(format!("--source {given} is not a git repository")).hint("pass a DeepEP checkout or its URL").into());
+                return Err(Failure::usage(format!("--source {given} is not a git repository"))
+                    .hint("pass a DeepEP checkout or its URL")
+                    .into());
             }
             return Ok(GitSource { dir: p.to_path_buf(), given: given.to_string(), _clone: None });
         }
@@ -47,21 +49,31 @@ impl GitSource {
             .output()
             .context("running git clone (is git installed?)")?;
         if !out.status.success() {
-            return Err(Failure::usage(format!("cloning --source {given} failed: {}", String::from_utf8_lossy(&out.stderr).trim()))
-                .hint("check the URL and the network, or pass a local checkout with --source PATH")
-                .into());
+            return Err(Failure::usage(format!(
+                "cloning --source {given} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+            .hint("check the URL and the network, or pass a local checkout with --source PATH")
+            .into());
         }
         Ok(GitSource { dir: tmp.path().join("src.git"), given: given.to_string(), _clone: Some(tmp) })
     }
 
     /// The full commit `rev` names (sha prefix, branch or tag), or a usage error.
     pub fn resolve(&self, rev: &str) -> Result<String> {
-        let out = git(&self.dir, &["rev-parse", "--verify", "--quiet", "--end-of-options", &format!("{rev}^{{commit}}")], "resolve the revision")?;
+        let out = git(
+            &self.dir,
+            &["rev-parse", "--verify", "--quiet", "--end-of-options", &format!("{rev}^{{commit}}")],
+            "resolve the revision",
+        )?;
         let full = String::from_utf8_lossy(&out.stdout).trim().to_string();
         if !out.status.success() || !crate::pins::is_full_sha(&full) {
-            return Err(Failure::usage(format!("revision `{rev}` is not a commit in {} (or is ambiguous)", self.given))
-                .hint("give the full 40-hex sha, or fetch the branch that holds it into the source first")
-                .into());
+            return Err(Failure::usage(format!(
+                "revision `{rev}` is not a commit in {} (or is ambiguous)",
+                self.given
+            ))
+            .hint("give the full 40-hex sha, or fetch the branch that holds it into the source first")
+            .into());
         }
         Ok(full)
     }

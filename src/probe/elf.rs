@@ -83,8 +83,11 @@ pub fn parse(data: &[u8]) -> Result<ElfFacts, String> {
     let mut facts = ElfFacts { machine, ..Default::default() };
 
     let sections = file.elf_section_table();
-    if let Some((dyns, strtab)) = sections.dynamic(endian, data).map_err(|e| format!("malformed dynamic section: {e}"))? {
-        let strings = sections.strings(endian, data, strtab).map_err(|e| format!("malformed dynamic string table: {e}"))?;
+    if let Some((dyns, strtab)) =
+        sections.dynamic(endian, data).map_err(|e| format!("malformed dynamic section: {e}"))?
+    {
+        let strings =
+            sections.strings(endian, data, strtab).map_err(|e| format!("malformed dynamic string table: {e}"))?;
         for d in dyns {
             let tag = d.tag32(endian);
             let list = match tag {
@@ -129,7 +132,9 @@ pub fn parse(data: &[u8]) -> Result<ElfFacts, String> {
 fn printable_strings(bytes: &[u8]) -> Vec<String> {
     bytes
         .split(|&b| b == 0)
-        .filter(|s| s.len() >= MIN_STRING && s.iter().all(|&b| matches!(b, b'\t' | b'\n' | b'\r') || (0x20..0x7f).contains(&b)))
+        .filter(|s| {
+            s.len() >= MIN_STRING && s.iter().all(|&b| matches!(b, b'\t' | b'\n' | b'\r') || (0x20..0x7f).contains(&b))
+        })
         .map(|s| String::from_utf8_lossy(s).into_owned())
         .collect()
 }
@@ -166,7 +171,9 @@ pub fn demangle_prefix(name: &str) -> String {
 
 /// Whether a mangled name is in namespace `std` (libstdc++'s own symbols).
 pub fn is_std_symbol(name: &str) -> bool {
-    ["_ZNSt", "_ZNKSt", "_ZSt", "_ZTISt", "_ZTSSt", "_ZTVSt", "_ZNSo", "_ZNSi", "_ZNKSo", "_ZNKSi"].iter().any(|p| name.starts_with(p))
+    ["_ZNSt", "_ZNKSt", "_ZSt", "_ZTISt", "_ZTSSt", "_ZTVSt", "_ZNSo", "_ZNSi", "_ZNKSo", "_ZNKSi"]
+        .iter()
+        .any(|p| name.starts_with(p))
 }
 
 #[cfg(test)]

@@ -80,7 +80,8 @@ pub struct EnvFacts {
 /// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
 pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
     let out = Command::new(python).arg("-c").arg(SCRIPT).output().map_err(|e| {
-        Failure::usage(format!("cannot run {}: {e}", python.display())).hint("pass the python of the environment to inspect, e.g. .venv/bin/python")
+        Failure::usage(format!("cannot run {}: {e}", python.display()))
+            .hint("pass the python of the environment to inspect, e.g. .venv/bin/python")
     })?;
     if !out.status.success() {
         return Err(Failure::usage(format!(
@@ -124,10 +125,15 @@ pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
 
 fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
     if let Ok(wheel) = std::fs::read_to_string(info.join("WHEEL")) {
-        facts.platform = wheel.lines().find_map(|l| l.strip_prefix("Tag:")).and_then(|t| t.trim().rsplit('-').next()).map(str::to_string);
+        facts.platform = wheel
+            .lines()
+            .find_map(|l| l.strip_prefix("Tag:"))
+            .and_then(|t| t.trim().rsplit('-').next())
+            .map(str::to_string);
     }
     if let Ok(bytes) = std::fs::read(info.join(crate::provenance::FILE_NAME)) {
-        facts.provenance = Some(serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", crate::provenance::FILE_NAME)));
+        facts.provenance =
+            Some(serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", crate::provenance::FILE_NAME)));
     }
     let text = match std::fs::read_to_string(info.join("RECORD")) {
         Ok(t) => t,
@@ -173,21 +179,41 @@ fn expand_origin(dir: &str, ext: &Path) -> PathBuf {
 
 fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
     let cache = ld_cache();
-    let ld_path: Vec<PathBuf> =
-        std::env::var("LD_LIBRARY_PATH").unwrap_or_default().split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
-    // torch loads its own libraries (libc10, libtorch*, the pip CUDA runtime) before deep_ep.
-    let torch_dirs: Vec<PathBuf> = interp.modules.get("torch").cloned().flatten().map(PathBuf::from).and_then(|t| {
-        let torch = t.parent()?.to_path_buf();
-        let mut dirs = vec![torch.join("lib")];
-        if let Ok(rd) = std::fs::read_dir(torch.parent()?.join("nvidia")) {
-            dirs.extend(rd.flatten().map(|e| e.path().join("lib")));
-        }
-        Some(dirs)
-    }).unwrap_or_default();
-    let defaults: Vec<PathBuf> = ["/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu"]
-        .iter()
+    let ld_path: Vec<PathBuf> = std::env::var("LD_LIBRARY_PATH")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|s| !s.is_empty())
         .map(PathBuf::from)
         .collect();
+    // torch loads its own libraries (libc10, libtorch*, the pip CUDA runtime) before deep_ep.
+    let torch_dirs: Vec<PathBuf> = interp
+        .modules
+        .get("torch")
+        .cloned()
+        .flatten()
+        .map(PathBuf::from)
+        .and_then(|t| {
+            let torch = t.parent()?.to_path_buf();
+            let mut dirs = vec![torch.join("lib")];
+            if let Ok(rd) = std::fs::read_dir(torch.parent()?.join("nvidia")) {
+                dirs.extend(rd.flatten().map(|e| e.path().join("lib")));
+            }
+            Some(dirs)
+        })
+        .unwrap_or_default();
+    let defaults: Vec<PathBuf> = [
+        "/lib",
+        "/usr/lib",
+        "/lib64",
+        "/usr/lib64",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
     let mut needed = Vec::new();
     let mut missing_runpaths = Vec::new();
     let mut nvshmem_dirs: Vec<PathBuf> = Vec::new();
@@ -206,7 +232,11 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
                 dirs.iter().map(|d| d.join(lib)).find(|p| p.exists()).map(|p| format!("{how} {}", p.display()))
             };
             let runpath: Vec<PathBuf> = elf.runpath.iter().map(|d| expand_origin(d, here)).collect();
-            let rpath: Vec<PathBuf> = if runpath.is_empty() { elf.rpath.iter().map(|d| expand_origin(d, here)).collect() } else { Vec::new() };
+            let rpath: Vec<PathBuf> = if runpath.is_empty() {
+                elf.rpath.iter().map(|d| expand_origin(d, here)).collect()
+            } else {
+                Vec::new()
+            };
             let found = search("RPATH", &rpath)
                 .or_else(|| search("LD_LIBRARY_PATH", &ld_path))
                 .or_else(|| search("RUNPATH", &runpath))

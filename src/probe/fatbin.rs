@@ -162,9 +162,12 @@ fn entry(b: &[u8], at: usize) -> Result<(Entry, usize), String> {
     if (header as usize) < ENTRY_MIN {
         return Err(format!("entry at {at:#x}: header size {header} is below {ENTRY_MIN}"));
     }
-    let next = (at as u64).checked_add(header).and_then(|v| v.checked_add(size)).filter(|&n| n <= h.len() as u64 + at as u64);
+    let next =
+        (at as u64).checked_add(header).and_then(|v| v.checked_add(size)).filter(|&n| n <= h.len() as u64 + at as u64);
     let Some(next) = next else {
-        return Err(format!("entry at {at:#x} ({kind_raw}, sm {sm}) claims {size} bytes past the end of its container (truncated)"));
+        return Err(format!(
+            "entry at {at:#x} ({kind_raw}, sm {sm}) claims {size} bytes past the end of its container (truncated)"
+        ));
     };
     let compression = if flags & FLAG_ZSTD != 0 {
         Some(Compression::Zstd)

@@ -104,7 +104,8 @@ pub fn binary_facts(args: &ProbeArgs) -> Result<Option<BinaryFacts>> {
 pub fn static_verdict(args: &ProbeArgs, request: Option<Request>) -> Result<Verdict> {
     let pins = args.pins.as_deref().map(Pins::load).transpose()?;
     let inspected = inspect(args)?;
-    let subject = inspected.as_ref().map(|i| i.binary.file.clone()).unwrap_or_else(|| "no binary (topology only)".into());
+    let subject =
+        inspected.as_ref().map(|i| i.binary.file.clone()).unwrap_or_else(|| "no binary (topology only)".into());
     let mut v = Verdict::new(subject, request.clone());
     if let Some(i) = &inspected {
         for c in rules::binary_checks(&i.binary, i.env.as_ref(), &i.evidence, request.as_ref(), pins.as_ref()) {
@@ -156,7 +157,11 @@ pub fn print(v: &Verdict, format: Format) -> Result<()> {
                     _ => continue,
                 };
                 let fix = c.fix.as_deref().map(|f| format!(" (fix: {f})")).unwrap_or_default();
-                println!("::{level} title={}::{}", gh_escape_prop(&format!("probe {}", c.rule)), gh_escape_data(&format!("{}{fix}", c.evidence)));
+                println!(
+                    "::{level} title={}::{}",
+                    gh_escape_prop(&format!("probe {}", c.rule)),
+                    gh_escape_data(&format!("{}{fix}", c.evidence))
+                );
             }
         }
     }

@@ -10,7 +10,8 @@ use super::env::EnvFacts;
 use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
 
 /// DeepEP's abort message in single-node builds.
-pub const SINGLE_NODE_STRING: &str = "Inter-node communication is not supported. Please rebuild with HYBRID_EP_MULTINODE flag";
+pub const SINGLE_NODE_STRING: &str =
+    "Inter-node communication is not supported. Please rebuild with HYBRID_EP_MULTINODE flag";
 pub const MULTINODE_DEFINE: &str = "-DHYBRID_EP_BUILD_MULTINODE_ENABLE";
 /// Largest NVLink domain (GB200 NVL72).
 pub const MAX_RANKS_PER_DOMAIN: u32 = 72;
@@ -100,7 +101,10 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
         _ => None,
     };
     let from_pins = pins.and_then(|p| {
-        p.variants.iter().find(|v| Some(v.topology.gpu.as_str()) == family && v.multinode == multinode).map(|v| v.name.clone())
+        p.variants
+            .iter()
+            .find(|v| Some(v.topology.gpu.as_str()) == family && v.multinode == multinode)
+            .map(|v| v.name.clone())
     });
     let name = from_pins.unwrap_or_else(|| match (family, multinode) {
         (Some("gb200"), false) => "gb200-nvl72".into(),
@@ -122,7 +126,13 @@ fn short(path: &str) -> &str {
 }
 
 /// Rules about the binary alone (no request needed).
-pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, request: Option<&Request>, pins: Option<&Pins>) -> Vec<Check> {
+pub fn binary_checks(
+    b: &WheelFacts,
+    env: Option<&EnvFacts>,
+    ev: &Evidence,
+    request: Option<&Request>,
+    pins: Option<&Pins>,
+) -> Vec<Check> {
     let gpu = request.and_then(|r| r.gpu);
     let mut out = Vec::new();
     let is_wheel = env.is_none();
@@ -133,14 +143,24 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
         Check::pass("record", format!("{} {what} verified against RECORD (sha256 and size)", b.record_verified))
     } else {
         let n = b.record_problems.len();
-        Check::fail("record", format!("{n} problem(s): {}", b.record_problems.iter().take(3).cloned().collect::<Vec<_>>().join("; ")))
-            .fix(if is_wheel { "the wheel was changed after it was built: rebuild it, or fetch it again" } else { "reinstall deep_ep: files changed after installation" })
+        Check::fail(
+            "record",
+            format!("{n} problem(s): {}", b.record_problems.iter().take(3).cloned().collect::<Vec<_>>().join("; ")),
+        )
+        .fix(if is_wheel {
+            "the wheel was changed after it was built: rebuild it, or fetch it again"
+        } else {
+            "reinstall deep_ep: files changed after installation"
+        })
     });
 
     // Extensions readable, hybrid_ep_cpp present.
     for e in &b.extensions {
         if let Err(why) = &e.elf {
-            out.push(Check::fail("extension-elf", format!("{}: {why}", e.path)).fix("the member is not a loadable extension: rebuild the wheel"));
+            out.push(
+                Check::fail("extension-elf", format!("{}: {why}", e.path))
+                    .fix("the member is not a loadable extension: rebuild the wheel"),
+            );
         }
     }
     let wants_hybridep = request.is_some_and(|r| r.dispatcher.as_deref().is_none_or(|d| d == "hybridep"));
@@ -158,26 +178,41 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
     });
 
     // ELF machine vs platform tag vs target.
-    let machines: Vec<(String, String)> = elfs(b).map(|(e, f)| (short(&e.path).to_string(), f.machine.clone())).collect();
+    let machines: Vec<(String, String)> =
+        elfs(b).map(|(e, f)| (short(&e.path).to_string(), f.machine.clone())).collect();
     let elf_arch = elfs(b).find_map(|(_, f)| f.arch());
     let distinct: std::collections::BTreeSet<&str> = machines.iter().map(|(_, m)| m.as_str()).collect();
     let tag_arch = b.platform.as_deref().and_then(platform_arch);
     let listing = machines.iter().map(|(p, m)| format!("{p} {m}")).collect::<Vec<_>>().join(", ");
     out.push(match (distinct.len(), b.platform.as_deref(), tag_arch) {
         (0, _, _) => Check::skip("elf-machine", "no readable extension"),
-        (n, _, _) if n > 1 => Check::fail("elf-machine", format!("extensions disagree: {listing}")).fix("rebuild the wheel on one architecture"),
-        (_, Some(p), Some(t)) if Some(t) != elf_arch => Check::fail("elf-machine", format!("platform tag {p} names {t} but the ELF machine is {listing}: mislabelled wheel"))
-            .fix(format!("do not install it under this name; {}", rebuild(gpu.filter(|g| g.host_arch() == Some(t)), ev.multinode.unwrap_or(false), pins))),
+        (n, _, _) if n > 1 => Check::fail("elf-machine", format!("extensions disagree: {listing}"))
+            .fix("rebuild the wheel on one architecture"),
+        (_, Some(p), Some(t)) if Some(t) != elf_arch => Check::fail(
+            "elf-machine",
+            format!("platform tag {p} names {t} but the ELF machine is {listing}: mislabelled wheel"),
+        )
+        .fix(format!(
+            "do not install it under this name; {}",
+            rebuild(gpu.filter(|g| g.host_arch() == Some(t)), ev.multinode.unwrap_or(false), pins)
+        )),
         (_, Some(p), _) => Check::pass("elf-machine", format!("platform tag {p} and ELF machine agree ({listing})")),
         (_, None, _) => Check::warn("elf-machine", format!("no platform tag to compare with ({listing})")),
     });
     out.push(match (gpu, gpu.and_then(Gpu::host_arch), elf_arch) {
         (None, _, _) => Check::warn("target-arch", "unknown: no GPU named (pass --gpu or --preset)"),
-        (Some(g), None, _) => Check::warn("target-arch", format!("unknown: {g} does not fix the host CPU architecture")),
+        (Some(g), None, _) => {
+            Check::warn("target-arch", format!("unknown: {g} does not fix the host CPU architecture"))
+        }
         (_, _, None) => Check::warn("target-arch", "unknown: no readable extension"),
-        (Some(g), Some(want), Some(have)) if want == have => Check::pass("target-arch", format!("{g} hosts are {want}, the binary is {have}")),
-        (Some(g), Some(want), Some(have)) => Check::fail("target-arch", format!("{g} hosts are {want} but the binary is {have}"))
-            .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins)),
+        (Some(g), Some(want), Some(have)) if want == have => {
+            Check::pass("target-arch", format!("{g} hosts are {want}, the binary is {have}"))
+        }
+        (Some(g), Some(want), Some(have)) => Check::fail(
+            "target-arch",
+            format!("{g} hosts are {want} but the binary is {have}"),
+        )
+        .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins)),
     });
 
     // Host machine vs binary (installed environments run here).
@@ -185,7 +220,8 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
         let m = &env.interpreter.machine;
         out.push(match (m.parse::<Arch>().ok(), elf_arch) {
             (Some(h), Some(a)) if h == a => Check::pass("host-arch", format!("this machine ({m}) runs {a} binaries")),
-            (Some(_), Some(a)) => Check::fail("host-arch", format!("this machine is {m} but the extensions are {a}")).fix("install the wheel built for this architecture"),
+            (Some(_), Some(a)) => Check::fail("host-arch", format!("this machine is {m} but the extensions are {a}"))
+                .fix("install the wheel built for this architecture"),
             _ => Check::warn("host-arch", format!("unknown: machine {m}")),
         });
     }
@@ -198,8 +234,14 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
         out.push(if has {
             Check::pass("jit-sm-arch", format!("baked SM_ARCH \"{list}\" covers {g} (sm_{})", g.sm()))
         } else {
-            Check::fail("jit-sm-arch", format!("baked SM_ARCH \"{list}\" does not cover {g} (sm_{}): HybridEP's JIT compiles for the wrong GPU", g.sm()))
-                .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins))
+            Check::fail(
+                "jit-sm-arch",
+                format!(
+                    "baked SM_ARCH \"{list}\" does not cover {g} (sm_{}): HybridEP's JIT compiles for the wrong GPU",
+                    g.sm()
+                ),
+            )
+            .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins))
         });
     }
 
@@ -253,7 +295,12 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
     match env {
         Some(env) if !env.missing_runpaths.is_empty() => {
             for (ext, dir) in &env.missing_runpaths {
-                out.push(Check::warn("runpath", format!("{}: RUNPATH {dir} does not exist on this machine", short(ext))).fix("set LD_LIBRARY_PATH to where those libraries live here, or rebuild with the run-time path"));
+                out.push(
+                    Check::warn("runpath", format!("{}: RUNPATH {dir} does not exist on this machine", short(ext)))
+                        .fix(
+                            "set LD_LIBRARY_PATH to where those libraries live here, or rebuild with the run-time path",
+                        ),
+                );
             }
         }
         Some(_) => out.push(Check::pass("runpath", "every RUNPATH/RPATH directory exists here")),
@@ -269,8 +316,11 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
             out.push(if build_paths.is_empty() {
                 Check::pass("runpath", "no build-machine RUNPATH/RPATH")
             } else {
-                Check::warn("runpath", format!("absolute build-machine paths that will not exist at run time: {}", build_paths.join(", ")))
-                    .fix("set LD_LIBRARY_PATH on the run machine (e.g. to its nvshmem lib dir), or patch the RUNPATH")
+                Check::warn(
+                    "runpath",
+                    format!("absolute build-machine paths that will not exist at run time: {}", build_paths.join(", ")),
+                )
+                .fix("set LD_LIBRARY_PATH on the run machine (e.g. to its nvshmem lib dir), or patch the RUNPATH")
             });
         }
     }
@@ -278,7 +328,13 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
     // Provenance vs evidence.
     out.push(provenance_check(b, ev, hep));
     if ev.leaked_nccl_backend {
-        out.push(Check::warn("reused-tree", "single-node binary ships deep_ep/backend/nccl/: built in a source tree reused after a DOCA build").fix("build in a fresh checkout"));
+        out.push(
+            Check::warn(
+                "reused-tree",
+                "single-node binary ships deep_ep/backend/nccl/: built in a source tree reused after a DOCA build",
+            )
+            .fix("build in a fresh checkout"),
+        );
     }
 
     // Pin.
@@ -288,19 +344,40 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
 
     // Installed environment: what the loader and the JIT will need.
     if let Some(env) = env {
-        let unresolved: Vec<String> = env.needed.iter().filter(|r| r.found.is_none()).map(|r| format!("{} (by {})", r.library, short(&r.extension))).collect();
+        let unresolved: Vec<String> = env
+            .needed
+            .iter()
+            .filter(|r| r.found.is_none())
+            .map(|r| format!("{} (by {})", r.library, short(&r.extension)))
+            .collect();
         out.push(if unresolved.is_empty() {
             Check::pass("needed-libs", format!("all {} NEEDED libraries resolve", env.needed.len()))
         } else {
-            Check::fail("needed-libs", format!("not found via RPATH, LD_LIBRARY_PATH, RUNPATH, ld.so.cache or default dirs: {}", unresolved.join(", ")))
-                .fix("install the missing libraries or point LD_LIBRARY_PATH at them")
+            Check::fail(
+                "needed-libs",
+                format!(
+                    "not found via RPATH, LD_LIBRARY_PATH, RUNPATH, ld.so.cache or default dirs: {}",
+                    unresolved.join(", ")
+                ),
+            )
+            .fix("install the missing libraries or point LD_LIBRARY_PATH at them")
         });
         if ev.transport == Some(Transport::Doca) {
-            let home = b.provenance.as_ref().and_then(|p| p.as_ref().ok()).and_then(|p| p.variant.rdma_core_home.clone()).or_else(|| ev.rdma_core_home.clone());
+            let home = b
+                .provenance
+                .as_ref()
+                .and_then(|p| p.as_ref().ok())
+                .and_then(|p| p.variant.rdma_core_home.clone())
+                .or_else(|| ev.rdma_core_home.clone());
             out.push(match home {
-                Some(h) if std::path::Path::new(&h).is_dir() => Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists")),
-                Some(h) => Check::fail("rdma-core-home", format!("baked RDMA_CORE_HOME {h} does not exist here: the HybridEP JIT cannot find rdma-core"))
-                    .fix(format!("install rdma-core at {h}, or rebuild with this machine's RDMA_CORE_HOME")),
+                Some(h) if std::path::Path::new(&h).is_dir() => {
+                    Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists"))
+                }
+                Some(h) => Check::fail(
+                    "rdma-core-home",
+                    format!("baked RDMA_CORE_HOME {h} does not exist here: the HybridEP JIT cannot find rdma-core"),
+                )
+                .fix(format!("install rdma-core at {h}, or rebuild with this machine's RDMA_CORE_HOME")),
                 None => Check::warn("rdma-core-home", "DOCA build but the baked RDMA_CORE_HOME could not be read"),
             });
         }
@@ -312,7 +389,11 @@ pub fn binary_checks(b: &WheelFacts, env: Option<&EnvFacts>, ev: &Evidence, requ
         out.push(if env.nvcc {
             Check::pass("jit-nvcc", format!("{}/bin/nvcc exists for HybridEP's JIT", env.cuda_home))
         } else {
-            Check::fail("jit-nvcc", format!("{}/bin/nvcc missing: HybridEP compiles kernels at run time", env.cuda_home)).fix("install the CUDA toolkit and set CUDA_HOME")
+            Check::fail(
+                "jit-nvcc",
+                format!("{}/bin/nvcc missing: HybridEP compiles kernels at run time", env.cuda_home),
+            )
+            .fix("install the CUDA toolkit and set CUDA_HOME")
         });
     }
     out
@@ -325,7 +406,8 @@ pub fn is_driver_symbol(s: &str) -> bool {
 
 fn is_system_dir(d: &str) -> bool {
     let d = d.trim_end_matches('/');
-    ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/cuda/lib64", "/usr/local/cuda/lib"].contains(&d)
+    ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
+        .contains(&d)
         || d.starts_with("/usr/lib/") && d.ends_with("-linux-gnu")
         || d.starts_with("/lib/") && d.ends_with("-linux-gnu")
 }
@@ -343,7 +425,8 @@ fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&P
     let mut out = Vec::new();
     for (e, f) in elfs(b) {
         let (c, p) = f.sms();
-        let problems: Vec<String> = f.fatbins.iter().flat_map(|(n, fb)| fb.problems.iter().map(move |p| format!("{n}: {p}"))).collect();
+        let problems: Vec<String> =
+            f.fatbins.iter().flat_map(|(n, fb)| fb.problems.iter().map(move |p| format!("{n}: {p}"))).collect();
         let seen = format!(
             "{}: cubin [{}]{}",
             short(&e.path),
@@ -352,16 +435,22 @@ fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&P
         );
         let fix = || rebuild(gpu, ev.multinode.unwrap_or(false), pins);
         out.push(if !problems.is_empty() {
-            Check::fail("cubin-arch", format!("{seen}; malformed fatbin: {}", problems.join("; "))).fix("rebuild the wheel")
+            Check::fail("cubin-arch", format!("{seen}; malformed fatbin: {}", problems.join("; ")))
+                .fix("rebuild the wheel")
         } else if f.device_code().is_none() {
-            Check::fail("cubin-arch", format!("{}: no .nv_fatbin/__nv_relfatbin section: no GPU code", short(&e.path))).fix(fix())
+            Check::fail("cubin-arch", format!("{}: no .nv_fatbin/__nv_relfatbin section: no GPU code", short(&e.path)))
+                .fix(fix())
         } else {
             match gpu {
                 None => Check::warn("cubin-arch", format!("unknown: no GPU named; {seen}")),
-                Some(g) if c.contains(&g.sm()) => Check::pass("cubin-arch", format!("sm_{} cubin for {g}: {seen}", g.sm())),
-                Some(g) if p.iter().any(|&s| s <= g.sm()) => {
-                    Check::warn("cubin-arch", format!("{g} (sm_{}) would JIT from PTX only, measured elsewhere to fail: {seen}", g.sm())).fix(fix())
+                Some(g) if c.contains(&g.sm()) => {
+                    Check::pass("cubin-arch", format!("sm_{} cubin for {g}: {seen}", g.sm()))
                 }
+                Some(g) if p.iter().any(|&s| s <= g.sm()) => Check::warn(
+                    "cubin-arch",
+                    format!("{g} (sm_{}) would JIT from PTX only, measured elsewhere to fail: {seen}", g.sm()),
+                )
+                .fix(fix()),
                 Some(g) => Check::fail("cubin-arch", format!("no sm_{} code for {g}: {seen}", g.sm())).fix(fix()),
             }
         });
@@ -375,7 +464,10 @@ fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&P
 fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Check {
     let p = match &b.provenance {
         None => return Check::skip("provenance", "no deepep-forge provenance file (not built by deepep-forge)"),
-        Some(Err(e)) => return Check::fail("provenance", format!("unreadable provenance: {e}")).fix("rebuild: cargo xtask build-wheel --variant <variant>"),
+        Some(Err(e)) => {
+            return Check::fail("provenance", format!("unreadable provenance: {e}"))
+                .fix("rebuild: cargo xtask build-wheel --variant <variant>")
+        }
         Some(Ok(p)) => p,
     };
     let mut disagree = Vec::new();
@@ -405,13 +497,17 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
         want.dedup();
         let (have, _) = h.sms();
         if h.device_code().is_some() && want != have {
-            disagree.push(format!("says cuda_arch_list {} but hybrid_ep_cpp has cubins {:?}", p.variant.cuda_arch_list, have));
+            disagree.push(format!(
+                "says cuda_arch_list {} but hybrid_ep_cpp has cubins {:?}",
+                p.variant.cuda_arch_list, have
+            ));
         }
     }
     if let (Some(home), Some(h), Some(Transport::Doca)) = (&p.variant.rdma_core_home, hep, ev.transport) {
         let want = format!("{}/lib", home.trim_end_matches('/'));
         if !h.runpath.iter().chain(&h.rpath).any(|d| *d == want) {
-            disagree.push(format!("says RDMA_CORE_HOME {home} but hybrid_ep_cpp's RUNPATH is [{}]", h.runpath.join(":")));
+            disagree
+                .push(format!("says RDMA_CORE_HOME {home} but hybrid_ep_cpp's RUNPATH is [{}]", h.runpath.join(":")));
         }
     }
     if let Some(label) = b.version.as_deref().and_then(local_label) {
@@ -420,17 +516,23 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
         }
     }
     if disagree.is_empty() {
-        Check::pass("provenance", format!(
-            "variant {} ({}, {}, {}) at {} agrees with the binary",
-            p.variant.name,
-            p.variant.arch,
-            p.variant.cuda_arch_list,
-            if p.variant.multinode { "multinode" } else { "single-node" },
-            p.source.short
-        ))
+        Check::pass(
+            "provenance",
+            format!(
+                "variant {} ({}, {}, {}) at {} agrees with the binary",
+                p.variant.name,
+                p.variant.arch,
+                p.variant.cuda_arch_list,
+                if p.variant.multinode { "multinode" } else { "single-node" },
+                p.source.short
+            ),
+        )
     } else {
-        Check::fail("provenance", format!("provenance and binary disagree (mislabelled or tampered wheel): {}", disagree.join("; ")))
-            .fix(format!("do not use this wheel; rebuild: cargo xtask build-wheel --variant {}", p.variant.name))
+        Check::fail(
+            "provenance",
+            format!("provenance and binary disagree (mislabelled or tampered wheel): {}", disagree.join("; ")),
+        )
+        .fix(format!("do not use this wheel; rebuild: cargo xtask build-wheel --variant {}", p.variant.name))
     }
 }
 
@@ -444,10 +546,22 @@ fn pin_check(b: &WheelFacts, arch: Option<Arch>, pins: &Pins, gpu: Option<Gpu>, 
     let fix = || rebuild(gpu, ev.multinode.unwrap_or(false), Some(pins));
     match (prov_rev, label) {
         (Some(rev), _) if rev == pin.rev => Check::pass("pin", format!("provenance rev {rev} is the {arch} pin")),
-        (Some(rev), _) => Check::fail("pin", format!("built from {rev}, but {} pins {arch} to {}", pins.path.display(), pin.rev)).fix(fix()),
-        (None, Some(l)) if l == pin.short() => Check::pass("pin", format!("version label +{l} matches the {arch} pin {}", pin.short())),
-        (None, Some(l)) => Check::fail("pin", format!("version label +{l}, but {} pins {arch} to {} (+{})", pins.path.display(), pin.rev, pin.short())).fix(fix()),
-        (None, None) => Check::warn("pin", format!("version {} carries no revision (built from a tarball?)", b.version.as_deref().unwrap_or("?"))),
+        (Some(rev), _) => {
+            Check::fail("pin", format!("built from {rev}, but {} pins {arch} to {}", pins.path.display(), pin.rev))
+                .fix(fix())
+        }
+        (None, Some(l)) if l == pin.short() => {
+            Check::pass("pin", format!("version label +{l} matches the {arch} pin {}", pin.short()))
+        }
+        (None, Some(l)) => Check::fail(
+            "pin",
+            format!("version label +{l}, but {} pins {arch} to {} (+{})", pins.path.display(), pin.rev, pin.short()),
+        )
+        .fix(fix()),
+        (None, None) => Check::warn(
+            "pin",
+            format!("version {} carries no revision (built from a tarball?)", b.version.as_deref().unwrap_or("?")),
+        ),
     }
 }
 
@@ -455,7 +569,10 @@ fn pin_check(b: &WheelFacts, arch: Option<Arch>, pins: &Pins, gpu: Option<Gpu>, 
 pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
     let mut out = Vec::new();
     if let Some(d) = r.dispatcher.as_deref().filter(|d| *d != "hybridep") {
-        out.push(Check::skip("dispatcher", format!("the request uses no HybridEP (MoE dispatcher: {d}): topology rules do not apply")));
+        out.push(Check::skip(
+            "dispatcher",
+            format!("the request uses no HybridEP (MoE dispatcher: {d}): topology rules do not apply"),
+        ));
         return out;
     }
     let gpu = r.gpu;
@@ -464,8 +581,10 @@ pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) 
     out.push(match (ep, rpd) {
         (Some(_), Some(0)) => Check::fail("ep-divisible", "R = 0 ranks per NVLink domain"),
         (Some(e), Some(rr)) if e % rr == 0 => Check::pass("ep-divisible", format!("EP {e} is divisible by R {rr}")),
-        (Some(e), Some(rr)) => Check::fail("ep-divisible", format!("EP {e} is not divisible by R {rr} (DeepEP asserts it)"))
-            .fix("choose NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN dividing the EP size"),
+        (Some(e), Some(rr)) => {
+            Check::fail("ep-divisible", format!("EP {e} is not divisible by R {rr} (DeepEP asserts it)"))
+                .fix("choose NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN dividing the EP size")
+        }
         _ => Check::warn("ep-divisible", "unknown: EP or R not given"),
     });
     let domains = match (ep, rpd) {
@@ -487,17 +606,25 @@ pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) 
     });
     // 3. R <= 72.
     out.push(match rpd {
-        Some(rr) if rr <= MAX_RANKS_PER_DOMAIN => Check::pass("ranks-per-domain-max", format!("R {rr} <= {MAX_RANKS_PER_DOMAIN}")),
-        Some(rr) => Check::fail("ranks-per-domain-max", format!("R {rr} > {MAX_RANKS_PER_DOMAIN} (the largest NVLink domain)")).fix("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN <= 72"),
+        Some(rr) if rr <= MAX_RANKS_PER_DOMAIN => {
+            Check::pass("ranks-per-domain-max", format!("R {rr} <= {MAX_RANKS_PER_DOMAIN}"))
+        }
+        Some(rr) => {
+            Check::fail("ranks-per-domain-max", format!("R {rr} > {MAX_RANKS_PER_DOMAIN} (the largest NVLink domain)"))
+                .fix("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN <= 72")
+        }
         None => Check::warn("ranks-per-domain-max", "unknown: R not given"),
     });
     // 4. Without MNNVL, R <= GPUs per node.
     out.push(match (r.mnnvl, rpd, r.gpus_per_node) {
         (Some(true), _, _) => Check::skip("ranks-per-node", "MNNVL: an NVLink domain may span nodes"),
-        (Some(false), Some(rr), Some(g)) if rr <= g => Check::pass("ranks-per-node", format!("R {rr} <= {g} GPUs per node (no MNNVL)")),
-        (Some(false), Some(rr), Some(g)) => Check::fail("ranks-per-node", format!(
-            "R {rr} > {g} GPUs per node with USE_MNNVL=0: an NVLink domain cannot span nodes without MNNVL"
-        ))
+        (Some(false), Some(rr), Some(g)) if rr <= g => {
+            Check::pass("ranks-per-node", format!("R {rr} <= {g} GPUs per node (no MNNVL)"))
+        }
+        (Some(false), Some(rr), Some(g)) => Check::fail(
+            "ranks-per-node",
+            format!("R {rr} > {g} GPUs per node with USE_MNNVL=0: an NVLink domain cannot span nodes without MNNVL"),
+        )
         .fix(format!("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={g} (and a multinode build if EP > {g})")),
         (None, _, _) => Check::warn("ranks-per-node", "unknown: MNNVL not given"),
         _ => Check::warn("ranks-per-node", "unknown: R or GPUs per node not given"),
@@ -506,19 +633,32 @@ pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) 
     out.push(match (r.mnnvl, gpu.map(|g| (g, g.mnnvl_capable()))) {
         (Some(false), _) => Check::skip("mnnvl-system", "MNNVL not used"),
         (None, _) => Check::warn("mnnvl-system", "unknown: MNNVL not given"),
-        (Some(true), Some((g, Some(true)))) => Check::pass("mnnvl-system", format!("{g} systems have multi-node NVLink")),
-        (Some(true), Some((g, Some(false)))) => Check::fail("mnnvl-system", format!("USE_MNNVL=1 but {g} systems have no multi-node NVLink"))
-            .fix(match r.gpus_per_node {
-                Some(n) => format!("set USE_MNNVL=0 and NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={n}"),
-                None => "set USE_MNNVL=0 and R to the GPUs per node".into(),
-            }),
-        (Some(true), _) => Check::warn("mnnvl-system", "unknown: MNNVL requested but no GB200-class GPU named (pass --gpu)"),
+        (Some(true), Some((g, Some(true)))) => {
+            Check::pass("mnnvl-system", format!("{g} systems have multi-node NVLink"))
+        }
+        (Some(true), Some((g, Some(false)))) => {
+            Check::fail("mnnvl-system", format!("USE_MNNVL=1 but {g} systems have no multi-node NVLink")).fix(
+                match r.gpus_per_node {
+                    Some(n) => format!("set USE_MNNVL=0 and NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={n}"),
+                    None => "set USE_MNNVL=0 and R to the GPUs per node".into(),
+                },
+            )
+        }
+        (Some(true), _) => {
+            Check::warn("mnnvl-system", "unknown: MNNVL requested but no GB200-class GPU named (pass --gpu)")
+        }
     });
     // 6. D - 1 <= 32.
     out.push(match domains {
         Some(d) if d <= 1 => Check::skip("domains-max", "one NVLink domain"),
-        Some(d) if d - 1 <= MAX_REMOTE_DOMAINS => Check::pass("domains-max", format!("D-1 = {} remote domains <= {MAX_REMOTE_DOMAINS}", d - 1)),
-        Some(d) => Check::fail("domains-max", format!("D-1 = {} remote NVLink domains > {MAX_REMOTE_DOMAINS} (multinode JIT limit)", d - 1)).fix("use larger NVLink domains (MNNVL) or a smaller EP"),
+        Some(d) if d - 1 <= MAX_REMOTE_DOMAINS => {
+            Check::pass("domains-max", format!("D-1 = {} remote domains <= {MAX_REMOTE_DOMAINS}", d - 1))
+        }
+        Some(d) => Check::fail(
+            "domains-max",
+            format!("D-1 = {} remote NVLink domains > {MAX_REMOTE_DOMAINS} (multinode JIT limit)", d - 1),
+        )
+        .fix("use larger NVLink domains (MNNVL) or a smaller EP"),
         None => Check::warn("domains-max", "unknown: EP or R not given"),
     });
     out
@@ -529,7 +669,17 @@ mod tests {
     use super::*;
 
     fn req(ep: u32, r: u32, gpn: u32, mnnvl: bool, gpu: Gpu) -> Request {
-        Request { source: "test".into(), ep: Some(ep), nodes: None, gpus_per_node: Some(gpn), ranks_per_domain: Some(r), mnnvl: Some(mnnvl), gpu: Some(gpu), dispatcher: None, notes: vec![] }
+        Request {
+            source: "test".into(),
+            ep: Some(ep),
+            nodes: None,
+            gpus_per_node: Some(gpn),
+            ranks_per_domain: Some(r),
+            mnnvl: Some(mnnvl),
+            gpu: Some(gpu),
+            dispatcher: None,
+            notes: vec![],
+        }
     }
     fn status(cs: &[Check], rule: &str) -> crate::verdict::Status {
         cs.iter().find(|c| c.rule == rule).unwrap_or_else(|| panic!("no {rule}")).status
@@ -542,13 +692,24 @@ mod tests {
         let multi = Evidence { multinode: Some(true), transport: Some(Transport::Doca), ..Default::default() };
         let c = topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&single), None);
         assert_eq!(status(&c, "multinode-build"), Fail);
-        assert!(c.iter().any(|c| c.fix.as_deref() == Some("rebuild: cargo xtask build-wheel --variant h100-multinode")));
-        assert_eq!(status(&topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&multi), None), "multinode-build"), Pass);
+        assert!(c
+            .iter()
+            .any(|c| c.fix.as_deref() == Some("rebuild: cargo xtask build-wheel --variant h100-multinode")));
+        assert_eq!(
+            status(&topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&multi), None), "multinode-build"),
+            Pass
+        );
         assert_eq!(status(&topology_checks(&req(12, 8, 8, false, Gpu::H100), None, None), "ep-divisible"), Fail);
         assert_eq!(status(&topology_checks(&req(16, 8, 4, false, Gpu::H100), None, None), "ranks-per-node"), Fail);
         assert_eq!(status(&topology_checks(&req(16, 16, 8, true, Gpu::H100), None, None), "mnnvl-system"), Fail);
-        assert_eq!(status(&topology_checks(&req(72, 72, 4, true, Gpu::Gb200), Some(&single), None), "multinode-build"), Pass);
-        assert_eq!(status(&topology_checks(&req(80, 80, 4, true, Gpu::Gb200), None, None), "ranks-per-domain-max"), Fail);
+        assert_eq!(
+            status(&topology_checks(&req(72, 72, 4, true, Gpu::Gb200), Some(&single), None), "multinode-build"),
+            Pass
+        );
+        assert_eq!(
+            status(&topology_checks(&req(80, 80, 4, true, Gpu::Gb200), None, None), "ranks-per-domain-max"),
+            Fail
+        );
         assert_eq!(status(&topology_checks(&req(8 * 34, 8, 8, false, Gpu::H100), None, None), "domains-max"), Fail);
         assert_eq!(status(&topology_checks(&req(8 * 33, 8, 8, false, Gpu::H100), None, None), "domains-max"), Pass);
     }

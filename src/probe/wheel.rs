@@ -118,7 +118,8 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
             continue;
         }
         seen.insert(mpath.clone(), Ok((record::hash_digest(&Sha256::digest(&buf)), buf.len() as u64)));
-        let in_dist_info = mpath.split('/').next().is_some_and(|d| d.ends_with(".dist-info")) && mpath.matches('/').count() == 1;
+        let in_dist_info =
+            mpath.split('/').next().is_some_and(|d| d.ends_with(".dist-info")) && mpath.matches('/').count() == 1;
         let base = mpath.rsplit('/').next().unwrap_or(&mpath);
         if in_dist_info && base == "METADATA" {
             let text = String::from_utf8_lossy(&buf);
@@ -135,7 +136,11 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
     Ok(facts)
 }
 
-fn check_record(facts: &mut WheelFacts, record_text: Option<(String, String)>, mut seen: BTreeMap<String, Result<(String, u64), String>>) {
+fn check_record(
+    facts: &mut WheelFacts,
+    record_text: Option<(String, String)>,
+    mut seen: BTreeMap<String, Result<(String, u64), String>>,
+) {
     let Some((record_path, text)) = record_text else {
         facts.record_problems.push("no <name>.dist-info/RECORD in the wheel".into());
         return;

@@ -41,7 +41,11 @@ impl RecipeTopology {
         notes.extend(self.notes);
         let hybridep = self.dispatcher == "hybridep";
         Request {
-            source: if base.source == "flags" { self.path.display().to_string() } else { format!("{} over {}", self.path.display(), base.source) },
+            source: if base.source == "flags" {
+                self.path.display().to_string()
+            } else {
+                format!("{} over {}", self.path.display(), base.source)
+            },
             ep: self.ep.or(base.ep),
             nodes: self.nodes.or(base.nodes),
             gpus_per_node: self.gpus_per_node.or(base.gpus_per_node),
@@ -168,13 +172,17 @@ fn resolve(root: &Mapping, key: &str, depth: usize) -> Result<Option<Value>, Str
     let mut whole = None;
     while let Some(start) = rest.find("${") {
         let inner_start = start + 2;
-        let end = matching_brace(&rest[inner_start..]).ok_or_else(|| format!("`{key}` = `{s}`: unbalanced `${{`"))? + inner_start;
+        let end = matching_brace(&rest[inner_start..]).ok_or_else(|| format!("`{key}` = `{s}`: unbalanced `${{`"))?
+            + inner_start;
         let inner = &rest[inner_start..end];
         if let Some((resolver, _)) = inner.split_once(':').filter(|(r, _)| !r.contains('.') || r.starts_with("oc.")) {
-            return Err(format!("`{key}` = `{s}` uses the `{resolver}` resolver, which deepep-forge does not evaluate"));
+            return Err(format!(
+                "`{key}` = `{s}` uses the `{resolver}` resolver, which deepep-forge does not evaluate"
+            ));
         }
         let target = if inner.starts_with('.') { relative(key, inner) } else { inner.to_string() };
-        let value = resolve(root, &target, depth + 1)?.ok_or_else(|| format!("`{key}` = `{s}`: `{target}` is not set"))?;
+        let value =
+            resolve(root, &target, depth + 1)?.ok_or_else(|| format!("`{key}` = `{s}`: `{target}` is not set"))?;
         if start == 0 && end + 1 == rest.len() && out.is_empty() {
             whole = Some(value);
         } else {
@@ -302,7 +310,8 @@ pub fn read(path: &Path) -> Result<RecipeTopology> {
         }
         dtype.unwrap_or_else(|| "alltoall".into())
     };
-    let mut topo = RecipeTopology { path: path.to_path_buf(), ep, nodes, gpus_per_node, dispatcher, ..Default::default() };
+    let mut topo =
+        RecipeTopology { path: path.to_path_buf(), ep, nodes, gpus_per_node, dispatcher, ..Default::default() };
     if topo.dispatcher == "hybridep" {
         // NeMo-RL: the hybridep_* config key, else the env var, else its default.
         let r_key = format!("{MEGATRON}.hybridep_num_ranks_per_nvlink_domain");
@@ -325,7 +334,9 @@ pub fn read(path: &Path) -> Result<RecipeTopology> {
                 rd.notes.push(format!("default applied: {MNNVL_ENV} = int(EP {e} > 4) = {} (NeMo-RL's default; the recipe sets neither it nor hybridep_use_mnnvl)", u8::from(e > 4)));
             }
         } else {
-            rd.notes.push(format!("`{EP_KEY}` is not set: EP unknown, NeMo-RL's defaults for R and USE_MNNVL cannot be computed"));
+            rd.notes.push(format!(
+                "`{EP_KEY}` is not set: EP unknown, NeMo-RL's defaults for R and USE_MNNVL cannot be computed"
+            ));
         }
     } else {
         rd.notes.push(format!("no HybridEP: MoE dispatcher is {} (moe_flex_dispatcher_backend: hybridep with moe_token_dispatcher_type: flex enables it)", topo.dispatcher));
@@ -350,7 +361,10 @@ mod tests {
     }
     #[test]
     fn interpolates_and_reports_resolvers() {
-        let root: Mapping = serde_yaml::from_str("a: {b: 16, c: '${a.b}', d: 'x${a.b}y', e: '${mul:${a.b}, 2}', f: '${.b}', g: '${a.g}'}").unwrap();
+        let root: Mapping = serde_yaml::from_str(
+            "a: {b: 16, c: '${a.b}', d: 'x${a.b}y', e: '${mul:${a.b}, 2}', f: '${.b}', g: '${a.g}'}",
+        )
+        .unwrap();
         assert_eq!(resolve(&root, "a.c", 0).unwrap(), Some(Value::Number(16.into())));
         assert_eq!(resolve(&root, "a.d", 0).unwrap(), Some(Value::String("x16y".into())));
         assert_eq!(resolve(&root, "a.f", 0).unwrap(), Some(Value::Number(16.into())));

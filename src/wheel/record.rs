@@ -36,7 +36,11 @@ pub fn parse(text: &str) -> Result<Vec<Entry>> {
         let size = if rec[2].is_empty() {
             None
         } else {
-            Some(rec[2].parse::<u64>().with_context(|| format!("RECORD line {}: size `{}` is not a number", i + 1, &rec[2]))?)
+            Some(
+                rec[2]
+                    .parse::<u64>()
+                    .with_context(|| format!("RECORD line {}: size `{}` is not a number", i + 1, &rec[2]))?,
+            )
         };
         out.push(Entry { path, hash, size });
     }

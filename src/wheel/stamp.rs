@@ -28,7 +28,11 @@ pub struct Changes {
 
 /// The `<name>.dist-info` folder of an open wheel.
 pub fn dist_info_dir<R: Read + std::io::Seek>(zip: &zip::ZipArchive<R>) -> Result<String> {
-    let mut dirs: Vec<&str> = zip.file_names().filter_map(|n| n.strip_suffix("/RECORD")).filter(|d| d.ends_with(".dist-info") && !d.contains('/')).collect();
+    let mut dirs: Vec<&str> = zip
+        .file_names()
+        .filter_map(|n| n.strip_suffix("/RECORD"))
+        .filter(|d| d.ends_with(".dist-info") && !d.contains('/'))
+        .collect();
     dirs.sort();
     dirs.dedup();
     match dirs.as_slice() {
@@ -40,7 +44,9 @@ pub fn dist_info_dir<R: Read + std::io::Seek>(zip: &zip::ZipArchive<R>) -> Resul
 
 /// Read one member of a wheel.
 pub fn read_member(wheel: &Path, member: &str) -> Result<Vec<u8>> {
-    let mut zip = zip::ZipArchive::new(BufReader::new(File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?))?;
+    let mut zip = zip::ZipArchive::new(BufReader::new(
+        File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?,
+    ))?;
     let mut f = zip.by_name(member).with_context(|| format!("{} has no {member}", wheel.display()))?;
     let mut buf = Vec::with_capacity(f.size() as usize);
     f.read_to_end(&mut buf)?;
@@ -50,14 +56,21 @@ pub fn read_member(wheel: &Path, member: &str) -> Result<Vec<u8>> {
 /// Write `input` with `changes` applied to `output` (a new file; the caller
 /// renames it into place). Checks for Ctrl-C between members.
 pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
-    let mut zin = zip::ZipArchive::new(BufReader::with_capacity(1 << 20, File::open(input).with_context(|| format!("opening {}", input.display()))?))
-        .with_context(|| format!("{} is not a zip file", input.display()))?;
+    let mut zin = zip::ZipArchive::new(BufReader::with_capacity(
+        1 << 20,
+        File::open(input).with_context(|| format!("opening {}", input.display()))?,
+    ))
+    .with_context(|| format!("{} is not a zip file", input.display()))?;
     let di = dist_info_dir(&zin)?;
     let record_path = format!("{di}/RECORD");
     let old_record: BTreeMap<String, Entry> = {
         let mut text = String::new();
         zin.by_name(&record_path)?.read_to_string(&mut text)?;
-        record::parse(&text).with_context(|| format!("{record_path} in {}", input.display()))?.into_iter().map(|e| (e.path.clone(), e)).collect()
+        record::parse(&text)
+            .with_context(|| format!("{record_path} in {}", input.display()))?
+            .into_iter()
+            .map(|e| (e.path.clone(), e))
+            .collect()
     };
     for member in changes.replace.keys() {
         if zin.index_for_name(member).is_none() {
@@ -79,10 +92,18 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         let name = &names[i];
         if let Some(data) = changes.replace.get(name) {
             let mode = zin.by_index_raw(i)?.unix_mode().unwrap_or(0o644);
-            let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).last_modified_time(time).unix_permissions(mode).large_file(data.len() as u64 >= u32::MAX as u64);
+            let opts = SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated)
+                .last_modified_time(time)
+                .unix_permissions(mode)
+                .large_file(data.len() as u64 >= u32::MAX as u64);
             zout.start_file(name.as_str(), opts)?;
             zout.write_all(data)?;
-            new_record.push(Entry { path: name.clone(), hash: Some(record::hash_bytes(data)), size: Some(data.len() as u64) });
+            new_record.push(Entry {
+                path: name.clone(),
+                hash: Some(record::hash_bytes(data)),
+                size: Some(data.len() as u64),
+            });
             continue;
         }
         let f = zin.by_index_raw(i)?;
@@ -100,13 +121,19 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         if names.contains(&path) {
             anyhow::bail!("{} already has {path}: it was stamped before", input.display());
         }
-        let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).last_modified_time(time).unix_permissions(0o644);
+        let opts = SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .last_modified_time(time)
+            .unix_permissions(0o644);
         zout.start_file(path.as_str(), opts)?;
         zout.write_all(data)?;
         new_record.push(Entry { path, hash: Some(record::hash_bytes(data)), size: Some(data.len() as u64) });
     }
     new_record.push(Entry { path: record_path.clone(), hash: None, size: None });
-    let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated).last_modified_time(time).unix_permissions(0o644);
+    let opts = SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .last_modified_time(time)
+        .unix_permissions(0o644);
     zout.start_file(record_path.as_str(), opts)?;
     zout.write_all(record::write(&new_record).as_bytes())?;
     zout.finish()?.flush()?;

@@ -110,7 +110,17 @@ impl Lab {
             .env("CUDA_HOME", &self.cuda_home)
             .env("PATH", format!("{}:{}", self.tools.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
             .env_remove("DEEPEP_FORGE_CACHE_URL");
-        for k in ["HYBRID_EP_MULTINODE", "USE_NIXL", "TORCH_CUDA_ARCH_LIST", "RDMA_CORE_HOME", "NVSHMEM_DIR", "MAX_JOBS", "CXX", "CC", "CUDAHOSTCXX"] {
+        for k in [
+            "HYBRID_EP_MULTINODE",
+            "USE_NIXL",
+            "TORCH_CUDA_ARCH_LIST",
+            "RDMA_CORE_HOME",
+            "NVSHMEM_DIR",
+            "MAX_JOBS",
+            "CXX",
+            "CC",
+            "CUDAHOSTCXX",
+        ] {
             c.env_remove(k);
         }
         c
@@ -123,18 +133,31 @@ impl Lab {
 
     /// Everything under the cache's wheels/ and tmp/ folders.
     pub fn cache_entries(&self) -> Vec<PathBuf> {
-        ["wheels", "tmp"].iter().flat_map(|d| std::fs::read_dir(self.cache.join(d)).into_iter().flatten().flatten().map(|e| e.path())).collect()
+        ["wheels", "tmp"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(self.cache.join(d)).into_iter().flatten().flatten().map(|e| e.path()))
+            .collect()
     }
 }
 
 pub fn files_with(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(suffix)).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
     v.sort();
     v
 }
 
 pub fn site_packages(venv: &Path) -> PathBuf {
-    let lib = std::fs::read_dir(venv.join("lib")).unwrap().flatten().find(|e| e.file_name().to_string_lossy().starts_with("python")).unwrap();
+    let lib = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("python"))
+        .unwrap();
     lib.path().join("site-packages")
 }
 
@@ -143,7 +166,10 @@ pub fn fake_nvshmem(lib_dir: &Path) {
     std::fs::create_dir_all(lib_dir).unwrap();
     let src = lib_dir.join("nvshmem.c");
     std::fs::write(&src, "int nvshmem_my_pe(void) { return 0; }\n").unwrap();
-    run(Command::new("gcc").args(["-shared", "-fPIC", "-Wl,-soname,libnvshmem_host.so.3", "-o"]).arg(lib_dir.join("libnvshmem_host.so.3")).arg(&src));
+    run(Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libnvshmem_host.so.3", "-o"])
+        .arg(lib_dir.join("libnvshmem_host.so.3"))
+        .arg(&src));
     std::fs::remove_file(src).unwrap();
 }
 

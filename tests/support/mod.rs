@@ -14,7 +14,9 @@ pub fn root() -> PathBuf {
 /// `../shared/fixtures/nemo-rl` when present (it is in CI); `DEEPEP_FORGE_NEMO_RL`
 /// names another folder (e.g. from a git worktree, where `..` is not the checkout's parent).
 pub fn nemo_rl_fixtures() -> Option<PathBuf> {
-    let p = std::env::var_os("DEEPEP_FORGE_NEMO_RL").map(PathBuf::from).unwrap_or_else(|| root().join("../shared/fixtures/nemo-rl"));
+    let p = std::env::var_os("DEEPEP_FORGE_NEMO_RL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/fixtures/nemo-rl"));
     p.is_dir().then_some(p)
 }
 

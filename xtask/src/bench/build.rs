@@ -23,7 +23,9 @@ pub(super) struct Tools {
 }
 
 pub(super) fn tools() -> Result<Tools> {
-    let venv = std::env::var_os("DEEPEP_FORGE_TOOLS").map(PathBuf::from).unwrap_or_else(|| super::project_root().join("target/tools-venv"));
+    let venv = std::env::var_os("DEEPEP_FORGE_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| super::project_root().join("target/tools-venv"));
     let python = venv.join("bin/python");
     let lib = std::fs::read_dir(venv.join("lib"))
         .with_context(|| format!("{} missing: run .ci/setup-tools", venv.display()))?
@@ -70,7 +72,12 @@ pub(super) fn timed(c: &mut Command) -> Result<Sample> {
     let (t0, c0) = (Instant::now(), cpu(libc::RUSAGE_CHILDREN));
     let o = c.output().with_context(|| format!("running {c:?}"))?;
     let s = Sample { wall: t0.elapsed(), cpu: cpu(libc::RUSAGE_CHILDREN) - c0 };
-    anyhow::ensure!(o.status.success(), "{c:?} failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    anyhow::ensure!(
+        o.status.success(),
+        "{c:?} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     Ok(s)
 }
 
@@ -103,8 +110,17 @@ pub fn cache_hit() -> Result<()> {
     let hit = median(&hits);
     let (h, f) = (hit.wall.as_secs_f64(), fresh.wall.as_secs_f64());
     println!("fresh build of `{VARIANT}` (whole process): {f:.3} s wall, {:.3} s CPU", fresh.cpu.as_secs_f64());
-    println!("cache hit (whole process, median of 5):   {h:.3} s wall, {:.3} s CPU  [{} target <= 0.5 s]", hit.cpu.as_secs_f64(), verdict(h <= 0.5));
-    println!("ratio hit/fresh: {:.2}% wall, {:.2}% CPU  [{} target <= 1%]", h / f * 100.0, hit.cpu.as_secs_f64() / fresh.cpu.as_secs_f64() * 100.0, verdict(h / f <= 0.01));
+    println!(
+        "cache hit (whole process, median of 5):   {h:.3} s wall, {:.3} s CPU  [{} target <= 0.5 s]",
+        hit.cpu.as_secs_f64(),
+        verdict(h <= 0.5)
+    );
+    println!(
+        "ratio hit/fresh: {:.2}% wall, {:.2}% CPU  [{} target <= 1%]",
+        h / f * 100.0,
+        hit.cpu.as_secs_f64() / fresh.cpu.as_secs_f64() * 100.0,
+        verdict(h / f <= 0.01)
+    );
     Ok(())
 }
 
@@ -120,24 +136,46 @@ pub fn overhead() -> Result<()> {
         // By hand: the same pip command in a fresh git tree of the same files with the same env.
         let tree = tmp.path().join(format!("hand{i}"));
         copy_tree(&super::project_root().join("tests/fixtures/mini-deepep"), &tree)?;
-        for args in [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "x"]] {
+        for args in
+            [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "x"]]
+        {
             timed(Command::new("git").args(args).current_dir(&tree))?;
         }
         let mut pip = Command::new(&t.python);
-        pip.args(["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-input", "--disable-pip-version-check", "-w", "dist", "."])
-            .current_dir(&tree)
-            .env("CUDA_HOME", &t.cuda_home)
-            .env("CPATH", t.cuda_home.join("include/cccl"))
-            .env("TORCH_CUDA_ARCH_LIST", "9.0 10.0")
-            .env("HYBRID_EP_MULTINODE", "0")
-            .env("USE_NIXL", "0");
+        pip.args([
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-input",
+            "--disable-pip-version-check",
+            "-w",
+            "dist",
+            ".",
+        ])
+        .current_dir(&tree)
+        .env("CUDA_HOME", &t.cuda_home)
+        .env("CPATH", t.cuda_home.join("include/cccl"))
+        .env("TORCH_CUDA_ARCH_LIST", "9.0 10.0")
+        .env("HYBRID_EP_MULTINODE", "0")
+        .env("USE_NIXL", "0");
         hand.push(timed(&mut pip)?);
     }
     let (o, h) = (median(&ours), median(&hand));
     let over = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) / b.as_secs_f64();
     let (ow, oc) = (over(o.wall, h.wall), over(o.cpu, h.cpu));
-    println!("pip wheel by hand (median of {RUNS}):                     {:.3} s wall, {:.3} s CPU", h.wall.as_secs_f64(), h.cpu.as_secs_f64());
-    println!("build-wheel --no-cache, whole process (median of {RUNS}): {:.3} s wall, {:.3} s CPU", o.wall.as_secs_f64(), o.cpu.as_secs_f64());
+    println!(
+        "pip wheel by hand (median of {RUNS}):                     {:.3} s wall, {:.3} s CPU",
+        h.wall.as_secs_f64(),
+        h.cpu.as_secs_f64()
+    );
+    println!(
+        "build-wheel --no-cache, whole process (median of {RUNS}): {:.3} s wall, {:.3} s CPU",
+        o.wall.as_secs_f64(),
+        o.cpu.as_secs_f64()
+    );
     println!("orchestration overhead: {:+.1}% wall [{}], {:+.1}% CPU [{}]  (target <= 5%; CPU time is the stable figure on a loaded machine)", ow * 100.0, verdict(ow <= 0.05), oc * 100.0, verdict(oc <= 0.05));
     Ok(())
 }
@@ -148,7 +186,11 @@ pub fn stamp() -> Result<()> {
     let cache = tmp.path().join("cache");
     let out = tmp.path().join("out");
     forge(&t, &cache, &out, &[])?;
-    let small = std::fs::read_dir(&out)?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "whl")).context("no wheel built")?;
+    let small = std::fs::read_dir(&out)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .context("no wheel built")?;
     // A 200 MB wheel: the built one plus 200 MB of incompressible data, RECORD updated.
     let big = tmp.path().join("in").join(small.file_name().expect("name"));
     std::fs::create_dir_all(big.parent().expect("dir"))?;
@@ -184,9 +226,23 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
     let (o, b) = (median(&ours), median(&base));
     let r = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!("wheel: {:.0} MB", size as f64 / 1e6);
-    println!("sha256sum (median of {RUNS}):                   {:.3} s wall, {:.3} s CPU", b.wall.as_secs_f64(), b.cpu.as_secs_f64());
-    println!("stamp + sha256 of the result (median of {RUNS}): {:.3} s wall, {:.3} s CPU", o.wall.as_secs_f64(), o.cpu.as_secs_f64());
-    println!("ratio: {:.2}x wall [{}], {:.2}x CPU [{}]  (target <= 1.5x)", r(o.wall, b.wall), verdict(r(o.wall, b.wall) <= 1.5), r(o.cpu, b.cpu), verdict(r(o.cpu, b.cpu) <= 1.5));
+    println!(
+        "sha256sum (median of {RUNS}):                   {:.3} s wall, {:.3} s CPU",
+        b.wall.as_secs_f64(),
+        b.cpu.as_secs_f64()
+    );
+    println!(
+        "stamp + sha256 of the result (median of {RUNS}): {:.3} s wall, {:.3} s CPU",
+        o.wall.as_secs_f64(),
+        o.cpu.as_secs_f64()
+    );
+    println!(
+        "ratio: {:.2}x wall [{}], {:.2}x CPU [{}]  (target <= 1.5x)",
+        r(o.wall, b.wall),
+        verdict(r(o.wall, b.wall) <= 1.5),
+        r(o.cpu, b.cpu),
+        verdict(r(o.cpu, b.cpu) <= 1.5)
+    );
     Ok(())
 }
 
@@ -195,7 +251,9 @@ fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
     for e in std::fs::read_dir(src)? {
         let e = e?;
         let name = e.file_name();
-        if ["build", "deep_ep.egg-info"].contains(&name.to_string_lossy().as_ref()) || (src.ends_with("deep_ep") && name == "backend") {
+        if ["build", "deep_ep.egg-info"].contains(&name.to_string_lossy().as_ref())
+            || (src.ends_with("deep_ep") && name == "backend")
+        {
             continue;
         }
         if e.file_type()?.is_dir() {

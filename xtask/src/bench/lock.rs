@@ -37,12 +37,18 @@ fn time(runs: usize, mut make: impl FnMut() -> Command, ok: impl Fn(i32) -> bool
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    let fixtures = std::env::var_os("DEEPEP_FORGE_NEMO_RL").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/fixtures/nemo-rl"));
+    let fixtures = std::env::var_os("DEEPEP_FORGE_NEMO_RL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("../shared/fixtures/nemo-rl"));
     let case = fixtures.join("2026-08-22-main");
     if !case.join("uv.lock").exists() {
-        bail!("{} is missing: the benchmark needs NeMo-RL's fixtures (set DEEPEP_FORGE_NEMO_RL to their folder)", case.display());
+        bail!(
+            "{} is missing: the benchmark needs NeMo-RL's fixtures (set DEEPEP_FORGE_NEMO_RL to their folder)",
+            case.display()
+        );
     }
-    let runs: usize = std::env::var("DEEPEP_FORGE_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(RUNS_DEFAULT);
+    let runs: usize =
+        std::env::var("DEEPEP_FORGE_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(RUNS_DEFAULT);
     let sh = Shell::new()?;
     sh.change_dir(root);
     cmd!(sh, "cargo build --quiet --release -p deepep-forge").run()?;

@@ -34,8 +34,13 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
 
 fn tools() -> Result<PathBuf> {
     let root = super::project_root();
-    let venv = std::env::var_os("DEEPEP_FORGE_TOOLS").map(PathBuf::from).unwrap_or_else(|| root.join("target/tools-venv"));
-    ensure!(venv.join("bin/nvcc-ok").exists(), "no tools venv at {}: run .ci/setup-tools (or set DEEPEP_FORGE_TOOLS)", venv.display());
+    let venv =
+        std::env::var_os("DEEPEP_FORGE_TOOLS").map(PathBuf::from).unwrap_or_else(|| root.join("target/tools-venv"));
+    ensure!(
+        venv.join("bin/nvcc-ok").exists(),
+        "no tools venv at {}: run .ci/setup-tools (or set DEEPEP_FORGE_TOOLS)",
+        venv.display()
+    );
     Ok(venv)
 }
 
@@ -78,7 +83,11 @@ pub fn run_bench() -> Result<Exit> {
     let src = work.join("mini-deepep");
     std::fs::create_dir_all(&work)?;
     run(Command::new("cp").arg("-r").arg(root.join("tests/fixtures/mini-deepep")).arg(&src), "copy fixture")?;
-    for args in [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=bench", "-c", "user.email=bench@invalid", "commit", "-qm", "bench"]] {
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &["-c", "user.name=bench", "-c", "user.email=bench@invalid", "commit", "-qm", "bench"],
+    ] {
         run(Command::new("git").args(args).current_dir(&src), "git")?;
     }
     eprintln!("bench: building the fixture wheel (pip + nvcc) and the release binary");
@@ -92,11 +101,18 @@ pub fn run_bench() -> Result<Exit> {
             .env("TORCH_CUDA_ARCH_LIST", "9.0 10.0"),
         "pip wheel",
     )?;
-    let built = std::fs::read_dir(work.join("out"))?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "whl")).context("no wheel built")?;
+    let built = std::fs::read_dir(work.join("out"))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .context("no wheel built")?;
     let wheel = work.join(built.file_name().unwrap());
     let big = cuda.join("lib/libnvvm.so.4");
     run(Command::new(&python).arg("-c").arg(AUGMENT).arg(&built).arg(&wheel).arg(&big), "augment wheel")?;
-    run(Command::new(env!("CARGO")).args(["build", "--release", "--quiet", "--bin", "deepep-forge"]).current_dir(&root), "cargo build --release")?;
+    run(
+        Command::new(env!("CARGO")).args(["build", "--release", "--quiet", "--bin", "deepep-forge"]).current_dir(&root),
+        "cargo build --release",
+    )?;
     let forge = root.join("target/release/deepep-forge");
     let w: &Path = &wheel;
 
@@ -112,8 +128,14 @@ pub fn run_bench() -> Result<Exit> {
     })?;
     let size = std::fs::metadata(w)?.len();
     println!("wheel: {} ({:.1} MB, {} + 1 large extension)", w.display(), size as f64 / 1e6, built.display());
-    println!("probe --wheel (read, hash, parse every member once): {:>8.1} ms (median of {RUNS})", probe.as_secs_f64() * 1e3);
-    println!("unzip -p (decompress every member once):             {:>8.1} ms (median of {RUNS})", unzip.as_secs_f64() * 1e3);
+    println!(
+        "probe --wheel (read, hash, parse every member once): {:>8.1} ms (median of {RUNS})",
+        probe.as_secs_f64() * 1e3
+    );
+    println!(
+        "unzip -p (decompress every member once):             {:>8.1} ms (median of {RUNS})",
+        unzip.as_secs_f64() * 1e3
+    );
     let ratio = probe.as_secs_f64() / unzip.as_secs_f64();
     println!("ratio probe/unzip: {ratio:.2}x (target <= 1.5x)");
     Ok(if ratio <= 1.5 { Exit::Ok } else { Exit::Problems })

@@ -69,9 +69,26 @@ pub fn run() -> Result<()> {
     }
     let (a, b, cached) = (median(&a), median(&b), median(&cached));
     let ratio = a.wall.as_secs_f64() / b.wall.as_secs_f64();
-    println!("by hand: uv venv + uv pip install ({} requirements), median of {RUNS}: {:.2} s wall, {:.2} s CPU", set.len(), b.wall.as_secs_f64(), b.cpu.as_secs_f64());
-    println!("plan --toolchain registry, empty forge cache, median of {RUNS}:  {:.2} s wall, {:.2} s CPU", a.wall.as_secs_f64(), a.cpu.as_secs_f64());
-    println!("plan --toolchain registry, toolchain cached, median of {RUNS}:   {:.2} s wall, {:.2} s CPU", cached.wall.as_secs_f64(), cached.cpu.as_secs_f64());
-    println!("ratio provisioning/by hand: {ratio:.2}x wall, {:.2}x CPU  [{} target <= 2x]", a.cpu.as_secs_f64() / b.cpu.as_secs_f64(), verdict(ratio <= 2.0));
+    println!(
+        "by hand: uv venv + uv pip install ({} requirements), median of {RUNS}: {:.2} s wall, {:.2} s CPU",
+        set.len(),
+        b.wall.as_secs_f64(),
+        b.cpu.as_secs_f64()
+    );
+    println!(
+        "plan --toolchain registry, empty forge cache, median of {RUNS}:  {:.2} s wall, {:.2} s CPU",
+        a.wall.as_secs_f64(),
+        a.cpu.as_secs_f64()
+    );
+    println!(
+        "plan --toolchain registry, toolchain cached, median of {RUNS}:   {:.2} s wall, {:.2} s CPU",
+        cached.wall.as_secs_f64(),
+        cached.cpu.as_secs_f64()
+    );
+    println!(
+        "ratio provisioning/by hand: {ratio:.2}x wall, {:.2}x CPU  [{} target <= 2x]",
+        a.cpu.as_secs_f64() / b.cpu.as_secs_f64(),
+        verdict(ratio <= 2.0)
+    );
     Ok(())
 }
