@@ -17,7 +17,7 @@ shift || true
 work=${WORK:-/tmp/deepep-forge-podman}
 mirror=${MIRROR:-http://deb.debian.org/debian}
 debian=localhost/deepep-forge-debian:bookworm
-base=localhost/deepep-forge-cuda:13.0-bookworm
+base=localhost/deepep-forge-cuda:13.0-bookworm-lib64
 for t in podman debootstrap git python3; do
   command -v "$t" >/dev/null || { echo "error: $t not found (apt-get install -y podman buildah debootstrap)" >&2; exit 3; }
 done
@@ -42,6 +42,7 @@ RUN python3 -m venv /opt/cuda-wheels \\
  && /opt/cuda-wheels/bin/pip install -q nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \\
       nvidia-cuda-cccl==13.0.85 'nvidia-cuda-runtime~=13.0.0' \\
  && ln -s /opt/cuda-wheels/lib/python3.11/site-packages/nvidia/cu13 /usr/local/cuda \\
+ && mkdir -p /usr/local/cuda/lib64 && ln -s ../lib/libcudart.so.13 /usr/local/cuda/lib64/libcudart.so \\
  && /usr/local/cuda/bin/nvcc --version
 EOF
   podman build --isolation chroot -t "$base" -f "$work/Containerfile.cuda" "$work"

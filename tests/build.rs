@@ -545,6 +545,74 @@ fn missing_patchelf_is_refused_before_compiling() {
     assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "nothing was built, so no build log");
 }
 
+/// NVSHMEM_DIR makes DeepEP link `-l:libnvshmem_host.so`; the pip package has
+/// only `libnvshmem_host.so.3`. The preflight says so (exit 3) before compiling,
+/// where the build would otherwise fail at the link after every object compiled.
+#[test]
+fn nvshmem_dir_without_the_unversioned_library_is_refused_before_compiling() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    std::fs::remove_file(lab.nvshmem_dir().join("lib/libnvshmem_host.so")).unwrap();
+    let pins = lab.pins();
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("has libnvshmem_host.so.3 but not the unversioned libnvshmem_host.so"), "{err}");
+    assert!(err.contains("drop nvshmem_dir") && err.contains("ln -s libnvshmem_host.so.3"), "{err}");
+    assert!(lab.out_wheels().is_empty());
+    assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "nothing was built, so no build log");
+}
+
+/// Without nvshmem_dir (pins.toml's real variants), DeepEP finds the pip package
+/// `nvidia.nvshmem` in the build Python itself and links its soname file: the
+/// wheel NEEDs libnvshmem_host.so.3 and its RUNPATH is relocated to `$ORIGIN`.
+#[test]
+fn without_nvshmem_dir_the_pip_package_is_found_and_relocated() {
+    let lab = match Lab::new() {
+        Some(l) => l,
+        None => return,
+    };
+    std::fs::remove_file(lab.nvshmem_dir().join("lib/libnvshmem_host.so")).unwrap();
+    let variants = SINGLE.replace("nvshmem_dir = \"{nvshmem}\"\n", "");
+    assert_ne!(variants, SINGLE);
+    let pins = lab.pins_with(&lab.rev, &variants);
+    let report = lab.dir.path().join("report.json");
+    let o = lab
+        .forge(&[
+            "build-wheel",
+            "--variant",
+            "sn",
+            "--pins",
+            pins.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let patch = &r["results"][0]["patches"][0];
+    assert_eq!(patch["kind"], "runpath", "{r}");
+    let nvshmem_lib = lab.nvshmem_dir().join("lib").to_string_lossy().into_owned();
+    assert!(patch["from"].as_str().unwrap().split(':').any(|e| e == nvshmem_lib), "found by find_spec: {r}");
+    assert!(patch["to"].as_str().unwrap().split(':').any(|e| e == "$ORIGIN/nvidia/nvshmem/lib"), "{r}");
+    let unpacked = lab.dir.path().join("unpacked");
+    run(Command::new(lab.tools.join("bin/python"))
+        .args(["-m", "wheel", "unpack", "-d"])
+        .arg(&unpacked)
+        .arg(&lab.out_wheels()[0]));
+    let top = std::fs::read_dir(&unpacked).unwrap().next().unwrap().unwrap().path();
+    let so = files_with(&top, ".so")
+        .into_iter()
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("deep_ep_cpp"))
+        .unwrap();
+    let dynamic = run(Command::new("readelf").arg("-d").arg(&so));
+    assert!(dynamic.contains("Shared library: [libnvshmem_host.so.3]"), "{dynamic}");
+    assert!(dynamic.contains("$ORIGIN/nvidia/nvshmem/lib") && !dynamic.contains(&nvshmem_lib), "{dynamic}");
+}
+
 /// DOCA multinode: the nccl submodule (a real local repository) is initialised
 /// in the fresh checkout, its sha recorded, rdma-core found, libibverbs linked.
 #[test]

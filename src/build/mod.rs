@@ -590,15 +590,42 @@ fn recorded_patches(wheel: &Path) -> Result<Vec<Patch>> {
 /// compilers, NVSHMEM, rdma-core and the nccl submodule for DOCA.
 fn preflight(pl: &Plan, cache_dir: &Path) -> Result<()> {
     toolchain::preflight(&pl.toolchain, pl.needs_torch, &cache_dir.join("toolchain"))?;
+    // With NVSHMEM_DIR set DeepEP's setup.py links `-l:libnvshmem_host.so`, the
+    // unversioned name, which the pip package (nvidia-nvshmem-cu13) does not
+    // ship; without it setup.py finds the pip package and links its soname file.
     if let Some(n) = pl.env.get("NVSHMEM_DIR") {
         let lib = Path::new(n).join("lib");
-        let found = std::fs::read_dir(&lib)
-            .map(|rd| rd.flatten().any(|e| e.file_name().to_string_lossy().starts_with("libnvshmem_host.so")))
-            .unwrap_or(false);
-        if !found {
-            return Err(Failure::env(format!("NVSHMEM_DIR={n} has no lib/libnvshmem_host.so.*"))
-                .hint("install nvidia-nvshmem-cu13 into the build Python and point nvshmem_dir at its nvidia/nvshmem folder, or drop nvshmem_dir from the variant")
-                .into());
+        if !lib.join("libnvshmem_host.so").exists() {
+            let versioned = std::fs::read_dir(&lib)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|f| f.starts_with("libnvshmem_host.so."))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            let what = if !lib.is_dir() {
+                format!("{} does not exist", lib.display())
+            } else if versioned.is_empty() {
+                format!("{} has no libnvshmem_host.so", lib.display())
+            } else {
+                format!(
+                    "{} has {} but not the unversioned libnvshmem_host.so that DeepEP links (`-l:libnvshmem_host.so`) when NVSHMEM_DIR is set",
+                    lib.display(),
+                    versioned.join(", ")
+                )
+            };
+            let hint = if versioned.is_empty() {
+                "install nvidia-nvshmem-cu13 into the build Python and drop nvshmem_dir from the variant (DeepEP then finds the package itself), or point nvshmem_dir at an NVSHMEM install".to_string()
+            } else {
+                format!(
+                    "drop nvshmem_dir from the variant when it is the pip package (DeepEP then finds it and links {}), or add the link: ln -s {} {}/libnvshmem_host.so",
+                    versioned[0],
+                    versioned[0],
+                    lib.display()
+                )
+            };
+            return Err(Failure::env(format!("NVSHMEM_DIR={n}: {what}")).hint(hint).into());
         }
     }
     // DeepEP links NVSHMEM from NVSHMEM_DIR, else from the build Python's

@@ -2,8 +2,10 @@
 //! deep_ep and its extensions live (without importing them or torch), read the
 //! dist-info, verify its RECORD, and check what the extensions need at run
 //! time: NEEDED libraries (RPATH, LD_LIBRARY_PATH, RUNPATH, ld.so.cache,
-//! default dirs), the baked RDMA_CORE_HOME, the unversioned libnvshmem_host.so
-//! HybridEP opens, and `$CUDA_HOME/bin/nvcc` for its JIT. Must not judge.
+//! default dirs), the baked RDMA_CORE_HOME, and what HybridEP's run-time JIT
+//! reads (DeepEP 17cfb817, csrc/hybrid_ep/jit/compiler.cu): `$CUDA_HOME` with no
+//! fallback (`bin/nvcc`, `include`, `lib64` + `-lcudart`) and the cache folder
+//! `$HYBRID_EP_CACHE_DIR` or the user's home. Must not judge, must not write.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -70,11 +72,25 @@ pub struct EnvFacts {
     pub needed: Vec<Resolved>,
     /// RUNPATH/RPATH entries that do not exist here, per extension.
     pub missing_runpaths: Vec<(String, String)>,
-    /// The unversioned `libnvshmem_host.so`, where found.
-    pub nvshmem_host: Option<String>,
-    /// `$CUDA_HOME` (or /usr/local/cuda) and whether `bin/nvcc` is there.
-    pub cuda_home: String,
-    pub nvcc: bool,
+    /// What HybridEP's JIT will find.
+    pub jit: JitEnv,
+}
+
+/// HybridEP's JIT runs `$CUDA_HOME/bin/nvcc -I$CUDA_HOME/include
+/// -L$CUDA_HOME/lib64 -lcudart` and writes under `<cache>/.deepep/hybrid_ep/jit`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JitEnv {
+    /// `$CUDA_HOME` as this process sees it; None when unset (the JIT then runs `/bin/nvcc`).
+    pub cuda_home: Option<String>,
+    /// The parts of `$CUDA_HOME` the JIT uses that are missing.
+    pub missing: Vec<String>,
+    /// `$HYBRID_EP_CACHE_DIR`, else the passwd home directory, else /tmp.
+    pub cache_dir: String,
+    /// Where the cache folder comes from (`HYBRID_EP_CACHE_DIR`, `home`, `fallback`).
+    pub cache_from: String,
+    /// The nearest existing path on the way to `<cache>/.deepep/hybrid_ep/jit`, and
+    /// whether it is a folder this user may write.
+    pub cache_writable: Option<(String, bool)>,
 }
 
 /// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
@@ -216,7 +232,6 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
     .collect();
     let mut needed = Vec::new();
     let mut missing_runpaths = Vec::new();
-    let mut nvshmem_dirs: Vec<PathBuf> = Vec::new();
     for ext in &facts.extensions {
         let Ok(elf) = &ext.elf else { continue };
         let here = Path::new(&ext.path);
@@ -225,7 +240,6 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
             if !d.is_dir() {
                 missing_runpaths.push((ext.path.clone(), dir.clone()));
             }
-            nvshmem_dirs.push(d);
         }
         for lib in &elf.needed {
             let search = |how: &str, dirs: &[PathBuf]| {
@@ -246,17 +260,60 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
             needed.push(Resolved { extension: ext.path.clone(), library: lib.clone(), found });
         }
     }
-    let nvshmem_host = ld_path
-        .iter()
-        .cloned()
-        .chain(nvshmem_dirs)
-        .chain(torch_dirs.iter().cloned())
-        .chain(defaults.iter().cloned())
-        .map(|d| d.join("libnvshmem_host.so"))
-        .find(|p| p.exists())
-        .map(|p| p.display().to_string())
-        .or_else(|| cache.get("libnvshmem_host.so").cloned());
-    let cuda_home = std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into());
-    let nvcc = Path::new(&cuda_home).join("bin/nvcc").exists();
-    EnvFacts { interpreter: interp.clone(), needed, missing_runpaths, nvshmem_host, cuda_home, nvcc }
+    EnvFacts { interpreter: interp.clone(), needed, missing_runpaths, jit: jit_env() }
+}
+
+/// What HybridEP's JIT reads, the way it reads it: `getenv("CUDA_HOME")` with
+/// no fallback; the cache in `HYBRID_EP_CACHE_DIR`, else `getpwuid(getuid())->pw_dir`, else /tmp.
+pub fn jit_env() -> JitEnv {
+    let cuda_home = std::env::var("CUDA_HOME").ok().filter(|s| !s.is_empty());
+    let mut missing = Vec::new();
+    if let Some(h) = &cuda_home {
+        let h = Path::new(h);
+        if !h.join("bin/nvcc").exists() {
+            missing.push("bin/nvcc".to_string());
+        }
+        if !h.join("include/cuda_runtime.h").exists() {
+            missing.push("include/cuda_runtime.h".to_string());
+        }
+        if !["lib64/libcudart.so", "lib64/libcudart_static.a", "lib64/libcudart.a"].iter().any(|f| h.join(f).exists()) {
+            missing.push("lib64/libcudart.so (the JIT links -L$CUDA_HOME/lib64 -lcudart)".to_string());
+        }
+    }
+    let (cache_dir, cache_from) = match std::env::var("HYBRID_EP_CACHE_DIR").ok().filter(|s| !s.is_empty()) {
+        Some(d) => (d, "HYBRID_EP_CACHE_DIR"),
+        None => match passwd_home() {
+            Some(h) => (h, "home"),
+            None => ("/tmp".to_string(), "fallback"),
+        },
+    };
+    let target = Path::new(&cache_dir).join(".deepep/hybrid_ep/jit");
+    // The nearest thing that exists on the way; a file there blocks create_directories.
+    let cache_writable = target
+        .ancestors()
+        .find(|a| a.symlink_metadata().is_ok())
+        .map(|a| (a.display().to_string(), a.is_dir() && writable(a)));
+    JitEnv { cuda_home, missing, cache_dir, cache_from: cache_from.to_string(), cache_writable }
+}
+
+/// `getpwuid(getuid())->pw_dir`, as HybridEP asks (not `$HOME`).
+fn passwd_home() -> Option<String> {
+    // SAFETY: getpwuid returns a pointer into static storage or null; the
+    // string is copied before any other passwd call can overwrite it.
+    unsafe {
+        let pw = libc::getpwuid(libc::getuid());
+        if pw.is_null() || (*pw).pw_dir.is_null() {
+            return None;
+        }
+        let s = std::ffi::CStr::from_ptr((*pw).pw_dir).to_string_lossy().into_owned();
+        (!s.is_empty()).then_some(s)
+    }
+}
+
+/// access(2) W_OK|X_OK for this user: checks without writing anything.
+fn writable(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
+    // SAFETY: c is a valid NUL-terminated path for the duration of the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }

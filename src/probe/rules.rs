@@ -229,19 +229,40 @@ pub fn binary_checks(
     // cubin for the GPU.
     let hep = hybrid_ep(b).and_then(|e| e.elf.as_ref().ok());
     out.extend(cubin_checks(b, gpu, ev, pins));
-    if let (Some(list), Some(g)) = (&ev.sm_arch, gpu) {
-        let has = list.parse::<crate::pins::ArchList>().map(|l| l.sm_numbers().contains(&g.sm())).unwrap_or(false);
-        out.push(if has {
-            Check::pass("jit-sm-arch", format!("baked SM_ARCH \"{list}\" covers {g} (sm_{})", g.sm()))
-        } else {
-            Check::fail(
+    // HybridEP's JIT compiles for the SM_ARCH baked from TORCH_CUDA_ARCH_LIST. Real
+    // DeepEP passes it as `std::string(SM_ARCH)`: gcc builds strings of up to 15
+    // bytes in code (SSO), so "9.0" is not in .rodata; the stamped provenance
+    // records the same TORCH_CUDA_ARCH_LIST (and the provenance rule checks it
+    // against the cubins).
+    let prov_list = b
+        .provenance
+        .as_ref()
+        .and_then(|p| p.as_ref().ok())
+        .map(|p| p.variant.cuda_arch_list.clone())
+        .filter(|l| !l.is_empty());
+    let sm_arch = ev.sm_arch.clone().map(|l| (l, "baked")).or_else(|| prov_list.map(|l| (l, "provenance's")));
+    if let Some(g) = gpu {
+        out.push(match sm_arch {
+            Some((list, how)) => {
+                let has =
+                    list.parse::<crate::pins::ArchList>().map(|l| l.sm_numbers().contains(&g.sm())).unwrap_or(false);
+                if has {
+                    Check::pass("jit-sm-arch", format!("{how} SM_ARCH \"{list}\" covers {g} (sm_{})", g.sm()))
+                } else {
+                    Check::fail(
+                        "jit-sm-arch",
+                        format!(
+                            "{how} SM_ARCH \"{list}\" does not cover {g} (sm_{}): HybridEP's JIT compiles for the wrong GPU",
+                            g.sm()
+                        ),
+                    )
+                    .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins))
+                }
+            }
+            None => Check::skip(
                 "jit-sm-arch",
-                format!(
-                    "baked SM_ARCH \"{list}\" does not cover {g} (sm_{}): HybridEP's JIT compiles for the wrong GPU",
-                    g.sm()
-                ),
-            )
-            .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins))
+                "SM_ARCH is not readable from this binary (short strings are built in code) and there is no provenance: cubin-arch stands in (both come from TORCH_CUDA_ARCH_LIST)",
+            ),
         });
     }
 
@@ -360,7 +381,11 @@ pub fn binary_checks(
                     unresolved.join(", ")
                 ),
             )
-            .fix("install the missing libraries or point LD_LIBRARY_PATH at them")
+            .fix(if unresolved.iter().any(|u| u.starts_with("libnvshmem_host")) {
+                "install nvidia-nvshmem-cu13 into this environment (the wheel's RUNPATH looks in site-packages/nvidia/nvshmem/lib), or point LD_LIBRARY_PATH at an NVSHMEM lib folder"
+            } else {
+                "install the missing libraries or point LD_LIBRARY_PATH at them"
+            })
         });
         if ev.transport == Some(Transport::Doca) {
             let home = b
@@ -381,21 +406,72 @@ pub fn binary_checks(
                 None => Check::warn("rdma-core-home", "DOCA build but the baked RDMA_CORE_HOME could not be read"),
             });
         }
-        out.push(match &env.nvshmem_host {
-            Some(p) => Check::pass("nvshmem-host", format!("unversioned libnvshmem_host.so at {p}")),
-            None => Check::warn("nvshmem-host", "no unversioned libnvshmem_host.so (HybridEP opens it by that name)")
-                .fix("ln -s libnvshmem_host.so.3 libnvshmem_host.so in the nvshmem lib dir"),
-        });
-        out.push(if env.nvcc {
-            Check::pass("jit-nvcc", format!("{}/bin/nvcc exists for HybridEP's JIT", env.cuda_home))
-        } else {
-            Check::fail(
-                "jit-nvcc",
-                format!("{}/bin/nvcc missing: HybridEP compiles kernels at run time", env.cuda_home),
-            )
-            .fix("install the CUDA toolkit and set CUDA_HOME")
-        });
+        // deep_ep_cpp links NVSHMEM by its soname (DeepEP's setup.py: `-l:libnvshmem_host.so.3`
+        // from the pip package, `-l:libnvshmem_host.so` from NVSHMEM_DIR; NEEDED is the
+        // soname either way). HybridEP does not use NVSHMEM. Nothing opens the
+        // unversioned name at run time: the loader needs only NEEDED (needed-libs).
+        let nvshmem: Vec<&super::env::Resolved> =
+            env.needed.iter().filter(|r| r.library.starts_with("libnvshmem_host.so")).collect();
+        let has_deep_ep_cpp = b.extensions.iter().any(|e| short(&e.path).starts_with("deep_ep_cpp"));
+        if let Some(r) = nvshmem.first() {
+            if let Some(found) = &r.found {
+                out.push(Check::pass(
+                    "nvshmem",
+                    format!(
+                        "{} NEEDs {}: {found} (internode and low-latency kernels available)",
+                        short(&r.extension),
+                        r.library
+                    ),
+                ));
+            }
+        } else if has_deep_ep_cpp {
+            out.push(Check::skip(
+                "nvshmem",
+                "deep_ep_cpp was built without NVSHMEM: DeepEP's internode and low-latency Buffer modes are disabled (HybridEP does not need it)",
+            ));
+        }
+        out.extend(jit_checks(&env.jit));
     }
+    out
+}
+
+/// HybridEP's run-time JIT (csrc/hybrid_ep/jit/compiler.cu): `$CUDA_HOME/bin/nvcc`
+/// with `-I$CUDA_HOME/include -L$CUDA_HOME/lib64 -lcudart`, no fallback when
+/// CUDA_HOME is unset; output under `<cache>/.deepep/hybrid_ep/jit/proc-<pid>`.
+fn jit_checks(jit: &super::env::JitEnv) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.push(match (&jit.cuda_home, jit.missing.is_empty()) {
+        (None, _) => Check::fail(
+            "jit-cuda-home",
+            "CUDA_HOME is unset in this environment: HybridEP's JIT runs `$CUDA_HOME/bin/nvcc`, i.e. /bin/nvcc, and its first dispatch fails",
+        )
+        .fix("export CUDA_HOME=<a CUDA toolkit with bin/nvcc, include/ and lib64/libcudart.so> in the job's environment (usually /usr/local/cuda)"),
+        (Some(h), true) => Check::pass(
+            "jit-cuda-home",
+            format!("CUDA_HOME={h} has bin/nvcc, include/cuda_runtime.h and lib64/libcudart for HybridEP's JIT"),
+        ),
+        (Some(h), false) => Check::fail(
+            "jit-cuda-home",
+            format!("CUDA_HOME={h} lacks {}: HybridEP compiles its kernels at run time with it", jit.missing.join(", ")),
+        )
+        .fix("point CUDA_HOME at a full CUDA toolkit (nvcc, headers, lib64/libcudart.so)"),
+    });
+    let target = format!("{}/.deepep/hybrid_ep/jit", jit.cache_dir.trim_end_matches('/'));
+    let from = match jit.cache_from.as_str() {
+        "HYBRID_EP_CACHE_DIR" => "from HYBRID_EP_CACHE_DIR",
+        "home" => "the user's home from passwd, HYBRID_EP_CACHE_DIR unset",
+        _ => "/tmp: no HYBRID_EP_CACHE_DIR, no home in passwd",
+    };
+    out.push(match &jit.cache_writable {
+        Some((dir, true)) => Check::pass("jit-cache", format!("{target} ({from}) can be created: {dir} is writable")),
+        Some((dir, false)) => Check::fail(
+            "jit-cache",
+            format!("{target} ({from}) cannot be created: {dir} is not a folder this user can write"),
+        )
+        .fix("export HYBRID_EP_CACHE_DIR to a writable folder (node-local disk) in the job's environment"),
+        None => Check::fail("jit-cache", format!("{target} ({from}): no existing parent folder"))
+            .fix("export HYBRID_EP_CACHE_DIR to a writable folder in the job's environment"),
+    });
     out
 }
 

@@ -23,7 +23,8 @@ pub struct Lab {
     pub cuda_home: PathBuf,
 }
 
-/// Variant tables for pins files; `{nvshmem}` is replaced by the lab's NVSHMEM dir.
+/// Variant tables for pins files; `{nvshmem}` is replaced by the lab's NVSHMEM dir
+/// (`sn` names it as nvshmem_dir).
 pub const SINGLE: &str = r#"
 [[variant]]
 name = "sn"
@@ -60,6 +61,10 @@ impl Lab {
         std::fs::write(site.join("forge-tools.pth"), format!("{}\n", tools_site.display())).unwrap();
         let nvshmem = site.join("nvidia/nvshmem/lib");
         fake_nvshmem(&nvshmem);
+        // The `sn` variant names this folder as nvshmem_dir, and DeepEP then links
+        // `-l:libnvshmem_host.so`: the unversioned name a system NVSHMEM has and the
+        // pip package lacks (NeMo-RL's Dockerfile makes this same link).
+        std::os::unix::fs::symlink("libnvshmem_host.so.3", nvshmem.join("libnvshmem_host.so")).unwrap();
         let lab = Lab {
             python: venv.join("bin/python"),
             site,
