@@ -86,6 +86,23 @@ __device__ __forceinline__ void copy_row(int4* __restrict__ out, const int4* __r
     for (; i < vec; i += 32) out[i] = __ldg(in + i);
 }
 
+// Per-pair bandwidth: one GPU writes n int4 into one peer's buffer through the
+// peer pointer (the dispatch kernel's access pattern with one destination).
+extern "C" __global__ void pair_copy(int4* __restrict__ out, const int4* __restrict__ in, long long n) {
+    int lane = threadIdx.x & 31;
+    long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    long long warps = (long long)gridDim.x * blockDim.x / 32;
+    for (long long base = warp * 128; base < n; base += warps * 128) {
+        long long i = base + lane;
+        if (base + 128 <= n) {
+            int4 a = __ldg(in + i), b = __ldg(in + i + 32), c = __ldg(in + i + 64), d = __ldg(in + i + 96);
+            out[i] = a; out[i + 32] = b; out[i + 64] = c; out[i + 96] = d;
+        } else {
+            for (long long j = i; j < n; j += 32) out[j] = __ldg(in + j);
+        }
+    }
+}
+
 // Dispatch: one warp per token writes the row straight into each destination's
 // receive buffer (peer pointer), region `src`, row slot[t][d]; plus its meta
 // row [t, expert ids...].

@@ -192,7 +192,7 @@ fn nvrtc_compiles_the_kernels_to_cubins() {
         let cubin = deepep_forge::runtime::gpu::compile(sm).unwrap();
         assert_eq!(&cubin[..4], b"\x7fELF", "sm_{sm}: not an ELF cubin");
         let text = String::from_utf8_lossy(&cubin);
-        for k in ["fill", "layout", "dispatch", "check_recv", "combine", "reduce_check"] {
+        for k in ["fill", "layout", "dispatch", "check_recv", "combine", "reduce_check", "pair_copy"] {
             assert!(text.contains(k), "sm_{sm} cubin lacks kernel {k}");
         }
         eprintln!("sm_{sm}: {} bytes in {:?}", cubin.len(), t.elapsed());
@@ -215,6 +215,12 @@ fn assert_gpu_verdict(o: &Output, ranks: usize) {
     assert_eq!(v["facts"]["roundtrip"].as_array().unwrap().len(), ranks);
     let ratio = v["facts"]["bandwidth"]["dispatch_ratio"].as_f64().unwrap();
     assert!(ratio > 0.0, "bandwidth measured: {}", v["facts"]["bandwidth"]);
+    assert!(rules.contains(&("pair-bandwidth", "pass")), "{rules:?}");
+    let pairs = v["facts"]["bandwidth"]["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), ranks * (ranks - 1), "every ordered pair timed alone");
+    assert!(pairs
+        .iter()
+        .all(|p| p["kernel_gbps"].as_f64().unwrap() > 0.0 && p["copy_engine_gbps"].as_f64().unwrap() > 0.0));
 }
 
 #[test]

@@ -81,6 +81,29 @@ pub struct RankReport {
     pub dispatch_ms: f64,
     pub combine_ms: f64,
     pub copy_engine_ms: f64,
+    /// One sender at a time: this rank to each peer (empty with one rank).
+    pub pairs: Vec<PairReport>,
+}
+
+/// One ordered pair timed alone: the SM copy kernel through the peer pointer
+/// against cuMemcpyPeerAsync, the same bytes, `iters` times each.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PairReport {
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    pub kernel_ms: f64,
+    pub copy_engine_ms: f64,
+}
+
+impl PairReport {
+    pub fn gbps(&self, iters: u32, ms: f64) -> f64 {
+        if ms > 0.0 {
+            (self.bytes * iters as u64) as f64 / (ms * 1e-3) / 1e9
+        } else {
+            0.0
+        }
+    }
 }
 
 struct Side {
@@ -379,6 +402,42 @@ pub fn roundtrip(gpus: Vec<Gpu>, link: &mut Link, shape: Shape) -> Result<Vec<Ra
     };
     let e_ms = timed("the copy-engine timing", &fork_join, &sides)?;
 
+    // Per ordered pair, one sender at a time (the others wait at the barrier):
+    // the sender's whole token buffer into its region of the receiver's buffer.
+    let pair_bytes = tu * row;
+    let mut pairs: Vec<Vec<PairReport>> = vec![Vec::new(); sides.len()];
+    for src in 0..w {
+        for dst in (0..w).filter(|&d| d != src) {
+            barrier(link, &sides, "the per-pair timing")?;
+            let Some(i) = sides.iter().position(|s| s.rank as usize == src) else { continue };
+            let s = &sides[i];
+            let to = s.peer_recv[dst] + (src as u64 * cap as u64) * row as u64;
+            let grid = s.gpu.multiprocessors as u32 * shape.blocks_per_sm;
+            let kernel =
+                || s.gpu.launch("pair_copy", grid, 512, &[Arg::P(to), Arg::P(s.x), Arg::P((pair_bytes / 16) as u64)]);
+            let engine = || s.gpu.copy_peer(s.gpu.stream, to, s.peer_ctx[dst], s.x, pair_bytes);
+            let time = |f: &dyn Fn() -> Result<()>| -> Result<f64> {
+                f()?; // warm-up
+                let (a, b) = (s.gpu.event()?, s.gpu.event()?);
+                s.gpu.record(a, s.gpu.stream)?;
+                for _ in 0..iters {
+                    f()?;
+                }
+                s.gpu.record(b, s.gpu.stream)?;
+                elapsed_ms(a, b)
+            };
+            let kernel_ms = time(&kernel).with_context(|| format!("pair {src} -> {dst}: copy kernel"))?;
+            let copy_engine_ms = time(&engine).with_context(|| format!("pair {src} -> {dst}: copy engine"))?;
+            pairs[i].push(PairReport {
+                src: src as u32,
+                dst: dst as u32,
+                bytes: pair_bytes as u64,
+                kernel_ms,
+                copy_engine_ms,
+            });
+        }
+    }
+
     let mut mine = Vec::new();
     let (expected_rows, expected_experts) = expected(world, t, k);
     for (i, s) in sides.iter().enumerate() {
@@ -399,6 +458,7 @@ pub fn roundtrip(gpus: Vec<Gpu>, link: &mut Link, shape: Shape) -> Result<Vec<Ra
             dispatch_ms: d_ms[i],
             combine_ms: c_ms[i],
             copy_engine_ms: e_ms[i],
+            pairs: std::mem::take(&mut pairs[i]),
         };
         mine.push(serde_json::to_vec(&rep)?);
     }

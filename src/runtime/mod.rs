@@ -303,6 +303,69 @@ fn gbps(reports: &[RankReport], iters: u32, ms_of: impl Fn(&RankReport) -> f64) 
     }
 }
 
+/// One ordered pair's bandwidth, timed alone (facts.bandwidth.pairs).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PairRow {
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    pub kernel_gbps: f64,
+    pub copy_engine_gbps: f64,
+    pub ratio: f64,
+}
+
+fn pair_rows(reports: &[RankReport], iters: u32) -> Vec<PairRow> {
+    let mut rows: Vec<PairRow> = reports
+        .iter()
+        .flat_map(|r| &r.pairs)
+        .map(|p| {
+            let (k, e) = (p.gbps(iters, p.kernel_ms), p.gbps(iters, p.copy_engine_ms));
+            PairRow {
+                src: p.src,
+                dst: p.dst,
+                bytes: p.bytes,
+                kernel_gbps: k,
+                copy_engine_gbps: e,
+                ratio: if e > 0.0 { k / e } else { 0.0 },
+            }
+        })
+        .collect();
+    rows.sort_by_key(|r| (r.src, r.dst));
+    rows
+}
+
+/// Every ordered pair alone: a link far slower than the others is a warning
+/// (a degraded NVLink, or a pair routed over PCIe).
+fn pair_check(rows: &[PairRow]) -> Check {
+    if rows.is_empty() {
+        return Check::skip("pair-bandwidth", "no pairs timed");
+    }
+    let stats = |f: &dyn Fn(&PairRow) -> f64| {
+        let mut v: Vec<f64> = rows.iter().map(f).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        (v[0], v[v.len() / 2], v[v.len() - 1])
+    };
+    let (kmin, kmed, kmax) = stats(&|r| r.kernel_gbps);
+    let (emin, emed, emax) = stats(&|r| r.copy_engine_gbps);
+    let (rmin, _, _) = stats(&|r| r.ratio);
+    let summary = format!(
+        "{} ordered pairs, one at a time, {:.0} MiB each: copy kernel {kmin:.0}/{kmed:.0}/{kmax:.0} GB/s (min/median/max), copy engine {emin:.0}/{emed:.0}/{emax:.0} GB/s, lowest ratio {rmin:.2}x",
+        rows.len(),
+        rows[0].bytes as f64 / 1048576.0
+    );
+    let slow: Vec<String> = rows
+        .iter()
+        .filter(|r| r.copy_engine_gbps < 0.5 * emed || r.kernel_gbps < 0.5 * kmed)
+        .map(|r| format!("{}->{} ({:.0}/{:.0} GB/s)", r.src, r.dst, r.kernel_gbps, r.copy_engine_gbps))
+        .collect();
+    if slow.is_empty() {
+        Check::pass("pair-bandwidth", summary)
+    } else {
+        Check::warn("pair-bandwidth", format!("{summary}; below half the median: {}", slow.join(", ")))
+            .fix("check `nvidia-smi topo -m` and `nvidia-smi nvlink -s` for these GPUs")
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn judge(
     request: Option<Request>,
@@ -493,9 +556,11 @@ fn judge(
             } else {
                 Check::pass("bandwidth", summary.clone())
             });
+            let pairs = pair_rows(reports, shape.iters);
+            v.push(pair_check(&pairs));
             json!({"dispatch_gbps": d, "combine_gbps": c, "copy_engine_gbps": e,
                    "dispatch_ratio": d / e, "combine_ratio": c / e, "bytes_per_phase": bytes,
-                   "iters": shape.iters, "summary": summary})
+                   "iters": shape.iters, "summary": summary, "pairs": pairs})
         }
     };
     match deep_ep {
@@ -530,4 +595,57 @@ fn judge(
         "timings_ms": {"discover": tm.discover, "nvrtc": tm.nvrtc, "roundtrip": tm.roundtrip, "total": ms(started)},
     });
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(src: u32, dst: u32, kernel_ms: f64, copy_engine_ms: f64) -> engine::PairReport {
+        engine::PairReport { src, dst, bytes: 1 << 28, kernel_ms, copy_engine_ms }
+    }
+
+    fn report(rank: u32, pairs: Vec<engine::PairReport>) -> RankReport {
+        RankReport {
+            rank,
+            gpu: rank as i32,
+            sent_rows: vec![],
+            expected_sent_rows: vec![],
+            expert_counts: vec![],
+            expected_expert_counts: vec![],
+            dispatch_mismatches: 0,
+            combine_mismatches: 0,
+            cross_bytes: 0,
+            dispatch_ms: 1.0,
+            combine_ms: 1.0,
+            copy_engine_ms: 1.0,
+            pairs,
+        }
+    }
+
+    #[test]
+    fn pair_bandwidth_is_bytes_over_time_and_a_slow_link_is_named() {
+        // 256 MiB x 20 in 14.0 ms = 383 GB/s.
+        let even = vec![
+            report(0, vec![pair(0, 1, 14.0, 13.0), pair(0, 2, 14.0, 13.0)]),
+            report(1, vec![pair(1, 0, 14.0, 13.0), pair(1, 2, 14.0, 13.0)]),
+            report(2, vec![pair(2, 0, 14.0, 13.0), pair(2, 1, 14.0, 13.0)]),
+        ];
+        let rows = pair_rows(&even, 20);
+        assert_eq!(rows.len(), 6);
+        assert_eq!((rows[0].src, rows[0].dst), (0, 1));
+        assert!((rows[0].kernel_gbps - (20u64 << 28) as f64 / 0.014 / 1e9).abs() < 1e-6);
+        assert!((rows[0].ratio - 13.0 / 14.0).abs() < 1e-9);
+        let c = pair_check(&rows);
+        assert_eq!(c.status, crate::verdict::Status::Pass, "{}", c.evidence);
+        assert!(c.evidence.starts_with("6 ordered pairs, one at a time, 256 MiB each"), "{}", c.evidence);
+
+        // One link three times slower (PCIe instead of NVLink): warned by name.
+        let mut slow = even.clone();
+        slow[2].pairs[1] = pair(2, 1, 42.0, 39.0);
+        let c = pair_check(&pair_rows(&slow, 20));
+        assert_eq!(c.status, crate::verdict::Status::Warn, "{}", c.evidence);
+        assert!(c.evidence.contains("below half the median: 2->1"), "{}", c.evidence);
+        assert_eq!(pair_check(&[]).status, crate::verdict::Status::Skip);
+    }
 }
