@@ -737,7 +737,35 @@ pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) 
         .fix("use larger NVLink domains (MNNVL) or a smaller EP"),
         None => Check::warn("domains-max", "unknown: EP or R not given"),
     });
+    // 7. EP ranks need EP GPUs: nodes x GPUs per node must hold them.
+    out.push(match (ep, r.nodes, r.gpus_per_node) {
+        (Some(e), Some(n), Some(g)) if e <= n * g => {
+            Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
+        }
+        (Some(e), Some(n), Some(g)) if g > 0 => {
+            let need = e.div_ceil(g);
+            let domains =
+                domains.map(|d| format!(" ({d} NVLink domains of R {})", rpd.unwrap_or(0))).unwrap_or_default();
+            Check::fail(
+                "ep-fits-nodes",
+                format!(
+                    "EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {}: EP {e}{domains} needs {need} nodes",
+                    n * g
+                ),
+            )
+            .fix(format!(
+                "run on {need} nodes{}, or lower EP to {}",
+                if domains_gt_one(ep, rpd) { " with a multinode build" } else { "" },
+                n * g
+            ))
+        }
+        _ => Check::skip("ep-fits-nodes", "nodes or GPUs per node not given"),
+    });
     out
+}
+
+fn domains_gt_one(ep: Option<u32>, rpd: Option<u32>) -> bool {
+    matches!((ep, rpd), (Some(e), Some(r)) if r > 0 && e > r)
 }
 
 #[cfg(test)]
@@ -788,6 +816,17 @@ mod tests {
         );
         assert_eq!(status(&topology_checks(&req(8 * 34, 8, 8, false, Gpu::H100), None, None), "domains-max"), Fail);
         assert_eq!(status(&topology_checks(&req(8 * 33, 8, 8, false, Gpu::H100), None, None), "domains-max"), Pass);
+        // EP 16 on one 8-GPU node: two domains of R 8 need a second node (and a multinode build).
+        let one_node = Request { nodes: Some(1), ..req(16, 8, 8, false, Gpu::H200) };
+        let c = topology_checks(&one_node, Some(&single), None);
+        assert_eq!(status(&c, "ep-fits-nodes"), Fail);
+        let row = c.iter().find(|c| c.rule == "ep-fits-nodes").unwrap();
+        assert!(row.evidence.contains("EP 16 (2 NVLink domains of R 8) needs 2 nodes"), "{}", row.evidence);
+        assert_eq!(row.fix.as_deref(), Some("run on 2 nodes with a multinode build, or lower EP to 8"));
+        assert_eq!(status(&c, "multinode-build"), Fail);
+        let two = Request { nodes: Some(2), ..req(16, 8, 8, false, Gpu::H200) };
+        assert_eq!(status(&topology_checks(&two, Some(&multi), None), "ep-fits-nodes"), Pass);
+        assert_eq!(status(&topology_checks(&req(16, 8, 8, false, Gpu::H200), None, None), "ep-fits-nodes"), Skip);
     }
 
     #[test]
