@@ -94,6 +94,9 @@ pub fn run(args: &ProbeArgs) -> Result<Exit> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&verdict)?),
         Format::Human | Format::Github => {
             print!("{}", verdict.render_human());
+            if let Some(m) = render_links(&verdict.facts) {
+                print!("{m}");
+            }
             if args.format == Format::Github {
                 for c in verdict.checks.iter().filter(|c| c.status == crate::verdict::Status::Fail) {
                     println!(
@@ -106,6 +109,67 @@ pub fn run(args: &ProbeArgs) -> Result<Exit> {
         }
     }
     Ok(verdict.exit())
+}
+
+/// The kernel group's link matrix for people: per ordered pair the copy kernel's
+/// and the copy engine's GB/s when timed alone, else P2P access (performance
+/// rank), `-` without P2P. From `facts` (kernel_group, p2p, bandwidth.pairs).
+fn render_links(facts: &serde_json::Value) -> Option<String> {
+    let group: Vec<i64> = facts["kernel_group"].as_array()?.iter().filter_map(|g| g.as_i64()).collect();
+    if group.len() < 2 {
+        return None;
+    }
+    let p2p = facts["p2p"].as_array().cloned().unwrap_or_default();
+    let access = |a: i64, b: i64| {
+        p2p.iter()
+            .find(|p| p["from"].as_i64() == Some(a) && p["to"].as_i64() == Some(b))
+            .map(|p| (p["access"].as_bool().unwrap_or(false), p["performance_rank"].as_i64().unwrap_or(0)))
+    };
+    let pairs = facts["bandwidth"]["pairs"].as_array().cloned().unwrap_or_default();
+    let measured = |i: usize, j: usize| {
+        pairs.iter().find(|p| p["src"].as_u64() == Some(i as u64) && p["dst"].as_u64() == Some(j as u64)).map(|p| {
+            format!(
+                "{:.0}/{:.0}",
+                p["kernel_gbps"].as_f64().unwrap_or(0.0),
+                p["copy_engine_gbps"].as_f64().unwrap_or(0.0)
+            )
+        })
+    };
+    let mut cells = vec![vec![String::new(); group.len()]; group.len()];
+    for (i, &a) in group.iter().enumerate() {
+        for (j, &b) in group.iter().enumerate() {
+            cells[i][j] = if i == j {
+                "X".into()
+            } else if let Some(m) = measured(i, j) {
+                m
+            } else {
+                match access(a, b) {
+                    Some((true, r)) => format!("p2p r{r}"),
+                    Some((false, _)) => "-".into(),
+                    None => "?".into(),
+                }
+            };
+        }
+    }
+    let w = cells.iter().flatten().map(|c| c.len()).max().unwrap_or(1).max(5);
+    let mut out = String::from(if pairs.is_empty() {
+        "links (P2P access, performance rank):\n"
+    } else {
+        "links (each ordered pair alone, GB/s: copy kernel / copy engine; row sends to column):\n"
+    });
+    out.push_str(&format!("  {:>6}", ""));
+    for &b in &group {
+        out.push_str(&format!("  {:>w$}", format!("GPU{b}")));
+    }
+    out.push('\n');
+    for (i, &a) in group.iter().enumerate() {
+        out.push_str(&format!("  {:>6}", format!("GPU{a}")));
+        for c in &cells[i] {
+            out.push_str(&format!("  {c:>w$}"));
+        }
+        out.push('\n');
+    }
+    Some(out)
 }
 
 /// Timings of one probe, for `facts.timings_ms`.
@@ -647,5 +711,23 @@ mod tests {
         assert_eq!(c.status, crate::verdict::Status::Warn, "{}", c.evidence);
         assert!(c.evidence.contains("below half the median: 2->1"), "{}", c.evidence);
         assert_eq!(pair_check(&[]).status, crate::verdict::Status::Skip);
+    }
+
+    #[test]
+    fn the_link_matrix_shows_measured_pairs_and_p2p_access() {
+        let facts = json!({
+            "kernel_group": [0, 1, 2],
+            "p2p": [{"from": 0, "to": 1, "access": true, "performance_rank": 0},
+                    {"from": 1, "to": 0, "access": true, "performance_rank": 0},
+                    {"from": 0, "to": 2, "access": false, "performance_rank": 0}],
+            "bandwidth": {"pairs": [{"src": 0, "dst": 1, "kernel_gbps": 368.6, "copy_engine_gbps": 394.4}]},
+        });
+        let m = render_links(&facts).unwrap();
+        let lines: Vec<&str> = m.lines().collect();
+        assert!(lines[0].starts_with("links (each ordered pair alone"), "{m}");
+        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["GPU0", "GPU1", "GPU2"]);
+        assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["GPU0", "X", "369/394", "-"]);
+        assert_eq!(lines[3].split_whitespace().collect::<Vec<_>>(), ["GPU1", "p2p", "r0", "X", "?"]);
+        assert!(render_links(&json!({"kernel_group": [0]})).is_none());
     }
 }
