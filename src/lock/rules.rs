@@ -1,4 +1,4 @@
-//! The rules of `lock check` (DOMAIN.md §3): per architecture one revision
+//! The rules of `lock check` (docs/design.md, "Pinning and lockfiles"): per architecture one revision
 //! everywhere and equal to the intent; full shas only; label = base version +
 //! short sha (PEP 440) in pyproject, the lock's manifest and every package;
 //! different revisions per architecture under one static label is an error;

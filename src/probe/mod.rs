@@ -100,7 +100,7 @@ pub fn binary_facts(args: &ProbeArgs) -> Result<Option<BinaryFacts>> {
     Ok(inspect(args)?.as_ref().map(facts_of))
 }
 
-/// The static verdict for `--wheel`/`--python` against `request` (rules of DOMAIN.md §2).
+/// The static verdict for `--wheel`/`--python` against `request` (rules in docs/design.md, "What a binary can do").
 pub fn static_verdict(args: &ProbeArgs, request: Option<Request>) -> Result<Verdict> {
     let pins = args.pins.as_deref().map(Pins::load).transpose()?;
     let inspected = inspect(args)?;

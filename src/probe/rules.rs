@@ -1,4 +1,4 @@
-//! The static verdict: DOMAIN.md §2's rules applied to what `wheel`/`env`
+//! The static verdict: the rules of docs/design.md ("What a binary can do") applied to what `wheel`/`env`
 //! read and to a topology request. Owns every rule id, status, evidence line
 //! and fix; must not read files or run anything.
 use crate::pins::{Arch, Pins, Transport};
@@ -18,7 +18,7 @@ pub const MAX_RANKS_PER_DOMAIN: u32 = 72;
 /// Multinode JIT code handles at most 32 remote domains.
 pub const MAX_REMOTE_DOMAINS: u32 = 32;
 
-/// What the binary shows about how it was built (DOMAIN.md §2's evidence table).
+/// What the binary shows about how it was built (docs/design.md, "Evidence in the binary").
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Evidence {
     /// Built with HYBRID_EP_MULTINODE (None: no signal either way, or signals disagree).
@@ -641,7 +641,7 @@ fn pin_check(b: &WheelFacts, arch: Option<Arch>, pins: &Pins, gpu: Option<Gpu>, 
     }
 }
 
-/// Rules about the request against the binary (DOMAIN.md §2, rules 1-6).
+/// Rules about the request against the binary (docs/design.md, "Topology rules").
 pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
     let mut out = Vec::new();
     if let Some(d) = r.dispatcher.as_deref().filter(|d| *d != "hybridep") {

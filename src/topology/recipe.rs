@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 
 use super::Request;
 use crate::error::Failure;
@@ -79,8 +79,8 @@ fn load_inner(path: &Path, stack: &mut Vec<PathBuf>, declared_by: Option<&Path>)
     if stack.contains(&canonical) {
         return Err(bad(path, "its `defaults:` chain comes back to itself"));
     }
-    // serde_yaml's message names line and column.
-    let value: Value = serde_yaml::from_str(&text).map_err(|e| bad(path, e))?;
+    // serde_norway's message names line and column.
+    let value: Value = serde_norway::from_str(&text).map_err(|e| bad(path, e))?;
     let mut map = match value {
         Value::Mapping(m) => m,
         Value::Null => Mapping::new(),
@@ -361,7 +361,7 @@ mod tests {
     }
     #[test]
     fn interpolates_and_reports_resolvers() {
-        let root: Mapping = serde_yaml::from_str(
+        let root: Mapping = serde_norway::from_str(
             "a: {b: 16, c: '${a.b}', d: 'x${a.b}y', e: '${mul:${a.b}, 2}', f: '${.b}', g: '${a.g}'}",
         )
         .unwrap();

