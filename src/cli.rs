@@ -50,6 +50,37 @@ pub enum Command {
     /// Container images: generate the buildx bake file from pins.toml, build images.
     #[command(subcommand)]
     Docker(crate::docker::DockerCommand),
+    /// Print a shell completion script (bash, zsh or fish) to stdout.
+    #[command(after_help = "\
+Install, e.g.:
+  deepep-forge completions bash > ~/.local/share/bash-completion/completions/deepep-forge
+  deepep-forge completions zsh > \"${fpath[1]}/_deepep-forge\"
+  deepep-forge completions fish > ~/.config/fish/completions/deepep-forge.fish")]
+    Completions {
+        /// The shell to complete for.
+        shell: CompletionShell,
+    },
+    /// Print the man page (roff), or write one page per command into a folder.
+    Man(ManArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  deepep-forge man | man -l -
+  deepep-forge man --out-dir ~/.local/share/man/man1   # deepep-forge.1, deepep-forge-lock-check.1, ...")]
+pub struct ManArgs {
+    /// Write deepep-forge.1 and a page per subcommand (deepep-forge-lock-check.1, ...) here.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<std::path::PathBuf>,
+}
+
+/// Shells `completions` writes for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Debug, Subcommand)]
@@ -136,6 +167,67 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Cache(c) => crate::cache::run(c),
         Command::Probe(a) => crate::probe::run(a),
         Command::Docker(c) => crate::docker::run(c),
+        Command::Completions { shell } => {
+            let shell = match shell {
+                CompletionShell::Bash => clap_complete::Shell::Bash,
+                CompletionShell::Zsh => clap_complete::Shell::Zsh,
+                CompletionShell::Fish => clap_complete::Shell::Fish,
+            };
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "deepep-forge", &mut out);
+            // clap_complete 4.6 names the bash state of a hyphenated binary's
+            // subcommands two ways (`deepep__forge__subcmd__lock` where it walks the
+            // words, `deepep__subcmd__forge__subcmd__lock` where it completes), so
+            // nothing below the first level completed; tests/install.rs checks it.
+            if matches!(shell, clap_complete::Shell::Bash) {
+                out = String::from_utf8(out)?.replace("deepep__subcmd__forge", "deepep__forge").into_bytes();
+            }
+            write_stdout(&out)
+        }
+        Command::Man(a) => {
+            let pages = man_pages()?;
+            let Some(dir) = a.out_dir else { return write_stdout(&pages[0].1) };
+            std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+            for (name, page) in &pages {
+                let path = dir.join(name);
+                std::fs::write(&path, page).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            }
+            println!("wrote {} man pages to {}", pages.len(), dir.display());
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+/// The man pages (file name, roff): `deepep-forge.1` first, then one per
+/// subcommand, named as the SEE ALSO lines of their parents name them.
+pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
+    fn walk(cmd: &clap::Command, name: String, out: &mut Vec<(String, Vec<u8>)>) -> Result<()> {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone().name(name.clone())).render(&mut page)?;
+        out.push((format!("{name}.1"), page));
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            walk(sub, format!("{name}-{}", sub.get_name()), out)?;
+        }
+        Ok(())
+    }
+    fn no_help_subcommand(cmd: clap::Command) -> clap::Command {
+        let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+        names.iter().fold(cmd.disable_help_subcommand(true), |c, n| c.mut_subcommand(n, no_help_subcommand))
+    }
+    let mut cmd = no_help_subcommand(<Cli as clap::CommandFactory>::command());
+    cmd.build();
+    let mut out = Vec::new();
+    walk(&cmd, "deepep-forge".into(), &mut out)?;
+    Ok(out)
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<Exit> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|_| stdout.flush()) {
+        // `deepep-forge man | head`: a closed pipe is the reader's choice, not an error
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Exit::Ok),
+        r => r.map(|_| Exit::Ok).map_err(Into::into),
     }
 }
 
