@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::error::{Exit, Failure};
-use crate::output::{gh_escape_data, gh_escape_prop, Format};
+use crate::output::{annotation, Annotation, Format, Level};
 use crate::pins::{Pins, Transport, Variant};
 
 /// Where `docker bake` writes and `docker build` reads, relative to the repository root.
@@ -262,12 +262,13 @@ fn bake(a: BakeArgs) -> Result<Exit> {
         let human = render_bake(&report);
         if a.format == Format::Github && problem {
             let msg = format!("{} is {status}: regenerate it from {}", a.out.display(), a.pins.display());
-            println!(
-                "::error file={},title={}::{}",
-                gh_escape_prop(&a.out.display().to_string()),
-                gh_escape_prop("deepep-forge docker-bake"),
-                gh_escape_data(&format!("{msg}\n{human}"))
-            );
+            let note = Annotation {
+                file: Some(&a.out),
+                title: "deepep-forge docker-bake".into(),
+                message: format!("{msg}\n{human}"),
+                ..Default::default()
+            };
+            print!("{}", annotation(Level::Error, &note));
         }
         print!("{human}");
     }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::output::{gh_escape_data, gh_escape_prop, Format};
+use crate::output::{annotation, Annotation, Format, Level};
 use crate::pins::Arch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -95,28 +95,30 @@ pub fn render_human(findings: &[Finding]) -> String {
     out
 }
 
-/// Render findings as GitHub Actions workflow commands.
+/// Render findings as GitHub Actions workflow commands (one per finding).
 pub fn render_github(findings: &[Finding]) -> String {
     let mut out = String::new();
     for f in findings {
-        let cmd = match f.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-            Severity::Note => "notice",
+        let level = match f.severity {
+            Severity::Error => Level::Error,
+            Severity::Warning => Level::Warning,
+            Severity::Note => Level::Notice,
         };
-        let mut props = format!("file={}", gh_escape_prop(&f.file.display().to_string()));
-        if let Some(l) = f.line {
-            props.push_str(&format!(",line={l}"));
-        }
-        props.push_str(&format!(",title={}", gh_escape_prop(&format!("deepep-forge {}", f.rule))));
-        let mut msg = f.message.clone();
+        let mut message = f.message.clone();
         if let (Some(e), Some(g)) = (&f.expected, &f.found) {
-            msg.push_str(&format!("\nexpected: {e}\nfound: {g}"));
+            message.push_str(&format!("\nexpected: {e}\nfound: {g}"));
         }
         if let Some(fix) = &f.fix {
-            msg.push_str(&format!("\nfix: {fix}"));
+            message.push_str(&format!("\nfix: {fix}"));
         }
-        out.push_str(&format!("::{cmd} {props}::{}\n", gh_escape_data(&msg)));
+        let a = Annotation {
+            file: Some(&f.file),
+            line: f.line,
+            column: None,
+            title: format!("deepep-forge {}", f.rule),
+            message,
+        };
+        out.push_str(&annotation(level, &a));
     }
     out
 }

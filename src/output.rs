@@ -1,4 +1,7 @@
-//! Output formats shared by every command that reports.
+//! Output formats shared by every command that reports, and the one place that
+//! writes GitHub workflow-command annotations.
+use std::path::{Path, PathBuf};
+
 use clap::ValueEnum;
 
 /// `--format`: how a report is printed.
@@ -21,4 +24,116 @@ pub fn gh_escape_data(s: &str) -> String {
 /// Escape a value for a GitHub workflow command's property (`file=`, `title=`).
 pub fn gh_escape_prop(s: &str) -> String {
     gh_escape_data(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// An annotation's level (`::error`, `::warning`, `::notice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Error,
+    Warning,
+    Notice,
+}
+
+/// One GitHub annotation: where (file, line, column when known), a title and
+/// a message (may span lines).
+#[derive(Debug, Clone, Default)]
+pub struct Annotation<'a> {
+    pub file: Option<&'a Path>,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub title: String,
+    pub message: String,
+}
+
+/// `::level file=F,line=L,col=C,title=T::message` with escaping; the file is made
+/// relative to `$GITHUB_WORKSPACE` (annotations only attach to workspace paths).
+pub fn annotation(level: Level, a: &Annotation) -> String {
+    let cmd = match level {
+        Level::Error => "error",
+        Level::Warning => "warning",
+        Level::Notice => "notice",
+    };
+    let mut props = Vec::new();
+    if let Some(f) = a.file {
+        let f = workspace_relative(f, std::env::var_os("GITHUB_WORKSPACE").map(PathBuf::from).as_deref());
+        props.push(format!("file={}", gh_escape_prop(&f.display().to_string())));
+        if let Some(l) = a.line {
+            props.push(format!("line={l}"));
+            if let Some(c) = a.column {
+                props.push(format!("col={c}"));
+            }
+        }
+    }
+    props.push(format!("title={}", gh_escape_prop(&a.title)));
+    format!("::{cmd} {}::{}\n", props.join(","), gh_escape_data(&a.message))
+}
+
+/// `path` relative to the workspace when it lies inside it (relative paths are
+/// taken from the current directory); otherwise unchanged.
+pub fn workspace_relative(path: &Path, workspace: Option<&Path>) -> PathBuf {
+    let Some(ws) = workspace.filter(|w| !w.as_os_str().is_empty()) else { return path.to_path_buf() };
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        match std::env::current_dir() {
+            Ok(d) => d.join(path),
+            Err(_) => return path.to_path_buf(),
+        }
+    };
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let abs = lexical(&abs);
+    for ws in [lexical(ws), canon(ws)] {
+        for candidate in [abs.clone(), canon(&abs)] {
+            if let Ok(rel) = candidate.strip_prefix(&ws) {
+                return rel.to_path_buf();
+            }
+        }
+    }
+    path.to_path_buf()
+}
+
+/// `a/./b/../c` -> `a/c` without touching the filesystem.
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotations_carry_file_line_column_title_and_escape() {
+        let a = Annotation {
+            file: Some(Path::new("a,b/pins.toml")),
+            line: Some(3),
+            column: Some(7),
+            title: "deepep-forge pins".into(),
+            message: "50% wrong\nreally".into(),
+        };
+        assert_eq!(
+            annotation(Level::Error, &a),
+            "::error file=a%2Cb/pins.toml,line=3,col=7,title=deepep-forge pins::50%25 wrong%0Areally\n"
+        );
+        let none = Annotation { title: "t".into(), message: "m".into(), ..Default::default() };
+        assert_eq!(annotation(Level::Notice, &none), "::notice title=t::m\n");
+    }
+
+    #[test]
+    fn paths_become_workspace_relative() {
+        let ws = Path::new("/ws/repo");
+        assert_eq!(workspace_relative(Path::new("/ws/repo/sub/uv.lock"), Some(ws)), Path::new("sub/uv.lock"));
+        assert_eq!(workspace_relative(Path::new("/elsewhere/uv.lock"), Some(ws)), Path::new("/elsewhere/uv.lock"));
+        assert_eq!(workspace_relative(Path::new("/ws/repo/./a/../uv.lock"), Some(ws)), Path::new("uv.lock"));
+        assert_eq!(workspace_relative(Path::new("x/uv.lock"), None), Path::new("x/uv.lock"));
+    }
 }

@@ -85,6 +85,29 @@ impl Verdict {
         }
     }
     /// The aligned table people read.
+    /// GitHub annotations: a failed check is an error, a warning a warning,
+    /// evidence and fix in the message (the same shape as `lock check`'s).
+    pub fn render_github(&self) -> String {
+        let mut out = String::new();
+        for c in &self.checks {
+            let level = match c.status {
+                Status::Fail => crate::output::Level::Error,
+                Status::Warn => crate::output::Level::Warning,
+                _ => continue,
+            };
+            let mut message = c.evidence.clone();
+            if let Some(fix) = &c.fix {
+                message.push_str(&format!("\nfix: {fix}"));
+            }
+            let title = format!("deepep-forge {}", c.rule);
+            out.push_str(&crate::output::annotation(
+                level,
+                &crate::output::Annotation { title, message, ..Default::default() },
+            ));
+        }
+        out
+    }
+
     pub fn render_human(&self) -> String {
         let mut out = format!("verdict for {}\n", self.subject);
         if let Some(r) = &self.request {

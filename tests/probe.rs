@@ -722,7 +722,13 @@ fn own_recipes_cover_hybridep_keys_override_and_interpolation() {
         ],
     );
     assert_eq!(o.status.code(), Some(1));
-    assert!(stdout(&o).contains("::error title=probe mnnvl-system::USE_MNNVL=1 but h100 systems have no multi-node NVLink (fix: set USE_MNNVL=0"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(
+            "::error title=deepep-forge mnnvl-system::USE_MNNVL=1 but h100 systems have no multi-node NVLink%0Afix: set USE_MNNVL=0"
+        ),
+        "{}",
+        stdout(&o)
+    );
     // Bad recipes: exit 2, the file and what was wrong.
     for (name, want) in [
         ("loop-a.yaml", "comes back to itself"),

@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::error::{Exit, Failure};
-use crate::output::{gh_escape_data, gh_escape_prop, Format};
+use crate::output::Format;
 use crate::pins::{Arch, Pins};
 use crate::topology::Request;
-use crate::verdict::{Status, Verdict};
+use crate::verdict::Verdict;
 
 #[derive(Debug, clap::Args)]
 pub struct ProbeArgs {
@@ -148,22 +148,7 @@ pub fn print(v: &Verdict, format: Format) -> Result<()> {
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(v)?),
         Format::Human => print!("{}", v.render_human()),
-        Format::Github => {
-            print!("{}", v.render_human());
-            for c in &v.checks {
-                let level = match c.status {
-                    Status::Fail => "error",
-                    Status::Warn => "warning",
-                    _ => continue,
-                };
-                let fix = c.fix.as_deref().map(|f| format!(" (fix: {f})")).unwrap_or_default();
-                println!(
-                    "::{level} title={}::{}",
-                    gh_escape_prop(&format!("probe {}", c.rule)),
-                    gh_escape_data(&format!("{}{fix}", c.evidence))
-                );
-            }
-        }
+        Format::Github => print!("{}{}", v.render_github(), v.render_human()),
     }
     Ok(())
 }

@@ -98,13 +98,7 @@ pub fn run(args: &ProbeArgs) -> Result<Exit> {
                 print!("{m}");
             }
             if args.format == Format::Github {
-                for c in verdict.checks.iter().filter(|c| c.status == crate::verdict::Status::Fail) {
-                    println!(
-                        "::error title={}::{}",
-                        crate::output::gh_escape_prop(&c.rule),
-                        crate::output::gh_escape_data(&c.evidence)
-                    );
-                }
+                print!("{}", verdict.render_github());
             }
         }
     }

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GitHub action's logic (action.yml only passes its inputs here):
+# 1. get deepep-forge (see `install` in action.yml),
+# 2. run `lock check --format github` in $GITHUB_WORKSPACE: annotations with
+#    file and line, relative to the workspace, go to the log,
+# 3. write a Markdown summary to $GITHUB_STEP_SUMMARY and the exit code to
+#    $GITHUB_OUTPUT, and exit with lock check's code.
+set -uo pipefail
+action_dir=$(cd "$(dirname "$0")/.." && pwd)
+project=${DEEPEP_FORGE_PROJECT:-.}
+pins=${DEEPEP_FORGE_PINS:-pins.toml}
+install=${DEEPEP_FORGE_INSTALL:-auto}
+wheel=${DEEPEP_FORGE_WHEEL:-}
+read -r -a extra <<< "${DEEPEP_FORGE_ARGS:-}"
+
+die() { echo "::error title=deepep-forge action::$1"; exit 2; }
+
+case "$install" in
+  path) command -v deepep-forge >/dev/null || die "install: path, but deepep-forge is not on PATH" ;;
+  wheel)
+    [ -n "$wheel" ] || die "install: wheel needs the wheel input (a path or URL of a deepep-forge wheel)"
+    python3 -m venv "${RUNNER_TEMP:-/tmp}/deepep-forge-venv" || die "could not make a venv for the wheel"
+    "${RUNNER_TEMP:-/tmp}/deepep-forge-venv/bin/pip" install -q --disable-pip-version-check "$wheel" \
+      || die "pip could not install $wheel"
+    export PATH="${RUNNER_TEMP:-/tmp}/deepep-forge-venv/bin:$PATH" ;;
+  cargo|auto)
+    if [ "$install" = cargo ] || ! command -v deepep-forge >/dev/null; then
+      echo "::group::cargo install deepep-forge (from the action's source)"
+      cargo install --locked --path "$action_dir" --root "${RUNNER_TEMP:-/tmp}/deepep-forge" \
+        || die "cargo install failed (is a Rust toolchain installed? actions/setup-rust or rustup)"
+      echo "::endgroup::"
+      export PATH="${RUNNER_TEMP:-/tmp}/deepep-forge/bin:$PATH"
+    fi ;;
+  *) die "install must be auto, cargo, path or wheel (got '$install')" ;;
+esac
+
+cd "${GITHUB_WORKSPACE:-.}" || die "cannot enter GITHUB_WORKSPACE=$GITHUB_WORKSPACE"
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
+# The annotations and the human report, for the log:
+deepep-forge lock check --project "$project" --pins "$pins" --format github "${extra[@]}"
+code=$?
+# The same check as data, for the summary:
+deepep-forge lock check --project "$project" --pins "$pins" --format json "${extra[@]}" > "$json" 2>/dev/null
+
+if [ -n "${GITHUB_OUTPUT:-}" ]; then echo "exit-code=$code" >> "$GITHUB_OUTPUT"; fi
+if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+  python3 - "$json" "$code" "$project" "$pins" >> "$GITHUB_STEP_SUMMARY" <<'PY'
+import json, sys
+path, code, project, pins = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+try:
+    report = json.load(open(path))
+except ValueError:
+    report = None
+if report is None:
+    print(f"## deepep-forge lock check: could not run (exit {code})\n")
+    print(f"`lock check --project {project} --pins {pins}` printed no report: see the step's log.")
+    sys.exit(0)
+findings = report.get("findings", [])
+count = lambda sev: sum(1 for f in findings if f.get("severity") == sev)
+status = "passed" if code == 0 else "FAILED"
+print(f"## deepep-forge lock check: {status}\n")
+print(f"`{cell(project)}` against `{cell(pins)}`: {count('error')} error(s), {count('warning')} warning(s), {count('note')} note(s)\n")
+if findings:
+    print("| | rule | where | what | fix |")
+    print("|---|---|---|---|---|")
+    icon = {"error": ":x:", "warning": ":warning:", "note": ":information_source:"}
+    for f in findings:
+        where = f.get("file", "") + (f":{f['line']}" if f.get("line") else "")
+        arch = f" ({f['arch']})" if f.get("arch") else ""
+        print(f"| {icon.get(f.get('severity'), '')} | `{cell(f.get('rule', ''))}`{arch} | `{cell(where)}` | {cell(f.get('message', ''))} | {cell(f.get('fix') or '')} |")
+PY
+fi
+exit "$code"
