@@ -78,7 +78,7 @@ fn pre_commit_hook_passes_a_consistent_project_and_fails_a_drifted_one() {
     assert_eq!(bad.status.code(), Some(1), "a drifted project fails:\n{text}");
     assert!(text.contains("Failed"), "{text}");
     assert!(
-        text.contains("error[rev-mismatch]") && text.contains("--> ./pyproject.toml:16"),
+        text.contains("error[rev-mismatch]") && text.contains("--> pyproject.toml:16"),
         "shows the finding:\n{text}"
     );
 
