@@ -287,7 +287,7 @@ fn render_bake(r: &BakeReport) -> String {
         s.push_str(&format!("  {c}\n"));
     }
     if let Some(fix) = &r.fix {
-        s.push_str(&format!("fix: run `{fix}` (or `cargo xtask docker bake`) and commit the result\n"));
+        s.push_str(&format!("fix: run `{fix}` and commit the result\n"));
     }
     s
 }

@@ -219,7 +219,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         }
         crate::error::check_interrupted()?;
         return Err(Failure::problems(format!("`uv lock` failed in {}; pyproject.toml and pins.toml were restored:\n{}", args.project.display(), String::from_utf8_lossy(&out.stderr).trim()))
-            .hint(format!("fix what uv reports, then run `deepep-forge pin set {rev} --relock` again, or by hand: uv lock --project {} && {check_cmd}", args.project.display()))
+            .hint(format!("fix what uv reports, then run `{}` again, or by hand: uv lock --project {} && {check_cmd}", retry_command(&args, &rev), args.project.display()))
             .into());
     }
     println!("uv lock: ok");
@@ -227,4 +227,55 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     print!("{}", crate::findings::render_human(&report.findings));
     println!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
     Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+}
+
+/// The `pin set` command line that repeats this one (every option that changes
+/// what it does), for hints; values are shell-quoted when needed.
+fn retry_command(args: &SetArgs, rev: &str) -> String {
+    let q = |s: &str| {
+        if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./+=:@".contains(c)) {
+            s.to_string()
+        } else {
+            format!("'{}'", s.replace('\'', "'\\''"))
+        }
+    };
+    let mut cmd = format!("deepep-forge pin set {}", q(rev));
+    if let Some(a) = args.arch {
+        cmd.push_str(&format!(" --arch {a}"));
+    }
+    cmd.push_str(&format!(" --project {}", q(&args.project.display().to_string())));
+    if args.no_pins {
+        cmd.push_str(" --no-pins");
+    } else {
+        cmd.push_str(&format!(" --pins {}", q(&args.pins.display().to_string())));
+    }
+    if let Some(src) = &args.source {
+        cmd.push_str(&format!(" --source {}", q(src)));
+    }
+    cmd.push_str(" --relock");
+    cmd
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_hint_keeps_project_pins_arch_and_source() {
+        let args = SetArgs {
+            rev: "abc".into(),
+            arch: Some(Arch::Aarch64),
+            project: PathBuf::from("my project"),
+            pins: PathBuf::from("ci/pins.toml"),
+            no_pins: false,
+            source: Some("../DeepEP".into()),
+            relock: true,
+        };
+        assert_eq!(
+            retry_command(&args, "17cfb81"),
+            "deepep-forge pin set 17cfb81 --arch aarch64 --project 'my project' --pins ci/pins.toml --source ../DeepEP --relock"
+        );
+        let no_pins = SetArgs { no_pins: true, arch: None, source: None, ..args };
+        assert_eq!(retry_command(&no_pins, "17cfb81"), "deepep-forge pin set 17cfb81 --project 'my project' --no-pins --relock");
+    }
 }
