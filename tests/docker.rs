@@ -30,7 +30,7 @@ fn committed_bake_file_is_up_to_date() {
     assert_eq!(
         code(&o),
         0,
-        "docker/docker-bake.json is stale: run `cargo xtask docker bake` and commit it\n{}{}",
+        "docker/docker-bake.json is stale: run `deepep-forge docker bake` (or `cargo xtask docker bake` in this repository) and commit it\n{}{}",
         stdout(&o),
         stderr(&o)
     );

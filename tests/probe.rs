@@ -165,7 +165,7 @@ fn ep16_over_two_h100_nodes_needs_the_multinode_build() {
     let (code, v, _) = probe(&a);
     assert_eq!(code, 1);
     assert_eq!(status(&v, "multinode-build"), "fail");
-    assert_eq!(row(&v, "multinode-build")["fix"], "rebuild: cargo xtask build-wheel --variant h100-multinode");
+    assert_eq!(row(&v, "multinode-build")["fix"], "rebuild: deepep-forge build-wheel --variant h100-multinode");
     let mut a = vec!["--wheel", s(&w.doca)];
     a.extend(req);
     let (code, v, err) = probe(&a);
@@ -312,7 +312,7 @@ fn provenance_agreement_tampering_and_record() {
     // provenance's revision matches.
     let (code, v, _) = probe(&["--wheel", s(&honest), "--preset", "h100-8g", "--pins", s(&root().join("pins.toml"))]);
     assert_eq!((code, status(&v, "pin")), (1, "fail"));
-    assert_eq!(row(&v, "pin")["fix"], "rebuild: cargo xtask build-wheel --variant h100");
+    assert_eq!(row(&v, "pin")["fix"], "rebuild: deepep-forge build-wheel --variant h100");
     let shipped = std::fs::read_to_string(root().join("pins.toml")).unwrap();
     let mine = dir.path().join("pins.toml");
     std::fs::write(
@@ -395,7 +395,7 @@ fn mislabelled_platform_and_target_arch() {
     assert_eq!(status(&v, "elf-machine"), "fail");
     assert!(row(&v, "elf-machine")["evidence"].as_str().unwrap().contains("mislabelled"));
     assert_eq!(status(&v, "target-arch"), "fail");
-    assert_eq!(row(&v, "target-arch")["fix"], "rebuild: cargo xtask build-wheel --variant gb200-nvl72");
+    assert_eq!(row(&v, "target-arch")["fix"], "rebuild: deepep-forge build-wheel --variant gb200-nvl72");
 }
 
 #[test]

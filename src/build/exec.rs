@@ -91,13 +91,17 @@ impl Cmd {
         self.cmd.stdout(Stdio::null()).stderr(Stdio::null());
         let step = Arc::new(Mutex::new(String::new()));
         let step2 = Arc::clone(&step);
+        let last_compiler_line = Arc::new(Mutex::new(String::new()));
+        let last2 = Arc::clone(&last_compiler_line);
         let pump = std::thread::spawn(move || -> std::io::Result<()> {
             for line in BufReader::new(reader).split(b'\n') {
                 let line = line?;
                 logf.write_all(&line)?;
                 logf.write_all(b"\n")?;
-                if let Some(s) = compile_step(&String::from_utf8_lossy(&line)) {
+                let text = String::from_utf8_lossy(&line);
+                if let Some(s) = compile_step(&text) {
                     *step2.lock().expect("step lock") = s;
+                    *last2.lock().expect("line lock") = text.trim().to_string();
                 }
             }
             logf.flush()
@@ -112,9 +116,15 @@ impl Cmd {
             b.enable_steady_tick(Duration::from_millis(120));
             b
         });
+        // Off a terminal (CI logs) there is no spinner: say where the log is, then
+        // a heartbeat with the elapsed time and the last compiler line.
+        let mut heartbeat = bar.is_none().then(|| Heartbeat::start(label, log));
         let waited = wait_with(child, || {
             if let Some(b) = &bar {
                 b.set_message(step.lock().expect("step lock").clone());
+            }
+            if let Some(h) = &mut heartbeat {
+                h.tick(&last_compiler_line.lock().expect("line lock"));
             }
         });
         if let Some(b) = &bar {
@@ -150,6 +160,46 @@ impl Cmd {
             .into());
         }
         Ok(())
+    }
+}
+
+/// The off-terminal progress of a long child: the log path at the start, then
+/// every `DEEPEP_FORGE_HEARTBEAT_SECS` (default 30) seconds a line on stderr.
+struct Heartbeat {
+    label: String,
+    started: Instant,
+    every: Duration,
+    next: Instant,
+}
+
+impl Heartbeat {
+    fn start(label: &str, log: &Path) -> Heartbeat {
+        let secs = std::env::var("DEEPEP_FORGE_HEARTBEAT_SECS").ok().and_then(|s| s.parse::<u64>().ok());
+        let every = Duration::from_secs(secs.filter(|s| (1..=3600).contains(s)).unwrap_or(30));
+        eprintln!("{label}: running, full log in {}", log.display());
+        let started = Instant::now();
+        Heartbeat { label: label.to_string(), started, every, next: started + every }
+    }
+
+    fn tick(&mut self, last_line: &str) {
+        if Instant::now() < self.next {
+            return;
+        }
+        self.next += self.every;
+        eprintln!("{}", heartbeat_line(&self.label, self.started.elapsed(), last_line));
+    }
+}
+
+/// `LABEL: 1m30s so far; last compiler line: ...` (the line cut to 200 characters).
+fn heartbeat_line(label: &str, elapsed: Duration, last_line: &str) -> String {
+    let s = elapsed.as_secs();
+    let took = if s >= 60 { format!("{}m{:02}s", s / 60, s % 60) } else { format!("{s}s") };
+    let line: String = last_line.chars().take(200).collect();
+    let cut = if last_line.chars().count() > 200 { " ..." } else { "" };
+    if line.is_empty() {
+        format!("{label}: {took} so far; no compiler line yet")
+    } else {
+        format!("{label}: {took} so far; last compiler line: {line}{cut}")
     }
 }
 
@@ -228,7 +278,19 @@ pub fn sleep_checked(d: Duration) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::compile_step;
+    use super::{compile_step, heartbeat_line};
+    use std::time::Duration;
+
+    #[test]
+    fn heartbeat_lines_say_elapsed_time_and_the_last_compiler_line() {
+        assert_eq!(
+            heartbeat_line("demo", Duration::from_secs(95), "nvcc -c a.cu"),
+            "demo: 1m35s so far; last compiler line: nvcc -c a.cu"
+        );
+        assert_eq!(heartbeat_line("demo", Duration::from_secs(30), ""), "demo: 30s so far; no compiler line yet");
+        let long = "x".repeat(300);
+        assert!(heartbeat_line("d", Duration::from_secs(1), &long).ends_with(&format!("{} ...", "x".repeat(200))));
+    }
     #[test]
     fn compile_steps_are_recognised() {
         assert_eq!(

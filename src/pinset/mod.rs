@@ -218,9 +218,17 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             stage(path, old)?.persist(path).with_context(|| format!("restoring {}", path.display()))?;
         }
         crate::error::check_interrupted()?;
-        return Err(Failure::problems(format!("`uv lock` failed in {}; pyproject.toml and pins.toml were restored:\n{}", args.project.display(), String::from_utf8_lossy(&out.stderr).trim()))
-            .hint(format!("fix what uv reports, then run `{}` again, or by hand: uv lock --project {} && {check_cmd}", retry_command(&args, &rev), args.project.display()))
-            .into());
+        return Err(Failure::problems(format!(
+            "`uv lock` failed in {}; pyproject.toml and pins.toml were restored:\n{}",
+            args.project.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+        .hint(format!(
+            "fix what uv reports, then run `{}` again, or by hand: uv lock --project {} && {check_cmd}",
+            retry_command(&args, &rev),
+            args.project.display()
+        ))
+        .into());
     }
     println!("uv lock: ok");
     let report = crate::lock::run_check(&check)?;
@@ -276,6 +284,9 @@ mod retry_tests {
             "deepep-forge pin set 17cfb81 --arch aarch64 --project 'my project' --pins ci/pins.toml --source ../DeepEP --relock"
         );
         let no_pins = SetArgs { no_pins: true, arch: None, source: None, ..args };
-        assert_eq!(retry_command(&no_pins, "17cfb81"), "deepep-forge pin set 17cfb81 --project 'my project' --no-pins --relock");
+        assert_eq!(
+            retry_command(&no_pins, "17cfb81"),
+            "deepep-forge pin set 17cfb81 --project 'my project' --no-pins --relock"
+        );
     }
 }

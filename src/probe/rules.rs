@@ -114,7 +114,7 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
         (None, true) => "<gpu>-multinode".into(),
         (None, false) => "<variant>".into(),
     });
-    format!("rebuild: cargo xtask build-wheel --variant {name}")
+    format!("rebuild: deepep-forge build-wheel --variant {name}")
 }
 
 fn elfs(b: &WheelFacts) -> impl Iterator<Item = (&Extension, &ElfFacts)> {
@@ -173,7 +173,7 @@ pub fn binary_checks(
                 "no hybrid_ep_cpp extension (found: {}): this DeepEP revision has no HybridEP",
                 if modules.is_empty() { "none".into() } else { modules.join(", ") }
             ))
-            .fix("pin a hybrid-ep branch revision (deepep-forge pin set REV), then rebuild: cargo xtask build-wheel --variant <variant>")
+            .fix("pin a hybrid-ep branch revision (deepep-forge pin set REV), then rebuild: deepep-forge build-wheel --variant <variant>")
         }
     });
 
@@ -542,7 +542,7 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
         None => return Check::skip("provenance", "no deepep-forge provenance file (not built by deepep-forge)"),
         Some(Err(e)) => {
             return Check::fail("provenance", format!("unreadable provenance: {e}"))
-                .fix("rebuild: cargo xtask build-wheel --variant <variant>")
+                .fix("rebuild: deepep-forge build-wheel --variant <variant>")
         }
         Some(Ok(p)) => p,
     };
@@ -608,7 +608,7 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
             "provenance",
             format!("provenance and binary disagree (mislabelled or tampered wheel): {}", disagree.join("; ")),
         )
-        .fix(format!("do not use this wheel; rebuild: cargo xtask build-wheel --variant {}", p.variant.name))
+        .fix(format!("do not use this wheel; rebuild: deepep-forge build-wheel --variant {}", p.variant.name))
     }
 }
 
@@ -798,7 +798,7 @@ mod tests {
         assert_eq!(status(&c, "multinode-build"), Fail);
         assert!(c
             .iter()
-            .any(|c| c.fix.as_deref() == Some("rebuild: cargo xtask build-wheel --variant h100-multinode")));
+            .any(|c| c.fix.as_deref() == Some("rebuild: deepep-forge build-wheel --variant h100-multinode")));
         assert_eq!(
             status(&topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&multi), None), "multinode-build"),
             Pass
