@@ -149,7 +149,8 @@ fn run_block(ws: &Workspace, block: &Block) -> Vec<(String, i32)> {
         let (body, tail) = rest.split_at(at);
         let tail = &tail[MARK.len()..];
         let (code, tail) = tail.split_once('\n').unwrap_or((tail, ""));
-        let body = body.strip_suffix('\n').unwrap_or(body);
+        // the marker's own newline, and the output's last one (the page's block has none)
+        let body = body.trim_end_matches('\n');
         results.push((body.to_string(), code.trim().parse().unwrap_or(-1)));
         rest = tail;
     }

@@ -1,5 +1,5 @@
-//! Whole-process tests of `lock check`: NeMo-RL's real files (when
-//! ../shared/fixtures is present) and our own consumer fixtures.
+//! Whole-process tests of `lock check`: NeMo-RL's real files (when its
+//! fixture folder next to the checkout is present) and our own consumer fixtures.
 mod support;
 use std::path::{Path, PathBuf};
 

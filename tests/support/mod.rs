@@ -11,7 +11,7 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `../shared/fixtures/nemo-rl` when present (it is in CI); `DEEPEP_FORGE_NEMO_RL`
+/// NeMo-RL's fixture folder next to the checkout, when present (it is in CI); `DEEPEP_FORGE_NEMO_RL`
 /// names another folder (e.g. from a git worktree, where `..` is not the checkout's parent).
 pub fn nemo_rl_fixtures() -> Option<PathBuf> {
     let p = std::env::var_os("DEEPEP_FORGE_NEMO_RL")
