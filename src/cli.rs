@@ -102,8 +102,9 @@ pub struct PinsFileArgs {
 pub struct PinsShowArgs {
     #[command(flatten)]
     pub file: PinsFileArgs,
+    /// Output: human text, or the validated pins as one JSON document.
     #[arg(long, value_enum, default_value_t)]
-    pub format: crate::output::Format,
+    pub format: crate::output::DataFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -129,7 +130,7 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Pins(PinsCommand::Show(a)) => {
             let p = crate::pins::Pins::load(&a.file.pins)?;
             match a.format {
-                crate::output::Format::Json => println!("{}", serde_json::to_string_pretty(&p)?),
+                crate::output::DataFormat::Json => println!("{}", serde_json::to_string_pretty(&p)?),
                 _ => {
                     println!("source: {} ({})", p.source.repo, p.source.branch.as_deref().unwrap_or("-"));
                     for pin in p.pins.values() {

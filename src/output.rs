@@ -16,6 +16,17 @@ pub enum Format {
     Github,
 }
 
+/// `--format` of commands whose output is data but has nothing to annotate
+/// (`plan`, `build-wheel`, `cache ls`, `pins show`): no `github` to offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum DataFormat {
+    /// Aligned text for people (default).
+    #[default]
+    Human,
+    /// One JSON document on stdout, with a `schema` version field.
+    Json,
+}
+
 /// Escape a value for a GitHub workflow command's message (after `::`).
 pub fn gh_escape_data(s: &str) -> String {
     s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")

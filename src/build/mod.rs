@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::cache::{self, remote, CacheDirArg};
 use crate::error::{check_interrupted, Cooperative, Exit, Failure};
-use crate::output::Format;
+use crate::output::DataFormat as Format;
 use crate::pins::{Arch, Pins, Transport, Variant};
 use crate::provenance::{self, Patch, Provenance};
 use crate::wheel::{stamp, WheelName};
@@ -78,6 +78,7 @@ pub struct Common {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("variants", |a| a.help("Variant to plan (repeatable); `deepep-forge pins show` lists them")))]
 pub struct PlanArgs {
     #[command(flatten)]
     pub common: Common,

@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Exit, Failure};
-use crate::output::Format;
+use crate::output::DataFormat as Format;
 use crate::wheel::stamp::sha256_file;
 
 /// Version of entry.json and of `cache ls --format json`.
