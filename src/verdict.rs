@@ -149,3 +149,24 @@ impl Verdict {
         out
     }
 }
+
+/// What the runtime probe needs to know about the binary under test
+/// (computed once by the static probe from `--wheel` or `--python`, handed to
+/// `probe --run`; it lives here so that neither probe imports the other).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct BinaryFacts {
+    /// The wheel path or the environment's deep_ep location.
+    pub subject: String,
+    /// SM numbers (90, 100) with a cubin in hybrid_ep_cpp.
+    pub cubin_sms: Vec<u32>,
+    /// SM numbers with PTX only.
+    pub ptx_sms: Vec<u32>,
+    /// Built with HYBRID_EP_MULTINODE (None: could not tell).
+    pub multinode: Option<bool>,
+    /// ELF machine of the extensions.
+    pub machine: Option<crate::pins::Arch>,
+    /// `deep_ep` version (`1.2.1+17cfb81`).
+    pub version: Option<String>,
+    /// Multinode transport seen in the binary (`doca`, `nixl`).
+    pub transport: Option<String>,
+}

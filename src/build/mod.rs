@@ -4,6 +4,7 @@
 //! provenance stamping, publish into the cache and the output folder.
 //! Owns the build; must not parse consumer lockfiles or touch a GPU.
 pub mod exec;
+pub mod lookup;
 pub mod plan;
 pub mod registry;
 pub mod relocate;

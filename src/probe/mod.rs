@@ -15,7 +15,7 @@ use anyhow::Result;
 
 use crate::error::{Exit, Failure};
 use crate::output::Format;
-use crate::pins::{Arch, Pins};
+use crate::pins::Pins;
 use crate::topology::Request;
 use crate::verdict::Verdict;
 
@@ -41,25 +41,7 @@ pub struct ProbeArgs {
     pub format: crate::output::Format,
 }
 
-/// What the runtime probe needs to know about the binary under test
-/// (filled by the static probe from `--wheel` or `--python`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct BinaryFacts {
-    /// The wheel path or the environment's deep_ep location.
-    pub subject: String,
-    /// SM numbers (90, 100) with a cubin in hybrid_ep_cpp.
-    pub cubin_sms: Vec<u32>,
-    /// SM numbers with PTX only.
-    pub ptx_sms: Vec<u32>,
-    /// Built with HYBRID_EP_MULTINODE (None: could not tell).
-    pub multinode: Option<bool>,
-    /// ELF machine of the extensions.
-    pub machine: Option<Arch>,
-    /// `deep_ep` version (`1.2.1+17cfb81`).
-    pub version: Option<String>,
-    /// Multinode transport seen in the binary (`doca`, `nixl`).
-    pub transport: Option<String>,
-}
+pub use crate::verdict::BinaryFacts;
 
 /// Everything the static probe read about the subject.
 struct Inspected {
@@ -95,15 +77,13 @@ fn facts_of(i: &Inspected) -> BinaryFacts {
     }
 }
 
-/// Facts about the binary named by `--wheel`/`--python`; None when neither is given.
-pub fn binary_facts(args: &ProbeArgs) -> Result<Option<BinaryFacts>> {
-    Ok(inspect(args)?.as_ref().map(facts_of))
-}
-
 /// The static verdict for `--wheel`/`--python` against `request` (rules in docs/design.md, "What a binary can do").
 pub fn static_verdict(args: &ProbeArgs, request: Option<Request>) -> Result<Verdict> {
+    static_verdict_of(args, request, inspect(args)?)
+}
+
+fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Option<Inspected>) -> Result<Verdict> {
     let pins = args.pins.as_deref().map(Pins::load).transpose()?;
-    let inspected = inspect(args)?;
     let subject =
         inspected.as_ref().map(|i| i.binary.file.clone()).unwrap_or_else(|| "no binary (topology only)".into());
     let mut v = Verdict::new(subject, request.clone());
@@ -130,7 +110,7 @@ pub fn static_verdict(args: &ProbeArgs, request: Option<Request>) -> Result<Verd
 
 pub fn run(args: ProbeArgs) -> Result<Exit> {
     if args.runtime.run {
-        return crate::runtime::run(&args);
+        return run_on_gpus(&args);
     }
     let request = args.topology.resolve()?;
     if args.wheel.is_none() && args.python.is_none() && request.is_none() {
@@ -151,4 +131,25 @@ pub fn print(v: &Verdict, format: Format) -> Result<()> {
         Format::Github => print!("{}{}", v.render_github(), v.render_human()),
     }
     Ok(())
+}
+
+/// `probe --run`: the static facts of `--wheel`/`--python` are computed here,
+/// once, and handed to the runtime probe with its flags and the request (the
+/// runtime probe does not read wheels, and does not call back into this module).
+fn run_on_gpus(args: &ProbeArgs) -> Result<Exit> {
+    args.runtime.validate()?;
+    let request = args.topology.resolve()?;
+    let inspected = inspect(args)?;
+    let binary = inspected.as_ref().map(facts_of);
+    let static_checks = inspected
+        .is_some()
+        .then(|| static_verdict_of(args, request.clone(), inspected).map(|v| v.checks).map_err(|e| format!("{e:#}")));
+    crate::runtime::run(&crate::runtime::Input {
+        run: &args.runtime,
+        python: args.python.clone(),
+        format: args.format,
+        request,
+        binary,
+        static_checks,
+    })
 }

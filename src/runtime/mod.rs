@@ -1,8 +1,9 @@
 //! `probe --run`: topology discovery and a dispatch/combine kernel on this
 //! machine's GPUs (one process driving all, or one process per GPU through a
 //! launcher), judged against the topology request and the wheel's facts.
-//! Owns the runtime verdict rules; must not read wheels itself (the static
-//! probe's `binary_facts`/`static_verdict` do) nor edit the request.
+//! Owns the runtime verdict rules; must not read wheels itself: `probe` hands
+//! it the static facts and rows in an [`Input`], computed once. Must not edit
+//! the request, and does not import `probe`.
 pub mod deep_ep;
 pub mod engine;
 pub mod gpu;
@@ -16,9 +17,8 @@ use serde_json::json;
 
 use crate::error::{Exit, Failure};
 use crate::output::Format;
-use crate::probe::{BinaryFacts, ProbeArgs};
 use crate::topology::Request;
-use crate::verdict::{Check, Verdict};
+use crate::verdict::{BinaryFacts, Check, Verdict};
 use engine::{Link, RankReport, Shape};
 use gpu::{Discovery, Gpu};
 use rendezvous::{Comm, Ranks, Rendezvous};
@@ -60,19 +60,45 @@ pub struct RunArgs {
     pub deep_ep: bool,
 }
 
-pub fn run(args: &ProbeArgs) -> Result<Exit> {
+/// What `probe` hands the runtime probe: its flags, the resolved request, and
+/// the static facts and verdict rows of `--wheel`/`--python` (computed once).
+#[derive(Debug)]
+pub struct Input<'a> {
+    pub run: &'a RunArgs,
+    /// The Python whose deep_ep `--deep-ep` runs (`--python`).
+    pub python: Option<std::path::PathBuf>,
+    pub format: Format,
+    pub request: Option<Request>,
+    pub binary: Option<BinaryFacts>,
+    /// The static probe's rows; an error there becomes a warning row.
+    pub static_checks: Option<std::result::Result<Vec<Check>, String>>,
+}
+
+impl RunArgs {
+    /// Flag ranges, checked before anything is read or run (exit 2).
+    pub fn validate(&self) -> Result<()> {
+        let ra = self;
+        if ra.hidden == 0 || !ra.hidden.is_multiple_of(8) {
+            crate::bail_usage!(
+                "--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)",
+                ra.hidden
+            );
+        }
+        if !(1..=16).contains(&ra.topk) {
+            crate::bail_usage!("--topk {} must be between 1 and 16", ra.topk);
+        }
+        if ra.tokens == 0 || ra.iters == 0 || ra.timeout == 0 || ra.blocks_per_sm == 0 {
+            crate::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
+        }
+        Ok(())
+    }
+}
+
+pub fn run(args: &Input) -> Result<Exit> {
     let started = Instant::now();
-    let ra = &args.runtime;
-    if ra.hidden == 0 || !ra.hidden.is_multiple_of(8) {
-        crate::bail_usage!("--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)", ra.hidden);
-    }
-    if !(1..=16).contains(&ra.topk) {
-        crate::bail_usage!("--topk {} must be between 1 and 16", ra.topk);
-    }
-    if ra.tokens == 0 || ra.iters == 0 || ra.timeout == 0 || ra.blocks_per_sm == 0 {
-        crate::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
-    }
-    let request = args.topology.resolve()?;
+    args.run.validate()?;
+    let ra = args.run;
+    let request = args.request.clone();
     let env = |k: &str| std::env::var(k).ok();
     let ranks = rendezvous::detect(env)?.filter(|r| r.world > 1);
     let how = match &ranks {
@@ -81,7 +107,7 @@ pub fn run(args: &ProbeArgs) -> Result<Exit> {
     };
     let shape =
         Shape { tokens: ra.tokens, hidden: ra.hidden, topk: ra.topk, iters: ra.iters, blocks_per_sm: ra.blocks_per_sm };
-    let binary = crate::probe::binary_facts(args)?;
+    let binary = args.binary.clone();
     let _guard = crate::error::Cooperative::enter();
     let outcome = match (ranks, how) {
         (Some(r), Some(how)) => multi(args, &r, &how, shape, request.clone(), binary.as_ref(), started)?,
@@ -193,7 +219,7 @@ fn kernel_group(d: &Discovery) -> Vec<i32> {
 }
 
 fn single(
-    args: &ProbeArgs,
+    args: &Input,
     shape: Shape,
     request: Option<Request>,
     binary: Option<&BinaryFacts>,
@@ -218,8 +244,8 @@ fn single(
     let gpus = group.iter().map(|&o| Gpu::open(o, &cubin)).collect::<Result<Vec<_>>>()?;
     let reports = engine::roundtrip(gpus, &mut Link::Local, shape)?;
     tm.roundtrip = ms(t0);
-    let deep_ep = if args.runtime.deep_ep {
-        Some(deep_ep::run(args.python.as_deref(), group.len() as u32, args.runtime.timeout))
+    let deep_ep = if args.run.deep_ep {
+        Some(deep_ep::run(args.python.as_deref(), group.len() as u32, args.run.timeout))
     } else {
         None
     };
@@ -243,7 +269,7 @@ fn single(
 
 /// One process per GPU. Returns the verdict on rank 0, None elsewhere.
 fn multi(
-    args: &ProbeArgs,
+    args: &Input,
     ranks: &Ranks,
     how: &Rendezvous,
     shape: Shape,
@@ -251,7 +277,7 @@ fn multi(
     binary: Option<&BinaryFacts>,
     started: Instant,
 ) -> Result<Option<Verdict>> {
-    let timeout = Duration::from_secs(args.runtime.timeout);
+    let timeout = Duration::from_secs(args.run.timeout);
     let mut comm = Comm::connect(how, ranks.rank, ranks.world, timeout)
         .with_context(|| format!("rank {} of {} ({})", ranks.rank, ranks.world, ranks.launcher))?;
     let body = multi_body(args, ranks, &mut comm, shape, request, binary, started);
@@ -263,7 +289,7 @@ fn multi(
 }
 
 fn multi_body(
-    args: &ProbeArgs,
+    args: &Input,
     ranks: &Ranks,
     comm: &mut Comm,
     shape: Shape,
@@ -428,7 +454,7 @@ fn pair_check(rows: &[PairRow]) -> Check {
 fn judge(
     request: Option<Request>,
     binary: Option<&BinaryFacts>,
-    args: &ProbeArgs,
+    args: &Input,
     disc: &Discovery,
     group: &[i32],
     hosts: &[String],
@@ -623,18 +649,17 @@ fn judge(
     };
     match deep_ep {
         Some(o) => v.push(o.check()),
-        None if args.runtime.deep_ep => v.push(Check::skip(
+        None if args.run.deep_ep => v.push(Check::skip(
             "deep-ep-roundtrip",
             "not run under a launcher: run `probe --run --deep-ep` as one process, it starts one Python per GPU",
         )),
         None => {}
     }
     // The static probe's rows for --wheel/--python.
-    if binary.is_some() {
-        match crate::probe::static_verdict(args, request) {
-            Ok(s) => v.checks.extend(s.checks),
-            Err(e) => v.push(Check::warn("static-probe", format!("{e:#}"))),
-        }
+    match &args.static_checks {
+        Some(Ok(rows)) => v.checks.extend(rows.iter().cloned()),
+        Some(Err(e)) => v.push(Check::warn("static-probe", e.clone())),
+        None => {}
     }
     v.facts = json!({
         "mode": if ranks.is_some() { "multi-process" } else { "single-process" },

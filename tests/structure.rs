@@ -1,0 +1,133 @@
+//! No import circles between the crate's modules (ARCHITECTURE.md, invariants):
+//! every `crate::a::b` and `super::x` path in a module's non-test code is an
+//! edge to the module file it names; a parent and its own submodules are one
+//! unit (they share items by design); any strongly connected group of two or
+//! more modules fails, naming them.
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+fn modules() -> BTreeMap<String, String> {
+    let src = support::root().join("src");
+    let mut out = BTreeMap::new();
+    for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let rel = p.strip_prefix(&src).unwrap().with_extension("");
+        let mut parts: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        if parts == ["lib"] || parts == ["main"] {
+            continue;
+        }
+        if parts.last().is_some_and(|l| l == "mod") {
+            parts.pop();
+        }
+        let text = std::fs::read_to_string(p).unwrap();
+        // the unit tests at the end of a file may reach anywhere
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text).to_string();
+        out.insert(parts.join("::"), code);
+    }
+    out
+}
+
+fn resolve(path: &str, mods: &BTreeMap<String, String>) -> Option<String> {
+    let segs: Vec<&str> = path.split("::").collect();
+    (1..=segs.len()).rev().map(|n| segs[..n].join("::")).find(|m| mods.contains_key(m))
+}
+
+fn related(a: &str, b: &str) -> bool {
+    a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+}
+
+#[test]
+fn no_import_circles_between_modules() {
+    let mods = modules();
+    let path = regex::Regex::new(r"\b(crate|super)::([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)").unwrap();
+    let braces = regex::Regex::new(r"\b(crate|super)::\{([^}]*)\}").unwrap();
+    let mut edges: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (m, code) in &mods {
+        let file_is_mod_rs = support::root().join("src").join(m.replace("::", "/")).join("mod.rs").is_file();
+        let parent: Vec<&str> = m.split("::").collect();
+        let base = if file_is_mod_rs { parent.clone() } else { parent[..parent.len() - 1].to_vec() };
+        let set = edges.entry(m.as_str()).or_default();
+        // `use crate::{a::X, b}` names each path in the braces
+        let expanded: String = braces
+            .captures_iter(code)
+            .flat_map(|c| c[2].split(',').map(|p| format!(" {}::{} ", &c[1], p.trim())).collect::<Vec<_>>())
+            .collect();
+        let code = format!("{code}\n{expanded}");
+        for c in path.captures_iter(&code) {
+            let full = match &c[1] {
+                "crate" => c[2].to_string(),
+                _ => {
+                    // super:: from `a/b.rs` is `a`; from `a/b/mod.rs` it is also `a`
+                    let up = if file_is_mod_rs { &base[..base.len().saturating_sub(1)] } else { &base[..] };
+                    up.iter().map(|s| s.to_string()).chain([c[2].to_string()]).collect::<Vec<_>>().join("::")
+                }
+            };
+            if let Some(t) = resolve(&full, &mods) {
+                if !related(m, &t) {
+                    set.insert(t);
+                }
+            }
+        }
+    }
+    // Tarjan's strongly connected components
+    struct S<'a> {
+        edges: &'a BTreeMap<&'a str, BTreeSet<String>>,
+        index: BTreeMap<String, usize>,
+        low: BTreeMap<String, usize>,
+        stack: Vec<String>,
+        next: usize,
+        found: Vec<Vec<String>>,
+    }
+    fn visit(s: &mut S, v: &str) {
+        s.index.insert(v.into(), s.next);
+        s.low.insert(v.into(), s.next);
+        s.next += 1;
+        s.stack.push(v.into());
+        for w in s.edges.get(v).cloned().unwrap_or_default() {
+            if !s.index.contains_key(&w) {
+                visit(s, &w);
+                let l = s.low[&w].min(s.low[v]);
+                s.low.insert(v.into(), l);
+            } else if s.stack.contains(&w) {
+                let l = s.index[&w].min(s.low[v]);
+                s.low.insert(v.into(), l);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                let done = w == v;
+                comp.push(w);
+                if done {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.found.push(comp);
+            }
+        }
+    }
+    let mut s = S {
+        edges: &edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    for m in mods.keys() {
+        if !s.index.contains_key(m) {
+            visit(&mut s, m);
+        }
+    }
+    assert!(s.found.is_empty(), "modules that import each other (directly or in a ring): {:?}", s.found);
+    // the two circles this test was written for stay broken
+    for (a, b) in [("runtime", "probe"), ("build::registry", "build::toolchain")] {
+        assert!(!edges[a].contains(b), "{a} imports {b}");
+    }
+}
