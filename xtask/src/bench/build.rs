@@ -9,10 +9,10 @@
 //!
 //! Needs `.ci/setup-tools` (nvcc, pip, setuptools in target/tools-venv).
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use xshell::{cmd, Cmd, Shell};
 
 const VARIANT: &str = "demo";
 const RUNS: usize = 5;
@@ -39,17 +39,15 @@ pub(super) fn tools() -> Result<Tools> {
 
 /// `cargo xtask build-wheel ...` as a whole process (this very binary).
 fn forge(t: &Tools, cache: &Path, out: &Path, extra: &[&str]) -> Result<Sample> {
-    let mut c = Command::new(std::env::current_exe()?);
-    c.args(["build-wheel", "--pins", "tests/fixtures/demo-pins.toml", "--variant", VARIANT, "--python"])
-        .arg(&t.python)
-        .arg("--cache-dir")
-        .arg(cache)
-        .arg("--out")
-        .arg(out)
+    let sh = Shell::new()?;
+    sh.change_dir(super::project_root());
+    let exe = std::env::current_exe()?;
+    let python = &t.python;
+    let c = cmd!(sh, "{exe} build-wheel --pins tests/fixtures/demo-pins.toml --variant {VARIANT} --python {python}")
+        .args(["--cache-dir".as_ref(), cache.as_os_str(), "--out".as_ref(), out.as_os_str()])
         .args(extra)
-        .current_dir(super::project_root())
         .env("CUDA_HOME", &t.cuda_home);
-    timed(&mut c)
+    timed(c)
 }
 
 /// Wall time and CPU time (user + system of the process and its children).
@@ -68,13 +66,15 @@ fn cpu(who: i32) -> Duration {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-pub(super) fn timed(c: &mut Command) -> Result<Sample> {
+/// Run `c` to the end (output captured), timing wall and children's CPU.
+pub(super) fn timed(c: Cmd<'_>) -> Result<Sample> {
+    let shown = c.to_string();
     let (t0, c0) = (Instant::now(), cpu(libc::RUSAGE_CHILDREN));
-    let o = c.output().with_context(|| format!("running {c:?}"))?;
+    let o = c.quiet().ignore_status().output().with_context(|| format!("running {shown}"))?;
     let s = Sample { wall: t0.elapsed(), cpu: cpu(libc::RUSAGE_CHILDREN) - c0 };
     anyhow::ensure!(
         o.status.success(),
-        "{c:?} failed: {}{}",
+        "{shown} failed: {}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
@@ -136,32 +136,22 @@ pub fn overhead() -> Result<()> {
         // By hand: the same pip command in a fresh git tree of the same files with the same env.
         let tree = tmp.path().join(format!("hand{i}"));
         copy_tree(&super::project_root().join("tests/fixtures/mini-deepep"), &tree)?;
-        for args in
-            [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "x"]]
-        {
-            timed(Command::new("git").args(args).current_dir(&tree))?;
-        }
-        let mut pip = Command::new(&t.python);
-        pip.args([
-            "-m",
-            "pip",
-            "wheel",
-            "-v",
-            "--no-build-isolation",
-            "--no-deps",
-            "--no-input",
-            "--disable-pip-version-check",
-            "-w",
-            "dist",
-            ".",
-        ])
-        .current_dir(&tree)
+        let sh = Shell::new()?;
+        sh.change_dir(&tree);
+        timed(cmd!(sh, "git init -q"))?;
+        timed(cmd!(sh, "git add -A"))?;
+        timed(cmd!(sh, "git -c user.name=b -c user.email=b@b commit -qm x"))?;
+        let python = &t.python;
+        let pip = cmd!(
+            sh,
+            "{python} -m pip wheel -v --no-build-isolation --no-deps --no-input --disable-pip-version-check -w dist ."
+        )
         .env("CUDA_HOME", &t.cuda_home)
         .env("CPATH", t.cuda_home.join("include/cccl"))
         .env("TORCH_CUDA_ARCH_LIST", "9.0 10.0")
         .env("HYBRID_EP_MULTINODE", "0")
         .env("USE_NIXL", "0");
-        hand.push(timed(&mut pip)?);
+        hand.push(timed(pip)?);
     }
     let (o, h) = (median(&ours), median(&hand));
     let over = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) / b.as_secs_f64();
@@ -209,11 +199,13 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
     lines = "".join(l + "\n" for l in lines.splitlines() if "deepep-forge-provenance.json" not in l)
     zout.writestr(record, f"deep_ep/big.bin,sha256={h},{len(blob)}\n" + lines)
 "#;
-    timed(Command::new(&t.python).args(["-c", script]).arg(&small).arg(&big))?;
+    let sh = Shell::new()?;
+    let python = &t.python;
+    timed(cmd!(sh, "{python} -c {script} {small} {big}"))?;
     let size = std::fs::metadata(&big)?.len();
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     for i in 0..RUNS {
-        base.push(timed(Command::new("sha256sum").arg(&big))?);
+        base.push(timed(cmd!(sh, "sha256sum {big}"))?);
         let dest = tmp.path().join(format!("stamped{i}.whl"));
         let mut changes = deepep_forge::wheel::stamp::Changes { epoch: 946_684_800, ..Default::default() };
         changes.add_dist_info.insert(deepep_forge::provenance::FILE_NAME.into(), b"{\"bench\": true}".to_vec());

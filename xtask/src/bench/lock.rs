@@ -4,11 +4,10 @@
 //! both medians and the ratio (goal: <= 0.10). `DEEPEP_FORGE_NEMO_RL` overrides
 //! the fixtures folder, `DEEPEP_FORGE_BENCH_RUNS` the number of runs.
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use xshell::{cmd, Shell};
+use xshell::{cmd, Cmd, Shell};
 
 const RUNS_DEFAULT: usize = 21;
 
@@ -17,17 +16,18 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// Run `c` `runs` times (after one warm-up), returning the wall time of each.
-fn time(runs: usize, mut make: impl FnMut() -> Command, ok: impl Fn(i32) -> bool) -> Result<Vec<Duration>> {
+/// Run the command `make` gives `runs` times (after one warm-up), returning the wall time of each.
+fn time<'a>(runs: usize, mut make: impl FnMut() -> Cmd<'a>, ok: impl Fn(i32) -> bool) -> Result<Vec<Duration>> {
     let mut out = Vec::with_capacity(runs);
     for i in 0..=runs {
-        let mut c = make();
+        let c = make().quiet().ignore_status();
+        let shown = c.to_string();
         let t = Instant::now();
-        let o = c.output().with_context(|| format!("running {c:?}"))?;
+        let o = c.output().with_context(|| format!("running {shown}"))?;
         let dt = t.elapsed();
         let code = o.status.code().unwrap_or(-1);
         if !ok(code) {
-            bail!("{c:?} exited {code}: {}", String::from_utf8_lossy(&o.stderr));
+            bail!("{shown} exited {code}: {}", String::from_utf8_lossy(&o.stderr));
         }
         if i > 0 {
             out.push(dt);
@@ -56,26 +56,14 @@ pub fn run(root: &Path) -> Result<()> {
     let pins = root.join("pins.toml");
 
     // The check finds problems on this case (exit 1); anything else is a failure.
+    let (pyproject, lock) = (case.join("pyproject.toml"), case.join("uv.lock"));
     let forge = time(
         runs,
-        || {
-            let mut c = Command::new(&exe);
-            c.args(["lock", "check", "--format", "json", "--pins"]).arg(&pins).arg("--project").arg(&case);
-            c
-        },
+        || cmd!(sh, "{exe} lock check --format json --pins {pins} --project {case}"),
         |code| code == 0 || code == 1,
     )?;
-    let python = time(
-        runs,
-        || {
-            let mut c = Command::new("python3");
-            c.args(["-c", "import sys, tomllib\nfor f in sys.argv[1:]:\n    tomllib.load(open(f, 'rb'))"])
-                .arg(case.join("pyproject.toml"))
-                .arg(case.join("uv.lock"));
-            c
-        },
-        |code| code == 0,
-    )?;
+    let script = "import sys, tomllib\nfor f in sys.argv[1:]:\n    tomllib.load(open(f, 'rb'))";
+    let python = time(runs, || cmd!(sh, "python3 -c {script} {pyproject} {lock}"), |code| code == 0)?;
     let (f, p) = (median(forge), median(python));
     println!("lock check on {} ({runs} runs each, whole processes)", case.display());
     println!("  deepep-forge lock check      median {:8.2} ms", f.as_secs_f64() * 1e3);

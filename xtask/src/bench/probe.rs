@@ -5,11 +5,11 @@
 //! fixture built with pip and nvcc, plus a 60 MB real ELF (libnvvm from the
 //! CUDA toolkit) as a third extension, the size of a real hybrid_ep_cpp.
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use deepep_forge::error::Exit;
+use xshell::{cmd, Cmd, Shell};
 
 const RUNS: usize = 7;
 
@@ -44,8 +44,8 @@ fn tools() -> Result<PathBuf> {
     Ok(venv)
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<()> {
-    let out = cmd.output().with_context(|| format!("{what}: cannot start"))?;
+fn run(cmd: Cmd<'_>, what: &str) -> Result<()> {
+    let out = cmd.quiet().ignore_status().output().with_context(|| format!("{what}: cannot start"))?;
     if !out.status.success() {
         bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -57,14 +57,17 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn time(cmd: &mut dyn FnMut() -> Command) -> Result<Duration> {
+/// Median wall time of RUNS runs, output discarded (not read: the baseline
+/// must not pay for a pipe the real use does not have).
+fn time<'a>(cmd: &mut dyn FnMut() -> Cmd<'a>) -> Result<Duration> {
     let mut times = Vec::new();
     for _ in 0..RUNS {
-        let mut c = cmd();
+        let c = cmd().quiet().ignore_status().ignore_stdout().ignore_stderr();
+        let shown = c.to_string();
         let start = Instant::now();
-        let status = c.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+        let status = c.output()?.status;
         times.push(start.elapsed());
-        ensure!(status.code().is_some_and(|c| c <= 1), "{c:?} exited {status}");
+        ensure!(status.code().is_some_and(|c| c <= 1), "{shown} exited {status}");
     }
     Ok(median(times))
 }
@@ -82,25 +85,23 @@ pub fn run_bench() -> Result<Exit> {
     let _ = std::fs::remove_dir_all(&work);
     let src = work.join("mini-deepep");
     std::fs::create_dir_all(&work)?;
-    run(Command::new("cp").arg("-r").arg(root.join("tests/fixtures/mini-deepep")).arg(&src), "copy fixture")?;
-    for args in [
-        &["init", "-q"][..],
-        &["add", "-A"],
-        &["-c", "user.name=bench", "-c", "user.email=bench@invalid", "commit", "-qm", "bench"],
-    ] {
-        run(Command::new("git").args(args).current_dir(&src), "git")?;
+    let sh = Shell::new()?;
+    let fixture = root.join("tests/fixtures/mini-deepep");
+    run(cmd!(sh, "cp -r {fixture} {src}"), "copy fixture")?;
+    {
+        let _in_src = sh.push_dir(&src);
+        run(cmd!(sh, "git init -q"), "git init")?;
+        run(cmd!(sh, "git add -A"), "git add")?;
+        run(cmd!(sh, "git -c user.name=bench -c user.email=bench@invalid commit -qm bench"), "git commit")?;
+        eprintln!("bench: building the fixture wheel (pip + nvcc) and the release binary");
+        let out = work.join("out");
+        run(
+            cmd!(sh, "{python} -m pip wheel --no-build-isolation --no-deps -q -w {out} .")
+                .env("CUDA_HOME", &cuda)
+                .env("TORCH_CUDA_ARCH_LIST", "9.0 10.0"),
+            "pip wheel",
+        )?;
     }
-    eprintln!("bench: building the fixture wheel (pip + nvcc) and the release binary");
-    run(
-        Command::new(&python)
-            .args(["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w"])
-            .arg(work.join("out"))
-            .arg(".")
-            .current_dir(&src)
-            .env("CUDA_HOME", &cuda)
-            .env("TORCH_CUDA_ARCH_LIST", "9.0 10.0"),
-        "pip wheel",
-    )?;
     let built = std::fs::read_dir(work.join("out"))?
         .flatten()
         .map(|e| e.path())
@@ -108,24 +109,17 @@ pub fn run_bench() -> Result<Exit> {
         .context("no wheel built")?;
     let wheel = work.join(built.file_name().unwrap());
     let big = cuda.join("lib/libnvvm.so.4");
-    run(Command::new(&python).arg("-c").arg(AUGMENT).arg(&built).arg(&wheel).arg(&big), "augment wheel")?;
-    run(
-        Command::new(env!("CARGO")).args(["build", "--release", "--quiet", "--bin", "deepep-forge"]).current_dir(&root),
-        "cargo build --release",
-    )?;
+    run(cmd!(sh, "{python} -c {AUGMENT} {built} {wheel} {big}"), "augment wheel")?;
+    {
+        let _in_root = sh.push_dir(&root);
+        let cargo = env!("CARGO");
+        run(cmd!(sh, "{cargo} build --release --quiet --bin deepep-forge"), "cargo build --release")?;
+    }
     let forge = root.join("target/release/deepep-forge");
     let w: &Path = &wheel;
 
-    let probe = time(&mut || {
-        let mut c = Command::new(&forge);
-        c.args(["probe", "--format", "json", "--preset", "h100-8g", "--wheel"]).arg(w);
-        c
-    })?;
-    let unzip = time(&mut || {
-        let mut c = Command::new("unzip");
-        c.arg("-p").arg(w);
-        c
-    })?;
+    let probe = time(&mut || cmd!(sh, "{forge} probe --format json --preset h100-8g --wheel {w}"))?;
+    let unzip = time(&mut || cmd!(sh, "unzip -p {w}"))?;
     let size = std::fs::metadata(w)?.len();
     println!("wheel: {} ({:.1} MB, {} + 1 large extension)", w.display(), size as f64 / 1e6, built.display());
     println!(

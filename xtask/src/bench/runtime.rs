@@ -12,8 +12,9 @@ pub fn run() -> Result<Exit> {
     xshell::cmd!(sh, "cargo build --release --locked -p deepep-forge").run()?;
     let bin = sh.current_dir().join("target/release/deepep-forge");
     let started = Instant::now();
-    let out = std::process::Command::new(&bin)
-        .args(["probe", "--run", "--format", "json"])
+    let out = xshell::cmd!(sh, "{bin} probe --run --format json")
+        .quiet()
+        .ignore_status()
         .output()
         .with_context(|| format!("running {}", bin.display()))?;
     let wall = started.elapsed().as_secs_f64();

@@ -7,9 +7,9 @@
 //! it from PyPI). Also a plan that finds the toolchain cached. Target: <= 2x
 //! the hand install.
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{Context, Result};
+use xshell::{cmd, Shell};
 
 use super::build::{median, timed, tools, verdict, Sample};
 
@@ -26,37 +26,37 @@ pub fn run() -> Result<()> {
     let demo = std::fs::read_to_string(root.join("tests/fixtures/demo-pins.toml"))?;
     let pins = tmp.path().join("pins.toml");
     std::fs::write(&pins, format!("{demo}\n[toolchain]\ntorch = \"2.11.0\"\ncuda = \"13.0\"\npython = \"3.12\"\n"))?;
+    let sh = Shell::new()?;
+    let exe = std::env::current_exe()?;
+    let (source, python) = (root.join("tests/fixtures/mini-deepep"), &t.python);
     let ours = |cache: &Path| -> Result<Sample> {
-        let mut c = Command::new(std::env::current_exe()?);
-        c.args(["plan", "--toolchain", "registry", "--variant", "demo", "--format", "json", "--pins"])
-            .arg(&pins)
-            .arg("--source")
-            .arg(root.join("tests/fixtures/mini-deepep"))
-            .arg("--python")
-            .arg(&t.python)
-            .arg("--cache-dir")
-            .arg(cache)
-            .env("DEEPEP_FORGE_UV", &uv)
-            .env("UV_CACHE_DIR", &uv_cache)
-            .env_remove("CUDA_HOME");
-        timed(&mut c)
+        let c = cmd!(
+            sh,
+            "{exe} plan --toolchain registry --variant demo --format json --pins {pins} --source {source} --python {python} --cache-dir {cache}"
+        )
+        .env("DEEPEP_FORGE_UV", &uv)
+        .env("UV_CACHE_DIR", &uv_cache)
+        .env_remove("CUDA_HOME");
+        timed(c)
     };
     let mut set = vec!["torch==2.11.0".to_string()];
     set.extend(deepep_forge::build::registry::cuda_requirements("13.0")?);
+    // The same by hand: one `uv venv`, one `uv pip install` of the same set.
+    let requirements = &set;
     let by_hand = |dir: &Path| -> Result<Sample> {
         let env = dir.join("env");
-        let mut script = Command::new("sh");
-        script
-            .arg("-c")
-            .arg(r#"uv="$1"; py="$2"; env="$3"; shift 3; "$uv" venv -q --relocatable --python "$py" "$env" && "$uv" pip install -q --python "$env/bin/python" "$@""#)
-            .arg("sh")
-            .arg(&uv)
-            .arg(&t.python)
-            .arg(&env)
-            .args(&set)
-            .env("UV_CACHE_DIR", &uv_cache)
-            .env_remove("VIRTUAL_ENV");
-        timed(&mut script)
+        let env_python = env.join("bin/python");
+        let venv = timed(
+            cmd!(sh, "{uv} venv -q --relocatable --python {python} {env}")
+                .env("UV_CACHE_DIR", &uv_cache)
+                .env_remove("VIRTUAL_ENV"),
+        )?;
+        let install = timed(
+            cmd!(sh, "{uv} pip install -q --python {env_python} {requirements...}")
+                .env("UV_CACHE_DIR", &uv_cache)
+                .env_remove("VIRTUAL_ENV"),
+        )?;
+        Ok(Sample { wall: venv.wall + install.wall, cpu: venv.cpu + install.cpu })
     };
     // Fill uv's cache (downloads from PyPI the first time); not measured.
     ours(&tmp.path().join("warm"))?;
