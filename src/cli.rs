@@ -261,7 +261,13 @@ pub fn finish(result: Result<Exit>) -> ExitCode {
 
 /// Entry point of the `deepep-forge` binary.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    main_from(std::env::args_os())
+}
+
+/// Parse `args` (the first is the program name) and run; `cargo xtask` calls
+/// this with `deepep-forge` as the name, so both say the same thing.
+pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { Exit::Usage.code() } else { Exit::Ok.code() };

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 
 #[derive(Debug, Parser)]
-#[command(name = "cargo xtask", about = "deepep-forge commands and development tasks")]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "deepep-forge commands and development tasks")]
 struct XCli {
     #[command(subcommand)]
     command: XCommand,
@@ -25,6 +25,13 @@ enum XCommand {
 }
 
 fn main() -> ExitCode {
+    // `cargo xtask <forge command>` is `deepep-forge <forge command>`: parsed by
+    // the binary's own definition, so usage lines and errors name deepep-forge.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let dev_task = args.get(1).and_then(|a| a.to_str()).is_none_or(|a| ["bench", "help", "-h", "--help"].contains(&a));
+    if !dev_task {
+        return deepep_forge::cli::main_from(std::iter::once("deepep-forge".into()).chain(args.into_iter().skip(1)));
+    }
     let cli = match XCli::try_parse() {
         Ok(c) => c,
         Err(e) => {
