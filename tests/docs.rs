@@ -335,3 +335,48 @@ fn tracked_docs_name_no_machine_paths_or_ignored_files() {
     }
     assert!(hits.is_empty(), "machine paths or ignored files named in tracked files:\n{}", hits.join("\n"));
 }
+
+/// GitHub's heading anchor: lowercase, punctuation dropped, spaces to `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every relative link of README.md and docs/*.md names a file that exists,
+/// and its `#anchor` a heading of that file.
+#[test]
+fn relative_links_resolve() {
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let mut broken = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let name = page.strip_prefix(support::root()).unwrap().display().to_string();
+        for c in link.captures_iter(&text) {
+            let target = &c[1];
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
+            if !path.exists() {
+                broken.push(format!("{name}: {target}: no such file"));
+                continue;
+            }
+            if anchor.is_empty() {
+                continue;
+            }
+            let body = std::fs::read_to_string(&path).unwrap_or_default();
+            let found =
+                body.lines().filter_map(|l| l.strip_prefix('#')).any(|h| slug(h.trim_start_matches('#')) == anchor);
+            if !found {
+                broken.push(format!("{name}: {target}: no heading with that anchor"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
