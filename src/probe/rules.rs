@@ -103,7 +103,10 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
     let from_pins = pins.and_then(|p| {
         p.variants
             .iter()
-            .find(|v| Some(v.topology.gpu.as_str()) == family && v.multinode == multinode)
+            .find(|v| {
+                v.multinode == multinode
+                    && v.topology.as_ref().is_some_and(|t| t.gpu.iter().any(|g| Some(family_of(*g)) == family))
+            })
             .map(|v| v.name.clone())
     });
     let name = from_pins.unwrap_or_else(|| match (family, multinode) {
@@ -115,6 +118,16 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
         (None, false) => "<variant>".into(),
     });
     format!("rebuild: cargo xtask build-wheel --variant {name}")
+}
+
+/// The variant family name of a GPU kind (`h100` for H100/H200/sm_90).
+fn family_of(g: Gpu) -> &'static str {
+    match g {
+        Gpu::H100 | Gpu::H200 | Gpu::Sm(90) => "h100",
+        Gpu::B200 | Gpu::Sm(100) => "b200",
+        Gpu::Gb200 => "gb200",
+        Gpu::Sm(_) => "",
+    }
 }
 
 fn elfs(b: &WheelFacts) -> impl Iterator<Item = (&Extension, &ElfFacts)> {
