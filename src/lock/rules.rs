@@ -149,6 +149,20 @@ impl<'a> Context<'a> {
         self.unify_fix()
     }
 
+    /// pyproject.toml gives DeepEP a static version (`[[tool.uv.dependency-metadata]]`).
+    pub fn has_static_label(&self) -> bool {
+        self.py.refs.iter().any(|r| r.kind == Kind::Label)
+    }
+
+    /// The revision uv.lock locks deep-ep at for `arch` (its `[[package]]` source).
+    fn locked_rev(&self, arch: Arch) -> Option<&str> {
+        self.lock?
+            .refs
+            .iter()
+            .find(|r| r.kind == Kind::LockPackage && r.archs.contains(&arch))
+            .and_then(|r| r.git.as_ref()?.rev.as_deref())
+    }
+
     /// The used architectures (see `check`) are pinned to different revisions.
     pub fn is_split(&self) -> bool {
         self.split(&used_archs(self.py))
@@ -167,6 +181,12 @@ fn used_archs(py: &Pyproject) -> Vec<Arch> {
     used.dedup();
     used
 }
+
+/// Root-cause kinds a rule can see (grouped by `lock::causes`).
+pub const ADOPT: &str = "pin-not-adopted";
+pub const SPLIT: &str = "label-split";
+pub const RELOCK: &str = "lock-out-of-date";
+pub const LABEL: &str = "label-wrong";
 
 /// What a wrong label does in uv (measured, tests/uv_claims.rs).
 const WRONG_LABEL_EFFECT: &str =
@@ -229,6 +249,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         return out;
     }
     let used = used_archs(ctx.py);
+    let moved = ctx.moved();
     let pins_name = if ctx.pins.is_some() { "pins.toml" } else { "the pyproject's intent (--no-pins)" };
 
     for r in py.iter().filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source)) {
@@ -279,7 +300,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             )
             .line(r.line);
             if let Some(fix) = r.archs.first().and_then(|a| ctx.fix_for(*a, false)) {
-                f = f.fix(fix);
+                f = f.fix(fix).cause_kind(ADOPT);
             }
             out.push(f);
         }
@@ -302,7 +323,8 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                         .line(r.line)
                         .arch(a)
                         .expected_found(want, rev)
-                        .fix(ctx.fix_for(a, false).expect("intent exists")),
+                        .fix(ctx.fix_for(a, false).expect("intent exists"))
+                        .cause_kind(ADOPT),
                     );
                 }
                 Some(_) => {}
@@ -358,15 +380,26 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 continue;
             }
             let relock = r.kind.in_lock();
-            let msg = label_message(ctx, r, found, a, &want);
+            let (msg, stale) = label_message(ctx, r, found, a, &want);
             // With two revisions no per-architecture fix can make one static label right.
-            let fix = if ctx.split(&used) { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
+            let split = ctx.split(&used);
+            let fix = if split { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
+            let kind = if moved.contains(&a) {
+                ADOPT
+            } else if stale {
+                RELOCK
+            } else if split {
+                SPLIT
+            } else {
+                LABEL
+            };
             out.push(
                 Finding::new(rule, Severity::Error, &r.file, msg)
                     .line(r.line)
                     .arch(a)
                     .expected_found(want, found)
-                    .fix(fix),
+                    .fix(fix)
+                    .cause_kind(kind),
             );
         }
     };
@@ -396,7 +429,8 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 )
                 .line(label.line)
                 .expected_found("one revision for every architecture", format!("{a1} {}, {a2} {}", short(r1), short(r2)))
-                .fix(ctx.unify_fix()),
+                .fix(ctx.unify_fix())
+                .cause_kind(SPLIT),
             );
         }
     }
@@ -408,31 +442,38 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
 }
 
 /// What a wrong label at `r` means for `arch`, in uv's real terms.
-fn label_message(ctx: &Context, r: &Reference, found: &str, arch: Arch, want: &str) -> String {
+/// Returns the message and whether the finding only says the lock is out of date.
+fn label_message(ctx: &Context, r: &Reference, found: &str, arch: Arch, want: &str) -> (String, bool) {
     let want_short = short(&ctx.intent[&arch]);
     let project = ctx.project_rev(arch);
     if r.kind.in_lock() {
         // A lock entry for another revision than pyproject's, or with another label: the lock is stale.
-        if let (Some(rev), Some(p)) = (r.git.as_ref().and_then(|g| g.rev.as_deref()), project.as_deref()) {
+        let locked = match r.kind {
+            Kind::LockLabel => ctx.locked_rev(arch),
+            _ => r.git.as_ref().and_then(|g| g.rev.as_deref()),
+        };
+        if let (Some(rev), Some(p)) = (locked, project.as_deref()) {
             if rev != p {
-                return format!(
+                let msg = format!(
                     "{} says {found} for the {} uv.lock locks on {arch}, pyproject.toml installs {}: {STALE_LOCK_EFFECT}",
                     r.place,
                     short(rev),
                     short(p)
                 );
+                return (msg, true);
             }
         }
         let py_label = ctx.py.refs.iter().find(|p| p.kind == Kind::Label).and_then(|p| p.version.as_deref());
         if let Some(py_label) = py_label.filter(|l| !same_version(l, found)) {
-            return format!(
+            let msg = format!(
                 "{} says {found}, pyproject.toml's dependency-metadata says {py_label}: {STALE_LOCK_EFFECT}",
                 r.place
             );
+            return (msg, true);
         }
     }
     let built = project.as_deref().and_then(|rev| ctx.label_of(rev).map(|l| (rev, l)));
-    match built {
+    let msg = match built {
         Some((rev, real)) if same_version(found, &real) => format!(
             "{} says {found}, right for the {} the project installs on {arch} today; adopting {}'s {want_short} makes it {want}",
             r.place,
@@ -445,7 +486,8 @@ fn label_message(ctx: &Context, r: &Reference, found: &str, arch: Arch, want: &s
             short(rev)
         ),
         None => format!("{} says {found}, but a build of {want_short} for {arch} is {want}: {WRONG_LABEL_EFFECT}", r.place),
-    }
+    };
+    (msg, false)
 }
 
 /// The label rule, shared by pyproject and uv.lock: (reference, rule id, architectures, findings).
@@ -453,6 +495,7 @@ type LabelRule<'a> = dyn Fn(&Reference, &str, &[Arch], &mut Vec<Finding>) + 'a;
 
 fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, out: &mut Vec<Finding>) {
     let py_wrong = out.iter().any(|f| f.severity == Severity::Error);
+    let moved = ctx.moved();
     let lock_fix = |a: Arch| {
         if py_wrong {
             ctx.fix_for(a, true).unwrap_or_default()
@@ -545,7 +588,8 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                                 .line(r.line)
                                 .arch(a)
                                 .expected_found(want, rev)
-                                .fix(lock_fix(a)),
+                                .fix(lock_fix(a))
+                                .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
                         );
                     } else if let Some(c) = g.commit.as_deref().filter(|c| *c != want && is_full_sha(want)) {
                         out.push(
@@ -558,7 +602,8 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                             .line(r.line)
                             .arch(a)
                             .expected_found(want, c)
-                            .fix(lock_fix(a)),
+                            .fix(lock_fix(a))
+                            .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
                         );
                     }
                 }
@@ -579,7 +624,8 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                 )
                 .arch(a)
                 .expected_found(&ctx.intent[&a], "none")
-                .fix(lock_fix(a)),
+                .fix(lock_fix(a))
+                .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
             );
         }
     }
