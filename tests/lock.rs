@@ -491,3 +491,21 @@ fn every_nemo_rl_fixture_groups_into_root_causes_only() {
         }
     }
 }
+
+#[test]
+fn an_empty_lock_or_one_without_uvs_header_exits_2_naming_the_file() {
+    for (text, msg) in [
+        ("", "uv.lock is empty: not a uv lockfile"),
+        ("\n  \n", "uv.lock is empty: not a uv lockfile"),
+        ("[[package]]\nname = \"x\"\nversion = \"1\"\n", "uv.lock has no `version = N` header"),
+        ("# written by hand\nrequires-python = \">=3.10\"\n", "uv.lock has no `version = N` header"),
+        ("version = \"one\"\n", "is not uv's lockfile header"),
+    ] {
+        let d = edited("consumer-unified", |f, t| if f == "uv.lock" { text.to_string() } else { t });
+        let o = forge(&root(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{text:?}: {}{}", stdout(&o), stderr(&o));
+        let want = format!("{}", d.path().join("uv.lock").display());
+        assert!(stderr(&o).contains(&want) && stderr(&o).contains(msg), "{text:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("locks no deep-ep") && stdout(&o).is_empty(), "{}", stdout(&o));
+    }
+}

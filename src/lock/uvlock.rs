@@ -35,6 +35,8 @@ pub struct UvLock {
 
 #[derive(Deserialize)]
 struct Lock {
+    /// uv's lockfile format version (`version = 1`): every uv.lock starts with it.
+    version: Option<toml::Value>,
     #[serde(default)]
     conflicts: Vec<Vec<ConflictEntry>>,
     manifest: Option<Manifest>,
@@ -156,7 +158,31 @@ fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize
 /// Read uv.lock text. `project` is the pyproject's own name (its requires-dist
 /// is the project's intent, not a transitive pin).
 pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) -> Result<UvLock> {
+    if text.trim().is_empty() {
+        return Err(Failure::usage(format!("{} is empty: not a uv lockfile", path.display()))
+            .hint("regenerate it with `uv lock`, or delete it to check pyproject.toml alone")
+            .into());
+    }
     let parts = parse_parts(path, text, name)?;
+    match parts.iter().find_map(|(_, l)| l.version.as_ref()) {
+        Some(toml::Value::Integer(_)) => {}
+        Some(other) => {
+            return Err(Failure::usage(format!(
+                "{}: `version = {other}` is not uv's lockfile header (expected an integer, e.g. `version = 1`)",
+                path.display()
+            ))
+            .hint("regenerate it with `uv lock`")
+            .into())
+        }
+        None => {
+            return Err(Failure::usage(format!(
+                "{} has no `version = N` header: not a lockfile uv wrote",
+                path.display()
+            ))
+            .hint("regenerate it with `uv lock`, or delete it to check pyproject.toml alone")
+            .into())
+        }
+    }
     let ix = LineIndex::new(text);
     let sets: Vec<Vec<(String, ConflictItem)>> = parts
         .iter()
