@@ -961,6 +961,47 @@ impl Checker<'_> {
             return;
         }
         let settings = fields.iter().map(|f| format!("{}={:?}", f.1.name, f.2)).collect::<Vec<_>>().join(", ");
+        if named.is_none() {
+            // The Dockerfile decides its own build: declare it, never narrow it to a variant it is not.
+            let build = Build {
+                list: list.as_ref().map(|(_, l)| l.clone()),
+                multinode: is_multi,
+                nixl: nixl.is_some_and(|(_, n)| n),
+                rdma_home: rdma.map(|d| value(d).to_string()),
+            };
+            let at = fields[0].1.source();
+            let archs: Vec<Arch> = match platform {
+                Some(p) => vec![p],
+                None => pins.pins.keys().copied().collect(),
+            };
+            let blocks: Vec<String> = archs.iter().map(|a| build.variant_block(pins, *a, self.file, at.line)).collect();
+            let msg = format!(
+                "{} builds DeepEP with {settings} ({}): no variant in {} builds that{}, so pins.toml does not describe the wheel this image ships",
+                self.file.display(),
+                fields.iter().map(|f| f.1.describe()).collect::<Vec<_>>().join("; "),
+                pins.path.display(),
+                platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
+            );
+            let fix = format!(
+                "declare the build in {} ({}), add:\n{}",
+                pins.path.display(),
+                if archs.len() > 1 {
+                    "one variant per platform; the stage names none, so every pinned architecture"
+                } else {
+                    "one variant"
+                },
+                blocks.join("\n")
+            );
+            let mut f = Finding::new("dockerfile-build-undeclared", Severity::Error, self.file, msg)
+                .line(at.line)
+                .expected_found("a [[variant]] with this build", settings.clone())
+                .fix(fix);
+            if let Some(p) = platform {
+                f = f.arch(p);
+            }
+            self.push(f);
+            return;
+        }
         for ((rule, d, found, _), expected) in diffs {
             let src = d.source();
             let msg = match named {
@@ -996,6 +1037,44 @@ impl Checker<'_> {
             }
             self.push(f);
         }
+    }
+}
+
+/// What a Dockerfile stage builds, as pins.toml would declare it.
+struct Build {
+    /// None: the stage sets no arch list (DeepEP's setup.py then builds 9.0).
+    list: Option<ArchList>,
+    multinode: bool,
+    nixl: bool,
+    rdma_home: Option<String>,
+}
+
+impl Build {
+    /// A ready-to-paste `[[variant]]` table for `arch`, named after the Dockerfile.
+    fn variant_block(&self, pins: &Pins, arch: Arch, file: &Path, line: usize) -> String {
+        let mut name = format!("dockerfile-{arch}");
+        let mut n = 1;
+        while pins.variants.iter().any(|v| v.name == name) {
+            n += 1;
+            name = format!("dockerfile-{arch}-{n}");
+        }
+        let toml_str = |s: &str| toml::Value::String(s.to_string()).to_string();
+        let mut b = format!(
+            "[[variant]]\nname = \"{name}\"\ndescription = {}\narch = \"{arch}\"\n",
+            toml_str(&format!("as {}:{line} builds it", file.display()))
+        );
+        match &self.list {
+            Some(l) => b.push_str(&format!("cuda_arch_list = {}\n", toml_str(&l.to_env()))),
+            None => b.push_str("cuda_arch_list = \"9.0\"                 # the stage sets none: DeepEP's default\n"),
+        }
+        b.push_str(&format!("multinode = {}\n", self.multinode));
+        if self.multinode {
+            b.push_str(&format!("transport = \"{}\"\n", if self.nixl { "nixl" } else { "doca" }));
+            if let Some(h) = self.rdma_home.as_deref().filter(|_| !self.nixl) {
+                b.push_str(&format!("rdma_core_home = {}\n", toml_str(h)));
+            }
+        }
+        b
     }
 }
 

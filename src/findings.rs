@@ -129,9 +129,19 @@ fn human_finding(f: &Finding, indent: &str, skip_fix: Option<&str>) -> String {
         out.push_str(&format!("{indent}  expected: {e}\n{indent}     found: {g}\n"));
     }
     if let Some(fix) = f.fix.as_deref().filter(|x| Some(*x) != skip_fix) {
-        out.push_str(&format!("{indent}  fix: {fix}\n"));
+        out.push_str(&format!("{indent}  fix: {}\n", continued(fix, &format!("{indent}       "))));
     }
     out
+}
+
+/// A multi-line text (a TOML block to paste) with its continuation lines indented.
+fn continued(text: &str, indent: &str) -> String {
+    let lines: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| if i == 0 || l.is_empty() { l.to_string() } else { format!("{indent}{l}") })
+        .collect();
+    lines.join("\n")
 }
 
 /// Render findings as text for people.
@@ -158,7 +168,7 @@ pub fn render_human_causes(causes: &[Cause]) -> String {
             if c.findings.len() == 1 { "" } else { "s" }
         ));
         if let Some(fix) = &c.fix {
-            out.push_str(&format!("  fix: {fix}\n"));
+            out.push_str(&format!("  fix: {}\n", continued(fix, "       ")));
         }
         for f in &c.findings {
             out.push_str(&human_finding(f, "  ", c.fix.as_deref()));
