@@ -14,7 +14,10 @@
 //! - the build configuration of each stage (and of global ARGs no stage uses):
 //!   TORCH_CUDA_ARCH_LIST (else any `*CUDA_ARCH_LIST`), HYBRID_EP_MULTINODE,
 //!   USE_NIXL, RDMA_CORE_HOME, checked *together* against the variants of
-//!   pins.toml (or the one named by a VARIANT/DEEPEP_VARIANT ARG);
+//!   pins.toml (arch lists as sets). A stage that names its variant
+//!   (VARIANT/DEEPEP_VARIANT ARG) gets one finding per differing setting; any
+//!   other build no variant declares gets `dockerfile-build-undeclared`, whose
+//!   fix is a ready-to-paste `[[variant]]` per platform (never a narrowed build);
 //! - the rdma-core ref (`RDMA_CORE_REF`, `*RDMA_CORE*_TAG|VERSION`) against `[rdma_core] ref`.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -1162,14 +1165,16 @@ mod tests {
     fn nemo_rl_shape_is_checked_as_one_combination() {
         let text = "FROM base AS wheel\nARG DEEPEP_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG RDMA_CORE_REF=v60.0\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/rdma-core/build\nENV TORCH_CUDA_ARCH_LIST=${DEEPEP_CUDA_ARCH_LIST}\n";
         let f = run(text);
-        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 2)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
         assert!(
             f[0].message.contains("TORCH_CUDA_ARCH_LIST (ENV, line 6, from ARG DEEPEP_CUDA_ARCH_LIST at line 2)"),
             "{}",
             f[0].message
         );
-        assert!(f[0].message.contains("closest, `gb200-multinode`"), "{}", f[0].message);
-        assert_eq!(f[0].expected.as_deref(), Some("10.0"));
+        // never narrowed to the closest variant: the fix declares the build as it is
+        let fix = f[0].fix.as_deref().unwrap();
+        assert!(!fix.contains("gb200-multinode") && fix.contains("cuda_arch_list = \"9.0 10.0\""), "{fix}");
+        assert!(fix.contains("rdma_core_home = \"/opt/rdma-core/build\""), "{fix}");
         // The same shape for Hopper with the system rdma-core is h100-multinode: clean.
         let good = text.replace("\"9.0 10.0\"", "\"9.0\"").replace("/opt/rdma-core/build", "/usr");
         assert!(run(&good).is_empty(), "{:#?}", run(&good));
@@ -1180,7 +1185,7 @@ mod tests {
         let text = "ARG ARCHS=\"9.0\"\nFROM base\nARG ARCHS\nENV TORCH_CUDA_ARCH_LIST=$ARCHS HYBRID_EP_MULTINODE=0\n";
         assert!(run(text).is_empty(), "{:#?}", run(text));
         let f = run(&text.replace("\"9.0\"", "\"8.0\""));
-        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 1)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 1)], "{f:#?}");
         // Without the re-declaration the global is not visible in the stage.
         let f = run("ARG ARCHS=\"9.0\"\nFROM base\nENV TORCH_CUDA_ARCH_LIST=$ARCHS\n");
         assert!(f.is_empty(), "{f:#?}");
@@ -1195,19 +1200,21 @@ mod tests {
         assert_eq!(rules(&f), vec![("dockerfile-variant".into(), 2)]);
         // 10.0 multinode on arm64 with /usr: closest is gb200-multinode, which wants /opt/rdma-core/build.
         let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=10.0 HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n");
-        assert_eq!(rules(&f), vec![("dockerfile-rdma-core-home".into(), 2)], "{f:#?}");
-        assert_eq!(f[0].expected.as_deref(), Some("/opt/rdma-core/build"));
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+        assert_eq!(f[0].arch, Some(Arch::Aarch64));
+        assert!(f[0].fix.as_deref().unwrap().contains("rdma_core_home = \"/usr\""), "{f:#?}");
         let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=9.0 HYBRID_EP_MULTINODE=0\n");
-        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 2)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
     }
 
     #[test]
     fn multinode_flag_and_legacy_env_form() {
         let f = run("FROM base\nENV TORCH_CUDA_ARCH_LIST 10.0\nENV HYBRID_EP_MULTINODE yes\nENV RDMA_CORE_HOME=/usr\nENV USE_NIXL=1\n");
-        assert_eq!(rules(&f), vec![("dockerfile-transport".into(), 5)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+        assert!(f[0].fix.as_deref().unwrap().contains("transport = \"nixl\""), "{f:#?}");
         let f =
             run("FROM base\nENV TORCH_CUDA_ARCH_LIST=\"9.0\"\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/x\n");
-        assert_eq!(rules(&f), vec![("dockerfile-rdma-core-home".into(), 4)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
     }
 
     #[test]
