@@ -312,3 +312,26 @@ fn uv_lock_check_does_not_see_a_wrong_label() {
     assert_eq!(code, 1);
     assert!(!messages(&v, "stale-label").is_empty(), "{v:#}");
 }
+
+#[test]
+fn a_lock_whose_label_differs_from_pyprojects_fails_sync_locked() {
+    let lab = require!(Lab::new(), "uv in the tools venv");
+    let (first, second) = (lab.first.clone(), lab.second.clone());
+    lab.write(&second.0, Some(&format!("1.2.1+{}", second.1)));
+    lab.uv_ok(&["lock"]);
+    // only the label changes in pyproject.toml
+    lab.write(&second.0, Some(&format!("1.2.1+{}", first.1)));
+    let o = lab.uv(&["sync", "--locked"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains(LOCKED_FAILS), "{}", stderr(&o));
+    let (code, v) = lab.check();
+    assert_eq!(code, 1);
+    // the lock's label is right; pyproject.toml's is wrong and the lock is stale against it
+    assert!(messages(&v, "lock-label").is_empty(), "{v:#}");
+    let m = messages(&v, "stale-label");
+    let want = format!("uv.lock still records 1.2.1+{}", second.1);
+    assert!(!m.is_empty(), "{v:#}");
+    for m in &m {
+        assert!(m.contains(&want) && m.contains("`uv sync --locked` fails"), "{m}");
+    }
+}

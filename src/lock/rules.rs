@@ -473,6 +473,8 @@ fn label_message(ctx: &Context, r: &Reference, found: &str, arch: Arch, want: &s
         }
     }
     let built = project.as_deref().and_then(|rev| ctx.label_of(rev).map(|l| (rev, l)));
+    let lock_label =
+        ctx.lock.and_then(|l| l.refs.iter().find(|x| x.kind == Kind::LockLabel)).and_then(|x| x.version.as_deref());
     let msg = match built {
         Some((rev, real)) if same_version(found, &real) => format!(
             "{} says {found}, right for the {} the project installs on {arch} today; adopting {}'s {want_short} makes it {want}",
@@ -480,11 +482,20 @@ fn label_message(ctx: &Context, r: &Reference, found: &str, arch: Arch, want: &s
             short(rev),
             if ctx.pins.is_some() { "pins.toml" } else { "the intent" },
         ),
-        Some((rev, real)) => format!(
-            "{} says {found}, but a build of {} for {arch} is {real}: {WRONG_LABEL_EFFECT}",
-            r.place,
-            short(rev)
-        ),
+        Some((rev, real)) => match lock_label.filter(|l| r.kind == Kind::Label && !same_version(l, found)) {
+            // pyproject.toml's label changed but the lock was not regenerated.
+            Some(l) => format!(
+                "{} says {found}, but a build of {} for {arch} is {real}; uv.lock still records {l}, so {STALE_LOCK_EFFECT} \
+                 (relocked as it is, uv.lock would record {found} and every `uv sync` would reinstall deep-ep)",
+                r.place,
+                short(rev)
+            ),
+            None => format!(
+                "{} says {found}, but a build of {} for {arch} is {real}: {WRONG_LABEL_EFFECT}",
+                r.place,
+                short(rev)
+            ),
+        },
         None => format!("{} says {found}, but a build of {want_short} for {arch} is {want}: {WRONG_LABEL_EFFECT}", r.place),
     };
     (msg, false)
