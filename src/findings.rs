@@ -82,6 +82,12 @@ impl Finding {
         self.line = Some(line);
         self
     }
+    /// Line and column.
+    pub fn at(mut self, line: usize, column: usize) -> Self {
+        self.line = Some(line);
+        self.column = Some(column);
+        self
+    }
     pub fn arch(mut self, arch: Arch) -> Self {
         self.arch = Some(arch);
         self
@@ -95,11 +101,12 @@ impl Finding {
         self.fix = Some(fix.into());
         self
     }
-    /// `file:line` for messages.
+    /// `file:line[:column]` for messages.
     pub fn location(&self) -> String {
-        match self.line {
-            Some(l) => format!("{}:{l}", self.file.display()),
-            None => self.file.display().to_string(),
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => format!("{}:{l}:{c}", self.file.display()),
+            (Some(l), None) => format!("{}:{l}", self.file.display()),
+            _ => self.file.display().to_string(),
         }
     }
 }

@@ -452,6 +452,9 @@ fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
         "{out}"
     );
     assert!(ann[0].contains("%0Acause pin-not-adopted: the project never adopted"), "{}", ann[0]);
+    // the column of the requirement string on its line
+    let l = line_of(&p.join("pyproject.toml"), "DeepEP.git@29d31c0");
+    assert!(ann[0].starts_with(&format!("::error file=pyproject.toml,line={l},col=3,title=")), "{}", ann[0]);
     assert!(ann[0].contains(&format!("%0Afix: {fix}")), "{}", ann[0]);
     let o = bin()
         .args(["lock", "check", "--format", "github", "--project", ps])

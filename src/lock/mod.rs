@@ -141,6 +141,8 @@ pub struct Reference {
     pub kind: Kind,
     pub file: PathBuf,
     pub line: usize,
+    /// 1-based column (in characters) where the value starts.
+    pub col: usize,
     /// Where, in words (`project.optional-dependencies.vllm`).
     pub place: String,
     /// Architectures some choice of extras/Python version makes it apply to.
@@ -165,6 +167,11 @@ impl LineIndex {
     }
     pub fn line(&self, offset: usize) -> usize {
         self.starts.partition_point(|&s| s <= offset)
+    }
+    /// 1-based column (in characters) of `offset` in `text` (the text this index was made from).
+    pub fn col(&self, text: &str, offset: usize) -> usize {
+        let start = self.starts[self.line(offset) - 1];
+        text.get(start..offset.min(text.len())).map(|t| t.chars().count()).unwrap_or(0) + 1
     }
 }
 

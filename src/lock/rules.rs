@@ -263,7 +263,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 if !pinned {
                     out.push(
                         Finding::new("unpinned", Severity::Error, &r.file, format!("{} requires DeepEP for {a} without a git revision, and no tool.uv.sources or override pins one", r.place))
-                            .line(r.line)
+                            .at(r.line, r.col)
                             .arch(a)
                             .fix(ctx.fix_for(a, false).unwrap_or_else(|| "pin DeepEP with `deep_ep @ git+<repo>@<40-hex sha>`".into())),
                     );
@@ -280,7 +280,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                         &r.file,
                         format!("{} takes DeepEP from another repository than pins.toml", r.place),
                     )
-                    .line(r.line)
+                    .at(r.line, r.col)
                     .expected_found(&p.source.repo, &g.repo),
                 );
             }
@@ -298,7 +298,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 &r.file,
                 format!("{} {what}: pins must be 40-hex commits", r.place),
             )
-            .line(r.line);
+            .at(r.line, r.col);
             if let Some(fix) = r.archs.first().and_then(|a| ctx.fix_for(*a, false)) {
                 f = f.fix(fix).cause_kind(ADOPT);
             }
@@ -320,7 +320,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                                 short(want)
                             ),
                         )
-                        .line(r.line)
+                        .at(r.line, r.col)
                         .arch(a)
                         .expected_found(want, rev)
                         .fix(ctx.fix_for(a, false).expect("intent exists"))
@@ -335,7 +335,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                         &r.file,
                         format!("{} installs DeepEP on {a}, which pins.toml does not pin", r.place),
                     )
-                    .line(r.line)
+                    .at(r.line, r.col)
                     .arch(a)
                     .fix(format!("deepep-forge pin set <40-hex sha> --arch {a}")),
                 ),
@@ -369,7 +369,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                     &r.file,
                     format!("{} `{found}` is not a PEP 440 version", r.place),
                 )
-                .line(r.line)
+                .at(r.line, r.col)
                 .fix(used.first().and_then(|a| ctx.fix_for(*a, false)).unwrap_or_default()),
             );
             return;
@@ -395,7 +395,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             };
             out.push(
                 Finding::new(rule, Severity::Error, &r.file, msg)
-                    .line(r.line)
+                    .at(r.line, r.col)
                     .arch(a)
                     .expected_found(want, found)
                     .fix(fix)
@@ -427,7 +427,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                         l(a2)
                     ),
                 )
-                .line(label.line)
+                .at(label.line, label.col)
                 .expected_found("one revision for every architecture", format!("{a1} {}, {a2} {}", short(r1), short(r2)))
                 .fix(ctx.unify_fix())
                 .cause_kind(SPLIT),
@@ -557,7 +557,7 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                         )
                     };
                     let mut f = Finding::new("transitive-pin", sev, &r.file, msg)
-                        .line(r.line)
+                        .at(r.line, r.col)
                         .arch(a)
                         .expected_found(want, rev);
                     if sev == Severity::Warning {
@@ -596,7 +596,7 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                         };
                         out.push(
                             Finding::new("lock-stale", Severity::Error, &r.file, msg)
-                                .line(r.line)
+                                .at(r.line, r.col)
                                 .arch(a)
                                 .expected_found(want, rev)
                                 .fix(lock_fix(a))
@@ -610,7 +610,7 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                                 &r.file,
                                 format!("uv.lock {} requests {} but records commit {}", r.place, short(want), short(c)),
                             )
-                            .line(r.line)
+                            .at(r.line, r.col)
                             .arch(a)
                             .expected_found(want, c)
                             .fix(lock_fix(a))
