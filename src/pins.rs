@@ -722,7 +722,7 @@ fn topology(
     if t.ep == 0 || t.ranks_per_domain == 0 || t.nodes == 0 || t.gpus_per_node == 0 {
         return Err(err(tspan, format!("variant `{name}`: topology numbers must be at least 1")));
     }
-    if t.ep % t.ranks_per_domain != 0 {
+    if !t.ep.is_multiple_of(t.ranks_per_domain) {
         return Err(err(
             tspan,
             format!(

@@ -42,13 +42,13 @@ pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
 }
 
 pub fn evidence(b: &WheelFacts) -> Evidence {
-    let mut ev = Evidence::default();
-    ev.nvshmem = b
+    let nvshmem = b
         .extensions
         .iter()
         .find(|e| e.module == "deep_ep_cpp")
         .and_then(|e| e.elf.as_ref().ok())
         .map(|elf| elf.needs("libnvshmem_host"));
+    let mut ev = Evidence { nvshmem, ..Default::default() };
     let Some(Ok(elf)) = hybrid_ep(b).map(|e| &e.elf) else { return ev };
     let mut doca = Vec::new();
     for lib in ["libibverbs", "libmlx5", "libnvidia-ml"] {
