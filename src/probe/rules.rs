@@ -811,9 +811,10 @@ fn classic_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Ve
     };
     let nvshmem = ev.and_then(|e| e.nvshmem);
     let fix = || {
+        let cmd = rebuild(r.gpu, false, pins);
         format!(
-            "rebuild with NVSHMEM (a variant with nvshmem_dir, or nvidia-nvshmem-cu13 installed where the wheel is built; the registry toolchain installs it): {}",
-            rebuild(r.gpu, false, pins)
+            "rebuild with NVSHMEM linked into deep_ep_cpp: {} --toolchain registry (it installs nvidia-nvshmem), or give the variant an nvshmem_dir",
+            cmd.trim_start_matches("rebuild: ")
         )
     };
     out.push(match (spans, nvshmem) {
@@ -833,7 +834,7 @@ fn classic_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Ve
         (Some(true), Some(false)) => Check::fail(
             "deepep-internode",
             format!(
-                "EP {} spans {} nodes of {} GPUs, but deep_ep_cpp was built without NVSHMEM: DeepEP's internode kernels are missing, a Buffer across nodes cannot be created",
+                "EP {} spans {} nodes of {} GPUs, but deep_ep_cpp was built without NVSHMEM (DeepEP's setup.py: \"All internode and low-latency features are disabled\"): a Buffer across nodes has no internode kernels to run",
                 r.ep.unwrap_or(0),
                 r.ep.unwrap_or(0).div_ceil(r.gpus_per_node.unwrap_or(1).max(1)),
                 r.gpus_per_node.unwrap_or(0)
