@@ -283,3 +283,22 @@ fn the_shipped_dockerfile_passes_its_own_rules() {
     let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
     assert!(f.is_empty(), "{}", deepep_forge::findings::render_human(&f));
 }
+
+#[test]
+fn bake_probes_each_gpu_of_a_fat_topology_and_only_the_pins_without_one() {
+    let text = std::fs::read_to_string(root().join("pins.toml")).unwrap()
+        + "\n[[variant]]\nname = \"fat\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0 10.0\"\nmultinode = true\nrdma_core_home = \"/usr\"\ntopology = { gpu = [\"h100\", \"b200\"], nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }\n"
+        + "\n[[variant]]\nname = \"bare\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0\"\nmultinode = false\n";
+    let p = Pins::parse(&text, Path::new("pins.toml")).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(&deepep_forge::docker::bake_json(&p, "pins.toml").unwrap()).unwrap();
+    let args = |t: &str, k: &str| j["target"][t]["args"][k].as_str().unwrap().to_string();
+    assert_eq!(args("fat", "PROBE_GPU"), "h100 b200");
+    assert_eq!((args("fat", "PROBE_EP"), args("fat", "TORCH_CUDA_ARCH_LIST")), ("16".into(), "9.0 10.0".into()));
+    for k in ["PROBE_GPU", "PROBE_EP", "PROBE_NODES", "PROBE_GPUS_PER_NODE", "PROBE_RANKS_PER_DOMAIN", "PROBE_MNNVL"] {
+        assert_eq!(args("bare", k), "", "{k}: a variant without topology is probed against pins.toml only");
+    }
+    // The image's last step loops over PROBE_GPU and drops the topology flags when PROBE_EP is empty.
+    let dockerfile = std::fs::read_to_string(root().join("docker/Dockerfile")).unwrap();
+    assert!(dockerfile.contains("for gpu in $PROBE_GPU; do") && dockerfile.contains("if [ -z \"$PROBE_EP\" ]; then"));
+}
