@@ -218,6 +218,10 @@ fn a_lock_at_another_revision_than_pyproject_fails_sync_locked() {
         "{stale:#?}"
     );
     // the lock's label differs from pyproject's: also only a stale lock, with the same consequence
+    // one cause: the lock was not regenerated; its fix is `uv lock`
+    let ids: Vec<&str> = v["causes"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["lock-out-of-date"], "{v:#}");
+    assert_eq!(v["causes"][0]["fix"], "uv lock --project consumer");
     let label = messages(&v, "lock-label");
     assert!(!label.is_empty() && label.iter().all(|m| m.contains("`uv sync --locked` fails")), "{label:#?}");
 }
@@ -283,6 +287,11 @@ fn a_wrong_label_installs_the_real_version_keeps_the_label_in_the_lock_and_reins
     }
     assert!(messages(&v, "lock-label").iter().all(|m| m.contains("every later `uv sync` uninstalls")), "{v:#}");
     assert!(messages(&v, "lock-stale").is_empty(), "the lock is current: {v:#}");
+    // one cause, whose fix rewrites the label and relocks
+    assert_eq!(v["causes"].as_array().unwrap().len(), 1, "{v:#}");
+    assert_eq!(v["causes"][0]["id"], "label-wrong");
+    let fix = v["causes"][0]["fix"].as_str().unwrap();
+    assert!(fix.starts_with(&format!("deepep-forge pin set {}", second.0)) && fix.ends_with("--relock"), "{fix}");
 }
 
 #[test]
