@@ -87,7 +87,7 @@ impl Lab {
     pub fn pins_with(&self, rev: &str, variants: &str) -> PathBuf {
         let p = self.dir.path().join("pins.toml");
         let text = format!(
-            "schema = 1\n[source]\nname = \"deep_ep\"\nrepo = \"{}\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[pin.x86_64]\nrev = \"{rev}\"\n[pin.aarch64]\nrev = \"{rev}\"\n{}",
+            "schema = 2\n[source]\nname = \"deep_ep\"\nrepo = \"{}\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[pin.x86_64]\nrev = \"{rev}\"\n[pin.aarch64]\nrev = \"{rev}\"\n{}",
             self.repo.display(),
             variants.replace("{nvshmem}", &self.nvshmem_dir().to_string_lossy())
         );
