@@ -62,14 +62,21 @@ count = lambda sev: sum(1 for f in findings if f.get("severity") == sev)
 status = "passed" if code == 0 else "FAILED"
 print(f"## deepep-forge lock check: {status}\n")
 print(f"`{cell(project)}` against `{cell(pins)}`: {count('error')} error(s), {count('warning')} warning(s), {count('note')} note(s)\n")
+causes = report.get("causes", [])
+if causes:
+    print(f"{len(causes)} cause(s), each with its one fix:\n")
+    for c in causes:
+        fix = f": `{cell(c['fix'])}`" if c.get("fix") else ""
+        print(f"- **{cell(c.get('id', ''))}** ({c.get('severity', '')}, {len(c.get('findings', []))} finding(s)){fix}")
+    print()
 if findings:
-    print("| | rule | where | what | fix |")
+    print("| | rule | where | what | cause |")
     print("|---|---|---|---|---|")
     icon = {"error": ":x:", "warning": ":warning:", "note": ":information_source:"}
     for f in findings:
         where = f.get("file", "") + (f":{f['line']}" if f.get("line") else "")
         arch = f" ({f['arch']})" if f.get("arch") else ""
-        print(f"| {icon.get(f.get('severity'), '')} | `{cell(f.get('rule', ''))}`{arch} | `{cell(where)}` | {cell(f.get('message', ''))} | {cell(f.get('fix') or '')} |")
+        print(f"| {icon.get(f.get('severity'), '')} | `{cell(f.get('rule', ''))}`{arch} | `{cell(where)}` | {cell(f.get('message', ''))} | {cell(f.get('cause') or '')} |")
 PY
 fi
 exit "$code"

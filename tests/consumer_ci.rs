@@ -158,6 +158,8 @@ fn action_script_annotates_relative_to_the_workspace_and_writes_a_summary() {
     assert!(summary.starts_with("## deepep-forge lock check: FAILED"), "{summary}");
     let row = summary.lines().find(|l| l.contains("`rev-mismatch`")).unwrap_or_else(|| panic!("a row:\n{summary}"));
     assert!(row.contains("`proj/pyproject.toml:16`") && row.contains(":x:"), "{row}");
+    let cause = summary.lines().find(|l| l.starts_with("- **")).unwrap_or_else(|| panic!("the causes:\n{summary}"));
+    assert!(cause.contains("deepep-forge pin set "), "a cause names its fix: {cause}");
     assert_eq!(std::fs::read_to_string(&g.output).unwrap(), "exit-code=1\nexit-code=1\n");
 
     let wrong = action(&g, "proj", "magic");
