@@ -211,7 +211,13 @@ fn annotation(f: &Finding, file: &Path, title: &str, msg: &str) -> String {
         Severity::Warning => Level::Warning,
         Severity::Note => Level::Notice,
     };
-    let a = Annotation { file: Some(file), line: f.line, column: f.column, title: title.to_string(), message: msg.to_string() };
+    let a = Annotation {
+        file: Some(file),
+        line: f.line,
+        column: f.column,
+        title: title.to_string(),
+        message: msg.to_string(),
+    };
     output::annotation(level, &a)
 }
 

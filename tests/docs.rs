@@ -380,3 +380,10 @@ fn relative_links_resolve() {
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// The README stays a page a newcomer reads to the end; reference goes to docs/.
+#[test]
+fn readme_is_at_most_250_lines() {
+    let n = std::fs::read_to_string(support::root().join("README.md")).unwrap().lines().count();
+    assert!(n <= 250, "README.md has {n} lines: move reference material to docs/");
+}
