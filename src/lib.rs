@@ -9,6 +9,7 @@ pub mod docker;
 pub mod dockerfile;
 pub mod error;
 pub mod findings;
+pub mod interface;
 pub mod lock;
 pub mod output;
 pub mod pins;

@@ -12,8 +12,9 @@ use toml::Spanned;
 
 use crate::error::Failure;
 
-/// The schema version this build of deepep-forge reads and writes.
-pub const SCHEMA: i64 = 1;
+/// The schema version this build of deepep-forge reads and writes. Schema 1
+/// files are still read; keys new in schema 2 (a variant's `env`) need 2.
+pub const SCHEMA: i64 = 2;
 /// Default location, relative to the directory the command runs in.
 pub const DEFAULT_PATH: &str = "pins.toml";
 
@@ -258,6 +259,10 @@ pub struct Variant {
     pub nvshmem_dir: Option<String>,
     pub description: Option<String>,
     pub topology: IntendedTopology,
+    /// Knobs of DeepEP's build set explicitly (`env = { NAME = "value" }`,
+    /// schema 2); whether the build reads them is checked by `plan` against
+    /// the source at the pinned revision.
+    pub env: Vec<EnvSetting>,
     /// 1-based line of the variant's `[[variant]]` table.
     pub line: usize,
 }
@@ -392,6 +397,7 @@ struct RawVariant {
     nvshmem_dir: Option<String>,
     description: Option<String>,
     topology: Spanned<RawTopology>,
+    env: Option<Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -410,10 +416,11 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         let (line, col) = line_col(text, span.start);
         Failure::usage(format!("{}:{line}:{col}: {msg}", path.display())).into()
     };
-    if *raw.schema.get_ref() != SCHEMA {
+    let schema = *raw.schema.get_ref();
+    if !(1..=SCHEMA).contains(&schema) {
         return Err(err(
             raw.schema.span(),
-            format!("schema = {} is not supported: expected schema = {SCHEMA}", raw.schema.get_ref()),
+            format!("schema = {} is not supported: expected schema = {SCHEMA} (or 1)", raw.schema.get_ref()),
         ));
     }
     let s = raw.source;
@@ -572,6 +579,38 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                 ),
             ));
         }
+        let mut env = Vec::new();
+        if let Some(e) = &v.env {
+            if schema < 2 {
+                return Err(err(
+                    e.span(),
+                    format!("variant `{name}`: `env` needs schema = 2 (this file says schema = {schema})"),
+                ));
+            }
+            for (k, val) in e.get_ref() {
+                let n = k.get_ref();
+                let ok = !n.is_empty()
+                    && n.len() <= 64
+                    && n.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                    && !n.as_bytes()[0].is_ascii_digit();
+                if !ok {
+                    return Err(err(
+                        k.span(),
+                        format!(
+                            "variant `{name}`: env name `{n}`: expected an environment variable name (A-Z, 0-9, _)"
+                        ),
+                    ));
+                }
+                let value = val.get_ref();
+                if value.len() > 4096 || value.contains(['\0', '\n']) {
+                    return Err(err(
+                        val.span(),
+                        format!("variant `{name}`: env {n}: the value must be one line of at most 4096 bytes"),
+                    ));
+                }
+                env.push(EnvSetting { name: n.clone(), value: value.clone(), line: line_col(text, k.span().start).0 });
+            }
+        }
         let topology = IntendedTopology {
             gpu: t.gpu.get_ref().clone(),
             nodes: t.nodes,
@@ -590,10 +629,19 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             nvshmem_dir: v.nvshmem_dir.filter(|s| !s.is_empty()),
             description: v.description,
             topology,
+            env,
             line: line_col(text, vspan.start).0,
         });
     }
     Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants })
+}
+
+/// One `env` entry of a variant, with the line of its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvSetting {
+    pub name: String,
+    pub value: String,
+    pub line: usize,
 }
 
 /// A full commit sha: exactly 40 lowercase hex characters.
