@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::cache::{self, remote, CacheDirArg};
+use crate::cache::{self, remote, Cache, CacheDirArg};
 use crate::error::{check_interrupted, Cooperative, Exit, Failure};
 use crate::output::Format;
 use crate::pins::{Arch, Pins, Transport, Variant};
@@ -65,9 +65,8 @@ pub struct Common {
     /// Build without reading or writing the wheel cache (git mirrors and logs still live there).
     #[arg(long)]
     pub no_cache: bool,
-    /// Remote HTTP cache: wheels are fetched by key (sha256-verified) before building.
-    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", value_name = "URL")]
-    pub cache_url: Option<String>,
+    #[command(flatten)]
+    pub remote: remote::RemoteArgs,
     /// Parallel compile jobs (MAX_JOBS). Default: the number of CPU cores.
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
@@ -197,9 +196,8 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
     // Planning may fetch: Ctrl-C then stops git's process group, not just us.
     let _coop = Cooperative::enter();
     let p = make_plans(&args.common)?;
-    let cached = |pl: &Plan| {
-        !args.common.no_cache && cache::entry_dir(&p.cache_dir, &pl.cache_key).join(cache::ENTRY_FILE).exists()
-    };
+    let store = Cache::at(&p.cache_dir);
+    let cached = |pl: &Plan| !args.common.no_cache && cache::Key::parse(&pl.cache_key).is_ok_and(|k| store.has(&k));
     if args.common.format == Format::Json {
         let include: Vec<_> = p
             .plans
@@ -312,8 +310,8 @@ pub fn build(args: BuildArgs) -> Result<Exit> {
     let _coop = Cooperative::enter();
     let c = &args.common;
     let p = make_plans(c)?;
-    cache::clean_stale(&p.cache_dir)?;
-    let remote = c.cache_url.as_deref().filter(|_| !c.no_cache).map(remote::Remote::new).transpose()?;
+    Cache::at(&p.cache_dir).clean_stale()?;
+    let remote = c.remote.connect(c.no_cache)?;
     let mut results = Vec::new();
     for pl in &p.plans {
         check_interrupted()?;
@@ -397,37 +395,36 @@ fn from_cache(
     c: &Common,
     remote: Option<&remote::Remote>,
     notes: &mut Vec<String>,
-) -> Result<Result<Delivered, Option<std::fs::File>>> {
-    let (cache_dir, key) = (&p.cache_dir, &pl.cache_key);
+) -> Result<Result<Delivered, Option<cache::KeyLock>>> {
+    let (cache_dir, cache) = (&p.cache_dir, Cache::at(&p.cache_dir));
     if c.no_cache {
         return Ok(Err(None));
     }
-    let hit = |status, dir: &Path, entry: cache::Entry| -> Result<Delivered> {
-        let wheel = deliver(dir, &entry, &c.out, cache_dir)?;
-        let patches = recorded_patches(&dir.join(&entry.wheel))?;
-        Ok(Delivered { status, entry, wheel, patches, log: None })
+    let key = cache::Key::parse(&pl.cache_key).map_err(Failure::problems)?;
+    let hit = |status, h: cache::Hit| -> Result<Delivered> {
+        let wheel = deliver(&h.dir, &h.entry, &c.out, cache_dir)?;
+        let patches = recorded_patches(&h.dir.join(&h.entry.wheel))?;
+        Ok(Delivered { status, entry: h.entry, wheel, patches, log: None })
     };
-    if let Some(e) = cache::lookup(cache_dir, key)? {
-        return hit("cache-hit", &cache::entry_dir(cache_dir, key), e).map(Ok);
+    if let Some(h) = cache.lookup(&key)? {
+        return hit("cache-hit", h).map(Ok);
     }
     if let Some(r) = remote {
-        let stage = cache::tmp_dir(cache_dir)?;
-        let dir = stage.path().join("entry");
-        std::fs::create_dir(&dir)?;
-        match r.get(key, &dir) {
-            Ok(remote::Fetched::Hit(e)) => return hit("remote-hit", &cache::publish(cache_dir, &dir, key)?, e).map(Ok),
+        let expect = remote::Expect { rev: &pl.source.rev, variant: &pl.variant };
+        match cache.fetch(r, &key, &expect) {
+            Ok(remote::Fetched::Hit(h)) => return hit("remote-hit", h).map(Ok),
             Ok(remote::Fetched::Miss) => notes.push("remote cache: miss".into()),
-            Ok(remote::Fetched::Rejected(why)) => notes.push(format!("remote cache entry rejected: {why}")),
+            Ok(remote::Fetched::Rejected(why)) => notes.push(format!("remote cache entry not used: {why}")),
             Err(e) => {
                 check_interrupted()?;
                 notes.push(format!("remote cache not used: {e:#}"));
             }
         }
     }
-    let lock = source::lock(&cache::lock_path(cache_dir, key))?;
-    if let Some(e) = cache::lookup(cache_dir, key)? {
+    let lock = cache.lock(&key)?;
+    if let Some(h) = cache.lookup(&key)? {
         notes.push("built by a concurrent builder of the same key".into());
-        return hit("cache-hit", &cache::entry_dir(cache_dir, key), e).map(Ok);
+        return hit("cache-hit", h).map(Ok);
     }
     Ok(Err(Some(lock)))
 }
@@ -437,7 +434,8 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     let started = provenance::now_secs();
     let (cache_dir, key) = (&p.cache_dir, &pl.cache_key);
     preflight(pl, cache_dir)?;
-    let tmp = cache::tmp_dir(cache_dir)?;
+    let store = Cache::at(cache_dir);
+    let tmp = store.stage()?;
     let tree = tmp.path().join("src");
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, &tree, &pl.source.submodules)?;
     check_interrupted()?;
@@ -560,7 +558,8 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
         created_secs: now,
     };
     cache::write_entry(&stage, &entry)?;
-    let from = if c.no_cache { stage } else { cache::publish(cache_dir, &stage, key)? };
+    let from =
+        if c.no_cache { stage } else { store.publish(&stage, &cache::Key::parse(key).map_err(Failure::problems)?)? };
     let wheel = deliver(&from, &entry, &c.out, cache_dir)?;
     for f in &pl.fixes {
         notes.push(format!("fix applied: {f}"));

@@ -192,7 +192,7 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
         cache_key: key.clone(),
         outputs: Outputs {
             out_dir: s.out_dir.to_path_buf(),
-            cache_entry: (!s.no_cache).then(|| crate::cache::entry_dir(s.cache_dir, &key)),
+            cache_entry: (!s.no_cache).then(|| crate::cache::Cache::at(s.cache_dir).wheels_dir().join(&key)),
             log,
         },
     })

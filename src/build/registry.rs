@@ -218,6 +218,8 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     ))?;
     let key = source::short_hash(&key_text);
     let root = cache_dir.join("toolchains").join(&key);
+    // In use from here on: `cache gc` skips it.
+    crate::cache::Cache::at(cache_dir).use_toolchain(&key)?;
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
@@ -225,7 +227,7 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
-    let tmp = crate::cache::tmp_dir(cache_dir)?;
+    let tmp = crate::cache::Cache::at(cache_dir).stage()?;
     let stage = tmp.path().join("tc");
     std::fs::create_dir(&stage)?;
     let p = make(req, &uv, &uv_version, &stage, &root, &key)?;

@@ -112,26 +112,7 @@ pub fn short_hash(text: &str) -> String {
 
 /// An exclusive lock file, held until dropped; waits (checking for Ctrl-C).
 pub fn lock(path: &Path) -> Result<File> {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening lock {}", path.display()))?;
-    loop {
-        match f.try_lock() {
-            Ok(()) => return Ok(f),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                super::exec::sleep_checked(std::time::Duration::from_millis(100))?
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()))
-            }
-        }
-    }
+    crate::cache::lock::exclusive(path)
 }
 
 /// The bare mirror of `repo` under the cache dir.
