@@ -291,3 +291,105 @@ fn ls_gc_and_a_damaged_entry_is_rebuilt() {
     assert!(!live.exists(), "a folder whose lock is free is a leftover");
     assert_eq!(json(&cache_cmd(&lab, &["ls", "--format", "json"]))["entries"], serde_json::json!([]));
 }
+
+/// An https server on 127.0.0.1 (Python's http.server in an ssl context) whose
+/// certificate is signed by a private CA made with openssl; every GET is a 404.
+/// Returns (url, CA file, the server process, killed when dropped).
+fn https_server(dir: &Path) -> Option<(String, PathBuf, Reaped)> {
+    let python = support::tools_python()?;
+    let ssl = |args: &[&str]| {
+        std::process::Command::new("openssl").args(args).current_dir(dir).output().ok().filter(|o| o.status.success())
+    };
+    ssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=forge test CA",
+    ])?;
+    ssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1"])?;
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    ssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ])?;
+    let script = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain("srv.pem", "srv.key")
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+    let mut child = std::process::Command::new(python)
+        .args(["-c", script])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).ok()?;
+    Some((format!("https://127.0.0.1:{}", line.trim()), dir.join("ca.pem"), Reaped(child)))
+}
+
+/// A child process killed and reaped when dropped (also when a test fails).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn https_with_a_private_ca_through_ssl_cert_file() {
+    let Some(lab) = Lab::new() else { return };
+    let tls = tempfile::tempdir().unwrap();
+    let Some((url, ca, _server)) = https_server(tls.path()) else {
+        eprintln!("SKIPPED: openssl or Python's ssl module not available");
+        return;
+    };
+    let pins = lab.pins();
+    let args =
+        ["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--format", "json", "--cache-url", &url];
+    // Without the CA the server is unknown: the remote is not used and the build goes on.
+    let o = lab.forge(&args).env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR").output().unwrap();
+    let res = &json(&o)["results"][0];
+    assert_eq!(res["status"], "built");
+    assert!(notes(res).iter().any(|n| n.starts_with("remote cache not used") && n.contains("certificate")), "{res}");
+    // With SSL_CERT_FILE naming the CA (as on a corporate network): the server answers (a miss).
+    let o = lab.forge(&args).env("SSL_CERT_FILE", &ca).output().unwrap();
+    let res = &json(&o)["results"][0];
+    assert_eq!(res["status"], "cache-hit");
+    assert!(notes(res).is_empty(), "{res}");
+    let fresh = lab.dir.path().join("cache-tls");
+    let o = lab.forge(&args).env("SSL_CERT_FILE", &ca).env("DEEPEP_FORGE_CACHE_DIR", &fresh).output().unwrap();
+    let res = &json(&o)["results"][0];
+    assert!(notes(res).iter().any(|n| n == "remote cache: miss"), "{res}");
+}

@@ -130,7 +130,7 @@ impl Remote {
             "http" if net.allow_http => {}
             "http" => {
                 return Err(Failure::usage(format!(
-                    "--cache-url {}: plain http:// is refused (no TLS: the traffic can be read and changed on the way)",
+                    "--cache-url {}: plain http:// is refused without --allow-http (no TLS: the traffic can be read and changed on the way)",
                     shown(&base)
                 ))
                 .hint("use an https:// URL, or pass --allow-http for a cache on localhost or a network you trust")
@@ -472,4 +472,111 @@ fn sleep_checked(d: Duration) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50).min(end - Instant::now()));
     }
     check_interrupted()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The client against real servers on 127.0.0.1: one that never answers,
+    //! one that answers 503 before it answers, one that always fails.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn remote(url: &str, timeout: u64) -> Remote {
+        Remote::new(url, &NetArgs { allow_http: true, cache_timeout: timeout }, Vec::new()).unwrap()
+    }
+
+    fn key() -> Key {
+        Key::parse(&"ab".repeat(32)).unwrap()
+    }
+
+    fn entry_json() -> String {
+        serde_json::json!({
+            "schema": 1, "key": "ab".repeat(32), "wheel": "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl",
+            "sha256": "cd".repeat(32), "size": 10, "variant": "sn", "version": "1.2.1+17cfb81",
+            "created": "2026-11-30T00:00:00Z", "created_secs": 0, "provenance_sha256": "ef".repeat(32),
+        })
+        .to_string()
+    }
+
+    /// A server answering `503` to the first `fail` requests, then `entry_json()`.
+    fn flaky(fail: usize) -> (String, Arc<AtomicUsize>) {
+        let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", server.server_addr().to_ip().unwrap());
+        let n = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&n);
+        std::thread::spawn(move || {
+            for req in server.incoming_requests() {
+                let i = seen.fetch_add(1, Ordering::SeqCst);
+                let _ = if i < fail {
+                    req.respond(tiny_http::Response::empty(503))
+                } else {
+                    req.respond(tiny_http::Response::from_string(entry_json()))
+                };
+            }
+        });
+        (url, n)
+    }
+
+    #[test]
+    fn a_stalled_server_times_out_after_bounded_attempts() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let a = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in listener.incoming().flatten() {
+                a.fetch_add(1, Ordering::SeqCst);
+                held.push(s); // accept, read nothing, answer nothing
+            }
+        });
+        let err = remote(&url, 1).entry(&key()).err().expect("a stalled server is an error");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("timed out after 1 s") && msg.contains("3 attempts"), "{msg}");
+        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Environment);
+        assert_eq!(accepted.load(Ordering::SeqCst), ATTEMPTS as usize);
+    }
+
+    #[test]
+    fn a_503_is_retried_then_the_answer_is_used() {
+        let (url, n) = flaky(2);
+        let got = remote(&url, 5).entry(&key()).unwrap().unwrap().unwrap();
+        assert_eq!(got.entry.key, "ab".repeat(32));
+        assert_eq!(n.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_server_that_keeps_failing_is_given_up_on() {
+        let (url, n) = flaky(usize::MAX);
+        let err = remote(&url, 5).entry(&key()).err().unwrap();
+        assert!(format!("{err:#}").contains("HTTP 503 Service Unavailable (3 attempts)"), "{err:#}");
+        assert_eq!(n.load(Ordering::SeqCst), ATTEMPTS as usize);
+    }
+
+    #[test]
+    fn nothing_listening_is_a_connect_error_not_a_hang() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let err = remote(&format!("http://127.0.0.1:{port}"), 5).entry(&key()).err().unwrap();
+        assert!(format!("{err:#}").contains("cannot connect"), "{err:#}");
+    }
+
+    #[test]
+    fn urls_are_checked_and_credentials_never_shown() {
+        let net = NetArgs { allow_http: false, cache_timeout: 5 };
+        for (url, want) in [
+            ("http://cache.example", "--allow-http"),
+            ("ftp://cache.example", "scheme `ftp`"),
+            ("not a url", "not a URL"),
+            ("https://cache.example/?x=1", "no ?query"),
+        ] {
+            let e = Remote::new(url, &net, Vec::new()).err().unwrap();
+            assert!(format!("{e:#}").contains(want), "{url}: {e:#}");
+            assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage);
+        }
+        let r = Remote::new("https://user:s3cret@cache.example/base/", &net, Vec::new()).unwrap();
+        let shown = r.shown_url(&key(), "entry.json");
+        assert_eq!(shown, format!("https://cache.example/base/{}/entry.json", "ab".repeat(32)));
+    }
 }
