@@ -196,11 +196,24 @@ fn short_revisions_resolve_only_against_a_git_source() {
     assert!(stderr(&o).contains("is not a commit in"), "{}", stderr(&o));
 }
 
-/// A consumer project whose DeepEP is `git+file://` the local repo at `rev`.
+/// DeepEP's URL (pins.toml names only remote repositories); git fetches it from
+/// the local repo through `url.<local>.insteadOf` (see [`insteadof`]).
+const DEEPEP_URL: &str = "https://github.com/deepseek-ai/DeepEP.git";
+
+/// Environment making git (under uv) fetch DEEPEP_URL from the local `repo`.
+fn insteadof(repo: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("GIT_CONFIG_COUNT", "1".into()),
+        ("GIT_CONFIG_KEY_0", format!("url.file://{}.insteadOf", repo.display())),
+        ("GIT_CONFIG_VALUE_0", DEEPEP_URL.into()),
+    ]
+}
+
+/// A consumer project whose DeepEP is DEEPEP_URL (served by the local repo) at `rev`.
 fn uv_project(dir: &Path, repo: &Path, rev: &str) -> PathBuf {
     let p = dir.join("consumer");
     std::fs::create_dir_all(&p).unwrap();
-    let url = format!("file://{}", repo.display());
+    let url = DEEPEP_URL;
     let short = git(repo, &["rev-parse", "--short", rev]).trim().to_string();
     std::fs::write(
         p.join("pyproject.toml"),
@@ -230,7 +243,7 @@ requires-dist = []
         ),
     )
     .unwrap();
-    std::fs::write(dir.join("pins.toml"), pins_text(&url, rev, rev)).unwrap();
+    std::fs::write(dir.join("pins.toml"), pins_text(url, rev, rev)).unwrap();
     p
 }
 
@@ -242,12 +255,14 @@ fn relock_runs_real_uv_then_the_lock_check() {
     let (repo, first, second) = deepep_repo(tmp.path());
     let proj = uv_project(tmp.path(), &repo, &first);
     let cache = tmp.path().join("uv-cache");
-    let env: Vec<(&str, &Path)> = vec![
+    let redirect = insteadof(&repo);
+    let mut env: Vec<(&str, &Path)> = vec![
         ("DEEPEP_FORGE_UV", &uv),
         ("UV_PYTHON", &python),
         ("UV_CACHE_DIR", &cache),
         ("UV_OFFLINE", Path::new("1")),
     ];
+    env.extend(redirect.iter().map(|(k, v)| (*k, Path::new(v.as_str()))));
     let o = run(tmp.path(), &["pin", "set", &first, "--project", "consumer", "--relock"], &env);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(read(&proj.join("uv.lock")).contains(&format!("#{first}")));

@@ -3,7 +3,6 @@
 //! preflight, fresh checkout, `pip wheel`, checks, RUNPATH relocation,
 //! provenance stamping, publish into the cache and the output folder.
 //! Owns the build; must not parse consumer lockfiles or touch a GPU.
-pub mod exec;
 pub mod plan;
 pub mod registry;
 pub mod relocate;
@@ -177,14 +176,10 @@ fn identify(c: &Common, pins: &Pins, cache_dir: &Path) -> Result<toolchain::Tool
     Ok(tc)
 }
 
-/// pins.toml's repo; a relative local path is relative to the pins file.
+/// pins.toml's repo: a remote URL (validated when pins.toml is read; local
+/// paths come only from `--source`).
 fn pins_repo(p: &Pins) -> String {
-    let r = &p.source.repo;
-    let url_like = r.contains("://") || (r.contains(':') && !r.contains('/')) || r.starts_with("git@");
-    match p.path.parent() {
-        Some(dir) if !url_like && Path::new(r).is_relative() => dir.join(r).to_string_lossy().into_owned(),
-        _ => r.clone(),
-    }
+    p.source.repo.clone()
 }
 
 fn names(p: &Pins) -> String {
@@ -441,7 +436,8 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     check_interrupted()?;
     let dist = tmp.path().join("dist");
     std::fs::create_dir_all(pl.outputs.log.parent().expect("log dir"))?;
-    let mut cmd = exec::Cmd::new(&pl.toolchain.python, format!("building {} ({})", pl.variant.name, pl.source.version));
+    let mut cmd =
+        crate::process::Cmd::new(&pl.toolchain.python, format!("building {} ({})", pl.variant.name, pl.source.version));
     cmd.args([
         "-m",
         "pip",

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::exec::Cmd;
 use super::source;
 use crate::error::{check_interrupted, Failure};
 use crate::pins::Pins;
+use crate::process::Cmd;
 
 /// Version of `toolchain.json` and of the environment's layout (part of the key).
 const LAYOUT: u32 = 1;

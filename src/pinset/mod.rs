@@ -4,7 +4,6 @@
 //! temp files and renames them only at the end: bad input changes no file.
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result};
 use pep508_rs::PackageName;
@@ -84,10 +83,11 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
     let py_path = crate::lock::shown(&args.project.join("pyproject.toml"));
-    let py_text = std::fs::read_to_string(&py_path).map_err(|e| {
-        Failure::usage(format!("cannot read {}: {e}", py_path.display()))
+    let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
+        return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
             .hint("--project must name a folder with a pyproject.toml")
-    })?;
+            .into());
+    };
     let before = pyproject::read(&py_path, &py_text, &name)?;
     if before.refs.is_empty() {
         return Err(Failure::usage(format!(
@@ -136,7 +136,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
     let new_pins = match &pins {
         Some(p) => {
-            let text = std::fs::read_to_string(&p.path).with_context(|| format!("reading {}", p.path.display()))?;
+            let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
             let base_change = base.as_deref().filter(|b| *b != p.source.base_version);
             let new = edit::pins(&p.path, &text, &rev, &arches, base_change)?;
             Pins::parse(&new, &p.path)?; // still valid
@@ -206,19 +206,23 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     // 3. --relock: real uv, then the lock check. Ctrl-C reaches uv too; we then restore and exit 130.
     let _guard = crate::error::Cooperative::enter();
     eprintln!("running {} lock in {} ...", uv.display(), args.project.display());
-    let out = Command::new(&uv)
+    let out = crate::process::Cmd::new(&uv, format!("relock {} with uv", args.project.display()))
         .arg("lock")
-        .current_dir(&args.project)
-        .output()
-        .with_context(|| format!("running {} lock", uv.display()))?;
-    if !out.status.success() || crate::error::check_interrupted().is_err() {
+        .dir(&args.project)
+        .capture();
+    let failed = !out.as_ref().is_ok_and(|o| o.status.success());
+    if failed || crate::error::check_interrupted().is_err() {
         // All or nothing: put both files back as they were.
         stage(&py_path, &py_text)?.persist(&py_path).with_context(|| format!("restoring {}", py_path.display()))?;
         if let Some((path, old, _)) = &new_pins {
             stage(path, old)?.persist(path).with_context(|| format!("restoring {}", path.display()))?;
         }
         crate::error::check_interrupted()?;
-        return Err(Failure::problems(format!("`uv lock` failed in {}; pyproject.toml and pins.toml were restored:\n{}", args.project.display(), String::from_utf8_lossy(&out.stderr).trim()))
+        let why = match &out {
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => format!("{e:#}"),
+        };
+        return Err(Failure::problems(format!("`uv lock` failed in {}; pyproject.toml and pins.toml were restored:\n{why}", args.project.display()))
             .hint(format!("fix what uv reports, then run `deepep-forge pin set {rev} --relock` again, or by hand: uv lock --project {} && {check_cmd}", args.project.display()))
             .into());
     }
