@@ -532,7 +532,7 @@ mod tests {
                 held.push(s); // accept, read nothing, answer nothing
             }
         });
-        let err = remote(&url, 1).entry(&key()).err().expect("a stalled server is an error");
+        let err = remote(&url, 1).entry(&key()).expect_err("a stalled server is an error");
         let msg = format!("{err:#}");
         assert!(msg.contains("timed out after 1 s") && msg.contains("3 attempts"), "{msg}");
         assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Environment);

@@ -177,7 +177,7 @@ pub fn refuse_if_pending(journal: &Path, recover_cmd: &str) -> Result<()> {
 
 fn read_journal(path: &Path) -> Result<JournalDoc> {
     let text = crate::input::read_text(path, "pin set journal", crate::input::cap::LOCK * 3)?;
-    Ok(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 /// Each file: new, old, or neither.
