@@ -304,9 +304,10 @@ struct Report<'a> {
 pub fn build(args: BuildArgs) -> Result<Exit> {
     let _coop = Cooperative::enter();
     let c = &args.common;
+    // Flags and trusted keys first: a bad --cache-url fails before any fetch or build.
+    let remote = c.remote.connect(c.no_cache)?;
     let p = make_plans(c)?;
     Cache::at(&p.cache_dir).clean_stale()?;
-    let remote = c.remote.connect(c.no_cache)?;
     let mut results = Vec::new();
     for pl in &p.plans {
         check_interrupted()?;

@@ -78,7 +78,11 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
 /// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
 pub fn recover(args: RecoverArgs) -> Result<Exit> {
     let _guard = crate::error::Cooperative::enter();
-    for line in txn::recover(&journal_path(&args.project, &args.pins, args.no_pins))? {
+    let mut allowed = vec![args.project.join("pyproject.toml"), args.project.join("uv.lock")];
+    if !args.no_pins {
+        allowed.push(args.pins.clone());
+    }
+    for line in txn::recover(&journal_path(&args.project, &args.pins, args.no_pins), &allowed)? {
         println!("{line}");
     }
     Ok(Exit::Ok)

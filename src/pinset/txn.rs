@@ -79,10 +79,14 @@ pub fn resolve(shown: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
+/// Writable by us (access(2)), and not marked read-only (no write bit at all:
+/// root may write anything, but a file nobody may write is meant to stay).
 fn writable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
     let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else { return false };
     // SAFETY: access(2) on a NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    let access = unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 };
+    access && std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o222 != 0)
 }
 
 /// Refuse (exit 2) a read-only file, or a folder where the temp file cannot be made.
@@ -300,8 +304,11 @@ impl Drop for Txn {
 }
 
 /// `pin recover`: put every file the journal names back as it was, remove
-/// temp files a killed run left, remove the journal. Returns what was done.
-pub fn recover(journal: &Path) -> Result<Vec<String>> {
+/// temp files a killed run left, remove the journal. Only the files `pin set`
+/// writes for these arguments (`allowed`, resolved like `pin set` resolves
+/// them) may be named: a journal is a file in the repository, and one from a
+/// pull request must not write anywhere else. Returns what was done.
+pub fn recover(journal: &Path, allowed: &[PathBuf]) -> Result<Vec<String>> {
     if std::fs::symlink_metadata(journal).is_err() {
         return Err(Failure::usage(format!("no interrupted `pin set` here: {} does not exist", journal.display()))
             .hint("pass the --pins (or --project with --no-pins) of the interrupted run")
@@ -314,6 +321,20 @@ pub fn recover(journal: &Path) -> Result<Vec<String>> {
             .into());
     }
     let doc = read_journal(journal)?;
+    let allowed: Vec<PathBuf> = allowed
+        .iter()
+        .filter_map(|p| resolve(p).ok().map(|r| r.unwrap_or_else(|| p.clone())))
+        .filter_map(|p| std::path::absolute(p).ok())
+        .collect();
+    if let Some(bad) = doc.files.iter().find(|f| !allowed.contains(&f.path)) {
+        return Err(Failure::usage(format!(
+            "{} names {}, which is not a file `pin set` writes here (pyproject.toml, uv.lock, the pins file): refusing to touch anything",
+            journal.display(),
+            crate::input::excerpt(&bad.path.to_string_lossy(), 80)
+        ))
+        .hint("delete the journal if you did not run an interrupted `pin set` here; check --project and --pins otherwise")
+        .into());
+    }
     let mut done = Vec::new();
     let mut dirs = std::collections::BTreeSet::new();
     for jf in doc.files.iter().rev() {
