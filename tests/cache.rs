@@ -277,6 +277,20 @@ fn ls_gc_and_a_damaged_entry_is_rebuilt() {
     assert!(live.join("src").is_dir(), "a build start removed a live build folder of another node");
     assert_eq!(sha256sum(&files_with(&entry, ".whl").pop().unwrap()), again["results"][0]["sha256"].as_str().unwrap());
 
+    // A hostile entry naming a wheel outside the entry (`../../x.whl`): not used, nothing written outside --out.
+    let e: serde_json::Value = serde_json::from_slice(&std::fs::read(entry.join("entry.json")).unwrap()).unwrap();
+    let real = entry.join(e["wheel"].as_str().unwrap());
+    let escape = lab.dir.path().join("x.whl");
+    let mut hostile = e.clone();
+    hostile["wheel"] = serde_json::json!("../../x.whl");
+    std::fs::write(entry.join("entry.json"), serde_json::to_vec(&hostile).unwrap()).unwrap();
+    std::fs::copy(&real, lab.cache.join("x.whl")).unwrap(); // what `../../x.whl` names from the entry
+    let out_x = lab.dir.path().join("out-x");
+    let o = lab.forge(&[&build[..], &["--out", out_x.to_str().unwrap()]].concat()).output().unwrap();
+    assert_eq!(json(&o)["results"][0]["status"], "built", "{}", support::stderr(&o));
+    assert!(!escape.exists() && !lab.dir.path().join("out-x/../../x.whl").exists());
+    assert_eq!(files_with(&out_x, ".whl").len(), 1);
+
     // gc: a leftover of a dead build process and the entries go; --dry-run removes nothing.
     let stale = lab.cache.join("tmp/build-999999999-abc");
     std::fs::create_dir_all(stale.join("src")).unwrap();
