@@ -19,7 +19,8 @@ fn demo_pins_name_the_current_fixture_snapshot() {
     let cache = tempfile::tempdir().unwrap();
     // The README's first command uses this file: it must plan (pin == snapshot of the fixture).
     let o = bin()
-        .args(["plan", "--pins", "tests/fixtures/demo-pins.toml", "--all", "--format", "json", "--python"])
+        .args(["plan", "--pins", "tests/fixtures/demo-pins.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--all", "--format", "json", "--python"])
         .arg(&tools)
         .arg("--cache-dir")
         .arg(cache.path())

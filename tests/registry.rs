@@ -67,8 +67,11 @@ fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
 /// stand-in torch on find-links, and no CUDA on the environment.
 fn forge_registry(lab: &Lab, links: &Path, args: &[&str]) -> Command {
     let mut c = bin();
-    c.args(args)
-        .current_dir(lab.dir.path())
+    c.args(args);
+    if matches!(args.first(), Some(&"plan" | &"build-wheel")) && !args.contains(&"--source") {
+        c.arg("--source").arg(&lab.repo);
+    }
+    c.current_dir(lab.dir.path())
         .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
         .env("DEEPEP_FORGE_UV", lab.tools.join("bin/uv"))
         .env("UV_CACHE_DIR", root().join("target/uv-cache"))

@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 
 use super::deliver::{deliver, recorded_patches};
 use super::plan::Plan;
-use super::{exec, preflight, relocate, source};
-use crate::cache::{self, remote};
+use super::{preflight, relocate, source};
+use crate::cache::{self, remote, Cache};
 use crate::error::{check_interrupted, Failure};
 use crate::provenance::{self, Patch, Provenance};
 use crate::wheel::{stamp, WheelName};
@@ -42,82 +42,70 @@ pub fn execute(pl: &Plan, t: &Target, notes: &mut Vec<String>) -> Result<Deliver
             pl.cache_key_unknown.as_deref().unwrap_or("unknown")
         ))
     })?;
-    match from_cache(key, t, notes)? {
+    let key = cache::Key::parse(key).map_err(Failure::problems)?;
+    match from_cache(pl, &key, t, notes)? {
         Ok(d) => Ok(d),
         // The key's lock (when caching) is held until the fresh build is published.
-        Err(_lock) => fresh(pl, key, t, notes),
+        Err(_lock) => fresh(pl, &key, t, notes),
     }
 }
 
-/// The wheel from the local cache, else the remote one, else (after taking
-/// the key's lock: one builder per key, the others wait here and then reuse
-/// its entry) the local cache again. `Err(lock)`: build it.
-fn from_cache(key: &str, t: &Target, notes: &mut Vec<String>) -> Result<Result<Delivered, Option<std::fs::File>>> {
-    let cache_dir = t.cache_dir;
+/// The wheel from the local cache, else the remote one (signed, its
+/// provenance matching the plan), else (after taking the key's lock: one
+/// builder per key, the others wait here and then reuse its entry) the local
+/// cache again. `Err(lock)`: build it.
+fn from_cache(
+    pl: &Plan,
+    key: &cache::Key,
+    t: &Target,
+    notes: &mut Vec<String>,
+) -> Result<Result<Delivered, Option<cache::KeyLock>>> {
     if t.no_cache {
         return Ok(Err(None));
     }
-    let hit = |status, dir: &Path, entry: cache::Entry| -> Result<Delivered> {
-        let wheel = deliver(dir, &entry, t.out, cache_dir)?;
-        let patches = recorded_patches(&dir.join(&entry.wheel))?;
-        Ok(Delivered { status, entry, wheel, patches, log: None })
+    let store = Cache::at(t.cache_dir);
+    let hit = |status, h: cache::Hit| -> Result<Delivered> {
+        let wheel = deliver(&h.dir, &h.entry, t.out, t.cache_dir)?;
+        let patches = recorded_patches(&h.dir.join(&h.entry.wheel))?;
+        Ok(Delivered { status, entry: h.entry, wheel, patches, log: None })
     };
-    if let Some(e) = cache::lookup(cache_dir, key)? {
-        return hit("cache-hit", &cache::entry_dir(cache_dir, key), e).map(Ok);
+    if let Some(h) = store.lookup(key)? {
+        return hit("cache-hit", h).map(Ok);
     }
     if let Some(r) = t.remote {
-        let stage = cache::tmp_dir(cache_dir)?;
-        let dir = stage.path().join("entry");
-        std::fs::create_dir(&dir)?;
-        match r.get(key, &dir) {
-            Ok(remote::Fetched::Hit(e)) => return hit("remote-hit", &cache::publish(cache_dir, &dir, key)?, e).map(Ok),
+        let expect = remote::Expect { rev: &pl.source.rev, variant: &pl.variant };
+        match store.fetch(r, key, &expect) {
+            Ok(remote::Fetched::Hit(h)) => return hit("remote-hit", h).map(Ok),
             Ok(remote::Fetched::Miss) => notes.push("remote cache: miss".into()),
-            Ok(remote::Fetched::Rejected(why)) => notes.push(format!("remote cache entry rejected: {why}")),
+            Ok(remote::Fetched::Rejected(why)) => notes.push(format!("remote cache entry not used: {why}")),
             Err(e) => {
                 check_interrupted()?;
                 notes.push(format!("remote cache not used: {e:#}"));
             }
         }
     }
-    let lock = source::lock(&cache::lock_path(cache_dir, key))?;
-    if let Some(e) = cache::lookup(cache_dir, key)? {
+    let lock = store.lock(key)?;
+    if let Some(h) = store.lookup(key)? {
         notes.push("built by a concurrent builder of the same key".into());
-        return hit("cache-hit", &cache::entry_dir(cache_dir, key), e).map(Ok);
+        return hit("cache-hit", h).map(Ok);
     }
     Ok(Err(Some(lock)))
 }
 
-/// The plan's build folder, created empty (it must not exist) and removed when dropped.
-struct BuildDir(PathBuf);
-
-impl BuildDir {
-    fn create(dir: &Path) -> Result<BuildDir> {
-        if let Some(p) = dir.parent() {
-            std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))?;
-        }
-        std::fs::create_dir(dir).with_context(|| format!("creating the build folder {}", dir.display()))?;
-        Ok(BuildDir(dir.to_path_buf()))
-    }
-}
-
-impl Drop for BuildDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Preflight, fresh checkout, the plan's command, checks, relocation, stamping, publishing.
-fn fresh(pl: &Plan, key: &str, t: &Target, notes: &mut Vec<String>) -> Result<Delivered> {
+fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Result<Delivered> {
     let started = provenance::now_secs();
     let tc =
         pl.toolchain().ok_or_else(|| Failure::env(format!("the plan of `{}` has no toolchain", pl.variant.name)))?;
     preflight::check(pl, tc, t.cache_dir)?;
-    let build = BuildDir::create(pl.build_dir())?;
+    // The plan's build folder, a locked staging folder of the cache (removed when dropped).
+    let store = Cache::at(t.cache_dir);
+    let build = store.stage_at(pl.build_dir())?;
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
     check_interrupted()?;
     std::fs::create_dir_all(pl.dist())?;
     std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
-    exec::Cmd::exact(
+    crate::process::Cmd::exact(
         &pl.run.argv,
         &pl.run.cwd,
         &pl.run.env,
@@ -158,7 +146,7 @@ fn fresh(pl: &Plan, key: &str, t: &Target, notes: &mut Vec<String>) -> Result<De
     // Relocate RUNPATHs that point into the build Python's site-packages.
     let mut changes = stamp::Changes { epoch: pl.source.source_date_epoch, ..Default::default() };
     let mut patches = Vec::new();
-    let patch_dir = build.0.join("patch");
+    let patch_dir = build.path().join("patch");
     for m in members.iter().filter(|m| m.ends_with(".so") || m.contains(".so.")) {
         let data = stamp::read_member(&built, m)?;
         let Some(elf) = relocate::ElfDynamic::parse(&data)? else { continue };
@@ -171,9 +159,9 @@ fn fresh(pl: &Plan, key: &str, t: &Target, notes: &mut Vec<String>) -> Result<De
         changes.replace.insert(m.clone(), std::fs::read(&f)?);
         check_interrupted()?;
     }
-    let prov = provenance_of(pl, key, &short, &patches, started);
+    let prov = provenance_of(pl, key.as_str(), &short, &patches, started);
     changes.add_dist_info.insert(provenance::FILE_NAME.into(), serde_json::to_vec_pretty(&prov)?);
-    let stage = build.0.join("entry");
+    let stage = build.path().join("entry");
     std::fs::create_dir(&stage)?;
     stamp::stamp(&built, &stage.join(&file_name), &changes)?;
     check_interrupted()?;
@@ -181,7 +169,7 @@ fn fresh(pl: &Plan, key: &str, t: &Target, notes: &mut Vec<String>) -> Result<De
     let now = provenance::now_secs();
     let entry = cache::Entry {
         schema: cache::SCHEMA,
-        key: key.to_string(),
+        key: key.as_str().to_string(),
         wheel: file_name,
         sha256,
         size,
@@ -191,7 +179,7 @@ fn fresh(pl: &Plan, key: &str, t: &Target, notes: &mut Vec<String>) -> Result<De
         created_secs: now,
     };
     cache::write_entry(&stage, &entry)?;
-    let from = if t.no_cache { stage } else { cache::publish(t.cache_dir, &stage, key)? };
+    let from = if t.no_cache { stage } else { store.publish(&stage, key)? };
     let wheel = deliver(&from, &entry, t.out, t.cache_dir)?;
     for f in &pl.fixes {
         notes.push(format!("fix applied: {f}"));

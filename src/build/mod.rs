@@ -6,7 +6,6 @@
 //! `deliver` (`--out`, SHA256SUMS, report). Must not parse consumer
 //! lockfiles or touch a GPU.
 pub mod deliver;
-pub mod exec;
 pub mod execute;
 pub mod plan;
 pub mod preflight;
@@ -21,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::cache::{self, remote, CacheDirArg};
+use crate::cache::{self, remote, Cache, CacheDirArg};
 use crate::error::{check_interrupted, Cooperative, Exit};
 use crate::output::Format;
 use crate::provenance;
@@ -69,9 +68,8 @@ pub struct Common {
     /// Build without reading or writing the wheel cache (git mirrors and logs still live there).
     #[arg(long)]
     pub no_cache: bool,
-    /// Remote HTTP cache: wheels are fetched by key (sha256-verified) before building.
-    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", value_name = "URL")]
-    pub cache_url: Option<String>,
+    #[command(flatten)]
+    pub remote: remote::RemoteArgs,
     /// Parallel compile jobs (MAX_JOBS). Default: the number of CPU cores.
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
@@ -104,12 +102,9 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
     let _coop = Cooperative::enter();
     let c = &args.common;
     let p = make_plans(c, Mode::Plan)?;
+    let store = Cache::at(&p.cache_dir);
     let cached = |pl: &Plan| {
-        !c.no_cache
-            && pl
-                .cache_key
-                .as_deref()
-                .is_some_and(|k| cache::entry_dir(&p.cache_dir, k).join(cache::ENTRY_FILE).exists())
+        !c.no_cache && pl.cache_key.as_deref().and_then(|k| cache::Key::parse(k).ok()).is_some_and(|k| store.has(&k))
     };
     if c.format == Format::Json {
         let include: Vec<_> = p
@@ -241,9 +236,10 @@ fn print_plan(pl: &Plan, cached: bool) {
 pub fn build(args: BuildArgs) -> Result<Exit> {
     let _coop = Cooperative::enter();
     let c = &args.common;
+    // Flags and trusted keys first: a bad --cache-url fails before any fetch or build.
+    let remote = c.remote.connect(c.no_cache)?;
     let p = make_plans(c, Mode::Build)?;
-    cache::clean_stale(&p.cache_dir)?;
-    let remote = c.cache_url.as_deref().filter(|_| !c.no_cache).map(remote::Remote::new).transpose()?;
+    Cache::at(&p.cache_dir).clean_stale()?;
     let target =
         execute::Target { cache_dir: &p.cache_dir, out: &c.out, no_cache: c.no_cache, remote: remote.as_ref() };
     let mut results = Vec::new();

@@ -341,8 +341,11 @@ fn plan_variant(
     plan.seal();
     let tag = plan.cache_key.as_deref().map(|k| k[..12].to_string()).unwrap_or_else(|| "unknown".into());
     plan.outputs.log = ctx.cache_dir.join("logs").join(format!("{}-{tag}.log", v.name));
-    plan.outputs.cache_entry =
-        plan.cache_key.as_deref().filter(|_| !no_cache).map(|k| crate::cache::entry_dir(ctx.cache_dir, k));
+    plan.outputs.cache_entry = plan
+        .cache_key
+        .as_deref()
+        .filter(|_| !no_cache)
+        .map(|k| crate::cache::Cache::at(ctx.cache_dir).wheels_dir().join(k));
     Ok(plan)
 }
 
@@ -483,14 +486,10 @@ fn would(req: &registry::Request, root: Option<PathBuf>) -> Result<plan::WouldPr
     })
 }
 
-/// pins.toml's repo; a relative local path is relative to the pins file.
+/// pins.toml's repo: a remote URL (validated when pins.toml is read; local
+/// paths come only from `--source`).
 fn pins_repo(p: &Pins) -> String {
-    let r = &p.source.repo;
-    let url_like = r.contains("://") || (r.contains(':') && !r.contains('/')) || r.starts_with("git@");
-    match p.path.parent() {
-        Some(dir) if !url_like && Path::new(r).is_relative() => dir.join(r).to_string_lossy().into_owned(),
-        _ => r.clone(),
-    }
+    p.source.repo.clone()
 }
 
 fn names(p: &Pins) -> String {

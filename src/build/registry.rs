@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::exec::Cmd;
 use super::source;
 use crate::error::{check_interrupted, Failure};
 use crate::pins::Pins;
+use crate::process::Cmd;
 
 /// Version of `toolchain.json` and of the environment's layout (part of the key).
 const LAYOUT: u32 = 1;
@@ -241,6 +241,8 @@ pub fn lookup(req: &Request, cache_dir: &Path) -> Result<Option<Provisioned>> {
 /// The environment for `req`, provisioned now unless the cache has it.
 pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     let Keyed { uv, uv_version, key, root } = keyed(req, cache_dir)?;
+    // In use from here on: `cache gc` skips it.
+    crate::cache::Cache::at(cache_dir).use_toolchain(&key)?;
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
@@ -248,7 +250,7 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
-    let tmp = crate::cache::tmp_dir(cache_dir)?;
+    let tmp = crate::cache::Cache::at(cache_dir).stage()?;
     let stage = tmp.path().join("tc");
     std::fs::create_dir(&stage)?;
     let p = make(req, &uv, &uv_version, &stage, &root, &key)?;

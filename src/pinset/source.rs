@@ -2,11 +2,11 @@
 //! print the short sha as git does, read the base version from setup.py at a
 //! revision. A URL is cloned (bare) into a temp dir first. Never guesses.
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result};
 
 use crate::error::Failure;
+use crate::process::git::{git as hardened, Trust};
 
 /// A git repository holding DeepEP's history.
 pub struct GitSource {
@@ -16,12 +16,9 @@ pub struct GitSource {
     _clone: Option<tempfile::TempDir>,
 }
 
+/// git on the user's `--source` (named on the command line: local paths allowed).
 fn git(dir: &Path, args: &[&str], purpose: &str) -> Result<std::process::Output> {
-    Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .with_context(|| format!("running git to {purpose} (is git installed?)"))
+    hardened(dir, Trust::User, purpose).args(args).capture()
 }
 
 impl GitSource {
@@ -43,11 +40,10 @@ impl GitSource {
                 .into());
         }
         let tmp = tempfile::tempdir().context("creating a temp dir for the --source clone")?;
-        let out = Command::new("git")
+        let out = hardened(tmp.path(), Trust::User, format!("clone --source {given}"))
             .args(["clone", "--quiet", "--bare", "--", given])
             .arg(tmp.path().join("src.git"))
-            .output()
-            .context("running git clone (is git installed?)")?;
+            .capture()?;
         if !out.status.success() {
             return Err(Failure::usage(format!(
                 "cloning --source {given} failed: {}",
@@ -80,7 +76,7 @@ impl GitSource {
 
     /// The short sha as `git rev-parse --short` prints it here.
     pub fn short(&self, full: &str) -> Result<String> {
-        let out = git(&self.dir, &["rev-parse", "--short", full], "abbreviate the revision")?;
+        let out = git(&self.dir, &["rev-parse", "--short", "--end-of-options", full], "abbreviate the revision")?;
         anyhow::ensure!(out.status.success(), "git rev-parse --short {full} failed in {}", self.given);
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
@@ -89,7 +85,7 @@ impl GitSource {
     /// there: the setup.py literal, or `__version__` of deep_ep/__init__.py for EPv2), if it says.
     pub fn base_version(&self, full: &str) -> Result<Option<String>> {
         let files = |p: &str| {
-            git(&self.dir, &["show", &format!("{full}:{p}")], "read the source")
+            git(&self.dir, &["show", "--end-of-options", &format!("{full}:{p}")], "read the source")
                 .ok()
                 .filter(|o| o.status.success() && o.stdout.len() <= 1 << 20)
                 .and_then(|o| String::from_utf8(o.stdout).ok())

@@ -40,7 +40,8 @@ pub(super) fn tools() -> Result<Tools> {
 /// `cargo xtask build-wheel ...` as a whole process (this very binary).
 fn forge(t: &Tools, cache: &Path, out: &Path, extra: &[&str]) -> Result<Sample> {
     let mut c = Command::new(std::env::current_exe()?);
-    c.args(["build-wheel", "--pins", "tests/fixtures/demo-pins.toml", "--variant", VARIANT, "--python"])
+    c.args(["build-wheel", "--pins", "tests/fixtures/demo-pins.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--variant", VARIANT, "--python"])
         .arg(&t.python)
         .arg("--cache-dir")
         .arg(cache)
