@@ -105,10 +105,14 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     c.env("PATH", format!("{}:{}:/usr/bin:/bin", wrap.display(), lab.tools.join("bin").display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = c.spawn().unwrap();
+    let mut child = c.spawn().unwrap();
     let t = Instant::now();
     while !marker.exists() {
-        assert!(t.elapsed() < Duration::from_secs(120), "stamping never started");
+        if child.try_wait().unwrap().is_some() {
+            let o = child.wait_with_output().unwrap();
+            panic!("build-wheel ended before stamping: {}{}", stdout(&o), stderr(&o));
+        }
+        assert!(t.elapsed() < Duration::from_secs(300), "stamping never started");
         std::thread::sleep(Duration::from_millis(50));
     }
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };

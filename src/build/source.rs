@@ -264,7 +264,10 @@ pub fn checkout(
     git(dest, "create the build tree").args(["init", "-q"]).output()?;
     let objects = std::fs::canonicalize(mirror.join("objects"))?;
     std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
-    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", "--end-of-options", rev]).output()?;
+    // git < 2.43 (Debian 12's 2.39) rejects `checkout --detach --end-of-options`;
+    // a full sha cannot be read as an option, so it is checked instead.
+    anyhow::ensure!(crate::pins::is_full_sha(rev), "refusing to check out `{rev}`: not a full commit sha");
+    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
     // `rev-parse`, as setup.py does: it never walks history, so a shallow source
     // (parents absent) works.
     let ids = git(dest, "read HEAD").args(["rev-parse", "HEAD", "--short", "HEAD"]).output()?;
