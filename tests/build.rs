@@ -681,3 +681,101 @@ fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
     );
     assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty());
 }
+
+/// A knob DeepEP's setup.py reads, set in the caller's shell, reaches neither
+/// the build nor the key (before: `DISABLE_AGGRESSIVE_PTX_INSTRS=0` in the
+/// shell built another binary under the same key). Set by the variant's
+/// `env`, it changes both. Names the build does not read, or that a variant
+/// key decides, are refused by `plan` (exit 2, file:line) while `pins check`
+/// (no git) accepts the file.
+#[test]
+fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_binary() {
+    let Some(lab) = Lab::new() else { return };
+    let pins = lab.pins();
+    let pins = pins.to_str().unwrap();
+    let plan = |pins: &str, shell: &[(&str, &str)]| {
+        let mut c = lab.forge(&["plan", "--variant", "sn", "--pins", pins, "--format", "json"]);
+        for (k, v) in shell {
+            c.env(k, v);
+        }
+        json(&c.output().unwrap())["plans"][0].clone()
+    };
+    let clean = plan(pins, &[]);
+    let stray = plan(pins, &[("DISABLE_AGGRESSIVE_PTX_INSTRS", "0"), ("DISABLE_SM90_FEATURES", "1")]);
+    assert_eq!(stray["cache_key"], clean["cache_key"], "a shell knob must not change the key");
+    assert!(stray["run"]["env"].get("DISABLE_AGGRESSIVE_PTX_INSTRS").is_none(), "{stray}");
+    assert!(stray["run"]["env"].get("DISABLE_SM90_FEATURES").is_none(), "{stray}");
+    assert_eq!(stray["dropped_env"]["DISABLE_AGGRESSIVE_PTX_INSTRS"], "0");
+    assert_eq!(stray["dropped_env"]["DISABLE_SM90_FEATURES"], "1");
+
+    // Built with the knobs in the shell: setup.py never sees them (its default,
+    // DISABLE_AGGRESSIVE_PTX_INSTRS=1, is what the binary says).
+    let so_of = |out: &Path| -> Vec<u8> {
+        let wheel = files_with(out, ".whl").pop().expect("a wheel");
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+        let name = zip.file_names().find(|n| n.starts_with("deep_ep_cpp") && n.ends_with(".so")).unwrap().to_string();
+        let mut v = Vec::new();
+        zip.by_name(&name).unwrap().read_to_end(&mut v).unwrap();
+        v
+    };
+    let has = |hay: &[u8], s: &str| hay.windows(s.len()).any(|w| w == s.as_bytes());
+    let out1 = lab.dir.path().join("out-shell");
+    let o = lab
+        .forge(&["build-wheel", "--variant", "sn", "--pins", pins, "--out", out1.to_str().unwrap()])
+        .env("DISABLE_AGGRESSIVE_PTX_INSTRS", "0")
+        .env("DISABLE_SM90_FEATURES", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("dropped DISABLE_AGGRESSIVE_PTX_INSTRS=0"), "{}", stdout(&o));
+    let so = so_of(&out1);
+    assert!(has(&so, "forge-ptx-mode=conservative") && !has(&so, "forge-ptx-mode=aggressive"));
+
+    // The variant sets it: another key, another binary, recorded in the provenance.
+    let variant = SINGLE.replacen(
+        "nvshmem_dir = \"{nvshmem}\"",
+        "nvshmem_dir = \"{nvshmem}\"\nenv = { DISABLE_AGGRESSIVE_PTX_INSTRS = \"0\" }",
+        1,
+    );
+    let v2pins = lab.pins_with(&lab.rev, &variant);
+    std::fs::write(&v2pins, std::fs::read_to_string(&v2pins).unwrap().replacen("schema = 1", "schema = 2", 1)).unwrap();
+    let v2pins = v2pins.to_str().unwrap();
+    let set = plan(v2pins, &[]);
+    assert_ne!(set["cache_key"], clean["cache_key"]);
+    assert_eq!(set["run"]["env"]["DISABLE_AGGRESSIVE_PTX_INSTRS"], "0");
+    assert_eq!(set["run"]["env_origin"]["DISABLE_AGGRESSIVE_PTX_INSTRS"], "knob");
+    let out2 = lab.dir.path().join("out-variant");
+    let o = lab
+        .forge(&["build-wheel", "--variant", "sn", "--pins", v2pins, "--out", out2.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(has(&so_of(&out2), "forge-ptx-mode=aggressive"));
+
+    // Names the build at this revision does not read, or that a variant key decides.
+    for (env, msg) in [
+        ("EP_JIT_CACHE_DIR = \"/x\"", "sets env EP_JIT_CACHE_DIR, which DeepEP's build at"),
+        ("TORCH_CUDA_ARCH_LIST = \"9.0\"", "which the variant key `cuda_arch_list` decides"),
+    ] {
+        let text = std::fs::read_to_string(v2pins).unwrap().replace("DISABLE_AGGRESSIVE_PTX_INSTRS = \"0\"", env);
+        let bad = lab.dir.path().join("bad-env.toml");
+        std::fs::write(&bad, &text).unwrap();
+        let line = text.lines().position(|l| l.starts_with("env = ")).unwrap() + 1;
+        let o = lab.forge(&["plan", "--variant", "sn", "--pins", bad.to_str().unwrap()]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(msg), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("bad-env.toml:{line}:")),
+            "names the env key's line {line}: {}",
+            stderr(&o)
+        );
+        let o = bin().args(["pins", "check", "--pins"]).arg(&bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "pins check reads no source: {}", stderr(&o));
+    }
+    // `env` is a schema-2 key.
+    let old = lab.dir.path().join("old-schema.toml");
+    std::fs::write(&old, std::fs::read_to_string(v2pins).unwrap().replacen("schema = 2", "schema = 1", 1)).unwrap();
+    let o = bin().args(["pins", "check", "--pins"]).arg(&old).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("`env` needs schema = 2"), "{}", stderr(&o));
+}
