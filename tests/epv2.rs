@@ -229,3 +229,21 @@ fn member(wheel: &Path, name: &str) -> Vec<u8> {
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
+
+/// `pin set` reads the version the build at the new revision gives: an EPv2
+/// source's label is `2.1.0+<short>`, from `deep_ep/__init__.py`.
+#[test]
+fn pin_set_writes_the_epv2_label() {
+    let Some(v) = v2() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::copy(root().join("tests/fixtures/consumer-unified/pyproject.toml"), d.path().join("pyproject.toml"))
+        .unwrap();
+    std::fs::copy(root().join("pins.toml"), d.path().join("pins.toml")).unwrap();
+    let o = forge(d.path(), &["pin", "set", &v.rev, "--source", v.repo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let short = git(&v.repo, &["rev-parse", "--short", &v.rev]).trim().to_string();
+    let py = std::fs::read_to_string(d.path().join("pyproject.toml")).unwrap();
+    assert!(py.contains(&format!("version = \"2.1.0+{short}\"")), "{py}");
+    let pins = std::fs::read_to_string(d.path().join("pins.toml")).unwrap();
+    assert!(pins.contains("base_version = \"2.1.0\""), "{pins}");
+}
