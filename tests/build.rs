@@ -31,6 +31,24 @@ fn demo_pins_name_the_current_fixture_snapshot() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["plans"][0]["variant"]["name"], "demo");
     assert_eq!(j["skipped"][0]["variant"], "demo-arm");
+    // docs/build-interface.md's refused `env` example pins the same snapshot.
+    let rev = |f: &str| {
+        let t = std::fs::read_to_string(root().join(f)).unwrap();
+        t.lines().find(|l| l.starts_with("rev = ")).unwrap().to_string()
+    };
+    assert_eq!(rev("tests/fixtures/pins-unread-env.toml"), rev("tests/fixtures/demo-pins.toml"));
+    let o = bin()
+        .args(["plan", "--pins", "tests/fixtures/pins-unread-env.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--variant", "demo", "--cache-dir"])
+        .arg(cache.path())
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let doc = std::fs::read_to_string(root().join("docs/build-interface.md")).unwrap();
+    for line in stderr(&o).lines() {
+        assert!(doc.contains(line), "docs/build-interface.md lacks `{line}`");
+    }
 }
 
 #[test]

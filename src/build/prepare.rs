@@ -106,7 +106,9 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     let out_dir = std::path::absolute(&c.out)?;
     for (v, knob_env) in here.into_iter().zip(knob_envs) {
         let p = &sources[&v.arch];
-        let ctx = Ctx { pins: &pins, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
+        let python = c.python.as_deref().unwrap_or("python3");
+        let ctx =
+            Ctx { pins: &pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
         plans.push(plan_variant(&ctx, v, p, knob_env, &tc, jobs, c.no_cache, &caller)?);
     }
     Ok(Planned { cache_dir, plans, skipped })
@@ -198,6 +200,8 @@ fn knobs(pins: &Pins, v: &Variant, p: &Pinned) -> Result<BTreeMap<String, String
 
 struct Ctx<'a> {
     pins: &'a Pins,
+    /// `--python` as given (default `python3`), for a plan without a toolchain.
+    python: &'a str,
     origin: &'a Origin,
     mirror: &'a Path,
     cache_dir: &'a Path,
@@ -256,9 +260,13 @@ fn plan_variant(
     roots.0.insert(Root::Build, build.clone());
     roots.0.insert(Root::Cache, ctx.cache_dir.to_path_buf());
     roots.0.insert(Root::Out, ctx.out_dir.to_path_buf());
-    let python = match tc.known() {
-        Some(t) => t.python.to_string_lossy().into_owned(),
-        None => "python3".into(),
+    // Without a toolchain: the Python build-wheel would run (the registry's, or `--python`).
+    let python = match tc {
+        ToolchainPart::Known(t) => t.python.to_string_lossy().into_owned(),
+        ToolchainPart::Missing(m) => match m.would_provision.as_ref().filter(|w| !w.root.as_os_str().is_empty()) {
+            Some(w) => w.root.join("env/bin/python").to_string_lossy().into_owned(),
+            None => ctx.python.to_string(),
+        },
     };
     let mut run = Run {
         argv: plan::pip_argv(&python, &build.join("dist")),
