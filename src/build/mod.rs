@@ -67,8 +67,8 @@ pub struct Common {
     /// Remote HTTP cache: wheels are fetched by key (sha256-verified) before building.
     #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", value_name = "URL")]
     pub cache_url: Option<String>,
-    /// Parallel compile jobs (MAX_JOBS). Default: the number of CPU cores.
-    #[arg(long, value_name = "N")]
+    /// Parallel compile jobs (MAX_JOBS), 1 to 4096. Default: the number of CPU cores.
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub jobs: Option<usize>,
     /// Output: human text, or one JSON document (schema 1: `plan` prints plans,
     /// skipped variants and a CI matrix; `build-wheel` prints the build report).
