@@ -85,15 +85,13 @@ fn has_symbol(name: &str) -> bool {
 fn require_symbols() -> Result<()> {
     let v2 = has_symbol("cuEventElapsedTime_v2");
     ELAPSED_V2.store(v2, std::sync::atomic::Ordering::Relaxed);
-    let missing = SYMBOLS
-        .iter()
-        .copied()
-        .chain((!v2).then_some("cuEventElapsedTime"))
-        .find(|s| !has_symbol(s));
+    let missing = SYMBOLS.iter().copied().chain((!v2).then_some("cuEventElapsedTime")).find(|s| !has_symbol(s));
     if let Some(m) = missing {
-        return Err(Failure::env(format!("the CUDA driver on this machine lacks {m}: it is too old for `probe --run`"))
-            .hint("update the NVIDIA driver (CUDA 12 or newer)")
-            .into());
+        return Err(Failure::env(format!(
+            "the CUDA driver on this machine lacks {m}: it is too old for `probe --run`"
+        ))
+        .hint("update the NVIDIA driver (CUDA 12 or newer)")
+        .into());
     }
     Ok(())
 }
