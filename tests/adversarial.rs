@@ -236,6 +236,16 @@ fn pins_cases() -> Vec<Case> {
             .args(&["pins", "check"])
             .says("rdma_core.repo")
             .absent("pwned"),
+        Case::new("pins: toolchain python is a path")
+            .file("pins.toml", PINS.replacen("python = \"3.12\"", "python = \"./evil.sh\"", 1))
+            .file("evil.sh", "#!/bin/sh\ntouch pwned\n")
+            .args(&["plan", "--all", "--toolchain", "registry"])
+            .says("toolchain.python")
+            .absent("pwned"),
+        Case::new("pins: toolchain python is an option")
+            .file("pins.toml", PINS.replacen("python = \"3.12\"", "python = \"--system\"", 1))
+            .args(&["pins", "check"])
+            .says("toolchain.python"),
         Case::new("pins: rdma_core repo is local")
             .file("pins.toml", PINS.replacen(RDMA_REPO_LINE, "repo = \"/srv/rdma-core\"", 1))
             .args(&["docker", "bake", "--check"])
