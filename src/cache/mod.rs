@@ -88,12 +88,7 @@ impl std::fmt::Display for Key {
 
 /// At most 40 characters of an untrusted value, cut visibly, control characters escaped.
 pub fn excerpt(s: &str) -> String {
-    let cut: String = s.chars().take(40).flat_map(char::escape_default).collect();
-    if s.chars().count() > 40 {
-        format!("{cut}...")
-    } else {
-        cut
-    }
+    crate::input::excerpt(s, 40)
 }
 
 /// A wheel file name that is safe to join to a folder: one path component

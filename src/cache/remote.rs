@@ -182,7 +182,7 @@ impl Remote {
         for attempt in 0..ATTEMPTS {
             check_interrupted()?;
             if attempt > 0 {
-                sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
+                crate::process::sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
             }
             let resp = match self.client.get(url.clone()).send() {
                 Ok(r) => r,
@@ -463,15 +463,6 @@ fn unreachable(url: &str, why: &str) -> anyhow::Error {
     Failure::env(format!("remote cache unreachable: {url}: {why}"))
         .hint("check --cache-url and the network (proxies, SSL_CERT_FILE for a private CA), or drop --cache-url")
         .into()
-}
-
-fn sleep_checked(d: Duration) -> Result<()> {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
-        check_interrupted()?;
-        std::thread::sleep(Duration::from_millis(50).min(end - Instant::now()));
-    }
-    check_interrupted()
 }
 
 #[cfg(test)]
