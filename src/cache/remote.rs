@@ -151,7 +151,7 @@ impl Remote {
             .timeout(timeout)
             .tls_built_in_webpki_certs(true)
             .tls_built_in_native_certs(true)
-            .redirect(reqwest::redirect::Policy::limited(5))
+            .redirect(redirects(net.allow_http))
             .build()
             .map_err(|e| Failure::env(format!("cannot set up the HTTP client: {e}")))?;
         Ok(Remote { base, client, timeout, trusted })
@@ -369,8 +369,7 @@ impl Cache {
             return Ok(Fetched::Rejected(format!("{}: {why}", shown(&wurl))));
         }
         super::write_entry(&dir, e)?;
-        let published = self.publish(&dir, key)?;
-        Ok(Fetched::Hit(Hit { dir: published, entry: e.clone() }))
+        Ok(Fetched::Hit(self.publish(&dir, key)?))
     }
 }
 
@@ -427,6 +426,20 @@ fn check_provenance(wheel: &Path, re: &RemoteEntry, key: &Key, expect: &Expect) 
     } else {
         Err(format!("its provenance does not match the plan: {}", diff.join(", ")))
     }
+}
+
+/// Up to 5 redirects, never from https to plain http (unless --allow-http).
+fn redirects(allow_http: bool) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |a| {
+        if a.previous().len() >= 5 {
+            a.error("more than 5 redirects")
+        } else if a.url().scheme() != "https" && !allow_http {
+            let to = shown(a.url());
+            a.error(format!("a redirect to {to} leaves https (pass --allow-http to accept it)"))
+        } else {
+            a.follow()
+        }
+    })
 }
 
 /// A URL without user:password.
