@@ -158,6 +158,15 @@ pub fn install_signal_handler() {
     });
 }
 
+/// A closed stdout (`deepep-forge plan | head -1`) ends the process the way it
+/// ends `cat` or `git`: by SIGPIPE (the shell shows 141), never by a panic in
+/// `println!`. Rust ignores SIGPIPE by default; sockets are unaffected (std
+/// sends with MSG_NOSIGNAL) and children get the default disposition anyway.
+pub fn restore_sigpipe() {
+    // SAFETY: setting a signal disposition before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// Turn a command's result into a process exit code, printing errors.
 pub fn finish(result: Result<Exit>) -> ExitCode {
     match result {
@@ -171,6 +180,7 @@ pub fn finish(result: Result<Exit>) -> ExitCode {
 
 /// Entry point of the `deepep-forge` binary.
 pub fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

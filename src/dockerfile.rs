@@ -44,8 +44,11 @@ pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
         Err(e) => return Err(e).with_context(|| format!("listing {}", project.display())),
     };
     root.sort();
+    // Bounded: a hostile tree cannot make discovery walk forever (links are not followed).
     let mut nested: Vec<PathBuf> = walkdir::WalkDir::new(project.join("docker"))
+        .max_depth(16)
         .into_iter()
+        .take(100_000)
         .flatten()
         .filter(|e| e.path().is_file() && is_dockerfile(e.path()))
         .map(|e| e.into_path())

@@ -370,7 +370,7 @@ struct RawPin {
 struct RawToolchain {
     torch: Spanned<String>,
     cuda: Spanned<String>,
-    python: Option<String>,
+    python: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -488,7 +488,28 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                     format!("toolchain.cuda `{c}`: expected CUDA major.minor, e.g. \"13.0\""),
                 ));
             }
-            Some(Toolchain { torch: t.torch.into_inner(), cuda: t.cuda.into_inner(), python: t.python })
+            // A version only: an interpreter path would be a program a pull request chooses
+            // (paths come from --python on the command line).
+            if let Some(py) = &t.python {
+                let v = py.get_ref();
+                let ok = !v.is_empty()
+                    && v.split('.').count() <= 3
+                    && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+                if !ok {
+                    return Err(err(
+                        py.span(),
+                        format!(
+                            "toolchain.python `{}`: expected a Python version such as \"3.12\" (an interpreter path goes to --python)",
+                            crate::input::excerpt(v, 80)
+                        ),
+                    ));
+                }
+            }
+            Some(Toolchain {
+                torch: t.torch.into_inner(),
+                cuda: t.cuda.into_inner(),
+                python: t.python.map(Spanned::into_inner),
+            })
         }
     };
     let rdma_core = match raw.rdma_core {

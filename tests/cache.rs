@@ -352,7 +352,11 @@ fn https_server(dir: &Path) -> Option<(String, PathBuf, Reaped)> {
 import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
+        if self.path.startswith("/redirect/"):
+            self.send_response(302); self.send_header("Location", "http://127.0.0.1:9" + self.path)
+        else:
+            self.send_response(404)
+        self.send_header("Content-Length", "0"); self.end_headers()
     def log_message(self, *a): pass
 s = http.server.HTTPServer(("127.0.0.1", 0), H)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain("srv.pem", "srv.key")
@@ -406,4 +410,16 @@ fn https_with_a_private_ca_through_ssl_cert_file() {
     let o = lab.forge(&args).env("SSL_CERT_FILE", &ca).env("DEEPEP_FORGE_CACHE_DIR", &fresh).output().unwrap();
     let res = &json(&o)["results"][0];
     assert!(notes(res).iter().any(|n| n == "remote cache: miss"), "{res}");
+    // A redirect from https to plain http is not followed.
+    let url = format!("{url}/redirect");
+    let args =
+        ["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--format", "json", "--cache-url", &url];
+    let o = lab
+        .forge(&args)
+        .env("SSL_CERT_FILE", &ca)
+        .env("DEEPEP_FORGE_CACHE_DIR", lab.dir.path().join("c3"))
+        .output()
+        .unwrap();
+    let res = &json(&o)["results"][0];
+    assert!(notes(res).iter().any(|n| n.contains("leaves https")), "{res}");
 }

@@ -324,6 +324,27 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
         here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(),
         "relative links survive the move"
     );
+
+    // `cache ls` lists the toolchain with its torch and size; `cache gc` keeps it while a
+    // process holds its in-use lock (as a running build does), then removes it.
+    let cache =
+        |args: &[&str]| support::bin().arg("cache").args(args).env("DEEPEP_FORGE_CACHE_DIR", &moved).output().unwrap();
+    let ls = json(&cache(&["ls", "--format", "json"]));
+    let tc = &ls["toolchains"][0];
+    assert_eq!(tc["key"], key.to_str().unwrap(), "{ls}");
+    assert_eq!(tc["torch"], TORCH);
+    assert!(tc["size"].as_u64().unwrap() > 1 << 20 && ls["toolchains_bytes"] == tc["size"], "{ls}");
+    let human = stdout(&cache(&["ls"]));
+    assert!(human.contains("TOOLCHAINS (1)") && human.contains(TORCH) && human.contains("total "), "{human}");
+    let in_use =
+        std::fs::File::open(moved.join("locks").join(format!("toolchain-{}.use", key.to_str().unwrap()))).unwrap();
+    in_use.lock_shared().unwrap();
+    let o = cache(&["gc", "--keep-toolchains", "0"]);
+    assert!(stdout(&o).contains("a running build uses it") && here.exists(), "{}", stdout(&o));
+    drop(in_use);
+    let o = cache(&["gc", "--keep-toolchains", "0"]);
+    assert!(stdout(&o).contains("removed toolchain") && !here.exists(), "{}", stdout(&o));
+    assert_eq!(json(&cache(&["ls", "--format", "json"]))["toolchains"], serde_json::json!([]));
 }
 
 /// `plan` runs anywhere (issue 13 §7): without nvcc, or without uv for the

@@ -179,7 +179,13 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         created_secs: now,
     };
     cache::write_entry(&stage, &entry)?;
-    let from = if t.no_cache { stage } else { store.publish(&stage, key)? };
+    // Published: what the cache holds now (ours, or a concurrent publisher's of the same key).
+    let (from, entry) = if t.no_cache {
+        (stage, entry)
+    } else {
+        let h = store.publish(&stage, key)?;
+        (h.dir, h.entry)
+    };
     let wheel = deliver(&from, &entry, t.out, t.cache_dir)?;
     for f in &pl.fixes {
         notes.push(format!("fix applied: {f}"));

@@ -68,7 +68,10 @@ pub fn resolve(source: &str, cache: &Path) -> Result<Origin> {
 /// Commit the files of `dir` (its .gitignore honoured) into a bare repository
 /// with a fixed author, committer and date; returns the repository and commit.
 fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
-    let repo = cache.join("git/snapshots").join(format!("{}.git", short_hash(&dir.to_string_lossy())));
+    // Absolute: git runs in `dir` with GIT_DIR set, so a relative --cache-dir would point elsewhere.
+    let repo = std::path::absolute(cache.join("git/snapshots"))
+        .with_context(|| format!("resolving {}", cache.display()))?
+        .join(format!("{}.git", short_hash(&dir.to_string_lossy())));
     std::fs::create_dir_all(&repo)?;
     let _lock = lock(&repo.with_extension("lock"))?;
     if !repo.join("HEAD").exists() {

@@ -779,25 +779,23 @@ pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) 
         None => Check::warn("domains-max", "unknown: EP or R not given"),
     });
     // 7. EP ranks need EP GPUs: nodes x GPUs per node must hold them.
+    // Products in u64: 65536 nodes x 65536 GPUs does not wrap to 0.
     out.push(match (ep, r.nodes, r.gpus_per_node) {
-        (Some(e), Some(n), Some(g)) if e <= n * g => {
+        (Some(e), Some(n), Some(g)) if u64::from(e) <= u64::from(n) * u64::from(g) => {
             Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
         }
         (Some(e), Some(n), Some(g)) if g > 0 => {
             let need = e.div_ceil(g);
+            let have = u64::from(n) * u64::from(g);
             let domains =
                 domains.map(|d| format!(" ({d} NVLink domains of R {})", rpd.unwrap_or(0))).unwrap_or_default();
             Check::fail(
                 "ep-fits-nodes",
-                format!(
-                    "EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {}: EP {e}{domains} needs {need} nodes",
-                    n * g
-                ),
+                format!("EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {have}: EP {e}{domains} needs {need} nodes"),
             )
             .fix(format!(
-                "run on {need} nodes{}, or lower EP to {}",
+                "run on {need} nodes{}, or lower EP to {have}",
                 if domains_gt_one(ep, rpd) { " with a multinode build" } else { "" },
-                n * g
             ))
         }
         _ => Check::skip("ep-fits-nodes", "nodes or GPUs per node not given"),

@@ -153,7 +153,12 @@ impl Loader {
         if self.memo.len() >= MAX_FILES {
             return Err(bad(path, format!("the recipe pulls in more than {MAX_FILES} files")));
         }
-        let text = crate::input::read_text(&canonical, "recipe", crate::input::cap::TEXT).map_err(unreadable)?;
+        let text = crate::input::read_text(path, "recipe", crate::input::cap::TEXT).map_err(unreadable)?;
+        // The YAML scanner slows down quadratically with flow nesting (`[[[[...`);
+        // serde_yaml's own limit applies only after scanning.
+        if flow_depth(&text) > MAX_FLOW_DEPTH {
+            return Err(bad(path, format!("`[`/`{{` nested more than {MAX_FLOW_DEPTH} levels deep")));
+        }
         // serde_yaml's message names line and column.
         let value: Value = serde_yaml::from_str(&text).map_err(|e| bad(path, e))?;
         let mut map = match value {
@@ -187,6 +192,25 @@ impl Loader {
         self.memo.insert(canonical, merged.clone());
         Ok(merged)
     }
+}
+
+/// Deepest `[`/`{` nesting a recipe may have (counted over the whole text,
+/// quotes included: an over-estimate never refuses a real recipe).
+const MAX_FLOW_DEPTH: usize = 256;
+
+fn flow_depth(text: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
 }
 
 /// The paths `defaults:` names.
