@@ -358,7 +358,7 @@ fn without_cuda_or_uv_plan_says_what_is_missing_and_build_wheel_exits_3() {
     // The lab's build venv has no nvidia-cuda-nvcc; no CUDA_HOME, no nvcc on PATH.
     let no_cuda = |cmd: &str, extra: &[&str]| {
         let mut c = bin();
-        c.args([cmd, "--all", "--pins", pins, "--python"])
+        c.args([cmd, "--all", "--pins", pins, "--source", lab.repo.to_str().unwrap(), "--python"])
             .arg(&lab.python)
             .args(extra)
             .current_dir(lab.dir.path())

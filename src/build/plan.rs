@@ -458,6 +458,7 @@ mod tests {
                 knobs: vec![],
                 scanned: vec![],
                 warnings: vec![],
+                unread: vec![],
             },
             roots,
             run,

@@ -467,7 +467,7 @@ fn system_needs(python: &str) -> Vec<String> {
         format!("the build Python `{python}` with setuptools, wheel, pip and torch importable"),
         "nvcc: CUDA_HOME, nvcc on PATH, or the nvidia-cuda-nvcc wheel in the Python's site-packages".into(),
         "a C and C++ compiler (CC/CXX, default cc/c++) that links libstdc++ dynamically".into(),
-        "or --toolchain registry: torch and the CUDA compiler packages from PyPI, made with uv".into(),
+        "(or, instead of all of this: --toolchain registry, torch and the CUDA compiler packages from PyPI, made with uv)".into(),
     ]
 }
 
