@@ -213,6 +213,13 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     let prov: serde_json::Value =
         serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["source"]["rev"], lab.rev.as_str());
+    // Path-free: the local --source, the build folder and the toolchain's folders are roots.
+    assert_eq!(prov["source"]["repo"], "${source}");
+    assert_eq!(prov["build"]["cwd"], "${build}/src");
+    assert_eq!(
+        prov["env"]["NVSHMEM_DIR"],
+        "${python}/lib/python3.11/site-packages/nvidia/nvshmem".replace("3.11", &python_minor(&lab))
+    );
     assert_eq!(prov["source"]["short"], short);
     assert_eq!(prov["variant"]["name"], "sn");
     assert_eq!(prov["env"]["HYBRID_EP_MULTINODE"], "0");
@@ -845,4 +852,9 @@ fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
 fn run_ok(c: &mut Command) {
     let o = c.output().unwrap();
     assert!(o.status.success(), "{c:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `3.11` of the lab's build venv (its lib/pythonX.Y folder).
+fn python_minor(lab: &Lab) -> String {
+    lab.site.parent().unwrap().file_name().unwrap().to_string_lossy().trim_start_matches("python").to_string()
 }

@@ -203,12 +203,14 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch], start
         schema: provenance::SCHEMA,
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
         source: provenance::SourceInfo {
-            repo: pl
-                .source
-                .snapshot_of
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_else(|| pl.source.repo.clone()),
+            // Path-free: a local `--source` is `${source}`.
+            repo: pl.roots.portable(
+                &pl.source
+                    .snapshot_of
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| pl.source.repo.clone()),
+            ),
             rev: pl.source.rev.clone(),
             branch: pl.source.branch.clone(),
             short: short.to_string(),
