@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
@@ -352,6 +352,10 @@ pub struct Variant {
     pub description: Option<String>,
     /// The intended topology, if declared (probes without one judge only what the user asks).
     pub topology: Option<IntendedTopology>,
+    /// Knobs of DeepEP's build set explicitly (`env = { NAME = "value" }`);
+    /// whether the build reads them is checked by `plan` against the source
+    /// at the pinned revision (`pins check` reads no source).
+    pub env: Vec<EnvSetting>,
     /// 1-based line of the variant's `[[variant]]` table.
     pub line: usize,
 }
@@ -371,14 +375,10 @@ impl Pins {
     /// Read and validate a pins file. Errors are usage failures (exit 2) that
     /// name file, line and column.
     pub fn load(path: &Path) -> Result<Pins> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Failure::usage(format!("pins file not found: {}", path.display()))
-                    .hint("pass --pins FILE, run from the directory that holds pins.toml, or use --no-pins where the command offers it")
-                    .into())
-            }
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        let Some(text) = crate::input::read_text_opt(path, "pins file", crate::input::cap::TEXT)? else {
+            return Err(Failure::usage(format!("pins file not found: {}", path.display()))
+                .hint("pass --pins FILE, run from the directory that holds pins.toml, or use --no-pins where the command offers it")
+                .into());
         };
         Self::parse(&text, path)
     }
@@ -463,15 +463,15 @@ struct RawPin {
 struct RawToolchain {
     torch: Spanned<String>,
     cuda: Spanned<String>,
-    python: Option<String>,
+    python: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRdmaCore {
-    repo: String,
+    repo: Spanned<String>,
     #[serde(rename = "ref")]
-    git_ref: String,
+    git_ref: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -486,6 +486,7 @@ struct RawVariant {
     nvshmem_dir: Option<String>,
     description: Option<String>,
     topology: Option<Spanned<RawTopology>>,
+    env: Option<Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
 }
 
 /// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
@@ -537,8 +538,11 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             "source.name is empty: expected the distribution name, e.g. \"deep_ep\"".into(),
         ));
     }
-    if s.repo.get_ref().trim().is_empty() {
-        return Err(err(s.repo.span(), "source.repo is empty: expected a git URL".into()));
+    if let Err(why) = crate::process::git::check_file_url(s.repo.get_ref()) {
+        return Err(err(
+            s.repo.span(),
+            format!("source.repo `{}`: {why}", crate::input::excerpt(s.repo.get_ref(), 80)),
+        ));
     }
     if pep440_rs::Version::from_str(s.base_version.get_ref()).is_err() || s.base_version.get_ref().contains('+') {
         return Err(err(
@@ -596,10 +600,56 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                     format!("toolchain.cuda `{c}`: expected CUDA major.minor, e.g. \"13.0\""),
                 ));
             }
-            Some(Toolchain { torch: t.torch.into_inner(), cuda: t.cuda.into_inner(), python: t.python })
+            // A version only: an interpreter path would be a program a pull request chooses
+            // (paths come from --python on the command line).
+            if let Some(py) = &t.python {
+                let v = py.get_ref();
+                let ok = !v.is_empty()
+                    && v.split('.').count() <= 3
+                    && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+                if !ok {
+                    return Err(err(
+                        py.span(),
+                        format!(
+                            "toolchain.python `{}`: expected a Python version such as \"3.12\" (an interpreter path goes to --python)",
+                            crate::input::excerpt(v, 80)
+                        ),
+                    ));
+                }
+            }
+            Some(Toolchain {
+                torch: t.torch.into_inner(),
+                cuda: t.cuda.into_inner(),
+                python: t.python.map(Spanned::into_inner),
+            })
         }
     };
-    let rdma_core = raw.rdma_core.map(|r| RdmaCore { repo: r.repo, git_ref: r.git_ref });
+    let rdma_core = match raw.rdma_core {
+        None => None,
+        Some(r) => {
+            if let Err(why) = crate::process::git::check_file_url(r.repo.get_ref()) {
+                return Err(err(
+                    r.repo.span(),
+                    format!("rdma_core.repo `{}`: {why}", crate::input::excerpt(r.repo.get_ref(), 80)),
+                ));
+            }
+            let g = r.git_ref.get_ref();
+            let ref_ok = !g.is_empty()
+                && !g.starts_with('-')
+                && g.bytes().all(|b| b.is_ascii_alphanumeric() || b"._/-+".contains(&b))
+                && !g.contains("..");
+            if !ref_ok {
+                return Err(err(
+                    r.git_ref.span(),
+                    format!(
+                        "rdma_core.ref `{}`: expected a tag, branch or commit (letters, digits, `.`, `_`, `/`, `-`, `+`; not starting with `-`)",
+                        crate::input::excerpt(g, 80)
+                    ),
+                ));
+            }
+            Some(RdmaCore { repo: r.repo.into_inner(), git_ref: r.git_ref.into_inner() })
+        }
+    };
 
     let mut variants: Vec<Variant> = Vec::new();
     for sv in raw.variant {
@@ -651,6 +701,31 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                 format!("variant `{name}`: the DOCA multinode build rejects +PTX entries in the arch list (DeepEP setup.py)"),
             ));
         }
+        let mut env = Vec::new();
+        for (k, val) in v.env.as_ref().map(|e| e.get_ref().iter()).into_iter().flatten() {
+            let n = k.get_ref();
+            let ok = !n.is_empty()
+                && n.len() <= 64
+                && n.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                && !n.as_bytes()[0].is_ascii_digit();
+            if !ok {
+                return Err(err(
+                    k.span(),
+                    format!(
+                        "variant `{name}`: env name `{}`: expected an environment variable name (A-Z, 0-9, _)",
+                        crate::input::excerpt(n, 80)
+                    ),
+                ));
+            }
+            let value = val.get_ref();
+            if value.len() > 4096 || value.contains(['\0', '\n']) {
+                return Err(err(
+                    val.span(),
+                    format!("variant `{name}`: env {n}: the value must be one line of at most 4096 bytes"),
+                ));
+            }
+            env.push(EnvSetting { name: n.clone(), value: value.clone(), line: line_col(text, k.span().start).0 });
+        }
         let topology = match &v.topology {
             None => None,
             Some(t) => Some(topology(&name, arch, &cuda_arch_list, v.multinode, t, &err)?),
@@ -665,6 +740,7 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             nvshmem_dir: v.nvshmem_dir.filter(|s| !s.is_empty()),
             description: v.description,
             topology,
+            env,
             line: line_col(text, vspan.start).0,
         });
     }
@@ -757,6 +833,14 @@ fn topology(
         ranks_per_domain: t.ranks_per_domain,
         mnnvl: t.mnnvl,
     })
+}
+
+/// One `env` entry of a variant, with the line of its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvSetting {
+    pub name: String,
+    pub value: String,
+    pub line: usize,
 }
 
 /// A full commit sha: exactly 40 lowercase hex characters.

@@ -43,8 +43,11 @@ fn forge(t: &Tools, cache: &Path, out: &Path, extra: &[&str]) -> Result<Sample> 
     sh.change_dir(super::project_root());
     let exe = std::env::current_exe()?;
     let python = &t.python;
-    let c = cmd!(sh, "{exe} build-wheel --pins tests/fixtures/demo-pins.toml --variant {VARIANT} --python {python}")
-        .args(["--cache-dir".as_ref(), cache.as_os_str(), "--out".as_ref(), out.as_os_str()])
+    let c = cmd!(
+        sh,
+        "{exe} build-wheel --pins tests/fixtures/demo-pins.toml --source tests/fixtures/mini-deepep --variant {VARIANT} --python {python}"
+    )
+    .args(["--cache-dir".as_ref(), cache.as_os_str(), "--out".as_ref(), out.as_os_str()])
         .args(extra)
         .env("CUDA_HOME", &t.cuda_home);
     timed(c)
@@ -133,25 +136,21 @@ pub fn overhead() -> Result<()> {
     let (mut ours, mut hand) = (Vec::new(), Vec::new());
     for i in 0..RUNS {
         ours.push(forge(&t, &cache, &tmp.path().join(format!("ours{i}")), &["--no-cache"])?);
-        // By hand: the same pip command in a fresh git tree of the same files with the same env.
-        let tree = tmp.path().join(format!("hand{i}"));
+        // By hand: the plan's own recipe (argv, cwd, the whole environment from
+        // `plan --format json`) replayed in a fresh git tree of the same files.
+        let recipe = plan_recipe(&t, &cache)?;
+        let tree = PathBuf::from(&recipe.cwd);
+        let _ = std::fs::remove_dir_all(tree.parent().context("build folder")?);
         copy_tree(&super::project_root().join("tests/fixtures/mini-deepep"), &tree)?;
         let sh = Shell::new()?;
         sh.change_dir(&tree);
         timed(cmd!(sh, "git init -q"))?;
         timed(cmd!(sh, "git add -A"))?;
         timed(cmd!(sh, "git -c user.name=b -c user.email=b@b commit -qm x"))?;
-        let python = &t.python;
-        let pip = cmd!(
-            sh,
-            "{python} -m pip wheel -v --no-build-isolation --no-deps --no-input --disable-pip-version-check -w dist ."
-        )
-        .env("CUDA_HOME", &t.cuda_home)
-        .env("CPATH", t.cuda_home.join("include/cccl"))
-        .env("TORCH_CUDA_ARCH_LIST", "9.0 10.0")
-        .env("HYBRID_EP_MULTINODE", "0")
-        .env("USE_NIXL", "0");
-        hand.push(timed(pip)?);
+        std::fs::create_dir_all(tree.with_file_name("dist"))?;
+        let (program, args) = (&recipe.argv[0], &recipe.argv[1..]);
+        hand.push(timed(cmd!(sh, "{program} {args...}").env_clear().envs(&recipe.env))?);
+        std::fs::remove_dir_all(tree.parent().context("build folder")?)?;
     }
     let (o, h) = (median(&ours), median(&hand));
     let over = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) / b.as_secs_f64();
@@ -236,6 +235,35 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
         verdict(r(o.cpu, b.cpu) <= 1.5)
     );
     Ok(())
+}
+
+/// The plan's command for the bench variant: argv, working folder, environment.
+struct Recipe {
+    argv: Vec<String>,
+    cwd: String,
+    env: std::collections::BTreeMap<String, String>,
+}
+
+fn plan_recipe(t: &Tools, cache: &Path) -> Result<Recipe> {
+    let sh = Shell::new()?;
+    sh.change_dir(super::project_root());
+    let (exe, python) = (std::env::current_exe()?, &t.python);
+    let o = cmd!(
+        sh,
+        "{exe} plan --pins tests/fixtures/demo-pins.toml --source tests/fixtures/mini-deepep --variant {VARIANT} --format json --python {python} --cache-dir {cache}"
+    )
+    .env("CUDA_HOME", &t.cuda_home)
+    .quiet()
+    .ignore_status()
+    .output()?;
+    anyhow::ensure!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+    let run = &j["plans"][0]["run"];
+    Ok(Recipe {
+        argv: serde_json::from_value(run["argv"].clone())?,
+        cwd: serde_json::from_value(run["cwd"].clone())?,
+        env: serde_json::from_value(run["env"].clone())?,
+    })
 }
 
 fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
