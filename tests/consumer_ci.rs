@@ -142,6 +142,9 @@ fn action_script_annotates_relative_to_the_workspace_and_writes_a_summary() {
     std::fs::remove_file(&g.output).unwrap();
     // an absolute --project still annotates workspace-relative paths
     let abs = g.workspace.join("proj").display().to_string();
+    let col =
+        regex::Regex::new(r"^::error file=proj/pyproject\.toml,line=16,col=\d+,title=deepep-forge rev-mismatch[ :]")
+            .unwrap();
     for project in ["proj", abs.as_str()] {
         let bad = action(&g, project, "path");
         let out = stdout(&bad);
@@ -150,10 +153,6 @@ fn action_script_annotates_relative_to_the_workspace_and_writes_a_summary() {
             .lines()
             .find(|l| l.starts_with("::error ") && l.contains("rev-mismatch"))
             .unwrap_or_else(|| panic!("an ::error annotation for rev-mismatch:\n{out}"));
-        let col = regex::Regex::new(
-            r"^::error file=proj/pyproject\.toml,line=16,col=\d+,title=deepep-forge rev-mismatch[ :]",
-        )
-        .unwrap();
         assert!(col.is_match(line), "file, line, column and title, relative to the workspace: {line}");
         assert!(line.contains(OTHER) || line.contains(&OTHER[..7]), "{line}");
     }
