@@ -5,7 +5,8 @@
 //! - ```console blocks are run: `$ ` starts a command (a trailing `\` continues
 //!   it), the lines up to the next `$ ` are its expected stdout+stderr. One bash
 //!   per block, so `$ echo $?` shows the previous command's exit code; a command
-//!   that exits non-zero must be followed by `$ echo $?`.
+//!   that exits non-zero must be followed by `$ echo $?`, or (trycmd's form) by
+//!   a line `? 2` / `? failed` right after the command.
 //! - Every page runs in its own scratch workspace: the repository's top-level
 //!   entries are linked into it (copy what you change: `cp -r tests/fixtures/x y`),
 //!   `target/tools-venv` is the tools venv of `.ci/setup-tools`, the wheel cache
@@ -42,6 +43,8 @@ fn pages() -> Vec<PathBuf> {
 #[derive(Debug)]
 struct Step {
     command: String,
+    /// trycmd's `? N` / `? failed` line right after the command: the expected exit status.
+    status: Option<String>,
     /// Line indices (0-based) of the expected output in the page.
     out_start: usize,
     out_end: usize,
@@ -80,7 +83,12 @@ fn blocks(lines: &[&str]) -> Vec<Block> {
                     command.push('\n');
                     command.push_str(lines[j]);
                 }
-                steps.push(Step { command, out_start: j + 1, out_end: j + 1 });
+                let status = lines.get(j + 1).filter(|_| j + 1 < end).and_then(|l| l.strip_prefix("? "));
+                let status = status.map(|s| s.trim().to_string());
+                if status.is_some() {
+                    j += 1;
+                }
+                steps.push(Step { command, status, out_start: j + 1, out_end: j + 1 });
             } else if let Some(s) = steps.last_mut() {
                 s.out_end = j + 1;
             }
@@ -128,17 +136,25 @@ fn run_block(ws: &Workspace, block: &Block) -> Vec<(String, i32)> {
     }
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_deepep-forge"));
     let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
-    let out = Command::new("bash")
+    // A clean environment: what the pages show must not depend on this machine's
+    // variables (the plan reports every build variable it drops from yours).
+    let mut cmd = Command::new("bash");
+    cmd.env_clear();
+    for keep in ["HOME", "TMPDIR", "USER"] {
+        if let Some(v) = std::env::var_os(keep) {
+            cmd.env(keep, v);
+        }
+    }
+    let out = cmd
         .arg("-c")
         .arg(&script)
         .current_dir(&ws.dir)
+        .env("LANG", "C.UTF-8")
         .env("PATH", path)
         .env("DEEPEP_FORGE_CACHE_DIR", &ws.cache)
         .env("DEEPEP_FORGE_TOOLS", &ws.tools)
         .env("NO_COLOR", "1")
         .env("COLUMNS", "100")
-        .env_remove("CUDA_HOME")
-        .env_remove("DEEPEP_FORGE_CACHE_URL")
         .output()
         .expect("bash runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -199,7 +215,19 @@ fn console_blocks_show_what_the_commands_print() {
                 };
                 ran += 1;
                 let next_is_status = block.steps.get(k + 1).is_some_and(|n| n.command.trim() == "echo $?");
-                if *status != 0 && !next_is_status {
+                if let Some(want) = &step.status {
+                    let ok = match want.as_str() {
+                        "failed" => *status != 0,
+                        "success" => *status == 0,
+                        n => n.parse::<i32>().is_ok_and(|n| n == *status),
+                    };
+                    if !ok {
+                        failures.push(format!(
+                            "{name}:{line}: `{}` exited {status}, the page says `? {want}`",
+                            step.command
+                        ));
+                    }
+                } else if *status != 0 && !next_is_status {
                     failures.push(format!(
                         "{name}:{line}: `{}` exited {status}; show it with a `$ echo $?` step\n{actual}",
                         step.command
