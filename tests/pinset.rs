@@ -288,7 +288,8 @@ fn relock_runs_real_uv_then_the_lock_check() {
     let o = run(tmp.path(), &["pin", "set", &first, "--project", "consumer", "--relock"], &env);
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
     assert!(stderr(&o).contains("were restored"), "{}", stderr(&o));
-    let retry = format!("run `deepep-forge pin set {first} --project consumer --pins pins.toml --relock` again");
+    // the retry repeats the command: --project (and --pins, which is the default here)
+    let retry = format!("run `deepep-forge pin set {first} --project consumer --relock` again");
     assert!(stderr(&o).contains(&retry), "the retry keeps --project and --pins: {}", stderr(&o));
     assert_eq!(
         (read(&proj.join("pyproject.toml")), read(&tmp.path().join("pins.toml")), read(&proj.join("uv.lock"))),

@@ -11,7 +11,8 @@ fn a_build_off_a_terminal_prints_the_log_path_and_a_heartbeat() {
     let python = require!(tools_python(), "the tools venv");
     let t = tempfile::tempdir().unwrap();
     let o = bin()
-        .args(["build-wheel", "--pins", "tests/fixtures/demo-pins.toml", "--variant", "demo", "--no-cache"])
+        .args(["build-wheel", "--pins", "tests/fixtures/demo-pins.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--variant", "demo", "--no-cache"])
         .arg("--python")
         .arg(&python)
         .arg("--cache-dir")

@@ -25,7 +25,10 @@ fn modules() -> BTreeMap<String, String> {
         }
         let text = std::fs::read_to_string(p).unwrap();
         // the unit tests at the end of a file may reach anywhere
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text).to_string();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
+        // comments may name any module (docs links); only code imports
+        let code: String =
+            code.lines().filter(|l| !l.trim_start().starts_with("//")).map(|l| format!("{l}\n")).collect();
         out.insert(parts.join("::"), code);
     }
     out
