@@ -50,6 +50,8 @@ pub enum Command {
     /// Container images: generate the buildx bake file from pins.toml, build images.
     #[command(subcommand)]
     Docker(crate::docker::DockerCommand),
+    /// Tell where two wheels differ: members, zip metadata, ELF sections and symbols, text lines.
+    Diff(crate::repro::DiffArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -136,6 +138,7 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Cache(c) => crate::cache::run(c),
         Command::Probe(a) => crate::probe::run(a),
         Command::Docker(c) => crate::docker::run(c),
+        Command::Diff(a) => crate::repro::diff(a),
     }
 }
 

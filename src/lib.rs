@@ -15,6 +15,7 @@ pub mod pins;
 pub mod pinset;
 pub mod probe;
 pub mod provenance;
+pub mod repro;
 pub mod runtime;
 pub mod topology;
 pub mod verdict;
