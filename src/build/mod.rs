@@ -362,6 +362,14 @@ struct Report<'a> {
     skipped: &'a [Skipped],
 }
 
+/// Build every planned variant without printing (`verify` rebuilds this way).
+pub fn build_quiet(c: &Common) -> Result<Vec<Outcome>> {
+    let p = make_plans(c)?;
+    cache::clean_stale(&p.cache_dir)?;
+    let remote = c.cache_url.as_deref().filter(|_| !c.no_cache).map(remote::Remote::new).transpose()?;
+    p.plans.iter().map(|pl| build_one(pl, &p, c, remote.as_ref())).collect()
+}
+
 /// `deepep-forge build-wheel`.
 pub fn build(args: BuildArgs) -> Result<Exit> {
     let _coop = Cooperative::enter();
