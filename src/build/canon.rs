@@ -282,10 +282,16 @@ pub fn hooks(
         sccache = q(sccache),
         root = q(root),
     );
+    // Compiles (`-c`) go through sccache; anything else (links, a probe of the compiler) runs it directly.
     let cxx_script = format!(
-        "#!/bin/sh\n# deepep-forge: the host C++ compiler through sccache, build root mapped.\nexec {} {} \"$@\" '{map}'\n",
-        q(sccache),
-        q(cxx)
+        "#!/bin/sh\n\
+         # deepep-forge: the host C++ compiler, compiles through sccache, build root mapped.\n\
+         for a in \"$@\"; do\n\
+         \x20 if [ \"$a\" = \"-c\" ]; then exec {sccache} {cxx} \"$@\" '{map}'; fi\n\
+         done\n\
+         exec {cxx} \"$@\" '{map}'\n",
+        sccache = q(sccache),
+        cxx = q(cxx)
     );
     let scripts = [("nvcc".to_string(), nvcc_script), ("c++".to_string(), cxx_script)].into();
     Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts, links })

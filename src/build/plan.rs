@@ -157,6 +157,19 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
     for (k, val) in s.hooks.env(s.build_root) {
         env.insert(k, val);
     }
+    if needs_nccl {
+        // NCCL's makefiles take nvcc from `NVCC ?=`: the same hook for its DOCA objects,
+        // which hybrid_ep_cpp links and the wheel ships.
+        if let Some(nvcc) = env.get("PYTORCH_NVCC").cloned() {
+            env.insert("NVCC".into(), nvcc);
+        }
+        // NCCL passes `-ccbin $(CXX)` to nvcc, which probes its host compiler: give its make
+        // (and only make reads MAKEFLAGS) the real one; its C++ objects stay deterministic
+        // under the canonical root, and its CUDA objects still go through the nvcc hook.
+        if let Some(cxx) = tc.compilers.get("CXX") {
+            env.insert("MAKEFLAGS".into(), format!("CXX={}", cxx.path.display()));
+        }
+    }
     let dropped_env = VARIANT_VARS
         .iter()
         .filter_map(|k| {
@@ -212,11 +225,12 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
 /// The plan's variables that change the binary, without machine paths: the cache key and the
 /// provenance carry these. Left out: MAX_JOBS (no effect), the toolchain's locations
 /// (CUDA_HOME, CPATH, PATH, LIBRARY_PATH: the toolchain's identity is keyed instead), and the
-/// compiler hooks (PYTORCH_NVCC, CXX, SCCACHE_*: the same bytes with and without the compiler cache).
+/// compiler hooks (PYTORCH_NVCC, NVCC, CXX, MAKEFLAGS, SCCACHE_*: the same bytes with and without the compiler cache).
 pub fn binary_env(env: &BTreeMap<String, String>) -> BTreeMap<&String, &String> {
     env.iter()
         .filter(|(k, _)| {
-            !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH", "PYTORCH_NVCC", "CXX"].contains(&k.as_str())
+            !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH", "PYTORCH_NVCC", "NVCC", "CXX", "MAKEFLAGS"]
+                .contains(&k.as_str())
                 && !k.starts_with("SCCACHE_")
         })
         .collect()

@@ -37,6 +37,12 @@ pub struct CacheBenchArgs {
     /// Work folder (default: a temporary one); keeps the wheels and logs.
     #[arg(long, value_name = "DIR")]
     pub work: Option<PathBuf>,
+    /// Run only these steps (e.g. `4` then, in a second command on the same machine, `5`):
+    /// each step's time and sha256 are kept in `--work`, and the ratios are printed from
+    /// whatever steps that folder holds (one machine command may not fit all five
+    /// builds of real DeepEP).
+    #[arg(long, value_delimiter = ',', value_name = "N,...", requires = "work")]
+    pub steps: Vec<u8>,
 }
 
 struct Build {
@@ -108,46 +114,69 @@ pub fn run(a: CacheBenchArgs) -> Result<()> {
     std::fs::create_dir_all(&work)?;
     let cc = work.join("compiler-cache");
     let v = a.variant.as_str();
-    let secs = |b: &Build| b.sample.wall.as_secs_f64();
-    let show = |label: &str, b: &Build| {
-        println!(
-            "{label:<44} {:>8.1} s wall {:>8.1} s CPU  sha256 {}  {}",
-            secs(b),
-            b.sample.cpu.as_secs_f64(),
-            &b.sha256,
-            b.note
-        )
+    let v2 = a.then.as_deref();
+    let steps: Vec<u8> = if a.steps.is_empty() {
+        if v2.is_some() {
+            vec![1, 2, 3, 4, 5]
+        } else {
+            vec![1, 2, 3]
+        }
+    } else {
+        a.steps.clone()
     };
-    let fresh = forge(&a, &work, "folder-1", v, None)?;
-    show(&format!("1. {v} fresh, no compiler cache (folder 1)"), &fresh);
-    let cold = forge(&a, &work, "folder-2", v, Some(&cc))?;
-    show(&format!("2. {v} cold compiler cache (folder 2)"), &cold);
-    let warm = forge(&a, &work, "folder-1", v, Some(&cc))?;
-    show(&format!("3. {v} warm compiler cache (folder 1)"), &warm);
-    let r = secs(&warm) / secs(&fresh);
-    println!("warm rebuild / fresh build: {r:.3}x  [{} goal <= 0.25x]", verdict(r <= 0.25));
-    let shas = [&fresh.sha256, &cold.sha256, &warm.sha256];
-    let same = shas.iter().all(|s| *s == shas[0]) && !shas[0].is_empty();
-    println!(
-        "determinism: {} (fresh in folder 1, cold cache in folder 2, warm cache in folder 1)",
-        if same { format!("ok, one sha256 {}", shas[0]) } else { "DIFFERENT sha256s".to_string() }
-    );
-    if let Some(v2) = &a.then {
-        let after = forge(&a, &work, "folder-2", v2, Some(&cc))?;
-        show(&format!("4. {v2} after {v} (cache warm from {v})"), &after);
-        let base = forge(&a, &work, "folder-1", v2, None)?;
-        show(&format!("5. {v2} fresh, no compiler cache"), &base);
-        let r2 = secs(&after) / secs(&base);
-        println!("{v2} after {v} / {v2} fresh: {r2:.3}x  [{} goal <= 0.7x]", verdict(r2 <= 0.7));
+    for n in steps {
+        let (label, folder, variant, cache) = match (n, v2) {
+            (1, _) => (format!("1. {v} fresh, no compiler cache (folder 1)"), "folder-1", v, None),
+            (2, _) => (format!("2. {v} cold compiler cache (folder 2)"), "folder-2", v, Some(cc.as_path())),
+            (3, _) => (format!("3. {v} warm compiler cache (folder 1)"), "folder-1", v, Some(cc.as_path())),
+            (4, Some(v2)) => (format!("4. {v2} after {v} (cache warm from {v})"), "folder-2", v2, Some(cc.as_path())),
+            (5, Some(v2)) => (format!("5. {v2} fresh, no compiler cache (folder 1)"), "folder-1", v2, None),
+            _ => anyhow::bail!("step {n}: steps are 1-3, and 4-5 with --then VARIANT2"),
+        };
+        let b = forge(&a, &work, folder, variant, cache)?;
         println!(
-            "determinism {v2}: {}",
-            if after.sha256 == base.sha256 {
-                format!("ok, one sha256 {}", base.sha256)
-            } else {
-                "DIFFERENT sha256s".into()
-            }
+            "{label:<48} {:>8.1} s wall {:>8.1} s CPU  sha256 {}  {}",
+            b.sample.wall.as_secs_f64(),
+            b.sample.cpu.as_secs_f64(),
+            b.sha256,
+            b.note
+        );
+        let rec = serde_json::json!({ "step": n, "variant": variant, "wall": b.sample.wall.as_secs_f64(), "sha256": b.sha256 });
+        std::fs::write(work.join(format!("step-{n}.json")), rec.to_string())?;
+    }
+    report(&work, v, v2)
+}
+
+/// Ratios and sha256 agreement from the steps recorded in `work`.
+fn report(work: &Path, v: &str, v2: Option<&str>) -> Result<()> {
+    let step = |n: u8| -> Option<(f64, String)> {
+        let j: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(work.join(format!("step-{n}.json"))).ok()?).ok()?;
+        Some((j["wall"].as_f64()?, j["sha256"].as_str()?.to_string()))
+    };
+    let mut ok = true;
+    if let (Some((f, _)), Some((w, _))) = (step(1), step(3)) {
+        let r = w / f;
+        println!("warm rebuild / fresh build: {r:.3}x  [{} goal <= 0.25x]", verdict(r <= 0.25));
+    }
+    if let (Some(v2), Some((after, _)), Some((fresh, _))) = (v2, step(4), step(5)) {
+        let r = after / fresh;
+        println!("{v2} after {v} / {v2} fresh: {r:.3}x  [{} goal <= 0.7x]", verdict(r <= 0.7));
+    }
+    for (name, ns) in [(v, &[1u8, 2, 3][..]), (v2.unwrap_or(""), &[4, 5][..])] {
+        let shas: Vec<(u8, String)> = ns.iter().filter_map(|n| step(*n).map(|(_, s)| (*n, s))).collect();
+        if shas.len() < 2 {
+            continue;
+        }
+        let same = shas.iter().all(|(_, s)| *s == shas[0].1 && !s.is_empty());
+        ok &= same;
+        let list: Vec<String> = shas.iter().map(|(n, _)| n.to_string()).collect();
+        println!(
+            "determinism {name} (steps {}): {}",
+            list.join(", "),
+            if same { format!("ok, one sha256 {}", shas[0].1) } else { "DIFFERENT sha256s".to_string() }
         );
     }
-    anyhow::ensure!(same, "builds of one plan gave different wheels");
+    anyhow::ensure!(ok, "builds of one plan gave different wheels");
     Ok(())
 }
