@@ -89,6 +89,8 @@ pub enum LockCommand {
 pub enum PinCommand {
     /// Pin DeepEP to REV in pins.toml and the consumer's pyproject.toml (optionally relock with uv).
     Set(crate::pinset::SetArgs),
+    /// Undo a `pin set` that was killed half-way (its journal next to pins.toml): every file back as it was.
+    Recover(crate::pinset::RecoverArgs),
 }
 
 /// Run a parsed command; the returned `Exit` is the process's exit code.
@@ -135,6 +137,7 @@ pub fn run(command: Command) -> Result<Exit> {
         }
         Command::Lock(LockCommand::Check(a)) => crate::lock::check(a),
         Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a),
+        Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a),
         Command::Plan(a) => crate::build::plan(a),
         Command::BuildWheel(a) => crate::build::build(a),
         Command::Cache(c) => crate::cache::run(c),
@@ -161,6 +164,15 @@ pub fn install_signal_handler() {
     });
 }
 
+/// A closed stdout (`deepep-forge plan | head -1`) ends the process the way it
+/// ends `cat` or `git`: by SIGPIPE (the shell shows 141), never by a panic in
+/// `println!`. Rust ignores SIGPIPE by default; sockets are unaffected (std
+/// sends with MSG_NOSIGNAL) and children get the default disposition anyway.
+pub fn restore_sigpipe() {
+    // SAFETY: setting a signal disposition before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// Turn a command's result into a process exit code, printing errors.
 pub fn finish(result: Result<Exit>) -> ExitCode {
     match result {
@@ -174,6 +186,7 @@ pub fn finish(result: Result<Exit>) -> ExitCode {
 
 /// Entry point of the `deepep-forge` binary.
 pub fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -85,7 +85,7 @@ pub struct VerifyArgs {
 /// `deepep-forge verify WHEEL`.
 pub fn verify(args: VerifyArgs) -> Result<Exit> {
     let _coop = crate::error::Cooperative::enter();
-    let prov = crate::build::read_provenance(&args.wheel).map_err(|e| {
+    let prov = crate::build::deliver::read_provenance(&args.wheel).map_err(|e| {
         crate::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;
     if prov.schema < 2 {
@@ -129,7 +129,11 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
         out: out.clone(),
         cache: args.cache,
         no_cache: true,
-        cache_url: None,
+        remote: crate::cache::remote::RemoteArgs {
+            cache_url: None,
+            trusted_keys: vec![],
+            net: crate::cache::remote::NetArgs { allow_http: false, cache_timeout: 30 },
+        },
         jobs: args.jobs,
         compiler_cache: args.compiler_cache,
         no_compiler_cache: args.no_compiler_cache,

@@ -108,20 +108,23 @@ pub struct Request {
     pub notes: Vec<String>,
 }
 
+/// Largest EP, node, GPU or R count a flag accepts (products stay far from u64 limits).
+pub const MAX_COUNT: i64 = 1 << 20;
+
 /// Topology flags, shared by `probe` (static and `--run`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RequestArgs {
-    /// Expert-parallel group size (EP).
-    #[arg(long, value_name = "N")]
+    /// Expert-parallel group size (EP), 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub ep: Option<u32>,
-    /// Number of nodes the job spans.
-    #[arg(long, value_name = "N")]
+    /// Number of nodes the job spans, 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub nodes: Option<u32>,
-    /// GPUs per node.
-    #[arg(long, value_name = "N")]
+    /// GPUs per node, 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub gpus_per_node: Option<u32>,
-    /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN).
-    #[arg(long, value_name = "R")]
+    /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN), 1 to 1048576.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub ranks_per_domain: Option<u32>,
     /// The system has multi-node NVLink (GB200 NVL72) and the job uses it.
     #[arg(long, overrides_with = "no_mnnvl")]
@@ -140,6 +143,10 @@ pub struct RequestArgs {
     /// which the verdict names; recipes name no GPU, so add --gpu or --preset.
     #[arg(long, value_name = "PATH")]
     pub recipe: Option<PathBuf>,
+    /// The folder a recipe's `defaults:` chain must stay in. Default: the git
+    /// repository holding the recipe (else the recipe's own folder).
+    #[arg(long, value_name = "DIR", requires = "recipe")]
+    pub recipe_root: Option<PathBuf>,
 }
 
 impl RequestArgs {
@@ -189,7 +196,7 @@ impl RequestArgs {
             None => Request { source: "flags".into(), ..Default::default() },
         };
         if let Some(path) = &self.recipe {
-            let r = recipe::read(path)?;
+            let r = recipe::read_within(path, self.recipe_root.as_deref())?;
             req = r.layer_over(req);
         }
         let flags = self.flags();

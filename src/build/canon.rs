@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::exec::Cmd;
+use super::plan::{Plan, Root, ToolchainPart};
 use crate::error::Failure;
+use crate::process::Cmd;
 
 /// The build root every machine uses (override: `DEEPEP_FORGE_BUILD_ROOT`).
 pub const CANONICAL_ROOT: &str = "/tmp/deepep-forge-build";
@@ -130,17 +131,21 @@ pub struct Hooks {
 impl Hooks {
     /// Environment the build gets: PYTORCH_NVCC and CXX point at the wrappers, sccache's
     /// server listens on a socket inside the root, and the cache folder (or none).
-    pub fn env(&self, root: &Path) -> Vec<(String, String)> {
+    /// (name, value, keyed): keyed hooks change the compiler's output (the wrappers,
+    /// the nvcc driver's version); the compiler cache's settings must not.
+    pub fn env(&self, root: &Path) -> Vec<(String, String, bool)> {
         let bin = root.join("bin");
+        let s = |p: PathBuf| p.to_string_lossy().into_owned();
         let mut v = vec![
-            ("PYTORCH_NVCC".to_string(), bin.join("nvcc").to_string_lossy().into_owned()),
-            ("CXX".to_string(), bin.join("c++").to_string_lossy().into_owned()),
-            ("SCCACHE_SERVER_UDS".to_string(), root.join("sccache.sock").to_string_lossy().into_owned()),
-            ("SCCACHE_IDLE_TIMEOUT".to_string(), "600".to_string()),
+            ("PYTORCH_NVCC".to_string(), s(bin.join("nvcc")), true),
+            ("CXX".to_string(), s(bin.join("c++")), true),
+            ("DEEPEP_FORGE_NVCC_DRIVER".to_string(), format!("sccache {}", self.sccache_version), true),
+            ("SCCACHE_SERVER_UDS".to_string(), s(root.join("sccache.sock")), false),
+            ("SCCACHE_IDLE_TIMEOUT".to_string(), "600".to_string(), false),
         ];
         match &self.compiler_cache {
-            Some(d) => v.push(("SCCACHE_DIR".into(), d.to_string_lossy().into_owned())),
-            None => v.push(("SCCACHE_NO_CACHE".into(), "1".into())),
+            Some(d) => v.push(("SCCACHE_DIR".into(), s(d.clone()), false)),
+            None => v.push(("SCCACHE_NO_CACHE".into(), "1".into(), false)),
         }
         v
     }
@@ -163,7 +168,7 @@ impl Hooks {
     /// sccache's statistics of this build (hits, misses, non-cacheable), then stop its server.
     pub fn finish(&self, root: &Path) -> Option<Stats> {
         let with_env = |c: &mut Cmd| {
-            for (k, v) in self.env(root) {
+            for (k, v, _) in self.env(root) {
                 c.cmd.env(k, v);
             }
         };
@@ -297,6 +302,75 @@ pub fn hooks(
     Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts, links })
 }
 
+/// Put a plan under the build root: the build folder becomes the root, the
+/// toolchain's folders are reached through its links (argv, environment, roots,
+/// the toolchain's paths), and the compiler hooks join the environment. Without a
+/// known toolchain (`plan` on a machine without one) nothing changes. A missing
+/// sccache fails a build (exit 3) and is a warning of a plan.
+pub fn apply(pl: &mut Plan, compiler_cache: Option<PathBuf>, strict: bool) -> Result<()> {
+    let Some(mut tc) = pl.toolchain.known().cloned() else { return Ok(()) };
+    let root = root()?;
+    let sccache = match find_sccache(&tc.python) {
+        Ok(s) => s,
+        Err(e) if !strict => {
+            pl.warnings.push(format!("{e:#}"));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let version = sccache_version(&sccache)?;
+    let links = links(&tc.python, &tc.cuda_home, tc.registry.as_ref().map(|r| r.root.as_path()));
+    pl.set_build_dir(&root);
+    let map = |p: &Path| through(&root, &links, p);
+    let map_text =
+        |t: &str| -> String {
+            t.split(':')
+                .map(|part| {
+                    if part.starts_with('/') {
+                        map(Path::new(part)).to_string_lossy().into_owned()
+                    } else {
+                        part.into()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+    pl.run.argv = pl.run.argv.iter().map(|a| map_text(a)).collect();
+    for v in pl.run.env.values_mut() {
+        *v = map_text(v);
+    }
+    for (r, p) in pl.roots.0.iter_mut() {
+        if matches!(r, Root::Python | Root::Cuda | Root::Toolchain) {
+            *p = map(p);
+        }
+    }
+    pl.fixes = pl
+        .fixes
+        .iter()
+        .map(|f| f.replace(&tc.cuda_home.to_string_lossy().into_owned(), &map(&tc.cuda_home).to_string_lossy()))
+        .collect();
+    let cxx = tc.compilers.get("CXX").map(|c| c.path.clone()).unwrap_or_else(|| PathBuf::from("/usr/bin/c++"));
+    tc.python = map(&tc.python);
+    tc.cuda_home = map(&tc.cuda_home);
+    tc.site_packages = tc.site_packages.iter().map(|p| map(p)).collect();
+    let h = hooks(&root, &tc.cuda_home.join("bin/nvcc"), &cxx, &map(&sccache), version, compiler_cache, links)?;
+    pl.toolchain = ToolchainPart::Known(Box::new(tc));
+    for (k, v, keyed) in h.env(&root) {
+        pl.add_hook(&k, v, keyed);
+    }
+    if pl.source.submodules.contains_key("third-party/nccl") {
+        // NCCL's makefiles take nvcc from `NVCC ?=`: the same hook for its DOCA objects,
+        // which hybrid_ep_cpp links and the wheel ships. NCCL passes `-ccbin $(CXX)` to
+        // nvcc, which probes its host compiler: its make (only make reads MAKEFLAGS) gets
+        // the real one.
+        pl.add_hook("NVCC", root.join("bin/nvcc").to_string_lossy(), true);
+        pl.add_hook("MAKEFLAGS", format!("CXX={}", cxx.display()), false);
+    }
+    pl.hooks = Some(h);
+    pl.seal();
+    Ok(())
+}
+
 /// `sccache 0.16.0` -> `0.16.0`.
 pub fn sccache_version(sccache: &Path) -> Result<String> {
     let out = Cmd::new(sccache, "read sccache's version")
@@ -308,7 +382,7 @@ pub fn sccache_version(sccache: &Path) -> Result<String> {
 
 /// Where `--compiler-cache` points: the flag (`Some(None)`: the default folder
 /// `<cache>/sccache`), else `$DEEPEP_FORGE_COMPILER_CACHE`, else the user
-/// config's `compiler-cache`; `--no-compiler-cache` wins over all. Never pins.toml,
+/// config's `[build] compiler-cache`; `--no-compiler-cache` wins over all. Never pins.toml,
 /// which a pull request can edit.
 pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path) -> Result<Option<PathBuf>> {
     if off {
@@ -328,11 +402,7 @@ pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path
 /// The user configuration file (`$XDG_CONFIG_HOME/deepep-forge/config.toml`,
 /// default `~/.config/...`): settings a machine's owner makes, never a repository.
 pub fn user_config_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("deepep-forge/config.toml"))
+    crate::cache::config::config_path()
 }
 
 #[derive(Debug, Default)]
@@ -353,18 +423,27 @@ pub fn user_config() -> Result<UserConfig> {
     }
     let doc: toml::Table = text.parse().map_err(|e| {
         Failure::usage(format!("{} is not valid TOML: {e}", path.display()))
-            .hint("e.g. compiler-cache = \"/shared/sccache\"")
+            .hint("e.g. [build]\ncompiler-cache = \"/shared/sccache\"")
     })?;
-    let compiler_cache = match doc.get("compiler-cache") {
+    let build = match doc.get("build") {
+        None => return Ok(UserConfig::default()),
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => {
+            return Err(Failure::usage(format!("{}: [build] must be a table", path.display()))
+                .hint("e.g. [build]\ncompiler-cache = \"/shared/sccache\"")
+                .into())
+        }
+    };
+    let compiler_cache = match build.get("compiler-cache") {
         None => None,
         Some(toml::Value::String(s)) if !s.is_empty() => Some(PathBuf::from(s)),
         Some(other) => {
             return Err(Failure::usage(format!(
-                "{}: compiler-cache must be a folder path (a string), found {}",
+                "{}: [build] compiler-cache must be a folder path (a string), found {}",
                 path.display(),
                 other.type_str()
             ))
-            .hint("e.g. compiler-cache = \"/shared/sccache\"")
+            .hint("e.g. [build]\ncompiler-cache = \"/shared/sccache\"")
             .into())
         }
     };
@@ -408,6 +487,6 @@ mod tests {
         )
         .unwrap();
         assert!(h.scripts["nvcc"].contains("--frandom-seed=\"$seed\""));
-        assert!(h.env(Path::new("/r")).contains(&("SCCACHE_NO_CACHE".into(), "1".into())));
+        assert!(h.env(Path::new("/r")).contains(&("SCCACHE_NO_CACHE".into(), "1".into(), false)));
     }
 }
