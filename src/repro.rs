@@ -77,6 +77,9 @@ pub struct VerifyArgs {
     /// Parallel compile jobs (no effect on the bytes).
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+    /// Keep the rebuilt wheel (and its statement) in DIR; default: a temporary folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
     /// Output: human text, or one JSON document (schema 1).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -117,7 +120,24 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
         "registry" => crate::build::registry::Kind::Registry,
         _ => crate::build::registry::Kind::System,
     });
-    let out = work.path().join("out");
+    let out = args.out.clone().unwrap_or_else(|| work.path().join("out"));
+    let same_dir = |a: &std::path::Path, b: &std::path::Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b))
+    {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    };
+    if args
+        .wheel
+        .parent()
+        .is_some_and(|p| same_dir(if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p }, &out))
+    {
+        return Err(crate::error::Failure::usage(format!(
+            "--out {} is the folder of the wheel being verified: the rebuild would replace it",
+            out.display()
+        ))
+        .hint("pass another --out, or none (a temporary folder)")
+        .into());
+    }
     let common = crate::build::Common {
         pins,
         variants: vec![prov.variant.name.clone()],

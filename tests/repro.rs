@@ -103,8 +103,18 @@ fn two_checkouts_two_caches_two_toolchain_paths_give_the_same_wheel_which_verifi
     let note = note.expect("a compiler cache note");
     assert!(note.contains(" 0 misses"), "{note}");
 
-    // verify: rebuilt from the wheel's own provenance (the source is local, so --source).
+    // verify: rebuilt from the wheel's own provenance (the source is local, so --source);
+    // the wheel checked lies outside the output folder the rebuild is delivered to.
     let src = a.repo.to_str().unwrap();
+    let wa = {
+        let copy = a.dir.path().join("check").join(wa.file_name().unwrap());
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::copy(&wa, &copy).unwrap();
+        copy
+    };
+    let here = wa.parent().unwrap().to_str().unwrap();
+    let o = a.forge(&["verify", wa.to_str().unwrap(), "--source", src, "--out", here]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "verify into the wheel's own folder is refused: {}", stderr(&o));
     let v =
         a.forge(&["verify", wa.to_str().unwrap(), "--source", src]).env("CUDA_HOME", &a.cuda_home).output().unwrap();
     assert_eq!(v.status.code(), Some(0), "{}{}", stdout(&v), stderr(&v));
