@@ -187,7 +187,16 @@ fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) ->
     let version = name.version.split('+').next().unwrap_or(&name.version).to_string();
     let mut source = toml::Table::new();
     source.insert("name".into(), Value::String(name.dist.clone()));
-    source.insert("repo".into(), Value::String(p.source.repo.clone()));
+    // A local source is fetched from --source (required then); pins files name remote
+    // repositories only, so it stands there under a reserved, never-fetched host.
+    let repo = match p.source.repo.strip_prefix("local:") {
+        Some(name) => format!(
+            "https://local.invalid/{}",
+            name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "_")
+        ),
+        None => p.source.repo.clone(),
+    };
+    source.insert("repo".into(), Value::String(repo));
     if let Some(b) = &p.source.branch {
         source.insert("branch".into(), Value::String(b.clone()));
     }
