@@ -221,19 +221,6 @@ fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) ->
     if let Some(n) = p.env.get("NVSHMEM_DIR") {
         variant.insert("nvshmem_dir".into(), Value::String(n.clone()));
     }
-    // The topology a pins file requires; it does not reach the build.
-    let topology: toml::Table = [
-        ("gpu", Value::String("h100".into())),
-        ("nodes", Value::Integer(1)),
-        ("gpus_per_node", Value::Integer(1)),
-        ("ep", Value::Integer(1)),
-        ("ranks_per_domain", Value::Integer(1)),
-        ("mnnvl", Value::Boolean(false)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    variant.insert("topology".into(), Value::Table(topology));
     let mut doc = toml::Table::new();
     doc.insert("schema".into(), Value::Integer(crate::pins::SCHEMA));
     doc.insert("source".into(), Value::Table(source));

@@ -173,7 +173,7 @@ fn pins_cases() -> Vec<Case> {
             .says("pins-\u{fffd}.toml"),
         Case::new("pins: NUL bytes").file("pins.toml", "schema = 1\0\n").args(&["pins", "check"]).says("pins.toml:"),
         Case::new("pins: schema 99")
-            .file("pins.toml", PINS.replacen("schema = 1", "schema = 99", 1))
+            .file("pins.toml", PINS.replacen("schema = 2", "schema = 99", 1))
             .args(&["pins", "check"])
             .says("schema = 99"),
         Case::new("pins: rev is an option")

@@ -89,7 +89,15 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
     // MAX_JOBS and the stray variables do not change the key; the arch list does.
     let b = plan(&[], &pins);
     assert_eq!(b["plans"][0]["cache_key"], key);
-    let other = lab.pins_with(&lab.rev, &SINGLE.replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1));
+    // (a 10.0 build serves b200: pins.toml schema 2 checks the topology's GPU against the arch list)
+    let other = lab.pins_with(
+        &lab.rev,
+        &SINGLE.replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1).replacen(
+            "gpu = \"h100\"",
+            "gpu = \"b200\"",
+            1,
+        ),
+    );
     let c = plan(&[], &other);
     assert_ne!(c["plans"][0]["cache_key"], key);
     assert_eq!(c["plans"][0]["run"]["env"]["TORCH_CUDA_ARCH_LIST"], "10.0");
@@ -215,6 +223,14 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     let prov: serde_json::Value =
         serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["source"]["rev"], lab.rev.as_str());
+    // Path-free: the local --source, the build folder and the toolchain's folders are roots.
+    // Path-free: a local source by its folder name (verify then asks for --source).
+    assert_eq!(prov["source"]["repo"], "local:DeepEP");
+    assert_eq!(prov["build"]["cwd"], "${build}/src");
+    assert_eq!(
+        prov["env"]["NVSHMEM_DIR"],
+        "${python}/lib/python3.11/site-packages/nvidia/nvshmem".replace("3.11", &python_minor(&lab))
+    );
     assert_eq!(prov["source"]["short"], short);
     assert_eq!(prov["variant"]["name"], "sn");
     assert_eq!(prov["env"]["HYBRID_EP_MULTINODE"], "0");
@@ -793,12 +809,6 @@ fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_bina
         let o = bin().args(["pins", "check", "--pins"]).arg(&bad).output().unwrap();
         assert_eq!(o.status.code(), Some(0), "pins check reads no source: {}", stderr(&o));
     }
-    // `env` is a schema-2 key.
-    let old = lab.dir.path().join("old-schema.toml");
-    std::fs::write(&old, std::fs::read_to_string(v2pins).unwrap().replacen("schema = 2", "schema = 1", 1)).unwrap();
-    let o = bin().args(["pins", "check", "--pins"]).arg(&old).output().unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("`env` needs schema = 2"), "{}", stderr(&o));
 }
 
 /// `plan --format json` is a full build recipe: its argv, run in its working
@@ -868,4 +878,9 @@ fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
 fn run_ok(c: &mut Command) {
     let o = c.output().unwrap();
     assert!(o.status.success(), "{c:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `3.11` of the lab's build venv (its lib/pythonX.Y folder).
+fn python_minor(lab: &Lab) -> String {
+    lab.site.parent().unwrap().file_name().unwrap().to_string_lossy().trim_start_matches("python").to_string()
 }

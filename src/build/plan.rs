@@ -28,6 +28,8 @@ pub const SCHEMA: u32 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Root {
+    /// A local `--source` (a folder snapshot or a local repository).
+    Source,
     /// The build's own folder: `src/` (the fresh checkout) and `dist/`.
     Build,
     /// `--cache-dir`: mirrors, logs, wheel entries, registry toolchains.
@@ -45,6 +47,7 @@ pub enum Root {
 impl Root {
     pub fn as_str(self) -> &'static str {
         match self {
+            Root::Source => "source",
             Root::Build => "build",
             Root::Cache => "cache",
             Root::Out => "out",

@@ -271,6 +271,15 @@ fn plan_variant(
     roots.0.insert(Root::Build, build.clone());
     roots.0.insert(Root::Cache, ctx.cache_dir.to_path_buf());
     roots.0.insert(Root::Out, ctx.out_dir.to_path_buf());
+    match &ctx.origin.snapshot_of {
+        Some((dir, _)) => {
+            roots.0.insert(Root::Source, dir.clone());
+        }
+        None if ctx.origin.repo.starts_with('/') => {
+            roots.0.insert(Root::Source, PathBuf::from(&ctx.origin.repo));
+        }
+        None => {}
+    }
     // Without a toolchain: the Python build-wheel would run (the registry's, or `--python`).
     let python = match tc {
         ToolchainPart::Known(t) => t.python.to_string_lossy().into_owned(),
