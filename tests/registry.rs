@@ -323,7 +323,10 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
             .output()
             .unwrap(),
     );
-    assert_eq!(plan["plans"][0]["run"]["env"]["CUDA_HOME"], here.join("cuda-home").to_str().unwrap());
+    // The moved toolchain is what the build root's link points at; the build sees the same path.
+    assert_eq!(plan["plans"][0]["hooks"]["links"]["toolchain"], here.to_str().unwrap());
+    let seen = Path::new(deepep_forge::build::canon::CANONICAL_ROOT).join("toolchain/cuda-home");
+    assert_eq!(plan["plans"][0]["run"]["env"]["CUDA_HOME"], seen.to_str().unwrap());
     assert!(
         here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(),
         "relative links survive the move"
