@@ -22,6 +22,12 @@ pub(super) struct Tools {
     cuda_home: PathBuf,
 }
 
+impl Tools {
+    pub(super) fn cuda_home(&self) -> &Path {
+        &self.cuda_home
+    }
+}
+
 pub(super) fn tools() -> Result<Tools> {
     let venv = std::env::var_os("DEEPEP_FORGE_TOOLS")
         .map(PathBuf::from)
@@ -71,6 +77,11 @@ fn cpu(who: i32) -> Duration {
 
 /// Run `c` to the end (output captured), timing wall and children's CPU.
 pub(super) fn timed(c: Cmd<'_>) -> Result<Sample> {
+    timed_output(c).map(|(s, _)| s)
+}
+
+/// [`timed`], also returning what the command printed.
+pub(super) fn timed_output(c: Cmd<'_>) -> Result<(Sample, std::process::Output)> {
     let shown = c.to_string();
     let (t0, c0) = (Instant::now(), cpu(libc::RUSAGE_CHILDREN));
     let o = c.quiet().ignore_status().output().with_context(|| format!("running {shown}"))?;
@@ -81,7 +92,7 @@ pub(super) fn timed(c: Cmd<'_>) -> Result<Sample> {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    Ok(s)
+    Ok((s, o))
 }
 
 /// Medians of wall and CPU time (each sorted on its own).
