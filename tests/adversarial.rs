@@ -607,6 +607,35 @@ fn flag_cases() -> Vec<Case> {
     ]
 }
 
+fn misc_cases() -> Vec<Case> {
+    let env = |name: &str, record: &str| {
+        Case::new(format!("installed env: {name}"))
+            .file("site/deep_ep/__init__.py", "")
+            .file("site/deep_ep-1.2.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: deep_ep\nVersion: 1.2.1\n")
+            .file("site/deep_ep-1.2.1.dist-info/RECORD", format!("deep_ep-1.2.1.dist-info/METADATA,,\n{record}"))
+            .env("PYTHONPATH", "{dir}/site")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(&["probe", "--python", "python3"])
+            .exit(1)
+    };
+    vec![
+        env("RECORD names /dev/zero", "/dev/zero,sha256=AAAA,1\n").says("not a regular file"),
+        env("RECORD names a FIFO", "../fifo,sha256=AAAA,1\n")
+            .setup(|d| fifo(&d.join("fifo")))
+            .says("not a regular file"),
+        Case::new("docker bake --check: bake file is /dev/zero")
+            .file("pins.toml", PINS)
+            .setup(|d| symlink("/dev/zero", &d.join("docker/docker-bake.json")))
+            .args(&["docker", "bake", "--check"])
+            .says("not a regular file"),
+        Case::new("docker bake --check: bake file is a FIFO")
+            .file("pins.toml", PINS)
+            .setup(|d| fifo(&d.join("docker/docker-bake.json")))
+            .args(&["docker", "bake", "--check"])
+            .says("not a regular file"),
+    ]
+}
+
 fn pin_set_cases() -> Vec<Case> {
     let set = |name: &str| {
         Case::new(format!("pin set: {name}")).file("pins.toml", PINS).args(&[
@@ -653,6 +682,7 @@ fn hostile_inputs_are_refused_cleanly() {
     cases.extend(wheel_cases());
     cases.extend(flag_cases());
     cases.extend(pin_set_cases());
+    cases.extend(misc_cases());
     assert!(cases.len() >= 110, "{} cases", cases.len());
     run_all(cases);
 }

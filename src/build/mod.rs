@@ -139,7 +139,11 @@ fn make_plans(c: &Common) -> Result<Planned> {
     std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
     let mut plans = Vec::new();
     if !here.is_empty() {
-        let origin = source::resolve(&c.source.clone().unwrap_or_else(|| pins_repo(&pins)), &cache_dir)?;
+        // Only --source may name a local folder; pins.toml's repo is a remote URL, never looked up on disk.
+        let origin = match &c.source {
+            Some(s) => source::resolve(s, &cache_dir)?,
+            None => source::Origin { repo: pins_repo(&pins), snapshot_of: None },
+        };
         let tc = identify(c, &pins, &cache_dir)?;
         let caller_env: BTreeMap<String, String> = std::env::vars().collect();
         let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
