@@ -180,6 +180,11 @@ fn pins_cases() -> Vec<Case> {
             .file("pins.toml", PINS.replacen(&format!("rev = \"{REV}\""), "rev = \"--output=x\"", 1))
             .args(&["pins", "check"])
             .says("not a full commit"),
+        Case::new("pins: a 1 MB rev is quoted cut")
+            .file("pins.toml", PINS.replacen(&format!("rev = \"{REV}\""), &format!("rev = \"{}\"", "z".repeat(1 << 20)), 1))
+            .args(&["pins", "check"])
+            .says("more bytes")
+            .hides(&"z".repeat(200)),
         Case::new("pins: unknown key")
             .file("pins.toml", PINS.replacen("[source]", "[source]\nupload_pack = \"x\"", 1))
             .args(&["pins", "check"])
