@@ -102,6 +102,15 @@ pub fn is_name(name: &str, target: &PackageName) -> bool {
 
 /// Parse a DeepEP requirement string fully (PEP 508), or fail naming file:line.
 pub fn parse_requirement(req: &str, path: &Path, line: usize) -> Result<Requirement<VerbatimUrl>> {
+    // pep508_rs 0.9 can panic slicing non-ASCII text (see `marker::parse`).
+    if !req.is_ascii() {
+        return Err(Failure::usage(format!(
+            "{}:{line}: `{}` is not ASCII: a PEP 508 requirement is (percent-encode a URL)",
+            path.display(),
+            crate::input::excerpt(req, 60)
+        ))
+        .into());
+    }
     Requirement::<VerbatimUrl>::from_str(req).map_err(|e| {
         Failure::usage(format!("{}:{line}: not a valid PEP 508 requirement: {e}", path.display()))
             .hint("fix the requirement string (e.g. `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>`)")
@@ -129,6 +138,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 kind: Kind::Requirement,
                 file: path.to_path_buf(),
                 line,
+                col: ix.col(text, item.span().start),
                 place: place.clone(),
                 archs: marker::archs(&req.marker, &MarkerTree::TRUE),
                 git,
@@ -175,7 +185,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 let at = text[span.clone()].find(needle).map(|o| span.start + o).unwrap_or(span.start);
                 let line = ix.line(at);
                 let m = match &s.marker {
-                    Some(m) => MarkerTree::from_str(m).map_err(|e| {
+                    Some(m) => super::marker::parse(m).map_err(|e| {
                         Failure::usage(format!("{}:{line}: tool.uv.sources.{key}: invalid marker: {e}", path.display()))
                     })?,
                     None => MarkerTree::TRUE,
@@ -184,6 +194,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                     kind: Kind::Source,
                     file: path.to_path_buf(),
                     line,
+                    col: ix.col(text, at),
                     place: format!("tool.uv.sources.{key}"),
                     archs: marker::archs(&m, &MarkerTree::TRUE),
                     git: Some(GitRef { repo: repo.clone(), rev, commit: None }),
@@ -202,6 +213,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 kind: Kind::Label,
                 file: path.to_path_buf(),
                 line: ix.line(v.span().start),
+                col: ix.col(text, v.span().start),
                 place: "[[tool.uv.dependency-metadata]] version".into(),
                 // No marker: one static label serves every architecture.
                 archs: crate::pins::Arch::ALL.to_vec(),
