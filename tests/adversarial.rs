@@ -473,7 +473,7 @@ fn recipe_cases() -> Vec<Case> {
         y
     };
     let interp = {
-        let mut y = String::from("policy:\n  megatron_cfg:\n    expert_model_parallel_size: ${k0}\n");
+        let mut y = String::from("cluster:\n  num_nodes: ${k0}\n");
         for i in 0..25 {
             y.push_str(&format!("k{i}: \"${{k{0}}}${{k{0}}}${{k{0}}}\"\n", i + 1));
         }
@@ -508,10 +508,7 @@ fn recipe_cases() -> Vec<Case> {
             .says("r.yaml"),
         probe("interpolated secret is cut")
             .file("repo/p.yaml", format!("secret: \"{secret}\"\n"))
-            .file(
-                "repo/r.yaml",
-                "defaults: p.yaml\npolicy:\n  megatron_cfg:\n    expert_model_parallel_size: ${secret}\n",
-            )
+            .file("repo/r.yaml", "defaults: p.yaml\ncluster:\n  num_nodes: ${secret}\n")
             .says("SECRET-s3cr3t")
             .says("more bytes")
             .hides(&secret[..300]),
