@@ -280,7 +280,8 @@ pub fn checkout(
     git(dest, "create the build tree").args(["init", "-q"]).output()?;
     let objects = std::fs::canonicalize(mirror.join("objects"))?;
     std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
-    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", "--end-of-options", rev]).output()?;
+    // `checkout` takes no --end-of-options; `rev` is a validated 40-hex sha and `--` ends the arguments.
+    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev, "--"]).output()?;
     // `rev-parse`, as setup.py does: it never walks history, so a shallow source
     // (parents absent) works.
     let ids = git(dest, "read HEAD").args(["rev-parse", "HEAD", "--short", "HEAD"]).output()?;
