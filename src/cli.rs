@@ -50,6 +50,10 @@ pub enum Command {
     /// Container images: generate the buildx bake file from pins.toml, build images.
     #[command(subcommand)]
     Docker(crate::docker::DockerCommand),
+    /// Tell where two wheels differ: members, zip metadata, ELF sections and symbols, text lines.
+    Diff(crate::repro::DiffArgs),
+    /// Rebuild a wheel from its own provenance and compare byte for byte (exit 0 identical, 1 not).
+    Verify(crate::repro::VerifyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,6 +89,8 @@ pub enum LockCommand {
 pub enum PinCommand {
     /// Pin DeepEP to REV in pins.toml and the consumer's pyproject.toml (optionally relock with uv).
     Set(crate::pinset::SetArgs),
+    /// Undo a `pin set` that was killed half-way (its journal next to pins.toml): every file back as it was.
+    Recover(crate::pinset::RecoverArgs),
 }
 
 /// Run a parsed command; the returned `Exit` is the process's exit code.
@@ -136,11 +142,14 @@ pub fn run(command: Command) -> Result<Exit> {
         }
         Command::Lock(LockCommand::Check(a)) => crate::lock::check(a),
         Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a),
+        Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a),
         Command::Plan(a) => crate::build::plan(a),
         Command::BuildWheel(a) => crate::build::build(a),
         Command::Cache(c) => crate::cache::run(c),
         Command::Probe(a) => crate::probe::run(a),
         Command::Docker(c) => crate::docker::run(c),
+        Command::Diff(a) => crate::repro::diff(a),
+        Command::Verify(a) => crate::repro::verify(a),
     }
 }
 

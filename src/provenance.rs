@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 /// File name inside the wheel's `.dist-info/`.
 pub const FILE_NAME: &str = "deepep-forge-provenance.json";
-/// Version of this document's shape.
-pub const SCHEMA: u32 = 1;
+/// Version of this document's shape (2: no wall-clock times, no machine paths).
+pub const SCHEMA: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
@@ -22,6 +22,10 @@ pub struct Provenance {
     pub host: HostInfo,
     pub times: Times,
     pub cache_key: String,
+    /// The build as the plan ran it, path-free (`${build}/src`, ...): argv,
+    /// working folder, DeepEP's build interface. Absent in older documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildInfo>,
     /// Changes made to the built wheel (RUNPATH rewrites, ...); empty for an exact build.
     #[serde(default)]
     pub patches: Vec<Patch>,
@@ -47,6 +51,9 @@ pub struct VariantInfo {
     pub multinode: bool,
     pub transport: Option<String>,
     pub rdma_core_home: Option<String>,
+    /// Knobs the variant sets explicitly (pins.toml `env`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -57,11 +64,24 @@ pub struct ToolchainInfo {
     pub torch: Option<String>,
     pub cuda: Option<String>,
     pub nvcc: Option<String>,
+    /// Deprecated: a machine path (schema 1 wheels); new wheels record only the version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cxx: Option<String>,
     pub cxx_version: Option<String>,
+    /// sccache, the nvcc driver (its version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sccache: Option<String>,
     /// Every package of a registry toolchain, name -> version (empty for `system`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub packages: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildInfo {
+    /// `hybrid-ep`, `main` (EPv2) or `main-1.x`.
+    pub interface: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,9 +92,12 @@ pub struct HostInfo {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Times {
-    /// RFC 3339 UTC.
-    pub started: String,
-    pub finished: String,
+    /// Wall-clock start and end (schema 1 wheels only: a wheel holds no build
+    /// time now, so that a rebuild gives the same bytes; the build report has them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<String>,
     pub source_date_epoch: i64,
 }
 

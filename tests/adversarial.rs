@@ -572,6 +572,37 @@ fn wheel_cases() -> Vec<Case> {
     // Declares 10 bytes, holds 4 KiB stored.
     let liar = Member { name: "deep_ep/liar.py".into(), method: 0, data: vec![b'y'; 4096], crc: 0, size: 10 };
     let many: Vec<Member> = (0..50_001).map(|i| stored(&format!("m{i}"), b"")).collect();
+    let diff = |name: &str, bytes: Vec<u8>| {
+        Case::new(format!("wheel diff: {name}"))
+            .file(WHEEL, bytes)
+            .file("b.whl", zip_of(&[stored("deep_ep/a.py", b"x")]))
+            .args(&["diff", WHEEL, "b.whl"])
+            .memory(512 << 20)
+    };
+    v.extend([
+        diff("/dev/zero", Vec::new())
+            .setup(|d| {
+                std::fs::remove_file(d.join(WHEEL)).unwrap();
+                symlink("/dev/zero", &d.join(WHEEL))
+            })
+            .says("not a regular file"),
+        diff(
+            "1 GiB from 1 MB",
+            zip_of(&[Member {
+                name: "deep_ep/x.so".into(),
+                method: 8,
+                data: vec![0u8; 1 << 20],
+                crc: 0,
+                size: 1 << 30,
+            }]),
+        )
+        .says("inflates"),
+        diff(
+            "overlapping members",
+            zip_bytes(&[stored("deep_ep/a.py", &[b'x'; 4096])], &[(0, "deep_ep/a.py"), (0, "deep_ep/b.py")]),
+        )
+        .says("overlap"),
+    ]);
     v.extend([
         probe("empty file", Vec::new()).says("not a readable wheel"),
         probe("garbage", b"PK\x03\x04 not really".to_vec()).says("not a readable wheel"),

@@ -160,7 +160,7 @@ pub mod limits {
 /// Refuse a zip whose layout alone makes reading it unbounded: too many
 /// members, members whose data overlap (a "zip bomb" reuses one stream for
 /// every entry), declared sizes past the limits.
-fn check_layout<R: std::io::Read + std::io::Seek>(zip: &mut zip::ZipArchive<R>, path: &Path) -> Result<()> {
+pub fn check_layout<R: std::io::Read + std::io::Seek>(zip: &mut zip::ZipArchive<R>, path: &Path) -> Result<()> {
     let bad = |why: String| -> anyhow::Error {
         Failure::usage(format!("{} is not a wheel this tool reads: {why}", path.display()))
             .hint("a wheel built by pip/setuptools/deepep-forge never looks like this; do not install it")
