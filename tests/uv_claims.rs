@@ -98,7 +98,9 @@ impl Lab {
     /// Write the consumer's pyproject.toml: DeepEP at `rev` with static label `label`
     /// (`None`: no DeepEP at all), and a pins.toml pinning `rev` for both architectures.
     fn write(&self, rev: &str, label: Option<&str>) {
-        let url = format!("file://{}", self.repo.display());
+        // pins.toml names only remote repositories: the consumer uses DeepEP's URL
+        // too, and uv's git fetches it from the local repo (`uv` sets insteadOf).
+        let url = "https://github.com/deepseek-ai/DeepEP.git";
         let p = self.project();
         std::fs::create_dir_all(&p).unwrap();
         let (deps, meta) = match label {
@@ -117,10 +119,7 @@ impl Lab {
             ),
         )
         .unwrap();
-        let pins = std::fs::read_to_string(root().join("pins.toml"))
-            .unwrap()
-            .replacen("https://github.com/deepseek-ai/DeepEP.git", &url, 1)
-            .replace(UNIFIED, rev);
+        let pins = std::fs::read_to_string(root().join("pins.toml")).unwrap().replace(UNIFIED, rev);
         std::fs::write(self.dir.path().join("pins.toml"), pins).unwrap();
     }
 
@@ -136,6 +135,9 @@ impl Lab {
             .env("UV_PYTHON", &self.python)
             .env("UV_PYTHON_DOWNLOADS", "never")
             .env("UV_NO_PROGRESS", "1")
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", format!("url.file://{}.insteadOf", self.repo.display()))
+            .env("GIT_CONFIG_VALUE_0", "https://github.com/deepseek-ai/DeepEP.git")
             .env_remove("VIRTUAL_ENV")
             .env_remove("UV_INDEX_URL")
             .env_remove("UV_EXTRA_INDEX_URL");
