@@ -555,13 +555,8 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
         created_secs: now,
     };
     cache::write_entry(&stage, &entry)?;
-    // Published: what the cache holds now (ours, or a concurrent publisher's of the same key).
-    let (from, entry) = if c.no_cache {
-        (stage, entry)
-    } else {
-        let h = store.publish(&stage, &cache::Key::parse(key).map_err(Failure::problems)?)?;
-        (h.dir, h.entry)
-    };
+    let from =
+        if c.no_cache { stage } else { store.publish(&stage, &cache::Key::parse(key).map_err(Failure::problems)?)? };
     let wheel = deliver(&from, &entry, &c.out, cache_dir)?;
     for f in &pl.fixes {
         notes.push(format!("fix applied: {f}"));

@@ -305,10 +305,23 @@ impl Cache {
     }
 
     /// Publish a staged folder (wheel + entry.json) as `<cache>/wheels/<key>`
-    /// by rename, and return what is published there now: ours, or, when
-    /// another process published the key meanwhile, theirs (verified), so the
-    /// caller never reports our sha256 for their bytes.
-    pub fn publish(&self, staged: &Path, key: &Key) -> Result<Hit> {
+    /// by rename. If the key appeared meanwhile, the existing entry wins (a
+    /// builder holds the key's lock, so only a fetch can race it; see
+    /// [`Cache::publish_hit`]).
+    pub fn publish(&self, staged: &Path, key: &Key) -> Result<PathBuf> {
+        let dest = self.entry_dir(key);
+        std::fs::create_dir_all(self.wheels_dir())?;
+        match std::fs::rename(staged, &dest) {
+            Ok(()) => Ok(dest),
+            Err(_) if dest.join(ENTRY_FILE).exists() => Ok(dest),
+            Err(e) => Err(e).with_context(|| format!("publishing {} as {}", staged.display(), dest.display())),
+        }
+    }
+
+    /// [`Cache::publish`], returning what is published there now: ours, or,
+    /// when another process published the key meanwhile, theirs (verified),
+    /// so the caller never reports our sha256 for their bytes.
+    pub fn publish_hit(&self, staged: &Path, key: &Key) -> Result<Hit> {
         let dest = self.entry_dir(key);
         std::fs::create_dir_all(self.wheels_dir())?;
         match std::fs::rename(staged, &dest) {
