@@ -112,19 +112,24 @@ pub fn run(command: Command) -> Result<Exit> {
                         );
                     }
                     for v in &p.variants {
-                        let t = &v.topology;
+                        let intended = match &v.topology {
+                            Some(t) => format!(
+                                "for {} EP {} over {}x{} (R {}, MNNVL {})",
+                                t.gpu_names(","),
+                                t.ep,
+                                t.nodes,
+                                t.gpus_per_node,
+                                t.ranks_per_domain,
+                                if t.mnnvl { "yes" } else { "no" }
+                            ),
+                            None => "no intended topology".into(),
+                        };
                         println!(
-                            "variant {:<16} {:<8} arch-list {:<9} {:<11} for {} EP {} over {}x{} (R {}, MNNVL {})",
+                            "variant {:<16} {:<8} arch-list {:<9} {:<11} {intended}",
                             v.name,
                             v.arch.as_str(),
                             v.cuda_arch_list.to_env(),
                             if v.multinode { format!("multi/{}", v.transport.as_str()) } else { "single-node".into() },
-                            t.gpu,
-                            t.ep,
-                            t.nodes,
-                            t.gpus_per_node,
-                            t.ranks_per_domain,
-                            if t.mnnvl { "yes" } else { "no" }
                         );
                     }
                 }

@@ -173,7 +173,7 @@ fn pins_cases() -> Vec<Case> {
             .says("pins-\u{fffd}.toml"),
         Case::new("pins: NUL bytes").file("pins.toml", "schema = 1\0\n").args(&["pins", "check"]).says("pins.toml:"),
         Case::new("pins: schema 99")
-            .file("pins.toml", PINS.replacen("schema = 1", "schema = 99", 1))
+            .file("pins.toml", PINS.replacen("schema = 2", "schema = 99", 1))
             .args(&["pins", "check"])
             .says("schema = 99"),
         Case::new("pins: rev is an option")
@@ -447,7 +447,8 @@ fn recipe_cases() -> Vec<Case> {
         y
     };
     let interp = {
-        let mut y = String::from("policy:\n  megatron_cfg:\n    expert_model_parallel_size: ${k0}\n");
+        let mut y =
+            String::from("policy:\n  megatron_cfg:\n    enabled: true\n    expert_model_parallel_size: ${k0}\n");
         for i in 0..25 {
             y.push_str(&format!("k{i}: \"${{k{0}}}${{k{0}}}${{k{0}}}\"\n", i + 1));
         }
@@ -484,7 +485,7 @@ fn recipe_cases() -> Vec<Case> {
             .file("repo/p.yaml", format!("secret: \"{secret}\"\n"))
             .file(
                 "repo/r.yaml",
-                "defaults: p.yaml\npolicy:\n  megatron_cfg:\n    expert_model_parallel_size: ${secret}\n",
+                "defaults: p.yaml\npolicy:\n  megatron_cfg:\n    enabled: true\n    expert_model_parallel_size: ${secret}\n",
             )
             .says("SECRET-s3cr3t")
             .says("more bytes")

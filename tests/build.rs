@@ -67,7 +67,15 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
     // MAX_JOBS and the stray variables do not change the key; the arch list does.
     let b = plan(&[], &pins);
     assert_eq!(b["plans"][0]["cache_key"], key);
-    let other = lab.pins_with(&lab.rev, &SINGLE.replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1));
+    // (a 10.0 build serves b200: pins.toml schema 2 checks the topology's GPU against the arch list)
+    let other = lab.pins_with(
+        &lab.rev,
+        &SINGLE.replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1).replacen(
+            "gpu = \"h100\"",
+            "gpu = \"b200\"",
+            1,
+        ),
+    );
     let c = plan(&[], &other);
     assert_ne!(c["plans"][0]["cache_key"], key);
     assert_eq!(c["plans"][0]["env"]["TORCH_CUDA_ARCH_LIST"], "10.0");
