@@ -192,7 +192,8 @@ fn a_signed_wheel_of_another_plan_is_not_used() {
     let sn10 = SINGLE
         .replace("name = \"sn\"", "name = \"sn10\"")
         .replace("name = \"arm\"", "name = \"arm2\"")
-        .replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1);
+        .replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1)
+        .replacen("gpu = \"h100\"", "gpu = \"b200\"", 1);
     let pins = lab.pins_with(&lab.rev, &format!("{SINGLE}{sn10}"));
     let pins = pins.to_str().unwrap();
     let (secret, public) = keygen(&lab, "k1");

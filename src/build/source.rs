@@ -261,7 +261,12 @@ pub fn checkout(
     git(dest, "create the build tree").args(["init", "-q"]).output()?;
     let objects = std::fs::canonicalize(mirror.join("objects"))?;
     std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
-    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", "--end-of-options", rev]).output()?;
+    // git 2.39 (Debian 12) refuses `--end-of-options` after `checkout --detach`: the rev
+    // is checked to be a full hex sha instead, so it can never be read as an option.
+    if !crate::pins::is_full_sha(rev) {
+        anyhow::bail!("refusing to check out `{}`: not a full commit sha", crate::input::excerpt(rev, 60));
+    }
+    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
     // `rev-parse`, as setup.py does: it never walks history, so a shallow source
     // (parents absent) works.
     let ids = git(dest, "read HEAD").args(["rev-parse", "HEAD", "--short", "HEAD"]).output()?;
