@@ -10,6 +10,7 @@ pub mod dockerfile;
 pub mod error;
 pub mod findings;
 pub mod input;
+pub mod interface;
 pub mod lock;
 pub mod output;
 pub mod pins;

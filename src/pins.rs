@@ -352,6 +352,10 @@ pub struct Variant {
     pub description: Option<String>,
     /// The intended topology, if declared (probes without one judge only what the user asks).
     pub topology: Option<IntendedTopology>,
+    /// Knobs of DeepEP's build set explicitly (`env = { NAME = "value" }`);
+    /// whether the build reads them is checked by `plan` against the source
+    /// at the pinned revision (`pins check` reads no source).
+    pub env: Vec<EnvSetting>,
     /// 1-based line of the variant's `[[variant]]` table.
     pub line: usize,
 }
@@ -482,6 +486,7 @@ struct RawVariant {
     nvshmem_dir: Option<String>,
     description: Option<String>,
     topology: Option<Spanned<RawTopology>>,
+    env: Option<Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
 }
 
 /// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
@@ -696,6 +701,31 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                 format!("variant `{name}`: the DOCA multinode build rejects +PTX entries in the arch list (DeepEP setup.py)"),
             ));
         }
+        let mut env = Vec::new();
+        for (k, val) in v.env.as_ref().map(|e| e.get_ref().iter()).into_iter().flatten() {
+            let n = k.get_ref();
+            let ok = !n.is_empty()
+                && n.len() <= 64
+                && n.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                && !n.as_bytes()[0].is_ascii_digit();
+            if !ok {
+                return Err(err(
+                    k.span(),
+                    format!(
+                        "variant `{name}`: env name `{}`: expected an environment variable name (A-Z, 0-9, _)",
+                        crate::input::excerpt(n, 80)
+                    ),
+                ));
+            }
+            let value = val.get_ref();
+            if value.len() > 4096 || value.contains(['\0', '\n']) {
+                return Err(err(
+                    val.span(),
+                    format!("variant `{name}`: env {n}: the value must be one line of at most 4096 bytes"),
+                ));
+            }
+            env.push(EnvSetting { name: n.clone(), value: value.clone(), line: line_col(text, k.span().start).0 });
+        }
         let topology = match &v.topology {
             None => None,
             Some(t) => Some(topology(&name, arch, &cuda_arch_list, v.multinode, t, &err)?),
@@ -710,6 +740,7 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             nvshmem_dir: v.nvshmem_dir.filter(|s| !s.is_empty()),
             description: v.description,
             topology,
+            env,
             line: line_col(text, vspan.start).0,
         });
     }
@@ -802,6 +833,14 @@ fn topology(
         ranks_per_domain: t.ranks_per_domain,
         mnnvl: t.mnnvl,
     })
+}
+
+/// One `env` entry of a variant, with the line of its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvSetting {
+    pub name: String,
+    pub value: String,
+    pub line: usize,
 }
 
 /// A full commit sha: exactly 40 lowercase hex characters.

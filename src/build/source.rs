@@ -147,19 +147,9 @@ pub fn mirror_path(cache: &Path, repo: &str) -> PathBuf {
     cache.join("git").join(format!("{name}-{}.git", short_hash(repo)))
 }
 
-/// Facts about the pinned commit, read from the mirror.
-#[derive(Debug, Clone)]
-pub struct Commit {
-    pub commit_time: i64,
-    /// Gitlink path -> commit of the submodules the variant needs.
-    pub submodules: BTreeMap<String, String>,
-    /// The source's setup.py imports torch (`import torch` / `from torch`).
-    pub imports_torch: bool,
-}
-
-/// Make sure `rev` is in the mirror of `repo` (fetch it if not) and read the
-/// commit facts plans need. Unreachable repo: exit 3; rev not in repo: exit 2.
-pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> Result<Commit> {
+/// Make sure `rev` is in the mirror of `repo` (fetch it if not); returns the
+/// commit time. Unreachable repo: exit 3; rev not in repo: exit 2.
+pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str) -> Result<i64> {
     std::fs::create_dir_all(mirror)?;
     let _lock = lock(&mirror.with_extension("lock"))?;
     if !mirror.join("HEAD").exists() {
@@ -209,9 +199,23 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> 
             time_of()?
         }
     };
-    let commit_time = commit_time.trim().parse::<i64>().context("commit time")?;
+    commit_time.trim().parse::<i64>().context("commit time")
+}
+
+/// The text of `path` at `rev` in the mirror (`git show`, never a checkout);
+/// None when absent, not UTF-8 or over 1 MiB.
+pub fn show(mirror: &Path, rev: &str, path: &str) -> Option<String> {
+    let out = git(mirror, format!("read {path} at {rev}"))
+        .args(["show", "--end-of-options", &format!("{rev}:{path}")])
+        .output()
+        .ok()?;
+    (out.len() <= 1 << 20).then_some(out)
+}
+
+/// The commits `rev` records for the submodule `paths` (gitlinks in its tree).
+pub fn submodule_commits(mirror: &Path, repo: &str, rev: &str, paths: &[&str]) -> Result<BTreeMap<String, String>> {
     let mut subs = BTreeMap::new();
-    for path in submodules {
+    for path in paths {
         let line = git(mirror, format!("look up submodule {path}"))
             .args(["ls-tree", "--end-of-options", rev, "--", path])
             .output()?;
@@ -221,21 +225,23 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> 
                 subs.insert(path.to_string(), s.to_string());
             }
             None => {
-                return Err(Failure::env(format!("{repo} at {rev} has no submodule {path}, which this variant's build needs"))
-                    .hint("pin a revision of DeepEP's hybrid-ep branch that carries third-party/nccl, or build a single-node variant")
-                    .into())
+                return Err(Failure::usage(format!(
+                    "{repo} at {rev} has no submodule {path}, which this variant's build needs"
+                ))
+                .hint("pin a revision that carries it (DeepEP's hybrid-ep branch has third-party/nccl, main has third-party/fmt), or build a variant that does not need it")
+                .into())
             }
         }
     }
-    let setup = git(mirror, "read setup.py")
-        .args(["show", "--end-of-options", &format!("{rev}:setup.py")])
-        .output()
-        .unwrap_or_default();
-    let imports_torch = setup.lines().any(|l| {
+    Ok(subs)
+}
+
+/// setup.py imports torch (`import torch` / `from torch`): the build Python needs it.
+pub fn imports_torch(setup: &str) -> bool {
+    setup.lines().any(|l| {
         let l = l.trim_start();
         l.starts_with("import torch") || l.starts_with("from torch")
-    });
-    Ok(Commit { commit_time, submodules: subs, imports_torch })
+    })
 }
 
 fn has_commit(mirror: &Path, rev: &str) -> bool {
@@ -261,11 +267,9 @@ pub fn checkout(
     git(dest, "create the build tree").args(["init", "-q"]).output()?;
     let objects = std::fs::canonicalize(mirror.join("objects"))?;
     std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
-    // git 2.39 (Debian 12) refuses `--end-of-options` after `checkout --detach`: the rev
-    // is checked to be a full hex sha instead, so it can never be read as an option.
-    if !crate::pins::is_full_sha(rev) {
-        anyhow::bail!("refusing to check out `{}`: not a full commit sha", crate::input::excerpt(rev, 60));
-    }
+    // git < 2.43 (Debian 12's 2.39) rejects `checkout --detach --end-of-options`;
+    // a full sha cannot be read as an option, so it is checked instead.
+    anyhow::ensure!(crate::pins::is_full_sha(rev), "refusing to check out `{rev}`: not a full commit sha");
     git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
     // `rev-parse`, as setup.py does: it never walks history, so a shallow source
     // (parents absent) works.

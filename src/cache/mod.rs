@@ -304,24 +304,34 @@ impl Cache {
         anyhow::bail!("could not create a staging folder under {}", base.display())
     }
 
-    /// Publish a staged folder (wheel + entry.json) as `<cache>/wheels/<key>`
-    /// by rename. If the key appeared meanwhile, the existing entry wins (a
-    /// builder holds the key's lock, so only a fetch can race it; see
-    /// [`Cache::publish_hit`]).
-    pub fn publish(&self, staged: &Path, key: &Key) -> Result<PathBuf> {
-        let dest = self.entry_dir(key);
-        std::fs::create_dir_all(self.wheels_dir())?;
-        match std::fs::rename(staged, &dest) {
-            Ok(()) => Ok(dest),
-            Err(_) if dest.join(ENTRY_FILE).exists() => Ok(dest),
-            Err(e) => Err(e).with_context(|| format!("publishing {} as {}", staged.display(), dest.display())),
+    /// The staging folder a build plan names (`<cache>/tmp/<name>`), created
+    /// empty and locked like [`Cache::stage`]; fails if it exists.
+    pub fn stage_at(&self, dir: &Path) -> Result<Staging> {
+        let base = self.tmp_root();
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| dir.parent() == Some(base.as_path()) && !n.ends_with(".lock"))
+            .with_context(|| format!("the build folder {} is not a folder of {}", dir.display(), base.display()))?;
+        std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+        let lock_path = base.join(format!("{name}.lock"));
+        let f = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&lock_path)
+            .with_context(|| format!("creating {}", lock_path.display()))?;
+        if f.try_lock().is_err() || !lock::still_at(&f, &lock_path) {
+            anyhow::bail!("{} is taken by another process", lock_path.display());
         }
+        std::fs::create_dir(dir).with_context(|| format!("creating the build folder {}", dir.display()))?;
+        Ok(Staging { dir: dir.to_path_buf(), lock_path, _lock: f })
     }
 
-    /// [`Cache::publish`], returning what is published there now: ours, or,
-    /// when another process published the key meanwhile, theirs (verified),
-    /// so the caller never reports our sha256 for their bytes.
-    pub fn publish_hit(&self, staged: &Path, key: &Key) -> Result<Hit> {
+    /// Publish a staged folder (wheel + entry.json) as `<cache>/wheels/<key>`
+    /// by rename, and return what is published there now: ours, or, when
+    /// another process published the key meanwhile, theirs (verified), so the
+    /// caller never reports our sha256 for their bytes.
+    pub fn publish(&self, staged: &Path, key: &Key) -> Result<Hit> {
         let dest = self.entry_dir(key);
         std::fs::create_dir_all(self.wheels_dir())?;
         match std::fs::rename(staged, &dest) {

@@ -369,7 +369,7 @@ impl Cache {
             return Ok(Fetched::Rejected(format!("{}: {why}", shown(&wurl))));
         }
         super::write_entry(&dir, e)?;
-        Ok(Fetched::Hit(self.publish_hit(&dir, key)?))
+        Ok(Fetched::Hit(self.publish(&dir, key)?))
     }
 }
 

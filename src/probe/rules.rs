@@ -41,6 +41,23 @@ pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
     b.extensions.iter().find(|e| e.module == "hybrid_ep_cpp")
 }
 
+/// DeepEP's build interface a wheel was built from, by its extensions:
+/// `main` (EPv2: `deep_ep/_C`), `hybrid-ep` (`hybrid_ep_cpp`), `main-1.x`
+/// (`deep_ep_cpp` alone); None when it has none of them.
+pub fn interface_of(b: &WheelFacts) -> Option<crate::interface::Branch> {
+    use crate::interface::Branch;
+    let has = |m: &str| b.extensions.iter().any(|e| e.module == m);
+    if b.extensions.iter().any(|e| e.module == "_C" && e.path.starts_with("deep_ep/")) {
+        Some(Branch::Main)
+    } else if has("hybrid_ep_cpp") {
+        Some(Branch::HybridEp)
+    } else if has("deep_ep_cpp") {
+        Some(Branch::MainLegacy)
+    } else {
+        None
+    }
+}
+
 pub fn evidence(b: &WheelFacts) -> Evidence {
     let nvshmem = b
         .extensions
@@ -186,16 +203,40 @@ pub fn binary_checks(
         }
     }
     let wants_hybridep = request.is_some_and(|r| r.dispatcher.as_deref().is_none_or(|d| d == "hybridep"));
+    let asks_hybridep = request.is_some_and(|r| r.dispatcher.as_deref() == Some("hybridep"));
+    let modules: Vec<&str> = b.extensions.iter().map(|e| short(&e.path)).collect();
+    let interface = interface_of(b);
+    out.push(match interface {
+        Some(crate::interface::Branch::Main) => Check::pass(
+            "interface",
+            format!("DeepEP `main` (EPv2) wheel: deep_ep._C ({}); its rules apply (record, extension-elf, elf-machine, target-arch, cubin, NVSHMEM/NCCL linkage); the HybridEP rules (hybrid-ep-present, multinode, transport, JIT) do not", modules.join(", ")),
+        ),
+        Some(crate::interface::Branch::HybridEp) => Check::pass(
+            "interface",
+            format!("DeepEP `hybrid-ep` wheel ({}): every rule applies, HybridEP's included", modules.join(", ")),
+        ),
+        Some(crate::interface::Branch::MainLegacy) => Check::pass(
+            "interface",
+            format!("DeepEP `main` before EPv2 ({}): no HybridEP; the deep_ep_cpp rules apply", modules.join(", ")),
+        ),
+        None => Check::warn(
+            "interface",
+            format!("none of DeepEP's extensions (deep_ep_cpp, hybrid_ep_cpp, deep_ep._C) found: {}", if modules.is_empty() { "no extension".into() } else { modules.join(", ") }),
+        ),
+    });
     out.push(match hybrid_ep(b) {
         Some(e) => Check::pass("hybrid-ep-present", format!("{} present", short(&e.path))),
+        None if interface == Some(crate::interface::Branch::Main) && !asks_hybridep => Check::skip(
+            "hybrid-ep-present",
+            "not applicable: an EPv2 wheel (deep_ep._C) has no HybridEP, and the request does not ask for the hybridep dispatcher",
+        ),
         None => {
-            let modules: Vec<&str> = b.extensions.iter().map(|e| short(&e.path)).collect();
             let c = if wants_hybridep { Check::fail } else { Check::warn };
             c("hybrid-ep-present", format!(
                 "no hybrid_ep_cpp extension (found: {}): this DeepEP revision has no HybridEP",
                 if modules.is_empty() { "none".into() } else { modules.join(", ") }
             ))
-            .fix("pin a hybrid-ep branch revision (deepep-forge pin set REV), then rebuild: cargo xtask build-wheel --variant <variant>")
+            .fix("pin a revision of DeepEP's hybrid-ep branch (deepep-forge pin set REV), then rebuild: deepep-forge build-wheel --variant <variant>")
         }
     });
 

@@ -42,6 +42,19 @@ impl Cmd {
         Cmd { cmd, purpose: purpose.into() }
     }
 
+    /// `argv` run in `cwd` with exactly `env` (nothing inherited): a plan's command.
+    pub fn exact(
+        argv: &[String],
+        cwd: &Path,
+        env: &std::collections::BTreeMap<String, String>,
+        purpose: impl Into<String>,
+    ) -> Result<Cmd> {
+        let (program, args) = argv.split_first().context("empty command")?;
+        let mut c = Cmd::new(program, purpose);
+        c.cmd.args(args).current_dir(cwd).env_clear().envs(env);
+        Ok(c)
+    }
+
     pub fn purpose(&self) -> &str {
         &self.purpose
     }
