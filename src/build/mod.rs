@@ -3,6 +3,7 @@
 //! preflight, fresh checkout, `pip wheel`, checks, RUNPATH relocation,
 //! provenance stamping, publish into the cache and the output folder.
 //! Owns the build; must not parse consumer lockfiles or touch a GPU.
+pub mod cross;
 pub mod exec;
 pub mod plan;
 pub mod registry;
@@ -116,7 +117,20 @@ fn make_plans(c: &Common) -> Result<Planned> {
         c.variants.iter().map(|n| pins.variant(n)).collect::<Result<_>>()?
     };
     let host = Arch::host();
-    let (here, other): (Vec<&Variant>, Vec<&Variant>) = selected.into_iter().partition(|v| Some(v.arch) == host);
+    // Built here: the host's architecture, and aarch64 by cross-compiling with the registry toolchain.
+    let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_supported(v).is_ok();
+    let (here, other): (Vec<&Variant>, Vec<&Variant>) =
+        selected.into_iter().partition(|v| Some(v.arch) == host || cross_ok(v));
+    let why = |v: &Variant| {
+        match cross_supported(v) {
+        Err(why) if cross::is_cross(c.toolchain, host, v.arch) => why,
+        _ if host == Some(Arch::X86_64) && v.arch == Arch::Aarch64 => format!(
+            "{} variant: build it on an {} host, through the container path, or cross-compile it here with --toolchain registry",
+            v.arch, v.arch
+        ),
+        _ => format!("{} variant: build it on an {} host or through the container path", v.arch, v.arch),
+    }
+    };
     if !c.all && !other.is_empty() {
         let v = other[0];
         return Err(Failure::usage(format!(
@@ -125,17 +139,11 @@ fn make_plans(c: &Common) -> Result<Planned> {
             v.arch,
             std::env::consts::ARCH
         ))
-        .hint(format!("build it on an {} host or through the container path (deepep-forge docker)", v.arch))
+        .hint(why(v))
         .into());
     }
-    let skipped = other
-        .iter()
-        .map(|v| Skipped {
-            variant: v.name.clone(),
-            arch: v.arch.to_string(),
-            reason: format!("{} variant: build it on an {} host or through the container path", v.arch, v.arch),
-        })
-        .collect();
+    let skipped =
+        other.iter().map(|v| Skipped { variant: v.name.clone(), arch: v.arch.to_string(), reason: why(v) }).collect();
     let cache_dir = c.cache.resolve()?;
     std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
     let mut plans = Vec::new();
@@ -151,11 +159,33 @@ fn make_plans(c: &Common) -> Result<Planned> {
             jobs,
             caller_env: &caller_env,
         };
+        let mut cross_tc = None;
         for v in here {
-            plans.push(plan::plan(&pins, v, &origin, &tc, &settings)?);
+            let tc = if Some(v.arch) == host {
+                &tc
+            } else {
+                if cross_tc.is_none() {
+                    let p = tc.registry.as_ref().expect("cross builds use the registry toolchain");
+                    cross_tc = Some(cross::provision(p, &tc, &cache_dir)?.toolchain(&tc));
+                }
+                cross_tc.as_ref().expect("provisioned")
+            };
+            plans.push(plan::plan(&pins, v, &origin, tc, &settings)?);
         }
     }
     Ok(Planned { cache_dir, plans, skipped })
+}
+
+/// Whether an aarch64 variant can be cross-compiled (the DOCA multinode path
+/// builds NCCL's DOCA objects with make and links rdma-core: not for aarch64 yet).
+fn cross_supported(v: &Variant) -> Result<(), String> {
+    if v.multinode && v.transport == Transport::Doca {
+        return Err(format!(
+            "{} variant with the DOCA multinode path: cross-compiling NCCL's DOCA objects and rdma-core for aarch64 is not supported; build it on an aarch64 host or through the container path",
+            v.arch
+        ));
+    }
+    Ok(())
 }
 
 /// The toolchain `--toolchain` names (the registry one provisioned first).
@@ -271,6 +301,23 @@ fn print_plan(pl: &Plan, cached: bool) {
         );
         for n in &r.notes {
             println!("  note        {n}");
+        }
+    }
+    if let Some(x) = &t.cross {
+        let pick = |n: &str| format!("{n} {}", x.packages.get(n).map(String::as_str).unwrap_or("-"));
+        println!(
+            "  cross       {} -> {} ({}, wheels for {}, Python {} {})",
+            x.host, x.target, x.triple, x.python_platform, x.python_version, x.ext_suffix
+        );
+        println!(
+            "  sysroot     {} ({} wheels: {}, ...; {} Debian arm64 packages)",
+            x.root.display(),
+            x.packages.len(),
+            ["torch", "nvidia-cuda-runtime", "nvidia-nvshmem-cu13"].map(pick).join(", "),
+            x.debs.len()
+        );
+        for (h, tg) in &x.path_map {
+            println!("  path map    {h} -> {tg}");
         }
     }
     for (k, c) in &t.compilers {
@@ -530,6 +577,7 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
             cxx: pl.toolchain.compilers.get("CXX").map(|c| c.path.to_string_lossy().into_owned()),
             cxx_version: pl.toolchain.compilers.get("CXX").map(|c| c.version.clone()),
             packages: pl.toolchain.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
+            cross: pl.toolchain.cross.as_ref().map(cross::Sysroot::provenance),
         },
         host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
         times: provenance::Times {
@@ -546,6 +594,16 @@ fn fresh(pl: &Plan, p: &Planned, c: &Common, notes: &mut Vec<String>) -> Result<
     let wheel_file = built.file_name().expect("file").to_string_lossy().into_owned();
     stamp::stamp(&built, &stage.join(&wheel_file), &changes)?;
     check_interrupted()?;
+    if let Some(x) = &pl.toolchain.cross {
+        let checked = cross::check_wheel(&stage.join(&wheel_file), x, tmp.path())?;
+        let n: usize = checked.needed.values().map(|m| m.len()).sum();
+        notes.push(format!(
+            "cross check: {n} NEEDED of {} extensions resolved in the aarch64 sysroot (libcuda.so.1/libnvidia-ml.so.1: the run machine's driver)",
+            checked.needed.len()
+        ));
+        notes.push(format!("cross check: qemu-aarch64 {}", checked.import));
+        check_interrupted()?;
+    }
     let (sha256, size) = stamp::sha256_file(&stage.join(&wheel_file))?;
     let now = provenance::now_secs();
     let entry = cache::Entry {

@@ -132,6 +132,9 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
         env.insert("PATH".into(), format!("{}{path}", r.bin().display()));
         env.insert("LIBRARY_PATH".into(), tc.cuda_home.join("lib64").to_string_lossy().into_owned());
     }
+    if let Some(x) = &tc.cross {
+        env.extend(x.build_env());
+    }
     let mut fixes = Vec::new();
     if tc.cuda_major() >= 13 {
         let cccl = tc.cuda_home.join("include/cccl");
@@ -160,7 +163,10 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
         submodules: &commit.submodules,
         env: env
             .iter()
-            .filter(|(k, _)| !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH"].contains(&k.as_str()))
+            .filter(|(k, _)| {
+                !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH", "CC", "CXX", "LDSHARED", "PYTHONPATH"]
+                    .contains(&k.as_str())
+            })
             .collect(),
         python: (&tc.python_version, &tc.python_tag, &tc.platform),
         torch: (tc.torch.as_deref(), tc.torch_cuda.as_deref()),
@@ -168,6 +174,15 @@ pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Setti
         compilers: tc.compilers.iter().map(|(k, c)| (k.as_str(), c.version.as_str())).collect(),
         host: std::env::consts::ARCH,
         registry: tc.registry.as_ref().map(|r| (&r.packages, r.stub_symbols)),
+        cross: tc.cross.as_ref().map(|x| CrossKey {
+            target: &x.target,
+            triple: &x.triple,
+            python_platform: &x.python_platform,
+            python: &x.python_version,
+            packages: &x.packages,
+            debs: &x.debs,
+            stub_symbols: x.stub_symbols,
+        }),
     });
     let log = s.cache_dir.join("logs").join(format!("{}-{}.log", v.name, &key[..12]));
     Ok(Plan {
@@ -245,6 +260,20 @@ struct KeyInput<'a> {
     /// The registry toolchain's packages and stub (absent for `system`: its keys stay as they were).
     #[serde(skip_serializing_if = "Option::is_none")]
     registry: Option<(&'a BTreeMap<String, String>, usize)>,
+    /// The cross build's target side (absent for native builds: their keys stay as they were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cross: Option<CrossKey<'a>>,
+}
+
+#[derive(Serialize)]
+struct CrossKey<'a> {
+    target: &'a str,
+    triple: &'a str,
+    python_platform: &'a str,
+    python: &'a str,
+    packages: &'a BTreeMap<String, String>,
+    debs: &'a BTreeMap<String, String>,
+    stub_symbols: usize,
 }
 
 fn cache_key(k: &KeyInput) -> String {
