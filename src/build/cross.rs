@@ -249,7 +249,10 @@ fn make(
     root: &Path,
     key: &str,
 ) -> Result<Sysroot> {
-    // 1. The target's wheels.
+    // 1. Debian's arm64 Python and libraries.
+    let debs = debian_root(minor, stage)?;
+    check_interrupted()?;
+    // 2. The target's wheels.
     let uv = registry::find_uv(&host_tc.python.to_string_lossy())?;
     let site = stage.join("site");
     let reqs = target_requirements(host)?;
@@ -269,9 +272,6 @@ fn make(
         })?;
     check_interrupted()?;
     let packages = dist_infos(&site)?;
-    // 2. Debian's arm64 Python and libraries.
-    let debs = debian_root(minor, stage)?;
-    check_interrupted()?;
     let droot = stage.join("root");
     let python_version = debs
         .get(&format!("python{minor}-minimal"))
