@@ -108,6 +108,18 @@ fn forge(lab: &Lab, links: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// A Python 3.12 on PATH (or pyenv's), for the missing-target-Python case.
+fn which_python312() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let pyenv =
+        std::fs::read_dir(home.join(".pyenv/versions")).into_iter().flatten().flatten().map(|e| e.path().join("bin"));
+    std::env::split_paths(&path)
+        .chain(pyenv)
+        .map(|d| d.join("python3.12"))
+        .find(|p| p.is_file() && !p.to_string_lossy().contains("shims"))
+}
+
 /// A copy of `wheel` with `member` replaced by `data`.
 fn rewrite_member(wheel: &Path, to: &Path, member: &str, data: &[u8]) {
     let mut zin = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
@@ -255,6 +267,40 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     assert!(format!("{err:#}").contains("forge-test: broken"), "{err:#}");
     let tmp = tempfile::tempdir().unwrap();
     assert!(cross::check_wheel(&wheel, &sysroot, tmp.path()).unwrap().import.starts_with("import ok"));
+
+    // A host Python whose minor Debian does not ship for arm64 (3.12): exit 3 saying so, no sysroot published.
+    match which_python312() {
+        None => eprintln!("SKIPPED (part): no python3.12 on this machine for the missing-target-Python case"),
+        Some(py312) => {
+            let before = std::fs::read_dir(lab.cache.join("toolchains")).unwrap().count();
+            let o = forge(
+                &lab,
+                &links,
+                &[
+                    "plan",
+                    "--toolchain",
+                    "registry",
+                    "--python",
+                    py312.to_str().unwrap(),
+                    "--pins",
+                    pins,
+                    "--variant",
+                    "arm",
+                ],
+            )
+            .output()
+            .unwrap();
+            assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+            assert!(stderr(&o).contains("Debian's arm64 archive has no Python 3.12"), "{}", stderr(&o));
+            assert!(stderr(&o).contains("bookworm: 3.11"), "{}", stderr(&o));
+            let toolchains: Vec<String> = std::fs::read_dir(lab.cache.join("toolchains"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(toolchains.len(), before + 1, "only the host toolchain for 3.12 is new: {toolchains:?}");
+        }
+    }
 
     // With the system toolchain the aarch64 variant is refused here, naming the cross path.
     let o = forge(&lab, &links, &["plan", "--pins", pins, "--python", py, "--variant", "arm"]).output().unwrap();

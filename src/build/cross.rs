@@ -440,7 +440,7 @@ fn debian_root(minor: &str, stage: &Path) -> Result<BTreeMap<String, String>> {
         .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)))
         .collect();
     if !names.contains(&format!("libpython{minor}-dev")) {
-        return Err(Failure::env(format!("Debian's arm64 archive has no libpython{minor}-dev"))
+        return Err(Failure::env(format!("Debian's arm64 archive has no Python {minor} (no libpython{minor}-dev for arm64 in the host's apt sources)"))
             .hint("pass --python with the minor Debian ships for arm64 (bookworm: 3.11); the host and target Pythons must be the same minor")
             .into());
     }
