@@ -85,6 +85,8 @@ pub enum LockCommand {
 pub enum PinCommand {
     /// Pin DeepEP to REV in pins.toml and the consumer's pyproject.toml (optionally relock with uv).
     Set(crate::pinset::SetArgs),
+    /// Undo a `pin set` that was killed half-way (its journal next to pins.toml): every file back as it was.
+    Recover(crate::pinset::RecoverArgs),
 }
 
 /// Run a parsed command; the returned `Exit` is the process's exit code.
@@ -131,6 +133,7 @@ pub fn run(command: Command) -> Result<Exit> {
         }
         Command::Lock(LockCommand::Check(a)) => crate::lock::check(a),
         Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a),
+        Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a),
         Command::Plan(a) => crate::build::plan(a),
         Command::BuildWheel(a) => crate::build::build(a),
         Command::Cache(c) => crate::cache::run(c),

@@ -3,9 +3,9 @@
 //! from pins) and running `docker buildx bake`; must not build wheels itself
 //! (the image runs `deepep-forge build-wheel`) nor parse Dockerfiles (that is
 //! `dockerfile`).
+use crate::process::Cmd;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -334,19 +334,16 @@ fn build(a: BuildArgs) -> Result<Exit> {
         Failure::env("docker not found on PATH: `docker build` runs `docker buildx bake`")
             .hint("install Docker Engine with the buildx plugin (https://docs.docker.com/engine/install/), or build one variant without docker: `deepep-forge build-wheel --variant NAME`")
     })?;
-    let probe = Command::new(&docker)
-        .args(["buildx", "version"])
-        .output()
-        .with_context(|| format!("running {} buildx version", docker.display()))?;
+    let probe = Cmd::new(&docker, "ask docker for buildx").args(["buildx", "version"]).capture()?;
     if !probe.status.success() {
         let why = String::from_utf8_lossy(&probe.stderr);
         return Err(Failure::env(format!("docker buildx is not available ({}): {}", docker.display(), why.lines().next().unwrap_or("").trim()))
             .hint("install the buildx plugin (Debian/Ubuntu: apt-get install docker-buildx-plugin; or https://github.com/docker/buildx#installing)")
             .into());
     }
-    let mut cmd = Command::new(&docker);
+    let mut cmd = Cmd::new(&docker, format!("build images from {}", a.file.display()));
     cmd.args(["buildx", "bake", "-f"]).arg(&a.file).args(&a.variant).args(&a.extra);
-    let status = cmd.status().with_context(|| format!("running {} buildx bake", docker.display()))?;
+    let status = cmd.run_inherit()?;
     crate::error::check_interrupted()?;
     if !status.success() {
         return Err(Failure::problems(format!("docker buildx bake failed ({status})"))

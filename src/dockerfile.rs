@@ -73,13 +73,7 @@ pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
 pub fn check(files: &[PathBuf], pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Result<Vec<Finding>> {
     let mut out = Vec::new();
     for f in files {
-        let text = match std::fs::read_to_string(f) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Failure::usage(format!("Dockerfile not found: {}", f.display())).into())
-            }
-            Err(e) => return Err(e).with_context(|| format!("reading {}", f.display())),
-        };
+        let text = crate::input::read_text(f, "Dockerfile", crate::input::cap::TEXT)?;
         out.extend(check_text(&text, f, pins, revs));
     }
     Ok(out)
@@ -282,6 +276,21 @@ struct Expanded {
 /// definition in scope.
 fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) -> Expanded {
     let chars: Vec<char> = word.chars().collect();
+    expand_chars(&chars, escape, lookup, 0)
+}
+
+/// `${A:-${A:-...}}` nested deeper than this is unknown (not expanded).
+const MAX_NESTING: usize = 32;
+/// An expansion longer than this is unknown (`B=${A}${A}`, `C=${B}${B}`, ...
+/// would otherwise double at each step).
+const MAX_EXPANDED: usize = 64 << 10;
+
+/// [`expand`] on a slice: nested words are sub-slices (never copied), so a
+/// deeply nested word costs linear time and memory.
+fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>, depth: usize) -> Expanded {
+    if depth > MAX_NESTING {
+        return Expanded { text: None, single: None, refs: Vec::new() };
+    }
     let mut out = String::new();
     let mut known = true;
     let mut refs: Vec<Rc<Def>> = Vec::new();
@@ -319,7 +328,7 @@ fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) ->
             continue;
         }
         if c == '$' {
-            let (name, op, word_arg, next) = parse_ref(&chars, i);
+            let (name, op, (wa, wb), next) = parse_ref(chars, i);
             if name.is_empty() {
                 out.push('$');
                 literal = true;
@@ -331,7 +340,7 @@ fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) ->
             let val = def.as_ref().and_then(|d| d.value.clone());
             let set = def.is_some();
             let nonempty = val.as_deref().is_some_and(|v| !v.is_empty());
-            let sub = |w: &str| expand(w, escape, lookup);
+            let sub = || expand_chars(&chars[wa..wb], escape, lookup, depth + 1);
             match op.as_deref() {
                 None => {
                     if let Some(d) = def {
@@ -346,7 +355,7 @@ fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) ->
                     // An ARG without default counts as unset: the default is what a build gets without --build-arg.
                     let use_default = if op.as_deref() == Some(":-") { !nonempty } else { !set || val.is_none() };
                     if use_default {
-                        let e = sub(&word_arg);
+                        let e = sub();
                         literal = true;
                         match e.text {
                             Some(t) => out.push_str(&t),
@@ -361,7 +370,7 @@ fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) ->
                     let take = if op.as_deref() == Some(":+") { nonempty } else { set && val.is_some() };
                     literal = true;
                     if take {
-                        match sub(&word_arg).text {
+                        match sub().text {
                             Some(t) => out.push_str(&t),
                             None => known = false,
                         }
@@ -370,6 +379,9 @@ fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) ->
                     }
                 }
                 Some(_) => known = false,
+            }
+            if out.len() > MAX_EXPANDED {
+                return Expanded { text: None, single: None, refs };
             }
             continue;
         }
@@ -381,8 +393,9 @@ fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) ->
     Expanded { text: known.then_some(out), single, refs }
 }
 
-/// Parse `$NAME` or `${NAME<op>word}` at `chars[i] == '$'`: (name, op, word, index after).
-fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, String, usize) {
+/// Parse `$NAME` or `${NAME<op>word}` at `chars[i] == '$'`: (name, op, word's
+/// range in `chars`, index after).
+fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize), usize) {
     let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
     if chars.get(i + 1) == Some(&'{') {
         let mut j = i + 2;
@@ -397,7 +410,7 @@ fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, String, usize
             j += 1;
         }
         let mut depth = 1;
-        let mut w = String::new();
+        let w = j;
         while j < chars.len() {
             match chars[j] {
                 '{' => depth += 1,
@@ -409,10 +422,9 @@ fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, String, usize
                 }
                 _ => {}
             }
-            w.push(chars[j]);
             j += 1;
         }
-        (name, (!op.is_empty()).then_some(op), w, (j + 1).min(chars.len()))
+        (name, (!op.is_empty()).then_some(op), (w, j.min(chars.len())), (j + 1).min(chars.len()))
     } else {
         let mut j = i + 1;
         let mut name = String::new();
@@ -420,7 +432,7 @@ fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, String, usize
             name.push(chars[j]);
             j += 1;
         }
-        (name, None, String::new(), j)
+        (name, None, (j, j), j)
     }
 }
 

@@ -6,14 +6,15 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::error::Failure;
 
-/// The schema version this build of deepep-forge reads and writes.
-pub const SCHEMA: i64 = 1;
+/// The schema version this build of deepep-forge reads and writes. Schema 1
+/// files are still read; keys new in schema 2 (a variant's `env`) need 2.
+pub const SCHEMA: i64 = 2;
 /// Default location, relative to the directory the command runs in.
 pub const DEFAULT_PATH: &str = "pins.toml";
 
@@ -258,6 +259,10 @@ pub struct Variant {
     pub nvshmem_dir: Option<String>,
     pub description: Option<String>,
     pub topology: IntendedTopology,
+    /// Knobs of DeepEP's build set explicitly (`env = { NAME = "value" }`,
+    /// schema 2); whether the build reads them is checked by `plan` against
+    /// the source at the pinned revision.
+    pub env: Vec<EnvSetting>,
     /// 1-based line of the variant's `[[variant]]` table.
     pub line: usize,
 }
@@ -277,14 +282,10 @@ impl Pins {
     /// Read and validate a pins file. Errors are usage failures (exit 2) that
     /// name file, line and column.
     pub fn load(path: &Path) -> Result<Pins> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Failure::usage(format!("pins file not found: {}", path.display()))
-                    .hint("pass --pins FILE, run from the directory that holds pins.toml, or use --no-pins where the command offers it")
-                    .into())
-            }
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        let Some(text) = crate::input::read_text_opt(path, "pins file", crate::input::cap::TEXT)? else {
+            return Err(Failure::usage(format!("pins file not found: {}", path.display()))
+                .hint("pass --pins FILE, run from the directory that holds pins.toml, or use --no-pins where the command offers it")
+                .into());
         };
         Self::parse(&text, path)
     }
@@ -375,9 +376,9 @@ struct RawToolchain {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRdmaCore {
-    repo: String,
+    repo: Spanned<String>,
     #[serde(rename = "ref")]
-    git_ref: String,
+    git_ref: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -392,6 +393,7 @@ struct RawVariant {
     nvshmem_dir: Option<String>,
     description: Option<String>,
     topology: Spanned<RawTopology>,
+    env: Option<Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -410,10 +412,11 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         let (line, col) = line_col(text, span.start);
         Failure::usage(format!("{}:{line}:{col}: {msg}", path.display())).into()
     };
-    if *raw.schema.get_ref() != SCHEMA {
+    let schema = *raw.schema.get_ref();
+    if !(1..=SCHEMA).contains(&schema) {
         return Err(err(
             raw.schema.span(),
-            format!("schema = {} is not supported: expected schema = {SCHEMA}", raw.schema.get_ref()),
+            format!("schema = {} is not supported: expected schema = {SCHEMA} (or 1)", raw.schema.get_ref()),
         ));
     }
     let s = raw.source;
@@ -423,8 +426,11 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             "source.name is empty: expected the distribution name, e.g. \"deep_ep\"".into(),
         ));
     }
-    if s.repo.get_ref().trim().is_empty() {
-        return Err(err(s.repo.span(), "source.repo is empty: expected a git URL".into()));
+    if let Err(why) = crate::process::git::check_file_url(s.repo.get_ref()) {
+        return Err(err(
+            s.repo.span(),
+            format!("source.repo `{}`: {why}", crate::input::excerpt(s.repo.get_ref(), 80)),
+        ));
     }
     if pep440_rs::Version::from_str(s.base_version.get_ref()).is_err() || s.base_version.get_ref().contains('+') {
         return Err(err(
@@ -485,7 +491,32 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             Some(Toolchain { torch: t.torch.into_inner(), cuda: t.cuda.into_inner(), python: t.python })
         }
     };
-    let rdma_core = raw.rdma_core.map(|r| RdmaCore { repo: r.repo, git_ref: r.git_ref });
+    let rdma_core = match raw.rdma_core {
+        None => None,
+        Some(r) => {
+            if let Err(why) = crate::process::git::check_file_url(r.repo.get_ref()) {
+                return Err(err(
+                    r.repo.span(),
+                    format!("rdma_core.repo `{}`: {why}", crate::input::excerpt(r.repo.get_ref(), 80)),
+                ));
+            }
+            let g = r.git_ref.get_ref();
+            let ref_ok = !g.is_empty()
+                && !g.starts_with('-')
+                && g.bytes().all(|b| b.is_ascii_alphanumeric() || b"._/-+".contains(&b))
+                && !g.contains("..");
+            if !ref_ok {
+                return Err(err(
+                    r.git_ref.span(),
+                    format!(
+                        "rdma_core.ref `{}`: expected a tag, branch or commit (letters, digits, `.`, `_`, `/`, `-`, `+`; not starting with `-`)",
+                        crate::input::excerpt(g, 80)
+                    ),
+                ));
+            }
+            Some(RdmaCore { repo: r.repo.into_inner(), git_ref: r.git_ref.into_inner() })
+        }
+    };
 
     let mut variants: Vec<Variant> = Vec::new();
     for sv in raw.variant {
@@ -551,14 +582,11 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                 ),
             ));
         }
-        if t.ep > t.nodes * t.gpus_per_node {
+        let gpus = u64::from(t.nodes) * u64::from(t.gpus_per_node);
+        if u64::from(t.ep) > gpus {
             return Err(err(
                 tspan,
-                format!(
-                    "variant `{name}`: topology ep {} exceeds nodes × gpus_per_node = {}",
-                    t.ep,
-                    t.nodes * t.gpus_per_node
-                ),
+                format!("variant `{name}`: topology ep {} exceeds nodes × gpus_per_node = {}", t.ep, gpus),
             ));
         }
         if t.ep / t.ranks_per_domain > 1 && !v.multinode {
@@ -571,6 +599,38 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                     t.ranks_per_domain
                 ),
             ));
+        }
+        let mut env = Vec::new();
+        if let Some(e) = &v.env {
+            if schema < 2 {
+                return Err(err(
+                    e.span(),
+                    format!("variant `{name}`: `env` needs schema = 2 (this file says schema = {schema})"),
+                ));
+            }
+            for (k, val) in e.get_ref() {
+                let n = k.get_ref();
+                let ok = !n.is_empty()
+                    && n.len() <= 64
+                    && n.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                    && !n.as_bytes()[0].is_ascii_digit();
+                if !ok {
+                    return Err(err(
+                        k.span(),
+                        format!(
+                            "variant `{name}`: env name `{n}`: expected an environment variable name (A-Z, 0-9, _)"
+                        ),
+                    ));
+                }
+                let value = val.get_ref();
+                if value.len() > 4096 || value.contains(['\0', '\n']) {
+                    return Err(err(
+                        val.span(),
+                        format!("variant `{name}`: env {n}: the value must be one line of at most 4096 bytes"),
+                    ));
+                }
+                env.push(EnvSetting { name: n.clone(), value: value.clone(), line: line_col(text, k.span().start).0 });
+            }
         }
         let topology = IntendedTopology {
             gpu: t.gpu.get_ref().clone(),
@@ -590,10 +650,19 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             nvshmem_dir: v.nvshmem_dir.filter(|s| !s.is_empty()),
             description: v.description,
             topology,
+            env,
             line: line_col(text, vspan.start).0,
         });
     }
     Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants })
+}
+
+/// One `env` entry of a variant, with the line of its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EnvSetting {
+    pub name: String,
+    pub value: String,
+    pub line: usize,
 }
 
 /// A full commit sha: exactly 40 lowercase hex characters.

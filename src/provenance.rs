@@ -22,6 +22,10 @@ pub struct Provenance {
     pub host: HostInfo,
     pub times: Times,
     pub cache_key: String,
+    /// The build as the plan ran it, path-free (`${build}/src`, ...): argv,
+    /// working folder, DeepEP's build interface. Absent in older documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildInfo>,
     /// Changes made to the built wheel (RUNPATH rewrites, ...); empty for an exact build.
     #[serde(default)]
     pub patches: Vec<Patch>,
@@ -47,6 +51,9 @@ pub struct VariantInfo {
     pub multinode: bool,
     pub transport: Option<String>,
     pub rdma_core_home: Option<String>,
+    /// Knobs the variant sets explicitly (pins.toml `env`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -85,6 +92,14 @@ pub struct CrossInfo {
     pub packages: BTreeMap<String, String>,
     /// Debian arm64 packages, name -> version.
     pub debs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildInfo {
+    /// `hybrid-ep`, `main` (EPv2) or `main-1.x`.
+    pub interface: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -140,6 +140,10 @@ pub struct RequestArgs {
     /// which the verdict names; recipes name no GPU, so add --gpu or --preset.
     #[arg(long, value_name = "PATH")]
     pub recipe: Option<PathBuf>,
+    /// The folder a recipe's `defaults:` chain must stay in. Default: the git
+    /// repository holding the recipe (else the recipe's own folder).
+    #[arg(long, value_name = "DIR", requires = "recipe")]
+    pub recipe_root: Option<PathBuf>,
 }
 
 impl RequestArgs {
@@ -189,7 +193,7 @@ impl RequestArgs {
             None => Request { source: "flags".into(), ..Default::default() },
         };
         if let Some(path) = &self.recipe {
-            let r = recipe::read(path)?;
+            let r = recipe::read_within(path, self.recipe_root.as_deref())?;
             req = r.layer_over(req);
         }
         let flags = self.flags();

@@ -19,7 +19,8 @@ fn demo_pins_name_the_current_fixture_snapshot() {
     let cache = tempfile::tempdir().unwrap();
     // The README's first command uses this file: it must plan (pin == snapshot of the fixture).
     let o = bin()
-        .args(["plan", "--pins", "tests/fixtures/demo-pins.toml", "--all", "--format", "json", "--python"])
+        .args(["plan", "--pins", "tests/fixtures/demo-pins.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--all", "--format", "json", "--python"])
         .arg(&tools)
         .arg("--cache-dir")
         .arg(cache.path())
@@ -45,14 +46,17 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
     };
     let a = plan(&[("HYBRID_EP_MULTINODE", "1"), ("RDMA_CORE_HOME", "/opt/stray"), ("MAX_JOBS", "1")], &pins);
     let p = &a["plans"][0];
-    assert_eq!(a["schema"], 1);
-    assert_eq!(p["env"]["HYBRID_EP_MULTINODE"], "0");
-    assert_eq!(p["env"]["USE_NIXL"], "0");
-    assert_eq!(p["env"]["TORCH_CUDA_ARCH_LIST"], "9.0");
-    assert!(p["env"].get("RDMA_CORE_HOME").is_none(), "{p}");
-    assert_eq!(p["env"]["NVSHMEM_DIR"], lab.nvshmem_dir().to_str().unwrap());
-    assert_eq!(p["env"]["SOURCE_DATE_EPOCH"], "1786968000", "commit time of the fixture commit (2026-08-17T12:00:00Z)");
-    assert!(p["env"]["CPATH"].as_str().unwrap().ends_with("include/cccl"), "CUDA 13 fix: {p}");
+    assert_eq!(a["schema"], 2);
+    assert_eq!(p["run"]["env"]["HYBRID_EP_MULTINODE"], "0");
+    assert_eq!(p["run"]["env"]["USE_NIXL"], "0");
+    assert_eq!(p["run"]["env"]["TORCH_CUDA_ARCH_LIST"], "9.0");
+    assert!(p["run"]["env"].get("RDMA_CORE_HOME").is_none(), "{p}");
+    assert_eq!(p["run"]["env"]["NVSHMEM_DIR"], lab.nvshmem_dir().to_str().unwrap());
+    assert_eq!(
+        p["run"]["env"]["SOURCE_DATE_EPOCH"], "1786968000",
+        "commit time of the fixture commit (2026-08-17T12:00:00Z)"
+    );
+    assert!(p["run"]["env"]["CPATH"].as_str().unwrap().ends_with("include/cccl"), "CUDA 13 fix: {p}");
     assert_eq!(p["dropped_env"]["HYBRID_EP_MULTINODE"], "1");
     assert_eq!(p["dropped_env"]["RDMA_CORE_HOME"], "/opt/stray");
     assert_eq!(p["source"]["rev"], lab.rev.as_str());
@@ -69,7 +73,7 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
     let other = lab.pins_with(&lab.rev, &SINGLE.replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1));
     let c = plan(&[], &other);
     assert_ne!(c["plans"][0]["cache_key"], key);
-    assert_eq!(c["plans"][0]["env"]["TORCH_CUDA_ARCH_LIST"], "10.0");
+    assert_eq!(c["plans"][0]["run"]["env"]["TORCH_CUDA_ARCH_LIST"], "10.0");
 }
 
 /// The whole pipeline: build with a stray variable in the environment, check
@@ -637,21 +641,28 @@ topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_doma
 #[test]
 fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
     let Some(lab) = Lab::new() else { return };
-    let pins = lab.pins();
-    let text = std::fs::read_to_string(&pins).unwrap().replace("base_version = \"1.2.1\"", "base_version = \"1.2.2\"");
-    std::fs::write(&pins, text).unwrap();
+    // setup.py's label is not what its version literal says (the plan reads 1.2.1).
+    let setup = lab.repo.join("setup.py");
+    let text = std::fs::read_to_string(&setup)
+        .unwrap()
+        .replace("version=\"1.2.1\" + revision", "version=\"1.2.1\" + \".post1\" + revision");
+    std::fs::write(&setup, text).unwrap();
+    git(&lab.repo, &["commit", "-qam", "post1 label"]);
+    let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let pins = lab.pins_with(&rev, SINGLE);
     let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let short = &lab.rev[..7];
-    assert!(stderr(&o).contains("the built wheel's version is 1.2.1+"), "{}", stderr(&o));
-    assert!(stderr(&o).contains(&format!("but the pin {} must give 1.2.2+{short}", lab.rev)), "{}", stderr(&o));
+    let short = &rev[..7];
+    assert!(stderr(&o).contains("the built wheel's version is 1.2.1.post1+"), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("but the pin {rev} must give 1.2.1+{short}")), "{}", stderr(&o));
     assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty());
 
     // An old `main`-like revision: no hybrid_ep_cpp extension.
     let setup = lab.repo.join("setup.py");
     let text = std::fs::read_to_string(&setup)
         .unwrap()
-        .replace("ext_modules=[deep_ep_cpp(), hybrid_ep_cpp()]", "ext_modules=[deep_ep_cpp()]");
+        .replace("ext_modules=[deep_ep_cpp(), hybrid_ep_cpp()]", "ext_modules=[deep_ep_cpp()]")
+        .replace(" + \".post1\"", "");
     std::fs::write(&setup, text).unwrap();
     git(&lab.repo, &["commit", "-qam", "no hybrid-ep"]);
     let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
@@ -659,7 +670,8 @@ fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
     let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains(&format!("no hybrid_ep_cpp extension: the pinned revision {rev} lacks HybridEP")),
+        stderr(&o)
+            .contains(&format!("has no hybrid_ep_cpp extension, which DeepEP's `hybrid-ep` interface at {rev} builds")),
         "{}",
         stderr(&o)
     );

@@ -90,8 +90,11 @@ fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
 
 fn forge(lab: &Lab, links: &Path, args: &[&str]) -> Command {
     let mut c = bin();
-    c.args(args)
-        .current_dir(lab.dir.path())
+    c.args(args);
+    if matches!(args.first(), Some(&"plan" | &"build-wheel")) {
+        c.arg("--source").arg(&lab.repo);
+    }
+    c.current_dir(lab.dir.path())
         .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
         .env("DEEPEP_FORGE_UV", lab.tools.join("bin/uv"))
         .env("UV_CACHE_DIR", root().join("target/uv-cache"))
@@ -153,12 +156,27 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     let (pins, py) = (pins.to_str().unwrap(), python.to_str().unwrap());
     let common = ["--toolchain", "registry", "--python", py, "--pins", pins, "--format", "json"];
 
-    // plan --all: the aarch64 variant is a cross plan; the DOCA one is skipped with why.
+    // plan never downloads: before any build the cross plan says what is missing and what it needs.
+    let plan = build_support::json(&forge(&lab, &links, &[&["plan", "--all"][..], &common].concat()).output().unwrap());
+    assert_eq!(plan["plans"][1]["variant"]["name"], "arm", "{plan}");
+    assert_eq!(plan["plans"][1]["toolchain"]["state"], "missing", "{plan}");
+
+    // Build: provisions the host toolchain and the aarch64 sysroot, builds an aarch64 cp311 wheel,
+    // checks it in the sysroot and under qemu.
+    let o = forge(&lab, &links, &[&["build-wheel", "--variant", "arm"][..], &common].concat())
+        .arg("--out")
+        .arg(&lab.out)
+        .output()
+        .unwrap();
+    let r = build_support::json(&o);
+
+    // plan --all now: the aarch64 variant is a cross plan; the DOCA one is skipped with why.
     let plan = build_support::json(&forge(&lab, &links, &[&["plan", "--all"][..], &common].concat()).output().unwrap());
     let plans = plan["plans"].as_array().unwrap();
     let names: Vec<&str> = plans.iter().map(|p| p["variant"]["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["sn", "arm"], "{plan}");
     let arm = &plans[1];
+    assert_eq!(arm["toolchain"]["state"], "known", "{arm}");
     let x = &arm["toolchain"]["cross"];
     assert_eq!((x["host"].as_str(), x["target"].as_str()), (Some("x86_64"), Some("aarch64")), "{x}");
     assert_eq!(x["python_platform"], cross::PYTHON_PLATFORM);
@@ -169,10 +187,12 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     assert!(x["debs"]["libpython3.11-dev"].is_string(), "{x}");
     assert!(plans[0]["toolchain"]["cross"].is_null(), "the x86_64 plan is native");
     assert_ne!(plans[0]["cache_key"], arm["cache_key"]);
-    let env = &arm["env"];
+    let env = &arm["run"]["env"];
     assert_eq!(env["_PYTHON_HOST_PLATFORM"], "linux-aarch64");
     assert_eq!(env["_PYTHON_SYSCONFIGDATA_NAME"], "_sysconfigdata__aarch64-linux-gnu");
     assert!(env["CXX"].as_str().unwrap().ends_with("/bin/aarch64-linux-gnu-g++"), "{env}");
+    assert!(env["LDSHARED"].as_str().unwrap().ends_with("/bin/aarch64-linux-gnu-g++ -shared"), "{env}");
+    assert_eq!(arm["portable"]["env"]["_PYTHON_HOST_PLATFORM"], "linux-aarch64", "keyed");
     assert_eq!(arm["toolchain"]["platform"], "linux-aarch64");
     let skipped = &plan["skipped"];
     assert_eq!(skipped[0]["variant"], "arm-doca", "{skipped}");
@@ -189,13 +209,7 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     assert_eq!(machine(&std::fs::read(home.join("lib64/libcudart.so.13")).unwrap()), object::Architecture::Aarch64);
     assert!(sysroot.root.join("python/include/python3.11/pyconfig.h").is_file());
 
-    // Build: an aarch64 cp311 wheel, checked in the sysroot and under qemu by build-wheel itself.
-    let o = forge(&lab, &links, &[&["build-wheel", "--variant", "arm"][..], &common].concat())
-        .arg("--out")
-        .arg(&lab.out)
-        .output()
-        .unwrap();
-    let r = build_support::json(&o);
+    // The wheel: an aarch64 cp311 wheel, checked in the sysroot and under qemu by build-wheel itself.
     let res = &r["results"][0];
     assert_eq!(res["status"], "built", "{r}");
     assert_eq!(res["cache_key"], arm["cache_key"], "the plan is the build");
@@ -277,7 +291,7 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
                 &lab,
                 &links,
                 &[
-                    "plan",
+                    "build-wheel",
                     "--toolchain",
                     "registry",
                     "--python",

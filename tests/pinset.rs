@@ -149,7 +149,7 @@ fn invalid_input_changes_no_file() {
         assert_eq!(snapshot(d.path()), before, "{args:?} changed a file");
     }
     // a malformed pins.toml changes no pyproject either
-    let d = project(&unified, &pins.replacen("schema = 1", "schema = 2", 1));
+    let d = project(&unified, &pins.replacen("schema = 1", "schema = 99", 1));
     let before = snapshot(d.path());
     let o = forge(d.path(), &["pin", "set", UNIFIED]);
     assert_eq!(o.status.code(), Some(2));
@@ -196,11 +196,24 @@ fn short_revisions_resolve_only_against_a_git_source() {
     assert!(stderr(&o).contains("is not a commit in"), "{}", stderr(&o));
 }
 
-/// A consumer project whose DeepEP is `git+file://` the local repo at `rev`.
+/// DeepEP's URL (pins.toml names only remote repositories); git fetches it from
+/// the local repo through `url.<local>.insteadOf` (see [`insteadof`]).
+const DEEPEP_URL: &str = "https://github.com/deepseek-ai/DeepEP.git";
+
+/// Environment making git (under uv) fetch DEEPEP_URL from the local `repo`.
+fn insteadof(repo: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("GIT_CONFIG_COUNT", "1".into()),
+        ("GIT_CONFIG_KEY_0", format!("url.file://{}.insteadOf", repo.display())),
+        ("GIT_CONFIG_VALUE_0", DEEPEP_URL.into()),
+    ]
+}
+
+/// A consumer project whose DeepEP is DEEPEP_URL (served by the local repo) at `rev`.
 fn uv_project(dir: &Path, repo: &Path, rev: &str) -> PathBuf {
     let p = dir.join("consumer");
     std::fs::create_dir_all(&p).unwrap();
-    let url = format!("file://{}", repo.display());
+    let url = DEEPEP_URL;
     let short = git(repo, &["rev-parse", "--short", rev]).trim().to_string();
     std::fs::write(
         p.join("pyproject.toml"),
@@ -230,7 +243,7 @@ requires-dist = []
         ),
     )
     .unwrap();
-    std::fs::write(dir.join("pins.toml"), pins_text(&url, rev, rev)).unwrap();
+    std::fs::write(dir.join("pins.toml"), pins_text(url, rev, rev)).unwrap();
     p
 }
 
@@ -242,12 +255,14 @@ fn relock_runs_real_uv_then_the_lock_check() {
     let (repo, first, second) = deepep_repo(tmp.path());
     let proj = uv_project(tmp.path(), &repo, &first);
     let cache = tmp.path().join("uv-cache");
-    let env: Vec<(&str, &Path)> = vec![
+    let redirect = insteadof(&repo);
+    let mut env: Vec<(&str, &Path)> = vec![
         ("DEEPEP_FORGE_UV", &uv),
         ("UV_PYTHON", &python),
         ("UV_CACHE_DIR", &cache),
         ("UV_OFFLINE", Path::new("1")),
     ];
+    env.extend(redirect.iter().map(|(k, v)| (*k, Path::new(v.as_str()))));
     let o = run(tmp.path(), &["pin", "set", &first, "--project", "consumer", "--relock"], &env);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(read(&proj.join("uv.lock")).contains(&format!("#{first}")));
@@ -300,4 +315,231 @@ fn relock_without_uv_exits_3_and_changes_nothing() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("install it"), "{}", stderr(&o));
     assert_eq!(snapshot(d.path()), before);
+}
+
+/// A package index on 127.0.0.1 that holds every request until released
+/// (then answers 404): real uv, made slow honestly by a slow network.
+struct SlowIndex {
+    url: String,
+    seen: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    release: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SlowIndex {
+    fn start() -> SlowIndex {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/simple", server.server_addr().to_ip().unwrap());
+        let seen = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(AtomicBool::new(false));
+        let (s, r) = (Arc::clone(&seen), Arc::clone(&release));
+        std::thread::spawn(move || {
+            for req in server.incoming_requests() {
+                s.fetch_add(1, Ordering::SeqCst);
+                let r = Arc::clone(&r);
+                std::thread::spawn(move || {
+                    let t0 = std::time::Instant::now();
+                    while !r.load(Ordering::SeqCst) && t0.elapsed() < std::time::Duration::from_secs(120) {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    let _ = req.respond(tiny_http::Response::empty(404));
+                });
+            }
+        });
+        SlowIndex { url, seen, release }
+    }
+}
+
+impl Drop for SlowIndex {
+    fn drop(&mut self) {
+        self.release.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Processes whose working folder is `dir` (the uv a killed pin set left running).
+fn running_in(dir: &Path) -> usize {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c == dir))
+        .count()
+}
+
+/// Everything under `dir` (paths and bytes), but not uv's cache.
+fn files_of(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v: Vec<_> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_entry(|e| e.file_name() != "uv-cache")
+        .flatten()
+        .filter(|e| !e.file_type().is_dir())
+        .map(|e| (e.path().to_path_buf(), std::fs::read(e.path()).unwrap_or_default()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A consumer locked at `first` by real uv, then given a dependency that only
+/// the slow index serves; (tmp, repo, second sha, project, env for uv).
+type SlowSetup = (tempfile::TempDir, PathBuf, String, PathBuf, Vec<(String, String)>);
+
+fn slow_relock_setup(index: &SlowIndex) -> Option<SlowSetup> {
+    let uv = tools_venv().map(|v| v.join("bin/uv")).filter(|p| p.exists())?;
+    let python = tools_python()?;
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, first, second) = deepep_repo(tmp.path());
+    let proj = uv_project(tmp.path(), &repo, &first);
+    let mut env: Vec<(String, String)> = vec![
+        ("DEEPEP_FORGE_UV".into(), uv.display().to_string()),
+        ("UV_PYTHON".into(), python.display().to_string()),
+        ("UV_CACHE_DIR".into(), tmp.path().join("uv-cache").display().to_string()),
+    ];
+    env.extend(insteadof(&repo).into_iter().map(|(k, v)| (k.to_string(), v)));
+    let mut c = bin();
+    c.args(["pin", "set", &first, "--project", "consumer", "--relock"]).current_dir(tmp.path()).env("UV_OFFLINE", "1");
+    c.envs(env.iter().map(|(k, v)| (k, v)));
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let py = read(&proj.join("pyproject.toml")).replace("dependencies = []", "dependencies = [\"forge-slow-dep\"]");
+    std::fs::write(proj.join("pyproject.toml"), py).unwrap();
+    env.push(("UV_DEFAULT_INDEX".into(), index.url.clone()));
+    env.push(("UV_HTTP_TIMEOUT".into(), "300".into()));
+    Some((tmp, repo, second, proj, env))
+}
+
+/// Start `pin set <second> --relock` and return once uv is waiting on the index.
+fn start_slow_pin_set(
+    tmp: &Path,
+    repo: &Path,
+    second: &str,
+    env: &[(String, String)],
+    index: &SlowIndex,
+) -> std::process::Child {
+    let mut c = bin();
+    c.args(["pin", "set", second, "--source", repo.to_str().unwrap(), "--project", "consumer", "--relock"])
+        .current_dir(tmp)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    c.envs(env.iter().map(|(k, v)| (k, v)));
+    let mut child = c.spawn().unwrap();
+    let t0 = std::time::Instant::now();
+    while index.seen.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        if let Some(st) = child.try_wait().unwrap() {
+            let o = child.wait_with_output().unwrap();
+            panic!("pin set ended ({st}) before uv reached the index: {}{}", stdout(&o), stderr(&o));
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(120), "uv never reached the index");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
+
+#[test]
+fn sigint_and_sigterm_during_relock_put_every_file_back() {
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+        let index = SlowIndex::start();
+        let Some((tmp, repo, second, proj, env)) = slow_relock_setup(&index) else {
+            eprintln!("SKIPPED: uv or the tools Python not available; run `.ci/setup-tools`");
+            return;
+        };
+        let before = files_of(tmp.path());
+        let child = start_slow_pin_set(tmp.path(), &repo, &second, &env, &index);
+        // Mid-change: pyproject.toml already names the new revision, the journal is there.
+        assert!(read(&proj.join("pyproject.toml")).contains(&second), "{name}: not mid-change");
+        assert!(tmp.path().join(".deepep-forge-pin-set.journal").exists());
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(130), "{name}: {}{}", stdout(&o), stderr(&o));
+        assert_eq!(running_in(&proj), 0, "{name}: uv outlived pin set");
+        let after = files_of(tmp.path());
+        assert!(after == before, "{name}: files differ after the signal:\n{:?}", diff_paths(&before, &after));
+    }
+}
+
+#[test]
+fn sigkill_during_relock_leaves_whole_files_and_recover_undoes_it() {
+    let index = SlowIndex::start();
+    let Some((tmp, repo, second, proj, env)) = slow_relock_setup(&index) else {
+        eprintln!("SKIPPED: uv or the tools Python not available; run `.ci/setup-tools`");
+        return;
+    };
+    let before = files_of(tmp.path());
+    let old_py = read(&proj.join("pyproject.toml"));
+    let mut child = start_slow_pin_set(tmp.path(), &repo, &second, &env, &index);
+    let mid_py = read(&proj.join("pyproject.toml"));
+    child.kill().unwrap(); // SIGKILL: no handler runs
+    let _ = child.wait();
+    // uv (its own process group) is left waiting; the index lets it fail now.
+    index.release.store(true, std::sync::atomic::Ordering::SeqCst);
+    let t0 = std::time::Instant::now();
+    while running_in(&proj) > 0 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(120), "uv kept running");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Each file whole: old or new, never a mix; the journal tells the next run.
+    let py = read(&proj.join("pyproject.toml"));
+    assert!(py == old_py || py == mid_py, "pyproject.toml is neither old nor new");
+    let journal = tmp.path().join(".deepep-forge-pin-set.journal");
+    assert!(journal.exists());
+    let mut again = bin();
+    again.args(["pin", "set", &second, "--project", "consumer"]).current_dir(tmp.path());
+    let o = again.output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("was killed before it finished")
+            && stderr(&o).contains("deepep-forge pin recover --project consumer")
+            && stderr(&o).contains("already changed"),
+        "{}",
+        stderr(&o)
+    );
+    let o = bin().args(["pin", "recover", "--project", "consumer"]).current_dir(tmp.path()).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("restored") && stdout(&o).contains("to finish the change, run again"),
+        "{}",
+        stdout(&o)
+    );
+    let after = files_of(tmp.path());
+    assert!(after == before, "files differ after recover:\n{:?}", diff_paths(&before, &after));
+}
+
+#[test]
+fn a_symlinked_pyproject_has_its_target_written() {
+    let d = project(
+        &root().join("tests/fixtures/consumer-unified/pyproject.toml"),
+        &pins_text("https://github.com/deepseek-ai/DeepEP.git", X86, X86),
+    );
+    let shared = d.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::rename(d.path().join("pyproject.toml"), shared.join("pyproject.toml")).unwrap();
+    std::os::unix::fs::symlink("shared/pyproject.toml", d.path().join("pyproject.toml")).unwrap();
+    let o = forge(d.path(), &["pin", "set", X86]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is a symlink; its target"), "{}", stderr(&o));
+    assert!(std::fs::symlink_metadata(d.path().join("pyproject.toml")).unwrap().file_type().is_symlink());
+    let py = read(&shared.join("pyproject.toml"));
+    assert!(py.contains(X86) && !py.contains(UNIFIED), "{py}");
+    let names: Vec<String> =
+        std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|n| n.starts_with(".deepep-forge")), "{names:?}");
+}
+
+fn diff_paths(a: &[(PathBuf, Vec<u8>)], b: &[(PathBuf, Vec<u8>)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (p, v) in a {
+        match b.iter().find(|(q, _)| q == p) {
+            None => out.push(format!("gone {}", p.display())),
+            Some((_, w)) if w != v => out.push(format!("changed {}", p.display())),
+            _ => {}
+        }
+    }
+    for (p, _) in b {
+        if !a.iter().any(|(q, _)| q == p) {
+            out.push(format!("appeared {}", p.display()));
+        }
+    }
+    out
 }

@@ -572,7 +572,8 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
         for r in &recipes {
             let name = r.file_name().unwrap().to_str().unwrap();
             for (kind, wheel) in [("single", &w.single), ("doca", &w.doca)] {
-                let (code, v, err) = probe(&["--wheel", s(wheel), "--recipe", s(r), "--gpu", "h100"]);
+                let (code, v, err) =
+                    probe(&["--wheel", s(wheel), "--recipe", s(r), "--recipe-root", s(&fixtures), "--gpu", "h100"]);
                 assert!(code == 0 || code == 1, "{set}/{name} vs {kind}: exit {code}: {err}");
                 let req = &v["request"];
                 let dispatcher = req["dispatcher"].as_str().unwrap();
@@ -613,6 +614,8 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
         s(&w.single),
         "--recipe",
         s(&perf("recipes-h100-hybridep", "grpo-qwen3-235b-16n8g.yaml")),
+        "--recipe-root",
+        s(&fixtures),
         "--gpu",
         "h100",
     ]);
@@ -620,8 +623,16 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
     assert_eq!(status(&v, "multinode-build"), "fail");
     // 4-GPU recipes inheriting R = 8 and USE_MNNVL = 0.
     for name in ["grpo-qwen3-235b-16n4g.yaml", "grpo-deepseek-v3-32n4g.yaml"] {
-        let (code, v, _) =
-            probe(&["--wheel", s(&w.doca), "--recipe", s(&perf("recipes-h100-hybridep", name)), "--gpu", "h100"]);
+        let (code, v, _) = probe(&[
+            "--wheel",
+            s(&w.doca),
+            "--recipe",
+            s(&perf("recipes-h100-hybridep", name)),
+            "--recipe-root",
+            s(&fixtures),
+            "--gpu",
+            "h100",
+        ]);
         assert_eq!((code, status(&v, "ranks-per-node")), (1, "fail"), "{name}");
         assert_eq!(v["request"]["gpus_per_node"], 4);
     }
@@ -631,6 +642,8 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
         s(&w.doca),
         "--recipe",
         s(&perf("recipes-main", "grpo-deepseek-v3-32n4g.yaml")),
+        "--recipe-root",
+        s(&fixtures),
         "--gpu",
         "h100",
     ]);
@@ -646,6 +659,8 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
         s(&w.single),
         "--recipe",
         s(&perf("recipes-main", "grpo-llama3.1-8b-instruct-2n8g.yaml")),
+        "--recipe-root",
+        s(&fixtures),
         "--gpu",
         "h100",
     ]);

@@ -67,8 +67,11 @@ fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
 /// stand-in torch on find-links, and no CUDA on the environment.
 fn forge_registry(lab: &Lab, links: &Path, args: &[&str]) -> Command {
     let mut c = bin();
-    c.args(args)
-        .current_dir(lab.dir.path())
+    c.args(args);
+    if matches!(args.first(), Some(&"plan" | &"build-wheel")) && !args.contains(&"--source") {
+        c.arg("--source").arg(&lab.repo);
+    }
+    c.current_dir(lab.dir.path())
         .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
         .env("DEEPEP_FORGE_UV", lab.tools.join("bin/uv"))
         .env("UV_CACHE_DIR", root().join("target/uv-cache"))
@@ -133,8 +136,63 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let py = tools_py.to_str().unwrap();
     let args = ["--toolchain", "registry", "--python", py, "--pins", pins, "--variant", "sn", "--format", "json"];
 
+    // `plan` never provisions: it says what build-wheel would make, and the key is not known yet.
+    let pre = json(&forge_registry(&lab, &links, &[&["plan"][..], &args].concat()).output().unwrap());
+    let m = &pre["plans"][0]["toolchain"];
+    assert_eq!(m["state"], "missing", "{m}");
+    assert_eq!(m["kind"], "registry");
+    assert_eq!(m["would_provision"]["torch"], format!("torch=={TORCH}"));
+    assert!(
+        m["would_provision"]["packages"].as_array().unwrap().iter().any(|p| p == "nvidia-cuda-nvcc>=13.0,<13.1"),
+        "{m}"
+    );
+    assert!(pre["plans"][0]["cache_key"].is_null() && pre["plans"][0]["cache_key_unknown"].is_string(), "{pre}");
+    assert!(!lab.cache.join("toolchains").exists(), "plan provisioned a toolchain");
+
+    // Build: the fixture compiles with the registry nvcc; the wheel records the toolchain.
+    let o = forge_registry(&lab, &links, &[&["build-wheel"][..], &args].concat())
+        .arg("--out")
+        .arg(&lab.out)
+        .output()
+        .unwrap();
+    let r = json(&o);
+    assert_eq!(r["results"][0]["status"], "built", "{r}");
+    assert!(
+        r["results"][0]["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("CUDA 13.0: CUDA compiler packages pinned to >=13.0,<13.1")),
+        "{r}"
+    );
+    let wheel = PathBuf::from(r["results"][0]["wheel"].as_str().unwrap());
+    let zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+    let di = deepep_forge::wheel::stamp::dist_info_dir(&zip).unwrap();
+    let prov: Value = serde_json::from_slice(
+        &deepep_forge::wheel::stamp::read_member(&wheel, &format!("{di}/{}", deepep_forge::provenance::FILE_NAME))
+            .unwrap(),
+    )
+    .unwrap();
+    let t = &prov["toolchain"];
+    assert_eq!(t["kind"], "registry");
+    assert_eq!(t["torch"], TORCH);
+    assert_eq!(t["cuda"], "13.0");
+    let built_packages = t["packages"].clone();
+    let ext = zip.file_names().find(|n| n.starts_with("hybrid_ep_cpp") && n.ends_with(".so")).unwrap().to_string();
+    let so = lab.dir.path().join("hybrid.so");
+    std::fs::write(&so, deepep_forge::wheel::stamp::read_member(&wheel, &ext).unwrap()).unwrap();
+    let f = std::fs::read(&so).unwrap();
+    let obj = object::File::parse(&*f).unwrap();
+    assert!(obj.section_by_name(".nv_fatbin").is_some(), "{ext} has no device code");
+
     let plan = json(&forge_registry(&lab, &links, &[&["plan"][..], &args].concat()).output().unwrap());
     let p = &plan["plans"][0];
+    assert_eq!(p["toolchain"]["state"], "known");
+    assert_eq!(
+        built_packages, p["toolchain"]["registry"]["packages"],
+        "the wheel records the toolchain the plan names"
+    );
+    assert_eq!(r["results"][0]["cache_key"], p["cache_key"]);
     let reg = &p["toolchain"]["registry"];
     let root_dir = PathBuf::from(reg["root"].as_str().unwrap());
     assert!(root_dir.starts_with(lab.cache.join("toolchains")), "{reg}");
@@ -159,10 +217,10 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     }
     assert!(p["toolchain"]["nvcc_version"].as_str().unwrap().starts_with("13.0."), "{p}");
     let home = root_dir.join("cuda-home");
-    assert_eq!(p["env"]["CUDA_HOME"], home.to_str().unwrap());
-    assert_eq!(p["env"]["LIBRARY_PATH"], home.join("lib64").to_str().unwrap());
-    assert!(p["env"]["CPATH"].as_str().unwrap().starts_with(home.join("include/cccl").to_str().unwrap()));
-    assert!(p["env"]["PATH"].as_str().unwrap().starts_with(root_dir.join("env/bin").to_str().unwrap()));
+    assert_eq!(p["run"]["env"]["CUDA_HOME"], home.to_str().unwrap());
+    assert_eq!(p["run"]["env"]["LIBRARY_PATH"], home.join("lib64").to_str().unwrap());
+    assert!(p["run"]["env"]["CPATH"].as_str().unwrap().starts_with(home.join("include/cccl").to_str().unwrap()));
+    assert!(p["run"]["env"]["PATH"].as_str().unwrap().starts_with(root_dir.join("env/bin").to_str().unwrap()));
     // The layout torch's extension builder expects.
     for f in [
         "bin/nvcc",
@@ -181,43 +239,6 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     for s in ["cuInit", "cuMemAddressFree", "cuMemAlloc_v2", "cuMemcpyHtoD_v2_ptds", "cuStreamQuery_ptsz"] {
         assert!(defined.iter().any(|d| d == s), "the stub does not define {s}");
     }
-
-    // Build: the fixture compiles with the registry nvcc; the wheel records the toolchain.
-    let o = forge_registry(&lab, &links, &[&["build-wheel"][..], &args].concat())
-        .arg("--out")
-        .arg(&lab.out)
-        .output()
-        .unwrap();
-    let r = json(&o);
-    assert_eq!(r["results"][0]["status"], "built", "{r}");
-    assert!(
-        r["results"][0]["notes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n.as_str().unwrap().contains("CUDA 13.0: CUDA compiler packages pinned to >=13.0,<13.1")),
-        "{r}"
-    );
-    assert_eq!(r["results"][0]["cache_key"], p["cache_key"]);
-    let wheel = PathBuf::from(r["results"][0]["wheel"].as_str().unwrap());
-    let zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
-    let di = deepep_forge::wheel::stamp::dist_info_dir(&zip).unwrap();
-    let prov: Value = serde_json::from_slice(
-        &deepep_forge::wheel::stamp::read_member(&wheel, &format!("{di}/{}", deepep_forge::provenance::FILE_NAME))
-            .unwrap(),
-    )
-    .unwrap();
-    let t = &prov["toolchain"];
-    assert_eq!(t["kind"], "registry");
-    assert_eq!(t["torch"], TORCH);
-    assert_eq!(t["cuda"], "13.0");
-    assert_eq!(t["packages"], reg["packages"]);
-    let ext = zip.file_names().find(|n| n.starts_with("hybrid_ep_cpp") && n.ends_with(".so")).unwrap().to_string();
-    let so = lab.dir.path().join("hybrid.so");
-    std::fs::write(&so, deepep_forge::wheel::stamp::read_member(&wheel, &ext).unwrap()).unwrap();
-    let f = std::fs::read(&so).unwrap();
-    let obj = object::File::parse(&*f).unwrap();
-    assert!(obj.section_by_name(".nv_fatbin").is_some(), "{ext} has no device code");
 
     // Again: the toolchain and the wheel come from the cache.
     let stamp = std::fs::metadata(root_dir.join("toolchain.json")).unwrap().modified().unwrap();
@@ -247,7 +268,7 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let o = forge_registry(
         &lab,
         &links,
-        &["plan", "--toolchain", "registry", "--python", py, "--pins", bad.to_str().unwrap(), "--variant", "sn"],
+        &["build-wheel", "--toolchain", "registry", "--python", py, "--pins", bad.to_str().unwrap(), "--variant", "sn"],
     )
     .output()
     .unwrap();
@@ -261,7 +282,7 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let o = forge_registry(
         &lab,
         &links,
-        &["plan", "--toolchain", "registry", "--python", py, "--pins", bad.to_str().unwrap(), "--variant", "sn"],
+        &["build-wheel", "--toolchain", "registry", "--python", py, "--pins", bad.to_str().unwrap(), "--variant", "sn"],
     )
     .output()
     .unwrap();
@@ -298,48 +319,71 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
             .output()
             .unwrap(),
     );
-    assert_eq!(plan["plans"][0]["env"]["CUDA_HOME"], here.join("cuda-home").to_str().unwrap());
+    assert_eq!(plan["plans"][0]["run"]["env"]["CUDA_HOME"], here.join("cuda-home").to_str().unwrap());
     assert!(
         here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(),
         "relative links survive the move"
     );
 }
 
+/// `plan` runs anywhere (issue 13 §7): without nvcc, or without uv for the
+/// registry toolchain, it exits 0 and says what is missing, what build-wheel
+/// will need, and why the cache key is not known; build-wheel exits 3.
 #[test]
-fn without_cuda_the_system_toolchain_names_the_registry_and_without_uv_says_how_to_get_it() {
+fn without_cuda_or_uv_plan_says_what_is_missing_and_build_wheel_exits_3() {
     let Some(lab) = Lab::new() else { return };
     let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"));
+    let pins = pins.to_str().unwrap();
     // The lab's build venv has no nvidia-cuda-nvcc; no CUDA_HOME, no nvcc on PATH.
-    let o = bin()
-        .args(["plan", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--python"])
-        .arg(&lab.python)
-        .current_dir(lab.dir.path())
-        .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env_remove("CUDA_HOME")
-        .output()
-        .unwrap();
+    let no_cuda = |cmd: &str, extra: &[&str]| {
+        let mut c = bin();
+        c.args([cmd, "--all", "--pins", pins, "--python"])
+            .arg(&lab.python)
+            .args(extra)
+            .current_dir(lab.dir.path())
+            .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env_remove("CUDA_HOME")
+            .env_remove("DEEPEP_FORGE_UV");
+        c.output().unwrap()
+    };
+    let o = no_cuda("plan", &["--format", "json"]);
+    let j = json(&o);
+    let p = &j["plans"][0];
+    let t = &p["toolchain"];
+    assert_eq!((t["state"].as_str(), t["kind"].as_str()), (Some("missing"), Some("system")), "{t}");
+    assert!(t["missing"].as_str().unwrap().contains("nvcc not found"), "{t}");
+    assert!(t["hint"].as_str().unwrap().contains("--toolchain registry"), "{t}");
+    assert!(t["needs"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("nvcc")), "{t}");
+    assert!(p["cache_key"].is_null(), "{p}");
+    assert!(p["cache_key_unknown"].as_str().unwrap().contains("toolchain"), "{p}");
+    assert_eq!(j["matrix"]["include"][0]["variant"], "sn");
+    assert!(j["matrix"]["include"][0]["cache_key"].is_null());
+    // The source part is complete without a toolchain.
+    assert_eq!(p["source"]["version"], format!("1.2.1+{}", &lab.rev[..7]));
+    assert_eq!(p["run"]["env"]["TORCH_CUDA_ARCH_LIST"], "9.0");
+    let human = no_cuda("plan", &[]);
+    assert_eq!(human.status.code(), Some(0), "{}", stderr(&human));
+    assert!(stdout(&human).contains("toolchain   system MISSING: nvcc not found"), "{}", stdout(&human));
+    assert!(stdout(&human).contains("cache key   unknown:"), "{}", stdout(&human));
+
+    let o = no_cuda("build-wheel", &[]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("nvcc not found") && stderr(&o).contains("--toolchain registry"), "{}", stderr(&o));
 
-    let o = bin()
-        .args(["plan", "--toolchain", "registry", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--python"])
-        .arg(&lab.python)
-        .current_dir(lab.dir.path())
-        .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env_remove("DEEPEP_FORGE_UV")
-        .output()
-        .unwrap();
+    // The registry toolchain without uv: plan says what would be provisioned; nothing is.
+    let o = no_cuda("plan", &["--toolchain", "registry", "--format", "json"]);
+    let t = json(&o)["plans"][0]["toolchain"].clone();
+    assert_eq!((t["state"].as_str(), t["kind"].as_str()), (Some("missing"), Some("registry")), "{t}");
+    assert!(t["missing"].as_str().unwrap().contains("uv not found"), "{t}");
+    assert_eq!(t["would_provision"]["torch"], format!("torch=={TORCH}"));
+    let o = no_cuda("build-wheel", &["--toolchain", "registry"]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("uv not found") && stderr(&o).contains("pip install uv"), "{}", stderr(&o));
     assert!(!lab.cache.join("toolchains").exists(), "nothing provisioned");
 
     // --match-project is for the registry toolchain only.
-    let o = lab
-        .forge(&["plan", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--match-project", "."])
-        .output()
-        .unwrap();
+    let o = lab.forge(&["plan", "--variant", "sn", "--pins", pins, "--match-project", "."]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 

@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::exec::Cmd;
 use super::registry::{self, Provisioned};
 use super::source;
 use super::toolchain::{which, Compiler, Toolchain};
 use crate::error::{check_interrupted, Failure};
 use crate::pins::Arch;
+use crate::process::Cmd;
 
 /// Version of `cross.json` and of the sysroot layout (part of the key).
 const LAYOUT: u32 = 1;
@@ -158,8 +158,12 @@ impl Sysroot {
     }
 }
 
-/// The target side for the registry toolchain `host` (Python `host_tc`), provisioned now unless cached.
-pub fn provision(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> Result<Sysroot> {
+/// The sysroot's key and folder for the registry toolchain `host` (Python `host_tc`).
+fn keyed(
+    host: &Provisioned,
+    host_tc: &Toolchain,
+    cache_dir: &Path,
+) -> Result<(String, String, PathBuf, BTreeMap<String, Compiler>)> {
     let minor = host_tc.python_version.split('.').take(2).collect::<Vec<_>>().join(".");
     let compilers = cross_compilers()?;
     let key_text = serde_json::to_string(&(
@@ -173,6 +177,18 @@ pub fn provision(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> R
     ))?;
     let key = format!("{}-{}", source::short_hash(&key_text), Arch::Aarch64.as_str());
     let root = cache_dir.join("toolchains").join(&key);
+    Ok((minor, key, root, compilers))
+}
+
+/// The sysroot if it is provisioned (`plan` never downloads); exit 3 without the cross compiler.
+pub fn lookup(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> Result<Option<Sysroot>> {
+    let (_, _, root, _) = keyed(host, host_tc, cache_dir)?;
+    Ok(read_identity(&root))
+}
+
+/// The target side for the registry toolchain `host` (Python `host_tc`), provisioned now unless cached.
+pub fn provision(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> Result<Sysroot> {
+    let (minor, key, root, compilers) = keyed(host, host_tc, cache_dir)?;
     if let Some(s) = read_identity(&root) {
         return Ok(s);
     }
@@ -180,7 +196,7 @@ pub fn provision(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> R
     if let Some(s) = read_identity(&root) {
         return Ok(s);
     }
-    let tmp = crate::cache::tmp_dir(cache_dir)?;
+    let tmp = crate::cache::Cache::at(cache_dir).stage()?;
     let stage = tmp.path().join("sysroot");
     std::fs::create_dir(&stage)?;
     let s = make(host, host_tc, &minor, compilers, &stage, &root, &key)?;
@@ -616,13 +632,14 @@ fn import_check(wheel_dir: &Path, s: &Sysroot) -> Result<String> {
         .hint("install it, e.g. `apt-get install qemu-user-static` (Debian/Ubuntu)")
     })?;
     let code = "import deep_ep, hybrid_ep_cpp, sys; print('import ok:', deep_ep.__name__, hybrid_ep_cpp.__name__, 'under Python', sys.version.split()[0], sys.implementation._multiarch)";
-    let out = Cmd::new(&qemu, "import deep_ep and hybrid_ep_cpp under qemu-aarch64")
+    let mut c = Cmd::new(&qemu, "import deep_ep and hybrid_ep_cpp under qemu-aarch64");
+    c.cmd.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    let out = c
         .arg("-L")
         .arg(s.debian_root())
         .arg(s.python())
         .args(["-c", code])
         .dir(wheel_dir)
-        .env_clear_keep_path()
         .env("PYTHONPATH", wheel_dir)
         .env("LD_LIBRARY_PATH", s.driver_stub_dir())
         .env("PYTHONNOUSERSITE", "1")
@@ -631,23 +648,6 @@ fn import_check(wheel_dir: &Path, s: &Sysroot) -> Result<String> {
             Failure::problems(format!("{e:#}")).hint("the wheel does not import on aarch64: see the error above")
         })?;
     Ok(out.trim().to_string())
-}
-
-trait CmdEnv {
-    fn env_clear_keep_path(&mut self) -> &mut Self;
-    fn env(&mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> &mut Self;
-}
-
-impl CmdEnv for Cmd {
-    fn env_clear_keep_path(&mut self) -> &mut Self {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        self.cmd.env_clear().env("PATH", path);
-        self
-    }
-    fn env(&mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> &mut Self {
-        self.cmd.env(k, v);
-        self
-    }
 }
 
 #[cfg(test)]

@@ -1,55 +1,203 @@
-//! The build plan: everything a build needs, computed before anything
-//! compiles: source (repo, rev, submodules, commit time), the exact build
-//! environment (and what of the caller's environment was dropped), the
-//! toolchain, the pip command, the cache key and the output paths. The cache
-//! key is sha256 over the canonical JSON of everything that changes the binary.
+//! The build plan: everything a build is, computed before anything compiles.
+//! `build-wheel` executes exactly this object (argv, the whole environment,
+//! the working folder); provenance and the cache key are derived from it, so
+//! what `plan` prints is what runs.
+//!
+//! Paths: the plan holds absolute paths (what runs), and declares the roots
+//! they live under ([`Roots`]: build, cache, out, toolchain, python, cuda). The
+//! path-free form ([`Plan::portable`]) writes every path under a root as
+//! `${root}/rest`; the cache key and the provenance carry that form, so the
+//! same build in another folder keeps its key.
+//! Must not run the build.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::source::{self, Origin};
 use super::toolchain::Toolchain;
-use crate::pins::{Pins, Transport, Variant};
+use crate::interface::Interface;
 use crate::provenance::VariantInfo;
 
-/// Version of the plan / build report JSON.
-pub const SCHEMA: u32 = 1;
+/// Version of the plan / build report JSON. 2: `run` (argv, cwd, the whole
+/// environment), `roots`, `portable`, `interface`, `toolchain.state`, a
+/// `cache_key` that may be null (then `cache_key_unknown` says why).
+pub const SCHEMA: u32 = 2;
 
-/// The variables the variant decides. Any of them in the caller's environment
-/// that the plan does not set is removed, so a stray `HYBRID_EP_MULTINODE=1`
-/// in a shell cannot change a build.
-pub const VARIANT_VARS: [&str; 8] = [
-    "HYBRID_EP_MULTINODE",
-    "USE_NIXL",
-    "TORCH_CUDA_ARCH_LIST",
-    "RDMA_CORE_HOME",
-    "NVSHMEM_DIR",
-    "NIXL_HOME",
-    "MAX_JOBS",
-    "SOURCE_DATE_EPOCH",
-];
+/// A folder the plan's paths are relative to in the path-free form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Root {
+    /// The build's own folder: `src/` (the fresh checkout) and `dist/`.
+    Build,
+    /// `--cache-dir`: mirrors, logs, wheel entries, registry toolchains.
+    Cache,
+    /// `--out`.
+    Out,
+    /// The registry toolchain's folder (`<cache>/toolchains/<key>`).
+    Toolchain,
+    /// The build Python's environment (the folder above its `bin/`).
+    Python,
+    /// CUDA_HOME.
+    Cuda,
+}
 
-/// The submodule DeepEP's DOCA multinode build compiles.
-pub const NCCL_SUBMODULE: &str = "third-party/nccl";
+impl Root {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Root::Build => "build",
+            Root::Cache => "cache",
+            Root::Out => "out",
+            Root::Toolchain => "toolchain",
+            Root::Python => "python",
+            Root::Cuda => "cuda",
+        }
+    }
+}
+
+/// The declared roots, root -> absolute folder.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Roots(pub BTreeMap<Root, PathBuf>);
+
+impl Roots {
+    pub fn get(&self, r: Root) -> Option<&Path> {
+        self.0.get(&r).map(PathBuf::as_path)
+    }
+
+    /// `text` with every root folder written as `${root}`: a root matches at
+    /// the start of the text or after `:`, `=` or a space, and must be followed
+    /// by `/`, `:`, a space or the end (so `/opt/x` never matches `/opt/xy`).
+    /// The longest root wins (the build folder lives under the cache).
+    pub fn portable(&self, text: &str) -> String {
+        let mut roots: Vec<(String, Root)> = self
+            .0
+            .iter()
+            .map(|(r, p)| (p.to_string_lossy().trim_end_matches('/').to_string(), *r))
+            .filter(|(p, _)| p.len() > 1)
+            .collect();
+        roots.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let mut out = String::with_capacity(text.len());
+        let mut i = 0;
+        let bytes = text.as_bytes();
+        'scan: while i < text.len() {
+            let at_start = i == 0 || matches!(bytes[i - 1], b':' | b'=' | b' ');
+            if at_start && bytes[i] == b'/' {
+                for (p, r) in &roots {
+                    if text[i..].starts_with(p.as_str()) {
+                        let end = i + p.len();
+                        if end == text.len() || matches!(bytes[end], b'/' | b':' | b' ') {
+                            out.push_str("${");
+                            out.push_str(r.as_str());
+                            out.push('}');
+                            i = end;
+                            continue 'scan;
+                        }
+                    }
+                }
+            }
+            let ch = text[i..].chars().next().expect("in bounds");
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+        out
+    }
+
+    pub fn portable_path(&self, p: &Path) -> String {
+        self.portable(&p.to_string_lossy())
+    }
+}
+
+/// Why a variable is in the build environment, and whether it is in the cache key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnvOrigin {
+    /// A knob of DeepEP's build interface, set from the variant (keyed).
+    Knob,
+    /// Where the toolchain is (CUDA_HOME, LIBRARY_PATH; keyed in path-free form).
+    Toolchain,
+    /// A known fix the plan applies (CPATH for CUDA >= 13; keyed).
+    Fix,
+    /// Fixed by the tool for every build (PIP_CONFIG_FILE; keyed).
+    Tool,
+    /// The pinned commit's time (keyed).
+    Epoch,
+    /// The caller's value of an allow-listed variable (PATH, HOME, ...; not
+    /// keyed: the tools it selects are keyed by identity in `toolchain`).
+    Caller,
+    /// MAX_JOBS (no effect on the binary; not keyed).
+    Jobs,
+    /// A compiler hook (NVCC_APPEND_FLAGS, PYTORCH_NVCC) that changes the
+    /// compiler's output (keyed).
+    Hook,
+    /// A hook that must not change the output (a compiler cache; not keyed).
+    CacheHook,
+}
+
+impl EnvOrigin {
+    pub fn keyed(self) -> bool {
+        !matches!(self, EnvOrigin::Caller | EnvOrigin::Jobs | EnvOrigin::CacheHook)
+    }
+}
+
+/// The caller's variables a build keeps (everything else is not inherited).
+pub const PASSTHROUGH: [&str; 9] =
+    ["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CC", "CXX", "CUDAHOSTCXX"];
+
+/// The one command a build runs: argv in `cwd` with exactly `env`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// The whole environment of the build process: nothing else is inherited.
+    pub env: BTreeMap<String, String>,
+    /// Why each variable is there (and so whether it is keyed).
+    pub env_origin: BTreeMap<String, EnvOrigin>,
+}
+
+impl Run {
+    pub fn set(&mut self, name: &str, value: impl Into<String>, origin: EnvOrigin) {
+        self.env.insert(name.to_string(), value.into());
+        self.env_origin.insert(name.to_string(), origin);
+    }
+    pub fn remove(&mut self, name: &str) {
+        self.env.remove(name);
+        self.env_origin.remove(name);
+    }
+}
+
+/// The path-free form of the run: what the cache key and provenance carry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Portable {
+    pub argv: Vec<String>,
+    pub cwd: String,
+    /// The keyed variables only.
+    pub env: BTreeMap<String, String>,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
+    pub schema: u32,
     pub variant: VariantInfo,
     pub source: PlanSource,
-    /// The build's environment variables, set explicitly (in addition to the caller's others).
-    pub env: BTreeMap<String, String>,
-    /// Caller's variables the plan removed or replaced (name -> caller's value).
+    /// DeepEP's build interface at the pinned revision (branch, version scheme, knobs).
+    pub interface: Interface,
+    pub roots: Roots,
+    pub run: Run,
+    /// Caller's variables the plan removed or replaced (name -> caller's value,
+    /// or `(not shown)` for names that may carry credentials).
     pub dropped_env: BTreeMap<String, String>,
     /// Known fixes applied (CUDA >= 13: cccl on CPATH).
     pub fixes: Vec<String>,
-    pub toolchain: Toolchain,
+    /// Things the plan noticed and could not settle (unknown env reads in the source, ...).
+    pub warnings: Vec<String>,
+    pub toolchain: ToolchainPart,
     /// The source's setup.py imports torch (then the Python must have it).
     pub needs_torch: bool,
-    pub command: Vec<String>,
-    pub cache_key: String,
+    pub portable: Portable,
+    /// sha256 of the canonical path-free plan; None when it depends on what is not known yet.
+    pub cache_key: Option<String>,
+    /// Why `cache_key` is None.
+    pub cache_key_unknown: Option<String>,
     pub outputs: Outputs,
 }
 
@@ -65,202 +213,149 @@ pub struct PlanSource {
     /// The version the wheel must have: `<base>+<short>`.
     pub version: String,
     pub source_date_epoch: i64,
-    /// Path -> commit, for the submodules this variant needs.
+    /// Path -> commit, for the submodules this variant's build needs.
     pub submodules: BTreeMap<String, String>,
     pub mirror: PathBuf,
+}
+
+/// The toolchain, identified, or what is missing and what `build-wheel` will need.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum ToolchainPart {
+    Known(Box<Toolchain>),
+    Missing(MissingToolchain),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MissingToolchain {
+    /// `system` or `registry`.
+    pub kind: String,
+    /// What was not found (the error `build-wheel` exits 3 with).
+    pub missing: String,
+    /// What to do about it.
+    pub hint: Option<String>,
+    /// What `build-wheel` will need.
+    pub needs: Vec<String>,
+    /// With `--toolchain registry`: what `build-wheel` would provision.
+    pub would_provision: Option<WouldProvision>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WouldProvision {
+    /// `<cache>/toolchains/<key>`.
+    pub root: PathBuf,
+    pub python: String,
+    pub torch: String,
+    /// The CUDA packages, pinned to the CUDA minor of the installed torch.
+    pub packages: Vec<String>,
+}
+
+impl ToolchainPart {
+    pub fn known(&self) -> Option<&Toolchain> {
+        match self {
+            ToolchainPart::Known(t) => Some(t),
+            ToolchainPart::Missing(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outputs {
     pub out_dir: PathBuf,
-    /// `<cache>/wheels/<key>` (None with --no-cache).
+    /// `<cache>/wheels/<key>` (None with --no-cache or without a key).
     pub cache_entry: Option<PathBuf>,
     pub log: PathBuf,
 }
 
-/// Inputs that do not come from pins.toml.
-pub struct Settings<'a> {
-    pub cache_dir: &'a Path,
-    pub out_dir: &'a Path,
-    pub no_cache: bool,
-    pub jobs: usize,
-    /// The caller's environment (variables the plan decides are dropped from it).
-    pub caller_env: &'a BTreeMap<String, String>,
-}
+impl Plan {
+    /// The fresh checkout the build runs in.
+    pub fn tree(&self) -> &Path {
+        &self.run.cwd
+    }
 
-/// Compute the plan of one variant (fetches the pinned rev into the mirror if absent).
-pub fn plan(pins: &Pins, v: &Variant, origin: &Origin, tc: &Toolchain, s: &Settings) -> Result<Plan> {
-    let pin = pins.pin(v.arch)?;
-    if let Some((dir, sha)) = &origin.snapshot_of {
-        if *sha != pin.rev {
-            return Err(crate::error::Failure::usage(format!(
-                "{} pins {} to {}, but the folder {} snapshots to commit {sha}",
-                pins.path.display(),
-                v.arch,
-                pin.rev,
-                dir.display()
-            ))
-            .hint(format!("set rev = \"{sha}\" under [pin.{}] in {} to build these files", v.arch, pins.path.display()))
-            .into());
-        }
+    /// The build folder (its `src/` and `dist/`).
+    pub fn build_dir(&self) -> &Path {
+        self.roots.get(Root::Build).expect("every plan declares its build folder")
     }
-    let mirror = source::mirror_path(s.cache_dir, &origin.repo);
-    let needs_nccl = v.multinode && v.transport == Transport::Doca;
-    let subs: Vec<&str> = if needs_nccl { vec![NCCL_SUBMODULE] } else { vec![] };
-    let commit = source::ensure_rev(&mirror, &origin.repo, &pin.rev, &subs)?;
 
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
-    let flag = |b: bool| if b { "1" } else { "0" }.to_string();
-    env.insert("HYBRID_EP_MULTINODE".into(), flag(v.multinode));
-    env.insert("USE_NIXL".into(), flag(v.multinode && v.transport == Transport::Nixl));
-    env.insert("TORCH_CUDA_ARCH_LIST".into(), v.cuda_arch_list.to_env());
-    if v.multinode {
-        if let Some(r) = &v.rdma_core_home {
-            env.insert("RDMA_CORE_HOME".into(), r.clone());
-        }
+    /// Where pip writes the wheel (`-w`).
+    pub fn dist(&self) -> PathBuf {
+        self.build_dir().join("dist")
     }
-    if let Some(n) = &v.nvshmem_dir {
-        env.insert("NVSHMEM_DIR".into(), n.clone());
-    }
-    env.insert("MAX_JOBS".into(), s.jobs.to_string());
-    env.insert("SOURCE_DATE_EPOCH".into(), commit.commit_time.to_string());
-    env.insert("CUDA_HOME".into(), tc.cuda_home.to_string_lossy().into_owned());
-    if let Some(r) = &tc.registry {
-        // torch's extension builder runs `ninja` from PATH; the link finds libcuda.so (the stub) and
-        // the unversioned runtime names through LIBRARY_PATH.
-        let path = s.caller_env.get("PATH").filter(|p| !p.is_empty()).map(|p| format!(":{p}")).unwrap_or_default();
-        env.insert("PATH".into(), format!("{}{path}", r.bin().display()));
-        env.insert("LIBRARY_PATH".into(), tc.cuda_home.join("lib64").to_string_lossy().into_owned());
-    }
-    if let Some(x) = &tc.cross {
-        env.extend(x.build_env());
-    }
-    let mut fixes = Vec::new();
-    if tc.cuda_major() >= 13 {
-        let cccl = tc.cuda_home.join("include/cccl");
-        let mut cpath = cccl.to_string_lossy().into_owned();
-        if let Some(c) = s.caller_env.get("CPATH").filter(|c| !c.is_empty()) {
-            cpath = format!("{cpath}:{c}");
-        }
-        env.insert("CPATH".into(), cpath);
-        fixes.push(format!(
-            "CUDA {} >= 13: {} on CPATH (else `cuda/std/tuple: No such file`)",
-            tc.nvcc_version,
-            cccl.display()
-        ));
-    }
-    let dropped_env = VARIANT_VARS
-        .iter()
-        .filter_map(|k| {
-            s.caller_env.get(*k).filter(|val| env.get(*k) != Some(*val)).map(|val| (k.to_string(), val.clone()))
-        })
-        .collect();
 
-    let short = pin.short().to_string();
-    let key = cache_key(&KeyInput {
-        tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")),
-        rev: &pin.rev,
-        submodules: &commit.submodules,
-        env: env
-            .iter()
-            .filter(|(k, _)| {
-                !["MAX_JOBS", "CUDA_HOME", "CPATH", "PATH", "LIBRARY_PATH", "CC", "CXX", "LDSHARED", "PYTHONPATH"]
-                    .contains(&k.as_str())
-            })
-            .collect(),
-        python: (&tc.python_version, &tc.python_tag, &tc.platform),
-        torch: (tc.torch.as_deref(), tc.torch_cuda.as_deref()),
-        cuda: &tc.nvcc_version,
-        compilers: tc.compilers.iter().map(|(k, c)| (k.as_str(), c.version.as_str())).collect(),
-        host: std::env::consts::ARCH,
-        registry: tc.registry.as_ref().map(|r| (&r.packages, r.stub_symbols)),
-        cross: tc.cross.as_ref().map(|x| CrossKey {
-            target: &x.target,
-            triple: &x.triple,
-            python_platform: &x.python_platform,
-            python: &x.python_version,
-            packages: &x.packages,
-            debs: &x.debs,
-            stub_symbols: x.stub_symbols,
-        }),
-    });
-    let log = s.cache_dir.join("logs").join(format!("{}-{}.log", v.name, &key[..12]));
-    Ok(Plan {
-        variant: variant_info(v),
-        source: PlanSource {
-            repo: origin.repo.clone(),
-            snapshot_of: origin.snapshot_of.as_ref().map(|(d, _)| d.clone()),
-            rev: pin.rev.clone(),
-            branch: pins.source.branch.clone(),
-            version: format!("{}+{short}", pins.source.base_version),
-            short,
-            source_date_epoch: commit.commit_time,
-            submodules: commit.submodules,
-            mirror,
-        },
-        env,
-        dropped_env,
-        fixes,
-        needs_torch: commit.imports_torch,
-        command: pip_command(&tc.python),
-        toolchain: tc.clone(),
-        cache_key: key.clone(),
-        outputs: Outputs {
-            out_dir: s.out_dir.to_path_buf(),
-            cache_entry: (!s.no_cache).then(|| crate::cache::entry_dir(s.cache_dir, &key)),
-            log,
-        },
-    })
-}
+    pub fn toolchain(&self) -> Option<&Toolchain> {
+        self.toolchain.known()
+    }
 
-/// The build command; `<tmp>` is the build's temporary folder.
-pub fn pip_command(python: &Path) -> Vec<String> {
-    let mut c = vec![python.to_string_lossy().into_owned()];
-    c.extend(
-        [
-            "-m",
-            "pip",
-            "wheel",
-            "-v",
-            "--no-build-isolation",
-            "--no-deps",
-            "--no-input",
-            "--disable-pip-version-check",
-            "-w",
-            "<tmp>/dist",
-            ".",
-        ]
-        .map(String::from),
-    );
-    c
-}
-
-pub fn variant_info(v: &Variant) -> VariantInfo {
-    VariantInfo {
-        name: v.name.clone(),
-        arch: v.arch.as_str().into(),
-        cuda_arch_list: v.cuda_arch_list.to_env(),
-        multinode: v.multinode,
-        transport: v.multinode.then(|| v.transport.as_str().to_string()),
-        rdma_core_home: v.rdma_core_home.clone().filter(|_| v.multinode),
+    /// Compute the path-free form and the cache key from the rest of the
+    /// plan; call after every change to `run`, `roots` or `toolchain`.
+    pub fn seal(&mut self) {
+        let r = &self.roots;
+        self.portable = Portable {
+            argv: self.run.argv.iter().map(|a| r.portable(a)).collect(),
+            cwd: r.portable_path(&self.run.cwd),
+            env: self
+                .run
+                .env
+                .iter()
+                .filter(|(k, _)| self.run.env_origin.get(*k).is_some_and(|o| o.keyed()))
+                .map(|(k, v)| (k.clone(), r.portable(v)))
+                .collect(),
+        };
+        let Some(tc) = self.toolchain.known() else {
+            self.cache_key = None;
+            self.cache_key_unknown =
+                Some("the toolchain is not known yet (its identity is part of the key); see `toolchain`".into());
+            return;
+        };
+        let key = cache_key(&KeyInput {
+            tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")),
+            schema: SCHEMA,
+            rev: &self.source.rev,
+            submodules: &self.source.submodules,
+            interface: self.interface.branch.as_str(),
+            variant: (&self.variant.cuda_arch_list, self.variant.multinode, self.variant.transport.as_deref()),
+            run: &self.portable,
+            python: (&tc.python_version, &tc.python_tag, &tc.platform),
+            torch: (tc.torch.as_deref(), tc.torch_cuda.as_deref()),
+            cuda: &tc.nvcc_version,
+            compilers: tc.compilers.iter().map(|(k, c)| (k.as_str(), c.version.as_str())).collect(),
+            host: std::env::consts::ARCH,
+            registry: tc.registry.as_ref().map(|r| (&r.packages, r.stub_symbols)),
+            cross: tc.cross.as_ref().map(|x| CrossKey {
+                target: &x.target,
+                triple: &x.triple,
+                python_platform: &x.python_platform,
+                python: &x.python_version,
+                packages: &x.packages,
+                debs: &x.debs,
+                stub_symbols: x.stub_symbols,
+            }),
+        });
+        self.cache_key = Some(key);
+        self.cache_key_unknown = None;
     }
 }
 
 #[derive(Serialize)]
 struct KeyInput<'a> {
     tool: &'a str,
+    schema: u32,
     rev: &'a str,
     submodules: &'a BTreeMap<String, String>,
-    env: BTreeMap<&'a String, &'a String>,
+    interface: &'a str,
+    variant: (&'a str, bool, Option<&'a str>),
+    /// argv, cwd and the keyed environment, path-free.
+    run: &'a Portable,
     python: (&'a str, &'a str, &'a str),
     torch: (Option<&'a str>, Option<&'a str>),
     cuda: &'a str,
     compilers: BTreeMap<&'a str, &'a str>,
     host: &'a str,
-    /// The registry toolchain's packages and stub (absent for `system`: its keys stay as they were).
+    /// The registry toolchain's packages and stub (absent for `system`).
     #[serde(skip_serializing_if = "Option::is_none")]
     registry: Option<(&'a BTreeMap<String, String>, usize)>,
-    /// The cross build's target side (absent for native builds: their keys stay as they were).
+    /// A cross build's target side (absent for native builds: their keys stay as they were).
     #[serde(skip_serializing_if = "Option::is_none")]
     cross: Option<CrossKey<'a>>,
 }
@@ -278,4 +373,48 @@ struct CrossKey<'a> {
 
 fn cache_key(k: &KeyInput) -> String {
     hex::encode(Sha256::digest(serde_json::to_vec(k).expect("plain data serialises")))
+}
+
+/// The build command: pip builds the checkout in `cwd` into `dist`.
+pub fn pip_argv(python: &str, dist: &Path) -> Vec<String> {
+    let mut c = vec![python.to_string()];
+    c.extend(
+        ["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-input", "--disable-pip-version-check"]
+            .map(String::from),
+    );
+    c.push("-w".into());
+    c.push(dist.to_string_lossy().into_owned());
+    c.push(".".into());
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots() -> Roots {
+        Roots(BTreeMap::from([
+            (Root::Cache, PathBuf::from("/c/cache")),
+            (Root::Build, PathBuf::from("/c/cache/tmp/build-1-sn")),
+            (Root::Cuda, PathBuf::from("/opt/cuda")),
+        ]))
+    }
+
+    #[test]
+    fn portable_form_replaces_roots_on_path_boundaries_longest_first() {
+        let r = roots();
+        assert_eq!(r.portable("/c/cache/tmp/build-1-sn/src"), "${build}/src");
+        assert_eq!(r.portable("/c/cache/logs/x.log"), "${cache}/logs/x.log");
+        assert_eq!(r.portable("/opt/cuda/include/cccl:/opt/cuda2/include"), "${cuda}/include/cccl:/opt/cuda2/include");
+        assert_eq!(r.portable("/opt/cuda"), "${cuda}");
+        assert_eq!(r.portable("x/opt/cuda"), "x/opt/cuda", "not at a boundary");
+        assert_eq!(r.portable("-w /opt/cuda/bin"), "-w ${cuda}/bin");
+        assert_eq!(r.portable("NAME=/opt/cuda/lib64"), "NAME=${cuda}/lib64");
+    }
+
+    #[test]
+    fn only_keyed_origins_reach_the_key() {
+        assert!(EnvOrigin::Knob.keyed() && EnvOrigin::Fix.keyed() && EnvOrigin::Hook.keyed());
+        assert!(!EnvOrigin::Caller.keyed() && !EnvOrigin::Jobs.keyed() && !EnvOrigin::CacheHook.keyed());
+    }
 }

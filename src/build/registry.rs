@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::exec::Cmd;
 use super::source;
 use crate::error::{check_interrupted, Failure};
 use crate::pins::Pins;
+use crate::process::Cmd;
 
 /// Version of `toolchain.json` and of the environment's layout (part of the key).
 const LAYOUT: u32 = 1;
@@ -185,8 +185,15 @@ pub fn find_uv(python: &str) -> Result<PathBuf> {
     })
 }
 
-/// The environment for `req`, provisioned now unless the cache has it.
-pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
+/// uv, its version, the toolchain key of `req` and its folder under the cache.
+struct Keyed {
+    uv: PathBuf,
+    uv_version: String,
+    key: String,
+    root: PathBuf,
+}
+
+fn keyed(req: &Request, cache_dir: &Path) -> Result<Keyed> {
     let uv = find_uv(&req.python)?;
     let uv_version = Cmd::new(&uv, "read uv's version")
         .args(["--version"])
@@ -218,6 +225,24 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     ))?;
     let key = source::short_hash(&key_text);
     let root = cache_dir.join("toolchains").join(&key);
+    Ok(Keyed { uv, uv_version, key, root })
+}
+
+/// The folder `req`'s toolchain has (or will have) under the cache.
+pub fn root_for(req: &Request, cache_dir: &Path) -> Result<PathBuf> {
+    Ok(keyed(req, cache_dir)?.root)
+}
+
+/// The toolchain for `req` if the cache has it; never provisions (for `plan`).
+pub fn lookup(req: &Request, cache_dir: &Path) -> Result<Option<Provisioned>> {
+    Ok(read_identity(&keyed(req, cache_dir)?.root))
+}
+
+/// The environment for `req`, provisioned now unless the cache has it.
+pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
+    let Keyed { uv, uv_version, key, root } = keyed(req, cache_dir)?;
+    // In use from here on: `cache gc` skips it.
+    crate::cache::Cache::at(cache_dir).use_toolchain(&key)?;
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
@@ -225,7 +250,7 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
-    let tmp = crate::cache::tmp_dir(cache_dir)?;
+    let tmp = crate::cache::Cache::at(cache_dir).stage()?;
     let stage = tmp.path().join("tc");
     std::fs::create_dir(&stage)?;
     let p = make(req, &uv, &uv_version, &stage, &root, &key)?;

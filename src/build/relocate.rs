@@ -10,8 +10,8 @@ use object::elf::{DT_NEEDED, DT_RPATH, DT_RUNPATH, SHT_DYNSYM};
 use object::read::elf::{Dyn, FileHeader, Sym};
 use object::{Endianness, FileKind};
 
-use super::exec::Cmd;
 use crate::error::Failure;
+use crate::process::Cmd;
 use crate::provenance::Patch;
 
 /// What the dynamic section of an ELF file says.

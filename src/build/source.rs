@@ -11,18 +11,33 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
-use super::exec::Cmd;
 use crate::error::Failure;
+use crate::process::git::Trust;
+use crate::process::{self, Cmd};
 
 /// Identity and date of a directory snapshot commit (fixed: same files, same sha).
 const SNAPSHOT_DATE: &str = "2000-01-01T00:00:00Z";
 
-/// A git command with the settings every build uses (local file:// submodules allowed).
+/// A hardened git command for work inside our own repositories (no transport).
 pub fn git(dir: &Path, purpose: impl Into<String>) -> Cmd {
-    let mut c = Cmd::new("git", purpose);
-    c.args(["-c", "protocol.file.allow=always", "-c", "advice.detachedHead=false"]).dir(dir);
-    c.cmd.env("GIT_TERMINAL_PROMPT", "0");
-    c
+    process::git::git(dir, Trust::File, purpose)
+}
+
+/// How far git may trust `repo` when fetching from it (and its submodules):
+/// pins.toml's repo is validated as a remote URL when the file is read, so
+/// anything else (a local path, `file://`) came from `--source`, the user's
+/// command line, and may use local transports.
+pub fn trust_of(repo: &str) -> Trust {
+    if process::git::check_file_url(repo).is_ok() {
+        Trust::File
+    } else {
+        Trust::User
+    }
+}
+
+/// A hardened git command that talks to `repo`.
+fn git_remote(dir: &Path, repo: &str, purpose: impl Into<String>) -> Cmd {
+    process::git::git(dir, trust_of(repo), purpose)
 }
 
 /// Where the source comes from: the repo URL/path git fetches, and for a
@@ -112,26 +127,7 @@ pub fn short_hash(text: &str) -> String {
 
 /// An exclusive lock file, held until dropped; waits (checking for Ctrl-C).
 pub fn lock(path: &Path) -> Result<File> {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening lock {}", path.display()))?;
-    loop {
-        match f.try_lock() {
-            Ok(()) => return Ok(f),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                super::exec::sleep_checked(std::time::Duration::from_millis(100))?
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()))
-            }
-        }
-    }
+    crate::cache::lock::exclusive(path)
 }
 
 /// The bare mirror of `repo` under the cache dir.
@@ -148,19 +144,9 @@ pub fn mirror_path(cache: &Path, repo: &str) -> PathBuf {
     cache.join("git").join(format!("{name}-{}.git", short_hash(repo)))
 }
 
-/// Facts about the pinned commit, read from the mirror.
-#[derive(Debug, Clone)]
-pub struct Commit {
-    pub commit_time: i64,
-    /// Gitlink path -> commit of the submodules the variant needs.
-    pub submodules: BTreeMap<String, String>,
-    /// The source's setup.py imports torch (`import torch` / `from torch`).
-    pub imports_torch: bool,
-}
-
-/// Make sure `rev` is in the mirror of `repo` (fetch it if not) and read the
-/// commit facts plans need. Unreachable repo: exit 3; rev not in repo: exit 2.
-pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> Result<Commit> {
+/// Make sure `rev` is in the mirror of `repo` (fetch it if not); returns the
+/// commit time. Unreachable repo: exit 3; rev not in repo: exit 2.
+pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str) -> Result<i64> {
     std::fs::create_dir_all(mirror)?;
     let _lock = lock(&mirror.with_extension("lock"))?;
     if !mirror.join("HEAD").exists() {
@@ -169,19 +155,28 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> 
     // Reading the commit doubles as the presence check. `show -s` reads that one
     // commit only, so a shallow source (parents absent) works too.
     let commit = format!("{rev}^{{commit}}");
-    let time_of = || git(mirror, "read commit time").args(["show", "-s", "--format=%ct", &commit]).output();
+    let time_of =
+        || git(mirror, "read commit time").args(["show", "-s", "--format=%ct", "--end-of-options", &commit]).output();
     let commit_time = match time_of() {
         Ok(t) => t,
         Err(_) => {
             crate::error::check_interrupted()?;
             // Fetch by sha first (GitHub allows it); fall back to every ref for servers that refuse.
-            let by_sha = git(mirror, format!("fetch {rev} from {repo}"))
-                .args(["fetch", "-q", "--no-tags", "--update-shallow", repo, rev])
+            let by_sha = git_remote(mirror, repo, format!("fetch {rev} from {repo}"))
+                .args(["fetch", "-q", "--no-tags", "--update-shallow", "--end-of-options", repo, rev])
                 .output();
             if by_sha.is_err() && !has_commit(mirror, rev) {
                 crate::error::check_interrupted()?;
-                let all = git(mirror, format!("fetch {repo}"))
-                    .args(["fetch", "-q", "--no-tags", "--update-shallow", repo, "+refs/*:refs/forge/*"])
+                let all = git_remote(mirror, repo, format!("fetch {repo}"))
+                    .args([
+                        "fetch",
+                        "-q",
+                        "--no-tags",
+                        "--update-shallow",
+                        "--end-of-options",
+                        repo,
+                        "+refs/*:refs/forge/*",
+                    ])
                     .output();
                 if let Err(e) = all {
                     crate::error::check_interrupted()?;
@@ -195,36 +190,62 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str, submodules: &[&str]) -> 
                     .hint("check the rev in pins.toml (a full 40-hex commit of that repository) or point --source at a repository that has it")
                     .into());
             }
-            git(mirror, "keep the pinned rev").args(["update-ref", &format!("refs/pins/{rev}"), rev]).output()?;
+            git(mirror, "keep the pinned rev")
+                .args(["update-ref", "--end-of-options", &format!("refs/pins/{rev}"), rev])
+                .output()?;
             time_of()?
         }
     };
-    let commit_time = commit_time.trim().parse::<i64>().context("commit time")?;
+    commit_time.trim().parse::<i64>().context("commit time")
+}
+
+/// The text of `path` at `rev` in the mirror (`git show`, never a checkout);
+/// None when absent, not UTF-8 or over 1 MiB.
+pub fn show(mirror: &Path, rev: &str, path: &str) -> Option<String> {
+    let out = git(mirror, format!("read {path} at {rev}"))
+        .args(["show", "--end-of-options", &format!("{rev}:{path}")])
+        .output()
+        .ok()?;
+    (out.len() <= 1 << 20).then_some(out)
+}
+
+/// The commits `rev` records for the submodule `paths` (gitlinks in its tree).
+pub fn submodule_commits(mirror: &Path, repo: &str, rev: &str, paths: &[&str]) -> Result<BTreeMap<String, String>> {
     let mut subs = BTreeMap::new();
-    for path in submodules {
-        let line = git(mirror, format!("look up submodule {path}")).args(["ls-tree", rev, "--", path]).output()?;
+    for path in paths {
+        let line = git(mirror, format!("look up submodule {path}"))
+            .args(["ls-tree", "--end-of-options", rev, "--", path])
+            .output()?;
         let sha = line.split_whitespace().nth(2).filter(|_| line.starts_with("160000"));
         match sha {
             Some(s) => {
                 subs.insert(path.to_string(), s.to_string());
             }
             None => {
-                return Err(Failure::env(format!("{repo} at {rev} has no submodule {path}, which this variant's build needs"))
-                    .hint("pin a revision of DeepEP's hybrid-ep branch that carries third-party/nccl, or build a single-node variant")
-                    .into())
+                return Err(Failure::usage(format!(
+                    "{repo} at {rev} has no submodule {path}, which this variant's build needs"
+                ))
+                .hint("pin a revision that carries it (DeepEP's hybrid-ep branch has third-party/nccl, main has third-party/fmt), or build a variant that does not need it")
+                .into())
             }
         }
     }
-    let setup = git(mirror, "read setup.py").args(["show", &format!("{rev}:setup.py")]).output().unwrap_or_default();
-    let imports_torch = setup.lines().any(|l| {
+    Ok(subs)
+}
+
+/// setup.py imports torch (`import torch` / `from torch`): the build Python needs it.
+pub fn imports_torch(setup: &str) -> bool {
+    setup.lines().any(|l| {
         let l = l.trim_start();
         l.starts_with("import torch") || l.starts_with("from torch")
-    });
-    Ok(Commit { commit_time, submodules: subs, imports_torch })
+    })
 }
 
 fn has_commit(mirror: &Path, rev: &str) -> bool {
-    git(mirror, "look up rev").args(["cat-file", "-e", &format!("{rev}^{{commit}}")]).output().is_ok()
+    git(mirror, "look up rev")
+        .args(["cat-file", "-e", "--end-of-options", &format!("{rev}^{{commit}}")])
+        .output()
+        .is_ok()
 }
 
 /// Check `rev` out of the mirror into a fresh `dest` (a new repository that
@@ -243,7 +264,7 @@ pub fn checkout(
     git(dest, "create the build tree").args(["init", "-q"]).output()?;
     let objects = std::fs::canonicalize(mirror.join("objects"))?;
     std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
-    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
+    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", "--end-of-options", rev]).output()?;
     // `rev-parse`, as setup.py does: it never walks history, so a shallow source
     // (parents absent) works.
     let ids = git(dest, "read HEAD").args(["rev-parse", "HEAD", "--short", "HEAD"]).output()?;
@@ -253,10 +274,10 @@ pub fn checkout(
     }
     if !submodules.is_empty() {
         // Relative submodule URLs resolve against the real repository.
-        git(dest, "set origin").args(["remote", "add", "origin", repo]).output()?;
+        git(dest, "set origin").args(["remote", "add", "--end-of-options", "origin", repo]).output()?;
     }
     for (path, want) in submodules {
-        git(dest, format!("init submodule {path}")).args(["submodule", "update", "--init", "--recursive", "--", path]).output().map_err(|e| {
+        git_remote(dest, repo, format!("init submodule {path}")).args(["submodule", "update", "--init", "--recursive", "--", path]).output().map_err(|e| {
             Failure::env(format!("cannot fetch submodule {path} ({want}) of {repo}: {e:#}"))
                 .hint("the submodule's URL (in .gitmodules) must be reachable; offline, use a local mirror and git's url.<base>.insteadOf")
         })?;

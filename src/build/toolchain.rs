@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::exec::Cmd;
 use crate::error::Failure;
+use crate::process::Cmd;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Toolchain {

@@ -1,110 +1,582 @@
-//! The remote HTTP cache: `<url>/<key>/entry.json` and `<url>/<key>/<wheel>`.
-//! A downloaded wheel is used only after its sha256 and size match the entry.
+//! The remote HTTP cache: `<url>/<key>/entry.json` (the local entry plus
+//! `provenance_sha256` and ed25519 `signatures`) and `<url>/<key>/<wheel>`.
+//!
+//! A fetched entry is used only when, in this order: its names and digests are
+//! well-formed; a key the user trusts signed it ([`super::sign`]); the wheel's
+//! sha256 and size match; the wheel's own provenance (in its `.dist-info`)
+//! hashes to the signed digest and describes the plan it was fetched for
+//! (cache key, revision, variant flags). Anything else is a note and the build
+//! goes on locally.
+//!
+//! The network: HTTPS unless `--allow-http`; the system's root certificates
+//! (and `SSL_CERT_FILE`/`SSL_CERT_DIR`) as well as the bundled web roots; a
+//! connect timeout and a total timeout per request; GETs retried (3 attempts,
+//! backoff 0.25 s, 0.5 s) on connection errors, timeouts, 429 and 5xx; PUT is
+//! sent once.
 use std::io::{Read, Write};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::Entry;
+use super::sign::{self, PublicKey, SecretKey, Verdict};
+use super::{Cache, Entry, Hit, Key};
 use crate::error::{check_interrupted, Failure};
+use crate::provenance::{Provenance, VariantInfo};
 
-pub struct Remote {
-    base: String,
-    client: reqwest::blocking::Client,
+/// GET attempts (the first plus retries).
+pub const ATTEMPTS: u32 = 3;
+/// The largest wheel accepted from a remote cache.
+pub const MAX_WHEEL_BYTES: u64 = 8 << 30;
+/// The largest provenance file read from a wheel.
+pub const MAX_PROVENANCE_BYTES: u64 = 1 << 20;
+
+/// How `build-wheel` reaches a remote cache.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RemoteArgs {
+    /// Remote HTTP cache (https://): wheels are fetched by key before building and used only when
+    /// signed by a key you trust (--trusted-key) and their provenance matches the plan.
+    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", value_name = "URL")]
+    pub cache_url: Option<String>,
+    /// Trust remote entries signed by this public key (`NAME:BASE64` as `cache keygen` prints it;
+    /// repeatable). Added to DEEPEP_FORGE_TRUSTED_KEYS and `[cache] trusted-keys` in
+    /// $XDG_CONFIG_HOME/deepep-forge/config.toml. Never read from pins.toml.
+    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
+    pub trusted_keys: Vec<String>,
+    #[command(flatten)]
+    pub net: NetArgs,
 }
 
-/// What a GET by key found.
+/// Transport options shared by `build-wheel` and `cache push`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NetArgs {
+    /// Accept a plain http:// cache URL (no TLS: anyone on the path can read the traffic;
+    /// signatures are still required). Meant for a cache on localhost or a trusted network.
+    #[arg(long)]
+    pub allow_http: bool,
+    /// Seconds each request to the remote cache may take in all (connecting: 10 s at most).
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub cache_timeout: u64,
+}
+
+impl RemoteArgs {
+    /// The remote cache, or `None` without `--cache-url` (or with `--no-cache`).
+    /// A bad URL or trusted key is a usage error (exit 2) before anything runs.
+    pub fn connect(&self, no_cache: bool) -> Result<Option<Remote>> {
+        let Some(url) = self.cache_url.as_deref().filter(|_| !no_cache) else { return Ok(None) };
+        let trusted = super::config::trusted_keys(&self.trusted_keys)?;
+        Remote::new(url, &self.net, trusted).map(Some)
+    }
+}
+
+/// A remote cache client.
+pub struct Remote {
+    base: reqwest::Url,
+    client: reqwest::blocking::Client,
+    timeout: Duration,
+    trusted: Vec<PublicKey>,
+}
+
+/// What a fetch by key found.
 pub enum Fetched {
     Miss,
-    /// The wheel was downloaded into the staging folder and verified.
-    Hit(Entry),
-    /// The server had the key but the wheel did not match its sha256/size.
+    /// Verified and published into the local cache.
+    Hit(Hit),
+    /// The server had the key but the entry is not used (why).
     Rejected(String),
 }
 
-impl Remote {
-    pub fn new(url: &str) -> Result<Remote> {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            crate::bail_usage!("--cache-url {url}: expected an http:// or https:// URL");
-        }
-        let client =
-            reqwest::blocking::Client::builder().connect_timeout(Duration::from_secs(10)).timeout(None).build()?;
-        Ok(Remote { base: url.trim_end_matches('/').to_string(), client })
-    }
+/// What a fetched wheel must be: the plan's revision and variant flags.
+pub struct Expect<'a> {
+    pub rev: &'a str,
+    pub variant: &'a VariantInfo,
+}
 
-    pub fn url_of(&self, key: &str, file: &str) -> String {
-        format!("{}/{key}/{file}", self.base)
-    }
+/// entry.json on a remote cache.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RemoteEntry {
+    #[serde(flatten)]
+    pub entry: Entry,
+    /// sha256 of the wheel's `.dist-info/deepep-forge-provenance.json`.
+    pub provenance_sha256: String,
+    /// `NAME:BASE64` ed25519 signatures over [`sign::message`].
+    #[serde(default)]
+    pub signatures: Vec<String>,
+}
 
-    /// GET entry.json and the wheel for `key` into `stage` (wheel + entry.json).
-    pub fn get(&self, key: &str, stage: &Path) -> Result<Fetched> {
-        let url = self.url_of(key, super::ENTRY_FILE);
-        let resp = self.client.get(&url).send().map_err(|e| unreachable(&url, e))?;
-        if resp.status() == reqwest::StatusCode::NOT_FOUND {
-            return Ok(Fetched::Miss);
-        }
-        let resp = resp.error_for_status().with_context(|| format!("GET {url}"))?;
-        let entry: Entry = serde_json::from_slice(&resp.bytes()?).with_context(|| format!("parsing {url}"))?;
-        if entry.key != key || entry.wheel.contains('/') || !entry.wheel.ends_with(".whl") {
-            return Ok(Fetched::Rejected(format!("{url} describes another key or a bad wheel name")));
-        }
-        let wurl = self.url_of(key, &entry.wheel);
-        let mut resp = self
-            .client
-            .get(&wurl)
-            .send()
-            .map_err(|e| unreachable(&wurl, e))?
-            .error_for_status()
-            .with_context(|| format!("GET {wurl}"))?;
-        let path = stage.join(&entry.wheel);
-        let mut f = std::fs::File::create_new(&path)?;
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut n = 0u64;
-        loop {
-            check_interrupted()?;
-            let k = resp.read(&mut buf).with_context(|| format!("reading {wurl}"))?;
-            if k == 0 {
-                break;
-            }
-            h.update(&buf[..k]);
-            f.write_all(&buf[..k])?;
-            n += k as u64;
-        }
-        f.sync_all()?;
-        let got = hex::encode(h.finalize());
-        if got != entry.sha256 || n != entry.size {
-            std::fs::remove_file(&path)?;
-            return Ok(Fetched::Rejected(format!(
-                "{wurl}: sha256 {got} ({n} bytes), entry says {} ({} bytes)",
-                entry.sha256, entry.size
-            )));
-        }
-        super::write_entry(stage, &entry)?;
-        Ok(Fetched::Hit(entry))
-    }
-
-    /// PUT the wheel, then entry.json (so a visible entry always has its wheel).
-    pub fn put(&self, dir: &Path, entry: &Entry) -> Result<()> {
-        for file in [entry.wheel.as_str(), super::ENTRY_FILE] {
-            let url = self.url_of(&entry.key, file);
-            let body = std::fs::File::open(dir.join(file))?;
-            self.client
-                .put(&url)
-                .body(reqwest::blocking::Body::from(body))
-                .send()
-                .map_err(|e| unreachable(&url, e))?
-                .error_for_status()
-                .with_context(|| format!("PUT {url}"))?;
-        }
-        Ok(())
+impl RemoteEntry {
+    pub fn message(&self) -> Vec<u8> {
+        let e = &self.entry;
+        sign::message(&e.key, &e.wheel, &e.sha256, e.size, &self.provenance_sha256)
     }
 }
 
-fn unreachable(url: &str, e: reqwest::Error) -> anyhow::Error {
-    Failure::env(format!("remote cache unreachable: {url}: {e}"))
-        .hint("check --cache-url and the network, or drop --cache-url")
+/// One attempt's failure: worth another try, or not.
+enum Attempt {
+    Retry(String),
+    Fatal(anyhow::Error),
+}
+
+impl Remote {
+    pub fn new(url: &str, net: &NetArgs, trusted: Vec<PublicKey>) -> Result<Remote> {
+        let base = reqwest::Url::parse(url).map_err(|e| {
+            Failure::usage(format!("--cache-url {}: not a URL ({e})", super::excerpt(url)))
+                .hint("give the cache's base URL, e.g. https://cache.example.org/deepep")
+        })?;
+        match base.scheme() {
+            "https" => {}
+            "http" if net.allow_http => {}
+            "http" => {
+                return Err(Failure::usage(format!(
+                    "--cache-url {}: plain http:// is refused without --allow-http (no TLS: the traffic can be read and changed on the way)",
+                    shown(&base)
+                ))
+                .hint("use an https:// URL, or pass --allow-http for a cache on localhost or a network you trust")
+                .into())
+            }
+            s => {
+                return Err(Failure::usage(format!("--cache-url {}: scheme `{s}` is not https", shown(&base)))
+                    .hint("give an https:// URL")
+                    .into())
+            }
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            crate::bail_usage!("--cache-url {}: a base URL takes no ?query or #fragment", shown(&base));
+        }
+        let timeout = Duration::from_secs(net.cache_timeout);
+        let client = reqwest::blocking::Client::builder()
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .timeout(timeout)
+            .tls_built_in_webpki_certs(true)
+            .tls_built_in_native_certs(true)
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .build()
+            .map_err(|e| Failure::env(format!("cannot set up the HTTP client: {e}")))?;
+        Ok(Remote { base, client, timeout, trusted })
+    }
+
+    /// `<base>/<key>/<file>` (both validated names).
+    pub fn url_of(&self, key: &Key, file: &str) -> reqwest::Url {
+        let mut u = self.base.clone();
+        {
+            let mut segs = u.path_segments_mut().expect("http(s) URLs have paths");
+            segs.pop_if_empty().push(key.as_str()).push(file);
+        }
+        u
+    }
+
+    /// The URL as shown in messages (without user:password).
+    pub fn shown_url(&self, key: &Key, file: &str) -> String {
+        shown(&self.url_of(key, file))
+    }
+
+    /// GET with retries; `f` reads the response (a body error is retried too).
+    fn get_with<T>(
+        &self,
+        url: &reqwest::Url,
+        mut f: impl FnMut(reqwest::blocking::Response) -> Result<T, Attempt>,
+    ) -> Result<Option<T>> {
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            check_interrupted()?;
+            if attempt > 0 {
+                sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
+            }
+            let resp = match self.client.get(url.clone()).send() {
+                Ok(r) => r,
+                Err(e) => {
+                    last = describe(&e, self.timeout);
+                    continue;
+                }
+            };
+            let st = resp.status();
+            if st == reqwest::StatusCode::NOT_FOUND {
+                return Ok(None);
+            }
+            if st.is_server_error() || st == reqwest::StatusCode::TOO_MANY_REQUESTS {
+                last = format!("HTTP {st}");
+                continue;
+            }
+            if !st.is_success() {
+                return Err(unreachable(&shown(url), &format!("HTTP {st}")));
+            }
+            match f(resp) {
+                Ok(v) => return Ok(Some(v)),
+                Err(Attempt::Retry(why)) => last = why,
+                Err(Attempt::Fatal(e)) => return Err(e),
+            }
+        }
+        Err(unreachable(&shown(url), &format!("{last} ({ATTEMPTS} attempts)")))
+    }
+
+    /// The remote entry for `key` (`None`: not there). The body is capped and
+    /// the entry validated; a malformed one is `Err` with a usage class.
+    pub fn entry(&self, key: &Key) -> Result<Option<Result<RemoteEntry, String>>> {
+        let url = self.url_of(key, super::ENTRY_FILE);
+        let body = self.get_with(&url, |resp| {
+            let mut buf = Vec::new();
+            match resp.take(super::MAX_ENTRY_BYTES + 1).read_to_end(&mut buf) {
+                Ok(_) => Ok(buf),
+                Err(e) => Err(Attempt::Retry(format!("reading the body: {e}"))),
+            }
+        })?;
+        let Some(body) = body else { return Ok(None) };
+        if body.len() as u64 > super::MAX_ENTRY_BYTES {
+            return Ok(Some(Err(format!("{}: more than {} bytes", shown(&url), super::MAX_ENTRY_BYTES))));
+        }
+        let parsed = serde_json::from_slice::<RemoteEntry>(&body)
+            .map_err(|e| format!("{}: not an entry ({e})", shown(&url)))
+            .and_then(|re| {
+                re.entry.validate().map_err(|w| format!("{}: {w}", shown(&url)))?;
+                if re.entry.key != key.as_str() {
+                    return Err(format!("{}: describes another key", shown(&url)));
+                }
+                if !super::is_sha256_hex(&re.provenance_sha256) {
+                    return Err(format!("{}: provenance_sha256 is not 64 lowercase hex digits", shown(&url)));
+                }
+                Ok(re)
+            });
+        Ok(Some(parsed))
+    }
+
+    /// Download `url` into `path` (created new), at most `size` bytes, within
+    /// the timeout; retried from the start. Returns (sha256, bytes).
+    fn download(&self, url: &reqwest::Url, path: &Path, size: u64) -> Result<Option<(String, u64)>> {
+        self.get_with(url, |mut resp| {
+            let deadline = Instant::now() + self.timeout;
+            let mut f = std::fs::File::create(path).map_err(|e| Attempt::Fatal(e.into()))?;
+            let mut h = Sha256::new();
+            let mut buf = vec![0u8; 1 << 20];
+            let mut n = 0u64;
+            loop {
+                check_interrupted().map_err(Attempt::Fatal)?;
+                if Instant::now() > deadline {
+                    return Err(Attempt::Retry(format!("timed out after {} s", self.timeout.as_secs())));
+                }
+                let k = resp.read(&mut buf).map_err(|e| Attempt::Retry(format!("reading the body: {e}")))?;
+                if k == 0 {
+                    break;
+                }
+                n += k as u64;
+                if n > size {
+                    break; // more than the signed size: rejected by the caller, no need to read on
+                }
+                h.update(&buf[..k]);
+                f.write_all(&buf[..k]).map_err(|e| Attempt::Fatal(e.into()))?;
+            }
+            f.sync_all().map_err(|e| Attempt::Fatal(e.into()))?;
+            Ok((hex::encode(h.finalize()), n))
+        })
+    }
+
+    /// PUT a file (sent once; PUT is not retried).
+    fn put_file(&self, url: &reqwest::Url, path: &Path) -> Result<()> {
+        let body = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let resp = self
+            .client
+            .put(url.clone())
+            .body(reqwest::blocking::Body::from(body))
+            .send()
+            .map_err(|e| unreachable(&shown(url), &describe(&e, self.timeout)))?;
+        if !resp.status().is_success() {
+            return Err(Failure::problems(format!("PUT {}: HTTP {}", shown(url), resp.status()))
+                .hint("the server must accept PUT for `cache push`")
+                .into());
+        }
+        Ok(())
+    }
+
+    /// Sign and upload a verified local entry: the wheel first, then entry.json,
+    /// so a visible entry always has its wheel.
+    pub fn push(&self, hit: &Hit, key: &SecretKey) -> Result<RemoteEntry> {
+        let e = &hit.entry;
+        let k = Key::parse(&e.key).map_err(Failure::usage)?;
+        let wheel = hit.dir.join(&e.wheel);
+        let prov = read_provenance(&wheel).map_err(|why| {
+            Failure::problems(format!("{}: {why}", wheel.display()))
+                .hint("only wheels built by deepep-forge (with provenance) can be pushed")
+        })?;
+        let mut re = RemoteEntry {
+            entry: e.clone(),
+            provenance_sha256: hex::encode(Sha256::digest(&prov)),
+            signatures: Vec::new(),
+        };
+        re.signatures.push(key.sign(&re.message()));
+        self.put_file(&self.url_of(&k, &e.wheel), &wheel)?;
+        let staged = tempfile::NamedTempFile::new()?;
+        std::fs::write(staged.path(), serde_json::to_vec_pretty(&re)?)?;
+        self.put_file(&self.url_of(&k, super::ENTRY_FILE), staged.path())?;
+        Ok(re)
+    }
+}
+
+impl Cache {
+    /// Fetch `key` from `remote` into a staging folder, check it (signature,
+    /// digests, provenance against `expect`) and publish it locally.
+    pub fn fetch(&self, remote: &Remote, key: &Key, expect: &Expect) -> Result<Fetched> {
+        let re = match remote.entry(key)? {
+            None => return Ok(Fetched::Miss),
+            Some(Err(why)) => return Ok(Fetched::Rejected(why)),
+            Some(Ok(re)) => re,
+        };
+        let e = &re.entry;
+        let entry_url = remote.shown_url(key, super::ENTRY_FILE);
+        match sign::verify(&remote.trusted, &re.signatures, &re.message()) {
+            Verdict::Trusted(_) => {}
+            Verdict::Unsigned => return Ok(Fetched::Rejected(format!("{entry_url} is unsigned"))),
+            Verdict::Untrusted(names) if remote.trusted.is_empty() => {
+                return Ok(Fetched::Rejected(format!(
+                    "{entry_url} is signed by {} but no key is trusted (pass --trusted-key NAME:BASE64, set {}, or add it to {})",
+                    names.join(", "),
+                    super::config::TRUSTED_KEYS_ENV,
+                    super::config::config_path().map(|p| p.display().to_string()).unwrap_or_else(|| "the config file".into())
+                )))
+            }
+            Verdict::Untrusted(names) => {
+                return Ok(Fetched::Rejected(format!(
+                    "{entry_url} is signed only by keys you do not trust: {}",
+                    names.join(", ")
+                )))
+            }
+            Verdict::Invalid(name) => {
+                return Ok(Fetched::Rejected(format!(
+                    "{entry_url}: the signature by {name} does not match the entry (changed after signing?)"
+                )))
+            }
+        }
+        if e.size > MAX_WHEEL_BYTES {
+            return Ok(Fetched::Rejected(format!("{entry_url}: a wheel of {} bytes is too large", e.size)));
+        }
+        let stage = self.stage()?;
+        let dir = stage.path().join("entry");
+        std::fs::create_dir(&dir)?;
+        let wheel = dir.join(&e.wheel);
+        let wurl = remote.url_of(key, &e.wheel);
+        let Some((sha, n)) = remote.download(&wurl, &wheel, e.size)? else {
+            return Ok(Fetched::Rejected(format!("{}: not found, though its entry is", shown(&wurl))));
+        };
+        if sha != e.sha256 || n != e.size {
+            return Ok(Fetched::Rejected(format!(
+                "{}: sha256 {sha} ({n} bytes), the signed entry says {} ({} bytes)",
+                shown(&wurl),
+                e.sha256,
+                e.size
+            )));
+        }
+        if let Err(why) = check_provenance(&wheel, &re, key, expect) {
+            return Ok(Fetched::Rejected(format!("{}: {why}", shown(&wurl))));
+        }
+        super::write_entry(&dir, e)?;
+        let published = self.publish(&dir, key)?;
+        Ok(Fetched::Hit(Hit { dir: published, entry: e.clone() }))
+    }
+}
+
+/// The wheel's provenance file, read with a size cap.
+pub fn read_provenance(wheel: &Path) -> Result<Vec<u8>, String> {
+    let f = std::fs::File::open(wheel).map_err(|e| format!("cannot open: {e}"))?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(f)).map_err(|e| format!("not a zip: {e}"))?;
+    let di = crate::wheel::stamp::dist_info_dir(&zip).map_err(|e| format!("{e}"))?;
+    let name = format!("{di}/{}", crate::provenance::FILE_NAME);
+    let m = zip.by_name(&name).map_err(|_| format!("has no {name}"))?;
+    if m.size() > MAX_PROVENANCE_BYTES {
+        return Err(format!("{name} is larger than {MAX_PROVENANCE_BYTES} bytes"));
+    }
+    let mut buf = Vec::new();
+    m.take(MAX_PROVENANCE_BYTES + 1).read_to_end(&mut buf).map_err(|e| format!("reading {name}: {e}"))?;
+    if buf.len() as u64 > MAX_PROVENANCE_BYTES {
+        return Err(format!("{name} is larger than {MAX_PROVENANCE_BYTES} bytes"));
+    }
+    Ok(buf)
+}
+
+/// The wheel's own provenance hashes to the signed digest and describes this plan.
+fn check_provenance(wheel: &Path, re: &RemoteEntry, key: &Key, expect: &Expect) -> Result<(), String> {
+    let bytes = read_provenance(wheel)?;
+    if hex::encode(Sha256::digest(&bytes)) != re.provenance_sha256 {
+        return Err("its provenance does not hash to the signed provenance_sha256".into());
+    }
+    let p: Provenance = serde_json::from_slice(&bytes).map_err(|e| format!("unreadable provenance: {e}"))?;
+    let (v, w) = (&p.variant, expect.variant);
+    let mut diff = Vec::new();
+    if p.cache_key != key.as_str() {
+        diff.push(format!("cache key {} (plan {})", super::excerpt(&p.cache_key), key.short()));
+    }
+    if p.source.rev != expect.rev {
+        diff.push(format!("revision {} (plan {})", super::excerpt(&p.source.rev), expect.rev));
+    }
+    if (&v.arch, &v.cuda_arch_list, v.multinode, &v.transport)
+        != (&w.arch, &w.cuda_arch_list, w.multinode, &w.transport)
+    {
+        diff.push(format!(
+            "variant flags {}/{}/multinode={}/{} (plan {}/{}/multinode={}/{})",
+            super::excerpt(&v.arch),
+            super::excerpt(&v.cuda_arch_list),
+            v.multinode,
+            super::excerpt(v.transport.as_deref().unwrap_or("-")),
+            w.arch,
+            w.cuda_arch_list,
+            w.multinode,
+            w.transport.as_deref().unwrap_or("-")
+        ));
+    }
+    if diff.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("its provenance does not match the plan: {}", diff.join(", ")))
+    }
+}
+
+/// A URL without user:password.
+fn shown(u: &reqwest::Url) -> String {
+    let mut u = u.clone();
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.to_string()
+}
+
+fn describe(e: &reqwest::Error, timeout: Duration) -> String {
+    if e.is_timeout() {
+        format!("timed out after {} s", timeout.as_secs())
+    } else if e.is_connect() {
+        let mut s = "cannot connect".to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(c) = src {
+            s.push_str(&format!(": {c}"));
+            src = c.source();
+        }
+        s
+    } else {
+        let mut s = "request failed".to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(c) = src {
+            s.push_str(&format!(": {c}"));
+            src = c.source();
+        }
+        s
+    }
+}
+
+fn unreachable(url: &str, why: &str) -> anyhow::Error {
+    Failure::env(format!("remote cache unreachable: {url}: {why}"))
+        .hint("check --cache-url and the network (proxies, SSL_CERT_FILE for a private CA), or drop --cache-url")
         .into()
+}
+
+fn sleep_checked(d: Duration) -> Result<()> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        check_interrupted()?;
+        std::thread::sleep(Duration::from_millis(50).min(end - Instant::now()));
+    }
+    check_interrupted()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The client against real servers on 127.0.0.1: one that never answers,
+    //! one that answers 503 before it answers, one that always fails.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn remote(url: &str, timeout: u64) -> Remote {
+        Remote::new(url, &NetArgs { allow_http: true, cache_timeout: timeout }, Vec::new()).unwrap()
+    }
+
+    fn key() -> Key {
+        Key::parse(&"ab".repeat(32)).unwrap()
+    }
+
+    fn entry_json() -> String {
+        serde_json::json!({
+            "schema": 1, "key": "ab".repeat(32), "wheel": "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl",
+            "sha256": "cd".repeat(32), "size": 10, "variant": "sn", "version": "1.2.1+17cfb81",
+            "created": "2026-11-30T00:00:00Z", "created_secs": 0, "provenance_sha256": "ef".repeat(32),
+        })
+        .to_string()
+    }
+
+    /// A server answering `503` to the first `fail` requests, then `entry_json()`.
+    fn flaky(fail: usize) -> (String, Arc<AtomicUsize>) {
+        let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", server.server_addr().to_ip().unwrap());
+        let n = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&n);
+        std::thread::spawn(move || {
+            for req in server.incoming_requests() {
+                let i = seen.fetch_add(1, Ordering::SeqCst);
+                let _ = if i < fail {
+                    req.respond(tiny_http::Response::empty(503))
+                } else {
+                    req.respond(tiny_http::Response::from_string(entry_json()))
+                };
+            }
+        });
+        (url, n)
+    }
+
+    #[test]
+    fn a_stalled_server_times_out_after_bounded_attempts() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let a = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in listener.incoming().flatten() {
+                a.fetch_add(1, Ordering::SeqCst);
+                held.push(s); // accept, read nothing, answer nothing
+            }
+        });
+        let err = remote(&url, 1).entry(&key()).expect_err("a stalled server is an error");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("timed out after 1 s") && msg.contains("3 attempts"), "{msg}");
+        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Environment);
+        assert_eq!(accepted.load(Ordering::SeqCst), ATTEMPTS as usize);
+    }
+
+    #[test]
+    fn a_503_is_retried_then_the_answer_is_used() {
+        let (url, n) = flaky(2);
+        let got = remote(&url, 5).entry(&key()).unwrap().unwrap().unwrap();
+        assert_eq!(got.entry.key, "ab".repeat(32));
+        assert_eq!(n.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_server_that_keeps_failing_is_given_up_on() {
+        let (url, n) = flaky(usize::MAX);
+        let err = remote(&url, 5).entry(&key()).err().unwrap();
+        assert!(format!("{err:#}").contains("HTTP 503 Service Unavailable (3 attempts)"), "{err:#}");
+        assert_eq!(n.load(Ordering::SeqCst), ATTEMPTS as usize);
+    }
+
+    #[test]
+    fn nothing_listening_is_a_connect_error_not_a_hang() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let err = remote(&format!("http://127.0.0.1:{port}"), 5).entry(&key()).err().unwrap();
+        assert!(format!("{err:#}").contains("cannot connect"), "{err:#}");
+    }
+
+    #[test]
+    fn urls_are_checked_and_credentials_never_shown() {
+        let net = NetArgs { allow_http: false, cache_timeout: 5 };
+        for (url, want) in [
+            ("http://cache.example", "--allow-http"),
+            ("ftp://cache.example", "scheme `ftp`"),
+            ("not a url", "not a URL"),
+            ("https://cache.example/?x=1", "no ?query"),
+        ] {
+            let e = Remote::new(url, &net, Vec::new()).err().unwrap();
+            assert!(format!("{e:#}").contains(want), "{url}: {e:#}");
+            assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage);
+        }
+        let r = Remote::new("https://user:s3cret@cache.example/base/", &net, Vec::new()).unwrap();
+        let shown = r.shown_url(&key(), "entry.json");
+        assert_eq!(shown, format!("https://cache.example/base/{}/entry.json", "ab".repeat(32)));
+    }
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use pep508_rs::PackageName;
 use serde::Serialize;
 
@@ -218,17 +218,17 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
             .into());
     }
     let py_path = shown(&args.project.join("pyproject.toml"));
-    let py_text = std::fs::read_to_string(&py_path).map_err(|e| {
-        Failure::usage(format!("cannot read {}: {e}", py_path.display()))
+    let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
+        return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
             .hint("--project must name a folder with a pyproject.toml")
-    })?;
+            .into());
+    };
     let py = pyproject::read(&py_path, &py_text, &name)?;
 
     let lock_path = shown(&args.project.join("uv.lock"));
-    let lock = match std::fs::read_to_string(&lock_path) {
-        Ok(text) => Some(uvlock::read(&lock_path, &text, &name, py.project_name.as_deref())?),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("reading {}", lock_path.display())),
+    let lock = match crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)? {
+        Some(text) => Some(uvlock::read(&lock_path, &text, &name, py.project_name.as_deref())?),
+        None => None,
     };
 
     let ctx = rules::Context::new(&args.project, pins.as_ref(), &args.pins, &py, lock.as_ref(), &py_path);

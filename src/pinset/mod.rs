@@ -2,11 +2,9 @@
 //! DeepEP revision (both architectures, or one with --arch), optionally relock
 //! with real uv and re-run `lock check`. Validates everything first, writes
 //! temp files and renames them only at the end: bad input changes no file.
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use pep508_rs::PackageName;
 
 use crate::error::{Exit, Failure};
@@ -15,6 +13,7 @@ use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod edit;
 pub mod source;
+pub mod txn;
 
 #[derive(Debug, clap::Args)]
 pub struct SetArgs {
@@ -45,6 +44,59 @@ pub struct SetArgs {
     pub relock: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct RecoverArgs {
+    /// The consumer project of the interrupted `pin set`.
+    #[arg(long, default_value = ".", value_name = "DIR")]
+    pub project: PathBuf,
+    /// The pins file of the interrupted `pin set` (its journal lies next to it).
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE", conflicts_with = "no_pins")]
+    pub pins: PathBuf,
+    /// The interrupted run had --no-pins (its journal lies next to pyproject.toml).
+    #[arg(long)]
+    pub no_pins: bool,
+}
+
+/// Where a change's journal lives: next to pins.toml, or pyproject.toml with --no-pins.
+fn journal_path(project: &Path, pins: &Path, no_pins: bool) -> PathBuf {
+    let dir = if no_pins { project } else { pins.parent().unwrap_or(Path::new("")) };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    dir.join(txn::JOURNAL)
+}
+
+/// `--project P --pins F` / `--no-pins` as the user gave them, for commands we print.
+fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
+    let mut s = format!(" --project {}", project.display());
+    if no_pins {
+        s.push_str(" --no-pins");
+    } else if pins != Path::new(crate::pins::DEFAULT_PATH) {
+        s.push_str(&format!(" --pins {}", pins.display()));
+    }
+    s
+}
+
+/// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
+pub fn recover(args: RecoverArgs) -> Result<Exit> {
+    let _guard = crate::error::Cooperative::enter();
+    let mut allowed = vec![args.project.join("pyproject.toml"), args.project.join("uv.lock")];
+    if !args.no_pins {
+        allowed.push(args.pins.clone());
+    }
+    for line in txn::recover(&journal_path(&args.project, &args.pins, args.no_pins), &allowed)? {
+        println!("{line}");
+    }
+    Ok(Exit::Ok)
+}
+
+/// Until the journal is gone a signal still undoes the change (exit 130).
+fn commit_unless_interrupted(t: txn::Txn) -> Result<()> {
+    if let Err(e) = crate::error::check_interrupted() {
+        t.rollback()?;
+        return Err(e);
+    }
+    t.commit()
+}
+
 /// uv from `$DEEPEP_FORGE_UV`, else the first `uv` on PATH.
 pub fn find_uv() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("DEEPEP_FORGE_UV") {
@@ -65,29 +117,21 @@ pub fn find_uv() -> Result<PathBuf> {
         })
 }
 
-/// Write `text` to `path` through a temp file in the same folder; the caller renames (persists) it.
-fn stage(path: &Path, text: &str) -> Result<tempfile::NamedTempFile> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("creating a temp file next to {}", path.display()))?;
-    tmp.write_all(text.as_bytes()).with_context(|| format!("writing the new {}", path.display()))?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        tmp.as_file().set_permissions(meta.permissions()).ok();
-    }
-    Ok(tmp)
-}
-
 /// `deepep-forge pin set`.
 pub fn set(args: SetArgs) -> Result<Exit> {
     // 1. Everything that can fail on input, before any write.
+    let flags = place_flags(&args.project, &args.pins, args.no_pins);
+    let journal = journal_path(&args.project, &args.pins, args.no_pins);
+    txn::refuse_if_pending(&journal, &format!("deepep-forge pin recover{flags}"))?;
     let pins = if args.no_pins { None } else { Some(Pins::load(&args.pins)?) };
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
     let py_path = crate::lock::shown(&args.project.join("pyproject.toml"));
-    let py_text = std::fs::read_to_string(&py_path).map_err(|e| {
-        Failure::usage(format!("cannot read {}: {e}", py_path.display()))
+    let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
+        return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
             .hint("--project must name a folder with a pyproject.toml")
-    })?;
+            .into());
+    };
     let before = pyproject::read(&py_path, &py_text, &name)?;
     if before.refs.is_empty() {
         return Err(Failure::usage(format!(
@@ -136,7 +180,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
     let new_pins = match &pins {
         Some(p) => {
-            let text = std::fs::read_to_string(&p.path).with_context(|| format!("reading {}", p.path.display()))?;
+            let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
             let base_change = base.as_deref().filter(|b| *b != p.source.base_version);
             let new = edit::pins(&p.path, &text, &rev, &arches, base_change)?;
             Pins::parse(&new, &p.path)?; // still valid
@@ -150,17 +194,43 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             && r.git.as_ref().and_then(|g| g.rev.as_deref()).is_some_and(|r| r != rev)
     }) && after.refs.iter().any(|r| r.kind == Kind::Label);
 
-    // 2. Write both files: temp files first, renamed only when both are ready.
-    let py_tmp = (new_py != py_text).then(|| stage(&py_path, &new_py)).transpose()?;
-    let pins_tmp = match &new_pins {
-        Some((path, old, new)) if old != new => Some((path.clone(), stage(path, new)?)),
-        _ => None,
+    // 2. Every file it will touch: resolved (a symlink's target is written), writable, its old bytes kept.
+    let mut changes = Vec::new();
+    let mut add = |shown: &Path, old: Option<Vec<u8>>, new: Option<Vec<u8>>| -> Result<()> {
+        let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
+        if real != shown {
+            eprintln!("note: {} is a symlink; its target {} is written", shown.display(), real.display());
+        }
+        let c = txn::Change { shown: shown.to_path_buf(), real, old, new };
+        txn::check_writable(&c)?;
+        changes.push(c);
+        Ok(())
     };
-    if let Some(t) = py_tmp {
-        t.persist(&py_path).with_context(|| format!("replacing {}", py_path.display()))?;
+    if new_py != py_text {
+        add(&py_path, Some(py_text.clone().into_bytes()), Some(new_py.clone().into_bytes()))?;
     }
-    if let Some((path, t)) = pins_tmp {
-        t.persist(&path).with_context(|| format!("replacing {}", path.display()))?;
+    if let Some((path, old, new)) = &new_pins {
+        if old != new {
+            add(path, Some(old.clone().into_bytes()), Some(new.clone().into_bytes()))?;
+        }
+    }
+    if uv.is_some() {
+        let lock_path = args.project.join("uv.lock");
+        let old = crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)?.map(String::into_bytes);
+        add(&lock_path, old, None)?;
+    }
+    let again = format!(
+        "deepep-forge pin set {rev}{}{flags}{}{}",
+        args.arch.map(|a| format!(" --arch {a}")).unwrap_or_default(),
+        args.source.as_deref().map(|s| format!(" --source {s}")).unwrap_or_default(),
+        if args.relock { " --relock" } else { "" }
+    );
+    // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
+    let _guard = crate::error::Cooperative::enter();
+    let t = txn::Txn::begin(journal, again.clone(), changes)?;
+    if let Err(e) = t.apply() {
+        t.rollback()?;
+        return Err(e);
     }
 
     let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
@@ -199,29 +269,37 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         }
     );
     let Some(uv) = uv else {
+        commit_unless_interrupted(t)?;
         println!("next: uv lock --project {} && {check_cmd}", args.project.display());
         return Ok(Exit::Ok);
     };
 
-    // 3. --relock: real uv, then the lock check. Ctrl-C reaches uv too; we then restore and exit 130.
-    let _guard = crate::error::Cooperative::enter();
+    // 3. --relock: real uv, then the lock check. Ctrl-C/SIGTERM stop uv; every file is then restored (exit 130).
     eprintln!("running {} lock in {} ...", uv.display(), args.project.display());
-    let out = Command::new(&uv)
+    let out = crate::process::Cmd::new(&uv, format!("relock {} with uv", args.project.display()))
         .arg("lock")
-        .current_dir(&args.project)
-        .output()
-        .with_context(|| format!("running {} lock", uv.display()))?;
-    if !out.status.success() || crate::error::check_interrupted().is_err() {
-        // All or nothing: put both files back as they were.
-        stage(&py_path, &py_text)?.persist(&py_path).with_context(|| format!("restoring {}", py_path.display()))?;
-        if let Some((path, old, _)) = &new_pins {
-            stage(path, old)?.persist(path).with_context(|| format!("restoring {}", path.display()))?;
-        }
+        .dir(&args.project)
+        .capture();
+    let failed = !out.as_ref().is_ok_and(|o| o.status.success());
+    if failed || crate::error::check_interrupted().is_err() {
+        // All or nothing: every file back as it was (uv.lock too).
+        t.rollback()?;
         crate::error::check_interrupted()?;
-        return Err(Failure::problems(format!("`uv lock` failed in {}; pyproject.toml and pins.toml were restored:\n{}", args.project.display(), String::from_utf8_lossy(&out.stderr).trim()))
-            .hint(format!("fix what uv reports, then run `deepep-forge pin set {rev} --relock` again, or by hand: uv lock --project {} && {check_cmd}", args.project.display()))
-            .into());
+        let why = match &out {
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => format!("{e:#}"),
+        };
+        return Err(Failure::problems(format!(
+            "`uv lock` failed in {}; pyproject.toml, pins.toml and uv.lock were restored:\n{why}",
+            args.project.display()
+        ))
+        .hint(format!(
+            "fix what uv reports, then run `{again}` again, or by hand: uv lock --project {} && {check_cmd}",
+            args.project.display()
+        ))
+        .into());
     }
+    commit_unless_interrupted(t)?;
     println!("uv lock: ok");
     let report = crate::lock::run_check(&check)?;
     print!("{}", crate::findings::render_human(&report.findings));

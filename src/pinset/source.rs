@@ -2,11 +2,11 @@
 //! print the short sha as git does, read the base version from setup.py at a
 //! revision. A URL is cloned (bare) into a temp dir first. Never guesses.
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result};
 
 use crate::error::Failure;
+use crate::process::git::{git as hardened, Trust};
 
 /// A git repository holding DeepEP's history.
 pub struct GitSource {
@@ -16,12 +16,9 @@ pub struct GitSource {
     _clone: Option<tempfile::TempDir>,
 }
 
+/// git on the user's `--source` (named on the command line: local paths allowed).
 fn git(dir: &Path, args: &[&str], purpose: &str) -> Result<std::process::Output> {
-    Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .with_context(|| format!("running git to {purpose} (is git installed?)"))
+    hardened(dir, Trust::User, purpose).args(args).capture()
 }
 
 impl GitSource {
@@ -43,11 +40,10 @@ impl GitSource {
                 .into());
         }
         let tmp = tempfile::tempdir().context("creating a temp dir for the --source clone")?;
-        let out = Command::new("git")
+        let out = hardened(tmp.path(), Trust::User, format!("clone --source {given}"))
             .args(["clone", "--quiet", "--bare", "--", given])
             .arg(tmp.path().join("src.git"))
-            .output()
-            .context("running git clone (is git installed?)")?;
+            .capture()?;
         if !out.status.success() {
             return Err(Failure::usage(format!(
                 "cloning --source {given} failed: {}",
@@ -80,47 +76,21 @@ impl GitSource {
 
     /// The short sha as `git rev-parse --short` prints it here.
     pub fn short(&self, full: &str) -> Result<String> {
-        let out = git(&self.dir, &["rev-parse", "--short", full], "abbreviate the revision")?;
+        let out = git(&self.dir, &["rev-parse", "--short", "--end-of-options", full], "abbreviate the revision")?;
         anyhow::ensure!(out.status.success(), "git rev-parse --short {full} failed in {}", self.given);
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
-    /// The base version setup.py declares at `full` (`version='1.2.1' + ...`), if it says.
+    /// The base version the build at `full` gives (DeepEP's interface read
+    /// there: the setup.py literal, or `__version__` of deep_ep/__init__.py for EPv2), if it says.
     pub fn base_version(&self, full: &str) -> Result<Option<String>> {
-        let out = git(&self.dir, &["show", &format!("{full}:setup.py")], "read setup.py")?;
-        if !out.status.success() {
-            return Ok(None);
-        }
-        Ok(setup_py_version(&String::from_utf8_lossy(&out.stdout)))
-    }
-}
-
-/// The first `version = '<x>'` / `version="<x>"` literal in setup.py text that is a PEP 440 version.
-pub fn setup_py_version(text: &str) -> Option<String> {
-    let mut rest = text;
-    while let Some(i) = rest.find("version") {
-        let after = rest[i + "version".len()..].trim_start();
-        rest = &rest[i + "version".len()..];
-        let Some(after) = after.strip_prefix('=').filter(|a| !a.starts_with('=')) else { continue };
-        let after = after.trim_start();
-        let Some(q) = after.chars().next().filter(|c| *c == '\'' || *c == '"') else { continue };
-        let Some(end) = after[1..].find(q) else { continue };
-        let v = &after[1..1 + end];
-        if <pep440_rs::Version as std::str::FromStr>::from_str(v).is_ok() {
-            return Some(v.to_string());
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_deepep_style_setup_py_versions() {
-        assert_eq!(setup_py_version("    version='1.2.1' + revision,").as_deref(), Some("1.2.1"));
-        assert_eq!(setup_py_version("x = version\nsetup(version = \"2.1.0\" + rev)").as_deref(), Some("2.1.0"));
-        assert_eq!(setup_py_version("if version == '1': pass\nsetup(version=get())"), None);
+        let files = |p: &str| {
+            git(&self.dir, &["show", "--end-of-options", &format!("{full}:{p}")], "read the source")
+                .ok()
+                .filter(|o| o.status.success() && o.stdout.len() <= 1 << 20)
+                .and_then(|o| String::from_utf8(o.stdout).ok())
+        };
+        let Some(setup) = files("setup.py") else { return Ok(None) };
+        Ok(crate::interface::version(&files, &setup).map(|(v, _)| v))
     }
 }

@@ -6,9 +6,9 @@
 //! reads (DeepEP 17cfb817, csrc/hybrid_ep/jit/compiler.cu): `$CUDA_HOME` with no
 //! fallback (`bin/nvcc`, `include`, `lib64` + `-lcudart`) and the cache folder
 //! `$HYBRID_EP_CACHE_DIR` or the user's home. Must not judge, must not write.
+use crate::process::Cmd;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -95,8 +95,12 @@ pub struct JitEnv {
 
 /// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
 pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
-    let out = Command::new(python).arg("-c").arg(SCRIPT).output().map_err(|e| {
-        Failure::usage(format!("cannot run {}: {e}", python.display()))
+    let out = Cmd::new(python, format!("ask {} about its deep_ep", python.display()))
+        .arg("-c")
+        .arg(SCRIPT)
+        .capture()
+        .map_err(|e| {
+        Failure::usage(format!("cannot run {}: {e:#}", python.display()))
             .hint("pass the python of the environment to inspect, e.g. .venv/bin/python")
     })?;
     if !out.status.success() {
@@ -176,7 +180,7 @@ fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
 fn ld_cache() -> BTreeMap<String, String> {
     let mut map = BTreeMap::new();
     for ldconfig in ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"] {
-        let Ok(out) = Command::new(ldconfig).arg("-p").output() else { continue };
+        let Ok(out) = Cmd::new(ldconfig, "list the loader cache").arg("-p").capture() else { continue };
         for line in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
             if let Some((left, path)) = line.split_once(" => ") {
                 let name = left.trim().split(' ').next().unwrap_or_default().to_string();

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -70,9 +70,7 @@ pub fn platform_arch(platform: &str) -> Option<crate::pins::Arch> {
 /// Read a wheel. A missing file or a file that is not a zip is bad input (exit 2);
 /// everything wrong inside a readable zip becomes a fact for the rules.
 pub fn read(path: &Path) -> Result<WheelFacts> {
-    let file = std::fs::File::open(path).map_err(|e| {
-        Failure::usage(format!("cannot open wheel {}: {e}", path.display())).hint("pass the path of a .whl file")
-    })?;
+    let (file, _) = crate::input::open(path, "wheel", crate::input::cap::WHEEL)?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| {
         Failure::usage(format!("{} is not a readable wheel (zip): {e}", path.display()))
             .hint("a truncated download or a file that is not a wheel; fetch or build it again")
@@ -93,7 +91,9 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
     // path -> (sha256=..., size) of what was actually read.
     let mut seen: BTreeMap<String, Result<(String, u64), String>> = BTreeMap::new();
     let mut record_text: Option<(String, String)> = None;
+    check_layout(&mut zip, path)?;
     let mut buf = Vec::new();
+    let mut total: u64 = 0;
     for i in 0..zip.len() {
         crate::error::check_interrupted()?;
         let mut member = match zip.by_index(i) {
@@ -109,7 +109,8 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
         let mpath = member.name().to_string();
         facts.members.push(mpath.clone());
         buf.clear();
-        if let Err(e) = member.read_to_end(&mut buf) {
+        let read = read_member(&mut member, &mpath, &mut buf, &mut total);
+        if let Err(e) = read {
             let why = format!("{mpath}: unreadable ({e})");
             if let Some(module) = module_of(&mpath) {
                 facts.extensions.push(Extension { path: mpath.clone(), module, elf: Err(why.clone()) });
@@ -117,7 +118,8 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
             seen.insert(mpath, Err(why));
             continue;
         }
-        seen.insert(mpath.clone(), Ok((record::hash_digest(&Sha256::digest(&buf)), buf.len() as u64)));
+        let (digest, size) = read.unwrap_or_default();
+        seen.insert(mpath.clone(), Ok((record::hash_digest(&digest), size)));
         let in_dist_info =
             mpath.split('/').next().is_some_and(|d| d.ends_with(".dist-info")) && mpath.matches('/').count() == 1;
         let base = mpath.rsplit('/').next().unwrap_or(&mpath);
@@ -134,6 +136,112 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
     }
     check_record(&mut facts, record_text, seen);
     Ok(facts)
+}
+
+/// Bounds on what a wheel may make us read (a hostile wheel is bounded work).
+pub mod limits {
+    /// Members at most, counted from the central directory.
+    pub const MEMBERS: usize = 100_000;
+    /// Uncompressed bytes of all members together.
+    pub const TOTAL: u64 = 16 << 30;
+    /// Uncompressed bytes of one member (streamed and hashed).
+    pub const MEMBER: u64 = 4 << 30;
+    /// Uncompressed bytes of a member kept in memory to be parsed (an
+    /// extension module; METADATA, RECORD and provenance get [`DOC`]).
+    pub const PARSED: u64 = 768 << 20;
+    pub const DOC: u64 = 16 << 20;
+    /// Uncompressed/compressed ratio above which a member larger than
+    /// [`RATIO_FLOOR`] is refused (deflate's own maximum is about 1032).
+    pub const RATIO: u64 = 200;
+    pub const RATIO_FLOOR: u64 = 16 << 20;
+}
+
+/// Refuse a zip whose layout alone makes reading it unbounded: too many
+/// members, members whose data overlap (a "zip bomb" reuses one stream for
+/// every entry), declared sizes past the limits.
+fn check_layout<R: std::io::Read + std::io::Seek>(zip: &mut zip::ZipArchive<R>, path: &Path) -> Result<()> {
+    let bad = |why: String| -> anyhow::Error {
+        Failure::usage(format!("{} is not a wheel this tool reads: {why}", path.display()))
+            .hint("a wheel built by pip/setuptools/deepep-forge never looks like this; do not install it")
+            .into()
+    };
+    if zip.len() > limits::MEMBERS {
+        return Err(bad(format!("{} members, more than {}", zip.len(), limits::MEMBERS)));
+    }
+    let mut spans = Vec::with_capacity(zip.len());
+    let mut total: u64 = 0;
+    for i in 0..zip.len() {
+        let Ok(m) = zip.by_index_raw(i) else { continue };
+        let (start, end) = (m.header_start(), m.data_start().saturating_add(m.compressed_size()));
+        total = total.saturating_add(m.size());
+        let name = crate::input::excerpt(m.name(), 80);
+        if m.size() > limits::MEMBER {
+            return Err(bad(format!("member {name} inflates to {} bytes, more than {}", m.size(), limits::MEMBER)));
+        }
+        if m.size() > limits::RATIO_FLOOR && m.size() / m.compressed_size().max(1) > limits::RATIO {
+            return Err(bad(format!(
+                "member {name} inflates {} bytes to {} (more than {}:1)",
+                m.compressed_size(),
+                m.size(),
+                limits::RATIO
+            )));
+        }
+        spans.push((start, end, name));
+    }
+    if total > limits::TOTAL {
+        return Err(bad(format!("members inflate to {total} bytes together, more than {}", limits::TOTAL)));
+    }
+    spans.sort();
+    for w in spans.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err(bad(format!("members {} and {} overlap in the file", w[0].2, w[1].2)));
+        }
+    }
+    Ok(())
+}
+
+/// Stream one member: hash all of it, keep in `buf` only what is parsed
+/// (bounded by [`limits`]); the sha256 and the size read.
+fn read_member(
+    member: &mut zip::read::ZipFile<'_, impl std::io::Read>,
+    mpath: &str,
+    buf: &mut Vec<u8>,
+    total: &mut u64,
+) -> std::io::Result<(sha2::digest::Output<Sha256>, u64)> {
+    let base = mpath.rsplit('/').next().unwrap_or(mpath);
+    let keep_cap = if module_of(mpath).is_some() {
+        limits::PARSED
+    } else if matches!(base, "METADATA" | "RECORD") || base == provenance::FILE_NAME {
+        limits::DOC
+    } else {
+        0
+    };
+    // Never more than declared (+1 to notice a lying header), never past the limits.
+    let declared = member.size();
+    let cap = declared.min(limits::MEMBER).saturating_add(1);
+    let mut h = Sha256::new();
+    let mut size: u64 = 0;
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut r = member.take(cap);
+    loop {
+        let n = r.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        *total += n as u64;
+        if size > declared || *total > limits::TOTAL {
+            return Err(std::io::Error::other("inflates past its declared size or the wheel's limit"));
+        }
+        h.update(&chunk[..n]);
+        if keep_cap > 0 {
+            if size > keep_cap {
+                return Err(std::io::Error::other(format!("larger than the {keep_cap} bytes read into memory")));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+    Ok((h.finalize(), size))
 }
 
 fn check_record(
@@ -194,7 +302,7 @@ pub fn local_label(version: &str) -> Option<&str> {
 
 /// Read a file on disk as an extension (used for installed environments).
 pub fn extension_from_disk(path: &Path) -> Result<Extension> {
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let data = crate::input::read_bytes(path, "extension module", limits::PARSED)?;
     let p = path.display().to_string();
     Ok(Extension { module: module_of(&p).unwrap_or_default(), elf: elf::parse(&data), path: p })
 }

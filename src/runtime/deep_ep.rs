@@ -3,7 +3,9 @@
 //! one verdict row. Owns the child processes (always reaped, killed at the
 //! deadline); must not touch a GPU itself.
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
+
+use crate::process::Cmd;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -54,7 +56,7 @@ impl Outcome {
 /// Run the round trip on `world` GPUs (0..world) through `python`.
 pub fn run(python: Option<&Path>, world: u32, timeout_s: u64) -> Outcome {
     let py = python.map(|p| p.display().to_string()).unwrap_or_else(|| "python3".into());
-    match Command::new(&py).args(["-c", "import deep_ep"]).stdin(Stdio::null()).output() {
+    match Cmd::new(&py, "import deep_ep").args(["-c", "import deep_ep"]).capture() {
         Err(e) => return Outcome::Unavailable { python: py, detail: e.to_string() },
         Ok(o) if !o.status.success() => {
             let err = String::from_utf8_lossy(&o.stderr);
@@ -77,8 +79,9 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, Str
         std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
     let mut children: Vec<Child> = Vec::new();
     for r in 0..world {
-        let child = Command::new(py)
-            .arg(&script)
+        let mut cmd = Cmd::same_group(py, format!("HybridEP round trip, rank {r}"));
+        cmd.arg(&script);
+        cmd.cmd
             .env("RANK", r.to_string())
             .env("LOCAL_RANK", r.to_string())
             .env("WORLD_SIZE", world.to_string())
@@ -87,10 +90,9 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, Str
             .env("PROBE_TOKENS", "4096")
             .env("PROBE_HIDDEN", "7168")
             .env("PROBE_TOPK", "8")
-            .stdin(Stdio::null())
             .stdout(log(dir.path(), r, "out")?)
-            .stderr(log(dir.path(), r, "err")?)
-            .spawn();
+            .stderr(log(dir.path(), r, "err")?);
+        let child = cmd.spawn();
         match child {
             Ok(c) => children.push(c),
             Err(e) => {

@@ -5,6 +5,7 @@
 //! in NeMo-RL, below the top level it is an ordinary key). Only the keys the
 //! topology needs are interpolated (`${a.b}`, relative `${.x}`); a resolver
 //! such as `${mul:...}` stays unresolved and is named in a note.
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -65,49 +66,142 @@ fn bad(path: &Path, what: impl std::fmt::Display) -> anyhow::Error {
         .into()
 }
 
-/// Load a recipe and its `defaults:` chain into one merged mapping.
+/// Load a recipe and its `defaults:` chain into one merged mapping (parents
+/// must stay inside the git repository holding the recipe).
 pub fn load(path: &Path) -> Result<Mapping> {
-    load_inner(path, &mut Vec::new(), None)
+    load_within(path, None)
 }
 
-fn load_inner(path: &Path, stack: &mut Vec<PathBuf>, declared_by: Option<&Path>) -> Result<Mapping> {
-    let text = std::fs::read_to_string(path).map_err(|e| match declared_by {
-        Some(parent) => bad(parent, format!("`defaults:` names {}, which cannot be read: {e}", path.display())),
-        None => bad(path, format!("cannot read it: {e}")),
-    })?;
-    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    if stack.contains(&canonical) {
-        return Err(bad(path, "its `defaults:` chain comes back to itself"));
+/// Load a recipe; every file of its `defaults:` chain must lie inside `root`
+/// (`--recipe-root`), or when None the git repository holding the recipe (the
+/// nearest ancestor with `.git`; found without running git), or failing that
+/// the recipe's own folder. Each file is read once (memoised), chains are at
+/// most [`MAX_CHAIN`] deep and [`MAX_FILES`] files in all.
+pub fn load_within(path: &Path, root: Option<&Path>) -> Result<Mapping> {
+    let (boundary, why) = boundary(path, root)?;
+    let mut l = Loader { boundary, why, memo: HashMap::new(), stack: Vec::new() };
+    l.load(path, None)
+}
+
+/// Longest `defaults:` chain (a recipe, its parent, its parent's parent, ...).
+pub const MAX_CHAIN: usize = 64;
+/// Most distinct files one recipe may pull in.
+pub const MAX_FILES: usize = 1000;
+
+struct Loader {
+    boundary: PathBuf,
+    /// What the boundary is, for messages.
+    why: &'static str,
+    memo: HashMap<PathBuf, Mapping>,
+    stack: Vec<PathBuf>,
+}
+
+/// The folder recipes must stay in, and what it is.
+fn boundary(top: &Path, root: Option<&Path>) -> Result<(PathBuf, &'static str)> {
+    if let Some(r) = root {
+        let c = r.canonicalize().map_err(|e| {
+            Failure::usage(format!("--recipe-root {}: {e}", r.display())).hint("pass an existing folder")
+        })?;
+        return Ok((c, "--recipe-root"));
     }
-    // serde_yaml's message names line and column.
-    let value: Value = serde_yaml::from_str(&text).map_err(|e| bad(path, e))?;
-    let mut map = match value {
-        Value::Mapping(m) => m,
-        Value::Null => Mapping::new(),
-        other => return Err(bad(path, format!("the top level is {}, expected a mapping", kind(&other)))),
-    };
-    let Some(defaults) = map.remove("defaults") else { return Ok(map) };
-    let parents: Vec<String> = match defaults {
-        Value::String(s) => vec![s],
+    let top = top
+        .canonicalize()
+        .map_err(|e| Failure::usage(format!("recipe {}: {e}", top.display())).hint("pass the path of a recipe file"))?;
+    let dir = top.parent().unwrap_or(Path::new("/")).to_path_buf();
+    match dir.ancestors().find(|a| a.join(".git").exists()) {
+        Some(git) => Ok((git.to_path_buf(), "the git repository holding the recipe")),
+        None => Ok((dir, "the recipe's folder (it is in no git repository)")),
+    }
+}
+
+impl Loader {
+    fn load(&mut self, path: &Path, declared_by: Option<&Path>) -> Result<Mapping> {
+        let unreadable = |e: anyhow::Error| match declared_by {
+            Some(parent) => bad(parent, format!("`defaults:` names {}, which cannot be read: {e:#}", path.display())),
+            None => e,
+        };
+        let canonical = match path.canonicalize() {
+            Ok(c) => c,
+            // Let the input reader say why (not found, symlink loop, ...).
+            Err(_) => {
+                return Err(unreadable(
+                    crate::input::read_text(path, "recipe", 0).err().unwrap_or_else(|| anyhow::anyhow!("unreadable")),
+                ))
+            }
+        };
+        if !canonical.starts_with(&self.boundary) {
+            let at = declared_by.unwrap_or(path);
+            return Err(Failure::usage(format!(
+                "bad recipe {}: `defaults:` reaches {}, outside {} ({})",
+                at.display(),
+                path.display(),
+                self.boundary.display(),
+                self.why
+            ))
+            .hint("recipes may only inherit from files of their own repository; pass --recipe-root DIR to allow a wider folder")
+            .into());
+        }
+        if self.stack.contains(&canonical) {
+            return Err(bad(path, "its `defaults:` chain comes back to itself"));
+        }
+        if let Some(m) = self.memo.get(&canonical) {
+            return Ok(m.clone());
+        }
+        if self.stack.len() >= MAX_CHAIN {
+            return Err(bad(path, format!("its `defaults:` chain is more than {MAX_CHAIN} files deep")));
+        }
+        if self.memo.len() >= MAX_FILES {
+            return Err(bad(path, format!("the recipe pulls in more than {MAX_FILES} files")));
+        }
+        let text = crate::input::read_text(&canonical, "recipe", crate::input::cap::TEXT).map_err(unreadable)?;
+        // serde_yaml's message names line and column.
+        let value: Value = serde_yaml::from_str(&text).map_err(|e| bad(path, e))?;
+        let mut map = match value {
+            Value::Mapping(m) => m,
+            Value::Null => Mapping::new(),
+            other => return Err(bad(path, format!("the top level is {}, expected a mapping", kind(&other)))),
+        };
+        let merged = match map.remove("defaults") {
+            None => map,
+            Some(defaults) => {
+                let parents = parents(path, defaults)?;
+                self.stack.push(canonical.clone());
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let mut base = Mapping::new();
+                for p in parents {
+                    let parent = if p.starts_with('/') { PathBuf::from(&p) } else { dir.join(&p) };
+                    let loaded = self.load(&parent, Some(path));
+                    let loaded = match loaded {
+                        Ok(l) => l,
+                        Err(e) => {
+                            self.stack.pop();
+                            return Err(e);
+                        }
+                    };
+                    base = merge_with_override(base, loaded);
+                }
+                self.stack.pop();
+                merge_with_override(base, map)
+            }
+        };
+        self.memo.insert(canonical, merged.clone());
+        Ok(merged)
+    }
+}
+
+/// The paths `defaults:` names.
+fn parents(path: &Path, defaults: Value) -> Result<Vec<String>> {
+    match defaults {
+        Value::String(s) => Ok(vec![s]),
         Value::Sequence(items) => items
             .into_iter()
             .map(|v| match v {
                 Value::String(s) => Ok(s),
                 other => Err(bad(path, format!("`defaults:` holds {}, expected a path", kind(&other)))),
             })
-            .collect::<Result<_>>()?,
-        other => return Err(bad(path, format!("`defaults:` is {}, expected a path or a list of paths", kind(&other)))),
-    };
-    stack.push(canonical);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut base = Mapping::new();
-    for p in parents {
-        let parent = if p.starts_with('/') { PathBuf::from(&p) } else { dir.join(&p) };
-        let loaded = load_inner(&parent, stack, Some(path))?;
-        base = merge_with_override(base, loaded);
+            .collect(),
+        other => Err(bad(path, format!("`defaults:` is {}, expected a path or a list of paths", kind(&other)))),
     }
-    stack.pop();
-    Ok(merge_with_override(base, map))
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -158,10 +252,12 @@ fn lookup<'a>(root: &'a Mapping, key: &str) -> Option<&'a Value> {
 }
 
 /// The value at `key` with `${...}` interpolations resolved; Err names what stayed unresolved.
-fn resolve(root: &Mapping, key: &str, depth: usize) -> Result<Option<Value>, String> {
+fn resolve(root: &Mapping, key: &str, depth: usize, budget: &mut usize) -> Result<Option<Value>, String> {
     if depth > MAX_DEPTH {
-        return Err(format!("`{key}`: interpolation loop"));
+        return Err(format!("`{}`: interpolation loop", cut(key)));
     }
+    // Each lookup costs one unit: `${b}${b}...` chains cannot grow exponentially.
+    *budget = budget.checked_sub(1).ok_or_else(|| format!("`{}`: too many interpolations", cut(key)))?;
     let Some(v) = lookup(root, key) else { return Ok(None) };
     let Value::String(s) = v else { return Ok(Some(v.clone())) };
     if !s.contains("${") {
@@ -172,22 +268,31 @@ fn resolve(root: &Mapping, key: &str, depth: usize) -> Result<Option<Value>, Str
     let mut whole = None;
     while let Some(start) = rest.find("${") {
         let inner_start = start + 2;
-        let end = matching_brace(&rest[inner_start..]).ok_or_else(|| format!("`{key}` = `{s}`: unbalanced `${{`"))?
+        let end = matching_brace(&rest[inner_start..])
+            .ok_or_else(|| format!("`{}` = `{}`: unbalanced `${{`", cut(key), cut(s)))?
             + inner_start;
         let inner = &rest[inner_start..end];
         if let Some((resolver, _)) = inner.split_once(':').filter(|(r, _)| !r.contains('.') || r.starts_with("oc.")) {
             return Err(format!(
-                "`{key}` = `{s}` uses the `{resolver}` resolver, which deepep-forge does not evaluate"
+                "`{}` = `{}` uses the `{}` resolver, which deepep-forge does not evaluate",
+                cut(key),
+                cut(s),
+                cut(resolver)
             ));
         }
         let target = if inner.starts_with('.') { relative(key, inner) } else { inner.to_string() };
-        let value =
-            resolve(root, &target, depth + 1)?.ok_or_else(|| format!("`{key}` = `{s}`: `{target}` is not set"))?;
+        let value = resolve(root, &target, depth + 1, budget)?
+            .ok_or_else(|| format!("`{}` = `{}`: `{}` is not set", cut(key), cut(s), cut(&target)))?;
         if start == 0 && end + 1 == rest.len() && out.is_empty() {
             whole = Some(value);
         } else {
             out.push_str(&rest[..start]);
-            out.push_str(&scalar_text(&value).ok_or_else(|| format!("`{key}`: `{target}` is not a scalar"))?);
+            out.push_str(
+                &scalar_text(&value).ok_or_else(|| format!("`{}`: `{}` is not a scalar", cut(key), cut(&target)))?,
+            );
+            if out.len() > MAX_VALUE {
+                return Err(format!("`{}`: interpolates to more than {MAX_VALUE} bytes", cut(key)));
+            }
         }
         rest = &rest[end + 1..];
     }
@@ -197,6 +302,16 @@ fn resolve(root: &Mapping, key: &str, depth: usize) -> Result<Option<Value>, Str
     out.push_str(rest);
     Ok(Some(Value::String(out)))
 }
+
+/// A value as messages quote it: at most 60 characters, cut visibly.
+fn cut(s: &str) -> String {
+    crate::input::excerpt(s, 60)
+}
+
+/// Longest interpolated string.
+const MAX_VALUE: usize = 64 << 10;
+/// Lookups one topology key may cost.
+const BUDGET: usize = 10_000;
 
 fn matching_brace(s: &str) -> Option<usize> {
     let mut depth = 0;
@@ -245,7 +360,8 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn value(&mut self, key: &str) -> Option<Value> {
-        match resolve(self.root, key, 0) {
+        let mut budget = BUDGET;
+        match resolve(self.root, key, 0, &mut budget) {
             Ok(Some(Value::Null)) | Ok(None) => None,
             Ok(v) => v,
             Err(why) => {
@@ -283,13 +399,18 @@ impl Reader<'_> {
 }
 
 fn show(v: &Value) -> String {
-    scalar_text(v).map(|s| format!("`{s}`")).unwrap_or_else(|| kind(v).to_string())
+    scalar_text(v).map(|s| format!("`{}`", cut(&s))).unwrap_or_else(|| kind(v).to_string())
 }
 
 /// Read a recipe's topology: cluster size, EP, dispatcher and HybridEP settings,
 /// with NeMo-RL's defaults (R = min(EP, 64), USE_MNNVL = EP > 4) where unset.
 pub fn read(path: &Path) -> Result<RecipeTopology> {
-    let root = load(path)?;
+    read_within(path, None)
+}
+
+/// [`read`] with the folder parents must stay in (`--recipe-root`).
+pub fn read_within(path: &Path, recipe_root: Option<&Path>) -> Result<RecipeTopology> {
+    let root = load_within(path, recipe_root)?;
     let mut rd = Reader { path, root: &root, notes: Vec::new() };
     let nodes = rd.int("cluster.num_nodes")?;
     let gpus_per_node = rd.int("cluster.gpus_per_node")?;
@@ -365,10 +486,10 @@ mod tests {
             "a: {b: 16, c: '${a.b}', d: 'x${a.b}y', e: '${mul:${a.b}, 2}', f: '${.b}', g: '${a.g}'}",
         )
         .unwrap();
-        assert_eq!(resolve(&root, "a.c", 0).unwrap(), Some(Value::Number(16.into())));
-        assert_eq!(resolve(&root, "a.d", 0).unwrap(), Some(Value::String("x16y".into())));
-        assert_eq!(resolve(&root, "a.f", 0).unwrap(), Some(Value::Number(16.into())));
-        assert!(resolve(&root, "a.e", 0).unwrap_err().contains("`mul` resolver"));
-        assert!(resolve(&root, "a.g", 0).unwrap_err().contains("loop"));
+        assert_eq!(resolve(&root, "a.c", 0, &mut 100).unwrap(), Some(Value::Number(16.into())));
+        assert_eq!(resolve(&root, "a.d", 0, &mut 100).unwrap(), Some(Value::String("x16y".into())));
+        assert_eq!(resolve(&root, "a.f", 0, &mut 100).unwrap(), Some(Value::Number(16.into())));
+        assert!(resolve(&root, "a.e", 0, &mut 100).unwrap_err().contains("`mul` resolver"));
+        assert!(resolve(&root, "a.g", 0, &mut 100).unwrap_err().contains("loop"));
     }
 }

@@ -83,12 +83,13 @@ impl Lab {
         self.site.join("nvidia/nvshmem")
     }
 
-    /// Write a pins file for `rev` with `variants` (see [`SINGLE`]).
+    /// Write a pins file for `rev` with `variants` (see [`SINGLE`]). Its repo
+    /// is DeepEP's URL (a pins file names only remote repositories); the lab's
+    /// local repository is passed as `--source` by [`Lab::forge`].
     pub fn pins_with(&self, rev: &str, variants: &str) -> PathBuf {
         let p = self.dir.path().join("pins.toml");
         let text = format!(
-            "schema = 1\n[source]\nname = \"deep_ep\"\nrepo = \"{}\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[pin.x86_64]\nrev = \"{rev}\"\n[pin.aarch64]\nrev = \"{rev}\"\n{}",
-            self.repo.display(),
+            "schema = 1\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[pin.x86_64]\nrev = \"{rev}\"\n[pin.aarch64]\nrev = \"{rev}\"\n{}",
             variants.replace("{nvshmem}", &self.nvshmem_dir().to_string_lossy())
         );
         std::fs::write(&p, text).unwrap();
@@ -104,6 +105,9 @@ impl Lab {
     pub fn forge(&self, args: &[&str]) -> Command {
         let mut c = support::bin();
         c.args(args);
+        if matches!(args.first(), Some(&"plan" | &"build-wheel")) && !args.contains(&"--source") {
+            c.arg("--source").arg(&self.repo);
+        }
         if !args.contains(&"--python") {
             c.arg("--python").arg(&self.python);
         }

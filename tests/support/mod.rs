@@ -3,6 +3,8 @@
 //! A test that lacks a tool skips with a message saying which and how to get it.
 #![allow(dead_code)]
 
+pub mod hostile;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -40,7 +40,8 @@ pub(super) fn tools() -> Result<Tools> {
 /// `cargo xtask build-wheel ...` as a whole process (this very binary).
 fn forge(t: &Tools, cache: &Path, out: &Path, extra: &[&str]) -> Result<Sample> {
     let mut c = Command::new(std::env::current_exe()?);
-    c.args(["build-wheel", "--pins", "tests/fixtures/demo-pins.toml", "--variant", VARIANT, "--python"])
+    c.args(["build-wheel", "--pins", "tests/fixtures/demo-pins.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--variant", VARIANT, "--python"])
         .arg(&t.python)
         .arg("--cache-dir")
         .arg(cache)
@@ -133,35 +134,22 @@ pub fn overhead() -> Result<()> {
     let (mut ours, mut hand) = (Vec::new(), Vec::new());
     for i in 0..RUNS {
         ours.push(forge(&t, &cache, &tmp.path().join(format!("ours{i}")), &["--no-cache"])?);
-        // By hand: the same pip command in a fresh git tree of the same files with the same env.
-        let tree = tmp.path().join(format!("hand{i}"));
+        // By hand: the plan's own recipe (argv, cwd, the whole environment from
+        // `plan --format json`) replayed in a fresh git tree of the same files.
+        let recipe = plan_recipe(&t, &cache)?;
+        let tree = PathBuf::from(&recipe.cwd);
+        let _ = std::fs::remove_dir_all(tree.parent().context("build folder")?);
         copy_tree(&super::project_root().join("tests/fixtures/mini-deepep"), &tree)?;
         for args in
             [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "x"]]
         {
             timed(Command::new("git").args(args).current_dir(&tree))?;
         }
-        let mut pip = Command::new(&t.python);
-        pip.args([
-            "-m",
-            "pip",
-            "wheel",
-            "-v",
-            "--no-build-isolation",
-            "--no-deps",
-            "--no-input",
-            "--disable-pip-version-check",
-            "-w",
-            "dist",
-            ".",
-        ])
-        .current_dir(&tree)
-        .env("CUDA_HOME", &t.cuda_home)
-        .env("CPATH", t.cuda_home.join("include/cccl"))
-        .env("TORCH_CUDA_ARCH_LIST", "9.0 10.0")
-        .env("HYBRID_EP_MULTINODE", "0")
-        .env("USE_NIXL", "0");
+        std::fs::create_dir_all(tree.with_file_name("dist"))?;
+        let mut pip = Command::new(&recipe.argv[0]);
+        pip.args(&recipe.argv[1..]).current_dir(&tree).env_clear().envs(&recipe.env);
         hand.push(timed(&mut pip)?);
+        std::fs::remove_dir_all(tree.parent().context("build folder")?)?;
     }
     let (o, h) = (median(&ours), median(&hand));
     let over = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) / b.as_secs_f64();
@@ -244,6 +232,32 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
         verdict(r(o.cpu, b.cpu) <= 1.5)
     );
     Ok(())
+}
+
+/// The plan's command for the bench variant: argv, working folder, environment.
+struct Recipe {
+    argv: Vec<String>,
+    cwd: String,
+    env: std::collections::BTreeMap<String, String>,
+}
+
+fn plan_recipe(t: &Tools, cache: &Path) -> Result<Recipe> {
+    let o = Command::new(std::env::current_exe()?)
+        .args(["plan", "--pins", "tests/fixtures/demo-pins.toml", "--variant", VARIANT, "--format", "json", "--python"])
+        .arg(&t.python)
+        .arg("--cache-dir")
+        .arg(cache)
+        .current_dir(super::project_root())
+        .env("CUDA_HOME", &t.cuda_home)
+        .output()?;
+    anyhow::ensure!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+    let run = &j["plans"][0]["run"];
+    Ok(Recipe {
+        argv: serde_json::from_value(run["argv"].clone())?,
+        cwd: serde_json::from_value(run["cwd"].clone())?,
+        env: serde_json::from_value(run["env"].clone())?,
+    })
 }
 
 fn copy_tree(src: &Path, dst: &Path) -> Result<()> {

@@ -1,7 +1,13 @@
-//! Child processes of a build. Every child carries a one-line purpose that
-//! appears in its error, runs in its own process group (so a terminal's Ctrl-C
-//! reaches only deepep-forge, which then kills the whole group and cleans up),
-//! and long ones stream their output to a log file with a spinner on a TTY.
+//! Every child process of deepep-forge starts here (xtask, developer tooling,
+//! keeps xshell). Every child carries a one-line purpose that appears in its
+//! errors, gets its arguments as separate argv entries (never through a shell),
+//! has stdin closed unless it is interactive, runs in its own process group
+//! (so a terminal's Ctrl-C reaches only deepep-forge, which then kills the
+//! whole group and cleans up), and long ones stream their output to a log file
+//! with a spinner on a TTY. `git` (hardened for untrusted repositories) is
+//! [`git`]. Must not know what it runs.
+pub mod git;
+
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -21,10 +27,89 @@ pub struct Cmd {
 }
 
 impl Cmd {
+    /// A child in its own process group (Ctrl-C reaches it through us).
     pub fn new(program: impl AsRef<std::ffi::OsStr>, purpose: impl Into<String>) -> Cmd {
+        let mut c = Cmd::same_group(program, purpose);
+        c.cmd.process_group(0);
+        c
+    }
+
+    /// A child in our process group: a terminal's Ctrl-C reaches it directly
+    /// (for children we do not wait on through this module, see [`Cmd::spawn`]).
+    pub fn same_group(program: impl AsRef<std::ffi::OsStr>, purpose: impl Into<String>) -> Cmd {
         let mut cmd = Command::new(program);
-        cmd.process_group(0);
+        cmd.stdin(Stdio::null());
         Cmd { cmd, purpose: purpose.into() }
+    }
+
+    /// `argv` run in `cwd` with exactly `env` (nothing inherited): a plan's command.
+    pub fn exact(
+        argv: &[String],
+        cwd: &Path,
+        env: &std::collections::BTreeMap<String, String>,
+        purpose: impl Into<String>,
+    ) -> Result<Cmd> {
+        let (program, args) = argv.split_first().context("empty command")?;
+        let mut c = Cmd::new(program, purpose);
+        c.cmd.args(args).current_dir(cwd).env_clear().envs(env);
+        Ok(c)
+    }
+
+    pub fn purpose(&self) -> &str {
+        &self.purpose
+    }
+
+    pub fn env(&mut self, key: impl AsRef<std::ffi::OsStr>, value: impl AsRef<std::ffi::OsStr>) -> &mut Cmd {
+        self.cmd.env(key, value);
+        self
+    }
+
+    fn start_error(&self, e: std::io::Error) -> anyhow::Error {
+        let program = self.cmd.get_program().to_string_lossy().into_owned();
+        let err = anyhow::Error::new(e).context(format!("{}: could not start {program}", self.purpose));
+        if err.root_cause().downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            Failure::env(format!("{}: {program} not found", self.purpose))
+                .hint(format!("install {program} or put it on PATH"))
+                .into()
+        } else {
+            err
+        }
+    }
+
+    /// Start the child and hand it over (the caller waits and reaps it).
+    pub fn spawn(&mut self) -> Result<std::process::Child> {
+        self.cmd.spawn().map_err(|e| self.start_error(e))
+    }
+
+    /// Run to completion with output captured, whatever its exit status (the
+    /// caller judges); Ctrl-C/SIGTERM kills the child's group (exit 130).
+    pub fn capture(&mut self) -> Result<std::process::Output> {
+        self.cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = self.cmd.spawn().map_err(|e| self.start_error(e))?;
+        let read_all = |r: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = read_all(child.stdout.take().map(|r| Box::new(r) as _));
+        let err = read_all(child.stderr.take().map(|r| Box::new(r) as _));
+        let status = wait_interruptible(child)?;
+        Ok(std::process::Output {
+            status,
+            stdout: out.join().unwrap_or_default(),
+            stderr: err.join().unwrap_or_default(),
+        })
+    }
+
+    /// Run with our stdout/stderr (a tool whose progress the user watches);
+    /// interruptible like [`Cmd::capture`].
+    pub fn run_inherit(&mut self) -> Result<std::process::ExitStatus> {
+        let child = self.cmd.spawn().map_err(|e| self.start_error(e))?;
+        wait_interruptible(child)
     }
 
     pub fn args<I, S>(&mut self, args: I) -> &mut Cmd
@@ -49,28 +134,11 @@ impl Cmd {
     /// Run to completion and return stdout; a failure names the purpose and
     /// carries stderr. Ctrl-C/SIGTERM kills the child's group (exit 130).
     pub fn output(&mut self) -> Result<String> {
-        self.cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = self
-            .cmd
-            .spawn()
-            .with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
-        let read_all = |r: Option<Box<dyn std::io::Read + Send>>| {
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                if let Some(mut r) = r {
-                    let _ = r.read_to_end(&mut buf);
-                }
-                buf
-            })
-        };
-        let out = read_all(child.stdout.take().map(|r| Box::new(r) as _));
-        let err = read_all(child.stderr.take().map(|r| Box::new(r) as _));
-        let status = wait_interruptible(child)?;
-        let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-        if !status.success() {
-            anyhow::bail!("{} failed ({status}): {}", self.purpose, String::from_utf8_lossy(&err).trim());
+        let o = self.capture()?;
+        if !o.status.success() {
+            anyhow::bail!("{} failed ({}): {}", self.purpose, o.status, String::from_utf8_lossy(&o.stderr).trim());
         }
-        Ok(String::from_utf8_lossy(&out).into_owned())
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     }
 
     /// Run with stdout and stderr appended to `log`; on a TTY show a spinner
@@ -83,10 +151,7 @@ impl Cmd {
         let writer2 = writer.try_clone()?;
         self.cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2);
         let mut logf = std::fs::File::create(log).with_context(|| format!("creating log {}", log.display()))?;
-        let child = self
-            .cmd
-            .spawn()
-            .with_context(|| format!("{}: could not start {:?}", self.purpose, self.cmd.get_program()))?;
+        let child = self.cmd.spawn().map_err(|e| self.start_error(e))?;
         // Drop our copies of the pipe's write end (held by `self.cmd`).
         self.cmd.stdout(Stdio::null()).stderr(Stdio::null());
         let step = Arc::new(Mutex::new(String::new()));

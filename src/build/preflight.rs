@@ -1,0 +1,128 @@
+//! Preflight: everything a plan's build will need, checked before anything
+//! compiles (exit 3 with what is missing and how to get it): the toolchain's
+//! imports and compilers, NVSHMEM as DeepEP links it, NCCL and NVSHMEM for
+//! EPv2 (`main`), rdma-core for the DOCA multinode path. Must not build.
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use super::plan::Plan;
+use super::relocate;
+use super::toolchain::{self, Toolchain};
+use crate::error::Failure;
+use crate::interface::Branch;
+use crate::pins::Transport;
+
+/// Preflight checks that need more than the toolchain: build imports,
+/// compilers, NVSHMEM (and NCCL for EPv2), rdma-core for DOCA.
+pub fn check(pl: &Plan, tc: &Toolchain, cache_dir: &Path) -> Result<()> {
+    toolchain::preflight(tc, pl.needs_torch, &cache_dir.join("toolchain"))?;
+    epv2_libraries(pl, tc)?;
+    // With NVSHMEM_DIR set DeepEP's setup.py links `-l:libnvshmem_host.so`, the
+    // unversioned name, which the pip package (nvidia-nvshmem-cu13) does not
+    // ship; without it setup.py finds the pip package and links its soname file.
+    if let Some(n) = pl.run.env.get("NVSHMEM_DIR") {
+        let lib = Path::new(n).join("lib");
+        if !lib.join("libnvshmem_host.so").exists() {
+            let versioned = std::fs::read_dir(&lib)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|f| f.starts_with("libnvshmem_host.so."))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            let what = if !lib.is_dir() {
+                format!("{} does not exist", lib.display())
+            } else if versioned.is_empty() {
+                format!("{} has no libnvshmem_host.so", lib.display())
+            } else {
+                format!(
+                    "{} has {} but not the unversioned libnvshmem_host.so that DeepEP links (`-l:libnvshmem_host.so`) when NVSHMEM_DIR is set",
+                    lib.display(),
+                    versioned.join(", ")
+                )
+            };
+            let hint = if versioned.is_empty() {
+                "install nvidia-nvshmem-cu13 into the build Python and drop nvshmem_dir from the variant (DeepEP then finds the package itself), or point nvshmem_dir at an NVSHMEM install".to_string()
+            } else {
+                format!(
+                    "drop nvshmem_dir from the variant when it is the pip package (DeepEP then finds it and links {}), or add the link: ln -s {} {}/libnvshmem_host.so",
+                    versioned[0],
+                    versioned[0],
+                    lib.display()
+                )
+            };
+            return Err(Failure::env(format!("NVSHMEM_DIR={n}: {what}")).hint(hint).into());
+        }
+    }
+    // DeepEP links NVSHMEM from NVSHMEM_DIR, else from the build Python's
+    // `nvidia/nvshmem` package, with an absolute RUNPATH into site-packages that
+    // must be rewritten after the build: find patchelf now, not after compiling.
+    let nvshmem_in_site = match pl.run.env.get("NVSHMEM_DIR") {
+        Some(n) => tc.site_packages.iter().any(|sp| Path::new(n).starts_with(sp)),
+        None => tc.site_packages.iter().any(|sp| sp.join("nvidia/nvshmem/lib").is_dir()),
+    };
+    if nvshmem_in_site {
+        relocate::require_patchelf(&tc.python, "deep_ep_cpp (links NVSHMEM from the build Python's site-packages)")?;
+    }
+    let v = &pl.variant;
+    if v.multinode && v.transport.as_deref() == Some(Transport::Doca.as_str()) {
+        let home = pl.run.env.get("RDMA_CORE_HOME").map(PathBuf::from);
+        let mut inc = vec![PathBuf::from("/usr/include")];
+        let mut libs: Vec<PathBuf> =
+            ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"]
+                .map(PathBuf::from)
+                .to_vec();
+        if let Some(h) = &home {
+            inc.insert(0, h.join("include"));
+            libs.insert(0, h.join("lib"));
+        }
+        let header =
+            inc.iter().any(|d| d.join("infiniband/verbs.h").exists() && d.join("infiniband/mlx5dv.h").exists());
+        let lib = |n: &str| libs.iter().any(|d| d.join(format!("lib{n}.so")).exists());
+        if !header || !lib("ibverbs") || !lib("mlx5") {
+            return Err(Failure::env(format!(
+                "the DOCA multinode build needs rdma-core (infiniband/verbs.h, infiniband/mlx5dv.h, libibverbs.so, libmlx5.so) under {} or the system dirs",
+                home.as_deref().map(|h| h.display().to_string()).unwrap_or_else(|| "RDMA_CORE_HOME".into())
+            ))
+            .hint("install libibverbs-dev (Debian/Ubuntu) or build rdma-core and set rdma_core_home in the variant")
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// EPv2's setup.py finds NCCL and NVSHMEM (`EP_{NAME}_ROOT_DIR`, `{NAME}_DIR`,
+/// else the `nvidia-{name}` pip package) and fails without either.
+fn epv2_libraries(pl: &Plan, tc: &Toolchain) -> Result<()> {
+    if pl.interface.branch != Branch::Main {
+        return Ok(());
+    }
+    for (name, lib, pkg) in
+        [("NCCL", "libnccl.so", "nvidia-nccl-cu13"), ("NVSHMEM", "libnvshmem_host.so", "nvidia-nvshmem-cu13")]
+    {
+        let from_env = [format!("EP_{name}_ROOT_DIR"), format!("{name}_DIR")]
+            .into_iter()
+            .find_map(|k| pl.run.env.get(&k).map(|v| (k, v.clone())));
+        let has_lib = |dir: &Path| {
+            std::fs::read_dir(dir.join("lib"))
+                .map(|rd| rd.flatten().any(|e| e.file_name().to_string_lossy().starts_with(lib)))
+                .unwrap_or(false)
+        };
+        let ok = match &from_env {
+            Some((_, v)) => has_lib(Path::new(v)),
+            None => tc.site_packages.iter().any(|sp| has_lib(&sp.join("nvidia").join(name.to_lowercase()))),
+        };
+        if !ok {
+            let where_ = match &from_env {
+                Some((k, v)) => format!("{k}={v} has no lib/{lib}*"),
+                None => format!("no {pkg} in the build Python's site-packages and no EP_{name}_ROOT_DIR/{name}_DIR"),
+            };
+            return Err(Failure::env(format!("DeepEP's `main` (EPv2) build needs {name}: {where_}"))
+                .hint(format!("install {pkg} into the build Python (`python -m pip install {pkg}`), or set it in the variant (env = {{ EP_{name}_ROOT_DIR = \"/path\" }} for NCCL, nvshmem_dir for NVSHMEM)"))
+                .into());
+        }
+    }
+    Ok(())
+}

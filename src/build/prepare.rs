@@ -1,0 +1,590 @@
+//! From `plan`/`build-wheel` arguments to plans: the selected variants, the
+//! source at the pin (fetched into the mirror, read with `git show`), DeepEP's
+//! build interface at that revision (checked before any build work), the
+//! toolchain (identified; for `plan` possibly missing, never provisioned),
+//! and one [`Plan`] per variant. Must not run a build.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::plan::{self, EnvOrigin, Outputs, Plan, PlanSource, Root, Roots, Run, ToolchainPart};
+use super::source::{self, Origin};
+use super::toolchain::Toolchain;
+use super::{cross, registry, toolchain, Common};
+use crate::error::{Exit, Failure};
+use crate::interface::{self, Branch, Interface, SetBy};
+use crate::pins::{Arch, Pins, Transport, Variant};
+use crate::provenance::VariantInfo;
+
+/// `plan` reports a missing toolchain; `build-wheel` needs it (and provisions
+/// a registry toolchain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Plan,
+    Build,
+}
+
+/// A variant not planned here, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    pub variant: String,
+    pub arch: String,
+    pub reason: String,
+}
+
+pub struct Planned {
+    pub cache_dir: PathBuf,
+    pub plans: Vec<Plan>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The source of one pinned revision: where it is and what its build reads.
+struct Pinned {
+    rev: String,
+    commit_time: i64,
+    interface: Interface,
+    needs_torch: bool,
+}
+
+pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
+    let pins = Pins::load(&c.pins)?;
+    let selected: Vec<&Variant> = if c.all {
+        pins.variants.iter().collect()
+    } else if c.variants.is_empty() {
+        crate::bail_usage!("name a variant with --variant NAME (repeatable) or pass --all; known: {}", names(&pins));
+    } else {
+        let mut v: Vec<&Variant> = c.variants.iter().map(|n| pins.variant(n)).collect::<Result<_>>()?;
+        v.dedup_by(|a, b| a.name == b.name);
+        v
+    };
+    let host = Arch::host();
+    // Built here: the host's architecture, and aarch64 by cross-compiling with the registry toolchain.
+    let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_supported(v).is_ok();
+    let (here, other): (Vec<&Variant>, Vec<&Variant>) =
+        selected.into_iter().partition(|v| Some(v.arch) == host || cross_ok(v));
+    let why = |v: &Variant| {
+        match cross_supported(v) {
+        Err(why) if cross::is_cross(c.toolchain, host, v.arch) => why,
+        _ if host == Some(Arch::X86_64) && v.arch == Arch::Aarch64 => format!(
+            "{} variant: build it on an {} host, through the container path (deepep-forge docker), or cross-compile it here with --toolchain registry",
+            v.arch, v.arch
+        ),
+        _ => format!("{} variant: build it on an {} host or through the container path (deepep-forge docker)", v.arch, v.arch),
+    }
+    };
+    if !c.all && !other.is_empty() {
+        let v = other[0];
+        return Err(Failure::usage(format!(
+            "variant `{}` builds for {}, this host is {}",
+            v.name,
+            v.arch,
+            std::env::consts::ARCH
+        ))
+        .hint(why(v))
+        .into());
+    }
+    let skipped =
+        other.iter().map(|v| Skipped { variant: v.name.clone(), arch: v.arch.to_string(), reason: why(v) }).collect();
+    let cache_dir = c.cache.resolve()?;
+    std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
+    let cache_dir = std::path::absolute(&cache_dir)?;
+    let mut plans = Vec::new();
+    if here.is_empty() {
+        return Ok(Planned { cache_dir, plans, skipped });
+    }
+    let origin = source::resolve(&c.source.clone().unwrap_or_else(|| pins_repo(&pins)), &cache_dir)?;
+    let mirror = source::mirror_path(&cache_dir, &origin.repo);
+    // Source and interface first: a variant the revision cannot build is
+    // refused before any toolchain work or submodule fetch.
+    let mut sources: BTreeMap<Arch, Pinned> = BTreeMap::new();
+    let mut knob_envs = Vec::new();
+    for v in &here {
+        let p = match sources.entry(v.arch) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(pinned(&pins, v.arch, &origin, &mirror)?),
+        };
+        knob_envs.push(knobs(&pins, v, p)?);
+    }
+    let caller: BTreeMap<String, String> = std::env::vars().collect();
+    let tc = identify(c, &pins, &cache_dir, mode)?;
+    let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let out_dir = std::path::absolute(&c.out)?;
+    let mut cross_tc = None;
+    for (v, knob_env) in here.into_iter().zip(knob_envs) {
+        let p = &sources[&v.arch];
+        let ctx = Ctx { pins: &pins, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
+        let tc = if Some(v.arch) == host {
+            &tc
+        } else {
+            if cross_tc.is_none() {
+                cross_tc = Some(cross_toolchain(&tc, &cache_dir, mode)?);
+            }
+            cross_tc.as_ref().expect("set above")
+        };
+        plans.push(plan_variant(&ctx, v, p, knob_env, tc, jobs, c.no_cache, &caller)?);
+    }
+    Ok(Planned { cache_dir, plans, skipped })
+}
+
+/// Whether an aarch64 variant can be cross-compiled (the DOCA multinode path
+/// builds NCCL's DOCA objects with make and links rdma-core: not for aarch64 yet).
+fn cross_supported(v: &Variant) -> Result<(), String> {
+    if v.multinode && v.transport == Transport::Doca {
+        return Err(format!(
+            "{} variant with the DOCA multinode path: cross-compiling NCCL's DOCA objects and rdma-core for aarch64 is not supported; build it on an aarch64 host or through the container path",
+            v.arch
+        ));
+    }
+    Ok(())
+}
+
+/// The toolchain of a cross plan: the registry toolchain `host` with the
+/// aarch64 sysroot (provisioned by `build-wheel`; `plan` only looks it up
+/// and reports it missing otherwise).
+fn cross_toolchain(host: &ToolchainPart, cache_dir: &Path, mode: Mode) -> Result<ToolchainPart> {
+    let Some(t) = host.known() else { return Ok(host.clone()) };
+    let r = t.registry.as_ref().context("cross builds use the registry toolchain")?;
+    let found = match mode {
+        Mode::Build => Some(cross::provision(r, t, cache_dir)?),
+        Mode::Plan => match cross::lookup(r, t, cache_dir) {
+            Ok(found) => found,
+            Err(e) if crate::error::exit_of(&e) == Exit::Environment => {
+                return Ok(missing("registry (cross)", &e, cross_needs(), None));
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    match found {
+        Some(s) => Ok(ToolchainPart::Known(Box::new(s.toolchain(t)))),
+        None => {
+            let e = anyhow::Error::from(Failure::env(format!(
+                "the aarch64 sysroot for the registry toolchain {} is not provisioned yet",
+                r.root.display()
+            )));
+            let mut m = missing("registry (cross)", &e, cross_needs(), None);
+            if let ToolchainPart::Missing(ms) = &mut m {
+                ms.hint =
+                    Some("`deepep-forge build-wheel --toolchain registry` provisions it (plan never downloads)".into());
+            }
+            Ok(m)
+        }
+    }
+}
+
+fn cross_needs() -> Vec<String> {
+    vec![
+        format!("the cross compiler {}-g++ (Debian/Ubuntu: g++-aarch64-linux-gnu)", cross::TRIPLE),
+        format!(
+            "the registry reachable for {} wheels (torch and the nvidia-* packages at the host's versions)",
+            cross::PYTHON_PLATFORM
+        ),
+        "apt-get/dpkg-deb and the host's apt sources reachable for Debian's arm64 Python (the same minor as --python)"
+            .into(),
+        "qemu-aarch64 (qemu-user-static) for the import check after the build".into(),
+    ]
+}
+
+/// Fetch the pin of `arch` into the mirror and read its build interface.
+fn pinned(pins: &Pins, arch: Arch, origin: &Origin, mirror: &Path) -> Result<Pinned> {
+    let pin = pins.pin(arch)?;
+    if let Some((dir, sha)) = &origin.snapshot_of {
+        if *sha != pin.rev {
+            return Err(Failure::usage(format!(
+                "{} pins {} to {}, but the folder {} snapshots to commit {sha}",
+                pins.path.display(),
+                arch,
+                pin.rev,
+                dir.display()
+            ))
+            .hint(format!("set rev = \"{sha}\" under [pin.{arch}] in {} to build these files", pins.path.display()))
+            .into());
+        }
+    }
+    let commit_time = source::ensure_rev(mirror, &origin.repo, &pin.rev)?;
+    let files = |p: &str| source::show(mirror, &pin.rev, p);
+    let interface = interface::read(&files, &format!("{} at {}", origin.repo, pin.short()))?;
+    let needs_torch = files("setup.py").is_some_and(|s| source::imports_torch(&s));
+    Ok(Pinned { rev: pin.rev.clone(), commit_time, interface, needs_torch })
+}
+
+/// The knobs of DeepEP's build for `v`: derived from the variant's keys,
+/// then its `env` table, each checked against what the build at the pinned
+/// revision reads. Refuses (exit 2) a variant that needs HybridEP at a
+/// revision without it, and an `env` name the build does not read.
+fn knobs(pins: &Pins, v: &Variant, p: &Pinned) -> Result<BTreeMap<String, String>> {
+    let i = &p.interface;
+    let short = &p.rev[..7];
+    if v.multinode && !i.branch.has_hybrid_ep() {
+        return Err(Failure::usage(format!(
+            "{}:{}: variant `{}` is multinode ({} transport), which needs HybridEP (hybrid_ep_cpp), but DeepEP at {short} is the `{}` interface and builds only {}",
+            pins.path.display(),
+            v.line,
+            v.name,
+            v.transport.as_str(),
+            i.branch.as_str(),
+            i.extensions.join(", ")
+        ))
+        .hint("pin a revision of DeepEP's `hybrid-ep` branch (e.g. 17cfb817), which builds hybrid_ep_cpp, or make the variant single-node")
+        .into());
+    }
+    let mut env = BTreeMap::new();
+    env.insert("TORCH_CUDA_ARCH_LIST".to_string(), v.cuda_arch_list.to_env());
+    if i.branch == Branch::HybridEp {
+        let flag = |b: bool| if b { "1" } else { "0" }.to_string();
+        env.insert("HYBRID_EP_MULTINODE".into(), flag(v.multinode));
+        env.insert("USE_NIXL".into(), flag(v.multinode && v.transport == Transport::Nixl));
+        if let Some(r) = v.rdma_core_home.as_ref().filter(|_| v.multinode) {
+            env.insert("RDMA_CORE_HOME".into(), r.clone());
+        }
+    }
+    if let Some(n) = &v.nvshmem_dir {
+        env.insert("NVSHMEM_DIR".into(), n.clone());
+    }
+    for e in &v.env {
+        let at = format!("{}:{}", pins.path.display(), e.line);
+        let read: Vec<&str> = i.read_names().into_iter().collect();
+        let Some(k) = i.knob(&e.name).filter(|k| !k.read_at.is_empty()) else {
+            return Err(Failure::usage(format!(
+                "{at}: variant `{}` sets env {}, which DeepEP's build at {short} (`{}` interface) does not read",
+                v.name,
+                e.name,
+                i.branch.as_str()
+            ))
+            .hint(format!("the build at this revision reads: {}", read.join(", ")))
+            .into());
+        };
+        if k.set_by == SetBy::Variant {
+            return Err(Failure::usage(format!(
+                "{at}: variant `{}` sets env {}, which the variant key `{}` decides",
+                v.name,
+                e.name,
+                k.key.as_deref().unwrap_or("?")
+            ))
+            .hint(format!("remove {} from env and set `{}` in the variant", e.name, k.key.as_deref().unwrap_or("?")))
+            .into());
+        }
+        env.insert(e.name.clone(), e.value.clone());
+    }
+    Ok(env)
+}
+
+struct Ctx<'a> {
+    pins: &'a Pins,
+    origin: &'a Origin,
+    mirror: &'a Path,
+    cache_dir: &'a Path,
+    out_dir: &'a Path,
+}
+
+/// Names whose caller value is reported when the plan drops or replaces it:
+/// the knobs of every interface, and what reaches a compiler.
+const REPORTED: [&str; 16] = [
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CPATH",
+    "LIBRARY_PATH",
+    "MAX_JOBS",
+    "SOURCE_DATE_EPOCH",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_PREPEND_FLAGS",
+    "PYTORCH_NVCC",
+    "NVCC_CCBIN",
+    "CFLAGS",
+    "CXXFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "PYTHONPATH",
+    "NIXL_HOME",
+];
+
+/// Prefixes whose caller variables are reported by name only (values may be credentials).
+const REPORTED_BY_NAME: [&str; 3] = ["PIP_", "UV_", "SETUPTOOLS_"];
+
+#[allow(clippy::too_many_arguments)]
+fn plan_variant(
+    ctx: &Ctx,
+    v: &Variant,
+    p: &Pinned,
+    knob_env: BTreeMap<String, String>,
+    tc: &ToolchainPart,
+    jobs: usize,
+    no_cache: bool,
+    caller: &BTreeMap<String, String>,
+) -> Result<Plan> {
+    let pin = ctx.pins.pin(v.arch)?;
+    let i = &p.interface;
+    let subs: Vec<&str> = i
+        .submodules
+        .iter()
+        .filter(|s| s.when == "always" || (s.when == "doca-multinode" && v.multinode && v.transport == Transport::Doca))
+        .map(|s| s.path.as_str())
+        .collect();
+    let submodules = source::submodule_commits(ctx.mirror, &ctx.origin.repo, &p.rev, &subs)?;
+
+    // The build folder: `<cache>/tmp/build-<pid>-<variant>` (a dead process's is
+    // removed by the next run; the build creates it and fails if it exists).
+    let build = ctx.cache_dir.join("tmp").join(format!("build-{}-{}", std::process::id(), v.name));
+    let mut roots = Roots::default();
+    roots.0.insert(Root::Build, build.clone());
+    roots.0.insert(Root::Cache, ctx.cache_dir.to_path_buf());
+    roots.0.insert(Root::Out, ctx.out_dir.to_path_buf());
+    let python = match tc.known() {
+        Some(t) => t.python.to_string_lossy().into_owned(),
+        None => "python3".into(),
+    };
+    let mut run = Run {
+        argv: plan::pip_argv(&python, &build.join("dist")),
+        cwd: build.join("src"),
+        env: BTreeMap::new(),
+        env_origin: BTreeMap::new(),
+    };
+    for k in plan::PASSTHROUGH {
+        if let Some(val) = caller.get(k).filter(|v| !v.is_empty()) {
+            run.set(k, val.clone(), EnvOrigin::Caller);
+        }
+    }
+    for (k, val) in &knob_env {
+        run.set(k, val.clone(), EnvOrigin::Knob);
+    }
+    run.set("MAX_JOBS", jobs.to_string(), EnvOrigin::Jobs);
+    run.set("SOURCE_DATE_EPOCH", p.commit_time.to_string(), EnvOrigin::Epoch);
+    // pip reads no user or site configuration (an index URL there could change the build).
+    run.set("PIP_CONFIG_FILE", "/dev/null", EnvOrigin::Tool);
+    let mut fixes = Vec::new();
+    if let Some(t) = tc.known() {
+        toolchain_env(t, &mut run, &mut roots, &mut fixes, caller);
+    }
+    let dropped_env = caller
+        .iter()
+        .filter(|(k, val)| run.env.get(*k) != Some(*val))
+        .filter_map(|(k, val)| {
+            let knob = [Branch::HybridEp, Branch::Main, Branch::MainLegacy]
+                .iter()
+                .any(|b| interface::table(*b).iter().any(|r| r.name == k));
+            if knob || REPORTED.contains(&k.as_str()) {
+                Some((k.clone(), val.clone()))
+            } else if REPORTED_BY_NAME.iter().any(|pre| k.starts_with(pre)) {
+                Some((k.clone(), "(not shown)".into()))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let mut warnings = i.warnings.clone();
+    if i.base_version != ctx.pins.source.base_version {
+        warnings.push(format!(
+            "{} says base_version = \"{}\", but the source at {} gives {} ({}): the wheel will be {}+{}",
+            ctx.pins.path.display(),
+            ctx.pins.source.base_version,
+            pin.short(),
+            i.base_version,
+            i.version_from,
+            i.base_version,
+            pin.short()
+        ));
+    }
+    let mut plan = Plan {
+        schema: plan::SCHEMA,
+        variant: variant_info(v),
+        source: PlanSource {
+            repo: ctx.origin.repo.clone(),
+            snapshot_of: ctx.origin.snapshot_of.as_ref().map(|(d, _)| d.clone()),
+            rev: pin.rev.clone(),
+            branch: ctx.pins.source.branch.clone(),
+            version: format!("{}+{}", i.base_version, pin.short()),
+            short: pin.short().to_string(),
+            source_date_epoch: p.commit_time,
+            submodules,
+            mirror: ctx.mirror.to_path_buf(),
+        },
+        interface: i.clone(),
+        roots,
+        run,
+        dropped_env,
+        fixes,
+        warnings,
+        toolchain: tc.clone(),
+        needs_torch: p.needs_torch,
+        portable: plan::Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
+        cache_key: None,
+        cache_key_unknown: None,
+        outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },
+    };
+    plan.seal();
+    let tag = plan.cache_key.as_deref().map(|k| k[..12].to_string()).unwrap_or_else(|| "unknown".into());
+    plan.outputs.log = ctx.cache_dir.join("logs").join(format!("{}-{tag}.log", v.name));
+    plan.outputs.cache_entry = plan
+        .cache_key
+        .as_deref()
+        .filter(|_| !no_cache)
+        .map(|k| crate::cache::Cache::at(ctx.cache_dir).wheels_dir().join(k));
+    Ok(plan)
+}
+
+/// The environment the toolchain needs (CUDA_HOME, the registry's PATH and
+/// LIBRARY_PATH, CUDA 13's cccl on CPATH) and its roots.
+fn toolchain_env(
+    t: &Toolchain,
+    run: &mut Run,
+    roots: &mut Roots,
+    fixes: &mut Vec<String>,
+    caller: &BTreeMap<String, String>,
+) {
+    let system_prefix = |p: &Path| ["/", "/usr", "/usr/local", "/opt"].iter().any(|s| p == Path::new(s));
+    if !system_prefix(&t.cuda_home) {
+        roots.0.insert(Root::Cuda, t.cuda_home.clone());
+    }
+    // A virtual environment's folder (pyvenv.cfg) is a root; a system prefix is not.
+    if let Some(env) = t.python.parent().and_then(Path::parent).filter(|e| e.join("pyvenv.cfg").is_file()) {
+        roots.0.insert(Root::Python, env.to_path_buf());
+    }
+    run.set("CUDA_HOME", t.cuda_home.to_string_lossy(), EnvOrigin::Toolchain);
+    if let Some(r) = &t.registry {
+        roots.0.insert(Root::Toolchain, r.root.clone());
+        // torch's extension builder runs `ninja` from PATH; the link finds libcuda.so (the stub) and
+        // the unversioned runtime names through LIBRARY_PATH.
+        let path = caller.get("PATH").filter(|p| !p.is_empty()).map(|p| format!(":{p}")).unwrap_or_default();
+        run.set("PATH", format!("{}{path}", r.bin().display()), EnvOrigin::Caller);
+        run.set("LIBRARY_PATH", t.cuda_home.join("lib64").to_string_lossy(), EnvOrigin::Toolchain);
+    }
+    if let Some(x) = &t.cross {
+        // The cross compilers (torch passes CC to nvcc as -ccbin; LDSHARED links), and the target's
+        // sysconfig: extension suffix and wheel tag for the target Python.
+        for (k, val) in x.build_env() {
+            run.set(&k, val, EnvOrigin::Toolchain);
+        }
+    }
+    if t.cuda_major() >= 13 {
+        let cccl = t.cuda_home.join("include/cccl");
+        run.set("CPATH", cccl.to_string_lossy(), EnvOrigin::Fix);
+        fixes.push(format!(
+            "CUDA {} >= 13: {} on CPATH (else `cuda/std/tuple: No such file`)",
+            t.nvcc_version,
+            cccl.display()
+        ));
+    }
+}
+
+/// The toolchain `--toolchain` names. `plan` turns a missing one (exit 3)
+/// into [`ToolchainPart::Missing`] and never provisions; `build-wheel`
+/// provisions a registry toolchain and fails with exit 3 without one.
+fn identify(c: &Common, pins: &Pins, cache_dir: &Path, mode: Mode) -> Result<ToolchainPart> {
+    let memo = cache_dir.join("toolchain");
+    if c.toolchain == registry::Kind::System {
+        if c.match_project.is_some() {
+            crate::bail_usage!(
+                "--match-project needs --toolchain registry (the system toolchain is what the build Python has)"
+            );
+        }
+        let python = c.python.as_deref().unwrap_or("python3");
+        return match toolchain::identify(python, None, &memo) {
+            Ok(t) => Ok(ToolchainPart::Known(Box::new(t))),
+            Err(e) if mode == Mode::Plan && crate::error::exit_of(&e) == Exit::Environment => {
+                Ok(missing("system", &e, system_needs(python), None))
+            }
+            Err(e) => Err(e),
+        };
+    }
+    let req = registry::request(pins, c.match_project.as_deref(), c.python.as_deref())?;
+    let found = match mode {
+        Mode::Build => Some(registry::provision(&req, cache_dir)?),
+        Mode::Plan => match registry::lookup(&req, cache_dir) {
+            Ok(found) => found,
+            Err(e) if crate::error::exit_of(&e) == Exit::Environment => {
+                return Ok(missing("registry", &e, registry_needs(&req), Some(would(&req, None)?)));
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    let Some(mut p) = found else {
+        let root = registry::root_for(&req, cache_dir)?;
+        let e = anyhow::Error::from(Failure::env(format!(
+            "the registry toolchain for {} (Python {}) is not provisioned yet",
+            req.torch, req.python
+        )));
+        let mut m = missing("registry", &e, registry_needs(&req), Some(would(&req, Some(root))?));
+        if let ToolchainPart::Missing(ms) = &mut m {
+            ms.hint = Some(
+                "`deepep-forge build-wheel --toolchain registry` provisions it with uv (plan never downloads)".into(),
+            );
+        }
+        return Ok(m);
+    };
+    p.notes.splice(0..0, req.notes);
+    let mut tc = toolchain::identify(&p.python().to_string_lossy(), Some(&p.cuda_home()), &memo)?;
+    tc.kind = registry::Kind::Registry;
+    tc.registry = Some(p);
+    Ok(ToolchainPart::Known(Box::new(tc)))
+}
+
+fn missing(
+    kind: &str,
+    e: &anyhow::Error,
+    needs: Vec<String>,
+    would_provision: Option<plan::WouldProvision>,
+) -> ToolchainPart {
+    let hint = e.chain().find_map(|c| c.downcast_ref::<Failure>()).and_then(|f| f.hint.clone());
+    ToolchainPart::Missing(plan::MissingToolchain {
+        kind: kind.into(),
+        missing: format!("{e:#}"),
+        hint,
+        needs,
+        would_provision,
+    })
+}
+
+fn system_needs(python: &str) -> Vec<String> {
+    vec![
+        format!("the build Python `{python}` with setuptools, wheel, pip and torch importable"),
+        "nvcc: CUDA_HOME, nvcc on PATH, or the nvidia-cuda-nvcc wheel in the Python's site-packages".into(),
+        "a C and C++ compiler (CC/CXX, default cc/c++) that links libstdc++ dynamically".into(),
+        "or --toolchain registry: torch and the CUDA compiler packages from PyPI, made with uv".into(),
+    ]
+}
+
+fn registry_needs(req: &registry::Request) -> Vec<String> {
+    vec![
+        format!("uv, and the Python `{}` to make the environment from", req.python),
+        format!("the package registry reachable (PyPI): {} and the CUDA packages of its CUDA minor", req.torch),
+        "a C compiler (CC, default cc) for the libcuda.so link stub, and a C++ compiler for the build".into(),
+    ]
+}
+
+fn would(req: &registry::Request, root: Option<PathBuf>) -> Result<plan::WouldProvision> {
+    let cuda = req.cuda.clone().unwrap_or_else(|| "X.Y".into());
+    let packages = if req.cuda.is_some() {
+        registry::cuda_requirements(&cuda)?
+    } else {
+        vec!["the CUDA compiler packages of the CUDA minor torch carries (read once torch is installed)".into()]
+    };
+    Ok(plan::WouldProvision {
+        root: root.unwrap_or_default(),
+        python: req.python.clone(),
+        torch: req.torch.clone(),
+        packages,
+    })
+}
+
+/// pins.toml's repo: a remote URL (validated when pins.toml is read; local
+/// paths come only from `--source`).
+fn pins_repo(p: &Pins) -> String {
+    p.source.repo.clone()
+}
+
+fn names(p: &Pins) -> String {
+    p.variants.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+pub fn variant_info(v: &Variant) -> VariantInfo {
+    VariantInfo {
+        name: v.name.clone(),
+        arch: v.arch.as_str().into(),
+        cuda_arch_list: v.cuda_arch_list.to_env(),
+        multinode: v.multinode,
+        transport: v.multinode.then(|| v.transport.as_str().to_string()),
+        rdma_core_home: v.rdma_core_home.clone().filter(|_| v.multinode),
+        env: v.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
+    }
+}

@@ -1,0 +1,61 @@
+//! Advisory file locks (flock(2) through `std::fs::File::lock`): one holder at
+//! a time, released when the file is closed or the process dies, so a lock of
+//! a killed process never lingers. On a shared filesystem (NFS v4) the lock is
+//! seen by every node, which a process id is not.
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::error::check_interrupted;
+
+fn open(path: &Path) -> Result<File> {
+    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening lock {}", path.display()))
+}
+
+/// An exclusive lock on `path` (created if absent), held until the file is
+/// dropped; waits for the holder, checking for Ctrl-C every 100 ms.
+pub fn exclusive(path: &Path) -> Result<File> {
+    let f = open(path)?;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                check_interrupted()?;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()))
+            }
+        }
+    }
+}
+
+/// The lock on `path` if nobody holds it now (`None`: held elsewhere).
+pub fn try_exclusive(path: &Path) -> Result<Option<File>> {
+    let f = open(path)?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
+/// Whether `f` (a locked file) is still the file at `path`: a cleaner may
+/// have unlinked a lock file between its creation and our lock.
+pub fn still_at(f: &File, path: &Path) -> bool {
+    match (f.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}

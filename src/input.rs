@@ -1,0 +1,127 @@
+//! Reading a user's file, bounded: every reader of an input that may be hostile
+//! (pins.toml, pyproject.toml, uv.lock, Dockerfiles, recipes, wheels, JSON
+//! documents) opens it here. A file is refused (exit 2, naming it) when it is
+//! missing, not a regular file (a directory, a FIFO, `/dev/zero`), a symlink
+//! loop, larger than its cap, or (for text) not UTF-8. Opening never blocks
+//! (O_NONBLOCK, so a FIFO cannot hang us) and the size is checked on the opened
+//! file, then again while reading (a file that grows is cut at the cap).
+//! Must not parse anything.
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::error::Failure;
+
+/// Caps per kind of input (bytes).
+pub mod cap {
+    /// pins.toml, pyproject.toml, a Dockerfile, a recipe, a small JSON document.
+    pub const TEXT: u64 = 4 << 20;
+    /// uv.lock (NeMo-RL's is about 2 MB).
+    pub const LOCK: u64 = 64 << 20;
+    /// A wheel file (members are bounded separately, see `probe::wheel`).
+    pub const WHEEL: u64 = 4 << 30;
+}
+
+/// Why a file was refused, as the message says it.
+fn refuse(path: &Path, what: &str, why: impl std::fmt::Display) -> anyhow::Error {
+    Failure::usage(format!("{what} {}: {why}", path.display()))
+        .hint(format!("pass a readable regular file as the {what}"))
+        .into()
+}
+
+/// Open `path` as a regular file of at most `cap` bytes; `what` names the
+/// input in messages ("pins file", "uv.lock", "recipe").
+pub fn open(path: &Path, what: &str, cap: u64) -> Result<(File, u64)> {
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path).map_err(
+        |e| match e.raw_os_error() {
+            Some(libc::ENOENT) => refuse(path, what, "not found"),
+            Some(libc::ELOOP) => refuse(path, what, "a symlink loop"),
+            Some(libc::EISDIR) => refuse(path, what, "a directory, not a file"),
+            Some(libc::EACCES) => refuse(path, what, "permission denied"),
+            _ => refuse(path, what, e),
+        },
+    )?;
+    let m = f.metadata().map_err(|e| refuse(path, what, e))?;
+    if m.is_dir() {
+        return Err(refuse(path, what, "a directory, not a file"));
+    }
+    if !m.is_file() {
+        return Err(refuse(path, what, "not a regular file (a device, FIFO or socket)"));
+    }
+    if m.len() > cap {
+        return Err(refuse(path, what, format!("{} bytes, more than the {} bytes allowed", m.len(), cap)));
+    }
+    Ok((f, m.len()))
+}
+
+/// The bytes of `path` (a regular file of at most `cap` bytes).
+pub fn read_bytes(path: &Path, what: &str, cap: u64) -> Result<Vec<u8>> {
+    let (f, len) = open(path, what, cap)?;
+    let mut buf = Vec::with_capacity(len as usize);
+    f.take(cap + 1).read_to_end(&mut buf).map_err(|e| refuse(path, what, e))?;
+    if buf.len() as u64 > cap {
+        return Err(refuse(path, what, format!("grew past the {cap} bytes allowed while being read")));
+    }
+    Ok(buf)
+}
+
+/// The UTF-8 text of `path` (a regular file of at most `cap` bytes).
+pub fn read_text(path: &Path, what: &str, cap: u64) -> Result<String> {
+    let bytes = read_bytes(path, what, cap)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|b| **b == b'\n').count() + 1;
+        refuse(path, what, format!("not UTF-8 text (invalid byte at line {line}, byte offset {at})"))
+    })
+}
+
+/// Like [`read_text`], but a missing file is `Ok(None)`.
+pub fn read_text_opt(path: &Path, what: &str, cap: u64) -> Result<Option<String>> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        _ => read_text(path, what, cap).map(Some),
+    }
+}
+
+/// At most `max` characters of `value` for a message, cut visibly
+/// (`…(N more bytes)`), with control characters escaped.
+pub fn excerpt(value: &str, max: usize) -> String {
+    let mut out: String = value.chars().take(max).flat_map(char::escape_debug).collect();
+    let shown: usize = value.chars().take(max).map(char::len_utf8).sum();
+    if shown < value.len() {
+        out.push_str(&format!("…({} more bytes)", value.len() - shown));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_what_is_not_a_small_regular_utf8_file() {
+        let d = tempfile::tempdir().unwrap();
+        let msg = |r: Result<String>| format!("{:#}", r.unwrap_err());
+        assert!(msg(read_text(d.path(), "recipe", cap::TEXT)).contains("a directory"));
+        assert!(msg(read_text(Path::new("/dev/zero"), "pins file", cap::TEXT)).contains("not a regular file"));
+        let big = d.path().join("big");
+        std::fs::write(&big, vec![b'a'; 100]).unwrap();
+        assert!(msg(read_text(&big, "pins file", 10)).contains("more than the 10 bytes"));
+        std::fs::write(&big, b"ok\n\xff").unwrap();
+        assert!(msg(read_text(&big, "pins file", 10)).contains("line 2"));
+        let l = d.path().join("loop");
+        std::os::unix::fs::symlink(&l, &l).unwrap();
+        assert!(msg(read_text(&l, "pins file", 10)).contains("symlink loop"));
+        assert!(read_text_opt(&d.path().join("none"), "x", 10).unwrap().is_none());
+    }
+
+    #[test]
+    fn excerpts_are_cut_visibly() {
+        assert_eq!(excerpt("abc", 10), "abc");
+        assert_eq!(excerpt("abcdef", 2), "ab…(4 more bytes)");
+        assert_eq!(excerpt("a\nb", 5), "a\\nb");
+    }
+}
