@@ -64,15 +64,23 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_supported(v).is_ok();
     let (here, other): (Vec<&Variant>, Vec<&Variant>) =
         selected.into_iter().partition(|v| Some(v.arch) == host || cross_ok(v));
+    // Why an aarch64 variant is not built here: the DOCA path cannot be cross-built; otherwise
+    // the hint names the cross path (x86_64 host) or the container path.
+    let unsupported = |v: &Variant| cross_supported(v).err().filter(|_| cross::is_cross(c.toolchain, host, v.arch));
+    let hint = |v: &Variant| {
+        unsupported(v).unwrap_or_else(|| {
+            let cross = if host == Some(Arch::X86_64) && v.arch == Arch::Aarch64 {
+                ", or cross-compile it here with --toolchain registry"
+            } else {
+                ""
+            };
+            format!("build it on an {} host or through the container path (deepep-forge docker){cross}", v.arch)
+        })
+    };
     let why = |v: &Variant| {
-        match cross_supported(v) {
-        Err(why) if cross::is_cross(c.toolchain, host, v.arch) => why,
-        _ if host == Some(Arch::X86_64) && v.arch == Arch::Aarch64 => format!(
-            "{} variant: build it on an {} host, through the container path (deepep-forge docker), or cross-compile it here with --toolchain registry",
-            v.arch, v.arch
-        ),
-        _ => format!("{} variant: build it on an {} host or through the container path (deepep-forge docker)", v.arch, v.arch),
-    }
+        unsupported(v).unwrap_or_else(|| {
+            format!("{} variant: build it on an {} host or through the container path", v.arch, v.arch)
+        })
     };
     if !c.all && !other.is_empty() {
         let v = other[0];
@@ -82,7 +90,7 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
             v.arch,
             std::env::consts::ARCH
         ))
-        .hint(why(v))
+        .hint(hint(v))
         .into());
     }
     let skipped =
