@@ -453,7 +453,10 @@ fn debian_root(minor: &str, stage: &Path) -> Result<BTreeMap<String, String>> {
         .lines()
         .filter(|l| !l.starts_with(' ') && !l.starts_with('<') && !l.trim().is_empty())
         .map(|l| l.trim().to_string())
-        .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)))
+        .filter(|n| {
+            n.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        })
         .collect();
     if !names.contains(&format!("libpython{minor}-dev")) {
         return Err(Failure::env(format!("Debian's arm64 archive has no Python {minor} (no libpython{minor}-dev for arm64 in the host's apt sources)"))
