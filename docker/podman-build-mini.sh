@@ -60,7 +60,7 @@ GIT_AUTHOR_DATE=2026-08-17T12:00:00Z GIT_COMMITTER_DATE=2026-08-17T12:00:00Z \
   git -C "$ctx/deepep" -c user.name=forge -c user.email=forge@invalid commit -qm mini-deepep
 rev=$(git -C "$ctx/deepep" rev-parse HEAD)
 cat > "$ctx/pins.toml" <<EOF
-schema = 1
+schema = 2
 [source]
 name = "deep_ep"
 repo = "deepep"

@@ -112,19 +112,24 @@ pub fn run(command: Command) -> Result<Exit> {
                         );
                     }
                     for v in &p.variants {
-                        let t = &v.topology;
+                        let intended = match &v.topology {
+                            Some(t) => format!(
+                                "for {} EP {} over {}x{} (R {}, MNNVL {})",
+                                t.gpu_names(","),
+                                t.ep,
+                                t.nodes,
+                                t.gpus_per_node,
+                                t.ranks_per_domain,
+                                if t.mnnvl { "yes" } else { "no" }
+                            ),
+                            None => "no intended topology".into(),
+                        };
                         println!(
-                            "variant {:<16} {:<8} arch-list {:<9} {:<11} for {} EP {} over {}x{} (R {}, MNNVL {})",
+                            "variant {:<16} {:<8} arch-list {:<9} {:<11} {intended}",
                             v.name,
                             v.arch.as_str(),
                             v.cuda_arch_list.to_env(),
                             if v.multinode { format!("multi/{}", v.transport.as_str()) } else { "single-node".into() },
-                            t.gpu,
-                            t.ep,
-                            t.nodes,
-                            t.gpus_per_node,
-                            t.ranks_per_domain,
-                            if t.mnnvl { "yes" } else { "no" }
                         );
                     }
                 }
@@ -158,6 +163,15 @@ pub fn install_signal_handler() {
     });
 }
 
+/// A closed stdout (`deepep-forge plan | head -1`) ends the process the way it
+/// ends `cat` or `git`: by SIGPIPE (the shell shows 141), never by a panic in
+/// `println!`. Rust ignores SIGPIPE by default; sockets are unaffected (std
+/// sends with MSG_NOSIGNAL) and children get the default disposition anyway.
+pub fn restore_sigpipe() {
+    // SAFETY: setting a signal disposition before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// Turn a command's result into a process exit code, printing errors.
 pub fn finish(result: Result<Exit>) -> ExitCode {
     match result {
@@ -171,6 +185,7 @@ pub fn finish(result: Result<Exit>) -> ExitCode {
 
 /// Entry point of the `deepep-forge` binary.
 pub fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -134,7 +134,6 @@ pub fn bake_json(pins: &Pins, pins_in_context: &str) -> Result<String> {
 fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target> {
     let pin = pins.pin(v.arch)?;
     let version = pins.label(v.arch).expect("pin exists");
-    let t = &v.topology;
     let flag = |b: bool| if b { "1" } else { "0" }.to_string();
     let mut args = BTreeMap::from([
         ("VARIANT".to_string(), v.name.clone()),
@@ -144,12 +143,20 @@ fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target
         ("HYBRID_EP_MULTINODE".into(), flag(v.multinode)),
         ("USE_NIXL".into(), flag(v.multinode && v.transport == Transport::Nixl)),
         ("RDMA_CORE_HOME".into(), v.rdma_core_home.clone().unwrap_or_default()),
-        ("PROBE_GPU".into(), t.gpu.clone()),
-        ("PROBE_EP".into(), t.ep.to_string()),
-        ("PROBE_NODES".into(), t.nodes.to_string()),
-        ("PROBE_GPUS_PER_NODE".into(), t.gpus_per_node.to_string()),
-        ("PROBE_RANKS_PER_DOMAIN".into(), t.ranks_per_domain.to_string()),
-        ("PROBE_MNNVL".into(), if t.mnnvl { "--mnnvl" } else { "--no-mnnvl" }.to_string()),
+    ]);
+    // No topology: the image's probe judges the wheel against pins.toml only (empty PROBE_* args).
+    let t = v.topology.as_ref();
+    let num = |f: fn(&crate::pins::IntendedTopology) -> u32| t.map(|t| f(t).to_string()).unwrap_or_default();
+    args.extend([
+        ("PROBE_GPU".to_string(), t.map(|t| t.gpu_names(" ")).unwrap_or_default()),
+        ("PROBE_EP".into(), num(|t| t.ep)),
+        ("PROBE_NODES".into(), num(|t| t.nodes)),
+        ("PROBE_GPUS_PER_NODE".into(), num(|t| t.gpus_per_node)),
+        ("PROBE_RANKS_PER_DOMAIN".into(), num(|t| t.ranks_per_domain)),
+        (
+            "PROBE_MNNVL".into(),
+            t.map(|t| if t.mnnvl { "--mnnvl" } else { "--no-mnnvl" }.to_string()).unwrap_or_default(),
+        ),
     ]);
     if let Some(rc) = &pins.rdma_core {
         args.insert("RDMA_CORE_REPO".into(), rc.repo.clone());

@@ -14,7 +14,10 @@
 //! - the build configuration of each stage (and of global ARGs no stage uses):
 //!   TORCH_CUDA_ARCH_LIST (else any `*CUDA_ARCH_LIST`), HYBRID_EP_MULTINODE,
 //!   USE_NIXL, RDMA_CORE_HOME, checked *together* against the variants of
-//!   pins.toml (or the one named by a VARIANT/DEEPEP_VARIANT ARG);
+//!   pins.toml (arch lists as sets). A stage that names its variant
+//!   (VARIANT/DEEPEP_VARIANT ARG) gets one finding per differing setting; any
+//!   other build no variant declares gets `dockerfile-build-undeclared`, whose
+//!   fix is a ready-to-paste `[[variant]]` per platform (never a narrowed build);
 //! - the rdma-core ref (`RDMA_CORE_REF`, `*RDMA_CORE*_TAG|VERSION`) against `[rdma_core] ref`.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -44,8 +47,11 @@ pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
         Err(e) => return Err(e).with_context(|| format!("listing {}", project.display())),
     };
     root.sort();
+    // Bounded: a hostile tree cannot make discovery walk forever (links are not followed).
     let mut nested: Vec<PathBuf> = walkdir::WalkDir::new(project.join("docker"))
+        .max_depth(16)
         .into_iter()
+        .take(100_000)
         .flatten()
         .filter(|e| e.path().is_file() && is_dockerfile(e.path()))
         .map(|e| e.into_path())
@@ -973,6 +979,47 @@ impl Checker<'_> {
             return;
         }
         let settings = fields.iter().map(|f| format!("{}={:?}", f.1.name, f.2)).collect::<Vec<_>>().join(", ");
+        if named.is_none() {
+            // The Dockerfile decides its own build: declare it, never narrow it to a variant it is not.
+            let build = Build {
+                list: list.as_ref().map(|(_, l)| l.clone()),
+                multinode: is_multi,
+                nixl: nixl.is_some_and(|(_, n)| n),
+                rdma_home: rdma.map(|d| value(d).to_string()),
+            };
+            let at = fields[0].1.source();
+            let archs: Vec<Arch> = match platform {
+                Some(p) => vec![p],
+                None => pins.pins.keys().copied().collect(),
+            };
+            let blocks: Vec<String> = archs.iter().map(|a| build.variant_block(pins, *a, self.file, at.line)).collect();
+            let msg = format!(
+                "{} builds DeepEP with {settings} ({}): no variant in {} builds that{}, so pins.toml does not describe the wheel this image ships",
+                self.file.display(),
+                fields.iter().map(|f| f.1.describe()).collect::<Vec<_>>().join("; "),
+                pins.path.display(),
+                platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
+            );
+            let fix = format!(
+                "declare the build in {} ({}), add:\n{}",
+                pins.path.display(),
+                if archs.len() > 1 {
+                    "one variant per platform; the stage names none, so every pinned architecture"
+                } else {
+                    "one variant"
+                },
+                blocks.join("\n")
+            );
+            let mut f = Finding::new("dockerfile-build-undeclared", Severity::Error, self.file, msg)
+                .line(at.line)
+                .expected_found("a [[variant]] with this build", settings.clone())
+                .fix(fix);
+            if let Some(p) = platform {
+                f = f.arch(p);
+            }
+            self.push(f);
+            return;
+        }
         for ((rule, d, found, _), expected) in diffs {
             let src = d.source();
             let msg = match named {
@@ -1008,6 +1055,44 @@ impl Checker<'_> {
             }
             self.push(f);
         }
+    }
+}
+
+/// What a Dockerfile stage builds, as pins.toml would declare it.
+struct Build {
+    /// None: the stage sets no arch list (DeepEP's setup.py then builds 9.0).
+    list: Option<ArchList>,
+    multinode: bool,
+    nixl: bool,
+    rdma_home: Option<String>,
+}
+
+impl Build {
+    /// A ready-to-paste `[[variant]]` table for `arch`, named after the Dockerfile.
+    fn variant_block(&self, pins: &Pins, arch: Arch, file: &Path, line: usize) -> String {
+        let mut name = format!("dockerfile-{arch}");
+        let mut n = 1;
+        while pins.variants.iter().any(|v| v.name == name) {
+            n += 1;
+            name = format!("dockerfile-{arch}-{n}");
+        }
+        let toml_str = |s: &str| toml::Value::String(s.to_string()).to_string();
+        let mut b = format!(
+            "[[variant]]\nname = \"{name}\"\ndescription = {}\narch = \"{arch}\"\n",
+            toml_str(&format!("as {}:{line} builds it", file.display()))
+        );
+        match &self.list {
+            Some(l) => b.push_str(&format!("cuda_arch_list = {}\n", toml_str(&l.to_env()))),
+            None => b.push_str("cuda_arch_list = \"9.0\"                 # the stage sets none: DeepEP's default\n"),
+        }
+        b.push_str(&format!("multinode = {}\n", self.multinode));
+        if self.multinode {
+            b.push_str(&format!("transport = \"{}\"\n", if self.nixl { "nixl" } else { "doca" }));
+            if let Some(h) = self.rdma_home.as_deref().filter(|_| !self.nixl) {
+                b.push_str(&format!("rdma_core_home = {}\n", toml_str(h)));
+            }
+        }
+        b
     }
 }
 
@@ -1095,14 +1180,16 @@ mod tests {
     fn nemo_rl_shape_is_checked_as_one_combination() {
         let text = "FROM base AS wheel\nARG DEEPEP_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG RDMA_CORE_REF=v60.0\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/rdma-core/build\nENV TORCH_CUDA_ARCH_LIST=${DEEPEP_CUDA_ARCH_LIST}\n";
         let f = run(text);
-        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 2)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
         assert!(
             f[0].message.contains("TORCH_CUDA_ARCH_LIST (ENV, line 6, from ARG DEEPEP_CUDA_ARCH_LIST at line 2)"),
             "{}",
             f[0].message
         );
-        assert!(f[0].message.contains("closest, `gb200-multinode`"), "{}", f[0].message);
-        assert_eq!(f[0].expected.as_deref(), Some("10.0"));
+        // never narrowed to the closest variant: the fix declares the build as it is
+        let fix = f[0].fix.as_deref().unwrap();
+        assert!(!fix.contains("gb200-multinode") && fix.contains("cuda_arch_list = \"9.0 10.0\""), "{fix}");
+        assert!(fix.contains("rdma_core_home = \"/opt/rdma-core/build\""), "{fix}");
         // The same shape for Hopper with the system rdma-core is h100-multinode: clean.
         let good = text.replace("\"9.0 10.0\"", "\"9.0\"").replace("/opt/rdma-core/build", "/usr");
         assert!(run(&good).is_empty(), "{:#?}", run(&good));
@@ -1113,7 +1200,7 @@ mod tests {
         let text = "ARG ARCHS=\"9.0\"\nFROM base\nARG ARCHS\nENV TORCH_CUDA_ARCH_LIST=$ARCHS HYBRID_EP_MULTINODE=0\n";
         assert!(run(text).is_empty(), "{:#?}", run(text));
         let f = run(&text.replace("\"9.0\"", "\"8.0\""));
-        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 1)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 1)], "{f:#?}");
         // Without the re-declaration the global is not visible in the stage.
         let f = run("ARG ARCHS=\"9.0\"\nFROM base\nENV TORCH_CUDA_ARCH_LIST=$ARCHS\n");
         assert!(f.is_empty(), "{f:#?}");
@@ -1128,19 +1215,21 @@ mod tests {
         assert_eq!(rules(&f), vec![("dockerfile-variant".into(), 2)]);
         // 10.0 multinode on arm64 with /usr: closest is gb200-multinode, which wants /opt/rdma-core/build.
         let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=10.0 HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n");
-        assert_eq!(rules(&f), vec![("dockerfile-rdma-core-home".into(), 2)], "{f:#?}");
-        assert_eq!(f[0].expected.as_deref(), Some("/opt/rdma-core/build"));
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+        assert_eq!(f[0].arch, Some(Arch::Aarch64));
+        assert!(f[0].fix.as_deref().unwrap().contains("rdma_core_home = \"/usr\""), "{f:#?}");
         let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=9.0 HYBRID_EP_MULTINODE=0\n");
-        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 2)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
     }
 
     #[test]
     fn multinode_flag_and_legacy_env_form() {
         let f = run("FROM base\nENV TORCH_CUDA_ARCH_LIST 10.0\nENV HYBRID_EP_MULTINODE yes\nENV RDMA_CORE_HOME=/usr\nENV USE_NIXL=1\n");
-        assert_eq!(rules(&f), vec![("dockerfile-transport".into(), 5)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+        assert!(f[0].fix.as_deref().unwrap().contains("transport = \"nixl\""), "{f:#?}");
         let f =
             run("FROM base\nENV TORCH_CUDA_ARCH_LIST=\"9.0\"\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/x\n");
-        assert_eq!(rules(&f), vec![("dockerfile-rdma-core-home".into(), 4)], "{f:#?}");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
     }
 
     #[test]

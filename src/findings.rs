@@ -1,6 +1,7 @@
 //! Findings: what `lock check` (pyproject.toml, uv.lock, Dockerfiles) reports.
-//! Owns the finding type and its three renderings; must not decide rules.
-use std::path::PathBuf;
+//! Owns the finding and cause types and their renderings; must not decide
+//! rules or how findings group into causes (`lock::causes`).
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -26,12 +27,33 @@ pub struct Finding {
     pub file: PathBuf,
     /// 1-based line, where known.
     pub line: Option<usize>,
+    /// 1-based column, where known.
+    pub column: Option<usize>,
     pub arch: Option<Arch>,
     pub expected: Option<String>,
     pub found: Option<String>,
     pub message: String,
     /// What to do, usually an exact command.
     pub fix: Option<String>,
+    /// The id of the cause this finding belongs to (see [`Cause`]); set by the grouping.
+    pub cause: Option<String>,
+    /// Internal: the kind of root cause the rule that made it saw (`pin-not-adopted`, ...).
+    #[serde(skip)]
+    pub cause_kind: Option<&'static str>,
+}
+
+/// One root cause: the findings one fix removes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cause {
+    /// Stable within a report: the cause kind (`pin-not-adopted`, `label-split`, ...) or the rule id,
+    /// with `-<arch>` or `-<n>` appended where one report holds several.
+    pub id: String,
+    /// The worst severity among its findings.
+    pub severity: Severity,
+    pub summary: String,
+    /// The one command (or edit) that removes every finding under it.
+    pub fix: Option<String>,
+    pub findings: Vec<Finding>,
 }
 
 impl Finding {
@@ -41,15 +63,29 @@ impl Finding {
             severity,
             file: file.into(),
             line: None,
+            column: None,
             arch: None,
             expected: None,
             found: None,
             message: message.into(),
             fix: None,
+            cause: None,
+            cause_kind: None,
         }
+    }
+    /// Mark the kind of root cause (see `lock::causes`).
+    pub fn cause_kind(mut self, kind: &'static str) -> Self {
+        self.cause_kind = Some(kind);
+        self
     }
     pub fn line(mut self, line: usize) -> Self {
         self.line = Some(line);
+        self
+    }
+    /// Line and column.
+    pub fn at(mut self, line: usize, column: usize) -> Self {
+        self.line = Some(line);
+        self.column = Some(column);
         self
     }
     pub fn arch(mut self, arch: Arch) -> Self {
@@ -65,50 +101,131 @@ impl Finding {
         self.fix = Some(fix.into());
         self
     }
-    /// `file:line` for messages.
+    /// `file:line[:column]` for messages.
     pub fn location(&self) -> String {
-        match self.line {
-            Some(l) => format!("{}:{l}", self.file.display()),
-            None => self.file.display().to_string(),
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => format!("{}:{l}:{c}", self.file.display()),
+            (Some(l), None) => format!("{}:{l}", self.file.display()),
+            _ => self.file.display().to_string(),
         }
     }
 }
 
-/// Render findings as text for people.
-pub fn render_human(findings: &[Finding]) -> String {
-    let mut out = String::new();
-    for f in findings {
-        let sev = match f.severity {
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
             Severity::Error => "error",
             Severity::Warning => "warning",
             Severity::Note => "note",
-        };
-        let arch = f.arch.map(|a| format!(" [{a}]")).unwrap_or_default();
-        out.push_str(&format!("{sev}[{}]{arch}: {}\n  --> {}\n", f.rule, f.message, f.location()));
-        if let (Some(e), Some(g)) = (&f.expected, &f.found) {
-            out.push_str(&format!("  expected: {e}\n     found: {g}\n"));
         }
-        if let Some(fix) = &f.fix {
-            out.push_str(&format!("  fix: {fix}\n"));
+    }
+}
+
+/// One finding as text, each line prefixed by `indent`; its fix is left out when it equals `skip_fix`.
+fn human_finding(f: &Finding, indent: &str, skip_fix: Option<&str>) -> String {
+    let mut out = String::new();
+    let arch = f.arch.map(|a| format!(" [{a}]")).unwrap_or_default();
+    out.push_str(&format!(
+        "{indent}{}[{}]{arch}: {}\n{indent}  --> {}\n",
+        f.severity.as_str(),
+        f.rule,
+        f.message,
+        f.location()
+    ));
+    if let (Some(e), Some(g)) = (&f.expected, &f.found) {
+        out.push_str(&format!("{indent}  expected: {e}\n{indent}     found: {g}\n"));
+    }
+    if let Some(fix) = f.fix.as_deref().filter(|x| Some(*x) != skip_fix) {
+        out.push_str(&format!("{indent}  fix: {}\n", continued(fix, &format!("{indent}       "))));
+    }
+    out
+}
+
+/// A multi-line text (a TOML block to paste) with its continuation lines indented.
+fn continued(text: &str, indent: &str) -> String {
+    let lines: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| if i == 0 || l.is_empty() { l.to_string() } else { format!("{indent}{l}") })
+        .collect();
+    lines.join("\n")
+}
+
+/// Render findings as text for people.
+pub fn render_human(findings: &[Finding]) -> String {
+    findings.iter().map(|f| human_finding(f, "", None)).collect()
+}
+
+/// Render causes as text: each cause, its one fix, then the findings under it.
+pub fn render_human_causes(causes: &[Cause]) -> String {
+    let mut out = String::new();
+    for (i, c) in causes.iter().enumerate() {
+        out.push_str(&format!(
+            "{} {}/{} [{}]: {} ({} finding{})\n",
+            match c.severity {
+                Severity::Error => "CAUSE",
+                Severity::Warning => "cause (warning)",
+                Severity::Note => "cause (note)",
+            },
+            i + 1,
+            causes.len(),
+            c.id,
+            c.summary,
+            c.findings.len(),
+            if c.findings.len() == 1 { "" } else { "s" }
+        ));
+        if let Some(fix) = &c.fix {
+            out.push_str(&format!("  fix: {}\n", continued(fix, "       ")));
+        }
+        for f in &c.findings {
+            out.push_str(&human_finding(f, "  ", c.fix.as_deref()));
         }
     }
     out
+}
+
+/// GitHub workflow commands for causes: one annotation per finding, naming its cause and the cause's fix.
+/// `path` turns a finding's file into the path GitHub expects (relative to the workspace).
+pub fn render_github_causes(causes: &[Cause], path: &dyn Fn(&Path) -> PathBuf) -> String {
+    let mut out = String::new();
+    for c in causes {
+        for f in &c.findings {
+            let mut msg = f.message.clone();
+            if let (Some(e), Some(g)) = (&f.expected, &f.found) {
+                msg.push_str(&format!("\nexpected: {e}\nfound: {g}"));
+            }
+            msg.push_str(&format!("\ncause {}: {}", c.id, c.summary));
+            if let Some(fix) = c.fix.as_ref().or(f.fix.as_ref()) {
+                msg.push_str(&format!("\nfix: {fix}"));
+            }
+            out.push_str(&annotation(f, &path(&f.file), &format!("deepep-forge {} (cause {})", f.rule, c.id), &msg));
+        }
+    }
+    out
+}
+
+/// `::error file=...,line=...,col=...,title=...::message`.
+fn annotation(f: &Finding, file: &Path, title: &str, msg: &str) -> String {
+    let cmd = match f.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+        Severity::Note => "notice",
+    };
+    let mut props = format!("file={}", gh_escape_prop(&file.display().to_string()));
+    if let Some(l) = f.line {
+        props.push_str(&format!(",line={l}"));
+        if let Some(c) = f.column {
+            props.push_str(&format!(",col={c}"));
+        }
+    }
+    props.push_str(&format!(",title={}", gh_escape_prop(title)));
+    format!("::{cmd} {props}::{}\n", gh_escape_data(msg))
 }
 
 /// Render findings as GitHub Actions workflow commands.
 pub fn render_github(findings: &[Finding]) -> String {
     let mut out = String::new();
     for f in findings {
-        let cmd = match f.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-            Severity::Note => "notice",
-        };
-        let mut props = format!("file={}", gh_escape_prop(&f.file.display().to_string()));
-        if let Some(l) = f.line {
-            props.push_str(&format!(",line={l}"));
-        }
-        props.push_str(&format!(",title={}", gh_escape_prop(&format!("deepep-forge {}", f.rule))));
         let mut msg = f.message.clone();
         if let (Some(e), Some(g)) = (&f.expected, &f.found) {
             msg.push_str(&format!("\nexpected: {e}\nfound: {g}"));
@@ -116,7 +233,7 @@ pub fn render_github(findings: &[Finding]) -> String {
         if let Some(fix) = &f.fix {
             msg.push_str(&format!("\nfix: {fix}"));
         }
-        out.push_str(&format!("::{cmd} {props}::{}\n", gh_escape_data(&msg)));
+        out.push_str(&annotation(f, &f.file, &format!("deepep-forge {}", f.rule), &msg));
     }
     out
 }

@@ -184,6 +184,9 @@ pub struct Interface {
     pub scanned: Vec<String>,
     /// Reads the table does not know, computed names that could not be expanded.
     pub warnings: Vec<String>,
+    /// Knobs of the table the source at this revision does not read (a
+    /// variant cannot set them here).
+    pub unread: Vec<String>,
 }
 
 impl Interface {
@@ -256,14 +259,8 @@ pub fn read(files: &dyn Files, what: &str) -> Result<Interface> {
             branch.as_str()
         ));
     }
-    for kr in knobs.iter_mut().filter(|k| k.read_at.is_empty()) {
-        warnings.push(format!(
-            "the {} knob table names {}, which the source at this revision does not read: a variant cannot set it",
-            branch.as_str(),
-            kr.name
-        ));
-    }
     knobs.sort_by(|a, b| a.name.cmp(&b.name));
+    let unread = knobs.iter().filter(|k| k.read_at.is_empty()).map(|k| k.name.clone()).collect();
     let submodules = match branch {
         Branch::HybridEp => vec![SubmoduleNeed { path: "third-party/nccl".into(), when: "doca-multinode".into() }],
         Branch::Main => vec![SubmoduleNeed { path: "third-party/fmt".into(), when: "always".into() }],
@@ -283,6 +280,7 @@ pub fn read(files: &dyn Files, what: &str) -> Result<Interface> {
         knobs,
         scanned: scanned.into_iter().map(|(p, _)| p).collect(),
         warnings,
+        unread,
     })
 }
 

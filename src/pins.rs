@@ -12,8 +12,14 @@ use toml::Spanned;
 
 use crate::error::Failure;
 
-/// The schema version this build of deepep-forge reads and writes. Schema 1
-/// files are still read; keys new in schema 2 (a variant's `env`) need 2.
+/// The schema version this build of deepep-forge reads and writes.
+///
+/// Schema 2 (from schema 1): a variant's `topology` is optional (a variant
+/// without one is probed only against what the user asks), `topology.gpu`
+/// may name several GPU kinds for a fat build (`gpu = ["h100", "b200"]`),
+/// GPU names are checked, and a variant may carry the keys this version adds
+/// (build `env`, cross-build keys). A schema-1 file is valid schema 2 once
+/// its first line says `schema = 2`.
 pub const SCHEMA: i64 = 2;
 /// Default location, relative to the directory the command runs in.
 pub const DEFAULT_PATH: &str = "pins.toml";
@@ -65,6 +71,75 @@ impl FromStr for Arch {
             "x86_64" | "amd64" => Ok(Arch::X86_64),
             "aarch64" | "arm64" => Ok(Arch::Aarch64),
             other => Err(format!("unknown architecture `{other}`: expected `x86_64` or `aarch64`")),
+        }
+    }
+}
+
+/// A GPU kind: named products or a bare SM (pins.toml `topology.gpu`, `probe --gpu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Gpu {
+    H100,
+    H200,
+    B200,
+    Gb200,
+    /// A bare compute capability as `sm_XY` (90, 100, ...).
+    Sm(u32),
+}
+
+impl Gpu {
+    /// SM number the GPU needs cubins for (90, 100).
+    pub fn sm(self) -> u32 {
+        match self {
+            Gpu::H100 | Gpu::H200 => 90,
+            Gpu::B200 | Gpu::Gb200 => 100,
+            Gpu::Sm(n) => n,
+        }
+    }
+    /// The CPU architecture of hosts that carry this GPU, where fixed.
+    pub fn host_arch(self) -> Option<Arch> {
+        match self {
+            Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(Arch::X86_64),
+            Gpu::Gb200 => Some(Arch::Aarch64),
+            Gpu::Sm(_) => None,
+        }
+    }
+    /// Whether systems of this kind have multi-node NVLink (NVL72 racks).
+    pub fn mnnvl_capable(self) -> Option<bool> {
+        match self {
+            Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(false),
+            Gpu::Gb200 => Some(true),
+            Gpu::Sm(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Gpu::H100 => f.write_str("h100"),
+            Gpu::H200 => f.write_str("h200"),
+            Gpu::B200 => f.write_str("b200"),
+            Gpu::Gb200 => f.write_str("gb200"),
+            Gpu::Sm(n) => write!(f, "sm_{n}"),
+        }
+    }
+}
+
+impl FromStr for Gpu {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "h100" => Ok(Gpu::H100),
+            "h200" => Ok(Gpu::H200),
+            "b200" => Ok(Gpu::B200),
+            "gb200" => Ok(Gpu::Gb200),
+            other => other
+                .strip_prefix("sm_")
+                .filter(|n| (1..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse::<u32>().ok())
+                .map(Gpu::Sm)
+                .ok_or_else(|| format!("unknown GPU `{s}`: expected h100, h200, b200, gb200, sm_90 or sm_100")),
         }
     }
 }
@@ -147,6 +222,15 @@ impl ArchList {
     /// SM numbers (90, 100) this list compiles cubins for.
     pub fn sm_numbers(&self) -> Vec<u32> {
         self.0.iter().map(|a| a.sm_number()).collect()
+    }
+    /// The same entries in any order (`"9.0 10.0"` equals `"10.0;9.0"`).
+    pub fn same_set(&self, other: &ArchList) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().all(|a| other.0.contains(a))
+    }
+    /// A GPU of SM `sm` can run this build: a cubin for it, or PTX of an older
+    /// generic arch that the driver compiles for it.
+    pub fn runs_on(&self, sm: u32) -> bool {
+        self.0.iter().any(|a| a.sm_number() == sm || (a.ptx && a.suffix.is_none() && a.sm_number() < sm))
     }
 }
 
@@ -239,12 +323,20 @@ pub struct RdmaCore {
 /// The topology a variant is meant for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IntendedTopology {
-    pub gpu: String,
+    /// The GPU kinds it serves: one, or several for a fat build (`["h100", "b200"]`).
+    pub gpu: Vec<Gpu>,
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub ep: u32,
     pub ranks_per_domain: u32,
     pub mnnvl: bool,
+}
+
+impl IntendedTopology {
+    /// The GPU kinds joined by `sep` (`h100 b200`).
+    pub fn gpu_names(&self, sep: &str) -> String {
+        self.gpu.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(sep)
+    }
 }
 
 /// A build variant: everything that changes the binary, plus its intended use.
@@ -258,10 +350,11 @@ pub struct Variant {
     pub rdma_core_home: Option<String>,
     pub nvshmem_dir: Option<String>,
     pub description: Option<String>,
-    pub topology: IntendedTopology,
-    /// Knobs of DeepEP's build set explicitly (`env = { NAME = "value" }`,
-    /// schema 2); whether the build reads them is checked by `plan` against
-    /// the source at the pinned revision.
+    /// The intended topology, if declared (probes without one judge only what the user asks).
+    pub topology: Option<IntendedTopology>,
+    /// Knobs of DeepEP's build set explicitly (`env = { NAME = "value" }`);
+    /// whether the build reads them is checked by `plan` against the source
+    /// at the pinned revision (`pins check` reads no source).
     pub env: Vec<EnvSetting>,
     /// 1-based line of the variant's `[[variant]]` table.
     pub line: usize,
@@ -370,7 +463,7 @@ struct RawPin {
 struct RawToolchain {
     torch: Spanned<String>,
     cuda: Spanned<String>,
-    python: Option<String>,
+    python: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -392,14 +485,22 @@ struct RawVariant {
     rdma_core_home: Option<String>,
     nvshmem_dir: Option<String>,
     description: Option<String>,
-    topology: Spanned<RawTopology>,
+    topology: Option<Spanned<RawTopology>>,
     env: Option<Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
+}
+
+/// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawGpus {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTopology {
-    gpu: Spanned<String>,
+    gpu: Spanned<RawGpus>,
     nodes: u32,
     gpus_per_node: u32,
     ep: u32,
@@ -412,11 +513,22 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         let (line, col) = line_col(text, span.start);
         Failure::usage(format!("{}:{line}:{col}: {msg}", path.display())).into()
     };
-    let schema = *raw.schema.get_ref();
-    if !(1..=SCHEMA).contains(&schema) {
+    if *raw.schema.get_ref() == 1 {
+        let (line, col) = line_col(text, raw.schema.span().start);
+        return Err(Failure::usage(format!(
+            "{}:{line}:{col}: schema = 1 is the previous pins.toml format; this deepep-forge reads schema = {SCHEMA}",
+            path.display()
+        ))
+        .hint(
+            "write `schema = 2`: every schema-1 file is valid schema 2 (schema 2 makes a variant's `topology` optional, \
+             lets `topology.gpu` list several GPUs for a fat build, e.g. gpu = [\"h100\", \"b200\"], and checks GPU names)",
+        )
+        .into());
+    }
+    if *raw.schema.get_ref() != SCHEMA {
         return Err(err(
             raw.schema.span(),
-            format!("schema = {} is not supported: expected schema = {SCHEMA} (or 1)", raw.schema.get_ref()),
+            format!("schema = {} is not supported: expected schema = {SCHEMA}", raw.schema.get_ref()),
         ));
     }
     let s = raw.source;
@@ -488,7 +600,28 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                     format!("toolchain.cuda `{c}`: expected CUDA major.minor, e.g. \"13.0\""),
                 ));
             }
-            Some(Toolchain { torch: t.torch.into_inner(), cuda: t.cuda.into_inner(), python: t.python })
+            // A version only: an interpreter path would be a program a pull request chooses
+            // (paths come from --python on the command line).
+            if let Some(py) = &t.python {
+                let v = py.get_ref();
+                let ok = !v.is_empty()
+                    && v.split('.').count() <= 3
+                    && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+                if !ok {
+                    return Err(err(
+                        py.span(),
+                        format!(
+                            "toolchain.python `{}`: expected a Python version such as \"3.12\" (an interpreter path goes to --python)",
+                            crate::input::excerpt(v, 80)
+                        ),
+                    ));
+                }
+            }
+            Some(Toolchain {
+                torch: t.torch.into_inner(),
+                cuda: t.cuda.into_inner(),
+                python: t.python.map(Spanned::into_inner),
+            })
         }
     };
     let rdma_core = match raw.rdma_core {
@@ -568,77 +701,34 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
                 format!("variant `{name}`: the DOCA multinode build rejects +PTX entries in the arch list (DeepEP setup.py)"),
             ));
         }
-        let t = v.topology.get_ref();
-        let tspan = v.topology.span();
-        if t.ep == 0 || t.ranks_per_domain == 0 || t.nodes == 0 || t.gpus_per_node == 0 {
-            return Err(err(tspan, format!("variant `{name}`: topology numbers must be at least 1")));
-        }
-        if t.ep % t.ranks_per_domain != 0 {
-            return Err(err(
-                tspan,
-                format!(
-                    "variant `{name}`: topology ep {} is not a multiple of ranks_per_domain {}",
-                    t.ep, t.ranks_per_domain
-                ),
-            ));
-        }
-        let gpus = u64::from(t.nodes) * u64::from(t.gpus_per_node);
-        if u64::from(t.ep) > gpus {
-            return Err(err(
-                tspan,
-                format!("variant `{name}`: topology ep {} exceeds nodes × gpus_per_node = {}", t.ep, gpus),
-            ));
-        }
-        if t.ep / t.ranks_per_domain > 1 && !v.multinode {
-            return Err(err(
-                tspan,
-                format!(
-                    "variant `{name}`: its topology spans {} NVLink domains (ep {} / ranks_per_domain {}), which needs multinode = true",
-                    t.ep / t.ranks_per_domain,
-                    t.ep,
-                    t.ranks_per_domain
-                ),
-            ));
-        }
         let mut env = Vec::new();
-        if let Some(e) = &v.env {
-            if schema < 2 {
+        for (k, val) in v.env.as_ref().map(|e| e.get_ref().iter()).into_iter().flatten() {
+            let n = k.get_ref();
+            let ok = !n.is_empty()
+                && n.len() <= 64
+                && n.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                && !n.as_bytes()[0].is_ascii_digit();
+            if !ok {
                 return Err(err(
-                    e.span(),
-                    format!("variant `{name}`: `env` needs schema = 2 (this file says schema = {schema})"),
+                    k.span(),
+                    format!(
+                        "variant `{name}`: env name `{}`: expected an environment variable name (A-Z, 0-9, _)",
+                        crate::input::excerpt(n, 80)
+                    ),
                 ));
             }
-            for (k, val) in e.get_ref() {
-                let n = k.get_ref();
-                let ok = !n.is_empty()
-                    && n.len() <= 64
-                    && n.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-                    && !n.as_bytes()[0].is_ascii_digit();
-                if !ok {
-                    return Err(err(
-                        k.span(),
-                        format!(
-                            "variant `{name}`: env name `{n}`: expected an environment variable name (A-Z, 0-9, _)"
-                        ),
-                    ));
-                }
-                let value = val.get_ref();
-                if value.len() > 4096 || value.contains(['\0', '\n']) {
-                    return Err(err(
-                        val.span(),
-                        format!("variant `{name}`: env {n}: the value must be one line of at most 4096 bytes"),
-                    ));
-                }
-                env.push(EnvSetting { name: n.clone(), value: value.clone(), line: line_col(text, k.span().start).0 });
+            let value = val.get_ref();
+            if value.len() > 4096 || value.contains(['\0', '\n']) {
+                return Err(err(
+                    val.span(),
+                    format!("variant `{name}`: env {n}: the value must be one line of at most 4096 bytes"),
+                ));
             }
+            env.push(EnvSetting { name: n.clone(), value: value.clone(), line: line_col(text, k.span().start).0 });
         }
-        let topology = IntendedTopology {
-            gpu: t.gpu.get_ref().clone(),
-            nodes: t.nodes,
-            gpus_per_node: t.gpus_per_node,
-            ep: t.ep,
-            ranks_per_domain: t.ranks_per_domain,
-            mnnvl: t.mnnvl,
+        let topology = match &v.topology {
+            None => None,
+            Some(t) => Some(topology(&name, arch, &cuda_arch_list, v.multinode, t, &err)?),
         };
         variants.push(Variant {
             name,
@@ -655,6 +745,94 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         });
     }
     Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants })
+}
+
+/// Validate a variant's `topology` table.
+fn topology(
+    name: &str,
+    arch: Arch,
+    list: &ArchList,
+    multinode: bool,
+    st: &Spanned<RawTopology>,
+    err: &dyn Fn(std::ops::Range<usize>, String) -> anyhow::Error,
+) -> Result<IntendedTopology> {
+    let t = st.get_ref();
+    let tspan = st.span();
+    let names = match t.gpu.get_ref() {
+        RawGpus::One(g) => vec![g.clone()],
+        RawGpus::Many(v) => v.clone(),
+    };
+    let gspan = t.gpu.span();
+    if names.is_empty() {
+        return Err(err(
+            gspan,
+            format!("variant `{name}`: topology.gpu is empty: name at least one GPU, e.g. \"h100\""),
+        ));
+    }
+    let mut gpus: Vec<Gpu> = Vec::new();
+    for g in &names {
+        let gpu: Gpu = g.parse().map_err(|m: String| err(gspan.clone(), format!("variant `{name}`: {m}")))?;
+        if gpus.contains(&gpu) {
+            return Err(err(gspan.clone(), format!("variant `{name}`: topology.gpu names {gpu} twice")));
+        }
+        if gpu.host_arch().is_some_and(|a| a != arch) {
+            return Err(err(
+                gspan.clone(),
+                format!(
+                    "variant `{name}` builds for {arch}, but {gpu} systems have {} hosts",
+                    gpu.host_arch().expect("some")
+                ),
+            ));
+        }
+        if !list.runs_on(gpu.sm()) {
+            return Err(err(
+                gspan.clone(),
+                format!(
+                    "variant `{name}`: topology names {gpu} (sm_{}), which cuda_arch_list \"{list}\" does not build for",
+                    gpu.sm()
+                ),
+            ));
+        }
+        gpus.push(gpu);
+    }
+    if t.ep == 0 || t.ranks_per_domain == 0 || t.nodes == 0 || t.gpus_per_node == 0 {
+        return Err(err(tspan, format!("variant `{name}`: topology numbers must be at least 1")));
+    }
+    if !t.ep.is_multiple_of(t.ranks_per_domain) {
+        return Err(err(
+            tspan,
+            format!(
+                "variant `{name}`: topology ep {} is not a multiple of ranks_per_domain {}",
+                t.ep, t.ranks_per_domain
+            ),
+        ));
+    }
+    let total = u64::from(t.nodes) * u64::from(t.gpus_per_node);
+    if u64::from(t.ep) > total {
+        return Err(err(
+            tspan,
+            format!("variant `{name}`: topology ep {} exceeds nodes × gpus_per_node = {total}", t.ep),
+        ));
+    }
+    if t.ep / t.ranks_per_domain > 1 && !multinode {
+        return Err(err(
+            tspan,
+            format!(
+                "variant `{name}`: its topology spans {} NVLink domains (ep {} / ranks_per_domain {}), which needs multinode = true",
+                t.ep / t.ranks_per_domain,
+                t.ep,
+                t.ranks_per_domain
+            ),
+        ));
+    }
+    Ok(IntendedTopology {
+        gpu: gpus,
+        nodes: t.nodes,
+        gpus_per_node: t.gpus_per_node,
+        ep: t.ep,
+        ranks_per_domain: t.ranks_per_domain,
+        mnnvl: t.mnnvl,
+    })
 }
 
 /// One `env` entry of a variant, with the line of its key.
@@ -755,6 +933,50 @@ mod tests {
         assert!(err_of(&t).contains("declared twice"), "{}", err_of(&t));
         let t = GOOD.replacen("arch = \"aarch64\"", "arch = \"riscv64\"", 1);
         assert!(err_of(&t).contains("expected `x86_64` or `aarch64`"), "{}", err_of(&t));
+    }
+
+    #[test]
+    fn schema_1_is_refused_with_what_changed_and_how_to_update() {
+        let err = parse(&GOOD.replacen("schema = 2", "schema = 1", 1)).unwrap_err();
+        let e = format!("{err:#}");
+        assert!(e.contains("pins.toml:4:10: schema = 1 is the previous pins.toml format"), "{e}");
+        let hint = err.downcast_ref::<Failure>().and_then(|f| f.hint.clone()).unwrap();
+        assert!(hint.contains("write `schema = 2`") && hint.contains("topology` optional"), "{hint}");
+        // and it is true: the same file as schema 2 parses
+        assert!(parse(GOOD).is_ok());
+        let e = err_of(&GOOD.replacen("schema = 2", "schema = 7", 1));
+        assert!(e.contains("schema = 7 is not supported: expected schema = 2"), "{e}");
+    }
+
+    #[test]
+    fn topology_is_optional_and_may_name_several_gpus() {
+        let extra =
+            "\n[[variant]]\nname = \"fat\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0;10.0\"\nmultinode = true\n";
+        let p = parse(&format!("{GOOD}{extra}")).unwrap();
+        assert!(p.variant("fat").unwrap().topology.is_none());
+        let with = format!(
+            "{GOOD}{extra}topology = {{ gpu = [\"h100\", \"b200\"], nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }}\n"
+        );
+        let t = parse(&with).unwrap().variant("fat").unwrap().topology.clone().unwrap();
+        assert_eq!(t.gpu, vec![Gpu::H100, Gpu::B200]);
+        assert_eq!(t.gpu_names(" "), "h100 b200");
+        // every named GPU must be built for and live on the variant's architecture
+        for (gpus, list, msg) in [
+            ("[\"h100\", \"b200\"]", "9.0", "b200 (sm_100), which cuda_arch_list \"9.0\" does not build for"),
+            ("[\"gb200\"]", "10.0", "gb200 systems have aarch64 hosts"),
+            ("[]", "9.0", "topology.gpu is empty"),
+            ("[\"h100\", \"h100\"]", "9.0", "names h100 twice"),
+            ("\"a100\"", "9.0", "unknown GPU `a100`"),
+        ] {
+            let t = with.replacen("[\"h100\", \"b200\"]", gpus, 1).replacen("\"9.0;10.0\"", &format!("\"{list}\""), 1);
+            let e = err_of(&t);
+            assert!(e.contains(msg), "{gpus} {list}: {e}");
+        }
+        // PTX of an older generic arch runs on newer GPUs
+        assert!("9.0+PTX".parse::<ArchList>().unwrap().runs_on(100));
+        assert!(!"9.0a+PTX".parse::<ArchList>().unwrap().runs_on(100));
+        let (a, b): (ArchList, ArchList) = ("9.0 10.0".parse().unwrap(), "10.0;9.0".parse().unwrap());
+        assert!(a.same_set(&b) && !a.same_set(&"9.0".parse().unwrap()));
     }
 
     #[test]

@@ -2,82 +2,12 @@
 //! EP size, nodes, GPUs per node, ranks per NVLink domain, MNNVL, GPU kind;
 //! from flags, a named preset, or a NeMo-RL recipe. Owns resolving a request
 //! (and the NeMo-RL defaults); must not read wheels or touch a GPU.
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::pins::Arch;
-
-/// A GPU kind: named products or a bare SM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Gpu {
-    H100,
-    H200,
-    B200,
-    Gb200,
-    /// A bare compute capability as `sm_XY` (90, 100, ...).
-    Sm(u32),
-}
-
-impl Gpu {
-    /// SM number the GPU needs cubins for (90, 100).
-    pub fn sm(self) -> u32 {
-        match self {
-            Gpu::H100 | Gpu::H200 => 90,
-            Gpu::B200 | Gpu::Gb200 => 100,
-            Gpu::Sm(n) => n,
-        }
-    }
-    /// The CPU architecture of hosts that carry this GPU, where fixed.
-    pub fn host_arch(self) -> Option<Arch> {
-        match self {
-            Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(Arch::X86_64),
-            Gpu::Gb200 => Some(Arch::Aarch64),
-            Gpu::Sm(_) => None,
-        }
-    }
-    /// Whether systems of this kind have multi-node NVLink (NVL72 racks).
-    pub fn mnnvl_capable(self) -> Option<bool> {
-        match self {
-            Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(false),
-            Gpu::Gb200 => Some(true),
-            Gpu::Sm(_) => None,
-        }
-    }
-}
-
-impl fmt::Display for Gpu {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Gpu::H100 => f.write_str("h100"),
-            Gpu::H200 => f.write_str("h200"),
-            Gpu::B200 => f.write_str("b200"),
-            Gpu::Gb200 => f.write_str("gb200"),
-            Gpu::Sm(n) => write!(f, "sm_{n}"),
-        }
-    }
-}
-
-impl FromStr for Gpu {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "h100" => Ok(Gpu::H100),
-            "h200" => Ok(Gpu::H200),
-            "b200" => Ok(Gpu::B200),
-            "gb200" => Ok(Gpu::Gb200),
-            other => other
-                .strip_prefix("sm_")
-                .and_then(|n| n.parse::<u32>().ok())
-                .map(Gpu::Sm)
-                .ok_or_else(|| format!("unknown GPU `{s}`: expected h100, h200, b200, gb200, sm_90 or sm_100")),
-        }
-    }
-}
+pub use crate::pins::Gpu;
 
 /// Where a request's value came from (reported in verdicts).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -108,20 +38,23 @@ pub struct Request {
     pub notes: Vec<String>,
 }
 
+/// Largest EP, node, GPU or R count a flag accepts (products stay far from u64 limits).
+pub const MAX_COUNT: i64 = 1 << 20;
+
 /// Topology flags, shared by `probe` (static and `--run`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RequestArgs {
-    /// Expert-parallel group size (EP).
-    #[arg(long, value_name = "N")]
+    /// Expert-parallel group size (EP), 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub ep: Option<u32>,
-    /// Number of nodes the job spans.
-    #[arg(long, value_name = "N")]
+    /// Number of nodes the job spans, 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub nodes: Option<u32>,
-    /// GPUs per node.
-    #[arg(long, value_name = "N")]
+    /// GPUs per node, 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub gpus_per_node: Option<u32>,
-    /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN).
-    #[arg(long, value_name = "R")]
+    /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN), 1 to 1048576.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub ranks_per_domain: Option<u32>,
     /// The system has multi-node NVLink (GB200 NVL72) and the job uses it.
     #[arg(long, overrides_with = "no_mnnvl")]

@@ -1,26 +1,726 @@
 //! The adversarial suite: hostile pins.toml, consumer files, Dockerfiles,
-//! recipes and wheels, each run through the real binary. Every case asserts
-//! the exit code, a message fragment, no panic, and that nothing on disk
-//! changed or appeared (harness: tests/support/hostile.rs).
+//! recipes, wheels and flags, each run through the real binary. Every case
+//! asserts the exit code, a message fragment, no panic, and that nothing on
+//! disk changed or appeared (harness: tests/support/hostile.rs). Big inputs
+//! are generated cheaply (sparse files, declared sizes, repeated text).
 mod support;
+use std::path::Path;
+
 use support::hostile::{run_all, Case};
 
 const PINS: &str = include_str!("../pins.toml");
+const REPO_LINE: &str = "repo = \"https://github.com/deepseek-ai/DeepEP.git\"";
+const RDMA_REPO_LINE: &str = "repo = \"https://github.com/linux-rdma/rdma-core.git\"";
+const PYPROJECT: &str = include_str!("fixtures/consumer-unified/pyproject.toml");
+const UVLOCK: &str = include_str!("fixtures/consumer-unified/uv.lock");
+const REV: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+
+/// The shipped pins with `source.repo` replaced by a TOML string literal.
+fn pins_repo(literal: &str) -> String {
+    PINS.replacen(REPO_LINE, &format!("repo = {literal}"), 1)
+}
+
+fn fifo(p: &Path) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", p.display());
+}
+
+fn symlink(target: &str, link: &Path) {
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(target, link).unwrap();
+}
+
+/// A sparse file of `len` bytes (costs no disk, reads as zeros).
+fn sparse(p: &Path, len: u64) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::File::create(p).unwrap().set_len(len).unwrap();
+}
+
+/// A `.git` folder marks a repository root for the recipe loader (it never runs git).
+fn git_root(p: &Path) {
+    std::fs::create_dir_all(p.join(".git")).unwrap();
+}
+
+// ---- a minimal zip writer (hostile layouts the zip crate refuses to write) ----
+
+struct Member {
+    name: String,
+    method: u16,
+    data: Vec<u8>,
+    crc: u32,
+    /// Declared uncompressed size.
+    size: u32,
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= b as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 { (c >> 1) ^ 0xEDB8_8320 } else { c >> 1 };
+        }
+    }
+    !c
+}
+
+fn stored(name: &str, data: &[u8]) -> Member {
+    Member { name: name.into(), method: 0, data: data.to_vec(), crc: crc32(data), size: data.len() as u32 }
+}
+
+/// Local headers and data in order, then a central directory whose entries
+/// point at `offsets_of[i]` (an index into the members: the same index twice
+/// makes two entries share one member's bytes).
+fn zip_bytes(members: &[Member], central: &[(usize, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut offsets = Vec::new();
+    for m in members {
+        offsets.push(out.len() as u32);
+        out.extend(0x0403_4b50u32.to_le_bytes());
+        out.extend(20u16.to_le_bytes());
+        out.extend(0u16.to_le_bytes());
+        out.extend(m.method.to_le_bytes());
+        out.extend([0, 0, 0x21, 0]);
+        out.extend(m.crc.to_le_bytes());
+        out.extend((m.data.len() as u32).to_le_bytes());
+        out.extend(m.size.to_le_bytes());
+        out.extend((m.name.len() as u16).to_le_bytes());
+        out.extend(0u16.to_le_bytes());
+        out.extend(m.name.as_bytes());
+        out.extend(&m.data);
+    }
+    let cd_start = out.len() as u32;
+    for (i, name) in central {
+        let m = &members[*i];
+        out.extend(0x0201_4b50u32.to_le_bytes());
+        out.extend(20u16.to_le_bytes());
+        out.extend(20u16.to_le_bytes());
+        out.extend(0u16.to_le_bytes());
+        out.extend(m.method.to_le_bytes());
+        out.extend([0, 0, 0x21, 0]);
+        out.extend(m.crc.to_le_bytes());
+        out.extend((m.data.len() as u32).to_le_bytes());
+        out.extend(m.size.to_le_bytes());
+        out.extend((name.len() as u16).to_le_bytes());
+        out.extend([0u8; 12]);
+        out.extend(offsets[*i].to_le_bytes());
+        out.extend(name.as_bytes());
+    }
+    let cd_len = out.len() as u32 - cd_start;
+    out.extend(0x0605_4b50u32.to_le_bytes());
+    out.extend([0u8; 4]);
+    out.extend((central.len() as u16).to_le_bytes());
+    out.extend((central.len() as u16).to_le_bytes());
+    out.extend(cd_len.to_le_bytes());
+    out.extend(cd_start.to_le_bytes());
+    out.extend(0u16.to_le_bytes());
+    out
+}
+
+fn zip_of(members: &[Member]) -> Vec<u8> {
+    let central: Vec<(usize, &str)> = members.iter().enumerate().map(|(i, m)| (i, m.name.as_str())).collect();
+    zip_bytes(members, &central)
+}
+
+const WHEEL: &str = "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl";
+
+// ---- cases ------------------------------------------------------------------
+
+/// Ways a file can be unreadable, each placed at `rel`.
+fn unreadable(rel: &'static str) -> Vec<(&'static str, Case)> {
+    // Past every cap (a wheel's is 4 GiB); sparse, so it costs no disk.
+    let big = 5u64 << 30;
+    vec![
+        ("directory", Case::new("").setup(move |d| std::fs::create_dir_all(d.join(rel)).unwrap()).says("a directory")),
+        ("/dev/zero", Case::new("").setup(move |d| symlink("/dev/zero", &d.join(rel))).says("not a regular file")),
+        ("FIFO", Case::new("").setup(move |d| fifo(&d.join(rel))).says("not a regular file")),
+        (
+            "symlink loop",
+            Case::new("").setup(move |d| {
+                let p = d.join(rel);
+                symlink(p.file_name().unwrap().to_str().unwrap(), &p)
+            }),
+        ),
+        ("not UTF-8", Case::new("").file(rel, b"# \xff\xfe\n".to_vec()).says("not UTF-8")),
+        ("oversize", Case::new("").setup(move |d| sparse(&d.join(rel), big)).says("more than")),
+    ]
+}
+
+/// The unreadable ways for one input, under one command line.
+fn unreadable_cases(what: &str, rel: &'static str, args: &[&str], extra: &[(&'static str, &'static str)]) -> Vec<Case> {
+    unreadable(rel)
+        .into_iter()
+        .map(|(how, mut c)| {
+            c.name = format!("{what}: {how}");
+            for (p, t) in extra {
+                c = c.file(p, *t);
+            }
+            c.args(args).says(rel.rsplit('/').next().unwrap())
+        })
+        .collect()
+}
 
 fn pins_cases() -> Vec<Case> {
-    vec![
+    let marker = "{dir}/pwned";
+    let mut v = vec![
+        Case::new("pins: shipped file is fine").file("pins.toml", PINS).args(&["pins", "check"]).exit(0).says("ok"),
         Case::new("pins: not TOML").file("pins.toml", "schema = [").args(&["pins", "check"]).says("pins.toml:1:"),
-        Case::new("pins: directory")
-            .setup(|d| std::fs::create_dir(d.join("pins.toml")).unwrap())
+        Case::new("pins: missing").args(&["pins", "check"]).says("pins file not found"),
+        Case::new("pins: --pins /dev/zero").args(&["pins", "check", "--pins", "/dev/zero"]).says("not a regular file"),
+        Case::new("pins: --pins a non-UTF-8 path")
+            .args(&["pins", "check", "--pins"])
+            .arg_bytes(b"pins-\xff.toml")
+            .says("pins-\u{fffd}.toml"),
+        Case::new("pins: NUL bytes").file("pins.toml", "schema = 1\0\n").args(&["pins", "check"]).says("pins.toml:"),
+        Case::new("pins: schema 99")
+            .file("pins.toml", PINS.replacen("schema = 2", "schema = 99", 1))
+            .args(&["pins", "check"])
+            .says("schema = 99"),
+        Case::new("pins: rev is an option")
+            .file("pins.toml", PINS.replacen(&format!("rev = \"{REV}\""), "rev = \"--output=x\"", 1))
+            .args(&["pins", "check"])
+            .says("not a full commit"),
+        Case::new("pins: unknown key")
+            .file("pins.toml", PINS.replacen("[source]", "[source]\nupload_pack = \"x\"", 1))
+            .args(&["pins", "check"])
+            .says("unknown field"),
+        Case::new("pins: variant name with a path")
+            .file("pins.toml", PINS.replacen("name = \"h100\"", "name = \"../../h100\"", 1))
+            .args(&["pins", "check"])
+            .says("variant name"),
+        Case::new("pins: variant name is an option")
+            .file("pins.toml", PINS.replacen("name = \"h100\"", "name = \"--output\"", 1))
+            .args(&["pins", "check"])
+            .says("variant name"),
+        Case::new("pins: number past u32")
+            .file(
+                "pins.toml",
+                PINS.replacen(
+                    "nodes = 1, gpus_per_node = 8, ep = 8",
+                    "nodes = 99999999999, gpus_per_node = 8, ep = 8",
+                    1,
+                ),
+            )
+            .args(&["pins", "check"])
+            .says("pins.toml:"),
+        Case::new("pins: topology product does not wrap")
+            .file(
+                "pins.toml",
+                PINS.replacen(
+                    "nodes = 1, gpus_per_node = 8, ep = 8",
+                    "nodes = 65536, gpus_per_node = 65536, ep = 8",
+                    1,
+                ),
+            )
+            .args(&["pins", "check"])
+            .exit(0)
+            .says("ok"),
+        Case::new("pins: topology zero")
+            .file("pins.toml", PINS.replacen("nodes = 1, gpus_per_node = 8", "nodes = 0, gpus_per_node = 8", 1))
+            .args(&["pins", "check"])
+            .says("at least 1"),
+        Case::new("pins: deeply nested array")
+            .file("pins.toml", format!("{PINS}\nx = {}{}\n", "[".repeat(20_000), "]".repeat(20_000)))
             .args(&["pins", "check"])
             .says("pins.toml"),
-        Case::new("pins: shipped file is fine").file("pins.toml", PINS).args(&["pins", "check"]).exit(0).says("ok"),
+        Case::new("pins: rdma_core ref is an option")
+            .file("pins.toml", PINS.replacen("ref = \"v60.0\"", "ref = \"--upload-pack=touch pwned\"", 1))
+            .args(&["pins", "check"])
+            .says("rdma_core.ref"),
+        Case::new("pins: rdma_core ref climbs")
+            .file("pins.toml", PINS.replacen("ref = \"v60.0\"", "ref = \"../../x\"", 1))
+            .args(&["pins", "check"])
+            .says("rdma_core.ref"),
+        Case::new("pins: rdma_core repo is an option")
+            .file("pins.toml", PINS.replacen(RDMA_REPO_LINE, &format!("repo = \"--upload-pack=touch {marker}\""), 1))
+            .args(&["pins", "check"])
+            .says("rdma_core.repo")
+            .absent("pwned"),
+        Case::new("pins: toolchain python is a path")
+            .file("pins.toml", PINS.replacen("python = \"3.12\"", "python = \"./evil.sh\"", 1))
+            .file("evil.sh", "#!/bin/sh\ntouch pwned\n")
+            .args(&["plan", "--all", "--toolchain", "registry"])
+            .says("toolchain.python")
+            .absent("pwned"),
+        Case::new("pins: toolchain python is an option")
+            .file("pins.toml", PINS.replacen("python = \"3.12\"", "python = \"--system\"", 1))
+            .args(&["pins", "check"])
+            .says("toolchain.python"),
+        Case::new("pins: rdma_core repo is local")
+            .file("pins.toml", PINS.replacen(RDMA_REPO_LINE, "repo = \"/srv/rdma-core\"", 1))
+            .args(&["docker", "bake", "--check"])
+            .says("rdma_core.repo"),
+    ];
+    // Hostile source.repo values, each under every command that reads pins.toml.
+    let repos: Vec<(&str, String, &str)> = vec![
+        ("--upload-pack", format!("\"--upload-pack=touch {marker}\""), "starts with `-`"),
+        ("-u", format!("\"-utouch {marker}\""), "starts with `-`"),
+        ("ext::", format!("\"ext::sh -c touch% {marker}\""), "whitespace"),
+        ("ext:: no space", "\"ext::sh\"".into(), "remote helper"),
+        ("fd::", "\"fd::3\"".into(), "remote helper"),
+        ("file://", "\"file:///srv/DeepEP.git\"".into(), "`file` scheme"),
+        ("file:", "\"file:DeepEP\"".into(), "file: URL"),
+        ("absolute path", "\"/srv/DeepEP\"".into(), "local path"),
+        ("relative path", "\"../DeepEP\"".into(), "local path"),
+        ("bare name", "\"DeepEP\"".into(), "local path"),
+        ("http", "\"http://example.org/DeepEP.git\"".into(), "`http` scheme"),
+        ("ssh proxy host", format!("\"ssh://-oProxyCommand=touch%20{marker}/x\""), "no host"),
+        ("scp proxy host", "\"-oProxyCommand=x:y\"".into(), "starts with `-`"),
+        ("newline", "\"https://github.com/x/y\\n--upload-pack=x\"".into(), "control"),
+        ("empty", "\"\"".into(), "empty"),
+        ("no path", "\"https://github.com\"".into(), "no repository path"),
+    ];
+    let commands: [&[&str]; 5] = [
+        &["pins", "check"],
+        &["plan", "--variant", "h100"],
+        &["build-wheel", "--variant", "h100"],
+        &["docker", "bake", "--check"],
+        &["lock", "check", "--project", "consumer"],
+    ];
+    for (i, (what, literal, says)) in repos.iter().enumerate() {
+        // Every value under `pins check`; the option-shaped ones under every command.
+        let cmds: &[&[&str]] = if i < 3 { &commands } else { &commands[..1] };
+        for args in cmds {
+            v.push(
+                Case::new(format!("pins: repo {what} under {}", args.join(" ")))
+                    .file("pins.toml", pins_repo(literal))
+                    .file("consumer/pyproject.toml", PYPROJECT)
+                    .args(args)
+                    .says("source.repo")
+                    .says(says)
+                    .says("pins.toml:8:")
+                    .absent("pwned"),
+            );
+        }
+    }
+    v.extend(unreadable_cases("pins: pins check", "pins.toml", &["pins", "check"], &[]));
+    v.extend(unreadable_cases("pins: pins show json", "pins.toml", &["pins", "show", "--format", "json"], &[]));
+    v.extend(unreadable_cases("pins: plan", "pins.toml", &["plan", "--all"], &[]));
+    v
+}
+
+fn lock_cases() -> Vec<Case> {
+    let base = [("pins.toml", PINS), ("consumer/uv.lock", UVLOCK)];
+    let mut v = Vec::new();
+    for fmt in ["human", "json", "github"] {
+        let args = ["lock", "check", "--project", "consumer", "--format", fmt];
+        v.extend(unreadable_cases(&format!("lock {fmt}: pyproject"), "consumer/pyproject.toml", &args, &base));
+    }
+    let with_py = [("pins.toml", PINS), ("consumer/pyproject.toml", PYPROJECT)];
+    v.extend(unreadable_cases(
+        "lock: uv.lock",
+        "consumer/uv.lock",
+        &["lock", "check", "--project", "consumer", "--format", "json"],
+        &with_py,
+    ));
+    let lock = |name: &str, py: &str| {
+        Case::new(format!("lock: {name}")).file("pins.toml", PINS).file("consumer/pyproject.toml", py).args(&[
+            "lock",
+            "check",
+            "--project",
+            "consumer",
+        ])
+    };
+    v.extend([
+        lock("pyproject garbage", "[project\nname = ").says("pyproject.toml:"),
+        lock("pyproject deeply nested", &format!("x = {}{}", "[".repeat(20_000), "]".repeat(20_000)))
+            .says("pyproject.toml"),
+        lock("requirement not PEP 508", "[project]\nname = \"c\"\ndependencies = [\"deep_ep @@ git+x\"]\n")
+            .says("pyproject.toml:3"),
+        lock(
+            "requirement URL shaped as an option",
+            &format!(
+                "[project]\nname = \"c\"\ndependencies = [\"deep_ep @ git+--upload-pack=touch {{dir}}/pwned@{REV}\"]\n"
+            ),
+        )
+        .exit(2)
+        .absent("pwned"),
+        lock(
+            "a 3 MB requirement",
+            &format!("[project]\nname = \"c\"\ndependencies = [\"deep_ep @ git+https://x/{}\"]\n", "a".repeat(3 << 20)),
+        )
+        .exit(1)
+        .says("pyproject.toml:3"),
+        lock("uv.lock garbage", "[project]\nname = \"c\"\ndependencies = [\"deep_ep\"]\n")
+            .file("consumer/uv.lock", "version = 1\n[[package]\nname=")
+            .says("uv.lock"),
+        lock("uv.lock not UTF-8 deep inside", PYPROJECT)
+            .file("consumer/uv.lock", [UVLOCK.as_bytes(), b"\n# \xc3\x28\n"].concat())
+            .says("not UTF-8"),
+        lock("--dockerfile a directory", PYPROJECT)
+            .file("consumer/uv.lock", UVLOCK)
+            .setup(|d| std::fs::create_dir_all(d.join("consumer/Dockerfile.x")).unwrap())
+            .args(&["--dockerfile", "consumer/Dockerfile.x"])
+            .says("Dockerfile"),
+        lock("--dockerfile /dev/zero", PYPROJECT)
+            .file("consumer/uv.lock", UVLOCK)
+            .args(&["--dockerfile", "/dev/zero"])
+            .says("/dev/zero"),
+        lock("--pins a FIFO", PYPROJECT)
+            .file("consumer/uv.lock", UVLOCK)
+            .setup(|d| fifo(&d.join("fifo.toml")))
+            .args(&["--pins", "fifo.toml"])
+            .says("fifo.toml"),
+    ]);
+    // A discovered Dockerfile that is a FIFO is skipped (not a regular file), never opened.
+    v.push(
+        lock("discovered FIFO Dockerfile", PYPROJECT)
+            .file("consumer/uv.lock", UVLOCK)
+            .setup(|d| fifo(&d.join("consumer/Dockerfile")))
+            .exit(0),
+    );
+    v
+}
+
+fn dockerfile_cases() -> Vec<Case> {
+    let lock = |name: &str, dockerfile: Vec<u8>| {
+        Case::new(format!("dockerfile: {name}"))
+            .file("pins.toml", PINS)
+            .file("consumer/pyproject.toml", PYPROJECT)
+            .file("consumer/uv.lock", UVLOCK)
+            .file("consumer/Dockerfile", dockerfile)
+            .args(&["lock", "check", "--project", "consumer"])
+            .memory(512 << 20)
+    };
+    // 60 KB of nested defaults: quadratic copies took 1.5 GB.
+    let nested = format!("FROM b\nARG A\nENV TORCH_CUDA_ARCH_LIST={}x{}\n", "${A:-".repeat(10_000), "}".repeat(10_000));
+    // Each ARG doubles the previous one: 2^200 bytes unless bounded.
+    let mut doubling = String::from("FROM b\nARG A0=xxxxxxxxxxxxxxxx\n");
+    for i in 1..200 {
+        doubling.push_str(&format!("ARG A{i}=${{A{}}}${{A{}}}\n", i - 1, i - 1));
+    }
+    doubling.push_str("ENV TORCH_CUDA_ARCH_LIST=${A199}\nRUN git checkout ${A199}\n");
+    let continuations = format!("FROM b\nRUN echo \\\n{}  done\n", "  x \\\n".repeat(200_000));
+    let heredocs = format!("FROM b\n{}", "RUN <<A <<B <<C\n".repeat(50_000));
+    vec![
+        lock("nested ${A:-", nested.into_bytes()).exit(0),
+        lock("doubling ARGs", doubling.into_bytes()).exit(0),
+        lock("200k continuation lines", continuations.into_bytes()).exit(0),
+        lock("unterminated heredocs", heredocs.into_bytes()).exit(0),
+        lock("not UTF-8", b"FROM b\nARG X=\xff\n".to_vec()).says("not UTF-8"),
+        lock("escape directive garbage", b"# escape=\nFROM b\nARG X=\"${A:-\n".to_vec()).exit(0),
+        lock(
+            "${ unclosed at the end of the file",
+            format!("FROM b\nARG DEEPEP_REV={REV}\nRUN git checkout ${{DEEPEP_REV").into_bytes(),
+        )
+        .exit(0),
+        lock("oversize", Vec::new()).setup(|d| sparse(&d.join("consumer/Dockerfile"), 8 << 20)).says("more than"),
     ]
+}
+
+fn recipe_cases() -> Vec<Case> {
+    let probe = |name: &str| {
+        Case::new(format!("recipe: {name}"))
+            .args(&["probe", "--recipe", "repo/r.yaml", "--gpu", "h100"])
+            .setup(|d| git_root(&d.join("repo")))
+    };
+    let mut v: Vec<Case> = unreadable("repo/r.yaml")
+        .into_iter()
+        .map(|(how, mut c)| {
+            c.name = format!("recipe: {how}");
+            c.setup(|d| git_root(&d.join("repo")))
+                .args(&["probe", "--recipe", "repo/r.yaml", "--gpu", "h100"])
+                .says("r.yaml")
+        })
+        .collect();
+    // 10k-file chain: r -> c1 -> c2 -> ... (stack overflow before).
+    let chain = |d: &Path| {
+        for i in 1..10_000 {
+            std::fs::write(d.join(format!("repo/c{i}.yaml")), format!("defaults: c{}.yaml\n", i + 1)).unwrap();
+        }
+        std::fs::write(d.join("repo/c10000.yaml"), "cluster: {num_nodes: 1}\n").unwrap();
+    };
+    // Each level names the next twice: 2^40 loads without memoising.
+    let fan = |d: &Path| {
+        for i in 1..40 {
+            std::fs::write(d.join(format!("repo/f{i}.yaml")), format!("defaults: [f{0}.yaml, f{0}.yaml]\n", i + 1))
+                .unwrap();
+        }
+        std::fs::write(d.join("repo/f40.yaml"), "cluster: {num_nodes: 2, gpus_per_node: 8}\n").unwrap();
+    };
+    let secret = format!("SECRET-{}", "s3cr3t".repeat(200));
+    let laughs = {
+        let mut y = String::from("a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+        for i in 1..12 {
+            y.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 9].join(",")));
+        }
+        y
+    };
+    let interp = {
+        let mut y = String::from("policy:\n  megatron_cfg:\n    expert_model_parallel_size: ${k0}\n");
+        for i in 0..25 {
+            y.push_str(&format!("k{i}: \"${{k{0}}}${{k{0}}}${{k{0}}}\"\n", i + 1));
+        }
+        y.push_str("k25: \"8\"\n");
+        y
+    };
+    v.extend([
+        probe("defaults: /etc/passwd").file("repo/r.yaml", "defaults: /etc/passwd\n").says("outside").hides("root:"),
+        probe("defaults: ../outside.yaml")
+            .file("repo/r.yaml", "defaults: ../outside.yaml\n")
+            .file("outside.yaml", "a: 1\n")
+            .says("outside"),
+        probe("defaults through a symlink out")
+            .file("repo/r.yaml", "defaults: link.yaml\n")
+            .file("outside.yaml", "a: 1\n")
+            .setup(|d| symlink("../outside.yaml", &d.join("repo/link.yaml")))
+            .says("outside"),
+        probe("10k-deep defaults chain").file("repo/r.yaml", "defaults: c1.yaml\n").setup(chain).says("more than 64"),
+        probe("defaults [next, next] x 40").file("repo/r.yaml", "defaults: f1.yaml\n").setup(fan).exit(0).says("2"),
+        probe("defaults cycle").file("repo/r.yaml", "defaults: [r.yaml]\n").says("comes back to itself"),
+        probe("defaults is a number").file("repo/r.yaml", "defaults: 7\n").says("`defaults:` is a number"),
+        probe("defaults missing").file("repo/r.yaml", "defaults: nope.yaml\n").says("nope.yaml"),
+        probe("defaults a FIFO")
+            .file("repo/r.yaml", "defaults: p.yaml\n")
+            .setup(|d| fifo(&d.join("repo/p.yaml")))
+            .says("not a regular file"),
+        probe("top level is a list").file("repo/r.yaml", "- 1\n- 2\n").says("expected a mapping"),
+        probe("YAML garbage").file("repo/r.yaml", "a: [\n").says("r.yaml"),
+        probe("billion laughs").file("repo/r.yaml", laughs).memory(512 << 20).says("r.yaml"),
+        probe("deep YAML nesting")
+            .file("repo/r.yaml", format!("a: {}{}\n", "[".repeat(50_000), "]".repeat(50_000)))
+            .says("r.yaml"),
+        probe("interpolated secret is cut")
+            .file("repo/p.yaml", format!("secret: \"{secret}\"\n"))
+            .file(
+                "repo/r.yaml",
+                "defaults: p.yaml\npolicy:\n  megatron_cfg:\n    expert_model_parallel_size: ${secret}\n",
+            )
+            .says("SECRET-s3cr3t")
+            .says("more bytes")
+            .hides(&secret[..300]),
+        probe("exponential interpolation").file("repo/r.yaml", interp).exit(0).says("too many interpolations"),
+        probe("--recipe-root elsewhere")
+            .file("repo/r.yaml", "a: 1\n")
+            .args(&["--recipe-root", "/nonexistent"])
+            .says("--recipe-root"),
+        probe("--recipe-root not holding the recipe")
+            .file("repo/r.yaml", "a: 1\n")
+            .setup(|d| std::fs::create_dir_all(d.join("other")).unwrap())
+            .args(&["--recipe-root", "other"])
+            .says("outside"),
+        // NeMo-RL's layout: a recipe four folders down names ../../../base.yaml (allowed: same repository).
+        Case::new("recipe: NeMo-RL ../../../ parent in the repository")
+            .setup(|d| git_root(&d.join("rl")))
+            .file("rl/examples/configs/base.yaml", "cluster: {num_nodes: 2, gpus_per_node: 8}\n")
+            .file("rl/examples/configs/recipes/llm/performance/r.yaml", "defaults: ../../../base.yaml\n")
+            .args(&[
+                "probe",
+                "--recipe",
+                "rl/examples/configs/recipes/llm/performance/r.yaml",
+                "--gpu",
+                "h100",
+                "--format",
+                "json",
+            ])
+            .exit(0)
+            .says("\"nodes\": 2"),
+        Case::new("recipe: no git root, parent above the folder")
+            .file("x/y/r.yaml", "defaults: ../base.yaml\n")
+            .file("x/base.yaml", "a: 1\n")
+            .args(&["probe", "--recipe", "x/y/r.yaml", "--gpu", "h100"])
+            .says("--recipe-root"),
+        Case::new("recipe: no git root, --recipe-root widens")
+            .file("x/y/r.yaml", "defaults: ../base.yaml\n")
+            .file("x/base.yaml", "cluster: {num_nodes: 3}\n")
+            .args(&["probe", "--recipe", "x/y/r.yaml", "--recipe-root", "x", "--gpu", "h100", "--format", "json"])
+            .exit(0)
+            .says("\"nodes\": 3"),
+    ]);
+    v
+}
+
+fn wheel_cases() -> Vec<Case> {
+    let probe = |name: &str, bytes: Vec<u8>| {
+        Case::new(format!("wheel: {name}")).file(WHEEL, bytes).args(&["probe", "--wheel", WHEEL]).memory(512 << 20)
+    };
+    let mut v: Vec<Case> = unreadable(WHEEL)
+        .into_iter()
+        .filter(|(how, _)| *how != "not UTF-8")
+        .map(|(how, mut c)| {
+            c.name = format!("wheel: {how}");
+            c.args(&["probe", "--wheel", WHEEL]).says(WHEEL)
+        })
+        .collect();
+    // Declares 1 GiB from 1 MB (what a real deflate bomb's header says).
+    let bomb = Member { name: "deep_ep/x.so".into(), method: 8, data: vec![0u8; 1 << 20], crc: 0, size: 1 << 30 };
+    let meta = stored("deep_ep-1.2.1.dist-info/METADATA", b"Version: 1.2.1\n");
+    let over = zip_bytes(&[stored("deep_ep/a.py", &[b'x'; 4096])], &[(0, "deep_ep/a.py"), (0, "deep_ep/b.py")]);
+    // Declares 10 bytes, holds 4 KiB stored.
+    let liar = Member { name: "deep_ep/liar.py".into(), method: 0, data: vec![b'y'; 4096], crc: 0, size: 10 };
+    let many: Vec<Member> = (0..50_001).map(|i| stored(&format!("m{i}"), b"")).collect();
+    v.extend([
+        probe("empty file", Vec::new()).says("not a readable wheel"),
+        probe("garbage", b"PK\x03\x04 not really".to_vec()).says("not a readable wheel"),
+        probe("truncated", zip_of(&[meta])[..40].to_vec()).says("not a readable wheel"),
+        probe("1 GiB from 1 MB", zip_of(&[bomb])).says("inflates"),
+        probe("overlapping members", over).says("overlap"),
+        probe("lying sizes", zip_of(&[liar])).exit(1).says("RECORD"),
+        probe("50001 members", zip_of(&many)).says("members"),
+        probe("member climbs out", zip_of(&[stored("../../../../tmp/evil.so", b"\x7fELF")])).exit(1).says("evil.so"),
+        probe(
+            "ELF garbage extension",
+            zip_of(&[stored("deep_ep/hybrid_ep_cpp.so", &[0x7f, b'E', b'L', b'F', 2, 1, 1])]),
+        )
+        .exit(1)
+        .says("hybrid_ep_cpp"),
+        probe(
+            "provenance garbage",
+            zip_of(&[stored("deep_ep-1.2.1.dist-info/deepep-forge-provenance.json", b"{\"x\": [")]),
+        )
+        .exit(1),
+    ]);
+    v
+}
+
+fn flag_cases() -> Vec<Case> {
+    let probe = |name: &str, args: &[&str]| Case::new(format!("flags: {name}")).args(&["probe"]).args(args);
+    vec![
+        probe(
+            "65536 x 65536 GPUs do not wrap",
+            &[
+                "--nodes",
+                "65536",
+                "--gpus-per-node",
+                "65536",
+                "--ep",
+                "1048576",
+                "--ranks-per-domain",
+                "8",
+                "--gpu",
+                "h100",
+            ],
+        )
+        .exit(1)
+        .says("fit 65536 node(s) x 65536 GPUs"),
+        probe("EP past the range", &["--ep", "4294967296", "--gpu", "h100"]).says("--ep"),
+        probe("zero nodes", &["--nodes", "0", "--gpu", "h100"]).says("--nodes"),
+        probe("negative GPUs", &["--gpus-per-node=-1", "--gpu", "h100"]).says("--gpus-per-node"),
+        probe("zero R", &["--ranks-per-domain", "0", "--ep", "8", "--gpu", "h100"]).says("--ranks-per-domain"),
+        probe("huge tokens", &["--run", "--tokens", "4000000000"]).says("--tokens"),
+        probe("huge timeout", &["--run", "--timeout", "18446744073709551615"]).says("--timeout"),
+        Case::new("flags: --jobs 0").file("pins.toml", PINS).args(&["plan", "--all", "--jobs", "0"]).says("--jobs"),
+        Case::new("flags: --jobs huge")
+            .file("pins.toml", PINS)
+            .args(&["plan", "--all", "--jobs", "99999999999999"])
+            .says("--jobs"),
+    ]
+}
+
+fn pin_set_cases() -> Vec<Case> {
+    let set = |name: &str| {
+        Case::new(format!("pin set: {name}")).file("pins.toml", PINS).args(&[
+            "pin",
+            "set",
+            REV,
+            "--project",
+            "consumer",
+        ])
+    };
+    let mut v = unreadable_cases(
+        "pin set: pyproject",
+        "consumer/pyproject.toml",
+        &["pin", "set", REV, "--project", "consumer"],
+        &[("pins.toml", PINS)],
+    );
+    v.extend(unreadable("pins.toml").into_iter().map(|(how, mut c)| {
+        c.name = format!("pin set: pins {how}");
+        c.file("consumer/pyproject.toml", PYPROJECT)
+            .args(&["pin", "set", REV, "--project", "consumer"])
+            .says("pins.toml")
+    }));
+    v.extend([
+        set("--source is an option").file("consumer/pyproject.toml", PYPROJECT).args(&["--source", "--upload-pack=touch {dir}/pwned"]).absent("pwned"),
+        set("--source ext::").file("consumer/pyproject.toml", PYPROJECT).args(&["--source", "ext::sh -c touch% {dir}/pwned"]).says("not a URL").absent("pwned"),
+        set("rev is an option").file("consumer/pyproject.toml", PYPROJECT).args(&["--source", ".", "--", "--output=x"]).absent("x"),
+        set("escaped requirement reports its line")
+            .file(
+                "consumer/pyproject.toml",
+                "[project]\nname = \"c\"\n\ndependencies = [\n  \"deep\\u005Fep @ git+https://github.com/deepseek-ai/DeepEP.git@v1 ; platform_machine == 'x86_64' and python_version > '3'\",\n]\n",
+            )
+            .says("pyproject.toml:5:"),
+    ]);
+    v
 }
 
 #[test]
 fn hostile_inputs_are_refused_cleanly() {
     let mut cases = Vec::new();
     cases.extend(pins_cases());
+    cases.extend(lock_cases());
+    cases.extend(dockerfile_cases());
+    cases.extend(recipe_cases());
+    cases.extend(wheel_cases());
+    cases.extend(flag_cases());
+    cases.extend(pin_set_cases());
+    assert!(cases.len() >= 110, "{} cases", cases.len());
     run_all(cases);
+}
+
+/// `deepep-forge ... | head -1`: a closed stdout ends the process by SIGPIPE
+/// (the shell's 141), never by a panic (exit 101).
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pins.toml"), PINS).unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = support::bin()
+        .args(["pins", "show", "--format", "json"])
+        .current_dir(dir.path())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", o.status);
+}
+
+/// git as deepep-forge runs it, on real repositories: a repository named in a
+/// file may not use local transports (so a pin's submodules cannot pull local
+/// repositories), `ext::` never runs, and a value shaped as an option is not one.
+#[test]
+fn hardened_git_refuses_local_and_ext_transports_for_file_named_repos() {
+    use deepep_forge::process::git::{git, Trust};
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    support::git_repo_from_fixture("recipes", &src);
+    let clone = |trust: Trust, url: &str, to: &str| {
+        git(d.path(), trust, "test clone").args(["clone", "-q", "--", url, to]).capture().unwrap()
+    };
+    let o = clone(Trust::File, src.to_str().unwrap(), "a");
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("not allowed"), "{o:?}");
+    let o = clone(Trust::File, &format!("file://{}", src.display()), "b");
+    assert!(!o.status.success(), "{o:?}");
+    let o = clone(Trust::User, src.to_str().unwrap(), "c");
+    assert!(o.status.success(), "{o:?}");
+    let marker = d.path().join("pwned");
+    for trust in [Trust::User, Trust::File] {
+        let o = clone(trust, &format!("ext::sh -c touch% {}", marker.display()), "e");
+        assert!(!o.status.success(), "{o:?}");
+        assert!(!marker.exists(), "ext:: ran a command");
+    }
+    // After `--`, `--upload-pack=...` is a (missing) repository, not an option.
+    let o = clone(Trust::User, &format!("--upload-pack=touch {}", marker.display()), "f");
+    assert!(!o.status.success() && !marker.exists(), "{o:?}");
+
+    // A repository whose submodule is a local path: its checkout under File trust fails.
+    let sub = d.path().join("sub");
+    support::git_repo_from_fixture("recipes", &sub);
+    support::git(&src, &["submodule", "add", "-q", sub.to_str().unwrap(), "third"]);
+    support::git(&src, &["commit", "-qm", "sub"]);
+    let tree = d.path().join("c");
+    support::git(&tree, &["pull", "-q", "origin", "main"]);
+    let o = git(&tree, Trust::File, "test submodule")
+        .args(["submodule", "update", "--init", "--", "third"])
+        .capture()
+        .unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("not allowed"), "{o:?}");
+    let o = git(&tree, Trust::User, "test submodule")
+        .args(["submodule", "update", "--init", "--", "third"])
+        .capture()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
 }

@@ -31,6 +31,24 @@ fn demo_pins_name_the_current_fixture_snapshot() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["plans"][0]["variant"]["name"], "demo");
     assert_eq!(j["skipped"][0]["variant"], "demo-arm");
+    // docs/build-interface.md's refused `env` example pins the same snapshot.
+    let rev = |f: &str| {
+        let t = std::fs::read_to_string(root().join(f)).unwrap();
+        t.lines().find(|l| l.starts_with("rev = ")).unwrap().to_string()
+    };
+    assert_eq!(rev("tests/fixtures/pins-unread-env.toml"), rev("tests/fixtures/demo-pins.toml"));
+    let o = bin()
+        .args(["plan", "--pins", "tests/fixtures/pins-unread-env.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--variant", "demo", "--cache-dir"])
+        .arg(cache.path())
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let doc = std::fs::read_to_string(root().join("docs/build-interface.md")).unwrap();
+    for line in stderr(&o).lines() {
+        assert!(doc.contains(line), "docs/build-interface.md lacks `{line}`");
+    }
 }
 
 #[test]
@@ -70,7 +88,15 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
     // MAX_JOBS and the stray variables do not change the key; the arch list does.
     let b = plan(&[], &pins);
     assert_eq!(b["plans"][0]["cache_key"], key);
-    let other = lab.pins_with(&lab.rev, &SINGLE.replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1));
+    // (a 10.0 build serves b200: pins.toml schema 2 checks the topology's GPU against the arch list)
+    let other = lab.pins_with(
+        &lab.rev,
+        &SINGLE.replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1).replacen(
+            "gpu = \"h100\"",
+            "gpu = \"b200\"",
+            1,
+        ),
+    );
     let c = plan(&[], &other);
     assert_ne!(c["plans"][0]["cache_key"], key);
     assert_eq!(c["plans"][0]["run"]["env"]["TORCH_CUDA_ARCH_LIST"], "10.0");
@@ -105,10 +131,14 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     c.env("PATH", format!("{}:{}:/usr/bin:/bin", wrap.display(), lab.tools.join("bin").display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = c.spawn().unwrap();
+    let mut child = c.spawn().unwrap();
     let t = Instant::now();
     while !marker.exists() {
-        assert!(t.elapsed() < Duration::from_secs(120), "stamping never started");
+        if child.try_wait().unwrap().is_some() {
+            let o = child.wait_with_output().unwrap();
+            panic!("build-wheel ended before stamping: {}{}", stdout(&o), stderr(&o));
+        }
+        assert!(t.elapsed() < Duration::from_secs(300), "stamping never started");
         std::thread::sleep(Duration::from_millis(50));
     }
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -191,6 +221,13 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     let prov: serde_json::Value =
         serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["source"]["rev"], lab.rev.as_str());
+    // Path-free: the local --source, the build folder and the toolchain's folders are roots.
+    assert_eq!(prov["source"]["repo"], "${source}");
+    assert_eq!(prov["build"]["cwd"], "${build}/src");
+    assert_eq!(
+        prov["env"]["NVSHMEM_DIR"],
+        "${python}/lib/python3.11/site-packages/nvidia/nvshmem".replace("3.11", &python_minor(&lab))
+    );
     assert_eq!(prov["source"]["short"], short);
     assert_eq!(prov["variant"]["name"], "sn");
     assert_eq!(prov["env"]["HYBRID_EP_MULTINODE"], "0");
@@ -676,4 +713,150 @@ fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
         stderr(&o)
     );
     assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty());
+}
+
+/// A knob DeepEP's setup.py reads, set in the caller's shell, reaches neither
+/// the build nor the key (before: `DISABLE_AGGRESSIVE_PTX_INSTRS=0` in the
+/// shell built another binary under the same key). Set by the variant's
+/// `env`, it changes both. Names the build does not read, or that a variant
+/// key decides, are refused by `plan` (exit 2, file:line) while `pins check`
+/// (no git) accepts the file.
+#[test]
+fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_binary() {
+    let Some(lab) = Lab::new() else { return };
+    let pins = lab.pins();
+    let pins = pins.to_str().unwrap();
+    let plan = |pins: &str, shell: &[(&str, &str)]| {
+        let mut c = lab.forge(&["plan", "--variant", "sn", "--pins", pins, "--format", "json"]);
+        for (k, v) in shell {
+            c.env(k, v);
+        }
+        json(&c.output().unwrap())["plans"][0].clone()
+    };
+    let clean = plan(pins, &[]);
+    let stray = plan(pins, &[("DISABLE_AGGRESSIVE_PTX_INSTRS", "0"), ("DISABLE_SM90_FEATURES", "1")]);
+    assert_eq!(stray["cache_key"], clean["cache_key"], "a shell knob must not change the key");
+    assert!(stray["run"]["env"].get("DISABLE_AGGRESSIVE_PTX_INSTRS").is_none(), "{stray}");
+    assert!(stray["run"]["env"].get("DISABLE_SM90_FEATURES").is_none(), "{stray}");
+    assert_eq!(stray["dropped_env"]["DISABLE_AGGRESSIVE_PTX_INSTRS"], "0");
+    assert_eq!(stray["dropped_env"]["DISABLE_SM90_FEATURES"], "1");
+
+    // Built with the knobs in the shell: setup.py never sees them (its default,
+    // DISABLE_AGGRESSIVE_PTX_INSTRS=1, is what the binary says).
+    let so_of = |out: &Path| -> Vec<u8> {
+        let wheel = files_with(out, ".whl").pop().expect("a wheel");
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+        let name = zip.file_names().find(|n| n.starts_with("deep_ep_cpp") && n.ends_with(".so")).unwrap().to_string();
+        let mut v = Vec::new();
+        zip.by_name(&name).unwrap().read_to_end(&mut v).unwrap();
+        v
+    };
+    let has = |hay: &[u8], s: &str| hay.windows(s.len()).any(|w| w == s.as_bytes());
+    let out1 = lab.dir.path().join("out-shell");
+    let o = lab
+        .forge(&["build-wheel", "--variant", "sn", "--pins", pins, "--out", out1.to_str().unwrap()])
+        .env("DISABLE_AGGRESSIVE_PTX_INSTRS", "0")
+        .env("DISABLE_SM90_FEATURES", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("dropped DISABLE_AGGRESSIVE_PTX_INSTRS=0"), "{}", stdout(&o));
+    let so = so_of(&out1);
+    assert!(has(&so, "forge-ptx-mode=conservative") && !has(&so, "forge-ptx-mode=aggressive"));
+
+    // The variant sets it: another key, another binary, recorded in the provenance.
+    let variant = SINGLE.replacen(
+        "nvshmem_dir = \"{nvshmem}\"",
+        "nvshmem_dir = \"{nvshmem}\"\nenv = { DISABLE_AGGRESSIVE_PTX_INSTRS = \"0\" }",
+        1,
+    );
+    let v2pins = lab.pins_with(&lab.rev, &variant);
+    std::fs::write(&v2pins, std::fs::read_to_string(&v2pins).unwrap().replacen("schema = 1", "schema = 2", 1)).unwrap();
+    let v2pins = v2pins.to_str().unwrap();
+    let set = plan(v2pins, &[]);
+    assert_ne!(set["cache_key"], clean["cache_key"]);
+    assert_eq!(set["run"]["env"]["DISABLE_AGGRESSIVE_PTX_INSTRS"], "0");
+    assert_eq!(set["run"]["env_origin"]["DISABLE_AGGRESSIVE_PTX_INSTRS"], "knob");
+    let out2 = lab.dir.path().join("out-variant");
+    let o = lab
+        .forge(&["build-wheel", "--variant", "sn", "--pins", v2pins, "--out", out2.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(has(&so_of(&out2), "forge-ptx-mode=aggressive"));
+
+    // Names the build at this revision does not read, or that a variant key decides.
+    for (env, msg) in [
+        ("EP_JIT_CACHE_DIR = \"/x\"", "sets env EP_JIT_CACHE_DIR, which DeepEP's build at"),
+        ("TORCH_CUDA_ARCH_LIST = \"9.0\"", "which the variant key `cuda_arch_list` decides"),
+    ] {
+        let text = std::fs::read_to_string(v2pins).unwrap().replace("DISABLE_AGGRESSIVE_PTX_INSTRS = \"0\"", env);
+        let bad = lab.dir.path().join("bad-env.toml");
+        std::fs::write(&bad, &text).unwrap();
+        let line = text.lines().position(|l| l.starts_with("env = ")).unwrap() + 1;
+        let o = lab.forge(&["plan", "--variant", "sn", "--pins", bad.to_str().unwrap()]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(msg), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("bad-env.toml:{line}:")),
+            "names the env key's line {line}: {}",
+            stderr(&o)
+        );
+        let o = bin().args(["pins", "check", "--pins"]).arg(&bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "pins check reads no source: {}", stderr(&o));
+    }
+}
+
+/// `plan --format json` is a full build recipe: its argv, run in its working
+/// folder (a fresh checkout of the pin) with exactly its environment, builds
+/// the wheel build-wheel builds (same name and version label; extensions of the
+/// same size: their bytes still differ by nvcc's per-run names).
+#[test]
+fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
+    let Some(lab) = Lab::new() else { return };
+    let pins = lab.pins();
+    let pins = pins.to_str().unwrap();
+    let j = json(&lab.forge(&["plan", "--variant", "sn", "--pins", pins, "--format", "json"]).output().unwrap());
+    let run = &j["plans"][0]["run"];
+    let argv: Vec<String> = serde_json::from_value(run["argv"].clone()).unwrap();
+    let env: std::collections::BTreeMap<String, String> = serde_json::from_value(run["env"].clone()).unwrap();
+    let cwd = Path::new(run["cwd"].as_str().unwrap());
+    assert_eq!(j["plans"][0]["portable"]["cwd"], "${build}/src");
+    // The recipe's working folder: a fresh clone of the pin at the planned path.
+    std::fs::create_dir_all(cwd.parent().unwrap()).unwrap();
+    run_ok(Command::new("git").args(["clone", "-q"]).arg(&lab.repo).arg(cwd));
+    git(cwd, &["checkout", "-q", "--detach", &lab.rev]);
+    let dist = cwd.parent().unwrap().join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    let o = Command::new(&argv[0]).args(&argv[1..]).current_dir(cwd).env_clear().envs(&env).output().unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let built_by_hand = files_with(&dist, ".whl").pop().expect("the recipe built a wheel");
+    let by_hand = lab.dir.path().join(built_by_hand.file_name().unwrap());
+    std::fs::copy(&built_by_hand, &by_hand).unwrap();
+    std::fs::remove_dir_all(cwd.parent().unwrap()).unwrap();
+
+    let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins, "--format", "json"]).output().unwrap();
+    let r = json(&o);
+    let built = Path::new(r["results"][0]["wheel"].as_str().unwrap()).to_path_buf();
+    let built = if built.is_absolute() { built } else { lab.dir.path().join(built) };
+    assert_eq!(by_hand.file_name(), built.file_name());
+    let ext = |w: &Path| -> Vec<u8> {
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(w).unwrap()).unwrap();
+        let name = zip.file_names().find(|n| n.starts_with("hybrid_ep_cpp") && n.ends_with(".so")).unwrap().to_string();
+        let mut v = Vec::new();
+        zip.by_name(&name).unwrap().read_to_end(&mut v).unwrap();
+        v
+    };
+    // hybrid_ep_cpp has no RUNPATH into the build Python, so build-wheel leaves it as pip built it.
+    assert_eq!(ext(&by_hand).len(), ext(&built).len());
+}
+
+fn run_ok(c: &mut Command) {
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{c:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `3.11` of the lab's build venv (its lib/pythonX.Y folder).
+fn python_minor(lab: &Lab) -> String {
+    lab.site.parent().unwrap().file_name().unwrap().to_string_lossy().trim_start_matches("python").to_string()
 }

@@ -192,7 +192,8 @@ fn a_signed_wheel_of_another_plan_is_not_used() {
     let sn10 = SINGLE
         .replace("name = \"sn\"", "name = \"sn10\"")
         .replace("name = \"arm\"", "name = \"arm2\"")
-        .replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1);
+        .replacen("cuda_arch_list = \"9.0\"", "cuda_arch_list = \"10.0\"", 1)
+        .replacen("gpu = \"h100\"", "gpu = \"b200\"", 1);
     let pins = lab.pins_with(&lab.rev, &format!("{SINGLE}{sn10}"));
     let pins = pins.to_str().unwrap();
     let (secret, public) = keygen(&lab, "k1");
@@ -352,7 +353,11 @@ fn https_server(dir: &Path) -> Option<(String, PathBuf, Reaped)> {
 import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
+        if self.path.startswith("/redirect/"):
+            self.send_response(302); self.send_header("Location", "http://127.0.0.1:9" + self.path)
+        else:
+            self.send_response(404)
+        self.send_header("Content-Length", "0"); self.end_headers()
     def log_message(self, *a): pass
 s = http.server.HTTPServer(("127.0.0.1", 0), H)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain("srv.pem", "srv.key")
@@ -406,4 +411,16 @@ fn https_with_a_private_ca_through_ssl_cert_file() {
     let o = lab.forge(&args).env("SSL_CERT_FILE", &ca).env("DEEPEP_FORGE_CACHE_DIR", &fresh).output().unwrap();
     let res = &json(&o)["results"][0];
     assert!(notes(res).iter().any(|n| n == "remote cache: miss"), "{res}");
+    // A redirect from https to plain http is not followed.
+    let url = format!("{url}/redirect");
+    let args =
+        ["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--format", "json", "--cache-url", &url];
+    let o = lab
+        .forge(&args)
+        .env("SSL_CERT_FILE", &ca)
+        .env("DEEPEP_FORGE_CACHE_DIR", lab.dir.path().join("c3"))
+        .output()
+        .unwrap();
+    let res = &json(&o)["results"][0];
+    assert!(notes(res).iter().any(|n| n.contains("leaves https")), "{res}");
 }

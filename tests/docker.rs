@@ -181,20 +181,81 @@ fn nemo_rl_shaped_image_is_judged_against_the_variants() {
     // the Hopper multinode image matches h100-multinode and is clean.
     assert_eq!(
         got,
-        [("Dockerfile".to_string(), "dockerfile-arch-list".to_string(), 12)],
+        [("Dockerfile".to_string(), "dockerfile-build-undeclared".to_string(), 12)],
         "{}",
         deepep_forge::findings::render_human(&f)
     );
     let m = &f[0].message;
     assert!(m.contains("TORCH_CUDA_ARCH_LIST (ENV, line 16, from ARG DEEPEP_CUDA_ARCH_LIST at line 12)"), "{m}");
-    assert!(m.contains("HYBRID_EP_MULTINODE=\"1\""), "{m}");
-    assert!(f[0].fix.as_deref().unwrap().contains("[[variant]]"));
-
-    // Declare NeMo-RL's combination as a variant and the same image is clean.
-    let text = std::fs::read_to_string(root().join("pins.toml")).unwrap()
-        + "\n[[variant]]\nname = \"nemo-rl\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0 10.0\"\nmultinode = true\nrdma_core_home = \"/opt/rdma-core/build\"\ntopology = { gpu = \"h100\", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }\n";
+    assert!(m.contains("TORCH_CUDA_ARCH_LIST=\"9.0 10.0\", HYBRID_EP_MULTINODE=\"1\""), "{m}");
+    // The fix never narrows the build: one [[variant]] block per platform (the stage names none:
+    // every pinned architecture), carrying the Dockerfile's arch list, multinode flag, transport, rdma-core home.
+    let fix = f[0].fix.clone().unwrap();
+    let blocks = paste_blocks(&fix);
+    assert_eq!(blocks.len(), 2, "{fix}");
+    for (block, arch) in blocks.iter().zip(["x86_64", "aarch64"]) {
+        for line in [
+            format!("arch = \"{arch}\""),
+            "cuda_arch_list = \"9.0 10.0\"".into(),
+            "multinode = true".into(),
+            "transport = \"doca\"".into(),
+            "rdma_core_home = \"/opt/rdma-core/build\"".into(),
+        ] {
+            assert!(block.lines().any(|l| l == line), "{line} in {block}");
+        }
+        assert!(!block.contains("topology"), "a Dockerfile determines no topology: {block}");
+    }
+    // Pasting the blocks into pins.toml makes the same image clean.
+    let text = std::fs::read_to_string(root().join("pins.toml")).unwrap() + "\n" + &blocks.join("\n");
     let p2 = Pins::parse(&text, Path::new("pins.toml")).unwrap();
     assert!(dockerfile::check(&files, Some(&p2), &revs).unwrap().is_empty());
+
+    // Declare NeMo-RL's combination as a variant with a fat topology and the same image is clean.
+    let text = std::fs::read_to_string(root().join("pins.toml")).unwrap()
+        + "\n[[variant]]\nname = \"nemo-rl\"\narch = \"x86_64\"\ncuda_arch_list = \"10.0;9.0\"\nmultinode = true\nrdma_core_home = \"/opt/rdma-core/build\"\ntopology = { gpu = [\"h100\", \"b200\"], nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }\n";
+    let p2 = Pins::parse(&text, Path::new("pins.toml")).unwrap();
+    assert!(dockerfile::check(&files, Some(&p2), &revs).unwrap().is_empty());
+}
+
+/// The `[[variant]]` tables of a fix, as a user would paste them.
+fn paste_blocks(fix: &str) -> Vec<String> {
+    let body = fix.split_once("add:\n").map(|(_, b)| b).unwrap_or("");
+    body.split("[[variant]]").skip(1).map(|b| format!("[[variant]]{}", b.trim_end())).map(|b| b + "\n").collect()
+}
+
+#[test]
+fn a_platform_stage_gets_one_block_and_arch_lists_compare_as_sets() {
+    let (p, revs) = pins_and_revs();
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("Dockerfile");
+    // A fat single-node build for amd64 only.
+    std::fs::write(
+        &file,
+        "FROM --platform=linux/amd64 ubuntu:24.04 AS wheel\nENV TORCH_CUDA_ARCH_LIST=\"10.0;9.0\"\nENV HYBRID_EP_MULTINODE=0\nRUN uv sync --locked\n",
+    )
+    .unwrap();
+    let f = dockerfile::check(std::slice::from_ref(&file), Some(&p), &revs).unwrap();
+    assert_eq!(f.len(), 1, "{}", deepep_forge::findings::render_human(&f));
+    assert_eq!((f[0].rule.as_str(), f[0].arch), ("dockerfile-build-undeclared", Some(Arch::X86_64)));
+    let blocks = paste_blocks(f[0].fix.as_deref().unwrap());
+    assert_eq!(blocks.len(), 1, "{blocks:?}");
+    assert!(
+        blocks[0].contains("cuda_arch_list = \"10.0 9.0\"") && blocks[0].contains("multinode = false"),
+        "{}",
+        blocks[0]
+    );
+    assert!(!blocks[0].contains("transport"), "single-node: {}", blocks[0]);
+    let text = std::fs::read_to_string(root().join("pins.toml")).unwrap() + "\n" + &blocks[0];
+    let p2 = Pins::parse(&text, Path::new("pins.toml")).unwrap();
+    assert!(dockerfile::check(std::slice::from_ref(&file), Some(&p2), &revs).unwrap().is_empty());
+    // The shipped h100-multinode build written with another separator and spacing: no finding.
+    std::fs::write(
+        &file,
+        "FROM ubuntu:24.04\nARG LIST=\" 9.0; \"\nENV TORCH_CUDA_ARCH_LIST=${LIST} HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n",
+    )
+    .unwrap();
+    let f = dockerfile::check(std::slice::from_ref(&file), Some(&p), &revs).unwrap();
+    assert!(f.is_empty(), "{}", deepep_forge::findings::render_human(&f));
 }
 
 #[test]
@@ -221,4 +282,23 @@ fn the_shipped_dockerfile_passes_its_own_rules() {
     assert!(files.contains(&root().join("docker/Dockerfile")), "{files:?}");
     let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
     assert!(f.is_empty(), "{}", deepep_forge::findings::render_human(&f));
+}
+
+#[test]
+fn bake_probes_each_gpu_of_a_fat_topology_and_only_the_pins_without_one() {
+    let text = std::fs::read_to_string(root().join("pins.toml")).unwrap()
+        + "\n[[variant]]\nname = \"fat\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0 10.0\"\nmultinode = true\nrdma_core_home = \"/usr\"\ntopology = { gpu = [\"h100\", \"b200\"], nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }\n"
+        + "\n[[variant]]\nname = \"bare\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0\"\nmultinode = false\n";
+    let p = Pins::parse(&text, Path::new("pins.toml")).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(&deepep_forge::docker::bake_json(&p, "pins.toml").unwrap()).unwrap();
+    let args = |t: &str, k: &str| j["target"][t]["args"][k].as_str().unwrap().to_string();
+    assert_eq!(args("fat", "PROBE_GPU"), "h100 b200");
+    assert_eq!((args("fat", "PROBE_EP"), args("fat", "TORCH_CUDA_ARCH_LIST")), ("16".into(), "9.0 10.0".into()));
+    for k in ["PROBE_GPU", "PROBE_EP", "PROBE_NODES", "PROBE_GPUS_PER_NODE", "PROBE_RANKS_PER_DOMAIN", "PROBE_MNNVL"] {
+        assert_eq!(args("bare", k), "", "{k}: a variant without topology is probed against pins.toml only");
+    }
+    // The image's last step loops over PROBE_GPU and drops the topology flags when PROBE_EP is empty.
+    let dockerfile = std::fs::read_to_string(root().join("docker/Dockerfile")).unwrap();
+    assert!(dockerfile.contains("for gpu in $PROBE_GPU; do") && dockerfile.contains("if [ -z \"$PROBE_EP\" ]; then"));
 }

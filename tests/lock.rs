@@ -143,7 +143,7 @@ fn nemo_rl_2026_08_17_unified_pin_is_clean_against_the_shipped_pins() {
 fn own_unified_fixture_is_clean_and_the_transitive_pin_is_a_note() {
     let (code, v) = json(&root(), Path::new("tests/fixtures/consumer-unified"), &[]);
     assert_eq!(code, 0, "{v:#}");
-    assert_eq!(v["schema"], 1);
+    assert_eq!(v["schema"], 2);
     assert_eq!(v["checked"]["pyproject"], "tests/fixtures/consumer-unified/pyproject.toml");
     assert_eq!(v["checked"]["uv_lock"], "tests/fixtures/consumer-unified/uv.lock");
     assert_eq!(v["checked"]["dockerfiles"], serde_json::json!([]));
@@ -378,4 +378,137 @@ fn named_dockerfiles_are_listed_as_checked() {
     let listed: Vec<&str> =
         v["checked"]["dockerfiles"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
     assert!(listed.contains(&extra.to_str().unwrap()), "{listed:?}");
+}
+
+/// (cause id, severity, number of findings) of every cause.
+fn causes(v: &serde_json::Value) -> Vec<(String, String, usize)> {
+    v["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap().into(),
+                c["severity"].as_str().unwrap().into(),
+                c["findings"].as_array().unwrap().len(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    let p = f.join("2026-08-22-main");
+    let ps = p.to_str().unwrap();
+    let fix = format!("deepep-forge pin set {UNIFIED} --project {ps} --relock");
+    // human: the cause leads, its one fix, then the 8 errors under it
+    let o = forge(&root(), &["lock", "check", "--project", ps]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[2].starts_with("CAUSE 1/2 [pin-not-adopted]: the project never adopted pins.toml's revision"),
+        "{out}"
+    );
+    assert!(lines[2].contains("x86_64 29d31c0, aarch64 a484936, pins.toml 17cfb81 for every architecture"), "{out}");
+    assert_eq!(lines[3], format!("  fix: {fix}"), "{out}");
+    let second = lines.iter().position(|l| l.starts_with("cause (note) 2/2 [transitive-pin]")).unwrap();
+    assert_eq!(lines[..second].iter().filter(|l| l.starts_with("  error[")).count(), 8, "{out}");
+    assert!(!lines[..second].iter().any(|l| l.starts_with("    fix:")), "findings repeat no fix of their cause: {out}");
+    assert!(
+        out.ends_with("FAILED: 8 error(s), 0 warning(s), 2 note(s) from 1 cause(s): run each cause's fix\n"),
+        "{out}"
+    );
+
+    // json: causes with their findings, every finding names its cause
+    let (code, v) = json(&root(), &p, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(v["schema"], 2);
+    assert_eq!(
+        causes(&v),
+        [("pin-not-adopted".into(), "error".into(), 8), ("transitive-pin".into(), "note".into(), 2)]
+    );
+    assert_eq!(v["causes"][0]["fix"], fix.as_str());
+    let all = v["findings"].as_array().unwrap();
+    assert_eq!(all.len(), 10);
+    assert!(all.iter().all(|f| f["cause"].is_string()), "{v:#}");
+    let rules_under: Vec<&str> =
+        v["causes"][0]["findings"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
+    for r in ["rev-mismatch", "stale-label", "lock-stale", "lock-label"] {
+        assert_eq!(rules_under.iter().filter(|x| **x == r).count(), 2, "{r}: {rules_under:?}");
+    }
+
+    // github: one annotation per finding, naming its cause; paths relative to the project, or to the workspace
+    let o = forge(&root(), &["lock", "check", "--format", "github", "--project", ps]);
+    let out = stdout(&o);
+    let ann: Vec<&str> = out.lines().filter(|l| l.starts_with("::")).collect();
+    assert_eq!(ann.len(), 10, "{out}");
+    assert_eq!(ann.iter().filter(|a| a.contains("(cause pin-not-adopted)::")).count(), 8, "{out}");
+    assert!(
+        ann.iter().all(|a| a.starts_with("::error file=pyproject.toml,line=")
+            || a.starts_with("::error file=uv.lock,line=")
+            || a.starts_with("::notice file=uv.lock,line=")),
+        "{out}"
+    );
+    assert!(ann[0].contains("%0Acause pin-not-adopted: the project never adopted"), "{}", ann[0]);
+    // the column of the requirement string on its line
+    let l = line_of(&p.join("pyproject.toml"), "DeepEP.git@29d31c0");
+    assert!(ann[0].starts_with(&format!("::error file=pyproject.toml,line={l},col=3,title=")), "{}", ann[0]);
+    assert!(ann[0].contains(&format!("%0Afix: {fix}")), "{}", ann[0]);
+    let o = bin()
+        .args(["lock", "check", "--format", "github", "--project", ps])
+        .current_dir(root())
+        .env("GITHUB_WORKSPACE", &f)
+        .output()
+        .unwrap();
+    assert!(stdout(&o).starts_with("::error file=2026-08-22-main/pyproject.toml,line="), "{}", stdout(&o));
+}
+
+#[test]
+fn every_nemo_rl_fixture_groups_into_root_causes_only() {
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    let shipped = workdir(UNIFIED, UNIFIED);
+    let split = workdir(X86, ARM);
+    for (case, dir, want) in [
+        ("2026-06-08-stale-label", &shipped, vec!["pin-not-adopted"]),
+        ("2026-06-08-label-fixed", &shipped, vec!["pin-not-adopted"]),
+        ("2026-08-22-main", &shipped, vec!["pin-not-adopted"]),
+        ("2026-08-17-unified-pin", &shipped, vec![]),
+        ("2026-06-08-stale-label", &split, vec!["label-split", "lock-out-of-date"]),
+        ("2026-06-08-label-fixed", &split, vec!["label-split", "lock-out-of-date"]),
+        ("2026-08-22-main", &split, vec!["label-split"]),
+        ("2026-08-17-unified-pin", &split, vec!["label-split"]),
+    ] {
+        let (code, v) = json(dir.path(), &f.join(case), &[]);
+        let c = causes(&v);
+        let errors: Vec<&str> = c.iter().filter(|c| c.1 == "error").map(|c| c.0.as_str()).collect();
+        assert_eq!(errors, want, "{case}: {c:#?}");
+        assert_eq!(code, if want.is_empty() { 0 } else { 1 }, "{case}");
+        // every finding sits under exactly one cause, and every cause has one fix
+        let under: usize = c.iter().map(|c| c.2).sum();
+        assert_eq!(under, v["findings"].as_array().unwrap().len(), "{case}");
+        for cause in v["causes"].as_array().unwrap().iter().filter(|c| c["severity"] == "error") {
+            assert!(cause["fix"].is_string(), "{case}: {cause:#}");
+            assert!(cause["findings"].as_array().unwrap().iter().all(|f| f["cause"] == cause["id"]), "{case}");
+        }
+    }
+}
+
+#[test]
+fn an_empty_lock_or_one_without_uvs_header_exits_2_naming_the_file() {
+    for (text, msg) in [
+        ("", "uv.lock is empty: not a uv lockfile"),
+        ("\n  \n", "uv.lock is empty: not a uv lockfile"),
+        ("[[package]]\nname = \"x\"\nversion = \"1\"\n", "uv.lock has no `version = N` header"),
+        ("# written by hand\nrequires-python = \">=3.10\"\n", "uv.lock has no `version = N` header"),
+        ("version = \"one\"\n", "is not uv's lockfile header"),
+    ] {
+        let d = edited("consumer-unified", |f, t| if f == "uv.lock" { text.to_string() } else { t });
+        let o = forge(&root(), &["lock", "check", "--project", d.path().to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{text:?}: {}{}", stdout(&o), stderr(&o));
+        let want = format!("{}", d.path().join("uv.lock").display());
+        assert!(stderr(&o).contains(&want) && stderr(&o).contains(msg), "{text:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("locks no deep-ep") && stdout(&o).is_empty(), "{}", stdout(&o));
+    }
 }

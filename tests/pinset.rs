@@ -149,7 +149,7 @@ fn invalid_input_changes_no_file() {
         assert_eq!(snapshot(d.path()), before, "{args:?} changed a file");
     }
     // a malformed pins.toml changes no pyproject either
-    let d = project(&unified, &pins.replacen("schema = 1", "schema = 99", 1));
+    let d = project(&unified, &pins.replacen("schema = 2", "schema = 3", 1));
     let before = snapshot(d.path());
     let o = forge(d.path(), &["pin", "set", UNIFIED]);
     assert_eq!(o.status.code(), Some(2));

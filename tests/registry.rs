@@ -324,6 +324,27 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
         here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(),
         "relative links survive the move"
     );
+
+    // `cache ls` lists the toolchain with its torch and size; `cache gc` keeps it while a
+    // process holds its in-use lock (as a running build does), then removes it.
+    let cache =
+        |args: &[&str]| support::bin().arg("cache").args(args).env("DEEPEP_FORGE_CACHE_DIR", &moved).output().unwrap();
+    let ls = json(&cache(&["ls", "--format", "json"]));
+    let tc = &ls["toolchains"][0];
+    assert_eq!(tc["key"], key.to_str().unwrap(), "{ls}");
+    assert_eq!(tc["torch"], TORCH);
+    assert!(tc["size"].as_u64().unwrap() > 1 << 20 && ls["toolchains_bytes"] == tc["size"], "{ls}");
+    let human = stdout(&cache(&["ls"]));
+    assert!(human.contains("TOOLCHAINS (1)") && human.contains(TORCH) && human.contains("total "), "{human}");
+    let in_use =
+        std::fs::File::open(moved.join("locks").join(format!("toolchain-{}.use", key.to_str().unwrap()))).unwrap();
+    in_use.lock_shared().unwrap();
+    let o = cache(&["gc", "--keep-toolchains", "0"]);
+    assert!(stdout(&o).contains("a running build uses it") && here.exists(), "{}", stdout(&o));
+    drop(in_use);
+    let o = cache(&["gc", "--keep-toolchains", "0"]);
+    assert!(stdout(&o).contains("removed toolchain") && !here.exists(), "{}", stdout(&o));
+    assert_eq!(json(&cache(&["ls", "--format", "json"]))["toolchains"], serde_json::json!([]));
 }
 
 /// `plan` runs anywhere (issue 13 §7): without nvcc, or without uv for the
@@ -337,7 +358,7 @@ fn without_cuda_or_uv_plan_says_what_is_missing_and_build_wheel_exits_3() {
     // The lab's build venv has no nvidia-cuda-nvcc; no CUDA_HOME, no nvcc on PATH.
     let no_cuda = |cmd: &str, extra: &[&str]| {
         let mut c = bin();
-        c.args([cmd, "--all", "--pins", pins, "--python"])
+        c.args([cmd, "--all", "--pins", pins, "--source", lab.repo.to_str().unwrap(), "--python"])
             .arg(&lab.python)
             .args(extra)
             .current_dir(lab.dir.path())

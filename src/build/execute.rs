@@ -189,7 +189,13 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         created_secs: now,
     };
     cache::write_entry(&stage, &entry)?;
-    let from = if t.no_cache { stage } else { store.publish(&stage, key)? };
+    // Published: what the cache holds now (ours, or a concurrent publisher's of the same key).
+    let (from, entry) = if t.no_cache {
+        (stage, entry)
+    } else {
+        let h = store.publish(&stage, key)?;
+        (h.dir, h.entry)
+    };
     let wheel = deliver(&from, &entry, t.out, t.cache_dir)?;
     for f in &pl.fixes {
         notes.push(format!("fix applied: {f}"));
@@ -207,12 +213,14 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch], start
         schema: provenance::SCHEMA,
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
         source: provenance::SourceInfo {
-            repo: pl
-                .source
-                .snapshot_of
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_else(|| pl.source.repo.clone()),
+            // Path-free: a local `--source` is `${source}`.
+            repo: pl.roots.portable(
+                &pl.source
+                    .snapshot_of
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| pl.source.repo.clone()),
+            ),
             rev: pl.source.rev.clone(),
             branch: pl.source.branch.clone(),
             short: short.to_string(),

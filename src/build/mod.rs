@@ -71,8 +71,8 @@ pub struct Common {
     pub no_cache: bool,
     #[command(flatten)]
     pub remote: remote::RemoteArgs,
-    /// Parallel compile jobs (MAX_JOBS). Default: the number of CPU cores.
-    #[arg(long, value_name = "N")]
+    /// Parallel compile jobs (MAX_JOBS), 1 to 4096. Default: the number of CPU cores.
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub jobs: Option<usize>,
     /// Output: human text, or one JSON document (schema 2: `plan` prints plans
     /// (each a full, replayable build recipe: argv, cwd, the whole environment),

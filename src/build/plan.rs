@@ -28,6 +28,8 @@ pub const SCHEMA: u32 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Root {
+    /// A local `--source` (a folder snapshot or a local repository).
+    Source,
     /// The build's own folder: `src/` (the fresh checkout) and `dist/`.
     Build,
     /// `--cache-dir`: mirrors, logs, wheel entries, registry toolchains.
@@ -45,6 +47,7 @@ pub enum Root {
 impl Root {
     pub fn as_str(self) -> &'static str {
         match self {
+            Root::Source => "source",
             Root::Build => "build",
             Root::Cache => "cache",
             Root::Out => "out",
@@ -287,6 +290,31 @@ impl Plan {
         self.toolchain.known()
     }
 
+    /// Add a compiler hook to the build's environment (NVCC_APPEND_FLAGS,
+    /// PYTORCH_NVCC, a CXX wrapper): `keyed` when it changes the compiler's
+    /// output (a `--frandom-seed`), not when it must not (a compiler cache).
+    /// Re-seals the plan. This is the one place extra build environment goes.
+    pub fn add_hook(&mut self, name: &str, value: impl Into<String>, keyed: bool) {
+        let origin = if keyed { EnvOrigin::Hook } else { EnvOrigin::CacheHook };
+        self.run.set(name, value, origin);
+        self.seal();
+    }
+
+    /// Move the build to another folder (e.g. a canonical build path, the
+    /// same on every machine): the build root, argv's `-w`, the working folder.
+    /// Re-seals the plan.
+    pub fn set_build_dir(&mut self, dir: &Path) {
+        let old = self.build_dir().to_path_buf();
+        let swap = |s: &str| match Path::new(s).strip_prefix(&old) {
+            Ok(rest) => dir.join(rest).to_string_lossy().into_owned(),
+            Err(_) => s.to_string(),
+        };
+        self.run.argv = self.run.argv.iter().map(|a| swap(a)).collect();
+        self.run.cwd = PathBuf::from(swap(&self.run.cwd.to_string_lossy()));
+        self.roots.0.insert(Root::Build, dir.to_path_buf());
+        self.seal();
+    }
+
     /// Compute the path-free form and the cache key from the rest of the
     /// plan; call after every change to `run`, `roots` or `toolchain`.
     pub fn seal(&mut self) {
@@ -410,6 +438,95 @@ mod tests {
         assert_eq!(r.portable("x/opt/cuda"), "x/opt/cuda", "not at a boundary");
         assert_eq!(r.portable("-w /opt/cuda/bin"), "-w ${cuda}/bin");
         assert_eq!(r.portable("NAME=/opt/cuda/lib64"), "NAME=${cuda}/lib64");
+    }
+
+    fn sample_plan(build: &Path) -> Plan {
+        let mut roots = roots();
+        roots.0.insert(Root::Build, build.to_path_buf());
+        let mut run = Run {
+            argv: pip_argv("/usr/bin/python3", &build.join("dist")),
+            cwd: build.join("src"),
+            env: BTreeMap::new(),
+            env_origin: BTreeMap::new(),
+        };
+        run.set("TORCH_CUDA_ARCH_LIST", "9.0", EnvOrigin::Knob);
+        run.set("CPATH", "/opt/cuda/include/cccl", EnvOrigin::Fix);
+        run.set("PATH", "/usr/bin", EnvOrigin::Caller);
+        let mut p = Plan {
+            schema: SCHEMA,
+            variant: VariantInfo {
+                name: "sn".into(),
+                arch: "x86_64".into(),
+                cuda_arch_list: "9.0".into(),
+                multinode: false,
+                transport: None,
+                rdma_core_home: None,
+                env: BTreeMap::new(),
+            },
+            source: PlanSource {
+                repo: "r".into(),
+                snapshot_of: None,
+                rev: "a".repeat(40),
+                branch: None,
+                short: "aaaaaaa".into(),
+                version: "1.2.1+aaaaaaa".into(),
+                source_date_epoch: 0,
+                submodules: BTreeMap::new(),
+                mirror: PathBuf::from("/c/cache/git/m"),
+            },
+            interface: Interface {
+                branch: crate::interface::Branch::HybridEp,
+                base_version: "1.2.1".into(),
+                version_from: "setup.py:1".into(),
+                extensions: vec![],
+                submodules: vec![],
+                needs: vec![],
+                knobs: vec![],
+                scanned: vec![],
+                warnings: vec![],
+                unread: vec![],
+            },
+            roots,
+            run,
+            dropped_env: BTreeMap::new(),
+            fixes: vec![],
+            warnings: vec![],
+            toolchain: ToolchainPart::Missing(MissingToolchain {
+                kind: "system".into(),
+                missing: "nvcc not found".into(),
+                hint: None,
+                needs: vec![],
+                would_provision: None,
+            }),
+            needs_torch: false,
+            portable: Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
+            cache_key: None,
+            cache_key_unknown: None,
+            outputs: Outputs { out_dir: PathBuf::from("/o"), cache_entry: None, log: PathBuf::from("/c/cache/logs/x") },
+        };
+        p.seal();
+        p
+    }
+
+    #[test]
+    fn the_portable_form_is_the_same_from_another_build_folder_and_only_keyed_vars_are_in_it() {
+        let a = sample_plan(Path::new("/c/cache/tmp/build-1-sn"));
+        assert_eq!(a.portable.cwd, "${build}/src");
+        assert!(a.portable.argv.contains(&"${build}/dist".to_string()), "{:?}", a.portable.argv);
+        assert_eq!(a.portable.env.get("CPATH").map(String::as_str), Some("${cuda}/include/cccl"));
+        assert!(!a.portable.env.contains_key("PATH"), "caller variables are not keyed");
+        assert!(a.cache_key.is_none() && a.cache_key_unknown.is_some(), "no toolchain, no key");
+        let mut b = a.clone();
+        b.set_build_dir(Path::new("/canonical/deepep-forge/build"));
+        assert_eq!(b.run.cwd, Path::new("/canonical/deepep-forge/build/src"));
+        assert!(b.run.argv.contains(&"/canonical/deepep-forge/build/dist".to_string()), "{:?}", b.run.argv);
+        assert_eq!(a.portable, b.portable);
+        b.add_hook("NVCC_APPEND_FLAGS", "--frandom-seed=x", true);
+        assert_eq!(b.portable.env.get("NVCC_APPEND_FLAGS").map(String::as_str), Some("--frandom-seed=x"));
+        let mut c = a.clone();
+        c.add_hook("PYTORCH_NVCC", "sccache /opt/cuda/bin/nvcc", false);
+        assert_eq!(c.portable, a.portable, "a cache hook is not in the path-free form");
+        assert_eq!(c.run.env["PYTORCH_NVCC"], "sccache /opt/cuda/bin/nvcc");
     }
 
     #[test]

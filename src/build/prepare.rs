@@ -122,7 +122,9 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     let mut cross_tc = None;
     for (v, knob_env) in here.into_iter().zip(knob_envs) {
         let p = &sources[&v.arch];
-        let ctx = Ctx { pins: &pins, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
+        let python = c.python.as_deref().unwrap_or("python3");
+        let ctx =
+            Ctx { pins: &pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
         let tc = if Some(v.arch) == host {
             &tc
         } else {
@@ -280,6 +282,8 @@ fn knobs(pins: &Pins, v: &Variant, p: &Pinned) -> Result<BTreeMap<String, String
 
 struct Ctx<'a> {
     pins: &'a Pins,
+    /// `--python` as given (default `python3`), for a plan without a toolchain.
+    python: &'a str,
     origin: &'a Origin,
     mirror: &'a Path,
     cache_dir: &'a Path,
@@ -338,9 +342,22 @@ fn plan_variant(
     roots.0.insert(Root::Build, build.clone());
     roots.0.insert(Root::Cache, ctx.cache_dir.to_path_buf());
     roots.0.insert(Root::Out, ctx.out_dir.to_path_buf());
-    let python = match tc.known() {
-        Some(t) => t.python.to_string_lossy().into_owned(),
-        None => "python3".into(),
+    match &ctx.origin.snapshot_of {
+        Some((dir, _)) => {
+            roots.0.insert(Root::Source, dir.clone());
+        }
+        None if ctx.origin.repo.starts_with('/') => {
+            roots.0.insert(Root::Source, PathBuf::from(&ctx.origin.repo));
+        }
+        None => {}
+    }
+    // Without a toolchain: the Python build-wheel would run (the registry's, or `--python`).
+    let python = match tc {
+        ToolchainPart::Known(t) => t.python.to_string_lossy().into_owned(),
+        ToolchainPart::Missing(m) => match m.would_provision.as_ref().filter(|w| !w.root.as_os_str().is_empty()) {
+            Some(w) => w.root.join("env/bin/python").to_string_lossy().into_owned(),
+            None => ctx.python.to_string(),
+        },
     };
     let mut run = Run {
         argv: plan::pip_argv(&python, &build.join("dist")),
@@ -548,7 +565,7 @@ fn system_needs(python: &str) -> Vec<String> {
         format!("the build Python `{python}` with setuptools, wheel, pip and torch importable"),
         "nvcc: CUDA_HOME, nvcc on PATH, or the nvidia-cuda-nvcc wheel in the Python's site-packages".into(),
         "a C and C++ compiler (CC/CXX, default cc/c++) that links libstdc++ dynamically".into(),
-        "or --toolchain registry: torch and the CUDA compiler packages from PyPI, made with uv".into(),
+        "(or, instead of all of this: --toolchain registry, torch and the CUDA compiler packages from PyPI, made with uv)".into(),
     ]
 }
 

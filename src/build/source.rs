@@ -68,7 +68,10 @@ pub fn resolve(source: &str, cache: &Path) -> Result<Origin> {
 /// Commit the files of `dir` (its .gitignore honoured) into a bare repository
 /// with a fixed author, committer and date; returns the repository and commit.
 fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
-    let repo = cache.join("git/snapshots").join(format!("{}.git", short_hash(&dir.to_string_lossy())));
+    // Absolute: git runs in `dir` with GIT_DIR set, so a relative --cache-dir would point elsewhere.
+    let repo = std::path::absolute(cache.join("git/snapshots"))
+        .with_context(|| format!("resolving {}", cache.display()))?
+        .join(format!("{}.git", short_hash(&dir.to_string_lossy())));
     std::fs::create_dir_all(&repo)?;
     let _lock = lock(&repo.with_extension("lock"))?;
     if !repo.join("HEAD").exists() {
@@ -264,7 +267,10 @@ pub fn checkout(
     git(dest, "create the build tree").args(["init", "-q"]).output()?;
     let objects = std::fs::canonicalize(mirror.join("objects"))?;
     std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
-    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", "--end-of-options", rev]).output()?;
+    // git < 2.43 (Debian 12's 2.39) rejects `checkout --detach --end-of-options`;
+    // a full sha cannot be read as an option, so it is checked instead.
+    anyhow::ensure!(crate::pins::is_full_sha(rev), "refusing to check out `{rev}`: not a full commit sha");
+    git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
     // `rev-parse`, as setup.py does: it never walks history, so a shallow source
     // (parents absent) works.
     let ids = git(dest, "read HEAD").args(["rev-parse", "HEAD", "--short", "HEAD"]).output()?;

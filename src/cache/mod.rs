@@ -88,12 +88,7 @@ impl std::fmt::Display for Key {
 
 /// At most 40 characters of an untrusted value, cut visibly, control characters escaped.
 pub fn excerpt(s: &str) -> String {
-    let cut: String = s.chars().take(40).flat_map(char::escape_default).collect();
-    if s.chars().count() > 40 {
-        format!("{cut}...")
-    } else {
-        cut
-    }
+    crate::input::excerpt(s, 40)
 }
 
 /// A wheel file name that is safe to join to a folder: one path component
@@ -140,6 +135,9 @@ impl Entry {
         }
         if self.variant.len() > 200 || self.version.len() > 200 || self.created.len() > 64 {
             return Err("an over-long variant, version or created value".into());
+        }
+        if [&self.variant, &self.version, &self.created].iter().any(|s| s.chars().any(char::is_control)) {
+            return Err("control characters in the variant, version or created value".into());
         }
         Ok(key)
     }
@@ -330,15 +328,20 @@ impl Cache {
     }
 
     /// Publish a staged folder (wheel + entry.json) as `<cache>/wheels/<key>`
-    /// by rename. If the key appeared meanwhile, the existing entry wins.
-    pub fn publish(&self, staged: &Path, key: &Key) -> Result<PathBuf> {
+    /// by rename, and return what is published there now: ours, or, when
+    /// another process published the key meanwhile, theirs (verified), so the
+    /// caller never reports our sha256 for their bytes.
+    pub fn publish(&self, staged: &Path, key: &Key) -> Result<Hit> {
         let dest = self.entry_dir(key);
         std::fs::create_dir_all(self.wheels_dir())?;
         match std::fs::rename(staged, &dest) {
-            Ok(()) => Ok(dest),
-            Err(_) if dest.join(ENTRY_FILE).exists() => Ok(dest),
-            Err(e) => Err(e).with_context(|| format!("publishing {} as {}", staged.display(), dest.display())),
+            Ok(()) => return Ok(Hit { entry: read_entry(&dest)?, dir: dest }),
+            Err(_) if dest.join(ENTRY_FILE).exists() => {}
+            Err(e) => return Err(e).with_context(|| format!("publishing {} as {}", staged.display(), dest.display())),
         }
+        self.lookup(key)?.ok_or_else(|| {
+            anyhow::anyhow!("{} appeared while publishing and does not verify; run the build again", dest.display())
+        })
     }
 
     /// Remove an entry folder atomically: rename it into a staging folder, then delete.

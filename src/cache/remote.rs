@@ -151,7 +151,7 @@ impl Remote {
             .timeout(timeout)
             .tls_built_in_webpki_certs(true)
             .tls_built_in_native_certs(true)
-            .redirect(reqwest::redirect::Policy::limited(5))
+            .redirect(redirects(net.allow_http))
             .build()
             .map_err(|e| Failure::env(format!("cannot set up the HTTP client: {e}")))?;
         Ok(Remote { base, client, timeout, trusted })
@@ -182,7 +182,7 @@ impl Remote {
         for attempt in 0..ATTEMPTS {
             check_interrupted()?;
             if attempt > 0 {
-                sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
+                crate::process::sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
             }
             let resp = match self.client.get(url.clone()).send() {
                 Ok(r) => r,
@@ -369,8 +369,7 @@ impl Cache {
             return Ok(Fetched::Rejected(format!("{}: {why}", shown(&wurl))));
         }
         super::write_entry(&dir, e)?;
-        let published = self.publish(&dir, key)?;
-        Ok(Fetched::Hit(Hit { dir: published, entry: e.clone() }))
+        Ok(Fetched::Hit(self.publish(&dir, key)?))
     }
 }
 
@@ -429,6 +428,20 @@ fn check_provenance(wheel: &Path, re: &RemoteEntry, key: &Key, expect: &Expect) 
     }
 }
 
+/// Up to 5 redirects, never from https to plain http (unless --allow-http).
+fn redirects(allow_http: bool) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |a| {
+        if a.previous().len() >= 5 {
+            a.error("more than 5 redirects")
+        } else if a.url().scheme() != "https" && !allow_http {
+            let to = shown(a.url());
+            a.error(format!("a redirect to {to} leaves https (pass --allow-http to accept it)"))
+        } else {
+            a.follow()
+        }
+    })
+}
+
 /// A URL without user:password.
 fn shown(u: &reqwest::Url) -> String {
     let mut u = u.clone();
@@ -463,15 +476,6 @@ fn unreachable(url: &str, why: &str) -> anyhow::Error {
     Failure::env(format!("remote cache unreachable: {url}: {why}"))
         .hint("check --cache-url and the network (proxies, SSL_CERT_FILE for a private CA), or drop --cache-url")
         .into()
-}
-
-fn sleep_checked(d: Duration) -> Result<()> {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
-        check_interrupted()?;
-        std::thread::sleep(Duration::from_millis(50).min(end - Instant::now()));
-    }
-    check_interrupted()
 }
 
 #[cfg(test)]

@@ -18,13 +18,15 @@ use crate::findings::{self, Finding, Severity};
 use crate::output::Format;
 use crate::pins::{Arch, Pins};
 
+pub mod causes;
 pub mod marker;
 pub mod pyproject;
 pub mod rules;
 pub mod uvlock;
 
 /// Version of the JSON document `lock check --format json` prints.
-pub const REPORT_SCHEMA: u32 = 1;
+/// 2: `causes` (each with its findings and one fix); findings carry `cause` and `column`.
+pub const REPORT_SCHEMA: u32 = 2;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -139,6 +141,8 @@ pub struct Reference {
     pub kind: Kind,
     pub file: PathBuf,
     pub line: usize,
+    /// 1-based column (in characters) where the value starts.
+    pub col: usize,
     /// Where, in words (`project.optional-dependencies.vllm`).
     pub place: String,
     /// Architectures some choice of extras/Python version makes it apply to.
@@ -163,6 +167,11 @@ impl LineIndex {
     }
     pub fn line(&self, offset: usize) -> usize {
         self.starts.partition_point(|&s| s <= offset)
+    }
+    /// 1-based column (in characters) of `offset` in `text` (the text this index was made from).
+    pub fn col(&self, text: &str, offset: usize) -> usize {
+        let start = self.starts[self.line(offset) - 1];
+        text.get(start..offset.min(text.len())).map(|t| t.chars().count()).unwrap_or(0) + 1
     }
 }
 
@@ -193,6 +202,9 @@ pub struct Report {
     /// Intended revision per architecture (from pins.toml, or from pyproject.toml under --no-pins).
     pub intent: BTreeMap<Arch, String>,
     pub checked: Checked,
+    /// Root causes, worst first: each with its one fix and the findings it explains.
+    pub causes: Vec<findings::Cause>,
+    /// Every finding (the same as under `causes`), in check order.
     pub findings: Vec<Finding>,
     pub errors: usize,
     pub warnings: usize,
@@ -248,6 +260,8 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.project, &args.dockerfiles)?;
     found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
 
+    let causes = causes::group(&ctx, found);
+    let found: Vec<Finding> = causes.iter().flat_map(|c| c.findings.iter().cloned()).collect();
     let count = |s: Severity| found.iter().filter(|f| f.severity == s).count();
     Ok(Report {
         schema: REPORT_SCHEMA,
@@ -255,6 +269,7 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
         pins: pins.as_ref().map(|p| p.path.clone()),
         intent: ctx.intent.clone(),
         checked: Checked { pyproject: py_path, uv_lock: lock.map(|_| lock_path), dockerfiles },
+        causes,
         errors: count(Severity::Error),
         warnings: count(Severity::Warning),
         notes: count(Severity::Note),
@@ -268,7 +283,11 @@ pub fn check(args: CheckArgs) -> Result<Exit> {
     let text = match args.format {
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Human => human(&report),
-        Format::Github => findings::render_github(&report.findings) + &human(&report),
+        Format::Github => {
+            let workspace = std::env::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
+            let path = |f: &Path| github_path(f, workspace.as_deref(), &args.project);
+            findings::render_github_causes(&report.causes, &path) + &human(&report)
+        }
     };
     print!("{text}");
     Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
@@ -290,15 +309,34 @@ fn human(r: &Report) -> String {
     });
     files.extend(r.checked.dockerfiles.iter().map(|d| d.display().to_string()));
     out.push_str(&format!("checked: {}\n", files.join(", ")));
-    out.push_str(&findings::render_human(&r.findings));
+    out.push_str(&findings::render_human_causes(&r.causes));
+    let fixes = r.causes.iter().filter(|c| c.severity == Severity::Error).count();
     out.push_str(&format!(
-        "{}: {} error(s), {} warning(s), {} note(s)\n",
+        "{}: {} error(s), {} warning(s), {} note(s){}\n",
         if r.errors > 0 { "FAILED" } else { "ok" },
         r.errors,
         r.warnings,
-        r.notes
+        r.notes,
+        if fixes > 0 { format!(" from {fixes} cause(s): run each cause's fix") } else { String::new() }
     ));
     out
+}
+
+/// A finding's file as GitHub annotations want it: relative to `$GITHUB_WORKSPACE` when
+/// the file is inside it, else relative to the project folder.
+fn github_path(file: &Path, workspace: Option<&Path>, project: &Path) -> PathBuf {
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    if let (Some(ws), Some(f)) = (workspace.and_then(canon), canon(file)) {
+        if let Ok(rel) = f.strip_prefix(&ws) {
+            return rel.to_path_buf();
+        }
+    }
+    if let (Some(pr), Some(f)) = (canon(project), canon(file)) {
+        if let Ok(rel) = f.strip_prefix(&pr) {
+            return rel.to_path_buf();
+        }
+    }
+    file.to_path_buf()
 }
 
 #[cfg(test)]

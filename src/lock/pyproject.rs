@@ -129,6 +129,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 kind: Kind::Requirement,
                 file: path.to_path_buf(),
                 line,
+                col: ix.col(text, item.span().start),
                 place: place.clone(),
                 archs: marker::archs(&req.marker, &MarkerTree::TRUE),
                 git,
@@ -184,6 +185,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                     kind: Kind::Source,
                     file: path.to_path_buf(),
                     line,
+                    col: ix.col(text, at),
                     place: format!("tool.uv.sources.{key}"),
                     archs: marker::archs(&m, &MarkerTree::TRUE),
                     git: Some(GitRef { repo: repo.clone(), rev, commit: None }),
@@ -202,6 +204,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 kind: Kind::Label,
                 file: path.to_path_buf(),
                 line: ix.line(v.span().start),
+                col: ix.col(text, v.span().start),
                 place: "[[tool.uv.dependency-metadata]] version".into(),
                 // No marker: one static label serves every architecture.
                 archs: crate::pins::Arch::ALL.to_vec(),

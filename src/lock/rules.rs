@@ -82,11 +82,12 @@ impl<'a> Context<'a> {
         c
     }
 
-    /// The fix for `arch`: one command for both architectures when the intent is one revision.
+    /// The fix for `arch`: one command for both architectures when the intent is one revision;
+    /// `--relock` whenever the project has a lock (a rewritten pyproject.toml leaves it out of date).
     fn fix_for(&self, arch: Arch, relock: bool) -> Option<String> {
         let rev = self.intent.get(&arch)?;
         let unified = self.intent.values().all(|r| r == rev);
-        Some(self.pin_set(rev, (!unified).then_some(arch), relock))
+        Some(self.pin_set(rev, (!unified).then_some(arch), relock || self.lock.is_some()))
     }
 
     /// The used architectures are pinned to different revisions.
@@ -105,10 +106,97 @@ impl<'a> Context<'a> {
     }
 
     fn label_for(&self, arch: Arch) -> Option<String> {
-        let rev = self.intent.get(&arch)?;
+        self.label_of(self.intent.get(&arch)?)
+    }
+
+    /// The label a build of `rev` gets (`<base>+<short sha>`), for a full sha.
+    fn label_of(&self, rev: &str) -> Option<String> {
         Some(format!("{}+{}", self.base.as_ref()?, rev.get(..7).filter(|_| is_full_sha(rev))?))
     }
+
+    /// The revision pyproject.toml makes uv install for `arch` (its override, else its most common pin).
+    pub fn project_rev(&self, arch: Arch) -> Option<String> {
+        pyproject_intent(self.py, arch)
+    }
+
+    /// The architectures whose pyproject.toml revision differs from the intent (pins.toml not adopted).
+    pub fn moved(&self) -> Vec<Arch> {
+        self.intent
+            .iter()
+            .filter(|(a, want)| self.project_rev(**a).is_some_and(|r| &r != *want))
+            .map(|(a, _)| *a)
+            .collect()
+    }
+
+    /// The intent names one revision for every pinned architecture.
+    pub fn unified(&self) -> bool {
+        let mut revs = self.intent.values();
+        revs.next().is_some_and(|first| revs.all(|r| r == first))
+    }
+
+    /// `deepep-forge pin set` for `arch` (or both when the intent is unified), relocking when there is a lock.
+    pub fn adopt_fix(&self, arch: Arch) -> Option<String> {
+        self.fix_for(arch, self.lock.is_some())
+    }
+
+    /// `uv lock` for the project.
+    pub fn relock_fix(&self) -> String {
+        format!("uv lock --project {}", self.project.display())
+    }
+
+    /// How to leave a split: see `unify_fix`.
+    pub fn split_fix(&self) -> String {
+        self.unify_fix()
+    }
+
+    /// pyproject.toml gives DeepEP a static version (`[[tool.uv.dependency-metadata]]`).
+    pub fn has_static_label(&self) -> bool {
+        self.py.refs.iter().any(|r| r.kind == Kind::Label)
+    }
+
+    /// The revision uv.lock locks deep-ep at for `arch` (its `[[package]]` source).
+    fn locked_rev(&self, arch: Arch) -> Option<&str> {
+        self.lock?
+            .refs
+            .iter()
+            .find(|r| r.kind == Kind::LockPackage && r.archs.contains(&arch))
+            .and_then(|r| r.git.as_ref()?.rev.as_deref())
+    }
+
+    /// The used architectures (see `check`) are pinned to different revisions.
+    pub fn is_split(&self) -> bool {
+        self.split(&used_archs(self.py))
+    }
 }
+
+/// Architectures the project installs DeepEP for.
+fn used_archs(py: &Pyproject) -> Vec<Arch> {
+    let mut used: Vec<Arch> = py
+        .refs
+        .iter()
+        .filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source))
+        .flat_map(|r| r.archs.clone())
+        .collect();
+    used.sort();
+    used.dedup();
+    used
+}
+
+/// Root-cause kinds a rule can see (grouped by `lock::causes`).
+pub const ADOPT: &str = "pin-not-adopted";
+pub const SPLIT: &str = "label-split";
+pub const RELOCK: &str = "lock-out-of-date";
+pub const LABEL: &str = "label-wrong";
+
+/// What a wrong label does in uv (measured, tests/uv_claims.rs).
+const WRONG_LABEL_EFFECT: &str =
+    "uv.lock records that version without building, `uv sync` installs the real one anyway, \
+     and because the two differ every later `uv sync` uninstalls and reinstalls deep-ep (`uv lock --check` and \
+     `uv sync --locked` do not notice)";
+
+/// What a lock that disagrees with pyproject.toml does in uv (measured, tests/uv_claims.rs).
+const STALE_LOCK_EFFECT: &str =
+    "the lock is out of date: `uv sync --locked` fails (\"The lockfile at `uv.lock` needs to be updated\")";
 
 /// The pyproject's own intent for `arch` (--no-pins): the override-dependencies
 /// entry (it wins in uv), else the revision most references name.
@@ -160,14 +248,8 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
         );
         return out;
     }
-    // Architectures the project installs DeepEP for.
-    let mut used: Vec<Arch> = py
-        .iter()
-        .filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source))
-        .flat_map(|r| r.archs.clone())
-        .collect();
-    used.sort();
-    used.dedup();
+    let used = used_archs(ctx.py);
+    let moved = ctx.moved();
     let pins_name = if ctx.pins.is_some() { "pins.toml" } else { "the pyproject's intent (--no-pins)" };
 
     for r in py.iter().filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source)) {
@@ -181,7 +263,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 if !pinned {
                     out.push(
                         Finding::new("unpinned", Severity::Error, &r.file, format!("{} requires DeepEP for {a} without a git revision, and no tool.uv.sources or override pins one", r.place))
-                            .line(r.line)
+                            .at(r.line, r.col)
                             .arch(a)
                             .fix(ctx.fix_for(a, false).unwrap_or_else(|| "pin DeepEP with `deep_ep @ git+<repo>@<40-hex sha>`".into())),
                     );
@@ -198,7 +280,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                         &r.file,
                         format!("{} takes DeepEP from another repository than pins.toml", r.place),
                     )
-                    .line(r.line)
+                    .at(r.line, r.col)
                     .expected_found(&p.source.repo, &g.repo),
                 );
             }
@@ -216,9 +298,9 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                 &r.file,
                 format!("{} {what}: pins must be 40-hex commits", r.place),
             )
-            .line(r.line);
+            .at(r.line, r.col);
             if let Some(fix) = r.archs.first().and_then(|a| ctx.fix_for(*a, false)) {
-                f = f.fix(fix);
+                f = f.fix(fix).cause_kind(ADOPT);
             }
             out.push(f);
         }
@@ -238,10 +320,11 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                                 short(want)
                             ),
                         )
-                        .line(r.line)
+                        .at(r.line, r.col)
                         .arch(a)
                         .expected_found(want, rev)
-                        .fix(ctx.fix_for(a, false).expect("intent exists")),
+                        .fix(ctx.fix_for(a, false).expect("intent exists"))
+                        .cause_kind(ADOPT),
                     );
                 }
                 Some(_) => {}
@@ -252,7 +335,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                         &r.file,
                         format!("{} installs DeepEP on {a}, which pins.toml does not pin", r.place),
                     )
-                    .line(r.line)
+                    .at(r.line, r.col)
                     .arch(a)
                     .fix(format!("deepep-forge pin set <40-hex sha> --arch {a}")),
                 ),
@@ -286,35 +369,38 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                     &r.file,
                     format!("{} `{found}` is not a PEP 440 version", r.place),
                 )
-                .line(r.line)
+                .at(r.line, r.col)
                 .fix(used.first().and_then(|a| ctx.fix_for(*a, false)).unwrap_or_default()),
             );
             return;
         }
         for &a in archs {
             let Some(want) = ctx.label_for(a) else { continue };
-            if !same_version(found, &want) {
-                let relock = r.kind.in_lock();
-                let msg = if relock {
-                    format!(
-                        "{} says {found}, but a fresh {a} build of {} is {want}: `uv sync --locked` rejects it",
-                        r.place,
-                        short(&ctx.intent[&a])
-                    )
-                } else {
-                    format!("{} says {found}, but building {} for {a} gives {want}: uv trusts the label, a fresh build fails", r.place, short(&ctx.intent[&a]))
-                };
-                // With two revisions no per-architecture fix can make one static label right.
-                let fix =
-                    if ctx.split(&used) { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
-                out.push(
-                    Finding::new(rule, Severity::Error, &r.file, msg)
-                        .line(r.line)
-                        .arch(a)
-                        .expected_found(want, found)
-                        .fix(fix),
-                );
+            if same_version(found, &want) {
+                continue;
             }
+            let relock = r.kind.in_lock();
+            let (msg, stale) = label_message(ctx, r, found, a, &want);
+            // With two revisions no per-architecture fix can make one static label right.
+            let split = ctx.split(&used);
+            let fix = if split { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
+            let kind = if moved.contains(&a) {
+                ADOPT
+            } else if stale {
+                RELOCK
+            } else if split {
+                SPLIT
+            } else {
+                LABEL
+            };
+            out.push(
+                Finding::new(rule, Severity::Error, &r.file, msg)
+                    .at(r.line, r.col)
+                    .arch(a)
+                    .expected_found(want, found)
+                    .fix(fix)
+                    .cause_kind(kind),
+            );
         }
     };
     let static_labels: Vec<&Reference> = py.iter().filter(|r| r.kind == Kind::Label).collect();
@@ -334,16 +420,17 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
                     &label.file,
                     format!(
                         "{a1} is pinned to {} (builds {}) and {a2} to {} (builds {}), but [[tool.uv.dependency-metadata]] gives every architecture one static version: \
-                         whichever architecture it does not match fails `uv sync --locked` on a fresh build",
+                         on the architecture it does not match, uv.lock records a version no build produces and every `uv sync` reinstalls deep-ep",
                         short(r1),
                         l(a1),
                         short(r2),
                         l(a2)
                     ),
                 )
-                .line(label.line)
+                .at(label.line, label.col)
                 .expected_found("one revision for every architecture", format!("{a1} {}, {a2} {}", short(r1), short(r2)))
-                .fix(ctx.unify_fix()),
+                .fix(ctx.unify_fix())
+                .cause_kind(SPLIT),
             );
         }
     }
@@ -354,11 +441,72 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
     merge(out)
 }
 
+/// What a wrong label at `r` means for `arch`, in uv's real terms.
+/// Returns the message and whether the finding only says the lock is out of date.
+fn label_message(ctx: &Context, r: &Reference, found: &str, arch: Arch, want: &str) -> (String, bool) {
+    let want_short = short(&ctx.intent[&arch]);
+    let project = ctx.project_rev(arch);
+    if r.kind.in_lock() {
+        // A lock entry for another revision than pyproject's, or with another label: the lock is stale.
+        let locked = match r.kind {
+            Kind::LockLabel => ctx.locked_rev(arch),
+            _ => r.git.as_ref().and_then(|g| g.rev.as_deref()),
+        };
+        if let (Some(rev), Some(p)) = (locked, project.as_deref()) {
+            if rev != p {
+                let msg = format!(
+                    "{} says {found} for the {} uv.lock locks on {arch}, pyproject.toml installs {}: {STALE_LOCK_EFFECT}",
+                    r.place,
+                    short(rev),
+                    short(p)
+                );
+                return (msg, true);
+            }
+        }
+        let py_label = ctx.py.refs.iter().find(|p| p.kind == Kind::Label).and_then(|p| p.version.as_deref());
+        if let Some(py_label) = py_label.filter(|l| !same_version(l, found)) {
+            let msg = format!(
+                "{} says {found}, pyproject.toml's dependency-metadata says {py_label}: {STALE_LOCK_EFFECT}",
+                r.place
+            );
+            return (msg, true);
+        }
+    }
+    let built = project.as_deref().and_then(|rev| ctx.label_of(rev).map(|l| (rev, l)));
+    let lock_label =
+        ctx.lock.and_then(|l| l.refs.iter().find(|x| x.kind == Kind::LockLabel)).and_then(|x| x.version.as_deref());
+    let msg = match built {
+        Some((rev, real)) if same_version(found, &real) => format!(
+            "{} says {found}, right for the {} the project installs on {arch} today; adopting {}'s {want_short} makes it {want}",
+            r.place,
+            short(rev),
+            if ctx.pins.is_some() { "pins.toml" } else { "the intent" },
+        ),
+        Some((rev, real)) => match lock_label.filter(|l| r.kind == Kind::Label && !same_version(l, found)) {
+            // pyproject.toml's label changed but the lock was not regenerated.
+            Some(l) => format!(
+                "{} says {found}, but a build of {} for {arch} is {real}; uv.lock still records {l}, so {STALE_LOCK_EFFECT} \
+                 (relocked as it is, uv.lock would record {found} and every `uv sync` would reinstall deep-ep)",
+                r.place,
+                short(rev)
+            ),
+            None => format!(
+                "{} says {found}, but a build of {} for {arch} is {real}: {WRONG_LABEL_EFFECT}",
+                r.place,
+                short(rev)
+            ),
+        },
+        None => format!("{} says {found}, but a build of {want_short} for {arch} is {want}: {WRONG_LABEL_EFFECT}", r.place),
+    };
+    (msg, false)
+}
+
 /// The label rule, shared by pyproject and uv.lock: (reference, rule id, architectures, findings).
 type LabelRule<'a> = dyn Fn(&Reference, &str, &[Arch], &mut Vec<Finding>) + 'a;
 
 fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, out: &mut Vec<Finding>) {
     let py_wrong = out.iter().any(|f| f.severity == Severity::Error);
+    let moved = ctx.moved();
     let lock_fix = |a: Arch| {
         if py_wrong {
             ctx.fix_for(a, true).unwrap_or_default()
@@ -376,13 +524,30 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                         continue;
                     }
                     let owner = r.owner.as_deref().unwrap_or("a dependency");
+                    // The revision the override really installs on `a` (uv.lock [manifest] overrides).
+                    let replacement = lock
+                        .refs
+                        .iter()
+                        .find(|o| {
+                            o.kind == Kind::LockManifest && o.place == "[manifest] overrides" && o.archs.contains(&a)
+                        })
+                        .and_then(git_rev);
                     let (sev, msg) = if lock.overridden.contains(&a) {
+                        let with = match replacement {
+                            Some(o) if o == want => format!("with {}", short(o)),
+                            Some(o) => format!(
+                                "with {} ({} pins {})",
+                                short(o),
+                                if ctx.pins.is_some() { "pins.toml" } else { "the intent" },
+                                short(want)
+                            ),
+                            None => "with its own pin".to_string(),
+                        };
                         (
                             Severity::Note,
                             format!(
-                                "{owner} pins DeepEP {} for {a} itself; the project's override replaces it with {}",
-                                short(rev),
-                                short(want)
+                                "{owner} pins DeepEP {} for {a} itself; the project's override replaces it {with}",
+                                short(rev)
                             ),
                         )
                     } else {
@@ -392,7 +557,7 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                         )
                     };
                     let mut f = Finding::new("transitive-pin", sev, &r.file, msg)
-                        .line(r.line)
+                        .at(r.line, r.col)
                         .arch(a)
                         .expected_found(want, rev);
                     if sev == Severity::Warning {
@@ -407,22 +572,35 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                     let Some(want) = ctx.intent.get(&a) else { continue };
                     let rev = g.rev.as_deref().unwrap_or("");
                     if rev != want {
+                        let project = ctx.project_rev(a);
+                        let msg = match project.as_deref() {
+                            Some(p) if p == rev => format!(
+                                "uv.lock {} has DeepEP {} for {a}, as pyproject.toml does; {pins} pins {}",
+                                r.place,
+                                short(rev),
+                                short(want),
+                                pins = if ctx.pins.is_some() { "pins.toml" } else { "the intent" },
+                            ),
+                            Some(p) => format!(
+                                "uv.lock {} has DeepEP {} for {a}, pyproject.toml {}: {STALE_LOCK_EFFECT}",
+                                r.place,
+                                short(rev),
+                                short(p)
+                            ),
+                            None => format!(
+                                "uv.lock {} has DeepEP {} for {a}; the intent is {}",
+                                r.place,
+                                short(rev),
+                                short(want)
+                            ),
+                        };
                         out.push(
-                            Finding::new(
-                                "lock-stale",
-                                Severity::Error,
-                                &r.file,
-                                format!(
-                                    "uv.lock {} has DeepEP {} for {a}; the intent is {}",
-                                    r.place,
-                                    short(rev),
-                                    short(want)
-                                ),
-                            )
-                            .line(r.line)
-                            .arch(a)
-                            .expected_found(want, rev)
-                            .fix(lock_fix(a)),
+                            Finding::new("lock-stale", Severity::Error, &r.file, msg)
+                                .at(r.line, r.col)
+                                .arch(a)
+                                .expected_found(want, rev)
+                                .fix(lock_fix(a))
+                                .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
                         );
                     } else if let Some(c) = g.commit.as_deref().filter(|c| *c != want && is_full_sha(want)) {
                         out.push(
@@ -432,10 +610,11 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                                 &r.file,
                                 format!("uv.lock {} requests {} but records commit {}", r.place, short(want), short(c)),
                             )
-                            .line(r.line)
+                            .at(r.line, r.col)
                             .arch(a)
                             .expected_found(want, c)
-                            .fix(lock_fix(a)),
+                            .fix(lock_fix(a))
+                            .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
                         );
                     }
                 }
@@ -452,11 +631,12 @@ fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, o
                     "lock-stale",
                     Severity::Error,
                     ctx.pyproject_path.with_file_name("uv.lock"),
-                    format!("uv.lock locks no deep-ep package for {a}"),
+                    format!("uv.lock locks no deep-ep package for {a}, which pyproject.toml installs there: {STALE_LOCK_EFFECT}"),
                 )
                 .arch(a)
                 .expected_found(&ctx.intent[&a], "none")
-                .fix(lock_fix(a)),
+                .fix(lock_fix(a))
+                .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
             );
         }
     }

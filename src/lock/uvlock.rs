@@ -35,6 +35,8 @@ pub struct UvLock {
 
 #[derive(Deserialize)]
 struct Lock {
+    /// uv's lockfile format version (`version = 1`): every uv.lock starts with it.
+    version: Option<toml::Value>,
     #[serde(default)]
     conflicts: Vec<Vec<ConflictEntry>>,
     manifest: Option<Manifest>,
@@ -156,7 +158,31 @@ fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize
 /// Read uv.lock text. `project` is the pyproject's own name (its requires-dist
 /// is the project's intent, not a transitive pin).
 pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) -> Result<UvLock> {
+    if text.trim().is_empty() {
+        return Err(Failure::usage(format!("{} is empty: not a uv lockfile", path.display()))
+            .hint("regenerate it with `uv lock`, or delete it to check pyproject.toml alone")
+            .into());
+    }
     let parts = parse_parts(path, text, name)?;
+    match parts.iter().find_map(|(_, l)| l.version.as_ref()) {
+        Some(toml::Value::Integer(_)) => {}
+        Some(other) => {
+            return Err(Failure::usage(format!(
+                "{}: `version = {other}` is not uv's lockfile header (expected an integer, e.g. `version = 1`)",
+                path.display()
+            ))
+            .hint("regenerate it with `uv lock`")
+            .into())
+        }
+        None => {
+            return Err(Failure::usage(format!(
+                "{} has no `version = N` header: not a lockfile uv wrote",
+                path.display()
+            ))
+            .hint("regenerate it with `uv lock`, or delete it to check pyproject.toml alone")
+            .into())
+        }
+    }
     let ix = LineIndex::new(text);
     let sets: Vec<Vec<(String, ConflictItem)>> = parts
         .iter()
@@ -177,10 +203,11 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
     let allowed = marker::conflicts_allowed(&sets);
     let mut refs = Vec::new();
     let mut overridden = Vec::new();
-    let reference = |kind, line, place: String, archs, git, version, owner| Reference {
+    let reference = |kind, (line, col), place: String, archs, git, version, owner| Reference {
         kind,
         file: path.to_path_buf(),
         line,
+        col,
         place,
         archs,
         git,
@@ -196,20 +223,22 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         for (list, what) in [(&m.overrides, "overrides"), (&m.constraints, "constraints")] {
             for r in list.iter().filter(|r| is_name(&r.get_ref().name, name)) {
                 let line = ix.line(off + r.span().start);
+                let pos = (line, ix.col(text, off + r.span().start));
                 let archs = marker::archs(&parse_marker(r.get_ref().marker.as_deref(), path, line)?, &allowed);
                 if what == "overrides" {
                     overridden.extend(archs.iter().copied());
                 }
                 let git = r.get_ref().git.as_deref().map(GitRef::from_lock_url);
-                refs.push(reference(Kind::LockManifest, line, format!("[manifest] {what}"), archs, git, None, None));
+                refs.push(reference(Kind::LockManifest, pos, format!("[manifest] {what}"), archs, git, None, None));
             }
         }
         for md in m.dependency_metadata.iter().filter(|d| is_name(&d.get_ref().name, name)) {
             let Some(v) = &md.get_ref().version else { continue };
             let line = ix.line(off + v.span().start);
+            let pos = (line, ix.col(text, off + v.span().start));
             refs.push(reference(
                 Kind::LockLabel,
-                line,
+                pos,
                 "[[manifest.dependency-metadata]] version".into(),
                 Arch::ALL.to_vec(),
                 None,
@@ -223,6 +252,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
     let mut locked: Vec<(Option<String>, Option<String>, Vec<Arch>)> = Vec::new(); // (git source, version, archs)
     for (off, p) in packages.iter().filter(|(_, p)| is_name(p.name.get_ref(), name)) {
         let line = ix.line(off + p.name.span().start);
+        let pos = (line, ix.col(text, off + p.name.span().start));
         let mut m = if p.resolution_markers.is_empty() { MarkerTree::TRUE } else { MarkerTree::FALSE };
         for rm in &p.resolution_markers {
             m.or(parse_marker(Some(rm), path, line)?);
@@ -232,7 +262,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         locked.push((git_url.clone(), p.version.clone(), archs.clone()));
         refs.push(reference(
             Kind::LockPackage,
-            line,
+            pos,
             "[[package]] deep-ep".into(),
             archs,
             git_url.as_deref().map(GitRef::from_lock_url),
@@ -250,6 +280,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
             for d in deps.iter().filter(|d| is_name(&d.get_ref().name, name)) {
                 let dep = d.get_ref();
                 let line = ix.line(off + d.span().start);
+                let pos = (line, ix.col(text, off + d.span().start));
                 let git_url = dep.source.as_ref().and_then(|s| s.git.clone());
                 // The entry applies where its marker can hold AND the package it names was resolved.
                 let target: Vec<Arch> = match locked.iter().find(|(g, v, _)| {
@@ -266,7 +297,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
                     .collect();
                 refs.push(reference(
                     Kind::LockDependent,
-                    line,
+                    pos,
                     format!("{owner} {list}"),
                     archs,
                     git_url.as_deref().map(GitRef::from_lock_url),
@@ -286,11 +317,12 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
         for (list, reqs) in lists {
             for r in reqs.iter().filter(|r| is_name(&r.get_ref().name, name)) {
                 let line = ix.line(off + r.span().start);
+                let pos = (line, ix.col(text, off + r.span().start));
                 // requires-dist markers use plain extra names: no uv conflict encoding.
                 let archs = marker::archs(&parse_marker(r.get_ref().marker.as_deref(), path, line)?, &MarkerTree::TRUE);
                 let kind = if own { Kind::LockRequiresDist } else { Kind::LockTransitive };
                 let git = r.get_ref().git.as_deref().map(GitRef::from_lock_url);
-                refs.push(reference(kind, line, format!("{owner} {list}"), archs, git, None, Some(owner.clone())));
+                refs.push(reference(kind, pos, format!("{owner} {list}"), archs, git, None, Some(owner.clone())));
             }
         }
     }

@@ -28,6 +28,19 @@ fn line_of(text: &str, needle: &str) -> usize {
     text.find(needle).map(|i| crate::pins::line_col(text, i).0).unwrap_or(0)
 }
 
+/// The 1-based line of a string value: found by its text as written (TOML
+/// escapes such as `\u0040` included), else by its decoded text.
+fn line_of_value(text: &str, v: &Value) -> usize {
+    let raw = match v {
+        Value::String(f) => f.as_repr().and_then(|r| r.as_raw().as_str()),
+        _ => None,
+    };
+    match raw.and_then(|r| text.find(r)) {
+        Some(i) => crate::pins::line_col(text, i).0,
+        None => line_of(text, v.as_str().unwrap_or_default()),
+    }
+}
+
 /// `git+https://host/repo.git@OLD#frag` with its revision replaced (or added).
 pub fn with_rev(url: &str, rev: &str) -> String {
     let cut = url.find(['?', '#']).unwrap_or(url.len());
@@ -58,12 +71,14 @@ fn decor_prefix(v: &Value) -> String {
 fn edit_array(arr: &mut Array, place: &str, name: &PackageName, t: &Target, path: &Path, text: &str) -> Result<usize> {
     // (index, string, url as written, archs)
     let mut git_items: Vec<(usize, String, String, Vec<Arch>, MarkerTree)> = Vec::new();
+    let mut lines = std::collections::BTreeMap::new();
     for (i, v) in arr.iter().enumerate() {
         let Some(s) = v.as_str() else { continue };
         if !is_name(leading_name(s), name) {
             continue;
         }
-        let line = line_of(text, s);
+        let line = line_of_value(text, v);
+        lines.insert(i, line);
         let req = parse_requirement(s, path, line)?;
         let Some(VersionOrUrl::Url(u)) = &req.version_or_url else { continue };
         let url = u.given().unwrap_or(u.as_str()).to_string();
@@ -77,12 +92,12 @@ fn edit_array(arr: &mut Array, place: &str, name: &PackageName, t: &Target, path
     }
     match t.arch {
         None => {
-            for (_, s, _, _, m) in &git_items {
+            for (i, s, _, _, m) in &git_items {
                 if !arch_only(m) {
                     return Err(Failure::usage(format!(
                         "{}:{}: {place}: the marker of `{s}` restricts DeepEP by more than the architecture; one unmarked requirement would drop that",
                         path.display(),
-                        line_of(text, s)
+                        lines.get(i).copied().unwrap_or_default()
                     ))
                     .hint("edit that requirement by hand, or pin one architecture with --arch")
                     .into());
@@ -117,7 +132,7 @@ fn edit_array(arr: &mut Array, place: &str, name: &PackageName, t: &Target, path
                     return Err(Failure::usage(format!(
                         "{}:{}: {place}: `{s}` serves every architecture; --arch {a} cannot change it for {a} alone",
                         path.display(),
-                        line_of(text, s)
+                        lines.get(i).copied().unwrap_or_default()
                     ))
                     .hint("run without --arch to pin both architectures, or give each architecture its own marked requirement first")
                     .into());
@@ -201,12 +216,13 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
                 if e.get("git").is_none() {
                     continue;
                 }
-                let m = match e.get("marker").and_then(Item::as_str) {
+                let marker = e.get("marker").and_then(Item::as_value);
+                let m = match marker.and_then(Value::as_str) {
                     Some(s) => MarkerTree::from_str(s).map_err(|err| {
                         Failure::usage(format!(
                             "{}:{}: tool.uv.sources.{k}: invalid marker: {err}",
                             path.display(),
-                            line_of(text, s)
+                            marker.map(|v| line_of_value(text, v)).unwrap_or_default()
                         ))
                     })?,
                     None => MarkerTree::TRUE,

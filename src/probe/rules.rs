@@ -32,14 +32,40 @@ pub struct Evidence {
     pub sm_arch: Option<String>,
     /// RDMA_CORE_HOME as baked into the JIT flags (` -I<home>/include`).
     pub rdma_core_home: Option<String>,
+    /// deep_ep_cpp links NVSHMEM (NEEDED libnvshmem_host): DeepEP's classic Buffer has its
+    /// internode and low-latency kernels. None: no deep_ep_cpp to read.
+    pub nvshmem: Option<bool>,
 }
 
 pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
     b.extensions.iter().find(|e| e.module == "hybrid_ep_cpp")
 }
 
+/// DeepEP's build interface a wheel was built from, by its extensions:
+/// `main` (EPv2: `deep_ep/_C`), `hybrid-ep` (`hybrid_ep_cpp`), `main-1.x`
+/// (`deep_ep_cpp` alone); None when it has none of them.
+pub fn interface_of(b: &WheelFacts) -> Option<crate::interface::Branch> {
+    use crate::interface::Branch;
+    let has = |m: &str| b.extensions.iter().any(|e| e.module == m);
+    if b.extensions.iter().any(|e| e.module == "_C" && e.path.starts_with("deep_ep/")) {
+        Some(Branch::Main)
+    } else if has("hybrid_ep_cpp") {
+        Some(Branch::HybridEp)
+    } else if has("deep_ep_cpp") {
+        Some(Branch::MainLegacy)
+    } else {
+        None
+    }
+}
+
 pub fn evidence(b: &WheelFacts) -> Evidence {
-    let mut ev = Evidence::default();
+    let nvshmem = b
+        .extensions
+        .iter()
+        .find(|e| e.module == "deep_ep_cpp")
+        .and_then(|e| e.elf.as_ref().ok())
+        .map(|elf| elf.needs("libnvshmem_host"));
+    let mut ev = Evidence { nvshmem, ..Default::default() };
     let Some(Ok(elf)) = hybrid_ep(b).map(|e| &e.elf) else { return ev };
     let mut doca = Vec::new();
     for lib in ["libibverbs", "libmlx5", "libnvidia-ml"] {
@@ -103,7 +129,10 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
     let from_pins = pins.and_then(|p| {
         p.variants
             .iter()
-            .find(|v| Some(v.topology.gpu.as_str()) == family && v.multinode == multinode)
+            .find(|v| {
+                v.multinode == multinode
+                    && v.topology.as_ref().is_some_and(|t| t.gpu.iter().any(|g| Some(family_of(*g)) == family))
+            })
             .map(|v| v.name.clone())
     });
     let name = from_pins.unwrap_or_else(|| match (family, multinode) {
@@ -115,6 +144,16 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
         (None, false) => "<variant>".into(),
     });
     format!("rebuild: cargo xtask build-wheel --variant {name}")
+}
+
+/// The variant family name of a GPU kind (`h100` for H100/H200/sm_90).
+fn family_of(g: Gpu) -> &'static str {
+    match g {
+        Gpu::H100 | Gpu::H200 | Gpu::Sm(90) => "h100",
+        Gpu::B200 | Gpu::Sm(100) => "b200",
+        Gpu::Gb200 => "gb200",
+        Gpu::Sm(_) => "",
+    }
 }
 
 fn elfs(b: &WheelFacts) -> impl Iterator<Item = (&Extension, &ElfFacts)> {
@@ -164,16 +203,40 @@ pub fn binary_checks(
         }
     }
     let wants_hybridep = request.is_some_and(|r| r.dispatcher.as_deref().is_none_or(|d| d == "hybridep"));
+    let asks_hybridep = request.is_some_and(|r| r.dispatcher.as_deref() == Some("hybridep"));
+    let modules: Vec<&str> = b.extensions.iter().map(|e| short(&e.path)).collect();
+    let interface = interface_of(b);
+    out.push(match interface {
+        Some(crate::interface::Branch::Main) => Check::pass(
+            "interface",
+            format!("DeepEP `main` (EPv2) wheel: deep_ep._C ({}); its rules apply (record, extension-elf, elf-machine, target-arch, cubin, NVSHMEM/NCCL linkage); the HybridEP rules (hybrid-ep-present, multinode, transport, JIT) do not", modules.join(", ")),
+        ),
+        Some(crate::interface::Branch::HybridEp) => Check::pass(
+            "interface",
+            format!("DeepEP `hybrid-ep` wheel ({}): every rule applies, HybridEP's included", modules.join(", ")),
+        ),
+        Some(crate::interface::Branch::MainLegacy) => Check::pass(
+            "interface",
+            format!("DeepEP `main` before EPv2 ({}): no HybridEP; the deep_ep_cpp rules apply", modules.join(", ")),
+        ),
+        None => Check::warn(
+            "interface",
+            format!("none of DeepEP's extensions (deep_ep_cpp, hybrid_ep_cpp, deep_ep._C) found: {}", if modules.is_empty() { "no extension".into() } else { modules.join(", ") }),
+        ),
+    });
     out.push(match hybrid_ep(b) {
         Some(e) => Check::pass("hybrid-ep-present", format!("{} present", short(&e.path))),
+        None if interface == Some(crate::interface::Branch::Main) && !asks_hybridep => Check::skip(
+            "hybrid-ep-present",
+            "not applicable: an EPv2 wheel (deep_ep._C) has no HybridEP, and the request does not ask for the hybridep dispatcher",
+        ),
         None => {
-            let modules: Vec<&str> = b.extensions.iter().map(|e| short(&e.path)).collect();
             let c = if wants_hybridep { Check::fail } else { Check::warn };
             c("hybrid-ep-present", format!(
                 "no hybrid_ep_cpp extension (found: {}): this DeepEP revision has no HybridEP",
                 if modules.is_empty() { "none".into() } else { modules.join(", ") }
             ))
-            .fix("pin a hybrid-ep branch revision (deepep-forge pin set REV), then rebuild: cargo xtask build-wheel --variant <variant>")
+            .fix("pin a revision of DeepEP's hybrid-ep branch (deepep-forge pin set REV), then rebuild: deepep-forge build-wheel --variant <variant>")
         }
     });
 
@@ -644,12 +707,24 @@ fn pin_check(b: &WheelFacts, arch: Option<Arch>, pins: &Pins, gpu: Option<Gpu>, 
 /// Rules about the request against the binary (DOMAIN.md §2, rules 1-6).
 pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
     let mut out = Vec::new();
-    if let Some(d) = r.dispatcher.as_deref().filter(|d| *d != "hybridep") {
-        out.push(Check::skip(
-            "dispatcher",
-            format!("the request uses no HybridEP (MoE dispatcher: {d}): topology rules do not apply"),
-        ));
-        return out;
+    match r.dispatcher.as_deref() {
+        None | Some("hybridep") => {}
+        Some("deepep") => return classic_checks(r, ev, pins),
+        Some("automodel-default") => {
+            out.push(Check::warn(
+                "dispatcher",
+                "the recipe sets no policy.dtensor_cfg.automodel_kwargs.backend.dispatcher: Automodel's default applies, \
+                 so whether DeepEP is used is unknown here",
+            ));
+            return out;
+        }
+        Some(d) => {
+            out.push(Check::skip(
+                "dispatcher",
+                format!("the request uses no HybridEP or DeepEP dispatcher (MoE dispatcher: {d}): topology rules do not apply"),
+            ));
+            return out;
+        }
     }
     let gpu = r.gpu;
     let (ep, rpd) = (r.ep, r.ranks_per_domain);
@@ -738,27 +813,91 @@ pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) 
         None => Check::warn("domains-max", "unknown: EP or R not given"),
     });
     // 7. EP ranks need EP GPUs: nodes x GPUs per node must hold them.
+    // Products in u64: 65536 nodes x 65536 GPUs does not wrap to 0.
     out.push(match (ep, r.nodes, r.gpus_per_node) {
-        (Some(e), Some(n), Some(g)) if e <= n * g => {
+        (Some(e), Some(n), Some(g)) if u64::from(e) <= u64::from(n) * u64::from(g) => {
             Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
         }
         (Some(e), Some(n), Some(g)) if g > 0 => {
             let need = e.div_ceil(g);
+            let have = u64::from(n) * u64::from(g);
             let domains =
                 domains.map(|d| format!(" ({d} NVLink domains of R {})", rpd.unwrap_or(0))).unwrap_or_default();
             Check::fail(
                 "ep-fits-nodes",
-                format!(
-                    "EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {}: EP {e}{domains} needs {need} nodes",
-                    n * g
-                ),
+                format!("EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {have}: EP {e}{domains} needs {need} nodes"),
             )
             .fix(format!(
-                "run on {need} nodes{}, or lower EP to {}",
+                "run on {need} nodes{}, or lower EP to {have}",
                 if domains_gt_one(ep, rpd) { " with a multinode build" } else { "" },
-                n * g
             ))
         }
+        _ => Check::skip("ep-fits-nodes", "nodes or GPUs per node not given"),
+    });
+    out
+}
+
+/// DeepEP's classic Buffer (`dispatcher: deepep`): an EP group that spans nodes runs the
+/// internode kernels of deep_ep_cpp, which exist only when it was built with NVSHMEM.
+fn classic_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
+    let mut out = vec![Check::pass(
+        "dispatcher",
+        "MoE dispatcher deepep: DeepEP's classic Buffer (deep_ep_cpp); the HybridEP rules do not apply",
+    )];
+    let spans = match (r.ep, r.gpus_per_node) {
+        (Some(e), Some(g)) if g > 0 => Some(e > g),
+        _ => None,
+    };
+    let nvshmem = ev.and_then(|e| e.nvshmem);
+    let fix = || {
+        let cmd = rebuild(r.gpu, false, pins);
+        format!(
+            "rebuild with NVSHMEM linked into deep_ep_cpp: {} --toolchain registry (it installs nvidia-nvshmem), or give the variant an nvshmem_dir",
+            cmd.trim_start_matches("rebuild: ")
+        )
+    };
+    out.push(match (spans, nvshmem) {
+        (None, _) => Check::warn("deepep-internode", "unknown: EP or GPUs per node not given"),
+        (Some(false), _) => Check::pass(
+            "deepep-internode",
+            format!(
+                "EP {} fits one node of {} GPUs: DeepEP's intranode kernels (NVLink) suffice",
+                r.ep.unwrap_or(0),
+                r.gpus_per_node.unwrap_or(0)
+            ),
+        ),
+        (Some(true), Some(true)) => Check::pass(
+            "deepep-internode",
+            format!("EP {} spans nodes and deep_ep_cpp links NVSHMEM (internode kernels built)", r.ep.unwrap_or(0)),
+        ),
+        (Some(true), Some(false)) => Check::fail(
+            "deepep-internode",
+            format!(
+                "EP {} spans {} nodes of {} GPUs, but deep_ep_cpp was built without NVSHMEM (DeepEP's setup.py: \"All internode and low-latency features are disabled\"): a Buffer across nodes has no internode kernels to run",
+                r.ep.unwrap_or(0),
+                r.ep.unwrap_or(0).div_ceil(r.gpus_per_node.unwrap_or(1).max(1)),
+                r.gpus_per_node.unwrap_or(0)
+            ),
+        )
+        .fix(fix()),
+        (Some(true), None) if ev.is_none() => Check::warn(
+            "deepep-internode",
+            format!("EP {} spans nodes: needs deep_ep_cpp built with NVSHMEM (no binary given)", r.ep.unwrap_or(0)),
+        ),
+        (Some(true), None) => Check::warn(
+            "deepep-internode",
+            format!("EP {} spans nodes, and the binary has no deep_ep_cpp to read", r.ep.unwrap_or(0)),
+        ),
+    });
+    out.push(match (r.ep, r.nodes, r.gpus_per_node) {
+        (Some(e), Some(n), Some(g)) if e <= n * g => {
+            Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
+        }
+        (Some(e), Some(n), Some(g)) if g > 0 => Check::fail(
+            "ep-fits-nodes",
+            format!("EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {}", n * g),
+        )
+        .fix(format!("run on {} nodes, or lower EP to {}", e.div_ceil(g), n * g)),
         _ => Check::skip("ep-fits-nodes", "nodes or GPUs per node not given"),
     });
     out

@@ -141,7 +141,7 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
 /// Bounds on what a wheel may make us read (a hostile wheel is bounded work).
 pub mod limits {
     /// Members at most, counted from the central directory.
-    pub const MEMBERS: usize = 100_000;
+    pub const MEMBERS: usize = 50_000;
     /// Uncompressed bytes of all members together.
     pub const TOTAL: u64 = 16 << 30;
     /// Uncompressed bytes of one member (streamed and hashed).

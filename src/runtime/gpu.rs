@@ -34,7 +34,66 @@ pub fn require_libraries() -> Result<()> {
             .hint("install the CUDA toolkit or the nvidia-cuda-nvrtc wheel and put its lib folder on LD_LIBRARY_PATH")
             .into());
     }
+    require_symbols()?;
     cu!(cuInit(0))
+}
+
+/// Every driver entry point the probe calls. cudarc resolves a symbol on first
+/// use and panics when the driver lacks it, so all are looked up first.
+const SYMBOLS: &[&str] = &[
+    "cuCtxEnablePeerAccess",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetCount",
+    "cuDeviceGetName",
+    "cuDeviceGetP2PAttribute",
+    "cuDeviceGetPCIBusId",
+    "cuDevicePrimaryCtxRetain",
+    "cuDeviceTotalMem_v2",
+    "cuDriverGetVersion",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuInit",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuLaunchKernel",
+    "cuMemAlloc_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyPeerAsync",
+    "cuMemsetD8_v2",
+    "cuModuleGetFunction",
+    "cuModuleLoadData",
+    "cuStreamCreate",
+    "cuStreamWaitEvent",
+];
+
+/// Drivers before CUDA 12.8 lack `cuEventElapsedTime_v2`; the older entry
+/// point is used there (set once by [`require_symbols`]).
+static ELAPSED_V2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+fn has_symbol(name: &str) -> bool {
+    // SAFETY: looking a symbol up loads nothing new and calls nothing.
+    unsafe { sys::culib().get::<unsafe extern "C" fn()>(name.as_bytes()).is_ok() }
+}
+
+/// Exit 3 naming the first missing entry point, instead of cudarc's panic.
+fn require_symbols() -> Result<()> {
+    let v2 = has_symbol("cuEventElapsedTime_v2");
+    ELAPSED_V2.store(v2, std::sync::atomic::Ordering::Relaxed);
+    let missing = SYMBOLS.iter().copied().chain((!v2).then_some("cuEventElapsedTime")).find(|s| !has_symbol(s));
+    if let Some(m) = missing {
+        return Err(Failure::env(format!(
+            "the CUDA driver on this machine lacks {m}: it is too old for `probe --run`"
+        ))
+        .hint("update the NVIDIA driver (CUDA 12 or newer)")
+        .into());
+    }
+    Ok(())
 }
 
 /// One device as the driver reports it.
@@ -319,7 +378,15 @@ impl Gpu {
 pub fn elapsed_ms(start: Event, end: Event) -> Result<f64> {
     cu!(cuEventSynchronize(end.0))?;
     let mut ms = 0f32;
-    cu!(cuEventElapsedTime_v2(&mut ms, start.0, end.0))?;
+    if ELAPSED_V2.load(std::sync::atomic::Ordering::Relaxed) {
+        cu!(cuEventElapsedTime_v2(&mut ms, start.0, end.0))?;
+    } else {
+        type Elapsed = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult;
+        // SAFETY: the pre-12.8 entry point has this signature; presence was checked.
+        let f = unsafe { sys::culib().get::<Elapsed>(b"cuEventElapsedTime") }
+            .map_err(|e| anyhow!("cuEventElapsedTime: {e}"))?;
+        unsafe { f(&mut ms, start.0, end.0) }.result().map_err(|e| anyhow!("cuEventElapsedTime failed: {e}"))?;
+    }
     Ok(ms as f64)
 }
 

@@ -430,6 +430,9 @@ fn send(s: &mut TcpStream, kind: u8, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Largest frame a rank accepts.
+const MAX_FRAME: usize = 64 << 20;
+
 enum Wait {
     Timeout,
     Closed(String),
@@ -439,7 +442,11 @@ enum Wait {
 fn recv(s: &mut TcpStream, deadline: Instant) -> std::result::Result<(u8, Vec<u8>), Wait> {
     let mut head = [0u8; 5];
     read_exact(s, &mut head, deadline)?;
-    let n = u32::from_le_bytes(head[1..5].try_into().unwrap()) as usize;
+    let n = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    // Frames carry small per-rank facts; a peer announcing more is not one of ours.
+    if n > MAX_FRAME {
+        return Err(Wait::Closed(format!("a frame of {n} bytes (more than {MAX_FRAME}) from a peer")));
+    }
     let mut data = vec![0u8; n];
     read_exact(s, &mut data, deadline)?;
     Ok((head[0], data))

@@ -19,6 +19,10 @@ const MAX_DEPTH: usize = 32;
 
 const MEGATRON: &str = "policy.megatron_cfg";
 pub const EP_KEY: &str = "policy.megatron_cfg.expert_model_parallel_size";
+/// NeMo-RL's Automodel (DTensor v2) path.
+const DTENSOR: &str = "policy.dtensor_cfg";
+pub const AUTOMODEL_EP_KEY: &str = "policy.dtensor_cfg.expert_parallel_size";
+pub const AUTOMODEL_DISPATCHER_KEY: &str = "policy.dtensor_cfg.automodel_kwargs.backend.dispatcher";
 pub const R_ENV: &str = "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN";
 pub const MNNVL_ENV: &str = "USE_MNNVL";
 
@@ -153,7 +157,12 @@ impl Loader {
         if self.memo.len() >= MAX_FILES {
             return Err(bad(path, format!("the recipe pulls in more than {MAX_FILES} files")));
         }
-        let text = crate::input::read_text(&canonical, "recipe", crate::input::cap::TEXT).map_err(unreadable)?;
+        let text = crate::input::read_text(path, "recipe", crate::input::cap::TEXT).map_err(unreadable)?;
+        // The YAML scanner slows down quadratically with flow nesting (`[[[[...`);
+        // serde_yaml's own limit applies only after scanning.
+        if flow_depth(&text) > MAX_FLOW_DEPTH {
+            return Err(bad(path, format!("`[`/`{{` nested more than {MAX_FLOW_DEPTH} levels deep")));
+        }
         // serde_yaml's message names line and column.
         let value: Value = serde_yaml::from_str(&text).map_err(|e| bad(path, e))?;
         let mut map = match value {
@@ -187,6 +196,25 @@ impl Loader {
         self.memo.insert(canonical, merged.clone());
         Ok(merged)
     }
+}
+
+/// Deepest `[`/`{` nesting a recipe may have (counted over the whole text,
+/// quotes included: an over-estimate never refuses a real recipe).
+const MAX_FLOW_DEPTH: usize = 256;
+
+fn flow_depth(text: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
 }
 
 /// The paths `defaults:` names.
@@ -402,8 +430,13 @@ fn show(v: &Value) -> String {
     scalar_text(v).map(|s| format!("`{}`", cut(&s))).unwrap_or_else(|| kind(v).to_string())
 }
 
-/// Read a recipe's topology: cluster size, EP, dispatcher and HybridEP settings,
-/// with NeMo-RL's defaults (R = min(EP, 64), USE_MNNVL = EP > 4) where unset.
+/// Read a recipe's topology: cluster size, EP, dispatcher and HybridEP settings.
+/// The training backend decides where they live (NeMo-RL's lm_policy.py):
+/// `policy.megatron_cfg.enabled` selects Megatron (with NeMo-RL's HybridEP
+/// defaults R = min(EP, 64), USE_MNNVL = EP > 4 where unset), else
+/// `policy.dtensor_cfg.enabled` with `_v2` selects Automodel (EP in
+/// `expert_parallel_size`, default 1; dispatcher in
+/// `automodel_kwargs.backend.dispatcher`: `deepep`, `hybridep`, `torch`).
 pub fn read(path: &Path) -> Result<RecipeTopology> {
     read_within(path, None)
 }
@@ -414,13 +447,38 @@ pub fn read_within(path: &Path, recipe_root: Option<&Path>) -> Result<RecipeTopo
     let mut rd = Reader { path, root: &root, notes: Vec::new() };
     let nodes = rd.int("cluster.num_nodes")?;
     let gpus_per_node = rd.int("cluster.gpus_per_node")?;
+    let megatron = rd.flag(&format!("{MEGATRON}.enabled"))?.unwrap_or(false);
+    let dtensor = rd.flag(&format!("{DTENSOR}.enabled"))?.unwrap_or(false);
+    let v2 = rd.flag(&format!("{DTENSOR}._v2"))?.unwrap_or(false);
+    let mut topo = RecipeTopology { path: path.to_path_buf(), nodes, gpus_per_node, ..Default::default() };
+    if megatron {
+        read_megatron(&mut rd, &mut topo)?;
+    } else if dtensor && v2 {
+        read_automodel(&mut rd, &mut topo)?;
+    } else {
+        topo.dispatcher = if dtensor {
+            "none (policy.dtensor_cfg._v2 is not true: the DTensor v1 worker has no expert parallelism)".into()
+        } else {
+            "none (neither policy.megatron_cfg.enabled nor policy.dtensor_cfg.enabled is true)".into()
+        };
+        rd.notes.push(format!("no MoE dispatcher: {}", topo.dispatcher));
+    }
+    for key in [MEGATRON, "policy.megatron_cfg.env_vars", DTENSOR, "policy.dtensor_cfg.env_vars"] {
+        if lookup(&root, &format!("{key}.{OVERRIDE}")).is_some() {
+            rd.notes.push(format!("`{key}` carries `{OVERRIDE}` below the top level: NeMo-RL honours it only on top-level sections, so it was merged"));
+        }
+    }
+    topo.notes = rd.notes;
+    Ok(topo)
+}
+
+/// Megatron: `moe_token_dispatcher_type: flex` + `moe_flex_dispatcher_backend: hybridep` selects HybridEP.
+fn read_megatron(rd: &mut Reader, topo: &mut RecipeTopology) -> Result<()> {
     let ep = rd.int(EP_KEY)?;
-    let enabled = rd.flag(&format!("{MEGATRON}.enabled"))?.unwrap_or(false);
+    topo.ep = ep;
     let dtype = rd.text(&format!("{MEGATRON}.moe_token_dispatcher_type"));
     let backend = rd.text(&format!("{MEGATRON}.moe_flex_dispatcher_backend"));
-    let dispatcher = if !enabled {
-        "none (policy.megatron_cfg.enabled is not true)".to_string()
-    } else if dtype.as_deref() == Some("flex") {
+    topo.dispatcher = if dtype.as_deref() == Some("flex") {
         backend.clone().unwrap_or_else(|| "deepep".into())
     } else {
         if backend.as_deref() == Some("hybridep") {
@@ -431,8 +489,6 @@ pub fn read_within(path: &Path, recipe_root: Option<&Path>) -> Result<RecipeTopo
         }
         dtype.unwrap_or_else(|| "alltoall".into())
     };
-    let mut topo =
-        RecipeTopology { path: path.to_path_buf(), ep, nodes, gpus_per_node, dispatcher, ..Default::default() };
     if topo.dispatcher == "hybridep" {
         // NeMo-RL: the hybridep_* config key, else the env var, else its default.
         let r_key = format!("{MEGATRON}.hybridep_num_ranks_per_nvlink_domain");
@@ -460,15 +516,41 @@ pub fn read_within(path: &Path, recipe_root: Option<&Path>) -> Result<RecipeTopo
             ));
         }
     } else {
-        rd.notes.push(format!("no HybridEP: MoE dispatcher is {} (moe_flex_dispatcher_backend: hybridep with moe_token_dispatcher_type: flex enables it)", topo.dispatcher));
+        rd.notes.push(format!("Megatron MoE dispatcher is {} (HybridEP needs moe_token_dispatcher_type: flex and moe_flex_dispatcher_backend: hybridep)", topo.dispatcher));
     }
-    for key in [MEGATRON, "policy.megatron_cfg.env_vars"] {
-        if lookup(&root, &format!("{key}.{OVERRIDE}")).is_some() {
-            rd.notes.push(format!("`{key}` carries `{OVERRIDE}` below the top level: NeMo-RL honours it only on top-level sections, so it was merged"));
+    Ok(())
+}
+
+/// Automodel (DTensor v2): EP from `expert_parallel_size` (NeMo-RL's default 1), the dispatcher
+/// from `automodel_kwargs.backend.dispatcher`; HybridEP reads R and USE_MNNVL from `dtensor_cfg.env_vars`
+/// (NeMo-RL fills no defaults on this path: HybridEP detects R at run time when unset).
+fn read_automodel(rd: &mut Reader, topo: &mut RecipeTopology) -> Result<()> {
+    topo.ep = match rd.int(AUTOMODEL_EP_KEY)? {
+        Some(e) => Some(e),
+        None => {
+            rd.notes.push(format!("`{AUTOMODEL_EP_KEY}` is not set: NeMo-RL uses 1 (no expert parallelism)"));
+            Some(1)
+        }
+    };
+    topo.dispatcher = match rd.text(AUTOMODEL_DISPATCHER_KEY) {
+        Some(d) => d,
+        None => {
+            rd.notes.push(format!("`{AUTOMODEL_DISPATCHER_KEY}` is not set: Automodel's own default applies"));
+            "automodel-default".into()
+        }
+    };
+    if topo.dispatcher == "hybridep" {
+        topo.ranks_per_domain = rd.int(&format!("{DTENSOR}.env_vars.{R_ENV}"))?;
+        topo.mnnvl = rd.flag(&format!("{DTENSOR}.env_vars.{MNNVL_ENV}"))?;
+        if topo.ranks_per_domain.is_none() {
+            rd.notes.push(format!("{R_ENV} is not set in {DTENSOR}.env_vars: HybridEP detects R at run time; pass --ranks-per-domain to check it"));
+        }
+        if topo.mnnvl.is_none() {
+            rd.notes
+                .push(format!("{MNNVL_ENV} is not set in {DTENSOR}.env_vars: pass --mnnvl or --no-mnnvl to check it"));
         }
     }
-    topo.notes = rd.notes;
-    Ok(topo)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -89,7 +89,7 @@ impl Lab {
     pub fn pins_with(&self, rev: &str, variants: &str) -> PathBuf {
         let p = self.dir.path().join("pins.toml");
         let text = format!(
-            "schema = 1\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[pin.x86_64]\nrev = \"{rev}\"\n[pin.aarch64]\nrev = \"{rev}\"\n{}",
+            "schema = 2\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[pin.x86_64]\nrev = \"{rev}\"\n[pin.aarch64]\nrev = \"{rev}\"\n{}",
             variants.replace("{nvshmem}", &self.nvshmem_dir().to_string_lossy())
         );
         std::fs::write(&p, text).unwrap();

@@ -27,11 +27,13 @@ pub struct Case {
     /// Files written (relative to the case folder) before the run.
     pub files: Vec<(String, Vec<u8>)>,
     pub setup: Vec<Setup>,
-    pub args: Vec<String>,
+    pub args: Vec<std::ffi::OsString>,
     pub env: Vec<(String, String)>,
     pub exit: i32,
     /// Fragments that must all appear in stdout or stderr.
     pub says: Vec<String>,
+    /// Fragments that must not appear (a secret, a whole hostile value).
+    pub hides: Vec<String>,
     /// Paths (relative) that must not exist afterwards, e.g. a marker a
     /// smuggled command would have created.
     pub absent: Vec<String>,
@@ -52,6 +54,7 @@ impl Case {
             env: Vec::new(),
             exit: 2,
             says: Vec::new(),
+            hides: Vec::new(),
             absent: Vec::new(),
             may_change: Vec::new(),
             memory: 1 << 30,
@@ -67,7 +70,21 @@ impl Case {
         self
     }
     pub fn args(mut self, args: &[&str]) -> Case {
-        self.args.extend(args.iter().map(|s| s.to_string()));
+        self.args.extend(args.iter().map(|s| s.into()));
+        self
+    }
+    /// One argument that need not be UTF-8.
+    pub fn arg_bytes(mut self, arg: &[u8]) -> Case {
+        use std::os::unix::ffi::OsStrExt;
+        self.args.push(std::ffi::OsStr::from_bytes(arg).to_os_string());
+        self
+    }
+    pub fn hides(mut self, fragment: &str) -> Case {
+        self.hides.push(fragment.to_string());
+        self
+    }
+    pub fn timeout(mut self, d: Duration) -> Case {
+        self.timeout = d;
         self
     }
     pub fn env(mut self, k: &str, v: &str) -> Case {
@@ -118,6 +135,10 @@ fn walk(root: &Path, dir: &Path, out: &mut Snapshot) {
         } else if ft.is_dir() {
             walk(root, &p, out);
             "dir".to_string()
+        } else if ft.is_file() && m.len() > 64 << 20 {
+            // Big (usually sparse) inputs: size, mtime and inode instead of hashing gigabytes.
+            use std::os::unix::fs::MetadataExt;
+            format!("file {} mtime {}.{} ino {}", m.len(), m.mtime(), m.mtime_nsec(), m.ino())
         } else if ft.is_file() {
             let mut h = Sha256::new();
             if let Ok(mut f) = std::fs::File::open(&p) {
@@ -175,14 +196,17 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     }
     let before = snapshot(&dir);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_deepep-forge"));
-    cmd.args(case.args.iter().map(|a| fill(a, &dir)))
-        .current_dir(&dir)
-        .env("DEEPEP_FORGE_CACHE_DIR", dir.join("cache"))
-        .env_remove("DEEPEP_FORGE_CACHE_URL")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(case.args.iter().map(|a| match a.to_str() {
+        Some(s) => fill(s, &dir).into(),
+        None => a.clone(),
+    }))
+    .current_dir(&dir)
+    .env("DEEPEP_FORGE_CACHE_DIR", dir.join("cache"))
+    .env_remove("DEEPEP_FORGE_CACHE_URL")
+    .env("GIT_CONFIG_NOSYSTEM", "1")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     for (k, v) in &case.env {
         cmd.env(k, fill(v, &dir));
     }
@@ -235,6 +259,11 @@ pub fn run_case(case: &Case) -> Result<(), String> {
             problems.push(format!("output lacks {s:?}"));
         }
     }
+    for h in &case.hides {
+        if both.contains(h.as_str()) {
+            problems.push(format!("output shows {:?}", h.chars().take(40).collect::<String>()));
+        }
+    }
     for a in &case.absent {
         if std::fs::symlink_metadata(dir.join(a)).is_ok() {
             problems.push(format!("{a} exists"));
@@ -260,13 +289,15 @@ pub fn run_all(cases: Vec<Case>) {
         for _ in 0..2 {
             s.spawn(|| loop {
                 let Some(c) = cases.lock().unwrap().pop() else { break };
-                if let Err(e) = run_case(c) {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(c)))
+                    .unwrap_or_else(|_| Err("the case's own setup panicked".into()));
+                if let Err(e) = r {
                     failures.lock().unwrap().push(format!("  {}: {e}", c.name));
                 }
             });
         }
     });
-    let failures = failures.into_inner().unwrap();
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
     assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
     eprintln!("{n} cases passed");
 }

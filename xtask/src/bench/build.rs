@@ -243,7 +243,8 @@ struct Recipe {
 
 fn plan_recipe(t: &Tools, cache: &Path) -> Result<Recipe> {
     let o = Command::new(std::env::current_exe()?)
-        .args(["plan", "--pins", "tests/fixtures/demo-pins.toml", "--variant", VARIANT, "--format", "json", "--python"])
+        .args(["plan", "--pins", "tests/fixtures/demo-pins.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--variant", VARIANT, "--format", "json", "--python"])
         .arg(&t.python)
         .arg("--cache-dir")
         .arg(cache)

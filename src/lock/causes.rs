@@ -1,0 +1,144 @@
+//! Group `lock check` findings into root causes: one cause, one fix. A rule
+//! marks the kind of cause it saw (`rules::ADOPT`, `SPLIT`, `RELOCK`,
+//! `LABEL`); findings that follow from another (a stale label or lock
+//! *because* the pin moved) carry the root's kind, so they never form a cause
+//! of their own. Findings without a kind group by rule and fix.
+//! Pure: findings in, causes out; reads and prints nothing.
+use crate::findings::{Cause, Finding, Severity};
+use crate::pins::Arch;
+
+use super::rules::{self, Context};
+
+/// The key findings group by: a cause kind (with the architecture where the fix names one), or a rule and its fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    Kind(&'static str, Option<Arch>),
+    Rule(String, Option<String>),
+}
+
+/// Group findings (in report order) into causes, worst first; sets each finding's `cause`.
+pub fn group(ctx: &Context, findings: Vec<Finding>) -> Vec<Cause> {
+    let mut groups: Vec<(Key, Vec<Finding>)> = Vec::new();
+    for f in findings {
+        let key = key(ctx, &f);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(f),
+            None => groups.push((key, vec![f])),
+        }
+    }
+    let mut causes: Vec<Cause> = groups.into_iter().map(|(k, fs)| cause(ctx, k, fs)).collect();
+    causes.sort_by_key(|c| c.severity);
+    // Unique ids: a second cause of one kind gets `-2`, ...
+    let mut seen: Vec<String> = Vec::new();
+    for c in &mut causes {
+        let base = c.id.clone();
+        let mut n = 1;
+        while seen.contains(&c.id) {
+            n += 1;
+            c.id = format!("{base}-{n}");
+        }
+        seen.push(c.id.clone());
+        for f in &mut c.findings {
+            f.cause = Some(c.id.clone());
+        }
+    }
+    causes
+}
+
+fn key(ctx: &Context, f: &Finding) -> Key {
+    // Two intended revisions under one static label: the one `pin set` that unifies them also
+    // adopts the pin on each architecture and rewrites the label, so that is the root.
+    let split = ctx.is_split() && ctx.has_static_label();
+    match f.cause_kind {
+        Some(k) if split && (k == rules::ADOPT || k == rules::LABEL || k == rules::SPLIT) => {
+            Key::Kind(rules::SPLIT, None)
+        }
+        // One `pin set` adopts a unified intent for every architecture; a split intent needs one per architecture.
+        Some(k) if k == rules::ADOPT || k == rules::LABEL => Key::Kind(k, (!ctx.unified()).then_some(f.arch).flatten()),
+        Some(k) => Key::Kind(k, None),
+        None => Key::Rule(f.rule.clone(), f.fix.clone()),
+    }
+}
+
+fn cause(ctx: &Context, key: Key, findings: Vec<Finding>) -> Cause {
+    let severity = findings.iter().map(|f| f.severity).min().unwrap_or(Severity::Note);
+    let any_arch = findings.iter().find_map(|f| f.arch);
+    let (id, summary, fix) = match key {
+        Key::Kind(kind, arch) => {
+            let a = arch.or(any_arch);
+            let id = match arch {
+                Some(a) => format!("{kind}-{a}"),
+                None => kind.to_string(),
+            };
+            let fix = match kind {
+                k if k == rules::SPLIT => Some(ctx.split_fix()),
+                k if k == rules::RELOCK => Some(ctx.relock_fix()),
+                _ => a.and_then(|a| ctx.adopt_fix(a)),
+            };
+            (id, summary(ctx, kind, arch), fix)
+        }
+        Key::Rule(rule, fix) => {
+            let summary = match findings.as_slice() {
+                [one] => one.message.clone(),
+                many => rule_summary(&rule).unwrap_or(&many[0].message).to_string(),
+            };
+            (rule, summary, fix)
+        }
+    };
+    Cause { id, severity, summary, fix, findings }
+}
+
+fn short(rev: &str) -> &str {
+    rev.get(..7).unwrap_or(rev)
+}
+
+/// One line that names the root cause.
+fn summary(ctx: &Context, kind: &str, arch: Option<Arch>) -> String {
+    let intent_name = if ctx.pins.is_some() { "pins.toml" } else { "the project's own intent (--no-pins)" };
+    let archs: Vec<Arch> = match arch {
+        Some(a) => vec![a],
+        None => ctx.intent.keys().copied().collect(),
+    };
+    let list = |f: &dyn Fn(Arch) -> Option<String>| -> String {
+        let revs: Vec<(Arch, String)> = archs.iter().filter_map(|a| f(*a).map(|r| (*a, r))).collect();
+        match revs.as_slice() {
+            [(_, first), rest @ ..] if !rest.is_empty() && rest.iter().all(|(_, r)| r == first) => {
+                format!("{} for every architecture", short(first))
+            }
+            _ => revs.iter().map(|(a, r)| format!("{a} {}", short(r))).collect::<Vec<_>>().join(", "),
+        }
+    };
+    match kind {
+        k if k == rules::ADOPT => format!(
+            "the project never adopted {intent_name}'s revision: it pins DeepEP {}, {intent_name} {}; \
+             the labels and uv.lock findings below follow from that",
+            list(&|a| ctx.project_rev(a)),
+            list(&|a| ctx.intent.get(&a).cloned())
+        ),
+        k if k == rules::SPLIT => format!(
+            "{intent_name} pins the architectures to different revisions ({}), but pyproject.toml gives DeepEP one static \
+             version label: no label can be right for both",
+            list(&|a| ctx.intent.get(&a).cloned())
+        ),
+        k if k == rules::RELOCK => "uv.lock was not regenerated after pyproject.toml changed".into(),
+        _ => format!(
+            "the static version label does not match what the pinned revision builds ({})",
+            list(&|a| ctx.intent.get(&a).cloned())
+        ),
+    }
+}
+
+/// What a rule means, for a cause that holds several of its findings.
+fn rule_summary(rule: &str) -> Option<&'static str> {
+    Some(match rule {
+        "transitive-pin" => "another package pins its own DeepEP",
+        "source-repo" => "DeepEP comes from another repository than pins.toml names",
+        "unpinned" => "DeepEP is required without a git revision",
+        "arch-unpinned" => "DeepEP is installed on an architecture pins.toml does not pin",
+        "dockerfile-rev" => "a Dockerfile builds another DeepEP revision",
+        "dockerfile-arch-list" | "dockerfile-variant" => {
+            "a Dockerfile builds DeepEP in a way pins.toml does not declare"
+        }
+        _ => return None,
+    })
+}

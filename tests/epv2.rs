@@ -1,0 +1,249 @@
+//! DeepEP's `main` branch (EPv2) from the mini-deepep-v2 fixture: a real git
+//! repository with a real fmt-like submodule, real nvcc and pip builds, a
+//! real NCCL stand-in library. The plan reads the build interface at the
+//! pinned revision (version from `deep_ep/__init__.py`, `deep_ep._C`, the
+//! fmt submodule, knobs named by f-strings and loops); build-wheel builds it;
+//! the static probe recognises the wheel.
+mod build_support;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use build_support::*;
+use support::*;
+
+/// The EPv2 lab: the fixture as a git repository whose `third-party/fmt` is a
+/// submodule (a real repository made here), and an NCCL stand-in.
+struct V2 {
+    lab: Lab,
+    repo: PathBuf,
+    rev: String,
+    fmt_rev: String,
+    nccl: PathBuf,
+}
+
+fn v2() -> Option<V2> {
+    let lab = Lab::new()?;
+    let fmt = lab.dir.path().join("fmt");
+    std::fs::create_dir_all(fmt.join("include/fmt")).unwrap();
+    std::fs::write(
+        fmt.join("include/fmt/format.h"),
+        "// fmt-like header for the mini-deepep-v2 tests.\n#pragma once\n#define FMT_LIKE_TAG \"fmt-like-submodule-1\"\n",
+    )
+    .unwrap();
+    git(&fmt, &["init", "-q", "-b", "main"]);
+    git(&fmt, &["add", "-A"]);
+    git(&fmt, &["commit", "-q", "-m", "fmt-like"]);
+    let fmt_rev = git(&fmt, &["rev-parse", "HEAD"]).trim().to_string();
+    let repo = lab.dir.path().join("DeepEP-v2");
+    git_repo_from_fixture("mini-deepep-v2", &repo);
+    git(&repo, &["submodule", "add", "-q", fmt.to_str().unwrap(), "third-party/fmt"]);
+    git(&repo, &["commit", "-q", "-m", "fmt submodule"]);
+    let rev = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let nccl = lab.dir.path().join("nccl");
+    std::fs::create_dir_all(nccl.join("lib")).unwrap();
+    std::fs::create_dir_all(nccl.join("include")).unwrap();
+    let src = nccl.join("nccl.c");
+    std::fs::write(&src, "int ncclGetVersion(int* v) { *v = 22800; return 0; }\n").unwrap();
+    run(Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libnccl.so.2", "-o"])
+        .arg(nccl.join("lib/libnccl.so.2"))
+        .arg(&src));
+    Some(V2 { lab, repo, rev, fmt_rev, nccl })
+}
+
+impl V2 {
+    /// A schema-2 pins file for the fixture's commit with `variants`
+    /// (`{nvshmem}`, `{nccl}` replaced).
+    fn pins(&self, variants: &str) -> PathBuf {
+        let p = self.lab.dir.path().join("pins-v2.toml");
+        let text = format!(
+            "schema = 2\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\nbranch = \"main\"\nbase_version = \"2.1.0\"\n[pin.x86_64]\nrev = \"{}\"\n[pin.aarch64]\nrev = \"{}\"\n{}",
+            self.rev,
+            self.rev,
+            variants
+                .replace("{nvshmem}", &self.lab.nvshmem_dir().to_string_lossy())
+                .replace("{nccl}", &self.nccl.to_string_lossy())
+        );
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn forge(&self, args: &[&str]) -> Command {
+        let mut all = args.to_vec();
+        all.extend(["--source", self.repo.to_str().unwrap()]);
+        self.lab.forge(&all)
+    }
+}
+
+const SINGLE_V2: &str = r#"
+[[variant]]
+name = "v2"
+arch = "x86_64"
+cuda_arch_list = "9.0"
+multinode = false
+nvshmem_dir = "{nvshmem}"
+env = { EP_NCCL_ROOT_DIR = "{nccl}" }
+topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
+"#;
+
+const MULTINODE: &str = r#"
+[[variant]]
+name = "mn"
+arch = "x86_64"
+cuda_arch_list = "9.0"
+multinode = true
+transport = "doca"
+topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }
+"#;
+
+fn knob<'a>(p: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    p["interface"]["knobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == name)
+        .unwrap_or_else(|| panic!("{name}: {p}"))
+}
+
+#[test]
+fn epv2_plans_from_the_source_at_the_pin() {
+    let Some(v) = v2() else { return };
+    let pins = v.pins(SINGLE_V2);
+    let o =
+        v.forge(&["plan", "--variant", "v2", "--pins", pins.to_str().unwrap(), "--format", "json"]).output().unwrap();
+    let j = json(&o);
+    let p = &j["plans"][0];
+    let i = &p["interface"];
+    assert_eq!(i["branch"], "main", "{i}");
+    assert_eq!(i["base_version"], "2.1.0");
+    assert!(i["version_from"].as_str().unwrap().starts_with("deep_ep/__init__.py:"), "{i}");
+    assert_eq!(i["extensions"], serde_json::json!(["deep_ep._C"]));
+    assert_eq!(p["source"]["version"], format!("2.1.0+{}", &v.rev[..7]));
+    assert_eq!(p["source"]["submodules"]["third-party/fmt"], v.fmt_rev.as_str());
+    assert!(i["needs"].as_array().unwrap().iter().any(|n| n == "NCCL"), "{i}");
+    // Names a grep for os.getenv misses: f-strings in find_pkgs.py, a loop in setup.py.
+    for name in ["EP_NCCL_ROOT_DIR", "NCCL_DIR", "EP_NVSHMEM_ROOT_DIR", "NVSHMEM_DIR"] {
+        let at = knob(p, name)["read_at"].as_array().unwrap();
+        assert!(at.iter().any(|a| a.as_str().unwrap().starts_with("deep_ep/utils/find_pkgs.py:")), "{name}: {at:?}");
+    }
+    for name in ["EP_JIT_CACHE_DIR", "EP_JIT_PRINT_COMPILER_COMMAND", "TOPK_IDX_BITS", "EP_NUM_TOPK_IDX_BITS"] {
+        assert!(!knob(p, name)["read_at"].as_array().unwrap().is_empty(), "{name} not found in the source");
+    }
+    assert_eq!(p["warnings"], serde_json::json!([]), "every read is in the table");
+    assert_eq!(p["run"]["env"]["EP_NCCL_ROOT_DIR"], v.nccl.to_str().unwrap());
+    assert_eq!(p["run"]["env_origin"]["EP_NCCL_ROOT_DIR"], "knob");
+    assert!(p["run"]["env"].get("HYBRID_EP_MULTINODE").is_none(), "no hybrid-ep knobs at an EPv2 revision: {p}");
+}
+
+/// A variant that needs HybridEP at an EPv2 revision is refused before any
+/// toolchain work or submodule fetch (here: no nvcc, no uv anywhere, and the
+/// registry toolchain asked for: still exit 2, nothing provisioned).
+#[test]
+fn a_multinode_variant_at_an_epv2_revision_exits_2_naming_the_hybrid_ep_branch() {
+    let Some(v) = v2() else { return };
+    let pins = v.pins(MULTINODE);
+    for extra in [&[][..], &["--toolchain", "registry"]] {
+        for cmd in ["plan", "build-wheel"] {
+            let mut args = vec![cmd, "--variant", "mn", "--pins", pins.to_str().unwrap()];
+            args.extend(extra);
+            let o = v.forge(&args).env("PATH", "/usr/bin:/bin").env_remove("CUDA_HOME").output().unwrap();
+            assert_eq!(o.status.code(), Some(2), "{cmd} {extra:?}: {}", stderr(&o));
+            let e = stderr(&o);
+            assert!(e.contains("variant `mn` is multinode") && e.contains("needs HybridEP (hybrid_ep_cpp)"), "{e}");
+            assert!(e.contains("`main` interface") && e.contains("`hybrid-ep` branch"), "{e}");
+            assert!(e.contains("pins-v2.toml:"), "names the variant's line: {e}");
+        }
+    }
+    assert!(!v.lab.cache.join("toolchains").exists(), "nothing provisioned");
+    assert!(!v.lab.cache.join("tmp").exists() || std::fs::read_dir(v.lab.cache.join("tmp")).unwrap().next().is_none());
+}
+
+/// The fixture builds: version from `__init__.py`, the fmt header from the
+/// submodule compiled in, NCCL and NVSHMEM linked, the EP_* baked into
+/// deep_ep/envs.py; the static probe says it is an EPv2 wheel and which rules
+/// apply. Without NCCL, the preflight refuses before compiling.
+#[test]
+fn epv2_builds_with_its_submodule_and_the_probe_recognises_deep_ep_c() {
+    let Some(v) = v2() else { return };
+    let pins = v.pins(SINGLE_V2);
+    let pins = pins.to_str().unwrap();
+    let o = v.forge(&["build-wheel", "--variant", "v2", "--pins", pins, "--format", "json"]).output().unwrap();
+    let r = json(&o);
+    let res = &r["results"][0];
+    assert_eq!(res["status"], "built", "{r}");
+    assert_eq!(res["version"], format!("2.1.0+{}", &v.rev[..7]));
+    let wheel = Path::new(res["wheel"].as_str().unwrap());
+    let wheel = if wheel.is_absolute() { wheel.to_path_buf() } else { v.lab.dir.path().join(wheel) };
+    let members = zip_members(&wheel);
+    let ext = members.iter().find(|m| m.starts_with("deep_ep/_C.") && m.ends_with(".so")).expect("deep_ep/_C*.so");
+    let so = member(&wheel, ext);
+    assert!(contains(&so, b"fmt-like-submodule-1"), "the submodule's header was not compiled in");
+    assert!(contains(&so, b"forge-ptx-mode=conservative"), "DISABLE_AGGRESSIVE_PTX_INSTRS defaults to 1");
+    let envs = String::from_utf8(member(&wheel, "deep_ep/envs.py")).unwrap();
+    assert!(envs.contains(&format!("persistent_envs['EP_NCCL_ROOT_DIR'] = '{}'", v.nccl.display())), "{envs}");
+    let prov: serde_json::Value = serde_json::from_slice(&member(
+        &wheel,
+        members.iter().find(|m| m.ends_with(".dist-info/deepep-forge-provenance.json")).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(prov["source"]["submodules"]["third-party/fmt"], v.fmt_rev.as_str());
+    assert_eq!(prov["build"]["interface"], "main");
+    assert_eq!(prov["variant"]["env"]["EP_NCCL_ROOT_DIR"], v.nccl.to_str().unwrap());
+
+    let o = bin()
+        .args(["probe", "--wheel"])
+        .arg(&wheel)
+        .args(["--preset", "h100-8g", "--format", "json"])
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)));
+    let checks = j["checks"].as_array().unwrap_or_else(|| panic!("{j}"));
+    let rule = |id: &str| checks.iter().find(|c| c["rule"] == id).unwrap_or_else(|| panic!("{id}: {j}"));
+    assert_eq!(rule("interface")["status"], "pass", "{j}");
+    assert!(rule("interface")["evidence"].as_str().unwrap().contains("EPv2"), "{j}");
+    assert_eq!(rule("hybrid-ep-present")["status"], "skip", "{j}");
+
+    // The same variant without NCCL: exit 3 before compiling.
+    let pins = v.pins(&SINGLE_V2.replace("env = { EP_NCCL_ROOT_DIR = \"{nccl}\" }\n", ""));
+    let o =
+        v.forge(&["build-wheel", "--variant", "v2", "--pins", pins.to_str().unwrap(), "--no-cache"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("needs NCCL") && stderr(&o).contains("nvidia-nccl-cu13"), "{}", stderr(&o));
+}
+
+fn zip_members(wheel: &Path) -> Vec<String> {
+    let zip = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
+    zip.file_names().map(String::from).collect()
+}
+
+fn member(wheel: &Path, name: &str) -> Vec<u8> {
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
+    let mut f = zip.by_name(name).unwrap();
+    let mut v = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut v).unwrap();
+    v
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `pin set` reads the version the build at the new revision gives: an EPv2
+/// source's label is `2.1.0+<short>`, from `deep_ep/__init__.py`.
+#[test]
+fn pin_set_writes_the_epv2_label() {
+    let Some(v) = v2() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::copy(root().join("tests/fixtures/consumer-unified/pyproject.toml"), d.path().join("pyproject.toml"))
+        .unwrap();
+    std::fs::copy(root().join("pins.toml"), d.path().join("pins.toml")).unwrap();
+    let o = forge(d.path(), &["pin", "set", &v.rev, "--source", v.repo.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let short = git(&v.repo, &["rev-parse", "--short", &v.rev]).trim().to_string();
+    let py = std::fs::read_to_string(d.path().join("pyproject.toml")).unwrap();
+    assert!(py.contains(&format!("version = \"2.1.0+{short}\"")), "{py}");
+    let pins = std::fs::read_to_string(d.path().join("pins.toml")).unwrap();
+    assert!(pins.contains("base_version = \"2.1.0\""), "{pins}");
+}
