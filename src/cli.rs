@@ -50,6 +50,10 @@ pub enum Command {
     /// Container images: generate the buildx bake file from pins.toml, build images.
     #[command(subcommand)]
     Docker(crate::docker::DockerCommand),
+    /// Tell where two wheels differ: members, zip metadata, ELF sections and symbols, text lines.
+    Diff(crate::repro::DiffArgs),
+    /// Rebuild a wheel from its own provenance and compare byte for byte (exit 0 identical, 1 not).
+    Verify(crate::repro::VerifyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,6 +148,8 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Cache(c) => crate::cache::run(c),
         Command::Probe(a) => crate::probe::run(a),
         Command::Docker(c) => crate::docker::run(c),
+        Command::Diff(a) => crate::repro::diff(a),
+        Command::Verify(a) => crate::repro::verify(a),
     }
 }
 

@@ -133,10 +133,22 @@ pub fn table(b: Branch) -> &'static [Knob] {
     }
 }
 
-/// Variables a build may read that the plan itself owns (the toolchain's):
-/// reading them is no knob.
-pub const PLAN_OWNED: [&str; 9] =
-    ["CUDA_HOME", "CUDA_PATH", "CXX", "CC", "CUDAHOSTCXX", "MAX_JOBS", "PATH", "HOME", "SOURCE_DATE_EPOCH"];
+/// Variables a build may read that the plan itself owns (the toolchain's, and
+/// the compiler hooks `build::canon` sets: PYTORCH_NVCC as torch reads it, NVCC
+/// as NCCL's makefiles do): reading them is no knob.
+pub const PLAN_OWNED: [&str; 11] = [
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CXX",
+    "CC",
+    "CUDAHOSTCXX",
+    "MAX_JOBS",
+    "PATH",
+    "HOME",
+    "SOURCE_DATE_EPOCH",
+    "PYTORCH_NVCC",
+    "NVCC",
+];
 
 /// The extension modules each interface builds.
 pub fn extensions(b: Branch) -> &'static [&'static str] {

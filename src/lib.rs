@@ -2,6 +2,7 @@
 //!
 //! See ARCHITECTURE.md for the map. The CLI lives in [`cli`]; every job is a
 //! module with an `Args` type and a function returning `Result<error::Exit>`.
+pub mod attest;
 pub mod build;
 pub mod cache;
 pub mod cli;
@@ -18,6 +19,7 @@ pub mod pinset;
 pub mod probe;
 pub mod process;
 pub mod provenance;
+pub mod repro;
 pub mod runtime;
 pub mod topology;
 pub mod verdict;

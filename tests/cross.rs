@@ -190,7 +190,10 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     let env = &arm["run"]["env"];
     assert_eq!(env["_PYTHON_HOST_PLATFORM"], "linux-aarch64");
     assert_eq!(env["_PYTHON_SYSCONFIGDATA_NAME"], "_sysconfigdata__aarch64-linux-gnu");
-    assert!(env["CXX"].as_str().unwrap().ends_with("/bin/aarch64-linux-gnu-g++"), "{env}");
+    // CXX may be the build root's compiler hook (sccache), which runs the toolchain's CXX: the cross wrapper.
+    let cxx = arm["toolchain"]["compilers"]["CXX"]["path"].as_str().unwrap();
+    assert!(cxx.ends_with("/bin/aarch64-linux-gnu-g++"), "{cxx}");
+    assert!(env["CC"].as_str().unwrap().ends_with("/bin/aarch64-linux-gnu-gcc"), "{env}");
     assert!(env["LDSHARED"].as_str().unwrap().ends_with("/bin/aarch64-linux-gnu-g++ -shared"), "{env}");
     assert_eq!(arm["portable"]["env"]["_PYTHON_HOST_PLATFORM"], "linux-aarch64", "keyed");
     assert_eq!(arm["toolchain"]["platform"], "linux-aarch64");

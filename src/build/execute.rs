@@ -94,24 +94,47 @@ fn from_cache(
 
 /// Preflight, fresh checkout, the plan's command, checks, relocation, stamping, publishing.
 fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Result<Delivered> {
-    let started = provenance::now_secs();
     let tc =
         pl.toolchain().ok_or_else(|| Failure::env(format!("the plan of `{}` has no toolchain", pl.variant.name)))?;
-    preflight::check(pl, tc, t.cache_dir)?;
-    // The plan's build folder, a locked staging folder of the cache (removed when dropped).
     let store = Cache::at(t.cache_dir);
-    let build = store.stage_at(pl.build_dir())?;
+    // The plan's build folder: the canonical build root (waited for, emptied, its links and
+    // compiler wrappers installed; the cache entry is staged in the cache), or a locked
+    // staging folder of the cache. Removed when dropped. The links exist before the
+    // preflight, which looks for tools next to the Python.
+    let (root, build) = match &pl.hooks {
+        Some(h) => {
+            let r = super::canon::BuildRoot::acquire(pl.build_dir())?;
+            h.install(&r.root)?;
+            (Some(r), store.stage()?)
+        }
+        None => (None, store.stage_at(pl.build_dir())?),
+    };
+    preflight::check(pl, tc, t.cache_dir)?;
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
     check_interrupted()?;
     std::fs::create_dir_all(pl.dist())?;
     std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
-    crate::process::Cmd::exact(
+    let ran = crate::process::Cmd::exact(
         &pl.run.argv,
         &pl.run.cwd,
         &pl.run.env,
         format!("building {} ({})", pl.variant.name, pl.source.version),
     )?
-    .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name))?;
+    .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name));
+    if let (Some(h), Some(r)) = (&pl.hooks, &root) {
+        let stats = h.finish(&r.root);
+        if let (Some(st), Some(dir)) = (stats, &h.compiler_cache) {
+            notes.push(format!(
+                "compiler cache {}: {} hits, {} misses, {} not cacheable (of {} compile requests)",
+                dir.display(),
+                st.hits,
+                st.misses,
+                st.not_cacheable,
+                st.requests
+            ));
+        }
+    }
+    ran?;
 
     let built = single_wheel(&pl.dist())?;
     let file_name = built.file_name().context("wheel file name")?.to_string_lossy().into_owned();
@@ -159,11 +182,12 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         changes.replace.insert(m.clone(), std::fs::read(&f)?);
         check_interrupted()?;
     }
-    let prov = provenance_of(pl, key.as_str(), &short, &patches, started);
+    let prov = provenance_of(pl, key.as_str(), &short, &patches);
     changes.add_dist_info.insert(provenance::FILE_NAME.into(), serde_json::to_vec_pretty(&prov)?);
     let stage = build.path().join("entry");
     std::fs::create_dir(&stage)?;
     stamp::stamp(&built, &stage.join(&file_name), &changes)?;
+    drop(root);
     check_interrupted()?;
     if let Some(x) = &tc.cross {
         let checked = super::cross::check_wheel(&stage.join(&file_name), x, build.path())?;
@@ -206,21 +230,15 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
 
 /// The provenance document of a build of `pl`: every value from the plan
 /// (its path-free form), plus what only the build knows (the tree's short
-/// sha, the patches, the times).
-pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch], started: i64) -> Provenance {
+/// sha, the patches). No wall-clock time and no machine path: a rebuild gives
+/// the same document (the build report keeps the times).
+pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Provenance {
     let tc = pl.toolchain();
     Provenance {
         schema: provenance::SCHEMA,
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
         source: provenance::SourceInfo {
-            // Path-free: a local `--source` is `${source}`.
-            repo: pl.roots.portable(
-                &pl.source
-                    .snapshot_of
-                    .as_ref()
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| pl.source.repo.clone()),
-            ),
+            repo: path_free_repo(&pl.source.repo, pl.source.snapshot_of.as_deref()),
             rev: pl.source.rev.clone(),
             branch: pl.source.branch.clone(),
             short: short.to_string(),
@@ -236,19 +254,16 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch], start
                 torch: t.torch.clone(),
                 cuda: Some(t.torch_cuda.clone().unwrap_or_else(|| t.cuda_major_minor())),
                 nvcc: Some(t.nvcc_version.clone()),
-                cxx: t.compilers.get("CXX").map(|c| pl.roots.portable_path(&c.path)),
+                cxx: None,
                 cxx_version: t.compilers.get("CXX").map(|c| c.version.clone()),
+                sccache: pl.hooks.as_ref().map(|h| h.sccache_version.clone()),
                 packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
                 cross: t.cross.as_ref().map(super::cross::Sysroot::provenance),
             },
             None => provenance::ToolchainInfo::default(),
         },
         host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
-        times: provenance::Times {
-            started: provenance::rfc3339(started),
-            finished: provenance::rfc3339(provenance::now_secs()),
-            source_date_epoch: pl.source.source_date_epoch,
-        },
+        times: provenance::Times { started: None, finished: None, source_date_epoch: pl.source.source_date_epoch },
         cache_key: key.to_string(),
         build: Some(provenance::BuildInfo {
             interface: pl.interface.branch.as_str().into(),
@@ -257,6 +272,18 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch], start
         }),
         patches: patches.to_vec(),
     }
+}
+
+/// The source as provenance records it, without machine paths: a URL as it is,
+/// a local repository or snapshotted folder by its folder name (`local:<name>`).
+fn path_free_repo(repo: &str, snapshot_of: Option<&Path>) -> String {
+    let url_like = repo.contains("://") || repo.starts_with("git@");
+    if url_like && snapshot_of.is_none() {
+        return repo.to_string();
+    }
+    let local = snapshot_of.unwrap_or(Path::new(repo));
+    let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "source".into());
+    format!("local:{name}")
 }
 
 /// PEP 440 equality: setuptools normalises a short sha of digits only as a

@@ -5,6 +5,7 @@
 //! preflight, checkout, the plan's command, checks, relocation, provenance),
 //! `deliver` (`--out`, SHA256SUMS, report). Must not parse consumer
 //! lockfiles or touch a GPU.
+pub mod canon;
 pub mod cross;
 pub mod deliver;
 pub mod execute;
@@ -69,6 +70,16 @@ pub struct Common {
     /// Build without reading or writing the wheel cache (git mirrors and logs still live there).
     #[arg(long)]
     pub no_cache: bool,
+    /// Compiler cache (sccache) folder, shareable by a cluster: a warm cache makes a
+    /// rebuild, or another variant that shares sources, cheap. Without DIR:
+    /// `<cache>/sccache`. Also `DEEPEP_FORGE_COMPILER_CACHE` or `compiler-cache = "DIR"`
+    /// in `$XDG_CONFIG_HOME/deepep-forge/config.toml` (never pins.toml). The wheel's bytes
+    /// and its cache key are the same with and without it.
+    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    pub compiler_cache: Option<Option<PathBuf>>,
+    /// No compiler cache, whatever the environment or the user config say.
+    #[arg(long, conflicts_with = "compiler_cache")]
+    pub no_compiler_cache: bool,
     #[command(flatten)]
     pub remote: remote::RemoteArgs,
     /// Parallel compile jobs (MAX_JOBS), 1 to 4096. Default: the number of CPU cores.
@@ -241,6 +252,18 @@ fn print_plan(pl: &Plan, cached: bool) {
             }
         }
     }
+    if let Some(h) = &pl.hooks {
+        println!(
+            "  build root  {} (the same path on every machine, one build at a time; links: {})",
+            pl.build_dir().display(),
+            h.links.iter().map(|(n, t)| format!("{n} -> {}", t.display())).collect::<Vec<_>>().join(", ")
+        );
+        println!(
+            "  hooks       nvcc and C++ compiles through sccache {} (per-unit --frandom-seed, -ffile-prefix-map); compiler cache: {}",
+            h.sccache_version,
+            h.compiler_cache.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "off".into())
+        );
+    }
     println!("  cwd         {}", pl.run.cwd.display());
     println!("  command     {}", pl.run.argv.join(" "));
     println!(
@@ -253,6 +276,40 @@ fn print_plan(pl: &Plan, cached: bool) {
         None => println!("  cache key   unknown: {}", pl.cache_key_unknown.as_deref().unwrap_or("-")),
     }
     println!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
+}
+
+/// Build every planned variant without printing (`verify` rebuilds this way).
+pub fn build_quiet(c: &Common) -> Result<Vec<Outcome>> {
+    let remote = c.remote.connect(c.no_cache)?;
+    let p = make_plans(c, Mode::Build)?;
+    Cache::at(&p.cache_dir).clean_stale()?;
+    let target =
+        execute::Target { cache_dir: &p.cache_dir, out: &c.out, no_cache: c.no_cache, remote: remote.as_ref() };
+    let mut out = Vec::new();
+    for pl in &p.plans {
+        let t0 = Instant::now();
+        let mut notes = Vec::new();
+        let d = execute::execute(pl, &target, &mut notes)?;
+        out.push(outcome(pl, d, t0, notes));
+    }
+    Ok(out)
+}
+
+fn outcome(pl: &Plan, d: execute::Delivered, t0: Instant, notes: Vec<String>) -> Outcome {
+    Outcome {
+        variant: pl.variant.name.clone(),
+        status: d.status.into(),
+        wheel: d.wheel,
+        sha256: d.entry.sha256,
+        size: d.entry.size,
+        version: d.entry.version,
+        cache_key: d.entry.key,
+        seconds: t0.elapsed().as_secs_f64(),
+        log: d.log,
+        dropped_env: pl.dropped_env.clone(),
+        patches: d.patches,
+        notes,
+    }
 }
 
 /// `deepep-forge build-wheel`: execute each plan (exit 3 without a toolchain).
@@ -273,20 +330,7 @@ pub fn build(args: BuildArgs) -> Result<Exit> {
             pl.toolchain().and_then(|t| t.registry.as_ref()).map(|r| r.notes.clone()).unwrap_or_default();
         notes.extend(pl.warnings.iter().map(|w| format!("warning: {w}")));
         let d = execute::execute(pl, &target, &mut notes)?;
-        let o = Outcome {
-            variant: pl.variant.name.clone(),
-            status: d.status.into(),
-            wheel: d.wheel,
-            sha256: d.entry.sha256,
-            size: d.entry.size,
-            version: d.entry.version,
-            cache_key: d.entry.key,
-            seconds: t0.elapsed().as_secs_f64(),
-            log: d.log,
-            dropped_env: pl.dropped_env.clone(),
-            patches: d.patches,
-            notes,
-        };
+        let o = outcome(pl, d, t0, notes);
         if c.format != Format::Json {
             print_outcome(&o);
         }

@@ -197,6 +197,9 @@ pub struct Plan {
     /// The source's setup.py imports torch (then the Python must have it).
     pub needs_torch: bool,
     pub portable: Portable,
+    /// The canonical build root's links and compiler wrappers (`canon`), installed by the build.
+    #[serde(default)]
+    pub hooks: Option<super::canon::Hooks>,
     /// sha256 of the canonical path-free plan; None when it depends on what is not known yet.
     pub cache_key: Option<String>,
     /// Why `cache_key` is None.
@@ -500,6 +503,7 @@ mod tests {
             }),
             needs_torch: false,
             portable: Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
+            hooks: None,
             cache_key: None,
             cache_key_unknown: None,
             outputs: Outputs { out_dir: PathBuf::from("/o"), cache_entry: None, log: PathBuf::from("/c/cache/logs/x") },

@@ -133,7 +133,18 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
             }
             cross_tc.as_ref().expect("set above")
         };
-        plans.push(plan_variant(&ctx, v, p, knob_env, tc, jobs, c.no_cache, &caller)?);
+        let mut plan = plan_variant(&ctx, v, p, knob_env, tc, jobs, c.no_cache, &caller)?;
+        // The canonical build root, its links and the compiler hooks (repro's `canon`).
+        let compiler_cache = super::canon::compiler_cache(c.compiler_cache.clone(), c.no_compiler_cache, &cache_dir)?;
+        super::canon::apply(&mut plan, compiler_cache, mode == Mode::Build)?;
+        let tag = plan.cache_key.as_deref().map(|k| k[..12].to_string()).unwrap_or_else(|| "unknown".into());
+        plan.outputs.log = cache_dir.join("logs").join(format!("{}-{tag}.log", v.name));
+        plan.outputs.cache_entry = plan
+            .cache_key
+            .as_deref()
+            .filter(|_| !c.no_cache)
+            .map(|k| crate::cache::Cache::at(&cache_dir).wheels_dir().join(k));
+        plans.push(plan);
     }
     Ok(Planned { cache_dir, plans, skipped })
 }
@@ -433,6 +444,7 @@ fn plan_variant(
         toolchain: tc.clone(),
         needs_torch: p.needs_torch,
         portable: plan::Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
+        hooks: None,
         cache_key: None,
         cache_key_unknown: None,
         outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },

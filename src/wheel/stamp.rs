@@ -1,7 +1,8 @@
 //! Rewriting a wheel: replace some members (patched ELF files), add files to
 //! its `.dist-info/` (the provenance document), and write RECORD again by the
 //! spec. Unchanged members are copied byte for byte (zip raw copy, their RECORD
-//! lines kept); `.dist-info/` comes last and RECORD last of all; signatures
+//! lines kept) with their time set to SOURCE_DATE_EPOCH and their mode to
+//! 0644/0755; members are sorted by name, `.dist-info/` last and RECORD last of all; signatures
 //! (`RECORD.jws`, `RECORD.p7s`) are dropped because the content changed.
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -80,8 +81,12 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
     let dropped = [record_path.clone(), format!("{di}/RECORD.jws"), format!("{di}/RECORD.p7s")];
     // Members in output order: the package first, then .dist-info.
     let names: Vec<String> = zin.file_names().map(String::from).collect();
+    // Sorted by name (the file system's listing order, which setuptools follows, varies).
     let mut order: Vec<usize> = (0..names.len()).filter(|i| !dropped.contains(&names[*i])).collect();
-    order.sort_by_key(|i| names[*i].starts_with(&format!("{di}/")));
+    order.sort_by(|a, b| {
+        let key = |i: &usize| (names[*i].starts_with(&format!("{di}/")), names[*i].as_str());
+        key(a).cmp(&key(b))
+    });
 
     let out = File::create_new(output).with_context(|| format!("creating {}", output.display()))?;
     let mut zout = zip::ZipWriter::new(BufWriter::with_capacity(1 << 20, out));
@@ -91,7 +96,7 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         check_interrupted()?;
         let name = &names[i];
         if let Some(data) = changes.replace.get(name) {
-            let mode = zin.by_index_raw(i)?.unix_mode().unwrap_or(0o644);
+            let mode = normal_mode(zin.by_index_raw(i)?.unix_mode());
             let opts = SimpleFileOptions::default()
                 .compression_method(zip::CompressionMethod::Deflated)
                 .last_modified_time(time)
@@ -107,13 +112,15 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
             continue;
         }
         let f = zin.by_index_raw(i)?;
+        // Time and mode as every build gives them: SOURCE_DATE_EPOCH, 0644/0755 (not the umask's).
+        let mode = normal_mode(f.unix_mode());
         if f.is_dir() {
-            zout.raw_copy_file(f)?;
+            zout.raw_copy_file_touch(f, time, Some(0o755))?;
             continue;
         }
         let e = old_record.get(name).filter(|e| e.hash.is_some()).cloned();
         let e = e.with_context(|| format!("{} is not in {record_path} with a hash; the wheel is malformed", name))?;
-        zout.raw_copy_file(f)?;
+        zout.raw_copy_file_touch(f, time, Some(mode))?;
         new_record.push(e);
     }
     for (file, data) in &changes.add_dist_info {
@@ -138,6 +145,15 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
     zout.write_all(record::write(&new_record).as_bytes())?;
     zout.finish()?.flush()?;
     Ok(())
+}
+
+/// 0755 when any execute bit is set, else 0644: a member's mode does not depend on the umask.
+fn normal_mode(mode: Option<u32>) -> u32 {
+    if mode.is_some_and(|m| m & 0o111 != 0) {
+        0o755
+    } else {
+        0o644
+    }
 }
 
 fn zip_time(epoch: i64) -> zip::DateTime {

@@ -83,6 +83,17 @@ impl Lab {
         self.site.join("nvidia/nvshmem")
     }
 
+    /// `p` (inside the lab's build venv) as a build sees it: through the
+    /// canonical build root's `python/` link.
+    pub fn in_build_root(&self, p: &Path) -> PathBuf {
+        let venv = self.dir.path().join("build-venv");
+        let root = Path::new(deepep_forge::build::canon::CANONICAL_ROOT).join("python");
+        match p.strip_prefix(&venv) {
+            Ok(rest) => root.join(rest),
+            Err(_) => p.to_path_buf(),
+        }
+    }
+
     /// Write a pins file for `rev` with `variants` (see [`SINGLE`]). Its repo
     /// is DeepEP's URL (a pins file names only remote repositories); the lab's
     /// local repository is passed as `--source` by [`Lab::forge`].

@@ -22,6 +22,12 @@ pub(super) struct Tools {
     cuda_home: PathBuf,
 }
 
+impl Tools {
+    pub(super) fn cuda_home(&self) -> &Path {
+        &self.cuda_home
+    }
+}
+
 pub(super) fn tools() -> Result<Tools> {
     let venv = std::env::var_os("DEEPEP_FORGE_TOOLS")
         .map(PathBuf::from)

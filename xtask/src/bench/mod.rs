@@ -4,6 +4,7 @@ use anyhow::Result;
 use deepep_forge::error::Exit;
 
 mod build;
+mod compiler_cache;
 mod lock;
 mod probe;
 mod runtime;
@@ -14,6 +15,9 @@ pub struct BenchArgs {
     /// Which benchmark.
     #[arg(value_enum)]
     pub which: Which,
+    /// Options of `build-cache` (real DeepEP instead of the fixture, a second variant).
+    #[command(flatten)]
+    pub cache: compiler_cache::CacheBenchArgs,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -30,6 +34,9 @@ pub enum Which {
     Runtime,
     /// `probe --wheel` (every member read once, RECORD hashes, ELF/fatbin parsing) vs `unzip -p` of the same wheel.
     ProbeWheel,
+    /// Rebuild with a warm compiler cache vs a fresh build (wheel cache off), a second variant
+    /// after the first vs fresh, and the sha256 of every build (folders, cache on/off).
+    BuildCache,
     /// Provisioning the registry toolchain (`plan --toolchain registry`, empty cache) vs `uv venv` + `uv pip install` of the same packages by hand.
     Toolchain,
 }
@@ -48,6 +55,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::Runtime => return runtime::run(),
         Which::ProbeWheel => return probe::run_bench(),
         Which::Toolchain => toolchain::run()?,
+        Which::BuildCache => compiler_cache::run(args.cache)?,
     }
     Ok(Exit::Ok)
 }

