@@ -535,9 +535,9 @@ fn lib64(cu: &Path, lib64: &Path, gcc: &Path, stage: &Path) -> Result<usize> {
 /// end or a separator: `torch` never matches `torchgen`).
 fn write_wrapper(path: &Path, real: &Path, map: &[(String, String)]) -> Result<()> {
     let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
-    let (pat, exact): (Vec<&(String, String)>, Vec<&(String, String)>) =
-        map.iter().partition(|(h, _)| h.starts_with(SITE_PATTERN));
-    let pairs = |v: &[&(String, String)], strip: usize| -> String {
+    type Pair = (String, String);
+    let (pat, exact): (Vec<&Pair>, Vec<&Pair>) = map.iter().partition(|(h, _)| h.starts_with(SITE_PATTERN));
+    let pairs = |v: &[&Pair], strip: usize| -> String {
         v.iter().map(|(h, t)| format!("{} {}", q(&h[strip..]), q(t))).collect::<Vec<_>>().join(" ")
     };
     let text = format!(
