@@ -238,11 +238,7 @@ fn diff_summary(old: &str, new: &str) -> Vec<String> {
 fn bake(a: BakeArgs) -> Result<Exit> {
     let pins = Pins::load(&a.pins)?;
     let text = bake_json(&pins, &pins_in_context(&a.pins)?)?;
-    let current = match std::fs::read_to_string(&a.out) {
-        Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("reading {}", a.out.display())),
-    };
+    let current = crate::input::read_text_opt(&a.out, "bake file", crate::input::cap::TEXT)?;
     let fix = format!("deepep-forge docker bake --pins {} --out {}", a.pins.display(), a.out.display());
     let (status, changes) = match &current {
         Some(t) if *t == text => ("up-to-date", Vec::new()),
@@ -326,7 +322,7 @@ fn build(a: BuildArgs) -> Result<Exit> {
         pins.variant(v)?;
     }
     let expected = bake_json(&pins, &pins_in_context(&a.pins)?)?;
-    let current = std::fs::read_to_string(&a.file).ok();
+    let current = crate::input::read_text_opt(&a.file, "bake file", crate::input::cap::TEXT)?;
     if current.as_deref() != Some(expected.as_str()) {
         return Err(Failure::usage(format!(
             "{} is {} {}: building from it would not build what pins.toml says",

@@ -70,7 +70,10 @@ impl FromStr for Arch {
         match s {
             "x86_64" | "amd64" => Ok(Arch::X86_64),
             "aarch64" | "arm64" => Ok(Arch::Aarch64),
-            other => Err(format!("unknown architecture `{other}`: expected `x86_64` or `aarch64`")),
+            other => Err(format!(
+                "unknown architecture `{}`: expected `x86_64` or `aarch64`",
+                crate::input::excerpt(other, 40)
+            )),
         }
     }
 }
@@ -182,7 +185,12 @@ impl fmt::Display for CudaArch {
 impl FromStr for CudaArch {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("`{s}` is not a CUDA arch: expected forms like `9.0`, `10.0`, `9.0a`, `10.0+PTX`");
+        let bad = || {
+            format!(
+                "`{}` is not a CUDA arch: expected forms like `9.0`, `10.0`, `9.0a`, `10.0+PTX`",
+                crate::input::excerpt(s, 40)
+            )
+        };
         let (body, ptx) = match s.strip_suffix("+PTX") {
             Some(b) => (b, true),
             None => (s, false),
@@ -245,7 +253,7 @@ impl FromStr for ArchList {
         for it in items {
             let a: CudaArch = it.parse()?;
             if out.iter().any(|o| o.major == a.major && o.minor == a.minor && o.suffix == a.suffix) {
-                return Err(format!("`{it}` appears twice in the arch list"));
+                return Err(format!("`{}` appears twice in the arch list", crate::input::excerpt(it, 40)));
             }
             out.push(a);
         }
@@ -549,7 +557,7 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             s.base_version.span(),
             format!(
                 "base_version `{}` is not a PEP 440 version without a local part (expected e.g. \"1.2.1\")",
-                s.base_version.get_ref()
+                crate::input::excerpt(s.base_version.get_ref(), 80)
             ),
         ));
     }
@@ -566,7 +574,13 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         let rev = p.get_ref().rev.get_ref().clone();
         let rspan = p.get_ref().rev.span();
         if !is_full_sha(&rev) {
-            return Err(err(rspan, format!("rev `{rev}` is not a full commit: expected 40 lowercase hex characters")));
+            return Err(err(
+                rspan,
+                format!(
+                    "rev `{}` is not a full commit: expected 40 lowercase hex characters",
+                    crate::input::excerpt(&rev, 80)
+                ),
+            ));
         }
         pins.insert(arch, Pin { arch, rev, line: line_col(text, rspan.start).0 });
     }
@@ -584,7 +598,10 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             if pep440_rs::Version::from_str(t.torch.get_ref()).is_err() {
                 return Err(err(
                     t.torch.span(),
-                    format!("toolchain.torch `{}` is not a PEP 440 version", t.torch.get_ref()),
+                    format!(
+                        "toolchain.torch `{}` is not a PEP 440 version",
+                        crate::input::excerpt(t.torch.get_ref(), 80)
+                    ),
                 ));
             }
             let c = t.cuda.get_ref();
@@ -597,7 +614,10 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             if !ok {
                 return Err(err(
                     t.cuda.span(),
-                    format!("toolchain.cuda `{c}`: expected CUDA major.minor, e.g. \"13.0\""),
+                    format!(
+                        "toolchain.cuda `{}`: expected CUDA major.minor, e.g. \"13.0\"",
+                        crate::input::excerpt(c, 80)
+                    ),
                 ));
             }
             // A version only: an interpreter path would be a program a pull request chooses
@@ -662,7 +682,10 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         if !valid_name {
             return Err(err(
                 v.name.span(),
-                format!("variant name `{name}`: expected lowercase letters, digits, `-` and `_`"),
+                format!(
+                    "variant name `{}`: expected lowercase letters, digits, `-` and `_`",
+                    crate::input::excerpt(&name, 80)
+                ),
             ));
         }
         if let Some(prev) = variants.iter().find(|p| p.name == name) {
@@ -685,7 +708,12 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             Some(t) => match t.get_ref().as_str() {
                 "doca" => Transport::Doca,
                 "nixl" => Transport::Nixl,
-                other => return Err(err(t.span(), format!("transport `{other}`: expected \"doca\" or \"nixl\""))),
+                other => {
+                    return Err(err(
+                        t.span(),
+                        format!("transport `{}`: expected \"doca\" or \"nixl\"", crate::input::excerpt(other, 40)),
+                    ))
+                }
             },
         };
         if !v.multinode && transport == Transport::Nixl {

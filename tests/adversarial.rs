@@ -13,11 +13,20 @@ const REPO_LINE: &str = "repo = \"https://github.com/deepseek-ai/DeepEP.git\"";
 const RDMA_REPO_LINE: &str = "repo = \"https://github.com/linux-rdma/rdma-core.git\"";
 const PYPROJECT: &str = include_str!("fixtures/consumer-unified/pyproject.toml");
 const UVLOCK: &str = include_str!("fixtures/consumer-unified/uv.lock");
+const SPLIT_PY: &str = include_str!("fixtures/consumer-split/pyproject.toml");
+const SPLIT_LOCK: &str = include_str!("fixtures/consumer-split/uv.lock");
 const REV: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+
+/// `text` with the first `from` replaced by `to`; `from` must be there (a
+/// case whose edit silently did nothing would test the shipped file instead).
+fn swap(text: &str, from: &str, to: &str, n: usize) -> String {
+    assert!(text.contains(from), "the shipped pins.toml no longer holds {from:?}");
+    text.replacen(from, to, n)
+}
 
 /// The shipped pins with `source.repo` replaced by a TOML string literal.
 fn pins_repo(literal: &str) -> String {
-    PINS.replacen(REPO_LINE, &format!("repo = {literal}"), 1)
+    swap(PINS, REPO_LINE, &format!("repo = {literal}"), 1)
 }
 
 fn fifo(p: &Path) {
@@ -173,50 +182,50 @@ fn pins_cases() -> Vec<Case> {
             .says("pins-\u{fffd}.toml"),
         Case::new("pins: NUL bytes").file("pins.toml", "schema = 1\0\n").args(&["pins", "check"]).says("pins.toml:"),
         Case::new("pins: schema 99")
-            .file("pins.toml", PINS.replacen("schema = 2", "schema = 99", 1))
+            .file("pins.toml", swap(PINS, "schema = 2", "schema = 99", 1))
             .args(&["pins", "check"])
             .says("schema = 99"),
         Case::new("pins: rev is an option")
-            .file("pins.toml", PINS.replacen(&format!("rev = \"{REV}\""), "rev = \"--output=x\"", 1))
+            .file("pins.toml", swap(PINS, &format!("rev = \"{REV}\""), "rev = \"--output=x\"", 1))
             .args(&["pins", "check"])
             .says("not a full commit"),
+        Case::new("pins: a 1 MB rev is quoted cut")
+            .file(
+                "pins.toml",
+                swap(PINS, &format!("rev = \"{REV}\""), &format!("rev = \"{}\"", "z".repeat(1 << 20)), 1),
+            )
+            .args(&["pins", "check"])
+            .says("more bytes")
+            .hides(&"z".repeat(200)),
         Case::new("pins: unknown key")
-            .file("pins.toml", PINS.replacen("[source]", "[source]\nupload_pack = \"x\"", 1))
+            .file("pins.toml", swap(PINS, "[source]", "[source]\nupload_pack = \"x\"", 1))
             .args(&["pins", "check"])
             .says("unknown field"),
         Case::new("pins: variant name with a path")
-            .file("pins.toml", PINS.replacen("name = \"h100\"", "name = \"../../h100\"", 1))
+            .file("pins.toml", swap(PINS, "name = \"h100\"", "name = \"../../h100\"", 1))
             .args(&["pins", "check"])
             .says("variant name"),
         Case::new("pins: variant name is an option")
-            .file("pins.toml", PINS.replacen("name = \"h100\"", "name = \"--output\"", 1))
+            .file("pins.toml", swap(PINS, "name = \"h100\"", "name = \"--output\"", 1))
             .args(&["pins", "check"])
             .says("variant name"),
         Case::new("pins: number past u32")
             .file(
                 "pins.toml",
-                PINS.replacen(
-                    "nodes = 1, gpus_per_node = 8, ep = 8",
-                    "nodes = 99999999999, gpus_per_node = 8, ep = 8",
-                    1,
-                ),
+                swap(PINS, "nodes = 1, gpus_per_node = 8, ep = 8", "nodes = 99999999999, gpus_per_node = 8, ep = 8", 1),
             )
             .args(&["pins", "check"])
             .says("pins.toml:"),
         Case::new("pins: topology product does not wrap")
             .file(
                 "pins.toml",
-                PINS.replacen(
-                    "nodes = 1, gpus_per_node = 8, ep = 8",
-                    "nodes = 65536, gpus_per_node = 65536, ep = 8",
-                    1,
-                ),
+                swap(PINS, "nodes = 1, gpus_per_node = 8, ep = 8", "nodes = 65536, gpus_per_node = 65536, ep = 8", 1),
             )
             .args(&["pins", "check"])
             .exit(0)
             .says("ok"),
         Case::new("pins: topology zero")
-            .file("pins.toml", PINS.replacen("nodes = 1, gpus_per_node = 8", "nodes = 0, gpus_per_node = 8", 1))
+            .file("pins.toml", swap(PINS, "nodes = 1, gpus_per_node = 8", "nodes = 0, gpus_per_node = 8", 1))
             .args(&["pins", "check"])
             .says("at least 1"),
         Case::new("pins: deeply nested array")
@@ -224,30 +233,30 @@ fn pins_cases() -> Vec<Case> {
             .args(&["pins", "check"])
             .says("pins.toml"),
         Case::new("pins: rdma_core ref is an option")
-            .file("pins.toml", PINS.replacen("ref = \"v60.0\"", "ref = \"--upload-pack=touch pwned\"", 1))
+            .file("pins.toml", swap(PINS, "ref = \"v60.0\"", "ref = \"--upload-pack=touch pwned\"", 1))
             .args(&["pins", "check"])
             .says("rdma_core.ref"),
         Case::new("pins: rdma_core ref climbs")
-            .file("pins.toml", PINS.replacen("ref = \"v60.0\"", "ref = \"../../x\"", 1))
+            .file("pins.toml", swap(PINS, "ref = \"v60.0\"", "ref = \"../../x\"", 1))
             .args(&["pins", "check"])
             .says("rdma_core.ref"),
         Case::new("pins: rdma_core repo is an option")
-            .file("pins.toml", PINS.replacen(RDMA_REPO_LINE, &format!("repo = \"--upload-pack=touch {marker}\""), 1))
+            .file("pins.toml", swap(PINS, RDMA_REPO_LINE, &format!("repo = \"--upload-pack=touch {marker}\""), 1))
             .args(&["pins", "check"])
             .says("rdma_core.repo")
             .absent("pwned"),
         Case::new("pins: toolchain python is a path")
-            .file("pins.toml", PINS.replacen("python = \"3.12\"", "python = \"./evil.sh\"", 1))
+            .file("pins.toml", swap(PINS, "python = \"3.12\"", "python = \"./evil.sh\"", 1))
             .file("evil.sh", "#!/bin/sh\ntouch pwned\n")
             .args(&["plan", "--all", "--toolchain", "registry"])
             .says("toolchain.python")
             .absent("pwned"),
         Case::new("pins: toolchain python is an option")
-            .file("pins.toml", PINS.replacen("python = \"3.12\"", "python = \"--system\"", 1))
+            .file("pins.toml", swap(PINS, "python = \"3.12\"", "python = \"--system\"", 1))
             .args(&["pins", "check"])
             .says("toolchain.python"),
         Case::new("pins: rdma_core repo is local")
-            .file("pins.toml", PINS.replacen(RDMA_REPO_LINE, "repo = \"/srv/rdma-core\"", 1))
+            .file("pins.toml", swap(PINS, RDMA_REPO_LINE, "repo = \"/srv/rdma-core\"", 1))
             .args(&["docker", "bake", "--check"])
             .says("rdma_core.repo"),
     ];
@@ -344,6 +353,23 @@ fn lock_cases() -> Vec<Case> {
         lock("uv.lock garbage", "[project]\nname = \"c\"\ndependencies = [\"deep_ep\"]\n")
             .file("consumer/uv.lock", "version = 1\n[[package]\nname=")
             .says("uv.lock"),
+        // pep508_rs panicked slicing this marker (found by fuzz/ lockfiles).
+        lock("uv.lock marker with a U+FEFF", SPLIT_PY)
+            .file(
+                "consumer/uv.lock",
+                SPLIT_LOCK.replacen(
+                    "(platform_machine != 'x86_64' and extra == 'extra-8-consumer-moe') or",
+                    "(platform_machine != 'x86_64' and extra == 'extra-8-consumer-moe') o\u{feff}r",
+                    1,
+                ),
+            )
+            .says("not ASCII"),
+        lock(
+            "pyproject marker with a U+FEFF",
+            &SPLIT_PY.replacen("platform_machine == 'aarch64'", "platform_machine == 'aarch64' \u{feff}", 1),
+        )
+        .file("consumer/uv.lock", SPLIT_LOCK)
+        .says("not ASCII"),
         lock("uv.lock not UTF-8 deep inside", PYPROJECT)
             .file("consumer/uv.lock", [UVLOCK.as_bytes(), b"\n# \xc3\x28\n"].concat())
             .says("not UTF-8"),
@@ -447,7 +473,7 @@ fn recipe_cases() -> Vec<Case> {
         y
     };
     let interp = {
-        let mut y = String::from("policy:\n  megatron_cfg:\n    expert_model_parallel_size: ${k0}\n");
+        let mut y = String::from("cluster:\n  num_nodes: ${k0}\n");
         for i in 0..25 {
             y.push_str(&format!("k{i}: \"${{k{0}}}${{k{0}}}${{k{0}}}\"\n", i + 1));
         }
@@ -482,10 +508,7 @@ fn recipe_cases() -> Vec<Case> {
             .says("r.yaml"),
         probe("interpolated secret is cut")
             .file("repo/p.yaml", format!("secret: \"{secret}\"\n"))
-            .file(
-                "repo/r.yaml",
-                "defaults: p.yaml\npolicy:\n  megatron_cfg:\n    expert_model_parallel_size: ${secret}\n",
-            )
+            .file("repo/r.yaml", "defaults: p.yaml\ncluster:\n  num_nodes: ${secret}\n")
             .says("SECRET-s3cr3t")
             .says("more bytes")
             .hides(&secret[..300]),
@@ -549,6 +572,37 @@ fn wheel_cases() -> Vec<Case> {
     // Declares 10 bytes, holds 4 KiB stored.
     let liar = Member { name: "deep_ep/liar.py".into(), method: 0, data: vec![b'y'; 4096], crc: 0, size: 10 };
     let many: Vec<Member> = (0..50_001).map(|i| stored(&format!("m{i}"), b"")).collect();
+    let diff = |name: &str, bytes: Vec<u8>| {
+        Case::new(format!("wheel diff: {name}"))
+            .file(WHEEL, bytes)
+            .file("b.whl", zip_of(&[stored("deep_ep/a.py", b"x")]))
+            .args(&["diff", WHEEL, "b.whl"])
+            .memory(512 << 20)
+    };
+    v.extend([
+        diff("/dev/zero", Vec::new())
+            .setup(|d| {
+                std::fs::remove_file(d.join(WHEEL)).unwrap();
+                symlink("/dev/zero", &d.join(WHEEL))
+            })
+            .says("not a regular file"),
+        diff(
+            "1 GiB from 1 MB",
+            zip_of(&[Member {
+                name: "deep_ep/x.so".into(),
+                method: 8,
+                data: vec![0u8; 1 << 20],
+                crc: 0,
+                size: 1 << 30,
+            }]),
+        )
+        .says("inflates"),
+        diff(
+            "overlapping members",
+            zip_bytes(&[stored("deep_ep/a.py", &[b'x'; 4096])], &[(0, "deep_ep/a.py"), (0, "deep_ep/b.py")]),
+        )
+        .says("overlap"),
+    ]);
     v.extend([
         probe("empty file", Vec::new()).says("not a readable wheel"),
         probe("garbage", b"PK\x03\x04 not really".to_vec()).says("not a readable wheel"),
@@ -607,6 +661,35 @@ fn flag_cases() -> Vec<Case> {
     ]
 }
 
+fn misc_cases() -> Vec<Case> {
+    let env = |name: &str, record: &str| {
+        Case::new(format!("installed env: {name}"))
+            .file("site/deep_ep/__init__.py", "")
+            .file("site/deep_ep-1.2.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: deep_ep\nVersion: 1.2.1\n")
+            .file("site/deep_ep-1.2.1.dist-info/RECORD", format!("deep_ep-1.2.1.dist-info/METADATA,,\n{record}"))
+            .env("PYTHONPATH", "{dir}/site")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(&["probe", "--python", "python3"])
+            .exit(1)
+    };
+    vec![
+        env("RECORD names /dev/zero", "/dev/zero,sha256=AAAA,1\n").says("not a regular file"),
+        env("RECORD names a FIFO", "../fifo,sha256=AAAA,1\n")
+            .setup(|d| fifo(&d.join("fifo")))
+            .says("not a regular file"),
+        Case::new("docker bake --check: bake file is /dev/zero")
+            .file("pins.toml", PINS)
+            .setup(|d| symlink("/dev/zero", &d.join("docker/docker-bake.json")))
+            .args(&["docker", "bake", "--check"])
+            .says("not a regular file"),
+        Case::new("docker bake --check: bake file is a FIFO")
+            .file("pins.toml", PINS)
+            .setup(|d| fifo(&d.join("docker/docker-bake.json")))
+            .args(&["docker", "bake", "--check"])
+            .says("not a regular file"),
+    ]
+}
+
 fn pin_set_cases() -> Vec<Case> {
     let set = |name: &str| {
         Case::new(format!("pin set: {name}")).file("pins.toml", PINS).args(&[
@@ -653,6 +736,7 @@ fn hostile_inputs_are_refused_cleanly() {
     cases.extend(wheel_cases());
     cases.extend(flag_cases());
     cases.extend(pin_set_cases());
+    cases.extend(misc_cases());
     assert!(cases.len() >= 110, "{} cases", cases.len());
     run_all(cases);
 }
@@ -723,4 +807,26 @@ fn hardened_git_refuses_local_and_ext_transports_for_file_named_repos() {
         .capture()
         .unwrap();
     assert!(o.status.success(), "{o:?}");
+}
+
+/// A relative `--cache-dir` with a plain-folder `--source`: the snapshot
+/// repository is found although git runs inside the source folder.
+#[test]
+fn a_relative_cache_dir_works_with_a_folder_source() {
+    let python = require!(support::tools_python(), "tools venv");
+    let d = tempfile::tempdir().unwrap();
+    let o = support::bin()
+        .args(["plan", "--all", "--format", "json", "--cache-dir", "rel-cache", "--pins"])
+        .arg(support::root().join("tests/fixtures/demo-pins.toml"))
+        .arg("--source")
+        .arg(support::root().join("tests/fixtures/mini-deepep"))
+        .arg("--python")
+        .arg(&python)
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", support::stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let repo = j["plans"][0]["source"]["repo"].as_str().unwrap();
+    assert!(repo.starts_with(d.path().canonicalize().unwrap().join("rel-cache").to_str().unwrap()), "{repo}");
 }

@@ -77,8 +77,8 @@ fn no_driver_exits_3_with_a_message_not_a_panic() {
 fn bad_shapes_and_launcher_env_are_usage_errors() {
     for (args, want) in [
         (&["--hidden", "100"][..], "multiple of 8"),
-        (&["--topk", "17"][..], "between 1 and 16"),
-        (&["--tokens", "0"][..], "must be positive"),
+        (&["--topk", "17"][..], "1..=16"),
+        (&["--tokens", "0"][..], "1..=1048576"),
     ] {
         let o = bin().args(["probe", "--run"]).args(args).env_remove("RANK").output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));

@@ -102,7 +102,11 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     if here.is_empty() {
         return Ok(Planned { cache_dir, plans, skipped });
     }
-    let origin = source::resolve(&c.source.clone().unwrap_or_else(|| pins_repo(&pins)), &cache_dir)?;
+    // Only --source may name a local folder; pins.toml's repo is a remote URL, never looked up on disk.
+    let origin = match &c.source {
+        Some(s) => source::resolve(s, &cache_dir)?,
+        None => source::Origin { repo: pins_repo(&pins), snapshot_of: None },
+    };
     let mirror = source::mirror_path(&cache_dir, &origin.repo);
     // Source and interface first: a variant the revision cannot build is
     // refused before any toolchain work or submodule fetch.

@@ -135,8 +135,8 @@ fn cuda_of_local_tag(tag: &str) -> Option<String> {
 /// torch's version (and source URL) in `<dir>/uv.lock`.
 fn locked_torch(dir: &Path) -> Result<(String, Option<String>)> {
     let file = dir.join("uv.lock");
-    let text = std::fs::read_to_string(&file).map_err(|e| {
-        Failure::usage(format!("--match-project {}: cannot read {} ({e})", dir.display(), file.display()))
+    let text = crate::input::read_text(&file, "uv.lock", crate::input::cap::LOCK).map_err(|e| {
+        Failure::usage(format!("--match-project {}: {e:#}", dir.display()))
             .hint("pass the folder that holds the consumer's uv.lock (run `uv lock` there first)")
     })?;
     let doc: toml::Table =

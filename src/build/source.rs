@@ -285,7 +285,7 @@ pub fn checkout(
     for (path, want) in submodules {
         git_remote(dest, repo, format!("init submodule {path}")).args(["submodule", "update", "--init", "--recursive", "--", path]).output().map_err(|e| {
             Failure::env(format!("cannot fetch submodule {path} ({want}) of {repo}: {e:#}"))
-                .hint("the submodule's URL (in .gitmodules) must be reachable; offline, use a local mirror and git's url.<base>.insteadOf")
+                .hint(format!("the submodule's URL (in .gitmodules) must be reachable; offline, point git's url.<base>.insteadOf at a local mirror and set {}=1 (local transports are refused for repositories named in files otherwise)", process::git::ALLOW_LOCAL_ENV))
         })?;
         let got = git(&dest.join(path), "read submodule HEAD").args(["rev-parse", "HEAD"]).output()?.trim().to_string();
         if &got != want {

@@ -10,6 +10,17 @@ use pep508_rs::MarkerTree;
 
 use crate::pins::Arch;
 
+/// Parse a PEP 508 marker from a file. pep508_rs 0.9 panics slicing a marker
+/// that holds non-ASCII text (found by `fuzz/` lockfiles: a U+FEFF inside
+/// `or`); PEP 508 names and the platform values markers compare are ASCII, so
+/// anything else is refused before the parser sees it.
+pub fn parse(s: &str) -> Result<MarkerTree, String> {
+    if !s.is_ascii() {
+        return Err(format!("`{}` is not ASCII (PEP 508 markers are)", crate::input::excerpt(s, 60)));
+    }
+    MarkerTree::from_str(s).map_err(|e| e.to_string())
+}
+
 /// The environment of one architecture as a marker: `platform_machine == A and sys_platform == 'linux'`.
 pub fn arch_env(arch: Arch) -> MarkerTree {
     MarkerTree::from_str(&format!("platform_machine == '{arch}' and sys_platform == 'linux'"))
@@ -57,7 +68,7 @@ pub fn conflicts_allowed(sets: &[Vec<(String, ConflictItem)>]) -> MarkerTree {
             })
             .collect::<Vec<_>>()
             .join(" and ");
-        match MarkerTree::from_str(&all) {
+        match parse(&all) {
             Ok(m) => allowed.and(m.negate()),
             // A name uv could not have written: ignore the set (evaluation stays conservative).
             Err(_) => continue,

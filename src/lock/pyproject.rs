@@ -102,6 +102,15 @@ pub fn is_name(name: &str, target: &PackageName) -> bool {
 
 /// Parse a DeepEP requirement string fully (PEP 508), or fail naming file:line.
 pub fn parse_requirement(req: &str, path: &Path, line: usize) -> Result<Requirement<VerbatimUrl>> {
+    // pep508_rs 0.9 can panic slicing non-ASCII text (see `marker::parse`).
+    if !req.is_ascii() {
+        return Err(Failure::usage(format!(
+            "{}:{line}: `{}` is not ASCII: a PEP 508 requirement is (percent-encode a URL)",
+            path.display(),
+            crate::input::excerpt(req, 60)
+        ))
+        .into());
+    }
     Requirement::<VerbatimUrl>::from_str(req).map_err(|e| {
         Failure::usage(format!("{}:{line}: not a valid PEP 508 requirement: {e}", path.display()))
             .hint("fix the requirement string (e.g. `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>`)")
@@ -176,7 +185,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 let at = text[span.clone()].find(needle).map(|o| span.start + o).unwrap_or(span.start);
                 let line = ix.line(at);
                 let m = match &s.marker {
-                    Some(m) => MarkerTree::from_str(m).map_err(|e| {
+                    Some(m) => super::marker::parse(m).map_err(|e| {
                         Failure::usage(format!("{}:{line}: tool.uv.sources.{key}: invalid marker: {e}", path.display()))
                     })?,
                     None => MarkerTree::TRUE,

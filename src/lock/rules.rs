@@ -290,7 +290,7 @@ pub fn check(ctx: &Context) -> Vec<Finding> {
             let what = if rev.is_empty() {
                 "names no revision (it follows the default branch)".to_string()
             } else {
-                format!("names `{rev}`, not a full commit")
+                format!("names `{}`, not a full commit", crate::input::excerpt(rev, 80))
             };
             let mut f = Finding::new(
                 "rev-not-full-sha",

@@ -119,7 +119,7 @@ struct PkgMeta {
 fn parse_marker(m: Option<&str>, path: &Path, line: usize) -> Result<MarkerTree> {
     match m {
         None => Ok(MarkerTree::TRUE),
-        Some(s) => MarkerTree::from_str(s).map_err(|e| {
+        Some(s) => super::marker::parse(s).map_err(|e| {
             Failure::usage(format!("{}:{line}: invalid marker: {e}", path.display()))
                 .hint("regenerate the lock with `uv lock`")
                 .into()

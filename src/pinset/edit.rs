@@ -218,7 +218,7 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
                 }
                 let marker = e.get("marker").and_then(Item::as_value);
                 let m = match marker.and_then(Value::as_str) {
-                    Some(s) => MarkerTree::from_str(s).map_err(|err| {
+                    Some(s) => crate::lock::marker::parse(s).map_err(|err| {
                         Failure::usage(format!(
                             "{}:{}: tool.uv.sources.{k}: invalid marker: {err}",
                             path.display(),

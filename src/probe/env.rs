@@ -6,7 +6,6 @@
 //! reads (DeepEP 17cfb817, csrc/hybrid_ep/jit/compiler.cu): `$CUDA_HOME` with no
 //! fallback (`bin/nvcc`, `include`, `lib64` + `-lcudart`) and the cache folder
 //! `$HYBRID_EP_CACHE_DIR` or the user's home. Must not judge, must not write.
-use crate::process::Cmd;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -15,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::wheel::{self, WheelFacts};
 use crate::error::Failure;
+use crate::process::Cmd;
 use crate::wheel::record;
 
 /// Printed as JSON by the interpreter under test. `find_spec` locates modules
@@ -144,20 +144,21 @@ pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
 }
 
 fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
-    if let Ok(wheel) = std::fs::read_to_string(info.join("WHEEL")) {
+    use crate::input::{self, cap};
+    if let Ok(wheel) = input::read_text(&info.join("WHEEL"), "WHEEL", cap::TEXT) {
         facts.platform = wheel
             .lines()
             .find_map(|l| l.strip_prefix("Tag:"))
             .and_then(|t| t.trim().rsplit('-').next())
             .map(str::to_string);
     }
-    if let Ok(bytes) = std::fs::read(info.join(crate::provenance::FILE_NAME)) {
+    if let Ok(bytes) = input::read_bytes(&info.join(crate::provenance::FILE_NAME), "provenance", cap::TEXT) {
         facts.provenance =
             Some(serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", crate::provenance::FILE_NAME)));
     }
-    let text = match std::fs::read_to_string(info.join("RECORD")) {
+    let text = match input::read_text(&info.join("RECORD"), "RECORD", cap::LOCK) {
         Ok(t) => t,
-        Err(e) => return facts.record_problems.push(format!("{}/RECORD: {e}", info.display())),
+        Err(e) => return facts.record_problems.push(format!("{e:#}")),
     };
     let entries = match record::parse(&text) {
         Ok(e) => e,
@@ -166,14 +167,35 @@ fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
     for e in entries {
         facts.members.push(e.path.clone());
         let Some(want) = e.hash else { continue };
-        match std::fs::read(location.join(&e.path)) {
-            Err(err) => facts.record_problems.push(format!("{}: listed in RECORD but unreadable ({err})", e.path)),
-            Ok(data) if record::hash_bytes(&data) != want || e.size.is_some_and(|s| s != data.len() as u64) => {
+        match hash_file(&location.join(&e.path)) {
+            Err(err) => facts.record_problems.push(format!("{}: listed in RECORD but unreadable ({err:#})", e.path)),
+            Ok((hash, len)) if hash != want || e.size.is_some_and(|s| s != len) => {
                 facts.record_problems.push(format!("{}: content differs from RECORD (changed after install)", e.path))
             }
             Ok(_) => facts.record_verified += 1,
         }
     }
+}
+
+/// RECORD's hash and the size of an installed file, streamed (a regular file
+/// of at most the wheel member limit: RECORD may name `/dev/zero`).
+fn hash_file(path: &Path) -> Result<(String, u64)> {
+    use sha2::Digest;
+    use std::io::Read;
+    let (f, _) = crate::input::open(path, "installed file", crate::probe::wheel::limits::MEMBER)?;
+    let mut h = sha2::Sha256::new();
+    let mut r = f.take(crate::probe::wheel::limits::MEMBER);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut len = 0u64;
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok((record::hash_digest(&h.finalize()), len))
 }
 
 /// The loader cache: soname -> path (`ldconfig -p`).

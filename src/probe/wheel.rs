@@ -70,7 +70,8 @@ pub fn platform_arch(platform: &str) -> Option<crate::pins::Arch> {
 /// Read a wheel. A missing file or a file that is not a zip is bad input (exit 2);
 /// everything wrong inside a readable zip becomes a fact for the rules.
 pub fn read(path: &Path) -> Result<WheelFacts> {
-    let (file, _) = crate::input::open(path, "wheel", crate::input::cap::WHEEL)?;
+    let (file, _) = crate::input::open(path, "wheel", crate::input::cap::WHEEL)
+        .map_err(|e| Failure::usage(format!("cannot open {e}")).hint("pass the path of a .whl file"))?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| {
         Failure::usage(format!("{} is not a readable wheel (zip): {e}", path.display()))
             .hint("a truncated download or a file that is not a wheel; fetch or build it again")
@@ -159,7 +160,7 @@ pub mod limits {
 /// Refuse a zip whose layout alone makes reading it unbounded: too many
 /// members, members whose data overlap (a "zip bomb" reuses one stream for
 /// every entry), declared sizes past the limits.
-fn check_layout<R: std::io::Read + std::io::Seek>(zip: &mut zip::ZipArchive<R>, path: &Path) -> Result<()> {
+pub fn check_layout<R: std::io::Read + std::io::Seek>(zip: &mut zip::ZipArchive<R>, path: &Path) -> Result<()> {
     let bad = |why: String| -> anyhow::Error {
         Failure::usage(format!("{} is not a wheel this tool reads: {why}", path.display()))
             .hint("a wheel built by pip/setuptools/deepep-forge never looks like this; do not install it")

@@ -33,6 +33,7 @@ pub fn git(dir: &Path, trust: Trust, purpose: impl Into<String>) -> Cmd {
             c.args(["-c", "protocol.file.allow=always"]);
         }
         Trust::File => {
+            let file = if local_mirrors_allowed() { "protocol.file.allow=always" } else { "protocol.file.allow=never" };
             c.args([
                 "-c",
                 "protocol.allow=never",
@@ -43,7 +44,7 @@ pub fn git(dir: &Path, trust: Trust, purpose: impl Into<String>) -> Cmd {
                 "-c",
                 "protocol.git.allow=always",
                 "-c",
-                "protocol.file.allow=never",
+                file,
             ]);
             c.env("GIT_PROTOCOL_FROM_USER", "0");
         }
@@ -54,6 +55,16 @@ pub fn git(dir: &Path, trust: Trust, purpose: impl Into<String>) -> Cmd {
         c.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes");
     }
     c
+}
+
+/// The user's opt-in (environment, never a file) to local mirrors for
+/// repositories named in files: `DEEPEP_FORGE_GIT_ALLOW_LOCAL=1` lets
+/// `url.<local>.insteadOf` in the user's git config serve pins.toml's repo and
+/// its submodules offline.
+pub const ALLOW_LOCAL_ENV: &str = "DEEPEP_FORGE_GIT_ALLOW_LOCAL";
+
+fn local_mirrors_allowed() -> bool {
+    std::env::var_os(ALLOW_LOCAL_ENV).is_some_and(|v| v == "1")
 }
 
 /// Where a git URL or path may come from: validates a repository named in a

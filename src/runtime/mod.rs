@@ -32,19 +32,19 @@ pub struct RunArgs {
     #[arg(long)]
     pub run: bool,
     /// Tokens per GPU for the round trip (the timed payload is tokens x hidden x 2 bytes per peer).
-    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..=1_048_576), requires = "run")]
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(0..=1_048_576), requires = "run")]
     pub tokens: u32,
     /// Hidden size in bf16 elements (a multiple of 8: rows move as 16-byte vectors).
-    #[arg(long, value_name = "H", default_value_t = 7168, value_parser = clap::value_parser!(u32).range(8..=65_536), requires = "run")]
+    #[arg(long, value_name = "H", default_value_t = 7168, value_parser = clap::value_parser!(u32).range(0..=65_536), requires = "run")]
     pub hidden: u32,
     /// Experts per token (1..=16); there are topk experts per rank.
-    #[arg(long, value_name = "K", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=16), requires = "run")]
+    #[arg(long, value_name = "K", default_value_t = 8, requires = "run")]
     pub topk: u32,
     /// Timed repetitions of dispatch, combine and the copy-engine baseline.
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "run")]
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100_000), requires = "run")]
     pub iters: u32,
     /// Blocks of 512 threads per multiprocessor for the dispatch and combine kernels.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64), requires = "run")]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=64), requires = "run")]
     pub blocks_per_sm: u32,
     /// Where the processes of a launched job meet: tcp://HOST:PORT, HOST:PORT,
     /// or file:PATH (rank 0 writes its address there; a shared filesystem).
@@ -52,7 +52,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SPEC", requires = "run")]
     pub rendezvous: Option<String>,
     /// Seconds any rank waits for another (arrival, each phase) before failing with the missing rank's number.
-    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=604_800), requires = "run")]
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=604_800), requires = "run")]
     pub timeout: u64,
     /// Also run the installed deep_ep's own HybridEP dispatch/combine round
     /// trip (one Python process per GPU; --python or python3 on PATH).

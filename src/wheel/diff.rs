@@ -89,6 +89,8 @@ struct Member {
 /// Compare two wheel files. Unreadable files and non-zip files are usage failures (exit 2).
 pub fn diff(a: &Path, b: &Path) -> Result<WheelDiff> {
     let side = |p: &Path| -> Result<Side> {
+        // A regular file under the wheel cap (never /dev/zero or a FIFO) before hashing it.
+        crate::input::open(p, "wheel", crate::input::cap::WHEEL)?;
         let (sha256, size) =
             super::stamp::sha256_file(p).map_err(|e| Failure::usage(format!("cannot read {}: {e:#}", p.display())))?;
         Ok(Side { path: p.display().to_string(), sha256, size })
@@ -102,6 +104,9 @@ pub fn diff(a: &Path, b: &Path) -> Result<WheelDiff> {
         })
     };
     let (mut za, mut zb) = (open(a)?, open(b)?);
+    // Overlapping members, bombs and absurd member counts are refused before any member is read.
+    crate::probe::wheel::check_layout(&mut za, a)?;
+    crate::probe::wheel::check_layout(&mut zb, b)?;
     let (ma, mb) = (members(&mut za)?, members(&mut zb)?);
     let names_a: Vec<&String> = order(&ma);
     let names_b: Vec<&String> = order(&mb);
