@@ -74,6 +74,29 @@ pub struct ToolchainInfo {
     /// Every package of a registry toolchain, name -> version (empty for `system`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub packages: BTreeMap<String, String>,
+    /// A cross build's target side (absent for native builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross: Option<CrossInfo>,
+}
+
+/// Host -> target of a cross build: the cross compiler, the target Python
+/// and every package of the sysroot.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CrossInfo {
+    pub host: String,
+    pub target: String,
+    pub triple: String,
+    /// `gcc` / `g++` -> `--version` line.
+    pub compilers: BTreeMap<String, String>,
+    /// The platform the target's wheels were resolved for.
+    pub python_platform: String,
+    /// Debian's arm64 Python the extensions are built against.
+    pub python: String,
+    pub ext_suffix: String,
+    /// Target wheels, name -> version.
+    pub packages: BTreeMap<String, String>,
+    /// Debian arm64 packages, name -> version.
+    pub debs: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -404,7 +404,7 @@ fn broken_inputs_are_findings_or_usage_errors_never_panics() {
     let dir = tempfile::tempdir().unwrap();
     // Missing file and truncated zip: exit 2.
     let (code, _, err) = probe(&["--wheel", "/nonexistent/x.whl", "--preset", "h100-8g"]);
-    assert!(code == 2 && err.contains("cannot open wheel"), "{err}");
+    assert!(code == 2 && err.contains("wheel /nonexistent/x.whl: not found"), "{err}");
     let bytes = std::fs::read(&w.single).unwrap();
     let cut = dir.path().join("cut.whl");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();

@@ -12,6 +12,9 @@ use std::process::{Command, Output};
 use support::*;
 
 /// DeepEP's versioning, reduced: the label is `1.2.1+` the short sha of the checkout it is built in.
+/// DeepEP's URL as pins.toml and pyproject.toml name it.
+const DEEPEP_URL: &str = "https://github.com/deepseek-ai/DeepEP.git";
+
 const SETUP_PY: &str = r#"import subprocess
 from setuptools import setup
 rev = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
@@ -98,9 +101,9 @@ impl Lab {
     /// Write the consumer's pyproject.toml: DeepEP at `rev` with static label `label`
     /// (`None`: no DeepEP at all), and a pins.toml pinning `rev` for both architectures.
     fn write(&self, rev: &str, label: Option<&str>) {
-        // pins.toml names only remote repositories: the consumer uses DeepEP's URL
-        // too, and uv's git fetches it from the local repo (`uv` sets insteadOf).
-        let url = "https://github.com/deepseek-ai/DeepEP.git";
+        // pins.toml names only remote repositories: uv's git fetches this URL from the
+        // local repository through `url.<local>.insteadOf` (see `uv`).
+        let url = DEEPEP_URL;
         let p = self.project();
         std::fs::create_dir_all(&p).unwrap();
         let (deps, meta) = match label {
@@ -137,7 +140,7 @@ impl Lab {
             .env("UV_NO_PROGRESS", "1")
             .env("GIT_CONFIG_COUNT", "1")
             .env("GIT_CONFIG_KEY_0", format!("url.file://{}.insteadOf", self.repo.display()))
-            .env("GIT_CONFIG_VALUE_0", "https://github.com/deepseek-ai/DeepEP.git")
+            .env("GIT_CONFIG_VALUE_0", DEEPEP_URL)
             .env_remove("VIRTUAL_ENV")
             .env_remove("UV_INDEX_URL")
             .env_remove("UV_EXTRA_INDEX_URL");

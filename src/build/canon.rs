@@ -56,8 +56,12 @@ pub struct BuildRoot {
 }
 
 impl BuildRoot {
-    /// Wait for `<root>.lock`, then empty `root`. A root left by another user
-    /// (which this user cannot remove) is exit 3.
+    /// Wait for `<root>.lock`, then empty `root` and create it anew, private
+    /// (0700) and owned by this user. The root usually lies in world-writable
+    /// /tmp: it is created with `mkdir` (which fails on anything already there,
+    /// a symlink included) and checked after, so another user cannot slip a
+    /// folder of theirs under the build. A root left by another user (which
+    /// this user cannot remove) is exit 3.
     pub fn acquire(root: &Path) -> Result<BuildRoot> {
         let lock = super::source::lock(&root.with_extension("lock"))?;
         if root.symlink_metadata().is_ok() {
@@ -67,7 +71,8 @@ impl BuildRoot {
                 ))
             })?;
         }
-        std::fs::create_dir_all(root.join("bin")).with_context(|| format!("creating {}", root.display()))?;
+        create_private(root)?;
+        std::fs::create_dir(root.join("bin")).with_context(|| format!("creating {}", root.join("bin").display()))?;
         Ok(BuildRoot { root: root.to_path_buf(), _lock: lock })
     }
     pub fn src(&self) -> PathBuf {
@@ -76,6 +81,30 @@ impl BuildRoot {
     pub fn dist(&self) -> PathBuf {
         self.root.join("dist")
     }
+}
+
+/// `mkdir root` with mode 0700 (never through an existing entry), then check
+/// that what is there is a real folder of this user's.
+fn create_private(root: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Some(parent) = root.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let taken = |why: String| -> anyhow::Error {
+        Failure::env(format!("the build root {} {why}", root.display()))
+            .hint(format!(
+                "something else appeared there while this build held its lock: check who made it, or set {ROOT_ENV} to a folder of yours"
+            ))
+            .into()
+    };
+    std::fs::DirBuilder::new().mode(0o700).create(root).map_err(|e| taken(format!("could not be created: {e}")))?;
+    let meta = root.symlink_metadata().map_err(|e| taken(format!("vanished: {e}")))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.file_type().is_dir() || meta.uid() != me {
+        return Err(taken("is not a folder of this user's".to_string()));
+    }
+    Ok(())
 }
 
 impl Drop for BuildRoot {
@@ -488,5 +517,25 @@ mod tests {
         .unwrap();
         assert!(h.scripts["nvcc"].contains("--frandom-seed=\"$seed\""));
         assert!(h.env(Path::new("/r")).contains(&("SCCACHE_NO_CACHE".into(), "1".into(), false)));
+    }
+
+    #[test]
+    fn the_build_root_is_a_private_folder_of_its_own_never_a_planted_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("keep"), "x").unwrap();
+        let root = t.path().join("root");
+        std::os::unix::fs::symlink(&elsewhere, &root).unwrap();
+        let b = BuildRoot::acquire(&root).unwrap();
+        let meta = root.symlink_metadata().unwrap();
+        assert!(meta.file_type().is_dir(), "the planted link was replaced by a real folder");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        assert!(root.join("bin").is_dir());
+        assert_eq!(std::fs::read_to_string(elsewhere.join("keep")).unwrap(), "x", "the link's target is untouched");
+        drop(b);
+        assert!(!root.exists(), "the root goes with the build");
+        assert!(elsewhere.join("keep").exists());
     }
 }

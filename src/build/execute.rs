@@ -189,6 +189,16 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     stamp::stamp(&built, &stage.join(&file_name), &changes)?;
     drop(root);
     check_interrupted()?;
+    if let Some(x) = &tc.cross {
+        let checked = super::cross::check_wheel(&stage.join(&file_name), x, build.path())?;
+        let n: usize = checked.needed.values().map(|m| m.len()).sum();
+        notes.push(format!(
+            "cross check: {n} NEEDED of {} extensions resolved in the aarch64 sysroot (libcuda.so.1/libnvidia-ml.so.1: the run machine's driver)",
+            checked.needed.len()
+        ));
+        notes.push(format!("cross check: qemu-aarch64 {}", checked.import));
+        check_interrupted()?;
+    }
     let (sha256, size) = stamp::sha256_file(&stage.join(&file_name))?;
     let now = provenance::now_secs();
     let entry = cache::Entry {
@@ -248,6 +258,7 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
                 cxx_version: t.compilers.get("CXX").map(|c| c.version.clone()),
                 sccache: pl.hooks.as_ref().map(|h| h.sccache_version.clone()),
                 packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
+                cross: t.cross.as_ref().map(super::cross::Sysroot::provenance),
             },
             None => provenance::ToolchainInfo::default(),
         },

@@ -6,6 +6,7 @@
 //! `deliver` (`--out`, SHA256SUMS, report). Must not parse consumer
 //! lockfiles or touch a GPU.
 pub mod canon;
+pub mod cross;
 pub mod deliver;
 pub mod execute;
 pub mod lookup;
@@ -138,6 +139,25 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// A cross plan's target side: host -> target, the sysroot, the path map.
+fn print_cross(x: &cross::Sysroot) {
+    let pick = |n: &str| format!("{n} {}", x.packages.get(n).map(String::as_str).unwrap_or("-"));
+    println!(
+        "  cross       {} -> {} ({}, wheels for {}, Python {} {})",
+        x.host, x.target, x.triple, x.python_platform, x.python_version, x.ext_suffix
+    );
+    println!(
+        "  sysroot     {} ({} wheels: {}, ...; {} Debian arm64 packages)",
+        x.root.display(),
+        x.packages.len(),
+        ["torch", "nvidia-cuda-runtime", "nvidia-nvshmem-cu13"].map(pick).join(", "),
+        x.debs.len()
+    );
+    for (h, tg) in &x.path_map {
+        println!("  path map    {h} -> {tg}");
+    }
+}
+
 fn print_plan(pl: &Plan, cached: bool) {
     let v = &pl.variant;
     let kind = if v.multinode {
@@ -212,6 +232,9 @@ fn print_plan(pl: &Plan, cached: bool) {
                 for n in &r.notes {
                     println!("  note        {n}");
                 }
+            }
+            if let Some(x) = &t.cross {
+                print_cross(x);
             }
             for (k, c) in &t.compilers {
                 println!("  {k:<11} {} ({})", c.path.display(), c.version);

@@ -353,6 +353,15 @@ impl Plan {
             compilers: tc.compilers.iter().map(|(k, c)| (k.as_str(), c.version.as_str())).collect(),
             host: std::env::consts::ARCH,
             registry: tc.registry.as_ref().map(|r| (&r.packages, r.stub_symbols)),
+            cross: tc.cross.as_ref().map(|x| CrossKey {
+                target: &x.target,
+                triple: &x.triple,
+                python_platform: &x.python_platform,
+                python: &x.python_version,
+                packages: &x.packages,
+                debs: &x.debs,
+                stub_symbols: x.stub_symbols,
+            }),
         });
         self.cache_key = Some(key);
         self.cache_key_unknown = None;
@@ -377,6 +386,20 @@ struct KeyInput<'a> {
     /// The registry toolchain's packages and stub (absent for `system`).
     #[serde(skip_serializing_if = "Option::is_none")]
     registry: Option<(&'a BTreeMap<String, String>, usize)>,
+    /// A cross build's target side (absent for native builds: their keys stay as they were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cross: Option<CrossKey<'a>>,
+}
+
+#[derive(Serialize)]
+struct CrossKey<'a> {
+    target: &'a str,
+    triple: &'a str,
+    python_platform: &'a str,
+    python: &'a str,
+    packages: &'a BTreeMap<String, String>,
+    debs: &'a BTreeMap<String, String>,
+    stub_symbols: usize,
 }
 
 fn cache_key(k: &KeyInput) -> String {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::plan::{self, EnvOrigin, Outputs, Plan, PlanSource, Root, Roots, Run, ToolchainPart};
 use super::source::{self, Origin};
 use super::toolchain::Toolchain;
-use super::{registry, toolchain, Common};
+use super::{cross, registry, toolchain, Common};
 use crate::error::{Exit, Failure};
 use crate::interface::{self, Branch, Interface, SetBy};
 use crate::pins::{Arch, Pins, Transport, Variant};
@@ -60,7 +60,28 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
         v
     };
     let host = Arch::host();
-    let (here, other): (Vec<&Variant>, Vec<&Variant>) = selected.into_iter().partition(|v| Some(v.arch) == host);
+    // Built here: the host's architecture, and aarch64 by cross-compiling with the registry toolchain.
+    let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_supported(v).is_ok();
+    let (here, other): (Vec<&Variant>, Vec<&Variant>) =
+        selected.into_iter().partition(|v| Some(v.arch) == host || cross_ok(v));
+    // Why an aarch64 variant is not built here: the DOCA path cannot be cross-built; otherwise
+    // the hint names the cross path (x86_64 host) or the container path.
+    let unsupported = |v: &Variant| cross_supported(v).err().filter(|_| cross::is_cross(c.toolchain, host, v.arch));
+    let hint = |v: &Variant| {
+        unsupported(v).unwrap_or_else(|| {
+            let cross = if host == Some(Arch::X86_64) && v.arch == Arch::Aarch64 {
+                ", or cross-compile it here with --toolchain registry"
+            } else {
+                ""
+            };
+            format!("build it on an {} host or through the container path (deepep-forge docker){cross}", v.arch)
+        })
+    };
+    let why = |v: &Variant| {
+        unsupported(v).unwrap_or_else(|| {
+            format!("{} variant: build it on an {} host or through the container path", v.arch, v.arch)
+        })
+    };
     if !c.all && !other.is_empty() {
         let v = other[0];
         return Err(Failure::usage(format!(
@@ -69,17 +90,11 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
             v.arch,
             std::env::consts::ARCH
         ))
-        .hint(format!("build it on an {} host or through the container path (deepep-forge docker)", v.arch))
+        .hint(hint(v))
         .into());
     }
-    let skipped = other
-        .iter()
-        .map(|v| Skipped {
-            variant: v.name.clone(),
-            arch: v.arch.to_string(),
-            reason: format!("{} variant: build it on an {} host or through the container path", v.arch, v.arch),
-        })
-        .collect();
+    let skipped =
+        other.iter().map(|v| Skipped { variant: v.name.clone(), arch: v.arch.to_string(), reason: why(v) }).collect();
     let cache_dir = c.cache.resolve()?;
     std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
     let cache_dir = std::path::absolute(&cache_dir)?;
@@ -108,12 +123,21 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     let tc = identify(c, &pins, &cache_dir, mode)?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;
+    let mut cross_tc = None;
     for (v, knob_env) in here.into_iter().zip(knob_envs) {
         let p = &sources[&v.arch];
         let python = c.python.as_deref().unwrap_or("python3");
         let ctx =
             Ctx { pins: &pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
-        let mut plan = plan_variant(&ctx, v, p, knob_env, &tc, jobs, c.no_cache, &caller)?;
+        let tc = if Some(v.arch) == host {
+            &tc
+        } else {
+            if cross_tc.is_none() {
+                cross_tc = Some(cross_toolchain(&tc, &cache_dir, mode)?);
+            }
+            cross_tc.as_ref().expect("set above")
+        };
+        let mut plan = plan_variant(&ctx, v, p, knob_env, tc, jobs, c.no_cache, &caller)?;
         // The canonical build root, its links and the compiler hooks (repro's `canon`).
         let compiler_cache = super::canon::compiler_cache(c.compiler_cache.clone(), c.no_compiler_cache, &cache_dir)?;
         super::canon::apply(&mut plan, compiler_cache, mode == Mode::Build)?;
@@ -127,6 +151,64 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
         plans.push(plan);
     }
     Ok(Planned { cache_dir, plans, skipped })
+}
+
+/// Whether an aarch64 variant can be cross-compiled (the DOCA multinode path
+/// builds NCCL's DOCA objects with make and links rdma-core: not for aarch64 yet).
+fn cross_supported(v: &Variant) -> Result<(), String> {
+    if v.multinode && v.transport == Transport::Doca {
+        return Err(format!(
+            "{} variant with the DOCA multinode path: cross-compiling NCCL's DOCA objects and rdma-core for aarch64 is not supported; build it on an aarch64 host or through the container path",
+            v.arch
+        ));
+    }
+    Ok(())
+}
+
+/// The toolchain of a cross plan: the registry toolchain `host` with the
+/// aarch64 sysroot (provisioned by `build-wheel`; `plan` only looks it up
+/// and reports it missing otherwise).
+fn cross_toolchain(host: &ToolchainPart, cache_dir: &Path, mode: Mode) -> Result<ToolchainPart> {
+    let Some(t) = host.known() else { return Ok(host.clone()) };
+    let r = t.registry.as_ref().context("cross builds use the registry toolchain")?;
+    let found = match mode {
+        Mode::Build => Some(cross::provision(r, t, cache_dir)?),
+        Mode::Plan => match cross::lookup(r, t, cache_dir) {
+            Ok(found) => found,
+            Err(e) if crate::error::exit_of(&e) == Exit::Environment => {
+                return Ok(missing("registry (cross)", &e, cross_needs(), None));
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    match found {
+        Some(s) => Ok(ToolchainPart::Known(Box::new(s.toolchain(t)))),
+        None => {
+            let e = anyhow::Error::from(Failure::env(format!(
+                "the aarch64 sysroot for the registry toolchain {} is not provisioned yet",
+                r.root.display()
+            )));
+            let mut m = missing("registry (cross)", &e, cross_needs(), None);
+            if let ToolchainPart::Missing(ms) = &mut m {
+                ms.hint =
+                    Some("`deepep-forge build-wheel --toolchain registry` provisions it (plan never downloads)".into());
+            }
+            Ok(m)
+        }
+    }
+}
+
+fn cross_needs() -> Vec<String> {
+    vec![
+        format!("the cross compiler {}-g++ (Debian/Ubuntu: g++-aarch64-linux-gnu)", cross::TRIPLE),
+        format!(
+            "the registry reachable for {} wheels (torch and the nvidia-* packages at the host's versions)",
+            cross::PYTHON_PLATFORM
+        ),
+        "apt-get/dpkg-deb and the host's apt sources reachable for Debian's arm64 Python (the same minor as --python)"
+            .into(),
+        "qemu-aarch64 (qemu-user-static) for the import check after the build".into(),
+    ]
 }
 
 /// Fetch the pin of `arch` into the mirror and read its build interface.
@@ -407,6 +489,13 @@ fn toolchain_env(
         let path = caller.get("PATH").filter(|p| !p.is_empty()).map(|p| format!(":{p}")).unwrap_or_default();
         run.set("PATH", format!("{}{path}", r.bin().display()), EnvOrigin::Caller);
         run.set("LIBRARY_PATH", t.cuda_home.join("lib64").to_string_lossy(), EnvOrigin::Toolchain);
+    }
+    if let Some(x) = &t.cross {
+        // The cross compilers (torch passes CC to nvcc as -ccbin; LDSHARED links), and the target's
+        // sysconfig: extension suffix and wheel tag for the target Python.
+        for (k, val) in x.build_env() {
+            run.set(&k, val, EnvOrigin::Toolchain);
+        }
     }
     if t.cuda_major() >= 13 {
         let cccl = t.cuda_home.join("include/cccl");

@@ -37,6 +37,9 @@ pub struct Toolchain {
     pub compilers: BTreeMap<String, Compiler>,
     /// Build requirements the Python can import (setuptools, wheel, pip, torch).
     pub importable: BTreeMap<String, bool>,
+    /// The target side of a cross build (aarch64 on x86_64); None: native.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross: Option<super::cross::Sysroot>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,6 +166,7 @@ pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<T
         nvcc_version,
         compilers,
         importable: facts.importable,
+        cross: None,
     })
 }
 

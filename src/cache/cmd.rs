@@ -60,7 +60,7 @@ pub struct PushArgs {
     #[command(flatten)]
     pub cache: CacheDirArg,
     /// Remote cache base URL (an https:// server that accepts PUT).
-    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", value_name = "URL")]
+    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", hide_env_values = true, value_name = "URL")]
     pub cache_url: String,
     /// The secret key that signs each entry (made by `cache keygen`; mode 0600). Its content is never printed.
     #[arg(long, env = SIGNING_KEY_ENV, value_name = "FILE")]

@@ -38,7 +38,7 @@ pub const MAX_PROVENANCE_BYTES: u64 = 1 << 20;
 pub struct RemoteArgs {
     /// Remote HTTP cache (https://): wheels are fetched by key before building and used only when
     /// signed by a key you trust (--trusted-key) and their provenance matches the plan.
-    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", value_name = "URL")]
+    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", hide_env_values = true, value_name = "URL")]
     pub cache_url: Option<String>,
     /// Trust remote entries signed by this public key (`NAME:BASE64` as `cache keygen` prints it;
     /// repeatable). Added to DEEPEP_FORGE_TRUSTED_KEYS and `[cache] trusted-keys` in

@@ -240,6 +240,29 @@ mod tests {
     }
 
     #[test]
+    fn the_signed_message_is_the_documented_byte_string() {
+        let m = message(
+            &"a".repeat(64),
+            "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl",
+            &"b".repeat(64),
+            42,
+            &"c".repeat(64),
+        );
+        let want = format!(
+            "deepep-forge cache entry v1\nkey {}\nwheel deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl\nsha256 {}\nsize 42\nprovenance-sha256 {}\n",
+            "a".repeat(64),
+            "b".repeat(64),
+            "c".repeat(64)
+        );
+        assert_eq!(String::from_utf8(m.clone()).unwrap(), want);
+        // ed25519 is deterministic: a fixed seed gives a fixed signature, so readers of any version agree.
+        let sk = SecretKey { name: "k".into(), key: SigningKey::from_bytes(&[7u8; 32]) };
+        let sig = sk.sign(&m);
+        assert_eq!(sig, sk.sign(&m));
+        assert!(verify(&[sk.public()], std::slice::from_ref(&sig), &m) == Verdict::Trusted("k".into()));
+    }
+
+    #[test]
     fn bad_public_keys() {
         for bad in ["", "nokey", "-x:AAAA", "n:not base64!", "n:AAAA", "a b:AAAA"] {
             assert!(PublicKey::parse(bad).is_err(), "{bad}");

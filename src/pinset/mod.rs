@@ -39,7 +39,9 @@ pub struct SetArgs {
     #[arg(long, value_name = "PATH|URL")]
     pub source: Option<String>,
     /// Run `uv lock` in the project afterwards (uv from $DEEPEP_FORGE_UV or PATH),
-    /// then `lock check`; without it the exact commands are printed.
+    /// then `lock check`; without it the exact commands are printed. All or nothing:
+    /// if uv fails, or on Ctrl-C/SIGTERM, pyproject.toml, pins.toml and uv.lock are
+    /// put back as they were (after a kill, `pin recover` does it).
     #[arg(long)]
     pub relock: bool,
 }

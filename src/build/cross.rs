@@ -1,0 +1,724 @@
+//! Cross builds: an aarch64 variant (GB200) built on an x86_64 host with
+//! `--toolchain registry`. The host side is the registry toolchain (x86_64
+//! Python and torch for setup.py's imports, nvcc of torch's CUDA minor); the
+//! target side is a sysroot under `<cache>/toolchains/<key>/` (temp + rename,
+//! one maker per key): the aarch64 torch and nvidia wheels (`uv pip install
+//! --target --python-platform aarch64-manylinux_2_28`), Debian's arm64 Python
+//! (headers, sysconfig data, the interpreter and its libraries for the import
+//! check, unpacked with `apt-get download` + `dpkg-deb -x` from a private apt
+//! state: the system's apt configuration is not touched), a CUDA_HOME whose
+//! include/lib64 are the target's with an aarch64 `libcuda.so` link stub, and
+//! compiler wrappers (the cross gcc/g++, and nvcc) that map the host paths
+//! setup.py computes (torch, NVSHMEM, the Python headers) to the target's.
+//! After the build, [`check_wheel`] resolves every NEEDED of the wheel's
+//! extensions in the sysroot and imports the package under qemu-aarch64.
+//! Owns the target side; must not decide variant settings or run the build.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::registry::{self, Provisioned};
+use super::source;
+use super::toolchain::{which, Compiler, Toolchain};
+use crate::error::{check_interrupted, Failure};
+use crate::pins::Arch;
+use crate::process::Cmd;
+
+/// Host packages whose paths the wrappers send to the target's copy.
+const SITE_PACKAGES_MAPPED: [&str; 2] = ["torch", "nvidia/nvshmem"];
+/// A path-map entry starting with this matches any `/.../site-packages/` prefix.
+const SITE_PATTERN: &str = "*/site-packages/";
+
+/// Version of `cross.json` and of the sysroot layout (part of the key).
+const LAYOUT: u32 = 2;
+const IDENTITY_FILE: &str = "cross.json";
+/// The wheel platform uv resolves the target's packages for (torch 2.11's aarch64 wheels are manylinux_2_28).
+pub const PYTHON_PLATFORM: &str = "aarch64-manylinux_2_28";
+/// GNU triple of the cross compiler and of Debian's multiarch folders.
+pub const TRIPLE: &str = "aarch64-linux-gnu";
+/// Libraries a run machine's NVIDIA driver provides: never in a sysroot.
+pub const DRIVER_LIBS: [&str; 2] = ["libcuda.so.1", "libnvidia-ml.so.1"];
+
+/// Whether `v_arch` is built here by cross-compiling (host x86_64, target aarch64, registry toolchain).
+pub fn is_cross(kind: registry::Kind, host: Option<Arch>, target: Arch) -> bool {
+    kind == registry::Kind::Registry && host == Some(Arch::X86_64) && target == Arch::Aarch64
+}
+
+/// The provisioned target side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sysroot {
+    pub layout: u32,
+    /// `<cache>/toolchains/<key>`.
+    pub root: PathBuf,
+    pub key: String,
+    pub host: String,
+    pub target: String,
+    pub triple: String,
+    /// The wheel platform the target's packages were resolved for.
+    pub python_platform: String,
+    /// Debian's arm64 Python, e.g. `3.11.2`.
+    pub python_version: String,
+    /// `.cpython-311-aarch64-linux-gnu.so`, from the target's sysconfig data.
+    pub ext_suffix: String,
+    /// `_sysconfigdata__aarch64-linux-gnu`.
+    pub sysconfigdata: String,
+    /// Target wheels, name -> version (from their dist-info).
+    pub packages: BTreeMap<String, String>,
+    /// Debian arm64 packages unpacked into `root/`, name -> version.
+    pub debs: BTreeMap<String, String>,
+    /// The cross compilers the wrappers call (gcc, g++), with their `--version` line.
+    pub compilers: BTreeMap<String, Compiler>,
+    /// Host path -> target path, applied by the wrappers to every argument.
+    pub path_map: Vec<(String, String)>,
+    /// Driver API functions the aarch64 libcuda.so stub defines.
+    pub stub_symbols: usize,
+}
+
+impl Sysroot {
+    /// The target's site-packages (aarch64 torch, nvidia-*).
+    pub fn site(&self) -> PathBuf {
+        self.root.join("site")
+    }
+    /// Debian's arm64 packages, unpacked.
+    pub fn debian_root(&self) -> PathBuf {
+        self.root.join("root")
+    }
+    pub fn cuda_home(&self) -> PathBuf {
+        self.root.join("cuda-home")
+    }
+    pub fn bin(&self) -> PathBuf {
+        self.root.join("bin")
+    }
+    fn sysconfig_dir(&self) -> PathBuf {
+        self.root.join("python/sysconfig")
+    }
+    /// Folder holding `libcuda.so.1` (the stub) for the import check.
+    fn driver_stub_dir(&self) -> PathBuf {
+        self.root.join("driver-stub")
+    }
+    /// `3.11` of `3.11.2`.
+    pub fn python_minor(&self) -> String {
+        self.python_version.split('.').take(2).collect::<Vec<_>>().join(".")
+    }
+    /// Debian's arm64 interpreter (run under qemu with `-L root/`).
+    pub fn python(&self) -> PathBuf {
+        self.debian_root().join(format!("usr/bin/python{}", self.python_minor()))
+    }
+
+    /// The variables a cross build adds to the plan's environment: the
+    /// wrappers as compilers (torch passes CC to nvcc as `-ccbin`, links with
+    /// LDSHARED), and the target's sysconfig for extension names and the
+    /// wheel's platform tag.
+    pub fn build_env(&self) -> BTreeMap<String, String> {
+        let s = |p: PathBuf| p.to_string_lossy().into_owned();
+        let gcc = s(self.bin().join(format!("{TRIPLE}-gcc")));
+        let gxx = s(self.bin().join(format!("{TRIPLE}-g++")));
+        BTreeMap::from([
+            ("CC".into(), gcc),
+            ("CXX".into(), gxx.clone()),
+            ("LDSHARED".into(), format!("{gxx} -shared")),
+            ("_PYTHON_HOST_PLATFORM".into(), format!("linux-{}", self.target)),
+            ("_PYTHON_SYSCONFIGDATA_NAME".into(), self.sysconfigdata.clone()),
+            ("PYTHONPATH".into(), s(self.sysconfig_dir())),
+        ])
+    }
+
+    pub fn provenance(&self) -> crate::provenance::CrossInfo {
+        crate::provenance::CrossInfo {
+            host: self.host.clone(),
+            target: self.target.clone(),
+            triple: self.triple.clone(),
+            compilers: self.compilers.iter().map(|(k, c)| (k.clone(), c.version.clone())).collect(),
+            python_platform: self.python_platform.clone(),
+            python: self.python_version.clone(),
+            ext_suffix: self.ext_suffix.clone(),
+            packages: self.packages.clone(),
+            debs: self.debs.clone(),
+        }
+    }
+
+    /// The toolchain a cross plan builds with: the host's Python runs setup.py;
+    /// compilers, CUDA_HOME, platform and site-packages (for RUNPATH
+    /// relocation) are the target's.
+    pub fn toolchain(&self, host: &Toolchain) -> Toolchain {
+        let mut tc = host.clone();
+        tc.platform = format!("linux-{}", self.target);
+        tc.site_packages = vec![self.site()];
+        tc.cuda_home = self.cuda_home();
+        tc.compilers = self
+            .compilers
+            .iter()
+            .map(|(k, c)| {
+                let var = if k == "gcc" { "CC" } else { "CXX" };
+                (
+                    var.to_string(),
+                    Compiler { path: self.bin().join(format!("{TRIPLE}-{k}")), version: c.version.clone() },
+                )
+            })
+            .collect();
+        tc.cross = Some(self.clone());
+        tc
+    }
+}
+
+/// The sysroot's key and folder for the registry toolchain `host` (Python `host_tc`).
+fn keyed(
+    host: &Provisioned,
+    host_tc: &Toolchain,
+    cache_dir: &Path,
+) -> Result<(String, String, PathBuf, BTreeMap<String, Compiler>)> {
+    let minor = host_tc.python_version.split('.').take(2).collect::<Vec<_>>().join(".");
+    let compilers = cross_compilers()?;
+    let key_text = serde_json::to_string(&(
+        LAYOUT,
+        &host.key,
+        &minor,
+        TRIPLE,
+        PYTHON_PLATFORM,
+        &compilers.values().map(|c| &c.version).collect::<Vec<_>>(),
+        target_requirements(host)?,
+    ))?;
+    let key = format!("{}-{}", source::short_hash(&key_text), Arch::Aarch64.as_str());
+    let root = cache_dir.join("toolchains").join(&key);
+    Ok((minor, key, root, compilers))
+}
+
+/// The sysroot if it is provisioned (`plan` never downloads); exit 3 without the cross compiler.
+pub fn lookup(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> Result<Option<Sysroot>> {
+    let (_, _, root, _) = keyed(host, host_tc, cache_dir)?;
+    Ok(read_identity(&root))
+}
+
+/// The target side for the registry toolchain `host` (Python `host_tc`), provisioned now unless cached.
+pub fn provision(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> Result<Sysroot> {
+    let (minor, key, root, compilers) = keyed(host, host_tc, cache_dir)?;
+    if let Some(s) = read_identity(&root) {
+        return Ok(s);
+    }
+    let _lock = source::lock(&cache_dir.join("locks").join(format!("toolchain-{key}.lock")))?;
+    if let Some(s) = read_identity(&root) {
+        return Ok(s);
+    }
+    let tmp = crate::cache::Cache::at(cache_dir).stage()?;
+    let stage = tmp.path().join("sysroot");
+    std::fs::create_dir(&stage)?;
+    let s = make(host, host_tc, &minor, compilers, &stage, &root, &key)?;
+    std::fs::write(stage.join(IDENTITY_FILE), serde_json::to_vec_pretty(&s)?)?;
+    check_interrupted()?;
+    if root.exists() {
+        std::fs::remove_dir_all(&root).with_context(|| format!("removing the outdated sysroot {}", root.display()))?;
+    }
+    std::fs::rename(&stage, &root).with_context(|| format!("publishing the sysroot as {}", root.display()))?;
+    Ok(s)
+}
+
+/// The sysroot at `root` when complete, of this layout and still at that
+/// place (its wrappers hold absolute paths: a moved cache makes a new one).
+fn read_identity(root: &Path) -> Option<Sysroot> {
+    let s: Sysroot = serde_json::from_slice(&std::fs::read(root.join(IDENTITY_FILE)).ok()?).ok()?;
+    (s.layout == LAYOUT && s.root == root).then_some(s)
+}
+
+/// `aarch64-linux-gnu-gcc` and `-g++` on PATH, with their versions (exit 3 when missing).
+fn cross_compilers() -> Result<BTreeMap<String, Compiler>> {
+    let mut out = BTreeMap::new();
+    for k in ["gcc", "g++"] {
+        let name = format!("{TRIPLE}-{k}");
+        let path = which(&name).ok_or_else(|| {
+            Failure::env(format!(
+                "the cross compiler {name} is not on PATH (an aarch64 variant on an x86_64 host is cross-compiled)"
+            ))
+            .hint(
+                "install it, e.g. `apt-get install g++-aarch64-linux-gnu` (Debian/Ubuntu), or build on an aarch64 host",
+            )
+        })?;
+        let v = Cmd::new(&path, format!("read {name}'s version")).args(["--version"]).output()?;
+        out.insert(k.to_string(), Compiler { path, version: v.lines().next().unwrap_or("").to_string() });
+    }
+    Ok(out)
+}
+
+/// What the target's site-packages gets: the host's torch (same version) and
+/// the CUDA packages whose headers and libraries the build uses, at the host's versions.
+fn target_requirements(host: &Provisioned) -> Result<Vec<String>> {
+    let pinned = |n: &str| -> Result<String> {
+        let v = host.packages.get(n).ok_or_else(|| {
+            Failure::problems(format!(
+                "the registry toolchain {} has no {n} to match on the target",
+                host.root.display()
+            ))
+        })?;
+        Ok(format!("{n}=={v}"))
+    };
+    let major = host.cuda.split('.').next().unwrap_or("");
+    let mut v = vec![pinned("torch")?];
+    for n in ["nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-cuda-cccl", "nvidia-cuda-profiler-api", "nvidia-nvtx"] {
+        v.push(pinned(n)?);
+    }
+    v.push(pinned(&format!("nvidia-nvshmem-cu{major}"))?);
+    Ok(v)
+}
+
+fn make(
+    host: &Provisioned,
+    host_tc: &Toolchain,
+    minor: &str,
+    compilers: BTreeMap<String, Compiler>,
+    stage: &Path,
+    root: &Path,
+    key: &str,
+) -> Result<Sysroot> {
+    // 1. Debian's arm64 Python and libraries.
+    let debs = debian_root(minor, stage)?;
+    check_interrupted()?;
+    // 2. The target's wheels.
+    let uv = registry::find_uv(&host_tc.python.to_string_lossy())?;
+    let site = stage.join("site");
+    let reqs = target_requirements(host)?;
+    let mut c =
+        Cmd::new(&uv, format!("install {} for {PYTHON_PLATFORM} (Python {minor}) into the sysroot", reqs.join(" ")));
+    c.cmd.env_remove("VIRTUAL_ENV").env_remove("CONDA_PREFIX");
+    c.args(["pip", "install", "--quiet", "--target"])
+        .arg(&site)
+        .args(["--python-platform", PYTHON_PLATFORM, "--python-version", minor, "--python"])
+        .arg(&host_tc.python)
+        .args(&reqs)
+        .output()
+        .map_err(|e| {
+            Failure::env(format!("{e:#}")).hint(
+                "check that the registry is reachable and has these packages for aarch64 (uv honours UV_INDEX_URL, UV_FIND_LINKS)",
+            )
+        })?;
+    check_interrupted()?;
+    let packages = dist_infos(&site)?;
+    let droot = stage.join("root");
+    let python_version = debs
+        .get(&format!("python{minor}-minimal"))
+        .map(|v| v.split(['-', '+', '~']).next().unwrap_or(v).to_string())
+        .context("python-minimal version")?;
+    // 3. The target Python's headers (Debian's pyconfig.h dispatches on the
+    //    compiler's macros to a multiarch folder: put the arm64 one in place)
+    //    and sysconfig data.
+    let inc = stage.join(format!("python/include/python{minor}"));
+    copy_dir(&droot.join(format!("usr/include/python{minor}")), &inc)?;
+    std::fs::copy(droot.join(format!("usr/include/{TRIPLE}/python{minor}/pyconfig.h")), inc.join("pyconfig.h"))
+        .context("the arm64 pyconfig.h (libpython-dev:arm64)")?;
+    let sysconfigdata = format!("_sysconfigdata__{TRIPLE}");
+    let scd_src = droot.join(format!("usr/lib/python{minor}/{sysconfigdata}.py"));
+    let scd = std::fs::read_to_string(&scd_src).with_context(|| format!("reading {}", scd_src.display()))?;
+    let ext_suffix =
+        config_var(&scd, "EXT_SUFFIX").with_context(|| format!("{} has no EXT_SUFFIX", scd_src.display()))?;
+    std::fs::create_dir_all(stage.join("python/sysconfig"))?;
+    std::fs::write(stage.join(format!("python/sysconfig/{sysconfigdata}.py")), &scd)?;
+    // 4. CUDA_HOME: the host's nvcc (through the wrapper), the target's headers and libraries.
+    let major = host.cuda.split('.').next().unwrap_or("");
+    let cu = site.join(format!("nvidia/cu{major}"));
+    let home = stage.join("cuda-home");
+    std::fs::create_dir_all(home.join("bin"))?;
+    std::os::unix::fs::symlink(format!("../site/nvidia/cu{major}/include"), home.join("include"))?;
+    let stub_symbols = lib64(&cu, &home.join("lib64"), &compilers["gcc"].path, stage)?;
+    std::fs::create_dir_all(stage.join("driver-stub"))?;
+    std::os::unix::fs::symlink("../cuda-home/lib64/libcuda.so", stage.join("driver-stub/libcuda.so.1"))?;
+    // 5. The wrappers, with the final (published) paths.
+    let final_site = root.join("site");
+    // Host packages are matched by their place in any site-packages (`.../site-packages/torch`):
+    // the build may see the host environment through a link (the build root's `toolchain`).
+    let mut path_map: Vec<(String, String)> = SITE_PACKAGES_MAPPED
+        .iter()
+        .map(|p| (format!("{SITE_PATTERN}{p}"), final_site.join(p).to_string_lossy().into_owned()))
+        .collect();
+    for d in host_includes(&host_tc.python)? {
+        let d = d.to_string_lossy().into_owned();
+        if !path_map.iter().any(|(h, _)| *h == d) {
+            path_map.push((d, root.join(format!("python/include/python{minor}")).to_string_lossy().into_owned()));
+        }
+    }
+    std::fs::create_dir_all(stage.join("bin"))?;
+    for (k, c) in &compilers {
+        write_wrapper(&stage.join(format!("bin/{TRIPLE}-{k}")), &c.path, &path_map)?;
+    }
+    write_wrapper(&home.join("bin/nvcc"), &host_tc.cuda_home.join("bin/nvcc"), &path_map)?;
+    Ok(Sysroot {
+        layout: LAYOUT,
+        root: root.to_path_buf(),
+        key: key.to_string(),
+        host: std::env::consts::ARCH.into(),
+        target: Arch::Aarch64.as_str().into(),
+        triple: TRIPLE.into(),
+        python_platform: PYTHON_PLATFORM.into(),
+        python_version,
+        ext_suffix,
+        sysconfigdata,
+        packages,
+        debs,
+        compilers,
+        path_map,
+        stub_symbols,
+    })
+}
+
+/// The host Python's header folders (sysconfig `include`, `platinclude`).
+fn host_includes(python: &Path) -> Result<Vec<PathBuf>> {
+    let out = Cmd::new(python, "ask the host Python for its header folders")
+        .args([
+            "-c",
+            "import sysconfig as s, json; p = s.get_paths(); print(json.dumps([p['include'], p['platinclude']]))",
+        ])
+        .output()?;
+    let v: Vec<PathBuf> = serde_json::from_str(out.trim()).context("the host Python's header folders")?;
+    Ok(v)
+}
+
+/// `'NAME': 'value'` in a `_sysconfigdata_*.py`.
+fn config_var(text: &str, name: &str) -> Option<String> {
+    let pat = format!("'{name}': '");
+    let rest = &text[text.find(&pat)? + pat.len()..];
+    Some(rest[..rest.find('\'')?].to_string())
+}
+
+/// Package name -> version from the `*.dist-info` folders of `site`.
+fn dist_infos(site: &Path) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(site).with_context(|| format!("reading {}", site.display()))?.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = n.strip_suffix(".dist-info") {
+            if let Some((name, version)) = stem.rsplit_once('-') {
+                out.insert(name.to_lowercase().replace('_', "-"), version.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The Debian arm64 packages of Python `minor` (interpreter, stdlib, headers)
+/// and libstdc++, with their dependencies, downloaded through a private apt
+/// state under `stage/apt` (the system's sources, arm64 as the only
+/// architecture) and unpacked into `stage/root`. Returns name -> version.
+fn debian_root(minor: &str, stage: &Path) -> Result<BTreeMap<String, String>> {
+    for tool in ["apt-get", "apt-cache", "dpkg-deb"] {
+        which(tool).ok_or_else(|| {
+            Failure::env(format!("{tool} not found: the cross build takes the target's Python and C libraries from Debian's arm64 archive"))
+                .hint("cross-build on a Debian or Ubuntu host, or build on an aarch64 host")
+        })?;
+    }
+    let apt = stage.join("apt");
+    for d in ["lists/partial", "cache/archives/partial", "debs"] {
+        std::fs::create_dir_all(apt.join(d))?;
+    }
+    let opts: Vec<String> = vec![
+        format!("-oDir::State::Lists={}", apt.join("lists").display()),
+        format!("-oDir::Cache={}", apt.join("cache").display()),
+        "-oAPT::Architecture=arm64".into(),
+        "-oAPT::Architectures::=arm64".into(),
+        "-oDebug::NoLocking=1".into(),
+        "-oAPT::Sandbox::User=root".into(),
+    ];
+    let run = |tool: &str, purpose: String, args: &[&str], dir: &Path| -> Result<String> {
+        Cmd::new(tool, purpose).args(&opts).args(args).dir(dir).output().map_err(|e| {
+            Failure::env(format!("{e:#}"))
+                .hint("check that the host's apt sources (Debian/Ubuntu) are reachable and carry arm64 packages")
+                .into()
+        })
+    };
+    run("apt-get", "read the arm64 package lists (private apt state)".into(), &["-q", "update"], &apt)?;
+    let roots = [
+        format!("python{minor}-minimal"),
+        format!("libpython{minor}-stdlib"),
+        format!("libpython{minor}-dev"),
+        "libstdc++6".into(),
+    ];
+    let root_refs: Vec<&str> = roots.iter().map(String::as_str).collect();
+    let mut args = vec![
+        "depends",
+        "--recurse",
+        "--no-recommends",
+        "--no-suggests",
+        "--no-conflicts",
+        "--no-breaks",
+        "--no-replaces",
+        "--no-enhances",
+    ];
+    args.extend(&root_refs);
+    let deps = run("apt-cache", format!("resolve the arm64 dependencies of {}", roots.join(" ")), &args, &apt)
+        .map_err(|e| {
+            anyhow::Error::from(
+                Failure::env(format!("Debian's arm64 archive has no Python {minor} ({e:#})"))
+                    .hint("pass --python with the minor Debian ships for arm64 (bookworm: 3.11); the host and target Pythons must be the same minor"),
+            )
+        })?;
+    let names: BTreeSet<String> = deps
+        .lines()
+        .filter(|l| !l.starts_with(' ') && !l.starts_with('<') && !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+        .filter(|n| {
+            n.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        })
+        .collect();
+    if !names.contains(&format!("libpython{minor}-dev")) {
+        return Err(Failure::env(format!("Debian's arm64 archive has no Python {minor} (no libpython{minor}-dev for arm64 in the host's apt sources)"))
+            .hint("pass --python with the minor Debian ships for arm64 (bookworm: 3.11); the host and target Pythons must be the same minor")
+            .into());
+    }
+    let debs_dir = apt.join("debs");
+    let mut dl: Vec<&str> = vec!["-q", "download"];
+    dl.extend(names.iter().map(String::as_str));
+    run("apt-get", format!("download {} arm64 packages", names.len()), &dl, &debs_dir)?;
+    let mut out = BTreeMap::new();
+    let droot = stage.join("root");
+    std::fs::create_dir_all(&droot)?;
+    for e in std::fs::read_dir(&debs_dir)?.flatten() {
+        let f = e.file_name().to_string_lossy().into_owned();
+        let Some(stem) = f.strip_suffix("_arm64.deb").or_else(|| f.strip_suffix("_all.deb")) else { continue };
+        let Some((name, version)) = stem.split_once('_') else { continue };
+        Cmd::new("dpkg-deb", format!("unpack {f}")).arg("-x").arg(e.path()).arg(&droot).output()?;
+        out.insert(name.to_string(), version.replace("%3a", ":"));
+    }
+    std::fs::remove_dir_all(&apt)?;
+    Ok(out)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))?.flatten() {
+        let t = to.join(e.file_name());
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            copy_dir(&e.path(), &t)?;
+        } else if ft.is_file() {
+            std::fs::copy(e.path(), &t)?;
+        }
+    }
+    Ok(())
+}
+
+/// `lib64/`: links to the target's CUDA libraries (plus unversioned names)
+/// and an aarch64 `libcuda.so` link stub compiled by the cross gcc. Returns the stub's symbol count.
+fn lib64(cu: &Path, lib64: &Path, gcc: &Path, stage: &Path) -> Result<usize> {
+    std::fs::create_dir_all(lib64)?;
+    let major = cu.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut names = BTreeSet::new();
+    for e in std::fs::read_dir(cu.join("lib")).with_context(|| format!("reading {}/lib", cu.display()))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        std::os::unix::fs::symlink(format!("../../site/nvidia/{major}/lib/{name}"), lib64.join(&name))?;
+        names.insert(name);
+    }
+    for n in names.clone() {
+        if let Some((base, _)) = n.split_once(".so.") {
+            let plain = format!("{base}.so");
+            if names.insert(plain.clone()) {
+                std::os::unix::fs::symlink(&n, lib64.join(plain))?;
+            }
+        }
+    }
+    let header = cu.join("include/cuda.h");
+    let text = std::fs::read_to_string(&header).with_context(|| format!("reading {}", header.display()))?;
+    let symbols = registry::driver_symbols(&text);
+    let c = stage.join("libcuda-stub.c");
+    let body: String =
+        symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
+    std::fs::write(&c, format!("/* aarch64 link stub generated from cuda.h by deepep-forge. */\n{body}"))?;
+    Cmd::new(gcc, "compile the aarch64 libcuda.so link stub")
+        .args(["-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(lib64.join("libcuda.so"))
+        .arg(&c)
+        .output()?;
+    std::fs::remove_file(&c)?;
+    Ok(symbols.len())
+}
+
+/// A bash wrapper that rewrites every argument, then runs `real`: a host
+/// prefix of `map` becomes its target path; an entry `*/site-packages/P`
+/// matches `P` under any absolute `.../site-packages/` (followed by `/`, the
+/// end or a separator: `torch` never matches `torchgen`).
+fn write_wrapper(path: &Path, real: &Path, map: &[(String, String)]) -> Result<()> {
+    let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    type Pair = (String, String);
+    let (pat, exact): (Vec<&Pair>, Vec<&Pair>) = map.iter().partition(|(h, _)| h.starts_with(SITE_PATTERN));
+    let pairs = |v: &[&Pair], strip: usize| -> String {
+        v.iter().map(|(h, t)| format!("{} {}", q(&h[strip..]), q(t))).collect::<Vec<_>>().join(" ")
+    };
+    let text = format!(
+        r#"#!/bin/bash
+# deepep-forge cross wrapper: host paths -> target sysroot, then {real}
+m=({exact})
+p=({pat})
+a=()
+for x in "$@"; do
+  for ((i = 0; i < ${{#m[@]}}; i += 2)); do x="${{x//"${{m[i]}}"/"${{m[i+1]}}"}}"; done
+  for ((i = 0; i < ${{#p[@]}}; i += 2)); do
+    re="(/[^,:=[:space:]]*/site-packages/)${{p[i]}}(/|$|[,:=[:space:]])"
+    while [[ $x =~ $re ]]; do
+      x="${{x/"${{BASH_REMATCH[1]}}${{p[i]}}"/"${{p[i+1]}}"}}"
+    done
+  done
+  a+=("$x")
+done
+exec {real_q} "${{a[@]}}"
+"#,
+        real = real.display(),
+        exact = pairs(&exact, 0),
+        pat = pairs(&pat, SITE_PATTERN.len()),
+        real_q = q(&real.to_string_lossy()),
+    );
+    std::fs::write(path, text)?;
+    let mut perm = std::fs::metadata(path)?.permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(path, perm)?;
+    Ok(())
+}
+
+/// What the post-build checks found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checked {
+    /// extension -> NEEDED -> where it resolved in the sysroot (or the driver's).
+    pub needed: BTreeMap<String, BTreeMap<String, String>>,
+    /// The import check's output under qemu, or why it was not run.
+    pub import: String,
+}
+
+/// Check a built cross wheel against the sysroot: every NEEDED of its
+/// extensions resolves (RUNPATH with `$ORIGIN` as installed into the target's
+/// site-packages, the target's wheels, Debian's libraries), except the
+/// driver's own; then `import deep_ep, hybrid_ep_cpp` under qemu-aarch64 with
+/// Debian's arm64 Python, the target's site-packages and the libcuda stub.
+pub fn check_wheel(wheel: &Path, s: &Sysroot, tmp: &Path) -> Result<Checked> {
+    let dir = tmp.join("cross-check");
+    std::fs::create_dir_all(&dir)?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))?;
+    zip.extract(&dir).with_context(|| format!("unpacking {}", wheel.display()))?;
+    // Installed beside the target's packages (RUNPATHs are `$ORIGIN`-relative to site-packages).
+    for e in std::fs::read_dir(s.site())?.flatten() {
+        let to = dir.join(e.file_name());
+        if !to.exists() {
+            std::os::unix::fs::symlink(e.path(), to)?;
+        }
+    }
+    let mut needed = BTreeMap::new();
+    let mut missing = Vec::new();
+    let lib_dirs = library_dirs(s);
+    for e in std::fs::read_dir(&dir)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".so") {
+            continue;
+        }
+        let data = std::fs::read(e.path())?;
+        let Some(elf) = super::relocate::ElfDynamic::parse(&data)? else { continue };
+        let mut found = BTreeMap::new();
+        for n in &elf.needed {
+            if DRIVER_LIBS.contains(&n.as_str()) {
+                found.insert(n.clone(), "the NVIDIA driver (run machine)".to_string());
+                continue;
+            }
+            let runpath = elf.runpath.iter().map(|r| PathBuf::from(r.replace("$ORIGIN", &dir.to_string_lossy())));
+            match runpath.chain(lib_dirs.iter().cloned()).map(|d| d.join(n)).find(|p| p.exists()) {
+                Some(p) => {
+                    let p = std::fs::canonicalize(&p).unwrap_or(p);
+                    found.insert(n.clone(), p.strip_prefix(&s.root).unwrap_or(&p).display().to_string());
+                }
+                None => missing.push(format!("{name}: {n}")),
+            }
+        }
+        needed.insert(name, found);
+    }
+    if !missing.is_empty() {
+        return Err(Failure::problems(format!(
+            "the cross-built wheel needs libraries the aarch64 sysroot {} does not have: {}",
+            s.root.display(),
+            missing.join(", ")
+        ))
+        .hint("a library the extensions link must come from the target's wheels (pins the same packages as the host) or the driver")
+        .into());
+    }
+    let import = import_check(&dir, s)?;
+    Ok(Checked { needed, import })
+}
+
+/// Library folders of the target, as its loader would search them once the wheel is installed beside the target's packages.
+fn library_dirs(s: &Sysroot) -> Vec<PathBuf> {
+    let mut v = vec![s.site().join("torch/lib")];
+    if let Ok(rd) = std::fs::read_dir(s.site().join("nvidia")) {
+        let mut libs: Vec<PathBuf> = rd.flatten().map(|e| e.path().join("lib")).filter(|p| p.is_dir()).collect();
+        libs.sort();
+        v.extend(libs);
+    }
+    let r = s.debian_root();
+    v.extend([r.join(format!("lib/{TRIPLE}")), r.join(format!("usr/lib/{TRIPLE}")), r.join("lib"), r.join("usr/lib")]);
+    v
+}
+
+/// `import deep_ep` and `hybrid_ep_cpp` under qemu-aarch64 (exit 3 without qemu).
+fn import_check(wheel_dir: &Path, s: &Sysroot) -> Result<String> {
+    let qemu = which("qemu-aarch64-static").or_else(|| which("qemu-aarch64")).ok_or_else(|| {
+        Failure::env(
+            "qemu-aarch64 not found: the cross build's import check runs the wheel under Debian's arm64 Python",
+        )
+        .hint("install it, e.g. `apt-get install qemu-user-static` (Debian/Ubuntu)")
+    })?;
+    let code = "import deep_ep, hybrid_ep_cpp, sys; print('import ok:', deep_ep.__name__, hybrid_ep_cpp.__name__, 'under Python', sys.version.split()[0], sys.implementation._multiarch)";
+    let mut c = Cmd::new(&qemu, "import deep_ep and hybrid_ep_cpp under qemu-aarch64");
+    c.cmd.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    let out = c
+        .arg("-L")
+        .arg(s.debian_root())
+        .arg(s.python())
+        .args(["-c", code])
+        .dir(wheel_dir)
+        .env("PYTHONPATH", wheel_dir)
+        .env("LD_LIBRARY_PATH", s.driver_stub_dir())
+        .env("PYTHONNOUSERSITE", "1")
+        .output()
+        .map_err(|e| {
+            Failure::problems(format!("{e:#}")).hint("the wheel does not import on aarch64: see the error above")
+        })?;
+    Ok(out.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_var_reads_sysconfigdata() {
+        let t = "build_time_vars = {'ABIFLAGS': '',\n 'EXT_SUFFIX': '.cpython-311-aarch64-linux-gnu.so',\n}";
+        assert_eq!(config_var(t, "EXT_SUFFIX").as_deref(), Some(".cpython-311-aarch64-linux-gnu.so"));
+        assert_eq!(config_var(t, "SOABI"), None);
+    }
+
+    #[test]
+    fn only_x86_registry_builds_aarch64_by_cross() {
+        use registry::Kind::*;
+        assert!(is_cross(Registry, Some(Arch::X86_64), Arch::Aarch64));
+        assert!(!is_cross(System, Some(Arch::X86_64), Arch::Aarch64));
+        assert!(!is_cross(Registry, Some(Arch::Aarch64), Arch::Aarch64));
+        assert!(!is_cross(Registry, Some(Arch::X86_64), Arch::X86_64));
+    }
+
+    #[test]
+    fn the_wrapper_maps_host_paths_in_every_argument() {
+        let d = tempfile::tempdir().unwrap();
+        let w = d.path().join("w");
+        let map = vec![
+            ("/usr/include/python3.11".to_string(), "/t/py".to_string()),
+            (format!("{SITE_PATTERN}torch"), "/t/it's/torch".to_string()),
+        ];
+        write_wrapper(&w, Path::new("/bin/echo"), &map).unwrap();
+        let o = std::process::Command::new(&w)
+            .args([
+                "-I/h/lib/python3.11/site-packages/torch/include",
+                "a b",
+                "-Wl,-rpath,/root-link/env/site-packages/torch/lib",
+                "-I/h/site-packages/torchgen",
+                "-I/usr/include/python3.11",
+                "-L/h/site-packages/torch",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "-I/t/it's/torch/include a b -Wl,-rpath,/t/it's/torch/lib -I/h/site-packages/torchgen -I/t/py -L/t/it's/torch\n"
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! Cross builds (an aarch64 variant on this x86_64 host, `--toolchain
+//! registry`): real uv resolves the target's nvidia-* wheels for
+//! aarch64-manylinux_2_28, real apt-get/dpkg-deb unpack Debian's arm64 Python
+//! 3.11 (through a private apt state), the real cross g++ and nvcc compile the
+//! mini-deepep fixture, and qemu-aarch64 imports the wheel with Debian's arm64
+//! Python. As in tests/registry.rs, torch is a tiny real wheel served from a
+//! find-links folder (the fixture does not import torch; the 3 GB registry
+//! torch is for real DeepEP, measured outside CI: docs/cross-build.md).
+//! Skipped (with the reason) off x86_64, or without the cross compiler, qemu,
+//! apt-get or python3.11 (`.ci/setup-tools` installs them).
+mod build_support;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use build_support::Lab;
+use deepep_forge::build::cross::{self, Sysroot};
+use object::Object;
+use serde_json::Value;
+use support::*;
+
+const TORCH: &str = "2.11.0+forgetest";
+
+const PINS: &str = r#"
+[toolchain]
+torch = "2.11.0+forgetest"
+cuda = "13.0"
+python = "3.11"
+
+[[variant]]
+name = "sn"
+arch = "x86_64"
+cuda_arch_list = "9.0"
+multinode = false
+topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
+
+[[variant]]
+name = "arm"
+arch = "aarch64"
+cuda_arch_list = "10.0"
+multinode = false
+topology = { gpu = "gb200", nodes = 16, gpus_per_node = 4, ep = 64, ranks_per_domain = 64, mnnvl = true }
+
+[[variant]]
+name = "arm-doca"
+arch = "aarch64"
+cuda_arch_list = "10.0"
+multinode = true
+transport = "doca"
+rdma_core_home = "/opt/rdma-core/build"
+topology = { gpu = "gb200", nodes = 32, gpus_per_node = 4, ep = 128, ranks_per_domain = 64, mnnvl = true }
+"#;
+
+/// What the cross path needs on this machine, or why the test is skipped.
+fn prerequisites() -> Result<PathBuf, String> {
+    if std::env::consts::ARCH != "x86_64" {
+        return Err("cross builds are from x86_64 hosts".into());
+    }
+    let on_path =
+        |n: &str| ["/usr/local/bin", "/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(n)).find(|p| p.is_file());
+    for tool in ["aarch64-linux-gnu-g++", "apt-get", "dpkg-deb"] {
+        on_path(tool).ok_or(format!("{tool} not installed (run .ci/setup-tools)"))?;
+    }
+    on_path("qemu-aarch64-static").or(on_path("qemu-aarch64")).ok_or("qemu-user-static not installed")?;
+    on_path("python3.11").ok_or_else(|| "python3.11 not installed (Debian's arm64 Python is 3.11)".into())
+}
+
+/// A real wheel named torch (pure Python, so uv installs it for aarch64 too), in a find-links folder.
+fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
+    let src = dir.join("torch-src");
+    std::fs::create_dir_all(src.join("torch")).unwrap();
+    std::fs::write(
+        src.join("setup.py"),
+        format!("from setuptools import setup\nsetup(name='torch', version='{TORCH}', packages=['torch'])\n"),
+    )
+    .unwrap();
+    std::fs::write(src.join("torch/__init__.py"), "").unwrap();
+    std::fs::write(src.join("torch/version.py"), format!("__version__ = '{TORCH}'\ncuda = '13.0'\n")).unwrap();
+    let links = dir.join("links");
+    build_support::run(
+        Command::new(python)
+            .args(["-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w"])
+            .arg(&links)
+            .arg(".")
+            .current_dir(&src),
+    );
+    links
+}
+
+fn forge(lab: &Lab, links: &Path, args: &[&str]) -> Command {
+    let mut c = bin();
+    c.args(args);
+    if matches!(args.first(), Some(&"plan" | &"build-wheel")) {
+        c.arg("--source").arg(&lab.repo);
+    }
+    c.current_dir(lab.dir.path())
+        .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
+        .env("DEEPEP_FORGE_UV", lab.tools.join("bin/uv"))
+        .env("UV_CACHE_DIR", root().join("target/uv-cache"))
+        .env("UV_FIND_LINKS", links)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env_remove("CUDA_HOME")
+        .env_remove("DEEPEP_FORGE_CACHE_URL");
+    for k in ["HYBRID_EP_MULTINODE", "USE_NIXL", "TORCH_CUDA_ARCH_LIST", "NVSHMEM_DIR", "MAX_JOBS", "CXX", "CC"] {
+        c.env_remove(k);
+    }
+    for k in ["CUDAHOSTCXX", "LDSHARED", "VIRTUAL_ENV", "PYTHONPATH", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL"] {
+        c.env_remove(k);
+    }
+    c
+}
+
+/// A Python 3.12 on PATH (or pyenv's), for the missing-target-Python case.
+fn which_python312() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let pyenv =
+        std::fs::read_dir(home.join(".pyenv/versions")).into_iter().flatten().flatten().map(|e| e.path().join("bin"));
+    std::env::split_paths(&path)
+        .chain(pyenv)
+        .map(|d| d.join("python3.12"))
+        .find(|p| p.is_file() && !p.to_string_lossy().contains("shims"))
+}
+
+/// A copy of `wheel` with `member` replaced by `data`.
+fn rewrite_member(wheel: &Path, to: &Path, member: &str, data: &[u8]) {
+    let mut zin = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
+    let mut zout = zip::ZipWriter::new(std::fs::File::create(to).unwrap());
+    for i in 0..zin.len() {
+        let mut f = zin.by_index(i).unwrap();
+        let name = f.name().to_string();
+        zout.start_file(name.as_str(), zip::write::SimpleFileOptions::default()).unwrap();
+        if name == member {
+            std::io::Write::write_all(&mut zout, data).unwrap();
+        } else {
+            std::io::copy(&mut f, &mut zout).unwrap();
+        }
+    }
+    zout.finish().unwrap();
+}
+
+fn machine(data: &[u8]) -> object::Architecture {
+    object::File::parse(data).unwrap().architecture()
+}
+
+#[test]
+fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
+    let python = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => return eprintln!("SKIPPED: {why}"),
+    };
+    let Some(lab) = Lab::new() else { return };
+    let links = stand_in_torch(lab.dir.path(), &lab.tools.join("bin/python"));
+    let pins = lab.pins_with(&lab.rev, PINS);
+    let (pins, py) = (pins.to_str().unwrap(), python.to_str().unwrap());
+    let common = ["--toolchain", "registry", "--python", py, "--pins", pins, "--format", "json"];
+
+    // plan never downloads: before any build the cross plan says what is missing and what it needs.
+    let plan = build_support::json(&forge(&lab, &links, &[&["plan", "--all"][..], &common].concat()).output().unwrap());
+    assert_eq!(plan["plans"][1]["variant"]["name"], "arm", "{plan}");
+    assert_eq!(plan["plans"][1]["toolchain"]["state"], "missing", "{plan}");
+
+    // Build: provisions the host toolchain and the aarch64 sysroot, builds an aarch64 cp311 wheel,
+    // checks it in the sysroot and under qemu.
+    let o = forge(&lab, &links, &[&["build-wheel", "--variant", "arm"][..], &common].concat())
+        .arg("--out")
+        .arg(&lab.out)
+        .output()
+        .unwrap();
+    let r = build_support::json(&o);
+
+    // plan --all now: the aarch64 variant is a cross plan; the DOCA one is skipped with why.
+    let plan = build_support::json(&forge(&lab, &links, &[&["plan", "--all"][..], &common].concat()).output().unwrap());
+    let plans = plan["plans"].as_array().unwrap();
+    let names: Vec<&str> = plans.iter().map(|p| p["variant"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["sn", "arm"], "{plan}");
+    let arm = &plans[1];
+    assert_eq!(arm["toolchain"]["state"], "known", "{arm}");
+    let x = &arm["toolchain"]["cross"];
+    assert_eq!((x["host"].as_str(), x["target"].as_str()), (Some("x86_64"), Some("aarch64")), "{x}");
+    assert_eq!(x["python_platform"], cross::PYTHON_PLATFORM);
+    assert!(x["python_version"].as_str().unwrap().starts_with("3.11."), "{x}");
+    assert_eq!(x["ext_suffix"], ".cpython-311-aarch64-linux-gnu.so");
+    assert_eq!(x["packages"]["torch"], TORCH, "the target's torch is the host's version");
+    assert_eq!(x["packages"]["nvidia-cuda-runtime"], arm["toolchain"]["registry"]["packages"]["nvidia-cuda-runtime"]);
+    assert!(x["debs"]["libpython3.11-dev"].is_string(), "{x}");
+    assert!(plans[0]["toolchain"]["cross"].is_null(), "the x86_64 plan is native");
+    assert_ne!(plans[0]["cache_key"], arm["cache_key"]);
+    let env = &arm["run"]["env"];
+    assert_eq!(env["_PYTHON_HOST_PLATFORM"], "linux-aarch64");
+    assert_eq!(env["_PYTHON_SYSCONFIGDATA_NAME"], "_sysconfigdata__aarch64-linux-gnu");
+    // CXX may be the build root's compiler hook (sccache), which runs the toolchain's CXX: the cross wrapper.
+    let cxx = arm["toolchain"]["compilers"]["CXX"]["path"].as_str().unwrap();
+    assert!(cxx.ends_with("/bin/aarch64-linux-gnu-g++"), "{cxx}");
+    assert!(env["CC"].as_str().unwrap().ends_with("/bin/aarch64-linux-gnu-gcc"), "{env}");
+    assert!(env["LDSHARED"].as_str().unwrap().ends_with("/bin/aarch64-linux-gnu-g++ -shared"), "{env}");
+    assert_eq!(arm["portable"]["env"]["_PYTHON_HOST_PLATFORM"], "linux-aarch64", "keyed");
+    assert_eq!(arm["toolchain"]["platform"], "linux-aarch64");
+    let skipped = &plan["skipped"];
+    assert_eq!(skipped[0]["variant"], "arm-doca", "{skipped}");
+    assert!(skipped[0]["reason"].as_str().unwrap().contains("DOCA"), "{skipped}");
+
+    // The sysroot: target headers and an aarch64 link stub for libcuda.
+    let sysroot: Sysroot = serde_json::from_value(x.clone()).unwrap();
+    let home = sysroot.cuda_home();
+    for f in ["include/crt/host_defines.h", "include/cccl/cuda/std/tuple", "lib64/libcudart_static.a", "bin/nvcc"] {
+        assert!(home.join(f).exists(), "the target's cuda-home lacks {f}");
+    }
+    let stub = std::fs::read(home.join("lib64/libcuda.so")).unwrap();
+    assert_eq!(machine(&stub), object::Architecture::Aarch64);
+    assert_eq!(machine(&std::fs::read(home.join("lib64/libcudart.so.13")).unwrap()), object::Architecture::Aarch64);
+    assert!(sysroot.root.join("python/include/python3.11/pyconfig.h").is_file());
+
+    // The wheel: an aarch64 cp311 wheel, checked in the sysroot and under qemu by build-wheel itself.
+    let res = &r["results"][0];
+    assert_eq!(res["status"], "built", "{r}");
+    assert_eq!(res["cache_key"], arm["cache_key"], "the plan is the build");
+    let notes: Vec<&str> = res["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes.iter().any(|n| n.contains("NEEDED of 2 extensions resolved in the aarch64 sysroot")), "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n.contains("qemu-aarch64 import ok: deep_ep hybrid_ep_cpp under Python 3.11")),
+        "{notes:?}"
+    );
+    let wheel = PathBuf::from(res["wheel"].as_str().unwrap());
+    assert!(wheel.to_string_lossy().ends_with("-cp311-cp311-linux_aarch64.whl"), "{}", wheel.display());
+    let zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
+    let exts: Vec<String> = zip.file_names().filter(|n| n.ends_with(".so")).map(String::from).collect();
+    assert_eq!(
+        exts.iter().filter(|n| n.ends_with(".cpython-311-aarch64-linux-gnu.so")).count(),
+        2,
+        "extensions named for the target Python: {exts:?}"
+    );
+    for e in &exts {
+        let data = deepep_forge::wheel::stamp::read_member(&wheel, e).unwrap();
+        assert_eq!(machine(&data), object::Architecture::Aarch64, "{e}");
+    }
+    let di = deepep_forge::wheel::stamp::dist_info_dir(&zip).unwrap();
+    let prov: Value = serde_json::from_slice(
+        &deepep_forge::wheel::stamp::read_member(&wheel, &format!("{di}/{}", deepep_forge::provenance::FILE_NAME))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(prov["host"]["arch"], "x86_64");
+    assert_eq!(prov["variant"]["arch"], "aarch64");
+    let pc = &prov["toolchain"]["cross"];
+    assert_eq!(pc["target"], "aarch64");
+    assert!(pc["compilers"]["g++"].as_str().unwrap().starts_with("aarch64-linux-gnu-g++"), "{pc}");
+    assert_eq!(pc["debs"], x["debs"]);
+    // RUNPATH relocated like the x86 ones: NVSHMEM beside the extension in site-packages.
+    let dee = exts.iter().find(|e| e.starts_with("deep_ep_cpp")).unwrap();
+    let data = deepep_forge::wheel::stamp::read_member(&wheel, dee).unwrap();
+    let elf = deepep_forge::build::relocate::ElfDynamic::parse(&data).unwrap().unwrap();
+    assert_eq!(elf.runpath, ["$ORIGIN/nvidia/nvshmem/lib"], "{dee}");
+
+    // The static probe against the GB200 NVL72 preset: MATCH.
+    let o = bin().args(["probe", "--wheel"]).arg(&wheel).args(["--preset", "gb200-nvl72"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("MATCH") && out.contains("ELF machine agree") && out.contains("sm_100 cubin"), "{out}");
+    assert!(!out.contains("WARN  runpath"), "RUNPATHs are relocatable: {out}");
+
+    // The checks can fail: a library missing from the sysroot, then the driver stub.
+    let nvshmem = sysroot.site().join("nvidia/nvshmem/lib/libnvshmem_host.so.3");
+    let aside = nvshmem.with_extension("aside");
+    std::fs::rename(&nvshmem, &aside).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let err = cross::check_wheel(&wheel, &sysroot, tmp.path()).unwrap_err();
+    std::fs::rename(&aside, &nvshmem).unwrap();
+    assert!(
+        format!("{err:#}").contains("deep_ep_cpp.cpython-311-aarch64-linux-gnu.so: libnvshmem_host.so.3"),
+        "{err:#}"
+    );
+    // ... and the import runs the package under qemu: a package that fails to import fails the check.
+    let broken = lab.dir.path().join(wheel.file_name().unwrap());
+    rewrite_member(
+        &wheel,
+        &broken,
+        "deep_ep/__init__.py",
+        b"import hybrid_ep_cpp\nraise ImportError('forge-test: broken')\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let err = cross::check_wheel(&broken, &sysroot, tmp.path()).unwrap_err();
+    assert!(format!("{err:#}").contains("forge-test: broken"), "{err:#}");
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(cross::check_wheel(&wheel, &sysroot, tmp.path()).unwrap().import.starts_with("import ok"));
+
+    // A host Python whose minor Debian does not ship for arm64 (3.12): exit 3 saying so, no sysroot published.
+    match which_python312() {
+        None => eprintln!("SKIPPED (part): no python3.12 on this machine for the missing-target-Python case"),
+        Some(py312) => {
+            let before = std::fs::read_dir(lab.cache.join("toolchains")).unwrap().count();
+            let o = forge(
+                &lab,
+                &links,
+                &[
+                    "build-wheel",
+                    "--toolchain",
+                    "registry",
+                    "--python",
+                    py312.to_str().unwrap(),
+                    "--pins",
+                    pins,
+                    "--variant",
+                    "arm",
+                ],
+            )
+            .output()
+            .unwrap();
+            assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+            assert!(stderr(&o).contains("Debian's arm64 archive has no Python 3.12"), "{}", stderr(&o));
+            assert!(stderr(&o).contains("bookworm: 3.11"), "{}", stderr(&o));
+            let toolchains: Vec<String> = std::fs::read_dir(lab.cache.join("toolchains"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(toolchains.len(), before + 1, "only the host toolchain for 3.12 is new: {toolchains:?}");
+        }
+    }
+
+    // With the system toolchain the aarch64 variant is refused here, naming the cross path.
+    let o = forge(&lab, &links, &["plan", "--pins", pins, "--python", py, "--variant", "arm"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("or cross-compile it here with --toolchain registry"), "{}", stderr(&o));
+}
