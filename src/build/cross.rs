@@ -19,9 +19,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::lookup::which;
 use super::registry::{self, Provisioned};
 use super::source;
-use super::toolchain::{which, Compiler, Toolchain};
+use super::toolchain::{Compiler, Toolchain};
 use crate::error::{check_interrupted, Failure};
 use crate::pins::Arch;
 use crate::process::Cmd;
