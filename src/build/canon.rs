@@ -142,20 +142,7 @@ pub fn through(root: &Path, links: &BTreeMap<String, PathBuf>, p: &Path) -> Path
         .unwrap_or_else(|| p.to_path_buf())
 }
 
-/// The compiler hooks of a plan: wrapper scripts (content decided here) and
-/// the environment that points the build at them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Hooks {
-    /// sccache (the nvcc driver) and its version.
-    pub sccache: PathBuf,
-    pub sccache_version: String,
-    /// The compiler cache folder; None: sccache stores nothing.
-    pub compiler_cache: Option<PathBuf>,
-    /// Wrapper file name in `<root>/bin` -> script.
-    pub scripts: BTreeMap<String, String>,
-    /// Links in the root -> the real toolchain folders ([`links`]).
-    pub links: BTreeMap<String, PathBuf>,
-}
+pub use super::plan::Hooks;
 
 impl Hooks {
     /// Environment the build gets: PYTORCH_NVCC and CXX point at the wrappers, sccache's

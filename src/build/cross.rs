@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::lookup::which;
 use super::registry::{self, Provisioned};
@@ -47,35 +47,7 @@ pub fn is_cross(kind: registry::Kind, host: Option<Arch>, target: Arch) -> bool 
     kind == registry::Kind::Registry && host == Some(Arch::X86_64) && target == Arch::Aarch64
 }
 
-/// The provisioned target side.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Sysroot {
-    pub layout: u32,
-    /// `<cache>/toolchains/<key>`.
-    pub root: PathBuf,
-    pub key: String,
-    pub host: String,
-    pub target: String,
-    pub triple: String,
-    /// The wheel platform the target's packages were resolved for.
-    pub python_platform: String,
-    /// Debian's arm64 Python, e.g. `3.11.2`.
-    pub python_version: String,
-    /// `.cpython-311-aarch64-linux-gnu.so`, from the target's sysconfig data.
-    pub ext_suffix: String,
-    /// `_sysconfigdata__aarch64-linux-gnu`.
-    pub sysconfigdata: String,
-    /// Target wheels, name -> version (from their dist-info).
-    pub packages: BTreeMap<String, String>,
-    /// Debian arm64 packages unpacked into `root/`, name -> version.
-    pub debs: BTreeMap<String, String>,
-    /// The cross compilers the wrappers call (gcc, g++), with their `--version` line.
-    pub compilers: BTreeMap<String, Compiler>,
-    /// Host path -> target path, applied by the wrappers to every argument.
-    pub path_map: Vec<(String, String)>,
-    /// Driver API functions the aarch64 libcuda.so stub defines.
-    pub stub_symbols: usize,
-}
+pub use super::toolchain::Sysroot;
 
 impl Sysroot {
     /// The target's site-packages (aarch64 torch, nvidia-*).

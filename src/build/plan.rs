@@ -199,7 +199,7 @@ pub struct Plan {
     pub portable: Portable,
     /// The canonical build root's links and compiler wrappers (`canon`), installed by the build.
     #[serde(default)]
-    pub hooks: Option<super::canon::Hooks>,
+    pub hooks: Option<Hooks>,
     /// sha256 of the canonical path-free plan; None when it depends on what is not known yet.
     pub cache_key: Option<String>,
     /// Why `cache_key` is None.
@@ -417,6 +417,21 @@ pub fn pip_argv(python: &str, dist: &Path) -> Vec<String> {
     c.push(dist.to_string_lossy().into_owned());
     c.push(".".into());
     c
+}
+
+/// The compiler hooks of a plan (their behaviour: `canon`): wrapper scripts (content decided here) and
+/// the environment that points the build at them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hooks {
+    /// sccache (the nvcc driver) and its version.
+    pub sccache: PathBuf,
+    pub sccache_version: String,
+    /// The compiler cache folder; None: sccache stores nothing.
+    pub compiler_cache: Option<PathBuf>,
+    /// Wrapper file name in `<root>/bin` -> script.
+    pub scripts: BTreeMap<String, String>,
+    /// Links in the root -> the real toolchain folders ([`links`]).
+    pub links: BTreeMap<String, PathBuf>,
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ pub struct Toolchain {
     pub importable: BTreeMap<String, bool>,
     /// The target side of a cross build (aarch64 on x86_64); None: native.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cross: Option<super::cross::Sysroot>,
+    pub cross: Option<Sysroot>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -316,4 +316,34 @@ fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<(
     std::fs::create_dir_all(memo_dir)?;
     std::fs::write(&memo, &c.version)?;
     Ok(())
+}
+
+/// The provisioned target side of a cross build (made and used by `cross`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sysroot {
+    pub layout: u32,
+    /// `<cache>/toolchains/<key>`.
+    pub root: PathBuf,
+    pub key: String,
+    pub host: String,
+    pub target: String,
+    pub triple: String,
+    /// The wheel platform the target's packages were resolved for.
+    pub python_platform: String,
+    /// Debian's arm64 Python, e.g. `3.11.2`.
+    pub python_version: String,
+    /// `.cpython-311-aarch64-linux-gnu.so`, from the target's sysconfig data.
+    pub ext_suffix: String,
+    /// `_sysconfigdata__aarch64-linux-gnu`.
+    pub sysconfigdata: String,
+    /// Target wheels, name -> version (from their dist-info).
+    pub packages: BTreeMap<String, String>,
+    /// Debian arm64 packages unpacked into `root/`, name -> version.
+    pub debs: BTreeMap<String, String>,
+    /// The cross compilers the wrappers call (gcc, g++), with their `--version` line.
+    pub compilers: BTreeMap<String, Compiler>,
+    /// Host path -> target path, applied by the wrappers to every argument.
+    pub path_map: Vec<(String, String)>,
+    /// Driver API functions the aarch64 libcuda.so stub defines.
+    pub stub_symbols: usize,
 }
