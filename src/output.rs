@@ -79,6 +79,36 @@ pub fn annotation(level: Level, a: &Annotation) -> String {
     format!("::{cmd} {}::{}\n", props.join(","), gh_escape_data(&a.message))
 }
 
+/// The human report printed after the annotations under `--format github`,
+/// with workflow commands switched off around it (`::stop-commands::`). The
+/// report quotes values from files a pull request controls, and the runner
+/// takes any log line starting with `::` (after leading blanks) for a command:
+/// a label like `1.2.1\n::error::...` would otherwise plant an annotation.
+/// The end token is random, so no file can name it.
+pub fn github_log(human: &str) -> String {
+    if human.is_empty() {
+        return String::new();
+    }
+    let token = random_token();
+    let nl = if human.ends_with('\n') { "" } else { "\n" };
+    format!("::stop-commands::{token}\n{human}{nl}::{token}::\n")
+}
+
+/// 128 random bits as hex, from the kernel (std's hasher keys as a fallback).
+fn random_token() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+        use std::hash::{BuildHasher, Hasher};
+        for (i, chunk) in b.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(i ^ std::process::id() as usize);
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// `path` relative to the workspace when it lies inside it (relative paths are
 /// taken from the current directory); otherwise unchanged.
 pub fn workspace_relative(path: &Path, workspace: Option<&Path>) -> PathBuf {
@@ -137,6 +167,20 @@ mod tests {
         );
         let none = Annotation { title: "t".into(), message: "m".into(), ..Default::default() };
         assert_eq!(annotation(Level::Notice, &none), "::notice title=t::m\n");
+    }
+
+    #[test]
+    fn the_human_report_under_github_runs_no_workflow_command() {
+        let planted = "error: label 1.2.1+abc\n::error file=x::pwned\n";
+        let out = github_log(planted);
+        let mut lines = out.lines();
+        let first = lines.next().unwrap();
+        let token = first.strip_prefix("::stop-commands::").expect("commands stopped first");
+        assert_eq!(token.len(), 32);
+        assert_eq!(out.lines().last().unwrap(), format!("::{token}::"), "resumed with the same token last");
+        assert!(out.contains("::error file=x::pwned"), "the report itself is unchanged");
+        assert_ne!(github_log("x").lines().next(), github_log("x").lines().next(), "a fresh token each time");
+        assert_eq!(github_log(""), "");
     }
 
     #[test]

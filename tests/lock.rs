@@ -442,7 +442,8 @@ fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
     // github: one annotation per finding, naming its cause; paths relative to the project, or to the workspace
     let o = forge(&root(), &["lock", "check", "--format", "github", "--project", ps]);
     let out = stdout(&o);
-    let ann: Vec<&str> = out.lines().filter(|l| l.starts_with("::")).collect();
+    let ann: Vec<&str> =
+        out.lines().filter(|l| ["::error ", "::warning ", "::notice "].iter().any(|p| l.starts_with(p))).collect();
     assert_eq!(ann.len(), 10, "{out}");
     assert_eq!(ann.iter().filter(|a| a.contains("(cause pin-not-adopted)::")).count(), 8, "{out}");
     assert!(
@@ -511,4 +512,34 @@ fn an_empty_lock_or_one_without_uvs_header_exits_2_naming_the_file() {
         assert!(stderr(&o).contains(&want) && stderr(&o).contains(msg), "{text:?}: {}", stderr(&o));
         assert!(!stderr(&o).contains("locks no deep-ep") && stdout(&o).is_empty(), "{}", stdout(&o));
     }
+}
+
+/// A value from a pull request's file that quotes a workflow command must not
+/// run as one: under `--format github` the human report is printed with
+/// workflow commands stopped (a random end token), and annotations escape it.
+#[test]
+fn a_planted_workflow_command_in_a_label_is_never_a_command() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("pyproject.toml"),
+        "[project]\nname = \"x\"\nversion = \"0.1\"\ndependencies = [\"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@17cfb817bccec3a9c247013360cc550c2bac441e\"]\n\n[[tool.uv.dependency-metadata]]\nname = \"deep_ep\"\nversion = \"1.2.1+abc\\n::error file=x::pwned\"\n",
+    )
+    .unwrap();
+    let o = forge(&root(), &["lock", "check", "--format", "github", "--project", d.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    let mut stopped: Option<String> = None;
+    for l in out.lines() {
+        let t = l.trim_start();
+        match &stopped {
+            Some(token) if t == format!("::{token}::") => stopped = None,
+            Some(_) => {}
+            None if t.starts_with("::stop-commands::") => stopped = Some(t["::stop-commands::".len()..].to_string()),
+            None => {
+                assert!(!t.contains("pwned") || !t.starts_with("::error file=x"), "a live planted command: {l}\n{out}")
+            }
+        }
+    }
+    assert!(stopped.is_none(), "workflow commands resumed at the end: {out}");
+    assert!(out.contains("%0A::error file=x::pwned"), "the annotation escapes the newline: {out}");
 }

@@ -286,7 +286,7 @@ pub fn check(args: CheckArgs) -> Result<Exit> {
         Format::Github => {
             let workspace = std::env::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
             let path = |f: &Path| github_path(f, workspace.as_deref(), &args.project);
-            findings::render_github_causes(&report.causes, &path) + &human(&report)
+            findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report))
         }
     };
     print!("{text}");

@@ -128,7 +128,7 @@ pub fn print(v: &Verdict, format: Format) -> Result<()> {
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(v)?),
         Format::Human => print!("{}", v.render_human()),
-        Format::Github => print!("{}{}", v.render_github(), v.render_human()),
+        Format::Github => print!("{}{}", v.render_github(), crate::output::github_log(&v.render_human())),
     }
     Ok(())
 }

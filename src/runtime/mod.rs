@@ -118,14 +118,15 @@ pub fn run(args: &Input) -> Result<Exit> {
     };
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&verdict)?),
-        Format::Human | Format::Github => {
+        Format::Human => {
             print!("{}", verdict.render_human());
             if let Some(m) = render_links(&verdict.facts) {
                 print!("{m}");
             }
-            if args.format == Format::Github {
-                print!("{}", verdict.render_github());
-            }
+        }
+        Format::Github => {
+            let human = verdict.render_human() + &render_links(&verdict.facts).unwrap_or_default();
+            print!("{}{}", verdict.render_github(), crate::output::github_log(&human));
         }
     }
     Ok(verdict.exit())
