@@ -39,9 +39,9 @@ pub enum Command {
     #[command(subcommand)]
     Pin(PinCommand),
     /// Compute the build plan (source, environment, toolchain, cache key, outputs) without building.
-    Plan(crate::build::PlanArgs),
+    Plan(crate::builder::PlanArgs),
     /// Build DeepEP wheels for pins.toml variants: flags baked in, provenance stamped, cached.
-    BuildWheel(crate::build::BuildArgs),
+    BuildWheel(crate::builder::BuildArgs),
     /// Inspect and manage the wheel cache.
     #[command(subcommand)]
     Cache(crate::cache::CacheCommand),
@@ -175,8 +175,8 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Lock(LockCommand::Check(a)) => crate::lock::check(a),
         Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a),
         Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a),
-        Command::Plan(a) => crate::build::plan(a),
-        Command::BuildWheel(a) => crate::build::build(a),
+        Command::Plan(a) => crate::builder::plan(a),
+        Command::BuildWheel(a) => crate::builder::build(a),
         Command::Cache(c) => crate::cache::run(c),
         Command::Probe(a) => crate::probe::run(a),
         Command::Docker(c) => crate::docker::run(c),

@@ -134,7 +134,7 @@ pub fn table(b: Branch) -> &'static [Knob] {
 }
 
 /// Variables a build may read that the plan itself owns (the toolchain's, and
-/// the compiler hooks `build::canon` sets: PYTORCH_NVCC as torch reads it, NVCC
+/// the compiler hooks `builder::canon` sets: PYTORCH_NVCC as torch reads it, NVCC
 /// as NCCL's makefiles do): reading them is no knob.
 pub const PLAN_OWNED: [&str; 11] = [
     "CUDA_HOME",

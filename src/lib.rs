@@ -3,7 +3,7 @@
 //! See ARCHITECTURE.md for the map. The CLI lives in [`cli`]; every job is a
 //! module with an `Args` type and a function returning `Result<error::Exit>`.
 pub mod attest;
-pub mod build;
+pub mod builder;
 pub mod cache;
 pub mod cli;
 pub mod docker;

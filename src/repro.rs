@@ -65,7 +65,7 @@ pub struct VerifyArgs {
     pub python: Option<String>,
     /// The toolchain (as for build-wheel); default: the one the provenance names.
     #[arg(long, value_enum)]
-    pub toolchain: Option<crate::build::registry::Kind>,
+    pub toolchain: Option<crate::builder::registry::Kind>,
     #[command(flatten)]
     pub cache: crate::cache::CacheDirArg,
     /// Compiler cache folder (as for build-wheel; it changes no byte).
@@ -88,7 +88,7 @@ pub struct VerifyArgs {
 /// `deepep-forge verify WHEEL`.
 pub fn verify(args: VerifyArgs) -> Result<Exit> {
     let _coop = crate::error::Cooperative::enter();
-    let prov = crate::build::deliver::read_provenance(&args.wheel).map_err(|e| {
+    let prov = crate::builder::deliver::read_provenance(&args.wheel).map_err(|e| {
         crate::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;
     if prov.schema < 2 {
@@ -117,8 +117,8 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
         (None, None) => None,
     };
     let toolchain = args.toolchain.unwrap_or(match prov.toolchain.kind.as_str() {
-        "registry" => crate::build::registry::Kind::Registry,
-        _ => crate::build::registry::Kind::System,
+        "registry" => crate::builder::registry::Kind::Registry,
+        _ => crate::builder::registry::Kind::System,
     });
     let out = args.out.clone().unwrap_or_else(|| work.path().join("out"));
     let same_dir = |a: &std::path::Path, b: &std::path::Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b))
@@ -138,7 +138,7 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
         .hint("pass another --out, or none (a temporary folder)")
         .into());
     }
-    let common = crate::build::Common {
+    let common = crate::builder::Common {
         pins,
         variants: vec![prov.variant.name.clone()],
         all: false,
@@ -159,7 +159,7 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
         no_compiler_cache: args.no_compiler_cache,
         format: Format::Json,
     };
-    let outcome = crate::build::build_quiet(&common)?.into_iter().next().context("the rebuild produced no wheel")?;
+    let outcome = crate::builder::build_quiet(&common)?.into_iter().next().context("the rebuild produced no wheel")?;
     let d = diff::diff(&args.wheel, &outcome.wheel)?;
     if args.format == Format::Json {
         let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use build_support::Lab;
-use deepep_forge::build::cross::{self, Sysroot};
+use deepep_forge::builder::cross::{self, Sysroot};
 use object::Object;
 use serde_json::Value;
 use support::*;
@@ -250,7 +250,7 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     // RUNPATH relocated like the x86 ones: NVSHMEM beside the extension in site-packages.
     let dee = exts.iter().find(|e| e.starts_with("deep_ep_cpp")).unwrap();
     let data = deepep_forge::wheel::stamp::read_member(&wheel, dee).unwrap();
-    let elf = deepep_forge::build::relocate::ElfDynamic::parse(&data).unwrap().unwrap();
+    let elf = deepep_forge::builder::relocate::ElfDynamic::parse(&data).unwrap().unwrap();
     assert_eq!(elf.runpath, ["$ORIGIN/nvidia/nvshmem/lib"], "{dee}");
 
     // The static probe against the GB200 NVL72 preset: MATCH.

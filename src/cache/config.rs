@@ -35,7 +35,7 @@ pub fn config_path() -> Option<PathBuf> {
 struct ConfigFile {
     #[serde(default)]
     cache: CacheSection,
-    /// `[build]` (compiler-cache): read by `build::canon`.
+    /// `[build]` (compiler-cache): read by `builder::canon`.
     #[serde(default)]
     #[allow(dead_code)]
     build: Option<toml::Table>,

@@ -87,7 +87,7 @@ impl Lab {
     /// canonical build root's `python/` link.
     pub fn in_build_root(&self, p: &Path) -> PathBuf {
         let venv = self.dir.path().join("build-venv");
-        let root = Path::new(deepep_forge::build::canon::CANONICAL_ROOT).join("python");
+        let root = Path::new(deepep_forge::builder::canon::CANONICAL_ROOT).join("python");
         match p.strip_prefix(&venv) {
             Ok(rest) => root.join(rest),
             Err(_) => p.to_path_buf(),

@@ -306,7 +306,7 @@ fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<(
                 .hint(format!("{var} must compile C++ shared objects; e.g. {var}=/usr/bin/g++"))
         })?;
     let data = std::fs::read(&so)?;
-    let elf = crate::build::relocate::ElfDynamic::parse(&data)?.context("test shared object is not ELF")?;
+    let elf = crate::builder::relocate::ElfDynamic::parse(&data)?.context("test shared object is not ELF")?;
     let dynamic_std = elf.needed.iter().any(|n| n.starts_with("libstdc++.so"));
     if !dynamic_std && elf.defines_std {
         return Err(Failure::env(format!("{var}={} links libstdc++ statically (the test shared object has no NEEDED libstdc++.so.6 and defines std:: symbols)", c.path.display()))
