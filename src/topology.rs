@@ -185,4 +185,7 @@ pub fn preset(name: &str) -> Result<Request> {
     })
 }
 
+pub mod admit;
 pub mod recipe;
+
+pub use admit::{Admissible, Considered, Input};

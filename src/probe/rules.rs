@@ -9,6 +9,9 @@ use super::elf::{demangle_prefix, is_std_symbol, ElfFacts};
 use super::env::EnvFacts;
 use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
 
+pub mod topology;
+pub use topology::topology_checks;
+
 /// DeepEP's abort message in single-node builds.
 pub const SINGLE_NODE_STRING: &str =
     "Inter-node communication is not supported. Please rebuild with HYBRID_EP_MULTINODE flag";
@@ -704,209 +707,6 @@ fn pin_check(b: &WheelFacts, arch: Option<Arch>, pins: &Pins, gpu: Option<Gpu>, 
     }
 }
 
-/// Rules about the request against the binary (docs/design.md, "Topology rules").
-pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
-    let mut out = Vec::new();
-    match r.dispatcher.as_deref() {
-        None | Some("hybridep") => {}
-        Some("deepep") => return classic_checks(r, ev, pins),
-        Some("automodel-default") => {
-            out.push(Check::warn(
-                "dispatcher",
-                "the recipe sets no policy.dtensor_cfg.automodel_kwargs.backend.dispatcher: Automodel's default applies, \
-                 so whether DeepEP is used is unknown here",
-            ));
-            return out;
-        }
-        Some(d) => {
-            out.push(Check::skip(
-                "dispatcher",
-                format!("the request uses no HybridEP or DeepEP dispatcher (MoE dispatcher: {d}): topology rules do not apply"),
-            ));
-            return out;
-        }
-    }
-    let gpu = r.gpu;
-    let (ep, rpd) = (r.ep, r.ranks_per_domain);
-    // 1. EP % R.
-    out.push(match (ep, rpd) {
-        (Some(_), Some(0)) => Check::fail("ep-divisible", "R = 0 ranks per NVLink domain"),
-        (Some(e), Some(rr)) if e % rr == 0 => Check::pass("ep-divisible", format!("EP {e} is divisible by R {rr}")),
-        (Some(e), Some(rr)) => {
-            Check::fail("ep-divisible", format!("EP {e} is not divisible by R {rr} (DeepEP asserts it)"))
-                .fix("choose NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN dividing the EP size")
-        }
-        _ => Check::warn("ep-divisible", "unknown: EP or R not given"),
-    });
-    let domains = match (ep, rpd) {
-        (Some(e), Some(rr)) if rr > 0 => Some(e.div_ceil(rr)),
-        _ => None,
-    };
-    // 2. D > 1 needs multinode.
-    let multinode = ev.and_then(|e| e.multinode);
-    out.push(match (domains, multinode) {
-        (None, _) => Check::warn("multinode-build", "unknown: EP or R not given"),
-        (Some(1), _) => Check::pass("multinode-build", "D = 1 NVLink domain: a single-node build suffices"),
-        (Some(d), Some(true)) => Check::pass("multinode-build", format!("D = {d} NVLink domains and the binary is multinode ({})", ev.and_then(|e| e.transport).map(|t| t.as_str()).unwrap_or("?"))),
-        (Some(d), Some(false)) => Check::fail("multinode-build", format!(
-            "D = EP/R = {d} NVLink domains but the binary is single-node: it aborts with \"Inter-node communication is not supported\""
-        ))
-        .fix(rebuild(gpu, true, pins)),
-        (Some(d), None) if ev.is_none() => Check::warn("multinode-build", format!("D = {d} NVLink domains: needs a HYBRID_EP_MULTINODE=1 build (no binary given)")),
-        (Some(d), None) => Check::warn("multinode-build", format!("D = {d} NVLink domains but the binary shows no multinode evidence either way")),
-    });
-    // 3. R <= 72.
-    out.push(match rpd {
-        Some(rr) if rr <= MAX_RANKS_PER_DOMAIN => {
-            Check::pass("ranks-per-domain-max", format!("R {rr} <= {MAX_RANKS_PER_DOMAIN}"))
-        }
-        Some(rr) => {
-            Check::fail("ranks-per-domain-max", format!("R {rr} > {MAX_RANKS_PER_DOMAIN} (the largest NVLink domain)"))
-                .fix("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN <= 72")
-        }
-        None => Check::warn("ranks-per-domain-max", "unknown: R not given"),
-    });
-    // 4. Without MNNVL, R <= GPUs per node.
-    out.push(match (r.mnnvl, rpd, r.gpus_per_node) {
-        (Some(true), _, _) => Check::skip("ranks-per-node", "MNNVL: an NVLink domain may span nodes"),
-        (Some(false), Some(rr), Some(g)) if rr <= g => {
-            Check::pass("ranks-per-node", format!("R {rr} <= {g} GPUs per node (no MNNVL)"))
-        }
-        (Some(false), Some(rr), Some(g)) => Check::fail(
-            "ranks-per-node",
-            format!("R {rr} > {g} GPUs per node with USE_MNNVL=0: an NVLink domain cannot span nodes without MNNVL"),
-        )
-        .fix(format!("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={g} (and a multinode build if EP > {g})")),
-        (None, _, _) => Check::warn("ranks-per-node", "unknown: MNNVL not given"),
-        _ => Check::warn("ranks-per-node", "unknown: R or GPUs per node not given"),
-    });
-    // 5. MNNVL only on GB200-class systems.
-    out.push(match (r.mnnvl, gpu.map(|g| (g, g.mnnvl_capable()))) {
-        (Some(false), _) => Check::skip("mnnvl-system", "MNNVL not used"),
-        (None, _) => Check::warn("mnnvl-system", "unknown: MNNVL not given"),
-        (Some(true), Some((g, Some(true)))) => {
-            Check::pass("mnnvl-system", format!("{g} systems have multi-node NVLink"))
-        }
-        (Some(true), Some((g, Some(false)))) => {
-            Check::fail("mnnvl-system", format!("USE_MNNVL=1 but {g} systems have no multi-node NVLink")).fix(
-                match r.gpus_per_node {
-                    Some(n) => format!("set USE_MNNVL=0 and NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={n}"),
-                    None => "set USE_MNNVL=0 and R to the GPUs per node".into(),
-                },
-            )
-        }
-        (Some(true), _) => {
-            Check::warn("mnnvl-system", "unknown: MNNVL requested but no GB200-class GPU named (pass --gpu)")
-        }
-    });
-    // 6. D - 1 <= 32.
-    out.push(match domains {
-        Some(d) if d <= 1 => Check::skip("domains-max", "one NVLink domain"),
-        Some(d) if d - 1 <= MAX_REMOTE_DOMAINS => {
-            Check::pass("domains-max", format!("D-1 = {} remote domains <= {MAX_REMOTE_DOMAINS}", d - 1))
-        }
-        Some(d) => Check::fail(
-            "domains-max",
-            format!("D-1 = {} remote NVLink domains > {MAX_REMOTE_DOMAINS} (multinode JIT limit)", d - 1),
-        )
-        .fix("use larger NVLink domains (MNNVL) or a smaller EP"),
-        None => Check::warn("domains-max", "unknown: EP or R not given"),
-    });
-    // 7. EP ranks need EP GPUs: nodes x GPUs per node must hold them.
-    // Products in u64: 65536 nodes x 65536 GPUs does not wrap to 0.
-    out.push(match (ep, r.nodes, r.gpus_per_node) {
-        (Some(e), Some(n), Some(g)) if u64::from(e) <= u64::from(n) * u64::from(g) => {
-            Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
-        }
-        (Some(e), Some(n), Some(g)) if g > 0 => {
-            let need = e.div_ceil(g);
-            let have = u64::from(n) * u64::from(g);
-            let domains =
-                domains.map(|d| format!(" ({d} NVLink domains of R {})", rpd.unwrap_or(0))).unwrap_or_default();
-            Check::fail(
-                "ep-fits-nodes",
-                format!("EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {have}: EP {e}{domains} needs {need} nodes"),
-            )
-            .fix(format!(
-                "run on {need} nodes{}, or lower EP to {have}",
-                if domains_gt_one(ep, rpd) { " with a multinode build" } else { "" },
-            ))
-        }
-        _ => Check::skip("ep-fits-nodes", "nodes or GPUs per node not given"),
-    });
-    out
-}
-
-/// DeepEP's classic Buffer (`dispatcher: deepep`): an EP group that spans nodes runs the
-/// internode kernels of deep_ep_cpp, which exist only when it was built with NVSHMEM.
-fn classic_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
-    let mut out = vec![Check::pass(
-        "dispatcher",
-        "MoE dispatcher deepep: DeepEP's classic Buffer (deep_ep_cpp); the HybridEP rules do not apply",
-    )];
-    let spans = match (r.ep, r.gpus_per_node) {
-        (Some(e), Some(g)) if g > 0 => Some(e > g),
-        _ => None,
-    };
-    let nvshmem = ev.and_then(|e| e.nvshmem);
-    let fix = || {
-        let cmd = rebuild(r.gpu, false, pins);
-        format!(
-            "rebuild with NVSHMEM linked into deep_ep_cpp: {} --toolchain registry (it installs nvidia-nvshmem), or give the variant an nvshmem_dir",
-            cmd.trim_start_matches("rebuild: ")
-        )
-    };
-    out.push(match (spans, nvshmem) {
-        (None, _) => Check::warn("deepep-internode", "unknown: EP or GPUs per node not given"),
-        (Some(false), _) => Check::pass(
-            "deepep-internode",
-            format!(
-                "EP {} fits one node of {} GPUs: DeepEP's intranode kernels (NVLink) suffice",
-                r.ep.unwrap_or(0),
-                r.gpus_per_node.unwrap_or(0)
-            ),
-        ),
-        (Some(true), Some(true)) => Check::pass(
-            "deepep-internode",
-            format!("EP {} spans nodes and deep_ep_cpp links NVSHMEM (internode kernels built)", r.ep.unwrap_or(0)),
-        ),
-        (Some(true), Some(false)) => Check::fail(
-            "deepep-internode",
-            format!(
-                "EP {} spans {} nodes of {} GPUs, but deep_ep_cpp was built without NVSHMEM (DeepEP's setup.py: \"All internode and low-latency features are disabled\"): a Buffer across nodes has no internode kernels to run",
-                r.ep.unwrap_or(0),
-                r.ep.unwrap_or(0).div_ceil(r.gpus_per_node.unwrap_or(1).max(1)),
-                r.gpus_per_node.unwrap_or(0)
-            ),
-        )
-        .fix(fix()),
-        (Some(true), None) if ev.is_none() => Check::warn(
-            "deepep-internode",
-            format!("EP {} spans nodes: needs deep_ep_cpp built with NVSHMEM (no binary given)", r.ep.unwrap_or(0)),
-        ),
-        (Some(true), None) => Check::warn(
-            "deepep-internode",
-            format!("EP {} spans nodes, and the binary has no deep_ep_cpp to read", r.ep.unwrap_or(0)),
-        ),
-    });
-    out.push(match (r.ep, r.nodes, r.gpus_per_node) {
-        (Some(e), Some(n), Some(g)) if e <= n * g => {
-            Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
-        }
-        (Some(e), Some(n), Some(g)) if g > 0 => Check::fail(
-            "ep-fits-nodes",
-            format!("EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {}", n * g),
-        )
-        .fix(format!("run on {} nodes, or lower EP to {}", e.div_ceil(g), n * g)),
-        _ => Check::skip("ep-fits-nodes", "nodes or GPUs per node not given"),
-    });
-    out
-}
-
-fn domains_gt_one(ep: Option<u32>, rpd: Option<u32>) -> bool {
-    matches!((ep, rpd), (Some(e), Some(r)) if r > 0 && e > r)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -928,44 +728,38 @@ mod tests {
         cs.iter().find(|c| c.rule == rule).unwrap_or_else(|| panic!("no {rule}")).status
     }
     use crate::verdict::Status::*;
+    fn tc(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
+        topology_checks(r, ev, pins).0
+    }
 
     #[test]
     fn domain_rules() {
         let single = Evidence { multinode: Some(false), ..Default::default() };
         let multi = Evidence { multinode: Some(true), transport: Some(Transport::Doca), ..Default::default() };
-        let c = topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&single), None);
+        let c = tc(&req(16, 8, 8, false, Gpu::H100), Some(&single), None);
         assert_eq!(status(&c, "multinode-build"), Fail);
         assert!(c
             .iter()
             .any(|c| c.fix.as_deref() == Some("rebuild: deepep-forge build-wheel --variant h100-multinode")));
-        assert_eq!(
-            status(&topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&multi), None), "multinode-build"),
-            Pass
-        );
-        assert_eq!(status(&topology_checks(&req(12, 8, 8, false, Gpu::H100), None, None), "ep-divisible"), Fail);
-        assert_eq!(status(&topology_checks(&req(16, 8, 4, false, Gpu::H100), None, None), "ranks-per-node"), Fail);
-        assert_eq!(status(&topology_checks(&req(16, 16, 8, true, Gpu::H100), None, None), "mnnvl-system"), Fail);
-        assert_eq!(
-            status(&topology_checks(&req(72, 72, 4, true, Gpu::Gb200), Some(&single), None), "multinode-build"),
-            Pass
-        );
-        assert_eq!(
-            status(&topology_checks(&req(80, 80, 4, true, Gpu::Gb200), None, None), "ranks-per-domain-max"),
-            Fail
-        );
-        assert_eq!(status(&topology_checks(&req(8 * 34, 8, 8, false, Gpu::H100), None, None), "domains-max"), Fail);
-        assert_eq!(status(&topology_checks(&req(8 * 33, 8, 8, false, Gpu::H100), None, None), "domains-max"), Pass);
+        assert_eq!(status(&tc(&req(16, 8, 8, false, Gpu::H100), Some(&multi), None), "multinode-build"), Pass);
+        assert_eq!(status(&tc(&req(12, 8, 8, false, Gpu::H100), None, None), "ep-divisible"), Fail);
+        assert_eq!(status(&tc(&req(16, 8, 4, false, Gpu::H100), None, None), "ranks-per-node"), Fail);
+        assert_eq!(status(&tc(&req(16, 16, 8, true, Gpu::H100), None, None), "mnnvl-system"), Fail);
+        assert_eq!(status(&tc(&req(72, 72, 4, true, Gpu::Gb200), Some(&single), None), "multinode-build"), Pass);
+        assert_eq!(status(&tc(&req(80, 80, 4, true, Gpu::Gb200), None, None), "ranks-per-domain-max"), Fail);
+        assert_eq!(status(&tc(&req(8 * 34, 8, 8, false, Gpu::H100), None, None), "domains-max"), Fail);
+        assert_eq!(status(&tc(&req(8 * 33, 8, 8, false, Gpu::H100), None, None), "domains-max"), Pass);
         // EP 16 on one 8-GPU node: two domains of R 8 need a second node (and a multinode build).
         let one_node = Request { nodes: Some(1), ..req(16, 8, 8, false, Gpu::H200) };
-        let c = topology_checks(&one_node, Some(&single), None);
+        let c = tc(&one_node, Some(&single), None);
         assert_eq!(status(&c, "ep-fits-nodes"), Fail);
         let row = c.iter().find(|c| c.rule == "ep-fits-nodes").unwrap();
         assert!(row.evidence.contains("EP 16 (2 NVLink domains of R 8) needs 2 nodes"), "{}", row.evidence);
         assert_eq!(row.fix.as_deref(), Some("run on 2 nodes with a multinode build, or lower EP to 8"));
         assert_eq!(status(&c, "multinode-build"), Fail);
         let two = Request { nodes: Some(2), ..req(16, 8, 8, false, Gpu::H200) };
-        assert_eq!(status(&topology_checks(&two, Some(&multi), None), "ep-fits-nodes"), Pass);
-        assert_eq!(status(&topology_checks(&req(16, 8, 8, false, Gpu::H200), None, None), "ep-fits-nodes"), Skip);
+        assert_eq!(status(&tc(&two, Some(&multi), None), "ep-fits-nodes"), Pass);
+        assert_eq!(status(&tc(&req(16, 8, 8, false, Gpu::H200), None, None), "ep-fits-nodes"), Skip);
     }
 
     #[test]
