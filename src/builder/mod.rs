@@ -158,6 +158,37 @@ fn print_cross(x: &cross::Sysroot) {
     }
 }
 
+/// The target side of a cross plan that is not provisioned yet.
+fn print_cross_preview(x: &plan::CrossPreview) {
+    let py = x.target_python.as_deref().unwrap_or("of the build Python's minor");
+    println!("  cross       {} -> {} ({}, wheels for {}, Python {py})", x.host, x.target, x.triple, x.python_platform);
+    for (k, c) in &x.compilers {
+        match c {
+            Some(c) => println!("  cross {k:<5} {} ({})", c.path.display(), c.version),
+            None => println!("  cross {k:<5} MISSING: {}-{k} not on PATH", x.triple),
+        }
+    }
+    match &x.sysroot {
+        Some(r) => println!("  sysroot     would make {}:", r.display()),
+        None => println!(
+            "  sysroot     would make <cache>/toolchains/<key>-{} (its key follows the host toolchain's):",
+            x.target
+        ),
+    }
+    for h in &x.sysroot_holds {
+        println!("              {h}");
+    }
+    match &x.qemu {
+        Some(q) => {
+            println!("  qemu        {} (imports the wheel under Debian's arm64 Python after the build)", q.display())
+        }
+        None => println!("  qemu        MISSING: qemu-aarch64 (the import check after the build)"),
+    }
+    for s in &x.stops {
+        println!("  will stop   {s}");
+    }
+}
+
 fn print_plan(pl: &Plan, cached: bool) {
     let v = &pl.variant;
     let kind = if v.multinode {
@@ -249,8 +280,12 @@ fn print_plan(pl: &Plan, cached: bool) {
                 println!("  build needs {n}");
             }
             if let Some(w) = &m.would_provision {
-                println!("  would make  {} with Python {}: {}", w.root.display(), w.python, w.torch);
+                let host = if m.cross.is_some() { " (the host side, x86_64)" } else { "" };
+                println!("  would make  {}{host} with Python {}: {}", w.root.display(), w.python, w.torch);
                 println!("              then {}", w.packages.join(" "));
+            }
+            if let Some(x) = &m.cross {
+                print_cross_preview(x);
             }
         }
     }
