@@ -167,7 +167,62 @@ fn short(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// Rules about the binary alone (no request needed).
+/// What every binary rule sees: the binary, the installed environment
+/// (`--python`), the evidence, the request and pins.toml.
+#[derive(Clone, Copy)]
+pub struct Bx<'a> {
+    pub b: &'a WheelFacts,
+    pub env: Option<&'a EnvFacts>,
+    pub ev: &'a Evidence,
+    pub request: Option<&'a Request>,
+    pub pins: Option<&'a Pins>,
+    pub gpu: Option<Gpu>,
+}
+
+impl Bx<'_> {
+    /// The ELF machine of the first readable extension.
+    fn elf_arch(&self) -> Option<Arch> {
+        elfs(self.b).find_map(|(_, f)| f.arch())
+    }
+    fn tag_arch(&self) -> Option<Arch> {
+        self.b.platform.as_deref().and_then(platform_arch)
+    }
+    fn hep(&self) -> Option<&ElfFacts> {
+        hybrid_ep(self.b).and_then(|e| e.elf.as_ref().ok())
+    }
+    fn modules(&self) -> Vec<&str> {
+        self.b.extensions.iter().map(|e| short(&e.path)).collect()
+    }
+}
+
+/// One rule about the binary: its id and its rows (none when it does not apply).
+pub type BinaryRule = (&'static str, fn(&Bx) -> Vec<Check>);
+
+/// Every binary rule, in the order the verdict shows them (docs/probe.md names each id).
+pub const BINARY_RULES: [BinaryRule; 20] = [
+    ("record", record),
+    ("extension-elf", extension_elf),
+    ("interface", interface),
+    ("hybrid-ep-present", hybrid_ep_present),
+    ("elf-machine", elf_machine),
+    ("target-arch", target_arch),
+    ("host-arch", host_arch),
+    ("cubin-arch", cubin_arch),
+    ("jit-sm-arch", jit_sm_arch),
+    ("cuda-driver-link", cuda_driver_link),
+    ("libstdcxx", libstdcxx),
+    ("runpath", runpath),
+    ("provenance", provenance),
+    ("reused-tree", reused_tree),
+    ("pin", pin),
+    ("needed-libs", needed_libs),
+    ("rdma-core-home", rdma_core_home),
+    ("nvshmem", nvshmem),
+    ("jit-cuda-home", jit_cuda_home),
+    ("jit-cache", jit_cache),
+];
+
+/// Rules about the binary alone (the request only names the GPU and the dispatcher).
 pub fn binary_checks(
     b: &WheelFacts,
     env: Option<&EnvFacts>,
@@ -175,10 +230,40 @@ pub fn binary_checks(
     request: Option<&Request>,
     pins: Option<&Pins>,
 ) -> Vec<Check> {
-    let gpu = request.and_then(|r| r.gpu);
-    let mut out = Vec::new();
-    let is_wheel = env.is_none();
+    let cx = Bx { b, env, ev, request, pins, gpu: request.and_then(|r| r.gpu) };
+    BINARY_RULES.iter().flat_map(|(_, rule)| rule(&cx)).collect()
+}
 
+/// `cubin-arch`: one row per extension.
+fn cubin_arch(cx: &Bx) -> Vec<Check> {
+    cubin_checks(cx.b, cx.gpu, cx.ev, cx.pins)
+}
+
+/// `provenance`: the provenance file against the evidence.
+fn provenance(cx: &Bx) -> Vec<Check> {
+    vec![provenance_check(cx.b, cx.ev, cx.hep())]
+}
+
+/// `pin` (with `--pins`): the wheel's revision against pins.toml.
+fn pin(cx: &Bx) -> Vec<Check> {
+    let Some(pins) = cx.pins else { return Vec::new() };
+    vec![pin_check(cx.b, cx.elf_arch().or(cx.tag_arch()), pins, cx.gpu, cx.ev)]
+}
+
+/// `jit-cuda-home` (with `--python`).
+fn jit_cuda_home(cx: &Bx) -> Vec<Check> {
+    cx.env.map(|e| jit_cuda_home_check(&e.jit)).into_iter().collect()
+}
+
+/// `jit-cache` (with `--python`).
+fn jit_cache(cx: &Bx) -> Vec<Check> {
+    cx.env.map(|e| jit_cache_check(&e.jit)).into_iter().collect()
+}
+
+/// `record`.
+fn record(cx: &Bx) -> Vec<Check> {
+    let (b, is_wheel) = (cx.b, cx.env.is_none());
+    let mut out = Vec::new();
     // RECORD.
     let what = if is_wheel { "wheel members" } else { "installed files" };
     out.push(if b.record_problems.is_empty() {
@@ -196,7 +281,13 @@ pub fn binary_checks(
         })
     });
 
-    // Extensions readable, hybrid_ep_cpp present.
+    out
+}
+
+/// `extension-elf`.
+fn extension_elf(cx: &Bx) -> Vec<Check> {
+    let b = cx.b;
+    let mut out = Vec::new();
     for e in &b.extensions {
         if let Err(why) = &e.elf {
             out.push(
@@ -205,10 +296,14 @@ pub fn binary_checks(
             );
         }
     }
-    let wants_hybridep = request.is_some_and(|r| r.dispatcher.as_deref().is_none_or(|d| d == "hybridep"));
-    let asks_hybridep = request.is_some_and(|r| r.dispatcher.as_deref() == Some("hybridep"));
-    let modules: Vec<&str> = b.extensions.iter().map(|e| short(&e.path)).collect();
-    let interface = interface_of(b);
+    out
+}
+
+/// `interface`.
+fn interface(cx: &Bx) -> Vec<Check> {
+    let interface = interface_of(cx.b);
+    let modules = cx.modules();
+    let mut out = Vec::new();
     out.push(match interface {
         Some(crate::interface::Branch::Main) => Check::pass(
             "interface",
@@ -227,6 +322,16 @@ pub fn binary_checks(
             format!("none of DeepEP's extensions (deep_ep_cpp, hybrid_ep_cpp, deep_ep._C) found: {}", if modules.is_empty() { "no extension".into() } else { modules.join(", ") }),
         ),
     });
+    out
+}
+
+/// `hybrid-ep-present`.
+fn hybrid_ep_present(cx: &Bx) -> Vec<Check> {
+    let (b, request, interface) = (cx.b, cx.request, interface_of(cx.b));
+    let modules = cx.modules();
+    let wants_hybridep = request.is_some_and(|r| r.dispatcher.as_deref().is_none_or(|d| d == "hybridep"));
+    let asks_hybridep = request.is_some_and(|r| r.dispatcher.as_deref() == Some("hybridep"));
+    let mut out = Vec::new();
     out.push(match hybrid_ep(b) {
         Some(e) => Check::pass("hybrid-ep-present", format!("{} present", short(&e.path))),
         None if interface == Some(crate::interface::Branch::Main) && !asks_hybridep => Check::skip(
@@ -243,7 +348,13 @@ pub fn binary_checks(
         }
     });
 
-    // ELF machine vs platform tag vs target.
+    out
+}
+
+/// `elf-machine`.
+fn elf_machine(cx: &Bx) -> Vec<Check> {
+    let Bx { b, ev, pins, gpu, .. } = *cx;
+    let mut out = Vec::new();
     let machines: Vec<(String, String)> =
         elfs(b).map(|(e, f)| (short(&e.path).to_string(), f.machine.clone())).collect();
     let elf_arch = elfs(b).find_map(|(_, f)| f.arch());
@@ -265,6 +376,14 @@ pub fn binary_checks(
         (_, Some(p), _) => Check::pass("elf-machine", format!("platform tag {p} and ELF machine agree ({listing})")),
         (_, None, _) => Check::warn("elf-machine", format!("no platform tag to compare with ({listing})")),
     });
+    out
+}
+
+/// `target-arch`.
+fn target_arch(cx: &Bx) -> Vec<Check> {
+    let Bx { ev, pins, gpu, .. } = *cx;
+    let elf_arch = cx.elf_arch();
+    let mut out = Vec::new();
     out.push(match (gpu, gpu.and_then(Gpu::host_arch), elf_arch) {
         (None, _, _) => Check::warn("target-arch", "unknown: no GPU named (pass --gpu or --preset)"),
         (Some(g), None, _) => {
@@ -281,6 +400,13 @@ pub fn binary_checks(
         .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins)),
     });
 
+    out
+}
+
+/// `host-arch`.
+fn host_arch(cx: &Bx) -> Vec<Check> {
+    let (env, elf_arch) = (cx.env, cx.elf_arch());
+    let mut out = Vec::new();
     // Host machine vs binary (installed environments run here).
     if let Some(env) = env {
         let m = &env.interpreter.machine;
@@ -292,9 +418,13 @@ pub fn binary_checks(
         });
     }
 
-    // cubin for the GPU.
-    let hep = hybrid_ep(b).and_then(|e| e.elf.as_ref().ok());
-    out.extend(cubin_checks(b, gpu, ev, pins));
+    out
+}
+
+/// `jit-sm-arch`.
+fn jit_sm_arch(cx: &Bx) -> Vec<Check> {
+    let Bx { b, ev, pins, gpu, .. } = *cx;
+    let mut out = Vec::new();
     // HybridEP's JIT compiles for the SM_ARCH baked from TORCH_CUDA_ARCH_LIST. Real
     // DeepEP passes it as `std::string(SM_ARCH)`: gcc builds strings of up to 15
     // bytes in code (SSO), so "9.0" is not in .rodata; the stamped provenance
@@ -332,6 +462,13 @@ pub fn binary_checks(
         });
     }
 
+    out
+}
+
+/// `cuda-driver-link`.
+fn cuda_driver_link(cx: &Bx) -> Vec<Check> {
+    let b = cx.b;
+    let mut out = Vec::new();
     // Driver symbols without libcuda.
     for (e, f) in elfs(b) {
         let cu: Vec<&String> = f.undefined.iter().filter(|s| is_driver_symbol(s)).collect();
@@ -351,6 +488,13 @@ pub fn binary_checks(
         out.push(Check::pass("cuda-driver-link", "every extension that uses cu* driver symbols NEEDs libcuda.so.1"));
     }
 
+    out
+}
+
+/// `libstdcxx`.
+fn libstdcxx(cx: &Bx) -> Vec<Check> {
+    let b = cx.b;
+    let mut out = Vec::new();
     // Static libstdc++.
     for (e, f) in elfs(b) {
         let std_syms: Vec<&String> = f.defined.iter().filter(|s| is_std_symbol(s)).collect();
@@ -370,6 +514,13 @@ pub fn binary_checks(
         out.push(Check::pass("libstdcxx", "libstdc++ is linked dynamically"));
     }
 
+    out
+}
+
+/// `runpath`.
+fn runpath(cx: &Bx) -> Vec<Check> {
+    let Bx { b, env, ev, .. } = *cx;
+    let mut out = Vec::new();
     // RUNPATH / RPATH.
     // RDMA_CORE_HOME/lib is meant to exist where the wheel runs (the JIT needs it too).
     let rdma_lib = b
@@ -412,8 +563,13 @@ pub fn binary_checks(
         }
     }
 
-    // Provenance vs evidence.
-    out.push(provenance_check(b, ev, hep));
+    out
+}
+
+/// `reused-tree`.
+fn reused_tree(cx: &Bx) -> Vec<Check> {
+    let ev = cx.ev;
+    let mut out = Vec::new();
     if ev.leaked_nccl_backend {
         out.push(
             Check::warn(
@@ -424,20 +580,20 @@ pub fn binary_checks(
         );
     }
 
-    // Pin.
-    if let Some(pins) = pins {
-        out.push(pin_check(b, elf_arch.or(tag_arch), pins, gpu, ev));
-    }
+    out
+}
 
-    // Installed environment: what the loader and the JIT will need.
-    if let Some(env) = env {
-        let unresolved: Vec<String> = env
-            .needed
-            .iter()
-            .filter(|r| r.found.is_none())
-            .map(|r| format!("{} (by {})", r.library, short(&r.extension)))
-            .collect();
-        out.push(if unresolved.is_empty() {
+/// `needed-libs`.
+fn needed_libs(cx: &Bx) -> Vec<Check> {
+    let Some(env) = cx.env else { return Vec::new() };
+    let mut out = Vec::new();
+    let unresolved: Vec<String> = env
+        .needed
+        .iter()
+        .filter(|r| r.found.is_none())
+        .map(|r| format!("{} (by {})", r.library, short(&r.extension)))
+        .collect();
+    out.push(if unresolved.is_empty() {
             Check::pass("needed-libs", format!("all {} NEEDED libraries resolve", env.needed.len()))
         } else {
             Check::fail(
@@ -453,50 +609,66 @@ pub fn binary_checks(
                 "install the missing libraries or point LD_LIBRARY_PATH at them"
             })
         });
-        if ev.transport == Some(Transport::Doca) {
-            let home = b
-                .provenance
-                .as_ref()
-                .and_then(|p| p.as_ref().ok())
-                .and_then(|p| p.variant.rdma_core_home.clone())
-                .or_else(|| ev.rdma_core_home.clone());
-            out.push(match home {
-                Some(h) if std::path::Path::new(&h).is_dir() => {
-                    Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists"))
-                }
-                Some(h) => Check::fail(
-                    "rdma-core-home",
-                    format!("baked RDMA_CORE_HOME {h} does not exist here: the HybridEP JIT cannot find rdma-core"),
-                )
-                .fix(format!("install rdma-core at {h}, or rebuild with this machine's RDMA_CORE_HOME")),
-                None => Check::warn("rdma-core-home", "DOCA build but the baked RDMA_CORE_HOME could not be read"),
-            });
-        }
-        // deep_ep_cpp links NVSHMEM by its soname (DeepEP's setup.py: `-l:libnvshmem_host.so.3`
-        // from the pip package, `-l:libnvshmem_host.so` from NVSHMEM_DIR; NEEDED is the
-        // soname either way). HybridEP does not use NVSHMEM. Nothing opens the
-        // unversioned name at run time: the loader needs only NEEDED (needed-libs).
-        let nvshmem: Vec<&super::env::Resolved> =
-            env.needed.iter().filter(|r| r.library.starts_with("libnvshmem_host.so")).collect();
-        let has_deep_ep_cpp = b.extensions.iter().any(|e| short(&e.path).starts_with("deep_ep_cpp"));
-        if let Some(r) = nvshmem.first() {
-            if let Some(found) = &r.found {
-                out.push(Check::pass(
-                    "nvshmem",
-                    format!(
-                        "{} NEEDs {}: {found} (internode and low-latency kernels available)",
-                        short(&r.extension),
-                        r.library
-                    ),
-                ));
+    out
+}
+
+/// `rdma-core-home`.
+fn rdma_core_home(cx: &Bx) -> Vec<Check> {
+    let Bx { b, ev, .. } = *cx;
+    if cx.env.is_none() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    if ev.transport == Some(Transport::Doca) {
+        let home = b
+            .provenance
+            .as_ref()
+            .and_then(|p| p.as_ref().ok())
+            .and_then(|p| p.variant.rdma_core_home.clone())
+            .or_else(|| ev.rdma_core_home.clone());
+        out.push(match home {
+            Some(h) if std::path::Path::new(&h).is_dir() => {
+                Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists"))
             }
-        } else if has_deep_ep_cpp {
-            out.push(Check::skip(
+            Some(h) => Check::fail(
+                "rdma-core-home",
+                format!("baked RDMA_CORE_HOME {h} does not exist here: the HybridEP JIT cannot find rdma-core"),
+            )
+            .fix(format!("install rdma-core at {h}, or rebuild with this machine's RDMA_CORE_HOME")),
+            None => Check::warn("rdma-core-home", "DOCA build but the baked RDMA_CORE_HOME could not be read"),
+        });
+    }
+    out
+}
+
+/// `nvshmem`.
+fn nvshmem(cx: &Bx) -> Vec<Check> {
+    let b = cx.b;
+    let Some(env) = cx.env else { return Vec::new() };
+    let mut out = Vec::new();
+    // deep_ep_cpp links NVSHMEM by its soname (DeepEP's setup.py: `-l:libnvshmem_host.so.3`
+    // from the pip package, `-l:libnvshmem_host.so` from NVSHMEM_DIR; NEEDED is the
+    // soname either way). HybridEP does not use NVSHMEM. Nothing opens the
+    // unversioned name at run time: the loader needs only NEEDED (needed-libs).
+    let nvshmem: Vec<&super::env::Resolved> =
+        env.needed.iter().filter(|r| r.library.starts_with("libnvshmem_host.so")).collect();
+    let has_deep_ep_cpp = b.extensions.iter().any(|e| short(&e.path).starts_with("deep_ep_cpp"));
+    if let Some(r) = nvshmem.first() {
+        if let Some(found) = &r.found {
+            out.push(Check::pass(
+                "nvshmem",
+                format!(
+                    "{} NEEDs {}: {found} (internode and low-latency kernels available)",
+                    short(&r.extension),
+                    r.library
+                ),
+            ));
+        }
+    } else if has_deep_ep_cpp {
+        out.push(Check::skip(
                 "nvshmem",
                 "deep_ep_cpp was built without NVSHMEM: DeepEP's internode and low-latency Buffer modes are disabled (HybridEP does not need it)",
             ));
-        }
-        out.extend(jit_checks(&env.jit));
     }
     out
 }
@@ -504,9 +676,8 @@ pub fn binary_checks(
 /// HybridEP's run-time JIT (csrc/hybrid_ep/jit/compiler.cu): `$CUDA_HOME/bin/nvcc`
 /// with `-I$CUDA_HOME/include -L$CUDA_HOME/lib64 -lcudart`, no fallback when
 /// CUDA_HOME is unset; output under `<cache>/.deepep/hybrid_ep/jit/proc-<pid>`.
-fn jit_checks(jit: &super::env::JitEnv) -> Vec<Check> {
-    let mut out = Vec::new();
-    out.push(match (&jit.cuda_home, jit.missing.is_empty()) {
+fn jit_cuda_home_check(jit: &super::env::JitEnv) -> Check {
+    match (&jit.cuda_home, jit.missing.is_empty()) {
         (None, _) => Check::fail(
             "jit-cuda-home",
             "CUDA_HOME is unset in this environment: HybridEP's JIT runs `$CUDA_HOME/bin/nvcc`, i.e. /bin/nvcc, and its first dispatch fails",
@@ -521,14 +692,18 @@ fn jit_checks(jit: &super::env::JitEnv) -> Vec<Check> {
             format!("CUDA_HOME={h} lacks {}: HybridEP compiles its kernels at run time with it", jit.missing.join(", ")),
         )
         .fix("point CUDA_HOME at a full CUDA toolkit (nvcc, headers, lib64/libcudart.so)"),
-    });
+    }
+}
+
+/// `<cache>/.deepep/hybrid_ep/jit` must be creatable (HYBRID_EP_CACHE_DIR, else the passwd home, else /tmp).
+fn jit_cache_check(jit: &super::env::JitEnv) -> Check {
     let target = format!("{}/.deepep/hybrid_ep/jit", jit.cache_dir.trim_end_matches('/'));
     let from = match jit.cache_from.as_str() {
         "HYBRID_EP_CACHE_DIR" => "from HYBRID_EP_CACHE_DIR",
         "home" => "the user's home from passwd, HYBRID_EP_CACHE_DIR unset",
         _ => "/tmp: no HYBRID_EP_CACHE_DIR, no home in passwd",
     };
-    out.push(match &jit.cache_writable {
+    match &jit.cache_writable {
         Some((dir, true)) => Check::pass("jit-cache", format!("{target} ({from}) can be created: {dir} is writable")),
         Some((dir, false)) => Check::fail(
             "jit-cache",
@@ -537,8 +712,7 @@ fn jit_checks(jit: &super::env::JitEnv) -> Vec<Check> {
         .fix("export HYBRID_EP_CACHE_DIR to a writable folder (node-local disk) in the job's environment"),
         None => Check::fail("jit-cache", format!("{target} ({from}): no existing parent folder"))
             .fix("export HYBRID_EP_CACHE_DIR to a writable folder in the job's environment"),
-    });
-    out
+    }
 }
 
 /// `cu` followed by an upper-case letter: the driver API (`cuInit`), not the runtime (`cudaMalloc`).
