@@ -246,7 +246,7 @@ pub struct MissingToolchain {
     pub would_provision: Option<WouldProvision>,
     /// A cross plan (aarch64 on x86_64): the target side `build-wheel` would provision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cross: Option<CrossPreview>,
+    pub cross: Option<Box<CrossPreview>>,
 }
 
 /// The target side of a cross plan before it is provisioned (`plan` never

@@ -173,7 +173,7 @@ fn cross_toolchain(host: &ToolchainPart, cache_dir: &Path, mode: Mode) -> Result
     let r = t.registry.as_ref().context("cross builds use the registry toolchain")?;
     let preview = |m: &mut ToolchainPart| {
         if let ToolchainPart::Missing(ms) = m {
-            ms.cross = Some(cross::preview(&t.python_version, cross::root_for(r, t, cache_dir)));
+            ms.cross = Some(Box::new(cross::preview(&t.python_version, cross::root_for(r, t, cache_dir))));
         }
     };
     let found = match mode {
@@ -214,7 +214,7 @@ fn unprovisioned_cross(host: &ToolchainPart) -> ToolchainPart {
     m.kind = format!("{} (cross)", m.kind);
     m.needs.extend(cross_needs());
     let python = m.would_provision.as_ref().map(|w| w.python.clone()).unwrap_or_default();
-    m.cross = Some(cross::preview(&python, None));
+    m.cross = Some(Box::new(cross::preview(&python, None)));
     ToolchainPart::Missing(m)
 }
 

@@ -177,10 +177,14 @@ impl Request {
             let why = if total > MAX_SCENARIOS {
                 format!("not given; more than {MAX_SCENARIOS} combinations with it, so left unknown (any EP)")
             } else {
+                let bounded = with_ep.iter().all(|s| s.ep.is_some());
                 scenarios = with_ep;
-                match self.nodes {
-                    Some(_) => "not given; EP divides the job's GPUs (nodes x GPUs per node)".to_string(),
-                    None => "not given, and nodes unknown: any EP".to_string(),
+                match (self.nodes, bounded) {
+                    (Some(_), true) => "not given; EP divides the job's GPUs (nodes x GPUs per node)".to_string(),
+                    (Some(_), false) => {
+                        "not given; nodes x GPUs per node is too large to list its divisors: any EP".to_string()
+                    }
+                    (None, _) => "not given, and nodes unknown: any EP".to_string(),
                 }
             };
             considered.push((Input::Ep, why));

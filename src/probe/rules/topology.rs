@@ -135,7 +135,7 @@ fn judge_over(
     let present: Vec<Status> =
         [Status::Warn, Status::Pass, Status::Skip].into_iter().filter(|st| of(*st).next().is_some()).collect();
     let status = present[0];
-    let (l, c) = of(status).last().unwrap_or(&seen[0]);
+    let (l, c) = of(status).next_back().unwrap_or(&seen[0]);
     let word = |st: Status| match st {
         Status::Warn => "not proven",
         Status::Skip => "not applicable",
@@ -305,9 +305,10 @@ pub fn domains_max(cx: &Ctx) -> Check {
     }
 }
 
-/// 7. EP ranks need EP GPUs: nodes x GPUs per node must hold them (products in
-/// u64: 65536 nodes x 65536 GPUs does not wrap to 0). For HybridEP the
-/// evidence and fix name the NVLink domains.
+/// 7. EP ranks need EP GPUs: nodes x GPUs per node must hold them.
+///
+/// Products are in u64 (65536 nodes x 65536 GPUs does not wrap to 0). For
+/// HybridEP the evidence and fix name the NVLink domains.
 pub fn ep_fits_nodes(cx: &Ctx) -> Check {
     let r = cx.r;
     let hybridep = r.dispatcher.as_deref() != Some("deepep");
