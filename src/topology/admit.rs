@@ -145,7 +145,13 @@ fn ranks_values(r: &Request) -> Vec<Option<u32>> {
         (Some(false), Some(g)) => g.min(MAX_DOMAIN),
         _ => MAX_DOMAIN,
     };
-    (1..=limit).filter(|d| r.ep.is_none_or(|e| e.is_multiple_of(*d))).map(Some).collect()
+    let v: Vec<Option<u32>> = (1..=limit).filter(|d| r.ep.is_none_or(|e| e.is_multiple_of(*d))).map(Some).collect();
+    // 0 GPUs per node (a hostile recipe) admits no R: R stays unknown.
+    if v.is_empty() {
+        vec![None]
+    } else {
+        v
+    }
 }
 
 impl Request {
@@ -197,6 +203,9 @@ impl Request {
                 Input::Ranks,
                 format!("not given; R divides EP, R <= GPUs per node without MNNVL, R <= {MAX_DOMAIN} with it"),
             ));
+        }
+        if scenarios.is_empty() {
+            scenarios.push(self.clone());
         }
         let considered = considered
             .into_iter()
@@ -278,6 +287,14 @@ mod tests {
         // The largest request stays bounded.
         let big = req(None, Some(1 << 20), None, None).admissible(true);
         assert!(big.scenarios.len() <= MAX_SCENARIOS, "{}", big.scenarios.len());
+    }
+
+    #[test]
+    fn zero_counts_from_a_recipe_never_leave_nothing_to_judge() {
+        for (ep, nodes, gpn) in [(Some(0), Some(0), Some(0)), (Some(16), Some(2), Some(0)), (None, Some(0), Some(8))] {
+            let a = req(ep, nodes, gpn, Some(Gpu::H100)).admissible(true);
+            assert!(!a.scenarios.is_empty(), "{ep:?} {nodes:?} {gpn:?}");
+        }
     }
 
     #[test]

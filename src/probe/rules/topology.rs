@@ -207,6 +207,15 @@ fn domains(r: &Request) -> Option<u32> {
     }
 }
 
+/// Why D = EP/R is not known.
+fn no_domains(r: &Request) -> String {
+    match (r.ep, r.ranks_per_domain) {
+        (None, _) => "unknown: EP not given".into(),
+        (_, None) => "unknown: R not given".into(),
+        _ => "unknown: R = 0 ranks per NVLink domain (see ep-divisible)".into(),
+    }
+}
+
 /// 1. EP must be divisible by R.
 pub fn ep_divisible(cx: &Ctx) -> Check {
     match (cx.r.ep, cx.r.ranks_per_domain) {
@@ -225,7 +234,7 @@ pub fn ep_divisible(cx: &Ctx) -> Check {
 pub fn multinode_build(cx: &Ctx) -> Check {
     let (ev, multinode) = (cx.ev, cx.ev.and_then(|e| e.multinode));
     match (domains(cx.r), multinode) {
-        (None, _) => Check::warn("multinode-build", "unknown: EP not given"),
+        (None, _) => Check::warn("multinode-build", no_domains(cx.r)),
         (Some(1), _) => Check::pass("multinode-build", "D = 1 NVLink domain: a single-node build suffices"),
         (Some(d), Some(true)) => Check::pass("multinode-build", format!("D = {d} NVLink domains and the binary is multinode ({})", ev.and_then(|e| e.transport).map(|t| t.as_str()).unwrap_or("?"))),
         (Some(d), Some(false)) => Check::fail("multinode-build", format!(
@@ -301,7 +310,7 @@ pub fn domains_max(cx: &Ctx) -> Check {
             format!("D-1 = {} remote NVLink domains > {MAX_REMOTE_DOMAINS} (multinode JIT limit)", d - 1),
         )
         .fix("use larger NVLink domains (MNNVL) or a smaller EP"),
-        None => Check::warn("domains-max", "unknown: EP not given"),
+        None => Check::warn("domains-max", no_domains(cx.r)),
     }
 }
 
