@@ -724,6 +724,14 @@ fn own_recipes_cover_hybridep_keys_override_and_interpolation() {
     assert!(v["request"]["notes"].to_string().contains("`mul` resolver"), "{v:#}");
     assert_eq!(status(&v, "ep-divisible"), "warn");
     assert!(row(&v, "ep-divisible")["evidence"].as_str().unwrap().contains("fails for EP 1, 2, 4"), "{v:#}");
+    // EP unknown and no R or USE_MNNVL: NeMo-RL's defaults follow each admissible EP, so on
+    // H100 nodes USE_MNNVL = EP > 4 is on, and fails, for EP 8 and 16 only.
+    let (code, v, _) = recipe("resolver-no-r.yaml");
+    let considered = v["considered"].to_string();
+    assert!(considered.contains("USE_MNNVL = EP > 4") && considered.contains("R = min(EP, 64)"), "{v:#}");
+    assert_eq!((code, status(&v, "mnnvl-system")), (0, "warn"), "{v:#}");
+    assert_eq!(row(&v, "mnnvl-system")["fails_for"], serde_json::json!(["MNNVL yes"]), "{v:#}");
+    assert!(row(&v, "ranks-per-node")["evidence"].as_str().unwrap().contains("MNNVL no · R 1, 2, 4"), "{v:#}");
     // Flags override the recipe, and say so.
     let (_, v, _) =
         probe(&["--recipe", dir.join("base.yaml").to_str().unwrap(), "--gpu", "h100", "--ranks-per-domain", "4"]);

@@ -895,6 +895,7 @@ mod tests {
             mnnvl: Some(mnnvl),
             gpu: Some(gpu),
             dispatcher: None,
+            defaults_follow_ep: false,
             notes: vec![],
         }
     }

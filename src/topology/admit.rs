@@ -160,7 +160,8 @@ impl Request {
     pub fn admissible(&self, hybridep: bool) -> Admissible {
         let mut scenarios = vec![self.clone()];
         let mut considered = Vec::new();
-        if hybridep && self.mnnvl.is_none() {
+        let follow = hybridep && self.defaults_follow_ep;
+        if hybridep && self.mnnvl.is_none() && !follow {
             let (values, why) = mnnvl_values(self.gpu);
             scenarios =
                 expand(scenarios, |s| values.iter().map(|&m| Request { mnnvl: Some(m), ..s.clone() }).collect());
@@ -173,7 +174,7 @@ impl Request {
             let kind = self.gpu.map(|g| format!("one {g} node")).unwrap_or_else(|| "one HGX/DGX node".into());
             considered.push((Input::GpusPerNode, format!("not given; {kind} holds at most {max} GPUs")));
         }
-        let r_unknown = hybridep && self.ranks_per_domain.is_none();
+        let r_unknown = hybridep && self.ranks_per_domain.is_none() && !follow;
         if self.ep.is_none() {
             let with_ep = expand(scenarios.clone(), |s| {
                 ep_values(s).into_iter().map(|e| Request { ep: e, ..s.clone() }).collect()
@@ -204,6 +205,16 @@ impl Request {
                 format!("not given; R divides EP, R <= GPUs per node without MNNVL, R <= {MAX_DOMAIN} with it"),
             ));
         }
+        if follow {
+            scenarios = scenarios.into_iter().map(nemo_rl_defaults).collect();
+            let why = "not given; NeMo-RL's default from each admissible EP";
+            if self.mnnvl.is_none() {
+                considered.push((Input::Mnnvl, format!("{why}: USE_MNNVL = EP > 4")));
+            }
+            if self.ranks_per_domain.is_none() {
+                considered.push((Input::Ranks, format!("{why}: R = min(EP, 64)")));
+            }
+        }
         if scenarios.is_empty() {
             scenarios.push(self.clone());
         }
@@ -222,6 +233,15 @@ impl Request {
             .filter(|i| !i.given(self))
             .collect()
     }
+}
+
+/// NeMo-RL's HybridEP defaults for what a Megatron recipe leaves unset, from the scenario's EP.
+fn nemo_rl_defaults(mut s: Request) -> Request {
+    if let Some(e) = s.ep {
+        s.ranks_per_domain = s.ranks_per_domain.or(Some(e.min(64)));
+        s.mnnvl = s.mnnvl.or(Some(e > 4));
+    }
+    s
 }
 
 fn expand(scenarios: Vec<Request>, f: impl Fn(&Request) -> Vec<Request>) -> Vec<Request> {
