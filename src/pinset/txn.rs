@@ -120,7 +120,7 @@ pub fn state_dir() -> Result<PathBuf> {
             "{} is not a private folder of this user's (a real folder, owned by uid {me}, mode 0700): the pin set journal is kept only there",
             dir.display()
         ))
-        .hint(format!("remove it (or chmod 700 it if it is yours), or set XDG_STATE_HOME to a folder of yours"))
+        .hint("remove it (or chmod 700 it if it is yours), or set XDG_STATE_HOME to a folder of yours")
         .into());
     }
     Ok(dir)
