@@ -797,6 +797,40 @@ fn journal_cases() -> Vec<Case> {
     ]
 }
 
+/// Another user's leftover lock file in a shared cache folder: exit 3 naming
+/// it, with a hint, never exit 1 "Permission denied". Run as root, the binary
+/// runs as nobody (uid 65534) against a lock file root left (0644); run as
+/// another user, the lock file is made read-only, which gives the same EACCES
+/// when it is opened for writing.
+#[test]
+fn journal_another_users_lock_file_is_exit_3_with_a_hint() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().join("cache");
+    std::fs::create_dir_all(cache.join("tmp/build-left")).unwrap();
+    let lock = cache.join("tmp/build-left.lock");
+    std::fs::write(&lock, "").unwrap();
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_deepep-forge"));
+    c.args(["cache", "gc", "--cache-dir"]).arg(&cache).env("XDG_CONFIG_HOME", d.path().join("config"));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        for p in [d.path(), &cache, &cache.join("tmp")] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o644)).unwrap();
+        c.uid(65534).gid(65534).env("HOME", d.path());
+    } else {
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("cannot take the lock {}", lock.display())), "{err}");
+    assert!(err.contains("hint: another user's run left it"), "{err}");
+    assert!(cache.join("tmp/build-left").is_dir(), "nothing removed");
+}
+
 #[test]
 fn hostile_inputs_are_refused_cleanly() {
     let mut cases = Vec::new();
