@@ -297,7 +297,10 @@ pub fn hold(place: Place) -> Result<Held> {
         let f = match crate::cache::lock::try_exclusive(&path)? {
             Some(f) => f,
             None => {
-                eprintln!("waiting: another `pin set` or `pin recover` is changing the files in {} ...", d.display());
+                crate::note!(
+                    "waiting: another `pin set` or `pin recover` is changing the files in {} ...",
+                    d.display()
+                );
                 crate::cache::lock::exclusive(&path)?
             }
         };
@@ -322,8 +325,9 @@ impl Held {
         for d in self.place.dirs() {
             let j = d.join(LEGACY_JOURNAL);
             if std::fs::symlink_metadata(&j).is_ok() {
-                eprintln!(
-                    "warning: {} is ignored: a journal in the project tree is never trusted (a pull request can commit one); this deepep-forge keeps journals in {}. Delete it.",
+                crate::alert!(
+                    "{}: {} is ignored: a journal in the project tree is never trusted (a pull request can commit one); this deepep-forge keeps journals in {}. Delete it.",
+                    crate::printer::label("warning"),
                     j.display(),
                     self.state.display()
                 );
