@@ -182,7 +182,8 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
         status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|m| u32::from_str_radix(m.trim(), 8).unwrap());
     let public = 0o666 & !umask.expect("Umask in /proc/self/status");
     let modes = [mode(wheel), mode(&lab.out.join("SHA256SUMS")), mode(&statement)];
-    assert_eq!(modes, [public; 3], "modes of the wheel, SHA256SUMS, the statement (octal {modes:o?})");
+    let octal = modes.map(|m| format!("{m:o}"));
+    assert_eq!(modes, [public; 3], "modes of the wheel, SHA256SUMS, the statement: {octal:?}, want {public:o}");
 
     // RUNPATH: $ORIGIN-relative, recorded as a patch.
     let patch = &res["patches"][0];
