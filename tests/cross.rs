@@ -6,8 +6,9 @@
 //! Python. As in tests/registry.rs, torch is a tiny real wheel served from a
 //! find-links folder (the fixture does not import torch; the 3 GB registry
 //! torch is for real DeepEP, measured outside CI: docs/cross-build.md).
-//! Skipped (with the reason) off x86_64, or without the cross compiler, qemu,
-//! apt-get or python3.11 (`.ci/setup-tools` installs them).
+//! Ignored ("needs system packages for cross builds"): `bash .ci/run` runs it
+//! on x86_64 with the cross compiler, qemu, apt-get and python3.11 (`sudo
+//! .ci/setup-system` installs them); run by hand without them, it fails saying which.
 mod build_support;
 mod support;
 
@@ -52,7 +53,7 @@ rdma_core_home = "/opt/rdma-core/build"
 topology = { gpu = "gb200", nodes = 32, gpus_per_node = 4, ep = 128, ranks_per_domain = 64, mnnvl = true }
 "#;
 
-/// What the cross path needs on this machine, or why the test is skipped.
+/// What the cross path needs on this machine, or what is missing.
 fn prerequisites() -> Result<PathBuf, String> {
     if std::env::consts::ARCH != "x86_64" {
         return Err("cross builds are from x86_64 hosts".into());

@@ -503,7 +503,7 @@ fn every_ignored_test_names_a_group_ci_runs_and_none_skips_silently() {
         let name = f.strip_prefix(support::root()).unwrap().display().to_string();
         for (n, line) in text.lines().enumerate() {
             let at = format!("{name}:{}", n + 1);
-            if name != "tests/docs.rs" && line.contains(concat!("SKIP", "PED")) {
+            if line.contains(concat!("eprint", "ln!")) && line.to_ascii_lowercase().contains("skip") {
                 bad.push(format!("{at}: a skip message: make it an #[ignore] (or a failure): {}", line.trim()));
             }
             let t = line.trim_start();
