@@ -101,6 +101,14 @@ pub struct PlanArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  deepep-forge build-wheel --variant h100                        # torch and a CUDA toolkit on this machine
+  deepep-forge build-wheel --all --out dist --report build.json  # every variant of pins.toml
+  deepep-forge build-wheel --variant h100 --toolchain registry --python python3.12   # torch and nvcc from PyPI (needs uv)
+  deepep-forge build-wheel --variant h100 --source ../DeepEP     # from a local clone instead of GitHub
+  deepep-forge build-wheel --variant h100 --cache-url https://cache.example/deepep --trusted-key team:BASE64
+`deepep-forge plan` takes the same arguments and prints what a build would use.")]
 pub struct BuildArgs {
     #[command(flatten)]
     pub common: Common,
