@@ -68,7 +68,9 @@ fn forge(a: &CacheBenchArgs, work: &Path, folder: &str, variant: &str, cc: Optio
     match (&a.source, a.pins.is_none()) {
         (Some(s), _) => args.extend(["--source".into(), s.into()]),
         // the fixture's pins name DeepEP's URL (pins files name remote repositories only)
-        (None, true) => args.extend(["--source".into(), super::project_root().join("tests/fixtures/mini-deepep").into()]),
+        (None, true) => {
+            args.extend(["--source".into(), super::project_root().join("tests/fixtures/mini-deepep").into()])
+        }
         _ => {}
     }
     match (&a.python, a.pins.is_none()) {
