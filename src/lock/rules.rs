@@ -60,9 +60,15 @@ impl<'a> Context<'a> {
         Context { project, pins, pins_path, py, lock, pyproject_path: pyproject_path.to_path_buf(), intent, base }
     }
 
-    /// `deepep-forge pin set REV ...` that makes the project agree with the intent.
+    /// `deepep-forge pin set REV ...` that makes the project agree with the intent,
+    /// runnable as printed: a name or short sha (only under --no-pins) becomes the
+    /// commit uv.lock resolved it to, else it is resolved through `--source`.
     fn pin_set(&self, rev: &str, arch: Option<Arch>, relock: bool) -> String {
+        let (rev, source) = self.runnable_rev(rev, arch);
         let mut c = format!("deepep-forge pin set {rev}");
+        if let Some(s) = source {
+            c.push_str(&format!(" --source {s}"));
+        }
         if let Some(a) = arch {
             c.push_str(&format!(" --arch {a}"));
         }
@@ -82,6 +88,40 @@ impl<'a> Context<'a> {
         c
     }
 
+    /// `rev` as `pin set` takes it without guessing: a full sha as it is; else the
+    /// commit uv.lock records for it (on `arch`, or any architecture), else `rev`
+    /// with the repository the project names as `--source`.
+    fn runnable_rev(&self, rev: &str, arch: Option<Arch>) -> (String, Option<String>) {
+        if is_full_sha(rev) {
+            return (rev.to_string(), None);
+        }
+        let archs: Vec<Arch> = arch.map(|a| vec![a]).unwrap_or_else(|| self.intent.keys().copied().collect());
+        if let Some(c) = archs.iter().find_map(|a| self.locked_commit(*a, rev)) {
+            return (c.to_string(), None);
+        }
+        let repo = self
+            .py
+            .refs
+            .iter()
+            .filter(|r| git_rev(r) == Some(rev))
+            .find_map(|r| r.git.as_ref().map(|g| g.repo.clone()))
+            .filter(|r| crate::process::git::check_file_url(r).is_ok())
+            .unwrap_or_else(|| "<DeepEP's git URL>".into());
+        (rev.to_string(), Some(repo))
+    }
+
+    /// The full commit uv.lock resolved `rev` to on `arch` (`?rev=<rev>#<commit>` of its deep-ep package).
+    fn locked_commit(&self, arch: Arch, rev: &str) -> Option<&str> {
+        self.lock?
+            .refs
+            .iter()
+            .filter(|r| r.kind == Kind::LockPackage && r.archs.contains(&arch))
+            .filter_map(|r| r.git.as_ref())
+            .find(|g| g.rev.as_deref() == Some(rev))
+            .and_then(|g| g.commit.as_deref())
+            .filter(|c| is_full_sha(c))
+    }
+
     /// The fix for `arch`: one command for both architectures when the intent is one revision;
     /// `--relock` whenever the project has a lock (a rewritten pyproject.toml leaves it out of date).
     fn fix_for(&self, arch: Arch, relock: bool) -> Option<String> {
@@ -99,10 +139,7 @@ impl<'a> Context<'a> {
     /// How to leave a split: one revision for both (the first architecture's), or no static label.
     fn unify_fix(&self) -> String {
         let rev = self.intent.values().next().map(String::as_str).unwrap_or("<40-hex sha>");
-        format!(
-            "pin one revision for both: {} (or drop `version` from the dependency-metadata entry so uv builds to learn it)",
-            self.pin_set(rev, None, self.lock.is_some())
-        )
+        self.pin_set(rev, None, self.lock.is_some())
     }
 
     fn label_for(&self, arch: Arch) -> Option<String> {
@@ -184,6 +221,7 @@ fn used_archs(py: &Pyproject) -> Vec<Arch> {
 
 /// Root-cause kinds a rule can see (grouped by `lock::causes`).
 pub const ADOPT: &str = "pin-not-adopted";
+pub const BRANCH: &str = "branch-pin";
 pub const SPLIT: &str = "label-split";
 pub const RELOCK: &str = "lock-out-of-date";
 pub const LABEL: &str = "label-wrong";
@@ -271,6 +309,7 @@ struct Rule {
 const RULES: &[Rule] = &[
     Rule { id: "unpinned", phase: Phase::Requirements, judge: Judge::Ref(unpinned) },
     Rule { id: "source-repo", phase: Phase::Requirements, judge: Judge::Ref(source_repo) },
+    Rule { id: "branch-pin", phase: Phase::Requirements, judge: Judge::Ref(branch_pin) },
     Rule { id: "rev-not-full-sha", phase: Phase::Requirements, judge: Judge::Ref(rev_not_full_sha) },
     Rule { id: "rev-mismatch", phase: Phase::Requirements, judge: Judge::RefArch(rev_mismatch) },
     Rule { id: "rev-inconsistent", phase: Phase::Requirements, judge: Judge::RefArch(rev_inconsistent) },
@@ -416,7 +455,7 @@ fn source_repo(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
 fn rev_not_full_sha(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
     let Some(g) = &r.git else { return };
     let rev = g.rev.as_deref().unwrap_or("");
-    if is_full_sha(rev) {
+    if is_full_sha(rev) || is_name(rev) {
         return;
     }
     let what = if rev.is_empty() {
@@ -432,7 +471,46 @@ fn rev_not_full_sha(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
     )
     .at(r.line, r.col);
     if let Some(fix) = r.archs.first().and_then(|a| j.ctx.fix_for(*a, false)) {
-        f = f.fix(fix).cause_kind(ADOPT);
+        // Under --no-pins the short sha is the intent itself: nothing to adopt, its own cause.
+        f = f.fix(fix);
+        if j.ctx.pins.is_some() {
+            f = f.cause_kind(ADOPT);
+        }
+    }
+    out.push(f);
+}
+
+/// A branch or tag name (not empty, not a hex sha or prefix of one): it moves under the project.
+pub fn is_name(rev: &str) -> bool {
+    let sha_or_prefix = (4..=40).contains(&rev.len()) && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    !rev.is_empty() && !sha_or_prefix
+}
+
+/// A requirement pins DeepEP to a branch or tag: pyproject.toml records a name, uv.lock the commit it
+/// resolved to when it was locked; relocking moves it to wherever the name points then.
+fn branch_pin(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    let Some(name) = git_rev(r).filter(|rev| is_name(rev)) else { return };
+    let ctx = j.ctx;
+    let locked = r.archs.iter().find_map(|a| ctx.locked_commit(*a, name));
+    let name_shown = crate::input::excerpt(name, 80);
+    let lock = match locked {
+        Some(c) => format!("uv.lock records the commit it resolved to when it was locked, {}", short(c)),
+        None => "no uv.lock records which commit it resolved to".to_string(),
+    };
+    let mut f = Finding::new(
+        "branch-pin",
+        Severity::Error,
+        &r.file,
+        format!(
+            "{} pins DeepEP to `{name_shown}`, a branch or tag name, not a commit: {lock}; \
+             `uv lock --upgrade` moves it to wherever `{name_shown}` points then, with no change to pyproject.toml",
+            r.place
+        ),
+    )
+    .at(r.line, r.col)
+    .expected_found("a full 40-hex commit", name);
+    if let Some(fix) = r.archs.first().and_then(|a| ctx.fix_for(*a, false)) {
+        f = f.fix(fix).cause_kind(if ctx.pins.is_some() { ADOPT } else { BRANCH });
     }
     out.push(f);
 }
