@@ -921,3 +921,26 @@ fn merge(findings: Vec<Finding>) -> Vec<Finding> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_id_is_documented() {
+        let doc = include_str!("../../docs/findings.md");
+        for id in rule_ids() {
+            assert!(doc.contains(&format!("| `{id}` |")), "docs/findings.md has no row for `{id}`");
+        }
+    }
+
+    #[test]
+    fn branch_and_tag_names_are_told_from_shas() {
+        for name in ["hybrid-ep", "main", "v1.2.1", "feature/x", "abc"] {
+            assert!(is_name(name), "{name}");
+        }
+        for sha in ["", "17cfb81", "17cfb817bccec3a9c247013360cc550c2bac441e", "ABCD"] {
+            assert!(!is_name(sha), "{sha}");
+        }
+    }
+}

@@ -34,8 +34,10 @@ pub struct SetArgs {
     #[arg(long)]
     pub no_pins: bool,
     /// A DeepEP git checkout (PATH) or URL: resolves short revisions, gives the
-    /// short sha as `git rev-parse --short` prints it and the base version from
-    /// setup.py at the new revision.
+    /// short sha as `git rev-parse --short` prints it and the label's base version
+    /// at the new revision. Without it the revision is fetched from pins.toml's
+    /// repository (under --no-pins, pyproject.toml's) into the cache's git mirror,
+    /// as `plan` does; a source that cannot be read is exit 3, never a guess.
     #[arg(long, value_name = "PATH|URL")]
     pub source: Option<String>,
     /// Run `uv lock` in the project afterwards (uv from $DEEPEP_FORGE_UV or PATH),
@@ -147,6 +149,11 @@ fn precheck_writable(files: &[Option<&Path>]) -> Result<()> {
 }
 
 /// `deepep-forge pin set`.
+// Over 120 lines: the one transaction of `pin set`, in the order its guarantee
+// needs (1. everything validated and the label's source read, 2. every file
+// resolved and journalled, 3. written, relocked, committed or rolled back);
+// its validation and source reading live in helpers above. Kept in one piece
+// while the journal work (txn.rs) changes steps 2-3.
 pub fn set(args: SetArgs) -> Result<Exit> {
     // 1. Everything that can fail on input, before any write.
     let flags = place_flags(&args.project, &args.pins, args.no_pins);
