@@ -276,6 +276,30 @@ fn a_source_that_cannot_be_read_is_exit_3_and_no_label_is_written() {
 }
 
 #[test]
+fn under_no_pins_a_local_repository_named_in_pyproject_is_never_read() {
+    // A pull request's pyproject.toml cannot make pin set read a local repository:
+    // only --source (the user's command line) may name one.
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, second) = deepep_repo(tmp.path());
+    let unified = root().join("tests/fixtures/consumer-unified/pyproject.toml");
+    let local = format!("file://{}", repo.display());
+    let d = project(&unified, "");
+    std::fs::remove_file(d.path().join("pins.toml")).unwrap();
+    std::fs::write(d.path().join("pyproject.toml"), read(&unified).replace(DEEPEP_URL, &local)).unwrap();
+    let before = snapshot(d.path());
+    let env = vec![("DEEPEP_FORGE_CACHE_DIR", tmp.path().join("cache").display().to_string())];
+    let o = run_env(d.path(), &["pin", "set", &second, "--no-pins"], &env);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("is not usable") && stderr(&o).contains("--source"), "{}", stderr(&o));
+    assert_eq!(snapshot(d.path()), before);
+    assert!(!tmp.path().join("cache/git").exists(), "nothing was fetched");
+    // named on the command line, the same repository is read
+    let o = run_env(d.path(), &["pin", "set", &second, "--no-pins", "--source", repo.to_str().unwrap()], &env);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains(&format!("label: 1.3.0+{}", &second[..7])), "{}", stdout(&o));
+}
+
+#[test]
 fn a_revision_that_does_not_say_its_version_gets_no_label() {
     let tmp = tempfile::tempdir().unwrap();
     let (repo, first, _) = deepep_repo(tmp.path());
