@@ -729,6 +729,10 @@ fn every_printed_fix_runs_as_printed_and_the_next_check_is_clean() {
         }
     };
     let wrong_label = |_: &str, t: String| t.replace(&format!("1.2.1+{}", &a[..7]), &format!("1.2.0+{}", &a[..7]));
+    let x86_only = format!(
+        "schema = 2\n\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\n\
+         base_version = \"1.2.1\"\n\n[pin.x86_64]\nrev = \"{UNIFIED}\"\n"
+    );
     // (scenario, fixture, edit, pins.toml or --no-pins, the cause it must show)
     type Edit<'e> = &'e dyn Fn(&str, String) -> String;
     let cases: Vec<(&str, &str, Edit, Option<String>, &str)> = vec![
@@ -739,13 +743,13 @@ fn every_printed_fix_runs_as_printed_and_the_next_check_is_clean() {
         ("branch", "consumer-unified", &to_branch, None, "branch-pin"),
         ("branch-pinned", "consumer-unified", &to_branch, Some(root_pins.clone()), "pin-not-adopted"),
         ("short", "consumer-unified", &to_short, None, "rev-not-full-sha"),
+        ("arch", "consumer-unified", &same, Some(x86_only), "arch-unpinned"),
     ];
     let mut ran = Vec::new();
     for (name, fixture, edit, pins, want) in cases {
         let extra: &[&str] = if pins.is_some() { &[] } else { &["--no-pins"] };
         let dir = lab.scenario(name, fixture, edit, pins);
-        let (code, v) = lab.check(&dir, extra);
-        assert_eq!(code, 1, "{name}: {v:#}");
+        let (_, v) = lab.check(&dir, extra);
         let causes = v["causes"].as_array().unwrap();
         assert!(causes.iter().any(|c| c["id"] == want), "{name}: no {want} cause: {v:#}");
         let lock_before = std::fs::read_to_string(dir.join("consumer/uv.lock")).unwrap();
@@ -755,9 +759,13 @@ fn every_printed_fix_runs_as_printed_and_the_next_check_is_clean() {
             ran.push(format!("{name}: {fix}"));
         }
         let (code, v) = lab.check(&dir, extra);
-        assert_eq!(code, 0, "{name}: after the fixes: {v:#}");
-        // every scenario's fixes relocked with real uv
-        assert_ne!(std::fs::read_to_string(dir.join("consumer/uv.lock")).unwrap(), lock_before, "{name}");
+        let left: Vec<&serde_json::Value> =
+            v["causes"].as_array().unwrap().iter().filter(|c| c["severity"] != "note").collect();
+        assert!(code == 0 && left.is_empty(), "{name}: after the fixes: {v:#}");
+        // the fixes that change pyproject.toml relocked with real uv
+        if name != "arch" {
+            assert_ne!(std::fs::read_to_string(dir.join("consumer/uv.lock")).unwrap(), lock_before, "{name}");
+        }
     }
     let ran = ran.join("\n");
     for want in [
@@ -765,6 +773,7 @@ fn every_printed_fix_runs_as_printed_and_the_next_check_is_clean() {
         "relock: uv lock --project consumer".to_string(),
         format!("branch: deepep-forge pin set {a} --project consumer --no-pins --relock"),
         format!("short: deepep-forge pin set {a} --project consumer --no-pins --relock"),
+        format!("arch: deepep-forge pin set {a} --project consumer"),
     ] {
         assert!(ran.contains(&want), "{want} not among the fixes run:\n{ran}");
     }

@@ -30,6 +30,11 @@ pub struct Context<'a> {
     pub base: Option<String>,
 }
 
+/// The repository pyproject.toml takes DeepEP at `rev` from.
+fn git_of(py: &Pyproject, rev: &str) -> Option<String> {
+    py.refs.iter().filter(|r| git_rev(r) == Some(rev)).find_map(|r| r.git.as_ref().map(|g| g.repo.clone()))
+}
+
 fn git_rev(r: &Reference) -> Option<&str> {
     r.git.as_ref().and_then(|g| g.rev.as_deref())
 }
@@ -99,12 +104,7 @@ impl<'a> Context<'a> {
         if let Some(c) = archs.iter().find_map(|a| self.locked_commit(*a, rev)) {
             return (c.to_string(), None);
         }
-        let repo = self
-            .py
-            .refs
-            .iter()
-            .filter(|r| git_rev(r) == Some(rev))
-            .find_map(|r| r.git.as_ref().map(|g| g.repo.clone()))
+        let repo = git_of(self.py, rev)
             .filter(|r| crate::process::git::check_file_url(r).is_ok())
             .unwrap_or_else(|| "<DeepEP's git URL>".into());
         (rev.to_string(), Some(repo))
@@ -563,8 +563,18 @@ fn arch_unpinned(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>) {
         )
         .at(r.line, r.col)
         .arch(a)
-        .fix(format!("deepep-forge pin set <40-hex sha> --arch {a}")),
+        .fix(arch_unpinned_fix(j, r, a)),
     );
+}
+
+/// `pin set` with the revision the project installs on `a` (into pins.toml): for `a`
+/// alone, unless the project installs that revision on every architecture.
+fn arch_unpinned_fix(j: &Judging, r: &Reference, a: Arch) -> String {
+    let Some(rev) = git_rev(r).filter(|r| !r.is_empty()) else {
+        return format!("deepep-forge pin set <40-hex sha> --arch {a}");
+    };
+    let everywhere = j.used.iter().all(|u| j.ctx.project_rev(*u).as_deref() == Some(rev));
+    j.ctx.pin_set(rev, (!everywhere).then_some(a), false)
 }
 
 fn arch_not_referenced(j: &Judging, out: &mut Vec<Finding>) {
@@ -803,7 +813,9 @@ fn transitive_pin(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>) {
     };
     let mut f = Finding::new("transitive-pin", sev, &r.file, msg).at(r.line, r.col).arch(a).expected_found(want, rev);
     if sev == Severity::Warning {
-        f = f.fix(format!("add \"deep_ep @ git+<repo>@{want}\" to [tool.uv] override-dependencies"));
+        let repo =
+            ctx.pins.map(|p| p.source.repo.clone()).or_else(|| git_of(ctx.py, want)).unwrap_or_else(|| "<repo>".into());
+        f = f.fix(format!("add \"deep_ep @ git+{repo}@{want}\" to [tool.uv] override-dependencies"));
     }
     out.push(f);
 }
