@@ -139,7 +139,8 @@ fn repo_of(pins: Option<&Pins>, py: &pyproject::Pyproject, py_path: &Path) -> Re
     })
 }
 
-/// A read-only pyproject.toml, pins.toml or (with --relock) uv.lock is refused before the source is fetched.
+/// A read-only pyproject.toml or pins.toml whose revision changes, or (with --relock) uv.lock,
+/// is refused before the source is fetched (a change of the label alone is refused after it).
 fn precheck_writable(files: &[Option<&Path>]) -> Result<()> {
     for shown in files.iter().flatten().copied() {
         let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
@@ -198,10 +199,19 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let old_label = before.refs.iter().find(|r| r.kind == Kind::Label).and_then(|r| r.version.clone());
     // Everything that can be refused without the source is refused before any fetch:
     // the rewrite itself (label filled in below) and files pin set cannot write.
-    edit::pyproject(&py_path, &py_text, &name, &edit::Target { rev: &rev, arch: args.arch, label: None })?;
+    let (moved_py, _) =
+        edit::pyproject(&py_path, &py_text, &name, &edit::Target { rev: &rev, arch: args.arch, label: None })?;
     let lock_path = args.project.join("uv.lock");
     let relocked = uv.is_some().then_some(lock_path.as_path()).filter(|p| p.exists());
-    precheck_writable(&[Some(py_path.as_path()), pins.as_ref().map(|p| p.path.as_path()), relocked])?;
+    let arches_moved = |p: &Pins| {
+        args.arch
+            .map(|a| vec![a])
+            .unwrap_or(Arch::ALL.to_vec())
+            .iter()
+            .any(|a| p.pins.get(a).is_none_or(|x| x.rev != rev))
+    };
+    let pins_moved = pins.as_ref().filter(|p| arches_moved(p)).map(|p| p.path.as_path());
+    precheck_writable(&[(moved_py != py_text).then_some(py_path.as_path()), pins_moved, relocked])?;
     // The label's base (and pins.toml's base_version) come from the source at REV, never from the old label.
     let base = if old_label.is_some() || pins.is_some() {
         Some(match &src {
