@@ -40,6 +40,92 @@ fn chmod(path: &'static str, mode: u32) -> impl Fn(&std::path::Path) + Send + Sy
     move |d: &std::path::Path| std::fs::set_permissions(d.join(path), std::fs::Permissions::from_mode(mode)).unwrap()
 }
 
+fn fifo(p: &std::path::Path) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+}
+
+/// A FIFO or a device where the tool expects a file: refused at once (exit 2,
+/// named), never waited on (a hang runs into the case's timeout) and never
+/// read on (/dev/zero under the case's address-space limit).
+fn special_file_cases() -> Vec<Case> {
+    let at = |rel: &'static str| move |d: &std::path::Path| fifo(&d.join(rel));
+    let zero = |rel: &'static str| {
+        move |d: &std::path::Path| {
+            std::fs::create_dir_all(d.join(rel).parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink("/dev/zero", d.join(rel)).unwrap()
+        }
+    };
+    let build = |name: &str| {
+        Case::new(name)
+            .args(&["build-wheel", "--variant", "x", "--pins", "missing.toml", "--cache-url", "https://127.0.0.1:9/"])
+            .env("XDG_CONFIG_HOME", "{dir}/cfg")
+    };
+    vec![
+        Case::new("special: verify a FIFO")
+            .setup(at(WHEEL))
+            .args(&["verify", WHEEL])
+            .says("not a regular file")
+            .says(WHEEL),
+        Case::new("special: verify /dev/zero").setup(zero(WHEEL)).args(&["verify", WHEEL]).says("not a regular file"),
+        Case::new("special: diff a FIFO")
+            .setup(at(WHEEL))
+            .file("b.whl", "x")
+            .args(&["diff", WHEEL, "b.whl"])
+            .says("not a regular file")
+            .says(WHEEL),
+        Case::new("special: signing key is a FIFO")
+            .setup(at("k.key"))
+            .setup(chmod("k.key", 0o600))
+            .args(&["cache", "push", "--cache-url", "https://127.0.0.1:9/", "--signing-key", "k.key"])
+            .says("not a regular file")
+            .says("k.key"),
+        Case::new("special: signing key is /dev/zero")
+            .setup(zero("k.key"))
+            .args(&["cache", "push", "--cache-url", "https://127.0.0.1:9/", "--signing-key", "k.key"])
+            .says("not a regular file"),
+        build("special: config file is a FIFO")
+            .setup(at("cfg/deepep-forge/config.toml"))
+            .says("not a regular file")
+            .says("config.toml"),
+        build("special: config file is /dev/zero")
+            .setup(zero("cfg/deepep-forge/config.toml"))
+            .says("not a regular file"),
+        Case::new("special: a staging lock is a FIFO")
+            .setup(at("cache/tmp/build-0123.lock"))
+            .setup(|d| std::fs::create_dir_all(d.join("cache/tmp/build-0123")).unwrap())
+            .args(&["cache", "gc"])
+            .says("not a regular file")
+            .says("build-0123.lock"),
+        Case::new("special: a key lock is /dev/null")
+            .setup(|d| {
+                std::fs::create_dir_all(d.join("cache/tmp/build-0123")).unwrap();
+                std::os::unix::fs::symlink("/dev/null", d.join("cache/tmp/build-0123.lock")).unwrap()
+            })
+            .args(&["cache", "gc"])
+            .says("a symlink")
+            .says("build-0123.lock"),
+        Case::new("special: cache entry.json is a FIFO")
+            .setup(move |d| fifo(&d.join(format!("cache/wheels/{}/entry.json", "a".repeat(64)))))
+            .args(&["cache", "ls"])
+            .exit(0)
+            .says("not an entry"),
+        Case::new("special: pin set journal is a FIFO")
+            .file("pyproject.toml", PYPROJECT)
+            .file("pins.toml", PINS)
+            .setup(at(".deepep-forge-pin-set.journal"))
+            .args(&["pin", "set", X86])
+            .says(".deepep-forge-pin-set.journal"),
+        Case::new("special: pin recover journal is a FIFO")
+            .file("pyproject.toml", PYPROJECT)
+            .file("pins.toml", PINS)
+            .setup(at(".deepep-forge-pin-set.journal"))
+            .args(&["pin", "recover"])
+            .says("not a regular file"),
+    ]
+}
+
 fn ls_cases() -> Vec<Case> {
     let good = key('a');
     vec![
@@ -344,6 +430,7 @@ fn hostile_cache_and_pin_set_inputs_are_refused_cleanly() {
     cases.extend(push_cases());
     cases.extend(build_cases());
     cases.extend(pin_set_cases());
+    cases.extend(special_file_cases());
     assert!(cases.len() >= 30, "{} cases", cases.len());
     run_all(cases);
 }

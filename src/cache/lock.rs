@@ -3,7 +3,7 @@
 //! a killed process never lingers. On a shared filesystem (NFS v4) the lock is
 //! seen by every node, which a process id is not.
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,14 +15,8 @@ fn open(path: &Path) -> Result<File> {
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    // O_NOFOLLOW: a lock file planted as a symlink (a shared folder) is refused, not followed.
-    File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("opening lock {}", path.display()))
+    // A lock file planted as a symlink, a FIFO or a device is refused, never followed or waited on.
+    crate::input::open_lock(path, "lock file")
 }
 
 /// An exclusive lock on `path` (created if absent), held until the file is

@@ -17,14 +17,14 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::sign::{self, PublicKey, SecretKey, Verdict};
 use super::{Cache, Entry, Hit, Key};
 use crate::error::{check_interrupted, Failure};
-use crate::provenance::{Provenance, VariantInfo};
+use crate::provenance::VariantInfo;
 
 /// GET attempts (the first plus retries).
 pub const ATTEMPTS: u32 = 3;
@@ -273,7 +273,7 @@ impl Remote {
 
     /// PUT a file (sent once; PUT is not retried).
     fn put_file(&self, url: &reqwest::Url, path: &Path) -> Result<()> {
-        let body = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let (body, _) = crate::input::open(path, "file to upload", crate::input::cap::WHEEL)?;
         let resp = self
             .client
             .put(url.clone())
@@ -294,15 +294,11 @@ impl Remote {
         let e = &hit.entry;
         let k = Key::parse(&e.key).map_err(Failure::usage)?;
         let wheel = hit.dir.join(&e.wheel);
-        let prov = read_provenance(&wheel).map_err(|why| {
-            Failure::problems(format!("{}: {why}", wheel.display()))
+        let (_, provenance_sha256) = crate::wheel::open(&wheel).and_then(|mut w| w.provenance()).map_err(|why| {
+            Failure::problems(format!("{why:#}"))
                 .hint("only wheels built by deepep-forge (with provenance) can be pushed")
         })?;
-        let mut re = RemoteEntry {
-            entry: e.clone(),
-            provenance_sha256: hex::encode(Sha256::digest(&prov)),
-            signatures: Vec::new(),
-        };
+        let mut re = RemoteEntry { entry: e.clone(), provenance_sha256, signatures: Vec::new() };
         re.signatures.push(key.sign(&re.message()));
         self.put_file(&self.url_of(&k, &e.wheel), &wheel)?;
         let staged = tempfile::NamedTempFile::new()?;
@@ -373,31 +369,12 @@ impl Cache {
     }
 }
 
-/// The wheel's provenance file, read with a size cap.
-pub fn read_provenance(wheel: &Path) -> Result<Vec<u8>, String> {
-    let f = std::fs::File::open(wheel).map_err(|e| format!("cannot open: {e}"))?;
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(f)).map_err(|e| format!("not a zip: {e}"))?;
-    let di = crate::wheel::stamp::dist_info_dir(&zip).map_err(|e| format!("{e}"))?;
-    let name = format!("{di}/{}", crate::provenance::FILE_NAME);
-    let m = zip.by_name(&name).map_err(|_| format!("has no {name}"))?;
-    if m.size() > MAX_PROVENANCE_BYTES {
-        return Err(format!("{name} is larger than {MAX_PROVENANCE_BYTES} bytes"));
-    }
-    let mut buf = Vec::new();
-    m.take(MAX_PROVENANCE_BYTES + 1).read_to_end(&mut buf).map_err(|e| format!("reading {name}: {e}"))?;
-    if buf.len() as u64 > MAX_PROVENANCE_BYTES {
-        return Err(format!("{name} is larger than {MAX_PROVENANCE_BYTES} bytes"));
-    }
-    Ok(buf)
-}
-
 /// The wheel's own provenance hashes to the signed digest and describes this plan.
 fn check_provenance(wheel: &Path, re: &RemoteEntry, key: &Key, expect: &Expect) -> Result<(), String> {
-    let bytes = read_provenance(wheel)?;
-    if hex::encode(Sha256::digest(&bytes)) != re.provenance_sha256 {
+    let (p, digest) = crate::wheel::open(wheel).and_then(|mut w| w.provenance()).map_err(|e| format!("{e:#}"))?;
+    if digest != re.provenance_sha256 {
         return Err("its provenance does not hash to the signed provenance_sha256".into());
     }
-    let p: Provenance = serde_json::from_slice(&bytes).map_err(|e| format!("unreadable provenance: {e}"))?;
     let (v, w) = (&p.variant, expect.variant);
     let mut diff = Vec::new();
     if p.cache_key != key.as_str() {

@@ -154,7 +154,8 @@ pub fn refuse_if_pending(journal: &Path, recover_cmd: &str) -> Result<()> {
         return Ok(());
     }
     let doc = read_journal(journal);
-    let held = std::fs::File::open(journal).map(|f| matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)));
+    let held = crate::input::open(journal, "pin set journal", crate::input::cap::LOCK * 3)
+        .map(|(f, _)| matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)));
     if held.unwrap_or(false) {
         return Err(Failure::usage(format!(
             "another `pin set` is changing these files now (journal {}, pid {})",
@@ -189,7 +190,7 @@ fn describe_state(d: &JournalDoc) -> String {
     d.files
         .iter()
         .map(|f| {
-            let now = std::fs::read(&f.path).ok();
+            let now = crate::input::read_bytes(&f.path, "project file", crate::input::cap::LOCK).ok();
             let now_sha = now.as_ref().map(|b| hex::encode(Sha256::digest(b)));
             let old = f.old.as_ref().and_then(|o| B64.decode(o).ok());
             let what = if now == old {
@@ -259,7 +260,9 @@ impl Txn {
         for c in self.changes.iter().rev() {
             match &c.old {
                 Some(old) => {
-                    if std::fs::read(&c.real).ok().as_ref() != Some(old) {
+                    if crate::input::read_bytes(&c.real, "project file", crate::input::cap::LOCK).ok().as_ref()
+                        != Some(old)
+                    {
                         replace(&c.real, old).with_context(|| format!("restoring {}", c.real.display()))?;
                     }
                 }
@@ -293,7 +296,11 @@ impl Drop for Txn {
         let mut ok = true;
         for c in self.changes.iter().rev() {
             ok &= match &c.old {
-                Some(old) => std::fs::read(&c.real).ok().as_ref() == Some(old) || replace(&c.real, old).is_ok(),
+                Some(old) => {
+                    crate::input::read_bytes(&c.real, "project file", crate::input::cap::LOCK).ok().as_ref()
+                        == Some(old)
+                        || replace(&c.real, old).is_ok()
+                }
                 None => std::fs::remove_file(&c.real).is_ok() || !c.real.exists(),
             };
         }
@@ -314,7 +321,7 @@ pub fn recover(journal: &Path, allowed: &[PathBuf]) -> Result<Vec<String>> {
             .hint("pass the --pins (or --project with --no-pins) of the interrupted run")
             .into());
     }
-    let f = std::fs::File::open(journal)?;
+    let (f, _) = crate::input::open(journal, "pin set journal", crate::input::cap::LOCK * 3)?;
     if matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)) {
         return Err(Failure::usage(format!("a `pin set` is still running on {}", journal.display()))
             .hint("wait for it to finish")
@@ -342,7 +349,9 @@ pub fn recover(journal: &Path, allowed: &[PathBuf]) -> Result<Vec<String>> {
         match &jf.old {
             Some(o) => {
                 let old = B64.decode(o).with_context(|| format!("{}: damaged old content", journal.display()))?;
-                if std::fs::read(&jf.path).ok().as_ref() == Some(&old) {
+                if crate::input::read_bytes(&jf.path, "project file", crate::input::cap::LOCK).ok().as_ref()
+                    == Some(&old)
+                {
                     done.push(format!("{}: already as it was", jf.path.display()));
                 } else {
                     replace(&jf.path, &old)?;
