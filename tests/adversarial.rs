@@ -770,7 +770,28 @@ fn misc_cases() -> Vec<Case> {
             .args(&["probe", "--python", "python3"])
             .exit(1)
     };
+    // Values that reach the CI log on stderr (outside the report's stopped-commands block).
+    let planted = |name: &str, project: &str| {
+        Case::new(format!("ci log: {name}")).file("pins.toml", PINS).args(&[
+            "lock",
+            "check",
+            "--format",
+            "github",
+            "--project",
+            project,
+        ])
+    };
     vec![
+        planted("a newline plants no annotation", "nope\n::error file=x::pwned")
+            .says("\\::error file=x::pwned")
+            .hides("\n::error file=x::pwned"),
+        planted("old-style commands and leading blanks", "nope\n  ##[warning]pwned\n\t::warning::pwned")
+            .hides("\n  ##[warning]")
+            .hides("\n\t::warning"),
+        planted("CR and ESC are shown escaped", "nope\r::error::cr\x1b]0;title\x07\x1b[2J")
+            .says("\\r::error::cr\\u{1b}]0;title\\u{7}\\u{1b}[2J")
+            .hides("\r")
+            .hides("\x1b"),
         env("RECORD names /dev/zero", "/dev/zero,sha256=AAAA,1\n").says("not a regular file"),
         env("RECORD names a FIFO", "../fifo,sha256=AAAA,1\n")
             .setup(|d| fifo(&d.join("fifo")))
