@@ -92,6 +92,9 @@ pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<
     for d in &model.defs {
         c.def(d, model.platform_of(d));
     }
+    for u in &model.unverifiable {
+        c.unverifiable_def(u);
+    }
     for r in &model.runs {
         c.run(r, model.stages[r.stage].platform);
     }
@@ -275,6 +278,9 @@ struct Expanded {
     single: Option<Rc<Def>>,
     /// Every definition referenced (and used).
     refs: Vec<Rc<Def>>,
+    /// Expansions this reader does not evaluate (`${A/x/y}`, `${A:1:7}`: not
+    /// POSIX sh, so what they give depends on the image's shell), as written.
+    unverifiable: Vec<String>,
 }
 
 /// Quote removal and `$VAR`, `${VAR}`, `${VAR:-w}`, `${VAR-w}`, `${VAR:+w}`,
@@ -295,11 +301,12 @@ const MAX_EXPANDED: usize = 64 << 10;
 /// deeply nested word costs linear time and memory.
 fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>, depth: usize) -> Expanded {
     if depth > MAX_NESTING {
-        return Expanded { text: None, single: None, refs: Vec::new() };
+        return Expanded { text: None, single: None, refs: Vec::new(), unverifiable: Vec::new() };
     }
     let mut out = String::new();
     let mut known = true;
     let mut refs: Vec<Rc<Def>> = Vec::new();
+    let mut unverifiable: Vec<String> = Vec::new();
     let mut literal = false;
     let mut quote: Option<char> = None;
     let mut i = 0;
@@ -341,6 +348,7 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
                 i += 1;
                 continue;
             }
+            let raw: String = chars[i..next].iter().collect();
             i = next;
             let def = lookup(&name);
             let val = def.as_ref().and_then(|d| d.value.clone());
@@ -357,11 +365,13 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
                         None => known = false,
                     }
                 }
-                Some(":-") | Some("-") => {
+                Some(":-") | Some("-") | Some(":=") | Some("=") => {
                     // An ARG without default counts as unset: the default is what a build gets without --build-arg.
-                    let use_default = if op.as_deref() == Some(":-") { !nonempty } else { !set || val.is_none() };
+                    let colon = op.as_deref().is_some_and(|o| o.starts_with(':'));
+                    let use_default = if colon { !nonempty } else { !set || val.is_none() };
                     if use_default {
                         let e = sub();
+                        unverifiable.extend(e.unverifiable);
                         literal = true;
                         match e.text {
                             Some(t) => out.push_str(&t),
@@ -376,7 +386,9 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
                     let take = if op.as_deref() == Some(":+") { nonempty } else { set && val.is_some() };
                     literal = true;
                     if take {
-                        match sub().text {
+                        let e = sub();
+                        unverifiable.extend(e.unverifiable);
+                        match e.text {
                             Some(t) => out.push_str(&t),
                             None => known = false,
                         }
@@ -384,10 +396,49 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
                         known = false;
                     }
                 }
-                Some(_) => known = false,
+                Some(":?") | Some("?") => {
+                    // Set: the value; unset: the build stops (nothing to check).
+                    let ok = if op.as_deref() == Some(":?") { nonempty } else { set && val.is_some() };
+                    match (ok, def) {
+                        (true, Some(d)) => {
+                            refs.push(d);
+                            out.push_str(&val.expect("known"));
+                        }
+                        _ => known = false,
+                    }
+                }
+                Some(LENGTH) => {
+                    literal = true;
+                    match val {
+                        Some(v) => out.push_str(&v.chars().count().to_string()),
+                        None => known = false,
+                    }
+                }
+                Some(o @ ("#" | "##" | "%" | "%%")) => {
+                    literal = true;
+                    if let Some(d) = def.clone() {
+                        refs.push(d);
+                    }
+                    let e = sub();
+                    unverifiable.extend(e.unverifiable);
+                    match (val, e.text) {
+                        (Some(v), Some(pat)) => match strip_pattern(&v, &pat, o) {
+                            Some(t) => out.push_str(&t),
+                            None => {
+                                known = false;
+                                unverifiable.push(raw);
+                            }
+                        },
+                        _ => known = false,
+                    }
+                }
+                Some(_) => {
+                    known = false;
+                    unverifiable.push(raw);
+                }
             }
             if out.len() > MAX_EXPANDED {
-                return Expanded { text: None, single: None, refs };
+                return Expanded { text: None, single: None, refs, unverifiable };
             }
             continue;
         }
@@ -396,13 +447,114 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
         i += 1;
     }
     let single = (refs.len() == 1 && !literal).then(|| refs[0].clone());
-    Expanded { text: known.then_some(out), single, refs }
+    Expanded { text: known.then_some(out), single, refs, unverifiable }
+}
+
+/// The operator of `${#NAME}` (not a character sequence of the source).
+const LENGTH: &str = "#len";
+/// Values longer than this are not matched against patterns (cost is
+/// quadratic in the value); such an expansion cannot be verified.
+const MAX_PATTERN_VALUE: usize = 4096;
+
+/// `${V#pat}`, `${V##pat}`, `${V%pat}`, `${V%%pat}` as sh evaluates them:
+/// remove the shortest/longest prefix/suffix matching the glob `pat`. `None`:
+/// too long to evaluate.
+fn strip_pattern(v: &str, pat: &str, op: &str) -> Option<String> {
+    let s: Vec<char> = v.chars().collect();
+    let p: Vec<char> = pat.chars().collect();
+    if s.len() > MAX_PATTERN_VALUE || p.len() > MAX_PATTERN_VALUE {
+        return None;
+    }
+    let n = s.len();
+    let cut = match op {
+        "#" => (0..=n).find(|&k| glob(&p, &s[..k])).map(|k| (k, n)),
+        "##" => (0..=n).rev().find(|&k| glob(&p, &s[..k])).map(|k| (k, n)),
+        "%" => (0..=n).rev().find(|&k| glob(&p, &s[k..])).map(|k| (0, k)),
+        _ => (0..=n).find(|&k| glob(&p, &s[k..])).map(|k| (0, k)),
+    };
+    Some(match cut {
+        Some((a, b)) => s[a..b].iter().collect(),
+        None => v.to_string(),
+    })
+}
+
+/// Whether `s` matches the sh glob `p` (`*`, `?`, `[...]` with `!`/`^` and
+/// ranges, `\x` literal). Iterative, with one backtrack point per `*`.
+fn glob(p: &[char], s: &[char]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        let step = match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, si));
+                pi += 1;
+                continue;
+            }
+            Some('?') => Some(1),
+            Some('[') => class(&p[pi..], s[si]),
+            Some('\\') if pi + 1 < p.len() => (p[pi + 1] == s[si]).then_some(2),
+            Some(c) => (*c == s[si]).then_some(1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(k), _) => {
+                pi += k;
+                si += 1;
+            }
+            (None, Some((sp, ss))) => {
+                pi = sp + 1;
+                si = ss + 1;
+                star = Some((sp, ss + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// A bracket expression at the start of `p` against `c`: the pattern
+/// characters it spans when `c` matches; `None` when it does not. An unclosed
+/// `[` is a literal `[`.
+fn class(p: &[char], c: char) -> Option<usize> {
+    let Some(end) = p.iter().skip(2).position(|x| *x == ']').map(|e| e + 2) else {
+        return (c == '[').then_some(1);
+    };
+    let body = &p[1..end];
+    let (neg, body) = match body.first() {
+        Some('!') | Some('^') => (true, &body[1..]),
+        _ => (false, body),
+    };
+    let mut hit = false;
+    let mut k = 0;
+    while k < body.len() {
+        if k + 2 < body.len() && body[k + 1] == '-' {
+            hit |= body[k] <= c && c <= body[k + 2];
+            k += 3;
+        } else {
+            hit |= body[k] == c;
+            k += 1;
+        }
+    }
+    (hit != neg).then_some(end + 1)
 }
 
 /// Parse `$NAME` or `${NAME<op>word}` at `chars[i] == '$'`: (name, op, word's
 /// range in `chars`, index after).
 fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize), usize) {
     let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    if chars.get(i + 1) == Some(&'{') && chars.get(i + 2) == Some(&'#') && chars.get(i + 3).is_some_and(|c| is_name(*c))
+    {
+        // `${#NAME}`: the length of the value.
+        let mut j = i + 3;
+        let mut name = String::new();
+        while j < chars.len() && is_name(chars[j]) {
+            name.push(chars[j]);
+            j += 1;
+        }
+        if chars.get(j) == Some(&'}') {
+            return (name, Some(LENGTH.to_string()), (j, j), j + 1);
+        }
+    }
     if chars.get(i + 1) == Some(&'{') {
         let mut j = i + 2;
         let mut name = String::new();
@@ -410,10 +562,22 @@ fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize
             name.push(chars[j]);
             j += 1;
         }
+        // The operator: `:-` `:=` `:?` `:+` (`:` alone: a substring), `-` `=` `?` `+`,
+        // `#` `##` `%` `%%`, `/` `//` `/#` `/%`; anything else (`^`, `,`, `@`) as one character.
         let mut op = String::new();
-        while j < chars.len() && ":-+?#%/".contains(chars[j]) && op.len() < 2 {
-            op.push(chars[j]);
+        if let Some(&c) = chars.get(j).filter(|c| **c != '}') {
+            op.push(c);
             j += 1;
+            let second = match c {
+                ':' => chars.get(j).filter(|n| "-=?+".contains(**n)),
+                '#' | '%' => chars.get(j).filter(|n| **n == c),
+                '/' => chars.get(j).filter(|n| "/#%".contains(**n)),
+                _ => None,
+            };
+            if let Some(&n) = second {
+                op.push(n);
+                j += 1;
+            }
         }
         let mut depth = 1;
         let w = j;
@@ -465,6 +629,16 @@ struct Run {
     /// Words of the text (expanded where every reference is known), each with
     /// the definitions it references.
     words: Vec<(String, Vec<Rc<Def>>)>,
+    /// Expansions in it this reader cannot evaluate (see [`Expanded`]).
+    unverifiable: Vec<String>,
+}
+
+/// An ARG/ENV whose value goes through an expansion this reader cannot evaluate.
+struct Unverifiable {
+    kw: &'static str,
+    name: String,
+    line: usize,
+    expr: String,
 }
 
 /// What a Dockerfile declares, as the checks need it.
@@ -474,6 +648,8 @@ struct Model {
     /// Global ARGs some stage re-declares (their value is checked there).
     used_globals: BTreeSet<usize>,
     stages: Vec<Stage>,
+    /// Definitions whose value cannot be evaluated here.
+    unverifiable: Vec<Unverifiable>,
     /// Every definition in file order.
     defs: Vec<Rc<Def>>,
     runs: Vec<Run>,
@@ -527,6 +703,10 @@ impl Model {
                                     Some(s) => expand(&v, escape, &|n| m.stages[s].get(n)),
                                     None => expand(&v, escape, &|n| m.global.get(n).cloned()),
                                 };
+                                if let Some(expr) = e.unverifiable.first() {
+                                    let expr = expr.clone();
+                                    m.unverifiable.push(Unverifiable { kw: "ARG", name: name.clone(), line, expr });
+                                }
                                 Def { kw: "ARG", name: name.clone(), line, value: e.text, via: e.single, stage: idx }
                             }
                             (None, Some(_)) => {
@@ -571,13 +751,19 @@ impl Model {
                         }
                     };
                     // All pairs of one ENV see the scope before it (Docker's rule).
+                    let mut unverifiable = Vec::new();
                     let defs: Vec<Rc<Def>> = pairs
                         .into_iter()
                         .map(|(k, v)| {
                             let e = expand(&v, escape, &|n| m.stages[s].get(n));
+                            if let Some(expr) = e.unverifiable.first() {
+                                let (name, expr) = (k.clone(), expr.clone());
+                                unverifiable.push(Unverifiable { kw: "ENV", name, line, expr });
+                            }
                             Rc::new(Def { kw: "ENV", name: k, line, value: e.text, via: e.single, stage: Some(s) })
                         })
                         .collect();
+                    m.unverifiable.extend(unverifiable);
                     for d in defs {
                         m.defs.push(d.clone());
                         m.stages[s].envs.insert(d.name.clone(), d);
@@ -587,15 +773,17 @@ impl Model {
                     let Some(s) = m.stages.len().checked_sub(1) else { continue };
                     let scope = &m.stages[s];
                     // Shell variables (not ARG/ENV) stay as written: Docker does not expand RUN.
+                    let mut unverifiable = Vec::new();
                     let words: Vec<(String, Vec<Rc<Def>>)> = split_words(&inst.args, escape)
                         .into_iter()
                         .map(|w| {
                             let e = expand(&w, escape, &|n| scope.get(n));
+                            unverifiable.extend(e.unverifiable);
                             (e.text.unwrap_or(w), e.refs)
                         })
                         .collect();
                     let text = words.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>().join(" ");
-                    m.runs.push(Run { stage: s, line, text, words });
+                    m.runs.push(Run { stage: s, line, text, words, unverifiable });
                 }
                 _ => {}
             }
@@ -719,10 +907,41 @@ impl Checker<'_> {
         }
     }
 
+    /// `dockerfile-unverifiable`: a DeepEP setting goes through a shell
+    /// expansion this reader does not evaluate: never "ok", an error saying so.
+    fn unverifiable(&mut self, what: &str, expr: &str, line: usize) {
+        let f = Finding::new(
+            "dockerfile-unverifiable",
+            Severity::Error,
+            self.file,
+            format!(
+                "cannot verify: {what} uses `{}`, an expansion deepep-forge does not evaluate (not POSIX sh: the image's shell decides what DeepEP is built)",
+                crate::input::excerpt(expr, 80)
+            ),
+        )
+        .line(line)
+        .fix(format!(
+            "write the DeepEP revision and build settings as plain values (`ARG DEEPEP_REV=<full sha>`, then `${{DEEPEP_REV}}`) at {}:{line}",
+            self.file.display()
+        ));
+        self.push(f);
+    }
+
+    fn unverifiable_def(&mut self, u: &Unverifiable) {
+        let upper = u.name.to_ascii_uppercase();
+        let deepep = ["DEEPEP", "DEEP_EP", "ARCH_LIST", "HYBRID_EP", "USE_NIXL", "RDMA_CORE", "VARIANT"];
+        if deepep.iter().any(|k| upper.contains(k)) {
+            self.unverifiable(&format!("{} ({}, line {})", u.name, u.kw, u.line), &u.expr, u.line);
+        }
+    }
+
     fn run(&mut self, r: &Run, platform: Option<Arch>) {
         let lower = r.text.to_ascii_lowercase();
         if !(lower.contains("deepep") || lower.contains("deep_ep") || lower.contains("deep-ep")) {
             return;
+        }
+        if let Some(expr) = r.unverifiable.first() {
+            self.unverifiable(&format!("RUN (line {})", r.line), expr, r.line);
         }
         if let Some(rev) = url_rev(&r.text) {
             // A rev that comes from a variable is reported at the line that holds it.
@@ -731,7 +950,10 @@ impl Checker<'_> {
                 .iter()
                 .filter(|(w, _)| url_rev(w).as_deref() == Some(rev.as_str()))
                 .flat_map(|(_, refs)| refs.iter())
-                .find(|d| d.value.as_deref().is_some_and(|v| v.contains(rev.as_str())));
+                // The value itself, not one a shell expansion changed on the way (`${REV%?}`).
+                .find(|d| {
+                    d.value.as_deref().is_some_and(|v| v.trim() == rev || url_rev(v).as_deref() == Some(rev.as_str()))
+                });
             match from {
                 Some(d) => self.rev(&rev, d.source().line, &d.describe(), platform),
                 None => self.rev(&rev, r.line, &format!("RUN (line {})", r.line), platform),
@@ -1269,6 +1491,75 @@ mod tests {
             "FROM b\nRUN pip install git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}#egg=deep_ep\n"
         ));
         assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)], "{f:#?}");
+    }
+
+    /// Every POSIX parameter-expansion class in a RUN that builds DeepEP is
+    /// evaluated as sh does (a changed revision is `dockerfile-rev`), and what
+    /// is not POSIX is `dockerfile-unverifiable`, never ok.
+    #[test]
+    fn shell_expansions_in_run_are_evaluated_or_refused() {
+        let url = |e: &str| {
+            format!("FROM b\nARG DEEPEP_REV={PIN}\nARG PFX=x{PIN}\nRUN pip install \"git+https://github.com/deepseek-ai/DeepEP.git@{e}\"\n")
+        };
+        let last = &PIN[39..];
+        for (expr, ok) in [
+            ("${DEEPEP_REV}", true),
+            ("${DEEPEP_REV%?}0", false),                 // shortest suffix
+            (&format!("${{DEEPEP_REV%{last}}}"), false), // literal suffix
+            ("${DEEPEP_REV%%c*}", false),                // longest suffix
+            ("${DEEPEP_REV#?}", false),                  // shortest prefix
+            ("${DEEPEP_REV##*7}", false),                // longest prefix
+            ("${PFX#x}", true),                          // a prefix removed gives the pin
+            ("${PFX#[!0-9]}", true),                     // bracket negation
+            ("${PFX#[a-z]}", true),                      // bracket range
+            ("${DEEPEP_REV%[0-9]}", true),               // no match: unchanged (the pin ends in e)
+            ("${DEEPEP_REV:-main}", true),
+            ("${UNSET:-main}", false), // the default is a branch
+            ("${UNSET:=main}", false),
+            ("${DEEPEP_REV:?unset}", true),
+            ("${DEEPEP_REV:+main}", false),
+            ("${#DEEPEP_REV}", false), // "40"
+        ] {
+            let f = run(&url(expr));
+            if ok {
+                assert!(f.is_empty(), "{expr}: {f:#?}");
+            } else {
+                assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 4)], "{expr}: {f:#?}");
+            }
+        }
+        for expr in [
+            "${DEEPEP_REV/17/29}",
+            "${DEEPEP_REV//c/d}",
+            "${DEEPEP_REV:0:7}",
+            "${DEEPEP_REV^^}",
+            "${UNSET:-${DEEPEP_REV/1/2}}",
+        ] {
+            let f = run(&url(expr));
+            assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 4)], "{expr}: {f:#?}");
+            assert!(f[0].message.starts_with("cannot verify: RUN (line 4)"), "{}", f[0].message);
+        }
+        // In an ARG/ENV that names DeepEP, too; elsewhere not ours.
+        let f = run(&format!("FROM b\nARG R={PIN}\nENV DEEPEP_REV=${{R/1/2}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 3)], "{f:#?}");
+        assert!(run("FROM b\nARG V=3.12.1\nENV PY=${V/./}\nRUN echo ${V/./}\n").is_empty());
+        // The checkout form, and a value too long to match is refused, not guessed.
+        let f = run(&format!("FROM b\nARG DEEPEP_REV={PIN}\nRUN cd DeepEP && git checkout ${{DEEPEP_REV%??}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 3)], "{f:#?}");
+        let long = "a".repeat(5000);
+        let f = run(&format!("FROM b\nARG X={long}\nRUN cd DeepEP && git checkout ${{X%a}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 3)], "{f:#?}");
+    }
+
+    #[test]
+    fn globs_match_as_sh_does() {
+        let g = |p: &str, s: &str| glob(&p.chars().collect::<Vec<_>>(), &s.chars().collect::<Vec<_>>());
+        assert!(g("*", "") && g("a*c", "abbc") && g("?b", "ab") && g("[!x]y", "ay") && g("\\*", "*"));
+        assert!(!g("a*c", "abbd") && !g("[a-c]", "d") && !g("\\*", "x") && !g("?", ""));
+        assert!(g("[", "[") && g("*.*", "1.2.3"));
+        assert_eq!(strip_pattern("1.2.3", "*.", "#").as_deref(), Some("2.3"));
+        assert_eq!(strip_pattern("1.2.3", "*.", "##").as_deref(), Some("3"));
+        assert_eq!(strip_pattern("1.2.3", ".*", "%").as_deref(), Some("1.2"));
+        assert_eq!(strip_pattern("1.2.3", ".*", "%%").as_deref(), Some("1"));
     }
 
     #[test]

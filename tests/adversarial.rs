@@ -430,6 +430,25 @@ fn dockerfile_cases() -> Vec<Case> {
             format!("FROM b\nARG DEEPEP_REV={REV}\nRUN git checkout ${{DEEPEP_REV").into_bytes(),
         )
         .exit(0),
+        // A RUN that changes the pinned value on its way builds another revision: never ok.
+        lock(
+            "${REV%?}0 in a RUN",
+            format!("FROM b\nARG DEEPEP_REV={REV}\nRUN pip install \"git+https://github.com/deepseek-ai/DeepEP.git@${{DEEPEP_REV%?}}0\"\n").into_bytes(),
+        )
+        .exit(1)
+        .says("dockerfile-rev"),
+        lock(
+            "${REV/x/y} in a RUN",
+            format!("FROM b\nARG DEEPEP_REV={REV}\nRUN cd DeepEP && git checkout ${{DEEPEP_REV/17/29}}\n").into_bytes(),
+        )
+        .exit(1)
+        .says("cannot verify"),
+        lock(
+            "${#REV} in a RUN",
+            format!("FROM b\nARG DEEPEP_REV={REV}\nRUN cd DeepEP && git checkout ${{#DEEPEP_REV}}\n").into_bytes(),
+        )
+        .exit(1)
+        .says("`40`"),
         lock("oversize", Vec::new()).setup(|d| sparse(&d.join("consumer/Dockerfile"), 8 << 20)).says("more than"),
     ]
 }
