@@ -690,105 +690,114 @@ impl Model {
                     }
                     m.stages.push(stage);
                 }
-                "ARG" => {
-                    let idx = m.stages.len().checked_sub(1);
-                    for w in split_words(&inst.args, escape) {
-                        let (name, default) = match w.split_once('=') {
-                            Some((n, v)) => (n.to_string(), Some(v.to_string())),
-                            None => (w.clone(), None),
-                        };
-                        let def = match (default, idx) {
-                            (Some(v), _) => {
-                                let e = match idx {
-                                    Some(s) => expand(&v, escape, &|n| m.stages[s].get(n)),
-                                    None => expand(&v, escape, &|n| m.global.get(n).cloned()),
-                                };
-                                if let Some(expr) = e.unverifiable.first() {
-                                    let expr = expr.clone();
-                                    m.unverifiable.push(Unverifiable { kw: "ARG", name: name.clone(), line, expr });
-                                }
-                                Def { kw: "ARG", name: name.clone(), line, value: e.text, via: e.single, stage: idx }
-                            }
-                            (None, Some(_)) => {
-                                let g = m.global.get(&name).cloned();
-                                if let Some(g) = &g {
-                                    m.used_globals.insert(g.line);
-                                }
-                                Def {
-                                    kw: "ARG",
-                                    name: name.clone(),
-                                    line,
-                                    value: g.as_ref().and_then(|g| g.value.clone()),
-                                    via: g,
-                                    stage: idx,
-                                }
-                            }
-                            (None, None) => {
-                                Def { kw: "ARG", name: name.clone(), line, value: None, via: None, stage: None }
-                            }
-                        };
-                        let def = Rc::new(def);
-                        m.defs.push(def.clone());
-                        match idx {
-                            Some(s) => m.stages[s].args.insert(name, def),
-                            None => m.global.insert(name, def),
-                        };
-                    }
-                }
-                "ENV" => {
-                    let Some(s) = m.stages.len().checked_sub(1) else { continue };
-                    let words = split_words(&inst.args, escape);
-                    let pairs: Vec<(String, String)> = if words.first().is_some_and(|w| w.contains('=')) {
-                        words
-                            .iter()
-                            .filter_map(|w| w.split_once('='))
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                            .collect()
-                    } else {
-                        match inst.args.split_once(char::is_whitespace) {
-                            Some((k, v)) => vec![(k.to_string(), v.trim().to_string())],
-                            None => Vec::new(),
-                        }
-                    };
-                    // All pairs of one ENV see the scope before it (Docker's rule).
-                    let mut unverifiable = Vec::new();
-                    let defs: Vec<Rc<Def>> = pairs
-                        .into_iter()
-                        .map(|(k, v)| {
-                            let e = expand(&v, escape, &|n| m.stages[s].get(n));
-                            if let Some(expr) = e.unverifiable.first() {
-                                let (name, expr) = (k.clone(), expr.clone());
-                                unverifiable.push(Unverifiable { kw: "ENV", name, line, expr });
-                            }
-                            Rc::new(Def { kw: "ENV", name: k, line, value: e.text, via: e.single, stage: Some(s) })
-                        })
-                        .collect();
-                    m.unverifiable.extend(unverifiable);
-                    for d in defs {
-                        m.defs.push(d.clone());
-                        m.stages[s].envs.insert(d.name.clone(), d);
-                    }
-                }
-                "RUN" => {
-                    let Some(s) = m.stages.len().checked_sub(1) else { continue };
-                    let scope = &m.stages[s];
-                    // Shell variables (not ARG/ENV) stay as written: Docker does not expand RUN.
-                    let mut unverifiable = Vec::new();
-                    let words: Vec<(String, Vec<Rc<Def>>)> = split_words(&inst.args, escape)
-                        .into_iter()
-                        .map(|w| {
-                            let e = expand(&w, escape, &|n| scope.get(n));
-                            unverifiable.extend(e.unverifiable);
-                            (e.text.unwrap_or(w), e.refs)
-                        })
-                        .collect();
-                    let text = words.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>().join(" ");
-                    m.runs.push(Run { stage: s, line, text, words, unverifiable });
-                }
+                "ARG" => m.arg(&inst.args, line, escape),
+                "ENV" => m.env(&inst.args, line, escape),
+                "RUN" => m.run(&inst.args, line, escape),
                 _ => {}
             }
         }
         m
+    }
+
+    /// `ARG NAME[=default] ...`: a global ARG before the first FROM, else a
+    /// stage ARG (re-declaring a global one follows it).
+    fn arg(&mut self, args: &str, line: usize, escape: char) {
+        let m = self;
+        let idx = m.stages.len().checked_sub(1);
+        for w in split_words(args, escape) {
+            let (name, default) = match w.split_once('=') {
+                Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                None => (w.clone(), None),
+            };
+            let def = match (default, idx) {
+                (Some(v), _) => {
+                    let e = match idx {
+                        Some(s) => expand(&v, escape, &|n| m.stages[s].get(n)),
+                        None => expand(&v, escape, &|n| m.global.get(n).cloned()),
+                    };
+                    if let Some(expr) = e.unverifiable.first() {
+                        let expr = expr.clone();
+                        m.unverifiable.push(Unverifiable { kw: "ARG", name: name.clone(), line, expr });
+                    }
+                    Def { kw: "ARG", name: name.clone(), line, value: e.text, via: e.single, stage: idx }
+                }
+                (None, Some(_)) => {
+                    let g = m.global.get(&name).cloned();
+                    if let Some(g) = &g {
+                        m.used_globals.insert(g.line);
+                    }
+                    Def {
+                        kw: "ARG",
+                        name: name.clone(),
+                        line,
+                        value: g.as_ref().and_then(|g| g.value.clone()),
+                        via: g,
+                        stage: idx,
+                    }
+                }
+                (None, None) => Def { kw: "ARG", name: name.clone(), line, value: None, via: None, stage: None },
+            };
+            let def = Rc::new(def);
+            m.defs.push(def.clone());
+            match idx {
+                Some(s) => m.stages[s].args.insert(name, def),
+                None => m.global.insert(name, def),
+            };
+        }
+    }
+
+    /// `ENV K=V ...` or the legacy `ENV K V`: all pairs see the scope before
+    /// the instruction.
+    fn env(&mut self, args: &str, line: usize, escape: char) {
+        let m = self;
+        let Some(s) = m.stages.len().checked_sub(1) else { return };
+        let words = split_words(args, escape);
+        let pairs: Vec<(String, String)> = if words.first().is_some_and(|w| w.contains('=')) {
+            words.iter().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        } else {
+            match args.split_once(char::is_whitespace) {
+                Some((k, v)) => vec![(k.to_string(), v.trim().to_string())],
+                None => Vec::new(),
+            }
+        };
+        // All pairs of one ENV see the scope before it (Docker's rule).
+        let mut unverifiable = Vec::new();
+        let defs: Vec<Rc<Def>> = pairs
+            .into_iter()
+            .map(|(k, v)| {
+                let e = expand(&v, escape, &|n| m.stages[s].get(n));
+                if let Some(expr) = e.unverifiable.first() {
+                    let (name, expr) = (k.clone(), expr.clone());
+                    unverifiable.push(Unverifiable { kw: "ENV", name, line, expr });
+                }
+                Rc::new(Def { kw: "ENV", name: k, line, value: e.text, via: e.single, stage: Some(s) })
+            })
+            .collect();
+        m.unverifiable.extend(unverifiable);
+        for d in defs {
+            m.defs.push(d.clone());
+            m.stages[s].envs.insert(d.name.clone(), d);
+        }
+    }
+
+    /// `RUN ...`: its words with ARG/ENV references in scope expanded, and the
+    /// expansions that cannot be evaluated.
+    fn run(&mut self, args: &str, line: usize, escape: char) {
+        let m = self;
+        let Some(s) = m.stages.len().checked_sub(1) else { return };
+        let scope = &m.stages[s];
+        // Shell variables (not ARG/ENV) stay as written: Docker does not expand RUN.
+        let mut unverifiable = Vec::new();
+        let words: Vec<(String, Vec<Rc<Def>>)> = split_words(args, escape)
+            .into_iter()
+            .map(|w| {
+                let e = expand(&w, escape, &|n| scope.get(n));
+                unverifiable.extend(e.unverifiable);
+                (e.text.unwrap_or(w), e.refs)
+            })
+            .collect();
+        let text = words.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>().join(" ");
+        m.runs.push(Run { stage: s, line, text, words, unverifiable });
     }
 
     fn platform_of(&self, d: &Def) -> Option<Arch> {
@@ -1055,70 +1064,17 @@ impl Checker<'_> {
         self.push(f.line(line));
     }
 
-    /// One stage's build settings against the variants of pins.toml.
+    /// One stage's build settings against the variants of pins.toml: the
+    /// named variant (`dockerfile-variant`, `dockerfile-platform`), then the
+    /// settings judged together (`dockerfile-arch-list`, `dockerfile-multinode`,
+    /// `dockerfile-transport`, `dockerfile-rdma-core-home`) against the named
+    /// variant, or `dockerfile-build-undeclared` when no variant is named and
+    /// none builds them.
     fn config(&mut self, cfg: &Config, platform: Option<Arch>) {
         let Some(pins) = self.pins else { return };
-        let named = match &cfg.variant {
-            None => None,
-            Some(d) => match pins.variants.iter().find(|v| v.name == value(d)) {
-                Some(v) => Some(v),
-                None => {
-                    let names: Vec<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
-                    let f = Finding::new(
-                        "dockerfile-variant",
-                        Severity::Error,
-                        self.file,
-                        format!(
-                            "{} names variant `{}`, which {} does not declare",
-                            d.describe(),
-                            value(d),
-                            pins.path.display()
-                        ),
-                    )
-                    .line(d.source().line)
-                    .fix(format!("use one of: {}", names.join(", ")));
-                    self.push(f);
-                    return;
-                }
-            },
-        };
-        if let (Some(v), Some(p), Some(d)) = (named, platform, &cfg.variant) {
-            if v.arch != p {
-                let f = Finding::new(
-                    "dockerfile-platform",
-                    Severity::Error,
-                    self.file,
-                    format!(
-                        "{} names variant `{}` ({}), but the stage is built for {}",
-                        d.describe(),
-                        v.name,
-                        v.arch,
-                        p.docker_platform()
-                    ),
-                )
-                .line(d.source().line)
-                .expected_found(v.arch.docker_platform(), p.docker_platform());
-                self.push(f);
-            }
-        }
-        let list = match &cfg.arch_list {
-            Some(d) => match value(d).parse::<ArchList>() {
-                Ok(l) => Some((d, l)),
-                Err(e) => {
-                    let f = Finding::new(
-                        "dockerfile-arch-list",
-                        Severity::Error,
-                        self.file,
-                        format!("{}: {e}", d.describe()),
-                    )
-                    .line(d.source().line)
-                    .fix("write the CUDA archs as pins.toml does, e.g. \"9.0\" or \"10.0\"");
-                    self.push(f);
-                    None
-                }
-            },
-            None => None,
-        };
+        let Some(named) = self.dockerfile_variant(pins, cfg) else { return };
+        self.dockerfile_platform(named, platform, cfg);
+        let list = self.dockerfile_arch_list(cfg);
         let multinode = cfg.multinode.as_ref().map(|d| (d, truthy(value(d))));
         let nixl = cfg.nixl.as_ref().map(|d| (d, truthy(value(d))));
         let is_multi = multinode.is_some_and(|(_, m)| m);
@@ -1128,156 +1084,225 @@ impl Checker<'_> {
         if list.is_none() && multinode.is_none() {
             return;
         }
-
         // Each present setting is a field; a variant matches when all agree.
-        type Field<'d> = (&'static str, &'d Rc<Def>, String, Box<dyn Fn(&Variant) -> Option<String> + 'd>);
-        let mut fields: Vec<Field> = Vec::new();
-        if let Some((d, l)) = &list {
-            let mine = sorted_list(l);
-            fields.push((
-                "dockerfile-arch-list",
-                d,
-                l.to_env(),
-                Box::new(move |v| (sorted_list(&v.cuda_arch_list) != mine).then(|| v.cuda_arch_list.to_env())),
-            ));
-        }
-        if let Some((d, m)) = multinode {
-            fields.push((
-                "dockerfile-multinode",
-                d,
-                value(d).to_string(),
-                Box::new(move |v| (v.multinode != m).then(|| if v.multinode { "1" } else { "0" }.to_string())),
-            ));
-        }
-        if let Some((d, n)) = nixl {
-            fields.push((
-                "dockerfile-transport",
-                d,
-                value(d).to_string(),
-                Box::new(move |v| {
-                    (v.multinode && (v.transport == Transport::Nixl) != n)
-                        .then(|| if v.transport == Transport::Nixl { "1" } else { "0" }.to_string())
-                }),
-            ));
-        }
-        if let Some(d) = rdma {
-            let mine = value(d).trim_end_matches('/').to_string();
-            fields.push((
-                "dockerfile-rdma-core-home",
-                d,
-                value(d).to_string(),
-                Box::new(move |v| {
-                    let theirs = v.rdma_core_home.as_deref().map(|h| h.trim_end_matches('/'));
-                    (v.multinode && v.transport == Transport::Doca && theirs != Some(mine.as_str()))
-                        .then(|| v.rdma_core_home.clone().unwrap_or_else(|| "(unset)".into()))
-                }),
-            ));
-        }
+        let fields: Vec<Field> = [
+            list.as_ref().map(|(d, l)| arch_list_field(d, l)),
+            multinode.map(|(d, m)| dockerfile_multinode(d, m)),
+            nixl.map(|(d, n)| dockerfile_transport(d, n)),
+            rdma.map(dockerfile_rdma_core_home),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let candidates: Vec<&Variant> = match named {
             Some(v) => vec![v],
             None => pins.variants.iter().filter(|v| platform.is_none_or(|p| v.arch == p)).collect(),
         };
-        let Some((best, diffs)) = candidates
-            .iter()
-            .map(|v| (*v, fields.iter().filter_map(|f| f.3(v).map(|exp| (f, exp))).collect::<Vec<_>>()))
-            // The arch list and the multinode flag shape the binary: a variant that differs in them is farther.
-            .min_by_key(|(_, d)| {
-                d.iter()
-                    .map(
-                        |((rule, ..), _)| {
-                            if *rule == "dockerfile-arch-list" || *rule == "dockerfile-multinode" {
-                                2
-                            } else {
-                                1
-                            }
-                        },
-                    )
-                    .sum::<u32>()
-            })
-        else {
-            return;
-        };
+        let Some((best, diffs)) = closest(&candidates, &fields) else { return };
         if diffs.is_empty() {
             return;
         }
-        let settings = fields.iter().map(|f| format!("{}={:?}", f.1.name, f.2)).collect::<Vec<_>>().join(", ");
-        if named.is_none() {
-            // The Dockerfile decides its own build: declare it, never narrow it to a variant it is not.
-            let build = Build {
-                list: list.as_ref().map(|(_, l)| l.clone()),
-                multinode: is_multi,
-                nixl: nixl.is_some_and(|(_, n)| n),
-                rdma_home: rdma.map(|d| value(d).to_string()),
-            };
-            let at = fields[0].1.source();
-            let archs: Vec<Arch> = match platform {
-                Some(p) => vec![p],
-                None => pins.pins.keys().copied().collect(),
-            };
-            let blocks: Vec<String> = archs.iter().map(|a| build.variant_block(pins, *a, self.file, at.line)).collect();
-            let msg = format!(
-                "{} builds DeepEP with {settings} ({}): no variant in {} builds that{}, so pins.toml does not describe the wheel this image ships",
-                self.file.display(),
-                fields.iter().map(|f| f.1.describe()).collect::<Vec<_>>().join("; "),
-                pins.path.display(),
-                platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
-            );
-            let fix = format!(
-                "declare the build in {} ({}), add:\n{}",
-                pins.path.display(),
-                if archs.len() > 1 {
-                    "one variant per platform; the stage names none, so every pinned architecture"
-                } else {
-                    "one variant"
-                },
-                blocks.join("\n")
-            );
-            let mut f = Finding::new("dockerfile-build-undeclared", Severity::Error, self.file, msg)
-                .line(at.line)
-                .expected_found("a [[variant]] with this build", settings.clone())
-                .fix(fix);
-            if let Some(p) = platform {
-                f = f.arch(p);
+        match named {
+            Some(v) => self.settings_differ(v, best, diffs),
+            None => {
+                let build = Build {
+                    list: list.as_ref().map(|(_, l)| l.clone()),
+                    multinode: is_multi,
+                    nixl: nixl.is_some_and(|(_, n)| n),
+                    rdma_home: rdma.map(|d| value(d).to_string()),
+                };
+                self.dockerfile_build_undeclared(pins, &build, &fields, platform)
             }
-            self.push(f);
+        }
+    }
+
+    /// `dockerfile-variant`: the variant a stage names must be declared.
+    /// `Some(None)`: no variant named; `None`: an unknown one (reported).
+    fn dockerfile_variant<'p>(&mut self, pins: &'p Pins, cfg: &Config) -> Option<Option<&'p Variant>> {
+        let Some(d) = &cfg.variant else { return Some(None) };
+        if let Some(v) = pins.variants.iter().find(|v| v.name == value(d)) {
+            return Some(Some(v));
+        }
+        let names: Vec<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
+        let f = Finding::new(
+            "dockerfile-variant",
+            Severity::Error,
+            self.file,
+            format!("{} names variant `{}`, which {} does not declare", d.describe(), value(d), pins.path.display()),
+        )
+        .line(d.source().line)
+        .fix(format!("use one of: {}", names.join(", ")));
+        self.push(f);
+        None
+    }
+
+    /// `dockerfile-platform`: the named variant's architecture is the stage's `--platform`.
+    fn dockerfile_platform(&mut self, named: Option<&Variant>, platform: Option<Arch>, cfg: &Config) {
+        let (Some(v), Some(p), Some(d)) = (named, platform, &cfg.variant) else { return };
+        if v.arch == p {
             return;
         }
-        for ((rule, d, found, _), expected) in diffs {
+        let f = Finding::new(
+            "dockerfile-platform",
+            Severity::Error,
+            self.file,
+            format!(
+                "{} names variant `{}` ({}), but the stage is built for {}",
+                d.describe(),
+                v.name,
+                v.arch,
+                p.docker_platform()
+            ),
+        )
+        .line(d.source().line)
+        .expected_found(v.arch.docker_platform(), p.docker_platform());
+        self.push(f);
+    }
+
+    /// `dockerfile-arch-list` (the list itself): it must parse as pins.toml's
+    /// lists do; the parsed list, compared with variants by [`arch_list_field`].
+    fn dockerfile_arch_list<'c>(&mut self, cfg: &'c Config) -> Option<(&'c Rc<Def>, ArchList)> {
+        let d = cfg.arch_list.as_ref()?;
+        match value(d).parse::<ArchList>() {
+            Ok(l) => Some((d, l)),
+            Err(e) => {
+                let f =
+                    Finding::new("dockerfile-arch-list", Severity::Error, self.file, format!("{}: {e}", d.describe()))
+                        .line(d.source().line)
+                        .fix("write the CUDA archs as pins.toml does, e.g. \"9.0\" or \"10.0\"");
+                self.push(f);
+                None
+            }
+        }
+    }
+
+    /// `dockerfile-build-undeclared`: the Dockerfile decides its own build and
+    /// no variant builds it: declare it, never narrow it to a variant it is not.
+    fn dockerfile_build_undeclared(&mut self, pins: &Pins, build: &Build, fields: &[Field], platform: Option<Arch>) {
+        let settings = settings_of(fields);
+        let at = fields[0].def.source();
+        let archs: Vec<Arch> = match platform {
+            Some(p) => vec![p],
+            None => pins.pins.keys().copied().collect(),
+        };
+        let blocks: Vec<String> = archs.iter().map(|a| build.variant_block(pins, *a, self.file, at.line)).collect();
+        let msg = format!(
+            "{} builds DeepEP with {settings} ({}): no variant in {} builds that{}, so pins.toml does not describe the wheel this image ships",
+            self.file.display(),
+            fields.iter().map(|f| f.def.describe()).collect::<Vec<_>>().join("; "),
+            pins.path.display(),
+            platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
+        );
+        let fix = format!(
+            "declare the build in {} ({}), add:\n{}",
+            pins.path.display(),
+            if archs.len() > 1 {
+                "one variant per platform; the stage names none, so every pinned architecture"
+            } else {
+                "one variant"
+            },
+            blocks.join("\n")
+        );
+        let mut f = Finding::new("dockerfile-build-undeclared", Severity::Error, self.file, msg)
+            .line(at.line)
+            .expected_found("a [[variant]] with this build", settings)
+            .fix(fix);
+        if let Some(p) = platform {
+            f = f.arch(p);
+        }
+        self.push(f);
+    }
+
+    /// One finding per setting that differs from the variant the stage names,
+    /// under the setting's rule id (from its [`Field`]).
+    fn settings_differ(&mut self, named: &Variant, best: &Variant, diffs: Vec<(&Field, String)>) {
+        for (field, expected) in diffs {
+            let (d, found) = (field.def, &field.found);
             let src = d.source();
-            let msg = match named {
-                Some(v) => format!(
-                    "{} = {found:?}, but the variant it names, `{}`, builds with {expected:?}",
-                    d.describe(),
-                    v.name
-                ),
-                None => format!(
-                    "{} = {found:?}: no variant in {} builds with {settings}{}; the closest, `{}`, has {expected:?}",
-                    d.describe(),
-                    pins.path.display(),
-                    platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
-                    best.name
-                ),
-            };
-            let mut fix = format!(
+            let msg = format!(
+                "{} = {found:?}, but the variant it names, `{}`, builds with {expected:?}",
+                d.describe(),
+                named.name
+            );
+            let fix = format!(
                 "set {}={expected:?} at {}:{} to build `{}`",
                 src.name,
                 self.file.display(),
                 src.line,
                 best.name
             );
-            if named.is_none() {
-                fix.push_str(&format!(", or declare this combination as a [[variant]] in {}", pins.path.display()));
-            }
-            let mut f = Finding::new(rule, Severity::Error, self.file, msg)
+            let f = Finding::new(field.rule, Severity::Error, self.file, msg)
                 .line(src.line)
                 .expected_found(expected, found.clone())
-                .fix(fix);
-            if platform.is_some() || named.is_some() {
-                f = f.arch(best.arch);
-            }
+                .fix(fix)
+                .arch(best.arch);
             self.push(f);
         }
     }
+}
+
+/// One build setting of a stage: its rule id, where it is set, its value, and
+/// what a variant would need instead (`None`: the variant agrees).
+struct Field<'d> {
+    rule: &'static str,
+    def: &'d Rc<Def>,
+    found: String,
+    differs: Differs<'d>,
+}
+
+/// What a variant would need instead of a stage's setting (`None`: it agrees).
+type Differs<'d> = Box<dyn Fn(&Variant) -> Option<String> + 'd>;
+
+/// `dockerfile-arch-list` (against a variant): the same archs, as sets.
+fn arch_list_field<'d>(d: &'d Rc<Def>, l: &ArchList) -> Field<'d> {
+    let mine = sorted_list(l);
+    let differs = move |v: &Variant| (sorted_list(&v.cuda_arch_list) != mine).then(|| v.cuda_arch_list.to_env());
+    Field { rule: "dockerfile-arch-list", def: d, found: l.to_env(), differs: Box::new(differs) }
+}
+
+/// `dockerfile-multinode`: HYBRID_EP_MULTINODE as the variant's `multinode`.
+fn dockerfile_multinode(d: &Rc<Def>, m: bool) -> Field<'_> {
+    let differs = move |v: &Variant| (v.multinode != m).then(|| if v.multinode { "1" } else { "0" }.to_string());
+    Field { rule: "dockerfile-multinode", def: d, found: value(d).to_string(), differs: Box::new(differs) }
+}
+
+/// `dockerfile-transport`: USE_NIXL as the variant's transport (multinode builds).
+fn dockerfile_transport(d: &Rc<Def>, n: bool) -> Field<'_> {
+    let differs = move |v: &Variant| {
+        (v.multinode && (v.transport == Transport::Nixl) != n)
+            .then(|| if v.transport == Transport::Nixl { "1" } else { "0" }.to_string())
+    };
+    Field { rule: "dockerfile-transport", def: d, found: value(d).to_string(), differs: Box::new(differs) }
+}
+
+/// `dockerfile-rdma-core-home`: RDMA_CORE_HOME as a DOCA multinode variant's.
+fn dockerfile_rdma_core_home(d: &Rc<Def>) -> Field<'_> {
+    let mine = value(d).trim_end_matches('/').to_string();
+    let differs = move |v: &Variant| {
+        let theirs = v.rdma_core_home.as_deref().map(|h| h.trim_end_matches('/'));
+        (v.multinode && v.transport == Transport::Doca && theirs != Some(mine.as_str()))
+            .then(|| v.rdma_core_home.clone().unwrap_or_else(|| "(unset)".into()))
+    };
+    Field { rule: "dockerfile-rdma-core-home", def: d, found: value(d).to_string(), differs: Box::new(differs) }
+}
+
+/// The candidate closest to the stage's settings and the fields it differs in.
+/// The arch list and the multinode flag shape the binary: a variant that
+/// differs in them is farther.
+fn closest<'v, 'f, 'd>(
+    candidates: &[&'v Variant],
+    fields: &'f [Field<'d>],
+) -> Option<(&'v Variant, Vec<(&'f Field<'d>, String)>)> {
+    let weight = |f: &Field| if matches!(f.rule, "dockerfile-arch-list" | "dockerfile-multinode") { 2 } else { 1 };
+    candidates
+        .iter()
+        .map(|v| (*v, fields.iter().filter_map(|f| (f.differs)(v).map(|exp| (f, exp))).collect::<Vec<_>>()))
+        .min_by_key(|(_, d)| d.iter().map(|(f, _)| weight(f)).sum::<u32>())
+}
+
+/// `NAME="value", ...` of every field, for messages.
+fn settings_of(fields: &[Field]) -> String {
+    fields.iter().map(|f| format!("{}={:?}", f.def.name, f.found)).collect::<Vec<_>>().join(", ")
 }
 
 /// What a Dockerfile stage builds, as pins.toml would declare it.
