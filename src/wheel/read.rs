@@ -101,8 +101,7 @@ impl Wheel {
 
     /// The `<name>.dist-info` folder.
     pub fn dist_info(&self) -> Result<String> {
-        super::stamp::dist_info_dir(&self.zip)
-            .map_err(|e| Failure::usage(format!("{}: {e:#}", self.path.display())).into())
+        dist_info_dir(&self.zip).map_err(|e| Failure::usage(format!("{}: {e:#}", self.path.display())).into())
     }
 
     /// The bytes of member `name`, at most `cap` of them (`None`: no such member).
@@ -143,6 +142,22 @@ impl Wheel {
             Failure::usage(format!("{}: the provenance document is unreadable: {e}", self.path.display()))
         })?;
         Ok((p, hex::encode(Sha256::digest(&bytes))))
+    }
+}
+
+/// The `<name>.dist-info` folder of an open wheel.
+pub fn dist_info_dir<R: Read + std::io::Seek>(zip: &zip::ZipArchive<R>) -> Result<String> {
+    let mut dirs: Vec<&str> = zip
+        .file_names()
+        .filter_map(|n| n.strip_suffix("/RECORD"))
+        .filter(|d| d.ends_with(".dist-info") && !d.contains('/'))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    match dirs.as_slice() {
+        [one] => Ok(one.to_string()),
+        [] => anyhow::bail!("no <name>.dist-info/RECORD in the wheel"),
+        many => anyhow::bail!("several .dist-info folders in the wheel: {}", many.join(", ")),
     }
 }
 

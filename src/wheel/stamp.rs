@@ -26,21 +26,7 @@ pub struct Changes {
     pub epoch: i64,
 }
 
-/// The `<name>.dist-info` folder of an open wheel.
-pub fn dist_info_dir<R: Read + std::io::Seek>(zip: &zip::ZipArchive<R>) -> Result<String> {
-    let mut dirs: Vec<&str> = zip
-        .file_names()
-        .filter_map(|n| n.strip_suffix("/RECORD"))
-        .filter(|d| d.ends_with(".dist-info") && !d.contains('/'))
-        .collect();
-    dirs.sort();
-    dirs.dedup();
-    match dirs.as_slice() {
-        [one] => Ok(one.to_string()),
-        [] => anyhow::bail!("no <name>.dist-info/RECORD in the wheel"),
-        many => anyhow::bail!("several .dist-info folders in the wheel: {}", many.join(", ")),
-    }
-}
+pub use super::read::dist_info_dir;
 
 /// Read one member of a wheel.
 pub fn read_member(wheel: &Path, member: &str) -> Result<Vec<u8>> {
