@@ -111,6 +111,14 @@ fn special_file_cases() -> Vec<Case> {
             .args(&["cache", "ls"])
             .exit(0)
             .says("not an entry"),
+        Case::new("special: cache push of a wheel that is a FIFO")
+            .file(&format!("cache/wheels/{}/entry.json", key('a')), entry(&key('a'), WHEEL, 0))
+            .setup(move |d| fifo(&d.join(format!("cache/wheels/{}/{WHEEL}", key('a')))))
+            .setup(secret("k.key", 0o600))
+            .args(&["cache", "push", "--cache-url", "https://127.0.0.1:9/", "--signing-key", "k.key", &key('a')])
+            .exit(1)
+            .says("failed verification")
+            .may_change("cache/"),
         Case::new("special: pin set journal is a FIFO")
             .file("pyproject.toml", PYPROJECT)
             .file("pins.toml", PINS)
