@@ -69,18 +69,10 @@ pub fn open_lock(path: &Path, what: &str) -> Result<File> {
             Some(libc::ELOOP) => refuse(path, what, "a symlink (lock files are never followed)"),
             Some(libc::ENXIO) => refuse(path, what, "not a regular file (a FIFO)"),
             Some(libc::EISDIR) => refuse(path, what, "a directory, not a regular file"),
-            Some(libc::EACCES) | Some(libc::EPERM) => lock_denied(path, what, e),
             _ => anyhow::Error::new(e).context(format!("opening {what} {}", path.display())),
         })?;
     regular(&f, path, what)?;
     Ok(f)
-}
-
-/// Another user's lock file (or a folder we cannot write): exit 3 with a hint.
-fn lock_denied(path: &Path, what: &str, e: std::io::Error) -> anyhow::Error {
-    Failure::env(format!("{what} {}: {e}", path.display()))
-        .hint("another user's file is in the way: use a cache folder of your own (--cache-dir or DEEPEP_FORGE_CACHE_DIR), or ask its owner to remove it")
-        .into()
 }
 
 /// Refuse an opened file that is not a regular file (checked on the file

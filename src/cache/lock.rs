@@ -16,7 +16,29 @@ fn open(path: &Path) -> Result<File> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     // A lock file planted as a symlink, a FIFO or a device is refused, never followed or waited on.
-    crate::input::open_lock(path, "lock file")
+    crate::input::open_lock(path, "lock file").map_err(|e| {
+        match e.downcast_ref::<std::io::Error>().filter(|io| io.kind() == std::io::ErrorKind::PermissionDenied) {
+            Some(io) => not_yours(path, std::io::Error::from_raw_os_error(io.raw_os_error().unwrap_or(libc::EACCES))),
+            None => e,
+        }
+    })
+}
+
+/// A lock file this user may not open for writing (another user's leftover in a
+/// shared folder): missing environment (exit 3), saying whose it is and what to do.
+fn not_yours(path: &Path, e: std::io::Error) -> anyhow::Error {
+    let owner = std::fs::symlink_metadata(path).map(|m| format!("owned by uid {}", m.uid())).unwrap_or_default();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    crate::error::Failure::env(format!(
+        "cannot take the lock {} ({owner}{}not writable by uid {me}: {e})",
+        path.display(),
+        if owner.is_empty() { "" } else { ", " }
+    ))
+    .hint(
+        "another user's run left it: when no run of theirs is active, ask them (or root) to remove it; for a folder shared on purpose, give it a common group and mode 2775 (SECURITY.md, Shared caches); or use a folder of your own",
+    )
+    .into()
 }
 
 /// An exclusive lock on `path` (created if absent), held until the file is
