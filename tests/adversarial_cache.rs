@@ -46,6 +46,18 @@ fn fifo(p: &std::path::Path) {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
 }
 
+/// `pin set`'s state file for the project folder `d` (`<sha256(path)[..16]>.<ext>`
+/// in `$XDG_STATE_HOME/deepep-forge/pin-set/`, made 0700 as the tool wants it).
+fn state_file(d: &std::path::Path, ext: &str) -> std::path::PathBuf {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = d.join("state/deepep-forge/pin-set");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let key = hex::encode(&sha2::Sha256::digest(d.as_os_str().as_bytes())[..16]);
+    dir.join(format!("{key}.{ext}"))
+}
+
 /// A FIFO or a device where the tool expects a file: refused at once (exit 2,
 /// named), never waited on (a hang runs into the case's timeout) and never
 /// read on (/dev/zero under the case's address-space limit).
@@ -119,18 +131,22 @@ fn special_file_cases() -> Vec<Case> {
             .exit(1)
             .says("failed verification")
             .may_change("cache/"),
-        Case::new("special: pin set journal is a FIFO")
+        Case::new("special: pin set's project lock is a FIFO")
             .file("pyproject.toml", PYPROJECT)
             .file("pins.toml", PINS)
-            .setup(at(".deepep-forge-pin-set.journal"))
+            .setup(|d| fifo(&state_file(d, "lock")))
+            .env("XDG_STATE_HOME", "{dir}/state")
             .args(&["pin", "set", X86])
-            .says(".deepep-forge-pin-set.journal"),
-        Case::new("special: pin recover journal is a FIFO")
+            .says("not a regular file")
+            .says(".lock"),
+        Case::new("special: pin recover's journal is a FIFO")
             .file("pyproject.toml", PYPROJECT)
             .file("pins.toml", PINS)
-            .setup(at(".deepep-forge-pin-set.journal"))
+            .setup(|d| fifo(&state_file(d, "journal")))
+            .env("XDG_STATE_HOME", "{dir}/state")
             .args(&["pin", "recover"])
-            .says("not a regular file"),
+            .says("not a regular file")
+            .may_change("state/"),
     ]
 }
 
