@@ -128,6 +128,30 @@ fn action(g: &Gh, project: &str, install: &str) -> Output {
         .expect("bash runs")
 }
 
+/// A project folder whose name carries backticks and Markdown: the summary
+/// shows it as text (code spans fenced past its backticks, markdown escaped),
+/// never as an image, a link or a broken table.
+#[test]
+fn the_summary_escapes_values_it_quotes() {
+    let g = gh();
+    let name = "p`![i](javascript:alert(1))`|<b>x";
+    std::fs::rename(g.workspace.join("proj"), g.workspace.join(name)).unwrap();
+    drift(&g.workspace.join(name));
+    let bad = action(&g, name, "path");
+    assert_eq!(bad.status.code(), Some(1), "{}{}", stdout(&bad), stderr(&bad));
+    let summary =
+        std::fs::read_to_string(&g.summary).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&bad), stderr(&bad)));
+    let shown = "``p`![i](javascript:alert(1))`\\|<b>x";
+    let header = summary.lines().nth(2).unwrap_or_default();
+    assert!(header.starts_with(&format!("{shown}``")), "the project as one code span: {header}");
+    let row = summary.lines().find(|l| l.contains("rev-mismatch")).unwrap_or_else(|| panic!("a row:\n{summary}"));
+    assert!(row.contains(&format!("{shown}/pyproject.toml:16``")), "{row}");
+    // Outside code spans nothing of the name is live Markdown or HTML.
+    let outside: String = summary.split("``").step_by(2).collect();
+    assert!(!outside.contains("](") && !outside.contains("<b>"), "{summary}");
+    assert_eq!(row.matches(" | ").count() + 2, 6, "five cells, the name's `|` escaped: {row}");
+}
+
 #[test]
 fn action_script_annotates_relative_to_the_workspace_and_writes_a_summary() {
     let g = gh();

@@ -45,9 +45,7 @@ pub fn recorded_patches(wheel: &Path) -> Result<Vec<Patch>> {
 
 /// The provenance document stamped into a wheel (bounded read).
 pub fn read_provenance(wheel: &Path) -> Result<Provenance> {
-    let data = crate::cache::remote::read_provenance(wheel)
-        .map_err(|why| anyhow::anyhow!("{}: {why} (it was not built by deepep-forge build-wheel)", wheel.display()))?;
-    serde_json::from_slice(&data).with_context(|| format!("the provenance in {}", wheel.display()))
+    crate::wheel::read::provenance(wheel)
 }
 
 /// Copy the entry's wheel into the output folder (temp file + rename) and
@@ -73,7 +71,7 @@ pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path)
         crate::attest::render(&prov, &e.wheel, &e.sha256).as_bytes(),
     )?;
     let sums = out.join("SHA256SUMS");
-    let old = std::fs::read_to_string(&sums).unwrap_or_default();
+    let old = crate::input::read_text_opt(&sums, "SHA256SUMS", crate::input::cap::LOCK)?.unwrap_or_default();
     let mut lines: Vec<String> =
         old.lines().filter(|l| l.split_whitespace().nth(1) != Some(e.wheel.as_str())).map(String::from).collect();
     lines.push(format!("{}  {}", e.sha256, e.wheel));

@@ -333,9 +333,7 @@ fn single_wheel(dist: &Path) -> Result<PathBuf> {
 }
 
 fn zip_names(wheel: &Path) -> Result<Vec<String>> {
-    let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))
-        .with_context(|| format!("{} is not a zip", wheel.display()))?;
-    Ok(zip.file_names().map(String::from).collect())
+    Ok(crate::wheel::open(wheel)?.archive().file_names().map(String::from).collect())
 }
 
 #[cfg(test)]

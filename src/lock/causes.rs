@@ -146,6 +146,7 @@ fn rule_summary(rule: &str) -> Option<&'static str> {
         "unpinned" => "DeepEP is required without a git revision",
         "arch-unpinned" => "DeepEP is installed on an architecture pins.toml does not pin",
         "dockerfile-rev" => "a Dockerfile builds another DeepEP revision",
+        "dockerfile-unverifiable" => "a Dockerfile computes a DeepEP setting in a way that cannot be verified",
         "dockerfile-arch-list" | "dockerfile-variant" => {
             "a Dockerfile builds DeepEP in a way pins.toml does not declare"
         }
