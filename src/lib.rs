@@ -19,6 +19,7 @@ pub mod pinset;
 pub mod probe;
 pub mod process;
 pub mod provenance;
+pub mod publish;
 pub mod repro;
 pub mod runtime;
 pub mod topology;
