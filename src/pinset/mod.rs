@@ -12,6 +12,7 @@ use crate::lock::{pyproject, CheckArgs, Kind};
 use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod edit;
+pub mod index;
 pub mod source;
 pub mod txn;
 
@@ -44,6 +45,18 @@ pub struct SetArgs {
     /// put back as they were (after a kill, `pin recover` does it).
     #[arg(long)]
     pub relock: bool,
+    /// Install DeepEP from the package index `deepep-forge publish` wrote, served at URL
+    /// (its base: https://, file://, or http:// on 127.0.0.1): requirements become
+    /// `deep_ep==LABEL`, a named `[[tool.uv.index]]` (explicit) and `[tool.uv.sources]`
+    /// entry point at `URL/<variant>/simple`, the DeepEP dependency-metadata is dropped.
+    #[arg(long, value_name = "URL", requires = "variant", conflicts_with_all = ["git", "arch"])]
+    pub index: Option<String>,
+    /// The variant whose index the consumer installs from (with --index).
+    #[arg(long, value_name = "NAME", requires = "index")]
+    pub variant: Option<String>,
+    /// Back from an index to DeepEP's git source (pins.toml's repository) at REV.
+    #[arg(long, conflicts_with = "arch")]
+    pub git: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -177,7 +190,28 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let label = base.as_ref().map(|b| format!("{b}+{short}"));
 
     let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
-    let (new_py, places) = edit::pyproject(&py_path, &py_text, &name, &target)?;
+    let (new_py, places) = match (&args.index, args.git) {
+        (Some(url), _) => {
+            let variant = args.variant.as_deref().expect("clap requires --variant with --index");
+            if let Some(p) = &pins {
+                p.variant(variant)?;
+            }
+            let url = index::index_url(url, variant)?;
+            let label = label.as_deref().ok_or_else(|| {
+                Failure::usage("cannot tell DeepEP's version label for `deep_ep==LABEL`")
+                    .hint("keep a pins.toml (its source.base_version), or pass --source with DeepEP's repository")
+            })?;
+            let iname = index::index_name(variant);
+            index::pyproject(&py_path, &py_text, &name, &index::Dest::Index { name: &iname, url: &url, label })?
+        }
+        (None, true) => {
+            let repo = pins.as_ref().map(|p| p.source.repo.as_str()).ok_or_else(|| {
+                Failure::usage("--git needs pins.toml's source.repo").hint("drop --no-pins, or pass --pins FILE")
+            })?;
+            index::pyproject(&py_path, &py_text, &name, &index::Dest::Git { repo, rev: &rev })?
+        }
+        (None, false) => edit::pyproject(&py_path, &py_text, &name, &target)?,
+    };
     let after = pyproject::read(&py_path, &new_py, &name)?; // the result must read back cleanly
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
     let new_pins = match &pins {
