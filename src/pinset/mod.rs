@@ -292,6 +292,8 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         no_pins: args.no_pins,
         dockerfiles: Vec::new(),
         format: crate::output::Format::Human,
+        index_manifests: Vec::new(),
+        trusted_keys: Vec::new(),
     };
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
