@@ -100,6 +100,10 @@ impl Setup {
     }
 
     fn lock_check(&self, manifest: &Path) -> Output {
+        self.lock_check_at(manifest.to_str().unwrap())
+    }
+
+    fn lock_check_at(&self, manifest: &str) -> Output {
         self.forge(&[
             "lock",
             "check",
@@ -108,7 +112,7 @@ impl Setup {
             "--pins",
             self.pins.to_str().unwrap(),
             "--index-manifest",
-            manifest.to_str().unwrap(),
+            manifest,
             "--trusted-key",
             &self.public,
         ])
@@ -253,6 +257,9 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     let mpath = s.path("idx/demo/index.json");
     let clean = ok(&s.lock_check(&mpath));
     assert!(clean.contains("ok: 0 error(s)"), "{clean}");
+    // The same manifest fetched from the index URL pyproject.toml names.
+    let fetched = ok(&s.lock_check_at("index"));
+    assert!(fetched.contains("ok: 0 error(s)"), "{fetched}");
 
     // 4. The server's wheel swapped (pages rewritten to match, as an attacker would),
     //    the consumer relocks: lock check and publish --check exit 1 naming it.
@@ -367,4 +374,43 @@ fn bad_publish_input_is_refused_before_anything_is_written() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert_eq!(std::fs::read(consumer.join("pyproject.toml")).unwrap(), before);
+}
+
+#[test]
+fn an_index_whose_manifest_redirects_to_plain_http_is_refused() {
+    let Some(s) = Setup::new() else { return };
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let port = server.server_addr().to_ip().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        // One request: the manifest, answered with a redirect to plain http.
+        if let Ok(Some(req)) = server.recv_timeout(std::time::Duration::from_secs(60)) {
+            let to = format!("http://127.0.0.1:{port}/elsewhere/index.json");
+            let h = tiny_http::Header::from_bytes("Location", to.as_bytes()).unwrap();
+            let _ = req.respond(tiny_http::Response::empty(302).with_header(h));
+        }
+    });
+    let consumer = s.path("consumer");
+    copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
+    let url = format!("http://127.0.0.1:{port}");
+    ok(&s.forge(&[
+        "pin",
+        "set",
+        REV,
+        "--project",
+        consumer.to_str().unwrap(),
+        "--pins",
+        s.pins.to_str().unwrap(),
+        "--index",
+        &url,
+        "--variant",
+        "demo",
+    ]));
+    let before = snapshot(s.dir.path());
+    let o = s.lock_check_at("index");
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("http://127.0.0.1:{port}/demo/index.json")), "{err}");
+    assert!(err.contains("a redirect to http://127.0.0.1/elsewhere/index.json leaves https"), "{err}");
+    assert_eq!(snapshot(s.dir.path()), before, "nothing written");
+    handle.join().unwrap();
 }

@@ -50,10 +50,12 @@ pub struct CheckArgs {
     /// Report format: human text, one JSON document, or GitHub annotations plus text.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
-    /// For DeepEP from a `deepep-forge publish` index: its signed manifest (`<variant>/index.json`,
-    /// repeatable); every deep-ep wheel uv.lock pins must be in one, built at pins.toml's revision.
-    #[arg(long = "index-manifest", value_name = "FILE")]
-    pub index_manifests: Vec<PathBuf>,
+    /// For DeepEP from a `deepep-forge publish` index: its signed manifest (`<variant>/index.json`),
+    /// a FILE (offline CI) or an https URL (repeatable); every deep-ep wheel uv.lock pins must be
+    /// in one, built at pins.toml's revision. `index` fetches `<variant>/index.json` next to the
+    /// index URL pyproject.toml names.
+    #[arg(long = "index-manifest", value_name = "FILE|URL|index")]
+    pub index_manifests: Vec<String>,
     /// Trust index manifests signed by this key (`NAME:BASE64`; repeatable; added to
     /// DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
     #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
@@ -300,7 +302,17 @@ fn index_rules(
     let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
     let mut manifests = Vec::new();
     for f in &args.index_manifests {
-        manifests.push(crate::publish::manifest::load_verified(f, &trusted)?.0);
+        let at = match f.as_str() {
+            "index" => src.url.as_deref().and_then(index::manifest_url).ok_or_else(|| {
+                Failure::usage(format!(
+                    "--index-manifest index: {} names no `<base>/<variant>/simple` URL for index `{}`",
+                    ctx.pyproject_path.display(),
+                    src.name
+                ))
+            })?,
+            other => other.to_string(),
+        };
+        manifests.push(crate::publish::manifest::load_verified_any(&at, &trusted)?.0);
     }
     let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
         Some(text) => index::locked_wheels(lock_path, &text, name)?,

@@ -183,9 +183,80 @@ impl Manifest {
 /// exit 1 naming the file (a manifest is evidence, not a flag).
 pub fn load_verified(path: &std::path::Path, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
     let bytes = crate::input::read_bytes(path, "index manifest", MAX_BYTES)?;
-    let m = Manifest::parse(&bytes).map_err(|why| Failure::problems(format!("{}: {why}", path.display())))?;
+    verified(&bytes, &path.display().to_string(), trusted)
+}
+
+/// A manifest location: `https://...`, `http://127.0.0.1|localhost/...`, or a file.
+pub fn is_url(s: &str) -> bool {
+    s.starts_with("https://") || s.starts_with("http://")
+}
+
+/// Fetch a manifest over HTTPS (http only on 127.0.0.1/localhost). A redirect
+/// must stay on https; the body is capped at [`MAX_BYTES`]; 30 s in all.
+/// Every failure is exit 1 naming the URL.
+pub fn fetch(url: &str) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let bad = |why: String| Failure::problems(format!("{}: {why}", crate::cache::excerpt(url)));
+    let u = reqwest::Url::parse(url)
+        .map_err(|e| Failure::usage(format!("{}: not a URL ({e})", crate::cache::excerpt(url))))?;
+    let loopback = matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+    if u.scheme() != "https" && !(u.scheme() == "http" && loopback) {
+        return Err(Failure::usage(format!(
+            "{}: an index manifest is fetched over https only (http on 127.0.0.1)",
+            crate::cache::excerpt(url)
+        ))
+        .into());
+    }
+    let policy = reqwest::redirect::Policy::custom(|a| {
+        if a.previous().len() >= 5 {
+            a.error("more than 5 redirects")
+        } else if a.url().scheme() != "https" {
+            let to = format!("{}://{}{}", a.url().scheme(), a.url().host_str().unwrap_or(""), a.url().path());
+            a.error(format!("a redirect to {to} leaves https"))
+        } else {
+            a.follow()
+        }
+    });
+    let client = reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .tls_built_in_webpki_certs(true)
+        .tls_built_in_native_certs(true)
+        .redirect(policy)
+        .build()
+        .map_err(|e| Failure::env(format!("cannot set up the HTTP client: {e}")))?;
+    let resp = client.get(u).send().map_err(|e| {
+        let mut why = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            why = format!("{why}: {s}");
+            src = s.source();
+        }
+        bad(why)
+    })?;
+    if !resp.status().is_success() {
+        return Err(bad(format!("HTTP {}", resp.status())).into());
+    }
+    let mut body = Vec::new();
+    resp.take(MAX_BYTES + 1).read_to_end(&mut body).map_err(|e| bad(e.to_string()))?;
+    if body.len() as u64 > MAX_BYTES {
+        return Err(bad(format!("larger than {MAX_BYTES} bytes")).into());
+    }
+    Ok(body)
+}
+
+/// [`load_verified`] for a file or a URL ([`fetch`]).
+pub fn load_verified_any(at: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
+    if !is_url(at) {
+        return load_verified(std::path::Path::new(at.strip_prefix("file://").unwrap_or(at)), trusted);
+    }
+    let bytes = fetch(at)?;
+    verified(&bytes, at, trusted)
+}
+
+fn verified(bytes: &[u8], shown: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
+    let m = Manifest::parse(bytes).map_err(|why| Failure::problems(format!("{shown}: {why}")))?;
     let key = m.verify(trusted).map_err(|why| {
-        Failure::problems(format!("{}: {why}", path.display())).hint(
+        Failure::problems(format!("{shown}: {why}")).hint(
             "trust the publisher's key with --trusted-key NAME:BASE64 (or DEEPEP_FORGE_TRUSTED_KEYS), or republish with `deepep-forge publish --signing-key`",
         )
     })?;
