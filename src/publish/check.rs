@@ -51,13 +51,13 @@ pub fn run(c: &crate::builder::Common, dir: &Path) -> Result<Exit> {
         }
     }
     if problems.is_empty() {
-        println!("{}: ok ({} variant(s), signed, every file as its manifest says)", dir.display(), selected.len());
+        crate::outln!("{}: ok ({} variant(s), signed, every file as its manifest says)", dir.display(), selected.len());
         return Ok(Exit::Ok);
     }
     for p in &problems {
-        println!("{p}");
+        crate::outln!("{p}");
     }
-    println!("{}: {} problem(s)", dir.display(), problems.len());
+    crate::outln!("{}: {} problem(s)", dir.display(), problems.len());
     Ok(Exit::Problems)
 }
 

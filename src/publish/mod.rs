@@ -102,9 +102,9 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     }
     let written = apply(&writes)?;
     for line in summary {
-        println!("{line}");
+        crate::outln!("{line}");
     }
-    println!("{written} files written, {} unchanged, into {}", writes.len() - written, index.display());
+    crate::outln!("{written} files written, {} unchanged, into {}", writes.len() - written, index.display());
     Ok(Exit::Ok)
 }
 
