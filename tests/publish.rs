@@ -261,6 +261,19 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     let fetched = ok(&s.lock_check_at("index"));
     assert!(fetched.contains("ok: 0 error(s)"), "{fetched}");
 
+    // verify URL: the signed manifest and statement checked, then rebuilt and compared.
+    let wheel_url = format!("{url}/demo/simple/deep-ep/{}", WHEEL.replace('+', "%2B"));
+    let verify = |extra: &[&str]| {
+        let source = root().join("tests/fixtures/mini-deepep");
+        let python = s.tools.join("bin/python");
+        let mut args = vec!["verify", wheel_url.as_str(), "--trusted-key", s.public.as_str()];
+        args.extend_from_slice(&["--source", source.to_str().unwrap(), "--python", python.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        s.forge(&args)
+    };
+    let v = ok(&verify(&[]));
+    assert!(v.contains("verified:"), "{v}");
+
     // 4. The server's wheel swapped (pages rewritten to match, as an attacker would),
     //    the consumer relocks: lock check and publish --check exit 1 naming it.
     tamper_wheel(&s, &files);
@@ -272,6 +285,10 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     let o = s.check();
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(stdout(&o).contains(&format!("{WHEEL}: sha256 ")), "{}", stdout(&o));
+    let o = verify(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains(&format!("{wheel_url}: sha256 ")), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the wheel on the server was changed"), "{}", stderr(&o));
     drop(server);
 
     // 5. A different file under a published name: exit 1, nothing written.

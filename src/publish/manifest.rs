@@ -195,8 +195,13 @@ pub fn is_url(s: &str) -> bool {
 /// must stay on https; the body is capped at [`MAX_BYTES`]; 30 s in all.
 /// Every failure is exit 1 naming the URL.
 pub fn fetch(url: &str) -> anyhow::Result<Vec<u8>> {
+    fetch_capped(url, MAX_BYTES, 30)
+}
+
+/// [`fetch`] with another size cap and time limit (a wheel).
+pub fn fetch_capped(url: &str, cap: u64, secs: u64) -> anyhow::Result<Vec<u8>> {
     use std::io::Read;
-    let bad = |why: String| Failure::problems(format!("{}: {why}", crate::cache::excerpt(url)));
+    let bad = |why: String| Failure::problems(format!("{}: {why}", crate::input::excerpt(url, 300)));
     let u = reqwest::Url::parse(url)
         .map_err(|e| Failure::usage(format!("{}: not a URL ({e})", crate::cache::excerpt(url))))?;
     let loopback = matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
@@ -218,7 +223,7 @@ pub fn fetch(url: &str) -> anyhow::Result<Vec<u8>> {
         }
     });
     let client = reqwest::blocking::Client::builder()
-        .timeout(std::time::Duration::from_secs(30))
+        .timeout(std::time::Duration::from_secs(secs))
         .tls_built_in_webpki_certs(true)
         .tls_built_in_native_certs(true)
         .redirect(policy)
@@ -237,9 +242,9 @@ pub fn fetch(url: &str) -> anyhow::Result<Vec<u8>> {
         return Err(bad(format!("HTTP {}", resp.status())).into());
     }
     let mut body = Vec::new();
-    resp.take(MAX_BYTES + 1).read_to_end(&mut body).map_err(|e| bad(e.to_string()))?;
-    if body.len() as u64 > MAX_BYTES {
-        return Err(bad(format!("larger than {MAX_BYTES} bytes")).into());
+    resp.take(cap + 1).read_to_end(&mut body).map_err(|e| bad(e.to_string()))?;
+    if body.len() as u64 > cap {
+        return Err(bad(format!("larger than {cap} bytes")).into());
     }
     Ok(body)
 }
@@ -253,7 +258,7 @@ pub fn load_verified_any(at: &str, trusted: &[PublicKey]) -> anyhow::Result<(Man
     verified(&bytes, at, trusted)
 }
 
-fn verified(bytes: &[u8], shown: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
+pub fn verified(bytes: &[u8], shown: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
     let m = Manifest::parse(bytes).map_err(|why| Failure::problems(format!("{shown}: {why}")))?;
     let key = m.verify(trusted).map_err(|why| {
         Failure::problems(format!("{shown}: {why}")).hint(

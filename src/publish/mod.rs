@@ -10,6 +10,7 @@
 //! Must not build by itself (the builder does), nor serve anything.
 pub mod check;
 pub mod facts;
+pub mod fetch;
 pub mod manifest;
 pub mod pages;
 
