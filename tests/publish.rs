@@ -67,18 +67,20 @@ impl Setup {
     }
 
     fn publish(&self, extra: &[&str]) -> Output {
+        let (source, python, idx) =
+            (root().join("tests/fixtures/mini-deepep"), self.tools.join("bin/python"), self.path("idx"));
         let mut args = vec![
             "publish",
             "--pins",
             self.pins.to_str().unwrap(),
             "--source",
-            root().join("tests/fixtures/mini-deepep").to_str().unwrap().to_string().leak(),
+            source.to_str().unwrap(),
             "--python",
-            self.tools.join("bin/python").to_str().unwrap().to_string().leak(),
+            python.to_str().unwrap(),
             "--signing-key",
             self.key.to_str().unwrap(),
             "--out",
-            self.path("idx").to_str().unwrap().to_string().leak(),
+            idx.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
         self.forge(&args)
