@@ -46,6 +46,8 @@ pub enum Command {
     Plan(crate::builder::PlanArgs),
     /// Build DeepEP wheels for pins.toml variants: flags baked in, provenance stamped, cached.
     BuildWheel(crate::builder::BuildArgs),
+    /// Publish each variant's wheels as a signed static package index (PEP 503/691/658), or --check one.
+    Publish(crate::publish::PublishArgs),
     /// Inspect and manage the wheel cache.
     #[command(subcommand)]
     Cache(crate::cache::CacheCommand),
@@ -181,6 +183,7 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a),
         Command::Plan(a) => crate::builder::plan(a),
         Command::BuildWheel(a) => crate::builder::build(a),
+        Command::Publish(a) => crate::publish::run(a),
         Command::Cache(c) => crate::cache::run(c),
         Command::Probe(a) => crate::probe::run(a),
         Command::Docker(c) => crate::docker::run(c),

@@ -20,6 +20,7 @@ pub mod printer;
 pub mod probe;
 pub mod process;
 pub mod provenance;
+pub mod publish;
 pub mod repro;
 pub mod runtime;
 pub mod topology;

@@ -57,9 +57,15 @@ printed), 2 bad input (not a deepep-forge wheel, a repository not trusted), 3 mi
 Example: check a wheel from a colleague's or CI's cache on this machine:
   deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl")]
 pub struct VerifyArgs {
-    /// The wheel to check (built by deepep-forge: it carries a provenance document).
-    #[arg(value_name = "WHEEL")]
+    /// The wheel to check (built by deepep-forge: it carries a provenance document), or its
+    /// URL in a `deepep-forge publish` index: downloaded, checked against the variant's signed
+    /// manifest (keys from --trusted-key) and its .intoto.json subject, then rebuilt.
+    #[arg(value_name = "WHEEL|URL")]
     pub wheel: PathBuf,
+    /// For a wheel URL: trust index manifests signed by this key (`NAME:BASE64`; repeatable;
+    /// added to DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
+    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
+    pub trusted_keys: Vec<String>,
     /// Where to fetch the source (needed when the provenance names a local folder:
     /// provenance holds no machine paths); default: the provenance's repository URL,
     /// only when you trust it (see below).
@@ -94,8 +100,17 @@ pub struct VerifyArgs {
 }
 
 /// `deepep-forge verify WHEEL`.
-pub fn verify(args: VerifyArgs) -> Result<Exit> {
+pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
     let _coop = crate::error::Cooperative::enter();
+    let _download = match args.wheel.to_str().filter(|s| crate::publish::manifest::is_url(s)) {
+        Some(url) => {
+            let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+            let (dir, path) = crate::publish::fetch::wheel(url, &trusted)?;
+            args.wheel = path;
+            Some(dir)
+        }
+        None => None,
+    };
     let prov = crate::builder::deliver::read_provenance(&args.wheel).map_err(|e| {
         crate::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;

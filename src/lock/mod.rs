@@ -19,6 +19,7 @@ use crate::output::Format;
 use crate::pins::{Arch, Pins};
 
 pub mod causes;
+pub mod index;
 pub mod marker;
 pub mod pyproject;
 pub mod rules;
@@ -49,6 +50,16 @@ pub struct CheckArgs {
     /// Report format: human text, one JSON document, or GitHub annotations plus text.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
+    /// For DeepEP from a `deepep-forge publish` index: its signed manifest (`<variant>/index.json`),
+    /// a FILE (offline CI) or an https URL (repeatable); every deep-ep wheel uv.lock pins must be
+    /// in one, built at pins.toml's revision. `index` fetches `<variant>/index.json` next to the
+    /// index URL pyproject.toml names.
+    #[arg(long = "index-manifest", value_name = "FILE|URL|index")]
+    pub index_manifests: Vec<String>,
+    /// Trust index manifests signed by this key (`NAME:BASE64`; repeatable; added to
+    /// DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
+    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
+    pub trusted_keys: Vec<String>,
 }
 
 /// Where a DeepEP reference sits, which decides the rule that judges it.
@@ -244,7 +255,10 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     };
 
     let ctx = rules::Context::new(&args.project, pins.as_ref(), &args.pins, &py, lock.as_ref(), &py_path);
-    let mut found = rules::check(&ctx);
+    let mut found = match index::source(&py_path, &py_text, &name)? {
+        Some(src) => index_rules(args, &ctx, &src, &lock_path, &name)?,
+        None => rules::check(&ctx),
+    };
     if lock.is_none() {
         found.push(
             Finding::new(
@@ -275,6 +289,40 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
         notes: count(Severity::Note),
         findings: found,
     })
+}
+
+/// The rules of an index-sourced DeepEP (the git rules do not apply to it).
+fn index_rules(
+    args: &CheckArgs,
+    ctx: &rules::Context,
+    src: &index::IndexSource,
+    lock_path: &Path,
+    name: &PackageName,
+) -> Result<Vec<Finding>> {
+    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    let mut manifests = Vec::new();
+    for f in &args.index_manifests {
+        let at = match f.as_str() {
+            "index" => src.url.as_deref().and_then(index::manifest_url).ok_or_else(|| {
+                Failure::usage(format!(
+                    "--index-manifest index: {} names no `<base>/<variant>/simple` URL for index `{}`",
+                    ctx.pyproject_path.display(),
+                    src.name
+                ))
+            })?,
+            other => other.to_string(),
+        };
+        manifests.push(crate::publish::manifest::load_verified_any(&at, &trusted)?.0);
+    }
+    let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
+        Some(text) => index::locked_wheels(lock_path, &text, name)?,
+        None => Vec::new(),
+    };
+    let chain = rules::IndexChain { source: src, wheels: &wheels, manifests: &manifests, lock_path };
+    let mut found = rules::lock_wheel_unattested(ctx, &chain);
+    found.extend(rules::index_variant_mismatch(ctx, &chain));
+    found.extend(rules::index_not_verified(&chain));
+    Ok(found)
 }
 
 /// `deepep-forge lock check`.

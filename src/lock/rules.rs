@@ -934,6 +934,119 @@ fn merge(findings: Vec<Finding>) -> Vec<Finding> {
         .collect()
 }
 
+/// An index-sourced DeepEP and what vouches for its wheels: the consumer's
+/// index source, the deep-ep wheels uv.lock pins, and the index manifests
+/// (signature already verified against the reader's trusted keys).
+pub struct IndexChain<'a> {
+    pub source: &'a super::index::IndexSource,
+    pub wheels: &'a [super::index::LockedWheel],
+    pub manifests: &'a [crate::publish::manifest::Manifest],
+    pub lock_path: &'a Path,
+}
+
+const REPUBLISH: &str = "deepep-forge publish --variant VARIANT --signing-key KEY --out DIR (pins.toml's revision), then `uv lock --refresh-package deep-ep`";
+
+/// `lock-wheel-unattested`: every deep-ep wheel uv.lock pins must be listed,
+/// by sha256, in a signed manifest, and that manifest's provenance must be
+/// pins.toml's revision for the wheel's architecture and the consumer's variant.
+pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let rule = |msg: String, line: usize| {
+        Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(line, 1).fix(REPUBLISH)
+    };
+    for w in chain.wheels {
+        let arch = Arch::ALL.into_iter().find(|a| w.arch.as_deref() == Some(a.as_str()));
+        let Some(sha) = &w.sha256 else {
+            out.push(rule(format!("uv.lock pins the deep-ep wheel {} without a sha256 hash", w.file), w.line));
+            continue;
+        };
+        let Some(entry) = chain.manifests.iter().find_map(|m| m.by_sha256(sha)) else {
+            out.push(rule(
+                format!(
+                    "the deep-ep wheel {} (sha256 {}) that uv.lock pins is in no signed index manifest: it is not a wheel deepep-forge published (changed on the server, or from another index)",
+                    w.file, sha
+                ),
+                w.line,
+            ));
+            continue;
+        };
+        let p = &entry.provenance;
+        let want = arch.and_then(|a| ctx.intent.get(&a));
+        if want.is_some_and(|r| *r != p.rev) {
+            let f = rule(
+                format!(
+                    "the deep-ep wheel {} was built from revision {}, not pins.toml's {}",
+                    w.file,
+                    short(&p.rev),
+                    short(want.unwrap())
+                ),
+                w.line,
+            );
+            out.push(match arch {
+                Some(a) => f.arch(a).expected_found(want.unwrap().clone(), p.rev.clone()),
+                None => f,
+            });
+        }
+        if chain.source.variant.as_deref().is_some_and(|v| v != p.variant) {
+            out.push(rule(
+                format!(
+                    "the deep-ep wheel {} is variant {}'s build, the consumer installs variant {}",
+                    w.file,
+                    p.variant,
+                    chain.source.variant.as_deref().unwrap_or("-")
+                ),
+                w.line,
+            ));
+        }
+    }
+    out
+}
+
+/// `index-variant-mismatch`: the index the consumer points at serves another
+/// variant than the one its URL names, or a variant pins.toml does not declare.
+pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let s = chain.source;
+    let Some(v) = s.variant.as_deref() else { return Vec::new() };
+    let mut out = Vec::new();
+    let finding = |msg: String| {
+        Finding::new("index-variant-mismatch", Severity::Error, &ctx.pyproject_path, msg)
+            .at(s.line, 1)
+            .fix("deepep-forge pin set REV --index URL --variant NAME (the variant your Dockerfiles and recipes need)")
+    };
+    if let Some(p) = ctx.pins {
+        if !p.variants.iter().any(|x| x.name == v) {
+            out.push(finding(format!(
+                "tool.uv.sources points at the index of variant `{v}`, which {} does not declare",
+                p.path.display()
+            )));
+        }
+    }
+    for m in chain.manifests.iter().filter(|m| m.variant != v) {
+        out.push(finding(format!(
+            "tool.uv.sources points at index `{}` for variant `{v}`, but its manifest is variant `{}`'s",
+            s.name, m.variant
+        )));
+    }
+    out
+}
+
+/// `index-not-verified`: an index-sourced DeepEP checked without any manifest.
+pub fn index_not_verified(chain: &IndexChain) -> Vec<Finding> {
+    if !chain.manifests.is_empty() || chain.wheels.is_empty() {
+        return Vec::new();
+    }
+    vec![Finding::new(
+        "index-not-verified",
+        Severity::Warning,
+        chain.lock_path,
+        format!(
+            "deep-ep comes from index `{}`, and no signed manifest was given: its wheels were not checked",
+            chain.source.name
+        ),
+    )
+    .fix("pass --index-manifest FILE (the index's <variant>/index.json) and --trusted-key NAME:BASE64")]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@ use crate::lock::{pyproject, CheckArgs, Kind};
 use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod edit;
+pub mod index;
 pub mod source;
 pub mod txn;
 
@@ -48,6 +49,18 @@ pub struct SetArgs {
     pub relock: bool,
     #[command(flatten)]
     pub cache: crate::cache::CacheDirArg,
+    /// Install DeepEP from the package index `deepep-forge publish` wrote, served at URL
+    /// (its base: https://, file://, or http:// on 127.0.0.1): requirements become
+    /// `deep_ep==LABEL`, a named `[[tool.uv.index]]` (explicit) and `[tool.uv.sources]`
+    /// entry point at `URL/<variant>/simple`, the DeepEP dependency-metadata is dropped.
+    #[arg(long, value_name = "URL", requires = "variant", conflicts_with_all = ["git", "arch"])]
+    pub index: Option<String>,
+    /// The variant whose index the consumer installs from (with --index).
+    #[arg(long, value_name = "NAME", requires = "index")]
+    pub variant: Option<String>,
+    /// Back from an index to DeepEP's git source (pins.toml's repository) at REV.
+    #[arg(long, conflicts_with = "arch")]
+    pub git: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -210,6 +223,17 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     };
     let pins_moved = pins.as_ref().filter(|p| arches_moved(p)).map(|p| p.path.as_path());
     precheck_writable(&[(moved_py != py_text).then_some(py_path.as_path()), pins_moved, relocked])?;
+    // The index and its variant are checked before any fetch, too.
+    let index_url = match &args.index {
+        Some(url) => {
+            let variant = args.variant.as_deref().expect("clap requires --variant with --index");
+            if let Some(p) = &pins {
+                p.variant(variant)?;
+            }
+            Some(index::index_url(url, variant)?)
+        }
+        None => None,
+    };
     // The label's base (and pins.toml's base_version) come from the source at REV, never from the old label.
     let base = if old_label.is_some() || pins.is_some() {
         Some(match &src {
@@ -222,7 +246,25 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let label = base.as_ref().filter(|_| old_label.is_some()).map(|b| format!("{b}+{short}"));
 
     let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
-    let (new_py, places) = edit::pyproject(&py_path, &py_text, &name, &target)?;
+    let (new_py, places) = match (&args.index, args.git) {
+        (Some(_), _) => {
+            let variant = args.variant.as_deref().expect("clap requires --variant with --index");
+            let url = index_url.clone().expect("checked above");
+            let label = label.as_deref().ok_or_else(|| {
+                Failure::usage("cannot tell DeepEP's version label for `deep_ep==LABEL`")
+                    .hint("keep a pins.toml (its source.base_version), or pass --source with DeepEP's repository")
+            })?;
+            let iname = index::index_name(variant);
+            index::pyproject(&py_path, &py_text, &name, &index::Dest::Index { name: &iname, url: &url, label })?
+        }
+        (None, true) => {
+            let repo = pins.as_ref().map(|p| p.source.repo.as_str()).ok_or_else(|| {
+                Failure::usage("--git needs pins.toml's source.repo").hint("drop --no-pins, or pass --pins FILE")
+            })?;
+            index::pyproject(&py_path, &py_text, &name, &index::Dest::Git { repo, rev: &rev })?
+        }
+        (None, false) => edit::pyproject(&py_path, &py_text, &name, &target)?,
+    };
     let after = pyproject::read(&py_path, &new_py, &name)?; // the result must read back cleanly
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
     let new_pins = match &pins {
@@ -302,6 +344,8 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         no_pins: args.no_pins,
         dockerfiles: Vec::new(),
         format: crate::output::Format::Human,
+        index_manifests: Vec::new(),
+        trusted_keys: Vec::new(),
     };
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",

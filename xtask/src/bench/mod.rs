@@ -5,6 +5,7 @@ use deepep_forge::error::Exit;
 
 mod build;
 mod compiler_cache;
+mod install;
 mod lock;
 mod probe;
 mod runtime;
@@ -42,6 +43,9 @@ pub enum Which {
     FleetCache,
     /// Provisioning the registry toolchain (`plan --toolchain registry`, empty cache) vs `uv venv` + `uv pip install` of the same packages by hand.
     Toolchain,
+    /// A consumer's `uv sync` (fresh venv, uv cache empty): deep-ep from a `publish` index on
+    /// 127.0.0.1 vs from its git source, which uv builds (goal: <= 0.05x).
+    Install,
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -58,6 +62,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::Runtime => return runtime::run(),
         Which::ProbeWheel => return probe::run_bench(),
         Which::Toolchain => toolchain::run()?,
+        Which::Install => install::run()?,
         Which::BuildCache => compiler_cache::run(args.cache)?,
         Which::FleetCache => compiler_cache::fleet(args.cache)?,
     }

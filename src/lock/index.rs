@@ -1,0 +1,144 @@
+//! DeepEP from a package index (`pin set --index`), as a consumer's files say
+//! it: the `[tool.uv.sources]` entry naming an index, that index's URL from
+//! `[[tool.uv.index]]`, and every deep-ep wheel uv.lock pins (file name,
+//! sha256, line). Parsed with serde `toml` + `Spanned`. Must not judge.
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use pep508_rs::PackageName;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::pyproject::is_name;
+use super::LineIndex;
+
+/// An index-sourced DeepEP.
+#[derive(Debug, Clone)]
+pub struct IndexSource {
+    /// The index name in `[tool.uv.sources]`.
+    pub name: String,
+    /// Its URL from `[[tool.uv.index]]`, if declared.
+    pub url: Option<String>,
+    /// The variant the URL names (`<base>/<variant>/simple`).
+    pub variant: Option<String>,
+    pub line: usize,
+}
+
+/// One deep-ep wheel uv.lock pins.
+#[derive(Debug, Clone)]
+pub struct LockedWheel {
+    pub file: String,
+    pub sha256: Option<String>,
+    pub line: usize,
+    /// `x86_64` / `aarch64` from the wheel's platform tag.
+    pub arch: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Py {
+    tool: Option<Tool>,
+}
+#[derive(Debug, Deserialize)]
+struct Tool {
+    uv: Option<Uv>,
+}
+#[derive(Debug, Deserialize)]
+struct Uv {
+    #[serde(default)]
+    sources: BTreeMap<String, Spanned<toml::Value>>,
+    #[serde(default)]
+    index: Vec<IndexDecl>,
+}
+#[derive(Debug, Deserialize)]
+struct IndexDecl {
+    name: Option<String>,
+    url: Option<String>,
+}
+
+/// The index source of DeepEP in pyproject.toml, if it has one.
+pub fn source(path: &Path, text: &str, name: &PackageName) -> Result<Option<IndexSource>> {
+    let py: Py = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "pyproject.toml"))?;
+    let Some(uv) = py.tool.and_then(|t| t.uv) else { return Ok(None) };
+    let ix = LineIndex::new(text);
+    for (k, v) in &uv.sources {
+        if !is_name(k, name) {
+            continue;
+        }
+        let entries: Vec<&toml::Value> = match v.get_ref() {
+            toml::Value::Array(a) => a.iter().collect(),
+            other => vec![other],
+        };
+        let Some(index) = entries.iter().find_map(|e| e.get("index").and_then(toml::Value::as_str)) else {
+            continue;
+        };
+        let url = uv.index.iter().find(|d| d.name.as_deref() == Some(index)).and_then(|d| d.url.clone());
+        let variant = url.as_deref().and_then(variant_of_url);
+        return Ok(Some(IndexSource { name: index.to_string(), url, variant, line: ix.line(v.span().start) }));
+    }
+    Ok(None)
+}
+
+/// `<base>/<variant>/simple[/]` -> variant.
+pub fn variant_of_url(url: &str) -> Option<String> {
+    let mut segs = url.trim_end_matches('/').rsplit('/');
+    (segs.next()? == "simple").then(|| segs.next().map(String::from)).flatten()
+}
+
+/// `<DIR or base>/<variant>/index.json` of an index URL.
+pub fn manifest_url(url: &str) -> Option<String> {
+    url.trim_end_matches('/').strip_suffix("/simple").map(|b| format!("{b}/index.json"))
+}
+
+#[derive(Debug, Deserialize)]
+struct Lock {
+    #[serde(default)]
+    package: Vec<Spanned<Package>>,
+}
+#[derive(Debug, Deserialize)]
+struct Package {
+    name: String,
+    #[serde(default)]
+    wheels: Vec<Spanned<Wheel>>,
+}
+#[derive(Debug, Deserialize)]
+struct Wheel {
+    url: Option<String>,
+    filename: Option<String>,
+    hash: Option<String>,
+}
+
+/// Every deep-ep wheel in uv.lock.
+pub fn locked_wheels(path: &Path, text: &str, name: &PackageName) -> Result<Vec<LockedWheel>> {
+    let lock: Lock = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "uv.lock"))?;
+    let ix = LineIndex::new(text);
+    let mut out = Vec::new();
+    for p in lock.package.iter().filter(|p| is_name(&p.get_ref().name, name)) {
+        for w in &p.get_ref().wheels {
+            let wr = w.get_ref();
+            let file = wr
+                .filename
+                .clone()
+                .or_else(|| wr.url.as_deref().and_then(|u| u.rsplit('/').next()).map(|f| f.replace("%2B", "+")))
+                .unwrap_or_default();
+            let arch = crate::wheel::WheelName::parse(&file)
+                .and_then(|n| ["x86_64", "aarch64"].into_iter().find(|a| n.platform.ends_with(a)).map(String::from));
+            let sha256 = wr.hash.as_deref().and_then(|h| h.strip_prefix("sha256:")).map(String::from);
+            out.push(LockedWheel { file, sha256, line: ix.line(w.span().start), arch });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_their_variant_and_manifest() {
+        assert_eq!(variant_of_url("http://127.0.0.1:8/demo/simple").as_deref(), Some("demo"));
+        assert_eq!(variant_of_url("https://h/x/demo/simple/").as_deref(), Some("demo"));
+        assert_eq!(variant_of_url("https://pypi.org/pypi"), None);
+        assert_eq!(manifest_url("https://h/x/demo/simple").as_deref(), Some("https://h/x/demo/index.json"));
+    }
+}

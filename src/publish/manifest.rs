@@ -1,0 +1,330 @@
+//! The signed manifest of one variant's index, `<DIR>/<variant>/index.json`:
+//! pins.toml's digest, the variant, and per wheel its sha256, size, cache key,
+//! the digests of its `.metadata` and provenance, and a provenance summary.
+//!
+//! What is signed ([`Manifest::message`]) is the line
+//! `deepep-forge index manifest v1`, a newline, then the manifest's compact
+//! JSON without `signatures` (fields in the order of these types; a reader
+//! re-serialises the parsed value, and unknown fields are refused, so nothing
+//! unsigned can ride along). Keys and signatures are the cache's
+//! (`cache::sign`): readers trust only the keys they name. Owns the shape,
+//! validation and signature check; must not read wheels or write files.
+use serde::{Deserialize, Serialize};
+
+use crate::cache::sign::{self, PublicKey, SecretKey, Verdict};
+use crate::error::Failure;
+
+/// The first line of the signed message.
+pub const DOMAIN: &str = "deepep-forge index manifest v1";
+/// The manifest's file name inside `<DIR>/<variant>/`.
+pub const FILE: &str = "index.json";
+/// Version of the manifest's shape.
+pub const SCHEMA: u32 = 1;
+/// The project every index serves (PEP 503 normalised).
+pub const PROJECT: &str = "deep-ep";
+/// The largest manifest read (a real one is a few KiB per wheel).
+pub const MAX_BYTES: u64 = 4 << 20;
+/// The most wheels one manifest may list.
+pub const MAX_WHEELS: usize = 4096;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub schema: u32,
+    pub project: String,
+    pub variant: String,
+    /// sha256 of the pins.toml bytes the last publish read.
+    pub pins_sha256: String,
+    pub wheels: Vec<WheelEntry>,
+    /// `NAME:BASE64` ed25519 signatures over [`Manifest::message`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WheelEntry {
+    pub wheel: String,
+    pub sha256: String,
+    pub size: u64,
+    pub cache_key: String,
+    /// sha256 of `<wheel>.metadata` (the wheel's METADATA, PEP 658).
+    pub metadata_sha256: String,
+    /// sha256 of the wheel's `.dist-info/deepep-forge-provenance.json`.
+    pub provenance_sha256: String,
+    pub provenance: Summary,
+}
+
+/// What the provenance inside the wheel says, in brief.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub rev: String,
+    pub variant: String,
+    pub arch: String,
+    pub cuda_arch_list: String,
+    pub multinode: bool,
+    pub transport: Option<String>,
+    pub version: String,
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn short_text(s: &str, what: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 200 || s.chars().any(char::is_control) {
+        return Err(format!("{what} `{}` is empty, over-long or has control characters", crate::cache::excerpt(s)));
+    }
+    Ok(())
+}
+
+/// A variant name safe as a folder name (pins.toml allows the same shape).
+pub fn check_variant_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with(['.', '-'])
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("variant `{}` is not a safe folder name", crate::cache::excerpt(name)))
+    }
+}
+
+impl Manifest {
+    /// The canonical bytes the signatures cover.
+    pub fn message(&self) -> Vec<u8> {
+        let body = Manifest { signatures: Vec::new(), ..self.clone() };
+        let mut m = format!("{DOMAIN}\n").into_bytes();
+        m.extend(serde_json::to_vec(&body).expect("plain JSON"));
+        m
+    }
+
+    /// Replace the signatures by one from `key`.
+    pub fn sign(&mut self, key: &SecretKey) {
+        self.signatures.clear();
+        self.signatures = vec![key.sign(&self.message())];
+    }
+
+    /// The file's bytes: pretty JSON, one trailing newline.
+    pub fn render(&self) -> Vec<u8> {
+        let mut s = serde_json::to_vec_pretty(self).expect("plain JSON");
+        s.push(b'\n');
+        s
+    }
+
+    /// Every name and digest well-formed (wheel names safe to join to a folder).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.schema != SCHEMA {
+            return Err(format!("schema {} (this deepep-forge reads {SCHEMA})", self.schema));
+        }
+        if self.project != PROJECT {
+            return Err(format!("project `{}` (expected {PROJECT})", crate::cache::excerpt(&self.project)));
+        }
+        check_variant_name(&self.variant)?;
+        if !is_hex64(&self.pins_sha256) {
+            return Err("pins_sha256 is not 64 lowercase hex digits".into());
+        }
+        if self.wheels.len() > MAX_WHEELS {
+            return Err(format!("{} wheels (at most {MAX_WHEELS})", self.wheels.len()));
+        }
+        for w in &self.wheels {
+            crate::cache::check_wheel_name(&w.wheel)?;
+            for (d, what) in [(&w.sha256, "sha256"), (&w.metadata_sha256, "metadata_sha256")] {
+                if !is_hex64(d) {
+                    return Err(format!("{}: {what} is not 64 lowercase hex digits", w.wheel));
+                }
+            }
+            if !is_hex64(&w.provenance_sha256) || !is_hex64(&w.cache_key) {
+                return Err(format!("{}: provenance_sha256 or cache_key is not 64 lowercase hex digits", w.wheel));
+            }
+            let p = &w.provenance;
+            for (v, what) in [(&p.rev, "rev"), (&p.variant, "variant"), (&p.arch, "arch"), (&p.version, "version")] {
+                short_text(v, what)?;
+            }
+            short_text(&p.cuda_arch_list, "cuda_arch_list")?;
+        }
+        let mut names: Vec<&str> = self.wheels.iter().map(|w| w.wheel.as_str()).collect();
+        names.sort();
+        if names.windows(2).any(|p| p[0] == p[1]) {
+            return Err("a wheel is listed twice".into());
+        }
+        Ok(())
+    }
+
+    /// Parse and validate a manifest's bytes (no signature check); errors say what is wrong.
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
+        let m: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| format!("not a deepep-forge index manifest: {e}"))?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    /// Whether a key in `trusted` signed it: `Ok(key name)`, else why not.
+    pub fn verify(&self, trusted: &[PublicKey]) -> Result<String, String> {
+        match sign::verify(trusted, &self.signatures, &self.message()) {
+            Verdict::Trusted(k) => Ok(k),
+            Verdict::Unsigned => Err("it is not signed".into()),
+            Verdict::Untrusted(names) => {
+                Err(format!("it is signed only by keys you do not trust ({})", names.join(", ")))
+            }
+            Verdict::Invalid(k) => Err(format!("its signature by `{k}` does not verify: it was changed after signing")),
+        }
+    }
+
+    /// The entry of a wheel with this sha256.
+    pub fn by_sha256(&self, sha256: &str) -> Option<&WheelEntry> {
+        self.wheels.iter().find(|w| w.sha256 == sha256)
+    }
+}
+
+/// Read, parse and verify a manifest file against `trusted`; every failure is
+/// exit 1 naming the file (a manifest is evidence, not a flag).
+pub fn load_verified(path: &std::path::Path, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
+    let bytes = crate::input::read_bytes(path, "index manifest", MAX_BYTES)?;
+    verified(&bytes, &path.display().to_string(), trusted)
+}
+
+/// A manifest location: `https://...`, `http://127.0.0.1|localhost/...`, or a file.
+pub fn is_url(s: &str) -> bool {
+    s.starts_with("https://") || s.starts_with("http://")
+}
+
+/// Fetch a manifest over HTTPS (http only on 127.0.0.1/localhost). A redirect
+/// must stay on https; the body is capped at [`MAX_BYTES`]; 30 s in all.
+/// Every failure is exit 1 naming the URL.
+pub fn fetch(url: &str) -> anyhow::Result<Vec<u8>> {
+    fetch_capped(url, MAX_BYTES, 30)
+}
+
+/// [`fetch`] with another size cap and time limit (a wheel).
+pub fn fetch_capped(url: &str, cap: u64, secs: u64) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let bad = |why: String| Failure::problems(format!("{}: {why}", crate::input::excerpt(url, 300)));
+    let u = reqwest::Url::parse(url)
+        .map_err(|e| Failure::usage(format!("{}: not a URL ({e})", crate::cache::excerpt(url))))?;
+    let loopback = matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+    if u.scheme() != "https" && !(u.scheme() == "http" && loopback) {
+        return Err(Failure::usage(format!(
+            "{}: an index manifest is fetched over https only (http on 127.0.0.1)",
+            crate::cache::excerpt(url)
+        ))
+        .into());
+    }
+    let policy = reqwest::redirect::Policy::custom(|a| {
+        if a.previous().len() >= 5 {
+            a.error("more than 5 redirects")
+        } else if a.url().scheme() != "https" {
+            let to = format!("{}://{}{}", a.url().scheme(), a.url().host_str().unwrap_or(""), a.url().path());
+            a.error(format!("a redirect to {to} leaves https"))
+        } else {
+            a.follow()
+        }
+    });
+    let client = reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(secs))
+        .tls_built_in_webpki_certs(true)
+        .tls_built_in_native_certs(true)
+        .redirect(policy)
+        .build()
+        .map_err(|e| Failure::env(format!("cannot set up the HTTP client: {e}")))?;
+    let resp = client.get(u).send().map_err(|e| {
+        let mut why = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            why = format!("{why}: {s}");
+            src = s.source();
+        }
+        bad(why)
+    })?;
+    if !resp.status().is_success() {
+        return Err(bad(format!("HTTP {}", resp.status())).into());
+    }
+    let mut body = Vec::new();
+    resp.take(cap + 1).read_to_end(&mut body).map_err(|e| bad(e.to_string()))?;
+    if body.len() as u64 > cap {
+        return Err(bad(format!("larger than {cap} bytes")).into());
+    }
+    Ok(body)
+}
+
+/// [`load_verified`] for a file or a URL ([`fetch`]).
+pub fn load_verified_any(at: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
+    if !is_url(at) {
+        return load_verified(std::path::Path::new(at.strip_prefix("file://").unwrap_or(at)), trusted);
+    }
+    let bytes = fetch(at)?;
+    verified(&bytes, at, trusted)
+}
+
+pub fn verified(bytes: &[u8], shown: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
+    let m = Manifest::parse(bytes).map_err(|why| Failure::problems(format!("{shown}: {why}")))?;
+    let key = m.verify(trusted).map_err(|why| {
+        Failure::problems(format!("{shown}: {why}")).hint(
+            "trust the publisher's key with --trusted-key NAME:BASE64 (or DEEPEP_FORGE_TRUSTED_KEYS), or republish with `deepep-forge publish --signing-key`",
+        )
+    })?;
+    Ok((m, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            schema: SCHEMA,
+            project: PROJECT.into(),
+            variant: "demo".into(),
+            pins_sha256: "a".repeat(64),
+            wheels: vec![WheelEntry {
+                wheel: "deep_ep-1.2.1+9dce5ac-cp311-cp311-linux_x86_64.whl".into(),
+                sha256: "b".repeat(64),
+                size: 10,
+                cache_key: "c".repeat(64),
+                metadata_sha256: "d".repeat(64),
+                provenance_sha256: "e".repeat(64),
+                provenance: Summary {
+                    rev: "9".repeat(40),
+                    variant: "demo".into(),
+                    arch: "x86_64".into(),
+                    cuda_arch_list: "9.0".into(),
+                    multinode: false,
+                    transport: None,
+                    version: "1.2.1+9dce5ac".into(),
+                },
+            }],
+            signatures: vec![],
+        }
+    }
+
+    #[test]
+    fn signed_manifest_round_trips_and_a_changed_byte_breaks_it() {
+        let sk = SecretKey::generate("idx-1").unwrap();
+        let mut m = sample();
+        m.sign(&sk);
+        let back = Manifest::parse(&m.render()).unwrap();
+        assert_eq!(back.verify(&[sk.public()]), Ok("idx-1".into()));
+        let mut t = back.clone();
+        t.wheels[0].sha256 = "f".repeat(64);
+        assert!(t.verify(&[sk.public()]).unwrap_err().contains("changed after signing"));
+        assert!(back.verify(&[]).unwrap_err().contains("do not trust"));
+        let mut unsigned = back;
+        unsigned.signatures.clear();
+        assert_eq!(unsigned.verify(&[sk.public()]), Err("it is not signed".into()));
+    }
+
+    #[test]
+    fn unsafe_names_and_unknown_fields_are_refused() {
+        let mut m = sample();
+        m.wheels[0].wheel = "../../evil-1-py3-none-any.whl".into();
+        assert!(m.validate().unwrap_err().contains("not a safe wheel file name"));
+        let mut m = sample();
+        m.variant = "../x".into();
+        assert!(m.validate().is_err());
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["extra"] = serde_json::json!(1);
+        assert!(Manifest::parse(&serde_json::to_vec(&v).unwrap()).is_err());
+    }
+}

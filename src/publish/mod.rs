@@ -1,0 +1,250 @@
+//! `deepep-forge publish`: each variant's wheels (from the wheel cache, or
+//! built through `builder::build_quiet`) written into a static package index,
+//! one per variant: `<DIR>/<variant>/simple/deep-ep/` with the wheels, their
+//! `.metadata` (PEP 658/714) and `.intoto.json`, the PEP 503/691 pages
+//! ([`pages`]) and `<DIR>/<variant>/index.json`, the signed manifest
+//! ([`manifest`]). Immutable like PyPI: a file under an existing name is never
+//! rewritten (a different one is exit 1 with nothing written); every file
+//! appears by rename, the manifest last; publishing twice changes no byte.
+//! `publish --check DIR` ([`check`]) verifies an index against pins.toml.
+//! Must not build by itself (the builder does), nor serve anything.
+pub mod check;
+pub mod facts;
+pub mod fetch;
+pub mod manifest;
+pub mod pages;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::cache::sign::{PublicKey, SecretKey};
+use crate::error::{Exit, Failure};
+use crate::pins::Pins;
+use facts::Facts;
+use manifest::{Manifest, PROJECT};
+
+#[derive(Debug, clap::Args)]
+#[command(mut_arg("out", |a| a
+    .help("The index folder: <DIR>/<variant>/simple/deep-ep/ and <DIR>/<variant>/index.json")
+    .default_value("index")))]
+#[command(after_help = "\
+Examples:
+  deepep-forge publish --pins pins.toml --variant h100 --signing-key publish.key --out public/
+  deepep-forge publish --check public/ --pins pins.toml --trusted-key NAME:BASE64")]
+pub struct PublishArgs {
+    #[command(flatten)]
+    pub common: crate::builder::Common,
+    /// The ed25519 key that signs each variant's index.json (`cache keygen` makes one).
+    #[arg(long, value_name = "FILE", required_unless_present = "check")]
+    pub signing_key: Option<PathBuf>,
+    /// Verify the index in DIR against pins.toml instead of publishing: every variant
+    /// present with a wheel at the pinned revision, hashes and signatures right, no
+    /// foreign files (reported, never deleted). Exit 1 naming each file.
+    #[arg(long, value_name = "DIR", conflicts_with = "signing_key")]
+    pub check: Option<PathBuf>,
+}
+
+/// A file the publish will put in place.
+struct Write {
+    dest: PathBuf,
+    bytes: Source,
+    /// Immutable files (wheel, .metadata, .intoto.json) are never rewritten.
+    immutable: bool,
+}
+
+enum Source {
+    File(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+/// `deepep-forge publish`.
+pub fn run(mut args: PublishArgs) -> Result<Exit> {
+    if let Some(dir) = args.check.take() {
+        return check::run(&args.common, &dir);
+    }
+    let pins = Pins::load(&args.common.pins)?;
+    for v in &args.common.variants {
+        pins.variant(v)?;
+    }
+    let pins_sha256 =
+        facts::sha256_hex(&crate::input::read_bytes(&args.common.pins, "pins file", crate::input::cap::TEXT)?);
+    let key = SecretKey::load(args.signing_key.as_deref().expect("clap requires it without --check"))?;
+    let mut trusted = crate::cache::config::trusted_keys(&args.common.remote.trusted_keys)?;
+    trusted.push(key.public());
+    let index = std::mem::replace(&mut args.common.out, PathBuf::new());
+    let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
+    args.common.out = built.path().to_path_buf();
+    let outcomes = crate::builder::build_quiet(&args.common)?;
+    let mut by_variant: BTreeMap<String, Vec<(PathBuf, Facts)>> = BTreeMap::new();
+    for o in &outcomes {
+        let f = facts::read(&o.wheel)?;
+        let variant = pins.variant(&o.variant)?;
+        facts::matches_pins(&f.entry.provenance, &pins, variant)
+            .map_err(|why| Failure::problems(format!("{}: {why}", o.wheel.display())))?;
+        by_variant.entry(o.variant.clone()).or_default().push((o.wheel.clone(), f));
+    }
+    let mut writes = Vec::new();
+    let mut summary = Vec::new();
+    for (variant, wheels) in &by_variant {
+        let (w, s) = plan_variant(&index, variant, wheels, &pins_sha256, &key, &trusted)?;
+        writes.extend(w);
+        summary.extend(s);
+    }
+    let conflicts = conflicts(&writes);
+    if !conflicts.is_empty() {
+        return Err(Failure::problems(format!(
+            "nothing published: a different file exists under a published name (published files are immutable):\n  {}",
+            conflicts.join("\n  ")
+        ))
+        .hint("publish a new revision (a new version label) instead, or publish into a new folder")
+        .into());
+    }
+    let written = apply(&writes)?;
+    for line in summary {
+        crate::outln!("{line}");
+    }
+    crate::outln!("{written} files written, {} unchanged, into {}", writes.len() - written, index.display());
+    Ok(Exit::Ok)
+}
+
+/// The files of one variant's index: the new wheels and their files, the
+/// pages and the signed manifest (old entries kept from the existing
+/// manifest, which must verify).
+fn plan_variant(
+    index: &Path,
+    variant: &str,
+    wheels: &[(PathBuf, Facts)],
+    pins_sha256: &str,
+    key: &SecretKey,
+    trusted: &[PublicKey],
+) -> Result<(Vec<Write>, Vec<String>)> {
+    manifest::check_variant_name(variant).map_err(Failure::usage)?;
+    let vdir = index.join(variant);
+    let mpath = vdir.join(manifest::FILE);
+    let mut m = if std::fs::symlink_metadata(&mpath).is_ok() {
+        manifest::load_verified(&mpath, trusted)?.0
+    } else {
+        Manifest {
+            schema: manifest::SCHEMA,
+            project: PROJECT.into(),
+            variant: variant.into(),
+            pins_sha256: String::new(),
+            wheels: vec![],
+            signatures: vec![],
+        }
+    };
+    if m.variant != variant {
+        return Err(Failure::problems(format!("{}: is the index of variant `{}`", mpath.display(), m.variant)).into());
+    }
+    let files = vdir.join("simple").join(PROJECT);
+    let mut writes = Vec::new();
+    let mut summary = Vec::new();
+    for (path, f) in wheels {
+        let e = &f.entry;
+        match m.wheels.iter().find(|w| w.wheel == e.wheel) {
+            Some(old) if old != e => {
+                return Err(Failure::problems(format!(
+                    "{}: the signed manifest lists {} with sha256 {}, this build gives {}: nothing published",
+                    mpath.display(),
+                    e.wheel,
+                    old.sha256,
+                    e.sha256
+                ))
+                .hint("published files are immutable: publish a new revision instead")
+                .into())
+            }
+            Some(_) => {}
+            None => m.wheels.push(e.clone()),
+        }
+        summary.push(format!("published {variant}: {} sha256 {}", e.wheel, &e.sha256[..16]));
+        let imm = |name: String, bytes: Source| Write { dest: files.join(name), bytes, immutable: true };
+        writes.push(imm(e.wheel.clone(), Source::File(path.clone())));
+        writes.push(imm(format!("{}.metadata", e.wheel), Source::Bytes(f.metadata.clone())));
+        writes.push(imm(format!("{}{}", e.wheel, crate::attest::SUFFIX), Source::Bytes(f.intoto.clone())));
+    }
+    m.wheels.sort_by(|a, b| a.wheel.cmp(&b.wheel));
+    m.pins_sha256 = pins_sha256.to_string();
+    m.sign(key);
+    for (rel, bytes) in pages::render(&m) {
+        writes.push(Write { dest: vdir.join(rel), bytes: Source::Bytes(bytes), immutable: false });
+    }
+    // The manifest last: a reader that trusts it finds every file it names.
+    writes.push(Write { dest: mpath, bytes: Source::Bytes(m.render()), immutable: false });
+    Ok((writes, summary))
+}
+
+fn digest_of(s: &Source) -> Result<String> {
+    match s {
+        Source::File(p) => Ok(facts::hash_file(p, "wheel")?.0),
+        Source::Bytes(b) => Ok(facts::sha256_hex(b)),
+    }
+}
+
+/// What is at `dest` now: `None` when nothing, else its sha256; a special
+/// file or folder under a published name counts as different.
+fn existing(dest: &Path) -> Option<String> {
+    let meta = std::fs::symlink_metadata(dest).ok()?;
+    if !meta.is_file() {
+        return Some("(not a regular file)".into());
+    }
+    Some(facts::hash_file(dest, "published file").map(|h| h.0).unwrap_or_else(|e| format!("({e:#})")))
+}
+
+/// Immutable files that exist with other bytes.
+fn conflicts(writes: &[Write]) -> Vec<String> {
+    writes
+        .iter()
+        .filter(|w| w.immutable)
+        .filter_map(|w| {
+            let have = existing(&w.dest)?;
+            let want = digest_of(&w.bytes).ok()?;
+            (have != want).then(|| format!("{}: sha256 {have}, this publish has {want}", w.dest.display()))
+        })
+        .collect()
+}
+
+/// Put every file in place (temp file in its folder, then rename; immutable
+/// ones never over an existing file); skips files already identical. Returns
+/// how many were written.
+fn apply(writes: &[Write]) -> Result<usize> {
+    let mut n = 0;
+    for w in writes {
+        let want = digest_of(&w.bytes)?;
+        if existing(&w.dest).as_deref() == Some(want.as_str()) {
+            continue;
+        }
+        let dir = w.dest.parent().expect("index files live in folders");
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".publish-")
+            .tempfile_in(dir)
+            .with_context(|| format!("writing {}", w.dest.display()))?;
+        match &w.bytes {
+            Source::File(p) => {
+                let (f, _) = crate::input::open(p, "wheel", crate::input::cap::WHEEL)?;
+                std::io::copy(&mut std::io::Read::take(f, crate::input::cap::WHEEL), tmp.as_file_mut())?;
+            }
+            Source::Bytes(b) => std::io::Write::write_all(tmp.as_file_mut(), b)?,
+        }
+        tmp.as_file().sync_all()?;
+        set_mode_0644(tmp.path())?;
+        if w.immutable {
+            tmp.persist_noclobber(&w.dest).map_err(|e| {
+                Failure::problems(format!("{}: appeared while publishing ({})", w.dest.display(), e.error))
+            })?;
+        } else {
+            tmp.persist(&w.dest).with_context(|| format!("writing {}", w.dest.display()))?;
+        }
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Static hosts serve what they can read: 0644, not tempfile's 0600.
+fn set_mode_0644(p: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("chmod {}", p.display()))
+}

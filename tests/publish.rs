@@ -1,0 +1,447 @@
+//! `publish`, `pin set --index` and the lock-check chain, end to end with
+//! real parts: the mini-deepep fixture built by real nvcc, a real ed25519
+//! key, `python -m http.server` on 127.0.0.1 (a random port, started and
+//! stopped here), real uv 0.13.9 (`uv lock`, `uv sync --locked`) and
+//! `import deep_ep` in the synced venv. Then the attacks: a wheel swapped on
+//! the server (pages rewritten to match), a tampered manifest, an unsigned
+//! one, a signed one whose wheel name escapes the folder, a different file
+//! under a published name, an unknown variant, a plain-http index URL.
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use deepep_forge::cache::sign::{PublicKey, SecretKey};
+use deepep_forge::publish::manifest::Manifest;
+use support::*;
+
+const REV: &str = "9dce5ac6b181ede69f331895c8c54285375d5806";
+
+struct Setup {
+    dir: tempfile::TempDir,
+    tools: PathBuf,
+    cuda: PathBuf,
+    pins: PathBuf,
+    key: PathBuf,
+    public: String,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let (Some(tools), Some(cuda)) = (tools_venv(), cuda_home()) else {
+            support::missing("the tools venv (nvcc and uv)")
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let pins = dir.path().join("pins.toml");
+        std::fs::copy(root().join("tests/fixtures/demo-pins.toml"), &pins).unwrap();
+        let key = dir.path().join("publish.key");
+        let o = forge(dir.path(), &["cache", "keygen", "--name", "test-index-1", "--out", key.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let public = stdout(&o).lines().next().unwrap().trim().to_string();
+        Setup { dir, tools, cuda, pins, key, public }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// The binary with the tools on PATH, CUDA, a cache in the temp dir and a clean build environment.
+    fn forge(&self, args: &[&str]) -> Output {
+        let mut c = bin();
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env("DEEPEP_FORGE_CACHE_DIR", self.path("cache"))
+            .env("CUDA_HOME", &self.cuda)
+            .env("PATH", format!("{}:{}", self.tools.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
+            .env("XDG_CONFIG_HOME", self.path("config"))
+            .env_remove("DEEPEP_FORGE_TRUSTED_KEYS")
+            .env_remove("DEEPEP_FORGE_CACHE_URL");
+        for k in ["TORCH_CUDA_ARCH_LIST", "HYBRID_EP_MULTINODE", "NVSHMEM_DIR", "MAX_JOBS", "CC", "CXX"] {
+            c.env_remove(k);
+        }
+        c.output().unwrap()
+    }
+
+    fn publish(&self, extra: &[&str]) -> Output {
+        let (source, python, idx) =
+            (root().join("tests/fixtures/mini-deepep"), self.tools.join("bin/python"), self.path("idx"));
+        let mut args = vec![
+            "publish",
+            "--pins",
+            self.pins.to_str().unwrap(),
+            "--source",
+            source.to_str().unwrap(),
+            "--python",
+            python.to_str().unwrap(),
+            "--signing-key",
+            self.key.to_str().unwrap(),
+            "--out",
+            idx.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        self.forge(&args)
+    }
+
+    fn check(&self) -> Output {
+        let idx = self.path("idx");
+        self.forge(&[
+            "publish",
+            "--check",
+            idx.to_str().unwrap(),
+            "--pins",
+            self.pins.to_str().unwrap(),
+            "--variant",
+            "demo",
+            "--trusted-key",
+            &self.public,
+        ])
+    }
+
+    fn lock_check(&self, manifest: &Path) -> Output {
+        self.lock_check_at(manifest.to_str().unwrap())
+    }
+
+    fn lock_check_at(&self, manifest: &str) -> Output {
+        self.forge(&[
+            "lock",
+            "check",
+            "--project",
+            self.path("consumer").to_str().unwrap(),
+            "--pins",
+            self.pins.to_str().unwrap(),
+            "--index-manifest",
+            manifest,
+            "--trusted-key",
+            &self.public,
+        ])
+    }
+
+    fn uv(&self, args: &[&str]) -> Output {
+        Command::new(self.tools.join("bin/uv"))
+            .args(args)
+            .arg("--python")
+            .arg(self.tools.join("bin/python"))
+            .current_dir(self.path("consumer"))
+            .env("UV_CACHE_DIR", self.path("uv-cache"))
+            .env("UV_PYTHON_DOWNLOADS", "never")
+            .env_remove("UV_INDEX_URL")
+            .env_remove("UV_EXTRA_INDEX_URL")
+            .env_remove("VIRTUAL_ENV")
+            .output()
+            .unwrap()
+    }
+}
+
+fn ok(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", stdout(o), stderr(o));
+    stdout(o)
+}
+
+/// Every file under `dir` with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .map(|e| (e.path().to_path_buf(), std::fs::read(e.path()).unwrap()))
+        .collect()
+}
+
+/// `python -m http.server` on 127.0.0.1, a port the kernel picks; killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(python: &Path, dir: &Path) -> Server {
+        let mut child = Command::new(python)
+            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory"])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        // "Serving HTTP on 127.0.0.1 port 40123 (http://127.0.0.1:40123/) ..."
+        let port = line.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
+        Server { child, port }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+const WHEEL: &str = "deep_ep-1.2.1+9dce5ac-cp311-cp311-linux_x86_64.whl";
+
+#[test]
+#[ignore = "needs the tools venv (nvcc and uv)"]
+fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
+    let s = Setup::new();
+    // 1. publish: the index, signed; twice changes no byte; --check passes.
+    let out = ok(&s.publish(&["--variant", "demo"]));
+    assert!(out.contains(&format!("published demo: {WHEEL}")), "{out}");
+    let files = s.path("idx/demo/simple/deep-ep");
+    let wheel = std::fs::read(files.join(WHEEL)).unwrap();
+    let sha = sha256(&wheel);
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(files.join("index.json")).unwrap()).unwrap();
+    assert_eq!(json["files"][0]["hashes"]["sha256"], sha.as_str());
+    let metadata = std::fs::read(files.join(format!("{WHEEL}.metadata"))).unwrap();
+    assert!(metadata.starts_with(b"Metadata-Version:"), "{}", String::from_utf8_lossy(&metadata));
+    assert_eq!(json["files"][0]["core-metadata"]["sha256"], sha256(&metadata).as_str());
+    let html = std::fs::read_to_string(files.join("index.html")).unwrap();
+    assert!(
+        html.contains(&format!("#sha256={sha}\" data-dist-info-metadata=\"sha256={}", sha256(&metadata))),
+        "{html}"
+    );
+    let statement: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(files.join(format!("{WHEEL}.intoto.json"))).unwrap()).unwrap();
+    assert_eq!(statement["subject"][0]["digest"]["sha256"], sha.as_str());
+    let manifest = Manifest::parse(&std::fs::read(s.path("idx/demo/index.json")).unwrap()).unwrap();
+    let public = PublicKey::parse(&s.public).unwrap();
+    assert_eq!(manifest.verify(std::slice::from_ref(&public)), Ok("test-index-1".to_string()));
+    assert_eq!((manifest.wheels[0].sha256.as_str(), manifest.wheels[0].provenance.rev.as_str()), (sha.as_str(), REV));
+    let before = snapshot(&s.path("idx"));
+    let again = ok(&s.publish(&["--variant", "demo"]));
+    assert!(again.contains("0 files written, 8 unchanged"), "{again}");
+    assert_eq!(snapshot(&s.path("idx")), before, "publishing twice changed bytes");
+    assert!(ok(&s.check()).contains(": ok ("));
+
+    // 2. pin set --index, real uv against a real HTTP server.
+    let server = Server::start(&s.tools.join("bin/python"), &s.path("idx"));
+    let consumer = s.path("consumer");
+    let fixture_repo = root().join("tests/fixtures/mini-deepep");
+    copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
+    let url = format!("http://127.0.0.1:{}", server.port);
+    let o = s.forge(&[
+        "pin",
+        "set",
+        REV,
+        "--project",
+        consumer.to_str().unwrap(),
+        "--pins",
+        s.pins.to_str().unwrap(),
+        "--source",
+        fixture_repo.to_str().unwrap(),
+        "--index",
+        &url,
+        "--variant",
+        "demo",
+    ]);
+    ok(&o);
+    let py = std::fs::read_to_string(consumer.join("pyproject.toml")).unwrap();
+    assert!(py.contains("\"deep_ep==1.2.1+9dce5ac\","), "{py}");
+    assert!(py.contains("  # DeepEP, built by uv from git unless an index serves it\n"), "comment kept: {py}");
+    assert!(py.contains(&format!("url = \"{url}/demo/simple\"\nexplicit = true")), "{py}");
+    assert!(!py.contains("dependency-metadata"), "{py}");
+    ok(&s.uv(&["lock"]));
+    let lock = std::fs::read_to_string(consumer.join("uv.lock")).unwrap();
+    assert!(lock.contains(&format!("hash = \"sha256:{sha}\"")), "{lock}");
+    assert!(lock.contains(&format!("source = {{ registry = \"{url}/demo/simple\" }}")), "{lock}");
+    ok(&s.uv(&["sync", "--locked"]));
+    let import = Command::new(consumer.join(".venv/bin/python"))
+        .args(["-c", "import deep_ep, importlib.metadata as m; print(m.version('deep-ep'))"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&import).trim(), "1.2.1+9dce5ac", "{}", stderr(&import));
+
+    // 3. lock check: clean with the signed manifest.
+    let mpath = s.path("idx/demo/index.json");
+    let clean = ok(&s.lock_check(&mpath));
+    assert!(clean.contains("ok: 0 error(s)"), "{clean}");
+    // The same manifest fetched from the index URL pyproject.toml names.
+    let fetched = ok(&s.lock_check_at("index"));
+    assert!(fetched.contains("ok: 0 error(s)"), "{fetched}");
+
+    // verify URL: the signed manifest and statement checked, then rebuilt and compared.
+    let wheel_url = format!("{url}/demo/simple/deep-ep/{}", WHEEL.replace('+', "%2B"));
+    let verify = |extra: &[&str]| {
+        let source = root().join("tests/fixtures/mini-deepep");
+        let python = s.tools.join("bin/python");
+        let mut args = vec!["verify", wheel_url.as_str(), "--trusted-key", s.public.as_str()];
+        args.extend_from_slice(&["--source", source.to_str().unwrap(), "--python", python.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        s.forge(&args)
+    };
+    let v = ok(&verify(&[]));
+    assert!(v.contains("verified:"), "{v}");
+
+    // 4. The server's wheel swapped (pages rewritten to match, as an attacker would),
+    //    the consumer relocks: lock check and publish --check exit 1 naming it.
+    tamper_wheel(&s, &files);
+    ok(&s.uv(&["lock", "--refresh-package", "deep-ep"]));
+    let o = s.lock_check(&mpath);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stdout(&o).contains(&format!("error[lock-wheel-unattested]: the deep-ep wheel {WHEEL}")), "{}", stdout(&o));
+    assert!(stdout(&o).contains("uv.lock:"), "{}", stdout(&o));
+    let o = s.check();
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stdout(&o).contains(&format!("{WHEEL}: sha256 ")), "{}", stdout(&o));
+    let o = verify(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains(&format!("{wheel_url}: sha256 ")), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the wheel on the server was changed"), "{}", stderr(&o));
+    drop(server);
+
+    // 5. A different file under a published name: exit 1, nothing written.
+    let before = snapshot(&s.path("idx"));
+    let o = s.publish(&["--variant", "demo"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing published") && stderr(&o).contains(WHEEL), "{}", stderr(&o));
+    assert_eq!(snapshot(&s.path("idx")), before);
+
+    bad_manifests(&s, &mpath);
+}
+
+/// Rewrite the served wheel (one member changed) and the pages' hashes.
+fn tamper_wheel(s: &Setup, files: &Path) {
+    let w = files.join(WHEEL);
+    let old = sha256(&std::fs::read(&w).unwrap());
+    let script = "import sys, zipfile\np = sys.argv[1]\nz = zipfile.ZipFile(p)\nitems = [(i, z.read(i.filename)) for i in z.infolist()]\nz.close()\nwith zipfile.ZipFile(p, 'w') as out:\n    for i, data in items:\n        if i.filename == 'deep_ep/__init__.py':\n            data += b'# tampered\\n'\n        out.writestr(i, data)\n";
+    let o = Command::new(s.tools.join("bin/python")).args(["-c", script]).arg(&w).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let new = sha256(&std::fs::read(&w).unwrap());
+    for page in ["index.html", "index.json"] {
+        let p = files.join(page);
+        let text = std::fs::read_to_string(&p).unwrap().replace(&old, &new);
+        std::fs::write(&p, text).unwrap();
+    }
+}
+
+/// Tampered, unsigned and name-escaping manifests: exit 1 naming the file, nothing written.
+fn bad_manifests(s: &Setup, good: &Path) {
+    let text = std::fs::read_to_string(good).unwrap();
+    let tampered = s.path("tampered.json");
+    std::fs::write(&tampered, text.replacen("\"size\": ", "\"size\": 1", 1)).unwrap();
+    let o = s.lock_check(&tampered);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("tampered.json: its signature by `test-index-1` does not verify"), "{}", stderr(&o));
+
+    let mut m = Manifest::parse(text.as_bytes()).unwrap();
+    m.signatures.clear();
+    let unsigned = s.path("unsigned.json");
+    std::fs::write(&unsigned, m.render()).unwrap();
+    let o = s.lock_check(&unsigned);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unsigned.json: it is not signed"), "{}", stderr(&o));
+
+    let key = SecretKey::load(&s.key).unwrap();
+    m.wheels[0].wheel = "../../escape-1.0-py3-none-any.whl".into();
+    m.sign(&key);
+    let escaping = s.path("idx/demo/index.json");
+    std::fs::write(&escaping, m.render()).unwrap();
+    let before = snapshot(s.dir.path());
+    let o = s.check();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("is not a safe wheel file name"), "{}", stdout(&o));
+    let o = s.lock_check(&escaping);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is not a safe wheel file name"), "{}", stderr(&o));
+    assert_eq!(snapshot(s.dir.path()).len(), before.len(), "nothing written outside");
+}
+
+#[test]
+#[ignore = "needs the tools venv (nvcc and uv)"]
+fn bad_publish_input_is_refused_before_anything_is_written() {
+    let s = Setup::new();
+    let o = s.publish(&["--variant", "nope"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unknown variant `nope`"), "{}", stderr(&o));
+    assert!(!s.path("idx").exists());
+    // A consumer pointed at a plain-http index off this machine: exit 2, pyproject unchanged.
+    let consumer = s.path("consumer");
+    let fixture_repo = root().join("tests/fixtures/mini-deepep");
+    copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
+    let before = std::fs::read(consumer.join("pyproject.toml")).unwrap();
+    let o = s.forge(&[
+        "pin",
+        "set",
+        REV,
+        "--project",
+        consumer.to_str().unwrap(),
+        "--pins",
+        s.pins.to_str().unwrap(),
+        "--source",
+        fixture_repo.to_str().unwrap(),
+        "--index",
+        "http://example.org/deepep",
+        "--variant",
+        "demo",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("http:// only on 127.0.0.1/localhost"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(consumer.join("pyproject.toml")).unwrap(), before);
+    // An unknown variant for the index: exit 2.
+    let o = s.forge(&[
+        "pin",
+        "set",
+        REV,
+        "--project",
+        consumer.to_str().unwrap(),
+        "--pins",
+        s.pins.to_str().unwrap(),
+        "--source",
+        fixture_repo.to_str().unwrap(),
+        "--index",
+        "https://example.org/deepep",
+        "--variant",
+        "nope",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(std::fs::read(consumer.join("pyproject.toml")).unwrap(), before);
+}
+
+#[test]
+#[ignore = "needs the tools venv (nvcc and uv)"]
+fn an_index_whose_manifest_redirects_to_plain_http_is_refused() {
+    let s = Setup::new();
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let port = server.server_addr().to_ip().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        // One request: the manifest, answered with a redirect to plain http.
+        if let Ok(Some(req)) = server.recv_timeout(std::time::Duration::from_secs(60)) {
+            let to = format!("http://127.0.0.1:{port}/elsewhere/index.json");
+            let h = tiny_http::Header::from_bytes("Location", to.as_bytes()).unwrap();
+            let _ = req.respond(tiny_http::Response::empty(302).with_header(h));
+        }
+    });
+    let consumer = s.path("consumer");
+    let fixture_repo = root().join("tests/fixtures/mini-deepep");
+    copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
+    let url = format!("http://127.0.0.1:{port}");
+    ok(&s.forge(&[
+        "pin",
+        "set",
+        REV,
+        "--project",
+        consumer.to_str().unwrap(),
+        "--pins",
+        s.pins.to_str().unwrap(),
+        "--source",
+        fixture_repo.to_str().unwrap(),
+        "--index",
+        &url,
+        "--variant",
+        "demo",
+    ]));
+    let before = snapshot(s.dir.path());
+    let o = s.lock_check_at("index");
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("http://127.0.0.1:{port}/demo/index.json")), "{err}");
+    assert!(err.contains("a redirect to http://127.0.0.1/elsewhere/index.json leaves https"), "{err}");
+    assert_eq!(snapshot(s.dir.path()), before, "nothing written");
+    handle.join().unwrap();
+}
