@@ -442,6 +442,7 @@ fn plan_variant(
         variant: variant_info(v),
         source: PlanSource {
             repo: ctx.origin.repo.clone(),
+            pinned_repo: pins_repo(ctx.pins),
             snapshot_of: ctx.origin.snapshot_of.as_ref().map(|(d, _)| d.clone()),
             rev: pin.rev.clone(),
             branch: ctx.pins.source.branch.clone(),
