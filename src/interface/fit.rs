@@ -45,6 +45,7 @@ impl Interface {
             .or_else(|| switched_by_file(self, env))
             .or_else(|| submodule_missing(self, env))
             .or_else(|| assigned_by_setup_py(self, env))
+            .or_else(|| variant_key_unread(self, env))
     }
 
     /// What the plan must say about the build with its whole environment `env`.
@@ -154,6 +155,29 @@ fn assigned_by_setup_py(i: &Interface, env: &Env) -> Option<Refusal> {
                 ),
                 _ => format!("remove {} from the variant, or pin a revision whose setup.py reads it", a.name),
             },
+        })
+    })
+}
+
+/// A variant key sets a knob (to anything but off) that setup.py at this
+/// revision does not read: the variant's value would be silently ignored.
+fn variant_key_unread(i: &Interface, env: &Env) -> Option<Refusal> {
+    i.knobs.iter().filter(|k| k.key.is_some() && k.read_at.is_empty()).find_map(|k| {
+        let v = env.get(&k.name).filter(|v| !matches!(v.trim(), "" | "0"))?;
+        // setup.py sets it itself to the very value: what the variant says is built.
+        let same = |a: &super::Assign| a.when.is_none() && a.literal.as_deref().map(str::trim) == Some(v.trim());
+        if i.assigns.iter().any(|a| a.name == k.name && same(a)) {
+            return None;
+        }
+        let key = k.key.as_deref().unwrap_or("?");
+        Some(Refusal {
+            at: "setup.py".into(),
+            message: format!(
+                "the variant's `{key}` sets {}={v}, which the build at this revision does not read (the files it scans: {}): the value would be ignored",
+                k.name,
+                i.scanned.join(", ")
+            ),
+            hint: format!("remove `{key}` from the variant (or set it off), or pin a revision that reads {}", k.name),
         })
     })
 }
