@@ -23,6 +23,10 @@ Exit codes: 0 ok, 1 the job found problems or failed, 2 bad input or usage,
 #[derive(Debug, Parser)]
 #[command(name = "deepep-forge", version, about = ABOUT, long_about = LONG_ABOUT, propagate_version = true)]
 pub struct Cli {
+    /// Print only results, warnings and errors: no notes, no progress (results
+    /// go to stdout, everything else to stderr).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -130,17 +134,17 @@ pub fn run(command: Command) -> Result<Exit> {
     match command {
         Command::Pins(PinsCommand::Check(a)) => {
             let p = crate::pins::Pins::load(&a.pins)?;
-            println!("{}: ok ({} pins, {} variants)", a.pins.display(), p.pins.len(), p.variants.len());
+            crate::outln!("{}: ok ({} pins, {} variants)", a.pins.display(), p.pins.len(), p.variants.len());
             Ok(Exit::Ok)
         }
         Command::Pins(PinsCommand::Show(a)) => {
             let p = crate::pins::Pins::load(&a.file.pins)?;
             match a.format {
-                crate::output::DataFormat::Json => println!("{}", serde_json::to_string_pretty(&p)?),
+                crate::output::DataFormat::Json => crate::printer::json(&p)?,
                 _ => {
-                    println!("source: {} ({})", p.source.repo, p.source.branch.as_deref().unwrap_or("-"));
+                    crate::outln!("source: {} ({})", p.source.repo, p.source.branch.as_deref().unwrap_or("-"));
                     for pin in p.pins.values() {
-                        println!(
+                        crate::outln!(
                             "pin {:<8} {}  label {}",
                             pin.arch.as_str(),
                             pin.rev,
@@ -160,7 +164,7 @@ pub fn run(command: Command) -> Result<Exit> {
                             ),
                             None => "no intended topology".into(),
                         };
-                        println!(
+                        crate::outln!(
                             "variant {:<16} {:<8} arch-list {:<9} {:<11} {intended}",
                             v.name,
                             v.arch.as_str(),
@@ -207,7 +211,7 @@ pub fn run(command: Command) -> Result<Exit> {
                 let path = dir.join(name);
                 std::fs::write(&path, page).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
             }
-            println!("wrote {} man pages to {}", pages.len(), dir.display());
+            crate::outln!("wrote {} man pages to {}", pages.len(), dir.display());
             Ok(Exit::Ok)
         }
     }
@@ -237,13 +241,8 @@ pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
 }
 
 fn write_stdout(bytes: &[u8]) -> Result<Exit> {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(bytes).and_then(|_| stdout.flush()) {
-        // `deepep-forge man | head`: a closed pipe is the reader's choice, not an error
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Exit::Ok),
-        r => r.map(|_| Exit::Ok).map_err(Into::into),
-    }
+    crate::printer::stdout_bytes(bytes);
+    Ok(Exit::Ok)
 }
 
 /// Install the Ctrl-C/SIGTERM handler: the first signal sets
@@ -255,24 +254,29 @@ pub fn install_signal_handler() {
         use std::sync::atomic::Ordering;
         let again = error::INTERRUPTED.swap(true, Ordering::SeqCst);
         if again || error::COOPERATIVE.load(Ordering::SeqCst) == 0 {
-            eprintln!("\ninterrupted");
+            crate::alert!("\ninterrupted");
             std::process::exit(Exit::Interrupted.code() as i32);
         }
-        eprintln!("\ninterrupted: cleaning up (press Ctrl-C again to exit at once)");
+        crate::alert!("\ninterrupted: cleaning up (press Ctrl-C again to exit at once)");
     });
 }
 
 /// A closed stdout (`deepep-forge plan | head -1`) ends the process the way it
 /// ends `cat` or `git`: by SIGPIPE (the shell shows 141), never by a panic in
-/// `println!`. Rust ignores SIGPIPE by default; sockets are unaffected (std
+/// a write. Rust ignores SIGPIPE by default; sockets are unaffected (std
 /// sends with MSG_NOSIGNAL) and children get the default disposition anyway.
 pub fn restore_sigpipe() {
     // SAFETY: setting a signal disposition before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
-/// Turn a command's result into a process exit code, printing errors.
+/// Turn a command's result into a process exit code, printing errors; a
+/// result that could not be written (stdout on a full disk) is a failed job.
 pub fn finish(result: Result<Exit>) -> ExitCode {
+    let result = match (result, crate::printer::write_error()) {
+        (Ok(Exit::Ok), Some(e)) => Err(anyhow::anyhow!(e)),
+        (r, _) => r,
+    };
     match result {
         Ok(e) => ExitCode::from(e.code()),
         Err(err) => {
@@ -299,6 +303,7 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
             return ExitCode::from(code);
         }
     };
+    crate::printer::init(cli.quiet);
     install_signal_handler();
     finish(run(cli.command))
 }

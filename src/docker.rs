@@ -260,7 +260,7 @@ fn bake(a: BakeArgs) -> Result<Exit> {
         fix: problem.then(|| fix.clone()),
     };
     if a.format == Format::Json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::printer::json(&report)?;
     } else {
         let human = render_bake(&report);
         if a.format == Format::Github && problem {
@@ -271,9 +271,9 @@ fn bake(a: BakeArgs) -> Result<Exit> {
                 message: format!("{msg}\n{human}"),
                 ..Default::default()
             };
-            print!("{}", annotation(Level::Error, &note));
+            crate::out!("{}", annotation(Level::Error, &note));
         }
-        print!("{human}");
+        crate::out!("{human}");
     }
     Ok(if problem { Exit::Problems } else { Exit::Ok })
 }
@@ -355,7 +355,7 @@ fn build(a: BuildArgs) -> Result<Exit> {
             .into());
     }
     let targets = if a.variant.is_empty() { "all variants".to_string() } else { a.variant.join(", ") };
-    println!("built {targets} from {}", a.file.display());
+    crate::outln!("built {targets} from {}", a.file.display());
     Ok(Exit::Ok)
 }
 

@@ -91,13 +91,15 @@ pub fn exit_of(err: &anyhow::Error) -> Exit {
     Exit::Problems
 }
 
-/// Print `error: ...`, `caused by: ...` and `hint: ...` lines to stderr.
+/// Print `error: ...`, `caused by: ...` and `hint: ...` lines to stderr
+/// (through the printer, so always shown, coloured on a terminal).
 pub fn report(err: &anyhow::Error) {
-    eprintln!("error: {err}");
+    let label = crate::printer::label;
+    crate::alert!("{}: {err}", label("error"));
     let mut hint = None;
     for (i, cause) in err.chain().enumerate() {
         if i > 0 {
-            eprintln!("  caused by: {cause}");
+            crate::alert!("  caused by: {cause}");
         }
         if let Some(f) = cause.downcast_ref::<Failure>() {
             if hint.is_none() {
@@ -106,7 +108,7 @@ pub fn report(err: &anyhow::Error) {
         }
     }
     if let Some(h) = hint {
-        eprintln!("hint: {h}");
+        crate::alert!("{}: {h}", label("hint"));
     }
 }
 

@@ -16,6 +16,7 @@ pub mod lock;
 pub mod output;
 pub mod pins;
 pub mod pinset;
+pub mod printer;
 pub mod probe;
 pub mod process;
 pub mod provenance;

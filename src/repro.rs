@@ -36,9 +36,9 @@ pub struct DiffArgs {
 pub fn diff(args: DiffArgs) -> Result<Exit> {
     let d = diff::diff(&args.a, &args.b)?;
     if args.format == Format::Json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "schema": SCHEMA, "diff": d }))?);
+        crate::printer::json(&serde_json::json!({ "schema": SCHEMA, "diff": d }))?;
     } else {
-        print!("{}", diff::render(&d));
+        crate::out!("{}", diff::render(&d));
     }
     Ok(if d.identical { Exit::Ok } else { Exit::Problems })
 }
@@ -163,9 +163,9 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
     let d = diff::diff(&args.wheel, &outcome.wheel)?;
     if args.format == Format::Json {
         let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::printer::json(&doc)?;
     } else if d.identical {
-        println!(
+        crate::outln!(
             "verified: {} is what its provenance says: rebuilt {} @ {} ({}) gives the same sha256 {}",
             args.wheel.display(),
             prov.variant.name,
@@ -174,8 +174,8 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
             d.a.sha256
         );
     } else {
-        println!("NOT verified: the rebuild from the wheel's provenance differs");
-        print!("{}", diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)"));
+        crate::outln!("NOT verified: the rebuild from the wheel's provenance differs");
+        crate::out!("{}", diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)"));
     }
     Ok(if d.identical { Exit::Ok } else { Exit::Problems })
 }

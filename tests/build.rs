@@ -156,7 +156,7 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).contains("dropped HYBRID_EP_MULTINODE=1"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("dropped HYBRID_EP_MULTINODE=1"), "a note, on stderr: {}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let res = &r["results"][0];
     assert_eq!(res["status"], "built");
@@ -776,7 +776,7 @@ fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_bina
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).contains("dropped DISABLE_AGGRESSIVE_PTX_INSTRS=0"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("dropped DISABLE_AGGRESSIVE_PTX_INSTRS=0"), "a note, on stderr: {}", stderr(&o));
     let so = so_of(&out1);
     assert!(has(&so, "forge-ptx-mode=conservative") && !has(&so, "forge-ptx-mode=aggressive"));
 

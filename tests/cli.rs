@@ -39,3 +39,88 @@ fn missing_pins_is_usage_error_with_hint() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("pins file not found") && stderr(&o).contains("hint:"), "{}", stderr(&o));
 }
+
+/// `--quiet`/`-q` is global: every command, at any position, accepts it.
+#[test]
+fn quiet_is_accepted_by_every_command() {
+    use clap::CommandFactory;
+    let mut cmd = deepep_forge::cli::Cli::command();
+    cmd.build();
+    fn leaves(c: &clap::Command, path: String, out: &mut Vec<(String, bool)>) {
+        let subs: Vec<_> = c.get_subcommands().filter(|s| s.get_name() != "help").collect();
+        if subs.is_empty() {
+            out.push((path.clone(), c.get_arguments().any(|a| a.get_id() == "quiet" && a.get_short() == Some('q'))));
+        }
+        for s in subs {
+            leaves(s, format!("{path} {}", s.get_name()), out);
+        }
+    }
+    let mut all = Vec::new();
+    leaves(&cmd, "deepep-forge".into(), &mut all);
+    assert!(all.len() > 15, "{all:?}");
+    let without: Vec<_> = all.iter().filter(|(_, q)| !q).collect();
+    assert!(without.is_empty(), "commands without --quiet: {without:?}");
+    for args in [&["-q", "pins", "check"][..], &["pins", "check", "--quiet"]] {
+        let o = forge(&root(), args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).starts_with("pins.toml: ok"), "{args:?}: the result stays: {}", stdout(&o));
+    }
+}
+
+/// Results on stdout, notes on stderr; `--quiet` hides the notes, never the
+/// result, a warning or an error.
+#[test]
+fn results_go_to_stdout_notes_to_stderr_and_quiet_hides_only_notes() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin().args(["cache", "keygen", "--name", "ci", "--out"]).arg(dir.path().join("a.key")).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 1, "only the public key on stdout: {}", stdout(&o));
+    assert!(stdout(&o).starts_with("ci:"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("wrote the secret key to"), "the note is on stderr: {}", stderr(&o));
+
+    let o =
+        bin().args(["-q", "cache", "keygen", "--name", "ci", "--out"]).arg(dir.path().join("b.key")).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "--quiet: no notes");
+    assert!(stdout(&o).starts_with("ci:") && stdout(&o).lines().count() == 1, "{}", stdout(&o));
+
+    let o = bin().args(["pins", "show", "-q"]).current_dir(dir.path()).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("error: ") && stderr(&o).contains("hint: "), "errors survive --quiet: {}", stderr(&o));
+}
+
+/// The printer decides colour: plain off a terminal, `CLICOLOR_FORCE` forces
+/// it, `NO_COLOR` wins.
+#[test]
+fn colour_is_decided_once_and_no_color_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |env: &[(&str, &str)]| {
+        let mut c = bin();
+        c.args(["pins", "show"]).current_dir(dir.path()).env_remove("NO_COLOR").env_remove("CLICOLOR_FORCE");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        stderr(&o)
+    };
+    assert!(run(&[]).starts_with("error: pins file not found"), "{}", run(&[]));
+    let forced = run(&[("CLICOLOR_FORCE", "1")]);
+    assert!(forced.starts_with("\x1b[1;31merror\x1b[0m: pins file not found"), "{forced:?}");
+    assert!(forced.contains("\x1b[1;36mhint\x1b[0m: "), "{forced:?}");
+    assert!(run(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]).starts_with("error: "));
+}
+
+/// A result that cannot be written (stdout on a full device) is a failed job
+/// (exit 1, said on stderr), not a panic and not a silent exit 0.
+#[test]
+fn a_result_that_cannot_be_written_fails_the_command() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        assert!(std::env::var_os("CI").is_none(), "/dev/full is missing");
+        eprintln!("skipped: no /dev/full on this machine");
+        return;
+    };
+    let o = bin().args(["pins", "show"]).current_dir(root()).stdout(full).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("error: writing to stdout: No space left on device"), "{}", stderr(&o));
+}

@@ -156,6 +156,9 @@ fn run_block(ws: &Workspace, block: &Block) -> Vec<(String, i32)> {
         .env("DEEPEP_FORGE_TOOLS", &ws.tools)
         .env("NO_COLOR", "1")
         .env("COLUMNS", "100")
+        // No timing in what a page shows: a build slower than 30 s (a loaded
+        // machine) would otherwise add a heartbeat line to the output.
+        .env("DEEPEP_FORGE_HEARTBEAT_SECS", "3600")
         .output()
         .expect("bash runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

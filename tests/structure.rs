@@ -134,3 +134,36 @@ fn no_import_circles_between_modules() {
         assert!(!edges[a].contains(b), "{a} imports {b}");
     }
 }
+
+/// One printer (ARCHITECTURE.md, invariants): only `src/printer.rs` writes to
+/// stdout or stderr; everything else goes through its `outln!`/`note!`/
+/// `alert!`/`json`, so `--quiet`, the stream of each line and colour are
+/// decided in one place.
+#[test]
+fn only_the_printer_prints() {
+    let src = support::root().join("src");
+    let printing =
+        regex::Regex::new(r"\b(e?print(ln)?!|dbg!|std::io::(stdout|stderr)\b|io::(stdout|stderr)\(\)|libc::write\()")
+            .unwrap();
+    let mut found = Vec::new();
+    for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") || p == src.join("printer.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(p).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if !code.starts_with("//") && printing.is_match(code) {
+                found.push(format!("{}:{}: {}", p.strip_prefix(&src).unwrap().display(), i + 1, code));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "printing outside src/printer.rs (use crate::outln!/note!/alert!):\n{}",
+        found.join("\n")
+    );
+    // the check itself sees what it must
+    assert!(printing.is_match("println!(\"x\")") && printing.is_match("let e = std::io::stderr();"));
+}

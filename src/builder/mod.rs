@@ -127,14 +127,14 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
             .map(|pl| serde_json::json!({ "variant": pl.variant.name, "arch": pl.variant.arch, "cache_key": pl.cache_key, "cached": cached(pl) }))
             .collect();
         let doc = serde_json::json!({ "schema": plan::SCHEMA, "plans": p.plans, "skipped": p.skipped, "matrix": { "include": include } });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::printer::json(&doc)?;
         return Ok(Exit::Ok);
     }
     for pl in &p.plans {
         print_plan(pl, cached(pl));
     }
     for s in &p.skipped {
-        println!("skipped {} ({}): {}", s.variant, s.arch, s.reason);
+        crate::outln!("skipped {} ({}): {}", s.variant, s.arch, s.reason);
     }
     Ok(Exit::Ok)
 }
@@ -142,11 +142,16 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
 /// A cross plan's target side: host -> target, the sysroot, the path map.
 fn print_cross(x: &cross::Sysroot) {
     let pick = |n: &str| format!("{n} {}", x.packages.get(n).map(String::as_str).unwrap_or("-"));
-    println!(
+    crate::outln!(
         "  cross       {} -> {} ({}, wheels for {}, Python {} {})",
-        x.host, x.target, x.triple, x.python_platform, x.python_version, x.ext_suffix
+        x.host,
+        x.target,
+        x.triple,
+        x.python_platform,
+        x.python_version,
+        x.ext_suffix
     );
-    println!(
+    crate::outln!(
         "  sysroot     {} ({} wheels: {}, ...; {} Debian arm64 packages)",
         x.root.display(),
         x.packages.len(),
@@ -154,7 +159,7 @@ fn print_cross(x: &cross::Sysroot) {
         x.debs.len()
     );
     for (h, tg) in &x.path_map {
-        println!("  path map    {h} -> {tg}");
+        crate::outln!("  path map    {h} -> {tg}");
     }
 }
 
@@ -165,26 +170,26 @@ fn print_plan(pl: &Plan, cached: bool) {
     } else {
         "single-node".into()
     };
-    println!("plan {} ({}, TORCH_CUDA_ARCH_LIST={}, {kind})", v.name, v.arch, v.cuda_arch_list);
+    crate::outln!("plan {} ({}, TORCH_CUDA_ARCH_LIST={}, {kind})", v.name, v.arch, v.cuda_arch_list);
     let s = &pl.source;
     let snap = s.snapshot_of.as_ref().map(|p| format!(" (snapshot of {})", p.display())).unwrap_or_default();
-    println!("  source      {}{snap} @ {}", s.repo, s.rev);
+    crate::outln!("  source      {}{snap} @ {}", s.repo, s.rev);
     let i = &pl.interface;
-    println!(
+    crate::outln!(
         "  interface   {} (version from {}; extensions {}; needs {})",
         i.branch.as_str(),
         i.version_from,
         i.extensions.join(", "),
         i.needs.join(", ")
     );
-    println!(
+    crate::outln!(
         "  version     {}  (SOURCE_DATE_EPOCH {} = {})",
         s.version,
         s.source_date_epoch,
         provenance::rfc3339(s.source_date_epoch)
     );
     for (p, c) in &s.submodules {
-        println!("  submodule   {p} @ {c}");
+        crate::outln!("  submodule   {p} @ {c}");
     }
     let knobs: Vec<String> = i
         .knobs
@@ -195,19 +200,19 @@ fn print_plan(pl: &Plan, cached: bool) {
             None => format!("{} (unset)", k.name),
         })
         .collect();
-    println!("  knobs       {}", knobs.join(" "));
+    crate::outln!("  knobs       {}", knobs.join(" "));
     for (k, val) in &pl.dropped_env {
-        println!("  dropped     {k}={val} (from your environment; the plan decides it)");
+        crate::outln!("  dropped     {k}={val} (from your environment; the plan decides it)");
     }
     for f in &pl.fixes {
-        println!("  fix         {f}");
+        crate::outln!("  fix         {f}");
     }
     for w in &pl.warnings {
-        println!("  warning     {w}");
+        crate::outln!("  warning     {w}");
     }
     match &pl.toolchain {
         ToolchainPart::Known(t) => {
-            println!(
+            crate::outln!(
                 "  python      {} ({} {}, {}), torch {}{}",
                 t.python.display(),
                 t.python_version,
@@ -216,68 +221,68 @@ fn print_plan(pl: &Plan, cached: bool) {
                 t.torch.as_deref().unwrap_or("-"),
                 if pl.needs_torch { " (the build imports torch)" } else { "" }
             );
-            println!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
+            crate::outln!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
             if let Some(r) = &t.registry {
                 let pick = |n: &str| format!("{n} {}", r.packages.get(n).map(String::as_str).unwrap_or("-"));
-                println!(
+                crate::outln!(
                     "  toolchain   registry {} ({} packages: {}, ...)",
                     r.root.display(),
                     r.packages.len(),
                     ["torch", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvshmem-cu13"].map(pick).join(", ")
                 );
-                println!(
+                crate::outln!(
                     "  stub        libcuda.so (soname libcuda.so.1) defining {} driver functions from cuda.h",
                     r.stub_symbols
                 );
                 for n in &r.notes {
-                    println!("  note        {n}");
+                    crate::outln!("  note        {n}");
                 }
             }
             if let Some(x) = &t.cross {
                 print_cross(x);
             }
             for (k, c) in &t.compilers {
-                println!("  {k:<11} {} ({})", c.path.display(), c.version);
+                crate::outln!("  {k:<11} {} ({})", c.path.display(), c.version);
             }
         }
         ToolchainPart::Missing(m) => {
-            println!("  toolchain   {} MISSING: {}", m.kind, m.missing);
+            crate::outln!("  toolchain   {} MISSING: {}", m.kind, m.missing);
             if let Some(h) = &m.hint {
-                println!("              hint: {h}");
+                crate::outln!("              hint: {h}");
             }
             for n in &m.needs {
-                println!("  build needs {n}");
+                crate::outln!("  build needs {n}");
             }
             if let Some(w) = &m.would_provision {
-                println!("  would make  {} with Python {}: {}", w.root.display(), w.python, w.torch);
-                println!("              then {}", w.packages.join(" "));
+                crate::outln!("  would make  {} with Python {}: {}", w.root.display(), w.python, w.torch);
+                crate::outln!("              then {}", w.packages.join(" "));
             }
         }
     }
     if let Some(h) = &pl.hooks {
-        println!(
+        crate::outln!(
             "  build root  {} (the same path on every machine, one build at a time; links: {})",
             pl.build_dir().display(),
             h.links.iter().map(|(n, t)| format!("{n} -> {}", t.display())).collect::<Vec<_>>().join(", ")
         );
-        println!(
+        crate::outln!(
             "  hooks       nvcc and C++ compiles through sccache {} (per-unit --frandom-seed, -ffile-prefix-map); compiler cache: {}",
             h.sccache_version,
             h.compiler_cache.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "off".into())
         );
     }
-    println!("  cwd         {}", pl.run.cwd.display());
-    println!("  command     {}", pl.run.argv.join(" "));
-    println!(
+    crate::outln!("  cwd         {}", pl.run.cwd.display());
+    crate::outln!("  command     {}", pl.run.argv.join(" "));
+    crate::outln!(
         "  env         {} variables, nothing inherited: {}",
         pl.run.env.len(),
         pl.run.env.keys().cloned().collect::<Vec<_>>().join(" ")
     );
     match &pl.cache_key {
-        Some(k) => println!("  cache key   {k}{}", if cached { " (cached)" } else { "" }),
-        None => println!("  cache key   unknown: {}", pl.cache_key_unknown.as_deref().unwrap_or("-")),
+        Some(k) => crate::outln!("  cache key   {k}{}", if cached { " (cached)" } else { "" }),
+        None => crate::outln!("  cache key   unknown: {}", pl.cache_key_unknown.as_deref().unwrap_or("-")),
     }
-    println!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
+    crate::outln!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
 }
 
 /// Build every planned variant without printing (`verify` rebuilds this way).
@@ -340,13 +345,13 @@ pub fn build(args: BuildArgs) -> Result<Exit> {
     }
     if c.format != Format::Json {
         for s in &p.skipped {
-            println!("skipped    {} ({}): {}", s.variant, s.arch, s.reason);
+            crate::outln!("skipped    {} ({}): {}", s.variant, s.arch, s.reason);
         }
     }
     let report = Report { schema: plan::SCHEMA, results: &results, skipped: &p.skipped };
     let text = serde_json::to_string_pretty(&report)?;
     if c.format == Format::Json {
-        println!("{text}");
+        crate::outln!("{text}");
     }
     if let Some(r) = &args.report {
         deliver::write_atomic(r, text.as_bytes())?;
@@ -354,8 +359,10 @@ pub fn build(args: BuildArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// One built or cached wheel: the result line (and patches) on stdout, what
+/// was dropped and the notes on stderr.
 fn print_outcome(o: &Outcome) {
-    println!(
+    crate::outln!(
         "{:<10} {} ({}) sha256 {} in {:.2} s",
         o.status,
         o.wheel.display(),
@@ -364,15 +371,15 @@ fn print_outcome(o: &Outcome) {
         o.seconds
     );
     for (k, v) in &o.dropped_env {
-        println!("           dropped {k}={v} from the environment (the plan decides it)");
+        crate::note!("           dropped {k}={v} from the environment (the plan decides it)");
     }
     // A cache hit reuses a wheel patched when it was built: its patches are in
     // the report and the provenance, not news.
     for pa in o.patches.iter().filter(|_| o.status == "built") {
         let to = if pa.to.is_empty() { "(removed)" } else { &pa.to };
-        println!("           patched {} {}: {} -> {to}", pa.file, pa.kind, pa.from);
+        crate::outln!("           patched {} {}: {} -> {to}", pa.file, pa.kind, pa.from);
     }
     for n in &o.notes {
-        println!("           note: {n}");
+        crate::note!("           note: {n}");
     }
 }

@@ -127,19 +127,19 @@ fn ls(a: LsArgs) -> Result<Exit> {
             wheels_bytes,
             toolchains_bytes,
         };
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::printer::json(&doc)?;
         return Ok(Exit::Ok);
     }
     let now = crate::provenance::now_secs();
-    println!("cache {}", cache.root().display());
-    println!();
-    println!("WHEELS ({})", entries.len());
+    crate::outln!("cache {}", cache.root().display());
+    crate::outln!();
+    crate::outln!("WHEELS ({})", entries.len());
     if !entries.is_empty() {
-        println!("{:<16}  {:<16}  {:>10}  {:>5}  WHEEL", "KEY", "VARIANT", "SIZE", "AGE");
+        crate::outln!("{:<16}  {:<16}  {:>10}  {:>5}  WHEEL", "KEY", "VARIANT", "SIZE", "AGE");
     }
     for h in &entries {
         let e = &h.entry;
-        println!(
+        crate::outln!(
             "{:<16}  {:<16}  {:>10}  {:>5}  {}",
             &e.key[..16],
             e.variant,
@@ -148,13 +148,13 @@ fn ls(a: LsArgs) -> Result<Exit> {
             e.wheel
         );
     }
-    println!();
-    println!("TOOLCHAINS ({})", toolchains.len());
+    crate::outln!();
+    crate::outln!("TOOLCHAINS ({})", toolchains.len());
     if !toolchains.is_empty() {
-        println!("{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}", "KEY", "TORCH", "CUDA", "PACKAGES", "SIZE", "AGE");
+        crate::outln!("{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}", "KEY", "TORCH", "CUDA", "PACKAGES", "SIZE", "AGE");
     }
     for t in &toolchains {
-        println!(
+        crate::outln!(
             "{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}",
             t.key,
             t.torch.as_deref().unwrap_or("-"),
@@ -165,10 +165,10 @@ fn ls(a: LsArgs) -> Result<Exit> {
         );
     }
     for b in &bad {
-        println!("not an entry: wheels/{}: {}", b.name, b.problem);
+        crate::outln!("not an entry: wheels/{}: {}", b.name, b.problem);
     }
-    println!();
-    println!(
+    crate::outln!();
+    crate::outln!(
         "total {} (wheels {}, toolchains {})",
         human_size(wheels_bytes.saturating_add(toolchains_bytes)),
         human_size(wheels_bytes),
@@ -209,7 +209,7 @@ fn gc(a: GcArgs) -> Result<Exit> {
             cache.remove_entry(&h.dir)?;
         }
         kept -= 1;
-        println!("{verb} wheel {} ({}, {}, {})", &e.key[..16], e.variant, e.wheel, human_size(e.size));
+        crate::outln!("{verb} wheel {} ({}, {}, {})", &e.key[..16], e.variant, e.wheel, human_size(e.size));
     }
     let mut tc_kept = toolchains.len();
     for (i, t) in toolchains.iter().enumerate() {
@@ -220,19 +220,24 @@ fn gc(a: GcArgs) -> Result<Exit> {
         }
         crate::error::check_interrupted()?;
         if !a.dry_run && !cache.remove_toolchain(t)? {
-            println!("kept toolchain {}: a running build uses it", t.key);
+            crate::outln!("kept toolchain {}: a running build uses it", t.key);
             continue;
         }
         tc_kept -= 1;
-        println!("{verb} toolchain {} (torch {}, {})", t.key, t.torch.as_deref().unwrap_or("-"), human_size(t.size));
+        crate::outln!(
+            "{verb} toolchain {} (torch {}, {})",
+            t.key,
+            t.torch.as_deref().unwrap_or("-"),
+            human_size(t.size)
+        );
     }
     if !a.dry_run {
         for p in cache.clean_stale()? {
-            println!("removed leftover {}", p.display());
+            crate::outln!("removed leftover {}", p.display());
         }
     }
     let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    println!("{} and {} kept", plural(kept, "wheel", "wheels"), plural(tc_kept, "toolchain", "toolchains"));
+    crate::outln!("{} and {} kept", plural(kept, "wheel", "wheels"), plural(tc_kept, "toolchain", "toolchains"));
     Ok(Exit::Ok)
 }
 
@@ -270,7 +275,7 @@ fn push(a: PushArgs) -> Result<Exit> {
             return Err(Failure::problems(format!("entry {key} failed verification and was removed")).into());
         };
         client.push(&verified, &secret)?;
-        println!(
+        crate::outln!(
             "pushed {} {} -> {} (signed by {})",
             key.short(),
             verified.entry.wheel,
@@ -284,10 +289,10 @@ fn push(a: PushArgs) -> Result<Exit> {
 fn keygen(a: KeygenArgs) -> Result<Exit> {
     let sk = SecretKey::generate(&a.name)?;
     sk.write_new(&a.out)?;
-    eprintln!("wrote the secret key to {} (mode 0600; keep it private)", a.out.display());
-    eprintln!("readers trust the public key below: --trusted-key, DEEPEP_FORGE_TRUSTED_KEYS, or");
-    eprintln!("`[cache] trusted-keys = [...]` in their ~/.config/deepep-forge/config.toml");
-    println!("{}", sk.public());
+    crate::note!("wrote the secret key to {} (mode 0600; keep it private)", a.out.display());
+    crate::note!("readers trust the public key below: --trusted-key, DEEPEP_FORGE_TRUSTED_KEYS, or");
+    crate::note!("`[cache] trusted-keys = [...]` in their ~/.config/deepep-forge/config.toml");
+    crate::outln!("{}", sk.public());
     Ok(Exit::Ok)
 }
 

@@ -289,7 +289,7 @@ pub fn check(args: CheckArgs) -> Result<Exit> {
             findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report))
         }
     };
-    print!("{text}");
+    crate::out!("{text}");
     Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
 }
 

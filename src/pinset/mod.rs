@@ -85,7 +85,7 @@ pub fn recover(args: RecoverArgs) -> Result<Exit> {
         allowed.push(args.pins.clone());
     }
     for line in txn::recover(&journal_path(&args.project, &args.pins, args.no_pins), &allowed)? {
-        println!("{line}");
+        crate::outln!("{line}");
     }
     Ok(Exit::Ok)
 }
@@ -201,7 +201,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let mut add = |shown: &Path, old: Option<Vec<u8>>, new: Option<Vec<u8>>| -> Result<()> {
         let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
         if real != shown {
-            eprintln!("note: {} is a symlink; its target {} is written", shown.display(), real.display());
+            crate::note!("note: {} is a symlink; its target {} is written", shown.display(), real.display());
         }
         let c = txn::Change { shown: shown.to_path_buf(), real, old, new };
         txn::check_writable(&c)?;
@@ -236,20 +236,20 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     }
 
     let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
-    println!("pinned DeepEP {} ({short}) for {which}", rev);
+    crate::outln!("pinned DeepEP {} ({short}) for {which}", rev);
     if places.is_empty() {
-        println!("{}: already at that revision", py_path.display());
+        crate::outln!("{}: already at that revision", py_path.display());
     } else {
-        println!("{}: {}", py_path.display(), places.join(", "));
+        crate::outln!("{}: {}", py_path.display(), places.join(", "));
     }
     if let Some(l) = &label {
-        println!("label: {l}");
+        crate::outln!("label: {l}");
     }
     if let Some((path, old, new)) = &new_pins {
-        println!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
+        crate::outln!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
     }
     if split {
-        eprintln!("warning: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split");
+        crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
     }
 
     let check = CheckArgs {
@@ -272,12 +272,12 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     );
     let Some(uv) = uv else {
         commit_unless_interrupted(t)?;
-        println!("next: uv lock --project {} && {check_cmd}", args.project.display());
+        crate::outln!("next: uv lock --project {} && {check_cmd}", args.project.display());
         return Ok(Exit::Ok);
     };
 
     // 3. --relock: real uv, then the lock check. Ctrl-C/SIGTERM stop uv; every file is then restored (exit 130).
-    eprintln!("running {} lock in {} ...", uv.display(), args.project.display());
+    crate::note!("running {} lock in {} ...", uv.display(), args.project.display());
     let out = crate::process::Cmd::new(&uv, format!("relock {} with uv", args.project.display()))
         .arg("lock")
         .dir(&args.project)
@@ -302,9 +302,9 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         .into());
     }
     commit_unless_interrupted(t)?;
-    println!("uv lock: ok");
+    crate::outln!("uv lock: ok");
     let report = crate::lock::run_check(&check)?;
-    print!("{}", crate::findings::render_human(&report.findings));
-    println!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
+    crate::out!("{}", crate::findings::render_human(&report.findings));
+    crate::outln!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
     Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
 }

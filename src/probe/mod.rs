@@ -126,9 +126,9 @@ pub fn run(args: ProbeArgs) -> Result<Exit> {
 /// Print a verdict in the chosen format.
 pub fn print(v: &Verdict, format: Format) -> Result<()> {
     match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(v)?),
-        Format::Human => print!("{}", v.render_human()),
-        Format::Github => print!("{}{}", v.render_github(), crate::output::github_log(&v.render_human())),
+        Format::Json => crate::printer::json(v)?,
+        Format::Human => crate::out!("{}", v.render_human()),
+        Format::Github => crate::out!("{}{}", v.render_github(), crate::output::github_log(&v.render_human())),
     }
     Ok(())
 }

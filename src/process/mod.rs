@@ -8,7 +8,7 @@
 //! [`git`]. Must not know what it runs.
 pub mod git;
 
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -171,7 +171,7 @@ impl Cmd {
             }
             logf.flush()
         });
-        let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = crate::printer::printer().spinner().then(|| {
             let b = indicatif::ProgressBar::new_spinner();
             b.set_style(
                 indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix} {wide_msg}")
@@ -182,8 +182,8 @@ impl Cmd {
             b
         });
         // Off a terminal (CI logs) there is no spinner: say where the log is, then
-        // a heartbeat with the elapsed time and the last compiler line.
-        let mut heartbeat = bar.is_none().then(|| Heartbeat::start(label, log));
+        // a heartbeat with the elapsed time and the last compiler line; `--quiet`: neither.
+        let mut heartbeat = crate::printer::printer().heartbeat().then(|| Heartbeat::start(label, log));
         let waited = wait_with(child, || {
             if let Some(b) = &bar {
                 b.set_message(step.lock().expect("step lock").clone());
@@ -241,7 +241,7 @@ impl Heartbeat {
     fn start(label: &str, log: &Path) -> Heartbeat {
         let secs = std::env::var("DEEPEP_FORGE_HEARTBEAT_SECS").ok().and_then(|s| s.parse::<u64>().ok());
         let every = Duration::from_secs(secs.filter(|s| (1..=3600).contains(s)).unwrap_or(30));
-        eprintln!("{label}: running, full log in {}", log.display());
+        crate::note!("{label}: running, full log in {}", log.display());
         let started = Instant::now();
         Heartbeat { label: label.to_string(), started, every, next: started + every }
     }
@@ -251,7 +251,7 @@ impl Heartbeat {
             return;
         }
         self.next += self.every;
-        eprintln!("{}", heartbeat_line(&self.label, self.started.elapsed(), last_line));
+        crate::note!("{}", heartbeat_line(&self.label, self.started.elapsed(), last_line));
     }
 }
 

@@ -117,16 +117,16 @@ pub fn run(args: &Input) -> Result<Exit> {
         return Ok(Exit::Ok); // not rank 0: rank 0 prints and carries the verdict
     };
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&verdict)?),
+        Format::Json => crate::printer::json(&verdict)?,
         Format::Human => {
-            print!("{}", verdict.render_human());
+            crate::out!("{}", verdict.render_human());
             if let Some(m) = render_links(&verdict.facts) {
-                print!("{m}");
+                crate::out!("{m}");
             }
         }
         Format::Github => {
             let human = verdict.render_human() + &render_links(&verdict.facts).unwrap_or_default();
-            print!("{}{}", verdict.render_github(), crate::output::github_log(&human));
+            crate::out!("{}{}", verdict.render_github(), crate::output::github_log(&human));
         }
     }
     Ok(verdict.exit())
