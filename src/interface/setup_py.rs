@@ -87,30 +87,45 @@ fn is_ident(s: &str) -> bool {
     !s.is_empty() && !s.starts_with(|c: char| c.is_ascii_digit()) && s.chars().all(|c| c.is_alphanumeric() || c == '_')
 }
 
+/// For each line, the nearest code line above it with less indentation (its
+/// block header), computed in one pass with a stack of open blocks.
+fn headers(lines: &[&str]) -> Vec<Option<usize>> {
+    let mut open: Vec<usize> = Vec::new();
+    let mut out = Vec::with_capacity(lines.len());
+    for (i, l) in lines.iter().enumerate() {
+        let level = indent(l);
+        while open.last().is_some_and(|&j| indent(lines[j]) >= level) {
+            open.pop();
+        }
+        out.push(open.last().copied());
+        if code(l) {
+            open.push(i);
+        }
+    }
+    out
+}
+
 /// The block header line (index) that decides whether line `i` runs: the
 /// nearest enclosing `if`/`elif`/`else`/`for`/`while`/`except`, or None
 /// when it runs whenever its function (or the `__main__` block) does.
 /// `try:` and `with` are looked through.
-fn guard(lines: &[&str], i: usize) -> Option<usize> {
-    let mut level = indent(lines[i]);
-    let mut j = i;
-    while level > 0 && j > 0 {
-        j -= 1;
-        if !code(lines[j]) || indent(lines[j]) >= level {
-            continue;
-        }
-        level = indent(lines[j]);
-        let t = lines[j].trim();
+fn guard(lines: &[&str], heads: &[Option<usize>], i: usize) -> Option<usize> {
+    let mut j = heads[i];
+    while let Some(h) = j {
+        let t = lines[h].trim();
         if t.starts_with("def ") || t.starts_with("class ") || t.starts_with("if __name__") {
             return None;
         }
-        if t.starts_with("try:") || t.starts_with("with ") {
-            continue;
+        if !(t.starts_with("try:") || t.starts_with("with ")) {
+            return Some(h);
         }
-        return Some(j);
+        j = heads[h];
     }
     None
 }
+
+/// How far below a read its first use is looked for (bounds the work on a hostile file).
+const USE_WINDOW: usize = 400;
 
 /// Local variables assigned from an environment read: name -> (variable, line, the read has a None default).
 fn env_vars(lines: &[&str]) -> BTreeMap<String, (String, usize, bool)> {
@@ -153,13 +168,14 @@ fn only_when_unset(header: &str, name: &str) -> bool {
 /// Build variables assigned in `file` other than as defaults.
 pub fn assigns(file: &str, text: &str) -> Vec<Assign> {
     let lines: Vec<&str> = text.lines().collect();
+    let heads = headers(&lines);
     let mut out = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         let Some((name, value)) = assignment(l.trim()) else { continue };
         let quoted = [format!("'{name}'"), format!("\"{name}\"")];
         let defaults = (value.starts_with("os.getenv(") || value.starts_with("os.environ.get("))
             && quoted.iter().any(|q| value.contains(q.as_str()));
-        let when = guard(&lines, i).map(|h| lines[h].trim().to_string());
+        let when = guard(&lines, &heads, i).map(|h| lines[h].trim().to_string());
         if defaults || when.as_deref().is_some_and(|h| only_when_unset(h, &name)) {
             continue;
         }
@@ -187,11 +203,12 @@ fn split_assert(t: &str) -> Option<(String, String)> {
 /// Unconditional asserts on build variables in `file`.
 pub fn requires(file: &str, text: &str) -> Vec<Require> {
     let lines: Vec<&str> = text.lines().collect();
+    let heads = headers(&lines);
     let vars = env_vars(&lines);
     let mut out = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         let Some((cond, message)) = split_assert(l.trim()) else { continue };
-        if guard(&lines, i).is_some() {
+        if guard(&lines, &heads, i).is_some() {
             continue;
         }
         let at = format!("{file}:{}", i + 1);
@@ -249,7 +266,7 @@ pub fn switches(file: &str, text: &str, present: &dyn Fn(&str) -> bool) -> Vec<S
             continue;
         }
         // The body: a `flag = True` on a variable read from the environment.
-        let body = lines[i + 1..].iter().take_while(|b| !code(b) || indent(b) > indent(l));
+        let body = lines[i + 1..].iter().take(USE_WINDOW).take_while(|b| !code(b) || indent(b) > indent(l));
         let turns_on = body
             .filter_map(|b| b.trim().strip_suffix("= True"))
             .find_map(|v| vars.get(v.trim()))
@@ -305,32 +322,36 @@ fn guards(line: &str, v: &str) -> bool {
 /// Variables read with a None default whose first use is as a string.
 pub fn none_uses(file: &str, text: &str) -> Vec<NoneUse> {
     let lines: Vec<&str> = text.lines().collect();
+    // One pass: the lines each identifier appears on, and each code line's indentation.
+    let mut words: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, l) in lines.iter().enumerate() {
+        for w in l.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| is_ident(w)) {
+            let at = words.entry(w).or_default();
+            if at.last() != Some(&i) {
+                at.push(i);
+            }
+        }
+    }
+    let levels: Vec<Option<usize>> = lines.iter().map(|l| code(l).then(|| indent(l))).collect();
     let mut out = Vec::new();
     for (v, (name, line, none)) in env_vars(&lines) {
         if !none {
             continue;
         }
+        // `line` is 1-based: the lines after the read start at index `line`.
         let base = indent(lines[line - 1]);
-        for (j, l) in lines.iter().enumerate().skip(line) {
-            if code(l) && indent(l) < base {
-                break;
-            }
-            if !l.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == v) {
-                continue;
-            }
-            if guards(l, &v) {
-                break;
-            }
-            if string_use(l, &v) {
-                out.push(NoneUse {
-                    name: name.clone(),
-                    read_at: format!("{file}:{line}"),
-                    used_at: format!("{file}:{}", j + 1),
-                    usage: l.trim().to_string(),
-                });
-            }
-            break;
+        let Some(seen) = words.get(v.as_str()) else { continue };
+        let next = seen.partition_point(|&j| j < line);
+        let Some(&j) = seen.get(next).filter(|&&j| j < line + USE_WINDOW) else { continue };
+        if levels[line..j].iter().flatten().any(|&lv| lv < base) || guards(lines[j], &v) || !string_use(lines[j], &v) {
+            continue;
         }
+        out.push(NoneUse {
+            name,
+            read_at: format!("{file}:{line}"),
+            used_at: format!("{file}:{}", j + 1),
+            usage: lines[j].trim().to_string(),
+        });
     }
     out
 }
@@ -405,6 +426,18 @@ mod tests {
             (u[0].name.as_str(), u[0].read_at.as_str(), u[0].used_at.as_str()),
             ("LIBRARY_PATH", "setup.py:2", "setup.py:3")
         );
+    }
+
+    #[test]
+    fn a_large_flat_file_is_read_in_bounded_time() {
+        // Lines of assignments and None reads at one level: no quadratic walk.
+        const N: usize = 30_000;
+        let body: String =
+            (0..N).map(|i| format!("    os.environ['A{i}'] = '1'\n    v{i} = os.getenv('B{i}', None)\n")).collect();
+        let text = format!("def f():\n{body}");
+        assert_eq!(assigns("setup.py", &text).len(), N);
+        assert!(none_uses("setup.py", &text).is_empty());
+        assert!(requires("setup.py", &text).is_empty());
     }
 
     #[test]
