@@ -287,10 +287,8 @@ fn read_elsewhere(pl: &Plan) -> Option<String> {
             None => s.repo.clone(),
         };
         format!(
-            "source read from {from} ({}); the wheel's provenance names {} at commit {}, which names the same content",
-            path_free_repo(&s.repo, s.snapshot_of.as_deref()),
-            s.pinned_repo,
-            s.rev
+            "source read from {from}; the provenance names {} at {} (the commit names the content)",
+            s.pinned_repo, s.rev
         )
     })
 }
