@@ -9,7 +9,12 @@
 //! `... in os.environ`), names built by f-strings are expanded from the literal
 //! arguments of the calls that reach them, names read in a loop from the
 //! tuple the loop walks. A read the table does not know becomes a warning.
-//! Pure: files come through a [`Files`] reader (git show at the revision).
+//! What setup.py does besides reading knobs (its own assignments, asserts,
+//! committed files that switch the build, None defaults used as strings) is
+//! read by `setup_py` and judged against a plan's environment by `fit`;
+//! submodules are those `.gitmodules` declares with a gitlink at the revision;
+//! a setup.py that builds with another framework's extension builder is refused.
+//! Pure: files and gitlinks come through a [`Files`] reader (git at the revision).
 //! Must not run git, build, or decide variant settings beyond the knobs.
 use std::collections::{BTreeMap, BTreeSet};
 
