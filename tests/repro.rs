@@ -119,9 +119,13 @@ fn two_checkouts_two_caches_two_toolchain_paths_give_the_same_wheel_which_verifi
         a.forge(&["verify", wa.to_str().unwrap(), "--source", src]).env("CUDA_HOME", &a.cuda_home).output().unwrap();
     assert_eq!(v.status.code(), Some(0), "{}{}", stdout(&v), stderr(&v));
     assert!(stdout(&v).starts_with("verified:"), "{}", stdout(&v));
-    // Without --source it says what is missing (exit 2), builds nothing.
+    // Without --source: the provenance names pins.toml's repository (never the
+    // local folder the bytes were read from), which does not hold this fixture
+    // commit (or cannot be reached): it fails naming that repository and
+    // --source, and builds nothing.
     let v = a.forge(&["verify", wa.to_str().unwrap()]).output().unwrap();
-    assert_eq!(v.status.code(), Some(2), "{}", stderr(&v));
+    assert!(matches!(v.status.code(), Some(2 | 3)), "{}", stderr(&v));
+    assert!(stderr(&v).contains("https://github.com/deepseek-ai/DeepEP.git"), "{}", stderr(&v));
     assert!(stderr(&v).contains("--source"), "{}", stderr(&v));
 
     // A tampered copy (one member's bytes changed, RECORD made consistent again) fails, and says where.
