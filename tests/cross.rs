@@ -324,3 +324,92 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("or cross-compile it here with --toolchain registry"), "{}", stderr(&o));
 }
+
+/// `plan` for an aarch64 variant on this x86_64 host with nothing provisioned is a
+/// cross plan: host, target, the cross compilers and qemu as found, what the sysroot
+/// will hold, and what will stop the build (a target Python Debian's arm64 archive
+/// lacks, a missing cross compiler, apt-get or qemu). Nothing is downloaded.
+#[test]
+fn an_unprovisioned_cross_plan_says_what_it_will_make_and_what_stops_it() {
+    if std::env::consts::ARCH != "x86_64" {
+        return eprintln!("SKIPPED: cross builds are from x86_64 hosts");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("DeepEP");
+    let rev = git_repo_from_fixture("mini-deepep", &repo);
+    let pins = dir.path().join("pins.toml");
+    std::fs::write(
+        &pins,
+        format!(
+            "schema = 2\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[toolchain]\ntorch = \"2.11.0\"\ncuda = \"13.0\"\npython = \"3.12\"\n[pin.x86_64]\nrev = \"{rev}\"\n[pin.aarch64]\nrev = \"{rev}\"\n[[variant]]\nname = \"gb200-nvl72\"\narch = \"aarch64\"\ncuda_arch_list = \"10.0\"\nmultinode = false\n"
+        ),
+    )
+    .unwrap();
+    // A PATH with git only: no uv, no cross compiler, no apt-get, no qemu.
+    let bare = dir.path().join("bare-bin");
+    std::fs::create_dir(&bare).unwrap();
+    let git = ["/usr/bin/git", "/usr/local/bin/git", "/bin/git"].into_iter().find(|g| Path::new(g).is_file());
+    std::os::unix::fs::symlink(git.expect("git installed"), bare.join("git")).unwrap();
+    let plan = |path: &Path, extra: &[&str], format: &str| {
+        let mut c = bin();
+        c.args(["plan", "--toolchain", "registry", "--variant", "gb200-nvl72", "--format", format, "--pins"])
+            .arg(&pins)
+            .arg("--source")
+            .arg(&repo)
+            .args(extra)
+            .current_dir(dir.path())
+            .env("PATH", path)
+            .env("DEEPEP_FORGE_CACHE_DIR", dir.path().join("cache"))
+            .env_remove("DEEPEP_FORGE_UV")
+            .env_remove("VIRTUAL_ENV");
+        c.output().unwrap()
+    };
+    let o = plan(&bare, &[], "json");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let tc = &doc["plans"][0]["toolchain"];
+    assert_eq!((tc["state"].as_str(), tc["kind"].as_str()), (Some("missing"), Some("registry (cross)")), "{tc:#}");
+    let x = &tc["cross"];
+    assert_eq!(
+        (x["host"].as_str(), x["target"].as_str(), x["triple"].as_str()),
+        (Some("x86_64"), Some("aarch64"), Some(cross::TRIPLE))
+    );
+    assert_eq!(
+        (x["python_platform"].as_str(), x["target_python"].as_str()),
+        (Some(cross::PYTHON_PLATFORM), Some("3.12"))
+    );
+    assert!(x["compilers"]["g++"].is_null() && x["qemu"].is_null(), "{x:#}");
+    let holds = x["sysroot_holds"].to_string();
+    assert!(holds.contains("python3.12-minimal") && holds.contains("aarch64 libcuda.so link stub"), "{holds}");
+    let stops = x["stops"].to_string();
+    for want in ["aarch64-linux-gnu-g++ is not on PATH", "apt-get not found", "qemu-aarch64 not found"] {
+        assert!(stops.contains(want), "{want}: {stops}");
+    }
+    assert!(tc["needs"].to_string().contains("qemu-aarch64"), "{tc:#}");
+    // On a Debian host the target Python is checked against what its arm64 archive ships.
+    let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    let bookworm = os.lines().any(|l| l == "ID=debian") && os.lines().any(|l| l == "VERSION_CODENAME=bookworm");
+    assert_eq!(stops.contains("Python 3.12 for aarch64 is not reachable"), bookworm, "{stops}");
+    // The system PATH: the tools found are named; with Python 3.11 nothing about the Python stops it.
+    let system = Path::new("/usr/local/bin:/usr/bin:/bin");
+    let o = plan(system, &["--python", "3.11"], "json");
+    let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let x = &doc["plans"][0]["toolchain"]["cross"];
+    let has_cxx = Path::new("/usr/bin/aarch64-linux-gnu-g++").is_file();
+    assert_eq!(x["compilers"]["g++"]["path"].is_string(), has_cxx, "{x:#}");
+    assert!(!x["stops"].to_string().contains("not reachable"), "{x:#}");
+    // The human plan says the same.
+    let o = plan(&bare, &[], "human");
+    let out = stdout(&o);
+    for want in [
+        "toolchain   registry (cross) MISSING",
+        "cross       x86_64 -> aarch64 (aarch64-linux-gnu, wheels for aarch64-manylinux_2_28, Python 3.12)",
+        "cross g++   MISSING",
+        "sysroot     would make <cache>/toolchains/<key>-aarch64",
+        "qemu        MISSING",
+        "will stop   the cross compiler aarch64-linux-gnu-g++ is not on PATH",
+    ] {
+        assert!(out.contains(want), "{want}:\n{out}");
+    }
+    assert!(!dir.path().join("cache/toolchains").exists(), "plan provisions nothing");
+}

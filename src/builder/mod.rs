@@ -163,6 +163,46 @@ fn print_cross(x: &cross::Sysroot) {
     }
 }
 
+/// The target side of a cross plan that is not provisioned yet.
+fn print_cross_preview(x: &plan::CrossPreview) {
+    let py = x.target_python.as_deref().unwrap_or("of the build Python's minor");
+    crate::outln!(
+        "  cross       {} -> {} ({}, wheels for {}, Python {py})",
+        x.host,
+        x.target,
+        x.triple,
+        x.python_platform
+    );
+    for (k, c) in &x.compilers {
+        match c {
+            Some(c) => crate::outln!("  cross {k:<5} {} ({})", c.path.display(), c.version),
+            None => crate::outln!("  cross {k:<5} MISSING: {}-{k} not on PATH", x.triple),
+        }
+    }
+    match &x.sysroot {
+        Some(r) => crate::outln!("  sysroot     would make {}:", r.display()),
+        None => crate::outln!(
+            "  sysroot     would make <cache>/toolchains/<key>-{} (its key follows the host toolchain's):",
+            x.target
+        ),
+    }
+    for h in &x.sysroot_holds {
+        crate::outln!("              {h}");
+    }
+    match &x.qemu {
+        Some(q) => {
+            crate::outln!(
+                "  qemu        {} (imports the wheel under Debian's arm64 Python after the build)",
+                q.display()
+            )
+        }
+        None => crate::outln!("  qemu        MISSING: qemu-aarch64 (the import check after the build)"),
+    }
+    for s in &x.stops {
+        crate::outln!("  will stop   {s}");
+    }
+}
+
 fn print_plan(pl: &Plan, cached: bool) {
     let v = &pl.variant;
     let kind = if v.multinode {
@@ -254,8 +294,12 @@ fn print_plan(pl: &Plan, cached: bool) {
                 crate::outln!("  build needs {n}");
             }
             if let Some(w) = &m.would_provision {
-                crate::outln!("  would make  {} with Python {}: {}", w.root.display(), w.python, w.torch);
+                let host = if m.cross.is_some() { " (the host side, x86_64)" } else { "" };
+                crate::outln!("  would make  {}{host} with Python {}: {}", w.root.display(), w.python, w.torch);
                 crate::outln!("              then {}", w.packages.join(" "));
+            }
+            if let Some(x) = &m.cross {
+                print_cross_preview(x);
             }
         }
     }

@@ -248,6 +248,32 @@ pub struct MissingToolchain {
     pub needs: Vec<String>,
     /// With `--toolchain registry`: what `build-wheel` would provision.
     pub would_provision: Option<WouldProvision>,
+    /// A cross plan (aarch64 on x86_64): the target side `build-wheel` would provision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross: Option<Box<CrossPreview>>,
+}
+
+/// The target side of a cross plan before it is provisioned (`plan` never
+/// downloads): what `build-wheel` would make and what will stop it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrossPreview {
+    pub host: String,
+    pub target: String,
+    pub triple: String,
+    /// The wheel platform the target's packages would be resolved for.
+    pub python_platform: String,
+    /// The target Python's minor (the host Python's: the extensions are built for it), when known.
+    pub target_python: Option<String>,
+    /// The cross compilers (`gcc`, `g++`): where found, with their version line, or None when missing.
+    pub compilers: BTreeMap<String, Option<super::toolchain::Compiler>>,
+    /// `qemu-aarch64` for the import check after the build, when found.
+    pub qemu: Option<PathBuf>,
+    /// Where the sysroot would be made (None until the host toolchain is known: its key is part of the sysroot's).
+    pub sysroot: Option<PathBuf>,
+    /// What the sysroot would hold, one line a part.
+    pub sysroot_holds: Vec<String>,
+    /// What will stop `build-wheel` (exit 3) as this host stands.
+    pub stops: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -525,6 +551,7 @@ mod tests {
                 hint: None,
                 needs: vec![],
                 would_provision: None,
+                cross: None,
             }),
             needs_torch: false,
             portable: Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },

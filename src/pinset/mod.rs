@@ -51,19 +51,18 @@ pub struct RecoverArgs {
     /// The consumer project of the interrupted `pin set`.
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub project: PathBuf,
-    /// The pins file of the interrupted `pin set` (its journal lies next to it).
+    /// The pins file of the interrupted `pin set`.
     #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE", conflicts_with = "no_pins")]
     pub pins: PathBuf,
-    /// The interrupted run had --no-pins (its journal lies next to pyproject.toml).
+    /// The interrupted run had --no-pins.
     #[arg(long)]
     pub no_pins: bool,
 }
 
-/// Where a change's journal lives: next to pins.toml, or pyproject.toml with --no-pins.
-fn journal_path(project: &Path, pins: &Path, no_pins: bool) -> PathBuf {
-    let dir = if no_pins { project } else { pins.parent().unwrap_or(Path::new("")) };
-    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-    dir.join(txn::JOURNAL)
+/// The project's canonical folders, locked for the whole change (waits for
+/// another `pin set` or `pin recover` on them).
+fn hold(project: &Path, pins: &Path, no_pins: bool) -> Result<txn::Held> {
+    txn::hold(txn::Place::new(project, (!no_pins).then_some(pins))?)
 }
 
 /// `--project P --pins F` / `--no-pins` as the user gave them, for commands we print.
@@ -80,11 +79,8 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
 /// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
 pub fn recover(args: RecoverArgs) -> Result<Exit> {
     let _guard = crate::error::Cooperative::enter();
-    let mut allowed = vec![args.project.join("pyproject.toml"), args.project.join("uv.lock")];
-    if !args.no_pins {
-        allowed.push(args.pins.clone());
-    }
-    for line in txn::recover(&journal_path(&args.project, &args.pins, args.no_pins), &allowed)? {
+    let held = hold(&args.project, &args.pins, args.no_pins)?;
+    for line in txn::recover(held)? {
         crate::outln!("{line}");
     }
     Ok(Exit::Ok)
@@ -123,8 +119,10 @@ pub fn find_uv() -> Result<PathBuf> {
 pub fn set(args: SetArgs) -> Result<Exit> {
     // 1. Everything that can fail on input, before any write.
     let flags = place_flags(&args.project, &args.pins, args.no_pins);
-    let journal = journal_path(&args.project, &args.pins, args.no_pins);
-    txn::refuse_if_pending(&journal, &format!("deepep-forge pin recover{flags}"))?;
+    // Locked from before the first read to the end of the change: a second run waits here.
+    let held = hold(&args.project, &args.pins, args.no_pins)?;
+    held.warn_legacy();
+    held.refuse_if_pending()?;
     let pins = if args.no_pins { None } else { Some(Pins::load(&args.pins)?) };
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
@@ -229,7 +227,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     );
     // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
     let _guard = crate::error::Cooperative::enter();
-    let t = txn::Txn::begin(journal, again.clone(), changes)?;
+    let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
     if let Err(e) = t.apply() {
         t.rollback()?;
         return Err(e);

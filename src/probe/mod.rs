@@ -93,9 +93,9 @@ fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Opti
         }
     }
     if let Some(r) = &request {
-        for c in rules::topology_checks(r, inspected.as_ref().map(|i| &i.evidence), pins.as_ref()) {
-            v.push(c);
-        }
+        let (checks, considered) = rules::topology_checks(r, inspected.as_ref().map(|i| &i.evidence), pins.as_ref());
+        v.checks.extend(checks);
+        v.considered = considered;
     }
     if let Some(i) = &inspected {
         v.facts = serde_json::json!({
