@@ -290,7 +290,10 @@ pub fn preview(python: &str, sysroot: Option<PathBuf>) -> crate::builder::plan::
 /// The sysroot at `root` when complete, of this layout and still at that
 /// place (its wrappers hold absolute paths: a moved cache makes a new one).
 fn read_identity(root: &Path) -> Option<Sysroot> {
-    let s: Sysroot = serde_json::from_slice(&std::fs::read(root.join(IDENTITY_FILE)).ok()?).ok()?;
+    let s: Sysroot = serde_json::from_slice(
+        &crate::input::read_bytes(&root.join(IDENTITY_FILE), "sysroot identity", crate::input::cap::TEXT).ok()?,
+    )
+    .ok()?;
     (s.layout == LAYOUT && s.root == root).then_some(s)
 }
 
@@ -660,8 +663,8 @@ pub struct Checked {
 pub fn check_wheel(wheel: &Path, s: &Sysroot, tmp: &Path) -> Result<Checked> {
     let dir = tmp.join("cross-check");
     std::fs::create_dir_all(&dir)?;
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))?;
-    zip.extract(&dir).with_context(|| format!("unpacking {}", wheel.display()))?;
+    let mut w = crate::wheel::open(wheel)?;
+    w.archive().extract(&dir).with_context(|| format!("unpacking {}", wheel.display()))?;
     // Installed beside the target's packages (RUNPATHs are `$ORIGIN`-relative to site-packages).
     for e in std::fs::read_dir(s.site())?.flatten() {
         let to = dir.join(e.file_name());

@@ -6,6 +6,7 @@
 //! `deliver` (`--out`, SHA256SUMS, report). Must not parse consumer
 //! lockfiles or touch a GPU.
 pub mod canon;
+pub mod compiler_cache;
 pub mod cross;
 pub mod deliver;
 pub mod execute;
@@ -71,12 +72,16 @@ pub struct Common {
     /// Build without reading or writing the wheel cache (git mirrors and logs still live there).
     #[arg(long)]
     pub no_cache: bool,
-    /// Compiler cache (sccache) folder, shareable by a cluster: a warm cache makes a
-    /// rebuild, or another variant that shares sources, cheap. Without DIR:
-    /// `<cache>/sccache`. Also `DEEPEP_FORGE_COMPILER_CACHE` or `compiler-cache = "DIR"`
+    /// Compiler cache (sccache): a folder, or a storage a fleet shares
+    /// (redis://HOST:PORT, rediss://, memcached://HOST:PORT, s3://BUCKET/PREFIX,
+    /// webdav+https://HOST/PATH, gha; credentials only from sccache's own variables in
+    /// the environment, e.g. SCCACHE_REDIS_PASSWORD, AWS_SECRET_ACCESS_KEY, never shown).
+    /// A warm cache makes a rebuild, or another variant that shares sources, cheap; a
+    /// storage that does not answer is a note, never a failed build. Without a value:
+    /// `<cache>/sccache`. Also `DEEPEP_FORGE_COMPILER_CACHE` or `compiler-cache = "..."`
     /// in `$XDG_CONFIG_HOME/deepep-forge/config.toml` (never pins.toml). The wheel's bytes
     /// and its cache key are the same with and without it.
-    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    #[arg(long, value_name = "DIR|URL", num_args = 0..=1)]
     pub compiler_cache: Option<Option<PathBuf>>,
     /// No compiler cache, whatever the environment or the user config say.
     #[arg(long, conflicts_with = "compiler_cache")]
@@ -101,6 +106,14 @@ pub struct PlanArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  deepep-forge build-wheel --variant h100                        # torch and a CUDA toolkit on this machine
+  deepep-forge build-wheel --all --out dist --report build.json  # every variant of pins.toml
+  deepep-forge build-wheel --variant h100 --toolchain registry --python python3.12   # torch and nvcc from PyPI (needs uv)
+  deepep-forge build-wheel --variant h100 --source ../DeepEP     # from a local clone instead of GitHub
+  deepep-forge build-wheel --variant h100 --cache-url https://cache.example/deepep --trusted-key team:BASE64
+`deepep-forge plan` takes the same arguments and prints what a build would use.")]
 pub struct BuildArgs {
     #[command(flatten)]
     pub common: Common,
@@ -312,7 +325,7 @@ fn print_plan(pl: &Plan, cached: bool) {
         crate::outln!(
             "  hooks       nvcc and C++ compiles through sccache {} (per-unit --frandom-seed, -ffile-prefix-map); compiler cache: {}",
             h.sccache_version,
-            h.compiler_cache.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "off".into())
+            h.compiler_cache.as_ref().map(|c| c.describe()).unwrap_or_else(|| "off".into())
         );
     }
     crate::outln!("  cwd         {}", pl.run.cwd.display());

@@ -449,6 +449,26 @@ pub fn pip_argv(python: &str, dist: &Path) -> Vec<String> {
     c
 }
 
+/// Where the compiler cache lives (behaviour: `compiler_cache`): a folder, or a
+/// remote storage of sccache's shared by many machines. Never holds credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum CompilerCache {
+    Dir { path: PathBuf },
+    Remote { url: String, backend: Backend },
+}
+
+/// sccache's remote storages that `--compiler-cache` names by URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    Redis,
+    Memcached,
+    S3,
+    Webdav,
+    Gha,
+}
+
 /// The compiler hooks of a plan (their behaviour: `canon`): wrapper scripts (content decided here) and
 /// the environment that points the build at them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -456,8 +476,8 @@ pub struct Hooks {
     /// sccache (the nvcc driver) and its version.
     pub sccache: PathBuf,
     pub sccache_version: String,
-    /// The compiler cache folder; None: sccache stores nothing.
-    pub compiler_cache: Option<PathBuf>,
+    /// Where sccache stores compiles; None: it stores nothing.
+    pub compiler_cache: Option<CompilerCache>,
     /// Wrapper file name in `<root>/bin` -> script.
     pub scripts: BTreeMap<String, String>,
     /// Links in the root -> the real toolchain folders ([`links`]).
