@@ -9,7 +9,12 @@
 //! `... in os.environ`), names built by f-strings are expanded from the literal
 //! arguments of the calls that reach them, names read in a loop from the
 //! tuple the loop walks. A read the table does not know becomes a warning.
-//! Pure: files come through a [`Files`] reader (git show at the revision).
+//! What setup.py does besides reading knobs (its own assignments, asserts,
+//! committed files that switch the build, None defaults used as strings) is
+//! read by `setup_py` and judged against a plan's environment by `fit`;
+//! submodules are those `.gitmodules` declares with a gitlink at the revision;
+//! a setup.py that builds with another framework's extension builder is refused.
+//! Pure: files and gitlinks come through a [`Files`] reader (git at the revision).
 //! Must not run git, build, or decide variant settings beyond the knobs.
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,10 +23,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Failure;
 
+mod fit;
+mod setup_py;
+pub use fit::{on, Refusal};
+pub use setup_py::{Assign, Must, NoneUse, Require, Switch};
+
 /// The source files at one revision.
 pub trait Files {
     /// The text of `path`, None when absent (or not text).
     fn read(&self, path: &str) -> Option<String>;
+    /// The commit the gitlink at `path` records, None when `path` is no gitlink.
+    fn gitlink(&self, _path: &str) -> Option<String> {
+        None
+    }
 }
 
 impl<F: Fn(&str) -> Option<String>> Files for F {
@@ -167,6 +181,16 @@ pub struct SubmoduleNeed {
     pub when: String,
 }
 
+/// A submodule the interface's build needs that the revision does not carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissingSubmodule {
+    pub path: String,
+    /// `always` or `doca-multinode`.
+    pub when: String,
+    /// What the revision has instead (no `.gitmodules` entry, or no gitlink).
+    pub why: String,
+}
+
 /// A knob as read at this revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KnobRead {
@@ -199,6 +223,21 @@ pub struct Interface {
     /// Knobs of the table the source at this revision does not read (a
     /// variant cannot set them here).
     pub unread: Vec<String>,
+    /// Submodules the interface's build needs that this revision lacks.
+    #[serde(default)]
+    pub missing_submodules: Vec<MissingSubmodule>,
+    /// Build variables setup.py assigns itself (not as a default).
+    #[serde(default)]
+    pub assigns: Vec<Assign>,
+    /// Unconditional asserts on build variables.
+    #[serde(default)]
+    pub requires: Vec<Require>,
+    /// Files committed at this revision that switch the build.
+    #[serde(default)]
+    pub switches: Vec<Switch>,
+    /// Variables read with a None default and used as strings.
+    #[serde(default)]
+    pub none_uses: Vec<NoneUse>,
 }
 
 impl Interface {
@@ -220,6 +259,13 @@ pub fn read(files: &dyn Files, what: &str) -> Result<Interface> {
         Failure::usage(format!("{what} has no setup.py: not a DeepEP source"))
             .hint("pin a DeepEP revision (branch hybrid-ep or main)")
     })?;
+    if let Some((line, module)) = setup_py::foreign_builder(&setup) {
+        return Err(Failure::usage(format!(
+            "{what}: setup.py:{line} builds its extensions with `{module}`, another framework's extension builder, not torch's (torch.utils.cpp_extension): deepep-forge plans torch builds only"
+        ))
+        .hint("pin a DeepEP revision that builds with torch (branch hybrid-ep or main)")
+        .into());
+    }
     let found = extension_names(&setup);
     let branch = if found.iter().any(|e| e == "hybrid_ep_cpp") {
         Branch::HybridEp
@@ -245,6 +291,7 @@ pub fn read(files: &dyn Files, what: &str) -> Result<Interface> {
             scanned.push((m, t));
         }
     }
+    let behaviour = Behaviour::of(files, &scanned);
     let (reads, unresolved) = env_reads(&scanned);
     let mut warnings: Vec<String> = unresolved
         .into_iter()
@@ -265,6 +312,17 @@ pub fn read(files: &dyn Files, what: &str) -> Result<Interface> {
         if rows.iter().any(|r| r.name == name) || PLAN_OWNED.contains(&name.as_str()) {
             continue;
         }
+        // A variable setup.py asserts is set is a knob at this revision: the variant's `env` sets it.
+        if let Some(r) = behaviour.requires.iter().find(|r| r.name == *name && r.must == Must::Set) {
+            knobs.push(KnobRead {
+                name: name.clone(),
+                set_by: SetBy::VariantEnv,
+                key: None,
+                effect: format!("required at this revision: {} asserts it is set", r.at),
+                read_at: at.clone(),
+            });
+            continue;
+        }
         warnings.push(format!(
             "{} reads {name}, which is not in deepep-forge's {} knob table: it is not inherited by the build and no variant can set it",
             at.join(", "),
@@ -273,15 +331,8 @@ pub fn read(files: &dyn Files, what: &str) -> Result<Interface> {
     }
     knobs.sort_by(|a, b| a.name.cmp(&b.name));
     let unread = knobs.iter().filter(|k| k.read_at.is_empty()).map(|k| k.name.clone()).collect();
-    let submodules = match branch {
-        Branch::HybridEp => vec![SubmoduleNeed { path: "third-party/nccl".into(), when: "doca-multinode".into() }],
-        Branch::Main => vec![SubmoduleNeed { path: "third-party/fmt".into(), when: "always".into() }],
-        Branch::MainLegacy => vec![],
-    };
-    let needs = match branch {
-        Branch::HybridEp | Branch::MainLegacy => vec!["torch".into(), "NVSHMEM (optional: internode kernels)".into()],
-        Branch::Main => vec!["torch".into(), "NCCL".into(), "NVSHMEM".into()],
-    };
+    let (submodules, missing_submodules) = submodules(files, branch);
+    let needs = needs(branch, &reads, &behaviour.requires);
     Ok(Interface {
         branch,
         base_version,
@@ -293,7 +344,115 @@ pub fn read(files: &dyn Files, what: &str) -> Result<Interface> {
         scanned: scanned.into_iter().map(|(p, _)| p).collect(),
         warnings,
         unread,
+        missing_submodules,
+        assigns: behaviour.assigns,
+        requires: behaviour.requires,
+        switches: behaviour.switches,
+        none_uses: behaviour.none_uses,
     })
+}
+
+/// What the scanned files do with the environment besides reading knobs.
+struct Behaviour {
+    assigns: Vec<Assign>,
+    requires: Vec<Require>,
+    switches: Vec<Switch>,
+    none_uses: Vec<NoneUse>,
+}
+
+impl Behaviour {
+    fn of(files: &dyn Files, scanned: &[(String, String)]) -> Behaviour {
+        let present = |p: &str| files.read(p).is_some();
+        let mut b = Behaviour { assigns: vec![], requires: vec![], switches: vec![], none_uses: vec![] };
+        for (f, text) in scanned {
+            b.assigns.extend(setup_py::assigns(f, text));
+            b.requires.extend(setup_py::requires(f, text));
+            b.switches.extend(setup_py::switches(f, text, &present));
+            b.none_uses.extend(setup_py::none_uses(f, text));
+        }
+        b
+    }
+}
+
+/// The submodules an interface's build needs, and when (others a revision
+/// declares are fetched for every build).
+fn needed_submodules(b: Branch) -> &'static [(&'static str, &'static str)] {
+    match b {
+        Branch::HybridEp => &[("third-party/nccl", "doca-multinode")],
+        Branch::Main => &[("third-party/fmt", "always")],
+        Branch::MainLegacy => &[],
+    }
+}
+
+/// The submodules of a revision: the paths its `.gitmodules` declares that
+/// have a gitlink at that revision; and the ones the interface needs that it lacks.
+fn submodules(files: &dyn Files, b: Branch) -> (Vec<SubmoduleNeed>, Vec<MissingSubmodule>) {
+    let declared: Vec<String> = files
+        .read(".gitmodules")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("path")?.trim_start().strip_prefix('=').map(|p| p.trim().to_string()))
+        .filter(|p| !p.is_empty() && !p.starts_with('/') && !p.split('/').any(|c| c == ".." || c.is_empty()))
+        .collect();
+    let when = |p: &str| needed_submodules(b).iter().find(|(n, _)| *n == p).map(|(_, w)| *w).unwrap_or("always");
+    let mut have = Vec::new();
+    for p in &declared {
+        if files.gitlink(p).is_some() && !have.iter().any(|s: &SubmoduleNeed| s.path == *p) {
+            have.push(SubmoduleNeed { path: p.clone(), when: when(p).into() });
+        }
+    }
+    let missing = needed_submodules(b)
+        .iter()
+        .filter(|(p, _)| !have.iter().any(|s| s.path == *p))
+        .map(|(p, w)| MissingSubmodule {
+            path: p.to_string(),
+            when: w.to_string(),
+            why: if declared.iter().any(|d| d == p) {
+                format!("lists {p} in .gitmodules but records no gitlink (commit) for it")
+            } else {
+                format!("has no {p}: neither a .gitmodules entry nor a gitlink")
+            },
+        })
+        .collect();
+    (have, missing)
+}
+
+/// The library a variable locates (`NIXL_LIB_PATH` -> NIXL).
+fn library_of(name: &str) -> &str {
+    ["_ROOT_DIR", "_LIB_PATH", "_DIR", "_HOME", "_PATH"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name)
+}
+
+/// What the build needs installed, from the revision: torch, NCCL/NVSHMEM
+/// as the interface finds them, and whatever setup.py asserts is set.
+fn needs(b: Branch, reads: &Reads, requires: &[Require]) -> Vec<String> {
+    let mut out = vec!["torch".to_string()];
+    let asserted = |n: &str| requires.iter().find(|r| r.name == n && r.must == Must::Set);
+    match b {
+        Branch::Main => out.extend(["NCCL".to_string(), "NVSHMEM".to_string()]),
+        Branch::HybridEp | Branch::MainLegacy if reads.contains_key("NVSHMEM_DIR") => {
+            out.push(match asserted("NVSHMEM_DIR") {
+                Some(r) => format!("NVSHMEM (required: {} asserts NVSHMEM_DIR is set: {:?})", r.at, r.message),
+                None => "NVSHMEM (optional: internode kernels)".to_string(),
+            })
+        }
+        _ => {}
+    }
+    for r in requires {
+        match r.must {
+            Must::Set if r.name != "NVSHMEM_DIR" && !PLAN_OWNED.contains(&r.name.as_str()) => out.push(format!(
+                "{} (required: {} asserts {} is set: {:?})",
+                library_of(&r.name),
+                r.at,
+                r.name,
+                r.message
+            )),
+            Must::Off if r.name == "HYBRID_EP_MULTINODE" => {
+                out.push(format!("single-node only ({} asserts multinode is off: {:?})", r.at, r.message))
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Extension module names in setup.py: the first positional literal of an

@@ -33,6 +33,10 @@ pub struct Provenance {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceInfo {
+    /// pins.toml's repository: with `rev`, it names the content. Where the
+    /// bytes were read from (a local mirror, `--source`) is not recorded here
+    /// (the build output says it), so mirrors of one commit give one wheel.
+    /// Wheels of earlier versions may hold `local:<folder name>`.
     pub repo: String,
     pub rev: String,
     pub branch: Option<String>,

@@ -247,9 +247,10 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     let prov: serde_json::Value =
         serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["source"]["rev"], lab.rev.as_str());
-    // Path-free: the local --source, the build folder and the toolchain's folders are roots.
-    // Path-free: a local source by its folder name (verify then asks for --source).
-    assert_eq!(prov["source"]["repo"], "local:DeepEP");
+    // Path-free: the build folder and the toolchain's folders are roots; the
+    // source is pins.toml's repository at the commit (the local --source it was
+    // read from is said in the build output, not in the wheel).
+    assert_eq!(prov["source"]["repo"], "https://github.com/deepseek-ai/DeepEP.git");
     assert_eq!(prov["build"]["cwd"], "${build}/src");
     assert_eq!(
         prov["env"]["NVSHMEM_DIR"],

@@ -132,6 +132,9 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         _ => None,
     };
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
+    if let Some(n) = read_elsewhere(pl) {
+        notes.push(n);
+    }
     check_interrupted()?;
     std::fs::create_dir_all(pl.dist())?;
     std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
@@ -262,7 +265,7 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
         schema: provenance::SCHEMA,
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
         source: provenance::SourceInfo {
-            repo: path_free_repo(&pl.source.repo, pl.source.snapshot_of.as_deref()),
+            repo: provenance_repo(pl),
             rev: pl.source.rev.clone(),
             branch: pl.source.branch.clone(),
             short: short.to_string(),
@@ -298,8 +301,34 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
     }
 }
 
-/// The source as provenance records it, without machine paths: a URL as it is,
-/// a local repository or snapshotted folder by its folder name (`local:<name>`).
+/// Where the bytes were read from, when not from pins.toml's repository
+/// (said in the build output; the wheel names pins.toml's repository).
+fn read_elsewhere(pl: &Plan) -> Option<String> {
+    let s = &pl.source;
+    (!s.pinned_repo.is_empty() && s.repo != s.pinned_repo).then(|| {
+        let from = match &s.snapshot_of {
+            Some(dir) => format!("a snapshot of the folder {}", dir.display()),
+            None => s.repo.clone(),
+        };
+        format!(
+            "source read from {from}; the provenance names {} at {} (the commit names the content)",
+            s.pinned_repo, s.rev
+        )
+    })
+}
+
+/// The repository the provenance names: pins.toml's (a commit sha names its
+/// content, so where the bytes were read from does not enter the wheel); for a
+/// plan without it (older plan documents), the source without machine paths.
+fn provenance_repo(pl: &Plan) -> String {
+    match pl.source.pinned_repo.as_str() {
+        "" => path_free_repo(&pl.source.repo, pl.source.snapshot_of.as_deref()),
+        r => r.to_string(),
+    }
+}
+
+/// The source without machine paths: a URL as it is, a local repository or
+/// snapshotted folder by its folder name (`local:<name>`).
 fn path_free_repo(repo: &str, snapshot_of: Option<&Path>) -> String {
     let url_like = repo.contains("://") || repo.starts_with("git@");
     if url_like && snapshot_of.is_none() {

@@ -211,6 +211,10 @@ pub struct Plan {
 pub struct PlanSource {
     /// What git fetches (`--source` or pins.toml's repo; a snapshot repo for a folder).
     pub repo: String,
+    /// pins.toml's repository: what the provenance names (a commit sha names
+    /// its content, wherever the bytes were read from).
+    #[serde(default)]
+    pub pinned_repo: String,
     /// The folder a snapshot was taken of, when `--source` is a plain folder.
     pub snapshot_of: Option<PathBuf>,
     pub rev: String,
@@ -529,6 +533,7 @@ mod tests {
             },
             source: PlanSource {
                 repo: "r".into(),
+                pinned_repo: "https://example.invalid/r.git".into(),
                 snapshot_of: None,
                 rev: "a".repeat(40),
                 branch: None,
@@ -549,6 +554,11 @@ mod tests {
                 scanned: vec![],
                 warnings: vec![],
                 unread: vec![],
+                missing_submodules: vec![],
+                assigns: vec![],
+                requires: vec![],
+                switches: vec![],
+                none_uses: vec![],
             },
             roots,
             run,

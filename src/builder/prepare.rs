@@ -14,7 +14,7 @@ use super::source::{self, Origin};
 use super::toolchain::Toolchain;
 use super::{cross, registry, toolchain, Common};
 use crate::error::{Exit, Failure};
-use crate::interface::{self, Branch, Interface, SetBy};
+use crate::interface::{self, Branch, Files, Interface, SetBy};
 use crate::pins::{Arch, Pins, Transport, Variant};
 use crate::provenance::VariantInfo;
 
@@ -248,9 +248,9 @@ fn pinned(pins: &Pins, arch: Arch, origin: &Origin, mirror: &Path) -> Result<Pin
         }
     }
     let commit_time = source::ensure_rev(mirror, &origin.repo, &pin.rev)?;
-    let files = |p: &str| source::show(mirror, &pin.rev, p);
+    let files = source::AtRev { mirror, rev: &pin.rev };
     let interface = interface::read(&files, &format!("{} at {}", origin.repo, pin.short()))?;
-    let needs_torch = files("setup.py").is_some_and(|s| source::imports_torch(&s));
+    let needs_torch = files.read("setup.py").is_some_and(|s| source::imports_torch(&s));
     Ok(Pinned { rev: pin.rev.clone(), commit_time, interface, needs_torch })
 }
 
@@ -311,6 +311,17 @@ fn knobs(pins: &Pins, v: &Variant, p: &Pinned) -> Result<BTreeMap<String, String
             .into());
         }
         env.insert(e.name.clone(), e.value.clone());
+    }
+    if let Some(r) = i.refusal(&env) {
+        return Err(Failure::usage(format!(
+            "{}:{}: variant `{}` cannot be built at DeepEP {short}: {}",
+            pins.path.display(),
+            v.line,
+            v.name,
+            r.message
+        ))
+        .hint(r.hint)
+        .into());
     }
     Ok(env)
 }
@@ -433,6 +444,7 @@ fn plan_variant(
         })
         .collect();
     let mut warnings = i.warnings.clone();
+    warnings.extend(i.notes(&run.env));
     if i.base_version != ctx.pins.source.base_version {
         warnings.push(format!(
             "{} says base_version = \"{}\", but the source at {} gives {} ({}): the wheel will be {}+{}",
@@ -450,6 +462,7 @@ fn plan_variant(
         variant: variant_info(v),
         source: PlanSource {
             repo: ctx.origin.repo.clone(),
+            pinned_repo: pins_repo(ctx.pins),
             snapshot_of: ctx.origin.snapshot_of.as_ref().map(|(d, _)| d.clone()),
             rev: pin.rev.clone(),
             branch: ctx.pins.source.branch.clone(),

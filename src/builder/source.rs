@@ -212,6 +212,25 @@ pub fn show(mirror: &Path, rev: &str, path: &str) -> Option<String> {
     (out.len() <= 1 << 20).then_some(out)
 }
 
+/// The files and gitlinks of one revision in a mirror (read with `git show` / `git ls-tree`).
+pub struct AtRev<'a> {
+    pub mirror: &'a Path,
+    pub rev: &'a str,
+}
+
+impl crate::interface::Files for AtRev<'_> {
+    fn read(&self, path: &str) -> Option<String> {
+        show(self.mirror, self.rev, path)
+    }
+    fn gitlink(&self, path: &str) -> Option<String> {
+        let line = git(self.mirror, format!("look up submodule {path}"))
+            .args(["ls-tree", "--end-of-options", self.rev, "--", path])
+            .output()
+            .ok()?;
+        line.split_whitespace().nth(2).filter(|_| line.starts_with("160000")).map(String::from)
+    }
+}
+
 /// The commits `rev` records for the submodule `paths` (gitlinks in its tree).
 pub fn submodule_commits(mirror: &Path, repo: &str, rev: &str, paths: &[&str]) -> Result<BTreeMap<String, String>> {
     let mut subs = BTreeMap::new();
