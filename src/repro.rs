@@ -52,31 +52,16 @@ printed), 2 bad input (not a deepep-forge wheel), 3 missing toolchain.
 
 Example: check a wheel from a colleague's or CI's cache on this machine:
   deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl")]
+#[command(mut_arg("source", |a| a.help("Where to fetch the source (needed when the provenance names a local folder: provenance holds no machine paths); default: the provenance's repository URL")))]
 pub struct VerifyArgs {
     /// The wheel to check (built by deepep-forge: it carries a provenance document).
     #[arg(value_name = "WHEEL")]
     pub wheel: PathBuf,
-    /// Where to fetch the source (needed when the provenance names a local folder:
-    /// provenance holds no machine paths); default: the provenance's repository URL.
-    #[arg(long, value_name = "PATH|URL")]
-    pub source: Option<String>,
-    /// The Python that builds (as for build-wheel).
-    #[arg(long, value_name = "PYTHON")]
-    pub python: Option<String>,
+    #[command(flatten)]
+    pub run: crate::builder::RunArgs,
     /// The toolchain (as for build-wheel); default: the one the provenance names.
     #[arg(long, value_enum)]
     pub toolchain: Option<crate::builder::registry::Kind>,
-    #[command(flatten)]
-    pub cache: crate::cache::CacheDirArg,
-    /// Compiler cache folder (as for build-wheel; it changes no byte).
-    #[arg(long, value_name = "DIR", num_args = 0..=1)]
-    pub compiler_cache: Option<Option<PathBuf>>,
-    /// No compiler cache, whatever the environment or the user config say.
-    #[arg(long, conflicts_with = "compiler_cache")]
-    pub no_compiler_cache: bool,
-    /// Parallel compile jobs (no effect on the bytes).
-    #[arg(long, value_name = "N")]
-    pub jobs: Option<usize>,
     /// Keep the rebuilt wheel (and its statement) in DIR; default: a temporary folder.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -103,9 +88,11 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
     let name = crate::wheel::WheelName::parse(&args.wheel.file_name().unwrap_or_default().to_string_lossy())
         .ok_or_else(|| crate::error::Failure::usage(format!("{} is not a wheel file name", args.wheel.display())))?;
     let work = tempfile::tempdir()?;
-    let pins = work.path().join("pins.toml");
-    std::fs::write(&pins, pins_of(&prov, &name)?)?;
-    let source = match (&args.source, prov.source.repo.strip_prefix("local:")) {
+    let pins = crate::pins::Pins::parse(
+        &pins_of(&prov, &name)?,
+        &PathBuf::from(format!("{} (its provenance)", args.wheel.display())),
+    )?;
+    let source = match (&args.run.source, prov.source.repo.strip_prefix("local:")) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(folder)) => {
             return Err(crate::error::Failure::usage(format!(
@@ -138,28 +125,22 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
         .hint("pass another --out, or none (a temporary folder)")
         .into());
     }
-    let common = crate::builder::Common {
+    // The request the provenance makes: its pins, its variant, no wheel cache.
+    let req = crate::builder::BuildRequest {
         pins,
-        variants: vec![prov.variant.name.clone()],
-        all: false,
+        variants: crate::builder::Variants::Named(vec![prov.variant.name.clone()]),
         source,
-        python: args.python.clone(),
+        python: args.run.python.clone(),
         toolchain,
         match_project: None,
         out: out.clone(),
-        cache: args.cache,
+        cache_dir: args.run.cache.cache_dir.clone(),
         no_cache: true,
-        remote: crate::cache::remote::RemoteArgs {
-            cache_url: None,
-            trusted_keys: vec![],
-            net: crate::cache::remote::NetArgs { allow_http: false, cache_timeout: 30 },
-        },
-        jobs: args.jobs,
-        compiler_cache: args.compiler_cache,
-        no_compiler_cache: args.no_compiler_cache,
-        format: Format::Json,
+        compiler_cache: args.run.compiler_cache(),
+        jobs: args.run.jobs,
     };
-    let outcome = crate::builder::build_quiet(&common)?.into_iter().next().context("the rebuild produced no wheel")?;
+    let built = crate::builder::run::build(&req, None, |_| {})?;
+    let outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;
     let d = diff::diff(&args.wheel, &outcome.wheel)?;
     if args.format == Format::Json {
         let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });

@@ -124,3 +124,34 @@ fn a_result_that_cannot_be_written_fails_the_command() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("error: writing to stdout: No space left on device"), "{}", stderr(&o));
 }
+
+/// The build flags are declared once (`builder::RunArgs`): `--jobs 0` is
+/// refused alike by `plan`, `build-wheel` and `verify` (it used to parse in
+/// `verify`), before any file is read.
+#[test]
+fn build_flags_mean_the_same_in_plan_build_wheel_and_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["plan", "--all"][..], &["build-wheel", "--all"], &["verify", "x.whl"]] {
+        for bad in [&["--jobs", "0"][..], &["--jobs", "4097"], &["--compiler-cache", "--no-compiler-cache"]] {
+            let o = bin().args(args).args(bad).current_dir(dir.path()).output().unwrap();
+            assert_eq!(o.status.code(), Some(2), "{args:?} {bad:?}: {}", stderr(&o));
+            assert!(stderr(&o).contains(bad[0]), "{args:?} {bad:?}: {}", stderr(&o));
+        }
+    }
+}
+
+/// `--project`, `--pins` and `--no-pins` are declared once (`lock::ProjectArgs`)
+/// and mean the same in `lock check`, `pin set` and `pin recover`.
+#[test]
+fn project_flags_mean_the_same_in_lock_check_pin_set_and_pin_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["lock", "check"][..], &["pin", "set", "0123456"], &["pin", "recover"]] {
+        let o = bin().args(args).args(["--pins", "p.toml", "--no-pins"]).current_dir(dir.path()).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("cannot be used with"), "{args:?}: {}", stderr(&o));
+        let o = bin().args(args).arg("--help").output().unwrap();
+        for flag in ["--project <DIR>", "--pins <FILE>", "--no-pins"] {
+            assert!(stdout(&o).contains(flag), "{args:?} --help lacks {flag}");
+        }
+    }
+}

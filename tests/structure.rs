@@ -167,3 +167,31 @@ fn only_the_printer_prints() {
     // the check itself sees what it must
     assert!(printing.is_match("println!(\"x\")") && printing.is_match("let e = std::io::stderr();"));
 }
+
+/// One build request (ARCHITECTURE.md, code map): the builder's job modules
+/// take a `BuildRequest`, never a clap type; only `src/builder/mod.rs` (the
+/// command edge) declares and reads flags. A value enum (`registry::Kind`) is
+/// a domain value that clap may also parse.
+#[test]
+fn the_builder_sees_no_clap_type_but_at_its_edge() {
+    let dir = support::root().join("src/builder");
+    let clap_type =
+        regex::Regex::new(r"\bclap::(Args|Parser|Subcommand|builder)\b|\b(Common|PlanArgs|BuildArgs|RunArgs|VerifyArgs|CacheDirArg|RemoteArgs|NetArgs)\b|#\[(arg|command)\(")
+            .unwrap();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") || p.file_name().is_some_and(|n| n == "mod.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if !code.starts_with("//") && clap_type.is_match(code) {
+                found.push(format!("{}:{}: {code}", p.file_name().unwrap().to_string_lossy(), i + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "clap types inside the builder (take a BuildRequest instead):\n{}", found.join("\n"));
+    assert!(clap_type.is_match("fn make_plans(c: &Common)"), "the check sees what it must");
+}

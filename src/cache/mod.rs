@@ -42,18 +42,24 @@ pub struct CacheDirArg {
 
 impl CacheDirArg {
     pub fn resolve(&self) -> Result<PathBuf> {
-        if let Some(d) = &self.cache_dir {
-            return Ok(d.clone());
-        }
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .ok_or_else(|| {
-                Failure::env("no cache folder: HOME and XDG_CACHE_HOME are unset").hint("pass --cache-dir DIR")
-            })?;
-        Ok(base.join("deepep-forge"))
+        resolve_dir(self.cache_dir.as_deref())
     }
+}
+
+/// The cache folder: `given` (`--cache-dir`, `DEEPEP_FORGE_CACHE_DIR`), else
+/// `$XDG_CACHE_HOME/deepep-forge`, else `~/.cache/deepep-forge`.
+pub fn resolve_dir(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(d) = given {
+        return Ok(d.to_path_buf());
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .ok_or_else(|| {
+            Failure::env("no cache folder: HOME and XDG_CACHE_HOME are unset").hint("pass --cache-dir DIR")
+        })?;
+    Ok(base.join("deepep-forge"))
 }
 
 /// A cache key: the plan's sha256, 64 lowercase hex digits. Anything else
