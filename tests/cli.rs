@@ -155,3 +155,41 @@ fn project_flags_mean_the_same_in_lock_check_pin_set_and_pin_recover() {
         }
     }
 }
+
+/// The user config ($XDG_CONFIG_HOME/deepep-forge/config.toml) is read through
+/// the one bounded reader: a FIFO there is refused (exit 2, named), never
+/// waited on, both where trusted keys are read and where the compiler cache is.
+#[test]
+fn a_user_config_that_is_a_fifo_is_refused_not_waited_on() {
+    use support::hostile::{run_all, Case};
+    let fifo = |d: &std::path::Path| {
+        std::fs::create_dir_all(d.join("cfg/deepep-forge")).unwrap();
+        let c = std::ffi::CString::new(d.join("cfg/deepep-forge/config.toml").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    };
+    run_all(vec![
+        Case::new("trusted keys: config a FIFO")
+            .setup(fifo)
+            .env("XDG_CONFIG_HOME", "{dir}/cfg")
+            .args(&["build-wheel", "--all", "--cache-url", "https://cache.invalid/"])
+            .says("user config")
+            .says("not a regular file"),
+        Case::new("compiler cache: config a FIFO")
+            .setup(fifo)
+            .env("XDG_CONFIG_HOME", "{dir}/cfg")
+            .env("DEEPEP_FORGE_COMPILER_CACHE", "")
+            .args(&[
+                "plan",
+                "--pins",
+                &root().join("tests/fixtures/demo-pins.toml").display().to_string(),
+                "--source",
+                &root().join("tests/fixtures/mini-deepep").display().to_string(),
+                "--variant",
+                "demo",
+            ])
+            .may_change("cache")
+            .says("user config")
+            .says("not a regular file"),
+    ]);
+}

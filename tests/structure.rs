@@ -230,3 +230,140 @@ fn the_builder_sees_no_clap_type_but_at_its_edge() {
     assert!(found.is_empty(), "clap types inside the builder (take a BuildRequest instead):\n{}", found.join("\n"));
     assert!(clap_type.is_match("fn make_plans(c: &Common)"), "the check sees what it must");
 }
+
+/// The non-comment lines of every src file before its unit tests, as (path
+/// relative to src, line number, line).
+fn code_lines() -> Vec<(String, usize, String)> {
+    let src = support::root().join("src");
+    let mut out = Vec::new();
+    for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(p).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
+        let rel = p.strip_prefix(&src).unwrap().display().to_string();
+        for (i, line) in code.lines().enumerate() {
+            if !line.trim_start().starts_with("//") {
+                out.push((rel.clone(), i + 1, line.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Files that read a file raw (not through src/input.rs), how many times, and
+/// why that is not a user file or where it goes next. A new raw read fails.
+const RAW_READS: &[(&str, usize, &str)] = &[
+    ("wheel/stamp.rs", 4, "the wheel reader: stamping reads the wheel just built"),
+    ("wheel/diff.rs", 1, "the wheel reader; bounded reading and the FIFO case are #21 section 2"),
+    (
+        "cache/remote.rs",
+        2,
+        "a wheel from our own cache to upload; the downloaded wheel's provenance moves to wheel/ in #21 section 2",
+    ),
+    ("cache/sign.rs", 2, "the signing key, at most 4 KiB (#21 section 2 names it)"),
+    ("cache/mod.rs", 2, "entry.json and toolchain.json that the cache itself wrote"),
+    ("output.rs", 1, "/dev/urandom"),
+    ("process/mod.rs", 1, "the build log this process wrote"),
+    ("runtime/deep_ep.rs", 1, "rank logs in this run's own temporary folder"),
+    ("runtime/rendezvous.rs", 1, "the rendezvous file rank 0 of the same run writes"),
+    (
+        "pinset/txn.rs",
+        8,
+        "the journal and the files `pin set` is rewriting (compared byte for byte), folders opened to fsync",
+    ),
+    ("builder/cross.rs", 5, "the sysroot deepep-forge made: identity, its wheels, headers, scd files"),
+    ("builder/deliver.rs", 1, "SHA256SUMS in the output folder, rewritten with the new wheel's line"),
+    ("builder/execute.rs", 2, "the wheel and files of the build that just ran"),
+    ("builder/lookup.rs", 1, "torch's version file in the build toolchain"),
+    ("builder/registry.rs", 2, "the registry toolchain's identity and cuda.h, both made by deepep-forge"),
+    ("builder/relocate.rs", 1, "an extension of the wheel just built"),
+    ("builder/source.rs", 1, "the mirror's last-fetch note, written by deepep-forge"),
+    ("builder/toolchain.rs", 2, "the toolchain memo in the cache and a toolchain library"),
+];
+
+/// Every user file is read through src/input.rs (bounded, FIFOs refused):
+/// raw reads elsewhere are the listed ones, each with its reason.
+#[test]
+fn raw_file_reads_are_the_listed_ones() {
+    let raw = regex::Regex::new(r"File::open\(|fs::read_to_string\(|fs::read\(|\.read_to_string\(").unwrap();
+    let mut count: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, n, line) in code_lines() {
+        if file != "input.rs" && raw.is_match(&line) {
+            count.entry(file.clone()).or_default().push(format!("{file}:{n}: {}", line.trim()));
+        }
+    }
+    let mut wrong = Vec::new();
+    for (file, sites) in &count {
+        let allowed = RAW_READS.iter().find(|(f, _, _)| f == file).map(|(_, n, _)| *n).unwrap_or(0);
+        if sites.len() > allowed {
+            wrong.push(format!("{} raw read(s), {allowed} listed:\n  {}", sites.len(), sites.join("\n  ")));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "read user files through crate::input (or list the file in RAW_READS with why it is not a user file):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Errors are the one `Failure` type (src/error.rs) or anyhow chains of it; a
+/// `Result<_, String>` is left only where the string is data, listed here.
+const STRING_RESULTS: &[(&str, usize, &str)] = &[
+    ("probe/wheel.rs", 4, "a member's ELF parse or provenance result kept as a finding's text"),
+    ("probe/elf.rs", 1, "malformed ELF bytes become a finding's text, never an error"),
+    ("probe/fatbin.rs", 2, "malformed fatbin bytes become a finding's text, never an error"),
+    (
+        "cache/remote.rs",
+        3,
+        "why a remote entry is not used (a note; the build goes on); reading and checking a fetched wheel's provenance move to wheel/ in #21 section 2",
+    ),
+    ("runtime/mod.rs", 1, "the static checks, or why they could not run, carried into the verdict as data"),
+    ("topology/recipe.rs", 1, "what stayed unresolved in a recipe becomes a request note, never an error"),
+];
+
+/// Whether `line` names a `Result<T, String>` (the error type, at the top
+/// level of the brackets, is `String`).
+fn names_string_result(line: &str) -> bool {
+    line.match_indices("Result<").any(|(at, m)| {
+        let (mut depth, mut comma) = (1, None);
+        for (i, c) in line[at + m.len()..].char_indices() {
+            match c {
+                '<' | '(' => depth += 1,
+                '>' | ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        let rest = &line[at + m.len()..at + m.len() + i];
+                        return comma.is_some_and(|k: usize| rest[k + 1..].trim() == "String");
+                    }
+                }
+                ',' if depth == 1 => comma = Some(i),
+                _ => {}
+            }
+        }
+        false
+    })
+}
+
+#[test]
+fn errors_are_failures_not_strings() {
+    assert!(names_string_result("fn f() -> Result<u32, String> {"));
+    assert!(names_string_result("x: Option<Result<(String, u64), String>>,"));
+    assert!(!names_string_result("fn g() -> Result<BTreeMap<String, String>> {"));
+    let mut count: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, n, line) in code_lines() {
+        if names_string_result(&line) {
+            count.entry(file.clone()).or_default().push(format!("{file}:{n}: {}", line.trim()));
+        }
+    }
+    let mut wrong = Vec::new();
+    for (file, sites) in &count {
+        let allowed = STRING_RESULTS.iter().find(|(f, _, _)| f == file).map(|(_, n, _)| *n).unwrap_or(0);
+        if sites.len() > allowed {
+            wrong.push(format!("{} `Result<_, String>`, {allowed} listed:\n  {}", sites.len(), sites.join("\n  ")));
+        }
+    }
+    assert!(wrong.is_empty(), "return crate::error::Failure (or anyhow with one) instead:\n{}", wrong.join("\n"));
+}

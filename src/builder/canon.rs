@@ -429,14 +429,10 @@ pub struct UserConfig {
 /// The settings of the user config this module reads (other keys are other modules').
 pub fn user_config() -> Result<UserConfig> {
     let Some(path) = user_config_path() else { return Ok(UserConfig::default()) };
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(UserConfig::default()),
-        Err(e) => return Err(Failure::usage(format!("cannot read {}: {e}", path.display())).into()),
+    // Through input.rs: a FIFO or device there is refused, never waited on.
+    let Some(text) = crate::input::read_text_opt(&path, "user config", 1 << 20)? else {
+        return Ok(UserConfig::default());
     };
-    if text.len() > 1 << 20 {
-        return Err(Failure::usage(format!("{} is larger than 1 MiB", path.display())).into());
-    }
     let doc: toml::Table = text.parse().map_err(|e| {
         Failure::usage(format!("{} is not valid TOML: {e}", path.display()))
             .hint("e.g. [build]\ncompiler-cache = \"/shared/sccache\"")

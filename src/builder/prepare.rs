@@ -65,12 +65,12 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     };
     let host = Arch::host();
     // Built here: the host's architecture, and aarch64 by cross-compiling with the registry toolchain.
-    let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_supported(v).is_ok();
+    let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_unsupported(v).is_none();
     let (here, other): (Vec<&Variant>, Vec<&Variant>) =
         selected.into_iter().partition(|v| Some(v.arch) == host || cross_ok(v));
     // Why an aarch64 variant is not built here: the DOCA path cannot be cross-built; otherwise
     // the hint names the cross path (x86_64 host) or the container path.
-    let unsupported = |v: &Variant| cross_supported(v).err().filter(|_| cross::is_cross(c.toolchain, host, v.arch));
+    let unsupported = |v: &Variant| cross_unsupported(v).filter(|_| cross::is_cross(c.toolchain, host, v.arch));
     let hint = |v: &Variant| {
         unsupported(v).unwrap_or_else(|| {
             let cross = if host == Some(Arch::X86_64) && v.arch == Arch::Aarch64 {
@@ -161,16 +161,13 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     Ok(Planned { cache_dir, plans, skipped })
 }
 
-/// Whether an aarch64 variant can be cross-compiled (the DOCA multinode path
-/// builds NCCL's DOCA objects with make and links rdma-core: not for aarch64 yet).
-fn cross_supported(v: &Variant) -> Result<(), String> {
-    if v.multinode && v.transport == Transport::Doca {
-        return Err(format!(
-            "{} variant with the DOCA multinode path: cross-compiling NCCL's DOCA objects and rdma-core for aarch64 is not supported; build it on an aarch64 host or through the container path",
-            v.arch
-        ));
-    }
-    Ok(())
+/// Why an aarch64 variant cannot be cross-compiled, if it cannot (the DOCA
+/// multinode path builds NCCL's DOCA objects with make and links rdma-core: not for aarch64 yet).
+fn cross_unsupported(v: &Variant) -> Option<String> {
+    (v.multinode && v.transport == Transport::Doca).then(|| format!(
+        "{} variant with the DOCA multinode path: cross-compiling NCCL's DOCA objects and rdma-core for aarch64 is not supported; build it on an aarch64 host or through the container path",
+        v.arch
+    ))
 }
 
 /// The toolchain of a cross plan: the registry toolchain `host` with the

@@ -72,13 +72,7 @@ pub fn trusted_keys(flags: &[String]) -> Result<Vec<PublicKey>> {
         }
     }
     if let Some(path) = config_path() {
-        let meta = std::fs::metadata(&path);
-        if let Ok(m) = meta {
-            if !m.is_file() || m.len() > 1 << 20 {
-                return Err(Failure::usage(format!("{} is not a regular file under 1 MiB", path.display())).into());
-            }
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+        if let Some(text) = crate::input::read_text_opt(&path, "user config", 1 << 20)? {
             let cfg: ConfigFile = toml::from_str(&text).map_err(|e| {
                 Failure::usage(format!("{}: {}", path.display(), e.message())).hint(
                     "the config file takes `[cache]` with `trusted-keys = [\"name:BASE64\", ...]`; fix or remove it",

@@ -292,7 +292,7 @@ impl Remote {
     /// so a visible entry always has its wheel.
     pub fn push(&self, hit: &Hit, key: &SecretKey) -> Result<RemoteEntry> {
         let e = &hit.entry;
-        let k = Key::parse(&e.key).map_err(Failure::usage)?;
+        let k = Key::parse(&e.key)?;
         let wheel = hit.dir.join(&e.wheel);
         let prov = read_provenance(&wheel).map_err(|why| {
             Failure::problems(format!("{}: {why}", wheel.display()))
