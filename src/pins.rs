@@ -881,6 +881,42 @@ pub fn is_full_sha(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// `pins show` for people: the source, one line per pin, one per variant.
+impl Pins {
+    pub fn render_human(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(out, "source: {} ({})", self.source.repo, self.source.branch.as_deref().unwrap_or("-"));
+        for pin in self.pins.values() {
+            let label = self.label(pin.arch).unwrap_or_default();
+            let _ = writeln!(out, "pin {:<8} {}  label {label}", pin.arch.as_str(), pin.rev);
+        }
+        for v in &self.variants {
+            let intended = match &v.topology {
+                Some(t) => format!(
+                    "for {} EP {} over {}x{} (R {}, MNNVL {})",
+                    t.gpu_names(","),
+                    t.ep,
+                    t.nodes,
+                    t.gpus_per_node,
+                    t.ranks_per_domain,
+                    if t.mnnvl { "yes" } else { "no" }
+                ),
+                None => "no intended topology".into(),
+            };
+            let _ = writeln!(
+                out,
+                "variant {:<16} {:<8} arch-list {:<9} {:<11} {intended}",
+                v.name,
+                v.arch.as_str(),
+                v.cuda_arch_list.to_env(),
+                if v.multinode { format!("multi/{}", v.transport.as_str()) } else { "single-node".into() },
+            );
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
