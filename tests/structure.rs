@@ -289,24 +289,28 @@ const RAW_READS: &[(&str, usize, &str)] = &[
 #[test]
 fn raw_file_reads_are_the_listed_ones() {
     let raw = regex::Regex::new(r"File::open\(|fs::read_to_string\(|fs::read\(|\.read_to_string\(").unwrap();
-    let mut count: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (file, n, line) in code_lines() {
-        if file != "input.rs" && raw.is_match(&line) {
-            count.entry(file.clone()).or_default().push(format!("{file}:{n}: {}", line.trim()));
-        }
-    }
-    let mut wrong = Vec::new();
-    for (file, sites) in &count {
-        let allowed = RAW_READS.iter().find(|(f, _, _)| f == file).map(|(_, n, _)| *n).unwrap_or(0);
-        if sites.len() > allowed {
-            wrong.push(format!("{} raw read(s), {allowed} listed:\n  {}", sites.len(), sites.join("\n  ")));
-        }
-    }
+    let wrong = beyond_the_list(|file, line| file != "input.rs" && raw.is_match(line), RAW_READS);
     assert!(
         wrong.is_empty(),
         "read user files through crate::input (or list the file in RAW_READS with why it is not a user file):\n{}",
         wrong.join("\n")
     );
+}
+
+/// Files with more matching lines than `list` allows them, each with its lines.
+fn beyond_the_list(matches: impl Fn(&str, &str) -> bool, list: &[(&str, usize, &str)]) -> Vec<String> {
+    let mut count: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, n, line) in code_lines() {
+        if matches(&file, &line) {
+            count.entry(file.clone()).or_default().push(format!("{file}:{n}: {}", line.trim()));
+        }
+    }
+    let allowed = |file: &str| list.iter().find(|(f, _, _)| *f == file).map(|(_, n, _)| *n).unwrap_or(0);
+    count
+        .iter()
+        .filter(|(file, sites)| sites.len() > allowed(file))
+        .map(|(file, sites)| format!("{} found, {} listed:\n  {}", sites.len(), allowed(file), sites.join("\n  ")))
+        .collect()
 }
 
 /// Errors are the one `Failure` type (src/error.rs) or anyhow chains of it; a
@@ -352,18 +356,6 @@ fn errors_are_failures_not_strings() {
     assert!(names_string_result("fn f() -> Result<u32, String> {"));
     assert!(names_string_result("x: Option<Result<(String, u64), String>>,"));
     assert!(!names_string_result("fn g() -> Result<BTreeMap<String, String>> {"));
-    let mut count: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (file, n, line) in code_lines() {
-        if names_string_result(&line) {
-            count.entry(file.clone()).or_default().push(format!("{file}:{n}: {}", line.trim()));
-        }
-    }
-    let mut wrong = Vec::new();
-    for (file, sites) in &count {
-        let allowed = STRING_RESULTS.iter().find(|(f, _, _)| f == file).map(|(_, n, _)| *n).unwrap_or(0);
-        if sites.len() > allowed {
-            wrong.push(format!("{} `Result<_, String>`, {allowed} listed:\n  {}", sites.len(), sites.join("\n  ")));
-        }
-    }
+    let wrong = beyond_the_list(|_, line| names_string_result(line), STRING_RESULTS);
     assert!(wrong.is_empty(), "return crate::error::Failure (or anyhow with one) instead:\n{}", wrong.join("\n"));
 }
