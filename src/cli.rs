@@ -125,7 +125,7 @@ pub enum LockCommand {
 pub enum PinCommand {
     /// Pin DeepEP to REV in pins.toml and the consumer's pyproject.toml (optionally relock with uv).
     Set(crate::pinset::SetArgs),
-    /// Undo a `pin set` that was killed half-way (its journal next to pins.toml): every file back as it was.
+    /// Undo a `pin set` that was killed half-way (from its journal in your state folder): every file back as it was.
     Recover(crate::pinset::RecoverArgs),
 }
 

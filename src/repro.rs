@@ -47,18 +47,25 @@ pub fn diff(args: DiffArgs) -> Result<Exit> {
 #[command(after_help = "\
 Rebuilds the wheel from the provenance it carries (DeepEP revision, submodules, variant,
 build environment), with the wheel cache off, and compares the result byte for byte.
+The rebuild runs the setup.py of the repository it fetches, so that repository must be
+one you name or trust (--source; the [source] repo of --pins, default ./pins.toml;
+DEEPEP_FORGE_TRUSTED_REPOS; `[verify] trusted-repos` in the user config): the one the
+wheel's provenance names is otherwise refused before anything is fetched.
 Exit codes: 0 identical (the wheel is what its provenance says), 1 different (the diff is
-printed), 2 bad input (not a deepep-forge wheel), 3 missing toolchain.
+printed), 2 bad input (not a deepep-forge wheel, a repository not trusted), 3 missing toolchain.
 
 Example: check a wheel from a colleague's or CI's cache on this machine:
   deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl")]
-#[command(mut_arg("source", |a| a.help("Where to fetch the source (needed when the provenance names a local folder: provenance holds no machine paths); default: the provenance's repository URL")))]
+#[command(mut_arg("source", |a| a.help("Where to fetch the source (needed when the provenance names a local folder: provenance holds no machine paths); default: the provenance's repository URL, only when you trust it (see below)")))]
 pub struct VerifyArgs {
     /// The wheel to check (built by deepep-forge: it carries a provenance document).
     #[arg(value_name = "WHEEL")]
     pub wheel: PathBuf,
     #[command(flatten)]
     pub run: crate::builder::RunArgs,
+    /// A pins file whose `[source] repo` you trust for rebuilds (default: ./pins.toml when present).
+    #[arg(long, value_name = "FILE")]
+    pub pins: Option<PathBuf>,
     /// The toolchain (as for build-wheel); default: the one the provenance names.
     #[arg(long, value_enum)]
     pub toolchain: Option<crate::builder::registry::Kind>,
@@ -87,22 +94,28 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
     }
     let name = crate::wheel::WheelName::parse(&args.wheel.file_name().unwrap_or_default().to_string_lossy())
         .ok_or_else(|| crate::error::Failure::usage(format!("{} is not a wheel file name", args.wheel.display())))?;
-    let work = tempfile::tempdir()?;
-    let pins = crate::pins::Pins::parse(
-        &pins_of(&prov, &name)?,
-        &PathBuf::from(format!("{} (its provenance)", args.wheel.display())),
-    )?;
+    // Before anything is fetched: the repository whose setup.py the rebuild runs is one the user chose.
     let source = match (&args.run.source, prov.source.repo.strip_prefix("local:")) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(folder)) => {
             return Err(crate::error::Failure::usage(format!(
-                "the wheel was built from a local source (`{folder}`), which its provenance names without a path"
+                "{}: built from a local source (`{}`), which its provenance names without a path",
+                args.wheel.display(),
+                crate::input::excerpt(folder, 80)
             ))
             .hint(format!("pass --source PATH to that repository or folder (commit {})", prov.source.rev))
             .into())
         }
-        (None, None) => None,
+        (None, None) => {
+            trust::check(&args.wheel, &prov.source.repo, &prov.source.rev, args.pins.as_deref())?;
+            None
+        }
     };
+    let work = tempfile::tempdir()?;
+    // The pins the provenance describes, parsed in memory; messages about them name the wheel.
+    let shown = PathBuf::from(format!("the provenance of {}", args.wheel.display()));
+    let pins =
+        crate::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, &args.wheel))?;
     let toolchain = args.toolchain.unwrap_or(match prov.toolchain.kind.as_str() {
         "registry" => crate::builder::registry::Kind::Registry,
         _ => crate::builder::registry::Kind::System,
@@ -139,7 +152,7 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
         compiler_cache: args.run.compiler_cache(),
         jobs: args.run.jobs,
     };
-    let built = crate::builder::run::build(&req, None, |_| {})?;
+    let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, &args.wheel))?;
     let outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;
     let d = diff::diff(&args.wheel, &outcome.wheel)?;
     if args.format == Format::Json {
@@ -159,6 +172,44 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
         crate::out!("{}", diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)"));
     }
     Ok(if d.identical { Exit::Ok } else { Exit::Problems })
+}
+
+/// An error of the rebuild as the user can act on it: the pins generated from
+/// the provenance (parsed in memory, named `pins`) are named as what they are,
+/// the wheel's provenance, without line:column positions in text nobody sees.
+fn about_wheel(e: anyhow::Error, pins: &std::path::Path, wheel: &std::path::Path) -> anyhow::Error {
+    let tmp = pins.display().to_string();
+    let text = format!("{e:#}");
+    let hint = e.chain().find_map(|c| c.downcast_ref::<crate::error::Failure>().and_then(|f| f.hint.clone()));
+    if !text.contains(&tmp) && !hint.as_ref().is_some_and(|h| h.contains(&tmp)) {
+        return e;
+    }
+    let shown = format!("the provenance of {}", wheel.display());
+    let fix = |s: &str| -> String {
+        // `<tmp>:LINE:COL` points into a file the user never sees: drop the position.
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find(&tmp) {
+            out.push_str(&rest[..i]);
+            out.push_str(&shown);
+            rest = &rest[i + tmp.len()..];
+            for _ in 0..2 {
+                let digits =
+                    rest.strip_prefix(':').map(|r| r.len() - r.trim_start_matches(|c: char| c.is_ascii_digit()).len());
+                match digits {
+                    Some(n) if n > 0 => rest = &rest[1 + n..],
+                    _ => break,
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    };
+    let mut f = crate::error::Failure::new(crate::error::exit_of(&e), fix(&text));
+    if let Some(h) = hint {
+        f = f.hint(fix(&h));
+    }
+    f.into()
 }
 
 /// A pins file that names exactly what the provenance says (values serialised by
@@ -202,6 +253,11 @@ fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) ->
     if let Some(n) = p.env.get("NVSHMEM_DIR") {
         variant.insert("nvshmem_dir".into(), Value::String(n.clone()));
     }
+    // The knobs the variant set itself (pins.toml `env`): part of the build, so of the rebuild.
+    if !v.env.is_empty() {
+        let env: toml::Table = v.env.iter().map(|(k, val)| (k.clone(), Value::String(val.clone()))).collect();
+        variant.insert("env".into(), Value::Table(env));
+    }
     let mut doc = toml::Table::new();
     doc.insert("schema".into(), Value::Integer(crate::pins::SCHEMA));
     doc.insert("source".into(), Value::Table(source));
@@ -218,4 +274,80 @@ fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) ->
     }
     doc.insert("variant".into(), Value::Array(vec![Value::Table(variant)]));
     Ok(toml::to_string(&doc)?)
+}
+
+/// Which repositories the user trusts `verify` to fetch and build.
+mod trust {
+    use std::path::Path;
+
+    use anyhow::Result;
+
+    use crate::error::Failure;
+
+    /// Repositories trusted in the environment (separated by spaces, commas or newlines).
+    pub const ENV: &str = "DEEPEP_FORGE_TRUSTED_REPOS";
+
+    /// One spelling per repository: no trailing `/` or `.git`.
+    fn norm(url: &str) -> &str {
+        let u = url.trim_end_matches('/');
+        u.strip_suffix(".git").unwrap_or(u)
+    }
+
+    /// Refuse (exit 2, before any fetch) a repository the user has not named or
+    /// trusted: `--pins` (default ./pins.toml when present) `[source] repo`,
+    /// `DEEPEP_FORGE_TRUSTED_REPOS`, `[verify] trusted-repos` in the user config.
+    pub fn check(wheel: &Path, repo: &str, rev: &str, pins: Option<&Path>) -> Result<()> {
+        let trusted = trusted(pins)?;
+        if trusted.iter().any(|t| norm(t) == norm(repo)) {
+            return Ok(());
+        }
+        let config = crate::cache::config::config_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "~/.config/deepep-forge/config.toml".into());
+        Err(Failure::usage(format!(
+            "{}: its provenance asks for a rebuild from {} (commit {}), a repository you have not named or trusted; verify would run its setup.py, so nothing was fetched",
+            wheel.display(),
+            crate::input::excerpt(repo, 200),
+            crate::input::excerpt(rev, 40),
+        ))
+        .hint(format!(
+            "if you trust it: pass --source with it (or a clone of yours), list it in {ENV}, add it to `[verify] trusted-repos` in {config}, or run verify next to the pins.toml (or with --pins FILE) whose [source] repo names it"
+        ))
+        .into())
+    }
+
+    fn trusted(pins: Option<&Path>) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let default = Path::new(crate::pins::DEFAULT_PATH);
+        match pins {
+            Some(p) => out.push(crate::pins::Pins::load(p)?.source.repo),
+            None if default.exists() => out.push(crate::pins::Pins::load(default)?.source.repo),
+            None => {}
+        }
+        if let Some(v) = std::env::var_os(ENV) {
+            let v = v.to_str().ok_or_else(|| Failure::usage(format!("{ENV} is not UTF-8")))?.to_string();
+            out.extend(v.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).map(String::from));
+        }
+        out.extend(from_config()?);
+        Ok(out)
+    }
+
+    /// `[verify] trusted-repos = ["https://...", ...]` in the user config.
+    fn from_config() -> Result<Vec<String>> {
+        let Some(path) = crate::cache::config::config_path() else { return Ok(Vec::new()) };
+        let Some(text) = crate::input::read_text_opt(&path, "user config", 1 << 20)? else { return Ok(Vec::new()) };
+        let doc: toml::Table =
+            text.parse().map_err(|e| Failure::usage(format!("{} is not valid TOML: {e}", path.display())))?;
+        let bad = || {
+            Failure::usage(format!("{}: [verify] trusted-repos must be a list of repository URLs", path.display()))
+                .hint("e.g. [verify]\ntrusted-repos = [\"https://github.com/deepseek-ai/DeepEP.git\"]")
+        };
+        let Some(v) = doc.get("verify") else { return Ok(Vec::new()) };
+        let Some(list) = v.as_table().ok_or_else(bad)?.get("trusted-repos") else { return Ok(Vec::new()) };
+        list.as_array()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|x| x.as_str().map(String::from).ok_or_else(|| bad().into()))
+            .collect()
+    }
 }

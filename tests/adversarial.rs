@@ -726,6 +726,111 @@ fn pin_set_cases() -> Vec<Case> {
     v
 }
 
+// ---- journal: `pin set` journals, project locks, verify's trust (issue 20, section 8) ----
+
+const X86_REV: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+
+/// A repository `repo/` (pins.toml inside) whose pyproject.toml links out of it
+/// to `outside/pyproject.toml`, with a committed journal naming that target.
+fn pr_with_journal_and_outward_link(d: &Path) {
+    git_root(&d.join("repo"));
+    std::fs::create_dir_all(d.join("outside")).unwrap();
+    std::fs::write(d.join("repo/pins.toml"), PINS).unwrap();
+    std::fs::write(d.join("outside/pyproject.toml"), PYPROJECT).unwrap();
+    symlink("../outside/pyproject.toml", &d.join("repo/pyproject.toml"));
+    let target = d.join("outside/pyproject.toml");
+    let journal = format!(
+        "{{\"schema\":1,\"pid\":1,\"started\":\"x\",\"command\":\"c\",\"files\":[{{\"path\":{:?},\"old\":\"cHduZWQ=\",\"new_sha256\":null}}]}}",
+        target.to_str().unwrap()
+    );
+    std::fs::write(d.join("repo/.deepep-forge-pin-set.journal"), journal).unwrap();
+}
+
+fn journal_cases() -> Vec<Case> {
+    let in_repo = ["--project", "repo", "--pins", "repo/pins.toml"];
+    vec![
+        Case::new("journal: pin set with a committed journal and pyproject.toml linked out of the repository")
+            .setup(pr_with_journal_and_outward_link)
+            .args(&["pin", "set", X86_REV])
+            .args(&in_repo)
+            .says("is ignored: a journal in the project tree is never trusted")
+            .says("outside {dir}/repo: pin set writes only the project's own files"),
+        Case::new("journal: pin recover with a committed journal and pyproject.toml linked out of the repository")
+            .setup(pr_with_journal_and_outward_link)
+            .args(&["pin", "recover"])
+            .args(&in_repo)
+            .says("it is not trusted, so nothing was restored"),
+        Case::new("journal: pins.toml linked out of the repository")
+            .setup(|d| {
+                git_root(&d.join("repo"));
+                std::fs::write(d.join("repo/pyproject.toml"), PYPROJECT).unwrap();
+                std::fs::write(d.join("elsewhere.toml"), PINS).unwrap();
+                symlink("../elsewhere.toml", &d.join("repo/pins.toml"));
+            })
+            .args(&["pin", "set", X86_REV])
+            .args(&in_repo)
+            .says("repo/pins.toml is a symlink to {dir}/elsewhere.toml, outside {dir}/repo"),
+        Case::new("journal: a FIFO as the committed journal does not block pin recover")
+            .file("pyproject.toml", PYPROJECT)
+            .file("pins.toml", PINS)
+            .setup(|d| fifo(&d.join(".deepep-forge-pin-set.journal")))
+            .args(&["pin", "recover"])
+            .says("it is not trusted"),
+        Case::new("journal: a state folder others can enter")
+            .file("pyproject.toml", PYPROJECT)
+            .file("pins.toml", PINS)
+            .setup(|d| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::create_dir_all(d.join("state/deepep-forge/pin-set")).unwrap();
+                std::fs::set_permissions(d.join("state/deepep-forge/pin-set"), std::fs::Permissions::from_mode(0o755))
+                    .unwrap();
+            })
+            .env("XDG_STATE_HOME", "{dir}/state")
+            .args(&["pin", "set", X86_REV])
+            .exit(3)
+            .says("is not a private folder of this user's"),
+        Case::new("journal: a non-UTF-8 --project is named in the message")
+            .file("pins.toml", PINS)
+            .args(&["pin", "set", X86_REV, "--project"])
+            .arg_bytes(b"nope\xff")
+            .says("cannot read the project folder nope\u{FFFD}"),
+    ]
+}
+
+/// Another user's leftover lock file in a shared cache folder: exit 3 naming
+/// it, with a hint, never exit 1 "Permission denied". Run as root, the binary
+/// runs as nobody (uid 65534) against a lock file root left (0644); run as
+/// another user, the lock file is made read-only, which gives the same EACCES
+/// when it is opened for writing.
+#[test]
+fn journal_another_users_lock_file_is_exit_3_with_a_hint() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().join("cache");
+    std::fs::create_dir_all(cache.join("tmp/build-left")).unwrap();
+    let lock = cache.join("tmp/build-left.lock");
+    std::fs::write(&lock, "").unwrap();
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_deepep-forge"));
+    c.args(["cache", "gc", "--cache-dir"]).arg(&cache).env("XDG_CONFIG_HOME", d.path().join("config"));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        for p in [d.path(), &cache, &cache.join("tmp")] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o644)).unwrap();
+        c.uid(65534).gid(65534).env("HOME", d.path());
+    } else {
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("cannot take the lock {}", lock.display())), "{err}");
+    assert!(err.contains("hint: another user's run left it"), "{err}");
+    assert!(cache.join("tmp/build-left").is_dir(), "nothing removed");
+}
+
 #[test]
 fn hostile_inputs_are_refused_cleanly() {
     let mut cases = Vec::new();
@@ -737,6 +842,7 @@ fn hostile_inputs_are_refused_cleanly() {
     cases.extend(flag_cases());
     cases.extend(pin_set_cases());
     cases.extend(misc_cases());
+    cases.extend(journal_cases());
     assert!(cases.len() >= 110, "{} cases", cases.len());
     run_all(cases);
 }

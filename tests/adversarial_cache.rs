@@ -309,15 +309,16 @@ fn pin_set_cases() -> Vec<Case> {
             })
             .args(&["pin", "set", X86])
             .says("(the target of the symlink pins.toml) is read-only"),
-        named("pin set: a killed run's journal")
+        // Journals live in the user's state folder; one in the project tree is
+        // never read (more cases: tests/adversarial.rs, `journal_cases`).
+        named("pin recover: a journal in the tree")
             .file(".deepep-forge-pin-set.journal", "{\"schema\":1,\"pid\":1,\"started\":\"x\",\"command\":\"deepep-forge pin set X\",\"files\":[]}")
-            .args(&["pin", "set", X86])
-            .says("was killed before it finished")
-            .says("deepep-forge pin recover --project ."),
-        named("pin set: a garbage journal")
+            .args(&["pin", "recover"])
+            .says("it is not trusted, so nothing was restored"),
+        named("pin recover: a garbage journal in the tree")
             .file(".deepep-forge-pin-set.journal", "garbage")
-            .args(&["pin", "set", X86])
-            .says("the journal is unreadable"),
+            .args(&["pin", "recover"])
+            .says("it is not trusted"),
         named("pin recover: nothing to recover").args(&["pin", "recover"]).says("no interrupted `pin set` here"),
         named("pin recover: a journal naming a file elsewhere")
             .file(
@@ -326,14 +327,14 @@ fn pin_set_cases() -> Vec<Case> {
             )
             .file("victim", "keep me")
             .args(&["pin", "recover"])
-            .says("which is not a file `pin set` writes here"),
+            .says("it is not trusted"),
         named("pin recover: a journal naming /etc/passwd")
             .file(
                 ".deepep-forge-pin-set.journal",
                 "{\"schema\":1,\"pid\":1,\"started\":\"x\",\"command\":\"c\",\"files\":[{\"path\":\"/etc/passwd\",\"old\":null,\"new_sha256\":null}]}",
             )
             .args(&["pin", "recover"])
-            .says("/etc/passwd"),
+            .says("it is not trusted"),
     ]
 }
 

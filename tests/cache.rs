@@ -424,3 +424,49 @@ fn https_with_a_private_ca_through_ssl_cert_file() {
     let res = &json(&o)["results"][0];
     assert!(notes(res).iter().any(|n| n.contains("leaves https")), "{res}");
 }
+
+/// A remote entry passed over (unsigned), then a local build that fails: the
+/// final error still says why the remote entry was not used.
+#[test]
+fn a_failed_local_build_keeps_why_the_remote_entry_was_not_used() {
+    let Some(lab) = Lab::new() else { return };
+    let srv = serve();
+    let cfg = tempfile::tempdir().unwrap();
+    let (_, public) = keygen(&lab, "k1");
+    let pins = lab.pins();
+    let pins = pins.to_str().unwrap();
+    // The local build fails when it takes its build root: the root's folder is a file.
+    let blocker = lab.dir.path().join("not-a-folder");
+    std::fs::write(&blocker, "").unwrap();
+    let root = blocker.join("root");
+    let p = lab
+        .forge(&["plan", "--variant", "sn", "--format", "json", "--pins", pins])
+        .env("DEEPEP_FORGE_BUILD_ROOT", &root)
+        .output()
+        .unwrap();
+    let key = json(&p)["plans"][0]["cache_key"].as_str().unwrap().to_string();
+    std::fs::create_dir_all(srv.root.join(&key)).unwrap();
+    let entry = serde_json::json!({"schema": 1, "key": key, "wheel": "deep_ep-1.2.1+0000000-cp312-cp312-linux_x86_64.whl", "sha256": "0".repeat(64), "size": 1, "variant": "sn", "version": "1.2.1+0000000", "created": "2026-01-01T00:00:00Z", "created_secs": 1767225600, "provenance_sha256": "0".repeat(64), "signatures": []});
+    std::fs::write(srv.root.join(&key).join("entry.json"), entry.to_string()).unwrap();
+    let o = lab
+        .forge(&[
+            "build-wheel",
+            "--variant",
+            "sn",
+            "--pins",
+            pins,
+            "--cache-url",
+            &srv.url,
+            "--allow-http",
+            "--trusted-key",
+            &public,
+        ])
+        .env("DEEPEP_FORGE_BUILD_ROOT", &root)
+        .env("XDG_CONFIG_HOME", cfg.path())
+        .output()
+        .unwrap();
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("the local build failed; it ran because remote cache entry not used:"), "{err}");
+    assert!(err.contains("is unsigned") && err.contains("not-a-folder"), "both reasons: {err}");
+}

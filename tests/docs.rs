@@ -154,6 +154,8 @@ fn run_block(ws: &Workspace, block: &Block) -> Vec<(String, i32)> {
         .env("PATH", path)
         .env("DEEPEP_FORGE_CACHE_DIR", &ws.cache)
         .env("DEEPEP_FORGE_TOOLS", &ws.tools)
+        // `pin set` keeps its journal and locks in the user's state folder: a temporary one.
+        .env("XDG_STATE_HOME", ws.dir.with_file_name("state"))
         .env("NO_COLOR", "1")
         .env("COLUMNS", "100")
         // No timing in what a page shows: a build slower than 30 s (a loaded

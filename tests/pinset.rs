@@ -371,11 +371,11 @@ fn running_in(dir: &Path) -> usize {
         .count()
 }
 
-/// Everything under `dir` (paths and bytes), but not uv's cache.
+/// Everything under `dir` (paths and bytes), but not uv's cache or the user state folder.
 fn files_of(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut v: Vec<_> = walkdir::WalkDir::new(dir)
         .into_iter()
-        .filter_entry(|e| e.file_name() != "uv-cache")
+        .filter_entry(|e| e.file_name() != "uv-cache" && e.file_name() != "state")
         .flatten()
         .filter(|e| !e.file_type().is_dir())
         .map(|e| (e.path().to_path_buf(), std::fs::read(e.path()).unwrap_or_default()))
@@ -398,6 +398,7 @@ fn slow_relock_setup(index: &SlowIndex) -> Option<SlowSetup> {
         ("DEEPEP_FORGE_UV".into(), uv.display().to_string()),
         ("UV_PYTHON".into(), python.display().to_string()),
         ("UV_CACHE_DIR".into(), tmp.path().join("uv-cache").display().to_string()),
+        ("XDG_STATE_HOME".into(), tmp.path().join("state").display().to_string()),
     ];
     env.extend(insteadof(&repo).into_iter().map(|(k, v)| (k.to_string(), v)));
     let mut c = bin();
@@ -451,7 +452,7 @@ fn sigint_and_sigterm_during_relock_put_every_file_back() {
         let child = start_slow_pin_set(tmp.path(), &repo, &second, &env, &index);
         // Mid-change: pyproject.toml already names the new revision, the journal is there.
         assert!(read(&proj.join("pyproject.toml")).contains(&second), "{name}: not mid-change");
-        assert!(tmp.path().join(".deepep-forge-pin-set.journal").exists());
+        assert_eq!(journals(tmp.path()).len(), 2, "{name}: a journal per folder (project, pins) in the state folder");
         // SAFETY: a signal to our own child.
         unsafe { libc::kill(child.id() as i32, sig) };
         let o = child.wait_with_output().unwrap();
@@ -485,10 +486,10 @@ fn sigkill_during_relock_leaves_whole_files_and_recover_undoes_it() {
     // Each file whole: old or new, never a mix; the journal tells the next run.
     let py = read(&proj.join("pyproject.toml"));
     assert!(py == old_py || py == mid_py, "pyproject.toml is neither old nor new");
-    let journal = tmp.path().join(".deepep-forge-pin-set.journal");
-    assert!(journal.exists());
+    assert_eq!(journals(tmp.path()).len(), 2, "the killed run's journal is in the user's state folder");
     let mut again = bin();
     again.args(["pin", "set", &second, "--project", "consumer"]).current_dir(tmp.path());
+    again.envs(env.iter().map(|(k, v)| (k, v)));
     let o = again.output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
@@ -498,8 +499,29 @@ fn sigkill_during_relock_leaves_whole_files_and_recover_undoes_it() {
         "{}",
         stderr(&o)
     );
-    let o = bin().args(["pin", "recover", "--project", "consumer"]).current_dir(tmp.path()).output().unwrap();
+    let recover = || {
+        bin()
+            .args(["pin", "recover", "--project", "consumer"])
+            .current_dir(tmp.path())
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap()
+    };
+    // A pull request that now makes pyproject.toml a link out of the project gets nothing written through it.
+    let now_py = std::fs::read(proj.join("pyproject.toml")).unwrap();
+    std::fs::write(tmp.path().join("victim.toml"), &now_py).unwrap();
+    std::fs::remove_file(proj.join("pyproject.toml")).unwrap();
+    std::os::unix::fs::symlink("../victim.toml", proj.join("pyproject.toml")).unwrap();
+    let o = recover();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("pin set writes only the project's own files"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(tmp.path().join("victim.toml")).unwrap(), now_py, "written through the link");
+    assert_eq!(journals(tmp.path()).len(), 2, "a refused recover keeps the journal");
+    std::fs::remove_file(proj.join("pyproject.toml")).unwrap();
+    std::fs::rename(tmp.path().join("victim.toml"), proj.join("pyproject.toml")).unwrap();
+    let o = recover();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(journals(tmp.path()).is_empty(), "recover removed the journal");
     assert!(
         stdout(&o).contains("restored") && stdout(&o).contains("to finish the change, run again"),
         "{}",
@@ -528,6 +550,126 @@ fn a_symlinked_pyproject_has_its_target_written() {
     let names: Vec<String> =
         std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert!(!names.iter().any(|n| n.starts_with(".deepep-forge")), "{names:?}");
+}
+
+/// A second `pin set` while the first is mid-change (real uv held by a slow
+/// index) waits for the whole first change, then makes its own: the first's
+/// rollback never undoes the second's work, and the second never reads the
+/// first's half-written files.
+#[test]
+fn a_second_pin_set_waits_for_the_first_whole_change() {
+    let index = SlowIndex::start();
+    let Some((tmp, repo, second, proj, env)) = slow_relock_setup(&index) else {
+        // Not run is never passed: CI is meant to have the tools venv.
+        assert!(std::env::var_os("CI").is_none_or(|v| v != "true"), "uv or the tools Python not available under CI");
+        eprintln!("SKIPPED: uv or the tools Python not available; run `.ci/setup-tools`");
+        return;
+    };
+    let first_py = read(&proj.join("pyproject.toml"));
+    let a = start_slow_pin_set(tmp.path(), &repo, &second, &env, &index);
+    assert!(read(&proj.join("pyproject.toml")).contains(&second), "the first run is not mid-change");
+    let mut b = bin();
+    b.args(["pin", "set", &second, "--source", repo.to_str().unwrap(), "--project", "consumer"])
+        .current_dir(tmp.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    b.envs(env.iter().map(|(k, v)| (k, v)));
+    let mut b = b.spawn().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = b.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let waiting = rx.recv_timeout(std::time::Duration::from_secs(120)).unwrap_or_default();
+    assert!(waiting.contains("waiting: another `pin set`"), "the second run did not wait: {waiting}");
+    assert!(b.try_wait().unwrap().is_none(), "the second run ended while the first held the project");
+    index.release.store(true, std::sync::atomic::Ordering::SeqCst); // the first run's uv fails now
+    let a = a.wait_with_output().unwrap();
+    assert_eq!(a.status.code(), Some(1), "{}", stderr(&a));
+    assert!(stderr(&a).contains("were restored"), "{}", stderr(&a));
+    let status = b.wait().unwrap();
+    let b_err = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{b_err}");
+    // The second change stands, whole: pyproject.toml and pins.toml both at `second`.
+    let py = read(&proj.join("pyproject.toml"));
+    assert!(py != first_py && py.matches(&format!("@{second}\"")).count() == 2, "{py}");
+    assert_eq!(read(&tmp.path().join("pins.toml")).matches(&second).count(), 2);
+    assert!(journals(tmp.path()).is_empty());
+}
+
+/// Two `pin set`s started together, again and again (real processes): both
+/// succeed, one after the other, so the files are one complete change, never
+/// the original files restored by a loser's rollback.
+#[test]
+fn concurrent_pin_sets_leave_one_whole_change() {
+    let arm = "a48493600c4886c1b297aaa78db0e1ebc2d8dd6c";
+    for round in 0..6 {
+        let d = project(
+            &root().join("tests/fixtures/consumer-unified/pyproject.toml"),
+            &pins_text("https://github.com/deepseek-ai/DeepEP.git", UNIFIED, UNIFIED),
+        );
+        let spawn = |rev: &str| {
+            bin()
+                .args(["pin", "set", rev])
+                .current_dir(d.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(X86), spawn(arm));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        for o in [&a, &b] {
+            assert_eq!(o.status.code(), Some(0), "round {round}: {}{}", stdout(o), stderr(o));
+        }
+        let py = read(&d.path().join("pyproject.toml"));
+        let pins = read(&d.path().join("pins.toml"));
+        let last = if py.contains(X86) { X86 } else { arm };
+        assert!(
+            !py.contains(UNIFIED) && pins.matches(last).count() == 2 && !pins.contains(UNIFIED),
+            "round {round}:\n{py}\n{pins}"
+        );
+    }
+}
+
+/// A `--project` path that is not UTF-8 works, and is named in what is printed.
+#[test]
+fn a_non_utf8_project_path_is_pinned_and_named() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = project(
+        &root().join("tests/fixtures/consumer-unified/pyproject.toml"),
+        &pins_text("https://github.com/deepseek-ai/DeepEP.git", UNIFIED, UNIFIED),
+    );
+    let name = std::ffi::OsStr::from_bytes(b"proj\xff");
+    std::fs::create_dir(d.path().join(name)).unwrap();
+    std::fs::rename(d.path().join("pyproject.toml"), d.path().join(name).join("pyproject.toml")).unwrap();
+    let o = bin().args(["pin", "set", X86, "--project"]).arg(name).current_dir(d.path()).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("proj\u{FFFD}/pyproject.toml: "), "{}", stdout(&o));
+    assert!(read(&d.path().join(name).join("pyproject.toml")).contains(X86));
+    // an error about it names it too
+    std::fs::remove_file(d.path().join(name).join("pyproject.toml")).unwrap();
+    let o = bin().args(["pin", "set", X86, "--project"]).arg(name).current_dir(d.path()).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("proj\u{FFFD}/pyproject.toml"), "{}", stderr(&o));
+}
+
+/// The journals in the user state folder the slow tests give the binary (`<tmp>/state`).
+fn journals(tmp: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(tmp.join("state/deepep-forge/pin-set"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "journal"))
+        .collect()
 }
 
 fn diff_paths(a: &[(PathBuf, Vec<u8>)], b: &[(PathBuf, Vec<u8>)]) -> Vec<String> {

@@ -250,3 +250,118 @@ fn diff_says_which_members_sections_and_symbols_differ_and_exits_2_on_bad_input(
     let o = forge(lab.dir.path(), &["diff", wheel.to_str().unwrap(), "missing.whl"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+/// Copy the wheel `src` to `dst` with one provenance field replaced
+/// (`path` like `source.repo`, `value` a JSON value; RECORD kept consistent).
+fn with_provenance(python: &Path, src: &Path, dst: &Path, path: &str, value: &str) {
+    let script = r#"
+import base64, hashlib, json, sys, zipfile
+src, dst, path, value = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+    record = [n for n in zin.namelist() if n.endswith(".dist-info/RECORD")][0]
+    data = {n: zin.read(n) for n in zin.namelist()}
+    name = [n for n in data if n.endswith(".dist-info/deepep-forge-provenance.json")][0]
+    doc = json.loads(data[name])
+    *parents, last = path.split(".")
+    node = doc
+    for p in parents:
+        node = node[p]
+    node[last] = value
+    data[name] = json.dumps(doc, indent=2).encode()
+    lines = []
+    for n, b in data.items():
+        if n == record:
+            continue
+        h = base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+        lines.append(f"{n},sha256={h},{len(b)}")
+    lines.append(f"{record},,")
+    data[record] = ("\n".join(lines) + "\n").encode()
+    for n, b in data.items():
+        zout.writestr(n, b)
+"#;
+    std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+    run(Command::new(python).args(["-c", script]).arg(src).arg(dst).arg(path).arg(value));
+}
+
+/// A TCP listener on 127.0.0.1 that counts connections and drops each at once.
+fn counting_listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}/attacker/DeepEP.git", l.local_addr().unwrap());
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = std::sync::Arc::clone(&n);
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(c);
+        }
+    });
+    (url, n)
+}
+
+/// verify rebuilds with the variant's own `env` (a wheel built with one
+/// verifies); it fetches only a repository the user named or trusts, and
+/// stops before any connection otherwise; its refusals name the wheel.
+#[test]
+fn verify_carries_the_variant_env_and_fetches_only_trusted_repositories() {
+    let Some(lab) = Lab::new() else { return };
+    if !sccache_present(&lab) {
+        return;
+    }
+    let variant =
+        VARIANT.replacen("multinode = false", "multinode = false\nenv = { DISABLE_AGGRESSIVE_PTX_INSTRS = \"0\" }", 1);
+    let pins = lab.pins_with(&lab.rev, &variant);
+    let o =
+        lab.forge(&["build-wheel", "--variant", "r", "--no-cache", "--pins", pins.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let built = lab.out_wheels().remove(0);
+    let check = lab.dir.path().join("check");
+    let wheel = check.join(built.file_name().unwrap());
+    std::fs::create_dir_all(&check).unwrap();
+    std::fs::copy(&built, &wheel).unwrap();
+    let src = lab.repo.to_str().unwrap();
+    let v = lab.forge(&["verify", wheel.to_str().unwrap(), "--source", src]).output().unwrap();
+    assert_eq!(v.status.code(), Some(0), "a wheel built with a variant env verifies: {}{}", stdout(&v), stderr(&v));
+    assert!(stdout(&v).starts_with("verified:"), "{}", stdout(&v));
+
+    // The provenance names a repository nobody trusts: refused before any connection.
+    let python = lab.tools.join("bin/python");
+    let (url, seen) = counting_listener();
+    let evil = lab.dir.path().join("evil").join(built.file_name().unwrap());
+    with_provenance(&python, &built, &evil, "source.repo", &format!("\"{url}\""));
+    let v = lab.forge(&["verify", evil.to_str().unwrap()]).output().unwrap();
+    assert_eq!(v.status.code(), Some(2), "{}{}", stdout(&v), stderr(&v));
+    let err = stderr(&v);
+    assert!(err.contains(&url) && err.contains("nothing was fetched") && err.contains(evil.to_str().unwrap()), "{err}");
+    assert!(err.contains("DEEPEP_FORGE_TRUSTED_REPOS") && err.contains("--source"), "{err}");
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 0, "verify connected to an untrusted repository");
+    // The same wheel with that repository trusted by the user: verify goes to fetch it (and fails there).
+    let v = lab.forge(&["verify", evil.to_str().unwrap()]).env("DEEPEP_FORGE_TRUSTED_REPOS", &url).output().unwrap();
+    assert_ne!(v.status.code(), Some(0), "{}", stderr(&v));
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst) > 0, "a trusted repository was not fetched: {}", stderr(&v));
+    // So does a pins file of the user's that names it, and the user config.
+    let mine = lab.dir.path().join("mine.toml");
+    std::fs::write(
+        &mine,
+        std::fs::read_to_string(&pins).unwrap().replace("https://github.com/deepseek-ai/DeepEP.git", &url),
+    )
+    .unwrap();
+    let before = seen.load(std::sync::atomic::Ordering::SeqCst);
+    let v = lab.forge(&["verify", evil.to_str().unwrap(), "--pins", mine.to_str().unwrap()]).output().unwrap();
+    assert_ne!(v.status.code(), Some(2), "--pins names it: {}", stderr(&v));
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst) > before, "{}", stderr(&v));
+    let cfg = lab.dir.path().join("config");
+    std::fs::create_dir_all(cfg.join("deepep-forge")).unwrap();
+    std::fs::write(cfg.join("deepep-forge/config.toml"), format!("[verify]\ntrusted-repos = [\"{url}\"]\n")).unwrap();
+    let before = seen.load(std::sync::atomic::Ordering::SeqCst);
+    let v = lab.forge(&["verify", evil.to_str().unwrap()]).env("XDG_CONFIG_HOME", &cfg).output().unwrap();
+    assert_ne!(v.status.code(), Some(2), "the user config trusts it: {}", stderr(&v));
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst) > before, "{}", stderr(&v));
+
+    // A provenance the rebuild refuses: the message names the wheel, not a deleted temporary pins file.
+    let bad = lab.dir.path().join("bad").join(built.file_name().unwrap());
+    with_provenance(&python, &built, &bad, "variant.cuda_arch_list", "\"banana\"");
+    let v = lab.forge(&["verify", bad.to_str().unwrap(), "--source", src]).output().unwrap();
+    assert_eq!(v.status.code(), Some(2), "{}{}", stdout(&v), stderr(&v));
+    let err = stderr(&v);
+    assert!(err.contains(&format!("the provenance of {}", bad.display())) && !err.contains("pins.toml"), "{err}");
+}

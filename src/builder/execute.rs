@@ -46,8 +46,18 @@ pub fn execute(pl: &Plan, t: &Target, notes: &mut Vec<String>) -> Result<Deliver
     match from_cache(pl, &key, t, notes)? {
         Ok(d) => Ok(d),
         // The key's lock (when caching) is held until the fresh build is published.
-        Err(_lock) => fresh(pl, &key, t, notes),
+        Err(_lock) => fresh(pl, &key, t, notes).map_err(|e| with_remote_reason(e, notes)),
     }
+}
+
+/// A local build that fails after the remote entry was passed over keeps why
+/// it was (notes are printed only with a result): the user sees both reasons.
+fn with_remote_reason(e: anyhow::Error, notes: &[String]) -> anyhow::Error {
+    let why: Vec<&str> = notes.iter().filter(|n| n.starts_with("remote cache")).map(String::as_str).collect();
+    if why.is_empty() {
+        return e;
+    }
+    e.context(format!("the local build failed; it ran because {}", why.join("; ")))
 }
 
 /// The wheel from the local cache, else the remote one (signed, its

@@ -39,6 +39,10 @@ struct ConfigFile {
     #[serde(default)]
     #[allow(dead_code)]
     build: Option<toml::Table>,
+    /// `[verify]` (trusted-repos): read by `repro`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    verify: Option<toml::Table>,
 }
 
 #[derive(Debug, Default, Deserialize)]

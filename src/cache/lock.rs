@@ -16,13 +16,28 @@ fn open(path: &Path) -> Result<File> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     // O_NOFOLLOW: a lock file planted as a symlink (a shared folder) is refused, not followed.
-    File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("opening lock {}", path.display()))
+    match File::options().create(true).truncate(false).write(true).custom_flags(libc::O_NOFOLLOW).open(path) {
+        Ok(f) => Ok(f),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(not_yours(path, e)),
+        Err(e) => Err(e).with_context(|| format!("opening lock {}", path.display())),
+    }
+}
+
+/// A lock file this user may not open for writing (another user's leftover in a
+/// shared folder): missing environment (exit 3), saying whose it is and what to do.
+fn not_yours(path: &Path, e: std::io::Error) -> anyhow::Error {
+    let owner = std::fs::symlink_metadata(path).map(|m| format!("owned by uid {}", m.uid())).unwrap_or_default();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    crate::error::Failure::env(format!(
+        "cannot take the lock {} ({owner}{}not writable by uid {me}: {e})",
+        path.display(),
+        if owner.is_empty() { "" } else { ", " }
+    ))
+    .hint(
+        "another user's run left it: when no run of theirs is active, ask them (or root) to remove it; for a folder shared on purpose, give it a common group and mode 2775 (SECURITY.md, Shared caches); or use a folder of your own",
+    )
+    .into()
 }
 
 /// An exclusive lock on `path` (created if absent), held until the file is

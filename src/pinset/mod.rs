@@ -47,19 +47,18 @@ pub struct SetArgs {
 #[derive(Debug, clap::Args)]
 #[command(
     mut_arg("project", |a| a.help("The consumer project of the interrupted `pin set`")),
-    mut_arg("pins", |a| a.help("The pins file of the interrupted `pin set` (its journal lies next to it)")),
-    mut_arg("no_pins", |a| a.help("The interrupted run had --no-pins (its journal lies next to pyproject.toml)"))
+    mut_arg("pins", |a| a.help("The pins file of the interrupted `pin set`")),
+    mut_arg("no_pins", |a| a.help("The interrupted run had --no-pins"))
 )]
 pub struct RecoverArgs {
     #[command(flatten)]
     pub place: ProjectArgs,
 }
 
-/// Where a change's journal lives: next to pins.toml, or pyproject.toml with --no-pins.
-fn journal_path(project: &Path, pins: &Path, no_pins: bool) -> PathBuf {
-    let dir = if no_pins { project } else { pins.parent().unwrap_or(Path::new("")) };
-    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-    dir.join(txn::JOURNAL)
+/// The project's canonical folders, locked for the whole change (waits for
+/// another `pin set` or `pin recover` on them).
+fn hold(project: &Path, pins: &Path, no_pins: bool) -> Result<txn::Held> {
+    txn::hold(txn::Place::new(project, (!no_pins).then_some(pins))?)
 }
 
 /// `--project P --pins F` / `--no-pins` as the user gave them, for commands we print.
@@ -76,11 +75,8 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
 /// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
 pub fn recover(args: RecoverArgs) -> Result<Exit> {
     let _guard = crate::error::Cooperative::enter();
-    let mut allowed = vec![args.place.project.join("pyproject.toml"), args.place.project.join("uv.lock")];
-    if !args.place.no_pins {
-        allowed.push(args.place.pins.clone());
-    }
-    for line in txn::recover(&journal_path(&args.place.project, &args.place.pins, args.place.no_pins), &allowed)? {
+    let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
+    for line in txn::recover(held)? {
         crate::outln!("{line}");
     }
     Ok(Exit::Ok)
@@ -119,8 +115,10 @@ pub fn find_uv() -> Result<PathBuf> {
 pub fn set(args: SetArgs) -> Result<Exit> {
     // 1. Everything that can fail on input, before any write.
     let flags = place_flags(&args.place.project, &args.place.pins, args.place.no_pins);
-    let journal = journal_path(&args.place.project, &args.place.pins, args.place.no_pins);
-    txn::refuse_if_pending(&journal, &format!("deepep-forge pin recover{flags}"))?;
+    // Locked from before the first read to the end of the change: a second run waits here.
+    let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
+    held.warn_legacy();
+    held.refuse_if_pending()?;
     let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
@@ -225,7 +223,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     );
     // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
     let _guard = crate::error::Cooperative::enter();
-    let t = txn::Txn::begin(journal, again.clone(), changes)?;
+    let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
     if let Err(e) = t.apply() {
         t.rollback()?;
         return Err(e);

@@ -1,18 +1,30 @@
 //! All-or-nothing writes for `pin set`: every file it touches (pyproject.toml,
 //! pins.toml, uv.lock under `--relock`) ends up all new or all as it was.
 //!
+//! - The project is locked first, for the whole change: one lock per folder
+//!   whose files change (the project's, the pins file's), taken in path order.
+//!   A second `pin set` (or `pin recover`) on the same folder waits, saying so,
+//!   and then reads the files the first one left.
 //! - Before anything is written: each file's real path is resolved (a symlink's
-//!   target is what gets written; a dangling link is refused), and a read-only
-//!   file or folder is refused (exit 2).
-//! - Then a journal `.deepep-forge-pin-set.journal` is written (temp file,
-//!   fsync, rename) next to pins.toml (or pyproject.toml with `--no-pins`),
-//!   holding every file's old bytes, and locked (flock) for as long as the
-//!   change runs. Each file is replaced by one rename of a fsynced temp file,
-//!   so under SIGKILL every file is whole, old or new.
+//!   target is what gets written; a dangling link, or one leading out of the
+//!   repository that holds the link, is refused), and a read-only file or
+//!   folder is refused (exit 2).
+//! - Then a journal holding every file's old bytes is written (temp file,
+//!   fsync, rename) into the user's own state folder
+//!   (`$XDG_STATE_HOME/deepep-forge/pin-set/`, else
+//!   `~/.local/state/deepep-forge/pin-set/`, mode 0700, checked to be this
+//!   user's), named by the sha256 of each locked folder's canonical path, and
+//!   bound to the project: it records the canonical project folder and pins
+//!   file. A pull request cannot put a file there; a journal found in the
+//!   project tree (`.deepep-forge-pin-set.journal`, where older versions kept
+//!   it) is never read.
+//! - Each file is replaced by one rename of a fsynced temp file, so under
+//!   SIGKILL every file is whole, old or new.
 //! - On an error, Ctrl-C or SIGTERM the old bytes are written back the same
 //!   way and the journal removed. When the process was killed instead, the
-//!   journal stays: the next `pin set` finds it unlocked, refuses to start,
-//!   and `pin recover` puts every file back (then `pin set` can run again).
+//!   journal stays: the next `pin set` on that folder refuses to start, and
+//!   `pin recover` puts every file back (only files `pin set` writes for that
+//!   project, resolved again; then `pin set` can run again).
 //!
 //! Temp files are named `.deepep-forge-pin-set-*.tmp`; `pin recover` removes
 //! any a killed run left.
@@ -27,9 +39,12 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Failure;
 
-pub const JOURNAL: &str = ".deepep-forge-pin-set.journal";
+/// Where versions before journals were bound to the user kept them: in the
+/// project tree. Never read; only named in a warning.
+pub const LEGACY_JOURNAL: &str = ".deepep-forge-pin-set.journal";
 const TMP_PREFIX: &str = ".deepep-forge-pin-set-";
 const B64: base64::engine::general_purpose::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+const SCHEMA: u32 = 2;
 
 /// One file of the change.
 pub struct Change {
@@ -50,25 +65,107 @@ struct JournalDoc {
     started: String,
     /// The command to run again to finish the change.
     command: String,
+    /// `pin recover` with the flags of this run.
+    recover: String,
+    /// base64 of the canonical project folder's bytes (paths need not be UTF-8).
+    project: String,
+    /// base64 of the canonical pins file's bytes; absent with --no-pins.
+    pins: Option<String>,
     files: Vec<JournalFile>,
 }
 
 #[derive(Serialize, Deserialize)]
 struct JournalFile {
-    path: PathBuf,
+    /// base64 of the canonical path's bytes.
+    path: String,
     /// base64 of the old bytes; absent: the file did not exist.
     old: Option<String>,
     new_sha256: Option<String>,
 }
 
+fn enc_path(p: &Path) -> String {
+    B64.encode(p.as_os_str().as_bytes())
+}
+
+fn dec_path(s: &str) -> Option<PathBuf> {
+    B64.decode(s).ok().map(|b| PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b)))
+}
+
+/// The user's private folder for journals and locks (created 0700; refused,
+/// exit 3, when it is not a folder of this user's that only they can enter).
+pub fn state_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".local/state")))
+        .ok_or_else(|| {
+            Failure::env("no state folder for the pin set journal: HOME and XDG_STATE_HOME are unset")
+                .hint("set XDG_STATE_HOME to a folder of yours")
+        })?;
+    let dir = base.join("deepep-forge").join("pin-set");
+    std::fs::create_dir_all(base.join("deepep-forge"))
+        .map_err(|e| Failure::env(format!("cannot create {}: {e}", base.join("deepep-forge").display())))?;
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(Failure::env(format!("cannot create {}: {e}", dir.display())).into())
+        }
+        _ => {}
+    }
+    let m = std::fs::symlink_metadata(&dir).map_err(|e| Failure::env(format!("cannot read {}: {e}", dir.display())))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() || m.uid() != me || m.permissions().mode() & 0o077 != 0 {
+        return Err(Failure::env(format!(
+            "{} is not a private folder of this user's (a real folder, owned by uid {me}, mode 0700): the pin set journal is kept only there",
+            dir.display()
+        ))
+        .hint("remove it (or chmod 700 it if it is yours), or set XDG_STATE_HOME to a folder of yours")
+        .into());
+    }
+    Ok(dir)
+}
+
+/// The folder that bounds a project's files: the git repository holding
+/// `dir` (the nearest ancestor with `.git`, found without running git), else
+/// `dir` itself. `dir` is canonical.
+fn boundary(dir: &Path) -> PathBuf {
+    dir.ancestors().find(|a| a.join(".git").exists()).unwrap_or(dir).to_path_buf()
+}
+
+/// `p` with its folder made canonical (the file itself may not exist, and a
+/// link in the last component is kept).
+fn canonical_file(p: &Path) -> Result<PathBuf> {
+    let dir = std::fs::canonicalize(parent(p))
+        .map_err(|e| Failure::usage(format!("cannot read the folder of {}: {e}", p.display())))?;
+    Ok(match p.file_name() {
+        Some(n) => dir.join(n),
+        None => dir,
+    })
+}
+
 /// The file `shown` resolves to for writing: itself, or a symlink's target
-/// (which must exist). `Ok(None)` when nothing is there (it may be created).
+/// (which must exist, and lie inside the repository that holds the link).
+/// `Ok(None)` when nothing is there (it may be created).
 pub fn resolve(shown: &Path) -> Result<Option<PathBuf>> {
     match std::fs::symlink_metadata(shown) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Failure::usage(format!("cannot read {}: {e}", shown.display())).into()),
         Ok(m) if m.file_type().is_symlink() => match std::fs::canonicalize(shown) {
-            Ok(t) => Ok(Some(t)),
+            Ok(t) => {
+                let within = boundary(&std::fs::canonicalize(parent(shown))?);
+                if !t.starts_with(&within) {
+                    return Err(Failure::usage(format!(
+                        "{} is a symlink to {}, outside {}: pin set writes only the project's own files, never through a link out of it, so nothing was changed",
+                        shown.display(),
+                        t.display(),
+                        within.display()
+                    ))
+                    .hint("replace the link with the file itself (or a link inside the repository)")
+                    .into());
+                }
+                Ok(Some(t))
+            }
             Err(e) => {
                 Err(Failure::usage(format!("{} is a symlink whose target cannot be written ({e})", shown.display()))
                     .hint("point the link at an existing file, or replace it with the file itself")
@@ -78,7 +175,6 @@ pub fn resolve(shown: &Path) -> Result<Option<PathBuf>> {
         Ok(_) => Ok(Some(shown.to_path_buf())),
     }
 }
-
 /// Writable by us (access(2)), and not marked read-only (no write bit at all:
 /// root may write anything, but a file nobody may write is meant to stay).
 fn writable(p: &Path) -> bool {
@@ -139,49 +235,174 @@ pub fn replace(path: &Path, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A change in progress: its journal exists and is locked.
+/// The project a `pin set` or `pin recover` works on: canonical folders.
+pub struct Place {
+    pub project: PathBuf,
+    /// The pins file (its folder canonical); `None` with --no-pins.
+    pub pins: Option<PathBuf>,
+}
+
+impl Place {
+    /// `--project` and `--pins` as given; a folder that does not exist is exit 2.
+    pub fn new(project: &Path, pins: Option<&Path>) -> Result<Place> {
+        let project_c = std::fs::canonicalize(project).map_err(|e| {
+            Failure::usage(format!("cannot read the project folder {}: {e}", project.display()))
+                .hint("--project must name a folder with a pyproject.toml")
+        })?;
+        let pins = pins.map(canonical_file).transpose()?;
+        Ok(Place { project: project_c, pins })
+    }
+
+    /// The folders whose files change, in path order (the lock order).
+    fn dirs(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.project.clone()];
+        v.extend(self.pins.as_ref().map(|p| parent(p).to_path_buf()));
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The files `pin set` may write here, as it resolves them (links followed,
+    /// never out of their repository), canonical.
+    fn allowed(&self) -> Result<Vec<PathBuf>> {
+        let mut shown = vec![self.project.join("pyproject.toml"), self.project.join("uv.lock")];
+        shown.extend(self.pins.clone());
+        let mut out = Vec::new();
+        for s in shown {
+            let real = resolve(&s)?.unwrap_or(s);
+            out.push(canonical_file(&real)?);
+        }
+        Ok(out)
+    }
+}
+
+fn key(dir: &Path) -> String {
+    hex::encode(&Sha256::digest(dir.as_os_str().as_bytes())[..16])
+}
+
+/// The project's locks, held: nobody else changes its files meanwhile.
+pub struct Held {
+    pub place: Place,
+    state: PathBuf,
+    _locks: Vec<std::fs::File>,
+}
+
+/// Lock every folder of `place` (in path order), waiting for a holder and
+/// saying so once; Ctrl-C while waiting is exit 130.
+pub fn hold(place: Place) -> Result<Held> {
+    let state = state_dir()?;
+    let mut locks = Vec::new();
+    for d in place.dirs() {
+        let path = state.join(format!("{}.lock", key(&d)));
+        let f = match crate::cache::lock::try_exclusive(&path)? {
+            Some(f) => f,
+            None => {
+                crate::note!(
+                    "waiting: another `pin set` or `pin recover` is changing the files in {} ...",
+                    d.display()
+                );
+                crate::cache::lock::exclusive(&path)?
+            }
+        };
+        locks.push(f);
+    }
+    Ok(Held { place, state, _locks: locks })
+}
+
+impl Held {
+    /// This project's journal, one copy per locked folder (so a run that shares
+    /// only the pins folder still sees it).
+    fn journals(&self) -> Vec<PathBuf> {
+        self.place.dirs().iter().map(|d| self.state.join(format!("{}.journal", key(d)))).collect()
+    }
+
+    fn pending(&self) -> Option<PathBuf> {
+        self.journals().into_iter().find(|j| std::fs::symlink_metadata(j).is_ok())
+    }
+
+    /// Warn about a journal in the project tree: never trusted, never read.
+    pub fn warn_legacy(&self) {
+        for d in self.place.dirs() {
+            let j = d.join(LEGACY_JOURNAL);
+            if std::fs::symlink_metadata(&j).is_ok() {
+                crate::alert!(
+                    "{}: {} is ignored: a journal in the project tree is never trusted (a pull request can commit one); this deepep-forge keeps journals in {}. Delete it.",
+                    crate::printer::label("warning"),
+                    j.display(),
+                    self.state.display()
+                );
+            }
+        }
+    }
+
+    /// Refuse to start while a killed run's journal is there (we hold the
+    /// locks, so its run is gone): say how to recover.
+    pub fn refuse_if_pending(&self) -> Result<()> {
+        let Some(journal) = self.pending() else { return Ok(()) };
+        let doc = read_journal(&journal);
+        let state = match &doc {
+            Ok(d) => describe_state(d),
+            Err(e) => format!("(the journal is unreadable: {e:#})"),
+        };
+        let (recover, again) = match &doc {
+            Ok(d) => (d.recover.clone(), d.command.clone()),
+            Err(_) => ("deepep-forge pin recover ...".into(), "deepep-forge pin set ...".into()),
+        };
+        Err(Failure::usage(format!(
+            "a previous `pin set` on these files was killed before it finished (journal {}): {state}",
+            journal.display()
+        ))
+        .hint(format!(
+            "undo it with `{recover}` (every file back as it was), then finish it by running `{again}` again"
+        ))
+        .into())
+    }
+
+    /// Write the journal (the only thing written so far) and start the change.
+    pub fn begin(self, command: String, recover: String, changes: Vec<Change>) -> Result<Txn> {
+        let doc = JournalDoc {
+            schema: SCHEMA,
+            pid: std::process::id(),
+            started: crate::provenance::rfc3339(crate::provenance::now_secs()),
+            command,
+            recover,
+            project: enc_path(&self.place.project),
+            pins: self.place.pins.as_deref().map(enc_path),
+            files: changes
+                .iter()
+                .map(|c| {
+                    Ok(JournalFile {
+                        path: enc_path(&canonical_file(&c.real)?),
+                        old: c.old.as_ref().map(|o| B64.encode(o)),
+                        new_sha256: c.new.as_ref().map(|n| hex::encode(Sha256::digest(n))),
+                    })
+                })
+                .collect::<Result<_>>()?,
+        };
+        let bytes = serde_json::to_vec_pretty(&doc)?;
+        let journals = self.journals();
+        for j in &journals {
+            replace(j, &bytes).with_context(|| format!("writing the journal {}", j.display()))?;
+        }
+        Ok(Txn { journals, _held: self, changes, done: false })
+    }
+}
+
+/// A change in progress: its journal exists, the project is locked.
 pub struct Txn {
-    journal: PathBuf,
-    _lock: std::fs::File,
+    journals: Vec<PathBuf>,
+    _held: Held,
     pub changes: Vec<Change>,
     done: bool,
 }
 
-/// Refuse to start while a journal is there: another run holds it, or a
-/// killed one left it (say how to recover).
-pub fn refuse_if_pending(journal: &Path, recover_cmd: &str) -> Result<()> {
-    if std::fs::symlink_metadata(journal).is_err() {
-        return Ok(());
-    }
-    let doc = read_journal(journal);
-    let held = std::fs::File::open(journal).map(|f| matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)));
-    if held.unwrap_or(false) {
-        return Err(Failure::usage(format!(
-            "another `pin set` is changing these files now (journal {}, pid {})",
-            journal.display(),
-            doc.as_ref().map(|d| d.pid.to_string()).unwrap_or_else(|_| "?".into())
-        ))
-        .hint("wait for it to finish")
-        .into());
-    }
-    let state = match &doc {
-        Ok(d) => describe_state(d),
-        Err(e) => format!("(the journal is unreadable: {e:#})"),
-    };
-    let again = doc.as_ref().map(|d| d.command.clone()).unwrap_or_else(|_| "deepep-forge pin set ...".into());
-    Err(Failure::usage(format!(
-        "a previous `pin set` was killed before it finished (journal {}): {state}",
-        journal.display()
-    ))
-    .hint(format!(
-        "undo it with `{recover_cmd}` (every file back as it was), then finish it by running `{again}` again"
-    ))
-    .into())
-}
-
 fn read_journal(path: &Path) -> Result<JournalDoc> {
     let text = crate::input::read_text(path, "pin set journal", crate::input::cap::LOCK * 3)?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    let doc: JournalDoc = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if doc.schema != SCHEMA {
+        anyhow::bail!("{}: journal schema {}, this deepep-forge reads {SCHEMA}", path.display(), doc.schema);
+    }
+    Ok(doc)
 }
 
 /// Each file: new, old, or neither.
@@ -189,7 +410,8 @@ fn describe_state(d: &JournalDoc) -> String {
     d.files
         .iter()
         .map(|f| {
-            let now = std::fs::read(&f.path).ok();
+            let path = dec_path(&f.path).unwrap_or_default();
+            let now = std::fs::read(&path).ok();
             let now_sha = now.as_ref().map(|b| hex::encode(Sha256::digest(b)));
             let old = f.old.as_ref().and_then(|o| B64.decode(o).ok());
             let what = if now == old {
@@ -201,46 +423,25 @@ fn describe_state(d: &JournalDoc) -> String {
             } else {
                 "changed since"
             };
-            format!("{} {what}", f.path.display())
+            format!("{} {what}", path.display())
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-impl Txn {
-    /// Write and lock the journal (the only thing written so far).
-    pub fn begin(journal: PathBuf, command: String, changes: Vec<Change>) -> Result<Txn> {
-        let doc = JournalDoc {
-            schema: 1,
-            pid: std::process::id(),
-            started: crate::provenance::rfc3339(crate::provenance::now_secs()),
-            command,
-            files: changes
-                .iter()
-                .map(|c| JournalFile {
-                    path: std::path::absolute(&c.real).unwrap_or_else(|_| c.real.clone()),
-                    old: c.old.as_ref().map(|o| B64.encode(o)),
-                    new_sha256: c.new.as_ref().map(|n| hex::encode(Sha256::digest(n))),
-                })
-                .collect(),
-        };
-        // Locked before it appears: nobody ever sees this journal unlocked while we run.
-        let mut tmp = tempfile::Builder::new()
-            .prefix(TMP_PREFIX)
-            .suffix(".tmp")
-            .tempfile_in(parent(&journal))
-            .with_context(|| format!("creating the journal {}", journal.display()))?;
-        tmp.write_all(&serde_json::to_vec_pretty(&doc)?)?;
-        tmp.as_file().sync_all()?;
-        let lock = tmp.as_file().try_clone()?;
-        lock.lock().with_context(|| format!("locking {}", journal.display()))?;
-        tmp.persist(&journal).with_context(|| format!("writing {}", journal.display()))?;
-        if let Ok(d) = std::fs::File::open(parent(&journal)) {
-            let _ = d.sync_all();
+fn remove_all(journals: &[PathBuf]) -> Result<()> {
+    for j in journals {
+        match std::fs::remove_file(j) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", j.display()))
+            }
+            _ => {}
         }
-        Ok(Txn { journal, _lock: lock, changes, done: false })
     }
+    Ok(())
+}
 
+impl Txn {
     /// Write every file that has new bytes (one rename each), checking for
     /// Ctrl-C/SIGTERM between them.
     pub fn apply(&self) -> Result<()> {
@@ -271,14 +472,14 @@ impl Txn {
                 },
             }
         }
-        std::fs::remove_file(&self.journal).with_context(|| format!("removing {}", self.journal.display()))?;
+        remove_all(&self.journals)?;
         self.done = true;
         Ok(())
     }
 
-    /// The change stands: remove the journal.
+    /// The change stands: remove the journal (the locks go with `self`).
     pub fn commit(mut self) -> Result<()> {
-        std::fs::remove_file(&self.journal).with_context(|| format!("removing {}", self.journal.display()))?;
+        remove_all(&self.journals)?;
         self.done = true;
         Ok(())
     }
@@ -298,61 +499,89 @@ impl Drop for Txn {
             };
         }
         if ok {
-            let _ = std::fs::remove_file(&self.journal);
+            let _ = remove_all(&self.journals);
         }
     }
 }
 
-/// `pin recover`: put every file the journal names back as it was, remove
-/// temp files a killed run left, remove the journal. Only the files `pin set`
-/// writes for these arguments (`allowed`, resolved like `pin set` resolves
-/// them) may be named: a journal is a file in the repository, and one from a
-/// pull request must not write anywhere else. Returns what was done.
-pub fn recover(journal: &Path, allowed: &[PathBuf]) -> Result<Vec<String>> {
-    if std::fs::symlink_metadata(journal).is_err() {
-        return Err(Failure::usage(format!("no interrupted `pin set` here: {} does not exist", journal.display()))
-            .hint("pass the --pins (or --project with --no-pins) of the interrupted run")
+/// `pin recover`: put every file the journal of this project names back as it
+/// was, remove temp files a killed run left, remove the journal. Only this
+/// user's journal of this very project (canonical folder and pins file) is
+/// read, and it may name only the files `pin set` writes here, resolved again
+/// now (never through a link out of the repository). Returns what was done.
+pub fn recover(held: Held) -> Result<Vec<String>> {
+    let Some(journal) = held.pending() else {
+        let legacy: Vec<PathBuf> =
+            held.place.dirs().iter().map(|d| d.join(LEGACY_JOURNAL)).filter(|j| j.symlink_metadata().is_ok()).collect();
+        if let Some(j) = legacy.first() {
+            return Err(Failure::usage(format!(
+                "{} lies in the project tree, where a pull request can put it: it is not trusted, so nothing was restored",
+                j.display()
+            ))
+            .hint(format!(
+                "deepep-forge keeps the journal of an interrupted `pin set` in {}, and there is none for {}; delete {}",
+                held.state.display(),
+                held.place.project.display(),
+                j.display()
+            ))
             .into());
-    }
-    let f = std::fs::File::open(journal)?;
-    if matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)) {
-        return Err(Failure::usage(format!("a `pin set` is still running on {}", journal.display()))
-            .hint("wait for it to finish")
-            .into());
-    }
-    let doc = read_journal(journal)?;
-    let allowed: Vec<PathBuf> = allowed
-        .iter()
-        .filter_map(|p| resolve(p).ok().map(|r| r.unwrap_or_else(|| p.clone())))
-        .filter_map(|p| std::path::absolute(p).ok())
-        .collect();
-    if let Some(bad) = doc.files.iter().find(|f| !allowed.contains(&f.path)) {
+        }
         return Err(Failure::usage(format!(
-            "{} names {}, which is not a file `pin set` writes here (pyproject.toml, uv.lock, the pins file): refusing to touch anything",
-            journal.display(),
-            crate::input::excerpt(&bad.path.to_string_lossy(), 80)
+            "no interrupted `pin set` here: no journal for {} in {}",
+            held.place.project.display(),
+            held.state.display()
         ))
-        .hint("delete the journal if you did not run an interrupted `pin set` here; check --project and --pins otherwise")
+        .hint("pass the --project and --pins (or --no-pins) of the interrupted run")
         .into());
+    };
+    let doc = read_journal(&journal)?;
+    let bound = dec_path(&doc.project).as_deref() == Some(held.place.project.as_path())
+        && doc.pins.as_deref().map(dec_path) == held.place.pins.clone().map(Some);
+    if !bound {
+        return Err(Failure::usage(format!(
+            "the journal {} belongs to another run's files (project {})",
+            journal.display(),
+            dec_path(&doc.project).unwrap_or_default().display()
+        ))
+        .hint(format!("run `{}`", doc.recover))
+        .into());
+    }
+    let allowed = held.place.allowed()?;
+    let mut files = Vec::new();
+    for f in &doc.files {
+        let path = dec_path(&f.path).filter(|p| allowed.contains(p)).ok_or_else(|| {
+            Failure::usage(format!(
+                "{} names {}, which is not a file `pin set` writes here (pyproject.toml, uv.lock, the pins file): refusing to touch anything",
+                journal.display(),
+                crate::input::excerpt(&dec_path(&f.path).unwrap_or_default().to_string_lossy(), 80)
+            ))
+            .hint("check --project and --pins")
+        })?;
+        let old = f
+            .old
+            .as_ref()
+            .map(|o| B64.decode(o))
+            .transpose()
+            .with_context(|| format!("{}: damaged old content", journal.display()))?;
+        files.push((path, old));
     }
     let mut done = Vec::new();
     let mut dirs = std::collections::BTreeSet::new();
-    for jf in doc.files.iter().rev() {
-        dirs.insert(parent(&jf.path).to_path_buf());
-        match &jf.old {
-            Some(o) => {
-                let old = B64.decode(o).with_context(|| format!("{}: damaged old content", journal.display()))?;
-                if std::fs::read(&jf.path).ok().as_ref() == Some(&old) {
-                    done.push(format!("{}: already as it was", jf.path.display()));
+    for (path, old) in files.iter().rev() {
+        dirs.insert(parent(path).to_path_buf());
+        match old {
+            Some(old) => {
+                if std::fs::read(path).ok().as_ref() == Some(old) {
+                    done.push(format!("{}: already as it was", path.display()));
                 } else {
-                    replace(&jf.path, &old)?;
-                    done.push(format!("{}: restored", jf.path.display()));
+                    replace(path, old)?;
+                    done.push(format!("{}: restored", path.display()));
                 }
             }
             None => {
-                if jf.path.exists() {
-                    std::fs::remove_file(&jf.path)?;
-                    done.push(format!("{}: removed (it did not exist before)", jf.path.display()));
+                if path.symlink_metadata().is_ok() {
+                    std::fs::remove_file(path)?;
+                    done.push(format!("{}: removed (it did not exist before)", path.display()));
                 }
             }
         }
@@ -360,13 +589,13 @@ pub fn recover(journal: &Path, allowed: &[PathBuf]) -> Result<Vec<String>> {
     for d in dirs {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with(TMP_PREFIX) && n.ends_with(".tmp") {
+            if n.starts_with(TMP_PREFIX) && n.ends_with(".tmp") && e.file_type().is_ok_and(|t| t.is_file()) {
                 std::fs::remove_file(e.path())?;
                 done.push(format!("{}: temp file removed", e.path().display()));
             }
         }
     }
-    std::fs::remove_file(journal)?;
+    remove_all(&held.journals())?;
     done.push(format!("to finish the change, run again: {}", doc.command));
     Ok(done)
 }

@@ -204,6 +204,7 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     .env("DEEPEP_FORGE_CACHE_DIR", dir.join("cache"))
     .env_remove("DEEPEP_FORGE_CACHE_URL")
     .env("GIT_CONFIG_NOSYSTEM", "1")
+    .env("XDG_STATE_HOME", Path::new(env!("CARGO_TARGET_TMPDIR")).join("state"))
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());

@@ -103,9 +103,18 @@ pub fn copy_dir(src: &Path, dst: &Path) {
     }
 }
 
-/// The `deepep-forge` binary cargo built for these tests.
+/// The `deepep-forge` binary cargo built for these tests. Its user state
+/// (`pin set` journals and locks) goes under cargo's test temp folder, never
+/// into the real home; a test may set its own `XDG_STATE_HOME`.
 pub fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_deepep-forge"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_deepep-forge"));
+    c.env("XDG_STATE_HOME", state_home());
+    c
+}
+
+/// The `XDG_STATE_HOME` that [`bin`] gives the binary.
+pub fn state_home() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("state")
 }
 
 /// Run the binary with args in `cwd`.
