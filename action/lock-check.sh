@@ -46,28 +46,44 @@ deepep-forge lock check --project "$project" --pins "$pins" --format json "${ext
 if [ -n "${GITHUB_OUTPUT:-}" ]; then echo "exit-code=$code" >> "$GITHUB_OUTPUT"; fi
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
   python3 - "$json" "$code" "$project" "$pins" >> "$GITHUB_STEP_SUMMARY" <<'PY'
-import json, sys
-path, code, project, pins = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+import json, re, sys
+path, rc, project, pins = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+# The one escaping of values (from the project's files) into the Markdown
+# summary: control characters (CR, ESC, newlines) become visible escapes or
+# spaces, then either every Markdown/HTML character is backslash-escaped
+# (text: no link, image, emphasis or tag survives) or the value becomes a
+# code span fenced by more backticks than it holds (code). `|` is escaped in
+# both: the summary's tables split cells on it before anything else.
+def clean(s):
+    s = str(s).replace("\r\n", " ").replace("\n", " ")
+    return "".join(c if c == "\t" or c.isprintable() else repr(c)[1:-1] for c in s)
+def cell(s):
+    return re.sub(r"([\\`*_{}\[\]()<>#+\-.!|~&])", r"\\\1", clean(s))
+def code(s):
+    s = clean(s).replace("|", "\\|")
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", s)), default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
 try:
     report = json.load(open(path))
 except ValueError:
     report = None
 if report is None:
-    print(f"## deepep-forge lock check: could not run (exit {code})\n")
-    print(f"`lock check --project {project} --pins {pins}` printed no report: see the step's log.")
+    print(f"## deepep-forge lock check: could not run (exit {rc})\n")
+    print(f"{code(f'lock check --project {project} --pins {pins}')} printed no report: see the step's log.")
     sys.exit(0)
 findings = report.get("findings", [])
 count = lambda sev: sum(1 for f in findings if f.get("severity") == sev)
-status = "passed" if code == 0 else "FAILED"
+status = "passed" if rc == 0 else "FAILED"
 print(f"## deepep-forge lock check: {status}\n")
-print(f"`{cell(project)}` against `{cell(pins)}`: {count('error')} error(s), {count('warning')} warning(s), {count('note')} note(s)\n")
+print(f"{code(project)} against {code(pins)}: {count('error')} error(s), {count('warning')} warning(s), {count('note')} note(s)\n")
 causes = report.get("causes", [])
 if causes:
     print(f"{len(causes)} cause(s), each with its one fix:\n")
     for c in causes:
-        fix = f": `{cell(c['fix'])}`" if c.get("fix") else ""
-        print(f"- **{cell(c.get('id', ''))}** ({c.get('severity', '')}, {len(c.get('findings', []))} finding(s)){fix}")
+        fix = f": {code(c['fix'])}" if c.get("fix") else ""
+        print(f"- **{cell(c.get('id', ''))}** ({cell(c.get('severity', ''))}, {len(c.get('findings', []))} finding(s)){fix}")
     print()
 if findings:
     print("| | rule | where | what | cause |")
@@ -76,7 +92,7 @@ if findings:
     for f in findings:
         where = f.get("file", "") + (f":{f['line']}" if f.get("line") else "")
         arch = f" ({f['arch']})" if f.get("arch") else ""
-        print(f"| {icon.get(f.get('severity'), '')} | `{cell(f.get('rule', ''))}`{arch} | `{cell(where)}` | {cell(f.get('message', ''))} | {cell(f.get('cause') or '')} |")
+        print(f"| {icon.get(f.get('severity'), '')} | {code(f.get('rule', ''))}{cell(arch)} | {code(where)} | {cell(f.get('message', ''))} | {cell(f.get('cause') or '')} |")
 PY
 fi
 exit "$code"

@@ -92,6 +92,9 @@ pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<
     for d in &model.defs {
         c.def(d, model.platform_of(d));
     }
+    for u in &model.unverifiable {
+        c.unverifiable_def(u);
+    }
     for r in &model.runs {
         c.run(r, model.stages[r.stage].platform);
     }
@@ -275,6 +278,9 @@ struct Expanded {
     single: Option<Rc<Def>>,
     /// Every definition referenced (and used).
     refs: Vec<Rc<Def>>,
+    /// Expansions this reader does not evaluate (`${A/x/y}`, `${A:1:7}`: not
+    /// POSIX sh, so what they give depends on the image's shell), as written.
+    unverifiable: Vec<String>,
 }
 
 /// Quote removal and `$VAR`, `${VAR}`, `${VAR:-w}`, `${VAR-w}`, `${VAR:+w}`,
@@ -295,11 +301,12 @@ const MAX_EXPANDED: usize = 64 << 10;
 /// deeply nested word costs linear time and memory.
 fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>, depth: usize) -> Expanded {
     if depth > MAX_NESTING {
-        return Expanded { text: None, single: None, refs: Vec::new() };
+        return Expanded { text: None, single: None, refs: Vec::new(), unverifiable: Vec::new() };
     }
     let mut out = String::new();
     let mut known = true;
     let mut refs: Vec<Rc<Def>> = Vec::new();
+    let mut unverifiable: Vec<String> = Vec::new();
     let mut literal = false;
     let mut quote: Option<char> = None;
     let mut i = 0;
@@ -341,6 +348,7 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
                 i += 1;
                 continue;
             }
+            let raw: String = chars[i..next].iter().collect();
             i = next;
             let def = lookup(&name);
             let val = def.as_ref().and_then(|d| d.value.clone());
@@ -357,11 +365,13 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
                         None => known = false,
                     }
                 }
-                Some(":-") | Some("-") => {
+                Some(":-") | Some("-") | Some(":=") | Some("=") => {
                     // An ARG without default counts as unset: the default is what a build gets without --build-arg.
-                    let use_default = if op.as_deref() == Some(":-") { !nonempty } else { !set || val.is_none() };
+                    let colon = op.as_deref().is_some_and(|o| o.starts_with(':'));
+                    let use_default = if colon { !nonempty } else { !set || val.is_none() };
                     if use_default {
                         let e = sub();
+                        unverifiable.extend(e.unverifiable);
                         literal = true;
                         match e.text {
                             Some(t) => out.push_str(&t),
@@ -376,7 +386,9 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
                     let take = if op.as_deref() == Some(":+") { nonempty } else { set && val.is_some() };
                     literal = true;
                     if take {
-                        match sub().text {
+                        let e = sub();
+                        unverifiable.extend(e.unverifiable);
+                        match e.text {
                             Some(t) => out.push_str(&t),
                             None => known = false,
                         }
@@ -384,10 +396,49 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
                         known = false;
                     }
                 }
-                Some(_) => known = false,
+                Some(":?") | Some("?") => {
+                    // Set: the value; unset: the build stops (nothing to check).
+                    let ok = if op.as_deref() == Some(":?") { nonempty } else { set && val.is_some() };
+                    match (ok, def) {
+                        (true, Some(d)) => {
+                            refs.push(d);
+                            out.push_str(&val.expect("known"));
+                        }
+                        _ => known = false,
+                    }
+                }
+                Some(LENGTH) => {
+                    literal = true;
+                    match val {
+                        Some(v) => out.push_str(&v.chars().count().to_string()),
+                        None => known = false,
+                    }
+                }
+                Some(o @ ("#" | "##" | "%" | "%%")) => {
+                    literal = true;
+                    if let Some(d) = def.clone() {
+                        refs.push(d);
+                    }
+                    let e = sub();
+                    unverifiable.extend(e.unverifiable);
+                    match (val, e.text) {
+                        (Some(v), Some(pat)) => match strip_pattern(&v, &pat, o) {
+                            Some(t) => out.push_str(&t),
+                            None => {
+                                known = false;
+                                unverifiable.push(raw);
+                            }
+                        },
+                        _ => known = false,
+                    }
+                }
+                Some(_) => {
+                    known = false;
+                    unverifiable.push(raw);
+                }
             }
             if out.len() > MAX_EXPANDED {
-                return Expanded { text: None, single: None, refs };
+                return Expanded { text: None, single: None, refs, unverifiable };
             }
             continue;
         }
@@ -396,13 +447,114 @@ fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc
         i += 1;
     }
     let single = (refs.len() == 1 && !literal).then(|| refs[0].clone());
-    Expanded { text: known.then_some(out), single, refs }
+    Expanded { text: known.then_some(out), single, refs, unverifiable }
+}
+
+/// The operator of `${#NAME}` (not a character sequence of the source).
+const LENGTH: &str = "#len";
+/// Values longer than this are not matched against patterns (cost is
+/// quadratic in the value); such an expansion cannot be verified.
+const MAX_PATTERN_VALUE: usize = 4096;
+
+/// `${V#pat}`, `${V##pat}`, `${V%pat}`, `${V%%pat}` as sh evaluates them:
+/// remove the shortest/longest prefix/suffix matching the glob `pat`. `None`:
+/// too long to evaluate.
+fn strip_pattern(v: &str, pat: &str, op: &str) -> Option<String> {
+    let s: Vec<char> = v.chars().collect();
+    let p: Vec<char> = pat.chars().collect();
+    if s.len() > MAX_PATTERN_VALUE || p.len() > MAX_PATTERN_VALUE {
+        return None;
+    }
+    let n = s.len();
+    let cut = match op {
+        "#" => (0..=n).find(|&k| glob(&p, &s[..k])).map(|k| (k, n)),
+        "##" => (0..=n).rev().find(|&k| glob(&p, &s[..k])).map(|k| (k, n)),
+        "%" => (0..=n).rev().find(|&k| glob(&p, &s[k..])).map(|k| (0, k)),
+        _ => (0..=n).find(|&k| glob(&p, &s[k..])).map(|k| (0, k)),
+    };
+    Some(match cut {
+        Some((a, b)) => s[a..b].iter().collect(),
+        None => v.to_string(),
+    })
+}
+
+/// Whether `s` matches the sh glob `p` (`*`, `?`, `[...]` with `!`/`^` and
+/// ranges, `\x` literal). Iterative, with one backtrack point per `*`.
+fn glob(p: &[char], s: &[char]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        let step = match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, si));
+                pi += 1;
+                continue;
+            }
+            Some('?') => Some(1),
+            Some('[') => class(&p[pi..], s[si]),
+            Some('\\') if pi + 1 < p.len() => (p[pi + 1] == s[si]).then_some(2),
+            Some(c) => (*c == s[si]).then_some(1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(k), _) => {
+                pi += k;
+                si += 1;
+            }
+            (None, Some((sp, ss))) => {
+                pi = sp + 1;
+                si = ss + 1;
+                star = Some((sp, ss + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// A bracket expression at the start of `p` against `c`: the pattern
+/// characters it spans when `c` matches; `None` when it does not. An unclosed
+/// `[` is a literal `[`.
+fn class(p: &[char], c: char) -> Option<usize> {
+    let Some(end) = p.iter().skip(2).position(|x| *x == ']').map(|e| e + 2) else {
+        return (c == '[').then_some(1);
+    };
+    let body = &p[1..end];
+    let (neg, body) = match body.first() {
+        Some('!') | Some('^') => (true, &body[1..]),
+        _ => (false, body),
+    };
+    let mut hit = false;
+    let mut k = 0;
+    while k < body.len() {
+        if k + 2 < body.len() && body[k + 1] == '-' {
+            hit |= body[k] <= c && c <= body[k + 2];
+            k += 3;
+        } else {
+            hit |= body[k] == c;
+            k += 1;
+        }
+    }
+    (hit != neg).then_some(end + 1)
 }
 
 /// Parse `$NAME` or `${NAME<op>word}` at `chars[i] == '$'`: (name, op, word's
 /// range in `chars`, index after).
 fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize), usize) {
     let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    if chars.get(i + 1) == Some(&'{') && chars.get(i + 2) == Some(&'#') && chars.get(i + 3).is_some_and(|c| is_name(*c))
+    {
+        // `${#NAME}`: the length of the value.
+        let mut j = i + 3;
+        let mut name = String::new();
+        while j < chars.len() && is_name(chars[j]) {
+            name.push(chars[j]);
+            j += 1;
+        }
+        if chars.get(j) == Some(&'}') {
+            return (name, Some(LENGTH.to_string()), (j, j), j + 1);
+        }
+    }
     if chars.get(i + 1) == Some(&'{') {
         let mut j = i + 2;
         let mut name = String::new();
@@ -410,10 +562,22 @@ fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize
             name.push(chars[j]);
             j += 1;
         }
+        // The operator: `:-` `:=` `:?` `:+` (`:` alone: a substring), `-` `=` `?` `+`,
+        // `#` `##` `%` `%%`, `/` `//` `/#` `/%`; anything else (`^`, `,`, `@`) as one character.
         let mut op = String::new();
-        while j < chars.len() && ":-+?#%/".contains(chars[j]) && op.len() < 2 {
-            op.push(chars[j]);
+        if let Some(&c) = chars.get(j).filter(|c| **c != '}') {
+            op.push(c);
             j += 1;
+            let second = match c {
+                ':' => chars.get(j).filter(|n| "-=?+".contains(**n)),
+                '#' | '%' => chars.get(j).filter(|n| **n == c),
+                '/' => chars.get(j).filter(|n| "/#%".contains(**n)),
+                _ => None,
+            };
+            if let Some(&n) = second {
+                op.push(n);
+                j += 1;
+            }
         }
         let mut depth = 1;
         let w = j;
@@ -465,6 +629,16 @@ struct Run {
     /// Words of the text (expanded where every reference is known), each with
     /// the definitions it references.
     words: Vec<(String, Vec<Rc<Def>>)>,
+    /// Expansions in it this reader cannot evaluate (see [`Expanded`]).
+    unverifiable: Vec<String>,
+}
+
+/// An ARG/ENV whose value goes through an expansion this reader cannot evaluate.
+struct Unverifiable {
+    kw: &'static str,
+    name: String,
+    line: usize,
+    expr: String,
 }
 
 /// What a Dockerfile declares, as the checks need it.
@@ -474,6 +648,8 @@ struct Model {
     /// Global ARGs some stage re-declares (their value is checked there).
     used_globals: BTreeSet<usize>,
     stages: Vec<Stage>,
+    /// Definitions whose value cannot be evaluated here.
+    unverifiable: Vec<Unverifiable>,
     /// Every definition in file order.
     defs: Vec<Rc<Def>>,
     runs: Vec<Run>,
@@ -514,93 +690,114 @@ impl Model {
                     }
                     m.stages.push(stage);
                 }
-                "ARG" => {
-                    let idx = m.stages.len().checked_sub(1);
-                    for w in split_words(&inst.args, escape) {
-                        let (name, default) = match w.split_once('=') {
-                            Some((n, v)) => (n.to_string(), Some(v.to_string())),
-                            None => (w.clone(), None),
-                        };
-                        let def = match (default, idx) {
-                            (Some(v), _) => {
-                                let e = match idx {
-                                    Some(s) => expand(&v, escape, &|n| m.stages[s].get(n)),
-                                    None => expand(&v, escape, &|n| m.global.get(n).cloned()),
-                                };
-                                Def { kw: "ARG", name: name.clone(), line, value: e.text, via: e.single, stage: idx }
-                            }
-                            (None, Some(_)) => {
-                                let g = m.global.get(&name).cloned();
-                                if let Some(g) = &g {
-                                    m.used_globals.insert(g.line);
-                                }
-                                Def {
-                                    kw: "ARG",
-                                    name: name.clone(),
-                                    line,
-                                    value: g.as_ref().and_then(|g| g.value.clone()),
-                                    via: g,
-                                    stage: idx,
-                                }
-                            }
-                            (None, None) => {
-                                Def { kw: "ARG", name: name.clone(), line, value: None, via: None, stage: None }
-                            }
-                        };
-                        let def = Rc::new(def);
-                        m.defs.push(def.clone());
-                        match idx {
-                            Some(s) => m.stages[s].args.insert(name, def),
-                            None => m.global.insert(name, def),
-                        };
-                    }
-                }
-                "ENV" => {
-                    let Some(s) = m.stages.len().checked_sub(1) else { continue };
-                    let words = split_words(&inst.args, escape);
-                    let pairs: Vec<(String, String)> = if words.first().is_some_and(|w| w.contains('=')) {
-                        words
-                            .iter()
-                            .filter_map(|w| w.split_once('='))
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                            .collect()
-                    } else {
-                        match inst.args.split_once(char::is_whitespace) {
-                            Some((k, v)) => vec![(k.to_string(), v.trim().to_string())],
-                            None => Vec::new(),
-                        }
-                    };
-                    // All pairs of one ENV see the scope before it (Docker's rule).
-                    let defs: Vec<Rc<Def>> = pairs
-                        .into_iter()
-                        .map(|(k, v)| {
-                            let e = expand(&v, escape, &|n| m.stages[s].get(n));
-                            Rc::new(Def { kw: "ENV", name: k, line, value: e.text, via: e.single, stage: Some(s) })
-                        })
-                        .collect();
-                    for d in defs {
-                        m.defs.push(d.clone());
-                        m.stages[s].envs.insert(d.name.clone(), d);
-                    }
-                }
-                "RUN" => {
-                    let Some(s) = m.stages.len().checked_sub(1) else { continue };
-                    let scope = &m.stages[s];
-                    // Shell variables (not ARG/ENV) stay as written: Docker does not expand RUN.
-                    let words: Vec<(String, Vec<Rc<Def>>)> = split_words(&inst.args, escape)
-                        .into_iter()
-                        .map(|w| {
-                            let e = expand(&w, escape, &|n| scope.get(n));
-                            (e.text.unwrap_or(w), e.refs)
-                        })
-                        .collect();
-                    let text = words.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>().join(" ");
-                    m.runs.push(Run { stage: s, line, text, words });
-                }
+                "ARG" => m.arg(&inst.args, line, escape),
+                "ENV" => m.env(&inst.args, line, escape),
+                "RUN" => m.run(&inst.args, line, escape),
                 _ => {}
             }
         }
         m
+    }
+
+    /// `ARG NAME[=default] ...`: a global ARG before the first FROM, else a
+    /// stage ARG (re-declaring a global one follows it).
+    fn arg(&mut self, args: &str, line: usize, escape: char) {
+        let m = self;
+        let idx = m.stages.len().checked_sub(1);
+        for w in split_words(args, escape) {
+            let (name, default) = match w.split_once('=') {
+                Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                None => (w.clone(), None),
+            };
+            let def = match (default, idx) {
+                (Some(v), _) => {
+                    let e = match idx {
+                        Some(s) => expand(&v, escape, &|n| m.stages[s].get(n)),
+                        None => expand(&v, escape, &|n| m.global.get(n).cloned()),
+                    };
+                    if let Some(expr) = e.unverifiable.first() {
+                        let expr = expr.clone();
+                        m.unverifiable.push(Unverifiable { kw: "ARG", name: name.clone(), line, expr });
+                    }
+                    Def { kw: "ARG", name: name.clone(), line, value: e.text, via: e.single, stage: idx }
+                }
+                (None, Some(_)) => {
+                    let g = m.global.get(&name).cloned();
+                    if let Some(g) = &g {
+                        m.used_globals.insert(g.line);
+                    }
+                    Def {
+                        kw: "ARG",
+                        name: name.clone(),
+                        line,
+                        value: g.as_ref().and_then(|g| g.value.clone()),
+                        via: g,
+                        stage: idx,
+                    }
+                }
+                (None, None) => Def { kw: "ARG", name: name.clone(), line, value: None, via: None, stage: None },
+            };
+            let def = Rc::new(def);
+            m.defs.push(def.clone());
+            match idx {
+                Some(s) => m.stages[s].args.insert(name, def),
+                None => m.global.insert(name, def),
+            };
+        }
+    }
+
+    /// `ENV K=V ...` or the legacy `ENV K V`: all pairs see the scope before
+    /// the instruction.
+    fn env(&mut self, args: &str, line: usize, escape: char) {
+        let m = self;
+        let Some(s) = m.stages.len().checked_sub(1) else { return };
+        let words = split_words(args, escape);
+        let pairs: Vec<(String, String)> = if words.first().is_some_and(|w| w.contains('=')) {
+            words.iter().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        } else {
+            match args.split_once(char::is_whitespace) {
+                Some((k, v)) => vec![(k.to_string(), v.trim().to_string())],
+                None => Vec::new(),
+            }
+        };
+        // All pairs of one ENV see the scope before it (Docker's rule).
+        let mut unverifiable = Vec::new();
+        let defs: Vec<Rc<Def>> = pairs
+            .into_iter()
+            .map(|(k, v)| {
+                let e = expand(&v, escape, &|n| m.stages[s].get(n));
+                if let Some(expr) = e.unverifiable.first() {
+                    let (name, expr) = (k.clone(), expr.clone());
+                    unverifiable.push(Unverifiable { kw: "ENV", name, line, expr });
+                }
+                Rc::new(Def { kw: "ENV", name: k, line, value: e.text, via: e.single, stage: Some(s) })
+            })
+            .collect();
+        m.unverifiable.extend(unverifiable);
+        for d in defs {
+            m.defs.push(d.clone());
+            m.stages[s].envs.insert(d.name.clone(), d);
+        }
+    }
+
+    /// `RUN ...`: its words with ARG/ENV references in scope expanded, and the
+    /// expansions that cannot be evaluated.
+    fn run(&mut self, args: &str, line: usize, escape: char) {
+        let m = self;
+        let Some(s) = m.stages.len().checked_sub(1) else { return };
+        let scope = &m.stages[s];
+        // Shell variables (not ARG/ENV) stay as written: Docker does not expand RUN.
+        let mut unverifiable = Vec::new();
+        let words: Vec<(String, Vec<Rc<Def>>)> = split_words(args, escape)
+            .into_iter()
+            .map(|w| {
+                let e = expand(&w, escape, &|n| scope.get(n));
+                unverifiable.extend(e.unverifiable);
+                (e.text.unwrap_or(w), e.refs)
+            })
+            .collect();
+        let text = words.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>().join(" ");
+        m.runs.push(Run { stage: s, line, text, words, unverifiable });
     }
 
     fn platform_of(&self, d: &Def) -> Option<Arch> {
@@ -719,10 +916,41 @@ impl Checker<'_> {
         }
     }
 
+    /// `dockerfile-unverifiable`: a DeepEP setting goes through a shell
+    /// expansion this reader does not evaluate: never "ok", an error saying so.
+    fn unverifiable(&mut self, what: &str, expr: &str, line: usize) {
+        let f = Finding::new(
+            "dockerfile-unverifiable",
+            Severity::Error,
+            self.file,
+            format!(
+                "cannot verify: {what} uses `{}`, an expansion deepep-forge does not evaluate (not POSIX sh: the image's shell decides what DeepEP is built)",
+                crate::input::excerpt(expr, 80)
+            ),
+        )
+        .line(line)
+        .fix(format!(
+            "write the DeepEP revision and build settings as plain values (`ARG DEEPEP_REV=<full sha>`, then `${{DEEPEP_REV}}`) at {}:{line}",
+            self.file.display()
+        ));
+        self.push(f);
+    }
+
+    fn unverifiable_def(&mut self, u: &Unverifiable) {
+        let upper = u.name.to_ascii_uppercase();
+        let deepep = ["DEEPEP", "DEEP_EP", "ARCH_LIST", "HYBRID_EP", "USE_NIXL", "RDMA_CORE", "VARIANT"];
+        if deepep.iter().any(|k| upper.contains(k)) {
+            self.unverifiable(&format!("{} ({}, line {})", u.name, u.kw, u.line), &u.expr, u.line);
+        }
+    }
+
     fn run(&mut self, r: &Run, platform: Option<Arch>) {
         let lower = r.text.to_ascii_lowercase();
         if !(lower.contains("deepep") || lower.contains("deep_ep") || lower.contains("deep-ep")) {
             return;
+        }
+        if let Some(expr) = r.unverifiable.first() {
+            self.unverifiable(&format!("RUN (line {})", r.line), expr, r.line);
         }
         if let Some(rev) = url_rev(&r.text) {
             // A rev that comes from a variable is reported at the line that holds it.
@@ -731,7 +959,10 @@ impl Checker<'_> {
                 .iter()
                 .filter(|(w, _)| url_rev(w).as_deref() == Some(rev.as_str()))
                 .flat_map(|(_, refs)| refs.iter())
-                .find(|d| d.value.as_deref().is_some_and(|v| v.contains(rev.as_str())));
+                // The value itself, not one a shell expansion changed on the way (`${REV%?}`).
+                .find(|d| {
+                    d.value.as_deref().is_some_and(|v| v.trim() == rev || url_rev(v).as_deref() == Some(rev.as_str()))
+                });
             match from {
                 Some(d) => self.rev(&rev, d.source().line, &d.describe(), platform),
                 None => self.rev(&rev, r.line, &format!("RUN (line {})", r.line), platform),
@@ -833,70 +1064,17 @@ impl Checker<'_> {
         self.push(f.line(line));
     }
 
-    /// One stage's build settings against the variants of pins.toml.
+    /// One stage's build settings against the variants of pins.toml: the
+    /// named variant (`dockerfile-variant`, `dockerfile-platform`), then the
+    /// settings judged together (`dockerfile-arch-list`, `dockerfile-multinode`,
+    /// `dockerfile-transport`, `dockerfile-rdma-core-home`) against the named
+    /// variant, or `dockerfile-build-undeclared` when no variant is named and
+    /// none builds them.
     fn config(&mut self, cfg: &Config, platform: Option<Arch>) {
         let Some(pins) = self.pins else { return };
-        let named = match &cfg.variant {
-            None => None,
-            Some(d) => match pins.variants.iter().find(|v| v.name == value(d)) {
-                Some(v) => Some(v),
-                None => {
-                    let names: Vec<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
-                    let f = Finding::new(
-                        "dockerfile-variant",
-                        Severity::Error,
-                        self.file,
-                        format!(
-                            "{} names variant `{}`, which {} does not declare",
-                            d.describe(),
-                            value(d),
-                            pins.path.display()
-                        ),
-                    )
-                    .line(d.source().line)
-                    .fix(format!("use one of: {}", names.join(", ")));
-                    self.push(f);
-                    return;
-                }
-            },
-        };
-        if let (Some(v), Some(p), Some(d)) = (named, platform, &cfg.variant) {
-            if v.arch != p {
-                let f = Finding::new(
-                    "dockerfile-platform",
-                    Severity::Error,
-                    self.file,
-                    format!(
-                        "{} names variant `{}` ({}), but the stage is built for {}",
-                        d.describe(),
-                        v.name,
-                        v.arch,
-                        p.docker_platform()
-                    ),
-                )
-                .line(d.source().line)
-                .expected_found(v.arch.docker_platform(), p.docker_platform());
-                self.push(f);
-            }
-        }
-        let list = match &cfg.arch_list {
-            Some(d) => match value(d).parse::<ArchList>() {
-                Ok(l) => Some((d, l)),
-                Err(e) => {
-                    let f = Finding::new(
-                        "dockerfile-arch-list",
-                        Severity::Error,
-                        self.file,
-                        format!("{}: {e}", d.describe()),
-                    )
-                    .line(d.source().line)
-                    .fix("write the CUDA archs as pins.toml does, e.g. \"9.0\" or \"10.0\"");
-                    self.push(f);
-                    None
-                }
-            },
-            None => None,
-        };
+        let Some(named) = self.dockerfile_variant(pins, cfg) else { return };
+        self.dockerfile_platform(named, platform, cfg);
+        let list = self.dockerfile_arch_list(cfg);
         let multinode = cfg.multinode.as_ref().map(|d| (d, truthy(value(d))));
         let nixl = cfg.nixl.as_ref().map(|d| (d, truthy(value(d))));
         let is_multi = multinode.is_some_and(|(_, m)| m);
@@ -906,156 +1084,225 @@ impl Checker<'_> {
         if list.is_none() && multinode.is_none() {
             return;
         }
-
         // Each present setting is a field; a variant matches when all agree.
-        type Field<'d> = (&'static str, &'d Rc<Def>, String, Box<dyn Fn(&Variant) -> Option<String> + 'd>);
-        let mut fields: Vec<Field> = Vec::new();
-        if let Some((d, l)) = &list {
-            let mine = sorted_list(l);
-            fields.push((
-                "dockerfile-arch-list",
-                d,
-                l.to_env(),
-                Box::new(move |v| (sorted_list(&v.cuda_arch_list) != mine).then(|| v.cuda_arch_list.to_env())),
-            ));
-        }
-        if let Some((d, m)) = multinode {
-            fields.push((
-                "dockerfile-multinode",
-                d,
-                value(d).to_string(),
-                Box::new(move |v| (v.multinode != m).then(|| if v.multinode { "1" } else { "0" }.to_string())),
-            ));
-        }
-        if let Some((d, n)) = nixl {
-            fields.push((
-                "dockerfile-transport",
-                d,
-                value(d).to_string(),
-                Box::new(move |v| {
-                    (v.multinode && (v.transport == Transport::Nixl) != n)
-                        .then(|| if v.transport == Transport::Nixl { "1" } else { "0" }.to_string())
-                }),
-            ));
-        }
-        if let Some(d) = rdma {
-            let mine = value(d).trim_end_matches('/').to_string();
-            fields.push((
-                "dockerfile-rdma-core-home",
-                d,
-                value(d).to_string(),
-                Box::new(move |v| {
-                    let theirs = v.rdma_core_home.as_deref().map(|h| h.trim_end_matches('/'));
-                    (v.multinode && v.transport == Transport::Doca && theirs != Some(mine.as_str()))
-                        .then(|| v.rdma_core_home.clone().unwrap_or_else(|| "(unset)".into()))
-                }),
-            ));
-        }
+        let fields: Vec<Field> = [
+            list.as_ref().map(|(d, l)| arch_list_field(d, l)),
+            multinode.map(|(d, m)| dockerfile_multinode(d, m)),
+            nixl.map(|(d, n)| dockerfile_transport(d, n)),
+            rdma.map(dockerfile_rdma_core_home),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let candidates: Vec<&Variant> = match named {
             Some(v) => vec![v],
             None => pins.variants.iter().filter(|v| platform.is_none_or(|p| v.arch == p)).collect(),
         };
-        let Some((best, diffs)) = candidates
-            .iter()
-            .map(|v| (*v, fields.iter().filter_map(|f| f.3(v).map(|exp| (f, exp))).collect::<Vec<_>>()))
-            // The arch list and the multinode flag shape the binary: a variant that differs in them is farther.
-            .min_by_key(|(_, d)| {
-                d.iter()
-                    .map(
-                        |((rule, ..), _)| {
-                            if *rule == "dockerfile-arch-list" || *rule == "dockerfile-multinode" {
-                                2
-                            } else {
-                                1
-                            }
-                        },
-                    )
-                    .sum::<u32>()
-            })
-        else {
-            return;
-        };
+        let Some((best, diffs)) = closest(&candidates, &fields) else { return };
         if diffs.is_empty() {
             return;
         }
-        let settings = fields.iter().map(|f| format!("{}={:?}", f.1.name, f.2)).collect::<Vec<_>>().join(", ");
-        if named.is_none() {
-            // The Dockerfile decides its own build: declare it, never narrow it to a variant it is not.
-            let build = Build {
-                list: list.as_ref().map(|(_, l)| l.clone()),
-                multinode: is_multi,
-                nixl: nixl.is_some_and(|(_, n)| n),
-                rdma_home: rdma.map(|d| value(d).to_string()),
-            };
-            let at = fields[0].1.source();
-            let archs: Vec<Arch> = match platform {
-                Some(p) => vec![p],
-                None => pins.pins.keys().copied().collect(),
-            };
-            let blocks: Vec<String> = archs.iter().map(|a| build.variant_block(pins, *a, self.file, at.line)).collect();
-            let msg = format!(
-                "{} builds DeepEP with {settings} ({}): no variant in {} builds that{}, so pins.toml does not describe the wheel this image ships",
-                self.file.display(),
-                fields.iter().map(|f| f.1.describe()).collect::<Vec<_>>().join("; "),
-                pins.path.display(),
-                platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
-            );
-            let fix = format!(
-                "declare the build in {} ({}), add:\n{}",
-                pins.path.display(),
-                if archs.len() > 1 {
-                    "one variant per platform; the stage names none, so every pinned architecture"
-                } else {
-                    "one variant"
-                },
-                blocks.join("\n")
-            );
-            let mut f = Finding::new("dockerfile-build-undeclared", Severity::Error, self.file, msg)
-                .line(at.line)
-                .expected_found("a [[variant]] with this build", settings.clone())
-                .fix(fix);
-            if let Some(p) = platform {
-                f = f.arch(p);
+        match named {
+            Some(v) => self.settings_differ(v, best, diffs),
+            None => {
+                let build = Build {
+                    list: list.as_ref().map(|(_, l)| l.clone()),
+                    multinode: is_multi,
+                    nixl: nixl.is_some_and(|(_, n)| n),
+                    rdma_home: rdma.map(|d| value(d).to_string()),
+                };
+                self.dockerfile_build_undeclared(pins, &build, &fields, platform)
             }
-            self.push(f);
+        }
+    }
+
+    /// `dockerfile-variant`: the variant a stage names must be declared.
+    /// `Some(None)`: no variant named; `None`: an unknown one (reported).
+    fn dockerfile_variant<'p>(&mut self, pins: &'p Pins, cfg: &Config) -> Option<Option<&'p Variant>> {
+        let Some(d) = &cfg.variant else { return Some(None) };
+        if let Some(v) = pins.variants.iter().find(|v| v.name == value(d)) {
+            return Some(Some(v));
+        }
+        let names: Vec<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
+        let f = Finding::new(
+            "dockerfile-variant",
+            Severity::Error,
+            self.file,
+            format!("{} names variant `{}`, which {} does not declare", d.describe(), value(d), pins.path.display()),
+        )
+        .line(d.source().line)
+        .fix(format!("use one of: {}", names.join(", ")));
+        self.push(f);
+        None
+    }
+
+    /// `dockerfile-platform`: the named variant's architecture is the stage's `--platform`.
+    fn dockerfile_platform(&mut self, named: Option<&Variant>, platform: Option<Arch>, cfg: &Config) {
+        let (Some(v), Some(p), Some(d)) = (named, platform, &cfg.variant) else { return };
+        if v.arch == p {
             return;
         }
-        for ((rule, d, found, _), expected) in diffs {
+        let f = Finding::new(
+            "dockerfile-platform",
+            Severity::Error,
+            self.file,
+            format!(
+                "{} names variant `{}` ({}), but the stage is built for {}",
+                d.describe(),
+                v.name,
+                v.arch,
+                p.docker_platform()
+            ),
+        )
+        .line(d.source().line)
+        .expected_found(v.arch.docker_platform(), p.docker_platform());
+        self.push(f);
+    }
+
+    /// `dockerfile-arch-list` (the list itself): it must parse as pins.toml's
+    /// lists do; the parsed list, compared with variants by [`arch_list_field`].
+    fn dockerfile_arch_list<'c>(&mut self, cfg: &'c Config) -> Option<(&'c Rc<Def>, ArchList)> {
+        let d = cfg.arch_list.as_ref()?;
+        match value(d).parse::<ArchList>() {
+            Ok(l) => Some((d, l)),
+            Err(e) => {
+                let f =
+                    Finding::new("dockerfile-arch-list", Severity::Error, self.file, format!("{}: {e}", d.describe()))
+                        .line(d.source().line)
+                        .fix("write the CUDA archs as pins.toml does, e.g. \"9.0\" or \"10.0\"");
+                self.push(f);
+                None
+            }
+        }
+    }
+
+    /// `dockerfile-build-undeclared`: the Dockerfile decides its own build and
+    /// no variant builds it: declare it, never narrow it to a variant it is not.
+    fn dockerfile_build_undeclared(&mut self, pins: &Pins, build: &Build, fields: &[Field], platform: Option<Arch>) {
+        let settings = settings_of(fields);
+        let at = fields[0].def.source();
+        let archs: Vec<Arch> = match platform {
+            Some(p) => vec![p],
+            None => pins.pins.keys().copied().collect(),
+        };
+        let blocks: Vec<String> = archs.iter().map(|a| build.variant_block(pins, *a, self.file, at.line)).collect();
+        let msg = format!(
+            "{} builds DeepEP with {settings} ({}): no variant in {} builds that{}, so pins.toml does not describe the wheel this image ships",
+            self.file.display(),
+            fields.iter().map(|f| f.def.describe()).collect::<Vec<_>>().join("; "),
+            pins.path.display(),
+            platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
+        );
+        let fix = format!(
+            "declare the build in {} ({}), add:\n{}",
+            pins.path.display(),
+            if archs.len() > 1 {
+                "one variant per platform; the stage names none, so every pinned architecture"
+            } else {
+                "one variant"
+            },
+            blocks.join("\n")
+        );
+        let mut f = Finding::new("dockerfile-build-undeclared", Severity::Error, self.file, msg)
+            .line(at.line)
+            .expected_found("a [[variant]] with this build", settings)
+            .fix(fix);
+        if let Some(p) = platform {
+            f = f.arch(p);
+        }
+        self.push(f);
+    }
+
+    /// One finding per setting that differs from the variant the stage names,
+    /// under the setting's rule id (from its [`Field`]).
+    fn settings_differ(&mut self, named: &Variant, best: &Variant, diffs: Vec<(&Field, String)>) {
+        for (field, expected) in diffs {
+            let (d, found) = (field.def, &field.found);
             let src = d.source();
-            let msg = match named {
-                Some(v) => format!(
-                    "{} = {found:?}, but the variant it names, `{}`, builds with {expected:?}",
-                    d.describe(),
-                    v.name
-                ),
-                None => format!(
-                    "{} = {found:?}: no variant in {} builds with {settings}{}; the closest, `{}`, has {expected:?}",
-                    d.describe(),
-                    pins.path.display(),
-                    platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
-                    best.name
-                ),
-            };
-            let mut fix = format!(
+            let msg = format!(
+                "{} = {found:?}, but the variant it names, `{}`, builds with {expected:?}",
+                d.describe(),
+                named.name
+            );
+            let fix = format!(
                 "set {}={expected:?} at {}:{} to build `{}`",
                 src.name,
                 self.file.display(),
                 src.line,
                 best.name
             );
-            if named.is_none() {
-                fix.push_str(&format!(", or declare this combination as a [[variant]] in {}", pins.path.display()));
-            }
-            let mut f = Finding::new(rule, Severity::Error, self.file, msg)
+            let f = Finding::new(field.rule, Severity::Error, self.file, msg)
                 .line(src.line)
                 .expected_found(expected, found.clone())
-                .fix(fix);
-            if platform.is_some() || named.is_some() {
-                f = f.arch(best.arch);
-            }
+                .fix(fix)
+                .arch(best.arch);
             self.push(f);
         }
     }
+}
+
+/// One build setting of a stage: its rule id, where it is set, its value, and
+/// what a variant would need instead (`None`: the variant agrees).
+struct Field<'d> {
+    rule: &'static str,
+    def: &'d Rc<Def>,
+    found: String,
+    differs: Differs<'d>,
+}
+
+/// What a variant would need instead of a stage's setting (`None`: it agrees).
+type Differs<'d> = Box<dyn Fn(&Variant) -> Option<String> + 'd>;
+
+/// `dockerfile-arch-list` (against a variant): the same archs, as sets.
+fn arch_list_field<'d>(d: &'d Rc<Def>, l: &ArchList) -> Field<'d> {
+    let mine = sorted_list(l);
+    let differs = move |v: &Variant| (sorted_list(&v.cuda_arch_list) != mine).then(|| v.cuda_arch_list.to_env());
+    Field { rule: "dockerfile-arch-list", def: d, found: l.to_env(), differs: Box::new(differs) }
+}
+
+/// `dockerfile-multinode`: HYBRID_EP_MULTINODE as the variant's `multinode`.
+fn dockerfile_multinode(d: &Rc<Def>, m: bool) -> Field<'_> {
+    let differs = move |v: &Variant| (v.multinode != m).then(|| if v.multinode { "1" } else { "0" }.to_string());
+    Field { rule: "dockerfile-multinode", def: d, found: value(d).to_string(), differs: Box::new(differs) }
+}
+
+/// `dockerfile-transport`: USE_NIXL as the variant's transport (multinode builds).
+fn dockerfile_transport(d: &Rc<Def>, n: bool) -> Field<'_> {
+    let differs = move |v: &Variant| {
+        (v.multinode && (v.transport == Transport::Nixl) != n)
+            .then(|| if v.transport == Transport::Nixl { "1" } else { "0" }.to_string())
+    };
+    Field { rule: "dockerfile-transport", def: d, found: value(d).to_string(), differs: Box::new(differs) }
+}
+
+/// `dockerfile-rdma-core-home`: RDMA_CORE_HOME as a DOCA multinode variant's.
+fn dockerfile_rdma_core_home(d: &Rc<Def>) -> Field<'_> {
+    let mine = value(d).trim_end_matches('/').to_string();
+    let differs = move |v: &Variant| {
+        let theirs = v.rdma_core_home.as_deref().map(|h| h.trim_end_matches('/'));
+        (v.multinode && v.transport == Transport::Doca && theirs != Some(mine.as_str()))
+            .then(|| v.rdma_core_home.clone().unwrap_or_else(|| "(unset)".into()))
+    };
+    Field { rule: "dockerfile-rdma-core-home", def: d, found: value(d).to_string(), differs: Box::new(differs) }
+}
+
+/// The candidate closest to the stage's settings and the fields it differs in.
+/// The arch list and the multinode flag shape the binary: a variant that
+/// differs in them is farther.
+fn closest<'v, 'f, 'd>(
+    candidates: &[&'v Variant],
+    fields: &'f [Field<'d>],
+) -> Option<(&'v Variant, Vec<(&'f Field<'d>, String)>)> {
+    let weight = |f: &Field| if matches!(f.rule, "dockerfile-arch-list" | "dockerfile-multinode") { 2 } else { 1 };
+    candidates
+        .iter()
+        .map(|v| (*v, fields.iter().filter_map(|f| (f.differs)(v).map(|exp| (f, exp))).collect::<Vec<_>>()))
+        .min_by_key(|(_, d)| d.iter().map(|(f, _)| weight(f)).sum::<u32>())
+}
+
+/// `NAME="value", ...` of every field, for messages.
+fn settings_of(fields: &[Field]) -> String {
+    fields.iter().map(|f| format!("{}={:?}", f.def.name, f.found)).collect::<Vec<_>>().join(", ")
 }
 
 /// What a Dockerfile stage builds, as pins.toml would declare it.
@@ -1269,6 +1516,75 @@ mod tests {
             "FROM b\nRUN pip install git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}#egg=deep_ep\n"
         ));
         assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)], "{f:#?}");
+    }
+
+    /// Every POSIX parameter-expansion class in a RUN that builds DeepEP is
+    /// evaluated as sh does (a changed revision is `dockerfile-rev`), and what
+    /// is not POSIX is `dockerfile-unverifiable`, never ok.
+    #[test]
+    fn shell_expansions_in_run_are_evaluated_or_refused() {
+        let url = |e: &str| {
+            format!("FROM b\nARG DEEPEP_REV={PIN}\nARG PFX=x{PIN}\nRUN pip install \"git+https://github.com/deepseek-ai/DeepEP.git@{e}\"\n")
+        };
+        let last = &PIN[39..];
+        for (expr, ok) in [
+            ("${DEEPEP_REV}", true),
+            ("${DEEPEP_REV%?}0", false),                 // shortest suffix
+            (&format!("${{DEEPEP_REV%{last}}}"), false), // literal suffix
+            ("${DEEPEP_REV%%c*}", false),                // longest suffix
+            ("${DEEPEP_REV#?}", false),                  // shortest prefix
+            ("${DEEPEP_REV##*7}", false),                // longest prefix
+            ("${PFX#x}", true),                          // a prefix removed gives the pin
+            ("${PFX#[!0-9]}", true),                     // bracket negation
+            ("${PFX#[a-z]}", true),                      // bracket range
+            ("${DEEPEP_REV%[0-9]}", true),               // no match: unchanged (the pin ends in e)
+            ("${DEEPEP_REV:-main}", true),
+            ("${UNSET:-main}", false), // the default is a branch
+            ("${UNSET:=main}", false),
+            ("${DEEPEP_REV:?unset}", true),
+            ("${DEEPEP_REV:+main}", false),
+            ("${#DEEPEP_REV}", false), // "40"
+        ] {
+            let f = run(&url(expr));
+            if ok {
+                assert!(f.is_empty(), "{expr}: {f:#?}");
+            } else {
+                assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 4)], "{expr}: {f:#?}");
+            }
+        }
+        for expr in [
+            "${DEEPEP_REV/17/29}",
+            "${DEEPEP_REV//c/d}",
+            "${DEEPEP_REV:0:7}",
+            "${DEEPEP_REV^^}",
+            "${UNSET:-${DEEPEP_REV/1/2}}",
+        ] {
+            let f = run(&url(expr));
+            assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 4)], "{expr}: {f:#?}");
+            assert!(f[0].message.starts_with("cannot verify: RUN (line 4)"), "{}", f[0].message);
+        }
+        // In an ARG/ENV that names DeepEP, too; elsewhere not ours.
+        let f = run(&format!("FROM b\nARG R={PIN}\nENV DEEPEP_REV=${{R/1/2}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 3)], "{f:#?}");
+        assert!(run("FROM b\nARG V=3.12.1\nENV PY=${V/./}\nRUN echo ${V/./}\n").is_empty());
+        // The checkout form, and a value too long to match is refused, not guessed.
+        let f = run(&format!("FROM b\nARG DEEPEP_REV={PIN}\nRUN cd DeepEP && git checkout ${{DEEPEP_REV%??}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 3)], "{f:#?}");
+        let long = "a".repeat(5000);
+        let f = run(&format!("FROM b\nARG X={long}\nRUN cd DeepEP && git checkout ${{X%a}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 3)], "{f:#?}");
+    }
+
+    #[test]
+    fn globs_match_as_sh_does() {
+        let g = |p: &str, s: &str| glob(&p.chars().collect::<Vec<_>>(), &s.chars().collect::<Vec<_>>());
+        assert!(g("*", "") && g("a*c", "abbc") && g("?b", "ab") && g("[!x]y", "ay") && g("\\*", "*"));
+        assert!(!g("a*c", "abbd") && !g("[a-c]", "d") && !g("\\*", "x") && !g("?", ""));
+        assert!(g("[", "[") && g("*.*", "1.2.3"));
+        assert_eq!(strip_pattern("1.2.3", "*.", "#").as_deref(), Some("2.3"));
+        assert_eq!(strip_pattern("1.2.3", "*.", "##").as_deref(), Some("3"));
+        assert_eq!(strip_pattern("1.2.3", ".*", "%").as_deref(), Some("1.2"));
+        assert_eq!(strip_pattern("1.2.3", ".*", "%%").as_deref(), Some("1"));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
+
 use std::path::Path;
 
 use anyhow::Result;
@@ -39,22 +40,52 @@ pub fn open(path: &Path, what: &str, cap: u64) -> Result<(File, u64)> {
         |e| match e.raw_os_error() {
             Some(libc::ENOENT) => refuse(path, what, "not found"),
             Some(libc::ELOOP) => refuse(path, what, "a symlink loop"),
-            Some(libc::EISDIR) => refuse(path, what, "a directory, not a file"),
+            Some(libc::EISDIR) => refuse(path, what, "a directory, not a regular file"),
             Some(libc::EACCES) => refuse(path, what, "permission denied"),
             _ => refuse(path, what, e),
         },
     )?;
-    let m = f.metadata().map_err(|e| refuse(path, what, e))?;
-    if m.is_dir() {
-        return Err(refuse(path, what, "a directory, not a file"));
-    }
-    if !m.is_file() {
-        return Err(refuse(path, what, "not a regular file (a device, FIFO or socket)"));
-    }
+    let m = regular(&f, path, what)?;
     if m.len() > cap {
         return Err(refuse(path, what, format!("{} bytes, more than the {} bytes allowed", m.len(), cap)));
     }
     Ok((f, m.len()))
+}
+
+/// Open (creating it if absent) the lock file `path` for `flock`: never
+/// through a symlink (O_NOFOLLOW: a planted link is refused, not followed),
+/// never blocking (O_NONBLOCK: a FIFO planted there cannot hang the open),
+/// and checked on the opened file to be a regular file (a FIFO with a reader
+/// or a device opens, and is refused here). Exit 2 naming the file otherwise.
+pub fn open_lock(path: &Path, what: &str) -> Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refuse(path, what, "a symlink (lock files are never followed)"),
+            Some(libc::ENXIO) => refuse(path, what, "not a regular file (a FIFO)"),
+            Some(libc::EISDIR) => refuse(path, what, "a directory, not a regular file"),
+            _ => anyhow::Error::new(e).context(format!("opening {what} {}", path.display())),
+        })?;
+    regular(&f, path, what)?;
+    Ok(f)
+}
+
+/// Refuse an opened file that is not a regular file (checked on the file
+/// descriptor, so a name swapped after opening changes nothing).
+pub fn regular(f: &File, path: &Path, what: &str) -> Result<std::fs::Metadata> {
+    let m = f.metadata().map_err(|e| refuse(path, what, e))?;
+    if m.is_dir() {
+        return Err(refuse(path, what, "a directory, not a regular file"));
+    }
+    if !m.is_file() {
+        return Err(refuse(path, what, "not a regular file (a device, FIFO or socket)"));
+    }
+    Ok(m)
 }
 
 /// The bytes of `path` (a regular file of at most `cap` bytes).
@@ -76,6 +107,14 @@ pub fn read_text(path: &Path, what: &str, cap: u64) -> Result<String> {
         let line = e.as_bytes()[..at].iter().filter(|b| **b == b'\n').count() + 1;
         refuse(path, what, format!("not UTF-8 text (invalid byte at line {line}, byte offset {at})"))
     })
+}
+
+/// Like [`read_bytes`], but a missing file is `Ok(None)`.
+pub fn read_bytes_opt(path: &Path, what: &str, cap: u64) -> Result<Option<Vec<u8>>> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        _ => read_bytes(path, what, cap).map(Some),
+    }
 }
 
 /// Like [`read_text`], but a missing file is `Ok(None)`.
@@ -116,6 +155,36 @@ mod tests {
         std::os::unix::fs::symlink(&l, &l).unwrap();
         assert!(msg(read_text(&l, "pins file", 10)).contains("symlink loop"));
         assert!(read_text_opt(&d.path().join("none"), "x", 10).unwrap().is_none());
+    }
+
+    #[test]
+    fn lock_files_are_regular_files_never_followed_never_waited_on() {
+        let d = tempfile::tempdir().unwrap();
+        let msg = |r: Result<File>| format!("{:#}", r.unwrap_err());
+        let fifo = d.path().join("fifo.lock");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        // No reader: the open itself fails at once (ENXIO) instead of waiting for one.
+        assert!(msg(open_lock(&fifo, "lock file")).contains("not a regular file"));
+        // With a reader the open succeeds; the check on the opened file refuses it.
+        let _reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        assert!(msg(open_lock(&fifo, "lock file")).contains("not a regular file"));
+        let link = d.path().join("null.lock");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        assert!(msg(open_lock(&link, "lock file")).contains("a symlink"));
+        let ok = d.path().join("ok.lock");
+        open_lock(&ok, "lock file").unwrap();
+        assert!(std::fs::metadata(&ok).unwrap().is_file());
+    }
+
+    #[test]
+    fn a_fifo_with_a_writer_is_refused_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("journal");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let r = read_bytes(&fifo, "journal", cap::TEXT);
+        assert!(format!("{:#}", r.unwrap_err()).contains("not a regular file"));
     }
 
     #[test]

@@ -27,9 +27,58 @@ pub enum DataFormat {
     Json,
 }
 
-/// Escape a value for a GitHub workflow command's message (after `::`).
+/// Make text safe for a CI log (GitHub Actions, GitLab, a terminal): the one
+/// escaping function every path to the log goes through (stderr notes and
+/// errors via `printer`, the human report under `--format github`, annotation
+/// messages). A line that would start a workflow command (`::` or `##[` after
+/// leading blanks) gets a leading `\`; CR, ESC and other control characters
+/// are shown escaped (`\r`, `\u{1b}`), except colour codes (`ESC [ digits ; m`)
+/// and tab and newline. Values from files can neither plant an annotation,
+/// rewrite a line already printed, nor send terminal commands.
+pub fn log_safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, line) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let lead = line.trim_start();
+        if lead.starts_with("::") || lead.starts_with("##[") {
+            out.push('\\');
+        }
+        let mut chars = line.char_indices().peekable();
+        while let Some((at, c)) = chars.next() {
+            if c == '\x1b' {
+                if let Some(len) = colour_code(&line[at..]) {
+                    out.push_str(&line[at..at + len]);
+                    for _ in 1..len {
+                        chars.next();
+                    }
+                    continue;
+                }
+            }
+            if c.is_control() && c != '\t' {
+                out.extend(c.escape_debug());
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Length of an SGR colour code (`ESC [ 1;31 m`) at the start of `s`.
+fn colour_code(s: &str) -> Option<usize> {
+    let body = s.strip_prefix("\x1b[")?;
+    let n = body.bytes().take_while(|b| b.is_ascii_digit() || *b == b';').count();
+    (n <= 16 && body.as_bytes().get(n) == Some(&b'm')).then_some(2 + n + 1)
+}
+
+/// Escape a value for a GitHub workflow command's message (after `::`):
+/// `%`, CR and LF as the runner decodes them, other control characters shown
+/// escaped (an ESC never reaches the log raw).
 pub fn gh_escape_data(s: &str) -> String {
-    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+    let s = s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A");
+    s.chars().flat_map(|c| if c.is_control() && c != '\t' { c.escape_debug().collect() } else { vec![c] }).collect()
 }
 
 /// Escape a value for a GitHub workflow command's property (`file=`, `title=`).
@@ -91,7 +140,7 @@ pub fn github_log(human: &str) -> String {
     }
     let token = random_token();
     let nl = if human.ends_with('\n') { "" } else { "\n" };
-    format!("::stop-commands::{token}\n{human}{nl}::{token}::\n")
+    format!("::stop-commands::{token}\n{}{nl}::{token}::\n", log_safe(human))
 }
 
 /// 128 random bits as hex, from the kernel (std's hasher keys as a fallback).
@@ -178,9 +227,25 @@ mod tests {
         let token = first.strip_prefix("::stop-commands::").expect("commands stopped first");
         assert_eq!(token.len(), 32);
         assert_eq!(out.lines().last().unwrap(), format!("::{token}::"), "resumed with the same token last");
-        assert!(out.contains("::error file=x::pwned"), "the report itself is unchanged");
+        assert!(out.contains("\n\\::error file=x::pwned\n"), "a planted command is escaped as well");
         assert_ne!(github_log("x").lines().next(), github_log("x").lines().next(), "a fresh token each time");
         assert_eq!(github_log(""), "");
+    }
+
+    #[test]
+    fn log_text_cannot_plant_commands_or_terminal_escapes() {
+        let planted =
+            "label 1.2.1\n::error file=x::pwned\n  ##[warning]old syntax\r::notice::cr\x1b]0;title\x07\x1b[2J";
+        let safe = log_safe(planted);
+        for line in safe.lines() {
+            let lead = line.trim_start();
+            assert!(!lead.starts_with("::") && !lead.starts_with("##["), "{line:?}");
+        }
+        assert!(!safe.contains('\r') && !safe.contains('\x1b') && !safe.contains('\x07'), "{safe:?}");
+        assert!(safe.contains("\\r::notice::cr\\u{1b}]0;title\\u{7}\\u{1b}[2J"), "{safe:?}");
+        // Colour codes of our own labels stay; tabs stay.
+        assert_eq!(log_safe("\x1b[1;31merror\x1b[0m:\tx"), "\x1b[1;31merror\x1b[0m:\tx");
+        assert_eq!(gh_escape_data("a\x1b[2Jb\r\n%"), "a\\u{1b}[2Jb%0D%0A%25");
     }
 
     #[test]

@@ -521,13 +521,32 @@ struct RawTopology {
     mnnvl: bool,
 }
 
+/// The error of a pins.toml value: `file:line:column: message` (exit 2).
+type Err<'e> = dyn Fn(std::ops::Range<usize>, String) -> anyhow::Error + 'e;
+
+/// Every check of pins.toml, table by table; the first problem is exit 2 with file:line:column.
 fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
     let err = |span: std::ops::Range<usize>, msg: String| -> anyhow::Error {
         let (line, col) = line_col(text, span.start);
         Failure::usage(format!("{}:{line}:{col}: {msg}", path.display())).into()
     };
-    if *raw.schema.get_ref() == 1 {
-        let (line, col) = line_col(text, raw.schema.span().start);
+    schema(&raw.schema, text, path, &err)?;
+    let source = source(raw.source, &err)?;
+    let pins = pin_tables(raw.pin, path, text, &err)?;
+    let toolchain = raw.toolchain.map(|t| toolchain(t, &err)).transpose()?;
+    let rdma_core = raw.rdma_core.map(|r| rdma_core(r, &err)).transpose()?;
+    let mut variants: Vec<Variant> = Vec::new();
+    for sv in raw.variant {
+        let v = variant(sv, &pins, &variants, text, &err)?;
+        variants.push(v);
+    }
+    Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants })
+}
+
+/// `schema`: this deepep-forge reads schema 2; schema 1 gets how to update.
+fn schema(schema: &Spanned<i64>, text: &str, path: &Path, err: &Err) -> Result<()> {
+    if *schema.get_ref() == 1 {
+        let (line, col) = line_col(text, schema.span().start);
         return Err(Failure::usage(format!(
             "{}:{line}:{col}: schema = 1 is the previous pins.toml format; this deepep-forge reads schema = {SCHEMA}",
             path.display()
@@ -538,13 +557,17 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         )
         .into());
     }
-    if *raw.schema.get_ref() != SCHEMA {
+    if *schema.get_ref() != SCHEMA {
         return Err(err(
-            raw.schema.span(),
-            format!("schema = {} is not supported: expected schema = {SCHEMA}", raw.schema.get_ref()),
+            schema.span(),
+            format!("schema = {} is not supported: expected schema = {SCHEMA}", schema.get_ref()),
         ));
     }
-    let s = raw.source;
+    Ok(())
+}
+
+/// `[source]`: a distribution name, a remote repository, a base version without a local part.
+fn source(s: RawSource, err: &Err) -> Result<Source> {
     if s.name.get_ref().trim().is_empty() {
         return Err(err(
             s.name.span(),
@@ -566,15 +589,23 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
             ),
         ));
     }
-    let source = Source {
+    Ok(Source {
         name: s.name.into_inner(),
         repo: s.repo.into_inner(),
         branch: s.branch,
         base_version: s.base_version.into_inner(),
-    };
+    })
+}
 
+/// `[pin.<arch>]`: known architectures, full 40-hex revisions, at least one.
+fn pin_tables(
+    raw: BTreeMap<String, Spanned<RawPin>>,
+    path: &Path,
+    text: &str,
+    err: &Err,
+) -> Result<BTreeMap<Arch, Pin>> {
     let mut pins = BTreeMap::new();
-    for (key, p) in raw.pin {
+    for (key, p) in raw {
         let arch: Arch = key.parse().map_err(|m: Failure| err(p.span(), format!("[pin.{key}]: {m}")))?;
         let rev = p.get_ref().rev.get_ref().clone();
         let rspan = p.get_ref().rev.span();
@@ -596,188 +627,193 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         ))
         .into());
     }
+    Ok(pins)
+}
 
-    let toolchain = match raw.toolchain {
-        None => None,
-        Some(t) => {
-            if pep440_rs::Version::from_str(t.torch.get_ref()).is_err() {
-                return Err(err(
-                    t.torch.span(),
-                    format!(
-                        "toolchain.torch `{}` is not a PEP 440 version",
-                        crate::input::excerpt(t.torch.get_ref(), 80)
-                    ),
-                ));
-            }
-            let c = t.cuda.get_ref();
-            let ok = c.split_once('.').is_some_and(|(a, b)| {
-                !a.is_empty()
-                    && !b.is_empty()
-                    && a.bytes().all(|x| x.is_ascii_digit())
-                    && b.bytes().all(|x| x.is_ascii_digit())
-            });
-            if !ok {
-                return Err(err(
-                    t.cuda.span(),
-                    format!(
-                        "toolchain.cuda `{}`: expected CUDA major.minor, e.g. \"13.0\"",
-                        crate::input::excerpt(c, 80)
-                    ),
-                ));
-            }
-            // A version only: an interpreter path would be a program a pull request chooses
-            // (paths come from --python on the command line).
-            if let Some(py) = &t.python {
-                let v = py.get_ref();
-                let ok = !v.is_empty()
-                    && v.split('.').count() <= 3
-                    && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-                if !ok {
-                    return Err(err(
-                        py.span(),
-                        format!(
-                            "toolchain.python `{}`: expected a Python version such as \"3.12\" (an interpreter path goes to --python)",
-                            crate::input::excerpt(v, 80)
-                        ),
-                    ));
-                }
-            }
-            Some(Toolchain {
-                torch: t.torch.into_inner(),
-                cuda: t.cuda.into_inner(),
-                python: t.python.map(Spanned::into_inner),
-            })
-        }
-    };
-    let rdma_core = match raw.rdma_core {
-        None => None,
-        Some(r) => {
-            if let Err(why) = crate::process::git::check_file_url(r.repo.get_ref()) {
-                return Err(err(
-                    r.repo.span(),
-                    format!("rdma_core.repo `{}`: {why}", crate::input::excerpt(r.repo.get_ref(), 80)),
-                ));
-            }
-            let g = r.git_ref.get_ref();
-            let ref_ok = !g.is_empty()
-                && !g.starts_with('-')
-                && g.bytes().all(|b| b.is_ascii_alphanumeric() || b"._/-+".contains(&b))
-                && !g.contains("..");
-            if !ref_ok {
-                return Err(err(
-                    r.git_ref.span(),
-                    format!(
-                        "rdma_core.ref `{}`: expected a tag, branch or commit (letters, digits, `.`, `_`, `/`, `-`, `+`; not starting with `-`)",
-                        crate::input::excerpt(g, 80)
-                    ),
-                ));
-            }
-            Some(RdmaCore { repo: r.repo.into_inner(), git_ref: r.git_ref.into_inner() })
-        }
-    };
-
-    let mut variants: Vec<Variant> = Vec::new();
-    for sv in raw.variant {
-        let vspan = sv.span();
-        let v = sv.into_inner();
-        let name = v.name.get_ref().clone();
-        let valid_name = !name.is_empty()
-            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-            && name.as_bytes()[0].is_ascii_alphanumeric();
-        if !valid_name {
+/// `[toolchain]`: torch a PEP 440 version, cuda major.minor, python a version (never a path).
+fn toolchain(t: RawToolchain, err: &Err) -> Result<Toolchain> {
+    if pep440_rs::Version::from_str(t.torch.get_ref()).is_err() {
+        return Err(err(
+            t.torch.span(),
+            format!("toolchain.torch `{}` is not a PEP 440 version", crate::input::excerpt(t.torch.get_ref(), 80)),
+        ));
+    }
+    let c = t.cuda.get_ref();
+    let ok = c.split_once('.').is_some_and(|(a, b)| {
+        !a.is_empty() && !b.is_empty() && a.bytes().all(|x| x.is_ascii_digit()) && b.bytes().all(|x| x.is_ascii_digit())
+    });
+    if !ok {
+        return Err(err(
+            t.cuda.span(),
+            format!("toolchain.cuda `{}`: expected CUDA major.minor, e.g. \"13.0\"", crate::input::excerpt(c, 80)),
+        ));
+    }
+    // A version only: an interpreter path would be a program a pull request chooses
+    // (paths come from --python on the command line).
+    if let Some(py) = &t.python {
+        let v = py.get_ref();
+        let ok = !v.is_empty()
+            && v.split('.').count() <= 3
+            && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if !ok {
             return Err(err(
-                v.name.span(),
+                py.span(),
                 format!(
-                    "variant name `{}`: expected lowercase letters, digits, `-` and `_`",
-                    crate::input::excerpt(&name, 80)
+                    "toolchain.python `{}`: expected a Python version such as \"3.12\" (an interpreter path goes to --python)",
+                    crate::input::excerpt(v, 80)
                 ),
             ));
         }
-        if let Some(prev) = variants.iter().find(|p| p.name == name) {
-            return Err(err(
-                v.name.span(),
-                format!("variant `{name}` is declared twice (first at line {})", prev.line),
-            ));
-        }
-        let arch: Arch = v.arch.get_ref().parse().map_err(|m: Failure| err(v.arch.span(), m.message))?;
-        if !pins.contains_key(&arch) {
-            return Err(err(
-                v.arch.span(),
-                format!("variant `{name}` builds for {arch}, but there is no [pin.{arch}]"),
-            ));
-        }
-        let cuda_arch_list: ArchList =
-            v.cuda_arch_list.get_ref().parse().map_err(|m: Failure| err(v.cuda_arch_list.span(), m.message))?;
-        let transport = match &v.transport {
-            None => Transport::Doca,
-            Some(t) => match t.get_ref().as_str() {
-                "doca" => Transport::Doca,
-                "nixl" => Transport::Nixl,
-                other => {
-                    return Err(err(
-                        t.span(),
-                        format!("transport `{}`: expected \"doca\" or \"nixl\"", crate::input::excerpt(other, 40)),
-                    ))
-                }
-            },
-        };
-        if !v.multinode && transport == Transport::Nixl {
-            let t = v.transport.as_ref().expect("nixl was written");
-            return Err(err(
-                t.span(),
-                format!("variant `{name}` is single-node: transport applies only with multinode = true"),
-            ));
-        }
-        if v.multinode && transport == Transport::Doca && cuda_arch_list.has_ptx() {
-            return Err(err(
-                v.cuda_arch_list.span(),
-                format!("variant `{name}`: the DOCA multinode build rejects +PTX entries in the arch list (DeepEP setup.py)"),
-            ));
-        }
-        let mut env = Vec::new();
-        for (k, val) in v.env.as_ref().map(|e| e.get_ref().iter()).into_iter().flatten() {
-            let n = k.get_ref();
-            let ok = !n.is_empty()
-                && n.len() <= 64
-                && n.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-                && !n.as_bytes()[0].is_ascii_digit();
-            if !ok {
-                return Err(err(
-                    k.span(),
-                    format!(
-                        "variant `{name}`: env name `{}`: expected an environment variable name (A-Z, 0-9, _)",
-                        crate::input::excerpt(n, 80)
-                    ),
-                ));
-            }
-            let value = val.get_ref();
-            if value.len() > 4096 || value.contains(['\0', '\n']) {
-                return Err(err(
-                    val.span(),
-                    format!("variant `{name}`: env {n}: the value must be one line of at most 4096 bytes"),
-                ));
-            }
-            env.push(EnvSetting { name: n.clone(), value: value.clone(), line: line_col(text, k.span().start).0 });
-        }
-        let topology = match &v.topology {
-            None => None,
-            Some(t) => Some(topology(&name, arch, &cuda_arch_list, v.multinode, t, &err)?),
-        };
-        variants.push(Variant {
-            name,
-            arch,
-            cuda_arch_list,
-            multinode: v.multinode,
-            transport,
-            rdma_core_home: v.rdma_core_home.filter(|s| !s.is_empty()),
-            nvshmem_dir: v.nvshmem_dir.filter(|s| !s.is_empty()),
-            description: v.description,
-            topology,
-            env,
-            line: line_col(text, vspan.start).0,
-        });
     }
-    Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants })
+    Ok(Toolchain { torch: t.torch.into_inner(), cuda: t.cuda.into_inner(), python: t.python.map(Spanned::into_inner) })
+}
+
+/// `[rdma_core]`: a remote repository and a plain ref.
+fn rdma_core(r: RawRdmaCore, err: &Err) -> Result<RdmaCore> {
+    if let Err(why) = crate::process::git::check_file_url(r.repo.get_ref()) {
+        return Err(err(
+            r.repo.span(),
+            format!("rdma_core.repo `{}`: {why}", crate::input::excerpt(r.repo.get_ref(), 80)),
+        ));
+    }
+    let g = r.git_ref.get_ref();
+    let ref_ok = !g.is_empty()
+        && !g.starts_with('-')
+        && g.bytes().all(|b| b.is_ascii_alphanumeric() || b"._/-+".contains(&b))
+        && !g.contains("..");
+    if !ref_ok {
+        return Err(err(
+            r.git_ref.span(),
+            format!(
+                "rdma_core.ref `{}`: expected a tag, branch or commit (letters, digits, `.`, `_`, `/`, `-`, `+`; not starting with `-`)",
+                crate::input::excerpt(g, 80)
+            ),
+        ));
+    }
+    Ok(RdmaCore { repo: r.repo.into_inner(), git_ref: r.git_ref.into_inner() })
+}
+
+/// One `[[variant]]`: name, architecture (pinned), arch list, transport, `env`, `topology`.
+fn variant(
+    sv: Spanned<RawVariant>,
+    pins: &BTreeMap<Arch, Pin>,
+    before: &[Variant],
+    text: &str,
+    err: &Err,
+) -> Result<Variant> {
+    let vspan = sv.span();
+    let v = sv.into_inner();
+    let name = variant_name(&v.name, before, err)?;
+    let arch: Arch = v.arch.get_ref().parse().map_err(|m: Failure| err(v.arch.span(), m.message))?;
+    if !pins.contains_key(&arch) {
+        return Err(err(v.arch.span(), format!("variant `{name}` builds for {arch}, but there is no [pin.{arch}]")));
+    }
+    let cuda_arch_list: ArchList =
+        v.cuda_arch_list.get_ref().parse().map_err(|m: Failure| err(v.cuda_arch_list.span(), m.message))?;
+    let transport = transport(&v, &name, &cuda_arch_list, err)?;
+    let env = variant_env(&v, &name, text, err)?;
+    let topology = match &v.topology {
+        None => None,
+        Some(t) => Some(topology(&name, arch, &cuda_arch_list, v.multinode, t, err)?),
+    };
+    Ok(Variant {
+        name,
+        arch,
+        cuda_arch_list,
+        multinode: v.multinode,
+        transport,
+        rdma_core_home: v.rdma_core_home.filter(|s| !s.is_empty()),
+        nvshmem_dir: v.nvshmem_dir.filter(|s| !s.is_empty()),
+        description: v.description,
+        topology,
+        env,
+        line: line_col(text, vspan.start).0,
+    })
+}
+
+/// A variant name: lowercase letters, digits, `-`, `_`, declared once.
+fn variant_name(name: &Spanned<String>, before: &[Variant], err: &Err) -> Result<String> {
+    let span = name.span();
+    let name = name.get_ref().clone();
+    let valid_name = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name.as_bytes()[0].is_ascii_alphanumeric();
+    if !valid_name {
+        return Err(err(
+            span,
+            format!(
+                "variant name `{}`: expected lowercase letters, digits, `-` and `_`",
+                crate::input::excerpt(&name, 80)
+            ),
+        ));
+    }
+    if let Some(prev) = before.iter().find(|p| p.name == name) {
+        return Err(err(span, format!("variant `{name}` is declared twice (first at line {})", prev.line)));
+    }
+    Ok(name)
+}
+
+/// `transport`: doca (default) or nixl, multinode only; DOCA multinode refuses +PTX.
+fn transport(v: &RawVariant, name: &str, cuda_arch_list: &ArchList, err: &Err) -> Result<Transport> {
+    let transport = match &v.transport {
+        None => Transport::Doca,
+        Some(t) => match t.get_ref().as_str() {
+            "doca" => Transport::Doca,
+            "nixl" => Transport::Nixl,
+            other => {
+                return Err(err(
+                    t.span(),
+                    format!("transport `{}`: expected \"doca\" or \"nixl\"", crate::input::excerpt(other, 40)),
+                ))
+            }
+        },
+    };
+    if !v.multinode && transport == Transport::Nixl {
+        let t = v.transport.as_ref().expect("nixl was written");
+        return Err(err(
+            t.span(),
+            format!("variant `{name}` is single-node: transport applies only with multinode = true"),
+        ));
+    }
+    if v.multinode && transport == Transport::Doca && cuda_arch_list.has_ptx() {
+        return Err(err(
+            v.cuda_arch_list.span(),
+            format!(
+                "variant `{name}`: the DOCA multinode build rejects +PTX entries in the arch list (DeepEP setup.py)"
+            ),
+        ));
+    }
+    Ok(transport)
+}
+
+/// A variant's `env`: variable names (A-Z, 0-9, _) and one-line values; what the build reads is checked at plan time.
+fn variant_env(v: &RawVariant, name: &str, text: &str, err: &Err) -> Result<Vec<EnvSetting>> {
+    let mut env = Vec::new();
+    for (k, val) in v.env.as_ref().map(|e| e.get_ref().iter()).into_iter().flatten() {
+        let n = k.get_ref();
+        let ok = !n.is_empty()
+            && n.len() <= 64
+            && n.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            && !n.as_bytes()[0].is_ascii_digit();
+        if !ok {
+            return Err(err(
+                k.span(),
+                format!(
+                    "variant `{name}`: env name `{}`: expected an environment variable name (A-Z, 0-9, _)",
+                    crate::input::excerpt(n, 80)
+                ),
+            ));
+        }
+        let value = val.get_ref();
+        if value.len() > 4096 || value.contains(['\0', '\n']) {
+            return Err(err(
+                val.span(),
+                format!("variant `{name}`: env {n}: the value must be one line of at most 4096 bytes"),
+            ));
+        }
+        env.push(EnvSetting { name: n.clone(), value: value.clone(), line: line_col(text, k.span().start).0 });
+    }
+    Ok(env)
 }
 
 /// Validate a variant's `topology` table.

@@ -126,9 +126,13 @@ pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<()> {
     Ok(())
 }
 
+/// Every line to stderr passes `output::log_safe`: notes and errors quote
+/// values from files, and stderr is outside the `--format github` report's
+/// stopped-commands block.
 fn stderr(args: fmt::Arguments) {
+    let text = crate::output::log_safe(&args.to_string());
     let mut err = std::io::stderr().lock();
-    remember("stderr", err.write_fmt(args).and_then(|_| err.flush()));
+    remember("stderr", err.write_all(text.as_bytes()).and_then(|_| err.flush()));
 }
 
 /// A note or progress line: to stderr unless `--quiet`. Use [`note!`](crate::note).

@@ -34,6 +34,10 @@ pub struct Request {
     pub gpu: Option<Gpu>,
     /// MoE dispatcher backend named by a recipe (`hybridep`, or none for dense models).
     pub dispatcher: Option<String>,
+    /// A Megatron recipe whose EP is unknown and which sets neither R nor USE_MNNVL:
+    /// NeMo-RL derives both from the EP it computes (R = min(EP, 64), USE_MNNVL = EP > 4).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defaults_follow_ep: bool,
     /// Notes about how values were obtained ("default applied: ...", unresolved interpolations).
     pub notes: Vec<String>,
 }
@@ -110,6 +114,7 @@ impl RequestArgs {
             },
             gpu: self.gpu,
             dispatcher: None,
+            defaults_follow_ep: false,
             notes: Vec::new(),
         }
     }
@@ -181,8 +186,12 @@ pub fn preset(name: &str) -> Result<Request> {
         mnnvl: Some(mnnvl),
         gpu: Some(gpu),
         dispatcher: None,
+        defaults_follow_ep: false,
         notes: Vec::new(),
     })
 }
 
+pub mod admit;
 pub mod recipe;
+
+pub use admit::{Admissible, Considered, Input};

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::error::Exit;
-use crate::topology::Request;
+use crate::topology::{Considered, Request};
 
 /// Version of the JSON document `probe --format json` prints.
 pub const SCHEMA: u32 = 1;
@@ -29,11 +29,15 @@ pub struct Check {
     pub evidence: String,
     /// What to do, usually an exact command.
     pub fix: Option<String>,
+    /// Where the request left inputs unknown: the admissible values this rule
+    /// fails for (`R 1`, `EP 8 · R 4`); empty when it fails for none or nothing was unknown.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fails_for: Vec<String>,
 }
 
 impl Check {
     pub fn new(rule: &str, status: Status, evidence: impl Into<String>) -> Self {
-        Check { rule: rule.into(), status, evidence: evidence.into(), fix: None }
+        Check { rule: rule.into(), status, evidence: evidence.into(), fix: None, fails_for: Vec::new() }
     }
     pub fn pass(rule: &str, evidence: impl Into<String>) -> Self {
         Self::new(rule, Status::Pass, evidence)
@@ -60,6 +64,9 @@ pub struct Verdict {
     /// The wheel, environment or machine judged.
     pub subject: String,
     pub request: Option<Request>,
+    /// The inputs the request left unknown and every value the rules were judged over.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub considered: Vec<Considered>,
     pub checks: Vec<Check>,
     /// Extra facts for JSON consumers (wheel facts, discovered devices, bandwidth).
     #[serde(skip_serializing_if = "serde_json::Value::is_null")]
@@ -68,7 +75,14 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn new(subject: impl Into<String>, request: Option<Request>) -> Self {
-        Verdict { schema: SCHEMA, subject: subject.into(), request, checks: Vec::new(), facts: serde_json::Value::Null }
+        Verdict {
+            schema: SCHEMA,
+            subject: subject.into(),
+            request,
+            considered: Vec::new(),
+            checks: Vec::new(),
+            facts: serde_json::Value::Null,
+        }
     }
     pub fn push(&mut self, c: Check) {
         self.checks.push(c);
@@ -126,6 +140,9 @@ impl Verdict {
                 out.push_str(&format!("  note: {n}\n"));
             }
         }
+        for c in &self.considered {
+            out.push_str(&format!("  considered: {} {} ({})\n", c.input, list_values(&c.values), c.why));
+        }
         let w = self.checks.iter().map(|c| c.rule.len()).max().unwrap_or(4).max(4);
         for c in &self.checks {
             let s = match c.status {
@@ -147,6 +164,15 @@ impl Verdict {
         });
         out.push_str(&format!("{}: {p} passed, {wn} warnings, {f} failed\n", if f > 0 { "MISMATCH" } else { "MATCH" }));
         out
+    }
+}
+
+/// A list of values as the human verdict shows it: long lists keep their ends.
+pub fn list_values(v: &[String]) -> String {
+    if v.len() <= 16 {
+        v.join(", ")
+    } else {
+        format!("{}, ..., {} ({} values)", v[..8].join(", "), v[v.len() - 4..].join(", "), v.len())
     }
 }
 

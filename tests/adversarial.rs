@@ -430,6 +430,25 @@ fn dockerfile_cases() -> Vec<Case> {
             format!("FROM b\nARG DEEPEP_REV={REV}\nRUN git checkout ${{DEEPEP_REV").into_bytes(),
         )
         .exit(0),
+        // A RUN that changes the pinned value on its way builds another revision: never ok.
+        lock(
+            "${REV%?}0 in a RUN",
+            format!("FROM b\nARG DEEPEP_REV={REV}\nRUN pip install \"git+https://github.com/deepseek-ai/DeepEP.git@${{DEEPEP_REV%?}}0\"\n").into_bytes(),
+        )
+        .exit(1)
+        .says("dockerfile-rev"),
+        lock(
+            "${REV/x/y} in a RUN",
+            format!("FROM b\nARG DEEPEP_REV={REV}\nRUN cd DeepEP && git checkout ${{DEEPEP_REV/17/29}}\n").into_bytes(),
+        )
+        .exit(1)
+        .says("cannot verify"),
+        lock(
+            "${#REV} in a RUN",
+            format!("FROM b\nARG DEEPEP_REV={REV}\nRUN cd DeepEP && git checkout ${{#DEEPEP_REV}}\n").into_bytes(),
+        )
+        .exit(1)
+        .says("`40`"),
         lock("oversize", Vec::new()).setup(|d| sparse(&d.join("consumer/Dockerfile"), 8 << 20)).says("more than"),
     ]
 }
@@ -553,6 +572,56 @@ fn recipe_cases() -> Vec<Case> {
     v
 }
 
+fn meta2() -> Member {
+    stored("deep_ep-1.2.1.dist-info/METADATA", b"Version: 1.2.1\n")
+}
+
+/// A minimal ELF64 object: one `.data` section of `n` bytes (zeros, then
+/// `last`) at 0x1000, and `.shstrtab`.
+fn elf_with_section(n: u64, last: u8) -> Vec<u8> {
+    let mut e = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    e.extend(1u16.to_le_bytes()); // ET_REL
+    e.extend(62u16.to_le_bytes()); // x86-64
+    e.extend(1u32.to_le_bytes());
+    e.extend(0u64.to_le_bytes()); // entry
+    e.extend(0u64.to_le_bytes()); // phoff
+    e.extend(64u64.to_le_bytes()); // shoff
+    e.extend(0u32.to_le_bytes());
+    for v in [64u16, 0, 0, 64, 3, 2] {
+        e.extend(v.to_le_bytes());
+    }
+    let sh = |name: u32, ty: u32, off: u64, size: u64| {
+        let mut h = Vec::new();
+        h.extend(name.to_le_bytes());
+        h.extend(ty.to_le_bytes());
+        h.extend(0u64.to_le_bytes());
+        h.extend(0u64.to_le_bytes());
+        h.extend(off.to_le_bytes());
+        h.extend(size.to_le_bytes());
+        h.extend([0u8; 8]);
+        h.extend(1u64.to_le_bytes());
+        h.extend(0u64.to_le_bytes());
+        h
+    };
+    e.extend([0u8; 64]);
+    e.extend(sh(1, 1, 0x1000, n));
+    e.extend(sh(7, 3, 256, 17));
+    e.extend(b"\0.data\0.shstrtab\0");
+    e.resize(0x1000 + n as usize, 0);
+    *e.last_mut().unwrap() = last;
+    e
+}
+
+/// A wheel (written with the zip crate, stored) holding `member` = `data`.
+fn write_wheel(path: &Path, member: &str, data: &[u8]) {
+    use std::io::Write;
+    let mut z = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    let o = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    z.start_file(member, o).unwrap();
+    z.write_all(data).unwrap();
+    z.finish().unwrap();
+}
+
 fn wheel_cases() -> Vec<Case> {
     let probe = |name: &str, bytes: Vec<u8>| {
         Case::new(format!("wheel: {name}")).file(WHEEL, bytes).args(&["probe", "--wheel", WHEEL]).memory(512 << 20)
@@ -602,6 +671,42 @@ fn wheel_cases() -> Vec<Case> {
             zip_bytes(&[stored("deep_ep/a.py", &[b'x'; 4096])], &[(0, "deep_ep/a.py"), (0, "deep_ep/b.py")]),
         )
         .says("overlap"),
+        diff("a damaged member (CRC)", zip_of(&[Member { crc: 7, ..stored("deep_ep/a.py", b"hello") }]))
+            .says(WHEEL)
+            .says("member deep_ep/a.py is damaged"),
+        diff(
+            "a damaged member (deflate garbage)",
+            zip_of(&[Member { name: "deep_ep/a.py".into(), method: 8, data: vec![0xff; 64], crc: 0, size: 1000 }]),
+        )
+        .says(WHEEL)
+        .says("is damaged"),
+        diff(
+            "400 members at the size floor",
+            zip_of(
+                &(0..400)
+                    .map(|i| Member {
+                        name: format!("deep_ep/m{i}.so"),
+                        method: 8,
+                        data: vec![0u8; 1024],
+                        crc: 0,
+                        size: 16 << 20,
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .says("inflate to")
+        .says("from a file of"),
+        // Two 160 MiB ELF members that differ in one byte: compared streamed,
+        // never held whole (the child's address space is 400 MiB).
+        Case::new("wheel diff: a huge ELF section stays within memory")
+            .setup(|d| {
+                write_wheel(&d.join(WHEEL), "deep_ep/deep_ep_cpp.so", &elf_with_section(160 << 20, 1));
+                write_wheel(&d.join("b.whl"), "deep_ep/deep_ep_cpp.so", &elf_with_section(160 << 20, 2));
+            })
+            .args(&["diff", WHEEL, "b.whl"])
+            .memory(400 << 20)
+            .exit(1)
+            .says("1 bytes differ"),
     ]);
     v.extend([
         probe("empty file", Vec::new()).says("not a readable wheel"),
@@ -611,7 +716,19 @@ fn wheel_cases() -> Vec<Case> {
         probe("overlapping members", over).says("overlap"),
         probe("lying sizes", zip_of(&[liar])).exit(1).says("RECORD"),
         probe("50001 members", zip_of(&many)).says("members"),
-        probe("member climbs out", zip_of(&[stored("../../../../tmp/evil.so", b"\x7fELF")])).exit(1).says("evil.so"),
+        probe("member climbs out", zip_of(&[stored("../../../../tmp/evil.so", b"\x7fELF")]))
+            .says("evil.so")
+            .says("`..`"),
+        probe(
+            "member named ../.. beside a good one",
+            zip_of(&[meta2(), stored("deep_ep/../../hybrid_ep_cpp.so", b"\x7fELF")]),
+        )
+        .says("deep_ep/../../hybrid_ep_cpp.so")
+        .says("`..` step"),
+        probe("absolute member", zip_of(&[meta2(), stored("/usr/lib/deep_ep_cpp.so", b"\x7fELF")]))
+            .says("/usr/lib/deep_ep_cpp.so")
+            .says("an absolute path"),
+        probe("backslash member", zip_of(&[stored("..\\..\\x.so", b"\x7fELF")])).says("backslash"),
         probe(
             "ELF garbage extension",
             zip_of(&[stored("deep_ep/hybrid_ep_cpp.so", &[0x7f, b'E', b'L', b'F', 2, 1, 1])]),
@@ -672,7 +789,28 @@ fn misc_cases() -> Vec<Case> {
             .args(&["probe", "--python", "python3"])
             .exit(1)
     };
+    // Values that reach the CI log on stderr (outside the report's stopped-commands block).
+    let planted = |name: &str, project: &str| {
+        Case::new(format!("ci log: {name}")).file("pins.toml", PINS).args(&[
+            "lock",
+            "check",
+            "--format",
+            "github",
+            "--project",
+            project,
+        ])
+    };
     vec![
+        planted("a newline plants no annotation", "nope\n::error file=x::pwned")
+            .says("\\::error file=x::pwned")
+            .hides("\n::error file=x::pwned"),
+        planted("old-style commands and leading blanks", "nope\n  ##[warning]pwned\n\t::warning::pwned")
+            .hides("\n  ##[warning]")
+            .hides("\n\t::warning"),
+        planted("CR and ESC are shown escaped", "nope\r::error::cr\x1b]0;title\x07\x1b[2J")
+            .says("\\r::error::cr\\u{1b}]0;title\\u{7}\\u{1b}[2J")
+            .hides("\r")
+            .hides("\x1b"),
         env("RECORD names /dev/zero", "/dev/zero,sha256=AAAA,1\n").says("not a regular file"),
         env("RECORD names a FIFO", "../fifo,sha256=AAAA,1\n")
             .setup(|d| fifo(&d.join("fifo")))
@@ -918,6 +1056,7 @@ fn hardened_git_refuses_local_and_ext_transports_for_file_named_repos() {
 /// A relative `--cache-dir` with a plain-folder `--source`: the snapshot
 /// repository is found although git runs inside the source folder.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn a_relative_cache_dir_works_with_a_folder_source() {
     let python = require!(support::tools_python(), "tools venv");
     let d = tempfile::tempdir().unwrap();

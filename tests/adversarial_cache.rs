@@ -40,6 +40,116 @@ fn chmod(path: &'static str, mode: u32) -> impl Fn(&std::path::Path) + Send + Sy
     move |d: &std::path::Path| std::fs::set_permissions(d.join(path), std::fs::Permissions::from_mode(mode)).unwrap()
 }
 
+fn fifo(p: &std::path::Path) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+}
+
+/// `pin set`'s state file for the project folder `d` (`<sha256(path)[..16]>.<ext>`
+/// in `$XDG_STATE_HOME/deepep-forge/pin-set/`, made 0700 as the tool wants it).
+fn state_file(d: &std::path::Path, ext: &str) -> std::path::PathBuf {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = d.join("state/deepep-forge/pin-set");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let key = hex::encode(&sha2::Sha256::digest(d.as_os_str().as_bytes())[..16]);
+    dir.join(format!("{key}.{ext}"))
+}
+
+/// A FIFO or a device where the tool expects a file: refused at once (exit 2,
+/// named), never waited on (a hang runs into the case's timeout) and never
+/// read on (/dev/zero under the case's address-space limit).
+fn special_file_cases() -> Vec<Case> {
+    let at = |rel: &'static str| move |d: &std::path::Path| fifo(&d.join(rel));
+    let zero = |rel: &'static str| {
+        move |d: &std::path::Path| {
+            std::fs::create_dir_all(d.join(rel).parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink("/dev/zero", d.join(rel)).unwrap()
+        }
+    };
+    let build = |name: &str| {
+        Case::new(name)
+            .args(&["build-wheel", "--variant", "x", "--pins", "missing.toml", "--cache-url", "https://127.0.0.1:9/"])
+            .env("XDG_CONFIG_HOME", "{dir}/cfg")
+    };
+    vec![
+        Case::new("special: verify a FIFO")
+            .setup(at(WHEEL))
+            .args(&["verify", WHEEL])
+            .says("not a regular file")
+            .says(WHEEL),
+        Case::new("special: verify /dev/zero").setup(zero(WHEEL)).args(&["verify", WHEEL]).says("not a regular file"),
+        Case::new("special: diff a FIFO")
+            .setup(at(WHEEL))
+            .file("b.whl", "x")
+            .args(&["diff", WHEEL, "b.whl"])
+            .says("not a regular file")
+            .says(WHEEL),
+        Case::new("special: signing key is a FIFO")
+            .setup(at("k.key"))
+            .setup(chmod("k.key", 0o600))
+            .args(&["cache", "push", "--cache-url", "https://127.0.0.1:9/", "--signing-key", "k.key"])
+            .says("not a regular file")
+            .says("k.key"),
+        Case::new("special: signing key is /dev/zero")
+            .setup(zero("k.key"))
+            .args(&["cache", "push", "--cache-url", "https://127.0.0.1:9/", "--signing-key", "k.key"])
+            .says("not a regular file"),
+        build("special: config file is a FIFO")
+            .setup(at("cfg/deepep-forge/config.toml"))
+            .says("not a regular file")
+            .says("config.toml"),
+        build("special: config file is /dev/zero")
+            .setup(zero("cfg/deepep-forge/config.toml"))
+            .says("not a regular file"),
+        Case::new("special: a staging lock is a FIFO")
+            .setup(at("cache/tmp/build-0123.lock"))
+            .setup(|d| std::fs::create_dir_all(d.join("cache/tmp/build-0123")).unwrap())
+            .args(&["cache", "gc"])
+            .says("not a regular file")
+            .says("build-0123.lock"),
+        Case::new("special: a key lock is /dev/null")
+            .setup(|d| {
+                std::fs::create_dir_all(d.join("cache/tmp/build-0123")).unwrap();
+                std::os::unix::fs::symlink("/dev/null", d.join("cache/tmp/build-0123.lock")).unwrap()
+            })
+            .args(&["cache", "gc"])
+            .says("a symlink")
+            .says("build-0123.lock"),
+        Case::new("special: cache entry.json is a FIFO")
+            .setup(move |d| fifo(&d.join(format!("cache/wheels/{}/entry.json", "a".repeat(64)))))
+            .args(&["cache", "ls"])
+            .exit(0)
+            .says("not an entry"),
+        Case::new("special: cache push of a wheel that is a FIFO")
+            .file(&format!("cache/wheels/{}/entry.json", key('a')), entry(&key('a'), WHEEL, 0))
+            .setup(move |d| fifo(&d.join(format!("cache/wheels/{}/{WHEEL}", key('a')))))
+            .setup(secret("k.key", 0o600))
+            .args(&["cache", "push", "--cache-url", "https://127.0.0.1:9/", "--signing-key", "k.key", &key('a')])
+            .exit(1)
+            .says("failed verification")
+            .may_change("cache/"),
+        Case::new("special: pin set's project lock is a FIFO")
+            .file("pyproject.toml", PYPROJECT)
+            .file("pins.toml", PINS)
+            .setup(|d| fifo(&state_file(d, "lock")))
+            .env("XDG_STATE_HOME", "{dir}/state")
+            .args(&["pin", "set", X86])
+            .says("not a regular file")
+            .says(".lock"),
+        Case::new("special: pin recover's journal is a FIFO")
+            .file("pyproject.toml", PYPROJECT)
+            .file("pins.toml", PINS)
+            .setup(|d| fifo(&state_file(d, "journal")))
+            .env("XDG_STATE_HOME", "{dir}/state")
+            .args(&["pin", "recover"])
+            .says("not a regular file")
+            .may_change("state/"),
+    ]
+}
+
 fn ls_cases() -> Vec<Case> {
     let good = key('a');
     vec![
@@ -271,8 +381,8 @@ fn build_cases() -> Vec<Case> {
             .says("unknown field"),
         case("build: config file is a folder", &["--cache-url", "https://127.0.0.1:9/"])
             .setup(|d| std::fs::create_dir_all(d.join("cfg/deepep-forge/config.toml")).unwrap())
-            .says("user config")
-            .says("a directory, not a file"),
+            .says("config file")
+            .says("a directory, not a regular file"),
         case("build: --cache-timeout too large", &["--cache-url", "https://127.0.0.1:9/", "--cache-timeout", "999999"])
             .says("--cache-timeout"),
     ]
@@ -346,6 +456,7 @@ fn hostile_cache_and_pin_set_inputs_are_refused_cleanly() {
     cases.extend(push_cases());
     cases.extend(build_cases());
     cases.extend(pin_set_cases());
+    cases.extend(special_file_cases());
     assert!(cases.len() >= 30, "{} cases", cases.len());
     run_all(cases);
 }

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use support::*;
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn demo_pins_name_the_current_fixture_snapshot() {
     let tools = require!(tools_python(), "tools venv");
     let cache = tempfile::tempdir().unwrap();
@@ -52,8 +53,9 @@ fn demo_pins_name_the_current_fixture_snapshot() {
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let plan = |extra: &[(&str, &str)], pins: &Path| {
         let mut c = lab.forge(&["plan", "--all", "--format", "json", "--pins", pins.to_str().unwrap()]);
@@ -109,8 +111,9 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
 /// a fresh venv on "another machine" (the build's NVSHMEM deleted) and import.
 /// Before that, SIGTERM during the stamping (patchelf held up) leaves nothing.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
 
@@ -171,6 +174,16 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     assert_eq!(res["sha256"], sum.as_str());
     let sums = std::fs::read_to_string(lab.out.join("SHA256SUMS")).unwrap();
     assert_eq!(sums, format!("{sum}  {}\n", wheel.file_name().unwrap().to_string_lossy()));
+    // SHA256SUMS and the statement are public files like the wheel (0644 under umask 022, not 0600).
+    let mode = |p: &Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777;
+    let statement = std::path::PathBuf::from(format!("{}.intoto.json", wheel.display()));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask =
+        status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|m| u32::from_str_radix(m.trim(), 8).unwrap());
+    let public = 0o666 & !umask.expect("Umask in /proc/self/status");
+    let modes = [mode(wheel), mode(&lab.out.join("SHA256SUMS")), mode(&statement)];
+    let octal = modes.map(|m| format!("{m:o}"));
+    assert_eq!(modes, [public; 3], "modes of the wheel, SHA256SUMS, the statement: {octal:?}, want {public:o}");
 
     // RUNPATH: $ORIGIN-relative, recorded as a patch.
     let patch = &res["patches"][0];
@@ -278,8 +291,9 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
     let logs = lab.cache.join("logs");
@@ -317,8 +331,9 @@ fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn concurrent_builders_of_one_key_build_once() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let spawn = |out: &str| {
         let out = lab.dir.path().join(out);
@@ -348,8 +363,9 @@ fn concurrent_builders_of_one_key_build_once() {
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn a_failing_build_exits_1_with_the_log_tail_and_leaves_nothing() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let cu = lab.repo.join("csrc/kernels/layout.cu");
     let mut text = std::fs::read_to_string(&cu).unwrap();
     text.push_str("\n#error deliberately broken for the test\n");
@@ -381,8 +397,9 @@ fn assert_refused_before_compiling(lab: &Lab, o: &std::process::Output, needles:
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn a_compiler_that_links_libstdcxx_statically_is_refused_before_compiling() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let wrapper = lab.dir.path().join("static-g++");
     std::fs::write(&wrapper, "#!/bin/sh\nexec g++ -static-libstdc++ \"$@\"\n").unwrap();
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -400,8 +417,9 @@ fn a_compiler_that_links_libstdcxx_statically_is_refused_before_compiling() {
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
     let check = |args: &[&str], pins_file: &str, code: i32, needles: &[&str]| {
@@ -498,8 +516,9 @@ fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
 
 /// `--source` replaces pins.toml's repo (a local mirror for a machine without GitHub).
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn source_overrides_the_pinned_repo() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let text = std::fs::read_to_string(&pins)
         .unwrap()
@@ -527,8 +546,9 @@ fn source_overrides_the_pinned_repo() {
 /// A shallow source (a `--depth 1` mirror, as carried to machines without
 /// network) has the pinned commit but not its parents: the build must not need them.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn a_shallow_source_mirror_builds() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     std::fs::write(lab.repo.join("NEWS"), "second commit\n").unwrap();
     support::git(&lab.repo, &["add", "-A"]);
     support::git(&lab.repo, &["commit", "-q", "-m", "second"]);
@@ -564,8 +584,9 @@ fn a_shallow_source_mirror_builds() {
 /// must be rewritten afterwards: without patchelf the preflight refuses (exit 3)
 /// before anything compiles, not after a long build (seen on the GPU machine).
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn missing_patchelf_is_refused_before_compiling() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let o = lab
         .forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()])
@@ -580,8 +601,9 @@ fn missing_patchelf_is_refused_before_compiling() {
 /// only `libnvshmem_host.so.3`. The preflight says so (exit 3) before compiling,
 /// where the build would otherwise fail at the link after every object compiled.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn nvshmem_dir_without_the_unversioned_library_is_refused_before_compiling() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     std::fs::remove_file(lab.nvshmem_dir().join("lib/libnvshmem_host.so")).unwrap();
     let pins = lab.pins();
     let o = lab.forge(&["build-wheel", "--variant", "sn", "--pins", pins.to_str().unwrap()]).output().unwrap();
@@ -600,8 +622,9 @@ fn nvshmem_dir_without_the_unversioned_library_is_refused_before_compiling() {
 /// `nvidia.nvshmem` in the build Python itself and links its soname file: the
 /// wheel NEEDs libnvshmem_host.so.3 and its RUNPATH is relocated to `$ORIGIN`.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn without_nvshmem_dir_the_pip_package_is_found_and_relocated() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     std::fs::remove_file(lab.nvshmem_dir().join("lib/libnvshmem_host.so")).unwrap();
     let variants = SINGLE.replace("nvshmem_dir = \"{nvshmem}\"\n", "");
     assert_ne!(variants, SINGLE);
@@ -644,12 +667,12 @@ fn without_nvshmem_dir_the_pip_package_is_found_and_relocated() {
 /// DOCA multinode: the nccl submodule (a real local repository) is initialised
 /// in the fresh checkout, its sha recorded, rdma-core found, libibverbs linked.
 #[test]
+#[ignore = "needs system package libibverbs-dev (sudo .ci/setup-system): bash .ci/run runs it when present"]
 fn doca_multinode_inits_the_nccl_submodule_and_records_its_sha() {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("SKIPPED: rdma-core headers (libibverbs-dev) not installed; `.ci/setup-tools` installs them");
-        return;
+        support::missing("the rdma-core headers (libibverbs-dev)");
     }
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let nccl = lab.dir.path().join("nccl");
     let nccl_rev = git_repo_from_fixture("mini-nccl", &nccl);
     git(&lab.repo, &["submodule", "add", "-q", nccl.to_str().unwrap(), "third-party/nccl"]);
@@ -691,8 +714,9 @@ topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_doma
 /// setup.py computes, or a revision without HybridEP, fails (exit 1) and
 /// publishes nothing.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     // setup.py's label is not what its version literal says (the plan reads 1.2.1).
     let setup = lab.repo.join("setup.py");
     let text = std::fs::read_to_string(&setup)
@@ -737,8 +761,9 @@ fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
 /// key decides, are refused by `plan` (exit 2, file:line) while `pins check`
 /// (no git) accepts the file.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_binary() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
     let plan = |pins: &str, shell: &[(&str, &str)]| {
@@ -828,8 +853,9 @@ fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_bina
 /// the wheel build-wheel builds: same name and version label, and
 /// hybrid_ep_cpp (which build-wheel does not patch) byte for byte.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
     let j = json(&lab.forge(&["plan", "--variant", "sn", "--pins", pins, "--format", "json"]).output().unwrap());

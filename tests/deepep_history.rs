@@ -1,10 +1,11 @@
 //! The plan against real DeepEP history: hybrid-ep 17cfb817 and its tip
 //! 94a9f8f, main (EPv2) dd758ca. The repository comes from
 //! DEEPEP_FORGE_DEEPEP_MIRROR (a local clone or bare mirror of
-//! github.com/deepseek-ai/DeepEP holding those commits); without it each test
-//! is skipped with the reason. Plans only (no build), made on a "machine
-//! without nvcc": PATH without CUDA, CUDA_HOME unset, a Python without the
-//! nvidia-cuda-nvcc wheel.
+//! github.com/deepseek-ai/DeepEP holding those commits); the tests are
+//! ignored (`bash .ci/run` runs them when the variable names a folder; run by
+//! hand without it, each fails saying so). Plans only (no build), made on a
+//! "machine without nvcc": PATH without CUDA, CUDA_HOME unset, a Python without
+//! the nvidia-cuda-nvcc wheel.
 mod support;
 
 use std::path::PathBuf;
@@ -17,14 +18,11 @@ const HYBRID: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
 const HYBRID_TIP: &str = "94a9f8f6b146c07d97ec58f67cd6d303296d6098";
 const MAIN: &str = "dd758caf451848bd150e1046af3d0a73e5fff38d";
 
-fn mirror() -> Option<PathBuf> {
+fn mirror() -> PathBuf {
     let m = std::env::var_os("DEEPEP_FORGE_DEEPEP_MIRROR").map(PathBuf::from);
     match m {
-        Some(m) if m.is_dir() => Some(m),
-        _ => {
-            eprintln!("SKIPPED: DEEPEP_FORGE_DEEPEP_MIRROR does not name a local DeepEP repository (clone github.com/deepseek-ai/DeepEP and point it there)");
-            None
-        }
+        Some(m) if m.is_dir() => m,
+        _ => panic!("not run: DEEPEP_FORGE_DEEPEP_MIRROR does not name a local DeepEP repository (clone github.com/deepseek-ai/DeepEP and point it there)"),
     }
 }
 
@@ -52,8 +50,8 @@ struct Scene {
 }
 
 impl Scene {
-    fn new() -> Option<Scene> {
-        Some(Scene { dir: tempfile::tempdir().unwrap(), mirror: mirror()?, multinode: false.into() })
+    fn new() -> Scene {
+        Scene { dir: tempfile::tempdir().unwrap(), mirror: mirror(), multinode: false.into() }
     }
 
     /// Pins for `rev`: both variants on hybrid-ep; on main only the single-node
@@ -106,8 +104,9 @@ fn read_names(p: &Value) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs a DeepEP clone named by DEEPEP_FORGE_DEEPEP_MIRROR: bash .ci/run runs it when set"]
 fn hybrid_ep_17cfb817_and_its_tip_plan_as_the_hybrid_ep_interface() {
-    let Some(s) = Scene::new() else { return };
+    let s = Scene::new();
     for rev in [HYBRID, HYBRID_TIP] {
         let p = s.plan_json(rev, "hybrid-ep", "h100");
         let i = &p["interface"];
@@ -143,8 +142,9 @@ fn hybrid_ep_17cfb817_and_its_tip_plan_as_the_hybrid_ep_interface() {
 }
 
 #[test]
+#[ignore = "needs a DeepEP clone named by DEEPEP_FORGE_DEEPEP_MIRROR: bash .ci/run runs it when set"]
 fn main_dd758ca_plans_as_epv2_with_every_knob_its_build_reads() {
-    let Some(s) = Scene::new() else { return };
+    let s = Scene::new();
     let p = s.plan_json(MAIN, "main", "h100");
     let i = &p["interface"];
     assert_eq!(i["branch"], "main", "{i}");
@@ -194,8 +194,9 @@ fn main_dd758ca_plans_as_epv2_with_every_knob_its_build_reads() {
 
 /// `plan --all` on a machine without nvcc exits 0 and prints what is missing.
 #[test]
+#[ignore = "needs a DeepEP clone named by DEEPEP_FORGE_DEEPEP_MIRROR: bash .ci/run runs it when set"]
 fn plan_all_without_nvcc_exits_0_for_every_revision() {
-    let Some(s) = Scene::new() else { return };
+    let s = Scene::new();
     for (rev, branch) in [(HYBRID, "hybrid-ep"), (MAIN, "main")] {
         let o = s.plan(rev, branch, &["--all"]);
         assert_eq!(o.status.code(), Some(0), "{rev}: {}", stderr(&o));
@@ -206,8 +207,9 @@ fn plan_all_without_nvcc_exits_0_for_every_revision() {
 }
 
 #[test]
+#[ignore = "needs a DeepEP clone named by DEEPEP_FORGE_DEEPEP_MIRROR: bash .ci/run runs it when set"]
 fn pin_set_writes_the_label_the_pinned_revision_builds() {
-    let Some(s) = Scene::new() else { return };
+    let s = Scene::new();
     for (rev, label) in [(MAIN, "2.1.0+dd758ca"), (HYBRID_TIP, "1.2.1+94a9f8f")] {
         let d = tempfile::tempdir().unwrap();
         std::fs::copy(root().join("tests/fixtures/consumer-unified/pyproject.toml"), d.path().join("pyproject.toml"))

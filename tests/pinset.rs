@@ -11,6 +11,9 @@ use support::*;
 const X86: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
 const ARM: &str = "a48493600c4886c1b297aaa78db0e1ebc2d8dd6c";
 const UNIFIED: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+/// DeepEP's URL (pins.toml names only remote repositories); git fetches it from
+/// the local repo through `url.<local>.insteadOf` (see [`insteadof`]).
+const DEEPEP_URL: &str = "https://github.com/deepseek-ai/DeepEP.git";
 
 fn pins_text(repo: &str, x86: &str, arm: &str) -> String {
     let t = std::fs::read_to_string(root().join("pins.toml")).unwrap();
@@ -41,18 +44,26 @@ fn run(cwd: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn nemo_rl_main_becomes_the_unified_pin_and_nothing_else_changes() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
-    let d = project(&f.join("2026-08-22-main/pyproject.toml"), &read(&root().join("pins.toml")));
-    let o = forge(d.path(), &["pin", "set", UNIFIED]);
+    // DeepEP's 17cfb817 is served by a stand-in commit (mini-deepep, version 1.2.1): the rewrite is
+    // NeMo-RL's PR #3436 with that commit in place of 17cfb817.
+    let tmp = tempfile::tempdir().unwrap();
+    let (sha, env) = stand_in(tmp.path(), "mini-deepep");
+    let short = &sha[..7];
+    let as_stand_in = |t: String| t.replace(UNIFIED, &sha).replace("1.2.1+17cfb81", &format!("1.2.1+{short}"));
+    let pins = as_stand_in(read(&root().join("pins.toml")));
+    let d = project(&f.join("2026-08-22-main/pyproject.toml"), &pins);
+    let o = run_env(d.path(), &["pin", "set", &sha], &env);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     // byte-identical to NeMo-RL's own result of PR #3436: DeepEP lines equal, no other line changed
     let got = read(&d.path().join("pyproject.toml"));
-    let want = read(&f.join("2026-08-17-unified-pin/pyproject.toml"));
+    let want = as_stand_in(read(&f.join("2026-08-17-unified-pin/pyproject.toml")));
     assert!(got == want, "differs from 2026-08-17-unified-pin:\n{}", diff(&want, &got));
-    assert_eq!(read(&d.path().join("pins.toml")), read(&root().join("pins.toml")), "pins.toml was already at 17cfb817");
+    assert_eq!(read(&d.path().join("pins.toml")), pins, "pins.toml was already at that revision");
     assert!(
-        stdout(&o).contains("label: 1.2.1+17cfb81") && stdout(&o).contains("next: uv lock --project ."),
+        stdout(&o).contains(&format!("label: 1.2.1+{short}")) && stdout(&o).contains("next: uv lock --project ."),
         "{}",
         stdout(&o)
     );
@@ -72,18 +83,20 @@ fn diff(a: &str, b: &str) -> String {
 
 #[test]
 fn arch_pin_changes_only_that_architectures_requirements_and_its_pin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (rev, env) = stand_in(tmp.path(), "mini-deepep");
     let src = root().join("tests/fixtures/consumer-split/pyproject.toml");
-    let d = project(&src, &pins_text("https://github.com/deepseek-ai/DeepEP.git", X86, ARM));
-    let o = forge(d.path(), &["pin", "set", UNIFIED, "--arch", "aarch64"]);
+    let d = project(&src, &pins_text(DEEPEP_URL, X86, ARM));
+    let o = run_env(d.path(), &["pin", "set", &rev, "--arch", "aarch64"], &env);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("label-split"), "the split is announced: {}", stderr(&o));
     let (old, new) = (read(&src), read(&d.path().join("pyproject.toml")));
     assert_eq!(old.lines().count(), new.lines().count());
     for (o_line, n_line) in old.lines().zip(new.lines()) {
         if o_line.contains(ARM) {
-            assert_eq!(n_line, o_line.replace(ARM, UNIFIED), "the aarch64 requirement keeps its marker");
+            assert_eq!(n_line, o_line.replace(ARM, &rev), "the aarch64 requirement keeps its marker");
         } else if o_line.starts_with("version = \"v1.2.1") {
-            assert_eq!(n_line, "version = \"1.2.1+17cfb81\"");
+            assert_eq!(n_line, format!("version = \"1.2.1+{}\"", &rev[..7]));
         } else {
             assert_eq!(n_line, o_line);
         }
@@ -91,7 +104,7 @@ fn arch_pin_changes_only_that_architectures_requirements_and_its_pin() {
     let pins = read(&d.path().join("pins.toml"));
     assert!(
         pins.contains(&format!("[pin.x86_64]\nrev = \"{X86}\""))
-            && pins.contains(&format!("[pin.aarch64]\nrev = \"{UNIFIED}\"")),
+            && pins.contains(&format!("[pin.aarch64]\nrev = \"{rev}\"")),
         "{pins}"
     );
     assert!(pins.contains("# deepep-forge pins: the one place"), "comments stay");
@@ -196,17 +209,152 @@ fn short_revisions_resolve_only_against_a_git_source() {
     assert!(stderr(&o).contains("is not a commit in"), "{}", stderr(&o));
 }
 
-/// DeepEP's URL (pins.toml names only remote repositories); git fetches it from
-/// the local repo through `url.<local>.insteadOf` (see [`insteadof`]).
-const DEEPEP_URL: &str = "https://github.com/deepseek-ai/DeepEP.git";
+/// A third commit of `repo`: DeepEP `main`'s shape (EPv2, `__version__ = '2.1.0'`
+/// in deep_ep/__init__.py, read by setup.py). Returns its sha.
+fn commit_epv2(repo: &Path) -> String {
+    for e in std::fs::read_dir(repo).unwrap().map(|e| e.unwrap().path()) {
+        if e.file_name().is_some_and(|n| n != ".git") {
+            if e.is_dir() {
+                std::fs::remove_dir_all(&e).unwrap();
+            } else {
+                std::fs::remove_file(&e).unwrap();
+            }
+        }
+    }
+    copy_dir(&root().join("tests/fixtures/mini-deepep-v2"), repo);
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-qm", "epv2"]);
+    git(repo, &["rev-parse", "HEAD"]).trim().to_string()
+}
 
-/// Environment making git (under uv) fetch DEEPEP_URL from the local `repo`.
+#[test]
+fn without_source_the_label_base_is_read_at_the_revision_never_taken_from_the_old_label() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, second) = deepep_repo(tmp.path());
+    let epv2 = commit_epv2(&repo);
+    let env = insteadof(&repo);
+    let unified = root().join("tests/fixtures/consumer-unified/pyproject.toml");
+    assert!(read(&unified).contains("version = \"1.2.1+17cfb81\""), "the old label says 1.2.1");
+    // (revision, the version its source says): setup.py's literal, and EPv2's deep_ep/__init__.py
+    for (rev, base) in [(&second, "1.3.0"), (&epv2, "2.1.0")] {
+        let d = project(&unified, &pins_text(DEEPEP_URL, UNIFIED, UNIFIED));
+        let o = run_env(d.path(), &["pin", "set", rev], &env);
+        assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+        let label = format!("{base}+{}", &rev[..7]);
+        assert!(stdout(&o).contains(&format!("label: {label}")), "{}", stdout(&o));
+        assert!(read(&d.path().join("pyproject.toml")).contains(&format!("version = \"{label}\"")));
+        assert!(read(&d.path().join("pins.toml")).contains(&format!("base_version = \"{base}\"")));
+        // --no-pins reads the repository pyproject.toml names
+        let d = project(&unified, "");
+        std::fs::remove_file(d.path().join("pins.toml")).unwrap();
+        let o = run_env(d.path(), &["pin", "set", rev, "--no-pins"], &env);
+        assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+        assert!(read(&d.path().join("pyproject.toml")).contains(&format!("version = \"{label}\"")), "--no-pins");
+    }
+}
+
+#[test]
+fn a_source_that_cannot_be_read_is_exit_3_and_no_label_is_written() {
+    let unified = root().join("tests/fixtures/consumer-unified/pyproject.toml");
+    // nothing listens on port 1: the repository cannot be reached (no guess from the old label)
+    let dead = "https://127.0.0.1:1/deepseek-ai/DeepEP.git";
+    let tmp = tempfile::tempdir().unwrap();
+    let env = vec![("DEEPEP_FORGE_CACHE_DIR", tmp.path().join("cache").display().to_string())];
+    let with_pins = project(&unified, &pins_text(dead, UNIFIED, UNIFIED));
+    let no_pins = project(&unified, "");
+    std::fs::write(no_pins.path().join("pyproject.toml"), read(&unified).replace(DEEPEP_URL, dead)).unwrap();
+    std::fs::remove_file(no_pins.path().join("pins.toml")).unwrap();
+    for (d, extra) in [(&with_pins, None), (&no_pins, Some("--no-pins"))] {
+        let before = snapshot(d.path());
+        let mut args = vec!["pin", "set", X86];
+        args.extend(extra);
+        let o = run_env(d.path(), &args, &env);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {}{}", stdout(&o), stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("cannot be read") && err.contains(dead) && err.contains("--source"), "{err}");
+        assert_eq!(snapshot(d.path()), before, "{args:?} changed a file");
+    }
+}
+
+#[test]
+fn under_no_pins_a_local_repository_named_in_pyproject_is_never_read() {
+    // A pull request's pyproject.toml cannot make pin set read a local repository:
+    // only --source (the user's command line) may name one.
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, second) = deepep_repo(tmp.path());
+    let unified = root().join("tests/fixtures/consumer-unified/pyproject.toml");
+    let local = format!("file://{}", repo.display());
+    let d = project(&unified, "");
+    std::fs::remove_file(d.path().join("pins.toml")).unwrap();
+    std::fs::write(d.path().join("pyproject.toml"), read(&unified).replace(DEEPEP_URL, &local)).unwrap();
+    let before = snapshot(d.path());
+    let env = vec![("DEEPEP_FORGE_CACHE_DIR", tmp.path().join("cache").display().to_string())];
+    let o = run_env(d.path(), &["pin", "set", &second, "--no-pins"], &env);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("is not usable") && stderr(&o).contains("--source"), "{}", stderr(&o));
+    assert_eq!(snapshot(d.path()), before);
+    assert!(!tmp.path().join("cache/git").exists(), "nothing was fetched");
+    // named on the command line, the same repository is read
+    let o = run_env(d.path(), &["pin", "set", &second, "--no-pins", "--source", repo.to_str().unwrap()], &env);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains(&format!("label: 1.3.0+{}", &second[..7])), "{}", stdout(&o));
+}
+
+#[test]
+fn a_revision_that_does_not_say_its_version_gets_no_label() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, first, _) = deepep_repo(tmp.path());
+    let setup = repo.join("setup.py");
+    std::fs::write(&setup, read(&setup).replace("version=\"1.3.0\" + revision", "version=compute() + revision"))
+        .unwrap();
+    git(&repo, &["commit", "-qam", "version computed"]);
+    let third = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let unified = root().join("tests/fixtures/consumer-unified/pyproject.toml");
+    // with --source and without: the same refusal, nothing written
+    for source in [None, Some(repo.to_str().unwrap())] {
+        let d = project(&unified, &pins_text(DEEPEP_URL, UNIFIED, UNIFIED));
+        let before = snapshot(d.path());
+        let mut args = vec!["pin", "set", third.as_str()];
+        if let Some(s) = source {
+            args.extend(["--source", s]);
+        }
+        let o = run_env(d.path(), &args, &insteadof(&repo));
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains("does not say its version"), "{}", stderr(&o));
+        assert_eq!(snapshot(d.path()), before, "{args:?} changed a file");
+    }
+    // the revision before it says 1.2.1, and that is what it gets
+    let d = project(&unified, &pins_text(DEEPEP_URL, UNIFIED, UNIFIED));
+    let o = run_env(d.path(), &["pin", "set", &first], &insteadof(&repo));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("label: 1.2.1+{}", &first[..7])), "{}", stdout(&o));
+}
+
+/// Environment making git (under uv, and pin set's own fetch of the label's
+/// source: the user's opt-in to local mirrors) fetch DEEPEP_URL from the local
+/// `repo`; deepep-forge's cache (its git mirrors) beside `repo`.
 fn insteadof(repo: &Path) -> Vec<(&'static str, String)> {
     vec![
         ("GIT_CONFIG_COUNT", "1".into()),
         ("GIT_CONFIG_KEY_0", format!("url.file://{}.insteadOf", repo.display())),
         ("GIT_CONFIG_VALUE_0", DEEPEP_URL.into()),
+        ("DEEPEP_FORGE_GIT_ALLOW_LOCAL", "1".into()),
+        ("DEEPEP_FORGE_CACHE_DIR", repo.with_file_name("forge-cache").display().to_string()),
     ]
+}
+
+/// A DeepEP stand-in: `fixture` as a git repository in `dir` served at DEEPEP_URL;
+/// (its commit, the environment that serves it).
+fn stand_in(dir: &Path, fixture: &str) -> (String, Vec<(&'static str, String)>) {
+    let repo = dir.join("DeepEP");
+    let sha = git_repo_from_fixture(fixture, &repo);
+    (sha, insteadof(&repo))
+}
+
+fn run_env(cwd: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    let mut c = bin();
+    c.args(args).current_dir(cwd).envs(env.iter().map(|(k, v)| (k, v)));
+    c.output().unwrap()
 }
 
 /// A consumer project whose DeepEP is DEEPEP_URL (served by the local repo) at `rev`.
@@ -248,6 +396,7 @@ requires-dist = []
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn relock_runs_real_uv_then_the_lock_check() {
     let uv = require!(tools_venv().map(|v| v.join("bin/uv")).filter(|p| p.exists()), "uv");
     let python = require!(tools_python(), "python");
@@ -441,12 +590,12 @@ fn start_slow_pin_set(
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn sigint_and_sigterm_during_relock_put_every_file_back() {
     for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
         let index = SlowIndex::start();
         let Some((tmp, repo, second, proj, env)) = slow_relock_setup(&index) else {
-            eprintln!("SKIPPED: uv or the tools Python not available; run `.ci/setup-tools`");
-            return;
+            support::missing("uv and the tools Python");
         };
         let before = files_of(tmp.path());
         let child = start_slow_pin_set(tmp.path(), &repo, &second, &env, &index);
@@ -464,11 +613,11 @@ fn sigint_and_sigterm_during_relock_put_every_file_back() {
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn sigkill_during_relock_leaves_whole_files_and_recover_undoes_it() {
     let index = SlowIndex::start();
     let Some((tmp, repo, second, proj, env)) = slow_relock_setup(&index) else {
-        eprintln!("SKIPPED: uv or the tools Python not available; run `.ci/setup-tools`");
-        return;
+        support::missing("uv and the tools Python");
     };
     let before = files_of(tmp.path());
     let old_py = read(&proj.join("pyproject.toml"));
@@ -533,20 +682,19 @@ fn sigkill_during_relock_leaves_whole_files_and_recover_undoes_it() {
 
 #[test]
 fn a_symlinked_pyproject_has_its_target_written() {
-    let d = project(
-        &root().join("tests/fixtures/consumer-unified/pyproject.toml"),
-        &pins_text("https://github.com/deepseek-ai/DeepEP.git", X86, X86),
-    );
+    let tmp = tempfile::tempdir().unwrap();
+    let (rev, env) = stand_in(tmp.path(), "mini-deepep");
+    let d = project(&root().join("tests/fixtures/consumer-unified/pyproject.toml"), &pins_text(DEEPEP_URL, X86, X86));
     let shared = d.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
     std::fs::rename(d.path().join("pyproject.toml"), shared.join("pyproject.toml")).unwrap();
     std::os::unix::fs::symlink("shared/pyproject.toml", d.path().join("pyproject.toml")).unwrap();
-    let o = forge(d.path(), &["pin", "set", X86]);
+    let o = run_env(d.path(), &["pin", "set", &rev], &env);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("is a symlink; its target"), "{}", stderr(&o));
     assert!(std::fs::symlink_metadata(d.path().join("pyproject.toml")).unwrap().file_type().is_symlink());
     let py = read(&shared.join("pyproject.toml"));
-    assert!(py.contains(X86) && !py.contains(UNIFIED), "{py}");
+    assert!(py.contains(&rev) && !py.contains(UNIFIED), "{py}");
     let names: Vec<String> =
         std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert!(!names.iter().any(|n| n.starts_with(".deepep-forge")), "{names:?}");
@@ -557,13 +705,11 @@ fn a_symlinked_pyproject_has_its_target_written() {
 /// rollback never undoes the second's work, and the second never reads the
 /// first's half-written files.
 #[test]
+#[ignore = "needs the tools venv (uv and its Python)"]
 fn a_second_pin_set_waits_for_the_first_whole_change() {
     let index = SlowIndex::start();
     let Some((tmp, repo, second, proj, env)) = slow_relock_setup(&index) else {
-        // Not run is never passed: CI is meant to have the tools venv.
-        assert!(std::env::var_os("CI").is_none_or(|v| v != "true"), "uv or the tools Python not available under CI");
-        eprintln!("SKIPPED: uv or the tools Python not available; run `.ci/setup-tools`");
-        return;
+        support::missing("the tools venv (uv and its Python)")
     };
     let first_py = read(&proj.join("pyproject.toml"));
     let a = start_slow_pin_set(tmp.path(), &repo, &second, &env, &index);

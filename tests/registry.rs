@@ -127,8 +127,9 @@ fn elf(path: &Path) -> (Option<String>, Vec<String>, Vec<String>, Vec<String>) {
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let tools_py = lab.tools.join("bin/python");
     let links = stand_in_torch(lab.dir.path(), &tools_py);
     let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"));
@@ -358,8 +359,9 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
 /// registry toolchain, it exits 0 and says what is missing, what build-wheel
 /// will need, and why the cache key is not known; build-wheel exits 3.
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn without_cuda_or_uv_plan_says_what_is_missing_and_build_wheel_exits_3() {
-    let Some(lab) = Lab::new() else { return };
+    let lab = Lab::new();
     let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"));
     let pins = pins.to_str().unwrap();
     // The lab's build venv has no nvidia-cuda-nvcc; no CUDA_HOME, no nvcc on PATH.
@@ -416,6 +418,7 @@ fn without_cuda_or_uv_plan_says_what_is_missing_and_build_wheel_exits_3() {
 }
 
 #[test]
+#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
     let fx = require!(nemo_rl_fixtures(), "NeMo-RL fixtures");
     let pins = deepep_forge::pins::Pins::load(&root().join("pins.toml")).unwrap();
@@ -460,6 +463,7 @@ fn link_driver_user(dir: &Path, cu: &Path, lib64: &Path, name: &str) -> PathBuf 
 }
 
 #[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
 fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it() {
     let cu = require!(cuda_home(), "CUDA 13 headers (tools venv)");
     let tmp = tempfile::tempdir().unwrap();

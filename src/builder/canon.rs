@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::plan::{Plan, Root, ToolchainPart};
+use super::plan::{CompilerCache, Plan, Root, ToolchainPart};
 use crate::error::Failure;
 use crate::process::Cmd;
 
@@ -160,7 +160,7 @@ impl Hooks {
             ("SCCACHE_IDLE_TIMEOUT".to_string(), "600".to_string(), false),
         ];
         match &self.compiler_cache {
-            Some(d) => v.push(("SCCACHE_DIR".into(), s(d.clone()), false)),
+            Some(c) => v.extend(c.env().into_iter().map(|(k, val)| (k, val, false))),
             None => v.push(("SCCACHE_NO_CACHE".into(), "1".into(), false)),
         }
         v
@@ -266,12 +266,14 @@ pub fn hooks(
     cxx: &Path,
     sccache: &Path,
     sccache_version: String,
-    compiler_cache: Option<PathBuf>,
+    compiler_cache: Option<CompilerCache>,
     links: BTreeMap<String, PathBuf>,
 ) -> Result<Hooks> {
-    for p in
-        [nvcc, cxx, sccache].into_iter().chain(compiler_cache.as_deref()).chain(links.values().map(PathBuf::as_path))
-    {
+    let cache_dir = match &compiler_cache {
+        Some(CompilerCache::Dir { path }) => Some(path.as_path()),
+        _ => None,
+    };
+    for p in [nvcc, cxx, sccache].into_iter().chain(cache_dir).chain(links.values().map(PathBuf::as_path)) {
         if shell_unsafe(p) {
             return Err(Failure::usage(format!(
                 "{} contains a quote or newline; it cannot be a compiler hook",
@@ -283,10 +285,12 @@ pub fn hooks(
     }
     let q = |p: &Path| format!("'{}'", p.display());
     let map = format!("-ffile-prefix-map={}={CANONICAL_ROOT}", root.display());
+    let guard = super::compiler_cache::wrapper_guard(root);
     let nvcc_script = format!(
         "#!/bin/sh\n\
          # deepep-forge: nvcc through sccache, with a per-translation-unit random seed\n\
          # (a checksum of the output file's path relative to the build root).\n\
+         {guard}\
          out=\n\
          prev=\n\
          for a in \"$@\"; do\n\
@@ -302,17 +306,20 @@ pub fn hooks(
         nvcc = q(nvcc),
         sccache = q(sccache),
         root = q(root),
+        guard = guard,
     );
     // Compiles (`-c`) go through sccache; anything else (links, a probe of the compiler) runs it directly.
     let cxx_script = format!(
         "#!/bin/sh\n\
          # deepep-forge: the host C++ compiler, compiles through sccache, build root mapped.\n\
+         {guard}\
          for a in \"$@\"; do\n\
          \x20 if [ \"$a\" = \"-c\" ]; then exec {sccache} {cxx} \"$@\" '{map}'; fi\n\
          done\n\
          exec {cxx} \"$@\" '{map}'\n",
         sccache = q(sccache),
-        cxx = q(cxx)
+        cxx = q(cxx),
+        guard = guard,
     );
     let scripts = [("nvcc".to_string(), nvcc_script), ("c++".to_string(), cxx_script)].into();
     Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts, links })
@@ -323,7 +330,7 @@ pub fn hooks(
 /// the toolchain's paths), and the compiler hooks join the environment. Without a
 /// known toolchain (`plan` on a machine without one) nothing changes. A missing
 /// sccache fails a build (exit 3) and is a warning of a plan.
-pub fn apply(pl: &mut Plan, compiler_cache: Option<PathBuf>, strict: bool) -> Result<()> {
+pub fn apply(pl: &mut Plan, compiler_cache: Option<CompilerCache>, strict: bool) -> Result<()> {
     let Some(mut tc) = pl.toolchain.known().cloned() else { return Ok(()) };
     let root = root()?;
     let sccache = match find_sccache(&tc.python) {
@@ -400,19 +407,23 @@ pub fn sccache_version(sccache: &Path) -> Result<String> {
 /// `<cache>/sccache`), else `$DEEPEP_FORGE_COMPILER_CACHE`, else the user
 /// config's `[build] compiler-cache`; `--no-compiler-cache` wins over all. Never pins.toml,
 /// which a pull request can edit.
-pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path) -> Result<Option<PathBuf>> {
+pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path) -> Result<Option<CompilerCache>> {
     if off {
         return Ok(None);
     }
+    let text = |p: &Path| -> Result<CompilerCache> {
+        let s = p.to_str().ok_or_else(|| Failure::usage(format!("--compiler-cache {}: not UTF-8", p.display())))?;
+        super::compiler_cache::parse(s)
+    };
     let chosen = match flag {
-        Some(Some(d)) => Some(d),
-        Some(None) => Some(cache_dir.join("sccache")),
+        Some(Some(d)) => Some(text(&d)?),
+        Some(None) => Some(CompilerCache::Dir { path: cache_dir.join("sccache") }),
         None => match std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
-            Some(v) => Some(PathBuf::from(v)),
-            None => user_config()?.compiler_cache,
+            Some(v) => Some(text(Path::new(&v))?),
+            None => user_config()?.compiler_cache.map(|p| text(&p)).transpose()?,
         },
     };
-    chosen.map(|d| std::path::absolute(&d).with_context(|| format!("resolving {}", d.display()))).transpose()
+    chosen.map(CompilerCache::absolute).transpose()
 }
 
 /// The user configuration file (`$XDG_CONFIG_HOME/deepep-forge/config.toml`,
@@ -429,8 +440,8 @@ pub struct UserConfig {
 /// The settings of the user config this module reads (other keys are other modules').
 pub fn user_config() -> Result<UserConfig> {
     let Some(path) = user_config_path() else { return Ok(UserConfig::default()) };
-    // Through input.rs: a FIFO or device there is refused, never waited on.
-    let Some(text) = crate::input::read_text_opt(&path, "user config", 1 << 20)? else {
+    // Through `input`: a FIFO or device there is refused at once (exit 2), never waited on.
+    let Some(text) = crate::input::read_text_opt(&path, "config file", 1 << 20)? else {
         return Ok(UserConfig::default());
     };
     let doc: toml::Table = text.parse().map_err(|e| {
@@ -488,6 +499,17 @@ mod tests {
     fn hooks_refuse_quotes() {
         let p = Path::new("/x/n'vcc");
         assert!(hooks(Path::new("/r"), p, Path::new("/c"), Path::new("/s"), "0".into(), None, BTreeMap::new()).is_err());
+        let quoted = Some(CompilerCache::Dir { path: PathBuf::from("/c'c") });
+        assert!(hooks(
+            Path::new("/r"),
+            Path::new("/n"),
+            Path::new("/c"),
+            Path::new("/s"),
+            "0".into(),
+            quoted,
+            BTreeMap::new()
+        )
+        .is_err());
         let h = hooks(
             Path::new("/r"),
             Path::new("/n"),

@@ -187,10 +187,113 @@ pub fn provision(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> R
     Ok(s)
 }
 
+/// Where the sysroot for the registry toolchain `host` will be (None without the cross compilers:
+/// their versions are part of its key).
+pub fn root_for(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> Option<PathBuf> {
+    keyed(host, host_tc, cache_dir).ok().map(|(_, _, root, _)| root)
+}
+
+/// Python minor of each Debian release's arm64 archive (`python3` there).
+const DEBIAN_PYTHON: [(&str, &str); 3] = [("bullseye", "3.9"), ("bookworm", "3.11"), ("trixie", "3.13")];
+
+/// `3.11` from `3.11`, `3.11.2`, `python3.11` or `/usr/bin/python3.11`; None for `python3`.
+pub fn minor_of(python: &str) -> Option<String> {
+    let name = python.rsplit('/').next().unwrap_or(python);
+    let v = name.strip_prefix("python").unwrap_or(name);
+    let mut parts = v.split('.');
+    let (major, minor) = (parts.next()?, parts.next()?);
+    let digits = |x: &str| !x.is_empty() && x.len() <= 3 && x.bytes().all(|b| b.is_ascii_digit());
+    (digits(major) && digits(minor)).then(|| format!("{major}.{minor}"))
+}
+
+/// The host's Debian release from /etc/os-release (`bookworm`), if it is Debian.
+fn debian_release() -> Option<String> {
+    let text = crate::input::read_text(Path::new("/etc/os-release"), "os-release", 64 << 10).ok()?;
+    let field = |k: &str| {
+        text.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).map(|v| v.trim_matches('"').to_string())
+    };
+    (field("ID").as_deref() == Some("debian")).then(|| field("VERSION_CODENAME")).flatten()
+}
+
+/// The target side of a cross plan before anything is provisioned: host and
+/// target, the cross compilers and qemu as found on this host, what the
+/// sysroot would hold, and what will stop `build-wheel` (exit 3). Runs only
+/// the compilers' `--version`; never downloads.
+pub fn preview(python: &str, sysroot: Option<PathBuf>) -> crate::builder::plan::CrossPreview {
+    let minor = minor_of(python);
+    let py = minor.clone().unwrap_or_else(|| "X.Y".into());
+    let mut stops = Vec::new();
+    let mut compilers = BTreeMap::new();
+    for k in ["gcc", "g++"] {
+        let name = format!("{TRIPLE}-{k}");
+        let found = which(&name).map(|path| {
+            let version = Cmd::new(&path, format!("read {name}'s version")).args(["--version"]).output();
+            Compiler {
+                path,
+                version: version.ok().and_then(|v| v.lines().next().map(String::from)).unwrap_or_default(),
+            }
+        });
+        if found.is_none() {
+            stops.push(format!(
+                "the cross compiler {name} is not on PATH (Debian/Ubuntu: apt-get install g++-{TRIPLE})"
+            ));
+        }
+        compilers.insert(k.to_string(), found);
+    }
+    for tool in ["apt-get", "apt-cache", "dpkg-deb"] {
+        if which(tool).is_none() {
+            stops.push(format!(
+                "{tool} not found: the target's Python and C libraries come from Debian's arm64 archive"
+            ));
+        }
+    }
+    match (debian_release(), &minor) {
+        (Some(rel), Some(m)) => match DEBIAN_PYTHON.iter().find(|(r, _)| *r == rel) {
+            Some((_, has)) if has != m => stops.push(format!(
+                "Python {m} for aarch64 is not reachable: this host's Debian {rel} arm64 archive ships Python {has}; provisioning stops with exit 3 (pass --python python{has}: host and target Pythons are the same minor)"
+            )),
+            _ => {}
+        },
+        (_, None) => stops.push(format!(
+            "the target Python's minor is not known before the host toolchain is (`{python}`); Debian's arm64 archive must have it (bookworm: 3.11)"
+        )),
+        _ => {}
+    }
+    let qemu = which("qemu-aarch64-static").or_else(|| which("qemu-aarch64"));
+    if qemu.is_none() {
+        stops.push(
+            "qemu-aarch64 not found: the import check after the build cannot run (apt-get install qemu-user-static)"
+                .into(),
+        );
+    }
+    let sysroot_holds = vec![
+        format!("site/: aarch64 wheels for {PYTHON_PLATFORM}, Python {py} (uv pip install --target): the host's torch version and its nvidia-cuda-runtime, -crt, -cccl, -profiler-api, nvidia-nvtx, nvidia-nvshmem"),
+        format!("root/: Debian's arm64 python{py}-minimal, libpython{py}-stdlib, libpython{py}-dev, libstdc++6 and their dependencies (apt-get download + dpkg-deb -x, a private apt state)"),
+        format!("python/: the target's headers (arm64 pyconfig.h) and _sysconfigdata__{TRIPLE}"),
+        "cuda-home/: a wrapper of the host's nvcc, the target's CUDA headers and libraries, an aarch64 libcuda.so link stub".into(),
+        format!("bin/: {TRIPLE}-gcc/-g++ wrappers that map host paths (torch, NVSHMEM, Python headers) to the target's"),
+    ];
+    crate::builder::plan::CrossPreview {
+        host: Arch::X86_64.as_str().into(),
+        target: Arch::Aarch64.as_str().into(),
+        triple: TRIPLE.into(),
+        python_platform: PYTHON_PLATFORM.into(),
+        target_python: minor,
+        compilers,
+        qemu,
+        sysroot,
+        sysroot_holds,
+        stops,
+    }
+}
+
 /// The sysroot at `root` when complete, of this layout and still at that
 /// place (its wrappers hold absolute paths: a moved cache makes a new one).
 fn read_identity(root: &Path) -> Option<Sysroot> {
-    let s: Sysroot = serde_json::from_slice(&std::fs::read(root.join(IDENTITY_FILE)).ok()?).ok()?;
+    let s: Sysroot = serde_json::from_slice(
+        &crate::input::read_bytes(&root.join(IDENTITY_FILE), "sysroot identity", crate::input::cap::TEXT).ok()?,
+    )
+    .ok()?;
     (s.layout == LAYOUT && s.root == root).then_some(s)
 }
 
@@ -560,8 +663,8 @@ pub struct Checked {
 pub fn check_wheel(wheel: &Path, s: &Sysroot, tmp: &Path) -> Result<Checked> {
     let dir = tmp.join("cross-check");
     std::fs::create_dir_all(&dir)?;
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))?;
-    zip.extract(&dir).with_context(|| format!("unpacking {}", wheel.display()))?;
+    let mut w = crate::wheel::open(wheel)?;
+    w.archive().extract(&dir).with_context(|| format!("unpacking {}", wheel.display()))?;
     // Installed beside the target's packages (RUNPATHs are `$ORIGIN`-relative to site-packages).
     for e in std::fs::read_dir(s.site())?.flatten() {
         let to = dir.join(e.file_name());
@@ -652,6 +755,15 @@ fn import_check(wheel_dir: &Path, s: &Sysroot) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minor_of_reads_versions_and_names() {
+        assert_eq!(minor_of("3.12").as_deref(), Some("3.12"));
+        assert_eq!(minor_of("3.11.2").as_deref(), Some("3.11"));
+        assert_eq!(minor_of("/usr/bin/python3.11").as_deref(), Some("3.11"));
+        assert_eq!(minor_of("python3"), None);
+        assert_eq!(minor_of("/opt/py/bin/python"), None);
+    }
 
     #[test]
     fn config_var_reads_sysconfigdata() {

@@ -45,9 +45,7 @@ pub fn recorded_patches(wheel: &Path) -> Result<Vec<Patch>> {
 
 /// The provenance document stamped into a wheel (bounded read).
 pub fn read_provenance(wheel: &Path) -> Result<Provenance> {
-    let data = crate::cache::remote::read_provenance(wheel)
-        .map_err(|why| anyhow::anyhow!("{}: {why} (it was not built by deepep-forge build-wheel)", wheel.display()))?;
-    serde_json::from_slice(&data).with_context(|| format!("the provenance in {}", wheel.display()))
+    crate::wheel::read::provenance(wheel)
 }
 
 /// Copy the entry's wheel into the output folder (temp file + rename) and
@@ -73,7 +71,7 @@ pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path)
         crate::attest::render(&prov, &e.wheel, &e.sha256).as_bytes(),
     )?;
     let sums = out.join("SHA256SUMS");
-    let old = std::fs::read_to_string(&sums).unwrap_or_default();
+    let old = crate::input::read_text_opt(&sums, "SHA256SUMS", crate::input::cap::LOCK)?.unwrap_or_default();
     let mut lines: Vec<String> =
         old.lines().filter(|l| l.split_whitespace().nth(1) != Some(e.wheel.as_str())).map(String::from).collect();
     lines.push(format!("{}  {}", e.sha256, e.wheel));
@@ -82,11 +80,42 @@ pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path)
     Ok(dest)
 }
 
-/// Write a file by temp + rename in its folder.
+/// Write a file by temp + rename in its folder. The file is public, like the
+/// wheel beside it: mode 0666 less the umask (0644 under umask 022), not the
+/// 0600 of a temp file.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut f = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("writing {}", path.display()))?;
+    let mut f = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .with_context(|| format!("writing {}", path.display()))?;
     std::io::Write::write_all(&mut f, data)?;
     f.persist(path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    /// This process's umask, read from /proc (setting it would race other tests).
+    fn umask() -> u32 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find_map(|l| l.strip_prefix("Umask:")).expect("Umask in /proc/self/status");
+        u32::from_str_radix(line.trim(), 8).unwrap()
+    }
+
+    #[test]
+    fn written_files_are_public_like_the_wheel() {
+        let dir = tempfile::tempdir().unwrap();
+        let sums = dir.path().join("SHA256SUMS");
+        super::write_atomic(&sums, b"x\n").unwrap();
+        let mode = std::fs::metadata(&sums).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !umask(), "SHA256SUMS mode {mode:o}");
+        // A new file by plain create gets the same mode (what the wheel's copy gets).
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"").unwrap();
+        assert_eq!(mode, std::fs::metadata(&plain).unwrap().permissions().mode() & 0o777);
+    }
 }

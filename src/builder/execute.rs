@@ -120,6 +120,17 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         None => (None, store.stage_at(pl.build_dir())?),
     };
     preflight::check(pl, tc, t.cache_dir)?;
+    // A shared compiler cache: probed, its server started with the credentials; a
+    // storage that does not answer (now or later) is a note, never a failed build.
+    let shared = match (&pl.hooks, &root) {
+        (Some(h), Some(r)) => h.compiler_cache.as_ref().map(|c| {
+            let env: Vec<(String, String)> = h.env(&r.root).into_iter().map(|(k, v, _)| (k, v)).collect();
+            let before = notes.len();
+            let session = super::compiler_cache::start(c, &h.sccache, &r.root, &env, notes);
+            (session, notes.len() > before)
+        }),
+        _ => None,
+    };
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
     check_interrupted()?;
     std::fs::create_dir_all(pl.dist())?;
@@ -131,12 +142,15 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         format!("building {} ({})", pl.variant.name, pl.source.version),
     )?
     .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name));
+    let started_off = shared.as_ref().is_some_and(|(_, off)| *off);
+    drop(shared);
     if let (Some(h), Some(r)) = (&pl.hooks, &root) {
         let stats = h.finish(&r.root);
-        if let (Some(st), Some(dir)) = (stats, &h.compiler_cache) {
+        super::compiler_cache::finish(h.compiler_cache.as_ref(), &h.sccache, &r.root, started_off, notes);
+        if let (Some(st), Some(c)) = (stats, &h.compiler_cache) {
             notes.push(format!(
                 "compiler cache {}: {} hits, {} misses, {} not cacheable (of {} compile requests)",
-                dir.display(),
+                c.describe(),
                 st.hits,
                 st.misses,
                 st.not_cacheable,
@@ -319,9 +333,7 @@ fn single_wheel(dist: &Path) -> Result<PathBuf> {
 }
 
 fn zip_names(wheel: &Path) -> Result<Vec<String>> {
-    let zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(wheel)?))
-        .with_context(|| format!("{} is not a zip", wheel.display()))?;
-    Ok(zip.file_names().map(String::from).collect())
+    Ok(crate::wheel::open(wheel)?.archive().file_names().map(String::from).collect())
 }
 
 #[cfg(test)]

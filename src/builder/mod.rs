@@ -6,6 +6,7 @@
 //! `deliver` (`--out`, SHA256SUMS, report). Must not parse consumer
 //! lockfiles or touch a GPU.
 pub mod canon;
+pub mod compiler_cache;
 pub mod cross;
 pub mod deliver;
 pub mod execute;
@@ -49,12 +50,16 @@ pub struct RunArgs {
     pub python: Option<String>,
     #[command(flatten)]
     pub cache: CacheDirArg,
-    /// Compiler cache (sccache) folder, shareable by a cluster: a warm cache makes a
-    /// rebuild, or another variant that shares sources, cheap. Without DIR:
-    /// `<cache>/sccache`. Also `DEEPEP_FORGE_COMPILER_CACHE` or `compiler-cache = "DIR"`
+    /// Compiler cache (sccache): a folder, or a storage a fleet shares
+    /// (redis://HOST:PORT, rediss://, memcached://HOST:PORT, s3://BUCKET/PREFIX,
+    /// webdav+https://HOST/PATH, gha; credentials only from sccache's own variables in
+    /// the environment, e.g. SCCACHE_REDIS_PASSWORD, AWS_SECRET_ACCESS_KEY, never shown).
+    /// A warm cache makes a rebuild, or another variant that shares sources, cheap; a
+    /// storage that does not answer is a note, never a failed build. Without a value:
+    /// `<cache>/sccache`. Also `DEEPEP_FORGE_COMPILER_CACHE` or `compiler-cache = "..."`
     /// in `$XDG_CONFIG_HOME/deepep-forge/config.toml` (never pins.toml). The wheel's bytes
     /// and its cache key are the same with and without it.
-    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    #[arg(long, value_name = "DIR|URL", num_args = 0..=1)]
     pub compiler_cache: Option<Option<PathBuf>>,
     /// No compiler cache, whatever the environment or the user config say.
     #[arg(long, conflicts_with = "compiler_cache")]
@@ -141,6 +146,14 @@ pub struct PlanArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  deepep-forge build-wheel --variant h100                        # torch and a CUDA toolkit on this machine
+  deepep-forge build-wheel --all --out dist --report build.json  # every variant of pins.toml
+  deepep-forge build-wheel --variant h100 --toolchain registry --python python3.12   # torch and nvcc from PyPI (needs uv)
+  deepep-forge build-wheel --variant h100 --source ../DeepEP     # from a local clone instead of GitHub
+  deepep-forge build-wheel --variant h100 --cache-url https://cache.example/deepep --trusted-key team:BASE64
+`deepep-forge plan` takes the same arguments and prints what a build would use.")]
 pub struct BuildArgs {
     #[command(flatten)]
     pub common: Common,
@@ -200,6 +213,46 @@ fn print_cross(x: &cross::Sysroot) {
     );
     for (h, tg) in &x.path_map {
         crate::outln!("  path map    {h} -> {tg}");
+    }
+}
+
+/// The target side of a cross plan that is not provisioned yet.
+fn print_cross_preview(x: &plan::CrossPreview) {
+    let py = x.target_python.as_deref().unwrap_or("of the build Python's minor");
+    crate::outln!(
+        "  cross       {} -> {} ({}, wheels for {}, Python {py})",
+        x.host,
+        x.target,
+        x.triple,
+        x.python_platform
+    );
+    for (k, c) in &x.compilers {
+        match c {
+            Some(c) => crate::outln!("  cross {k:<5} {} ({})", c.path.display(), c.version),
+            None => crate::outln!("  cross {k:<5} MISSING: {}-{k} not on PATH", x.triple),
+        }
+    }
+    match &x.sysroot {
+        Some(r) => crate::outln!("  sysroot     would make {}:", r.display()),
+        None => crate::outln!(
+            "  sysroot     would make <cache>/toolchains/<key>-{} (its key follows the host toolchain's):",
+            x.target
+        ),
+    }
+    for h in &x.sysroot_holds {
+        crate::outln!("              {h}");
+    }
+    match &x.qemu {
+        Some(q) => {
+            crate::outln!(
+                "  qemu        {} (imports the wheel under Debian's arm64 Python after the build)",
+                q.display()
+            )
+        }
+        None => crate::outln!("  qemu        MISSING: qemu-aarch64 (the import check after the build)"),
+    }
+    for s in &x.stops {
+        crate::outln!("  will stop   {s}");
     }
 }
 
@@ -294,8 +347,12 @@ fn print_plan(pl: &Plan, cached: bool) {
                 crate::outln!("  build needs {n}");
             }
             if let Some(w) = &m.would_provision {
-                crate::outln!("  would make  {} with Python {}: {}", w.root.display(), w.python, w.torch);
+                let host = if m.cross.is_some() { " (the host side, x86_64)" } else { "" };
+                crate::outln!("  would make  {}{host} with Python {}: {}", w.root.display(), w.python, w.torch);
                 crate::outln!("              then {}", w.packages.join(" "));
+            }
+            if let Some(x) = &m.cross {
+                print_cross_preview(x);
             }
         }
     }
@@ -308,7 +365,7 @@ fn print_plan(pl: &Plan, cached: bool) {
         crate::outln!(
             "  hooks       nvcc and C++ compiles through sccache {} (per-unit --frandom-seed, -ffile-prefix-map); compiler cache: {}",
             h.sccache_version,
-            h.compiler_cache.as_ref().map(|d| d.display().to_string()).unwrap_or_else(|| "off".into())
+            h.compiler_cache.as_ref().map(|c| c.describe()).unwrap_or_else(|| "off".into())
         );
     }
     crate::outln!("  cwd         {}", pl.run.cwd.display());

@@ -244,6 +244,32 @@ pub struct MissingToolchain {
     pub needs: Vec<String>,
     /// With `--toolchain registry`: what `build-wheel` would provision.
     pub would_provision: Option<WouldProvision>,
+    /// A cross plan (aarch64 on x86_64): the target side `build-wheel` would provision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross: Option<Box<CrossPreview>>,
+}
+
+/// The target side of a cross plan before it is provisioned (`plan` never
+/// downloads): what `build-wheel` would make and what will stop it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrossPreview {
+    pub host: String,
+    pub target: String,
+    pub triple: String,
+    /// The wheel platform the target's packages would be resolved for.
+    pub python_platform: String,
+    /// The target Python's minor (the host Python's: the extensions are built for it), when known.
+    pub target_python: Option<String>,
+    /// The cross compilers (`gcc`, `g++`): where found, with their version line, or None when missing.
+    pub compilers: BTreeMap<String, Option<super::toolchain::Compiler>>,
+    /// `qemu-aarch64` for the import check after the build, when found.
+    pub qemu: Option<PathBuf>,
+    /// Where the sysroot would be made (None until the host toolchain is known: its key is part of the sysroot's).
+    pub sysroot: Option<PathBuf>,
+    /// What the sysroot would hold, one line a part.
+    pub sysroot_holds: Vec<String>,
+    /// What will stop `build-wheel` (exit 3) as this host stands.
+    pub stops: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -419,6 +445,26 @@ pub fn pip_argv(python: &str, dist: &Path) -> Vec<String> {
     c
 }
 
+/// Where the compiler cache lives (behaviour: `compiler_cache`): a folder, or a
+/// remote storage of sccache's shared by many machines. Never holds credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum CompilerCache {
+    Dir { path: PathBuf },
+    Remote { url: String, backend: Backend },
+}
+
+/// sccache's remote storages that `--compiler-cache` names by URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    Redis,
+    Memcached,
+    S3,
+    Webdav,
+    Gha,
+}
+
 /// The compiler hooks of a plan (their behaviour: `canon`): wrapper scripts (content decided here) and
 /// the environment that points the build at them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -426,8 +472,8 @@ pub struct Hooks {
     /// sccache (the nvcc driver) and its version.
     pub sccache: PathBuf,
     pub sccache_version: String,
-    /// The compiler cache folder; None: sccache stores nothing.
-    pub compiler_cache: Option<PathBuf>,
+    /// Where sccache stores compiles; None: it stores nothing.
+    pub compiler_cache: Option<CompilerCache>,
     /// Wrapper file name in `<root>/bin` -> script.
     pub scripts: BTreeMap<String, String>,
     /// Links in the root -> the real toolchain folders ([`links`]).
@@ -515,6 +561,7 @@ mod tests {
                 hint: None,
                 needs: vec![],
                 would_provision: None,
+                cross: None,
             }),
             needs_torch: false,
             portable: Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },

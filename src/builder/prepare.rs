@@ -174,14 +174,21 @@ fn cross_unsupported(v: &Variant) -> Option<String> {
 /// aarch64 sysroot (provisioned by `build-wheel`; `plan` only looks it up
 /// and reports it missing otherwise).
 fn cross_toolchain(host: &ToolchainPart, cache_dir: &Path, mode: Mode) -> Result<ToolchainPart> {
-    let Some(t) = host.known() else { return Ok(host.clone()) };
+    let Some(t) = host.known() else { return Ok(unprovisioned_cross(host)) };
     let r = t.registry.as_ref().context("cross builds use the registry toolchain")?;
+    let preview = |m: &mut ToolchainPart| {
+        if let ToolchainPart::Missing(ms) = m {
+            ms.cross = Some(Box::new(cross::preview(&t.python_version, cross::root_for(r, t, cache_dir))));
+        }
+    };
     let found = match mode {
         Mode::Build => Some(cross::provision(r, t, cache_dir)?),
         Mode::Plan => match cross::lookup(r, t, cache_dir) {
             Ok(found) => found,
             Err(e) if crate::error::exit_of(&e) == Exit::Environment => {
-                return Ok(missing("registry (cross)", &e, cross_needs(), None));
+                let mut m = missing("registry (cross)", &e, cross_needs(), None);
+                preview(&mut m);
+                return Ok(m);
             }
             Err(e) => return Err(e),
         },
@@ -198,9 +205,22 @@ fn cross_toolchain(host: &ToolchainPart, cache_dir: &Path, mode: Mode) -> Result
                 ms.hint =
                     Some("`deepep-forge build-wheel --toolchain registry` provisions it (plan never downloads)".into());
             }
+            preview(&mut m);
             Ok(m)
         }
     }
+}
+
+/// A cross plan whose host toolchain is not provisioned yet is still a cross
+/// plan: the host side that is missing, and the target side `build-wheel` would make.
+fn unprovisioned_cross(host: &ToolchainPart) -> ToolchainPart {
+    let ToolchainPart::Missing(m) = host else { return host.clone() };
+    let mut m = m.clone();
+    m.kind = format!("{} (cross)", m.kind);
+    m.needs.extend(cross_needs());
+    let python = m.would_provision.as_ref().map(|w| w.python.clone()).unwrap_or_default();
+    m.cross = Some(Box::new(cross::preview(&python, None)));
+    ToolchainPart::Missing(m)
 }
 
 fn cross_needs() -> Vec<String> {
@@ -578,6 +598,7 @@ fn missing(
         hint,
         needs,
         would_provision,
+        cross: None,
     })
 }
 

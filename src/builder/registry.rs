@@ -270,7 +270,10 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
 /// environment is relocatable (relative links, `uv venv --relocatable`), so a
 /// moved cache folder (a CI cache restored elsewhere) is still used.
 fn read_identity(root: &Path) -> Option<Provisioned> {
-    let mut p: Provisioned = serde_json::from_slice(&std::fs::read(root.join(IDENTITY_FILE)).ok()?).ok()?;
+    let mut p: Provisioned = serde_json::from_slice(
+        &crate::input::read_bytes(&root.join(IDENTITY_FILE), "toolchain identity", crate::input::cap::TEXT).ok()?,
+    )
+    .ok()?;
     p.root = root.to_path_buf();
     (p.layout == LAYOUT).then_some(p)
 }

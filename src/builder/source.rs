@@ -101,7 +101,7 @@ fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
     let tree = tree.output()?.trim().to_string();
     // `<tree> <commit>` of the last snapshot: the same tree is the same commit.
     let last = repo.join("snapshot.last");
-    if let Some((t, c)) = std::fs::read_to_string(&last)
+    if let Some((t, c)) = crate::input::read_text(&last, "snapshot record", crate::input::cap::TEXT)
         .ok()
         .as_deref()
         .and_then(|l| l.trim().split_once(' '))

@@ -198,7 +198,10 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
     let stamps = |v: &T| -> Vec<_> {
         [path.to_path_buf(), real.clone()].into_iter().chain(also(v)).map(|p| file_stamp(&p)).collect()
     };
-    if let Some(m) = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Memo<T>>(&b).ok()) {
+    if let Some(m) = crate::input::read_bytes(&file, "toolchain memo", crate::input::cap::TEXT)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Memo<T>>(&b).ok())
+    {
         if m.stamps == stamps(&m.value) {
             return Ok(m.value);
         }

@@ -76,7 +76,8 @@ pub fn trusted_keys(flags: &[String]) -> Result<Vec<PublicKey>> {
         }
     }
     if let Some(path) = config_path() {
-        if let Some(text) = crate::input::read_text_opt(&path, "user config", 1 << 20)? {
+        // Checked on the opened file: a FIFO or device there never blocks and is refused (exit 2).
+        if let Some(text) = crate::input::read_text_opt(&path, "config file", 1 << 20)? {
             let cfg: ConfigFile = toml::from_str(&text).map_err(|e| {
                 Failure::usage(format!("{}: {}", path.display(), e.message())).hint(
                     "the config file takes `[cache]` with `trusted-keys = [\"name:BASE64\", ...]`; fix or remove it",

@@ -3,7 +3,7 @@
 //! a killed process never lingers. On a shared filesystem (NFS v4) the lock is
 //! seen by every node, which a process id is not.
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,12 +15,13 @@ fn open(path: &Path) -> Result<File> {
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    // O_NOFOLLOW: a lock file planted as a symlink (a shared folder) is refused, not followed.
-    match File::options().create(true).truncate(false).write(true).custom_flags(libc::O_NOFOLLOW).open(path) {
-        Ok(f) => Ok(f),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(not_yours(path, e)),
-        Err(e) => Err(e).with_context(|| format!("opening lock {}", path.display())),
-    }
+    // A lock file planted as a symlink, a FIFO or a device is refused, never followed or waited on.
+    crate::input::open_lock(path, "lock file").map_err(|e| {
+        match e.downcast_ref::<std::io::Error>().filter(|io| io.kind() == std::io::ErrorKind::PermissionDenied) {
+            Some(io) => not_yours(path, std::io::Error::from_raw_os_error(io.raw_os_error().unwrap_or(libc::EACCES))),
+            None => e,
+        }
+    })
 }
 
 /// A lock file this user may not open for writing (another user's leftover in a

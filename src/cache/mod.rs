@@ -157,7 +157,8 @@ pub fn read_entry(dir: &Path) -> Result<Entry> {
     if !meta.is_file() || meta.len() > MAX_ENTRY_BYTES {
         anyhow::bail!("{} is not a regular file of at most {MAX_ENTRY_BYTES} bytes", p.display());
     }
-    let e: Entry = serde_json::from_slice(&std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?)
+    // Read through `input` (checked again on the opened file: a FIFO swapped in never blocks).
+    let e: Entry = serde_json::from_slice(&crate::input::read_bytes(&p, "cache entry", MAX_ENTRY_BYTES)?)
         .with_context(|| format!("parsing {}", p.display()))?;
     e.validate().map_err(|why| anyhow::anyhow!("{}: {why}", p.display()))?;
     Ok(e)
@@ -436,7 +437,10 @@ impl Cache {
                 continue;
             }
             let doc: serde_json::Value =
-                std::fs::read(&ident).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+                crate::input::read_bytes(&ident, "toolchain identity", crate::input::cap::TEXT)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .unwrap_or_default();
             let packages = doc["packages"].as_object();
             out.push(Toolchain {
                 key: name,

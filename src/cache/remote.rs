@@ -17,14 +17,14 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::sign::{self, PublicKey, SecretKey, Verdict};
 use super::{Cache, Entry, Hit, Key};
 use crate::error::{check_interrupted, Failure};
-use crate::provenance::{Provenance, VariantInfo};
+use crate::provenance::VariantInfo;
 
 /// GET attempts (the first plus retries).
 pub const ATTEMPTS: u32 = 3;
@@ -173,25 +173,23 @@ impl Remote {
     }
 
     /// GET with retries; `f` reads the response (a body error is retried too).
-    fn get_with<T>(
-        &self,
-        url: &reqwest::Url,
-        mut f: impl FnMut(reqwest::blocking::Response) -> Result<T, Attempt>,
-    ) -> Result<Option<T>> {
+    fn get_with<T>(&self, url: &reqwest::Url, mut f: impl FnMut(Deadlined) -> Result<T, Attempt>) -> Result<Option<T>> {
         let mut last = String::new();
         for attempt in 0..ATTEMPTS {
             check_interrupted()?;
             if attempt > 0 {
                 crate::process::sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
             }
+            // One deadline per request: headers (the client's timeout) and body (`Deadlined`).
+            let deadline = Instant::now() + self.timeout;
             let resp = match self.client.get(url.clone()).send() {
-                Ok(r) => r,
+                Ok(r) => Deadlined::new(r, deadline, self.timeout),
                 Err(e) => {
                     last = describe(&e, self.timeout);
                     continue;
                 }
             };
-            let st = resp.status();
+            let st = resp.status;
             if st == reqwest::StatusCode::NOT_FOUND {
                 return Ok(None);
             }
@@ -245,16 +243,12 @@ impl Remote {
     /// the timeout; retried from the start. Returns (sha256, bytes).
     fn download(&self, url: &reqwest::Url, path: &Path, size: u64) -> Result<Option<(String, u64)>> {
         self.get_with(url, |mut resp| {
-            let deadline = Instant::now() + self.timeout;
             let mut f = std::fs::File::create(path).map_err(|e| Attempt::Fatal(e.into()))?;
             let mut h = Sha256::new();
             let mut buf = vec![0u8; 1 << 20];
             let mut n = 0u64;
             loop {
                 check_interrupted().map_err(Attempt::Fatal)?;
-                if Instant::now() > deadline {
-                    return Err(Attempt::Retry(format!("timed out after {} s", self.timeout.as_secs())));
-                }
                 let k = resp.read(&mut buf).map_err(|e| Attempt::Retry(format!("reading the body: {e}")))?;
                 if k == 0 {
                     break;
@@ -273,7 +267,7 @@ impl Remote {
 
     /// PUT a file (sent once; PUT is not retried).
     fn put_file(&self, url: &reqwest::Url, path: &Path) -> Result<()> {
-        let body = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let (body, _) = crate::input::open(path, "file to upload", crate::input::cap::WHEEL)?;
         let resp = self
             .client
             .put(url.clone())
@@ -294,15 +288,11 @@ impl Remote {
         let e = &hit.entry;
         let k = Key::parse(&e.key)?;
         let wheel = hit.dir.join(&e.wheel);
-        let prov = read_provenance(&wheel).map_err(|why| {
-            Failure::problems(format!("{}: {why}", wheel.display()))
+        let (_, provenance_sha256) = crate::wheel::open(&wheel).and_then(|mut w| w.provenance()).map_err(|why| {
+            Failure::problems(format!("{why:#}"))
                 .hint("only wheels built by deepep-forge (with provenance) can be pushed")
         })?;
-        let mut re = RemoteEntry {
-            entry: e.clone(),
-            provenance_sha256: hex::encode(Sha256::digest(&prov)),
-            signatures: Vec::new(),
-        };
+        let mut re = RemoteEntry { entry: e.clone(), provenance_sha256, signatures: Vec::new() };
         re.signatures.push(key.sign(&re.message()));
         self.put_file(&self.url_of(&k, &e.wheel), &wheel)?;
         let staged = tempfile::NamedTempFile::new()?;
@@ -373,31 +363,12 @@ impl Cache {
     }
 }
 
-/// The wheel's provenance file, read with a size cap.
-pub fn read_provenance(wheel: &Path) -> Result<Vec<u8>, String> {
-    let f = std::fs::File::open(wheel).map_err(|e| format!("cannot open: {e}"))?;
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(f)).map_err(|e| format!("not a zip: {e}"))?;
-    let di = crate::wheel::stamp::dist_info_dir(&zip).map_err(|e| format!("{e}"))?;
-    let name = format!("{di}/{}", crate::provenance::FILE_NAME);
-    let m = zip.by_name(&name).map_err(|_| format!("has no {name}"))?;
-    if m.size() > MAX_PROVENANCE_BYTES {
-        return Err(format!("{name} is larger than {MAX_PROVENANCE_BYTES} bytes"));
-    }
-    let mut buf = Vec::new();
-    m.take(MAX_PROVENANCE_BYTES + 1).read_to_end(&mut buf).map_err(|e| format!("reading {name}: {e}"))?;
-    if buf.len() as u64 > MAX_PROVENANCE_BYTES {
-        return Err(format!("{name} is larger than {MAX_PROVENANCE_BYTES} bytes"));
-    }
-    Ok(buf)
-}
-
 /// The wheel's own provenance hashes to the signed digest and describes this plan.
 fn check_provenance(wheel: &Path, re: &RemoteEntry, key: &Key, expect: &Expect) -> Result<(), String> {
-    let bytes = read_provenance(wheel)?;
-    if hex::encode(Sha256::digest(&bytes)) != re.provenance_sha256 {
+    let (p, digest) = crate::wheel::open(wheel).and_then(|mut w| w.provenance()).map_err(|e| format!("{e:#}"))?;
+    if digest != re.provenance_sha256 {
         return Err("its provenance does not hash to the signed provenance_sha256".into());
     }
-    let p: Provenance = serde_json::from_slice(&bytes).map_err(|e| format!("unreadable provenance: {e}"))?;
     let (v, w) = (&p.variant, expect.variant);
     let mut diff = Vec::new();
     if p.cache_key != key.as_str() {
@@ -425,6 +396,67 @@ fn check_provenance(wheel: &Path, re: &RemoteEntry, key: &Key, expect: &Expect) 
         Ok(())
     } else {
         Err(format!("its provenance does not match the plan: {}", diff.join(", ")))
+    }
+}
+
+/// A response whose body is read against the request's deadline, however
+/// the server paces it: a server that trickles a byte a second would pass
+/// every per-read timeout of the HTTP client and keep the request alive for
+/// ever. The body is read on a helper thread into a small channel; a read here
+/// waits at most until the deadline, then fails with "timed out". The helper
+/// ends at its next read (the client's per-read timeout) once this is dropped.
+pub struct Deadlined {
+    status: reqwest::StatusCode,
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    at: usize,
+    done: bool,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+impl Deadlined {
+    fn new(mut resp: reqwest::blocking::Response, deadline: Instant, timeout: Duration) -> Deadlined {
+        let status = resp.status();
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::spawn(move || loop {
+            let mut buf = vec![0u8; 1 << 16];
+            let r = resp.read(&mut buf).map(|n| {
+                buf.truncate(n);
+                buf
+            });
+            let last = !matches!(&r, Ok(b) if !b.is_empty());
+            if tx.send(r).is_err() || last {
+                break;
+            }
+        });
+        Deadlined { status, rx, chunk: Vec::new(), at: 0, done: false, deadline, timeout }
+    }
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.chunk.len() && !self.done {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Ok(c)) if c.is_empty() => self.done = true,
+                Ok(Ok(c)) => (self.chunk, self.at) = (c, 0),
+                Ok(Err(e)) => return Err(e),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("timed out after {} s", self.timeout.as_secs()),
+                    ))
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(std::io::Error::other("the connection ended"))
+                }
+            }
+        }
+        let n = (self.chunk.len() - self.at).min(out.len());
+        out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }
 
@@ -541,6 +573,53 @@ mod tests {
         assert!(msg.contains("timed out after 1 s") && msg.contains("3 attempts"), "{msg}");
         assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Environment);
         assert_eq!(accepted.load(Ordering::SeqCst), ATTEMPTS as usize);
+    }
+
+    /// A server that answers 200 with a 100 000-byte body and sends it one
+    /// byte every 50 ms (at most 200 bytes, then it closes): each request must
+    /// end at its total timeout, not when the body ends. Returns the bytes each
+    /// connection took before the client hung up.
+    fn trickling() -> (String, Arc<std::sync::Mutex<Vec<usize>>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&sent);
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    let mut req = [0u8; 4096];
+                    let _ = s.read(&mut req);
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
+                    let mut n = 0;
+                    while n < 200 && s.write_all(b"x").is_ok() {
+                        n += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    log.lock().unwrap().push(n);
+                });
+            }
+        });
+        (url, sent)
+    }
+
+    #[test]
+    fn a_trickling_server_is_cut_at_the_total_timeout() {
+        let (url, sent) = trickling();
+        let err = remote(&url, 1).entry(&key()).expect_err("a body that outlasts the timeout is an error");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("timed out after 1 s") && msg.contains("3 attempts"), "{msg}");
+        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Environment);
+        // Every connection was hung up on long before the server's 200 bytes.
+        for _ in 0..100 {
+            if sent.lock().unwrap().len() == ATTEMPTS as usize {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let sent = sent.lock().unwrap().clone();
+        assert_eq!(sent.len(), ATTEMPTS as usize, "{sent:?}");
+        assert!(sent.iter().all(|n| *n < 200), "a connection was read to the end: {sent:?}");
     }
 
     #[test]

@@ -134,14 +134,13 @@ impl SecretKey {
     /// 0600 or stricter), holding `NAME:BASE64` of a 32-byte seed. Errors name
     /// the file and never quote its content.
     pub fn load(path: &Path) -> Result<SecretKey> {
-        let meta = std::fs::metadata(path).map_err(|e| {
-            Failure::usage(format!("cannot read the signing key {}: {e}", path.display()))
+        // Opened once, checked on the opened file (a FIFO or device never blocks, never reads on).
+        let (f, _) = crate::input::open(path, "signing key", 4096).map_err(|e| {
+            let f = e.downcast::<Failure>().map(|f| f.message).unwrap_or_else(|e| format!("{e:#}"));
+            Failure::usage(format!("cannot read the {f}"))
                 .hint("make one with `deepep-forge cache keygen --name NAME --out FILE`")
         })?;
-        if !meta.is_file() {
-            return Err(Failure::usage(format!("the signing key {} is not a regular file", path.display())).into());
-        }
-        let mode = meta.permissions().mode() & 0o777;
+        let mode = f.metadata().map(|m| m.permissions().mode() & 0o777).unwrap_or(0o777);
         if mode & 0o077 != 0 {
             return Err(Failure::usage(format!(
                 "the signing key {} is readable by other users (mode {mode:04o}): refusing to use it",
@@ -154,8 +153,8 @@ impl SecretKey {
             .into());
         }
         let mut text = String::new();
-        std::fs::File::open(path)
-            .and_then(|f| f.take(4096).read_to_string(&mut text))
+        f.take(4096)
+            .read_to_string(&mut text)
             .with_context(|| format!("reading the signing key {}", path.display()))?;
         let bad = || {
             Failure::usage(format!(

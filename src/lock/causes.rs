@@ -73,7 +73,7 @@ fn cause(ctx: &Context, key: Key, findings: Vec<Finding>) -> Cause {
             let fix = match kind {
                 k if k == rules::SPLIT => Some(ctx.split_fix()),
                 k if k == rules::RELOCK => Some(ctx.relock_fix()),
-                _ => a.and_then(|a| ctx.adopt_fix(a)),
+                _ => a.or_else(|| ctx.intent.keys().next().copied()).and_then(|a| ctx.adopt_fix(a)),
             };
             (id, summary(ctx, kind, arch), fix)
         }
@@ -88,8 +88,13 @@ fn cause(ctx: &Context, key: Key, findings: Vec<Finding>) -> Cause {
     Cause { id, severity, summary, fix, findings }
 }
 
+/// A full sha cut to 7 characters; a branch, tag or short sha shown whole.
 fn short(rev: &str) -> &str {
-    rev.get(..7).unwrap_or(rev)
+    if crate::pins::is_full_sha(rev) {
+        &rev[..7]
+    } else {
+        rev
+    }
 }
 
 /// One line that names the root cause.
@@ -117,10 +122,15 @@ fn summary(ctx: &Context, kind: &str, arch: Option<Arch>) -> String {
         ),
         k if k == rules::SPLIT => format!(
             "{intent_name} pins the architectures to different revisions ({}), but pyproject.toml gives DeepEP one static \
-             version label: no label can be right for both",
+             version label: no label can be right for both (the fix pins one revision for both; or drop `version` from \
+             the dependency-metadata entry so uv builds to learn it)",
             list(&|a| ctx.intent.get(&a).cloned())
         ),
         k if k == rules::RELOCK => "uv.lock was not regenerated after pyproject.toml changed".into(),
+        k if k == rules::BRANCH => format!(
+            "pyproject.toml pins DeepEP to a branch or tag name ({}), not a commit: what uv installs moves with it",
+            list(&|a| ctx.project_rev(a))
+        ),
         _ => format!(
             "the static version label does not match what the pinned revision builds ({})",
             list(&|a| ctx.intent.get(&a).cloned())
@@ -136,6 +146,7 @@ fn rule_summary(rule: &str) -> Option<&'static str> {
         "unpinned" => "DeepEP is required without a git revision",
         "arch-unpinned" => "DeepEP is installed on an architecture pins.toml does not pin",
         "dockerfile-rev" => "a Dockerfile builds another DeepEP revision",
+        "dockerfile-unverifiable" => "a Dockerfile computes a DeepEP setting in a way that cannot be verified",
         "dockerfile-arch-list" | "dockerfile-variant" => {
             "a Dockerfile builds DeepEP in a way pins.toml does not declare"
         }

@@ -30,6 +30,11 @@ pub struct Context<'a> {
     pub base: Option<String>,
 }
 
+/// The repository pyproject.toml takes DeepEP at `rev` from.
+fn git_of(py: &Pyproject, rev: &str) -> Option<String> {
+    py.refs.iter().filter(|r| git_rev(r) == Some(rev)).find_map(|r| r.git.as_ref().map(|g| g.repo.clone()))
+}
+
 fn git_rev(r: &Reference) -> Option<&str> {
     r.git.as_ref().and_then(|g| g.rev.as_deref())
 }
@@ -60,9 +65,15 @@ impl<'a> Context<'a> {
         Context { project, pins, pins_path, py, lock, pyproject_path: pyproject_path.to_path_buf(), intent, base }
     }
 
-    /// `deepep-forge pin set REV ...` that makes the project agree with the intent.
+    /// `deepep-forge pin set REV ...` that makes the project agree with the intent,
+    /// runnable as printed: a name or short sha (only under --no-pins) becomes the
+    /// commit uv.lock resolved it to, else it is resolved through `--source`.
     fn pin_set(&self, rev: &str, arch: Option<Arch>, relock: bool) -> String {
+        let (rev, source) = self.runnable_rev(rev, arch);
         let mut c = format!("deepep-forge pin set {rev}");
+        if let Some(s) = source {
+            c.push_str(&format!(" --source {s}"));
+        }
         if let Some(a) = arch {
             c.push_str(&format!(" --arch {a}"));
         }
@@ -82,6 +93,35 @@ impl<'a> Context<'a> {
         c
     }
 
+    /// `rev` as `pin set` takes it without guessing: a full sha as it is; else the
+    /// commit uv.lock records for it (on `arch`, or any architecture), else `rev`
+    /// with the repository the project names as `--source`.
+    fn runnable_rev(&self, rev: &str, arch: Option<Arch>) -> (String, Option<String>) {
+        if is_full_sha(rev) {
+            return (rev.to_string(), None);
+        }
+        let archs: Vec<Arch> = arch.map(|a| vec![a]).unwrap_or_else(|| self.intent.keys().copied().collect());
+        if let Some(c) = archs.iter().find_map(|a| self.locked_commit(*a, rev)) {
+            return (c.to_string(), None);
+        }
+        let repo = git_of(self.py, rev)
+            .filter(|r| crate::process::git::check_file_url(r).is_ok())
+            .unwrap_or_else(|| "<DeepEP's git URL>".into());
+        (rev.to_string(), Some(repo))
+    }
+
+    /// The full commit uv.lock resolved `rev` to on `arch` (`?rev=<rev>#<commit>` of its deep-ep package).
+    fn locked_commit(&self, arch: Arch, rev: &str) -> Option<&str> {
+        self.lock?
+            .refs
+            .iter()
+            .filter(|r| r.kind == Kind::LockPackage && r.archs.contains(&arch))
+            .filter_map(|r| r.git.as_ref())
+            .find(|g| g.rev.as_deref() == Some(rev))
+            .and_then(|g| g.commit.as_deref())
+            .filter(|c| is_full_sha(c))
+    }
+
     /// The fix for `arch`: one command for both architectures when the intent is one revision;
     /// `--relock` whenever the project has a lock (a rewritten pyproject.toml leaves it out of date).
     fn fix_for(&self, arch: Arch, relock: bool) -> Option<String> {
@@ -99,10 +139,7 @@ impl<'a> Context<'a> {
     /// How to leave a split: one revision for both (the first architecture's), or no static label.
     fn unify_fix(&self) -> String {
         let rev = self.intent.values().next().map(String::as_str).unwrap_or("<40-hex sha>");
-        format!(
-            "pin one revision for both: {} (or drop `version` from the dependency-metadata entry so uv builds to learn it)",
-            self.pin_set(rev, None, self.lock.is_some())
-        )
+        self.pin_set(rev, None, self.lock.is_some())
     }
 
     fn label_for(&self, arch: Arch) -> Option<String> {
@@ -184,6 +221,7 @@ fn used_archs(py: &Pyproject) -> Vec<Arch> {
 
 /// Root-cause kinds a rule can see (grouped by `lock::causes`).
 pub const ADOPT: &str = "pin-not-adopted";
+pub const BRANCH: &str = "branch-pin";
 pub const SPLIT: &str = "label-split";
 pub const RELOCK: &str = "lock-out-of-date";
 pub const LABEL: &str = "label-wrong";
@@ -230,215 +268,577 @@ fn same_version(a: &str, b: &str) -> bool {
     matches!((Version::from_str(a), Version::from_str(b)), (Ok(x), Ok(y)) if x == y)
 }
 
+/// Where in the files a rule looks; `check` walks the phases in this order
+/// (the order findings are reported in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Each requirement or source in pyproject.toml.
+    Requirements,
+    /// pins.toml against the whole pyproject.toml.
+    Pins,
+    /// Each static label in pyproject.toml.
+    Labels,
+    /// The static label against every architecture at once.
+    Split,
+    /// Each DeepEP entry of uv.lock.
+    LockEntries,
+    /// uv.lock as a whole.
+    Lock,
+}
+
+const PHASES: [Phase; 6] =
+    [Phase::Requirements, Phase::Pins, Phase::Labels, Phase::Split, Phase::LockEntries, Phase::Lock];
+
+/// How a rule is called: once per reference, once per reference and architecture, or once.
+#[derive(Clone, Copy)]
+enum Judge {
+    Ref(fn(&Judging, &Reference, &mut Vec<Finding>)),
+    RefArch(fn(&Judging, &Reference, Arch, &mut Vec<Finding>)),
+    Once(fn(&Judging, &mut Vec<Finding>)),
+}
+
+/// A lock-check rule: its id (docs/findings.md), where it looks, the function named after it.
+struct Rule {
+    id: &'static str,
+    phase: Phase,
+    judge: Judge,
+}
+
+/// Every lock-check rule, in report order within each phase. `no-deepep` stops
+/// the check before these run; `merge` then joins repeated findings.
+const RULES: &[Rule] = &[
+    Rule { id: "unpinned", phase: Phase::Requirements, judge: Judge::Ref(unpinned) },
+    Rule { id: "source-repo", phase: Phase::Requirements, judge: Judge::Ref(source_repo) },
+    Rule { id: "branch-pin", phase: Phase::Requirements, judge: Judge::Ref(branch_pin) },
+    Rule { id: "rev-not-full-sha", phase: Phase::Requirements, judge: Judge::Ref(rev_not_full_sha) },
+    Rule { id: "rev-mismatch", phase: Phase::Requirements, judge: Judge::RefArch(rev_mismatch) },
+    Rule { id: "rev-inconsistent", phase: Phase::Requirements, judge: Judge::RefArch(rev_inconsistent) },
+    Rule { id: "arch-unpinned", phase: Phase::Requirements, judge: Judge::RefArch(arch_unpinned) },
+    Rule { id: "arch-not-referenced", phase: Phase::Pins, judge: Judge::Once(arch_not_referenced) },
+    Rule { id: "label-invalid", phase: Phase::Labels, judge: Judge::Ref(label_invalid) },
+    Rule { id: "stale-label", phase: Phase::Labels, judge: Judge::Ref(stale_label) },
+    Rule { id: "label-split", phase: Phase::Split, judge: Judge::Once(label_split) },
+    Rule { id: "lock-stale", phase: Phase::LockEntries, judge: Judge::RefArch(lock_stale) },
+    Rule { id: "fragment-mismatch", phase: Phase::LockEntries, judge: Judge::RefArch(fragment_mismatch) },
+    Rule { id: "transitive-pin", phase: Phase::LockEntries, judge: Judge::RefArch(transitive_pin) },
+    Rule { id: "label-invalid", phase: Phase::LockEntries, judge: Judge::Ref(label_invalid) },
+    Rule { id: "lock-label", phase: Phase::LockEntries, judge: Judge::Ref(lock_label) },
+    Rule { id: "lock-stale", phase: Phase::Lock, judge: Judge::Once(lock_stale_unlocked_arch) },
+];
+
+/// The rule ids `lock check` can report (docs/findings.md lists each).
+pub fn rule_ids() -> Vec<&'static str> {
+    let mut ids: Vec<&'static str> = Vec::new();
+    for id in std::iter::once("no-deepep").chain(RULES.iter().map(|r| r.id)) {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// What every rule judges against: the context and what `check` derived from it once.
+pub struct Judging<'c, 'a> {
+    ctx: &'c Context<'a>,
+    /// Architectures the project installs DeepEP for.
+    used: Vec<Arch>,
+    /// Architectures whose pyproject.toml revision differs from the intent.
+    moved: Vec<Arch>,
+    /// Some pyproject.toml rule found an error (set before the lock phases).
+    py_wrong: bool,
+}
+
 /// Judge all references; findings come merged (one per rule, file, arch and value, with every line named).
 pub fn check(ctx: &Context) -> Vec<Finding> {
+    if ctx.py.refs.is_empty() {
+        return vec![no_deepep(ctx)];
+    }
+    let mut j = Judging { ctx, used: used_archs(ctx.py), moved: ctx.moved(), py_wrong: false };
     let mut out = Vec::new();
-    let py = &ctx.py.refs;
-    if py.is_empty() {
-        out.push(
-            Finding::new(
-                "no-deepep",
-                Severity::Error,
-                &ctx.pyproject_path,
-                "pyproject.toml does not reference DeepEP anywhere",
-            )
-            .fix(
-                "check --project (the folder that holds the consumer's pyproject.toml) or the source name in pins.toml",
-            ),
-        );
-        return out;
-    }
-    let used = used_archs(ctx.py);
-    let moved = ctx.moved();
-    let pins_name = if ctx.pins.is_some() { "pins.toml" } else { "the pyproject's intent (--no-pins)" };
-
-    for r in py.iter().filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source)) {
-        let Some(g) = &r.git else {
-            for &a in &r.archs {
-                let pinned = py.iter().any(|o| {
-                    o.archs.contains(&a)
-                        && git_rev(o).is_some()
-                        && (o.kind == Kind::Source || o.place == "tool.uv.override-dependencies")
-                });
-                if !pinned {
-                    out.push(
-                        Finding::new("unpinned", Severity::Error, &r.file, format!("{} requires DeepEP for {a} without a git revision, and no tool.uv.sources or override pins one", r.place))
-                            .at(r.line, r.col)
-                            .arch(a)
-                            .fix(ctx.fix_for(a, false).unwrap_or_else(|| "pin DeepEP with `deep_ep @ git+<repo>@<40-hex sha>`".into())),
-                    );
+    for phase in PHASES {
+        if phase == Phase::LockEntries {
+            j.py_wrong = out.iter().any(|f: &Finding| f.severity == Severity::Error);
+        }
+        let rules: Vec<&Rule> = RULES.iter().filter(|r| r.phase == phase).collect();
+        match phase {
+            Phase::Requirements => {
+                let refs = ctx.py.refs.iter().filter(|r| matches!(r.kind, Kind::Requirement | Kind::Source));
+                refs.for_each(|r| judge_ref(&j, &rules, r, &r.archs, &mut out));
+            }
+            Phase::Labels => {
+                let labels = ctx.py.refs.iter().filter(|r| r.kind == Kind::Label);
+                labels.for_each(|r| judge_ref(&j, &rules, r, &[], &mut out));
+            }
+            Phase::LockEntries => {
+                let refs = ctx.lock.map(|l| l.refs.as_slice()).unwrap_or_default();
+                refs.iter().for_each(|r| judge_ref(&j, &rules, r, &r.archs, &mut out));
+            }
+            Phase::Lock if ctx.lock.is_none() => {}
+            Phase::Pins | Phase::Split | Phase::Lock => {
+                for rule in &rules {
+                    if let Judge::Once(f) = rule.judge {
+                        f(&j, &mut out);
+                    }
                 }
             }
-            continue;
-        };
-        if let Some(p) = ctx.pins {
-            if !same_repo(&g.repo, &p.source.repo) {
-                out.push(
-                    Finding::new(
-                        "source-repo",
-                        Severity::Warning,
-                        &r.file,
-                        format!("{} takes DeepEP from another repository than pins.toml", r.place),
-                    )
-                    .at(r.line, r.col)
-                    .expected_found(&p.source.repo, &g.repo),
-                );
-            }
         }
-        let rev = g.rev.as_deref().unwrap_or("");
-        if !is_full_sha(rev) {
-            let what = if rev.is_empty() {
-                "names no revision (it follows the default branch)".to_string()
-            } else {
-                format!("names `{}`, not a full commit", crate::input::excerpt(rev, 80))
-            };
-            let mut f = Finding::new(
-                "rev-not-full-sha",
-                Severity::Error,
-                &r.file,
-                format!("{} {what}: pins must be 40-hex commits", r.place),
-            )
-            .at(r.line, r.col);
-            if let Some(fix) = r.archs.first().and_then(|a| ctx.fix_for(*a, false)) {
-                f = f.fix(fix).cause_kind(ADOPT);
-            }
-            out.push(f);
-        }
-        for &a in &r.archs {
-            match ctx.intent.get(&a) {
-                Some(want) if want != rev => {
-                    let rule = if ctx.pins.is_some() { "rev-mismatch" } else { "rev-inconsistent" };
-                    out.push(
-                        Finding::new(
-                            rule,
-                            Severity::Error,
-                            &r.file,
-                            format!(
-                                "{} pins DeepEP for {a} to {}, {pins_name} to {}",
-                                r.place,
-                                short(rev),
-                                short(want)
-                            ),
-                        )
-                        .at(r.line, r.col)
-                        .arch(a)
-                        .expected_found(want, rev)
-                        .fix(ctx.fix_for(a, false).expect("intent exists"))
-                        .cause_kind(ADOPT),
-                    );
-                }
-                Some(_) => {}
-                None if ctx.pins.is_some() => out.push(
-                    Finding::new(
-                        "arch-unpinned",
-                        Severity::Warning,
-                        &r.file,
-                        format!("{} installs DeepEP on {a}, which pins.toml does not pin", r.place),
-                    )
-                    .at(r.line, r.col)
-                    .arch(a)
-                    .fix(format!("deepep-forge pin set <40-hex sha> --arch {a}")),
-                ),
-                None => {}
-            }
-        }
-    }
-    if let Some(p) = ctx.pins {
-        for a in p.pins.keys().filter(|a| !used.contains(a)) {
-            out.push(
-                Finding::new(
-                    "arch-not-referenced",
-                    Severity::Warning,
-                    &ctx.pyproject_path,
-                    format!("pins.toml pins {a}, but pyproject.toml installs DeepEP on {a} nowhere"),
-                )
-                .arch(*a)
-                .fix(ctx.fix_for(*a, false).expect("pinned")),
-            );
-        }
-    }
-
-    // Labels: pyproject's static dependency-metadata version.
-    let labels = |r: &Reference, rule: &str, archs: &[Arch], out: &mut Vec<Finding>| {
-        let found = r.version.as_deref().unwrap_or_default();
-        if Version::from_str(found).is_err() {
-            out.push(
-                Finding::new(
-                    "label-invalid",
-                    Severity::Error,
-                    &r.file,
-                    format!("{} `{found}` is not a PEP 440 version", r.place),
-                )
-                .at(r.line, r.col)
-                .fix(used.first().and_then(|a| ctx.fix_for(*a, false)).unwrap_or_default()),
-            );
-            return;
-        }
-        for &a in archs {
-            let Some(want) = ctx.label_for(a) else { continue };
-            if same_version(found, &want) {
-                continue;
-            }
-            let relock = r.kind.in_lock();
-            let (msg, stale) = label_message(ctx, r, found, a, &want);
-            // With two revisions no per-architecture fix can make one static label right.
-            let split = ctx.split(&used);
-            let fix = if split { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
-            let kind = if moved.contains(&a) {
-                ADOPT
-            } else if stale {
-                RELOCK
-            } else if split {
-                SPLIT
-            } else {
-                LABEL
-            };
-            out.push(
-                Finding::new(rule, Severity::Error, &r.file, msg)
-                    .at(r.line, r.col)
-                    .arch(a)
-                    .expected_found(want, found)
-                    .fix(fix)
-                    .cause_kind(kind),
-            );
-        }
-    };
-    let static_labels: Vec<&Reference> = py.iter().filter(|r| r.kind == Kind::Label).collect();
-    for r in &static_labels {
-        labels(r, "stale-label", &used, &mut out);
-    }
-
-    // One static label, two revisions.
-    let revs: Vec<(&Arch, &String)> = ctx.intent.iter().filter(|(a, _)| used.contains(a)).collect();
-    if let (Some(label), [(a1, r1), (a2, r2), ..]) = (static_labels.first(), revs.as_slice()) {
-        if ctx.split(&used) {
-            let l = |a: &Arch| ctx.label_for(*a).unwrap_or_else(|| format!("a label for {}", short(&ctx.intent[a])));
-            out.push(
-                Finding::new(
-                    "label-split",
-                    Severity::Error,
-                    &label.file,
-                    format!(
-                        "{a1} is pinned to {} (builds {}) and {a2} to {} (builds {}), but [[tool.uv.dependency-metadata]] gives every architecture one static version: \
-                         on the architecture it does not match, uv.lock records a version no build produces and every `uv sync` reinstalls deep-ep",
-                        short(r1),
-                        l(a1),
-                        short(r2),
-                        l(a2)
-                    ),
-                )
-                .at(label.line, label.col)
-                .expected_found("one revision for every architecture", format!("{a1} {}, {a2} {}", short(r1), short(r2)))
-                .fix(ctx.unify_fix())
-                .cause_kind(SPLIT),
-            );
-        }
-    }
-
-    if let Some(lock) = ctx.lock {
-        lock_rules(ctx, lock, &used, &labels, &mut out);
     }
     merge(out)
+}
+
+/// Run a phase's rules on one reference: per-architecture rules for each of
+/// `archs` first (in architecture order), then the per-reference rules.
+fn judge_ref(j: &Judging, rules: &[&Rule], r: &Reference, archs: &[Arch], out: &mut Vec<Finding>) {
+    // Requirements report per reference first, then per architecture; lock entries the other way round.
+    let arch_first = r.kind.in_lock();
+    let per_ref = |out: &mut Vec<Finding>| {
+        rules.iter().filter_map(|x| if let Judge::Ref(f) = x.judge { Some(f) } else { None }).for_each(|f| f(j, r, out))
+    };
+    if !arch_first {
+        per_ref(out);
+    }
+    for &a in archs {
+        for rule in rules {
+            if let Judge::RefArch(f) = rule.judge {
+                f(j, r, a, out);
+            }
+        }
+    }
+    if arch_first {
+        per_ref(out);
+    }
+}
+
+fn no_deepep(ctx: &Context) -> Finding {
+    Finding::new("no-deepep", Severity::Error, &ctx.pyproject_path, "pyproject.toml does not reference DeepEP anywhere")
+        .fix("check --project (the folder that holds the consumer's pyproject.toml) or the source name in pins.toml")
+}
+
+fn unpinned(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    if r.git.is_some() {
+        return;
+    }
+    let (ctx, py) = (j.ctx, &j.ctx.py.refs);
+    for &a in &r.archs {
+        let pinned = py.iter().any(|o| {
+            o.archs.contains(&a)
+                && git_rev(o).is_some()
+                && (o.kind == Kind::Source || o.place == "tool.uv.override-dependencies")
+        });
+        if !pinned {
+            out.push(
+                Finding::new("unpinned", Severity::Error, &r.file, format!("{} requires DeepEP for {a} without a git revision, and no tool.uv.sources or override pins one", r.place))
+                    .at(r.line, r.col)
+                    .arch(a)
+                    .fix(ctx.fix_for(a, false).unwrap_or_else(|| "pin DeepEP with `deep_ep @ git+<repo>@<40-hex sha>`".into())),
+            );
+        }
+    }
+}
+
+fn source_repo(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    let (Some(g), Some(p)) = (&r.git, j.ctx.pins) else { return };
+    if !same_repo(&g.repo, &p.source.repo) {
+        out.push(
+            Finding::new(
+                "source-repo",
+                Severity::Warning,
+                &r.file,
+                format!("{} takes DeepEP from another repository than pins.toml", r.place),
+            )
+            .at(r.line, r.col)
+            .expected_found(&p.source.repo, &g.repo),
+        );
+    }
+}
+
+fn rev_not_full_sha(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    let Some(g) = &r.git else { return };
+    let rev = g.rev.as_deref().unwrap_or("");
+    if is_full_sha(rev) || is_name(rev) {
+        return;
+    }
+    let what = if rev.is_empty() {
+        "names no revision (it follows the default branch)".to_string()
+    } else {
+        format!("names `{}`, not a full commit", crate::input::excerpt(rev, 80))
+    };
+    let mut f = Finding::new(
+        "rev-not-full-sha",
+        Severity::Error,
+        &r.file,
+        format!("{} {what}: pins must be 40-hex commits", r.place),
+    )
+    .at(r.line, r.col);
+    if let Some(fix) = r.archs.first().and_then(|a| j.ctx.fix_for(*a, false)) {
+        // Under --no-pins the short sha is the intent itself: nothing to adopt, its own cause.
+        f = f.fix(fix);
+        if j.ctx.pins.is_some() {
+            f = f.cause_kind(ADOPT);
+        }
+    }
+    out.push(f);
+}
+
+/// A branch or tag name (not empty, not a hex sha or prefix of one): it moves under the project.
+pub fn is_name(rev: &str) -> bool {
+    let sha_or_prefix = (4..=40).contains(&rev.len()) && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    !rev.is_empty() && !sha_or_prefix
+}
+
+/// A requirement pins DeepEP to a branch or tag: pyproject.toml records a name, uv.lock the commit it
+/// resolved to when it was locked; relocking moves it to wherever the name points then.
+fn branch_pin(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    let Some(name) = git_rev(r).filter(|rev| is_name(rev)) else { return };
+    let ctx = j.ctx;
+    let locked = r.archs.iter().find_map(|a| ctx.locked_commit(*a, name));
+    let name_shown = crate::input::excerpt(name, 80);
+    let lock = match locked {
+        Some(c) => format!("uv.lock records the commit it resolved to when it was locked, {}", short(c)),
+        None => "no uv.lock records which commit it resolved to".to_string(),
+    };
+    let mut f = Finding::new(
+        "branch-pin",
+        Severity::Error,
+        &r.file,
+        format!(
+            "{} pins DeepEP to `{name_shown}`, a branch or tag name, not a commit: {lock}; \
+             `uv lock --upgrade` moves it to wherever `{name_shown}` points then, with no change to pyproject.toml",
+            r.place
+        ),
+    )
+    .at(r.line, r.col)
+    .expected_found("a full 40-hex commit", name);
+    if let Some(fix) = r.archs.first().and_then(|a| ctx.fix_for(*a, false)) {
+        f = f.fix(fix).cause_kind(if ctx.pins.is_some() { ADOPT } else { BRANCH });
+    }
+    out.push(f);
+}
+
+/// A requirement pins another revision than pins.toml.
+fn rev_mismatch(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>) {
+    if j.ctx.pins.is_some() {
+        rev_differs(j, r, a, "rev-mismatch", "pins.toml", out)
+    }
+}
+
+/// Under --no-pins, a requirement pins another revision than the pyproject's own intent.
+fn rev_inconsistent(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>) {
+    if j.ctx.pins.is_none() {
+        rev_differs(j, r, a, "rev-inconsistent", "the pyproject's intent (--no-pins)", out)
+    }
+}
+
+/// `r` pins DeepEP for `a` to another revision than the intent (`rule`, named `pins_name`).
+fn rev_differs(j: &Judging, r: &Reference, a: Arch, rule: &str, pins_name: &str, out: &mut Vec<Finding>) {
+    let ctx = j.ctx;
+    let Some(g) = &r.git else { return };
+    let rev = g.rev.as_deref().unwrap_or("");
+    let Some(want) = ctx.intent.get(&a).filter(|w| *w != rev) else { return };
+    out.push(
+        Finding::new(
+            rule,
+            Severity::Error,
+            &r.file,
+            format!("{} pins DeepEP for {a} to {}, {pins_name} to {}", r.place, short(rev), short(want)),
+        )
+        .at(r.line, r.col)
+        .arch(a)
+        .expected_found(want, rev)
+        .fix(ctx.fix_for(a, false).expect("intent exists"))
+        .cause_kind(ADOPT),
+    );
+}
+
+fn arch_unpinned(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>) {
+    if r.git.is_none() || j.ctx.pins.is_none() || j.ctx.intent.contains_key(&a) {
+        return;
+    }
+    out.push(
+        Finding::new(
+            "arch-unpinned",
+            Severity::Warning,
+            &r.file,
+            format!("{} installs DeepEP on {a}, which pins.toml does not pin", r.place),
+        )
+        .at(r.line, r.col)
+        .arch(a)
+        .fix(arch_unpinned_fix(j, r, a)),
+    );
+}
+
+/// `pin set` with the revision the project installs on `a` (into pins.toml): for `a`
+/// alone, unless the project installs that revision on every architecture.
+fn arch_unpinned_fix(j: &Judging, r: &Reference, a: Arch) -> String {
+    let Some(rev) = git_rev(r).filter(|r| !r.is_empty()) else {
+        return format!("deepep-forge pin set <40-hex sha> --arch {a}");
+    };
+    let everywhere = j.used.iter().all(|u| j.ctx.project_rev(*u).as_deref() == Some(rev));
+    j.ctx.pin_set(rev, (!everywhere).then_some(a), false)
+}
+
+fn arch_not_referenced(j: &Judging, out: &mut Vec<Finding>) {
+    let Some(p) = j.ctx.pins else { return };
+    for a in p.pins.keys().filter(|a| !j.used.contains(a)) {
+        out.push(
+            Finding::new(
+                "arch-not-referenced",
+                Severity::Warning,
+                &j.ctx.pyproject_path,
+                format!("pins.toml pins {a}, but pyproject.toml installs DeepEP on {a} nowhere"),
+            )
+            .arch(*a)
+            .fix(j.ctx.fix_for(*a, false).expect("pinned")),
+        );
+    }
+}
+
+/// A label (pyproject's static version, or uv.lock's) that is not a PEP 440 version.
+fn label_invalid(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    let labelled = matches!(r.kind, Kind::Label | Kind::LockLabel) || (r.kind == Kind::LockPackage && r.git.is_some());
+    if !labelled {
+        return;
+    }
+    let found = r.version.as_deref().unwrap_or_default();
+    if Version::from_str(found).is_err() {
+        out.push(
+            Finding::new(
+                "label-invalid",
+                Severity::Error,
+                &r.file,
+                format!("{} `{found}` is not a PEP 440 version", r.place),
+            )
+            .at(r.line, r.col)
+            .fix(j.used.first().and_then(|a| j.ctx.fix_for(*a, false)).unwrap_or_default()),
+        );
+    }
+}
+
+/// pyproject.toml's static dependency-metadata version is not the pin's label.
+fn stale_label(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    label_rule(j, r, "stale-label", &j.used, out)
+}
+
+/// uv.lock's dependency-metadata or deep-ep package version is not the pin's label.
+fn lock_label(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    match r.kind {
+        Kind::LockLabel => label_rule(j, r, "lock-label", &j.used, out),
+        Kind::LockPackage if r.git.is_some() => label_rule(j, r, "lock-label", &r.archs, out),
+        _ => {}
+    }
+}
+
+/// The label rule, shared by pyproject and uv.lock (a label that is not PEP 440 is `label-invalid`'s).
+fn label_rule(j: &Judging, r: &Reference, rule: &str, archs: &[Arch], out: &mut Vec<Finding>) {
+    let ctx = j.ctx;
+    let found = r.version.as_deref().unwrap_or_default();
+    if Version::from_str(found).is_err() {
+        return;
+    }
+    for &a in archs {
+        let Some(want) = ctx.label_for(a) else { continue };
+        if same_version(found, &want) {
+            continue;
+        }
+        let relock = r.kind.in_lock();
+        let (msg, stale) = label_message(ctx, r, found, a, &want);
+        // With two revisions no per-architecture fix can make one static label right.
+        let split = ctx.split(&j.used);
+        let fix = if split { ctx.unify_fix() } else { ctx.fix_for(a, relock).expect("intent exists") };
+        let kind = if j.moved.contains(&a) {
+            ADOPT
+        } else if stale {
+            RELOCK
+        } else if split {
+            SPLIT
+        } else {
+            LABEL
+        };
+        out.push(
+            Finding::new(rule, Severity::Error, &r.file, msg)
+                .at(r.line, r.col)
+                .arch(a)
+                .expected_found(want, found)
+                .fix(fix)
+                .cause_kind(kind),
+        );
+    }
+}
+
+/// One static label, two revisions.
+fn label_split(j: &Judging, out: &mut Vec<Finding>) {
+    let ctx = j.ctx;
+    let label = ctx.py.refs.iter().find(|r| r.kind == Kind::Label);
+    let revs: Vec<(&Arch, &String)> = ctx.intent.iter().filter(|(a, _)| j.used.contains(a)).collect();
+    let (Some(label), [(a1, r1), (a2, r2), ..]) = (label, revs.as_slice()) else { return };
+    if !ctx.split(&j.used) {
+        return;
+    }
+    let l = |a: &Arch| ctx.label_for(*a).unwrap_or_else(|| format!("a label for {}", short(&ctx.intent[a])));
+    out.push(
+        Finding::new(
+            "label-split",
+            Severity::Error,
+            &label.file,
+            format!(
+                "{a1} is pinned to {} (builds {}) and {a2} to {} (builds {}), but [[tool.uv.dependency-metadata]] gives every architecture one static version: \
+                 on the architecture it does not match, uv.lock records a version no build produces and every `uv sync` reinstalls deep-ep",
+                short(r1),
+                l(a1),
+                short(r2),
+                l(a2)
+            ),
+        )
+        .at(label.line, label.col)
+        .expected_found("one revision for every architecture", format!("{a1} {}, {a2} {}", short(r1), short(r2)))
+        .fix(ctx.unify_fix())
+        .cause_kind(SPLIT),
+    );
+}
+
+/// The fix for a stale lock entry on `a`: `pin set` when pyproject.toml is wrong too, else `uv lock`.
+fn lock_fix(j: &Judging, a: Arch) -> String {
+    if j.py_wrong {
+        j.ctx.fix_for(a, true).unwrap_or_default()
+    } else {
+        format!("uv lock --project {}", j.ctx.project.display())
+    }
+}
+
+/// The cause kind of a stale lock entry: the pin moved, or only the lock is behind.
+fn lock_kind(j: &Judging, a: Arch) -> &'static str {
+    if j.moved.contains(&a) {
+        ADOPT
+    } else {
+        RELOCK
+    }
+}
+
+/// A uv.lock entry (manifest override, package source, requires-dist, a dependent's source) names another revision.
+fn lock_stale(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>) {
+    let ctx = j.ctx;
+    if matches!(r.kind, Kind::LockLabel | Kind::LockTransitive) {
+        return;
+    }
+    let (Some(g), Some(want)) = (&r.git, ctx.intent.get(&a)) else { return };
+    let rev = g.rev.as_deref().unwrap_or("");
+    if rev == want {
+        return;
+    }
+    let msg = match ctx.project_rev(a).as_deref() {
+        Some(p) if p == rev => format!(
+            "uv.lock {} has DeepEP {} for {a}, as pyproject.toml does; {pins} pins {}",
+            r.place,
+            short(rev),
+            short(want),
+            pins = if ctx.pins.is_some() { "pins.toml" } else { "the intent" },
+        ),
+        Some(p) => format!(
+            "uv.lock {} has DeepEP {} for {a}, pyproject.toml {}: {STALE_LOCK_EFFECT}",
+            r.place,
+            short(rev),
+            short(p)
+        ),
+        None => format!("uv.lock {} has DeepEP {} for {a}; the intent is {}", r.place, short(rev), short(want)),
+    };
+    out.push(
+        Finding::new("lock-stale", Severity::Error, &r.file, msg)
+            .at(r.line, r.col)
+            .arch(a)
+            .expected_found(want, rev)
+            .fix(lock_fix(j, a))
+            .cause_kind(lock_kind(j, a)),
+    );
+}
+
+/// uv.lock requests the pinned revision but records another commit for it.
+fn fragment_mismatch(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>) {
+    if matches!(r.kind, Kind::LockLabel | Kind::LockTransitive) {
+        return;
+    }
+    let (Some(g), Some(want)) = (&r.git, j.ctx.intent.get(&a)) else { return };
+    if g.rev.as_deref().unwrap_or("") != want {
+        return;
+    }
+    let Some(c) = g.commit.as_deref().filter(|c| c != want && is_full_sha(want)) else { return };
+    out.push(
+        Finding::new(
+            "fragment-mismatch",
+            Severity::Error,
+            &r.file,
+            format!("uv.lock {} requests {} but records commit {}", r.place, short(want), short(c)),
+        )
+        .at(r.line, r.col)
+        .arch(a)
+        .expected_found(want, c)
+        .fix(lock_fix(j, a))
+        .cause_kind(lock_kind(j, a)),
+    );
+}
+
+/// Another package pins its own DeepEP: a note when the project's override replaces it, else a warning.
+fn transitive_pin(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>) {
+    let (ctx, Some(lock)) = (j.ctx, j.ctx.lock) else { return };
+    if r.kind != Kind::LockTransitive {
+        return;
+    }
+    let (Some(want), Some(rev)) = (ctx.intent.get(&a), git_rev(r)) else { return };
+    if want == rev {
+        return;
+    }
+    let owner = r.owner.as_deref().unwrap_or("a dependency");
+    // The revision the override really installs on `a` (uv.lock [manifest] overrides).
+    let replacement = lock
+        .refs
+        .iter()
+        .find(|o| o.kind == Kind::LockManifest && o.place == "[manifest] overrides" && o.archs.contains(&a))
+        .and_then(git_rev);
+    let (sev, msg) = if lock.overridden.contains(&a) {
+        let with = match replacement {
+            Some(o) if o == want => format!("with {}", short(o)),
+            Some(o) => format!(
+                "with {} ({} pins {})",
+                short(o),
+                if ctx.pins.is_some() { "pins.toml" } else { "the intent" },
+                short(want)
+            ),
+            None => "with its own pin".to_string(),
+        };
+        (
+            Severity::Note,
+            format!("{owner} pins DeepEP {} for {a} itself; the project's override replaces it {with}", short(rev)),
+        )
+    } else {
+        (Severity::Warning, format!("{owner} pins DeepEP {} for {a} itself and no override replaces it", short(rev)))
+    };
+    let mut f = Finding::new("transitive-pin", sev, &r.file, msg).at(r.line, r.col).arch(a).expected_found(want, rev);
+    if sev == Severity::Warning {
+        let repo =
+            ctx.pins.map(|p| p.source.repo.clone()).or_else(|| git_of(ctx.py, want)).unwrap_or_else(|| "<repo>".into());
+        f = f.fix(format!("add \"deep_ep @ git+{repo}@{want}\" to [tool.uv] override-dependencies"));
+    }
+    out.push(f);
+}
+
+/// uv.lock locks no deep-ep package for an architecture pyproject.toml installs it on.
+fn lock_stale_unlocked_arch(j: &Judging, out: &mut Vec<Finding>) {
+    let (ctx, Some(lock)) = (j.ctx, j.ctx.lock) else { return };
+    for &a in j.used.iter().filter(|a| ctx.intent.contains_key(a)) {
+        if !lock.refs.iter().any(|r| r.kind == Kind::LockPackage && r.archs.contains(&a)) {
+            out.push(
+                Finding::new(
+                    "lock-stale",
+                    Severity::Error,
+                    ctx.pyproject_path.with_file_name("uv.lock"),
+                    format!("uv.lock locks no deep-ep package for {a}, which pyproject.toml installs there: {STALE_LOCK_EFFECT}"),
+                )
+                .arch(a)
+                .expected_found(&ctx.intent[&a], "none")
+                .fix(lock_fix(j, a))
+                .cause_kind(lock_kind(j, a)),
+            );
+        }
+    }
 }
 
 /// What a wrong label at `r` means for `arch`, in uv's real terms.
@@ -501,147 +901,6 @@ fn label_message(ctx: &Context, r: &Reference, found: &str, arch: Arch, want: &s
     (msg, false)
 }
 
-/// The label rule, shared by pyproject and uv.lock: (reference, rule id, architectures, findings).
-type LabelRule<'a> = dyn Fn(&Reference, &str, &[Arch], &mut Vec<Finding>) + 'a;
-
-fn lock_rules(ctx: &Context, lock: &UvLock, used: &[Arch], labels: &LabelRule, out: &mut Vec<Finding>) {
-    let py_wrong = out.iter().any(|f| f.severity == Severity::Error);
-    let moved = ctx.moved();
-    let lock_fix = |a: Arch| {
-        if py_wrong {
-            ctx.fix_for(a, true).unwrap_or_default()
-        } else {
-            format!("uv lock --project {}", ctx.project.display())
-        }
-    };
-    for r in &lock.refs {
-        match r.kind {
-            Kind::LockLabel => labels(r, "lock-label", used, out),
-            Kind::LockTransitive => {
-                for &a in &r.archs {
-                    let (Some(want), Some(rev)) = (ctx.intent.get(&a), git_rev(r)) else { continue };
-                    if want == rev {
-                        continue;
-                    }
-                    let owner = r.owner.as_deref().unwrap_or("a dependency");
-                    // The revision the override really installs on `a` (uv.lock [manifest] overrides).
-                    let replacement = lock
-                        .refs
-                        .iter()
-                        .find(|o| {
-                            o.kind == Kind::LockManifest && o.place == "[manifest] overrides" && o.archs.contains(&a)
-                        })
-                        .and_then(git_rev);
-                    let (sev, msg) = if lock.overridden.contains(&a) {
-                        let with = match replacement {
-                            Some(o) if o == want => format!("with {}", short(o)),
-                            Some(o) => format!(
-                                "with {} ({} pins {})",
-                                short(o),
-                                if ctx.pins.is_some() { "pins.toml" } else { "the intent" },
-                                short(want)
-                            ),
-                            None => "with its own pin".to_string(),
-                        };
-                        (
-                            Severity::Note,
-                            format!(
-                                "{owner} pins DeepEP {} for {a} itself; the project's override replaces it {with}",
-                                short(rev)
-                            ),
-                        )
-                    } else {
-                        (
-                            Severity::Warning,
-                            format!("{owner} pins DeepEP {} for {a} itself and no override replaces it", short(rev)),
-                        )
-                    };
-                    let mut f = Finding::new("transitive-pin", sev, &r.file, msg)
-                        .at(r.line, r.col)
-                        .arch(a)
-                        .expected_found(want, rev);
-                    if sev == Severity::Warning {
-                        f = f.fix(format!("add \"deep_ep @ git+<repo>@{want}\" to [tool.uv] override-dependencies"));
-                    }
-                    out.push(f);
-                }
-            }
-            _ => {
-                let Some(g) = &r.git else { continue };
-                for &a in &r.archs {
-                    let Some(want) = ctx.intent.get(&a) else { continue };
-                    let rev = g.rev.as_deref().unwrap_or("");
-                    if rev != want {
-                        let project = ctx.project_rev(a);
-                        let msg = match project.as_deref() {
-                            Some(p) if p == rev => format!(
-                                "uv.lock {} has DeepEP {} for {a}, as pyproject.toml does; {pins} pins {}",
-                                r.place,
-                                short(rev),
-                                short(want),
-                                pins = if ctx.pins.is_some() { "pins.toml" } else { "the intent" },
-                            ),
-                            Some(p) => format!(
-                                "uv.lock {} has DeepEP {} for {a}, pyproject.toml {}: {STALE_LOCK_EFFECT}",
-                                r.place,
-                                short(rev),
-                                short(p)
-                            ),
-                            None => format!(
-                                "uv.lock {} has DeepEP {} for {a}; the intent is {}",
-                                r.place,
-                                short(rev),
-                                short(want)
-                            ),
-                        };
-                        out.push(
-                            Finding::new("lock-stale", Severity::Error, &r.file, msg)
-                                .at(r.line, r.col)
-                                .arch(a)
-                                .expected_found(want, rev)
-                                .fix(lock_fix(a))
-                                .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
-                        );
-                    } else if let Some(c) = g.commit.as_deref().filter(|c| *c != want && is_full_sha(want)) {
-                        out.push(
-                            Finding::new(
-                                "fragment-mismatch",
-                                Severity::Error,
-                                &r.file,
-                                format!("uv.lock {} requests {} but records commit {}", r.place, short(want), short(c)),
-                            )
-                            .at(r.line, r.col)
-                            .arch(a)
-                            .expected_found(want, c)
-                            .fix(lock_fix(a))
-                            .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
-                        );
-                    }
-                }
-                if r.kind == Kind::LockPackage {
-                    labels(r, "lock-label", &r.archs, out);
-                }
-            }
-        }
-    }
-    for &a in used.iter().filter(|a| ctx.intent.contains_key(a)) {
-        if !lock.refs.iter().any(|r| r.kind == Kind::LockPackage && r.archs.contains(&a)) {
-            out.push(
-                Finding::new(
-                    "lock-stale",
-                    Severity::Error,
-                    ctx.pyproject_path.with_file_name("uv.lock"),
-                    format!("uv.lock locks no deep-ep package for {a}, which pyproject.toml installs there: {STALE_LOCK_EFFECT}"),
-                )
-                .arch(a)
-                .expected_found(&ctx.intent[&a], "none")
-                .fix(lock_fix(a))
-                .cause_kind(if moved.contains(&a) { ADOPT } else { RELOCK }),
-            );
-        }
-    }
-}
-
 /// One finding per (rule, file, arch, expected, found): later places become "also at lines ...".
 fn merge(findings: Vec<Finding>) -> Vec<Finding> {
     let mut out: Vec<(Finding, Vec<usize>)> = Vec::new();
@@ -673,4 +932,27 @@ fn merge(findings: Vec<Finding>) -> Vec<Finding> {
             f
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_id_is_documented() {
+        let doc = include_str!("../../docs/findings.md");
+        for id in rule_ids() {
+            assert!(doc.contains(&format!("| `{id}` |")), "docs/findings.md has no row for `{id}`");
+        }
+    }
+
+    #[test]
+    fn branch_and_tag_names_are_told_from_shas() {
+        for name in ["hybrid-ep", "main", "v1.2.1", "feature/x", "abc"] {
+            assert!(is_name(name), "{name}");
+        }
+        for sha in ["", "17cfb81", "17cfb817bccec3a9c247013360cc550c2bac441e", "ABCD"] {
+            assert!(!is_name(sha), "{sha}");
+        }
+    }
 }

@@ -157,6 +157,10 @@ fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize
 
 /// Read uv.lock text. `project` is the pyproject's own name (its requires-dist
 /// is the project's intent, not a transitive pin).
+// Over 120 lines: one pass over the lock's tables in the order uv writes them
+// (header, conflicts, manifest, packages); each step feeds the next (the
+// conflict sets decide which packages count per architecture), so it reads top
+// to bottom as one walk of the file.
 pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) -> Result<UvLock> {
     if text.trim().is_empty() {
         return Err(Failure::usage(format!("{} is empty: not a uv lockfile", path.display()))

@@ -32,8 +32,10 @@ pub struct SetArgs {
     #[command(flatten)]
     pub place: ProjectArgs,
     /// A DeepEP git checkout (PATH) or URL: resolves short revisions, gives the
-    /// short sha as `git rev-parse --short` prints it and the base version from
-    /// setup.py at the new revision.
+    /// short sha as `git rev-parse --short` prints it and the label's base version
+    /// at the new revision. Without it the revision is fetched from pins.toml's
+    /// repository (under --no-pins, pyproject.toml's) into the cache's git mirror,
+    /// as `plan` does; a source that cannot be read is exit 3, never a guess.
     #[arg(long, value_name = "PATH|URL")]
     pub source: Option<String>,
     /// Run `uv lock` in the project afterwards (uv from $DEEPEP_FORGE_UV or PATH),
@@ -42,6 +44,8 @@ pub struct SetArgs {
     /// put back as they were (after a kill, `pin recover` does it).
     #[arg(long)]
     pub relock: bool,
+    #[command(flatten)]
+    pub cache: crate::cache::CacheDirArg,
 }
 
 #[derive(Debug, clap::Args)]
@@ -111,7 +115,38 @@ pub fn find_uv() -> Result<PathBuf> {
         })
 }
 
+/// The repository DeepEP's source is read from without `--source`: pins.toml's,
+/// else (--no-pins) the one pyproject.toml's DeepEP requirements name.
+fn repo_of(pins: Option<&Pins>, py: &pyproject::Pyproject, py_path: &Path) -> Result<String> {
+    if let Some(p) = pins {
+        return Ok(p.source.repo.clone());
+    }
+    py.refs.iter().find_map(|r| r.git.as_ref().map(|g| g.repo.clone())).ok_or_else(|| {
+        Failure::usage(format!(
+            "{} names no git repository for DeepEP, so pin set cannot read the version the label needs",
+            py_path.display()
+        ))
+        .hint("pass --source PATH|URL with DeepEP's git repository")
+        .into()
+    })
+}
+
+/// A read-only pyproject.toml or pins.toml whose revision changes, or (with --relock) uv.lock,
+/// is refused before the source is fetched (a change of the label alone is refused after it).
+fn precheck_writable(files: &[Option<&Path>]) -> Result<()> {
+    for shown in files.iter().flatten().copied() {
+        let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
+        txn::check_writable(&txn::Change { shown: shown.to_path_buf(), real, old: Some(Vec::new()), new: None })?;
+    }
+    Ok(())
+}
+
 /// `deepep-forge pin set`.
+// Over 120 lines: the one transaction of `pin set`, in the order its guarantee
+// needs (1. everything validated and the label's source read, 2. every file
+// resolved and journalled, 3. written, relocked, committed or rolled back);
+// its validation and source reading live in helpers above. Kept in one piece
+// while the journal work (txn.rs) changes steps 2-3.
 pub fn set(args: SetArgs) -> Result<Exit> {
     // 1. Everything that can fail on input, before any write.
     let flags = place_flags(&args.place.project, &args.place.pins, args.place.no_pins);
@@ -139,7 +174,8 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     }
     let uv = if args.relock { Some(find_uv()?) } else { None };
 
-    let src = args.source.as_deref().map(source::GitSource::open).transpose()?;
+    let cache = args.cache.resolve()?;
+    let src = args.source.as_deref().map(|s| source::GitSource::open(s, &cache)).transpose()?;
     let rev = match &src {
         Some(s) => s.resolve(&args.rev)?,
         None if is_full_sha(&args.rev) => args.rev.clone(),
@@ -155,20 +191,31 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         None => rev[..7].to_string(),
     };
     let old_label = before.refs.iter().find(|r| r.kind == Kind::Label).and_then(|r| r.version.clone());
-    let base = match src.as_ref().map(|s| s.base_version(&rev)).transpose()?.flatten() {
-        Some(b) => Some(b),
-        None => old_label
-            .as_deref()
-            .and_then(|l| <pep440_rs::Version as std::str::FromStr>::from_str(l).ok())
-            .map(|v| v.without_local().to_string())
-            .or_else(|| pins.as_ref().map(|p| p.source.base_version.clone())),
+    // Everything that can be refused without the source is refused before any fetch:
+    // the rewrite itself (label filled in below) and files pin set cannot write.
+    let (moved_py, _) =
+        edit::pyproject(&py_path, &py_text, &name, &edit::Target { rev: &rev, arch: args.arch, label: None })?;
+    let lock_path = args.place.project.join("uv.lock");
+    let relocked = uv.is_some().then_some(lock_path.as_path()).filter(|p| p.exists());
+    let arches_moved = |p: &Pins| {
+        args.arch
+            .map(|a| vec![a])
+            .unwrap_or(Arch::ALL.to_vec())
+            .iter()
+            .any(|a| p.pins.get(a).is_none_or(|x| x.rev != rev))
     };
-    if old_label.is_some() && base.is_none() {
-        return Err(Failure::usage("cannot tell the base version for the dependency-metadata label")
-            .hint("pass --source with DeepEP's git repository")
-            .into());
-    }
-    let label = base.as_ref().map(|b| format!("{b}+{short}"));
+    let pins_moved = pins.as_ref().filter(|p| arches_moved(p)).map(|p| p.path.as_path());
+    precheck_writable(&[(moved_py != py_text).then_some(py_path.as_path()), pins_moved, relocked])?;
+    // The label's base (and pins.toml's base_version) come from the source at REV, never from the old label.
+    let base = if old_label.is_some() || pins.is_some() {
+        Some(match &src {
+            Some(s) => s.base_version(&rev)?.ok_or_else(|| source::no_version(&short, &s.given))?,
+            None => source::base_version_at(&cache, &repo_of(pins.as_ref(), &before, &py_path)?, &rev)?,
+        })
+    } else {
+        None
+    };
+    let label = base.as_ref().filter(|_| old_label.is_some()).map(|b| format!("{b}+{short}"));
 
     let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
     let (new_py, places) = edit::pyproject(&py_path, &py_text, &name, &target)?;
@@ -211,7 +258,6 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         }
     }
     if uv.is_some() {
-        let lock_path = args.place.project.join("uv.lock");
         let old = crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)?.map(String::into_bytes);
         add(&lock_path, old, None)?;
     }

@@ -411,7 +411,7 @@ fn describe_state(d: &JournalDoc) -> String {
         .iter()
         .map(|f| {
             let path = dec_path(&f.path).unwrap_or_default();
-            let now = std::fs::read(&path).ok();
+            let now = crate::input::read_bytes(&path, "project file", crate::input::cap::LOCK).ok();
             let now_sha = now.as_ref().map(|b| hex::encode(Sha256::digest(b)));
             let old = f.old.as_ref().and_then(|o| B64.decode(o).ok());
             let what = if now == old {
@@ -460,7 +460,9 @@ impl Txn {
         for c in self.changes.iter().rev() {
             match &c.old {
                 Some(old) => {
-                    if std::fs::read(&c.real).ok().as_ref() != Some(old) {
+                    if crate::input::read_bytes(&c.real, "project file", crate::input::cap::LOCK).ok().as_ref()
+                        != Some(old)
+                    {
                         replace(&c.real, old).with_context(|| format!("restoring {}", c.real.display()))?;
                     }
                 }
@@ -494,7 +496,11 @@ impl Drop for Txn {
         let mut ok = true;
         for c in self.changes.iter().rev() {
             ok &= match &c.old {
-                Some(old) => std::fs::read(&c.real).ok().as_ref() == Some(old) || replace(&c.real, old).is_ok(),
+                Some(old) => {
+                    crate::input::read_bytes(&c.real, "project file", crate::input::cap::LOCK).ok().as_ref()
+                        == Some(old)
+                        || replace(&c.real, old).is_ok()
+                }
                 None => std::fs::remove_file(&c.real).is_ok() || !c.real.exists(),
             };
         }
@@ -571,7 +577,7 @@ pub fn recover(held: Held) -> Result<Vec<String>> {
         dirs.insert(parent(path).to_path_buf());
         match old {
             Some(old) => {
-                if std::fs::read(path).ok().as_ref() == Some(old) {
+                if crate::input::read_bytes(path, "project file", crate::input::cap::LOCK).ok().as_ref() == Some(old) {
                     done.push(format!("{}: already as it was", path.display()));
                 } else {
                     replace(path, old)?;

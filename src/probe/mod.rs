@@ -20,6 +20,18 @@ use crate::topology::Request;
 use crate::verdict::Verdict;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Presets (--preset; any flag overrides its value):
+  h100-8g       one node of 8 H100: EP 8, 8 ranks per NVLink domain, no multi-node NVLink
+  b200-8g       one node of 8 B200: EP 8, 8 ranks per NVLink domain, no multi-node NVLink
+  gb200-nvl72   one GB200 NVL72 rack, 18 nodes x 4 GPUs: EP 72, 72 ranks per domain, multi-node NVLink
+
+Examples:
+  deepep-forge probe --wheel dist/deep_ep-*.whl --preset h100-8g
+  deepep-forge probe --wheel dist/deep_ep-*.whl --preset h100-8g --nodes 2 --ep 16   # two nodes: needs a multinode build
+  deepep-forge probe --wheel dist/deep_ep-*.whl --recipe examples/configs/grpo.yaml --gpu h100
+  deepep-forge probe --python .venv/bin/python --preset gb200-nvl72 --format json   # an installed environment
+  deepep-forge probe --run --preset h100-8g                                         # on the GPUs themselves")]
 pub struct ProbeArgs {
     /// A wheel file to inspect.
     #[arg(long, value_name = "WHEEL", conflicts_with = "python")]
@@ -93,9 +105,9 @@ fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Opti
         }
     }
     if let Some(r) = &request {
-        for c in rules::topology_checks(r, inspected.as_ref().map(|i| &i.evidence), pins.as_ref()) {
-            v.push(c);
-        }
+        let (checks, considered) = rules::topology_checks(r, inspected.as_ref().map(|i| &i.evidence), pins.as_ref());
+        v.checks.extend(checks);
+        v.considered = considered;
     }
     if let Some(i) = &inspected {
         v.facts = serde_json::json!({

@@ -9,6 +9,9 @@ use super::elf::{demangle_prefix, is_std_symbol, ElfFacts};
 use super::env::EnvFacts;
 use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
 
+pub mod topology;
+pub use topology::topology_checks;
+
 /// DeepEP's abort message in single-node builds.
 pub const SINGLE_NODE_STRING: &str =
     "Inter-node communication is not supported. Please rebuild with HYBRID_EP_MULTINODE flag";
@@ -164,7 +167,62 @@ fn short(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// Rules about the binary alone (no request needed).
+/// What every binary rule sees: the binary, the installed environment
+/// (`--python`), the evidence, the request and pins.toml.
+#[derive(Clone, Copy)]
+pub struct Bx<'a> {
+    pub b: &'a WheelFacts,
+    pub env: Option<&'a EnvFacts>,
+    pub ev: &'a Evidence,
+    pub request: Option<&'a Request>,
+    pub pins: Option<&'a Pins>,
+    pub gpu: Option<Gpu>,
+}
+
+impl Bx<'_> {
+    /// The ELF machine of the first readable extension.
+    fn elf_arch(&self) -> Option<Arch> {
+        elfs(self.b).find_map(|(_, f)| f.arch())
+    }
+    fn tag_arch(&self) -> Option<Arch> {
+        self.b.platform.as_deref().and_then(platform_arch)
+    }
+    fn hep(&self) -> Option<&ElfFacts> {
+        hybrid_ep(self.b).and_then(|e| e.elf.as_ref().ok())
+    }
+    fn modules(&self) -> Vec<&str> {
+        self.b.extensions.iter().map(|e| short(&e.path)).collect()
+    }
+}
+
+/// One rule about the binary: its id and its rows (none when it does not apply).
+pub type BinaryRule = (&'static str, fn(&Bx) -> Vec<Check>);
+
+/// Every binary rule, in the order the verdict shows them (docs/probe.md names each id).
+pub const BINARY_RULES: [BinaryRule; 20] = [
+    ("record", record),
+    ("extension-elf", extension_elf),
+    ("interface", interface),
+    ("hybrid-ep-present", hybrid_ep_present),
+    ("elf-machine", elf_machine),
+    ("target-arch", target_arch),
+    ("host-arch", host_arch),
+    ("cubin-arch", cubin_arch),
+    ("jit-sm-arch", jit_sm_arch),
+    ("cuda-driver-link", cuda_driver_link),
+    ("libstdcxx", libstdcxx),
+    ("runpath", runpath),
+    ("provenance", provenance),
+    ("reused-tree", reused_tree),
+    ("pin", pin),
+    ("needed-libs", needed_libs),
+    ("rdma-core-home", rdma_core_home),
+    ("nvshmem", nvshmem),
+    ("jit-cuda-home", jit_cuda_home),
+    ("jit-cache", jit_cache),
+];
+
+/// Rules about the binary alone (the request only names the GPU and the dispatcher).
 pub fn binary_checks(
     b: &WheelFacts,
     env: Option<&EnvFacts>,
@@ -172,10 +230,40 @@ pub fn binary_checks(
     request: Option<&Request>,
     pins: Option<&Pins>,
 ) -> Vec<Check> {
-    let gpu = request.and_then(|r| r.gpu);
-    let mut out = Vec::new();
-    let is_wheel = env.is_none();
+    let cx = Bx { b, env, ev, request, pins, gpu: request.and_then(|r| r.gpu) };
+    BINARY_RULES.iter().flat_map(|(_, rule)| rule(&cx)).collect()
+}
 
+/// `cubin-arch`: one row per extension.
+fn cubin_arch(cx: &Bx) -> Vec<Check> {
+    cubin_checks(cx.b, cx.gpu, cx.ev, cx.pins)
+}
+
+/// `provenance`: the provenance file against the evidence.
+fn provenance(cx: &Bx) -> Vec<Check> {
+    vec![provenance_check(cx.b, cx.ev, cx.hep())]
+}
+
+/// `pin` (with `--pins`): the wheel's revision against pins.toml.
+fn pin(cx: &Bx) -> Vec<Check> {
+    let Some(pins) = cx.pins else { return Vec::new() };
+    vec![pin_check(cx.b, cx.elf_arch().or(cx.tag_arch()), pins, cx.gpu, cx.ev)]
+}
+
+/// `jit-cuda-home` (with `--python`).
+fn jit_cuda_home(cx: &Bx) -> Vec<Check> {
+    cx.env.map(|e| jit_cuda_home_check(&e.jit)).into_iter().collect()
+}
+
+/// `jit-cache` (with `--python`).
+fn jit_cache(cx: &Bx) -> Vec<Check> {
+    cx.env.map(|e| jit_cache_check(&e.jit)).into_iter().collect()
+}
+
+/// `record`.
+fn record(cx: &Bx) -> Vec<Check> {
+    let (b, is_wheel) = (cx.b, cx.env.is_none());
+    let mut out = Vec::new();
     // RECORD.
     let what = if is_wheel { "wheel members" } else { "installed files" };
     out.push(if b.record_problems.is_empty() {
@@ -193,7 +281,13 @@ pub fn binary_checks(
         })
     });
 
-    // Extensions readable, hybrid_ep_cpp present.
+    out
+}
+
+/// `extension-elf`.
+fn extension_elf(cx: &Bx) -> Vec<Check> {
+    let b = cx.b;
+    let mut out = Vec::new();
     for e in &b.extensions {
         if let Err(why) = &e.elf {
             out.push(
@@ -202,10 +296,14 @@ pub fn binary_checks(
             );
         }
     }
-    let wants_hybridep = request.is_some_and(|r| r.dispatcher.as_deref().is_none_or(|d| d == "hybridep"));
-    let asks_hybridep = request.is_some_and(|r| r.dispatcher.as_deref() == Some("hybridep"));
-    let modules: Vec<&str> = b.extensions.iter().map(|e| short(&e.path)).collect();
-    let interface = interface_of(b);
+    out
+}
+
+/// `interface`.
+fn interface(cx: &Bx) -> Vec<Check> {
+    let interface = interface_of(cx.b);
+    let modules = cx.modules();
+    let mut out = Vec::new();
     out.push(match interface {
         Some(crate::interface::Branch::Main) => Check::pass(
             "interface",
@@ -224,6 +322,16 @@ pub fn binary_checks(
             format!("none of DeepEP's extensions (deep_ep_cpp, hybrid_ep_cpp, deep_ep._C) found: {}", if modules.is_empty() { "no extension".into() } else { modules.join(", ") }),
         ),
     });
+    out
+}
+
+/// `hybrid-ep-present`.
+fn hybrid_ep_present(cx: &Bx) -> Vec<Check> {
+    let (b, request, interface) = (cx.b, cx.request, interface_of(cx.b));
+    let modules = cx.modules();
+    let wants_hybridep = request.is_some_and(|r| r.dispatcher.as_deref().is_none_or(|d| d == "hybridep"));
+    let asks_hybridep = request.is_some_and(|r| r.dispatcher.as_deref() == Some("hybridep"));
+    let mut out = Vec::new();
     out.push(match hybrid_ep(b) {
         Some(e) => Check::pass("hybrid-ep-present", format!("{} present", short(&e.path))),
         None if interface == Some(crate::interface::Branch::Main) && !asks_hybridep => Check::skip(
@@ -240,7 +348,13 @@ pub fn binary_checks(
         }
     });
 
-    // ELF machine vs platform tag vs target.
+    out
+}
+
+/// `elf-machine`.
+fn elf_machine(cx: &Bx) -> Vec<Check> {
+    let Bx { b, ev, pins, gpu, .. } = *cx;
+    let mut out = Vec::new();
     let machines: Vec<(String, String)> =
         elfs(b).map(|(e, f)| (short(&e.path).to_string(), f.machine.clone())).collect();
     let elf_arch = elfs(b).find_map(|(_, f)| f.arch());
@@ -262,6 +376,14 @@ pub fn binary_checks(
         (_, Some(p), _) => Check::pass("elf-machine", format!("platform tag {p} and ELF machine agree ({listing})")),
         (_, None, _) => Check::warn("elf-machine", format!("no platform tag to compare with ({listing})")),
     });
+    out
+}
+
+/// `target-arch`.
+fn target_arch(cx: &Bx) -> Vec<Check> {
+    let Bx { ev, pins, gpu, .. } = *cx;
+    let elf_arch = cx.elf_arch();
+    let mut out = Vec::new();
     out.push(match (gpu, gpu.and_then(Gpu::host_arch), elf_arch) {
         (None, _, _) => Check::warn("target-arch", "unknown: no GPU named (pass --gpu or --preset)"),
         (Some(g), None, _) => {
@@ -278,6 +400,13 @@ pub fn binary_checks(
         .fix(rebuild(Some(g), ev.multinode.unwrap_or(false), pins)),
     });
 
+    out
+}
+
+/// `host-arch`.
+fn host_arch(cx: &Bx) -> Vec<Check> {
+    let (env, elf_arch) = (cx.env, cx.elf_arch());
+    let mut out = Vec::new();
     // Host machine vs binary (installed environments run here).
     if let Some(env) = env {
         let m = &env.interpreter.machine;
@@ -289,9 +418,13 @@ pub fn binary_checks(
         });
     }
 
-    // cubin for the GPU.
-    let hep = hybrid_ep(b).and_then(|e| e.elf.as_ref().ok());
-    out.extend(cubin_checks(b, gpu, ev, pins));
+    out
+}
+
+/// `jit-sm-arch`.
+fn jit_sm_arch(cx: &Bx) -> Vec<Check> {
+    let Bx { b, ev, pins, gpu, .. } = *cx;
+    let mut out = Vec::new();
     // HybridEP's JIT compiles for the SM_ARCH baked from TORCH_CUDA_ARCH_LIST. Real
     // DeepEP passes it as `std::string(SM_ARCH)`: gcc builds strings of up to 15
     // bytes in code (SSO), so "9.0" is not in .rodata; the stamped provenance
@@ -329,6 +462,13 @@ pub fn binary_checks(
         });
     }
 
+    out
+}
+
+/// `cuda-driver-link`.
+fn cuda_driver_link(cx: &Bx) -> Vec<Check> {
+    let b = cx.b;
+    let mut out = Vec::new();
     // Driver symbols without libcuda.
     for (e, f) in elfs(b) {
         let cu: Vec<&String> = f.undefined.iter().filter(|s| is_driver_symbol(s)).collect();
@@ -348,6 +488,13 @@ pub fn binary_checks(
         out.push(Check::pass("cuda-driver-link", "every extension that uses cu* driver symbols NEEDs libcuda.so.1"));
     }
 
+    out
+}
+
+/// `libstdcxx`.
+fn libstdcxx(cx: &Bx) -> Vec<Check> {
+    let b = cx.b;
+    let mut out = Vec::new();
     // Static libstdc++.
     for (e, f) in elfs(b) {
         let std_syms: Vec<&String> = f.defined.iter().filter(|s| is_std_symbol(s)).collect();
@@ -367,6 +514,13 @@ pub fn binary_checks(
         out.push(Check::pass("libstdcxx", "libstdc++ is linked dynamically"));
     }
 
+    out
+}
+
+/// `runpath`.
+fn runpath(cx: &Bx) -> Vec<Check> {
+    let Bx { b, env, ev, .. } = *cx;
+    let mut out = Vec::new();
     // RUNPATH / RPATH.
     // RDMA_CORE_HOME/lib is meant to exist where the wheel runs (the JIT needs it too).
     let rdma_lib = b
@@ -409,8 +563,13 @@ pub fn binary_checks(
         }
     }
 
-    // Provenance vs evidence.
-    out.push(provenance_check(b, ev, hep));
+    out
+}
+
+/// `reused-tree`.
+fn reused_tree(cx: &Bx) -> Vec<Check> {
+    let ev = cx.ev;
+    let mut out = Vec::new();
     if ev.leaked_nccl_backend {
         out.push(
             Check::warn(
@@ -421,20 +580,20 @@ pub fn binary_checks(
         );
     }
 
-    // Pin.
-    if let Some(pins) = pins {
-        out.push(pin_check(b, elf_arch.or(tag_arch), pins, gpu, ev));
-    }
+    out
+}
 
-    // Installed environment: what the loader and the JIT will need.
-    if let Some(env) = env {
-        let unresolved: Vec<String> = env
-            .needed
-            .iter()
-            .filter(|r| r.found.is_none())
-            .map(|r| format!("{} (by {})", r.library, short(&r.extension)))
-            .collect();
-        out.push(if unresolved.is_empty() {
+/// `needed-libs`.
+fn needed_libs(cx: &Bx) -> Vec<Check> {
+    let Some(env) = cx.env else { return Vec::new() };
+    let mut out = Vec::new();
+    let unresolved: Vec<String> = env
+        .needed
+        .iter()
+        .filter(|r| r.found.is_none())
+        .map(|r| format!("{} (by {})", r.library, short(&r.extension)))
+        .collect();
+    out.push(if unresolved.is_empty() {
             Check::pass("needed-libs", format!("all {} NEEDED libraries resolve", env.needed.len()))
         } else {
             Check::fail(
@@ -450,50 +609,66 @@ pub fn binary_checks(
                 "install the missing libraries or point LD_LIBRARY_PATH at them"
             })
         });
-        if ev.transport == Some(Transport::Doca) {
-            let home = b
-                .provenance
-                .as_ref()
-                .and_then(|p| p.as_ref().ok())
-                .and_then(|p| p.variant.rdma_core_home.clone())
-                .or_else(|| ev.rdma_core_home.clone());
-            out.push(match home {
-                Some(h) if std::path::Path::new(&h).is_dir() => {
-                    Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists"))
-                }
-                Some(h) => Check::fail(
-                    "rdma-core-home",
-                    format!("baked RDMA_CORE_HOME {h} does not exist here: the HybridEP JIT cannot find rdma-core"),
-                )
-                .fix(format!("install rdma-core at {h}, or rebuild with this machine's RDMA_CORE_HOME")),
-                None => Check::warn("rdma-core-home", "DOCA build but the baked RDMA_CORE_HOME could not be read"),
-            });
-        }
-        // deep_ep_cpp links NVSHMEM by its soname (DeepEP's setup.py: `-l:libnvshmem_host.so.3`
-        // from the pip package, `-l:libnvshmem_host.so` from NVSHMEM_DIR; NEEDED is the
-        // soname either way). HybridEP does not use NVSHMEM. Nothing opens the
-        // unversioned name at run time: the loader needs only NEEDED (needed-libs).
-        let nvshmem: Vec<&super::env::Resolved> =
-            env.needed.iter().filter(|r| r.library.starts_with("libnvshmem_host.so")).collect();
-        let has_deep_ep_cpp = b.extensions.iter().any(|e| short(&e.path).starts_with("deep_ep_cpp"));
-        if let Some(r) = nvshmem.first() {
-            if let Some(found) = &r.found {
-                out.push(Check::pass(
-                    "nvshmem",
-                    format!(
-                        "{} NEEDs {}: {found} (internode and low-latency kernels available)",
-                        short(&r.extension),
-                        r.library
-                    ),
-                ));
+    out
+}
+
+/// `rdma-core-home`.
+fn rdma_core_home(cx: &Bx) -> Vec<Check> {
+    let Bx { b, ev, .. } = *cx;
+    if cx.env.is_none() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    if ev.transport == Some(Transport::Doca) {
+        let home = b
+            .provenance
+            .as_ref()
+            .and_then(|p| p.as_ref().ok())
+            .and_then(|p| p.variant.rdma_core_home.clone())
+            .or_else(|| ev.rdma_core_home.clone());
+        out.push(match home {
+            Some(h) if std::path::Path::new(&h).is_dir() => {
+                Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists"))
             }
-        } else if has_deep_ep_cpp {
-            out.push(Check::skip(
+            Some(h) => Check::fail(
+                "rdma-core-home",
+                format!("baked RDMA_CORE_HOME {h} does not exist here: the HybridEP JIT cannot find rdma-core"),
+            )
+            .fix(format!("install rdma-core at {h}, or rebuild with this machine's RDMA_CORE_HOME")),
+            None => Check::warn("rdma-core-home", "DOCA build but the baked RDMA_CORE_HOME could not be read"),
+        });
+    }
+    out
+}
+
+/// `nvshmem`.
+fn nvshmem(cx: &Bx) -> Vec<Check> {
+    let b = cx.b;
+    let Some(env) = cx.env else { return Vec::new() };
+    let mut out = Vec::new();
+    // deep_ep_cpp links NVSHMEM by its soname (DeepEP's setup.py: `-l:libnvshmem_host.so.3`
+    // from the pip package, `-l:libnvshmem_host.so` from NVSHMEM_DIR; NEEDED is the
+    // soname either way). HybridEP does not use NVSHMEM. Nothing opens the
+    // unversioned name at run time: the loader needs only NEEDED (needed-libs).
+    let nvshmem: Vec<&super::env::Resolved> =
+        env.needed.iter().filter(|r| r.library.starts_with("libnvshmem_host.so")).collect();
+    let has_deep_ep_cpp = b.extensions.iter().any(|e| short(&e.path).starts_with("deep_ep_cpp"));
+    if let Some(r) = nvshmem.first() {
+        if let Some(found) = &r.found {
+            out.push(Check::pass(
+                "nvshmem",
+                format!(
+                    "{} NEEDs {}: {found} (internode and low-latency kernels available)",
+                    short(&r.extension),
+                    r.library
+                ),
+            ));
+        }
+    } else if has_deep_ep_cpp {
+        out.push(Check::skip(
                 "nvshmem",
                 "deep_ep_cpp was built without NVSHMEM: DeepEP's internode and low-latency Buffer modes are disabled (HybridEP does not need it)",
             ));
-        }
-        out.extend(jit_checks(&env.jit));
     }
     out
 }
@@ -501,9 +676,8 @@ pub fn binary_checks(
 /// HybridEP's run-time JIT (csrc/hybrid_ep/jit/compiler.cu): `$CUDA_HOME/bin/nvcc`
 /// with `-I$CUDA_HOME/include -L$CUDA_HOME/lib64 -lcudart`, no fallback when
 /// CUDA_HOME is unset; output under `<cache>/.deepep/hybrid_ep/jit/proc-<pid>`.
-fn jit_checks(jit: &super::env::JitEnv) -> Vec<Check> {
-    let mut out = Vec::new();
-    out.push(match (&jit.cuda_home, jit.missing.is_empty()) {
+fn jit_cuda_home_check(jit: &super::env::JitEnv) -> Check {
+    match (&jit.cuda_home, jit.missing.is_empty()) {
         (None, _) => Check::fail(
             "jit-cuda-home",
             "CUDA_HOME is unset in this environment: HybridEP's JIT runs `$CUDA_HOME/bin/nvcc`, i.e. /bin/nvcc, and its first dispatch fails",
@@ -518,14 +692,18 @@ fn jit_checks(jit: &super::env::JitEnv) -> Vec<Check> {
             format!("CUDA_HOME={h} lacks {}: HybridEP compiles its kernels at run time with it", jit.missing.join(", ")),
         )
         .fix("point CUDA_HOME at a full CUDA toolkit (nvcc, headers, lib64/libcudart.so)"),
-    });
+    }
+}
+
+/// `<cache>/.deepep/hybrid_ep/jit` must be creatable (HYBRID_EP_CACHE_DIR, else the passwd home, else /tmp).
+fn jit_cache_check(jit: &super::env::JitEnv) -> Check {
     let target = format!("{}/.deepep/hybrid_ep/jit", jit.cache_dir.trim_end_matches('/'));
     let from = match jit.cache_from.as_str() {
         "HYBRID_EP_CACHE_DIR" => "from HYBRID_EP_CACHE_DIR",
         "home" => "the user's home from passwd, HYBRID_EP_CACHE_DIR unset",
         _ => "/tmp: no HYBRID_EP_CACHE_DIR, no home in passwd",
     };
-    out.push(match &jit.cache_writable {
+    match &jit.cache_writable {
         Some((dir, true)) => Check::pass("jit-cache", format!("{target} ({from}) can be created: {dir} is writable")),
         Some((dir, false)) => Check::fail(
             "jit-cache",
@@ -534,8 +712,7 @@ fn jit_checks(jit: &super::env::JitEnv) -> Vec<Check> {
         .fix("export HYBRID_EP_CACHE_DIR to a writable folder (node-local disk) in the job's environment"),
         None => Check::fail("jit-cache", format!("{target} ({from}): no existing parent folder"))
             .fix("export HYBRID_EP_CACHE_DIR to a writable folder in the job's environment"),
-    });
-    out
+    }
 }
 
 /// `cu` followed by an upper-case letter: the driver API (`cuInit`), not the runtime (`cudaMalloc`).
@@ -704,209 +881,6 @@ fn pin_check(b: &WheelFacts, arch: Option<Arch>, pins: &Pins, gpu: Option<Gpu>, 
     }
 }
 
-/// Rules about the request against the binary (docs/design.md, "Topology rules").
-pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
-    let mut out = Vec::new();
-    match r.dispatcher.as_deref() {
-        None | Some("hybridep") => {}
-        Some("deepep") => return classic_checks(r, ev, pins),
-        Some("automodel-default") => {
-            out.push(Check::warn(
-                "dispatcher",
-                "the recipe sets no policy.dtensor_cfg.automodel_kwargs.backend.dispatcher: Automodel's default applies, \
-                 so whether DeepEP is used is unknown here",
-            ));
-            return out;
-        }
-        Some(d) => {
-            out.push(Check::skip(
-                "dispatcher",
-                format!("the request uses no HybridEP or DeepEP dispatcher (MoE dispatcher: {d}): topology rules do not apply"),
-            ));
-            return out;
-        }
-    }
-    let gpu = r.gpu;
-    let (ep, rpd) = (r.ep, r.ranks_per_domain);
-    // 1. EP % R.
-    out.push(match (ep, rpd) {
-        (Some(_), Some(0)) => Check::fail("ep-divisible", "R = 0 ranks per NVLink domain"),
-        (Some(e), Some(rr)) if e % rr == 0 => Check::pass("ep-divisible", format!("EP {e} is divisible by R {rr}")),
-        (Some(e), Some(rr)) => {
-            Check::fail("ep-divisible", format!("EP {e} is not divisible by R {rr} (DeepEP asserts it)"))
-                .fix("choose NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN dividing the EP size")
-        }
-        _ => Check::warn("ep-divisible", "unknown: EP or R not given"),
-    });
-    let domains = match (ep, rpd) {
-        (Some(e), Some(rr)) if rr > 0 => Some(e.div_ceil(rr)),
-        _ => None,
-    };
-    // 2. D > 1 needs multinode.
-    let multinode = ev.and_then(|e| e.multinode);
-    out.push(match (domains, multinode) {
-        (None, _) => Check::warn("multinode-build", "unknown: EP or R not given"),
-        (Some(1), _) => Check::pass("multinode-build", "D = 1 NVLink domain: a single-node build suffices"),
-        (Some(d), Some(true)) => Check::pass("multinode-build", format!("D = {d} NVLink domains and the binary is multinode ({})", ev.and_then(|e| e.transport).map(|t| t.as_str()).unwrap_or("?"))),
-        (Some(d), Some(false)) => Check::fail("multinode-build", format!(
-            "D = EP/R = {d} NVLink domains but the binary is single-node: it aborts with \"Inter-node communication is not supported\""
-        ))
-        .fix(rebuild(gpu, true, pins)),
-        (Some(d), None) if ev.is_none() => Check::warn("multinode-build", format!("D = {d} NVLink domains: needs a HYBRID_EP_MULTINODE=1 build (no binary given)")),
-        (Some(d), None) => Check::warn("multinode-build", format!("D = {d} NVLink domains but the binary shows no multinode evidence either way")),
-    });
-    // 3. R <= 72.
-    out.push(match rpd {
-        Some(rr) if rr <= MAX_RANKS_PER_DOMAIN => {
-            Check::pass("ranks-per-domain-max", format!("R {rr} <= {MAX_RANKS_PER_DOMAIN}"))
-        }
-        Some(rr) => {
-            Check::fail("ranks-per-domain-max", format!("R {rr} > {MAX_RANKS_PER_DOMAIN} (the largest NVLink domain)"))
-                .fix("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN <= 72")
-        }
-        None => Check::warn("ranks-per-domain-max", "unknown: R not given"),
-    });
-    // 4. Without MNNVL, R <= GPUs per node.
-    out.push(match (r.mnnvl, rpd, r.gpus_per_node) {
-        (Some(true), _, _) => Check::skip("ranks-per-node", "MNNVL: an NVLink domain may span nodes"),
-        (Some(false), Some(rr), Some(g)) if rr <= g => {
-            Check::pass("ranks-per-node", format!("R {rr} <= {g} GPUs per node (no MNNVL)"))
-        }
-        (Some(false), Some(rr), Some(g)) => Check::fail(
-            "ranks-per-node",
-            format!("R {rr} > {g} GPUs per node with USE_MNNVL=0: an NVLink domain cannot span nodes without MNNVL"),
-        )
-        .fix(format!("set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={g} (and a multinode build if EP > {g})")),
-        (None, _, _) => Check::warn("ranks-per-node", "unknown: MNNVL not given"),
-        _ => Check::warn("ranks-per-node", "unknown: R or GPUs per node not given"),
-    });
-    // 5. MNNVL only on GB200-class systems.
-    out.push(match (r.mnnvl, gpu.map(|g| (g, g.mnnvl_capable()))) {
-        (Some(false), _) => Check::skip("mnnvl-system", "MNNVL not used"),
-        (None, _) => Check::warn("mnnvl-system", "unknown: MNNVL not given"),
-        (Some(true), Some((g, Some(true)))) => {
-            Check::pass("mnnvl-system", format!("{g} systems have multi-node NVLink"))
-        }
-        (Some(true), Some((g, Some(false)))) => {
-            Check::fail("mnnvl-system", format!("USE_MNNVL=1 but {g} systems have no multi-node NVLink")).fix(
-                match r.gpus_per_node {
-                    Some(n) => format!("set USE_MNNVL=0 and NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={n}"),
-                    None => "set USE_MNNVL=0 and R to the GPUs per node".into(),
-                },
-            )
-        }
-        (Some(true), _) => {
-            Check::warn("mnnvl-system", "unknown: MNNVL requested but no GB200-class GPU named (pass --gpu)")
-        }
-    });
-    // 6. D - 1 <= 32.
-    out.push(match domains {
-        Some(d) if d <= 1 => Check::skip("domains-max", "one NVLink domain"),
-        Some(d) if d - 1 <= MAX_REMOTE_DOMAINS => {
-            Check::pass("domains-max", format!("D-1 = {} remote domains <= {MAX_REMOTE_DOMAINS}", d - 1))
-        }
-        Some(d) => Check::fail(
-            "domains-max",
-            format!("D-1 = {} remote NVLink domains > {MAX_REMOTE_DOMAINS} (multinode JIT limit)", d - 1),
-        )
-        .fix("use larger NVLink domains (MNNVL) or a smaller EP"),
-        None => Check::warn("domains-max", "unknown: EP or R not given"),
-    });
-    // 7. EP ranks need EP GPUs: nodes x GPUs per node must hold them.
-    // Products in u64: 65536 nodes x 65536 GPUs does not wrap to 0.
-    out.push(match (ep, r.nodes, r.gpus_per_node) {
-        (Some(e), Some(n), Some(g)) if u64::from(e) <= u64::from(n) * u64::from(g) => {
-            Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
-        }
-        (Some(e), Some(n), Some(g)) if g > 0 => {
-            let need = e.div_ceil(g);
-            let have = u64::from(n) * u64::from(g);
-            let domains =
-                domains.map(|d| format!(" ({d} NVLink domains of R {})", rpd.unwrap_or(0))).unwrap_or_default();
-            Check::fail(
-                "ep-fits-nodes",
-                format!("EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {have}: EP {e}{domains} needs {need} nodes"),
-            )
-            .fix(format!(
-                "run on {need} nodes{}, or lower EP to {have}",
-                if domains_gt_one(ep, rpd) { " with a multinode build" } else { "" },
-            ))
-        }
-        _ => Check::skip("ep-fits-nodes", "nodes or GPUs per node not given"),
-    });
-    out
-}
-
-/// DeepEP's classic Buffer (`dispatcher: deepep`): an EP group that spans nodes runs the
-/// internode kernels of deep_ep_cpp, which exist only when it was built with NVSHMEM.
-fn classic_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
-    let mut out = vec![Check::pass(
-        "dispatcher",
-        "MoE dispatcher deepep: DeepEP's classic Buffer (deep_ep_cpp); the HybridEP rules do not apply",
-    )];
-    let spans = match (r.ep, r.gpus_per_node) {
-        (Some(e), Some(g)) if g > 0 => Some(e > g),
-        _ => None,
-    };
-    let nvshmem = ev.and_then(|e| e.nvshmem);
-    let fix = || {
-        let cmd = rebuild(r.gpu, false, pins);
-        format!(
-            "rebuild with NVSHMEM linked into deep_ep_cpp: {} --toolchain registry (it installs nvidia-nvshmem), or give the variant an nvshmem_dir",
-            cmd.trim_start_matches("rebuild: ")
-        )
-    };
-    out.push(match (spans, nvshmem) {
-        (None, _) => Check::warn("deepep-internode", "unknown: EP or GPUs per node not given"),
-        (Some(false), _) => Check::pass(
-            "deepep-internode",
-            format!(
-                "EP {} fits one node of {} GPUs: DeepEP's intranode kernels (NVLink) suffice",
-                r.ep.unwrap_or(0),
-                r.gpus_per_node.unwrap_or(0)
-            ),
-        ),
-        (Some(true), Some(true)) => Check::pass(
-            "deepep-internode",
-            format!("EP {} spans nodes and deep_ep_cpp links NVSHMEM (internode kernels built)", r.ep.unwrap_or(0)),
-        ),
-        (Some(true), Some(false)) => Check::fail(
-            "deepep-internode",
-            format!(
-                "EP {} spans {} nodes of {} GPUs, but deep_ep_cpp was built without NVSHMEM (DeepEP's setup.py: \"All internode and low-latency features are disabled\"): a Buffer across nodes has no internode kernels to run",
-                r.ep.unwrap_or(0),
-                r.ep.unwrap_or(0).div_ceil(r.gpus_per_node.unwrap_or(1).max(1)),
-                r.gpus_per_node.unwrap_or(0)
-            ),
-        )
-        .fix(fix()),
-        (Some(true), None) if ev.is_none() => Check::warn(
-            "deepep-internode",
-            format!("EP {} spans nodes: needs deep_ep_cpp built with NVSHMEM (no binary given)", r.ep.unwrap_or(0)),
-        ),
-        (Some(true), None) => Check::warn(
-            "deepep-internode",
-            format!("EP {} spans nodes, and the binary has no deep_ep_cpp to read", r.ep.unwrap_or(0)),
-        ),
-    });
-    out.push(match (r.ep, r.nodes, r.gpus_per_node) {
-        (Some(e), Some(n), Some(g)) if e <= n * g => {
-            Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
-        }
-        (Some(e), Some(n), Some(g)) if g > 0 => Check::fail(
-            "ep-fits-nodes",
-            format!("EP {e} ranks need {e} GPUs but {n} node(s) x {g} GPUs have {}", n * g),
-        )
-        .fix(format!("run on {} nodes, or lower EP to {}", e.div_ceil(g), n * g)),
-        _ => Check::skip("ep-fits-nodes", "nodes or GPUs per node not given"),
-    });
-    out
-}
-
-fn domains_gt_one(ep: Option<u32>, rpd: Option<u32>) -> bool {
-    matches!((ep, rpd), (Some(e), Some(r)) if r > 0 && e > r)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -921,6 +895,7 @@ mod tests {
             mnnvl: Some(mnnvl),
             gpu: Some(gpu),
             dispatcher: None,
+            defaults_follow_ep: false,
             notes: vec![],
         }
     }
@@ -928,44 +903,38 @@ mod tests {
         cs.iter().find(|c| c.rule == rule).unwrap_or_else(|| panic!("no {rule}")).status
     }
     use crate::verdict::Status::*;
+    fn tc(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
+        topology_checks(r, ev, pins).0
+    }
 
     #[test]
     fn domain_rules() {
         let single = Evidence { multinode: Some(false), ..Default::default() };
         let multi = Evidence { multinode: Some(true), transport: Some(Transport::Doca), ..Default::default() };
-        let c = topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&single), None);
+        let c = tc(&req(16, 8, 8, false, Gpu::H100), Some(&single), None);
         assert_eq!(status(&c, "multinode-build"), Fail);
         assert!(c
             .iter()
             .any(|c| c.fix.as_deref() == Some("rebuild: deepep-forge build-wheel --variant h100-multinode")));
-        assert_eq!(
-            status(&topology_checks(&req(16, 8, 8, false, Gpu::H100), Some(&multi), None), "multinode-build"),
-            Pass
-        );
-        assert_eq!(status(&topology_checks(&req(12, 8, 8, false, Gpu::H100), None, None), "ep-divisible"), Fail);
-        assert_eq!(status(&topology_checks(&req(16, 8, 4, false, Gpu::H100), None, None), "ranks-per-node"), Fail);
-        assert_eq!(status(&topology_checks(&req(16, 16, 8, true, Gpu::H100), None, None), "mnnvl-system"), Fail);
-        assert_eq!(
-            status(&topology_checks(&req(72, 72, 4, true, Gpu::Gb200), Some(&single), None), "multinode-build"),
-            Pass
-        );
-        assert_eq!(
-            status(&topology_checks(&req(80, 80, 4, true, Gpu::Gb200), None, None), "ranks-per-domain-max"),
-            Fail
-        );
-        assert_eq!(status(&topology_checks(&req(8 * 34, 8, 8, false, Gpu::H100), None, None), "domains-max"), Fail);
-        assert_eq!(status(&topology_checks(&req(8 * 33, 8, 8, false, Gpu::H100), None, None), "domains-max"), Pass);
+        assert_eq!(status(&tc(&req(16, 8, 8, false, Gpu::H100), Some(&multi), None), "multinode-build"), Pass);
+        assert_eq!(status(&tc(&req(12, 8, 8, false, Gpu::H100), None, None), "ep-divisible"), Fail);
+        assert_eq!(status(&tc(&req(16, 8, 4, false, Gpu::H100), None, None), "ranks-per-node"), Fail);
+        assert_eq!(status(&tc(&req(16, 16, 8, true, Gpu::H100), None, None), "mnnvl-system"), Fail);
+        assert_eq!(status(&tc(&req(72, 72, 4, true, Gpu::Gb200), Some(&single), None), "multinode-build"), Pass);
+        assert_eq!(status(&tc(&req(80, 80, 4, true, Gpu::Gb200), None, None), "ranks-per-domain-max"), Fail);
+        assert_eq!(status(&tc(&req(8 * 34, 8, 8, false, Gpu::H100), None, None), "domains-max"), Fail);
+        assert_eq!(status(&tc(&req(8 * 33, 8, 8, false, Gpu::H100), None, None), "domains-max"), Pass);
         // EP 16 on one 8-GPU node: two domains of R 8 need a second node (and a multinode build).
         let one_node = Request { nodes: Some(1), ..req(16, 8, 8, false, Gpu::H200) };
-        let c = topology_checks(&one_node, Some(&single), None);
+        let c = tc(&one_node, Some(&single), None);
         assert_eq!(status(&c, "ep-fits-nodes"), Fail);
         let row = c.iter().find(|c| c.rule == "ep-fits-nodes").unwrap();
         assert!(row.evidence.contains("EP 16 (2 NVLink domains of R 8) needs 2 nodes"), "{}", row.evidence);
         assert_eq!(row.fix.as_deref(), Some("run on 2 nodes with a multinode build, or lower EP to 8"));
         assert_eq!(status(&c, "multinode-build"), Fail);
         let two = Request { nodes: Some(2), ..req(16, 8, 8, false, Gpu::H200) };
-        assert_eq!(status(&topology_checks(&two, Some(&multi), None), "ep-fits-nodes"), Pass);
-        assert_eq!(status(&topology_checks(&req(16, 8, 8, false, Gpu::H200), None, None), "ep-fits-nodes"), Skip);
+        assert_eq!(status(&tc(&two, Some(&multi), None), "ep-fits-nodes"), Pass);
+        assert_eq!(status(&tc(&req(16, 8, 8, false, Gpu::H200), None, None), "ep-fits-nodes"), Skip);
     }
 
     #[test]

@@ -70,12 +70,14 @@ pub fn platform_arch(platform: &str) -> Option<crate::pins::Arch> {
 /// Read a wheel. A missing file or a file that is not a zip is bad input (exit 2);
 /// everything wrong inside a readable zip becomes a fact for the rules.
 pub fn read(path: &Path) -> Result<WheelFacts> {
-    let (file, _) = crate::input::open(path, "wheel", crate::input::cap::WHEEL)
-        .map_err(|e| Failure::usage(format!("cannot open {e}")).hint("pass the path of a .whl file"))?;
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| {
-        Failure::usage(format!("{} is not a readable wheel (zip): {e}", path.display()))
-            .hint("a truncated download or a file that is not a wheel; fetch or build it again")
+    let mut wheel = crate::wheel::open(path).map_err(|e| match e.downcast::<Failure>() {
+        Ok(f) if f.message.starts_with("wheel ") => anyhow::Error::from(
+            Failure::usage(format!("cannot open {}", f.message)).hint("pass the path of a .whl file"),
+        ),
+        Ok(f) => f.into(),
+        Err(e) => e,
     })?;
+    let zip = wheel.archive();
     let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let name = WheelName::parse(&file_name);
     let mut facts = WheelFacts {
@@ -92,7 +94,6 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
     // path -> (sha256=..., size) of what was actually read.
     let mut seen: BTreeMap<String, Result<(String, u64), String>> = BTreeMap::new();
     let mut record_text: Option<(String, String)> = None;
-    check_layout(&mut zip, path)?;
     let mut buf = Vec::new();
     let mut total: u64 = 0;
     for i in 0..zip.len() {
@@ -139,67 +140,7 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
     Ok(facts)
 }
 
-/// Bounds on what a wheel may make us read (a hostile wheel is bounded work).
-pub mod limits {
-    /// Members at most, counted from the central directory.
-    pub const MEMBERS: usize = 50_000;
-    /// Uncompressed bytes of all members together.
-    pub const TOTAL: u64 = 16 << 30;
-    /// Uncompressed bytes of one member (streamed and hashed).
-    pub const MEMBER: u64 = 4 << 30;
-    /// Uncompressed bytes of a member kept in memory to be parsed (an
-    /// extension module; METADATA, RECORD and provenance get [`DOC`]).
-    pub const PARSED: u64 = 768 << 20;
-    pub const DOC: u64 = 16 << 20;
-    /// Uncompressed/compressed ratio above which a member larger than
-    /// [`RATIO_FLOOR`] is refused (deflate's own maximum is about 1032).
-    pub const RATIO: u64 = 200;
-    pub const RATIO_FLOOR: u64 = 16 << 20;
-}
-
-/// Refuse a zip whose layout alone makes reading it unbounded: too many
-/// members, members whose data overlap (a "zip bomb" reuses one stream for
-/// every entry), declared sizes past the limits.
-pub fn check_layout<R: std::io::Read + std::io::Seek>(zip: &mut zip::ZipArchive<R>, path: &Path) -> Result<()> {
-    let bad = |why: String| -> anyhow::Error {
-        Failure::usage(format!("{} is not a wheel this tool reads: {why}", path.display()))
-            .hint("a wheel built by pip/setuptools/deepep-forge never looks like this; do not install it")
-            .into()
-    };
-    if zip.len() > limits::MEMBERS {
-        return Err(bad(format!("{} members, more than {}", zip.len(), limits::MEMBERS)));
-    }
-    let mut spans = Vec::with_capacity(zip.len());
-    let mut total: u64 = 0;
-    for i in 0..zip.len() {
-        let Ok(m) = zip.by_index_raw(i) else { continue };
-        let (start, end) = (m.header_start(), m.data_start().saturating_add(m.compressed_size()));
-        total = total.saturating_add(m.size());
-        let name = crate::input::excerpt(m.name(), 80);
-        if m.size() > limits::MEMBER {
-            return Err(bad(format!("member {name} inflates to {} bytes, more than {}", m.size(), limits::MEMBER)));
-        }
-        if m.size() > limits::RATIO_FLOOR && m.size() / m.compressed_size().max(1) > limits::RATIO {
-            return Err(bad(format!(
-                "member {name} inflates {} bytes to {} (more than {}:1)",
-                m.compressed_size(),
-                m.size(),
-                limits::RATIO
-            )));
-        }
-        spans.push((start, end, name));
-    }
-    if total > limits::TOTAL {
-        return Err(bad(format!("members inflate to {total} bytes together, more than {}", limits::TOTAL)));
-    }
-    spans.sort();
-    for w in spans.windows(2) {
-        if w[1].0 < w[0].1 {
-            return Err(bad(format!("members {} and {} overlap in the file", w[0].2, w[1].2)));
-        }
-    }
-    Ok(())
-}
+pub use crate::wheel::limits;
 
 /// Stream one member: hash all of it, keep in `buf` only what is parsed
 /// (bounded by [`limits`]); the sha256 and the size read.

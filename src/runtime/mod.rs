@@ -451,6 +451,41 @@ fn pair_check(rows: &[PairRow]) -> Check {
     }
 }
 
+/// Everything the runtime verdict is judged from.
+struct Judged<'a> {
+    request: Option<&'a Request>,
+    binary: Option<&'a BinaryFacts>,
+    args: &'a Input<'a>,
+    disc: &'a Discovery,
+    group: &'a [i32],
+    hosts: &'a [String],
+    ranks: Option<&'a Ranks>,
+    shape: Shape,
+    reports: &'a [RankReport],
+    deep_ep: Option<&'a deep_ep::Outcome>,
+    discs: &'a [Discovery],
+}
+
+/// One runtime rule: its id (docs/probe-run.md) and its rows.
+type RuntimeRule = (&'static str, fn(&Judged) -> Vec<Check>);
+
+/// Every runtime rule, in the order the verdict shows them; the static
+/// probe's rows for --wheel/--python follow.
+const RUNTIME_RULES: [RuntimeRule; 12] = [
+    ("cuda-devices", cuda_devices),
+    ("gpu-arch", gpu_arch),
+    ("request-gpu", request_gpu),
+    ("nvlink-domain", nvlink_domain),
+    ("gpus-per-node", gpus_per_node),
+    ("mnnvl", mnnvl),
+    ("dispatch-roundtrip", dispatch_roundtrip),
+    ("expert-counts", expert_counts),
+    ("bandwidth", bandwidth),
+    ("pair-bandwidth", pair_bandwidth),
+    ("deep-ep-roundtrip", deep_ep_roundtrip),
+    ("static-probe", static_probe),
+];
+
 #[allow(clippy::too_many_arguments)]
 fn judge(
     request: Option<Request>,
@@ -472,6 +507,39 @@ fn judge(
         None => format!("{} GPU(s) on {}", disc.devices.len(), hosts[0]),
     };
     let mut v = Verdict::new(subject, request.clone());
+    let j =
+        Judged { request: request.as_ref(), binary, args, disc, group, hosts, ranks, shape, reports, deep_ep, discs };
+    for (_, rule) in RUNTIME_RULES {
+        v.checks.extend(rule(&j));
+    }
+    let bw = match bandwidth_of(&j) {
+        Some(b) => json!({"dispatch_gbps": b.d, "combine_gbps": b.c, "copy_engine_gbps": b.e,
+               "dispatch_ratio": b.d / b.e, "combine_ratio": b.c / b.e, "bytes_per_phase": b.bytes,
+               "iters": shape.iters, "summary": b.summary, "pairs": pair_rows(reports, shape.iters)}),
+        None => serde_json::Value::Null,
+    };
+    v.facts = json!({
+        "mode": if ranks.is_some() { "multi-process" } else { "single-process" },
+        "ranks": ranks,
+        "hosts": hosts,
+        "driver": disc.driver,
+        "devices": disc.devices,
+        "p2p": disc.p2p,
+        "rank_devices": if ranks.is_some() { serde_json::to_value(discs).unwrap_or_default() } else { serde_json::Value::Null },
+        "kernel_group": group,
+        "shape": shape,
+        "roundtrip": reports,
+        "bandwidth": bw,
+        "binary": binary,
+        "deep_ep": deep_ep,
+        "timings_ms": {"discover": tm.discover, "nvrtc": tm.nvrtc, "roundtrip": tm.roundtrip, "total": ms(started)},
+    });
+    v
+}
+
+/// `cuda-devices`: what the driver shows.
+fn cuda_devices(j: &Judged) -> Vec<Check> {
+    let (disc, mut v) = (j.disc, Vec::new());
     let devs = &disc.devices;
     let d0 = &devs[0];
     v.push(Check::pass(
@@ -486,7 +554,12 @@ fn judge(
         ),
     ));
 
-    // The wheel's cubins against the devices.
+    v
+}
+
+/// `gpu-arch`: the wheel's cubins against the devices.
+fn gpu_arch(j: &Judged) -> Vec<Check> {
+    let (discs, binary, mut v) = (j.discs, j.binary, Vec::new());
     let sms: std::collections::BTreeSet<u32> = discs.iter().flat_map(|d| d.devices.iter().map(|x| x.sm)).collect();
     match binary {
         None => v.push(Check::skip("gpu-arch", "no --wheel/--python given: the binary's arch list is unknown")),
@@ -515,7 +588,13 @@ fn judge(
             }
         }
     }
-    let req = request.as_ref();
+    v
+}
+
+/// `request-gpu`: the requested GPU kind against the devices.
+fn request_gpu(j: &Judged) -> Vec<Check> {
+    let (req, mut v) = (j.request, Vec::new());
+    let sms = sms_of(j.discs);
     if let Some(g) = req.and_then(|r| r.gpu) {
         if sms.iter().all(|&s| s == g.sm()) {
             v.push(Check::pass("request-gpu", format!("requested {g} (sm_{}) matches the devices", g.sm())));
@@ -524,6 +603,12 @@ fn judge(
         }
     }
 
+    v
+}
+
+/// `nvlink-domain`: R against the GPUs that see each other.
+fn nvlink_domain(j: &Judged) -> Vec<Check> {
+    let (req, group, ranks, mut v) = (j.request, j.group, j.ranks, Vec::new());
     // R against the GPUs that see each other.
     let domain = group.len() as u32;
     let how_seen = if ranks.is_some() {
@@ -545,6 +630,12 @@ fn judge(
                 .fix(format!("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={domain} (--ranks-per-domain {domain})")),
         ),
     }
+    v
+}
+
+/// `gpus-per-node`: the request against this node.
+fn gpus_per_node(j: &Judged) -> Vec<Check> {
+    let (req, ranks, hosts, devs, mut v) = (j.request, j.ranks, j.hosts, &j.disc.devices, Vec::new());
     if let Some(n) = req.and_then(|r| r.gpus_per_node) {
         let here =
             if ranks.is_some() { hosts.iter().filter(|h| **h == hosts[0]).count() as u32 } else { devs.len() as u32 };
@@ -557,6 +648,12 @@ fn judge(
             ));
         }
     }
+    v
+}
+
+/// `mnnvl`: MNNVL requested against the GPUs' fabric handles.
+fn mnnvl(j: &Judged) -> Vec<Check> {
+    let (req, discs, mut v) = (j.request, j.discs, Vec::new());
     let fabric = discs.iter().all(|d| d.devices.iter().all(|x| x.fabric_handles));
     match req.and_then(|r| r.mnnvl) {
         Some(true) if fabric => v.push(Check::pass("mnnvl", "MNNVL requested; every GPU supports fabric handles")),
@@ -570,115 +667,136 @@ fn judge(
         )),
     }
 
-    // The round trip.
-    let bw = if reports.is_empty() {
-        v.push(Check::warn(
+    v
+}
+
+/// SM numbers of every device of every rank.
+fn sms_of(discs: &[Discovery]) -> std::collections::BTreeSet<u32> {
+    discs.iter().flat_map(|d| d.devices.iter().map(|x| x.sm)).collect()
+}
+
+/// `dispatch-roundtrip`: combine(dispatch(x)) == 2x on every rank (not run across hosts).
+fn dispatch_roundtrip(j: &Judged) -> Vec<Check> {
+    let (reports, shape) = (j.reports, j.shape);
+    if reports.is_empty() {
+        let mut h = j.hosts.to_vec();
+        h.sort();
+        h.dedup();
+        return vec![Check::warn(
             "dispatch-roundtrip",
-            format!("not run: the ranks span {} hosts (CUDA IPC works within one host)", {
-                let mut h = hosts.to_vec();
-                h.sort();
-                h.dedup();
-                h.len()
-            }),
-        ));
-        serde_json::Value::Null
+            format!("not run: the ranks span {} hosts (CUDA IPC works within one host)", h.len()),
+        )];
+    }
+    let bad_d: u64 = reports.iter().map(|r| r.dispatch_mismatches).sum();
+    let bad_c: u64 = reports.iter().map(|r| r.combine_mismatches).sum();
+    let what = format!(
+        "{} ranks, {} tokens x {} bf16 each, top-{} of {} experts",
+        reports.len(),
+        shape.tokens,
+        shape.hidden,
+        shape.topk,
+        shape.topk as usize * reports.len()
+    );
+    vec![if bad_d == 0 && bad_c == 0 {
+        Check::pass("dispatch-roundtrip", format!("combine(dispatch(x)) == 2x exactly; {what}"))
     } else {
-        let bad_d: u64 = reports.iter().map(|r| r.dispatch_mismatches).sum();
-        let bad_c: u64 = reports.iter().map(|r| r.combine_mismatches).sum();
-        let what = format!(
-            "{} ranks, {} tokens x {} bf16 each, top-{} of {} experts",
-            reports.len(),
-            shape.tokens,
-            shape.hidden,
-            shape.topk,
-            shape.topk as usize * reports.len()
-        );
-        if bad_d == 0 && bad_c == 0 {
-            v.push(Check::pass("dispatch-roundtrip", format!("combine(dispatch(x)) == 2x exactly; {what}")));
-        } else {
-            v.push(Check::fail(
-                "dispatch-roundtrip",
-                format!("{bad_d} dispatched and {bad_c} combined elements wrong; {what}"),
-            ));
+        Check::fail("dispatch-roundtrip", format!("{bad_d} dispatched and {bad_c} combined elements wrong; {what}"))
+    }]
+}
+
+/// `expert-counts`: per-expert counts and rows sent match the routing's host mirror.
+fn expert_counts(j: &Judged) -> Vec<Check> {
+    let reports = j.reports;
+    if reports.is_empty() {
+        return Vec::new();
+    }
+    let wrong: Vec<String> = reports
+        .iter()
+        .filter(|r| r.expert_counts != r.expected_expert_counts || r.sent_rows != r.expected_sent_rows)
+        .map(|r| {
+            format!(
+                "rank {}: experts {:?} expected {:?}, rows {:?} expected {:?}",
+                r.rank, r.expert_counts, r.expected_expert_counts, r.sent_rows, r.expected_sent_rows
+            )
+        })
+        .collect();
+    vec![if wrong.is_empty() {
+        let total: i64 = reports.iter().flat_map(|r| r.expert_counts.iter()).sum();
+        Check::pass("expert-counts", format!("per-expert counts match the routing ({total} token-expert pairs)"))
+    } else {
+        Check::fail("expert-counts", wrong.join("; "))
+    }]
+}
+
+/// The all-GPUs-at-once bandwidth figures (None without a round trip or with one GPU).
+struct Bandwidth {
+    d: f64,
+    c: f64,
+    e: f64,
+    bytes: u64,
+    summary: String,
+}
+
+fn bandwidth_of(j: &Judged) -> Option<Bandwidth> {
+    let (reports, iters) = (j.reports, j.shape.iters);
+    let bytes: u64 = reports.iter().map(|r| r.cross_bytes).sum();
+    if reports.is_empty() || bytes == 0 {
+        return None;
+    }
+    let d = gbps(reports, iters, |r| r.dispatch_ms);
+    let c = gbps(reports, iters, |r| r.combine_ms);
+    let e = gbps(reports, iters, |r| r.copy_engine_ms);
+    let summary = format!(
+        "dispatch {d:.0} GB/s ({:.2}x), combine {c:.0} GB/s ({:.2}x), copy engine {e:.0} GB/s; all {} GPUs sending at once, {:.0} MiB crossing per phase",
+        d / e,
+        c / e,
+        reports.len(),
+        bytes as f64 / 1048576.0
+    );
+    Some(Bandwidth { d, c, e, bytes, summary })
+}
+
+/// `bandwidth`: dispatch and combine against the copy engine, all GPUs at once.
+fn bandwidth(j: &Judged) -> Vec<Check> {
+    if j.reports.is_empty() {
+        return Vec::new();
+    }
+    vec![match bandwidth_of(j) {
+        None => Check::skip("bandwidth", "one GPU: nothing crosses between GPUs"),
+        Some(b) if b.d / b.e < 0.5 || b.c / b.e < 0.5 => {
+            Check::warn("bandwidth", format!("{}: far below the copy engine", b.summary))
         }
-        let wrong: Vec<String> = reports
-            .iter()
-            .filter(|r| r.expert_counts != r.expected_expert_counts || r.sent_rows != r.expected_sent_rows)
-            .map(|r| {
-                format!(
-                    "rank {}: experts {:?} expected {:?}, rows {:?} expected {:?}",
-                    r.rank, r.expert_counts, r.expected_expert_counts, r.sent_rows, r.expected_sent_rows
-                )
-            })
-            .collect();
-        if wrong.is_empty() {
-            let total: i64 = reports.iter().flat_map(|r| r.expert_counts.iter()).sum();
-            v.push(Check::pass(
-                "expert-counts",
-                format!("per-expert counts match the routing ({total} token-expert pairs)"),
-            ));
-        } else {
-            v.push(Check::fail("expert-counts", wrong.join("; ")));
-        }
-        let bytes: u64 = reports.iter().map(|r| r.cross_bytes).sum();
-        if bytes == 0 {
-            v.push(Check::skip("bandwidth", "one GPU: nothing crosses between GPUs"));
-            serde_json::Value::Null
-        } else {
-            let d = gbps(reports, shape.iters, |r| r.dispatch_ms);
-            let c = gbps(reports, shape.iters, |r| r.combine_ms);
-            let e = gbps(reports, shape.iters, |r| r.copy_engine_ms);
-            let summary = format!(
-                "dispatch {d:.0} GB/s ({:.2}x), combine {c:.0} GB/s ({:.2}x), copy engine {e:.0} GB/s; all {} GPUs sending at once, {:.0} MiB crossing per phase",
-                d / e,
-                c / e,
-                reports.len(),
-                bytes as f64 / 1048576.0
-            );
-            let low = d / e < 0.5 || c / e < 0.5;
-            v.push(if low {
-                Check::warn("bandwidth", format!("{summary}: far below the copy engine"))
-            } else {
-                Check::pass("bandwidth", summary.clone())
-            });
-            let pairs = pair_rows(reports, shape.iters);
-            v.push(pair_check(&pairs));
-            json!({"dispatch_gbps": d, "combine_gbps": c, "copy_engine_gbps": e,
-                   "dispatch_ratio": d / e, "combine_ratio": c / e, "bytes_per_phase": bytes,
-                   "iters": shape.iters, "summary": summary, "pairs": pairs})
-        }
-    };
-    match deep_ep {
-        Some(o) => v.push(o.check()),
-        None if args.run.deep_ep => v.push(Check::skip(
+        Some(b) => Check::pass("bandwidth", b.summary),
+    }]
+}
+
+/// `pair-bandwidth`: each ordered pair alone (with a bandwidth row only).
+fn pair_bandwidth(j: &Judged) -> Vec<Check> {
+    match bandwidth_of(j) {
+        Some(_) => vec![pair_check(&pair_rows(j.reports, j.shape.iters))],
+        None => Vec::new(),
+    }
+}
+
+/// `deep-ep-roundtrip`: the wheel's own HybridEP round trip (`--deep-ep`).
+fn deep_ep_roundtrip(j: &Judged) -> Vec<Check> {
+    match j.deep_ep {
+        Some(o) => vec![o.check()],
+        None if j.args.run.deep_ep => vec![Check::skip(
             "deep-ep-roundtrip",
             "not run under a launcher: run `probe --run --deep-ep` as one process, it starts one Python per GPU",
-        )),
-        None => {}
+        )],
+        None => Vec::new(),
     }
-    // The static probe's rows for --wheel/--python.
-    match &args.static_checks {
-        Some(Ok(rows)) => v.checks.extend(rows.iter().cloned()),
-        Some(Err(e)) => v.push(Check::warn("static-probe", e.clone())),
-        None => {}
+}
+
+/// The static probe's rows for --wheel/--python (`static-probe` when it could not run).
+fn static_probe(j: &Judged) -> Vec<Check> {
+    match &j.args.static_checks {
+        Some(Ok(rows)) => rows.clone(),
+        Some(Err(e)) => vec![Check::warn("static-probe", e.clone())],
+        None => Vec::new(),
     }
-    v.facts = json!({
-        "mode": if ranks.is_some() { "multi-process" } else { "single-process" },
-        "ranks": ranks,
-        "hosts": hosts,
-        "driver": disc.driver,
-        "devices": disc.devices,
-        "p2p": disc.p2p,
-        "rank_devices": if ranks.is_some() { serde_json::to_value(discs).unwrap_or_default() } else { serde_json::Value::Null },
-        "kernel_group": group,
-        "shape": shape,
-        "roundtrip": reports,
-        "bandwidth": bw,
-        "binary": binary,
-        "deep_ep": deep_ep,
-        "timings_ms": {"discover": tm.discover, "nvrtc": tm.nvrtc, "roundtrip": tm.roundtrip, "total": ms(started)},
-    });
-    v
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ pub struct RecipeTopology {
     pub ranks_per_domain: Option<u32>,
     pub mnnvl: Option<bool>,
     pub dispatcher: String,
+    /// EP unknown on the Megatron path, R and USE_MNNVL unset: NeMo-RL's defaults follow EP.
+    pub defaults_follow_ep: bool,
     pub notes: Vec<String>,
 }
 
@@ -59,6 +61,7 @@ impl RecipeTopology {
             mnnvl: if hybridep { self.mnnvl } else { base.mnnvl },
             gpu: base.gpu,
             dispatcher: Some(self.dispatcher),
+            defaults_follow_ep: hybridep && self.defaults_follow_ep,
             notes,
         }
     }
@@ -511,8 +514,9 @@ fn read_megatron(rd: &mut Reader, topo: &mut RecipeTopology) -> Result<()> {
                 rd.notes.push(format!("default applied: {MNNVL_ENV} = int(EP {e} > 4) = {} (NeMo-RL's default; the recipe sets neither it nor hybridep_use_mnnvl)", u8::from(e > 4)));
             }
         } else {
+            topo.defaults_follow_ep = topo.ranks_per_domain.is_none() || topo.mnnvl.is_none();
             rd.notes.push(format!(
-                "`{EP_KEY}` is not set: EP unknown, NeMo-RL's defaults for R and USE_MNNVL cannot be computed"
+                "`{EP_KEY}` is not set: EP unknown, so NeMo-RL's defaults for R and USE_MNNVL follow each admissible EP"
             ));
         }
     } else {

@@ -4,11 +4,10 @@
 //! sections whose bytes differ and the symbols only one side has; for text
 //! members the first differing line. Owns the comparison; must not print.
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use object::{Object, ObjectSection, ObjectSymbol};
 use serde::Serialize;
 
@@ -16,8 +15,9 @@ use crate::error::Failure;
 
 /// At most this many names per list in a report (symbols, sections).
 const LIST_MAX: usize = 20;
-/// Members larger than this are compared by hash only (no ELF or line detail).
-const DETAIL_MAX: u64 = 1 << 30;
+/// Members larger than this are compared byte by byte, streamed, without ELF
+/// or line detail (two of them are held in memory at once).
+pub const DETAIL_MAX: u64 = 128 << 20;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct WheelDiff {
@@ -86,28 +86,19 @@ struct Member {
     crc: u32,
 }
 
-/// Compare two wheel files. Unreadable files and non-zip files are usage failures (exit 2).
+/// Compare two wheel files. Unreadable files, non-zip files and damaged
+/// members are usage failures (exit 2) naming the file. Work is bounded: each
+/// wheel's layout is checked first (`wheel::read`), each common member is
+/// streamed once to compare (no copy in memory), and only members of at most
+/// [`DETAIL_MAX`] bytes are read whole for ELF or line detail.
 pub fn diff(a: &Path, b: &Path) -> Result<WheelDiff> {
-    let side = |p: &Path| -> Result<Side> {
-        // A regular file under the wheel cap (never /dev/zero or a FIFO) before hashing it.
-        crate::input::open(p, "wheel", crate::input::cap::WHEEL)?;
-        let (sha256, size) =
-            super::stamp::sha256_file(p).map_err(|e| Failure::usage(format!("cannot read {}: {e:#}", p.display())))?;
-        Ok(Side { path: p.display().to_string(), sha256, size })
+    let (mut wa, mut wb) = (super::open(a)?, super::open(b)?);
+    let side = |w: &super::Wheel| -> Result<Side> {
+        let (sha256, size) = w.sha256()?;
+        Ok(Side { path: w.path().display().to_string(), sha256, size })
     };
-    let (sa, sb) = (side(a)?, side(b)?);
-    let open = |p: &Path| -> Result<zip::ZipArchive<BufReader<File>>> {
-        zip::ZipArchive::new(BufReader::new(File::open(p)?)).map_err(|e| {
-            Failure::usage(format!("{} is not a wheel (zip): {e}", p.display()))
-                .hint("pass two .whl files, e.g. the same variant built on two machines")
-                .into()
-        })
-    };
-    let (mut za, mut zb) = (open(a)?, open(b)?);
-    // Overlapping members, bombs and absurd member counts are refused before any member is read.
-    crate::probe::wheel::check_layout(&mut za, a)?;
-    crate::probe::wheel::check_layout(&mut zb, b)?;
-    let (ma, mb) = (members(&mut za)?, members(&mut zb)?);
+    let (sa, sb) = (side(&wa)?, side(&wb)?);
+    let (ma, mb) = (members(&mut wa)?, members(&mut wb)?);
     let names_a: Vec<&String> = order(&ma);
     let names_b: Vec<&String> = order(&mb);
     let only_in_a: Vec<String> = names_a.iter().filter(|n| !mb.contains_key(**n)).map(|n| n.to_string()).collect();
@@ -119,67 +110,9 @@ pub fn diff(a: &Path, b: &Path) -> Result<WheelDiff> {
     for name in &common_a {
         crate::error::check_interrupted()?;
         let (x, y) = (&ma[**name], &mb[**name]);
-        let mut metadata = Vec::new();
-        if x.time != y.time {
-            metadata.push("time".to_string());
+        if let Some(m) = member_diff(name, (&mut wa, x), (&mut wb, y))? {
+            out.push(m);
         }
-        if x.mode != y.mode {
-            metadata.push(format!(
-                "mode ({} vs {})",
-                x.mode.map(|m| format!("{m:o}")).unwrap_or("-".into()),
-                y.mode.map(|m| format!("{m:o}")).unwrap_or("-".into())
-            ));
-        }
-        if x.compression != y.compression {
-            metadata.push(format!("compression ({} vs {})", x.compression, y.compression));
-        } else if x.compressed != y.compressed && x.crc == y.crc && x.size == y.size {
-            metadata.push("compressed bytes".to_string());
-        }
-        let same_content = x.crc == y.crc && x.size == y.size && {
-            // CRC32 equal: confirm byte for byte (cheap next to a build).
-            read(&mut za, x.index)? == read(&mut zb, y.index)?
-        };
-        if same_content {
-            if !metadata.is_empty() {
-                out.push(MemberDiff {
-                    name: name.to_string(),
-                    content: false,
-                    size_a: x.size,
-                    size_b: y.size,
-                    bytes_differ: 0,
-                    first_offset: None,
-                    metadata,
-                    elf: None,
-                    line: None,
-                });
-            }
-            continue;
-        }
-        let (da, db) = if x.size.max(y.size) <= DETAIL_MAX {
-            (read(&mut za, x.index)?, read(&mut zb, y.index)?)
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        let bytes_differ = da.iter().zip(&db).filter(|(p, q)| p != q).count() as u64;
-        let first_offset = da
-            .iter()
-            .zip(&db)
-            .position(|(p, q)| p != q)
-            .map(|i| i as u64)
-            .or_else(|| (da.len() != db.len()).then_some(da.len().min(db.len()) as u64));
-        let elf = elf_diff(&da, &db);
-        let line = if elf.is_none() { first_line(&da, &db) } else { None };
-        out.push(MemberDiff {
-            name: name.to_string(),
-            content: true,
-            size_a: x.size,
-            size_b: y.size,
-            bytes_differ,
-            first_offset,
-            metadata,
-            elf,
-            line,
-        });
     }
     Ok(WheelDiff {
         identical: sa.sha256 == sb.sha256,
@@ -193,10 +126,122 @@ pub fn diff(a: &Path, b: &Path) -> Result<WheelDiff> {
     })
 }
 
-fn members<R: Read + std::io::Seek>(z: &mut zip::ZipArchive<R>) -> Result<BTreeMap<String, Member>> {
+/// Zip metadata that differs between two members of the same name.
+fn metadata_diff(x: &Member, y: &Member) -> Vec<String> {
+    let mut metadata = Vec::new();
+    if x.time != y.time {
+        metadata.push("time".to_string());
+    }
+    if x.mode != y.mode {
+        metadata.push(format!(
+            "mode ({} vs {})",
+            x.mode.map(|m| format!("{m:o}")).unwrap_or("-".into()),
+            y.mode.map(|m| format!("{m:o}")).unwrap_or("-".into())
+        ));
+    }
+    if x.compression != y.compression {
+        metadata.push(format!("compression ({} vs {})", x.compression, y.compression));
+    } else if x.compressed != y.compressed && x.crc == y.crc && x.size == y.size {
+        metadata.push("compressed bytes".to_string());
+    }
+    metadata
+}
+
+/// How one common member differs (`None`: not at all).
+fn member_diff(
+    name: &str,
+    (wa, x): (&mut super::Wheel, &Member),
+    (wb, y): (&mut super::Wheel, &Member),
+) -> Result<Option<MemberDiff>> {
+    let metadata = metadata_diff(x, y);
+    let (bytes_differ, first_offset) = compare(name, (wa, x.index), (wb, y.index))?;
+    let content = bytes_differ > 0 || first_offset.is_some();
+    if !content && metadata.is_empty() {
+        return Ok(None);
+    }
+    let (mut elf, mut line) = (None, None);
+    if content && x.size.max(y.size) <= DETAIL_MAX {
+        let (da, db) = (read(wa, x.index)?, read(wb, y.index)?);
+        elf = elf_diff(&da, &db);
+        line = if elf.is_none() { first_line(&da, &db) } else { None };
+    }
+    Ok(Some(MemberDiff {
+        name: name.to_string(),
+        content,
+        size_a: x.size,
+        size_b: y.size,
+        bytes_differ,
+        first_offset,
+        metadata,
+        elf,
+        line,
+    }))
+}
+
+/// A damaged member is bad input naming the wheel and the member.
+fn damaged(path: &Path, name: &str, e: impl std::fmt::Display) -> anyhow::Error {
+    Failure::usage(format!("{}: member {name} is damaged: {e}", path.display()))
+        .hint("a truncated or altered wheel; fetch or build it again")
+        .into()
+}
+
+/// Stream two members side by side (64 KiB at a time, nothing kept): the
+/// byte positions (up to the shorter length) that differ, and the first
+/// offset where they differ or where the shorter ends (`None`: identical).
+fn compare(
+    name: &str,
+    (wa, ia): (&mut super::Wheel, usize),
+    (wb, ib): (&mut super::Wheel, usize),
+) -> Result<(u64, Option<u64>)> {
+    let pa = wa.path().to_path_buf();
+    let pb = wb.path().to_path_buf();
+    let mut fa = wa.archive().by_index(ia).map_err(|e| damaged(&pa, name, e))?;
+    let mut fb = wb.archive().by_index(ib).map_err(|e| damaged(&pb, name, e))?;
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    let (mut na, mut nb) = (0usize, 0usize); // bytes buffered, not yet compared
+    let (mut at, mut differ, mut first) = (0u64, 0u64, None);
+    let (mut end_a, mut end_b) = (false, false);
+    let bad = |p: &Path, e: std::io::Error| damaged(p, name, e);
+    loop {
+        if na == 0 && !end_a {
+            na = fa.read(&mut ba).map_err(|e| bad(&pa, e))?;
+            end_a = na == 0;
+        }
+        if nb == 0 && !end_b {
+            nb = fb.read(&mut bb).map_err(|e| bad(&pb, e))?;
+            end_b = nb == 0;
+        }
+        let k = na.min(nb);
+        if k == 0 {
+            if !(end_a && end_b) && first.is_none() {
+                first = Some(at); // one side ended first
+            }
+            // Drain the longer side so its CRC is checked too.
+            while !end_a {
+                end_a = fa.read(&mut ba).map_err(|e| bad(&pa, e))? == 0;
+            }
+            while !end_b {
+                end_b = fb.read(&mut bb).map_err(|e| bad(&pb, e))? == 0;
+            }
+            return Ok((differ, first));
+        }
+        for i in 0..k {
+            if ba[i] != bb[i] {
+                differ += 1;
+                first.get_or_insert(at + i as u64);
+            }
+        }
+        ba.copy_within(k..na, 0);
+        bb.copy_within(k..nb, 0);
+        (na, nb, at) = (na - k, nb - k, at + k as u64);
+    }
+}
+
+fn members(w: &mut super::Wheel) -> Result<BTreeMap<String, Member>> {
     let mut m = BTreeMap::new();
-    for i in 0..z.len() {
-        let f = z.by_index_raw(i)?;
+    let path = w.path().to_path_buf();
+    for i in 0..w.archive().len() {
+        let f = w.archive().by_index_raw(i).map_err(|e| damaged(&path, &format!("#{i}"), e))?;
         if f.is_dir() {
             continue;
         }
@@ -224,11 +269,13 @@ fn order(m: &BTreeMap<String, Member>) -> Vec<&String> {
     v.into_iter().map(|(n, _)| n).collect()
 }
 
-fn read<R: Read + std::io::Seek>(z: &mut zip::ZipArchive<R>, i: usize) -> Result<Vec<u8>> {
-    let f = z.by_index(i)?;
+/// A member read whole (at most [`DETAIL_MAX`] bytes; the caller checked its size).
+fn read(w: &mut super::Wheel, i: usize) -> Result<Vec<u8>> {
+    let path = w.path().to_path_buf();
+    let f = w.archive().by_index(i).map_err(|e| damaged(&path, &format!("#{i}"), e))?;
     let name = f.name().to_string();
-    let mut buf = Vec::new();
-    f.take(DETAIL_MAX + 1).read_to_end(&mut buf).with_context(|| format!("reading member {name}"))?;
+    let mut buf = Vec::with_capacity(f.size().min(DETAIL_MAX) as usize);
+    f.take(DETAIL_MAX + 1).read_to_end(&mut buf).map_err(|e| damaged(&path, &name, e))?;
     Ok(buf)
 }
 
@@ -238,15 +285,6 @@ pub fn elf_diff(a: &[u8], b: &[u8]) -> Option<ElfDiff> {
     if fa.format() != object::BinaryFormat::Elf || fb.format() != object::BinaryFormat::Elf {
         return None;
     }
-    let sections = |f: &object::File| -> BTreeMap<String, (u64, Vec<u8>)> {
-        f.sections()
-            .filter_map(|s| {
-                let name = s.name().ok()?.to_string();
-                let data = s.data().map(<[u8]>::to_vec).unwrap_or_default();
-                Some((name, (s.size(), data)))
-            })
-            .collect()
-    };
     let (sa, sb) = (sections(&fa), sections(&fb));
     let mut d = ElfDiff::default();
     for (name, (size, data)) in &sa {
@@ -279,6 +317,17 @@ pub fn elf_diff(a: &[u8], b: &[u8]) -> Option<ElfDiff> {
     d.symbols_moved_examples = moved.into_iter().take(5).cloned().collect();
     d.sections.truncate(LIST_MAX * 3);
     Some(d)
+}
+
+/// Section name -> (size, bytes in the file), borrowed from the member
+/// (never copied: a section may be most of a large member).
+fn sections<'a>(f: &object::File<'a>) -> BTreeMap<String, (u64, &'a [u8])> {
+    f.sections()
+        .filter_map(|s| {
+            let name = s.name().ok()?.to_string();
+            Some((name, (s.size(), s.data().unwrap_or_default())))
+        })
+        .collect()
 }
 
 /// The first differing line of two UTF-8 texts (lines cut at 200 characters).

@@ -1,8 +1,12 @@
-//! Wheel files: names, RECORD, reading members. Owns the wheel format; must not
-//! know about DeepEP's flags or topology.
+//! Wheel files: names, RECORD, reading (`read`: the one place a wheel file is
+//! opened, bounded), rewriting (`stamp`), comparing (`diff`). Owns the wheel
+//! format; must not know about DeepEP's flags or topology.
 pub mod diff;
+pub mod read;
 pub mod record;
 pub mod stamp;
+
+pub use read::{limits, open, Wheel};
 
 /// The parts of a wheel file name (PEP 427): `{dist}-{version}(-{build})?-{py}-{abi}-{plat}.whl`.
 #[derive(Debug, Clone, PartialEq, Eq)]

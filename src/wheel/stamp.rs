@@ -6,11 +6,10 @@
 //! (`RECORD.jws`, `RECORD.p7s`) are dropped because the content changed.
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 use zip::write::SimpleFileOptions;
 
 use super::record::{self, Entry};
@@ -27,46 +26,25 @@ pub struct Changes {
     pub epoch: i64,
 }
 
-/// The `<name>.dist-info` folder of an open wheel.
-pub fn dist_info_dir<R: Read + std::io::Seek>(zip: &zip::ZipArchive<R>) -> Result<String> {
-    let mut dirs: Vec<&str> = zip
-        .file_names()
-        .filter_map(|n| n.strip_suffix("/RECORD"))
-        .filter(|d| d.ends_with(".dist-info") && !d.contains('/'))
-        .collect();
-    dirs.sort();
-    dirs.dedup();
-    match dirs.as_slice() {
-        [one] => Ok(one.to_string()),
-        [] => anyhow::bail!("no <name>.dist-info/RECORD in the wheel"),
-        many => anyhow::bail!("several .dist-info folders in the wheel: {}", many.join(", ")),
-    }
-}
+pub use super::read::dist_info_dir;
 
 /// Read one member of a wheel.
 pub fn read_member(wheel: &Path, member: &str) -> Result<Vec<u8>> {
-    let mut zip = zip::ZipArchive::new(BufReader::new(
-        File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?,
-    ))?;
-    let mut f = zip.by_name(member).with_context(|| format!("{} has no {member}", wheel.display()))?;
-    let mut buf = Vec::with_capacity(f.size() as usize);
-    f.read_to_end(&mut buf)?;
-    Ok(buf)
+    super::open(wheel)?
+        .member(member, super::limits::PARSED)?
+        .with_context(|| format!("{} has no {member}", wheel.display()))
 }
 
 /// Write `input` with `changes` applied to `output` (a new file; the caller
 /// renames it into place). Checks for Ctrl-C between members.
 pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
-    let mut zin = zip::ZipArchive::new(BufReader::with_capacity(
-        1 << 20,
-        File::open(input).with_context(|| format!("opening {}", input.display()))?,
-    ))
-    .with_context(|| format!("{} is not a zip file", input.display()))?;
-    let di = dist_info_dir(&zin)?;
+    let mut wheel = super::open(input)?;
+    let zin = wheel.archive();
+    let di = dist_info_dir(zin)?;
     let record_path = format!("{di}/RECORD");
     let old_record: BTreeMap<String, Entry> = {
         let mut text = String::new();
-        zin.by_name(&record_path)?.read_to_string(&mut text)?;
+        zin.by_name(&record_path)?.take(super::limits::DOC).read_to_string(&mut text)?;
         record::parse(&text)
             .with_context(|| format!("{record_path} in {}", input.display()))?
             .into_iter()
@@ -161,19 +139,4 @@ fn zip_time(epoch: i64) -> zip::DateTime {
     zip::DateTime::from_date_and_time(y as u16, mo as u8, d as u8, h as u8, mi as u8, s as u8).unwrap_or_default()
 }
 
-/// sha256 (hex) and size of a file.
-pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = f.read(&mut buf)?;
-        if k == 0 {
-            break;
-        }
-        h.update(&buf[..k]);
-        n += k as u64;
-    }
-    Ok((hex::encode(h.finalize()), n))
-}
+pub use super::read::sha256_file;

@@ -43,14 +43,12 @@ topology = { gpu = "gb200", nodes = 1, gpus_per_node = 4, ep = 4, ranks_per_doma
 "#;
 
 impl Lab {
-    /// None (after printing why) when the tools venv or nvcc is missing.
-    pub fn new() -> Option<Lab> {
-        let tools = support::tools_venv();
-        let cuda = support::cuda_home();
-        let (Some(tools), Some(cuda_home)) = (tools, cuda) else {
-            eprintln!("SKIPPED: tools venv with nvcc not available; run `.ci/setup-tools` to install it");
-            return None;
-        };
+    /// A lab in a fresh temp folder; the calling test FAILS, saying how to get
+    /// it, when the tools venv or its nvcc is missing (such tests are
+    /// `#[ignore = "needs the tools venv ..."]`).
+    pub fn new() -> Lab {
+        let tools = support::tools_venv().unwrap_or_else(|| support::missing("the tools venv"));
+        let cuda_home = support::cuda_home().unwrap_or_else(|| support::missing("nvcc in the tools venv"));
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("DeepEP");
         let rev = support::git_repo_from_fixture("mini-deepep", &repo);
@@ -76,7 +74,7 @@ impl Lab {
             cuda_home,
             dir,
         };
-        Some(lab)
+        lab
     }
 
     pub fn nvshmem_dir(&self) -> PathBuf {

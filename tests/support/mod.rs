@@ -1,6 +1,13 @@
 //! Shared helpers for integration tests: real tools (nvcc, cuobjdump, uv from
 //! `.ci/setup-tools`), real git repositories in temp dirs, the built binary.
-//! A test that lacks a tool skips with a message saying which and how to get it.
+//!
+//! A test that needs something from outside the checkout (the NeMo-RL fixtures
+//! beside it, the tools venv, a system package) is `#[ignore = "needs ..."]`
+//! with what it needs, so a plain `cargo test` reports it as ignored, never as
+//! passed; `bash .ci/run` runs the groups whose needs are present (and, under
+//! `CI=true`, fails when one CI is meant to have is missing). Run by hand
+//! (`--ignored`), such a test FAILS when its need is missing, naming it and how
+//! to get it (`require!`): it never returns early as a pass.
 #![allow(dead_code)]
 
 pub mod hostile;
@@ -45,18 +52,40 @@ pub fn cuda_home() -> Option<PathBuf> {
     p.join("bin/nvcc").exists().then_some(p)
 }
 
-/// Skip the calling test (return early) when a tool is missing, saying why.
+/// The value, or the calling test FAILS saying what is missing and how to get it
+/// (a test that cannot run never passes; see the module comment).
 #[macro_export]
 macro_rules! require {
     ($e:expr, $what:expr) => {
         match $e {
             Some(v) => v,
-            None => {
-                eprintln!("SKIPPED: {} not available; run `.ci/setup-tools` to install it", $what);
-                return;
-            }
+            None => $crate::support::missing($what),
         }
     };
+}
+
+/// Fail the calling test: `what` is not here; says how to get it.
+#[track_caller]
+pub fn missing(what: &str) -> ! {
+    panic!("not run: needs {what}, which is missing here; {}", how_to_get(what))
+}
+
+/// How to get one of the things tests need from outside the checkout.
+pub fn how_to_get(what: &str) -> &'static str {
+    let w = what.to_ascii_lowercase();
+    if w.contains("nemo-rl") || w.contains("shared") {
+        "put NeMo-RL's fixture folder at ../shared/fixtures/nemo-rl beside the checkout (CI has it there) \
+         or name it with DEEPEP_FORGE_NEMO_RL=<folder>"
+    } else if ["groff", "openssl", "redis", "libibverbs", "rdma", "aarch64", "qemu"].iter().any(|k| w.contains(k)) {
+        "install the system packages with `sudo .ci/setup-system` (apt; what it installs is listed in it)"
+    } else {
+        "make the tools venv with `.ci/setup-tools` (PyPI only, no root; DEEPEP_FORGE_TOOLS=<venv> names another)"
+    }
+}
+
+/// Whether this run is CI's (`CI=true`): there a missing need fails instead of being left out.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// Copy a fixture folder (e.g. `mini-deepep`) into `dest` and make it a git

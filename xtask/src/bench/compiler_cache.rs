@@ -52,7 +52,7 @@ struct Build {
     note: String,
 }
 
-fn forge(a: &CacheBenchArgs, work: &Path, folder: &str, variant: &str, cc: Option<&Path>) -> Result<Build> {
+fn forge(a: &CacheBenchArgs, work: &Path, folder: &str, variant: &str, cc: Option<&std::ffi::OsStr>) -> Result<Build> {
     let dir = work.join(folder);
     let out = dir.join(format!("out-{variant}-{}", if cc.is_some() { "cc" } else { "plain" }));
     let exe = std::env::current_exe()?;
@@ -72,7 +72,12 @@ fn forge(a: &CacheBenchArgs, work: &Path, folder: &str, variant: &str, cc: Optio
     };
     let request = super::Request {
         pins,
-        source: a.source.as_ref().map(OsString::from),
+        source: match (&a.source, a.pins.is_none()) {
+            (Some(s), _) => Some(s.into()),
+            // the fixture's pins name DeepEP's URL (pins files name remote repositories only)
+            (None, true) => Some(super::project_root().join("tests/fixtures/mini-deepep").into()),
+            _ => None,
+        },
         variant: variant.to_string(),
         python,
         cache_dir: dir.join("cache"),
@@ -125,9 +130,9 @@ pub fn run(a: CacheBenchArgs) -> Result<()> {
     for n in steps {
         let (label, folder, variant, cache) = match (n, v2) {
             (1, _) => (format!("1. {v} fresh, no compiler cache (folder 1)"), "folder-1", v, None),
-            (2, _) => (format!("2. {v} cold compiler cache (folder 2)"), "folder-2", v, Some(cc.as_path())),
-            (3, _) => (format!("3. {v} warm compiler cache (folder 1)"), "folder-1", v, Some(cc.as_path())),
-            (4, Some(v2)) => (format!("4. {v2} after {v} (cache warm from {v})"), "folder-2", v2, Some(cc.as_path())),
+            (2, _) => (format!("2. {v} cold compiler cache (folder 2)"), "folder-2", v, Some(cc.as_os_str())),
+            (3, _) => (format!("3. {v} warm compiler cache (folder 1)"), "folder-1", v, Some(cc.as_os_str())),
+            (4, Some(v2)) => (format!("4. {v2} after {v} (cache warm from {v})"), "folder-2", v2, Some(cc.as_os_str())),
             (5, Some(v2)) => (format!("5. {v2} fresh, no compiler cache (folder 1)"), "folder-1", v2, None),
             _ => anyhow::bail!("step {n}: steps are 1-3, and 4-5 with --then VARIANT2"),
         };
@@ -176,5 +181,58 @@ fn report(work: &Path, v: &str, v2: Option<&str>) -> Result<()> {
         );
     }
     anyhow::ensure!(ok, "builds of one plan gave different wheels");
+    Ok(())
+}
+
+/// `cargo xtask bench fleet-cache`: one compiler cache shared through a real Redis
+/// server (Debian's `redis-server`, started on a free 127.0.0.1 port and stopped
+/// after). "Machine A" (checkout folder 1, its own wheel cache) builds cold through
+/// Redis; "machine B" (folder 2, another wheel cache) builds warm from it. Ratio B / A
+/// in the same run (goal <= 0.3x) and one sha256 for both.
+pub fn fleet(a: CacheBenchArgs) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let work = a.work.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&work)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut redis = std::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting redis-server (apt-get install redis-server)")?;
+    let url = format!("redis://127.0.0.1:{port}");
+    let t = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && t.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let v = a.variant.as_str();
+    let run = || -> Result<(Build, Build)> {
+        let ma = forge(&a, &work, "machine-a", v, Some(std::ffi::OsStr::new(&url)))?;
+        let mb = forge(&a, &work, "machine-b", v, Some(std::ffi::OsStr::new(&url)))?;
+        Ok((ma, mb))
+    };
+    let res = run();
+    let _ = redis.kill();
+    let _ = redis.wait();
+    let (ma, mb) = res?;
+    for (label, b) in [
+        (format!("A. {v} cold, shared Redis cache (machine A)"), &ma),
+        (format!("B. {v} warm from Redis (machine B)"), &mb),
+    ] {
+        println!(
+            "{label:<48} {:>8.1} s wall {:>8.1} s CPU  sha256 {}  {}",
+            b.sample.wall.as_secs_f64(),
+            b.sample.cpu.as_secs_f64(),
+            b.sha256,
+            b.note
+        );
+    }
+    let r = mb.sample.wall.as_secs_f64() / ma.sample.wall.as_secs_f64();
+    println!("machine B / machine A: {r:.3}x  [{} goal <= 0.3x]", verdict(r <= 0.3));
+    let same = ma.sha256 == mb.sha256 && !ma.sha256.is_empty();
+    println!(
+        "determinism {v} (A, B): {}",
+        if same { format!("ok, one sha256 {}", ma.sha256) } else { "DIFFERENT sha256s".into() }
+    );
+    anyhow::ensure!(same, "machines A and B built different wheels");
     Ok(())
 }

@@ -37,6 +37,9 @@ pub enum Which {
     /// Rebuild with a warm compiler cache vs a fresh build (wheel cache off), a second variant
     /// after the first vs fresh, and the sha256 of every build (folders, cache on/off).
     BuildCache,
+    /// One compiler cache through a real Redis server: machine B (another checkout and
+    /// wheel cache) warm from Redis vs machine A cold; the same sha256 (takes build-cache's options).
+    FleetCache,
     /// Provisioning the registry toolchain (`plan --toolchain registry`, empty cache) vs `uv venv` + `uv pip install` of the same packages by hand.
     Toolchain,
 }
@@ -96,6 +99,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::ProbeWheel => return probe::run_bench(),
         Which::Toolchain => toolchain::run()?,
         Which::BuildCache => compiler_cache::run(args.cache)?,
+        Which::FleetCache => compiler_cache::fleet(args.cache)?,
     }
     Ok(Exit::Ok)
 }
