@@ -143,38 +143,7 @@ pub fn run(command: Command) -> Result<Exit> {
             let p = crate::pins::Pins::load(&a.file.pins)?;
             match a.format {
                 crate::output::DataFormat::Json => crate::printer::json(&p)?,
-                _ => {
-                    crate::outln!("source: {} ({})", p.source.repo, p.source.branch.as_deref().unwrap_or("-"));
-                    for pin in p.pins.values() {
-                        crate::outln!(
-                            "pin {:<8} {}  label {}",
-                            pin.arch.as_str(),
-                            pin.rev,
-                            p.label(pin.arch).unwrap_or_default()
-                        );
-                    }
-                    for v in &p.variants {
-                        let intended = match &v.topology {
-                            Some(t) => format!(
-                                "for {} EP {} over {}x{} (R {}, MNNVL {})",
-                                t.gpu_names(","),
-                                t.ep,
-                                t.nodes,
-                                t.gpus_per_node,
-                                t.ranks_per_domain,
-                                if t.mnnvl { "yes" } else { "no" }
-                            ),
-                            None => "no intended topology".into(),
-                        };
-                        crate::outln!(
-                            "variant {:<16} {:<8} arch-list {:<9} {:<11} {intended}",
-                            v.name,
-                            v.arch.as_str(),
-                            v.cuda_arch_list.to_env(),
-                            if v.multinode { format!("multi/{}", v.transport.as_str()) } else { "single-node".into() },
-                        );
-                    }
-                }
+                _ => crate::out!("{}", p.render_human()),
             }
             Ok(Exit::Ok)
         }

@@ -56,6 +56,12 @@ impl Failure {
     pub fn interrupted() -> Self {
         Self::new(Exit::Interrupted, "interrupted")
     }
+    /// The same failure in another exit class (a bad key in a file we wrote is
+    /// a failed job, not bad input).
+    pub fn with_exit(mut self, exit: Exit) -> Self {
+        self.exit = exit;
+        self
+    }
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self

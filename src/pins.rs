@@ -65,15 +65,15 @@ impl fmt::Display for Arch {
 }
 
 impl FromStr for Arch {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Failure;
+    fn from_str(s: &str) -> Result<Self, Failure> {
         match s {
             "x86_64" | "amd64" => Ok(Arch::X86_64),
             "aarch64" | "arm64" => Ok(Arch::Aarch64),
-            other => Err(format!(
+            other => Err(Failure::usage(format!(
                 "unknown architecture `{}`: expected `x86_64` or `aarch64`",
                 crate::input::excerpt(other, 40)
-            )),
+            ))),
         }
     }
 }
@@ -130,8 +130,8 @@ impl fmt::Display for Gpu {
 }
 
 impl FromStr for Gpu {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Failure;
+    fn from_str(s: &str) -> Result<Self, Failure> {
         match s.to_ascii_lowercase().as_str() {
             "h100" => Ok(Gpu::H100),
             "h200" => Ok(Gpu::H200),
@@ -142,7 +142,9 @@ impl FromStr for Gpu {
                 .filter(|n| (1..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|n| n.parse::<u32>().ok())
                 .map(Gpu::Sm)
-                .ok_or_else(|| format!("unknown GPU `{s}`: expected h100, h200, b200, gb200, sm_90 or sm_100")),
+                .ok_or_else(|| {
+                    Failure::usage(format!("unknown GPU `{s}`: expected h100, h200, b200, gb200, sm_90 or sm_100"))
+                }),
         }
     }
 }
@@ -183,13 +185,13 @@ impl fmt::Display for CudaArch {
 }
 
 impl FromStr for CudaArch {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Failure;
+    fn from_str(s: &str) -> Result<Self, Failure> {
         let bad = || {
-            format!(
+            Failure::usage(format!(
                 "`{}` is not a CUDA arch: expected forms like `9.0`, `10.0`, `9.0a`, `10.0+PTX`",
                 crate::input::excerpt(s, 40)
-            )
+            ))
         };
         let (body, ptx) = match s.strip_suffix("+PTX") {
             Some(b) => (b, true),
@@ -201,7 +203,7 @@ impl FromStr for CudaArch {
             Some(_) => return Err(bad()),
             None => (rest, None),
         };
-        let num = |t: &str| -> Result<u32, String> {
+        let num = |t: &str| -> Result<u32, Failure> {
             if t.is_empty() || t.len() > 2 || !t.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(bad());
             }
@@ -243,17 +245,20 @@ impl ArchList {
 }
 
 impl FromStr for ArchList {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Failure;
+    fn from_str(s: &str) -> Result<Self, Failure> {
         let items: Vec<&str> = s.split(|c: char| c == ';' || c.is_whitespace()).filter(|t| !t.is_empty()).collect();
         if items.is_empty() {
-            return Err("empty arch list: expected e.g. \"9.0\" or \"9.0 10.0\"".into());
+            return Err(Failure::usage("empty arch list: expected e.g. \"9.0\" or \"9.0 10.0\""));
         }
         let mut out: Vec<CudaArch> = Vec::new();
         for it in items {
             let a: CudaArch = it.parse()?;
             if out.iter().any(|o| o.major == a.major && o.minor == a.minor && o.suffix == a.suffix) {
-                return Err(format!("`{}` appears twice in the arch list", crate::input::excerpt(it, 40)));
+                return Err(Failure::usage(format!(
+                    "`{}` appears twice in the arch list",
+                    crate::input::excerpt(it, 40)
+                )));
             }
             out.push(a);
         }
@@ -601,7 +606,7 @@ fn pin_tables(
 ) -> Result<BTreeMap<Arch, Pin>> {
     let mut pins = BTreeMap::new();
     for (key, p) in raw {
-        let arch: Arch = key.parse().map_err(|m: String| err(p.span(), format!("[pin.{key}]: {m}")))?;
+        let arch: Arch = key.parse().map_err(|m: Failure| err(p.span(), format!("[pin.{key}]: {m}")))?;
         let rev = p.get_ref().rev.get_ref().clone();
         let rspan = p.get_ref().rev.span();
         if !is_full_sha(&rev) {
@@ -699,12 +704,12 @@ fn variant(
     let vspan = sv.span();
     let v = sv.into_inner();
     let name = variant_name(&v.name, before, err)?;
-    let arch: Arch = v.arch.get_ref().parse().map_err(|m: String| err(v.arch.span(), m))?;
+    let arch: Arch = v.arch.get_ref().parse().map_err(|m: Failure| err(v.arch.span(), m.message))?;
     if !pins.contains_key(&arch) {
         return Err(err(v.arch.span(), format!("variant `{name}` builds for {arch}, but there is no [pin.{arch}]")));
     }
     let cuda_arch_list: ArchList =
-        v.cuda_arch_list.get_ref().parse().map_err(|m: String| err(v.cuda_arch_list.span(), m))?;
+        v.cuda_arch_list.get_ref().parse().map_err(|m: Failure| err(v.cuda_arch_list.span(), m.message))?;
     let transport = transport(&v, &name, &cuda_arch_list, err)?;
     let env = variant_env(&v, &name, text, err)?;
     let topology = match &v.topology {
@@ -835,7 +840,7 @@ fn topology(
     }
     let mut gpus: Vec<Gpu> = Vec::new();
     for g in &names {
-        let gpu: Gpu = g.parse().map_err(|m: String| err(gspan.clone(), format!("variant `{name}`: {m}")))?;
+        let gpu: Gpu = g.parse().map_err(|m: Failure| err(gspan.clone(), format!("variant `{name}`: {m}")))?;
         if gpus.contains(&gpu) {
             return Err(err(gspan.clone(), format!("variant `{name}`: topology.gpu names {gpu} twice")));
         }
@@ -910,6 +915,42 @@ pub struct EnvSetting {
 /// A full commit sha: exactly 40 lowercase hex characters.
 pub fn is_full_sha(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// `pins show` for people: the source, one line per pin, one per variant.
+impl Pins {
+    pub fn render_human(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(out, "source: {} ({})", self.source.repo, self.source.branch.as_deref().unwrap_or("-"));
+        for pin in self.pins.values() {
+            let label = self.label(pin.arch).unwrap_or_default();
+            let _ = writeln!(out, "pin {:<8} {}  label {label}", pin.arch.as_str(), pin.rev);
+        }
+        for v in &self.variants {
+            let intended = match &v.topology {
+                Some(t) => format!(
+                    "for {} EP {} over {}x{} (R {}, MNNVL {})",
+                    t.gpu_names(","),
+                    t.ep,
+                    t.nodes,
+                    t.gpus_per_node,
+                    t.ranks_per_domain,
+                    if t.mnnvl { "yes" } else { "no" }
+                ),
+                None => "no intended topology".into(),
+            };
+            let _ = writeln!(
+                out,
+                "variant {:<16} {:<8} arch-list {:<9} {:<11} {intended}",
+                v.name,
+                v.arch.as_str(),
+                v.cuda_arch_list.to_env(),
+                if v.multinode { format!("multi/{}", v.transport.as_str()) } else { "single-node".into() },
+            );
+        }
+        out
+    }
 }
 
 #[cfg(test)]

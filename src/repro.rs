@@ -56,6 +56,7 @@ printed), 2 bad input (not a deepep-forge wheel, a repository not trusted), 3 mi
 
 Example: check a wheel from a colleague's or CI's cache on this machine:
   deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl")]
+#[command(mut_arg("source", |a| a.help("Where to fetch the source (needed when the provenance names a local folder: provenance holds no machine paths); default: the provenance's repository URL, only when you trust it (see below)")))]
 pub struct VerifyArgs {
     /// The wheel to check (built by deepep-forge: it carries a provenance document), or its
     /// URL in a `deepep-forge publish` index: downloaded, checked against the variant's signed
@@ -66,31 +67,14 @@ pub struct VerifyArgs {
     /// added to DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
     #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
     pub trusted_keys: Vec<String>,
-    /// Where to fetch the source (needed when the provenance names a local folder:
-    /// provenance holds no machine paths); default: the provenance's repository URL,
-    /// only when you trust it (see below).
-    #[arg(long, value_name = "PATH|URL")]
-    pub source: Option<String>,
+    #[command(flatten)]
+    pub run: crate::builder::RunArgs,
     /// A pins file whose `[source] repo` you trust for rebuilds (default: ./pins.toml when present).
     #[arg(long, value_name = "FILE")]
     pub pins: Option<PathBuf>,
-    /// The Python that builds (as for build-wheel).
-    #[arg(long, value_name = "PYTHON")]
-    pub python: Option<String>,
     /// The toolchain (as for build-wheel); default: the one the provenance names.
     #[arg(long, value_enum)]
     pub toolchain: Option<crate::builder::registry::Kind>,
-    #[command(flatten)]
-    pub cache: crate::cache::CacheDirArg,
-    /// Compiler cache folder (as for build-wheel; it changes no byte).
-    #[arg(long, value_name = "DIR", num_args = 0..=1)]
-    pub compiler_cache: Option<Option<PathBuf>>,
-    /// No compiler cache, whatever the environment or the user config say.
-    #[arg(long, conflicts_with = "compiler_cache")]
-    pub no_compiler_cache: bool,
-    /// Parallel compile jobs (no effect on the bytes).
-    #[arg(long, value_name = "N")]
-    pub jobs: Option<usize>,
     /// Keep the rebuilt wheel (and its statement) in DIR; default: a temporary folder.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -126,7 +110,7 @@ pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
     let name = crate::wheel::WheelName::parse(&args.wheel.file_name().unwrap_or_default().to_string_lossy())
         .ok_or_else(|| crate::error::Failure::usage(format!("{} is not a wheel file name", args.wheel.display())))?;
     // Before anything is fetched: the repository whose setup.py the rebuild runs is one the user chose.
-    let source = match (&args.source, prov.source.repo.strip_prefix("local:")) {
+    let source = match (&args.run.source, prov.source.repo.strip_prefix("local:")) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(folder)) => {
             return Err(crate::error::Failure::usage(format!(
@@ -143,8 +127,10 @@ pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
         }
     };
     let work = tempfile::tempdir()?;
-    let pins = work.path().join("pins.toml");
-    std::fs::write(&pins, pins_of(&prov, &name)?)?;
+    // The pins the provenance describes, parsed in memory; messages about them name the wheel.
+    let shown = PathBuf::from(format!("the provenance of {}", args.wheel.display()));
+    let pins =
+        crate::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, &args.wheel))?;
     let toolchain = args.toolchain.unwrap_or(match prov.toolchain.kind.as_str() {
         "registry" => crate::builder::registry::Kind::Registry,
         _ => crate::builder::registry::Kind::System,
@@ -167,32 +153,22 @@ pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
         .hint("pass another --out, or none (a temporary folder)")
         .into());
     }
-    let common = crate::builder::Common {
-        pins: pins.clone(),
-        variants: vec![prov.variant.name.clone()],
-        all: false,
+    // The request the provenance makes: its pins, its variant, no wheel cache.
+    let req = crate::builder::BuildRequest {
+        pins,
+        variants: crate::builder::Variants::Named(vec![prov.variant.name.clone()]),
         source,
-        python: args.python.clone(),
+        python: args.run.python.clone(),
         toolchain,
         match_project: None,
         out: out.clone(),
-        cache: args.cache,
+        cache_dir: args.run.cache.cache_dir.clone(),
         no_cache: true,
-        remote: crate::cache::remote::RemoteArgs {
-            cache_url: None,
-            trusted_keys: vec![],
-            net: crate::cache::remote::NetArgs { allow_http: false, cache_timeout: 30 },
-        },
-        jobs: args.jobs,
-        compiler_cache: args.compiler_cache,
-        no_compiler_cache: args.no_compiler_cache,
-        format: Format::Json,
+        compiler_cache: args.run.compiler_cache(),
+        jobs: args.run.jobs,
     };
-    let outcome = crate::builder::build_quiet(&common)
-        .map_err(|e| about_wheel(e, &pins, &args.wheel))?
-        .into_iter()
-        .next()
-        .context("the rebuild produced no wheel")?;
+    let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, &args.wheel))?;
+    let outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;
     let d = diff::diff(&args.wheel, &outcome.wheel)?;
     if args.format == Format::Json {
         let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
@@ -213,8 +189,9 @@ pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
     Ok(if d.identical { Exit::Ok } else { Exit::Problems })
 }
 
-/// An error of the rebuild as the user can act on it: the generated pins file
-/// (deleted when verify ends) is named as what it is, the wheel's provenance.
+/// An error of the rebuild as the user can act on it: the pins generated from
+/// the provenance (parsed in memory, named `pins`) are named as what they are,
+/// the wheel's provenance, without line:column positions in text nobody sees.
 fn about_wheel(e: anyhow::Error, pins: &std::path::Path, wheel: &std::path::Path) -> anyhow::Error {
     let tmp = pins.display().to_string();
     let text = format!("{e:#}");

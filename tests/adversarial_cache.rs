@@ -381,7 +381,8 @@ fn build_cases() -> Vec<Case> {
             .says("unknown field"),
         case("build: config file is a folder", &["--cache-url", "https://127.0.0.1:9/"])
             .setup(|d| std::fs::create_dir_all(d.join("cfg/deepep-forge/config.toml")).unwrap())
-            .says("not a regular file"),
+            .says("config file")
+            .says("a directory, not a regular file"),
         case("build: --cache-timeout too large", &["--cache-url", "https://127.0.0.1:9/", "--cache-timeout", "999999"])
             .says("--cache-timeout"),
     ]

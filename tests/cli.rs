@@ -121,3 +121,72 @@ fn a_result_that_cannot_be_written_fails_the_command() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("error: writing to stdout: No space left on device"), "{}", stderr(&o));
 }
+
+/// The build flags are declared once (`builder::RunArgs`): `--jobs 0` is
+/// refused alike by `plan`, `build-wheel` and `verify` (it used to parse in
+/// `verify`), before any file is read.
+#[test]
+fn build_flags_mean_the_same_in_plan_build_wheel_and_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["plan", "--all"][..], &["build-wheel", "--all"], &["verify", "x.whl"]] {
+        for bad in [&["--jobs", "0"][..], &["--jobs", "4097"], &["--compiler-cache", "--no-compiler-cache"]] {
+            let o = bin().args(args).args(bad).current_dir(dir.path()).output().unwrap();
+            assert_eq!(o.status.code(), Some(2), "{args:?} {bad:?}: {}", stderr(&o));
+            assert!(stderr(&o).contains(bad[0]), "{args:?} {bad:?}: {}", stderr(&o));
+        }
+    }
+}
+
+/// `--project`, `--pins` and `--no-pins` are declared once (`lock::ProjectArgs`)
+/// and mean the same in `lock check`, `pin set` and `pin recover`.
+#[test]
+fn project_flags_mean_the_same_in_lock_check_pin_set_and_pin_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["lock", "check"][..], &["pin", "set", "0123456"], &["pin", "recover"]] {
+        let o = bin().args(args).args(["--pins", "p.toml", "--no-pins"]).current_dir(dir.path()).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("cannot be used with"), "{args:?}: {}", stderr(&o));
+        let o = bin().args(args).arg("--help").output().unwrap();
+        for flag in ["--project <DIR>", "--pins <FILE>", "--no-pins"] {
+            assert!(stdout(&o).contains(flag), "{args:?} --help lacks {flag}");
+        }
+    }
+}
+
+/// The user config ($XDG_CONFIG_HOME/deepep-forge/config.toml) is read through
+/// the one bounded reader: a FIFO there is refused (exit 2, named), never
+/// waited on, both where trusted keys are read and where the compiler cache is.
+#[test]
+fn a_user_config_that_is_a_fifo_is_refused_not_waited_on() {
+    use support::hostile::{run_all, Case};
+    let fifo = |d: &std::path::Path| {
+        std::fs::create_dir_all(d.join("cfg/deepep-forge")).unwrap();
+        let c = std::ffi::CString::new(d.join("cfg/deepep-forge/config.toml").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    };
+    run_all(vec![
+        Case::new("trusted keys: config a FIFO")
+            .setup(fifo)
+            .env("XDG_CONFIG_HOME", "{dir}/cfg")
+            .args(&["build-wheel", "--all", "--cache-url", "https://cache.invalid/"])
+            .says("config file")
+            .says("not a regular file"),
+        Case::new("compiler cache: config a FIFO")
+            .setup(fifo)
+            .env("XDG_CONFIG_HOME", "{dir}/cfg")
+            .env("DEEPEP_FORGE_COMPILER_CACHE", "")
+            .args(&[
+                "plan",
+                "--pins",
+                &root().join("tests/fixtures/demo-pins.toml").display().to_string(),
+                "--source",
+                &root().join("tests/fixtures/mini-deepep").display().to_string(),
+                "--variant",
+                "demo",
+            ])
+            .may_change("cache")
+            .says("config file")
+            .says("not a regular file"),
+    ]);
+}

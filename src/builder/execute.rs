@@ -42,7 +42,7 @@ pub fn execute(pl: &Plan, t: &Target, notes: &mut Vec<String>) -> Result<Deliver
             pl.cache_key_unknown.as_deref().unwrap_or("unknown")
         ))
     })?;
-    let key = cache::Key::parse(key).map_err(Failure::problems)?;
+    let key = cache::Key::parse(key).map_err(|f| f.with_exit(crate::error::Exit::Problems))?;
     match from_cache(pl, &key, t, notes)? {
         Ok(d) => Ok(d),
         // The key's lock (when caching) is held until the fresh build is published.

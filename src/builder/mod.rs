@@ -16,34 +16,28 @@ pub mod preflight;
 pub mod prepare;
 pub mod registry;
 pub mod relocate;
+pub mod request;
+pub mod run;
 pub mod source;
 pub mod toolchain;
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::Result;
 
 use crate::cache::{self, remote, Cache, CacheDirArg};
-use crate::error::{check_interrupted, Cooperative, Exit};
+use crate::error::{Cooperative, Exit};
 use crate::output::DataFormat as Format;
 use crate::provenance;
 use deliver::{Outcome, Report};
 use plan::{Plan, ToolchainPart};
 use prepare::{make_plans, Mode};
+pub use request::{BuildRequest, CompilerCache, Variants};
 
-/// Options shared by `plan` and `build-wheel`.
+/// How a build runs, whatever it builds: declared once, flattened into `plan`,
+/// `build-wheel` and `verify`.
 #[derive(Debug, clap::Args)]
-pub struct Common {
-    /// The pins file (source repo, per-architecture revs, variants).
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
-    /// Variant to build (repeatable); `deepep-forge pins show` lists them.
-    #[arg(long = "variant", value_name = "NAME")]
-    pub variants: Vec<String>,
-    /// Every variant of this host's architecture; the others are listed as skipped.
-    #[arg(long, conflicts_with = "variants")]
-    pub all: bool,
+pub struct RunArgs {
     /// Override the source repository: a git URL, a local git repository, or a
     /// plain folder (committed into a snapshot repository with a fixed identity
     /// and date, so the same files always give the same sha; the pin must name it).
@@ -54,24 +48,8 @@ pub struct Common {
     /// environment is made from (default: pins.toml's `[toolchain].python`, found by uv).
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<String>,
-    /// Where torch, nvcc and the CUDA headers come from: `system` (the build
-    /// Python's environment and the CUDA on this machine) or `registry` (a cached
-    /// environment made with uv from PyPI: torch from pins.toml's `[toolchain]`,
-    /// the CUDA compiler packages of torch's own CUDA minor; no CUDA install needed).
-    #[arg(long, value_enum, default_value_t)]
-    pub toolchain: registry::Kind,
-    /// With `--toolchain registry`: take torch's version from this project's
-    /// uv.lock (so the wheel's torch ABI matches the project that installs it).
-    #[arg(long, value_name = "DIR")]
-    pub match_project: Option<PathBuf>,
-    /// Output folder for wheels and SHA256SUMS.
-    #[arg(long, default_value = "dist", value_name = "DIR")]
-    pub out: PathBuf,
     #[command(flatten)]
     pub cache: CacheDirArg,
-    /// Build without reading or writing the wheel cache (git mirrors and logs still live there).
-    #[arg(long)]
-    pub no_cache: bool,
     /// Compiler cache (sccache): a folder, or a storage a fleet shares
     /// (redis://HOST:PORT, rediss://, memcached://HOST:PORT, s3://BUCKET/PREFIX,
     /// webdav+https://HOST/PATH, gha; credentials only from sccache's own variables in
@@ -86,16 +64,78 @@ pub struct Common {
     /// No compiler cache, whatever the environment or the user config say.
     #[arg(long, conflicts_with = "compiler_cache")]
     pub no_compiler_cache: bool,
-    #[command(flatten)]
-    pub remote: remote::RemoteArgs,
     /// Parallel compile jobs (MAX_JOBS), 1 to 4096. Default: the number of CPU cores.
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub jobs: Option<usize>,
+}
+
+impl RunArgs {
+    /// `--compiler-cache [DIR]` / `--no-compiler-cache` as the request states it.
+    pub fn compiler_cache(&self) -> CompilerCache {
+        match (&self.compiler_cache, self.no_compiler_cache) {
+            (_, true) => CompilerCache::Off,
+            (Some(d), false) => CompilerCache::At(d.clone()),
+            (None, false) => CompilerCache::Default,
+        }
+    }
+}
+
+/// Options shared by `plan` and `build-wheel`.
+#[derive(Debug, clap::Args)]
+pub struct Common {
+    /// The pins file (source repo, per-architecture revs, variants).
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
+    pub pins: PathBuf,
+    /// Variant to build (repeatable); `deepep-forge pins show` lists them.
+    #[arg(long = "variant", value_name = "NAME")]
+    pub variants: Vec<String>,
+    /// Every variant of this host's architecture; the others are listed as skipped.
+    #[arg(long, conflicts_with = "variants")]
+    pub all: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Where torch, nvcc and the CUDA headers come from: `system` (the build
+    /// Python's environment and the CUDA on this machine) or `registry` (a cached
+    /// environment made with uv from PyPI: torch from pins.toml's `[toolchain]`,
+    /// the CUDA compiler packages of torch's own CUDA minor; no CUDA install needed).
+    #[arg(long, value_enum, default_value_t)]
+    pub toolchain: registry::Kind,
+    /// With `--toolchain registry`: take torch's version from this project's
+    /// uv.lock (so the wheel's torch ABI matches the project that installs it).
+    #[arg(long, value_name = "DIR")]
+    pub match_project: Option<PathBuf>,
+    /// Output folder for wheels and SHA256SUMS.
+    #[arg(long, default_value = "dist", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Build without reading or writing the wheel cache (git mirrors and logs still live there).
+    #[arg(long)]
+    pub no_cache: bool,
+    #[command(flatten)]
+    pub remote: remote::RemoteArgs,
     /// Output: human text, or one JSON document (schema 2: `plan` prints plans
     /// (each a full, replayable build recipe: argv, cwd, the whole environment),
     /// skipped variants and a CI matrix; `build-wheel` prints the build report).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
+}
+
+impl Common {
+    /// The request these flags make (pins.toml read and validated here).
+    pub fn request(&self) -> Result<BuildRequest> {
+        Ok(BuildRequest {
+            pins: crate::pins::Pins::load(&self.pins)?,
+            variants: if self.all { Variants::All } else { Variants::Named(self.variants.clone()) },
+            source: self.run.source.clone(),
+            python: self.run.python.clone(),
+            toolchain: self.toolchain,
+            match_project: self.match_project.clone(),
+            out: self.out.clone(),
+            cache_dir: self.run.cache.cache_dir.clone(),
+            no_cache: self.no_cache,
+            compiler_cache: self.run.compiler_cache(),
+            jobs: self.run.jobs,
+        })
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -128,7 +168,7 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
     // Planning may fetch: Ctrl-C then stops git's process group, not just us.
     let _coop = Cooperative::enter();
     let c = &args.common;
-    let p = make_plans(c, Mode::Plan)?;
+    let p = make_plans(&c.request()?, Mode::Plan)?;
     let store = Cache::at(&p.cache_dir);
     let cached = |pl: &Plan| {
         !c.no_cache && pl.cache_key.as_deref().and_then(|k| cache::Key::parse(k).ok()).is_some_and(|k| store.has(&k))
@@ -342,72 +382,26 @@ fn print_plan(pl: &Plan, cached: bool) {
     crate::outln!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
 }
 
-/// Build every planned variant without printing (`verify` rebuilds this way).
-pub fn build_quiet(c: &Common) -> Result<Vec<Outcome>> {
-    let remote = c.remote.connect(c.no_cache)?;
-    let p = make_plans(c, Mode::Build)?;
-    Cache::at(&p.cache_dir).clean_stale()?;
-    let target =
-        execute::Target { cache_dir: &p.cache_dir, out: &c.out, no_cache: c.no_cache, remote: remote.as_ref() };
-    let mut out = Vec::new();
-    for pl in &p.plans {
-        let t0 = Instant::now();
-        let mut notes = Vec::new();
-        let d = execute::execute(pl, &target, &mut notes)?;
-        out.push(outcome(pl, d, t0, notes));
-    }
-    Ok(out)
-}
-
-fn outcome(pl: &Plan, d: execute::Delivered, t0: Instant, notes: Vec<String>) -> Outcome {
-    Outcome {
-        variant: pl.variant.name.clone(),
-        status: d.status.into(),
-        wheel: d.wheel,
-        sha256: d.entry.sha256,
-        size: d.entry.size,
-        version: d.entry.version,
-        cache_key: d.entry.key,
-        seconds: t0.elapsed().as_secs_f64(),
-        log: d.log,
-        dropped_env: pl.dropped_env.clone(),
-        patches: d.patches,
-        notes,
-    }
-}
-
 /// `deepep-forge build-wheel`: execute each plan (exit 3 without a toolchain).
 pub fn build(args: BuildArgs) -> Result<Exit> {
     let _coop = Cooperative::enter();
     let c = &args.common;
     // Flags and trusted keys first: a bad --cache-url fails before any fetch or build.
     let remote = c.remote.connect(c.no_cache)?;
-    let p = make_plans(c, Mode::Build)?;
-    Cache::at(&p.cache_dir).clean_stale()?;
-    let target =
-        execute::Target { cache_dir: &p.cache_dir, out: &c.out, no_cache: c.no_cache, remote: remote.as_ref() };
-    let mut results = Vec::new();
-    for pl in &p.plans {
-        check_interrupted()?;
-        let t0 = Instant::now();
-        let mut notes: Vec<String> =
-            pl.toolchain().and_then(|t| t.registry.as_ref()).map(|r| r.notes.clone()).unwrap_or_default();
-        notes.extend(pl.warnings.iter().map(|w| format!("warning: {w}")));
-        let d = execute::execute(pl, &target, &mut notes)?;
-        let o = outcome(pl, d, t0, notes);
-        if c.format != Format::Json {
-            print_outcome(&o);
+    let human = c.format != Format::Json;
+    let built = run::build(&c.request()?, remote.as_ref(), |o| {
+        if human {
+            print_outcome(o)
         }
-        results.push(o);
-    }
-    if c.format != Format::Json {
-        for s in &p.skipped {
+    })?;
+    if human {
+        for s in &built.skipped {
             crate::outln!("skipped    {} ({}): {}", s.variant, s.arch, s.reason);
         }
     }
-    let report = Report { schema: plan::SCHEMA, results: &results, skipped: &p.skipped };
+    let report = Report { schema: plan::SCHEMA, results: &built.results, skipped: &built.skipped };
     let text = serde_json::to_string_pretty(&report)?;
-    if c.format == Format::Json {
+    if !human {
         crate::outln!("{text}");
     }
     if let Some(r) = &args.report {

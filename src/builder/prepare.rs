@@ -1,4 +1,4 @@
-//! From `plan`/`build-wheel` arguments to plans: the selected variants, the
+//! From a [`BuildRequest`] to plans: the selected variants, the
 //! source at the pin (fetched into the mirror, read with `git show`), DeepEP's
 //! build interface at that revision (checked before any build work), the
 //! toolchain (identified; for `plan` possibly missing, never provisioned),
@@ -10,9 +10,10 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::plan::{self, EnvOrigin, Outputs, Plan, PlanSource, Root, Roots, Run, ToolchainPart};
+use super::request::{BuildRequest, CompilerCache, Variants};
 use super::source::{self, Origin};
 use super::toolchain::Toolchain;
-use super::{cross, registry, toolchain, Common};
+use super::{cross, registry, toolchain};
 use crate::error::{Exit, Failure};
 use crate::interface::{self, Branch, Files, Interface, SetBy};
 use crate::pins::{Arch, Pins, Transport, Variant};
@@ -48,25 +49,28 @@ struct Pinned {
     needs_torch: bool,
 }
 
-pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
-    let pins = Pins::load(&c.pins)?;
-    let selected: Vec<&Variant> = if c.all {
-        pins.variants.iter().collect()
-    } else if c.variants.is_empty() {
-        crate::bail_usage!("name a variant with --variant NAME (repeatable) or pass --all; known: {}", names(&pins));
-    } else {
-        let mut v: Vec<&Variant> = c.variants.iter().map(|n| pins.variant(n)).collect::<Result<_>>()?;
-        v.dedup_by(|a, b| a.name == b.name);
-        v
+pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
+    let pins = &c.pins;
+    let all = c.variants == Variants::All;
+    let selected: Vec<&Variant> = match &c.variants {
+        Variants::All => pins.variants.iter().collect(),
+        Variants::Named(n) if n.is_empty() => {
+            crate::bail_usage!("name a variant with --variant NAME (repeatable) or pass --all; known: {}", names(pins));
+        }
+        Variants::Named(n) => {
+            let mut v: Vec<&Variant> = n.iter().map(|n| pins.variant(n)).collect::<Result<_>>()?;
+            v.dedup_by(|a, b| a.name == b.name);
+            v
+        }
     };
     let host = Arch::host();
     // Built here: the host's architecture, and aarch64 by cross-compiling with the registry toolchain.
-    let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_supported(v).is_ok();
+    let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_unsupported(v).is_none();
     let (here, other): (Vec<&Variant>, Vec<&Variant>) =
         selected.into_iter().partition(|v| Some(v.arch) == host || cross_ok(v));
     // Why an aarch64 variant is not built here: the DOCA path cannot be cross-built; otherwise
     // the hint names the cross path (x86_64 host) or the container path.
-    let unsupported = |v: &Variant| cross_supported(v).err().filter(|_| cross::is_cross(c.toolchain, host, v.arch));
+    let unsupported = |v: &Variant| cross_unsupported(v).filter(|_| cross::is_cross(c.toolchain, host, v.arch));
     let hint = |v: &Variant| {
         unsupported(v).unwrap_or_else(|| {
             let cross = if host == Some(Arch::X86_64) && v.arch == Arch::Aarch64 {
@@ -82,7 +86,7 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
             format!("{} variant: build it on an {} host or through the container path", v.arch, v.arch)
         })
     };
-    if !c.all && !other.is_empty() {
+    if !all && !other.is_empty() {
         let v = other[0];
         return Err(Failure::usage(format!(
             "variant `{}` builds for {}, this host is {}",
@@ -95,7 +99,7 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     }
     let skipped =
         other.iter().map(|v| Skipped { variant: v.name.clone(), arch: v.arch.to_string(), reason: why(v) }).collect();
-    let cache_dir = c.cache.resolve()?;
+    let cache_dir = crate::cache::resolve_dir(c.cache_dir.as_deref())?;
     std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
     let cache_dir = std::path::absolute(&cache_dir)?;
     let mut plans = Vec::new();
@@ -105,7 +109,7 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     // Only --source may name a local folder; pins.toml's repo is a remote URL, never looked up on disk.
     let origin = match &c.source {
         Some(s) => source::resolve(s, &cache_dir)?,
-        None => source::Origin { repo: pins_repo(&pins), snapshot_of: None },
+        None => source::Origin { repo: pins_repo(pins), snapshot_of: None },
     };
     let mirror = source::mirror_path(&cache_dir, &origin.repo);
     // Source and interface first: a variant the revision cannot build is
@@ -115,20 +119,19 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     for v in &here {
         let p = match sources.entry(v.arch) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(pinned(&pins, v.arch, &origin, &mirror)?),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(pinned(pins, v.arch, &origin, &mirror)?),
         };
-        knob_envs.push(knobs(&pins, v, p)?);
+        knob_envs.push(knobs(pins, v, p)?);
     }
     let caller: BTreeMap<String, String> = std::env::vars().collect();
-    let tc = identify(c, &pins, &cache_dir, mode)?;
+    let tc = identify(c, pins, &cache_dir, mode)?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;
     let mut cross_tc = None;
     for (v, knob_env) in here.into_iter().zip(knob_envs) {
         let p = &sources[&v.arch];
         let python = c.python.as_deref().unwrap_or("python3");
-        let ctx =
-            Ctx { pins: &pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
+        let ctx = Ctx { pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
         let tc = if Some(v.arch) == host {
             &tc
         } else {
@@ -139,7 +142,12 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
         };
         let mut plan = plan_variant(&ctx, v, p, knob_env, tc, jobs, c.no_cache, &caller)?;
         // The canonical build root, its links and the compiler hooks (repro's `canon`).
-        let compiler_cache = super::canon::compiler_cache(c.compiler_cache.clone(), c.no_compiler_cache, &cache_dir)?;
+        let (flag, off) = match &c.compiler_cache {
+            CompilerCache::Default => (None, false),
+            CompilerCache::At(d) => (Some(d.clone()), false),
+            CompilerCache::Off => (None, true),
+        };
+        let compiler_cache = super::canon::compiler_cache(flag, off, &cache_dir)?;
         super::canon::apply(&mut plan, compiler_cache, mode == Mode::Build)?;
         let tag = plan.cache_key.as_deref().map(|k| k[..12].to_string()).unwrap_or_else(|| "unknown".into());
         plan.outputs.log = cache_dir.join("logs").join(format!("{}-{tag}.log", v.name));
@@ -153,16 +161,13 @@ pub fn make_plans(c: &Common, mode: Mode) -> Result<Planned> {
     Ok(Planned { cache_dir, plans, skipped })
 }
 
-/// Whether an aarch64 variant can be cross-compiled (the DOCA multinode path
-/// builds NCCL's DOCA objects with make and links rdma-core: not for aarch64 yet).
-fn cross_supported(v: &Variant) -> Result<(), String> {
-    if v.multinode && v.transport == Transport::Doca {
-        return Err(format!(
-            "{} variant with the DOCA multinode path: cross-compiling NCCL's DOCA objects and rdma-core for aarch64 is not supported; build it on an aarch64 host or through the container path",
-            v.arch
-        ));
-    }
-    Ok(())
+/// Why an aarch64 variant cannot be cross-compiled, if it cannot (the DOCA
+/// multinode path builds NCCL's DOCA objects with make and links rdma-core: not for aarch64 yet).
+fn cross_unsupported(v: &Variant) -> Option<String> {
+    (v.multinode && v.transport == Transport::Doca).then(|| format!(
+        "{} variant with the DOCA multinode path: cross-compiling NCCL's DOCA objects and rdma-core for aarch64 is not supported; build it on an aarch64 host or through the container path",
+        v.arch
+    ))
 }
 
 /// The toolchain of a cross plan: the registry toolchain `host` with the
@@ -544,7 +549,7 @@ fn toolchain_env(
 /// The toolchain `--toolchain` names. `plan` turns a missing one (exit 3)
 /// into [`ToolchainPart::Missing`] and never provisions; `build-wheel`
 /// provisions a registry toolchain and fails with exit 3 without one.
-fn identify(c: &Common, pins: &Pins, cache_dir: &Path, mode: Mode) -> Result<ToolchainPart> {
+fn identify(c: &BuildRequest, pins: &Pins, cache_dir: &Path, mode: Mode) -> Result<ToolchainPart> {
     let memo = cache_dir.join("toolchain");
     if c.toolchain == registry::Kind::System {
         if c.match_project.is_some() {

@@ -204,7 +204,7 @@ fn gc(a: GcArgs) -> Result<Exit> {
         crate::error::check_interrupted()?;
         let e = &h.entry;
         if !a.dry_run {
-            let key = Key::parse(&e.key).map_err(Failure::usage)?;
+            let key = Key::parse(&e.key)?;
             let _lock = cache.lock(&key)?;
             cache.remove_entry(&h.dir)?;
         }
@@ -270,7 +270,7 @@ fn push(a: PushArgs) -> Result<Exit> {
         }
     }
     for h in chosen {
-        let key = Key::parse(&h.entry.key).map_err(Failure::usage)?;
+        let key = Key::parse(&h.entry.key)?;
         let Some(verified) = cache.lookup(&key)? else {
             return Err(Failure::problems(format!("entry {key} failed verification and was removed")).into());
         };

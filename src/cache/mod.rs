@@ -42,18 +42,24 @@ pub struct CacheDirArg {
 
 impl CacheDirArg {
     pub fn resolve(&self) -> Result<PathBuf> {
-        if let Some(d) = &self.cache_dir {
-            return Ok(d.clone());
-        }
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .ok_or_else(|| {
-                Failure::env("no cache folder: HOME and XDG_CACHE_HOME are unset").hint("pass --cache-dir DIR")
-            })?;
-        Ok(base.join("deepep-forge"))
+        resolve_dir(self.cache_dir.as_deref())
     }
+}
+
+/// The cache folder: `given` (`--cache-dir`, `DEEPEP_FORGE_CACHE_DIR`), else
+/// `$XDG_CACHE_HOME/deepep-forge`, else `~/.cache/deepep-forge`.
+pub fn resolve_dir(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(d) = given {
+        return Ok(d.to_path_buf());
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .ok_or_else(|| {
+            Failure::env("no cache folder: HOME and XDG_CACHE_HOME are unset").hint("pass --cache-dir DIR")
+        })?;
+    Ok(base.join("deepep-forge"))
 }
 
 /// A cache key: the plan's sha256, 64 lowercase hex digits. Anything else
@@ -64,11 +70,11 @@ pub struct Key(String);
 impl Key {
     pub const LEN: usize = 64;
 
-    pub fn parse(s: &str) -> Result<Key, String> {
+    pub fn parse(s: &str) -> Result<Key, Failure> {
         if s.len() == Self::LEN && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
             Ok(Key(s.to_string()))
         } else {
-            Err(format!("`{}` is not a cache key ({} lowercase hex digits)", excerpt(s), Self::LEN))
+            Err(Failure::usage(format!("`{}` is not a cache key ({} lowercase hex digits)", excerpt(s), Self::LEN)))
         }
     }
     pub fn as_str(&self) -> &str {
@@ -94,14 +100,14 @@ pub fn excerpt(s: &str) -> String {
 /// A wheel file name that is safe to join to a folder: one path component
 /// (no `/`, `\`, NUL, `..`, leading `.`), ASCII letters, digits and `._+-!`,
 /// at most 200 bytes, and a PEP 427 shape `{dist}-{version}(-{build})?-{py}-{abi}-{plat}.whl`.
-pub fn check_wheel_name(name: &str) -> Result<(), String> {
+pub fn check_wheel_name(name: &str) -> Result<(), Failure> {
     let ok_chars = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-!".contains(&b));
     if name.is_empty() || name.len() > 200 || !ok_chars || name.starts_with('.') || name.contains("..") {
-        return Err(format!("`{}` is not a safe wheel file name", excerpt(name)));
+        return Err(Failure::usage(format!("`{}` is not a safe wheel file name", excerpt(name))));
     }
-    crate::wheel::WheelName::parse(name)
-        .map(|_| ())
-        .ok_or_else(|| format!("`{}` is not a wheel file name (dist-version-python-abi-platform.whl)", excerpt(name)))
+    crate::wheel::WheelName::parse(name).map(|_| ()).ok_or_else(|| {
+        Failure::usage(format!("`{}` is not a wheel file name (dist-version-python-abi-platform.whl)", excerpt(name)))
+    })
 }
 
 fn is_sha256_hex(s: &str) -> bool {
@@ -127,17 +133,17 @@ pub struct Entry {
 impl Entry {
     /// The entry's names and digests are well-formed (key, wheel name, sha256):
     /// nothing from it reaches a path or a message unchecked.
-    pub fn validate(&self) -> Result<Key, String> {
+    pub fn validate(&self) -> Result<Key, Failure> {
         let key = Key::parse(&self.key)?;
         check_wheel_name(&self.wheel)?;
         if !is_sha256_hex(&self.sha256) {
-            return Err(format!("sha256 `{}` is not 64 lowercase hex digits", excerpt(&self.sha256)));
+            return Err(Failure::usage(format!("sha256 `{}` is not 64 lowercase hex digits", excerpt(&self.sha256))));
         }
         if self.variant.len() > 200 || self.version.len() > 200 || self.created.len() > 64 {
-            return Err("an over-long variant, version or created value".into());
+            return Err(Failure::usage("an over-long variant, version or created value"));
         }
         if [&self.variant, &self.version, &self.created].iter().any(|s| s.chars().any(char::is_control)) {
-            return Err("control characters in the variant, version or created value".into());
+            return Err(Failure::usage("control characters in the variant, version or created value"));
         }
         Ok(key)
     }

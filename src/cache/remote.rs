@@ -286,7 +286,7 @@ impl Remote {
     /// so a visible entry always has its wheel.
     pub fn push(&self, hit: &Hit, key: &SecretKey) -> Result<RemoteEntry> {
         let e = &hit.entry;
-        let k = Key::parse(&e.key).map_err(Failure::usage)?;
+        let k = Key::parse(&e.key)?;
         let wheel = hit.dir.join(&e.wheel);
         let (_, provenance_sha256) = crate::wheel::open(&wheel).and_then(|mut w| w.provenance()).map_err(|why| {
             Failure::problems(format!("{why:#}"))

@@ -41,7 +41,7 @@ pub fn message(key: &str, wheel: &str, sha256: &str, size: u64, provenance_sha25
 }
 
 /// A key name: 1-64 of `A-Z a-z 0-9 . _ -`, not starting with `-` or `.`.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), Failure> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with(['-', '.'])
@@ -49,17 +49,17 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(Failure::usage(format!(
             "key name `{}` must be 1-64 letters, digits, `.`, `_` or `-` (e.g. cache.example.org-1)",
             super::excerpt(name)
-        ))
+        )))
     }
 }
 
-fn split(s: &str) -> Result<(&str, Vec<u8>), String> {
-    let (name, b64) = s.trim().split_once(':').ok_or("expected NAME:BASE64")?;
+fn split(s: &str) -> Result<(&str, Vec<u8>), Failure> {
+    let (name, b64) = s.trim().split_once(':').ok_or_else(|| Failure::usage("expected NAME:BASE64"))?;
     check_name(name)?;
-    let bytes = B64.decode(b64).map_err(|_| format!("the part after `{name}:` is not base64"))?;
+    let bytes = B64.decode(b64).map_err(|_| Failure::usage(format!("the part after `{name}:` is not base64")))?;
     Ok((name, bytes))
 }
 
@@ -72,11 +72,13 @@ pub struct PublicKey {
 
 impl PublicKey {
     /// `NAME:BASE64` of a 32-byte ed25519 public key.
-    pub fn parse(s: &str) -> Result<PublicKey, String> {
+    pub fn parse(s: &str) -> Result<PublicKey, Failure> {
         let (name, bytes) = split(s)?;
-        let arr: [u8; 32] =
-            bytes.try_into().map_err(|b: Vec<u8>| format!("a public key is 32 bytes, `{name}` has {}", b.len()))?;
-        let key = VerifyingKey::from_bytes(&arr).map_err(|_| format!("`{name}` is not a valid ed25519 public key"))?;
+        let arr: [u8; 32] = bytes
+            .try_into()
+            .map_err(|b: Vec<u8>| Failure::usage(format!("a public key is 32 bytes, `{name}` has {}", b.len())))?;
+        let key = VerifyingKey::from_bytes(&arr)
+            .map_err(|_| Failure::usage(format!("`{name}` is not a valid ed25519 public key")))?;
         Ok(PublicKey { name: name.to_string(), key })
     }
 }
@@ -102,7 +104,7 @@ impl std::fmt::Debug for SecretKey {
 impl SecretKey {
     /// A new random key.
     pub fn generate(name: &str) -> Result<SecretKey> {
-        check_name(name).map_err(Failure::usage)?;
+        check_name(name)?;
         let mut seed = [0u8; 32];
         getrandom::getrandom(&mut seed).map_err(|e| Failure::env(format!("no system randomness: {e}")))?;
         Ok(SecretKey { name: name.to_string(), key: SigningKey::from_bytes(&seed) })

@@ -8,17 +8,18 @@ use std::str::FromStr;
 
 use pep508_rs::MarkerTree;
 
+use crate::error::Failure;
 use crate::pins::Arch;
 
 /// Parse a PEP 508 marker from a file. pep508_rs 0.9 panics slicing a marker
 /// that holds non-ASCII text (found by `fuzz/` lockfiles: a U+FEFF inside
 /// `or`); PEP 508 names and the platform values markers compare are ASCII, so
 /// anything else is refused before the parser sees it.
-pub fn parse(s: &str) -> Result<MarkerTree, String> {
+pub fn parse(s: &str) -> Result<MarkerTree, Failure> {
     if !s.is_ascii() {
-        return Err(format!("`{}` is not ASCII (PEP 508 markers are)", crate::input::excerpt(s, 60)));
+        return Err(Failure::usage(format!("`{}` is not ASCII (PEP 508 markers are)", crate::input::excerpt(s, 60))));
     }
-    MarkerTree::from_str(s).map_err(|e| e.to_string())
+    MarkerTree::from_str(s).map_err(|e| Failure::usage(e.to_string()))
 }
 
 /// The environment of one architecture as a marker: `platform_machine == A and sys_platform == 'linux'`.

@@ -29,8 +29,11 @@ pub mod uvlock;
 /// 2: `causes` (each with its findings and one fix); findings carry `cause` and `column`.
 pub const REPORT_SCHEMA: u32 = 2;
 
-#[derive(Debug, clap::Args)]
-pub struct CheckArgs {
+/// `--project DIR` and `--pins FILE` / `--no-pins`: the consumer project and
+/// the pins it is held to, declared once and flattened into `lock check`,
+/// `pin set` and `pin recover` (each may reword the help with `mut_arg`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProjectArgs {
     /// The consumer project (holds pyproject.toml and, if locked, uv.lock).
     /// Relative paths resolve against the directory the command runs in.
     #[arg(long, default_value = ".", value_name = "DIR")]
@@ -43,6 +46,12 @@ pub struct CheckArgs {
     /// revision) and check everything else against it.
     #[arg(long)]
     pub no_pins: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub place: ProjectArgs,
     /// A Dockerfile to check as well (repeatable); Dockerfile* at the project
     /// root and docker/**/Dockerfile* are found on their own.
     #[arg(long = "dockerfile", value_name = "PATH")]
@@ -229,18 +238,18 @@ pub(crate) fn shown(p: &Path) -> PathBuf {
 
 /// Run the whole check and build the report (no printing).
 pub fn run_check(args: &CheckArgs) -> Result<Report> {
-    let pins = if args.no_pins { None } else { Some(Pins::load(&args.pins)?) };
+    let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
     let name = match &pins {
         Some(p) => PackageName::new(p.source.name.clone())
             .map_err(|e| Failure::usage(format!("{}: source.name `{}`: {e}", p.path.display(), p.source.name)))?,
         None => PackageName::new("deep_ep".to_string()).expect("valid name"),
     };
-    if !args.project.is_dir() {
-        return Err(Failure::usage(format!("project directory not found: {}", args.project.display()))
+    if !args.place.project.is_dir() {
+        return Err(Failure::usage(format!("project directory not found: {}", args.place.project.display()))
             .hint("pass --project DIR, the folder that holds pyproject.toml")
             .into());
     }
-    let py_path = shown(&args.project.join("pyproject.toml"));
+    let py_path = shown(&args.place.project.join("pyproject.toml"));
     let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
         return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
             .hint("--project must name a folder with a pyproject.toml")
@@ -248,13 +257,13 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     };
     let py = pyproject::read(&py_path, &py_text, &name)?;
 
-    let lock_path = shown(&args.project.join("uv.lock"));
+    let lock_path = shown(&args.place.project.join("uv.lock"));
     let lock = match crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)? {
         Some(text) => Some(uvlock::read(&lock_path, &text, &name, py.project_name.as_deref())?),
         None => None,
     };
 
-    let ctx = rules::Context::new(&args.project, pins.as_ref(), &args.pins, &py, lock.as_ref(), &py_path);
+    let ctx = rules::Context::new(&args.place.project, pins.as_ref(), &args.place.pins, &py, lock.as_ref(), &py_path);
     let mut found = match index::source(&py_path, &py_text, &name)? {
         Some(src) => index_rules(args, &ctx, &src, &lock_path, &name)?,
         None => rules::check(&ctx),
@@ -267,11 +276,11 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
                 &lock_path,
                 "no uv.lock in the project: only pyproject.toml was checked",
             )
-            .fix(format!("uv lock --project {}", args.project.display())),
+            .fix(format!("uv lock --project {}", args.place.project.display())),
         );
     }
 
-    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.project, &args.dockerfiles)?;
+    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.place.project, &args.dockerfiles)?;
     found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
 
     let causes = causes::group(&ctx, found);
@@ -279,7 +288,7 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     let count = |s: Severity| found.iter().filter(|f| f.severity == s).count();
     Ok(Report {
         schema: REPORT_SCHEMA,
-        project: args.project.clone(),
+        project: args.place.project.clone(),
         pins: pins.as_ref().map(|p| p.path.clone()),
         intent: ctx.intent.clone(),
         checked: Checked { pyproject: py_path, uv_lock: lock.map(|_| lock_path), dockerfiles },
@@ -333,7 +342,7 @@ pub fn check(args: CheckArgs) -> Result<Exit> {
         Format::Human => human(&report),
         Format::Github => {
             let workspace = std::env::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
-            let path = |f: &Path| github_path(f, workspace.as_deref(), &args.project);
+            let path = |f: &Path| github_path(f, workspace.as_deref(), &args.place.project);
             findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report))
         }
     };

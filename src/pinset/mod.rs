@@ -8,7 +8,7 @@ use anyhow::Result;
 use pep508_rs::PackageName;
 
 use crate::error::{Exit, Failure};
-use crate::lock::{pyproject, CheckArgs, Kind};
+use crate::lock::{pyproject, CheckArgs, Kind, ProjectArgs};
 use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod edit;
@@ -17,6 +17,11 @@ pub mod source;
 pub mod txn;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    mut_arg("project", |a| a.help("The consumer project (holds pyproject.toml). Relative to the current directory")),
+    mut_arg("pins", |a| a.help("The pins file to update as well")),
+    mut_arg("no_pins", |a| a.help("Keep no pins.toml: rewrite the consumer's pyproject.toml only"))
+)]
 pub struct SetArgs {
     /// The new DeepEP revision: a full 40-hex commit, or a short sha, branch or
     /// tag that --source resolves (short revisions are never guessed).
@@ -25,15 +30,8 @@ pub struct SetArgs {
     /// change. Without it both architectures get one unmarked requirement per place.
     #[arg(long, value_name = "ARCH")]
     pub arch: Option<Arch>,
-    /// The consumer project (holds pyproject.toml). Relative to the current directory.
-    #[arg(long, default_value = ".", value_name = "DIR")]
-    pub project: PathBuf,
-    /// The pins file to update as well.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE", conflicts_with = "no_pins")]
-    pub pins: PathBuf,
-    /// Keep no pins.toml: rewrite the consumer's pyproject.toml only.
-    #[arg(long)]
-    pub no_pins: bool,
+    #[command(flatten)]
+    pub place: ProjectArgs,
     /// A DeepEP git checkout (PATH) or URL: resolves short revisions, gives the
     /// short sha as `git rev-parse --short` prints it and the label's base version
     /// at the new revision. Without it the revision is fetched from pins.toml's
@@ -64,16 +62,14 @@ pub struct SetArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(
+    mut_arg("project", |a| a.help("The consumer project of the interrupted `pin set`")),
+    mut_arg("pins", |a| a.help("The pins file of the interrupted `pin set`")),
+    mut_arg("no_pins", |a| a.help("The interrupted run had --no-pins"))
+)]
 pub struct RecoverArgs {
-    /// The consumer project of the interrupted `pin set`.
-    #[arg(long, default_value = ".", value_name = "DIR")]
-    pub project: PathBuf,
-    /// The pins file of the interrupted `pin set`.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE", conflicts_with = "no_pins")]
-    pub pins: PathBuf,
-    /// The interrupted run had --no-pins.
-    #[arg(long)]
-    pub no_pins: bool,
+    #[command(flatten)]
+    pub place: ProjectArgs,
 }
 
 /// The project's canonical folders, locked for the whole change (waits for
@@ -96,7 +92,7 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
 /// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
 pub fn recover(args: RecoverArgs) -> Result<Exit> {
     let _guard = crate::error::Cooperative::enter();
-    let held = hold(&args.project, &args.pins, args.no_pins)?;
+    let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
     for line in txn::recover(held)? {
         crate::outln!("{line}");
     }
@@ -166,15 +162,15 @@ fn precheck_writable(files: &[Option<&Path>]) -> Result<()> {
 // while the journal work (txn.rs) changes steps 2-3.
 pub fn set(args: SetArgs) -> Result<Exit> {
     // 1. Everything that can fail on input, before any write.
-    let flags = place_flags(&args.project, &args.pins, args.no_pins);
+    let flags = place_flags(&args.place.project, &args.place.pins, args.place.no_pins);
     // Locked from before the first read to the end of the change: a second run waits here.
-    let held = hold(&args.project, &args.pins, args.no_pins)?;
+    let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
     held.warn_legacy();
     held.refuse_if_pending()?;
-    let pins = if args.no_pins { None } else { Some(Pins::load(&args.pins)?) };
+    let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
-    let py_path = crate::lock::shown(&args.project.join("pyproject.toml"));
+    let py_path = crate::lock::shown(&args.place.project.join("pyproject.toml"));
     let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
         return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
             .hint("--project must name a folder with a pyproject.toml")
@@ -212,7 +208,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     // the rewrite itself (label filled in below) and files pin set cannot write.
     let (moved_py, _) =
         edit::pyproject(&py_path, &py_text, &name, &edit::Target { rev: &rev, arch: args.arch, label: None })?;
-    let lock_path = args.project.join("uv.lock");
+    let lock_path = args.place.project.join("uv.lock");
     let relocked = uv.is_some().then_some(lock_path.as_path()).filter(|p| p.exists());
     let arches_moved = |p: &Pins| {
         args.arch
@@ -339,9 +335,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     }
 
     let check = CheckArgs {
-        project: args.project.clone(),
-        pins: args.pins.clone(),
-        no_pins: args.no_pins,
+        place: args.place.clone(),
         dockerfiles: Vec::new(),
         format: crate::output::Format::Human,
         index_manifests: Vec::new(),
@@ -349,26 +343,26 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     };
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
-        args.project.display(),
-        if args.no_pins {
+        args.place.project.display(),
+        if args.place.no_pins {
             " --no-pins".to_string()
-        } else if args.pins != Path::new(crate::pins::DEFAULT_PATH) {
-            format!(" --pins {}", args.pins.display())
+        } else if args.place.pins != Path::new(crate::pins::DEFAULT_PATH) {
+            format!(" --pins {}", args.place.pins.display())
         } else {
             String::new()
         }
     );
     let Some(uv) = uv else {
         commit_unless_interrupted(t)?;
-        crate::outln!("next: uv lock --project {} && {check_cmd}", args.project.display());
+        crate::outln!("next: uv lock --project {} && {check_cmd}", args.place.project.display());
         return Ok(Exit::Ok);
     };
 
     // 3. --relock: real uv, then the lock check. Ctrl-C/SIGTERM stop uv; every file is then restored (exit 130).
-    crate::note!("running {} lock in {} ...", uv.display(), args.project.display());
-    let out = crate::process::Cmd::new(&uv, format!("relock {} with uv", args.project.display()))
+    crate::note!("running {} lock in {} ...", uv.display(), args.place.project.display());
+    let out = crate::process::Cmd::new(&uv, format!("relock {} with uv", args.place.project.display()))
         .arg("lock")
-        .dir(&args.project)
+        .dir(&args.place.project)
         .capture();
     let failed = !out.as_ref().is_ok_and(|o| o.status.success());
     if failed || crate::error::check_interrupted().is_err() {
@@ -381,11 +375,11 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         };
         return Err(Failure::problems(format!(
             "`uv lock` failed in {}; pyproject.toml, pins.toml and uv.lock were restored:\n{why}",
-            args.project.display()
+            args.place.project.display()
         ))
         .hint(format!(
             "fix what uv reports, then run `{again}` again, or by hand: uv lock --project {} && {check_cmd}",
-            args.project.display()
+            args.place.project.display()
         ))
         .into());
     }

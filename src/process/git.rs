@@ -14,6 +14,7 @@
 use std::path::Path;
 
 use super::Cmd;
+use crate::error::Failure;
 
 /// Who named the repository git talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,11 +72,11 @@ fn local_mirrors_allowed() -> bool {
 /// file. Accepted: `https://`, `ssh://`, `git://`, and scp-like `user@host:path`;
 /// never a value starting with `-`, `ext::`, `file:`, or a local path.
 /// `Err` says what is accepted.
-pub fn check_file_url(url: &str) -> Result<(), String> {
+pub fn check_file_url(url: &str) -> Result<(), Failure> {
     const ACCEPTED: &str =
         "a remote git URL: https://host/path, ssh://[user@]host/path, git://host/path or user@host:path \
         (a local path or file:// only through --source on the command line)";
-    let bad = |why: &str| Err(format!("{why}; expected {ACCEPTED}"));
+    let bad = |why: &str| Err(Failure::usage(format!("{why}; expected {ACCEPTED}")));
     if url.is_empty() {
         return bad("empty");
     }

@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use super::manifest::{Summary, WheelEntry};
@@ -39,12 +39,11 @@ pub fn hash_file(path: &Path, what: &str) -> Result<(String, u64)> {
 
 /// The wheel's `.dist-info/METADATA` and provenance bytes, bounded, through the one
 /// wheel reader (layout checked first).
-fn read_members(wheel: &Path, name: &crate::wheel::WheelName) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let mut w = crate::wheel::read::open(wheel).map_err(|e| format!("{e:#}"))?;
+fn read_members(wheel: &Path, name: &crate::wheel::WheelName) -> Result<(Vec<u8>, Vec<u8>)> {
+    let mut w = crate::wheel::read::open(wheel)?;
     let member = format!("{}/METADATA", name.dist_info());
-    let metadata =
-        w.member(&member, MAX_METADATA_BYTES).map_err(|e| format!("{e:#}"))?.ok_or(format!("has no {member}"))?;
-    let prov = w.provenance_bytes().map_err(|e| format!("{e:#}"))?;
+    let metadata = w.member(&member, MAX_METADATA_BYTES)?.with_context(|| format!("has no {member}"))?;
+    let prov = w.provenance_bytes()?;
     Ok((metadata, prov))
 }
 
@@ -53,10 +52,10 @@ fn read_members(wheel: &Path, name: &crate::wheel::WheelName) -> Result<(Vec<u8>
 pub fn read(wheel: &Path) -> Result<Facts> {
     let bad = |why: String| Failure::problems(format!("{}: {why}", wheel.display()));
     let file = wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    crate::cache::check_wheel_name(file).map_err(bad)?;
+    crate::cache::check_wheel_name(file).map_err(|e| bad(e.to_string()))?;
     let name = crate::wheel::WheelName::parse(file).expect("checked above");
     let (sha256, size) = hash_file(wheel, "wheel")?;
-    let (metadata, prov_bytes) = read_members(wheel, &name).map_err(bad)?;
+    let (metadata, prov_bytes) = read_members(wheel, &name).map_err(|e| bad(format!("{e:#}")))?;
     let prov: Provenance =
         serde_json::from_slice(&prov_bytes).map_err(|e| bad(format!("unreadable provenance: {e}")))?;
     let intoto = crate::attest::render(&prov, file, &sha256).into_bytes();

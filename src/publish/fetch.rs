@@ -35,7 +35,7 @@ fn split(url: &str) -> Result<(String, String)> {
     }
     manifest::check_variant_name(variant).map_err(Failure::usage)?;
     let name = file.replace("%2B", "+").replace("%2b", "+");
-    crate::cache::check_wheel_name(&name).map_err(Failure::usage)?;
+    crate::cache::check_wheel_name(&name)?;
     let mut m = u.clone();
     m.set_fragment(None);
     m.path_segments_mut().expect("http(s) URL").pop().pop().pop().push(manifest::FILE);

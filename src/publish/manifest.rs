@@ -130,7 +130,7 @@ impl Manifest {
             return Err(format!("{} wheels (at most {MAX_WHEELS})", self.wheels.len()));
         }
         for w in &self.wheels {
-            crate::cache::check_wheel_name(&w.wheel)?;
+            crate::cache::check_wheel_name(&w.wheel).map_err(|e| e.to_string())?;
             for (d, what) in [(&w.sha256, "sha256"), (&w.metadata_sha256, "metadata_sha256")] {
                 if !is_hex64(d) {
                     return Err(format!("{}: {what} is not 64 lowercase hex digits", w.wheel));

@@ -76,7 +76,8 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     let index = std::mem::replace(&mut args.common.out, PathBuf::new());
     let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
     args.common.out = built.path().to_path_buf();
-    let outcomes = crate::builder::build_quiet(&args.common)?;
+    let remote = args.common.remote.connect(args.common.no_cache)?;
+    let outcomes = crate::builder::run::build(&args.common.request()?, remote.as_ref(), |_| {})?.results;
     let mut by_variant: BTreeMap<String, Vec<(PathBuf, Facts)>> = BTreeMap::new();
     for o in &outcomes {
         let f = facts::read(&o.wheel)?;

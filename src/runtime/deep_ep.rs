@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::process::Child;
 
+use crate::error::Failure;
 use crate::process::Cmd;
 use std::time::{Duration, Instant};
 
@@ -67,16 +68,15 @@ pub fn run(python: Option<&Path>, world: u32, timeout_s: u64) -> Outcome {
     }
     match launch(&py, world, timeout_s) {
         Ok(result) => Outcome::Ran { python: py, result },
-        Err(detail) => Outcome::Failed { python: py, detail },
+        Err(e) => Outcome::Failed { python: py, detail: format!("{e:#}") },
     }
 }
 
-fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+fn launch(py: &str, world: u32, timeout_s: u64) -> anyhow::Result<serde_json::Value> {
+    let dir = tempfile::tempdir()?;
     let script = dir.path().join("hybrid_ep_roundtrip.py");
-    std::fs::write(&script, SCRIPT).map_err(|e| e.to_string())?;
-    let port =
-        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    std::fs::write(&script, SCRIPT)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr())?.port();
     let mut children: Vec<Child> = Vec::new();
     for r in 0..world {
         let mut cmd = Cmd::same_group(py, format!("HybridEP round trip, rank {r}"));
@@ -97,7 +97,7 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, Str
             Ok(c) => children.push(c),
             Err(e) => {
                 reap(&mut children);
-                return Err(format!("starting rank {r}: {e}"));
+                return Err(Failure::problems(format!("starting rank {r}: {e}")).into());
             }
         }
     }
@@ -113,7 +113,9 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, Str
             let running: Vec<String> =
                 (0..status.len()).filter(|&i| status[i].is_none()).map(|i| i.to_string()).collect();
             reap(&mut children);
-            return Err(format!("rank(s) {} still running after {timeout_s} s", running.join(", ")));
+            return Err(
+                Failure::problems(format!("rank(s) {} still running after {timeout_s} s", running.join(", "))).into()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -134,14 +136,14 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> Result<serde_json::Value, Str
             .map(str::to_string)
             .or_else(|| err0.lines().last().map(str::to_string))
             .unwrap_or_default();
-        return Err(format!("{}: {why}", failed.join(", ")));
+        return Err(Failure::problems(format!("{}: {why}", failed.join(", "))).into());
     }
     Ok(result)
 }
 
 /// A file for a rank's stdout or stderr (files, not pipes: a chatty rank never blocks).
-fn log(dir: &Path, rank: u32, ext: &str) -> Result<std::fs::File, String> {
-    std::fs::File::create(dir.join(format!("rank{rank}.{ext}"))).map_err(|e| e.to_string())
+fn log(dir: &Path, rank: u32, ext: &str) -> std::io::Result<std::fs::File> {
+    std::fs::File::create(dir.join(format!("rank{rank}.{ext}")))
 }
 
 /// Kill and wait for every child we started.

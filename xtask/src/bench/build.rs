@@ -48,12 +48,9 @@ fn forge(t: &Tools, cache: &Path, out: &Path, extra: &[&str]) -> Result<Sample> 
     let sh = Shell::new()?;
     sh.change_dir(super::project_root());
     let exe = std::env::current_exe()?;
-    let python = &t.python;
-    let c = cmd!(
-        sh,
-        "{exe} build-wheel --pins tests/fixtures/demo-pins.toml --source tests/fixtures/mini-deepep --variant {VARIANT} --python {python}"
-    )
-    .args(["--cache-dir".as_ref(), cache.as_os_str(), "--out".as_ref(), out.as_os_str()])
+    let request = super::Request::fixture(&t.python, cache).args();
+    let c = cmd!(sh, "{exe} build-wheel {request...}")
+        .args(["--out".as_ref(), out.as_os_str()])
         .args(extra)
         .env("CUDA_HOME", &t.cuda_home);
     timed(c)
@@ -258,15 +255,13 @@ struct Recipe {
 fn plan_recipe(t: &Tools, cache: &Path) -> Result<Recipe> {
     let sh = Shell::new()?;
     sh.change_dir(super::project_root());
-    let (exe, python) = (std::env::current_exe()?, &t.python);
-    let o = cmd!(
-        sh,
-        "{exe} plan --pins tests/fixtures/demo-pins.toml --source tests/fixtures/mini-deepep --variant {VARIANT} --format json --python {python} --cache-dir {cache}"
-    )
-    .env("CUDA_HOME", &t.cuda_home)
-    .quiet()
-    .ignore_status()
-    .output()?;
+    let exe = std::env::current_exe()?;
+    let request = super::Request::fixture(&t.python, cache).args();
+    let o = cmd!(sh, "{exe} plan {request...} --format json")
+        .env("CUDA_HOME", &t.cuda_home)
+        .quiet()
+        .ignore_status()
+        .output()?;
     anyhow::ensure!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout)?;
     let run = &j["plans"][0]["run"];

@@ -56,32 +56,36 @@ fn forge(a: &CacheBenchArgs, work: &Path, folder: &str, variant: &str, cc: Optio
     let dir = work.join(folder);
     let out = dir.join(format!("out-{variant}-{}", if cc.is_some() { "cc" } else { "plain" }));
     let exe = std::env::current_exe()?;
-    let mut args: Vec<OsString> =
-        ["build-wheel", "--no-cache", "--format", "json", "--variant", variant].iter().map(OsString::from).collect();
     let mut env: Vec<(&str, PathBuf)> = Vec::new();
-    args.extend(["--cache-dir".into(), dir.join("cache").into(), "--out".into(), out.clone().into()]);
     let pins = match &a.pins {
         Some(p) => std::path::absolute(p)?,
         None => super::project_root().join("tests/fixtures/demo-pins.toml"),
     };
-    args.extend(["--pins".into(), pins.into()]);
-    match (&a.source, a.pins.is_none()) {
-        (Some(s), _) => args.extend(["--source".into(), s.into()]),
-        // the fixture's pins name DeepEP's URL (pins files name remote repositories only)
-        (None, true) => {
-            args.extend(["--source".into(), super::project_root().join("tests/fixtures/mini-deepep").into()])
-        }
-        _ => {}
-    }
-    match (&a.python, a.pins.is_none()) {
-        (Some(p), _) => args.extend(["--python".into(), p.into()]),
+    let python: Option<OsString> = match (&a.python, a.pins.is_none()) {
+        (Some(p), _) => Some(p.into()),
         (None, true) => {
             let t = super::build::tools()?;
-            args.extend(["--python".into(), t.python.clone().into()]);
             env.push(("CUDA_HOME", t.cuda_home().to_path_buf()));
+            Some(t.python.clone().into())
         }
-        _ => {}
-    }
+        _ => None,
+    };
+    let request = super::Request {
+        pins,
+        source: match (&a.source, a.pins.is_none()) {
+            (Some(s), _) => Some(s.into()),
+            // the fixture's pins name DeepEP's URL (pins files name remote repositories only)
+            (None, true) => Some(super::project_root().join("tests/fixtures/mini-deepep").into()),
+            _ => None,
+        },
+        variant: variant.to_string(),
+        python,
+        cache_dir: dir.join("cache"),
+    };
+    let mut args: Vec<OsString> =
+        ["build-wheel", "--no-cache", "--format", "json"].iter().map(OsString::from).collect();
+    args.extend(request.args());
+    args.extend(["--out".into(), out.clone().into()]);
     match cc {
         Some(d) => args.extend(["--compiler-cache".into(), d.into()]),
         None => args.push("--no-compiler-cache".into()),

@@ -48,6 +48,46 @@ pub enum Which {
     Install,
 }
 
+/// One deepep-forge build request as the arguments after `plan` or
+/// `build-wheel`, declared once for every bench that plans or builds (the
+/// bench runs whole processes, so it states the request as flags).
+pub(crate) struct Request {
+    pub pins: std::path::PathBuf,
+    pub source: Option<std::ffi::OsString>,
+    pub variant: String,
+    pub python: Option<std::ffi::OsString>,
+    pub cache_dir: std::path::PathBuf,
+}
+
+impl Request {
+    /// The fixture's: tests/fixtures/demo-pins.toml, variant `demo` from
+    /// tests/fixtures/mini-deepep, built by `python` (the tools venv's).
+    pub(crate) fn fixture(python: &std::path::Path, cache_dir: &std::path::Path) -> Request {
+        let root = project_root();
+        Request {
+            pins: root.join("tests/fixtures/demo-pins.toml"),
+            source: Some(root.join("tests/fixtures/mini-deepep").into()),
+            variant: "demo".into(),
+            python: Some(python.into()),
+            cache_dir: cache_dir.to_path_buf(),
+        }
+    }
+
+    /// `--pins P [--source S] --variant V [--python PY] --cache-dir C`.
+    pub(crate) fn args(&self) -> Vec<std::ffi::OsString> {
+        let mut a: Vec<std::ffi::OsString> = vec!["--pins".into(), self.pins.clone().into()];
+        if let Some(s) = &self.source {
+            a.extend(["--source".into(), s.clone()]);
+        }
+        a.extend(["--variant".into(), self.variant.clone().into()]);
+        if let Some(p) = &self.python {
+            a.extend(["--python".into(), p.clone()]);
+        }
+        a.extend(["--cache-dir".into(), self.cache_dir.clone().into()]);
+        a
+    }
+}
+
 /// The workspace root (xtask lives one level below it).
 pub(crate) fn project_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent").to_path_buf()

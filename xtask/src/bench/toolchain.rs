@@ -28,15 +28,13 @@ pub fn run() -> Result<()> {
     std::fs::write(&pins, format!("{demo}\n[toolchain]\ntorch = \"2.11.0\"\ncuda = \"13.0\"\npython = \"3.12\"\n"))?;
     let sh = Shell::new()?;
     let exe = std::env::current_exe()?;
-    let (source, python) = (root.join("tests/fixtures/mini-deepep"), &t.python);
+    let python = &t.python;
     let ours = |cache: &Path| -> Result<Sample> {
-        let c = cmd!(
-            sh,
-            "{exe} plan --toolchain registry --variant demo --format json --pins {pins} --source {source} --python {python} --cache-dir {cache}"
-        )
-        .env("DEEPEP_FORGE_UV", &uv)
-        .env("UV_CACHE_DIR", &uv_cache)
-        .env_remove("CUDA_HOME");
+        let request = super::Request { pins: pins.clone(), ..super::Request::fixture(python, cache) }.args();
+        let c = cmd!(sh, "{exe} plan {request...} --toolchain registry --format json")
+            .env("DEEPEP_FORGE_UV", &uv)
+            .env("UV_CACHE_DIR", &uv_cache)
+            .env_remove("CUDA_HOME");
         timed(c)
     };
     let mut set = vec!["torch==2.11.0".to_string()];
