@@ -755,7 +755,11 @@ fn a_second_pin_set_waits_for_the_first_whole_change() {
 /// the original files restored by a loser's rollback.
 #[test]
 fn concurrent_pin_sets_leave_one_whole_change() {
-    let arm = "a48493600c4886c1b297aaa78db0e1ebc2d8dd6c";
+    let src = tempfile::tempdir().unwrap();
+    let (x86, env) = stand_in(src.path(), "mini-deepep");
+    let repo = src.path().join("DeepEP");
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "second"]);
+    let arm = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
     for round in 0..6 {
         let d = project(
             &root().join("tests/fixtures/consumer-unified/pyproject.toml"),
@@ -765,19 +769,20 @@ fn concurrent_pin_sets_leave_one_whole_change() {
             bin()
                 .args(["pin", "set", rev])
                 .current_dir(d.path())
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
         };
-        let (a, b) = (spawn(X86), spawn(arm));
+        let (a, b) = (spawn(&x86), spawn(&arm));
         let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
         for o in [&a, &b] {
             assert_eq!(o.status.code(), Some(0), "round {round}: {}{}", stdout(o), stderr(o));
         }
         let py = read(&d.path().join("pyproject.toml"));
         let pins = read(&d.path().join("pins.toml"));
-        let last = if py.contains(X86) { X86 } else { arm };
+        let last = if py.contains(&x86) { x86.as_str() } else { arm.as_str() };
         assert!(
             !py.contains(UNIFIED) && pins.matches(last).count() == 2 && !pins.contains(UNIFIED),
             "round {round}:\n{py}\n{pins}"
@@ -793,16 +798,27 @@ fn a_non_utf8_project_path_is_pinned_and_named() {
         &root().join("tests/fixtures/consumer-unified/pyproject.toml"),
         &pins_text("https://github.com/deepseek-ai/DeepEP.git", UNIFIED, UNIFIED),
     );
+    let src = tempfile::tempdir().unwrap();
+    let (x86, env) = stand_in(src.path(), "mini-deepep");
     let name = std::ffi::OsStr::from_bytes(b"proj\xff");
     std::fs::create_dir(d.path().join(name)).unwrap();
     std::fs::rename(d.path().join("pyproject.toml"), d.path().join(name).join("pyproject.toml")).unwrap();
-    let o = bin().args(["pin", "set", X86, "--project"]).arg(name).current_dir(d.path()).output().unwrap();
+    let pin = || {
+        bin()
+            .args(["pin", "set", &x86, "--project"])
+            .arg(name)
+            .current_dir(d.path())
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap()
+    };
+    let o = pin();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("proj\u{FFFD}/pyproject.toml: "), "{}", stdout(&o));
-    assert!(read(&d.path().join(name).join("pyproject.toml")).contains(X86));
+    assert!(read(&d.path().join(name).join("pyproject.toml")).contains(&x86));
     // an error about it names it too
     std::fs::remove_file(d.path().join(name).join("pyproject.toml")).unwrap();
-    let o = bin().args(["pin", "set", X86, "--project"]).arg(name).current_dir(d.path()).output().unwrap();
+    let o = pin();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("proj\u{FFFD}/pyproject.toml"), "{}", stderr(&o));
 }
