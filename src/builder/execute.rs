@@ -102,6 +102,46 @@ fn from_cache(
     Ok(Err(Some(lock)))
 }
 
+/// A shared compiler cache: probed, its server started with the credentials; a
+/// storage that does not answer (now or later) is a note, never a failed build.
+/// (the watcher, whether it was off from the start)
+fn start_compiler_cache(
+    pl: &Plan,
+    root: &std::path::Path,
+    notes: &mut Vec<String>,
+) -> Option<(Option<super::compiler_cache::Session>, bool)> {
+    let h = pl.hooks.as_ref()?;
+    let c = h.compiler_cache.as_ref()?;
+    let env: Vec<(String, String)> = h.env(root).into_iter().map(|(k, v, _)| (k, v)).collect();
+    let before = notes.len();
+    let session = super::compiler_cache::start(c, &h.sccache, root, &env, notes);
+    Some((session, notes.len() > before))
+}
+
+/// After the build: the watcher stopped, sccache's statistics noted, its servers stopped.
+fn finish_compiler_cache(
+    pl: &Plan,
+    root: &std::path::Path,
+    shared: Option<(Option<super::compiler_cache::Session>, bool)>,
+    notes: &mut Vec<String>,
+) {
+    let Some(h) = &pl.hooks else { return };
+    let started_off = shared.as_ref().is_some_and(|(_, off)| *off);
+    drop(shared);
+    let stats = h.finish(root);
+    super::compiler_cache::finish(h.compiler_cache.as_ref(), &h.sccache, root, started_off, notes);
+    if let (Some(st), Some(c)) = (stats, &h.compiler_cache) {
+        notes.push(format!(
+            "compiler cache {}: {} hits, {} misses, {} not cacheable (of {} compile requests)",
+            c.describe(),
+            st.hits,
+            st.misses,
+            st.not_cacheable,
+            st.requests
+        ));
+    }
+}
+
 /// Preflight, fresh checkout, the plan's command, checks, relocation, stamping, publishing.
 fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Result<Delivered> {
     let tc =
@@ -120,17 +160,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         None => (None, store.stage_at(pl.build_dir())?),
     };
     preflight::check(pl, tc, t.cache_dir)?;
-    // A shared compiler cache: probed, its server started with the credentials; a
-    // storage that does not answer (now or later) is a note, never a failed build.
-    let shared = match (&pl.hooks, &root) {
-        (Some(h), Some(r)) => h.compiler_cache.as_ref().map(|c| {
-            let env: Vec<(String, String)> = h.env(&r.root).into_iter().map(|(k, v, _)| (k, v)).collect();
-            let before = notes.len();
-            let session = super::compiler_cache::start(c, &h.sccache, &r.root, &env, notes);
-            (session, notes.len() > before)
-        }),
-        _ => None,
-    };
+    let shared = root.as_ref().and_then(|r| start_compiler_cache(pl, &r.root, notes));
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
     if let Some(n) = read_elsewhere(pl) {
         notes.push(n);
@@ -145,21 +175,8 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         format!("building {} ({})", pl.variant.name, pl.source.version),
     )?
     .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name));
-    let started_off = shared.as_ref().is_some_and(|(_, off)| *off);
-    drop(shared);
-    if let (Some(h), Some(r)) = (&pl.hooks, &root) {
-        let stats = h.finish(&r.root);
-        super::compiler_cache::finish(h.compiler_cache.as_ref(), &h.sccache, &r.root, started_off, notes);
-        if let (Some(st), Some(c)) = (stats, &h.compiler_cache) {
-            notes.push(format!(
-                "compiler cache {}: {} hits, {} misses, {} not cacheable (of {} compile requests)",
-                c.describe(),
-                st.hits,
-                st.misses,
-                st.not_cacheable,
-                st.requests
-            ));
-        }
+    if let Some(r) = &root {
+        finish_compiler_cache(pl, &r.root, shared, notes);
     }
     ran?;
 

@@ -365,6 +365,9 @@ const REPORTED: [&str; 16] = [
 /// Prefixes whose caller variables are reported by name only (values may be credentials).
 const REPORTED_BY_NAME: [&str; 3] = ["PIP_", "UV_", "SETUPTOOLS_"];
 
+// Over 120 lines: one variant's plan is assembled in the order its parts depend on
+// each other (interface fit, toolchain, environment from empty, hooks, seal), and
+// each step reads what the one before it decided; the steps' logic lives in helpers.
 #[allow(clippy::too_many_arguments)]
 fn plan_variant(
     ctx: &Ctx,
