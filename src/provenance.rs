@@ -81,6 +81,48 @@ pub struct ToolchainInfo {
     /// A cross build's target side (absent for native builds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross: Option<CrossInfo>,
+    /// The libraries the wheel's compiled code was built against and meets again
+    /// at run time (absent in wheels built before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<BuildEnvironment>,
+}
+
+/// What the extension was compiled against: the run-time environment must agree.
+/// Each field is `None` when the build did not use it or could not read it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct BuildEnvironment {
+    /// torch's version (`torch/version.py`), e.g. `2.11.0+cu130`.
+    pub torch: Option<String>,
+    /// `torch._C._GLIBCXX_USE_CXX11_ABI` of that torch.
+    pub torch_cxx11_abi: Option<bool>,
+    /// CUDA toolkit version the nvcc belongs to, e.g. `13.0`.
+    pub cuda: Option<String>,
+    /// NVSHMEM whose device library was linked (`nvidia-nvshmem-cu*` version or
+    /// `nvshmem_version.h`), e.g. `3.4.5`.
+    pub nvshmem: Option<String>,
+    /// NCCL whose headers were compiled against (nccl.h's version), e.g. `2.30.7`.
+    pub nccl: Option<String>,
+    /// What the revision needs of its run-time environment, read from its source.
+    #[serde(default)]
+    pub needs: RuntimeNeeds,
+}
+
+/// A DeepEP revision's needs of the environment it runs in.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RuntimeNeeds {
+    /// Lowest NCCL the revision builds and runs with (EPv2 / main: `2.30.4`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_min: Option<String>,
+    /// Below this NCCL version the NCCL loaded at run time must be the very
+    /// version compiled against (EPv2's nccl.cu: `2.31`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_exact_below: Option<String>,
+    /// The device code links NVSHMEM: the host library must be the same version.
+    #[serde(default)]
+    pub nvshmem_same: bool,
+    /// Where each need was read (file:line at the revision).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
 }
 
 /// Host -> target of a cross build: the cross compiler, the target Python

@@ -303,6 +303,7 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
                 sccache: pl.hooks.as_ref().map(|h| h.sccache_version.clone()),
                 packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
                 cross: t.cross.as_ref().map(super::cross::Sysroot::provenance),
+                environment: None,
             },
             None => provenance::ToolchainInfo::default(),
         },
