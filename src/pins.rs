@@ -324,6 +324,12 @@ pub struct Toolchain {
     /// CUDA major.minor torch was built for (`13.0`).
     pub cuda: String,
     pub python: Option<String>,
+    /// NVSHMEM the registry toolchain provisions instead of what torch pins
+    /// (`nvidia-nvshmem-cu*`, an exact PEP 440 version such as `3.7.2`).
+    pub nvshmem: Option<String>,
+    /// NCCL the registry toolchain provisions instead of what torch pins
+    /// (`nvidia-nccl-cu*`, an exact PEP 440 version such as `2.30.7`).
+    pub nccl: Option<String>,
 }
 
 /// `[rdma_core]`: the rdma-core release container images build.
@@ -477,6 +483,8 @@ struct RawToolchain {
     torch: Spanned<String>,
     cuda: Spanned<String>,
     python: Option<Spanned<String>>,
+    nvshmem: Option<Spanned<String>>,
+    nccl: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -665,7 +673,32 @@ fn toolchain(t: RawToolchain, err: &Err) -> Result<Toolchain> {
             ));
         }
     }
-    Ok(Toolchain { torch: t.torch.into_inner(), cuda: t.cuda.into_inner(), python: t.python.map(Spanned::into_inner) })
+    let nvshmem = package_version(t.nvshmem, "toolchain.nvshmem", err)?;
+    let nccl = package_version(t.nccl, "toolchain.nccl", err)?;
+    Ok(Toolchain {
+        torch: t.torch.into_inner(),
+        cuda: t.cuda.into_inner(),
+        python: t.python.map(Spanned::into_inner),
+        nvshmem,
+        nccl,
+    })
+}
+
+/// An exact package version (`toolchain.nvshmem`, `toolchain.nccl`): digits and dots only,
+/// so it can only ever become `name==version`.
+fn package_version(v: Option<Spanned<String>>, key: &str, err: &Err) -> Result<Option<String>> {
+    let Some(v) = v else { return Ok(None) };
+    let s = v.get_ref();
+    let ok = !s.is_empty()
+        && s.split('.').count() <= 4
+        && s.split('.').all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()));
+    if !ok {
+        return Err(err(
+            v.span(),
+            format!("{key} `{}`: expected an exact version such as \"2.30.7\"", crate::input::excerpt(s, 80)),
+        ));
+    }
+    Ok(Some(v.into_inner()))
 }
 
 /// `[rdma_core]`: a remote repository and a plain ref.
