@@ -79,7 +79,7 @@ pub fn attach(pl: &mut Plan, setup_py: Option<&str>, cache_dir: &Path, on: bool)
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
         commit: commit.clone(),
         nvcc_gencode: nvcc_gencode.clone(),
-        recipe: hex::encode(Sha256::digest(recipe(setup).as_bytes())),
+        recipe: recipe_digest(setup),
         nvcc: tc.nvcc_version.clone(),
         compilers: tc.compilers.iter().map(|(k, c)| (k.clone(), c.version.clone())).collect(),
         host: std::env::consts::ARCH.into(),
@@ -140,25 +140,38 @@ pub fn nvcc_gencode(arch_list: &str) -> Option<String> {
     (!flags.is_empty()).then(|| flags.join(" "))
 }
 
-/// The lines of setup.py that decide NCCL's build: the function deriving NVCC_GENCODE
-/// (a `def` whose name holds `gencode`) and three lines either side of each `src.build`.
+/// sha256 of [`recipe`]: the part of the NCCL key setup.py gives.
+pub fn recipe_digest(setup: &str) -> String {
+    hex::encode(Sha256::digest(recipe(setup).as_bytes()))
+}
+
+/// What in setup.py decides NCCL's build, without the layout around it: the function
+/// deriving NVCC_GENCODE (a `def` whose name holds `gencode`), the make command's
+/// argument list (the `[...]` holding `src.build`) and any `env=` within three lines of
+/// it, each line trimmed. (`cwd=`, `check=True` or a changed indent change nothing.)
 fn recipe(setup: &str) -> String {
     let lines: Vec<&str> = setup.lines().collect();
-    let mut keep = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
     let mut in_def = false;
     for (i, l) in lines.iter().enumerate() {
-        let top = !l.starts_with([' ', '\t']) && !l.trim().is_empty();
-        if top {
+        if !l.starts_with([' ', '\t']) && !l.trim().is_empty() {
             in_def = l.starts_with("def ") && l.contains("gencode");
         }
-        if in_def {
-            keep.insert(i);
+        if in_def && !l.trim().is_empty() {
+            out.push(l.trim().to_string());
         }
-        if l.contains("src.build") {
-            keep.extend(i.saturating_sub(3)..(i + 4).min(lines.len()));
+        if let Some(at) = l.find("src.build") {
+            let open = l[..at].rfind('[');
+            let close = l[at..].find(']').map(|c| at + c);
+            out.push(match (open, close) {
+                (Some(o), Some(c)) => l[o..=c].to_string(),
+                _ => l.trim().to_string(),
+            });
+            let near = lines[i.saturating_sub(3)..(i + 4).min(lines.len())].iter();
+            out.extend(near.filter(|n| n.contains("env=")).map(|n| n.trim().to_string()));
         }
     }
-    keep.into_iter().map(|i| lines[i]).collect::<Vec<_>>().join("\n")
+    out.join("\n")
 }
 
 /// What [`before`] did.
@@ -255,14 +268,15 @@ mod tests {
     }
 
     #[test]
-    fn the_recipe_is_the_gencode_function_and_the_make_call() {
-        let setup = "import os\n\ndef to_nvcc_gencode(s):\n    return s\n\ndef other():\n    a = 1\n    b = 2\n    c = 3\n    d = 4\n    subprocess.run(['make', 'src.build'])\n    e = 5\n";
+    fn the_recipe_is_the_gencode_function_and_the_make_command() {
+        let setup = "import os\n\ndef to_nvcc_gencode(s):\n    return s\n\ndef other():\n    a = 1\n    subprocess.run(['make', 'src.build'], cwd=d)\n    e = 5\n";
         let r = recipe(setup);
-        assert!(r.contains("def to_nvcc_gencode(s):\n    return s"), "{r}");
-        assert!(r.contains("'src.build'") && r.contains("b = 2") && r.contains("e = 5"), "{r}");
-        assert!(!r.contains("a = 1") && !r.contains("import os") && !r.contains("def other"), "{r}");
-        // Another part of setup.py changes nothing; the make call does.
-        assert_eq!(recipe(&setup.replace("import os", "import sys")), r);
+        assert_eq!(r, "def to_nvcc_gencode(s):\nreturn s\n['make', 'src.build']");
+        // Layout, other code, cwd= or check= change nothing; the command, the function or an env= does.
+        assert_eq!(recipe(&setup.replace("import os", "import sys").replace("cwd=d)", "cwd=d, check=True)")), r);
+        assert_eq!(recipe(&setup.replace("    subprocess.run(", "        x = subprocess.run(")), r);
         assert_ne!(recipe(&setup.replace("'src.build'", "'src.build', 'DEBUG=1'")), r);
+        assert_ne!(recipe(&setup.replace("return s", "return s + '+PTX'")), r);
+        assert_ne!(recipe(&setup.replace("e = 5", "env={'DEBUG': '1'},")), r);
     }
 }
