@@ -191,6 +191,15 @@ impl Trees {
             }
             std::os::unix::fs::symlink(&l.target, &at).with_context(|| format!("linking {}", l.path))?;
         }
+        // Folders last, the deepest first: make compares a folder's time too (NCCL's
+        // objects depend on their `gensrc` folder), and writing into it moved it.
+        let mut dirs: BTreeSet<&Path> = BTreeSet::new();
+        for p in m.files.iter().map(|f| &f.path).chain(m.links.iter().map(|l| &l.path)) {
+            dirs.extend(Path::new(p).ancestors().skip(1));
+        }
+        for d in dirs.iter().rev() {
+            File::open(dest.join(d))?.set_modified(mtime)?;
+        }
         Ok(Some(Moved { files: m.files.len(), bytes }))
     }
 }
@@ -338,8 +347,9 @@ mod tests {
         assert_eq!(back, stored);
         assert_eq!(std::fs::read(t.path().join("again/obj/sub/a.o")).unwrap(), b"object a");
         assert_eq!(std::fs::read_link(t.path().join("again/obj/b-link.o")).unwrap(), Path::new("b.o"));
-        let m = std::fs::metadata(t.path().join("again/obj/b.o")).unwrap().modified().unwrap();
-        assert_eq!(m, when);
+        for p in ["again/obj/b.o", "again/obj/sub", "again/obj", "again"] {
+            assert_eq!(std::fs::metadata(t.path().join(p)).unwrap().modified().unwrap(), when, "{p}");
+        }
         let other = Key::parse(&"cd".repeat(32)).unwrap();
         assert!(trees.restore(&other, &t.path().join("none"), when).unwrap().is_none());
     }
