@@ -141,7 +141,8 @@ impl Trees {
 
     /// Copy `src` into the object store (hashed while copied; renamed to its hash).
     fn put_object(&self, src: &Path, tmp: &Path) -> Result<(String, u64)> {
-        let mut from = File::open(src).with_context(|| format!("reading {}", src.display()))?;
+        // The build's own output, opened as an object is (no link followed, a FIFO never blocks).
+        let mut from = open_regular(src)?;
         let staged = tmp.join(format!("object-{}", std::process::id()));
         let mut to = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&staged)?;
         let (sha, size) = copy_hashed(&mut from, &mut to, u64::MAX)?;
@@ -198,7 +199,12 @@ impl Trees {
             dirs.extend(Path::new(p).ancestors().skip(1));
         }
         for d in dirs.iter().rev() {
-            File::open(dest.join(d))?.set_modified(mtime)?;
+            let dir = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                .open(dest.join(d))
+                .with_context(|| format!("dating {}", dest.join(d).display()))?;
+            dir.set_modified(mtime)?;
         }
         Ok(Some(Moved { files: m.files.len(), bytes }))
     }
@@ -267,17 +273,23 @@ fn check_link_target(path: &str, target: &str) -> Result<()> {
     Ok(())
 }
 
-/// An object: opened without following a link, a regular file of `size` bytes.
-fn open_object(p: &Path, size: u64) -> Result<File> {
+/// A regular file, opened without following a link (a FIFO never blocks).
+fn open_regular(p: &Path) -> Result<File> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(p)
         .with_context(|| format!("opening {}", p.display()))?;
-    let md = f.metadata()?;
-    if !md.is_file() {
+    if !f.metadata()?.is_file() {
         bail!("{} is not a regular file", p.display());
     }
+    Ok(f)
+}
+
+/// An object: [`open_regular`], of `size` bytes.
+fn open_object(p: &Path, size: u64) -> Result<File> {
+    let f = open_regular(p)?;
+    let md = f.metadata()?;
     if md.len() != size {
         bail!("{} has {} bytes, the manifest says {size}", p.display(), md.len());
     }
