@@ -201,7 +201,7 @@ pub fn before(pl: &Plan, cache_dir: &Path, notes: &mut Vec<String>) -> Before {
     match trees.restore(&key, &dest, std::time::SystemTime::now()) {
         Ok(Some(m)) => {
             notes.push(format!(
-                "nccl reuse: {}/{} at {short} restored from the cache ({} files, {:.1} MB, key {}): setup.py's `make src.build` finds it up to date",
+                "nccl reuse: {}/{} at {short} restored from the cache ({} files, {:.1} MB, key {}) before setup.py's `make src.build`",
                 r.submodule,
                 r.build_dir,
                 m.files,
