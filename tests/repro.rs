@@ -541,3 +541,69 @@ fn nccl_is_built_once_per_submodule_commit_and_the_wheel_is_the_same() {
     assert!(has(&notes, "was refused and removed") && has(&notes, "not a plain relative path"), "{notes:?}");
     assert_eq!(sha, plain);
 }
+
+/// The NCCL commit DeepEP hybrid-ep pins (17cfb817 .. 94a9f8f).
+const NCCL_1E0C869: &str = "1e0c869c39bb33f1034cb9920bd2a8a8406f04a3";
+
+/// A compiler that writes each `-o` file, answers `-M` and `--version`, and logs each call.
+const STUB_COMPILER: &str = r#"#!/bin/sh
+out=; prev=; dep=0
+for a in "$@"; do
+  [ "$prev" = "-o" ] && out=$a
+  case "$a" in -M|-MM) dep=1;; --version) echo "Cuda compilation tools, release 13.0, V13.0.88"; exit 0;; esac
+  prev=$a
+done
+if [ $dep = 1 ]; then echo "x.o: "; exit 0; fi
+if [ -n "$out" ]; then mkdir -p "$(dirname "$out")"; echo stub > "$out"; fi
+echo "$out" >> "$STUB_CALLS"
+"#;
+
+/// Real NCCL's makefiles (1e0c869, stub compilers: no CUDA compile needed) find
+/// the build folder that `cache::tree` stored and restored into a fresh
+/// checkout of the same commit at the same path up to date: `make src.build`
+/// calls no compiler, links nothing.
+#[test]
+#[ignore = "needs an NCCL clone named by DEEPEP_FORGE_NCCL_MIRROR (github.com/NVIDIA/nccl with commit 1e0c869): bash .ci/run runs it when set"]
+fn real_nccl_makefiles_find_a_restored_build_folder_up_to_date() {
+    use deepep_forge::cache::{tree::Trees, Key};
+    use std::os::unix::fs::PermissionsExt;
+    let mirror = std::env::var_os("DEEPEP_FORGE_NCCL_MIRROR")
+        .map(PathBuf::from)
+        .filter(|m| m.is_dir())
+        .unwrap_or_else(|| panic!("not run: DEEPEP_FORGE_NCCL_MIRROR does not name a local NCCL repository (clone github.com/NVIDIA/nccl and point it there)"));
+    let t = tempfile::tempdir().unwrap();
+    let stub = t.path().join("cuda/bin/nvcc");
+    std::fs::create_dir_all(stub.parent().unwrap()).unwrap();
+    std::fs::write(&stub, STUB_COMPILER).unwrap();
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (tree, calls) = (t.path().join("nccl"), t.path().join("calls.log"));
+    let checkout = || {
+        let _ = std::fs::remove_dir_all(&tree);
+        run(Command::new("git").args(["clone", "-q", "--no-checkout"]).arg(&mirror).arg(&tree));
+        run(Command::new("git").arg("-C").arg(&tree).args(["checkout", "-q", "--detach", NCCL_1E0C869]));
+    };
+    let make = || {
+        std::fs::write(&calls, "").unwrap();
+        let o = Command::new("make")
+            .args(["-j4", "src.build", "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90"])
+            .arg(format!("CXX={}", stub.display()))
+            .current_dir(&tree)
+            .env("CUDA_HOME", t.path().join("cuda"))
+            .env("STUB_CALLS", &calls)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        (std::fs::read_to_string(&calls).unwrap(), stdout(&o))
+    };
+    checkout();
+    let (first, _) = make();
+    assert!(first.lines().count() > 100, "the first make compiles NCCL: {first}");
+    let trees = Trees::at(&t.path().join("cache"));
+    let key = Key::parse(&"ab".repeat(32)).unwrap();
+    let stored = trees.store(&key, "nccl build", &tree.join("build")).unwrap();
+    checkout();
+    trees.restore(&key, &tree.join("build"), std::time::SystemTime::now()).unwrap().expect("stored");
+    let (second, out) = make();
+    assert_eq!(second, "", "make called a compiler after the restore ({} files):\n{out}", stored.files);
+    assert!(!out.contains("Linking") && !out.contains("Archiving"), "{out}");
+}
