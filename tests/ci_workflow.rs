@@ -633,6 +633,19 @@ fn run_pipeline(world: &mut World) -> Ran {
         let built = std::fs::read_to_string(job.workspace.join("_forge/build.json")).unwrap();
         assert!(built.contains("\"status\": \"built\""), "{built}");
         build_workspaces.push(job.workspace.clone());
+        // The artifact: the wheel beside its statement and SHA256SUMS, and its cache entry.
+        let variant = m["variant"].as_str().unwrap();
+        let art = world.artifacts.join(format!("deepep-wheel-{variant}"));
+        let dist: Vec<String> = std::fs::read_dir(art.join("dist").join(variant))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(dist.iter().any(|n| n.ends_with(".whl")) && dist.contains(&"SHA256SUMS".to_string()), "{dist:?}");
+        assert!(dist.iter().any(|n| n.ends_with(".whl.intoto.json")), "{dist:?}");
+        let entries: Vec<_> = std::fs::read_dir(art.join("cache/wheels")).unwrap().flatten().collect();
+        assert_eq!(entries.len(), 1);
+        assert!(entries[0].path().join("entry.json").is_file());
     }
 
     let mut job = world.job("publish", Map::new());
