@@ -153,12 +153,22 @@ fn real(a: &CacheBenchArgs, work: &Path) -> Result<Setup> {
     Ok(Setup {
         pins_a,
         pins_b,
-        source: a.source.as_ref().map(OsString::from),
-        python: a.python.as_ref().map(OsString::from),
+        // Each build runs in its own folder: a relative local path is made absolute here.
+        source: a.source.as_deref().map(here),
+        python: a.python.as_deref().map(here),
         v: a.variant.clone(),
         v2: a.then.clone().context("--then VARIANT2: a second multinode variant with the same arch list")?,
         env: vec![],
     })
+}
+
+/// `p` made absolute when it names something in the current folder (a URL or a
+/// command name found on PATH stays as it is).
+fn here(p: &str) -> OsString {
+    match std::path::absolute(p) {
+        Ok(abs) if Path::new(p).exists() => abs.into(),
+        _ => p.into(),
+    }
 }
 
 /// The fixture as real DeepEP is laid out: mini-deepep with mini-nccl as its
