@@ -114,7 +114,7 @@ fn failed_build(what: &str) -> anyhow::Error {
 // ---- podman / buildah --------------------------------------------------------
 
 /// What the daemonless build sets besides the bake file's args (the user may not).
-const TOOL_ARGS: &[&str] = &["CUDA_BASE_IMAGE", "FORGE_SOURCE", "FORGE_BINARY", "DEEPEP_SOURCE"];
+const TOOL_ARGS: &[&str] = &["CUDA_BASE_IMAGE", "FORGE_SOURCE", "FORGE_BINARY", "DEEPEP_SOURCE", "SOURCE_DATE_EPOCH"];
 
 fn daemonless(a: &BuildArgs, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
     // Everything that can be refused is refused before anything is pulled or built.
@@ -358,6 +358,7 @@ pub fn builder_argv(
     }
     if let Some(ts) = a.timestamp {
         v.push(format!("--timestamp={ts}"));
+        args.insert("SOURCE_DATE_EPOCH".into(), ts.to_string());
     }
     v.extend(t.labels.iter().map(|(k, val)| format!("--label={k}={val}")));
     v.extend(args.iter().map(|(k, val)| format!("--build-arg={k}={val}")));
@@ -431,6 +432,7 @@ mod tests {
         assert!(v.contains(&"--build-arg=DEEPEP_INDEX=http://127.0.0.1:1/h100/simple/".to_string()));
         assert!(v.contains(&"--build-arg=CUDA_BASE_IMAGE=localhost/base".to_string()));
         assert!(v.contains(&"--platform=linux/amd64".to_string()) && v.contains(&"--timestamp=0".to_string()));
+        assert!(v.contains(&"--build-arg=SOURCE_DATE_EPOCH=0".to_string()), "pip's .pyc files follow it");
         assert!(
             v.contains(&"--file=/ctx/docker/Dockerfile".to_string()) && v.contains(&"--target=runtime".to_string())
         );
