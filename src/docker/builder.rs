@@ -18,7 +18,7 @@ use crate::process::Cmd;
 
 /// The flags of `podman build` / `buildah build` a user may add after `--`:
 /// none of them changes what the bake file decides (stage, platform, args, tags).
-const PASSTHROUGH: &[&str] = &["--no-cache", "--layers", "--pull", "--quiet", "-q", "--squash"];
+const PASSTHROUGH: &[&str] = &["--no-cache", "--pull", "--quiet", "-q", "--squash"];
 
 pub fn build(a: BuildArgs) -> Result<Exit> {
     let pins = Pins::load(&a.pins)?;
@@ -342,7 +342,9 @@ pub fn builder_argv(
     a: &BuildArgs,
     index: Option<&str>,
 ) -> Vec<String> {
-    let mut v: Vec<String> = vec!["build".into(), "--isolation=chroot".into(), "--pull=never".into()];
+    // `--layers=true`: one layer per step with both builders (buildah's default squashes each stage).
+    let mut v: Vec<String> =
+        vec!["build".into(), "--isolation=chroot".into(), "--pull=never".into(), "--layers=true".into()];
     v.push(format!("--file={}", ctx.join(&t.dockerfile).display()));
     v.push(format!("--target={}", t.target));
     v.push(format!("--platform={}", t.platforms[0]));

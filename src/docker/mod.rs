@@ -91,7 +91,7 @@ pub struct BuildArgs {
     pub cache: crate::cache::CacheDirArg,
     /// Extra arguments for the builder, after `--` (docker: `-- --push`, `-- --set
     /// '*.cache-to=...'`; podman/buildah: `--build-arg NAME=VALUE` for an ARG the
-    /// bake file does not set, `--no-cache`, `--pull=never`, `--layers`).
+    /// bake file does not set, `--no-cache`, `--pull=never`, `--squash`, `--quiet`).
     #[arg(last = true, value_name = "BUILDER ARGS")]
     pub extra: Vec<String>,
 }

@@ -279,3 +279,52 @@ pub fn inspect(reference: &str, builder: Builder) -> Result<super::wheel::WheelF
     drop(found.mounted);
     Ok(facts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{exit_of, Exit};
+
+    #[test]
+    fn references_that_could_be_options_or_paths_are_refused() {
+        for bad in ["-rf", "--help", "", "a b", "x;y", "../up", "/abs"] {
+            assert_eq!(exit_of(&check_reference(bad).unwrap_err()), Exit::Usage, "{bad:?}");
+        }
+        check_reference("localhost/deepep-forge/deep-ep:h100-1.2.1-17cfb81").unwrap();
+        check_reference("registry.example.org:5000/x/y@sha256:abc").unwrap();
+    }
+
+    #[test]
+    fn a_link_in_the_image_is_never_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("secret.whl"), b"host file").unwrap();
+        std::os::unix::fs::symlink(host.path(), d.path().join(WHEELS)).unwrap();
+        let e = real_dir(d.path(), WHEELS).unwrap_err();
+        assert_eq!(exit_of(&e), Exit::Usage);
+        assert!(format!("{e:#}").contains("no folder /wheels (or it is a link)"), "{e:#}");
+        // A link on the way to an installed extension: not hashed, reported missing.
+        std::fs::create_dir_all(d.path().join("site")).unwrap();
+        std::os::unix::fs::symlink(host.path(), d.path().join("site/deep_ep")).unwrap();
+        assert_eq!(no_links(&d.path().join("site"), "deep_ep/secret.whl"), None);
+        std::fs::create_dir_all(d.path().join("site/real")).unwrap();
+        std::fs::write(d.path().join("site/real/x.so"), b"x").unwrap();
+        assert!(hash_regular(&no_links(&d.path().join("site"), "real/x.so")).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_statement_for_another_wheel_is_exit_1_naming_both() {
+        let d = tempfile::tempdir().unwrap();
+        let name = "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl";
+        let e = check_statement("img", d.path(), name, "aa").unwrap_err();
+        assert_eq!(exit_of(&e), Exit::Problems, "missing statement: {e:#}");
+        let statement = serde_json::json!({"subject": [{"name": name, "digest": {"sha256": "bb"}}]});
+        std::fs::write(d.path().join(format!("{name}.intoto.json")), statement.to_string()).unwrap();
+        let e = check_statement("img", d.path(), name, "aa").unwrap_err();
+        assert_eq!(exit_of(&e), Exit::Problems);
+        assert!(format!("{e:#}").contains("sha256 bb, the wheel is"), "{e:#}");
+        check_statement("img", d.path(), name, "bb").unwrap();
+        std::fs::write(d.path().join(format!("{name}.intoto.json")), "not json").unwrap();
+        assert_eq!(exit_of(&check_statement("img", d.path(), name, "bb").unwrap_err()), Exit::Usage);
+    }
+}
