@@ -195,6 +195,18 @@ fn a_flag_that_contradicts_the_bake_file_exits_2_before_anything_runs() {
     assert!(stderr(&o).contains("--builder podman|buildah"), "{}", stderr(&o));
 }
 
+#[test]
+fn a_pins_file_outside_the_build_context_exits_2_before_anything_runs() {
+    let d = scratch();
+    let ctx = d.path().join("ctx");
+    std::fs::create_dir_all(ctx.join("docker")).unwrap();
+    std::fs::copy(d.path().join("docker/Dockerfile"), ctx.join("docker/Dockerfile")).unwrap();
+    assert_eq!(code(&forge(&ctx, &["docker", "bake", "--pins", "../pins.toml"])), 0);
+    let o = build_without_tools(&ctx, &["--pins", "../pins.toml", "--variant", "h100", "--builder", "podman"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("the pins file ../pins.toml is outside the build context"), "{}", stderr(&o));
+}
+
 /// The aarch64 variants on an x86_64 host: exit 3 naming qemu and binfmt
 /// unless qemu-aarch64 is registered (then the build goes on to the next
 /// check: here the missing podman).

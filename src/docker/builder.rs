@@ -123,6 +123,7 @@ fn daemonless(a: &BuildArgs, targets: &[(String, Target)], index: Option<&str>) 
     for (_, t) in targets {
         check_extra(&a.extra, t, &declared)?;
         check_platform(t)?;
+        pins_in_context(t)?;
     }
     let program = find(a.builder)?;
     let forge = forge_binary(a)?;
@@ -297,7 +298,7 @@ fn assemble_context(
         std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))
     };
     put(&t.dockerfile, dockerfile.as_bytes())?;
-    let pins_rel = t.args.get("PINS").map(String::as_str).unwrap_or("pins.toml");
+    let pins_rel = pins_in_context(t)?;
     put(pins_rel, crate::input::read_text(pins, "pins file", crate::input::cap::TEXT)?.as_bytes())?;
     let bin = ctx.join("target/release/deepep-forge");
     std::fs::create_dir_all(bin.parent().expect("has a parent"))?;
@@ -306,6 +307,17 @@ fn assemble_context(
         copy_tree(src, &ctx.join("deepep"))?;
     }
     Ok(())
+}
+
+/// The pins file's path in the build context (PINS): relative, no `..` (exit 2 otherwise).
+fn pins_in_context(t: &Target) -> Result<&str> {
+    let rel = t.args.get("PINS").map(String::as_str).unwrap_or("pins.toml");
+    if !Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+        return Err(Failure::usage(format!("the pins file {rel} is outside the build context"))
+            .hint("run from the repository root and pass a pins file inside it")
+            .into());
+    }
+    Ok(rel)
 }
 
 /// Copy a folder (regular files, folders and symlinks as links; anything
