@@ -21,6 +21,7 @@ fn scratch() -> tempfile::TempDir {
     std::fs::copy(root().join("pins.toml"), d.path().join("pins.toml")).unwrap();
     std::fs::create_dir(d.path().join("docker")).unwrap();
     std::fs::copy(root().join("docker/docker-bake.json"), d.path().join("docker/docker-bake.json")).unwrap();
+    std::fs::copy(root().join("docker/Dockerfile"), d.path().join("docker/Dockerfile")).unwrap();
     d
 }
 
@@ -90,6 +91,7 @@ fn bad_pins_exit_2_and_write_nothing() {
     )
     .unwrap();
     std::fs::remove_file(d.path().join("docker/docker-bake.json")).unwrap();
+    std::fs::remove_file(d.path().join("docker/Dockerfile")).unwrap();
     let o = forge(d.path(), &["docker", "bake"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("pins.toml:"), "{}", stderr(&o));
@@ -139,6 +141,123 @@ fn build_with_docker_but_no_buildx_exits_3() {
     let o = forge(&root(), &["docker", "build", "--variant", "h100"]);
     assert_eq!(code(&o), 3, "{}", stderr(&o));
     assert!(stderr(&o).contains("docker buildx is not available"), "{}", stderr(&o));
+}
+
+// ---- podman / buildah: bad input before anything is pulled or built ------------
+
+/// `docker build` in `dir` with PATH holding nothing (no builder, no debootstrap).
+fn build_without_tools(dir: &Path, args: &[&str]) -> std::process::Output {
+    let empty = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let o = bin()
+        .args(["docker", "build"])
+        .args(args)
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .current_dir(dir)
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    assert!(std::fs::read_dir(cache.path()).unwrap().next().is_none(), "the cache was written: {}", stderr(&o));
+    o
+}
+
+#[test]
+fn a_missing_daemonless_builder_exits_3_naming_what_to_install() {
+    let d = scratch();
+    for (builder, says) in [("podman", "apt-get install podman"), ("buildah", "apt-get install buildah")] {
+        let o = build_without_tools(d.path(), &["--variant", "h100", "--builder", builder]);
+        assert_eq!(code(&o), 3, "{}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("{builder} not found on PATH")), "{}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_flag_that_contradicts_the_bake_file_exits_2_before_anything_runs() {
+    let d = scratch();
+    for (extra, says) in [
+        (&["--build-arg", "PROBE_EP=16"][..], "PROBE_EP=16: the bake file sets it from pins.toml"),
+        (&["--build-arg=NO_SUCH_ARG=1"][..], "docker/Dockerfile declares no such ARG"),
+        (&["--platform=linux/arm64"][..], "not a flag `docker build` passes to podman/buildah"),
+    ] {
+        let mut args = vec!["--variant", "h100", "--builder", "podman", "--"];
+        args.extend(extra);
+        let o = build_without_tools(d.path(), &args);
+        assert_eq!(code(&o), 2, "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
+    }
+    let o = build_without_tools(d.path(), &["--variant", "h100", "--index", "file:///srv/wheels/h100/simple"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("not an http(s) URL"), "{}", stderr(&o));
+    let o = build_without_tools(d.path(), &["--variant", "h100", "--source", "."]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--builder podman|buildah"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_pins_file_outside_the_build_context_exits_2_before_anything_runs() {
+    let d = scratch();
+    let ctx = d.path().join("ctx");
+    std::fs::create_dir_all(ctx.join("docker")).unwrap();
+    std::fs::copy(d.path().join("docker/Dockerfile"), ctx.join("docker/Dockerfile")).unwrap();
+    assert_eq!(code(&forge(&ctx, &["docker", "bake", "--pins", "../pins.toml"])), 0);
+    let o = build_without_tools(&ctx, &["--pins", "../pins.toml", "--variant", "h100", "--builder", "podman"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("the pins file ../pins.toml is outside the build context"), "{}", stderr(&o));
+}
+
+/// The aarch64 variants on an x86_64 host: exit 3 naming qemu and binfmt
+/// unless qemu-aarch64 is registered (then the build goes on to the next
+/// check: here the missing podman).
+#[test]
+fn a_foreign_platform_without_qemu_binfmt_exits_3() {
+    let d = scratch();
+    let o = build_without_tools(d.path(), &["--variant", "gb200-nvl72", "--builder", "podman"]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let registered = std::env::consts::ARCH == "aarch64"
+        || std::fs::read_to_string("/proc/sys/fs/binfmt_misc/qemu-aarch64").is_ok_and(|s| s.starts_with("enabled"));
+    if registered {
+        assert!(stderr(&o).contains("podman not found"), "{}", stderr(&o));
+    } else {
+        assert!(stderr(&o).contains("linux/arm64, but this host is x86_64"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("apt-get install qemu-user-static binfmt-support"), "{}", stderr(&o));
+    }
+}
+
+/// A suite debootstrap does not know, and one the mirror does not have: exit
+/// 2 before debootstrap runs (the second asks deb.debian.org for its Release file).
+#[test]
+#[ignore = "needs system package podman (and debootstrap, a Debian mirror): bash .ci/run runs it there"]
+fn a_base_suite_that_does_not_exist_exits_2() {
+    if deepep_forge::docker::which("podman").is_none() || deepep_forge::docker::which("debootstrap").is_none() {
+        missing("podman and debootstrap");
+    }
+    let d = scratch();
+    let cache = tempfile::tempdir().unwrap();
+    for (suite, says) in [
+        ("nosuchsuite", "debootstrap knows no such suite"),
+        ("lucid", "the suite does not exist at the mirror"),
+        ("-rf", "not a Debian suite name"),
+    ] {
+        let o = forge(
+            d.path(),
+            &[
+                "docker",
+                "build",
+                "--variant",
+                "h100",
+                "--builder",
+                "podman",
+                &format!("--base-suite={suite}"),
+                "--cache-dir",
+                cache.path().to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code(&o), 2, "{suite}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{suite}: {}", stderr(&o));
+    }
+    assert!(std::fs::read_dir(cache.path()).unwrap().next().is_none(), "something was made");
 }
 
 // ---- Dockerfile rules (lock check) --------------------------------------------

@@ -286,6 +286,13 @@ const RAW_READS: &[(&str, usize, &str)] = &[
     ("builder/relocate.rs", 1, "an extension of the wheel just built"),
     ("builder/source.rs", 1, "the mirror's last-fetch note, written by deepep-forge"),
     ("builder/toolchain.rs", 2, "the toolchain memo in the cache and a toolchain library"),
+    ("docker/base.rs", 1, "the rootfs tar deepep-forge just made (hashed for its record)"),
+    ("docker/builder.rs", 1, "the kernel's binfmt_misc entry for qemu (/proc)"),
+    (
+        "probe/image.rs",
+        1,
+        "an installed extension in a mounted image: checked a regular file, no link on the way, size-capped",
+    ),
 ];
 
 /// Every user file is read through src/input.rs (bounded, FIFOs refused):

@@ -6,6 +6,7 @@
 pub mod elf;
 pub mod env;
 pub mod fatbin;
+pub mod image;
 pub mod rules;
 pub mod wheel;
 
@@ -34,8 +35,15 @@ Examples:
   deepep-forge probe --run --preset h100-8g                                         # on the GPUs themselves")]
 pub struct ProbeArgs {
     /// A wheel file to inspect.
-    #[arg(long, value_name = "WHEEL", conflicts_with = "python")]
+    #[arg(long, value_name = "WHEEL", conflicts_with_all = ["python", "image"])]
     pub wheel: Option<PathBuf>,
+    /// A built image (podman/buildah store): its wheel and in-toto statement at
+    /// /wheels/ and the installed extensions are read through the builder (nothing runs).
+    #[arg(long, value_name = "REF", conflicts_with = "python")]
+    pub image: Option<String>,
+    /// Who reads `--image`: podman (`podman image mount`) or buildah.
+    #[arg(long, value_enum, default_value = "podman", value_name = "BUILDER", requires = "image")]
+    pub image_builder: crate::docker::Builder,
     /// A Python whose environment has deep_ep installed (asked where deep_ep
     /// and hybrid_ep_cpp live; nothing is imported).
     #[arg(long, value_name = "PYTHON")]
@@ -69,7 +77,10 @@ fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
             let (b, e) = env::inspect(py)?;
             (b, Some(e))
         }
-        (None, None) => return Ok(None),
+        (None, None) => match &args.image {
+            Some(r) => (image::inspect(r, args.image_builder)?, None),
+            None => return Ok(None),
+        },
     };
     let evidence = rules::evidence(&binary);
     Ok(Some(Inspected { binary, env, evidence }))
@@ -125,7 +136,7 @@ pub fn run(args: ProbeArgs) -> Result<Exit> {
         return run_on_gpus(&args);
     }
     let request = args.topology.resolve()?;
-    if args.wheel.is_none() && args.python.is_none() && request.is_none() {
+    if args.wheel.is_none() && args.python.is_none() && args.image.is_none() && request.is_none() {
         return Err(Failure::usage("nothing to probe")
             .hint("pass --wheel W.whl or --python PATH, and a request: --preset h100-8g, --recipe R.yaml or --ep/--nodes/--gpus-per-node/...")
             .into());

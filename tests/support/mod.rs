@@ -76,7 +76,10 @@ pub fn how_to_get(what: &str) -> &'static str {
     if w.contains("nemo-rl") || w.contains("shared") {
         "put NeMo-RL's fixture folder at ../shared/fixtures/nemo-rl beside the checkout (CI has it there) \
          or name it with DEEPEP_FORGE_NEMO_RL=<folder>"
-    } else if ["groff", "openssl", "redis", "libibverbs", "rdma", "aarch64", "qemu"].iter().any(|k| w.contains(k)) {
+    } else if ["groff", "openssl", "redis", "libibverbs", "rdma", "aarch64", "qemu", "podman", "debootstrap"]
+        .iter()
+        .any(|k| w.contains(k))
+    {
         "install the system packages with `sudo .ci/setup-system` (apt; what it installs is listed in it)"
     } else {
         "make the tools venv with `.ci/setup-tools` (PyPI only, no root; DEEPEP_FORGE_TOOLS=<venv> names another)"

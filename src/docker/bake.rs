@@ -1,52 +1,17 @@
-//! `docker bake` / `docker build`: container images from pins.toml. Owns the
-//! generated `docker/docker-bake.json` (one buildx target per variant, args
-//! from pins) and running `docker buildx bake`; must not build wheels itself
-//! (the image runs `deepep-forge build-wheel`) nor parse Dockerfiles (that is
-//! `dockerfile`).
-use crate::process::Cmd;
+//! The generated bake file (`docker/docker-bake.json`): per variant a target
+//! that builds the wheel in the image and one (`<variant>-index`) that installs
+//! it from the variant's publish index, args from pins.toml; `docker bake`
+//! (write or `--check`). Must not run a builder.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use super::{BakeArgs, DOCKERFILE, IMAGE};
 use crate::error::{Exit, Failure};
 use crate::output::{annotation, Annotation, Format, Level};
 use crate::pins::{Pins, Transport, Variant};
-
-/// Where `docker bake` writes and `docker build` reads, relative to the repository root.
-pub const BAKE_FILE: &str = "docker/docker-bake.json";
-/// The Dockerfile the bake targets build.
-pub const DOCKERFILE: &str = "docker/Dockerfile";
-/// Image name the targets are tagged with (`<name>:<variant>-<version>`).
-pub const IMAGE: &str = "deepep-forge/deep-ep";
-
-#[derive(Debug, clap::Subcommand)]
-pub enum DockerCommand {
-    /// Generate docker/docker-bake.json from pins.toml: one buildx target per variant,
-    /// platform from the variant's arch, build args (rev, arch list, multinode,
-    /// transport, rdma-core, probe topology) from pins.
-    Bake(BakeArgs),
-    /// Build images with `docker buildx bake` from the bake file (which must be up to date).
-    Build(BuildArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct BakeArgs {
-    /// Compare the generated file with the one on disk and write nothing; exit 1 when they differ.
-    #[arg(long)]
-    pub check: bool,
-    /// The pins file (its path, relative to the build context, is passed to the image as PINS).
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
-    /// Where to write the bake file.
-    #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
-    pub out: PathBuf,
-    /// Report format; `json` prints {schema, file, pins, status, targets, changes};
-    /// `github` adds an `::error` annotation on a stale or missing file.
-    #[arg(long, value_enum, default_value_t)]
-    pub format: Format,
-}
 
 /// `docker bake --format json` schema version.
 pub const BAKE_REPORT_SCHEMA: u32 = 1;
@@ -66,53 +31,42 @@ pub struct BakeReport {
     pub fix: Option<String>,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct BuildArgs {
-    /// Variant(s) to build (bake targets); repeatable. Default: every variant.
-    #[arg(long, value_name = "NAME")]
-    pub variant: Vec<String>,
-    /// The pins file the bake file was generated from.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
-    /// The bake file.
-    #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
-    pub file: PathBuf,
-    /// Extra arguments for `docker buildx bake`, after `--` (e.g. `-- --push`, `-- --set '*.cache-to=...'`).
-    #[arg(last = true, value_name = "BAKE ARGS")]
-    pub extra: Vec<String>,
-}
-
-pub fn run(cmd: DockerCommand) -> Result<Exit> {
-    match cmd {
-        DockerCommand::Bake(a) => bake(a),
-        DockerCommand::Build(a) => build(a),
-    }
-}
-
 // ---- the bake file ----------------------------------------------------------
 
-#[derive(Serialize)]
-struct BakeFile {
-    group: BTreeMap<String, Group>,
-    target: BTreeMap<String, Target>,
+/// The bake file, as written and as read back by the podman/buildah builders.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BakeFile {
+    pub group: BTreeMap<String, Group>,
+    pub target: BTreeMap<String, Target>,
 }
 
-#[derive(Serialize)]
-struct Group {
-    targets: Vec<String>,
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Group {
+    pub targets: Vec<String>,
 }
 
-#[derive(Serialize)]
-struct Target {
-    context: String,
-    dockerfile: String,
+/// One buildx target: the fields every builder gets the same way.
+#[derive(Serialize, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub context: String,
+    pub dockerfile: String,
     /// The Dockerfile stage to build.
-    target: String,
-    platforms: Vec<String>,
-    args: BTreeMap<String, String>,
-    labels: BTreeMap<String, String>,
-    tags: Vec<String>,
+    pub target: String,
+    pub platforms: Vec<String>,
+    pub args: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub tags: Vec<String>,
 }
+
+/// The suffix of a variant's index target (`h100-index`): the wheel from the
+/// variant's publish index instead of a build in the image.
+pub const INDEX_SUFFIX: &str = "-index";
+/// The build argument the index targets read the index URL from (set by
+/// `docker build --index URL`; empty in the file).
+pub const INDEX_ARG: &str = "DEEPEP_INDEX";
 
 /// The bake file for `pins` (deterministic: sorted keys, two-space indent,
 /// trailing newline). `pins_in_context` is the pins file's path inside the
@@ -120,12 +74,15 @@ struct Target {
 pub fn bake_json(pins: &Pins, pins_in_context: &str) -> Result<String> {
     let mut target = BTreeMap::new();
     for v in &pins.variants {
-        target.insert(v.name.clone(), bake_target(pins, v, pins_in_context)?);
+        let build = bake_target(pins, v, pins_in_context)?;
+        target.insert(format!("{}{INDEX_SUFFIX}", v.name), index_target(&build));
+        target.insert(v.name.clone(), build);
     }
-    let group = BTreeMap::from([(
-        "default".to_string(),
-        Group { targets: pins.variants.iter().map(|v| v.name.clone()).collect() },
-    )]);
+    let names = |suffix: &str| pins.variants.iter().map(|v| format!("{}{suffix}", v.name)).collect();
+    let group = BTreeMap::from([
+        ("default".to_string(), Group { targets: names("") }),
+        ("index".to_string(), Group { targets: names(INDEX_SUFFIX) }),
+    ]);
     let mut s = serde_json::to_string_pretty(&BakeFile { group, target })?;
     s.push('\n');
     Ok(s)
@@ -143,6 +100,8 @@ fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target
         ("HYBRID_EP_MULTINODE".into(), flag(v.multinode)),
         ("USE_NIXL".into(), flag(v.multinode && v.transport == Transport::Nixl)),
         ("RDMA_CORE_HOME".into(), v.rdma_core_home.clone().unwrap_or_default()),
+        ("DEEPEP_VERSION".into(), version.clone()),
+        ("WHEEL_SOURCE".into(), "build".into()),
     ]);
     // No topology: the image's probe judges the wheel against pins.toml only (empty PROBE_* args).
     let t = v.topology.as_ref();
@@ -182,9 +141,18 @@ fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target
     })
 }
 
+/// A variant's index target: its build target with the wheel downloaded from
+/// `DEEPEP_INDEX` (`WHEEL_SOURCE=index`); same probe, labels and tag.
+fn index_target(build: &Target) -> Target {
+    let mut t = build.clone();
+    t.args.insert("WHEEL_SOURCE".into(), "index".into());
+    t.args.insert(INDEX_ARG.into(), String::new());
+    t
+}
+
 /// The pins file's path as the image sees it: relative to the directory the
 /// command runs in (the build context), with `/` separators.
-fn pins_in_context(pins: &Path) -> Result<String> {
+pub fn pins_in_context(pins: &Path) -> Result<String> {
     if pins.is_absolute() {
         let cwd = std::env::current_dir()?;
         let rel = pins.strip_prefix(&cwd).map_err(|_| {
@@ -197,7 +165,7 @@ fn pins_in_context(pins: &Path) -> Result<String> {
 }
 
 /// How two bake files differ: one entry per changed JSON path
-/// (`target.h100.args.TORCH_CUDA_ARCH_LIST: "9.0" -> "9.0a"`), at most 20.
+/// (`target.h100.args.TORCH_CUDA_ARCH_LIST: "9.0" -> "9.0a"`), at most 40 (a variant has two targets).
 fn diff_summary(old: &str, new: &str) -> Vec<String> {
     fn walk(path: &str, a: Option<&serde_json::Value>, b: Option<&serde_json::Value>, out: &mut Vec<String>) {
         use serde_json::Value::Object;
@@ -227,15 +195,15 @@ fn diff_summary(old: &str, new: &str) -> Vec<String> {
     if out.is_empty() {
         out.push("same content, different formatting".into());
     }
-    let more = out.len().saturating_sub(20);
-    out.truncate(20);
+    let more = out.len().saturating_sub(40);
+    out.truncate(40);
     if more > 0 {
         out.push(format!("... and {more} more"));
     }
     out
 }
 
-fn bake(a: BakeArgs) -> Result<Exit> {
+pub fn bake(a: BakeArgs) -> Result<Exit> {
     let pins = Pins::load(&a.pins)?;
     let text = bake_json(&pins, &pins_in_context(&a.pins)?)?;
     let current = crate::input::read_text_opt(&a.out, "bake file", crate::input::cap::TEXT)?;
@@ -306,65 +274,12 @@ fn write_atomic(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
-// ---- docker buildx bake -----------------------------------------------------
-
-/// `program` found on PATH.
-fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| {
-        use std::os::unix::fs::PermissionsExt;
-        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
-}
-
-fn build(a: BuildArgs) -> Result<Exit> {
-    let pins = Pins::load(&a.pins)?;
-    for v in &a.variant {
-        pins.variant(v)?;
-    }
-    let expected = bake_json(&pins, &pins_in_context(&a.pins)?)?;
-    let current = crate::input::read_text_opt(&a.file, "bake file", crate::input::cap::TEXT)?;
-    if current.as_deref() != Some(expected.as_str()) {
-        return Err(Failure::usage(format!(
-            "{} is {} {}: building from it would not build what pins.toml says",
-            a.file.display(),
-            if current.is_some() { "stale against" } else { "missing for" },
-            a.pins.display()
-        ))
-        .hint(format!("run `deepep-forge docker bake --pins {} --out {}` first", a.pins.display(), a.file.display()))
-        .into());
-    }
-    let docker = which("docker").ok_or_else(|| {
-        Failure::env("docker not found on PATH: `docker build` runs `docker buildx bake`")
-            .hint("install Docker Engine with the buildx plugin (https://docs.docker.com/engine/install/), or build one variant without docker: `deepep-forge build-wheel --variant NAME`")
-    })?;
-    let probe = Cmd::new(&docker, "ask docker for buildx").args(["buildx", "version"]).capture()?;
-    if !probe.status.success() {
-        let why = String::from_utf8_lossy(&probe.stderr);
-        return Err(Failure::env(format!("docker buildx is not available ({}): {}", docker.display(), why.lines().next().unwrap_or("").trim()))
-            .hint("install the buildx plugin (Debian/Ubuntu: apt-get install docker-buildx-plugin; or https://github.com/docker/buildx#installing)")
-            .into());
-    }
-    let mut cmd = Cmd::new(&docker, format!("build images from {}", a.file.display()));
-    cmd.args(["buildx", "bake", "-f"]).arg(&a.file).args(&a.variant).args(&a.extra);
-    let status = cmd.run_inherit()?;
-    crate::error::check_interrupted()?;
-    if !status.success() {
-        return Err(Failure::problems(format!("docker buildx bake failed ({status})"))
-            .hint("the image's last step is `deepep-forge probe`: a probe failure means the wheel does not fit the variant's topology")
-            .into());
-    }
-    let targets = if a.variant.is_empty() { "all variants".to_string() } else { a.variant.join(", ") };
-    crate::outln!("built {targets} from {}", a.file.display());
-    Ok(Exit::Ok)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn pins() -> Pins {
-        Pins::parse(include_str!("../pins.toml"), Path::new("pins.toml")).unwrap()
+        Pins::parse(include_str!("../../pins.toml"), Path::new("pins.toml")).unwrap()
     }
 
     #[test]
@@ -388,6 +303,28 @@ mod tests {
             (Some("linux/amd64"), Some("0"))
         );
         assert_eq!(h["args"]["PROBE_MNNVL"], "--no-mnnvl");
+        assert_eq!(h["args"]["WHEEL_SOURCE"], "build");
+        assert_eq!(h["args"]["DEEPEP_VERSION"], "1.2.1+17cfb81");
+    }
+
+    #[test]
+    fn each_variant_has_an_index_target_that_differs_only_in_the_wheel_source() {
+        let p = pins();
+        let j: serde_json::Value = serde_json::from_str(&bake_json(&p, "pins.toml").unwrap()).unwrap();
+        let index: Vec<&str> =
+            j["group"]["index"]["targets"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        assert_eq!(index.len(), p.variants.len());
+        for v in &p.variants {
+            let (b, i) = (&j["target"][&v.name], &j["target"][format!("{}-index", v.name)]);
+            assert_eq!(i["args"]["WHEEL_SOURCE"], "index", "{}", v.name);
+            assert_eq!(i["args"][INDEX_ARG], "", "the URL is given at build time");
+            let mut i = i.clone();
+            i["args"]["WHEEL_SOURCE"] = "build".into();
+            i["args"].as_object_mut().unwrap().remove(INDEX_ARG);
+            assert_eq!(&i, b, "{}: same stage, probe, labels and tag", v.name);
+        }
+        let back: BakeFile = serde_json::from_str(&bake_json(&p, "pins.toml").unwrap()).unwrap();
+        assert_eq!(back.target.len(), 2 * p.variants.len());
     }
 
     #[test]
@@ -395,7 +332,7 @@ mod tests {
         let p = pins();
         assert_eq!(bake_json(&p, "pins.toml").unwrap(), bake_json(&p, "pins.toml").unwrap());
         let other = Pins::parse(
-            &include_str!("../pins.toml").replace(
+            &include_str!("../../pins.toml").replace(
                 "ep = 8, ranks_per_domain = 8, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\"",
                 "ep = 4, ranks_per_domain = 4, mnnvl = false }\n\n[[variant]]\nname = \"h100-multinode\"",
             ),
@@ -407,7 +344,8 @@ mod tests {
         let d = diff_summary(&a, &b).join("\n");
         assert!(d.contains("target.h100.args.PROBE_EP: \"8\" -> \"4\""), "{d}");
         assert!(d.contains("target.h100.args.PROBE_RANKS_PER_DOMAIN: \"8\" -> \"4\""), "{d}");
-        assert_eq!(d.lines().count(), 2, "{d}");
+        assert!(d.contains("target.h100-index.args.PROBE_EP: \"8\" -> \"4\""), "{d}");
+        assert_eq!(d.lines().count(), 4, "{d}");
         assert!(diff_summary("{", &a)[0].contains("not valid JSON"));
     }
 }

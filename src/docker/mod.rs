@@ -1,0 +1,165 @@
+//! `docker bake` / `docker build`: container images from pins.toml. The
+//! command edge (arguments, dispatch); `bake` owns the generated
+//! `docker/docker-bake.json`, `builder` runs it with docker (buildx bake),
+//! podman or buildah, `base` makes the registry-free base image for the last
+//! two. Must not build wheels itself (the image runs `deepep-forge
+//! build-wheel` or downloads from an index) nor parse consumer Dockerfiles
+//! (that is `dockerfile`).
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::error::{Exit, Failure};
+use crate::output::Format;
+
+pub mod bake;
+pub mod base;
+pub mod builder;
+
+pub use bake::{bake_json, BakeReport, BAKE_REPORT_SCHEMA};
+
+/// Where `docker bake` writes and `docker build` reads, relative to the repository root.
+pub const BAKE_FILE: &str = "docker/docker-bake.json";
+/// The Dockerfile the bake targets build.
+pub const DOCKERFILE: &str = "docker/Dockerfile";
+/// Image name the targets are tagged with (`<name>:<variant>-<version>`).
+pub const IMAGE: &str = "deepep-forge/deep-ep";
+
+#[derive(Debug, clap::Subcommand)]
+pub enum DockerCommand {
+    /// Generate docker/docker-bake.json from pins.toml: one buildx target per variant,
+    /// platform from the variant's arch, build args (rev, arch list, multinode,
+    /// transport, rdma-core, probe topology) from pins.
+    Bake(BakeArgs),
+    /// Build images from the bake file (which must be up to date) with `docker
+    /// buildx bake`, or daemonless with podman or buildah on a base the tool makes.
+    Build(Box<BuildArgs>),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BakeArgs {
+    /// Compare the generated file with the one on disk and write nothing; exit 1 when they differ.
+    #[arg(long)]
+    pub check: bool,
+    /// The pins file (its path, relative to the build context, is passed to the image as PINS).
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
+    pub pins: PathBuf,
+    /// Where to write the bake file.
+    #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Report format; `json` prints {schema, file, pins, status, targets, changes};
+    /// `github` adds an `::error` annotation on a stale or missing file.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BuildArgs {
+    /// Variant(s) to build (bake targets); repeatable. Default: every variant.
+    #[arg(long, value_name = "NAME")]
+    pub variant: Vec<String>,
+    /// The pins file the bake file was generated from.
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
+    pub pins: PathBuf,
+    /// The bake file.
+    #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
+    pub file: PathBuf,
+    /// Who builds: `docker` (`docker buildx bake`, base `CUDA_BASE_IMAGE`),
+    /// `podman` or `buildah` (no daemon, no registry: `--isolation chroot` on a
+    /// Debian base made by debootstrap plus the CUDA registry wheels, cached).
+    #[arg(long, value_enum, default_value_t)]
+    pub builder: Builder,
+    /// Build the variants' index targets (`<variant>-index`): deep-ep is
+    /// downloaded from this publish index (`URL/<variant>/simple/` of
+    /// `deepep-forge publish`, http or https) instead of built in the image.
+    #[arg(long, value_name = "URL")]
+    pub index: Option<String>,
+    /// podman/buildah: a DeepEP git repository built instead of pins.toml's
+    /// repository (copied into the build context as DEEPEP_SOURCE).
+    #[arg(long, value_name = "DIR")]
+    pub source: Option<PathBuf>,
+    /// podman/buildah: the deepep-forge binary put in the image (default: this one).
+    #[arg(long, value_name = "FILE")]
+    pub forge_binary: Option<PathBuf>,
+    /// Layer and image times (seconds since 1970) for reproducible images;
+    /// default `SOURCE_DATE_EPOCH` when set.
+    #[arg(long, value_name = "EPOCH", env = "SOURCE_DATE_EPOCH")]
+    pub timestamp: Option<u64>,
+    #[command(flatten)]
+    pub base: base::BaseArgs,
+    #[command(flatten)]
+    pub cache: crate::cache::CacheDirArg,
+    /// Extra arguments for the builder, after `--` (docker: `-- --push`, `-- --set
+    /// '*.cache-to=...'`; podman/buildah: `--build-arg NAME=VALUE` for an ARG the
+    /// bake file does not set, `--no-cache`, `--pull=never`, `--squash`, `--quiet`).
+    #[arg(last = true, value_name = "BUILDER ARGS")]
+    pub extra: Vec<String>,
+}
+
+pub fn run(cmd: DockerCommand) -> Result<Exit> {
+    match cmd {
+        DockerCommand::Bake(a) => bake::bake(a),
+        DockerCommand::Build(a) => builder::build(*a),
+    }
+}
+
+/// Who builds the images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Builder {
+    /// `docker buildx bake` (a Docker daemon with the buildx plugin).
+    #[default]
+    Docker,
+    /// `podman build --isolation chroot` (no daemon, no registry).
+    Podman,
+    /// `buildah build --isolation chroot` (no daemon, no registry).
+    Buildah,
+}
+
+impl Builder {
+    pub fn program(self) -> &'static str {
+        match self {
+            Builder::Docker => "docker",
+            Builder::Podman => "podman",
+            Builder::Buildah => "buildah",
+        }
+    }
+}
+
+/// `program` found on PATH.
+pub fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// The builder's program, or exit 3 saying what to install.
+pub fn find(builder: Builder) -> Result<PathBuf> {
+    which(builder.program()).ok_or_else(|| {
+        let hint = match builder {
+            Builder::Docker => "install Docker Engine with the buildx plugin (https://docs.docker.com/engine/install/), build daemonless with `--builder podman` or `--builder buildah`, or build one variant without images: `deepep-forge build-wheel --variant NAME`",
+            Builder::Podman => "install podman (Debian/Ubuntu: apt-get install podman debootstrap), or pick another `--builder`",
+            Builder::Buildah => "install buildah (Debian/Ubuntu: apt-get install buildah debootstrap), or pick another `--builder`",
+        };
+        let what = match builder {
+            Builder::Docker => "docker not found on PATH: `docker build` runs `docker buildx bake`".to_string(),
+            b => format!("{} not found on PATH: `docker build --builder {}` runs it", b.program(), b.program()),
+        };
+        Failure::env(what).hint(hint).into()
+    })
+}
+
+/// An index URL for the image's pip: http or https, no spaces or control
+/// characters (it becomes one build argument, never an option).
+pub fn check_index_url(url: &str) -> Result<String> {
+    let ok = (url.starts_with("https://") || url.starts_with("http://"))
+        && url.len() <= 2048
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+    if !ok {
+        return Err(Failure::usage(format!("--index {}: not an http(s) URL", crate::input::excerpt(url, 80)))
+            .hint("pass the variant's publish index as the image sees it, e.g. --index https://host/wheels/h100/simple/ (file:// is not reachable from inside a build)")
+            .into());
+    }
+    Ok(if url.ends_with('/') { url.to_string() } else { format!("{url}/") })
+}
