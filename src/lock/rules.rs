@@ -987,19 +987,26 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
                 None => f,
             });
         }
-        if chain.source.variant.as_deref().is_some_and(|v| v != p.variant) {
-            out.push(rule(
-                format!(
-                    "the deep-ep wheel {} is variant {}'s build, the consumer installs variant {}",
-                    w.file,
-                    p.variant,
-                    chain.source.variant.as_deref().unwrap_or("-")
-                ),
-                w.line,
-            ));
+        if let Some(want) = chain.source.variant.as_deref().map(|v| variant_for(ctx, v, &p.arch)) {
+            if want != p.variant {
+                out.push(rule(
+                    format!(
+                        "the deep-ep wheel {} is variant {}'s build, the consumer installs variant {want}",
+                        w.file, p.variant
+                    ),
+                    w.line,
+                ));
+            }
         }
     }
     out
+}
+
+/// The variant whose `arch` wheels index `index` serves: the member of that
+/// architecture (pins.toml `index`), else the index's own name.
+fn variant_for(ctx: &Context, index: &str, arch: &str) -> String {
+    let members = ctx.pins.map(|p| p.index_members(index)).unwrap_or_default();
+    members.iter().find(|v| v.arch.as_str() == arch).map_or(index.to_string(), |v| v.name.clone())
 }
 
 /// `index-variant-mismatch`: the index the consumer points at serves another
