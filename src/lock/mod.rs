@@ -264,8 +264,9 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     };
 
     let ctx = rules::Context::new(&args.place.project, pins.as_ref(), &args.place.pins, &py, lock.as_ref(), &py_path);
+    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.place.project, &args.dockerfiles)?;
     let mut found = match index::source(&py_path, &py_text, &name)? {
-        Some(src) => index_rules(args, &ctx, &src, &lock_path, &name)?,
+        Some(src) => index_rules(args, &ctx, &src, &lock_path, &name, &dockerfiles)?,
         None => rules::check(&ctx),
     };
     if lock.is_none() {
@@ -280,7 +281,6 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
         );
     }
 
-    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.place.project, &args.dockerfiles)?;
     found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
 
     let causes = causes::group(&ctx, found);
@@ -307,6 +307,7 @@ fn index_rules(
     src: &index::IndexSource,
     lock_path: &Path,
     name: &PackageName,
+    dockerfiles: &[PathBuf],
 ) -> Result<Vec<Finding>> {
     let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
     let mut manifests = Vec::new();
@@ -327,8 +328,13 @@ fn index_rules(
         Some(text) => index::locked_wheels(lock_path, &text, name)?,
         None => Vec::new(),
     };
-    let chain = rules::IndexChain { source: src, wheels: &wheels, manifests: &manifests, lock_path };
-    let mut found = rules::lock_wheel_unattested(ctx, &chain);
+    let needs = match ctx.pins {
+        Some(p) => crate::dockerfile::needs(dockerfiles, p)?,
+        None => Vec::new(),
+    };
+    let chain = rules::IndexChain { source: src, wheels: &wheels, manifests: &manifests, lock_path, needs: &needs };
+    let mut found = rules::index_label(ctx, &chain);
+    found.extend(rules::lock_wheel_unattested(ctx, &chain));
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
     Ok(found)

@@ -942,6 +942,8 @@ pub struct IndexChain<'a> {
     pub wheels: &'a [super::index::LockedWheel],
     pub manifests: &'a [crate::publish::manifest::Manifest],
     pub lock_path: &'a Path,
+    /// The variants the project's Dockerfiles build DeepEP for.
+    pub needs: &'a [crate::dockerfile::Need],
 }
 
 const REPUBLISH: &str = "deepep-forge publish --variant VARIANT --signing-key KEY --out DIR (pins.toml's revision), then `uv lock --refresh-package deep-ep`";
@@ -1033,6 +1035,69 @@ pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding>
             "tool.uv.sources points at index `{}` for variant `{v}`, but its manifest is variant `{}`'s",
             s.name, m.variant
         )));
+    }
+    // What the Dockerfiles build: the index must serve one of the variants each build needs.
+    let Some(p) = ctx.pins else { return out };
+    let served = |n: &String| p.variant(n).is_ok_and(|x| x.index_name() == v);
+    for need in chain.needs.iter().filter(|n| !n.variants.iter().any(served)) {
+        let at = format!("{}:{}", need.file.display(), need.line);
+        let f = finding(format!(
+            "tool.uv.sources points at the index of variant `{v}`, but {at} builds DeepEP as variant {}: the image and the project would install different wheels",
+            need.variants.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(" or ")
+        ));
+        out.push(f.expected_found(need.variants.join(" or "), v.to_string()));
+    }
+    out
+}
+
+/// `index-label`: the `deep_ep==LABEL` requirement of an index-sourced DeepEP
+/// (and the version uv.lock resolved) must be the label of pins.toml's
+/// revision for each architecture it applies to: the index serves wheels by
+/// version, so the label is what selects the revision.
+pub fn index_label(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let variant = chain.source.variant.as_deref().unwrap_or("VARIANT");
+    let locked = ctx.lock.map(|l| l.refs.as_slice()).unwrap_or_default();
+    let refs = ctx
+        .py
+        .refs
+        .iter()
+        .filter(|r| r.kind == Kind::Requirement)
+        .chain(locked.iter().filter(|r| r.kind == Kind::LockPackage));
+    for r in refs {
+        let Some(found) = r.version.as_deref() else { continue };
+        for &a in &r.archs {
+            let (Some(want), Some(rev)) = (ctx.label_for(a), ctx.intent.get(&a)) else { continue };
+            if same_version(found, &want) {
+                continue;
+            }
+            let url = chain
+                .source
+                .url
+                .as_deref()
+                .and_then(|u| u.strip_suffix(&format!("/{variant}/simple")))
+                .unwrap_or("URL");
+            let fix = format!(
+                "deepep-forge pin set {rev} --index {url} --variant {variant}{}",
+                if r.kind.in_lock() { "" } else { " (then uv lock)" }
+            );
+            out.push(
+                Finding::new(
+                    "index-label",
+                    Severity::Error,
+                    &r.file,
+                    format!(
+                        "{} `{found}` selects another revision's wheel than pins.toml's {} for {a} (label {want})",
+                        r.place,
+                        short(rev)
+                    ),
+                )
+                .at(r.line, r.col)
+                .arch(a)
+                .expected_found(want, found)
+                .fix(fix),
+            );
+        }
     }
     out
 }
