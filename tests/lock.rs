@@ -785,3 +785,67 @@ fn every_printed_fix_runs_as_printed_and_the_next_check_is_clean() {
         assert!(ran.contains(&want), "{want} not among the fixes run:\n{ran}");
     }
 }
+
+/// A consumer moved to a publish index (as `pin set --index` writes it), with a Dockerfile.
+fn index_consumer(label: &str, variant: &str, dockerfile: &str, pins_edit: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let pins = std::fs::read_to_string(root().join("tests/fixtures/demo-pins.toml")).unwrap();
+    let arm = "name = \"demo-arm\"\n";
+    std::fs::write(d.path().join("pins.toml"), pins.replacen(arm, &format!("{arm}{pins_edit}"), 1)).unwrap();
+    let project = d.path().join("consumer");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(
+        project.join("pyproject.toml"),
+        format!(
+            "[project]\nname = \"c\"\nversion = \"0.1.0\"\nrequires-python = \"==3.11.*\"\ndependencies = [\n  \"deep_ep=={label}\",\n]\n\n[tool.uv.sources]\ndeep-ep = {{ index = \"deepep-forge-{variant}\" }}\n\n[[tool.uv.index]]\nname = \"deepep-forge-{variant}\"\nurl = \"https://deepep.example.org/wheels/{variant}/simple\"\nexplicit = true\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(project.join("Dockerfile"), dockerfile).unwrap();
+    d
+}
+
+fn index_findings(d: &tempfile::TempDir) -> (i32, serde_json::Value) {
+    json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml"])
+}
+
+#[test]
+fn an_index_sourced_deepep_gets_the_label_rule_and_the_variant_its_dockerfile_builds() {
+    let named_arm = "FROM ubuntu:24.04 AS arm\nARG DEEPEP_VARIANT=demo-arm\n";
+    // A label of another revision, and a Dockerfile that builds demo-arm while the index is demo's.
+    let d = index_consumer("1.2.1+aaaaaaa", "demo", named_arm, "");
+    let (code, v) = index_findings(&d);
+    assert_eq!(code, 1, "{v}");
+    for arch in ["x86_64", "aarch64"] {
+        assert!(has(&v, "index-label", arch, "pyproject.toml"), "{arch}: {:?}", rules(&v));
+    }
+    let f = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-label").unwrap();
+    assert_eq!((f["expected"].as_str(), f["found"].as_str()), (Some("1.2.1+9dce5ac"), Some("1.2.1+aaaaaaa")), "{f}");
+    assert!(
+        f["fix"].as_str().unwrap().contains(
+            "pin set 9dce5ac6b181ede69f331895c8c54285375d5806 --index https://deepep.example.org/wheels --variant demo"
+        ),
+        "{f}"
+    );
+    let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
+    let msg = m["message"].as_str().unwrap();
+    assert!(msg.contains("Dockerfile:2 builds DeepEP as variant `demo-arm`"), "{msg}");
+    assert_eq!(m["line"].as_u64(), Some(line_of(&d.path().join("consumer/pyproject.toml"), "deep-ep = {")));
+
+    // demo-arm published into demo's index (pins.toml `index`), the label right: clean.
+    let d = index_consumer("1.2.1+9dce5ac", "demo", named_arm, "index = \"demo\"\n");
+    let (code, v) = index_findings(&d);
+    assert!(!rules(&v).iter().any(|r| r.0.starts_with("index-")), "{:?}", rules(&v));
+    assert_eq!(code, 0, "{v}");
+
+    // A build no stage names, told by its settings: demo's flags, while the index is demo-arm's.
+    let by_flags = "FROM ubuntu:24.04\nARG TORCH_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG HYBRID_EP_MULTINODE=0\n";
+    let d = index_consumer("1.2.1+9dce5ac", "demo-arm", by_flags, "");
+    let (code, v) = index_findings(&d);
+    assert_eq!(code, 1, "{v}");
+    let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
+    assert!(m["message"].as_str().unwrap().contains("Dockerfile:2 builds DeepEP as variant `demo`"), "{m}");
+    let d = index_consumer("1.2.1+9dce5ac", "demo", by_flags, "");
+    let (code, v) = index_findings(&d);
+    assert_eq!(code, 0, "{:?}", rules(&v));
+}
