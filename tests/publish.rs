@@ -292,6 +292,7 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     // The same manifest fetched from the index URL pyproject.toml names.
     let fetched = ok(&s.lock_check_at("index"));
     assert!(fetched.contains("ok: 0 error(s)"), "{fetched}");
+    provenance_not_pinned(&s, &mpath);
 
     // verify of the index URL: the signed manifest, each wheel and its statement checked,
     // each rebuilt and compared (a wheel URL takes the same path for one wheel).
@@ -347,6 +348,50 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     assert_eq!(snapshot(&s.path("idx")), before);
 
     bad_manifests(&s, &mpath);
+}
+
+/// pins.toml moved to another revision: the published wheel's provenance no longer
+/// matches it. `publish --check` and `lock check` exit 1 naming it; nothing is written.
+fn provenance_not_pinned(s: &Setup, mpath: &Path) {
+    let other = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let moved = s.path("moved-pins.toml");
+    std::fs::write(&moved, std::fs::read_to_string(&s.pins).unwrap().replacen(REV, other, 1)).unwrap();
+    let before = snapshot(s.dir.path());
+    let idx = s.path("idx");
+    let o = s.forge(&[
+        "publish",
+        "--check",
+        idx.to_str().unwrap(),
+        "--pins",
+        moved.to_str().unwrap(),
+        "--variant",
+        "demo",
+        "--trusted-key",
+        &s.public,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("no x86_64 wheel of variant demo at pins.toml's revision {other}")),
+        "{}",
+        stdout(&o)
+    );
+    let o = s.forge(&[
+        "lock",
+        "check",
+        "--project",
+        s.path("consumer").to_str().unwrap(),
+        "--pins",
+        moved.to_str().unwrap(),
+        "--index-manifest",
+        mpath.to_str().unwrap(),
+        "--trusted-key",
+        &s.public,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains(&format!("error[lock-wheel-unattested] [x86_64]: the deep-ep wheel {WHEEL} was built from revision 9dce5ac, not pins.toml's aaaaaaa")), "{out}");
+    assert!(out.contains("error[index-label]"), "the label selects the old revision's wheel: {out}");
+    assert_eq!(snapshot(s.dir.path()), before, "nothing written");
 }
 
 /// Rewrite the served wheel (one member changed) and the pages' hashes.
