@@ -1077,10 +1077,8 @@ pub fn index_label(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
                 .as_deref()
                 .and_then(|u| u.strip_suffix(&format!("/{variant}/simple")))
                 .unwrap_or("URL");
-            let fix = format!(
-                "deepep-forge pin set {rev} --index {url} --variant {variant}{}",
-                if r.kind.in_lock() { "" } else { " (then uv lock)" }
-            );
+            // One fix for pyproject.toml and uv.lock alike (pin set says to relock), so both land under one cause.
+            let fix = format!("deepep-forge pin set {rev} --index {url} --variant {variant}");
             out.push(
                 Finding::new(
                     "index-label",
