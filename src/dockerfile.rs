@@ -112,8 +112,13 @@ pub struct Need {
     /// Any of these (a build two variants of different architectures describe).
     pub variants: Vec<String>,
     pub file: PathBuf,
+    /// 1-based; 0 when the need has no line (a recipe).
     pub line: usize,
+    /// What the file does, in words, before the variants are named.
+    pub what: String,
 }
+
+const BUILDS: &str = "builds DeepEP as";
 
 /// What the Dockerfiles' DeepEP builds need (stages that build none, or that
 /// no variant describes, need nothing here: `check` reports those).
@@ -1154,7 +1159,7 @@ impl Checker<'_> {
         let file = self.file.to_path_buf();
         if let Some(d) = &cfg.variant {
             let v = pins.variants.iter().find(|v| v.name == value(d))?;
-            return Some(Need { variants: vec![v.name.clone()], file, line: d.line });
+            return Some(Need { variants: vec![v.name.clone()], file, line: d.line, what: BUILDS.into() });
         }
         let s = self.settings(cfg)?;
         let line = s.fields.iter().map(|f| f.def.line).min()?;
@@ -1165,7 +1170,7 @@ impl Checker<'_> {
             .filter(|v| s.fields.iter().all(|f| (f.differs)(v).is_none()))
             .map(|v| v.name.clone())
             .collect();
-        (!variants.is_empty()).then_some(Need { variants, file, line })
+        (!variants.is_empty()).then_some(Need { variants, file, line, what: BUILDS.into() })
     }
 
     /// `dockerfile-variant`: the variant a stage names must be declared.

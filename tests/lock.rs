@@ -849,3 +849,30 @@ fn an_index_sourced_deepep_gets_the_label_rule_and_the_variant_its_dockerfile_bu
     let (code, v) = index_findings(&d);
     assert_eq!(code, 0, "{:?}", rules(&v));
 }
+
+#[test]
+fn an_index_of_a_single_node_variant_does_not_fit_a_recipe_over_two_nvlink_domains() {
+    let d = index_consumer("1.2.1+9dce5ac", "demo", "FROM ubuntu:24.04\n", "");
+    let pins = d.path().join("pins.toml");
+    let multinode = "\n[[variant]]\nname = \"demo-mn\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0\"\nmultinode = true\ntransport = \"nixl\"\n";
+    std::fs::write(&pins, std::fs::read_to_string(&pins).unwrap() + multinode).unwrap();
+    let recipes = root().join("tests/fixtures/recipes-automodel");
+    let two_domains = recipes.join("ep16-hybridep-2n8g.yaml");
+    let (code, v) =
+        json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml", "--recipe", two_domains.to_str().unwrap()]);
+    assert_eq!(code, 1, "{v}");
+    let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
+    let msg = m["message"].as_str().unwrap();
+    assert!(msg.contains("ep16-hybridep-2n8g.yaml runs HybridEP with EP 16 over 2 NVLink domains (R 8), which needs a multinode build: variant `demo-mn`"), "{msg}");
+    // The multinode variant's index fits it; a recipe whose R is not known asks nothing.
+    let text = std::fs::read_to_string(d.path().join("consumer/pyproject.toml")).unwrap();
+    std::fs::write(d.path().join("consumer/pyproject.toml"), text.replace("/demo/simple", "/demo-mn/simple")).unwrap();
+    let (_, v) =
+        json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml", "--recipe", two_domains.to_str().unwrap()]);
+    assert!(!rules(&v).iter().any(|r| r.0 == "index-variant-mismatch"), "{:?}", rules(&v));
+    std::fs::write(d.path().join("consumer/pyproject.toml"), text).unwrap();
+    let unknown_r = recipes.join("ep16-hybridep-2n8g-no-env.yaml");
+    let (_, v) =
+        json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml", "--recipe", unknown_r.to_str().unwrap()]);
+    assert!(!rules(&v).iter().any(|r| r.0 == "index-variant-mismatch"), "{:?}", rules(&v));
+}

@@ -1040,10 +1040,16 @@ pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding>
     let Some(p) = ctx.pins else { return out };
     let served = |n: &String| p.variant(n).is_ok_and(|x| x.index_name() == v);
     for need in chain.needs.iter().filter(|n| !n.variants.iter().any(served)) {
-        let at = format!("{}:{}", need.file.display(), need.line);
+        let at = match need.line {
+            0 => need.file.display().to_string(),
+            n => format!("{}:{n}", need.file.display()),
+        };
+        let names: Vec<String> = need.variants.iter().map(|n| format!("`{n}`")).collect();
+        let names = if names.is_empty() { "(none declared in pins.toml)".to_string() } else { names.join(" or ") };
         let f = finding(format!(
-            "tool.uv.sources points at the index of variant `{v}`, but {at} builds DeepEP as variant {}: the image and the project would install different wheels",
-            need.variants.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(" or ")
+            "tool.uv.sources points at the index of variant `{v}`, but {at} {} variant {names}: the project would install a wheel its {} does not fit",
+            need.what,
+            if need.line == 0 { "recipe" } else { "image" }
         ));
         out.push(f.expected_found(need.variants.join(" or "), v.to_string()));
     }

@@ -342,6 +342,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         format: crate::output::Format::Human,
         index_manifests: Vec::new(),
         trusted_keys: Vec::new(),
+        recipes: Vec::new(),
     };
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
