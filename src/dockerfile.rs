@@ -104,6 +104,37 @@ pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<
     c.out
 }
 
+/// The variant a Dockerfile build needs: the one a stage names
+/// (`DEEPEP_VARIANT`/`VARIANT`), else every declared variant its DeepEP build
+/// settings agree with (for the stage's platform).
+#[derive(Debug, Clone)]
+pub struct Need {
+    /// Any of these (a build two variants of different architectures describe).
+    pub variants: Vec<String>,
+    pub file: PathBuf,
+    /// 1-based; 0 when the need has no line (a recipe).
+    pub line: usize,
+    /// What the file does, in words, before the variants are named.
+    pub what: String,
+}
+
+const BUILDS: &str = "builds DeepEP as";
+
+/// What the Dockerfiles' DeepEP builds need (stages that build none, or that
+/// no variant describes, need nothing here: `check` reports those).
+pub fn needs(files: &[PathBuf], pins: &Pins) -> Result<Vec<Need>> {
+    let (revs, mut out) = (BTreeMap::new(), Vec::new());
+    for f in files {
+        let text = crate::input::read_text(f, "Dockerfile", crate::input::cap::TEXT)?;
+        let model = Model::read(&text);
+        let mut c = Checker { file: f, pins: Some(pins), revs: &revs, out: Vec::new(), seen: BTreeSet::new() };
+        for (cfg, platform) in model.configs() {
+            out.extend(c.need(pins, &cfg, platform));
+        }
+    }
+    Ok(out)
+}
+
 // ---- reading ----------------------------------------------------------------
 
 /// One instruction: keyword (upper case), arguments (continuations joined,
@@ -1074,26 +1105,7 @@ impl Checker<'_> {
         let Some(pins) = self.pins else { return };
         let Some(named) = self.dockerfile_variant(pins, cfg) else { return };
         self.dockerfile_platform(named, platform, cfg);
-        let list = self.dockerfile_arch_list(cfg);
-        let multinode = cfg.multinode.as_ref().map(|d| (d, truthy(value(d))));
-        let nixl = cfg.nixl.as_ref().map(|d| (d, truthy(value(d))));
-        let is_multi = multinode.is_some_and(|(_, m)| m);
-        // RDMA_CORE_HOME and USE_NIXL only matter to a multinode build.
-        let rdma = cfg.rdma_home.as_ref().filter(|_| is_multi && !nixl.is_some_and(|(_, n)| n));
-        let nixl = nixl.filter(|_| is_multi);
-        if list.is_none() && multinode.is_none() {
-            return;
-        }
-        // Each present setting is a field; a variant matches when all agree.
-        let fields: Vec<Field> = [
-            list.as_ref().map(|(d, l)| arch_list_field(d, l)),
-            multinode.map(|(d, m)| dockerfile_multinode(d, m)),
-            nixl.map(|(d, n)| dockerfile_transport(d, n)),
-            rdma.map(dockerfile_rdma_core_home),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let Some(Settings { list, is_multi, nixl, rdma, fields }) = self.settings(cfg) else { return };
         let candidates: Vec<&Variant> = match named {
             Some(v) => vec![v],
             None => pins.variants.iter().filter(|v| platform.is_none_or(|p| v.arch == p)).collect(),
@@ -1114,6 +1126,51 @@ impl Checker<'_> {
                 self.dockerfile_build_undeclared(pins, &build, &fields, platform)
             }
         }
+    }
+
+    /// A stage's DeepEP build settings, each a field a variant must agree with;
+    /// `None` when it sets neither an arch list nor the multinode flag.
+    fn settings<'c>(&mut self, cfg: &'c Config) -> Option<Settings<'c>> {
+        let list = self.dockerfile_arch_list(cfg);
+        let multinode = cfg.multinode.as_ref().map(|d| (d, truthy(value(d))));
+        let nixl = cfg.nixl.as_ref().map(|d| (d, truthy(value(d))));
+        let is_multi = multinode.is_some_and(|(_, m)| m);
+        // RDMA_CORE_HOME and USE_NIXL only matter to a multinode build.
+        let rdma = cfg.rdma_home.as_ref().filter(|_| is_multi && !nixl.is_some_and(|(_, n)| n));
+        let nixl = nixl.filter(|_| is_multi);
+        if list.is_none() && multinode.is_none() {
+            return None;
+        }
+        // Each present setting is a field; a variant matches when all agree.
+        let fields: Vec<Field> = [
+            list.as_ref().map(|(d, l)| arch_list_field(d, l)),
+            multinode.map(|(d, m)| dockerfile_multinode(d, m)),
+            nixl.map(|(d, n)| dockerfile_transport(d, n)),
+            rdma.map(dockerfile_rdma_core_home),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        Some(Settings { list, is_multi, nixl, rdma, fields })
+    }
+
+    /// The variants a stage's build is (see [`needs`]).
+    fn need(&mut self, pins: &Pins, cfg: &Config, platform: Option<Arch>) -> Option<Need> {
+        let file = self.file.to_path_buf();
+        if let Some(d) = &cfg.variant {
+            let v = pins.variants.iter().find(|v| v.name == value(d))?;
+            return Some(Need { variants: vec![v.name.clone()], file, line: d.line, what: BUILDS.into() });
+        }
+        let s = self.settings(cfg)?;
+        let line = s.fields.iter().map(|f| f.def.line).min()?;
+        let variants: Vec<String> = pins
+            .variants
+            .iter()
+            .filter(|v| platform.is_none_or(|p| v.arch == p))
+            .filter(|v| s.fields.iter().all(|f| (f.differs)(v).is_none()))
+            .map(|v| v.name.clone())
+            .collect();
+        (!variants.is_empty()).then_some(Need { variants, file, line, what: BUILDS.into() })
     }
 
     /// `dockerfile-variant`: the variant a stage names must be declared.
@@ -1248,6 +1305,15 @@ struct Field<'d> {
     def: &'d Rc<Def>,
     found: String,
     differs: Differs<'d>,
+}
+
+/// A stage's build settings (see `Checker::settings`).
+struct Settings<'c> {
+    list: Option<(&'c Rc<Def>, ArchList)>,
+    is_multi: bool,
+    nixl: Option<(&'c Rc<Def>, bool)>,
+    rdma: Option<&'c Rc<Def>>,
+    fields: Vec<Field<'c>>,
 }
 
 /// What a variant would need instead of a stage's setting (`None`: it agrees).

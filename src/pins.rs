@@ -375,8 +375,20 @@ pub struct Variant {
     /// whether the build reads them is checked by `plan` against the source
     /// at the pinned revision (`pins check` reads no source).
     pub env: Vec<EnvSetting>,
+    /// The index its wheels are published into (`publish`): another variant's
+    /// name, of the other architecture, so that one index serves both
+    /// architectures' wheels; `None`: its own (`index_name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
     /// 1-based line of the variant's `[[variant]]` table.
     pub line: usize,
+}
+
+impl Variant {
+    /// The name of the index its wheels are published into: `index`, else its own name.
+    pub fn index_name(&self) -> &str {
+        self.index.as_deref().unwrap_or(&self.name)
+    }
 }
 
 /// A validated pins.toml.
@@ -436,6 +448,12 @@ impl Pins {
                 .hint(format!("known variants: {}", names.join(", ")))
                 .into()
         })
+    }
+
+    /// The variants published into index `name` (the variant of that name and
+    /// every variant whose `index` names it), at most one per architecture.
+    pub fn index_members(&self, name: &str) -> Vec<&Variant> {
+        self.variants.iter().filter(|v| v.index_name() == name).collect()
     }
 }
 
@@ -508,6 +526,7 @@ struct RawVariant {
     description: Option<String>,
     topology: Option<Spanned<RawTopology>>,
     env: Option<Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
+    index: Option<Spanned<String>>,
 }
 
 /// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
@@ -544,10 +563,13 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
     let toolchain = raw.toolchain.map(|t| toolchain(t, &err)).transpose()?;
     let rdma_core = raw.rdma_core.map(|r| rdma_core(r, &err)).transpose()?;
     let mut variants: Vec<Variant> = Vec::new();
+    let mut index_keys = Vec::new();
     for sv in raw.variant {
+        index_keys.push(sv.get_ref().index.as_ref().map(|i| i.span()));
         let v = variant(sv, &pins, &variants, text, &err)?;
         variants.push(v);
     }
+    variant_index(&variants, &index_keys, &err)?;
     Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants })
 }
 
@@ -760,8 +782,41 @@ fn variant(
         description: v.description,
         topology,
         env,
+        index: v.index.map(Spanned::into_inner),
         line: line_col(text, vspan.start).0,
     })
+}
+
+/// `index`: the variant whose index also serves this one's wheels: declared,
+/// of another architecture, not itself published elsewhere; one variant per
+/// architecture in an index (uv picks a wheel by platform, never by flags).
+fn variant_index(variants: &[Variant], spans: &[Option<std::ops::Range<usize>>], err: &Err) -> Result<()> {
+    for (v, span) in variants.iter().zip(spans) {
+        let (Some(to), Some(span)) = (&v.index, span) else { continue };
+        let at = |msg: String| {
+            Err(err(
+                span.clone(),
+                format!("variant `{}`: index = \"{}\": {msg}", v.name, crate::input::excerpt(to, 80)),
+            ))
+        };
+        let Some(host) = variants.iter().find(|h| &h.name == to) else {
+            return at("no variant of that name; expected the name of the variant (of the other architecture) whose index serves this one's wheels too".into());
+        };
+        if host.index.as_ref().is_some_and(|h| h != &host.name) {
+            return at(format!(
+                "variant `{}` is itself published into index `{}`: name that one",
+                host.name,
+                host.index_name()
+            ));
+        }
+        if let Some(other) = variants.iter().find(|o| o.name != v.name && o.arch == v.arch && o.index_name() == to) {
+            return at(format!(
+                "variant `{}` (line {}) is already index `{to}`'s {} variant: one variant per architecture in an index, because uv picks a wheel by platform, never by build flags",
+                other.name, other.line, v.arch
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A variant name: lowercase letters, digits, `-`, `_`, declared once.
@@ -1017,6 +1072,24 @@ mod tests {
 
     fn err_of(t: &str) -> String {
         format!("{:#}", parse(t).unwrap_err())
+    }
+
+    #[test]
+    fn a_variant_joins_another_architectures_index_and_bad_joins_name_the_line() {
+        let arm = "name = \"gb200-nvl72\"\n";
+        let p = parse(&GOOD.replacen(arm, &format!("{arm}index = \"h100\"\n"), 1)).unwrap();
+        let names: Vec<&str> = p.index_members("h100").iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["h100", "gb200-nvl72"]);
+        assert_eq!(p.variant("gb200-nvl72").unwrap().index_name(), "h100");
+        assert_eq!(p.variant("h100").unwrap().index_name(), "h100");
+        let e = err_of(&GOOD.replacen(arm, &format!("{arm}index = \"nope\"\n"), 1));
+        assert!(e.contains("pins.toml:60:9: variant `gb200-nvl72`: index = \"nope\": no variant of that name"), "{e}");
+        let e = err_of(&GOOD.replacen(arm, &format!("{arm}index = \"gb200-multinode\"\n"), 1));
+        assert!(e.contains("one variant per architecture in an index"), "{e}");
+        let mn = "name = \"gb200-multinode\"\n";
+        let t = GOOD.replacen(arm, &format!("{arm}index = \"gb200-multinode\"\n"), 1);
+        let e = err_of(&t.replacen(mn, &format!("{mn}index = \"h100-multinode\"\n"), 1));
+        assert!(e.contains("is itself published into index `h100-multinode`"), "{e}");
     }
 
     #[test]

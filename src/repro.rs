@@ -27,9 +27,12 @@ pub struct DiffArgs {
     /// The second wheel.
     #[arg(value_name = "B.whl")]
     pub b: PathBuf,
-    /// Output: human text, or one JSON document (schema 1).
+    /// Output: human text, or one JSON document (schema 1; for an index URL, `wheels` holds one per wheel).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
+    /// For an index URL: verify only this wheel (a file name the index's manifest lists).
+    #[arg(long = "wheel", value_name = "NAME")]
+    pub only_wheel: Option<String>,
 }
 
 /// `deepep-forge diff A.whl B.whl`.
@@ -60,7 +63,9 @@ Example: check a wheel from a colleague's or CI's cache on this machine:
 pub struct VerifyArgs {
     /// The wheel to check (built by deepep-forge: it carries a provenance document), or its
     /// URL in a `deepep-forge publish` index: downloaded, checked against the variant's signed
-    /// manifest (keys from --trusted-key) and its .intoto.json subject, then rebuilt.
+    /// manifest (keys from --trusted-key) and its .intoto.json subject, then rebuilt; or an
+    /// index URL (`<base>/<variant>/`, `.../index.json`, `.../simple/deep-ep/`): every wheel
+    /// its signed manifest lists (or `--wheel NAME`), each checked and rebuilt the same way.
     #[arg(value_name = "WHEEL|URL")]
     pub wheel: PathBuf,
     /// For a wheel URL: trust index manifests signed by this key (`NAME:BASE64`; repeatable;
@@ -78,59 +83,103 @@ pub struct VerifyArgs {
     /// Keep the rebuilt wheel (and its statement) in DIR; default: a temporary folder.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Output: human text, or one JSON document (schema 1).
+    /// Output: human text, or one JSON document (schema 1; for an index URL, `wheels` holds one per wheel).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
+    /// For an index URL: verify only this wheel (a file name the index's manifest lists).
+    #[arg(long = "wheel", value_name = "NAME")]
+    pub only_wheel: Option<String>,
 }
 
-/// `deepep-forge verify WHEEL`.
-pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
+/// `deepep-forge verify WHEEL|URL`: a wheel file, a wheel's URL in a publish
+/// index, or an index URL (every wheel its signed manifest lists, or `--wheel NAME`).
+pub fn verify(args: VerifyArgs) -> Result<Exit> {
     let _coop = crate::error::Cooperative::enter();
-    let _download = match args.wheel.to_str().filter(|s| crate::publish::manifest::is_url(s)) {
-        Some(url) => {
-            let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
-            let (dir, path) = crate::publish::fetch::wheel(url, &trusted)?;
-            args.wheel = path;
-            Some(dir)
+    let Some(url) = args.wheel.to_str().filter(|s| crate::publish::manifest::is_url(s)).map(String::from) else {
+        if args.only_wheel.is_some() {
+            return Err(crate::error::Failure::usage("--wheel NAME picks a wheel of an index URL").into());
         }
-        None => None,
+        let (ok, doc) = verify_file(&args, &args.wheel)?;
+        return finish(&args, ok, doc);
     };
-    let prov = crate::builder::deliver::read_provenance(&args.wheel).map_err(|e| {
+    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    if crate::publish::fetch::index_urls(&url)?.is_none() {
+        let (_dir, path) = crate::publish::fetch::wheel(&url, &trusted)?;
+        let (ok, doc) = verify_file(&args, &path)?;
+        return finish(&args, ok, doc);
+    }
+    let urls = crate::publish::fetch::index_wheels(&url, args.only_wheel.as_deref(), &trusted)?;
+    let (mut all_ok, mut docs) = (true, Vec::new());
+    for (i, w) in urls.iter().enumerate() {
+        crate::note!("verify {}/{}: {w}", i + 1, urls.len());
+        // A wheel changed on the server is reported and the others still checked.
+        match crate::publish::fetch::wheel(w, &trusted) {
+            Ok((_dir, path)) => {
+                let (ok, doc) = verify_file(&args, &path)?;
+                all_ok &= ok;
+                docs.push(doc);
+            }
+            Err(e) if crate::error::exit_of(&e) == Exit::Problems => {
+                crate::alert!("error: {e:#}");
+                all_ok = false;
+                docs.push(serde_json::json!({ "url": w, "verified": false, "error": format!("{e:#}") }));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let doc = serde_json::json!({ "schema": SCHEMA, "index": url, "verified": all_ok, "wheels": docs });
+    if args.format != Format::Json {
+        crate::outln!("{}: {}", url, if all_ok { "every wheel verified" } else { "NOT verified (see above)" });
+    }
+    finish(&args, all_ok, doc)
+}
+
+/// The JSON document (when asked for) and the exit code.
+fn finish(args: &VerifyArgs, ok: bool, doc: serde_json::Value) -> Result<Exit> {
+    if args.format == Format::Json {
+        crate::printer::json(&doc)?;
+    }
+    Ok(if ok { Exit::Ok } else { Exit::Problems })
+}
+
+/// Rebuild one wheel file from its provenance and compare; prints the human
+/// lines, returns whether it is identical and its JSON document.
+fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serde_json::Value)> {
+    let prov = crate::builder::deliver::read_provenance(wheel).map_err(|e| {
         crate::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;
     if prov.schema < 2 {
         return Err(crate::error::Failure::usage(format!(
             "{} carries a provenance of schema {}: wheels of that deepep-forge held their build times and machine paths, so no rebuild can match them",
-            args.wheel.display(),
+            wheel.display(),
             prov.schema
         ))
         .hint("rebuild it with this deepep-forge (build-wheel), then verify that wheel")
         .into());
     }
-    let name = crate::wheel::WheelName::parse(&args.wheel.file_name().unwrap_or_default().to_string_lossy())
-        .ok_or_else(|| crate::error::Failure::usage(format!("{} is not a wheel file name", args.wheel.display())))?;
+    let name = crate::wheel::WheelName::parse(&wheel.file_name().unwrap_or_default().to_string_lossy())
+        .ok_or_else(|| crate::error::Failure::usage(format!("{} is not a wheel file name", wheel.display())))?;
     // Before anything is fetched: the repository whose setup.py the rebuild runs is one the user chose.
     let source = match (&args.run.source, prov.source.repo.strip_prefix("local:")) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(folder)) => {
             return Err(crate::error::Failure::usage(format!(
                 "{}: built from a local source (`{}`), which its provenance names without a path",
-                args.wheel.display(),
+                wheel.display(),
                 crate::input::excerpt(folder, 80)
             ))
             .hint(format!("pass --source PATH to that repository or folder (commit {})", prov.source.rev))
             .into())
         }
         (None, None) => {
-            trust::check(&args.wheel, &prov.source.repo, &prov.source.rev, args.pins.as_deref())?;
+            trust::check(wheel, &prov.source.repo, &prov.source.rev, args.pins.as_deref())?;
             None
         }
     };
     let work = tempfile::tempdir()?;
     // The pins the provenance describes, parsed in memory; messages about them name the wheel.
-    let shown = PathBuf::from(format!("the provenance of {}", args.wheel.display()));
-    let pins =
-        crate::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, &args.wheel))?;
+    let shown = PathBuf::from(format!("the provenance of {}", wheel.display()));
+    let pins = crate::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, wheel))?;
     let toolchain = args.toolchain.unwrap_or(match prov.toolchain.kind.as_str() {
         "registry" => crate::builder::registry::Kind::Registry,
         _ => crate::builder::registry::Kind::System,
@@ -169,16 +218,17 @@ pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
         nccl_reuse: false,
         jobs: args.run.jobs,
     };
-    let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, &args.wheel))?;
+    let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, wheel))?;
     let outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;
-    let d = diff::diff(&args.wheel, &outcome.wheel)?;
+    let d = diff::diff(wheel, &outcome.wheel)?;
+    let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
     if args.format == Format::Json {
-        let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
-        crate::printer::json(&doc)?;
-    } else if d.identical {
+        return Ok((d.identical, doc));
+    }
+    if d.identical {
         crate::outln!(
             "verified: {} is what its provenance says: rebuilt {} @ {} ({}) gives the same sha256 {}",
-            args.wheel.display(),
+            wheel.display(),
             prov.variant.name,
             &prov.source.rev[..prov.source.rev.len().min(12)],
             outcome.status,
@@ -188,7 +238,7 @@ pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
         crate::outln!("NOT verified: the rebuild from the wheel's provenance differs");
         crate::out!("{}", diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)"));
     }
-    Ok(if d.identical { Exit::Ok } else { Exit::Problems })
+    Ok((d.identical, doc))
 }
 
 /// An error of the rebuild as the user can act on it: the pins generated from

@@ -418,3 +418,187 @@ fn an_unprovisioned_cross_plan_says_what_it_will_make_and_what_stops_it() {
     }
     assert!(!dir.path().join("cache/toolchains").exists(), "plan provisions nothing");
 }
+
+/// One variant for two architectures: `sn` (x86_64, built natively) and `sn-arm`
+/// (aarch64, cross-built) with `index = "sn"`, so both wheels land in `sn`'s index.
+const INDEX_PINS: &str = r#"
+[toolchain]
+torch = "2.11.0+forgetest"
+cuda = "13.0"
+python = "3.11"
+
+[[variant]]
+name = "sn"
+arch = "x86_64"
+cuda_arch_list = "9.0"
+multinode = false
+
+[[variant]]
+name = "sn-arm"
+arch = "aarch64"
+cuda_arch_list = "10.0"
+multinode = false
+index = "sn"
+"#;
+
+/// `python -m http.server` on 127.0.0.1 (a port the kernel picks), killed when dropped.
+struct Server(std::process::Child, u16);
+
+impl Server {
+    fn start(python: &Path, dir: &Path) -> Server {
+        use std::io::BufRead;
+        let mut child = Command::new(python)
+            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory"])
+            .arg(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
+        Server(child, port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs system packages for cross builds (sudo .ci/setup-system): bash .ci/run runs it when present"]
+fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both() {
+    let python = match prerequisites() {
+        Ok(p) => p,
+        Err(why) => support::missing(&format!("{why} (the cross compiler and qemu-user)")),
+    };
+    let lab = Lab::new();
+    let links = stand_in_torch(lab.dir.path(), &lab.tools.join("bin/python"));
+    let pins = lab.pins_with(&lab.rev, INDEX_PINS);
+    let (pins, py) = (pins.to_str().unwrap(), python.to_str().unwrap());
+    let key = lab.dir.path().join("publish.key");
+    let o = forge(&lab, &links, &["cache", "keygen", "--name", "cross-index-1", "--out", key.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let public = stdout(&o).lines().next().unwrap().trim().to_string();
+
+    // publish both variants: the x86_64 wheel native, the aarch64 one cross-built, one index.
+    let idx = lab.dir.path().join("idx");
+    let repo = lab.repo.to_str().unwrap();
+    let publish = [
+        "publish",
+        "--variant",
+        "sn",
+        "--variant",
+        "sn-arm",
+        "--toolchain",
+        "registry",
+        "--python",
+        py,
+        "--pins",
+        pins,
+        "--source",
+        repo,
+        "--signing-key",
+        key.to_str().unwrap(),
+        "--out",
+        idx.to_str().unwrap(),
+    ];
+    let o = forge(&lab, &links, &publish).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let short = &lab.rev[..7];
+    let x86 = format!("deep_ep-1.2.1+{short}-cp311-cp311-linux_x86_64.whl");
+    let arm = format!("deep_ep-1.2.1+{short}-cp311-cp311-linux_aarch64.whl");
+    let files = idx.join("sn/simple/deep-ep");
+    for w in [&x86, &arm] {
+        assert!(files.join(w).is_file(), "{w} in sn's index: {}", stdout(&o));
+        assert!(stdout(&o).contains(&format!("published sn: {w}")), "{}", stdout(&o));
+    }
+    assert!(!idx.join("sn-arm").exists(), "no index of its own for a variant with `index`");
+    let m =
+        deepep_forge::publish::manifest::Manifest::parse(&std::fs::read(idx.join("sn/index.json")).unwrap()).unwrap();
+    let by_arch: Vec<(&str, &str)> =
+        m.wheels.iter().map(|w| (w.provenance.arch.as_str(), w.provenance.variant.as_str())).collect();
+    assert_eq!(by_arch, [("aarch64", "sn-arm"), ("x86_64", "sn")], "{m:?}");
+    let sha = |w: &str| build_support::sha256sum(&files.join(w));
+    let (x86_sha, arm_sha) = (sha(&x86), sha(&arm));
+    let check = ["publish", "--check", idx.to_str().unwrap(), "--pins", pins, "--trusted-key", &public];
+    let o = forge(&lab, &links, &check).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+
+    // The consumer (requires-python 3.11) moved to the index; NVSHMEM as the toolchain had it.
+    let plan = build_support::json(
+        &forge(&lab, &links, &["plan", "--variant", "sn", "--toolchain", "registry", "--python", py, "--pins", pins])
+            .args(["--format", "json"])
+            .output()
+            .unwrap(),
+    );
+    let pkgs = &plan["plans"][0]["toolchain"]["registry"]["packages"];
+    let (nvshmem, nv_version) = pkgs
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| k.starts_with("nvidia-nvshmem"))
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .unwrap_or_else(|| panic!("no nvidia-nvshmem in the toolchain: {pkgs}"));
+    let server = Server::start(&lab.tools.join("bin/python"), &idx);
+    let url = format!("http://127.0.0.1:{}", server.1);
+    let consumer = lab.dir.path().join("consumer");
+    copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
+    let py_path = consumer.join("pyproject.toml");
+    let text = std::fs::read_to_string(&py_path)
+        .unwrap()
+        .replace("dependencies = [\n", &format!("dependencies = [\n  \"{nvshmem}=={nv_version}\",\n"));
+    let text = text.replace("9dce5ac6b181ede69f331895c8c54285375d5806", &lab.rev).replace("9dce5ac", short);
+    std::fs::write(&py_path, text).unwrap();
+    let o = forge(&lab, &links, &["pin", "set", &lab.rev, "--project", consumer.to_str().unwrap(), "--pins", pins])
+        .args(["--source", repo, "--index", &url, "--variant", "sn-arm"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let text = std::fs::read_to_string(&py_path).unwrap();
+    assert!(text.contains(&format!("url = \"{url}/sn/simple\"")), "sn-arm is served from sn's index: {text}");
+
+    // Real uv: the lock records both architectures' wheels with their hashes.
+    let uv = |args: &[&str]| {
+        Command::new(lab.tools.join("bin/uv"))
+            .args(args)
+            .arg("--python")
+            .arg(lab.tools.join("bin/python"))
+            .current_dir(&consumer)
+            .env("UV_CACHE_DIR", root().join("target/uv-cache"))
+            .env("UV_PYTHON_DOWNLOADS", "never")
+            .env_remove("UV_INDEX_URL")
+            .env_remove("UV_EXTRA_INDEX_URL")
+            .env_remove("UV_FIND_LINKS")
+            .env_remove("VIRTUAL_ENV")
+            .output()
+            .unwrap()
+    };
+    let o = uv(&["lock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lock = std::fs::read_to_string(consumer.join("uv.lock")).unwrap();
+    for (w, h) in [(&x86, &x86_sha), (&arm, &arm_sha)] {
+        let line = lock.lines().find(|l| l.contains(&w.replace('+', "%2B"))).unwrap_or_else(|| panic!("{w}: {lock}"));
+        assert!(line.contains(&format!("hash = \"sha256:{h}\"")), "{line}");
+    }
+    let o = uv(&["sync", "--locked"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let import = Command::new(consumer.join(".venv/bin/python"))
+        .args(["-c", "import deep_ep, importlib.metadata as m; print(m.version('deep-ep'))"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&import).trim(), format!("1.2.1+{short}"), "{}", stderr(&import));
+
+    // lock check: both wheels attested by the signed manifest, for their own variants.
+    let o = forge(&lab, &links, &["lock", "check", "--project", consumer.to_str().unwrap(), "--pins", pins])
+        .args(["--index-manifest", "index", "--trusted-key", &public])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    drop(server);
+}

@@ -785,3 +785,94 @@ fn every_printed_fix_runs_as_printed_and_the_next_check_is_clean() {
         assert!(ran.contains(&want), "{want} not among the fixes run:\n{ran}");
     }
 }
+
+/// A consumer moved to a publish index (as `pin set --index` writes it), with a Dockerfile.
+fn index_consumer(label: &str, variant: &str, dockerfile: &str, pins_edit: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let pins = std::fs::read_to_string(root().join("tests/fixtures/demo-pins.toml")).unwrap();
+    let arm = "name = \"demo-arm\"\n";
+    std::fs::write(d.path().join("pins.toml"), pins.replacen(arm, &format!("{arm}{pins_edit}"), 1)).unwrap();
+    let project = d.path().join("consumer");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(
+        project.join("pyproject.toml"),
+        format!(
+            "[project]\nname = \"c\"\nversion = \"0.1.0\"\nrequires-python = \"==3.11.*\"\ndependencies = [\n  \"deep_ep=={label}\",\n]\n\n[tool.uv.sources]\ndeep-ep = {{ index = \"deepep-forge-{variant}\" }}\n\n[[tool.uv.index]]\nname = \"deepep-forge-{variant}\"\nurl = \"https://deepep.example.org/wheels/{variant}/simple\"\nexplicit = true\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(project.join("Dockerfile"), dockerfile).unwrap();
+    d
+}
+
+fn index_findings(d: &tempfile::TempDir) -> (i32, serde_json::Value) {
+    json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml"])
+}
+
+#[test]
+fn an_index_sourced_deepep_gets_the_label_rule_and_the_variant_its_dockerfile_builds() {
+    let named_arm = "FROM ubuntu:24.04 AS arm\nARG DEEPEP_VARIANT=demo-arm\n";
+    // A label of another revision, and a Dockerfile that builds demo-arm while the index is demo's.
+    let d = index_consumer("1.2.1+aaaaaaa", "demo", named_arm, "");
+    let (code, v) = index_findings(&d);
+    assert_eq!(code, 1, "{v}");
+    for arch in ["x86_64", "aarch64"] {
+        assert!(has(&v, "index-label", arch, "pyproject.toml"), "{arch}: {:?}", rules(&v));
+    }
+    let f = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-label").unwrap();
+    assert_eq!((f["expected"].as_str(), f["found"].as_str()), (Some("1.2.1+9dce5ac"), Some("1.2.1+aaaaaaa")), "{f}");
+    assert!(
+        f["fix"].as_str().unwrap().contains(
+            "pin set 9dce5ac6b181ede69f331895c8c54285375d5806 --index https://deepep.example.org/wheels --variant demo"
+        ),
+        "{f}"
+    );
+    let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
+    let msg = m["message"].as_str().unwrap();
+    assert!(msg.contains("Dockerfile:2 builds DeepEP as variant `demo-arm`"), "{msg}");
+    assert_eq!(m["line"].as_u64(), Some(line_of(&d.path().join("consumer/pyproject.toml"), "deep-ep = {")));
+
+    // demo-arm published into demo's index (pins.toml `index`), the label right: clean.
+    let d = index_consumer("1.2.1+9dce5ac", "demo", named_arm, "index = \"demo\"\n");
+    let (code, v) = index_findings(&d);
+    assert!(!rules(&v).iter().any(|r| r.0.starts_with("index-")), "{:?}", rules(&v));
+    assert_eq!(code, 0, "{v}");
+
+    // A build no stage names, told by its settings: demo's flags, while the index is demo-arm's.
+    let by_flags = "FROM ubuntu:24.04\nARG TORCH_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG HYBRID_EP_MULTINODE=0\n";
+    let d = index_consumer("1.2.1+9dce5ac", "demo-arm", by_flags, "");
+    let (code, v) = index_findings(&d);
+    assert_eq!(code, 1, "{v}");
+    let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
+    assert!(m["message"].as_str().unwrap().contains("Dockerfile:2 builds DeepEP as variant `demo`"), "{m}");
+    let d = index_consumer("1.2.1+9dce5ac", "demo", by_flags, "");
+    let (code, v) = index_findings(&d);
+    assert_eq!(code, 0, "{:?}", rules(&v));
+}
+
+#[test]
+fn an_index_of_a_single_node_variant_does_not_fit_a_recipe_over_two_nvlink_domains() {
+    let d = index_consumer("1.2.1+9dce5ac", "demo", "FROM ubuntu:24.04\n", "");
+    let pins = d.path().join("pins.toml");
+    let multinode = "\n[[variant]]\nname = \"demo-mn\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0\"\nmultinode = true\ntransport = \"nixl\"\n";
+    std::fs::write(&pins, std::fs::read_to_string(&pins).unwrap() + multinode).unwrap();
+    let recipes = root().join("tests/fixtures/recipes-automodel");
+    let two_domains = recipes.join("ep16-hybridep-2n8g.yaml");
+    let (code, v) =
+        json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml", "--recipe", two_domains.to_str().unwrap()]);
+    assert_eq!(code, 1, "{v}");
+    let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
+    let msg = m["message"].as_str().unwrap();
+    assert!(msg.contains("ep16-hybridep-2n8g.yaml runs HybridEP with EP 16 over 2 NVLink domains (R 8), which needs a multinode build: variant `demo-mn`"), "{msg}");
+    // The multinode variant's index fits it; a recipe whose R is not known asks nothing.
+    let text = std::fs::read_to_string(d.path().join("consumer/pyproject.toml")).unwrap();
+    std::fs::write(d.path().join("consumer/pyproject.toml"), text.replace("/demo/simple", "/demo-mn/simple")).unwrap();
+    let (_, v) =
+        json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml", "--recipe", two_domains.to_str().unwrap()]);
+    assert!(!rules(&v).iter().any(|r| r.0 == "index-variant-mismatch"), "{:?}", rules(&v));
+    std::fs::write(d.path().join("consumer/pyproject.toml"), text).unwrap();
+    let unknown_r = recipes.join("ep16-hybridep-2n8g-no-env.yaml");
+    let (_, v) =
+        json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml", "--recipe", unknown_r.to_str().unwrap()]);
+    assert!(!rules(&v).iter().any(|r| r.0 == "index-variant-mismatch"), "{:?}", rules(&v));
+}

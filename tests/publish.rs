@@ -118,6 +118,26 @@ impl Setup {
         ])
     }
 
+    /// `pin set REV --project consumer --index URL --variant VARIANT` from the fixture's repository.
+    fn pin_set_index(&self, url: &str, variant: &str) -> Output {
+        let (consumer, repo) = (self.path("consumer"), root().join("tests/fixtures/mini-deepep"));
+        self.forge(&[
+            "pin",
+            "set",
+            REV,
+            "--project",
+            consumer.to_str().unwrap(),
+            "--pins",
+            self.pins.to_str().unwrap(),
+            "--source",
+            repo.to_str().unwrap(),
+            "--index",
+            url,
+            "--variant",
+            variant,
+        ])
+    }
+
     fn uv(&self, args: &[&str]) -> Output {
         Command::new(self.tools.join("bin/uv"))
             .args(args)
@@ -214,32 +234,40 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     assert_eq!(manifest.verify(std::slice::from_ref(&public)), Ok("test-index-1".to_string()));
     assert_eq!((manifest.wheels[0].sha256.as_str(), manifest.wheels[0].provenance.rev.as_str()), (sha.as_str(), REV));
     let before = snapshot(&s.path("idx"));
-    let again = ok(&s.publish(&["--variant", "demo"]));
-    assert!(again.contains("0 files written, 8 unchanged"), "{again}");
+    let again: serde_json::Value = serde_json::from_str(&ok(&s.publish(&["--variant", "demo", "--format", "json"])))
+        .expect("publish --format json prints one JSON document");
+    assert_eq!((again["files_written"].as_u64(), again["files_unchanged"].as_u64()), (Some(0), Some(8)), "{again}");
+    assert_eq!(again["wheels"][0]["sha256"], sha.as_str());
+    assert_eq!(
+        (again["wheels"][0]["index"].as_str(), again["wheels"][0]["arch"].as_str()),
+        (Some("demo"), Some("x86_64"))
+    );
     assert_eq!(snapshot(&s.path("idx")), before, "publishing twice changed bytes");
     assert!(ok(&s.check()).contains(": ok ("));
+    let quiet = s.forge(&[
+        "--quiet",
+        "publish",
+        "--check",
+        s.path("idx").to_str().unwrap(),
+        "--pins",
+        s.pins.to_str().unwrap(),
+        "--variant",
+        "demo",
+        "--trusted-key",
+        &s.public,
+        "--format",
+        "json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_str(&ok(&quiet)).unwrap();
+    assert_eq!((doc["ok"].as_bool(), doc["problems"].as_array().map(Vec::len)), (Some(true), Some(0)), "{doc}");
+    assert_eq!(stderr(&quiet), "", "--quiet hides the progress notes");
 
     // 2. pin set --index, real uv against a real HTTP server.
     let server = Server::start(&s.tools.join("bin/python"), &s.path("idx"));
     let consumer = s.path("consumer");
-    let fixture_repo = root().join("tests/fixtures/mini-deepep");
     copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
     let url = format!("http://127.0.0.1:{}", server.port);
-    let o = s.forge(&[
-        "pin",
-        "set",
-        REV,
-        "--project",
-        consumer.to_str().unwrap(),
-        "--pins",
-        s.pins.to_str().unwrap(),
-        "--source",
-        fixture_repo.to_str().unwrap(),
-        "--index",
-        &url,
-        "--variant",
-        "demo",
-    ]);
+    let o = s.pin_set_index(&url, "demo");
     ok(&o);
     let py = std::fs::read_to_string(consumer.join("pyproject.toml")).unwrap();
     assert!(py.contains("\"deep_ep==1.2.1+9dce5ac\","), "{py}");
@@ -264,19 +292,31 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     // The same manifest fetched from the index URL pyproject.toml names.
     let fetched = ok(&s.lock_check_at("index"));
     assert!(fetched.contains("ok: 0 error(s)"), "{fetched}");
+    provenance_not_pinned(&s, &mpath);
 
-    // verify URL: the signed manifest and statement checked, then rebuilt and compared.
+    // verify of the index URL: the signed manifest, each wheel and its statement checked,
+    // each rebuilt and compared (a wheel URL takes the same path for one wheel).
     let wheel_url = format!("{url}/demo/simple/deep-ep/{}", WHEEL.replace('+', "%2B"));
-    let verify = |extra: &[&str]| {
+    let index_url = format!("{url}/demo/");
+    let verify = |at: &str, extra: &[&str]| {
         let source = root().join("tests/fixtures/mini-deepep");
         let python = s.tools.join("bin/python");
-        let mut args = vec!["verify", wheel_url.as_str(), "--trusted-key", s.public.as_str()];
+        let mut args = vec!["verify", at, "--trusted-key", s.public.as_str()];
         args.extend_from_slice(&["--source", source.to_str().unwrap(), "--python", python.to_str().unwrap()]);
         args.extend_from_slice(extra);
         s.forge(&args)
     };
-    let v = ok(&verify(&[]));
-    assert!(v.contains("verified:"), "{v}");
+    let v = ok(&verify(&index_url, &["--wheel", WHEEL]));
+    assert!(v.contains("verified:") && v.contains(&format!("{index_url}: every wheel verified")), "{v}");
+    let o = verify(&index_url, &["--wheel", "deep_ep-9.9.9-cp311-cp311-linux_x86_64.whl"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("lists no wheel named deep_ep-9.9.9") && stderr(&o).contains(WHEEL));
+    let other = s.path("other.key");
+    let o = s.forge(&["cache", "keygen", "--name", "other-1", "--out", other.to_str().unwrap()]);
+    let other_public = ok(&o).lines().next().unwrap().trim().to_string();
+    let o = s.forge(&["verify", &index_url, "--trusted-key", &other_public]);
+    assert_eq!(o.status.code(), Some(1), "an index signed by a key not trusted: {}", stderr(&o));
+    assert!(stderr(&o).contains("signed only by keys you do not trust"), "{}", stderr(&o));
 
     // 4. The server's wheel swapped (pages rewritten to match, as an attacker would),
     //    the consumer relocks: lock check and publish --check exit 1 naming it.
@@ -289,10 +329,15 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     let o = s.check();
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(stdout(&o).contains(&format!("{WHEEL}: sha256 ")), "{}", stdout(&o));
-    let o = verify(&[]);
-    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
-    assert!(stderr(&o).contains(&format!("{wheel_url}: sha256 ")), "{}", stderr(&o));
-    assert!(stderr(&o).contains("the wheel on the server was changed"), "{}", stderr(&o));
+    for at in [&wheel_url, &index_url] {
+        let o = verify(at, &[]);
+        assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains(&format!("{wheel_url}: sha256 ")), "{}", stderr(&o));
+        assert!(stderr(&o).contains("the wheel on the server was changed"), "{}", stderr(&o));
+    }
+    let o = verify(&index_url, &["--format", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!((doc["verified"].as_bool(), doc["wheels"][0]["url"].as_str()), (Some(false), Some(wheel_url.as_str())));
     drop(server);
 
     // 5. A different file under a published name: exit 1, nothing written.
@@ -303,6 +348,50 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     assert_eq!(snapshot(&s.path("idx")), before);
 
     bad_manifests(&s, &mpath);
+}
+
+/// pins.toml moved to another revision: the published wheel's provenance no longer
+/// matches it. `publish --check` and `lock check` exit 1 naming it; nothing is written.
+fn provenance_not_pinned(s: &Setup, mpath: &Path) {
+    let other = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let moved = s.path("moved-pins.toml");
+    std::fs::write(&moved, std::fs::read_to_string(&s.pins).unwrap().replacen(REV, other, 1)).unwrap();
+    let before = snapshot(s.dir.path());
+    let idx = s.path("idx");
+    let o = s.forge(&[
+        "publish",
+        "--check",
+        idx.to_str().unwrap(),
+        "--pins",
+        moved.to_str().unwrap(),
+        "--variant",
+        "demo",
+        "--trusted-key",
+        &s.public,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("no x86_64 wheel of variant demo at pins.toml's revision {other}")),
+        "{}",
+        stdout(&o)
+    );
+    let o = s.forge(&[
+        "lock",
+        "check",
+        "--project",
+        s.path("consumer").to_str().unwrap(),
+        "--pins",
+        moved.to_str().unwrap(),
+        "--index-manifest",
+        mpath.to_str().unwrap(),
+        "--trusted-key",
+        &s.public,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains(&format!("error[lock-wheel-unattested] [x86_64]: the deep-ep wheel {WHEEL} was built from revision 9dce5ac, not pins.toml's aaaaaaa")), "{out}");
+    assert!(out.contains("error[index-label]"), "the label selects the old revision's wheel: {out}");
+    assert_eq!(snapshot(s.dir.path()), before, "nothing written");
 }
 
 /// Rewrite the served wheel (one member changed) and the pages' hashes.
@@ -362,43 +451,14 @@ fn bad_publish_input_is_refused_before_anything_is_written() {
     assert!(!s.path("idx").exists());
     // A consumer pointed at a plain-http index off this machine: exit 2, pyproject unchanged.
     let consumer = s.path("consumer");
-    let fixture_repo = root().join("tests/fixtures/mini-deepep");
     copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
     let before = std::fs::read(consumer.join("pyproject.toml")).unwrap();
-    let o = s.forge(&[
-        "pin",
-        "set",
-        REV,
-        "--project",
-        consumer.to_str().unwrap(),
-        "--pins",
-        s.pins.to_str().unwrap(),
-        "--source",
-        fixture_repo.to_str().unwrap(),
-        "--index",
-        "http://example.org/deepep",
-        "--variant",
-        "demo",
-    ]);
+    let o = s.pin_set_index("http://example.org/deepep", "demo");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("http:// only on 127.0.0.1/localhost"), "{}", stderr(&o));
     assert_eq!(std::fs::read(consumer.join("pyproject.toml")).unwrap(), before);
     // An unknown variant for the index: exit 2.
-    let o = s.forge(&[
-        "pin",
-        "set",
-        REV,
-        "--project",
-        consumer.to_str().unwrap(),
-        "--pins",
-        s.pins.to_str().unwrap(),
-        "--source",
-        fixture_repo.to_str().unwrap(),
-        "--index",
-        "https://example.org/deepep",
-        "--variant",
-        "nope",
-    ]);
+    let o = s.pin_set_index("https://example.org/deepep", "nope");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert_eq!(std::fs::read(consumer.join("pyproject.toml")).unwrap(), before);
 }
@@ -418,24 +478,9 @@ fn an_index_whose_manifest_redirects_to_plain_http_is_refused() {
         }
     });
     let consumer = s.path("consumer");
-    let fixture_repo = root().join("tests/fixtures/mini-deepep");
     copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
     let url = format!("http://127.0.0.1:{port}");
-    ok(&s.forge(&[
-        "pin",
-        "set",
-        REV,
-        "--project",
-        consumer.to_str().unwrap(),
-        "--pins",
-        s.pins.to_str().unwrap(),
-        "--source",
-        fixture_repo.to_str().unwrap(),
-        "--index",
-        &url,
-        "--variant",
-        "demo",
-    ]));
+    ok(&s.pin_set_index(&url, "demo"));
     let before = snapshot(s.dir.path());
     let o = s.lock_check_at("index");
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));

@@ -69,6 +69,10 @@ pub struct CheckArgs {
     /// DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
     #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
     pub trusted_keys: Vec<String>,
+    /// For DeepEP from an index: a NeMo-RL recipe the project runs (repeatable); an EP group
+    /// over more than one NVLink domain needs a multinode variant's index (`index-variant-mismatch`).
+    #[arg(long = "recipe", value_name = "FILE")]
+    pub recipes: Vec<PathBuf>,
 }
 
 /// Where a DeepEP reference sits, which decides the rule that judges it.
@@ -264,8 +268,9 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     };
 
     let ctx = rules::Context::new(&args.place.project, pins.as_ref(), &args.place.pins, &py, lock.as_ref(), &py_path);
+    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.place.project, &args.dockerfiles)?;
     let mut found = match index::source(&py_path, &py_text, &name)? {
-        Some(src) => index_rules(args, &ctx, &src, &lock_path, &name)?,
+        Some(src) => index_rules(args, &ctx, &src, &lock_path, &name, &dockerfiles)?,
         None => rules::check(&ctx),
     };
     if lock.is_none() {
@@ -280,7 +285,6 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
         );
     }
 
-    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.place.project, &args.dockerfiles)?;
     found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
 
     let causes = causes::group(&ctx, found);
@@ -307,6 +311,7 @@ fn index_rules(
     src: &index::IndexSource,
     lock_path: &Path,
     name: &PackageName,
+    dockerfiles: &[PathBuf],
 ) -> Result<Vec<Finding>> {
     let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
     let mut manifests = Vec::new();
@@ -327,11 +332,46 @@ fn index_rules(
         Some(text) => index::locked_wheels(lock_path, &text, name)?,
         None => Vec::new(),
     };
-    let chain = rules::IndexChain { source: src, wheels: &wheels, manifests: &manifests, lock_path };
-    let mut found = rules::lock_wheel_unattested(ctx, &chain);
+    let mut needs = Vec::new();
+    if let Some(p) = ctx.pins {
+        needs = crate::dockerfile::needs(dockerfiles, p)?;
+        for r in &args.recipes {
+            needs.extend(recipe_need(r, p)?);
+        }
+    }
+    let chain = rules::IndexChain { source: src, wheels: &wheels, manifests: &manifests, lock_path, needs: &needs };
+    let mut found = rules::index_label(ctx, &chain);
+    found.extend(rules::lock_wheel_unattested(ctx, &chain));
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
     Ok(found)
+}
+
+/// What a recipe needs of the index's variant: an EP group over more than one
+/// NVLink domain (D = ceil(EP/R)) with HybridEP needs a multinode build (R as the recipe
+/// sets it, else NeMo-RL's default min(EP, 64) where it follows EP); `None`
+/// when one domain suffices or EP/R are not known.
+fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<crate::dockerfile::Need>> {
+    let t = crate::topology::recipe::read(path)?;
+    let Some(ep) = t.ep.filter(|_| t.dispatcher == "hybridep") else { return Ok(None) };
+    let r = match (t.ranks_per_domain, t.defaults_follow_ep) {
+        (Some(r), _) => r,
+        (None, true) => ep.min(64),
+        (None, false) => return Ok(None),
+    };
+    let domains = ep.div_ceil(r.max(1));
+    if domains <= 1 {
+        return Ok(None);
+    }
+    let variants: Vec<String> = pins.variants.iter().filter(|v| v.multinode).map(|v| v.name.clone()).collect();
+    Ok(Some(crate::dockerfile::Need {
+        variants,
+        file: path.to_path_buf(),
+        line: 0,
+        what: format!(
+            "runs HybridEP with EP {ep} over {domains} NVLink domains (R {r}), which needs a multinode build:"
+        ),
+    }))
 }
 
 /// `deepep-forge lock check`.

@@ -118,6 +118,16 @@ pub fn parse_requirement(req: &str, path: &Path, line: usize) -> Result<Requirem
     })
 }
 
+/// The version of a `NAME==VERSION` requirement (one `==`/`===` specifier, no
+/// wildcard): an index-sourced DeepEP's label.
+fn exact_version(req: &Requirement<VerbatimUrl>) -> Option<String> {
+    let Some(VersionOrUrl::VersionSpecifier(specs)) = &req.version_or_url else { return None };
+    let [one] = specs.iter().collect::<Vec<_>>()[..] else { return None };
+    let exact =
+        matches!(one.operator(), pep508_rs::pep440_rs::Operator::Equal | pep508_rs::pep440_rs::Operator::ExactEqual);
+    exact.then(|| one.version().to_string())
+}
+
 /// Read pyproject.toml text (`path` for messages and findings).
 pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
     let doc: Doc = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "pyproject.toml"))?;
@@ -142,7 +152,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 place: place.clone(),
                 archs: marker::archs(&req.marker, &MarkerTree::TRUE),
                 git,
-                version: None,
+                version: exact_version(&req),
                 owner: None,
             });
         }

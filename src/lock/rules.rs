@@ -942,6 +942,8 @@ pub struct IndexChain<'a> {
     pub wheels: &'a [super::index::LockedWheel],
     pub manifests: &'a [crate::publish::manifest::Manifest],
     pub lock_path: &'a Path,
+    /// The variants the project's Dockerfiles build DeepEP for.
+    pub needs: &'a [crate::dockerfile::Need],
 }
 
 const REPUBLISH: &str = "deepep-forge publish --variant VARIANT --signing-key KEY --out DIR (pins.toml's revision), then `uv lock --refresh-package deep-ep`";
@@ -987,19 +989,26 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
                 None => f,
             });
         }
-        if chain.source.variant.as_deref().is_some_and(|v| v != p.variant) {
-            out.push(rule(
-                format!(
-                    "the deep-ep wheel {} is variant {}'s build, the consumer installs variant {}",
-                    w.file,
-                    p.variant,
-                    chain.source.variant.as_deref().unwrap_or("-")
-                ),
-                w.line,
-            ));
+        if let Some(want) = chain.source.variant.as_deref().map(|v| variant_for(ctx, v, &p.arch)) {
+            if want != p.variant {
+                out.push(rule(
+                    format!(
+                        "the deep-ep wheel {} is variant {}'s build, the consumer installs variant {want}",
+                        w.file, p.variant
+                    ),
+                    w.line,
+                ));
+            }
         }
     }
     out
+}
+
+/// The variant whose `arch` wheels index `index` serves: the member of that
+/// architecture (pins.toml `index`), else the index's own name.
+fn variant_for(ctx: &Context, index: &str, arch: &str) -> String {
+    let members = ctx.pins.map(|p| p.index_members(index)).unwrap_or_default();
+    members.iter().find(|v| v.arch.as_str() == arch).map_or(index.to_string(), |v| v.name.clone())
 }
 
 /// `index-variant-mismatch`: the index the consumer points at serves another
@@ -1026,6 +1035,73 @@ pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding>
             "tool.uv.sources points at index `{}` for variant `{v}`, but its manifest is variant `{}`'s",
             s.name, m.variant
         )));
+    }
+    // What the Dockerfiles build: the index must serve one of the variants each build needs.
+    let Some(p) = ctx.pins else { return out };
+    let served = |n: &String| p.variant(n).is_ok_and(|x| x.index_name() == v);
+    for need in chain.needs.iter().filter(|n| !n.variants.iter().any(served)) {
+        let at = match need.line {
+            0 => need.file.display().to_string(),
+            n => format!("{}:{n}", need.file.display()),
+        };
+        let names: Vec<String> = need.variants.iter().map(|n| format!("`{n}`")).collect();
+        let names = if names.is_empty() { "(none declared in pins.toml)".to_string() } else { names.join(" or ") };
+        let f = finding(format!(
+            "tool.uv.sources points at the index of variant `{v}`, but {at} {} variant {names}: the project would install a wheel its {} does not fit",
+            need.what,
+            if need.line == 0 { "recipe" } else { "image" }
+        ));
+        out.push(f.expected_found(need.variants.join(" or "), v.to_string()));
+    }
+    out
+}
+
+/// `index-label`: the `deep_ep==LABEL` requirement of an index-sourced DeepEP
+/// (and the version uv.lock resolved) must be the label of pins.toml's
+/// revision for each architecture it applies to: the index serves wheels by
+/// version, so the label is what selects the revision.
+pub fn index_label(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let variant = chain.source.variant.as_deref().unwrap_or("VARIANT");
+    let locked = ctx.lock.map(|l| l.refs.as_slice()).unwrap_or_default();
+    let refs = ctx
+        .py
+        .refs
+        .iter()
+        .filter(|r| r.kind == Kind::Requirement)
+        .chain(locked.iter().filter(|r| r.kind == Kind::LockPackage));
+    for r in refs {
+        let Some(found) = r.version.as_deref() else { continue };
+        for &a in &r.archs {
+            let (Some(want), Some(rev)) = (ctx.label_for(a), ctx.intent.get(&a)) else { continue };
+            if same_version(found, &want) {
+                continue;
+            }
+            let url = chain
+                .source
+                .url
+                .as_deref()
+                .and_then(|u| u.strip_suffix(&format!("/{variant}/simple")))
+                .unwrap_or("URL");
+            // One fix for pyproject.toml and uv.lock alike (pin set says to relock), so both land under one cause.
+            let fix = format!("deepep-forge pin set {rev} --index {url} --variant {variant}");
+            out.push(
+                Finding::new(
+                    "index-label",
+                    Severity::Error,
+                    &r.file,
+                    format!(
+                        "{} `{found}` selects another revision's wheel than pins.toml's {} for {a} (label {want})",
+                        r.place,
+                        short(rev)
+                    ),
+                )
+                .at(r.line, r.col)
+                .arch(a)
+                .expected_found(want, found)
+                .fix(fix),
+            );
+        }
     }
     out
 }

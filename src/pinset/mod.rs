@@ -220,12 +220,14 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let pins_moved = pins.as_ref().filter(|p| arches_moved(p)).map(|p| p.path.as_path());
     precheck_writable(&[(moved_py != py_text).then_some(py_path.as_path()), pins_moved, relocked])?;
     // The index and its variant are checked before any fetch, too.
+    // A variant published into another variant's index (pins.toml `index`) is served from that one.
+    let index_variant = match (&args.variant, &pins) {
+        (Some(v), Some(p)) if args.index.is_some() => Some(p.variant(v)?.index_name().to_string()),
+        (v, _) => v.clone(),
+    };
     let index_url = match &args.index {
         Some(url) => {
-            let variant = args.variant.as_deref().expect("clap requires --variant with --index");
-            if let Some(p) = &pins {
-                p.variant(variant)?;
-            }
+            let variant = index_variant.as_deref().expect("clap requires --variant with --index");
             Some(index::index_url(url, variant)?)
         }
         None => None,
@@ -244,7 +246,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
     let (new_py, places) = match (&args.index, args.git) {
         (Some(_), _) => {
-            let variant = args.variant.as_deref().expect("clap requires --variant with --index");
+            let variant = index_variant.as_deref().expect("clap requires --variant with --index");
             let url = index_url.clone().expect("checked above");
             let label = label.as_deref().ok_or_else(|| {
                 Failure::usage("cannot tell DeepEP's version label for `deep_ep==LABEL`")
@@ -340,6 +342,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         format: crate::output::Format::Human,
         index_manifests: Vec::new(),
         trusted_keys: Vec::new(),
+        recipes: Vec::new(),
     };
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",

@@ -5,7 +5,8 @@
 //! with the signed digests (wheel, `.metadata` = the wheel's METADATA,
 //! `.intoto.json` = the statement of the wheel's own provenance); the pages
 //! must be what the manifest renders to; anything else is foreign (reported,
-//! never deleted). Must not write.
+//! never deleted). Variants published into one index (pins.toml `index`)
+//! are checked in it, each for its architecture. Must not write.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -39,8 +40,17 @@ pub fn run(c: &crate::builder::Common, dir: &Path) -> Result<Exit> {
         c.variants.iter().map(|n| pins.variant(n)).collect::<Result<_>>()?
     };
     let mut problems = Vec::new();
+    // One index per name: the variants published into it (pins.toml `index`) are checked together.
+    let mut indexes: Vec<&str> = Vec::new();
     for v in &selected {
-        check_variant(dir, v, &pins, &pins_sha256, &trusted, &mut problems);
+        if !indexes.contains(&v.index_name()) {
+            indexes.push(v.index_name());
+        }
+    }
+    for name in indexes {
+        let members: Vec<&Variant> = selected.iter().copied().filter(|v| v.index_name() == name).collect();
+        crate::note!("checking index {name} in {}", dir.display());
+        check_variant(dir, name, &members, &pins, &pins_sha256, &trusted, &mut problems);
     }
     let known: BTreeSet<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
     for e in std::fs::read_dir(dir)?.flatten() {
@@ -50,33 +60,59 @@ pub fn run(c: &crate::builder::Common, dir: &Path) -> Result<Exit> {
                 .push(format!("{}: foreign (no variant of pins.toml has this name; not deleted)", e.path().display()));
         }
     }
+    let exit = if problems.is_empty() { Exit::Ok } else { Exit::Problems };
+    if c.format == crate::output::DataFormat::Json {
+        let report = CheckReport {
+            schema: super::REPORT_SCHEMA,
+            dir: dir.to_path_buf(),
+            variants: selected.iter().map(|v| v.name.clone()).collect(),
+            ok: problems.is_empty(),
+            problems,
+        };
+        crate::printer::json(&report)?;
+        return Ok(exit);
+    }
     if problems.is_empty() {
         crate::outln!("{}: ok ({} variant(s), signed, every file as its manifest says)", dir.display(), selected.len());
-        return Ok(Exit::Ok);
+        return Ok(exit);
     }
     for p in &problems {
         crate::outln!("{p}");
     }
     crate::outln!("{}: {} problem(s)", dir.display(), problems.len());
-    Ok(Exit::Problems)
+    Ok(exit)
 }
 
+/// What `publish --check --format json` prints.
+#[derive(Debug, serde::Serialize)]
+pub struct CheckReport {
+    pub schema: u32,
+    pub dir: PathBuf,
+    /// The variants checked.
+    pub variants: Vec<String>,
+    pub ok: bool,
+    /// One line per problem, each naming its file.
+    pub problems: Vec<String>,
+}
+
+/// One index (`name`) and the selected variants published into it.
 fn check_variant(
     dir: &Path,
-    v: &Variant,
+    name: &str,
+    members: &[&Variant],
     pins: &Pins,
     pins_sha256: &str,
     trusted: &[PublicKey],
     out: &mut Vec<String>,
 ) {
-    let vdir = dir.join(&v.name);
+    let vdir = dir.join(name);
     let mpath = vdir.join(manifest::FILE);
     if !vdir.is_dir() {
+        let names: Vec<String> = members.iter().map(|v| format!("--variant {}", v.name)).collect();
         out.push(format!(
-            "{}: missing (variant {} is not published; run `deepep-forge publish --variant {}`)",
+            "{}: missing (index {name} is not published; run `deepep-forge publish {}`)",
             vdir.display(),
-            v.name,
-            v.name
+            names.join(" ")
         ));
         return;
     }
@@ -87,7 +123,7 @@ fn check_variant(
             return;
         }
     };
-    if m.variant != v.name {
+    if m.variant != name {
         out.push(format!("{}: the manifest is for variant `{}`", mpath.display(), m.variant));
     }
     if m.pins_sha256 != pins_sha256 {
@@ -98,18 +134,10 @@ fn check_variant(
             pins.path.display()
         ));
     }
-    let files = vdir.join("simple").join(PROJECT);
-    let pinned = m.wheels.iter().any(|w| facts::matches_pins(&w.provenance, pins, v).is_ok());
-    if !pinned {
-        let rev = pins.pins.get(&v.arch).map(|p| p.rev.as_str()).unwrap_or("(no pin)");
-        out.push(format!(
-            "{}: no {} wheel of variant {} at pins.toml's revision {rev}; run `deepep-forge publish --variant {}`",
-            mpath.display(),
-            v.arch.as_str(),
-            v.name,
-            v.name
-        ));
+    for v in members {
+        check_pinned(&mpath, &m, v, pins, out);
     }
+    let files = vdir.join("simple").join(PROJECT);
     for w in &m.wheels {
         check_wheel(&files, w, out);
     }
@@ -122,6 +150,21 @@ fn check_variant(
         }
     }
     foreign(&vdir, &expected(&vdir, &m), out);
+}
+
+/// The index lists a wheel of variant `v` at pins.toml's revision for its architecture.
+fn check_pinned(mpath: &Path, m: &Manifest, v: &Variant, pins: &Pins, out: &mut Vec<String>) {
+    if m.wheels.iter().any(|w| facts::matches_pins(&w.provenance, pins, v).is_ok()) {
+        return;
+    }
+    let rev = pins.pins.get(&v.arch).map(|p| p.rev.as_str()).unwrap_or("(no pin)");
+    out.push(format!(
+        "{}: no {} wheel of variant {} at pins.toml's revision {rev}; run `deepep-forge publish --variant {}`",
+        mpath.display(),
+        v.arch.as_str(),
+        v.name,
+        v.name
+    ));
 }
 
 /// One listed wheel: its three files with the signed digests.

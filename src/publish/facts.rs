@@ -109,3 +109,28 @@ pub fn matches_pins(s: &Summary, pins: &Pins, variant: &Variant) -> Result<(), S
         Err(format!("its provenance does not match pins.toml: {}", diff.join(", ")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_provenance_of_another_revision_variant_or_flags_is_named() {
+        let pins = Pins::parse(include_str!("../../tests/fixtures/demo-pins.toml"), Path::new("pins.toml")).unwrap();
+        let v = pins.variant("demo").unwrap();
+        let ok = Summary {
+            rev: pins.pins[&v.arch].rev.clone(),
+            variant: "demo".into(),
+            arch: "x86_64".into(),
+            cuda_arch_list: v.cuda_arch_list.to_env(),
+            multinode: false,
+            transport: None,
+            version: "1.2.1+9dce5ac".into(),
+        };
+        assert_eq!(matches_pins(&ok, &pins, v), Ok(()));
+        let other = Summary { rev: "a".repeat(40), variant: "demo-arm".into(), multinode: true, ..ok };
+        let e = matches_pins(&other, &pins, v).unwrap_err();
+        assert!(e.starts_with("its provenance does not match pins.toml: revision aaaa"), "{e}");
+        assert!(e.contains("variant demo-arm (expected demo)") && e.contains("/multinode=true (variant: "), "{e}");
+    }
+}

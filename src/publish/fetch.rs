@@ -78,8 +78,81 @@ pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, Pat
     Ok((dir, path))
 }
 
+/// A variant's index by URL (`verify URL` of an index): `<base>/<variant>/`,
+/// `<base>/<variant>/index.json`, `<base>/<variant>/simple[/]` or
+/// `<base>/<variant>/simple/deep-ep[/]`. Returns the manifest's URL and the
+/// folder its wheels lie in (ending in `/`); `None` when `url` names a wheel.
+pub fn index_urls(url: &str) -> Result<Option<(String, String)>> {
+    let shape = || {
+        Failure::usage(format!(
+            "{}: expected a `deepep-forge publish` index URL (<base>/<variant>/, <base>/<variant>/index.json, <base>/<variant>/simple/{PROJECT}/) or a wheel URL in one",
+            crate::cache::excerpt(url)
+        ))
+    };
+    let u = reqwest::Url::parse(url).map_err(|_| shape())?;
+    if u.query().is_some() || u.fragment().is_some() {
+        return Err(shape().into());
+    }
+    let mut segs: Vec<&str> = u.path_segments().map(|s| s.collect()).unwrap_or_default();
+    if segs.last().is_some_and(|l| l.ends_with(".whl")) {
+        return Ok(None);
+    }
+    if segs.last() == Some(&"") {
+        segs.pop();
+    }
+    match segs.as_slice() {
+        [.., "simple", p] if *p == PROJECT => drop(segs.split_off(segs.len() - 2)),
+        [.., "simple"] | [.., "index.json"] => drop(segs.pop()),
+        _ => {}
+    }
+    let variant = *segs.last().ok_or_else(shape)?;
+    manifest::check_variant_name(variant).map_err(Failure::usage)?;
+    let mut base = u.clone();
+    base.path_segments_mut().map_err(|_| shape())?.clear().extend(&segs);
+    let m = format!("{}/{}", base.as_str().trim_end_matches('/'), manifest::FILE);
+    let files = format!("{}/simple/{PROJECT}/", base.as_str().trim_end_matches('/'));
+    Ok(Some((m, files)))
+}
+
+/// The signed manifest of an index URL ([`index_urls`]) and the wheel URLs it
+/// lists (`only`: that one wheel, which it must list), each to be passed to [`wheel`].
+pub fn index_wheels(url: &str, only: Option<&str>, trusted: &[PublicKey]) -> Result<Vec<String>> {
+    let (murl, files) = index_urls(url)?.ok_or_else(|| Failure::usage(format!("{url}: a wheel URL, not an index")))?;
+    let (m, _) = manifest::verified(&manifest::fetch(&murl)?, &murl, trusted)?;
+    let names: Vec<&str> = m.wheels.iter().map(|w| w.wheel.as_str()).filter(|w| only.is_none_or(|o| o == *w)).collect();
+    if names.is_empty() {
+        let listed: Vec<&str> = m.wheels.iter().map(|w| w.wheel.as_str()).collect();
+        return Err(Failure::usage(format!(
+            "{murl}: lists no wheel{}",
+            only.map(|o| format!(" named {}", crate::cache::excerpt(o))).unwrap_or_default()
+        ))
+        .hint(format!("it lists: {}", if listed.is_empty() { "nothing".into() } else { listed.join(", ") }))
+        .into());
+    }
+    // Names were checked by the manifest's validation: safe as a last path segment.
+    Ok(names.iter().map(|n| format!("{files}{}", n.replace('+', "%2B"))).collect())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn index_urls_name_their_manifest_and_wheel_folder() {
+        let want = ("https://h/x/demo/index.json".to_string(), "https://h/x/demo/simple/deep-ep/".to_string());
+        for u in [
+            "https://h/x/demo/",
+            "https://h/x/demo",
+            "https://h/x/demo/index.json",
+            "https://h/x/demo/simple",
+            "https://h/x/demo/simple/",
+            "https://h/x/demo/simple/deep-ep/",
+        ] {
+            assert_eq!(super::index_urls(u).unwrap(), Some(want.clone()), "{u}");
+        }
+        assert_eq!(super::index_urls("https://h/x/demo/simple/deep-ep/deep_ep-1-py3-none-any.whl").unwrap(), None);
+        assert!(super::index_urls("https://h/x/..%2F/").is_err());
+        assert!(super::index_urls("https://h/x/demo/?a=1").is_err());
+    }
+
     #[test]
     fn wheel_urls_name_their_manifest() {
         let (m, w) =

@@ -32,7 +32,11 @@ use manifest::{Manifest, PROJECT};
 #[command(after_help = "\
 Examples:
   deepep-forge publish --pins pins.toml --variant h100 --signing-key publish.key --out public/
-  deepep-forge publish --check public/ --pins pins.toml --trusted-key NAME:BASE64")]
+  deepep-forge publish --pins pins.toml --variant h100 --variant gb200-nvl72 --toolchain registry \\
+      --signing-key publish.key --out public/ --format json
+      (both architectures in one index: gb200-nvl72 has `index = \"h100\"` in pins.toml)
+  deepep-forge publish --check public/ --pins pins.toml --trusted-key NAME:BASE64
+  deepep-forge verify https://host/wheels/h100/simple/deep-ep/ --trusted-key NAME:BASE64")]
 pub struct PublishArgs {
     #[command(flatten)]
     pub common: crate::builder::Common,
@@ -84,7 +88,8 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
         let variant = pins.variant(&o.variant)?;
         facts::matches_pins(&f.entry.provenance, &pins, variant)
             .map_err(|why| Failure::problems(format!("{}: {why}", o.wheel.display())))?;
-        by_variant.entry(o.variant.clone()).or_default().push((o.wheel.clone(), f));
+        // Variants of one index (pins.toml `index`) share its folder: uv picks by platform.
+        by_variant.entry(variant.index_name().to_string()).or_default().push((o.wheel.clone(), f));
     }
     let mut writes = Vec::new();
     let mut summary = Vec::new();
@@ -103,11 +108,51 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
         .into());
     }
     let written = apply(&writes)?;
-    for line in summary {
-        crate::outln!("{line}");
-    }
-    crate::outln!("{written} files written, {} unchanged, into {}", writes.len() - written, index.display());
+    let report = Report {
+        schema: REPORT_SCHEMA,
+        out: index.clone(),
+        wheels: summary,
+        files_written: written,
+        files_unchanged: writes.len() - written,
+    };
+    print_report(&report, args.common.format)?;
     Ok(Exit::Ok)
+}
+
+/// Version of the JSON document `publish --format json` prints.
+pub const REPORT_SCHEMA: u32 = 1;
+
+/// What `publish` did (`--format json`).
+#[derive(Debug, serde::Serialize)]
+pub struct Report {
+    pub schema: u32,
+    /// The index folder.
+    pub out: PathBuf,
+    pub wheels: Vec<Published>,
+    pub files_written: usize,
+    pub files_unchanged: usize,
+}
+
+/// One wheel in an index.
+#[derive(Debug, serde::Serialize)]
+pub struct Published {
+    /// The index it is in (`<out>/<index>/simple/deep-ep/`).
+    pub index: String,
+    pub variant: String,
+    pub arch: String,
+    pub wheel: String,
+    pub sha256: String,
+}
+
+fn print_report(r: &Report, format: crate::output::DataFormat) -> Result<()> {
+    if format == crate::output::DataFormat::Json {
+        return Ok(crate::printer::json(r)?);
+    }
+    for w in &r.wheels {
+        crate::outln!("published {}: {} sha256 {}", w.index, w.wheel, &w.sha256[..16]);
+    }
+    crate::outln!("{} files written, {} unchanged, into {}", r.files_written, r.files_unchanged, r.out.display());
+    Ok(())
 }
 
 /// The files of one variant's index: the new wheels and their files, the
@@ -120,7 +165,7 @@ fn plan_variant(
     pins_sha256: &str,
     key: &SecretKey,
     trusted: &[PublicKey],
-) -> Result<(Vec<Write>, Vec<String>)> {
+) -> Result<(Vec<Write>, Vec<Published>)> {
     manifest::check_variant_name(variant).map_err(Failure::usage)?;
     let vdir = index.join(variant);
     let mpath = vdir.join(manifest::FILE);
@@ -159,7 +204,13 @@ fn plan_variant(
             Some(_) => {}
             None => m.wheels.push(e.clone()),
         }
-        summary.push(format!("published {variant}: {} sha256 {}", e.wheel, &e.sha256[..16]));
+        summary.push(Published {
+            index: variant.to_string(),
+            variant: e.provenance.variant.clone(),
+            arch: e.provenance.arch.clone(),
+            wheel: e.wheel.clone(),
+            sha256: e.sha256.clone(),
+        });
         let imm = |name: String, bytes: Source| Write { dest: files.join(name), bytes, immutable: true };
         writes.push(imm(e.wheel.clone(), Source::File(path.clone())));
         writes.push(imm(format!("{}.metadata", e.wheel), Source::Bytes(f.metadata.clone())));
