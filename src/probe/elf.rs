@@ -31,7 +31,14 @@ pub struct ElfFacts {
     pub strings: Vec<String>,
     /// Fatbin sections by name.
     pub fatbins: Vec<(String, Fatbin)>,
+    /// Symbol versions the loader must find, per library (`.gnu.version_r`):
+    /// `libstdc++.so.6` -> `GLIBCXX_3.4.29`, ... (bounded: [`MAX_VERSION_NEEDS`] in all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub version_needs: Vec<(String, Vec<String>)>,
 }
+
+/// Most `.gnu.version_r` entries kept (libraries x versions); a real extension has a few dozen.
+pub const MAX_VERSION_NEEDS: usize = 512;
 
 impl ElfFacts {
     pub fn arch(&self) -> Option<Arch> {
@@ -105,6 +112,7 @@ pub fn parse(data: &[u8]) -> Result<ElfFacts, String> {
             }
         }
     }
+    facts.version_needs = version_needs(&sections, endian, data)?;
     for sym in file.dynamic_symbols() {
         let Ok(name) = sym.name() else { continue };
         if name.is_empty() {
@@ -127,6 +135,37 @@ pub fn parse(data: &[u8]) -> Result<ElfFacts, String> {
         }
     }
     Ok(facts)
+}
+
+/// `.gnu.version_r`: each library and the symbol versions needed from it, at most
+/// [`MAX_VERSION_NEEDS`] names in all (the iterators stop at malformed entries).
+fn version_needs(
+    sections: &object::read::elf::SectionTable<'_, object::elf::FileHeader64<Endianness>>,
+    endian: Endianness,
+    data: &[u8],
+) -> Result<Vec<(String, Vec<String>)>, String> {
+    let bad = |e: object::Error| format!("malformed .gnu.version_r: {e}");
+    let Some((mut needs, link)) = sections.gnu_verneed(endian, data).map_err(bad)? else { return Ok(Vec::new()) };
+    let strings = sections.strings(endian, data, link).map_err(bad)?;
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut count = 0;
+    while let Some((need, mut auxs)) = needs.next().map_err(bad)? {
+        let file = String::from_utf8_lossy(need.file(endian, strings).map_err(bad)?).into_owned();
+        let mut versions = Vec::new();
+        while let Some(aux) = auxs.next().map_err(bad)? {
+            count += 1;
+            if count > MAX_VERSION_NEEDS {
+                break;
+            }
+            versions.push(String::from_utf8_lossy(aux.name(endian, strings).map_err(bad)?).into_owned());
+        }
+        versions.sort();
+        out.push((file, versions));
+        if count > MAX_VERSION_NEEDS {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 fn printable_strings(bytes: &[u8]) -> Vec<String> {
