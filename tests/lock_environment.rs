@@ -167,5 +167,9 @@ fn too_many_environment_tables_are_bad_input_naming_the_file() {
     std::fs::write(dir.path().join("uv.lock"), lock).unwrap();
     let o = forge(dir.path(), &["lock", "check", "--no-pins", "--project", "."]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("uv.lock: more than 64 torch/nvidia-nvshmem/nvidia-nccl package tables"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("uv.lock: more than 64 torch/nvidia-nvshmem/nvidia-nccl package tables"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -39,7 +39,14 @@ for d in md.distributions():
         break
 dist = None
 try:
-    d = md.distribution("deep_ep")
+    try:
+        d = md.distribution("deep_ep")
+    except md.PackageNotFoundError:
+        # Another distribution name for the deep_ep package (SGLang's sgl-deep-ep).
+        names = getattr(md, "packages_distributions", lambda: {})().get("deep_ep") or []
+        if not names:
+            raise
+        d = md.distribution(names[0])
     files = [str(f) for f in (d.files or [])]
     info = [f for f in files if f.endswith(".dist-info/METADATA")]
     dist = {"version": d.version, "location": str(d.locate_file("")),
@@ -223,8 +230,27 @@ pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
             facts.extensions.push(wheel::extension_from_disk(Path::new(origin))?);
         }
     }
+    // EPv2's `deep_ep._C` lives inside the package: finding its spec would run
+    // deep_ep/__init__.py (and import torch), so it is looked for beside it.
+    if let Some(c) = interp.modules.get("deep_ep").cloned().flatten().and_then(|o| epv2_extension(Path::new(&o))) {
+        facts.extensions.push(wheel::extension_from_disk(&c)?);
+    }
     let env = resolve(&interp, &facts);
     Ok((facts, env))
+}
+
+/// `deep_ep/_C.<abi tag>.so` beside deep_ep's `__init__.py` (the first in name order).
+fn epv2_extension(init: &Path) -> Option<PathBuf> {
+    let dir = init.parent()?;
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("_C.") && n.ends_with(".so")))
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    found.into_iter().next()
 }
 
 fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {

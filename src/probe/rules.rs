@@ -56,7 +56,7 @@ pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
 pub fn interface_of(b: &WheelFacts) -> Option<crate::interface::Branch> {
     use crate::interface::Branch;
     let has = |m: &str| b.extensions.iter().any(|e| e.module == m);
-    if b.extensions.iter().any(|e| e.module == "_C" && e.path.starts_with("deep_ep/")) {
+    if b.extensions.iter().any(is_deep_ep_c) {
         Some(Branch::Main)
     } else if has("hybrid_ep_cpp") {
         Some(Branch::HybridEp)
@@ -67,12 +67,17 @@ pub fn interface_of(b: &WheelFacts) -> Option<crate::interface::Branch> {
     }
 }
 
+/// EPv2's one extension, `deep_ep/_C.*.so` (a wheel member, or installed under `.../deep_ep/`).
+pub fn is_deep_ep_c(e: &Extension) -> bool {
+    e.module == "_C" && (e.path.starts_with("deep_ep/") || e.path.contains("/deep_ep/_C."))
+}
+
 pub fn evidence(b: &WheelFacts) -> Evidence {
     let epv2 = interface_of(b) == Some(crate::interface::Branch::Main);
     let core = b
         .extensions
         .iter()
-        .find(|e| if epv2 { e.module == "_C" && e.path.starts_with("deep_ep/") } else { e.module == "deep_ep_cpp" })
+        .find(|e| if epv2 { is_deep_ep_c(e) } else { e.module == "deep_ep_cpp" })
         .and_then(|e| e.elf.as_ref().ok());
     let nvshmem = core.map(|elf| elf.needs("libnvshmem_host"));
     let nccl = core.filter(|_| epv2).map(|elf| elf.needs("libnccl"));
