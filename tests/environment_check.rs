@@ -304,7 +304,7 @@ fn another_torch_or_torch_abi_fails_naming_undefined_symbols() {
 #[test]
 fn the_cxx11_abi_mismatch_is_an_undefined_symbol_at_load_time_and_the_probe_reads_each_abi() {
     let d = tempfile::tempdir().unwrap();
-    let lib = cxx_lib(d.path(), "libc10.so", 1);
+    cxx_lib(d.path(), "libc10.so", 1);
     let consumer = d.path().join("consumer.cpp");
     std::fs::write(&consumer, "#include <string>\nint c10_count(const std::string& s);\nextern \"C\" int use() { return c10_count(\"x\"); }\n").unwrap();
     for abi in [0u8, 1] {

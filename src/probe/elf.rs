@@ -112,7 +112,7 @@ pub fn parse(data: &[u8]) -> Result<ElfFacts, String> {
             }
         }
     }
-    facts.version_needs = version_needs(&sections, endian, data)?;
+    facts.version_needs = version_needs(sections, endian, data);
     for sym in file.dynamic_symbols() {
         let Ok(name) = sym.name() else { continue };
         if name.is_empty() {
@@ -138,34 +138,35 @@ pub fn parse(data: &[u8]) -> Result<ElfFacts, String> {
 }
 
 /// `.gnu.version_r`: each library and the symbol versions needed from it, at most
-/// [`MAX_VERSION_NEEDS`] names in all (the iterators stop at malformed entries).
+/// [`MAX_VERSION_NEEDS`] names in all; reading stops at the first malformed entry
+/// (what was read before it is kept: the section is evidence, not a requirement).
 fn version_needs(
     sections: &object::read::elf::SectionTable<'_, object::elf::FileHeader64<Endianness>>,
     endian: Endianness,
     data: &[u8],
-) -> Result<Vec<(String, Vec<String>)>, String> {
-    let bad = |e: object::Error| format!("malformed .gnu.version_r: {e}");
-    let Some((mut needs, link)) = sections.gnu_verneed(endian, data).map_err(bad)? else { return Ok(Vec::new()) };
-    let strings = sections.strings(endian, data, link).map_err(bad)?;
+) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let Ok(Some((mut needs, link))) = sections.gnu_verneed(endian, data) else { return out };
+    let Ok(strings) = sections.strings(endian, data, link) else { return out };
     let mut count = 0;
-    while let Some((need, mut auxs)) = needs.next().map_err(bad)? {
-        let file = String::from_utf8_lossy(need.file(endian, strings).map_err(bad)?).into_owned();
+    while let Ok(Some((need, mut auxs))) = needs.next() {
+        let Ok(file) = need.file(endian, strings) else { break };
         let mut versions = Vec::new();
-        while let Some(aux) = auxs.next().map_err(bad)? {
+        while let Ok(Some(aux)) = auxs.next() {
             count += 1;
+            let Ok(name) = aux.name(endian, strings) else { break };
             if count > MAX_VERSION_NEEDS {
                 break;
             }
-            versions.push(String::from_utf8_lossy(aux.name(endian, strings).map_err(bad)?).into_owned());
+            versions.push(String::from_utf8_lossy(name).into_owned());
         }
         versions.sort();
-        out.push((file, versions));
+        out.push((String::from_utf8_lossy(file).into_owned(), versions));
         if count > MAX_VERSION_NEEDS {
             break;
         }
     }
-    Ok(out)
+    out
 }
 
 fn printable_strings(bytes: &[u8]) -> Vec<String> {
