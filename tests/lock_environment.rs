@@ -173,3 +173,90 @@ fn too_many_environment_tables_are_bad_input_naming_the_file() {
         stderr(&o)
     );
 }
+
+/// A metadata-only wheel in `links` (uv resolves from its METADATA).
+fn stub_wheel(links: &Path, name: &str, version: &str, requires: &[&str]) {
+    use std::io::Write;
+    let dist = name.replace('-', "_");
+    let di = format!("{dist}-{version}.dist-info");
+    let mut meta = format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n");
+    for r in requires {
+        meta.push_str(&format!("Requires-Dist: {r}\n"));
+    }
+    let members = [
+        (format!("{di}/METADATA"), meta),
+        (
+            format!("{di}/WHEEL"),
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n".into(),
+        ),
+        (format!("{di}/RECORD"), format!("{di}/METADATA,,\n{di}/WHEEL,,\n{di}/RECORD,,\n")),
+    ];
+    let mut z =
+        zip::ZipWriter::new(std::fs::File::create(links.join(format!("{dist}-{version}-py3-none-any.whl"))).unwrap());
+    for (n, b) in members {
+        z.start_file(n, zip::write::SimpleFileOptions::default()).unwrap();
+        z.write_all(b.as_bytes()).unwrap();
+    }
+    z.finish().unwrap();
+}
+
+/// What uv does with torch's own NCCL pin, and that `lock-nccl`'s printed fix, applied as
+/// printed and relocked with real uv, clears it (stand-in wheels: torch 2.11.0 requiring
+/// `nvidia-nccl-cu13==2.28.9` as the real one does, and NCCL 2.28.9 / 2.30.7).
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+fn torchs_nccl_pin_is_what_uv_locks_and_the_printed_override_fixes_it() {
+    let tools = require!(tools_venv(), "the tools venv");
+    let d = tempfile::tempdir().unwrap();
+    let links = d.path().join("links");
+    std::fs::create_dir(&links).unwrap();
+    stub_wheel(&links, "torch", "2.11.0", &["nvidia-nccl-cu13==2.28.9"]);
+    stub_wheel(&links, "nvidia-nccl-cu13", "2.28.9", &[]);
+    stub_wheel(&links, "nvidia-nccl-cu13", "2.30.7", &[]);
+    let project = d.path().join("consumer");
+    std::fs::create_dir(&project).unwrap();
+    let head = "[project]\nname = \"consumer\"\nversion = \"0.1.0\"\nrequires-python = \">=3.10\"\ndependencies = [\"torch==2.11.0\"]\n";
+    let deep_ep = format!(
+        "\n[project.optional-dependencies]\nep = [\"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{X86}\"]\n"
+    );
+    let uv_lock = |pyproject: &str| {
+        std::fs::write(project.join("pyproject.toml"), pyproject).unwrap();
+        let o = std::process::Command::new(tools.join("bin/uv"))
+            .args(["lock", "-q", "--offline", "--no-index", "--find-links"])
+            .arg(&links)
+            .arg("--python")
+            .arg(tools.join("bin/python"))
+            .current_dir(&project)
+            .env("UV_CACHE_DIR", d.path().join("uv-cache"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "uv lock: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    std::fs::write(
+        project.join("pins.toml"),
+        pins("main", "2.1.0", "torch = \"2.11.0\"\ncuda = \"13.0\"").replace(ARM, X86),
+    )
+    .unwrap();
+    // uv locks torch's pin.
+    uv_lock(head);
+    let lock = std::fs::read_to_string(project.join("uv.lock")).unwrap();
+    assert!(lock.contains("name = \"nvidia-nccl-cu13\"\nversion = \"2.28.9\"\n"), "{lock}");
+    // The project adds DeepEP main (after locking: the check reads the files, uv is offline).
+    std::fs::write(project.join("pyproject.toml"), format!("{head}{deep_ep}")).unwrap();
+    let (code, v) = check(&project);
+    let f = env_findings(&v);
+    assert!(code == 1 && !f.is_empty() && f.iter().all(|x| x.0 == "lock-nccl" && x.5 == "2.28.9"), "{v:#}");
+    let fix = &f[0].6;
+    let entry = fix.strip_prefix("add \"").and_then(|r| r.split_once('"')).map(|(e, _)| e).unwrap();
+    assert!(
+        fix.contains("to [tool.uv] override-dependencies in pyproject.toml") && fix.ends_with("then uv lock"),
+        "{fix}"
+    );
+    // The fix as printed: the override entry, then uv lock.
+    let fixed = format!("{head}\n[tool.uv]\noverride-dependencies = [\"{entry}\"]\n");
+    uv_lock(&fixed);
+    let lock = std::fs::read_to_string(project.join("uv.lock")).unwrap();
+    assert!(lock.contains("name = \"nvidia-nccl-cu13\"\nversion = \"2.30.7\"\n"), "uv overrides torch's pin: {lock}");
+    std::fs::write(project.join("pyproject.toml"), format!("{fixed}{deep_ep}")).unwrap();
+    assert_eq!(env_findings(&check(&project).1), vec![]);
+}
