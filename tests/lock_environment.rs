@@ -110,6 +110,14 @@ fn an_older_nccl_in_the_lock_fails_an_epv2_pin_with_the_override_fix() {
     let f = env_findings(&v);
     assert!(code == 1 && f.len() == 2 && f[0].4 == "==2.30.7" && f[0].5 == "2.30.4", "{f:?}");
     assert!(f[0].6.contains("\"nvidia-nccl-cu13==2.30.7\""), "{f:?}");
+    assert!(f[0].6.ends_with("; or set [toolchain] nccl = \"2.30.4\" in pins.toml and rebuild the variants"), "{f:?}");
+
+    // A [toolchain] nccl below the need cannot build main (build-wheel's preflight): the lock meets the need.
+    let d = project(
+        &pins("main", "2.1.0", "torch = \"2.11.0\"\ncuda = \"13.0\"\nnvshmem = \"3.7.2\"\nnccl = \"2.28.9\""),
+        &|t| t,
+    );
+    assert_eq!(env_findings(&check(d.path()).1), vec![]);
 
     // A hybrid-ep pin has no NCCL need: the same lock says nothing about NCCL.
     let d = project(&pins("hybrid-ep", "1.2.1", no_nccl), &older);

@@ -158,7 +158,9 @@ pub fn lock_nvshmem(j: &Judging, out: &mut Vec<Finding>) {
 pub fn lock_nccl(j: &Judging, out: &mut Vec<Finding>) {
     let Some(pins) = j.ctx.pins.filter(|p| epv2(p)) else { return };
     let built_nccl = pins.toolchain.as_ref().and_then(|t| t.nccl.clone());
-    let exact = built_nccl.as_deref().filter(|b| older(b, EPV2_NCCL_EXACT_BELOW));
+    // A build NCCL below the need cannot build main at all (build-wheel's preflight says so):
+    // the lock is then judged against the need alone.
+    let exact = built_nccl.as_deref().filter(|b| older(b, EPV2_NCCL_EXACT_BELOW) && !older(b, EPV2_NCCL_MIN));
     for a in built(j) {
         for p in locked(j, a, "nvidia-nccl-cu") {
             let (want, why) = match exact {
@@ -183,8 +185,16 @@ pub fn lock_nccl(j: &Judging, out: &mut Vec<Finding>) {
                 .arch(a)
                 .expected_found(&want, &p.version)
                 .fix(format!(
-                    "add \"{}{want}\" to [tool.uv] override-dependencies in pyproject.toml (torch pins its own NCCL), then uv lock",
-                    p.name
+                    "add \"{}{want}\" to [tool.uv] override-dependencies in pyproject.toml (torch pins its own NCCL), then uv lock{}",
+                    p.name,
+                    match exact {
+                        Some(_) if !older(&p.version, EPV2_NCCL_MIN) => format!(
+                            "; or set [toolchain] nccl = \"{}\" in {} and rebuild the variants",
+                            p.version,
+                            pins_name(j)
+                        ),
+                        _ => String::new(),
+                    }
                 )),
             );
         }
