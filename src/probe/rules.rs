@@ -962,6 +962,25 @@ mod tests {
     }
 
     #[test]
+    fn epv2_rules_replace_hybridep_rules_and_need_nccl_across_nodes() {
+        let two_nodes =
+            Request { nodes: Some(2), ranks_per_domain: None, mnnvl: None, ..req(16, 8, 8, false, Gpu::H100) };
+        let no_nccl = Evidence { epv2: true, nccl: Some(false), nvshmem: Some(false), ..Default::default() };
+        let c = tc(&two_nodes, Some(&no_nccl), None);
+        assert_eq!(status(&c, "epv2-internode"), Fail);
+        assert_eq!(status(&c, "epv2-legacy-internode"), Warn);
+        assert_eq!(status(&c, "ep-fits-nodes"), Pass);
+        for hybridep in ["ep-divisible", "multinode-build", "ranks-per-node", "mnnvl-system", "domains-max"] {
+            assert!(!c.iter().any(|x| x.rule == hybridep), "{hybridep}");
+        }
+        let one_node = Request { nodes: Some(1), ..req(8, 8, 8, false, Gpu::H100) };
+        assert_eq!(status(&tc(&one_node, Some(&no_nccl), None), "epv2-internode"), Pass);
+        let full = Evidence { epv2: true, nccl: Some(true), nvshmem: Some(true), ..Default::default() };
+        let c = tc(&two_nodes, Some(&full), None);
+        assert_eq!((status(&c, "epv2-internode"), status(&c, "epv2-legacy-internode")), (Pass, Pass));
+    }
+
+    #[test]
     fn driver_symbols_are_cu_upper() {
         assert!(is_driver_symbol("cuInit") && is_driver_symbol("cuMemAlloc_v2"));
         assert!(!is_driver_symbol("cudaMalloc") && !is_driver_symbol("cublasCreate") && !is_driver_symbol("cu"));
