@@ -165,6 +165,8 @@ pub fn verify(mut args: VerifyArgs) -> Result<Exit> {
         cache_dir: args.run.cache.cache_dir.clone(),
         no_cache: true,
         compiler_cache: args.run.compiler_cache(),
+        // A verification compiles everything, NCCL too: never the stored NCCL output.
+        nccl_reuse: false,
         jobs: args.run.jobs,
     };
     let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, &args.wheel))?;

@@ -711,3 +711,34 @@ fn git_in(dir: &std::path::Path, args: &[&str]) -> String {
     assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap().trim().to_string()
 }
+
+/// How many hybrid-ep revisions share one NCCL build (docs/reproducibility.md):
+/// every revision of `git log hybrid-ep` with a `third-party/nccl` gitlink,
+/// grouped by the submodule commit and the part of the NCCL key setup.py gives
+/// (`nccl_reuse::recipe_digest`: the gencode function and the make command).
+/// For one toolchain and arch list, each group is one NCCL build.
+#[test]
+#[ignore = "needs a DeepEP clone named by DEEPEP_FORGE_DEEPEP_MIRROR: bash .ci/run runs it when set"]
+fn hybrid_ep_revisions_share_two_nccl_builds() {
+    let m = mirror();
+    let revs = git(&m, &["log", "--format=%H", "hybrid-ep"]);
+    let mut groups: std::collections::BTreeMap<(String, String), Vec<String>> = Default::default();
+    let mut without = 0;
+    for rev in revs.lines() {
+        let line = git(&m, &["ls-tree", rev, "third-party/nccl"]);
+        let Some(commit) = line.split_whitespace().nth(2).filter(|_| line.starts_with("160000")) else {
+            without += 1;
+            continue;
+        };
+        let setup = git(&m, &["show", &format!("{rev}:setup.py")]);
+        let recipe = deepep_forge::builder::nccl_reuse::recipe_digest(&setup);
+        groups.entry((commit[..7].to_string(), recipe[..12].to_string())).or_default().push(rev[..7].to_string());
+    }
+    for ((commit, recipe), revs) in &groups {
+        println!("nccl {commit} recipe {recipe}: {} revisions: {}", revs.len(), revs.join(" "));
+    }
+    println!("without the submodule: {without}");
+    let counts: Vec<(&str, usize)> = groups.iter().map(|((c, _), r)| (c.as_str(), r.len())).collect();
+    assert_eq!(counts, [("1e0c869", 12), ("fb32e0b", 5)], "{groups:?}");
+    assert_eq!(without, 229);
+}

@@ -166,6 +166,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         notes.push(n);
     }
     check_interrupted()?;
+    let nccl = super::nccl_reuse::before(pl, t.cache_dir, notes);
     std::fs::create_dir_all(pl.dist())?;
     std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
     let ran = crate::process::Cmd::exact(
@@ -179,6 +180,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         finish_compiler_cache(pl, &r.root, shared, notes);
     }
     ran?;
+    super::nccl_reuse::after(pl, t.cache_dir, nccl, notes);
 
     let built = single_wheel(&pl.dist())?;
     let file_name = built.file_name().context("wheel file name")?.to_string_lossy().into_owned();

@@ -11,6 +11,7 @@ pub mod cross;
 pub mod deliver;
 pub mod execute;
 pub mod lookup;
+pub mod nccl_reuse;
 pub mod plan;
 pub mod preflight;
 pub mod prepare;
@@ -64,6 +65,12 @@ pub struct RunArgs {
     /// No compiler cache, whatever the environment or the user config say.
     #[arg(long, conflicts_with = "compiler_cache")]
     pub no_compiler_cache: bool,
+    /// Build NCCL from source in every DOCA multinode build: neither reuse nor store its
+    /// build output (by default it is stored in the cache once per NCCL submodule commit,
+    /// arch list, nvcc, host compiler and make variables, and put in place before
+    /// setup.py's `make src.build`; the wheel's bytes and cache key are the same either way).
+    #[arg(long)]
+    pub no_nccl_reuse: bool,
     /// Parallel compile jobs (MAX_JOBS), 1 to 4096. Default: the number of CPU cores.
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub jobs: Option<usize>,
@@ -133,6 +140,7 @@ impl Common {
             cache_dir: self.run.cache.cache_dir.clone(),
             no_cache: self.no_cache,
             compiler_cache: self.run.compiler_cache(),
+            nccl_reuse: !self.run.no_nccl_reuse,
             jobs: self.run.jobs,
         })
     }
@@ -369,6 +377,17 @@ fn print_plan(pl: &Plan, cached: bool) {
             "  hooks       nvcc and C++ compiles through sccache {} (per-unit --frandom-seed, -ffile-prefix-map); compiler cache: {}",
             h.sccache_version,
             h.compiler_cache.as_ref().map(|c| c.describe()).unwrap_or_else(|| "off".into())
+        );
+    }
+    if let Some(n) = &pl.nccl_reuse {
+        crate::outln!(
+            "  nccl        {}/{} at {} ({}) reused when stored under key {} ({}), else stored after the build",
+            n.submodule,
+            n.build_dir,
+            &n.commit[..n.commit.len().min(7)],
+            n.nvcc_gencode,
+            &n.key[..12],
+            n.entry.display()
         );
     }
     crate::outln!("  cwd         {}", pl.run.cwd.display());

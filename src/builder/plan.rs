@@ -200,6 +200,10 @@ pub struct Plan {
     /// The canonical build root's links and compiler wrappers (`canon`), installed by the build.
     #[serde(default)]
     pub hooks: Option<Hooks>,
+    /// The NCCL build output reused across builds (`nccl_reuse`): restored before the
+    /// command when stored, stored after a fresh one. Not in the cache key: it changes no byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_reuse: Option<NcclReuse>,
     /// sha256 of the canonical path-free plan; None when it depends on what is not known yet.
     pub cache_key: Option<String>,
     /// Why `cache_key` is None.
@@ -469,6 +473,41 @@ pub enum Backend {
     Gha,
 }
 
+/// The plan's NCCL step (behaviour: `nccl_reuse`): before the command, the stored build
+/// folder of this key is put in place in the fresh checkout (so the build's own
+/// `make src.build` finds it up to date); after a fresh build, the folder is stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NcclReuse {
+    /// The submodule (`third-party/nccl`) and the folder its make writes (`build`).
+    pub submodule: String,
+    pub build_dir: String,
+    pub commit: String,
+    /// NVCC_GENCODE as setup.py derives it from TORCH_CUDA_ARCH_LIST.
+    pub nvcc_gencode: String,
+    /// sha256 of `inputs`.
+    pub key: String,
+    pub inputs: NcclKeyInputs,
+    /// `<cache>/trees/entries/<key>.json`.
+    pub entry: PathBuf,
+}
+
+/// What NCCL's build output depends on (path-free): the key of [`NcclReuse`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NcclKeyInputs {
+    pub tool: String,
+    pub commit: String,
+    pub nvcc_gencode: String,
+    /// sha256 of setup.py's lines that derive NVCC_GENCODE and run `make src.build`.
+    pub recipe: String,
+    pub nvcc: String,
+    pub compilers: BTreeMap<String, String>,
+    pub host: String,
+    /// The variables that reach NCCL's make (path-free): the plan's keyed ones but
+    /// DeepEP's own knobs (unless NCCL's makefiles read the name) and SOURCE_DATE_EPOCH,
+    /// PIP_CONFIG_FILE, PYTORCH_NVCC; plus MAKEFLAGS.
+    pub env: BTreeMap<String, String>,
+}
+
 /// The compiler hooks of a plan (their behaviour: `canon`): wrapper scripts (content decided here) and
 /// the environment that points the build at them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -576,6 +615,7 @@ mod tests {
             needs_torch: false,
             portable: Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
             hooks: None,
+            nccl_reuse: None,
             cache_key: None,
             cache_key_unknown: None,
             outputs: Outputs { out_dir: PathBuf::from("/o"), cache_entry: None, log: PathBuf::from("/c/cache/logs/x") },

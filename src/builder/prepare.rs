@@ -149,6 +149,10 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
         };
         let compiler_cache = super::canon::compiler_cache(flag, off, &cache_dir)?;
         super::canon::apply(&mut plan, compiler_cache, mode == Mode::Build)?;
+        if plan.source.submodules.contains_key(super::nccl_reuse::SUBMODULE) {
+            let setup = source::show(&mirror, &p.rev, "setup.py");
+            super::nccl_reuse::attach(&mut plan, setup.as_deref(), &cache_dir, c.nccl_reuse);
+        }
         let tag = plan.cache_key.as_deref().map(|k| k[..12].to_string()).unwrap_or_else(|| "unknown".into());
         plan.outputs.log = cache_dir.join("logs").join(format!("{}-{tag}.log", v.name));
         plan.outputs.cache_entry = plan
@@ -490,6 +494,7 @@ fn plan_variant(
         needs_torch: p.needs_torch,
         portable: plan::Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
         hooks: None,
+        nccl_reuse: None,
         cache_key: None,
         cache_key_unknown: None,
         outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },

@@ -48,6 +48,9 @@ pub struct BuildRequest {
     /// Neither read nor write the wheel cache.
     pub no_cache: bool,
     pub compiler_cache: CompilerCache,
+    /// Reuse NCCL's build output stored for the same submodule commit, arch list and
+    /// toolchain (`builder::nccl_reuse`); the wheel's bytes are the same either way.
+    pub nccl_reuse: bool,
     /// Parallel compile jobs (`None`: the number of CPU cores).
     pub jobs: Option<usize>,
 }

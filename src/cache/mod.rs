@@ -13,6 +13,7 @@ pub mod config;
 pub mod lock;
 pub mod remote;
 pub mod sign;
+pub mod tree;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

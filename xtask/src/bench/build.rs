@@ -272,7 +272,7 @@ fn plan_recipe(t: &Tools, cache: &Path) -> Result<Recipe> {
     })
 }
 
-fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
+pub(super) fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
     std::fs::create_dir_all(dst)?;
     for e in std::fs::read_dir(src)? {
         let e = e?;

@@ -44,6 +44,10 @@ pub struct CacheBenchArgs {
     /// builds of real DeepEP).
     #[arg(long, value_delimiter = ',', value_name = "N,...", requires = "work")]
     pub steps: Vec<u8>,
+    /// nccl-reuse with --pins: another DeepEP revision (full sha) with the same NCCL
+    /// submodule commit as the pin (docs/reproducibility.md lists them).
+    #[arg(long, value_name = "REV")]
+    pub rev2: Option<String>,
 }
 
 struct Build {

@@ -7,6 +7,7 @@ mod build;
 mod compiler_cache;
 mod install;
 mod lock;
+mod nccl_reuse;
 mod probe;
 mod runtime;
 mod toolchain;
@@ -38,6 +39,11 @@ pub enum Which {
     /// Rebuild with a warm compiler cache vs a fresh build (wheel cache off), a second variant
     /// after the first vs fresh, and the sha256 of every build (folders, cache on/off).
     BuildCache,
+    /// NCCL built once per submodule commit: a multinode variant at another DeepEP revision
+    /// with the same NCCL submodule, and a second multinode variant with the same arch list,
+    /// each vs fresh (goal: <= 0.4x); the sha256 with and without the reuse (takes
+    /// build-cache's options and --rev2; default: the fixture with mini-nccl as its submodule).
+    NcclReuse,
     /// One compiler cache through a real Redis server: machine B (another checkout and
     /// wheel cache) warm from Redis vs machine A cold; the same sha256 (takes build-cache's options).
     FleetCache,
@@ -105,6 +111,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::Install => install::run()?,
         Which::BuildCache => compiler_cache::run(args.cache)?,
         Which::FleetCache => compiler_cache::fleet(args.cache)?,
+        Which::NcclReuse => nccl_reuse::run(args.cache)?,
     }
     Ok(Exit::Ok)
 }
