@@ -414,16 +414,16 @@ fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert!(
-        lines[2].starts_with("CAUSE 1/2 [pin-not-adopted]: the project never adopted pins.toml's revision"),
+        lines[2].starts_with("CAUSE 1/3 [pin-not-adopted]: the project never adopted pins.toml's revision"),
         "{out}"
     );
     assert!(lines[2].contains("x86_64 29d31c0, aarch64 a484936, pins.toml 17cfb81 for every architecture"), "{out}");
     assert_eq!(lines[3], format!("  fix: {fix}"), "{out}");
-    let second = lines.iter().position(|l| l.starts_with("cause (note) 2/2 [transitive-pin]")).unwrap();
+    let second = lines.iter().position(|l| l.starts_with("cause (note) 2/3 [transitive-pin]")).unwrap();
     assert_eq!(lines[..second].iter().filter(|l| l.starts_with("  error[")).count(), 8, "{out}");
     assert!(!lines[..second].iter().any(|l| l.starts_with("    fix:")), "findings repeat no fix of their cause: {out}");
     assert!(
-        out.ends_with("FAILED: 8 error(s), 0 warning(s), 2 note(s) from 1 cause(s): run each cause's fix\n"),
+        out.ends_with("FAILED: 8 error(s), 0 warning(s), 4 note(s) from 1 cause(s): run each cause's fix\n"),
         "{out}"
     );
 
@@ -433,11 +433,15 @@ fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
     assert_eq!(v["schema"], 2);
     assert_eq!(
         causes(&v),
-        [("pin-not-adopted".into(), "error".into(), 8), ("transitive-pin".into(), "note".into(), 2)]
+        [
+            ("pin-not-adopted".into(), "error".into(), 8),
+            ("transitive-pin".into(), "note".into(), 2),
+            ("lock-nvshmem".into(), "note".into(), 2)
+        ]
     );
     assert_eq!(v["causes"][0]["fix"], fix.as_str());
     let all = v["findings"].as_array().unwrap();
-    assert_eq!(all.len(), 10);
+    assert_eq!(all.len(), 12);
     assert!(all.iter().all(|f| f["cause"].is_string()), "{v:#}");
     let rules_under: Vec<&str> =
         v["causes"][0]["findings"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
@@ -450,7 +454,7 @@ fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
     let out = stdout(&o);
     let ann: Vec<&str> =
         out.lines().filter(|l| ["::error ", "::warning ", "::notice "].iter().any(|p| l.starts_with(p))).collect();
-    assert_eq!(ann.len(), 10, "{out}");
+    assert_eq!(ann.len(), 12, "{out}");
     assert_eq!(ann.iter().filter(|a| a.contains("(cause pin-not-adopted)::")).count(), 8, "{out}");
     assert!(
         ann.iter().all(|a| a.starts_with("::error file=pyproject.toml,line=")
@@ -610,7 +614,7 @@ impl FixLab {
         let links = dir.path().join("links");
         std::fs::create_dir(&links).unwrap();
         std::fs::write(dir.path().join("stub.py"), STUB_WHEELS_PY).unwrap();
-        let wheels = ["numpy==2.3.0", "uvicorn==0.35.0", "torch==2.9.0", "packaging==25.0", "ninja==1.13.0"];
+        let wheels = ["numpy==2.3.0", "uvicorn==0.35.0", "torch==2.11.0", "packaging==25.0", "ninja==1.13.0"];
         let o = std::process::Command::new(&python).arg(dir.path().join("stub.py")).arg(&links).args(wheels).output();
         assert!(o.as_ref().is_ok_and(|o| o.status.success()), "stub wheels: {o:?}");
         let d = |p: &str| dir.path().join(p).display().to_string();

@@ -142,6 +142,9 @@ fn summary(ctx: &Context, kind: &str, arch: Option<Arch>) -> String {
 fn rule_summary(rule: &str) -> Option<&'static str> {
     Some(match rule {
         "transitive-pin" => "another package pins its own DeepEP",
+        "lock-torch" => "uv.lock installs another torch than DeepEP is built against",
+        "lock-nvshmem" => "uv.lock's NVSHMEM is not proven to be the one DeepEP's device code is built with",
+        "lock-nccl" => "uv.lock installs an NCCL DeepEP main cannot run with",
         "source-repo" => "DeepEP comes from another repository than pins.toml names",
         "unpinned" => "DeepEP is required without a git revision",
         "arch-unpinned" => "DeepEP is installed on an architecture pins.toml does not pin",

@@ -16,6 +16,8 @@ use super::{same_repo, Kind, Reference};
 use crate::findings::{Finding, Severity};
 use crate::pins::{is_full_sha, Arch, Pins};
 
+pub mod environment;
+
 /// Everything the rules judge against.
 pub struct Context<'a> {
     pub project: &'a Path,
@@ -324,6 +326,9 @@ const RULES: &[Rule] = &[
     Rule { id: "label-invalid", phase: Phase::LockEntries, judge: Judge::Ref(label_invalid) },
     Rule { id: "lock-label", phase: Phase::LockEntries, judge: Judge::Ref(lock_label) },
     Rule { id: "lock-stale", phase: Phase::Lock, judge: Judge::Once(lock_stale_unlocked_arch) },
+    Rule { id: "lock-torch", phase: Phase::Lock, judge: Judge::Once(environment::lock_torch) },
+    Rule { id: "lock-nvshmem", phase: Phase::Lock, judge: Judge::Once(environment::lock_nvshmem) },
+    Rule { id: "lock-nccl", phase: Phase::Lock, judge: Judge::Once(environment::lock_nccl) },
 ];
 
 /// The rule ids `lock check` can report (docs/findings.md lists each).

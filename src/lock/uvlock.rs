@@ -31,6 +31,98 @@ pub struct UvLock {
     pub refs: Vec<Reference>,
     /// Architectures for which `[manifest] overrides` replace deep-ep.
     pub overridden: Vec<Arch>,
+    /// The locked packages DeepEP's compiled code meets at run time (torch,
+    /// `nvidia-nvshmem-cu*`, `nvidia-nccl-cu*`), each with where and for which architectures.
+    pub environment: Vec<EnvPackage>,
+}
+
+/// One locked `[[package]]` of [`ENV_PACKAGES`].
+#[derive(Debug, Clone)]
+pub struct EnvPackage {
+    /// Normalised name (`torch`, `nvidia-nccl-cu13`).
+    pub name: String,
+    pub version: String,
+    pub line: usize,
+    pub col: usize,
+    /// Where its `resolution-markers` can hold (all architectures when it has none).
+    pub archs: Vec<Arch>,
+}
+
+/// Names (or name prefixes ending in `-cu`) of the packages [`environment`] reads.
+pub const ENV_PACKAGES: [&str; 3] = ["torch", "nvidia-nvshmem-cu", "nvidia-nccl-cu"];
+/// Most such tables read (a real lock has a handful: one per resolution fork).
+pub const MAX_ENV_PACKAGES: usize = 64;
+
+fn is_env_package(name: &str) -> bool {
+    name == "torch"
+        || ENV_PACKAGES[1..].iter().any(|p| {
+            name.strip_prefix(p).is_some_and(|m| !m.is_empty() && m.len() <= 3 && m.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
+#[derive(Deserialize)]
+struct EnvLock {
+    #[serde(default)]
+    package: Vec<EnvPkg>,
+}
+
+#[derive(Deserialize)]
+struct EnvPkg {
+    name: Spanned<String>,
+    version: Option<String>,
+    #[serde(rename = "resolution-markers", default)]
+    resolution_markers: Vec<String>,
+}
+
+/// The [`ENV_PACKAGES`] tables of uv.lock: only `[[package]]` tables whose first key
+/// names one are parsed (each alone; the whole file when one does not parse alone),
+/// at most [`MAX_ENV_PACKAGES`].
+pub fn environment(path: &Path, text: &str) -> Result<Vec<EnvPackage>> {
+    let starts: Vec<usize> = text.match_indices("\n[[package]]\nname = \"").map(|(i, _)| i + 1).collect();
+    let mut parts: Vec<(usize, EnvLock)> = Vec::new();
+    for (k, &s) in starts.iter().enumerate() {
+        let head = &text[s + "[[package]]\nname = \"".len()..];
+        let name = head.split('"').next().unwrap_or_default();
+        if !is_env_package(name) {
+            continue;
+        }
+        if parts.len() == MAX_ENV_PACKAGES {
+            return Err(Failure::usage(format!(
+                "{}: more than {MAX_ENV_PACKAGES} torch/nvidia-nvshmem/nvidia-nccl package tables",
+                path.display()
+            ))
+            .hint("regenerate the lock with `uv lock`")
+            .into());
+        }
+        let end = starts.get(k + 1).copied().unwrap_or(text.len());
+        match toml::from_str::<EnvLock>(&text[s..end]) {
+            Ok(l) => parts.push((s, l)),
+            Err(_) => {
+                let lock: EnvLock = toml::from_str(text)
+                    .map_err(|e| super::toml_error(path, text, e, "uv.lock (or regenerate it with `uv lock`)"))?;
+                parts = vec![(0, lock)];
+                break;
+            }
+        }
+    }
+    let ix = LineIndex::new(text);
+    let mut out = Vec::new();
+    for (off, p) in parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))) {
+        let (Some(version), true) = (&p.version, is_env_package(p.name.get_ref())) else { continue };
+        let line = ix.line(off + p.name.span().start);
+        let mut m = if p.resolution_markers.is_empty() { MarkerTree::TRUE } else { MarkerTree::FALSE };
+        for rm in &p.resolution_markers {
+            m.or(parse_marker(Some(rm), path, line)?);
+        }
+        out.push(EnvPackage {
+            name: p.name.get_ref().clone(),
+            version: version.clone(),
+            line,
+            col: ix.col(text, off + p.name.span().start),
+            archs: marker::archs(&m, &MarkerTree::TRUE),
+        });
+    }
+    Ok(out)
 }
 
 #[derive(Deserialize)]
@@ -332,7 +424,8 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
     }
     overridden.sort();
     overridden.dedup();
-    Ok(UvLock { refs, overridden })
+    let environment = environment(path, text)?;
+    Ok(UvLock { refs, overridden, environment })
 }
 
 #[cfg(test)]

@@ -31,7 +31,14 @@ pub struct ElfFacts {
     pub strings: Vec<String>,
     /// Fatbin sections by name.
     pub fatbins: Vec<(String, Fatbin)>,
+    /// Symbol versions the loader must find, per library (`.gnu.version_r`):
+    /// `libstdc++.so.6` -> `GLIBCXX_3.4.29`, ... (bounded: [`MAX_VERSION_NEEDS`] in all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub version_needs: Vec<(String, Vec<String>)>,
 }
+
+/// Most `.gnu.version_r` entries kept (libraries x versions); a real extension has a few dozen.
+pub const MAX_VERSION_NEEDS: usize = 512;
 
 impl ElfFacts {
     pub fn arch(&self) -> Option<Arch> {
@@ -105,6 +112,7 @@ pub fn parse(data: &[u8]) -> Result<ElfFacts, String> {
             }
         }
     }
+    facts.version_needs = version_needs(sections, endian, data);
     for sym in file.dynamic_symbols() {
         let Ok(name) = sym.name() else { continue };
         if name.is_empty() {
@@ -127,6 +135,38 @@ pub fn parse(data: &[u8]) -> Result<ElfFacts, String> {
         }
     }
     Ok(facts)
+}
+
+/// `.gnu.version_r`: each library and the symbol versions needed from it, at most
+/// [`MAX_VERSION_NEEDS`] names in all; reading stops at the first malformed entry
+/// (what was read before it is kept: the section is evidence, not a requirement).
+fn version_needs(
+    sections: &object::read::elf::SectionTable<'_, object::elf::FileHeader64<Endianness>>,
+    endian: Endianness,
+    data: &[u8],
+) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let Ok(Some((mut needs, link))) = sections.gnu_verneed(endian, data) else { return out };
+    let Ok(strings) = sections.strings(endian, data, link) else { return out };
+    let mut count = 0;
+    while let Ok(Some((need, mut auxs))) = needs.next() {
+        let Ok(file) = need.file(endian, strings) else { break };
+        let mut versions = Vec::new();
+        while let Ok(Some(aux)) = auxs.next() {
+            count += 1;
+            let Ok(name) = aux.name(endian, strings) else { break };
+            if count > MAX_VERSION_NEEDS {
+                break;
+            }
+            versions.push(String::from_utf8_lossy(name).into_owned());
+        }
+        versions.sort();
+        out.push((String::from_utf8_lossy(file).into_owned(), versions));
+        if count > MAX_VERSION_NEEDS {
+            break;
+        }
+    }
+    out
 }
 
 fn printable_strings(bytes: &[u8]) -> Vec<String> {

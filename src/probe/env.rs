@@ -28,9 +28,25 @@ for m in ("deep_ep", "hybrid_ep_cpp", "deep_ep_cpp", "torch"):
         mods[m] = s.origin if s else None
     except Exception:
         mods[m] = None
+# torch and the NVIDIA libraries DeepEP's extensions meet at run time: their
+# installed dist-info versions (names only; nothing imported).
+pkgs = {}
+for d in md.distributions():
+    n = (d.metadata["Name"] or "").lower().replace("_", "-")
+    if n == "torch" or n.startswith("nvidia-nvshmem-cu") or n.startswith("nvidia-nccl-cu"):
+        pkgs.setdefault(n, d.version)
+    if len(pkgs) > 16:
+        break
 dist = None
 try:
-    d = md.distribution("deep_ep")
+    try:
+        d = md.distribution("deep_ep")
+    except md.PackageNotFoundError:
+        # Another distribution name for the deep_ep package (SGLang's sgl-deep-ep).
+        names = getattr(md, "packages_distributions", lambda: {})().get("deep_ep") or []
+        if not names:
+            raise
+        d = md.distribution(names[0])
     files = [str(f) for f in (d.files or [])]
     info = [f for f in files if f.endswith(".dist-info/METADATA")]
     dist = {"version": d.version, "location": str(d.locate_file("")),
@@ -38,7 +54,8 @@ try:
 except md.PackageNotFoundError:
     pass
 print(json.dumps({"python": sys.executable, "version": platform.python_version(),
-                  "machine": platform.machine(), "modules": mods, "dist": dist}))
+                  "machine": platform.machine(), "modules": mods, "dist": dist,
+                  "packages": pkgs}))
 "#;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -48,6 +65,25 @@ pub struct Interpreter {
     pub machine: String,
     pub modules: BTreeMap<String, Option<String>>,
     pub dist: Option<Dist>,
+    /// torch, `nvidia-nvshmem-cu*`, `nvidia-nccl-cu*`: dist-info name -> version.
+    #[serde(default)]
+    pub packages: BTreeMap<String, String>,
+}
+
+/// The versions of what a DeepEP extension meets at run time, as the
+/// environment's files say them (dist-info, torch's own files; nothing imported).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Versions {
+    /// The interpreter asked.
+    pub python: String,
+    /// torch's dist-info version (`2.11.0+cu130`).
+    pub torch: Option<String>,
+    /// torch's `_GLIBCXX_USE_CXX11_ABI`, and the file that said it.
+    pub torch_cxx11_abi: Option<(bool, String)>,
+    /// `nvidia-nvshmem-cu13` -> version, when installed.
+    pub nvshmem: Option<(String, String)>,
+    /// `nvidia-nccl-cu13` -> version, when installed.
+    pub nccl: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -74,6 +110,8 @@ pub struct EnvFacts {
     pub missing_runpaths: Vec<(String, String)>,
     /// What HybridEP's JIT will find.
     pub jit: JitEnv,
+    /// torch, NVSHMEM and NCCL as installed.
+    pub versions: Versions,
 }
 
 /// HybridEP's JIT runs `$CUDA_HOME/bin/nvcc -I$CUDA_HOME/include
@@ -93,8 +131,8 @@ pub struct JitEnv {
     pub cache_writable: Option<(String, bool)>,
 }
 
-/// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
-pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
+/// Run [`SCRIPT`] with `python`: what it says about its modules and packages.
+fn ask(python: &Path) -> Result<Interpreter> {
     let out = Cmd::new(python, format!("ask {} about its deep_ep", python.display()))
         .arg("-c")
         .arg(SCRIPT)
@@ -113,6 +151,59 @@ pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
     }
     let interp: Interpreter = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("{} printed something other than the expected JSON", python.display()))?;
+    Ok(interp)
+}
+
+/// torch, NVSHMEM and NCCL in `python`'s environment (`probe --wheel W --python ENV`:
+/// deep_ep need not be installed there).
+pub fn versions(python: &Path) -> Result<Versions> {
+    Ok(versions_of(&ask(python)?))
+}
+
+fn versions_of(interp: &Interpreter) -> Versions {
+    let find =
+        |prefix: &str| interp.packages.iter().find(|(n, _)| n.starts_with(prefix)).map(|(n, v)| (n.clone(), v.clone()));
+    let torch_dir =
+        interp.modules.get("torch").cloned().flatten().and_then(|o| Some(Path::new(&o).parent()?.to_path_buf()));
+    Versions {
+        python: interp.python.clone(),
+        torch: interp.packages.get("torch").cloned(),
+        torch_cxx11_abi: torch_dir.as_deref().and_then(torch_abi),
+        nvshmem: find("nvidia-nvshmem-cu"),
+        nccl: find("nvidia-nccl-cu"),
+    }
+}
+
+/// torch's C++ ABI from its files: `share/cmake/Torch/TorchConfig.cmake` sets
+/// `TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=N"` (what extensions are told to
+/// compile with); else `lib/libc10.so`'s exports: std::string in the C++11 ABI
+/// mangles as `St7__cxx11`, in the old ABI as `Ss`.
+pub fn torch_abi(torch: &Path) -> Option<(bool, String)> {
+    use crate::input::{self, cap};
+    let cmake = torch.join("share/cmake/Torch/TorchConfig.cmake");
+    if let Ok(text) = input::read_text(&cmake, "TorchConfig.cmake", cap::TEXT) {
+        let flag = "_GLIBCXX_USE_CXX11_ABI=";
+        if let Some(v) = text.split(flag).nth(1).and_then(|r| r.chars().next()) {
+            if v == '0' || v == '1' {
+                return Some((v == '1', format!("{}: {flag}{v}", cmake.display())));
+            }
+        }
+    }
+    let lib = torch.join("lib/libc10.so");
+    let bytes = input::read_bytes(&lib, "libc10.so", super::wheel::limits::MEMBER).ok()?;
+    let elf = super::elf::parse(&bytes).ok()?;
+    let cxx11 = elf.defined.iter().filter(|s| s.contains("St7__cxx11")).count();
+    let old = elf.defined.iter().filter(|s| s.starts_with("_Z") && (s.contains("Ss") || s.contains("NSs"))).count();
+    match (cxx11, old) {
+        (0, 0) => None,
+        (n, _) if n > 0 => Some((true, format!("{}: {n} exports use std::__cxx11", lib.display()))),
+        (_, n) => Some((false, format!("{}: {n} exports use the old std::string (no std::__cxx11)", lib.display()))),
+    }
+}
+
+/// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
+pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
+    let interp = ask(python)?;
     let Some(dist) = interp.dist.clone() else {
         return Err(Failure::usage(format!("deep_ep is not installed for {}", interp.python))
             .hint("install the wheel into that environment, or probe the wheel file with --wheel")
@@ -139,8 +230,27 @@ pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
             facts.extensions.push(wheel::extension_from_disk(Path::new(origin))?);
         }
     }
+    // EPv2's `deep_ep._C` lives inside the package: finding its spec would run
+    // deep_ep/__init__.py (and import torch), so it is looked for beside it.
+    if let Some(c) = interp.modules.get("deep_ep").cloned().flatten().and_then(|o| epv2_extension(Path::new(&o))) {
+        facts.extensions.push(wheel::extension_from_disk(&c)?);
+    }
     let env = resolve(&interp, &facts);
     Ok((facts, env))
+}
+
+/// `deep_ep/_C.<abi tag>.so` beside deep_ep's `__init__.py` (the first in name order).
+fn epv2_extension(init: &Path) -> Option<PathBuf> {
+    let dir = init.parent()?;
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("_C.") && n.ends_with(".so")))
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    found.into_iter().next()
 }
 
 fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
@@ -286,7 +396,7 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
             needed.push(Resolved { extension: ext.path.clone(), library: lib.clone(), found });
         }
     }
-    EnvFacts { interpreter: interp.clone(), needed, missing_runpaths, jit: jit_env() }
+    EnvFacts { interpreter: interp.clone(), needed, missing_runpaths, jit: jit_env(), versions: versions_of(interp) }
 }
 
 /// What HybridEP's JIT reads, the way it reads it: `getenv("CUDA_HOME")` with

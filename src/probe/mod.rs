@@ -34,8 +34,8 @@ Examples:
   deepep-forge probe --python .venv/bin/python --preset gb200-nvl72 --format json   # an installed environment
   deepep-forge probe --run --preset h100-8g                                         # on the GPUs themselves")]
 pub struct ProbeArgs {
-    /// A wheel file to inspect.
-    #[arg(long, value_name = "WHEEL", conflicts_with_all = ["python", "image"])]
+    /// A wheel file to inspect (with --python: against that environment's torch, NVSHMEM and NCCL).
+    #[arg(long, value_name = "WHEEL", conflicts_with = "image")]
     pub wheel: Option<PathBuf>,
     /// A built image (podman/buildah store): its wheel and in-toto statement at
     /// /wheels/ and the installed extensions are read through the builder (nothing runs).
@@ -45,7 +45,8 @@ pub struct ProbeArgs {
     #[arg(long, value_enum, default_value = "podman", value_name = "BUILDER", requires = "image")]
     pub image_builder: crate::docker::Builder,
     /// A Python whose environment has deep_ep installed (asked where deep_ep
-    /// and hybrid_ep_cpp live; nothing is imported).
+    /// and hybrid_ep_cpp live; nothing is imported); with --wheel, the
+    /// environment the wheel is meant for (deep_ep need not be installed).
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<PathBuf>,
     /// pins.toml to compare the wheel's revision with (optional; without it the `pin` rule is not run).
@@ -67,23 +68,27 @@ pub use crate::verdict::BinaryFacts;
 struct Inspected {
     binary: wheel::WheelFacts,
     env: Option<env::EnvFacts>,
+    /// torch, NVSHMEM and NCCL of `--python`'s environment.
+    versions: Option<env::Versions>,
     evidence: rules::Evidence,
 }
 
 fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
-    let (binary, env) = match (&args.wheel, &args.python) {
-        (Some(w), _) => (wheel::read(w)?, None),
+    let (binary, env, versions) = match (&args.wheel, &args.python) {
+        (Some(w), None) => (wheel::read(w)?, None, None),
+        (Some(w), Some(py)) => (wheel::read(w)?, None, Some(env::versions(py)?)),
         (None, Some(py)) => {
             let (b, e) = env::inspect(py)?;
-            (b, Some(e))
+            let v = e.versions.clone();
+            (b, Some(e), Some(v))
         }
         (None, None) => match &args.image {
-            Some(r) => (image::inspect(r, args.image_builder)?, None),
+            Some(r) => (image::inspect(r, args.image_builder)?, None, None),
             None => return Ok(None),
         },
     };
     let evidence = rules::evidence(&binary);
-    Ok(Some(Inspected { binary, env, evidence }))
+    Ok(Some(Inspected { binary, env, versions, evidence }))
 }
 
 fn facts_of(i: &Inspected) -> BinaryFacts {
@@ -111,7 +116,9 @@ fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Opti
         inspected.as_ref().map(|i| i.binary.file.clone()).unwrap_or_else(|| "no binary (topology only)".into());
     let mut v = Verdict::new(subject, request.clone());
     if let Some(i) = &inspected {
-        for c in rules::binary_checks(&i.binary, i.env.as_ref(), &i.evidence, request.as_ref(), pins.as_ref()) {
+        let subject =
+            rules::Subject { b: &i.binary, env: i.env.as_ref(), versions: i.versions.as_ref(), ev: &i.evidence };
+        for c in rules::binary_checks(subject, request.as_ref(), pins.as_ref()) {
             v.push(c);
         }
     }
@@ -126,6 +133,7 @@ fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Opti
             "evidence": i.evidence,
             "inspected": i.binary,
             "environment": i.env,
+            "versions": i.versions,
         });
     }
     Ok(v)

