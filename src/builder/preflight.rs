@@ -18,6 +18,9 @@ use crate::pins::Transport;
 pub fn check(pl: &Plan, tc: &Toolchain, cache_dir: &Path) -> Result<()> {
     toolchain::preflight(tc, pl.needs_torch, &cache_dir.join("toolchain"))?;
     epv2_libraries(pl, tc)?;
+    if let Some(g) = environment_gaps(pl).into_iter().next() {
+        return Err(Failure::env(g.what).hint(g.fix).into());
+    }
     // With NVSHMEM_DIR set DeepEP's setup.py links `-l:libnvshmem_host.so`, the
     // unversioned name, which the pip package (nvidia-nvshmem-cu13) does not
     // ship; without it setup.py finds the pip package and links its soname file.
@@ -125,4 +128,51 @@ fn epv2_libraries(pl: &Plan, tc: &Toolchain) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Something the revision needs that the build environment does not give.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gap {
+    pub what: String,
+    pub fix: String,
+}
+
+/// The plan's build environment against the revision's needs (pure: `plan`
+/// prints these, `build-wheel` stops on the first, exit 3, before compiling).
+pub fn environment_gaps(pl: &Plan) -> Vec<Gap> {
+    let (Some(e), Some(t)) = (&pl.environment, pl.toolchain()) else { return vec![] };
+    let mut gaps = Vec::new();
+    if let Some(min) = &e.needs.nccl_min {
+        let why =
+            e.needs.evidence.iter().find(|x| x.contains(min.as_str())).map(|x| format!(" ({x})")).unwrap_or_default();
+        let at = pl.environment_from.get("NCCL").map(|f| format!(" ({f})")).unwrap_or_default();
+        let found = match &e.nccl {
+            Some(v) if crate::interface::version_key(v) < crate::interface::version_key(min) => {
+                Some(format!("the build compiles against NCCL {v}{at}"))
+            }
+            Some(_) => None,
+            None => Some(format!("the build's NCCL version could not be read{at}")),
+        };
+        if let Some(found) = found {
+            gaps.push(Gap {
+                what: format!("DeepEP at {} needs NCCL >= {min}{why}, but {found}", pl.source.short),
+                fix: nccl_fix(t, min),
+            });
+        }
+    }
+    gaps
+}
+
+/// How to get NCCL >= `min` for this toolchain.
+fn nccl_fix(t: &Toolchain, min: &str) -> String {
+    let pkg = format!("nvidia-nccl-cu{}", t.cuda_major());
+    match t.kind {
+        super::registry::Kind::Registry => format!(
+            "set `nccl = \"X.Y.Z\"` (a version >= {min}) under [toolchain] in pins.toml: the registry toolchain then installs {pkg}==X.Y.Z over torch's pin"
+        ),
+        super::registry::Kind::System => format!(
+            "install it into the build Python: `{} -m pip install \"{pkg}>={min}\" --no-deps` (torch pins its own {pkg}; the NCCL loaded at run time must then be this one), or set EP_NCCL_ROOT_DIR in the variant's env to an NCCL >= {min}, or build with --toolchain registry",
+            t.python.display()
+        ),
+    }
 }
