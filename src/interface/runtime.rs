@@ -12,6 +12,7 @@
 //!   `NCCL_VERSION_CODE ==` the loaded version (below X.Y the NCCL at run
 //!   time must be the very version compiled against: `nccl_exact_below`);
 //!   `#include <nccl_device.h>` (NCCL's device API) is kept as evidence.
+//!
 //! Pure: files come through the reader.
 use super::{Branch, Files};
 use crate::provenance::RuntimeNeeds;
