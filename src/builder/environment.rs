@@ -64,7 +64,7 @@ pub fn of(
 /// Where the build finds `name` (`NCCL`, `NVSHMEM`): the variables setup.py
 /// reads (EPv2: `EP_{NAME}_ROOT_DIR`, `{NAME}_DIR`; others: `NVSHMEM_DIR`),
 /// else `nvidia/<name>` in the build Python's site-packages (first on its path).
-fn root(t: &Toolchain, env: &BTreeMap<String, String>, b: Branch, name: &str) -> Option<PathBuf> {
+pub fn root(t: &Toolchain, env: &BTreeMap<String, String>, b: Branch, name: &str) -> Option<PathBuf> {
     let vars = match b {
         Branch::Main => vec![format!("EP_{name}_ROOT_DIR"), format!("{name}_DIR")],
         _ => vec![format!("{name}_DIR")],

@@ -434,6 +434,7 @@ fn plan_variant(
     let mut fixes = Vec::new();
     if let Some(t) = tc.known() {
         toolchain_env(t, &mut run, &mut roots, &mut fixes, caller);
+        nccl_link_fix(t, i, &mut run, &mut fixes);
     }
     let dropped_env = caller
         .iter()
@@ -554,6 +555,25 @@ fn toolchain_env(
             cccl.display()
         ));
     }
+}
+
+/// EPv2's setup.py links `-l:libnccl.so.2` with an rpath but no `-L` to NCCL's
+/// lib (dd758ca setup.py:124): a pip NCCL is not on the linker's search path
+/// (`cannot find -l:libnccl.so.2`), so its `lib` goes on LIBRARY_PATH.
+fn nccl_link_fix(t: &Toolchain, i: &Interface, run: &mut Run, fixes: &mut Vec<String>) {
+    if i.branch != Branch::Main {
+        return;
+    }
+    let Some(lib) = super::environment::root(t, &run.env, i.branch, "NCCL").map(|r| r.join("lib")) else { return };
+    let value = match run.env.get("LIBRARY_PATH") {
+        Some(v) => format!("{v}:{}", lib.display()),
+        None => lib.display().to_string(),
+    };
+    run.set("LIBRARY_PATH", value, EnvOrigin::Fix);
+    fixes.push(format!(
+        "DeepEP's `main` links -l:libnccl.so.2 without -L to NCCL's lib: {} on LIBRARY_PATH (else `cannot find -l:libnccl.so.2`)",
+        lib.display()
+    ));
 }
 
 /// The toolchain `--toolchain` names. `plan` turns a missing one (exit 3)

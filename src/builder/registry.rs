@@ -165,6 +165,8 @@ pub fn request(
     if let Some((min, evidence)) = nccl_min {
         nccl_need(&mut overrides, &major, min, evidence, pins)?;
     }
+    // One order whatever the source (the key is computed from it).
+    overrides.sort_by(|a, b| a.package.cmp(&b.package));
     let python = match python {
         Some(p) => p.to_string(),
         None => tc.python.clone().ok_or_else(|| {
