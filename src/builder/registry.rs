@@ -668,6 +668,14 @@ mod tests {
     }
 
     #[test]
+    fn torch_pins_are_read_from_its_metadata() {
+        let meta = "Name: torch\nRequires-Dist: nvidia-nccl-cu13==2.28.9; platform_system == \"Linux\"\nRequires-Dist: nvidia-nvshmem-cu13==3.4.5; platform_system == \"Linux\"\nRequires-Dist: nvidia-nccl-cu13-extra==1\n";
+        assert_eq!(torch_pin(meta, "nvidia-nccl-cu13").as_deref(), Some("2.28.9"));
+        assert_eq!(torch_pin(meta, "nvidia-nvshmem-cu13").as_deref(), Some("3.4.5"));
+        assert_eq!(torch_pin(meta, "nvidia-cublas"), None);
+    }
+
+    #[test]
     fn driver_symbols_follow_the_macros() {
         let h = "#define cuMemAlloc                          cuMemAlloc_v2\n\
                  #define cuMemcpyHtoD                        __CUDA_API_PTDS(cuMemcpyHtoD_v2)\n\
