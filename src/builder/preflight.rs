@@ -18,9 +18,6 @@ use crate::pins::Transport;
 pub fn check(pl: &Plan, tc: &Toolchain, cache_dir: &Path) -> Result<()> {
     toolchain::preflight(tc, pl.needs_torch, &cache_dir.join("toolchain"))?;
     epv2_libraries(pl, tc)?;
-    if let Some(g) = environment_gaps(pl).into_iter().next() {
-        return Err(Failure::env(g.what).hint(g.fix).into());
-    }
     // With NVSHMEM_DIR set DeepEP's setup.py links `-l:libnvshmem_host.so`, the
     // unversioned name, which the pip package (nvidia-nvshmem-cu13) does not
     // ship; without it setup.py finds the pip package and links its soname file.
@@ -135,6 +132,15 @@ fn epv2_libraries(pl: &Plan, tc: &Toolchain) -> Result<()> {
 pub struct Gap {
     pub what: String,
     pub fix: String,
+}
+
+/// The first of [`environment_gaps`] as an exit-3 error: checked before the
+/// build root is taken, so it answers in seconds even while another build runs.
+pub fn environment(pl: &Plan) -> Result<()> {
+    match environment_gaps(pl).into_iter().next() {
+        Some(g) => Err(Failure::env(g.what).hint(g.fix).into()),
+        None => Ok(()),
+    }
 }
 
 /// The plan's build environment against the revision's needs (pure: `plan`
