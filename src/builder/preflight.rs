@@ -162,23 +162,35 @@ pub fn environment_gaps(pl: &Plan) -> Vec<Gap> {
         if let Some(found) = found {
             gaps.push(Gap {
                 what: format!("DeepEP at {} needs NCCL >= {min}{why}, but {found}", pl.source.short),
-                fix: nccl_fix(t, min),
+                fix: nccl_fix(pl, t, min),
             });
         }
     }
     gaps
 }
 
-/// How to get NCCL >= `min` for this toolchain.
-fn nccl_fix(t: &Toolchain, min: &str) -> String {
+/// How to get NCCL >= `min` for this plan: the variable that names NCCL's
+/// root, else the registry toolchain's `[toolchain] nccl`, else the package
+/// into the build Python (its real path, not the build root's link).
+fn nccl_fix(pl: &Plan, t: &Toolchain, min: &str) -> String {
     let pkg = format!("nvidia-nccl-cu{}", t.cuda_major());
+    if let Some((k, v)) = ["EP_NCCL_ROOT_DIR", "NCCL_DIR"].iter().find_map(|k| pl.run.env.get(*k).map(|v| (k, v))) {
+        return format!("the variant's env sets {k}={v}: point it at an NCCL >= {min} (e.g. the nvidia/nccl folder of {pkg}>={min}), or drop it to use the build Python's {pkg}");
+    }
     match t.kind {
         super::registry::Kind::Registry => format!(
             "set `nccl = \"X.Y.Z\"` (a version >= {min}) under [toolchain] in pins.toml: the registry toolchain then installs {pkg}==X.Y.Z over torch's pin"
         ),
-        super::registry::Kind::System => format!(
-            "install it into the build Python: `{} -m pip install \"{pkg}>={min}\" --no-deps` (torch pins its own {pkg}; the NCCL loaded at run time must then be this one), or set EP_NCCL_ROOT_DIR in the variant's env to an NCCL >= {min}, or build with --toolchain registry",
-            t.python.display()
-        ),
+        super::registry::Kind::System => {
+            // The build root's links (`python/` -> the real environment) exist only during a build.
+            let real = pl.hooks.as_ref().and_then(|h| {
+                h.links.iter().find_map(|(name, to)| Some(to.join(t.python.strip_prefix(pl.build_dir().join(name)).ok()?)))
+            });
+            let python = real.unwrap_or_else(|| t.python.clone());
+            format!(
+                "install it into the build Python: `{} -m pip install \"{pkg}>={min}\" --no-deps` (torch pins its own {pkg}; the NCCL loaded at run time must then be this one), or set EP_NCCL_ROOT_DIR in the variant's env to an NCCL >= {min}, or build with --toolchain registry",
+                python.display()
+            )
+        }
     }
 }
