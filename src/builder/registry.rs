@@ -272,7 +272,23 @@ fn locked(dir: &Path) -> Result<Locked> {
         if v.len() != 1 {
             return Err(several(&name, &v).into());
         }
-        libraries.insert(name, v.into_keys().next().expect("one"));
+        let version = v.into_keys().next().expect("one");
+        // Both go into uv's override file: a name or version of another shape is refused.
+        let cu = name.rsplit_once("-cu").map(|(_, d)| d).unwrap_or("");
+        let shaped = !cu.is_empty()
+            && cu.chars().all(|c| c.is_ascii_digit())
+            && version.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+        if !shaped {
+            return Err(Failure::usage(format!(
+                "{} locks {} {}: expected nvidia-nccl-cuNN / nvidia-nvshmem-cuNN at a version of digits and dots",
+                file.display(),
+                crate::input::excerpt(&name, 80),
+                crate::input::excerpt(&version, 40)
+            ))
+            .hint("set nccl/nvshmem under [toolchain] in pins.toml and build without --match-project")
+            .into());
+        }
+        libraries.insert(name, version);
     }
     Ok(Locked { file, torch, libraries })
 }
@@ -665,6 +681,19 @@ mod tests {
         assert_eq!(cuda_of_local_tag("cu130").as_deref(), Some("13.0"));
         assert_eq!(cuda_of_local_tag("cu128").as_deref(), Some("12.8"));
         assert_eq!(cuda_of_local_tag("cpu"), None);
+    }
+
+    #[test]
+    fn match_project_refuses_library_versions_of_another_shape() {
+        let d = tempfile::tempdir().unwrap();
+        let lock = |nccl: &str| {
+            format!("version = 1\n[[package]]\nname = \"torch\"\nversion = \"2.11.0\"\n[[package]]\nname = \"nvidia-nccl-cu13\"\nversion = \"{nccl}\"\n")
+        };
+        std::fs::write(d.path().join("uv.lock"), lock("2.30.7")).unwrap();
+        assert_eq!(locked(d.path()).unwrap().libraries["nvidia-nccl-cu13"], "2.30.7");
+        std::fs::write(d.path().join("uv.lock"), lock("2.30.7 --index-url http://x")).unwrap();
+        let err = locked(d.path()).err().expect("refused");
+        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Usage, "{err:#}");
     }
 
     #[test]
