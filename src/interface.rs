@@ -24,8 +24,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::Failure;
 
 mod fit;
+mod runtime;
 mod setup_py;
 pub use fit::{on, Refusal};
+pub use runtime::version_key;
 pub use setup_py::{Assign, Must, NoneUse, Require, Switch};
 
 /// The source files at one revision.
@@ -238,6 +240,10 @@ pub struct Interface {
     /// Variables read with a None default and used as strings.
     #[serde(default)]
     pub none_uses: Vec<NoneUse>,
+    /// What the revision needs of the environment its wheel runs in (NCCL,
+    /// NVSHMEM), read from its source with `file:line` evidence.
+    #[serde(default)]
+    pub runtime: crate::provenance::RuntimeNeeds,
 }
 
 impl Interface {
@@ -349,6 +355,7 @@ pub fn read(files: &dyn Files, what: &str) -> Result<Interface> {
         requires: behaviour.requires,
         switches: behaviour.switches,
         none_uses: behaviour.none_uses,
+        runtime: runtime::needs(files, branch, &setup),
     })
 }
 

@@ -81,6 +81,10 @@ pub struct ToolchainInfo {
     /// A cross build's target side (absent for native builds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross: Option<CrossInfo>,
+    /// Packages a registry toolchain installed over torch's own pins, name ->
+    /// `2.30.7 (overrides torch's pin 2.28.9; asked ==2.30.7: pins.toml [toolchain] nccl)`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, String>,
     /// The libraries the wheel's compiled code was built against and meets again
     /// at run time (absent in wheels built before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -667,7 +667,20 @@ fn history_table_each_revision_plans_as_its_source_says_or_is_refused() {
             let i = &p["interface"];
             let got_subs: Vec<String> =
                 i["submodules"].as_array().unwrap().iter().map(|x| x["path"].as_str().unwrap().to_string()).collect();
-            let checks: [(&str, Vec<String>, Vec<String>); 6] = [
+            // Issue 23 §1: EPv2 needs NCCL >= 2.30.4 (README.md:70) and, where nccl.cu:100-104 says so,
+            // the same NCCL at run time below 2.31; its setup.py links NVSHMEM's device library.
+            let rt = &i["runtime"];
+            let opt = |v: &Value| v.as_str().map(String::from).into_iter().collect::<Vec<_>>();
+            let epv2 = w.interface == "main";
+            let want_min: Vec<String> = epv2.then(|| "2.30.4".to_string()).into_iter().collect();
+            let want_exact: Vec<String> =
+                (epv2 && EXACT_BELOW_2_31.contains(&&rev[..7])).then(|| "2.31".to_string()).into_iter().collect();
+            if epv2 && rt["nvshmem_same"] != true {
+                failures.push(format!("{} ({}): runtime.nvshmem_same: {rt}", row.what, &rev[..10]));
+            }
+            let checks: [(&str, Vec<String>, Vec<String>); 8] = [
+                ("runtime.nccl_min", opt(&rt["nccl_min"]), want_min),
+                ("runtime.nccl_exact_below", opt(&rt["nccl_exact_below"]), want_exact),
                 ("interface", vec![i["branch"].as_str().unwrap().into()], vec![w.interface.into()]),
                 (
                     "version",
@@ -705,6 +718,12 @@ fn history_table_each_revision_plans_as_its_source_says_or_is_refused() {
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// EPv2 revisions whose nccl.cu (lines 100-104) asserts, below NCCL 2.31, that
+/// the NCCL loaded at run time is the one compiled against (`git grep
+/// NCCL_VERSION REV -- csrc/kernels/backend/nccl.cu`); the others print the
+/// loaded version only.
+const EXACT_BELOW_2_31: &[&str] = &["dd758ca", "4112ce0"];
 
 fn git_in(dir: &std::path::Path, args: &[&str]) -> String {
     let o = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();

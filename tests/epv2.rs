@@ -23,7 +23,28 @@ struct V2 {
     nccl: PathBuf,
 }
 
+/// Real NCCL headers of `version` (`include/` of the nvidia-nccl-cu13 wheel,
+/// kept by `.ci/setup-tools` under `<tools venv>/nccl-headers/<version>`;
+/// `DEEPEP_FORGE_NCCL_HEADERS` names another folder of `<version>/include`).
+fn nccl_headers(version: &str) -> PathBuf {
+    let base = std::env::var_os("DEEPEP_FORGE_NCCL_HEADERS")
+        .map(PathBuf::from)
+        .or_else(|| tools_venv().map(|t| t.join("nccl-headers")))
+        .unwrap_or_else(|| missing("the tools venv"));
+    let inc = base.join(version).join("include");
+    if !inc.join("nccl.h").is_file() {
+        missing(&format!("NCCL {version}'s headers from the tools venv ({})", inc.display()));
+    }
+    inc
+}
+
 fn v2() -> V2 {
+    v2_with_nccl("2.30.7")
+}
+
+/// The lab with an NCCL root of `version`: its real headers, and a stand-in
+/// `libnccl.so.2` whose ncclGetVersion says the same version.
+fn v2_with_nccl(version: &str) -> V2 {
     let lab = Lab::new();
     let fmt = lab.dir.path().join("fmt");
     std::fs::create_dir_all(fmt.join("include/fmt")).unwrap();
@@ -43,9 +64,14 @@ fn v2() -> V2 {
     let rev = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
     let nccl = lab.dir.path().join("nccl");
     std::fs::create_dir_all(nccl.join("lib")).unwrap();
-    std::fs::create_dir_all(nccl.join("include")).unwrap();
+    copy_dir(&nccl_headers(version), &nccl.join("include"));
+    let code: Vec<u32> = version.split('.').map(|p| p.parse().unwrap()).collect();
     let src = nccl.join("nccl.c");
-    std::fs::write(&src, "int ncclGetVersion(int* v) { *v = 22800; return 0; }\n").unwrap();
+    std::fs::write(
+        &src,
+        format!("int ncclGetVersion(int* v) {{ *v = {}; return 0; }}\n", code[0] * 10000 + code[1] * 100 + code[2]),
+    )
+    .unwrap();
     run(Command::new("gcc")
         .args(["-shared", "-fPIC", "-Wl,-soname,libnccl.so.2", "-o"])
         .arg(nccl.join("lib/libnccl.so.2"))
@@ -136,6 +162,70 @@ fn epv2_plans_from_the_source_at_the_pin() {
     assert_eq!(p["run"]["env"]["EP_NCCL_ROOT_DIR"], v.nccl.to_str().unwrap());
     assert_eq!(p["run"]["env_origin"]["EP_NCCL_ROOT_DIR"], "knob");
     assert!(p["run"]["env"].get("HYBRID_EP_MULTINODE").is_none(), "no hybrid-ep knobs at an EPv2 revision: {p}");
+    // Issue 23 §1: the revision's run-time needs, read from its nccl.cu and README with file:line.
+    let n = &i["runtime"];
+    assert_eq!(n["nccl_min"], "2.30.4", "{n}");
+    assert_eq!(n["nccl_exact_below"], "2.31", "{n}");
+    let ev = strs_of(&n["evidence"]);
+    assert!(ev.iter().any(|e| e.starts_with("README.md:") && e.contains("NCCL 2.30.4 and above")), "{ev:?}");
+    assert!(
+        ev.iter().any(|e| e.starts_with("csrc/kernels/backend/nccl.cu:") && e.contains("below NCCL 2.31")),
+        "{ev:?}"
+    );
+    assert!(ev.iter().any(|e| e.contains("`#error` below NCCL 2.30.4")), "{ev:?}");
+    // What the build compiles against: the real nccl.h of the NCCL root the variant names.
+    let e = &p["environment"];
+    assert_eq!(e["nccl"], "2.30.7", "{e}");
+    assert_eq!(e["cuda"], "13.0", "{e}");
+    assert_eq!(e["nvshmem"], serde_json::Value::Null, "the lab's NVSHMEM is a stand-in without a version: {e}");
+    assert_eq!(e["needs"], *n, "the plan's environment carries the revision's needs");
+    assert!(p["environment_from"]["NCCL"].as_str().unwrap().ends_with("include/nccl.h"), "{p}");
+}
+
+fn strs_of(v: &serde_json::Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+}
+
+/// Issue 23 §2: NCCL 2.28.9's real headers (torch 2.11's own pin) under a
+/// revision that needs 2.30.4: `plan` shows what it found and what is needed,
+/// `build-wheel` exits 3 before compiling, naming the package to install; the
+/// same plan over NCCL 2.30.7 has another cache key.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+fn an_nccl_older_than_the_revision_needs_stops_the_build_before_compiling() {
+    let v = v2_with_nccl("2.28.9");
+    let pins = v.pins(SINGLE_V2);
+    let pins = pins.to_str().unwrap();
+    let o = v.forge(&["plan", "--variant", "v2", "--pins", pins]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("NCCL 2.28.9"), "{text}");
+    assert!(text.contains("needs       NCCL >= 2.30.4"), "{text}");
+    assert!(text.contains("preflight   STOP (build-wheel exits 3)"), "{text}");
+    let old_key = json(&v.forge(&["plan", "--variant", "v2", "--pins", pins, "--format", "json"]).output().unwrap())
+        ["plans"][0]["cache_key"]
+        .clone();
+
+    let o = v.forge(&["build-wheel", "--variant", "v2", "--pins", pins]).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("needs NCCL >= 2.30.4") && err.contains("NCCL 2.28.9"), "{err}");
+    assert!(err.contains("nvidia-nccl-cu13>=2.30.4"), "names what to install: {err}");
+    assert!(!err.contains("nvcc -c"), "nothing compiled: {err}");
+    assert!(v.lab.out_wheels().is_empty() && v.lab.cache_entries().is_empty());
+
+    // The same pins over NCCL 2.30.7's headers: another build, another key.
+    let newer = v2_with_nccl("2.30.7");
+    let pins = newer.pins(SINGLE_V2);
+    let p = json(
+        &newer
+            .forge(&["plan", "--variant", "v2", "--pins", pins.to_str().unwrap(), "--format", "json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(p["plans"][0]["environment"]["nccl"], "2.30.7");
+    assert!(old_key.is_string() && p["plans"][0]["cache_key"].is_string());
+    assert_ne!(p["plans"][0]["cache_key"], old_key, "a different NCCL is a different cache key");
 }
 
 /// A variant that needs HybridEP at an EPv2 revision is refused before any
@@ -194,6 +284,15 @@ fn epv2_builds_with_its_submodule_and_the_probe_recognises_deep_ep_c() {
     assert_eq!(prov["source"]["submodules"]["third-party/fmt"], v.fmt_rev.as_str());
     assert_eq!(prov["build"]["interface"], "main");
     assert_eq!(prov["variant"]["env"]["EP_NCCL_ROOT_DIR"], v.nccl.to_str().unwrap());
+    // Issue 23 §1: what the extension was compiled against, and what its revision needs.
+    let env = &prov["toolchain"]["environment"];
+    assert_eq!(env["nccl"], "2.30.7", "{prov}");
+    assert_eq!(env["needs"]["nccl_min"], "2.30.4", "{prov}");
+    assert_eq!(env["needs"]["nccl_exact_below"], "2.31", "{prov}");
+    let statement = std::fs::read_to_string(format!("{}.intoto.json", wheel.display())).unwrap();
+    let st: serde_json::Value = serde_json::from_str(&statement).unwrap();
+    let internal = &st["predicate"]["buildDefinition"]["internalParameters"];
+    assert_eq!(internal["buildEnvironment"], *env, "the in-toto statement carries the same environment");
 
     let o = bin()
         .args(["probe", "--wheel"])

@@ -423,8 +423,18 @@ fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
     let fx = require!(nemo_rl_fixtures(), "NeMo-RL fixtures");
     let pins = deepep_forge::pins::Pins::load(&root().join("pins.toml")).unwrap();
     let dir = fx.join("2026-08-22-main");
-    let req = registry::request(&pins, Some(&dir), Some("/usr/bin/python3")).unwrap();
+    let req = registry::request(&pins, Some(&dir), Some("/usr/bin/python3"), None).unwrap();
     assert_eq!(req.torch, "torch==2.11.0");
+    // Issue 23 §3: NVSHMEM and NCCL from the consumer's lock, over torch's own pins.
+    let over: Vec<String> = req.overrides.iter().map(|o| o.requirement()).collect();
+    assert_eq!(over, ["nvidia-nccl-cu13==2.30.7", "nvidia-nvshmem-cu13==3.7.2"], "{:?}", req.overrides);
+    assert!(req.overrides.iter().all(|o| o.why.contains("uv.lock")), "{:?}", req.overrides);
+    // A revision that needs NCCL >= 2.30.4: the lock's 2.30.7 satisfies it; one needing more is refused (exit 2).
+    let need = Some(("2.30.4", "README.md:70: NCCL 2.30.4 and above"));
+    assert_eq!(registry::request(&pins, Some(&dir), None, need).unwrap().overrides, req.overrides);
+    let err = registry::request(&pins, Some(&dir), None, Some(("2.31.2", "x"))).unwrap_err();
+    assert_eq!(deepep_forge::error::exit_of(&err), deepep_forge::error::Exit::Usage, "{err:#}");
+    assert!(format!("{err:#}").contains("needs NCCL >= 2.31.2"), "{err:#}");
     assert_eq!(req.cuda.as_deref(), Some("13.0"), "from the lock's +cu130");
     assert_eq!(req.python, "/usr/bin/python3");
     assert!(
@@ -434,11 +444,17 @@ fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
         "{:?}",
         req.notes
     );
-    // From pins.toml alone: its [toolchain].
-    let req = registry::request(&pins, None, None).unwrap();
+    // From pins.toml alone: its [toolchain]; a revision's NCCL need and no [toolchain] nccl: the newest satisfying it.
+    let req = registry::request(&pins, None, None, None).unwrap();
     assert_eq!((req.torch.as_str(), req.cuda.as_deref(), req.python.as_str()), ("torch==2.11.0", Some("13.0"), "3.12"));
+    if pins.toolchain.as_ref().is_some_and(|t| t.nccl.is_none()) {
+        let req = registry::request(&pins, None, None, need).unwrap();
+        let nccl = req.overrides.iter().find(|o| o.package == "nvidia-nccl-cu13").expect("an NCCL override");
+        assert_eq!(nccl.spec, ">=2.30.4", "{:?}", req.overrides);
+        assert!(nccl.why.contains("README.md:70"), "{nccl:?}");
+    }
     // A folder without uv.lock: a usage error naming the file.
-    let err = registry::request(&pins, Some(&fx), None).unwrap_err();
+    let err = registry::request(&pins, Some(&fx), None, None).unwrap_err();
     assert!(format!("{err:#}").contains("uv.lock"), "{err:#}");
 }
 

@@ -147,6 +147,8 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     let tc =
         pl.toolchain().ok_or_else(|| Failure::env(format!("the plan of `{}` has no toolchain", pl.variant.name)))?;
     let store = Cache::at(t.cache_dir);
+    // What the revision needs of the environment (NCCL), before waiting for the build root.
+    preflight::environment(pl)?;
     // The plan's build folder: the canonical build root (waited for, emptied, its links and
     // compiler wrappers installed; the cache entry is staged in the cache), or a locked
     // staging folder of the cache. Removed when dropped. The links exist before the
@@ -305,7 +307,8 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
                 sccache: pl.hooks.as_ref().map(|h| h.sccache_version.clone()),
                 packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
                 cross: t.cross.as_ref().map(super::cross::Sysroot::provenance),
-                environment: None,
+                overrides: t.registry.as_ref().map(|r| r.overrides.clone()).unwrap_or_default(),
+                environment: pl.environment.clone(),
             },
             None => provenance::ToolchainInfo::default(),
         },

@@ -9,6 +9,7 @@ pub mod canon;
 pub mod compiler_cache;
 pub mod cross;
 pub mod deliver;
+pub mod environment;
 pub mod execute;
 pub mod lookup;
 pub mod nccl_reuse;
@@ -367,6 +368,7 @@ fn print_plan(pl: &Plan, cached: bool) {
             }
         }
     }
+    print_environment(pl);
     if let Some(h) = &pl.hooks {
         crate::outln!(
             "  build root  {} (the same path on every machine, one build at a time; links: {})",
@@ -402,6 +404,51 @@ fn print_plan(pl: &Plan, cached: bool) {
         None => crate::outln!("  cache key   unknown: {}", pl.cache_key_unknown.as_deref().unwrap_or("-")),
     }
     crate::outln!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
+}
+
+/// What the build compiles against, what the revision needs, and what
+/// build-wheel's preflight will stop on.
+fn print_environment(pl: &Plan) {
+    if let Some(e) = &pl.environment {
+        let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        let abi = match e.torch_cxx11_abi {
+            Some(true) => " (C++11 ABI)",
+            Some(false) => " (pre-C++11 ABI)",
+            None => "",
+        };
+        crate::outln!(
+            "  found       torch {}{abi}, CUDA {}, NVSHMEM {}, NCCL {}",
+            or(&e.torch),
+            or(&e.cuda),
+            or(&e.nvshmem),
+            or(&e.nccl)
+        );
+        for (lib, f) in &pl.environment_from {
+            crate::outln!("              {lib} read from {f}");
+        }
+    }
+    // The revision's needs (the environment's copy: NVSHMEM's only when the build links it).
+    let n = pl.environment.as_ref().map(|e| &e.needs).unwrap_or(&pl.interface.runtime);
+    let mut needed = Vec::new();
+    if let Some(m) = &n.nccl_min {
+        needed.push(format!("NCCL >= {m}"));
+    }
+    if let Some(b) = &n.nccl_exact_below {
+        needed.push(format!("below NCCL {b} the same NCCL at run time as at build"));
+    }
+    if n.nvshmem_same {
+        needed.push("the NVSHMEM host library at run time = the version built with".into());
+    }
+    if !needed.is_empty() {
+        crate::outln!("  needs       {}", needed.join("; "));
+        for ev in &n.evidence {
+            crate::outln!("              {ev}");
+        }
+    }
+    for g in preflight::environment_gaps(pl) {
+        crate::outln!("  preflight   STOP (build-wheel exits 3): {}", g.what);
+        crate::outln!("              fix: {}", g.fix);
+    }
 }
 
 /// `deepep-forge build-wheel`: execute each plan (exit 3 without a toolchain).

@@ -194,6 +194,14 @@ pub struct Plan {
     /// Things the plan noticed and could not settle (unknown env reads in the source, ...).
     pub warnings: Vec<String>,
     pub toolchain: ToolchainPart,
+    /// What the build compiles against (torch + ABI, CUDA, NVSHMEM, NCCL) and
+    /// what the revision needs of it; None while the toolchain is not known.
+    /// Part of the cache key; copied into the provenance.
+    #[serde(default)]
+    pub environment: Option<crate::provenance::BuildEnvironment>,
+    /// Where each of `environment`'s values was read (library -> file).
+    #[serde(default)]
+    pub environment_from: BTreeMap<String, String>,
     /// The source's setup.py imports torch (then the Python must have it).
     pub needs_torch: bool,
     pub portable: Portable,
@@ -387,6 +395,7 @@ impl Plan {
             compilers: tc.compilers.iter().map(|(k, c)| (k.as_str(), c.version.as_str())).collect(),
             host: std::env::consts::ARCH,
             registry: tc.registry.as_ref().map(|r| (&r.packages, r.stub_symbols)),
+            environment: self.environment.as_ref(),
             cross: tc.cross.as_ref().map(|x| CrossKey {
                 target: &x.target,
                 triple: &x.triple,
@@ -420,6 +429,9 @@ struct KeyInput<'a> {
     /// The registry toolchain's packages and stub (absent for `system`).
     #[serde(skip_serializing_if = "Option::is_none")]
     registry: Option<(&'a BTreeMap<String, String>, usize)>,
+    /// The libraries compiled against (a different NCCL or NVSHMEM is another build).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    environment: Option<&'a crate::provenance::BuildEnvironment>,
     /// A cross build's target side (absent for native builds: their keys stay as they were).
     #[serde(skip_serializing_if = "Option::is_none")]
     cross: Option<CrossKey<'a>>,
@@ -598,6 +610,7 @@ mod tests {
                 requires: vec![],
                 switches: vec![],
                 none_uses: vec![],
+                runtime: Default::default(),
             },
             roots,
             run,
@@ -612,6 +625,8 @@ mod tests {
                 would_provision: None,
                 cross: None,
             }),
+            environment: None,
+            environment_from: BTreeMap::new(),
             needs_torch: false,
             portable: Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
             hooks: None,

@@ -126,3 +126,71 @@ fn epv2_libraries(pl: &Plan, tc: &Toolchain) -> Result<()> {
     }
     Ok(())
 }
+
+/// Something the revision needs that the build environment does not give.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gap {
+    pub what: String,
+    pub fix: String,
+}
+
+/// The first of [`environment_gaps`] as an exit-3 error: checked before the
+/// build root is taken, so it answers in seconds even while another build runs.
+pub fn environment(pl: &Plan) -> Result<()> {
+    match environment_gaps(pl).into_iter().next() {
+        Some(g) => Err(Failure::env(g.what).hint(g.fix).into()),
+        None => Ok(()),
+    }
+}
+
+/// The plan's build environment against the revision's needs (pure: `plan`
+/// prints these, `build-wheel` stops on the first, exit 3, before compiling).
+pub fn environment_gaps(pl: &Plan) -> Vec<Gap> {
+    let (Some(e), Some(t)) = (&pl.environment, pl.toolchain()) else { return vec![] };
+    let mut gaps = Vec::new();
+    if let Some(min) = &e.needs.nccl_min {
+        let why =
+            e.needs.evidence.iter().find(|x| x.contains(min.as_str())).map(|x| format!(" ({x})")).unwrap_or_default();
+        let at = pl.environment_from.get("NCCL").map(|f| format!(" ({f})")).unwrap_or_default();
+        let found = match &e.nccl {
+            Some(v) if crate::interface::version_key(v) < crate::interface::version_key(min) => {
+                Some(format!("the build compiles against NCCL {v}{at}"))
+            }
+            Some(_) => None,
+            None => Some(format!("the build's NCCL version could not be read{at}")),
+        };
+        if let Some(found) = found {
+            gaps.push(Gap {
+                what: format!("DeepEP at {} needs NCCL >= {min}{why}, but {found}", pl.source.short),
+                fix: nccl_fix(pl, t, min),
+            });
+        }
+    }
+    gaps
+}
+
+/// How to get NCCL >= `min` for this plan: the variable that names NCCL's
+/// root, else the registry toolchain's `[toolchain] nccl`, else the package
+/// into the build Python (its real path, not the build root's link).
+fn nccl_fix(pl: &Plan, t: &Toolchain, min: &str) -> String {
+    let pkg = format!("nvidia-nccl-cu{}", t.cuda_major());
+    if let Some((k, v)) = ["EP_NCCL_ROOT_DIR", "NCCL_DIR"].iter().find_map(|k| pl.run.env.get(*k).map(|v| (k, v))) {
+        return format!("the variant's env sets {k}={v}: point it at an NCCL >= {min} (e.g. the nvidia/nccl folder of {pkg}>={min}), or drop it to use the build Python's {pkg}");
+    }
+    match t.kind {
+        super::registry::Kind::Registry => format!(
+            "set `nccl = \"X.Y.Z\"` (a version >= {min}) under [toolchain] in pins.toml: the registry toolchain then installs {pkg}==X.Y.Z over torch's pin"
+        ),
+        super::registry::Kind::System => {
+            // The build root's links (`python/` -> the real environment) exist only during a build.
+            let real = pl.hooks.as_ref().and_then(|h| {
+                h.links.iter().find_map(|(name, to)| Some(to.join(t.python.strip_prefix(pl.build_dir().join(name)).ok()?)))
+            });
+            let python = real.unwrap_or_else(|| t.python.clone());
+            format!(
+                "install it into the build Python: `{} -m pip install \"{pkg}>={min}\" --no-deps` (torch pins its own {pkg}; the NCCL loaded at run time must then be this one), or set EP_NCCL_ROOT_DIR in the variant's env to an NCCL >= {min}, or build with --toolchain registry",
+                python.display()
+            )
+        }
+    }
+}

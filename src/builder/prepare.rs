@@ -124,7 +124,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
         knob_envs.push(knobs(pins, v, p)?);
     }
     let caller: BTreeMap<String, String> = std::env::vars().collect();
-    let tc = identify(c, pins, &cache_dir, mode)?;
+    let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources))?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;
     let mut cross_tc = None;
@@ -438,6 +438,7 @@ fn plan_variant(
     let mut fixes = Vec::new();
     if let Some(t) = tc.known() {
         toolchain_env(t, &mut run, &mut roots, &mut fixes, caller);
+        nccl_link_fix(t, i, &mut run, &mut fixes);
     }
     let dropped_env = caller
         .iter()
@@ -491,6 +492,8 @@ fn plan_variant(
         fixes,
         warnings,
         toolchain: tc.clone(),
+        environment: None,
+        environment_from: BTreeMap::new(),
         needs_torch: p.needs_torch,
         portable: plan::Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
         hooks: None,
@@ -499,6 +502,11 @@ fn plan_variant(
         cache_key_unknown: None,
         outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },
     };
+    if let Some(t) = tc.known() {
+        let (e, from) = super::environment::of(t, &plan.run.env, i);
+        plan.environment = Some(e);
+        plan.environment_from = from;
+    }
     plan.seal();
     let tag = plan.cache_key.as_deref().map(|k| k[..12].to_string()).unwrap_or_else(|| "unknown".into());
     plan.outputs.log = ctx.cache_dir.join("logs").join(format!("{}-{tag}.log", v.name));
@@ -554,10 +562,48 @@ fn toolchain_env(
     }
 }
 
+/// EPv2's setup.py links `-l:libnccl.so.2` with an rpath but no `-L` to NCCL's
+/// lib (dd758ca setup.py:124): a pip NCCL is not on the linker's search path
+/// (`cannot find -l:libnccl.so.2`), so its `lib` goes on LIBRARY_PATH.
+fn nccl_link_fix(t: &Toolchain, i: &Interface, run: &mut Run, fixes: &mut Vec<String>) {
+    if i.branch != Branch::Main {
+        return;
+    }
+    let Some(lib) = super::environment::root(t, &run.env, i.branch, "NCCL").map(|r| r.join("lib")) else { return };
+    let value = match run.env.get("LIBRARY_PATH") {
+        Some(v) => format!("{v}:{}", lib.display()),
+        None => lib.display().to_string(),
+    };
+    run.set("LIBRARY_PATH", value, EnvOrigin::Fix);
+    fixes.push(format!(
+        "DeepEP's `main` links -l:libnccl.so.2 without -L to NCCL's lib: {} on LIBRARY_PATH (else `cannot find -l:libnccl.so.2`)",
+        lib.display()
+    ));
+}
+
 /// The toolchain `--toolchain` names. `plan` turns a missing one (exit 3)
 /// into [`ToolchainPart::Missing`] and never provisions; `build-wheel`
 /// provisions a registry toolchain and fails with exit 3 without one.
-fn identify(c: &BuildRequest, pins: &Pins, cache_dir: &Path, mode: Mode) -> Result<ToolchainPart> {
+/// The highest NCCL any pinned revision needs, and where it says so.
+fn nccl_need(sources: &BTreeMap<Arch, Pinned>) -> Option<(String, String)> {
+    sources
+        .values()
+        .filter_map(|p| {
+            let n = &p.interface.runtime;
+            let min = n.nccl_min.clone()?;
+            let at = n.evidence.iter().find(|e| e.contains(min.as_str())).cloned().unwrap_or_default();
+            Some((min, at))
+        })
+        .max_by_key(|(m, _)| interface::version_key(m))
+}
+
+fn identify(
+    c: &BuildRequest,
+    pins: &Pins,
+    cache_dir: &Path,
+    mode: Mode,
+    nccl: Option<(String, String)>,
+) -> Result<ToolchainPart> {
     let memo = cache_dir.join("toolchain");
     if c.toolchain == registry::Kind::System {
         if c.match_project.is_some() {
@@ -574,7 +620,8 @@ fn identify(c: &BuildRequest, pins: &Pins, cache_dir: &Path, mode: Mode) -> Resu
             Err(e) => Err(e),
         };
     }
-    let req = registry::request(pins, c.match_project.as_deref(), c.python.as_deref())?;
+    let nccl = nccl.as_ref().map(|(m, at)| (m.as_str(), at.as_str()));
+    let req = registry::request(pins, c.match_project.as_deref(), c.python.as_deref(), nccl)?;
     let found = match mode {
         Mode::Build => Some(registry::provision(&req, cache_dir)?),
         Mode::Plan => match registry::lookup(&req, cache_dir) {
@@ -642,11 +689,12 @@ fn registry_needs(req: &registry::Request) -> Vec<String> {
 
 fn would(req: &registry::Request, root: Option<PathBuf>) -> Result<plan::WouldProvision> {
     let cuda = req.cuda.clone().unwrap_or_else(|| "X.Y".into());
-    let packages = if req.cuda.is_some() {
+    let mut packages = if req.cuda.is_some() {
         registry::cuda_requirements(&cuda)?
     } else {
         vec!["the CUDA compiler packages of the CUDA minor torch carries (read once torch is installed)".into()]
     };
+    packages.extend(req.overrides.iter().map(|o| format!("{} (over torch's pin: {})", o.requirement(), o.why)));
     Ok(plan::WouldProvision {
         root: root.unwrap_or_default(),
         python: req.python.clone(),

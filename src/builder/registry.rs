@@ -52,7 +52,27 @@ pub struct Request {
     pub cuda: Option<String>,
     /// The interpreter uv makes the environment from (`--python`, else pins' `[toolchain].python`).
     pub python: String,
+    /// Packages installed over torch's own pins (uv `--override`): NCCL and
+    /// NVSHMEM from pins.toml's `[toolchain]`, the consumer's uv.lock, or the
+    /// revision's need.
+    pub overrides: Vec<Override>,
     pub notes: Vec<String>,
+}
+
+/// One package over torch's pin: `nvidia-nccl-cu13` `==2.30.7` (or `>=2.30.4`:
+/// the newest satisfying the revision's need, resolved by uv and recorded).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Override {
+    pub package: String,
+    pub spec: String,
+    /// Where the version came from (pins.toml, the consumer's uv.lock, the revision).
+    pub why: String,
+}
+
+impl Override {
+    pub fn requirement(&self) -> String {
+        format!("{}{}", self.package, self.spec)
+    }
 }
 
 /// The provisioned environment.
@@ -71,6 +91,10 @@ pub struct Provisioned {
     pub uv: String,
     /// Driver API functions the libcuda.so stub defines.
     pub stub_symbols: usize,
+    /// Package -> what was installed over torch's pin and why
+    /// (`2.30.7 (overrides torch's pin 2.28.9; pins.toml [toolchain] nccl)`).
+    #[serde(default)]
+    pub overrides: BTreeMap<String, String>,
     /// How versions were chosen (the request's notes first; only the
     /// provisioning's are kept in `toolchain.json`).
     pub notes: Vec<String>,
@@ -89,32 +113,60 @@ impl Provisioned {
 }
 
 /// The request from pins.toml's `[toolchain]`, or from the consumer project's
-/// uv.lock (`match_project`): its torch version, mapped to the registry's build
-/// of that version when the lock names another index.
-pub fn request(pins: &Pins, match_project: Option<&Path>, python: Option<&str>) -> Result<Request> {
+/// uv.lock (`match_project`): its torch version (mapped to the registry's build
+/// of that version when the lock names another index), NVSHMEM and NCCL.
+/// `nccl_min`: the lowest NCCL the pinned revision builds with (EPv2), and where it says so.
+pub fn request(
+    pins: &Pins,
+    match_project: Option<&Path>,
+    python: Option<&str>,
+    nccl_min: Option<(&str, &str)>,
+) -> Result<Request> {
     let tc = pins.toolchain.as_ref().ok_or_else(|| {
         Failure::usage(format!("{} has no [toolchain] section (torch, cuda, python) for --toolchain registry", pins.path.display()))
             .hint("add e.g. `[toolchain]\\ntorch = \"2.11.0\"\\ncuda = \"13.0\"\\npython = \"3.12\"`, or use --toolchain system")
     })?;
     let mut notes = Vec::new();
+    let mut overrides = Vec::new();
+    let major = tc.cuda.split('.').next().unwrap_or("13").to_string();
+    let exact = |package: String, v: &str, why: String| Override { package, spec: format!("=={v}"), why };
     let (torch, cuda) = match match_project {
-        None => (format!("torch=={}", tc.torch), Some(tc.cuda.clone())),
+        None => {
+            let pinned = |key: &str, v: &Option<String>, lib: &str| {
+                v.as_ref().map(|v| {
+                    exact(format!("nvidia-{lib}-cu{major}"), v, format!("{} [toolchain] {key}", file_name(&pins.path)))
+                })
+            };
+            overrides.extend(pinned("nvshmem", &tc.nvshmem, "nvshmem"));
+            overrides.extend(pinned("nccl", &tc.nccl, "nccl"));
+            (format!("torch=={}", tc.torch), Some(tc.cuda.clone()))
+        }
         Some(dir) => {
-            let (version, src) = locked_torch(dir)?;
+            let lock = locked(dir)?;
+            let (version, src) = lock.torch;
             let (public, local) = version.split_once('+').map(|(p, l)| (p, Some(l))).unwrap_or((&version, None));
             let cuda = local.and_then(cuda_of_local_tag);
             let pypi = src.as_deref().is_none_or(|s| s.starts_with("https://pypi.org/"));
             if !pypi || local.is_some() {
                 notes.push(format!(
                     "{} pins torch {version}{}; the registry's torch=={public} is used instead{}",
-                    dir.join("uv.lock").display(),
+                    lock.file.display(),
                     src.map(|s| format!(" from {s}")).unwrap_or_default(),
                     cuda.as_ref().map(|c| format!(" (checked to carry CUDA {c} once installed)")).unwrap_or_default()
                 ));
             }
+            for (name, v) in lock.libraries {
+                let why = format!("the consumer's uv.lock (--match-project) locks {name} {v}");
+                overrides.push(exact(name, &v, why));
+            }
             (format!("torch=={public}"), cuda)
         }
     };
+    if let Some((min, evidence)) = nccl_min {
+        nccl_need(&mut overrides, &major, min, evidence, pins)?;
+    }
+    // One order whatever the source (the key is computed from it).
+    overrides.sort_by(|a, b| a.package.cmp(&b.package));
     let python = match python {
         Some(p) => p.to_string(),
         None => tc.python.clone().ok_or_else(|| {
@@ -122,7 +174,43 @@ pub fn request(pins: &Pins, match_project: Option<&Path>, python: Option<&str>) 
                 .hint("add python = \"3.12\" to [toolchain] or pass --python PATH")
         })?,
     };
-    Ok(Request { torch, cuda, python, notes })
+    Ok(Request { torch, cuda, python, overrides, notes })
+}
+
+/// A file's name without its folder (what provenance may carry).
+fn file_name(p: &Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The revision needs NCCL >= `min`: an exact NCCL already asked for must
+/// satisfy it (else exit 2), none asked for provisions the newest that does.
+fn nccl_need(overrides: &mut Vec<Override>, major: &str, min: &str, evidence: &str, pins: &Pins) -> Result<()> {
+    use crate::interface::version_key;
+    match overrides.iter().find(|o| o.package.starts_with("nvidia-nccl-cu")) {
+        Some(o) => {
+            let v = o.spec.trim_start_matches("==");
+            if version_key(v) < version_key(min) {
+                return Err(Failure::usage(format!(
+                    "{} asks for {} {v}, but the pinned DeepEP needs NCCL >= {min} ({evidence})",
+                    o.why, o.package
+                ))
+                .hint(format!(
+                    "set `nccl = \"{min}\"` (or newer) under [toolchain] in {} (or raise the consumer's NCCL: override-dependencies = [\"{}>={min}\"] in its pyproject.toml, then `uv lock`)",
+                    pins.path.display(),
+                    o.package
+                ))
+                .into());
+            }
+        }
+        None => overrides.push(Override {
+            package: format!("nvidia-nccl-cu{major}"),
+            spec: format!(">={min}"),
+            why: format!(
+                "the pinned DeepEP needs NCCL >= {min} ({evidence}); the newest such NCCL is installed and recorded"
+            ),
+        }),
+    }
+    Ok(())
 }
 
 /// `cu130` -> `13.0`, `cu128` -> `12.8`.
@@ -132,8 +220,17 @@ fn cuda_of_local_tag(tag: &str) -> Option<String> {
         .then(|| format!("{}.{}", &d[..d.len() - 1], &d[d.len() - 1..]))
 }
 
-/// torch's version (and source URL) in `<dir>/uv.lock`.
-fn locked_torch(dir: &Path) -> Result<(String, Option<String>)> {
+/// What `--match-project` takes from `<dir>/uv.lock`.
+struct Locked {
+    file: PathBuf,
+    /// torch's version and registry URL.
+    torch: (String, Option<String>),
+    /// `nvidia-nccl-cu*` and `nvidia-nvshmem-cu*`, name -> version (one each).
+    libraries: BTreeMap<String, String>,
+}
+
+/// torch's version (and source URL), NVSHMEM's and NCCL's in `<dir>/uv.lock`.
+fn locked(dir: &Path) -> Result<Locked> {
     let file = dir.join("uv.lock");
     let text = crate::input::read_text(&file, "uv.lock", crate::input::cap::LOCK).map_err(|e| {
         Failure::usage(format!("--match-project {}: {e:#}", dir.display()))
@@ -141,28 +238,59 @@ fn locked_torch(dir: &Path) -> Result<(String, Option<String>)> {
     })?;
     let doc: toml::Table =
         text.parse().map_err(|e| Failure::usage(format!("{} is not valid TOML: {e}", file.display())))?;
-    let mut found = BTreeMap::new();
+    let mut found: BTreeMap<String, BTreeMap<String, Option<String>>> = BTreeMap::new();
     for p in doc.get("package").and_then(|p| p.as_array()).into_iter().flatten() {
-        if p.get("name").and_then(|n| n.as_str()) == Some("torch") {
-            if let Some(v) = p.get("version").and_then(|v| v.as_str()) {
-                let src = p.get("source").and_then(|s| s.get("registry")).and_then(|s| s.as_str()).map(String::from);
-                found.insert(v.to_string(), src);
-            }
+        let Some(name) = p.get("name").and_then(|n| n.as_str()) else { continue };
+        let lib = name.starts_with("nvidia-nccl-cu") || name.starts_with("nvidia-nvshmem-cu");
+        if name != "torch" && !lib {
+            continue;
+        }
+        if let Some(v) = p.get("version").and_then(|v| v.as_str()) {
+            let src = p.get("source").and_then(|s| s.get("registry")).and_then(|s| s.as_str()).map(String::from);
+            found.entry(name.to_string()).or_default().insert(v.to_string(), src);
         }
     }
-    match found.len() {
-        1 => Ok(found.into_iter().next().expect("one")),
-        0 => Err(Failure::usage(format!("{} locks no torch package", file.display()))
-            .hint("--match-project needs a project that depends on torch; use pins.toml's [toolchain] instead")
-            .into()),
-        _ => Err(Failure::usage(format!(
-            "{} locks several torch versions: {}",
+    let several = |name: &str, v: &BTreeMap<String, Option<String>>| {
+        Failure::usage(format!(
+            "{} locks several {name} versions: {}",
             file.display(),
-            found.keys().cloned().collect::<Vec<_>>().join(", ")
+            v.keys().cloned().collect::<Vec<_>>().join(", ")
         ))
-        .hint("set the torch version in pins.toml's [toolchain] and build without --match-project")
-        .into()),
+        .hint(format!("set the {name} version in pins.toml's [toolchain] and build without --match-project"))
+    };
+    let torch = match found.remove("torch") {
+        Some(v) if v.len() == 1 => v.into_iter().next().expect("one"),
+        Some(v) => return Err(several("torch", &v).into()),
+        None => {
+            return Err(Failure::usage(format!("{} locks no torch package", file.display()))
+                .hint("--match-project needs a project that depends on torch; use pins.toml's [toolchain] instead")
+                .into())
+        }
+    };
+    let mut libraries = BTreeMap::new();
+    for (name, v) in found {
+        if v.len() != 1 {
+            return Err(several(&name, &v).into());
+        }
+        let version = v.into_keys().next().expect("one");
+        // Both go into uv's override file: a name or version of another shape is refused.
+        let cu = name.rsplit_once("-cu").map(|(_, d)| d).unwrap_or("");
+        let shaped = !cu.is_empty()
+            && cu.chars().all(|c| c.is_ascii_digit())
+            && version.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+        if !shaped {
+            return Err(Failure::usage(format!(
+                "{} locks {} {}: expected nvidia-nccl-cuNN / nvidia-nvshmem-cuNN at a version of digits and dots",
+                file.display(),
+                crate::input::excerpt(&name, 80),
+                crate::input::excerpt(&version, 40)
+            ))
+            .hint("set nccl/nvshmem under [toolchain] in pins.toml and build without --match-project")
+            .into());
+        }
+        libraries.insert(name, version);
     }
+    Ok(Locked { file, torch, libraries })
 }
 
 /// uv: `$DEEPEP_FORGE_UV`, else on PATH, else next to the base Python.
@@ -213,7 +341,7 @@ fn keyed(req: &Request, cache_dir: &Path) -> Result<Keyed> {
         .collect();
     // The package set (its names and the shape of its pins) too: a template rendered for CUDA 0.0.
     let set = cuda_requirements("0.0")?;
-    let key_text = serde_json::to_string(&(
+    let mut key_text = serde_json::to_string(&(
         LAYOUT,
         &req.torch,
         &req.cuda,
@@ -223,6 +351,12 @@ fn keyed(req: &Request, cache_dir: &Path) -> Result<Keyed> {
         &set,
         std::env::consts::ARCH,
     ))?;
+    // Packages over torch's pins (none: the key stays what it was before overrides existed).
+    if !req.overrides.is_empty() {
+        key_text.push_str(&serde_json::to_string(
+            &req.overrides.iter().map(|o| (&o.package, &o.spec)).collect::<Vec<_>>(),
+        )?);
+    }
     let key = source::short_hash(&key_text);
     let root = cache_dir.join("toolchains").join(&key);
     Ok(Keyed { uv, uv_version, key, root })
@@ -296,8 +430,17 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
                 .hint("pass --python PATH to an installed Python (pins.toml [toolchain].python names the minor)")
         })?;
     let python = env.join("bin/python");
+    // NCCL/NVSHMEM over torch's pins: uv's override file, given to every install.
+    let override_file = stage.join("overrides.txt");
+    let lines: String = req.overrides.iter().map(|o| format!("{}\n", o.requirement())).collect();
+    std::fs::write(&override_file, lines)?;
     let install = |what: &[String], purpose: String| -> Result<()> {
-        uv_cmd(purpose).args(["pip", "install", "--quiet", "--python"]).arg(&python).args(what).output().map(|_| ()).map_err(|e| {
+        let mut c = uv_cmd(purpose);
+        c.args(["pip", "install", "--quiet", "--python"]).arg(&python);
+        if !req.overrides.is_empty() {
+            c.arg("--override").arg(&override_file);
+        }
+        c.arg("--").args(what).output().map(|_| ()).map_err(|e| {
             Failure::env(format!("{e:#}"))
                 .hint("check that the registry is reachable (uv honours UV_INDEX_URL, UV_FIND_LINKS, proxies) and that the version exists, e.g. `pip index versions torch`")
                 .into()
@@ -331,10 +474,12 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
     let major = cuda.split('.').next().unwrap_or("");
     let cu = site.join(format!("nvidia/cu{major}"));
     let stub_symbols = cuda_home(&cu, &stage.join("cuda-home"), stage)?;
-    let notes = vec![format!(
+    let mut notes = vec![format!(
         "torch {torch_version} carries CUDA {cuda}: CUDA compiler packages pinned to {}",
         minor_spec(&cuda)?
     )];
+    let overrides = overridden(req, &site, &packages);
+    notes.extend(overrides.iter().map(|(p, what)| format!("{p} {what}")));
     Ok(Provisioned {
         layout: LAYOUT,
         root: root.to_path_buf(),
@@ -344,7 +489,50 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
         packages,
         uv: uv_version.to_string(),
         stub_symbols,
+        overrides,
         notes,
+    })
+}
+
+/// Package -> `2.30.7 (overrides torch's pin 2.28.9; why)` for each override,
+/// torch's pin read from its installed METADATA.
+fn overridden(req: &Request, site: &Path, packages: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let meta = std::fs::read_dir(site)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                n.to_string_lossy().starts_with("torch-") && n.to_string_lossy().ends_with(".dist-info")
+            })
+        })
+        .and_then(|d| {
+            crate::input::read_text_opt(&d.join("METADATA"), "torch METADATA", crate::input::cap::TEXT).ok().flatten()
+        })
+        .unwrap_or_default();
+    req.overrides
+        .iter()
+        .map(|o| {
+            let installed = packages.get(&o.package).cloned().unwrap_or_else(|| "not installed".into());
+            let pin = torch_pin(&meta, &o.package);
+            let over = match pin {
+                Some(p) if p != installed => format!("overrides torch's pin {p}"),
+                Some(_) => "the version torch pins".to_string(),
+                None => "torch pins no version".to_string(),
+            };
+            (o.package.clone(), format!("{installed} ({over}; asked {}: {})", o.spec, o.why))
+        })
+        .collect()
+}
+
+/// The `==X` torch's METADATA requires of `package`.
+fn torch_pin(metadata: &str, package: &str) -> Option<String> {
+    metadata.lines().find_map(|l| {
+        let req = l.strip_prefix("Requires-Dist:")?.trim();
+        let rest = req.strip_prefix(package)?;
+        let v = rest.trim_start().strip_prefix("==")?;
+        Some(v.split([';', ' ', ',']).next()?.trim().to_string())
     })
 }
 
@@ -493,6 +681,27 @@ mod tests {
         assert_eq!(cuda_of_local_tag("cu130").as_deref(), Some("13.0"));
         assert_eq!(cuda_of_local_tag("cu128").as_deref(), Some("12.8"));
         assert_eq!(cuda_of_local_tag("cpu"), None);
+    }
+
+    #[test]
+    fn match_project_refuses_library_versions_of_another_shape() {
+        let d = tempfile::tempdir().unwrap();
+        let lock = |nccl: &str| {
+            format!("version = 1\n[[package]]\nname = \"torch\"\nversion = \"2.11.0\"\n[[package]]\nname = \"nvidia-nccl-cu13\"\nversion = \"{nccl}\"\n")
+        };
+        std::fs::write(d.path().join("uv.lock"), lock("2.30.7")).unwrap();
+        assert_eq!(locked(d.path()).unwrap().libraries["nvidia-nccl-cu13"], "2.30.7");
+        std::fs::write(d.path().join("uv.lock"), lock("2.30.7 --index-url http://x")).unwrap();
+        let err = locked(d.path()).err().expect("refused");
+        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Usage, "{err:#}");
+    }
+
+    #[test]
+    fn torch_pins_are_read_from_its_metadata() {
+        let meta = "Name: torch\nRequires-Dist: nvidia-nccl-cu13==2.28.9; platform_system == \"Linux\"\nRequires-Dist: nvidia-nvshmem-cu13==3.4.5; platform_system == \"Linux\"\nRequires-Dist: nvidia-nccl-cu13-extra==1\n";
+        assert_eq!(torch_pin(meta, "nvidia-nccl-cu13").as_deref(), Some("2.28.9"));
+        assert_eq!(torch_pin(meta, "nvidia-nvshmem-cu13").as_deref(), Some("3.4.5"));
+        assert_eq!(torch_pin(meta, "nvidia-cublas"), None);
     }
 
     #[test]
