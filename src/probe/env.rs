@@ -167,11 +167,25 @@ fn versions_of(interp: &Interpreter) -> Versions {
         interp.modules.get("torch").cloned().flatten().and_then(|o| Some(Path::new(&o).parent()?.to_path_buf()));
     Versions {
         python: interp.python.clone(),
-        torch: interp.packages.get("torch").cloned(),
+        torch: torch_dir.as_deref().and_then(torch_version).or_else(|| interp.packages.get("torch").cloned()),
         torch_cxx11_abi: torch_dir.as_deref().and_then(torch_abi),
         nvshmem: find("nvidia-nvshmem-cu"),
         nccl: find("nvidia-nccl-cu"),
     }
+}
+
+/// torch's `__version__` from `torch/version.py`, the file the build records it from
+/// (`2.11.0+cu130`): the dist-info may carry the version without its local label
+/// (`2.11.0`) for the very same build, so comparing it with provenance would be a false FAIL.
+pub fn torch_version(torch: &Path) -> Option<String> {
+    let text = crate::input::read_text(&torch.join("version.py"), "torch/version.py", crate::input::cap::TEXT).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        let k = k.split(':').next()?.trim();
+        let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
+        (k == "__version__" && !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
+            .then(|| v.to_string())
+    })
 }
 
 /// torch's C++ ABI from its files: `share/cmake/Torch/TorchConfig.cmake` sets
@@ -452,4 +466,25 @@ fn writable(dir: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
     // SAFETY: c is a valid NUL-terminated path for the duration of the call.
     unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn torch_version_is_read_from_version_py_with_its_local_label() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("version.py"),
+            "from typing import Optional\n__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n",
+        )
+        .unwrap();
+        assert_eq!(torch_version(d.path()).as_deref(), Some("2.11.0+cu130"));
+        std::fs::write(d.path().join("version.py"), "__version__: str = \"2.10.0\"\n").unwrap();
+        assert_eq!(torch_version(d.path()).as_deref(), Some("2.10.0"));
+        std::fs::write(d.path().join("version.py"), "git_version = 'x'\n").unwrap();
+        assert_eq!(torch_version(d.path()), None);
+        assert_eq!(torch_version(&d.path().join("missing")), None);
+    }
 }
