@@ -949,10 +949,21 @@ fn journal_another_users_lock_file_is_exit_3_with_a_hint() {
     std::fs::create_dir_all(cache.join("tmp/build-left")).unwrap();
     let lock = cache.join("tmp/build-left.lock");
     std::fs::write(&lock, "").unwrap();
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_deepep-forge"));
-    c.args(["cache", "gc", "--cache-dir"]).arg(&cache).env("XDG_CONFIG_HOME", d.path().join("config"));
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    let root = unsafe { libc::geteuid() } == 0;
+    // As nobody, the binary must be reachable: the checkout may sit in a 0700 folder
+    // (a `mktemp -d` clone), so nobody runs a copy in the test's own folder.
+    let exe = if root {
+        let copy = d.path().join("deepep-forge");
+        std::fs::copy(env!("CARGO_BIN_EXE_deepep-forge"), &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        copy
+    } else {
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_deepep-forge"))
+    };
+    let mut c = std::process::Command::new(&exe);
+    c.args(["cache", "gc", "--cache-dir"]).arg(&cache).env("XDG_CONFIG_HOME", d.path().join("config"));
+    if root {
         for p in [d.path(), &cache, &cache.join("tmp")] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
