@@ -441,33 +441,6 @@ multinode = false
 index = "sn"
 "#;
 
-/// `python -m http.server` on 127.0.0.1 (a port the kernel picks), killed when dropped.
-struct Server(std::process::Child, u16);
-
-impl Server {
-    fn start(python: &Path, dir: &Path) -> Server {
-        use std::io::BufRead;
-        let mut child = Command::new(python)
-            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory"])
-            .arg(dir)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port = line.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
-        Server(child, port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 #[ignore = "needs system packages for cross builds (sudo .ci/setup-system): bash .ci/run runs it when present"]
 fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both() {
@@ -545,8 +518,8 @@ fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both
         .find(|(k, _)| k.starts_with("nvidia-nvshmem"))
         .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
         .unwrap_or_else(|| panic!("no nvidia-nvshmem in the toolchain: {pkgs}"));
-    let server = Server::start(&lab.tools.join("bin/python"), &idx);
-    let url = format!("http://127.0.0.1:{}", server.1);
+    let server = support::HttpServer::start(&lab.tools.join("bin/python"), &idx);
+    let url = format!("http://127.0.0.1:{}", server.port);
     let consumer = lab.dir.path().join("consumer");
     copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
     let py_path = consumer.join("pyproject.toml");

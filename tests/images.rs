@@ -7,43 +7,13 @@
 //! its probe step.
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use support::*;
 
 fn code(o: &std::process::Output) -> i32 {
     o.status.code().unwrap_or(-1)
-}
-
-/// `python -m http.server` on 127.0.0.1, a port the kernel picks; killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(dir: &Path) -> Server {
-        let mut child = Command::new("python3")
-            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory"])
-            .arg(dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port = line.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
-        Server { child, port }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The mini variant (h100 topology) and one for B200 GPUs (sm_100): a wheel
@@ -129,7 +99,7 @@ fn the_mini_image_builds_with_podman_and_a_wheel_for_another_topology_fails_at_t
         std::fs::copy(e.path(), files.join(e.file_name())).unwrap();
     }
     let _ = Command::new("podman").args(["image", "unmount", &tag]).output();
-    let server = Server::start(&w.join("index"));
+    let server = support::HttpServer::start(Path::new("python3"), &w.join("index"));
     let url = format!("http://127.0.0.1:{}/mini-b200/simple/", server.port);
     let o =
         run(w, &["docker", "build", "--builder", "podman", "--variant", "mini-b200", "--index", &url, "--", PACKAGES]);

@@ -9,9 +9,8 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use deepep_forge::cache::sign::{PublicKey, SecretKey};
 use deepep_forge::publish::manifest::Manifest;
@@ -169,36 +168,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         .collect()
 }
 
-/// `python -m http.server` on 127.0.0.1, a port the kernel picks; killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(python: &Path, dir: &Path) -> Server {
-        let mut child = Command::new(python)
-            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory"])
-            .arg(dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        // "Serving HTTP on 127.0.0.1 port 40123 (http://127.0.0.1:40123/) ..."
-        let port = line.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
-        Server { child, port }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
@@ -263,7 +232,7 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     assert_eq!(stderr(&quiet), "", "--quiet hides the progress notes");
 
     // 2. pin set --index, real uv against a real HTTP server.
-    let server = Server::start(&s.tools.join("bin/python"), &s.path("idx"));
+    let server = support::HttpServer::start(&s.tools.join("bin/python"), &s.path("idx"));
     let consumer = s.path("consumer");
     copy_dir(&root().join("tests/fixtures/consumer-index"), &consumer);
     let url = format!("http://127.0.0.1:{}", server.port);
