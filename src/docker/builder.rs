@@ -364,6 +364,12 @@ pub fn builder_argv(
     if let Some(url) = index {
         args.insert(INDEX_ARG.into(), url.to_string());
     }
+    // The registry-free base has no CUDA math headers or libcuda stub of its
+    // own: build-wheel provisions the registry toolchain, as on a machine
+    // without a CUDA install, unless the user chose (`-- --build-arg BUILD_TOOLCHAIN=system`).
+    if !a.extra.iter().any(|f| f.contains("BUILD_TOOLCHAIN=")) {
+        args.insert("BUILD_TOOLCHAIN".into(), "registry".into());
+    }
     if let Some(ts) = a.timestamp {
         v.push(format!("--timestamp={ts}"));
         args.insert("SOURCE_DATE_EPOCH".into(), ts.to_string());
@@ -394,6 +400,7 @@ mod tests {
     #[test]
     fn extra_flags_may_not_contradict_the_bake_file() {
         assert!(extra(&["--no-cache", "--pull=never", "--build-arg", "PYTHON_PACKAGES=setuptools wheel"]).is_ok());
+        assert!(extra(&["--build-arg=BUILD_TOOLCHAIN=system"]).is_ok());
         for (flags, says) in [
             (&["--build-arg", "PROBE_EP=16"][..], "the bake file sets it"),
             (&["--build-arg=TORCH_CUDA_ARCH_LIST=8.0"][..], "the bake file sets it"),
@@ -441,6 +448,7 @@ mod tests {
         assert!(v.contains(&"--build-arg=CUDA_BASE_IMAGE=localhost/base".to_string()));
         assert!(v.contains(&"--platform=linux/amd64".to_string()) && v.contains(&"--timestamp=0".to_string()));
         assert!(v.contains(&"--build-arg=SOURCE_DATE_EPOCH=0".to_string()), "pip's .pyc files follow it");
+        assert!(v.contains(&"--build-arg=BUILD_TOOLCHAIN=registry".to_string()), "{v:?}");
         assert!(
             v.contains(&"--file=/ctx/docker/Dockerfile".to_string()) && v.contains(&"--target=runtime".to_string())
         );
