@@ -59,6 +59,14 @@ pub fn exclusive(path: &Path) -> Result<File> {
     }
 }
 
+/// A shared lock on `path` (created if absent), held until the file is dropped;
+/// waits while an exclusive holder has it (`cache gc` holds it only briefly and never waits itself).
+pub fn shared(path: &Path) -> Result<File> {
+    let f = open(path)?;
+    f.lock_shared().with_context(|| format!("locking {}", path.display()))?;
+    Ok(f)
+}
+
 /// The lock on `path` if nobody holds it now (`None`: held elsewhere).
 pub fn try_exclusive(path: &Path) -> Result<Option<File>> {
     let f = open(path)?;
