@@ -98,7 +98,11 @@ pub fn list(cache: &Cache) -> BaseListing {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
         Err(e) => {
-            out.bad.push(BadEntry::new("images", "", format!("not read: not a folder ({e})")));
+            out.bad.push(BadEntry::new(
+                "images",
+                "",
+                format!("not read: not a folder (a link is never followed): {e}"),
+            ));
             return out;
         }
     };

@@ -448,7 +448,11 @@ impl Trees {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
             Err(e) => {
-                out.bad.push(BadEntry::new("trees", "", format!("not read: not a folder ({e})")));
+                out.bad.push(BadEntry::new(
+                    "trees",
+                    "",
+                    format!("not read: not a folder (a link is never followed): {e}"),
+                ));
                 return out;
             }
         };
