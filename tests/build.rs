@@ -922,3 +922,30 @@ fn run_ok(c: &mut Command) {
 fn python_minor(lab: &Lab) -> String {
     lab.site.parent().unwrap().file_name().unwrap().to_string_lossy().trim_start_matches("python").to_string()
 }
+
+/// The toolchain's facts are memoised per file state; a reproducible image
+/// (`--timestamp 0`) gives every file mtime 0, so a venv without torch and
+/// the same path's venv with torch (two images sharing one cache mount) had
+/// one path, size and mtime, and the second build was told "cannot import
+/// torch". The memo now also keys on the inode's change time, which `touch`
+/// cannot set back.
+#[test]
+fn the_toolchain_memo_sees_a_package_installed_under_a_reset_mtime() {
+    let cuda = require!(cuda_home(), "the tools venv's CUDA (nvcc)");
+    let t = tempfile::tempdir().unwrap();
+    let venv = t.path().join("venv");
+    let ok = Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
+    assert!(ok.success());
+    let python = venv.join("bin/python3");
+    let site = std::fs::read_dir(venv.join("lib")).unwrap().next().unwrap().unwrap().path().join("site-packages");
+    let memo = t.path().join("memo");
+    let reset = |p: &Path| assert!(Command::new("touch").args(["-h", "-d", "@0"]).arg(p).status().unwrap().success());
+    let identify = || deepep_forge::builder::toolchain::identify(python.to_str().unwrap(), Some(&cuda), &memo).unwrap();
+    reset(&site);
+    assert_eq!(identify().importable.get("torch"), Some(&false));
+    // "torch" appears (a package named so: find_spec is what the build asks), the folder's mtime reset to 0 again.
+    std::fs::create_dir(site.join("torch")).unwrap();
+    std::fs::write(site.join("torch/__init__.py"), "").unwrap();
+    reset(&site);
+    assert_eq!(identify().importable.get("torch"), Some(&true), "a stale memo was used");
+}

@@ -193,6 +193,9 @@ fn a_flag_that_contradicts_the_bake_file_exits_2_before_anything_runs() {
     let o = build_without_tools(d.path(), &["--variant", "h100", "--source", "."]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("--builder podman|buildah"), "{}", stderr(&o));
+    let o = build_without_tools(d.path(), &["--variant", "h100", "--builder", "podman", "--source", "no-such-clone"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--source no-such-clone: no such folder"), "{}", stderr(&o));
 }
 
 #[test]
@@ -258,6 +261,38 @@ fn a_base_suite_that_does_not_exist_exits_2() {
         assert!(stderr(&o).contains(says), "{suite}: {}", stderr(&o));
     }
     assert!(std::fs::read_dir(cache.path()).unwrap().next().is_none(), "something was made");
+}
+
+/// The mirror is asked only for a base that must be made: planned against a
+/// mirror (a local HTTP server with a Release file) the Release date is read;
+/// once the rootfs is cached, planning needs no mirror (the server is gone, as
+/// on an air-gapped runner); with nothing cached, the unreachable mirror is exit 3.
+#[test]
+fn a_cached_base_is_planned_without_asking_the_mirror() {
+    use deepep_forge::cache::Cache;
+    use deepep_forge::docker::{base, Builder};
+    let www = tempfile::tempdir().unwrap();
+    let dists = www.path().join("debian/dists/bookworm");
+    std::fs::create_dir_all(&dists).unwrap();
+    std::fs::write(dists.join("Release"), "Origin: Debian\nDate: Sat, 11 Jul 2026 10:16:37 UTC\n").unwrap();
+    let server = HttpServer::start(Path::new("python3"), www.path());
+    let b = base::Base { suite: "bookworm".into(), mirror: format!("http://127.0.0.1:{}/debian", server.port) };
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (cache, empty) = (Cache::at(d1.path()), Cache::at(d2.path()));
+    // `false` as the builder: no image is in its store, so only the rootfs tar can be cached.
+    let no_store = Path::new("/bin/false");
+    let p = base::plan(Builder::Podman, no_store, &cache, &b, base::Arch::Amd64).unwrap();
+    assert_eq!(p.release.as_ref().map(|r| r.date.as_str()), Some("Sat, 11 Jul 2026 10:16:37 UTC"));
+    let tar = p.rootfs_tar(&cache);
+    std::fs::create_dir_all(tar.parent().unwrap()).unwrap();
+    std::fs::write(&tar, b"a rootfs").unwrap();
+    drop(server);
+    let cached = base::plan(Builder::Podman, no_store, &cache, &b, base::Arch::Amd64).unwrap();
+    assert!(cached.release.is_none(), "the mirror was asked for a cached base");
+    assert_eq!(cached.cuda_ref, p.cuda_ref);
+    let e = base::plan(Builder::Podman, no_store, &empty, &b, base::Arch::Amd64).unwrap_err();
+    assert_eq!(deepep_forge::error::exit_of(&e), deepep_forge::error::Exit::Environment, "{e:#}");
+    assert!(format!("{e:#}").contains("cannot reach the Debian mirror"), "{e:#}");
 }
 
 // ---- Dockerfile rules (lock check) --------------------------------------------

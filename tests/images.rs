@@ -58,9 +58,13 @@ fn the_mini_image_builds_with_podman_and_a_wheel_for_another_topology_fails_at_t
     std::fs::write(w.join("pins.toml"), pins(&rev)).unwrap();
     assert_eq!(code(&run(w, &["docker", "bake"])), 0);
 
-    // 1. Built in the image; its last step, the probe, passes.
-    let o =
-        run(w, &["docker", "build", "--builder", "podman", "--variant", "mini", "--source", "deepep", "--", PACKAGES]);
+    // 1. Built in the image from a bare mirror (only its git database goes
+    // into the context); its last step, the probe, passes.
+    git(w, &["clone", "-q", "--bare", "deepep", "deepep.git"]);
+    let o = run(
+        w,
+        &["docker", "build", "--builder", "podman", "--variant", "mini", "--source", "deepep.git", "--", PACKAGES],
+    );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let tag = format!("localhost/deepep-forge/deep-ep:mini-1.2.1-{}", &rev[..7]);
     assert!(

@@ -84,7 +84,7 @@ struct PyFacts {
 
 /// Identify the toolchain (`cuda_home`: the registry toolchain's, else
 /// searched). A missing Python or nvcc is exit 3. Answers are
-/// memoised in `memo` per file (path, size, mtime): the Python's facts also
+/// memoised in `memo` per file ([`Stamp`]): the Python's facts also
 /// depend on its site-packages folders, whose mtime changes when a package
 /// is installed or removed.
 pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<Toolchain> {
@@ -170,16 +170,39 @@ pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<T
     })
 }
 
-/// (path, size, mtime in ns) of a file or folder; None when it is gone.
-fn file_stamp(p: &Path) -> Option<(PathBuf, u64, u128)> {
+/// One state of a file or folder: its path, size and mtime, and also its
+/// device, inode and change time (ctime), which no tool sets. Reproducible
+/// images (`--timestamp 0`) give every file one mtime, so two different
+/// environments at one path (a venv with torch and one without, in two images
+/// sharing a cache mount) would otherwise look the same.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Stamp {
+    path: PathBuf,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    dev: u64,
+    ino: u64,
+}
+
+/// The [`Stamp`] of a file or folder; None when it is gone.
+fn file_stamp(p: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(p).ok()?;
-    let t = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
-    Some((p.to_path_buf(), m.len(), t))
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    Some(Stamp {
+        path: p.to_path_buf(),
+        size: m.len(),
+        mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+        ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        dev: m.dev(),
+        ino: m.ino(),
+    })
 }
 
 #[derive(Serialize, Deserialize)]
 struct Memo<T> {
-    stamps: Vec<Option<(PathBuf, u64, u128)>>,
+    stamps: Vec<Option<Stamp>>,
     value: T,
 }
 

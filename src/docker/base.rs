@@ -62,20 +62,40 @@ impl Arch {
     }
 }
 
-/// A checked base request: the suite exists at the mirror; its Release file's
-/// `Date:` and sha256 as read now (recorded when the base is made).
+/// A checked base request (flags only, nothing fetched): the suite's name,
+/// the mirror's URL, debootstrap knowing the suite.
 #[derive(Debug, Clone)]
 pub struct Base {
     pub suite: String,
     pub mirror: String,
-    pub release_date: String,
-    pub release_sha256: String,
 }
 
-/// Check the base flags before anything is pulled or built: the suite's name
-/// (exit 2), debootstrap present (exit 3) and knowing the suite (exit 2), the
-/// mirror a http(s) URL (exit 2) that serves `dists/<suite>/Release` (404:
-/// exit 2; unreachable: exit 3).
+/// The suite's Release file as read when a rootfs is made: its `Date:` and sha256.
+#[derive(Debug, Clone)]
+pub struct Release {
+    pub date: String,
+    pub sha256: String,
+}
+
+/// One architecture's base, planned: its key and image references, and, only
+/// when the Debian rootfs must be made, the Release file read while planning
+/// (so a suite the mirror lacks is refused before anything is built, and a
+/// cached base needs no network).
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub arch: Arch,
+    key: String,
+    debian_ref: String,
+    pub cuda_ref: String,
+    containerfile: String,
+    cas: Vec<(String, Vec<u8>)>,
+    pub release: Option<Release>,
+}
+
+/// Check the base flags before anything is pulled or built, without the
+/// network: the suite's name (exit 2), the mirror a http(s) URL (exit 2),
+/// debootstrap present (exit 3) and knowing the suite (exit 2). The mirror is
+/// asked in [`plan`], only for a base that must be made.
 pub fn check(a: &BaseArgs) -> Result<Base> {
     let suite = &a.base_suite;
     let named = !suite.is_empty()
@@ -108,11 +128,15 @@ pub fn check(a: &BaseArgs) -> Result<Base> {
             .hint("pass a suite listed in /usr/share/debootstrap/scripts (e.g. bookworm), or update debootstrap for a newer one")
             .into());
     }
-    let url = format!("{mirror}/dists/{suite}/Release");
-    let body = fetch_release(&url)?;
+    Ok(Base { suite: suite.clone(), mirror })
+}
+
+/// The suite's Release file at the mirror (404: exit 2; unreachable: exit 3).
+fn release(b: &Base) -> Result<Release> {
+    let body = fetch_release(&format!("{}/dists/{}/Release", b.mirror, b.suite))?;
     let text = String::from_utf8_lossy(&body);
-    let release_date = text.lines().find_map(|l| l.strip_prefix("Date: ")).unwrap_or("unknown").trim().to_string();
-    Ok(Base { suite: suite.clone(), mirror, release_date, release_sha256: hex::encode(Sha256::digest(&body)) })
+    let date = text.lines().find_map(|l| l.strip_prefix("Date: ")).unwrap_or("unknown").trim().to_string();
+    Ok(Release { date, sha256: hex::encode(Sha256::digest(&body)) })
 }
 
 /// GET a Release file: at most 1 MiB, 30 s.
@@ -179,33 +203,66 @@ fn cuda_key(debian_key: &str, containerfile: &str, cas: &[(String, Vec<u8>)]) ->
     hex::encode(Sha256::digest(inputs.to_string()))
 }
 
-/// The base image for `arch` in `builder`'s store: cached when its inputs are
-/// the same, else made (debootstrap, import, the CUDA layer). Returns its reference.
-pub fn ensure(builder: Builder, program: &Path, cache: &Cache, b: &Base, arch: Arch) -> Result<String> {
+/// Plan the base for `arch`: its key and references; whether the CUDA image,
+/// the Debian image or the rootfs tar is cached; when none is, the suite's
+/// Release file read now (the only network this step needs).
+pub fn plan(builder: Builder, program: &Path, cache: &Cache, b: &Base, arch: Arch) -> Result<Planned> {
     let reqs = crate::builder::registry::cuda_requirements(CUDA)?;
     let cas = host_cas()?;
     let key = debian_key(b, arch);
-    let k = &key[..16];
-    let debian_ref = format!("localhost/deepep-forge-debian:{k}");
-    let file = containerfile(&debian_ref, &reqs);
-    let cuda_ref = format!("localhost/deepep-forge-cuda:{}", &cuda_key(&key, &file, &cas)[..16]);
+    let debian_ref = format!("localhost/deepep-forge-debian:{}", &key[..16]);
+    let containerfile = containerfile(&debian_ref, &reqs);
+    let cuda_ref = format!("localhost/deepep-forge-cuda:{}", &cuda_key(&key, &containerfile, &cas)[..16]);
+    let mut p = Planned { arch, key, debian_ref, cuda_ref, containerfile, cas, release: None };
+    if !rootfs_cached(builder, program, cache, &p)? {
+        p.release = Some(release(b)?);
+    }
+    Ok(p)
+}
+
+/// The Debian rootfs is there in some form: the CUDA image, the Debian image, or the tar.
+fn rootfs_cached(builder: Builder, program: &Path, cache: &Cache, p: &Planned) -> Result<bool> {
+    Ok(image_exists(builder, program, &p.cuda_ref)?
+        || image_exists(builder, program, &p.debian_ref)?
+        || p.rootfs_tar(cache).is_file())
+}
+
+impl Planned {
+    /// Where the Debian rootfs of this base is cached.
+    pub fn rootfs_tar(&self, cache: &Cache) -> PathBuf {
+        base_dir(cache, &self.key).join("rootfs.tar")
+    }
+}
+
+fn base_dir(cache: &Cache, key: &str) -> PathBuf {
+    cache.root().join("images").join(format!("base-{}", &key[..16]))
+}
+
+/// The planned base in `builder`'s store: reused when cached, else made
+/// (debootstrap, import, the CUDA layer), one maker per key. Returns its reference.
+pub fn ensure(builder: Builder, program: &Path, cache: &Cache, b: &Base, p: &Planned) -> Result<String> {
     let images = std::path::absolute(cache.root().join("images"))?;
     std::fs::create_dir_all(&images).with_context(|| format!("creating {}", images.display()))?;
-    let lock = crate::input::open_lock(&images.join(format!("base-{k}.lock")), "base image lock")?;
+    let lock = crate::input::open_lock(&images.join(format!("base-{}.lock", &p.key[..16])), "base image lock")?;
     lock.lock().context("locking the base image")?;
-    if image_exists(builder, program, &cuda_ref)? {
-        crate::note!("base {cuda_ref}: cached ({} {}, {})", b.suite, arch.debian(), b.mirror);
-        return Ok(cuda_ref);
+    if image_exists(builder, program, &p.cuda_ref)? {
+        crate::note!("base {}: cached ({} {}, {})", p.cuda_ref, b.suite, p.arch.debian(), b.mirror);
+        return Ok(p.cuda_ref.clone());
     }
-    let dir = images.join(format!("base-{k}"));
-    if !image_exists(builder, program, &debian_ref)? {
+    let dir = std::path::absolute(base_dir(cache, &p.key))?;
+    if !image_exists(builder, program, &p.debian_ref)? {
         if !dir.join("rootfs.tar").is_file() {
-            make_rootfs(cache, &images, &dir, b, arch, &key)?;
+            // Planned as cached, then removed by someone else: read the Release file now.
+            let release = match &p.release {
+                Some(r) => r.clone(),
+                None => release(b)?,
+            };
+            make_rootfs(cache, &images, &dir, b, &release, p.arch, &p.key)?;
         }
-        import(builder, program, &dir.join("rootfs.tar"), &debian_ref, &images)?;
+        import(builder, program, &dir.join("rootfs.tar"), &p.debian_ref, &images)?;
     }
-    cuda_layer(program, cache, &images, &file, &cuda_ref, &cas)?;
-    Ok(cuda_ref)
+    cuda_layer(program, cache, &images, &p.containerfile, &p.cuda_ref, &p.cas)?;
+    Ok(p.cuda_ref.clone())
 }
 
 fn image_exists(builder: Builder, program: &Path, r: &str) -> Result<bool> {
@@ -219,7 +276,15 @@ fn image_exists(builder: Builder, program: &Path, r: &str) -> Result<bool> {
 
 /// debootstrap into a staging folder, then one deterministic tar (names
 /// sorted, times 0, numeric root owner) and base.json, renamed into `dir`.
-fn make_rootfs(cache: &Cache, images: &Path, dir: &Path, b: &Base, arch: Arch, key: &str) -> Result<()> {
+fn make_rootfs(
+    cache: &Cache,
+    images: &Path,
+    dir: &Path,
+    b: &Base,
+    release: &Release,
+    arch: Arch,
+    key: &str,
+) -> Result<()> {
     let stage = cache.stage()?;
     let stage_dir = std::path::absolute(stage.path())?;
     let rootfs = stage_dir.join("rootfs");
@@ -232,7 +297,7 @@ fn make_rootfs(cache: &Cache, images: &Path, dir: &Path, b: &Base, arch: Arch, k
         b.suite,
         arch.debian(),
         b.mirror,
-        b.release_date,
+        release.date,
         images.join("debootstrap.log").display()
     );
     Cmd::new("debootstrap", format!("make Debian {} ({}) with debootstrap", b.suite, arch.debian()))
@@ -256,8 +321,8 @@ fn make_rootfs(cache: &Cache, images: &Path, dir: &Path, b: &Base, arch: Arch, k
         "mirror": b.mirror,
         "arch": arch.debian(),
         "packages": PACKAGES,
-        "release_date": b.release_date,
-        "release_sha256": b.release_sha256,
+        "release_date": release.date,
+        "release_sha256": release.sha256,
         "rootfs_sha256": sha256_file(&tar)?,
         "snapshot": if b.mirror.contains("snapshot.debian.org") { "pinned by the mirror URL" } else { "none: the mirror's state on release_date" },
     });

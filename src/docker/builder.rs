@@ -125,22 +125,29 @@ fn daemonless(a: &BuildArgs, targets: &[(String, Target)], index: Option<&str>) 
         check_platform(t)?;
         pins_in_context(t)?;
     }
-    let program = find(a.builder)?;
-    let forge = forge_binary(a)?;
     if let Some(s) = &a.source {
-        if !s.join(".git").exists() {
-            return Err(Failure::usage(format!("--source {}: not a git repository", s.display()))
-                .hint("pass a DeepEP clone (or a mirror's checkout) with its .git folder")
+        if !s.is_dir() {
+            return Err(Failure::usage(format!("--source {}: no such folder", s.display()))
+                .hint("pass a DeepEP clone, a bare mirror, or a folder of DeepEP's files")
                 .into());
         }
     }
+    let program = find(a.builder)?;
+    let forge = forge_binary(a)?;
     let base = base::check(&a.base)?;
     let cache = crate::cache::Cache::at(a.cache.resolve()?);
-    for (name, t) in targets {
-        let arch = arch_of(t)?;
-        let base_ref = base::ensure(a.builder, &program, &cache, &base, arch)?;
+    // Each base planned first: a base that must be made has its suite checked at the mirror now.
+    let mut bases = Vec::new();
+    for (_, t) in targets {
+        bases.push(base::plan(a.builder, &program, &cache, &base, arch_of(t)?)?);
+    }
+    for ((name, t), planned) in targets.iter().zip(&bases) {
+        let base_ref = base::ensure(a.builder, &program, &cache, &base, planned)?;
         let ctx = cache.stage()?;
-        assemble_context(ctx.path(), t, &a.pins, &forge, a.source.as_deref(), &dockerfile)?;
+        assemble_context(ctx.path(), t, &a.pins, &forge, &dockerfile)?;
+        if let Some(src) = &a.source {
+            put_source(src, &cache, &ctx.path().join("deepep"))?;
+        }
         let tag = format!("localhost/{}", t.tags.first().map(String::as_str).unwrap_or(name));
         let mut cmd = Cmd::new(&program, format!("build image {tag} with {}", a.builder.program()));
         cmd.args(builder_argv(t, ctx.path(), &tag, &base_ref, a, index));
@@ -284,14 +291,7 @@ fn forge_binary(a: &BuildArgs) -> Result<PathBuf> {
 /// at PINS, the deepep-forge binary at FORGE_BINARY's default and, with
 /// `--source`, DeepEP's repository at `deepep/`. Nothing else of the current
 /// folder reaches the builder.
-fn assemble_context(
-    ctx: &Path,
-    t: &Target,
-    pins: &Path,
-    forge: &Path,
-    source: Option<&Path>,
-    dockerfile: &str,
-) -> Result<()> {
+fn assemble_context(ctx: &Path, t: &Target, pins: &Path, forge: &Path, dockerfile: &str) -> Result<()> {
     let put = |rel: &str, bytes: &[u8]| -> Result<()> {
         let dest = ctx.join(rel);
         std::fs::create_dir_all(dest.parent().expect("relative path has a parent"))?;
@@ -303,9 +303,26 @@ fn assemble_context(
     let bin = ctx.join("target/release/deepep-forge");
     std::fs::create_dir_all(bin.parent().expect("has a parent"))?;
     std::fs::copy(forge, &bin).with_context(|| format!("copying {}", forge.display()))?;
-    if let Some(src) = source {
-        copy_tree(src, &ctx.join("deepep"))?;
-    }
+    Ok(())
+}
+
+/// `--source` read as build-wheel reads it (a checkout, a bare repository, or
+/// a folder committed into a snapshot repository) and cloned bare into the
+/// context: only committed objects travel, never a working tree's build
+/// outputs, and the pinned revision is checked out from it inside the build.
+fn put_source(src: &Path, cache: &crate::cache::Cache, dest: &Path) -> Result<()> {
+    let s = src.to_str().with_context(|| format!("--source {}: not UTF-8", src.display()))?;
+    let origin = crate::builder::source::resolve(s, cache.root())?;
+    let parent = dest.parent().expect("the context folder");
+    crate::process::git::git(
+        parent,
+        crate::process::git::Trust::User,
+        format!("copy --source {s} into the build context"),
+    )
+    .args(["clone", "-q", "--bare", "--no-hardlinks", "--"])
+    .arg(&origin.repo)
+    .arg(dest)
+    .output()?;
     Ok(())
 }
 
@@ -318,29 +335,6 @@ fn pins_in_context(t: &Target) -> Result<&str> {
             .into());
     }
     Ok(rel)
-}
-
-/// Copy a folder (regular files, folders and symlinks as links; anything
-/// else is refused by name, never opened).
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    for e in walkdir::WalkDir::new(from).follow_links(false) {
-        let e = e?;
-        let rel = e.path().strip_prefix(from)?;
-        let dest = to.join(rel);
-        let ft = e.file_type();
-        if ft.is_dir() {
-            std::fs::create_dir_all(&dest)?;
-        } else if ft.is_file() {
-            std::fs::copy(e.path(), &dest).with_context(|| format!("copying {}", e.path().display()))?;
-        } else if ft.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(e.path())?, &dest)?;
-        } else {
-            return Err(Failure::usage(format!("--source: {} is not a file, folder or link", e.path().display()))
-                .hint("remove it from the source tree")
-                .into());
-        }
-    }
-    Ok(())
 }
 
 /// podman/buildah's argv for one target, every value in one `--flag=value`
