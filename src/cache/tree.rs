@@ -677,4 +677,30 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         assert!(trees.restore(&key(), &t.path().join("r4"), now).is_err());
     }
+
+    /// A store waits while `cache gc` holds the store's lock (so a sweep never sees an
+    /// object a store is about to name), and gc gets no collector while a store or a
+    /// restore holds it. (If the store did not wait, its entry would be there long
+    /// before the lock is dropped; a slow machine can only make this pass, not fail.)
+    #[test]
+    fn a_store_waits_for_gc_and_gc_does_not_wait_for_a_store() {
+        let t = tempfile::tempdir().unwrap();
+        let trees = Trees::at(&t.path().join("cache"));
+        sample(&t.path().join("build"));
+        std::fs::create_dir_all(t.path().join("cache/trees")).unwrap();
+        let gc = trees.collector().unwrap().expect("nobody holds the lock");
+        let build = t.path().join("build");
+        let storing = std::thread::spawn(move || {
+            Trees::at(&build.parent().unwrap().join("cache")).store(&key(), "x", &build).unwrap()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!trees.entry_path(&key()).exists(), "the store did not wait for gc");
+        drop(gc);
+        storing.join().unwrap();
+        assert!(trees.entry_path(&key()).exists());
+        let restoring = super::super::lock::shared(&trees.lock_path()).unwrap();
+        assert!(trees.collector().unwrap().is_none(), "gc must not collect while a restore runs");
+        drop(restoring);
+        assert!(trees.collector().unwrap().is_some());
+    }
 }
