@@ -251,7 +251,7 @@ fn ls_gc_and_a_damaged_entry_is_rebuilt() {
     let first = json(&lab.forge(&build).output().unwrap());
     let key = first["results"][0]["cache_key"].as_str().unwrap().to_string();
     let ls = json(&cache_cmd(&lab, &["ls", "--format", "json"]));
-    assert_eq!(ls["schema"], 1);
+    assert_eq!(ls["schema"], 2);
     assert_eq!(ls["entries"][0]["key"], key.as_str());
     assert_eq!(ls["entries"][0]["variant"], "sn");
     assert_eq!(ls["entries"][0]["sha256"], first["results"][0]["sha256"]);

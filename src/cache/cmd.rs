@@ -1,12 +1,15 @@
 //! `deepep-forge cache ls|gc|push|keygen`: arguments and printing over [`Cache`].
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::Result;
 use serde::Serialize;
 
+use super::bases::{self, Base, Removed};
 use super::remote::{NetArgs, Remote};
 use super::sign::SecretKey;
-use super::{human_size, BadEntry, Cache, CacheDirArg, Entry, Hit, Key, Toolchain, SCHEMA};
+use super::tree::{TreeEntry, TreeListing, Trees};
+use super::{human_size, BadEntry, Cache, CacheDirArg, Entry, Hit, Key, Toolchain};
 use crate::error::{Exit, Failure};
 use crate::output::DataFormat as Format;
 
@@ -14,12 +17,14 @@ use crate::output::DataFormat as Format;
 pub const SIGNING_KEY_ENV: &str = "DEEPEP_FORGE_SIGNING_KEY_FILE";
 /// The most days `--older-than` takes (about 100 years).
 pub const MAX_DAYS: u64 = 36_500;
+/// Version of `cache ls --format json` (2: `trees`, `bases`, `bad_entries[].store`, `total_bytes`).
+pub const LS_SCHEMA: u32 = 2;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum CacheCommand {
-    /// List cached wheels and registry toolchains (key, what, size, age) and the space they use.
+    /// List cached wheels, registry toolchains, NCCL build trees and image bases (key, what, size, age) and the space they use.
     Ls(LsArgs),
-    /// Remove old wheels and toolchains, and leftovers of killed builds.
+    /// Remove old wheels, toolchains, NCCL build trees and image bases, and leftovers of killed builds.
     Gc(GcArgs),
     /// Sign local entries and upload them to a remote HTTP cache (PUT <url>/<key>/<wheel>, then entry.json).
     Push(PushArgs),
@@ -31,7 +36,7 @@ pub enum CacheCommand {
 pub struct LsArgs {
     #[command(flatten)]
     pub cache: CacheDirArg,
-    /// Output: human text, or one JSON document (schema 1: wheels, toolchains, bad entries, totals).
+    /// Output: human text, or one JSON document (schema 2: wheels, toolchains, NCCL build trees, image bases, bad entries, totals).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -40,7 +45,7 @@ pub struct LsArgs {
 pub struct GcArgs {
     #[command(flatten)]
     pub cache: CacheDirArg,
-    /// Remove wheels and toolchains created more than DAYS days ago (0 to 36500).
+    /// Remove wheels, toolchains, NCCL build trees and image bases created more than DAYS days ago (0 to 36500).
     #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u64).range(0..=MAX_DAYS))]
     pub older_than: Option<u64>,
     /// Keep only the N newest wheels.
@@ -50,6 +55,15 @@ pub struct GcArgs {
     /// build uses is never removed.
     #[arg(long, value_name = "N")]
     pub keep_toolchains: Option<usize>,
+    /// Keep only the N newest NCCL build trees (`<cache>/trees/`); objects no remaining
+    /// tree names are removed. Nothing is collected while a build stores or restores one.
+    #[arg(long, value_name = "N")]
+    pub keep_trees: Option<usize>,
+    /// Keep only the N newest image bases (`<cache>/images/base-*`, the debootstrap rootfs of
+    /// `docker build --builder podman|buildah`). A base being made is never removed, and the
+    /// images in podman's own store stay.
+    #[arg(long, value_name = "N")]
+    pub keep_bases: Option<usize>,
     /// Say what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -97,9 +111,18 @@ struct Listing<'a> {
     cache_dir: &'a std::path::Path,
     entries: Vec<&'a Entry>,
     toolchains: &'a [Toolchain],
+    trees: &'a [TreeEntry],
+    bases: &'a [Base],
     bad_entries: &'a [BadEntry],
     wheels_bytes: u64,
     toolchains_bytes: u64,
+    /// Every file under `trees/` (objects shared by entries counted once).
+    trees_bytes: u64,
+    /// Objects no entry names (`cache gc` removes them).
+    trees_unreferenced_bytes: u64,
+    /// Every file under `images/` (bases, debootstrap's .deb cache, logs).
+    bases_bytes: u64,
+    total_bytes: u64,
 }
 
 fn age(now: i64, then: i64) -> String {
@@ -111,21 +134,55 @@ fn age(now: i64, then: i64) -> String {
     }
 }
 
+/// Everything `cache ls` shows, read once.
+struct Seen {
+    entries: Vec<Hit>,
+    toolchains: Vec<Toolchain>,
+    trees: TreeListing,
+    bases: bases::BaseListing,
+    bad: Vec<BadEntry>,
+}
+
+impl Seen {
+    fn read(cache: &Cache) -> Seen {
+        let (entries, mut bad) = cache.entries();
+        let trees = Trees::at(cache.root()).list();
+        let bases = bases::list(cache);
+        bad.extend(trees.bad.iter().cloned());
+        bad.extend(bases.bad.iter().cloned());
+        Seen { entries, toolchains: cache.toolchains(), trees, bases, bad }
+    }
+    fn wheels_bytes(&self) -> u64 {
+        self.entries.iter().map(|h| h.entry.size).fold(0u64, u64::saturating_add)
+    }
+    fn toolchains_bytes(&self) -> u64 {
+        self.toolchains.iter().map(|t| t.size).fold(0u64, u64::saturating_add)
+    }
+    fn total(&self) -> u64 {
+        [self.wheels_bytes(), self.toolchains_bytes(), self.trees.bytes, self.bases.bytes]
+            .into_iter()
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
 fn ls(a: LsArgs) -> Result<Exit> {
     let cache = Cache::at(a.cache.resolve()?);
-    let (entries, bad) = cache.entries();
-    let toolchains = cache.toolchains();
-    let wheels_bytes = entries.iter().map(|h| h.entry.size).fold(0u64, u64::saturating_add);
-    let toolchains_bytes = toolchains.iter().map(|t| t.size).fold(0u64, u64::saturating_add);
+    let seen = Seen::read(&cache);
     if a.format == Format::Json {
         let doc = Listing {
-            schema: SCHEMA,
+            schema: LS_SCHEMA,
             cache_dir: cache.root(),
-            entries: entries.iter().map(|h| &h.entry).collect(),
-            toolchains: &toolchains,
-            bad_entries: &bad,
-            wheels_bytes,
-            toolchains_bytes,
+            entries: seen.entries.iter().map(|h| &h.entry).collect(),
+            toolchains: &seen.toolchains,
+            trees: &seen.trees.entries,
+            bases: &seen.bases.bases,
+            bad_entries: &seen.bad,
+            wheels_bytes: seen.wheels_bytes(),
+            toolchains_bytes: seen.toolchains_bytes(),
+            trees_bytes: seen.trees.bytes,
+            trees_unreferenced_bytes: seen.trees.freed_without(&BTreeSet::new()).bytes,
+            bases_bytes: seen.bases.bytes,
+            total_bytes: seen.total(),
         };
         crate::printer::json(&doc)?;
         return Ok(Exit::Ok);
@@ -133,11 +190,34 @@ fn ls(a: LsArgs) -> Result<Exit> {
     let now = crate::provenance::now_secs();
     crate::outln!("cache {}", cache.root().display());
     crate::outln!();
+    ls_wheels(&seen.entries, now);
+    crate::outln!();
+    ls_toolchains(&seen.toolchains, now);
+    crate::outln!();
+    ls_trees(&seen.trees, now);
+    crate::outln!();
+    ls_bases(&seen.bases, now);
+    for b in &seen.bad {
+        crate::outln!("not an entry: {}: {}", b.place(), b.problem);
+    }
+    crate::outln!();
+    crate::outln!(
+        "total {} (wheels {}, toolchains {}, NCCL trees {}, image bases {})",
+        human_size(seen.total()),
+        human_size(seen.wheels_bytes()),
+        human_size(seen.toolchains_bytes()),
+        human_size(seen.trees.bytes),
+        human_size(seen.bases.bytes)
+    );
+    Ok(Exit::Ok)
+}
+
+fn ls_wheels(entries: &[Hit], now: i64) {
     crate::outln!("WHEELS ({})", entries.len());
     if !entries.is_empty() {
         crate::outln!("{:<16}  {:<16}  {:>10}  {:>5}  WHEEL", "KEY", "VARIANT", "SIZE", "AGE");
     }
-    for h in &entries {
+    for h in entries {
         let e = &h.entry;
         crate::outln!(
             "{:<16}  {:<16}  {:>10}  {:>5}  {}",
@@ -148,12 +228,14 @@ fn ls(a: LsArgs) -> Result<Exit> {
             e.wheel
         );
     }
-    crate::outln!();
+}
+
+fn ls_toolchains(toolchains: &[Toolchain], now: i64) {
     crate::outln!("TOOLCHAINS ({})", toolchains.len());
     if !toolchains.is_empty() {
         crate::outln!("{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}", "KEY", "TORCH", "CUDA", "PACKAGES", "SIZE", "AGE");
     }
-    for t in &toolchains {
+    for t in toolchains {
         crate::outln!(
             "{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}",
             t.key,
@@ -164,17 +246,63 @@ fn ls(a: LsArgs) -> Result<Exit> {
             age(now, t.created_secs)
         );
     }
-    for b in &bad {
-        crate::outln!("not an entry: wheels/{}: {}", b.name, b.problem);
+}
+
+fn ls_trees(l: &TreeListing, now: i64) {
+    crate::outln!("NCCL BUILD TREES ({})", l.entries.len());
+    if !l.entries.is_empty() {
+        crate::outln!("{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  LABEL", "KEY", "FILES", "SIZE", "SHARED", "AGE");
     }
-    crate::outln!();
-    crate::outln!(
-        "total {} (wheels {}, toolchains {})",
-        human_size(wheels_bytes.saturating_add(toolchains_bytes)),
-        human_size(wheels_bytes),
-        human_size(toolchains_bytes)
-    );
-    Ok(Exit::Ok)
+    for t in &l.entries {
+        crate::outln!(
+            "{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  {}",
+            &t.key[..16],
+            t.files,
+            human_size(t.bytes),
+            human_size(t.shared_bytes),
+            age(now, t.created_secs),
+            t.label
+        );
+    }
+    let loose = l.freed_without(&BTreeSet::new());
+    if loose.objects > 0 {
+        crate::outln!(
+            "objects no tree names: {} ({}; `cache gc` removes them)",
+            loose.objects,
+            human_size(loose.bytes)
+        );
+    }
+}
+
+fn ls_bases(l: &bases::BaseListing, now: i64) {
+    crate::outln!("IMAGE BASES ({})", l.bases.len());
+    if !l.bases.is_empty() {
+        crate::outln!(
+            "{:<16}  {:<10}  {:<6}  {:>10}  {:>5}  {:<29}  MIRROR",
+            "KEY",
+            "SUITE",
+            "ARCH",
+            "ROOTFS",
+            "AGE",
+            "RELEASE"
+        );
+        crate::note!("the images made from these bases are in podman's (or buildah's) own store, which `cache gc` leaves alone: {}", bases::podman_hint("KEY"));
+    }
+    for b in &l.bases {
+        crate::outln!(
+            "{:<16}  {:<10}  {:<6}  {:>10}  {:>5}  {:<29}  {}",
+            b.key16,
+            b.suite,
+            b.arch,
+            human_size(b.rootfs_bytes),
+            age(now, b.created_secs),
+            b.release_date,
+            b.mirror
+        );
+    }
+    if l.other_bytes > 0 {
+        crate::outln!("debootstrap's .deb cache and logs (images/debs, images/*.log): {}", human_size(l.other_bytes));
+    }
 }
 
 /// Created more than `days` days before `now` (never wraps: a cutoff before
@@ -187,18 +315,49 @@ fn older_than(now: i64, created: i64, days: u64) -> bool {
     created < cutoff
 }
 
+/// Whether gc removes the `i`-th newest item created at `created`: older than
+/// `--older-than`, or beyond its `--keep*` count.
+fn chosen(a: &GcArgs, now: i64, i: usize, created: i64, keep: Option<usize>) -> bool {
+    a.older_than.is_some_and(|d| older_than(now, created, d)) || keep.is_some_and(|k| i >= k)
+}
+
 fn gc(a: GcArgs) -> Result<Exit> {
     let cache = Cache::at(a.cache.resolve()?);
     let _guard = crate::error::Cooperative::enter();
-    let (entries, _) = cache.entries();
-    let toolchains = cache.toolchains();
     let now = crate::provenance::now_secs();
-    let verb = if a.dry_run { "would remove" } else { "removed" };
+    let kept = gc_wheels(&cache, &a, now)?;
+    let tc_kept = gc_toolchains(&cache, &a, now)?;
+    let trees_kept = gc_trees(&cache, &a, now)?;
+    let bases_kept = gc_bases(&cache, &a, now)?;
+    if !a.dry_run {
+        for p in cache.clean_stale()? {
+            crate::outln!("removed leftover {}", p.display());
+        }
+    }
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    crate::outln!(
+        "{} and {} kept; {} and {} kept",
+        plural(kept, "wheel", "wheels"),
+        plural(tc_kept, "toolchain", "toolchains"),
+        plural(trees_kept, "NCCL tree", "NCCL trees"),
+        plural(bases_kept, "image base", "image bases")
+    );
+    Ok(Exit::Ok)
+}
+
+fn verb(a: &GcArgs) -> &'static str {
+    if a.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    }
+}
+
+fn gc_wheels(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
+    let (entries, _) = cache.entries();
     let mut kept = entries.len();
     for (i, h) in entries.iter().enumerate() {
-        let too_old = a.older_than.is_some_and(|d| older_than(now, h.entry.created_secs, d));
-        let beyond = a.keep.is_some_and(|k| i >= k);
-        if !(too_old || beyond) {
+        if !chosen(a, now, i, h.entry.created_secs, a.keep) {
             continue;
         }
         crate::error::check_interrupted()?;
@@ -209,13 +368,16 @@ fn gc(a: GcArgs) -> Result<Exit> {
             cache.remove_entry(&h.dir)?;
         }
         kept -= 1;
-        crate::outln!("{verb} wheel {} ({}, {}, {})", &e.key[..16], e.variant, e.wheel, human_size(e.size));
+        crate::outln!("{} wheel {} ({}, {}, {})", verb(a), &e.key[..16], e.variant, e.wheel, human_size(e.size));
     }
-    let mut tc_kept = toolchains.len();
+    Ok(kept)
+}
+
+fn gc_toolchains(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
+    let toolchains = cache.toolchains();
+    let mut kept = toolchains.len();
     for (i, t) in toolchains.iter().enumerate() {
-        let too_old = a.older_than.is_some_and(|d| older_than(now, t.created_secs, d));
-        let beyond = a.keep_toolchains.is_some_and(|k| i >= k);
-        if !(too_old || beyond) {
+        if !chosen(a, now, i, t.created_secs, a.keep_toolchains) {
             continue;
         }
         crate::error::check_interrupted()?;
@@ -223,22 +385,112 @@ fn gc(a: GcArgs) -> Result<Exit> {
             crate::outln!("kept toolchain {}: a running build uses it", t.key);
             continue;
         }
-        tc_kept -= 1;
+        kept -= 1;
         crate::outln!(
-            "{verb} toolchain {} (torch {}, {})",
+            "{} toolchain {} (torch {}, {})",
+            verb(a),
             t.key,
             t.torch.as_deref().unwrap_or("-"),
             human_size(t.size)
         );
     }
-    if !a.dry_run {
-        for p in cache.clean_stale()? {
-            crate::outln!("removed leftover {}", p.display());
-        }
+    Ok(kept)
+}
+
+/// The NCCL build trees gc removes from `l` (by age and `--keep-trees`).
+fn trees_chosen<'a>(a: &GcArgs, now: i64, l: &'a TreeListing) -> Vec<&'a TreeEntry> {
+    l.entries
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| chosen(a, now, *i, t.created_secs, a.keep_trees))
+        .map(|(_, t)| t)
+        .collect()
+}
+
+fn say_tree(a: &GcArgs, t: &TreeEntry) {
+    crate::outln!(
+        "{} NCCL tree {} ({}, {} files, {}, {} shared)",
+        verb(a),
+        &t.key[..16],
+        t.label,
+        t.files,
+        human_size(t.bytes),
+        human_size(t.shared_bytes)
+    );
+}
+
+/// Trees: entries by the rules, then (not in a dry run) a sweep of the objects no
+/// remaining entry names and of killed stores' leftovers, all under the store's
+/// lock; while a build stores or restores a tree, nothing is collected.
+fn gc_trees(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
+    let trees = Trees::at(cache.root());
+    let seen = trees.list();
+    if let Some(b) = seen.bad.iter().find(|b| b.name.is_empty()) {
+        crate::outln!("kept {}: {}", b.place(), b.problem);
+        return Ok(0);
     }
-    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    crate::outln!("{} and {} kept", plural(kept, "wheel", "wheels"), plural(tc_kept, "toolchain", "toolchains"));
-    Ok(Exit::Ok)
+    if !trees.exists() {
+        return Ok(0);
+    }
+    if a.dry_run {
+        let gone = trees_chosen(a, now, &seen);
+        gone.iter().for_each(|t| say_tree(a, t));
+        let freed = seen.freed_without(&gone.iter().map(|t| t.key.as_str()).collect());
+        if freed.objects > 0 {
+            crate::outln!(
+                "would remove {} tree objects no tree names then ({})",
+                freed.objects,
+                human_size(freed.bytes)
+            );
+        }
+        return Ok(seen.entries.len() - gone.len());
+    }
+    let Some(c) = trees.collector()? else {
+        crate::outln!("kept NCCL trees: in use (a build is storing or restoring one); run `cache gc` again later");
+        return Ok(seen.entries.len());
+    };
+    let l = c.list();
+    let gone = trees_chosen(a, now, &l);
+    for t in &gone {
+        crate::error::check_interrupted()?;
+        c.remove(&t.key)?;
+        say_tree(a, t);
+    }
+    let swept = c.sweep()?;
+    if swept.objects > 0 {
+        crate::outln!("removed {} tree objects no tree names ({})", swept.objects, human_size(swept.bytes));
+    }
+    let left = c.clean_tmp()?;
+    if left > 0 {
+        crate::outln!("removed {left} leftovers of killed tree stores (trees/tmp)");
+    }
+    Ok(l.entries.len() - gone.len())
+}
+
+fn gc_bases(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
+    let l = bases::list(cache);
+    let mut kept = l.bases.len();
+    for (i, b) in l.bases.iter().enumerate() {
+        if !chosen(a, now, i, b.created_secs, a.keep_bases) {
+            continue;
+        }
+        crate::error::check_interrupted()?;
+        if !a.dry_run && bases::remove(cache, b)? == Removed::InUse {
+            crate::outln!("kept image base {}: in use (its lock is held: a base is being made)", b.key16);
+            continue;
+        }
+        kept -= 1;
+        crate::outln!(
+            "{} image base {} ({} {}, {}); podman's store keeps its images: {}",
+            verb(a),
+            b.key16,
+            b.suite,
+            b.arch,
+            human_size(b.bytes),
+            bases::podman_hint(&b.key16)
+        );
+    }
+    Ok(kept)
 }
 
 fn push(a: PushArgs) -> Result<Exit> {

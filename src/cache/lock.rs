@@ -59,6 +59,30 @@ pub fn exclusive(path: &Path) -> Result<File> {
     }
 }
 
+/// A shared lock on `path` (created if absent), held until the file is dropped;
+/// waits while an exclusive holder has it (`cache gc` holds it only briefly and never waits itself).
+pub fn shared(path: &Path) -> Result<File> {
+    let f = match open(path) {
+        Ok(f) => f,
+        Err(e) => read_only(path).ok_or(e)?,
+    };
+    f.lock_shared().with_context(|| format!("locking {}", path.display()))?;
+    Ok(f)
+}
+
+/// An existing lock file opened for reading only (flock needs no write access: a
+/// lock file another user of a shared cache made is still locked), never through a
+/// link, never blocking, a regular file.
+fn read_only(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()
+        .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+}
+
 /// The lock on `path` if nobody holds it now (`None`: held elsewhere).
 pub fn try_exclusive(path: &Path) -> Result<Option<File>> {
     let f = open(path)?;

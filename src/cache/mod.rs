@@ -8,8 +8,10 @@
 //! Every name read from disk or from a server is validated before it is joined
 //! to a path ([`Key`], [`check_wheel_name`]); a bad entry is skipped or reported,
 //! never a panic. Must not build anything and must not call into `build`.
+pub mod bases;
 pub mod cmd;
 pub mod config;
+pub mod dirfd;
 pub mod lock;
 pub mod remote;
 pub mod sign;
@@ -205,11 +207,29 @@ pub struct Hit {
     pub entry: Entry,
 }
 
-/// An entry folder that could not be listed, and why.
+/// An entry that could not be listed, and why.
 #[derive(Debug, Clone, Serialize)]
 pub struct BadEntry {
+    /// The folder of the cache it lies in: `wheels`, `trees/entries`, `images` (or
+    /// `trees` / `images` itself, with an empty name, when that is not a folder).
+    pub store: String,
+    /// Its name in that folder (cut and escaped).
     pub name: String,
     pub problem: String,
+}
+
+impl BadEntry {
+    pub fn new(store: &str, name: &str, problem: impl Into<String>) -> BadEntry {
+        BadEntry { store: store.into(), name: excerpt(name), problem: problem.into() }
+    }
+    /// Where it is, relative to the cache folder.
+    pub fn place(&self) -> String {
+        if self.name.is_empty() {
+            self.store.clone()
+        } else {
+            format!("{}/{}", self.store, self.name)
+        }
+    }
 }
 
 /// A registry toolchain under `<cache>/toolchains/<key>/` (read from its
@@ -414,7 +434,7 @@ impl Cache {
             });
             match checked {
                 Ok(entry) => good.push(Hit { dir: e.path(), entry }),
-                Err(why) => bad.push(BadEntry { name: excerpt(&name), problem: format!("{why:#}") }),
+                Err(why) => bad.push(BadEntry::new("wheels", &name, format!("{why:#}"))),
             }
         }
         good.sort_by(|a, b| b.entry.created_secs.cmp(&a.entry.created_secs).then(a.entry.key.cmp(&b.entry.key)));
@@ -492,8 +512,14 @@ impl Cache {
     }
 }
 
-/// Bytes of every regular file under `dir` (links not followed).
+/// Bytes of every regular file under `dir` (links not followed, `dir` itself
+/// included: a link in its place counts 0; a regular file counts its size).
 pub fn disk_size(dir: &Path) -> u64 {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(m) if m.is_file() => return m.len(),
+        _ => return 0,
+    }
     walkdir::WalkDir::new(dir)
         .into_iter()
         .flatten()

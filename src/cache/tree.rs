@@ -10,8 +10,20 @@
 //! and total size) before a byte is written; every object is opened without
 //! following links, must be a regular file of the recorded size, and is
 //! hashed while it is copied: a mismatch refuses the whole entry (the caller
-//! removes what was written and builds). Must not build anything.
-use std::collections::BTreeSet;
+//! removes what was written and builds).
+//!
+//! `cache gc` collects it: [`Trees::list`] reads every entry as `cache ls`
+//! shows it; [`Collector`] removes entries, then the objects no remaining
+//! entry names (mark and sweep) and leftovers of killed stores in `tmp/`.
+//! `store` and `restore` hold the store's lock (`trees/use.lock`) shared for
+//! their whole run, `cache gc` takes it exclusive without waiting (a store or
+//! restore running: nothing collected this time). Why a lock and not an age
+//! rule for objects: a store reuses an object that is already there (same
+//! hash, same size) without writing or dating it, so an old unreferenced
+//! object may be named by the entry a running store is about to publish; only
+//! excluding stores for the sweep makes "no entry names it" mean it stays
+//! unnamed. Must not build anything.
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -21,7 +33,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::Key;
+use super::{dirfd, BadEntry, Key};
 
 /// Version of a tree manifest.
 pub const TREE_SCHEMA: u32 = 1;
@@ -87,6 +99,11 @@ impl Trees {
         self.root.join("objects").join(sha)
     }
 
+    /// The store's lock, held shared by `store` and `restore` and exclusive by `cache gc`.
+    fn lock_path(&self) -> PathBuf {
+        self.root.join("use.lock")
+    }
+
     /// Remove a refused entry (its manifest; a bad object was removed when found), so the
     /// next fresh build stores a good one.
     pub fn forget(&self, key: &Key) {
@@ -100,6 +117,7 @@ impl Trees {
         for d in [&objects, &entries, &tmp] {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
+        let _use = super::lock::shared(&self.lock_path())?;
         let mut m = Manifest {
             schema: TREE_SCHEMA,
             key: key.as_str().into(),
@@ -160,9 +178,12 @@ impl Trees {
     /// refused (why); `dest` may hold part of it, and the caller removes it.
     pub fn restore(&self, key: &Key, dest: &Path, mtime: std::time::SystemTime) -> Result<Option<Moved>> {
         let path = self.entry_path(key);
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Ok(None);
+        }
+        let _use = super::lock::shared(&self.lock_path())?;
         let Some(text) = read_bounded(&path, MAX_MANIFEST_BYTES)? else { return Ok(None) };
-        let m: Manifest = serde_json::from_slice(&text).context("the entry is not a tree manifest")?;
-        check_manifest(&m, key)?;
+        let m = parse_manifest(&text, key)?;
         std::fs::create_dir(dest).with_context(|| format!("creating {}", dest.display()))?;
         let mut bytes = 0u64;
         for f in &m.files {
@@ -208,6 +229,13 @@ impl Trees {
         }
         Ok(Some(Moved { files: m.files.len(), bytes }))
     }
+}
+
+/// A manifest read from its entry file, checked whole ([`check_manifest`]).
+fn parse_manifest(text: &[u8], key: &Key) -> Result<Manifest> {
+    let m: Manifest = serde_json::from_slice(text).context("the entry is not a tree manifest")?;
+    check_manifest(&m, key)?;
+    Ok(m)
 }
 
 /// The manifest's own checks: schema, key, every name, hash format, bounds, no path twice.
@@ -297,7 +325,7 @@ fn open_object(p: &Path, size: u64) -> Result<File> {
 }
 
 /// A file this cache wrote, at most `cap` bytes (opened as [`open_object`] does); None when absent.
-fn read_bounded(p: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
+pub(super) fn read_bounded(p: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
     let f = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(p) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -330,6 +358,253 @@ fn copy_hashed(from: &mut impl Read, to: &mut impl Write, cap: u64) -> Result<(S
         to.write_all(&buf[..k])?;
     }
     Ok((hex::encode(h.finalize()), n))
+}
+
+/// One stored entry as `cache ls` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeEntry {
+    pub key: String,
+    /// What the folder is (from the manifest, control characters escaped, cut at 80).
+    pub label: String,
+    pub files: usize,
+    pub links: usize,
+    /// Bytes of its objects, each counted once (a file stored twice is one object).
+    pub bytes: u64,
+    /// Of those, the bytes of objects another entry names too (they stay when this one goes).
+    pub shared_bytes: u64,
+    /// When the entry was stored (its file's modification time).
+    pub created_secs: i64,
+}
+
+/// The tree store as `cache ls` and `cache gc` see it.
+#[derive(Debug, Default)]
+pub struct TreeListing {
+    /// Good entries, newest first.
+    pub entries: Vec<TreeEntry>,
+    /// Entry files that are not entries (refused by `restore` too), and a `trees/` that is not a folder.
+    pub bad: Vec<BadEntry>,
+    /// Bytes of every regular file under `trees/` (links not followed).
+    pub bytes: u64,
+    /// Objects on disk (sha256 name -> bytes; 0 for what is not a regular file).
+    objects: BTreeMap<String, u64>,
+    /// How many entry files name each object. Entry files that fail a check but parse
+    /// still mark what they name (a newer schema's entry is not swept from under it).
+    marks: BTreeMap<String, usize>,
+    /// Objects named by each good entry.
+    named: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// Objects a sweep removes (or would remove).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub objects: usize,
+    pub bytes: u64,
+}
+
+impl TreeListing {
+    /// The objects that no entry would name once the entries `gone` are removed.
+    pub fn freed_without(&self, gone: &BTreeSet<&str>) -> Swept {
+        let mut marks = self.marks.clone();
+        for k in gone {
+            for sha in self.named.get(*k).into_iter().flatten() {
+                if let Some(n) = marks.get_mut(sha) {
+                    *n -= 1;
+                }
+            }
+        }
+        let mut s = Swept::default();
+        for (sha, size) in &self.objects {
+            if marks.get(sha).is_none_or(|n| *n == 0) {
+                s.objects += 1;
+                s.bytes = s.bytes.saturating_add(*size);
+            }
+        }
+        s
+    }
+}
+
+/// The sha256 names an entry file's JSON gives under `files[].sha256` (checked
+/// names only), read leniently: marks for the sweep.
+fn named_objects(text: &[u8]) -> BTreeSet<String> {
+    let doc: serde_json::Value = serde_json::from_slice(text).unwrap_or_default();
+    let files = doc.get("files").and_then(|f| f.as_array()).map(Vec::as_slice).unwrap_or_default();
+    files.iter().filter_map(|f| f.get("sha256")?.as_str()).filter(|s| Key::parse(s).is_ok()).map(String::from).collect()
+}
+
+fn mtime_secs(md: &std::fs::Metadata) -> i64 {
+    md.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Trees {
+    /// Every entry (unverified objects), the objects on disk and what names them.
+    /// Never follows a link, never blocks on a FIFO, reads each entry file bounded.
+    pub fn list(&self) -> TreeListing {
+        let mut out = TreeListing::default();
+        let top = match dirfd::open(&self.root) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+            Err(e) => {
+                out.bad.push(BadEntry::new(
+                    "trees",
+                    "",
+                    format!("not read: not a folder (a link is never followed): {e}"),
+                ));
+                return out;
+            }
+        };
+        out.bytes = super::disk_size(&self.root);
+        if let Ok(objects) = dirfd::open_in(&top, "objects") {
+            for name in dirfd::names(&objects).unwrap_or_default() {
+                let Ok(st) = dirfd::stat_in(&objects, &name) else { continue };
+                if Key::parse(&name).is_ok() && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                    let size = if dirfd::is_file(&st) { u64::try_from(st.st_size).unwrap_or(0) } else { 0 };
+                    out.objects.insert(name, size);
+                }
+            }
+        }
+        let names = dirfd::open_in(&top, "entries").and_then(|d| dirfd::names(&d)).unwrap_or_default();
+        let mut good = Vec::new();
+        for name in names {
+            match self.read_entry(&name) {
+                Ok((m, text, created)) => {
+                    good.push((m, created));
+                    for sha in named_objects(&text) {
+                        *out.marks.entry(sha).or_default() += 1;
+                    }
+                }
+                Err((why, text)) => {
+                    for sha in text.map(|t| named_objects(&t)).unwrap_or_default() {
+                        *out.marks.entry(sha).or_default() += 1;
+                    }
+                    out.bad.push(BadEntry::new("trees/entries", &name, format!("{why:#}")));
+                }
+            }
+        }
+        for (m, created) in good {
+            let objs: BTreeMap<&str, u64> = m.files.iter().map(|f| (f.sha256.as_str(), f.size)).collect();
+            let shared = objs.iter().filter(|(s, _)| out.marks.get(**s).is_some_and(|n| *n > 1));
+            out.entries.push(TreeEntry {
+                key: m.key.clone(),
+                label: crate::input::excerpt(&m.label, 80),
+                files: m.files.len(),
+                links: m.links.len(),
+                bytes: objs.values().fold(0u64, |a, b| a.saturating_add(*b)),
+                shared_bytes: shared.map(|(_, b)| *b).fold(0u64, u64::saturating_add),
+                created_secs: created,
+            });
+            out.named.insert(m.key, objs.keys().map(|s| s.to_string()).collect());
+        }
+        out.entries.sort_by(|a, b| b.created_secs.cmp(&a.created_secs).then(a.key.cmp(&b.key)));
+        out
+    }
+
+    /// One entry file: its manifest (checked whole, as `restore` checks it), its bytes
+    /// and its time; or why not, with its bytes when they could be read.
+    #[allow(clippy::type_complexity)]
+    fn read_entry(
+        &self,
+        name: &str,
+    ) -> std::result::Result<(Manifest, Vec<u8>, i64), (anyhow::Error, Option<Vec<u8>>)> {
+        let key = name
+            .strip_suffix(".json")
+            .and_then(|k| Key::parse(k).ok())
+            .ok_or_else(|| (anyhow::anyhow!("not <key>.json (64 lowercase hex digits)"), None))?;
+        let path = self.entry_path(&key);
+        let md = std::fs::symlink_metadata(&path).map_err(|e| (e.into(), None))?;
+        let text = match read_bounded(&path, MAX_MANIFEST_BYTES) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Err((anyhow::anyhow!("gone while listed"), None)),
+            Err(e) => return Err((e, None)),
+        };
+        match parse_manifest(&text, &key) {
+            Ok(m) => Ok((m, text, mtime_secs(&md))),
+            Err(e) => Err((e, Some(text))),
+        }
+    }
+
+    /// The store's lock, exclusive, if no `store` or `restore` holds it now.
+    /// `Ok(None)`: in use (or no store here: nothing to collect).
+    pub fn collector(&self) -> Result<Option<Collector>> {
+        match std::fs::symlink_metadata(&self.root) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => bail!("{} is not a folder (a link or a file): not collected", self.root.display()),
+            Err(_) => return Ok(None),
+        }
+        let Some(lock) = super::lock::try_exclusive(&self.lock_path())? else { return Ok(None) };
+        let top = dirfd::open(&self.root).with_context(|| format!("opening {}", self.root.display()))?;
+        Ok(Some(Collector { trees: Trees { root: self.root.clone() }, top, _lock: lock }))
+    }
+
+    /// Whether the store exists (a `trees/` folder or something in its place).
+    pub fn exists(&self) -> bool {
+        std::fs::symlink_metadata(&self.root).is_ok()
+    }
+}
+
+/// `cache gc` holding the tree store's lock exclusive: removals are made in the
+/// folders it opened without following links ([`dirfd`]).
+pub struct Collector {
+    trees: Trees,
+    top: File,
+    _lock: File,
+}
+
+impl Collector {
+    /// The store as it is now (no store or restore can change it while this lives).
+    pub fn list(&self) -> TreeListing {
+        self.trees.list()
+    }
+
+    /// Remove the entry `key` (its manifest; the objects go with [`Collector::sweep`]).
+    pub fn remove(&self, key: &str) -> Result<()> {
+        let key = Key::parse(key)?;
+        let entries = dirfd::open_in(&self.top, "entries").context("opening trees/entries")?;
+        match dirfd::unlink_in(&entries, &format!("{}.json", key.as_str())) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", self.trees.entry_path(&key).display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Remove every object no entry names now (mark: [`Trees::list`]; sweep: here).
+    pub fn sweep(&self) -> Result<Swept> {
+        let listing = self.list();
+        let Ok(objects) = dirfd::open_in(&self.top, "objects") else { return Ok(Swept::default()) };
+        let mut s = Swept::default();
+        for (sha, size) in &listing.objects {
+            if listing.marks.get(sha).is_some_and(|n| *n > 0) {
+                continue;
+            }
+            match dirfd::unlink_in(&objects, sha) {
+                Ok(()) => {
+                    s.objects += 1;
+                    s.bytes = s.bytes.saturating_add(*size);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing {}", self.trees.object(sha).display())),
+            }
+        }
+        Ok(s)
+    }
+
+    /// Remove what killed stores left in `trees/tmp/` (no store runs while the lock is
+    /// held exclusive, so everything there is a leftover); folders are left alone.
+    pub fn clean_tmp(&self) -> Result<usize> {
+        let Ok(tmp) = dirfd::open_in(&self.top, "tmp") else { return Ok(0) };
+        let mut n = 0;
+        for name in dirfd::names(&tmp)? {
+            let Ok(st) = dirfd::stat_in(&tmp, &name) else { continue };
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR && dirfd::unlink_in(&tmp, &name).is_ok() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
@@ -401,5 +676,31 @@ mod tests {
         let c = std::ffi::CString::new(entry.to_str().unwrap()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         assert!(trees.restore(&key(), &t.path().join("r4"), now).is_err());
+    }
+
+    /// A store waits while `cache gc` holds the store's lock (so a sweep never sees an
+    /// object a store is about to name), and gc gets no collector while a store or a
+    /// restore holds it. (If the store did not wait, its entry would be there long
+    /// before the lock is dropped; a slow machine can only make this pass, not fail.)
+    #[test]
+    fn a_store_waits_for_gc_and_gc_does_not_wait_for_a_store() {
+        let t = tempfile::tempdir().unwrap();
+        let trees = Trees::at(&t.path().join("cache"));
+        sample(&t.path().join("build"));
+        std::fs::create_dir_all(t.path().join("cache/trees")).unwrap();
+        let gc = trees.collector().unwrap().expect("nobody holds the lock");
+        let build = t.path().join("build");
+        let storing = std::thread::spawn(move || {
+            Trees::at(&build.parent().unwrap().join("cache")).store(&key(), "x", &build).unwrap()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!trees.entry_path(&key()).exists(), "the store did not wait for gc");
+        drop(gc);
+        storing.join().unwrap();
+        assert!(trees.entry_path(&key()).exists());
+        let restoring = super::super::lock::shared(&trees.lock_path()).unwrap();
+        assert!(trees.collector().unwrap().is_none(), "gc must not collect while a restore runs");
+        drop(restoring);
+        assert!(trees.collector().unwrap().is_some());
     }
 }
