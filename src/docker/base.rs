@@ -371,7 +371,7 @@ fn containerfile(from: &str, reqs: &[String]) -> String {
         "FROM {from}\n\
          COPY extra-ca/ /usr/local/share/ca-certificates/\n\
          RUN update-ca-certificates\n\
-         ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt\n\
+         ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n\
          RUN python3 -m venv /opt/cuda-wheels \\\n \
          && /opt/cuda-wheels/bin/pip install --no-cache-dir -q {reqs} '{UV}' \\\n \
          && ln -s \"$(/opt/cuda-wheels/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/nvidia/cu{major}\" /usr/local/cuda \\\n \
