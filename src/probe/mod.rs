@@ -49,6 +49,12 @@ pub struct ProbeArgs {
     /// environment the wheel is meant for (deep_ep need not be installed).
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<PathBuf>,
+    /// With --python: the NVIDIA driver comes at run time, not with this
+    /// environment (an image build, where the NVIDIA Container Toolkit mounts
+    /// it into the container): libcuda.so.1 and libnvidia-ml.so.1 need not
+    /// resolve here (`needed-libs` warns instead of failing). The image's probe step passes it.
+    #[arg(long, requires = "python")]
+    pub driver_at_run_time: bool,
     /// pins.toml to compare the wheel's revision with (optional; without it the `pin` rule is not run).
     #[arg(long, value_name = "FILE")]
     pub pins: Option<PathBuf>,
@@ -78,7 +84,8 @@ fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
         (Some(w), None) => (wheel::read(w)?, None, None),
         (Some(w), Some(py)) => (wheel::read(w)?, None, Some(env::versions(py)?)),
         (None, Some(py)) => {
-            let (b, e) = env::inspect(py)?;
+            let (b, mut e) = env::inspect(py)?;
+            e.driver_at_run_time = args.driver_at_run_time;
             let v = e.versions.clone();
             (b, Some(e), Some(v))
         }

@@ -610,31 +610,47 @@ fn reused_tree(cx: &Bx) -> Vec<Check> {
 /// `needed-libs`.
 fn needed_libs(cx: &Bx) -> Vec<Check> {
     let Some(env) = cx.env else { return Vec::new() };
-    let mut out = Vec::new();
-    let unresolved: Vec<String> = env
+    let unresolved: Vec<(&str, String)> = env
         .needed
         .iter()
         .filter(|r| r.found.is_none())
-        .map(|r| format!("{} (by {})", r.library, short(&r.extension)))
+        .map(|r| (r.library.as_str(), format!("{} (by {})", r.library, short(&r.extension))))
         .collect();
-    out.push(if unresolved.is_empty() {
-            Check::pass("needed-libs", format!("all {} NEEDED libraries resolve", env.needed.len()))
+    // The driver's own libraries come with the driver (the NVIDIA Container
+    // Toolkit mounts them into a container): with --driver-at-run-time (an
+    // image build) their absence is said, not failed.
+    let (driver, missing): (Vec<_>, Vec<_>) =
+        unresolved.into_iter().partition(|(lib, _)| env.driver_at_run_time && DRIVER_LIBS.contains(lib));
+    let driver: Vec<String> = driver.into_iter().map(|(_, s)| s).collect();
+    let missing: Vec<String> = missing.into_iter().map(|(_, s)| s).collect();
+    let check = if !missing.is_empty() {
+        Check::fail(
+            "needed-libs",
+            format!("not found via RPATH, LD_LIBRARY_PATH, RUNPATH, ld.so.cache or default dirs: {}", missing.join(", ")),
+        )
+        .fix(if missing.iter().any(|u| u.starts_with("libnvshmem_host")) {
+            "install nvidia-nvshmem-cu13 into this environment (the wheel's RUNPATH looks in site-packages/nvidia/nvshmem/lib), or point LD_LIBRARY_PATH at an NVSHMEM lib folder"
         } else {
-            Check::fail(
-                "needed-libs",
-                format!(
-                    "not found via RPATH, LD_LIBRARY_PATH, RUNPATH, ld.so.cache or default dirs: {}",
-                    unresolved.join(", ")
-                ),
-            )
-            .fix(if unresolved.iter().any(|u| u.starts_with("libnvshmem_host")) {
-                "install nvidia-nvshmem-cu13 into this environment (the wheel's RUNPATH looks in site-packages/nvidia/nvshmem/lib), or point LD_LIBRARY_PATH at an NVSHMEM lib folder"
-            } else {
-                "install the missing libraries or point LD_LIBRARY_PATH at them"
-            })
-        });
-    out
+            "install the missing libraries or point LD_LIBRARY_PATH at them"
+        })
+    } else if !driver.is_empty() {
+        Check::warn(
+            "needed-libs",
+            format!(
+                "{} of {} NEEDED libraries resolve; not here: {}: the NVIDIA driver's, which this environment gets at run time (--driver-at-run-time: the driver's install or the NVIDIA Container Toolkit provides it)",
+                env.needed.len() - driver.len(),
+                env.needed.len(),
+                driver.join(", ")
+            ),
+        )
+    } else {
+        Check::pass("needed-libs", format!("all {} NEEDED libraries resolve", env.needed.len()))
+    };
+    vec![check]
 }
+
+/// Libraries the NVIDIA driver installs (not CUDA, not a wheel).
+const DRIVER_LIBS: &[&str] = &["libcuda.so.1", "libnvidia-ml.so.1"];
 
 /// `rdma-core-home`.
 fn rdma_core_home(cx: &Bx) -> Vec<Check> {
