@@ -817,28 +817,4 @@ fn the_aarch64_job_cross_builds_and_publish_indexes_both_architectures() {
     assert_no_secret_anywhere(&world, scratch.path());
 }
 
-const TORCH: &str = "2.11.0+forgetest";
-
-/// A real wheel named torch (pure Python, so uv installs it for aarch64 too), in a
-/// find-links folder (as tests/cross.rs makes it).
-fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
-    let src = dir.join("torch-src");
-    std::fs::create_dir_all(src.join("torch")).unwrap();
-    std::fs::write(
-        src.join("setup.py"),
-        format!("from setuptools import setup\nsetup(name='torch', version='{TORCH}', packages=['torch'])\n"),
-    )
-    .unwrap();
-    std::fs::write(src.join("torch/__init__.py"), "").unwrap();
-    std::fs::write(src.join("torch/version.py"), format!("__version__ = '{TORCH}'\ncuda = '13.0'\n")).unwrap();
-    let links = dir.join("links");
-    let o = Command::new(python)
-        .args(["-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w"])
-        .arg(&links)
-        .arg(".")
-        .current_dir(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    links
-}
+const TORCH: &str = STAND_IN_TORCH;

@@ -21,7 +21,7 @@ use object::Object;
 use serde_json::Value;
 use support::*;
 
-const TORCH: &str = "2.11.0+forgetest";
+const TORCH: &str = STAND_IN_TORCH;
 
 const PINS: &str = r#"
 [toolchain]
@@ -65,28 +65,6 @@ fn prerequisites() -> Result<PathBuf, String> {
     }
     on_path("qemu-aarch64-static").or(on_path("qemu-aarch64")).ok_or("qemu-user-static not installed")?;
     on_path("python3.11").ok_or_else(|| "python3.11 not installed (Debian's arm64 Python is 3.11)".into())
-}
-
-/// A real wheel named torch (pure Python, so uv installs it for aarch64 too), in a find-links folder.
-fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
-    let src = dir.join("torch-src");
-    std::fs::create_dir_all(src.join("torch")).unwrap();
-    std::fs::write(
-        src.join("setup.py"),
-        format!("from setuptools import setup\nsetup(name='torch', version='{TORCH}', packages=['torch'])\n"),
-    )
-    .unwrap();
-    std::fs::write(src.join("torch/__init__.py"), "").unwrap();
-    std::fs::write(src.join("torch/version.py"), format!("__version__ = '{TORCH}'\ncuda = '13.0'\n")).unwrap();
-    let links = dir.join("links");
-    build_support::run(
-        Command::new(python)
-            .args(["-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w"])
-            .arg(&links)
-            .arg(".")
-            .current_dir(&src),
-    );
-    links
 }
 
 fn forge(lab: &Lab, links: &Path, args: &[&str]) -> Command {

@@ -20,7 +20,7 @@ use serde_json::Value;
 use support::*;
 
 /// The stand-in torch: `2.11.0+forgetest` (no such version on PyPI) with CUDA 13.0.
-const TORCH: &str = "2.11.0+forgetest";
+const TORCH: &str = STAND_IN_TORCH;
 
 const VARIANT: &str = r#"
 [toolchain]
@@ -35,33 +35,6 @@ cuda_arch_list = "9.0"
 multinode = false
 topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
 "#;
-
-/// A real wheel named torch whose version.py carries `cuda`, in a find-links folder.
-fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
-    let src = dir.join("torch-src");
-    std::fs::create_dir_all(src.join("torch")).unwrap();
-    std::fs::write(
-        src.join("setup.py"),
-        format!("from setuptools import setup\nsetup(name='torch', version='{TORCH}', packages=['torch'])\n"),
-    )
-    .unwrap();
-    std::fs::write(src.join("torch/__init__.py"), "from .version import __version__\n").unwrap();
-    std::fs::write(
-        src.join("torch/version.py"),
-        format!("from typing import Optional\n__version__ = '{TORCH}'\ncuda: Optional[str] = '13.0'\n"),
-    )
-    .unwrap();
-    let links = dir.join("links");
-    let o = Command::new(python)
-        .args(["-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w"])
-        .arg(&links)
-        .arg(".")
-        .current_dir(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "building the stand-in torch: {}", String::from_utf8_lossy(&o.stderr));
-    links
-}
 
 /// The binary with a registry setup: real uv, uv's cache under target/, the
 /// stand-in torch on find-links, and no CUDA on the environment.

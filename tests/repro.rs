@@ -417,26 +417,7 @@ fn verify_carries_the_variant_env_and_fetches_only_trusted_repositories() {
 
 /// Two DOCA multinode variants with one arch list (the second differs only in a
 /// DeepEP knob NCCL's make never reads).
-const MULTINODE: &str = r#"
-[[variant]]
-name = "mn"
-arch = "x86_64"
-cuda_arch_list = "9.0"
-multinode = true
-transport = "doca"
-rdma_core_home = "/usr"
-topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }
-
-[[variant]]
-name = "mn2"
-arch = "x86_64"
-cuda_arch_list = "9.0"
-multinode = true
-transport = "doca"
-rdma_core_home = "/usr"
-env = { DISABLE_AGGRESSIVE_PTX_INSTRS = "0" }
-topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }
-"#;
+const MULTINODE: &str = include_str!("fixtures/multinode-variants.toml");
 
 /// One multinode build (wheel cache off, so every build runs): (sha256, notes, log text).
 fn build_mn(lab: &Lab, rev: &str, variant: &str, extra: &[&str]) -> (String, Vec<String>, String) {

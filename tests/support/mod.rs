@@ -173,6 +173,38 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The version [`stand_in_torch`] carries.
+pub const STAND_IN_TORCH: &str = "2.11.0+forgetest";
+
+/// A real wheel named torch (pure Python, so uv installs it for aarch64 too)
+/// whose version.py reads as torch's does (`__version__`, `cuda: Optional[str]`),
+/// built by `python` into the find-links folder `dir/links`, which is returned.
+pub fn stand_in_torch(dir: &Path, python: &Path) -> PathBuf {
+    let src = dir.join("torch-src");
+    std::fs::create_dir_all(src.join("torch")).unwrap();
+    std::fs::write(
+        src.join("setup.py"),
+        format!("from setuptools import setup\nsetup(name='torch', version='{STAND_IN_TORCH}', packages=['torch'])\n"),
+    )
+    .unwrap();
+    std::fs::write(src.join("torch/__init__.py"), "from .version import __version__\n").unwrap();
+    std::fs::write(
+        src.join("torch/version.py"),
+        format!("from typing import Optional\n__version__ = '{STAND_IN_TORCH}'\ncuda: Optional[str] = '13.0'\n"),
+    )
+    .unwrap();
+    let links = dir.join("links");
+    let o = Command::new(python)
+        .args(["-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w"])
+        .arg(&links)
+        .arg(".")
+        .current_dir(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "building the stand-in torch: {}", stderr(&o));
+    links
+}
+
 /// `python -m http.server` on 127.0.0.1, a port the kernel picks; killed when dropped.
 pub struct HttpServer {
     child: std::process::Child,

@@ -28,26 +28,7 @@ use super::build::{timed_output, verdict, Sample};
 use super::compiler_cache::CacheBenchArgs;
 
 /// The fixture's two multinode variants (one arch list; `mn2` differs in a DeepEP knob only).
-const FIXTURE_VARIANTS: &str = r#"
-[[variant]]
-name = "mn"
-arch = "x86_64"
-cuda_arch_list = "9.0"
-multinode = true
-transport = "doca"
-rdma_core_home = "/usr"
-topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }
-
-[[variant]]
-name = "mn2"
-arch = "x86_64"
-cuda_arch_list = "9.0"
-multinode = true
-transport = "doca"
-rdma_core_home = "/usr"
-env = { DISABLE_AGGRESSIVE_PTX_INSTRS = "0" }
-topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }
-"#;
+const FIXTURE_VARIANTS: &str = include_str!("../../../tests/fixtures/multinode-variants.toml");
 
 /// What the steps build: the pins of the first revision and of REV2, the source, the
 /// Python, the variants, extra environment.
