@@ -662,11 +662,8 @@ fn pin_tables(
 
 /// `[toolchain]`: torch a PEP 440 version, cuda major.minor, python a version (never a path).
 fn toolchain(t: RawToolchain, err: &Err) -> Result<Toolchain> {
-    if pep440_rs::Version::from_str(t.torch.get_ref()).is_err() {
-        return Err(err(
-            t.torch.span(),
-            format!("toolchain.torch `{}` is not a PEP 440 version", crate::input::excerpt(t.torch.get_ref(), 80)),
-        ));
+    if let Err(why) = crate::pep::check_version(t.torch.get_ref()) {
+        return Err(err(t.torch.span(), format!("toolchain.torch {why}")));
     }
     let c = t.cuda.get_ref();
     let ok = c.split_once('.').is_some_and(|(a, b)| {

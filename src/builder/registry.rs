@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::source;
 use crate::error::{check_interrupted, Failure};
+use crate::pep;
 use crate::pins::Pins;
 use crate::process::Cmd;
 
@@ -70,6 +71,14 @@ pub struct Override {
 }
 
 impl Override {
+    /// The one way an override is made: `package` and `version` must match
+    /// their grammar ([`crate::pep`]) before they can reach uv's override file
+    /// (a name or version from a consumer's uv.lock or pins.toml is hostile input).
+    pub fn new(package: String, op: pep::Op, version: &str, why: String) -> Result<Override, String> {
+        let line = pep::requirement(&package, op, version)?;
+        Ok(Override { spec: line[package.len()..].to_string(), package, why })
+    }
+
     pub fn requirement(&self) -> String {
         format!("{}{}", self.package, self.spec)
     }
@@ -129,7 +138,12 @@ pub fn request(
     let mut notes = Vec::new();
     let mut overrides = Vec::new();
     let major = tc.cuda.split('.').next().unwrap_or("13").to_string();
-    let exact = |package: String, v: &str, why: String| Override { package, spec: format!("=={v}"), why };
+    let exact = |package: String, v: &str, why: String| {
+        Override::new(package, pep::Op::Exact, v, why.clone()).map_err(|e| {
+            Failure::usage(format!("{why}: {e}"))
+                .hint("a package name and version must match their grammar before they reach uv's override file")
+        })
+    };
     let (torch, cuda) = match match_project {
         None => {
             let pinned = |key: &str, v: &Option<String>, lib: &str| {
@@ -137,9 +151,9 @@ pub fn request(
                     exact(format!("nvidia-{lib}-cu{major}"), v, format!("{} [toolchain] {key}", file_name(&pins.path)))
                 })
             };
-            overrides.extend(pinned("nvshmem", &tc.nvshmem, "nvshmem"));
-            overrides.extend(pinned("nccl", &tc.nccl, "nccl"));
-            (format!("torch=={}", tc.torch), Some(tc.cuda.clone()))
+            overrides.extend(pinned("nvshmem", &tc.nvshmem, "nvshmem").transpose()?);
+            overrides.extend(pinned("nccl", &tc.nccl, "nccl").transpose()?);
+            (torch_requirement(&tc.torch, &pins.path)?, Some(tc.cuda.clone()))
         }
         Some(dir) => {
             let lock = locked(dir)?;
@@ -157,9 +171,9 @@ pub fn request(
             }
             for (name, v) in lock.libraries {
                 let why = format!("the consumer's uv.lock (--match-project) locks {name} {v}");
-                overrides.push(exact(name, &v, why));
+                overrides.push(exact(name, &v, why)?);
             }
-            (format!("torch=={public}"), cuda)
+            (torch_requirement(public, &lock.file)?, cuda)
         }
     };
     if let Some((min, evidence)) = nccl_min {
@@ -175,6 +189,15 @@ pub fn request(
         })?,
     };
     Ok(Request { torch, cuda, python, overrides, notes })
+}
+
+/// `torch==VERSION`, the version checked against PEP 440 (it came from `file`).
+fn torch_requirement(version: &str, file: &Path) -> Result<String> {
+    pep::requirement("torch", pep::Op::Exact, version).map_err(|e| {
+        Failure::usage(format!("{}: torch {e}", file.display()))
+            .hint("a torch version must be a plain PEP 440 version, e.g. 2.11.0")
+            .into()
+    })
 }
 
 /// A file's name without its folder (what provenance may carry).
@@ -202,13 +225,17 @@ fn nccl_need(overrides: &mut Vec<Override>, major: &str, min: &str, evidence: &s
                 .into());
             }
         }
-        None => overrides.push(Override {
-            package: format!("nvidia-nccl-cu{major}"),
-            spec: format!(">={min}"),
-            why: format!(
-                "the pinned DeepEP needs NCCL >= {min} ({evidence}); the newest such NCCL is installed and recorded"
-            ),
-        }),
+        None => overrides.push(
+            Override::new(
+                format!("nvidia-nccl-cu{major}"),
+                pep::Op::AtLeast,
+                min,
+                format!(
+                    "the pinned DeepEP needs NCCL >= {min} ({evidence}); the newest such NCCL is installed and recorded"
+                ),
+            )
+            .map_err(|e| Failure::usage(format!("the NCCL the pinned DeepEP needs ({evidence}): {e}")))?,
+        ),
     }
     Ok(())
 }
@@ -274,13 +301,17 @@ fn locked(dir: &Path) -> Result<Locked> {
         }
         let version = v.into_keys().next().expect("one");
         // Both go into uv's override file: a name or version of another shape is refused.
-        let cu = name.rsplit_once("-cu").map(|(_, d)| d).unwrap_or("");
-        let shaped = !cu.is_empty()
-            && cu.chars().all(|c| c.is_ascii_digit())
-            && version.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
-        if !shaped {
+        let digits =
+            |p: &str| name.strip_prefix(p).is_some_and(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()));
+        let shaped = pep::check_name(&name).and_then(|_| pep::check_version(&version)).and_then(|_| {
+            match digits("nvidia-nccl-cu") || digits("nvidia-nvshmem-cu") {
+                true => Ok(()),
+                false => Err("expected nvidia-nccl-cuNN or nvidia-nvshmem-cuNN".into()),
+            }
+        });
+        if let Err(why) = shaped {
             return Err(Failure::usage(format!(
-                "{} locks {} {}: expected nvidia-nccl-cuNN / nvidia-nvshmem-cuNN at a version of digits and dots",
+                "{} locks {} {}: {why}",
                 file.display(),
                 crate::input::excerpt(&name, 80),
                 crate::input::excerpt(&version, 40)

@@ -242,6 +242,12 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         None
     };
     let label = base.as_ref().filter(|_| old_label.is_some()).map(|b| format!("{b}+{short}"));
+    // The label is written into a requirement line uv reads: PEP 440 or nothing.
+    if let Some(why) = label.as_deref().and_then(|l| crate::pep::check_version(l).err()) {
+        return Err(Failure::usage(format!("DeepEP's version label {why}"))
+            .hint("the source's base version (setup.py, pins.toml source.base_version) must be a PEP 440 version")
+            .into());
+    }
 
     let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
     let (new_py, places) = match (&args.index, args.git) {

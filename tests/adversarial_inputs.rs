@@ -1,0 +1,130 @@
+//! The adversarial suite, third pass (issue 35 §1): each class of hostile
+//! input run through the real binary, in the real shapes (a consumer's
+//! uv.lock, pins.toml, a publish index, an installed environment, HTTP
+//! servers on 127.0.0.1). Every case asserts the exit code, a message
+//! fragment, no panic, and that nothing on disk changed or appeared
+//! (harness: tests/support/hostile.rs).
+mod support;
+use std::sync::OnceLock;
+
+use support::hostile::{run_all, Case};
+
+const PINS: &str = include_str!("../pins.toml");
+const REV: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+
+/// The commit `git_repo_from_fixture("mini-deepep", ..)` makes (fixed dates
+/// and identity: the same in every case folder).
+fn mini_rev() -> &'static str {
+    static REV_OF: OnceLock<String> = OnceLock::new();
+    REV_OF.get_or_init(|| {
+        let t = tempfile::tempdir().unwrap();
+        support::git_repo_from_fixture("mini-deepep", &t.path().join("deepep"))
+    })
+}
+
+/// A consumer's uv.lock in uv's shape, locking torch and one NVIDIA library.
+fn uv_lock(torch: &str, lib_name: &str, lib_version: &str) -> String {
+    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+    format!(
+        "version = 1\nrevision = 3\nrequires-python = \">=3.12\"\n\n\
+         [[package]]\nname = \"torch\"\nversion = {}\nsource = {{ registry = \"https://pypi.org/simple\" }}\n\n\
+         [[package]]\nname = {}\nversion = {}\nsource = {{ registry = \"https://pypi.org/simple\" }}\n",
+        q(torch),
+        q(lib_name),
+        q(lib_version)
+    )
+}
+
+/// `build-wheel --toolchain registry --match-project proj` (and `plan`) on a
+/// consumer lock: the pinned source is the mini-deepep fixture (a real git
+/// repository), so the run reaches the toolchain request.
+fn match_project(cmd: &str, name: &str, lock: String) -> Case {
+    Case::new(format!("{cmd} --match-project: {name}"))
+        .file("pins.toml", PINS.replace(REV, mini_rev()))
+        .file("proj/uv.lock", lock)
+        .file("evil/setup.py", "open('PWNED', 'w').write('ran')\n")
+        .setup(|d| {
+            support::git_repo_from_fixture("mini-deepep", &d.join("deepep"));
+        })
+        .args(&[cmd, "--toolchain", "registry", "--match-project", "proj", "--pins", "pins.toml"])
+        .args(&["--source", "{dir}/deepep", "--variant", "h100", "--python", "python3"])
+        .may_change("cache")
+        .absent("PWNED")
+        .absent("evil/PWNED")
+        .absent("cache/toolchains")
+        .timeout(std::time::Duration::from_secs(120))
+}
+
+/// Class 1: names and versions from a consumer's uv.lock (and pins.toml)
+/// reach uv's override file or command line only when they match their grammar.
+fn uv_lock_cases() -> Vec<Case> {
+    let good = ("2.11.0", "nvidia-nccl-cu13", "2.30.7");
+    let mut cases = Vec::new();
+    for cmd in ["build-wheel", "plan"] {
+        let hostile: [(&str, (&str, &str, &str), &str); 8] = [
+            (
+                "a name carrying a newline and -e",
+                (good.0, "nvidia-nccl-cu13\n-e file://{dir}/evil", good.2),
+                "is not a package name",
+            ),
+            (
+                "a name with a direct URL",
+                (good.0, "nvidia-nccl-cu13 @ file://{dir}/evil-cu13", good.2),
+                "is not a package name",
+            ),
+            (
+                "a name with a false marker and a comment",
+                (good.0, "nvidia-nvshmem-cu13 ; python_version < '0' # -cu13", good.2),
+                "is not a package name",
+            ),
+            (
+                "a name with a CR and an annotation",
+                (good.0, "nvidia-nccl-cu13\r::warning::x-cu13", good.2),
+                "is not a package name",
+            ),
+            (
+                "a library version with a false marker",
+                (good.0, good.1, "2.30.7 ; python_version < '0'"),
+                "is not a PEP 440 version",
+            ),
+            (
+                "a torch version with a false marker",
+                ("2.11.0 ; python_version < '0'", good.1, good.2),
+                "is not a PEP 440 version",
+            ),
+            (
+                "a torch version with a newline and -e",
+                ("2.11.0\n-e file://{dir}/evil", good.1, good.2),
+                "is not a PEP 440 version",
+            ),
+            (
+                "a torch version with a direct URL",
+                ("2.11.0 @ file://{dir}/evil", good.1, good.2),
+                "is not a PEP 440 version",
+            ),
+        ];
+        for (name, (t, n, v), says) in hostile {
+            cases.push(match_project(cmd, name, uv_lock(t, n, v)).says(says).hides("\n-e file://"));
+        }
+    }
+    // The same grammar for pins.toml's [toolchain] torch (it becomes `torch==VERSION` on uv's command line).
+    for (name, torch) in
+        [("a marker", "2.11.0 ; python_version < '0'"), ("a trailing space", "2.11.0 "), ("-e", "2.11.0\n-e .")]
+    {
+        let pins = PINS
+            .replace(REV, mini_rev())
+            .replace("torch = \"2.11.0\"", &format!("torch = {}", toml::Value::String(torch.into())));
+        let mut c =
+            match_project("plan", &format!("pins.toml toolchain.torch with {name}"), uv_lock(good.0, good.1, good.2))
+                .says("toolchain.torch")
+                .says("is not a PEP 440 version");
+        c.files[0].1 = pins.into_bytes();
+        cases.push(c);
+    }
+    cases
+}
+
+#[test]
+fn uv_lock_names_and_versions_never_reach_uv_unchecked() {
+    run_all(uv_lock_cases());
+}
