@@ -235,8 +235,9 @@ pub fn install_signal_handler() {
 
 /// A closed stdout (`deepep-forge plan | head -1`) ends the process the way it
 /// ends `cat` or `git`: by SIGPIPE (the shell shows 141), never by a panic in
-/// a write. Rust ignores SIGPIPE by default; sockets are unaffected (std
-/// sends with MSG_NOSIGNAL) and children get the default disposition anyway.
+/// a write. Rust ignores SIGPIPE by default; children get the default
+/// disposition anyway. Sockets: std sends with MSG_NOSIGNAL, and the HTTP
+/// client's writes (writev) run on a thread with SIGPIPE blocked (`http`).
 pub fn restore_sigpipe() {
     // SAFETY: setting a signal disposition before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };

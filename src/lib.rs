@@ -10,6 +10,7 @@ pub mod docker;
 pub mod dockerfile;
 pub mod error;
 pub mod findings;
+pub mod http;
 pub mod input;
 pub mod interface;
 pub mod lock;

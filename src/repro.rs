@@ -111,7 +111,7 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
     let urls = crate::publish::fetch::index_wheels(&url, args.only_wheel.as_deref(), &trusted)?;
     let (mut all_ok, mut docs) = (true, Vec::new());
     for (i, w) in urls.iter().enumerate() {
-        crate::note!("verify {}/{}: {w}", i + 1, urls.len());
+        crate::note!("verify {}/{}: {}", i + 1, urls.len(), crate::http::redact(w));
         // A wheel changed on the server is reported and the others still checked.
         match crate::publish::fetch::wheel(w, &trusted) {
             Ok((_dir, path)) => {
@@ -122,14 +122,17 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
             Err(e) if crate::error::exit_of(&e) == Exit::Problems => {
                 crate::alert!("error: {e:#}");
                 all_ok = false;
-                docs.push(serde_json::json!({ "url": w, "verified": false, "error": format!("{e:#}") }));
+                docs.push(
+                    serde_json::json!({ "url": crate::http::redact(w), "verified": false, "error": format!("{e:#}") }),
+                );
             }
             Err(e) => return Err(e),
         }
     }
-    let doc = serde_json::json!({ "schema": SCHEMA, "index": url, "verified": all_ok, "wheels": docs });
+    let shown = crate::http::redact(&url);
+    let doc = serde_json::json!({ "schema": SCHEMA, "index": shown, "verified": all_ok, "wheels": docs });
     if args.format != Format::Json {
-        crate::outln!("{}: {}", url, if all_ok { "every wheel verified" } else { "NOT verified (see above)" });
+        crate::outln!("{}: {}", shown, if all_ok { "every wheel verified" } else { "NOT verified (see above)" });
     }
     finish(&args, all_ok, doc)
 }

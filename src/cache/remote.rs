@@ -15,7 +15,7 @@
 //! sent once.
 use std::io::{Read, Write};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 use super::sign::{self, PublicKey, SecretKey, Verdict};
 use super::{Cache, Entry, Hit, Key};
 use crate::error::{check_interrupted, Failure};
+use crate::http::{self, shown};
 use crate::provenance::VariantInfo;
 
 /// GET attempts (the first plus retries).
@@ -73,9 +74,8 @@ impl RemoteArgs {
 
 /// A remote cache client.
 pub struct Remote {
-    base: reqwest::Url,
-    client: reqwest::blocking::Client,
-    timeout: Duration,
+    base: http::Url,
+    client: http::Client,
     trusted: Vec<PublicKey>,
 }
 
@@ -121,8 +121,8 @@ enum Attempt {
 
 impl Remote {
     pub fn new(url: &str, net: &NetArgs, trusted: Vec<PublicKey>) -> Result<Remote> {
-        let base = reqwest::Url::parse(url).map_err(|e| {
-            Failure::usage(format!("--cache-url {}: not a URL ({e})", super::excerpt(url)))
+        let base = http::parse(url).map_err(|why| {
+            Failure::usage(format!("--cache-url {why}"))
                 .hint("give the cache's base URL, e.g. https://cache.example.org/deepep")
         })?;
         match base.scheme() {
@@ -146,19 +146,13 @@ impl Remote {
             crate::bail_usage!("--cache-url {}: a base URL takes no ?query or #fragment", shown(&base));
         }
         let timeout = Duration::from_secs(net.cache_timeout);
-        let client = reqwest::blocking::Client::builder()
-            .connect_timeout(timeout.min(Duration::from_secs(10)))
-            .timeout(timeout)
-            .tls_built_in_webpki_certs(true)
-            .tls_built_in_native_certs(true)
-            .redirect(redirects(net.allow_http))
-            .build()
-            .map_err(|e| Failure::env(format!("cannot set up the HTTP client: {e}")))?;
-        Ok(Remote { base, client, timeout, trusted })
+        let plain = if net.allow_http { http::Plain::Allowed } else { http::Plain::Refused };
+        let client = http::Client::new(timeout, plain)?;
+        Ok(Remote { base, client, trusted })
     }
 
     /// `<base>/<key>/<file>` (both validated names).
-    pub fn url_of(&self, key: &Key, file: &str) -> reqwest::Url {
+    pub fn url_of(&self, key: &Key, file: &str) -> http::Url {
         let mut u = self.base.clone();
         {
             let mut segs = u.path_segments_mut().expect("http(s) URLs have paths");
@@ -173,27 +167,29 @@ impl Remote {
     }
 
     /// GET with retries; `f` reads the response (a body error is retried too).
-    fn get_with<T>(&self, url: &reqwest::Url, mut f: impl FnMut(Deadlined) -> Result<T, Attempt>) -> Result<Option<T>> {
+    fn get_with<T>(
+        &self,
+        url: &http::Url,
+        mut f: impl FnMut(http::Response) -> Result<T, Attempt>,
+    ) -> Result<Option<T>> {
         let mut last = String::new();
         for attempt in 0..ATTEMPTS {
             check_interrupted()?;
             if attempt > 0 {
                 crate::process::sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
             }
-            // One deadline per request: headers (the client's timeout) and body (`Deadlined`).
-            let deadline = Instant::now() + self.timeout;
-            let resp = match self.client.get(url.clone()).send() {
-                Ok(r) => Deadlined::new(r, deadline, self.timeout),
-                Err(e) => {
-                    last = describe(&e, self.timeout);
+            let resp = match self.client.get(url) {
+                Ok(r) => r,
+                Err(why) => {
+                    last = why;
                     continue;
                 }
             };
             let st = resp.status;
-            if st == reqwest::StatusCode::NOT_FOUND {
+            if st == http::StatusCode::NOT_FOUND {
                 return Ok(None);
             }
-            if st.is_server_error() || st == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            if st.is_server_error() || st == http::StatusCode::TOO_MANY_REQUESTS {
                 last = format!("HTTP {st}");
                 continue;
             }
@@ -241,7 +237,7 @@ impl Remote {
 
     /// Download `url` into `path` (created new), at most `size` bytes, within
     /// the timeout; retried from the start. Returns (sha256, bytes).
-    fn download(&self, url: &reqwest::Url, path: &Path, size: u64) -> Result<Option<(String, u64)>> {
+    fn download(&self, url: &http::Url, path: &Path, size: u64) -> Result<Option<(String, u64)>> {
         self.get_with(url, |mut resp| {
             let mut f = std::fs::File::create(path).map_err(|e| Attempt::Fatal(e.into()))?;
             let mut h = Sha256::new();
@@ -266,16 +262,11 @@ impl Remote {
     }
 
     /// PUT a file (sent once; PUT is not retried).
-    fn put_file(&self, url: &reqwest::Url, path: &Path) -> Result<()> {
+    fn put_file(&self, url: &http::Url, path: &Path) -> Result<()> {
         let (body, _) = crate::input::open(path, "file to upload", crate::input::cap::WHEEL)?;
-        let resp = self
-            .client
-            .put(url.clone())
-            .body(reqwest::blocking::Body::from(body))
-            .send()
-            .map_err(|e| unreachable(&shown(url), &describe(&e, self.timeout)))?;
-        if !resp.status().is_success() {
-            return Err(Failure::problems(format!("PUT {}: HTTP {}", shown(url), resp.status()))
+        let status = self.client.put(url, body).map_err(|why| unreachable(&shown(url), &why))?;
+        if !status.is_success() {
+            return Err(Failure::problems(format!("PUT {}: HTTP {status}", shown(url)))
                 .hint("the server must accept PUT for `cache push`")
                 .into());
         }
@@ -396,111 +387,6 @@ fn check_provenance(wheel: &Path, re: &RemoteEntry, key: &Key, expect: &Expect) 
         Ok(())
     } else {
         Err(format!("its provenance does not match the plan: {}", diff.join(", ")))
-    }
-}
-
-/// A response whose body is read against the request's deadline, however
-/// the server paces it: a server that trickles a byte a second would pass
-/// every per-read timeout of the HTTP client and keep the request alive for
-/// ever. The body is read on a helper thread into a small channel; a read here
-/// waits at most until the deadline, then fails with "timed out". The helper
-/// ends at its next read (the client's per-read timeout) once this is dropped.
-pub struct Deadlined {
-    status: reqwest::StatusCode,
-    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
-    chunk: Vec<u8>,
-    at: usize,
-    done: bool,
-    deadline: Instant,
-    timeout: Duration,
-}
-
-impl Deadlined {
-    fn new(mut resp: reqwest::blocking::Response, deadline: Instant, timeout: Duration) -> Deadlined {
-        let status = resp.status();
-        let (tx, rx) = std::sync::mpsc::sync_channel(4);
-        std::thread::spawn(move || loop {
-            let mut buf = vec![0u8; 1 << 16];
-            let r = resp.read(&mut buf).map(|n| {
-                buf.truncate(n);
-                buf
-            });
-            let last = !matches!(&r, Ok(b) if !b.is_empty());
-            if tx.send(r).is_err() || last {
-                break;
-            }
-        });
-        Deadlined { status, rx, chunk: Vec::new(), at: 0, done: false, deadline, timeout }
-    }
-}
-
-impl Read for Deadlined {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.at == self.chunk.len() && !self.done {
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(Ok(c)) if c.is_empty() => self.done = true,
-                Ok(Ok(c)) => (self.chunk, self.at) = (c, 0),
-                Ok(Err(e)) => return Err(e),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("timed out after {} s", self.timeout.as_secs()),
-                    ))
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(std::io::Error::other("the connection ended"))
-                }
-            }
-        }
-        let n = (self.chunk.len() - self.at).min(out.len());
-        out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
-}
-
-/// Up to 5 redirects, never from https to plain http (unless --allow-http).
-fn redirects(allow_http: bool) -> reqwest::redirect::Policy {
-    reqwest::redirect::Policy::custom(move |a| {
-        if a.previous().len() >= 5 {
-            a.error("more than 5 redirects")
-        } else if a.url().scheme() != "https" && !allow_http {
-            let to = shown(a.url());
-            a.error(format!("a redirect to {to} leaves https (pass --allow-http to accept it)"))
-        } else {
-            a.follow()
-        }
-    })
-}
-
-/// A URL without user:password.
-fn shown(u: &reqwest::Url) -> String {
-    let mut u = u.clone();
-    let _ = u.set_username("");
-    let _ = u.set_password(None);
-    u.to_string()
-}
-
-fn describe(e: &reqwest::Error, timeout: Duration) -> String {
-    if e.is_timeout() {
-        format!("timed out after {} s", timeout.as_secs())
-    } else if e.is_connect() {
-        let mut s = "cannot connect".to_string();
-        let mut src = std::error::Error::source(e);
-        while let Some(c) = src {
-            s.push_str(&format!(": {c}"));
-            src = c.source();
-        }
-        s
-    } else {
-        let mut s = "request failed".to_string();
-        let mut src = std::error::Error::source(e);
-        while let Some(c) = src {
-            s.push_str(&format!(": {c}"));
-            src = c.source();
-        }
-        s
     }
 }
 
@@ -651,7 +537,8 @@ mod tests {
         for (url, want) in [
             ("http://cache.example", "--allow-http"),
             ("ftp://cache.example", "scheme `ftp`"),
-            ("not a url", "not a URL"),
+            ("notaurl", "not a URL"),
+            ("https://cache.exa\nmple/", "no space, tab, newline"),
             ("https://cache.example/?x=1", "no ?query"),
         ] {
             let e = Remote::new(url, &net, Vec::new()).err().unwrap();
@@ -660,6 +547,7 @@ mod tests {
         }
         let r = Remote::new("https://user:s3cret@cache.example/base/", &net, Vec::new()).unwrap();
         let shown = r.shown_url(&key(), "entry.json");
-        assert_eq!(shown, format!("https://cache.example/base/{}/entry.json", "ab".repeat(32)));
+        assert_eq!(shown, format!("https://***@cache.example/base/{}/entry.json", "ab".repeat(32)));
+        assert!(!shown.contains("s3cret"));
     }
 }

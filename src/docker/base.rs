@@ -6,7 +6,6 @@
 //! rootfs tar and its record under `<cache>/images/base-<key>/`, the images
 //! in the builder's store as `localhost/deepep-forge-{debian,cuda}:<key>`.
 //! Must not build deepep-forge images (that is `builder`).
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -116,12 +115,9 @@ pub fn check(a: &BaseArgs) -> Result<Base> {
     }
     let mirror = a.base_mirror.trim_end_matches('/').to_string();
     if super::check_index_url(&mirror).is_err() {
-        return Err(Failure::usage(format!(
-            "--base-mirror {}: not an http(s) URL",
-            crate::input::excerpt(&mirror, 80)
-        ))
-        .hint(format!("pass a Debian mirror such as {DEFAULT_MIRROR}"))
-        .into());
+        return Err(Failure::usage(format!("--base-mirror {}: not an http(s) URL", crate::http::redact(&mirror)))
+            .hint(format!("pass a Debian mirror such as {DEFAULT_MIRROR}"))
+            .into());
     }
     super::which("debootstrap").ok_or_else(|| {
         Failure::env("debootstrap not found on PATH: podman/buildah images start from a Debian it makes")
@@ -143,29 +139,28 @@ fn release(b: &Base) -> Result<Release> {
     Ok(Release { date, sha256: hex::encode(Sha256::digest(&body)) })
 }
 
-/// GET a Release file: at most 1 MiB, 30 s.
+/// GET a Release file: at most 1 MiB, 30 s in all (the one HTTP client,
+/// [`crate::http`]: a connect timeout, and a deadline for the whole body).
 fn fetch_release(url: &str) -> Result<Vec<u8>> {
-    let client = reqwest::blocking::Client::builder()
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .context("making an HTTP client")?;
-    let resp = client.get(url).send().map_err(|e| {
-        Failure::env(format!("cannot reach the Debian mirror: {url}: {e}"))
+    use crate::http;
+    let shown = http::redact(url);
+    let u = http::parse(url).map_err(|why| Failure::usage(format!("--base-mirror {why}")))?;
+    let client = http::Client::new(std::time::Duration::from_secs(30), http::Plain::Allowed)?;
+    let resp = client.get(&u).map_err(|why| {
+        Failure::env(format!("cannot reach the Debian mirror: {shown}: {why}"))
             .hint("check the network, or pass a reachable mirror with --base-mirror")
     })?;
-    if resp.status() == reqwest::StatusCode::NOT_FOUND {
-        return Err(Failure::usage(format!("the suite does not exist at the mirror: {url} is 404"))
+    if resp.status == http::StatusCode::NOT_FOUND {
+        return Err(Failure::usage(format!("the suite does not exist at the mirror: {shown} is 404"))
             .hint("pass a suite the mirror has (--base-suite bookworm), or another --base-mirror")
             .into());
     }
-    if !resp.status().is_success() {
-        return Err(Failure::env(format!("{url}: HTTP {}", resp.status()))
+    if !resp.status.is_success() {
+        return Err(Failure::env(format!("{shown}: HTTP {}", resp.status))
             .hint("retry, or pass another --base-mirror")
             .into());
     }
-    let mut body = Vec::new();
-    resp.take(1 << 20).read_to_end(&mut body).with_context(|| format!("reading {url}"))?;
-    Ok(body)
+    resp.read_capped(1 << 20).map_err(|why| Failure::env(format!("reading {shown}: {why}")).into())
 }
 
 /// Host CA certificates (`*.crt` in /usr/local/share/ca-certificates), sorted by name.

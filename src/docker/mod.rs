@@ -157,7 +157,7 @@ pub fn check_index_url(url: &str) -> Result<String> {
         && url.len() <= 2048
         && !url.chars().any(|c| c.is_whitespace() || c.is_control());
     if !ok {
-        return Err(Failure::usage(format!("--index {}: not an http(s) URL", crate::input::excerpt(url, 80)))
+        return Err(Failure::usage(format!("--index {}: not an http(s) URL", crate::http::redact(url)))
             .hint("pass the variant's publish index as the image sees it, e.g. --index https://host/wheels/h100/simple/ (file:// is not reachable from inside a build)")
             .into());
     }

@@ -41,8 +41,8 @@ pub enum Dest<'a> {
 /// (plain http elsewhere can be changed on the way). Returns the variant's
 /// simple-index URL.
 pub fn index_url(base: &str, variant: &str) -> Result<String> {
-    let u = reqwest::Url::parse(base).map_err(|e| {
-        Failure::usage(format!("--index {}: not a URL ({e})", crate::cache::excerpt(base)))
+    let u = crate::http::parse(base).map_err(|why| {
+        Failure::usage(format!("--index {why}"))
             .hint("give the base URL of a `deepep-forge publish` folder, e.g. https://example.org/deepep")
     })?;
     let loopback = matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
@@ -54,7 +54,7 @@ pub fn index_url(base: &str, variant: &str) -> Result<String> {
     if !ok || u.query().is_some() || u.fragment().is_some() || !u.username().is_empty() || u.password().is_some() {
         return Err(Failure::usage(format!(
             "--index {}: expected an https:// or file:// URL without credentials, ?query or #fragment (http:// only on 127.0.0.1/localhost)",
-            crate::cache::excerpt(base)
+            crate::http::redact(base)
         ))
         .hint("publish the index on an https host (GitHub Pages, S3, nginx) and give its base URL")
         .into());

@@ -21,10 +21,10 @@ fn split(url: &str) -> Result<(String, String)> {
     let shape = || {
         Failure::usage(format!(
             "{}: expected a wheel URL of a `deepep-forge publish` index, <base>/<variant>/simple/{PROJECT}/<wheel>.whl",
-            crate::cache::excerpt(url)
+            crate::http::redact(url)
         ))
     };
-    let u = reqwest::Url::parse(url).map_err(|_| shape())?;
+    let u = crate::http::parse(url).map_err(|_| shape())?;
     if u.query().is_some() {
         return Err(shape().into());
     }
@@ -46,19 +46,18 @@ fn split(url: &str) -> Result<(String, String)> {
 /// alive by the caller) and its path.
 pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, PathBuf)> {
     let (murl, name) = split(url)?;
+    let (url_shown, murl_shown) = (crate::http::redact(url), crate::http::redact(&murl));
     let bytes = manifest::fetch(&murl)?;
-    let (m, key) = manifest::verified(&bytes, &murl, trusted)?;
-    let entry = m
-        .wheels
-        .iter()
-        .find(|w| w.wheel == name)
-        .ok_or_else(|| Failure::problems(format!("{url}: the signed manifest {murl} does not list {name}")))?;
+    let (m, key) = manifest::verified(&bytes, &murl_shown, trusted)?;
+    let entry = m.wheels.iter().find(|w| w.wheel == name).ok_or_else(|| {
+        Failure::problems(format!("{url_shown}: the signed manifest {murl_shown} does not list {name}"))
+    })?;
     // A little over the signed size, so that a swapped wheel is reported by its digest.
     let wheel = manifest::fetch_capped(url, entry.size.saturating_add(1 << 20).min(MAX_WHEEL_BYTES), 3600)?;
     let sha = super::facts::sha256_hex(&wheel);
     if sha != entry.sha256 || wheel.len() as u64 != entry.size {
         return Err(Failure::problems(format!(
-            "{url}: sha256 {sha} ({} bytes), the manifest signed by `{key}` says {} ({} bytes): the wheel on the server was changed",
+            "{url_shown}: sha256 {sha} ({} bytes), the manifest signed by `{key}` says {} ({} bytes): the wheel on the server was changed",
             wheel.len(),
             entry.sha256,
             entry.size
@@ -67,10 +66,14 @@ pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, Pat
     }
     let surl = format!("{url}{}", crate::attest::SUFFIX);
     let st: serde_json::Value = serde_json::from_slice(&manifest::fetch(&surl)?)
-        .map_err(|e| Failure::problems(format!("{surl}: not JSON: {e}")))?;
+        .map_err(|e| Failure::problems(format!("{}: not JSON: {e}", crate::http::redact(&surl))))?;
     let subject = &st["subject"][0];
     if subject["digest"]["sha256"].as_str() != Some(sha.as_str()) || subject["name"].as_str() != Some(name.as_str()) {
-        return Err(Failure::problems(format!("{surl}: its subject is not {name} with sha256 {sha}")).into());
+        return Err(Failure::problems(format!(
+            "{}: its subject is not {name} with sha256 {sha}",
+            crate::http::redact(&surl)
+        ))
+        .into());
     }
     let dir = tempfile::tempdir()?;
     let path = dir.path().join(&name);
@@ -86,10 +89,10 @@ pub fn index_urls(url: &str) -> Result<Option<(String, String)>> {
     let shape = || {
         Failure::usage(format!(
             "{}: expected a `deepep-forge publish` index URL (<base>/<variant>/, <base>/<variant>/index.json, <base>/<variant>/simple/{PROJECT}/) or a wheel URL in one",
-            crate::cache::excerpt(url)
+            crate::http::redact(url)
         ))
     };
-    let u = reqwest::Url::parse(url).map_err(|_| shape())?;
+    let u = crate::http::parse(url).map_err(|_| shape())?;
     if u.query().is_some() || u.fragment().is_some() {
         return Err(shape().into());
     }
@@ -117,13 +120,15 @@ pub fn index_urls(url: &str) -> Result<Option<(String, String)>> {
 /// The signed manifest of an index URL ([`index_urls`]) and the wheel URLs it
 /// lists (`only`: that one wheel, which it must list), each to be passed to [`wheel`].
 pub fn index_wheels(url: &str, only: Option<&str>, trusted: &[PublicKey]) -> Result<Vec<String>> {
-    let (murl, files) = index_urls(url)?.ok_or_else(|| Failure::usage(format!("{url}: a wheel URL, not an index")))?;
-    let (m, _) = manifest::verified(&manifest::fetch(&murl)?, &murl, trusted)?;
+    let (murl, files) = index_urls(url)?
+        .ok_or_else(|| Failure::usage(format!("{}: a wheel URL, not an index", crate::http::redact(url))))?;
+    let murl_shown = crate::http::redact(&murl);
+    let (m, _) = manifest::verified(&manifest::fetch(&murl)?, &murl_shown, trusted)?;
     let names: Vec<&str> = m.wheels.iter().map(|w| w.wheel.as_str()).filter(|w| only.is_none_or(|o| o == *w)).collect();
     if names.is_empty() {
         let listed: Vec<&str> = m.wheels.iter().map(|w| w.wheel.as_str()).collect();
         return Err(Failure::usage(format!(
-            "{murl}: lists no wheel{}",
+            "{murl_shown}: lists no wheel{}",
             only.map(|o| format!(" named {}", crate::cache::excerpt(o))).unwrap_or_default()
         ))
         .hint(format!("it lists: {}", if listed.is_empty() { "nothing".into() } else { listed.join(", ") }))

@@ -198,55 +198,25 @@ pub fn fetch(url: &str) -> anyhow::Result<Vec<u8>> {
     fetch_capped(url, MAX_BYTES, 30)
 }
 
-/// [`fetch`] with another size cap and time limit (a wheel).
+/// [`fetch`] with another size cap and time limit (a wheel): through the
+/// one HTTP client ([`crate::http`]), so the limit covers the whole body.
 pub fn fetch_capped(url: &str, cap: u64, secs: u64) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read;
-    let bad = |why: String| Failure::problems(format!("{}: {why}", crate::input::excerpt(url, 300)));
-    let u = reqwest::Url::parse(url)
-        .map_err(|e| Failure::usage(format!("{}: not a URL ({e})", crate::cache::excerpt(url))))?;
-    let loopback = matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
-    if u.scheme() != "https" && !(u.scheme() == "http" && loopback) {
+    use crate::http;
+    let u = http::parse(url).map_err(Failure::usage)?;
+    let client = http::Client::new(std::time::Duration::from_secs(secs), http::Plain::Loopback)?;
+    if client.check_scheme(&u).is_err() {
         return Err(Failure::usage(format!(
             "{}: an index manifest is fetched over https only (http on 127.0.0.1)",
-            crate::cache::excerpt(url)
+            http::redact(url)
         ))
         .into());
     }
-    let policy = reqwest::redirect::Policy::custom(|a| {
-        if a.previous().len() >= 5 {
-            a.error("more than 5 redirects")
-        } else if a.url().scheme() != "https" {
-            let to = format!("{}://{}{}", a.url().scheme(), a.url().host_str().unwrap_or(""), a.url().path());
-            a.error(format!("a redirect to {to} leaves https"))
-        } else {
-            a.follow()
-        }
-    });
-    let client = reqwest::blocking::Client::builder()
-        .timeout(std::time::Duration::from_secs(secs))
-        .tls_built_in_webpki_certs(true)
-        .tls_built_in_native_certs(true)
-        .redirect(policy)
-        .build()
-        .map_err(|e| Failure::env(format!("cannot set up the HTTP client: {e}")))?;
-    let resp = client.get(u).send().map_err(|e| {
-        let mut why = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(s) = src {
-            why = format!("{why}: {s}");
-            src = s.source();
-        }
-        bad(why)
-    })?;
-    if !resp.status().is_success() {
-        return Err(bad(format!("HTTP {}", resp.status())).into());
+    let bad = |why: String| Failure::problems(format!("{}: {why}", http::redact(url)));
+    let resp = client.get(&u).map_err(bad)?;
+    if !resp.status.is_success() {
+        return Err(bad(format!("HTTP {}", resp.status)).into());
     }
-    let mut body = Vec::new();
-    resp.take(cap + 1).read_to_end(&mut body).map_err(|e| bad(e.to_string()))?;
-    if body.len() as u64 > cap {
-        return Err(bad(format!("larger than {cap} bytes")).into());
-    }
-    Ok(body)
+    Ok(resp.read_capped(cap).map_err(bad)?)
 }
 
 /// [`load_verified`] for a file or a URL ([`fetch`]).
@@ -255,7 +225,7 @@ pub fn load_verified_any(at: &str, trusted: &[PublicKey]) -> anyhow::Result<(Man
         return load_verified(std::path::Path::new(at.strip_prefix("file://").unwrap_or(at)), trusted);
     }
     let bytes = fetch(at)?;
-    verified(&bytes, at, trusted)
+    verified(&bytes, &crate::http::redact(at), trusted)
 }
 
 pub fn verified(bytes: &[u8], shown: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {

@@ -1,0 +1,362 @@
+//! The one HTTP client, with one policy for every transfer (the remote cache,
+//! publish indexes and their manifests, `verify URL`, the Debian mirror of
+//! `docker build`): a connect timeout (10 s at most) and an overall deadline
+//! per request that covers the body however the server paces it; up to 5
+//! redirects, never from https to plain http unless plain http was allowed;
+//! bodies read against a size bound; the system's and the bundled root
+//! certificates; socket writes that never raise SIGPIPE (a server that closes
+//! during an upload is an error, not a dead process). URLs are shown only
+//! through [`redact`]: credentials and queries never reach a message.
+//! Owns transport; callers own what a status or body means.
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+pub use reqwest::StatusCode;
+pub use reqwest::Url;
+
+/// The longest connect phase, whatever the overall deadline.
+const CONNECT: Duration = Duration::from_secs(10);
+
+/// Where plain `http://` is accepted (as the first URL and after a redirect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plain {
+    /// https only.
+    Refused,
+    /// http only to 127.0.0.1, ::1 or localhost (a test or local index).
+    Loopback,
+    /// Anywhere (the user passed `--allow-http`).
+    Allowed,
+}
+
+/// A client with its deadline and plain-http policy.
+pub struct Client {
+    inner: reqwest::blocking::Client,
+    timeout: Duration,
+    plain: Plain,
+}
+
+/// A response whose body is read against the request's deadline.
+pub struct Response {
+    pub status: StatusCode,
+    body: Deadlined,
+}
+
+/// A URL given by the user or found in a file: no whitespace or control
+/// character anywhere (a URL parser would silently drop a tab or newline
+/// inside the host), at most 2048 bytes, and a URL. The error names the
+/// redacted value.
+pub fn parse(raw: &str) -> Result<Url, String> {
+    if raw.len() > 2048 {
+        return Err(format!("{}: longer than 2048 bytes", redact(raw)));
+    }
+    if raw.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{}: a URL holds no space, tab, newline or control character", redact(raw)));
+    }
+    Url::parse(raw).map_err(|e| format!("{}: not a URL ({e})", redact(raw)))
+}
+
+/// A URL as it may be shown: `user:password@` becomes `***@`, a query
+/// `?***`, and the rest is escaped and cut ([`crate::input::excerpt`]). Works
+/// on any text, a URL or not, so an unparsable value is redacted too.
+pub fn redact(raw: &str) -> String {
+    let (scheme, rest) = match raw.find("://") {
+        Some(i) => raw.split_at(i + 3),
+        None => ("", raw),
+    };
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (auth, path) = rest.split_at(auth_end);
+    let host = match auth.rfind('@') {
+        Some(at) => format!("***@{}", &auth[at + 1..]),
+        None => auth.to_string(),
+    };
+    let path = match path.find('?') {
+        Some(q) => {
+            let frag = path[q..].find('#').map(|f| &path[q + f..]).unwrap_or("");
+            format!("{}?***{frag}", &path[..q])
+        }
+        None => path.to_string(),
+    };
+    crate::input::excerpt(&format!("{scheme}{host}{path}"), 300)
+}
+
+/// Whether `u` is plain http to this machine.
+pub fn is_loopback(u: &Url) -> bool {
+    matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]" | "::1"))
+}
+
+impl Client {
+    /// A client whose every request ends by `timeout` (connecting: 10 s at most).
+    pub fn new(timeout: Duration, plain: Plain) -> anyhow::Result<Client> {
+        let builder = reqwest::blocking::Client::builder()
+            .connect_timeout(timeout.min(CONNECT))
+            .timeout(timeout)
+            .tls_built_in_webpki_certs(true)
+            .tls_built_in_native_certs(true)
+            .redirect(redirects(plain));
+        // reqwest's blocking client runs its socket I/O on a thread it starts
+        // here; that thread inherits this mask, so a write to a peer that has
+        // closed (writev: no MSG_NOSIGNAL) is EPIPE, an error, never SIGPIPE.
+        let inner = without_sigpipe(|| builder.build())
+            .map_err(|e| crate::error::Failure::env(format!("cannot set up the HTTP client: {e}")))?;
+        Ok(Client { inner, timeout, plain })
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The scheme `u` may use under this client's policy (`Err`: why not).
+    pub fn check_scheme(&self, u: &Url) -> Result<(), String> {
+        match (u.scheme(), self.plain) {
+            ("https", _) | ("http", Plain::Allowed) => Ok(()),
+            ("http", Plain::Loopback) if is_loopback(u) => Ok(()),
+            ("http", _) => Err(format!("{}: plain http:// is refused (https only)", shown(u))),
+            (s, _) => Err(format!("{}: scheme `{s}` is not https", shown(u))),
+        }
+    }
+
+    /// GET `u`; the error is a sentence without credentials.
+    pub fn get(&self, u: &Url) -> Result<Response, String> {
+        self.check_scheme(u)?;
+        let deadline = Instant::now() + self.timeout;
+        let resp = self.inner.get(u.clone()).send().map_err(|e| describe(&e, self.timeout))?;
+        Ok(Response { status: resp.status(), body: Deadlined::new(resp, deadline, self.timeout) })
+    }
+
+    /// PUT a file's bytes to `u` (sent once); the status, or why it failed.
+    pub fn put(&self, u: &Url, body: std::fs::File) -> Result<StatusCode, String> {
+        self.check_scheme(u)?;
+        let resp = self
+            .inner
+            .put(u.clone())
+            .body(reqwest::blocking::Body::from(body))
+            .send()
+            .map_err(|e| describe(&e, self.timeout))?;
+        Ok(resp.status())
+    }
+}
+
+impl Response {
+    /// The whole body, at most `cap` bytes (more is an error), by the deadline.
+    pub fn read_capped(self, cap: u64) -> Result<Vec<u8>, String> {
+        let mut body = Vec::new();
+        self.take(cap + 1).read_to_end(&mut body).map_err(|e| format!("reading the body: {e}"))?;
+        if body.len() as u64 > cap {
+            return Err(format!("larger than {cap} bytes"));
+        }
+        Ok(body)
+    }
+}
+
+impl Read for Response {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        self.body.read(out)
+    }
+}
+
+/// A URL for messages: [`redact`]ed.
+pub fn shown(u: &Url) -> String {
+    redact(u.as_str())
+}
+
+/// Run `f` with SIGPIPE blocked on this thread (threads it starts inherit the mask).
+fn without_sigpipe<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: plain sigset manipulation on this thread's mask; restored below.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        let out = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        out
+    }
+}
+
+/// Up to 5 redirects, never onto plain http the policy refuses.
+fn redirects(plain: Plain) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |a| {
+        let http_ok = match plain {
+            Plain::Allowed => true,
+            Plain::Loopback | Plain::Refused => false,
+        };
+        if a.previous().len() >= 5 {
+            a.error("more than 5 redirects")
+        } else if a.url().scheme() != "https" && !http_ok {
+            let to = shown(a.url());
+            a.error(format!("a redirect to {to} leaves https"))
+        } else {
+            a.follow()
+        }
+    })
+}
+
+/// A transport error as a sentence (reqwest's chain of causes), without the URL
+/// (reqwest's own text names it, credentials included).
+fn describe(e: &reqwest::Error, timeout: Duration) -> String {
+    if e.is_timeout() {
+        return format!("timed out after {} s", timeout.as_secs());
+    }
+    let mut s = if e.is_connect() {
+        "cannot connect".to_string()
+    } else if e.is_redirect() {
+        "redirect refused".to_string()
+    } else {
+        "request failed".to_string()
+    };
+    let mut src = std::error::Error::source(e);
+    while let Some(c) = src {
+        s.push_str(&format!(": {c}"));
+        src = c.source();
+    }
+    s
+}
+
+/// A body read against the request's deadline, however the server paces it:
+/// a server that trickles a byte a second would pass every per-read timeout
+/// of the HTTP client and keep the request alive for ever. The body is read
+/// on a helper thread into a small channel; a read here waits at most until
+/// the deadline, then fails with "timed out". The helper ends at its next
+/// read (the client's per-read timeout) once this is dropped.
+struct Deadlined {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    at: usize,
+    done: bool,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+impl Deadlined {
+    fn new(mut resp: reqwest::blocking::Response, deadline: Instant, timeout: Duration) -> Deadlined {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::spawn(move || loop {
+            let mut buf = vec![0u8; 1 << 16];
+            let r = resp.read(&mut buf).map(|n| {
+                buf.truncate(n);
+                buf
+            });
+            let last = !matches!(&r, Ok(b) if !b.is_empty());
+            if tx.send(r).is_err() || last {
+                break;
+            }
+        });
+        Deadlined { rx, chunk: Vec::new(), at: 0, done: false, deadline, timeout }
+    }
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.chunk.len() && !self.done {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Ok(c)) if c.is_empty() => self.done = true,
+                Ok(Ok(c)) => (self.chunk, self.at) = (c, 0),
+                Ok(Err(e)) => return Err(e),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("timed out after {} s", self.timeout.as_secs()),
+                    ))
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(std::io::Error::other("the connection ended"))
+                }
+            }
+        }
+        let n = (self.chunk.len() - self.at).min(out.len());
+        out[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn credentials_and_queries_are_never_shown() {
+        for (raw, want) in [
+            ("https://user:PASS@h.example/x/", "https://***@h.example/x/"),
+            ("https://PASS@h.example", "https://***@h.example"),
+            ("https://h.example/x?token=PASS", "https://h.example/x?***"),
+            ("https://h.example/x?token=PASS#f", "https://h.example/x?***#f"),
+            ("https://u:p@ss@h.example/?a=PASS", "https://***@h.example/?***"),
+            ("not a url ?PASS", "not a url ?***"),
+            ("https://h.example/a\nb", "https://h.example/a\\nb"),
+        ] {
+            assert_eq!(redact(raw), want, "{raw}");
+            assert!(!redact(raw).contains("PASS"));
+        }
+    }
+
+    #[test]
+    fn urls_with_whitespace_or_controls_are_refused_not_cleaned() {
+        for raw in
+            ["https://exa\nmple.org/", "https://exa\tmple.org/", "https://h/\r", "https://h/ x", "https://h/\u{1b}"]
+        {
+            assert!(parse(raw).is_err(), "{raw:?}");
+        }
+        assert_eq!(parse("https://h.example/x").unwrap().as_str(), "https://h.example/x");
+    }
+
+    /// A server that reads the request head, answers 405 and closes without
+    /// reading the upload (the unread bytes make the kernel reset the
+    /// connection: the client's next writes fail with EPIPE).
+    fn rude_server() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/x", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                let mut head = [0u8; 1024];
+                let _ = std::io::Read::read(&mut s, &mut head);
+                let _ =
+                    s.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                // FIN first (the client is then in CLOSE_WAIT), read a little, then close
+                // with bytes unread: the reset that follows makes the client's writes EPIPE.
+                let _ = s.shutdown(std::net::Shutdown::Write);
+                let _ = s.set_read_timeout(Some(Duration::from_millis(30)));
+                let mut sink = [0u8; 1 << 16];
+                for _ in 0..4 {
+                    let _ = std::io::Read::read(&mut s, &mut sink);
+                }
+                drop(s);
+            }
+        });
+        url
+    }
+
+    /// The CLI runs with SIGPIPE at its default (`cli::restore_sigpipe`): this
+    /// test runs itself again as a child with that disposition, where a PUT of
+    /// 64 MiB to a server that closes mid-upload must come back as an error.
+    #[test]
+    fn an_upload_to_a_closing_server_is_an_error_not_sigpipe() {
+        const CHILD: &str = "DEEPEP_FORGE_TEST_SIGPIPE_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            // SAFETY: this process is the child started for this one test.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            let client = Client::new(Duration::from_secs(20), Plain::Allowed).unwrap();
+            let f = tempfile::tempfile().unwrap();
+            f.set_len(64 << 20).unwrap();
+            for _ in 0..20 {
+                let r = client.put(&Url::parse(&rude_server()).unwrap(), f.try_clone().unwrap());
+                println!("put: {r:?}");
+            }
+            println!("survived");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "http::tests::an_upload_to_a_closing_server_is_an_error_not_sigpipe", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), None, "killed by a signal: {text}");
+        assert!(out.status.success() && text.contains("survived"), "{text}");
+    }
+}
