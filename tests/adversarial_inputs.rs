@@ -5,6 +5,7 @@
 //! fragment, no panic, and that nothing on disk changed or appeared
 //! (harness: tests/support/hostile.rs).
 mod support;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use support::hostile::{run_all, Case};
@@ -127,4 +128,77 @@ fn uv_lock_cases() -> Vec<Case> {
 #[test]
 fn uv_lock_names_and_versions_never_reach_uv_unchecked() {
     run_all(uv_lock_cases());
+}
+
+fn fifo(p: &Path) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "mkfifo {}", p.display());
+}
+
+/// A sparse file of `len` bytes (costs no disk, reads as zeros).
+fn sparse(p: &Path, len: u64) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::File::create(p).unwrap().set_len(len).unwrap();
+}
+
+/// `probe --python python3` on an environment (`site/` on PYTHONPATH) with an
+/// installed deep_ep 1.2.1 whose RECORD lists its METADATA.
+fn probed_env(name: &str) -> Case {
+    Case::new(format!("probe --python: {name}"))
+        .file("site/deep_ep/__init__.py", "")
+        .file("site/deep_ep-1.2.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: deep_ep\nVersion: 1.2.1\n")
+        .file("site/deep_ep-1.2.1.dist-info/RECORD", "deep_ep-1.2.1.dist-info/METADATA,,\ndeep_ep/__init__.py,,\n")
+        .env("PYTHONPATH", "{dir}/site")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(&["probe", "--python", "python3"])
+}
+
+/// Class 5 and 6: special and huge files in a probed environment are never
+/// opened for a blocking read, nor read whole.
+fn probe_env_cases() -> Vec<Case> {
+    vec![
+        probed_env("deep_ep's METADATA is a FIFO")
+            .file("site/deep_ep-1.2.1.dist-info/METADATA", "")
+            .setup(|d| {
+                let p = d.join("site/deep_ep-1.2.1.dist-info/METADATA");
+                std::fs::remove_file(&p).unwrap();
+                fifo(&p);
+            })
+            .says("METADATA: not a regular file"),
+        probed_env("deep_ep's RECORD is a FIFO")
+            .setup(|d| {
+                let p = d.join("site/deep_ep-1.2.1.dist-info/RECORD");
+                std::fs::remove_file(&p).unwrap();
+                fifo(&p);
+            })
+            .says("RECORD: not a regular file"),
+        probed_env("another package's METADATA is a FIFO")
+            .setup(|d| fifo(&d.join("site/torch-2.11.0.dist-info/METADATA")))
+            .exit(1)
+            .says("not read: ")
+            .says("torch-2.11.0.dist-info/METADATA: not a regular file"),
+        probed_env("deep_ep's METADATA is 3 GiB")
+            .setup(|d| sparse(&d.join("site/deep_ep-1.2.1.dist-info/METADATA"), 3 << 30))
+            .says("more than 16777216"),
+        probed_env("another package's METADATA is 3 GiB")
+            .setup(|d| sparse(&d.join("site/nvidia_nccl_cu13-2.30.7.dist-info/METADATA"), 3 << 30))
+            .exit(1)
+            .says("nvidia_nccl_cu13-2.30.7.dist-info/METADATA: 3221225472 bytes"),
+        probed_env("torch's libc10.so is 3 GiB")
+            .file("site/torch/__init__.py", "")
+            .setup(|d| sparse(&d.join("site/torch/lib/libc10.so"), 3 << 30))
+            .memory(768 << 20)
+            .exit(1),
+        probed_env("torch's libc10.so is 700 MiB")
+            .file("site/torch/__init__.py", "")
+            .setup(|d| sparse(&d.join("site/torch/lib/libc10.so"), 700 << 20))
+            .memory(512 << 20)
+            .exit(1),
+    ]
+}
+
+#[test]
+fn probed_environments_never_block_or_read_whole() {
+    run_all(probe_env_cases());
 }

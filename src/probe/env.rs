@@ -17,10 +17,13 @@ use crate::error::Failure;
 use crate::process::Cmd;
 use crate::wheel::record;
 
+/// The largest `torch/lib/libc10.so` read for torch's C++ ABI (torch 2.11's is 1.3 MiB).
+const LIBC10_MAX: u64 = 64 << 20;
+
 /// Printed as JSON by the interpreter under test. `find_spec` locates modules
 /// without executing them (deep_ep is top level, so nothing is imported).
 const SCRIPT: &str = r#"
-import importlib.util, importlib.metadata as md, json, platform, sys
+import importlib.util, importlib.metadata as md, json, os, platform, re, stat, sys
 mods = {}
 for m in ("deep_ep", "hybrid_ep_cpp", "deep_ep_cpp", "torch"):
     try:
@@ -28,34 +31,59 @@ for m in ("deep_ep", "hybrid_ep_cpp", "deep_ep_cpp", "torch"):
         mods[m] = s.origin if s else None
     except Exception:
         mods[m] = None
+# A dist-info's files are read only when each is a regular file of at most
+# 16 MiB (stat, never open: a FIFO must not block, a huge file not be read).
+LIMIT = 16 << 20
+def refused(d):
+    p = getattr(d, "_path", None)
+    if p is None:
+        return "no dist-info folder"
+    for f in ("METADATA", "PKG-INFO", "RECORD", "top_level.txt"):
+        q = os.path.join(str(p), f)
+        try:
+            st = os.stat(q)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return q + ": " + str(e)
+        if not stat.S_ISREG(st.st_mode):
+            return q + ": not a regular file"
+        if st.st_size > LIMIT:
+            return q + ": " + str(st.st_size) + " bytes, more than " + str(LIMIT)
+    return None
+def folder_name(d):
+    p = getattr(d, "_path", None)
+    n = os.path.basename(str(p)).split("-")[0] if p is not None else ""
+    return re.sub(r"[-_.]+", "_", n).lower()
+sane, bad = [], []
+for d in md.distributions():
+    why = refused(d)
+    (bad.append((d, why)) if why else sane.append(d))
 # torch and the NVIDIA libraries DeepEP's extensions meet at run time: their
 # installed dist-info versions (names only; nothing imported).
 pkgs = {}
-for d in md.distributions():
+for d in sane:
     n = (d.metadata["Name"] or "").lower().replace("_", "-")
     if n == "torch" or n.startswith("nvidia-nvshmem-cu") or n.startswith("nvidia-nccl-cu"):
         pkgs.setdefault(n, d.version)
     if len(pkgs) > 16:
         break
 dist = None
-try:
-    try:
-        d = md.distribution("deep_ep")
-    except md.PackageNotFoundError:
-        # Another distribution name for the deep_ep package (SGLang's sgl-deep-ep).
-        names = getattr(md, "packages_distributions", lambda: {})().get("deep_ep") or []
-        if not names:
-            raise
-        d = md.distribution(names[0])
+mine = [d for d in sane + [b for b, _ in bad] if folder_name(d) == "deep_ep"]
+if not mine:
+    # Another distribution name for the deep_ep package (SGLang's sgl-deep-ep).
+    mine = [d for d in sane if "deep_ep" in (d.read_text("top_level.txt") or "").split()]
+if mine and refused(mine[0]):
+    dist = {"refused": refused(mine[0])}
+elif mine:
+    d = mine[0]
     files = [str(f) for f in (d.files or [])]
     info = [f for f in files if f.endswith(".dist-info/METADATA")]
     dist = {"version": d.version, "location": str(d.locate_file("")),
             "dist_info": str(d.locate_file(info[0]).parent) if info else None}
-except md.PackageNotFoundError:
-    pass
 print(json.dumps({"python": sys.executable, "version": platform.python_version(),
                   "machine": platform.machine(), "modules": mods, "dist": dist,
-                  "packages": pkgs}))
+                  "packages": pkgs, "refused": [w for _, w in bad][:16]}))
 "#;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -65,6 +93,10 @@ pub struct Interpreter {
     pub machine: String,
     pub modules: BTreeMap<String, Option<String>>,
     pub dist: Option<Dist>,
+    /// dist-info folders whose files were not read (a FIFO, a device, a
+    /// file over 16 MiB), and why.
+    #[serde(default)]
+    pub refused: Vec<String>,
     /// torch, `nvidia-nvshmem-cu*`, `nvidia-nccl-cu*`: dist-info name -> version.
     #[serde(default)]
     pub packages: BTreeMap<String, String>,
@@ -88,9 +120,14 @@ pub struct Versions {
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct Dist {
+    #[serde(default)]
     pub version: String,
+    #[serde(default)]
     pub location: String,
     pub dist_info: Option<String>,
+    /// deep_ep's own dist-info was not read: why.
+    #[serde(default)]
+    pub refused: Option<String>,
 }
 
 /// How one NEEDED library resolved.
@@ -153,6 +190,17 @@ fn ask(python: &Path) -> Result<Interpreter> {
     }
     let interp: Interpreter = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("{} printed something other than the expected JSON", python.display()))?;
+    if let Some(why) = interp.dist.as_ref().and_then(|d| d.refused.as_deref()) {
+        return Err(Failure::usage(format!(
+            "the installed deep_ep's dist-info is not read: {}",
+            crate::input::excerpt(why, 300)
+        ))
+        .hint("a dist-info file must be a regular file of at most 16 MiB; reinstall deep_ep into that environment")
+        .into());
+    }
+    for why in &interp.refused {
+        crate::note!("not read: {}", crate::input::excerpt(why, 300));
+    }
     Ok(interp)
 }
 
@@ -206,7 +254,8 @@ pub fn torch_abi(torch: &Path) -> Option<(bool, String)> {
         }
     }
     let lib = torch.join("lib/libc10.so");
-    let bytes = input::read_bytes(&lib, "libc10.so", super::wheel::limits::MEMBER).ok()?;
+    // A real libc10.so is a few MiB: a larger one is not read (no ABI from it).
+    let bytes = input::read_bytes(&lib, "libc10.so", LIBC10_MAX).ok()?;
     let elf = super::elf::parse(&bytes).ok()?;
     let cxx11 = elf.defined.iter().filter(|s| s.contains("St7__cxx11")).count();
     let old = elf.defined.iter().filter(|s| s.starts_with("_Z") && (s.contains("Ss") || s.contains("NSs"))).count();
