@@ -202,3 +202,159 @@ fn probe_env_cases() -> Vec<Case> {
 fn probed_environments_never_block_or_read_whole() {
     run_all(probe_env_cases());
 }
+
+/// A server on 127.0.0.1 that answers every request `200` with a 100 000-byte
+/// body sent one byte every 100 ms (within every idle timeout).
+fn trickling_server() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut req = [0u8; 4096];
+                let _ = s.read(&mut req);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
+                while s.write_all(b"{").is_ok() {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    url
+}
+
+/// A consumer pinned to a publish index at `url` (`<base>/h100/simple`).
+fn index_consumer(url: &str) -> String {
+    format!(
+        "[project]\nname = \"c\"\nversion = \"0.1.0\"\nrequires-python = \">=3.12\"\ndependencies = [\"deep_ep==1.2.1+17cfb81\"]\n\n\
+         [[tool.uv.index]]\nname = \"deepep-forge-h100\"\nurl = \"{url}/h100/simple\"\nexplicit = true\n\n\
+         [tool.uv.sources]\ndeep_ep = {{ index = \"deepep-forge-h100\" }}\n"
+    )
+}
+
+const WHEEL_PATH: &str = "h100/simple/deep-ep/deep_ep-1.2.1%2B17cfb81-cp312-cp312-linux_x86_64.whl";
+
+/// Class 4 and 9: credentials and queries in a URL are never printed, in any
+/// place a URL is refused or reported; a URL with a tab or newline is refused.
+fn secret_cases() -> Vec<Case> {
+    let secret = "hunter2SECRET";
+    let pin_set = |name: &str, index: &str| {
+        Case::new(format!("pin set --index: {name}"))
+            .file("pins.toml", PINS)
+            .file("consumer/pyproject.toml", include_str!("fixtures/consumer-unified/pyproject.toml"))
+            .args(&["pin", "set", REV, "--project", "consumer", "--variant", "h100", "--index", index])
+            .hides(secret)
+    };
+    let closed = "127.0.0.1:9";
+    vec![
+        pin_set("user:password", &format!("https://user:{secret}@h.example/deepep"))
+            .says("https://***@h.example/deepep"),
+        pin_set("a token query", &format!("https://h.example/deepep?token={secret}"))
+            .says("https://h.example/deepep?***"),
+        pin_set("a tab in the host", "https://h.exa\tmple/deepep").says("no space, tab, newline"),
+        pin_set("a newline in the host", "https://h.exa\nmple/deepep").says("no space, tab, newline"),
+        pin_set("a newline and a secret", &format!("https://u:{secret}@h.exa\nmple/deepep")).says("https://***@h.exa"),
+        Case::new("verify: a wheel URL with user:password")
+            .args(&["verify", &format!("https://u:{secret}@{closed}/{WHEEL_PATH}")])
+            .exit(1)
+            .says("https://***@127.0.0.1:9/h100/index.json: cannot connect")
+            .hides(secret),
+        Case::new("verify: an index URL with a token")
+            .args(&["verify", &format!("https://{closed}/h100/?token={secret}")])
+            .says("https://127.0.0.1:9/h100/?***")
+            .hides(secret),
+        Case::new("verify: an index URL with user:password")
+            .args(&["verify", &format!("https://u:{secret}@{closed}/h100/")])
+            .exit(1)
+            .says("https://***@127.0.0.1:9/h100/index.json")
+            .hides(secret),
+        Case::new("lock check --index-manifest: user:password and a token")
+            .file("pins.toml", PINS)
+            .file("c/pyproject.toml", index_consumer("https://h.example"))
+            .args(&["lock", "check", "--project", "c"])
+            .args(&["--index-manifest", &format!("https://u:{secret}@{closed}/h100/index.json?token={secret}")])
+            .exit(1)
+            .says("https://***@127.0.0.1:9/h100/index.json?***: cannot connect")
+            .hides(secret),
+        Case::new("docker build --base-mirror: user:password, token and a space")
+            .file("pins.toml", PINS)
+            .args(&["docker", "build", "--builder", "podman", "--variant", "h100"])
+            .args(&["--base-mirror", &format!("https://u:{secret}@deb.exa mple/debian?token={secret}")])
+            .hides(secret),
+        Case::new("cache push: credentials in the URL")
+            .args(&["cache", "push", "--cache-url", &format!("https://u:{secret}@{closed}/c/?token={secret}")])
+            .hides(secret),
+    ]
+}
+
+#[test]
+fn credentials_in_urls_are_never_printed() {
+    run_all(secret_cases());
+}
+
+/// Class 5: a server that sends the manifest one byte at a time (inside every
+/// idle timeout) is cut at the overall deadline (30 s for a manifest), exit 1.
+#[test]
+fn a_trickling_index_server_is_cut_at_the_deadline() {
+    let url = trickling_server();
+    run_all(vec![
+        Case::new("verify: a trickling manifest")
+            .args(&["verify", &format!("{url}/{WHEEL_PATH}")])
+            .exit(1)
+            .says("timed out after 30 s")
+            .timeout(std::time::Duration::from_secs(120)),
+        Case::new("lock check --index-manifest: a trickling manifest")
+            .file("pins.toml", PINS)
+            .file("c/pyproject.toml", index_consumer(&url))
+            .args(&["lock", "check", "--project", "c", "--index-manifest", &format!("{url}/h100/index.json")])
+            .exit(1)
+            .says("timed out after 30 s")
+            .timeout(std::time::Duration::from_secs(120)),
+    ]);
+}
+
+/// A secret key made by the real `cache keygen` (mode 0600).
+fn keygen(d: &Path) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_deepep-forge"))
+        .args(["cache", "keygen", "--name", "idx-1", "--out"])
+        .arg(d.join("k.key"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Class 2 and 9: `publish --out FILE` is a usage error before anything is
+/// built; a manifest over its 4 MiB bound is refused as SECURITY.md says (exit 1).
+fn out_and_manifest_cases() -> Vec<Case> {
+    vec![
+        Case::new("publish --out is a file")
+            .file("pins.toml", PINS)
+            .file("out", "not a folder")
+            .setup(keygen)
+            .args(&["publish", "--pins", "pins.toml", "--variant", "h100", "--signing-key", "k.key", "--out", "out"])
+            .says("--out out: a file, not a folder")
+            .hides("os error"),
+        Case::new("publish --out is a link to a file")
+            .file("pins.toml", PINS)
+            .file("target-file", "x")
+            .setup(|d| {
+                keygen(d);
+                std::os::unix::fs::symlink(d.join("target-file"), d.join("out")).unwrap();
+            })
+            .args(&["publish", "--pins", "pins.toml", "--variant", "h100", "--signing-key", "k.key", "--out", "out"])
+            .says("a file, not a folder"),
+        Case::new("lock check --index-manifest: a manifest over 4 MiB")
+            .file("pins.toml", PINS)
+            .file("c/pyproject.toml", index_consumer("https://h.example"))
+            .setup(|d| sparse(&d.join("index.json"), 5 << 20))
+            .args(&["lock", "check", "--project", "c", "--index-manifest", "index.json"])
+            .exit(1)
+            .says("index.json: larger than 4194304 bytes"),
+    ]
+}
+
+#[test]
+fn publish_out_and_manifest_bounds_keep_their_promises() {
+    run_all(out_and_manifest_cases());
+}

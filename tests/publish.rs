@@ -76,9 +76,10 @@ impl Setup {
             python.to_str().unwrap(),
             "--signing-key",
             self.key.to_str().unwrap(),
-            "--out",
-            idx.to_str().unwrap(),
         ];
+        if !extra.contains(&"--out") {
+            args.extend(["--out", idx.to_str().unwrap()]);
+        }
         args.extend_from_slice(extra);
         self.forge(&args)
     }
@@ -458,4 +459,123 @@ fn an_index_whose_manifest_redirects_to_plain_http_is_refused() {
     assert!(err.contains("a redirect to http://127.0.0.1/elsewhere/index.json leaves https"), "{err}");
     assert_eq!(snapshot(s.dir.path()), before, "nothing written");
     handle.join().unwrap();
+}
+
+/// Issue 35 §1, writes outside the output: a variant or project folder that is
+/// a link, a page whose place is a folder, a manifest that is a link: exit 2
+/// before anything is written (the link's target untouched).
+#[test]
+#[ignore = "needs the tools venv (nvcc and uv)"]
+fn publish_never_writes_through_a_link_or_over_a_folder() {
+    let s = Setup::new();
+    let victim = s.path("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    let cases: [(&str, Box<dyn Fn(&Path)>, &str); 5] = [
+        (
+            "variant folder a link",
+            Box::new(|i: &Path| std::os::unix::fs::symlink(&victim, i.join("demo")).unwrap()),
+            "demo: a symbolic link",
+        ),
+        (
+            "project folder a link",
+            Box::new(|i: &Path| {
+                std::fs::create_dir_all(i.join("demo/simple")).unwrap();
+                std::os::unix::fs::symlink(&victim, i.join("demo/simple/deep-ep")).unwrap()
+            }),
+            "deep-ep: a symbolic link",
+        ),
+        (
+            "manifest a link",
+            Box::new(|i: &Path| {
+                std::fs::create_dir_all(i.join("demo")).unwrap();
+                std::os::unix::fs::symlink(victim.join("index.json"), i.join("demo/index.json")).unwrap()
+            }),
+            "index.json: a symbolic link",
+        ),
+        (
+            "a page's place is a folder",
+            Box::new(|i: &Path| std::fs::create_dir_all(i.join("demo/simple/deep-ep/index.html")).unwrap()),
+            "index.html: a folder where a file of the index goes",
+        ),
+        (
+            "simple is a file",
+            Box::new(|i: &Path| {
+                std::fs::create_dir_all(i.join("demo")).unwrap();
+                std::fs::write(i.join("demo/simple"), "x").unwrap()
+            }),
+            "simple: not a folder",
+        ),
+    ];
+    for (name, plant, says) in cases {
+        let idx = s.path("idx");
+        let _ = std::fs::remove_dir_all(&idx);
+        std::fs::create_dir_all(&idx).unwrap();
+        plant(&idx);
+        let before = (snapshot(&idx), snapshot(&victim));
+        let o = s.publish(&["--variant", "demo"]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says) && stderr(&o).contains("nothing published"), "{name}: {}", stderr(&o));
+        assert_eq!((snapshot(&idx), snapshot(&victim)), before, "{name}: something was written");
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "{name}: written through the link");
+    }
+}
+
+/// Issue 35 §1, lost updates: publish holds a lock on the index folder from
+/// reading the manifest to the last rename; a second publish waits (and says
+/// so), then its wheel is in the final signed manifest.
+#[test]
+#[ignore = "needs the tools venv (nvcc and uv)"]
+fn two_publishes_into_one_folder_are_serialised() {
+    use std::io::BufRead;
+    let s = Setup::new();
+    ok(&s.publish(&["--variant", "demo", "--out", s.path("warm").to_str().unwrap()])); // the wheel in the cache
+    let idx = s.path("idx");
+    std::fs::create_dir_all(&idx).unwrap();
+    let held = std::fs::File::open(&idx).unwrap();
+    held.lock().unwrap();
+    // The same command `publish` runs, spawned so its stderr can be watched.
+    let (source, python) = (root().join("tests/fixtures/mini-deepep"), s.tools.join("bin/python"));
+    let mut child = bin()
+        .args(["publish", "--pins", s.pins.to_str().unwrap(), "--source", source.to_str().unwrap()])
+        .args(["--python", python.to_str().unwrap(), "--signing-key", s.key.to_str().unwrap()])
+        .args(["--out", idx.to_str().unwrap(), "--variant", "demo"])
+        .current_dir(s.dir.path())
+        .env("DEEPEP_FORGE_CACHE_DIR", s.path("cache"))
+        .env("CUDA_HOME", &s.cuda)
+        .env("PATH", format!("{}:{}", s.tools.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
+        .env("XDG_CONFIG_HOME", s.path("config"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "publish ended without waiting: {seen}");
+        seen.push_str(&line);
+        if line.contains("waiting for another publish into") {
+            break;
+        }
+    }
+    assert!(!idx.join("demo").exists(), "written while another publish held the folder");
+    drop(held);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{seen}{rest}");
+    let m = Manifest::parse(&std::fs::read(idx.join("demo/index.json")).unwrap()).unwrap();
+    assert_eq!(m.wheels.len(), 1);
+    // Two at once into a fresh folder: both succeed, the manifest verifies and lists the wheel.
+    let idx2 = s.path("idx2");
+    let run = || s.publish(&["--variant", "demo", "--out", idx2.to_str().unwrap()]);
+    let (a, b) = std::thread::scope(|sc| {
+        let a = sc.spawn(run);
+        let b = sc.spawn(run);
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    ok(&a);
+    ok(&b);
+    let m = Manifest::parse(&std::fs::read(idx2.join("demo/index.json")).unwrap()).unwrap();
+    assert_eq!(m.verify(&[PublicKey::parse(&s.public).unwrap()]), Ok("test-index-1".to_string()));
+    assert_eq!(m.wheels.len(), 1);
 }

@@ -55,6 +55,22 @@ pub struct BuildRoot {
     _lock: File,
 }
 
+/// The build root's lock refused as planted (a symlink, FIFO or folder in
+/// world-writable /tmp, made by another user): a missing environment (exit 3),
+/// like a root left by another user, saying whose it is and what to do.
+fn planted_lock(path: &Path, e: anyhow::Error) -> anyhow::Error {
+    use std::os::unix::fs::MetadataExt;
+    if crate::error::exit_of(&e) != crate::error::Exit::Usage {
+        return e;
+    }
+    let owner = std::fs::symlink_metadata(path).map(|m| format!(" (owned by uid {})", m.uid())).unwrap_or_default();
+    Failure::env(format!("the build root's lock {}{owner} is unusable: {e:#}", path.display()))
+        .hint(format!(
+            "someone else put it there: remove it (as its owner or root) when no build runs, or set {ROOT_ENV} to a folder of yours (wheels are then identical only to builds with that same root)"
+        ))
+        .into()
+}
+
 impl BuildRoot {
     /// Wait for `<root>.lock`, then empty `root` and create it anew, private
     /// (0700) and owned by this user. The root usually lies in world-writable
@@ -63,7 +79,8 @@ impl BuildRoot {
     /// folder of theirs under the build. A root left by another user (which
     /// this user cannot remove) is exit 3.
     pub fn acquire(root: &Path) -> Result<BuildRoot> {
-        let lock = super::source::lock(&root.with_extension("lock"))?;
+        let lock_path = root.with_extension("lock");
+        let lock = super::source::lock(&lock_path).map_err(|e| planted_lock(&lock_path, e))?;
         if root.symlink_metadata().is_ok() {
             std::fs::remove_dir_all(root).or_else(|_| std::fs::remove_file(root)).map_err(|e| {
                 Failure::env(format!("cannot empty the build root {}: {e}", root.display())).hint(format!(

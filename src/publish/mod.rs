@@ -75,6 +75,7 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     let pins_sha256 =
         facts::sha256_hex(&crate::input::read_bytes(&args.common.pins, "pins file", crate::input::cap::TEXT)?);
     let key = SecretKey::load(args.signing_key.as_deref().expect("clap requires it without --check"))?;
+    check_out(&args.common.out)?;
     let mut trusted = crate::cache::config::trusted_keys(&args.common.remote.trusted_keys)?;
     trusted.push(key.public());
     let index = std::mem::replace(&mut args.common.out, PathBuf::new());
@@ -91,12 +92,19 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
         // Variants of one index (pins.toml `index`) share its folder: uv picks by platform.
         by_variant.entry(variant.index_name().to_string()).or_default().push((o.wheel.clone(), f));
     }
+    // Read-manifest -> write -> rename under one lock on the folder: a second
+    // publish into it waits, then adds its wheels to the manifest this one wrote.
+    let _lock = lock_out(&index)?;
     let mut writes = Vec::new();
     let mut summary = Vec::new();
     for (variant, wheels) in &by_variant {
+        check_places(&index, variant)?;
         let (w, s) = plan_variant(&index, variant, wheels, &pins_sha256, &key, &trusted)?;
         writes.extend(w);
         summary.extend(s);
+    }
+    for w in &writes {
+        check_place(&index, &w.dest)?;
     }
     let conflicts = conflicts(&writes);
     if !conflicts.is_empty() {
@@ -117,6 +125,80 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     };
     print_report(&report, args.common.format)?;
     Ok(Exit::Ok)
+}
+
+/// `--out` must be a folder or absent (a file there is a usage error, before anything is built).
+fn check_out(out: &Path) -> Result<()> {
+    match std::fs::metadata(out) {
+        Ok(m) if !m.is_dir() => Err(Failure::usage(format!("--out {}: a file, not a folder", out.display()))
+            .hint("pass the index folder (it is created when absent), e.g. --out public/")
+            .into()),
+        _ => Ok(()),
+    }
+}
+
+/// An exclusive lock on the index folder itself (flock on its descriptor, so
+/// no file appears in the index), created when absent; waits for another
+/// publish into it, checking for Ctrl-C.
+fn lock_out(out: &Path) -> Result<std::fs::File> {
+    check_out(out)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let dir = std::fs::File::open(out).with_context(|| format!("opening {}", out.display()))?;
+    let mut told = false;
+    loop {
+        match dir.try_lock() {
+            Ok(()) => return Ok(dir),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if !std::mem::replace(&mut told, true) {
+                    crate::note!("waiting for another publish into {} to finish", out.display());
+                }
+                crate::error::check_interrupted()?;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", out.display()))
+            }
+        }
+    }
+}
+
+/// The variant's folders and manifest, checked before the manifest is read.
+fn check_places(index: &Path, variant: &str) -> Result<()> {
+    let vdir = index.join(variant);
+    check_place(index, &vdir.join(manifest::FILE))?;
+    check_place(index, &vdir.join("simple").join(PROJECT).join("index.html"))
+}
+
+/// Every folder from `index` down to `dest` is a real folder or absent (never
+/// a link: a link planted for a variant or project folder would carry the
+/// writes to another site), and `dest` a regular file or absent. Exit 2
+/// naming the place; checked for every file before anything is written.
+fn check_place(index: &Path, dest: &Path) -> Result<()> {
+    let rel = dest.strip_prefix(index).expect("index files live under the index");
+    let mut at = index.to_path_buf();
+    let n = rel.components().count();
+    for (i, c) in rel.components().enumerate() {
+        at.push(c);
+        let Ok(m) = std::fs::symlink_metadata(&at) else { return Ok(()) };
+        let last = i + 1 == n;
+        let why = if m.file_type().is_symlink() {
+            "a symbolic link (publish never writes through a link)"
+        } else if !last && !m.is_dir() {
+            "not a folder"
+        } else if last && !m.is_file() {
+            if m.is_dir() {
+                "a folder where a file of the index goes"
+            } else {
+                "not a regular file"
+            }
+        } else {
+            continue;
+        };
+        return Err(Failure::usage(format!("{}: {why}: nothing published", at.display()))
+            .hint("remove it, or publish into another --out folder")
+            .into());
+    }
+    Ok(())
 }
 
 /// Version of the JSON document `publish --format json` prints.
