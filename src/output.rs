@@ -45,25 +45,45 @@ pub fn log_safe(s: &str) -> String {
         if lead.starts_with("::") || lead.starts_with("##[") {
             out.push('\\');
         }
-        let mut chars = line.char_indices().peekable();
-        while let Some((at, c)) = chars.next() {
-            if c == '\x1b' {
-                if let Some(len) = colour_code(&line[at..]) {
-                    out.push_str(&line[at..at + len]);
-                    for _ in 1..len {
-                        chars.next();
-                    }
-                    continue;
-                }
-            }
-            if c.is_control() && c != '\t' {
-                out.extend(c.escape_debug());
-            } else {
-                out.push(c);
-            }
-        }
+        push_controls_escaped(&mut out, line);
     }
     out
+}
+
+/// `s` with CR, ESC (other than a colour code) and every other control
+/// character but newline and tab shown escaped (`\r`, `\u{1b}`): what every
+/// result line on stdout passes (a value from a file can neither rewrite a
+/// line, which a CI runner splits at CR, nor send terminal commands), while
+/// the workflow commands `--format github` prints on purpose stay as they are.
+pub fn controls_escaped(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, line) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        push_controls_escaped(&mut out, line);
+    }
+    out
+}
+
+fn push_controls_escaped(out: &mut String, line: &str) {
+    let mut chars = line.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        if c == '\x1b' {
+            if let Some(len) = colour_code(&line[at..]) {
+                out.push_str(&line[at..at + len]);
+                for _ in 1..len {
+                    chars.next();
+                }
+                continue;
+            }
+        }
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
 }
 
 /// Length of an SGR colour code (`ESC [ 1;31 m`) at the start of `s`.

@@ -114,9 +114,12 @@ pub fn stdout_bytes(bytes: &[u8]) {
 }
 
 /// A result: to stdout, always. Use [`out!`](crate::out) / [`outln!`](crate::outln).
+/// Control characters are shown escaped (`output::controls_escaped`): a
+/// result quotes values from files, in every format.
 pub fn out(args: fmt::Arguments) {
+    let text = crate::output::controls_escaped(&args.to_string());
     let mut out = std::io::stdout().lock();
-    remember("stdout", out.write_fmt(args).and_then(|_| out.flush()));
+    remember("stdout", out.write_all(text.as_bytes()).and_then(|_| out.flush()));
 }
 
 /// One JSON document, pretty, on stdout (`--format json`).

@@ -358,3 +358,53 @@ fn out_and_manifest_cases() -> Vec<Case> {
 fn publish_out_and_manifest_bounds_keep_their_promises() {
     run_all(out_and_manifest_cases());
 }
+
+/// Class 7: values from files carrying CR, ESC or a workflow command reach
+/// stdout escaped, in every format (a runner splits lines at CR).
+fn injection_cases() -> Vec<Case> {
+    let value = "x\\r::warning::pwned\\u001b[2J\\u001b]0;title\\u0007";
+    let plan = |format: &str| {
+        let pins = PINS.replace(REV, mini_rev()).replacen(
+            "name = \"h100\"\n",
+            &format!("name = \"h100\"\nenv = {{ NIXL_HOME = \"{value}\" }}\n"),
+            1,
+        );
+        Case::new(format!("plan --format {format}: a pins.toml env value with CR and ESC"))
+            .file("pins.toml", pins)
+            .setup(|d| {
+                support::git_repo_from_fixture("mini-deepep", &d.join("deepep"));
+            })
+            .args(&["plan", "--pins", "pins.toml", "--variant", "h100", "--source", "{dir}/deepep", "--format", format])
+            .may_change("cache")
+            .exit(0)
+            .hides("\r")
+            .hides("\x1b")
+            .hides("\x07")
+            .timeout(std::time::Duration::from_secs(120))
+    };
+    vec![
+        plan("human").says("NIXL_HOME=x\\r::warning::pwned\\u{1b}[2J"),
+        plan("json").says("x\\r::warning::pwned\\u001b[2J"),
+        probed_env("torch's version carries ESC, --format json")
+            .file(
+                "site/torch-2.11.0.dist-info/METADATA",
+                "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\x1b[2J\n",
+            )
+            .args(&["--format", "json"])
+            .exit(1)
+            .hides("\x1b"),
+        probed_env("torch's version carries ESC and CR")
+            .file(
+                "site/torch-2.11.0.dist-info/METADATA",
+                "Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\x1b[2J\x1b]0;t\x07\n",
+            )
+            .exit(1)
+            .hides("\x1b")
+            .hides("\x07"),
+    ]
+}
+
+#[test]
+fn values_from_files_reach_stdout_escaped() {
+    run_all(injection_cases());
+}
