@@ -408,3 +408,43 @@ fn injection_cases() -> Vec<Case> {
 fn values_from_files_reach_stdout_escaped() {
     run_all(injection_cases());
 }
+
+/// Class 8: the build root's lock planted by someone else (a link to a
+/// victim file, a FIFO) is a missing environment, exit 3, saying what to do;
+/// the victim is untouched and nothing is built.
+#[test]
+#[ignore = "needs the tools venv (nvcc and uv)"]
+fn a_planted_build_root_lock_is_exit_3_with_what_to_do() {
+    let (Some(tools), Some(cuda)) = (support::tools_venv(), support::cuda_home()) else {
+        support::missing("the tools venv (nvcc and uv)")
+    };
+    let build = |name: &str| {
+        let pins = PINS.replace(REV, mini_rev());
+        Case::new(format!("build-wheel: the build root's lock is {name}"))
+            .file("pins.toml", pins)
+            .file("victim", "keep me")
+            .setup(|d| {
+                support::git_repo_from_fixture("mini-deepep", &d.join("deepep"));
+                std::fs::create_dir_all(d.join("tmp")).unwrap();
+            })
+            .args(&["build-wheel", "--pins", "pins.toml", "--variant", "h100", "--source", "{dir}/deepep"])
+            .args(&["--python", tools.join("bin/python").to_str().unwrap(), "--out", "{dir}/wheels"])
+            .env("DEEPEP_FORGE_BUILD_ROOT", "{dir}/tmp/root")
+            .env("CUDA_HOME", cuda.to_str().unwrap())
+            .env("PATH", &format!("{}:/usr/local/bin:/usr/bin:/bin", tools.join("bin").display()))
+            .may_change("cache")
+            .absent("wheels")
+            .exit(3)
+            .says("the build root's lock")
+            .says("remove it (as its owner or root)")
+            .says("DEEPEP_FORGE_BUILD_ROOT")
+            .timeout(std::time::Duration::from_secs(300))
+    };
+    run_all(vec![
+        build("a link to a victim")
+            .setup(|d| std::os::unix::fs::symlink(d.join("victim"), d.join("tmp/root.lock")).unwrap()),
+        build("a dangling link")
+            .setup(|d| std::os::unix::fs::symlink(d.join("nowhere"), d.join("tmp/root.lock")).unwrap()),
+        build("a FIFO").setup(|d| fifo(&d.join("tmp/root.lock"))),
+    ]);
+}
