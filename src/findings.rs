@@ -24,6 +24,7 @@ pub struct Finding {
     /// Stable rule id, e.g. `rev-mismatch`, `stale-label`.
     pub rule: String,
     pub severity: Severity,
+    #[serde(serialize_with = "crate::output::path_lossy")]
     pub file: PathBuf,
     /// 1-based line, where known.
     pub line: Option<usize>,

@@ -217,6 +217,25 @@ fn lexical(p: &Path) -> PathBuf {
     out
 }
 
+/// A path in a JSON document: as text, with bytes that are not UTF-8 shown
+/// as U+FFFD (serde refuses such a path, and a report must still be printed).
+pub fn path_lossy<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+/// [`path_lossy`] for a list of paths.
+pub fn paths_lossy<S: serde::Serializer>(p: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(p.iter().map(|p| p.to_string_lossy()))
+}
+
+/// [`path_lossy`] for an optional path.
+pub fn opt_path_lossy<S: serde::Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => path_lossy(p, s),
+        None => s.serialize_none(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

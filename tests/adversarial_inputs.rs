@@ -448,3 +448,24 @@ fn a_planted_build_root_lock_is_exit_3_with_what_to_do() {
         build("a FIFO").setup(|d| fifo(&d.join("tmp/root.lock"))),
     ]);
 }
+
+/// Class 9: a `--project` path that is not UTF-8 works with `--format json`
+/// as with the human format (shown lossily, U+FFFD).
+#[test]
+fn a_non_utf8_project_path_works_in_json() {
+    let project = |format: &str| {
+        Case::new(format!("lock check --format {format}: a non-UTF-8 --project"))
+            .file("pins.toml", PINS)
+            .setup(|d| {
+                use std::os::unix::ffi::OsStrExt;
+                let dir = d.join(std::ffi::OsStr::from_bytes(b"p\xffx"));
+                std::fs::create_dir(&dir).unwrap();
+                std::fs::write(dir.join("pyproject.toml"), include_str!("fixtures/consumer-unified/pyproject.toml"))
+                    .unwrap();
+            })
+            .args(&["lock", "check", "--format", format, "--project"])
+            .arg_bytes(b"p\xffx")
+            .exit(0)
+    };
+    run_all(vec![project("human").says("p\u{fffd}x"), project("json").says("\"project\": \"p\u{fffd}x\"")]);
+}

@@ -210,9 +210,12 @@ pub(crate) fn toml_error(path: &Path, text: &str, e: toml::de::Error, what: &str
 /// What `lock check` looked at.
 #[derive(Debug, Serialize)]
 pub struct Checked {
+    #[serde(serialize_with = "crate::output::path_lossy")]
     pub pyproject: PathBuf,
     /// `null` when the project has no uv.lock (then only pyproject.toml was checked).
+    #[serde(serialize_with = "crate::output::opt_path_lossy")]
     pub uv_lock: Option<PathBuf>,
+    #[serde(serialize_with = "crate::output::paths_lossy")]
     pub dockerfiles: Vec<PathBuf>,
 }
 
@@ -220,8 +223,10 @@ pub struct Checked {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub schema: u32,
+    #[serde(serialize_with = "crate::output::path_lossy")]
     pub project: PathBuf,
     /// The pins file, or `null` under --no-pins.
+    #[serde(serialize_with = "crate::output::opt_path_lossy")]
     pub pins: Option<PathBuf>,
     /// Intended revision per architecture (from pins.toml, or from pyproject.toml under --no-pins).
     pub intent: BTreeMap<Arch, String>,
