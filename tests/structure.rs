@@ -340,6 +340,12 @@ const STRING_RESULTS: &[(&str, usize, &str)] = &[
     ("publish/manifest.rs", 5, "why an untrusted manifest (or a name in it) is rejected: the caller names the file and picks the exit code (1 for a published index, 2 for a flag)"),
     ("publish/facts.rs", 1, "what differs between a wheel's provenance and pins.toml, which the caller puts into its message"),
     ("topology/recipe.rs", 1, "what stayed unresolved in a recipe becomes a request note, never an error"),
+    ("pep.rs", 3, "the grammar's verdict on a name or version, which the caller puts into its message naming the file"),
+    (
+        "http.rs",
+        5,
+        "a transport failure as a sentence without credentials: the caller names the URL's role and picks the exit code (3 for a cache, 1 for a published index) or retries",
+    ),
 ];
 
 /// Whether `line` names a `Result<T, String>` (the error type, at the top

@@ -74,8 +74,11 @@ impl Override {
     /// The one way an override is made: `package` and `version` must match
     /// their grammar ([`crate::pep`]) before they can reach uv's override file
     /// (a name or version from a consumer's uv.lock or pins.toml is hostile input).
-    pub fn new(package: String, op: pep::Op, version: &str, why: String) -> Result<Override, String> {
-        let line = pep::requirement(&package, op, version)?;
+    pub fn new(package: String, op: pep::Op, version: &str, why: String) -> Result<Override> {
+        let line = pep::requirement(&package, op, version).map_err(|e| {
+            Failure::usage(format!("{why}: {e}"))
+                .hint("a package name and version must match their grammar before they reach uv's override file")
+        })?;
         Ok(Override { spec: line[package.len()..].to_string(), package, why })
     }
 
@@ -138,12 +141,7 @@ pub fn request(
     let mut notes = Vec::new();
     let mut overrides = Vec::new();
     let major = tc.cuda.split('.').next().unwrap_or("13").to_string();
-    let exact = |package: String, v: &str, why: String| {
-        Override::new(package, pep::Op::Exact, v, why.clone()).map_err(|e| {
-            Failure::usage(format!("{why}: {e}"))
-                .hint("a package name and version must match their grammar before they reach uv's override file")
-        })
-    };
+    let exact = |package: String, v: &str, why: String| Override::new(package, pep::Op::Exact, v, why);
     let (torch, cuda) = match match_project {
         None => {
             let pinned = |key: &str, v: &Option<String>, lib: &str| {
@@ -225,17 +223,14 @@ fn nccl_need(overrides: &mut Vec<Override>, major: &str, min: &str, evidence: &s
                 .into());
             }
         }
-        None => overrides.push(
-            Override::new(
-                format!("nvidia-nccl-cu{major}"),
-                pep::Op::AtLeast,
-                min,
-                format!(
-                    "the pinned DeepEP needs NCCL >= {min} ({evidence}); the newest such NCCL is installed and recorded"
-                ),
-            )
-            .map_err(|e| Failure::usage(format!("the NCCL the pinned DeepEP needs ({evidence}): {e}")))?,
-        ),
+        None => overrides.push(Override::new(
+            format!("nvidia-nccl-cu{major}"),
+            pep::Op::AtLeast,
+            min,
+            format!(
+                "the pinned DeepEP needs NCCL >= {min} ({evidence}); the newest such NCCL is installed and recorded"
+            ),
+        )?),
     }
     Ok(())
 }

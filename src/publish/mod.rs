@@ -143,7 +143,12 @@ fn check_out(out: &Path) -> Result<()> {
 fn lock_out(out: &Path) -> Result<std::fs::File> {
     check_out(out)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let dir = std::fs::File::open(out).with_context(|| format!("opening {}", out.display()))?;
+    let dir = {
+        use std::os::unix::fs::OpenOptionsExt;
+        // The folder itself (O_DIRECTORY), opened only to hold its flock.
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(out)
+    }
+    .with_context(|| format!("opening {}", out.display()))?;
     let mut told = false;
     loop {
         match dir.try_lock() {
