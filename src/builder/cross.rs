@@ -326,7 +326,9 @@ fn target_requirements(host: &Provisioned) -> Result<Vec<String>> {
                 host.root.display()
             ))
         })?;
-        Ok(format!("{n}=={v}"))
+        // The versions come from the toolchain's identity in the (possibly shared) cache.
+        crate::pep::requirement(n, crate::pep::Op::Exact, v)
+            .map_err(|e| Failure::problems(format!("the registry toolchain {}: {n} {e}", host.root.display())).into())
     };
     let major = host.cuda.split('.').next().unwrap_or("");
     let mut v = vec![pinned("torch")?];
