@@ -491,5 +491,5 @@ fn secrets_are_never_echoed() {
         .unwrap();
     let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.status.code(), Some(2), "{all}");
-    assert!(all.contains("http://127.0.0.1:9/") && !all.contains("hunter2") && !all.contains("SECRET"), "{all}");
+    assert!(all.contains("http://***@127.0.0.1:9/") && !all.contains("hunter2") && !all.contains("SECRET"), "{all}");
 }
