@@ -384,6 +384,7 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
+    runnable_python(&req.python)?;
     let tmp = crate::cache::Cache::at(cache_dir).stage()?;
     let stage = tmp.path().join("tc");
     std::fs::create_dir(&stage)?;
@@ -410,6 +411,42 @@ fn read_identity(root: &Path) -> Option<Provisioned> {
     .ok()?;
     p.root = root.to_path_buf();
     (p.layout == LAYOUT).then_some(p)
+}
+
+/// A `--python` that names a program (not a version such as `3.12`) must be
+/// one that runs, before uv gets it: uv skips a pyenv shim that does not
+/// resolve and goes on to download CPython, whose failure names only the
+/// network. Exit 3 saying what was found and what to pass.
+fn runnable_python(python: &str) -> Result<()> {
+    if python.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        return Ok(()); // a version request: uv finds (or downloads) a matching Python
+    }
+    let to_pass = "pass --python with the path of an installed interpreter (e.g. /usr/bin/python3.12, or `pyenv which python3.12` after `pyenv shell 3.12.x`), or a version such as --python 3.12 for uv to find";
+    let Some(path) = super::lookup::which(python) else {
+        return Err(Failure::env(format!("--python {python}: no such program (not a path, not on PATH)"))
+            .hint(to_pass)
+            .into());
+    };
+    let out = Cmd::new(&path, format!("check the Python {}", path.display()))
+        .args(["-c", "import sys; print(sys.version.split()[0])"])
+        .capture()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    let said = said.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+    Err(Failure::env(format!(
+        "--python {python}: {} does not run ({}: {})",
+        path.display(),
+        out.status,
+        crate::output::log_safe(said.trim())
+    ))
+    .hint(if said.contains("pyenv") || path.to_string_lossy().contains("/shims/") {
+        format!("a pyenv shim that resolves to no installed Python; {to_pass}")
+    } else {
+        to_pass.to_string()
+    })
+    .into())
 }
 
 /// Make the environment in `stage` (relocatable: it is renamed to `root`).

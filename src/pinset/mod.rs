@@ -128,6 +128,21 @@ pub fn find_uv() -> Result<PathBuf> {
         })
 }
 
+/// What `lock check` needs to attest an index's wheels: the signed manifest
+/// next to the index pyproject.toml now names (`--index-manifest index`) and
+/// the signer's public key, unless the reader already trusts keys
+/// (DEEPEP_FORGE_TRUSTED_KEYS, the user config).
+fn index_check_flags() -> String {
+    // A broken config is `lock check`'s to report; here it only means "no key trusted yet".
+    if crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+        return " --index-manifest index".into();
+    }
+    crate::note!(
+        "note: NAME:BASE64 in the next step is the public key of the index's signing key (what `deepep-forge cache keygen` printed for it; ask the index's publisher); set DEEPEP_FORGE_TRUSTED_KEYS to leave --trusted-key out"
+    );
+    " --index-manifest index --trusted-key NAME:BASE64".into()
+}
+
 /// The repository DeepEP's source is read from without `--source`: pins.toml's,
 /// else (--no-pins) the one pyproject.toml's DeepEP requirements name.
 fn repo_of(pins: Option<&Pins>, py: &pyproject::Pyproject, py_path: &Path) -> Result<String> {
@@ -177,12 +192,13 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             .into());
     };
     let before = pyproject::read(&py_path, &py_text, &name)?;
-    if before.refs.is_empty() {
+    // `--index` on a consumer new to DeepEP adds the requirement; every other edit needs one.
+    if before.refs.is_empty() && args.index.is_none() {
         return Err(Failure::usage(format!(
             "{} does not reference DeepEP (`{name}`) anywhere: nothing to pin",
             py_path.display()
         ))
-        .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first")
+        .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first, or pass --index URL --variant NAME to install DeepEP from a `deepep-forge publish` index")
         .into());
     }
     let uv = if args.relock { Some(find_uv()?) } else { None };
@@ -233,7 +249,9 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         None => None,
     };
     // The label's base (and pins.toml's base_version) come from the source at REV, never from the old label.
-    let base = if old_label.is_some() || pins.is_some() {
+    // `deep_ep==LABEL` needs the label even where the consumer had none (a git or new consumer).
+    let wants_label = old_label.is_some() || args.index.is_some();
+    let base = if wants_label || pins.is_some() {
         Some(match &src {
             Some(s) => s.base_version(&rev)?.ok_or_else(|| source::no_version(&short, &s.given))?,
             None => source::base_version_at(&cache, &repo_of(pins.as_ref(), &before, &py_path)?, &rev)?,
@@ -241,7 +259,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     } else {
         None
     };
-    let label = base.as_ref().filter(|_| old_label.is_some()).map(|b| format!("{b}+{short}"));
+    let label = base.as_ref().filter(|_| wants_label).map(|b| format!("{b}+{short}"));
 
     let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
     let (new_py, places) = match (&args.index, args.git) {
@@ -340,7 +358,11 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         place: args.place.clone(),
         dockerfiles: Vec::new(),
         format: crate::output::Format::Human,
-        index_manifests: Vec::new(),
+        // From an index: its signed manifest, where the reader trusts keys (else `index-not-verified`).
+        index_manifests: match &args.index {
+            Some(_) if crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) => vec!["index".into()],
+            _ => Vec::new(),
+        },
         trusted_keys: Vec::new(),
         recipes: Vec::new(),
     };
@@ -357,7 +379,8 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     );
     let Some(uv) = uv else {
         commit_unless_interrupted(t)?;
-        crate::outln!("next: uv lock --project {} && {check_cmd}", args.place.project.display());
+        let attest = if args.index.is_some() { index_check_flags() } else { String::new() };
+        crate::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
         return Ok(Exit::Ok);
     };
 
