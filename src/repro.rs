@@ -15,11 +15,13 @@ pub const SCHEMA: u32 = 1;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Exit codes: 0 the two files are identical, 1 they differ, 2 bad input (not a file, not a zip).
+Exit codes: 0 the two files are identical, 1 they differ, 2 bad input (not
+a file, not a zip).
 
-Example: two builds of one variant on two machines should be identical:
-  deepep-forge diff machine-a/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl \\
-                    machine-b/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl")]
+Examples:
+  # two builds of one variant, on two machines: should be identical
+  deepep-forge diff machine-a/deep_ep-*.whl machine-b/deep_ep-*.whl
+  deepep-forge diff a/deep_ep-*.whl b/deep_ep-*.whl --format json")]
 pub struct DiffArgs {
     /// The first wheel.
     #[arg(value_name = "A.whl")]
@@ -27,12 +29,9 @@ pub struct DiffArgs {
     /// The second wheel.
     #[arg(value_name = "B.whl")]
     pub b: PathBuf,
-    /// Output: human text, or one JSON document (schema 1; for an index URL, `wheels` holds one per wheel).
+    /// Output: human text, or one JSON document (schema 1).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
-    /// For an index URL: verify only this wheel (a file name the index's manifest lists).
-    #[arg(long = "wheel", value_name = "NAME")]
-    pub only_wheel: Option<String>,
 }
 
 /// `deepep-forge diff A.whl B.whl`.
@@ -48,17 +47,22 @@ pub fn diff(args: DiffArgs) -> Result<Exit> {
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Rebuilds the wheel from the provenance it carries (DeepEP revision, submodules, variant,
-build environment), with the wheel cache off, and compares the result byte for byte.
-The rebuild runs the setup.py of the repository it fetches, so that repository must be
-one you name or trust (--source; the [source] repo of --pins, default ./pins.toml;
-DEEPEP_FORGE_TRUSTED_REPOS; `[verify] trusted-repos` in the user config): the one the
-wheel's provenance names is otherwise refused before anything is fetched.
-Exit codes: 0 identical (the wheel is what its provenance says), 1 different (the diff is
-printed), 2 bad input (not a deepep-forge wheel, a repository not trusted), 3 missing toolchain.
+Rebuilds the wheel from the provenance it carries (DeepEP revision,
+submodules, variant, build environment), with the wheel cache off, and
+compares the result byte for byte. The rebuild runs the setup.py of the
+repository it fetches, so that repository must be one you name or trust
+(--source; the [source] repo of --pins, default ./pins.toml;
+DEEPEP_FORGE_TRUSTED_REPOS; `[verify] trusted-repos` in the user config): the
+one the wheel's provenance names is otherwise refused before anything is
+fetched. Exit codes: 0 identical (the wheel is what its provenance says), 1
+different (the diff is printed), 2 bad input (not a deepep-forge wheel, a
+repository not trusted), 3 missing toolchain.
 
-Example: check a wheel from a colleague's or CI's cache on this machine:
-  deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl")]
+Examples:
+  # a wheel from a colleague's or CI's cache, rebuilt on this machine
+  deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl
+  # every wheel of a published index, its signed manifest checked first
+  deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
 #[command(mut_arg("source", |a| a.help("Where to fetch the source (needed when the provenance names a local folder: provenance holds no machine paths); default: the provenance's repository URL, only when you trust it (see below)")))]
 pub struct VerifyArgs {
     /// The wheel to check (built by deepep-forge: it carries a provenance document), or its

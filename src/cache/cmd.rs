@@ -23,12 +23,29 @@ pub const LS_SCHEMA: u32 = 2;
 #[derive(Debug, clap::Subcommand)]
 pub enum CacheCommand {
     /// List cached wheels, registry toolchains, NCCL build trees and image bases (key, what, size, age) and the space they use.
+    #[command(after_help = "\
+Examples:
+  deepep-forge cache ls
+  deepep-forge cache ls --cache-dir /mnt/ci-cache --format json")]
     Ls(LsArgs),
     /// Remove old wheels, toolchains, NCCL build trees and image bases, and leftovers of killed builds.
+    #[command(after_help = "\
+Examples:
+  # what would go, nothing removed
+  deepep-forge cache gc --older-than 30 --dry-run
+  deepep-forge cache gc --keep 20 --keep-toolchains 2 --keep-trees 4")]
     Gc(GcArgs),
     /// Sign local entries and upload them to a remote HTTP cache (PUT <url>/<key>/<wheel>, then entry.json).
+    #[command(after_help = "\
+Examples:
+  deepep-forge cache push --cache-url https://cache.example --signing-key k
+  # readers: build-wheel --cache-url URL --trusted-key NAME:BASE64")]
     Push(PushArgs),
     /// Make an ed25519 signing key for `cache push`; prints the public key readers trust.
+    #[command(after_help = "\
+Examples:
+  # the secret key to team.key (mode 0600), the public key to team.pub
+  deepep-forge cache keygen --name team-1 --out team.key > team.pub")]
     Keygen(KeygenArgs),
 }
 

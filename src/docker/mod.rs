@@ -30,9 +30,22 @@ pub enum DockerCommand {
     /// Generate docker/docker-bake.json from pins.toml: one buildx target per variant,
     /// platform from the variant's arch, build args (rev, arch list, multinode,
     /// transport, rdma-core, probe topology) from pins.
+    #[command(after_help = "\
+Examples:
+  deepep-forge docker bake
+  # in CI: exit 1 when docker/docker-bake.json is not what pins.toml gives
+  deepep-forge docker bake --check")]
     Bake(BakeArgs),
     /// Build images from the bake file (which must be up to date) with `docker
     /// buildx bake`, or daemonless with podman or buildah on a base the tool makes.
+    #[command(after_help = "\
+Examples:
+  # docker buildx bake (a Docker daemon with buildx)
+  deepep-forge docker build --variant h100
+  # no daemon: podman on a base the tool makes from Debian
+  deepep-forge docker build --variant h100 --builder podman
+  # install DeepEP from a `publish` index instead of compiling it
+  deepep-forge docker build --variant h100 --builder podman --index URL")]
     Build(Box<BuildArgs>),
 }
 

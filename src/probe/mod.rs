@@ -23,16 +23,20 @@ use crate::verdict::Verdict;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Presets (--preset; any flag overrides its value):
-  h100-8g       one node of 8 H100: EP 8, 8 ranks per NVLink domain, no multi-node NVLink
-  b200-8g       one node of 8 B200: EP 8, 8 ranks per NVLink domain, no multi-node NVLink
-  gb200-nvl72   one GB200 NVL72 rack, 18 nodes x 4 GPUs: EP 72, 72 ranks per domain, multi-node NVLink
+  h100-8g       8 H100, one node: EP 8, R 8, no multi-node NVLink
+  b200-8g       8 B200, one node: EP 8, R 8, no multi-node NVLink
+  gb200-nvl72   a GB200 NVL72 rack, 18 nodes x 4 GPUs: EP 72, R 72, MNNVL
+  (R: ranks per NVLink domain)
 
 Examples:
   deepep-forge probe --wheel dist/deep_ep-*.whl --preset h100-8g
-  deepep-forge probe --wheel dist/deep_ep-*.whl --preset h100-8g --nodes 2 --ep 16   # two nodes: needs a multinode build
-  deepep-forge probe --wheel dist/deep_ep-*.whl --recipe examples/configs/grpo.yaml --gpu h100
-  deepep-forge probe --python .venv/bin/python --preset gb200-nvl72 --format json   # an installed environment
-  deepep-forge probe --run --preset h100-8g                                         # on the GPUs themselves")]
+  # two nodes: needs a multinode build
+  deepep-forge probe --wheel dist/*.whl --preset h100-8g --nodes 2 --ep 16
+  deepep-forge probe --wheel dist/deep_ep-*.whl --recipe grpo.yaml --gpu h100
+  # an installed environment
+  deepep-forge probe --python .venv/bin/python --preset gb200-nvl72
+  # on the GPUs themselves
+  deepep-forge probe --run --preset h100-8g")]
 pub struct ProbeArgs {
     /// A wheel file to inspect (with --python: against that environment's torch, NVSHMEM and NCCL).
     #[arg(long, value_name = "WHEEL", conflicts_with = "image")]
