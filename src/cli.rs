@@ -148,9 +148,8 @@ Examples:
 
 #[derive(Debug, clap::Args)]
 pub struct PinsFileArgs {
-    /// The pins file.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: std::path::PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
 }
 
 #[derive(Debug, clap::Args)]

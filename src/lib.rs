@@ -2,6 +2,7 @@
 //!
 //! See ARCHITECTURE.md for the map. The CLI lives in [`cli`]; every job is a
 //! module with an `Args` type and a function returning `Result<error::Exit>`.
+pub mod args;
 pub mod attest;
 pub mod builder;
 pub mod cache;

@@ -72,15 +72,12 @@ pub struct VerifyArgs {
     /// its signed manifest lists (or `--wheel NAME`), each checked and rebuilt the same way.
     #[arg(value_name = "WHEEL|URL")]
     pub wheel: PathBuf,
-    /// For a wheel URL: trust index manifests signed by this key (`NAME:BASE64`; repeatable;
-    /// added to DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
-    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
-    pub trusted_keys: Vec<String>,
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
     #[command(flatten)]
     pub run: crate::builder::RunArgs,
-    /// A pins file whose `[source] repo` you trust for rebuilds (default: ./pins.toml when present).
-    #[arg(long, value_name = "FILE")]
-    pub pins: Option<PathBuf>,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// The toolchain (as for build-wheel); default: the one the provenance names.
     #[arg(long, value_enum)]
     pub toolchain: Option<crate::builder::registry::Kind>,
@@ -176,7 +173,7 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
             .into())
         }
         (None, None) => {
-            trust::check(wheel, &prov.source.repo, &prov.source.rev, args.pins.as_deref())?;
+            trust::check(wheel, &prov.source.repo, &prov.source.rev, args.pins.if_present())?;
             None
         }
     };

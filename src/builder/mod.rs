@@ -91,9 +91,8 @@ impl RunArgs {
 /// Options shared by `plan` and `build-wheel`.
 #[derive(Debug, clap::Args)]
 pub struct Common {
-    /// The pins file (source repo, per-architecture revs, variants).
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// Variant to build (repeatable); `deepep-forge pins show` lists them.
     #[arg(long = "variant", value_name = "NAME")]
     pub variants: Vec<String>,

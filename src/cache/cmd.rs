@@ -87,12 +87,12 @@ pub struct GcArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("cache_url", |a| a.required(true)))]
 pub struct PushArgs {
     #[command(flatten)]
     pub cache: CacheDirArg,
-    /// Remote cache base URL (an https:// server that accepts PUT).
-    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", hide_env_values = true, value_name = "URL")]
-    pub cache_url: String,
+    #[command(flatten)]
+    pub cache_url: crate::args::CacheUrlArg,
     /// The secret key that signs each entry (made by `cache keygen`; mode 0600). Its content is never printed.
     #[arg(long, env = SIGNING_KEY_ENV, value_name = "FILE")]
     pub signing_key: Option<PathBuf>,
@@ -517,7 +517,8 @@ fn push(a: PushArgs) -> Result<Exit> {
             .hint(format!("pass --signing-key FILE or set {SIGNING_KEY_ENV}; make a key with `deepep-forge cache keygen --name NAME --out FILE`"))
     })?;
     let secret = SecretKey::load(&key_file)?;
-    let client = Remote::new(&a.cache_url, &a.net, Vec::new())?;
+    let url = a.cache_url.as_deref().expect("clap requires --cache-url for cache push");
+    let client = Remote::new(url, &a.net, Vec::new())?;
     let (list, _) = cache.entries();
     let mut chosen: Vec<&Hit> = Vec::new();
     if a.keys.is_empty() {

@@ -54,9 +54,8 @@ pub struct BakeArgs {
     /// Compare the generated file with the one on disk and write nothing; exit 1 when they differ.
     #[arg(long)]
     pub check: bool,
-    /// The pins file (its path, relative to the build context, is passed to the image as PINS).
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// Where to write the bake file.
     #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
     pub out: PathBuf,
@@ -71,9 +70,8 @@ pub struct BuildArgs {
     /// Variant(s) to build (bake targets); repeatable. Default: every variant.
     #[arg(long, value_name = "NAME")]
     pub variant: Vec<String>,
-    /// The pins file the bake file was generated from.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// The bake file.
     #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
     pub file: PathBuf,
@@ -87,10 +85,12 @@ pub struct BuildArgs {
     /// `deepep-forge publish`, http or https) instead of built in the image.
     #[arg(long, value_name = "URL")]
     pub index: Option<String>,
-    /// podman/buildah: a DeepEP git repository built instead of pins.toml's
-    /// repository (copied into the build context as DEEPEP_SOURCE).
-    #[arg(long, value_name = "DIR")]
-    pub source: Option<PathBuf>,
+    /// podman/buildah: DeepEP's source instead of pins.toml's repository, as every
+    /// `--source` takes it: a git URL, a local git repository, or a plain folder
+    /// (snapshotted as `build-wheel --source` does); cloned bare into the build context
+    /// (only committed objects) as DEEPEP_SOURCE.
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
     /// podman/buildah: the deepep-forge binary put in the image (default: this one).
     #[arg(long, value_name = "FILE")]
     pub forge_binary: Option<PathBuf>,
@@ -126,6 +126,25 @@ pub enum Builder {
     Podman,
     /// `buildah build --isolation chroot` (no daemon, no registry).
     Buildah,
+}
+
+/// Who reads an image for `probe --image`: only the daemonless builders mount one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ImageReader {
+    /// `podman image mount`.
+    #[default]
+    Podman,
+    /// A buildah working container (`buildah from`, `buildah mount`).
+    Buildah,
+}
+
+impl From<ImageReader> for Builder {
+    fn from(r: ImageReader) -> Builder {
+        match r {
+            ImageReader::Podman => Builder::Podman,
+            ImageReader::Buildah => Builder::Buildah,
+        }
+    }
 }
 
 impl Builder {

@@ -31,16 +31,16 @@ pub const REPORT_SCHEMA: u32 = 2;
 
 /// `--project DIR` and `--pins FILE` / `--no-pins`: the consumer project and
 /// the pins it is held to, declared once and flattened into `lock check`,
-/// `pin set` and `pin recover` (each may reword the help with `mut_arg`).
+/// `pin set` and `pin recover`, with one help text each.
 #[derive(Debug, Clone, clap::Args)]
+#[command(mut_arg("pins", |a| a.conflicts_with("no_pins")))]
 pub struct ProjectArgs {
     /// The consumer project (holds pyproject.toml and, if locked, uv.lock).
     /// Relative paths resolve against the directory the command runs in.
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub project: PathBuf,
-    /// The pins file that states the intended DeepEP revision per architecture.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE", conflicts_with = "no_pins")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// Keep no pins.toml: take the consumer's pyproject.toml as the intent
     /// (its override-dependencies entry per architecture, else its most common
     /// revision) and check everything else against it.
@@ -65,10 +65,8 @@ pub struct CheckArgs {
     /// index URL pyproject.toml names.
     #[arg(long = "index-manifest", value_name = "FILE|URL|index")]
     pub index_manifests: Vec<String>,
-    /// Trust index manifests signed by this key (`NAME:BASE64`; repeatable; added to
-    /// DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
-    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
-    pub trusted_keys: Vec<String>,
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
     /// For DeepEP from an index: a NeMo-RL recipe the project runs (repeatable); an EP group
     /// over more than one NVLink domain needs a multinode variant's index (`index-variant-mismatch`).
     #[arg(long = "recipe", value_name = "FILE")]

@@ -17,11 +17,6 @@ pub mod source;
 pub mod txn;
 
 #[derive(Debug, clap::Args)]
-#[command(
-    mut_arg("project", |a| a.help("The consumer project (holds pyproject.toml). Relative to the current directory")),
-    mut_arg("pins", |a| a.help("The pins file to update as well")),
-    mut_arg("no_pins", |a| a.help("Keep no pins.toml: rewrite the consumer's pyproject.toml only"))
-)]
 pub struct SetArgs {
     /// The new DeepEP revision: a full 40-hex commit, or a short sha, branch or
     /// tag that --source resolves (short revisions are never guessed).
@@ -62,11 +57,6 @@ pub struct SetArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(
-    mut_arg("project", |a| a.help("The consumer project of the interrupted `pin set`")),
-    mut_arg("pins", |a| a.help("The pins file of the interrupted `pin set`")),
-    mut_arg("no_pins", |a| a.help("The interrupted run had --no-pins"))
-)]
 pub struct RecoverArgs {
     #[command(flatten)]
     pub place: ProjectArgs,
@@ -363,7 +353,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             Some(_) if crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) => vec!["index".into()],
             _ => Vec::new(),
         },
-        trusted_keys: Vec::new(),
+        trusted_keys: Default::default(),
         recipes: Vec::new(),
     };
     let check_cmd = format!(
@@ -371,7 +361,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         args.place.project.display(),
         if args.place.no_pins {
             " --no-pins".to_string()
-        } else if args.place.pins != Path::new(crate::pins::DEFAULT_PATH) {
+        } else if args.place.pins.path() != Path::new(crate::pins::DEFAULT_PATH) {
             format!(" --pins {}", args.place.pins.display())
         } else {
             String::new()

@@ -47,7 +47,7 @@ pub struct ProbeArgs {
     pub image: Option<String>,
     /// Who reads `--image`: podman (`podman image mount`) or buildah.
     #[arg(long, value_enum, default_value = "podman", value_name = "BUILDER", requires = "image")]
-    pub image_builder: crate::docker::Builder,
+    pub image_builder: crate::docker::ImageReader,
     /// A Python whose environment has deep_ep installed (asked where deep_ep
     /// and hybrid_ep_cpp live; nothing is imported); with --wheel, the
     /// environment the wheel is meant for (deep_ep need not be installed).
@@ -59,9 +59,8 @@ pub struct ProbeArgs {
     /// resolve here (`needed-libs` warns instead of failing). The image's probe step passes it.
     #[arg(long, requires = "python")]
     pub driver_at_run_time: bool,
-    /// pins.toml to compare the wheel's revision with (optional; without it the `pin` rule is not run).
-    #[arg(long, value_name = "FILE")]
-    pub pins: Option<PathBuf>,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     #[command(flatten)]
     pub topology: crate::topology::RequestArgs,
     #[command(flatten)]
@@ -94,7 +93,7 @@ fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
             (b, Some(e), Some(v))
         }
         (None, None) => match &args.image {
-            Some(r) => (image::inspect(r, args.image_builder)?, None, None),
+            Some(r) => (image::inspect(r, args.image_builder.into())?, None, None),
             None => return Ok(None),
         },
     };
@@ -122,7 +121,7 @@ pub fn static_verdict(args: &ProbeArgs, request: Option<Request>) -> Result<Verd
 }
 
 fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Option<Inspected>) -> Result<Verdict> {
-    let pins = args.pins.as_deref().map(Pins::load).transpose()?;
+    let pins = args.pins.given().map(Pins::load).transpose()?;
     let subject =
         inspected.as_ref().map(|i| i.binary.file.clone()).unwrap_or_else(|| "no binary (topology only)".into());
     let mut v = Verdict::new(subject, request.clone());
