@@ -392,7 +392,7 @@ mod trust {
             None if default.exists() => out.push(crate::pins::Pins::load(default)?.source.repo),
             None => {}
         }
-        if let Some(v) = std::env::var_os(ENV) {
+        if let Some(v) = crate::environ::var_os(ENV) {
             let v = v.to_str().ok_or_else(|| Failure::usage(format!("{ENV} is not UTF-8")))?.to_string();
             out.extend(v.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).map(String::from));
         }

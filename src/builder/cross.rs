@@ -735,7 +735,7 @@ fn import_check(wheel_dir: &Path, s: &Sysroot) -> Result<String> {
     })?;
     let code = "import deep_ep, hybrid_ep_cpp, sys; print('import ok:', deep_ep.__name__, hybrid_ep_cpp.__name__, 'under Python', sys.version.split()[0], sys.implementation._multiarch)";
     let mut c = Cmd::new(&qemu, "import deep_ep and hybrid_ep_cpp under qemu-aarch64");
-    c.cmd.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    c.cmd.env_clear().env("PATH", crate::environ::var_os("PATH").unwrap_or_default());
     let out = c
         .arg("-L")
         .arg(s.debian_root())

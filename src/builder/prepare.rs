@@ -123,7 +123,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
         };
         knob_envs.push(knobs(pins, v, p)?);
     }
-    let caller: BTreeMap<String, String> = std::env::vars().collect();
+    let caller: BTreeMap<String, String> = crate::environ::vars().collect();
     let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources))?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;

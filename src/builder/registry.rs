@@ -295,7 +295,14 @@ fn locked(dir: &Path) -> Result<Locked> {
 
 /// uv: `$DEEPEP_FORGE_UV`, else on PATH, else next to the base Python.
 pub fn find_uv(python: &str) -> Result<PathBuf> {
-    if let Some(u) = std::env::var_os("DEEPEP_FORGE_UV").filter(|u| !u.is_empty()) {
+    find_uv_for(Some(python), "--toolchain registry makes its environment with uv")
+}
+
+/// The one lookup of uv (`pin set --relock`, the registry toolchain, cross builds):
+/// `$DEEPEP_FORGE_UV` (set and not a file: exit 3), else the first `uv` on PATH, else
+/// the one next to `python` (a venv's uv); none: exit 3 saying `why` uv is needed.
+pub fn find_uv_for(python: Option<&str>, why: &str) -> Result<PathBuf> {
+    if let Some(u) = crate::environ::var_os("DEEPEP_FORGE_UV").filter(|u| !u.is_empty()) {
         let p = PathBuf::from(&u);
         return if p.is_file() {
             Ok(p)
@@ -305,9 +312,9 @@ pub fn find_uv(python: &str) -> Result<PathBuf> {
                 .into())
         };
     }
-    let beside = super::lookup::which(python).and_then(|p| p.parent().map(|d| d.join("uv")));
+    let beside = python.and_then(super::lookup::which).and_then(|p| p.parent().map(|d| d.join("uv")));
     super::lookup::which("uv").or(beside.filter(|p| p.is_file())).ok_or_else(|| {
-        Failure::env("uv not found (--toolchain registry makes its environment with uv): not on PATH, not next to the build Python, DEEPEP_FORGE_UV unset")
+        Failure::env(format!("uv not found ({why}): not on PATH, not next to the build Python, DEEPEP_FORGE_UV unset"))
             .hint("install it with `pip install uv` (or see https://docs.astral.sh/uv/), or set DEEPEP_FORGE_UV=/path/to/uv")
             .into()
     })
@@ -333,7 +340,7 @@ fn keyed(req: &Request, cache_dir: &Path) -> Result<Keyed> {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| req.python.clone());
     // Index settings change what resolves: they are part of the key.
-    let index: BTreeMap<String, String> = std::env::vars()
+    let index: BTreeMap<String, String> = crate::environ::vars()
         .filter(|(k, _)| {
             ["UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX"]
                 .contains(&k.as_str())
@@ -659,7 +666,7 @@ pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
     let body: String =
         symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
     std::fs::write(&c, format!("/* Link stub generated from {} by deepep-forge. */\n{body}", header.display()))?;
-    let cc = std::env::var("CC").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
+    let cc = crate::environ::var("CC").filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
     Cmd::new(&cc, "compile the libcuda.so link stub")
         .args(["-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o"])
         .arg(lib64.join("libcuda.so"))

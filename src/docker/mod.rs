@@ -159,7 +159,7 @@ impl Builder {
 
 /// `program` found on PATH.
 pub fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
+    let path = crate::environ::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(program)).find(|p| {
         use std::os::unix::fs::PermissionsExt;
         p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

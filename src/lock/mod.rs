@@ -379,7 +379,7 @@ pub fn check(args: CheckArgs) -> Result<Exit> {
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Human => human(&report),
         Format::Github => {
-            let workspace = std::env::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
+            let workspace = crate::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
             let path = |f: &Path| github_path(f, workspace.as_deref(), &args.place.project);
             findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report))
         }

@@ -98,24 +98,9 @@ fn commit_unless_interrupted(t: txn::Txn) -> Result<()> {
     t.commit()
 }
 
-/// uv from `$DEEPEP_FORGE_UV`, else the first `uv` on PATH.
+/// uv as every command finds it (`builder::registry::find_uv_for`): `$DEEPEP_FORGE_UV`, else PATH.
 pub fn find_uv() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("DEEPEP_FORGE_UV") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        return Err(Failure::env(format!("DEEPEP_FORGE_UV={} does not exist", p.display()))
-            .hint("point DEEPEP_FORGE_UV at a uv binary, or unset it to use uv from PATH")
-            .into());
-    }
-    std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).map(|d| d.join("uv")).find(|p| p.is_file()))
-        .ok_or_else(|| {
-            Failure::env("--relock needs uv, and there is no uv on PATH")
-                .hint("install it (`pip install uv` or `curl -LsSf https://astral.sh/uv/install.sh | sh`), or set DEEPEP_FORGE_UV=/path/to/uv")
-                .into()
-        })
+    crate::builder::registry::find_uv_for(None, "--relock runs `uv lock`")
 }
 
 /// What `lock check` needs to attest an index's wheels: the signed manifest
