@@ -35,31 +35,48 @@ pub fn version(torch: &Path) -> Option<Version> {
     Some(Version { version: value("__version__")?, cuda: value("cuda") })
 }
 
-/// torch's C++ ABI (`true`: `_GLIBCXX_USE_CXX11_ABI=1`) and the file that says so:
-/// `-D_GLIBCXX_USE_CXX11_ABI=N` in its CMake config (`TorchConfig.cmake`, older
-/// torch `Caffe2Config.cmake`), else `lib/libc10.so`'s exported names: std::string
-/// in the C++11 ABI mangles as `St7__cxx11`, in the old one as `Ss` (`_ZNSs`,
-/// `_ZNKSs`); a library with neither says nothing.
-pub fn abi(torch: &Path) -> Option<(bool, PathBuf)> {
+/// torch's C++ ABI, the file that says so and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Abi {
+    /// `_GLIBCXX_USE_CXX11_ABI=1`.
+    pub cxx11: bool,
+    pub file: PathBuf,
+    /// What in the file says so: `_GLIBCXX_USE_CXX11_ABI=1`, `12 exports use std::__cxx11`.
+    pub why: String,
+}
+
+/// `-D_GLIBCXX_USE_CXX11_ABI=N` in torch's CMake config (`TorchConfig.cmake`, older
+/// torch `Caffe2Config.cmake`: what extensions are told to compile with), else
+/// `lib/libc10.so`'s mangled names: std::string in the C++11 ABI mangles as
+/// `St7__cxx11`, in the old one as `Ss`; a library with neither says nothing.
+pub fn abi(torch: &Path) -> Option<Abi> {
     const FLAG: &str = "_GLIBCXX_USE_CXX11_ABI=";
     for f in ["share/cmake/Torch/TorchConfig.cmake", "share/cmake/Caffe2/Caffe2Config.cmake"] {
         let file = torch.join(f);
         let Ok(Some(t)) = input::read_text_opt(&file, "torch's CMake config", cap::TEXT) else { continue };
-        match t.split(FLAG).nth(1).and_then(|r| r.chars().next()) {
-            Some('1') => return Some((true, file)),
-            Some('0') => return Some((false, file)),
-            _ => {}
+        if let Some(v @ ('0' | '1')) = t.split(FLAG).nth(1).and_then(|r| r.chars().next()) {
+            return Some(Abi { cxx11: v == '1', file, why: format!("{FLAG}{v}") });
         }
     }
     let lib = torch.join("lib/libc10.so");
     let bytes = input::read_bytes_opt(&lib, "torch library", MAX_LIB).ok().flatten()?;
-    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
-    if has(b"St7__cxx11") {
-        Some((true, lib))
-    } else if has(b"_ZNSs") || has(b"_ZNKSs") {
-        Some((false, lib))
-    } else {
-        None
+    // The NUL-terminated names of the file's string tables that are mangled C++.
+    let names = bytes.split(|b| *b == 0).filter(|n| n.starts_with(b"_Z"));
+    let has = |n: &[u8], needle: &[u8]| n.windows(needle.len()).any(|w| w == needle);
+    let (mut cxx11, mut old) = (0, 0);
+    for n in names {
+        if has(n, b"St7__cxx11") {
+            cxx11 += 1;
+        } else if has(n, b"Ss") {
+            old += 1;
+        }
+    }
+    match (cxx11, old) {
+        (0, 0) => None,
+        (n, _) if n > 0 => Some(Abi { cxx11: true, file: lib, why: format!("{n} exports use std::__cxx11") }),
+        (_, n) => {
+            Some(Abi { cxx11: false, file: lib, why: format!("{n} exports use the old std::string (no std::__cxx11)") })
+        }
     }
 }
 
@@ -85,10 +102,13 @@ mod tests {
     fn abi_from_cmake_then_library_names() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("lib")).unwrap();
-        std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF...._ZNKSt7__cxx1112basic_string...").unwrap();
-        assert_eq!(abi(d.path()).map(|(a, _)| a), Some(true));
-        std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF...._ZNKSs4sizeEv...").unwrap();
-        assert_eq!(abi(d.path()).map(|(a, _)| a), Some(false));
+        std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF\0_ZNKSt7__cxx1112basic_string\0").unwrap();
+        assert_eq!(abi(d.path()).map(|a| a.cxx11), Some(true));
+        std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF\0_Z11c10_versionRKSs\0").unwrap();
+        assert_eq!(
+            abi(d.path()).map(|a| (a.cxx11, a.why)),
+            Some((false, "1 exports use the old std::string (no std::__cxx11)".into()))
+        );
         std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF.... no strings").unwrap();
         assert_eq!(abi(d.path()), None, "neither ABI's names: no answer");
         std::fs::create_dir_all(d.path().join("share/cmake/Torch")).unwrap();
@@ -97,6 +117,10 @@ mod tests {
             "set(TORCH_CXX_FLAGS \"-D_GLIBCXX_USE_CXX11_ABI=0\")\n",
         )
         .unwrap();
-        assert_eq!(abi(d.path()), Some((false, d.path().join("share/cmake/Torch/TorchConfig.cmake"))));
+        let a = abi(d.path()).unwrap();
+        assert_eq!(
+            (a.cxx11, a.file, a.why.as_str()),
+            (false, d.path().join("share/cmake/Torch/TorchConfig.cmake"), "_GLIBCXX_USE_CXX11_ABI=0")
+        );
     }
 }

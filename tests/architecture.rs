@@ -256,3 +256,27 @@ fn the_check_catches_a_wrong_name() {
     assert!(judge_symbol("NoSuchTypeAnywhere", &root, &defs, &all).is_some());
     assert!(is_path("src/lock/rules/environment.rs") && root.join("src/lock/rules/environment.rs").exists());
 }
+
+#[test]
+fn no_module_builds_another_commands_clap_arguments() {
+    // Request types at command edges: a command that runs another's job builds its
+    // request (`lock::CheckRequest`), never a faked clap struct (`CheckArgs { .. }`).
+    let sources = sources();
+    let derive =
+        regex::Regex::new(r"(?s)#\[derive\([^)]*clap::Args[^)]*\)\]\s*(?:#\[[^\]]*\]\s*)*pub struct (\w+)").unwrap();
+    let mut owners: Vec<(String, PathBuf)> = Vec::new();
+    for (p, t) in &sources {
+        owners.extend(derive.captures_iter(t).map(|c| (c[1].to_string(), p.clone())));
+    }
+    assert!(owners.iter().any(|(n, _)| n == "CheckArgs"), "{owners:?}");
+    let mut bad = Vec::new();
+    for (name, owner) in &owners {
+        let literal = regex::Regex::new(&format!(r"\b{name}\s*\{{\s*\w+\s*:")).unwrap();
+        for (p, t) in &sources {
+            if p != owner && literal.is_match(t) {
+                bad.push(format!("{} builds {name} (declared in {})", p.display(), owner.display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

@@ -589,20 +589,7 @@ fn lib64(cu: &Path, lib64: &Path, gcc: &Path, stage: &Path) -> Result<usize> {
             }
         }
     }
-    let header = cu.join("include/cuda.h");
-    let text = std::fs::read_to_string(&header).with_context(|| format!("reading {}", header.display()))?;
-    let symbols = registry::driver_symbols(&text);
-    let c = stage.join("libcuda-stub.c");
-    let body: String =
-        symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
-    std::fs::write(&c, format!("/* aarch64 link stub generated from cuda.h by deepep-forge. */\n{body}"))?;
-    Cmd::new(gcc, "compile the aarch64 libcuda.so link stub")
-        .args(["-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(lib64.join("libcuda.so"))
-        .arg(&c)
-        .output()?;
-    std::fs::remove_file(&c)?;
-    Ok(symbols.len())
+    registry::link_stub(cu, lib64, gcc, stage, "aarch64 libcuda.so link stub")
 }
 
 /// A bash wrapper that rewrites every argument, then runs `real`: a host

@@ -129,7 +129,7 @@ pub fn nvshmem_version(root: &Path) -> Option<(String, PathBuf)> {
 
 /// torch's C++ ABI and the file that says so: read as `probe --python` reads it (`crate::torch`).
 pub fn torch_abi(torch: &Path) -> Option<(bool, PathBuf)> {
-    crate::torch::abi(torch)
+    crate::torch::abi(torch).map(|a| (a.cxx11, a.file))
 }
 
 #[cfg(test)]
@@ -166,7 +166,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("share/cmake/Torch")).unwrap();
         std::fs::create_dir_all(d.path().join("lib")).unwrap();
-        std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF...._ZNKSt7__cxx1112basic_string...").unwrap();
+        std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF\0_ZNKSt7__cxx1112basic_string\0").unwrap();
         assert_eq!(torch_abi(d.path()).map(|(a, _)| a), Some(true));
         std::fs::write(
             d.path().join("share/cmake/Torch/TorchConfig.cmake"),

@@ -659,20 +659,28 @@ pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
             }
         }
     }
+    let cc = crate::environ::var("CC").filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
+    link_stub(cu, &lib64, Path::new(&cc), stage, "libcuda.so link stub")
+}
+
+/// The `libcuda.so` link stub in `lib64`: every driver function `<cu>/include/cuda.h`
+/// declares ([`driver_symbols`]), each returning CUDA_ERROR_STUB_LIBRARY, compiled by
+/// `cc` (the host's compiler, or the cross gcc). Returns its symbol count. The one
+/// maker for the registry and the cross toolchains.
+pub fn link_stub(cu: &Path, lib64: &Path, cc: &Path, stage: &Path, what: &str) -> Result<usize> {
     let header = cu.join("include/cuda.h");
     let text = std::fs::read_to_string(&header).with_context(|| format!("reading {}", header.display()))?;
     let symbols = driver_symbols(&text);
     let c = stage.join("libcuda-stub.c");
     let body: String =
         symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
-    std::fs::write(&c, format!("/* Link stub generated from {} by deepep-forge. */\n{body}", header.display()))?;
-    let cc = crate::environ::var("CC").filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
-    Cmd::new(&cc, "compile the libcuda.so link stub")
+    std::fs::write(&c, format!("/* {what} generated from cuda.h by deepep-forge. */\n{body}"))?;
+    Cmd::new(cc, format!("compile the {what}"))
         .args(["-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o"])
         .arg(lib64.join("libcuda.so"))
         .arg(&c)
         .output()
-        .map_err(|e| Failure::env(format!("{e:#}")).hint("install gcc or point CC at a C compiler"))?;
+        .map_err(|e| Failure::env(format!("{e:#}")).hint("install gcc (or point CC at a C compiler)"))?;
     std::fs::remove_file(&c)?;
     Ok(symbols.len())
 }

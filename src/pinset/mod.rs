@@ -8,7 +8,7 @@ use anyhow::Result;
 use pep508_rs::PackageName;
 
 use crate::error::{Exit, Failure};
-use crate::lock::{pyproject, CheckArgs, Kind, ProjectArgs};
+use crate::lock::{pyproject, Kind, ProjectArgs};
 use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod edit;
@@ -329,18 +329,12 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
     }
 
-    let check = CheckArgs {
-        place: args.place.clone(),
-        dockerfiles: Vec::new(),
-        format: crate::output::Format::Human,
-        // From an index: its signed manifest, where the reader trusts keys (else `index-not-verified`).
-        index_manifests: match &args.index {
-            Some(_) if crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) => vec!["index".into()],
-            _ => Vec::new(),
-        },
-        trusted_keys: Default::default(),
-        recipes: Vec::new(),
-    };
+    let mut check =
+        crate::lock::CheckRequest::new(&args.place.project, (!args.place.no_pins).then_some(&*args.place.pins));
+    // From an index: its signed manifest, where the reader trusts keys (else `index-not-verified`).
+    if args.index.is_some() && crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+        check.index_manifests.push("index".into());
+    }
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
         args.place.project.display(),

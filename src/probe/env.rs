@@ -185,7 +185,7 @@ pub fn torch_version(torch: &Path) -> Option<String> {
 
 /// torch's C++ ABI and the file that says so, read as the build reads it (`crate::torch`).
 pub fn torch_abi(torch: &Path) -> Option<(bool, String)> {
-    crate::torch::abi(torch).map(|(abi, file)| (abi, file.display().to_string()))
+    crate::torch::abi(torch).map(|a| (a.cxx11, format!("{}: {}", a.file.display(), a.why)))
 }
 
 /// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
