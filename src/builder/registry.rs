@@ -314,7 +314,8 @@ pub fn find_uv_for(python: Option<&str>, why: &str) -> Result<PathBuf> {
     }
     let beside = python.and_then(super::lookup::which).and_then(|p| p.parent().map(|d| d.join("uv")));
     super::lookup::which("uv").or(beside.filter(|p| p.is_file())).ok_or_else(|| {
-        Failure::env(format!("uv not found ({why}): not on PATH, not next to the build Python, DEEPEP_FORGE_UV unset"))
+        let beside = if python.is_some() { ", not next to the build Python" } else { "" };
+        Failure::env(format!("uv not found ({why}): not on PATH{beside}, DEEPEP_FORGE_UV unset"))
             .hint("install it with `pip install uv` (or see https://docs.astral.sh/uv/), or set DEEPEP_FORGE_UV=/path/to/uv")
             .into()
     })
