@@ -34,13 +34,30 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Validate or show pins.toml.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "\
+Examples:
+  deepep-forge pins check
+  deepep-forge pins show --format json"
+    )]
     Pins(PinsCommand),
     /// Check a consumer project's pyproject.toml, uv.lock and Dockerfiles against pins.toml.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "\
+Examples:
+  deepep-forge lock check --project ../nemo-rl --pins pins.toml"
+    )]
     Lock(LockCommand),
     /// Change the pinned DeepEP revision in pins.toml and the consumer's pyproject.toml.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "\
+Examples:
+  deepep-forge pin set hybrid-ep --source ../DeepEP --project ../rl --relock
+  deepep-forge pin recover --project ../nemo-rl"
+    )]
     Pin(PinCommand),
     /// Compute the build plan (source, environment, toolchain, cache key, outputs) without building.
     Plan(crate::builder::PlanArgs),
@@ -49,12 +66,28 @@ pub enum Command {
     /// Publish each variant's wheels as a signed static package index (PEP 503/691/658), or --check one.
     Publish(crate::publish::PublishArgs),
     /// Inspect and manage the wheel cache.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "\
+Examples:
+  deepep-forge cache ls
+  # remove what is older than 30 days, keep two registry toolchains
+  deepep-forge cache gc --older-than 30 --keep-toolchains 2
+  # a signing key for a shared cache (or a `publish` index)
+  deepep-forge cache keygen --name team-1 --out team.key
+  deepep-forge cache push --cache-url https://cache.example --signing-key k"
+    )]
     Cache(crate::cache::CacheCommand),
     /// Judge a wheel, an installed environment or this machine against a requested topology.
     Probe(crate::probe::ProbeArgs),
     /// Container images: generate the buildx bake file from pins.toml, build images.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "\
+Examples:
+  deepep-forge docker bake
+  deepep-forge docker build --variant h100 --builder podman"
+    )]
     Docker(crate::docker::DockerCommand),
     /// Tell where two wheels differ: members, zip metadata, ELF sections and symbols, text lines.
     Diff(crate::repro::DiffArgs),
@@ -62,8 +95,9 @@ pub enum Command {
     Verify(crate::repro::VerifyArgs),
     /// Print a shell completion script (bash, zsh or fish) to stdout.
     #[command(after_help = "\
-Install, e.g.:
-  deepep-forge completions bash > ~/.local/share/bash-completion/completions/deepep-forge
+Examples:
+  # bash-completion reads ~/.bash_completion
+  deepep-forge completions bash >> ~/.bash_completion
   deepep-forge completions zsh > \"${fpath[1]}/_deepep-forge\"
   deepep-forge completions fish > ~/.config/fish/completions/deepep-forge.fish")]
     Completions {
@@ -78,7 +112,8 @@ Install, e.g.:
 #[command(after_help = "\
 Examples:
   deepep-forge man | man -l -
-  deepep-forge man --out-dir ~/.local/share/man/man1   # deepep-forge.1, deepep-forge-lock-check.1, ...")]
+  # deepep-forge.1, deepep-forge-lock-check.1, ...
+  deepep-forge man --out-dir ~/.local/share/man/man1")]
 pub struct ManArgs {
     /// Write deepep-forge.1 and a page per subcommand (deepep-forge-lock-check.1, ...) here.
     #[arg(long, value_name = "DIR")]
@@ -96,16 +131,25 @@ pub enum CompletionShell {
 #[derive(Debug, Subcommand)]
 pub enum PinsCommand {
     /// Validate pins.toml; exit 2 with file:line:column on the first problem.
+    #[command(after_help = "\
+Examples:
+  # ./pins.toml
+  deepep-forge pins check
+  deepep-forge pins check --pins ci/pins.toml")]
     Check(PinsFileArgs),
     /// Print the validated pins (human or JSON).
+    #[command(after_help = "\
+Examples:
+  deepep-forge pins show
+  # the variants as JSON, e.g. for a CI matrix
+  deepep-forge pins show --format json")]
     Show(PinsShowArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct PinsFileArgs {
-    /// The pins file.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: std::path::PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
 }
 
 #[derive(Debug, clap::Args)]
@@ -120,14 +164,39 @@ pub struct PinsShowArgs {
 #[derive(Debug, Subcommand)]
 pub enum LockCommand {
     /// Prove that pyproject.toml, uv.lock and Dockerfiles agree with pins.toml for every architecture.
+    #[command(after_help = "\
+Examples:
+  # the project in this folder against ./pins.toml
+  deepep-forge lock check
+  deepep-forge lock check --project ../nemo-rl --pins pins.toml
+  # no pins.toml: the project's own pyproject.toml is the intent
+  deepep-forge lock check --project ../nemo-rl --no-pins
+  # in GitHub Actions: annotations at the lines
+  deepep-forge lock check --format github
+  # DeepEP from a `publish` index: its signed manifest, the signer's key
+  deepep-forge lock check --index-manifest index --trusted-key NAME:BASE64")]
     Check(crate::lock::CheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PinCommand {
     /// Pin DeepEP to REV in pins.toml and the consumer's pyproject.toml (optionally relock with uv).
+    #[command(after_help = "\
+Examples:
+  # a full sha: pins.toml and pyproject.toml, then uv lock and lock check
+  deepep-forge pin set 17cfb817bccec3a9c247013360cc550c2bac441e --relock
+  # a branch or short sha, resolved in a local clone
+  deepep-forge pin set hybrid-ep --source ../DeepEP --project ../nemo-rl
+  # only aarch64's requirements
+  deepep-forge pin set a48493600c48 --source ../DeepEP --arch aarch64
+  # install DeepEP from a `deepep-forge publish` index instead of git
+  deepep-forge pin set hybrid-ep --source ../DeepEP --index URL --variant h100")]
     Set(crate::pinset::SetArgs),
     /// Undo a `pin set` that was killed half-way (from its journal in your state folder): every file back as it was.
+    #[command(after_help = "\
+Examples:
+  # the same --project and --pins as the interrupted `pin set`
+  deepep-forge pin recover --project ../nemo-rl --pins pins.toml")]
     Recover(crate::pinset::RecoverArgs),
 }
 

@@ -136,6 +136,22 @@ pub fn excerpt(value: &str, max: usize) -> String {
     out
 }
 
+/// sha256 and length of at most `cap` bytes of `r`: the one hashing loop (callers
+/// that must refuse a longer stream compare the length with their bound).
+pub fn sha256_reader(r: impl std::io::Read, cap: u64) -> std::io::Result<([u8; 32], u64)> {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let n = std::io::copy(&mut r.take(cap), &mut h)?;
+    Ok((h.finalize().into(), n))
+}
+
+/// sha256 (hex) and size of a user file read through [`open`] (regular, at most `cap`, never blocks).
+pub fn sha256_file(path: &Path, what: &str, cap: u64) -> Result<(String, u64)> {
+    let (f, _) = open(path, what, cap)?;
+    let (digest, n) = sha256_reader(f, cap)?;
+    Ok((hex::encode(digest), n))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,12 +2,14 @@
 //!
 //! See ARCHITECTURE.md for the map. The CLI lives in [`cli`]; every job is a
 //! module with an `Args` type and a function returning `Result<error::Exit>`.
+pub mod args;
 pub mod attest;
 pub mod builder;
 pub mod cache;
 pub mod cli;
 pub mod docker;
 pub mod dockerfile;
+pub mod environ;
 pub mod error;
 pub mod findings;
 pub mod http;
@@ -26,5 +28,6 @@ pub mod publish;
 pub mod repro;
 pub mod runtime;
 pub mod topology;
+pub mod torch;
 pub mod verdict;
 pub mod wheel;

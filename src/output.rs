@@ -135,7 +135,7 @@ pub fn annotation(level: Level, a: &Annotation) -> String {
     };
     let mut props = Vec::new();
     if let Some(f) = a.file {
-        let f = workspace_relative(f, std::env::var_os("GITHUB_WORKSPACE").map(PathBuf::from).as_deref());
+        let f = workspace_relative(f, crate::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from).as_deref());
         props.push(format!("file={}", gh_escape_prop(&f.display().to_string())));
         if let Some(l) = a.line {
             props.push(format!("line={l}"));

@@ -154,8 +154,8 @@ pub fn alert(args: fmt::Arguments) {
 /// Whether stderr gets colour: on a terminal unless `NO_COLOR` is set;
 /// `CLICOLOR_FORCE` (non-empty, not `0`) forces it off a terminal.
 pub fn color() -> bool {
-    let set = |n: &str| std::env::var_os(n).is_some_and(|v| !v.is_empty() && v != "0");
-    if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+    let set = |n: &str| crate::environ::var_os(n).is_some_and(|v| !v.is_empty() && v != "0");
+    if crate::environ::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
         return false;
     }
     set("CLICOLOR_FORCE") || std::io::stderr().is_terminal()

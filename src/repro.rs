@@ -15,11 +15,13 @@ pub const SCHEMA: u32 = 1;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Exit codes: 0 the two files are identical, 1 they differ, 2 bad input (not a file, not a zip).
+Exit codes: 0 the two files are identical, 1 they differ, 2 bad input (not
+a file, not a zip).
 
-Example: two builds of one variant on two machines should be identical:
-  deepep-forge diff machine-a/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl \\
-                    machine-b/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl")]
+Examples:
+  # two builds of one variant, on two machines: should be identical
+  deepep-forge diff machine-a/deep_ep-*.whl machine-b/deep_ep-*.whl
+  deepep-forge diff a/deep_ep-*.whl b/deep_ep-*.whl --format json")]
 pub struct DiffArgs {
     /// The first wheel.
     #[arg(value_name = "A.whl")]
@@ -27,12 +29,9 @@ pub struct DiffArgs {
     /// The second wheel.
     #[arg(value_name = "B.whl")]
     pub b: PathBuf,
-    /// Output: human text, or one JSON document (schema 1; for an index URL, `wheels` holds one per wheel).
+    /// Output: human text, or one JSON document (schema 1).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
-    /// For an index URL: verify only this wheel (a file name the index's manifest lists).
-    #[arg(long = "wheel", value_name = "NAME")]
-    pub only_wheel: Option<String>,
 }
 
 /// `deepep-forge diff A.whl B.whl`.
@@ -48,17 +47,22 @@ pub fn diff(args: DiffArgs) -> Result<Exit> {
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Rebuilds the wheel from the provenance it carries (DeepEP revision, submodules, variant,
-build environment), with the wheel cache off, and compares the result byte for byte.
-The rebuild runs the setup.py of the repository it fetches, so that repository must be
-one you name or trust (--source; the [source] repo of --pins, default ./pins.toml;
-DEEPEP_FORGE_TRUSTED_REPOS; `[verify] trusted-repos` in the user config): the one the
-wheel's provenance names is otherwise refused before anything is fetched.
-Exit codes: 0 identical (the wheel is what its provenance says), 1 different (the diff is
-printed), 2 bad input (not a deepep-forge wheel, a repository not trusted), 3 missing toolchain.
+Rebuilds the wheel from the provenance it carries (DeepEP revision,
+submodules, variant, build environment), with the wheel cache off, and
+compares the result byte for byte. The rebuild runs the setup.py of the
+repository it fetches, so that repository must be one you name or trust
+(--source; the [source] repo of --pins, default ./pins.toml;
+DEEPEP_FORGE_TRUSTED_REPOS; `[verify] trusted-repos` in the user config): the
+one the wheel's provenance names is otherwise refused before anything is
+fetched. Exit codes: 0 identical (the wheel is what its provenance says), 1
+different (the diff is printed), 2 bad input (not a deepep-forge wheel, a
+repository not trusted), 3 missing toolchain.
 
-Example: check a wheel from a colleague's or CI's cache on this machine:
-  deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl")]
+Examples:
+  # a wheel from a colleague's or CI's cache, rebuilt on this machine
+  deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl
+  # every wheel of a published index, its signed manifest checked first
+  deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
 #[command(mut_arg("source", |a| a.help("Where to fetch the source (needed when the provenance names a local folder: provenance holds no machine paths); default: the provenance's repository URL, only when you trust it (see below)")))]
 pub struct VerifyArgs {
     /// The wheel to check (built by deepep-forge: it carries a provenance document), or its
@@ -68,15 +72,12 @@ pub struct VerifyArgs {
     /// its signed manifest lists (or `--wheel NAME`), each checked and rebuilt the same way.
     #[arg(value_name = "WHEEL|URL")]
     pub wheel: PathBuf,
-    /// For a wheel URL: trust index manifests signed by this key (`NAME:BASE64`; repeatable;
-    /// added to DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
-    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
-    pub trusted_keys: Vec<String>,
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
     #[command(flatten)]
     pub run: crate::builder::RunArgs,
-    /// A pins file whose `[source] repo` you trust for rebuilds (default: ./pins.toml when present).
-    #[arg(long, value_name = "FILE")]
-    pub pins: Option<PathBuf>,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// The toolchain (as for build-wheel); default: the one the provenance names.
     #[arg(long, value_enum)]
     pub toolchain: Option<crate::builder::registry::Kind>,
@@ -175,7 +176,7 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
             .into())
         }
         (None, None) => {
-            trust::check(wheel, &prov.source.repo, &prov.source.rev, args.pins.as_deref())?;
+            trust::check(wheel, &prov.source.repo, &prov.source.rev, args.pins.if_present())?;
             None
         }
     };
@@ -394,7 +395,7 @@ mod trust {
             None if default.exists() => out.push(crate::pins::Pins::load(default)?.source.repo),
             None => {}
         }
-        if let Some(v) = std::env::var_os(ENV) {
+        if let Some(v) = crate::environ::var_os(ENV) {
             let v = v.to_str().ok_or_else(|| Failure::usage(format!("{ENV} is not UTF-8")))?.to_string();
             out.extend(v.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).map(String::from));
         }

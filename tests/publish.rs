@@ -294,8 +294,15 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     ok(&s.uv(&["lock", "--refresh-package", "deep-ep"]));
     let o = s.lock_check(&mpath);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
-    assert!(stdout(&o).contains(&format!("error[lock-wheel-unattested]: the deep-ep wheel {WHEEL}")), "{}", stdout(&o));
-    assert!(stdout(&o).contains("uv.lock:"), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("error[lock-wheel-unattested]: uv.lock pins the deep-ep wheel {WHEEL} with sha256 ")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("the signed manifest lists it with sha256 {sha}")), "{out}");
+    // The fix names the check that tells a changed server file from a stale lock, not "publish again".
+    assert!(out.contains("fix: find which: `deepep-forge verify <index URL>"), "{out}");
+    assert!(out.contains("uv.lock:"), "{out}");
     let o = s.check();
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(stdout(&o).contains(&format!("{WHEEL}: sha256 ")), "{}", stdout(&o));
@@ -318,6 +325,77 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     assert_eq!(snapshot(&s.path("idx")), before);
 
     bad_manifests(&s, &mpath);
+}
+
+/// A consumer new to DeepEP (`uv init`, real uv) and one with a plain git
+/// requirement move to the index with `pin set --index`; the `next:` line it
+/// prints (its key placeholder filled in) passes after `uv lock`, and
+/// `uv sync --locked` installs the published wheel.
+#[test]
+#[ignore = "needs the tools venv (nvcc and uv)"]
+fn a_new_consumer_from_uv_init_moves_to_the_index_and_its_next_step_passes() {
+    let s = Setup::new();
+    ok(&s.publish(&["--variant", "demo"]));
+    let server = support::HttpServer::start(&s.tools.join("bin/python"), &s.path("idx"));
+    let url = format!("http://127.0.0.1:{}", server.port);
+    let python = s.tools.join("bin/python");
+    let init = Command::new(s.tools.join("bin/uv"))
+        .args(["init", "--no-workspace", "--python", python.to_str().unwrap(), "consumer"])
+        .current_dir(s.dir.path())
+        .env("UV_PYTHON_DOWNLOADS", "never")
+        .output()
+        .unwrap();
+    ok(&init);
+    let o = s.pin_set_index(&url, "demo");
+    let out = ok(&o);
+    let py = std::fs::read_to_string(s.path("consumer/pyproject.toml")).unwrap();
+    assert!(py.contains("dependencies = [\"deep_ep==1.2.1+9dce5ac\"]"), "{py}");
+    assert!(py.contains(&format!("url = \"{url}/demo/simple\"\nexplicit = true")), "{py}");
+    assert!(out.contains("project.dependencies (added)"), "{out}");
+    let next = out.lines().find_map(|l| l.strip_prefix("next: ")).expect("a next: line");
+    assert!(stderr(&o).contains("NAME:BASE64 in the next step is the public key"), "{}", stderr(&o));
+    let (relock, check) = next.split_once(" && ").expect("uv lock && lock check");
+    assert!(relock.starts_with("uv lock --project "), "{next}");
+    let check = check.replace("NAME:BASE64", &s.public);
+    let args: Vec<&str> = check.split_whitespace().skip(1).collect();
+    assert_eq!(args[..2], ["lock", "check"], "{next}");
+    assert!(check.contains(" --index-manifest index --trusted-key "), "{next}");
+    ok(&s.uv(&["lock"]));
+    ok(&s.uv(&["sync", "--locked"]));
+    let import = Command::new(s.path("consumer/.venv/bin/python"))
+        .args(["-c", "import deep_ep, importlib.metadata as m; print(m.version('deep-ep'))"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&import).trim(), "1.2.1+9dce5ac", "{}", stderr(&import));
+    let checked = ok(&s.forge(&args));
+    assert!(checked.contains("ok: 0 error(s)"), "{checked}");
+    assert!(!checked.contains("index-not-verified"), "the manifest was checked: {checked}");
+
+    // A consumer with a plain git requirement (no revision, no label): moved too.
+    let git = s.path("git-consumer");
+    std::fs::create_dir(&git).unwrap();
+    let text = "[project]\nname = \"g\"\nversion = \"0\"\nrequires-python = \">=3.11\"\ndependencies = [\n  \"numpy\",\n  \"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git\",\n]\n";
+    std::fs::write(git.join("pyproject.toml"), text).unwrap();
+    let repo = root().join("tests/fixtures/mini-deepep");
+    let o = s.forge(&[
+        "pin",
+        "set",
+        REV,
+        "--project",
+        git.to_str().unwrap(),
+        "--pins",
+        s.pins.to_str().unwrap(),
+        "--source",
+        repo.to_str().unwrap(),
+        "--index",
+        &url,
+        "--variant",
+        "demo",
+    ]);
+    ok(&o);
+    let py = std::fs::read_to_string(git.join("pyproject.toml")).unwrap();
+    assert!(py.contains("  \"numpy\",\n  \"deep_ep==1.2.1+9dce5ac\",\n]"), "{py}");
+    drop(server);
 }
 
 /// pins.toml moved to another revision: the published wheel's provenance no longer

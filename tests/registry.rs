@@ -529,3 +529,56 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
     let g = rule(&verdict(&good, "good"));
     assert_eq!(g["status"], "pass", "{g}");
 }
+
+/// `--python NAME` where NAME is a pyenv shim that resolves to no installed
+/// Python: exit 3 before uv runs (uv would skip it and try to download CPython,
+/// failing on the network), naming what was found and what to pass.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+fn a_python_that_does_not_run_is_named_before_uv_gets_it() {
+    let lab = Lab::new();
+    let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"));
+    let shims = lab.dir.path().join("shims");
+    std::fs::create_dir_all(&shims).unwrap();
+    let shim = shims.join("python3.12");
+    std::fs::write(
+        &shim,
+        "#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\necho >&2\necho \"The \\`python3.12' command exists in these Python versions:\" >&2\nexit 127\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let run = |python: &str| {
+        let mut c = forge_registry(
+            &lab,
+            &lab.dir.path().join("links"),
+            &[
+                "build-wheel",
+                "--toolchain",
+                "registry",
+                "--variant",
+                "sn",
+                "--pins",
+                pins.to_str().unwrap(),
+                "--python",
+                python,
+            ],
+        );
+        c.env("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin", shims.display())).env("UV_PYTHON_DOWNLOADS", "never");
+        c.output().unwrap()
+    };
+    let o = run("python3.12");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "--python python3.12: {} does not run (exit status: 127: pyenv: python3.12: command not found)",
+            shim.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("a pyenv shim") && err.contains("--python 3.12"), "{err}");
+    assert!(!lab.cache.join("toolchains").exists(), "nothing provisioned");
+    let o = run("python3.99");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--python python3.99: no such program (not a path, not on PATH)"), "{}", stderr(&o));
+}

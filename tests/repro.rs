@@ -371,6 +371,10 @@ fn verify_carries_the_variant_env_and_fetches_only_trusted_repositories() {
     let v = lab.forge(&["verify", wheel.to_str().unwrap(), "--source", src]).output().unwrap();
     assert_eq!(v.status.code(), Some(0), "a wheel built with a variant env verifies: {}{}", stdout(&v), stderr(&v));
     assert!(stdout(&v).starts_with("verified:"), "{}", stdout(&v));
+    // The build and verify's rebuild (one variant, one key) each keep their own log.
+    let logs = files_with(&lab.cache.join("logs"), ".log");
+    assert_eq!(logs.len(), 2, "one log per build, none overwritten: {logs:?}");
+    assert!(logs.iter().all(|l| std::fs::metadata(l).unwrap().len() > 0), "{logs:?}");
 
     // The provenance names a repository nobody trusts: refused before any connection.
     let python = lab.tools.join("bin/python");

@@ -30,7 +30,7 @@ pub const SCCACHE_ENV: &str = "DEEPEP_FORGE_SCCACHE";
 
 /// The build root of this process: `$DEEPEP_FORGE_BUILD_ROOT`, else [`CANONICAL_ROOT`].
 pub fn root() -> Result<PathBuf> {
-    match std::env::var_os(ROOT_ENV).filter(|v| !v.is_empty()) {
+    match crate::environ::var_os(ROOT_ENV).filter(|v| !v.is_empty()) {
         None => Ok(PathBuf::from(CANONICAL_ROOT)),
         Some(v) => {
             let p = PathBuf::from(&v);
@@ -258,7 +258,7 @@ impl Stats {
 
 /// sccache: `$DEEPEP_FORGE_SCCACHE`, else on PATH, else next to the build Python.
 pub fn find_sccache(python: &Path) -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os(SCCACHE_ENV).filter(|v| !v.is_empty()) {
+    if let Some(p) = crate::environ::var_os(SCCACHE_ENV).filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
@@ -435,7 +435,7 @@ pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path
     let chosen = match flag {
         Some(Some(d)) => Some(text(&d)?),
         Some(None) => Some(CompilerCache::Dir { path: cache_dir.join("sccache") }),
-        None => match std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
+        None => match crate::environ::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
             Some(v) => Some(text(Path::new(&v))?),
             None => user_config()?.compiler_cache.map(|p| text(&p)).transpose()?,
         },

@@ -169,7 +169,7 @@ impl CompilerCache {
     /// secret: never printed, never in the plan.
     fn server_env(&self) -> Vec<(String, String)> {
         let CompilerCache::Remote { backend, .. } = self else { return Vec::new() };
-        backend.server_only().iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect()
+        backend.server_only().iter().filter_map(|k| crate::environ::var(k).map(|v| (k.to_string(), v))).collect()
     }
 
     /// What a plan shows: the folder or URL, and the names of the credentials found.
@@ -178,7 +178,7 @@ impl CompilerCache {
             CompilerCache::Dir { path } => path.display().to_string(),
             CompilerCache::Remote { url, backend } => {
                 let found: Vec<&str> =
-                    backend.server_only().iter().copied().filter(|k| std::env::var_os(k).is_some()).collect();
+                    backend.server_only().iter().copied().filter(|k| crate::environ::var_os(k).is_some()).collect();
                 if found.is_empty() {
                     format!("{url} (shared; no credentials in the environment)")
                 } else {

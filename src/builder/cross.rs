@@ -591,20 +591,7 @@ fn lib64(cu: &Path, lib64: &Path, gcc: &Path, stage: &Path) -> Result<usize> {
             }
         }
     }
-    let header = cu.join("include/cuda.h");
-    let text = std::fs::read_to_string(&header).with_context(|| format!("reading {}", header.display()))?;
-    let symbols = registry::driver_symbols(&text);
-    let c = stage.join("libcuda-stub.c");
-    let body: String =
-        symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
-    std::fs::write(&c, format!("/* aarch64 link stub generated from cuda.h by deepep-forge. */\n{body}"))?;
-    Cmd::new(gcc, "compile the aarch64 libcuda.so link stub")
-        .args(["-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(lib64.join("libcuda.so"))
-        .arg(&c)
-        .output()?;
-    std::fs::remove_file(&c)?;
-    Ok(symbols.len())
+    registry::link_stub(cu, lib64, gcc, stage, "aarch64 libcuda.so link stub")
 }
 
 /// A bash wrapper that rewrites every argument, then runs `real`: a host
@@ -737,7 +724,7 @@ fn import_check(wheel_dir: &Path, s: &Sysroot) -> Result<String> {
     })?;
     let code = "import deep_ep, hybrid_ep_cpp, sys; print('import ok:', deep_ep.__name__, hybrid_ep_cpp.__name__, 'under Python', sys.version.split()[0], sys.implementation._multiarch)";
     let mut c = Cmd::new(&qemu, "import deep_ep and hybrid_ep_cpp under qemu-aarch64");
-    c.cmd.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    c.cmd.env_clear().env("PATH", crate::environ::var_os("PATH").unwrap_or_default());
     let out = c
         .arg("-L")
         .arg(s.debian_root())

@@ -16,9 +16,6 @@ use super::toolchain::Toolchain;
 use crate::interface::{Branch, Interface};
 use crate::provenance::BuildEnvironment;
 
-/// Largest shared library scanned for the ABI (libc10.so is about 1.5 MB).
-const MAX_LIB: u64 = 256 << 20;
-
 /// The build environment of a plan, and where each value was read (library -> file).
 pub fn of(
     t: &Toolchain,
@@ -130,25 +127,9 @@ pub fn nvshmem_version(root: &Path) -> Option<(String, PathBuf)> {
     None
 }
 
-/// torch's `_GLIBCXX_USE_CXX11_ABI`: `-D_GLIBCXX_USE_CXX11_ABI=N` in its CMake
-/// config (older torch), else whether `lib/libc10.so` has `std::__cxx11` names
-/// (only the new ABI mangles them so).
+/// torch's C++ ABI and the file that says so: read as `probe --python` reads it (`crate::torch`).
 pub fn torch_abi(torch: &Path) -> Option<(bool, PathBuf)> {
-    for f in ["share/cmake/Torch/TorchConfig.cmake", "share/cmake/Caffe2/Caffe2Config.cmake"] {
-        let file = torch.join(f);
-        let Some(t) = text(&file) else { continue };
-        if let Some(p) = t.find("_GLIBCXX_USE_CXX11_ABI=") {
-            match t[p + "_GLIBCXX_USE_CXX11_ABI=".len()..].chars().next() {
-                Some('1') => return Some((true, file)),
-                Some('0') => return Some((false, file)),
-                _ => {}
-            }
-        }
-    }
-    let lib = torch.join("lib/libc10.so");
-    let bytes = crate::input::read_bytes_opt(&lib, "torch library", MAX_LIB).ok().flatten()?;
-    let needle = b"St7__cxx11";
-    Some((bytes.windows(needle.len()).any(|w| w == needle), lib))
+    crate::torch::abi(torch).map(|a| (a.cxx11, a.file))
 }
 
 #[cfg(test)]
@@ -185,7 +166,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("share/cmake/Torch")).unwrap();
         std::fs::create_dir_all(d.path().join("lib")).unwrap();
-        std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF...._ZNKSt7__cxx1112basic_string...").unwrap();
+        std::fs::write(d.path().join("lib/libc10.so"), b"\x7fELF\0_ZNKSt7__cxx1112basic_string\0").unwrap();
         assert_eq!(torch_abi(d.path()).map(|(a, _)| a), Some(true));
         std::fs::write(
             d.path().join("share/cmake/Torch/TorchConfig.cmake"),

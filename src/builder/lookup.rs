@@ -10,18 +10,10 @@ pub fn which(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
         return p.is_file().then(|| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
     }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|c| c.is_file())
+    std::env::split_paths(&crate::environ::var_os("PATH")?).map(|d| d.join(name)).find(|c| c.is_file())
 }
 
-/// `__version__` and `cuda` from torch/version.py.
+/// `__version__` and `cuda` from torch/version.py (the file; `crate::torch` reads it).
 pub fn read_torch_version(file: &Path) -> Option<(String, Option<String>)> {
-    let text = std::fs::read_to_string(file).ok()?;
-    let value = |key: &str| {
-        text.lines().find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            let k = k.split(':').next()?.trim();
-            (k == key).then(|| v.trim().trim_matches(|c| c == '\'' || c == '"').to_string()).filter(|v| v != "None")
-        })
-    };
-    Some((value("__version__")?, value("cuda")))
+    crate::torch::version(file.parent()?).map(|v| (v.version, v.cuda))
 }

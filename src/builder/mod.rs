@@ -91,9 +91,8 @@ impl RunArgs {
 /// Options shared by `plan` and `build-wheel`.
 #[derive(Debug, clap::Args)]
 pub struct Common {
-    /// The pins file (source repo, per-architecture revs, variants).
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// Variant to build (repeatable); `deepep-forge pins show` lists them.
     #[arg(long = "variant", value_name = "NAME")]
     pub variants: Vec<String>,
@@ -149,6 +148,13 @@ impl Common {
 
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("variants", |a| a.help("Variant to plan (repeatable); `deepep-forge pins show` lists them")))]
+#[command(after_help = "\
+Examples:
+  deepep-forge plan --variant h100
+  # every variant, JSON with a CI matrix (`matrix.include`)
+  deepep-forge plan --all --format json
+  # torch and nvcc from PyPI: what would be provisioned
+  deepep-forge plan --variant h100 --toolchain registry --python python3.12")]
 pub struct PlanArgs {
     #[command(flatten)]
     pub common: Common,
@@ -157,12 +163,18 @@ pub struct PlanArgs {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
-  deepep-forge build-wheel --variant h100                        # torch and a CUDA toolkit on this machine
-  deepep-forge build-wheel --all --out dist --report build.json  # every variant of pins.toml
-  deepep-forge build-wheel --variant h100 --toolchain registry --python python3.12   # torch and nvcc from PyPI (needs uv)
-  deepep-forge build-wheel --variant h100 --source ../DeepEP     # from a local clone instead of GitHub
-  deepep-forge build-wheel --variant h100 --cache-url https://cache.example/deepep --trusted-key team:BASE64
-`deepep-forge plan` takes the same arguments and prints what a build would use.")]
+  # torch and a CUDA toolkit on this machine
+  deepep-forge build-wheel --variant h100
+  # every variant of pins.toml
+  deepep-forge build-wheel --all --out dist --report build.json
+  # torch and nvcc from PyPI (needs uv)
+  deepep-forge build-wheel --variant h100 --toolchain registry --python 3.12
+  # from a local clone instead of GitHub
+  deepep-forge build-wheel --variant h100 --source ../DeepEP
+  # a signed remote cache first
+  deepep-forge build-wheel --variant h100 --cache-url https://cache.example/x
+`deepep-forge plan` takes the same arguments and prints what a build would
+use.")]
 pub struct BuildArgs {
     #[command(flatten)]
     pub common: Common,

@@ -123,7 +123,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
         };
         knob_envs.push(knobs(pins, v, p)?);
     }
-    let caller: BTreeMap<String, String> = std::env::vars().collect();
+    let caller: BTreeMap<String, String> = crate::environ::vars().collect();
     let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources))?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;
@@ -153,8 +153,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
             let setup = source::show(&mirror, &p.rev, "setup.py");
             super::nccl_reuse::attach(&mut plan, setup.as_deref(), &cache_dir, c.nccl_reuse);
         }
-        let tag = plan.cache_key.as_deref().map(|k| k[..12].to_string()).unwrap_or_else(|| "unknown".into());
-        plan.outputs.log = cache_dir.join("logs").join(format!("{}-{tag}.log", v.name));
+        plan.outputs.log = log_path(&cache_dir, &v.name, plan.cache_key.as_deref());
         plan.outputs.cache_entry = plan
             .cache_key
             .as_deref()
@@ -508,8 +507,7 @@ fn plan_variant(
         plan.environment_from = from;
     }
     plan.seal();
-    let tag = plan.cache_key.as_deref().map(|k| k[..12].to_string()).unwrap_or_else(|| "unknown".into());
-    plan.outputs.log = ctx.cache_dir.join("logs").join(format!("{}-{tag}.log", v.name));
+    plan.outputs.log = log_path(ctx.cache_dir, &v.name, plan.cache_key.as_deref());
     plan.outputs.cache_entry = plan
         .cache_key
         .as_deref()
@@ -723,4 +721,17 @@ pub fn variant_info(v: &Variant) -> VariantInfo {
         rdma_core_home: v.rdma_core_home.clone().filter(|_| v.multinode),
         env: v.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
     }
+}
+
+/// The build log's path: `<cache>/logs/<variant>-<key12>-<UTC time>-<pid>-<n>.log`, one
+/// name per plan made, so that two builds of one variant and key (a build, then
+/// `verify`'s rebuild; two runs at once) never write one file. Not part of the plan's seal.
+fn log_path(cache_dir: &Path, variant: &str, key: Option<&str>) -> PathBuf {
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = key.map(|k| &k[..12]).unwrap_or("unknown");
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (y, mo, d, h, mi, s) = crate::provenance::utc_parts(secs as i64);
+    let at = format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z");
+    cache_dir.join("logs").join(format!("{variant}-{tag}-{at}-{}-{n}.log", std::process::id()))
 }

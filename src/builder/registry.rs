@@ -321,7 +321,14 @@ fn locked(dir: &Path) -> Result<Locked> {
 
 /// uv: `$DEEPEP_FORGE_UV`, else on PATH, else next to the base Python.
 pub fn find_uv(python: &str) -> Result<PathBuf> {
-    if let Some(u) = std::env::var_os("DEEPEP_FORGE_UV").filter(|u| !u.is_empty()) {
+    find_uv_for(Some(python), "--toolchain registry makes its environment with uv")
+}
+
+/// The one lookup of uv (`pin set --relock`, the registry toolchain, cross builds):
+/// `$DEEPEP_FORGE_UV` (set and not a file: exit 3), else the first `uv` on PATH, else
+/// the one next to `python` (a venv's uv); none: exit 3 saying `why` uv is needed.
+pub fn find_uv_for(python: Option<&str>, why: &str) -> Result<PathBuf> {
+    if let Some(u) = crate::environ::var_os("DEEPEP_FORGE_UV").filter(|u| !u.is_empty()) {
         let p = PathBuf::from(&u);
         return if p.is_file() {
             Ok(p)
@@ -331,9 +338,10 @@ pub fn find_uv(python: &str) -> Result<PathBuf> {
                 .into())
         };
     }
-    let beside = super::lookup::which(python).and_then(|p| p.parent().map(|d| d.join("uv")));
+    let beside = python.and_then(super::lookup::which).and_then(|p| p.parent().map(|d| d.join("uv")));
     super::lookup::which("uv").or(beside.filter(|p| p.is_file())).ok_or_else(|| {
-        Failure::env("uv not found (--toolchain registry makes its environment with uv): not on PATH, not next to the build Python, DEEPEP_FORGE_UV unset")
+        let beside = if python.is_some() { ", not next to the build Python" } else { "" };
+        Failure::env(format!("uv not found ({why}): not on PATH{beside}, DEEPEP_FORGE_UV unset"))
             .hint("install it with `pip install uv` (or see https://docs.astral.sh/uv/), or set DEEPEP_FORGE_UV=/path/to/uv")
             .into()
     })
@@ -359,7 +367,7 @@ fn keyed(req: &Request, cache_dir: &Path) -> Result<Keyed> {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| req.python.clone());
     // Index settings change what resolves: they are part of the key.
-    let index: BTreeMap<String, String> = std::env::vars()
+    let index: BTreeMap<String, String> = crate::environ::vars()
         .filter(|(k, _)| {
             ["UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX"]
                 .contains(&k.as_str())
@@ -410,6 +418,7 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
+    runnable_python(&req.python)?;
     let tmp = crate::cache::Cache::at(cache_dir).stage()?;
     let stage = tmp.path().join("tc");
     std::fs::create_dir(&stage)?;
@@ -436,6 +445,42 @@ fn read_identity(root: &Path) -> Option<Provisioned> {
     .ok()?;
     p.root = root.to_path_buf();
     (p.layout == LAYOUT).then_some(p)
+}
+
+/// A `--python` that names a program (not a version such as `3.12`) must be
+/// one that runs, before uv gets it: uv skips a pyenv shim that does not
+/// resolve and goes on to download CPython, whose failure names only the
+/// network. Exit 3 saying what was found and what to pass.
+fn runnable_python(python: &str) -> Result<()> {
+    if python.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        return Ok(()); // a version request: uv finds (or downloads) a matching Python
+    }
+    let to_pass = "pass --python with the path of an installed interpreter (e.g. /usr/bin/python3.12, or `pyenv which python3.12` after `pyenv shell 3.12.x`), or a version such as --python 3.12 for uv to find";
+    let Some(path) = super::lookup::which(python) else {
+        return Err(Failure::env(format!("--python {python}: no such program (not a path, not on PATH)"))
+            .hint(to_pass)
+            .into());
+    };
+    let out = Cmd::new(&path, format!("check the Python {}", path.display()))
+        .args(["-c", "import sys; print(sys.version.split()[0])"])
+        .capture()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    let said = said.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+    Err(Failure::env(format!(
+        "--python {python}: {} does not run ({}: {})",
+        path.display(),
+        out.status,
+        crate::output::log_safe(said.trim())
+    ))
+    .hint(if said.contains("pyenv") || path.to_string_lossy().contains("/shims/") {
+        format!("a pyenv shim that resolves to no installed Python; {to_pass}")
+    } else {
+        to_pass.to_string()
+    })
+    .into())
 }
 
 /// Make the environment in `stage` (relocatable: it is renamed to `root`).
@@ -641,20 +686,28 @@ pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
             }
         }
     }
+    let cc = crate::environ::var("CC").filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
+    link_stub(cu, &lib64, Path::new(&cc), stage, "libcuda.so link stub")
+}
+
+/// The `libcuda.so` link stub in `lib64`: every driver function `<cu>/include/cuda.h`
+/// declares ([`driver_symbols`]), each returning CUDA_ERROR_STUB_LIBRARY, compiled by
+/// `cc` (the host's compiler, or the cross gcc). Returns its symbol count. The one
+/// maker for the registry and the cross toolchains.
+pub fn link_stub(cu: &Path, lib64: &Path, cc: &Path, stage: &Path, what: &str) -> Result<usize> {
     let header = cu.join("include/cuda.h");
     let text = std::fs::read_to_string(&header).with_context(|| format!("reading {}", header.display()))?;
     let symbols = driver_symbols(&text);
     let c = stage.join("libcuda-stub.c");
     let body: String =
         symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
-    std::fs::write(&c, format!("/* Link stub generated from {} by deepep-forge. */\n{body}", header.display()))?;
-    let cc = std::env::var("CC").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
-    Cmd::new(&cc, "compile the libcuda.so link stub")
+    std::fs::write(&c, format!("/* {what} generated from cuda.h by deepep-forge. */\n{body}"))?;
+    Cmd::new(cc, format!("compile the {what}"))
         .args(["-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o"])
         .arg(lib64.join("libcuda.so"))
         .arg(&c)
         .output()
-        .map_err(|e| Failure::env(format!("{e:#}")).hint("install gcc or point CC at a C compiler"))?;
+        .map_err(|e| Failure::env(format!("{e:#}")).hint("install gcc (or point CC at a C compiler)"))?;
     std::fs::remove_file(&c)?;
     Ok(symbols.len())
 }

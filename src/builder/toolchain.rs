@@ -131,7 +131,7 @@ pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<T
         .to_string();
     let mut compilers = BTreeMap::new();
     for (var, default) in [("CC", Some("cc")), ("CXX", Some("c++")), ("CUDAHOSTCXX", None)] {
-        let name = match std::env::var(var).ok().filter(|v| !v.is_empty()) {
+        let name = match crate::environ::var(var).filter(|v| !v.is_empty()) {
             Some(v) => v,
             None => match default {
                 Some(d) => d.to_string(),
@@ -245,7 +245,7 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
 /// CUDA_HOME, else nvcc on PATH, else the registry wheels in the Python's
 /// site-packages (`nvidia/cu13/bin/nvcc` from `nvidia-cuda-nvcc`).
 fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
-    if let Some(h) = std::env::var_os("CUDA_HOME").filter(|h| !h.is_empty()) {
+    if let Some(h) = crate::environ::var_os("CUDA_HOME").filter(|h| !h.is_empty()) {
         let h = PathBuf::from(h);
         if h.join("bin/nvcc").exists() {
             return Ok(h);

@@ -23,12 +23,29 @@ pub const LS_SCHEMA: u32 = 2;
 #[derive(Debug, clap::Subcommand)]
 pub enum CacheCommand {
     /// List cached wheels, registry toolchains, NCCL build trees and image bases (key, what, size, age) and the space they use.
+    #[command(after_help = "\
+Examples:
+  deepep-forge cache ls
+  deepep-forge cache ls --cache-dir /mnt/ci-cache --format json")]
     Ls(LsArgs),
     /// Remove old wheels, toolchains, NCCL build trees and image bases, and leftovers of killed builds.
+    #[command(after_help = "\
+Examples:
+  # what would go, nothing removed
+  deepep-forge cache gc --older-than 30 --dry-run
+  deepep-forge cache gc --keep 20 --keep-toolchains 2 --keep-trees 4")]
     Gc(GcArgs),
     /// Sign local entries and upload them to a remote HTTP cache (PUT <url>/<key>/<wheel>, then entry.json).
+    #[command(after_help = "\
+Examples:
+  deepep-forge cache push --cache-url https://cache.example --signing-key k
+  # readers: build-wheel --cache-url URL --trusted-key NAME:BASE64")]
     Push(PushArgs),
     /// Make an ed25519 signing key for `cache push`; prints the public key readers trust.
+    #[command(after_help = "\
+Examples:
+  # the secret key to team.key (mode 0600), the public key to team.pub
+  deepep-forge cache keygen --name team-1 --out team.key > team.pub")]
     Keygen(KeygenArgs),
 }
 
@@ -70,12 +87,12 @@ pub struct GcArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(mut_arg("cache_url", |a| a.required(true)))]
 pub struct PushArgs {
     #[command(flatten)]
     pub cache: CacheDirArg,
-    /// Remote cache base URL (an https:// server that accepts PUT).
-    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", hide_env_values = true, value_name = "URL")]
-    pub cache_url: String,
+    #[command(flatten)]
+    pub cache_url: crate::args::CacheUrlArg,
     /// The secret key that signs each entry (made by `cache keygen`; mode 0600). Its content is never printed.
     #[arg(long, env = SIGNING_KEY_ENV, value_name = "FILE")]
     pub signing_key: Option<PathBuf>,
@@ -500,7 +517,8 @@ fn push(a: PushArgs) -> Result<Exit> {
             .hint(format!("pass --signing-key FILE or set {SIGNING_KEY_ENV}; make a key with `deepep-forge cache keygen --name NAME --out FILE`"))
     })?;
     let secret = SecretKey::load(&key_file)?;
-    let client = Remote::new(&a.cache_url, &a.net, Vec::new())?;
+    let url = a.cache_url.as_deref().expect("clap requires --cache-url for cache push");
+    let client = Remote::new(url, &a.net, Vec::new())?;
     let (list, _) = cache.entries();
     let mut chosen: Vec<&Hit> = Vec::new();
     if a.keys.is_empty() {

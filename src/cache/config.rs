@@ -23,10 +23,10 @@ pub const TRUSTED_KEYS_ENV: &str = "DEEPEP_FORGE_TRUSTED_KEYS";
 
 /// The user's config file, if a home is known.
 pub fn config_path() -> Option<PathBuf> {
-    std::env::var_os("XDG_CONFIG_HOME")
+    crate::environ::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config")))
+        .or_else(|| crate::environ::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config")))
         .map(|d| d.join("deepep-forge").join("config.toml"))
 }
 
@@ -69,7 +69,7 @@ pub fn trusted_keys(flags: &[String]) -> Result<Vec<PublicKey>> {
     for f in flags {
         add(f, "--trusted-key")?;
     }
-    if let Some(v) = std::env::var_os(TRUSTED_KEYS_ENV) {
+    if let Some(v) = crate::environ::var_os(TRUSTED_KEYS_ENV) {
         let v = v.to_str().ok_or_else(|| Failure::usage(format!("{TRUSTED_KEYS_ENV} is not UTF-8")))?.to_string();
         for k in v.split(|c: char| c.is_whitespace() || c == ',').filter(|k| !k.is_empty()) {
             add(k, TRUSTED_KEYS_ENV)?;

@@ -55,10 +55,10 @@ pub fn resolve_dir(given: Option<&Path>) -> Result<PathBuf> {
     if let Some(d) = given {
         return Ok(d.to_path_buf());
     }
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    let base = crate::environ::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .or_else(|| crate::environ::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .ok_or_else(|| {
             Failure::env("no cache folder: HOME and XDG_CACHE_HOME are unset").hint("pass --cache-dir DIR")
         })?;

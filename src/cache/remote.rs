@@ -37,15 +37,10 @@ pub const MAX_PROVENANCE_BYTES: u64 = 1 << 20;
 /// How `build-wheel` reaches a remote cache.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RemoteArgs {
-    /// Remote HTTP cache (https://): wheels are fetched by key before building and used only when
-    /// signed by a key you trust (--trusted-key) and their provenance matches the plan.
-    #[arg(long, env = "DEEPEP_FORGE_CACHE_URL", hide_env_values = true, value_name = "URL")]
-    pub cache_url: Option<String>,
-    /// Trust remote entries signed by this public key (`NAME:BASE64` as `cache keygen` prints it;
-    /// repeatable). Added to DEEPEP_FORGE_TRUSTED_KEYS and `[cache] trusted-keys` in
-    /// $XDG_CONFIG_HOME/deepep-forge/config.toml. Never read from pins.toml.
-    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
-    pub trusted_keys: Vec<String>,
+    #[command(flatten)]
+    pub cache_url: crate::args::CacheUrlArg,
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
     #[command(flatten)]
     pub net: NetArgs,
 }

@@ -221,7 +221,7 @@ pub fn bake(a: BakeArgs) -> Result<Exit> {
     let report = BakeReport {
         schema: BAKE_REPORT_SCHEMA,
         file: a.out.clone(),
-        pins: a.pins.clone(),
+        pins: a.pins.to_path_buf(),
         status,
         targets: pins.variants.iter().map(|v| v.name.clone()).collect(),
         changes,

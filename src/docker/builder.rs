@@ -126,9 +126,10 @@ fn daemonless(a: &BuildArgs, targets: &[(String, Target)], index: Option<&str>) 
         pins_in_context(t)?;
     }
     if let Some(s) = &a.source {
-        if !s.is_dir() {
-            return Err(Failure::usage(format!("--source {}: no such folder", s.display()))
-                .hint("pass a DeepEP clone, a bare mirror, or a folder of DeepEP's files")
+        let url = s.contains("://") || s.starts_with("git@");
+        if !url && !Path::new(s).is_dir() {
+            return Err(Failure::usage(format!("--source {}: no such folder", crate::input::excerpt(s, 200)))
+                .hint("pass a DeepEP clone, a bare mirror, a folder of DeepEP's files, or a git URL")
                 .into());
         }
     }
@@ -310,8 +311,7 @@ fn assemble_context(ctx: &Path, t: &Target, pins: &Path, forge: &Path, dockerfil
 /// a folder committed into a snapshot repository) and cloned bare into the
 /// context: only committed objects travel, never a working tree's build
 /// outputs, and the pinned revision is checked out from it inside the build.
-fn put_source(src: &Path, cache: &crate::cache::Cache, dest: &Path) -> Result<()> {
-    let s = src.to_str().with_context(|| format!("--source {}: not UTF-8", src.display()))?;
+fn put_source(s: &str, cache: &crate::cache::Cache, dest: &Path) -> Result<()> {
     let origin = crate::builder::source::resolve(s, cache.root())?;
     let parent = dest.parent().expect("the context folder");
     crate::process::git::git(

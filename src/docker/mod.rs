@@ -30,9 +30,22 @@ pub enum DockerCommand {
     /// Generate docker/docker-bake.json from pins.toml: one buildx target per variant,
     /// platform from the variant's arch, build args (rev, arch list, multinode,
     /// transport, rdma-core, probe topology) from pins.
+    #[command(after_help = "\
+Examples:
+  deepep-forge docker bake
+  # in CI: exit 1 when docker/docker-bake.json is not what pins.toml gives
+  deepep-forge docker bake --check")]
     Bake(BakeArgs),
     /// Build images from the bake file (which must be up to date) with `docker
     /// buildx bake`, or daemonless with podman or buildah on a base the tool makes.
+    #[command(after_help = "\
+Examples:
+  # docker buildx bake (a Docker daemon with buildx)
+  deepep-forge docker build --variant h100
+  # no daemon: podman on a base the tool makes from Debian
+  deepep-forge docker build --variant h100 --builder podman
+  # install DeepEP from a `publish` index instead of compiling it
+  deepep-forge docker build --variant h100 --builder podman --index URL")]
     Build(Box<BuildArgs>),
 }
 
@@ -41,9 +54,8 @@ pub struct BakeArgs {
     /// Compare the generated file with the one on disk and write nothing; exit 1 when they differ.
     #[arg(long)]
     pub check: bool,
-    /// The pins file (its path, relative to the build context, is passed to the image as PINS).
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// Where to write the bake file.
     #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
     pub out: PathBuf,
@@ -58,9 +70,8 @@ pub struct BuildArgs {
     /// Variant(s) to build (bake targets); repeatable. Default: every variant.
     #[arg(long, value_name = "NAME")]
     pub variant: Vec<String>,
-    /// The pins file the bake file was generated from.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// The bake file.
     #[arg(long, default_value = BAKE_FILE, value_name = "FILE")]
     pub file: PathBuf,
@@ -74,10 +85,12 @@ pub struct BuildArgs {
     /// `deepep-forge publish`, http or https) instead of built in the image.
     #[arg(long, value_name = "URL")]
     pub index: Option<String>,
-    /// podman/buildah: a DeepEP git repository built instead of pins.toml's
-    /// repository (copied into the build context as DEEPEP_SOURCE).
-    #[arg(long, value_name = "DIR")]
-    pub source: Option<PathBuf>,
+    /// podman/buildah: DeepEP's source instead of pins.toml's repository, as every
+    /// `--source` takes it: a git URL, a local git repository, or a plain folder
+    /// (snapshotted as `build-wheel --source` does); cloned bare into the build context
+    /// (only committed objects) as DEEPEP_SOURCE.
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
     /// podman/buildah: the deepep-forge binary put in the image (default: this one).
     #[arg(long, value_name = "FILE")]
     pub forge_binary: Option<PathBuf>,
@@ -115,6 +128,25 @@ pub enum Builder {
     Buildah,
 }
 
+/// Who reads an image for `probe --image`: only the daemonless builders mount one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ImageReader {
+    /// `podman image mount`.
+    #[default]
+    Podman,
+    /// A buildah working container (`buildah from`, `buildah mount`).
+    Buildah,
+}
+
+impl From<ImageReader> for Builder {
+    fn from(r: ImageReader) -> Builder {
+        match r {
+            ImageReader::Podman => Builder::Podman,
+            ImageReader::Buildah => Builder::Buildah,
+        }
+    }
+}
+
 impl Builder {
     pub fn program(self) -> &'static str {
         match self {
@@ -127,7 +159,7 @@ impl Builder {
 
 /// `program` found on PATH.
 pub fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
+    let path = crate::environ::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(program)).find(|p| {
         use std::os::unix::fs::PermissionsExt;
         p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

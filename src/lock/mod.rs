@@ -31,16 +31,16 @@ pub const REPORT_SCHEMA: u32 = 2;
 
 /// `--project DIR` and `--pins FILE` / `--no-pins`: the consumer project and
 /// the pins it is held to, declared once and flattened into `lock check`,
-/// `pin set` and `pin recover` (each may reword the help with `mut_arg`).
+/// `pin set` and `pin recover`, with one help text each.
 #[derive(Debug, Clone, clap::Args)]
+#[command(mut_arg("pins", |a| a.conflicts_with("no_pins")))]
 pub struct ProjectArgs {
     /// The consumer project (holds pyproject.toml and, if locked, uv.lock).
     /// Relative paths resolve against the directory the command runs in.
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub project: PathBuf,
-    /// The pins file that states the intended DeepEP revision per architecture.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE", conflicts_with = "no_pins")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// Keep no pins.toml: take the consumer's pyproject.toml as the intent
     /// (its override-dependencies entry per architecture, else its most common
     /// revision) and check everything else against it.
@@ -65,14 +65,59 @@ pub struct CheckArgs {
     /// index URL pyproject.toml names.
     #[arg(long = "index-manifest", value_name = "FILE|URL|index")]
     pub index_manifests: Vec<String>,
-    /// Trust index manifests signed by this key (`NAME:BASE64`; repeatable; added to
-    /// DEEPEP_FORGE_TRUSTED_KEYS and the user config's `[cache] trusted-keys`).
-    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
-    pub trusted_keys: Vec<String>,
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
     /// For DeepEP from an index: a NeMo-RL recipe the project runs (repeatable); an EP group
     /// over more than one NVLink domain needs a multinode variant's index (`index-variant-mismatch`).
     #[arg(long = "recipe", value_name = "FILE")]
     pub recipes: Vec<PathBuf>,
+}
+
+/// What `lock check` checks, as plain data (no clap type): made from `CheckArgs`
+/// at the command edge, or by `pin set --relock` for the project it just changed.
+#[derive(Debug, Clone)]
+pub struct CheckRequest {
+    pub project: PathBuf,
+    /// The pins file; `None` under --no-pins (the project's own intent).
+    pub pins: Option<PathBuf>,
+    pub dockerfiles: Vec<PathBuf>,
+    /// `--index-manifest`: files, URLs or `index`.
+    pub index_manifests: Vec<String>,
+    /// `--trusted-key`s (added to the environment's and the user config's).
+    pub trusted_keys: Vec<String>,
+    pub recipes: Vec<PathBuf>,
+}
+
+impl CheckRequest {
+    /// The project and its pins, nothing else.
+    pub fn new(project: &Path, pins: Option<&Path>) -> CheckRequest {
+        CheckRequest {
+            project: project.to_path_buf(),
+            pins: pins.map(Path::to_path_buf),
+            dockerfiles: Vec::new(),
+            index_manifests: Vec::new(),
+            trusted_keys: Vec::new(),
+            recipes: Vec::new(),
+        }
+    }
+
+    /// The pins file as messages name it (the default under --no-pins).
+    fn pins_path(&self) -> &Path {
+        self.pins.as_deref().unwrap_or(Path::new(crate::pins::DEFAULT_PATH))
+    }
+}
+
+impl From<&CheckArgs> for CheckRequest {
+    fn from(a: &CheckArgs) -> CheckRequest {
+        CheckRequest {
+            project: a.place.project.clone(),
+            pins: (!a.place.no_pins).then(|| a.place.pins.to_path_buf()),
+            dockerfiles: a.dockerfiles.clone(),
+            index_manifests: a.index_manifests.clone(),
+            trusted_keys: a.trusted_keys.to_vec(),
+            recipes: a.recipes.clone(),
+        }
+    }
 }
 
 /// Where a DeepEP reference sits, which decides the rule that judges it.
@@ -246,19 +291,19 @@ pub(crate) fn shown(p: &Path) -> PathBuf {
 }
 
 /// Run the whole check and build the report (no printing).
-pub fn run_check(args: &CheckArgs) -> Result<Report> {
-    let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
+pub fn run_check(req: &CheckRequest) -> Result<Report> {
+    let pins = req.pins.as_deref().map(Pins::load).transpose()?;
     let name = match &pins {
         Some(p) => PackageName::new(p.source.name.clone())
             .map_err(|e| Failure::usage(format!("{}: source.name `{}`: {e}", p.path.display(), p.source.name)))?,
         None => PackageName::new("deep_ep".to_string()).expect("valid name"),
     };
-    if !args.place.project.is_dir() {
-        return Err(Failure::usage(format!("project directory not found: {}", args.place.project.display()))
+    if !req.project.is_dir() {
+        return Err(Failure::usage(format!("project directory not found: {}", req.project.display()))
             .hint("pass --project DIR, the folder that holds pyproject.toml")
             .into());
     }
-    let py_path = shown(&args.place.project.join("pyproject.toml"));
+    let py_path = shown(&req.project.join("pyproject.toml"));
     let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
         return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
             .hint("--project must name a folder with a pyproject.toml")
@@ -266,16 +311,16 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     };
     let py = pyproject::read(&py_path, &py_text, &name)?;
 
-    let lock_path = shown(&args.place.project.join("uv.lock"));
+    let lock_path = shown(&req.project.join("uv.lock"));
     let lock = match crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)? {
         Some(text) => Some(uvlock::read(&lock_path, &text, &name, py.project_name.as_deref())?),
         None => None,
     };
 
-    let ctx = rules::Context::new(&args.place.project, pins.as_ref(), &args.place.pins, &py, lock.as_ref(), &py_path);
-    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.place.project, &args.dockerfiles)?;
+    let ctx = rules::Context::new(&req.project, pins.as_ref(), req.pins_path(), &py, lock.as_ref(), &py_path);
+    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&req.project, &req.dockerfiles)?;
     let mut found = match index::source(&py_path, &py_text, &name)? {
-        Some(src) => index_rules(args, &ctx, &src, &lock_path, &name, &dockerfiles)?,
+        Some(src) => index_rules(req, &ctx, &src, &lock_path, &name, &dockerfiles)?,
         None => rules::check(&ctx),
     };
     if lock.is_none() {
@@ -286,7 +331,7 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
                 &lock_path,
                 "no uv.lock in the project: only pyproject.toml was checked",
             )
-            .fix(format!("uv lock --project {}", args.place.project.display())),
+            .fix(format!("uv lock --project {}", req.project.display())),
         );
     }
 
@@ -297,7 +342,7 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     let count = |s: Severity| found.iter().filter(|f| f.severity == s).count();
     Ok(Report {
         schema: REPORT_SCHEMA,
-        project: args.place.project.clone(),
+        project: req.project.clone(),
         pins: pins.as_ref().map(|p| p.path.clone()),
         intent: ctx.intent.clone(),
         checked: Checked { pyproject: py_path, uv_lock: lock.map(|_| lock_path), dockerfiles },
@@ -311,16 +356,16 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
 
 /// The rules of an index-sourced DeepEP (the git rules do not apply to it).
 fn index_rules(
-    args: &CheckArgs,
+    req: &CheckRequest,
     ctx: &rules::Context,
     src: &index::IndexSource,
     lock_path: &Path,
     name: &PackageName,
     dockerfiles: &[PathBuf],
 ) -> Result<Vec<Finding>> {
-    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    let trusted = crate::cache::config::trusted_keys(&req.trusted_keys)?;
     let mut manifests = Vec::new();
-    for f in &args.index_manifests {
+    for f in &req.index_manifests {
         let at = match f.as_str() {
             "index" => src.url.as_deref().and_then(index::manifest_url).ok_or_else(|| {
                 Failure::usage(format!(
@@ -340,7 +385,7 @@ fn index_rules(
     let mut needs = Vec::new();
     if let Some(p) = ctx.pins {
         needs = crate::dockerfile::needs(dockerfiles, p)?;
-        for r in &args.recipes {
+        for r in &req.recipes {
             needs.extend(recipe_need(r, p)?);
         }
     }
@@ -381,12 +426,12 @@ fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<crate::dockerfile::Nee
 
 /// `deepep-forge lock check`.
 pub fn check(args: CheckArgs) -> Result<Exit> {
-    let report = run_check(&args)?;
+    let report = run_check(&CheckRequest::from(&args))?;
     let text = match args.format {
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Human => human(&report),
         Format::Github => {
-            let workspace = std::env::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
+            let workspace = crate::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
             let path = |f: &Path| github_path(f, workspace.as_deref(), &args.place.project);
             findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report))
         }

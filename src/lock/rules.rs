@@ -964,17 +964,14 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
     for w in chain.wheels {
         let arch = Arch::ALL.into_iter().find(|a| w.arch.as_deref() == Some(a.as_str()));
         let Some(sha) = &w.sha256 else {
-            out.push(rule(format!("uv.lock pins the deep-ep wheel {} without a sha256 hash", w.file), w.line));
+            let f = rule(format!("uv.lock pins the deep-ep wheel {} without a sha256 hash", w.file), w.line);
+            out.push(f.fix(
+                "relock from the index, whose pages give each wheel's sha256: `uv lock --refresh-package deep-ep`",
+            ));
             continue;
         };
         let Some(entry) = chain.manifests.iter().find_map(|m| m.by_sha256(sha)) else {
-            out.push(rule(
-                format!(
-                    "the deep-ep wheel {} (sha256 {}) that uv.lock pins is in no signed index manifest: it is not a wheel deepep-forge published (changed on the server, or from another index)",
-                    w.file, sha
-                ),
-                w.line,
-            ));
+            out.push(not_in_manifest(w, sha, chain));
             continue;
         };
         let p = &entry.provenance;
@@ -996,17 +993,47 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
         }
         if let Some(want) = chain.source.variant.as_deref().map(|v| variant_for(ctx, v, &p.arch)) {
             if want != p.variant {
-                out.push(rule(
+                let f = rule(
                     format!(
                         "the deep-ep wheel {} is variant {}'s build, the consumer installs variant {want}",
                         w.file, p.variant
                     ),
                     w.line,
-                ));
+                );
+                out.push(f.fix(format!("point the consumer at variant {}'s index: deepep-forge pin set REV --index URL --variant {}, then `uv lock --refresh-package deep-ep`", p.variant, p.variant)));
             }
         }
     }
     out
+}
+
+/// A locked wheel whose sha256 no signed manifest lists. Either the manifest
+/// lists a wheel of that name with other bytes (the server's file changed, or
+/// uv.lock was locked before the index was published again), or it lists no
+/// wheel of that name (the manifest given is another index's, or uv.lock was
+/// locked from another index): each with the fix of its cause.
+fn not_in_manifest(w: &super::index::LockedWheel, sha: &str, chain: &IndexChain) -> Finding {
+    let named = chain.manifests.iter().flat_map(|m| &m.wheels).find(|e| e.wheel == w.file);
+    let (msg, fix) = match named {
+        Some(e) => (
+            format!(
+                "uv.lock pins the deep-ep wheel {} with sha256 {sha}, the signed manifest lists it with sha256 {}: the file uv.lock recorded is not the one published (the server's copy was changed, or uv.lock was locked from an earlier publish at this URL)",
+                w.file, e.sha256
+            ),
+            "find which: `deepep-forge verify <index URL> --trusted-key KEY` names a changed server file (publish the index again into an empty --out and serve that); if it verifies, relock: `uv lock --refresh-package deep-ep`".to_string(),
+        ),
+        None => (
+            format!(
+                "the deep-ep wheel {} (sha256 {sha}) that uv.lock pins is in no signed manifest given: that manifest is another index's, or uv.lock was locked from another index",
+                w.file
+            ),
+            format!(
+                "pass the manifest of the index pyproject.toml names (`--index-manifest index` fetches {}), and relock from that index: `uv lock --refresh-package deep-ep`",
+                chain.source.url.as_deref().and_then(super::index::manifest_url).unwrap_or_else(|| "<variant>/index.json next to it".into())
+            ),
+        ),
+    };
+    Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(w.line, 1).fix(fix)
 }
 
 /// The variant whose `arch` wheels index `index` serves: the member of that

@@ -242,19 +242,48 @@ fn drop_dependency_metadata(doc: &mut DocumentMut, name: &PackageName) -> bool {
     changed
 }
 
+/// `project.dependencies` gets `deep_ep==LABEL` (the name as DeepEP's metadata
+/// writes it: pip before 23.2 compares it unnormalised).
+fn add_requirement(doc: &mut DocumentMut, name: &PackageName, label: &str, path: &Path) -> Result<String> {
+    let Some(project) = doc.get_mut("project").and_then(Item::as_table_like_mut) else {
+        return Err(Failure::usage(format!("{}: no [project] table to add DeepEP to", path.display()))
+            .hint("run `uv init` in the project first, or add a [project] table with name and version")
+            .into());
+    };
+    let deps = project.entry("dependencies").or_insert(Item::Value(Value::Array(Array::new())));
+    let Some(arr) = deps.as_array_mut() else {
+        return Err(Failure::usage(format!("{}: project.dependencies is not an array", path.display())).into());
+    };
+    let mut v = Value::from(format!("{}=={label}", name.as_dist_info_name()));
+    // On its own line where the last element is (its comment not copied).
+    let indent = arr.iter().last().and_then(|l| l.decor().prefix()?.as_str().map(String::from));
+    if let Some(p) = indent.filter(|p| p.contains('\n')) {
+        v.decor_mut().set_prefix(&p[p.rfind('\n').expect("contains")..]);
+    } else if !arr.is_empty() {
+        v.decor_mut().set_prefix(" ");
+    }
+    arr.push_formatted(v);
+    Ok("project.dependencies (added)".into())
+}
+
 /// Rewrite pyproject.toml text for `dest`. Returns the new text and the places changed.
 pub fn pyproject(path: &Path, text: &str, name: &PackageName, dest: &Dest) -> Result<(String, Vec<String>)> {
     let mut doc = DocumentMut::from_str(text).map_err(|e| {
         let line = e.span().map(|s| crate::pins::line_col(text, s.start).0).unwrap_or(0);
         Failure::usage(format!("{}:{line}: {}", path.display(), e.message().trim()))
     })?;
-    let (mut places, covers) = requirements(&mut doc, name, dest, path)?;
+    let (mut places, mut covers) = requirements(&mut doc, name, dest, path)?;
     if covers.is_empty() {
-        return Err(Failure::usage(format!(
-            "{}: no DeepEP requirement (`{name} @ git+...` or `{name}==...`) to move",
-            path.display()
-        ))
-        .into());
+        // A consumer new to DeepEP (`uv init`): the index adds the requirement.
+        let Dest::Index { label, .. } = dest else {
+            return Err(Failure::usage(format!(
+                "{}: no DeepEP requirement (`{name} @ git+...` or `{name}==...`) to move",
+                path.display()
+            ))
+            .into());
+        };
+        places.push(add_requirement(&mut doc, name, label, path)?);
+        covers.push(Arch::ALL.to_vec());
     }
     if sources(&mut doc, name, dest, &covers) {
         places.push(format!("tool.uv.sources.{name}"));
@@ -322,6 +351,26 @@ requires-dist = ["torch"]
             "{git}"
         );
         assert!(!git.contains("tool.uv.index") && !git.contains("index ="), "{git}");
+    }
+
+    #[test]
+    fn a_consumer_without_deepep_gets_the_requirement() {
+        let name = PackageName::from_str("deep_ep").unwrap();
+        let to = Dest::Index { name: "deepep-forge-demo", url: "https://h/demo/simple", label: "1.2.1+9dce5ac" };
+        let p = Path::new("pyproject.toml");
+        let (out, places) =
+            pyproject(p, "[project]\nname = \"c\"\nversion = \"0\"\ndependencies = []\n", &name, &to).unwrap();
+        assert!(out.contains("dependencies = [\"deep_ep==1.2.1+9dce5ac\"]"), "{out}");
+        assert!(out.contains("deep-ep = { index = \"deepep-forge-demo\" }"), "{out}");
+        assert_eq!(places[0], "project.dependencies (added)");
+        let (out, _) = pyproject(p, "[project]\nname = \"c\"\nversion = \"0\"\n", &name, &to).unwrap();
+        assert!(out.contains("dependencies = [\"deep_ep==1.2.1+9dce5ac\"]"), "{out}");
+        let many = "[project]\nname = \"c\"\nversion = \"0\"\ndependencies = [\n  # numbers\n  \"numpy\",\n]\n";
+        let (out, _) = pyproject(p, many, &name, &to).unwrap();
+        assert!(out.contains("  # numbers\n  \"numpy\",\n  \"deep_ep==1.2.1+9dce5ac\",\n]"), "{out}");
+        assert!(pyproject(p, "[tool.x]\n", &name, &to).is_err(), "no [project]: nothing to add to");
+        let back = Dest::Git { repo: "https://github.com/deepseek-ai/DeepEP.git", rev: "bbbb" };
+        assert!(pyproject(p, "[project]\nname = \"c\"\n", &name, &back).is_err(), "--git moves, never adds");
     }
 
     #[test]

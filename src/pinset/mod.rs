@@ -8,7 +8,7 @@ use anyhow::Result;
 use pep508_rs::PackageName;
 
 use crate::error::{Exit, Failure};
-use crate::lock::{pyproject, CheckArgs, Kind, ProjectArgs};
+use crate::lock::{pyproject, Kind, ProjectArgs};
 use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod edit;
@@ -17,11 +17,6 @@ pub mod source;
 pub mod txn;
 
 #[derive(Debug, clap::Args)]
-#[command(
-    mut_arg("project", |a| a.help("The consumer project (holds pyproject.toml). Relative to the current directory")),
-    mut_arg("pins", |a| a.help("The pins file to update as well")),
-    mut_arg("no_pins", |a| a.help("Keep no pins.toml: rewrite the consumer's pyproject.toml only"))
-)]
 pub struct SetArgs {
     /// The new DeepEP revision: a full 40-hex commit, or a short sha, branch or
     /// tag that --source resolves (short revisions are never guessed).
@@ -62,11 +57,6 @@ pub struct SetArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(
-    mut_arg("project", |a| a.help("The consumer project of the interrupted `pin set`")),
-    mut_arg("pins", |a| a.help("The pins file of the interrupted `pin set`")),
-    mut_arg("no_pins", |a| a.help("The interrupted run had --no-pins"))
-)]
 pub struct RecoverArgs {
     #[command(flatten)]
     pub place: ProjectArgs,
@@ -108,24 +98,24 @@ fn commit_unless_interrupted(t: txn::Txn) -> Result<()> {
     t.commit()
 }
 
-/// uv from `$DEEPEP_FORGE_UV`, else the first `uv` on PATH.
+/// uv as every command finds it (`builder::registry::find_uv_for`): `$DEEPEP_FORGE_UV`, else PATH.
 pub fn find_uv() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("DEEPEP_FORGE_UV") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        return Err(Failure::env(format!("DEEPEP_FORGE_UV={} does not exist", p.display()))
-            .hint("point DEEPEP_FORGE_UV at a uv binary, or unset it to use uv from PATH")
-            .into());
+    crate::builder::registry::find_uv_for(None, "--relock runs `uv lock`")
+}
+
+/// What `lock check` needs to attest an index's wheels: the signed manifest
+/// next to the index pyproject.toml now names (`--index-manifest index`) and
+/// the signer's public key, unless the reader already trusts keys
+/// (DEEPEP_FORGE_TRUSTED_KEYS, the user config).
+fn index_check_flags() -> String {
+    // A broken config is `lock check`'s to report; here it only means "no key trusted yet".
+    if crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+        return " --index-manifest index".into();
     }
-    std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).map(|d| d.join("uv")).find(|p| p.is_file()))
-        .ok_or_else(|| {
-            Failure::env("--relock needs uv, and there is no uv on PATH")
-                .hint("install it (`pip install uv` or `curl -LsSf https://astral.sh/uv/install.sh | sh`), or set DEEPEP_FORGE_UV=/path/to/uv")
-                .into()
-        })
+    crate::note!(
+        "note: NAME:BASE64 in the next step is the public key of the index's signing key (what `deepep-forge cache keygen` printed for it; ask the index's publisher); set DEEPEP_FORGE_TRUSTED_KEYS to leave --trusted-key out"
+    );
+    " --index-manifest index --trusted-key NAME:BASE64".into()
 }
 
 /// The repository DeepEP's source is read from without `--source`: pins.toml's,
@@ -177,12 +167,13 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             .into());
     };
     let before = pyproject::read(&py_path, &py_text, &name)?;
-    if before.refs.is_empty() {
+    // `--index` on a consumer new to DeepEP adds the requirement; every other edit needs one.
+    if before.refs.is_empty() && args.index.is_none() {
         return Err(Failure::usage(format!(
             "{} does not reference DeepEP (`{name}`) anywhere: nothing to pin",
             py_path.display()
         ))
-        .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first")
+        .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first, or pass --index URL --variant NAME to install DeepEP from a `deepep-forge publish` index")
         .into());
     }
     let uv = if args.relock { Some(find_uv()?) } else { None };
@@ -233,7 +224,9 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         None => None,
     };
     // The label's base (and pins.toml's base_version) come from the source at REV, never from the old label.
-    let base = if old_label.is_some() || pins.is_some() {
+    // `deep_ep==LABEL` needs the label even where the consumer had none (a git or new consumer).
+    let wants_label = old_label.is_some() || args.index.is_some();
+    let base = if wants_label || pins.is_some() {
         Some(match &src {
             Some(s) => s.base_version(&rev)?.ok_or_else(|| source::no_version(&short, &s.given))?,
             None => source::base_version_at(&cache, &repo_of(pins.as_ref(), &before, &py_path)?, &rev)?,
@@ -241,7 +234,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     } else {
         None
     };
-    let label = base.as_ref().filter(|_| old_label.is_some()).map(|b| format!("{b}+{short}"));
+    let label = base.as_ref().filter(|_| wants_label).map(|b| format!("{b}+{short}"));
     // The label is written into a requirement line uv reads: PEP 440 or nothing.
     if let Some(why) = label.as_deref().and_then(|l| crate::pep::check_version(l).err()) {
         return Err(Failure::usage(format!("DeepEP's version label {why}"))
@@ -342,20 +335,18 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
     }
 
-    let check = CheckArgs {
-        place: args.place.clone(),
-        dockerfiles: Vec::new(),
-        format: crate::output::Format::Human,
-        index_manifests: Vec::new(),
-        trusted_keys: Vec::new(),
-        recipes: Vec::new(),
-    };
+    let mut check =
+        crate::lock::CheckRequest::new(&args.place.project, (!args.place.no_pins).then_some(&*args.place.pins));
+    // From an index: its signed manifest, where the reader trusts keys (else `index-not-verified`).
+    if args.index.is_some() && crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+        check.index_manifests.push("index".into());
+    }
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
         args.place.project.display(),
         if args.place.no_pins {
             " --no-pins".to_string()
-        } else if args.place.pins != Path::new(crate::pins::DEFAULT_PATH) {
+        } else if args.place.pins.path() != Path::new(crate::pins::DEFAULT_PATH) {
             format!(" --pins {}", args.place.pins.display())
         } else {
             String::new()
@@ -363,7 +354,8 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     );
     let Some(uv) = uv else {
         commit_unless_interrupted(t)?;
-        crate::outln!("next: uv lock --project {} && {check_cmd}", args.place.project.display());
+        let attest = if args.index.is_some() { index_check_flags() } else { String::new() };
+        crate::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
         return Ok(Exit::Ok);
     };
 

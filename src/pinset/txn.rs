@@ -95,10 +95,12 @@ fn dec_path(s: &str) -> Option<PathBuf> {
 /// exit 3, when it is not a folder of this user's that only they can enter).
 pub fn state_dir() -> Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let base = std::env::var_os("XDG_STATE_HOME")
+    let base = crate::environ::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".local/state")))
+        .or_else(|| {
+            crate::environ::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".local/state"))
+        })
         .ok_or_else(|| {
             Failure::env("no state folder for the pin set journal: HOME and XDG_STATE_HOME are unset")
                 .hint("set XDG_STATE_HOME to a folder of yours")

@@ -17,8 +17,6 @@ use crate::error::Failure;
 use crate::process::Cmd;
 use crate::wheel::record;
 
-/// The largest `torch/lib/libc10.so` read for torch's C++ ABI (torch 2.11's is 1.3 MiB).
-const LIBC10_MAX: u64 = 64 << 20;
 
 /// Printed as JSON by the interpreter under test. `find_spec` locates modules
 /// without executing them (deep_ep is top level, so nothing is imported).
@@ -228,42 +226,12 @@ fn versions_of(interp: &Interpreter) -> Versions {
 /// (`2.11.0+cu130`): the dist-info may carry the version without its local label
 /// (`2.11.0`) for the very same build, so comparing it with provenance would be a false FAIL.
 pub fn torch_version(torch: &Path) -> Option<String> {
-    let text = crate::input::read_text(&torch.join("version.py"), "torch/version.py", crate::input::cap::TEXT).ok()?;
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once('=')?;
-        let k = k.split(':').next()?.trim();
-        let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
-        (k == "__version__" && !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
-            .then(|| v.to_string())
-    })
+    crate::torch::version(torch).map(|v| v.version)
 }
 
-/// torch's C++ ABI from its files: `share/cmake/Torch/TorchConfig.cmake` sets
-/// `TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=N"` (what extensions are told to
-/// compile with); else `lib/libc10.so`'s exports: std::string in the C++11 ABI
-/// mangles as `St7__cxx11`, in the old ABI as `Ss`.
+/// torch's C++ ABI and the file that says so, read as the build reads it (`crate::torch`).
 pub fn torch_abi(torch: &Path) -> Option<(bool, String)> {
-    use crate::input::{self, cap};
-    let cmake = torch.join("share/cmake/Torch/TorchConfig.cmake");
-    if let Ok(text) = input::read_text(&cmake, "TorchConfig.cmake", cap::TEXT) {
-        let flag = "_GLIBCXX_USE_CXX11_ABI=";
-        if let Some(v) = text.split(flag).nth(1).and_then(|r| r.chars().next()) {
-            if v == '0' || v == '1' {
-                return Some((v == '1', format!("{}: {flag}{v}", cmake.display())));
-            }
-        }
-    }
-    let lib = torch.join("lib/libc10.so");
-    // A real libc10.so is a few MiB: a larger one is not read (no ABI from it).
-    let bytes = input::read_bytes(&lib, "libc10.so", LIBC10_MAX).ok()?;
-    let elf = super::elf::parse(&bytes).ok()?;
-    let cxx11 = elf.defined.iter().filter(|s| s.contains("St7__cxx11")).count();
-    let old = elf.defined.iter().filter(|s| s.starts_with("_Z") && (s.contains("Ss") || s.contains("NSs"))).count();
-    match (cxx11, old) {
-        (0, 0) => None,
-        (n, _) if n > 0 => Some((true, format!("{}: {n} exports use std::__cxx11", lib.display()))),
-        (_, n) => Some((false, format!("{}: {n} exports use the old std::string (no std::__cxx11)", lib.display()))),
-    }
+    crate::torch::abi(torch).map(|a| (a.cxx11, format!("{}: {}", a.file.display(), a.why)))
 }
 
 /// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
@@ -355,22 +323,10 @@ fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
 /// RECORD's hash and the size of an installed file, streamed (a regular file
 /// of at most the wheel member limit: RECORD may name `/dev/zero`).
 fn hash_file(path: &Path) -> Result<(String, u64)> {
-    use sha2::Digest;
-    use std::io::Read;
-    let (f, _) = crate::input::open(path, "installed file", crate::probe::wheel::limits::MEMBER)?;
-    let mut h = sha2::Sha256::new();
-    let mut r = f.take(crate::probe::wheel::limits::MEMBER);
-    let mut buf = vec![0u8; 1 << 16];
-    let mut len = 0u64;
-    loop {
-        let n = r.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        len += n as u64;
-    }
-    Ok((record::hash_digest(&h.finalize()), len))
+    let cap = crate::probe::wheel::limits::MEMBER;
+    let (f, _) = crate::input::open(path, "installed file", cap)?;
+    let (digest, len) = crate::input::sha256_reader(f, cap)?;
+    Ok((record::hash_digest(&digest), len))
 }
 
 /// The loader cache: soname -> path (`ldconfig -p`).
@@ -396,7 +352,7 @@ fn expand_origin(dir: &str, ext: &Path) -> PathBuf {
 
 fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
     let cache = ld_cache();
-    let ld_path: Vec<PathBuf> = std::env::var("LD_LIBRARY_PATH")
+    let ld_path: Vec<PathBuf> = crate::environ::var("LD_LIBRARY_PATH")
         .unwrap_or_default()
         .split(':')
         .filter(|s| !s.is_empty())
@@ -474,7 +430,7 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
 /// What HybridEP's JIT reads, the way it reads it: `getenv("CUDA_HOME")` with
 /// no fallback; the cache in `HYBRID_EP_CACHE_DIR`, else `getpwuid(getuid())->pw_dir`, else /tmp.
 pub fn jit_env() -> JitEnv {
-    let cuda_home = std::env::var("CUDA_HOME").ok().filter(|s| !s.is_empty());
+    let cuda_home = crate::environ::var("CUDA_HOME").filter(|s| !s.is_empty());
     let mut missing = Vec::new();
     if let Some(h) = &cuda_home {
         let h = Path::new(h);
@@ -488,7 +444,7 @@ pub fn jit_env() -> JitEnv {
             missing.push("lib64/libcudart.so (the JIT links -L$CUDA_HOME/lib64 -lcudart)".to_string());
         }
     }
-    let (cache_dir, cache_from) = match std::env::var("HYBRID_EP_CACHE_DIR").ok().filter(|s| !s.is_empty()) {
+    let (cache_dir, cache_from) = match crate::environ::var("HYBRID_EP_CACHE_DIR").filter(|s| !s.is_empty()) {
         Some(d) => (d, "HYBRID_EP_CACHE_DIR"),
         None => match passwd_home() {
             Some(h) => (h, "home"),

@@ -6,11 +6,9 @@
 //! extensions against the wheel's RECORD; the caller runs the static probe on
 //! the wheel. The image is hostile input: no link is followed, reads are
 //! bounded, names are checked. Must not judge (the rules do).
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
 use crate::docker::Builder;
 use crate::error::Failure;
@@ -260,9 +258,8 @@ fn hash_regular(p: &Option<PathBuf>) -> Result<Option<String>> {
         anyhow::bail!("{}: {} bytes, more than an extension can be", p.display(), md.len());
     }
     let f = std::fs::File::open(p)?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f.take(MAX_SO), &mut h)?;
-    Ok(Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h.finalize())))
+    let (digest, _) = crate::input::sha256_reader(f, MAX_SO)?;
+    Ok(Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)))
 }
 
 /// The wheel facts of the image's deep-ep (after the checks above), named

@@ -23,16 +23,20 @@ use crate::verdict::Verdict;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Presets (--preset; any flag overrides its value):
-  h100-8g       one node of 8 H100: EP 8, 8 ranks per NVLink domain, no multi-node NVLink
-  b200-8g       one node of 8 B200: EP 8, 8 ranks per NVLink domain, no multi-node NVLink
-  gb200-nvl72   one GB200 NVL72 rack, 18 nodes x 4 GPUs: EP 72, 72 ranks per domain, multi-node NVLink
+  h100-8g       8 H100, one node: EP 8, R 8, no multi-node NVLink
+  b200-8g       8 B200, one node: EP 8, R 8, no multi-node NVLink
+  gb200-nvl72   a GB200 NVL72 rack, 18 nodes x 4 GPUs: EP 72, R 72, MNNVL
+  (R: ranks per NVLink domain)
 
 Examples:
   deepep-forge probe --wheel dist/deep_ep-*.whl --preset h100-8g
-  deepep-forge probe --wheel dist/deep_ep-*.whl --preset h100-8g --nodes 2 --ep 16   # two nodes: needs a multinode build
-  deepep-forge probe --wheel dist/deep_ep-*.whl --recipe examples/configs/grpo.yaml --gpu h100
-  deepep-forge probe --python .venv/bin/python --preset gb200-nvl72 --format json   # an installed environment
-  deepep-forge probe --run --preset h100-8g                                         # on the GPUs themselves")]
+  # two nodes: needs a multinode build
+  deepep-forge probe --wheel dist/*.whl --preset h100-8g --nodes 2 --ep 16
+  deepep-forge probe --wheel dist/deep_ep-*.whl --recipe grpo.yaml --gpu h100
+  # an installed environment
+  deepep-forge probe --python .venv/bin/python --preset gb200-nvl72
+  # on the GPUs themselves
+  deepep-forge probe --run --preset h100-8g")]
 pub struct ProbeArgs {
     /// A wheel file to inspect (with --python: against that environment's torch, NVSHMEM and NCCL).
     #[arg(long, value_name = "WHEEL", conflicts_with = "image")]
@@ -43,7 +47,7 @@ pub struct ProbeArgs {
     pub image: Option<String>,
     /// Who reads `--image`: podman (`podman image mount`) or buildah.
     #[arg(long, value_enum, default_value = "podman", value_name = "BUILDER", requires = "image")]
-    pub image_builder: crate::docker::Builder,
+    pub image_builder: crate::docker::ImageReader,
     /// A Python whose environment has deep_ep installed (asked where deep_ep
     /// and hybrid_ep_cpp live; nothing is imported); with --wheel, the
     /// environment the wheel is meant for (deep_ep need not be installed).
@@ -55,9 +59,8 @@ pub struct ProbeArgs {
     /// resolve here (`needed-libs` warns instead of failing). The image's probe step passes it.
     #[arg(long, requires = "python")]
     pub driver_at_run_time: bool,
-    /// pins.toml to compare the wheel's revision with (optional; without it the `pin` rule is not run).
-    #[arg(long, value_name = "FILE")]
-    pub pins: Option<PathBuf>,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     #[command(flatten)]
     pub topology: crate::topology::RequestArgs,
     #[command(flatten)]
@@ -90,7 +93,7 @@ fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
             (b, Some(e), Some(v))
         }
         (None, None) => match &args.image {
-            Some(r) => (image::inspect(r, args.image_builder)?, None, None),
+            Some(r) => (image::inspect(r, args.image_builder.into())?, None, None),
             None => return Ok(None),
         },
     };
@@ -118,7 +121,7 @@ pub fn static_verdict(args: &ProbeArgs, request: Option<Request>) -> Result<Verd
 }
 
 fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Option<Inspected>) -> Result<Verdict> {
-    let pins = args.pins.as_deref().map(Pins::load).transpose()?;
+    let pins = args.pins.given().map(Pins::load).transpose()?;
     let subject =
         inspected.as_ref().map(|i| i.binary.file.clone()).unwrap_or_else(|| "no binary (topology only)".into());
     let mut v = Verdict::new(subject, request.clone());

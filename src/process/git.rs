@@ -52,7 +52,7 @@ pub fn git(dir: &Path, trust: Trust, purpose: impl Into<String>) -> Cmd {
     }
     c.args(["-c", "advice.detachedHead=false"]).dir(dir);
     c.env("GIT_TERMINAL_PROMPT", "0").env("GIT_ASKPASS", "").env("SSH_ASKPASS", "").env("SSH_ASKPASS_REQUIRE", "never");
-    if std::env::var_os("GIT_SSH_COMMAND").is_none() && std::env::var_os("GIT_SSH").is_none() {
+    if crate::environ::var_os("GIT_SSH_COMMAND").is_none() && crate::environ::var_os("GIT_SSH").is_none() {
         c.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes");
     }
     c
@@ -65,7 +65,7 @@ pub fn git(dir: &Path, trust: Trust, purpose: impl Into<String>) -> Cmd {
 pub const ALLOW_LOCAL_ENV: &str = "DEEPEP_FORGE_GIT_ALLOW_LOCAL";
 
 fn local_mirrors_allowed() -> bool {
-    std::env::var_os(ALLOW_LOCAL_ENV).is_some_and(|v| v == "1")
+    crate::environ::var_os(ALLOW_LOCAL_ENV).is_some_and(|v| v == "1")
 }
 
 /// Where a git URL or path may come from: validates a repository named in a

@@ -239,7 +239,7 @@ struct Heartbeat {
 
 impl Heartbeat {
     fn start(label: &str, log: &Path) -> Heartbeat {
-        let secs = std::env::var("DEEPEP_FORGE_HEARTBEAT_SECS").ok().and_then(|s| s.parse::<u64>().ok());
+        let secs = crate::environ::var("DEEPEP_FORGE_HEARTBEAT_SECS").and_then(|s| s.parse::<u64>().ok());
         let every = Duration::from_secs(secs.filter(|s| (1..=3600).contains(s)).unwrap_or(30));
         crate::note!("{label}: running, full log in {}", log.display());
         let started = Instant::now();

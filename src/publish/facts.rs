@@ -3,7 +3,6 @@
 //! provenance (digest and summary) and the in-toto statement rendered from
 //! that provenance; and whether the provenance is what pins.toml describes.
 //! Reads are bounded and go through `input`; must not write.
-use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -30,11 +29,7 @@ pub fn sha256_hex(b: &[u8]) -> String {
 
 /// sha256 and size of a file read through `input` (regular, bounded, never blocks).
 pub fn hash_file(path: &Path, what: &str) -> Result<(String, u64)> {
-    let (f, _) = crate::input::open(path, what, crate::input::cap::WHEEL)?;
-    let mut h = Sha256::new();
-    let mut r = f.take(crate::input::cap::WHEEL);
-    let n = std::io::copy(&mut r, &mut h)?;
-    Ok((hex::encode(h.finalize()), n))
+    crate::input::sha256_file(path, what, crate::input::cap::WHEEL)
 }
 
 /// The wheel's `.dist-info/METADATA` and provenance bytes, bounded, through the one

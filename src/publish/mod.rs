@@ -31,12 +31,11 @@ use manifest::{Manifest, PROJECT};
     .default_value("index")))]
 #[command(after_help = "\
 Examples:
-  deepep-forge publish --pins pins.toml --variant h100 --signing-key publish.key --out public/
-  deepep-forge publish --pins pins.toml --variant h100 --variant gb200-nvl72 --toolchain registry \\
-      --signing-key publish.key --out public/ --format json
-      (both architectures in one index: gb200-nvl72 has `index = \"h100\"` in pins.toml)
-  deepep-forge publish --check public/ --pins pins.toml --trusted-key NAME:BASE64
-  deepep-forge verify https://host/wheels/h100/simple/deep-ep/ --trusted-key NAME:BASE64")]
+  deepep-forge publish --variant h100 --signing-key publish.key --out public/
+  # both architectures in one index (gb200-nvl72 has `index = \"h100\"`)
+  deepep-forge publish --variant h100 --variant gb200-nvl72 --signing-key k
+  deepep-forge publish --check public/ --trusted-key NAME:BASE64
+  deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
 pub struct PublishArgs {
     #[command(flatten)]
     pub common: crate::builder::Common,

@@ -99,7 +99,7 @@ pub fn run(args: &Input) -> Result<Exit> {
     args.run.validate()?;
     let ra = args.run;
     let request = args.request.clone();
-    let env = |k: &str| std::env::var(k).ok();
+    let env = |k: &str| crate::environ::var(k);
     let ranks = rendezvous::detect(env)?.filter(|r| r.world > 1);
     let how = match &ranks {
         Some(_) => Some(Rendezvous::choose(ra.rendezvous.as_deref(), env)?),

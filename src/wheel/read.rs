@@ -168,19 +168,7 @@ pub fn provenance(path: &Path) -> Result<Provenance> {
 
 /// sha256 (hex) and size of the file at `path` (a regular file under the wheel cap).
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    let (mut f, _) = crate::input::open(path, "wheel", crate::input::cap::WHEEL)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = f.read(&mut buf)?;
-        if k == 0 {
-            break;
-        }
-        h.update(&buf[..k]);
-        n += k as u64;
-    }
-    Ok((hex::encode(h.finalize()), n))
+    crate::input::sha256_file(path, "wheel", crate::input::cap::WHEEL)
 }
 
 /// Why a member name cannot be a wheel member: absolute, a `..` step, a

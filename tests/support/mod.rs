@@ -23,9 +23,15 @@ pub fn root() -> PathBuf {
 /// NeMo-RL's fixture folder next to the checkout, when present (it is in CI); `DEEPEP_FORGE_NEMO_RL`
 /// names another folder (e.g. from a git worktree, where `..` is not the checkout's parent).
 pub fn nemo_rl_fixtures() -> Option<PathBuf> {
-    let p = std::env::var_os("DEEPEP_FORGE_NEMO_RL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("../shared/fixtures/nemo-rl"));
+    // `.ci/fetch-nemo-rl` fetches them into target/nemo-rl.
+    let fetched = root().join("target/nemo-rl");
+    let p = std::env::var_os("DEEPEP_FORGE_NEMO_RL").map(PathBuf::from).unwrap_or_else(|| {
+        if fetched.is_dir() {
+            fetched
+        } else {
+            root().join("../shared/fixtures/nemo-rl")
+        }
+    });
     p.is_dir().then_some(p)
 }
 
@@ -82,8 +88,8 @@ pub fn missing(what: &str) -> ! {
 pub fn how_to_get(what: &str) -> &'static str {
     let w = what.to_ascii_lowercase();
     if w.contains("nemo-rl") || w.contains("shared") {
-        "put NeMo-RL's fixture folder at ../shared/fixtures/nemo-rl beside the checkout (CI has it there) \
-         or name it with DEEPEP_FORGE_NEMO_RL=<folder>"
+        "fetch them with .ci/fetch-nemo-rl (into target/nemo-rl), or put NeMo-RL's fixture folder at \
+         ../shared/fixtures/nemo-rl beside the checkout (CI has it there), or name it with DEEPEP_FORGE_NEMO_RL=<folder>"
     } else if w.contains("environment wheels") {
         "fetch them with `.ci/fetch-env-wheels` (PyPI, ~270 MB once; `.ci/setup-tools` runs it; \
          DEEPEP_FORGE_ENV_WHEELS=<folder> names another folder)"

@@ -1,0 +1,73 @@
+//! The one reader of the process environment: every variable deepep-forge reads
+//! is read here, and listed in [`VARIABLES`] with what it does (docs/environment.md
+//! shows the same list; `tests/environ.rs` keeps the three in step and fails on an
+//! `std::env::var` anywhere else in src). A build's own environment is not read
+//! from here but made from empty by the plan (the caller's variables arrive
+//! through [`vars`], filtered by an allow-list). Must not decide what a value means.
+use std::ffi::OsString;
+
+/// A variable and what it does.
+pub struct Variable {
+    pub name: &'static str,
+    pub what: &'static str,
+}
+
+const fn v(name: &'static str, what: &'static str) -> Variable {
+    Variable { name, what }
+}
+
+/// Every variable read by name. Families read by prefix or from a table elsewhere are
+/// listed by their members' names there: the build knobs (`interface`), sccache's
+/// credentials (`builder::compiler_cache`), the launchers' rank variables
+/// (`runtime::rendezvous`), uv's index settings (`builder::registry`).
+pub const VARIABLES: &[Variable] = &[
+    v("DEEPEP_FORGE_CACHE_DIR", "the cache folder (wheels, git mirrors, toolchains, logs); `--cache-dir`"),
+    v("DEEPEP_FORGE_CACHE_URL", "the remote wheel cache; `--cache-url`"),
+    v("DEEPEP_FORGE_TRUSTED_KEYS", "public keys trusted for remote cache entries and index manifests (spaces or commas between), added to `--trusted-key`"),
+    v("DEEPEP_FORGE_SIGNING_KEY_FILE", "the secret key `cache push` signs with; `--signing-key`"),
+    v("DEEPEP_FORGE_TRUSTED_REPOS", "repositories `verify` may rebuild from (spaces, commas or newlines between)"),
+    v("DEEPEP_FORGE_UV", "the uv binary (`pin set --relock`, `--toolchain registry`), else uv on PATH"),
+    v("DEEPEP_FORGE_COMPILER_CACHE", "the compiler cache: a folder or a storage URL; `--compiler-cache`"),
+    v("DEEPEP_FORGE_SCCACHE", "the sccache binary, else sccache on PATH or beside the build Python"),
+    v("DEEPEP_FORGE_BUILD_ROOT", "the canonical build root instead of /tmp/deepep-forge-build (builds elsewhere differ in bytes)"),
+    v("DEEPEP_FORGE_GIT_ALLOW_LOCAL", "`1`: git may fetch submodules from local paths (offline mirrors through `url.<base>.insteadOf`)"),
+    v("DEEPEP_FORGE_HEARTBEAT_SECS", "seconds between the progress lines of a build off a terminal (default 30)"),
+    v("HOME", "the default cache, config and state folders"),
+    v("XDG_CACHE_HOME", "the default cache folder (`$XDG_CACHE_HOME/deepep-forge`)"),
+    v("XDG_CONFIG_HOME", "the user config (`$XDG_CONFIG_HOME/deepep-forge/config.toml`)"),
+    v("XDG_STATE_HOME", "`pin set`'s journals and locks"),
+    v("PATH", "programs: uv, git, nvcc, compilers, docker/podman/buildah"),
+    v("CUDA_HOME", "the CUDA toolkit of the system toolchain, and what HybridEP's JIT reads (`probe --python`)"),
+    v("CC", "the C compiler of the system toolchain (else `cc`)"),
+    v("CXX", "the C++ compiler of the system toolchain (else `c++`)"),
+    v("LD_LIBRARY_PATH", "where `probe --python` resolves an extension's NEEDED libraries"),
+    v("HYBRID_EP_CACHE_DIR", "HybridEP's JIT cache folder, checked by `probe --python`"),
+    v("GITHUB_WORKSPACE", "GitHub annotations name files relative to it"),
+    v("GIT_SSH", "kept: without it and GIT_SSH_COMMAND, git's ssh runs in batch mode"),
+    v("GIT_SSH_COMMAND", "kept: see GIT_SSH"),
+    v("NO_COLOR", "no colour on stderr"),
+    v("CLICOLOR_FORCE", "colour on stderr even off a terminal"),
+    v("SOURCE_DATE_EPOCH", "`docker build --timestamp`"),
+    v("MASTER_ADDR", "`probe --run`: the TCP rendezvous of a torchrun launch"),
+    v("MASTER_PORT", "`probe --run`: see MASTER_ADDR"),
+];
+
+/// A variable's value as the OS holds it.
+pub fn var_os(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
+}
+
+/// A variable's value, when it is set and UTF-8.
+pub fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Set and not empty.
+pub fn nonempty_os(name: &str) -> Option<OsString> {
+    var_os(name).filter(|v| !v.is_empty())
+}
+
+/// The whole environment (UTF-8 pairs): the caller's variables a plan filters.
+pub fn vars() -> std::env::Vars {
+    std::env::vars()
+}
