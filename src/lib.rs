@@ -13,6 +13,8 @@ pub mod findings;
 pub mod input;
 pub mod interface;
 pub mod lock;
+pub mod lockgraph;
+pub mod marker;
 pub mod output;
 pub mod pins;
 pub mod pinset;

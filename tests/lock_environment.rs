@@ -268,3 +268,81 @@ fn torchs_nccl_pin_is_what_uv_locks_and_the_printed_override_fixes_it() {
     std::fs::write(project.join("pyproject.toml"), format!("{fixed}{deep_ep}")).unwrap();
     assert_eq!(env_findings(&check(&project).1), vec![]);
 }
+
+/// tests/fixtures/consumer-forks (uv 0.13.9's lock of its pyproject.toml, see
+/// `uv_writes_the_forks_fixture_as_it_is`) and `pins` in a temp folder.
+fn forks(pins_text: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    for f in ["pyproject.toml", "uv.lock"] {
+        std::fs::copy(root().join("tests/fixtures/consumer-forks").join(f), d.path().join(f)).unwrap();
+    }
+    std::fs::write(d.path().join("pins.toml"), pins_text).unwrap();
+    d
+}
+
+/// A table without resolution-markers installs only where the project's dependency edges
+/// reach it: `nvidia-nccl-cu12` (through vllm's `platform_machine == 'x86_64'` edge) is judged
+/// on x86_64 only; the darwin torch is judged nowhere; `nvidia-nccl-cu13` (torch's unmarked
+/// edge, torch on linux) on both.
+#[test]
+fn a_table_reached_only_through_x86_64_edges_is_judged_on_x86_64_only() {
+    let d = forks(&pins("main", "2.1.0", "torch = \"2.11.0\"\ncuda = \"13.0\"").replace(ARM, X86));
+    let (code, v) = check(d.path());
+    let cu12 = line_of(d.path(), "name = \"nvidia-nccl-cu12\"");
+    let cu13 = line_of(d.path(), "name = \"nvidia-nccl-cu13\"");
+    let got: Vec<(String, String, u64)> = env_findings(&v).into_iter().map(|f| (f.0, f.2, f.3)).collect();
+    let want: Vec<(String, String, u64)> = [("x86_64", cu12), ("x86_64", cu13), ("aarch64", cu13)]
+        .iter()
+        .map(|(a, l)| ("lock-nccl".to_string(), a.to_string(), *l))
+        .collect();
+    let mut sorted = got.clone();
+    sorted.sort();
+    let mut want_sorted = want;
+    want_sorted.sort();
+    assert_eq!((code, sorted), (1, want_sorted), "{v:#}");
+    // torch 2.11.0 on linux is the toolchain's: the darwin-only 2.9.0 table is no finding.
+    assert!(!got.iter().any(|f| f.0 == "lock-torch"), "{v:#}");
+}
+
+/// The fixture is what uv 0.13.9 writes for its pyproject.toml (stand-in wheels with the
+/// markers real ones carry): the shapes the graph reads are uv's, not invented.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+fn uv_writes_the_forks_fixture_as_it_is() {
+    let tools = require!(tools_venv(), "the tools venv");
+    let d = tempfile::tempdir().unwrap();
+    let links = d.path().join("links");
+    std::fs::create_dir(&links).unwrap();
+    stub_wheel(&links, "torch", "2.11.0", &["nvidia-nccl-cu13==2.28.9; platform_system == 'Linux'"]);
+    stub_wheel(&links, "torch", "2.9.0", &[]);
+    stub_wheel(&links, "nvidia-nccl-cu13", "2.28.9", &[]);
+    stub_wheel(&links, "nvidia-nccl-cu12", "2.27.3", &[]);
+    stub_wheel(
+        &links,
+        "vllm",
+        "0.11.0",
+        &["torch==2.11.0; sys_platform == 'linux'", "nvidia-nccl-cu12==2.27.3; platform_machine == 'x86_64'"],
+    );
+    let project = d.path().join("consumer");
+    std::fs::create_dir(&project).unwrap();
+    let fixture = root().join("tests/fixtures/consumer-forks");
+    // DeepEP's git requirement is added after locking (uv is offline), as in the fixture's history.
+    let py = std::fs::read_to_string(fixture.join("pyproject.toml")).unwrap();
+    let without_ep: String = py.lines().filter(|l| !l.starts_with("ep = ")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(project.join("pyproject.toml"), without_ep).unwrap();
+    let o = std::process::Command::new(tools.join("bin/uv"))
+        .args(["lock", "-q", "--offline", "--no-index", "--find-links"])
+        .arg(&links)
+        .arg("--python")
+        .arg(tools.join("bin/python"))
+        .current_dir(&project)
+        .env("UV_CACHE_DIR", d.path().join("uv-cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "uv lock: {}", String::from_utf8_lossy(&o.stderr));
+    let lock = std::fs::read_to_string(project.join("uv.lock")).unwrap();
+    let want = std::fs::read_to_string(fixture.join("uv.lock")).unwrap();
+    let links = links.to_str().unwrap();
+    let as_fixture = lock.replace(&format!("{links}/"), "").replace(links, "https://pypi.org/simple");
+    assert_eq!(as_fixture, want);
+}

@@ -124,7 +124,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
         knob_envs.push(knobs(pins, v, p)?);
     }
     let caller: BTreeMap<String, String> = std::env::vars().collect();
-    let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources))?;
+    let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources), &sources.keys().copied().collect::<Vec<_>>())?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;
     let mut cross_tc = None;
@@ -603,6 +603,7 @@ fn identify(
     cache_dir: &Path,
     mode: Mode,
     nccl: Option<(String, String)>,
+    archs: &[Arch],
 ) -> Result<ToolchainPart> {
     let memo = cache_dir.join("toolchain");
     if c.toolchain == registry::Kind::System {
@@ -621,7 +622,7 @@ fn identify(
         };
     }
     let nccl = nccl.as_ref().map(|(m, at)| (m.as_str(), at.as_str()));
-    let req = registry::request(pins, c.match_project.as_deref(), c.python.as_deref(), nccl)?;
+    let req = registry::request(pins, c.match_project.as_deref().map(|d| (d, archs)), c.python.as_deref(), nccl)?;
     let found = match mode {
         Mode::Build => Some(registry::provision(&req, cache_dir)?),
         Mode::Plan => match registry::lookup(&req, cache_dir) {
