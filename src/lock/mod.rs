@@ -22,6 +22,7 @@ pub mod causes;
 pub mod index;
 pub mod marker;
 pub mod pyproject;
+pub mod revision;
 pub mod rules;
 pub mod uvlock;
 
@@ -73,6 +74,12 @@ pub struct CheckArgs {
     /// over more than one NVLink domain needs a multinode variant's index (`index-variant-mismatch`).
     #[arg(long = "recipe", value_name = "FILE")]
     pub recipes: Vec<PathBuf>,
+    /// DeepEP's repository to read the pinned revisions from (a checkout, a folder or a URL):
+    /// what each revision is (EPv2 or HybridEP) and its version come from its source, never
+    /// from pins.toml's `branch`. Default: the cache's mirror of pins.toml's repository, when
+    /// it holds the revision (`plan`, `build-wheel` and `pin set` fetch it there).
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
 }
 
 /// Where a DeepEP reference sits, which decides the rule that judges it.
@@ -240,6 +247,13 @@ pub(crate) fn shown(p: &Path) -> PathBuf {
     p.strip_prefix(".").map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// What the intended revisions (and the revisions the lock records) are, read from their source.
+fn read_revisions(args: &CheckArgs, pins: Option<&Pins>, ctx: &rules::Context) -> Result<revision::Revisions> {
+    let locked = ctx.lock.into_iter().flat_map(|l| &l.refs).filter_map(|r| r.git.as_ref()?.commit.as_deref());
+    let revs = ctx.intent.values().map(String::as_str).chain(locked);
+    revision::read(pins, args.source.as_deref(), crate::cache::resolve_dir(None).ok(), revs)
+}
+
 /// Run the whole check and build the report (no printing).
 pub fn run_check(args: &CheckArgs) -> Result<Report> {
     let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
@@ -267,7 +281,9 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
         None => None,
     };
 
-    let ctx = rules::Context::new(&args.place.project, pins.as_ref(), &args.place.pins, &py, lock.as_ref(), &py_path);
+    let mut ctx =
+        rules::Context::new(&args.place.project, pins.as_ref(), &args.place.pins, &py, lock.as_ref(), &py_path);
+    ctx.revisions = read_revisions(args, pins.as_ref(), &ctx)?;
     let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&args.place.project, &args.dockerfiles)?;
     let mut found = match index::source(&py_path, &py_text, &name)? {
         Some(src) => index_rules(args, &ctx, &src, &lock_path, &name, &dockerfiles)?,

@@ -30,6 +30,8 @@ pub struct Context<'a> {
     pub intent: BTreeMap<Arch, String>,
     /// Base version of the label (`1.2.1`), where known.
     pub base: Option<String>,
+    /// What each revision is, read from its source (`lock::revision`; empty until read).
+    pub revisions: super::revision::Revisions,
 }
 
 /// The repository pyproject.toml takes DeepEP at `rev` from.
@@ -64,7 +66,17 @@ impl<'a> Context<'a> {
                 .find_map(|r| Version::from_str(r.version.as_deref()?).ok())
                 .map(|v| v.without_local().to_string()),
         };
-        Context { project, pins, pins_path, py, lock, pyproject_path: pyproject_path.to_path_buf(), intent, base }
+        Context {
+            project,
+            pins,
+            pins_path,
+            py,
+            lock,
+            pyproject_path: pyproject_path.to_path_buf(),
+            intent,
+            base,
+            revisions: Default::default(),
+        }
     }
 
     /// `deepep-forge pin set REV ...` that makes the project agree with the intent,

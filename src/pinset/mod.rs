@@ -343,6 +343,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         index_manifests: Vec::new(),
         trusted_keys: Vec::new(),
         recipes: Vec::new(),
+        source: args.source.clone(),
     };
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
