@@ -80,6 +80,9 @@ pub struct CheckArgs {
     /// it holds the revision (`plan`, `build-wheel` and `pin set` fetch it there).
     #[arg(long, value_name = "PATH|URL")]
     pub source: Option<String>,
+    /// Where the mirrors of DeepEP's repository are (read, never fetched, without --source).
+    #[command(flatten)]
+    pub cache: crate::cache::CacheDirArg,
 }
 
 /// Where a DeepEP reference sits, which decides the rule that judges it.
@@ -251,7 +254,7 @@ pub(crate) fn shown(p: &Path) -> PathBuf {
 fn read_revisions(args: &CheckArgs, pins: Option<&Pins>, ctx: &rules::Context) -> Result<revision::Revisions> {
     let locked = ctx.lock.into_iter().flat_map(|l| &l.refs).filter_map(|r| r.git.as_ref()?.commit.as_deref());
     let revs = ctx.intent.values().map(String::as_str).chain(locked);
-    revision::read(pins, args.source.as_deref(), crate::cache::resolve_dir(None).ok(), revs)
+    revision::read(pins, args.source.as_deref(), args.cache.resolve().ok(), revs)
 }
 
 /// Run the whole check and build the report (no printing).
