@@ -250,10 +250,11 @@ pub(crate) fn shown(p: &Path) -> PathBuf {
     p.strip_prefix(".").map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// What the intended revisions (and the revisions the lock records) are, read from their source.
+/// What the intended revisions (and those pyproject.toml and the lock name) are, read from their source.
 fn read_revisions(args: &CheckArgs, pins: Option<&Pins>, ctx: &rules::Context) -> Result<revision::Revisions> {
     let locked = ctx.lock.into_iter().flat_map(|l| &l.refs).filter_map(|r| r.git.as_ref()?.commit.as_deref());
-    let revs = ctx.intent.values().map(String::as_str).chain(locked);
+    let py = ctx.py.refs.iter().filter_map(|r| r.git.as_ref()?.rev.as_deref());
+    let revs = ctx.intent.values().map(String::as_str).chain(locked).chain(py);
     revision::read(pins, args.source.as_deref(), args.cache.resolve().ok(), revs)
 }
 

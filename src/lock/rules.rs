@@ -160,9 +160,16 @@ impl<'a> Context<'a> {
         self.label_of(self.intent.get(&arch)?)
     }
 
-    /// The label a build of `rev` gets (`<base>+<short sha>`), for a full sha.
+    /// The label a build of `rev` gets (`<base>+<short sha>`), for a full sha: the base read
+    /// from the source at `rev` (`lock::revision`), else pins.toml's `base_version` (or the
+    /// labels' under --no-pins) for an intended revision only; another revision's is not known.
     fn label_of(&self, rev: &str) -> Option<String> {
-        Some(format!("{}+{}", self.base.as_ref()?, rev.get(..7).filter(|_| is_full_sha(rev))?))
+        let base = match self.revisions.get(rev) {
+            Some(i) => &i.base_version,
+            None if self.intent.values().any(|r| r == rev) => self.base.as_ref()?,
+            None => return None,
+        };
+        Some(format!("{base}+{}", rev.get(..7).filter(|_| is_full_sha(rev))?))
     }
 
     /// The revision pyproject.toml makes uv install for `arch` (its override, else its most common pin).

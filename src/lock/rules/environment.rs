@@ -219,9 +219,12 @@ fn nccl_against(j: &Judging, pins: &Pins, a: Arch, min: &str, out: &mut Vec<Find
     }
 }
 
-/// The revision pinned for `a` could not be read: whether the locked NCCL is enough is not known.
+/// The revision pinned for `a` could not be read, and the locked NCCL would matter were it EPv2
+/// (older than [`EPV2_NCCL_MIN`], or not the build's `[toolchain] nccl`): said, not guessed.
 fn nccl_unknown(j: &Judging, a: Arch, why: &str, out: &mut Vec<Finding>) {
-    let Some(p) = locked(j, a, "nvidia-nccl-cu").next() else { return };
+    let built_nccl = j.ctx.pins.and_then(|p| p.toolchain.as_ref()).and_then(|t| t.nccl.as_deref());
+    let matters = |v: &str| older(v, EPV2_NCCL_MIN) || built_nccl.is_some_and(|b| !same(b, v));
+    let Some(p) = locked(j, a, "nvidia-nccl-cu").find(|p| matters(&p.version)) else { return };
     let rev = short(&j.ctx.intent[&a]);
     out.push(
         Finding::new(
