@@ -690,7 +690,14 @@ fn registry_needs(req: &registry::Request) -> Vec<String> {
 
 fn would(req: &registry::Request, root: Option<PathBuf>) -> Result<plan::WouldProvision> {
     let cuda = req.cuda.clone().unwrap_or_else(|| "X.Y".into());
-    let mut packages = if req.cuda.is_some() {
+    let mut packages = if let Some(from) = &req.cuda_from {
+        // The lock's +cuXYZ is what the consumer runs; the registry's torch==X is one build
+        // (PyPI's torch 2.11.0 is the CUDA 13.0 one): nvcc is never shown beside it as if they agreed.
+        vec![format!(
+            "the CUDA compiler packages of the CUDA minor {} carries (warning: {from} is a CUDA {cuda} build; build-wheel refuses a registry torch of another CUDA rather than compile with nvcc {cuda} beside it: to build for CUDA {cuda}, set [toolchain] torch and cuda in pins.toml and build without --match-project)",
+            req.torch
+        )]
+    } else if req.cuda.is_some() {
         registry::cuda_requirements(&cuda)?
     } else {
         vec!["the CUDA compiler packages of the CUDA minor torch carries (read once torch is installed)".into()]
@@ -723,5 +730,31 @@ pub fn variant_info(v: &Variant) -> VariantInfo {
         transport: v.multinode.then(|| v.transport.as_str().to_string()),
         rdma_core_home: v.rdma_core_home.clone().filter(|_| v.multinode),
         env: v.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A consumer locking torch 2.11.0+cu129 (`--match-project`): the plan's would-provision
+    /// never lists nvcc 12.9 beside the registry's torch==2.11.0 as if they agreed; it warns.
+    #[test]
+    fn a_locked_cuda_the_registry_torch_may_not_carry_is_a_warning_not_nvcc_beside_it() {
+        let pins = Pins::parse(include_str!("../../pins.toml"), Path::new("pins.toml")).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let lock = include_str!("../../tests/fixtures/consumer-forks/uv.lock")
+            .replace("version = \"2.11.0\"\n", "version = \"2.11.0+cu129\"\n")
+            .replace("version = \"2.11.0\", source", "version = \"2.11.0+cu129\", source");
+        std::fs::write(d.path().join("uv.lock"), lock).unwrap();
+        let req = registry::request(&pins, Some((d.path(), &[Arch::X86_64])), None, None).unwrap();
+        assert_eq!((req.torch.as_str(), req.cuda.as_deref()), ("torch==2.11.0", Some("12.9")));
+        let w = would(&req, None).unwrap();
+        let shown = w.packages.join(" ");
+        assert!(!shown.contains("nvidia-cuda-nvcc"), "{shown}");
+        assert!(shown.contains("warning: ") && shown.contains("torch 2.11.0+cu129 is a CUDA 12.9 build"), "{shown}");
+        // pins.toml's own [toolchain] cuda is a choice: its packages are listed as before.
+        let req = registry::request(&pins, None, None, None).unwrap();
+        assert!(would(&req, None).unwrap().packages.join(" ").contains("13.0"));
     }
 }

@@ -57,6 +57,10 @@ pub struct Request {
     /// revision's need.
     pub overrides: Vec<Override>,
     pub notes: Vec<String>,
+    /// Where `cuda` came from when it is an expectation, not a choice: the consumer's
+    /// locked torch (`uv.lock's torch 2.11.0+cu129`), which the registry's torch may not carry.
+    #[serde(skip)]
+    pub cuda_from: Option<String>,
 }
 
 /// One package over torch's pin: `nvidia-nccl-cu13` `==2.30.7` (or `>=2.30.4`:
@@ -128,6 +132,7 @@ pub fn request(
     })?;
     let mut notes = Vec::new();
     let mut overrides = Vec::new();
+    let mut cuda_from = None;
     let major = tc.cuda.split('.').next().unwrap_or("13").to_string();
     let exact = |package: String, v: &str, why: String| Override { package, spec: format!("=={v}"), why };
     let (torch, cuda) = match match_project {
@@ -159,6 +164,7 @@ pub fn request(
                 let why = format!("the consumer's uv.lock (--match-project) locks {name} {v}");
                 overrides.push(exact(name, &v, why));
             }
+            cuda_from = cuda.as_ref().map(|_| format!("{}'s torch {version}", lock.file.display()));
             (format!("torch=={public}"), cuda)
         }
     };
@@ -174,7 +180,7 @@ pub fn request(
                 .hint("add python = \"3.12\" to [toolchain] or pass --python PATH")
         })?,
     };
-    Ok(Request { torch, cuda, python, overrides, notes })
+    Ok(Request { torch, cuda, python, overrides, notes, cuda_from })
 }
 
 /// A file's name without its folder (what provenance may carry).
