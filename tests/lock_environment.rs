@@ -223,6 +223,20 @@ fn too_many_environment_tables_are_bad_input_naming_the_file() {
     );
 }
 
+/// Real `uv lock` of `project`, offline, from the stand-in wheels in `links` only.
+fn uv_lock_offline(tools: &Path, project: &Path, links: &Path, cache: &Path) {
+    let o = std::process::Command::new(tools.join("bin/uv"))
+        .args(["lock", "-q", "--offline", "--no-index", "--find-links"])
+        .arg(links)
+        .arg("--python")
+        .arg(tools.join("bin/python"))
+        .current_dir(project)
+        .env("UV_CACHE_DIR", cache)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "uv lock: {}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// A metadata-only wheel in `links` (uv resolves from its METADATA).
 fn stub_wheel(links: &Path, name: &str, version: &str, requires: &[&str]) {
     use std::io::Write;
@@ -271,16 +285,7 @@ fn torchs_nccl_pin_is_what_uv_locks_and_the_printed_override_fixes_it() {
     );
     let uv_lock = |pyproject: &str| {
         std::fs::write(project.join("pyproject.toml"), pyproject).unwrap();
-        let o = std::process::Command::new(tools.join("bin/uv"))
-            .args(["lock", "-q", "--offline", "--no-index", "--find-links"])
-            .arg(&links)
-            .arg("--python")
-            .arg(tools.join("bin/python"))
-            .current_dir(&project)
-            .env("UV_CACHE_DIR", d.path().join("uv-cache"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "uv lock: {}", String::from_utf8_lossy(&o.stderr));
+        uv_lock_offline(&tools, &project, &links, &d.path().join("uv-cache"));
     };
     std::fs::write(
         project.join("pins.toml"),
@@ -373,16 +378,7 @@ fn uv_writes_the_forks_fixture_as_it_is() {
     let py = std::fs::read_to_string(fixture.join("pyproject.toml")).unwrap();
     let without_ep: String = py.lines().filter(|l| !l.starts_with("ep = ")).map(|l| format!("{l}\n")).collect();
     std::fs::write(project.join("pyproject.toml"), without_ep).unwrap();
-    let o = std::process::Command::new(tools.join("bin/uv"))
-        .args(["lock", "-q", "--offline", "--no-index", "--find-links"])
-        .arg(&links)
-        .arg("--python")
-        .arg(tools.join("bin/python"))
-        .current_dir(&project)
-        .env("UV_CACHE_DIR", d.path().join("uv-cache"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "uv lock: {}", String::from_utf8_lossy(&o.stderr));
+    uv_lock_offline(&tools, &project, &links, &d.path().join("uv-cache"));
     let lock = std::fs::read_to_string(project.join("uv.lock")).unwrap();
     let want = std::fs::read_to_string(fixture.join("uv.lock")).unwrap();
     let links = links.to_str().unwrap();

@@ -19,21 +19,34 @@ use crate::pins::Pins;
 /// Most revisions read (the pins' and the lock's: a handful).
 pub const MAX_REVISIONS: usize = 16;
 
-/// The revisions read, each its interface or why it could not be read.
+/// One revision: its interface, or why its source could not be read.
+#[derive(Debug)]
+pub enum Entry {
+    Read(Box<Interface>),
+    Unread(String),
+}
+
+/// The revisions read.
 #[derive(Debug, Default)]
 pub struct Revisions {
-    read: BTreeMap<String, std::result::Result<Interface, String>>,
+    read: BTreeMap<String, Entry>,
 }
 
 impl Revisions {
     /// DeepEP's interface at `rev` (a full sha), when its source was read.
     pub fn get(&self, rev: &str) -> Option<&Interface> {
-        self.read.get(rev).and_then(|r| r.as_ref().ok())
+        match self.read.get(rev)? {
+            Entry::Read(i) => Some(i),
+            Entry::Unread(_) => None,
+        }
     }
 
     /// Why `rev` was not read (None when it was, or was never asked for).
     pub fn unread(&self, rev: &str) -> Option<&str> {
-        self.read.get(rev).and_then(|r| r.as_ref().err()).map(String::as_str)
+        match self.read.get(rev)? {
+            Entry::Unread(why) => Some(why),
+            Entry::Read(_) => None,
+        }
     }
 }
 
@@ -52,7 +65,7 @@ pub fn read<'r>(
     wanted.truncate(MAX_REVISIONS);
     let Some(cache) = cache else {
         for r in wanted {
-            out.read.insert(r.to_string(), Err("no cache folder (HOME and XDG_CACHE_HOME unset)".into()));
+            out.read.insert(r.to_string(), Entry::Unread("no cache folder (HOME and XDG_CACHE_HOME unset)".into()));
         }
         return Ok(out);
     };
@@ -69,16 +82,21 @@ pub fn read<'r>(
 }
 
 /// DeepEP's interface at `rev` in `mirror` (fetched from `repo` first only for `--source`).
-fn one(mirror: &Path, repo: &str, rev: &str, fetch: bool) -> std::result::Result<Interface, String> {
+fn one(mirror: &Path, repo: &str, rev: &str, fetch: bool) -> Entry {
     let short = rev.get(..7).unwrap_or(rev);
     if fetch {
-        source::ensure_rev(mirror, repo, rev).map_err(|e| format!("{e:#}"))?;
+        if let Err(e) = source::ensure_rev(mirror, repo, rev) {
+            return Entry::Unread(format!("{e:#}"));
+        }
     } else if source::show(mirror, rev, "setup.py").is_none() {
-        return Err(format!(
+        return Entry::Unread(format!(
             "{short} is not in the cache's mirror of {} (lock check does not fetch; `deepep-forge plan`, `build-wheel` and `pin set` put it there)",
             crate::input::excerpt(repo, 120)
         ));
     }
     let files = source::AtRev { mirror, rev };
-    crate::interface::read(&files, &format!("DeepEP at {short}")).map_err(|e| format!("{e:#}"))
+    match crate::interface::read(&files, &format!("DeepEP at {short}")) {
+        Ok(i) => Entry::Read(Box::new(i)),
+        Err(e) => Entry::Unread(format!("{e:#}")),
+    }
 }

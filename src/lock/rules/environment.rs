@@ -22,11 +22,20 @@ pub const EPV2_NCCL_MIN: &str = "2.30.4";
 pub const EPV2_NCCL_EXACT_BELOW: &str = "2.31";
 
 /// What DeepEP pinned for `a` is, read from its source at the revision (`lock::revision`),
-/// never from pins.toml's `branch`: Ok(interface), Err(why it was not read), None: no pin.
-fn pinned_at<'j>(j: &'j Judging, a: Arch) -> Option<Result<&'j Interface, String>> {
+/// never from pins.toml's `branch` (None: no pin for `a`).
+fn pinned_at<'j>(j: &'j Judging, a: Arch) -> Option<Entry<'j>> {
     let rev = j.ctx.intent.get(&a)?;
     let revs = &j.ctx.revisions;
-    Some(revs.get(rev).ok_or_else(|| revs.unread(rev).unwrap_or("its source was not read").to_string()))
+    Some(match revs.get(rev) {
+        Some(i) => Entry::Read(i),
+        None => Entry::Unread(revs.unread(rev).unwrap_or("its source was not read")),
+    })
+}
+
+/// A pinned revision as [`pinned_at`] finds it.
+enum Entry<'j> {
+    Read(&'j Interface),
+    Unread(&'j str),
 }
 
 /// The locked packages named `prefix*` (or exactly `torch`) that can install on `a`.
@@ -165,11 +174,11 @@ pub fn lock_nccl(j: &Judging, out: &mut Vec<Finding>) {
     let Some(pins) = j.ctx.pins else { return };
     for a in built(j) {
         match pinned_at(j, a) {
-            Some(Ok(i)) if i.branch == Branch::Main => {
+            Some(Entry::Read(i)) if i.branch == Branch::Main => {
                 let min = i.runtime.nccl_min.as_deref().unwrap_or(EPV2_NCCL_MIN);
                 nccl_against(j, pins, a, min, out)
             }
-            Some(Err(why)) => nccl_unknown(j, a, &why, out),
+            Some(Entry::Unread(why)) => nccl_unknown(j, a, why, out),
             _ => {}
         }
     }
