@@ -16,6 +16,8 @@ pub mod http;
 pub mod input;
 pub mod interface;
 pub mod lock;
+pub mod lockgraph;
+pub mod marker;
 pub mod output;
 pub mod pep;
 pub mod pins;

@@ -880,3 +880,61 @@ fn an_index_of_a_single_node_variant_does_not_fit_a_recipe_over_two_nvlink_domai
         json(d.path(), &d.path().join("consumer"), &["--pins", "pins.toml", "--recipe", unknown_r.to_str().unwrap()]);
     assert!(!rules(&v).iter().any(|r| r.0 == "index-variant-mismatch"), "{:?}", rules(&v));
 }
+
+/// A label message names the version a build of a revision gets only where it knows it: the
+/// base is read from the source at that revision, not taken from pins.toml's `base_version`
+/// (the pin's). The project installs a HybridEP commit (setup.py: 1.2.1) with its right label;
+/// pins.toml pins an EPv2 commit (base_version 2.1.0).
+#[test]
+fn a_label_message_reads_a_non_pinned_revisions_base_from_its_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("DeepEP");
+    let hybrid = git_repo_from_fixture("mini-deepep", &repo);
+    for e in std::fs::read_dir(&repo).unwrap().map(|e| e.unwrap().path()) {
+        if e.file_name().is_some_and(|n| n != ".git") {
+            if e.is_dir() {
+                std::fs::remove_dir_all(&e).unwrap();
+            } else {
+                std::fs::remove_file(&e).unwrap();
+            }
+        }
+    }
+    copy_dir(&root().join("tests/fixtures/mini-deepep-v2"), &repo);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "epv2"]);
+    let epv2 = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+    let d = tempfile::tempdir().unwrap();
+    let py = std::fs::read_to_string(root().join("tests/fixtures/consumer-unified/pyproject.toml"))
+        .unwrap()
+        .replace("17cfb817bccec3a9c247013360cc550c2bac441e", &hybrid)
+        .replace("1.2.1+17cfb81", &format!("1.2.1+{}", &hybrid[..7]));
+    std::fs::write(d.path().join("pyproject.toml"), py).unwrap();
+    let pins = pins_text(&epv2, &epv2).replace("base_version = \"1.2.1\"", "base_version = \"2.1.0\"");
+    assert!(pins.contains("base_version = \"2.1.0\""), "{pins}");
+    std::fs::write(d.path().join("pins.toml"), pins).unwrap();
+    let messages = |extra: &[&str]| {
+        let o = bin()
+            .args(["lock", "check", "--format", "json", "--project", "."])
+            .args(extra)
+            .current_dir(d.path())
+            .env("DEEPEP_FORGE_CACHE_DIR", tmp.path().join("cache"))
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["rule"] == "stale-label")
+            .map(|f| f["message"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let wrong = format!("2.1.0+{}", &hybrid[..7]);
+    // Read from the source: the project's label is right for the commit it installs today.
+    let read = messages(&["--source", repo.to_str().unwrap()]);
+    assert!(!read.is_empty() && read.iter().all(|m| m.contains("right for the") && !m.contains(&wrong)), "{read:?}");
+    assert!(read[0].contains(&format!("makes it 2.1.0+{}", &epv2[..7])), "{read:?}");
+    // Not read (no --source, nothing in the cache): no label is claimed for the unread commit.
+    let unread = messages(&[]);
+    assert!(!unread.is_empty() && unread.iter().all(|m| !m.contains(&wrong)), "{unread:?}");
+}

@@ -850,3 +850,30 @@ fn diff_paths(a: &[(PathBuf, Vec<u8>)], b: &[(PathBuf, Vec<u8>)]) -> Vec<String>
     }
     out
 }
+
+/// `pin set` to an EPv2 commit under `branch = "hybrid-ep"` removes the branch (which branch a
+/// commit is on is not in its source) and says so; `lock check` then reads what the revision
+/// is from the cache's mirror `pin set` fetched it into: EPv2, so an NCCL below its README's
+/// minimum is an error (before: the branch name made `lock-nccl` silent).
+#[test]
+fn pin_set_to_an_epv2_commit_drops_the_branch_and_lock_check_reads_epv2_from_the_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, _) = deepep_repo(tmp.path());
+    let epv2 = commit_epv2(&repo);
+    let env = insteadof(&repo);
+    let forks = root().join("tests/fixtures/consumer-forks");
+    let pins = pins_text(DEEPEP_URL, UNIFIED, UNIFIED);
+    assert!(pins.contains("branch = \"hybrid-ep\""));
+    let d = project(&forks.join("pyproject.toml"), &pins);
+    std::fs::copy(forks.join("uv.lock"), d.path().join("uv.lock")).unwrap();
+    let o = run_env(d.path(), &["pin", "set", &epv2], &env);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let after = read(&d.path().join("pins.toml"));
+    assert!(!after.contains("branch =") && after.matches(&epv2).count() == 2, "{after}");
+    assert!(stderr(&o).contains("source.branch `hybrid-ep` removed"), "{}", stderr(&o));
+    let o = run_env(d.path(), &["lock", "check", "--format", "json"], &env);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let nccl: Vec<&serde_json::Value> =
+        v["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == "lock-nccl").collect();
+    assert!(nccl.len() == 3 && nccl.iter().all(|f| f["severity"] == "error" && f["expected"] == ">=2.30.4"), "{v:#}");
+}

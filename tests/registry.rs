@@ -396,7 +396,10 @@ fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
     let fx = require!(nemo_rl_fixtures(), "NeMo-RL fixtures");
     let pins = deepep_forge::pins::Pins::load(&root().join("pins.toml")).unwrap();
     let dir = fx.join("2026-08-22-main");
-    let req = registry::request(&pins, Some(&dir), Some("/usr/bin/python3"), None).unwrap();
+    // Both architectures are built: the lock's torch and libraries install on each.
+    let both = deepep_forge::pins::Arch::ALL;
+    let m = Some((dir.as_path(), both.as_slice()));
+    let req = registry::request(&pins, m, Some("/usr/bin/python3"), None).unwrap();
     assert_eq!(req.torch, "torch==2.11.0");
     // Issue 23 §3: NVSHMEM and NCCL from the consumer's lock, over torch's own pins.
     let over: Vec<String> = req.overrides.iter().map(|o| o.requirement()).collect();
@@ -404,8 +407,8 @@ fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
     assert!(req.overrides.iter().all(|o| o.why.contains("uv.lock")), "{:?}", req.overrides);
     // A revision that needs NCCL >= 2.30.4: the lock's 2.30.7 satisfies it; one needing more is refused (exit 2).
     let need = Some(("2.30.4", "README.md:70: NCCL 2.30.4 and above"));
-    assert_eq!(registry::request(&pins, Some(&dir), None, need).unwrap().overrides, req.overrides);
-    let err = registry::request(&pins, Some(&dir), None, Some(("2.31.2", "x"))).unwrap_err();
+    assert_eq!(registry::request(&pins, m, None, need).unwrap().overrides, req.overrides);
+    let err = registry::request(&pins, m, None, Some(("2.31.2", "x"))).unwrap_err();
     assert_eq!(deepep_forge::error::exit_of(&err), deepep_forge::error::Exit::Usage, "{err:#}");
     assert!(format!("{err:#}").contains("needs NCCL >= 2.31.2"), "{err:#}");
     assert_eq!(req.cuda.as_deref(), Some("13.0"), "from the lock's +cu130");
@@ -427,7 +430,7 @@ fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
         assert!(nccl.why.contains("README.md:70"), "{nccl:?}");
     }
     // A folder without uv.lock: a usage error naming the file.
-    let err = registry::request(&pins, Some(&fx), None, None).unwrap_err();
+    let err = registry::request(&pins, Some((fx.as_path(), both.as_slice())), None, None).unwrap_err();
     assert!(format!("{err:#}").contains("uv.lock"), "{err:#}");
 }
 

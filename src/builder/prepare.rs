@@ -124,7 +124,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
         knob_envs.push(knobs(pins, v, p)?);
     }
     let caller: BTreeMap<String, String> = crate::environ::vars().collect();
-    let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources))?;
+    let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources), &sources.keys().copied().collect::<Vec<_>>())?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;
     let mut cross_tc = None;
@@ -601,6 +601,7 @@ fn identify(
     cache_dir: &Path,
     mode: Mode,
     nccl: Option<(String, String)>,
+    archs: &[Arch],
 ) -> Result<ToolchainPart> {
     let memo = cache_dir.join("toolchain");
     if c.toolchain == registry::Kind::System {
@@ -619,7 +620,7 @@ fn identify(
         };
     }
     let nccl = nccl.as_ref().map(|(m, at)| (m.as_str(), at.as_str()));
-    let req = registry::request(pins, c.match_project.as_deref(), c.python.as_deref(), nccl)?;
+    let req = registry::request(pins, c.match_project.as_deref().map(|d| (d, archs)), c.python.as_deref(), nccl)?;
     let found = match mode {
         Mode::Build => Some(registry::provision(&req, cache_dir)?),
         Mode::Plan => match registry::lookup(&req, cache_dir) {
@@ -687,7 +688,14 @@ fn registry_needs(req: &registry::Request) -> Vec<String> {
 
 fn would(req: &registry::Request, root: Option<PathBuf>) -> Result<plan::WouldProvision> {
     let cuda = req.cuda.clone().unwrap_or_else(|| "X.Y".into());
-    let mut packages = if req.cuda.is_some() {
+    let mut packages = if let Some(from) = &req.cuda_from {
+        // The lock's +cuXYZ is what the consumer runs; the registry's torch==X is one build
+        // (PyPI's torch 2.11.0 is the CUDA 13.0 one): nvcc is never shown beside it as if they agreed.
+        vec![format!(
+            "the CUDA compiler packages of the CUDA minor {} carries (warning: {from} is a CUDA {cuda} build; build-wheel refuses a registry torch of another CUDA rather than compile with nvcc {cuda} beside it: to build for CUDA {cuda}, set [toolchain] torch and cuda in pins.toml and build without --match-project)",
+            req.torch
+        )]
+    } else if req.cuda.is_some() {
         registry::cuda_requirements(&cuda)?
     } else {
         vec!["the CUDA compiler packages of the CUDA minor torch carries (read once torch is installed)".into()]
@@ -734,4 +742,30 @@ fn log_path(cache_dir: &Path, variant: &str, key: Option<&str>) -> PathBuf {
     let (y, mo, d, h, mi, s) = crate::provenance::utc_parts(secs as i64);
     let at = format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z");
     cache_dir.join("logs").join(format!("{variant}-{tag}-{at}-{}-{n}.log", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A consumer locking torch 2.11.0+cu129 (`--match-project`): the plan's would-provision
+    /// never lists nvcc 12.9 beside the registry's torch==2.11.0 as if they agreed; it warns.
+    #[test]
+    fn a_locked_cuda_the_registry_torch_may_not_carry_is_a_warning_not_nvcc_beside_it() {
+        let pins = Pins::parse(include_str!("../../pins.toml"), Path::new("pins.toml")).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let lock = include_str!("../../tests/fixtures/consumer-forks/uv.lock")
+            .replace("version = \"2.11.0\"\n", "version = \"2.11.0+cu129\"\n")
+            .replace("version = \"2.11.0\", source", "version = \"2.11.0+cu129\", source");
+        std::fs::write(d.path().join("uv.lock"), lock).unwrap();
+        let req = registry::request(&pins, Some((d.path(), &[Arch::X86_64])), None, None).unwrap();
+        assert_eq!((req.torch.as_str(), req.cuda.as_deref()), ("torch==2.11.0", Some("12.9")));
+        let w = would(&req, None).unwrap();
+        let shown = w.packages.join(" ");
+        assert!(!shown.contains("nvidia-cuda-nvcc"), "{shown}");
+        assert!(shown.contains("warning: ") && shown.contains("torch 2.11.0+cu129 is a CUDA 12.9 build"), "{shown}");
+        // pins.toml's own [toolchain] cuda is a choice: its packages are listed as before.
+        let req = registry::request(&pins, None, None, None).unwrap();
+        assert!(would(&req, None).unwrap().packages.join(" ").contains("13.0"));
+    }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::source;
 use crate::error::{check_interrupted, Failure};
 use crate::pep;
-use crate::pins::Pins;
+use crate::pins::{Arch, Pins};
 use crate::process::Cmd;
 
 /// Version of `toolchain.json` and of the environment's layout (part of the key).
@@ -58,6 +58,10 @@ pub struct Request {
     /// revision's need.
     pub overrides: Vec<Override>,
     pub notes: Vec<String>,
+    /// Where `cuda` came from when it is an expectation, not a choice: the consumer's
+    /// locked torch (`uv.lock's torch 2.11.0+cu129`), which the registry's torch may not carry.
+    #[serde(skip)]
+    pub cuda_from: Option<String>,
 }
 
 /// One package over torch's pin: `nvidia-nccl-cu13` `==2.30.7` (or `>=2.30.4`:
@@ -125,12 +129,12 @@ impl Provisioned {
 }
 
 /// The request from pins.toml's `[toolchain]`, or from the consumer project's
-/// uv.lock (`match_project`): its torch version (mapped to the registry's build
+/// uv.lock (`match_project`, with the architectures built): its torch version (mapped to the registry's build
 /// of that version when the lock names another index), NVSHMEM and NCCL.
 /// `nccl_min`: the lowest NCCL the pinned revision builds with (EPv2), and where it says so.
 pub fn request(
     pins: &Pins,
-    match_project: Option<&Path>,
+    match_project: Option<(&Path, &[Arch])>,
     python: Option<&str>,
     nccl_min: Option<(&str, &str)>,
 ) -> Result<Request> {
@@ -140,6 +144,7 @@ pub fn request(
     })?;
     let mut notes = Vec::new();
     let mut overrides = Vec::new();
+    let mut cuda_from = None;
     let major = tc.cuda.split('.').next().unwrap_or("13").to_string();
     let exact = |package: String, v: &str, why: String| Override::new(package, pep::Op::Exact, v, why);
     let (torch, cuda) = match match_project {
@@ -153,8 +158,8 @@ pub fn request(
             overrides.extend(pinned("nccl", &tc.nccl, "nccl").transpose()?);
             (torch_requirement(&tc.torch, &pins.path)?, Some(tc.cuda.clone()))
         }
-        Some(dir) => {
-            let lock = locked(dir)?;
+        Some((dir, archs)) => {
+            let lock = locked(dir, archs)?;
             let (version, src) = lock.torch;
             let (public, local) = version.split_once('+').map(|(p, l)| (p, Some(l))).unwrap_or((&version, None));
             let cuda = local.and_then(cuda_of_local_tag);
@@ -171,6 +176,7 @@ pub fn request(
                 let why = format!("the consumer's uv.lock (--match-project) locks {name} {v}");
                 overrides.push(exact(name, &v, why)?);
             }
+            cuda_from = cuda.as_ref().map(|_| format!("{}'s torch {version}", lock.file.display()));
             (torch_requirement(public, &lock.file)?, cuda)
         }
     };
@@ -186,7 +192,7 @@ pub fn request(
                 .hint("add python = \"3.12\" to [toolchain] or pass --python PATH")
         })?,
     };
-    Ok(Request { torch, cuda, python, overrides, notes })
+    Ok(Request { torch, cuda, python, overrides, notes, cuda_from })
 }
 
 /// `torch==VERSION`, the version checked against PEP 440 (it came from `file`).
@@ -251,40 +257,36 @@ struct Locked {
     libraries: BTreeMap<String, String>,
 }
 
-/// torch's version (and source URL), NVSHMEM's and NCCL's in `<dir>/uv.lock`.
-fn locked(dir: &Path) -> Result<Locked> {
+/// torch's version (and source URL), NVSHMEM's and NCCL's in `<dir>/uv.lock`, as
+/// installed on each of `archs` (`crate::lockgraph`: the dependency edges' markers
+/// from the project, and each table's resolution-markers): a torch table that
+/// installs only on darwin is not a second torch. Refused when two versions of one
+/// package can install on one architecture, or the architectures differ (one
+/// registry toolchain serves the request).
+fn locked(dir: &Path, archs: &[Arch]) -> Result<Locked> {
     let file = dir.join("uv.lock");
     let text = crate::input::read_text(&file, "uv.lock", crate::input::cap::LOCK).map_err(|e| {
         Failure::usage(format!("--match-project {}: {e:#}", dir.display()))
             .hint("pass the folder that holds the consumer's uv.lock (run `uv lock` there first)")
     })?;
-    let doc: toml::Table =
-        text.parse().map_err(|e| Failure::usage(format!("{} is not valid TOML: {e}", file.display())))?;
+    let graph = crate::lockgraph::installs(&file, &text, None)?;
     let mut found: BTreeMap<String, BTreeMap<String, Option<String>>> = BTreeMap::new();
-    for p in doc.get("package").and_then(|p| p.as_array()).into_iter().flatten() {
-        let Some(name) = p.get("name").and_then(|n| n.as_str()) else { continue };
-        let lib = name.starts_with("nvidia-nccl-cu") || name.starts_with("nvidia-nvshmem-cu");
-        if name != "torch" && !lib {
-            continue;
-        }
-        if let Some(v) = p.get("version").and_then(|v| v.as_str()) {
-            let src = p.get("source").and_then(|s| s.get("registry")).and_then(|s| s.as_str()).map(String::from);
-            found.entry(name.to_string()).or_default().insert(v.to_string(), src);
+    for a in archs {
+        let here = per_arch(&graph, *a).map_err(|(name, v)| several(&file, &name, &format!("on {a}: {v}")))?;
+        for (name, (version, src)) in here {
+            found.entry(name).or_default().insert(version, src);
         }
     }
-    let several = |name: &str, v: &BTreeMap<String, Option<String>>| {
-        Failure::usage(format!(
-            "{} locks several {name} versions: {}",
-            file.display(),
-            v.keys().cloned().collect::<Vec<_>>().join(", ")
-        ))
-        .hint(format!("set the {name} version in pins.toml's [toolchain] and build without --match-project"))
+    let on = archs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" and ");
+    let one = |name: &str, v: &BTreeMap<String, Option<String>>| {
+        several(&file, name, &format!("{} across {on}", v.keys().cloned().collect::<Vec<_>>().join(", ")))
+            .hint(format!("build the {on} variants apart (--variant NAME), or set the {name} version in pins.toml's [toolchain] and build without --match-project"))
     };
     let torch = match found.remove("torch") {
         Some(v) if v.len() == 1 => v.into_iter().next().expect("one"),
-        Some(v) => return Err(several("torch", &v).into()),
+        Some(v) => return Err(one("torch", &v).into()),
         None => {
-            return Err(Failure::usage(format!("{} locks no torch package", file.display()))
+            return Err(Failure::usage(format!("{} locks no torch package that installs on {on}", file.display()))
                 .hint("--match-project needs a project that depends on torch; use pins.toml's [toolchain] instead")
                 .into())
         }
@@ -292,7 +294,7 @@ fn locked(dir: &Path) -> Result<Locked> {
     let mut libraries = BTreeMap::new();
     for (name, v) in found {
         if v.len() != 1 {
-            return Err(several(&name, &v).into());
+            return Err(one(&name, &v).into());
         }
         let version = v.into_keys().next().expect("one");
         // Both go into uv's override file: a name or version of another shape is refused.
@@ -317,6 +319,39 @@ fn locked(dir: &Path) -> Result<Locked> {
         libraries.insert(name, version);
     }
     Ok(Locked { file, torch, libraries })
+}
+
+/// `<file> locks several <name> versions: <what>`.
+fn several(file: &Path, name: &str, what: &str) -> Failure {
+    Failure::usage(format!("{} locks several {name} versions: {}", file.display(), crate::input::excerpt(what, 400)))
+        .hint(format!("set the {name} version in pins.toml's [toolchain] and build without --match-project"))
+}
+
+/// The torch / `nvidia-nccl-cu*` / `nvidia-nvshmem-cu*` version (and registry URL) that
+/// installs on `a`; Err((name, "2.9.0 (extra a), 2.11.0 (dependencies)")) when two can.
+fn per_arch(
+    g: &crate::lockgraph::Installs,
+    a: Arch,
+) -> std::result::Result<BTreeMap<String, (String, Option<String>)>, (String, String)> {
+    let wanted = |n: &str| n == "torch" || n.starts_with("nvidia-nccl-cu") || n.starts_with("nvidia-nvshmem-cu");
+    let mut out: BTreeMap<String, BTreeMap<&str, (&Option<String>, Vec<&str>)>> = BTreeMap::new();
+    for t in g.tables.iter().filter(|t| wanted(&t.name)) {
+        let Some(via) = t.via.get(&a) else { continue };
+        let e = out.entry(t.name.clone()).or_default().entry(t.version.as_str()).or_insert((&t.registry, Vec::new()));
+        e.1.extend(via.iter().map(String::as_str));
+    }
+    out.into_iter()
+        .map(|(name, v)| match v.len() {
+            1 => {
+                let (version, (src, _)) = v.into_iter().next().expect("one");
+                Ok((name, (version.to_string(), src.clone())))
+            }
+            _ => Err((
+                name,
+                v.iter().map(|(ver, (_, via))| format!("{ver} ({})", via.join(", "))).collect::<Vec<_>>().join(", "),
+            )),
+        })
+        .collect()
 }
 
 /// uv: `$DEEPEP_FORGE_UV`, else on PATH, else next to the base Python.
@@ -769,10 +804,46 @@ mod tests {
             format!("version = 1\n[[package]]\nname = \"torch\"\nversion = \"2.11.0\"\n[[package]]\nname = \"nvidia-nccl-cu13\"\nversion = \"{nccl}\"\n")
         };
         std::fs::write(d.path().join("uv.lock"), lock("2.30.7")).unwrap();
-        assert_eq!(locked(d.path()).unwrap().libraries["nvidia-nccl-cu13"], "2.30.7");
+        assert_eq!(locked(d.path(), &Arch::ALL).unwrap().libraries["nvidia-nccl-cu13"], "2.30.7");
         std::fs::write(d.path().join("uv.lock"), lock("2.30.7 --index-url http://x")).unwrap();
-        let err = locked(d.path()).err().expect("refused");
+        let err = locked(d.path(), &Arch::ALL).err().expect("refused");
         assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Usage, "{err:#}");
+    }
+
+    /// tests/fixtures/consumer-forks: torch 2.11.0 on linux and 2.9.0 only on darwin
+    /// (uv's resolution-markers); nvidia-nccl-cu12 only through an x86_64 edge.
+    #[test]
+    fn match_project_takes_the_torch_that_installs_on_each_built_arch() {
+        let d = tempfile::tempdir().unwrap();
+        let lock = include_str!("../../tests/fixtures/consumer-forks/uv.lock");
+        std::fs::write(d.path().join("uv.lock"), lock).unwrap();
+        let l = locked(d.path(), &Arch::ALL).unwrap();
+        assert_eq!(l.torch.0, "2.11.0");
+        assert_eq!(l.libraries.keys().collect::<Vec<_>>(), ["nvidia-nccl-cu12", "nvidia-nccl-cu13"]);
+        let arm = locked(d.path(), &[Arch::Aarch64]).unwrap();
+        assert_eq!(arm.libraries.keys().collect::<Vec<_>>(), ["nvidia-nccl-cu13"]);
+        // Two torch versions that really can install on linux (a python_version fork): refused, naming both.
+        let forked = lock.replace("\"sys_platform == 'darwin'\",\n]", "\"sys_platform == 'linux' and python_version < '3.11'\",\n]").replace(
+            "marker = \"sys_platform == 'darwin'\" },\n    { name = \"torch\", version = \"2.11.0\"",
+            "marker = \"sys_platform == 'linux' and python_version < '3.11'\" },\n    { name = \"torch\", version = \"2.11.0\"",
+        );
+        std::fs::write(d.path().join("uv.lock"), &forked).unwrap();
+        let err = format!("{:#}", locked(d.path(), &[Arch::X86_64]).err().expect("refused"));
+        assert!(
+            err.contains(
+                "locks several torch versions: on x86_64: 2.11.0 (dependencies, extra serve), 2.9.0 (dependencies, extra serve)"
+            ),
+            "{err}"
+        );
+        // Different versions per architecture: one registry toolchain cannot serve both.
+        let per_arch = lock
+            .replace("\"sys_platform == 'darwin'\",\n]", "\"platform_machine == 'aarch64'\",\n]")
+            .replace("\"sys_platform == 'linux'\",\n]", "\"platform_machine != 'aarch64'\",\n]")
+            .replace("marker = \"sys_platform == 'darwin'\" }", "marker = \"platform_machine == 'aarch64'\" }");
+        std::fs::write(d.path().join("uv.lock"), &per_arch).unwrap();
+        assert_eq!(locked(d.path(), &[Arch::Aarch64]).unwrap().torch.0, "2.9.0");
+        let err = format!("{:#}", locked(d.path(), &Arch::ALL).err().expect("refused"));
+        assert!(err.contains("locks several torch versions: 2.11.0, 2.9.0 across x86_64 and aarch64"), "{err}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod causes;
 pub mod index;
 pub mod marker;
 pub mod pyproject;
+pub mod revision;
 pub mod rules;
 pub mod uvlock;
 
@@ -71,6 +72,15 @@ pub struct CheckArgs {
     /// over more than one NVLink domain needs a multinode variant's index (`index-variant-mismatch`).
     #[arg(long = "recipe", value_name = "FILE")]
     pub recipes: Vec<PathBuf>,
+    /// DeepEP's repository to read the pinned revisions from (a checkout, a folder or a URL):
+    /// what each revision is (EPv2 or HybridEP) and its version come from its source, never
+    /// from pins.toml's `branch`. Default: the cache's mirror of pins.toml's repository, when
+    /// it holds the revision (`plan`, `build-wheel` and `pin set` fetch it there).
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
+    /// Where the mirrors of DeepEP's repository are (read, never fetched, without --source).
+    #[command(flatten)]
+    pub cache: crate::cache::CacheDirArg,
 }
 
 /// What `lock check` checks, as plain data (no clap type): made from `CheckArgs`
@@ -86,6 +96,10 @@ pub struct CheckRequest {
     /// `--trusted-key`s (added to the environment's and the user config's).
     pub trusted_keys: Vec<String>,
     pub recipes: Vec<PathBuf>,
+    /// `--source`: DeepEP's repository to read the revisions from.
+    pub source: Option<String>,
+    /// The cache folder whose mirror is read when no `--source` is given.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl CheckRequest {
@@ -98,6 +112,8 @@ impl CheckRequest {
             index_manifests: Vec::new(),
             trusted_keys: Vec::new(),
             recipes: Vec::new(),
+            source: None,
+            cache_dir: crate::cache::resolve_dir(None).ok(),
         }
     }
 
@@ -116,6 +132,8 @@ impl From<&CheckArgs> for CheckRequest {
             index_manifests: a.index_manifests.clone(),
             trusted_keys: a.trusted_keys.to_vec(),
             recipes: a.recipes.clone(),
+            source: a.source.clone(),
+            cache_dir: a.cache.resolve().ok(),
         }
     }
 }
@@ -290,6 +308,14 @@ pub(crate) fn shown(p: &Path) -> PathBuf {
     p.strip_prefix(".").map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// What the intended revisions (and those pyproject.toml and the lock name) are, read from their source.
+fn read_revisions(req: &CheckRequest, pins: Option<&Pins>, ctx: &rules::Context) -> Result<revision::Revisions> {
+    let locked = ctx.lock.into_iter().flat_map(|l| &l.refs).filter_map(|r| r.git.as_ref()?.commit.as_deref());
+    let py = ctx.py.refs.iter().filter_map(|r| r.git.as_ref()?.rev.as_deref());
+    let revs = ctx.intent.values().map(String::as_str).chain(locked).chain(py);
+    revision::read(pins, req.source.as_deref(), req.cache_dir.clone(), revs)
+}
+
 /// Run the whole check and build the report (no printing).
 pub fn run_check(req: &CheckRequest) -> Result<Report> {
     let pins = req.pins.as_deref().map(Pins::load).transpose()?;
@@ -317,7 +343,8 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
         None => None,
     };
 
-    let ctx = rules::Context::new(&req.project, pins.as_ref(), req.pins_path(), &py, lock.as_ref(), &py_path);
+    let mut ctx = rules::Context::new(&req.project, pins.as_ref(), req.pins_path(), &py, lock.as_ref(), &py_path);
+    ctx.revisions = read_revisions(req, pins.as_ref(), &ctx)?;
     let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&req.project, &req.dockerfiles)?;
     let mut found = match index::source(&py_path, &py_text, &name)? {
         Some(src) => index_rules(req, &ctx, &src, &lock_path, &name, &dockerfiles)?,

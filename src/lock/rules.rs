@@ -30,6 +30,8 @@ pub struct Context<'a> {
     pub intent: BTreeMap<Arch, String>,
     /// Base version of the label (`1.2.1`), where known.
     pub base: Option<String>,
+    /// What each revision is, read from its source (`lock::revision`; empty until read).
+    pub revisions: super::revision::Revisions,
 }
 
 /// The repository pyproject.toml takes DeepEP at `rev` from.
@@ -64,7 +66,17 @@ impl<'a> Context<'a> {
                 .find_map(|r| Version::from_str(r.version.as_deref()?).ok())
                 .map(|v| v.without_local().to_string()),
         };
-        Context { project, pins, pins_path, py, lock, pyproject_path: pyproject_path.to_path_buf(), intent, base }
+        Context {
+            project,
+            pins,
+            pins_path,
+            py,
+            lock,
+            pyproject_path: pyproject_path.to_path_buf(),
+            intent,
+            base,
+            revisions: Default::default(),
+        }
     }
 
     /// `deepep-forge pin set REV ...` that makes the project agree with the intent,
@@ -148,9 +160,16 @@ impl<'a> Context<'a> {
         self.label_of(self.intent.get(&arch)?)
     }
 
-    /// The label a build of `rev` gets (`<base>+<short sha>`), for a full sha.
+    /// The label a build of `rev` gets (`<base>+<short sha>`), for a full sha: the base read
+    /// from the source at `rev` (`lock::revision`), else pins.toml's `base_version` (or the
+    /// labels' under --no-pins) for an intended revision only; another revision's is not known.
     fn label_of(&self, rev: &str) -> Option<String> {
-        Some(format!("{}+{}", self.base.as_ref()?, rev.get(..7).filter(|_| is_full_sha(rev))?))
+        let base = match self.revisions.get(rev) {
+            Some(i) => &i.base_version,
+            None if self.intent.values().any(|r| r == rev) => self.base.as_ref()?,
+            None => return None,
+        };
+        Some(format!("{base}+{}", rev.get(..7).filter(|_| is_full_sha(rev))?))
     }
 
     /// The revision pyproject.toml makes uv install for `arch` (its override, else its most common pin).

@@ -77,7 +77,9 @@ struct EnvPkg {
 /// The [`ENV_PACKAGES`] tables of uv.lock: only `[[package]]` tables whose first key
 /// names one are parsed (each alone; the whole file when one does not parse alone),
 /// at most [`MAX_ENV_PACKAGES`].
-pub fn environment(path: &Path, text: &str) -> Result<Vec<EnvPackage>> {
+/// Where the project's dependency edges reach (`crate::lockgraph`) narrows each table's
+/// architectures.
+pub fn environment(path: &Path, text: &str, project: Option<&str>) -> Result<Vec<EnvPackage>> {
     let starts: Vec<usize> = text.match_indices("\n[[package]]\nname = \"").map(|(i, _)| i + 1).collect();
     let mut parts: Vec<(usize, EnvLock)> = Vec::new();
     for (k, &s) in starts.iter().enumerate() {
@@ -106,6 +108,7 @@ pub fn environment(path: &Path, text: &str) -> Result<Vec<EnvPackage>> {
         }
     }
     let ix = LineIndex::new(text);
+    let reach = if parts.is_empty() { None } else { Some(crate::lockgraph::installs(path, text, project)?) };
     let mut out = Vec::new();
     for (off, p) in parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))) {
         let (Some(version), true) = (&p.version, is_env_package(p.name.get_ref())) else { continue };
@@ -119,10 +122,21 @@ pub fn environment(path: &Path, text: &str) -> Result<Vec<EnvPackage>> {
             version: version.clone(),
             line,
             col: ix.col(text, off + p.name.span().start),
-            archs: marker::archs(&m, &MarkerTree::TRUE),
+            archs: reached(marker::archs(&m, &MarkerTree::TRUE), reach.as_ref(), p.name.get_ref(), version),
         });
     }
     Ok(out)
+}
+
+/// `archs` narrowed to where the project's edges reach the table (unchanged without a graph).
+fn reached(archs: Vec<Arch>, reach: Option<&crate::lockgraph::Installs>, name: &str, version: &str) -> Vec<Arch> {
+    match reach {
+        None => archs,
+        Some(r) => {
+            let on = r.archs(name, version);
+            archs.into_iter().filter(|a| on.contains(a)).collect()
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -424,7 +438,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
     }
     overridden.sort();
     overridden.dedup();
-    let environment = environment(path, text)?;
+    let environment = environment(path, text, project)?;
     Ok(UvLock { refs, overridden, environment })
 }
 

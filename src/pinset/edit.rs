@@ -171,10 +171,7 @@ fn set_string(item: &mut Item, s: &str) -> bool {
 // tool.uv.sources and the label are rewritten in one toml_edit document, so
 // every change shares one parse and one list of places changed.
 pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Result<(String, Vec<String>)> {
-    let mut doc = DocumentMut::from_str(text).map_err(|e| {
-        let line = e.span().map(|s| crate::pins::line_col(text, s.start).0).unwrap_or(0);
-        Failure::usage(format!("{}:{line}: {}", path.display(), e.message().trim()))
-    })?;
+    let mut doc = pins_doc(path, text)?;
     let mut places = Vec::new();
     // Every array of requirement strings: (table path, key or None for "each key").
     let spots: [(&[&str], Option<&str>, &str); 6] = [
@@ -295,10 +292,7 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
 /// Rewrite pins.toml text: the rev of each target architecture (adding
 /// `[pin.<arch>]` when missing) and, if it changed, `source.base_version`.
 pub fn pins(path: &Path, text: &str, rev: &str, arches: &[Arch], base: Option<&str>) -> Result<String> {
-    let mut doc = DocumentMut::from_str(text).map_err(|e| {
-        let line = e.span().map(|s| crate::pins::line_col(text, s.start).0).unwrap_or(0);
-        Failure::usage(format!("{}:{line}: {}", path.display(), e.message().trim()))
-    })?;
+    let mut doc = pins_doc(path, text)?;
     for a in arches {
         let pin = doc["pin"]
             .as_table_like_mut()
@@ -323,6 +317,24 @@ pub fn pins(path: &Path, text: &str, rev: &str, arches: &[Arch], base: Option<&s
         if let Some(v) = table_mut(&mut doc, &["source"]).and_then(|s| s.get_mut("base_version")) {
             set_string(v, b);
         }
+    }
+    Ok(doc.to_string())
+}
+
+/// pins.toml text as an editable document, a syntax error named with its line.
+fn pins_doc(path: &Path, text: &str) -> Result<DocumentMut> {
+    DocumentMut::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| crate::pins::line_col(text, s.start).0).unwrap_or(0);
+        Failure::usage(format!("{}:{line}: {}", path.display(), e.message().trim())).into()
+    })
+}
+
+/// pins.toml text without `source.branch` (the pin moved to a commit whose branch its source
+/// does not say; see `pin set`).
+pub fn without_branch(path: &Path, text: &str) -> Result<String> {
+    let mut doc = pins_doc(path, text)?;
+    if let Some(s) = table_mut(&mut doc, &["source"]) {
+        s.remove("branch");
     }
     Ok(doc.to_string())
 }

@@ -269,6 +269,10 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
             let base_change = base.as_deref().filter(|b| *b != p.source.base_version);
             let new = edit::pins(&p.path, &text, &rev, &arches, base_change)?;
+            let new = match arches_moved(p) {
+                true => edit::without_branch(&p.path, &new)?,
+                false => new,
+            };
             Pins::parse(&new, &p.path)?; // still valid
             Some((p.path.clone(), text, new))
         }
@@ -330,6 +334,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     }
     if let Some((path, old, new)) = &new_pins {
         crate::outln!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
+        branch_note(pins.as_ref(), path, new, &short);
     }
     if split {
         crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
@@ -341,6 +346,8 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     if args.index.is_some() && crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
         check.index_manifests.push("index".into());
     }
+    check.source = args.source.clone();
+    check.cache_dir = args.cache.resolve().ok();
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
         args.place.project.display(),
@@ -390,4 +397,17 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     crate::out!("{}", crate::findings::render_human(&report.findings));
     crate::outln!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
     Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+}
+
+/// `pin set` moved the pin and removed pins.toml's `source.branch`: which branch a commit is
+/// on is not in its source (and what it is, EPv2 or HybridEP, is read from its setup.py).
+fn branch_note(pins: Option<&Pins>, path: &Path, new: &str, short: &str) {
+    let Some(b) = pins.and_then(|p| p.source.branch.as_deref()) else { return };
+    if Pins::parse(new, path).is_ok_and(|p| p.source.branch.is_none()) {
+        crate::note!(
+            "note: {}: source.branch `{}` removed: which branch {short} is on is not in its source (what it is, EPv2 or HybridEP, is read from its setup.py; the branch name decides nothing)",
+            path.display(),
+            crate::input::excerpt(b, 60)
+        );
+    }
 }

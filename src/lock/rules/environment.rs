@@ -1,7 +1,8 @@
 //! The environment a consumer locks against what pins.toml builds (docs/findings.md,
 //! "The environment around DeepEP"): torch per architecture equals `[toolchain] torch`,
-//! `nvidia-nvshmem-cu*` equals the build's NVSHMEM, and for an EPv2 pin (branch
-//! `main`, version 2 or later) `nvidia-nccl-cu*` meets the revision's need. One
+//! `nvidia-nvshmem-cu*` equals the build's NVSHMEM, and for an EPv2 revision (as
+//! its source says, `lock::revision`; never pins.toml's `branch`) `nvidia-nccl-cu*`
+//! meets the revision's need. One
 //! function per rule id, registered in `RULES` (phase `Lock`).
 use std::str::FromStr;
 
@@ -9,6 +10,7 @@ use pep440_rs::Version;
 
 use super::Judging;
 use crate::findings::{Finding, Severity};
+use crate::interface::{Branch, Interface};
 use crate::lock::uvlock::EnvPackage;
 use crate::pins::{Arch, Pins};
 
@@ -19,10 +21,21 @@ pub const EPV2_NCCL_MIN: &str = "2.30.4";
 /// the NCCL loaded at run time must be that very version.
 pub const EPV2_NCCL_EXACT_BELOW: &str = "2.31";
 
-/// The pin is DeepEP `main` as EPv2 (version 2 or later): it needs [`EPV2_NCCL_MIN`].
-fn epv2(pins: &Pins) -> bool {
-    pins.source.branch.as_deref() == Some("main")
-        && Version::from_str(&pins.source.base_version).is_ok_and(|v| v.release().first().is_some_and(|m| *m >= 2))
+/// What DeepEP pinned for `a` is, read from its source at the revision (`lock::revision`),
+/// never from pins.toml's `branch` (None: no pin for `a`).
+fn pinned_at<'j>(j: &'j Judging, a: Arch) -> Option<Entry<'j>> {
+    let rev = j.ctx.intent.get(&a)?;
+    let revs = &j.ctx.revisions;
+    Some(match revs.get(rev) {
+        Some(i) => Entry::Read(i),
+        None => Entry::Unread(revs.unread(rev).unwrap_or("its source was not read")),
+    })
+}
+
+/// A pinned revision as [`pinned_at`] finds it.
+enum Entry<'j> {
+    Read(&'j Interface),
+    Unread(&'j str),
 }
 
 /// The locked packages named `prefix*` (or exactly `torch`) that can install on `a`.
@@ -153,52 +166,98 @@ pub fn lock_nvshmem(j: &Judging, out: &mut Vec<Finding>) {
     }
 }
 
-/// `lock-nccl` (an EPv2 pin): `nvidia-nccl-cu*` in uv.lock is at least [`EPV2_NCCL_MIN`], and the
-/// build's `[toolchain] nccl` when that is below [`EPV2_NCCL_EXACT_BELOW`].
+/// `lock-nccl` (an EPv2 revision, as its source says): `nvidia-nccl-cu*` in uv.lock is at least
+/// the revision's NCCL minimum (its README; [`EPV2_NCCL_MIN`] when it states none), and the
+/// build's `[toolchain] nccl` when that is below [`EPV2_NCCL_EXACT_BELOW`]. A revision whose
+/// source could not be read gets a note: what it is is not guessed from a branch name.
 pub fn lock_nccl(j: &Judging, out: &mut Vec<Finding>) {
-    let Some(pins) = j.ctx.pins.filter(|p| epv2(p)) else { return };
+    let Some(pins) = j.ctx.pins else { return };
+    for a in built(j) {
+        match pinned_at(j, a) {
+            Some(Entry::Read(i)) if i.branch == Branch::Main => {
+                let min = i.runtime.nccl_min.as_deref().unwrap_or(EPV2_NCCL_MIN);
+                nccl_against(j, pins, a, min, out)
+            }
+            Some(Entry::Unread(why)) => nccl_unknown(j, a, why, out),
+            _ => {}
+        }
+    }
+}
+
+/// The locked NCCL on `a` against an EPv2 revision's need `min` (and the build's exact NCCL below 2.31).
+fn nccl_against(j: &Judging, pins: &Pins, a: Arch, min: &str, out: &mut Vec<Finding>) {
     let built_nccl = pins.toolchain.as_ref().and_then(|t| t.nccl.clone());
     // A build NCCL below the need cannot build main at all (build-wheel's preflight says so):
     // the lock is then judged against the need alone.
-    let exact = built_nccl.as_deref().filter(|b| older(b, EPV2_NCCL_EXACT_BELOW) && !older(b, EPV2_NCCL_MIN));
-    for a in built(j) {
-        for p in locked(j, a, "nvidia-nccl-cu") {
-            let (want, why) = match exact {
-                Some(b) if !same(b, &p.version) => (
-                    format!("=={b}"),
-                    format!("the build compiles against NCCL {b} ([toolchain] nccl), and below NCCL {EPV2_NCCL_EXACT_BELOW} DeepEP main asserts the NCCL loaded at run time is that very version"),
-                ),
-                _ if older(&p.version, EPV2_NCCL_MIN) => (
-                    format!(">={EPV2_NCCL_MIN}"),
-                    format!("DeepEP main (EPv2) needs NCCL {EPV2_NCCL_MIN} or newer (its README; its NCCL Gin backend uses ncclCommProperties)"),
-                ),
-                _ => continue,
-            };
-            out.push(
-                Finding::new(
-                    "lock-nccl",
-                    Severity::Error,
-                    lock_file(j),
-                    format!("uv.lock installs {} {} on {a}: {why}", p.name, p.version),
-                )
-                .at(p.line, p.col)
-                .arch(a)
-                .expected_found(&want, &p.version)
-                .fix(format!(
-                    "add \"{}{want}\" to [tool.uv] override-dependencies in pyproject.toml (torch pins its own NCCL), then uv lock{}",
-                    p.name,
-                    match exact {
-                        Some(_) if !older(&p.version, EPV2_NCCL_MIN) => format!(
-                            "; or set [toolchain] nccl = \"{}\" in {} and rebuild the variants",
-                            p.version,
-                            pins_name(j)
-                        ),
-                        _ => String::new(),
-                    }
-                )),
-            );
-        }
+    let exact = built_nccl.as_deref().filter(|b| older(b, EPV2_NCCL_EXACT_BELOW) && !older(b, min));
+    for p in locked(j, a, "nvidia-nccl-cu") {
+        let (want, why) = match exact {
+            Some(b) if !same(b, &p.version) => (
+                format!("=={b}"),
+                format!("the build compiles against NCCL {b} ([toolchain] nccl), and below NCCL {EPV2_NCCL_EXACT_BELOW} DeepEP main asserts the NCCL loaded at run time is that very version"),
+            ),
+            _ if older(&p.version, min) => (
+                format!(">={min}"),
+                format!("DeepEP at {} is EPv2 (its setup.py builds deep_ep._C) and needs NCCL {min} or newer (its README; its NCCL Gin backend uses ncclCommProperties)", short(&j.ctx.intent[&a])),
+            ),
+            _ => continue,
+        };
+        out.push(
+            Finding::new(
+                "lock-nccl",
+                Severity::Error,
+                lock_file(j),
+                format!("uv.lock installs {} {} on {a}: {why}", p.name, p.version),
+            )
+            .at(p.line, p.col)
+            .arch(a)
+            .expected_found(&want, &p.version)
+            .fix(format!(
+                "add \"{}{want}\" to [tool.uv] override-dependencies in pyproject.toml (torch pins its own NCCL), then uv lock{}",
+                p.name,
+                match exact {
+                    Some(_) if !older(&p.version, min) => format!(
+                        "; or set [toolchain] nccl = \"{}\" in {} and rebuild the variants",
+                        p.version,
+                        pins_name(j)
+                    ),
+                    _ => String::new(),
+                }
+            )),
+        );
     }
+}
+
+/// The revision pinned for `a` could not be read, and the locked NCCL would matter were it EPv2
+/// (older than [`EPV2_NCCL_MIN`], or not the build's `[toolchain] nccl`): said, not guessed.
+fn nccl_unknown(j: &Judging, a: Arch, why: &str, out: &mut Vec<Finding>) {
+    let built_nccl = j.ctx.pins.and_then(|p| p.toolchain.as_ref()).and_then(|t| t.nccl.as_deref());
+    let matters = |v: &str| older(v, EPV2_NCCL_MIN) || built_nccl.is_some_and(|b| !same(b, v));
+    let Some(p) = locked(j, a, "nvidia-nccl-cu").find(|p| matters(&p.version)) else { return };
+    let rev = short(&j.ctx.intent[&a]);
+    out.push(
+        Finding::new(
+            "lock-nccl",
+            Severity::Note,
+            lock_file(j),
+            format!(
+                "uv.lock installs {} {} on {a}; whether DeepEP at {rev} is EPv2 (which needs NCCL {EPV2_NCCL_MIN} or newer) is read from its source, and that was not read: {why}",
+                p.name, p.version
+            ),
+        )
+        .at(p.line, p.col)
+        .arch(a)
+        .expected_found(format!("DeepEP's source at {rev}"), &p.version)
+        .fix(format!(
+            "deepep-forge lock check --source <DeepEP checkout or URL> --project {}",
+            j.ctx.project.display()
+        )),
+    );
+}
+
+/// 7 characters of a full sha, else the revision as written.
+fn short(rev: &str) -> &str {
+    rev.get(..7).filter(|_| crate::pins::is_full_sha(rev)).unwrap_or(rev)
 }
 
 /// `a < b` as PEP 440 versions (false when either does not parse).

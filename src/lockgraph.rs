@@ -1,0 +1,440 @@
+//! uv.lock's dependency graph: which `[[package]]` tables a project really
+//! installs on each Linux architecture. A table without `resolution-markers`
+//! is not "everywhere": it installs where some path of dependency edges from
+//! the project's own table (its `dependencies`, each extra, each dev group)
+//! has every edge's `marker` true, and where its own `resolution-markers` hold.
+//! Each root context (the dependencies alone, `extra <name>`, `group <name>`)
+//! is walked per architecture with a visited set (no recursion), the markers
+//! evaluated by [`crate::marker`] with uv's conflict sets excluded.
+//! uv.lock is hostile input: tables, edges and contexts are capped.
+//! Must not judge (see `lock::rules` and `builder::registry`).
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::Path;
+
+use anyhow::Result;
+use pep508_rs::MarkerTree;
+use serde::Deserialize;
+
+use crate::error::Failure;
+use crate::marker::{self, ConflictItem};
+use crate::pins::Arch;
+
+/// Most `[[package]]` tables read (NeMo-RL's locks have 445 to 549).
+pub const MAX_TABLES: usize = 20_000;
+/// Most dependency edges read, all tables together.
+pub const MAX_EDGES: usize = 200_000;
+/// Most root contexts walked (the dependencies, each extra, each dev group).
+pub const MAX_CONTEXTS: usize = 64;
+
+/// One table the project installs somewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// Normalised name.
+    pub name: String,
+    pub version: String,
+    /// `source = { registry = URL }`, when so.
+    pub registry: Option<String>,
+    /// 1-based line of the table's `name`.
+    pub line: usize,
+    /// Per architecture, the root contexts that reach it (`dependencies`, `extra vllm`, `group dev`).
+    pub via: BTreeMap<Arch, BTreeSet<String>>,
+}
+
+impl Installed {
+    pub fn archs(&self) -> Vec<Arch> {
+        self.via.keys().copied().collect()
+    }
+}
+
+/// The tables a project installs, in lock order.
+#[derive(Debug, Default)]
+pub struct Installs {
+    pub tables: Vec<Installed>,
+    /// Walked from the project's own table (else read by resolution-markers alone).
+    pub rooted: bool,
+}
+
+impl Installs {
+    /// Where the table `name` `version` installs (none: not reached at all).
+    pub fn archs(&self, name: &str, version: &str) -> Vec<Arch> {
+        let mut out: Vec<Arch> =
+            self.tables.iter().filter(|t| t.name == name && t.version == version).flat_map(|t| t.archs()).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    conflicts: Vec<Vec<Conflict>>,
+}
+
+#[derive(Deserialize)]
+struct Conflict {
+    package: Option<String>,
+    extra: Option<String>,
+    group: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Block {
+    package: Vec<Table>,
+}
+
+#[derive(Deserialize)]
+struct Table {
+    name: toml::Spanned<String>,
+    version: Option<String>,
+    source: Option<Source>,
+    #[serde(rename = "resolution-markers", default)]
+    resolution_markers: Vec<String>,
+    #[serde(default)]
+    dependencies: Vec<Edge>,
+    #[serde(rename = "optional-dependencies", default)]
+    optional: BTreeMap<String, Vec<Edge>>,
+    #[serde(rename = "dev-dependencies", default)]
+    dev: BTreeMap<String, Vec<Edge>>,
+}
+
+#[derive(Deserialize)]
+struct Source {
+    registry: Option<String>,
+    editable: Option<String>,
+    #[serde(rename = "virtual")]
+    virtual_: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Edge {
+    name: String,
+    version: Option<String>,
+    marker: Option<String>,
+    #[serde(default)]
+    extra: Vec<String>,
+}
+
+/// `Deep_EP.x` -> `deep-ep-x` (PEP 503).
+fn normalise(n: &str) -> String {
+    let mut out = String::with_capacity(n.len());
+    for c in n.chars() {
+        match c {
+            '-' | '_' | '.' if out.ends_with('-') => {}
+            '-' | '_' | '.' => out.push('-'),
+            c => out.push(c.to_ascii_lowercase()),
+        }
+    }
+    out
+}
+
+/// A `[[package]]` block without its `sdist` / `wheels` lines (~95% of the
+/// file; uv writes them as one line, or `wheels = [` to a lone `]`).
+fn without_files(block: &str) -> String {
+    let mut out = String::with_capacity(block.len() / 4);
+    let mut in_wheels = false;
+    for line in block.lines() {
+        if in_wheels {
+            in_wheels = line != "]";
+            continue;
+        }
+        if line.starts_with("sdist = ") || (line.starts_with("wheels = [") && line.ends_with(']')) {
+            continue;
+        }
+        if line == "wheels = [" {
+            in_wheels = true;
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
+    Failure::usage(format!("{}:{line}: {what}", path.display())).hint("regenerate the lock with `uv lock`").into()
+}
+
+/// The tables of uv.lock with the line of each (blocks parsed alone, files skipped).
+fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> {
+    let starts: Vec<usize> = text.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
+    if starts.len() > MAX_TABLES {
+        return Err(bad(path, 1, format!("more than {MAX_TABLES} [[package]] tables")));
+    }
+    let line_of = |off: usize| text[..off].bytes().filter(|b| *b == b'\n').count() + 1;
+    let head = &text[..starts.first().copied().unwrap_or(text.len())];
+    let header: Header = toml::from_str(head).map_err(|e| bad(path, 1, format!("the header does not parse: {e}")))?;
+    let sets: Vec<Vec<(String, ConflictItem)>> = header
+        .conflicts
+        .into_iter()
+        .map(|set| {
+            set.into_iter()
+                .filter_map(|c| {
+                    let item = match (c.extra, c.group) {
+                        (Some(e), _) => ConflictItem::Extra(e),
+                        (None, Some(g)) => ConflictItem::Group(g),
+                        _ => return None,
+                    };
+                    Some((c.package?, item))
+                })
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(starts.len());
+    let mut edges = 0usize;
+    for (k, &s) in starts.iter().enumerate() {
+        let block = &text[s..starts.get(k + 1).copied().unwrap_or(text.len())];
+        let parsed: Block = toml::from_str(&without_files(block))
+            .or_else(|_| toml::from_str(block))
+            .map_err(|e| bad(path, line_of(s), format!("a [[package]] table does not parse: {e}")))?;
+        for t in parsed.package {
+            edges += t.dependencies.len() + t.optional.values().chain(t.dev.values()).map(Vec::len).sum::<usize>();
+            if edges > MAX_EDGES {
+                return Err(bad(path, line_of(s), format!("more than {MAX_EDGES} dependency edges")));
+            }
+            out.push((line_of(s), t));
+        }
+    }
+    Ok((out, marker::conflicts_allowed(&sets)))
+}
+
+/// Parsed markers, interned, and whether each holds per context and architecture
+/// (cached: each marker is restricted by the conflict sets once, each context by
+/// each architecture once; a marker that names no extra is context-free).
+struct Markers<'a> {
+    path: &'a Path,
+    allowed: &'a MarkerTree,
+    ids: HashMap<String, usize>,
+    /// (marker ∧ allowed, whether it names an extra or group).
+    trees: Vec<(MarkerTree, bool)>,
+    envs: HashMap<(usize, Arch), MarkerTree>,
+    holds: HashMap<(usize, usize, Arch), bool>,
+}
+
+impl Markers<'_> {
+    fn id(&mut self, m: Option<&str>, line: usize) -> Result<usize> {
+        let s = m.unwrap_or("");
+        if let Some(i) = self.ids.get(s) {
+            return Ok(*i);
+        }
+        let mut tree = match m {
+            None => MarkerTree::TRUE,
+            Some(s) => marker::parse(s).map_err(|e| bad(self.path, line, format!("invalid marker: {e}")))?,
+        };
+        tree.and(self.allowed.clone());
+        self.trees.push((tree, s.contains("extra")));
+        self.ids.insert(s.to_string(), self.trees.len() - 1);
+        Ok(self.trees.len() - 1)
+    }
+
+    /// Can marker `id` hold on `arch` in context `ctx` (a marker id too; `base`: the context
+    /// that constrains nothing)?
+    fn holds(&mut self, id: usize, ctx: usize, base: usize, arch: Arch) -> bool {
+        let ctx = if self.trees[id].1 { ctx } else { base };
+        if let Some(h) = self.holds.get(&(id, ctx, arch)) {
+            return *h;
+        }
+        let trees = &self.trees;
+        let env = self.envs.entry((ctx, arch)).or_insert_with(|| {
+            let mut e = trees[ctx].0.clone();
+            e.and(marker::arch_env(arch));
+            e
+        });
+        let mut m = trees[id].0.clone();
+        m.and(env.clone());
+        let h = !m.is_false();
+        self.holds.insert((id, ctx, arch), h);
+        h
+    }
+}
+
+/// Where each table of uv.lock installs for `project` (its normalised name; else
+/// the workspace's own tables, `editable`/`virtual` sources). A lock without such
+/// a table (not one uv wrote for a project) is read by each table's own
+/// `resolution-markers` alone ([`Installs::rooted`] false).
+pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Installs> {
+    let (tables, allowed) = tables(path, text)?;
+    let project = project.map(normalise);
+    let own = |t: &Table| {
+        t.source.as_ref().is_some_and(|s| s.editable.is_some() || s.virtual_.is_some())
+            && project.as_ref().is_none_or(|p| normalise(t.name.get_ref()) == *p)
+    };
+    let roots: Vec<usize> = (0..tables.len()).filter(|i| own(&tables[*i].1)).collect();
+    let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, (_, t)) in tables.iter().enumerate() {
+        by_name.entry(normalise(t.name.get_ref())).or_default().push(i);
+    }
+    let mut mk = Markers {
+        path,
+        allowed: &allowed,
+        ids: HashMap::new(),
+        trees: Vec::new(),
+        envs: HashMap::new(),
+        holds: HashMap::new(),
+    };
+    let base = mk.id(None, 1)?;
+    // Each table's resolution-markers as one marker id (TRUE when it has none).
+    let mut fork = Vec::with_capacity(tables.len());
+    for (line, t) in &tables {
+        let joined = t.resolution_markers.iter().map(|m| format!("({m})")).collect::<Vec<_>>().join(" or ");
+        fork.push(mk.id((!joined.is_empty()).then_some(joined.as_str()), *line)?);
+    }
+    let contexts = contexts(&tables, &roots, &mut mk)?;
+    let mut via: BTreeMap<usize, BTreeMap<Arch, BTreeSet<String>>> = BTreeMap::new();
+    let g = Graph { tables: &tables, by_name: &by_name, fork: &fork, base };
+    for (label, ctx, starts) in &contexts {
+        for arch in Arch::ALL {
+            for t in g.walk(&mut mk, *ctx, arch, starts)? {
+                via.entry(t).or_default().entry(arch).or_default().insert(label.clone());
+            }
+        }
+    }
+    if roots.is_empty() {
+        for (t, f) in fork.iter().enumerate() {
+            for arch in Arch::ALL.into_iter().filter(|a| mk.holds(*f, base, base, *a)) {
+                via.entry(t).or_default().entry(arch).or_default().insert("resolution-markers".into());
+            }
+        }
+    }
+    let tables = via
+        .into_iter()
+        .map(|(i, via)| {
+            let (line, t) = &tables[i];
+            Installed {
+                name: normalise(t.name.get_ref()),
+                version: t.version.clone().unwrap_or_default(),
+                registry: t.source.as_ref().and_then(|s| s.registry.clone()),
+                line: *line,
+                via,
+            }
+        })
+        .collect();
+    Ok(Installs { tables, rooted: !roots.is_empty() })
+}
+
+/// A root context: its label, its marker id (the extra or group active, in uv's
+/// conflict encoding `extra-<len>-<project>-<name>`), and the edges it starts from.
+type Context<'t> = (String, usize, Vec<(usize, &'t Edge)>);
+
+fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers) -> Result<Vec<Context<'t>>> {
+    let mut out: Vec<Context<'t>> = Vec::new();
+    for &r in roots {
+        let (line, t) = &tables[r];
+        let base: Vec<(usize, &Edge)> = t.dependencies.iter().map(|e| (r, e)).collect();
+        let name = normalise(t.name.get_ref());
+        out.push(("dependencies".into(), mk.id(None, *line)?, base.clone()));
+        for (kind, lists) in [("extra", &t.optional), ("group", &t.dev)] {
+            for (n, edges) in lists {
+                let m = format!("extra == '{kind}-{}-{name}-{}'", name.len(), normalise(n));
+                // A name uv could not have encoded (not ASCII, quotes): the context stays unconstrained.
+                let ctx = mk.id(Some(&m), *line).or_else(|_| mk.id(None, *line))?;
+                let starts = base.iter().copied().chain(edges.iter().map(|e| (r, e))).collect();
+                out.push((format!("{kind} {n}"), ctx, starts));
+            }
+        }
+        if out.len() > MAX_CONTEXTS {
+            return Err(bad(mk.path, *line, format!("more than {MAX_CONTEXTS} extras and dependency groups")));
+        }
+    }
+    Ok(out)
+}
+
+struct Graph<'g> {
+    tables: &'g [(usize, Table)],
+    by_name: &'g HashMap<String, Vec<usize>>,
+    fork: &'g [usize],
+    /// The context that constrains nothing.
+    base: usize,
+}
+
+impl Graph<'_> {
+    /// The tables reached on `arch` in context `ctx` from `starts`: a worklist of
+    /// (table, extra of it) with a visited set, each edge taken where its marker
+    /// can hold, each target where its resolution-markers can.
+    fn walk<'a>(
+        &'a self,
+        mk: &mut Markers,
+        ctx: usize,
+        arch: Arch,
+        starts: &[(usize, &'a Edge)],
+    ) -> Result<BTreeSet<usize>> {
+        let mut reached = BTreeSet::new();
+        let mut seen: HashSet<(usize, Option<&'a str>)> = HashSet::new();
+        let mut work: Vec<(usize, &'a Edge)> = starts.to_vec();
+        while let Some((from, e)) = work.pop() {
+            let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
+            if !mk.holds(id, ctx, self.base, arch) {
+                continue;
+            }
+            let targets = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
+            for &t in targets {
+                let table = &self.tables[t].1;
+                if e.version.is_some() && e.version != table.version || !mk.holds(self.fork[t], ctx, self.base, arch) {
+                    continue;
+                }
+                reached.insert(t);
+                let nodes = std::iter::once(None).chain(e.extra.iter().map(|x| Some(x.as_str())));
+                for node in nodes {
+                    if !seen.insert((t, node)) {
+                        continue;
+                    }
+                    let edges = match node {
+                        None => Some(&table.dependencies),
+                        Some(x) => table.optional.get(x),
+                    };
+                    work.extend(edges.into_iter().flatten().map(|e| (t, e)));
+                }
+            }
+        }
+        Ok(reached)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "version = 1\nrevision = 3\nrequires-python = \">=3.10\"\n";
+
+    fn table(name: &str, source: &str, deps: &str, rest: &str) -> String {
+        format!(
+            "\n[[package]]\nname = \"{name}\"\nversion = \"1.0\"\nsource = {{ {source} }}\ndependencies = [\n{deps}]\nwheels = [\n    {{ url = \"https://x/{name}.whl\" }},\n]\n{rest}"
+        )
+    }
+
+    #[test]
+    fn cycles_end_and_extras_of_dependencies_are_followed() {
+        let reg = "registry = \"https://pypi.org/simple\"";
+        let lock = [
+            HEAD.to_string(),
+            table("app", "editable = \".\"", "    { name = \"a\", extra = [\"gpu\"] },\n", ""),
+            table(
+                "a",
+                reg,
+                "    { name = \"b\" },\n",
+                "\n[package.optional-dependencies]\ngpu = [\n    { name = \"nvidia-nccl-cu12\", marker = \"platform_machine == 'x86_64'\" },\n]\n",
+            ),
+            table("b", reg, "    { name = \"a\" },\n", ""),
+            table("nvidia-nccl-cu12", reg, "", ""),
+            table("unreached", reg, "", ""),
+        ]
+        .concat();
+        let g = installs(Path::new("uv.lock"), &lock, Some("app")).unwrap();
+        assert!(g.rooted);
+        assert_eq!(g.archs("nvidia-nccl-cu12", "1.0"), vec![Arch::X86_64]);
+        assert_eq!(g.archs("b", "1.0"), Arch::ALL.to_vec());
+        assert_eq!(g.archs("unreached", "1.0"), vec![]);
+        // Without the project's own table: each table by its resolution-markers alone.
+        let g = installs(Path::new("uv.lock"), &lock, Some("other")).unwrap();
+        assert!(!g.rooted && g.archs("unreached", "1.0") == Arch::ALL.to_vec());
+    }
+
+    #[test]
+    fn hostile_sizes_are_bad_input_naming_the_file() {
+        let edges = "    { name = \"x\" },\n".repeat(MAX_EDGES + 1);
+        let lock = format!("{HEAD}{}", table("app", "virtual = \".\"", &edges, ""));
+        let err = installs(Path::new("uv.lock"), &lock, None).unwrap_err();
+        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Usage);
+        assert!(format!("{err:#}").contains(&format!("uv.lock:5: more than {MAX_EDGES} dependency edges")), "{err:#}");
+    }
+}
