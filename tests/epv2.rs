@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use build_support::*;
+use support::tiny_wheel;
 use support::*;
 
 /// The EPv2 lab: the fixture as a git repository whose `third-party/fmt` is a
@@ -349,4 +350,80 @@ fn pin_set_writes_the_epv2_label() {
     assert!(py.contains(&format!("version = \"2.1.0+{short}\"")), "{py}");
     let pins = std::fs::read_to_string(d.path().join("pins.toml")).unwrap();
     assert!(pins.contains("base_version = \"2.1.0\""), "{pins}");
+}
+
+/// The lab with NCCL 2.30.7 installed as pip installs it (a stand-in
+/// `nvidia-nccl-cu13` wheel with NCCL's real headers, installed by real uv into
+/// the build venv) and the variant naming no NCCL folder: the build takes the
+/// pip distribution. Returns the lab, its pins and the stand-in wheel's folder.
+fn v2_with_pip_nccl(extra: &str) -> (V2, PathBuf, PathBuf) {
+    let v = v2();
+    let links = v.lab.dir.path().join("links");
+    let whl = tiny_wheel::stand_in_nccl(&links, "2.30.7", Some(&nccl_headers("2.30.7")));
+    let uv = v.lab.tools.join("bin/uv");
+    run(Command::new(&uv).args(["pip", "install", "--offline", "--no-deps", "--python"]).arg(&v.lab.python).arg(&whl));
+    let variant = SINGLE_V2.replace("env = { EP_NCCL_ROOT_DIR = \"{nccl}\" }\n", extra);
+    let pins = v.pins(&variant);
+    (v, pins, links)
+}
+
+/// Issue 30 §1: the wheel's METADATA requires the NCCL distribution the build
+/// took, exactly (the revision's nccl.cu requires the run-time NCCL to equal
+/// the build's below 2.31); the plan shows it with why, the provenance and the
+/// cache key carry it; `runtime_requires = false` turns it off (the plan says
+/// so, another key), and a system NCCL is a note, never a requirement.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+fn the_wheel_requires_the_pip_nccl_it_was_built_with() {
+    let (v, pins, _) = v2_with_pip_nccl("");
+    let pins = pins.to_str().unwrap();
+    let o = v.forge(&["plan", "--variant", "v2", "--pins", pins]).output().unwrap();
+    let text = stdout(&o);
+    assert!(text.contains("requires    nvidia-nccl-cu13==2.30.7"), "{text}");
+    assert!(text.contains("below NCCL 2.31 the revision requires the run-time NCCL"), "{text}");
+    let p = json(&v.forge(&["plan", "--variant", "v2", "--pins", pins, "--format", "json"]).output().unwrap());
+    let req = &p["plans"][0]["environment"]["requires"];
+    assert_eq!(req["enabled"], true, "{p}");
+    assert_eq!(req["requires"][0]["name"], "nvidia-nccl-cu13", "{p}");
+    assert_eq!(req["requires"][0]["specifier"], "==2.30.7", "{p}");
+    let key = p["plans"][0]["cache_key"].clone();
+
+    let r = json(&v.forge(&["build-wheel", "--variant", "v2", "--pins", pins, "--format", "json"]).output().unwrap());
+    let res = &r["results"][0];
+    assert_eq!(res["status"], "built", "{r}");
+    let wheel = PathBuf::from(res["wheel"].as_str().unwrap());
+    let wheel = if wheel.is_absolute() { wheel } else { v.lab.dir.path().join(wheel) };
+    let members = zip_members(&wheel);
+    let meta = String::from_utf8(member(&wheel, members.iter().find(|m| m.ends_with(".dist-info/METADATA")).unwrap()))
+        .unwrap();
+    assert!(meta.contains("\nRequires-Dist: nvidia-nccl-cu13==2.30.7\n"), "{meta}");
+    // RECORD states METADATA's new hash: pip installs the wheel (it checks RECORD).
+    let target = v.lab.dir.path().join("installed");
+    run(Command::new(v.lab.tools.join("bin/python"))
+        .args(["-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target"])
+        .arg(&target)
+        .arg(&wheel));
+    let prov: serde_json::Value = serde_json::from_slice(&member(
+        &wheel,
+        members.iter().find(|m| m.ends_with(".dist-info/deepep-forge-provenance.json")).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(prov["toolchain"]["environment"]["requires"], *req, "{prov}");
+    assert_eq!(prov["cache_key"], key);
+
+    // Turned off: the plan says so, the key differs.
+    let off = v.pins(&SINGLE_V2.replace("env = { EP_NCCL_ROOT_DIR = \"{nccl}\" }\n", "runtime_requires = false\n"));
+    let o = v.forge(&["plan", "--variant", "v2", "--pins", off.to_str().unwrap()]).output().unwrap();
+    assert!(stdout(&o).contains("(not written: runtime_requires = false)"), "{}", stdout(&o));
+    let p = json(
+        &v.forge(&["plan", "--variant", "v2", "--pins", off.to_str().unwrap(), "--format", "json"]).output().unwrap(),
+    );
+    assert_ne!(p["plans"][0]["cache_key"], key, "runtime_requires is in the cache key");
+
+    // A system NCCL (the variant names its folder): a note, no requirement.
+    let sys = v.pins(SINGLE_V2);
+    let o = v.forge(&["plan", "--variant", "v2", "--pins", sys.to_str().unwrap()]).output().unwrap();
+    let text = stdout(&o);
+    assert!(text.contains("requires    none"), "{text}");
+    assert!(text.contains("NCCL is not from a pip distribution"), "{text}");
 }

@@ -57,6 +57,7 @@ pub fn of(
         nvshmem,
         nccl,
         needs,
+        requires: None,
     };
     (e, from)
 }

@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod hostile;
+pub mod tiny_wheel;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
