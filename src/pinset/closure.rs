@@ -87,6 +87,10 @@ pub fn write(path: &Path, text: &str, overrides: &[String]) -> Result<String> {
     for o in overrides {
         arr.push(o.as_str());
     }
+    // A one-line array stays one tidy line; a multi-line one keeps its layout and comments.
+    if !arr.to_string().contains('\n') {
+        arr.fmt();
+    }
     Ok(doc.to_string())
 }
 
