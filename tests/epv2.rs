@@ -464,8 +464,8 @@ fn uv_refuses_torchs_nccl_for_the_epv2_wheel_until_pin_set_writes_the_override()
     let (v, pins, links) = v2_with_pip_nccl("");
     let dir = v.lab.dir.path();
     let key = dir.join("publish.key");
-    let o = forge(dir, &["cache", "keygen", "--name", "closure-1", "--out", key.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let keygen = forge(dir, &["cache", "keygen", "--name", "closure-1", "--out", key.to_str().unwrap()]);
+    assert_eq!(keygen.status.code(), Some(0), "{}", stderr(&keygen));
     let idx = dir.join("srv");
     let o = v
         .forge(&[
@@ -593,5 +593,44 @@ fn uv_refuses_torchs_nccl_for_the_epv2_wheel_until_pin_set_writes_the_override()
         .output()
         .unwrap();
     assert_eq!(stdout(&o).trim(), format!("2.1.0+{short} 2.30.7 23007"), "{}", stderr(&o));
+
+    // lock check reads the locked wheel's own requirements from the index: satisfied here.
+    let public = stdout(&keygen).lines().next().unwrap().trim().to_string();
+    let check = || {
+        let o = bin()
+            .current_dir(dir)
+            .env("DEEPEP_FORGE_CACHE_DIR", &v.lab.cache)
+            .args(["lock", "check", "--project", consumer.to_str().unwrap(), "--pins", pins.to_str().unwrap()])
+            .args(["--index-manifest", "index", "--trusted-key", &public, "--format", "json"])
+            .output()
+            .unwrap();
+        let j: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+        (o.status.code(), j)
+    };
+    let unmet = |j: &serde_json::Value| -> Vec<serde_json::Value> {
+        j["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == "lock-requires-unmet").cloned().collect()
+    };
+    let (_, j) = check();
+    assert!(unmet(&j).is_empty(), "{j}");
+    // A lock made with DeepEP's requirements hidden (dependency-metadata, as for a git
+    // source) takes torch's NCCL 2.28.9: lock-requires-unmet at that table, with the override.
+    let hidden = format!(
+        "{without}\n[[tool.uv.dependency-metadata]]\nname = \"deep-ep\"\nversion = \"2.1.0+{short}\"\nrequires-dist = []\n"
+    );
+    std::fs::write(consumer.join("pyproject.toml"), &hidden).unwrap();
+    let o = uv(&["lock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lock = std::fs::read_to_string(consumer.join("uv.lock")).unwrap();
+    let line = lock.lines().position(|l| l == "name = \"nvidia-nccl-cu13\"").unwrap() + 1;
+    assert_eq!(lock.lines().nth(line), Some("version = \"2.28.9\""), "{lock}");
+    let (code, j) = check();
+    assert_eq!(code, Some(1), "{j}");
+    let f = unmet(&j);
+    assert_eq!(f.len(), 1, "{j}");
+    assert_eq!(f[0]["line"], line, "{j}");
+    assert!(f[0]["file"].as_str().unwrap().ends_with("uv.lock"), "{j}");
+    assert_eq!((f[0]["expected"].as_str(), f[0]["found"].as_str()), (Some("nvidia-nccl-cu13==2.30.7"), Some("2.28.9")));
+    assert!(f[0]["fix"].as_str().unwrap().contains("override-dependencies = [\"nvidia-nccl-cu13==2.30.7\"]"), "{j}");
     drop(server);
 }

@@ -45,25 +45,27 @@ pub fn requires(simple: &str, pick: impl Fn(&WheelEntry) -> bool) -> Result<Vec<
     })?;
     let m = Manifest::parse(&get(&m_url, manifest::MAX_BYTES)?)
         .map_err(|e| Failure::problems(format!("{}: {e}", crate::input::excerpt(&m_url, 200))))?;
-    let mut out = Vec::new();
-    for w in m.wheels.iter().filter(|w| pick(w)) {
-        crate::cache::check_wheel_name(&w.wheel)?;
-        let url = format!("{}/{PROJECT}/{}.metadata", simple.trim_end_matches('/'), super::pages::href(&w.wheel));
-        let bytes = get(&url, MAX_METADATA)?;
-        if super::facts::sha256_hex(&bytes) != w.metadata_sha256 {
-            return Err(Failure::problems(format!(
-                "{}: its sha256 is not the one the index's manifest states for {}",
-                crate::input::excerpt(&url, 200),
-                w.wheel
-            ))
-            .into());
-        }
-        let text = String::from_utf8_lossy(&bytes);
-        out.push(WheelRequires {
-            wheel: w.wheel.clone(),
-            sha256: w.sha256.clone(),
-            requires: crate::wheel::metadata::requires_dist(&text),
-        });
+    m.wheels.iter().filter(|w| pick(w)).map(|w| of_entry(simple, w)).collect()
+}
+
+/// The `Requires-Dist` of the manifest entry `w` of the index at `simple`:
+/// its `.metadata`, checked against the sha256 the entry states.
+pub fn of_entry(simple: &str, w: &WheelEntry) -> Result<WheelRequires> {
+    crate::cache::check_wheel_name(&w.wheel)?;
+    let url = format!("{}/{PROJECT}/{}.metadata", simple.trim_end_matches('/'), super::pages::href(&w.wheel));
+    let bytes = get(&url, MAX_METADATA)?;
+    if super::facts::sha256_hex(&bytes) != w.metadata_sha256 {
+        return Err(Failure::problems(format!(
+            "{}: its sha256 is not the one the index's manifest states for {}",
+            crate::input::excerpt(&url, 200),
+            w.wheel
+        ))
+        .into());
     }
-    Ok(out)
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(WheelRequires {
+        wheel: w.wheel.clone(),
+        sha256: w.sha256.clone(),
+        requires: crate::wheel::metadata::requires_dist(&text),
+    })
 }
