@@ -114,6 +114,9 @@ pub struct EnvFacts {
     pub versions: Versions,
     /// `--driver-at-run-time`: the NVIDIA driver's libraries are not expected here.
     pub driver_at_run_time: bool,
+    /// The NCCL and NVSHMEM libraries the process would load, with their own versions (`loader`).
+    #[serde(default)]
+    pub loaded: Vec<super::loader::Loaded>,
 }
 
 /// HybridEP's JIT runs `$CUDA_HOME/bin/nvcc -I$CUDA_HOME/include
@@ -412,8 +415,10 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
             needed.push(Resolved { extension: ext.path.clone(), library: lib.clone(), found });
         }
     }
+    let loaded = super::loader::loaded(interp, &needed);
     EnvFacts {
         interpreter: interp.clone(),
+        loaded,
         needed,
         missing_runpaths,
         jit: jit_env(),
