@@ -415,7 +415,9 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
             needed.push(Resolved { extension: ext.path.clone(), library: lib.clone(), found });
         }
     }
-    let loaded = super::loader::loaded(interp, &needed);
+    let torch = interp.modules.get("torch").cloned().flatten().map(PathBuf::from);
+    let sonames: Vec<(String, Option<String>)> = needed.iter().map(|r| (r.library.clone(), r.found.clone())).collect();
+    let loaded = super::loader::loaded(torch.as_deref(), &interp.packages, &sonames);
     EnvFacts {
         interpreter: interp.clone(),
         loaded,

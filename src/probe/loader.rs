@@ -23,7 +23,7 @@ use object::read::elf::{Dyn, ElfFile64};
 use object::{elf, Endianness, Object, ObjectSection};
 use serde::Serialize;
 
-use super::env::{Interpreter, Resolved};
+use std::collections::BTreeMap;
 
 /// Largest library looked into (libtorch_cuda.so is about 1.5 GB; only parts are read).
 const MAX_LIBRARY: u64 = 8 << 30;
@@ -53,19 +53,26 @@ pub struct Loaded {
     pub dist: Option<(String, String)>,
 }
 
-/// The NCCL and NVSHMEM libraries deep_ep's extensions would get in `interp`'s process.
-pub fn loaded(interp: &Interpreter, needed: &[Resolved]) -> Vec<Loaded> {
-    let torch_libs = torch_loads(interp);
+/// The NCCL and NVSHMEM libraries deep_ep's extensions would get in a
+/// process whose torch is `torch` (its `__init__.py`) and whose installed
+/// distributions are `packages` (name -> dist-info version); `needed`: each
+/// extension NEEDED (soname, how `env` resolved it: `RUNPATH /path`, ...).
+pub fn loaded(
+    torch: Option<&Path>,
+    packages: &BTreeMap<String, String>,
+    needed: &[(String, Option<String>)],
+) -> Vec<Loaded> {
+    let torch_libs = torch.map(torch_loads).unwrap_or_default();
     let mut out: Vec<Loaded> = Vec::new();
-    for r in needed {
-        let Some((_, what, dist, marker)) = LIBRARIES.iter().find(|l| r.library.starts_with(l.0)) else {
+    for (library, found) in needed {
+        let Some((_, what, dist, marker)) = LIBRARIES.iter().find(|l| library.starts_with(l.0)) else {
             continue;
         };
-        if out.iter().any(|l| l.soname == r.library) {
+        if out.iter().any(|l| l.soname == *library) {
             continue;
         }
-        let by_torch = torch_libs.iter().find(|(n, _)| *n == r.library);
-        let (path, how) = match (by_torch, &r.found) {
+        let by_torch = torch_libs.iter().find(|(n, _)| n == library);
+        let (path, how) = match (by_torch, found) {
             (Some((_, p)), _) => {
                 (Some(p.clone()), "loaded by torch first (its RUNPATH; the loader reuses the soname)".to_string())
             }
@@ -76,10 +83,10 @@ pub fn loaded(interp: &Interpreter, needed: &[Resolved]) -> Vec<Loaded> {
             (None, None) => (None, "not found".to_string()),
         };
         let version = path.as_deref().and_then(|p| library_version(p, marker));
-        let owner = path.as_deref().and_then(|p| owner(p, what, dist, interp));
+        let owner = path.as_deref().and_then(|p| owner(p, what, dist, packages));
         out.push(Loaded {
             what: what.to_string(),
-            soname: r.library.clone(),
+            soname: library.clone(),
             path: path.map(|p| p.display().to_string()),
             how,
             version,
@@ -89,19 +96,18 @@ pub fn loaded(interp: &Interpreter, needed: &[Resolved]) -> Vec<Loaded> {
     out
 }
 
-/// The distribution (name, version) of `interp` whose `nvidia/<lib>/lib` folder holds `path`.
-fn owner(path: &Path, what: &str, dist: &str, interp: &Interpreter) -> Option<(String, String)> {
+/// The distribution (name, version) of `packages` whose `nvidia/<lib>/lib` folder holds `path`.
+fn owner(path: &Path, what: &str, dist: &str, packages: &BTreeMap<String, String>) -> Option<(String, String)> {
     let folder = format!("nvidia/{}/lib", what.to_lowercase());
     if !path.parent()?.ends_with(&folder) {
         return None;
     }
-    interp.packages.iter().find(|(n, _)| n.starts_with(dist)).map(|(n, v)| (n.clone(), v.clone()))
+    packages.iter().find(|(n, _)| n.starts_with(dist)).map(|(n, v)| (n.clone(), v.clone()))
 }
 
 /// Sonames torch's CUDA libraries NEED, resolved through their own RUNPATH/RPATH.
-fn torch_loads(interp: &Interpreter) -> Vec<(String, PathBuf)> {
-    let Some(Some(init)) = interp.modules.get("torch") else { return Vec::new() };
-    let Some(lib) = Path::new(init).parent().map(|t| t.join("lib")) else { return Vec::new() };
+fn torch_loads(init: &Path) -> Vec<(String, PathBuf)> {
+    let Some(lib) = init.parent().map(|t| t.join("lib")) else { return Vec::new() };
     let mut out = Vec::new();
     for name in ["libtorch_cuda.so", "libtorch_global_deps.so"] {
         let file = lib.join(name);
