@@ -21,15 +21,6 @@ fn ok(c: &mut Command) -> String {
     stdout(&o)
 }
 
-fn wheel_in(dir: &Path, prefix: &str) -> PathBuf {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
-        .unwrap_or_else(|| missing(&format!("{prefix}*.whl among the environment wheels")))
-}
-
 /// A deep_ep wheel whose `_C` NEEDs the venv's NCCL and NVSHMEM (RUNPATH
 /// `$ORIGIN/../nvidia/{nccl,nvshmem}/lib`) and whose provenance says NCCL `nccl`.
 fn deep_ep_wheel(dir: &Path, site: &Path, nccl: &str) -> PathBuf {

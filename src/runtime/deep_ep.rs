@@ -1,7 +1,7 @@
 //! `--deep-ep`: run the installed deep_ep's own round trip (one Python
-//! process per GPU): HybridEP's `HybridEPBuffer` (`hybrid_ep_roundtrip.py`),
-//! or for an EPv2 deep_ep (DeepEP main: it has `ElasticBuffer`) EPv2's
-//! `ElasticBuffer` (`epv2_roundtrip.py`), and turn it into one verdict row.
+//! process per GPU, script `deep_ep_roundtrip.py`): HybridEP's
+//! `HybridEPBuffer`, or for an EPv2 deep_ep (DeepEP main: it has
+//! `ElasticBuffer`) EPv2's `ElasticBuffer`, and turn it into one verdict row.
 //! What the static probe already named against the libraries the process
 //! loads (`loaded-libraries` failures: an NCCL that is not the build's) is
 //! said with the import's or the round trip's failure. Owns the child processes (always reaped, killed at the
@@ -17,10 +17,7 @@ use serde::Serialize;
 
 use crate::verdict::Check;
 
-const SCRIPT: &str = include_str!("hybrid_ep_roundtrip.py");
-const EPV2_SCRIPT: &str = include_str!("epv2_roundtrip.py");
-/// Imports deep_ep (CPU only) and says which round trip applies.
-const WHICH: &str = "import deep_ep; print('epv2' if hasattr(deep_ep, 'ElasticBuffer') else 'hybrid-ep')";
+const SCRIPT: &str = include_str!("deep_ep_roundtrip.py");
 
 /// What the HybridEP round trip gave.
 #[derive(Debug, Clone, Serialize)]
@@ -86,7 +83,7 @@ pub fn run(python: Option<&Path>, world: u32, timeout_s: u64, named: &[String]) 
         [] => detail,
         _ => format!("{detail} (named before the import: {})", named.join("; ")),
     };
-    let epv2 = match Cmd::new(&py, "import deep_ep").args(["-c", WHICH]).capture() {
+    match Cmd::new(&py, "import deep_ep").args(["-c", "import deep_ep"]).capture() {
         Err(e) => return Outcome::Unavailable { python: py, detail: e.to_string() },
         Ok(o) if !o.status.success() => {
             let err = String::from_utf8_lossy(&o.stderr);
@@ -96,10 +93,9 @@ pub fn run(python: Option<&Path>, world: u32, timeout_s: u64, named: &[String]) 
             }
             return Outcome::Failed { python: py, detail: because(format!("importing deep_ep fails: {last}")) };
         }
-        Ok(o) => String::from_utf8_lossy(&o.stdout).trim() == "epv2",
-    };
-    let (name, text) = if epv2 { ("epv2_roundtrip.py", EPV2_SCRIPT) } else { ("hybrid_ep_roundtrip.py", SCRIPT) };
-    match launch(&py, world, timeout_s, name, text) {
+        Ok(_) => {}
+    }
+    match launch(&py, world, timeout_s) {
         Ok(result) if result["ok"] != true && !named.is_empty() => {
             Outcome::Failed { python: py, detail: because(format!("{} mismatching elements", result["mismatches"])) }
         }
@@ -108,10 +104,10 @@ pub fn run(python: Option<&Path>, world: u32, timeout_s: u64, named: &[String]) 
     }
 }
 
-fn launch(py: &str, world: u32, timeout_s: u64, name: &str, text: &str) -> anyhow::Result<serde_json::Value> {
+fn launch(py: &str, world: u32, timeout_s: u64) -> anyhow::Result<serde_json::Value> {
     let dir = tempfile::tempdir()?;
-    let script = dir.path().join(name);
-    std::fs::write(&script, text)?;
+    let script = dir.path().join("deep_ep_roundtrip.py");
+    std::fs::write(&script, SCRIPT)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr())?.port();
     let mut children: Vec<Child> = Vec::new();
     for r in 0..world {
