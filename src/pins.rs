@@ -380,6 +380,9 @@ pub struct Variant {
     /// architectures' wheels; `None`: its own (`index_name`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
+    /// Whether the wheel's METADATA gets the run-time requirements the build
+    /// implies (`runtime_requires`, default true; `builder::closure`).
+    pub runtime_requires: bool,
     /// 1-based line of the variant's `[[variant]]` table.
     pub line: usize,
 }
@@ -527,6 +530,7 @@ struct RawVariant {
     topology: Option<Spanned<RawTopology>>,
     env: Option<Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
     index: Option<Spanned<String>>,
+    runtime_requires: Option<bool>,
 }
 
 /// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
@@ -780,6 +784,7 @@ fn variant(
         topology,
         env,
         index: v.index.map(Spanned::into_inner),
+        runtime_requires: v.runtime_requires.unwrap_or(true),
         line: line_col(text, vspan.start).0,
     })
 }

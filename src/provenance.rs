@@ -109,6 +109,49 @@ pub struct BuildEnvironment {
     /// What the revision needs of its run-time environment, read from its source.
     #[serde(default)]
     pub needs: RuntimeNeeds,
+    /// The run-time requirements the build implies (the wheel's `Requires-Dist`,
+    /// `builder::closure`); None in older plans and wheels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requires: Option<RuntimeRequires>,
+}
+
+/// The wheel's run-time requirements, derived from the build environment.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RuntimeRequires {
+    /// false: the variant says `runtime_requires = false`; METADATA is left as built.
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<Requirement>,
+    /// What is not a requirement, and why (a system NCCL, no torch distribution, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl RuntimeRequires {
+    /// The `Requires-Dist` lines the wheel carries (none when turned off).
+    pub fn written(&self) -> &[Requirement] {
+        if self.enabled {
+            &self.requires
+        } else {
+            &[]
+        }
+    }
+}
+
+/// One `Requires-Dist`: a PEP 503 name, a PEP 440 specifier, and why.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Requirement {
+    pub name: String,
+    /// `==2.30.7`, `>=2.30.4`.
+    pub specifier: String,
+    pub why: String,
+}
+
+impl Requirement {
+    /// `nvidia-nccl-cu13==2.30.7`.
+    pub fn line(&self) -> String {
+        format!("{}{}", self.name, self.specifier)
+    }
 }
 
 /// A DeepEP revision's needs of the environment it runs in.

@@ -19,15 +19,6 @@ use deepep_forge::wheel::record;
 use serde_json::{json, Value};
 use support::*;
 
-fn wheel_in(dir: &Path, prefix: &str) -> PathBuf {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
-        .unwrap_or_else(|| panic!("no {prefix}* in {}", dir.display()))
-}
-
 fn ok(c: &mut Command) -> String {
     let o = c.output().unwrap();
     assert!(o.status.success(), "{c:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));

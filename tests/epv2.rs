@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use build_support::*;
+use support::tiny_wheel;
 use support::*;
 
 /// The EPv2 lab: the fixture as a git repository whose `third-party/fmt` is a
@@ -349,4 +350,287 @@ fn pin_set_writes_the_epv2_label() {
     assert!(py.contains(&format!("version = \"2.1.0+{short}\"")), "{py}");
     let pins = std::fs::read_to_string(d.path().join("pins.toml")).unwrap();
     assert!(pins.contains("base_version = \"2.1.0\""), "{pins}");
+}
+
+/// The lab with NCCL 2.30.7 installed as pip installs it (a stand-in
+/// `nvidia-nccl-cu13` wheel with NCCL's real headers, installed by real uv into
+/// the build venv) and the variant naming no NCCL folder: the build takes the
+/// pip distribution. Returns the lab, its pins and the stand-in wheel's folder.
+fn v2_with_pip_nccl(extra: &str) -> (V2, PathBuf, PathBuf) {
+    let v = v2();
+    let links = v.lab.dir.path().join("links");
+    let whl = tiny_wheel::stand_in_nccl(&links, "2.30.7", Some(&nccl_headers("2.30.7")));
+    let uv = v.lab.tools.join("bin/uv");
+    run(Command::new(&uv).args(["pip", "install", "--offline", "--no-deps", "--python"]).arg(&v.lab.python).arg(&whl));
+    let variant = SINGLE_V2.replace("env = { EP_NCCL_ROOT_DIR = \"{nccl}\" }\n", extra);
+    let pins = v.pins(&variant);
+    (v, pins, links)
+}
+
+/// Issue 30 §1: the wheel's METADATA requires the NCCL distribution the build
+/// took, exactly (the revision's nccl.cu requires the run-time NCCL to equal
+/// the build's below 2.31); the plan shows it with why, the provenance and the
+/// cache key carry it; `runtime_requires = false` turns it off (the plan says
+/// so, another key), and a system NCCL is a note, never a requirement.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+fn the_wheel_requires_the_pip_nccl_it_was_built_with() {
+    let (v, pins, _) = v2_with_pip_nccl("");
+    let pins = pins.to_str().unwrap();
+    let o = v.forge(&["plan", "--variant", "v2", "--pins", pins]).output().unwrap();
+    let text = stdout(&o);
+    assert!(text.contains("requires    nvidia-nccl-cu13==2.30.7"), "{text}");
+    assert!(text.contains("below NCCL 2.31 the revision requires the run-time NCCL"), "{text}");
+    let p = json(&v.forge(&["plan", "--variant", "v2", "--pins", pins, "--format", "json"]).output().unwrap());
+    let req = &p["plans"][0]["environment"]["requires"];
+    assert_eq!(req["enabled"], true, "{p}");
+    assert_eq!(req["requires"][0]["name"], "nvidia-nccl-cu13", "{p}");
+    assert_eq!(req["requires"][0]["specifier"], "==2.30.7", "{p}");
+    let key = p["plans"][0]["cache_key"].clone();
+
+    let r = json(&v.forge(&["build-wheel", "--variant", "v2", "--pins", pins, "--format", "json"]).output().unwrap());
+    let res = &r["results"][0];
+    assert_eq!(res["status"], "built", "{r}");
+    let wheel = PathBuf::from(res["wheel"].as_str().unwrap());
+    let wheel = if wheel.is_absolute() { wheel } else { v.lab.dir.path().join(wheel) };
+    let members = zip_members(&wheel);
+    let meta = String::from_utf8(member(&wheel, members.iter().find(|m| m.ends_with(".dist-info/METADATA")).unwrap()))
+        .unwrap();
+    assert!(meta.contains("\nRequires-Dist: nvidia-nccl-cu13==2.30.7\n"), "{meta}");
+    // RECORD states METADATA's new hash: pip installs the wheel (it checks RECORD).
+    let target = v.lab.dir.path().join("installed");
+    run(Command::new(v.lab.tools.join("bin/python"))
+        .args(["-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target"])
+        .arg(&target)
+        .arg(&wheel));
+    let prov: serde_json::Value = serde_json::from_slice(&member(
+        &wheel,
+        members.iter().find(|m| m.ends_with(".dist-info/deepep-forge-provenance.json")).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(prov["toolchain"]["environment"]["requires"], *req, "{prov}");
+    assert_eq!(prov["cache_key"], key);
+
+    // Turned off: the plan says so, the key differs.
+    let off = v.pins(&SINGLE_V2.replace("env = { EP_NCCL_ROOT_DIR = \"{nccl}\" }\n", "runtime_requires = false\n"));
+    let o = v.forge(&["plan", "--variant", "v2", "--pins", off.to_str().unwrap()]).output().unwrap();
+    assert!(stdout(&o).contains("(not written: runtime_requires = false)"), "{}", stdout(&o));
+    let p = json(
+        &v.forge(&["plan", "--variant", "v2", "--pins", off.to_str().unwrap(), "--format", "json"]).output().unwrap(),
+    );
+    assert_ne!(p["plans"][0]["cache_key"], key, "runtime_requires is in the cache key");
+
+    // A system NCCL (the variant names its folder): a note, no requirement.
+    let sys = v.pins(SINGLE_V2);
+    let o = v.forge(&["plan", "--variant", "v2", "--pins", sys.to_str().unwrap()]).output().unwrap();
+    let text = stdout(&o);
+    assert!(text.contains("requires    none"), "{text}");
+    assert!(text.contains("NCCL is not from a pip distribution"), "{text}");
+}
+
+/// A PEP 503 simple index under `root/pypi` serving `wheels` (one project per wheel name).
+fn simple_index(root: &Path, wheels: &[PathBuf]) {
+    let files = root.join("pypi/files");
+    std::fs::create_dir_all(&files).unwrap();
+    let mut projects: std::collections::BTreeMap<String, String> = Default::default();
+    for w in wheels {
+        let name = w.file_name().unwrap().to_string_lossy().into_owned();
+        std::fs::copy(w, files.join(&name)).unwrap();
+        let project = name.split('-').next().unwrap().replace('_', "-").to_lowercase();
+        projects
+            .entry(project)
+            .or_default()
+            .push_str(&format!("<a href=\"../../files/{}\">{name}</a>\n", name.replace('+', "%2B")));
+    }
+    for (p, links) in projects {
+        let dir = root.join("pypi/simple").join(&p);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("index.html"), format!("<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n"))
+            .unwrap();
+    }
+}
+
+/// Issue 30 §2, with real uv 0.13.9 against indexes served on 127.0.0.1: a
+/// consumer of torch 2.11 (a stand-in that pins `nvidia-nccl-cu13==2.28.9` as
+/// the real one does) and of the EPv2 wheel built against the pip NCCL 2.30.7
+/// (its METADATA requires `nvidia-nccl-cu13==2.30.7`). Without the override
+/// `uv lock` fails with uv's conflict; `pin set --index` reads the wheel's
+/// requirements from the index (its PEP 658 `.metadata`, checked against the
+/// manifest) and writes `[tool.uv] override-dependencies`; then it locks,
+/// `uv sync --locked` installs NCCL 2.30.7, and `import deep_ep` loads it.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+fn uv_refuses_torchs_nccl_for_the_epv2_wheel_until_pin_set_writes_the_override() {
+    let (v, pins, links) = v2_with_pip_nccl("");
+    let dir = v.lab.dir.path();
+    let key = dir.join("publish.key");
+    let keygen = forge(dir, &["cache", "keygen", "--name", "closure-1", "--out", key.to_str().unwrap()]);
+    assert_eq!(keygen.status.code(), Some(0), "{}", stderr(&keygen));
+    let idx = dir.join("srv");
+    let o = v
+        .forge(&[
+            "publish",
+            "--pins",
+            pins.to_str().unwrap(),
+            "--signing-key",
+            key.to_str().unwrap(),
+            "--out",
+            idx.to_str().unwrap(),
+            "--variant",
+            "v2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // torch 2.11 pins its NCCL exactly; NCCL 2.28.9 and 2.30.7, NVSHMEM 3.4.5 (the host library the build linked).
+    let torch = tiny_wheel::tiny_wheel(
+        &links,
+        "torch",
+        "2.11.0",
+        &["nvidia-nccl-cu13==2.28.9"],
+        &[("torch/__init__.py".to_string(), b"__version__ = '2.11.0'\n".to_vec())],
+    );
+    let old = tiny_wheel::stand_in_nccl(&links, "2.28.9", None);
+    let new = links.join("nvidia_nccl_cu13-2.30.7-py3-none-any.whl");
+    let nvshmem = tiny_wheel::tiny_wheel(
+        &links,
+        "nvidia-nvshmem-cu13",
+        "3.4.5",
+        &[],
+        &[(
+            "nvidia/nvshmem/lib/libnvshmem_host.so.3".to_string(),
+            tiny_wheel::shared_library(
+                &dir.join("nvshmem-src"),
+                "libnvshmem_host.so.3",
+                "int nvshmem_my_pe(void) { return 0; }\n",
+            ),
+        )],
+    );
+    simple_index(&idx, &[torch, old, new, nvshmem]);
+    let server = HttpServer::start(&v.lab.tools.join("bin/python"), &idx);
+    let url = format!("http://127.0.0.1:{}", server.port);
+    let consumer = dir.join("consumer");
+    std::fs::create_dir_all(&consumer).unwrap();
+    let short = &v.rev[..7];
+    std::fs::write(
+        consumer.join("pyproject.toml"),
+        format!(
+            "[project]\nname = \"consumer-closure\"\nversion = \"0.1.0\"\nrequires-python = \"==3.11.*\"\ndependencies = [\n  \"torch==2.11.0\",\n  \"nvidia-nvshmem-cu13==3.4.5\",\n  \"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@{}\",\n]\n\n[[tool.uv.index]]\nname = \"local\"\nurl = \"{url}/pypi/simple\"\ndefault = true\n\n[[tool.uv.dependency-metadata]]\nname = \"deep_ep\"\nversion = \"2.1.0+{short}\"\nrequires-dist = []\n",
+            v.rev
+        ),
+    )
+    .unwrap();
+    let o = bin()
+        .current_dir(dir)
+        .env("DEEPEP_FORGE_CACHE_DIR", &v.lab.cache)
+        .env("PATH", format!("{}:{}", v.lab.tools.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
+        .args([
+            "pin",
+            "set",
+            &v.rev,
+            "--project",
+            consumer.to_str().unwrap(),
+            "--pins",
+            pins.to_str().unwrap(),
+            "--source",
+            v.repo.to_str().unwrap(),
+            "--index",
+            &url,
+            "--variant",
+            "v2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("[tool.uv] override-dependencies nvidia-nccl-cu13==2.30.7"), "{}", stdout(&o));
+    let py = std::fs::read_to_string(consumer.join("pyproject.toml")).unwrap();
+    assert!(py.contains("[tool.uv]\noverride-dependencies = [\"nvidia-nccl-cu13==2.30.7\"]"), "{py}");
+    assert!(py.contains(&format!("\"deep_ep==2.1.0+{short}\"")), "{py}");
+
+    let uv = |args: &[&str]| {
+        Command::new(v.lab.tools.join("bin/uv"))
+            .args(args)
+            .arg("--python")
+            .arg(v.lab.tools.join("bin/python"))
+            .current_dir(&consumer)
+            .env("UV_CACHE_DIR", dir.join("uv-cache"))
+            .env("UV_PYTHON_DOWNLOADS", "never")
+            .env_remove("UV_INDEX_URL")
+            .env_remove("UV_EXTRA_INDEX_URL")
+            .env_remove("UV_DEFAULT_INDEX")
+            .env_remove("VIRTUAL_ENV")
+            .output()
+            .unwrap()
+    };
+    // Without the override: uv's conflict, at lock time.
+    let without = py.replace("[tool.uv]\noverride-dependencies = [\"nvidia-nccl-cu13==2.30.7\"]\n", "");
+    std::fs::write(consumer.join("pyproject.toml"), &without).unwrap();
+    let o = uv(&["lock"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("No solution found when resolving dependencies"), "{err}");
+    assert!(err.contains("nvidia-nccl-cu13==2.28.9") && err.contains("nvidia-nccl-cu13==2.30.7"), "{err}");
+    assert!(err.contains("requirements are unsatisfiable"), "{err}");
+    eprintln!("uv lock without the override:\n{err}");
+    assert!(!consumer.join("uv.lock").exists());
+    // With it: locks, syncs NCCL 2.30.7, and the extension loads it.
+    std::fs::write(consumer.join("pyproject.toml"), &py).unwrap();
+    let o = uv(&["lock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lock = std::fs::read_to_string(consumer.join("uv.lock")).unwrap();
+    assert!(lock.contains("name = \"nvidia-nccl-cu13\"\nversion = \"2.30.7\""), "{lock}");
+    assert!(!lock.contains("version = \"2.28.9\""), "{lock}");
+    let o = uv(&["sync", "--locked"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = Command::new(consumer.join(".venv/bin/python"))
+        .args([
+            "-c",
+            "import deep_ep, importlib.metadata as m, ctypes, os\n\
+             lib = ctypes.CDLL(os.path.join(os.path.dirname(deep_ep.__file__), '..', 'nvidia', 'nccl', 'lib', 'libnccl.so.2'))\n\
+             v = ctypes.c_int(); lib.ncclGetVersion(ctypes.byref(v))\n\
+             print(m.version('deep-ep'), m.version('nvidia-nccl-cu13'), v.value)",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o).trim(), format!("2.1.0+{short} 2.30.7 23007"), "{}", stderr(&o));
+
+    // lock check reads the locked wheel's own requirements from the index: satisfied here.
+    let public = stdout(&keygen).lines().next().unwrap().trim().to_string();
+    let check = || {
+        let o = bin()
+            .current_dir(dir)
+            .env("DEEPEP_FORGE_CACHE_DIR", &v.lab.cache)
+            .args(["lock", "check", "--project", consumer.to_str().unwrap(), "--pins", pins.to_str().unwrap()])
+            .args(["--index-manifest", "index", "--trusted-key", &public, "--format", "json"])
+            .output()
+            .unwrap();
+        let j: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+        (o.status.code(), j)
+    };
+    let unmet = |j: &serde_json::Value| -> Vec<serde_json::Value> {
+        j["findings"].as_array().unwrap().iter().filter(|f| f["rule"] == "lock-requires-unmet").cloned().collect()
+    };
+    let (_, j) = check();
+    assert!(unmet(&j).is_empty(), "{j}");
+    // A lock made with DeepEP's requirements hidden (dependency-metadata, as for a git
+    // source) takes torch's NCCL 2.28.9: lock-requires-unmet at that table, with the override.
+    let hidden = format!(
+        "{without}\n[[tool.uv.dependency-metadata]]\nname = \"deep-ep\"\nversion = \"2.1.0+{short}\"\nrequires-dist = []\n"
+    );
+    std::fs::write(consumer.join("pyproject.toml"), &hidden).unwrap();
+    let o = uv(&["lock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lock = std::fs::read_to_string(consumer.join("uv.lock")).unwrap();
+    let line = lock.lines().position(|l| l == "name = \"nvidia-nccl-cu13\"").unwrap() + 1;
+    assert_eq!(lock.lines().nth(line), Some("version = \"2.28.9\""), "{lock}");
+    let (code, j) = check();
+    assert_eq!(code, Some(1), "{j}");
+    let f = unmet(&j);
+    assert_eq!(f.len(), 1, "{j}");
+    assert_eq!(f[0]["line"], line, "{j}");
+    assert!(f[0]["file"].as_str().unwrap().ends_with("uv.lock"), "{j}");
+    assert_eq!((f[0]["expected"].as_str(), f[0]["found"].as_str()), (Some("nvidia-nccl-cu13==2.30.7"), Some("2.28.9")));
+    assert!(f[0]["fix"].as_str().unwrap().contains("override-dependencies = [\"nvidia-nccl-cu13==2.30.7\"]"), "{j}");
+    drop(server);
 }

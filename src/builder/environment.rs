@@ -54,6 +54,7 @@ pub fn of(
         nvshmem,
         nccl,
         needs,
+        requires: None,
     };
     (e, from)
 }

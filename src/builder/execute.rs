@@ -230,6 +230,9 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         changes.replace.insert(m.clone(), std::fs::read(&f)?);
         check_interrupted()?;
     }
+    if let Some((member, data)) = requires_dist(pl, &built)? {
+        changes.replace.insert(member, data);
+    }
     let prov = provenance_of(pl, key.as_str(), &short, &patches);
     changes.add_dist_info.insert(provenance::FILE_NAME.into(), serde_json::to_vec_pretty(&prov)?);
     let stage = build.path().join("entry");
@@ -322,6 +325,19 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
         }),
         patches: patches.to_vec(),
     }
+}
+
+/// The built wheel's METADATA with the plan's run-time requirements
+/// (`Requires-Dist`, `closure`); None when the plan has none to write.
+fn requires_dist(pl: &Plan, built: &Path) -> Result<Option<(String, Vec<u8>)>> {
+    let reqs = pl.environment.as_ref().and_then(|e| e.requires.as_ref()).map(|r| r.written()).unwrap_or_default();
+    if reqs.is_empty() {
+        return Ok(None);
+    }
+    let member = format!("{}/METADATA", stamp::dist_info_dir(crate::wheel::open(built)?.archive())?);
+    let old = stamp::read_member(built, &member)?;
+    let text = String::from_utf8(old).with_context(|| format!("{member} of the built wheel is not UTF-8"))?;
+    Ok(Some((member, super::closure::with_requires(&text, reqs).into_bytes())))
 }
 
 /// Where the bytes were read from, when not from pins.toml's repository

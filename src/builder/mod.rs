@@ -6,6 +6,7 @@
 //! `deliver` (`--out`, SHA256SUMS, report). Must not parse consumer
 //! lockfiles or touch a GPU.
 pub mod canon;
+pub mod closure;
 pub mod compiler_cache;
 pub mod cross;
 pub mod deliver;
@@ -457,9 +458,28 @@ fn print_environment(pl: &Plan) {
             crate::outln!("              {ev}");
         }
     }
+    print_requires(pl);
     for g in preflight::environment_gaps(pl) {
         crate::outln!("  preflight   STOP (build-wheel exits 3): {}", g.what);
         crate::outln!("              fix: {}", g.fix);
+    }
+}
+
+/// The wheel's run-time requirements (`Requires-Dist`) and what is not one.
+fn print_requires(pl: &Plan) {
+    let Some(r) = pl.environment.as_ref().and_then(|e| e.requires.as_ref()) else { return };
+    if r.enabled && r.requires.is_empty() && r.notes.is_empty() {
+        return;
+    }
+    let lines: Vec<String> = r.requires.iter().map(|q| q.line()).collect();
+    let shown = if lines.is_empty() { "none".to_string() } else { lines.join(", ") };
+    let off = if r.enabled { "" } else { " (not written: runtime_requires = false)" };
+    crate::outln!("  requires    {shown}{off}");
+    for q in &r.requires {
+        crate::outln!("              {}: {}", q.line(), q.why);
+    }
+    for n in &r.notes {
+        crate::outln!("              note: {n}");
     }
 }
 

@@ -502,7 +502,15 @@ fn plan_variant(
         outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },
     };
     if let Some(t) = tc.known() {
-        let (e, from) = super::environment::of(t, &plan.run.env, i);
+        let (mut e, from) = super::environment::of(t, &plan.run.env, i);
+        let root = |lib| super::environment::root(t, &plan.run.env, i.branch, lib);
+        e.requires = Some(super::closure::derive(
+            t,
+            &e,
+            root("NCCL").as_deref(),
+            root("NVSHMEM").as_deref(),
+            v.runtime_requires,
+        ));
         plan.environment = Some(e);
         plan.environment_from = from;
     }

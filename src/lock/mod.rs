@@ -405,8 +405,9 @@ fn index_rules(
         };
         manifests.push(crate::publish::manifest::load_verified_any(&at, &trusted)?.0);
     }
-    let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
-        Some(text) => index::locked_wheels(lock_path, &text, name)?,
+    let lock_text = crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)?;
+    let wheels = match &lock_text {
+        Some(text) => index::locked_wheels(lock_path, text, name)?,
         None => Vec::new(),
     };
     let mut needs = Vec::new();
@@ -421,6 +422,45 @@ fn index_rules(
     found.extend(rules::lock_wheel_unattested(ctx, &chain));
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
+    if let Some(text) = &lock_text {
+        found.extend(wheel_requires(src, lock_path, text, &wheels, &manifests)?);
+    }
+    Ok(found)
+}
+
+/// `lock-requires-unmet`: the locked wheels' own `Requires-Dist` (their PEP 658
+/// `.metadata` from the consumer's index, checked against the verified
+/// manifests' sha256) against uv.lock's torch/NCCL/NVSHMEM tables. Only with
+/// a verified manifest; a `.metadata` that cannot be read is a warning.
+fn wheel_requires(
+    src: &index::IndexSource,
+    lock_path: &Path,
+    text: &str,
+    wheels: &[index::LockedWheel],
+    manifests: &[crate::publish::manifest::Manifest],
+) -> Result<Vec<Finding>> {
+    let Some(simple) = src.url.as_deref() else { return Ok(Vec::new()) };
+    let mut read = Vec::new();
+    let mut found = Vec::new();
+    for w in wheels {
+        let Some(entry) = w.sha256.as_deref().and_then(|s| manifests.iter().find_map(|m| m.by_sha256(s))) else {
+            continue;
+        };
+        match crate::publish::closure::of_entry(simple, entry) {
+            Ok(r) => read.push(r),
+            Err(e) => found.push(
+                Finding::new(
+                    "lock-requires-unmet",
+                    crate::findings::Severity::Warning,
+                    lock_path,
+                    format!("cannot read the run-time requirements of {} from the index: {e}", w.file),
+                )
+                .at(w.line, 1),
+            ),
+        }
+    }
+    let env = uvlock::environment(lock_path, text)?;
+    found.extend(rules::closure::lock_requires_unmet(lock_path, wheels, &read, &env));
     Ok(found)
 }
 

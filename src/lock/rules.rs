@@ -16,6 +16,7 @@ use super::{same_repo, Kind, Reference};
 use crate::findings::{Finding, Severity};
 use crate::pins::{is_full_sha, Arch, Pins};
 
+pub mod closure;
 pub mod environment;
 
 /// Everything the rules judge against.

@@ -11,6 +11,7 @@ use crate::error::{Exit, Failure};
 use crate::lock::{pyproject, Kind, ProjectArgs};
 use crate::pins::{is_full_sha, Arch, Pins};
 
+pub mod closure;
 pub mod edit;
 pub mod index;
 pub mod source;
@@ -252,7 +253,11 @@ pub fn set(args: SetArgs) -> Result<Exit> {
                     .hint("keep a pins.toml (its source.base_version), or pass --source with DeepEP's repository")
             })?;
             let iname = index::index_name(variant);
-            index::pyproject(&py_path, &py_text, &name, &index::Dest::Index { name: &iname, url: &url, label })?
+            let (text, mut places) =
+                index::pyproject(&py_path, &py_text, &name, &index::Dest::Index { name: &iname, url: &url, label })?;
+            let (text, over) = with_overrides(&py_path, text, &url, label)?;
+            places.extend(over);
+            (text, places)
         }
         (None, true) => {
             let repo = pins.as_ref().map(|p| p.source.repo.as_str()).ok_or_else(|| {
@@ -410,4 +415,29 @@ fn branch_note(pins: Option<&Pins>, path: &Path, new: &str, short: &str) {
             crate::input::excerpt(b, 60)
         );
     }
+}
+
+/// `[tool.uv] override-dependencies` for the exact NCCL/NVSHMEM the index's
+/// wheels of `label` require (`closure`); an index whose wheels cannot be read
+/// is a warning (nothing written for them: uv's lock says what conflicts).
+fn with_overrides(py_path: &Path, text: String, simple: &str, label: &str) -> Result<(String, Vec<String>)> {
+    let same = |v: &str| match (v.parse::<pep440_rs::Version>(), label.parse::<pep440_rs::Version>()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => v == label,
+    };
+    let wheels = match crate::publish::closure::requires(simple, |w| same(&w.provenance.version)) {
+        Ok(w) => w,
+        Err(e) => {
+            crate::alert!(
+                "warning: cannot read the run-time requirements of deep_ep {label} from the index ({e}); no override-dependencies written"
+            );
+            return Ok((text, Vec::new()));
+        }
+    };
+    let over = closure::overrides(&wheels)?;
+    if over.is_empty() {
+        return Ok((text, Vec::new()));
+    }
+    let new = closure::write(py_path, &text, &over)?;
+    Ok((new, vec![format!("[tool.uv] override-dependencies {}", over.join(", "))]))
 }

@@ -149,6 +149,9 @@ pub struct EnvFacts {
     pub versions: Versions,
     /// `--driver-at-run-time`: the NVIDIA driver's libraries are not expected here.
     pub driver_at_run_time: bool,
+    /// The NCCL and NVSHMEM libraries the process would load, with their own versions (`loader`).
+    #[serde(default)]
+    pub loaded: Vec<super::loader::Loaded>,
 }
 
 /// HybridEP's JIT runs `$CUDA_HOME/bin/nvcc -I$CUDA_HOME/include
@@ -417,8 +420,12 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
             needed.push(Resolved { extension: ext.path.clone(), library: lib.clone(), found });
         }
     }
+    let torch = interp.modules.get("torch").cloned().flatten().map(PathBuf::from);
+    let sonames: Vec<(String, Option<String>)> = needed.iter().map(|r| (r.library.clone(), r.found.clone())).collect();
+    let loaded = super::loader::loaded(torch.as_deref(), &interp.packages, &sonames);
     EnvFacts {
         interpreter: interp.clone(),
+        loaded,
         needed,
         missing_runpaths,
         jit: jit_env(),

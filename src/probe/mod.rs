@@ -7,6 +7,7 @@ pub mod elf;
 pub mod env;
 pub mod fatbin;
 pub mod image;
+pub mod loader;
 pub mod rules;
 pub mod wheel;
 

@@ -10,6 +10,7 @@ use super::env::{EnvFacts, Versions};
 use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
 
 pub mod environment;
+pub mod loader;
 pub mod topology;
 pub use topology::topology_checks;
 
@@ -214,7 +215,7 @@ impl Bx<'_> {
 pub type BinaryRule = (&'static str, fn(&Bx) -> Vec<Check>);
 
 /// Every binary rule, in the order the verdict shows them (docs/probe.md names each id).
-pub const BINARY_RULES: [BinaryRule; 24] = [
+pub const BINARY_RULES: [BinaryRule; 25] = [
     ("record", record),
     ("extension-elf", extension_elf),
     ("interface", interface),
@@ -239,6 +240,7 @@ pub const BINARY_RULES: [BinaryRule; 24] = [
     ("torch-abi", environment::torch_abi),
     ("nvshmem-version", environment::nvshmem_version),
     ("nccl-version", environment::nccl_version),
+    ("loaded-libraries", loader::loaded_libraries),
 ];
 
 /// What the static probe read: the binary, the installed environment (`--python`

@@ -9,6 +9,7 @@
 //! `publish --check DIR` ([`check`]) verifies an index against pins.toml.
 //! Must not build by itself (the builder does), nor serve anything.
 pub mod check;
+pub mod closure;
 pub mod facts;
 pub mod fetch;
 pub mod manifest;

@@ -1,6 +1,10 @@
-//! `--deep-ep`: run the installed deep_ep's own HybridEP round trip (one
-//! Python process per GPU, script `hybrid_ep_roundtrip.py`) and turn it into
-//! one verdict row. Owns the child processes (always reaped, killed at the
+//! `--deep-ep`: run the installed deep_ep's own round trip (one Python
+//! process per GPU, script `deep_ep_roundtrip.py`): HybridEP's
+//! `HybridEPBuffer`, or for an EPv2 deep_ep (DeepEP main: it has
+//! `ElasticBuffer`) EPv2's `ElasticBuffer`, and turn it into one verdict row.
+//! What the static probe already named against the libraries the process
+//! loads (`loaded-libraries` failures: an NCCL that is not the build's) is
+//! said with the import's or the round trip's failure. Owns the child processes (always reaped, killed at the
 //! deadline); must not touch a GPU itself.
 use std::path::Path;
 use std::process::Child;
@@ -13,7 +17,7 @@ use serde::Serialize;
 
 use crate::verdict::Check;
 
-const SCRIPT: &str = include_str!("hybrid_ep_roundtrip.py");
+const SCRIPT: &str = include_str!("deep_ep_roundtrip.py");
 
 /// What the HybridEP round trip gave.
 #[derive(Debug, Clone, Serialize)]
@@ -34,6 +38,16 @@ impl Outcome {
                 Check::warn("deep-ep-roundtrip", format!("not run: {python} cannot import deep_ep ({detail})"))
                     .fix("pass --python with the environment that has the DeepEP wheel installed")
             }
+            Outcome::Ran { result, .. } if result["ok"] == true && result["api"] == "ElasticBuffer" => Check::pass(
+                "deep-ep-roundtrip",
+                format!(
+                    "EPv2 ElasticBuffer combine(dispatch(x)) == x·(ranks reached) exactly on {} ranks (logical domain {}), {:.2} ms per round trip, run-time NCCL {}",
+                    result["ranks"],
+                    result["logical_domain"],
+                    result["roundtrip_ms"].as_f64().unwrap_or(0.0),
+                    result["nccl_runtime"].as_str().unwrap_or("?")
+                ),
+            ),
             Outcome::Ran { result, .. } if result["ok"] == true => Check::pass(
                 "deep-ep-roundtrip",
                 format!(
@@ -45,41 +59,59 @@ impl Outcome {
             ),
             Outcome::Ran { result, .. } => Check::fail(
                 "deep-ep-roundtrip",
-                format!("HybridEP round trip wrong: {} mismatching elements", result["mismatches"]),
+                format!("{} round trip wrong: {} mismatching elements", api(result), result["mismatches"]),
             ),
-            Outcome::Failed { detail, .. } => {
-                Check::fail("deep-ep-roundtrip", format!("HybridEP round trip failed: {detail}"))
-            }
+            Outcome::Failed { detail, .. } => Check::fail("deep-ep-roundtrip", format!("round trip failed: {detail}")),
         }
     }
 }
 
-/// Run the round trip on `world` GPUs (0..world) through `python`.
-pub fn run(python: Option<&Path>, world: u32, timeout_s: u64) -> Outcome {
+fn api(result: &serde_json::Value) -> &'static str {
+    if result["api"] == "ElasticBuffer" {
+        "EPv2 ElasticBuffer"
+    } else {
+        "HybridEP"
+    }
+}
+
+/// Run the round trip on `world` GPUs (0..world) through `python`; `named`:
+/// what the static probe found wrong with the libraries the process loads,
+/// said with a failure (it was shown before anything was imported).
+pub fn run(python: Option<&Path>, world: u32, timeout_s: u64, named: &[String]) -> Outcome {
     let py = python.map(|p| p.display().to_string()).unwrap_or_else(|| "python3".into());
+    let because = |detail: String| match named {
+        [] => detail,
+        _ => format!("{detail} (named before the import: {})", named.join("; ")),
+    };
     match Cmd::new(&py, "import deep_ep").args(["-c", "import deep_ep"]).capture() {
         Err(e) => return Outcome::Unavailable { python: py, detail: e.to_string() },
         Ok(o) if !o.status.success() => {
             let err = String::from_utf8_lossy(&o.stderr);
             let last = err.lines().last().unwrap_or("import failed").to_string();
-            return Outcome::Unavailable { python: py, detail: last };
+            if named.is_empty() {
+                return Outcome::Unavailable { python: py, detail: last };
+            }
+            return Outcome::Failed { python: py, detail: because(format!("importing deep_ep fails: {last}")) };
         }
         Ok(_) => {}
     }
     match launch(&py, world, timeout_s) {
+        Ok(result) if result["ok"] != true && !named.is_empty() => {
+            Outcome::Failed { python: py, detail: because(format!("{} mismatching elements", result["mismatches"])) }
+        }
         Ok(result) => Outcome::Ran { python: py, result },
-        Err(e) => Outcome::Failed { python: py, detail: format!("{e:#}") },
+        Err(e) => Outcome::Failed { python: py, detail: because(format!("{e:#}")) },
     }
 }
 
 fn launch(py: &str, world: u32, timeout_s: u64) -> anyhow::Result<serde_json::Value> {
     let dir = tempfile::tempdir()?;
-    let script = dir.path().join("hybrid_ep_roundtrip.py");
+    let script = dir.path().join("deep_ep_roundtrip.py");
     std::fs::write(&script, SCRIPT)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr())?.port();
     let mut children: Vec<Child> = Vec::new();
     for r in 0..world {
-        let mut cmd = Cmd::same_group(py, format!("HybridEP round trip, rank {r}"));
+        let mut cmd = Cmd::same_group(py, format!("deep_ep round trip, rank {r}"));
         cmd.arg(&script);
         cmd.cmd
             .env("RANK", r.to_string())
@@ -151,5 +183,36 @@ fn reap(children: &mut [Child]) {
     for c in children.iter_mut() {
         let _ = c.kill();
         let _ = c.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Python without deep_ep: with a library the static probe named, the import's
+    /// failure is a FAIL that repeats it; without, the round trip is simply not run.
+    #[test]
+    fn an_import_failure_repeats_what_the_static_probe_named() {
+        let py = Path::new("python3");
+        let named = vec!["libnccl.so.2 -> /x/libnccl.so.2 (RUNPATH) is NCCL 2.28.9, built against 2.30.7".to_string()];
+        let c = run(Some(py), 1, 30, &named).check();
+        assert_eq!(c.status, crate::verdict::Status::Fail, "{c:?}");
+        assert!(c.evidence.contains("importing deep_ep fails: ModuleNotFoundError"), "{c:?}");
+        assert!(c.evidence.contains("(named before the import: libnccl.so.2 -> /x/libnccl.so.2"), "{c:?}");
+        let c = run(Some(py), 1, 30, &[]).check();
+        assert_eq!(c.status, crate::verdict::Status::Warn, "{c:?}");
+    }
+
+    #[test]
+    fn an_epv2_result_reads_as_elastic_buffer() {
+        let result = serde_json::json!({"ok": true, "api": "ElasticBuffer", "ranks": 8, "logical_domain": [1, 8],
+                                        "roundtrip_ms": 1.5, "nccl_runtime": "2.30.7"});
+        let c = Outcome::Ran { python: "p".into(), result }.check();
+        assert!(
+            c.evidence.starts_with("EPv2 ElasticBuffer combine(dispatch(x)) == x·(ranks reached) exactly on 8 ranks"),
+            "{c:?}"
+        );
+        assert!(c.evidence.ends_with("run-time NCCL 2.30.7"), "{c:?}");
     }
 }

@@ -246,7 +246,7 @@ fn single(
     let reports = engine::roundtrip(gpus, &mut Link::Local, shape)?;
     tm.roundtrip = ms(t0);
     let deep_ep = if args.run.deep_ep {
-        Some(deep_ep::run(args.python.as_deref(), group.len() as u32, args.run.timeout))
+        Some(deep_ep::run(args.python.as_deref(), group.len() as u32, args.run.timeout, &named_libraries(args)))
     } else {
         None
     };
@@ -868,4 +868,15 @@ mod tests {
         assert_eq!(lines[3].split_whitespace().collect::<Vec<_>>(), ["GPU1", "p2p", "r0", "X", "?"]);
         assert!(render_links(&json!({"kernel_group": [0]})).is_none());
     }
+}
+
+/// The static probe's `loaded-libraries` failures (an NCCL or NVSHMEM the
+/// process would load that is not the build's), for `--deep-ep` to repeat.
+fn named_libraries(args: &Input) -> Vec<String> {
+    let Some(Ok(checks)) = &args.static_checks else { return Vec::new() };
+    checks
+        .iter()
+        .filter(|c| c.rule == "loaded-libraries" && c.status == crate::verdict::Status::Fail)
+        .map(|c| c.evidence.clone())
+        .collect()
 }

@@ -2,6 +2,7 @@
 //! opened, bounded), rewriting (`stamp`), comparing (`diff`). Owns the wheel
 //! format; must not know about DeepEP's flags or topology.
 pub mod diff;
+pub mod metadata;
 pub mod read;
 pub mod record;
 pub mod stamp;

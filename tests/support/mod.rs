@@ -11,9 +11,20 @@
 #![allow(dead_code)]
 
 pub mod hostile;
+pub mod tiny_wheel;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+/// The wheel in `dir` whose file name starts with `prefix` (the environment wheels).
+pub fn wheel_in(dir: &Path, prefix: &str) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix}* in {}", dir.display()))
+}
 
 /// The repository root.
 pub fn root() -> PathBuf {
