@@ -423,7 +423,7 @@ fn index_rules(
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
     if let Some(text) = &lock_text {
-        found.extend(wheel_requires(src, lock_path, text, &wheels, &manifests)?);
+        found.extend(wheel_requires(src, lock_path, text, ctx.py.project_name.as_deref(), &wheels, &manifests)?);
     }
     Ok(found)
 }
@@ -436,6 +436,7 @@ fn wheel_requires(
     src: &index::IndexSource,
     lock_path: &Path,
     text: &str,
+    project: Option<&str>,
     wheels: &[index::LockedWheel],
     manifests: &[crate::publish::manifest::Manifest],
 ) -> Result<Vec<Finding>> {
@@ -459,7 +460,7 @@ fn wheel_requires(
             ),
         }
     }
-    let env = uvlock::environment(lock_path, text)?;
+    let env = uvlock::environment(lock_path, text, project)?;
     found.extend(rules::closure::lock_requires_unmet(lock_path, wheels, &read, &env));
     Ok(found)
 }
