@@ -14,6 +14,7 @@ pub mod input;
 pub mod interface;
 pub mod lock;
 pub mod output;
+pub mod patches;
 pub mod pins;
 pub mod pinset;
 pub mod printer;
