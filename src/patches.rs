@@ -5,7 +5,7 @@
 //! only, no binary hunk, no link, every path inside the tree) and the identity
 //! of an ordered set (`set_digest`, `label`). Must not run git or apply
 //! anything (`builder::patch` applies).
-use std::path::{Component, Path};
+use std::path::Path;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -44,15 +44,14 @@ pub fn check_path(path: &str) -> Option<String> {
     if !path.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-+/".contains(&b)) {
         return Some("expected letters, digits and `._-+/` only".into());
     }
-    for c in Path::new(path).components() {
-        match c {
-            Component::Normal(n) if n != ".git" => {}
-            Component::ParentDir => return Some("contains `..`: patches live beside or below pins.toml".into()),
-            _ => return Some("expected plain folder and file names (no `.`, `.git`, or empty parts)".into()),
+    for part in path.split('/') {
+        match part {
+            ".." => return Some("contains `..`: patches live beside or below pins.toml".into()),
+            "" | "." | ".git" => {
+                return Some("expected plain folder and file names (no `.`, `.git`, or empty parts)".into())
+            }
+            _ => {}
         }
-    }
-    if path.contains("//") || path.ends_with('/') {
-        return Some("expected plain folder and file names (no empty parts)".into());
     }
     None
 }
@@ -221,11 +220,8 @@ fn tree_path(p: &str) -> std::result::Result<(), String> {
     if p.is_empty() || p.starts_with('/') {
         return Err(format!("`{}`: an absolute or empty path: a patch changes files inside the tree only", excerpt(p)));
     }
-    for c in Path::new(p).components() {
-        match c {
-            Component::Normal(n) if n != ".git" => {}
-            _ => return Err(format!("`{}`: leaves the tree (`..`, `.git`): refused", excerpt(p))),
-        }
+    if p.split('/').any(|part| matches!(part, "" | "." | ".." | ".git")) {
+        return Err(format!("`{}`: leaves the tree (`..`, `.git`, empty or `.` parts): refused", excerpt(p)));
     }
     Ok(())
 }
