@@ -313,3 +313,16 @@ fn plan_lists_each_patch_its_sha256_files_and_loudly_a_build_file() {
     assert!(stdout(&o).contains("patches     exact, unpatched"), "{}", stdout(&o));
     assert!(stdout(&o).contains(&format!("version     1.2.1+{short}  ")), "{}", stdout(&o));
 }
+
+#[test]
+fn the_example_deepep_patch_touches_one_hybrid_ep_source_and_matches_its_recorded_sha256() {
+    let dir = root().join("docs/examples");
+    let pins = deepep_forge::pins::Pins::load(&dir.join("pins-patched.toml")).unwrap();
+    let pin = &pins.pins[&deepep_forge::pins::Arch::X86_64];
+    let set = deepep_forge::patches::load(&pins.path, &pin.patches.iter().collect::<Vec<_>>()).unwrap();
+    assert_eq!(set.len(), 1);
+    assert_eq!(set[0].files, vec!["csrc/hybrid_ep/hybrid_ep.cu".to_string()]);
+    assert!(set[0].build_files.is_empty());
+    let label = deepep_forge::patches::label("1.2.1", "17cfb81", &set);
+    assert!(label.starts_with("1.2.1+17cfb81.p"), "{label}");
+}
