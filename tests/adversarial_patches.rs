@@ -60,7 +60,7 @@ impl Setup {
     pub fn pins(&self, rev: &str, patches: &str) -> PathBuf {
         let p = self.consumer.join("pins.toml");
         let text = format!(
-            "schema = 2\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[pin.x86_64]\nrev = \"{rev}\"\npatches = [{patches}]\n{VARIANT}"
+            "schema = 2\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\nbranch = \"main\"\nbase_version = \"1.2.1\"\n[pin.x86_64]\nrev = \"{rev}\"\npatches = [{patches}]\n[pin.aarch64]\nrev = \"{rev}\"\n{VARIANT}"
         );
         std::fs::write(&p, text).unwrap();
         p
@@ -277,7 +277,11 @@ fn a_patch_already_contained_upstream_says_so_and_how_to_drop_it() {
     git(&s.repo, &["commit", "-q", "-am", "upstream takes the note"]);
     let rev = git(&s.repo, &["rev-parse", "HEAD"]).trim().to_string();
     let pins = s.pins(&rev, "\"patches/note.patch\"");
-    refused(&s, &pins, &["patch `patches/note.patch` is already contained in", "--drop-patch patches/note.patch"]);
+    refused(
+        &s,
+        &pins,
+        &["patch `patches/note.patch` is already contained in", "remove \"patches/note.patch\" from the patches list"],
+    );
 }
 
 #[test]
@@ -325,4 +329,59 @@ fn the_example_deepep_patch_touches_one_hybrid_ep_source_and_matches_its_recorde
     assert!(set[0].build_files.is_empty());
     let label = deepep_forge::patches::label("1.2.1", "17cfb81", &set);
     assert!(label.starts_with("1.2.1+17cfb81.p"), "{label}");
+}
+
+#[test]
+fn pin_set_checks_every_patch_at_the_new_revision_in_a_scratch_index() {
+    let s = Setup::new();
+    let note = s.note_patch();
+    write(&s, "patches/note.patch", &note);
+    std::fs::copy(root().join("tests/fixtures/consumer-unified/pyproject.toml"), s.consumer.join("pyproject.toml"))
+        .unwrap();
+    let pins = s.pins(&s.rev, "\"patches/note.patch\"");
+    let commit = |msg: &str, f: &dyn Fn(&str) -> String| {
+        git(&s.repo, &["checkout", "-q", &s.rev]);
+        let p = s.repo.join(FILE);
+        std::fs::write(&p, f(&std::fs::read_to_string(&p).unwrap())).unwrap();
+        git(&s.repo, &["commit", "-qam", msg]);
+        git(&s.repo, &["rev-parse", "HEAD"]).trim().to_string()
+    };
+    let conflicting = commit("rename", &|t| t.replace("hybrid_ep_sm_arch()", "hybrid_ep_sm_arch_v2()"));
+    std::fs::write(s.dir.path().join("n.patch"), &note).unwrap();
+    let contained = {
+        git(&s.repo, &["checkout", "-q", &s.rev]);
+        git(&s.repo, &["apply", "../n.patch"]);
+        git(&s.repo, &["commit", "-qam", "upstream takes it"]);
+        git(&s.repo, &["rev-parse", "HEAD"]).trim().to_string()
+    };
+    let fine = commit("unrelated", &|t| format!("// a comment at the top\n{t}"));
+    let objects = |repo: &Path| git(repo, &["count-objects"]);
+    let before_objects = objects(&s.repo);
+    let pin_set = |rev: &str| {
+        bin()
+            .args(["pin", "set", rev, "--source"])
+            .arg(&s.repo)
+            .current_dir(&s.consumer)
+            .env("DEEPEP_FORGE_CACHE_DIR", &s.cache)
+            .output()
+            .unwrap()
+    };
+    for (rev, needle) in [
+        (&conflicting, "patch `patches/note.patch` does not apply at"),
+        (&contained, "patch `patches/note.patch` is already contained in"),
+    ] {
+        let before = snapshot(&s.consumer);
+        let o = pin_set(rev);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+        assert_eq!(before, snapshot(&s.consumer), "pin set wrote after a refusal");
+    }
+    assert!(stderr(&pin_set(&contained)).contains("remove \"patches/note.patch\" from the patches list"));
+    let o = pin_set(&fine);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let after = std::fs::read_to_string(&pins).unwrap();
+    assert!(after.contains(&format!("rev = \"{fine}\"\npatches = [\"patches/note.patch\"]")), "{after}");
+    // The checks ran in a scratch index: the source repository gained no object, its tree is clean.
+    assert_eq!(before_objects, objects(&s.repo));
+    assert_eq!(git(&s.repo, &["status", "--porcelain"]), "");
 }

@@ -35,14 +35,24 @@ pub enum Fit {
     Fails(String),
 }
 
-/// Apply `set` in order to a scratch index of `rev`'s tree in `mirror`; each patch's fit.
-/// `scratch` is an empty folder of ours (the index and patch files go there).
+/// Apply `set` in order to a scratch index of `rev`'s tree in the repository `mirror`
+/// (a bare mirror, or a `--source` checkout: nothing in it is written); each patch's fit.
+/// `scratch` is an empty folder of ours (the index, new objects and patch files go there).
 pub fn fits(mirror: &Path, rev: &str, set: &[SourcePatch], scratch: &Path) -> Result<Vec<Fit>> {
     anyhow::ensure!(crate::pins::is_full_sha(rev), "refusing to read `{rev}`: not a full commit sha");
     let index = scratch.join("index");
+    // New objects (the patched blobs) go to the scratch folder, never into the repository.
+    let common = source::git(mirror, "find the repository's objects")
+        .args(["rev-parse", "--path-format=absolute", "--git-common-dir"])
+        .output()?;
+    let objects = Path::new(common.trim()).join("objects");
+    let scratch_objects = scratch.join("objects");
+    std::fs::create_dir_all(&scratch_objects)?;
     let git = |purpose: &str| {
         let mut c = source::git(mirror, purpose.to_string());
-        c.env("GIT_INDEX_FILE", &index);
+        c.env("GIT_INDEX_FILE", &index)
+            .env("GIT_OBJECT_DIRECTORY", &scratch_objects)
+            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &objects);
         c
     };
     git("read the pinned tree into a scratch index").args(["read-tree", rev]).output()?;
@@ -82,10 +92,7 @@ pub fn refuse(p: &SourcePatch, rev: &str, fit: &Fit) -> Result<()> {
         Fit::Applies => Ok(()),
         Fit::Contained => {
             Err(Failure::usage(format!("patch `{}` is already contained in {short}: it applies in reverse", p.name))
-                .hint(format!(
-                    "drop it: `deepep-forge pin set {rev} --drop-patch {}`, or remove it from pins.toml",
-                    p.name
-                ))
+                .hint(format!("drop it: remove \"{}\" from the patches list in pins.toml", p.name))
                 .into())
         }
         Fit::Fails(why) => Err(Failure::usage(format!(

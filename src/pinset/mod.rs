@@ -13,6 +13,7 @@ use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod edit;
 pub mod index;
+pub mod patches;
 pub mod source;
 pub mod txn;
 
@@ -242,6 +243,17 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         None
     };
     let label = base.as_ref().filter(|_| old_label.is_some()).map(|b| format!("{b}+{short}"));
+    // Every patch of a moved pin must still apply at REV (a scratch index, never the user's checkout).
+    if let Some(p) = pins.as_ref().filter(|p| arches_moved(p)) {
+        let moved: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
+        if moved.iter().any(|a| p.pins.get(a).is_some_and(|x| !x.patches.is_empty())) {
+            let dir = match &src {
+                Some(s) => s.dir.clone(),
+                None => crate::builder::source::mirror_path(&cache, &repo_of(Some(p), &before, &py_path)?),
+            };
+            patches::check(p, &moved, &rev, &dir, &cache.join("tmp"))?;
+        }
+    }
 
     let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
     let (new_py, places) = match (&args.index, args.git) {
