@@ -151,49 +151,55 @@ fn checked(e: &Entry, text: String, at: &str) -> Result<SourcePatch> {
             .into());
         }
     }
-    let files = inspect(&text).map_err(|why| Failure::usage(format!("{at}: patch `{}`: {why}", e.path)))?;
+    let files = inspect(&text).map_err(|why| Failure::usage(format!("{at}: patch `{}`: {}", e.path, why.message)))?;
     let build_files = files.iter().filter(|f| is_build_file(f)).cloned().collect();
     Ok(SourcePatch { name: e.path.clone(), sha256, files, build_files, text })
 }
 
 /// The files a patch touches (as `git apply -p1` reads it), or why it is refused:
 /// binary hunks, links, paths outside the tree, `.git`, quoted names, no change at all.
-pub fn inspect(text: &str) -> std::result::Result<Vec<String>, String> {
+pub fn inspect(text: &str) -> std::result::Result<Vec<String>, Failure> {
     if text.contains('\0') {
-        return Err("holds NUL bytes: binary patches are refused".into());
+        return Err(Failure::usage("holds NUL bytes: binary patches are refused"));
     }
     let mut files: Vec<String> = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let n = n + 1;
         if line.starts_with("GIT binary patch") || (line.starts_with("Binary files ") && line.ends_with(" differ")) {
-            return Err(format!("line {n}: a binary hunk: binary patches are refused (patch text only)"));
+            return Err(Failure::usage(format!(
+                "line {n}: a binary hunk: binary patches are refused (patch text only)"
+            )));
         }
         let mode = ["new file mode ", "new mode ", "old mode ", "deleted file mode "]
             .iter()
             .find_map(|p| line.strip_prefix(p));
         if mode.is_some_and(|m| m.trim() == "120000" || m.trim() == "160000") {
-            return Err(format!("line {n}: creates or changes a symbolic link or submodule: refused"));
+            return Err(Failure::usage(format!("line {n}: creates or changes a symbolic link or submodule: refused")));
         }
         for path in header_paths(line) {
-            let path = path.map_err(|why| format!("line {n}: {why}"))?;
+            let path = path.map_err(|why| Failure::usage(format!("line {n}: {}", why.message)))?;
             if !files.contains(&path) {
                 files.push(path);
             }
         }
     }
     if files.is_empty() {
-        return Err("changes no file: expected a unified diff (`git diff` / `git format-patch` output)".into());
+        return Err(Failure::usage(
+            "changes no file: expected a unified diff (`git diff` / `git format-patch` output)",
+        ));
     }
     Ok(files)
 }
 
 /// The tree paths a header line names (`diff --git`, `---`, `+++`, rename/copy), each checked.
-fn header_paths(line: &str) -> Vec<std::result::Result<String, String>> {
+fn header_paths(line: &str) -> Vec<std::result::Result<String, Failure>> {
     let strip = |p: &str, prefix: &str| p.strip_prefix(prefix).unwrap_or(p).to_string();
     let raw: Vec<String> = if let Some(rest) = line.strip_prefix("diff --git ") {
         match rest.split_once(" b/") {
             Some((a, b)) => vec![strip(a, "a/"), b.to_string()],
-            None => return vec![Err(format!("`{}`: expected `diff --git a/PATH b/PATH`", excerpt(line)))],
+            None => {
+                return vec![Err(Failure::usage(format!("`{}`: expected `diff --git a/PATH b/PATH`", excerpt(line))))]
+            }
         }
     } else if let Some(p) = line.strip_prefix("--- ").or_else(|| line.strip_prefix("+++ ")) {
         let p = p.split('\t').next().unwrap_or("").trim_end();
@@ -213,15 +219,21 @@ fn header_paths(line: &str) -> Vec<std::result::Result<String, String>> {
 }
 
 /// A path inside the build tree: relative, no `..`, no `.git`, not quoted.
-fn tree_path(p: &str) -> std::result::Result<(), String> {
+fn tree_path(p: &str) -> std::result::Result<(), Failure> {
     if p.starts_with('"') {
-        return Err(format!("`{}`: a quoted file name: refused (plain names only)", excerpt(p)));
+        return Err(Failure::usage(format!("`{}`: a quoted file name: refused (plain names only)", excerpt(p))));
     }
     if p.is_empty() || p.starts_with('/') {
-        return Err(format!("`{}`: an absolute or empty path: a patch changes files inside the tree only", excerpt(p)));
+        return Err(Failure::usage(format!(
+            "`{}`: an absolute or empty path: a patch changes files inside the tree only",
+            excerpt(p)
+        )));
     }
     if p.split('/').any(|part| matches!(part, "" | "." | ".." | ".git")) {
-        return Err(format!("`{}`: leaves the tree (`..`, `.git`, empty or `.` parts): refused", excerpt(p)));
+        return Err(Failure::usage(format!(
+            "`{}`: leaves the tree (`..`, `.git`, empty or `.` parts): refused",
+            excerpt(p)
+        )));
     }
     Ok(())
 }
@@ -288,16 +300,16 @@ mod tests {
     fn inspect_lists_files_and_refuses_escapes() {
         assert_eq!(inspect(ONE).unwrap(), vec!["csrc/a.cu".to_string()]);
         let esc = ONE.replace("csrc/a.cu", "../outside.cu");
-        assert!(inspect(&esc).unwrap_err().contains("leaves the tree"));
+        assert!(inspect(&esc).unwrap_err().message.contains("leaves the tree"));
         let abs = "--- /dev/null\n+++ /etc/passwd\n@@ -0,0 +1 @@\n+x\n";
-        assert!(inspect(abs).unwrap_err().contains("absolute"));
+        assert!(inspect(abs).unwrap_err().message.contains("absolute"));
         let bin = format!("{ONE}diff --git a/x.bin b/x.bin\nGIT binary patch\nliteral 3\n");
-        assert!(inspect(&bin).unwrap_err().contains("binary"));
+        assert!(inspect(&bin).unwrap_err().message.contains("binary"));
         let link = "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n";
-        assert!(inspect(link).unwrap_err().contains("symbolic link"));
+        assert!(inspect(link).unwrap_err().message.contains("symbolic link"));
         let ren = "diff --git a/a b/b\nsimilarity index 100%\nrename from a\nrename to ../b\n";
         assert!(inspect(ren).is_err());
-        assert!(inspect("just text\n").unwrap_err().contains("changes no file"));
+        assert!(inspect("just text\n").unwrap_err().message.contains("changes no file"));
     }
 
     #[test]
