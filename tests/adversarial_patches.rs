@@ -384,4 +384,43 @@ fn pin_set_checks_every_patch_at_the_new_revision_in_a_scratch_index() {
     // The checks ran in a scratch index: the source repository gained no object, its tree is clean.
     assert_eq!(before_objects, objects(&s.repo));
     assert_eq!(git(&s.repo, &["status", "--porcelain"]), "");
+
+    // --drop-patch / --patch edit the list through the same journal; bad ones write nothing.
+    let edit = |extra: &[&str]| {
+        bin()
+            .args(["pin", "set", &fine, "--source"])
+            .arg(&s.repo)
+            .args(extra)
+            .current_dir(&s.consumer)
+            .env("DEEPEP_FORGE_CACHE_DIR", &s.cache)
+            .output()
+            .unwrap()
+    };
+    for (extra, needle) in [
+        (&["--drop-patch", "patches/nope.patch"][..], "lists such a patch"),
+        (&["--patch", "../n.patch"][..], "not beside or below"),
+        (&["--patch", "patches/note.patch"][..], "already lists it"),
+    ] {
+        let before = snapshot(&s.consumer);
+        let o = edit(extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{extra:?}: {}", stderr(&o));
+        assert_eq!(before, snapshot(&s.consumer), "{extra:?} wrote");
+    }
+    let o = edit(&["--drop-patch", "patches/note.patch"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        !std::fs::read_to_string(&pins).unwrap().contains("patches"),
+        "{}",
+        std::fs::read_to_string(&pins).unwrap()
+    );
+    let o = edit(&["--patch", "patches/note.patch"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(note.as_bytes()))
+    };
+    let text = std::fs::read_to_string(&pins).unwrap();
+    assert!(text.contains(&format!("{{ path = \"patches/note.patch\", sha256 = \"{sha}\" }}")), "{text}");
+    deepep_forge::pins::Pins::parse(&text, &pins).unwrap();
 }
