@@ -245,8 +245,8 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
             wheel.display(),
             prov.variant.name,
             &prov.source.rev[..prov.source.rev.len().min(12)],
-            crate::patches::describe(&prov.source.patches),
             outcome.status,
+            crate::patches::describe(&prov.source.patches),
             d.a.sha256
         );
     } else {
