@@ -32,6 +32,15 @@ pub fn statement(p: &Provenance, wheel: &str, sha256: &str) -> Value {
             "digest": { "gitCommit": commit },
         }));
     }
+    // Source patches, in the order they were applied (their text is in the wheel's provenance).
+    for (n, x) in p.source.patches.iter().enumerate() {
+        deps.push(json!({
+            "name": format!("patch/{}", n + 1),
+            "uri": format!("patch:{}", x.name),
+            "digest": { "sha256": x.sha256 },
+            "annotations": { "files": x.files },
+        }));
+    }
     let t = &p.toolchain;
     let mut tool = |name: &str, version: Option<&String>, uri: Option<String>| {
         if let Some(v) = version {

@@ -104,6 +104,12 @@ pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<
     c.out
 }
 
+/// Every instruction named `keyword` (upper case: `RUN`, `COPY`): its 1-based
+/// line and its arguments (continuations joined, heredoc bodies appended after a newline).
+pub fn instructions_named(text: &str, keyword: &str) -> Vec<(usize, String)> {
+    instructions(text).0.into_iter().filter(|i| i.keyword == keyword).map(|i| (i.line, i.args)).collect()
+}
+
 /// The variant a Dockerfile build needs: the one a stage names
 /// (`DEEPEP_VARIANT`/`VARIANT`), else every declared variant its DeepEP build
 /// settings agree with (for the stage's platform).

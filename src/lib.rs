@@ -19,6 +19,7 @@ pub mod lock;
 pub mod lockgraph;
 pub mod marker;
 pub mod output;
+pub mod patches;
 pub mod pep;
 pub mod pins;
 pub mod pinset;

@@ -308,6 +308,9 @@ pub struct Pin {
     pub rev: String,
     /// 1-based line of the `rev` value in pins.toml.
     pub line: usize,
+    /// Source patches applied to every build of this pin, in order (`patches = [...]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<crate::patches::Entry>,
 }
 
 impl Pin {
@@ -383,6 +386,9 @@ pub struct Variant {
     /// Whether the wheel's METADATA gets the run-time requirements the build
     /// implies (`runtime_requires`, default true; `builder::closure`).
     pub runtime_requires: bool,
+    /// Source patches applied after its pin's (`patches = [...]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<crate::patches::Entry>,
     /// 1-based line of the variant's `[[variant]]` table.
     pub line: usize,
 }
@@ -496,6 +502,22 @@ struct RawSource {
 #[serde(deny_unknown_fields)]
 struct RawPin {
     rev: Spanned<String>,
+    patches: Option<Vec<Spanned<RawPatch>>>,
+}
+
+/// A `patches` entry: `"patches/x.patch"` or `{ path = "...", sha256 = "..." }`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawPatch {
+    Path(String),
+    Recorded(RawRecordedPatch),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRecordedPatch {
+    path: String,
+    sha256: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -531,6 +553,7 @@ struct RawVariant {
     env: Option<Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
     index: Option<Spanned<String>>,
     runtime_requires: Option<bool>,
+    patches: Option<Vec<Spanned<RawPatch>>>,
 }
 
 /// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
@@ -639,7 +662,8 @@ fn pin_tables(
     err: &Err,
 ) -> Result<BTreeMap<Arch, Pin>> {
     let mut pins = BTreeMap::new();
-    for (key, p) in raw {
+    for (key, mut p) in raw {
+        let patches = patch_list(p.get_mut().patches.take(), text, err)?;
         let arch: Arch = key.parse().map_err(|m: Failure| err(p.span(), format!("[pin.{key}]: {m}")))?;
         let rev = p.get_ref().rev.get_ref().clone();
         let rspan = p.get_ref().rev.span();
@@ -652,7 +676,7 @@ fn pin_tables(
                 ),
             ));
         }
-        pins.insert(arch, Pin { arch, rev, line: line_col(text, rspan.start).0 });
+        pins.insert(arch, Pin { arch, rev, line: line_col(text, rspan.start).0, patches });
     }
     if pins.is_empty() {
         return Err(Failure::usage(format!(
@@ -758,7 +782,7 @@ fn variant(
     err: &Err,
 ) -> Result<Variant> {
     let vspan = sv.span();
-    let v = sv.into_inner();
+    let mut v = sv.into_inner();
     let name = variant_name(&v.name, before, err)?;
     let arch: Arch = v.arch.get_ref().parse().map_err(|m: Failure| err(v.arch.span(), m.message))?;
     if !pins.contains_key(&arch) {
@@ -768,6 +792,16 @@ fn variant(
         v.cuda_arch_list.get_ref().parse().map_err(|m: Failure| err(v.cuda_arch_list.span(), m.message))?;
     let transport = transport(&v, &name, &cuda_arch_list, err)?;
     let env = variant_env(&v, &name, text, err)?;
+    let patches = patch_list(v.patches.take(), text, err)?;
+    if let Some(pin) = pins.get(&arch) {
+        let all: Vec<&crate::patches::Entry> = pin.patches.iter().chain(&patches).collect();
+        if let Some((line, msg)) = crate::patches::check_list(&all) {
+            return Err(err(
+                line_span(text, line),
+                format!("variant `{name}`: {msg} (its pin's and its own together)"),
+            ));
+        }
+    }
     let topology = match &v.topology {
         None => None,
         Some(t) => Some(topology(&name, arch, &cuda_arch_list, v.multinode, t, err)?),
@@ -785,8 +819,41 @@ fn variant(
         env,
         index: v.index.map(Spanned::into_inner),
         runtime_requires: v.runtime_requires.unwrap_or(true),
+        patches,
         line: line_col(text, vspan.start).0,
     })
+}
+
+/// `patches`: relative paths (no `..`, not absolute, plain names), optional
+/// recorded sha256s, at most `patches::MAX_PATCHES`, each once. The files are
+/// read when a build is planned (`patches::load`), never here.
+fn patch_list(raw: Option<Vec<Spanned<RawPatch>>>, text: &str, err: &Err) -> Result<Vec<crate::patches::Entry>> {
+    let mut out = Vec::new();
+    for r in raw.unwrap_or_default() {
+        let span = r.span();
+        let (path, sha256) = match r.into_inner() {
+            RawPatch::Path(p) => (p, None),
+            RawPatch::Recorded(x) => (x.path, x.sha256),
+        };
+        if let Some(why) = crate::patches::check_path(&path) {
+            return Err(err(span, format!("patch `{}` {why}", crate::input::excerpt(&path, 80))));
+        }
+        if let Some(why) = sha256.as_deref().and_then(crate::patches::check_sha256) {
+            return Err(err(span, format!("patch `{path}`: sha256 {why}")));
+        }
+        out.push(crate::patches::Entry { path, sha256, line: line_col(text, span.start).0, text: None });
+        let refs: Vec<&crate::patches::Entry> = out.iter().collect();
+        if let Some((_, msg)) = crate::patches::check_list(&refs) {
+            return Err(err(span, msg));
+        }
+    }
+    Ok(out)
+}
+
+/// The byte span of 1-based `line` (for an error about an entry found by its line).
+fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
+    let start: usize = text.split_inclusive('\n').take(line.saturating_sub(1)).map(str::len).sum();
+    start..start
 }
 
 /// `index`: the variant whose index also serves this one's wheels: declared,

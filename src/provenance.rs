@@ -45,6 +45,26 @@ pub struct SourceInfo {
     /// Submodule path -> commit.
     #[serde(default)]
     pub submodules: BTreeMap<String, String>,
+    /// The source patches applied after checkout, in order (pins.toml `patches`),
+    /// each with its text, so the wheel alone rebuilds; empty: exact, unpatched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<SourcePatch>,
+}
+
+/// One source patch as the build applied it (`patches::load` computes it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourcePatch {
+    /// Its path relative to pins.toml, as pins.toml lists it.
+    pub name: String,
+    /// sha256 of `text`.
+    pub sha256: String,
+    /// The tree files it touches.
+    pub files: Vec<String>,
+    /// Those of `files` that change how DeepEP builds (setup.py, `*.cfg`, CMake, Makefiles).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub build_files: Vec<String>,
+    /// The patch itself (UTF-8 text; binary patches are refused).
+    pub text: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

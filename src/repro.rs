@@ -13,6 +13,15 @@ use crate::wheel::diff;
 /// Version of `diff --format json` and `verify --format json`.
 pub const SCHEMA: u32 = 1;
 
+/// What a wheel's provenance says was built: `exact, unpatched`, `patched: N patches (...)`,
+/// or that it carries none (not built by deepep-forge).
+fn what_was_built(wheel: &std::path::Path) -> String {
+    match crate::wheel::read::provenance(wheel) {
+        Ok(p) => crate::patches::describe(&p.source.patches),
+        Err(_) => "unknown: no readable deepep-forge provenance".into(),
+    }
+}
+
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Exit codes: 0 the two files are identical, 1 they differ, 2 bad input (not
@@ -37,10 +46,13 @@ pub struct DiffArgs {
 /// `deepep-forge diff A.whl B.whl`.
 pub fn diff(args: DiffArgs) -> Result<Exit> {
     let d = diff::diff(&args.a, &args.b)?;
+    let (a, b) = (what_was_built(&args.a), what_was_built(&args.b));
     if args.format == Format::Json {
-        crate::printer::json(&serde_json::json!({ "schema": SCHEMA, "diff": d }))?;
+        crate::printer::json(&serde_json::json!({ "schema": SCHEMA, "diff": d, "built": { "a": a, "b": b } }))?;
     } else {
         crate::out!("{}", diff::render(&d));
+        crate::outln!("A  is {a}");
+        crate::outln!("B  is {b}");
     }
     Ok(if d.identical { Exit::Ok } else { Exit::Problems })
 }
@@ -183,7 +195,9 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
     let work = tempfile::tempdir()?;
     // The pins the provenance describes, parsed in memory; messages about them name the wheel.
     let shown = PathBuf::from(format!("the provenance of {}", wheel.display()));
-    let pins = crate::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, wheel))?;
+    let mut pins =
+        crate::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, wheel))?;
+    with_patch_texts(&mut pins, &prov);
     let toolchain = args.toolchain.unwrap_or(match prov.toolchain.kind.as_str() {
         "registry" => crate::builder::registry::Kind::Registry,
         _ => crate::builder::registry::Kind::System,
@@ -231,11 +245,12 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
     }
     if d.identical {
         crate::outln!(
-            "verified: {} is what its provenance says: rebuilt {} @ {} ({}) gives the same sha256 {}",
+            "verified: {} is what its provenance says: rebuilt {} @ {} ({}; {}) gives the same sha256 {}",
             wheel.display(),
             prov.variant.name,
             &prov.source.rev[..prov.source.rev.len().min(12)],
             outcome.status,
+            crate::patches::describe(&prov.source.patches),
             d.a.sha256
         );
     } else {
@@ -283,6 +298,16 @@ fn about_wheel(e: anyhow::Error, pins: &std::path::Path, wheel: &std::path::Path
     f.into()
 }
 
+/// The provenance's patch texts on the pins made from it: the rebuild applies
+/// what the wheel carries (its sha256 is checked again when the plan loads it).
+fn with_patch_texts(pins: &mut crate::pins::Pins, prov: &crate::provenance::Provenance) {
+    for pin in pins.pins.values_mut() {
+        for (e, p) in pin.patches.iter_mut().zip(&prov.source.patches) {
+            e.text = Some(p.text.clone());
+        }
+    }
+}
+
 /// A pins file that names exactly what the provenance says (values serialised by
 /// `toml`, never spliced into text; `Pins::parse` validates them again).
 fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) -> Result<String> {
@@ -305,10 +330,19 @@ fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) ->
     }
     source.insert("base_version".into(), Value::String(version));
     let mut pin = toml::Table::new();
-    pin.insert(
-        p.variant.arch.clone(),
-        Value::Table([("rev".to_string(), Value::String(p.source.rev.clone()))].into_iter().collect()),
-    );
+    let mut arch_pin: toml::Table = [("rev".to_string(), Value::String(p.source.rev.clone()))].into_iter().collect();
+    // The source patches, by name and sha256 (their text is put back by `with_patch_texts`).
+    if !p.source.patches.is_empty() {
+        let list = p.source.patches.iter().map(|x| {
+            let e: toml::Table = [("path", &x.name), ("sha256", &x.sha256)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
+                .collect();
+            Value::Table(e)
+        });
+        arch_pin.insert("patches".into(), Value::Array(list.collect()));
+    }
+    pin.insert(p.variant.arch.clone(), Value::Table(arch_pin));
     let v = &p.variant;
     let mut variant = toml::Table::new();
     variant.insert("name".into(), Value::String(v.name.clone()));

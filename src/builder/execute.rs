@@ -167,6 +167,8 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     if let Some(n) = read_elsewhere(pl) {
         notes.push(n);
     }
+    // Source patches: after checkout and submodules, before anything compiles.
+    super::patch::apply(pl.tree(), &pl.source.patches, &build.path().join("source-patches"))?;
     check_interrupted()?;
     let nccl = super::nccl_reuse::before(pl, t.cache_dir, notes);
     std::fs::create_dir_all(pl.dist())?;
@@ -187,10 +189,12 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     let built = single_wheel(&pl.dist())?;
     let file_name = built.file_name().context("wheel file name")?.to_string_lossy().into_owned();
     let name = WheelName::parse(&file_name).context("pip produced a wheel with an unparsable name")?;
-    if !same_version(&name.version, &pl.source.version) {
+    // setup.py labels the tree `<base>+<short>`; a patched build is relabelled `<base>+<short>.p<set>`.
+    let exact = crate::patches::label(&pl.interface.base_version, &short, &[]);
+    if !same_version(&name.version, &exact) {
         return Err(Failure::problems(format!(
-            "the built wheel's version is {} but the pin {} must give {} (git short in the build tree: {short})",
-            name.version, pl.source.rev, pl.source.version
+            "the built wheel's version is {} but the pin {} must give {exact} (git short in the build tree: {short})",
+            name.version, pl.source.rev
         ))
         .hint(format!(
             "the `{}` interface takes the label from {} and `git rev-parse --short HEAD`: check that the source builds from its own checkout",
@@ -216,6 +220,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     check_interrupted()?;
     // Relocate RUNPATHs that point into the build Python's site-packages.
     let mut changes = stamp::Changes { epoch: pl.source.source_date_epoch, ..Default::default() };
+    let file_name = relabel(&mut changes, &file_name, &name.version, pl)?;
     let mut patches = Vec::new();
     let patch_dir = build.path().join("patch");
     for m in members.iter().filter(|m| m.ends_with(".so") || m.contains(".so.")) {
@@ -259,7 +264,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         sha256,
         size,
         variant: pl.variant.name.clone(),
-        version: name.version.clone(),
+        version: if pl.source.patches.is_empty() { name.version.clone() } else { pl.source.version.clone() },
         created: provenance::rfc3339(now),
         created_secs: now,
     };
@@ -279,6 +284,18 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     Ok(Delivered { status: "built", entry, wheel, patches, log: Some(pl.outputs.log.clone()) })
 }
 
+/// A patched build's new label in `changes` and the wheel's new file name (unchanged when exact).
+fn relabel(changes: &mut stamp::Changes, file_name: &str, built: &str, pl: &Plan) -> Result<String> {
+    if pl.source.patches.is_empty() {
+        return Ok(file_name.to_string());
+    }
+    let new = pl.source.version.clone();
+    let renamed = file_name.replacen(&format!("-{built}-"), &format!("-{new}-"), 1);
+    anyhow::ensure!(renamed != file_name, "cannot relabel {file_name} as {new}");
+    changes.relabel = Some((built.to_string(), new));
+    Ok(renamed)
+}
+
 /// The provenance document of a build of `pl`: every value from the plan
 /// (its path-free form), plus what only the build knows (the tree's short
 /// sha, the patches). No wall-clock time and no machine path: a rebuild gives
@@ -294,6 +311,7 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
             branch: pl.source.branch.clone(),
             short: short.to_string(),
             submodules: pl.source.submodules.clone(),
+            patches: pl.source.patches.clone(),
         },
         variant: pl.variant.clone(),
         env: pl.portable.env.clone(),

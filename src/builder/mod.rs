@@ -14,6 +14,7 @@ pub mod environment;
 pub mod execute;
 pub mod lookup;
 pub mod nccl_reuse;
+pub mod patch;
 pub mod plan;
 pub mod preflight;
 pub mod prepare;
@@ -309,6 +310,7 @@ fn print_plan(pl: &Plan, cached: bool) {
     for (p, c) in &s.submodules {
         crate::outln!("  submodule   {p} @ {c}");
     }
+    print_patches(&s.patches);
     let knobs: Vec<String> = i
         .knobs
         .iter()
@@ -421,6 +423,20 @@ fn print_plan(pl: &Plan, cached: bool) {
 
 /// What the build compiles against, what the revision needs, and what
 /// build-wheel's preflight will stop on.
+/// `exact, unpatched`, or each source patch with its sha256, its files and, loudly, any build file it changes.
+fn print_patches(set: &[crate::patches::SourcePatch]) {
+    crate::outln!("  patches     {}", crate::patches::describe(set));
+    for (n, p) in set.iter().enumerate() {
+        crate::outln!("  patch {:<5} {} sha256 {} touches {}", n + 1, p.name, p.sha256, p.files.join(", "));
+        for f in &p.build_files {
+            crate::outln!(
+                "  BUILD FILE  {} changes {f}: it changes how DeepEP builds; review it as build code",
+                p.name
+            );
+        }
+    }
+}
+
 fn print_environment(pl: &Plan) {
     if let Some(e) = &pl.environment {
         let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());

@@ -238,6 +238,9 @@ pub struct PlanSource {
     /// Path -> commit, for the submodules this variant's build needs.
     pub submodules: BTreeMap<String, String>,
     pub mirror: PathBuf,
+    /// Source patches applied after checkout and submodules, in order (empty: exact, unpatched).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<crate::provenance::SourcePatch>,
 }
 
 /// The toolchain, identified, or what is missing and what `build-wheel` will need.
@@ -386,6 +389,7 @@ impl Plan {
             schema: SCHEMA,
             rev: &self.source.rev,
             submodules: &self.source.submodules,
+            patches: self.source.patches.iter().map(|p| p.sha256.as_str()).collect(),
             interface: self.interface.branch.as_str(),
             variant: (&self.variant.cuda_arch_list, self.variant.multinode, self.variant.transport.as_deref()),
             run: &self.portable,
@@ -417,6 +421,9 @@ struct KeyInput<'a> {
     schema: u32,
     rev: &'a str,
     submodules: &'a BTreeMap<String, String>,
+    /// The source patches' sha256s in order; absent for an exact build (its key as before).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    patches: Vec<&'a str>,
     interface: &'a str,
     variant: (&'a str, bool, Option<&'a str>),
     /// argv, cwd and the keyed environment, path-free.
@@ -593,6 +600,7 @@ mod tests {
                 source_date_epoch: 0,
                 submodules: BTreeMap::new(),
                 mirror: PathBuf::from("/c/cache/git/m"),
+                patches: Vec::new(),
             },
             interface: Interface {
                 branch: crate::interface::Branch::HybridEp,

@@ -121,14 +121,19 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => e.insert(pinned(pins, v.arch, &origin, &mirror)?),
         };
-        knob_envs.push(knobs(pins, v, p)?);
+        let set = super::patch::for_variant(pins, v)?;
+        if !set.is_empty() {
+            let scratch = tempfile::Builder::new().prefix("patch-check-").tempdir_in(&cache_dir)?;
+            super::patch::check_applies(&mirror, &p.rev, &set, scratch.path())?;
+        }
+        knob_envs.push((knobs(pins, v, p)?, set));
     }
     let caller: BTreeMap<String, String> = crate::environ::vars().collect();
     let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources), &sources.keys().copied().collect::<Vec<_>>())?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;
     let mut cross_tc = None;
-    for (v, knob_env) in here.into_iter().zip(knob_envs) {
+    for (v, (knob_env, set)) in here.into_iter().zip(knob_envs) {
         let p = &sources[&v.arch];
         let python = c.python.as_deref().unwrap_or("python3");
         let ctx = Ctx { pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
@@ -140,7 +145,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
             }
             cross_tc.as_ref().expect("set above")
         };
-        let mut plan = plan_variant(&ctx, v, p, knob_env, tc, jobs, c.no_cache, &caller)?;
+        let mut plan = plan_variant(&ctx, v, p, (knob_env, set), tc, jobs, c.no_cache, &caller)?;
         // The canonical build root, its links and the compiler hooks (repro's `canon`).
         let (flag, off) = match &c.compiler_cache {
             CompilerCache::Default => (None, false),
@@ -376,7 +381,7 @@ fn plan_variant(
     ctx: &Ctx,
     v: &Variant,
     p: &Pinned,
-    knob_env: BTreeMap<String, String>,
+    (knob_env, patches): (BTreeMap<String, String>, Vec<crate::patches::SourcePatch>),
     tc: &ToolchainPart,
     jobs: usize,
     no_cache: bool,
@@ -478,11 +483,12 @@ fn plan_variant(
             snapshot_of: ctx.origin.snapshot_of.as_ref().map(|(d, _)| d.clone()),
             rev: pin.rev.clone(),
             branch: ctx.pins.source.branch.clone(),
-            version: format!("{}+{}", i.base_version, pin.short()),
+            version: crate::patches::label(&i.base_version, pin.short(), &patches),
             short: pin.short().to_string(),
             source_date_epoch: p.commit_time,
             submodules,
             mirror: ctx.mirror.to_path_buf(),
+            patches,
         },
         interface: i.clone(),
         roots,

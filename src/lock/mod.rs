@@ -21,6 +21,7 @@ use crate::pins::{Arch, Pins};
 pub mod causes;
 pub mod index;
 pub mod marker;
+pub mod patches;
 pub mod pyproject;
 pub mod revision;
 pub mod rules;
@@ -363,6 +364,7 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
     }
 
     found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
+    found.extend(patches::check(&dockerfiles, &args.place.project)?);
 
     let causes = causes::group(&ctx, found);
     let found: Vec<Finding> = causes.iter().flat_map(|c| c.findings.iter().cloned()).collect();

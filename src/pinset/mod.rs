@@ -14,6 +14,7 @@ use crate::pins::{is_full_sha, Arch, Pins};
 pub mod closure;
 pub mod edit;
 pub mod index;
+pub mod patches;
 pub mod source;
 pub mod txn;
 
@@ -55,6 +56,13 @@ pub struct SetArgs {
     /// Back from an index to DeepEP's git source (pins.toml's repository) at REV.
     #[arg(long, conflicts_with = "arch")]
     pub git: bool,
+    /// Add a source patch (a file beside or below pins.toml) to the moved pins'
+    /// `patches`, with its sha256 (repeatable; checked to apply at REV).
+    #[arg(long = "patch", value_name = "FILE")]
+    pub patch: Vec<PathBuf>,
+    /// Remove the source patch listed as NAME from the moved pins' `patches` (repeatable).
+    #[arg(long = "drop-patch", value_name = "NAME")]
+    pub drop_patch: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -274,11 +282,20 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
             let base_change = base.as_deref().filter(|b| *b != p.source.base_version);
             let new = edit::pins(&p.path, &text, &rev, &arches, base_change)?;
+            let new = patches::edit_list(&p.path, &new, &arches, &args.patch, &args.drop_patch)?;
             let new = match arches_moved(p) {
                 true => edit::without_branch(&p.path, &new)?,
                 false => new,
             };
-            Pins::parse(&new, &p.path)?; // still valid
+            let parsed = Pins::parse(&new, &p.path)?; // still valid
+            // Every patch the moved pins will build with must apply at REV (a scratch index, never the user's checkout).
+            if arches.iter().any(|a| parsed.pins.get(a).is_some_and(|x| !x.patches.is_empty())) {
+                let dir = match &src {
+                    Some(s) => s.dir.clone(),
+                    None => crate::builder::source::mirror_path(&cache, &repo_of(Some(p), &before, &py_path)?),
+                };
+                patches::check(&parsed, &arches, &rev, &dir, &cache.join("tmp"))?;
+            }
             Some((p.path.clone(), text, new))
         }
         None => None,
@@ -314,10 +331,11 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         add(&lock_path, old, None)?;
     }
     let again = format!(
-        "deepep-forge pin set {rev}{}{flags}{}{}",
+        "deepep-forge pin set {rev}{}{flags}{}{}{}",
         args.arch.map(|a| format!(" --arch {a}")).unwrap_or_default(),
         args.source.as_deref().map(|s| format!(" --source {s}")).unwrap_or_default(),
-        if args.relock { " --relock" } else { "" }
+        if args.relock { " --relock" } else { "" },
+        patches::flags(&args.patch, &args.drop_patch)
     );
     // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
     let _guard = crate::error::Cooperative::enter();

@@ -869,20 +869,27 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
         }
     }
     if let Some(label) = b.version.as_deref().and_then(local_label) {
-        if label != p.source.short {
-            disagree.push(format!("says rev {} but the version label is +{label}", p.source.short));
+        // `<short>` exact, `<short>.p<set digest>` patched (patches::label).
+        let want = crate::patches::label("", &p.source.short, &p.source.patches);
+        let want = want.trim_start_matches('+');
+        if label != want {
+            disagree.push(format!(
+                "says +{want} ({}) but the version label is +{label}",
+                crate::patches::describe(&p.source.patches)
+            ));
         }
     }
     if disagree.is_empty() {
         Check::pass(
             "provenance",
             format!(
-                "variant {} ({}, {}, {}) at {} agrees with the binary",
+                "variant {} ({}, {}, {}) at {} ({}) agrees with the binary",
                 p.variant.name,
                 p.variant.arch,
                 p.variant.cuda_arch_list,
                 if p.variant.multinode { "multinode" } else { "single-node" },
-                p.source.short
+                p.source.short,
+                crate::patches::describe(&p.source.patches)
             ),
         )
     } else {

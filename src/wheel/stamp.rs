@@ -24,6 +24,9 @@ pub struct Changes {
     pub add_dist_info: BTreeMap<String, Vec<u8>>,
     /// Modification time of new entries (SOURCE_DATE_EPOCH), seconds since 1970.
     pub epoch: i64,
+    /// A new version for the wheel (old, new): `.dist-info/` renamed, METADATA's
+    /// `Version:` rewritten (a patched build's label, `patches::label`).
+    pub relabel: Option<(String, String)>,
 }
 
 pub use super::read::dist_info_dir;
@@ -57,6 +60,11 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         }
     }
     let dropped = [record_path.clone(), format!("{di}/RECORD.jws"), format!("{di}/RECORD.p7s")];
+    let new_di = match &changes.relabel {
+        Some((old, new)) => relabelled(&di, old, new)?,
+        None => di.clone(),
+    };
+    let record_path_out = format!("{new_di}/RECORD");
     // Members in output order: the package first, then .dist-info.
     let names: Vec<String> = zin.file_names().map(String::from).collect();
     // Sorted by name (the file system's listing order, which setuptools follows, varies).
@@ -89,6 +97,17 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
             });
             continue;
         }
+        if new_di != di && name.starts_with(&format!("{di}/")) {
+            let (path, data) = relabel_member(zin, i, &di, &new_di, changes.relabel.as_ref())?;
+            let opts = SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Deflated)
+                .last_modified_time(time)
+                .unix_permissions(0o644);
+            zout.start_file(path.as_str(), opts)?;
+            zout.write_all(&data)?;
+            new_record.push(Entry { path, hash: Some(record::hash_bytes(&data)), size: Some(data.len() as u64) });
+            continue;
+        }
         let f = zin.by_index_raw(i)?;
         // Time and mode as every build gives them: SOURCE_DATE_EPOCH, 0644/0755 (not the umask's).
         let mode = normal_mode(f.unix_mode());
@@ -102,8 +121,8 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         new_record.push(e);
     }
     for (file, data) in &changes.add_dist_info {
-        let path = format!("{di}/{file}");
-        if names.contains(&path) {
+        let path = format!("{new_di}/{file}");
+        if names.contains(&format!("{di}/{file}")) {
             anyhow::bail!("{} already has {path}: it was stamped before", input.display());
         }
         let opts = SimpleFileOptions::default()
@@ -114,15 +133,44 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         zout.write_all(data)?;
         new_record.push(Entry { path, hash: Some(record::hash_bytes(data)), size: Some(data.len() as u64) });
     }
-    new_record.push(Entry { path: record_path.clone(), hash: None, size: None });
+    new_record.push(Entry { path: record_path_out.clone(), hash: None, size: None });
     let opts = SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Deflated)
         .last_modified_time(time)
         .unix_permissions(0o644);
-    zout.start_file(record_path.as_str(), opts)?;
+    zout.start_file(record_path_out.as_str(), opts)?;
     zout.write_all(record::write(&new_record).as_bytes())?;
     zout.finish()?.flush()?;
     Ok(())
+}
+
+/// `<dist>-<old>.dist-info` as `<dist>-<new>.dist-info`.
+fn relabelled(di: &str, old: &str, new: &str) -> Result<String> {
+    let dist = di
+        .strip_suffix(&format!("-{old}.dist-info"))
+        .with_context(|| format!("{di} is not the .dist-info of version {old}"))?;
+    Ok(format!("{dist}-{new}.dist-info"))
+}
+
+/// A `.dist-info/` member under its new folder, METADATA's `Version:` line rewritten.
+fn relabel_member<R: Read + std::io::Seek>(
+    zin: &mut zip::ZipArchive<R>,
+    i: usize,
+    di: &str,
+    new_di: &str,
+    relabel: Option<&(String, String)>,
+) -> Result<(String, Vec<u8>)> {
+    let mut f = zin.by_index(i)?;
+    let path = format!("{new_di}{}", &f.name()[di.len()..]);
+    let mut data = Vec::new();
+    (&mut f).take(super::limits::DOC).read_to_end(&mut data)?;
+    if let (Some((old, new)), true) = (relabel, path == format!("{new_di}/METADATA")) {
+        let text = String::from_utf8(data).context("METADATA is not UTF-8")?;
+        let from = format!("\nVersion: {old}\n");
+        anyhow::ensure!(text.contains(&from), "METADATA has no `Version: {old}` line");
+        data = text.replacen(&from, &format!("\nVersion: {new}\n"), 1).into_bytes();
+    }
+    Ok((path, data))
 }
 
 /// 0755 when any execute bit is set, else 0644: a member's mode does not depend on the umask.

@@ -1,0 +1,146 @@
+//! Source patches in a build: a variant's set read and checked
+//! (`for_variant`: its pin's patches, then its own), checked to apply at the
+//! pinned revision before any toolchain or submodule work (`check_applies`: a
+//! scratch index of the revision's tree in the mirror, never a checkout of
+//! the user's), and applied in order to the fresh build tree after checkout
+//! and submodules, before anything compiles (`apply`). git apply runs through
+//! `process::git` with its own safety on (no `--unsafe-paths`: nothing
+//! outside the tree, nothing through a symbolic link), after
+//! `patches::inspect` refused binary hunks, links and escaping paths. Must not
+//! decide what a patch is for.
+use std::path::Path;
+
+use anyhow::Result;
+
+use super::source;
+use crate::error::Failure;
+use crate::patches::{self, SourcePatch};
+use crate::pins::{Pins, Variant};
+
+/// The patches of a build of `v`: its pin's, then the variant's, read beside pins.toml.
+pub fn for_variant(pins: &Pins, v: &Variant) -> Result<Vec<SourcePatch>> {
+    let pin = pins.pin(v.arch)?;
+    let entries: Vec<&patches::Entry> = pin.patches.iter().chain(&v.patches).collect();
+    patches::load(&pins.path, &entries)
+}
+
+/// What `patch` does at `rev`, in a scratch index of the revision's tree (which already
+/// holds the earlier patches of the set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fit {
+    Applies,
+    /// The revision already contains it: it applies in reverse.
+    Contained,
+    /// git's words: the file and the hunk that failed.
+    Fails(String),
+}
+
+/// Apply `set` in order to a scratch index of `rev`'s tree in the repository `mirror`
+/// (a bare mirror, or a `--source` checkout: nothing in it is written); each patch's fit.
+/// `scratch` is an empty folder of ours (the index, new objects and patch files go there).
+pub fn fits(mirror: &Path, rev: &str, set: &[SourcePatch], scratch: &Path) -> Result<Vec<Fit>> {
+    anyhow::ensure!(crate::pins::is_full_sha(rev), "refusing to read `{rev}`: not a full commit sha");
+    let index = scratch.join("index");
+    // New objects (the patched blobs) go to the scratch folder, never into the repository.
+    let common = source::git(mirror, "find the repository's objects")
+        .args(["rev-parse", "--path-format=absolute", "--git-common-dir"])
+        .output()?;
+    let objects = Path::new(common.trim()).join("objects");
+    let scratch_objects = scratch.join("objects");
+    std::fs::create_dir_all(&scratch_objects)?;
+    let git = |purpose: &str| {
+        let mut c = source::git(mirror, purpose.to_string());
+        c.env("GIT_INDEX_FILE", &index)
+            .env("GIT_OBJECT_DIRECTORY", &scratch_objects)
+            .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &objects);
+        c
+    };
+    git("read the pinned tree into a scratch index").args(["read-tree", rev]).output()?;
+    let mut out = Vec::new();
+    for (n, p) in set.iter().enumerate() {
+        let file = write_patch(scratch, n, p)?;
+        let applied = git(&format!("apply patch {}", p.name)).args(apply_args(true, &[])).arg(&file).capture()?;
+        if applied.status.success() {
+            out.push(Fit::Applies);
+            continue;
+        }
+        let reverse = git(&format!("reverse-check patch {}", p.name))
+            .args(apply_args(true, &["--check", "-R"]))
+            .arg(&file)
+            .capture()?;
+        out.push(if reverse.status.success() {
+            Fit::Contained
+        } else {
+            Fit::Fails(String::from_utf8_lossy(&applied.stderr).trim().to_string())
+        });
+    }
+    Ok(out)
+}
+
+/// `set` applies at `rev`, in order: else exit 2 naming the patch and git's file and hunk.
+pub fn check_applies(mirror: &Path, rev: &str, set: &[SourcePatch], scratch: &Path) -> Result<()> {
+    for (p, fit) in set.iter().zip(fits(mirror, rev, set, scratch)?) {
+        refuse(p, rev, &fit)?;
+    }
+    Ok(())
+}
+
+/// A patch that does not fit `rev` as an error (exit 2), or nothing.
+pub fn refuse(p: &SourcePatch, rev: &str, fit: &Fit) -> Result<()> {
+    let short = &rev[..rev.len().min(7)];
+    match fit {
+        Fit::Applies => Ok(()),
+        Fit::Contained => {
+            Err(Failure::usage(format!("patch `{}` is already contained in {short}: it applies in reverse", p.name))
+                .hint(format!("drop it: remove \"{}\" from the patches list in pins.toml", p.name))
+                .into())
+        }
+        Fit::Fails(why) => Err(Failure::usage(format!(
+            "patch `{}` does not apply at {short}: {}",
+            p.name,
+            crate::input::excerpt(why, 400)
+        ))
+        .hint("refresh the patch against the pinned revision (git apply -3, then git diff), or move the pin back")
+        .into()),
+    }
+}
+
+/// Apply `set` in order to the checked-out `tree` (files written to `dir`, outside the tree).
+pub fn apply(tree: &Path, set: &[SourcePatch], dir: &Path) -> Result<()> {
+    if set.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    for (n, p) in set.iter().enumerate() {
+        let file = write_patch(dir, n, p)?;
+        let o =
+            source::git(tree, format!("apply patch {}", p.name)).args(apply_args(false, &[])).arg(&file).capture()?;
+        if !o.status.success() {
+            let why = String::from_utf8_lossy(&o.stderr);
+            return Err(Failure::usage(format!(
+                "patch `{}` does not apply to the build tree: {}",
+                p.name,
+                crate::input::excerpt(why.trim(), 400)
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// `git apply` with the user's configuration overridden where it changes what applies.
+fn apply_args(cached: bool, extra: &[&'static str]) -> Vec<&'static str> {
+    let mut a = vec!["-c", "apply.whitespace=nowarn", "apply", "--whitespace=nowarn", "-p1"];
+    if cached {
+        a.push("--cached");
+    }
+    a.extend(extra);
+    a.push("--");
+    a
+}
+
+fn write_patch(dir: &Path, n: usize, p: &SourcePatch) -> Result<std::path::PathBuf> {
+    let file = dir.join(format!("{n:02}.patch"));
+    std::fs::write(&file, p.text.as_bytes())?;
+    Ok(file)
+}
