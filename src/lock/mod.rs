@@ -364,7 +364,7 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
     }
 
     found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
-    found.extend(patches::check(&dockerfiles, &args.place.project)?);
+    found.extend(patches::check(&dockerfiles, &req.project)?);
 
     let causes = causes::group(&ctx, found);
     let found: Vec<Finding> = causes.iter().flat_map(|c| c.findings.iter().cloned()).collect();
