@@ -9,6 +9,7 @@ pub mod cli;
 pub mod docker;
 pub mod dockerfile;
 pub mod error;
+pub mod evidence;
 pub mod findings;
 pub mod input;
 pub mod interface;

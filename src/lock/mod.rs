@@ -19,6 +19,7 @@ use crate::output::Format;
 use crate::pins::{Arch, Pins};
 
 pub mod causes;
+pub mod evidence;
 pub mod index;
 pub mod marker;
 pub mod pyproject;
@@ -73,6 +74,14 @@ pub struct CheckArgs {
     /// over more than one NVLink domain needs a multinode variant's index (`index-variant-mismatch`).
     #[arg(long = "recipe", value_name = "FILE")]
     pub recipes: Vec<PathBuf>,
+    /// Every deep-ep wheel uv.lock pins needs a statement of this kind or a stronger
+    /// one (docs/evidence.md), signed by a --trusted-key, covering its variant's GPU
+    /// generation; else `evidence-missing` (exit 1) with the command that would make it.
+    #[arg(long, value_enum, value_name = "KIND", requires = "evidence")]
+    pub require_evidence: Option<crate::evidence::statement::Kind>,
+    /// Evidence folders for --require-evidence (repeatable).
+    #[arg(long = "evidence", value_name = "DIR", requires = "require_evidence")]
+    pub evidence: Vec<PathBuf>,
 }
 
 /// Where a DeepEP reference sits, which decides the rule that judges it.
@@ -286,6 +295,9 @@ pub fn run_check(args: &CheckArgs) -> Result<Report> {
     }
 
     found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
+    if let Some(kind) = args.require_evidence {
+        found.extend(required_evidence(args, kind, pins.as_ref(), &py_path, &py_text, &lock_path, &name)?);
+    }
 
     let causes = causes::group(&ctx, found);
     let found: Vec<Finding> = causes.iter().flat_map(|c| c.findings.iter().cloned()).collect();
@@ -345,6 +357,26 @@ fn index_rules(
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
     Ok(found)
+}
+
+/// `--require-evidence`: the locked wheels against the evidence folders.
+fn required_evidence(
+    args: &CheckArgs,
+    kind: crate::evidence::statement::Kind,
+    pins: Option<&Pins>,
+    py_path: &Path,
+    py_text: &str,
+    lock_path: &Path,
+    name: &PackageName,
+) -> Result<Vec<Finding>> {
+    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
+        Some(text) => index::locked_wheels(lock_path, &text, name)?,
+        None => Vec::new(),
+    };
+    let src = index::source(py_path, py_text, name)?;
+    let policy = evidence::Policy { kind, dirs: &args.evidence, trusted: &trusted };
+    evidence::check(&policy, &wheels, pins, src.as_ref(), lock_path)
 }
 
 /// What a recipe needs of the index's variant: an EP group over more than one

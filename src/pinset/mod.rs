@@ -343,6 +343,8 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         index_manifests: Vec::new(),
         trusted_keys: Vec::new(),
         recipes: Vec::new(),
+        require_evidence: None,
+        evidence: Vec::new(),
     };
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",

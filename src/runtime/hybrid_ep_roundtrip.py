@@ -9,6 +9,16 @@ import time
 import traceback
 
 
+def loaded(prefix):
+    """The file name of the first shared library starting with `prefix` this process has mapped."""
+    try:
+        with open("/proc/self/maps") as f:
+            names = sorted({l.split()[-1].rsplit("/", 1)[-1] for l in f if "/" + prefix in l})
+        return names[0] if names else None
+    except OSError:
+        return None
+
+
 def main():
     import torch
     import torch.distributed as dist
@@ -68,6 +78,9 @@ def main():
             "dispatched_rows_rank0": n,
             "roundtrip_ms": per_roundtrip_ms,
             "deep_ep": getattr(deep_ep, "__file__", None),
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else None,
+            "nccl_library": loaded("libnccl"),
+            "nvshmem": loaded("libnvshmem"),
         }), flush=True)
     dist.barrier()
     dist.destroy_process_group()
