@@ -120,16 +120,7 @@ fn add(a: AddArgs) -> Result<Exit> {
         _ => crate::bail_usage!("pass --wheel FILE, or --sha256 HEX with --wheel-name NAME"),
     };
     let request = a.topology.resolve()?;
-    let judged = request.as_ref().map(|r| statement::Judged {
-        source: r.source.chars().filter(|c| !c.is_control()).take(200).collect(),
-        ep: r.ep,
-        nodes: r.nodes,
-        gpus_per_node: r.gpus_per_node,
-        ranks_per_domain: r.ranks_per_domain,
-        mnnvl: r.mnnvl,
-        gpu: r.gpu.map(|g| g.to_string()),
-        recipe: None,
-    });
+    let judged = request.as_ref().map(|r| super::record::judged(r, a.topology.recipe.as_deref())).transpose()?;
     let predicate = Predicate {
         kind: a.kind,
         does_not_show: a.kind.does_not_show().into(),

@@ -98,7 +98,8 @@ fn kind_of(mode: &str, v: &Verdict) -> Kind {
     }
 }
 
-fn judged(r: &Request, recipe: Option<&Path>) -> Result<Judged> {
+/// The request as a statement keeps it (a recipe by its path and sha256).
+pub fn judged(r: &Request, recipe: Option<&Path>) -> Result<Judged> {
     let recipe = match recipe {
         Some(p) => {
             let bytes = crate::input::read_bytes(p, "recipe", crate::input::cap::TEXT)?;

@@ -36,6 +36,10 @@ pub struct Manifest {
     /// sha256 of the pins.toml bytes the last publish read.
     pub pins_sha256: String,
     pub wheels: Vec<WheelEntry>,
+    /// The wheels' evidence statements served beside them (docs/evidence.md);
+    /// absent when there are none, so older manifests and their signatures stay as they were.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<super::evidence::Listed>,
     /// `NAME:BASE64` ed25519 signatures over [`Manifest::message`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signatures: Vec<String>,
@@ -145,6 +149,7 @@ impl Manifest {
             }
             short_text(&p.cuda_arch_list, "cuda_arch_list")?;
         }
+        super::evidence::validate(self)?;
         let mut names: Vec<&str> = self.wheels.iter().map(|w| w.wheel.as_str()).collect();
         names.sort();
         if names.windows(2).any(|p| p[0] == p[1]) {
@@ -295,6 +300,7 @@ mod tests {
                     version: "1.2.1+9dce5ac".into(),
                 },
             }],
+            evidence: vec![],
             signatures: vec![],
         }
     }
