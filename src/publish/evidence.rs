@@ -7,30 +7,10 @@
 //! `evidence::store`'s.
 use std::path::Path;
 
-use anyhow::Result;
-use serde::{Deserialize, Serialize};
-
-use super::manifest::Manifest;
+use super::manifest::{Listed, Manifest};
 use super::{Source, Write};
 use crate::evidence::store::Found;
-
-/// The most statements one manifest lists.
-pub const MAX_STATEMENTS: usize = 16_384;
-
-/// One statement in the signed manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Listed {
-    /// The file beside the wheel.
-    pub file: String,
-    /// sha256 of the file's bytes.
-    pub sha256: String,
-    /// The wheel it is about (listed in the same manifest).
-    pub wheel: String,
-    pub kind: String,
-    pub origin: String,
-    pub signer: String,
-}
+use anyhow::Result;
 
 /// The statements about the manifest's wheels: new entries added to `m`, and
 /// one immutable write per statement file (existing ones are skipped by `apply`).
@@ -56,28 +36,6 @@ pub(super) fn plan(files: &Path, m: &mut Manifest, found: &[Found]) -> Result<Ve
     }
     m.evidence.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(writes)
-}
-
-/// The listed statements are well-formed and about listed wheels.
-pub fn validate(m: &Manifest) -> Result<(), String> {
-    if m.evidence.len() > MAX_STATEMENTS {
-        return Err(format!("{} statements (at most {MAX_STATEMENTS})", m.evidence.len()));
-    }
-    for e in &m.evidence {
-        let ok_name = e.file.starts_with(&format!("{}.", e.wheel))
-            && e.file.ends_with(crate::evidence::store::SUFFIX)
-            && e.file.len() <= 300
-            && e.file.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-!".contains(&b));
-        if !ok_name || !m.wheels.iter().any(|w| w.wheel == e.wheel) {
-            return Err(format!("statement `{}` is not named for a listed wheel", crate::cache::excerpt(&e.file)));
-        }
-        let hex64 = e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        let short = [&e.kind, &e.origin, &e.signer].iter().all(|s| s.len() <= 64 && !s.chars().any(char::is_control));
-        if !hex64 || !short {
-            return Err(format!("statement `{}`: a bad sha256, kind, origin or signer", e.file));
-        }
-    }
-    Ok(())
 }
 
 /// `publish --check`: each listed statement file has the signed digest.
