@@ -18,7 +18,7 @@ use crate::verdict::{Status, Verdict};
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RecordArgs {
     /// Keep the verdict as a signed in-toto statement (DSSE) under
-    /// DIR/<wheel sha256>/ (docs/evidence.md); needs --wheel or --image (the subject) and --signing-key.
+    /// DIR/<wheel sha256>/ (docs/evidence.md); needs --wheel (or --image, without --run) as the subject, and --signing-key.
     #[arg(long, value_name = "DIR", requires = "signing_key")]
     pub record: Option<PathBuf>,
     /// The ed25519 key (`cache keygen`) that signs recorded statements.
@@ -258,4 +258,48 @@ fn outcome(v: &Verdict) -> Outcome {
     fig("deep-ep-roundtrip", f["deep_ep"]["result"]["roundtrip_ms"].as_f64(), "ms");
     fig("probe-total", f["timings_ms"]["total"].as_f64(), "ms");
     Outcome { verdict: if v.failed() { "MISMATCH" } else { "MATCH" }.into(), rules, figures }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn disc(names: &[&str]) -> Value {
+        let devices: Vec<Value> =
+            names.iter().enumerate().map(|(i, n)| json!({"ordinal": i, "name": n, "sm": 90})).collect();
+        json!({"driver": "13.0", "devices": devices, "p2p": []})
+    }
+
+    #[test]
+    fn a_multi_rank_run_names_every_ranks_host_and_gpu() {
+        // Four ranks on two hosts, as `runtime::judge` lays out its facts (rank 0's discovery at the top).
+        let d0 = disc(&["NVIDIA H200", "NVIDIA H200 (1)"]);
+        let d1 = disc(&["NVIDIA H200 b0", "NVIDIA H200 b1"]);
+        let facts = json!({
+            "hosts": ["node-a", "node-a", "node-b", "node-b"],
+            "ranks": {"rank": 0, "local_rank": 0, "world": 4},
+            "devices": d0["devices"], "driver": "13.0", "p2p": [{"from": 0, "to": 1, "access": true, "performance_rank": 0}],
+            "rank_devices": [d0, d0, d1, d1],
+            "deep_ep": {"status": "ran", "result": {"nccl": "2.30.7", "nvshmem": "libnvshmem_host.so.3"}},
+        });
+        let m = machine(Kind::Kernel, &facts);
+        assert_eq!((m.nodes, m.ranks, m.gpu_count), (2, 4, 2));
+        let seen: Vec<(u32, &str, &str)> =
+            m.rank_gpus.iter().map(|r| (r.rank, r.host.as_str(), r.gpu.as_str())).collect();
+        assert_eq!(
+            seen,
+            [
+                (0, "node-a", "NVIDIA H200"),
+                (1, "node-a", "NVIDIA H200 (1)"),
+                (2, "node-b", "NVIDIA H200 b0"),
+                (3, "node-b", "NVIDIA H200 b1")
+            ]
+        );
+        assert_eq!((m.sm.as_slice(), m.links.len()), (&[90][..], 1));
+        assert_eq!((m.nccl.as_deref(), m.nvshmem.as_deref()), (Some("2.30.7"), Some("libnvshmem_host.so.3")));
+        // A static probe: the host only, no GPU.
+        let s = machine(Kind::Static, &facts);
+        assert_eq!((s.nodes, s.ranks, s.gpu_model), (1, 0, None));
+    }
 }

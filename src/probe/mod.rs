@@ -153,10 +153,12 @@ fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Opti
 pub fn run(args: ProbeArgs) -> Result<Exit> {
     // `--record`: the folder and the key are checked before anything is probed.
     let recorder = crate::evidence::record::Recorder::prepare(&args.record)?;
-    if recorder.is_some() && args.wheel.is_none() && args.image.is_none() {
-        return Err(Failure::usage("--record needs --wheel or --image: evidence is about a wheel file")
-            .hint("pass the wheel under test: --wheel dist/deep_ep-*.whl")
-            .into());
+    if recorder.is_some() && args.wheel.is_none() && (args.image.is_none() || args.runtime.run) {
+        return Err(Failure::usage(
+            "--record needs --wheel (or, without --run, --image): evidence is about a wheel file",
+        )
+        .hint("pass the wheel under test: --wheel dist/deep_ep-*.whl")
+        .into());
     }
     let recorder = recorder.map(|r| (r, args.record_subject())).map(|(r, w)| w.map(|w| (r, w))).transpose()?;
     if args.runtime.run {
