@@ -80,6 +80,9 @@ Examples:
     Cache(crate::cache::CacheCommand),
     /// Judge a wheel, an installed environment or this machine against a requested topology.
     Probe(crate::probe::ProbeArgs),
+    /// Signed evidence about wheels: add a reported result, show the validation boundary.
+    #[command(subcommand)]
+    Evidence(crate::evidence::EvidenceCommand),
     /// Container images: generate the buildx bake file from pins.toml, build images.
     #[command(
         subcommand,
@@ -224,6 +227,7 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Publish(a) => crate::publish::run(a),
         Command::Cache(c) => crate::cache::run(c),
         Command::Probe(a) => crate::probe::run(a),
+        Command::Evidence(c) => crate::evidence::run(c),
         Command::Docker(c) => crate::docker::run(c),
         Command::Diff(a) => crate::repro::diff(a),
         Command::Verify(a) => crate::repro::verify(a),

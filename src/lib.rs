@@ -11,6 +11,7 @@ pub mod docker;
 pub mod dockerfile;
 pub mod environ;
 pub mod error;
+pub mod evidence;
 pub mod findings;
 pub mod http;
 pub mod input;

@@ -19,6 +19,7 @@ use crate::output::Format;
 use crate::pins::{Arch, Pins};
 
 pub mod causes;
+pub mod evidence;
 pub mod index;
 pub mod marker;
 pub mod patches;
@@ -82,6 +83,14 @@ pub struct CheckArgs {
     /// Where the mirrors of DeepEP's repository are (read, never fetched, without --source).
     #[command(flatten)]
     pub cache: crate::cache::CacheDirArg,
+    /// Every deep-ep wheel uv.lock pins needs a statement of this kind or a stronger
+    /// one (docs/evidence.md), signed by a --trusted-key, covering its variant's GPU
+    /// generation; else `evidence-missing` (exit 1) with the command that would make it.
+    #[arg(long, value_enum, value_name = "KIND", requires = "evidence")]
+    pub require_evidence: Option<crate::evidence::statement::Kind>,
+    /// Evidence folders for --require-evidence (repeatable).
+    #[arg(long = "evidence", value_name = "DIR", requires = "require_evidence")]
+    pub evidence: Vec<PathBuf>,
 }
 
 /// What `lock check` checks, as plain data (no clap type): made from `CheckArgs`
@@ -101,6 +110,9 @@ pub struct CheckRequest {
     pub source: Option<String>,
     /// The cache folder whose mirror is read when no `--source` is given.
     pub cache_dir: Option<PathBuf>,
+    /// `--require-evidence`: the kind every locked wheel needs, and the folders to read.
+    pub require_evidence: Option<crate::evidence::statement::Kind>,
+    pub evidence: Vec<PathBuf>,
 }
 
 impl CheckRequest {
@@ -115,6 +127,8 @@ impl CheckRequest {
             recipes: Vec::new(),
             source: None,
             cache_dir: crate::cache::resolve_dir(None).ok(),
+            require_evidence: None,
+            evidence: Vec::new(),
         }
     }
 
@@ -135,6 +149,8 @@ impl From<&CheckArgs> for CheckRequest {
             recipes: a.recipes.clone(),
             source: a.source.clone(),
             cache_dir: a.cache.resolve().ok(),
+            require_evidence: a.require_evidence,
+            evidence: a.evidence.clone(),
         }
     }
 }
@@ -365,6 +381,9 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
 
     found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
     found.extend(patches::check(&dockerfiles, &req.project)?);
+    if let Some(kind) = req.require_evidence {
+        found.extend(required_evidence(req, kind, pins.as_ref(), &py_path, &py_text, &lock_path, &name)?);
+    }
 
     let causes = causes::group(&ctx, found);
     let found: Vec<Finding> = causes.iter().flat_map(|c| c.findings.iter().cloned()).collect();
@@ -465,6 +484,26 @@ fn wheel_requires(
     let env = uvlock::environment(lock_path, text, project)?;
     found.extend(rules::closure::lock_requires_unmet(lock_path, wheels, &read, &env));
     Ok(found)
+}
+
+/// `--require-evidence`: the locked wheels against the evidence folders.
+fn required_evidence(
+    args: &CheckRequest,
+    kind: crate::evidence::statement::Kind,
+    pins: Option<&Pins>,
+    py_path: &Path,
+    py_text: &str,
+    lock_path: &Path,
+    name: &PackageName,
+) -> Result<Vec<Finding>> {
+    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
+        Some(text) => index::locked_wheels(lock_path, &text, name)?,
+        None => Vec::new(),
+    };
+    let src = index::source(py_path, py_text, name)?;
+    let policy = evidence::Policy { kind, dirs: &args.evidence, trusted: &trusted };
+    evidence::check(&policy, &wheels, pins, src.as_ref(), lock_path)
 }
 
 /// What a recipe needs of the index's variant: an EP group over more than one

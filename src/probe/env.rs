@@ -255,6 +255,7 @@ pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
         record_verified: 0,
         extensions: Vec::new(),
         members: Vec::new(),
+        image_wheel: None,
     };
     if let Some(info) = &dist.dist_info {
         read_dist_info(Path::new(info), Path::new(&dist.location), &mut facts);

@@ -53,6 +53,8 @@ pub struct Found {
     pub subject: String,
     /// Installed extensions checked against the wheel's RECORD.
     pub installed: usize,
+    /// The wheel's file name and sha256.
+    pub wheel_id: (String, String),
 }
 
 /// An image reference: registry/name[:tag][@digest] characters only, not an option.
@@ -157,7 +159,7 @@ pub fn open(reference: &str, builder: Builder) -> Result<Found> {
     check_statement(reference, &dir, name, &sha)?;
     let installed = check_installed(reference, &mounted.root, &wheel)?;
     let subject = format!("{reference}:/{WHEELS}/{name}");
-    Ok(Found { mounted, wheel, subject, installed })
+    Ok(Found { mounted, wheel, subject, installed, wheel_id: (name.clone(), sha) })
 }
 
 /// `<wheel>.intoto.json` beside the wheel: its subject is this wheel (name and sha256), else exit 1.
@@ -273,6 +275,7 @@ pub fn inspect(reference: &str, builder: Builder) -> Result<super::wheel::WheelF
         found.installed
     );
     facts.file = found.subject.clone();
+    facts.image_wheel = Some(found.wheel_id.clone());
     drop(found.mounted);
     Ok(facts)
 }

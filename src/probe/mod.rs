@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::error::{Exit, Failure};
+use crate::evidence::record::{Recorder, Wheel as RecordWheel};
 use crate::output::Format;
 use crate::pins::Pins;
 use crate::topology::Request;
@@ -37,7 +38,9 @@ Examples:
   # an installed environment
   deepep-forge probe --python .venv/bin/python --preset gb200-nvl72
   # on the GPUs themselves
-  deepep-forge probe --run --preset h100-8g")]
+  deepep-forge probe --run --preset h100-8g
+  # keep the verdict as a signed statement (docs/evidence.md)
+  deepep-forge probe --wheel dist/*.whl --record ev/ --signing-key ci.key")]
 pub struct ProbeArgs {
     /// A wheel file to inspect (with --python: against that environment's torch, NVSHMEM and NCCL).
     #[arg(long, value_name = "WHEEL", conflicts_with = "image")]
@@ -66,6 +69,8 @@ pub struct ProbeArgs {
     pub topology: crate::topology::RequestArgs,
     #[command(flatten)]
     pub runtime: crate::runtime::RunArgs,
+    #[command(flatten)]
+    pub record: crate::evidence::record::RecordArgs,
     /// How to print the verdict: a table, one JSON document (schema 1), or the
     /// table plus GitHub `::error`/`::warning` annotations.
     #[arg(long, value_enum, default_value_t)]
@@ -151,8 +156,18 @@ fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Opti
 }
 
 pub fn run(args: ProbeArgs) -> Result<Exit> {
+    // `--record`: the folder and the key are checked before anything is probed.
+    let recorder = crate::evidence::record::Recorder::prepare(&args.record)?;
+    if recorder.is_some() && args.wheel.is_none() && (args.image.is_none() || args.runtime.run) {
+        return Err(Failure::usage(
+            "--record needs --wheel (or, without --run, --image): evidence is about a wheel file",
+        )
+        .hint("pass the wheel under test: --wheel dist/deep_ep-*.whl")
+        .into());
+    }
+    let recorder = recorder.map(|r| (r, args.record_subject())).map(|(r, w)| w.map(|w| (r, w))).transpose()?;
     if args.runtime.run {
-        return run_on_gpus(&args);
+        return run_on_gpus(&args, recorder.as_ref());
     }
     let request = args.topology.resolve()?;
     if args.wheel.is_none() && args.python.is_none() && args.image.is_none() && request.is_none() {
@@ -160,9 +175,27 @@ pub fn run(args: ProbeArgs) -> Result<Exit> {
             .hint("pass --wheel W.whl or --python PATH, and a request: --preset h100-8g, --recipe R.yaml or --ep/--nodes/--gpus-per-node/...")
             .into());
     }
-    let verdict = static_verdict(&args, request)?;
+    let inspected = inspect(&args)?;
+    let image_wheel = inspected.as_ref().and_then(|i| i.binary.image_wheel.clone());
+    let verdict = static_verdict_of(&args, request, inspected)?;
+    if let Some((r, wheel)) = &recorder {
+        let (wheel, mode) = match image_wheel {
+            Some((name, sha256)) => (crate::evidence::record::Wheel { name, sha256 }, "image"),
+            None => (wheel.clone().expect("--wheel given"), "static"),
+        };
+        let path = r.record(&wheel, mode, &verdict, args.topology.recipe.as_deref())?;
+        crate::note!("recorded the verdict: {}", path.display());
+    }
     print(&verdict, args.format)?;
     Ok(verdict.exit())
+}
+
+impl ProbeArgs {
+    /// The wheel `--record` names: `--wheel`'s file (hashed here); for `--image`
+    /// the image's wheel, known once it is read (None until then).
+    fn record_subject(&self) -> Result<Option<crate::evidence::record::Wheel>> {
+        self.wheel.as_deref().map(crate::evidence::record::Wheel::of_file).transpose()
+    }
 }
 
 /// Print a verdict in the chosen format.
@@ -178,7 +211,7 @@ pub fn print(v: &Verdict, format: Format) -> Result<()> {
 /// `probe --run`: the static facts of `--wheel`/`--python` are computed here,
 /// once, and handed to the runtime probe with its flags and the request (the
 /// runtime probe does not read wheels, and does not call back into this module).
-fn run_on_gpus(args: &ProbeArgs) -> Result<Exit> {
+fn run_on_gpus(args: &ProbeArgs, recorder: Option<&(Recorder, Option<RecordWheel>)>) -> Result<Exit> {
     args.runtime.validate()?;
     let request = args.topology.resolve()?;
     let inspected = inspect(args)?;
@@ -186,7 +219,17 @@ fn run_on_gpus(args: &ProbeArgs) -> Result<Exit> {
     let static_checks = inspected
         .is_some()
         .then(|| static_verdict_of(args, request.clone(), inspected).map(|v| v.checks).map_err(|e| format!("{e:#}")));
+    let mode = if args.runtime.deep_ep { "run --deep-ep" } else { "run" };
+    let recipe = args.topology.recipe.as_deref();
+    let record = |v: &Verdict| -> Result<()> {
+        if let Some((r, Some(wheel))) = recorder {
+            let path = r.record(wheel, mode, v, recipe)?;
+            crate::note!("recorded the verdict: {}", path.display());
+        }
+        Ok(())
+    };
     crate::runtime::run(&crate::runtime::Input {
+        record: recorder.is_some().then_some(&record as &dyn Fn(&Verdict) -> Result<()>),
         run: &args.runtime,
         python: args.python.clone(),
         format: args.format,

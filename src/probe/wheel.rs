@@ -43,6 +43,9 @@ pub struct WheelFacts {
     /// Every member path.
     #[serde(skip)]
     pub members: Vec<String>,
+    /// For `--image`: the image's wheel file name and sha256 (what `--record` names).
+    #[serde(skip)]
+    pub image_wheel: Option<(String, String)>,
 }
 
 /// Module name of a shared object path (`a/b/hybrid_ep_cpp.cpython-312-x86_64-linux-gnu.so` -> `hybrid_ep_cpp`).
@@ -90,6 +93,7 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
         record_verified: 0,
         extensions: Vec::new(),
         members: Vec::new(),
+        image_wheel: None,
     };
     // path -> (sha256=..., size) of what was actually read.
     let mut seen: BTreeMap<String, Result<(String, u64), String>> = BTreeMap::new();

@@ -141,6 +141,7 @@ fn check_variant(
     for w in &m.wheels {
         check_wheel(&files, w, out);
     }
+    super::evidence::check(&files, &m, out);
     for (rel, bytes) in pages::render(&m) {
         let p = vdir.join(&rel);
         match crate::input::read_bytes(&p, "index page", manifest::MAX_BYTES) {
@@ -211,6 +212,7 @@ fn expected(vdir: &Path, m: &Manifest) -> BTreeSet<PathBuf> {
             set.insert(files.join(format!("{}{suffix}", w.wheel)));
         }
     }
+    set.extend(m.evidence.iter().map(|e| files.join(&e.file)));
     set
 }
 

@@ -36,6 +36,10 @@ pub struct Manifest {
     /// sha256 of the pins.toml bytes the last publish read.
     pub pins_sha256: String,
     pub wheels: Vec<WheelEntry>,
+    /// The wheels' evidence statements served beside them (docs/evidence.md);
+    /// absent when there are none, so older manifests and their signatures stay as they were.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<Listed>,
     /// `NAME:BASE64` ed25519 signatures over [`Manifest::message`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signatures: Vec<String>,
@@ -54,6 +58,24 @@ pub struct WheelEntry {
     pub provenance_sha256: String,
     pub provenance: Summary,
 }
+
+/// One evidence statement served beside a wheel (docs/evidence.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listed {
+    /// The file beside the wheel: `<wheel>.<kind>-<id>.dsse.json`.
+    pub file: String,
+    /// sha256 of the file's bytes.
+    pub sha256: String,
+    /// The wheel it is about (listed in the same manifest).
+    pub wheel: String,
+    pub kind: String,
+    pub origin: String,
+    pub signer: String,
+}
+
+/// The most statements one manifest lists.
+pub const MAX_STATEMENTS: usize = 16_384;
 
 /// What the provenance inside the wheel says, in brief.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,6 +166,23 @@ impl Manifest {
                 short_text(v, what)?;
             }
             short_text(&p.cuda_arch_list, "cuda_arch_list")?;
+        }
+        if self.evidence.len() > MAX_STATEMENTS {
+            return Err(format!("{} statements (at most {MAX_STATEMENTS})", self.evidence.len()));
+        }
+        for e in &self.evidence {
+            let ok_name = e.file.starts_with(&format!("{}.", e.wheel))
+                && e.file.ends_with(crate::evidence::store::SUFFIX)
+                && e.file.len() <= 300
+                && e.file.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-!".contains(&b));
+            if !ok_name || !self.wheels.iter().any(|w| w.wheel == e.wheel) {
+                return Err(format!("statement `{}` is not named for a listed wheel", crate::cache::excerpt(&e.file)));
+            }
+            let short =
+                [&e.kind, &e.origin, &e.signer].iter().all(|s| s.len() <= 64 && !s.chars().any(char::is_control));
+            if !is_hex64(&e.sha256) || !short {
+                return Err(format!("statement `{}`: a bad sha256, kind, origin or signer", e.file));
+            }
         }
         let mut names: Vec<&str> = self.wheels.iter().map(|w| w.wheel.as_str()).collect();
         names.sort();
@@ -270,6 +309,7 @@ mod tests {
                     version: "1.2.1+9dce5ac".into(),
                 },
             }],
+            evidence: vec![],
             signatures: vec![],
         }
     }

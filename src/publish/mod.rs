@@ -10,6 +10,7 @@
 //! Must not build by itself (the builder does), nor serve anything.
 pub mod check;
 pub mod closure;
+pub mod evidence;
 pub mod facts;
 pub mod fetch;
 pub mod manifest;
@@ -48,6 +49,10 @@ pub struct PublishArgs {
     /// foreign files (reported, never deleted). Exit 1 naming each file.
     #[arg(long, value_name = "DIR", conflicts_with = "signing_key")]
     pub check: Option<PathBuf>,
+    /// Evidence folders (repeatable, docs/evidence.md): statements a trusted key
+    /// signed about the index's wheels are served beside them and listed in the manifest.
+    #[arg(long = "evidence", value_name = "DIR", conflicts_with = "check")]
+    pub evidence: Vec<PathBuf>,
 }
 
 /// A file the publish will put in place.
@@ -78,6 +83,7 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     check_out(&args.common.out)?;
     let mut trusted = crate::cache::config::trusted_keys(&args.common.remote.trusted_keys)?;
     trusted.push(key.public());
+    let found = crate::evidence::store::read_all(&args.evidence, &trusted)?.found;
     let index = std::mem::replace(&mut args.common.out, PathBuf::new());
     let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
     args.common.out = built.path().to_path_buf();
@@ -99,7 +105,7 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     let mut summary = Vec::new();
     for (variant, wheels) in &by_variant {
         check_places(&index, variant)?;
-        let (w, s) = plan_variant(&index, variant, wheels, &pins_sha256, &key, &trusted)?;
+        let (w, s) = plan_variant(&index, variant, wheels, &pins_sha256, (&key, &trusted), &found)?;
         writes.extend(w);
         summary.extend(s);
     }
@@ -250,8 +256,8 @@ fn plan_variant(
     variant: &str,
     wheels: &[(PathBuf, Facts)],
     pins_sha256: &str,
-    key: &SecretKey,
-    trusted: &[PublicKey],
+    (key, trusted): (&SecretKey, &[PublicKey]),
+    found: &[crate::evidence::store::Found],
 ) -> Result<(Vec<Write>, Vec<Published>)> {
     manifest::check_variant_name(variant).map_err(Failure::usage)?;
     let vdir = index.join(variant);
@@ -265,6 +271,7 @@ fn plan_variant(
             variant: variant.into(),
             pins_sha256: String::new(),
             wheels: vec![],
+            evidence: vec![],
             signatures: vec![],
         }
     };
@@ -304,6 +311,7 @@ fn plan_variant(
         writes.push(imm(format!("{}{}", e.wheel, crate::attest::SUFFIX), Source::Bytes(f.intoto.clone())));
     }
     m.wheels.sort_by(|a, b| a.wheel.cmp(&b.wheel));
+    writes.extend(evidence::plan(&files, &mut m, found)?);
     m.pins_sha256 = pins_sha256.to_string();
     m.sign(key);
     for (rel, bytes) in pages::render(&m) {

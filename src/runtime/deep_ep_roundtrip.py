@@ -12,6 +12,25 @@ import time
 import traceback
 
 
+def nccl_version(torch):
+    """torch's NCCL (the one this process loaded), as `2.30.7`."""
+    try:
+        v = torch.cuda.nccl.version()
+        return ".".join(str(p) for p in v) if isinstance(v, tuple) else str(v)
+    except Exception:
+        return None
+
+
+def loaded(prefix):
+    """The file name of the first shared library starting with `prefix` this process has mapped."""
+    try:
+        with open("/proc/self/maps") as f:
+            names = sorted({l.split()[-1].rsplit("/", 1)[-1] for l in f if "/" + prefix in l})
+        return names[0] if names else None
+    except OSError:
+        return None
+
+
 def hybrid_ep(deep_ep, torch, dist, world, tokens, hidden_dim, topk, experts, hidden, topk_idx, topk_weights):
     buf = deep_ep.HybridEPBuffer(
         group=dist.group.WORLD,
@@ -104,6 +123,9 @@ def main():
             "dispatched_rows_rank0": n,
             "roundtrip_ms": per_roundtrip_ms,
             "deep_ep": getattr(deep_ep, "__file__", None),
+            "nccl": nccl_version(torch),
+            "nccl_library": loaded("libnccl"),
+            "nvshmem": loaded("libnvshmem"),
             **info,
         }), flush=True)
     dist.barrier()

@@ -62,7 +62,6 @@ pub struct RunArgs {
 
 /// What `probe` hands the runtime probe: its flags, the resolved request, and
 /// the static facts and verdict rows of `--wheel`/`--python` (computed once).
-#[derive(Debug)]
 pub struct Input<'a> {
     pub run: &'a RunArgs,
     /// The Python whose deep_ep `--deep-ep` runs (`--python`).
@@ -72,6 +71,8 @@ pub struct Input<'a> {
     pub binary: Option<BinaryFacts>,
     /// The static probe's rows; an error there becomes a warning row.
     pub static_checks: Option<std::result::Result<Vec<Check>, String>>,
+    /// Keeps rank 0's verdict (`probe --record`) before it is printed.
+    pub record: Option<&'a dyn Fn(&Verdict) -> Result<()>>,
 }
 
 impl RunArgs {
@@ -116,6 +117,9 @@ pub fn run(args: &Input) -> Result<Exit> {
     let Some(verdict) = outcome else {
         return Ok(Exit::Ok); // not rank 0: rank 0 prints and carries the verdict
     };
+    if let Some(record) = args.record {
+        record(&verdict)?;
+    }
     match args.format {
         Format::Json => crate::printer::json(&verdict)?,
         Format::Human => {

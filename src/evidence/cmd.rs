@@ -1,0 +1,281 @@
+//! The command-line edge of `deepep-forge evidence`: `add` (a reported
+//! result, signed) and `show` (the validation boundary of pins.toml's wheels).
+//! Owns flags, finding each variant's wheel (the cache, or `--wheel`) and
+//! printing; the shape is `statement`'s, the layout `store`'s, the judgement `show`'s.
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use super::show::{self, Need, Report, Section};
+use super::statement::{self, Kind, Origin, Predicate, Producer, Reported};
+use super::store::{self, Found};
+use crate::cache::sign::{PublicKey, SecretKey};
+use crate::error::{Exit, Failure};
+use crate::pins::{Pins, Variant};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum EvidenceCommand {
+    /// Record a result the tool did not observe (a training run, a cluster job), signed, marked `reported`.
+    Add(AddArgs),
+    /// The validation boundary: each variant's wheel, every trusted statement about it, and what is missing.
+    Show(ShowArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  deepep-forge evidence add --wheel dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl \\
+      --kind training --gpu h100 --nodes 16 --gpus-per-node 8 --ep 16 --outcome \"20/20 steps\" \\
+      --url https://ci.example.org/job/507030 --signing-key me.key --out evidence/
+  deepep-forge evidence add --sha256 976ca0de... --wheel-name deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl \\
+      --kind deep-ep-tests --outcome \"59/59 passed\" --signing-key me.key --out evidence/")]
+pub struct AddArgs {
+    /// The wheel the result is about (its name and sha256 are read from the file).
+    #[arg(long, value_name = "WHEEL", conflicts_with_all = ["sha256", "wheel_name"], required_unless_present = "sha256")]
+    pub wheel: Option<PathBuf>,
+    /// The wheel's sha256 (64 lowercase hex), with --wheel-name, when the file is not at hand.
+    #[arg(long, value_name = "HEX", requires = "wheel_name")]
+    pub sha256: Option<String>,
+    /// The wheel's file name, with --sha256.
+    #[arg(long, value_name = "NAME", requires = "sha256")]
+    pub wheel_name: Option<String>,
+    /// What was shown (the ladder in docs/evidence.md).
+    #[arg(long, value_enum)]
+    pub kind: Kind,
+    #[command(flatten)]
+    pub topology: crate::topology::RequestArgs,
+    /// The result, short (`20/20 steps`, `59/59 passed`).
+    #[arg(long, value_name = "TEXT")]
+    pub outcome: String,
+    /// Where the run can be read (http or https).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Free text (what ran, what it did not cover).
+    #[arg(long, value_name = "TEXT")]
+    pub text: Option<String>,
+    /// Your ed25519 key (`cache keygen`): the statement is signed by whoever adds it.
+    #[arg(long, value_name = "FILE")]
+    pub signing_key: PathBuf,
+    /// The evidence folder (written under DIR/<sha256>/).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  deepep-forge evidence show --pins pins.toml --evidence evidence/ --trusted-key ci-1:BASE64
+  deepep-forge evidence show --pins pins.toml --variant h100-multinode --wheel dist/deep_ep-*.whl \\
+      --evidence evidence/ --trusted-key ci-1:BASE64 --format markdown   # a pull-request comment")]
+pub struct ShowArgs {
+    /// The pins file: its revision per architecture names the wheels.
+    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
+    pub pins: PathBuf,
+    /// Only these variants (repeatable); default: all.
+    #[arg(long = "variant", value_name = "NAME")]
+    pub variants: Vec<String>,
+    /// Also judge against this recipe's topology (repeatable; the variant's GPU is assumed).
+    #[arg(long = "recipe", value_name = "PATH")]
+    pub recipes: Vec<PathBuf>,
+    /// Wheel files to look at (matched to variants by their provenance); without one, the wheel cache.
+    #[arg(long = "wheel", value_name = "WHEEL")]
+    pub wheels: Vec<PathBuf>,
+    /// Evidence folders (repeatable).
+    #[arg(long = "evidence", value_name = "DIR", required = true)]
+    pub evidence: Vec<PathBuf>,
+    /// Keys whose statements count (NAME:BASE64, repeatable; also DEEPEP_FORGE_TRUSTED_KEYS and the cache config).
+    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
+    pub trusted_keys: Vec<String>,
+    #[command(flatten)]
+    pub cache: crate::cache::CacheDirArg,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: ShowFormat,
+}
+
+/// `evidence show --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ShowFormat {
+    #[default]
+    Human,
+    /// A pull-request comment (every statement field escaped).
+    Markdown,
+    Json,
+}
+
+pub fn run(c: EvidenceCommand) -> Result<Exit> {
+    match c {
+        EvidenceCommand::Add(a) => add(a),
+        EvidenceCommand::Show(a) => show_cmd(a),
+    }
+}
+
+/// `evidence add`: everything checked, then one file written (or nothing).
+fn add(a: AddArgs) -> Result<Exit> {
+    let (name, sha256) = match (&a.wheel, &a.sha256, &a.wheel_name) {
+        (Some(w), _, _) => {
+            let w = super::record::Wheel::of_file(w)?;
+            (w.name, w.sha256)
+        }
+        (None, Some(h), Some(n)) => (n.clone(), h.clone()),
+        _ => crate::bail_usage!("pass --wheel FILE, or --sha256 HEX with --wheel-name NAME"),
+    };
+    let request = a.topology.resolve()?;
+    let judged = request.as_ref().map(|r| super::record::judged(r, a.topology.recipe.as_deref())).transpose()?;
+    let predicate = Predicate {
+        kind: a.kind,
+        does_not_show: a.kind.does_not_show().into(),
+        origin: Origin::Reported,
+        producer: Producer {
+            command: "evidence add".into(),
+            mode: None,
+            tool: statement::tool(),
+            commit: statement::commit(),
+        },
+        time: crate::provenance::rfc3339(crate::provenance::now_secs()),
+        request: judged,
+        machine: None,
+        result: None,
+        reported: Some(Reported { outcome: a.outcome.clone(), url: a.url.clone(), text: a.text.clone() }),
+    };
+    let s = statement::new(&name, &sha256, predicate);
+    statement::validate(&s).map_err(|f| f.hint("nothing was written; fix the value and run again"))?;
+    let key = SecretKey::load(&a.signing_key)?;
+    let dir = store::prepare(&a.out)?;
+    let envelope = statement::sign(&s, &key)?;
+    let path = store::write(&dir, &sha256, a.kind, &envelope)?;
+    crate::outln!("recorded {} (reported, signed by {}): {}", a.kind, key.name, path.display());
+    Ok(Exit::Ok)
+}
+
+/// Every trusted key: the flags, DEEPEP_FORGE_TRUSTED_KEYS and the cache config.
+pub fn trusted(flags: &[String]) -> Result<Vec<PublicKey>> {
+    crate::cache::config::trusted_keys(flags)
+}
+
+fn show_cmd(a: ShowArgs) -> Result<Exit> {
+    let pins = Pins::load(&a.pins)?;
+    let variants: Vec<&Variant> = if a.variants.is_empty() {
+        pins.variants.iter().collect()
+    } else {
+        a.variants.iter().map(|v| pins.variant(v)).collect::<Result<_>>()?
+    };
+    let trusted = trusted(&a.trusted_keys)?;
+    if trusted.is_empty() {
+        return Err(Failure::usage("no trusted key: only statements signed by a key you trust count")
+            .hint("pass --trusted-key NAME:BASE64 (`cache keygen` prints the public key)")
+            .into());
+    }
+    let read = store::read_all(&a.evidence, &trusted)?;
+    let given = a.wheels.iter().map(|w| given_wheel(w)).collect::<Result<Vec<_>>>()?;
+    let mut sections = Vec::new();
+    for v in variants {
+        let pin = pins.pin(v.arch)?;
+        let wheel = match given.iter().find(|g| g.is_for(v, &pin.rev)) {
+            Some(g) => Some((g.name.clone(), g.sha256.clone(), g.from())),
+            None if a.wheels.is_empty() => from_cache(&a.cache, &v.name, pin.short())?,
+            None => None,
+        };
+        let found: Vec<&Found> = match &wheel {
+            Some((_, sha, _)) => read.found.iter().filter(|f| f.sha256() == sha).collect(),
+            None => vec![],
+        };
+        let mut boundary = Vec::new();
+        for need in needs(v, &a.recipes)? {
+            boundary.extend(show::boundary(&found, &need));
+        }
+        sections.push(Section {
+            variant: v.name.clone(),
+            arch: v.arch.as_str().into(),
+            rev: pin.rev.clone(),
+            wheel,
+            statements: show::items(&found),
+            boundary,
+        });
+    }
+    let report = Report {
+        schema: show::SCHEMA,
+        sections,
+        not_counted: read.untrusted.iter().map(|u| u.path.display().to_string()).collect(),
+    };
+    match a.format {
+        ShowFormat::Json => crate::printer::json(&report)?,
+        ShowFormat::Markdown => crate::out!("{}", show::render_markdown(&report)),
+        ShowFormat::Human => crate::out!("{}", show::render_human(&report)),
+    }
+    Ok(Exit::Ok)
+}
+
+/// A `--wheel` given to `show`: its provenance names the variant and revision
+/// (a wheel without one is matched by its version label and platform).
+struct Given {
+    path: PathBuf,
+    name: String,
+    sha256: String,
+    /// (variant, rev) from the wheel's provenance.
+    provenance: Option<(String, String)>,
+}
+
+impl Given {
+    fn is_for(&self, v: &Variant, rev: &str) -> bool {
+        match &self.provenance {
+            Some((variant, r)) => *variant == v.name && r == rev,
+            None => crate::wheel::WheelName::parse(&self.name).is_some_and(|n| {
+                n.version.ends_with(&format!("+{}", &rev[..7.min(rev.len())])) && n.platform.ends_with(v.arch.as_str())
+            }),
+        }
+    }
+
+    fn from(&self) -> String {
+        let how = if self.provenance.is_some() { "" } else { ", no provenance: matched by label and platform" };
+        format!("{}{how}", self.path.display())
+    }
+}
+
+fn given_wheel(path: &Path) -> Result<Given> {
+    let w = super::record::Wheel::of_file(path)?;
+    let provenance = crate::wheel::read::provenance(path).ok().map(|p| (p.variant.name, p.source.rev));
+    Ok(Given { path: path.to_path_buf(), name: w.name, sha256: w.sha256, provenance })
+}
+
+/// The newest verified cache entry of `variant` at the revision `short` (the wheel's version label).
+fn from_cache(dir: &crate::cache::CacheDirArg, variant: &str, short: &str) -> Result<Option<(String, String, String)>> {
+    let cache = crate::cache::Cache::at(dir.resolve()?);
+    let (hits, _) = cache.entries();
+    for h in hits.iter().filter(|h| h.entry.variant == variant && h.entry.version.ends_with(&format!("+{short}"))) {
+        let key = crate::cache::Key::parse(&h.entry.key)?;
+        if let Some(hit) = cache.lookup(&key)? {
+            return Ok(Some((hit.entry.wheel.clone(), hit.entry.sha256.clone(), "the wheel cache".into())));
+        }
+    }
+    Ok(None)
+}
+
+/// What the variant's own topology (pins.toml) and each recipe need.
+fn needs(v: &Variant, recipes: &[PathBuf]) -> Result<Vec<Need>> {
+    let gpu = v.topology.as_ref().and_then(|t| t.gpu.first().copied());
+    let mut out = Vec::new();
+    if let Some(t) = &v.topology {
+        out.push(Need {
+            label: format!("{} (pins.toml)", v.name),
+            gpu: gpu.map(|g| g.to_string()),
+            sm: gpu.map(|g| g.sm()),
+            ep: Some(t.ep),
+            nodes: t.nodes,
+        });
+    } else {
+        let sm = v.cuda_arch_list.sm_numbers().first().copied();
+        out.push(Need { label: format!("{} (pins.toml)", v.name), gpu: None, sm, ep: None, nodes: 1 });
+    }
+    for r in recipes {
+        let args = crate::topology::RequestArgs { recipe: Some(r.clone()), gpu, ..Default::default() };
+        let req = args.resolve()?.expect("a recipe is a request");
+        out.push(Need {
+            label: r.display().to_string(),
+            gpu: req.gpu.map(|g| g.to_string()),
+            sm: req.gpu.map(|g| g.sm()),
+            ep: req.ep,
+            nodes: req.nodes.unwrap_or(1),
+        });
+    }
+    Ok(out)
+}
