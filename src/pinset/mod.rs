@@ -288,7 +288,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
                 false => new,
             };
             let parsed = Pins::parse(&new, &p.path)?; // still valid
-            // Every patch the moved pins will build with must apply at REV (a scratch index, never the user's checkout).
+                                                      // Every patch the moved pins will build with must apply at REV (a scratch index, never the user's checkout).
             if arches.iter().any(|a| parsed.pins.get(a).is_some_and(|x| !x.patches.is_empty())) {
                 let dir = match &src {
                     Some(s) => s.dir.clone(),

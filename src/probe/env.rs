@@ -17,7 +17,6 @@ use crate::error::Failure;
 use crate::process::Cmd;
 use crate::wheel::record;
 
-
 /// Printed as JSON by the interpreter under test. `find_spec` locates modules
 /// without executing them (deep_ep is top level, so nothing is imported).
 const SCRIPT: &str = r#"
