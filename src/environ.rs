@@ -32,6 +32,7 @@ pub const VARIABLES: &[Variable] = &[
     v("DEEPEP_FORGE_BUILD_ROOT", "the canonical build root instead of /tmp/deepep-forge-build (builds elsewhere differ in bytes)"),
     v("DEEPEP_FORGE_GIT_ALLOW_LOCAL", "`1`: git may fetch submodules from local paths (offline mirrors through `url.<base>.insteadOf`)"),
     v("DEEPEP_FORGE_HEARTBEAT_SECS", "seconds between the progress lines of a build off a terminal (default 30)"),
+    v("DEEPEP_FORGE_GIT_COMMIT", "read when deepep-forge itself is compiled (`cargo build`): the commit evidence statements name as the tool's"),
     v("HOME", "the default cache, config and state folders"),
     v("XDG_CACHE_HOME", "the default cache folder (`$XDG_CACHE_HOME/deepep-forge`)"),
     v("XDG_CONFIG_HOME", "the user config (`$XDG_CONFIG_HOME/deepep-forge/config.toml`)"),

@@ -335,8 +335,8 @@ mod tests {
     /// 64 MiB to a server that closes mid-upload must come back as an error.
     #[test]
     fn an_upload_to_a_closing_server_is_an_error_not_sigpipe() {
-        const CHILD: &str = "DEEPEP_FORGE_TEST_SIGPIPE_CHILD";
-        if let Some(marker) = std::env::var_os(CHILD) {
+        const CHILD: &str = "DFX_HTTP_TEST_SIGPIPE_CHILD";
+        if let Some(marker) = crate::environ::var_os(CHILD) {
             // SAFETY: this process is the child started for this one test.
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             let client = Client::new(Duration::from_secs(20), Plain::Allowed).unwrap();

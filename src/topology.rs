@@ -84,6 +84,11 @@ pub struct RequestArgs {
 }
 
 impl RequestArgs {
+    /// A recipe's request, with the GPU assumed when the recipe names none.
+    pub fn of_recipe(recipe: PathBuf, gpu: Option<Gpu>) -> RequestArgs {
+        RequestArgs { recipe: Some(recipe), gpu, ..Default::default() }
+    }
+
     /// True when no topology was asked for at all.
     pub fn is_empty(&self) -> bool {
         self.ep.is_none()

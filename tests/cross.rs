@@ -399,6 +399,9 @@ fn an_unprovisioned_cross_plan_says_what_it_will_make_and_what_stops_it() {
 
 /// One variant for two architectures: `sn` (x86_64, built natively) and `sn-arm`
 /// (aarch64, cross-built) with `index = "sn"`, so both wheels land in `sn`'s index.
+/// `runtime_requires = false`: the consumer below provides its environment by hand
+/// (a stand-in torch, NVSHMEM as the toolchain had it), as a consumer that manages
+/// these packages itself does; the closure's own test is tests/epv2.rs.
 const INDEX_PINS: &str = r#"
 [toolchain]
 torch = "2.11.0+forgetest"
@@ -410,6 +413,7 @@ name = "sn"
 arch = "x86_64"
 cuda_arch_list = "9.0"
 multinode = false
+runtime_requires = false
 
 [[variant]]
 name = "sn-arm"
@@ -417,6 +421,7 @@ arch = "aarch64"
 cuda_arch_list = "10.0"
 multinode = false
 index = "sn"
+runtime_requires = false
 "#;
 
 #[test]

@@ -24,11 +24,15 @@ pub enum EvidenceCommand {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
-  deepep-forge evidence add --wheel dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl \\
-      --kind training --gpu h100 --nodes 16 --gpus-per-node 8 --ep 16 --outcome \"20/20 steps\" \\
-      --url https://ci.example.org/job/507030 --signing-key me.key --out evidence/
-  deepep-forge evidence add --sha256 976ca0de... --wheel-name deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl \\
-      --kind deep-ep-tests --outcome \"59/59 passed\" --signing-key me.key --out evidence/")]
+  # a training run, by the wheel file
+  deepep-forge evidence add --wheel dist/deep_ep-*.whl --kind training \\
+    --gpu h100 --nodes 16 --gpus-per-node 8 --ep 16 \\
+    --outcome \"20/20 steps\" --url https://ci.example.org/job/507030 \\
+    --signing-key me.key --out evidence/
+  # by its sha256 and name, when the file is not at hand
+  deepep-forge evidence add --sha256 976ca0de... --wheel-name NAME.whl \\
+    --kind deep-ep-tests --outcome \"59/59 passed\" \\
+    --signing-key me.key --out evidence/")]
 pub struct AddArgs {
     /// The wheel the result is about (its name and sha256 are read from the file).
     #[arg(long, value_name = "WHEEL", conflicts_with_all = ["sha256", "wheel_name"], required_unless_present = "sha256")]
@@ -64,13 +68,14 @@ pub struct AddArgs {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
-  deepep-forge evidence show --pins pins.toml --evidence evidence/ --trusted-key ci-1:BASE64
-  deepep-forge evidence show --pins pins.toml --variant h100-multinode --wheel dist/deep_ep-*.whl \\
-      --evidence evidence/ --trusted-key ci-1:BASE64 --format markdown   # a pull-request comment")]
+  deepep-forge evidence show --evidence evidence/ --trusted-key ci-1:BASE64
+  # one variant's wheel, as a pull-request comment
+  deepep-forge evidence show --variant h100-multinode \\
+    --wheel dist/deep_ep-*.whl --evidence evidence/ \\
+    --trusted-key ci-1:BASE64 --format markdown")]
 pub struct ShowArgs {
-    /// The pins file: its revision per architecture names the wheels.
-    #[arg(long, default_value = crate::pins::DEFAULT_PATH, value_name = "FILE")]
-    pub pins: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
     /// Only these variants (repeatable); default: all.
     #[arg(long = "variant", value_name = "NAME")]
     pub variants: Vec<String>,
@@ -83,9 +88,9 @@ pub struct ShowArgs {
     /// Evidence folders (repeatable).
     #[arg(long = "evidence", value_name = "DIR", required = true)]
     pub evidence: Vec<PathBuf>,
-    /// Keys whose statements count (NAME:BASE64, repeatable; also DEEPEP_FORGE_TRUSTED_KEYS and the cache config).
-    #[arg(long = "trusted-key", value_name = "NAME:BASE64")]
-    pub trusted_keys: Vec<String>,
+    /// Only statements signed by these keys count (with DEEPEP_FORGE_TRUSTED_KEYS and the cache config).
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
     #[command(flatten)]
     pub cache: crate::cache::CacheDirArg,
     #[arg(long, value_enum, default_value_t)]
@@ -267,7 +272,7 @@ fn needs(v: &Variant, recipes: &[PathBuf]) -> Result<Vec<Need>> {
         out.push(Need { label: format!("{} (pins.toml)", v.name), gpu: None, sm, ep: None, nodes: 1 });
     }
     for r in recipes {
-        let args = crate::topology::RequestArgs { recipe: Some(r.clone()), gpu, ..Default::default() };
+        let args = crate::topology::RequestArgs::of_recipe(r.clone(), gpu);
         let req = args.resolve()?.expect("a recipe is a request");
         out.push(Need {
             label: r.display().to_string(),
