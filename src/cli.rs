@@ -81,7 +81,16 @@ Examples:
     /// Judge a wheel, an installed environment or this machine against a requested topology.
     Probe(crate::probe::ProbeArgs),
     /// Signed evidence about wheels: add a reported result, show the validation boundary.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "\
+Examples:
+  # what has been proven about each variant's wheel (docs/evidence.md)
+  deepep-forge evidence show --evidence evidence/ --trusted-key ci-1:BASE64
+  # a result the tool did not observe, signed by you
+  deepep-forge evidence add --wheel dist/deep_ep-*.whl --kind training \\
+    --outcome \"20/20 steps\" --signing-key me.key --out evidence/"
+    )]
     Evidence(crate::evidence::EvidenceCommand),
     /// Container images: generate the buildx bake file from pins.toml, build images.
     #[command(
