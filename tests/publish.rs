@@ -517,12 +517,18 @@ fn an_index_whose_manifest_redirects_to_plain_http_is_refused() {
     let s = Setup::new();
     let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
     let port = server.server_addr().to_ip().unwrap().port();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = done.clone();
     let handle = std::thread::spawn(move || {
-        // One request: the manifest, answered with a redirect to plain http.
-        if let Ok(Some(req)) = server.recv_timeout(std::time::Duration::from_secs(60)) {
-            let to = format!("http://127.0.0.1:{port}/elsewhere/index.json");
-            let h = tiny_http::Header::from_bytes("Location", to.as_bytes()).unwrap();
-            let _ = req.respond(tiny_http::Response::empty(302).with_header(h));
+        // Every request (`pin set --index` reads the index too, then `lock check` the
+        // manifest), answered with a redirect to plain http, until the test is done.
+        let started = std::time::Instant::now();
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) && started.elapsed().as_secs() < 300 {
+            if let Ok(Some(req)) = server.recv_timeout(std::time::Duration::from_millis(200)) {
+                let to = format!("http://127.0.0.1:{port}/elsewhere/index.json");
+                let h = tiny_http::Header::from_bytes("Location", to.as_bytes()).unwrap();
+                let _ = req.respond(tiny_http::Response::empty(302).with_header(h));
+            }
         }
     });
     let consumer = s.path("consumer");
@@ -539,6 +545,7 @@ fn an_index_whose_manifest_redirects_to_plain_http_is_refused() {
         "{err}"
     );
     assert_eq!(snapshot(s.dir.path()), before, "nothing written");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     handle.join().unwrap();
 }
 
