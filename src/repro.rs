@@ -235,6 +235,7 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
         // A verification compiles everything, NCCL too: never the stored NCCL output.
         nccl_reuse: false,
         jobs: args.run.jobs,
+        serial_extensions: args.run.serial_extensions,
     };
     let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, wheel))?;
     let outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;

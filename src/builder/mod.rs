@@ -22,6 +22,7 @@ pub mod registry;
 pub mod relocate;
 pub mod request;
 pub mod run;
+pub mod side_by_side;
 pub mod source;
 pub mod toolchain;
 
@@ -77,6 +78,12 @@ pub struct RunArgs {
     /// Parallel compile jobs (MAX_JOBS), 1 to 4096. Default: the number of CPU cores.
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
     pub jobs: Option<usize>,
+    /// Build DeepEP's extensions one after another, as `pip wheel` does. By default they
+    /// are built at once (each with its own ninja folder, MAX_JOBS split between them),
+    /// through the same setuptools hooks and compile commands: the wheel's bytes and its
+    /// cache key are the same either way.
+    #[arg(long)]
+    pub serial_extensions: bool,
 }
 
 impl RunArgs {
@@ -144,6 +151,7 @@ impl Common {
             compiler_cache: self.run.compiler_cache(),
             nccl_reuse: !self.run.no_nccl_reuse,
             jobs: self.run.jobs,
+            serial_extensions: self.run.serial_extensions,
         })
     }
 }
@@ -406,6 +414,9 @@ fn print_plan(pl: &Plan, cached: bool) {
             &n.key[..12],
             n.entry.display()
         );
+    }
+    if let Some(s) = &pl.side_by_side {
+        crate::outln!("  extensions  {}", side_by_side::describe(s));
     }
     crate::outln!("  cwd         {}", pl.run.cwd.display());
     crate::outln!("  command     {}", pl.run.argv.join(" "));

@@ -212,6 +212,10 @@ pub struct Plan {
     /// command when stored, stored after a fresh one. Not in the cache key: it changes no byte.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_reuse: Option<NcclReuse>,
+    /// The extensions built at once (`side_by_side`): the command run instead of
+    /// `run.argv`, with the same commands and bytes. Not in the cache key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side_by_side: Option<super::side_by_side::SideBySide>,
     /// sha256 of the canonical path-free plan; None when it depends on what is not known yet.
     pub cache_key: Option<String>,
     /// Why `cache_key` is None.
@@ -639,6 +643,7 @@ mod tests {
             portable: Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
             hooks: None,
             nccl_reuse: None,
+            side_by_side: None,
             cache_key: None,
             cache_key_unknown: None,
             outputs: Outputs { out_dir: PathBuf::from("/o"), cache_entry: None, log: PathBuf::from("/c/cache/logs/x") },

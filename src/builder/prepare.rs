@@ -158,6 +158,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
             let setup = source::show(&mirror, &p.rev, "setup.py");
             super::nccl_reuse::attach(&mut plan, setup.as_deref(), &cache_dir, c.nccl_reuse);
         }
+        super::side_by_side::attach(&mut plan, c.serial_extensions);
         plan.outputs.log = log_path(&cache_dir, &v.name, plan.cache_key.as_deref());
         plan.outputs.cache_entry = plan
             .cache_key
@@ -503,6 +504,7 @@ fn plan_variant(
         portable: plan::Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
         hooks: None,
         nccl_reuse: None,
+        side_by_side: None,
         cache_key: None,
         cache_key_unknown: None,
         outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },

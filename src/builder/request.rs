@@ -53,4 +53,7 @@ pub struct BuildRequest {
     pub nccl_reuse: bool,
     /// Parallel compile jobs (`None`: the number of CPU cores).
     pub jobs: Option<usize>,
+    /// Build the extensions one after another, as `pip wheel` does (`builder::side_by_side`
+    /// otherwise builds them at once; the wheel's bytes are the same either way).
+    pub serial_extensions: bool,
 }

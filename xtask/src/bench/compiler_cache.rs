@@ -60,32 +60,7 @@ fn forge(a: &CacheBenchArgs, work: &Path, folder: &str, variant: &str, cc: Optio
     let dir = work.join(folder);
     let out = dir.join(format!("out-{variant}-{}", if cc.is_some() { "cc" } else { "plain" }));
     let exe = std::env::current_exe()?;
-    let mut env: Vec<(&str, PathBuf)> = Vec::new();
-    let pins = match &a.pins {
-        Some(p) => std::path::absolute(p)?,
-        None => super::project_root().join("tests/fixtures/demo-pins.toml"),
-    };
-    let python: Option<OsString> = match (&a.python, a.pins.is_none()) {
-        (Some(p), _) => Some(p.into()),
-        (None, true) => {
-            let t = super::build::tools()?;
-            env.push(("CUDA_HOME", t.cuda_home().to_path_buf()));
-            Some(t.python.clone().into())
-        }
-        _ => None,
-    };
-    let request = super::Request {
-        pins,
-        source: match (&a.source, a.pins.is_none()) {
-            (Some(s), _) => Some(s.into()),
-            // the fixture's pins name DeepEP's URL (pins files name remote repositories only)
-            (None, true) => Some(super::project_root().join("tests/fixtures/mini-deepep").into()),
-            _ => None,
-        },
-        variant: variant.to_string(),
-        python,
-        cache_dir: dir.join("cache"),
-    };
+    let (request, env) = request(a, &dir, variant)?;
     let mut args: Vec<OsString> =
         ["build-wheel", "--no-cache", "--format", "json"].iter().map(OsString::from).collect();
     args.extend(request.args());
@@ -113,6 +88,42 @@ fn forge(a: &CacheBenchArgs, work: &Path, folder: &str, variant: &str, cc: Optio
         .unwrap_or("")
         .to_string();
     Ok(Build { sample, sha256: r["sha256"].as_str().unwrap_or("").to_string(), note })
+}
+
+/// The build request these options make (real DeepEP with `--pins`, else the fixture
+/// built by the tools venv's Python with its CUDA) and the environment it needs.
+pub(super) fn request(
+    a: &CacheBenchArgs,
+    dir: &Path,
+    variant: &str,
+) -> Result<(super::Request, Vec<(&'static str, PathBuf)>)> {
+    let mut env: Vec<(&str, PathBuf)> = Vec::new();
+    let pins = match &a.pins {
+        Some(p) => std::path::absolute(p)?,
+        None => super::project_root().join("tests/fixtures/demo-pins.toml"),
+    };
+    let python: Option<OsString> = match (&a.python, a.pins.is_none()) {
+        (Some(p), _) => Some(p.into()),
+        (None, true) => {
+            let t = super::build::tools()?;
+            env.push(("CUDA_HOME", t.cuda_home().to_path_buf()));
+            Some(t.python.clone().into())
+        }
+        _ => None,
+    };
+    let request = super::Request {
+        pins,
+        source: match (&a.source, a.pins.is_none()) {
+            (Some(s), _) => Some(s.into()),
+            // the fixture's pins name DeepEP's URL (pins files name remote repositories only)
+            (None, true) => Some(super::project_root().join("tests/fixtures/mini-deepep").into()),
+            _ => None,
+        },
+        variant: variant.to_string(),
+        python,
+        cache_dir: dir.join("cache"),
+    };
+    Ok((request, env))
 }
 
 pub fn run(a: CacheBenchArgs) -> Result<()> {

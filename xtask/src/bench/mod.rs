@@ -5,6 +5,7 @@ use deepep_forge::error::Exit;
 
 mod build;
 mod compiler_cache;
+mod critical_path;
 mod install;
 mod lock;
 mod nccl_reuse;
@@ -49,6 +50,10 @@ pub enum Which {
     FleetCache,
     /// Provisioning the registry toolchain (`plan --toolchain registry`, empty cache) vs `uv venv` + `uv pip install` of the same packages by hand.
     Toolchain,
+    /// A build against its critical path: `build-wheel --serial-extensions` (pip's order)
+    /// vs the default side-by-side build of the same variant: wall, the ninja logs' units,
+    /// summed and longest compile, the ratios, one sha256 (takes build-cache's options).
+    Build,
     /// A consumer's `uv sync` (fresh venv, uv cache empty): deep-ep from a `publish` index on
     /// 127.0.0.1 vs from its git source, which uv builds (goal: <= 0.05x).
     Install,
@@ -112,6 +117,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::BuildCache => compiler_cache::run(args.cache)?,
         Which::FleetCache => compiler_cache::fleet(args.cache)?,
         Which::NcclReuse => nccl_reuse::run(args.cache)?,
+        Which::Build => critical_path::run(args.cache)?,
     }
     Ok(Exit::Ok)
 }

@@ -1,0 +1,139 @@
+"""deepep-forge's side-by-side build of a setup.py project.
+
+What `pip wheel --no-build-isolation --no-deps -w DIST .` does for a project
+without pyproject.toml (setuptools' PEP 517 hooks through its `__legacy__`
+backend: the metadata hook in its own process, then `build_wheel`), with one
+change in how the extensions are compiled: all of them at once instead of one
+after another. Every compile and link command is the one the serial build
+runs, with the same output paths; only the place of torch's `build.ninja` and
+`.ninja_log` differs (one folder per extension, `<build_temp>/.ninja/<name>`,
+so concurrent ninja runs never overwrite each other's files).
+
+The plan's MAX_JOBS is shared between the extensions: with ninja 1.13 or
+newer (a GNU make jobserver client) through a jobserver this process serves
+(a FIFO of tokens in MAKEFLAGS, MAX_JOBS unset so torch passes no -j), so the
+extension still compiling gets the cores another one has finished with; with
+an older ninja, split evenly (JOBS / EXTENSIONS each).
+
+argv: DIST JOBS EXTENSIONS, or `metadata DIR`.
+Run with the plan's interpreter, working folder and environment.
+"""
+import os
+import shutil
+import sys
+import tempfile
+import threading
+
+
+def backend():
+    from setuptools import build_meta
+
+    return build_meta.__legacy__
+
+
+def ninja_version():
+    import subprocess
+
+    try:
+        out = subprocess.run(["ninja", "--version"], capture_output=True, text=True, timeout=30).stdout
+        return tuple(int(p) for p in out.strip().split(".")[:2])
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return (0, 0)
+
+
+_JOBSERVER = []  # the FIFO's folder and our descriptor, held for the whole build
+
+
+def jobserver(jobs, extensions):
+    """Serve `jobs` job slots to every ninja through GNU make's FIFO jobserver protocol.
+
+    Each client holds one implicit slot, so the FIFO holds jobs - extensions tokens
+    (at least one): all extensions running use `jobs` slots, and one left alone
+    takes the slots the others gave back.
+    """
+    folder = tempfile.mkdtemp(prefix="deepep-forge-jobserver-")
+    fifo = os.path.join(folder, "fifo")
+    os.mkfifo(fifo, 0o600)
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    os.write(fd, b"+" * max(jobs - extensions, 1))
+    _JOBSERVER.extend([folder, fd])
+    flags = os.environ.get("MAKEFLAGS", "")
+    os.environ["MAKEFLAGS"] = f"{flags} -j{jobs} --jobserver-auth=fifo:{fifo}".strip()
+    os.environ.pop("MAX_JOBS", None)
+    print(f"deepep-forge: {extensions} extensions share {jobs} jobs through a jobserver", flush=True)
+
+
+def side_by_side(jobs, extensions):
+    """setuptools' build_ext builds every extension at once, torch's ninja files kept apart."""
+    from setuptools.command import build_ext as setuptools_build_ext
+
+    cls = setuptools_build_ext.build_ext
+    current = threading.local()
+    finalize = cls.finalize_options
+    build_one = cls.build_extension
+
+    def finalize_options(self):
+        finalize(self)
+        n = len(self.extensions or [])
+        if n > 1:
+            self.parallel = n
+
+    def build_extension(self, ext):
+        current.name = ext.name
+        try:
+            return build_one(self, ext)
+        finally:
+            current.name = None
+
+    cls.finalize_options = finalize_options
+    cls.build_extension = build_extension
+    os.environ["MAX_JOBS"] = str(max(1, jobs // extensions))
+    if ninja_version() >= (1, 13):
+        jobserver(jobs, extensions)
+    try:
+        import torch.utils.cpp_extension as cpp_extension
+    except ModuleNotFoundError:
+        return  # no torch: the project's own build_ext (it must keep extensions apart itself)
+    write = getattr(cpp_extension, "_write_ninja_file_and_compile_objects", None)
+    if write is None:
+        sys.exit(
+            "deepep-forge: this torch's extension builder has no _write_ninja_file_and_compile_objects; "
+            "build with --serial-extensions"
+        )
+
+    def per_extension(*args, **kwargs):
+        name = getattr(current, "name", None)
+        if name and "build_directory" in kwargs:
+            folder = os.path.join(kwargs["build_directory"], ".ninja", name)
+            os.makedirs(folder, exist_ok=True)
+            kwargs["build_directory"] = folder
+        return write(*args, **kwargs)
+
+    cpp_extension._write_ninja_file_and_compile_objects = per_extension
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "metadata":
+        backend().prepare_metadata_for_build_wheel(sys.argv[2])
+        return
+    if len(sys.argv) != 4:
+        sys.exit("usage: side_by_side.py DIST JOBS EXTENSIONS | metadata DIR")
+    dist, jobs, extensions = sys.argv[1], int(sys.argv[2]), max(1, int(sys.argv[3]))
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as md:
+        subprocess.run([sys.executable, __file__, "metadata", md], check=True)
+    side_by_side(jobs, extensions)
+    os.makedirs(dist, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(dir=dist) as tmp:
+            name = backend().build_wheel(tmp)
+            shutil.move(os.path.join(tmp, name), os.path.join(dist, name))
+    finally:
+        if _JOBSERVER:
+            os.close(_JOBSERVER[1])
+            shutil.rmtree(_JOBSERVER[0], ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
