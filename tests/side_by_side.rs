@@ -82,3 +82,81 @@ fn side_by_side_and_serial_builds_give_the_same_wheel() {
     let (starts, link) = starts_and_first_link(&read(&serial));
     assert!(starts[1] > link, "serial: hybrid_ep_cpp starts after deep_ep_cpp is linked");
 }
+
+/// Copy `src` (a folder of plain files) to `dst`.
+fn copy_tree(src: &std::path::Path, dst: &std::path::Path) {
+    for e in walkdir::WalkDir::new(src) {
+        let e = e.unwrap();
+        let to = dst.join(e.path().strip_prefix(src).unwrap());
+        if e.file_type().is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+/// torch's own ninja path (tests/fixtures/torch-ninja, a stand-in with torch's
+/// BuildExtension structure, compiling real C with `cc -g`): the side-by-side driver
+/// builds both extensions at once, each from its own build file, with ninja in the
+/// folder where the serial build runs it, so the debug information, and the wheel,
+/// are the serial `pip wheel`'s byte for byte; the ninja runs share one jobserver.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools, with ninja): bash .ci/run runs it"]
+fn torch_ninja_builds_side_by_side_give_the_serial_wheel() {
+    let venv = require!(support::tools_venv(), "the tools venv");
+    if !venv.join("bin/ninja").exists() {
+        support::missing("the tools venv (ninja in it: rerun .ci/setup-tools)");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let stand_in = tmp.path().join("torch-ninja");
+    copy_tree(&support::root().join("tests/fixtures/torch-ninja"), &stand_in);
+    let project = stand_in.join("project");
+    let path = format!("{}:/usr/bin:/bin", venv.join("bin").display());
+    let build = |argv: &[&std::ffi::OsStr]| {
+        let _ = std::fs::remove_dir_all(project.join("build"));
+        let o = std::process::Command::new(venv.join("bin/python"))
+            .args(argv)
+            .current_dir(&project)
+            .env_clear()
+            .env("PATH", &path)
+            .env("PYTHONPATH", &stand_in)
+            .env("SOURCE_DATE_EPOCH", "946684800")
+            .env("MAX_JOBS", "2")
+            .env("HOME", tmp.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        format!("{}{}", stdout(&o), stderr(&o))
+    };
+    let (serial, side) = (tmp.path().join("serial"), tmp.path().join("side"));
+    build(
+        &["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w"]
+            .map(std::ffi::OsStr::new)
+            .iter()
+            .copied()
+            .chain([serial.as_os_str(), std::ffi::OsStr::new(".")])
+            .collect::<Vec<_>>(),
+    );
+    let driver = support::root().join("src/builder/side_by_side.py");
+    let log = build(&[driver.as_os_str(), side.as_os_str(), "4".as_ref(), "2".as_ref()]);
+    let temp = std::fs::read_dir(project.join("build"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("temp."))
+        .expect("a build_temp folder")
+        .path();
+    for ext in ["one_cpp", "two_cpp"] {
+        assert!(temp.join(format!("build-{ext}.ninja")).is_file(), "{ext}'s own build file in {}", temp.display());
+        assert!(temp.join(".ninja").join(ext).join(".ninja_log").is_file(), "{ext}'s own ninja log");
+    }
+    assert!(!temp.join("build.ninja").exists(), "no shared build.ninja");
+    assert!(log.contains("2 extensions share 4 jobs through a jobserver"), "{log}");
+    assert!(log.contains("Jobserver mode detected"), "ninja joined the jobserver: {log}");
+    let one = |d: &std::path::Path| {
+        let w: Vec<_> = std::fs::read_dir(d).unwrap().flatten().map(|e| e.path()).collect();
+        assert_eq!(w.len(), 1, "{w:?}");
+        sha256sum(&w[0])
+    };
+    assert_eq!(one(&serial), one(&side), "the side-by-side wheel differs from pip's serial one");
+}
