@@ -74,7 +74,14 @@ enum Source {
 /// `deepep-forge publish`.
 pub fn run(mut args: PublishArgs) -> Result<Exit> {
     if let Some(dir) = args.check.take() {
-        return check::run(&args.common, &dir);
+        let c = &args.common;
+        let request = check::Request {
+            pins: &c.pins,
+            trusted_keys: &c.remote.trusted_keys,
+            variants: &c.variants,
+            format: c.format,
+        };
+        return check::run(&request, &dir);
     }
     let pins = Pins::load(&args.common.pins)?;
     for v in &args.common.variants {
