@@ -4,7 +4,7 @@
 //! podman or buildah, `base` makes the registry-free base image for the last
 //! two. Must not build wheels itself (the image runs `deepep-forge
 //! build-wheel` or downloads from an index) nor parse consumer Dockerfiles
-//! (that is `dockerfile`).
+//! (that is `lock::dockerfile`).
 use std::path::PathBuf;
 
 use anyhow::Result;
