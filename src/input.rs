@@ -90,7 +90,18 @@ pub fn regular(f: &File, path: &Path, what: &str) -> Result<std::fs::Metadata> {
 
 /// The bytes of `path` (a regular file of at most `cap` bytes).
 pub fn read_bytes(path: &Path, what: &str, cap: u64) -> Result<Vec<u8>> {
-    let (f, len) = open(path, what, cap)?;
+    let (f, _) = open(path, what, cap)?;
+    read_opened(f, path, what, cap)
+}
+
+/// The bytes of a file the caller opened (`path` names it in messages; e.g.
+/// opened relative to a folder descriptor): checked a regular file of at most
+/// `cap` bytes on the descriptor, then read against the cap.
+pub fn read_opened(f: File, path: &Path, what: &str, cap: u64) -> Result<Vec<u8>> {
+    let len = regular(&f, path, what)?.len();
+    if len > cap {
+        return Err(refuse(path, what, format!("{len} bytes, more than the {cap} bytes allowed")));
+    }
     let mut buf = Vec::with_capacity(len as usize);
     f.take(cap + 1).read_to_end(&mut buf).map_err(|e| refuse(path, what, e))?;
     if buf.len() as u64 > cap {

@@ -8,7 +8,6 @@ pub mod builder;
 pub mod cache;
 pub mod cli;
 pub mod docker;
-pub mod dockerfile;
 pub mod environ;
 pub mod error;
 pub mod evidence;

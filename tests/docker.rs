@@ -5,7 +5,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use deepep_forge::dockerfile;
+use deepep_forge::lock::dockerfile;
 use deepep_forge::pins::{Arch, Pins};
 use support::*;
 

@@ -235,6 +235,49 @@ fn the_builder_sees_no_clap_type_but_at_its_edge() {
     assert!(clap_type.is_match("fn make_plans(c: &Common)"), "the check sees what it must");
 }
 
+/// The command edges (ARCHITECTURE.md, bird's-eye view): the only files that
+/// declare clap types, each with the plain request(s) it builds from them.
+/// Everything below an edge takes that request; a new file with a clap type
+/// fails here, and a listed file that no longer has one must leave the list.
+const CLAP_EDGES: &[(&str, &str)] = &[
+    ("cli.rs", "the root: `Cli`, `Command`, the `pins`/`lock`/`pin` groups"),
+    ("args.rs", "shared flags (`PinsArg`, `TrustedKeysArg`, `CacheUrlArg`), read by the edges"),
+    ("builder/mod.rs", "`Common`, `PlanArgs`, `BuildArgs`, `RunArgs` -> `BuildRequest`"),
+    ("cache/mod.rs", "`CacheDirArg`: the folder, resolved at the edge"),
+    ("cache/cmd.rs", "`cache ...` and `RemoteArgs`/`NetArgs` -> `Remote` over `remote::Net`"),
+    ("docker/mod.rs", "`docker bake`/`build`: `BuildArgs` -> `BuildRequest`, `BaseArgs` -> `base::BaseRequest`"),
+    ("evidence/cmd.rs", "`evidence add|show`"),
+    ("evidence/record.rs", "`RecordArgs` (`probe --record`) -> `Recorder`"),
+    ("lock/mod.rs", "`CheckArgs`, `ProjectArgs` -> `CheckRequest`"),
+    ("pinset/mod.rs", "`pin set|recover`"),
+    ("probe/mod.rs", "`ProbeArgs`, `RunArgs` -> `runtime::Run` in `runtime::Input`"),
+    ("publish/mod.rs", "`PublishArgs` -> a `BuildRequest`, `check::Request`"),
+    ("repro.rs", "`diff`, `verify`"),
+    ("topology.rs", "`RequestArgs` -> `topology::Request`"),
+];
+
+/// Clap types are declared only at the listed command edges.
+#[test]
+fn clap_types_are_declared_only_at_command_edges() {
+    let clap = regex::Regex::new(r"derive\([^)]*\bclap::(Args|Parser|Subcommand)\b|#\[(arg|command)\(").unwrap();
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, n, line) in code_lines() {
+        if clap.is_match(&line) {
+            found.entry(file.clone()).or_default().push(format!("{file}:{n}: {}", line.trim()));
+        }
+    }
+    let listed: BTreeSet<&str> = CLAP_EDGES.iter().map(|(f, _)| *f).collect();
+    let beyond: Vec<_> = found.iter().filter(|(f, _)| !listed.contains(f.as_str())).flat_map(|(_, l)| l).collect();
+    assert!(
+        beyond.is_empty(),
+        "clap types below a command edge (declare them at the edge and hand over a plain request, or list the file in CLAP_EDGES with why):\n{}",
+        beyond.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+    );
+    let stale: Vec<_> = listed.iter().filter(|f| !found.contains_key(**f)).collect();
+    assert!(stale.is_empty(), "listed in CLAP_EDGES but declares no clap type: {stale:?}");
+    assert!(clap.is_match("#[derive(Debug, Clone, clap::Args)]") && clap.is_match("    #[arg(long)]"));
+}
+
 /// The non-comment lines of every src file before its unit tests, as (path
 /// relative to src, line number, line).
 fn code_lines() -> Vec<(String, usize, String)> {

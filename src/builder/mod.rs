@@ -30,7 +30,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::cache::{self, remote, Cache, CacheDirArg};
+use crate::cache::{self, Cache, CacheDirArg};
 use crate::error::{Cooperative, Exit};
 use crate::output::DataFormat as Format;
 use crate::provenance;
@@ -127,7 +127,7 @@ pub struct Common {
     #[arg(long)]
     pub no_cache: bool,
     #[command(flatten)]
-    pub remote: remote::RemoteArgs,
+    pub remote: cache::cmd::RemoteArgs,
     /// Output: human text, or one JSON document (schema 2: `plan` prints plans
     /// (each a full, replayable build recipe: argv, cwd, the whole environment),
     /// skipped variants and a CI matrix; `build-wheel` prints the build report).

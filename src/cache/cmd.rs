@@ -6,12 +6,52 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::bases::{self, Base, Removed};
-use super::remote::{NetArgs, Remote};
+use super::remote::Remote;
 use super::sign::SecretKey;
 use super::tree::{TreeEntry, TreeListing, Trees};
 use super::{human_size, BadEntry, Cache, CacheDirArg, Entry, Hit, Key, Toolchain};
 use crate::error::{Exit, Failure};
 use crate::output::DataFormat as Format;
+
+/// How `build-wheel` reaches a remote cache.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RemoteArgs {
+    #[command(flatten)]
+    pub cache_url: crate::args::CacheUrlArg,
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// Transport options shared by `build-wheel` and `cache push`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NetArgs {
+    /// Accept a plain http:// cache URL (no TLS: anyone on the path can read the traffic;
+    /// signatures are still required). Meant for a cache on localhost or a trusted network.
+    #[arg(long)]
+    pub allow_http: bool,
+    /// Seconds each request to the remote cache may take in all (connecting: 10 s at most).
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub cache_timeout: u64,
+}
+
+impl RemoteArgs {
+    /// The remote cache, or `None` without `--cache-url` (or with `--no-cache`).
+    /// A bad URL or trusted key is a usage error (exit 2) before anything runs.
+    pub fn connect(&self, no_cache: bool) -> Result<Option<Remote>> {
+        let Some(url) = self.cache_url.as_deref().filter(|_| !no_cache) else { return Ok(None) };
+        let trusted = super::config::trusted_keys(&self.trusted_keys)?;
+        Remote::new(url, self.net.net(), trusted).map(Some)
+    }
+}
+
+impl NetArgs {
+    /// The client's transport settings.
+    pub fn net(&self) -> super::remote::Net {
+        super::remote::Net { allow_http: self.allow_http, timeout: std::time::Duration::from_secs(self.cache_timeout) }
+    }
+}
 
 /// The environment variable naming the signing key file for `cache push`.
 pub const SIGNING_KEY_ENV: &str = "DEEPEP_FORGE_SIGNING_KEY_FILE";
@@ -518,7 +558,7 @@ fn push(a: PushArgs) -> Result<Exit> {
     })?;
     let secret = SecretKey::load(&key_file)?;
     let url = a.cache_url.as_deref().expect("clap requires --cache-url for cache push");
-    let client = Remote::new(url, &a.net, Vec::new())?;
+    let client = Remote::new(url, a.net.net(), Vec::new())?;
     let (list, _) = cache.entries();
     let mut chosen: Vec<&Hit> = Vec::new();
     if a.keys.is_empty() {

@@ -1,8 +1,9 @@
-//! Folders of the cache opened without following a link, and removals made
-//! relative to the opened folder (`unlinkat`, `renameat`): what `cache gc`
-//! removes is always a name inside the folder it opened, so a link planted in
-//! place of a folder, or swapped in after a check, never sends a removal
-//! outside the cache. Must not decide what to remove.
+//! Folders opened without following a link, and removals and writes made
+//! relative to the opened folder (`unlinkat`, `renameat`, `mkdirat`,
+//! `openat`): what `cache gc` removes, and what `publish` writes under
+//! `--out`, is always a name inside a folder it opened, so a link planted in
+//! place of a folder, or swapped in after a check, never sends a removal or a
+//! write outside. Must not decide what to remove or write.
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Error, ErrorKind, Result};
@@ -61,6 +62,101 @@ pub fn rename_out(dir: &File, name: &str, to: &Path) -> Result<()> {
         return Err(Error::last_os_error());
     }
     Ok(())
+}
+
+/// The folder `name` inside `dir`, made (mode 0755 less the umask) when
+/// absent, then opened as [`open_in`] does: never through a link.
+pub fn make_in(dir: &File, name: &str) -> Result<File> {
+    let c = cname(name)?;
+    // SAFETY: as in `open_in`.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) } != 0 {
+        let e = Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EEXIST) {
+            return Err(e);
+        }
+    }
+    open_in(dir, name)
+}
+
+/// The regular file `name` of `dir` opened for reading: never through a link
+/// (ELOOP), never blocking on a FIFO, refused (InvalidData) when the opened
+/// file is not a regular file.
+pub fn open_file_in(dir: &File, name: &str) -> Result<File> {
+    let c = cname(name)?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: as in `open_in`.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(Error::last_os_error());
+    }
+    // SAFETY: as in `open_in`.
+    let f = unsafe { File::from_raw_fd(fd) };
+    if !f.metadata()?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidData, "not a regular file"));
+    }
+    Ok(f)
+}
+
+/// A new file in `dir` named `<prefix><random>`, created (O_EXCL, never
+/// through a link) for writing with mode `mode` (set on the descriptor, so
+/// the umask does not narrow it); returns it and its name.
+pub fn create_temp_in(dir: &File, prefix: &str, mode: u32) -> Result<(File, String)> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    for _ in 0..64 {
+        let name = format!("{prefix}{}", random_suffix());
+        let c = cname(&name)?;
+        // SAFETY: as in `open_in`; the mode is passed as the variadic argument open(2) reads with O_CREAT.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, 0o600 as libc::c_uint) };
+        if fd < 0 {
+            let e = Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: as in `open_in`.
+        let f = unsafe { File::from_raw_fd(fd) };
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+        return Ok((f, name));
+    }
+    Err(Error::new(ErrorKind::AlreadyExists, "no free temporary name after 64 tries"))
+}
+
+/// 16 hex digits that differ between calls and processes.
+fn random_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mix = nanos ^ (u64::from(std::process::id()) << 32) ^ COUNT.fetch_add(1, Ordering::Relaxed).rotate_left(17);
+    format!("{:016x}", mix.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// Rename `from` to `to`, both names in `dir`; with `replace` false an existing
+/// `to` is never replaced (EEXIST): `renameat2(RENAME_NOREPLACE)`, or where
+/// the filesystem lacks it a hard link then the removal of `from`.
+pub fn rename_in(dir: &File, from: &str, to: &str, replace: bool) -> Result<()> {
+    let (f, t) = (cname(from)?, cname(to)?);
+    let fd = dir.as_raw_fd();
+    if replace {
+        // SAFETY: as in `open_in`.
+        if unsafe { libc::renameat(fd, f.as_ptr(), fd, t.as_ptr()) } != 0 {
+            return Err(Error::last_os_error());
+        }
+        return Ok(());
+    }
+    // SAFETY: as in `open_in`.
+    if unsafe { libc::renameat2(fd, f.as_ptr(), fd, t.as_ptr(), libc::RENAME_NOREPLACE) } == 0 {
+        return Ok(());
+    }
+    let e = Error::last_os_error();
+    if ![Some(libc::EINVAL), Some(libc::ENOSYS)].contains(&e.raw_os_error()) {
+        return Err(e);
+    }
+    // SAFETY: as in `open_in`; flags 0: a link named `from` is linked itself, never followed.
+    if unsafe { libc::linkat(fd, f.as_ptr(), fd, t.as_ptr(), 0) } != 0 {
+        return Err(Error::last_os_error());
+    }
+    unlink_in(dir, from)
 }
 
 /// What `name` of `dir` is (not following a link).

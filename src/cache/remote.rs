@@ -34,37 +34,14 @@ pub const MAX_WHEEL_BYTES: u64 = 8 << 30;
 /// The largest provenance file read from a wheel.
 pub const MAX_PROVENANCE_BYTES: u64 = 1 << 20;
 
-/// How `build-wheel` reaches a remote cache.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RemoteArgs {
-    #[command(flatten)]
-    pub cache_url: crate::args::CacheUrlArg,
-    #[command(flatten)]
-    pub trusted_keys: crate::args::TrustedKeysArg,
-    #[command(flatten)]
-    pub net: NetArgs,
-}
-
-/// Transport options shared by `build-wheel` and `cache push`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct NetArgs {
-    /// Accept a plain http:// cache URL (no TLS: anyone on the path can read the traffic;
-    /// signatures are still required). Meant for a cache on localhost or a trusted network.
-    #[arg(long)]
+/// How the client talks to the server (the `--allow-http` and
+/// `--cache-timeout` flags, as `cache::cmd::NetArgs::net` hands them over).
+#[derive(Debug, Clone, Copy)]
+pub struct Net {
+    /// Plain http:// is accepted.
     pub allow_http: bool,
-    /// Seconds each request to the remote cache may take in all (connecting: 10 s at most).
-    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub cache_timeout: u64,
-}
-
-impl RemoteArgs {
-    /// The remote cache, or `None` without `--cache-url` (or with `--no-cache`).
-    /// A bad URL or trusted key is a usage error (exit 2) before anything runs.
-    pub fn connect(&self, no_cache: bool) -> Result<Option<Remote>> {
-        let Some(url) = self.cache_url.as_deref().filter(|_| !no_cache) else { return Ok(None) };
-        let trusted = super::config::trusted_keys(&self.trusted_keys)?;
-        Remote::new(url, &self.net, trusted).map(Some)
-    }
+    /// What each request may take in all.
+    pub timeout: Duration,
 }
 
 /// A remote cache client.
@@ -115,7 +92,7 @@ enum Attempt {
 }
 
 impl Remote {
-    pub fn new(url: &str, net: &NetArgs, trusted: Vec<PublicKey>) -> Result<Remote> {
+    pub fn new(url: &str, net: Net, trusted: Vec<PublicKey>) -> Result<Remote> {
         let base = http::parse(url).map_err(|why| {
             Failure::usage(format!("--cache-url {why}"))
                 .hint("give the cache's base URL, e.g. https://cache.example.org/deepep")
@@ -140,7 +117,7 @@ impl Remote {
         if base.query().is_some() || base.fragment().is_some() {
             crate::bail_usage!("--cache-url {}: a base URL takes no ?query or #fragment", shown(&base));
         }
-        let timeout = Duration::from_secs(net.cache_timeout);
+        let timeout = net.timeout;
         let plain = if net.allow_http { http::Plain::Allowed } else { http::Plain::Refused };
         let client = http::Client::new(timeout, plain)?;
         Ok(Remote { base, client, trusted })
@@ -401,7 +378,7 @@ mod tests {
     use super::*;
 
     fn remote(url: &str, timeout: u64) -> Remote {
-        Remote::new(url, &NetArgs { allow_http: true, cache_timeout: timeout }, Vec::new()).unwrap()
+        Remote::new(url, Net { allow_http: true, timeout: Duration::from_secs(timeout) }, Vec::new()).unwrap()
     }
 
     fn key() -> Key {
@@ -528,7 +505,7 @@ mod tests {
 
     #[test]
     fn urls_are_checked_and_credentials_never_shown() {
-        let net = NetArgs { allow_http: false, cache_timeout: 5 };
+        let net = Net { allow_http: false, timeout: Duration::from_secs(5) };
         for (url, want) in [
             ("http://cache.example", "--allow-http"),
             ("ftp://cache.example", "scheme `ftp`"),
@@ -536,11 +513,11 @@ mod tests {
             ("https://cache.exa\nmple/", "no space, tab, newline"),
             ("https://cache.example/?x=1", "no ?query"),
         ] {
-            let e = Remote::new(url, &net, Vec::new()).err().unwrap();
+            let e = Remote::new(url, net, Vec::new()).err().unwrap();
             assert!(format!("{e:#}").contains(want), "{url}: {e:#}");
             assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage);
         }
-        let r = Remote::new("https://user:s3cret@cache.example/base/", &net, Vec::new()).unwrap();
+        let r = Remote::new("https://user:s3cret@cache.example/base/", net, Vec::new()).unwrap();
         let shown = r.shown_url(&key(), "entry.json");
         assert_eq!(shown, format!("https://***@cache.example/base/{}/entry.json", "ab".repeat(32)));
         assert!(!shown.contains("s3cret"));

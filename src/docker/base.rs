@@ -32,17 +32,6 @@ const SCHEMA: u32 = 1;
 /// Host CA certificates copied into the base (a TLS-intercepting egress proxy).
 const HOST_CAS: &str = "/usr/local/share/ca-certificates";
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct BaseArgs {
-    /// podman/buildah: the Debian suite of the base image (debootstrap).
-    #[arg(long, default_value = "bookworm", value_name = "SUITE")]
-    pub base_suite: String,
-    /// podman/buildah: the Debian mirror of the base (http/https); a
-    /// snapshot.debian.org URL (`.../archive/debian/20261101T000000Z`) pins the date.
-    #[arg(long, default_value = DEFAULT_MIRROR, value_name = "URL")]
-    pub base_mirror: String,
-}
-
 /// A target architecture, as Debian and `uname -m` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
@@ -63,6 +52,14 @@ impl Arch {
             Arch::Arm64 => "arm64",
         }
     }
+}
+
+/// What base the user asked for (`--base-suite`, `--base-mirror`), as the
+/// command edge hands it over: unchecked, no clap type ([`check`] checks it).
+#[derive(Debug, Clone)]
+pub struct BaseRequest {
+    pub suite: String,
+    pub mirror: String,
 }
 
 /// A checked base request (flags only, nothing fetched): the suite's name,
@@ -99,8 +96,8 @@ pub struct Planned {
 /// network: the suite's name (exit 2), the mirror a http(s) URL (exit 2),
 /// debootstrap present (exit 3) and knowing the suite (exit 2). The mirror is
 /// asked in [`plan`], only for a base that must be made.
-pub fn check(a: &BaseArgs) -> Result<Base> {
-    let suite = &a.base_suite;
+pub fn check(a: &BaseRequest) -> Result<Base> {
+    let suite = &a.suite;
     let named = !suite.is_empty()
         && suite.len() <= 32
         && suite.starts_with(|c: char| c.is_ascii_lowercase())
@@ -113,7 +110,7 @@ pub fn check(a: &BaseArgs) -> Result<Base> {
         .hint("pass a codename such as bookworm or trixie")
         .into());
     }
-    let mirror = a.base_mirror.trim_end_matches('/').to_string();
+    let mirror = a.mirror.trim_end_matches('/').to_string();
     if super::check_index_url(&mirror).is_err() {
         return Err(Failure::usage(format!("--base-mirror {}: not an http(s) URL", crate::http::redact(&mirror)))
             .hint(format!("pass a Debian mirror such as {DEFAULT_MIRROR}"))

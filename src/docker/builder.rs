@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::bake::{self, BakeFile, Target, INDEX_ARG, INDEX_SUFFIX};
-use super::{base, check_index_url, find, BuildArgs, Builder};
+use super::{base, check_index_url, find, BuildRequest, Builder};
 use crate::error::{Exit, Failure};
 use crate::pins::Pins;
 use crate::process::Cmd;
@@ -20,7 +20,7 @@ use crate::process::Cmd;
 /// none of them changes what the bake file decides (stage, platform, args, tags).
 const PASSTHROUGH: &[&str] = &["--no-cache", "--pull", "--quiet", "-q", "--squash"];
 
-pub fn build(a: BuildArgs) -> Result<Exit> {
+pub fn build(a: BuildRequest) -> Result<Exit> {
     let pins = Pins::load(&a.pins)?;
     for v in &a.variant {
         pins.variant(v)?;
@@ -48,7 +48,7 @@ pub fn build(a: BuildArgs) -> Result<Exit> {
 }
 
 /// The bake file, which must be exactly what pins.toml generates (exit 2 otherwise).
-fn read_fresh(a: &BuildArgs, pins: &Pins) -> Result<BakeFile> {
+fn read_fresh(a: &BuildRequest, pins: &Pins) -> Result<BakeFile> {
     let expected = bake::bake_json(pins, &bake::pins_in_context(&a.pins)?)?;
     let current = crate::input::read_text_opt(&a.file, "bake file", crate::input::cap::TEXT)?;
     if current.as_deref() != Some(expected.as_str()) {
@@ -66,7 +66,7 @@ fn read_fresh(a: &BuildArgs, pins: &Pins) -> Result<BakeFile> {
 
 // ---- docker buildx bake -----------------------------------------------------
 
-fn docker_bake(a: &BuildArgs, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
+fn docker_bake(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
     if a.source.is_some() || a.forge_binary.is_some() {
         return Err(Failure::usage("--source and --forge-binary are for `--builder podman|buildah`")
             .hint("with docker, set the args in the bake call: -- --set '*.args.DEEPEP_SOURCE=PATH-IN-CONTEXT'")
@@ -116,7 +116,7 @@ fn failed_build(what: &str) -> anyhow::Error {
 /// What the daemonless build sets besides the bake file's args (the user may not).
 const TOOL_ARGS: &[&str] = &["CUDA_BASE_IMAGE", "FORGE_SOURCE", "FORGE_BINARY", "DEEPEP_SOURCE", "SOURCE_DATE_EPOCH"];
 
-fn daemonless(a: &BuildArgs, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
+fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
     // Everything that can be refused is refused before anything is pulled or built.
     let dockerfile = read_dockerfile(targets)?;
     let declared = declared_args(&dockerfile);
@@ -136,7 +136,7 @@ fn daemonless(a: &BuildArgs, targets: &[(String, Target)], index: Option<&str>) 
     let program = find(a.builder)?;
     let forge = forge_binary(a)?;
     let base = base::check(&a.base)?;
-    let cache = crate::cache::Cache::at(a.cache.resolve()?);
+    let cache = crate::cache::Cache::at(crate::cache::resolve_dir(a.cache_dir.as_deref())?);
     // Each base planned first: a base that must be made has its suite checked at the mirror now.
     let mut bases = Vec::new();
     for (_, t) in targets {
@@ -275,7 +275,7 @@ pub fn check_platform(t: &Target) -> Result<()> {
 }
 
 /// The deepep-forge binary the image gets (default: the running one).
-fn forge_binary(a: &BuildArgs) -> Result<PathBuf> {
+fn forge_binary(a: &BuildRequest) -> Result<PathBuf> {
     let p = match &a.forge_binary {
         Some(p) => p.clone(),
         None => std::env::current_exe().context("finding this deepep-forge binary")?,
@@ -345,7 +345,7 @@ pub fn builder_argv(
     ctx: &Path,
     tag: &str,
     base_ref: &str,
-    a: &BuildArgs,
+    a: &BuildRequest,
     index: Option<&str>,
 ) -> Vec<String> {
     // `--layers=true`: one layer per step with both builders (buildah's default squashes each stage).
@@ -430,6 +430,7 @@ mod tests {
         ])
         .unwrap();
         let crate::cli::Command::Docker(super::super::DockerCommand::Build(a)) = a.command else { panic!() };
+        let a = a.request();
         let v = builder_argv(
             &t,
             Path::new("/ctx"),

@@ -4,7 +4,7 @@
 //! podman or buildah, `base` makes the registry-free base image for the last
 //! two. Must not build wheels itself (the image runs `deepep-forge
 //! build-wheel` or downloads from an index) nor parse consumer Dockerfiles
-//! (that is `dockerfile`).
+//! (that is `lock::dockerfile`).
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -99,7 +99,7 @@ pub struct BuildArgs {
     #[arg(long, value_name = "EPOCH", env = "SOURCE_DATE_EPOCH")]
     pub timestamp: Option<u64>,
     #[command(flatten)]
-    pub base: base::BaseArgs,
+    pub base: BaseArgs,
     #[command(flatten)]
     pub cache: crate::cache::CacheDirArg,
     /// Extra arguments for the builder, after `--` (docker: `-- --push`, `-- --set
@@ -109,10 +109,59 @@ pub struct BuildArgs {
     pub extra: Vec<String>,
 }
 
+#[derive(Debug, Clone, clap::Args)]
+/// The base flags of podman/buildah builds, turned into a [`base::BaseRequest`].
+pub struct BaseArgs {
+    /// podman/buildah: the Debian suite of the base image (debootstrap).
+    #[arg(long, default_value = "bookworm", value_name = "SUITE")]
+    pub base_suite: String,
+    /// podman/buildah: the Debian mirror of the base (http/https); a
+    /// snapshot.debian.org URL (`.../archive/debian/20261101T000000Z`) pins the date.
+    #[arg(long, default_value = base::DEFAULT_MIRROR, value_name = "URL")]
+    pub base_mirror: String,
+}
+
+/// What `docker build` is asked to do, as [`BuildArgs`] says it: the plain
+/// request `builder` takes (no clap type below this edge).
+#[derive(Debug, Clone)]
+pub struct BuildRequest {
+    pub variant: Vec<String>,
+    pub pins: PathBuf,
+    pub file: PathBuf,
+    pub builder: Builder,
+    pub index: Option<String>,
+    pub source: Option<String>,
+    pub forge_binary: Option<PathBuf>,
+    pub timestamp: Option<u64>,
+    pub base: base::BaseRequest,
+    /// `--cache-dir` as given (resolved when a daemonless build needs it).
+    pub cache_dir: Option<PathBuf>,
+    pub extra: Vec<String>,
+}
+
+impl BuildArgs {
+    /// The plain request, built once here.
+    pub fn request(self) -> BuildRequest {
+        BuildRequest {
+            variant: self.variant,
+            pins: self.pins.to_path_buf(),
+            file: self.file,
+            builder: self.builder,
+            index: self.index,
+            source: self.source,
+            forge_binary: self.forge_binary,
+            timestamp: self.timestamp,
+            base: base::BaseRequest { suite: self.base.base_suite, mirror: self.base.base_mirror },
+            cache_dir: self.cache.cache_dir,
+            extra: self.extra,
+        }
+    }
+}
+
 pub fn run(cmd: DockerCommand) -> Result<Exit> {
     match cmd {
         DockerCommand::Bake(a) => bake::bake(a),
-        DockerCommand::Build(a) => builder::build(*a),
+        DockerCommand::Build(a) => builder::build(a.request()),
     }
 }
 

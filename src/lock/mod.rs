@@ -19,6 +19,7 @@ use crate::output::Format;
 use crate::pins::{Arch, Pins};
 
 pub mod causes;
+pub mod dockerfile;
 pub mod evidence;
 pub mod index;
 pub mod marker;
@@ -362,7 +363,7 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
 
     let mut ctx = rules::Context::new(&req.project, pins.as_ref(), req.pins_path(), &py, lock.as_ref(), &py_path);
     ctx.revisions = read_revisions(req, pins.as_ref(), &ctx)?;
-    let dockerfiles: Vec<PathBuf> = crate::dockerfile::discover(&req.project, &req.dockerfiles)?;
+    let dockerfiles: Vec<PathBuf> = dockerfile::discover(&req.project, &req.dockerfiles)?;
     let mut found = match index::source(&py_path, &py_text, &name)? {
         Some(src) => index_rules(req, &ctx, &src, &lock_path, &name, &dockerfiles)?,
         None => rules::check(&ctx),
@@ -379,7 +380,7 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
         );
     }
 
-    found.extend(crate::dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
+    found.extend(dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
     found.extend(patches::check(&dockerfiles, &req.project)?);
     if let Some(kind) = req.require_evidence {
         found.extend(required_evidence(req, kind, pins.as_ref(), &py_path, &py_text, &lock_path, &name)?);
@@ -433,7 +434,7 @@ fn index_rules(
     };
     let mut needs = Vec::new();
     if let Some(p) = ctx.pins {
-        needs = crate::dockerfile::needs(dockerfiles, p)?;
+        needs = dockerfile::needs(dockerfiles, p)?;
         for r in &req.recipes {
             needs.extend(recipe_need(r, p)?);
         }
@@ -510,7 +511,7 @@ fn required_evidence(
 /// NVLink domain (D = ceil(EP/R)) with HybridEP needs a multinode build (R as the recipe
 /// sets it, else NeMo-RL's default min(EP, 64) where it follows EP); `None`
 /// when one domain suffices or EP/R are not known.
-fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<crate::dockerfile::Need>> {
+fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<dockerfile::Need>> {
     let t = crate::topology::recipe::read(path)?;
     let Some(ep) = t.ep.filter(|_| t.dispatcher == "hybridep") else { return Ok(None) };
     let r = match (t.ranks_per_domain, t.defaults_follow_ep) {
@@ -523,7 +524,7 @@ fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<crate::dockerfile::Nee
         return Ok(None);
     }
     let variants: Vec<String> = pins.variants.iter().filter(|v| v.multinode).map(|v| v.name.clone()).collect();
-    Ok(Some(crate::dockerfile::Need {
+    Ok(Some(dockerfile::Need {
         variants,
         file: path.to_path_buf(),
         line: 0,

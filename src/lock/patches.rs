@@ -24,7 +24,7 @@ pub fn check(dockerfiles: &[PathBuf], project: &Path) -> Result<Vec<Finding>> {
         let text = crate::input::read_text(f, "Dockerfile", crate::input::cap::TEXT)?;
         let copies = copies(&text);
         let mut scripts = Vec::new();
-        for (line, run) in crate::dockerfile::instructions_named(&text, "RUN") {
+        for (line, run) in super::dockerfile::instructions_named(&text, "RUN") {
             let mounts = mounts(&run);
             for (_, cmd) in patch_commands(&run) {
                 out.push(finding(f, line, &cmd, &mounts));
@@ -192,7 +192,7 @@ fn mounts(run: &str) -> Vec<(String, String)> {
 /// `COPY src... dest` without `--from` (files of the build context): (src, dest) pairs.
 fn copies(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for (_, args) in crate::dockerfile::instructions_named(text, "COPY") {
+    for (_, args) in super::dockerfile::instructions_named(text, "COPY") {
         let words: Vec<String> = args.split_whitespace().map(unquote).collect();
         if words.iter().any(|w| w.starts_with("--from")) {
             continue;

@@ -968,7 +968,7 @@ pub struct IndexChain<'a> {
     pub manifests: &'a [crate::publish::manifest::Manifest],
     pub lock_path: &'a Path,
     /// The variants the project's Dockerfiles build DeepEP for.
-    pub needs: &'a [crate::dockerfile::Need],
+    pub needs: &'a [crate::lock::dockerfile::Need],
 }
 
 const REPUBLISH: &str = "deepep-forge publish --variant VARIANT --signing-key KEY --out DIR (pins.toml's revision), then `uv lock --refresh-package deep-ep`";

@@ -68,7 +68,7 @@ pub struct ProbeArgs {
     #[command(flatten)]
     pub topology: crate::topology::RequestArgs,
     #[command(flatten)]
-    pub runtime: crate::runtime::RunArgs,
+    pub runtime: RunArgs,
     #[command(flatten)]
     pub record: crate::evidence::record::RecordArgs,
     /// How to print the verdict: a table, one JSON document (schema 1), or the
@@ -78,6 +78,74 @@ pub struct ProbeArgs {
 }
 
 pub use crate::verdict::BinaryFacts;
+
+/// `probe --run`'s flags, turned into a `runtime::Run` once ([`RunArgs::request`]).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RunArgs {
+    /// Run on this machine's GPUs: discovery, a dispatch/combine round trip
+    /// over NVLink checked exactly, and its bandwidth against the copy engine.
+    /// Under torchrun/srun/mpirun (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK
+    /// set, world size > 1) each process takes the GPU of its local rank.
+    #[arg(long)]
+    pub run: bool,
+    /// Tokens per GPU for the round trip (the timed payload is tokens x hidden x 2 bytes per peer).
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(0..=1_048_576), requires = "run")]
+    pub tokens: u32,
+    /// Hidden size in bf16 elements (a multiple of 8: rows move as 16-byte vectors).
+    #[arg(long, value_name = "H", default_value_t = 7168, value_parser = clap::value_parser!(u32).range(0..=65_536), requires = "run")]
+    pub hidden: u32,
+    /// Experts per token (1..=16); there are topk experts per rank.
+    #[arg(long, value_name = "K", default_value_t = 8, requires = "run")]
+    pub topk: u32,
+    /// Timed repetitions of dispatch, combine and the copy-engine baseline.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100_000), requires = "run")]
+    pub iters: u32,
+    /// Blocks of 512 threads per multiprocessor for the dispatch and combine kernels.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=64), requires = "run")]
+    pub blocks_per_sm: u32,
+    /// Where the processes of a launched job meet: tcp://HOST:PORT, HOST:PORT,
+    /// or file:PATH (rank 0 writes its address there; a shared filesystem).
+    /// Default: MASTER_ADDR:MASTER_PORT (port 29500 if unset).
+    #[arg(long, value_name = "SPEC", requires = "run")]
+    pub rendezvous: Option<String>,
+    /// Seconds any rank waits for another (arrival, each phase) before failing with the missing rank's number.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=604_800), requires = "run")]
+    pub timeout: u64,
+    /// Also run the installed deep_ep's own HybridEP dispatch/combine round
+    /// trip (one Python process per GPU; --python or python3 on PATH).
+    #[arg(long, requires = "run")]
+    pub deep_ep: bool,
+}
+
+impl RunArgs {
+    /// The runtime probe's request; flag ranges checked before anything is
+    /// read or run (exit 2).
+    pub fn request(&self) -> Result<crate::runtime::Run> {
+        let ra = self;
+        if ra.hidden == 0 || !ra.hidden.is_multiple_of(8) {
+            crate::bail_usage!(
+                "--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)",
+                ra.hidden
+            );
+        }
+        if !(1..=16).contains(&ra.topk) {
+            crate::bail_usage!("--topk {} must be between 1 and 16", ra.topk);
+        }
+        if ra.tokens == 0 || ra.iters == 0 || ra.timeout == 0 || ra.blocks_per_sm == 0 {
+            crate::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
+        }
+        Ok(crate::runtime::Run {
+            tokens: ra.tokens,
+            hidden: ra.hidden,
+            topk: ra.topk,
+            iters: ra.iters,
+            blocks_per_sm: ra.blocks_per_sm,
+            rendezvous: ra.rendezvous.clone(),
+            timeout: ra.timeout,
+            deep_ep: ra.deep_ep,
+        })
+    }
+}
 
 /// Everything the static probe read about the subject.
 struct Inspected {
@@ -212,7 +280,7 @@ pub fn print(v: &Verdict, format: Format) -> Result<()> {
 /// once, and handed to the runtime probe with its flags and the request (the
 /// runtime probe does not read wheels, and does not call back into this module).
 fn run_on_gpus(args: &ProbeArgs, recorder: Option<&(Recorder, Option<RecordWheel>)>) -> Result<Exit> {
-    args.runtime.validate()?;
+    let run = args.runtime.request()?;
     let request = args.topology.resolve()?;
     let inspected = inspect(args)?;
     let binary = inspected.as_ref().map(facts_of);
@@ -230,7 +298,7 @@ fn run_on_gpus(args: &ProbeArgs, recorder: Option<&(Recorder, Option<RecordWheel
     };
     crate::runtime::run(&crate::runtime::Input {
         record: recorder.is_some().then_some(&record as &dyn Fn(&Verdict) -> Result<()>),
-        run: &args.runtime,
+        run,
         python: args.python.clone(),
         format: args.format,
         request,

@@ -21,11 +21,21 @@ use crate::pins::{Pins, Variant};
 /// Most entries walked under one index folder before giving up.
 const MAX_FILES: usize = 100_000;
 
+/// What `publish --check DIR` is asked, as its command edge (`publish::run`) hands it over.
+pub struct Request<'a> {
+    pub pins: &'a Path,
+    /// `--trusted-key` values, as given.
+    pub trusted_keys: &'a [String],
+    /// `--variant` values (empty: every variant).
+    pub variants: &'a [String],
+    pub format: crate::output::DataFormat,
+}
+
 /// `publish --check DIR`.
-pub fn run(c: &crate::builder::Common, dir: &Path) -> Result<Exit> {
-    let pins = Pins::load(&c.pins)?;
-    let pins_sha256 = facts::sha256_hex(&crate::input::read_bytes(&c.pins, "pins file", crate::input::cap::TEXT)?);
-    let trusted = crate::cache::config::trusted_keys(&c.remote.trusted_keys)?;
+pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
+    let pins = Pins::load(c.pins)?;
+    let pins_sha256 = facts::sha256_hex(&crate::input::read_bytes(c.pins, "pins file", crate::input::cap::TEXT)?);
+    let trusted = crate::cache::config::trusted_keys(c.trusted_keys)?;
     if trusted.is_empty() {
         return Err(Failure::usage("publish --check trusts no key: a manifest signed by anyone would do")
             .hint("name the publisher's key: --trusted-key NAME:BASE64 (or DEEPEP_FORGE_TRUSTED_KEYS)")

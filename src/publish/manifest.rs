@@ -221,12 +221,22 @@ impl Manifest {
 /// Read, parse and verify a manifest file against `trusted`; every failure is
 /// exit 1 naming the file (a manifest is evidence, not a flag).
 pub fn load_verified(path: &std::path::Path, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
+    let (f, _) = crate::input::open(path, "index manifest", u64::MAX)?;
+    verified_file(f, path, trusted)
+}
+
+/// [`load_verified`] for a manifest the caller opened (`path` names it).
+pub fn verified_file(
+    f: std::fs::File,
+    path: &std::path::Path,
+    trusted: &[PublicKey],
+) -> anyhow::Result<(Manifest, String)> {
     // Over the bound is a refused manifest (exit 1, as for a URL), not an unreadable file.
-    let (_, len) = crate::input::open(path, "index manifest", u64::MAX)?;
+    let len = crate::input::regular(&f, path, "index manifest")?.len();
     if len > MAX_BYTES {
         return Err(Failure::problems(format!("{}: larger than {MAX_BYTES} bytes", path.display())).into());
     }
-    let bytes = crate::input::read_bytes(path, "index manifest", MAX_BYTES)?;
+    let bytes = crate::input::read_opened(f, path, "index manifest", MAX_BYTES)?;
     verified(&bytes, &path.display().to_string(), trusted)
 }
 

@@ -14,6 +14,7 @@ pub mod evidence;
 pub mod facts;
 pub mod fetch;
 pub mod manifest;
+mod out;
 pub mod pages;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use crate::error::{Exit, Failure};
 use crate::pins::Pins;
 use facts::Facts;
 use manifest::{Manifest, PROJECT};
+use out::Out;
 
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("out", |a| a
@@ -57,6 +59,7 @@ pub struct PublishArgs {
 
 /// A file the publish will put in place.
 struct Write {
+    /// Its place relative to `--out`.
     dest: PathBuf,
     bytes: Source,
     /// Immutable files (wheel, .metadata, .intoto.json) are never rewritten.
@@ -71,7 +74,14 @@ enum Source {
 /// `deepep-forge publish`.
 pub fn run(mut args: PublishArgs) -> Result<Exit> {
     if let Some(dir) = args.check.take() {
-        return check::run(&args.common, &dir);
+        let c = &args.common;
+        let request = check::Request {
+            pins: &c.pins,
+            trusted_keys: &c.remote.trusted_keys,
+            variants: &c.variants,
+            format: c.format,
+        };
+        return check::run(&request, &dir);
     }
     let pins = Pins::load(&args.common.pins)?;
     for v in &args.common.variants {
@@ -100,19 +110,20 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     }
     // Read-manifest -> write -> rename under one lock on the folder: a second
     // publish into it waits, then adds its wheels to the manifest this one wrote.
-    let _lock = lock_out(&index)?;
+    check_out(&index)?;
+    let out = Out::lock(&index)?;
     let mut writes = Vec::new();
     let mut summary = Vec::new();
     for (variant, wheels) in &by_variant {
-        check_places(&index, variant)?;
-        let (w, s) = plan_variant(&index, variant, wheels, &pins_sha256, (&key, &trusted), &found)?;
+        check_places(&out, variant)?;
+        let (w, s) = plan_variant(&out, variant, wheels, &pins_sha256, (&key, &trusted), &found)?;
         writes.extend(w);
         summary.extend(s);
     }
     for w in &writes {
-        check_place(&index, &w.dest)?;
+        out.check(&w.dest)?;
     }
-    let conflicts = conflicts(&writes);
+    let conflicts = conflicts(&out, &writes);
     if !conflicts.is_empty() {
         return Err(Failure::problems(format!(
             "nothing published: a different file exists under a published name (published files are immutable):\n  {}",
@@ -121,7 +132,7 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
         .hint("publish a new revision (a new version label) instead, or publish into a new folder")
         .into());
     }
-    let written = apply(&writes)?;
+    let written = apply(&out, &writes)?;
     let report = Report {
         schema: REPORT_SCHEMA,
         out: index.clone(),
@@ -143,73 +154,11 @@ fn check_out(out: &Path) -> Result<()> {
     }
 }
 
-/// An exclusive lock on the index folder itself (flock on its descriptor, so
-/// no file appears in the index), created when absent; waits for another
-/// publish into it, checking for Ctrl-C.
-fn lock_out(out: &Path) -> Result<std::fs::File> {
-    check_out(out)?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let dir = {
-        use std::os::unix::fs::OpenOptionsExt;
-        // The folder itself (O_DIRECTORY), opened only to hold its flock.
-        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(out)
-    }
-    .with_context(|| format!("opening {}", out.display()))?;
-    let mut told = false;
-    loop {
-        match dir.try_lock() {
-            Ok(()) => return Ok(dir),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                if !std::mem::replace(&mut told, true) {
-                    crate::note!("waiting for another publish into {} to finish", out.display());
-                }
-                crate::error::check_interrupted()?;
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", out.display()))
-            }
-        }
-    }
-}
-
 /// The variant's folders and manifest, checked before the manifest is read.
-fn check_places(index: &Path, variant: &str) -> Result<()> {
-    let vdir = index.join(variant);
-    check_place(index, &vdir.join(manifest::FILE))?;
-    check_place(index, &vdir.join("simple").join(PROJECT).join("index.html"))
-}
-
-/// Every folder from `index` down to `dest` is a real folder or absent (never
-/// a link: a link planted for a variant or project folder would carry the
-/// writes to another site), and `dest` a regular file or absent. Exit 2
-/// naming the place; checked for every file before anything is written.
-fn check_place(index: &Path, dest: &Path) -> Result<()> {
-    let rel = dest.strip_prefix(index).expect("index files live under the index");
-    let mut at = index.to_path_buf();
-    let n = rel.components().count();
-    for (i, c) in rel.components().enumerate() {
-        at.push(c);
-        let Ok(m) = std::fs::symlink_metadata(&at) else { return Ok(()) };
-        let last = i + 1 == n;
-        let why = if m.file_type().is_symlink() {
-            "a symbolic link (publish never writes through a link)"
-        } else if !last && !m.is_dir() {
-            "not a folder"
-        } else if last && !m.is_file() {
-            if m.is_dir() {
-                "a folder where a file of the index goes"
-            } else {
-                "not a regular file"
-            }
-        } else {
-            continue;
-        };
-        return Err(Failure::usage(format!("{}: {why}: nothing published", at.display()))
-            .hint("remove it, or publish into another --out folder")
-            .into());
-    }
-    Ok(())
+fn check_places(out: &Out, variant: &str) -> Result<()> {
+    let vdir = Path::new(variant);
+    out.check(&vdir.join(manifest::FILE))?;
+    out.check(&vdir.join("simple").join(PROJECT).join("index.html"))
 }
 
 /// Version of the JSON document `publish --format json` prints.
@@ -252,7 +201,7 @@ fn print_report(r: &Report, format: crate::output::DataFormat) -> Result<()> {
 /// pages and the signed manifest (old entries kept from the existing
 /// manifest, which must verify).
 fn plan_variant(
-    index: &Path,
+    out: &Out,
     variant: &str,
     wheels: &[(PathBuf, Facts)],
     pins_sha256: &str,
@@ -260,10 +209,10 @@ fn plan_variant(
     found: &[crate::evidence::store::Found],
 ) -> Result<(Vec<Write>, Vec<Published>)> {
     manifest::check_variant_name(variant).map_err(Failure::usage)?;
-    let vdir = index.join(variant);
-    let mpath = vdir.join(manifest::FILE);
-    let mut m = if std::fs::symlink_metadata(&mpath).is_ok() {
-        manifest::load_verified(&mpath, trusted)?.0
+    let vdir = PathBuf::from(variant);
+    let mpath = out.show(&vdir.join(manifest::FILE));
+    let mut m = if let Some(f) = out.open_file(&vdir.join(manifest::FILE))? {
+        manifest::verified_file(f, &mpath, trusted)?.0
     } else {
         Manifest {
             schema: manifest::SCHEMA,
@@ -318,7 +267,7 @@ fn plan_variant(
         writes.push(Write { dest: vdir.join(rel), bytes: Source::Bytes(bytes), immutable: false });
     }
     // The manifest last: a reader that trusts it finds every file it names.
-    writes.push(Write { dest: mpath, bytes: Source::Bytes(m.render()), immutable: false });
+    writes.push(Write { dest: vdir.join(manifest::FILE), bytes: Source::Bytes(m.render()), immutable: false });
     Ok((writes, summary))
 }
 
@@ -329,69 +278,43 @@ fn digest_of(s: &Source) -> Result<String> {
     }
 }
 
-/// What is at `dest` now: `None` when nothing, else its sha256; a special
-/// file or folder under a published name counts as different.
-fn existing(dest: &Path) -> Option<String> {
-    let meta = std::fs::symlink_metadata(dest).ok()?;
-    if !meta.is_file() {
-        return Some("(not a regular file)".into());
-    }
-    Some(facts::hash_file(dest, "published file").map(|h| h.0).unwrap_or_else(|e| format!("({e:#})")))
-}
-
 /// Immutable files that exist with other bytes.
-fn conflicts(writes: &[Write]) -> Vec<String> {
+fn conflicts(out: &Out, writes: &[Write]) -> Vec<String> {
     writes
         .iter()
         .filter(|w| w.immutable)
         .filter_map(|w| {
-            let have = existing(&w.dest)?;
+            let have = out.digest(&w.dest)?;
             let want = digest_of(&w.bytes).ok()?;
-            (have != want).then(|| format!("{}: sha256 {have}, this publish has {want}", w.dest.display()))
+            (have != want).then(|| format!("{}: sha256 {have}, this publish has {want}", out.show(&w.dest).display()))
         })
         .collect()
 }
 
 /// Put every file in place (temp file in its folder, then rename; immutable
-/// ones never over an existing file); skips files already identical. Returns
-/// how many were written.
-fn apply(writes: &[Write]) -> Result<usize> {
+/// ones never over an existing file); skips files already identical. Every
+/// folder is opened (made when absent) without following a link before the
+/// first file is written, and the files go through those descriptors only
+/// ([`out`]). Returns how many were written.
+fn apply(out: &Out, writes: &[Write]) -> Result<usize> {
+    let dirs = out.open_dirs(writes.iter().map(|w| w.dest.as_path()))?;
     let mut n = 0;
     for w in writes {
         let want = digest_of(&w.bytes)?;
-        if existing(&w.dest).as_deref() == Some(want.as_str()) {
+        if dirs.digest(&w.dest).as_deref() == Some(want.as_str()) {
             continue;
         }
-        let dir = w.dest.parent().expect("index files live in folders");
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".publish-")
-            .tempfile_in(dir)
-            .with_context(|| format!("writing {}", w.dest.display()))?;
-        match &w.bytes {
-            Source::File(p) => {
-                let (f, _) = crate::input::open(p, "wheel", crate::input::cap::WHEEL)?;
-                std::io::copy(&mut std::io::Read::take(f, crate::input::cap::WHEEL), tmp.as_file_mut())?;
+        dirs.put(&w.dest, &out.show(&w.dest), !w.immutable, |f| {
+            match &w.bytes {
+                Source::File(p) => {
+                    let (src, _) = crate::input::open(p, "wheel", crate::input::cap::WHEEL)?;
+                    std::io::copy(&mut std::io::Read::take(src, crate::input::cap::WHEEL), f)?;
+                }
+                Source::Bytes(b) => std::io::Write::write_all(f, b)?,
             }
-            Source::Bytes(b) => std::io::Write::write_all(tmp.as_file_mut(), b)?,
-        }
-        tmp.as_file().sync_all()?;
-        set_mode_0644(tmp.path())?;
-        if w.immutable {
-            tmp.persist_noclobber(&w.dest).map_err(|e| {
-                Failure::problems(format!("{}: appeared while publishing ({})", w.dest.display(), e.error))
-            })?;
-        } else {
-            tmp.persist(&w.dest).with_context(|| format!("writing {}", w.dest.display()))?;
-        }
+            Ok(())
+        })?;
         n += 1;
     }
     Ok(n)
-}
-
-/// Static hosts serve what they can read: 0644, not tempfile's 0600.
-fn set_mode_0644(p: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644))
-        .with_context(|| format!("chmod {}", p.display()))
 }

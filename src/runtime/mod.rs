@@ -23,47 +23,32 @@ use engine::{Link, RankReport, Shape};
 use gpu::{Discovery, Gpu};
 use rendezvous::{Comm, Ranks, Rendezvous};
 
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RunArgs {
-    /// Run on this machine's GPUs: discovery, a dispatch/combine round trip
-    /// over NVLink checked exactly, and its bandwidth against the copy engine.
-    /// Under torchrun/srun/mpirun (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK
-    /// set, world size > 1) each process takes the GPU of its local rank.
-    #[arg(long)]
-    pub run: bool,
-    /// Tokens per GPU for the round trip (the timed payload is tokens x hidden x 2 bytes per peer).
-    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(0..=1_048_576), requires = "run")]
+/// How the round trip runs: `probe --run`'s flags, checked and turned into
+/// this plain request once at the command edge (`probe::RunArgs::request`).
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Tokens per GPU.
     pub tokens: u32,
-    /// Hidden size in bf16 elements (a multiple of 8: rows move as 16-byte vectors).
-    #[arg(long, value_name = "H", default_value_t = 7168, value_parser = clap::value_parser!(u32).range(0..=65_536), requires = "run")]
+    /// Hidden size in bf16 elements (a positive multiple of 8).
     pub hidden: u32,
-    /// Experts per token (1..=16); there are topk experts per rank.
-    #[arg(long, value_name = "K", default_value_t = 8, requires = "run")]
+    /// Experts per token (1..=16).
     pub topk: u32,
-    /// Timed repetitions of dispatch, combine and the copy-engine baseline.
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100_000), requires = "run")]
+    /// Timed repetitions.
     pub iters: u32,
-    /// Blocks of 512 threads per multiprocessor for the dispatch and combine kernels.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=64), requires = "run")]
+    /// Blocks of 512 threads per multiprocessor.
     pub blocks_per_sm: u32,
-    /// Where the processes of a launched job meet: tcp://HOST:PORT, HOST:PORT,
-    /// or file:PATH (rank 0 writes its address there; a shared filesystem).
-    /// Default: MASTER_ADDR:MASTER_PORT (port 29500 if unset).
-    #[arg(long, value_name = "SPEC", requires = "run")]
+    /// Where the processes of a launched job meet (`--rendezvous`).
     pub rendezvous: Option<String>,
-    /// Seconds any rank waits for another (arrival, each phase) before failing with the missing rank's number.
-    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=604_800), requires = "run")]
+    /// Seconds any rank waits for another.
     pub timeout: u64,
-    /// Also run the installed deep_ep's own HybridEP dispatch/combine round
-    /// trip (one Python process per GPU; --python or python3 on PATH).
-    #[arg(long, requires = "run")]
+    /// Also run the installed deep_ep's own round trip.
     pub deep_ep: bool,
 }
 
 /// What `probe` hands the runtime probe: its flags, the resolved request, and
 /// the static facts and verdict rows of `--wheel`/`--python` (computed once).
 pub struct Input<'a> {
-    pub run: &'a RunArgs,
+    pub run: Run,
     /// The Python whose deep_ep `--deep-ep` runs (`--python`).
     pub python: Option<std::path::PathBuf>,
     pub format: Format,
@@ -75,30 +60,9 @@ pub struct Input<'a> {
     pub record: Option<&'a dyn Fn(&Verdict) -> Result<()>>,
 }
 
-impl RunArgs {
-    /// Flag ranges, checked before anything is read or run (exit 2).
-    pub fn validate(&self) -> Result<()> {
-        let ra = self;
-        if ra.hidden == 0 || !ra.hidden.is_multiple_of(8) {
-            crate::bail_usage!(
-                "--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)",
-                ra.hidden
-            );
-        }
-        if !(1..=16).contains(&ra.topk) {
-            crate::bail_usage!("--topk {} must be between 1 and 16", ra.topk);
-        }
-        if ra.tokens == 0 || ra.iters == 0 || ra.timeout == 0 || ra.blocks_per_sm == 0 {
-            crate::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
-        }
-        Ok(())
-    }
-}
-
 pub fn run(args: &Input) -> Result<Exit> {
     let started = Instant::now();
-    args.run.validate()?;
-    let ra = args.run;
+    let ra = &args.run;
     let request = args.request.clone();
     let env = |k: &str| crate::environ::var(k);
     let ranks = rendezvous::detect(env)?.filter(|r| r.world > 1);
