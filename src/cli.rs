@@ -186,7 +186,10 @@ Examples:
   # in GitHub Actions: annotations at the lines
   deepep-forge lock check --format github
   # DeepEP from a `publish` index: its signed manifest, the signer's key
-  deepep-forge lock check --index-manifest index --trusted-key NAME:BASE64")]
+  deepep-forge lock check --index-manifest index --trusted-key NAME:BASE64
+  # evidence: pins.toml's [evidence] table, or --require-evidence KIND
+  # (both: the stricter kind wins); trusted statements from evidence/
+  deepep-forge lock check --evidence evidence/ --trusted-key NAME:BASE64")]
     Check(crate::lock::CheckArgs),
 }
 

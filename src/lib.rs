@@ -15,6 +15,7 @@ pub mod findings;
 pub mod http;
 pub mod input;
 pub mod interface;
+pub mod ladder;
 pub mod lock;
 pub mod lockgraph;
 pub mod marker;

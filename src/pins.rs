@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::error::Failure;
+use crate::ladder::Kind;
 
 /// The schema version this build of deepep-forge reads and writes.
 ///
@@ -105,6 +106,13 @@ impl Gpu {
             Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(Arch::X86_64),
             Gpu::Gb200 => Some(Arch::Aarch64),
             Gpu::Sm(_) => None,
+        }
+    }
+    /// The kind with its generation, as messages name it: `h100 (sm_90)`, `sm_90`.
+    pub fn generation(self) -> String {
+        match self {
+            Gpu::Sm(_) => self.to_string(),
+            g => format!("{g} (sm_{})", g.sm()),
         }
     }
     /// Whether systems of this kind have multi-node NVLink (NVL72 racks).
@@ -400,6 +408,37 @@ impl Variant {
     }
 }
 
+/// `[evidence]`: the evidence `lock check` requires of every locked deep-ep wheel
+/// (docs/evidence.md), with per-variant refinements.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EvidencePolicy {
+    /// The least kind every locked wheel needs.
+    pub require: Kind,
+    /// `[[evidence.rule]]`s, each variant in at most one.
+    pub rules: Vec<EvidenceRule>,
+    /// 1-based line of `require`.
+    pub line: usize,
+}
+
+/// One `[[evidence.rule]]`: what its variants need beyond `require`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EvidenceRule {
+    pub variants: Vec<String>,
+    /// At least `require`; `require` when not written.
+    pub kind: Kind,
+    /// The GPU generation statements must come from (matched by SM: h100 and h200 are one).
+    pub gpu: Option<Gpu>,
+    /// 1-based line of the rule's table.
+    pub line: usize,
+}
+
+impl EvidencePolicy {
+    /// The rule naming `variant`, if any.
+    pub fn rule_for(&self, variant: &str) -> Option<&EvidenceRule> {
+        self.rules.iter().find(|r| r.variants.iter().any(|v| v == variant))
+    }
+}
+
 /// A validated pins.toml.
 #[derive(Debug, Clone, Serialize)]
 pub struct Pins {
@@ -409,6 +448,9 @@ pub struct Pins {
     pub toolchain: Option<Toolchain>,
     pub rdma_core: Option<RdmaCore>,
     pub variants: Vec<Variant>,
+    /// `[evidence]`, the policy `lock check` applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<EvidencePolicy>,
 }
 
 impl Pins {
@@ -487,6 +529,23 @@ struct RawPins {
     rdma_core: Option<RawRdmaCore>,
     #[serde(default)]
     variant: Vec<Spanned<RawVariant>>,
+    evidence: Option<Spanned<RawEvidence>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvidence {
+    require: Spanned<String>,
+    #[serde(default)]
+    rule: Vec<Spanned<RawEvidenceRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvidenceRule {
+    variants: Spanned<Vec<Spanned<String>>>,
+    kind: Option<Spanned<String>>,
+    gpu: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -597,7 +656,8 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         variants.push(v);
     }
     variant_index(&variants, &index_keys, &err)?;
-    Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants })
+    let evidence = raw.evidence.map(|e| evidence(e, &variants, text, &err)).transpose()?;
+    Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants, evidence })
 }
 
 /// `schema`: this deepep-forge reads schema 2; schema 1 gets how to update.
@@ -1061,6 +1121,120 @@ fn topology(
     })
 }
 
+/// `[evidence]`: `require` a kind of the ladder, then each `[[evidence.rule]]`.
+fn evidence(e: Spanned<RawEvidence>, variants: &[Variant], text: &str, err: &Err) -> Result<EvidencePolicy> {
+    let e = e.into_inner();
+    let require = evidence_kind(&e.require, "evidence.require", err)?;
+    let mut rules: Vec<EvidenceRule> = Vec::new();
+    for r in e.rule {
+        let line = line_col(text, r.span().start).0;
+        let r = r.into_inner();
+        let names = evidence_rule_variants(&r.variants, variants, &rules, err)?;
+        let kind = evidence_rule_kind(r.kind.as_ref(), require, err)?;
+        let gpu = evidence_rule_gpu(r.gpu.as_ref(), &names, variants, err)?;
+        rules.push(EvidenceRule { variants: names, kind, gpu, line });
+    }
+    Ok(EvidencePolicy { require, rules, line: line_col(text, e.require.span().start).0 })
+}
+
+/// A kind of the evidence ladder by name; anything else lists the valid ones.
+fn evidence_kind(k: &Spanned<String>, key: &str, err: &Err) -> Result<Kind> {
+    Kind::named(k.get_ref()).ok_or_else(|| {
+        err(
+            k.span(),
+            format!(
+                "{key} `{}` is not a kind of evidence: expected one of {} (docs/evidence.md, the ladder)",
+                crate::input::excerpt(k.get_ref(), 40),
+                Kind::names()
+            ),
+        )
+    })
+}
+
+/// A rule's `variants`: at least one, each a declared variant, each in one rule only.
+fn evidence_rule_variants(
+    list: &Spanned<Vec<Spanned<String>>>,
+    variants: &[Variant],
+    before: &[EvidenceRule],
+    err: &Err,
+) -> Result<Vec<String>> {
+    if list.get_ref().is_empty() {
+        return Err(err(
+            list.span(),
+            "evidence.rule.variants is empty: name the variants the rule is for, e.g. [\"h100-multinode\"]".into(),
+        ));
+    }
+    let mut names: Vec<String> = Vec::new();
+    for n in list.get_ref() {
+        let name = n.get_ref();
+        if !variants.iter().any(|v| &v.name == name) {
+            let known: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
+            return Err(err(
+                n.span(),
+                format!(
+                    "evidence.rule names variant `{}`, which pins.toml does not declare (known: {})",
+                    crate::input::excerpt(name, 80),
+                    known.join(", ")
+                ),
+            ));
+        }
+        if names.contains(name) {
+            return Err(err(n.span(), format!("evidence.rule names variant `{name}` twice")));
+        }
+        if let Some(prev) = before.iter().find(|r| r.variants.contains(name)) {
+            return Err(err(
+                n.span(),
+                format!(
+                    "variant `{name}` is already in the [[evidence.rule]] at line {}: one rule per variant",
+                    prev.line
+                ),
+            ));
+        }
+        names.push(name.clone());
+    }
+    Ok(names)
+}
+
+/// A rule's `kind`: a kind of the ladder, never below `require` (a rule only raises it).
+fn evidence_rule_kind(kind: Option<&Spanned<String>>, require: Kind, err: &Err) -> Result<Kind> {
+    let Some(k) = kind else { return Ok(require) };
+    let kind = evidence_kind(k, "evidence.rule.kind", err)?;
+    if kind < require {
+        return Err(err(
+            k.span(),
+            format!(
+                "evidence.rule.kind `{kind}` is weaker than evidence.require = `{require}`: a rule only raises what every wheel needs"
+            ),
+        ));
+    }
+    Ok(kind)
+}
+
+/// A rule's `gpu`: a GPU kind every variant of the rule builds for.
+fn evidence_rule_gpu(
+    gpu: Option<&Spanned<String>>,
+    names: &[String],
+    variants: &[Variant],
+    err: &Err,
+) -> Result<Option<Gpu>> {
+    let Some(g) = gpu else { return Ok(None) };
+    let parsed: Gpu = g.get_ref().parse().map_err(|m: Failure| err(g.span(), format!("evidence.rule.gpu: {m}")))?;
+    for v in variants.iter().filter(|v| names.contains(&v.name)) {
+        if !v.cuda_arch_list.runs_on(parsed.sm()) {
+            return Err(err(
+                g.span(),
+                format!(
+                    "evidence.rule.gpu = {}, but variant `{}` (cuda_arch_list \"{}\") does not build for it: no statement could meet the rule",
+                    parsed.generation(),
+                    v.name,
+                    v.cuda_arch_list
+                ),
+            ));
+        }
+    }
+    Ok(Some(parsed))
+}
+
 /// One `env` entry of a variant, with the line of its key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EnvSetting {
@@ -1105,6 +1279,13 @@ impl Pins {
                 v.cuda_arch_list.to_env(),
                 if v.multinode { format!("multi/{}", v.transport.as_str()) } else { "single-node".into() },
             );
+        }
+        if let Some(e) = &self.evidence {
+            let _ = writeln!(out, "evidence require {}  (every locked deep-ep wheel, lock check)", e.require);
+            for r in &e.rules {
+                let gpu = r.gpu.map(|g| format!(" on {}", g.generation())).unwrap_or_default();
+                let _ = writeln!(out, "evidence rule    {}{gpu}  for {}", r.kind, r.variants.join(", "));
+            }
         }
         out
     }
@@ -1257,6 +1438,87 @@ mod tests {
         assert!(!"9.0a+PTX".parse::<ArchList>().unwrap().runs_on(100));
         let (a, b): (ArchList, ArchList) = ("9.0 10.0".parse().unwrap(), "10.0;9.0".parse().unwrap());
         assert!(a.same_set(&b) && !a.same_set(&"9.0".parse().unwrap()));
+    }
+
+    const POLICY: &str = "\n[evidence]\nrequire = \"kernel\"\n\n[[evidence.rule]]\nvariants = [\"h100-multinode\"]\nkind = \"deep-ep-round-trip\"\ngpu = \"h100\"\n";
+
+    /// The error of GOOD plus `extra`, and the 1-based line that starts with `needle` in that text.
+    fn policy_err(extra: &str, needle: &str) -> (String, usize) {
+        let t = format!("{GOOD}{extra}");
+        let line = t.lines().position(|l| l.starts_with(needle)).expect("needle") + 1;
+        (err_of(&t), line)
+    }
+
+    #[test]
+    fn evidence_table_parses_and_renders() {
+        let p = parse(&format!("{GOOD}{POLICY}")).unwrap();
+        let e = p.evidence.as_ref().unwrap();
+        assert_eq!(e.require, Kind::Kernel);
+        let r = e.rule_for("h100-multinode").unwrap();
+        assert_eq!(
+            (r.kind, r.gpu, r.variants.as_slice()),
+            (Kind::DeepEpRoundTrip, Some(Gpu::H100), &["h100-multinode".to_string()][..])
+        );
+        assert!(e.rule_for("h100").is_none());
+        let shown = p.render_human();
+        assert!(shown.contains("evidence require kernel"), "{shown}");
+        assert!(shown.contains("evidence rule    deep-ep-round-trip on h100 (sm_90)  for h100-multinode"), "{shown}");
+        // a rule without kind needs `require`; without the table there is no policy
+        let p = parse(&format!("{GOOD}\n[evidence]\nrequire = \"static\"\n[[evidence.rule]]\nvariants = [\"b200-multinode\"]\ngpu = \"b200\"\n")).unwrap();
+        assert_eq!(p.evidence.unwrap().rules[0].kind, Kind::Static);
+        assert!(parse(GOOD).unwrap().evidence.is_none());
+    }
+
+    #[test]
+    fn evidence_kind_must_be_on_the_ladder() {
+        let (e, line) = policy_err(&POLICY.replace("\"kernel\"", "\"gpu\""), "require = \"gpu\"");
+        assert!(e.contains(&format!("pins.toml:{line}:11: evidence.require `gpu` is not a kind of evidence: expected one of configuration, static, kernel, deep-ep-round-trip, deep-ep-tests, training")), "{e}");
+        let (e, line) = policy_err(&POLICY.replace("deep-ep-round-trip", "deepep"), "kind = ");
+        assert!(e.contains(&format!("pins.toml:{line}:8: evidence.rule.kind `deepep` is not a kind")), "{e}");
+    }
+
+    #[test]
+    fn evidence_unknown_keys_are_refused() {
+        let (e, line) = policy_err(&POLICY.replace("gpu = ", "gpus = "), "gpus = ");
+        assert!(e.contains(&format!("pins.toml:{line}:1: unknown field `gpus`")), "{e}");
+        let (e, line) = policy_err(&POLICY.replace("require = ", "requires = "), "requires = ");
+        assert!(e.contains(&format!("pins.toml:{line}:1: unknown field `requires`")), "{e}");
+    }
+
+    #[test]
+    fn evidence_rule_variants_are_declared_present_and_once() {
+        let (e, line) = policy_err(&POLICY.replace("[\"h100-multinode\"]", "[]"), "variants = []");
+        assert!(e.contains(&format!("pins.toml:{line}:12: evidence.rule.variants is empty")), "{e}");
+        let (e, line) = policy_err(&POLICY.replace("\"h100-multinode\"", "\"h300\""), "variants = ");
+        assert!(e.contains(&format!("pins.toml:{line}:13: evidence.rule names variant `h300`, which pins.toml does not declare (known: h100, h100-multinode")), "{e}");
+        let (e, _) = policy_err(&POLICY.replace("\"h100-multinode\"", "\"h100\", \"h100\""), "variants = ");
+        assert!(e.contains("names variant `h100` twice"), "{e}");
+        let twice =
+            format!("{POLICY}\n[[evidence.rule]]\nvariants = [\"h100\", \"h100-multinode\"]\nkind = \"training\"\n");
+        let first = format!("{GOOD}{twice}").lines().position(|l| l == "[[evidence.rule]]").unwrap() + 1;
+        let (e, line) = policy_err(&twice, "variants = [\"h100\", ");
+        assert!(e.contains(&format!("pins.toml:{line}:21: variant `h100-multinode` is already in the [[evidence.rule]] at line {first}: one rule per variant")), "{e}");
+    }
+
+    #[test]
+    fn evidence_rule_kind_only_raises_require() {
+        let (e, line) = policy_err(&POLICY.replace("deep-ep-round-trip", "static"), "kind = ");
+        assert!(
+            e.contains(&format!(
+                "pins.toml:{line}:8: evidence.rule.kind `static` is weaker than evidence.require = `kernel`"
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn evidence_rule_gpu_is_a_gpu_the_variants_build_for() {
+        let (e, line) = policy_err(&POLICY.replace("gpu = \"h100\"", "gpu = \"a100\""), "gpu = \"a100\"");
+        assert!(e.contains(&format!("pins.toml:{line}:7: evidence.rule.gpu: unknown GPU `a100`")), "{e}");
+        let (e, line) = policy_err(&POLICY.replace("gpu = \"h100\"", "gpu = \"b200\""), "gpu = \"b200\"");
+        assert!(e.contains(&format!("pins.toml:{line}:7: evidence.rule.gpu = b200 (sm_100), but variant `h100-multinode` (cuda_arch_list \"9.0\") does not build for it")), "{e}");
+        // the generation is what counts: h200 is sm_90 like h100
+        assert!(parse(&format!("{GOOD}{}", POLICY.replace("gpu = \"h100\"", "gpu = \"h200\""))).is_ok());
     }
 
     #[test]

@@ -582,6 +582,169 @@ fn lock_check_requires_trusted_evidence_of_a_kind() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// pins.toml with `policy` appended (the `[evidence]` table), written as `name` in `d`;
+/// returns the 1-based line of the policy's first line.
+fn pins_with(d: &Path, name: &str, base: &str, policy: &str) -> usize {
+    std::fs::write(d.join(name), format!("{base}{policy}")).unwrap();
+    base.lines().count() + policy.lines().take_while(|l| l.is_empty()).count() + 1
+}
+
+/// `lock check` with pins.toml `file`, the evidence folder and `keys` (no --require-evidence).
+fn gate_with(d: &Path, file: &str, keys: &[&str], extra: &[&str]) -> std::process::Output {
+    let mut a = vec!["lock", "check", "--project", "consumer", "--pins", file, "--evidence", "ev"];
+    for k in keys {
+        a.extend(["--trusted-key", k]);
+    }
+    a.extend(extra);
+    run(d, &a)
+}
+
+/// pins.toml's `[evidence]` table gates `lock check` like --require-evidence
+/// (the stricter of both wins), only with a folder and a trusted key, and a
+/// bad table is exit 2 naming its line (the consumer's uv.lock as uv writes
+/// it; the real uv chain is `recorded_statements_travel_...`).
+#[test]
+fn lock_check_applies_the_evidence_table_of_pins_toml() {
+    let d = tempfile::tempdir().unwrap();
+    let (wheel, _, public, _) = one_statement(d.path()); // a reported training run on h100
+    consumer(d.path(), &sha256_of(&wheel));
+    // (this uv.lock is in no signed manifest, so `lock-wheel-unattested` is an error throughout)
+    let ok = |o: &std::process::Output| {
+        assert_eq!(o.status.code(), Some(1), "stdout:\n{}\nstderr:\n{}", stdout(o), stderr(o));
+        assert!(stdout(o).contains("error[lock-wheel-unattested]"), "{}", stdout(o));
+        assert!(!stdout(o).contains("evidence-missing"), "{}", stdout(o));
+    };
+    // training on h100 meets `kernel` for variant h100; a rule naming h200 too (one generation, sm_90).
+    pins_with(d.path(), "p.toml", PINS, "\n[evidence]\nrequire = \"kernel\"\n");
+    ok(&gate_with(d.path(), "p.toml", &[&public], &[]));
+    let rule = "\n[evidence]\nrequire = \"kernel\"\n\n[[evidence.rule]]\nvariants = [\"h100\"]\nkind = \"training\"\ngpu = \"h200\"\n";
+    pins_with(d.path(), "p.toml", PINS, rule);
+    ok(&gate_with(d.path(), "p.toml", &[&public], &[]));
+
+    // --require-evidence is stricter than the table: the flag wins and is named.
+    pins_with(d.path(), "p.toml", PINS, "\n[evidence]\nrequire = \"static\"\n");
+    ok(&gate_with(d.path(), "p.toml", &[&public], &["--require-evidence", "training"]));
+    ok(&gate_with(d.path(), "p.toml", &[&public], &["--require-evidence", "deep-ep-tests"])); // training >= deep-ep-tests
+
+    // The table's GPU condition: a statement on h100 (sm_90) does not meet a rule for b200 (sm_100).
+    let fat = PINS.replacen(
+        "cuda_arch_list = \"9.0\"\nmultinode = false\ntopology = { gpu = \"h100\", nodes = 1",
+        "cuda_arch_list = \"9.0 10.0\"\nmultinode = false\ntopology = { gpu = \"h100\", nodes = 1",
+        1,
+    );
+    assert_ne!(fat, PINS);
+    let at = pins_with(
+        d.path(),
+        "p.toml",
+        &fat,
+        "\n[evidence]\nrequire = \"static\"\n\n[[evidence.rule]]\nvariants = [\"h100\"]\nkind = \"kernel\"\ngpu = \"b200\"\n",
+    );
+    let o = gate_with(d.path(), "p.toml", &[&public], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    let sha = sha256_of(&wheel);
+    assert!(
+        out.contains(&format!(
+            "error[evidence-missing]: the locked deep-ep wheel {WHEEL} (variant h100) lacks `kernel` evidence: required by p.toml:{} [[evidence.rule]]; no statement of kind `kernel` or stronger on b200 (sm_100), signed by a trusted key, names sha256 {}; best present: none on b200 (sm_100) (`training` only for another GPU generation, request, or a MISMATCH)",
+            at + 3,
+            &sha[..16]
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "deepep-forge probe --run --wheel {WHEEL} --record evidence/ --signing-key KEY   # on b200 (sm_100) GPUs"
+        )),
+        "{out}"
+    );
+
+    // A kind above what exists: exit 1 naming the wheel, the kind, who asks and the best present.
+    let at = pins_with(
+        d.path(),
+        "p.toml",
+        PINS,
+        "\n[evidence]\nrequire = \"kernel\"\n\n[[evidence.rule]]\nvariants = [\"h100\"]\nkind = \"training\"\n",
+    );
+    ok(&gate_with(d.path(), "p.toml", &[&public], &[]));
+    std::fs::write(d.path().join("p.toml"), format!("{PINS}\n[evidence]\nrequire = \"training\"\n")).unwrap();
+    ok(&gate_with(d.path(), "p.toml", &[&public], &[]));
+    let (_, other) = keygen(d.path(), "other-1");
+    let o = gate_with(d.path(), "p.toml", &[&other], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!(
+            "lacks `training` evidence: required by p.toml:{} [evidence] require; no statement of kind `training` or stronger on h100 (sm_90), signed by a trusted key, names sha256 {}; best present: none",
+            at + 1,
+            &sha[..16]
+        )),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains(&format!("deepep-forge evidence add --sha256 {sha} --wheel-name {WHEEL} --kind training")),
+        "{}",
+        stdout(&o)
+    );
+
+    // No trusted key, no folder, or a folder nobody asked for: exit 2 saying what to pass.
+    let o = gate_with(d.path(), "p.toml", &[], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("p.toml:{} [evidence] requires evidence, but no key is trusted", at + 1)),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("pass --trusted-key NAME:BASE64"), "{}", stderr(&o));
+    let o = run(d.path(), &["lock", "check", "--project", "consumer", "--pins", "p.toml", "--trusted-key", &public]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no evidence folder is given") && stderr(&o).contains("pass --evidence DIR"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(d.path().join("plain.toml"), PINS).unwrap();
+    let o = gate_with(d.path(), "plain.toml", &[&public], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--evidence is read only when evidence is required"), "{}", stderr(&o));
+
+    // pins show renders the table.
+    let o = run(d.path(), &["pins", "show", "--pins", "p.toml"]);
+    assert!(
+        stdout(&o).contains("evidence require training  (every locked deep-ep wheel, lock check)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// A bad `[evidence]` table is exit 2 with file:line:column from `pins check`
+/// and `lock check` alike, before anything is read.
+#[test]
+fn a_bad_evidence_table_is_refused_with_its_line() {
+    let d = tempfile::tempdir().unwrap();
+    let (wheel, _, public, _) = one_statement(d.path());
+    consumer(d.path(), &sha256_of(&wheel));
+    let rule = |body: &str| format!("\n[evidence]\nrequire = \"kernel\"\n\n[[evidence.rule]]\n{body}\n");
+    let first = PINS.lines().count() + 2; // the line of `[evidence]`
+    for (policy, line, col, msg) in [
+        ("\n[evidence]\nrequire = \"gpu\"\n".to_string(), first + 1, 11, "evidence.require `gpu` is not a kind of evidence: expected one of configuration, static, kernel, deep-ep-round-trip, deep-ep-tests, training"),
+        ("\n[evidence]\nrequire = \"kernel\"\ndirs = [\"ev\"]\n".to_string(), first + 2, 1, "unknown field `dirs`, expected `require` or `rule`"),
+        (rule("variants = []\nkind = \"training\""), first + 4, 12, "evidence.rule.variants is empty"),
+        (rule("variants = [\"h300\"]"), first + 4, 13, "evidence.rule names variant `h300`, which pins.toml does not declare"),
+        (rule("variants = [\"h100\"]\nkind = \"static\""), first + 5, 8, "evidence.rule.kind `static` is weaker than evidence.require = `kernel`"),
+        (format!("{}\n[[evidence.rule]]\nvariants = [\"h100\"]\n", rule("variants = [\"h100\"]\nkind = \"training\"")), first + 8, 13, "variant `h100` is already in the [[evidence.rule]] at line"),
+    ] {
+        pins_with(d.path(), "bad.toml", PINS, &policy);
+        for args in [
+            vec!["pins", "check", "--pins", "bad.toml"],
+            vec!["lock", "check", "--project", "consumer", "--pins", "bad.toml", "--evidence", "ev", "--trusted-key", &public],
+        ] {
+            let o = run(d.path(), &args);
+            assert_eq!(o.status.code(), Some(2), "{args:?} {policy}: {}", stderr(&o));
+            assert!(stderr(&o).contains(&format!("error: bad.toml:{line}:{col}: {msg}")), "{args:?} {policy}: {}", stderr(&o));
+        }
+    }
+}
+
 /// The GPU statement kept from the H200 run verifies as produced (bytes never
 /// edited), and is what it says: a DeepEP round trip observed on H200s.
 #[test]
@@ -611,7 +774,8 @@ fn the_kept_h200_statement_verifies() {
 /// wheel in the cache, `publish --evidence` serving the statement beside the
 /// wheel (and a second publish rewriting nothing), a consumer locked by real
 /// uv from that index over HTTP, and `lock check --require-evidence` passing
-/// for `static` and failing for `kernel`.
+/// for `static` and failing for `kernel`; then the same gate from pins.toml's
+/// `[evidence]` table, and its GPU condition against an observed machine.
 #[test]
 #[ignore = "needs the tools venv (nvcc and uv)"]
 fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
@@ -781,4 +945,67 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
         "{}",
         stdout(&o)
     );
+
+    // The same gate from pins.toml's [evidence] table, without --require-evidence.
+    let base = std::fs::read_to_string(p("pins.toml")).unwrap();
+    let policy = |table: &str| {
+        let at = pins_with(d.path(), "pins.toml", &base, table);
+        let o = forge_in(&[
+            "lock",
+            "check",
+            "--project",
+            "consumer",
+            "--pins",
+            "pins.toml",
+            "--index-manifest",
+            "index",
+            "--trusted-key",
+            &public,
+            "--evidence",
+            "ev",
+        ]);
+        (at, o)
+    };
+    let (_, o) = policy("\n[evidence]\nrequire = \"static\"\n");
+    assert!(ok(o).contains("ok: 0 error(s)"));
+    let (at, o) = policy("\n[evidence]\nrequire = \"kernel\"\n");
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let want = format!(
+        "error[evidence-missing]: the locked deep-ep wheel {wheel_name} (variant demo) lacks `kernel` evidence: required by pins.toml:{} [evidence] require; no statement of kind `kernel` or stronger on h100 (sm_90), signed by a trusted key, names sha256 {}; best present: `static`",
+        at + 1,
+        &sha[..16]
+    );
+    assert!(stdout(&o).contains(&want), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("deepep-forge probe --run --wheel {wheel_name} --record evidence/")),
+        "{}",
+        stdout(&o)
+    );
+
+    // A GPU condition against the machine a statement observed: the kept H200 DeepEP
+    // round trip's statement (machine as observed: 1 x NVIDIA H200, sm 90), its subject
+    // set to this wheel and signed again by ci-1 (the payload otherwise as produced).
+    let kept: Value = serde_json::from_slice(&std::fs::read(root().join(GPU_STATEMENT)).unwrap()).unwrap();
+    let mut payload: Value = serde_json::from_slice(&B64.decode(kept["payload"].as_str().unwrap()).unwrap()).unwrap();
+    payload["subject"] = json!([{"name": wheel_name, "digest": {"sha256": sha}}]);
+    let at_sha = p("ev").join(&sha);
+    std::fs::write(
+        at_sha.join("deep-ep-round-trip-0123456789abcdef.dsse.json"),
+        envelope(&serde_json::to_vec(&payload).unwrap(), &key),
+    )
+    .unwrap();
+    let rule = |gpu: &str| {
+        format!("\n[evidence]\nrequire = \"static\"\n\n[[evidence.rule]]\nvariants = [\"demo\"]\nkind = \"deep-ep-round-trip\"\ngpu = \"{gpu}\"\n")
+    };
+    let (_, o) = policy(&rule("h100")); // an H200 is of the H100's generation (sm_90)
+    assert!(ok(o).contains("ok: 0 error(s)"));
+    let (at, o) = policy(&rule("b200"));
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let want = format!(
+        "lacks `deep-ep-round-trip` evidence: required by pins.toml:{} [[evidence.rule]]; no statement of kind `deep-ep-round-trip` or stronger on b200 (sm_100), signed by a trusted key, names sha256 {}; best present: none on b200 (sm_100) (`deep-ep-round-trip` only for another GPU generation, request, or a MISMATCH)",
+        at + 3,
+        &sha[..16]
+    );
+    assert!(stdout(&o).contains(&want), "{}", stdout(&o));
+    assert!(stdout(&o).contains("--record evidence/ --signing-key KEY   # on b200 (sm_100) GPUs"), "{}", stdout(&o));
 }

@@ -42,62 +42,7 @@ pub const MAX_TEXT: usize = 4096;
 /// The longest short field (names, hosts, versions, URLs).
 pub const MAX_SHORT: usize = 512;
 
-/// The evidence ladder, weakest first: each kind shows more than the one before.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Kind {
-    /// A recipe read and its topology resolved; nothing built or run.
-    Configuration,
-    /// The wheel's files read and judged against a request (`probe --wheel`).
-    Static,
-    /// The tool's own dispatch/combine kernel round trip on GPUs (`probe --run`).
-    Kernel,
-    /// DeepEP's own HybridEP round trip from this wheel (`probe --run --deep-ep`).
-    DeepEpRoundTrip,
-    /// DeepEP's own test suite, run from this wheel.
-    DeepEpTests,
-    /// A training run with this wheel.
-    Training,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 6] =
-        [Kind::Configuration, Kind::Static, Kind::Kernel, Kind::DeepEpRoundTrip, Kind::DeepEpTests, Kind::Training];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Configuration => "configuration",
-            Kind::Static => "static",
-            Kind::Kernel => "kernel",
-            Kind::DeepEpRoundTrip => "deep-ep-round-trip",
-            Kind::DeepEpTests => "deep-ep-tests",
-            Kind::Training => "training",
-        }
-    }
-
-    /// What a statement of this kind does NOT show (docs/evidence.md, the ladder).
-    pub fn does_not_show(self) -> &'static str {
-        match self {
-            Kind::Configuration => "nothing was built, imported or run: says nothing about the wheel itself",
-            Kind::Static => "read, not run: says nothing about these GPUs, the driver, NCCL/NVSHMEM at run time, or any kernel executing",
-            Kind::Kernel => "the tool's own kernel, not DeepEP's code; on one node nothing about RDMA or multi-node NVLink",
-            Kind::DeepEpRoundTrip => "one round trip at one shape, not DeepEP's test suite nor a model's numerics; on one node nothing about RDMA",
-            Kind::DeepEpTests => "the test suite's shapes and scale only: says nothing about a training run's recipe, scale or numerics",
-            Kind::Training => "that model, recipe and scale only, as reported by whoever ran it",
-        }
-    }
-
-    /// The kinds the tool itself observes (`probe --record`); the others are only reported.
-    pub fn observable(self) -> bool {
-        matches!(self, Kind::Static | Kind::Kernel | Kind::DeepEpRoundTrip)
-    }
-}
-
-impl std::fmt::Display for Kind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::ladder::Kind;
 
 /// Who saw it: the tool (`probe --record`) or someone reporting (`evidence add`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,9 +1,12 @@
-//! `lock check --require-evidence KIND --evidence DIR`: every deep-ep wheel
-//! uv.lock pins (by sha256) needs a statement of that kind or a stronger one,
-//! signed by a trusted key, that covers its variant's GPU generation (a
+//! `lock check`'s evidence gate: `--require-evidence KIND --evidence DIR`
+//! and pins.toml's `[evidence]` table, the stricter of both per wheel. Every
+//! deep-ep wheel uv.lock pins (by sha256) needs a statement of the required
+//! kind or a stronger one, signed by a trusted key, that covers its variant's
+//! GPU generation, or the generation its `[[evidence.rule]]` names (a
 //! MISMATCH covers nothing). One `evidence-missing` error per wheel, at its
-//! uv.lock line, with the command that would produce the evidence. Owns this
-//! rule only; what a statement covers is `evidence::show::cover`'s.
+//! uv.lock line, naming what is required, by whom, the best kind present and
+//! the command that would produce the evidence. Owns this rule only; what a
+//! statement covers is `evidence::show::cover`'s.
 use std::path::Path;
 
 use anyhow::Result;
@@ -13,34 +16,82 @@ use crate::evidence::show::{cover, Need};
 use crate::evidence::statement::Kind;
 use crate::evidence::store;
 use crate::findings::{Finding, Severity};
-use crate::pins::{Pins, Variant};
+use crate::pins::{EvidencePolicy, Gpu, Pins, Variant};
 
-/// What the flags ask for.
+/// Who asks for evidence: `--require-evidence`, pins.toml's `[evidence]`, or both.
+pub struct Gate<'a> {
+    /// `--require-evidence`.
+    pub flag: Option<Kind>,
+    /// pins.toml's `[evidence]`, when `lock check` applies it.
+    pub table: Option<&'a EvidencePolicy>,
+    pub pins: Option<&'a Pins>,
+}
+
+impl Gate<'_> {
+    /// The pins file as messages name it.
+    fn file(&self) -> String {
+        self.pins.map(|p| p.path.display().to_string()).unwrap_or_else(|| crate::pins::DEFAULT_PATH.into())
+    }
+
+    /// Who asks, for a usage error: `--require-evidence kernel`, `pins.toml:31 [evidence]`.
+    pub fn asked_by(&self) -> String {
+        let flag = self.flag.map(|k| format!("--require-evidence {k}"));
+        let table = self.table.map(|t| format!("{}:{} [evidence]", self.file(), t.line));
+        [table, flag].into_iter().flatten().collect::<Vec<_>>().join(" and ")
+    }
+
+    /// What a wheel of `variant` needs: the flag's kind and the table's (`require`, raised
+    /// by the variant's rule), the stricter winning; both named on a tie.
+    fn required(&self, variant: Option<&Variant>) -> Required {
+        let table = self.table.map(|t| match variant.and_then(|v| t.rule_for(&v.name)) {
+            Some(r) => (r.kind, r.gpu, format!("{}:{} [[evidence.rule]]", self.file(), r.line)),
+            None => (t.require, None, format!("{}:{} [evidence] require", self.file(), t.line)),
+        });
+        let flag = "--require-evidence".to_string();
+        match (self.flag, table) {
+            (Some(f), Some((k, gpu, by))) if f == k => Required { kind: k, gpu, by: format!("{by} and {flag}") },
+            (Some(f), Some((k, gpu, by))) if k > f => Required { kind: k, gpu, by },
+            (Some(f), Some((_, gpu, _))) => Required { kind: f, gpu, by: flag },
+            (Some(f), None) => Required { kind: f, gpu: None, by: flag },
+            (None, Some((kind, gpu, by))) => Required { kind, gpu, by },
+            (None, None) => Required { kind: Kind::Configuration, gpu: None, by: "nothing".into() },
+        }
+    }
+}
+
+/// The gate and what it reads.
 pub struct Policy<'a> {
-    pub kind: Kind,
+    pub gate: &'a Gate<'a>,
     pub dirs: &'a [std::path::PathBuf],
     pub trusted: &'a [crate::cache::sign::PublicKey],
+}
+
+/// What one locked wheel needs: the stricter kind, the GPU a rule names, and who asks.
+struct Required {
+    kind: Kind,
+    gpu: Option<Gpu>,
+    by: String,
 }
 
 /// `evidence-missing` findings for `wheels` (uv.lock's deep-ep wheels).
 pub fn check(
     policy: &Policy,
     wheels: &[LockedWheel],
-    pins: Option<&Pins>,
     src: Option<&IndexSource>,
     lock_path: &Path,
 ) -> Result<Vec<Finding>> {
     let read = store::read_all(policy.dirs, policy.trusted)?;
     let mut out = Vec::new();
     if wheels.is_empty() {
+        let req = policy.gate.required(None);
         out.push(
             Finding::new(
                 "evidence-missing",
                 Severity::Error,
                 lock_path,
                 format!(
-                    "`{}` evidence is required, but uv.lock pins no deep-ep wheel (a sha256 is what evidence is about)",
-                    policy.kind
+                    "`{}` evidence is required ({}), but uv.lock pins no deep-ep wheel (a sha256 is what evidence is about)",
+                    req.kind, req.by
                 ),
             )
             .fix("install DeepEP from a deepep-forge index: deepep-forge pin set REV --index URL"),
@@ -48,30 +99,31 @@ pub fn check(
         return Ok(out);
     }
     for w in wheels {
-        let variant = variant_of(pins, src, w);
-        let need = need_of(variant);
+        let variant = variant_of(policy.gate.pins, src, w);
+        let req = policy.gate.required(variant);
+        let need = need_of(variant, req.gpu);
         let Some(sha) = &w.sha256 else {
-            out.push(missing(policy, w, variant, lock_path, "it has no sha256 in uv.lock".into()));
+            out.push(missing(&req, &need, w, variant, lock_path, "it has no sha256 in uv.lock".into()));
             continue;
         };
-        let ok = read
-            .found
-            .iter()
-            .any(|f| f.sha256() == sha && f.statement.predicate.kind >= policy.kind && cover(f, &need).is_some());
-        if !ok {
-            let gpu = need.gpu.as_deref().map(|g| format!(" on {g}")).unwrap_or_default();
-            out.push(missing(
-                policy,
-                w,
-                variant,
-                lock_path,
-                format!(
-                    "no statement of kind `{}` or stronger{gpu}, signed by a trusted key, names sha256 {}",
-                    policy.kind,
-                    &sha[..16.min(sha.len())]
-                ),
-            ));
+        let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
+        let covering = about.iter().filter(|f| cover(f, &need).is_some()).map(|f| f.statement.predicate.kind).max();
+        if covering.is_some_and(|k| k >= req.kind) {
+            continue;
         }
+        let on = need.gpu.as_deref().map(|g| format!(" on {g}")).unwrap_or_default();
+        let best = match (covering, about.iter().map(|f| f.statement.predicate.kind).max()) {
+            (Some(k), _) => format!("`{k}`"),
+            (None, Some(k)) => format!("none{on} (`{k}` only for another GPU generation, request, or a MISMATCH)"),
+            (None, None) => "none".into(),
+        };
+        let why = format!(
+            "required by {}; no statement of kind `{}` or stronger{on}, signed by a trusted key, names sha256 {}; best present: {best}",
+            req.by,
+            req.kind,
+            &sha[..16.min(sha.len())]
+        );
+        out.push(missing(&req, &need, w, variant, lock_path, why));
     }
     Ok(out)
 }
@@ -82,28 +134,37 @@ fn variant_of<'a>(pins: Option<&'a Pins>, src: Option<&IndexSource>, w: &LockedW
     pins?.variants.iter().find(|v| v.index_name() == index && Some(v.arch.as_str()) == w.arch.as_deref())
 }
 
-/// The GPU generation a variant is for (its topology's first GPU, else its first cubin SM).
-fn need_of(v: Option<&Variant>) -> Need {
-    let gpu = v.and_then(|v| v.topology.as_ref()).and_then(|t| t.gpu.first().copied());
+/// The GPU generation a wheel's statements must come from: the rule's `gpu`, else
+/// its variant's (the topology's first GPU, else its first cubin SM).
+fn need_of(v: Option<&Variant>, rule: Option<Gpu>) -> Need {
+    let gpu = rule.or_else(|| v.and_then(|v| v.topology.as_ref()).and_then(|t| t.gpu.first().copied()));
     let sm = gpu.map(|g| g.sm()).or_else(|| v.and_then(|v| v.cuda_arch_list.sm_numbers().first().copied()));
     Need {
         label: v.map(|v| v.name.clone()).unwrap_or_else(|| "(variant unknown)".into()),
-        gpu: gpu.map(|g| g.to_string()).or_else(|| sm.map(|s| format!("sm_{s}"))),
+        gpu: gpu.map(Gpu::generation).or_else(|| sm.map(|s| format!("sm_{s}"))),
         sm,
         ep: None,
         nodes: 1,
     }
 }
 
-fn missing(policy: &Policy, w: &LockedWheel, v: Option<&Variant>, lock_path: &Path, why: String) -> Finding {
+fn missing(
+    req: &Required,
+    need: &Need,
+    w: &LockedWheel,
+    v: Option<&Variant>,
+    lock_path: &Path,
+    why: String,
+) -> Finding {
     let variant = v.map(|v| v.name.as_str()).unwrap_or("(unknown: not from a deepep-forge index URL)");
-    let msg =
-        format!("the locked deep-ep wheel {} (variant {variant}) lacks `{}` evidence: {why}", w.file, policy.kind);
-    Finding::new("evidence-missing", Severity::Error, lock_path, msg).at(w.line, 1).fix(produce(policy.kind, w, v))
+    let msg = format!("the locked deep-ep wheel {} (variant {variant}) lacks `{}` evidence: {why}", w.file, req.kind);
+    let fix = produce(req.kind, w, v, need.gpu.as_deref());
+    Finding::new("evidence-missing", Severity::Error, lock_path, msg).at(w.line, 1).fix(fix)
 }
 
-/// The command that would produce the missing evidence.
-fn produce(kind: Kind, w: &LockedWheel, v: Option<&Variant>) -> String {
+/// The command that would produce the missing evidence (on a machine of `gpu`'s generation).
+fn produce(kind: Kind, w: &LockedWheel, v: Option<&Variant>, gpu: Option<&str>) -> String {
+    let machine = gpu.map(|g| format!("   # on {g} GPUs")).unwrap_or_else(|| "   # on the GPUs".into());
     let preset = v
         .and_then(|v| v.topology.as_ref())
         .map(|t| {
@@ -120,9 +181,9 @@ fn produce(kind: Kind, w: &LockedWheel, v: Option<&Variant>) -> String {
     let sha = w.sha256.as_deref().unwrap_or("SHA256");
     match kind {
         Kind::Configuration | Kind::Static => format!("deepep-forge probe --wheel {} {preset} {rec}", w.file),
-        Kind::Kernel => format!("deepep-forge probe --run --wheel {} {rec}   # on the GPUs", w.file),
+        Kind::Kernel => format!("deepep-forge probe --run --wheel {} {rec}{machine}", w.file),
         Kind::DeepEpRoundTrip => {
-            format!("deepep-forge probe --run --deep-ep --python .venv/bin/python --wheel {} {rec}   # on the GPUs", w.file)
+            format!("deepep-forge probe --run --deep-ep --python .venv/bin/python --wheel {} {rec}{machine}", w.file)
         }
         Kind::DeepEpTests | Kind::Training => format!(
             "deepep-forge evidence add --sha256 {sha} --wheel-name {} --kind {kind} --outcome \"...\" --url URL --signing-key KEY --out evidence/",

@@ -87,10 +87,12 @@ pub struct CheckArgs {
     /// Every deep-ep wheel uv.lock pins needs a statement of this kind or a stronger
     /// one (docs/evidence.md), signed by a --trusted-key, covering its variant's GPU
     /// generation; else `evidence-missing` (exit 1) with the command that would make it.
+    /// pins.toml's `[evidence]` table asks the same without the flag; with both, the
+    /// stricter kind wins per wheel. Either needs --evidence DIR and a trusted key (exit 2).
     #[arg(long, value_enum, value_name = "KIND", requires = "evidence")]
     pub require_evidence: Option<crate::evidence::statement::Kind>,
-    /// Evidence folders for --require-evidence (repeatable).
-    #[arg(long = "evidence", value_name = "DIR", requires = "require_evidence")]
+    /// Evidence folders for --require-evidence and pins.toml's `[evidence]` (repeatable).
+    #[arg(long = "evidence", value_name = "DIR")]
     pub evidence: Vec<PathBuf>,
 }
 
@@ -114,6 +116,8 @@ pub struct CheckRequest {
     /// `--require-evidence`: the kind every locked wheel needs, and the folders to read.
     pub require_evidence: Option<crate::evidence::statement::Kind>,
     pub evidence: Vec<PathBuf>,
+    /// Whether pins.toml's `[evidence]` table is applied (`lock check`; not `pin set --relock`).
+    pub evidence_policy: bool,
 }
 
 impl CheckRequest {
@@ -130,6 +134,7 @@ impl CheckRequest {
             cache_dir: crate::cache::resolve_dir(None).ok(),
             require_evidence: None,
             evidence: Vec::new(),
+            evidence_policy: false,
         }
     }
 
@@ -152,6 +157,7 @@ impl From<&CheckArgs> for CheckRequest {
             cache_dir: a.cache.resolve().ok(),
             require_evidence: a.require_evidence,
             evidence: a.evidence.clone(),
+            evidence_policy: true,
         }
     }
 }
@@ -382,8 +388,14 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
 
     found.extend(dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
     found.extend(patches::check(&dockerfiles, &req.project)?);
-    if let Some(kind) = req.require_evidence {
-        found.extend(required_evidence(req, kind, pins.as_ref(), &py_path, &py_text, &lock_path, &name)?);
+    let table = pins.as_ref().and_then(|p| p.evidence.as_ref()).filter(|_| req.evidence_policy);
+    if req.require_evidence.is_some() || table.is_some() {
+        let gate = evidence::Gate { flag: req.require_evidence, table, pins: pins.as_ref() };
+        found.extend(required_evidence(req, &gate, &py_path, &py_text, &lock_path, &name)?);
+    } else if !req.evidence.is_empty() {
+        return Err(Failure::usage("--evidence is read only when evidence is required")
+            .hint("add --require-evidence KIND, or an [evidence] table to pins.toml (docs/evidence.md)")
+            .into());
     }
 
     let causes = causes::group(&ctx, found);
@@ -487,24 +499,39 @@ fn wheel_requires(
     Ok(found)
 }
 
-/// `--require-evidence`: the locked wheels against the evidence folders.
+/// `--require-evidence` and pins.toml's `[evidence]`: the locked wheels against
+/// the evidence folders. Without a folder or a trusted key nothing could ever
+/// count: exit 2 naming what to pass, never a silent pass.
 fn required_evidence(
     args: &CheckRequest,
-    kind: crate::evidence::statement::Kind,
-    pins: Option<&Pins>,
+    gate: &evidence::Gate,
     py_path: &Path,
     py_text: &str,
     lock_path: &Path,
     name: &PackageName,
 ) -> Result<Vec<Finding>> {
+    let asked = gate.asked_by();
+    if args.evidence.is_empty() {
+        return Err(Failure::usage(format!("{asked} requires evidence, but no evidence folder is given"))
+            .hint("pass --evidence DIR (repeatable): the folders `probe --record` and `evidence add --out` wrote")
+            .into());
+    }
     let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    if trusted.is_empty() {
+        return Err(Failure::usage(format!("{asked} requires evidence, but no key is trusted: no statement could count"))
+            .hint(format!(
+                "pass --trusted-key NAME:BASE64 (the public key that signed the statements, as `cache keygen` prints it), or set {} or `[cache] trusted-keys` in the user config",
+                crate::cache::config::TRUSTED_KEYS_ENV
+            ))
+            .into());
+    }
     let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
         Some(text) => index::locked_wheels(lock_path, &text, name)?,
         None => Vec::new(),
     };
     let src = index::source(py_path, py_text, name)?;
-    let policy = evidence::Policy { kind, dirs: &args.evidence, trusted: &trusted };
-    evidence::check(&policy, &wheels, pins, src.as_ref(), lock_path)
+    let policy = evidence::Policy { gate, dirs: &args.evidence, trusted: &trusted };
+    evidence::check(&policy, &wheels, src.as_ref(), lock_path)
 }
 
 /// What a recipe needs of the index's variant: an EP group over more than one
