@@ -144,6 +144,7 @@ impl Common {
             compiler_cache: self.run.compiler_cache(),
             nccl_reuse: !self.run.no_nccl_reuse,
             jobs: self.run.jobs,
+            recorded_fork: None,
         })
     }
 }
@@ -293,6 +294,9 @@ fn print_plan(pl: &Plan, cached: bool) {
     let s = &pl.source;
     let snap = s.snapshot_of.as_ref().map(|p| format!(" (snapshot of {})", p.display())).unwrap_or_default();
     crate::outln!("  source      {}{snap} @ {}", s.repo, s.rev);
+    if let Some(f) = &s.fork {
+        crate::outln!("  fork        {}", f.describe());
+    }
     let i = &pl.interface;
     crate::outln!(
         "  interface   {} (version from {}; extensions {}; needs {})",

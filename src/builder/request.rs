@@ -53,4 +53,7 @@ pub struct BuildRequest {
     pub nccl_reuse: bool,
     /// Parallel compile jobs (`None`: the number of CPU cores).
     pub jobs: Option<usize>,
+    /// A fork's record as a wheel's provenance carries it (`verify`): used as
+    /// recorded, so the upstream, named only there, is never fetched.
+    pub recorded_fork: Option<crate::provenance::Fork>,
 }
