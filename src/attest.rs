@@ -41,6 +41,15 @@ pub fn statement(p: &Provenance, wheel: &str, sha256: &str) -> Value {
             "annotations": { "files": x.files },
         }));
     }
+    // A fork's upstream at the merge base (the fork carries `ahead` commits beyond it).
+    if let Some((f, base)) = p.source.fork.as_ref().and_then(|f| f.merge_base.as_ref().map(|b| (f, b))) {
+        deps.push(json!({
+            "name": "upstream",
+            "uri": format!("git+{}@{base}", f.upstream),
+            "digest": { "gitCommit": base },
+            "annotations": { "branch": f.upstream_branch, "ahead": f.ahead },
+        }));
+    }
     let t = &p.toolchain;
     let mut tool = |name: &str, version: Option<&String>, uri: Option<String>| {
         if let Some(v) = version {

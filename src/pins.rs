@@ -306,6 +306,19 @@ pub struct Source {
     pub branch: Option<String>,
     /// `1.2.1`: the part of the version label before `+<short sha>`.
     pub base_version: String,
+    /// The repository `repo` is a fork of (`upstream`, `upstream_branch`): the
+    /// plan and the provenance record the pin's merge base with it. None: not a fork.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Upstream>,
+}
+
+/// `[source] upstream` and `upstream_branch`: what a fork is a fork of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Upstream {
+    /// A remote URL (the same rules as `repo`), never `repo` itself.
+    pub repo: String,
+    /// A plain branch name (`check_branch_name`).
+    pub branch: String,
 }
 
 /// One architecture's pin.
@@ -555,6 +568,8 @@ struct RawSource {
     repo: Spanned<String>,
     branch: Option<String>,
     base_version: Spanned<String>,
+    upstream: Option<Spanned<String>>,
+    upstream_branch: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -644,7 +659,7 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
         Failure::usage(format!("{}:{line}:{col}: {msg}", path.display())).into()
     };
     schema(&raw.schema, text, path, &err)?;
-    let source = source(raw.source, &err)?;
+    let source = source(raw.source, text, &err)?;
     let pins = pin_tables(raw.pin, path, text, &err)?;
     let toolchain = raw.toolchain.map(|t| toolchain(t, &err)).transpose()?;
     let rdma_core = raw.rdma_core.map(|r| rdma_core(r, &err)).transpose()?;
@@ -684,7 +699,7 @@ fn schema(schema: &Spanned<i64>, text: &str, path: &Path, err: &Err) -> Result<(
 }
 
 /// `[source]`: a distribution name, a remote repository, a base version without a local part.
-fn source(s: RawSource, err: &Err) -> Result<Source> {
+fn source(mut s: RawSource, text: &str, err: &Err) -> Result<Source> {
     if s.name.get_ref().trim().is_empty() {
         return Err(err(
             s.name.span(),
@@ -706,12 +721,96 @@ fn source(s: RawSource, err: &Err) -> Result<Source> {
             ),
         ));
     }
+    let upstream = upstream(s.upstream.take(), s.upstream_branch.take(), &s.repo, text, err)?;
     Ok(Source {
         name: s.name.into_inner(),
         repo: s.repo.into_inner(),
         branch: s.branch,
         base_version: s.base_version.into_inner(),
+        upstream,
     })
+}
+
+/// `[source] upstream` and `upstream_branch`: both or neither; a remote URL
+/// that is not `repo`; a plain branch name.
+fn upstream(
+    repo: Option<Spanned<String>>,
+    branch: Option<Spanned<String>>,
+    fork: &Spanned<String>,
+    text: &str,
+    err: &Err,
+) -> Result<Option<Upstream>> {
+    let (repo, branch) = match (repo, branch) {
+        (None, None) => return Ok(None),
+        (Some(r), Some(b)) => (r, b),
+        (Some(r), None) => {
+            return Err(err(
+                r.span(),
+                "source.upstream without source.upstream_branch: expected both (e.g. upstream_branch = \"main\"), or neither for a repository that is not a fork".into(),
+            ))
+        }
+        (None, Some(b)) => {
+            return Err(err(
+                b.span(),
+                "source.upstream_branch without source.upstream: expected both (e.g. upstream = \"https://github.com/deepseek-ai/DeepEP\"), or neither".into(),
+            ))
+        }
+    };
+    if let Err(why) = crate::process::git::check_file_url(repo.get_ref()) {
+        return Err(err(
+            repo.span(),
+            format!("source.upstream `{}`: {why}", crate::input::excerpt(repo.get_ref(), 80)),
+        ));
+    }
+    if same_url(repo.get_ref(), fork.get_ref()) {
+        let line = line_col(text, fork.span().start).0;
+        return Err(err(
+            repo.span(),
+            format!(
+                "source.upstream `{}` is source.repo itself (line {line}): a fork's upstream is the repository it was forked from; leave both upstream keys out for a repository that is not a fork",
+                crate::input::excerpt(repo.get_ref(), 80)
+            ),
+        ));
+    }
+    if let Err(why) = check_branch_name(branch.get_ref()) {
+        return Err(err(
+            branch.span(),
+            format!("source.upstream_branch `{}`: {why}", crate::input::excerpt(branch.get_ref(), 80)),
+        ));
+    }
+    Ok(Some(Upstream { repo: repo.into_inner(), branch: branch.into_inner() }))
+}
+
+/// One spelling of a repository URL: no scheme, no trailing `/` or `.git`, lower case.
+fn same_url(a: &str, b: &str) -> bool {
+    let norm = |u: &str| {
+        let u = u.trim().trim_end_matches('/');
+        let u = u.strip_suffix(".git").unwrap_or(u);
+        u.split_once("://").map(|(_, r)| r).unwrap_or(u).to_ascii_lowercase()
+    };
+    norm(a) == norm(b)
+}
+
+/// A branch name git fetches as `refs/heads/<name>` and that can never be
+/// read as an option or a revision range: letters, digits, `.`, `_`, `/`,
+/// `-`; not starting with `-`, `/` or `.`; no `..`, `//`, `/.`, `@{`; not
+/// ending with `/`, `.` or `.lock`; at most 200 characters.
+pub fn check_branch_name(b: &str) -> Result<(), Failure> {
+    const EXPECTED: &str = "expected a plain branch name (letters, digits, `.`, `_`, `/`, `-`; not starting with `-`, `.` or `/`; no `..` or `//`), e.g. \"main\"";
+    let ok = !b.is_empty()
+        && b.len() <= 200
+        && b.bytes().all(|c| c.is_ascii_alphanumeric() || b"._/-".contains(&c))
+        && !b.starts_with(['-', '/', '.'])
+        && !b.ends_with(['/', '.'])
+        && !b.ends_with(".lock")
+        && !b.contains("..")
+        && !b.contains("//")
+        && !b.contains("/.");
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::usage(EXPECTED))
+    }
 }
 
 /// `[pin.<arch>]`: known architectures, full 40-hex revisions, at least one.
@@ -1254,6 +1353,9 @@ impl Pins {
         use std::fmt::Write;
         let mut out = String::new();
         let _ = writeln!(out, "source: {} ({})", self.source.repo, self.source.branch.as_deref().unwrap_or("-"));
+        if let Some(u) = &self.source.upstream {
+            let _ = writeln!(out, "fork of: {} ({})", u.repo, u.branch);
+        }
         for pin in self.pins.values() {
             let label = self.label(pin.arch).unwrap_or_default();
             let _ = writeln!(out, "pin {:<8} {}  label {label}", pin.arch.as_str(), pin.rev);
@@ -1340,6 +1442,49 @@ mod tests {
         let t = GOOD.replacen(arm, &format!("{arm}index = \"gb200-multinode\"\n"), 1);
         let e = err_of(&t.replacen(mn, &format!("{mn}index = \"h100-multinode\"\n"), 1));
         assert!(e.contains("is itself published into index `h100-multinode`"), "{e}");
+    }
+
+    #[test]
+    fn upstream_branch_names_are_plain_names_never_options_or_ranges() {
+        for ok in ["main", "sgl-deepep", "release/1.2", "v1.2.1_fix"] {
+            assert!(check_branch_name(ok).is_ok(), "{ok}");
+        }
+        let long = "a".repeat(201);
+        for bad in [
+            "",
+            "--upload-pack=x",
+            "-b",
+            "a..b",
+            "main:refs/heads/x",
+            "a b",
+            "/main",
+            "main/",
+            ".hidden",
+            "a/.b",
+            "a//b",
+            "x.lock",
+            "main.",
+            "a@{1}",
+            "HEAD~1",
+            "a^",
+            "a*",
+            "a?",
+            "a[b",
+            "a\\b",
+            &long,
+        ] {
+            assert!(check_branch_name(bad).is_err(), "{bad}");
+        }
+        let t = GOOD.replacen(
+            "branch = \"hybrid-ep\"",
+            "branch = \"hybrid-ep\"\nupstream = \"https://github.com/deepseek-ai/DeepEP\"\nupstream_branch = \"main\"",
+            1,
+        );
+        let e = err_of(&t);
+        assert!(e.contains("is source.repo itself"), "{e}");
+        let t = t.replacen("https://github.com/deepseek-ai/DeepEP\"", "https://github.com/sgl-project/DeepEP\"", 1);
+        let u = parse(&t).unwrap().source.upstream.unwrap();
+        assert_eq!((u.repo.as_str(), u.branch.as_str()), ("https://github.com/sgl-project/DeepEP", "main"));
     }
 
     #[test]

@@ -49,6 +49,42 @@ pub struct SourceInfo {
     /// each with its text, so the wheel alone rebuilds; empty: exact, unpatched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patches: Vec<SourcePatch>,
+    /// `repo` is a fork (pins.toml `[source] upstream`): where it stands on
+    /// its upstream. Absent for a repository that is not a fork (its document as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<Fork>,
+}
+
+/// A fork's pinned commit against its upstream, as `plan` read it from git
+/// (the upstream branch fetched into the mirror of the fork).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fork {
+    /// pins.toml's `[source] upstream`.
+    pub upstream: String,
+    /// pins.toml's `[source] upstream_branch`.
+    pub upstream_branch: String,
+    /// `git merge-base <pin> <upstream branch>`; None: no merge base within the fetched history.
+    pub merge_base: Option<String>,
+    /// `git rev-list --count <merge base>..<pin>`: the commits the fork carries beyond upstream.
+    pub ahead: Option<u64>,
+}
+
+impl Fork {
+    /// `fork of <upstream>@<branch>: merge base <sha>, N commits ahead`.
+    pub fn describe(&self) -> String {
+        match (&self.merge_base, self.ahead) {
+            (Some(b), Some(n)) => format!(
+                "fork of {}@{}: merge base {b}, {n} commit{} ahead",
+                self.upstream,
+                self.upstream_branch,
+                if n == 1 { "" } else { "s" }
+            ),
+            _ => format!(
+                "fork of {}@{}: no merge base found within the fetched history",
+                self.upstream, self.upstream_branch
+            ),
+        }
+    }
 }
 
 /// One source patch as the build applied it (`patches::load` computes it).

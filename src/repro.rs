@@ -236,6 +236,8 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
         nccl_reuse: false,
         jobs: args.run.jobs,
         serial_extensions: args.run.serial_extensions,
+        // A fork's merge base as the wheel records it: the upstream is never fetched.
+        recorded_fork: prov.source.fork.clone(),
     };
     let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, wheel))?;
     let outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;
@@ -328,6 +330,11 @@ fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) ->
     source.insert("repo".into(), Value::String(repo));
     if let Some(b) = &p.source.branch {
         source.insert("branch".into(), Value::String(b.clone()));
+    }
+    // A fork's upstream (its merge base is taken as recorded: `recorded_fork`).
+    if let Some(f) = &p.source.fork {
+        source.insert("upstream".into(), Value::String(f.upstream.clone()));
+        source.insert("upstream_branch".into(), Value::String(f.upstream_branch.clone()));
     }
     source.insert("base_version".into(), Value::String(version));
     let mut pin = toml::Table::new();

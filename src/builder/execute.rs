@@ -314,6 +314,7 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
             short: short.to_string(),
             submodules: pl.source.submodules.clone(),
             patches: pl.source.patches.clone(),
+            fork: pl.source.fork.clone(),
         },
         variant: pl.variant.clone(),
         env: pl.portable.env.clone(),

@@ -152,6 +152,7 @@ impl Common {
             nccl_reuse: !self.run.no_nccl_reuse,
             jobs: self.run.jobs,
             serial_extensions: self.run.serial_extensions,
+            recorded_fork: None,
         })
     }
 }
@@ -301,6 +302,9 @@ fn print_plan(pl: &Plan, cached: bool) {
     let s = &pl.source;
     let snap = s.snapshot_of.as_ref().map(|p| format!(" (snapshot of {})", p.display())).unwrap_or_default();
     crate::outln!("  source      {}{snap} @ {}", s.repo, s.rev);
+    if let Some(f) = &s.fork {
+        crate::outln!("  fork        {}", f.describe());
+    }
     let i = &pl.interface;
     crate::outln!(
         "  interface   {} (version from {}; extensions {}; needs {})",

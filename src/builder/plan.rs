@@ -245,6 +245,9 @@ pub struct PlanSource {
     /// Source patches applied after checkout and submodules, in order (empty: exact, unpatched).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patches: Vec<crate::provenance::SourcePatch>,
+    /// pins.toml's repo is a fork: its merge base with upstream (`[source] upstream`); None: not a fork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<crate::provenance::Fork>,
 }
 
 /// The toolchain, identified, or what is missing and what `build-wheel` will need.
@@ -394,6 +397,7 @@ impl Plan {
             rev: &self.source.rev,
             submodules: &self.source.submodules,
             patches: self.source.patches.iter().map(|p| p.sha256.as_str()).collect(),
+            fork: self.source.fork.as_ref(),
             interface: self.interface.branch.as_str(),
             variant: (&self.variant.cuda_arch_list, self.variant.multinode, self.variant.transport.as_deref()),
             run: &self.portable,
@@ -428,6 +432,10 @@ struct KeyInput<'a> {
     /// The source patches' sha256s in order; absent for an exact build (its key as before).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     patches: Vec<&'a str>,
+    /// A fork's record (the provenance holds it, so the wheel's bytes depend on
+    /// it); absent for a repository that is not a fork (its key as before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fork: Option<&'a crate::provenance::Fork>,
     interface: &'a str,
     variant: (&'a str, bool, Option<&'a str>),
     /// argv, cwd and the keyed environment, path-free.
@@ -605,6 +613,7 @@ mod tests {
                 submodules: BTreeMap::new(),
                 mirror: PathBuf::from("/c/cache/git/m"),
                 patches: Vec::new(),
+                fork: None,
             },
             interface: Interface {
                 branch: crate::interface::Branch::HybridEp,
@@ -671,6 +680,46 @@ mod tests {
         c.add_hook("PYTORCH_NVCC", "sccache /opt/cuda/bin/nvcc", false);
         assert_eq!(c.portable, a.portable, "a cache hook is not in the path-free form");
         assert_eq!(c.run.env["PYTORCH_NVCC"], "sccache /opt/cuda/bin/nvcc");
+    }
+
+    #[test]
+    fn a_fork_record_is_keyed_and_without_one_the_key_input_is_as_before() {
+        let subs = BTreeMap::new();
+        let run = Portable { argv: vec!["py".into()], cwd: "${build}/src".into(), env: BTreeMap::new() };
+        let fork = crate::provenance::Fork {
+            upstream: "https://github.com/deepseek-ai/DeepEP".into(),
+            upstream_branch: "main".into(),
+            merge_base: Some("b".repeat(40)),
+            ahead: Some(3),
+        };
+        let input = |fork| KeyInput {
+            tool: "deepep-forge 0",
+            schema: 1,
+            rev: "r",
+            submodules: &subs,
+            patches: vec![],
+            fork,
+            interface: "hybrid-ep",
+            variant: ("9.0", false, None),
+            run: &run,
+            python: ("3.12.3", "cp312", "linux_x86_64"),
+            torch: (None, None),
+            cuda: "13.0",
+            compilers: BTreeMap::new(),
+            host: "x86_64",
+            registry: None,
+            environment: None,
+            cross: None,
+        };
+        // The bytes hashed for a repository that is not a fork: exactly the
+        // input of the versions before forks were recorded (no `fork` key).
+        assert_eq!(
+            serde_json::to_string(&input(None)).unwrap(),
+            r#"{"tool":"deepep-forge 0","schema":1,"rev":"r","submodules":{},"interface":"hybrid-ep","variant":["9.0",false,null],"run":{"argv":["py"],"cwd":"${build}/src","env":{}},"python":["3.12.3","cp312","linux_x86_64"],"torch":[null,null],"cuda":"13.0","compilers":{},"host":"x86_64"}"#
+        );
+        let other = crate::provenance::Fork { ahead: Some(4), ..fork.clone() };
+        let keys = [cache_key(&input(None)), cache_key(&input(Some(&fork))), cache_key(&input(Some(&other)))];
+        assert!(keys[0] != keys[1] && keys[1] != keys[2], "the fork record is keyed: {keys:?}");
     }
 
     #[test]

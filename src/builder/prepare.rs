@@ -47,6 +47,8 @@ struct Pinned {
     commit_time: i64,
     interface: Interface,
     needs_torch: bool,
+    /// pins.toml's repo is a fork: where the pin stands on its upstream.
+    fork: Option<crate::provenance::Fork>,
 }
 
 pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
@@ -119,7 +121,9 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     for v in &here {
         let p = match sources.entry(v.arch) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(pinned(pins, v.arch, &origin, &mirror)?),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(pinned(pins, v.arch, &origin, &mirror, c.recorded_fork.as_ref())?)
+            }
         };
         let set = super::patch::for_variant(pins, v)?;
         if !set.is_empty() {
@@ -245,8 +249,16 @@ fn cross_needs() -> Vec<String> {
     ]
 }
 
-/// Fetch the pin of `arch` into the mirror and read its build interface.
-fn pinned(pins: &Pins, arch: Arch, origin: &Origin, mirror: &Path) -> Result<Pinned> {
+/// Fetch the pin of `arch` into the mirror and read its build interface (and,
+/// for a fork, where the pin stands on its upstream: `recorded` when a
+/// provenance says it, else fetched and computed).
+fn pinned(
+    pins: &Pins,
+    arch: Arch,
+    origin: &Origin,
+    mirror: &Path,
+    recorded: Option<&crate::provenance::Fork>,
+) -> Result<Pinned> {
     let pin = pins.pin(arch)?;
     if let Some((dir, sha)) = &origin.snapshot_of {
         if *sha != pin.rev {
@@ -265,7 +277,12 @@ fn pinned(pins: &Pins, arch: Arch, origin: &Origin, mirror: &Path) -> Result<Pin
     let files = source::AtRev { mirror, rev: &pin.rev };
     let interface = interface::read(&files, &format!("{} at {}", origin.repo, pin.short()))?;
     let needs_torch = files.read("setup.py").is_some_and(|s| source::imports_torch(&s));
-    Ok(Pinned { rev: pin.rev.clone(), commit_time, interface, needs_torch })
+    let fork = match (&pins.source.upstream, recorded) {
+        (None, _) => None,
+        (Some(u), Some(r)) if r.upstream == u.repo && r.upstream_branch == u.branch => Some(r.clone()),
+        (Some(u), _) => Some(source::fork_of(mirror, &pin.rev, u)?),
+    };
+    Ok(Pinned { rev: pin.rev.clone(), commit_time, interface, needs_torch, fork })
 }
 
 /// The knobs of DeepEP's build for `v`: derived from the variant's keys,
@@ -490,6 +507,7 @@ fn plan_variant(
             submodules,
             mirror: ctx.mirror.to_path_buf(),
             patches,
+            fork: p.fork.clone(),
         },
         interface: i.clone(),
         roots,

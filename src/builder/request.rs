@@ -56,4 +56,7 @@ pub struct BuildRequest {
     /// Build the extensions one after another, as `pip wheel` does (`builder::side_by_side`
     /// otherwise builds them at once; the wheel's bytes are the same either way).
     pub serial_extensions: bool,
+    /// A fork's record as a wheel's provenance carries it (`verify`): used as
+    /// recorded, so the upstream, named only there, is never fetched.
+    pub recorded_fork: Option<crate::provenance::Fork>,
 }

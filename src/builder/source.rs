@@ -202,6 +202,67 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str) -> Result<i64> {
     commit_time.trim().parse::<i64>().context("commit time")
 }
 
+/// The ref namespace a fork's upstream branch is fetched into, in the fork's
+/// mirror (beside `refs/pins/` and `refs/forge/`, never mixed with them).
+pub const UPSTREAM_REFS: &str = "refs/deepep-forge/upstream/";
+
+/// Where the pinned commit `rev` (already in `mirror`) stands on `upstream`:
+/// its branch is fetched into the same mirror under [`UPSTREAM_REFS`] (the
+/// way the pin is: one ref, no tags, no prompt, interruptible; pins.toml's
+/// rules for the URL), then `git merge-base` and `git rev-list --count`.
+/// No merge base within the fetched history (a shallow mirror, unrelated
+/// histories) is recorded as such, never guessed. Unreachable upstream or
+/// missing branch: exit 3.
+pub fn fork_of(mirror: &Path, rev: &str, upstream: &crate::pins::Upstream) -> Result<crate::provenance::Fork> {
+    // pins.toml checked the name; checked again here, since it becomes part of a refspec.
+    crate::pins::check_branch_name(&upstream.branch)
+        .map_err(|why| Failure::usage(format!("upstream_branch `{}`: {why}", upstream.branch)))?;
+    let local = format!("{UPSTREAM_REFS}{}", upstream.branch);
+    {
+        let _lock = lock(&mirror.with_extension("lock"))?;
+        crate::error::check_interrupted()?;
+        let spec = format!("+refs/heads/{}:{local}", upstream.branch);
+        git_remote(mirror, &upstream.repo, format!("fetch {} of upstream {}", upstream.branch, upstream.repo))
+            .args(["fetch", "-q", "--no-tags", "--update-shallow", "--end-of-options", &upstream.repo, &spec])
+            .output()
+            .map_err(|e| {
+                Failure::env(format!(
+                    "cannot fetch branch {} of the upstream {}: {e:#}",
+                    upstream.branch, upstream.repo
+                ))
+                .hint("check [source] upstream and upstream_branch in pins.toml and the network; offline, point git's url.<base>.insteadOf at a local mirror and set DEEPEP_FORGE_GIT_ALLOW_LOCAL=1")
+            })?;
+    }
+    let base = git(mirror, "merge base of the pin and upstream")
+        .args(["merge-base", "--end-of-options", rev, &local])
+        .capture()?;
+    let merge_base = match base.status.code() {
+        Some(0) => Some(String::from_utf8_lossy(&base.stdout).trim().to_string()),
+        // 1: no common ancestor in the history the mirror holds.
+        Some(1) if base.stderr.is_empty() => None,
+        _ => anyhow::bail!(
+            "git merge-base {rev} {local} failed ({}): {}",
+            base.status,
+            String::from_utf8_lossy(&base.stderr).trim()
+        ),
+    };
+    let ahead = match &merge_base {
+        Some(b) => {
+            let n = git(mirror, "count the fork's commits")
+                .args(["rev-list", "--count", &format!("{b}..{rev}"), "--"])
+                .output()?;
+            Some(n.trim().parse::<u64>().context("git rev-list --count")?)
+        }
+        None => None,
+    };
+    Ok(crate::provenance::Fork {
+        upstream: upstream.repo.clone(),
+        upstream_branch: upstream.branch.clone(),
+        merge_base,
+        ahead,
+    })
+}
+
 /// The text of `path` at `rev` in the mirror (`git show`, never a checkout);
 /// None when absent, not UTF-8 or over 1 MiB.
 pub fn show(mirror: &Path, rev: &str, path: &str) -> Option<String> {

@@ -331,6 +331,7 @@ struct Rule {
 const RULES: &[Rule] = &[
     Rule { id: "unpinned", phase: Phase::Requirements, judge: Judge::Ref(unpinned) },
     Rule { id: "source-repo", phase: Phase::Requirements, judge: Judge::Ref(source_repo) },
+    Rule { id: "fork-pin", phase: Phase::Requirements, judge: Judge::Ref(fork_pin) },
     Rule { id: "branch-pin", phase: Phase::Requirements, judge: Judge::Ref(branch_pin) },
     Rule { id: "rev-not-full-sha", phase: Phase::Requirements, judge: Judge::Ref(rev_not_full_sha) },
     Rule { id: "rev-mismatch", phase: Phase::Requirements, judge: Judge::RefArch(rev_mismatch) },
@@ -474,6 +475,63 @@ fn source_repo(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
             .at(r.line, r.col)
             .expected_found(&p.source.repo, &g.repo),
         );
+    }
+}
+
+/// DeepEP's own repository: the upstream of a fork when pins.toml names none.
+pub const DEEPEP_UPSTREAM: &str = "https://github.com/deepseek-ai/DeepEP";
+
+/// `fork-pin` (a note): the consumer pins DeepEP from a fork. pins.toml names
+/// a fork (`[source] upstream`): a reference to that fork says so, with the
+/// upstream; otherwise a reference to a repository of DeepEP's name under
+/// another owner than pins.toml's repository (without pins.toml, than
+/// deepseek-ai's) is called a fork of it.
+fn fork_pin(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
+    let Some(g) = &r.git else { return };
+    let message = match j.ctx.pins {
+        Some(p) => match &p.source.upstream {
+            Some(u) if same_repo(&g.repo, &p.source.repo) => format!(
+                "{} pins DeepEP from the fork {} (pins.toml's source), whose upstream is {}@{}",
+                r.place, g.repo, u.repo, u.branch
+            ),
+            Some(u) if !same_repo(&g.repo, &u.repo) => format!(
+                "{} pins DeepEP from {}, which is neither pins.toml's fork {} nor its upstream {}@{}",
+                r.place, g.repo, p.source.repo, u.repo, u.branch
+            ),
+            Some(_) => return,
+            None if looks_like_fork(&g.repo, &p.source.repo) => format!(
+                "{} pins DeepEP from the fork {} of pins.toml's {} (pins.toml names no upstream)",
+                r.place, g.repo, p.source.repo
+            ),
+            None => return,
+        },
+        None if looks_like_fork(&g.repo, DEEPEP_UPSTREAM) => {
+            format!("{} pins DeepEP from the fork {} of upstream {DEEPEP_UPSTREAM}", r.place, g.repo)
+        }
+        None => return,
+    };
+    out.push(
+        Finding::new("fork-pin", Severity::Note, &r.file, message)
+            .at(r.line, r.col)
+            .fix("nothing to change if the fork is intended; to record where it stands on upstream, set [source] upstream and upstream_branch in pins.toml (`plan` then shows its merge base and how many commits it carries)"),
+    );
+}
+
+/// `repo` is `of`'s repository name on the same host under another owner
+/// (`github.com/sgl-project/DeepEP` of `github.com/deepseek-ai/DeepEP`).
+fn looks_like_fork(repo: &str, of: &str) -> bool {
+    fn parts(u: &str) -> Option<(String, String, String)> {
+        let u = u.trim().trim_end_matches('/');
+        let u = u.strip_suffix(".git").unwrap_or(u);
+        let u = u.split_once("://").map(|(_, r)| r).unwrap_or(u);
+        let u = u.split_once('@').filter(|(user, _)| !user.contains('/')).map(|(_, r)| r).unwrap_or(u);
+        let (host, path) = u.split_once(['/', ':'])?;
+        let (owner, name) = path.rsplit_once('/')?;
+        Some((host.to_ascii_lowercase(), owner.to_ascii_lowercase(), name.to_ascii_lowercase()))
+    }
+    match (parts(repo), parts(of)) {
+        (Some((h, o, n)), Some((h2, o2, n2))) => h == h2 && n == n2 && o != o2,
+        _ => false,
     }
 }
 

@@ -215,7 +215,7 @@ impl Bx<'_> {
 pub type BinaryRule = (&'static str, fn(&Bx) -> Vec<Check>);
 
 /// Every binary rule, in the order the verdict shows them (docs/probe.md names each id).
-pub const BINARY_RULES: [BinaryRule; 25] = [
+pub const BINARY_RULES: [BinaryRule; 26] = [
     ("record", record),
     ("extension-elf", extension_elf),
     ("interface", interface),
@@ -229,6 +229,7 @@ pub const BINARY_RULES: [BinaryRule; 25] = [
     ("libstdcxx", libstdcxx),
     ("runpath", runpath),
     ("provenance", provenance),
+    ("fork", fork),
     ("reused-tree", reused_tree),
     ("pin", pin),
     ("needed-libs", needed_libs),
@@ -268,6 +269,18 @@ fn cubin_arch(cx: &Bx) -> Vec<Check> {
 /// `provenance`: the provenance file against the evidence.
 fn provenance(cx: &Bx) -> Vec<Check> {
     vec![provenance_check(cx.b, cx.ev, cx.hep())]
+}
+
+/// `fork`: a wheel whose provenance records a fork says where it stands on its
+/// upstream; a wheel of a repository that is not a fork shows nothing.
+fn fork(cx: &Bx) -> Vec<Check> {
+    let Some(Ok(p)) = &cx.b.provenance else { return Vec::new() };
+    let Some(f) = &p.source.fork else { return Vec::new() };
+    let on = match (&f.merge_base, f.ahead) {
+        (Some(b), Some(n)) => format!("{}@{} (+{n})", f.upstream, &b[..b.len().min(7)]),
+        _ => format!("{}@{} (no merge base found within the fetched history)", f.upstream, f.upstream_branch),
+    };
+    vec![Check::pass("fork", format!("fork: {}@{} on {on}", p.source.repo, p.source.short))]
 }
 
 /// `pin` (with `--pins`): the wheel's revision against pins.toml.
