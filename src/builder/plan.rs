@@ -266,6 +266,10 @@ pub struct MissingToolchain {
     /// A cross plan (aarch64 on x86_64): the target side `build-wheel` would provision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross: Option<Box<CrossPreview>>,
+    /// What the plan warns about the toolchain it would make (a consumer's locked torch
+    /// of a CUDA the registry's torch may not carry).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The target side of a cross plan before it is provisioned (`plan` never
@@ -632,6 +636,7 @@ mod tests {
                 needs: vec![],
                 would_provision: None,
                 cross: None,
+                warnings: vec![],
             }),
             environment: None,
             environment_from: BTreeMap::new(),
