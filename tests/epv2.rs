@@ -270,7 +270,10 @@ fn the_stated_torch_and_nvshmem_minimums_are_shown_and_a_build_below_them_exits_
     assert!(!text.contains("no minimum"), "{text}");
     let p = json(&v.forge(&["plan", "--variant", "v2", "--pins", pins, "--format", "json"]).output().unwrap());
     let n = &p["plans"][0]["interface"]["runtime"];
-    assert_eq!((n["torch_min"]["version"].as_str(), n["torch_min"]["at"].as_str()), (Some("2.10"), Some("README.md:24")));
+    assert_eq!(
+        (n["torch_min"]["version"].as_str(), n["torch_min"]["at"].as_str()),
+        (Some("2.10"), Some("README.md:24"))
+    );
     assert_eq!(n["nvshmem_min"]["at"], "docs/nvshmem.md:6", "{n}");
 
     let file = torch_in(&v, "2.9.1+cu130", "13.0");
@@ -291,7 +294,10 @@ fn the_stated_torch_and_nvshmem_minimums_are_shown_and_a_build_below_them_exits_
     let o = v.forge(&["plan", "--variant", "v2", "--pins", pins]).output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("docs/nvshmem.md:6 states \"NVSHMEM v3.3.9 or later\", and the build links NVSHMEM 3.3.0"), "{err}");
+    assert!(
+        err.contains("docs/nvshmem.md:6 states \"NVSHMEM v3.3.9 or later\", and the build links NVSHMEM 3.3.0"),
+        "{err}"
+    );
     assert!(err.contains("NVSHMEM 3.3.9 or newer"), "{err}");
     nvshmem_version_in(&v, "3.4.5");
     let o = v.forge(&["plan", "--variant", "v2", "--pins", pins]).output().unwrap();
@@ -314,14 +320,25 @@ fn a_torch_of_another_cuda_than_nvcc_is_a_warning_or_a_stop_with_both_versions()
         stdout(&o)
     };
     let text = plan(&v);
-    let torch_side = |cuda: &str, version: &str| format!("torch is a CUDA {cuda} build (torch {version}, {})", file.display());
-    assert!(text.contains(&format!("  warning     {}, and the build's nvcc is CUDA 13.0 (`nvcc --version` 13.0.", torch_side("13.1", "2.11.0+cu130"))), "{text}");
+    let torch_side =
+        |cuda: &str, version: &str| format!("torch is a CUDA {cuda} build (torch {version}, {})", file.display());
+    assert!(
+        text.contains(&format!(
+            "  warning     {}, and the build's nvcc is CUDA 13.0 (`nvcc --version` 13.0.",
+            torch_side("13.1", "2.11.0+cu130")
+        )),
+        "{text}"
+    );
     assert!(text.contains("another CUDA minor: torch's extension builder only warns"), "{text}");
     assert!(!text.contains("STOP"), "{text}");
     torch_in(&v, "2.11.0+cu129", "12.9");
     let text = plan(&v);
     assert!(text.contains(&torch_side("12.9", "2.11.0+cu129")), "{text}");
-    assert!(text.contains("another CUDA major: torch's extension builder refuses it") && text.contains("does not import torch"), "{text}");
+    assert!(
+        text.contains("another CUDA major: torch's extension builder refuses it")
+            && text.contains("does not import torch"),
+        "{text}"
+    );
     assert!(!text.contains("STOP"), "{text}");
 
     // The build imports torch (as DeepEP's setup.py does): torch would raise, so preflight stops.
@@ -331,13 +348,19 @@ fn a_torch_of_another_cuda_than_nvcc_is_a_warning_or_a_stop_with_both_versions()
     git(&v.repo, &["commit", "-q", "-am", "the build imports torch"]);
     v.rev = git(&v.repo, &["rev-parse", "HEAD"]).trim().to_string();
     let text = plan(&v);
-    assert!(text.contains(&format!("  preflight   STOP (build-wheel exits 3): {}", torch_side("12.9", "2.11.0+cu129"))), "{text}");
+    assert!(
+        text.contains(&format!("  preflight   STOP (build-wheel exits 3): {}", torch_side("12.9", "2.11.0+cu129"))),
+        "{text}"
+    );
     assert!(text.contains("and the build's nvcc is CUDA 13.0"), "{text}");
     let pins = v.pins(SINGLE_V2);
     let o = v.forge(&["build-wheel", "--variant", "v2", "--pins", pins.to_str().unwrap()]).output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
-    assert!(err.contains("torch is a CUDA 12.9 build") && err.contains("build with nvcc of torch's CUDA (12.9"), "{err}");
+    assert!(
+        err.contains("torch is a CUDA 12.9 build") && err.contains("build with nvcc of torch's CUDA (12.9"),
+        "{err}"
+    );
     assert!(v.lab.out_wheels().is_empty() && v.lab.cache_entries().is_empty(), "nothing built");
 }
 

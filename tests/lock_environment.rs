@@ -219,7 +219,8 @@ fn a_torch_or_nvshmem_older_than_the_pinned_revision_states_is_an_error_at_its_t
     let (code, v) = check_with(d.path(), &dp.v2.0);
     assert_eq!(code, 1, "{v:#}");
     let f = env_findings(&v);
-    let got: Vec<_> = f.iter().map(|x| (x.0.as_str(), x.1.as_str(), x.2.as_str(), x.3, x.4.as_str(), x.5.as_str())).collect();
+    let got: Vec<_> =
+        f.iter().map(|x| (x.0.as_str(), x.1.as_str(), x.2.as_str(), x.3, x.4.as_str(), x.5.as_str())).collect();
     assert_eq!(
         got,
         vec![
@@ -229,8 +230,12 @@ fn a_torch_or_nvshmem_older_than_the_pinned_revision_states_is_an_error_at_its_t
         "{v:#}"
     );
     assert!(f[0].6.starts_with("lock torch>=2.10"), "{}", f[0].6);
-    let msg = v["findings"].as_array().unwrap().iter().find(|x| x["rule"] == "lock-torch-min").unwrap()["message"].clone();
-    assert!(msg.as_str().unwrap().contains("states \"PyTorch 2.10 and above\" (README.md:24 at that revision)"), "{msg}");
+    let msg =
+        v["findings"].as_array().unwrap().iter().find(|x| x["rule"] == "lock-torch-min").unwrap()["message"].clone();
+    assert!(
+        msg.as_str().unwrap().contains("states \"PyTorch 2.10 and above\" (README.md:24 at that revision)"),
+        "{msg}"
+    );
     // The hybrid-ep stand-in states no torch minimum: nothing to judge.
     let d = project(&pins_at(&dp.hybrid.1, "hybrid-ep", "1.2.1", tc), &older_torch);
     assert!(env_findings(&check_with(d.path(), &dp.hybrid.0).1).iter().all(|x| x.0 != "lock-torch-min"));

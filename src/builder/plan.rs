@@ -248,7 +248,7 @@ pub struct PlanSource {
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum ToolchainPart {
     Known(Box<Toolchain>),
-    Missing(MissingToolchain),
+    Missing(Box<MissingToolchain>),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -629,7 +629,7 @@ mod tests {
             dropped_env: BTreeMap::new(),
             fixes: vec![],
             warnings: vec![],
-            toolchain: ToolchainPart::Missing(MissingToolchain {
+            toolchain: ToolchainPart::Missing(Box::new(MissingToolchain {
                 kind: "system".into(),
                 missing: "nvcc not found".into(),
                 hint: None,
@@ -637,7 +637,7 @@ mod tests {
                 would_provision: None,
                 cross: None,
                 warnings: vec![],
-            }),
+            })),
             environment: None,
             environment_from: BTreeMap::new(),
             needs_torch: false,

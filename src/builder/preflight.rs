@@ -296,7 +296,13 @@ mod tests {
     fn torch_cuda_against_nvcc_by_torchs_own_rule() {
         assert_eq!(torch_cuda_vs_nvcc(side(Some("13.0")), side(Some("13.0"))), None);
         let major = torch_cuda_vs_nvcc(side(Some("13.0")), side(Some("12.9"))).unwrap();
-        assert!(major.refused && major.message.contains("torch is a CUDA 13.0 build (here), and the build's nvcc is CUDA 12.9 (here): another CUDA major"), "{major:?}");
+        assert!(
+            major.refused
+                && major.message.contains(
+                    "torch is a CUDA 13.0 build (here), and the build's nvcc is CUDA 12.9 (here): another CUDA major"
+                ),
+            "{major:?}"
+        );
         let minor = torch_cuda_vs_nvcc(side(Some("12.8")), side(Some("12.9"))).unwrap();
         assert!(!minor.refused && minor.message.contains("another CUDA minor"), "{minor:?}");
         let unknown = torch_cuda_vs_nvcc(side(Some("12.9")), side(None)).unwrap();

@@ -526,7 +526,8 @@ fn plan_variant(
         // torch's CUDA against nvcc: a refusal (another major, in a build that imports torch) is
         // preflight's STOP; anything else is said here.
         if let Some(m) = preflight::toolchain_cuda(&plan).filter(|m| !(m.refused && plan.needs_torch)) {
-            let runs = if m.refused { " (this build does not import torch, so torch's check does not run)" } else { "" };
+            let runs =
+                if m.refused { " (this build does not import torch, so torch's check does not run)" } else { "" };
             plan.warnings.push(format!("{}{runs}", m.message));
         }
     }
@@ -708,10 +709,8 @@ fn identify(
 /// PyPI's torch 2.11.0 is the CUDA 13.0 build): a plan warning ([`preflight::torch_cuda_vs_nvcc`]).
 fn warn_locked_cuda(mut m: ToolchainPart, req: &registry::Request) -> ToolchainPart {
     let (ToolchainPart::Missing(ms), Some(from)) = (&mut m, &req.cuda_from) else { return m };
-    let nvcc_from = format!(
-        "the registry toolchain's nvcc is the CUDA minor its {} carries, read once installed",
-        req.torch
-    );
+    let nvcc_from =
+        format!("the registry toolchain's nvcc is the CUDA minor its {} carries, read once installed", req.torch);
     let torch = preflight::CudaSide { cuda: req.cuda.as_deref(), from };
     if let Some(w) = preflight::torch_cuda_vs_nvcc(torch, preflight::CudaSide { cuda: None, from: &nvcc_from }) {
         ms.warnings.push(format!(
@@ -730,7 +729,7 @@ fn missing(
     would_provision: Option<plan::WouldProvision>,
 ) -> ToolchainPart {
     let hint = e.chain().find_map(|c| c.downcast_ref::<Failure>()).and_then(|f| f.hint.clone());
-    ToolchainPart::Missing(plan::MissingToolchain {
+    ToolchainPart::Missing(Box::new(plan::MissingToolchain {
         kind: kind.into(),
         missing: format!("{e:#}"),
         hint,
@@ -738,7 +737,7 @@ fn missing(
         would_provision,
         cross: None,
         warnings: vec![],
-    })
+    }))
 }
 
 fn system_needs(python: &str) -> Vec<String> {

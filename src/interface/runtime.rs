@@ -363,7 +363,8 @@ mod tests {
             ]
         );
         // Other phrasings of the class; names inside other words are not the library.
-        let other = "torch 2.4 or newer\nNCCL v2.31 or above\nlibnvshmem 9.9 and above\ntorch_npu 3.0 and above\nPyTorch 2.9\n";
+        let other =
+            "torch 2.4 or newer\nNCCL v2.31 or above\nlibnvshmem 9.9 and above\ntorch_npu 3.0 and above\nPyTorch 2.9\n";
         let got: Vec<(Lib, String)> = statements("x.md", other).into_iter().map(|s| (s.lib, s.version)).collect();
         assert_eq!(got, vec![(Lib::Torch, "2.4".into()), (Lib::Nccl, "2.31".into())]);
     }
@@ -377,9 +378,16 @@ mod tests {
         };
         let n = needs(&epv2, Branch::Main, "x = 1\n");
         let t = n.torch_min.as_ref().unwrap();
-        assert_eq!((t.version.as_str(), t.at.as_str(), t.text.as_str()), ("2.10", "README.md:7", "PyTorch 2.10 and above"));
+        assert_eq!(
+            (t.version.as_str(), t.at.as_str(), t.text.as_str()),
+            ("2.10", "README.md:7", "PyTorch 2.10 and above")
+        );
         let v = n.nvshmem_min.as_ref().unwrap();
-        assert_eq!((v.version.as_str(), v.at.as_str()), ("3.3.9", "docs/nvshmem.md:2"), "the first of equal statements");
+        assert_eq!(
+            (v.version.as_str(), v.at.as_str()),
+            ("3.3.9", "docs/nvshmem.md:2"),
+            "the first of equal statements"
+        );
         assert_eq!(n.nccl_min.as_deref(), Some("2.30.4"));
         assert!(n.evidence.contains(&"README.md:7: PyTorch 2.10 and above".to_string()), "{:?}", n.evidence);
         // hybrid-ep: its own torch minimum and the NVSHMEM guide under third-party/; no NCCL need.
@@ -396,7 +404,11 @@ mod tests {
         let odd = |p: &str| (p == "README.md").then(|| "- PyTorch 2.x and above\n".to_string());
         let o = needs(&odd, Branch::Main, "x = 1\n");
         assert_eq!(o.torch_min, None);
-        assert!(o.unread.len() == 1 && o.unread[0].starts_with("README.md:1: `PyTorch 2.x and above`"), "{:?}", o.unread);
+        assert!(
+            o.unread.len() == 1 && o.unread[0].starts_with("README.md:1: `PyTorch 2.x and above`"),
+            "{:?}",
+            o.unread
+        );
         assert_eq!(needs(&|_: &str| None, Branch::Main, "x = 1\n").torch_min, None);
     }
 
