@@ -104,7 +104,8 @@ pub fn statements(file: &str, text: &str) -> Vec<Statement> {
         for (name, lib) in NAMES {
             for (p, _) in lower.match_indices(name) {
                 if let Some(version) = stated_after(&lower, p, name.len()) {
-                    let text = l.trim().trim_start_matches(['-', '*', ' ']).trim().to_string();
+                    // A hostile README's line is shown cut short, never whole.
+                    let text = crate::input::excerpt(l.trim().trim_start_matches(['-', '*', ' ']).trim(), 160);
                     out.push(Statement { lib, version: l[version].to_string(), at: format!("{file}:{}", i + 1), text });
                 }
             }
