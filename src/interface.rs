@@ -26,8 +26,8 @@ use crate::error::Failure;
 mod fit;
 mod runtime;
 mod setup_py;
-pub use fit::{on, Refusal};
-pub use runtime::version_key;
+pub use fit::{on, Built, Refusal};
+pub use runtime::{below, version_key, STATING};
 pub use setup_py::{Assign, Must, NoneUse, Require, Switch};
 
 /// The source files at one revision.

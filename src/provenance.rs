@@ -223,9 +223,30 @@ pub struct RuntimeNeeds {
     /// The device code links NVSHMEM: the host library must be the same version.
     #[serde(default)]
     pub nvshmem_same: bool,
+    /// Lowest torch the revision states (EPv2's README: "PyTorch 2.10 and above").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_min: Option<Stated>,
+    /// Lowest NVSHMEM the revision states (docs/nvshmem.md: "NVSHMEM v3.3.9 or later").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvshmem_min: Option<Stated>,
+    /// Requirement lines for torch, NCCL or NVSHMEM whose version could not be
+    /// read (`file:line` and why): no minimum is taken from them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<String>,
     /// Where each need was read (file:line at the revision).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
+}
+
+/// A minimum version the revision states in its own text, and where.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Stated {
+    /// A PEP 440 version (`2.10`, `3.3.9`).
+    pub version: String,
+    /// `README.md:69`.
+    pub at: String,
+    /// The line as written (`PyTorch 2.10 and above`).
+    pub text: String,
 }
 
 /// Host -> target of a cross build: the cross compiler, the target Python

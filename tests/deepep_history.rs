@@ -678,6 +678,14 @@ fn history_table_each_revision_plans_as_its_source_says_or_is_refused() {
             if epv2 && rt["nvshmem_same"] != true {
                 failures.push(format!("{} ({}): runtime.nvshmem_same: {rt}", row.what, &rev[..10]));
             }
+            // Issue 30 §3: EPv2's README "PyTorch 2.10 and above" and docs/nvshmem.md "NVSHMEM v3.3.9 or later".
+            let stated = |k: &str| (rt[k]["version"].as_str(), rt[k]["at"].as_str());
+            if epv2
+                && (stated("torch_min") != (Some("2.10"), Some("README.md:69"))
+                    || stated("nvshmem_min") != (Some("3.3.9"), Some("docs/nvshmem.md:18")))
+            {
+                failures.push(format!("{} ({}): runtime.torch_min/nvshmem_min: {rt}", row.what, &rev[..10]));
+            }
             let checks: [(&str, Vec<String>, Vec<String>); 8] = [
                 ("runtime.nccl_min", opt(&rt["nccl_min"]), want_min),
                 ("runtime.nccl_exact_below", opt(&rt["nccl_exact_below"]), want_exact),

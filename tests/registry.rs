@@ -390,6 +390,38 @@ fn without_cuda_or_uv_plan_says_what_is_missing_and_build_wheel_exits_3() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
+/// Issue 30 §3: a consumer locking torch 2.11.0+cu129 (`--match-project`) while the registry's
+/// torch==2.11.0 is one build (PyPI's: CUDA 13.0): before the toolchain is provisioned its nvcc
+/// is not known, and the plan warns with the lock's CUDA and where it was read, never showing
+/// nvcc 12.9 beside torch==2.11.0 as if they agreed.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+fn a_locked_torch_of_another_cuda_is_a_plan_warning_with_both_sides() {
+    let lab = Lab::new();
+    let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", "2.11.0").replace("{cuda}", "13.0"));
+    let proj = lab.dir.path().join("consumer");
+    std::fs::create_dir_all(&proj).unwrap();
+    let fx = root().join("tests/fixtures/consumer-forks");
+    std::fs::copy(fx.join("pyproject.toml"), proj.join("pyproject.toml")).unwrap();
+    let lock = std::fs::read_to_string(fx.join("uv.lock"))
+        .unwrap()
+        .replace("version = \"2.11.0\"\n", "version = \"2.11.0+cu129\"\n")
+        .replace("version = \"2.11.0\", source", "version = \"2.11.0+cu129\", source");
+    std::fs::write(proj.join("uv.lock"), lock).unwrap();
+    let args = ["plan", "--variant", "sn", "--pins", pins.to_str().unwrap(), "--toolchain", "registry"];
+    let o = lab.forge(&args).args(["--match-project", proj.to_str().unwrap()]).output().unwrap();
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lockfile = proj.join("uv.lock");
+    let want = format!(
+        "  warning     torch is a CUDA 12.9 build ({}'s torch 2.11.0+cu129), and the build's nvcc is not known yet (the registry toolchain's nvcc is the CUDA minor its torch==2.11.0 carries, read once installed): not proven the same CUDA",
+        lockfile.display()
+    );
+    assert!(text.contains(&want), "{text}");
+    assert!(!text.contains("nvidia-cuda-nvcc"), "no nvcc 12.9 beside torch==2.11.0: {text}");
+    assert!(!lab.cache.join("toolchains").exists(), "plan provisions nothing");
+}
+
 #[test]
 #[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
 fn match_project_maps_nemo_rl_torch_to_the_registry_build() {

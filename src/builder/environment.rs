@@ -24,6 +24,9 @@ pub fn of(
 ) -> (BuildEnvironment, BTreeMap<String, String>) {
     let mut from = BTreeMap::new();
     let torch_dir = t.site_packages.iter().map(|sp| sp.join("torch")).find(|d| d.join("version.py").is_file());
+    if let (Some(d), Some(_)) = (&torch_dir, &t.torch) {
+        from.insert("torch".to_string(), d.join("version.py").display().to_string());
+    }
     let torch_cxx11_abi = torch_dir.as_deref().and_then(|d| {
         let (abi, file) = torch_abi(d)?;
         from.insert("torch ABI".to_string(), file.display().to_string());
@@ -45,6 +48,7 @@ pub fn of(
     if i.branch != Branch::Main && nvshmem.is_none() {
         // HybridEP and the classic interface link NVSHMEM only when the build finds it.
         needs.nvshmem_same = false;
+        needs.nvshmem_min = None;
         needs.evidence.retain(|e| !e.contains("NVSHMEM"));
     }
     let e = BuildEnvironment {

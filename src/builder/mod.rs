@@ -483,16 +483,46 @@ fn print_environment(pl: &Plan) {
     if n.nvshmem_same {
         needed.push("the NVSHMEM host library at run time = the version built with".into());
     }
+    if let Some(m) = &n.torch_min {
+        needed.push(format!("torch >= {}", m.version));
+    }
+    if let Some(m) = &n.nvshmem_min {
+        needed.push(format!("NVSHMEM >= {}", m.version));
+    }
     if !needed.is_empty() {
         crate::outln!("  needs       {}", needed.join("; "));
         for ev in &n.evidence {
             crate::outln!("              {ev}");
         }
     }
+    print_unstated(pl, n);
     print_requires(pl);
     for g in preflight::environment_gaps(pl) {
         crate::outln!("  preflight   STOP (build-wheel exits 3): {}", g.what);
         crate::outln!("              fix: {}", g.fix);
+    }
+}
+
+/// A torch or NVSHMEM minimum the revision does not state (or states unreadably): none is
+/// taken, and the plan says so.
+fn print_unstated(pl: &Plan, n: &crate::provenance::RuntimeNeeds) {
+    let links_nvshmem = n.nvshmem_same || pl.interface.branch == crate::interface::Branch::Main;
+    let mut unstated = Vec::new();
+    if n.torch_min.is_none() {
+        unstated.push("torch");
+    }
+    if n.nvshmem_min.is_none() && links_nvshmem {
+        unstated.push("NVSHMEM");
+    }
+    if !unstated.is_empty() {
+        crate::outln!(
+            "  no minimum  {}: none stated in {} at this revision (none taken)",
+            unstated.join(", "),
+            crate::interface::STATING.join(", ")
+        );
+    }
+    for u in &n.unread {
+        crate::outln!("  unread      {u}");
     }
 }
 

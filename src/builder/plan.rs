@@ -255,7 +255,7 @@ pub struct PlanSource {
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum ToolchainPart {
     Known(Box<Toolchain>),
-    Missing(MissingToolchain),
+    Missing(Box<MissingToolchain>),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -273,6 +273,10 @@ pub struct MissingToolchain {
     /// A cross plan (aarch64 on x86_64): the target side `build-wheel` would provision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross: Option<Box<CrossPreview>>,
+    /// What the plan warns about the toolchain it would make (a consumer's locked torch
+    /// of a CUDA the registry's torch may not carry).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The target side of a cross plan before it is provisioned (`plan` never
@@ -638,14 +642,15 @@ mod tests {
             dropped_env: BTreeMap::new(),
             fixes: vec![],
             warnings: vec![],
-            toolchain: ToolchainPart::Missing(MissingToolchain {
+            toolchain: ToolchainPart::Missing(Box::new(MissingToolchain {
                 kind: "system".into(),
                 missing: "nvcc not found".into(),
                 hint: None,
                 needs: vec![],
                 would_provision: None,
                 cross: None,
-            }),
+                warnings: vec![],
+            })),
             environment: None,
             environment_from: BTreeMap::new(),
             needs_torch: false,

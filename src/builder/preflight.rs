@@ -148,6 +148,17 @@ pub fn environment(pl: &Plan) -> Result<()> {
 pub fn environment_gaps(pl: &Plan) -> Vec<Gap> {
     let (Some(e), Some(t)) = (&pl.environment, pl.toolchain()) else { return vec![] };
     let mut gaps = Vec::new();
+    // torch's own check runs only in a build that imports torch (else the plan warns).
+    if let Some(m) = toolchain_cuda(pl).filter(|m| m.refused && pl.needs_torch) {
+        gaps.push(Gap {
+            what: m.message,
+            fix: format!(
+                "build with nvcc of torch's CUDA ({}: CUDA_HOME or the nvidia-cuda-nvcc wheel of that minor), or with a torch built for CUDA {}; --toolchain registry provisions nvcc of the CUDA minor its torch carries",
+                t.torch_cuda.as_deref().unwrap_or("?"),
+                t.cuda_major_minor()
+            ),
+        });
+    }
     if let Some(min) = &e.needs.nccl_min {
         let why =
             e.needs.evidence.iter().find(|x| x.contains(min.as_str())).map(|x| format!(" ({x})")).unwrap_or_default();
@@ -167,6 +178,84 @@ pub fn environment_gaps(pl: &Plan) -> Vec<Gap> {
         }
     }
     gaps
+}
+
+/// One side of [`torch_cuda_vs_nvcc`]: a CUDA version (None: not known yet) and where it was read.
+#[derive(Debug, Clone, Copy)]
+pub struct CudaSide<'a> {
+    pub cuda: Option<&'a str>,
+    pub from: &'a str,
+}
+
+/// torch's CUDA against the build's nvcc, and whether torch refuses the build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaMismatch {
+    /// torch's extension builder stops the build (another CUDA major).
+    pub refused: bool,
+    pub message: String,
+}
+
+/// The rule torch's extension builder applies (torch/utils/cpp_extension.py
+/// `_check_cuda_version`, torch 2.x): nvcc's `release X.Y` against
+/// `torch.version.cuda`; another major raises RuntimeError ("The detected CUDA
+/// version ... mismatches the version that was used to compile PyTorch"),
+/// another minor only warns. An nvcc not known yet (the registry toolchain
+/// before it is provisioned: its nvcc is the CUDA minor its torch carries) is a
+/// warning that the two are not proven equal.
+pub fn torch_cuda_vs_nvcc(torch: CudaSide, nvcc: CudaSide) -> Option<CudaMismatch> {
+    let mm = |v: &str| {
+        let mut p = v.trim().split('.').map(|x| x.parse::<u32>().ok());
+        Some((p.next()??, p.next()??))
+    };
+    let t = mm(torch.cuda?)?;
+    let shown = |v: (u32, u32)| format!("{}.{}", v.0, v.1);
+    let Some(n) = nvcc.cuda.map(mm) else {
+        return Some(CudaMismatch {
+            refused: false,
+            message: format!(
+                "torch is a CUDA {} build ({}), and the build's nvcc is not known yet ({}): not proven the same CUDA",
+                shown(t),
+                torch.from,
+                nvcc.from
+            ),
+        });
+    };
+    let n = n?;
+    if n == t {
+        return None;
+    }
+    let refused = n.0 != t.0;
+    let what = if refused {
+        "another CUDA major: torch's extension builder refuses it (cpp_extension `_check_cuda_version` raises RuntimeError)"
+    } else {
+        "another CUDA minor: torch's extension builder only warns, and the extension is compiled by a CUDA other than torch's"
+    };
+    Some(CudaMismatch {
+        refused,
+        message: format!(
+            "torch is a CUDA {} build ({}), and the build's nvcc is CUDA {} ({}): {what}",
+            shown(t),
+            torch.from,
+            shown(n),
+            nvcc.from
+        ),
+    })
+}
+
+/// The plan's toolchain: its torch's CUDA against its nvcc ([`torch_cuda_vs_nvcc`]).
+pub fn toolchain_cuda(pl: &Plan) -> Option<CudaMismatch> {
+    let t = pl.toolchain()?;
+    let torch_from = pl
+        .environment_from
+        .get("torch")
+        .map(|f| format!("torch {}, {f}", t.torch.as_deref().unwrap_or("?")))
+        .unwrap_or_else(|| format!("torch {}", t.torch.as_deref().unwrap_or("?")));
+    let nvcc_from = format!("`nvcc --version` {}, {}", t.nvcc_version, t.cuda_home.join("bin/nvcc").display());
+    let nvcc_mm = t.cuda_major_minor();
+    torch_cuda_vs_nvcc(
+        CudaSide { cuda: t.torch_cuda.as_deref(), from: &torch_from },
+        CudaSide { cuda: Some(&nvcc_mm), from: &nvcc_from },
+    )
 }
 
 /// How to get NCCL >= `min` for this plan: the variable that names NCCL's
@@ -192,5 +281,34 @@ fn nccl_fix(pl: &Plan, t: &Toolchain, min: &str) -> String {
                 python.display()
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(cuda: Option<&str>) -> CudaSide<'_> {
+        CudaSide { cuda, from: "here" }
+    }
+
+    #[test]
+    fn torch_cuda_against_nvcc_by_torchs_own_rule() {
+        assert_eq!(torch_cuda_vs_nvcc(side(Some("13.0")), side(Some("13.0"))), None);
+        let major = torch_cuda_vs_nvcc(side(Some("13.0")), side(Some("12.9"))).unwrap();
+        assert!(
+            major.refused
+                && major.message.contains(
+                    "torch is a CUDA 13.0 build (here), and the build's nvcc is CUDA 12.9 (here): another CUDA major"
+                ),
+            "{major:?}"
+        );
+        let minor = torch_cuda_vs_nvcc(side(Some("12.8")), side(Some("12.9"))).unwrap();
+        assert!(!minor.refused && minor.message.contains("another CUDA minor"), "{minor:?}");
+        let unknown = torch_cuda_vs_nvcc(side(Some("12.9")), side(None)).unwrap();
+        assert!(!unknown.refused && unknown.message.contains("not known yet"), "{unknown:?}");
+        // A CPU torch or an unreadable version: nothing to compare.
+        assert_eq!(torch_cuda_vs_nvcc(side(None), side(Some("13.0"))), None);
+        assert_eq!(torch_cuda_vs_nvcc(side(Some("thirteen")), side(Some("13.0"))), None);
     }
 }

@@ -13,7 +13,7 @@ use super::plan::{self, EnvOrigin, Outputs, Plan, PlanSource, Root, Roots, Run, 
 use super::request::{BuildRequest, CompilerCache, Variants};
 use super::source::{self, Origin};
 use super::toolchain::Toolchain;
-use super::{cross, registry, toolchain};
+use super::{cross, preflight, registry, toolchain};
 use crate::error::{Exit, Failure};
 use crate::interface::{self, Branch, Files, Interface, SetBy};
 use crate::pins::{Arch, Pins, Transport, Variant};
@@ -480,6 +480,9 @@ fn plan_variant(
         .collect();
     let mut warnings = i.warnings.clone();
     warnings.extend(i.notes(&run.env));
+    if let ToolchainPart::Missing(m) = tc {
+        warnings.extend(m.warnings.iter().cloned());
+    }
     if i.base_version != ctx.pins.source.base_version {
         warnings.push(format!(
             "{} says base_version = \"{}\", but the source at {} gives {} ({}): the wheel will be {}+{}",
@@ -537,8 +540,16 @@ fn plan_variant(
             root("NVSHMEM").as_deref(),
             v.runtime_requires,
         ));
+        below_stated((ctx, v, pin.short()), i, &e, &from)?;
         plan.environment = Some(e);
         plan.environment_from = from;
+        // torch's CUDA against nvcc: a refusal (another major, in a build that imports torch) is
+        // preflight's STOP; anything else is said here.
+        if let Some(m) = preflight::toolchain_cuda(&plan).filter(|m| !(m.refused && plan.needs_torch)) {
+            let runs =
+                if m.refused { " (this build does not import torch, so torch's check does not run)" } else { "" };
+            plan.warnings.push(format!("{}{runs}", m.message));
+        }
     }
     plan.seal();
     plan.outputs.log = log_path(ctx.cache_dir, &v.name, plan.cache_key.as_deref());
@@ -548,6 +559,32 @@ fn plan_variant(
         .filter(|_| !no_cache)
         .map(|k| crate::cache::Cache::at(ctx.cache_dir).wheels_dir().join(k));
     Ok(plan)
+}
+
+/// The revision's stated torch and NVSHMEM minimums against what the build compiles
+/// against ([`Interface::below_stated`]): exit 2, before anything compiles.
+fn below_stated(
+    (ctx, v, short): (&Ctx, &Variant, &str),
+    i: &Interface,
+    e: &crate::provenance::BuildEnvironment,
+    from: &BTreeMap<String, String>,
+) -> Result<()> {
+    let read = |lib: &str| from.get(lib).map(String::as_str).unwrap_or("the build Python");
+    let built = interface::Built {
+        torch: e.torch.as_deref().map(|t| (t, read("torch"))),
+        nvshmem: e.nvshmem.as_deref().map(|n| (n, read("NVSHMEM"))),
+    };
+    let Some(r) = i.below_stated(&built) else { return Ok(()) };
+    Err(Failure::usage(format!(
+        "{}:{}: variant `{}` cannot be built at DeepEP {}: {}",
+        ctx.pins.path.display(),
+        v.line,
+        v.name,
+        short,
+        r.message
+    ))
+    .hint(r.hint)
+    .into())
 }
 
 /// The environment the toolchain needs (CUDA_HOME, the registry's PATH and
@@ -660,7 +697,8 @@ fn identify(
         Mode::Plan => match registry::lookup(&req, cache_dir) {
             Ok(found) => found,
             Err(e) if crate::error::exit_of(&e) == Exit::Environment => {
-                return Ok(missing("registry", &e, registry_needs(&req), Some(would(&req, None)?)));
+                let m = missing("registry", &e, registry_needs(&req), Some(would(&req, None)?));
+                return Ok(warn_locked_cuda(m, &req));
             }
             Err(e) => return Err(e),
         },
@@ -677,13 +715,31 @@ fn identify(
                 "`deepep-forge build-wheel --toolchain registry` provisions it with uv (plan never downloads)".into(),
             );
         }
-        return Ok(m);
+        return Ok(warn_locked_cuda(m, &req));
     };
     p.notes.splice(0..0, req.notes);
     let mut tc = toolchain::identify(&p.python().to_string_lossy(), Some(&p.cuda_home()), &memo)?;
     tc.kind = registry::Kind::Registry;
     tc.registry = Some(p);
     Ok(ToolchainPart::Known(Box::new(tc)))
+}
+
+/// `--match-project`: the consumer's locked torch `+cuXYZ` against the registry toolchain's
+/// nvcc, not known before it is provisioned (the CUDA minor the registry's torch carries:
+/// PyPI's torch 2.11.0 is the CUDA 13.0 build): a plan warning ([`preflight::torch_cuda_vs_nvcc`]).
+fn warn_locked_cuda(mut m: ToolchainPart, req: &registry::Request) -> ToolchainPart {
+    let (ToolchainPart::Missing(ms), Some(from)) = (&mut m, &req.cuda_from) else { return m };
+    let nvcc_from =
+        format!("the registry toolchain's nvcc is the CUDA minor its {} carries, read once installed", req.torch);
+    let torch = preflight::CudaSide { cuda: req.cuda.as_deref(), from };
+    if let Some(w) = preflight::torch_cuda_vs_nvcc(torch, preflight::CudaSide { cuda: None, from: &nvcc_from }) {
+        ms.warnings.push(format!(
+            "{}; build-wheel refuses a registry torch of another CUDA than the lock's (to build for CUDA {}, set [toolchain] torch and cuda in pins.toml and build without --match-project)",
+            w.message,
+            req.cuda.as_deref().unwrap_or("?")
+        ));
+    }
+    m
 }
 
 fn missing(
@@ -693,14 +749,15 @@ fn missing(
     would_provision: Option<plan::WouldProvision>,
 ) -> ToolchainPart {
     let hint = e.chain().find_map(|c| c.downcast_ref::<Failure>()).and_then(|f| f.hint.clone());
-    ToolchainPart::Missing(plan::MissingToolchain {
+    ToolchainPart::Missing(Box::new(plan::MissingToolchain {
         kind: kind.into(),
         missing: format!("{e:#}"),
         hint,
         needs,
         would_provision,
         cross: None,
-    })
+        warnings: vec![],
+    }))
 }
 
 fn system_needs(python: &str) -> Vec<String> {

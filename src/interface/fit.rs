@@ -57,6 +57,55 @@ impl Interface {
     }
 }
 
+/// What a plan's build compiles against: (version, where it was read) for torch and NVSHMEM.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Built<'a> {
+    pub torch: Option<(&'a str, &'a str)>,
+    pub nvshmem: Option<(&'a str, &'a str)>,
+}
+
+impl Interface {
+    /// The first minimum the revision states (README, docs/nvshmem.md) that the build's
+    /// torch or NVSHMEM is below; a version not read is no refusal (the plan says so).
+    pub fn below_stated(&self, b: &Built) -> Option<Refusal> {
+        torch_below_stated(self, b).or_else(|| nvshmem_below_stated(self, b))
+    }
+}
+
+/// The build's torch is older than the torch the revision states it needs.
+fn torch_below_stated(i: &Interface, b: &Built) -> Option<Refusal> {
+    let min = i.runtime.torch_min.as_ref()?;
+    let (v, from) = b.torch?;
+    super::runtime::below(v, &min.version)?.then(|| Refusal {
+        at: min.at.clone(),
+        message: format!(
+            "{} states \"{}\", and the build compiles against torch {v} (read from {from})",
+            min.at, min.text
+        ),
+        hint: format!(
+            "build against torch {} or newer: set [toolchain] torch in pins.toml (--toolchain registry) or install it into the build Python (--toolchain system); or pin a revision whose requirements allow torch {v}",
+            min.version
+        ),
+    })
+}
+
+/// The NVSHMEM the build links is older than the NVSHMEM the revision states it needs.
+fn nvshmem_below_stated(i: &Interface, b: &Built) -> Option<Refusal> {
+    let min = i.runtime.nvshmem_min.as_ref()?;
+    let (v, from) = b.nvshmem?;
+    super::runtime::below(v, &min.version)?.then(|| Refusal {
+        at: min.at.clone(),
+        message: format!(
+            "{} states \"{}\", and the build links NVSHMEM {v} (read from {from})",
+            min.at, min.text
+        ),
+        hint: format!(
+            "build with NVSHMEM {} or newer: set [toolchain] nvshmem in pins.toml (--toolchain registry), or the variant's nvshmem_dir (or the build Python's nvidia-nvshmem-cu* package) to an NVSHMEM {} or newer",
+            min.version, min.version
+        ),
+    })
+}
+
 /// An unconditional `assert` of setup.py the plan's environment fails.
 fn asserted_by_setup_py(i: &Interface, env: &Env) -> Option<Refusal> {
     i.requires.iter().filter(|r| !PLAN_OWNED.contains(&r.name.as_str())).find_map(|r| {

@@ -11,11 +11,19 @@
 //!   `#if NCCL_VERSION_CODE >= NCCL_VERSION(X, Y, Z) ... #else` comparing
 //!   `NCCL_VERSION_CODE ==` the loaded version (below X.Y the NCCL at run
 //!   time must be the very version compiled against: `nccl_exact_below`);
-//!   `#include <nccl_device.h>` (NCCL's device API) is kept as evidence.
+//!   `#include <nccl_device.h>` (NCCL's device API) is kept as evidence;
+//! - stated minimums (every branch; NCCL's only for EPv2, the one that links
+//!   NCCL): a requirement line of README.md, docs/nvshmem.md (EPv2) or
+//!   third-party/README.md (HybridEP, the classic interface) naming torch
+//!   (`PyTorch`), NCCL or NVSHMEM, a version (`v` allowed) and "and above",
+//!   "or later", "and later", "or above", "or newer", "and newer" (EPv2
+//!   README.md:69 "PyTorch 2.10 and above", docs/nvshmem.md:18 "NVSHMEM v3.3.9
+//!   or later"). The version must be PEP 440 ([`crate::pep`]); a line whose
+//!   version is not is kept in `unread` and gives no minimum (never guessed).
 //!
 //! Pure: files come through the reader.
 use super::{Branch, Files};
-use crate::provenance::RuntimeNeeds;
+use crate::provenance::{RuntimeNeeds, Stated};
 
 /// The EPv2 files that include NCCL's headers and test its version.
 const NCCL_SOURCES: [&str; 2] = ["csrc/kernels/backend/nccl.cu", "csrc/kernels/backend/api.cuh"];
@@ -23,12 +31,46 @@ const NCCL_SOURCES: [&str; 2] = ["csrc/kernels/backend/nccl.cu", "csrc/kernels/b
 /// Largest file scanned (nccl.cu is about 10 kB, the README 25 kB).
 const MAX_FILE: usize = 1 << 20;
 
+/// The files whose requirement lines state minimums (EPv2 moved NVSHMEM's guide
+/// from third-party/README.md to docs/nvshmem.md).
+pub const STATING: [&str; 3] = ["README.md", "docs/nvshmem.md", "third-party/README.md"];
+
+/// How a requirement line says "this version or newer" after the version.
+const AT_LEAST: [&str; 6] = ["and above", "or later", "and later", "or above", "or newer", "and newer"];
+
+/// A library a requirement line can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lib {
+    Torch,
+    Nccl,
+    Nvshmem,
+}
+
+/// The words naming each library (compared without case, as whole words).
+const NAMES: [(&str, Lib); 4] =
+    [("pytorch", Lib::Torch), ("torch", Lib::Torch), ("nccl", Lib::Nccl), ("nvshmem", Lib::Nvshmem)];
+
+/// One requirement line: the library, the version as written, `file:line`, the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    pub lib: Lib,
+    pub version: String,
+    pub at: String,
+    pub text: String,
+}
+
 /// The run-time needs of the revision `files` reads (`setup`: its setup.py).
 pub fn needs(files: &dyn Files, branch: Branch, setup: &str) -> RuntimeNeeds {
     let mut n = RuntimeNeeds::default();
     nvshmem_same(setup, &mut n);
+    for f in STATING {
+        if let Some(text) = files.read(f).filter(|t| t.len() <= MAX_FILE) {
+            for s in statements(f, &text) {
+                take(s, branch, &mut n);
+            }
+        }
+    }
     if branch == Branch::Main {
-        readme_nccl_min(files, &mut n);
         for f in NCCL_SOURCES {
             if let Some(text) = files.read(f).filter(|t| t.len() <= MAX_FILE) {
                 nccl_source(f, &text, &mut n);
@@ -53,19 +95,92 @@ fn nvshmem_same(setup: &str, n: &mut RuntimeNeeds) {
     }
 }
 
-/// README.md's "NCCL X.Y.Z and above".
-fn readme_nccl_min(files: &dyn Files, n: &mut RuntimeNeeds) {
-    let Some(text) = files.read("README.md").filter(|t| t.len() <= MAX_FILE) else { return };
+/// Every requirement line of `text` (the file `file`) naming torch, NCCL or
+/// NVSHMEM with a version and an "at least" phrase after it.
+pub fn statements(file: &str, text: &str) -> Vec<Statement> {
+    let mut out = Vec::new();
     for (i, l) in text.lines().enumerate() {
-        let Some(rest) = l.find("NCCL ").map(|p| &l[p + 5..]) else { continue };
-        let v: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
-        let v = v.trim_end_matches('.');
-        if v.split('.').count() >= 2 && rest[v.len()..].trim_start().starts_with("and above") {
-            raise_min(n, v);
-            n.evidence.push(format!("README.md:{}: {}", i + 1, l.trim().trim_start_matches(['-', '*', ' '])));
-            return;
+        let lower = l.to_ascii_lowercase();
+        for (name, lib) in NAMES {
+            for (p, _) in lower.match_indices(name) {
+                if let Some(version) = stated_after(&lower, p, name.len()) {
+                    // A hostile README's line is shown cut short, never whole.
+                    let text = crate::input::excerpt(l.trim().trim_start_matches(['-', '*', ' ']).trim(), 160);
+                    out.push(Statement { lib, version: l[version].to_string(), at: format!("{file}:{}", i + 1), text });
+                }
+            }
         }
     }
+    out
+}
+
+/// The version's byte range when `line` (lower case) has the word at `p..p+len`
+/// followed by a version and an "at least" phrase.
+fn stated_after(line: &str, p: usize, len: usize) -> Option<std::ops::Range<usize>> {
+    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/' | '.' | '=' | '<' | '>');
+    if line[..p].chars().next_back().is_some_and(word) {
+        return None;
+    }
+    let after = &line[p + len..];
+    let spaced = after.trim_start();
+    if spaced.len() == after.len() {
+        return None; // `nccl.h`, `torch_dtype`, `nvshmem_host`: not the library's name
+    }
+    let start = p + len + (after.len() - spaced.len());
+    let v = spaced.strip_prefix('v').filter(|r| r.starts_with(|c: char| c.is_ascii_digit())).unwrap_or(spaced);
+    let start = start + (spaced.len() - v.len());
+    if !v.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let token = v.split_whitespace().next().unwrap_or("");
+    let version = token.trim_end_matches(['.', ',', ';', ':', ')']);
+    let rest = v[token.len()..].trim_start();
+    AT_LEAST.iter().any(|a| rest.starts_with(a)).then(|| start..start + version.len())
+}
+
+/// A statement as a need: NCCL's only for EPv2 (the branch that links NCCL); a
+/// version that is not PEP 440 is kept in `unread`, never guessed.
+fn take(s: Statement, branch: Branch, n: &mut RuntimeNeeds) {
+    if s.lib == Lib::Nccl && branch != Branch::Main {
+        return;
+    }
+    if let Err(e) = crate::pep::check_version(&s.version) {
+        n.unread.push(format!("{}: `{}`: {e}; no minimum taken from it", s.at, s.text));
+        return;
+    }
+    n.evidence.push(format!("{}: {}", s.at, s.text));
+    let stated = Stated { version: s.version, at: s.at, text: s.text };
+    match s.lib {
+        Lib::Nccl => raise_min(n, &stated.version),
+        Lib::Torch => keep_higher(&mut n.torch_min, stated),
+        Lib::Nvshmem => keep_higher(&mut n.nvshmem_min, stated),
+    }
+}
+
+/// Keep the higher of two stated minimums (the first of equal ones).
+fn keep_higher(slot: &mut Option<Stated>, s: Stated) {
+    if slot.as_ref().is_none_or(|old| pep_key(&s.version) > pep_key(&old.version)) {
+        *slot = Some(s);
+    }
+}
+
+fn pep_key(v: &str) -> Option<pep440_rs::Version> {
+    v.parse().ok()
+}
+
+/// `found` is older than the stated minimum `min`, comparing release numbers only:
+/// a pre-release or local build of the stated version (NGC's `2.10.0a0+git...`)
+/// counts as that version. None when either is not PEP 440.
+pub fn below(found: &str, min: &str) -> Option<bool> {
+    let f: pep440_rs::Version = found.trim().parse().ok()?;
+    let m: pep440_rs::Version = min.trim().parse().ok()?;
+    let len = f.release().len().max(m.release().len());
+    let pad = |r: &[u64]| {
+        let mut v = r.to_vec();
+        v.resize(len, 0);
+        v
+    };
+    Some(pad(f.release()) < pad(m.release()))
 }
 
 /// `2.30.4` from `NCCL_VERSION(2, 30, 4)` at the start of `s`.
@@ -214,5 +329,98 @@ mod tests {
         // Not EPv2: NCCL needs are not read.
         let h = needs(&files, Branch::HybridEp, "x = 1\n");
         assert_eq!(h, RuntimeNeeds::default());
+    }
+
+    /// DeepEP main's README "Requirements" (dd758ca, the same lines at b306af0, EPv2's first
+    /// release, and epv2-release 018f21e) around its pip line, which names NCCL but states no minimum.
+    const EPV2_README: &str = "### Requirements\n\n- Hopper (SM90) GPUs, or other architectures with SM90 PTX ISA support\n- Python 3.8 and above\n- CUDA version\n  - CUDA 12.3 and above for SM90 GPUs\n- PyTorch 2.10 and above\n- NCCL 2.30.4 and above\n- NVLink for intranode communication\n\n```bash\npip install \"nvidia-nccl-cu13>=2.30.4\" --no-deps\n```\n";
+    /// docs/nvshmem.md at dd758ca (the classic tree's third-party/README.md has the same lines).
+    const NVSHMEM_GUIDE: &str = "Software requirements:\n   - NVSHMEM v3.3.9 or later\n\n## Installation procedure\n\nNVSHMEM 3.3.9 binaries are available in several formats:\n   - Tarballs for  [x86_64](https://developer.download.nvidia.com/compute/nvshmem/redist/libnvshmem/linux-x86_64/libnvshmem-linux-x86_64-3.3.9_cuda12-archive.tar.xz)\n   - pip wheels through PyPI: `pip install nvidia-nvshmem-cu12`\nDeepEP is compatible with upstream NVSHMEM 3.3.9 and later.\n";
+    /// hybrid-ep's README (94a9f8f; 567632d on main before EPv2 says the same).
+    const HYBRID_README: &str = "- Python 3.8 and above\n- CUDA version\n  - CUDA 11.0 and above for SM80 GPUs\n  - CUDA 12.3 and above for SM90 GPUs\n- PyTorch 2.1 and above\n- NVLink for intranode communication\n";
+
+    #[test]
+    fn requirement_lines_of_every_library_are_read_the_same_way_with_their_lines() {
+        let got: Vec<(Lib, String, String)> =
+            statements("README.md", EPV2_README).into_iter().map(|s| (s.lib, s.version, s.at)).collect();
+        assert_eq!(
+            got,
+            vec![(Lib::Torch, "2.10".into(), "README.md:7".into()), (Lib::Nccl, "2.30.4".into(), "README.md:8".into())]
+        );
+        let got: Vec<(Lib, String, String, String)> = statements("docs/nvshmem.md", NVSHMEM_GUIDE)
+            .into_iter()
+            .map(|s| (s.lib, s.version, s.at, s.text))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Lib::Nvshmem, "3.3.9".into(), "docs/nvshmem.md:2".into(), "NVSHMEM v3.3.9 or later".into()),
+                (
+                    Lib::Nvshmem,
+                    "3.3.9".into(),
+                    "docs/nvshmem.md:9".into(),
+                    "DeepEP is compatible with upstream NVSHMEM 3.3.9 and later.".into()
+                ),
+            ]
+        );
+        // Other phrasings of the class; names inside other words are not the library.
+        let other =
+            "torch 2.4 or newer\nNCCL v2.31 or above\nlibnvshmem 9.9 and above\ntorch_npu 3.0 and above\nPyTorch 2.9\n";
+        let got: Vec<(Lib, String)> = statements("x.md", other).into_iter().map(|s| (s.lib, s.version)).collect();
+        assert_eq!(got, vec![(Lib::Torch, "2.4".into()), (Lib::Nccl, "2.31".into())]);
+    }
+
+    #[test]
+    fn epv2_and_hybrid_ep_needs_from_their_own_text_and_an_unreadable_version_is_no_need() {
+        let epv2 = |p: &str| match p {
+            "README.md" => Some(EPV2_README.to_string()),
+            "docs/nvshmem.md" => Some(NVSHMEM_GUIDE.to_string()),
+            _ => None,
+        };
+        let n = needs(&epv2, Branch::Main, "x = 1\n");
+        let t = n.torch_min.as_ref().unwrap();
+        assert_eq!(
+            (t.version.as_str(), t.at.as_str(), t.text.as_str()),
+            ("2.10", "README.md:7", "PyTorch 2.10 and above")
+        );
+        let v = n.nvshmem_min.as_ref().unwrap();
+        assert_eq!(
+            (v.version.as_str(), v.at.as_str()),
+            ("3.3.9", "docs/nvshmem.md:2"),
+            "the first of equal statements"
+        );
+        assert_eq!(n.nccl_min.as_deref(), Some("2.30.4"));
+        assert!(n.evidence.contains(&"README.md:7: PyTorch 2.10 and above".to_string()), "{:?}", n.evidence);
+        // hybrid-ep: its own torch minimum and the NVSHMEM guide under third-party/; no NCCL need.
+        let hybrid = |p: &str| match p {
+            "README.md" => Some(HYBRID_README.to_string()),
+            "third-party/README.md" => Some(NVSHMEM_GUIDE.to_string()),
+            _ => None,
+        };
+        let h = needs(&hybrid, Branch::HybridEp, "x = 1\n");
+        assert_eq!(h.torch_min.map(|s| (s.version, s.at)), Some(("2.1".into(), "README.md:5".into())));
+        assert_eq!(h.nvshmem_min.map(|s| s.at), Some("third-party/README.md:2".into()));
+        assert_eq!(h.nccl_min, None);
+        // Not PEP 440: said, no minimum; no statement at all: no minimum.
+        let odd = |p: &str| (p == "README.md").then(|| "- PyTorch 2.x and above\n".to_string());
+        let o = needs(&odd, Branch::Main, "x = 1\n");
+        assert_eq!(o.torch_min, None);
+        assert!(
+            o.unread.len() == 1 && o.unread[0].starts_with("README.md:1: `PyTorch 2.x and above`"),
+            "{:?}",
+            o.unread
+        );
+        assert_eq!(needs(&|_: &str| None, Branch::Main, "x = 1\n").torch_min, None);
+    }
+
+    #[test]
+    fn below_compares_release_numbers() {
+        assert_eq!(below("2.9.1+cu130", "2.10"), Some(true));
+        assert_eq!(below("2.10.0+cu130", "2.10"), Some(false));
+        assert_eq!(below("2.10.0a0+b558c98", "2.10"), Some(false), "NGC's pre-release of 2.10 is 2.10");
+        assert_eq!(below("3.3.8", "3.3.9"), Some(true));
+        assert_eq!(below("3.4.5", "3.3.9"), Some(false));
+        assert_eq!(below("2.10", "2.10.0.1"), Some(true));
+        assert_eq!(below("junk", "2.10"), None);
     }
 }

@@ -145,6 +145,8 @@ fn rule_summary(rule: &str) -> Option<&'static str> {
         "lock-torch" => "uv.lock installs another torch than DeepEP is built against",
         "lock-nvshmem" => "uv.lock's NVSHMEM is not proven to be the one DeepEP's device code is built with",
         "lock-nccl" => "uv.lock installs an NCCL DeepEP main cannot run with",
+        "lock-torch-min" => "uv.lock installs a torch older than the pinned DeepEP states it needs",
+        "lock-nvshmem-min" => "uv.lock installs an NVSHMEM older than the pinned DeepEP states it needs",
         "source-repo" => "DeepEP comes from another repository than pins.toml names",
         "unpinned" => "DeepEP is required without a git revision",
         "arch-unpinned" => "DeepEP is installed on an architecture pins.toml does not pin",

@@ -350,6 +350,8 @@ const RULES: &[Rule] = &[
     Rule { id: "lock-torch", phase: Phase::Lock, judge: Judge::Once(environment::lock_torch) },
     Rule { id: "lock-nvshmem", phase: Phase::Lock, judge: Judge::Once(environment::lock_nvshmem) },
     Rule { id: "lock-nccl", phase: Phase::Lock, judge: Judge::Once(environment::lock_nccl) },
+    Rule { id: "lock-torch-min", phase: Phase::Lock, judge: Judge::Once(environment::lock_torch_min) },
+    Rule { id: "lock-nvshmem-min", phase: Phase::Lock, judge: Judge::Once(environment::lock_nvshmem_min) },
 ];
 
 /// The rule ids `lock check` can report (docs/findings.md lists each).

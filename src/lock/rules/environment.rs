@@ -2,7 +2,8 @@
 //! "The environment around DeepEP"): torch per architecture equals `[toolchain] torch`,
 //! `nvidia-nvshmem-cu*` equals the build's NVSHMEM, and for an EPv2 revision (as
 //! its source says, `lock::revision`; never pins.toml's `branch`) `nvidia-nccl-cu*`
-//! meets the revision's need. One
+//! meets the revision's need; torch and `nvidia-nvshmem-cu*` are at least what the pinned
+//! revision states it needs (its README / NVSHMEM guide, `interface::runtime`). One
 //! function per rule id, registered in `RULES` (phase `Lock`).
 use std::str::FromStr;
 
@@ -180,6 +181,57 @@ pub fn lock_nccl(j: &Judging, out: &mut Vec<Finding>) {
             }
             Some(Entry::Unread(why)) => nccl_unknown(j, a, why, out),
             _ => {}
+        }
+    }
+}
+
+/// `lock-torch-min`: torch in uv.lock (per architecture) is at least the torch the pinned
+/// revision states it needs (its README: EPv2 "PyTorch 2.10 and above"), read from the source.
+pub fn lock_torch_min(j: &Judging, out: &mut Vec<Finding>) {
+    below_stated(j, ("lock-torch-min", "torch", "torch"), |i| i.runtime.torch_min.as_ref(), out)
+}
+
+/// `lock-nvshmem-min`: `nvidia-nvshmem-cu*` in uv.lock is at least the NVSHMEM the pinned revision
+/// states it needs (EPv2 docs/nvshmem.md, HybridEP third-party/README.md: "NVSHMEM v3.3.9 or later").
+pub fn lock_nvshmem_min(j: &Judging, out: &mut Vec<Finding>) {
+    below_stated(j, ("lock-nvshmem-min", "nvidia-nvshmem-cu", "NVSHMEM"), |i| i.runtime.nvshmem_min.as_ref(), out)
+}
+
+/// The locked packages named `prefix` on each built architecture older than the minimum
+/// `stated` reads from the revision pinned there (release numbers compared,
+/// `interface::below`); a revision not read, or stating none, is not judged here.
+fn below_stated(
+    j: &Judging,
+    (id, prefix, lib): (&str, &str, &str),
+    stated: impl Fn(&Interface) -> Option<&crate::provenance::Stated>,
+    out: &mut Vec<Finding>,
+) {
+    for a in built(j) {
+        let Some(Entry::Read(i)) = pinned_at(j, a) else { continue };
+        let Some(min) = stated(i) else { continue };
+        let rev = short(&j.ctx.intent[&a]);
+        for p in locked(j, a, prefix) {
+            if crate::interface::below(&p.version, &min.version) != Some(true) {
+                continue;
+            }
+            out.push(
+                Finding::new(
+                    id,
+                    Severity::Error,
+                    lock_file(j),
+                    format!(
+                        "uv.lock installs {} {} on {a}, but DeepEP at {rev} states \"{}\" ({} at that revision): it needs {lib} {} or newer",
+                        p.name, p.version, min.text, min.at, min.version
+                    ),
+                )
+                .at(p.line, p.col)
+                .arch(a)
+                .expected_found(format!(">={}", min.version), &p.version)
+                .fix(format!(
+                    "lock {}>={} (raise it in pyproject.toml, or add it to [tool.uv] override-dependencies), then uv lock, and build DeepEP against it; or pin a DeepEP revision whose requirements allow {lib} {}",
+                    p.name, min.version, p.version
+                )),
+            );
         }
     }
 }
