@@ -5,9 +5,10 @@ without pyproject.toml (setuptools' PEP 517 hooks through its `__legacy__`
 backend: the metadata hook in its own process, then `build_wheel`), with one
 change in how the extensions are compiled: all of them at once instead of one
 after another. Every compile and link command is the one the serial build
-runs, with the same output paths; only the place of torch's `build.ninja` and
-`.ninja_log` differs (one folder per extension, `<build_temp>/.ninja/<name>`,
-so concurrent ninja runs never overwrite each other's files).
+runs, in the same folder, with the same output paths; only the name of torch's
+`build.ninja` differs (`build-<name>.ninja`, beside it) and the folder of its
+`.ninja_log` (`.ninja/<name>`, ninja's builddir), so concurrent ninja runs never
+overwrite each other's files.
 
 The plan's MAX_JOBS is shared between the extensions: with ninja 1.13 or
 newer (a GNU make jobserver client) through a jobserver this process serves
@@ -70,23 +71,26 @@ def side_by_side(jobs, extensions):
     cls = setuptools_build_ext.build_ext
     current = threading.local()
     finalize = cls.finalize_options
-    build_one = cls.build_extension
 
     def finalize_options(self):
         finalize(self)
         n = len(self.extensions or [])
         if n > 1:
             self.parallel = n
+        # The instance's own build_extension (a subclass may override it): each
+        # extension's thread knows which extension it builds.
+        build_one = self.build_extension
 
-    def build_extension(self, ext):
-        current.name = ext.name
-        try:
-            return build_one(self, ext)
-        finally:
-            current.name = None
+        def build_extension(ext):
+            current.name = ext.name
+            try:
+                return build_one(ext)
+            finally:
+                current.name = None
+
+        self.build_extension = build_extension
 
     cls.finalize_options = finalize_options
-    cls.build_extension = build_extension
     os.environ["MAX_JOBS"] = str(max(1, jobs // extensions))
     if ninja_version() >= (1, 13):
         jobserver(jobs, extensions)
@@ -94,22 +98,46 @@ def side_by_side(jobs, extensions):
         import torch.utils.cpp_extension as cpp_extension
     except ModuleNotFoundError:
         return  # no torch: the project's own build_ext (it must keep extensions apart itself)
-    write = getattr(cpp_extension, "_write_ninja_file_and_compile_objects", None)
-    if write is None:
+    write = getattr(cpp_extension, "_write_ninja_file", None)
+    if write is None or not hasattr(cpp_extension, "subprocess"):
         sys.exit(
-            "deepep-forge: this torch's extension builder has no _write_ninja_file_and_compile_objects; "
-            "build with --serial-extensions"
+            "deepep-forge: this torch's extension builder has no _write_ninja_file; build with --serial-extensions"
         )
 
     def per_extension(*args, **kwargs):
+        """`build-<name>.ninja` beside `build.ninja`, its log under `.ninja/<name>` (ninja's builddir)."""
         name = getattr(current, "name", None)
-        if name and "build_directory" in kwargs:
-            folder = os.path.join(kwargs["build_directory"], ".ninja", name)
-            os.makedirs(folder, exist_ok=True)
-            kwargs["build_directory"] = folder
-        return write(*args, **kwargs)
+        path = kwargs.get("path")
+        if not name or path is None:
+            return write(*args, **kwargs)
+        kwargs["path"] = os.path.join(os.path.dirname(path), f"build-{name}.ninja")
+        result = write(*args, **kwargs)
+        with open(kwargs["path"], encoding="utf-8") as f:
+            text = f.read()
+        with open(kwargs["path"], "w", encoding="utf-8") as f:
+            f.write(f"builddir = .ninja/{name}\n" + text)
+        return result
 
-    cpp_extension._write_ninja_file_and_compile_objects = per_extension
+    class Subprocess:
+        """torch's `subprocess`, except that ninja reads this thread's extension's build file.
+
+        ninja still runs in the build folder (torch's cwd), so every compile command runs
+        where the serial build runs it: the objects' debug information names the same folder.
+        """
+
+        def __getattr__(self, attr):
+            return getattr(subprocess, attr)
+
+        def run(self, cmd, *args, **kwargs):
+            name = getattr(current, "name", None)
+            if name and isinstance(cmd, list) and cmd[:1] == ["ninja"]:
+                cmd = [cmd[0], "-f", f"build-{name}.ninja", *cmd[1:]]
+            return subprocess.run(cmd, *args, **kwargs)
+
+    import subprocess
+
+    cpp_extension._write_ninja_file = per_extension
+    cpp_extension.subprocess = Subprocess()
 
 
 def main():
