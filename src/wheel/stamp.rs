@@ -83,18 +83,22 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         let name = &names[i];
         if let Some(data) = changes.replace.get(name) {
             let mode = normal_mode(zin.by_index_raw(i)?.unix_mode());
+            // A replaced `.dist-info` member (METADATA with Requires-Dist) moves with its
+            // folder when the wheel is relabelled, its `Version:` line too.
+            let (path, data) = match name.strip_prefix(&format!("{di}/")) {
+                Some(rest) if new_di != di => {
+                    (format!("{new_di}/{rest}"), relabel_text(rest, data.clone(), changes.relabel.as_ref())?)
+                }
+                _ => (name.clone(), data.clone()),
+            };
             let opts = SimpleFileOptions::default()
                 .compression_method(zip::CompressionMethod::Deflated)
                 .last_modified_time(time)
                 .unix_permissions(mode)
                 .large_file(data.len() as u64 >= u32::MAX as u64);
-            zout.start_file(name.as_str(), opts)?;
-            zout.write_all(data)?;
-            new_record.push(Entry {
-                path: name.clone(),
-                hash: Some(record::hash_bytes(data)),
-                size: Some(data.len() as u64),
-            });
+            zout.start_file(path.as_str(), opts)?;
+            zout.write_all(&data)?;
+            new_record.push(Entry { path, hash: Some(record::hash_bytes(&data)), size: Some(data.len() as u64) });
             continue;
         }
         if new_di != di && name.starts_with(&format!("{di}/")) {
@@ -161,16 +165,19 @@ fn relabel_member<R: Read + std::io::Seek>(
     relabel: Option<&(String, String)>,
 ) -> Result<(String, Vec<u8>)> {
     let mut f = zin.by_index(i)?;
-    let path = format!("{new_di}{}", &f.name()[di.len()..]);
+    let rest = f.name()[di.len()..].trim_start_matches('/').to_string();
     let mut data = Vec::new();
     (&mut f).take(super::limits::DOC).read_to_end(&mut data)?;
-    if let (Some((old, new)), true) = (relabel, path == format!("{new_di}/METADATA")) {
-        let text = String::from_utf8(data).context("METADATA is not UTF-8")?;
-        let from = format!("\nVersion: {old}\n");
-        anyhow::ensure!(text.contains(&from), "METADATA has no `Version: {old}` line");
-        data = text.replacen(&from, &format!("\nVersion: {new}\n"), 1).into_bytes();
-    }
-    Ok((path, data))
+    Ok((format!("{new_di}/{rest}"), relabel_text(&rest, data, relabel)?))
+}
+
+/// A `.dist-info` member's bytes under the new label: METADATA's `Version:` line rewritten.
+fn relabel_text(member: &str, data: Vec<u8>, relabel: Option<&(String, String)>) -> Result<Vec<u8>> {
+    let Some((old, new)) = relabel.filter(|_| member == "METADATA") else { return Ok(data) };
+    let text = String::from_utf8(data).context("METADATA is not UTF-8")?;
+    let from = format!("\nVersion: {old}\n");
+    anyhow::ensure!(text.contains(&from), "METADATA has no `Version: {old}` line");
+    Ok(text.replacen(&from, &format!("\nVersion: {new}\n"), 1).into_bytes())
 }
 
 /// 0755 when any execute bit is set, else 0644: a member's mode does not depend on the umask.
@@ -188,3 +195,66 @@ fn zip_time(epoch: i64) -> zip::DateTime {
 }
 
 pub use super::read::sha256_file;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wheel of `members` with a RECORD (sha256 of each) in `<dir>/w.whl`.
+    fn wheel(dir: &Path, members: &[(&str, &str)]) -> std::path::PathBuf {
+        let di = "deep_ep-1.2.1+abc1234.dist-info";
+        let mut entries: Vec<Entry> = members
+            .iter()
+            .map(|(p, d)| Entry {
+                path: p.to_string(),
+                hash: Some(record::hash_bytes(d.as_bytes())),
+                size: Some(d.len() as u64),
+            })
+            .collect();
+        entries.push(Entry { path: format!("{di}/RECORD"), hash: None, size: None });
+        let path = dir.join("w.whl");
+        let mut z = zip::ZipWriter::new(File::create(&path).unwrap());
+        for (p, d) in
+            members.iter().copied().chain([(format!("{di}/RECORD").as_str(), record::write(&entries).as_str())])
+        {
+            z.start_file(p, SimpleFileOptions::default()).unwrap();
+            z.write_all(d.as_bytes()).unwrap();
+        }
+        z.finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn a_relabelled_wheel_moves_its_replaced_metadata_with_the_new_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let di = "deep_ep-1.2.1+abc1234.dist-info";
+        let meta = "Metadata-Version: 2.1\nName: deep_ep\nVersion: 1.2.1+abc1234\n";
+        let input = wheel(
+            tmp.path(),
+            &[
+                ("deep_ep/__init__.py", "x = 1\n"),
+                (&format!("{di}/METADATA"), meta),
+                (&format!("{di}/WHEEL"), "Wheel-Version: 1.0\n"),
+            ],
+        );
+        let mut changes = Changes { epoch: 946_684_800, ..Default::default() };
+        changes.relabel = Some(("1.2.1+abc1234".into(), "1.2.1+abc1234.p0123abcd".into()));
+        let with_requires = format!("{meta}Requires-Dist: torch==2.11.0\n");
+        changes.replace.insert(format!("{di}/METADATA"), with_requires.into_bytes());
+        let out = tmp.path().join("out.whl");
+        stamp(&input, &out, &changes).unwrap();
+        let z = zip::ZipArchive::new(File::open(&out).unwrap()).unwrap();
+        let names: Vec<&str> = z.file_names().collect();
+        assert!(
+            names.iter().all(|n| !n.starts_with(&format!("{di}/"))),
+            "nothing left in the old .dist-info: {names:?}"
+        );
+        let new_di = "deep_ep-1.2.1+abc1234.p0123abcd.dist-info";
+        let metadata = String::from_utf8(read_member(&out, &format!("{new_di}/METADATA")).unwrap()).unwrap();
+        assert!(metadata.contains("\nVersion: 1.2.1+abc1234.p0123abcd\n"), "{metadata}");
+        assert!(metadata.contains("Requires-Dist: torch==2.11.0"), "{metadata}");
+        let record = String::from_utf8(read_member(&out, &format!("{new_di}/RECORD")).unwrap()).unwrap();
+        assert!(record.contains(&format!("{new_di}/METADATA,sha256=")), "{record}");
+        assert!(!record.contains(&format!("{di}/")), "{record}");
+    }
+}
