@@ -215,7 +215,7 @@ pub struct Plan {
     /// The extensions built at once (`side_by_side`): the command run instead of
     /// `run.argv`, with the same commands and bytes. Not in the cache key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub side_by_side: Option<super::side_by_side::SideBySide>,
+    pub side_by_side: Option<SideBySide>,
     /// sha256 of the canonical path-free plan; None when it depends on what is not known yet.
     pub cache_key: Option<String>,
     /// Why `cache_key` is None.
@@ -506,6 +506,19 @@ pub enum Backend {
     S3,
     Webdav,
     Gha,
+}
+
+/// The side-by-side step of a plan (behaviour: `side_by_side`): DeepEP's extensions
+/// built at once by a driver calling the same setuptools hooks and compile commands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SideBySide {
+    /// The extensions built at once (DeepEP's interface at the pin).
+    pub extensions: Vec<String>,
+    /// The plan's MAX_JOBS, shared between the extensions: through a jobserver the
+    /// driver serves when the build's ninja is 1.13 or newer, else split evenly.
+    pub jobs: usize,
+    /// The command run instead of the plan's `pip wheel` (same interpreter, folder, environment).
+    pub argv: Vec<String>,
 }
 
 /// The plan's NCCL step (behaviour: `nccl_reuse`): before the command, the stored build

@@ -10,25 +10,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 
-use super::plan::Plan;
+use super::plan::{Plan, SideBySide};
 
 /// The driver, written into the build folder when the build runs.
 pub const DRIVER: &str = include_str!("side_by_side.py");
 const DRIVER_FILE: &str = "side-by-side.py";
-
-/// The side-by-side step of a plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SideBySide {
-    /// The extensions built at once (DeepEP's interface at the pin).
-    pub extensions: Vec<String>,
-    /// The plan's MAX_JOBS, shared between the extensions: through a jobserver the
-    /// driver serves when the build's ninja is 1.13 or newer, else split evenly.
-    pub jobs: usize,
-    /// The command run instead of the plan's `pip wheel` (same interpreter, folder, environment).
-    pub argv: Vec<String>,
-}
 
 /// Attach the step when the plan builds several extensions with pip natively
 /// and the request did not ask for them one after another.
