@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{BakeArgs, DOCKERFILE, IMAGE};
+use super::{DOCKERFILE, IMAGE};
 use crate::error::{Exit, Failure};
 use crate::output::{annotation, Annotation, Format, Level};
 use crate::pins::{Pins, Transport, Variant};
@@ -203,7 +203,16 @@ fn diff_summary(old: &str, new: &str) -> Vec<String> {
     out
 }
 
-pub fn bake(a: BakeArgs) -> Result<Exit> {
+/// What `docker bake` was asked (made from `docker::BakeArgs` at the edge; no clap type here).
+pub struct BakeRequest {
+    /// Compare with the file on disk and write nothing.
+    pub check: bool,
+    pub pins: PathBuf,
+    pub out: PathBuf,
+    pub format: Format,
+}
+
+pub fn bake(a: BakeRequest) -> Result<Exit> {
     let pins = Pins::load(&a.pins)?;
     let text = bake_json(&pins, &pins_in_context(&a.pins)?)?;
     let current = crate::input::read_text_opt(&a.out, "bake file", crate::input::cap::TEXT)?;
@@ -221,7 +230,7 @@ pub fn bake(a: BakeArgs) -> Result<Exit> {
     let report = BakeReport {
         schema: BAKE_REPORT_SCHEMA,
         file: a.out.clone(),
-        pins: a.pins.to_path_buf(),
+        pins: a.pins.clone(),
         status,
         targets: pins.variants.iter().map(|v| v.name.clone()).collect(),
         changes,

@@ -65,6 +65,13 @@ pub struct BakeArgs {
     pub format: Format,
 }
 
+impl BakeArgs {
+    /// The plain request `bake::bake` takes.
+    pub fn request(self) -> bake::BakeRequest {
+        bake::BakeRequest { check: self.check, pins: self.pins.to_path_buf(), out: self.out, format: self.format }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct BuildArgs {
     /// Variant(s) to build (bake targets); repeatable. Default: every variant.
@@ -160,7 +167,7 @@ impl BuildArgs {
 
 pub fn run(cmd: DockerCommand) -> Result<Exit> {
     match cmd {
-        DockerCommand::Bake(a) => bake::bake(a),
+        DockerCommand::Bake(a) => bake::bake(a.request()),
         DockerCommand::Build(a) => builder::build(a.request()),
     }
 }
