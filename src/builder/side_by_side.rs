@@ -53,7 +53,7 @@ pub fn command(pl: &Plan) -> Result<&[String]> {
 /// The plan's line about it.
 pub fn describe(s: &SideBySide) -> String {
     format!(
-        "{} at once, one ninja folder each, sharing MAX_JOBS {} (a jobserver with ninja >= 1.13, else split) (not keyed: the same commands and bytes as the command below; --serial-extensions: one after another)",
+        "{} at once, each from its own ninja file, sharing MAX_JOBS {} (a jobserver with ninja >= 1.13, else split) (not keyed: the same commands and bytes as the command below; --serial-extensions: one after another)",
         s.extensions.join(", "),
         s.jobs
     )
