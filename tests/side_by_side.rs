@@ -9,14 +9,7 @@ mod support;
 use build_support::*;
 use support::*;
 
-const VARIANT: &str = r#"
-[[variant]]
-name = "r"
-arch = "x86_64"
-cuda_arch_list = "9.0"
-multinode = false
-topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
-"#;
+const VARIANT: &str = VARIANT_R;
 
 /// build-wheel of variant `r` (wheel cache off, no compiler cache): the JSON result.
 fn build(lab: &Lab, extra: &[&str]) -> serde_json::Value {
@@ -83,19 +76,6 @@ fn side_by_side_and_serial_builds_give_the_same_wheel() {
     assert!(starts[1] > link, "serial: hybrid_ep_cpp starts after deep_ep_cpp is linked");
 }
 
-/// Copy `src` (a folder of plain files) to `dst`.
-fn copy_tree(src: &std::path::Path, dst: &std::path::Path) {
-    for e in walkdir::WalkDir::new(src) {
-        let e = e.unwrap();
-        let to = dst.join(e.path().strip_prefix(src).unwrap());
-        if e.file_type().is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-        }
-    }
-}
-
 /// torch's own ninja path (tests/fixtures/torch-ninja, a stand-in with torch's
 /// BuildExtension structure, compiling real C with `cc -g`): the side-by-side driver
 /// builds both extensions at once, each from its own build file, with ninja in the
@@ -110,7 +90,7 @@ fn torch_ninja_builds_side_by_side_give_the_serial_wheel() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let stand_in = tmp.path().join("torch-ninja");
-    copy_tree(&support::root().join("tests/fixtures/torch-ninja"), &stand_in);
+    support::copy_dir(&support::root().join("tests/fixtures/torch-ninja"), &stand_in);
     let project = stand_in.join("project");
     let path = format!("{}:/usr/bin:/bin", venv.join("bin").display());
     let build = |argv: &[&std::ffi::OsStr]| {

@@ -10,6 +10,17 @@ use std::process::Command;
 
 use crate::support;
 
+/// The single-node `h100`-shaped variant `r` (arch list 9.0, 1 x 8 GPUs, EP 8) that the
+/// build tests append to the lab's pins (`Lab::pins_with`).
+pub const VARIANT_R: &str = r#"
+[[variant]]
+name = "r"
+arch = "x86_64"
+cuda_arch_list = "9.0"
+multinode = false
+topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
+"#;
+
 pub struct Lab {
     pub dir: tempfile::TempDir,
     pub repo: PathBuf,
