@@ -5,7 +5,8 @@
 //! `$ORIGIN` RUNPATH, as a deepep-forge wheel does. The probe resolves both
 //! without ldd or dlopen and reads their versions from their own `.rodata`;
 //! a dist-info rewritten to another version, and a wheel whose provenance
-//! says it was built against another NCCL (EPv2's exact rule), are findings.
+//! says it was built against another NCCL (EPv2's exact rule), are findings,
+//! also for the wheel file probed against the environment (`--wheel --python`).
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -65,7 +66,12 @@ fn deep_ep_wheel(dir: &Path, site: &Path, nccl: &str) -> PathBuf {
 }
 
 fn probe(python: &Path) -> (i32, Vec<Value>) {
-    let o = forge(&root(), &["probe", "--format", "json", "--python", python.to_str().unwrap()]);
+    probe_args(&["--python", python.to_str().unwrap()])
+}
+
+/// `probe --format json ARGS`: its exit code and its `loaded-libraries` rows.
+fn probe_args(args: &[&str]) -> (i32, Vec<Value>) {
+    let o = forge(&root(), &[&["probe", "--format", "json"], args].concat());
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
     let rows = v["checks"].as_array().unwrap().iter().filter(|c| c["rule"] == "loaded-libraries").cloned().collect();
     (o.status.code().unwrap(), rows)
@@ -117,7 +123,8 @@ fn the_probe_names_the_libraries_the_process_would_load_and_their_own_versions()
         .unwrap();
 
     // A wheel built against NCCL 2.30.7 (EPv2, below 2.31: the same NCCL at run time): named before any import.
-    install(&["--reinstall"], &[deep_ep_wheel(dir.path(), &site, "2.30.7")]);
+    let built_2307 = deep_ep_wheel(dir.path(), &site, "2.30.7");
+    install(&["--reinstall"], std::slice::from_ref(&built_2307));
     let (code, rows) = probe(&python);
     assert_eq!(code, 1, "{rows:#?}");
     let text = rows[0]["evidence"].as_str().unwrap();
@@ -126,6 +133,15 @@ fn the_probe_names_the_libraries_the_process_would_load_and_their_own_versions()
         "{text}"
     );
     assert!(rows[0]["fix"].as_str().unwrap().contains("nvidia-nccl-cu13==2.30.7"), "{rows:#?}");
+
+    // The wheel file against the environment (`--wheel --python`): its extension as it
+    // would be installed there (the environment's platlib), the same finding.
+    let (code, rows) = probe_args(&["--wheel", built_2307.to_str().unwrap(), "--python", python.to_str().unwrap()]);
+    assert_eq!(code, 1, "{rows:#?}");
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let text = rows[0]["evidence"].as_str().unwrap();
+    assert!(text.starts_with(&format!("libnccl.so.2 -> {} (RUNPATH) is NCCL 2.28.9", nccl.display())), "{text}");
+    assert!(text.contains("the extension was built against NCCL 2.30.7"), "{text}");
 
     // With torch: deep_ep imports it first, and torch's libtorch_cuda.so loads NCCL through
     // its own RUNPATH; the loader then reuses that soname for the extension.

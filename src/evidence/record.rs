@@ -213,7 +213,9 @@ fn machine(kind: Kind, facts: &Value) -> Machine {
         sm,
         driver: facts["driver"].as_str().map(cut),
         links,
-        nccl: deep_ep["nccl"].as_str().map(cut),
+        // The library the run loaded, by its own ncclGetVersion; never torch's
+        // `torch.cuda.nccl.version()`, which is the NCCL torch was compiled against.
+        nccl: deep_ep["nccl_runtime"].as_str().map(cut),
         nvshmem: deep_ep["nvshmem"].as_str().map(cut),
         rank_gpus,
     }
@@ -281,7 +283,7 @@ mod tests {
             "ranks": {"rank": 0, "local_rank": 0, "world": 4},
             "devices": d0["devices"], "driver": "13.0", "p2p": [{"from": 0, "to": 1, "access": true, "performance_rank": 0}],
             "rank_devices": [d0, d0, d1, d1],
-            "deep_ep": {"status": "ran", "result": {"nccl": "2.30.7", "nvshmem": "libnvshmem_host.so.3"}},
+            "deep_ep": {"status": "ran", "result": {"nccl": "2.28.9", "nccl_runtime": "2.30.7", "nvshmem": "libnvshmem_host.so.3"}},
         });
         let m = machine(Kind::Kernel, &facts);
         assert_eq!((m.nodes, m.ranks, m.gpu_count), (2, 4, 2));

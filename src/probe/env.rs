@@ -20,7 +20,7 @@ use crate::wheel::record;
 /// Printed as JSON by the interpreter under test. `find_spec` locates modules
 /// without executing them (deep_ep is top level, so nothing is imported).
 const SCRIPT: &str = r#"
-import importlib.util, importlib.metadata as md, json, os, platform, re, stat, sys
+import importlib.util, importlib.metadata as md, json, os, platform, re, stat, sys, sysconfig
 mods = {}
 for m in ("deep_ep", "hybrid_ep_cpp", "deep_ep_cpp", "torch"):
     try:
@@ -80,7 +80,8 @@ elif mine:
             "dist_info": str(d.locate_file(info[0]).parent) if info else None}
 print(json.dumps({"python": sys.executable, "version": platform.python_version(),
                   "machine": platform.machine(), "modules": mods, "dist": dist,
-                  "packages": pkgs, "refused": [w for _, w in bad][:16]}))
+                  "packages": pkgs, "refused": [w for _, w in bad][:16],
+                  "platlib": sysconfig.get_paths().get("platlib")}))
 "#;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -97,6 +98,9 @@ pub struct Interpreter {
     /// torch, `nvidia-nvshmem-cu*`, `nvidia-nccl-cu*`: dist-info name -> version.
     #[serde(default)]
     pub packages: BTreeMap<String, String>,
+    /// Where a wheel installed into this environment puts its extensions (sysconfig's platlib).
+    #[serde(default)]
+    pub platlib: Option<String>,
 }
 
 /// The versions of what a DeepEP extension meets at run time, as the
@@ -113,6 +117,10 @@ pub struct Versions {
     pub nvshmem: Option<(String, String)>,
     /// `nvidia-nccl-cu13` -> version, when installed.
     pub nccl: Option<(String, String)>,
+    /// With `--wheel`: the NCCL and NVSHMEM libraries the wheel's extensions
+    /// would load once installed into this environment (`loader`); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loaded: Vec<super::loader::Loaded>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -210,6 +218,21 @@ pub fn versions(python: &Path) -> Result<Versions> {
     Ok(versions_of(&ask(python)?))
 }
 
+/// [`versions`], plus what `wheel`'s extensions would load once installed
+/// into `python`'s environment (at its platlib, where an installer puts them).
+pub fn versions_for_wheel(python: &Path, wheel: &WheelFacts) -> Result<Versions> {
+    let interp = ask(python)?;
+    let mut v = versions_of(&interp);
+    if let Some(site) = interp.platlib.as_deref() {
+        let mut installed = wheel.clone();
+        for e in &mut installed.extensions {
+            e.path = Path::new(site).join(&e.path).display().to_string();
+        }
+        v.loaded = resolve(&interp, &installed).loaded;
+    }
+    Ok(v)
+}
+
 fn versions_of(interp: &Interpreter) -> Versions {
     let find =
         |prefix: &str| interp.packages.iter().find(|(n, _)| n.starts_with(prefix)).map(|(n, v)| (n.clone(), v.clone()));
@@ -221,6 +244,7 @@ fn versions_of(interp: &Interpreter) -> Versions {
         torch_cxx11_abi: torch_dir.as_deref().and_then(torch_abi),
         nvshmem: find("nvidia-nvshmem-cu"),
         nccl: find("nvidia-nccl-cu"),
+        loaded: Vec::new(),
     }
 }
 

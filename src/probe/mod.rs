@@ -159,7 +159,11 @@ struct Inspected {
 fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
     let (binary, env, versions) = match (&args.wheel, &args.python) {
         (Some(w), None) => (wheel::read(w)?, None, None),
-        (Some(w), Some(py)) => (wheel::read(w)?, None, Some(env::versions(py)?)),
+        (Some(w), Some(py)) => {
+            let b = wheel::read(w)?;
+            let v = env::versions_for_wheel(py, &b)?;
+            (b, None, Some(v))
+        }
         (None, Some(py)) => {
             let (b, mut e) = env::inspect(py)?;
             e.driver_at_run_time = args.driver_at_run_time;
@@ -176,7 +180,7 @@ fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
 }
 
 fn facts_of(i: &Inspected) -> BinaryFacts {
-    let hep = rules::hybrid_ep(&i.binary).and_then(|e| e.elf.as_ref().ok());
+    let hep = rules::kernel_extension(&i.binary).and_then(|e| e.elf.as_ref().ok());
     let (cubin_sms, ptx) = hep.map(|h| h.sms()).unwrap_or_default();
     BinaryFacts {
         subject: i.binary.file.clone(),

@@ -51,6 +51,14 @@ pub fn hybrid_ep(b: &WheelFacts) -> Option<&Extension> {
     b.extensions.iter().find(|e| e.module == "hybrid_ep_cpp")
 }
 
+/// The extension whose GPU code runs the kernels: HybridEP's `hybrid_ep_cpp`,
+/// else EPv2's `deep_ep/_C`, else `deep_ep_cpp` (DeepEP 1.x).
+pub fn kernel_extension(b: &WheelFacts) -> Option<&Extension> {
+    hybrid_ep(b)
+        .or_else(|| b.extensions.iter().find(|e| is_deep_ep_c(e)))
+        .or_else(|| b.extensions.iter().find(|e| e.module == "deep_ep_cpp"))
+}
+
 /// DeepEP's build interface a wheel was built from, by its extensions:
 /// `main` (EPv2: `deep_ep/_C`), `hybrid-ep` (`hybrid_ep_cpp`), `main-1.x`
 /// (`deep_ep_cpp` alone); None when it has none of them.
@@ -967,6 +975,43 @@ mod tests {
     use crate::verdict::Status::*;
     fn tc(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
         topology_checks(r, ev, pins).0
+    }
+
+    /// `probe --run`'s gpu-arch reads the cubins of the extension that runs the
+    /// kernels: HybridEP's, else EPv2's `deep_ep/_C` (on the H200 it read none
+    /// for an EPv2 wheel and failed "cubins for []"), else DeepEP 1.x's.
+    #[test]
+    fn the_kernel_extension_is_found_for_every_interface() {
+        let ext = |path: &str| Extension {
+            path: path.into(),
+            module: crate::probe::wheel::module_of(path).unwrap(),
+            elf: Err("not read".into()),
+        };
+        let facts = |paths: &[&str]| WheelFacts {
+            file: "w.whl".into(),
+            name: None,
+            platform: None,
+            version: None,
+            provenance: None,
+            record_problems: vec![],
+            record_verified: 0,
+            extensions: paths.iter().map(|p| ext(p)).collect(),
+            members: vec![],
+            image_wheel: None,
+        };
+        let k = |paths: &[&str]| kernel_extension(&facts(paths)).map(|e| e.path.clone());
+        let hybrid = ["deep_ep_cpp.cpython-312-x86_64-linux-gnu.so", "hybrid_ep_cpp.cpython-312-x86_64-linux-gnu.so"];
+        assert_eq!(k(&hybrid).as_deref(), Some(hybrid[1]));
+        assert_eq!(
+            k(&["deep_ep/_C.cpython-312-x86_64-linux-gnu.so"]).as_deref(),
+            Some("deep_ep/_C.cpython-312-x86_64-linux-gnu.so")
+        );
+        assert_eq!(
+            k(&["/s/deep_ep/_C.cpython-312-x86_64-linux-gnu.so"]).as_deref(),
+            Some("/s/deep_ep/_C.cpython-312-x86_64-linux-gnu.so")
+        );
+        assert_eq!(k(&[hybrid[0]]).as_deref(), Some(hybrid[0]));
+        assert_eq!(k(&["other/_C.cpython-312-x86_64-linux-gnu.so"]), None);
     }
 
     #[test]

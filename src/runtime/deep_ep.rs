@@ -41,11 +41,12 @@ impl Outcome {
             Outcome::Ran { result, .. } if result["ok"] == true && result["api"] == "ElasticBuffer" => Check::pass(
                 "deep-ep-roundtrip",
                 format!(
-                    "EPv2 ElasticBuffer combine(dispatch(x)) == x·(ranks reached) exactly on {} ranks (logical domain {}), {:.2} ms per round trip, run-time NCCL {}",
+                    "EPv2 ElasticBuffer combine(dispatch(x)) == x·(ranks reached) exactly on {} ranks (logical domain {}), {:.2} ms per round trip, run-time NCCL {} (ncclGetVersion of {})",
                     result["ranks"],
                     result["logical_domain"],
                     result["roundtrip_ms"].as_f64().unwrap_or(0.0),
-                    result["nccl_runtime"].as_str().unwrap_or("?")
+                    result["nccl_runtime"].as_str().unwrap_or("?"),
+                    result["nccl_library"].as_str().unwrap_or("?")
                 ),
             ),
             Outcome::Ran { result, .. } if result["ok"] == true => Check::pass(
@@ -64,6 +65,11 @@ impl Outcome {
             Outcome::Failed { detail, .. } => Check::fail("deep-ep-roundtrip", format!("round trip failed: {detail}")),
         }
     }
+}
+
+/// The import's last line says deep_ep is not there at all (not: it is there and broken).
+fn not_installed(last: &str) -> bool {
+    last.starts_with("ModuleNotFoundError: No module named 'deep_ep'")
 }
 
 fn api(result: &serde_json::Value) -> &'static str {
@@ -88,7 +94,7 @@ pub fn run(python: Option<&Path>, world: u32, timeout_s: u64, named: &[String]) 
         Ok(o) if !o.status.success() => {
             let err = String::from_utf8_lossy(&o.stderr);
             let last = err.lines().last().unwrap_or("import failed").to_string();
-            if named.is_empty() {
+            if named.is_empty() && not_installed(&last) {
                 return Outcome::Unavailable { python: py, detail: last };
             }
             return Outcome::Failed { python: py, detail: because(format!("importing deep_ep fails: {last}")) };
@@ -204,15 +210,35 @@ mod tests {
         assert_eq!(c.status, crate::verdict::Status::Warn, "{c:?}");
     }
 
+    /// An installed deep_ep whose import fails (an undefined symbol) is a FAIL
+    /// even when nothing was named before: it is there and broken, not absent.
+    #[test]
+    fn an_installed_deep_ep_that_cannot_load_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let py = dir.path().join("python");
+        std::fs::write(
+            &py,
+            "#!/bin/sh\necho 'ImportError: /x/deep_ep/_C.so: undefined symbol: nvshmem_selected_device_transport, version NVSHMEM' >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&py, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let c = run(Some(&py), 1, 30, &[]).check();
+        assert_eq!(c.status, crate::verdict::Status::Fail, "{c:?}");
+        assert!(
+            c.evidence.contains("importing deep_ep fails: ImportError: /x/deep_ep/_C.so: undefined symbol"),
+            "{c:?}"
+        );
+    }
+
     #[test]
     fn an_epv2_result_reads_as_elastic_buffer() {
         let result = serde_json::json!({"ok": true, "api": "ElasticBuffer", "ranks": 8, "logical_domain": [1, 8],
-                                        "roundtrip_ms": 1.5, "nccl_runtime": "2.30.7"});
+                                        "roundtrip_ms": 1.5, "nccl_runtime": "2.30.7", "nccl_library": "/s/libnccl.so.2"});
         let c = Outcome::Ran { python: "p".into(), result }.check();
         assert!(
             c.evidence.starts_with("EPv2 ElasticBuffer combine(dispatch(x)) == x·(ranks reached) exactly on 8 ranks"),
             "{c:?}"
         );
-        assert!(c.evidence.ends_with("run-time NCCL 2.30.7"), "{c:?}");
+        assert!(c.evidence.ends_with("run-time NCCL 2.30.7 (ncclGetVersion of /s/libnccl.so.2)"), "{c:?}");
     }
 }

@@ -13,12 +13,31 @@ import traceback
 
 
 def nccl_version(torch):
-    """torch's NCCL (the one this process loaded), as `2.30.7`."""
+    """The NCCL torch was compiled against, as `2.28.9` (torch.cuda.nccl.version() is
+    the header's version, not the library's)."""
     try:
         v = torch.cuda.nccl.version()
         return ".".join(str(p) for p in v) if isinstance(v, tuple) else str(v)
     except Exception:
         return None
+
+
+def nccl_runtime():
+    """The NCCL this process loaded, by its own `ncclGetVersion` (`2.30.7`), and its path."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({l.split()[-1] for l in f if "/libnccl.so" in l})
+        if not paths:
+            return None, None
+        code = ctypes.c_int()
+        if ctypes.CDLL(paths[0]).ncclGetVersion(ctypes.byref(code)) != 0:
+            return None, paths[0]
+        c = code.value
+        major, minor, patch = (c // 10000, c // 100 % 100, c % 100) if c >= 20900 else (c // 1000, c // 100 % 10, c % 100)
+        return f"{major}.{minor}.{patch}", paths[0]
+    except Exception:
+        return None, None
 
 
 def loaded(prefix):
@@ -69,11 +88,9 @@ def elastic(deep_ep, torch, dist, world, tokens, hidden_dim, topk, experts, hidd
 
     # A non-expand combine reduces one row per destination rank: x times the distinct ranks reached.
     ranks = torch.zeros(tokens, world, device="cuda").scatter_(1, topk_idx.long() // topk, 1.0).sum(dim=1)
-    nccl = torch.cuda.nccl.version()
     info = {
         "api": "ElasticBuffer",
         "logical_domain": list(buf.get_logical_domain_size()),
-        "nccl_runtime": ".".join(str(p) for p in nccl) if isinstance(nccl, tuple) else str(nccl),
     }
     return roundtrip, hidden.float() * ranks[:, None], info, buf.destroy
 
@@ -116,6 +133,7 @@ def main():
     torch.cuda.synchronize()
     per_roundtrip_ms = (time.perf_counter() - start) * 1e3 / 5
     if rank == 0:
+        runtime = nccl_runtime()
         print(json.dumps({
             "ok": int(wrong.item()) == 0,
             "mismatches": int(wrong.item()),
@@ -123,8 +141,9 @@ def main():
             "dispatched_rows_rank0": n,
             "roundtrip_ms": per_roundtrip_ms,
             "deep_ep": getattr(deep_ep, "__file__", None),
-            "nccl": nccl_version(torch),
-            "nccl_library": loaded("libnccl"),
+            "nccl_torch_built": nccl_version(torch),
+            "nccl_runtime": runtime[0],
+            "nccl_library": runtime[1] or loaded("libnccl"),
             "nvshmem": loaded("libnvshmem"),
             **info,
         }), flush=True)

@@ -838,13 +838,15 @@ mod tests {
     }
 }
 
-/// The static probe's `loaded-libraries` failures (an NCCL or NVSHMEM the
-/// process would load that is not the build's), for `--deep-ep` to repeat.
+/// The static probe's failures that predict a failed import (an NCCL or
+/// NVSHMEM that is not the build's, by dist-info or by the library the
+/// process would load; another torch ABI), for `--deep-ep` to repeat.
 fn named_libraries(args: &Input) -> Vec<String> {
+    const RULES: [&str; 4] = ["loaded-libraries", "nccl-version", "nvshmem-version", "torch-abi"];
     let Some(Ok(checks)) = &args.static_checks else { return Vec::new() };
     checks
         .iter()
-        .filter(|c| c.rule == "loaded-libraries" && c.status == crate::verdict::Status::Fail)
-        .map(|c| c.evidence.clone())
+        .filter(|c| RULES.contains(&c.rule.as_str()) && c.status == crate::verdict::Status::Fail)
+        .map(|c| format!("{}: {}", c.rule, c.evidence))
         .collect()
 }

@@ -27,10 +27,15 @@ fn older(a: &str, b: &str) -> bool {
 
 /// One row per library: pass, or fail naming the two versions that differ.
 pub fn loaded_libraries(cx: &Bx) -> Vec<Check> {
-    let Some(env) = cx.env else { return Vec::new() };
+    // `--python`: the installed extensions; `--wheel --python`: the wheel's, as installed there.
+    let loaded = match (cx.env, cx.versions) {
+        (Some(env), _) => env.loaded.as_slice(),
+        (None, Some(v)) => v.loaded.as_slice(),
+        (None, None) => return Vec::new(),
+    };
     let built = cx.b.provenance.as_ref().and_then(|p| p.as_ref().ok()).and_then(|p| p.toolchain.environment.as_ref());
     let mut out = Vec::new();
-    for l in &env.loaded {
+    for l in loaded {
         let (Some(path), Some(have)) = (&l.path, &l.version) else {
             if let Some(path) = &l.path {
                 out.push(Check::warn(
