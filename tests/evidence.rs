@@ -21,6 +21,10 @@ const PINS: &str = include_str!("../pins.toml");
 const GPU_STATEMENT: &str = "tests/fixtures/evidence/h200-deep-ep-round-trip.dsse.json";
 /// The public key that signed it (one line, `NAME:BASE64`).
 const GPU_STATEMENT_KEY: &str = "tests/fixtures/evidence/h200.pub";
+/// The EPv2 (DeepEP main dd758ca) `ElasticBuffer` round trip on the H200, in the
+/// environment installed from the wheel's own Requires-Dist (docs/measurements.md).
+const EPV2_STATEMENT: &str = "tests/fixtures/evidence/h200-epv2-deep-ep-round-trip.dsse.json";
+const EPV2_STATEMENT_KEY: &str = "tests/fixtures/evidence/h200-epv2.pub";
 
 /// A small wheel named like the project's (pure Python, a valid RECORD).
 fn make_wheel(dir: &Path) -> PathBuf {
@@ -745,19 +749,24 @@ fn a_bad_evidence_table_is_refused_with_its_line() {
     }
 }
 
+/// A kept statement, opened with its key: it must verify as produced (bytes never edited).
+fn kept(statement_path: &str, key_path: &str) -> deepep_forge::evidence::statement::Statement {
+    let key = std::fs::read_to_string(root().join(key_path))
+        .unwrap_or_else(|e| panic!("{key_path}: {e} (docs/evidence.md says how the lead makes it)"));
+    let bytes = std::fs::read(root().join(statement_path)).unwrap_or_else(|e| panic!("{statement_path}: {e}"));
+    let Opened::Trusted { statement, .. } =
+        statement::open(&bytes, &[PublicKey::parse(key.trim()).unwrap()]).unwrap()
+    else {
+        panic!("{statement_path}: not signed by {key_path}")
+    };
+    statement
+}
+
 /// The GPU statement kept from the H200 run verifies as produced (bytes never
 /// edited), and is what it says: a DeepEP round trip observed on H200s.
 #[test]
 fn the_kept_h200_statement_verifies() {
-    let path = root().join(GPU_STATEMENT);
-    let key = std::fs::read_to_string(root().join(GPU_STATEMENT_KEY))
-        .unwrap_or_else(|e| panic!("{GPU_STATEMENT_KEY}: {e} (docs/evidence.md says how the lead makes it)"));
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{GPU_STATEMENT}: {e}"));
-    let Opened::Trusted { statement: s, .. } =
-        statement::open(&bytes, &[PublicKey::parse(key.trim()).unwrap()]).unwrap()
-    else {
-        panic!("not signed by {GPU_STATEMENT_KEY}")
-    };
+    let s = kept(GPU_STATEMENT, GPU_STATEMENT_KEY);
     let p = &s.predicate;
     assert_eq!((p.kind, p.origin), (Kind::DeepEpRoundTrip, Origin::Observed));
     let m = p.machine.as_ref().unwrap();
@@ -767,6 +776,29 @@ fn the_kept_h200_statement_verifies() {
     let out = p.result.as_ref().unwrap();
     assert!(out.rules.iter().any(|r| r.rule == "deep-ep-roundtrip" && r.status == "pass"), "{out:?}");
     assert!(s.subject[0].name.starts_with("deep_ep-1.2.1+17cfb81-"), "{}", s.subject[0].name);
+}
+
+/// The EPv2 statement kept from the H200 run: DeepEP main's `ElasticBuffer`
+/// round trip exact, the verdict MATCH, with the NCCL the process loaded
+/// (2.30.7, by its own ncclGetVersion) and the wheel's NVSHMEM/NCCL rows passing.
+#[test]
+fn the_kept_h200_epv2_statement_verifies() {
+    let s = kept(EPV2_STATEMENT, EPV2_STATEMENT_KEY);
+    let p = &s.predicate;
+    assert_eq!((p.kind, p.origin), (Kind::DeepEpRoundTrip, Origin::Observed));
+    assert!(s.subject[0].name.starts_with("deep_ep-2.1.0+dd758ca-"), "{}", s.subject[0].name);
+    let m = p.machine.as_ref().unwrap();
+    assert!(m.gpu_model.as_deref().unwrap_or("").contains("H200") && m.sm.contains(&90), "{m:?}");
+    assert_eq!(m.nccl.as_deref(), Some("2.30.7"), "{m:?}");
+    let out = p.result.as_ref().unwrap();
+    assert_eq!(out.verdict, "MATCH", "{out:?}");
+    let row = |rule: &str| out.rules.iter().find(|r| r.rule == rule).unwrap_or_else(|| panic!("no {rule}: {out:?}"));
+    let rt = row("deep-ep-roundtrip");
+    assert_eq!(rt.status, "pass", "{rt:?}");
+    assert!(rt.evidence.starts_with("EPv2 ElasticBuffer combine(dispatch(x)) == x·(ranks reached) exactly"), "{rt:?}");
+    for rule in ["nccl-version", "nvshmem-version", "loaded-libraries", "gpu-arch"] {
+        assert_eq!(row(rule).status, "pass", "{rule}: {out:?}");
+    }
 }
 
 /// The whole chain with real parts: the mini-deepep wheel built by `publish`
