@@ -25,6 +25,12 @@ pub const VARIANT: &str =
 /// The patch every test starts from: a real `git diff` of a HybridEP source file in the fixture.
 pub const FILE: &str = "csrc/hybrid_ep/hybrid_ep.cu";
 
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup::new()
+    }
+}
+
 impl Setup {
     pub fn new() -> Setup {
         let dir = tempfile::tempdir().unwrap();

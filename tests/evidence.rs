@@ -754,8 +754,7 @@ fn kept(statement_path: &str, key_path: &str) -> deepep_forge::evidence::stateme
     let key = std::fs::read_to_string(root().join(key_path))
         .unwrap_or_else(|e| panic!("{key_path}: {e} (docs/evidence.md says how the lead makes it)"));
     let bytes = std::fs::read(root().join(statement_path)).unwrap_or_else(|e| panic!("{statement_path}: {e}"));
-    let Opened::Trusted { statement, .. } =
-        statement::open(&bytes, &[PublicKey::parse(key.trim()).unwrap()]).unwrap()
+    let Opened::Trusted { statement, .. } = statement::open(&bytes, &[PublicKey::parse(key.trim()).unwrap()]).unwrap()
     else {
         panic!("{statement_path}: not signed by {key_path}")
     };

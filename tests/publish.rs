@@ -558,7 +558,8 @@ fn publish_never_writes_through_a_link_or_over_a_folder() {
     let s = Setup::new();
     let victim = s.path("victim");
     std::fs::create_dir_all(&victim).unwrap();
-    let cases: [(&str, Box<dyn Fn(&Path)>, &str); 5] = [
+    type Plant<'a> = Box<dyn Fn(&Path) + 'a>;
+    let cases: [(&str, Plant<'_>, &str); 5] = [
         (
             "variant folder a link",
             Box::new(|i: &Path| std::os::unix::fs::symlink(&victim, i.join("demo")).unwrap()),

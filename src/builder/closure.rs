@@ -121,7 +121,7 @@ fn dist_info(site: &Path, prefix: &str) -> Option<(String, String)> {
             Some((name.replace('_', "-").to_ascii_lowercase(), version.to_string()))
         })
         .collect();
-    found.sort_by(|a, b| version_key(&a.1).cmp(&version_key(&b.1)));
+    found.sort_by_key(|a| version_key(&a.1));
     found.pop()
 }
 

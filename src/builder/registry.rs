@@ -327,14 +327,16 @@ fn several(file: &Path, name: &str, what: &str) -> Failure {
         .hint(format!("set the {name} version in pins.toml's [toolchain] and build without --match-project"))
 }
 
+/// Name -> (version, registry URL) of what installs on one architecture.
+type ArchVersions = BTreeMap<String, (String, Option<String>)>;
+/// Per name, per version: its registry URL and the roots that reach it.
+type Reached<'a> = BTreeMap<String, BTreeMap<&'a str, (&'a Option<String>, Vec<&'a str>)>>;
+
 /// The torch / `nvidia-nccl-cu*` / `nvidia-nvshmem-cu*` version (and registry URL) that
 /// installs on `a`; Err((name, "2.9.0 (extra a), 2.11.0 (dependencies)")) when two can.
-fn per_arch(
-    g: &crate::lockgraph::Installs,
-    a: Arch,
-) -> std::result::Result<BTreeMap<String, (String, Option<String>)>, (String, String)> {
+fn per_arch(g: &crate::lockgraph::Installs, a: Arch) -> std::result::Result<ArchVersions, (String, String)> {
     let wanted = |n: &str| n == "torch" || n.starts_with("nvidia-nccl-cu") || n.starts_with("nvidia-nvshmem-cu");
-    let mut out: BTreeMap<String, BTreeMap<&str, (&Option<String>, Vec<&str>)>> = BTreeMap::new();
+    let mut out: Reached = BTreeMap::new();
     for t in g.tables.iter().filter(|t| wanted(&t.name)) {
         let Some(via) = t.via.get(&a) else { continue };
         let e = out.entry(t.name.clone()).or_default().entry(t.version.as_str()).or_insert((&t.registry, Vec::new()));

@@ -293,6 +293,7 @@ pub fn sign(s: &Statement, key: &SecretKey) -> Result<Vec<u8>, Failure> {
 
 /// What reading an envelope gave.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // one per statement read, never stored in bulk
 pub enum Opened {
     /// Signed by this trusted key; the statement checked.
     Trusted { signer: String, statement: Statement },

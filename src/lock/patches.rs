@@ -129,7 +129,7 @@ fn mentions_deepep(s: &str) -> bool {
 /// `name() {` or `function name {`: the function's name.
 fn function_name(line: &str) -> Option<&str> {
     let l = line.strip_prefix("function ").unwrap_or(line);
-    let (name, rest) = l.split_once(|c: char| c == '(' || c == ' ' || c == '{')?;
+    let (name, rest) = l.split_once(['(', ' ', '{'])?;
     let named = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     (named && (rest.starts_with(')') || line.starts_with("function ")) && line.trim_end().ends_with('{'))
         .then_some(name)

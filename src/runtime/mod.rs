@@ -47,6 +47,9 @@ pub struct Run {
 
 /// What `probe` hands the runtime probe: its flags, the resolved request, and
 /// the static facts and verdict rows of `--wheel`/`--python` (computed once).
+/// What `--record` does with rank 0's verdict.
+pub type Record<'a> = dyn Fn(&Verdict) -> Result<()> + 'a;
+
 pub struct Input<'a> {
     pub run: Run,
     /// The Python whose deep_ep `--deep-ep` runs (`--python`).
@@ -57,7 +60,7 @@ pub struct Input<'a> {
     /// The static probe's rows; an error there becomes a warning row.
     pub static_checks: Option<std::result::Result<Vec<Check>, String>>,
     /// Keeps rank 0's verdict (`probe --record`) before it is printed.
-    pub record: Option<&'a dyn Fn(&Verdict) -> Result<()>>,
+    pub record: Option<&'a Record<'a>>,
 }
 
 pub fn run(args: &Input) -> Result<Exit> {
@@ -767,6 +770,19 @@ fn static_probe(j: &Judged) -> Vec<Check> {
     }
 }
 
+/// The static probe's failures that predict a failed import (an NCCL or
+/// NVSHMEM that is not the build's, by dist-info or by the library the
+/// process would load; another torch ABI), for `--deep-ep` to repeat.
+fn named_libraries(args: &Input) -> Vec<String> {
+    const RULES: [&str; 4] = ["loaded-libraries", "nccl-version", "nvshmem-version", "torch-abi"];
+    let Some(Ok(checks)) = &args.static_checks else { return Vec::new() };
+    checks
+        .iter()
+        .filter(|c| RULES.contains(&c.rule.as_str()) && c.status == crate::verdict::Status::Fail)
+        .map(|c| format!("{}: {}", c.rule, c.evidence))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -836,17 +852,4 @@ mod tests {
         assert_eq!(lines[3].split_whitespace().collect::<Vec<_>>(), ["GPU1", "p2p", "r0", "X", "?"]);
         assert!(render_links(&json!({"kernel_group": [0]})).is_none());
     }
-}
-
-/// The static probe's failures that predict a failed import (an NCCL or
-/// NVSHMEM that is not the build's, by dist-info or by the library the
-/// process would load; another torch ABI), for `--deep-ep` to repeat.
-fn named_libraries(args: &Input) -> Vec<String> {
-    const RULES: [&str; 4] = ["loaded-libraries", "nccl-version", "nvshmem-version", "torch-abi"];
-    let Some(Ok(checks)) = &args.static_checks else { return Vec::new() };
-    checks
-        .iter()
-        .filter(|c| RULES.contains(&c.rule.as_str()) && c.status == crate::verdict::Status::Fail)
-        .map(|c| format!("{}: {}", c.rule, c.evidence))
-        .collect()
 }
