@@ -164,7 +164,7 @@ Examples:
   deepep-forge plan --variant h100
   # every variant, JSON with a CI matrix (`matrix.include`)
   deepep-forge plan --all --format json
-  # variant x arch x Python: every Python of pins.toml's [toolchain] python list
+  # variant x arch x Python ([toolchain] python a list)
   deepep-forge plan --all --toolchain registry --format json
   # torch and nvcc from PyPI: what would be provisioned
   deepep-forge plan --variant h100 --toolchain registry --python python3.12")]
