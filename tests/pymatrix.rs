@@ -275,6 +275,24 @@ fn three_pythons_publish_into_one_index_that_uv_locks_and_lock_check_holds_to_th
     let text = text.replace("9dce5ac6b181ede69f331895c8c54285375d5806", &lab.rev).replace("9dce5ac", short);
     std::fs::write(&py_path, text).unwrap();
     let repo = lab.repo.to_str().unwrap();
+    // verify of the index URL: every Python's wheel rebuilt (no --python: the registry
+    // toolchain of the Python each provenance names) and found the same bytes.
+    let t0 = Instant::now();
+    let index_url = format!("{url}/sn/");
+    let v = ok(forge(&lab, &links, &dirs, &["verify", &index_url, "--trusted-key", &public, "--source", repo])
+        .args(["--format", "json"])
+        .output()
+        .unwrap());
+    eprintln!("verify of the 3-Python index (3 rebuilds): {:.1} s", t0.elapsed().as_secs_f64());
+    let doc: Value = serde_json::from_str(&v).unwrap();
+    assert_eq!(doc["verified"].as_bool(), Some(true), "{doc}");
+    let wheels = doc["wheels"].as_array().unwrap();
+    assert_eq!(wheels.len(), 3, "{doc}");
+    for py in PYTHONS {
+        let w = wheels.iter().find(|w| w["diff"]["a"]["path"].as_str().is_some_and(|p| p.ends_with(&wheel(py))));
+        let w = w.unwrap_or_else(|| panic!("{}: {doc}", wheel(py)));
+        assert_eq!(w["diff"]["identical"].as_bool(), Some(true), "{w}");
+    }
     let pin = ["pin", "set", &lab.rev, "--project", consumer.to_str().unwrap(), "--pins", pins_s, "--source", repo];
     ok(forge(&lab, &links, &dirs, &pin).args(["--index", &url, "--variant", "sn"]).output().unwrap());
     let path =
@@ -341,6 +359,13 @@ fn three_pythons_publish_into_one_index_that_uv_locks_and_lock_check_holds_to_th
     std::fs::write(&py_path, text).unwrap();
     let o = uv(&["lock"]);
     eprintln!("uv lock, requires-python >=3.10,<3.14 (exit {:?}):\n{}", o.status.code(), stderr(&o).trim());
+    assert_eq!(o.status.code(), Some(0), "uv locks it without complaint: {}", stderr(&o));
+    assert!(!std::fs::read_to_string(consumer.join("uv.lock")).unwrap().contains("cp310"));
+    // lock check says so (a warning: the project may never run on 3.10).
+    let o = forge(&lab, &links, &dirs, &lock_check).args(["--pins", pins_s]).output().unwrap();
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{said}");
+    assert!(said.contains("lock-python-uncovered") && said.contains("admits Python 3.10,"), "{said}");
     drop(server);
 }
 

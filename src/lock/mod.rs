@@ -464,6 +464,7 @@ fn index_rules(
     found.extend(rules::lock_wheel_unattested(ctx, &chain));
     found.extend(rules::lock_python_missing(ctx, &chain));
     found.extend(rules::lock_python_unlisted(ctx, &chain));
+    found.extend(rules::lock_python_uncovered(ctx, &chain));
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
     if let Some(text) = &lock_text {

@@ -1088,6 +1088,36 @@ pub fn lock_python_missing(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
     out
 }
 
+/// `lock-python-uncovered`: the lock's `requires-python` admits a Python below
+/// the highest one pins.toml's list holds that the list lacks (`>=3.10` with
+/// `["3.11", ...]`). uv locks such a project without complaint (exit 0, no
+/// `cp310` wheel in the lock) and `uv sync` on that Python finds no deep-ep.
+/// A warning: the project may never run there. Above the list's highest
+/// Python an open `requires-python` (`>=3.11`) is the norm and not reported.
+pub fn lock_python_uncovered(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let pythons = pins_pythons(ctx);
+    let minor = |p: &str| p.split_once('.').and_then(|(_, m)| m.parse::<u32>().ok());
+    let Some(top) = pythons.iter().filter_map(|p| minor(p)).max() else { return Vec::new() };
+    let Some(first) = chain.wheels.first() else { return Vec::new() };
+    let uncovered: Vec<String> = (0..top)
+        .map(|m| format!("3.{m}"))
+        .filter(|py| !pythons.contains(py) && admits(chain.requires_python, py) && chain.requires_python.is_some())
+        .collect();
+    if uncovered.is_empty() {
+        return Vec::new();
+    }
+    let msg = format!(
+        "uv.lock's requires-python `{}` admits Python {}, which pins.toml's [toolchain] python ({}) does not build: uv locks without a deep-ep wheel for {} and `uv sync` there finds none",
+        chain.requires_python.unwrap_or_default(),
+        uncovered.join(", "),
+        pythons.join(", "),
+        if uncovered.len() == 1 { "it" } else { "them" }
+    );
+    vec![Finding::new("lock-python-uncovered", Severity::Warning, chain.lock_path, msg)
+        .at(first.line, 1)
+        .fix(format!("raise the project's requires-python to >={} (then `uv lock`), or add the Pythons to [toolchain] python and publish their wheels", pythons.first().cloned().unwrap_or_default()))]
+}
+
 /// `lock-python-unlisted`: a locked deep-ep wheel for a Python pins.toml's
 /// `[toolchain] python` does not list is a build pins.toml does not describe.
 pub fn lock_python_unlisted(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
