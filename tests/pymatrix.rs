@@ -386,8 +386,9 @@ fn cross_prerequisites() -> Result<(), String> {
 /// the x86_64 cells for 3.11, 3.12 and 3.13 built natively, the aarch64 cell for
 /// 3.11 cross-built into the same index; the aarch64 cells of 3.12 and 3.13 need
 /// Debian's arm64 Python of that minor, which bookworm lacks: `publish` stops
-/// (exit 3) writing nothing, and `publish --check` and `lock check` name exactly
-/// the cells that are missing.
+/// (exit 3) writing nothing, and `publish --check` names exactly the cells that
+/// are missing (a consumer's lock of this index would be `lock-python-missing` for
+/// aarch64 3.12 and 3.13: the rule's per-architecture check is shown on x86_64 above).
 #[test]
 #[ignore = "needs Python 3.11 to 3.13 and the cross build packages (python3.1x on PATH or pyenv; sudo .ci/setup-system): bash .ci/run runs it when present"]
 fn three_pythons_by_two_architectures_publish_what_debian_allows_and_name_the_missing_cells() {
