@@ -347,7 +347,14 @@ pub struct Toolchain {
     pub torch: String,
     /// CUDA major.minor torch was built for (`13.0`).
     pub cuda: String,
+    /// The first Python of `pythons` (what a build without `--python` uses when one is listed).
     pub python: Option<String>,
+    /// Every Python `python` names: one version (`python = "3.12"`), or a list
+    /// of minors (`python = ["3.11", "3.12"]`): the matrix's Python axis.
+    pub pythons: Vec<String>,
+    /// `python` is a list: the Pythons are a matrix `lock check` holds a lock to
+    /// (a single version is only the registry toolchain's default interpreter).
+    pub python_matrix: bool,
     /// NVSHMEM the registry toolchain provisions instead of what torch pins
     /// (`nvidia-nvshmem-cu*`, an exact PEP 440 version such as `3.7.2`).
     pub nvshmem: Option<String>,
@@ -599,7 +606,7 @@ struct RawRecordedPatch {
 struct RawToolchain {
     torch: Spanned<String>,
     cuda: Spanned<String>,
-    python: Option<Spanned<String>>,
+    python: Option<Spanned<RawPythons>>,
     nvshmem: Option<Spanned<String>>,
     nccl: Option<Spanned<String>>,
 }
@@ -628,6 +635,14 @@ struct RawVariant {
     index: Option<Spanned<String>>,
     runtime_requires: Option<bool>,
     patches: Option<Vec<Spanned<RawPatch>>>,
+}
+
+/// `python = "3.12"` or `python = ["3.11", "3.12"]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawPythons {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
@@ -661,7 +676,7 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
     schema(&raw.schema, text, path, &err)?;
     let source = source(raw.source, text, &err)?;
     let pins = pin_tables(raw.pin, path, text, &err)?;
-    let toolchain = raw.toolchain.map(|t| toolchain(t, &err)).transpose()?;
+    let toolchain = raw.toolchain.map(|t| toolchain(t, text, &err)).transpose()?;
     let rdma_core = raw.rdma_core.map(|r| rdma_core(r, &err)).transpose()?;
     let mut variants: Vec<Variant> = Vec::new();
     let mut index_keys = Vec::new();
@@ -848,7 +863,7 @@ fn pin_tables(
 }
 
 /// `[toolchain]`: torch a PEP 440 version, cuda major.minor, python a version (never a path).
-fn toolchain(t: RawToolchain, err: &Err) -> Result<Toolchain> {
+fn toolchain(t: RawToolchain, text: &str, err: &Err) -> Result<Toolchain> {
     if let Err(why) = crate::pep::check_version(t.torch.get_ref()) {
         return Err(err(t.torch.span(), format!("toolchain.torch {why}")));
     }
@@ -862,32 +877,110 @@ fn toolchain(t: RawToolchain, err: &Err) -> Result<Toolchain> {
             format!("toolchain.cuda `{}`: expected CUDA major.minor, e.g. \"13.0\"", crate::input::excerpt(c, 80)),
         ));
     }
-    // A version only: an interpreter path would be a program a pull request chooses
-    // (paths come from --python on the command line).
-    if let Some(py) = &t.python {
-        let v = py.get_ref();
-        let ok = !v.is_empty()
-            && v.split('.').count() <= 3
-            && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-        if !ok {
-            return Err(err(
-                py.span(),
-                format!(
-                    "toolchain.python `{}`: expected a Python version such as \"3.12\" (an interpreter path goes to --python)",
-                    crate::input::excerpt(v, 80)
-                ),
-            ));
-        }
-    }
+    let pythons = t.python.as_ref().map(|py| pythons(py, text, err)).transpose()?.unwrap_or_default();
     let nvshmem = package_version(t.nvshmem, "toolchain.nvshmem", err)?;
     let nccl = package_version(t.nccl, "toolchain.nccl", err)?;
     Ok(Toolchain {
         torch: t.torch.into_inner(),
         cuda: t.cuda.into_inner(),
-        python: t.python.map(Spanned::into_inner),
+        python: pythons.first().cloned(),
+        python_matrix: matches!(t.python.as_ref().map(Spanned::get_ref), Some(RawPythons::Many(_))),
+        pythons,
         nvshmem,
         nccl,
     })
+}
+
+/// Most Pythons `[toolchain] python` may list (each is a column of the build matrix).
+pub const MAX_PYTHONS: usize = 16;
+
+/// `[toolchain] python`: one version (`"3.12"`, or `"3.12.1"` as before), or
+/// a non-empty list of distinct minors `X.Y` (a wheel's `cpXY` tag names a
+/// minor, so a patch release in a list would be a matrix column that builds
+/// the same tag twice). Never a path: an interpreter path would be a program
+/// a pull request chooses (paths come from --python on the command line).
+fn pythons(py: &Spanned<RawPythons>, text: &str, err: &Err) -> Result<Vec<String>> {
+    let list = match py.get_ref() {
+        RawPythons::One(v) => {
+            if !python_version(v, 3) {
+                return Err(err(
+                    py.span(),
+                    format!(
+                        "toolchain.python `{}`: expected a Python version such as \"3.12\" (an interpreter path goes to --python)",
+                        crate::input::excerpt(v, 80)
+                    ),
+                ));
+            }
+            return Ok(vec![v.clone()]);
+        }
+        RawPythons::Many(list) => list,
+    };
+    if list.is_empty() || list.len() > MAX_PYTHONS {
+        return Err(err(
+            py.span(),
+            format!(
+                "toolchain.python lists {} Pythons: expected 1 to {MAX_PYTHONS} minors, e.g. [\"3.11\", \"3.12\"]",
+                list.len()
+            ),
+        ));
+    }
+    let mut seen: Vec<(u32, u32)> = Vec::new();
+    for (i, v) in list.iter().enumerate() {
+        let at = item_span(text, py.span(), list, i);
+        let minor = python_minor(v).ok_or_else(|| {
+            err(
+                at.clone(),
+                format!(
+                    "toolchain.python `{}`: a list holds Python minors such as \"3.12\" (major 3, no patch release: a wheel's cpXY tag names the minor; an interpreter path goes to --python)",
+                    crate::input::excerpt(v, 80)
+                ),
+            )
+        })?;
+        if let Some(j) = seen.iter().position(|m| *m == minor) {
+            return Err(err(
+                at,
+                format!(
+                    "toolchain.python lists Python {}.{} twice (`{}` and `{v}`): each minor once",
+                    minor.0, minor.1, list[j]
+                ),
+            ));
+        }
+        seen.push(minor);
+    }
+    Ok(list.clone())
+}
+
+/// Digits separated by dots, at most `parts` of them (each at most 3 digits).
+fn python_version(v: &str, parts: usize) -> bool {
+    !v.is_empty()
+        && v.split('.').count() <= parts
+        && v.split('.').all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `3.12` -> (3, 12); None unless exactly major 3 and a minor.
+fn python_minor(v: &str) -> Option<(u32, u32)> {
+    let (major, minor) = v.split_once('.')?;
+    if !python_version(v, 2) || major != "3" {
+        return None;
+    }
+    Some((3, minor.parse().ok()?))
+}
+
+/// Where the `i`-th string of a list value at `span` is: its quoted text found
+/// in order within the value (serde's untagged list keeps no spans of its own).
+fn item_span(text: &str, span: std::ops::Range<usize>, list: &[String], i: usize) -> std::ops::Range<usize> {
+    let value = text.get(span.clone()).unwrap_or("");
+    let mut from = 0;
+    for (k, item) in list.iter().enumerate() {
+        let Some(at) = value[from..].find(item.as_str()) else { break };
+        let start = from + at;
+        if k == i {
+            let quote = start.saturating_sub(1);
+            return span.start + quote..span.start + start + item.len() + 1;
+        }
+        from = start + item.len();
+    }
+    span
 }
 
 /// An exact package version (`toolchain.nvshmem`, `toolchain.nccl`): digits and dots only,
@@ -1424,6 +1517,49 @@ mod tests {
 
     fn err_of(t: &str) -> String {
         format!("{:#}", parse(t).unwrap_err())
+    }
+
+    /// pins.toml with `[toolchain] python = <value>` (the shipped file's line replaced).
+    fn with_python(value: &str) -> String {
+        let line = GOOD.lines().find(|l| l.starts_with("python = ")).expect("the shipped pins name a python");
+        GOOD.replacen(line, &format!("python = {value}"), 1)
+    }
+
+    #[test]
+    fn toolchain_python_is_one_version_or_a_list_of_distinct_minors() {
+        let one = parse(&with_python("\"3.12\"")).unwrap().toolchain.unwrap();
+        assert_eq!((one.python.as_deref(), one.pythons.as_slice()), (Some("3.12"), &["3.12".to_string()][..]));
+        let patch = parse(&with_python("\"3.12.1\"")).unwrap().toolchain.unwrap();
+        assert_eq!(patch.pythons, ["3.12.1"], "a single version keeps today's rule");
+        let many = parse(&with_python("[\"3.10\", \"3.11\", \"3.12\", \"3.13\"]")).unwrap().toolchain.unwrap();
+        assert_eq!(many.pythons, ["3.10", "3.11", "3.12", "3.13"]);
+        assert_eq!(many.python.as_deref(), Some("3.10"));
+    }
+
+    #[test]
+    fn a_bad_python_list_names_the_entry_with_line_and_column() {
+        let line = GOOD.lines().position(|l| l.starts_with("python = ")).unwrap() + 1;
+        for (value, col, says) in [
+            ("[\"3.11\", \"3.12\", \"3.11\"]", 27, "lists Python 3.11 twice (`3.11` and `3.11`)"),
+            ("[\"3.11\", \"3.011\"]", 19, "lists Python 3.11 twice"),
+            ("[\"3.11\", \"3\"]", 19, "toolchain.python `3`: a list holds Python minors"),
+            ("[\"3.12.1\"]", 11, "toolchain.python `3.12.1`: a list holds Python minors"),
+            ("[\"2.7\"]", 11, "toolchain.python `2.7`: a list holds Python minors"),
+            ("[\"/usr/bin/python3\"]", 11, "an interpreter path goes to --python"),
+            ("[\"3.12\", \"../x\"]", 19, "toolchain.python `../x`"),
+            ("[]", 10, "lists 0 Pythons: expected 1 to 16 minors"),
+            ("\"/usr/bin/python3\"", 10, "expected a Python version such as \"3.12\""),
+            ("\"3.12a\"", 10, "toolchain.python `3.12a`"),
+        ] {
+            let e = err_of(&with_python(value));
+            assert!(e.contains(&format!("pins.toml:{line}:{col}: ")), "{value}: {e}");
+            assert!(e.contains(says), "{value}: {e}");
+            assert_eq!(crate::error::exit_of(&parse(&with_python(value)).unwrap_err()), crate::error::Exit::Usage);
+        }
+        let many = format!("[{}]", (0..17).map(|m| format!("\"3.{m}\"")).collect::<Vec<_>>().join(", "));
+        assert!(err_of(&with_python(&many)).contains("lists 17 Pythons"));
+        let e = err_of(&with_python("[3.12]"));
+        assert!(e.contains(&format!("pins.toml:{line}:")), "a number, not a string: {e}");
     }
 
     #[test]

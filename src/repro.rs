@@ -366,6 +366,10 @@ fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) ->
     if let Some(n) = p.env.get("NVSHMEM_DIR") {
         variant.insert("nvshmem_dir".into(), Value::String(n.clone()));
     }
+    // `runtime_requires = false` as the provenance records it: METADATA left as built.
+    if p.toolchain.environment.as_ref().and_then(|e| e.requires.as_ref()).is_some_and(|r| !r.enabled) {
+        variant.insert("runtime_requires".into(), Value::Boolean(false));
+    }
     // The knobs the variant set itself (pins.toml `env`): part of the build, so of the rebuild.
     if !v.env.is_empty() {
         let env: toml::Table = v.env.iter().map(|(k, val)| (k.clone(), Value::String(val.clone()))).collect();

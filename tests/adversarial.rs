@@ -185,6 +185,26 @@ fn pins_cases() -> Vec<Case> {
             .file("pins.toml", swap(PINS, "schema = 2", "schema = 99", 1))
             .args(&["pins", "check"])
             .says("schema = 99"),
+        Case::new("pins: a Python list with a duplicate minor")
+            .file("pins.toml", swap(PINS, "python = \"3.12\"", "python = [\"3.11\", \"3.12\", \"3.011\"]", 1))
+            .args(&["pins", "check"])
+            .says("pins.toml:23:27: toolchain.python lists Python 3.11 twice"),
+        Case::new("pins: a Python list with a path")
+            .file("pins.toml", swap(PINS, "python = \"3.12\"", "python = [\"3.12\", \"../bin/python3\"]", 1))
+            .args(&["pins", "check"])
+            .says("pins.toml:23:19: toolchain.python `../bin/python3`: a list holds Python minors"),
+        Case::new("pins: a Python list with a patch release")
+            .file("pins.toml", swap(PINS, "python = \"3.12\"", "python = [\"3.12.1\"]", 1))
+            .args(&["pins", "check"])
+            .says("pins.toml:23:11: toolchain.python `3.12.1`"),
+        Case::new("pins: an empty Python list")
+            .file("pins.toml", swap(PINS, "python = \"3.12\"", "python = []", 1))
+            .args(&["pins", "check"])
+            .says("toolchain.python lists 0 Pythons"),
+        Case::new("pins: a Python list of numbers")
+            .file("pins.toml", swap(PINS, "python = \"3.12\"", "python = [3.12]", 1))
+            .args(&["pins", "check"])
+            .says("pins.toml:23:"),
         Case::new("pins: rev is an option")
             .file("pins.toml", swap(PINS, &format!("rev = \"{REV}\""), "rev = \"--output=x\"", 1))
             .args(&["pins", "check"])

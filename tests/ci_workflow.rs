@@ -286,6 +286,8 @@ struct World {
     pins: String,
     /// Variables the test's runner has besides GitHub's (a find-links folder for uv).
     extra_env: Vec<(String, String)>,
+    /// Folders the test's runner has on PATH besides the system's (another Python).
+    extra_path: Vec<String>,
     /// Every line every step printed, and what was not run.
     log: String,
     not_run: Vec<String>,
@@ -434,6 +436,7 @@ impl World {
         let script_file = files.join("script.sh");
         std::fs::write(&script_file, script).unwrap();
         let mut path = job.path.clone();
+        path.extend(self.extra_path.iter().cloned());
         path.push("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
         let runner = [
             ("GITHUB_ACTIONS", "true".to_string()),
@@ -589,6 +592,7 @@ fn world(scratch: &Path, venv: &Path, overrides: &[(&str, String)], pins: String
         scratch: scratch.to_path_buf(),
         pins,
         extra_env: host_network_env(),
+        extra_path: vec![],
         log: String::new(),
         not_run: vec![],
         runners: 0,
@@ -634,9 +638,10 @@ fn run_pipeline(world: &mut World) -> Ran {
         assert!(built.contains("\"status\": \"built\""), "{built}");
         build_workspaces.push(job.workspace.clone());
         // The artifact: the wheel beside its statement and SHA256SUMS, and its cache entry.
-        let variant = m["variant"].as_str().unwrap();
-        let art = world.artifacts.join(format!("deepep-wheel-{variant}"));
-        let dist: Vec<String> = std::fs::read_dir(art.join("dist").join(variant))
+        // Named by the matrix's cell: the variant, `-py3.12` when the cell's Python is a version.
+        let cell = m["cell"].as_str().unwrap();
+        let art = world.artifacts.join(format!("deepep-wheel-{cell}"));
+        let dist: Vec<String> = std::fs::read_dir(art.join("dist").join(cell))
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -757,7 +762,7 @@ fn every_job_runs_here_plan_matrix_build_publish_and_the_index_checks() {
     let entries: Vec<(&str, &str)> =
         ran.include.iter().map(|m| (m["variant"].as_str().unwrap(), m["arch"].as_str().unwrap())).collect();
     assert_eq!(entries, [("demo", "x86_64")], "{:?}", ran.include);
-    assert!(ran.skipped_in_summary && world.log.contains("| `demo-arm` | aarch64 | skipped |"), "{}", world.log);
+    assert!(ran.skipped_in_summary && world.log.contains("| `demo-arm` | aarch64 | | skipped |"), "{}", world.log);
     let cache_line = world
         .log
         .lines()
@@ -818,3 +823,69 @@ fn the_aarch64_job_cross_builds_and_publish_indexes_both_architectures() {
 }
 
 const TORCH: &str = STAND_IN_TORCH;
+
+/// `python3.12` outside the system's folders (pyenv's versions), for the Python matrix.
+fn python312_dir() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(home.join(".pyenv/versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .collect();
+    dirs.sort();
+    ["/usr/local/bin", "/usr/bin"].iter().map(PathBuf::from).chain(dirs).find(|d| d.join("python3.12").is_file())
+}
+
+/// The workflow with `PYTHON: ""` and pins.toml's `[toolchain] python` a list: the plan's
+/// matrix is variant x Python (`demo-py3.11`, `demo-py3.12`), each build job passes its
+/// `matrix.python` and names its artifact by `matrix.cell`, and publish (no `--python`)
+/// finds both wheels by the keys it computes for each Python's toolchain: one index.
+#[test]
+#[ignore = "needs Python 3.11, 3.12 and 3.13 (python3.12 on PATH or pyenv; the tools venv): bash .ci/run runs it when present"]
+fn the_python_matrix_is_one_build_job_per_python_and_one_index() {
+    let venv = require!(tools_venv(), "the tools venv");
+    if !Path::new("/usr/bin/python3.11").exists() {
+        missing("Python 3.11, 3.12 and 3.13 (/usr/bin/python3.11)");
+    }
+    let py312 = python312_dir().unwrap_or_else(|| missing("Python 3.11, 3.12 and 3.13 (python3.12 on PATH or pyenv)"));
+    let scratch = tempfile::tempdir().unwrap();
+    let links = stand_in_torch(scratch.path(), &venv.join("bin/python"));
+    let pins = std::fs::read_to_string(root().join("tests/fixtures/demo-pins.toml")).unwrap();
+    let pins = pins.split("\n[[variant]]\nname = \"demo-arm\"").next().unwrap().replacen(
+        "\n[pin.x86_64]",
+        &format!("\n[toolchain]\ntorch = \"{TORCH}\"\ncuda = \"13.0\"\npython = [\"3.11\", \"3.12\"]\n\n[pin.x86_64]"),
+        1,
+    );
+    let overrides = [("DEEPEP_SOURCE", "mini-deepep".to_string()), ("PYTHON", String::new())];
+    let mut world = world(scratch.path(), &venv, &overrides, pins);
+    world.extra_env.extend([
+        ("UV_FIND_LINKS".into(), links.display().to_string()),
+        (
+            "UV_CACHE_DIR".into(),
+            std::env::var("UV_CACHE_DIR").unwrap_or_else(|_| root().join("target/uv-cache").display().to_string()),
+        ),
+        ("UV_PYTHON_DOWNLOADS".into(), "never".into()),
+    ]);
+    world.extra_path.push(py312.display().to_string());
+
+    let t0 = std::time::Instant::now();
+    let ran = run_pipeline(&mut world);
+    eprintln!("the Python matrix pipeline (plan, 2 builds, publish): {:.1} s", t0.elapsed().as_secs_f64());
+    let cells: Vec<(&str, &str, &str)> = ran
+        .include
+        .iter()
+        .map(|m| (m["variant"].as_str().unwrap(), m["python"].as_str().unwrap(), m["cell"].as_str().unwrap()))
+        .collect();
+    assert_eq!(cells, [("demo", "3.11", "demo-py3.11"), ("demo", "3.12", "demo-py3.12")], "{:?}", ran.include);
+    assert!(world.log.contains("| `demo` | x86_64 | 3.12 | build |"), "{}", world.log);
+    let wheels = published_wheels(&ran, "demo");
+    assert_eq!(wheels.len(), 2, "{wheels:?}");
+    assert!(
+        wheels[0].ends_with("-cp311-cp311-linux_x86_64.whl") && wheels[1].ends_with("-cp312-cp312-linux_x86_64.whl"),
+        "{wheels:?}"
+    );
+    assert!(ran.published.contains("_forge/public: ok (1 variant(s), signed"), "{}", ran.published);
+    assert_eq!(world.not_run, not_run_for(2));
+    assert_no_secret_anywhere(&world, scratch.path());
+}

@@ -164,6 +164,8 @@ Examples:
   deepep-forge plan --variant h100
   # every variant, JSON with a CI matrix (`matrix.include`)
   deepep-forge plan --all --format json
+  # variant x arch x Python ([toolchain] python a list)
+  deepep-forge plan --all --toolchain registry --format json
   # torch and nvcc from PyPI: what would be provisioned
   deepep-forge plan --variant h100 --toolchain registry --python python3.12")]
 pub struct PlanArgs {
@@ -209,7 +211,10 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
         let include: Vec<_> = p
             .plans
             .iter()
-            .map(|pl| serde_json::json!({ "variant": pl.variant.name, "arch": pl.variant.arch, "cache_key": pl.cache_key, "cached": cached(pl) }))
+            .zip(&p.pythons)
+            .map(|(pl, py)| {
+                serde_json::json!({ "variant": pl.variant.name, "arch": pl.variant.arch, "python": py, "cell": cell(&pl.variant.name, py.as_deref()), "cache_key": pl.cache_key, "cached": cached(pl) })
+            })
             .collect();
         let doc = serde_json::json!({ "schema": plan::SCHEMA, "plans": p.plans, "skipped": p.skipped, "matrix": { "include": include } });
         crate::printer::json(&doc)?;
@@ -222,6 +227,15 @@ pub fn plan(args: PlanArgs) -> Result<Exit> {
         crate::outln!("skipped {} ({}): {}", s.variant, s.arch, s.reason);
     }
     Ok(Exit::Ok)
+}
+
+/// A matrix cell's name, safe as a file and artifact name: the variant, and
+/// `-py3.12` when its Python is a version (a path given as --python adds nothing).
+fn cell(variant: &str, python: Option<&str>) -> String {
+    match python.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit() || b == b'.')) {
+        Some(p) => format!("{variant}-py{p}"),
+        None => variant.to_string(),
+    }
 }
 
 /// A cross plan's target side: host -> target, the sysroot, the path map.

@@ -38,6 +38,9 @@ pub struct Skipped {
 pub struct Planned {
     pub cache_dir: PathBuf,
     pub plans: Vec<Plan>,
+    /// The Python each plan was made with, beside `plans` (`--python` as given,
+    /// else pins.toml's `[toolchain] python` for the registry toolchain): a matrix cell's Python.
+    pub pythons: Vec<Option<String>>,
     pub skipped: Vec<Skipped>,
 }
 
@@ -51,7 +54,37 @@ struct Pinned {
     fork: Option<crate::provenance::Fork>,
 }
 
+/// The plans of the request: variant x Python. Without `--python`, the registry
+/// toolchain builds every Python pins.toml's `[toolchain] python` lists, each
+/// with its own provisioned environment (its key names the Python); with
+/// `--python`, or the system toolchain, the one Python.
 pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
+    let listed = c.pins.toolchain.as_ref().map(|t| t.pythons.as_slice()).unwrap_or_default();
+    let registry = c.toolchain == super::registry::Kind::Registry;
+    if c.python.is_some() || !registry || listed.len() < 2 {
+        let mut p = plans_for_python(c, mode)?;
+        let python = c.python.clone().or_else(|| listed.first().filter(|_| registry).cloned());
+        p.pythons = vec![python; p.plans.len()];
+        return Ok(p);
+    }
+    let mut all: Option<Planned> = None;
+    for py in listed {
+        let one = BuildRequest { python: Some(py.clone()), ..c.clone() };
+        let mut p = plans_for_python(&one, mode)?;
+        p.pythons = vec![Some(py.clone()); p.plans.len()];
+        match &mut all {
+            None => all = Some(p),
+            Some(a) => {
+                a.plans.extend(p.plans);
+                a.pythons.extend(p.pythons);
+            }
+        }
+    }
+    Ok(all.expect("pins.toml lists at least two Pythons here"))
+}
+
+/// The plans of the request for its one Python (`c.python`).
+fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     let pins = &c.pins;
     let all = c.variants == Variants::All;
     let selected: Vec<&Variant> = match &c.variants {
@@ -106,7 +139,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     let cache_dir = std::path::absolute(&cache_dir)?;
     let mut plans = Vec::new();
     if here.is_empty() {
-        return Ok(Planned { cache_dir, plans, skipped });
+        return Ok(Planned { cache_dir, plans, pythons: Vec::new(), skipped });
     }
     // Only --source may name a local folder; pins.toml's repo is a remote URL, never looked up on disk.
     let origin = match &c.source {
@@ -171,7 +204,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
             .map(|k| crate::cache::Cache::at(&cache_dir).wheels_dir().join(k));
         plans.push(plan);
     }
-    Ok(Planned { cache_dir, plans, skipped })
+    Ok(Planned { cache_dir, plans, pythons: Vec::new(), skipped })
 }
 
 /// Why an aarch64 variant cannot be cross-compiled, if it cannot (the DOCA

@@ -33,6 +33,16 @@ pub struct LockedWheel {
     pub line: usize,
     /// `x86_64` / `aarch64` from the wheel's platform tag.
     pub arch: Option<String>,
+    /// The Python minor of its `cpXY` tag (`3.12`); None for another tag.
+    pub python: Option<String>,
+}
+
+/// uv.lock's deep-ep wheels and the `requires-python` it was resolved for.
+#[derive(Debug, Clone, Default)]
+pub struct LockedWheels {
+    pub wheels: Vec<LockedWheel>,
+    /// The lock's top-level `requires-python` (`>=3.11, <3.14`).
+    pub requires_python: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +102,8 @@ pub fn manifest_url(url: &str) -> Option<String> {
 
 #[derive(Debug, Deserialize)]
 struct Lock {
+    #[serde(rename = "requires-python")]
+    requires_python: Option<String>,
     #[serde(default)]
     package: Vec<Spanned<Package>>,
 }
@@ -108,8 +120,8 @@ struct Wheel {
     hash: Option<String>,
 }
 
-/// Every deep-ep wheel in uv.lock.
-pub fn locked_wheels(path: &Path, text: &str, name: &PackageName) -> Result<Vec<LockedWheel>> {
+/// Every deep-ep wheel in uv.lock, and the lock's `requires-python`.
+pub fn locked_wheels(path: &Path, text: &str, name: &PackageName) -> Result<LockedWheels> {
     let lock: Lock = toml::from_str(text).map_err(|e| super::toml_error(path, text, e, "uv.lock"))?;
     let ix = LineIndex::new(text);
     let mut out = Vec::new();
@@ -121,13 +133,16 @@ pub fn locked_wheels(path: &Path, text: &str, name: &PackageName) -> Result<Vec<
                 .clone()
                 .or_else(|| wr.url.as_deref().and_then(|u| u.rsplit('/').next()).map(|f| f.replace("%2B", "+")))
                 .unwrap_or_default();
-            let arch = crate::wheel::WheelName::parse(&file)
+            let parsed = crate::wheel::WheelName::parse(&file);
+            let arch = parsed
+                .as_ref()
                 .and_then(|n| ["x86_64", "aarch64"].into_iter().find(|a| n.platform.ends_with(a)).map(String::from));
+            let python = parsed.as_ref().and_then(crate::wheel::WheelName::cpython_minor);
             let sha256 = wr.hash.as_deref().and_then(|h| h.strip_prefix("sha256:")).map(String::from);
-            out.push(LockedWheel { file, sha256, line: ix.line(w.span().start), arch });
+            out.push(LockedWheel { file, sha256, line: ix.line(w.span().start), arch, python });
         }
     }
-    Ok(out)
+    Ok(LockedWheels { wheels: out, requires_python: lock.requires_python })
 }
 
 #[cfg(test)]

@@ -440,10 +440,11 @@ fn index_rules(
         manifests.push(crate::publish::manifest::load_verified_any(&at, &trusted)?.0);
     }
     let lock_text = crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)?;
-    let wheels = match &lock_text {
+    let locked = match &lock_text {
         Some(text) => index::locked_wheels(lock_path, text, name)?,
-        None => Vec::new(),
+        None => index::LockedWheels::default(),
     };
+    let wheels = locked.wheels;
     let mut needs = Vec::new();
     if let Some(p) = ctx.pins {
         needs = dockerfile::needs(dockerfiles, p)?;
@@ -451,9 +452,19 @@ fn index_rules(
             needs.extend(recipe_need(r, p)?);
         }
     }
-    let chain = rules::IndexChain { source: src, wheels: &wheels, manifests: &manifests, lock_path, needs: &needs };
+    let chain = rules::IndexChain {
+        source: src,
+        wheels: &wheels,
+        manifests: &manifests,
+        lock_path,
+        needs: &needs,
+        requires_python: locked.requires_python.as_deref(),
+    };
     let mut found = rules::index_label(ctx, &chain);
     found.extend(rules::lock_wheel_unattested(ctx, &chain));
+    found.extend(rules::lock_python_missing(ctx, &chain));
+    found.extend(rules::lock_python_unlisted(ctx, &chain));
+    found.extend(rules::lock_python_uncovered(ctx, &chain));
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
     if let Some(text) = &lock_text {
@@ -526,7 +537,7 @@ fn required_evidence(
             .into());
     }
     let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
-        Some(text) => index::locked_wheels(lock_path, &text, name)?,
+        Some(text) => index::locked_wheels(lock_path, &text, name)?.wheels,
         None => Vec::new(),
     };
     let src = index::source(py_path, py_text, name)?;

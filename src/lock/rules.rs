@@ -1029,9 +1029,118 @@ pub struct IndexChain<'a> {
     pub lock_path: &'a Path,
     /// The variants the project's Dockerfiles build DeepEP for.
     pub needs: &'a [crate::lock::dockerfile::Need],
+    /// uv.lock's `requires-python`: the Pythons the lock must serve.
+    pub requires_python: Option<&'a str>,
 }
 
 const REPUBLISH: &str = "deepep-forge publish --variant VARIANT --signing-key KEY --out DIR (pins.toml's revision), then `uv lock --refresh-package deep-ep`";
+
+/// The Pythons pins.toml's `[toolchain] python` lists (a list, the matrix), as minors;
+/// empty for a single version, which names only the registry toolchain's default.
+fn pins_pythons(ctx: &Context) -> Vec<String> {
+    let tc = ctx.pins.and_then(|p| p.toolchain.as_ref()).filter(|t| t.python_matrix);
+    let listed = tc.map(|t| t.pythons.as_slice()).unwrap_or_default();
+    listed.iter().map(|v| v.split('.').take(2).collect::<Vec<_>>().join(".")).collect()
+}
+
+/// Whether uv.lock's `requires-python` admits Python `minor` (unparsable: admitted,
+/// uv itself refuses such a lock).
+fn admits(requires_python: Option<&str>, minor: &str) -> bool {
+    use std::str::FromStr;
+    let Some(spec) = requires_python.and_then(|r| pep440_rs::VersionSpecifiers::from_str(r).ok()) else {
+        return true;
+    };
+    // A minor is admitted when some release of it is: its first, or a later one under an upper bound.
+    ["0", "99"]
+        .iter()
+        .any(|patch| pep440_rs::Version::from_str(&format!("{minor}.{patch}")).is_ok_and(|v| spec.contains(&v)))
+}
+
+/// `lock-python-missing`: for each architecture uv.lock pins deep-ep wheels for,
+/// every Python pins.toml builds that the lock's `requires-python` admits needs
+/// its `cpXY` wheel in the lock; without it `uv sync` on that Python finds no
+/// deep-ep to install.
+pub fn lock_python_missing(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let pythons = pins_pythons(ctx);
+    let mut out = Vec::new();
+    for arch in Arch::ALL {
+        let here: Vec<&super::index::LockedWheel> =
+            chain.wheels.iter().filter(|w| w.arch.as_deref() == Some(arch.as_str())).collect();
+        let Some(first) = here.first() else { continue };
+        for py in pythons.iter().filter(|py| admits(chain.requires_python, py)) {
+            if here.iter().any(|w| w.python.as_deref() == Some(py.as_str())) {
+                continue;
+            }
+            let has: Vec<&str> = here.iter().filter_map(|w| w.python.as_deref()).collect();
+            let msg = format!(
+                "uv.lock pins deep-ep wheels for {arch} on Python {} but none for Python {py}, which pins.toml's [toolchain] python builds and the lock's requires-python `{}` admits: `uv sync` on {py} ({arch}) finds no deep-ep",
+                if has.is_empty() { "-".to_string() } else { has.join(", ") },
+                chain.requires_python.unwrap_or("(none)")
+            );
+            out.push(
+                Finding::new("lock-python-missing", Severity::Error, chain.lock_path, msg)
+                    .at(first.line, 1)
+                    .arch(arch)
+                    .fix(format!("publish the Python {py} wheel (deepep-forge publish with pins.toml's Python list, --toolchain registry), then `uv lock --refresh-package deep-ep`")),
+            );
+        }
+    }
+    out
+}
+
+/// `lock-python-uncovered`: the lock's `requires-python` admits a Python below
+/// the highest one pins.toml's list holds that the list lacks (`>=3.10` with
+/// `["3.11", ...]`). uv locks such a project without complaint (exit 0, no
+/// `cp310` wheel in the lock) and `uv sync` on that Python finds no deep-ep.
+/// A warning: the project may never run there. Above the list's highest
+/// Python an open `requires-python` (`>=3.11`) is the norm and not reported.
+pub fn lock_python_uncovered(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let pythons = pins_pythons(ctx);
+    let minor = |p: &str| p.split_once('.').and_then(|(_, m)| m.parse::<u32>().ok());
+    let Some(top) = pythons.iter().filter_map(|p| minor(p)).max() else { return Vec::new() };
+    let Some(first) = chain.wheels.first() else { return Vec::new() };
+    let uncovered: Vec<String> = (0..top)
+        .map(|m| format!("3.{m}"))
+        .filter(|py| !pythons.contains(py) && admits(chain.requires_python, py) && chain.requires_python.is_some())
+        .collect();
+    if uncovered.is_empty() {
+        return Vec::new();
+    }
+    let msg = format!(
+        "uv.lock's requires-python `{}` admits Python {}, which pins.toml's [toolchain] python ({}) does not build: uv locks without a deep-ep wheel for {} and `uv sync` there finds none",
+        chain.requires_python.unwrap_or_default(),
+        uncovered.join(", "),
+        pythons.join(", "),
+        if uncovered.len() == 1 { "it" } else { "them" }
+    );
+    vec![Finding::new("lock-python-uncovered", Severity::Warning, chain.lock_path, msg)
+        .at(first.line, 1)
+        .fix(format!("raise the project's requires-python to >={} (then `uv lock`), or add the Pythons to [toolchain] python and publish their wheels", pythons.first().cloned().unwrap_or_default()))]
+}
+
+/// `lock-python-unlisted`: a locked deep-ep wheel for a Python pins.toml's
+/// `[toolchain] python` does not list is a build pins.toml does not describe.
+pub fn lock_python_unlisted(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let pythons = pins_pythons(ctx);
+    if pythons.is_empty() {
+        return Vec::new();
+    }
+    chain
+        .wheels
+        .iter()
+        .filter_map(|w| w.python.as_deref().filter(|py| !pythons.iter().any(|p| p == py)).map(|py| (w, py)))
+        .map(|(w, py)| {
+            let msg = format!(
+                "uv.lock pins the deep-ep wheel {} for Python {py}, which pins.toml's [toolchain] python ({}) does not list",
+                w.file,
+                pythons.join(", ")
+            );
+            Finding::new("lock-python-unlisted", Severity::Error, chain.lock_path, msg)
+                .at(w.line, 1)
+                .fix(format!("add \"{py}\" to [toolchain] python in pins.toml and publish its wheel, or narrow the project's requires-python and `uv lock`"))
+        })
+        .collect()
+}
 
 /// `lock-wheel-unattested`: every deep-ep wheel uv.lock pins must be listed,
 /// by sha256, in a signed manifest, and that manifest's provenance must be

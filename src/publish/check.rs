@@ -163,9 +163,28 @@ fn check_variant(
     foreign(&vdir, &expected(&vdir, &m), out);
 }
 
-/// The index lists a wheel of variant `v` at pins.toml's revision for its architecture.
+/// The index lists a wheel of variant `v` at pins.toml's revision for its
+/// architecture, and, when pins.toml's `[toolchain] python` is a list, one for each Python.
 fn check_pinned(mpath: &Path, m: &Manifest, v: &Variant, pins: &Pins, out: &mut Vec<String>) {
-    if m.wheels.iter().any(|w| facts::matches_pins(&w.provenance, pins, v).is_ok()) {
+    let pinned: Vec<&WheelEntry> =
+        m.wheels.iter().filter(|w| facts::matches_pins(&w.provenance, pins, v).is_ok()).collect();
+    if !pinned.is_empty() {
+        let listed =
+            pins.toolchain.as_ref().filter(|t| t.python_matrix).map(|t| t.pythons.as_slice()).unwrap_or_default();
+        for py in listed {
+            let tag = crate::wheel::WheelName::parse;
+            let has =
+                pinned.iter().any(|w| tag(&w.wheel).and_then(|n| n.cpython_minor()).as_deref() == Some(py.as_str()));
+            if !has {
+                out.push(format!(
+                    "{}: no Python {py} wheel of variant {} ({}) at pins.toml's revision: pins.toml's [toolchain] python lists {py}; run `deepep-forge publish --variant {} --toolchain registry`",
+                    mpath.display(),
+                    v.name,
+                    v.arch.as_str(),
+                    v.name
+                ));
+            }
+        }
         return;
     }
     let rev = pins.pins.get(&v.arch).map(|p| p.rev.as_str()).unwrap_or("(no pin)");

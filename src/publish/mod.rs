@@ -38,6 +38,8 @@ Examples:
   deepep-forge publish --variant h100 --signing-key publish.key --out public/
   # both architectures in one index (gb200-nvl72 has `index = \"h100\"`)
   deepep-forge publish --variant h100 --variant gb200-nvl72 --signing-key k
+  # a wheel per Python of pins.toml's [toolchain] python list, one index
+  deepep-forge publish --variant h100 --toolchain registry --signing-key k
   deepep-forge publish --check public/ --trusted-key NAME:BASE64
   deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
 pub struct PublishArgs {

@@ -20,7 +20,18 @@ pub struct WheelName {
     pub platform: String,
 }
 
+/// `cp312` -> `3.12` (a CPython tag of major 3); None for any other tag.
+fn cpython_minor(tag: &str) -> Option<String> {
+    let d = tag.strip_prefix("cp3")?;
+    (!d.is_empty() && d.len() <= 3 && d.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| format!("3.{}", d.trim_start_matches('0').parse::<u32>().unwrap_or(0)))
+}
+
 impl WheelName {
+    /// The Python minor of a `cp3XY` tag (`cp312` -> `3.12`); None for any other tag.
+    pub fn cpython_minor(&self) -> Option<String> {
+        cpython_minor(&self.python)
+    }
     pub fn parse(file_name: &str) -> Option<WheelName> {
         let stem = file_name.strip_suffix(".whl")?;
         let parts: Vec<&str> = stem.split('-').collect();
@@ -46,6 +57,16 @@ impl WheelName {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpython_tags_name_their_minor() {
+        assert_eq!(cpython_minor("cp312").as_deref(), Some("3.12"));
+        assert_eq!(cpython_minor("cp310").as_deref(), Some("3.10"));
+        assert_eq!(cpython_minor("cp39").as_deref(), Some("3.9"));
+        assert_eq!(cpython_minor("py3"), None);
+        assert_eq!(cpython_minor("cp3"), None);
+        assert_eq!(cpython_minor("pp310"), None);
+    }
+
     use super::*;
     #[test]
     fn parses_deepep_wheel_name() {
