@@ -103,6 +103,8 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     for v in &args.common.variants {
         pins.variant(v)?;
     }
+    // Labels are checked before anything is built: two variants, one label is bad input.
+    let labelled = if args.variant_wheels { Some(variants::labels(&pins.variants)?) } else { None };
     let pins_sha256 =
         facts::sha256_hex(&crate::input::read_bytes(&args.common.pins, "pins file", crate::input::cap::TEXT)?);
     let key = SecretKey::load(args.signing_key.as_deref().expect("clap requires it without --check"))?;
@@ -124,7 +126,6 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
                 .into());
         }
     }
-    let labelled = if args.variant_wheels { Some(variants::labels(&pins.variants)?) } else { None };
     for o in &outcomes {
         let f = facts::read(&o.wheel)?;
         let variant = pins.variant(&o.variant)?;
@@ -332,7 +333,7 @@ fn variant_wheel(pins: &Pins, built: &Path, v: &crate::pins::Variant, dir: &Path
 
 /// Every version's variants.json for the labelled wheels the manifest lists;
 /// a label pins.toml does not describe is an error.
-fn variants_files(m: &Manifest, pins: &Pins) -> Result<Vec<(String, Vec<u8>)>, Failure> {
+pub(crate) fn variants_files(m: &Manifest, pins: &Pins) -> Result<Vec<(String, Vec<u8>)>, Failure> {
     let by_label = variants::labels(&pins.variants)?;
     let cuda = pins.toolchain.as_ref().map(|t| t.cuda.as_str());
     let mut by_version: BTreeMap<(String, String), BTreeMap<String, variants::Properties>> = BTreeMap::new();
