@@ -41,6 +41,10 @@ rdma_core_home = "/usr"
 topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }
 "#;
 
+/// uv's NVIDIA provider supports no property without a CUDA driver version (none on a
+/// machine without a GPU): the tests force one as they force the GPU.
+const DRIVER: (&str, &str) = ("NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION", "13.0");
+
 struct Scene {
     lab: Lab,
     pins: PathBuf,
@@ -67,7 +71,8 @@ impl Scene {
         let rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
         let pins = lab.pins_with(&rev, VARIANTS);
         let key = lab.dir.path().join("publish.key");
-        let o = lab.forge(&["cache", "keygen", "--name", "variants-1", "--out", key.to_str().unwrap()]).output().unwrap();
+        let o = forge(lab.dir.path(), &["cache", "keygen", "--name", "variants-1", "--out", key.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         let public = stdout(&o).lines().next().unwrap_or_default().trim().to_string();
         let idx = lab.dir.path().join("idx");
         Scene { lab, pins, key, public, idx }
@@ -115,7 +120,11 @@ impl Scene {
     fn install(&self, name: &str, url: &str, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
         let venv = self.lab.dir.path().join(name);
         let py = self.lab.tools.join("bin/python");
-        ok(&self.uv(self.lab.dir.path(), &["venv", "-q", "--python", py.to_str().unwrap(), venv.to_str().unwrap()], &[]));
+        ok(&self.uv(
+            self.lab.dir.path(),
+            &["venv", "-q", "--python", py.to_str().unwrap(), venv.to_str().unwrap()],
+            &[],
+        ));
         let vpy = venv.join("bin/python");
         let mut a = vec!["pip", "install", "--no-deps", "--python", vpy.to_str().unwrap(), "--index-url", url];
         a.extend_from_slice(args);
@@ -138,7 +147,10 @@ fn installed_variant(site: &Path) -> String {
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("deep_ep-") && p.extension().is_some_and(|e| e == "dist-info"))
+        .find(|p| {
+            p.file_name().unwrap().to_string_lossy().starts_with("deep_ep-")
+                && p.extension().is_some_and(|e| e == "dist-info")
+        })
         .expect("deep_ep is installed");
     let prov: serde_json::Value =
         serde_json::from_slice(&std::fs::read(di.join("deepep-forge-provenance.json")).unwrap()).unwrap();
@@ -182,32 +194,55 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
         assert!(files.contains(&format!("{w}.intoto.json")) && files.contains(&format!("{w}.metadata")), "{w}");
     }
     // Publishing again changes no byte: the variant wheels come out bit-identical.
-    let again: serde_json::Value = serde_json::from_str(&ok(&s.publish(&["--default-variant", "h100", "--format", "json"]))).unwrap();
+    let again: serde_json::Value =
+        serde_json::from_str(&ok(&s.publish(&["--default-variant", "h100", "--format", "json"]))).unwrap();
     assert_eq!(again["files_written"], 0, "{again}");
     // publish --check verifies the signed manifest, every wheel and the variants.json.
-    let check = s.lab.forge(&["publish", "--check", s.idx.to_str().unwrap(), "--pins", s.pins.to_str().unwrap(), "--trusted-key", &s.public]).output().unwrap();
+    let check = s
+        .lab
+        .forge(&[
+            "publish",
+            "--check",
+            s.idx.to_str().unwrap(),
+            "--pins",
+            s.pins.to_str().unwrap(),
+            "--trusted-key",
+            &s.public,
+        ])
+        .output()
+        .unwrap();
     println!("publish --check: {}\n{}", stdout(&check), stderr(&check));
     assert_eq!(check.status.code(), Some(0), "{}\n{}", stdout(&check), stderr(&check));
 
-    let server = HttpServer::start(&s.lab.tools.join("bin/python"), &s.idx.join("variants"));
-    let url = format!("http://127.0.0.1:{}/simple/", server.port);
+    let server = HttpServer::start(&s.lab.tools.join("bin/python"), &s.idx);
+    let url = format!("http://127.0.0.1:{}/variants/simple/", server.port);
     let preview = ["--preview-features", "wheel-variants"];
-    let (out90, v90) = s.install("v90", &url, &preview, &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "9.0")]);
+    let (out90, v90) = s.install("v90", &url, &preview, &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "9.0"), DRIVER]);
     println!("uv pip install, forced sm_arch 9.0:\n{out90}");
     assert_eq!(v90, "h100+variant.json", "{out90}");
-    let (out100, v100) = s.install("v100", &url, &preview, &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "10.0")]);
+    let (out100, v100) = s.install("v100", &url, &preview, &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "10.0"), DRIVER]);
     println!("uv pip install, forced sm_arch 10.0:\n{out100}");
     assert_eq!(v100, "b200+variant.json", "{out100}");
     // No GPU the provider knows (sm 8.0): no variant fits, uv takes the default wheel.
-    let (_, v80) = s.install("v80", &url, &preview, &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "8.0")]);
+    let (_, v80) = s.install("v80", &url, &preview, &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "8.0"), DRIVER]);
     assert_eq!(v80, "h100", "the default wheel (h100's build, no variant.json)");
     // Without the preview: the default wheel, plain.
-    let (plain, vplain) = s.install("vplain", &url, &[], &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "10.0")]);
+    let (plain, vplain) = s.install("vplain", &url, &[], &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "10.0"), DRIVER]);
     assert_eq!(vplain, "h100", "{plain}");
     // pip knows no variant labels: it skips them and gets the default.
     let target = s.lab.dir.path().join("pip-target");
     let pip = Command::new(s.lab.tools.join("bin/python"))
-        .args(["-m", "pip", "install", "--no-deps", "--no-cache-dir", "--disable-pip-version-check", "--index-url", &url, "--target"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--index-url",
+            &url,
+            "--target",
+        ])
         .arg(&target)
         .arg("deep-ep")
         .output()
@@ -217,13 +252,26 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
     // The multinode build: uv 0.13.9 orders static properties as variants.json lists them
     // (singlenode first) and has no setting to choose one; its label reaches it by URL.
     let mn = wheels.iter().find(|w| w.ends_with("-h100_mn.whl")).unwrap();
-    let mn_url = format!("http://127.0.0.1:{}/simple/deep-ep/{}", server.port, mn.replace('+', "%2B"));
+    let mn_url = format!("http://127.0.0.1:{}/variants/simple/deep-ep/{}", server.port, mn.replace('+', "%2B"));
     let venv = s.lab.dir.path().join("vmn");
-    ok(&s.uv(s.lab.dir.path(), &["venv", "-q", "--python", s.lab.tools.join("bin/python").to_str().unwrap(), venv.to_str().unwrap()], &[]));
+    ok(&s.uv(
+        s.lab.dir.path(),
+        &["venv", "-q", "--python", s.lab.tools.join("bin/python").to_str().unwrap(), venv.to_str().unwrap()],
+        &[],
+    ));
     let o = s.uv(
         s.lab.dir.path(),
-        &["pip", "install", "--no-deps", "--preview-features", "wheel-variants", "--python", venv.join("bin/python").to_str().unwrap(), &format!("deep-ep @ {mn_url}")],
-        &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "9.0")],
+        &[
+            "pip",
+            "install",
+            "--no-deps",
+            "--preview-features",
+            "wheel-variants",
+            "--python",
+            venv.join("bin/python").to_str().unwrap(),
+            &format!("deep-ep @ {mn_url}"),
+        ],
+        &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "9.0"), DRIVER],
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(installed_variant(&site_packages(&venv)), "h100-mn+variant.json");
@@ -234,22 +282,30 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
     std::fs::write(
         consumer.join("pyproject.toml"),
         format!(
-            "[project]\nname = \"consumer\"\nversion = \"0.1.0\"\nrequires-python = \">=3.10\"\ndependencies = [\"deep-ep\"]\n\n[tool.uv]\nenvironments = [\"sys_platform == 'linux' and platform_machine == 'x86_64'\"]\n\n[tool.uv.sources]\ndeep-ep = {{ index = \"deepep\" }}\n\n[[tool.uv.index]]\nname = \"deepep\"\nurl = \"http://127.0.0.1:{}/simple\"\nexplicit = true\n",
+            "[project]\nname = \"consumer\"\nversion = \"0.1.0\"\nrequires-python = \">=3.10\"\ndependencies = [\"deep-ep\"]\n\n[tool.uv]\nenvironments = [\"sys_platform == 'linux' and platform_machine == 'x86_64'\"]\n\n[tool.uv.sources]\ndeep-ep = {{ index = \"deepep\" }}\n\n[[tool.uv.index]]\nname = \"deepep\"\nurl = \"http://127.0.0.1:{}/variants/simple\"\nexplicit = true\n",
             server.port
         ),
     )
     .unwrap();
-    let lock = s.uv(&consumer, &["lock", "--preview-features", "wheel-variants", "--python", s.lab.tools.join("bin/python").to_str().unwrap()], &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "9.0")]);
+    let lock = s.uv(
+        &consumer,
+        &["lock", "--preview-features", "wheel-variants", "--python", s.lab.tools.join("bin/python").to_str().unwrap()],
+        &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "9.0"), DRIVER],
+    );
     println!("uv lock --preview-features wheel-variants:\n{}", stderr(&lock));
     assert_eq!(lock.status.code(), Some(0), "{}", stderr(&lock));
     let text = std::fs::read_to_string(consumer.join("uv.lock")).unwrap();
     let locked: Vec<&str> = text.lines().filter(|l| l.contains("/simple/deep-ep/") || l.contains("deep_ep-")).collect();
     println!("uv.lock's deep-ep wheels:\n{}", locked.join("\n"));
-    assert!(locked.iter().all(|l| !l.contains("-h100.whl") && !l.contains("-b200.whl")), "uv 0.13.9 locks no variant wheel: {text}");
+    assert!(
+        locked.iter().all(|l| !l.contains("-h100.whl") && !l.contains("-b200.whl")),
+        "uv 0.13.9 locks no variant wheel: {text}"
+    );
     let manifest = s.idx.join("variants/index.json");
     let check = |project: &Path| {
-        s.lab
-            .forge(&[
+        forge(
+            s.lab.dir.path(),
+            &[
                 "lock",
                 "check",
                 "--project",
@@ -260,9 +316,8 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
                 manifest.to_str().unwrap(),
                 "--trusted-key",
                 &s.public,
-            ])
-            .output()
-            .unwrap()
+            ],
+        )
     };
     let c = check(&consumer);
     println!("lock check (default wheel locked):\n{}{}", stdout(&c), stderr(&c));
@@ -285,7 +340,12 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
     let out = format!("{}{}", stdout(&c), stderr(&c));
     println!("lock check (label h200):\n{out}");
     assert_eq!(c.status.code(), Some(1), "{out}");
-    assert!(out.contains("lock-variant-unknown") && out.contains("label `h200`") && out.contains(&format!("uv.lock:{line}")), "{out}");
+    assert!(
+        out.contains("lock-variant-unknown")
+            && out.contains("label `h200`")
+            && out.contains(&format!("uv.lock:{line}")),
+        "{out}"
+    );
 }
 
 /// Without --default-variant no plain wheel is written; an installer without
@@ -298,16 +358,37 @@ fn no_default_wheel_unless_named_and_a_disagreeing_variant_json_is_refused() {
     ok(&s.publish(&["--format", "json"]));
     let files = index_files(&s.idx.join("variants/simple/deep-ep"));
     assert!(!files.iter().any(|f| f.ends_with("-linux_x86_64.whl")), "{files:?}");
-    let server = HttpServer::start(&s.lab.tools.join("bin/python"), &s.idx.join("variants"));
-    let url = format!("http://127.0.0.1:{}/simple/", server.port);
+    let server = HttpServer::start(&s.lab.tools.join("bin/python"), &s.idx);
+    let url = format!("http://127.0.0.1:{}/variants/simple/", server.port);
     let venv = s.lab.dir.path().join("v");
-    ok(&s.uv(s.lab.dir.path(), &["venv", "-q", "--python", s.lab.tools.join("bin/python").to_str().unwrap(), venv.to_str().unwrap()], &[]));
-    let o = s.uv(s.lab.dir.path(), &["pip", "install", "--no-deps", "--python", venv.join("bin/python").to_str().unwrap(), "--index-url", &url, "deep-ep"], &[]);
+    ok(&s.uv(
+        s.lab.dir.path(),
+        &["venv", "-q", "--python", s.lab.tools.join("bin/python").to_str().unwrap(), venv.to_str().unwrap()],
+        &[],
+    ));
+    let o = s.uv(
+        s.lab.dir.path(),
+        &[
+            "pip",
+            "install",
+            "--no-deps",
+            "--python",
+            venv.join("bin/python").to_str().unwrap(),
+            "--index-url",
+            &url,
+            "deep-ep",
+        ],
+        &[],
+    );
     println!("uv pip install without the preview, no default wheel:\n{}", stderr(&o));
     assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
     // pins.toml moves b200 to sm_100 + PTX: the published b200 wheel's variant.json no
     // longer says what pins.toml describes; publishing again refuses, writing nothing.
-    let text = std::fs::read_to_string(&s.pins).unwrap().replacen("cuda_arch_list = \"10.0\"", "cuda_arch_list = \"10.0+PTX\"", 1);
+    let text = std::fs::read_to_string(&s.pins).unwrap().replacen(
+        "cuda_arch_list = \"10.0\"",
+        "cuda_arch_list = \"10.0+PTX\"",
+        1,
+    );
     std::fs::write(&s.pins, text).unwrap();
     let before = index_files(&s.idx.join("variants/simple/deep-ep"));
     let o = s.publish(&["--variant", "b200"]);
@@ -315,11 +396,28 @@ fn no_default_wheel_unless_named_and_a_disagreeing_variant_json_is_refused() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(index_files(&s.idx.join("variants/simple/deep-ep")), before);
     // publish --check names the published b200 wheel whose variant.json pins.toml no longer describes.
-    let check = s.lab.forge(&["publish", "--check", s.idx.to_str().unwrap(), "--pins", s.pins.to_str().unwrap(), "--trusted-key", &s.public]).output().unwrap();
+    let check = s
+        .lab
+        .forge(&[
+            "publish",
+            "--check",
+            s.idx.to_str().unwrap(),
+            "--pins",
+            s.pins.to_str().unwrap(),
+            "--trusted-key",
+            &s.public,
+        ])
+        .output()
+        .unwrap();
     let out = stdout(&check);
     println!("publish --check after the change:\n{out}");
     assert_eq!(check.status.code(), Some(1), "{out}");
-    assert!(out.contains("-b200.whl: ") && out.contains("variant.json says ") && out.contains("pins.toml's variant `b200` is "), "{out}");
+    assert!(
+        out.contains("-b200.whl: ")
+            && out.contains("variant.json says ")
+            && out.contains("pins.toml's variant `b200` is "),
+        "{out}"
+    );
 }
 
 /// Two variants whose names give one label, or a name that gives no label: exit 2
@@ -331,18 +429,28 @@ fn colliding_or_unlabelable_variant_names_are_refused_before_building() {
     let o = forge(d.path(), &["cache", "keygen", "--name", "k1", "--out", key.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let base = std::fs::read_to_string(root().join("tests/fixtures/demo-pins.toml")).unwrap();
-    let cases = [
-        ("demo_arm", "both give the variant label `demo_arm`"),
-        ("x1234567890123456", "gives no PEP 825 label"),
-    ];
+    let cases =
+        [("demo_arm", "both give the variant label `demo_arm`"), ("x1234567890123456", "gives no PEP 825 label")];
     for (name, says) in cases {
         let pins = d.path().join("pins.toml");
-        let extra = format!("\n[[variant]]\nname = \"{name}\"\narch = \"aarch64\"\ncuda_arch_list = \"10.0\"\nmultinode = false\n");
+        let extra = format!(
+            "\n[[variant]]\nname = \"{name}\"\narch = \"aarch64\"\ncuda_arch_list = \"10.0\"\nmultinode = false\n"
+        );
         std::fs::write(&pins, format!("{base}{extra}")).unwrap();
         let out = d.path().join("idx");
         let o = forge(
             d.path(),
-            &["publish", "--all", "--variant-wheels", "--pins", pins.to_str().unwrap(), "--signing-key", key.to_str().unwrap(), "--out", out.to_str().unwrap()],
+            &[
+                "publish",
+                "--all",
+                "--variant-wheels",
+                "--pins",
+                pins.to_str().unwrap(),
+                "--signing-key",
+                key.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
         );
         assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{name}: {}", stderr(&o));

@@ -1141,9 +1141,17 @@ pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding>
     };
     if v == crate::publish::VARIANT_INDEX {
         // One index serves every variant (publish --variant-wheels): the labels are judged per wheel.
-        return chain.manifests.iter().filter(|m| m.variant != v).map(|m| finding(format!(
-            "tool.uv.sources points at the variant index `{}`, but its manifest is variant `{}`'s", s.name, m.variant
-        ))).collect();
+        return chain
+            .manifests
+            .iter()
+            .filter(|m| m.variant != v)
+            .map(|m| {
+                finding(format!(
+                    "tool.uv.sources points at the variant index `{}`, but its manifest is variant `{}`'s",
+                    s.name, m.variant
+                ))
+            })
+            .collect();
     }
     if let Some(p) = ctx.pins {
         if !p.variants.iter().any(|x| x.name == v) {
@@ -1238,7 +1246,10 @@ fn variant_index(chain: &IndexChain) -> bool {
 fn label_variant(ctx: &Context, file: &str) -> Option<String> {
     let label = crate::wheel::WheelName::parse(file)?.variant?;
     let pins = ctx.pins?;
-    pins.variants.iter().find(|v| crate::publish::variants::label(&v.name).is_ok_and(|l| l == label)).map(|v| v.name.clone())
+    pins.variants
+        .iter()
+        .find(|v| crate::publish::variants::label(&v.name).is_ok_and(|l| l == label))
+        .map(|v| v.name.clone())
 }
 
 /// `lock-variant-unknown`: uv.lock names a variant wheel (PEP 825 label in its
@@ -1251,7 +1262,8 @@ pub fn lock_variant_unknown(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
         if label_variant(ctx, &w.file).is_some() {
             continue;
         }
-        let known: Vec<String> = pins.variants.iter().filter_map(|v| crate::publish::variants::label(&v.name).ok()).collect();
+        let known: Vec<String> =
+            pins.variants.iter().filter_map(|v| crate::publish::variants::label(&v.name).ok()).collect();
         out.push(
             Finding::new(
                 "lock-variant-unknown",

@@ -199,7 +199,14 @@ fn check_pinned(mpath: &Path, m: &Manifest, v: &Variant, pins: &Pins, out: &mut 
 /// revision; every labelled wheel's `variant.json` says its label and what
 /// pins.toml describes for it; each variants.json is what the manifest's
 /// wheels and pins.toml render to, with the signed sha256.
-fn check_variant_wheels(files: &Path, mpath: &Path, m: &Manifest, members: &[&Variant], pins: &Pins, out: &mut Vec<String>) {
+fn check_variant_wheels(
+    files: &Path,
+    mpath: &Path,
+    m: &Manifest,
+    members: &[&Variant],
+    pins: &Pins,
+    out: &mut Vec<String>,
+) {
     for v in members {
         let Ok(label) = super::variants::label(&v.name) else { continue };
         let labelled = |w: &&WheelEntry| {
@@ -228,7 +235,10 @@ fn check_variant_wheels(files: &Path, mpath: &Path, m: &Manifest, members: &[&Va
         let p = files.join(&name);
         let sha = facts::sha256_hex(&bytes);
         if !listed.contains(&(name.as_str(), sha.as_str())) {
-            out.push(format!("{}: the signed manifest does not list it as pins.toml and the wheels give it", p.display()));
+            out.push(format!(
+                "{}: the signed manifest does not list it as pins.toml and the wheels give it",
+                p.display()
+            ));
         }
         match crate::input::read_bytes(&p, "variants.json", super::variants::MAX_VARIANTS_JSON) {
             Ok(have) if have == bytes => {}

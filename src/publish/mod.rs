@@ -116,7 +116,16 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
     args.common.out = built.path().to_path_buf();
     let remote = args.common.remote.connect(args.common.no_cache)?;
-    let outcomes = crate::builder::run::build(&args.common.request()?, remote.as_ref(), |_| {})?.results;
+    // Variants of one architecture give wheels of one file name in the build folder:
+    // each is kept, as it is delivered, in a folder of its variant before the next lands.
+    let mut kept: Vec<std::io::Result<PathBuf>> = Vec::new();
+    let mut outcomes = crate::builder::run::build(&args.common.request()?, remote.as_ref(), |o| {
+        kept.push(keep(built.path(), &o.variant, &o.wheel));
+    })?
+    .results;
+    for (o, k) in outcomes.iter_mut().zip(kept) {
+        o.wheel = k.with_context(|| format!("keeping the wheel of variant {}", o.variant))?;
+    }
     let mut by_variant: BTreeMap<String, Vec<(PathBuf, Facts)>> = BTreeMap::new();
     if let Some(d) = &args.default_variant {
         pins.variant(d)?;
@@ -178,6 +187,15 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     };
     print_report(&report, args.common.format)?;
     Ok(Exit::Ok)
+}
+
+/// A copy of a delivered wheel in `<dir>/<variant>/`.
+fn keep(dir: &Path, variant: &str, wheel: &Path) -> std::io::Result<PathBuf> {
+    let to = dir.join("kept").join(variant);
+    std::fs::create_dir_all(&to)?;
+    let dest = to.join(wheel.file_name().unwrap_or_default());
+    std::fs::copy(wheel, &dest)?;
+    Ok(dest)
 }
 
 /// `--out` must be a folder or absent (a file there is a usage error, before anything is built).
@@ -341,8 +359,11 @@ pub(crate) fn variants_files(m: &Manifest, pins: &Pins) -> Result<Vec<(String, V
         let Some(n) = crate::wheel::WheelName::parse(&w.wheel) else { continue };
         let Some(label) = n.variant.clone() else { continue };
         let v = by_label.get(&label).ok_or_else(|| {
-            Failure::problems(format!("the index lists {} whose label `{label}` no variant of pins.toml gives", w.wheel))
-                .hint("publish into a new folder, or restore the variant in pins.toml")
+            Failure::problems(format!(
+                "the index lists {} whose label `{label}` no variant of pins.toml gives",
+                w.wheel
+            ))
+            .hint("publish into a new folder, or restore the variant in pins.toml")
         })?;
         by_version.entry((n.dist, n.version)).or_default().insert(label, variants::properties(v, cuda));
     }

@@ -86,7 +86,11 @@ fn project_json(m: &Manifest) -> Vec<u8> {
                 "size": w.size,
             })
         })
-        .chain(m.variants_json.iter().map(|f| json!({ "filename": f.file, "url": href(&f.file), "hashes": { "sha256": f.sha256 } })))
+        .chain(
+            m.variants_json
+                .iter()
+                .map(|f| json!({ "filename": f.file, "url": href(&f.file), "hashes": { "sha256": f.sha256 } })),
+        )
         .collect();
     let mut versions: Vec<&str> = m.wheels.iter().map(|w| w.provenance.version.as_str()).collect();
     versions.sort();

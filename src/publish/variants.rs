@@ -104,10 +104,20 @@ fn common(static_values: &BTreeMap<String, Vec<String>>) -> serde_json::Map<Stri
         "providers".into(),
         json!({
             NVIDIA: { "requires": ["nvidia-variant-provider"], "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin" },
-            NAMESPACE: { "static-properties": static_values },
+            NAMESPACE: own_provider(static_values),
         }),
     );
     m
+}
+
+/// The project's static provider: its values, and (uv requires it for more than
+/// one feature) the feature order, `build` before `transport`.
+fn own_provider(static_values: &BTreeMap<String, Vec<String>>) -> Value {
+    let mut p = json!({ "static-properties": static_values });
+    if static_values.len() > 1 {
+        p["feature-order"] = json!(static_values.keys().collect::<Vec<_>>());
+    }
+    p
 }
 
 /// The static values of the project's namespace the index serves, in
@@ -163,9 +173,15 @@ pub fn wheel_name(built: &str, label: &str) -> Result<String, Failure> {
 /// added to `.dist-info/`, RECORD rewritten, every member's time the build's
 /// SOURCE_DATE_EPOCH, so the same wheel always gives the same bytes.
 pub fn relabel(built: &Path, out: &Path, label: &str, props: &Properties) -> Result<()> {
+    add_variant_json(built, out, variant_json(label, props))
+}
+
+/// `built` with `variant_json` added as `.dist-info/variant.json`, written to `out`
+/// (a new file), every member's time the build's SOURCE_DATE_EPOCH.
+pub fn add_variant_json(built: &Path, out: &Path, variant_json: Vec<u8>) -> Result<()> {
     let epoch = build_epoch(built)?;
     let changes = crate::wheel::stamp::Changes {
-        add_dist_info: BTreeMap::from([(DIST_INFO_FILE.to_string(), variant_json(label, props))]),
+        add_dist_info: BTreeMap::from([(DIST_INFO_FILE.to_string(), variant_json)]),
         epoch,
         ..Default::default()
     };
@@ -198,8 +214,9 @@ pub fn parse(bytes: &[u8], what: &str) -> Result<BTreeMap<String, Properties>, F
         return Err(bad(format!("unknown namespace `{}` in `providers`", crate::cache::excerpt(ns)))
             .hint("deepep-forge writes only the `nvidia` and `deepep_forge` namespaces"));
     }
-    let variants: BTreeMap<String, Properties> = serde_json::from_value(v.get("variants").cloned().unwrap_or(Value::Null))
-        .map_err(|e| bad(format!("`variants` is not label -> namespace -> feature -> [values]: {e}")))?;
+    let variants: BTreeMap<String, Properties> =
+        serde_json::from_value(v.get("variants").cloned().unwrap_or(Value::Null))
+            .map_err(|e| bad(format!("`variants` is not label -> namespace -> feature -> [values]: {e}")))?;
     if variants.len() > MAX_LABELS {
         return Err(bad(format!("{} labels, over the bound of {MAX_LABELS}", variants.len())));
     }
@@ -210,17 +227,23 @@ pub fn parse(bytes: &[u8], what: &str) -> Result<BTreeMap<String, Properties>, F
         if let Some(ns) = props.keys().find(|k| *k != NVIDIA && *k != NAMESPACE) {
             return Err(bad(format!("label `{l}` has unknown namespace `{}`", crate::cache::excerpt(ns))));
         }
-        let plain = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b"._".contains(&b));
-        if let Some(x) = props.values().flat_map(|f| f.iter().flat_map(|(k, vs)| std::iter::once(k).chain(vs))).find(|s| !plain(s)) {
-            return Err(bad(format!("label `{l}` has the feature or value `{}` (expected 0-9 a-z . _)", crate::cache::excerpt(x))));
+        let plain = |s: &str| {
+            !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b"._".contains(&b))
+        };
+        if let Some(x) =
+            props.values().flat_map(|f| f.iter().flat_map(|(k, vs)| std::iter::once(k).chain(vs))).find(|s| !plain(s))
+        {
+            return Err(bad(format!(
+                "label `{l}` has the feature or value `{}` (expected 0-9 a-z . _)",
+                crate::cache::excerpt(x)
+            )));
         }
     }
     Ok(variants)
 }
 
-/// A variant wheel's own `variant.json` against its file name's label and what
-/// pins.toml describes for that label; `Err` says what differs.
-pub fn check_wheel(wheel: &Path, pins: &Pins) -> Result<(String, Properties), Failure> {
+/// A variant wheel's own `variant.json`, checked: one variant, the file name's label.
+pub fn read_wheel_variant_json(wheel: &Path) -> Result<Vec<u8>, Failure> {
     let file = wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let bad = |why: String| Failure::problems(format!("{}: {why}", wheel.display()));
     let name = crate::wheel::WheelName::parse(file).ok_or_else(|| bad("not a wheel file name".into()))?;
@@ -231,17 +254,22 @@ pub fn check_wheel(wheel: &Path, pins: &Pins) -> Result<(String, Properties), Fa
         .map_err(|e| bad(format!("{e:#}")))?
         .ok_or_else(|| bad(format!("has no {member}")))?;
     let got = parse(&bytes, &format!("{} {member}", wheel.display()))?;
-    let (l, props) = match got.into_iter().collect::<Vec<_>>().as_slice() {
-        [(l, p)] => (l.clone(), p.clone()),
-        _ => return Err(bad(format!("{member} must describe exactly one variant"))),
-    };
-    if l != label {
-        return Err(bad(format!("{member} describes label `{l}`, the file name says `{label}`")));
+    match got.keys().collect::<Vec<_>>().as_slice() {
+        [l] if **l == label => Ok(bytes),
+        [l] => Err(bad(format!("{member} describes label `{l}`, the file name says `{label}`"))),
+        _ => Err(bad(format!("{member} must describe exactly one variant"))),
     }
+}
+
+/// A variant wheel's own `variant.json` against its file name's label and what
+/// pins.toml describes for that label; `Err` says what differs.
+pub fn check_wheel(wheel: &Path, pins: &Pins) -> Result<(String, Properties), Failure> {
+    let bad = |why: String| Failure::problems(format!("{}: {why}", wheel.display()));
+    let bytes = read_wheel_variant_json(wheel)?;
+    let member = DIST_INFO_FILE;
+    let (label, props) = parse(&bytes, "variant.json")?.into_iter().next().expect("one variant, checked");
     let by_label = labels(&pins.variants)?;
-    let v = by_label.get(&label).ok_or_else(|| {
-        bad(format!("label `{label}` is no variant pins.toml describes"))
-    })?;
+    let v = by_label.get(&label).ok_or_else(|| bad(format!("label `{label}` is no variant pins.toml describes")))?;
     let want = properties(v, pins.toolchain.as_ref().map(|t| t.cuda.as_str()));
     if props != want {
         return Err(bad(format!(
@@ -297,9 +325,14 @@ mod tests {
 
     #[test]
     fn labels_that_collide_or_are_no_label_are_refused() {
-        let p = pins("\n[[variant]]\nname = \"demo_arm\"\narch = \"aarch64\"\ncuda_arch_list = \"10.0\"\nmultinode = false\n");
+        let p = pins(
+            "\n[[variant]]\nname = \"demo_arm\"\narch = \"aarch64\"\ncuda_arch_list = \"10.0\"\nmultinode = false\n",
+        );
         let e = labels(&p.variants).unwrap_err().to_string();
-        assert!(e.contains("variants `demo-arm` (pins.toml line ") && e.contains("both give the variant label `demo_arm`"), "{e}");
+        assert!(
+            e.contains("variants `demo-arm` (pins.toml line ") && e.contains("both give the variant label `demo_arm`"),
+            "{e}"
+        );
         for bad in ["a/b", "..", "null", "x".repeat(17).as_str(), "H100"] {
             let l = label(bad);
             assert!(bad == "H100" && l.as_ref().is_ok_and(|l| l == "h100") || l.is_err(), "{bad}: {l:?}");
@@ -319,7 +352,10 @@ mod tests {
         assert!(parse(&big, "v.json").unwrap_err().to_string().contains("over the 262144-byte bound"));
         let text = String::from_utf8(bytes).unwrap();
         let foreign = text.replacen("\"deepep_forge\": {\n      \"static", "\"evil\": {\n      \"static", 1);
-        assert!(parse(foreign.as_bytes(), "v.json").unwrap_err().to_string().contains("unknown namespace `evil`"), "{foreign}");
+        assert!(
+            parse(foreign.as_bytes(), "v.json").unwrap_err().to_string().contains("unknown namespace `evil`"),
+            "{foreign}"
+        );
         let path = text.replacen("\"demo\": {", "\"../x\": {", 1);
         assert!(parse(path.as_bytes(), "v.json").unwrap_err().to_string().contains("`../x` is not a variant label"));
     }

@@ -46,7 +46,9 @@ impl WheelName {
             5 => (parts[0], parts[1], None, &parts[2..5], None),
             6 if digit(parts[2]) => (parts[0], parts[1], Some(parts[2].to_string()), &parts[3..6], None),
             6 => (parts[0], parts[1], None, &parts[2..5], Some(parts[5].to_string())),
-            7 if digit(parts[2]) => (parts[0], parts[1], Some(parts[2].to_string()), &parts[3..6], Some(parts[6].to_string())),
+            7 if digit(parts[2]) => {
+                (parts[0], parts[1], Some(parts[2].to_string()), &parts[3..6], Some(parts[6].to_string()))
+            }
             _ => return None,
         };
         if variant.as_deref().is_some_and(|l| !is_label(l)) {
