@@ -346,6 +346,27 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
             && out.contains(&format!("uv.lock:{line}")),
         "{out}"
     );
+    // uv 0.13.9 has no setting that selects a static property: `[tool.uv] variant` is unknown.
+    let py = std::fs::read_to_string(consumer.join("pyproject.toml")).unwrap();
+    std::fs::write(
+        consumer.join("pyproject.toml"),
+        py.replace("[tool.uv]\n", "[tool.uv]\nvariant = { deepep_forge = { build = [\"multinode\"] } }\n"),
+    )
+    .unwrap();
+    let o = s.uv(
+        &consumer,
+        &["lock", "--preview-features", "wheel-variants", "--python", s.lab.tools.join("bin/python").to_str().unwrap()],
+        &[],
+    );
+    println!("uv lock with [tool.uv] variant:\n{}", stderr(&o));
+    assert!(stderr(&o).contains("unknown field `variant`"), "{}", stderr(&o));
+    // verify: the b200 variant wheel is its rebuild plus its (checked) variant.json.
+    let b200 = files_dir.join(wheels.iter().find(|w| w.ends_with("-b200.whl")).unwrap());
+    let v =
+        s.lab.forge(&["verify", b200.to_str().unwrap(), "--source", s.lab.repo.to_str().unwrap()]).output().unwrap();
+    println!("verify {}:\n{}{}", b200.display(), stdout(&v), stderr(&v));
+    assert_eq!(v.status.code(), Some(0), "{}{}", stdout(&v), stderr(&v));
+    assert!(stdout(&v).starts_with("verified: "), "{}", stdout(&v));
 }
 
 /// Without --default-variant no plain wheel is written; an installer without
@@ -382,6 +403,7 @@ fn no_default_wheel_unless_named_and_a_disagreeing_variant_json_is_refused() {
     );
     println!("uv pip install without the preview, no default wheel:\n{}", stderr(&o));
     assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("has only unsupported wheel variants"), "{}", stderr(&o));
     // pins.toml moves b200 to sm_100 + PTX: the published b200 wheel's variant.json no
     // longer says what pins.toml describes; publishing again refuses, writing nothing.
     let text = std::fs::read_to_string(&s.pins).unwrap().replacen(
