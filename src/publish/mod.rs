@@ -39,8 +39,10 @@ Examples:
   deepep-forge publish --variant h100 --signing-key publish.key --out public/
   # both architectures in one index (gb200-nvl72 has `index = \"h100\"`)
   deepep-forge publish --variant h100 --variant gb200-nvl72 --signing-key k
-  # one index, every variant a PEP 825 variant wheel (uv --preview-features wheel-variants)
-  deepep-forge publish --all --variant-wheels --default-variant h100 --signing-key k --out public/
+  # one index of PEP 825 variant wheels (uv --preview-features wheel-variants)
+  # and h100's plain wheel for installers without variant support
+  deepep-forge publish --all --variant-wheels --default-variant h100 \\
+    --signing-key k
   deepep-forge publish --check public/ --trusted-key NAME:BASE64
   deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
 pub struct PublishArgs {
