@@ -404,6 +404,25 @@ fn no_default_wheel_unless_named_and_a_disagreeing_variant_json_is_refused() {
     println!("uv pip install without the preview, no default wheel:\n{}", stderr(&o));
     assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("has only unsupported wheel variants"), "{}", stderr(&o));
+    // With the preview, a GPU no wheel was built for (sm 8.0): the same clear refusal.
+    let o = s.uv(
+        s.lab.dir.path(),
+        &[
+            "pip",
+            "install",
+            "--no-deps",
+            "--preview-features",
+            "wheel-variants",
+            "--python",
+            venv.join("bin/python").to_str().unwrap(),
+            "--index-url",
+            &url,
+            "deep-ep",
+        ],
+        &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "8.0"), DRIVER],
+    );
+    println!("uv pip install --preview-features wheel-variants, forced sm_arch 8.0, no default wheel:\n{}", stderr(&o));
+    assert!(stderr(&o).contains("has only unsupported wheel variants"), "{}", stderr(&o));
     // pins.toml moves b200 to sm_100 + PTX: the published b200 wheel's variant.json no
     // longer says what pins.toml describes; publishing again refuses, writing nothing.
     let text = std::fs::read_to_string(&s.pins).unwrap().replacen(

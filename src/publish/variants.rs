@@ -340,6 +340,53 @@ mod tests {
         assert!(wheel_name("deep_ep-1-cp312-cp312-linux_x86_64-h100.whl", "b200").is_err());
     }
 
+    /// A wheel file `name` holding `<dist-info>/variant.json` = `vj`.
+    fn wheel_with(dir: &Path, name: &str, vj: &[u8]) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = dir.join(name);
+        let mut z = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let di = "deep_ep-1.2.1+9dce5ac.dist-info";
+        for (member, data) in [(format!("{di}/variant.json"), vj.to_vec()), (format!("{di}/RECORD"), vec![])] {
+            z.start_file(member, zip::write::SimpleFileOptions::default()).unwrap();
+            z.write_all(&data).unwrap();
+        }
+        z.finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn a_wheel_whose_variant_json_disagrees_with_its_label_or_pins_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = pins("");
+        let demo = p.variant("demo").unwrap();
+        let good = variant_json("demo", &properties(demo, None));
+        let stem = "deep_ep-1.2.1+9dce5ac-cp311-cp311-linux_x86_64";
+        let ok = wheel_with(tmp.path(), &format!("{stem}-demo.whl"), &good);
+        assert_eq!(check_wheel(&ok, &p).unwrap().0, "demo");
+        // The file name says demo_arm, the variant.json says demo.
+        let renamed = wheel_with(tmp.path(), &format!("{stem}-demo_arm.whl"), &good);
+        let e = check_wheel(&renamed, &p).unwrap_err().to_string();
+        assert!(e.contains("describes label `demo`, the file name says `demo_arm`"), "{e}");
+        // The label is pins.toml's, the properties are not (multinode claimed).
+        let mut mn = demo.clone();
+        mn.multinode = true;
+        let lying =
+            wheel_with(tmp.path(), &format!("{stem}-demo.whl.tmp"), &variant_json("demo", &properties(&mn, None)));
+        let lying_whl = tmp.path().join(format!("{stem}-demo.whl"));
+        std::fs::rename(lying, &lying_whl).unwrap();
+        let e = check_wheel(&lying_whl, &p).unwrap_err().to_string();
+        assert!(
+            e.contains("says deepep_forge :: build :: multinode")
+                && e.contains("pins.toml's variant `demo` is deepep_forge :: build :: singlenode"),
+            "{e}"
+        );
+        // A label no variant of pins.toml gives.
+        let foreign =
+            wheel_with(tmp.path(), &format!("{stem}-h200.whl"), &variant_json("h200", &properties(demo, None)));
+        let e = check_wheel(&foreign, &p).unwrap_err().to_string();
+        assert!(e.contains("label `h200` is no variant pins.toml describes"), "{e}");
+    }
+
     #[test]
     fn variants_json_round_trips_and_hostile_ones_are_refused() {
         let p = pins("");
