@@ -501,3 +501,75 @@ fn colliding_or_unlabelable_variant_names_are_refused_before_building() {
     let o = forge(d.path(), &["publish", "--all", "--default-variant", "demo", "--signing-key", key.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+/// The CUDA bounds `publish --variant-wheels` writes for `[toolchain] cuda = "13.0"`
+/// (`cuda_version_lower_bound` 13.0, `cuda_version_upper_bound` 14), rendered by the
+/// same code, on small real wheels: uv 0.13.9 installs the variant on a 13.x driver
+/// and the default below 13.0 or from 14 on.
+#[test]
+#[ignore = "needs the tools venv (.ci/setup-tools: uv 0.13.9): bash .ci/run runs it"]
+fn uv_honours_the_cuda_bounds_of_the_toolchain() {
+    use deepep_forge::publish::variants;
+    let tools = tools_venv().unwrap_or_else(|| support::missing("the tools venv (uv 0.13.9)"));
+    let d = tempfile::tempdir().unwrap();
+    let pins = deepep_forge::pins::Pins::parse(
+        &std::fs::read_to_string(root().join("tests/fixtures/demo-pins.toml")).unwrap(),
+        Path::new("pins.toml"),
+    )
+    .unwrap();
+    let props = variants::properties(pins.variant("demo").unwrap(), Some("13.0"));
+    let files = d.path().join("idx/simple/cuda-demo");
+    let build = |tag: &str, extra: Vec<(String, Vec<u8>)>| {
+        let mut f = vec![("cuda_demo/__init__.py".to_string(), format!("BUILD = {tag:?}\n").into_bytes())];
+        f.extend(extra);
+        support::tiny_wheel::tiny_wheel(&d.path().join(tag), "cuda-demo", "1.0", &[], &f)
+    };
+    let plain = build("default", vec![]);
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::rename(&plain, files.join("cuda_demo-1.0-py3-none-any.whl")).unwrap();
+    let labelled =
+        build("demo", vec![("cuda_demo-1.0.dist-info/variant.json".into(), variants::variant_json("demo", &props))]);
+    std::fs::rename(&labelled, files.join("cuda_demo-1.0-py3-none-any-demo.whl")).unwrap();
+    let all = std::collections::BTreeMap::from([("demo".to_string(), props)]);
+    std::fs::write(files.join("cuda_demo-1.0-variants.json"), variants::variants_json(&all)).unwrap();
+    let mut page = String::from("<html><body>\n");
+    for f in index_files(&files) {
+        page.push_str(&format!("<a href=\"{f}\">{f}</a>\n"));
+    }
+    std::fs::write(files.join("index.html"), page + "</body></html>\n").unwrap();
+    let server = HttpServer::start(&tools.join("bin/python"), &d.path().join("idx"));
+    let url = format!("http://127.0.0.1:{}/simple/", server.port);
+    for (driver, want) in [("13.0", "demo"), ("13.2", "demo"), ("12.8", "default"), ("14.0", "default")] {
+        let venv = d.path().join(format!("v{driver}"));
+        let uv = |args: &[&str], env: &[(&str, &str)]| {
+            let mut c = Command::new(tools.join("bin/uv"));
+            c.args(args)
+                .env("UV_CACHE_DIR", d.path().join("uv-cache"))
+                .env("UV_PYTHON_DOWNLOADS", "never")
+                .env_remove("VIRTUAL_ENV");
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            c.output().unwrap()
+        };
+        ok(&uv(&["venv", "-q", "--python", tools.join("bin/python").to_str().unwrap(), venv.to_str().unwrap()], &[]));
+        let py = venv.join("bin/python");
+        let o = uv(
+            &[
+                "pip",
+                "install",
+                "--preview-features",
+                "wheel-variants",
+                "--python",
+                py.to_str().unwrap(),
+                "--index-url",
+                &url,
+                "cuda-demo",
+            ],
+            &[("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "9.0"), ("NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION", driver)],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let got = Command::new(&py).args(["-c", "import cuda_demo; print(cuda_demo.BUILD)"]).output().unwrap();
+        assert_eq!(stdout(&got).trim(), want, "driver {driver}: {}", stderr(&o));
+    }
+}
