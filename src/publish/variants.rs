@@ -8,9 +8,10 @@
 //! singlenode|multinode` with `deepep_forge :: transport` for a multinode build.
 //! A variant wheel is the built wheel with `.dist-info/variant.json` added by
 //! `wheel::stamp` (same epoch, same bytes every time); `{name}-{version}-variants.json`
-//! maps every label of a version to its properties. Reading (`read_variants_json`,
-//! `check_wheel`) is bounded and refuses what this module would not write.
-//! Must not write files or build.
+//! maps every label of a version to its properties. Reading (`parse`,
+//! `read_wheel_variant_json`, `check_wheel`) is bounded and refuses what this
+//! module would not write. Must not build, nor write anything but the new
+//! wheel file `relabel` is given (through `wheel::stamp`).
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -162,10 +163,9 @@ pub fn variants_json_name(dist: &str, version: &str) -> String {
 
 /// The variant wheel's file name: the built wheel's with `-<label>` before `.whl`.
 pub fn wheel_name(built: &str, label: &str) -> Result<String, Failure> {
-    let n = crate::wheel::WheelName::parse(built)
+    crate::wheel::WheelName::parse(built)
         .filter(|n| n.variant.is_none())
         .ok_or_else(|| Failure::usage(format!("`{}` is not a plain wheel name", crate::cache::excerpt(built))))?;
-    let _ = n;
     Ok(format!("{}-{label}.whl", built.trim_end_matches(".whl")))
 }
 
@@ -267,6 +267,7 @@ pub fn check_wheel(wheel: &Path, pins: &Pins) -> Result<(String, Properties), Fa
     let bad = |why: String| Failure::problems(format!("{}: {why}", wheel.display()));
     let bytes = read_wheel_variant_json(wheel)?;
     let member = DIST_INFO_FILE;
+    // read_wheel_variant_json checked: exactly one variant, the file name's label.
     let (label, props) = parse(&bytes, "variant.json")?.into_iter().next().expect("one variant, checked");
     let by_label = labels(&pins.variants)?;
     let v = by_label.get(&label).ok_or_else(|| bad(format!("label `{label}` is no variant pins.toml describes")))?;
