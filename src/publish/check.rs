@@ -208,7 +208,13 @@ fn check_variant_wheels(
     out: &mut Vec<String>,
 ) {
     for v in members {
-        let Ok(label) = super::variants::label(&v.name) else { continue };
+        let label = match super::variants::label(&v.name) {
+            Ok(l) => l,
+            Err(e) => {
+                out.push(format!("{}: {e}", pins.path.display()));
+                continue;
+            }
+        };
         let labelled = |w: &&WheelEntry| {
             crate::wheel::WheelName::parse(&w.wheel).and_then(|n| n.variant).as_deref() == Some(label.as_str())
         };
