@@ -7,6 +7,8 @@
 //! rewritten (a different one is exit 1 with nothing written); every file
 //! appears by rename, the manifest last; publishing twice changes no byte.
 //! `publish --check DIR` ([`check`]) verifies an index against pins.toml.
+//! `publish --variant-wheels` ([`variants`]) writes one index, `<DIR>/variants/`,
+//! of PEP 825 variant wheels (and `--default-variant`'s plain wheel) instead.
 //! Must not build by itself (the builder does), nor serve anything.
 pub mod check;
 pub mod closure;
