@@ -240,7 +240,16 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
         recorded_fork: prov.source.fork.clone(),
     };
     let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, wheel))?;
-    let outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;
+    let mut outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;
+    if let Some(label) = &name.variant {
+        // A PEP 825 variant wheel is its build plus `variant.json` (publish --variant-wheels):
+        // the rebuild gets the published wheel's (checked) variant.json the same way.
+        let vj = crate::publish::variants::read_wheel_variant_json(wheel)?;
+        let file = outcome.wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let labelled = work.path().join(crate::publish::variants::wheel_name(file, label)?);
+        crate::publish::variants::add_variant_json(&outcome.wheel, &labelled, vj)?;
+        outcome.wheel = labelled;
+    }
     let d = diff::diff(wheel, &outcome.wheel)?;
     let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
     if args.format == Format::Json {

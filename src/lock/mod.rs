@@ -467,6 +467,7 @@ fn index_rules(
     found.extend(rules::lock_python_uncovered(ctx, &chain));
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
+    found.extend(rules::lock_variant_unknown(ctx, &chain));
     if let Some(text) = &lock_text {
         found.extend(wheel_requires(src, lock_path, text, ctx.py.project_name.as_deref(), &wheels, &manifests)?);
     }

@@ -1180,7 +1180,12 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
                 None => f,
             });
         }
-        if let Some(want) = chain.source.variant.as_deref().map(|v| variant_for(ctx, v, &p.arch)) {
+        let want = match variant_index(chain) {
+            // In the variant index the wheel's own label says which variant it is.
+            true => label_variant(ctx, &w.file),
+            false => chain.source.variant.as_deref().map(|v| variant_for(ctx, v, &p.arch)),
+        };
+        if let Some(want) = want {
             if want != p.variant {
                 let f = rule(
                     format!(
@@ -1243,6 +1248,20 @@ pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding>
             .at(s.line, 1)
             .fix("deepep-forge pin set REV --index URL --variant NAME (the variant your Dockerfiles and recipes need)")
     };
+    if v == crate::publish::VARIANT_INDEX {
+        // One index serves every variant (publish --variant-wheels): the labels are judged per wheel.
+        return chain
+            .manifests
+            .iter()
+            .filter(|m| m.variant != v)
+            .map(|m| {
+                finding(format!(
+                    "tool.uv.sources points at the variant index `{}`, but its manifest is variant `{}`'s",
+                    s.name, m.variant
+                ))
+            })
+            .collect();
+    }
     if let Some(p) = ctx.pins {
         if !p.variants.iter().any(|x| x.name == v) {
             out.push(finding(format!(
@@ -1323,6 +1342,52 @@ pub fn index_label(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
                 .fix(fix),
             );
         }
+    }
+    out
+}
+
+/// Whether the consumer's index is the variant index (`publish --variant-wheels`).
+fn variant_index(chain: &IndexChain) -> bool {
+    chain.source.variant.as_deref() == Some(crate::publish::VARIANT_INDEX)
+}
+
+/// The pins.toml variant whose PEP 825 label a wheel file name carries.
+fn label_variant(ctx: &Context, file: &str) -> Option<String> {
+    let label = crate::wheel::WheelName::parse(file)?.variant?;
+    let pins = ctx.pins?;
+    pins.variants
+        .iter()
+        .find(|v| crate::publish::variants::label(&v.name).is_ok_and(|l| l == label))
+        .map(|v| v.name.clone())
+}
+
+/// `lock-variant-unknown`: uv.lock names a variant wheel (PEP 825 label in its
+/// file name) whose label no variant of pins.toml gives.
+pub fn lock_variant_unknown(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
+    let Some(pins) = ctx.pins else { return Vec::new() };
+    let mut out = Vec::new();
+    for w in chain.wheels {
+        let Some(label) = crate::wheel::WheelName::parse(&w.file).and_then(|n| n.variant) else { continue };
+        if label_variant(ctx, &w.file).is_some() {
+            continue;
+        }
+        let known: Vec<String> =
+            pins.variants.iter().filter_map(|v| crate::publish::variants::label(&v.name).ok()).collect();
+        out.push(
+            Finding::new(
+                "lock-variant-unknown",
+                Severity::Error,
+                chain.lock_path,
+                format!(
+                    "uv.lock pins the deep-ep variant wheel {} (label `{label}`), which no variant of {} describes (its labels: {})",
+                    w.file,
+                    pins.path.display(),
+                    known.join(", ")
+                ),
+            )
+            .at(w.line, 1)
+            .fix("relock against the variant index published from this pins.toml (`uv lock --refresh-package deep-ep`), or declare the variant in pins.toml and publish it with --variant-wheels"),
+        );
     }
     out
 }

@@ -57,12 +57,25 @@ pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
             indexes.push(v.index_name());
         }
     }
+    // `publish --variant-wheels`: one index holds every variant.
+    let variant_index = dir.join(super::VARIANT_INDEX).is_dir();
+    if variant_index {
+        indexes = vec![super::VARIANT_INDEX];
+    }
     for name in indexes {
+        if variant_index {
+            crate::note!("checking the variant index in {}", dir.display());
+            check_variant(dir, name, &selected, &pins, &pins_sha256, &trusted, &mut problems);
+            continue;
+        }
         let members: Vec<&Variant> = selected.iter().copied().filter(|v| v.index_name() == name).collect();
         crate::note!("checking index {name} in {}", dir.display());
         check_variant(dir, name, &members, &pins, &pins_sha256, &trusted, &mut problems);
     }
-    let known: BTreeSet<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
+    let mut known: BTreeSet<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
+    if variant_index {
+        known.insert(super::VARIANT_INDEX);
+    }
     for e in std::fs::read_dir(dir)?.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if !known.contains(name.as_str()) {
@@ -144,10 +157,14 @@ fn check_variant(
             pins.path.display()
         ));
     }
-    for v in members {
-        check_pinned(&mpath, &m, v, pins, out);
-    }
     let files = vdir.join("simple").join(PROJECT);
+    if name == super::VARIANT_INDEX {
+        check_variant_wheels(&files, &mpath, &m, members, pins, out);
+    } else {
+        for v in members {
+            check_pinned(&mpath, &m, v, pins, out);
+        }
+    }
     for w in &m.wheels {
         check_wheel(&files, w, out);
     }
@@ -197,6 +214,65 @@ fn check_pinned(mpath: &Path, m: &Manifest, v: &Variant, pins: &Pins, out: &mut 
     ));
 }
 
+/// The variant index: each selected variant has its labelled wheel at pins.toml's
+/// revision; every labelled wheel's `variant.json` says its label and what
+/// pins.toml describes for it; each variants.json is what the manifest's
+/// wheels and pins.toml render to, with the signed sha256.
+fn check_variant_wheels(
+    files: &Path,
+    mpath: &Path,
+    m: &Manifest,
+    members: &[&Variant],
+    pins: &Pins,
+    out: &mut Vec<String>,
+) {
+    for v in members {
+        let label = match super::variants::label(&v.name) {
+            Ok(l) => l,
+            Err(e) => {
+                out.push(format!("{}: {e}", pins.path.display()));
+                continue;
+            }
+        };
+        let labelled = |w: &&WheelEntry| {
+            crate::wheel::WheelName::parse(&w.wheel).and_then(|n| n.variant).as_deref() == Some(label.as_str())
+        };
+        if !m.wheels.iter().filter(labelled).any(|w| facts::matches_pins(&w.provenance, pins, v).is_ok()) {
+            out.push(format!(
+                "{}: no variant wheel `{label}` of variant {} at pins.toml's revision; run `deepep-forge publish --variant {} --variant-wheels`",
+                mpath.display(),
+                v.name,
+                v.name
+            ));
+        }
+    }
+    for w in m.wheels.iter().filter(|w| crate::wheel::WheelName::parse(&w.wheel).is_some_and(|n| n.variant.is_some())) {
+        if let Err(e) = super::variants::check_wheel(&files.join(&w.wheel), pins) {
+            out.push(e.to_string());
+        }
+    }
+    let want = match super::variants_files(m, pins) {
+        Ok(w) => w,
+        Err(e) => return out.push(format!("{}: {e}", mpath.display())),
+    };
+    let listed: BTreeSet<(&str, &str)> = m.variants_json.iter().map(|f| (f.file.as_str(), f.sha256.as_str())).collect();
+    for (name, bytes) in want {
+        let p = files.join(&name);
+        let sha = facts::sha256_hex(&bytes);
+        if !listed.contains(&(name.as_str(), sha.as_str())) {
+            out.push(format!(
+                "{}: the signed manifest does not list it as pins.toml and the wheels give it",
+                p.display()
+            ));
+        }
+        match crate::input::read_bytes(&p, "variants.json", super::variants::MAX_VARIANTS_JSON) {
+            Ok(have) if have == bytes => {}
+            Ok(_) => out.push(format!("{}: differs from what the wheels and pins.toml give", p.display())),
+            Err(e) => out.push(format!("{e:#}")),
+        }
+    }
+}
+
 /// One listed wheel: its three files with the signed digests.
 fn check_wheel(files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
     let path = files.join(&w.wheel);
@@ -242,6 +318,7 @@ fn expected(vdir: &Path, m: &Manifest) -> BTreeSet<PathBuf> {
         }
     }
     set.extend(m.evidence.iter().map(|e| files.join(&e.file)));
+    set.extend(m.variants_json.iter().map(|f| files.join(&f.file)));
     set
 }
 

@@ -40,6 +40,10 @@ pub struct Manifest {
     /// absent when there are none, so older manifests and their signatures stay as they were.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<Listed>,
+    /// `publish --variant-wheels`: each version's `{name}-{version}-variants.json`
+    /// (PEP 825) beside the wheels; absent in a per-variant index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants_json: Vec<VariantsFile>,
     /// `NAME:BASE64` ed25519 signatures over [`Manifest::message`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signatures: Vec<String>,
@@ -72,6 +76,14 @@ pub struct Listed {
     pub kind: String,
     pub origin: String,
     pub signer: String,
+}
+
+/// One `{name}-{version}-variants.json` of a variant index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariantsFile {
+    pub file: String,
+    pub sha256: String,
 }
 
 /// The most statements one manifest lists.
@@ -182,6 +194,15 @@ impl Manifest {
                 [&e.kind, &e.origin, &e.signer].iter().all(|s| s.len() <= 64 && !s.chars().any(char::is_control));
             if !is_hex64(&e.sha256) || !short {
                 return Err(format!("statement `{}`: a bad sha256, kind, origin or signer", e.file));
+            }
+        }
+        for f in &self.variants_json {
+            let ok = f.file.ends_with("-variants.json")
+                && f.file.len() <= 200
+                && !f.file.starts_with('.')
+                && f.file.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-!".contains(&b));
+            if !ok || !is_hex64(&f.sha256) {
+                return Err(format!("variants file `{}`: a bad name or sha256", crate::cache::excerpt(&f.file)));
             }
         }
         let mut names: Vec<&str> = self.wheels.iter().map(|w| w.wheel.as_str()).collect();
@@ -320,6 +341,7 @@ mod tests {
                 },
             }],
             evidence: vec![],
+            variants_json: vec![],
             signatures: vec![],
         }
     }

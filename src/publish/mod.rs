@@ -7,6 +7,8 @@
 //! rewritten (a different one is exit 1 with nothing written); every file
 //! appears by rename, the manifest last; publishing twice changes no byte.
 //! `publish --check DIR` ([`check`]) verifies an index against pins.toml.
+//! `publish --variant-wheels` ([`variants`]) writes one index, `<DIR>/variants/`,
+//! of PEP 825 variant wheels (and `--default-variant`'s plain wheel) instead.
 //! Must not build by itself (the builder does), nor serve anything.
 pub mod check;
 pub mod closure;
@@ -16,6 +18,7 @@ pub mod fetch;
 pub mod manifest;
 mod out;
 pub mod pages;
+pub mod variants;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +43,10 @@ Examples:
   deepep-forge publish --variant h100 --variant gb200-nvl72 --signing-key k
   # a wheel per Python of pins.toml's [toolchain] python list, one index
   deepep-forge publish --variant h100 --toolchain registry --signing-key k
+  # one index of PEP 825 variant wheels (uv --preview-features wheel-variants)
+  # and h100's plain wheel for installers without variant support
+  deepep-forge publish --all --variant-wheels --default-variant h100 \\
+    --signing-key k
   deepep-forge publish --check public/ --trusted-key NAME:BASE64
   deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
 pub struct PublishArgs {
@@ -57,7 +64,20 @@ pub struct PublishArgs {
     /// signed about the index's wheels are served beside them and listed in the manifest.
     #[arg(long = "evidence", value_name = "DIR", conflicts_with = "check")]
     pub evidence: Vec<PathBuf>,
+    /// Write one index, <DIR>/variants/, holding every variant as a PEP 825 variant
+    /// wheel (label = variant name, `-` as `_`) and `deep_ep-<version>-variants.json`
+    /// (docs/publish.md: how uv picks one).
+    #[arg(long, conflicts_with = "check")]
+    pub variant_wheels: bool,
+    /// With --variant-wheels: the variant whose plain wheel (no label) installers
+    /// without variant support get. Without it no plain wheel is written: such an
+    /// installer finds nothing rather than a build that may not fit.
+    #[arg(long, value_name = "VARIANT", requires = "variant_wheels")]
+    pub default_variant: Option<String>,
 }
+
+/// The folder of the variant index under `--out`.
+pub const VARIANT_INDEX: &str = "variants";
 
 /// A file the publish will put in place.
 struct Write {
@@ -89,6 +109,8 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     for v in &args.common.variants {
         pins.variant(v)?;
     }
+    // Labels are checked before anything is built: two variants, one label is bad input.
+    let labelled = if args.variant_wheels { Some(variants::labels(&pins.variants)?) } else { None };
     let pins_sha256 =
         facts::sha256_hex(&crate::input::read_bytes(&args.common.pins, "pins file", crate::input::cap::TEXT)?);
     let key = SecretKey::load(args.signing_key.as_deref().expect("clap requires it without --check"))?;
@@ -100,14 +122,40 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
     args.common.out = built.path().to_path_buf();
     let remote = args.common.remote.connect(args.common.no_cache)?;
-    let outcomes = crate::builder::run::build(&args.common.request()?, remote.as_ref(), |_| {})?.results;
+    // Variants of one architecture give wheels of one file name in the build folder:
+    // each is kept, as it is delivered, in a folder of its variant before the next lands.
+    let mut kept: Vec<std::io::Result<PathBuf>> = Vec::new();
+    let mut outcomes = crate::builder::run::build(&args.common.request()?, remote.as_ref(), |o| {
+        kept.push(keep(built.path(), &o.variant, &o.wheel));
+    })?
+    .results;
+    for (o, k) in outcomes.iter_mut().zip(kept) {
+        o.wheel = k.with_context(|| format!("keeping the wheel of variant {}", o.variant))?;
+    }
     let mut by_variant: BTreeMap<String, Vec<(PathBuf, Facts)>> = BTreeMap::new();
+    if let Some(d) = &args.default_variant {
+        pins.variant(d)?;
+        if !args.common.variants.contains(d) && !args.common.all {
+            return Err(Failure::usage(format!("--default-variant {d} is not among the variants published"))
+                .hint(format!("add --variant {d}"))
+                .into());
+        }
+    }
     for o in &outcomes {
         let f = facts::read(&o.wheel)?;
         let variant = pins.variant(&o.variant)?;
         facts::matches_pins(&f.entry.provenance, &pins, variant)
             .map_err(|why| Failure::problems(format!("{}: {why}", o.wheel.display())))?;
         // Variants of one index (pins.toml `index`) share its folder: uv picks by platform.
+        if labelled.is_some() {
+            let vw = variant_wheel(&pins, &o.wheel, variant, built.path())?;
+            let group = by_variant.entry(VARIANT_INDEX.to_string()).or_default();
+            group.push(vw);
+            if args.default_variant.as_deref() == Some(variant.name.as_str()) {
+                group.push((o.wheel.clone(), f));
+            }
+            continue;
+        }
         by_variant.entry(variant.index_name().to_string()).or_default().push((o.wheel.clone(), f));
     }
     // Read-manifest -> write -> rename under one lock on the folder: a second
@@ -118,7 +166,8 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     let mut summary = Vec::new();
     for (variant, wheels) in &by_variant {
         check_places(&out, variant)?;
-        let (w, s) = plan_variant(&out, variant, wheels, &pins_sha256, (&key, &trusted), &found)?;
+        let vpins = labelled.as_ref().map(|_| &pins);
+        let (w, s) = plan_variant(&out, variant, wheels, &pins_sha256, (&key, &trusted), &found, vpins)?;
         writes.extend(w);
         summary.extend(s);
     }
@@ -144,6 +193,15 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     };
     print_report(&report, args.common.format)?;
     Ok(Exit::Ok)
+}
+
+/// A copy of a delivered wheel in `<dir>/<variant>/`.
+fn keep(dir: &Path, variant: &str, wheel: &Path) -> std::io::Result<PathBuf> {
+    let to = dir.join("kept").join(variant);
+    std::fs::create_dir_all(&to)?;
+    let dest = to.join(wheel.file_name().unwrap_or_default());
+    std::fs::copy(wheel, &dest)?;
+    Ok(dest)
 }
 
 /// `--out` must be a folder or absent (a file there is a usage error, before anything is built).
@@ -209,6 +267,7 @@ fn plan_variant(
     pins_sha256: &str,
     (key, trusted): (&SecretKey, &[PublicKey]),
     found: &[crate::evidence::store::Found],
+    variant_index: Option<&Pins>,
 ) -> Result<(Vec<Write>, Vec<Published>)> {
     manifest::check_variant_name(variant).map_err(Failure::usage)?;
     let vdir = PathBuf::from(variant);
@@ -223,6 +282,7 @@ fn plan_variant(
             pins_sha256: String::new(),
             wheels: vec![],
             evidence: vec![],
+            variants_json: vec![],
             signatures: vec![],
         }
     };
@@ -263,6 +323,14 @@ fn plan_variant(
     }
     m.wheels.sort_by(|a, b| a.wheel.cmp(&b.wheel));
     writes.extend(evidence::plan(&files, &mut m, found)?);
+    if let Some(pins) = variant_index {
+        for (name, bytes) in variants_files(&m, pins).map_err(|e| anyhow::anyhow!("{}: {e}", mpath.display()))? {
+            m.variants_json.retain(|f| f.file != name);
+            m.variants_json.push(manifest::VariantsFile { file: name.clone(), sha256: facts::sha256_hex(&bytes) });
+            writes.push(Write { dest: files.join(name), bytes: Source::Bytes(bytes), immutable: false });
+        }
+        m.variants_json.sort_by(|a, b| a.file.cmp(&b.file));
+    }
     m.pins_sha256 = pins_sha256.to_string();
     m.sign(key);
     for (rel, bytes) in pages::render(&m) {
@@ -271,6 +339,44 @@ fn plan_variant(
     // The manifest last: a reader that trusts it finds every file it names.
     writes.push(Write { dest: vdir.join(manifest::FILE), bytes: Source::Bytes(m.render()), immutable: false });
     Ok((writes, summary))
+}
+
+/// The variant wheel of a built wheel, in `dir`: labelled, `variant.json` added,
+/// its facts read back from the new file and its properties checked against pins.toml.
+fn variant_wheel(pins: &Pins, built: &Path, v: &crate::pins::Variant, dir: &Path) -> Result<(PathBuf, Facts)> {
+    let label = variants::label(&v.name)?;
+    let file = built.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let path = dir.join(variants::wheel_name(file, &label)?);
+    if !path.exists() {
+        let props = variants::properties(v, pins.toolchain.as_ref().map(|t| t.cuda.as_str()));
+        variants::relabel(built, &path, &label, &props)?;
+    }
+    variants::check_wheel(&path, pins)?;
+    Ok((path.clone(), facts::read(&path)?))
+}
+
+/// Every version's variants.json for the labelled wheels the manifest lists;
+/// a label pins.toml does not describe is an error.
+pub(crate) fn variants_files(m: &Manifest, pins: &Pins) -> Result<Vec<(String, Vec<u8>)>, Failure> {
+    let by_label = variants::labels(&pins.variants)?;
+    let cuda = pins.toolchain.as_ref().map(|t| t.cuda.as_str());
+    let mut by_version: BTreeMap<(String, String), BTreeMap<String, variants::Properties>> = BTreeMap::new();
+    for w in &m.wheels {
+        let Some(n) = crate::wheel::WheelName::parse(&w.wheel) else { continue };
+        let Some(label) = n.variant.clone() else { continue };
+        let v = by_label.get(&label).ok_or_else(|| {
+            Failure::problems(format!(
+                "the index lists {} whose label `{label}` no variant of pins.toml gives",
+                w.wheel
+            ))
+            .hint("publish into a new folder, or restore the variant in pins.toml")
+        })?;
+        by_version.entry((n.dist, n.version)).or_default().insert(label, variants::properties(v, cuda));
+    }
+    Ok(by_version
+        .into_iter()
+        .map(|((dist, version), all)| (variants::variants_json_name(&dist, &version), variants::variants_json(&all)))
+        .collect())
 }
 
 fn digest_of(s: &Source) -> Result<String> {

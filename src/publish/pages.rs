@@ -60,6 +60,10 @@ fn project_html(m: &Manifest) -> String {
             w.wheel
         ));
     }
+    // PEP 825: the variants.json of each version is linked on the same page.
+    for f in &m.variants_json {
+        s.push_str(&format!("    <a href=\"{}#sha256={}\">{}</a><br>\n", href(&f.file), f.sha256, f.file));
+    }
     s.push_str("  </body>\n</html>\n");
     s
 }
@@ -82,6 +86,11 @@ fn project_json(m: &Manifest) -> Vec<u8> {
                 "size": w.size,
             })
         })
+        .chain(
+            m.variants_json
+                .iter()
+                .map(|f| json!({ "filename": f.file, "url": href(&f.file), "hashes": { "sha256": f.sha256 } })),
+        )
         .collect();
     let mut versions: Vec<&str> = m.wheels.iter().map(|w| w.provenance.version.as_str()).collect();
     versions.sort();

@@ -1,4 +1,4 @@
-//! Wheel files: names, RECORD, reading (`read`: the one place a wheel file is
+//! Wheel files: names (PEP 427, with PEP 825's variant label), RECORD, reading (`read`: the one place a wheel file is
 //! opened, bounded), rewriting (`stamp`), comparing (`diff`). Owns the wheel
 //! format; must not know about DeepEP's flags or topology.
 pub mod diff;
@@ -18,6 +18,21 @@ pub struct WheelName {
     pub python: String,
     pub abi: String,
     pub platform: String,
+    /// The PEP 825 variant label after the platform tag (`-h100.whl`).
+    pub variant: Option<String>,
+}
+
+/// The most characters of a variant label (PEP 825).
+pub const MAX_LABEL: usize = 16;
+
+/// A PEP 825 variant label: 1 to 16 of `0-9 a-z . _`, not `null` (the null
+/// variant is the label-less wheel), never a path (`.` or `..` alone).
+pub fn is_label(l: &str) -> bool {
+    !l.is_empty()
+        && l.len() <= MAX_LABEL
+        && l != "null"
+        && !l.chars().all(|c| c == '.')
+        && l.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'.' || b == b'_')
 }
 
 /// `cp312` -> `3.12` (a CPython tag of major 3); None for any other tag.
@@ -35,15 +50,26 @@ impl WheelName {
     pub fn parse(file_name: &str) -> Option<WheelName> {
         let stem = file_name.strip_suffix(".whl")?;
         let parts: Vec<&str> = stem.split('-').collect();
-        let (dist, version, build, rest) = match parts.len() {
-            5 => (parts[0], parts[1], None, &parts[2..]),
-            6 => (parts[0], parts[1], Some(parts[2].to_string()), &parts[3..]),
+        // PEP 825: a build tag starts with a digit; a seventh part, or a sixth
+        // after the platform, is the variant label.
+        let digit = |p: &str| p.starts_with(|c: char| c.is_ascii_digit());
+        let (dist, version, build, rest, variant) = match parts.len() {
+            5 => (parts[0], parts[1], None, &parts[2..5], None),
+            6 if digit(parts[2]) => (parts[0], parts[1], Some(parts[2].to_string()), &parts[3..6], None),
+            6 => (parts[0], parts[1], None, &parts[2..5], Some(parts[5].to_string())),
+            7 if digit(parts[2]) => {
+                (parts[0], parts[1], Some(parts[2].to_string()), &parts[3..6], Some(parts[6].to_string()))
+            }
             _ => return None,
         };
+        if variant.as_deref().is_some_and(|l| !is_label(l)) {
+            return None;
+        }
         Some(WheelName {
             dist: dist.to_string(),
             version: version.to_string(),
             build,
+            variant,
             python: rest[0].to_string(),
             abi: rest[1].to_string(),
             platform: rest[2].to_string(),
@@ -75,5 +101,10 @@ mod tests {
         assert_eq!(w.platform, "linux_x86_64");
         assert_eq!(w.dist_info(), "deep_ep-1.2.1+17cfb81.dist-info");
         assert!(WheelName::parse("nope.whl").is_none());
+        let v = WheelName::parse("deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64-h100.whl").unwrap();
+        assert_eq!((v.platform.as_str(), v.variant.as_deref(), v.build), ("linux_x86_64", Some("h100"), None));
+        let b = WheelName::parse("deep_ep-1.2.1-1-cp312-cp312-linux_x86_64.whl").unwrap();
+        assert_eq!((b.build.as_deref(), b.variant), (Some("1"), None));
+        assert!(WheelName::parse("deep_ep-1.2.1-cp312-cp312-linux_x86_64-H/100.whl").is_none());
     }
 }
