@@ -98,6 +98,22 @@ impl Scene {
         self.lab.forge(&args).output().unwrap()
     }
 
+    /// `publish --check` of the index against pins.toml and the signing key.
+    fn check(&self) -> Output {
+        self.lab
+            .forge(&[
+                "publish",
+                "--check",
+                self.idx.to_str().unwrap(),
+                "--pins",
+                self.pins.to_str().unwrap(),
+                "--trusted-key",
+                &self.public,
+            ])
+            .output()
+            .unwrap()
+    }
+
     fn uv(&self, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut c = Command::new(self.lab.tools.join("bin/uv"));
         c.args(args)
@@ -198,19 +214,7 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
         serde_json::from_str(&ok(&s.publish(&["--default-variant", "h100", "--format", "json"]))).unwrap();
     assert_eq!(again["files_written"], 0, "{again}");
     // publish --check verifies the signed manifest, every wheel and the variants.json.
-    let check = s
-        .lab
-        .forge(&[
-            "publish",
-            "--check",
-            s.idx.to_str().unwrap(),
-            "--pins",
-            s.pins.to_str().unwrap(),
-            "--trusted-key",
-            &s.public,
-        ])
-        .output()
-        .unwrap();
+    let check = s.check();
     println!("publish --check: {}\n{}", stdout(&check), stderr(&check));
     assert_eq!(check.status.code(), Some(0), "{}\n{}", stdout(&check), stderr(&check));
 
@@ -437,19 +441,7 @@ fn no_default_wheel_unless_named_and_a_disagreeing_variant_json_is_refused() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(index_files(&s.idx.join("variants/simple/deep-ep")), before);
     // publish --check names the published b200 wheel whose variant.json pins.toml no longer describes.
-    let check = s
-        .lab
-        .forge(&[
-            "publish",
-            "--check",
-            s.idx.to_str().unwrap(),
-            "--pins",
-            s.pins.to_str().unwrap(),
-            "--trusted-key",
-            &s.public,
-        ])
-        .output()
-        .unwrap();
+    let check = s.check();
     let out = stdout(&check);
     println!("publish --check after the change:\n{out}");
     assert_eq!(check.status.code(), Some(1), "{out}");
