@@ -1,37 +1,15 @@
 //! deepep-forge: pins, lock checks, wheel builds and probes for DeepEP (HybridEP).
 //!
-//! See ARCHITECTURE.md for the map. The CLI lives in [`cli`]; every job is a
-//! module with an `Args` type and a function returning `Result<error::Exit>`.
-pub mod args;
-pub mod attest;
-pub mod builder;
-pub mod cache;
+//! This crate is the command line: [`cli`] holds the clap definition and dispatch;
+//! the work lives in the crates it re-exports (ARCHITECTURE.md has the map).
 pub mod cli;
-pub mod docker;
-pub mod environ;
-pub mod error;
-pub mod evidence;
-pub mod findings;
-pub mod http;
-pub mod input;
-pub mod interface;
-pub mod ladder;
-pub mod lock;
-pub mod lockgraph;
-pub mod marker;
-pub mod output;
-pub mod patches;
-pub mod pep;
-pub mod pins;
-pub mod pinset;
-pub mod printer;
-pub mod probe;
-pub mod process;
-pub mod provenance;
-pub mod publish;
-pub mod repro;
-pub mod runtime;
-pub mod topology;
-pub mod torch;
-pub mod verdict;
-pub mod wheel;
+
+pub use forge_build::{builder, docker, publish, repro};
+pub use forge_core::{alert, bail_usage, note, out, outln};
+pub use forge_core::{
+    args, attest, environ, error, findings, http, input, interface, ladder, lockgraph, marker, output, patches, pep,
+    pins, printer, process, provenance, topology, torch, verdict, wheel,
+};
+pub use forge_lock::{lock, pinset};
+pub use forge_probe::{probe, runtime};
+pub use forge_store::{cache, evidence, index, patch, source};

@@ -475,8 +475,7 @@ fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both
         assert!(stdout(&o).contains(&format!("published sn: {w}")), "{}", stdout(&o));
     }
     assert!(!idx.join("sn-arm").exists(), "no index of its own for a variant with `index`");
-    let m =
-        deepep_forge::publish::manifest::Manifest::parse(&std::fs::read(idx.join("sn/index.json")).unwrap()).unwrap();
+    let m = deepep_forge::index::manifest::Manifest::parse(&std::fs::read(idx.join("sn/index.json")).unwrap()).unwrap();
     let by_arch: Vec<(&str, &str)> =
         m.wheels.iter().map(|w| (w.provenance.arch.as_str(), w.provenance.variant.as_str())).collect();
     assert_eq!(by_arch, [("aarch64", "sn-arm"), ("x86_64", "sn")], "{m:?}");

@@ -889,8 +889,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
     let before: Vec<(PathBuf, Vec<u8>)> =
         files_under(&p("idx")).into_iter().map(|f| (f.clone(), std::fs::read(&f).unwrap())).collect();
     ok(publish(&["--evidence", "ev"]));
-    let m =
-        deepep_forge::publish::manifest::Manifest::parse(&std::fs::read(p("idx/demo/index.json")).unwrap()).unwrap();
+    let m = deepep_forge::index::manifest::Manifest::parse(&std::fs::read(p("idx/demo/index.json")).unwrap()).unwrap();
     assert_eq!(m.verify(&[PublicKey::parse(&public).unwrap()]), Ok("ci-1".to_string()));
     assert_eq!(m.evidence.len(), 1, "{m:?}");
     assert_eq!((m.evidence[0].kind.as_str(), m.evidence[0].wheel.as_str()), ("static", wheel_name));

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use deepep_forge::cache::sign::{PublicKey, SecretKey};
-use deepep_forge::publish::manifest::Manifest;
+use deepep_forge::index::manifest::Manifest;
 use support::*;
 
 const REV: &str = "9dce5ac6b181ede69f331895c8c54285375d5806";

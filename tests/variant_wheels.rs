@@ -501,7 +501,7 @@ fn colliding_or_unlabelable_variant_names_are_refused_before_building() {
 #[test]
 #[ignore = "needs the tools venv (.ci/setup-tools: uv 0.13.9): bash .ci/run runs it"]
 fn uv_honours_the_cuda_bounds_of_the_toolchain() {
-    use deepep_forge::publish::variants;
+    use deepep_forge::index::variants;
     let tools = tools_venv().unwrap_or_else(|| support::missing("the tools venv (uv 0.13.9)"));
     let d = tempfile::tempdir().unwrap();
     let pins = deepep_forge::pins::Pins::parse(

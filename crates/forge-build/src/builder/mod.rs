@@ -1,0 +1,612 @@
+//! `plan` and `build-wheel`, the command edge: arguments, printing, the
+//! report. The work is split by job: `prepare` (arguments -> plans, DeepEP's
+//! interface read at the pin, the toolchain or what is missing), `plan` (the
+//! plan type, its path-free form and cache key), `execute` (one plan: cache,
+//! preflight, checkout, the plan's command, checks, relocation, provenance),
+//! `deliver` (`--out`, SHA256SUMS, report). Must not parse consumer
+//! lockfiles or touch a GPU.
+pub mod canon;
+pub mod closure;
+pub mod compiler_cache;
+pub mod cross;
+pub mod deliver;
+pub mod environment;
+pub mod execute;
+pub mod lookup;
+pub mod nccl_reuse;
+pub use crate::patch;
+pub mod plan;
+pub mod preflight;
+pub mod prepare;
+pub mod registry;
+pub mod relocate;
+pub mod request;
+pub mod run;
+pub mod side_by_side;
+pub use crate::source;
+pub mod toolchain;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::cache::{self, Cache, CacheDirArg};
+use crate::error::{Cooperative, Exit};
+use crate::output::DataFormat as Format;
+use crate::provenance;
+use deliver::{Outcome, Report};
+use plan::{Plan, ToolchainPart};
+use prepare::{make_plans, Mode};
+pub use request::{BuildRequest, CompilerCache, Variants};
+
+/// How a build runs, whatever it builds: declared once, flattened into `plan`,
+/// `build-wheel` and `verify`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Override the source repository: a git URL, a local git repository, or a
+    /// plain folder (committed into a snapshot repository with a fixed identity
+    /// and date, so the same files always give the same sha; the pin must name it).
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
+    /// The Python that builds (needs setuptools, wheel, pip; torch for DeepEP);
+    /// default `python3`. With `--toolchain registry`: the interpreter the managed
+    /// environment is made from (default: pins.toml's `[toolchain].python`, found by uv).
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<String>,
+    #[command(flatten)]
+    pub cache: CacheDirArg,
+    /// Compiler cache (sccache): a folder, or a storage a fleet shares
+    /// (redis://HOST:PORT, rediss://, memcached://HOST:PORT, s3://BUCKET/PREFIX,
+    /// webdav+https://HOST/PATH, gha; credentials only from sccache's own variables in
+    /// the environment, e.g. SCCACHE_REDIS_PASSWORD, AWS_SECRET_ACCESS_KEY, never shown).
+    /// A warm cache makes a rebuild, or another variant that shares sources, cheap; a
+    /// storage that does not answer is a note, never a failed build. Without a value:
+    /// `<cache>/sccache`. Also `DEEPEP_FORGE_COMPILER_CACHE` or `compiler-cache = "..."`
+    /// in `$XDG_CONFIG_HOME/deepep-forge/config.toml` (never pins.toml). The wheel's bytes
+    /// and its cache key are the same with and without it.
+    #[arg(long, value_name = "DIR|URL", num_args = 0..=1)]
+    pub compiler_cache: Option<Option<PathBuf>>,
+    /// No compiler cache, whatever the environment or the user config say.
+    #[arg(long, conflicts_with = "compiler_cache")]
+    pub no_compiler_cache: bool,
+    /// Build NCCL from source in every DOCA multinode build: neither reuse nor store its
+    /// build output (by default it is stored in the cache once per NCCL submodule commit,
+    /// arch list, nvcc, host compiler and make variables, and put in place before
+    /// setup.py's `make src.build`; the wheel's bytes and cache key are the same either way).
+    #[arg(long)]
+    pub no_nccl_reuse: bool,
+    /// Parallel compile jobs (MAX_JOBS), 1 to 4096. Default: the number of CPU cores.
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub jobs: Option<usize>,
+    /// Build DeepEP's extensions one after another, as `pip wheel` does. By default they
+    /// are built at once (each with its own ninja folder, MAX_JOBS split between them),
+    /// through the same setuptools hooks and compile commands: the wheel's bytes and its
+    /// cache key are the same either way.
+    #[arg(long)]
+    pub serial_extensions: bool,
+}
+
+impl RunArgs {
+    /// `--compiler-cache [DIR]` / `--no-compiler-cache` as the request states it.
+    pub fn compiler_cache(&self) -> CompilerCache {
+        match (&self.compiler_cache, self.no_compiler_cache) {
+            (_, true) => CompilerCache::Off,
+            (Some(d), false) => CompilerCache::At(d.clone()),
+            (None, false) => CompilerCache::Default,
+        }
+    }
+}
+
+/// Options shared by `plan` and `build-wheel`.
+#[derive(Debug, clap::Args)]
+pub struct Common {
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
+    /// Variant to build (repeatable); `deepep-forge pins show` lists them.
+    #[arg(long = "variant", value_name = "NAME")]
+    pub variants: Vec<String>,
+    /// Every variant of this host's architecture; the others are listed as skipped.
+    #[arg(long, conflicts_with = "variants")]
+    pub all: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Where torch, nvcc and the CUDA headers come from: `system` (the build
+    /// Python's environment and the CUDA on this machine) or `registry` (a cached
+    /// environment made with uv from PyPI: torch from pins.toml's `[toolchain]`,
+    /// the CUDA compiler packages of torch's own CUDA minor; no CUDA install needed).
+    #[arg(long, value_enum, default_value_t)]
+    pub toolchain: registry::Kind,
+    /// With `--toolchain registry`: take torch's version from this project's
+    /// uv.lock (so the wheel's torch ABI matches the project that installs it).
+    #[arg(long, value_name = "DIR")]
+    pub match_project: Option<PathBuf>,
+    /// Output folder for wheels and SHA256SUMS.
+    #[arg(long, default_value = "dist", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Build without reading or writing the wheel cache (git mirrors and logs still live there).
+    #[arg(long)]
+    pub no_cache: bool,
+    #[command(flatten)]
+    pub remote: cache::cmd::RemoteArgs,
+    /// Output: human text, or one JSON document (schema 2: `plan` prints plans
+    /// (each a full, replayable build recipe: argv, cwd, the whole environment),
+    /// skipped variants and a CI matrix; `build-wheel` prints the build report).
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+impl Common {
+    /// The request these flags make (pins.toml read and validated here).
+    pub fn request(&self) -> Result<BuildRequest> {
+        Ok(BuildRequest {
+            pins: crate::pins::Pins::load(&self.pins)?,
+            variants: if self.all { Variants::All } else { Variants::Named(self.variants.clone()) },
+            source: self.run.source.clone(),
+            python: self.run.python.clone(),
+            toolchain: self.toolchain,
+            match_project: self.match_project.clone(),
+            out: self.out.clone(),
+            cache_dir: self.run.cache.cache_dir.clone(),
+            no_cache: self.no_cache,
+            compiler_cache: self.run.compiler_cache(),
+            nccl_reuse: !self.run.no_nccl_reuse,
+            jobs: self.run.jobs,
+            serial_extensions: self.run.serial_extensions,
+            recorded_fork: None,
+        })
+    }
+}
+
+#[derive(Debug, clap::Args)]
+#[command(mut_arg("variants", |a| a.help("Variant to plan (repeatable); `deepep-forge pins show` lists them")))]
+#[command(after_help = "\
+Examples:
+  deepep-forge plan --variant h100
+  # every variant, JSON with a CI matrix (`matrix.include`)
+  deepep-forge plan --all --format json
+  # variant x arch x Python ([toolchain] python a list)
+  deepep-forge plan --all --toolchain registry --format json
+  # torch and nvcc from PyPI: what would be provisioned
+  deepep-forge plan --variant h100 --toolchain registry --python python3.12")]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  # torch and a CUDA toolkit on this machine
+  deepep-forge build-wheel --variant h100
+  # every variant of pins.toml
+  deepep-forge build-wheel --all --out dist --report build.json
+  # torch and nvcc from PyPI (needs uv)
+  deepep-forge build-wheel --variant h100 --toolchain registry --python 3.12
+  # from a local clone instead of GitHub
+  deepep-forge build-wheel --variant h100 --source ../DeepEP
+  # a signed remote cache first
+  deepep-forge build-wheel --variant h100 --cache-url https://cache.example/x
+`deepep-forge plan` takes the same arguments and prints what a build would
+use.")]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Also write the JSON build report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+}
+
+/// `deepep-forge plan`: print the plans (JSON: full build recipes and a CI
+/// matrix). Runs without a toolchain: what is missing is part of the plan.
+pub fn plan(args: PlanArgs) -> Result<Exit> {
+    // Planning may fetch: Ctrl-C then stops git's process group, not just us.
+    let _coop = Cooperative::enter();
+    let c = &args.common;
+    let p = make_plans(&c.request()?, Mode::Plan)?;
+    let store = Cache::at(&p.cache_dir);
+    let cached = |pl: &Plan| {
+        !c.no_cache && pl.cache_key.as_deref().and_then(|k| cache::Key::parse(k).ok()).is_some_and(|k| store.has(&k))
+    };
+    if c.format == Format::Json {
+        let include: Vec<_> = p
+            .plans
+            .iter()
+            .zip(&p.pythons)
+            .map(|(pl, py)| {
+                serde_json::json!({ "variant": pl.variant.name, "arch": pl.variant.arch, "python": py, "cell": cell(&pl.variant.name, py.as_deref()), "cache_key": pl.cache_key, "cached": cached(pl) })
+            })
+            .collect();
+        let doc = serde_json::json!({ "schema": plan::SCHEMA, "plans": p.plans, "skipped": p.skipped, "matrix": { "include": include } });
+        crate::printer::json(&doc)?;
+        return Ok(Exit::Ok);
+    }
+    for pl in &p.plans {
+        print_plan(pl, cached(pl));
+    }
+    for s in &p.skipped {
+        crate::outln!("skipped {} ({}): {}", s.variant, s.arch, s.reason);
+    }
+    Ok(Exit::Ok)
+}
+
+/// A matrix cell's name, safe as a file and artifact name: the variant, and
+/// `-py3.12` when its Python is a version (a path given as --python adds nothing).
+fn cell(variant: &str, python: Option<&str>) -> String {
+    match python.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit() || b == b'.')) {
+        Some(p) => format!("{variant}-py{p}"),
+        None => variant.to_string(),
+    }
+}
+
+/// A cross plan's target side: host -> target, the sysroot, the path map.
+fn print_cross(x: &cross::Sysroot) {
+    let pick = |n: &str| format!("{n} {}", x.packages.get(n).map(String::as_str).unwrap_or("-"));
+    crate::outln!(
+        "  cross       {} -> {} ({}, wheels for {}, Python {} {})",
+        x.host,
+        x.target,
+        x.triple,
+        x.python_platform,
+        x.python_version,
+        x.ext_suffix
+    );
+    crate::outln!(
+        "  sysroot     {} ({} wheels: {}, ...; {} Debian arm64 packages)",
+        x.root.display(),
+        x.packages.len(),
+        ["torch", "nvidia-cuda-runtime", "nvidia-nvshmem-cu13"].map(pick).join(", "),
+        x.debs.len()
+    );
+    for (h, tg) in &x.path_map {
+        crate::outln!("  path map    {h} -> {tg}");
+    }
+}
+
+/// The target side of a cross plan that is not provisioned yet.
+fn print_cross_preview(x: &plan::CrossPreview) {
+    let py = x.target_python.as_deref().unwrap_or("of the build Python's minor");
+    crate::outln!(
+        "  cross       {} -> {} ({}, wheels for {}, Python {py})",
+        x.host,
+        x.target,
+        x.triple,
+        x.python_platform
+    );
+    for (k, c) in &x.compilers {
+        match c {
+            Some(c) => crate::outln!("  cross {k:<5} {} ({})", c.path.display(), c.version),
+            None => crate::outln!("  cross {k:<5} MISSING: {}-{k} not on PATH", x.triple),
+        }
+    }
+    match &x.sysroot {
+        Some(r) => crate::outln!("  sysroot     would make {}:", r.display()),
+        None => crate::outln!(
+            "  sysroot     would make <cache>/toolchains/<key>-{} (its key follows the host toolchain's):",
+            x.target
+        ),
+    }
+    for h in &x.sysroot_holds {
+        crate::outln!("              {h}");
+    }
+    match &x.qemu {
+        Some(q) => {
+            crate::outln!(
+                "  qemu        {} (imports the wheel under Debian's arm64 Python after the build)",
+                q.display()
+            )
+        }
+        None => crate::outln!("  qemu        MISSING: qemu-aarch64 (the import check after the build)"),
+    }
+    for s in &x.stops {
+        crate::outln!("  will stop   {s}");
+    }
+}
+
+// Over 120 lines: the human plan is one aligned listing, a line per part of the
+// plan in a fixed order (docs/plan.md shows it); splitting it would only scatter
+// the order across functions.
+fn print_plan(pl: &Plan, cached: bool) {
+    let v = &pl.variant;
+    let kind = if v.multinode {
+        format!("multinode/{}", v.transport.as_deref().unwrap_or("doca"))
+    } else {
+        "single-node".into()
+    };
+    crate::outln!("plan {} ({}, TORCH_CUDA_ARCH_LIST={}, {kind})", v.name, v.arch, v.cuda_arch_list);
+    let s = &pl.source;
+    let snap = s.snapshot_of.as_ref().map(|p| format!(" (snapshot of {})", p.display())).unwrap_or_default();
+    crate::outln!("  source      {}{snap} @ {}", s.repo, s.rev);
+    if let Some(f) = &s.fork {
+        crate::outln!("  fork        {}", f.describe());
+    }
+    let i = &pl.interface;
+    crate::outln!(
+        "  interface   {} (version from {}; extensions {}; needs {})",
+        i.branch.as_str(),
+        i.version_from,
+        i.extensions.join(", "),
+        i.needs.join(", ")
+    );
+    crate::outln!(
+        "  version     {}  (SOURCE_DATE_EPOCH {} = {})",
+        s.version,
+        s.source_date_epoch,
+        provenance::rfc3339(s.source_date_epoch)
+    );
+    for (p, c) in &s.submodules {
+        crate::outln!("  submodule   {p} @ {c}");
+    }
+    print_patches(&s.patches);
+    let knobs: Vec<String> = i
+        .knobs
+        .iter()
+        .filter(|k| !k.read_at.is_empty())
+        .map(|k| match pl.run.env.get(&k.name) {
+            Some(val) => format!("{}={val}", k.name),
+            None => format!("{} (unset)", k.name),
+        })
+        .collect();
+    crate::outln!("  knobs       {}", knobs.join(" "));
+    for (k, val) in &pl.dropped_env {
+        crate::outln!("  dropped     {k}={val} (from your environment; the plan decides it)");
+    }
+    for f in &pl.fixes {
+        crate::outln!("  fix         {f}");
+    }
+    for w in &pl.warnings {
+        crate::outln!("  warning     {w}");
+    }
+    match &pl.toolchain {
+        ToolchainPart::Known(t) => {
+            crate::outln!(
+                "  python      {} ({} {}, {}), torch {}{}",
+                t.python.display(),
+                t.python_version,
+                t.python_tag,
+                t.platform,
+                t.torch.as_deref().unwrap_or("-"),
+                if pl.needs_torch { " (the build imports torch)" } else { "" }
+            );
+            crate::outln!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
+            if let Some(r) = &t.registry {
+                let pick = |n: &str| format!("{n} {}", r.packages.get(n).map(String::as_str).unwrap_or("-"));
+                crate::outln!(
+                    "  toolchain   registry {} ({} packages: {}, ...)",
+                    r.root.display(),
+                    r.packages.len(),
+                    ["torch", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvshmem-cu13"].map(pick).join(", ")
+                );
+                crate::outln!(
+                    "  stub        libcuda.so (soname libcuda.so.1) defining {} driver functions from cuda.h",
+                    r.stub_symbols
+                );
+                for n in &r.notes {
+                    crate::outln!("  note        {n}");
+                }
+            }
+            if let Some(x) = &t.cross {
+                print_cross(x);
+            }
+            for (k, c) in &t.compilers {
+                crate::outln!("  {k:<11} {} ({})", c.path.display(), c.version);
+            }
+        }
+        ToolchainPart::Missing(m) => {
+            crate::outln!("  toolchain   {} MISSING: {}", m.kind, m.missing);
+            if let Some(h) = &m.hint {
+                crate::outln!("              hint: {h}");
+            }
+            for n in &m.needs {
+                crate::outln!("  build needs {n}");
+            }
+            if let Some(w) = &m.would_provision {
+                let host = if m.cross.is_some() { " (the host side, x86_64)" } else { "" };
+                crate::outln!("  would make  {}{host} with Python {}: {}", w.root.display(), w.python, w.torch);
+                crate::outln!("              then {}", w.packages.join(" "));
+            }
+            if let Some(x) = &m.cross {
+                print_cross_preview(x);
+            }
+        }
+    }
+    print_environment(pl);
+    if let Some(h) = &pl.hooks {
+        crate::outln!(
+            "  build root  {} (the same path on every machine, one build at a time; links: {})",
+            pl.build_dir().display(),
+            h.links.iter().map(|(n, t)| format!("{n} -> {}", t.display())).collect::<Vec<_>>().join(", ")
+        );
+        crate::outln!(
+            "  hooks       nvcc and C++ compiles through sccache {} (per-unit --frandom-seed, -ffile-prefix-map); compiler cache: {}",
+            h.sccache_version,
+            h.compiler_cache.as_ref().map(|c| c.describe()).unwrap_or_else(|| "off".into())
+        );
+    }
+    if let Some(n) = &pl.nccl_reuse {
+        crate::outln!(
+            "  nccl        {}/{} at {} ({}) reused when stored under key {} ({}), else stored after the build",
+            n.submodule,
+            n.build_dir,
+            &n.commit[..n.commit.len().min(7)],
+            n.nvcc_gencode,
+            &n.key[..12],
+            n.entry.display()
+        );
+    }
+    if let Some(s) = &pl.side_by_side {
+        crate::outln!("  extensions  {}", side_by_side::describe(s));
+    }
+    crate::outln!("  cwd         {}", pl.run.cwd.display());
+    crate::outln!("  command     {}", pl.run.argv.join(" "));
+    crate::outln!(
+        "  env         {} variables, nothing inherited: {}",
+        pl.run.env.len(),
+        pl.run.env.keys().cloned().collect::<Vec<_>>().join(" ")
+    );
+    match &pl.cache_key {
+        Some(k) => crate::outln!("  cache key   {k}{}", if cached { " (cached)" } else { "" }),
+        None => crate::outln!("  cache key   unknown: {}", pl.cache_key_unknown.as_deref().unwrap_or("-")),
+    }
+    crate::outln!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
+}
+
+/// What the build compiles against, what the revision needs, and what
+/// build-wheel's preflight will stop on.
+/// `exact, unpatched`, or each source patch with its sha256, its files and, loudly, any build file it changes.
+fn print_patches(set: &[crate::patches::SourcePatch]) {
+    crate::outln!("  patches     {}", crate::patches::describe(set));
+    for (n, p) in set.iter().enumerate() {
+        crate::outln!("  patch {:<5} {} sha256 {} touches {}", n + 1, p.name, p.sha256, p.files.join(", "));
+        for f in &p.build_files {
+            crate::outln!(
+                "  BUILD FILE  {} changes {f}: it changes how DeepEP builds; review it as build code",
+                p.name
+            );
+        }
+    }
+}
+
+fn print_environment(pl: &Plan) {
+    if let Some(e) = &pl.environment {
+        let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        let abi = match e.torch_cxx11_abi {
+            Some(true) => " (C++11 ABI)",
+            Some(false) => " (pre-C++11 ABI)",
+            None => "",
+        };
+        crate::outln!(
+            "  found       torch {}{abi}, CUDA {}, NVSHMEM {}, NCCL {}",
+            or(&e.torch),
+            or(&e.cuda),
+            or(&e.nvshmem),
+            or(&e.nccl)
+        );
+        for (lib, f) in &pl.environment_from {
+            crate::outln!("              {lib} read from {f}");
+        }
+    }
+    // The revision's needs (the environment's copy: NVSHMEM's only when the build links it).
+    let n = pl.environment.as_ref().map(|e| &e.needs).unwrap_or(&pl.interface.runtime);
+    let mut needed = Vec::new();
+    if let Some(m) = &n.nccl_min {
+        needed.push(format!("NCCL >= {m}"));
+    }
+    if let Some(b) = &n.nccl_exact_below {
+        needed.push(format!("below NCCL {b} the same NCCL at run time as at build"));
+    }
+    if n.nvshmem_same {
+        needed.push("the NVSHMEM host library at run time = the version built with".into());
+    }
+    if let Some(m) = &n.torch_min {
+        needed.push(format!("torch >= {}", m.version));
+    }
+    if let Some(m) = &n.nvshmem_min {
+        needed.push(format!("NVSHMEM >= {}", m.version));
+    }
+    if !needed.is_empty() {
+        crate::outln!("  needs       {}", needed.join("; "));
+        for ev in &n.evidence {
+            crate::outln!("              {ev}");
+        }
+    }
+    print_unstated(pl, n);
+    print_requires(pl);
+    for g in preflight::environment_gaps(pl) {
+        crate::outln!("  preflight   STOP (build-wheel exits 3): {}", g.what);
+        crate::outln!("              fix: {}", g.fix);
+    }
+}
+
+/// A torch or NVSHMEM minimum the revision does not state (or states unreadably): none is
+/// taken, and the plan says so.
+fn print_unstated(pl: &Plan, n: &crate::provenance::RuntimeNeeds) {
+    let links_nvshmem = n.nvshmem_same || pl.interface.branch == crate::interface::Branch::Main;
+    let mut unstated = Vec::new();
+    if n.torch_min.is_none() {
+        unstated.push("torch");
+    }
+    if n.nvshmem_min.is_none() && links_nvshmem {
+        unstated.push("NVSHMEM");
+    }
+    if !unstated.is_empty() {
+        crate::outln!(
+            "  no minimum  {}: none stated in {} at this revision (none taken)",
+            unstated.join(", "),
+            crate::interface::STATING.join(", ")
+        );
+    }
+    for u in &n.unread {
+        crate::outln!("  unread      {u}");
+    }
+}
+
+/// The wheel's run-time requirements (`Requires-Dist`) and what is not one.
+fn print_requires(pl: &Plan) {
+    let Some(r) = pl.environment.as_ref().and_then(|e| e.requires.as_ref()) else { return };
+    if r.enabled && r.requires.is_empty() && r.notes.is_empty() {
+        return;
+    }
+    let lines: Vec<String> = r.requires.iter().map(|q| q.line()).collect();
+    let shown = if lines.is_empty() { "none".to_string() } else { lines.join(", ") };
+    let off = if r.enabled { "" } else { " (not written: runtime_requires = false)" };
+    crate::outln!("  requires    {shown}{off}");
+    for q in &r.requires {
+        crate::outln!("              {}: {}", q.line(), q.why);
+    }
+    for n in &r.notes {
+        crate::outln!("              note: {n}");
+    }
+}
+
+/// `deepep-forge build-wheel`: execute each plan (exit 3 without a toolchain).
+pub fn build(args: BuildArgs) -> Result<Exit> {
+    let _coop = Cooperative::enter();
+    let c = &args.common;
+    // Flags and trusted keys first: a bad --cache-url fails before any fetch or build.
+    let remote = c.remote.connect(c.no_cache)?;
+    let human = c.format != Format::Json;
+    let built = run::build(&c.request()?, remote.as_ref(), |o| {
+        if human {
+            print_outcome(o)
+        }
+    })?;
+    if human {
+        for s in &built.skipped {
+            crate::outln!("skipped    {} ({}): {}", s.variant, s.arch, s.reason);
+        }
+    }
+    let report = Report { schema: plan::SCHEMA, results: &built.results, skipped: &built.skipped };
+    let text = serde_json::to_string_pretty(&report)?;
+    if !human {
+        crate::outln!("{text}");
+    }
+    if let Some(r) = &args.report {
+        deliver::write_atomic(r, text.as_bytes())?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// One built or cached wheel: the result line (and patches) on stdout, what
+/// was dropped and the notes on stderr.
+fn print_outcome(o: &Outcome) {
+    crate::outln!(
+        "{:<10} {} ({}) sha256 {} in {:.2} s",
+        o.status,
+        o.wheel.display(),
+        cache::human_size(o.size),
+        &o.sha256[..16],
+        o.seconds
+    );
+    for (k, v) in &o.dropped_env {
+        crate::note!("           dropped {k}={v} from the environment (the plan decides it)");
+    }
+    // A cache hit reuses a wheel patched when it was built: its patches are in
+    // the report and the provenance, not news.
+    for pa in o.patches.iter().filter(|_| o.status == "built") {
+        let to = if pa.to.is_empty() { "(removed)" } else { &pa.to };
+        crate::outln!("           patched {} {}: {} -> {to}", pa.file, pa.kind, pa.from);
+    }
+    for n in &o.notes {
+        crate::note!("           note: {n}");
+    }
+}

@@ -1,0 +1,464 @@
+//! `docker build`: the bake file's targets built by docker (`docker buildx
+//! bake`), podman or buildah. Every builder gets the same arguments, read from
+//! the bake file; podman and buildah run daemonless (`--isolation chroot`) on
+//! the base `base` makes, in a build context assembled here. Everything a
+//! build cannot do (a missing builder, a platform this host cannot run, a flag
+//! that contradicts the bake file) is refused before anything is pulled or
+//! built. Must not generate the bake file (that is `bake`) nor make the base.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::bake::{self, BakeFile, Target, INDEX_ARG, INDEX_SUFFIX};
+use super::{base, check_index_url, find, BuildRequest, Builder};
+use crate::error::{Exit, Failure};
+use crate::pins::Pins;
+use crate::process::Cmd;
+
+/// The flags of `podman build` / `buildah build` a user may add after `--`:
+/// none of them changes what the bake file decides (stage, platform, args, tags).
+const PASSTHROUGH: &[&str] = &["--no-cache", "--pull", "--quiet", "-q", "--squash"];
+
+pub fn build(a: BuildRequest) -> Result<Exit> {
+    let pins = Pins::load(&a.pins)?;
+    for v in &a.variant {
+        pins.variant(v)?;
+    }
+    let file = read_fresh(&a, &pins)?;
+    let index = a.index.as_deref().map(check_index_url).transpose()?;
+    let names: Vec<String> =
+        if a.variant.is_empty() { pins.variants.iter().map(|v| v.name.clone()).collect() } else { a.variant.clone() };
+    let suffix = if index.is_some() { INDEX_SUFFIX } else { "" };
+    let targets: Vec<(String, Target)> = names
+        .iter()
+        .map(|n| {
+            let t = format!("{n}{suffix}");
+            let target = file.target.get(&t).cloned().ok_or_else(|| {
+                Failure::usage(format!("{} has no target `{t}`", a.file.display()))
+                    .hint(format!("run `deepep-forge docker bake --pins {}`", a.pins.display()))
+            })?;
+            Ok((t, target))
+        })
+        .collect::<Result<_>>()?;
+    if a.builder == Builder::Docker {
+        return docker_bake(&a, &targets, index.as_deref());
+    }
+    daemonless(&a, &targets, index.as_deref())
+}
+
+/// The bake file, which must be exactly what pins.toml generates (exit 2 otherwise).
+fn read_fresh(a: &BuildRequest, pins: &Pins) -> Result<BakeFile> {
+    let expected = bake::bake_json(pins, &bake::pins_in_context(&a.pins)?)?;
+    let current = crate::input::read_text_opt(&a.file, "bake file", crate::input::cap::TEXT)?;
+    if current.as_deref() != Some(expected.as_str()) {
+        return Err(Failure::usage(format!(
+            "{} is {} {}: building from it would not build what pins.toml says",
+            a.file.display(),
+            if current.is_some() { "stale against" } else { "missing for" },
+            a.pins.display()
+        ))
+        .hint(format!("run `deepep-forge docker bake --pins {} --out {}` first", a.pins.display(), a.file.display()))
+        .into());
+    }
+    Ok(serde_json::from_str(&expected)?)
+}
+
+// ---- docker buildx bake -----------------------------------------------------
+
+fn docker_bake(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
+    if a.source.is_some() || a.forge_binary.is_some() {
+        return Err(Failure::usage("--source and --forge-binary are for `--builder podman|buildah`")
+            .hint("with docker, set the args in the bake call: -- --set '*.args.DEEPEP_SOURCE=PATH-IN-CONTEXT'")
+            .into());
+    }
+    let docker = find(Builder::Docker)?;
+    let probe = Cmd::new(&docker, "ask docker for buildx").args(["buildx", "version"]).capture()?;
+    if !probe.status.success() {
+        let why = String::from_utf8_lossy(&probe.stderr);
+        return Err(Failure::env(format!("docker buildx is not available ({}): {}", docker.display(), why.lines().next().unwrap_or("").trim()))
+            .hint("install the buildx plugin (Debian/Ubuntu: apt-get install docker-buildx-plugin; or https://github.com/docker/buildx#installing), or build daemonless: --builder podman")
+            .into());
+    }
+    let mut cmd = Cmd::new(&docker, format!("build images from {}", a.file.display()));
+    cmd.args(["buildx", "bake", "-f"]).arg(&a.file);
+    if let Some(url) = index {
+        for (t, _) in targets {
+            cmd.arg(format!("--set={t}.args.{INDEX_ARG}={url}"));
+        }
+    }
+    if let Some(ts) = a.timestamp {
+        cmd.env("SOURCE_DATE_EPOCH", ts.to_string());
+    }
+    // Explicit targets only when variants were named (bake's default group otherwise).
+    if !a.variant.is_empty() || index.is_some() {
+        cmd.args(targets.iter().map(|(t, _)| t.as_str()));
+    }
+    cmd.args(&a.extra);
+    let status = cmd.run_inherit()?;
+    crate::error::check_interrupted()?;
+    if !status.success() {
+        return Err(failed_build(&format!("docker buildx bake failed ({status})")));
+    }
+    let names: Vec<&str> = targets.iter().map(|(t, _)| t.as_str()).collect();
+    crate::outln!("built {} from {} (docker)", names.join(", "), a.file.display());
+    Ok(Exit::Ok)
+}
+
+fn failed_build(what: &str) -> anyhow::Error {
+    Failure::problems(what.to_string())
+        .hint("the image's last step is `deepep-forge probe`: a probe failure (FAIL <rule> above) means the wheel does not fit the variant's topology or pin")
+        .into()
+}
+
+// ---- podman / buildah --------------------------------------------------------
+
+/// What the daemonless build sets besides the bake file's args (the user may not).
+const TOOL_ARGS: &[&str] = &["CUDA_BASE_IMAGE", "FORGE_SOURCE", "FORGE_BINARY", "DEEPEP_SOURCE", "SOURCE_DATE_EPOCH"];
+
+fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
+    // Everything that can be refused is refused before anything is pulled or built.
+    let dockerfile = read_dockerfile(targets)?;
+    let declared = declared_args(&dockerfile);
+    for (_, t) in targets {
+        check_extra(&a.extra, t, &declared)?;
+        check_platform(t)?;
+        pins_in_context(t)?;
+    }
+    if let Some(s) = &a.source {
+        let url = s.contains("://") || s.starts_with("git@");
+        if !url && !Path::new(s).is_dir() {
+            return Err(Failure::usage(format!("--source {}: no such folder", crate::input::excerpt(s, 200)))
+                .hint("pass a DeepEP clone, a bare mirror, a folder of DeepEP's files, or a git URL")
+                .into());
+        }
+    }
+    let program = find(a.builder)?;
+    let forge = forge_binary(a)?;
+    let base = base::check(&a.base)?;
+    let cache = crate::cache::Cache::at(crate::cache::resolve_dir(a.cache_dir.as_deref())?);
+    // Each base planned first: a base that must be made has its suite checked at the mirror now.
+    let mut bases = Vec::new();
+    for (_, t) in targets {
+        bases.push(base::plan(a.builder, &program, &cache, &base, arch_of(t)?)?);
+    }
+    for ((name, t), planned) in targets.iter().zip(&bases) {
+        let base_ref = base::ensure(a.builder, &program, &cache, &base, planned)?;
+        let ctx = cache.stage()?;
+        assemble_context(ctx.path(), t, &a.pins, &forge, &dockerfile)?;
+        if let Some(src) = &a.source {
+            put_source(src, &cache, &ctx.path().join("deepep"))?;
+        }
+        let tag = format!("localhost/{}", t.tags.first().map(String::as_str).unwrap_or(name));
+        let mut cmd = Cmd::new(&program, format!("build image {tag} with {}", a.builder.program()));
+        cmd.args(builder_argv(t, ctx.path(), &tag, &base_ref, a, index));
+        cmd.args(&a.extra).arg(ctx.path());
+        let status = cmd.run_inherit()?;
+        crate::error::check_interrupted()?;
+        if !status.success() {
+            return Err(failed_build(&format!("{} build of {name} failed ({status})", a.builder.program())));
+        }
+        crate::outln!("built {tag} ({name}, {}, base {base_ref})", a.builder.program());
+    }
+    Ok(Exit::Ok)
+}
+
+/// The one Dockerfile the targets name (read bounded from the build context, the current folder).
+fn read_dockerfile(targets: &[(String, Target)]) -> Result<String> {
+    let files: BTreeSet<&str> = targets.iter().map(|(_, t)| t.dockerfile.as_str()).collect();
+    let [file] = files.into_iter().collect::<Vec<_>>()[..] else {
+        anyhow::bail!("the selected targets name different Dockerfiles");
+    };
+    crate::input::read_text(Path::new(file), "Dockerfile", crate::input::cap::TEXT)
+}
+
+/// The ARG names the Dockerfile declares (`ARG NAME` / `ARG NAME=default`).
+pub fn declared_args(dockerfile: &str) -> BTreeSet<String> {
+    dockerfile
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("ARG "))
+        .filter_map(|rest| rest.split(['=', ' ']).next())
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The flags after `--` for podman/buildah: only those that leave the bake
+/// file's decisions alone; a `--build-arg` only for an ARG the Dockerfile
+/// declares and neither the bake file nor the tool sets (exit 2 otherwise).
+pub fn check_extra(extra: &[String], t: &Target, declared: &BTreeSet<String>) -> Result<()> {
+    let mut it = extra.iter();
+    while let Some(flag) = it.next() {
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (flag.as_str(), None),
+        };
+        if name == "--build-arg" {
+            let value = match inline {
+                Some(v) => v.to_string(),
+                None => it.next().cloned().context("--build-arg needs NAME=VALUE")?,
+            };
+            let arg = value.split('=').next().unwrap_or("");
+            let why = if !declared.contains(arg) {
+                Some("docker/Dockerfile declares no such ARG")
+            } else if t.args.contains_key(arg) {
+                Some("the bake file sets it from pins.toml")
+            } else if TOOL_ARGS.contains(&arg) {
+                Some("deepep-forge sets it for podman/buildah")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Failure::usage(format!(
+                    "-- --build-arg {}: {why}",
+                    crate::input::excerpt(&value, 80)
+                ))
+                .hint("change pins.toml and run `deepep-forge docker bake` for what the bake file sets; pass only ARGs it leaves open (e.g. PYTHON_PACKAGES)")
+                .into());
+            }
+            continue;
+        }
+        if !PASSTHROUGH.contains(&name) {
+            return Err(Failure::usage(format!(
+                "-- {}: not a flag `docker build` passes to podman/buildah",
+                crate::input::excerpt(flag, 80)
+            ))
+            .hint(format!(
+                "the stage, platform, tags, labels and args come from the bake file; allowed after --: {}, --build-arg NAME=VALUE",
+                PASSTHROUGH.join(", ")
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The target's architecture as Debian and `uname -m` name it.
+fn arch_of(t: &Target) -> Result<base::Arch> {
+    match t.platforms.as_slice() {
+        [p] if p == "linux/amd64" => Ok(base::Arch::Amd64),
+        [p] if p == "linux/arm64" => Ok(base::Arch::Arm64),
+        other => {
+            Err(Failure::usage(format!("bake target platforms {other:?}: expected one of linux/amd64, linux/arm64"))
+                .hint("regenerate the bake file: deepep-forge docker bake")
+                .into())
+        }
+    }
+}
+
+/// A target for another architecture needs qemu registered with binfmt_misc
+/// (exit 3 otherwise, before anything is built).
+pub fn check_platform(t: &Target) -> Result<()> {
+    let arch = arch_of(t)?;
+    if arch.uname() == std::env::consts::ARCH {
+        return Ok(());
+    }
+    let entry = Path::new("/proc/sys/fs/binfmt_misc").join(format!("qemu-{}", arch.uname()));
+    let enabled = std::fs::read_to_string(&entry).is_ok_and(|s| s.lines().next() == Some("enabled"));
+    if enabled {
+        return Ok(());
+    }
+    Err(Failure::env(format!(
+        "{} is {}, but this host is {} and has no qemu-{} registered with binfmt_misc ({} missing or disabled)",
+        t.tags.first().map(String::as_str).unwrap_or("the target"),
+        t.platforms[0],
+        std::env::consts::ARCH,
+        arch.uname(),
+        entry.display()
+    ))
+    .hint(format!(
+        "install qemu-user-static and binfmt-support (Debian/Ubuntu: apt-get install qemu-user-static binfmt-support) so {} binaries run here, or build this variant on a {} host",
+        arch.uname(),
+        arch.uname()
+    ))
+    .into())
+}
+
+/// The deepep-forge binary the image gets (default: the running one).
+fn forge_binary(a: &BuildRequest) -> Result<PathBuf> {
+    let p = match &a.forge_binary {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("finding this deepep-forge binary")?,
+    };
+    if !p.is_file() {
+        return Err(Failure::usage(format!("--forge-binary {}: not a file", p.display()))
+            .hint("build it: cargo build --release --bin deepep-forge")
+            .into());
+    }
+    Ok(p)
+}
+
+/// The build context of one target: the Dockerfile at its path, the pins file
+/// at PINS, the deepep-forge binary at FORGE_BINARY's default and, with
+/// `--source`, DeepEP's repository at `deepep/`. Nothing else of the current
+/// folder reaches the builder.
+fn assemble_context(ctx: &Path, t: &Target, pins: &Path, forge: &Path, dockerfile: &str) -> Result<()> {
+    let put = |rel: &str, bytes: &[u8]| -> Result<()> {
+        let dest = ctx.join(rel);
+        std::fs::create_dir_all(dest.parent().expect("relative path has a parent"))?;
+        std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))
+    };
+    put(&t.dockerfile, dockerfile.as_bytes())?;
+    let pins_rel = pins_in_context(t)?;
+    put(pins_rel, crate::input::read_text(pins, "pins file", crate::input::cap::TEXT)?.as_bytes())?;
+    let bin = ctx.join("target/release/deepep-forge");
+    std::fs::create_dir_all(bin.parent().expect("has a parent"))?;
+    std::fs::copy(forge, &bin).with_context(|| format!("copying {}", forge.display()))?;
+    Ok(())
+}
+
+/// `--source` read as build-wheel reads it (a checkout, a bare repository, or
+/// a folder committed into a snapshot repository) and cloned bare into the
+/// context: only committed objects travel, never a working tree's build
+/// outputs, and the pinned revision is checked out from it inside the build.
+fn put_source(s: &str, cache: &crate::cache::Cache, dest: &Path) -> Result<()> {
+    let origin = crate::source::resolve(s, cache.root())?;
+    let parent = dest.parent().expect("the context folder");
+    crate::process::git::git(
+        parent,
+        crate::process::git::Trust::User,
+        format!("copy --source {s} into the build context"),
+    )
+    .args(["clone", "-q", "--bare", "--no-hardlinks", "--"])
+    .arg(&origin.repo)
+    .arg(dest)
+    .output()?;
+    Ok(())
+}
+
+/// The pins file's path in the build context (PINS): relative, no `..` (exit 2 otherwise).
+fn pins_in_context(t: &Target) -> Result<&str> {
+    let rel = t.args.get("PINS").map(String::as_str).unwrap_or("pins.toml");
+    if !Path::new(rel).components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+        return Err(Failure::usage(format!("the pins file {rel} is outside the build context"))
+            .hint("run from the repository root and pass a pins file inside it")
+            .into());
+    }
+    Ok(rel)
+}
+
+/// podman/buildah's argv for one target, every value in one `--flag=value`
+/// word: the bake file's stage, platform, labels and args, plus the base, the
+/// prebuilt deepep-forge and the reproducibility settings.
+pub fn builder_argv(
+    t: &Target,
+    ctx: &Path,
+    tag: &str,
+    base_ref: &str,
+    a: &BuildRequest,
+    index: Option<&str>,
+) -> Vec<String> {
+    // `--layers=true`: one layer per step with both builders (buildah's default squashes each stage).
+    let mut v: Vec<String> =
+        vec!["build".into(), "--isolation=chroot".into(), "--pull=never".into(), "--layers=true".into()];
+    v.push(format!("--file={}", ctx.join(&t.dockerfile).display()));
+    v.push(format!("--target={}", t.target));
+    v.push(format!("--platform={}", t.platforms[0]));
+    v.push(format!("--tag={tag}"));
+    let mut args: BTreeMap<String, String> = t.args.clone();
+    args.insert("CUDA_BASE_IMAGE".into(), base_ref.to_string());
+    args.insert("FORGE_SOURCE".into(), "prebuilt".into());
+    if a.source.is_some() {
+        args.insert("DEEPEP_SOURCE".into(), "deepep".into());
+    }
+    if let Some(url) = index {
+        args.insert(INDEX_ARG.into(), url.to_string());
+    }
+    // The registry-free base has no CUDA math headers or libcuda stub of its
+    // own: build-wheel provisions the registry toolchain, as on a machine
+    // without a CUDA install, unless the user chose (`-- --build-arg BUILD_TOOLCHAIN=system`).
+    if !a.extra.iter().any(|f| f.contains("BUILD_TOOLCHAIN=")) {
+        args.insert("BUILD_TOOLCHAIN".into(), "registry".into());
+    }
+    if let Some(ts) = a.timestamp {
+        v.push(format!("--timestamp={ts}"));
+        args.insert("SOURCE_DATE_EPOCH".into(), ts.to_string());
+    }
+    v.extend(t.labels.iter().map(|(k, val)| format!("--label={k}={val}")));
+    v.extend(args.iter().map(|(k, val)| format!("--build-arg={k}={val}")));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        let p = Pins::parse(include_str!("../../../../pins.toml"), Path::new("pins.toml")).unwrap();
+        let f: BakeFile = serde_json::from_str(&bake::bake_json(&p, "pins.toml").unwrap()).unwrap();
+        f.target["h100"].clone()
+    }
+
+    fn declared() -> BTreeSet<String> {
+        declared_args(include_str!("../../../../docker/Dockerfile"))
+    }
+
+    fn extra(v: &[&str]) -> Result<()> {
+        check_extra(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &target(), &declared())
+    }
+
+    #[test]
+    fn extra_flags_may_not_contradict_the_bake_file() {
+        assert!(extra(&["--no-cache", "--pull=never", "--build-arg", "PYTHON_PACKAGES=setuptools wheel"]).is_ok());
+        assert!(extra(&["--build-arg=BUILD_TOOLCHAIN=system"]).is_ok());
+        for (flags, says) in [
+            (&["--build-arg", "PROBE_EP=16"][..], "the bake file sets it"),
+            (&["--build-arg=TORCH_CUDA_ARCH_LIST=8.0"][..], "the bake file sets it"),
+            (&["--build-arg", "NOPE=1"][..], "declares no such ARG"),
+            (&["--build-arg", "CUDA_BASE_IMAGE=x"][..], "deepep-forge sets it"),
+            (&["--platform=linux/arm64"][..], "not a flag"),
+            (&["--target", "builder"][..], "not a flag"),
+            (&["--tag=evil"][..], "not a flag"),
+        ] {
+            let e = extra(flags).unwrap_err();
+            assert_eq!(crate::error::exit_of(&e), Exit::Usage, "{flags:?}");
+            assert!(format!("{e:#}").contains(says), "{flags:?}: {e:#}");
+        }
+    }
+
+    #[test]
+    fn every_value_is_one_flag_word_and_the_args_are_the_bake_files() {
+        let t = target();
+        // `docker` as the CLI mounts it: the subcommand alone.
+        #[derive(clap::Parser)]
+        struct Docker {
+            #[command(subcommand)]
+            command: super::super::DockerCommand,
+        }
+        let a =
+            <Docker as clap::Parser>::try_parse_from(["docker", "build", "--builder", "podman", "--timestamp", "0"])
+                .unwrap();
+        let super::super::DockerCommand::Build(a) = a.command else { panic!() };
+        let a = a.request();
+        let v = builder_argv(
+            &t,
+            Path::new("/ctx"),
+            "localhost/x",
+            "localhost/base",
+            &a,
+            Some("http://127.0.0.1:1/h100/simple/"),
+        );
+        assert!(v.iter().skip(1).all(|w| w.starts_with("--") && w.contains('=')), "{v:?}");
+        for (k, val) in &t.args {
+            if k != INDEX_ARG {
+                assert!(v.contains(&format!("--build-arg={k}={val}")), "{k} missing: {v:?}");
+            }
+        }
+        assert!(v.contains(&"--build-arg=DEEPEP_INDEX=http://127.0.0.1:1/h100/simple/".to_string()));
+        assert!(v.contains(&"--build-arg=CUDA_BASE_IMAGE=localhost/base".to_string()));
+        assert!(v.contains(&"--platform=linux/amd64".to_string()) && v.contains(&"--timestamp=0".to_string()));
+        assert!(v.contains(&"--build-arg=SOURCE_DATE_EPOCH=0".to_string()), "pip's .pyc files follow it");
+        assert!(v.contains(&"--build-arg=BUILD_TOOLCHAIN=registry".to_string()), "{v:?}");
+        assert!(
+            v.contains(&"--file=/ctx/docker/Dockerfile".to_string()) && v.contains(&"--target=runtime".to_string())
+        );
+    }
+
+    #[test]
+    fn index_urls_are_http_and_end_in_a_slash() {
+        assert_eq!(check_index_url("http://127.0.0.1:8000/h100/simple").unwrap(), "http://127.0.0.1:8000/h100/simple/");
+        for bad in ["file:///srv/idx", "--index-url=x", "http://a b/", "ftp://x/"] {
+            assert_eq!(crate::error::exit_of(&check_index_url(bad).unwrap_err()), Exit::Usage, "{bad}");
+        }
+    }
+}

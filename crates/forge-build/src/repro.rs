@@ -1,0 +1,479 @@
+//! `diff` and `verify`: the commands that check a wheel's reproducibility.
+//! `diff` tells where two wheels differ (`wheel::diff`); `verify` rebuilds a
+//! wheel from its own provenance and compares. Owns these command edges
+//! (arguments, printing, exit codes); must not build or compare by itself.
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::error::Exit;
+use crate::output::DataFormat as Format;
+use crate::wheel::diff;
+
+/// Version of `diff --format json` and `verify --format json`.
+pub const SCHEMA: u32 = 1;
+
+/// What a wheel's provenance says was built: `exact, unpatched`, `patched: N patches (...)`,
+/// or that it carries none (not built by deepep-forge).
+fn what_was_built(wheel: &std::path::Path) -> String {
+    match crate::wheel::read::provenance(wheel) {
+        Ok(p) => crate::patches::describe(&p.source.patches),
+        Err(_) => "unknown: no readable deepep-forge provenance".into(),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Exit codes: 0 the two files are identical, 1 they differ, 2 bad input (not
+a file, not a zip).
+
+Examples:
+  # two builds of one variant, on two machines: should be identical
+  deepep-forge diff machine-a/deep_ep-*.whl machine-b/deep_ep-*.whl
+  deepep-forge diff a/deep_ep-*.whl b/deep_ep-*.whl --format json")]
+pub struct DiffArgs {
+    /// The first wheel.
+    #[arg(value_name = "A.whl")]
+    pub a: PathBuf,
+    /// The second wheel.
+    #[arg(value_name = "B.whl")]
+    pub b: PathBuf,
+    /// Output: human text, or one JSON document (schema 1).
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// `deepep-forge diff A.whl B.whl`.
+pub fn diff(args: DiffArgs) -> Result<Exit> {
+    let d = diff::diff(&args.a, &args.b)?;
+    let (a, b) = (what_was_built(&args.a), what_was_built(&args.b));
+    if args.format == Format::Json {
+        crate::printer::json(&serde_json::json!({ "schema": SCHEMA, "diff": d, "built": { "a": a, "b": b } }))?;
+    } else {
+        crate::out!("{}", diff::render(&d));
+        crate::outln!("A  is {a}");
+        crate::outln!("B  is {b}");
+    }
+    Ok(if d.identical { Exit::Ok } else { Exit::Problems })
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Rebuilds the wheel from the provenance it carries (DeepEP revision,
+submodules, variant, build environment), with the wheel cache off, and
+compares the result byte for byte. The rebuild runs the setup.py of the
+repository it fetches, so that repository must be one you name or trust
+(--source; the [source] repo of --pins, default ./pins.toml;
+DEEPEP_FORGE_TRUSTED_REPOS; `[verify] trusted-repos` in the user config): the
+one the wheel's provenance names is otherwise refused before anything is
+fetched. Exit codes: 0 identical (the wheel is what its provenance says), 1
+different (the diff is printed), 2 bad input (not a deepep-forge wheel, a
+repository not trusted), 3 missing toolchain.
+
+Examples:
+  # a wheel from a colleague's or CI's cache, rebuilt on this machine
+  deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl
+  # every wheel of a published index, its signed manifest checked first
+  deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
+#[command(mut_arg("source", |a| a.help("Where to fetch the source (needed when the provenance names a local folder: provenance holds no machine paths); default: the provenance's repository URL, only when you trust it (see below)")))]
+pub struct VerifyArgs {
+    /// The wheel to check (built by deepep-forge: it carries a provenance document), or its
+    /// URL in a `deepep-forge publish` index: downloaded, checked against the variant's signed
+    /// manifest (keys from --trusted-key) and its .intoto.json subject, then rebuilt; or an
+    /// index URL (`<base>/<variant>/`, `.../index.json`, `.../simple/deep-ep/`): every wheel
+    /// its signed manifest lists (or `--wheel NAME`), each checked and rebuilt the same way.
+    #[arg(value_name = "WHEEL|URL")]
+    pub wheel: PathBuf,
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
+    #[command(flatten)]
+    pub run: crate::builder::RunArgs,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
+    /// The toolchain (as for build-wheel); default: the one the provenance names.
+    #[arg(long, value_enum)]
+    pub toolchain: Option<crate::builder::registry::Kind>,
+    /// Keep the rebuilt wheel (and its statement) in DIR; default: a temporary folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Output: human text, or one JSON document (schema 1; for an index URL, `wheels` holds one per wheel).
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+    /// For an index URL: verify only this wheel (a file name the index's manifest lists).
+    #[arg(long = "wheel", value_name = "NAME")]
+    pub only_wheel: Option<String>,
+}
+
+/// `deepep-forge verify WHEEL|URL`: a wheel file, a wheel's URL in a publish
+/// index, or an index URL (every wheel its signed manifest lists, or `--wheel NAME`).
+pub fn verify(args: VerifyArgs) -> Result<Exit> {
+    let _coop = crate::error::Cooperative::enter();
+    let Some(url) = args.wheel.to_str().filter(|s| crate::index::manifest::is_url(s)).map(String::from) else {
+        if args.only_wheel.is_some() {
+            return Err(crate::error::Failure::usage("--wheel NAME picks a wheel of an index URL").into());
+        }
+        let (ok, doc) = verify_file(&args, &args.wheel)?;
+        return finish(&args, ok, doc);
+    };
+    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    if crate::index::fetch::index_urls(&url)?.is_none() {
+        let (_dir, path) = crate::index::fetch::wheel(&url, &trusted)?;
+        let (ok, doc) = verify_file(&args, &path)?;
+        return finish(&args, ok, doc);
+    }
+    let urls = crate::index::fetch::index_wheels(&url, args.only_wheel.as_deref(), &trusted)?;
+    let (mut all_ok, mut docs) = (true, Vec::new());
+    for (i, w) in urls.iter().enumerate() {
+        crate::note!("verify {}/{}: {}", i + 1, urls.len(), crate::http::redact(w));
+        // A wheel changed on the server is reported and the others still checked.
+        match crate::index::fetch::wheel(w, &trusted) {
+            Ok((_dir, path)) => {
+                let (ok, doc) = verify_file(&args, &path)?;
+                all_ok &= ok;
+                docs.push(doc);
+            }
+            Err(e) if crate::error::exit_of(&e) == Exit::Problems => {
+                crate::alert!("error: {e:#}");
+                all_ok = false;
+                docs.push(
+                    serde_json::json!({ "url": crate::http::redact(w), "verified": false, "error": format!("{e:#}") }),
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let shown = crate::http::redact(&url);
+    let doc = serde_json::json!({ "schema": SCHEMA, "index": shown, "verified": all_ok, "wheels": docs });
+    if args.format != Format::Json {
+        crate::outln!("{}: {}", shown, if all_ok { "every wheel verified" } else { "NOT verified (see above)" });
+    }
+    finish(&args, all_ok, doc)
+}
+
+/// The JSON document (when asked for) and the exit code.
+fn finish(args: &VerifyArgs, ok: bool, doc: serde_json::Value) -> Result<Exit> {
+    if args.format == Format::Json {
+        crate::printer::json(&doc)?;
+    }
+    Ok(if ok { Exit::Ok } else { Exit::Problems })
+}
+
+/// Rebuild one wheel file from its provenance and compare; prints the human
+/// lines, returns whether it is identical and its JSON document.
+fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serde_json::Value)> {
+    let prov = crate::builder::deliver::read_provenance(wheel).map_err(|e| {
+        crate::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
+    })?;
+    if prov.schema < 2 {
+        return Err(crate::error::Failure::usage(format!(
+            "{} carries a provenance of schema {}: wheels of that deepep-forge held their build times and machine paths, so no rebuild can match them",
+            wheel.display(),
+            prov.schema
+        ))
+        .hint("rebuild it with this deepep-forge (build-wheel), then verify that wheel")
+        .into());
+    }
+    let name = crate::wheel::WheelName::parse(&wheel.file_name().unwrap_or_default().to_string_lossy())
+        .ok_or_else(|| crate::error::Failure::usage(format!("{} is not a wheel file name", wheel.display())))?;
+    // Before anything is fetched: the repository whose setup.py the rebuild runs is one the user chose.
+    let source = match (&args.run.source, prov.source.repo.strip_prefix("local:")) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(folder)) => {
+            return Err(crate::error::Failure::usage(format!(
+                "{}: built from a local source (`{}`), which its provenance names without a path",
+                wheel.display(),
+                crate::input::excerpt(folder, 80)
+            ))
+            .hint(format!("pass --source PATH to that repository or folder (commit {})", prov.source.rev))
+            .into())
+        }
+        (None, None) => {
+            trust::check(wheel, &prov.source.repo, &prov.source.rev, args.pins.if_present())?;
+            None
+        }
+    };
+    let work = tempfile::tempdir()?;
+    // The pins the provenance describes, parsed in memory; messages about them name the wheel.
+    let shown = PathBuf::from(format!("the provenance of {}", wheel.display()));
+    let mut pins =
+        crate::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, wheel))?;
+    with_patch_texts(&mut pins, &prov);
+    let toolchain = args.toolchain.unwrap_or(match prov.toolchain.kind.as_str() {
+        "registry" => crate::builder::registry::Kind::Registry,
+        _ => crate::builder::registry::Kind::System,
+    });
+    let out = args.out.clone().unwrap_or_else(|| work.path().join("out"));
+    let same_dir = |a: &std::path::Path, b: &std::path::Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b))
+    {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    };
+    if args
+        .wheel
+        .parent()
+        .is_some_and(|p| same_dir(if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p }, &out))
+    {
+        return Err(crate::error::Failure::usage(format!(
+            "--out {} is the folder of the wheel being verified: the rebuild would replace it",
+            out.display()
+        ))
+        .hint("pass another --out, or none (a temporary folder)")
+        .into());
+    }
+    // The request the provenance makes: its pins, its variant, no wheel cache.
+    let req = crate::builder::BuildRequest {
+        pins,
+        variants: crate::builder::Variants::Named(vec![prov.variant.name.clone()]),
+        source,
+        python: args.run.python.clone(),
+        toolchain,
+        match_project: None,
+        out: out.clone(),
+        cache_dir: args.run.cache.cache_dir.clone(),
+        no_cache: true,
+        compiler_cache: args.run.compiler_cache(),
+        // A verification compiles everything, NCCL too: never the stored NCCL output.
+        nccl_reuse: false,
+        jobs: args.run.jobs,
+        serial_extensions: args.run.serial_extensions,
+        // A fork's merge base as the wheel records it: the upstream is never fetched.
+        recorded_fork: prov.source.fork.clone(),
+    };
+    let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, wheel))?;
+    let mut outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;
+    if let Some(label) = &name.variant {
+        // A PEP 825 variant wheel is its build plus `variant.json` (publish --variant-wheels):
+        // the rebuild gets the published wheel's (checked) variant.json the same way.
+        let vj = crate::index::variants::read_wheel_variant_json(wheel)?;
+        let file = outcome.wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let labelled = work.path().join(crate::index::variants::wheel_name(file, label)?);
+        crate::index::variants::add_variant_json(&outcome.wheel, &labelled, vj)?;
+        outcome.wheel = labelled;
+    }
+    let d = diff::diff(wheel, &outcome.wheel)?;
+    let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
+    if args.format == Format::Json {
+        return Ok((d.identical, doc));
+    }
+    if d.identical {
+        crate::outln!(
+            "verified: {} is what its provenance says: rebuilt {} @ {} ({}; {}) gives the same sha256 {}",
+            wheel.display(),
+            prov.variant.name,
+            &prov.source.rev[..prov.source.rev.len().min(12)],
+            outcome.status,
+            crate::patches::describe(&prov.source.patches),
+            d.a.sha256
+        );
+    } else {
+        crate::outln!("NOT verified: the rebuild from the wheel's provenance differs");
+        crate::out!("{}", diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)"));
+    }
+    Ok((d.identical, doc))
+}
+
+/// An error of the rebuild as the user can act on it: the pins generated from
+/// the provenance (parsed in memory, named `pins`) are named as what they are,
+/// the wheel's provenance, without line:column positions in text nobody sees.
+fn about_wheel(e: anyhow::Error, pins: &std::path::Path, wheel: &std::path::Path) -> anyhow::Error {
+    let tmp = pins.display().to_string();
+    let text = format!("{e:#}");
+    let hint = e.chain().find_map(|c| c.downcast_ref::<crate::error::Failure>().and_then(|f| f.hint.clone()));
+    if !text.contains(&tmp) && !hint.as_ref().is_some_and(|h| h.contains(&tmp)) {
+        return e;
+    }
+    let shown = format!("the provenance of {}", wheel.display());
+    let fix = |s: &str| -> String {
+        // `<tmp>:LINE:COL` points into a file the user never sees: drop the position.
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find(&tmp) {
+            out.push_str(&rest[..i]);
+            out.push_str(&shown);
+            rest = &rest[i + tmp.len()..];
+            for _ in 0..2 {
+                let digits =
+                    rest.strip_prefix(':').map(|r| r.len() - r.trim_start_matches(|c: char| c.is_ascii_digit()).len());
+                match digits {
+                    Some(n) if n > 0 => rest = &rest[1 + n..],
+                    _ => break,
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    };
+    let mut f = crate::error::Failure::new(crate::error::exit_of(&e), fix(&text));
+    if let Some(h) = hint {
+        f = f.hint(fix(&h));
+    }
+    f.into()
+}
+
+/// The provenance's patch texts on the pins made from it: the rebuild applies
+/// what the wheel carries (its sha256 is checked again when the plan loads it).
+fn with_patch_texts(pins: &mut crate::pins::Pins, prov: &crate::provenance::Provenance) {
+    for pin in pins.pins.values_mut() {
+        for (e, p) in pin.patches.iter_mut().zip(&prov.source.patches) {
+            e.text = Some(p.text.clone());
+        }
+    }
+}
+
+/// A pins file that names exactly what the provenance says (values serialised by
+/// `toml`, never spliced into text; `Pins::parse` validates them again).
+fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) -> Result<String> {
+    use toml::Value;
+    let version = name.version.split('+').next().unwrap_or(&name.version).to_string();
+    let mut source = toml::Table::new();
+    source.insert("name".into(), Value::String(name.dist.clone()));
+    // A local source is fetched from --source (required then); pins files name remote
+    // repositories only, so it stands there under a reserved, never-fetched host.
+    let repo = match p.source.repo.strip_prefix("local:") {
+        Some(name) => format!(
+            "https://local.invalid/{}",
+            name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "_")
+        ),
+        None => p.source.repo.clone(),
+    };
+    source.insert("repo".into(), Value::String(repo));
+    if let Some(b) = &p.source.branch {
+        source.insert("branch".into(), Value::String(b.clone()));
+    }
+    // A fork's upstream (its merge base is taken as recorded: `recorded_fork`).
+    if let Some(f) = &p.source.fork {
+        source.insert("upstream".into(), Value::String(f.upstream.clone()));
+        source.insert("upstream_branch".into(), Value::String(f.upstream_branch.clone()));
+    }
+    source.insert("base_version".into(), Value::String(version));
+    let mut pin = toml::Table::new();
+    let mut arch_pin: toml::Table = [("rev".to_string(), Value::String(p.source.rev.clone()))].into_iter().collect();
+    // The source patches, by name and sha256 (their text is put back by `with_patch_texts`).
+    if !p.source.patches.is_empty() {
+        let list = p.source.patches.iter().map(|x| {
+            let e: toml::Table = [("path", &x.name), ("sha256", &x.sha256)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
+                .collect();
+            Value::Table(e)
+        });
+        arch_pin.insert("patches".into(), Value::Array(list.collect()));
+    }
+    pin.insert(p.variant.arch.clone(), Value::Table(arch_pin));
+    let v = &p.variant;
+    let mut variant = toml::Table::new();
+    variant.insert("name".into(), Value::String(v.name.clone()));
+    variant.insert("arch".into(), Value::String(v.arch.clone()));
+    variant.insert("cuda_arch_list".into(), Value::String(v.cuda_arch_list.clone()));
+    variant.insert("multinode".into(), Value::Boolean(v.multinode));
+    if let Some(t) = &v.transport {
+        variant.insert("transport".into(), Value::String(t.clone()));
+    }
+    if let Some(r) = &v.rdma_core_home {
+        variant.insert("rdma_core_home".into(), Value::String(r.clone()));
+    }
+    if let Some(n) = p.env.get("NVSHMEM_DIR") {
+        variant.insert("nvshmem_dir".into(), Value::String(n.clone()));
+    }
+    // `runtime_requires = false` as the provenance records it: METADATA left as built.
+    if p.toolchain.environment.as_ref().and_then(|e| e.requires.as_ref()).is_some_and(|r| !r.enabled) {
+        variant.insert("runtime_requires".into(), Value::Boolean(false));
+    }
+    // The knobs the variant set itself (pins.toml `env`): part of the build, so of the rebuild.
+    if !v.env.is_empty() {
+        let env: toml::Table = v.env.iter().map(|(k, val)| (k.clone(), Value::String(val.clone()))).collect();
+        variant.insert("env".into(), Value::Table(env));
+    }
+    let mut doc = toml::Table::new();
+    doc.insert("schema".into(), Value::Integer(crate::pins::SCHEMA));
+    doc.insert("source".into(), Value::Table(source));
+    doc.insert("pin".into(), Value::Table(pin));
+    if let (Some(torch), Some(cuda)) = (&p.toolchain.torch, &p.toolchain.cuda) {
+        let mut tc = toml::Table::new();
+        tc.insert("torch".into(), Value::String(torch.split('+').next().unwrap_or(torch).to_string()));
+        tc.insert("cuda".into(), Value::String(cuda.clone()));
+        if let Some(py) = &p.toolchain.python {
+            let minor: Vec<&str> = py.split('.').take(2).collect();
+            tc.insert("python".into(), Value::String(minor.join(".")));
+        }
+        doc.insert("toolchain".into(), Value::Table(tc));
+    }
+    doc.insert("variant".into(), Value::Array(vec![Value::Table(variant)]));
+    Ok(toml::to_string(&doc)?)
+}
+
+/// Which repositories the user trusts `verify` to fetch and build.
+mod trust {
+    use std::path::Path;
+
+    use anyhow::Result;
+
+    use crate::error::Failure;
+
+    /// Repositories trusted in the environment (separated by spaces, commas or newlines).
+    pub const ENV: &str = "DEEPEP_FORGE_TRUSTED_REPOS";
+
+    /// One spelling per repository: no trailing `/` or `.git`.
+    fn norm(url: &str) -> &str {
+        let u = url.trim_end_matches('/');
+        u.strip_suffix(".git").unwrap_or(u)
+    }
+
+    /// Refuse (exit 2, before any fetch) a repository the user has not named or
+    /// trusted: `--pins` (default ./pins.toml when present) `[source] repo`,
+    /// `DEEPEP_FORGE_TRUSTED_REPOS`, `[verify] trusted-repos` in the user config.
+    pub fn check(wheel: &Path, repo: &str, rev: &str, pins: Option<&Path>) -> Result<()> {
+        let trusted = trusted(pins)?;
+        if trusted.iter().any(|t| norm(t) == norm(repo)) {
+            return Ok(());
+        }
+        let config = crate::cache::config::config_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "~/.config/deepep-forge/config.toml".into());
+        Err(Failure::usage(format!(
+            "{}: its provenance asks for a rebuild from {} (commit {}), a repository you have not named or trusted; verify would run its setup.py, so nothing was fetched",
+            wheel.display(),
+            crate::input::excerpt(repo, 200),
+            crate::input::excerpt(rev, 40),
+        ))
+        .hint(format!(
+            "if you trust it: pass --source with it (or a clone of yours), list it in {ENV}, add it to `[verify] trusted-repos` in {config}, or run verify next to the pins.toml (or with --pins FILE) whose [source] repo names it"
+        ))
+        .into())
+    }
+
+    fn trusted(pins: Option<&Path>) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let default = Path::new(crate::pins::DEFAULT_PATH);
+        match pins {
+            Some(p) => out.push(crate::pins::Pins::load(p)?.source.repo),
+            None if default.exists() => out.push(crate::pins::Pins::load(default)?.source.repo),
+            None => {}
+        }
+        if let Some(v) = crate::environ::var_os(ENV) {
+            let v = v.to_str().ok_or_else(|| Failure::usage(format!("{ENV} is not UTF-8")))?.to_string();
+            out.extend(v.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).map(String::from));
+        }
+        out.extend(from_config()?);
+        Ok(out)
+    }
+
+    /// `[verify] trusted-repos = ["https://...", ...]` in the user config.
+    fn from_config() -> Result<Vec<String>> {
+        let Some(path) = crate::cache::config::config_path() else { return Ok(Vec::new()) };
+        let Some(text) = crate::input::read_text_opt(&path, "user config", 1 << 20)? else { return Ok(Vec::new()) };
+        let doc: toml::Table =
+            text.parse().map_err(|e| Failure::usage(format!("{} is not valid TOML: {e}", path.display())))?;
+        let bad = || {
+            Failure::usage(format!("{}: [verify] trusted-repos must be a list of repository URLs", path.display()))
+                .hint("e.g. [verify]\ntrusted-repos = [\"https://github.com/deepseek-ai/DeepEP.git\"]")
+        };
+        let Some(v) = doc.get("verify") else { return Ok(Vec::new()) };
+        let Some(list) = v.as_table().ok_or_else(bad)?.get("trusted-repos") else { return Ok(Vec::new()) };
+        list.as_array()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|x| x.as_str().map(String::from).ok_or_else(|| bad().into()))
+            .collect()
+    }
+}

@@ -1,0 +1,367 @@
+//! Dockerfile scanning for `lock check` (`lock::dockerfile`): ARG/ENV defaults that carry a DeepEP
+//! rev, an arch list, the multinode flag, the transport, RDMA_CORE_HOME or the
+//! rdma-core ref, compared with pins.toml. Owns a small Dockerfile reader
+//! (continuations, comments, heredocs, quoting, `${VAR}` expansion with ARG
+//! scoping across stages); must not run docker or read anything but the
+//! Dockerfiles it is given.
+//!
+//! What is detected (values are the defaults written in the file; a
+//! `--build-arg` given at build time is not visible here):
+//! - a DeepEP rev: a variable whose name mentions DEEPEP/DEEP_EP and ends in
+//!   REV/REF/COMMIT/SHA; any ARG/ENV value or RUN line holding a
+//!   `.../DeepEP.git@<rev>` URL; `git checkout <rev>` / `git reset --hard <rev>`
+//!   in a RUN that mentions DeepEP;
+//! - the build configuration of each stage (and of global ARGs no stage uses):
+//!   TORCH_CUDA_ARCH_LIST (else any `*CUDA_ARCH_LIST`), HYBRID_EP_MULTINODE,
+//!   USE_NIXL, RDMA_CORE_HOME, checked *together* against the variants of
+//!   pins.toml (arch lists as sets). A stage that names its variant
+//!   (VARIANT/DEEPEP_VARIANT ARG) gets one finding per differing setting; any
+//!   other build no variant declares gets `dockerfile-build-undeclared`, whose
+//!   fix is a ready-to-paste `[[variant]]` per platform (never a narrowed build);
+//! - the rdma-core ref (`RDMA_CORE_REF`, `*RDMA_CORE*_TAG|VERSION`) against `[rdma_core] ref`.
+//!
+//! Split by concern: [`parse`] (instructions), [`expand`] (ARG/ENV values and
+//! sh parameter expansion), [`model`] (stages and scopes), [`rules`] (one
+//! function per rule id), [`needs`] (the variant a stage builds).
+mod expand;
+mod model;
+mod needs;
+mod parse;
+mod rules;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::error::Failure;
+use crate::findings::Finding;
+use crate::pins::{Arch, Pins};
+use model::Model;
+use rules::Checker;
+
+pub use needs::{needs, Need};
+pub use parse::instructions_named;
+
+/// Dockerfiles of a project: `Dockerfile*` at the root and `docker/**/Dockerfile*`
+/// (each group sorted), then `extra` in the order given (a missing one is a usage error).
+pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let is_dockerfile = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("Dockerfile") && !n.ends_with(".dockerignore"))
+    };
+    let mut root: Vec<PathBuf> = match std::fs::read_dir(project) {
+        Ok(rd) => rd.flatten().map(|e| e.path()).filter(|p| p.is_file() && is_dockerfile(p)).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Failure::usage(format!("project folder not found: {}", project.display()))
+                .hint("check --project")
+                .into())
+        }
+        Err(e) => return Err(e).with_context(|| format!("listing {}", project.display())),
+    };
+    root.sort();
+    // Bounded: a hostile tree cannot make discovery walk forever (links are not followed).
+    let mut nested: Vec<PathBuf> = walkdir::WalkDir::new(project.join("docker"))
+        .max_depth(16)
+        .into_iter()
+        .take(100_000)
+        .flatten()
+        .filter(|e| e.path().is_file() && is_dockerfile(e.path()))
+        .map(|e| e.into_path())
+        .collect();
+    nested.sort();
+    let mut out = root;
+    out.extend(nested);
+    for p in extra {
+        if !p.is_file() {
+            return Err(Failure::usage(format!("Dockerfile not found: {}", p.display()))
+                .hint("check the path given to --dockerfile")
+                .into());
+        }
+        let same = |q: &PathBuf| q.canonicalize().ok() == p.canonicalize().ok();
+        if !out.iter().any(same) {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Check Dockerfiles. `revs` is the intended revision per architecture (from
+/// pins.toml, or from pyproject.toml under --no-pins); `pins` is None under
+/// --no-pins (then only revisions are checked).
+pub fn check(files: &[PathBuf], pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Result<Vec<Finding>> {
+    let mut out = Vec::new();
+    for f in files {
+        let text = crate::input::read_text(f, "Dockerfile", crate::input::cap::TEXT)?;
+        out.extend(check_text(&text, f, pins, revs));
+    }
+    Ok(out)
+}
+
+/// Check one Dockerfile's text; `file` is used in findings.
+pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Vec<Finding> {
+    let model = Model::read(text);
+    let mut c = Checker { file, pins, revs, out: Vec::new(), seen: BTreeSet::new() };
+    for d in &model.defs {
+        c.def(d, model.platform_of(d));
+    }
+    for u in &model.unverifiable {
+        c.unverifiable_def(u);
+    }
+    for r in &model.runs {
+        c.run(r, model.stages[r.stage].platform);
+    }
+    for (cfg, platform) in model.configs() {
+        c.config(&cfg, platform);
+    }
+    c.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand::*;
+    use super::parse::*;
+    use super::*;
+    use std::rc::Rc;
+
+    const PIN: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
+    const OTHER: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+
+    fn pins() -> Pins {
+        Pins::parse(include_str!("../../../../../pins.toml"), Path::new("pins.toml")).unwrap()
+    }
+
+    fn revs(x: &str, a: &str) -> BTreeMap<Arch, String> {
+        BTreeMap::from([(Arch::X86_64, x.to_string()), (Arch::Aarch64, a.to_string())])
+    }
+
+    fn run(text: &str) -> Vec<Finding> {
+        check_text(text, Path::new("Dockerfile"), Some(&pins()), &revs(PIN, PIN))
+    }
+
+    fn rules(f: &[Finding]) -> Vec<(String, usize)> {
+        f.iter().map(|f| (f.rule.clone(), f.line.unwrap_or(0))).collect()
+    }
+
+    #[test]
+    fn continuations_comments_and_heredocs() {
+        let (ins, _) =
+            instructions("FROM x AS a\nRUN echo a \\\n  # comment\n\n  b\nRUN <<EOF\ngit checkout abc\nEOF\nENV A=1\n");
+        assert_eq!(ins.len(), 4);
+        assert_eq!(ins[1], Instruction { keyword: "RUN".into(), args: "echo a   b".into(), line: 2 });
+        assert_eq!(ins[2].args, "<<EOF\ngit checkout abc\n");
+        assert_eq!((ins[3].keyword.as_str(), ins[3].line), ("ENV", 9));
+        let (ins, esc) = instructions("# escape=`\nFROM x\nRUN a `\n b\n");
+        assert_eq!((esc, ins[1].args.as_str()), ('`', "a  b"));
+    }
+
+    #[test]
+    fn expansion_follows_quotes_defaults_and_scopes() {
+        let d = Rc::new(Def {
+            kw: "ARG",
+            name: "A".into(),
+            line: 3,
+            value: Some("9.0 10.0".into()),
+            via: None,
+            stage: None,
+        });
+        let lookup = |n: &str| (n == "A").then(|| d.clone());
+        let e = expand("\"${A}\"", '\\', &lookup);
+        assert_eq!(e.text.as_deref(), Some("9.0 10.0"));
+        assert_eq!(e.single.unwrap().line, 3);
+        assert_eq!(expand("'$A'", '\\', &lookup).text.as_deref(), Some("$A"));
+        assert_eq!(expand("x$A", '\\', &lookup).text.as_deref(), Some("x9.0 10.0"));
+        assert!(expand("x$A", '\\', &lookup).single.is_none());
+        assert_eq!(expand("${B:-9.0}", '\\', &lookup).text.as_deref(), Some("9.0"));
+        assert_eq!(expand("${A:+set}", '\\', &lookup).text.as_deref(), Some("set"));
+        assert_eq!(expand("\\$A", '\\', &lookup).text.as_deref(), Some("$A"));
+        assert!(expand("$B", '\\', &lookup).text.is_none(), "an undeclared variable is only known at build time");
+    }
+
+    #[test]
+    fn nemo_rl_shape_is_checked_as_one_combination() {
+        let text = "FROM base AS wheel\nARG DEEPEP_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG RDMA_CORE_REF=v60.0\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/rdma-core/build\nENV TORCH_CUDA_ARCH_LIST=${DEEPEP_CUDA_ARCH_LIST}\n";
+        let f = run(text);
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+        assert!(
+            f[0].message.contains("TORCH_CUDA_ARCH_LIST (ENV, line 6, from ARG DEEPEP_CUDA_ARCH_LIST at line 2)"),
+            "{}",
+            f[0].message
+        );
+        // never narrowed to the closest variant: the fix declares the build as it is
+        let fix = f[0].fix.as_deref().unwrap();
+        assert!(!fix.contains("gb200-multinode") && fix.contains("cuda_arch_list = \"9.0 10.0\""), "{fix}");
+        assert!(fix.contains("rdma_core_home = \"/opt/rdma-core/build\""), "{fix}");
+        // The same shape for Hopper with the system rdma-core is h100-multinode: clean.
+        let good = text.replace("\"9.0 10.0\"", "\"9.0\"").replace("/opt/rdma-core/build", "/usr");
+        assert!(run(&good).is_empty(), "{:#?}", run(&good));
+    }
+
+    #[test]
+    fn global_arg_redeclared_in_a_stage_is_followed() {
+        let text = "ARG ARCHS=\"9.0\"\nFROM base\nARG ARCHS\nENV TORCH_CUDA_ARCH_LIST=$ARCHS HYBRID_EP_MULTINODE=0\n";
+        assert!(run(text).is_empty(), "{:#?}", run(text));
+        let f = run(&text.replace("\"9.0\"", "\"8.0\""));
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 1)], "{f:#?}");
+        // Without the re-declaration the global is not visible in the stage.
+        let f = run("ARG ARCHS=\"9.0\"\nFROM base\nENV TORCH_CUDA_ARCH_LIST=$ARCHS\n");
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn named_variant_and_platform_narrow_the_candidates() {
+        let f = run("FROM base\nARG VARIANT=h100-multinode\nENV TORCH_CUDA_ARCH_LIST=10.0 HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n");
+        assert_eq!(rules(&f), vec![("dockerfile-arch-list".into(), 3)], "{f:#?}");
+        assert!(f[0].message.contains("`h100-multinode`"), "{}", f[0].message);
+        let f = run("FROM base\nARG VARIANT=h200\n");
+        assert_eq!(rules(&f), vec![("dockerfile-variant".into(), 2)]);
+        // 10.0 multinode on arm64 with /usr: closest is gb200-multinode, which wants /opt/rdma-core/build.
+        let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=10.0 HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+        assert_eq!(f[0].arch, Some(Arch::Aarch64));
+        assert!(f[0].fix.as_deref().unwrap().contains("rdma_core_home = \"/usr\""), "{f:#?}");
+        let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=9.0 HYBRID_EP_MULTINODE=0\n");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+    }
+
+    #[test]
+    fn multinode_flag_and_legacy_env_form() {
+        let f = run("FROM base\nENV TORCH_CUDA_ARCH_LIST 10.0\nENV HYBRID_EP_MULTINODE yes\nENV RDMA_CORE_HOME=/usr\nENV USE_NIXL=1\n");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+        assert!(f[0].fix.as_deref().unwrap().contains("transport = \"nixl\""), "{f:#?}");
+        let f =
+            run("FROM base\nENV TORCH_CUDA_ARCH_LIST=\"9.0\"\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/x\n");
+        assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
+    }
+
+    #[test]
+    fn revs_full_short_branch_and_per_platform() {
+        assert!(run(&format!("FROM b\nARG DEEPEP_REV={PIN}\n")).is_empty());
+        let f = run("FROM b\nARG DEEPEP_REV=17cfb81\n");
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)]);
+        assert!(f[0].message.contains("full sha required"), "{}", f[0].message);
+        assert!(f[0].fix.as_deref().unwrap().contains(PIN));
+        let f = run("FROM b\nARG DEEPEP_REF=hybrid-ep\n");
+        assert!(f[0].message.contains("branch or tag"), "{}", f[0].message);
+        let url = format!("FROM b\nENV DEEPEP_URL=git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}\n");
+        assert_eq!(rules(&run(&url)), vec![("dockerfile-rev".into(), 2)]);
+        // Different pins per arch: no platform means it must match both.
+        let r = revs(PIN, OTHER);
+        let f = check_text(&format!("FROM b\nARG DEEPEP_COMMIT={PIN}\n"), Path::new("D"), None, &r);
+        assert_eq!(f.len(), 1);
+        assert!(f[0].message.contains("x86_64 pin but not the aarch64"), "{}", f[0].message);
+        assert_eq!(f[0].arch, Some(Arch::Aarch64));
+        let f =
+            check_text(&format!("FROM --platform=linux/amd64 b\nARG DEEPEP_COMMIT={PIN}\n"), Path::new("D"), None, &r);
+        assert!(f.is_empty(), "{f:#?}");
+    }
+
+    #[test]
+    fn run_checkout_is_checked_once_at_the_value() {
+        let text = format!("FROM b\nARG DEEPEP_REV={OTHER}\nRUN git clone https://github.com/deepseek-ai/DeepEP && cd DeepEP && git checkout ${{DEEPEP_REV}}\nRUN cd DeepEP && git -C . checkout -q 17cfb81\n");
+        let f = run(&text);
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2), ("dockerfile-rev".into(), 4)], "{f:#?}");
+        assert!(run("FROM b\nRUN git checkout abc1234\n").is_empty(), "a RUN that does not mention DeepEP is not ours");
+        // Any variable spliced into a DeepEP URL is followed to its line.
+        let text = format!("FROM b\nARG REV={OTHER}\nRUN uv pip install \"deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@${{REV}}\"\n");
+        let f = run(&text);
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)], "{f:#?}");
+        assert!(f[0].message.starts_with("REV (ARG, line 2)"), "{}", f[0].message);
+        let f = run(&format!(
+            "FROM b\nRUN pip install git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}#egg=deep_ep\n"
+        ));
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)], "{f:#?}");
+    }
+
+    /// Every POSIX parameter-expansion class in a RUN that builds DeepEP is
+    /// evaluated as sh does (a changed revision is `dockerfile-rev`), and what
+    /// is not POSIX is `dockerfile-unverifiable`, never ok.
+    #[test]
+    fn shell_expansions_in_run_are_evaluated_or_refused() {
+        let url = |e: &str| {
+            format!("FROM b\nARG DEEPEP_REV={PIN}\nARG PFX=x{PIN}\nRUN pip install \"git+https://github.com/deepseek-ai/DeepEP.git@{e}\"\n")
+        };
+        let last = &PIN[39..];
+        for (expr, ok) in [
+            ("${DEEPEP_REV}", true),
+            ("${DEEPEP_REV%?}0", false),                 // shortest suffix
+            (&format!("${{DEEPEP_REV%{last}}}"), false), // literal suffix
+            ("${DEEPEP_REV%%c*}", false),                // longest suffix
+            ("${DEEPEP_REV#?}", false),                  // shortest prefix
+            ("${DEEPEP_REV##*7}", false),                // longest prefix
+            ("${PFX#x}", true),                          // a prefix removed gives the pin
+            ("${PFX#[!0-9]}", true),                     // bracket negation
+            ("${PFX#[a-z]}", true),                      // bracket range
+            ("${DEEPEP_REV%[0-9]}", true),               // no match: unchanged (the pin ends in e)
+            ("${DEEPEP_REV:-main}", true),
+            ("${UNSET:-main}", false), // the default is a branch
+            ("${UNSET:=main}", false),
+            ("${DEEPEP_REV:?unset}", true),
+            ("${DEEPEP_REV:+main}", false),
+            ("${#DEEPEP_REV}", false), // "40"
+        ] {
+            let f = run(&url(expr));
+            if ok {
+                assert!(f.is_empty(), "{expr}: {f:#?}");
+            } else {
+                assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 4)], "{expr}: {f:#?}");
+            }
+        }
+        for expr in [
+            "${DEEPEP_REV/17/29}",
+            "${DEEPEP_REV//c/d}",
+            "${DEEPEP_REV:0:7}",
+            "${DEEPEP_REV^^}",
+            "${UNSET:-${DEEPEP_REV/1/2}}",
+        ] {
+            let f = run(&url(expr));
+            assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 4)], "{expr}: {f:#?}");
+            assert!(f[0].message.starts_with("cannot verify: RUN (line 4)"), "{}", f[0].message);
+        }
+        // In an ARG/ENV that names DeepEP, too; elsewhere not ours.
+        let f = run(&format!("FROM b\nARG R={PIN}\nENV DEEPEP_REV=${{R/1/2}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 3)], "{f:#?}");
+        assert!(run("FROM b\nARG V=3.12.1\nENV PY=${V/./}\nRUN echo ${V/./}\n").is_empty());
+        // The checkout form, and a value too long to match is refused, not guessed.
+        let f = run(&format!("FROM b\nARG DEEPEP_REV={PIN}\nRUN cd DeepEP && git checkout ${{DEEPEP_REV%??}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 3)], "{f:#?}");
+        let long = "a".repeat(5000);
+        let f = run(&format!("FROM b\nARG X={long}\nRUN cd DeepEP && git checkout ${{X%a}}\n"));
+        assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 3)], "{f:#?}");
+    }
+
+    #[test]
+    fn globs_match_as_sh_does() {
+        let g = |p: &str, s: &str| glob(&p.chars().collect::<Vec<_>>(), &s.chars().collect::<Vec<_>>());
+        assert!(g("*", "") && g("a*c", "abbc") && g("?b", "ab") && g("[!x]y", "ay") && g("\\*", "*"));
+        assert!(!g("a*c", "abbd") && !g("[a-c]", "d") && !g("\\*", "x") && !g("?", ""));
+        assert!(g("[", "[") && g("*.*", "1.2.3"));
+        assert_eq!(strip_pattern("1.2.3", "*.", "#").as_deref(), Some("2.3"));
+        assert_eq!(strip_pattern("1.2.3", "*.", "##").as_deref(), Some("3"));
+        assert_eq!(strip_pattern("1.2.3", ".*", "%").as_deref(), Some("1.2"));
+        assert_eq!(strip_pattern("1.2.3", ".*", "%%").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn rdma_core_ref_must_match_pins() {
+        assert!(run("FROM b\nARG RDMA_CORE_REF=v60.0\n").is_empty());
+        let f = run("FROM b\nARG RDMA_CORE_REF=v59.0\n");
+        assert_eq!(rules(&f), vec![("dockerfile-rdma-core-ref".into(), 2)]);
+    }
+
+    #[test]
+    fn truncated_and_odd_input_never_panics() {
+        let text = format!(
+            "# escape=\\\nARG A=\"${{B:-x}}\" C='${{D}}'\nFROM --platform=$P b AS s\nENV TORCH_CUDA_ARCH_LIST=\"${{A:+9.0}}\" \\\n  HYBRID_EP_MULTINODE=on\nRUN <<-EOF git checkout {PIN}\n\tDeepEP\n\tEOF\nENV K ${{UNCLOSED\nRUN git -C DeepEP checkout\nARG DEEPEP_REV=é😀\n"
+        );
+        for (i, _) in text.char_indices() {
+            let _ = run(&text[..i]);
+        }
+    }
+
+    #[test]
+    fn build_time_only_values_are_not_judged() {
+        assert!(run("FROM b\nARG TORCH_CUDA_ARCH_LIST\nARG HYBRID_EP_MULTINODE\nARG DEEPEP_REV\nENV X=${TORCH_CUDA_ARCH_LIST}\n").is_empty());
+    }
+}

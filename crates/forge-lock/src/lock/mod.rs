@@ -1,0 +1,661 @@
+//! `lock check`: prove that a consumer's pyproject.toml, uv.lock and
+//! Dockerfiles agree with pins.toml (or, under `--no-pins`, with the
+//! pyproject's own intent) for every architecture.
+//!
+//! Reading is split by file (`pyproject`, `uvlock`: each yields
+//! [`Reference`]s with file:line and the architectures they apply to, using
+//! `marker`), judging lives in `rules`. Parsing uses the serde `toml` crate
+//! (fast path); `toml_edit` is for `pin set` only.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use pep508_rs::PackageName;
+use serde::Serialize;
+
+use crate::error::{Exit, Failure};
+use crate::findings::{self, Finding, Severity};
+use crate::output::Format;
+use crate::pins::{Arch, Pins};
+
+pub mod causes;
+pub mod dockerfile;
+pub mod evidence;
+pub mod index;
+pub mod marker;
+pub mod patches;
+pub mod pyproject;
+pub mod revision;
+pub mod rules;
+pub mod uvlock;
+
+/// Version of the JSON document `lock check --format json` prints.
+/// 2: `causes` (each with its findings and one fix); findings carry `cause` and `column`.
+pub const REPORT_SCHEMA: u32 = 2;
+
+/// `--project DIR` and `--pins FILE` / `--no-pins`: the consumer project and
+/// the pins it is held to, declared once and flattened into `lock check`,
+/// `pin set` and `pin recover`, with one help text each.
+#[derive(Debug, Clone, clap::Args)]
+#[command(mut_arg("pins", |a| a.conflicts_with("no_pins")))]
+pub struct ProjectArgs {
+    /// The consumer project (holds pyproject.toml and, if locked, uv.lock).
+    /// Relative paths resolve against the directory the command runs in.
+    #[arg(long, default_value = ".", value_name = "DIR")]
+    pub project: PathBuf,
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
+    /// Keep no pins.toml: take the consumer's pyproject.toml as the intent
+    /// (its override-dependencies entry per architecture, else its most common
+    /// revision) and check everything else against it.
+    #[arg(long)]
+    pub no_pins: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub place: ProjectArgs,
+    /// A Dockerfile to check as well (repeatable); Dockerfile* at the project
+    /// root and docker/**/Dockerfile* are found on their own.
+    #[arg(long = "dockerfile", value_name = "PATH")]
+    pub dockerfiles: Vec<PathBuf>,
+    /// Report format: human text, one JSON document, or GitHub annotations plus text.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+    /// For DeepEP from a `deepep-forge publish` index: its signed manifest (`<variant>/index.json`),
+    /// a FILE (offline CI) or an https URL (repeatable); every deep-ep wheel uv.lock pins must be
+    /// in one, built at pins.toml's revision. `index` fetches `<variant>/index.json` next to the
+    /// index URL pyproject.toml names.
+    #[arg(long = "index-manifest", value_name = "FILE|URL|index")]
+    pub index_manifests: Vec<String>,
+    #[command(flatten)]
+    pub trusted_keys: crate::args::TrustedKeysArg,
+    /// For DeepEP from an index: a NeMo-RL recipe the project runs (repeatable); an EP group
+    /// over more than one NVLink domain needs a multinode variant's index (`index-variant-mismatch`).
+    #[arg(long = "recipe", value_name = "FILE")]
+    pub recipes: Vec<PathBuf>,
+    /// DeepEP's repository to read the pinned revisions from (a checkout, a folder or a URL):
+    /// what each revision is (EPv2 or HybridEP) and its version come from its source, never
+    /// from pins.toml's `branch`. Default: the cache's mirror of pins.toml's repository, when
+    /// it holds the revision (`plan`, `build-wheel` and `pin set` fetch it there).
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
+    /// Where the mirrors of DeepEP's repository are (read, never fetched, without --source).
+    #[command(flatten)]
+    pub cache: crate::cache::CacheDirArg,
+    /// Every deep-ep wheel uv.lock pins needs a statement of this kind or a stronger
+    /// one (docs/evidence.md), signed by a --trusted-key, covering its variant's GPU
+    /// generation; else `evidence-missing` (exit 1) with the command that would make it.
+    /// pins.toml's `[evidence]` table asks the same without the flag; with both, the
+    /// stricter kind wins per wheel. Either needs --evidence DIR and a trusted key (exit 2).
+    #[arg(long, value_enum, value_name = "KIND", requires = "evidence")]
+    pub require_evidence: Option<crate::evidence::statement::Kind>,
+    /// Evidence folders for --require-evidence and pins.toml's `[evidence]` (repeatable).
+    #[arg(long = "evidence", value_name = "DIR")]
+    pub evidence: Vec<PathBuf>,
+}
+
+/// What `lock check` checks, as plain data (no clap type): made from `CheckArgs`
+/// at the command edge, or by `pin set --relock` for the project it just changed.
+#[derive(Debug, Clone)]
+pub struct CheckRequest {
+    pub project: PathBuf,
+    /// The pins file; `None` under --no-pins (the project's own intent).
+    pub pins: Option<PathBuf>,
+    pub dockerfiles: Vec<PathBuf>,
+    /// `--index-manifest`: files, URLs or `index`.
+    pub index_manifests: Vec<String>,
+    /// `--trusted-key`s (added to the environment's and the user config's).
+    pub trusted_keys: Vec<String>,
+    pub recipes: Vec<PathBuf>,
+    /// `--source`: DeepEP's repository to read the revisions from.
+    pub source: Option<String>,
+    /// The cache folder whose mirror is read when no `--source` is given.
+    pub cache_dir: Option<PathBuf>,
+    /// `--require-evidence`: the kind every locked wheel needs, and the folders to read.
+    pub require_evidence: Option<crate::evidence::statement::Kind>,
+    pub evidence: Vec<PathBuf>,
+    /// Whether pins.toml's `[evidence]` table is applied (`lock check`; not `pin set --relock`).
+    pub evidence_policy: bool,
+}
+
+impl CheckRequest {
+    /// The project and its pins, nothing else.
+    pub fn new(project: &Path, pins: Option<&Path>) -> CheckRequest {
+        CheckRequest {
+            project: project.to_path_buf(),
+            pins: pins.map(Path::to_path_buf),
+            dockerfiles: Vec::new(),
+            index_manifests: Vec::new(),
+            trusted_keys: Vec::new(),
+            recipes: Vec::new(),
+            source: None,
+            cache_dir: crate::cache::resolve_dir(None).ok(),
+            require_evidence: None,
+            evidence: Vec::new(),
+            evidence_policy: false,
+        }
+    }
+
+    /// The pins file as messages name it (the default under --no-pins).
+    fn pins_path(&self) -> &Path {
+        self.pins.as_deref().unwrap_or(Path::new(crate::pins::DEFAULT_PATH))
+    }
+}
+
+impl From<&CheckArgs> for CheckRequest {
+    fn from(a: &CheckArgs) -> CheckRequest {
+        CheckRequest {
+            project: a.place.project.clone(),
+            pins: (!a.place.no_pins).then(|| a.place.pins.to_path_buf()),
+            dockerfiles: a.dockerfiles.clone(),
+            index_manifests: a.index_manifests.clone(),
+            trusted_keys: a.trusted_keys.to_vec(),
+            recipes: a.recipes.clone(),
+            source: a.source.clone(),
+            cache_dir: a.cache.resolve().ok(),
+            require_evidence: a.require_evidence,
+            evidence: a.evidence.clone(),
+            evidence_policy: true,
+        }
+    }
+}
+
+/// Where a DeepEP reference sits, which decides the rule that judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A PEP 508 requirement in pyproject.toml (dependencies, extras, groups, overrides, constraints).
+    Requirement,
+    /// `tool.uv.sources` entry.
+    Source,
+    /// `[[tool.uv.dependency-metadata]]` version: the static label.
+    Label,
+    /// uv.lock `[manifest] overrides` / `constraints`.
+    LockManifest,
+    /// uv.lock `[[manifest.dependency-metadata]]` version.
+    LockLabel,
+    /// uv.lock `[[package]] name = "deep-ep"`.
+    LockPackage,
+    /// uv.lock: another package's dependency entry on a locked deep-ep.
+    LockDependent,
+    /// uv.lock: `requires-dist` of one of the project's own packages.
+    LockRequiresDist,
+    /// uv.lock: `requires-dist` of a third-party package (its own DeepEP pin).
+    LockTransitive,
+}
+
+impl Kind {
+    pub fn in_lock(self) -> bool {
+        !matches!(self, Kind::Requirement | Kind::Source | Kind::Label)
+    }
+}
+
+/// A git reference as a requirement, source or lock entry writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitRef {
+    /// Repository URL without `git+`, rev, query or fragment.
+    pub repo: String,
+    /// The requested rev/tag/branch (`@REV`, `?rev=`, `rev =`), if any.
+    pub rev: Option<String>,
+    /// The commit uv resolved it to (`#<sha>` in uv.lock).
+    pub commit: Option<String>,
+}
+
+impl GitRef {
+    /// `git+https://host/repo.git@REV#subdirectory=x` (PEP 508 direct reference).
+    pub fn from_pep508_url(url: &str) -> Option<GitRef> {
+        let rest = url.strip_prefix("git+")?;
+        let rest = rest.split('#').next().unwrap_or(rest);
+        let rest = rest.split('?').next().unwrap_or(rest);
+        let slash = rest.rfind('/').unwrap_or(0);
+        match rest[slash..].rfind('@') {
+            Some(at) => Some(GitRef {
+                repo: rest[..slash + at].to_string(),
+                rev: Some(rest[slash + at + 1..].to_string()),
+                commit: None,
+            }),
+            None => Some(GitRef { repo: rest.to_string(), rev: None, commit: None }),
+        }
+    }
+
+    /// `https://host/repo.git?rev=REV#<sha>` (uv.lock).
+    pub fn from_lock_url(url: &str) -> GitRef {
+        let (base, commit) = match url.split_once('#') {
+            Some((b, c)) => (b, Some(c.to_string())),
+            None => (url, None),
+        };
+        let (repo, query) = base.split_once('?').unwrap_or((base, ""));
+        let rev = query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| matches!(*k, "rev" | "tag" | "branch"))
+            .map(|(_, v)| v.to_string());
+        GitRef { repo: repo.to_string(), rev, commit }
+    }
+}
+
+/// Two repository URLs name the same repository (scheme, host case, `.git`, trailing `/` aside).
+pub fn same_repo(a: &str, b: &str) -> bool {
+    fn norm(u: &str) -> String {
+        let u = u.trim().trim_end_matches('/');
+        let u = u.strip_suffix(".git").unwrap_or(u);
+        let u = u.split_once("://").map(|(_, r)| r).unwrap_or(u);
+        u.to_ascii_lowercase()
+    }
+    norm(a) == norm(b)
+}
+
+/// One DeepEP reference found in a consumer file.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    pub kind: Kind,
+    pub file: PathBuf,
+    pub line: usize,
+    /// 1-based column (in characters) where the value starts.
+    pub col: usize,
+    /// Where, in words (`project.optional-dependencies.vllm`).
+    pub place: String,
+    /// Architectures some choice of extras/Python version makes it apply to.
+    pub archs: Vec<Arch>,
+    pub git: Option<GitRef>,
+    /// A version as written (labels, locked package versions).
+    pub version: Option<String>,
+    /// Package that carries it (uv.lock dependents and requires-dist).
+    pub owner: Option<String>,
+}
+
+/// Byte offset → 1-based line, for many lookups in one text.
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> LineIndex {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { starts }
+    }
+    pub fn line(&self, offset: usize) -> usize {
+        self.starts.partition_point(|&s| s <= offset)
+    }
+    /// 1-based column (in characters) of `offset` in `text` (the text this index was made from).
+    pub fn col(&self, text: &str, offset: usize) -> usize {
+        let start = self.starts[self.line(offset) - 1];
+        text.get(start..offset.min(text.len())).map(|t| t.chars().count()).unwrap_or(0) + 1
+    }
+}
+
+/// A TOML syntax or shape error as a usage failure naming file:line:column.
+pub(crate) fn toml_error(path: &Path, text: &str, e: toml::de::Error, what: &str) -> anyhow::Error {
+    let (line, col) = e.span().map(|s| crate::pins::line_col(text, s.start)).unwrap_or((0, 0));
+    Failure::usage(format!("{}:{line}:{col}: {}", path.display(), e.message().trim()))
+        .hint(format!("fix the {what} at that line; nothing was checked"))
+        .into()
+}
+
+/// What `lock check` looked at.
+#[derive(Debug, Serialize)]
+pub struct Checked {
+    #[serde(serialize_with = "crate::output::path_lossy")]
+    pub pyproject: PathBuf,
+    /// `null` when the project has no uv.lock (then only pyproject.toml was checked).
+    #[serde(serialize_with = "crate::output::opt_path_lossy")]
+    pub uv_lock: Option<PathBuf>,
+    #[serde(serialize_with = "crate::output::paths_lossy")]
+    pub dockerfiles: Vec<PathBuf>,
+}
+
+/// The JSON document of `lock check --format json`.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema: u32,
+    #[serde(serialize_with = "crate::output::path_lossy")]
+    pub project: PathBuf,
+    /// The pins file, or `null` under --no-pins.
+    #[serde(serialize_with = "crate::output::opt_path_lossy")]
+    pub pins: Option<PathBuf>,
+    /// Intended revision per architecture (from pins.toml, or from pyproject.toml under --no-pins).
+    pub intent: BTreeMap<Arch, String>,
+    pub checked: Checked,
+    /// Root causes, worst first: each with its one fix and the findings it explains.
+    pub causes: Vec<findings::Cause>,
+    /// Every finding (the same as under `causes`), in check order.
+    pub findings: Vec<Finding>,
+    pub errors: usize,
+    pub warnings: usize,
+    pub notes: usize,
+}
+
+/// Display a path as the user gave it (`./x` shown as `x`).
+pub(crate) fn shown(p: &Path) -> PathBuf {
+    p.strip_prefix(".").map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// What the intended revisions (and those pyproject.toml and the lock name) are, read from their source.
+fn read_revisions(req: &CheckRequest, pins: Option<&Pins>, ctx: &rules::Context) -> Result<revision::Revisions> {
+    let locked = ctx.lock.into_iter().flat_map(|l| &l.refs).filter_map(|r| r.git.as_ref()?.commit.as_deref());
+    let py = ctx.py.refs.iter().filter_map(|r| r.git.as_ref()?.rev.as_deref());
+    let revs = ctx.intent.values().map(String::as_str).chain(locked).chain(py);
+    revision::read(pins, req.source.as_deref(), req.cache_dir.clone(), revs)
+}
+
+/// Run the whole check and build the report (no printing).
+pub fn run_check(req: &CheckRequest) -> Result<Report> {
+    let pins = req.pins.as_deref().map(Pins::load).transpose()?;
+    let name = match &pins {
+        Some(p) => PackageName::new(p.source.name.clone())
+            .map_err(|e| Failure::usage(format!("{}: source.name `{}`: {e}", p.path.display(), p.source.name)))?,
+        None => PackageName::new("deep_ep".to_string()).expect("valid name"),
+    };
+    if !req.project.is_dir() {
+        return Err(Failure::usage(format!("project directory not found: {}", req.project.display()))
+            .hint("pass --project DIR, the folder that holds pyproject.toml")
+            .into());
+    }
+    let py_path = shown(&req.project.join("pyproject.toml"));
+    let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
+        return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
+            .hint("--project must name a folder with a pyproject.toml")
+            .into());
+    };
+    let py = pyproject::read(&py_path, &py_text, &name)?;
+
+    let lock_path = shown(&req.project.join("uv.lock"));
+    let lock = match crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)? {
+        Some(text) => Some(uvlock::read(&lock_path, &text, &name, py.project_name.as_deref())?),
+        None => None,
+    };
+
+    let mut ctx = rules::Context::new(&req.project, pins.as_ref(), req.pins_path(), &py, lock.as_ref(), &py_path);
+    ctx.revisions = read_revisions(req, pins.as_ref(), &ctx)?;
+    let dockerfiles: Vec<PathBuf> = dockerfile::discover(&req.project, &req.dockerfiles)?;
+    let mut found = match index::source(&py_path, &py_text, &name)? {
+        Some(src) => index_rules(req, &ctx, &src, &lock_path, &name, &dockerfiles)?,
+        None => rules::check(&ctx),
+    };
+    if lock.is_none() {
+        found.push(
+            Finding::new(
+                "lock-not-checked",
+                Severity::Note,
+                &lock_path,
+                "no uv.lock in the project: only pyproject.toml was checked",
+            )
+            .fix(format!("uv lock --project {}", req.project.display())),
+        );
+    }
+
+    found.extend(dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
+    found.extend(patches::check(&dockerfiles, &req.project)?);
+    let table = pins.as_ref().and_then(|p| p.evidence.as_ref()).filter(|_| req.evidence_policy);
+    if req.require_evidence.is_some() || table.is_some() {
+        let gate = evidence::Gate { flag: req.require_evidence, table, pins: pins.as_ref() };
+        found.extend(required_evidence(req, &gate, &py_path, &py_text, &lock_path, &name)?);
+    } else if !req.evidence.is_empty() {
+        return Err(Failure::usage("--evidence is read only when evidence is required")
+            .hint("add --require-evidence KIND, or an [evidence] table to pins.toml (docs/evidence.md)")
+            .into());
+    }
+
+    let causes = causes::group(&ctx, found);
+    let found: Vec<Finding> = causes.iter().flat_map(|c| c.findings.iter().cloned()).collect();
+    let count = |s: Severity| found.iter().filter(|f| f.severity == s).count();
+    Ok(Report {
+        schema: REPORT_SCHEMA,
+        project: req.project.clone(),
+        pins: pins.as_ref().map(|p| p.path.clone()),
+        intent: ctx.intent.clone(),
+        checked: Checked { pyproject: py_path, uv_lock: lock.map(|_| lock_path), dockerfiles },
+        causes,
+        errors: count(Severity::Error),
+        warnings: count(Severity::Warning),
+        notes: count(Severity::Note),
+        findings: found,
+    })
+}
+
+/// The rules of an index-sourced DeepEP (the git rules do not apply to it).
+fn index_rules(
+    req: &CheckRequest,
+    ctx: &rules::Context,
+    src: &index::IndexSource,
+    lock_path: &Path,
+    name: &PackageName,
+    dockerfiles: &[PathBuf],
+) -> Result<Vec<Finding>> {
+    let trusted = crate::cache::config::trusted_keys(&req.trusted_keys)?;
+    let mut manifests = Vec::new();
+    for f in &req.index_manifests {
+        let at = match f.as_str() {
+            "index" => src.url.as_deref().and_then(index::manifest_url).ok_or_else(|| {
+                Failure::usage(format!(
+                    "--index-manifest index: {} names no `<base>/<variant>/simple` URL for index `{}`",
+                    ctx.pyproject_path.display(),
+                    src.name
+                ))
+            })?,
+            other => other.to_string(),
+        };
+        manifests.push(crate::index::manifest::load_verified_any(&at, &trusted)?.0);
+    }
+    let lock_text = crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)?;
+    let locked = match &lock_text {
+        Some(text) => index::locked_wheels(lock_path, text, name)?,
+        None => index::LockedWheels::default(),
+    };
+    let wheels = locked.wheels;
+    let mut needs = Vec::new();
+    if let Some(p) = ctx.pins {
+        needs = dockerfile::needs(dockerfiles, p)?;
+        for r in &req.recipes {
+            needs.extend(recipe_need(r, p)?);
+        }
+    }
+    let chain = rules::IndexChain {
+        source: src,
+        wheels: &wheels,
+        manifests: &manifests,
+        lock_path,
+        needs: &needs,
+        requires_python: locked.requires_python.as_deref(),
+    };
+    let mut found = rules::index_label(ctx, &chain);
+    found.extend(rules::lock_wheel_unattested(ctx, &chain));
+    found.extend(rules::lock_python_missing(ctx, &chain));
+    found.extend(rules::lock_python_unlisted(ctx, &chain));
+    found.extend(rules::lock_python_uncovered(ctx, &chain));
+    found.extend(rules::index_variant_mismatch(ctx, &chain));
+    found.extend(rules::index_not_verified(&chain));
+    found.extend(rules::lock_variant_unknown(ctx, &chain));
+    if let Some(text) = &lock_text {
+        found.extend(wheel_requires(src, lock_path, text, ctx.py.project_name.as_deref(), &wheels, &manifests)?);
+    }
+    Ok(found)
+}
+
+/// `lock-requires-unmet`: the locked wheels' own `Requires-Dist` (their PEP 658
+/// `.metadata` from the consumer's index, checked against the verified
+/// manifests' sha256) against uv.lock's torch/NCCL/NVSHMEM tables. Only with
+/// a verified manifest; a `.metadata` that cannot be read is a warning.
+fn wheel_requires(
+    src: &index::IndexSource,
+    lock_path: &Path,
+    text: &str,
+    project: Option<&str>,
+    wheels: &[index::LockedWheel],
+    manifests: &[crate::index::manifest::Manifest],
+) -> Result<Vec<Finding>> {
+    let Some(simple) = src.url.as_deref() else { return Ok(Vec::new()) };
+    let mut read = Vec::new();
+    let mut found = Vec::new();
+    for w in wheels {
+        let Some(entry) = w.sha256.as_deref().and_then(|s| manifests.iter().find_map(|m| m.by_sha256(s))) else {
+            continue;
+        };
+        match crate::index::closure::of_entry(simple, entry) {
+            Ok(r) => read.push(r),
+            Err(e) => found.push(
+                Finding::new(
+                    "lock-requires-unmet",
+                    crate::findings::Severity::Warning,
+                    lock_path,
+                    format!("cannot read the run-time requirements of {} from the index: {e}", w.file),
+                )
+                .at(w.line, 1),
+            ),
+        }
+    }
+    let env = uvlock::environment(lock_path, text, project)?;
+    found.extend(rules::closure::lock_requires_unmet(lock_path, wheels, &read, &env));
+    Ok(found)
+}
+
+/// `--require-evidence` and pins.toml's `[evidence]`: the locked wheels against
+/// the evidence folders. Without a folder or a trusted key nothing could ever
+/// count: exit 2 naming what to pass, never a silent pass.
+fn required_evidence(
+    args: &CheckRequest,
+    gate: &evidence::Gate,
+    py_path: &Path,
+    py_text: &str,
+    lock_path: &Path,
+    name: &PackageName,
+) -> Result<Vec<Finding>> {
+    let asked = gate.asked_by();
+    if args.evidence.is_empty() {
+        return Err(Failure::usage(format!("{asked} requires evidence, but no evidence folder is given"))
+            .hint("pass --evidence DIR (repeatable): the folders `probe --record` and `evidence add --out` wrote")
+            .into());
+    }
+    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    if trusted.is_empty() {
+        return Err(Failure::usage(format!("{asked} requires evidence, but no key is trusted: no statement could count"))
+            .hint(format!(
+                "pass --trusted-key NAME:BASE64 (the public key that signed the statements, as `cache keygen` prints it), or set {} or `[cache] trusted-keys` in the user config",
+                crate::cache::config::TRUSTED_KEYS_ENV
+            ))
+            .into());
+    }
+    let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
+        Some(text) => index::locked_wheels(lock_path, &text, name)?.wheels,
+        None => Vec::new(),
+    };
+    let src = index::source(py_path, py_text, name)?;
+    let policy = evidence::Policy { gate, dirs: &args.evidence, trusted: &trusted };
+    evidence::check(&policy, &wheels, src.as_ref(), lock_path)
+}
+
+/// What a recipe needs of the index's variant: an EP group over more than one
+/// NVLink domain (D = ceil(EP/R)) with HybridEP needs a multinode build (R as the recipe
+/// sets it, else NeMo-RL's default min(EP, 64) where it follows EP); `None`
+/// when one domain suffices or EP/R are not known.
+fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<dockerfile::Need>> {
+    let t = crate::topology::recipe::read(path)?;
+    let Some(ep) = t.ep.filter(|_| t.dispatcher == "hybridep") else { return Ok(None) };
+    let r = match (t.ranks_per_domain, t.defaults_follow_ep) {
+        (Some(r), _) => r,
+        (None, true) => ep.min(64),
+        (None, false) => return Ok(None),
+    };
+    let domains = ep.div_ceil(r.max(1));
+    if domains <= 1 {
+        return Ok(None);
+    }
+    let variants: Vec<String> = pins.variants.iter().filter(|v| v.multinode).map(|v| v.name.clone()).collect();
+    Ok(Some(dockerfile::Need {
+        variants,
+        file: path.to_path_buf(),
+        line: 0,
+        what: format!(
+            "runs HybridEP with EP {ep} over {domains} NVLink domains (R {r}), which needs a multinode build:"
+        ),
+    }))
+}
+
+/// `deepep-forge lock check`.
+pub fn check(args: CheckArgs) -> Result<Exit> {
+    let report = run_check(&CheckRequest::from(&args))?;
+    let text = match args.format {
+        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+        Format::Human => human(&report),
+        Format::Github => {
+            let workspace = crate::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
+            let path = |f: &Path| github_path(f, workspace.as_deref(), &args.place.project);
+            findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report))
+        }
+    };
+    crate::out!("{text}");
+    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+}
+
+fn human(r: &Report) -> String {
+    let mut out = String::new();
+    let intent: Vec<String> = r.intent.iter().map(|(a, rev)| format!("{a} {rev}")).collect();
+    out.push_str(&format!(
+        "lock check {} against {}: {}\n",
+        r.project.display(),
+        r.pins.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "pyproject.toml (--no-pins)".into()),
+        if intent.is_empty() { "no intended revision".into() } else { intent.join(", ") }
+    ));
+    let mut files = vec![r.checked.pyproject.display().to_string()];
+    files.push(match &r.checked.uv_lock {
+        Some(l) => l.display().to_string(),
+        None => "uv.lock not found (lock not checked)".into(),
+    });
+    files.extend(r.checked.dockerfiles.iter().map(|d| d.display().to_string()));
+    out.push_str(&format!("checked: {}\n", files.join(", ")));
+    out.push_str(&findings::render_human_causes(&r.causes));
+    let fixes = r.causes.iter().filter(|c| c.severity == Severity::Error).count();
+    out.push_str(&format!(
+        "{}: {} error(s), {} warning(s), {} note(s){}\n",
+        if r.errors > 0 { "FAILED" } else { "ok" },
+        r.errors,
+        r.warnings,
+        r.notes,
+        if fixes > 0 { format!(" from {fixes} cause(s): run each cause's fix") } else { String::new() }
+    ));
+    out
+}
+
+/// A finding's file as GitHub annotations want it: relative to `$GITHUB_WORKSPACE` when
+/// the file is inside it, else relative to the project folder.
+fn github_path(file: &Path, workspace: Option<&Path>, project: &Path) -> PathBuf {
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    if let (Some(ws), Some(f)) = (workspace.and_then(canon), canon(file)) {
+        if let Ok(rel) = f.strip_prefix(&ws) {
+            return rel.to_path_buf();
+        }
+    }
+    if let (Some(pr), Some(f)) = (canon(project), canon(file)) {
+        if let Ok(rel) = f.strip_prefix(&pr) {
+            return rel.to_path_buf();
+        }
+    }
+    file.to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_urls_split_into_repo_rev_and_commit() {
+        let g =
+            GitRef::from_pep508_url("git+https://github.com/deepseek-ai/DeepEP.git@29d31c0#subdirectory=x").unwrap();
+        assert_eq!((g.repo.as_str(), g.rev.as_deref()), ("https://github.com/deepseek-ai/DeepEP.git", Some("29d31c0")));
+        let g = GitRef::from_pep508_url("git+ssh://git@github.com/deepseek-ai/DeepEP.git").unwrap();
+        assert_eq!((g.repo.as_str(), g.rev), ("ssh://git@github.com/deepseek-ai/DeepEP.git", None));
+        assert!(GitRef::from_pep508_url("https://example.com/deep_ep-1.whl").is_none());
+        let g = GitRef::from_lock_url("https://github.com/deepseek-ai/DeepEP.git?rev=abc#def");
+        assert_eq!((g.rev.as_deref(), g.commit.as_deref()), (Some("abc"), Some("def")));
+        assert!(same_repo("https://github.com/deepseek-ai/DeepEP.git", "https://GitHub.com/deepseek-ai/DeepEP/"));
+        assert!(!same_repo("https://github.com/deepseek-ai/DeepEP.git", "https://github.com/fork/DeepEP.git"));
+    }
+
+    #[test]
+    fn line_index_counts_from_one() {
+        let ix = LineIndex::new("a\nbc\n\nd");
+        assert_eq!([ix.line(0), ix.line(2), ix.line(3), ix.line(5), ix.line(6)], [1, 2, 2, 3, 4]);
+    }
+}

@@ -1,0 +1,461 @@
+//! `pin set`: rewrite pins.toml and the consumer's pyproject.toml to one
+//! DeepEP revision (both architectures, or one with --arch), optionally relock
+//! with real uv and re-run `lock check`. Validates everything first, writes
+//! temp files and renames them only at the end: bad input changes no file.
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use pep508_rs::PackageName;
+
+use crate::error::{Exit, Failure};
+use crate::lock::{pyproject, Kind, ProjectArgs};
+use crate::pins::{is_full_sha, Arch, Pins};
+
+pub mod closure;
+pub mod edit;
+pub mod index;
+pub mod patches;
+pub mod source;
+pub mod txn;
+
+#[derive(Debug, clap::Args)]
+pub struct SetArgs {
+    /// The new DeepEP revision: a full 40-hex commit, or a short sha, branch or
+    /// tag that --source resolves (short revisions are never guessed).
+    pub rev: String,
+    /// Pin only this architecture (x86_64 or aarch64): only requirements whose marker selects it
+    /// change. Without it both architectures get one unmarked requirement per place.
+    #[arg(long, value_name = "ARCH")]
+    pub arch: Option<Arch>,
+    #[command(flatten)]
+    pub place: ProjectArgs,
+    /// A DeepEP git checkout (PATH) or URL: resolves short revisions, gives the
+    /// short sha as `git rev-parse --short` prints it and the label's base version
+    /// at the new revision. Without it the revision is fetched from pins.toml's
+    /// repository (under --no-pins, pyproject.toml's) into the cache's git mirror,
+    /// as `plan` does; a source that cannot be read is exit 3, never a guess.
+    #[arg(long, value_name = "PATH|URL")]
+    pub source: Option<String>,
+    /// Run `uv lock` in the project afterwards (uv from $DEEPEP_FORGE_UV or PATH),
+    /// then `lock check`; without it the exact commands are printed. All or nothing:
+    /// if uv fails, or on Ctrl-C/SIGTERM, pyproject.toml, pins.toml and uv.lock are
+    /// put back as they were (after a kill, `pin recover` does it).
+    #[arg(long)]
+    pub relock: bool,
+    #[command(flatten)]
+    pub cache: crate::cache::CacheDirArg,
+    /// Install DeepEP from the package index `deepep-forge publish` wrote, served at URL
+    /// (its base: https://, file://, or http:// on 127.0.0.1): requirements become
+    /// `deep_ep==LABEL`, a named `[[tool.uv.index]]` (explicit) and `[tool.uv.sources]`
+    /// entry point at `URL/<variant>/simple`, the DeepEP dependency-metadata is dropped.
+    #[arg(long, value_name = "URL", requires = "variant", conflicts_with_all = ["git", "arch"])]
+    pub index: Option<String>,
+    /// The variant whose index the consumer installs from (with --index).
+    #[arg(long, value_name = "NAME", requires = "index")]
+    pub variant: Option<String>,
+    /// Back from an index to DeepEP's git source (pins.toml's repository) at REV.
+    #[arg(long, conflicts_with = "arch")]
+    pub git: bool,
+    /// Add a source patch (a file beside or below pins.toml) to the moved pins'
+    /// `patches`, with its sha256 (repeatable; checked to apply at REV).
+    #[arg(long = "patch", value_name = "FILE")]
+    pub patch: Vec<PathBuf>,
+    /// Remove the source patch listed as NAME from the moved pins' `patches` (repeatable).
+    #[arg(long = "drop-patch", value_name = "NAME")]
+    pub drop_patch: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub place: ProjectArgs,
+}
+
+/// The project's canonical folders, locked for the whole change (waits for
+/// another `pin set` or `pin recover` on them).
+fn hold(project: &Path, pins: &Path, no_pins: bool) -> Result<txn::Held> {
+    txn::hold(txn::Place::new(project, (!no_pins).then_some(pins))?)
+}
+
+/// `--project P --pins F` / `--no-pins` as the user gave them, for commands we print.
+fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
+    let mut s = format!(" --project {}", project.display());
+    if no_pins {
+        s.push_str(" --no-pins");
+    } else if pins != Path::new(crate::pins::DEFAULT_PATH) {
+        s.push_str(&format!(" --pins {}", pins.display()));
+    }
+    s
+}
+
+/// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
+pub fn recover(args: RecoverArgs) -> Result<Exit> {
+    let _guard = crate::error::Cooperative::enter();
+    let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
+    for line in txn::recover(held)? {
+        crate::outln!("{line}");
+    }
+    Ok(Exit::Ok)
+}
+
+/// Until the journal is gone a signal still undoes the change (exit 130).
+fn commit_unless_interrupted(t: txn::Txn) -> Result<()> {
+    if let Err(e) = crate::error::check_interrupted() {
+        t.rollback()?;
+        return Err(e);
+    }
+    t.commit()
+}
+
+/// uv as every command finds it (`builder::registry::find_uv_for`): `$DEEPEP_FORGE_UV`, else PATH.
+pub fn find_uv() -> Result<PathBuf> {
+    crate::process::lookup::find_uv_for(None, "--relock runs `uv lock`")
+}
+
+/// What `lock check` needs to attest an index's wheels: the signed manifest
+/// next to the index pyproject.toml now names (`--index-manifest index`) and
+/// the signer's public key, unless the reader already trusts keys
+/// (DEEPEP_FORGE_TRUSTED_KEYS, the user config).
+fn index_check_flags() -> String {
+    // A broken config is `lock check`'s to report; here it only means "no key trusted yet".
+    if crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+        return " --index-manifest index".into();
+    }
+    crate::note!(
+        "note: NAME:BASE64 in the next step is the public key of the index's signing key (what `deepep-forge cache keygen` printed for it; ask the index's publisher); set DEEPEP_FORGE_TRUSTED_KEYS to leave --trusted-key out"
+    );
+    " --index-manifest index --trusted-key NAME:BASE64".into()
+}
+
+/// The repository DeepEP's source is read from without `--source`: pins.toml's,
+/// else (--no-pins) the one pyproject.toml's DeepEP requirements name.
+fn repo_of(pins: Option<&Pins>, py: &pyproject::Pyproject, py_path: &Path) -> Result<String> {
+    if let Some(p) = pins {
+        return Ok(p.source.repo.clone());
+    }
+    py.refs.iter().find_map(|r| r.git.as_ref().map(|g| g.repo.clone())).ok_or_else(|| {
+        Failure::usage(format!(
+            "{} names no git repository for DeepEP, so pin set cannot read the version the label needs",
+            py_path.display()
+        ))
+        .hint("pass --source PATH|URL with DeepEP's git repository")
+        .into()
+    })
+}
+
+/// A read-only pyproject.toml or pins.toml whose revision changes, or (with --relock) uv.lock,
+/// is refused before the source is fetched (a change of the label alone is refused after it).
+fn precheck_writable(files: &[Option<&Path>]) -> Result<()> {
+    for shown in files.iter().flatten().copied() {
+        let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
+        txn::check_writable(&txn::Change { shown: shown.to_path_buf(), real, old: Some(Vec::new()), new: None })?;
+    }
+    Ok(())
+}
+
+/// `deepep-forge pin set`.
+// Over 120 lines: the one transaction of `pin set`, in the order its guarantee
+// needs (1. everything validated and the label's source read, 2. every file
+// resolved and journalled, 3. written, relocked, committed or rolled back);
+// its validation and source reading live in helpers above. Kept in one piece
+// while the journal work (txn.rs) changes steps 2-3.
+pub fn set(args: SetArgs) -> Result<Exit> {
+    // 1. Everything that can fail on input, before any write.
+    let flags = place_flags(&args.place.project, &args.place.pins, args.place.no_pins);
+    // Locked from before the first read to the end of the change: a second run waits here.
+    let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
+    held.warn_legacy();
+    held.refuse_if_pending()?;
+    let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
+    let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
+        .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
+    let py_path = crate::lock::shown(&args.place.project.join("pyproject.toml"));
+    let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
+        return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
+            .hint("--project must name a folder with a pyproject.toml")
+            .into());
+    };
+    let before = pyproject::read(&py_path, &py_text, &name)?;
+    // `--index` on a consumer new to DeepEP adds the requirement; every other edit needs one.
+    if before.refs.is_empty() && args.index.is_none() {
+        return Err(Failure::usage(format!(
+            "{} does not reference DeepEP (`{name}`) anywhere: nothing to pin",
+            py_path.display()
+        ))
+        .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first, or pass --index URL --variant NAME to install DeepEP from a `deepep-forge publish` index")
+        .into());
+    }
+    let uv = if args.relock { Some(find_uv()?) } else { None };
+
+    let cache = args.cache.resolve()?;
+    let src = args.source.as_deref().map(|s| source::GitSource::open(s, &cache)).transpose()?;
+    let rev = match &src {
+        Some(s) => s.resolve(&args.rev)?,
+        None if is_full_sha(&args.rev) => args.rev.clone(),
+        None => return Err(Failure::usage(format!(
+            "`{}` is not a full 40-hex commit, and there is no git source to resolve it against",
+            args.rev
+        ))
+        .hint("give the full sha, or pass --source PATH|URL (e.g. --source https://github.com/deepseek-ai/DeepEP.git)")
+        .into()),
+    };
+    let short = match &src {
+        Some(s) => s.short(&rev)?,
+        None => rev[..7].to_string(),
+    };
+    let old_label = before.refs.iter().find(|r| r.kind == Kind::Label).and_then(|r| r.version.clone());
+    // Everything that can be refused without the source is refused before any fetch:
+    // the rewrite itself (label filled in below) and files pin set cannot write.
+    let (moved_py, _) =
+        edit::pyproject(&py_path, &py_text, &name, &edit::Target { rev: &rev, arch: args.arch, label: None })?;
+    let lock_path = args.place.project.join("uv.lock");
+    let relocked = uv.is_some().then_some(lock_path.as_path()).filter(|p| p.exists());
+    let arches_moved = |p: &Pins| {
+        args.arch
+            .map(|a| vec![a])
+            .unwrap_or(Arch::ALL.to_vec())
+            .iter()
+            .any(|a| p.pins.get(a).is_none_or(|x| x.rev != rev))
+    };
+    let pins_moved = pins.as_ref().filter(|p| arches_moved(p)).map(|p| p.path.as_path());
+    precheck_writable(&[(moved_py != py_text).then_some(py_path.as_path()), pins_moved, relocked])?;
+    // The index and its variant are checked before any fetch, too.
+    // A variant published into another variant's index (pins.toml `index`) is served from that one.
+    let index_variant = match (&args.variant, &pins) {
+        (Some(v), Some(p)) if args.index.is_some() => Some(p.variant(v)?.index_name().to_string()),
+        (v, _) => v.clone(),
+    };
+    let index_url = match &args.index {
+        Some(url) => {
+            let variant = index_variant.as_deref().expect("clap requires --variant with --index");
+            Some(index::index_url(url, variant)?)
+        }
+        None => None,
+    };
+    // The label's base (and pins.toml's base_version) come from the source at REV, never from the old label.
+    // `deep_ep==LABEL` needs the label even where the consumer had none (a git or new consumer).
+    let wants_label = old_label.is_some() || args.index.is_some();
+    let base = if wants_label || pins.is_some() {
+        Some(match &src {
+            Some(s) => s.base_version(&rev)?.ok_or_else(|| source::no_version(&short, &s.given))?,
+            None => source::base_version_at(&cache, &repo_of(pins.as_ref(), &before, &py_path)?, &rev)?,
+        })
+    } else {
+        None
+    };
+    let label = base.as_ref().filter(|_| wants_label).map(|b| format!("{b}+{short}"));
+    // The label is written into a requirement line uv reads: PEP 440 or nothing.
+    if let Some(why) = label.as_deref().and_then(|l| crate::pep::check_version(l).err()) {
+        return Err(Failure::usage(format!("DeepEP's version label {why}"))
+            .hint("the source's base version (setup.py, pins.toml source.base_version) must be a PEP 440 version")
+            .into());
+    }
+
+    let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
+    let (new_py, places) = match (&args.index, args.git) {
+        (Some(_), _) => {
+            let variant = index_variant.as_deref().expect("clap requires --variant with --index");
+            let url = index_url.clone().expect("checked above");
+            let label = label.as_deref().ok_or_else(|| {
+                Failure::usage("cannot tell DeepEP's version label for `deep_ep==LABEL`")
+                    .hint("keep a pins.toml (its source.base_version), or pass --source with DeepEP's repository")
+            })?;
+            let iname = index::index_name(variant);
+            let (text, mut places) =
+                index::pyproject(&py_path, &py_text, &name, &index::Dest::Index { name: &iname, url: &url, label })?;
+            let (text, over) = with_overrides(&py_path, text, &url, label)?;
+            places.extend(over);
+            (text, places)
+        }
+        (None, true) => {
+            let repo = pins.as_ref().map(|p| p.source.repo.as_str()).ok_or_else(|| {
+                Failure::usage("--git needs pins.toml's source.repo").hint("drop --no-pins, or pass --pins FILE")
+            })?;
+            index::pyproject(&py_path, &py_text, &name, &index::Dest::Git { repo, rev: &rev })?
+        }
+        (None, false) => edit::pyproject(&py_path, &py_text, &name, &target)?,
+    };
+    let after = pyproject::read(&py_path, &new_py, &name)?; // the result must read back cleanly
+    let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
+    let new_pins = match &pins {
+        Some(p) => {
+            let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
+            let base_change = base.as_deref().filter(|b| *b != p.source.base_version);
+            let new = edit::pins(&p.path, &text, &rev, &arches, base_change)?;
+            let new = patches::edit_list(&p.path, &new, &arches, &args.patch, &args.drop_patch)?;
+            let new = match arches_moved(p) {
+                true => edit::without_branch(&p.path, &new)?,
+                false => new,
+            };
+            let parsed = Pins::parse(&new, &p.path)?; // still valid
+                                                      // Every patch the moved pins will build with must apply at REV (a scratch index, never the user's checkout).
+            if arches.iter().any(|a| parsed.pins.get(a).is_some_and(|x| !x.patches.is_empty())) {
+                let dir = match &src {
+                    Some(s) => s.dir.clone(),
+                    None => crate::source::mirror_path(&cache, &repo_of(Some(p), &before, &py_path)?),
+                };
+                patches::check(&parsed, &arches, &rev, &dir, &cache.join("tmp"))?;
+            }
+            Some((p.path.clone(), text, new))
+        }
+        None => None,
+    };
+    // With --arch, the other architecture may keep another revision: one static label cannot serve both.
+    let split = after.refs.iter().any(|r| {
+        matches!(r.kind, Kind::Requirement | Kind::Source)
+            && r.git.as_ref().and_then(|g| g.rev.as_deref()).is_some_and(|r| r != rev)
+    }) && after.refs.iter().any(|r| r.kind == Kind::Label);
+
+    // 2. Every file it will touch: resolved (a symlink's target is written), writable, its old bytes kept.
+    let mut changes = Vec::new();
+    let mut add = |shown: &Path, old: Option<Vec<u8>>, new: Option<Vec<u8>>| -> Result<()> {
+        let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
+        if real != shown {
+            crate::note!("note: {} is a symlink; its target {} is written", shown.display(), real.display());
+        }
+        let c = txn::Change { shown: shown.to_path_buf(), real, old, new };
+        txn::check_writable(&c)?;
+        changes.push(c);
+        Ok(())
+    };
+    if new_py != py_text {
+        add(&py_path, Some(py_text.clone().into_bytes()), Some(new_py.clone().into_bytes()))?;
+    }
+    if let Some((path, old, new)) = &new_pins {
+        if old != new {
+            add(path, Some(old.clone().into_bytes()), Some(new.clone().into_bytes()))?;
+        }
+    }
+    if uv.is_some() {
+        let old = crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)?.map(String::into_bytes);
+        add(&lock_path, old, None)?;
+    }
+    let again = format!(
+        "deepep-forge pin set {rev}{}{flags}{}{}{}",
+        args.arch.map(|a| format!(" --arch {a}")).unwrap_or_default(),
+        args.source.as_deref().map(|s| format!(" --source {s}")).unwrap_or_default(),
+        if args.relock { " --relock" } else { "" },
+        patches::flags(&args.patch, &args.drop_patch)
+    );
+    // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
+    let _guard = crate::error::Cooperative::enter();
+    let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
+    if let Err(e) = t.apply() {
+        t.rollback()?;
+        return Err(e);
+    }
+
+    let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
+    crate::outln!("pinned DeepEP {} ({short}) for {which}", rev);
+    if places.is_empty() {
+        crate::outln!("{}: already at that revision", py_path.display());
+    } else {
+        crate::outln!("{}: {}", py_path.display(), places.join(", "));
+    }
+    if let Some(l) = &label {
+        crate::outln!("label: {l}");
+    }
+    if let Some((path, old, new)) = &new_pins {
+        crate::outln!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
+        branch_note(pins.as_ref(), path, new, &short);
+    }
+    if split {
+        crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
+    }
+
+    let mut check =
+        crate::lock::CheckRequest::new(&args.place.project, (!args.place.no_pins).then_some(&*args.place.pins));
+    // From an index: its signed manifest, where the reader trusts keys (else `index-not-verified`).
+    if args.index.is_some() && crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+        check.index_manifests.push("index".into());
+    }
+    check.source = args.source.clone();
+    check.cache_dir = args.cache.resolve().ok();
+    let check_cmd = format!(
+        "deepep-forge lock check --project {}{}",
+        args.place.project.display(),
+        if args.place.no_pins {
+            " --no-pins".to_string()
+        } else if args.place.pins.path() != Path::new(crate::pins::DEFAULT_PATH) {
+            format!(" --pins {}", args.place.pins.display())
+        } else {
+            String::new()
+        }
+    );
+    let Some(uv) = uv else {
+        commit_unless_interrupted(t)?;
+        let attest = if args.index.is_some() { index_check_flags() } else { String::new() };
+        crate::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
+        return Ok(Exit::Ok);
+    };
+
+    // 3. --relock: real uv, then the lock check. Ctrl-C/SIGTERM stop uv; every file is then restored (exit 130).
+    crate::note!("running {} lock in {} ...", uv.display(), args.place.project.display());
+    let out = crate::process::Cmd::new(&uv, format!("relock {} with uv", args.place.project.display()))
+        .arg("lock")
+        .dir(&args.place.project)
+        .capture();
+    let failed = !out.as_ref().is_ok_and(|o| o.status.success());
+    if failed || crate::error::check_interrupted().is_err() {
+        // All or nothing: every file back as it was (uv.lock too).
+        t.rollback()?;
+        crate::error::check_interrupted()?;
+        let why = match &out {
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => format!("{e:#}"),
+        };
+        return Err(Failure::problems(format!(
+            "`uv lock` failed in {}; pyproject.toml, pins.toml and uv.lock were restored:\n{why}",
+            args.place.project.display()
+        ))
+        .hint(format!(
+            "fix what uv reports, then run `{again}` again, or by hand: uv lock --project {} && {check_cmd}",
+            args.place.project.display()
+        ))
+        .into());
+    }
+    commit_unless_interrupted(t)?;
+    crate::outln!("uv lock: ok");
+    let report = crate::lock::run_check(&check)?;
+    crate::out!("{}", crate::findings::render_human(&report.findings));
+    crate::outln!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
+    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+}
+
+/// `pin set` moved the pin and removed pins.toml's `source.branch`: which branch a commit is
+/// on is not in its source (and what it is, EPv2 or HybridEP, is read from its setup.py).
+fn branch_note(pins: Option<&Pins>, path: &Path, new: &str, short: &str) {
+    let Some(b) = pins.and_then(|p| p.source.branch.as_deref()) else { return };
+    if Pins::parse(new, path).is_ok_and(|p| p.source.branch.is_none()) {
+        crate::note!(
+            "note: {}: source.branch `{}` removed: which branch {short} is on is not in its source (what it is, EPv2 or HybridEP, is read from its setup.py; the branch name decides nothing)",
+            path.display(),
+            crate::input::excerpt(b, 60)
+        );
+    }
+}
+
+/// `[tool.uv] override-dependencies` for the exact NCCL/NVSHMEM the index's
+/// wheels of `label` require (`closure`); an index whose wheels cannot be read
+/// is a warning (nothing written for them: uv's lock says what conflicts).
+fn with_overrides(py_path: &Path, text: String, simple: &str, label: &str) -> Result<(String, Vec<String>)> {
+    let same = |v: &str| match (v.parse::<pep440_rs::Version>(), label.parse::<pep440_rs::Version>()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => v == label,
+    };
+    let wheels = match crate::index::closure::requires(simple, |w| same(&w.provenance.version)) {
+        Ok(w) => w,
+        Err(e) => {
+            crate::alert!(
+                "warning: cannot read the run-time requirements of deep_ep {label} from the index ({e}); no override-dependencies written"
+            );
+            return Ok((text, Vec::new()));
+        }
+    };
+    let over = closure::overrides(&wheels)?;
+    if over.is_empty() {
+        return Ok((text, Vec::new()));
+    }
+    let new = closure::write(py_path, &text, &over)?;
+    Ok((new, vec![format!("[tool.uv] override-dependencies {}", over.join(", "))]))
+}
