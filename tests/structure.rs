@@ -7,29 +7,52 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The source folders of the workspace: the CLI's `src/` and each crate's
+/// `crates/*/src/`. Every crate re-exports the modules of the crates below it
+/// under their own names (`crate::pins`), so module paths are one namespace.
+fn src_roots() -> Vec<std::path::PathBuf> {
+    let root = support::root();
+    let mut roots = vec![root.join("src")];
+    let mut crates: Vec<_> =
+        std::fs::read_dir(root.join("crates")).unwrap().flatten().map(|e| e.path().join("src")).collect();
+    crates.sort();
+    roots.extend(crates);
+    roots
+}
+
+/// The folder (`src/` or `crates/<crate>/src/`) that holds module `m`.
+fn src_of(m: &str) -> std::path::PathBuf {
+    let top = m.split("::").next().unwrap();
+    src_roots()
+        .into_iter()
+        .find(|s| s.join(format!("{top}.rs")).is_file() || s.join(top).join("mod.rs").is_file())
+        .unwrap_or_else(|| panic!("module {m} is in no source folder"))
+}
+
 fn modules() -> BTreeMap<String, String> {
-    let src = support::root().join("src");
     let mut out = BTreeMap::new();
-    for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
-        let p = e.path();
-        if p.extension().is_none_or(|x| x != "rs") {
-            continue;
+    for src in src_roots() {
+        for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+            let p = e.path();
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = p.strip_prefix(&src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+            if parts == ["lib"] || parts == ["main"] {
+                continue;
+            }
+            if parts.last().is_some_and(|l| l == "mod") {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(p).unwrap();
+            // the unit tests at the end of a file may reach anywhere
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
+            // comments may name any module (docs links); only code imports
+            let code: String =
+                code.lines().filter(|l| !l.trim_start().starts_with("//")).map(|l| format!("{l}\n")).collect();
+            out.insert(parts.join("::"), code);
         }
-        let rel = p.strip_prefix(&src).unwrap().with_extension("");
-        let mut parts: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
-        if parts == ["lib"] || parts == ["main"] {
-            continue;
-        }
-        if parts.last().is_some_and(|l| l == "mod") {
-            parts.pop();
-        }
-        let text = std::fs::read_to_string(p).unwrap();
-        // the unit tests at the end of a file may reach anywhere
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
-        // comments may name any module (docs links); only code imports
-        let code: String =
-            code.lines().filter(|l| !l.trim_start().starts_with("//")).map(|l| format!("{l}\n")).collect();
-        out.insert(parts.join("::"), code);
     }
     out
 }
@@ -50,7 +73,7 @@ fn import_edges(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<St
     let braces = regex::Regex::new(r"\b(crate|super)::\{([^}]*)\}").unwrap();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (m, code) in mods {
-        let file_is_mod_rs = support::root().join("src").join(m.replace("::", "/")).join("mod.rs").is_file();
+        let file_is_mod_rs = src_of(m).join(m.replace("::", "/")).join("mod.rs").is_file();
         let parent: Vec<&str> = m.split("::").collect();
         let base = if file_is_mod_rs { parent.clone() } else { parent[..parent.len() - 1].to_vec() };
         let set = edges.entry(m.clone()).or_default();
@@ -180,21 +203,20 @@ fn no_import_circles_between_units() {
 /// decided in one place.
 #[test]
 fn only_the_printer_prints() {
-    let src = support::root().join("src");
     let printing =
         regex::Regex::new(r"\b(e?print(ln)?!|dbg!|std::io::(stdout|stderr)\b|io::(stdout|stderr)\(\)|libc::write\()")
             .unwrap();
     let mut found = Vec::new();
-    for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+    for e in src_roots().iter().flat_map(|src| walkdir::WalkDir::new(src).into_iter().flatten()) {
         let p = e.path();
-        if p.extension().is_none_or(|x| x != "rs") || p == src.join("printer.rs") {
+        if p.extension().is_none_or(|x| x != "rs") || p.ends_with("forge-core/src/printer.rs") {
             continue;
         }
         let text = std::fs::read_to_string(p).unwrap();
         for (i, line) in text.lines().enumerate() {
             let code = line.trim_start();
             if !code.starts_with("//") && printing.is_match(code) {
-                found.push(format!("{}:{}: {}", p.strip_prefix(&src).unwrap().display(), i + 1, code));
+                found.push(format!("{}:{}: {}", p.strip_prefix(support::root()).unwrap().display(), i + 1, code));
             }
         }
     }
@@ -213,7 +235,7 @@ fn only_the_printer_prints() {
 /// a domain value that clap may also parse.
 #[test]
 fn the_builder_sees_no_clap_type_but_at_its_edge() {
-    let dir = support::root().join("src/builder");
+    let dir = support::root().join("crates/forge-build/src/builder");
     let clap_type =
         regex::Regex::new(r"\bclap::(Args|Parser|Subcommand|builder)\b|\b(Common|PlanArgs|BuildArgs|RunArgs|VerifyArgs|CacheDirArg|RemoteArgs|NetArgs)\b|#\[(arg|command)\(")
             .unwrap();
@@ -251,7 +273,7 @@ const CLAP_EDGES: &[(&str, &str)] = &[
     ("lock/mod.rs", "`CheckArgs`, `ProjectArgs` -> `CheckRequest`"),
     ("pinset/mod.rs", "`pin set|recover`"),
     ("probe/mod.rs", "`ProbeArgs`, `RunArgs` -> `runtime::Run` in `runtime::Input`"),
-    ("publish/mod.rs", "`PublishArgs` -> a `BuildRequest`, `check::Request`"),
+    ("publish.rs", "`PublishArgs` -> a `BuildRequest`, `check::Request`"),
     ("repro.rs", "`diff`, `verify`"),
     ("topology.rs", "`RequestArgs` -> `topology::Request`"),
 ];
@@ -281,19 +303,20 @@ fn clap_types_are_declared_only_at_command_edges() {
 /// The non-comment lines of every src file before its unit tests, as (path
 /// relative to src, line number, line).
 fn code_lines() -> Vec<(String, usize, String)> {
-    let src = support::root().join("src");
     let mut out = Vec::new();
-    for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
-        let p = e.path();
-        if p.extension().is_none_or(|x| x != "rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(p).unwrap();
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
-        let rel = p.strip_prefix(&src).unwrap().display().to_string();
-        for (i, line) in code.lines().enumerate() {
-            if !line.trim_start().starts_with("//") {
-                out.push((rel.clone(), i + 1, line.to_string()));
+    for src in src_roots() {
+        for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+            let p = e.path();
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(p).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
+            let rel = p.strip_prefix(&src).unwrap().display().to_string();
+            for (i, line) in code.lines().enumerate() {
+                if !line.trim_start().starts_with("//") {
+                    out.push((rel.clone(), i + 1, line.to_string()));
+                }
             }
         }
     }
@@ -380,8 +403,8 @@ const STRING_RESULTS: &[(&str, usize, &str)] = &[
     ),
     ("runtime/mod.rs", 1, "the static checks, or why they could not run, carried into the verdict as data"),
     ("builder/compiler_cache.rs", 1, "why a shared compiler cache does not answer: a note, never an error (the build goes on)"),
-    ("publish/manifest.rs", 5, "why an untrusted manifest (or a name in it) is rejected: the caller names the file and picks the exit code (1 for a published index, 2 for a flag)"),
-    ("publish/facts.rs", 1, "what differs between a wheel's provenance and pins.toml, which the caller puts into its message"),
+    ("index/manifest.rs", 5, "why an untrusted manifest (or a name in it) is rejected: the caller names the file and picks the exit code (1 for a published index, 2 for a flag)"),
+    ("index/facts.rs", 1, "what differs between a wheel's provenance and pins.toml, which the caller puts into its message"),
     ("topology/recipe.rs", 1, "what stayed unresolved in a recipe becomes a request note, never an error"),
     ("pep.rs", 3, "the grammar's verdict on a name or version, which the caller puts into its message naming the file"),
     (
@@ -421,4 +444,52 @@ fn errors_are_failures_not_strings() {
     assert!(!names_string_result("fn g() -> Result<BTreeMap<String, String>> {"));
     let wrong = beyond_the_list(|_, line| names_string_result(line), STRING_RESULTS);
     assert!(wrong.is_empty(), "return crate::error::Failure (or anyhow with one) instead:\n{}", wrong.join("\n"));
+}
+
+/// The crate graph is the map (ARCHITECTURE.md): what each crate of
+/// `crates/` may import is the workspace crates its Cargo.toml names, and the
+/// compiler refuses any other import. lock, build and probe do not depend on
+/// each other; store depends only on core; core on none of ours.
+const CRATE_GRAPH: &[(&str, &[&str])] = &[
+    ("forge-core", &[]),
+    ("forge-store", &["forge-core"]),
+    ("forge-build", &["forge-core", "forge-store"]),
+    ("forge-lock", &["forge-core", "forge-store"]),
+    ("forge-probe", &["forge-core", "forge-store"]),
+];
+
+/// The workspace crates (`forge-*`) a Cargo.toml depends on, in any table.
+fn forge_deps(manifest: &std::path::Path) -> BTreeSet<String> {
+    let doc: toml::Table = std::fs::read_to_string(manifest).unwrap().parse().unwrap();
+    ["dependencies", "dev-dependencies", "build-dependencies"]
+        .iter()
+        .filter_map(|t| doc.get(*t).and_then(|v| v.as_table()))
+        .flat_map(|t| t.keys().filter(|k| k.starts_with("forge-")).cloned())
+        .collect()
+}
+
+#[test]
+fn the_crate_graph_is_the_map() {
+    let root = support::root();
+    let mut on_disk: Vec<String> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = CRATE_GRAPH.iter().map(|(c, _)| c.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed, "every crate under crates/ has its line in CRATE_GRAPH");
+    for (c, may) in CRATE_GRAPH {
+        let deps = forge_deps(&root.join("crates").join(c).join("Cargo.toml"));
+        let may: BTreeSet<String> = may.iter().map(|s| s.to_string()).collect();
+        assert_eq!(deps, may, "{c} depends on workspace crates beyond the map (or lost one)");
+    }
+    // The CLI at the root wires them all.
+    assert_eq!(forge_deps(&root.join("Cargo.toml")), listed.into_iter().collect::<BTreeSet<_>>());
+    // The check sees an edge the map forbids.
+    let t = tempfile::tempdir().unwrap();
+    let bad = t.path().join("Cargo.toml");
+    std::fs::write(&bad, "[dependencies]\nforge-build = { path = \"x\" }\nanyhow = \"1\"\n").unwrap();
+    assert_eq!(forge_deps(&bad), BTreeSet::from(["forge-build".to_string()]));
 }
