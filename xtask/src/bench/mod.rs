@@ -6,6 +6,7 @@ use deepep_forge::error::Exit;
 mod build;
 mod compiler_cache;
 mod critical_path;
+mod incremental;
 mod install;
 mod lock;
 mod nccl_reuse;
@@ -21,6 +22,8 @@ pub struct BenchArgs {
     /// Options of `build-cache` (real DeepEP instead of the fixture, a second variant).
     #[command(flatten)]
     pub cache: compiler_cache::CacheBenchArgs,
+    #[command(flatten)]
+    pub incremental: incremental::IncrementalArgs,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -57,6 +60,9 @@ pub enum Which {
     /// A consumer's `uv sync` (fresh venv, uv cache empty): deep-ep from a `publish` index on
     /// 127.0.0.1 vs from its git source, which uv builds (goal: <= 0.05x).
     Install,
+    /// `cargo test --workspace --no-run` after touching one file of lock, of probe and of the
+    /// core, in this tree vs a baseline revision (`--baseline`, default the one-crate layout).
+    Incremental,
 }
 
 /// One deepep-forge build request as the arguments after `plan` or
@@ -118,6 +124,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::FleetCache => compiler_cache::fleet(args.cache)?,
         Which::NcclReuse => nccl_reuse::run(args.cache)?,
         Which::Build => critical_path::run(args.cache)?,
+        Which::Incremental => incremental::run(args.incremental)?,
     }
     Ok(Exit::Ok)
 }
