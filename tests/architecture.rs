@@ -15,9 +15,22 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
 
-/// Every `.rs` file of the crate and of xtask, with its text.
+/// Every `.rs` file of the workspace's crates (the CLI's `src/`, `crates/*/src/`) and of xtask, with its text.
 fn sources() -> Vec<(PathBuf, String)> {
-    files_under(&["src", "xtask/src"])
+    files_under(&["src", "crates", "xtask/src"])
+}
+
+/// The source folders whose files are modules: `src/` and each `crates/<crate>/src/`.
+fn src_roots(root: &Path) -> Vec<PathBuf> {
+    let mut v = vec![PathBuf::from("src")];
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| PathBuf::from("crates").join(e.file_name()).join("src"))
+        .collect();
+    crates.sort();
+    v.extend(crates);
+    v
 }
 
 fn files_under(dirs: &[&str]) -> Vec<(PathBuf, String)> {
@@ -49,7 +62,7 @@ fn spans(text: &str) -> Vec<(usize, String)> {
 }
 
 const ROOTS: [&str; 10] =
-    ["src/", "tests/", "docs/", "xtask/", "fuzz/", "docker/", "cuda/", ".ci/", "action/", "README"];
+    ["src/", "crates/", "tests/", "docs/", "xtask/", "fuzz/", "docker/", ".ci/", "action/", "README"];
 
 fn is_path(s: &str) -> bool {
     !s.contains(' ')
@@ -85,12 +98,16 @@ fn module_file(root: &Path, segs: &[&str]) -> Option<PathBuf> {
         return Some(root.join("src/lib.rs"));
     }
     let rel = segs.join("/");
-    let direct =
-        [format!("src/{rel}.rs"), format!("src/{rel}/mod.rs")].into_iter().map(|p| root.join(p)).find(|p| p.is_file());
+    let direct = src_roots(root)
+        .into_iter()
+        .flat_map(|s| [s.join(format!("{rel}.rs")), s.join(format!("{rel}/mod.rs"))])
+        .map(|p| root.join(p))
+        .find(|p| p.is_file());
     direct.or_else(|| {
         let ends = [format!("/{rel}.rs"), format!("/{rel}/mod.rs")];
-        let found: Vec<PathBuf> = walkdir::WalkDir::new(root.join("src"))
+        let found: Vec<PathBuf> = src_roots(root)
             .into_iter()
+            .flat_map(|s| walkdir::WalkDir::new(root.join(s)).into_iter())
             .flatten()
             .map(|e| e.path().to_path_buf())
             .filter(|p| ends.iter().any(|e| p.to_string_lossy().ends_with(e.as_str())))
@@ -177,7 +194,10 @@ fn every_path_and_symbol_architecture_md_names_exists() {
         if !s.contains('/') && !s.contains(' ') && s.ends_with(".rs") {
             checked.0 += 1;
             let l = text.lines().nth(line - 1).unwrap();
-            let base = spans(l).into_iter().map(|(_, x)| x).find(|x| x.starts_with("src/") || x.starts_with("tests/"));
+            let base = spans(l)
+                .into_iter()
+                .map(|(_, x)| x)
+                .find(|x| x.starts_with("src/") || x.starts_with("crates/") || x.starts_with("tests/"));
             let dir = base.map(|b| {
                 let b = b.trim_end_matches('/');
                 if b.ends_with(".rs") {
@@ -216,12 +236,12 @@ fn every_source_file_is_on_the_map() {
         let sp: Vec<String> = spans(line).into_iter().map(|(_, s)| s).collect();
         let bases: Vec<PathBuf> = sp
             .iter()
-            .filter(|s| s.starts_with("src/"))
+            .filter(|s| s.starts_with("src/") || s.starts_with("crates/"))
             .map(|s| Path::new(s.trim_end_matches('/')).to_path_buf())
             .collect();
         for s in &sp {
             named.insert(PathBuf::from(s.trim_end_matches('/')));
-            if s.ends_with(".rs") && !s.starts_with("src/") {
+            if s.ends_with(".rs") && !s.starts_with("src/") && !s.starts_with("crates/") {
                 for b in &bases {
                     named.insert(b.parent().unwrap().join(s));
                 }
@@ -229,10 +249,13 @@ fn every_source_file_is_on_the_map() {
         }
     }
     let mut missing = Vec::new();
-    for (path, _) in sources().into_iter().filter(|(p, _)| p.starts_with("src")) {
+    let roots = src_roots(&root);
+    for (path, _) in sources().into_iter().filter(|(p, _)| p.starts_with("src") || p.starts_with("crates")) {
         let dir = path.parent().unwrap();
         let in_named_dir = path.file_name().is_some_and(|f| f == "mod.rs") && named.contains(dir)
-            || dir != Path::new("src") && named.contains(dir) && text.contains(&format!("`{}/`", dir.display()));
+            || !roots.iter().any(|r| r == dir)
+                && named.contains(dir)
+                && text.contains(&format!("`{}/`", dir.display()));
         if !named.contains(&path) && !in_named_dir {
             missing.push(path.display().to_string());
         }
@@ -254,7 +277,10 @@ fn the_check_catches_a_wrong_name() {
     );
     assert!(judge_symbol("provenance::RuntimeNeeds", &root, &defs, &all).is_none());
     assert!(judge_symbol("NoSuchTypeAnywhere", &root, &defs, &all).is_some());
-    assert!(is_path("src/lock/rules/environment.rs") && root.join("src/lock/rules/environment.rs").exists());
+    assert!(
+        is_path("crates/forge-lock/src/lock/rules/environment.rs")
+            && root.join("crates/forge-lock/src/lock/rules/environment.rs").exists()
+    );
 }
 
 #[test]

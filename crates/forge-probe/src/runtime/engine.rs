@@ -20,10 +20,10 @@ pub struct Shape {
     pub blocks_per_sm: u32,
 }
 
-/// Most ranks one kernel group may hold (MAX_RANKS in cuda/dispatch.cu).
+/// Most ranks one kernel group may hold (MAX_RANKS in runtime/dispatch.cu).
 pub const MAX_RANKS: usize = 16;
 
-/// Host mirror of `expert_of` in cuda/dispatch.cu.
+/// Host mirror of `expert_of` in runtime/dispatch.cu.
 pub fn expert_of(src: u32, t: u32, j: u32, world: u32, topk: u32) -> u32 {
     let e = world * topk;
     let base = t.wrapping_mul(2654435761).wrapping_add(src.wrapping_mul(40503)) >> 7;
@@ -169,7 +169,7 @@ pub fn roundtrip(gpus: Vec<Gpu>, link: &mut Link, shape: Shape) -> Result<Vec<Ra
         Link::Procs(c) => (c.world, c.rank),
     };
     if world as usize > MAX_RANKS {
-        bail!("the kernel group has {world} ranks; cuda/dispatch.cu handles at most {MAX_RANKS}");
+        bail!("the kernel group has {world} ranks; runtime/dispatch.cu handles at most {MAX_RANKS}");
     }
     let Shape { tokens: t, hidden: h, topk: k, iters, .. } = shape;
     let g = Geo { w: world as usize, t, h, k, row: h as usize * 2, cap: t, shape };

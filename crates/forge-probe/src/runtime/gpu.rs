@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Failure;
 
 /// The kernels, compiled at run time for each device's own arch.
-pub const KERNELS: &str = include_str!("../../../../cuda/dispatch.cu");
+pub const KERNELS: &str = include_str!("dispatch.cu");
 
 /// Call a driver function; an error names the call.
 macro_rules! cu {
@@ -430,7 +430,7 @@ pub fn compile(sm: u32) -> Result<Vec<u8>> {
         Err(e) => {
             let log = unsafe { result::get_program_log(prog) }.unwrap_or_default();
             let log: String = log.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect();
-            Err(anyhow!("NVRTC could not compile cuda/dispatch.cu for sm_{sm}: {e}\n{log}"))
+            Err(anyhow!("NVRTC could not compile runtime/dispatch.cu for sm_{sm}: {e}\n{log}"))
         }
     };
     unsafe { result::destroy_program(prog) }.ok();
