@@ -1087,7 +1087,7 @@ fn hardened_git_refuses_local_and_ext_transports_for_file_named_repos() {
 /// A relative `--cache-dir` with a plain-folder `--source`: the snapshot
 /// repository is found although git runs inside the source folder.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_relative_cache_dir_works_with_a_folder_source() {
     let python = require!(support::tools_python(), "tools venv");
     let d = tempfile::tempdir().unwrap();

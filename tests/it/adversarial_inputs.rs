@@ -413,7 +413,7 @@ fn values_from_files_reach_stdout_escaped() {
 /// victim file, a FIFO) is a missing environment, exit 3, saying what to do;
 /// the victim is untouched and nothing is built.
 #[test]
-#[ignore = "needs the tools venv (nvcc and uv)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
 fn a_planted_build_root_lock_is_exit_3_with_what_to_do() {
     let (Some(tools), Some(cuda)) = (support::tools_venv(), support::cuda_home()) else {
         support::missing("the tools venv (nvcc and uv)")

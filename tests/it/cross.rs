@@ -124,7 +124,10 @@ fn machine(data: &[u8]) -> object::Architecture {
 }
 
 #[test]
-#[ignore = "needs system packages for cross builds (sudo .ci/setup-system): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-cross"),
+    ignore = "needs system packages for cross builds (sudo .ci/setup-system): bash .ci/run runs it when present"
+)]
 fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     let python = match prerequisites() {
         Ok(p) => p,
@@ -312,7 +315,7 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
 /// will hold, and what will stop the build (a target Python Debian's arm64 archive
 /// lacks, a missing cross compiler, apt-get or qemu). Nothing is downloaded.
 #[test]
-#[ignore = "needs system packages for cross builds (an x86_64 host)"]
+#[cfg_attr(not(feature = "needs-cross"), ignore = "needs system packages for cross builds (an x86_64 host)")]
 fn an_unprovisioned_cross_plan_says_what_it_will_make_and_what_stops_it() {
     if std::env::consts::ARCH != "x86_64" {
         support::missing("system packages for cross builds (an x86_64 host)");
@@ -425,7 +428,10 @@ runtime_requires = false
 "#;
 
 #[test]
-#[ignore = "needs system packages for cross builds (sudo .ci/setup-system): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-cross"),
+    ignore = "needs system packages for cross builds (sudo .ci/setup-system): bash .ci/run runs it when present"
+)]
 fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both() {
     let python = match prerequisites() {
         Ok(p) => p,

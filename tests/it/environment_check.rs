@@ -206,7 +206,10 @@ fn wheel_with(name: &str, env: Value) -> PathBuf {
 }
 
 #[test]
-#[ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-env-wheels"),
+    ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"
+)]
 fn an_environment_with_the_builds_versions_passes_each_rule() {
     let w = wheel_with("same", built("3.4.5", "2.28.9", json!({})));
     let (code, v) = probe(&["--wheel", s(&w), "--python", s(&lab().env)]);
@@ -221,7 +224,10 @@ fn an_environment_with_the_builds_versions_passes_each_rule() {
 }
 
 #[test]
-#[ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-env-wheels"),
+    ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"
+)]
 fn a_mismatched_nvshmem_fails_with_the_fix_for_a_wheel_and_for_an_installed_deep_ep() {
     // The Automodel report's pair: device code built with 3.7.2's... here the wheel says 3.7.2, the host library is 3.4.5.
     let w = wheel_with("nvshmem", built("3.7.2", "2.28.9", json!({"nvshmem_same": true})));
@@ -241,7 +247,10 @@ fn a_mismatched_nvshmem_fails_with_the_fix_for_a_wheel_and_for_an_installed_deep
 }
 
 #[test]
-#[ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-env-wheels"),
+    ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"
+)]
 fn an_older_nccl_fails_an_epv2_wheel_with_the_fix() {
     // Built as DeepEP main asks (NCCL 2.30.7), run with torch 2.11's own pin 2.28.9.
     let w = wheel_with("nccl", built("3.4.5", "2.30.7", epv2_needs()));
@@ -268,7 +277,10 @@ fn an_older_nccl_fails_an_epv2_wheel_with_the_fix() {
 }
 
 #[test]
-#[ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-env-wheels"),
+    ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"
+)]
 fn another_torch_or_torch_abi_fails_naming_undefined_symbols() {
     let w = wheel_with("torch", built("3.4.5", "2.28.9", json!({})));
     let d = tempfile::tempdir().unwrap();
@@ -339,7 +351,10 @@ fn the_cxx11_abi_mismatch_is_an_undefined_symbol_at_load_time_and_the_probe_read
 }
 
 #[test]
-#[ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-env-wheels"),
+    ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"
+)]
 fn a_wheel_without_provenance_says_what_its_elf_shows_and_what_is_not_known() {
     let l = lab();
     let (code, v) = probe(&["--wheel", s(&l.sgl), "--python", s(&l.env)]);
@@ -366,7 +381,10 @@ fn a_wheel_without_provenance_says_what_its_elf_shows_and_what_is_not_known() {
 }
 
 #[test]
-#[ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-env-wheels"),
+    ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"
+)]
 fn epv2_across_two_nodes_gets_epv2s_rules_without_r_or_mnnvl_unknowns() {
     let l = lab();
     let (code, v) =

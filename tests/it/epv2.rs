@@ -133,7 +133,7 @@ fn knob<'a>(p: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn epv2_plans_from_the_source_at_the_pin() {
     let v = v2();
     let pins = v.pins(SINGLE_V2);
@@ -190,7 +190,7 @@ fn strs_of(v: &serde_json::Value) -> Vec<String> {
 /// `build-wheel` exits 3 before compiling, naming the package to install; the
 /// same plan over NCCL 2.30.7 has another cache key.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn an_nccl_older_than_the_revision_needs_stops_the_build_before_compiling() {
     let v = v2_with_nccl("2.28.9");
     let pins = v.pins(SINGLE_V2);
@@ -254,7 +254,7 @@ fn nvshmem_version_in(v: &V2, version: &str) {
 /// or later" (docs/nvshmem.md) are needs the plan shows with their lines; a build below
 /// either is refused with exit 2 before anything compiles, naming the line and what to do.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn the_stated_torch_and_nvshmem_minimums_are_shown_and_a_build_below_them_exits_2() {
     let v = v2();
     let pins = v.pins(SINGLE_V2);
@@ -307,7 +307,7 @@ fn the_stated_torch_and_nvshmem_minimums_are_shown_and_a_build_below_them_exits_
 /// does not import torch, and `preflight STOP` (build-wheel exits 3 before compiling) once it
 /// does, because torch's extension builder would raise. Both versions and where each was read.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_torch_of_another_cuda_than_nvcc_is_a_warning_or_a_stop_with_both_versions() {
     let mut v = v2();
     let file = torch_in(&v, "2.11.0+cu130", "13.1");
@@ -366,7 +366,7 @@ fn a_torch_of_another_cuda_than_nvcc_is_a_warning_or_a_stop_with_both_versions()
 /// toolchain work or submodule fetch (here: no nvcc, no uv anywhere, and the
 /// registry toolchain asked for: still exit 2, nothing provisioned).
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_multinode_variant_at_an_epv2_revision_exits_2_naming_the_hybrid_ep_branch() {
     let v = v2();
     let pins = v.pins(MULTINODE);
@@ -391,7 +391,7 @@ fn a_multinode_variant_at_an_epv2_revision_exits_2_naming_the_hybrid_ep_branch()
 /// deep_ep/envs.py; the static probe says it is an EPv2 wheel and which rules
 /// apply. Without NCCL, the preflight refuses before compiling.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn epv2_builds_with_its_submodule_and_the_probe_recognises_deep_ep_c() {
     let v = v2();
     let pins = v.pins(SINGLE_V2);
@@ -469,7 +469,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// `pin set` reads the version the build at the new revision gives: an EPv2
 /// source's label is `2.1.0+<short>`, from `deep_ep/__init__.py`.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn pin_set_writes_the_epv2_label() {
     let v = v2();
     let d = tempfile::tempdir().unwrap();
@@ -506,7 +506,7 @@ fn v2_with_pip_nccl(extra: &str) -> (V2, PathBuf, PathBuf) {
 /// cache key carry it; `runtime_requires = false` turns it off (the plan says
 /// so, another key), and a system NCCL is a note, never a requirement.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn the_wheel_requires_the_pip_nccl_it_was_built_with() {
     let (v, pins, _) = v2_with_pip_nccl("");
     let pins = pins.to_str().unwrap();
@@ -592,7 +592,7 @@ fn simple_index(root: &Path, wheels: &[PathBuf]) {
 /// manifest) and writes `[tool.uv] override-dependencies`; then it locks,
 /// `uv sync --locked` installs NCCL 2.30.7, and `import deep_ep` loads it.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn uv_refuses_torchs_nccl_for_the_epv2_wheel_until_pin_set_writes_the_override() {
     let (v, pins, links) = v2_with_pip_nccl("");
     let dir = v.lab.dir.path();

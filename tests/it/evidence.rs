@@ -808,7 +808,7 @@ fn the_kept_h200_epv2_statement_verifies() {
 /// for `static` and failing for `kernel`; then the same gate from pins.toml's
 /// `[evidence]` table, and its GPU condition against an observed machine.
 #[test]
-#[ignore = "needs the tools venv (nvcc and uv)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
 fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
     let (Some(tools), Some(cuda)) = (tools_venv(), cuda_home()) else {
         support::missing("the tools venv (nvcc and uv)")

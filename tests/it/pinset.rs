@@ -44,7 +44,10 @@ fn run(cwd: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn nemo_rl_main_becomes_the_unified_pin_and_nothing_else_changes() {
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     // DeepEP's 17cfb817 is served by a stand-in commit (mini-deepep, version 1.2.1): the rewrite is
@@ -396,7 +399,7 @@ requires-dist = []
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn relock_runs_real_uv_then_the_lock_check() {
     let uv = require!(tools_venv().map(|v| v.join("bin/uv")).filter(|p| p.exists()), "uv");
     let python = require!(tools_python(), "python");
@@ -590,7 +593,7 @@ fn start_slow_pin_set(
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn sigint_and_sigterm_during_relock_put_every_file_back() {
     for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
         let index = SlowIndex::start();
@@ -613,7 +616,7 @@ fn sigint_and_sigterm_during_relock_put_every_file_back() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn sigkill_during_relock_leaves_whole_files_and_recover_undoes_it() {
     let index = SlowIndex::start();
     let Some((tmp, repo, second, proj, env)) = slow_relock_setup(&index) else {
@@ -705,7 +708,7 @@ fn a_symlinked_pyproject_has_its_target_written() {
 /// rollback never undoes the second's work, and the second never reads the
 /// first's half-written files.
 #[test]
-#[ignore = "needs the tools venv (uv and its Python)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (uv and its Python)")]
 fn a_second_pin_set_waits_for_the_first_whole_change() {
     let index = SlowIndex::start();
     let Some((tmp, repo, second, proj, env)) = slow_relock_setup(&index) else {

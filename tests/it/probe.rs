@@ -127,7 +127,7 @@ fn s(p: &Path) -> &str {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn single_node_wheel_on_one_h100_node_matches() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let (code, v, err) = probe(&["--wheel", s(&w.single), "--preset", "h100-8g"]);
@@ -145,7 +145,7 @@ fn single_node_wheel_on_one_h100_node_matches() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn ep16_over_two_h100_nodes_needs_the_multinode_build() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let req = [
@@ -182,7 +182,7 @@ fn ep16_over_two_h100_nodes_needs_the_multinode_build() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn nixl_transport_is_recognised() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let (_, v, err) = probe(&[
@@ -210,7 +210,7 @@ fn nixl_transport_is_recognised() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn static_libstdcxx_is_flagged() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let (code, v, _) = probe(&["--wheel", s(&w.static_cxx), "--preset", "h100-8g"]);
@@ -220,7 +220,7 @@ fn static_libstdcxx_is_flagged() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn ptx_only_for_the_gpu_is_a_warning() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let (_, v, _) = probe(&["--wheel", s(&w.ptx), "--preset", "b200-8g"]);
@@ -296,7 +296,7 @@ fn provenance_json(rev_short: &str, multinode: bool, arch_list: &str) -> Vec<u8>
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn provenance_agreement_tampering_and_record() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let dir = tempfile::tempdir().unwrap();
@@ -390,7 +390,7 @@ fn provenance_agreement_tampering_and_record() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn mislabelled_platform_and_target_arch() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let dir = tempfile::tempdir().unwrap();
@@ -405,7 +405,7 @@ fn mislabelled_platform_and_target_arch() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn broken_inputs_are_findings_or_usage_errors_never_panics() {
     let w = require!(wheels(), "nvcc and pip (tools venv)");
     let dir = tempfile::tempdir().unwrap();
@@ -492,7 +492,7 @@ fn cuobjdump(cuda: &Path, file: &Path) -> (Vec<String>, Vec<String>) {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn fatbin_reader_agrees_with_cuobjdump() {
     let cuda = require!(cuda_home(), "nvcc and cuobjdump (tools venv)");
     let dir = tempfile::tempdir().unwrap();
@@ -563,7 +563,10 @@ fn fatbin_reader_agrees_with_cuobjdump() {
 /// Every performance recipe of both NeMo-RL snapshots gets a verdict against a
 /// single-node and a multinode wheel.
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn every_nemo_rl_recipe_gets_a_verdict() {
     let fixtures = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let w = require!(wheels(), "nvcc and pip (tools venv)");
@@ -804,7 +807,7 @@ fn with_nvshmem(single: &Path, dir: &Path) -> Option<PathBuf> {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn automodel_recipes_read_ep_dispatcher_and_the_classic_buffer_rules() {
     let dir = root().join("tests/fixtures/recipes-automodel");
     let r = |name: &str| dir.join(name).to_str().unwrap().to_string();
@@ -992,7 +995,7 @@ fn venv_with(dir: &Path, wheel: &Path) -> PathBuf {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn installed_environment() {
     let w = require!(wheels(), "nvcc, pip and uv (tools venv)");
     let cuda = cuda_home().unwrap();

@@ -77,7 +77,10 @@ fn probe_args(args: &[&str]) -> (i32, Vec<Value>) {
 }
 
 #[test]
-#[ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-env-wheels"),
+    ignore = "needs the environment wheels (.ci/fetch-env-wheels) and the tools venv: bash .ci/run runs it"
+)]
 fn the_probe_names_the_libraries_the_process_would_load_and_their_own_versions() {
     let wheels = env_wheels().unwrap_or_else(|| missing("the environment wheels"));
     let tools = tools_venv().unwrap_or_else(|| missing("the tools venv"));

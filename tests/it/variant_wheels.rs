@@ -186,7 +186,10 @@ fn index_files(dir: &Path) -> Vec<String> {
 
 /// The uv proof of issue 33 §1, and what uv 0.13.9 does not do (yet).
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools: nvcc, uv 0.13.9) and libibverbs-dev (.ci/setup-system): bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-tools-venv"),
+    ignore = "needs the tools venv (.ci/setup-tools: nvcc, uv 0.13.9) and libibverbs-dev (.ci/setup-system): bash .ci/run runs it"
+)]
 fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_the_default() {
     let s = Scene::new();
     let first = ok(&s.publish(&["--default-variant", "h100", "--format", "json"]));
@@ -376,7 +379,10 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
 /// variant support then finds nothing (never a build that may not fit).
 /// A wheel whose variant.json disagrees with pins.toml is refused, nothing written.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools: nvcc, uv 0.13.9) and libibverbs-dev (.ci/setup-system): bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-tools-venv"),
+    ignore = "needs the tools venv (.ci/setup-tools: nvcc, uv 0.13.9) and libibverbs-dev (.ci/setup-system): bash .ci/run runs it"
+)]
 fn no_default_wheel_unless_named_and_a_disagreeing_variant_json_is_refused() {
     let s = Scene::new();
     ok(&s.publish(&["--format", "json"]));
@@ -498,7 +504,10 @@ fn colliding_or_unlabelable_variant_names_are_refused_before_building() {
 /// same code, on small real wheels: uv 0.13.9 installs the variant on a 13.x driver
 /// and the default below 13.0 or from 14 on.
 #[test]
-#[ignore = "needs the tools venv (.ci/setup-tools: uv 0.13.9): bash .ci/run runs it"]
+#[cfg_attr(
+    not(feature = "needs-tools-venv"),
+    ignore = "needs the tools venv (.ci/setup-tools: uv 0.13.9): bash .ci/run runs it"
+)]
 fn uv_honours_the_cuda_bounds_of_the_toolchain() {
     use deepep_forge::publish::variants;
     let tools = tools_venv().unwrap_or_else(|| support::missing("the tools venv (uv 0.13.9)"));

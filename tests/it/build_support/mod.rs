@@ -56,7 +56,7 @@ topology = { gpu = "gb200", nodes = 1, gpus_per_node = 4, ep = 4, ranks_per_doma
 impl Lab {
     /// A lab in a fresh temp folder; the calling test FAILS, saying how to get
     /// it, when the tools venv or its nvcc is missing (such tests are
-    /// `#[ignore = "needs the tools venv ..."]`).
+    /// ignored unless the `needs-tools-venv` feature is on).
     pub fn new() -> Lab {
         let tools = support::tools_venv().unwrap_or_else(|| support::missing("the tools venv"));
         let cuda_home = support::cuda_home().unwrap_or_else(|| support::missing("nvcc in the tools venv"));

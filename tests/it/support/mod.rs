@@ -2,12 +2,14 @@
 //! `.ci/setup-tools`), real git repositories in temp dirs, the built binary.
 //!
 //! A test that needs something from outside the checkout (the NeMo-RL fixtures
-//! beside it, the tools venv, a system package) is `#[ignore = "needs ..."]`
-//! with what it needs, so a plain `cargo test` reports it as ignored, never as
-//! passed; `bash .ci/run` runs the groups whose needs are present (and, under
-//! `CI=true`, fails when one CI is meant to have is missing). Run by hand
-//! (`--ignored`), such a test FAILS when its need is missing, naming it and how
-//! to get it (`require!`): it never returns early as a pass.
+//! beside it, the tools venv, a system package) is
+//! `#[cfg_attr(not(feature = "needs-<group>"), ignore = "needs ...")]` with what
+//! it needs, so a plain `cargo test` reports it as ignored, never as passed;
+//! `bash .ci/run` turns on the feature of each group whose need is present (and,
+//! under `CI=true`, fails when one CI is meant to have is missing). Run with its
+//! feature (`--features needs-<group>`), such a test FAILS when its need is
+//! missing, naming it and how to get it (`require!`): it never returns early as
+//! a pass.
 #![allow(dead_code)]
 
 pub mod hostile;
