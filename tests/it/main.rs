@@ -1,0 +1,53 @@
+//! The integration tests of deepep-forge: one test binary (as uv's
+//! `crates/uv/tests/it`), one module per area. Tests that need something from
+//! outside the checkout are ignored, with what they need, unless their `needs-*`
+//! feature is on (tests/it/needs.rs; docs/contributing.md says how to run them).
+#[macro_use]
+mod support;
+mod build_support;
+
+mod adversarial;
+mod adversarial_cache;
+mod adversarial_inputs;
+mod adversarial_patches;
+mod architecture;
+mod build;
+mod cache;
+mod cache_trees;
+mod ci_scripts;
+mod ci_workflow;
+mod cli;
+mod consumer_ci;
+mod cross;
+mod deepep_history;
+mod docker;
+mod docs;
+mod environ;
+mod environment_check;
+mod epv2;
+mod evidence;
+mod flags;
+mod fleet_cache;
+mod fork;
+mod help;
+mod images;
+mod install;
+mod interface;
+mod lock;
+mod lock_environment;
+mod lock_patches;
+mod needs;
+mod patched_build;
+mod pinset;
+mod probe;
+mod probe_loader;
+mod progress;
+mod publish;
+mod pymatrix;
+mod registry;
+mod repro;
+mod runtime;
+mod side_by_side;
+mod structure;
+mod uv_claims;
+mod variant_wheels;

@@ -1,0 +1,495 @@
+//! No import circles between the crate's modules (ARCHITECTURE.md, invariants):
+//! every `crate::a::b` and `super::x` path in a module's non-test code is an
+//! edge to the module file it names; a parent and its own submodules are one
+//! unit (they share items by design); any strongly connected group of two or
+//! more modules fails, naming them.
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The source folders of the workspace: the CLI's `src/` and each crate's
+/// `crates/*/src/`. Every crate re-exports the modules of the crates below it
+/// under their own names (`crate::pins`), so module paths are one namespace.
+fn src_roots() -> Vec<std::path::PathBuf> {
+    let root = support::root();
+    let mut roots = vec![root.join("src")];
+    let mut crates: Vec<_> =
+        std::fs::read_dir(root.join("crates")).unwrap().flatten().map(|e| e.path().join("src")).collect();
+    crates.sort();
+    roots.extend(crates);
+    roots
+}
+
+/// The folder (`src/` or `crates/<crate>/src/`) that holds module `m`.
+fn src_of(m: &str) -> std::path::PathBuf {
+    let top = m.split("::").next().unwrap();
+    src_roots()
+        .into_iter()
+        .find(|s| s.join(format!("{top}.rs")).is_file() || s.join(top).join("mod.rs").is_file())
+        .unwrap_or_else(|| panic!("module {m} is in no source folder"))
+}
+
+fn modules() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for src in src_roots() {
+        for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+            let p = e.path();
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = p.strip_prefix(&src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+            if parts == ["lib"] || parts == ["main"] {
+                continue;
+            }
+            if parts.last().is_some_and(|l| l == "mod") {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(p).unwrap();
+            // the unit tests at the end of a file may reach anywhere
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
+            // comments may name any module (docs links); only code imports
+            let code: String =
+                code.lines().filter(|l| !l.trim_start().starts_with("//")).map(|l| format!("{l}\n")).collect();
+            out.insert(parts.join("::"), code);
+        }
+    }
+    out
+}
+
+fn resolve(path: &str, mods: &BTreeMap<String, String>) -> Option<String> {
+    let segs: Vec<&str> = path.split("::").collect();
+    (1..=segs.len()).rev().map(|n| segs[..n].join("::")).find(|m| mods.contains_key(m))
+}
+
+fn related(a: &str, b: &str) -> bool {
+    a == b || a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"))
+}
+
+/// Every module's imports: module -> the modules it names (its own parent
+/// and submodules left out).
+fn import_edges(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let path = regex::Regex::new(r"\b(crate|super)::([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)").unwrap();
+    let braces = regex::Regex::new(r"\b(crate|super)::\{([^}]*)\}").unwrap();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (m, code) in mods {
+        let file_is_mod_rs = src_of(m).join(m.replace("::", "/")).join("mod.rs").is_file();
+        let parent: Vec<&str> = m.split("::").collect();
+        let base = if file_is_mod_rs { parent.clone() } else { parent[..parent.len() - 1].to_vec() };
+        let set = edges.entry(m.clone()).or_default();
+        // `use crate::{a::X, b}` names each path in the braces
+        let expanded: String = braces
+            .captures_iter(code)
+            .flat_map(|c| c[2].split(',').map(|p| format!(" {}::{} ", &c[1], p.trim())).collect::<Vec<_>>())
+            .collect();
+        let code = format!("{code}\n{expanded}");
+        for c in path.captures_iter(&code) {
+            let full = match &c[1] {
+                "crate" => c[2].to_string(),
+                _ => {
+                    // super:: from `a/b.rs` is `a`; from `a/b/mod.rs` it is also `a`
+                    let up = if file_is_mod_rs { &base[..base.len().saturating_sub(1)] } else { &base[..] };
+                    up.iter().map(|s| s.to_string()).chain([c[2].to_string()]).collect::<Vec<_>>().join("::")
+                }
+            };
+            if let Some(t) = resolve(&full, mods) {
+                if !related(m, &t) {
+                    set.insert(t);
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// Tarjan's strongly connected components of two or more nodes, each sorted.
+fn rings(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct S<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<String, usize>,
+        low: BTreeMap<String, usize>,
+        stack: Vec<String>,
+        next: usize,
+        found: Vec<Vec<String>>,
+    }
+    fn visit(s: &mut S, v: &str) {
+        s.index.insert(v.into(), s.next);
+        s.low.insert(v.into(), s.next);
+        s.next += 1;
+        s.stack.push(v.into());
+        for w in s.edges.get(v).cloned().unwrap_or_default() {
+            if !s.index.contains_key(&w) {
+                visit(s, &w);
+                let l = s.low[&w].min(s.low[v]);
+                s.low.insert(v.into(), l);
+            } else if s.stack.contains(&w) {
+                let l = s.index[&w].min(s.low[v]);
+                s.low.insert(v.into(), l);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                let done = w == v;
+                comp.push(w);
+                if done {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.found.push(comp);
+            }
+        }
+    }
+    let mut s =
+        S { edges, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), next: 0, found: Vec::new() };
+    for m in edges.keys() {
+        if !s.index.contains_key(m) {
+            visit(&mut s, m);
+        }
+    }
+    s.found
+}
+
+#[test]
+fn no_import_circles_between_modules() {
+    let edges = import_edges(&modules());
+    let found = rings(&edges);
+    assert!(found.is_empty(), "modules that import each other (directly or in a ring): {found:?}");
+    // the two circles this test was written for stay broken
+    for (a, b) in [("runtime", "probe"), ("builder::registry", "builder::toolchain")] {
+        assert!(!edges[a].contains(b), "{a} imports {b}");
+    }
+}
+
+/// Rings between units that are known and have a reason; anything else fails.
+/// (None today: `wheel` <-> `probe` ended when reading a wheel moved into `wheel::read`.)
+const KNOWN_UNIT_RINGS: &[(&[&str], &str)] = &[];
+
+/// No two units import each other, directly or through others (ARCHITECTURE.md,
+/// invariants): a unit is a top-level module with all its submodules (`builder`,
+/// `wheel`, `probe`, ...), so `wheel::diff -> probe::wheel -> wheel::record` is a
+/// ring even though no two files import each other.
+#[test]
+fn no_import_circles_between_units() {
+    let unit = |m: &str| m.split("::").next().unwrap().to_string();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (m, targets) in import_edges(&modules()) {
+        let set = edges.entry(unit(&m)).or_default();
+        set.extend(targets.iter().map(|t| unit(t)).filter(|t| *t != unit(&m)));
+    }
+    let found = rings(&edges);
+    let unknown: Vec<_> = found
+        .iter()
+        .filter(|r| !KNOWN_UNIT_RINGS.iter().any(|(k, _)| r.iter().map(String::as_str).eq(k.iter().copied())))
+        .collect();
+    assert!(unknown.is_empty(), "units that import each other (directly or in a ring): {unknown:?}");
+    for (k, why) in KNOWN_UNIT_RINGS {
+        assert!(
+            found.iter().any(|r| r.iter().map(String::as_str).eq(k.iter().copied())),
+            "the listed ring {k:?} ({why}) is gone: remove it from KNOWN_UNIT_RINGS"
+        );
+    }
+    // the check sees a ring through submodules
+    let mut planted = edges.clone();
+    planted.entry("error".into()).or_default().insert("cli".into());
+    assert!(rings(&planted).iter().any(|r| r.contains(&"cli".to_string()) && r.contains(&"error".to_string())));
+}
+
+/// One printer (ARCHITECTURE.md, invariants): only `src/printer.rs` writes to
+/// stdout or stderr; everything else goes through its `outln!`/`note!`/
+/// `alert!`/`json`, so `--quiet`, the stream of each line and colour are
+/// decided in one place.
+#[test]
+fn only_the_printer_prints() {
+    let printing =
+        regex::Regex::new(r"\b(e?print(ln)?!|dbg!|std::io::(stdout|stderr)\b|io::(stdout|stderr)\(\)|libc::write\()")
+            .unwrap();
+    let mut found = Vec::new();
+    for e in src_roots().iter().flat_map(|src| walkdir::WalkDir::new(src).into_iter().flatten()) {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") || p.ends_with("forge-core/src/printer.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(p).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if !code.starts_with("//") && printing.is_match(code) {
+                found.push(format!("{}:{}: {}", p.strip_prefix(support::root()).unwrap().display(), i + 1, code));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "printing outside src/printer.rs (use crate::outln!/note!/alert!):\n{}",
+        found.join("\n")
+    );
+    // the check itself sees what it must
+    assert!(printing.is_match("println!(\"x\")") && printing.is_match("let e = std::io::stderr();"));
+}
+
+/// One build request (ARCHITECTURE.md, code map): the builder's job modules
+/// take a `BuildRequest`, never a clap type; only `src/builder/mod.rs` (the
+/// command edge) declares and reads flags. A value enum (`registry::Kind`) is
+/// a domain value that clap may also parse.
+#[test]
+fn the_builder_sees_no_clap_type_but_at_its_edge() {
+    let dir = support::root().join("crates/forge-build/src/builder");
+    let clap_type =
+        regex::Regex::new(r"\bclap::(Args|Parser|Subcommand|builder)\b|\b(Common|PlanArgs|BuildArgs|RunArgs|VerifyArgs|CacheDirArg|RemoteArgs|NetArgs)\b|#\[(arg|command)\(")
+            .unwrap();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") || p.file_name().is_some_and(|n| n == "mod.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if !code.starts_with("//") && clap_type.is_match(code) {
+                found.push(format!("{}:{}: {code}", p.file_name().unwrap().to_string_lossy(), i + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "clap types inside the builder (take a BuildRequest instead):\n{}", found.join("\n"));
+    assert!(clap_type.is_match("fn make_plans(c: &Common)"), "the check sees what it must");
+}
+
+/// The command edges (ARCHITECTURE.md, bird's-eye view): the only files that
+/// declare clap types, each with the plain request(s) it builds from them.
+/// Everything below an edge takes that request; a new file with a clap type
+/// fails here, and a listed file that no longer has one must leave the list.
+const CLAP_EDGES: &[(&str, &str)] = &[
+    ("cli.rs", "the root: `Cli`, `Command`, the `pins`/`lock`/`pin` groups"),
+    ("args.rs", "shared flags (`PinsArg`, `TrustedKeysArg`, `CacheUrlArg`), read by the edges"),
+    ("builder/mod.rs", "`Common`, `PlanArgs`, `BuildArgs`, `RunArgs` -> `BuildRequest`"),
+    ("cache/mod.rs", "`CacheDirArg`: the folder, resolved at the edge"),
+    ("cache/cmd.rs", "`cache ...` and `RemoteArgs`/`NetArgs` -> `Remote` over `remote::Net`"),
+    ("docker/mod.rs", "`docker bake`/`build`: `BuildArgs` -> `BuildRequest`, `BaseArgs` -> `base::BaseRequest`"),
+    ("evidence/cmd.rs", "`evidence add|show`"),
+    ("evidence/record.rs", "`RecordArgs` (`probe --record`) -> `Recorder`"),
+    ("lock/mod.rs", "`CheckArgs`, `ProjectArgs` -> `CheckRequest`"),
+    ("pinset/mod.rs", "`pin set|recover`"),
+    ("probe/mod.rs", "`ProbeArgs`, `RunArgs` -> `runtime::Run` in `runtime::Input`"),
+    ("publish.rs", "`PublishArgs` -> a `BuildRequest`, `check::Request`"),
+    ("repro.rs", "`diff`, `verify`"),
+    ("topology.rs", "`RequestArgs` -> `topology::Request`"),
+];
+
+/// Clap types are declared only at the listed command edges.
+#[test]
+fn clap_types_are_declared_only_at_command_edges() {
+    let clap = regex::Regex::new(r"derive\([^)]*\bclap::(Args|Parser|Subcommand)\b|#\[(arg|command)\(").unwrap();
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, n, line) in code_lines() {
+        if clap.is_match(&line) {
+            found.entry(file.clone()).or_default().push(format!("{file}:{n}: {}", line.trim()));
+        }
+    }
+    let listed: BTreeSet<&str> = CLAP_EDGES.iter().map(|(f, _)| *f).collect();
+    let beyond: Vec<_> = found.iter().filter(|(f, _)| !listed.contains(f.as_str())).flat_map(|(_, l)| l).collect();
+    assert!(
+        beyond.is_empty(),
+        "clap types below a command edge (declare them at the edge and hand over a plain request, or list the file in CLAP_EDGES with why):\n{}",
+        beyond.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+    );
+    let stale: Vec<_> = listed.iter().filter(|f| !found.contains_key(**f)).collect();
+    assert!(stale.is_empty(), "listed in CLAP_EDGES but declares no clap type: {stale:?}");
+    assert!(clap.is_match("#[derive(Debug, Clone, clap::Args)]") && clap.is_match("    #[arg(long)]"));
+}
+
+/// The non-comment lines of every src file before its unit tests, as (path
+/// relative to src, line number, line).
+fn code_lines() -> Vec<(String, usize, String)> {
+    let mut out = Vec::new();
+    for src in src_roots() {
+        for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+            let p = e.path();
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(p).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
+            let rel = p.strip_prefix(&src).unwrap().display().to_string();
+            for (i, line) in code.lines().enumerate() {
+                if !line.trim_start().starts_with("//") {
+                    out.push((rel.clone(), i + 1, line.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Files that read a file raw (not through src/input.rs), how many times, and
+/// why that is not a user file or where it goes next. A new raw read fails.
+const RAW_READS: &[(&str, usize, &str)] = &[
+    ("wheel/stamp.rs", 4, "the wheel reader: stamping reads the wheel just built"),
+    ("wheel/diff.rs", 1, "the wheel reader; bounded reading and the FIFO case are #21 section 2"),
+    (
+        "cache/remote.rs",
+        2,
+        "a wheel from our own cache to upload; the downloaded wheel's provenance moves to wheel/ in #21 section 2",
+    ),
+    ("cache/sign.rs", 2, "the signing key, at most 4 KiB (#21 section 2 names it)"),
+    ("cache/mod.rs", 2, "entry.json and toolchain.json that the cache itself wrote"),
+    ("output.rs", 1, "/dev/urandom"),
+    ("process/mod.rs", 1, "the build log this process wrote"),
+    ("runtime/deep_ep.rs", 1, "rank logs in this run's own temporary folder"),
+    ("runtime/rendezvous.rs", 1, "the rendezvous file rank 0 of the same run writes"),
+    (
+        "pinset/txn.rs",
+        8,
+        "the journal and the files `pin set` is rewriting (compared byte for byte), folders opened to fsync",
+    ),
+    ("builder/cross.rs", 5, "the sysroot deepep-forge made: identity, its wheels, headers, scd files"),
+    ("builder/deliver.rs", 1, "SHA256SUMS in the output folder, rewritten with the new wheel's line"),
+    ("builder/execute.rs", 2, "the wheel and files of the build that just ran"),
+    ("builder/lookup.rs", 1, "torch's version file in the build toolchain"),
+    ("builder/registry.rs", 2, "the registry toolchain's identity and cuda.h, both made by deepep-forge"),
+    ("builder/relocate.rs", 1, "an extension of the wheel just built"),
+    ("builder/source.rs", 1, "the mirror's last-fetch note, written by deepep-forge"),
+    ("builder/toolchain.rs", 2, "the toolchain memo in the cache and a toolchain library"),
+    ("docker/base.rs", 1, "the rootfs tar deepep-forge just made (hashed for its record)"),
+    ("docker/builder.rs", 1, "the kernel's binfmt_misc entry for qemu (/proc)"),
+    (
+        "probe/image.rs",
+        1,
+        "an installed extension in a mounted image: checked a regular file, no link on the way, size-capped",
+    ),
+];
+
+/// Every user file is read through src/input.rs (bounded, FIFOs refused):
+/// raw reads elsewhere are the listed ones, each with its reason.
+#[test]
+fn raw_file_reads_are_the_listed_ones() {
+    let raw = regex::Regex::new(r"File::open\(|fs::read_to_string\(|fs::read\(|\.read_to_string\(").unwrap();
+    let wrong = beyond_the_list(|file, line| file != "input.rs" && raw.is_match(line), RAW_READS);
+    assert!(
+        wrong.is_empty(),
+        "read user files through crate::input (or list the file in RAW_READS with why it is not a user file):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Files with more matching lines than `list` allows them, each with its lines.
+fn beyond_the_list(matches: impl Fn(&str, &str) -> bool, list: &[(&str, usize, &str)]) -> Vec<String> {
+    let mut count: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, n, line) in code_lines() {
+        if matches(&file, &line) {
+            count.entry(file.clone()).or_default().push(format!("{file}:{n}: {}", line.trim()));
+        }
+    }
+    let allowed = |file: &str| list.iter().find(|(f, _, _)| *f == file).map(|(_, n, _)| *n).unwrap_or(0);
+    count
+        .iter()
+        .filter(|(file, sites)| sites.len() > allowed(file))
+        .map(|(file, sites)| format!("{} found, {} listed:\n  {}", sites.len(), allowed(file), sites.join("\n  ")))
+        .collect()
+}
+
+/// Errors are the one `Failure` type (src/error.rs) or anyhow chains of it; a
+/// `Result<_, String>` is left only where the string is data, listed here.
+const STRING_RESULTS: &[(&str, usize, &str)] = &[
+    ("probe/wheel.rs", 4, "a member's ELF parse or provenance result kept as a finding's text"),
+    ("probe/elf.rs", 1, "malformed ELF bytes become a finding's text, never an error"),
+    ("probe/fatbin.rs", 2, "malformed fatbin bytes become a finding's text, never an error"),
+    (
+        "cache/remote.rs",
+        3,
+        "why a remote entry is not used (a note; the build goes on); reading and checking a fetched wheel's provenance move to wheel/ in #21 section 2",
+    ),
+    ("runtime/mod.rs", 1, "the static checks, or why they could not run, carried into the verdict as data"),
+    ("builder/compiler_cache.rs", 1, "why a shared compiler cache does not answer: a note, never an error (the build goes on)"),
+    ("index/manifest.rs", 5, "why an untrusted manifest (or a name in it) is rejected: the caller names the file and picks the exit code (1 for a published index, 2 for a flag)"),
+    ("index/facts.rs", 1, "what differs between a wheel's provenance and pins.toml, which the caller puts into its message"),
+    ("topology/recipe.rs", 1, "what stayed unresolved in a recipe becomes a request note, never an error"),
+    ("pep.rs", 3, "the grammar's verdict on a name or version, which the caller puts into its message naming the file"),
+    (
+        "http.rs",
+        5,
+        "a transport failure as a sentence without credentials: the caller names the URL's role and picks the exit code (3 for a cache, 1 for a published index) or retries",
+    ),
+];
+
+/// Whether `line` names a `Result<T, String>` (the error type, at the top
+/// level of the brackets, is `String`).
+fn names_string_result(line: &str) -> bool {
+    line.match_indices("Result<").any(|(at, m)| {
+        let (mut depth, mut comma) = (1, None);
+        for (i, c) in line[at + m.len()..].char_indices() {
+            match c {
+                '<' | '(' => depth += 1,
+                '>' | ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        let rest = &line[at + m.len()..at + m.len() + i];
+                        return comma.is_some_and(|k: usize| rest[k + 1..].trim() == "String");
+                    }
+                }
+                ',' if depth == 1 => comma = Some(i),
+                _ => {}
+            }
+        }
+        false
+    })
+}
+
+#[test]
+fn errors_are_failures_not_strings() {
+    assert!(names_string_result("fn f() -> Result<u32, String> {"));
+    assert!(names_string_result("x: Option<Result<(String, u64), String>>,"));
+    assert!(!names_string_result("fn g() -> Result<BTreeMap<String, String>> {"));
+    let wrong = beyond_the_list(|_, line| names_string_result(line), STRING_RESULTS);
+    assert!(wrong.is_empty(), "return crate::error::Failure (or anyhow with one) instead:\n{}", wrong.join("\n"));
+}
+
+/// The crate graph is the map (ARCHITECTURE.md): what each crate of
+/// `crates/` may import is the workspace crates its Cargo.toml names, and the
+/// compiler refuses any other import. lock, build and probe do not depend on
+/// each other; store depends only on core; core on none of ours.
+const CRATE_GRAPH: &[(&str, &[&str])] = &[
+    ("forge-core", &[]),
+    ("forge-store", &["forge-core"]),
+    ("forge-build", &["forge-core", "forge-store"]),
+    ("forge-lock", &["forge-core", "forge-store"]),
+    ("forge-probe", &["forge-core", "forge-store"]),
+];
+
+/// The workspace crates (`forge-*`) a Cargo.toml depends on, in any table.
+fn forge_deps(manifest: &std::path::Path) -> BTreeSet<String> {
+    let doc: toml::Table = std::fs::read_to_string(manifest).unwrap().parse().unwrap();
+    ["dependencies", "dev-dependencies", "build-dependencies"]
+        .iter()
+        .filter_map(|t| doc.get(*t).and_then(|v| v.as_table()))
+        .flat_map(|t| t.keys().filter(|k| k.starts_with("forge-")).cloned())
+        .collect()
+}
+
+#[test]
+fn the_crate_graph_is_the_map() {
+    let root = support::root();
+    let mut on_disk: Vec<String> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = CRATE_GRAPH.iter().map(|(c, _)| c.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed, "every crate under crates/ has its line in CRATE_GRAPH");
+    for (c, may) in CRATE_GRAPH {
+        let deps = forge_deps(&root.join("crates").join(c).join("Cargo.toml"));
+        let may: BTreeSet<String> = may.iter().map(|s| s.to_string()).collect();
+        assert_eq!(deps, may, "{c} depends on workspace crates beyond the map (or lost one)");
+    }
+    // The CLI at the root wires them all.
+    assert_eq!(forge_deps(&root.join("Cargo.toml")), listed.into_iter().collect::<BTreeSet<_>>());
+    // The check sees an edge the map forbids.
+    let t = tempfile::tempdir().unwrap();
+    let bad = t.path().join("Cargo.toml");
+    std::fs::write(&bad, "[dependencies]\nforge-build = { path = \"x\" }\nanyhow = \"1\"\n").unwrap();
+    assert_eq!(forge_deps(&bad), BTreeSet::from(["forge-build".to_string()]));
+}
