@@ -1,4 +1,4 @@
-//! One place reads the process environment (`src/environ.rs`), and it lists every
+//! One place reads the process environment (`crates/forge-core/src/environ.rs`), and it lists every
 //! variable it reads with what it does; docs/environment.md shows the same list.
 //! Here: no `std::env::var*` outside that module, every `DEEPEP_FORGE_*` name the
 //! source names is listed, every listed name is read somewhere, and the page
@@ -7,16 +7,11 @@ use crate::support;
 
 use deepep_forge::environ::VARIABLES;
 
-/// (file, line number, line) of every non-comment line of src.
+/// (file, line number, line) of every non-comment line of the workspace's sources.
 fn code() -> Vec<(String, usize, String)> {
-    let src = support::root().join("src");
     let mut out = Vec::new();
-    for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
-        if e.path().extension().is_none_or(|x| x != "rs") {
-            continue;
-        }
-        let rel = e.path().strip_prefix(&src).unwrap().display().to_string();
-        let text = std::fs::read_to_string(e.path()).unwrap();
+    for (path, text) in support::workspace_sources() {
+        let rel = path.display().to_string();
         for (n, line) in text.lines().enumerate() {
             if !line.trim_start().starts_with("//") {
                 out.push((rel.clone(), n + 1, line.to_string()));
@@ -31,8 +26,8 @@ fn only_environ_reads_the_environment() {
     let read = regex::Regex::new(r"\benv::(var|var_os|vars|vars_os)\(").unwrap();
     let found: Vec<String> = code()
         .into_iter()
-        .filter(|(f, _, l)| f != "environ.rs" && read.is_match(l))
-        .map(|(f, n, l)| format!("src/{f}:{n}: {}", l.trim()))
+        .filter(|(f, _, l)| !f.ends_with("/environ.rs") && read.is_match(l))
+        .map(|(f, n, l)| format!("{f}:{n}: {}", l.trim()))
         .collect();
     assert!(found.is_empty(), "read the environment through crate::environ:\n{}", found.join("\n"));
     assert!(read.is_match("let x = std::env::var_os(\"HOME\");"), "the check sees what it must");
@@ -48,12 +43,12 @@ fn every_variable_is_listed_and_every_listed_one_is_read() {
         for c in ours.captures_iter(l) {
             // the build's own variables (set by the plan, never read) are not ours to list
             if !names.contains(&&c[1]) && &c[1] != "DEEPEP_FORGE_NVCC_DRIVER" && &c[1] != "DEEPEP_FORGE_VARIANT" {
-                unlisted.push(format!("src/{f}:{n}: {}", &c[1]));
+                unlisted.push(format!("{f}:{n}: {}", &c[1]));
             }
         }
     }
     assert!(unlisted.is_empty(), "variables src/environ.rs does not list:\n{}", unlisted.join("\n"));
-    let text: String = all.iter().filter(|(f, _, _)| f != "environ.rs").map(|(_, _, l)| l.as_str()).collect();
+    let text: String = all.iter().filter(|(f, _, _)| !f.ends_with("/environ.rs")).map(|(_, _, l)| l.as_str()).collect();
     let unread: Vec<&str> = names.iter().copied().filter(|n| !text.contains(&format!("\"{n}\""))).collect();
     assert!(unread.is_empty(), "listed in src/environ.rs but read nowhere: {unread:?}");
     for v in VARIABLES {

@@ -120,7 +120,7 @@ fn torch_ninja_builds_side_by_side_give_the_serial_wheel() {
             .chain([serial.as_os_str(), std::ffi::OsStr::new(".")])
             .collect::<Vec<_>>(),
     );
-    let driver = support::root().join("src/builder/side_by_side.py");
+    let driver = support::root().join("crates/forge-build/src/builder/side_by_side.py");
     let log = build(&[driver.as_os_str(), side.as_os_str(), "4".as_ref(), "2".as_ref()]);
     let temp = std::fs::read_dir(project.join("build"))
         .unwrap()

@@ -33,6 +33,24 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Every `.rs` file of the workspace's crates, the CLI's `src/` and each
+/// `crates/<crate>/src/`, as (path relative to the checkout, text), sorted.
+/// Panics when it finds fewer than 100 files: a check over no source passes vacuously.
+pub fn workspace_sources() -> Vec<(PathBuf, String)> {
+    let root = root();
+    let mut dirs = vec![root.join("src")];
+    dirs.extend(std::fs::read_dir(root.join("crates")).unwrap().flatten().map(|e| e.path().join("src")));
+    let mut out: Vec<(PathBuf, String)> = dirs
+        .iter()
+        .flat_map(|d| walkdir::WalkDir::new(d).into_iter().flatten())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
+        .map(|e| (e.path().strip_prefix(&root).unwrap().to_path_buf(), std::fs::read_to_string(e.path()).unwrap()))
+        .collect();
+    out.sort();
+    assert!(out.len() >= 100, "only {} source files under src/ and crates/*/src/", out.len());
+    out
+}
+
 /// NeMo-RL's fixture folder next to the checkout, when present (it is in CI); `DEEPEP_FORGE_NEMO_RL`
 /// names another folder (e.g. from a git worktree, where `..` is not the checkout's parent).
 pub fn nemo_rl_fixtures() -> Option<PathBuf> {
