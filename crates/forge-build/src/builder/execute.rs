@@ -257,7 +257,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         notes.push(format!("cross check: qemu-aarch64 {}", checked.import));
         check_interrupted()?;
     }
-    let (sha256, size) = stamp::sha256_file(&stage.join(&file_name))?;
+    let (sha256, size) = crate::input::sha256_file(&stage.join(&file_name), "wheel", crate::input::cap::WHEEL)?;
     let now = provenance::now_secs();
     let entry = cache::Entry {
         schema: cache::SCHEMA,
