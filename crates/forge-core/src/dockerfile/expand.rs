@@ -7,23 +7,23 @@ use std::rc::Rc;
 
 /// A variable definition (ARG or ENV) in some scope.
 #[derive(Debug)]
-pub(super) struct Def {
-    pub(super) kw: &'static str,
-    pub(super) name: String,
-    pub(super) line: usize,
+pub struct Def {
+    pub kw: &'static str,
+    pub name: String,
+    pub line: usize,
     /// The default after expansion; None when it is only known at build time
     /// (an ARG without default, or a reference to one).
-    pub(super) value: Option<String>,
+    pub value: Option<String>,
     /// The definition this value is copied from (`ENV A=${B}`, a stage `ARG B`
     /// re-declaring a global one).
-    pub(super) via: Option<Rc<Def>>,
+    pub via: Option<Rc<Def>>,
     /// Index of the stage; None for global ARGs (before the first FROM).
-    pub(super) stage: Option<usize>,
+    pub stage: Option<usize>,
 }
 
 impl Def {
     /// The definition whose line holds the literal value.
-    pub(super) fn source(self: &Rc<Self>) -> Rc<Def> {
+    pub fn source(self: &Rc<Self>) -> Rc<Def> {
         let mut d = self.clone();
         while let Some(v) = d.via.clone() {
             d = v;
@@ -31,7 +31,7 @@ impl Def {
         d
     }
     /// `TORCH_CUDA_ARCH_LIST (ENV, line 14, from ARG DEEPEP_CUDA_ARCH_LIST at line 5)`.
-    pub(super) fn describe(self: &Rc<Self>) -> String {
+    pub fn describe(self: &Rc<Self>) -> String {
         let mut s = format!("{} ({}, line {}", self.name, self.kw, self.line);
         let mut d = self.via.clone();
         while let Some(v) = d {
@@ -44,39 +44,34 @@ impl Def {
 }
 
 /// The result of expanding one word.
-pub(super) struct Expanded {
-    pub(super) text: Option<String>,
+pub struct Expanded {
+    pub text: Option<String>,
     /// Set when the word is exactly one variable reference.
-    pub(super) single: Option<Rc<Def>>,
+    pub single: Option<Rc<Def>>,
     /// Every definition referenced (and used).
-    pub(super) refs: Vec<Rc<Def>>,
+    pub refs: Vec<Rc<Def>>,
     /// Expansions this reader does not evaluate (`${A/x/y}`, `${A:1:7}`: not
     /// POSIX sh, so what they give depends on the image's shell), as written.
-    pub(super) unverifiable: Vec<String>,
+    pub unverifiable: Vec<String>,
 }
 
 /// Quote removal and `$VAR`, `${VAR}`, `${VAR:-w}`, `${VAR-w}`, `${VAR:+w}`,
 /// `${VAR+w}` expansion, as Docker does for ARG/ENV/FROM. `lookup` returns the
 /// definition in scope.
-pub(super) fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) -> Expanded {
+pub fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) -> Expanded {
     let chars: Vec<char> = word.chars().collect();
     expand_chars(&chars, escape, lookup, 0)
 }
 
 /// `${A:-${A:-...}}` nested deeper than this is unknown (not expanded).
-pub(super) const MAX_NESTING: usize = 32;
+pub const MAX_NESTING: usize = 32;
 /// An expansion longer than this is unknown (`B=${A}${A}`, `C=${B}${B}`, ...
 /// would otherwise double at each step).
-pub(super) const MAX_EXPANDED: usize = 64 << 10;
+pub const MAX_EXPANDED: usize = 64 << 10;
 
 /// [`expand`] on a slice: nested words are sub-slices (never copied), so a
 /// deeply nested word costs linear time and memory.
-pub(super) fn expand_chars(
-    chars: &[char],
-    escape: char,
-    lookup: &dyn Fn(&str) -> Option<Rc<Def>>,
-    depth: usize,
-) -> Expanded {
+pub fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>, depth: usize) -> Expanded {
     if depth > MAX_NESTING {
         return Expanded { text: None, single: None, refs: Vec::new(), unverifiable: Vec::new() };
     }
@@ -228,15 +223,15 @@ pub(super) fn expand_chars(
 }
 
 /// The operator of `${#NAME}` (not a character sequence of the source).
-pub(super) const LENGTH: &str = "#len";
+pub const LENGTH: &str = "#len";
 /// Values longer than this are not matched against patterns (cost is
 /// quadratic in the value); such an expansion cannot be verified.
-pub(super) const MAX_PATTERN_VALUE: usize = 4096;
+pub const MAX_PATTERN_VALUE: usize = 4096;
 
 /// `${V#pat}`, `${V##pat}`, `${V%pat}`, `${V%%pat}` as sh evaluates them:
 /// remove the shortest/longest prefix/suffix matching the glob `pat`. `None`:
 /// too long to evaluate.
-pub(super) fn strip_pattern(v: &str, pat: &str, op: &str) -> Option<String> {
+pub fn strip_pattern(v: &str, pat: &str, op: &str) -> Option<String> {
     let s: Vec<char> = v.chars().collect();
     let p: Vec<char> = pat.chars().collect();
     if s.len() > MAX_PATTERN_VALUE || p.len() > MAX_PATTERN_VALUE {
@@ -257,7 +252,7 @@ pub(super) fn strip_pattern(v: &str, pat: &str, op: &str) -> Option<String> {
 
 /// Whether `s` matches the sh glob `p` (`*`, `?`, `[...]` with `!`/`^` and
 /// ranges, `\x` literal). Iterative, with one backtrack point per `*`.
-pub(super) fn glob(p: &[char], s: &[char]) -> bool {
+pub fn glob(p: &[char], s: &[char]) -> bool {
     let (mut pi, mut si) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while si < s.len() {
@@ -292,7 +287,7 @@ pub(super) fn glob(p: &[char], s: &[char]) -> bool {
 /// A bracket expression at the start of `p` against `c`: the pattern
 /// characters it spans when `c` matches; `None` when it does not. An unclosed
 /// `[` is a literal `[`.
-pub(super) fn class(p: &[char], c: char) -> Option<usize> {
+pub fn class(p: &[char], c: char) -> Option<usize> {
     let Some(end) = p.iter().skip(2).position(|x| *x == ']').map(|e| e + 2) else {
         return (c == '[').then_some(1);
     };
@@ -317,7 +312,7 @@ pub(super) fn class(p: &[char], c: char) -> Option<usize> {
 
 /// Parse `$NAME` or `${NAME<op>word}` at `chars[i] == '$'`: (name, op, word's
 /// range in `chars`, index after).
-pub(super) fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize), usize) {
+pub fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize), usize) {
     let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
     if chars.get(i + 1) == Some(&'{') && chars.get(i + 2) == Some(&'#') && chars.get(i + 3).is_some_and(|c| is_name(*c))
     {
