@@ -107,16 +107,7 @@ pub fn judged(r: &Request, recipe: Option<&Path>) -> Result<Judged> {
         }
         None => None,
     };
-    Ok(Judged {
-        source: cut(&r.source),
-        ep: r.ep,
-        nodes: r.nodes,
-        gpus_per_node: r.gpus_per_node,
-        ranks_per_domain: r.ranks_per_domain,
-        mnnvl: r.mnnvl,
-        gpu: r.gpu.map(|g| g.to_string()),
-        recipe,
-    })
+    Ok(Judged::of(r, recipe, cut))
 }
 
 /// A value for a short field: control characters dropped, at most 200 characters.
