@@ -363,15 +363,13 @@ fn rewrite_pyproject(
     }
 }
 
-/// pins.toml's path, old text and new text (None under --no-pins): the revs
+/// pins.toml's path, old text and new text.
+type PinsEdit = (PathBuf, String, String);
+
+/// The pins.toml edit (None under --no-pins): the revs
 /// (and base version) moved, the patches edited, a branch dropped; every
 /// patch the moved pins will build with checked to apply at REV.
-fn rewrite_pins(
-    args: &SetArgs,
-    c: &Consumer,
-    r: &Revision,
-    base: Option<&str>,
-) -> Result<Option<(PathBuf, String, String)>> {
+fn rewrite_pins(args: &SetArgs, c: &Consumer, r: &Revision, base: Option<&str>) -> Result<Option<PinsEdit>> {
     let Some(p) = &c.pins else { return Ok(None) };
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
     let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
@@ -405,12 +403,7 @@ fn label_split(after: &pyproject::Pyproject, rev: &str) -> bool {
 /// The files the change writes, each resolved (a symlink's target is
 /// written), checked writable, its old bytes kept; uv.lock (with --relock) is
 /// kept to be restored, never written here.
-fn changes(
-    c: &Consumer,
-    new_py: &str,
-    new_pins: Option<&(PathBuf, String, String)>,
-    lock: Option<&Path>,
-) -> Result<Vec<txn::Change>> {
+fn changes(c: &Consumer, new_py: &str, new_pins: Option<&PinsEdit>, lock: Option<&Path>) -> Result<Vec<txn::Change>> {
     let mut changes = Vec::new();
     let mut add = |shown: &Path, old: Option<Vec<u8>>, new: Option<Vec<u8>>| -> Result<()> {
         let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
@@ -453,7 +446,7 @@ fn report_pinned(
     args: &SetArgs,
     c: &Consumer,
     r: &Revision,
-    (places, label, new_pins, split): (&[String], Option<&str>, Option<&(PathBuf, String, String)>, bool),
+    (places, label, new_pins, split): (&[String], Option<&str>, Option<&PinsEdit>, bool),
 ) {
     let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
     crate::outln!("pinned DeepEP {} ({}) for {which}", r.rev, r.short);
@@ -498,7 +491,7 @@ fn lock_check_of(args: &SetArgs) -> (crate::lock::CheckRequest, String) {
     (check, check_cmd)
 }
 
-/// 3. --relock: real uv, then commit. Ctrl-C/SIGTERM stop uv; every file is
+/// Step 3, --relock: real uv, then commit. Ctrl-C/SIGTERM stop uv; every file is
 /// then restored (exit 130), as on a failed `uv lock`.
 fn relock(args: &SetArgs, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
     crate::note!("running {} lock in {} ...", uv.display(), args.place.project.display());
