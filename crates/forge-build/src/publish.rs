@@ -89,7 +89,7 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     // Labels are checked before anything is built: two variants, one label is bad input.
     let labelled = if args.variant_wheels { Some(variants::labels(&pins.variants)?) } else { None };
     let pins_sha256 =
-        facts::sha256_hex(&crate::input::read_bytes(&args.common.pins, "pins file", crate::input::cap::TEXT)?);
+        crate::input::sha256_hex(&crate::input::read_bytes(&args.common.pins, "pins file", crate::input::cap::TEXT)?);
     let key = SecretKey::load(args.signing_key.as_deref().expect("clap requires it without --check"))?;
     check_out(&args.common.out)?;
     let mut trusted = crate::cache::config::trusted_keys(&args.common.remote.trusted_keys)?;
@@ -300,7 +300,8 @@ fn plan_variant(
     if let Some(pins) = variant_index {
         for (name, bytes) in variants_files(&m, pins).map_err(|e| anyhow::anyhow!("{}: {e}", mpath.display()))? {
             m.variants_json.retain(|f| f.file != name);
-            m.variants_json.push(manifest::VariantsFile { file: name.clone(), sha256: facts::sha256_hex(&bytes) });
+            m.variants_json
+                .push(manifest::VariantsFile { file: name.clone(), sha256: crate::input::sha256_hex(&bytes) });
             writes.push(Write { dest: files.join(name), bytes: Source::Bytes(bytes), immutable: false });
         }
         m.variants_json.sort_by(|a, b| a.file.cmp(&b.file));
@@ -331,8 +332,8 @@ fn variant_wheel(pins: &Pins, built: &Path, v: &crate::pins::Variant, dir: &Path
 
 fn digest_of(s: &Source) -> Result<String> {
     match s {
-        Source::File(p) => Ok(facts::hash_file(p, "wheel")?.0),
-        Source::Bytes(b) => Ok(facts::sha256_hex(b)),
+        Source::File(p) => Ok(crate::input::sha256_file(p, "wheel", crate::input::cap::WHEEL)?.0),
+        Source::Bytes(b) => Ok(crate::input::sha256_hex(b)),
     }
 }
 

@@ -24,6 +24,8 @@ pub mod cap {
     pub const LOCK: u64 = 64 << 20;
     /// A wheel file (members are bounded separately, see `probe::wheel`).
     pub const WHEEL: u64 = 4 << 30;
+    /// A Debian rootfs tarball made by `docker::base`.
+    pub const ROOTFS: u64 = 16 << 30;
 }
 
 /// Why a file was refused, as the message says it.
@@ -147,20 +149,85 @@ pub fn excerpt(value: &str, max: usize) -> String {
     out
 }
 
-/// sha256 and length of at most `cap` bytes of `r`: the one hashing loop (callers
-/// that must refuse a longer stream compare the length with their bound).
-pub fn sha256_reader(r: impl std::io::Read, cap: u64) -> std::io::Result<([u8; 32], u64)> {
+/// sha256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// sha256 (lowercase hex) of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(sha256(bytes))
+}
+
+/// Where [`sha256_stream`] stopped early.
+#[derive(Debug)]
+pub enum StreamError {
+    /// Reading the stream failed.
+    Read(std::io::Error),
+    /// The sink refused a chunk (its own error).
+    Sink(anyhow::Error),
+    /// Ctrl-C between two chunks.
+    Interrupted(anyhow::Error),
+}
+
+impl From<StreamError> for anyhow::Error {
+    fn from(e: StreamError) -> Self {
+        match e {
+            StreamError::Read(e) => e.into(),
+            StreamError::Sink(e) | StreamError::Interrupted(e) => e,
+        }
+    }
+}
+
+/// The one hashing loop: read `r` in chunks (checking for Ctrl-C between
+/// them), hash each chunk and hand it to `sink`, until the end or until more
+/// than `cap` bytes were read. The chunk that crosses `cap` is neither hashed
+/// nor handed on, and the count returned is then over `cap`: the caller
+/// refuses the stream. Returns the sha256 and the count of bytes read.
+pub fn sha256_stream(
+    r: &mut impl Read,
+    cap: u64,
+    mut sink: impl FnMut(&[u8]) -> Result<()>,
+) -> std::result::Result<([u8; 32], u64), StreamError> {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
-    let n = std::io::copy(&mut r.take(cap), &mut h)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        crate::error::check_interrupted().map_err(StreamError::Interrupted)?;
+        let k = match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(StreamError::Read(e)),
+        };
+        n += k as u64;
+        if n > cap {
+            break;
+        }
+        h.update(&buf[..k]);
+        sink(&buf[..k]).map_err(StreamError::Sink)?;
+    }
     Ok((h.finalize().into(), n))
 }
 
-/// sha256 (hex) and size of a user file read through [`open`] (regular, at most `cap`, never blocks).
+/// sha256 and length of the first `cap` bytes of `r` (callers that must
+/// refuse a longer stream compare the length with their bound).
+pub fn sha256_reader(r: impl Read, cap: u64) -> Result<([u8; 32], u64)> {
+    Ok(sha256_stream(&mut r.take(cap), cap, |_| Ok(()))?)
+}
+
+/// sha256 (hex) and size of a user file read through [`open`] (regular, at
+/// most `cap`, never blocks; a file that grows is cut at the cap); a read
+/// error names the file.
 pub fn sha256_file(path: &Path, what: &str, cap: u64) -> Result<(String, u64)> {
     let (f, _) = open(path, what, cap)?;
-    let (digest, n) = sha256_reader(f, cap)?;
-    Ok((hex::encode(digest), n))
+    match sha256_stream(&mut f.take(cap), cap, |_| Ok(())) {
+        Ok((digest, n)) => Ok((hex::encode(digest), n)),
+        Err(StreamError::Read(e)) => Err(refuse(path, what, format!("cannot be read: {e}"))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ use std::path::Path;
 
 use anyhow::Result;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::error::Failure;
 pub use crate::provenance::SourcePatch;
@@ -140,7 +139,7 @@ fn checked(e: &Entry, text: String, at: &str) -> Result<SourcePatch> {
     if text.len() as u64 > MAX_BYTES {
         return Err(Failure::usage(format!("{at}: patch `{}` is over {} KiB", e.path, MAX_BYTES >> 10)).into());
     }
-    let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
+    let sha256 = crate::input::sha256_hex(text.as_bytes());
     if let Some(want) = &e.sha256 {
         if want != &sha256 {
             return Err(Failure::usage(format!(
@@ -256,12 +255,8 @@ pub fn set_digest(patches: &[SourcePatch]) -> Option<String> {
     if patches.is_empty() {
         return None;
     }
-    let mut h = Sha256::new();
-    for p in patches {
-        h.update(p.sha256.as_bytes());
-        h.update(b"\n");
-    }
-    Some(hex::encode(h.finalize())[..8].to_string())
+    let joined: String = patches.iter().map(|p| format!("{}\n", p.sha256)).collect();
+    Some(crate::input::sha256_hex(joined.as_bytes())[..8].to_string())
 }
 
 /// The label of a build: `<base>+<short>` exact, `<base>+<short>.p<digest>` patched.

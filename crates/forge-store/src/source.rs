@@ -9,7 +9,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
 use crate::error::Failure;
 use crate::process::git::Trust;
@@ -125,7 +124,7 @@ fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
 
 /// First 16 hex of sha256(text): stable names for mirrors and snapshots.
 pub fn short_hash(text: &str) -> String {
-    hex::encode(&Sha256::digest(text.as_bytes())[..8])
+    hex::encode(&crate::input::sha256(text.as_bytes())[..8])
 }
 
 /// An exclusive lock file, held until dropped; waits (checking for Ctrl-C).

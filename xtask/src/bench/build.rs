@@ -218,7 +218,7 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
         changes.add_dist_info.insert(deepep_forge::provenance::FILE_NAME.into(), b"{\"bench\": true}".to_vec());
         let (t0, c0) = (Instant::now(), cpu(libc::RUSAGE_SELF));
         deepep_forge::wheel::stamp::stamp(&big, &dest, &changes)?;
-        deepep_forge::wheel::stamp::sha256_file(&dest)?;
+        deepep_forge::input::sha256_file(&dest, "wheel", deepep_forge::input::cap::WHEEL)?;
         ours.push(Sample { wall: t0.elapsed(), cpu: cpu(libc::RUSAGE_SELF) - c0 });
         std::fs::remove_file(&dest)?;
     }

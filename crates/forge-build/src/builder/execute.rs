@@ -149,94 +149,16 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     let store = Cache::at(t.cache_dir);
     // What the revision needs of the environment (NCCL), before waiting for the build root.
     preflight::environment(pl)?;
-    // The plan's build folder: the canonical build root (waited for, emptied, its links and
-    // compiler wrappers installed; the cache entry is staged in the cache), or a locked
-    // staging folder of the cache. Removed when dropped. The links exist before the
-    // preflight, which looks for tools next to the Python.
-    let (root, build) = match &pl.hooks {
-        Some(h) => {
-            let r = super::canon::BuildRoot::acquire(pl.build_dir())?;
-            h.install(&r.root)?;
-            (Some(r), store.stage()?)
-        }
-        None => (None, store.stage_at(pl.build_dir())?),
-    };
+    let (root, build) = build_folder(pl, &store)?;
     preflight::check(pl, tc, t.cache_dir)?;
-    let shared = root.as_ref().and_then(|r| start_compiler_cache(pl, &r.root, notes));
-    let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
-    if let Some(n) = read_elsewhere(pl) {
-        notes.push(n);
-    }
-    // Source patches: after checkout and submodules, before anything compiles.
-    super::patch::apply(pl.tree(), &pl.source.patches, &build.path().join("source-patches"))?;
-    check_interrupted()?;
-    let nccl = super::nccl_reuse::before(pl, t.cache_dir, notes);
-    std::fs::create_dir_all(pl.dist())?;
-    std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
-    let argv = super::side_by_side::command(pl)?;
-    let ran = crate::process::Cmd::exact(
-        argv,
-        &pl.run.cwd,
-        &pl.run.env,
-        format!("building {} ({})", pl.variant.name, pl.source.version),
-    )?
-    .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name));
-    if let Some(r) = &root {
-        finish_compiler_cache(pl, &r.root, shared, notes);
-    }
-    super::side_by_side::keep_ninja_logs(pl.tree(), &pl.outputs.log);
-    ran?;
-    super::nccl_reuse::after(pl, t.cache_dir, nccl, notes);
-
+    let short = compile(pl, t, root.as_ref(), build.path(), notes)?;
     let built = single_wheel(&pl.dist())?;
-    let file_name = built.file_name().context("wheel file name")?.to_string_lossy().into_owned();
-    let name = WheelName::parse(&file_name).context("pip produced a wheel with an unparsable name")?;
-    // setup.py labels the tree `<base>+<short>`; a patched build is relabelled `<base>+<short>.p<set>`.
-    let exact = crate::patches::label(&pl.interface.base_version, &short, &[]);
-    if !same_version(&name.version, &exact) {
-        return Err(Failure::problems(format!(
-            "the built wheel's version is {} but the pin {} must give {exact} (git short in the build tree: {short})",
-            name.version, pl.source.rev
-        ))
-        .hint(format!(
-            "the `{}` interface takes the label from {} and `git rev-parse --short HEAD`: check that the source builds from its own checkout",
-            pl.interface.branch.as_str(),
-            pl.interface.version_from
-        ))
-        .into());
-    }
-    let members = zip_names(&built)?;
-    for ext in &pl.interface.extensions {
-        let prefix = ext.replace('.', "/");
-        if !members.iter().any(|m| m.starts_with(&format!("{prefix}.")) && m.contains(".so")) {
-            return Err(Failure::problems(format!(
-                "{} has no {ext} extension, which DeepEP's `{}` interface at {} builds",
-                name.dist,
-                pl.interface.branch.as_str(),
-                pl.source.rev
-            ))
-            .hint("read the build log: setup.py did not build every extension its interface names")
-            .into());
-        }
-    }
+    let (file_name, name, members) = check_built(pl, &built, &short)?;
     check_interrupted()?;
-    // Relocate RUNPATHs that point into the build Python's site-packages.
     let mut changes = stamp::Changes { epoch: pl.source.source_date_epoch, ..Default::default() };
     let file_name = relabel(&mut changes, &file_name, &name.version, pl)?;
-    let mut patches = Vec::new();
-    let patch_dir = build.path().join("patch");
-    for m in members.iter().filter(|m| m.ends_with(".so") || m.contains(".so.")) {
-        let data = stamp::read_member(&built, m)?;
-        let Some(elf) = relocate::ElfDynamic::parse(&data)? else { continue };
-        let Some(new) = relocate::planned_runpath(m, &elf, &tc.site_packages) else { continue };
-        let patchelf = relocate::require_patchelf(&tc.python, m)?;
-        std::fs::create_dir_all(&patch_dir)?;
-        let f = patch_dir.join(patches.len().to_string());
-        std::fs::write(&f, &data)?;
-        patches.push(relocate::apply(&patchelf, m, &f, &elf.runpath, &new)?);
-        changes.replace.insert(m.clone(), std::fs::read(&f)?);
-        check_interrupted()?;
-    }
+    // Relocate RUNPATHs that point into the build Python's site-packages.
+    let patches = relocate_runpaths(tc, &built, &members, &build.path().join("patch"), &mut changes)?;
     if let Some((member, data)) = requires_dist(pl, &built)? {
         changes.replace.insert(member, data);
     }
@@ -248,29 +170,9 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     drop(root);
     check_interrupted()?;
     if let Some(x) = &tc.cross {
-        let checked = super::cross::check_wheel(&stage.join(&file_name), x, build.path())?;
-        let n: usize = checked.needed.values().map(|m| m.len()).sum();
-        notes.push(format!(
-            "cross check: {n} NEEDED of {} extensions resolved in the aarch64 sysroot (libcuda.so.1/libnvidia-ml.so.1: the run machine's driver)",
-            checked.needed.len()
-        ));
-        notes.push(format!("cross check: qemu-aarch64 {}", checked.import));
-        check_interrupted()?;
+        cross_check(x, &stage.join(&file_name), build.path(), notes)?;
     }
-    let (sha256, size) = stamp::sha256_file(&stage.join(&file_name))?;
-    let now = provenance::now_secs();
-    let entry = cache::Entry {
-        schema: cache::SCHEMA,
-        key: key.as_str().to_string(),
-        wheel: file_name,
-        sha256,
-        size,
-        variant: pl.variant.name.clone(),
-        version: if pl.source.patches.is_empty() { name.version.clone() } else { pl.source.version.clone() },
-        created: provenance::rfc3339(now),
-        created_secs: now,
-    };
-    cache::write_entry(&stage, &entry)?;
+    let entry = cache_entry(pl, key, &stage, file_name, &name.version)?;
     // Published: what the cache holds now (ours, or a concurrent publisher's of the same key).
     let (from, entry) = if t.no_cache {
         (stage, entry)
@@ -284,6 +186,156 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     }
     drop(build);
     Ok(Delivered { status: "built", entry, wheel, patches, log: Some(pl.outputs.log.clone()) })
+}
+
+/// The plan's build folder: the canonical build root (waited for, emptied, its links and
+/// compiler wrappers installed; the cache entry is staged in the cache), or a locked
+/// staging folder of the cache. Removed when dropped. The links exist before the
+/// preflight, which looks for tools next to the Python.
+fn build_folder(pl: &Plan, store: &Cache) -> Result<(Option<super::canon::BuildRoot>, cache::Staging)> {
+    Ok(match &pl.hooks {
+        Some(h) => {
+            let r = super::canon::BuildRoot::acquire(pl.build_dir())?;
+            h.install(&r.root)?;
+            (Some(r), store.stage()?)
+        }
+        None => (None, store.stage_at(pl.build_dir())?),
+    })
+}
+
+/// Checkout, source patches, then the plan's command (the compiler cache and
+/// NCCL reuse around it); returns the short sha the build tree gives.
+fn compile(
+    pl: &Plan,
+    t: &Target,
+    root: Option<&super::canon::BuildRoot>,
+    build: &Path,
+    notes: &mut Vec<String>,
+) -> Result<String> {
+    let shared = root.and_then(|r| start_compiler_cache(pl, &r.root, notes));
+    let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
+    if let Some(n) = read_elsewhere(pl) {
+        notes.push(n);
+    }
+    // Source patches: after checkout and submodules, before anything compiles.
+    super::patch::apply(pl.tree(), &pl.source.patches, &build.join("source-patches"))?;
+    check_interrupted()?;
+    let nccl = super::nccl_reuse::before(pl, t.cache_dir, notes);
+    std::fs::create_dir_all(pl.dist())?;
+    std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
+    let argv = super::side_by_side::command(pl)?;
+    let ran = crate::process::Cmd::exact(
+        argv,
+        &pl.run.cwd,
+        &pl.run.env,
+        format!("building {} ({})", pl.variant.name, pl.source.version),
+    )?
+    .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name));
+    if let Some(r) = root {
+        finish_compiler_cache(pl, &r.root, shared, notes);
+    }
+    super::side_by_side::keep_ninja_logs(pl.tree(), &pl.outputs.log);
+    ran?;
+    super::nccl_reuse::after(pl, t.cache_dir, nccl, notes);
+    Ok(short)
+}
+
+/// The built wheel's file name, parsed name and members, checked: the version
+/// the pin must give, every extension the interface builds.
+fn check_built(pl: &Plan, built: &Path, short: &str) -> Result<(String, WheelName, Vec<String>)> {
+    let file_name = built.file_name().context("wheel file name")?.to_string_lossy().into_owned();
+    let name = WheelName::parse(&file_name).context("pip produced a wheel with an unparsable name")?;
+    // setup.py labels the tree `<base>+<short>`; a patched build is relabelled `<base>+<short>.p<set>`.
+    let exact = crate::patches::label(&pl.interface.base_version, short, &[]);
+    if !same_version(&name.version, &exact) {
+        return Err(Failure::problems(format!(
+            "the built wheel's version is {} but the pin {} must give {exact} (git short in the build tree: {short})",
+            name.version, pl.source.rev
+        ))
+        .hint(format!(
+            "the `{}` interface takes the label from {} and `git rev-parse --short HEAD`: check that the source builds from its own checkout",
+            pl.interface.branch.as_str(),
+            pl.interface.version_from
+        ))
+        .into());
+    }
+    let members = zip_names(built)?;
+    for ext in &pl.interface.extensions {
+        let prefix = ext.replace('.', "/");
+        if !members.iter().any(|m| m.starts_with(&format!("{prefix}.")) && m.contains(".so")) {
+            return Err(Failure::problems(format!(
+                "{} has no {ext} extension, which DeepEP's `{}` interface at {} builds",
+                name.dist,
+                pl.interface.branch.as_str(),
+                pl.source.rev
+            ))
+            .hint("read the build log: setup.py did not build every extension its interface names")
+            .into());
+        }
+    }
+    Ok((file_name, name, members))
+}
+
+/// Every shared object whose RUNPATH points into the build Python's
+/// site-packages, relocated with patchelf (in `patch_dir`) into `changes`.
+fn relocate_runpaths(
+    tc: &super::toolchain::Toolchain,
+    built: &Path,
+    members: &[String],
+    patch_dir: &Path,
+    changes: &mut stamp::Changes,
+) -> Result<Vec<Patch>> {
+    let mut patches = Vec::new();
+    for m in members.iter().filter(|m| m.ends_with(".so") || m.contains(".so.")) {
+        let data = stamp::read_member(built, m)?;
+        let Some(elf) = relocate::ElfDynamic::parse(&data)? else { continue };
+        let Some(new) = relocate::planned_runpath(m, &elf, &tc.site_packages) else { continue };
+        let patchelf = relocate::require_patchelf(&tc.python, m)?;
+        std::fs::create_dir_all(patch_dir)?;
+        let f = patch_dir.join(patches.len().to_string());
+        std::fs::write(&f, &data)?;
+        patches.push(relocate::apply(&patchelf, m, &f, &elf.runpath, &new)?);
+        changes.replace.insert(m.clone(), std::fs::read(&f)?);
+        check_interrupted()?;
+    }
+    Ok(patches)
+}
+
+/// A cross-built wheel checked against the aarch64 sysroot (NEEDED resolved, imported under qemu).
+fn cross_check(x: &super::toolchain::Sysroot, wheel: &Path, dir: &Path, notes: &mut Vec<String>) -> Result<()> {
+    let checked = super::cross::check_wheel(wheel, x, dir)?;
+    let n: usize = checked.needed.values().map(|m| m.len()).sum();
+    notes.push(format!(
+        "cross check: {n} NEEDED of {} extensions resolved in the aarch64 sysroot (libcuda.so.1/libnvidia-ml.so.1: the run machine's driver)",
+        checked.needed.len()
+    ));
+    notes.push(format!("cross check: qemu-aarch64 {}", checked.import));
+    check_interrupted()
+}
+
+/// The cache entry of the stamped wheel in `stage`, written there.
+fn cache_entry(
+    pl: &Plan,
+    key: &cache::Key,
+    stage: &Path,
+    file_name: String,
+    built_version: &str,
+) -> Result<cache::Entry> {
+    let (sha256, size) = crate::input::sha256_file(&stage.join(&file_name), "wheel", crate::input::cap::WHEEL)?;
+    let now = provenance::now_secs();
+    let entry = cache::Entry {
+        schema: cache::SCHEMA,
+        key: key.as_str().to_string(),
+        wheel: file_name,
+        sha256,
+        size,
+        variant: pl.variant.name.clone(),
+        version: if pl.source.patches.is_empty() { built_version.to_string() } else { pl.source.version.clone() },
+        created: provenance::rfc3339(now),
+        created_secs: now,
+    };
+    cache::write_entry(stage, &entry)?;
+    Ok(entry)
 }
 
 /// A patched build's new label in `changes` and the wheel's new file name (unchanged when exact).

@@ -306,6 +306,18 @@ fn print_cross_preview(x: &plan::CrossPreview) {
 // plan in a fixed order (docs/plan.md shows it); splitting it would only scatter
 // the order across functions.
 fn print_plan(pl: &Plan, cached: bool) {
+    print_what(pl);
+    print_decisions(pl);
+    match &pl.toolchain {
+        ToolchainPart::Known(t) => print_toolchain(t, pl.needs_torch),
+        ToolchainPart::Missing(m) => print_missing_toolchain(m),
+    }
+    print_environment(pl);
+    print_build(pl, cached);
+}
+
+/// The variant, its source (fork, interface, version, submodules, patches).
+fn print_what(pl: &Plan) {
     let v = &pl.variant;
     let kind = if v.multinode {
         format!("multinode/{}", v.transport.as_deref().unwrap_or("doca"))
@@ -337,6 +349,11 @@ fn print_plan(pl: &Plan, cached: bool) {
         crate::outln!("  submodule   {p} @ {c}");
     }
     print_patches(&s.patches);
+}
+
+/// The knobs as set, and what the plan dropped, fixed and warns about.
+fn print_decisions(pl: &Plan) {
+    let i = &pl.interface;
     let knobs: Vec<String> = i
         .knobs
         .iter()
@@ -356,60 +373,65 @@ fn print_plan(pl: &Plan, cached: bool) {
     for w in &pl.warnings {
         crate::outln!("  warning     {w}");
     }
-    match &pl.toolchain {
-        ToolchainPart::Known(t) => {
-            crate::outln!(
-                "  python      {} ({} {}, {}), torch {}{}",
-                t.python.display(),
-                t.python_version,
-                t.python_tag,
-                t.platform,
-                t.torch.as_deref().unwrap_or("-"),
-                if pl.needs_torch { " (the build imports torch)" } else { "" }
-            );
-            crate::outln!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
-            if let Some(r) = &t.registry {
-                let pick = |n: &str| format!("{n} {}", r.packages.get(n).map(String::as_str).unwrap_or("-"));
-                crate::outln!(
-                    "  toolchain   registry {} ({} packages: {}, ...)",
-                    r.root.display(),
-                    r.packages.len(),
-                    ["torch", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvshmem-cu13"].map(pick).join(", ")
-                );
-                crate::outln!(
-                    "  stub        libcuda.so (soname libcuda.so.1) defining {} driver functions from cuda.h",
-                    r.stub_symbols
-                );
-                for n in &r.notes {
-                    crate::outln!("  note        {n}");
-                }
-            }
-            if let Some(x) = &t.cross {
-                print_cross(x);
-            }
-            for (k, c) in &t.compilers {
-                crate::outln!("  {k:<11} {} ({})", c.path.display(), c.version);
-            }
-        }
-        ToolchainPart::Missing(m) => {
-            crate::outln!("  toolchain   {} MISSING: {}", m.kind, m.missing);
-            if let Some(h) = &m.hint {
-                crate::outln!("              hint: {h}");
-            }
-            for n in &m.needs {
-                crate::outln!("  build needs {n}");
-            }
-            if let Some(w) = &m.would_provision {
-                let host = if m.cross.is_some() { " (the host side, x86_64)" } else { "" };
-                crate::outln!("  would make  {}{host} with Python {}: {}", w.root.display(), w.python, w.torch);
-                crate::outln!("              then {}", w.packages.join(" "));
-            }
-            if let Some(x) = &m.cross {
-                print_cross_preview(x);
-            }
+}
+
+/// A toolchain found (or made): Python, torch, nvcc, the registry, cross, compilers.
+fn print_toolchain(t: &toolchain::Toolchain, needs_torch: bool) {
+    crate::outln!(
+        "  python      {} ({} {}, {}), torch {}{}",
+        t.python.display(),
+        t.python_version,
+        t.python_tag,
+        t.platform,
+        t.torch.as_deref().unwrap_or("-"),
+        if needs_torch { " (the build imports torch)" } else { "" }
+    );
+    crate::outln!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
+    if let Some(r) = &t.registry {
+        let pick = |n: &str| format!("{n} {}", r.packages.get(n).map(String::as_str).unwrap_or("-"));
+        crate::outln!(
+            "  toolchain   registry {} ({} packages: {}, ...)",
+            r.root.display(),
+            r.packages.len(),
+            ["torch", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvshmem-cu13"].map(pick).join(", ")
+        );
+        crate::outln!(
+            "  stub        libcuda.so (soname libcuda.so.1) defining {} driver functions from cuda.h",
+            r.stub_symbols
+        );
+        for n in &r.notes {
+            crate::outln!("  note        {n}");
         }
     }
-    print_environment(pl);
+    if let Some(x) = &t.cross {
+        print_cross(x);
+    }
+    for (k, c) in &t.compilers {
+        crate::outln!("  {k:<11} {} ({})", c.path.display(), c.version);
+    }
+}
+
+/// A missing toolchain: what is missing, what the build needs, what would be made.
+fn print_missing_toolchain(m: &plan::MissingToolchain) {
+    crate::outln!("  toolchain   {} MISSING: {}", m.kind, m.missing);
+    if let Some(h) = &m.hint {
+        crate::outln!("              hint: {h}");
+    }
+    for n in &m.needs {
+        crate::outln!("  build needs {n}");
+    }
+    if let Some(w) = &m.would_provision {
+        let host = if m.cross.is_some() { " (the host side, x86_64)" } else { "" };
+        crate::outln!("  would make  {}{host} with Python {}: {}", w.root.display(), w.python, w.torch);
+        crate::outln!("              then {}", w.packages.join(" "));
+    }
+    if let Some(x) = &m.cross {
+        print_cross_preview(x);
+    }
+}
+
+/// The build root and hooks, NCCL reuse, extensions, the command, the cache key, the outputs.
+fn print_build(pl: &Plan, cached: bool) {
     if let Some(h) = &pl.hooks {
         crate::outln!(
             "  build root  {} (the same path on every machine, one build at a time; links: {})",

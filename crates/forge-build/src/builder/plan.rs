@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::toolchain::Toolchain;
 use crate::interface::Interface;
@@ -472,7 +471,7 @@ struct CrossKey<'a> {
 }
 
 fn cache_key(k: &KeyInput) -> String {
-    hex::encode(Sha256::digest(serde_json::to_vec(k).expect("plain data serialises")))
+    crate::input::sha256_hex(&serde_json::to_vec(k).expect("plain data serialises"))
 }
 
 /// The build command: pip builds the checkout in `cwd` into `dist`.

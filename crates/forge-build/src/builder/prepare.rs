@@ -86,8 +86,50 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
 /// The plans of the request for its one Python (`c.python`).
 fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     let pins = &c.pins;
-    let all = c.variants == Variants::All;
-    let selected: Vec<&Variant> = match &c.variants {
+    let (here, skipped) = split_by_host(c, select_variants(c)?)?;
+    let cache_dir = crate::cache::resolve_dir(c.cache_dir.as_deref())?;
+    std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
+    let cache_dir = std::path::absolute(&cache_dir)?;
+    let mut plans = Vec::new();
+    if here.is_empty() {
+        return Ok(Planned { cache_dir, plans, pythons: Vec::new(), skipped });
+    }
+    // Only --source may name a local folder; pins.toml's repo is a remote URL, never looked up on disk.
+    let origin = match &c.source {
+        Some(s) => source::resolve(s, &cache_dir)?,
+        None => source::Origin { repo: pins_repo(pins), snapshot_of: None },
+    };
+    let mirror = source::mirror_path(&cache_dir, &origin.repo);
+    let (sources, knob_envs) = sources_and_knobs(c, &here, &origin, &mirror, &cache_dir)?;
+    let caller: BTreeMap<String, String> = crate::environ::vars().collect();
+    let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources), &sources.keys().copied().collect::<Vec<_>>())?;
+    let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let out_dir = std::path::absolute(&c.out)?;
+    let host = Arch::host();
+    let mut cross_tc = None;
+    for (v, (knob_env, set)) in here.into_iter().zip(knob_envs) {
+        let p = &sources[&v.arch];
+        let python = c.python.as_deref().unwrap_or("python3");
+        let ctx = Ctx { pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
+        let tc = if Some(v.arch) == host {
+            &tc
+        } else {
+            if cross_tc.is_none() {
+                cross_tc = Some(cross_toolchain(&tc, &cache_dir, mode)?);
+            }
+            cross_tc.as_ref().expect("set above")
+        };
+        let mut plan = plan_variant(&ctx, v, p, (knob_env, set), tc, jobs, c.no_cache, &caller)?;
+        finish_plan(c, mode, &mut plan, &ctx, (&p.rev, &v.name))?;
+        plans.push(plan);
+    }
+    Ok(Planned { cache_dir, plans, pythons: Vec::new(), skipped })
+}
+
+/// The variants named (`--variant`, repeatable, each once) or all (`--all`).
+fn select_variants(c: &BuildRequest) -> Result<Vec<&Variant>> {
+    let pins = &c.pins;
+    Ok(match &c.variants {
         Variants::All => pins.variants.iter().collect(),
         Variants::Named(n) if n.is_empty() => {
             crate::bail_usage!("name a variant with --variant NAME (repeatable) or pass --all; known: {}", names(pins));
@@ -97,9 +139,14 @@ fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
             v.dedup_by(|a, b| a.name == b.name);
             v
         }
-    };
+    })
+}
+
+/// The variants built here (the host's architecture, and aarch64 by
+/// cross-compiling with the registry toolchain) and the others, skipped
+/// under `--all` and refused when named.
+fn split_by_host<'p>(c: &BuildRequest, selected: Vec<&'p Variant>) -> Result<(Vec<&'p Variant>, Vec<Skipped>)> {
     let host = Arch::host();
-    // Built here: the host's architecture, and aarch64 by cross-compiling with the registry toolchain.
     let cross_ok = |v: &Variant| cross::is_cross(c.toolchain, host, v.arch) && cross_unsupported(v).is_none();
     let (here, other): (Vec<&Variant>, Vec<&Variant>) =
         selected.into_iter().partition(|v| Some(v.arch) == host || cross_ok(v));
@@ -121,7 +168,7 @@ fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
             format!("{} variant: build it on an {} host or through the container path", v.arch, v.arch)
         })
     };
-    if !all && !other.is_empty() {
+    if c.variants != Variants::All && !other.is_empty() {
         let v = other[0];
         return Err(Failure::usage(format!(
             "variant `{}` builds for {}, this host is {}",
@@ -134,77 +181,59 @@ fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     }
     let skipped =
         other.iter().map(|v| Skipped { variant: v.name.clone(), arch: v.arch.to_string(), reason: why(v) }).collect();
-    let cache_dir = crate::cache::resolve_dir(c.cache_dir.as_deref())?;
-    std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
-    let cache_dir = std::path::absolute(&cache_dir)?;
-    let mut plans = Vec::new();
-    if here.is_empty() {
-        return Ok(Planned { cache_dir, plans, pythons: Vec::new(), skipped });
-    }
-    // Only --source may name a local folder; pins.toml's repo is a remote URL, never looked up on disk.
-    let origin = match &c.source {
-        Some(s) => source::resolve(s, &cache_dir)?,
-        None => source::Origin { repo: pins_repo(pins), snapshot_of: None },
-    };
-    let mirror = source::mirror_path(&cache_dir, &origin.repo);
-    // Source and interface first: a variant the revision cannot build is
-    // refused before any toolchain work or submodule fetch.
+    Ok((here, skipped))
+}
+
+/// A variant's knob environment and source patches.
+type KnobsAndPatches = (BTreeMap<String, String>, Vec<crate::patches::SourcePatch>);
+
+/// Source and interface first: a variant the revision cannot build is
+/// refused before any toolchain work or submodule fetch. The pinned source
+/// per architecture, and each variant's knobs and patches (checked to apply).
+fn sources_and_knobs(
+    c: &BuildRequest,
+    here: &[&Variant],
+    origin: &Origin,
+    mirror: &Path,
+    cache_dir: &Path,
+) -> Result<(BTreeMap<Arch, Pinned>, Vec<KnobsAndPatches>)> {
+    let pins = &c.pins;
     let mut sources: BTreeMap<Arch, Pinned> = BTreeMap::new();
     let mut knob_envs = Vec::new();
-    for v in &here {
+    for v in here {
         let p = match sources.entry(v.arch) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert(pinned(pins, v.arch, &origin, &mirror, c.recorded_fork.as_ref())?)
+                e.insert(pinned(pins, v.arch, origin, mirror, c.recorded_fork.as_ref())?)
             }
         };
         let set = super::patch::for_variant(pins, v)?;
         if !set.is_empty() {
-            let scratch = tempfile::Builder::new().prefix("patch-check-").tempdir_in(&cache_dir)?;
-            super::patch::check_applies(&mirror, &p.rev, &set, scratch.path())?;
+            let scratch = tempfile::Builder::new().prefix("patch-check-").tempdir_in(cache_dir)?;
+            super::patch::check_applies(mirror, &p.rev, &set, scratch.path())?;
         }
         knob_envs.push((knobs(pins, v, p)?, set));
     }
-    let caller: BTreeMap<String, String> = crate::environ::vars().collect();
-    let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources), &sources.keys().copied().collect::<Vec<_>>())?;
-    let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-    let out_dir = std::path::absolute(&c.out)?;
-    let mut cross_tc = None;
-    for (v, (knob_env, set)) in here.into_iter().zip(knob_envs) {
-        let p = &sources[&v.arch];
-        let python = c.python.as_deref().unwrap_or("python3");
-        let ctx = Ctx { pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
-        let tc = if Some(v.arch) == host {
-            &tc
-        } else {
-            if cross_tc.is_none() {
-                cross_tc = Some(cross_toolchain(&tc, &cache_dir, mode)?);
-            }
-            cross_tc.as_ref().expect("set above")
-        };
-        let mut plan = plan_variant(&ctx, v, p, (knob_env, set), tc, jobs, c.no_cache, &caller)?;
-        // The canonical build root, its links and the compiler hooks (repro's `canon`).
-        let (flag, off) = match &c.compiler_cache {
-            CompilerCache::Default => (None, false),
-            CompilerCache::At(d) => (Some(d.clone()), false),
-            CompilerCache::Off => (None, true),
-        };
-        let compiler_cache = super::canon::compiler_cache(flag, off, &cache_dir)?;
-        super::canon::apply(&mut plan, compiler_cache, mode == Mode::Build)?;
-        if plan.source.submodules.contains_key(super::nccl_reuse::SUBMODULE) {
-            let setup = source::show(&mirror, &p.rev, "setup.py");
-            super::nccl_reuse::attach(&mut plan, setup.as_deref(), &cache_dir, c.nccl_reuse);
-        }
-        super::side_by_side::attach(&mut plan, c.serial_extensions);
-        plan.outputs.log = log_path(&cache_dir, &v.name, plan.cache_key.as_deref());
-        plan.outputs.cache_entry = plan
-            .cache_key
-            .as_deref()
-            .filter(|_| !c.no_cache)
-            .map(|k| crate::cache::Cache::at(&cache_dir).wheels_dir().join(k));
-        plans.push(plan);
+    Ok((sources, knob_envs))
+}
+
+/// The canonical build root, its links and the compiler hooks (repro's
+/// `canon`), NCCL reuse, side-by-side extensions, and the outputs.
+fn finish_plan(c: &BuildRequest, mode: Mode, plan: &mut Plan, ctx: &Ctx, (rev, variant): (&str, &str)) -> Result<()> {
+    let (flag, off) = match &c.compiler_cache {
+        CompilerCache::Default => (None, false),
+        CompilerCache::At(d) => (Some(d.clone()), false),
+        CompilerCache::Off => (None, true),
+    };
+    let compiler_cache = super::canon::compiler_cache(flag, off, ctx.cache_dir)?;
+    super::canon::apply(plan, compiler_cache, mode == Mode::Build)?;
+    if plan.source.submodules.contains_key(super::nccl_reuse::SUBMODULE) {
+        let setup = source::show(ctx.mirror, rev, "setup.py");
+        super::nccl_reuse::attach(plan, setup.as_deref(), ctx.cache_dir, c.nccl_reuse);
     }
-    Ok(Planned { cache_dir, plans, pythons: Vec::new(), skipped })
+    super::side_by_side::attach(plan, c.serial_extensions);
+    set_outputs(plan, ctx.cache_dir, variant, c.no_cache);
+    Ok(())
 }
 
 /// Why an aarch64 variant cannot be cross-compiled, if it cannot (the DOCA
@@ -451,83 +480,15 @@ fn plan_variant(
     // The build folder: `<cache>/tmp/build-<pid>-<variant>` (a dead process's is
     // removed by the next run; the build creates it and fails if it exists).
     let build = ctx.cache_dir.join("tmp").join(format!("build-{}-{}", std::process::id(), v.name));
-    let mut roots = Roots::default();
-    roots.0.insert(Root::Build, build.clone());
-    roots.0.insert(Root::Cache, ctx.cache_dir.to_path_buf());
-    roots.0.insert(Root::Out, ctx.out_dir.to_path_buf());
-    match &ctx.origin.snapshot_of {
-        Some((dir, _)) => {
-            roots.0.insert(Root::Source, dir.clone());
-        }
-        None if ctx.origin.repo.starts_with('/') => {
-            roots.0.insert(Root::Source, PathBuf::from(&ctx.origin.repo));
-        }
-        None => {}
-    }
-    // Without a toolchain: the Python build-wheel would run (the registry's, or `--python`).
-    let python = match tc {
-        ToolchainPart::Known(t) => t.python.to_string_lossy().into_owned(),
-        ToolchainPart::Missing(m) => match m.would_provision.as_ref().filter(|w| !w.root.as_os_str().is_empty()) {
-            Some(w) => w.root.join("env/bin/python").to_string_lossy().into_owned(),
-            None => ctx.python.to_string(),
-        },
-    };
-    let mut run = Run {
-        argv: plan::pip_argv(&python, &build.join("dist")),
-        cwd: build.join("src"),
-        env: BTreeMap::new(),
-        env_origin: BTreeMap::new(),
-    };
-    for k in plan::PASSTHROUGH {
-        if let Some(val) = caller.get(k).filter(|v| !v.is_empty()) {
-            run.set(k, val.clone(), EnvOrigin::Caller);
-        }
-    }
-    for (k, val) in &knob_env {
-        run.set(k, val.clone(), EnvOrigin::Knob);
-    }
-    run.set("MAX_JOBS", jobs.to_string(), EnvOrigin::Jobs);
-    run.set("SOURCE_DATE_EPOCH", p.commit_time.to_string(), EnvOrigin::Epoch);
-    // pip reads no user or site configuration (an index URL there could change the build).
-    run.set("PIP_CONFIG_FILE", "/dev/null", EnvOrigin::Tool);
+    let mut roots = build_roots(ctx, &build);
+    let mut run = build_run(&build_python(ctx, tc), &build, caller, &knob_env, jobs, p.commit_time);
     let mut fixes = Vec::new();
     if let Some(t) = tc.known() {
         toolchain_env(t, &mut run, &mut roots, &mut fixes, caller);
         nccl_link_fix(t, i, &mut run, &mut fixes);
     }
-    let dropped_env = caller
-        .iter()
-        .filter(|(k, val)| run.env.get(*k) != Some(*val))
-        .filter_map(|(k, val)| {
-            let knob = [Branch::HybridEp, Branch::Main, Branch::MainLegacy]
-                .iter()
-                .any(|b| interface::table(*b).iter().any(|r| r.name == k));
-            if knob || REPORTED.contains(&k.as_str()) {
-                Some((k.clone(), val.clone()))
-            } else if REPORTED_BY_NAME.iter().any(|pre| k.starts_with(pre)) {
-                Some((k.clone(), "(not shown)".into()))
-            } else {
-                None
-            }
-        })
-        .collect();
-    let mut warnings = i.warnings.clone();
-    warnings.extend(i.notes(&run.env));
-    if let ToolchainPart::Missing(m) = tc {
-        warnings.extend(m.warnings.iter().cloned());
-    }
-    if i.base_version != ctx.pins.source.base_version {
-        warnings.push(format!(
-            "{} says base_version = \"{}\", but the source at {} gives {} ({}): the wheel will be {}+{}",
-            ctx.pins.path.display(),
-            ctx.pins.source.base_version,
-            pin.short(),
-            i.base_version,
-            i.version_from,
-            i.base_version,
-            pin.short()
-        ));
-    }
+    let dropped_env = dropped_env(caller, &run);
+    let warnings = plan_warnings(ctx, i, &run, tc, pin.short());
     let mut plan = Plan {
         schema: plan::SCHEMA,
         variant: variant_info(v),
@@ -564,34 +525,145 @@ fn plan_variant(
         outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },
     };
     if let Some(t) = tc.known() {
-        let (mut e, from) = super::environment::of(t, &plan.run.env, i);
-        let root = |lib| super::environment::root(t, &plan.run.env, i.branch, lib);
-        e.requires = Some(super::closure::derive(
-            t,
-            &e,
-            root("NCCL").as_deref(),
-            root("NVSHMEM").as_deref(),
-            v.runtime_requires,
-        ));
-        below_stated((ctx, v, pin.short()), i, &e, &from)?;
-        plan.environment = Some(e);
-        plan.environment_from = from;
-        // torch's CUDA against nvcc: a refusal (another major, in a build that imports torch) is
-        // preflight's STOP; anything else is said here.
-        if let Some(m) = preflight::toolchain_cuda(&plan).filter(|m| !(m.refused && plan.needs_torch)) {
-            let runs =
-                if m.refused { " (this build does not import torch, so torch's check does not run)" } else { "" };
-            plan.warnings.push(format!("{}{runs}", m.message));
-        }
+        attach_environment(&mut plan, t, (ctx, v, pin.short()))?;
     }
     plan.seal();
-    plan.outputs.log = log_path(ctx.cache_dir, &v.name, plan.cache_key.as_deref());
+    set_outputs(&mut plan, ctx.cache_dir, &v.name, no_cache);
+    Ok(plan)
+}
+
+/// The plan's roots: the build folder, the cache, the output folder and, for
+/// a local source, the source.
+fn build_roots(ctx: &Ctx, build: &Path) -> Roots {
+    let mut roots = Roots::default();
+    roots.0.insert(Root::Build, build.to_path_buf());
+    roots.0.insert(Root::Cache, ctx.cache_dir.to_path_buf());
+    roots.0.insert(Root::Out, ctx.out_dir.to_path_buf());
+    match &ctx.origin.snapshot_of {
+        Some((dir, _)) => {
+            roots.0.insert(Root::Source, dir.clone());
+        }
+        None if ctx.origin.repo.starts_with('/') => {
+            roots.0.insert(Root::Source, PathBuf::from(&ctx.origin.repo));
+        }
+        None => {}
+    }
+    roots
+}
+
+/// The Python that runs the build: the toolchain's; without one, the one the
+/// registry would provision, or `--python`.
+fn build_python(ctx: &Ctx, tc: &ToolchainPart) -> String {
+    match tc {
+        ToolchainPart::Known(t) => t.python.to_string_lossy().into_owned(),
+        ToolchainPart::Missing(m) => match m.would_provision.as_ref().filter(|w| !w.root.as_os_str().is_empty()) {
+            Some(w) => w.root.join("env/bin/python").to_string_lossy().into_owned(),
+            None => ctx.python.to_string(),
+        },
+    }
+}
+
+/// The pip command and its environment before the toolchain's: the caller's
+/// passthrough variables, the knobs, MAX_JOBS, SOURCE_DATE_EPOCH, no pip config.
+fn build_run(
+    python: &str,
+    build: &Path,
+    caller: &BTreeMap<String, String>,
+    knob_env: &BTreeMap<String, String>,
+    jobs: usize,
+    commit_time: i64,
+) -> Run {
+    let mut run = Run {
+        argv: plan::pip_argv(python, &build.join("dist")),
+        cwd: build.join("src"),
+        env: BTreeMap::new(),
+        env_origin: BTreeMap::new(),
+    };
+    for k in plan::PASSTHROUGH {
+        if let Some(val) = caller.get(k).filter(|v| !v.is_empty()) {
+            run.set(k, val.clone(), EnvOrigin::Caller);
+        }
+    }
+    for (k, val) in knob_env {
+        run.set(k, val.clone(), EnvOrigin::Knob);
+    }
+    run.set("MAX_JOBS", jobs.to_string(), EnvOrigin::Jobs);
+    run.set("SOURCE_DATE_EPOCH", commit_time.to_string(), EnvOrigin::Epoch);
+    // pip reads no user or site configuration (an index URL there could change the build).
+    run.set("PIP_CONFIG_FILE", "/dev/null", EnvOrigin::Tool);
+    run
+}
+
+/// The caller's variables the build does not see as given, as far as they
+/// are reported (knobs and [`REPORTED`] by value, [`REPORTED_BY_NAME`] by name).
+fn dropped_env(caller: &BTreeMap<String, String>, run: &Run) -> BTreeMap<String, String> {
+    caller
+        .iter()
+        .filter(|(k, val)| run.env.get(*k) != Some(*val))
+        .filter_map(|(k, val)| {
+            let knob = [Branch::HybridEp, Branch::Main, Branch::MainLegacy]
+                .iter()
+                .any(|b| interface::table(*b).iter().any(|r| r.name == k));
+            if knob || REPORTED.contains(&k.as_str()) {
+                Some((k.clone(), val.clone()))
+            } else if REPORTED_BY_NAME.iter().any(|pre| k.starts_with(pre)) {
+                Some((k.clone(), "(not shown)".into()))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The interface's warnings and notes, the missing toolchain's, and a base
+/// version that differs from pins.toml's.
+fn plan_warnings(ctx: &Ctx, i: &Interface, run: &Run, tc: &ToolchainPart, short: &str) -> Vec<String> {
+    let mut warnings = i.warnings.clone();
+    warnings.extend(i.notes(&run.env));
+    if let ToolchainPart::Missing(m) = tc {
+        warnings.extend(m.warnings.iter().cloned());
+    }
+    if i.base_version != ctx.pins.source.base_version {
+        warnings.push(format!(
+            "{} says base_version = \"{}\", but the source at {short} gives {} ({}): the wheel will be {}+{short}",
+            ctx.pins.path.display(),
+            ctx.pins.source.base_version,
+            i.base_version,
+            i.version_from,
+            i.base_version,
+        ));
+    }
+    warnings
+}
+
+/// The environment the toolchain gives the build (and what it requires),
+/// checked against what the variant states; torch's CUDA against nvcc.
+fn attach_environment(plan: &mut Plan, t: &Toolchain, (ctx, v, short): (&Ctx, &Variant, &str)) -> Result<()> {
+    let i = &plan.interface;
+    let (mut e, from) = super::environment::of(t, &plan.run.env, i);
+    let root = |lib| super::environment::root(t, &plan.run.env, i.branch, lib);
+    e.requires =
+        Some(super::closure::derive(t, &e, root("NCCL").as_deref(), root("NVSHMEM").as_deref(), v.runtime_requires));
+    below_stated((ctx, v, short), i, &e, &from)?;
+    plan.environment = Some(e);
+    plan.environment_from = from;
+    // torch's CUDA against nvcc: a refusal (another major, in a build that imports torch) is
+    // preflight's STOP; anything else is said here.
+    if let Some(m) = preflight::toolchain_cuda(plan).filter(|m| !(m.refused && plan.needs_torch)) {
+        let runs = if m.refused { " (this build does not import torch, so torch's check does not run)" } else { "" };
+        plan.warnings.push(format!("{}{runs}", m.message));
+    }
+    Ok(())
+}
+
+/// The plan's log and (unless --no-cache) cache entry, from its cache key.
+fn set_outputs(plan: &mut Plan, cache_dir: &Path, variant: &str, no_cache: bool) {
+    plan.outputs.log = log_path(cache_dir, variant, plan.cache_key.as_deref());
     plan.outputs.cache_entry = plan
         .cache_key
         .as_deref()
         .filter(|_| !no_cache)
-        .map(|k| crate::cache::Cache::at(ctx.cache_dir).wheels_dir().join(k));
-    Ok(plan)
+        .map(|k| crate::cache::Cache::at(cache_dir).wheels_dir().join(k));
 }
 
 /// The revision's stated torch and NVSHMEM minimums against what the build compiles

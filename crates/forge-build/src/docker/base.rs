@@ -9,7 +9,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
 use super::Builder;
 use crate::cache::Cache;
@@ -133,7 +132,7 @@ fn release(b: &Base) -> Result<Release> {
     let body = fetch_release(&format!("{}/dists/{}/Release", b.mirror, b.suite))?;
     let text = String::from_utf8_lossy(&body);
     let date = text.lines().find_map(|l| l.strip_prefix("Date: ")).unwrap_or("unknown").trim().to_string();
-    Ok(Release { date, sha256: hex::encode(Sha256::digest(&body)) })
+    Ok(Release { date, sha256: crate::input::sha256_hex(&body) })
 }
 
 /// GET a Release file: at most 1 MiB, 30 s in all (the one HTTP client,
@@ -185,7 +184,7 @@ fn debian_key(b: &Base, arch: Arch) -> String {
         "arch": arch.debian(),
         "packages": PACKAGES,
     });
-    hex::encode(Sha256::digest(inputs.to_string()))
+    crate::input::sha256_hex(inputs.to_string().as_bytes())
 }
 
 /// The CUDA layer's key: the rootfs's key, the Containerfile and the host CAs it copies.
@@ -194,9 +193,9 @@ fn cuda_key(debian_key: &str, containerfile: &str, cas: &[(String, Vec<u8>)]) ->
         "schema": SCHEMA,
         "debian": debian_key,
         "containerfile": containerfile,
-        "host_cas": cas.iter().map(|(n, d)| format!("{n} {}", hex::encode(Sha256::digest(d)))).collect::<Vec<_>>(),
+        "host_cas": cas.iter().map(|(n, d)| format!("{n} {}", crate::input::sha256_hex(d))).collect::<Vec<_>>(),
     });
-    hex::encode(Sha256::digest(inputs.to_string()))
+    crate::input::sha256_hex(inputs.to_string().as_bytes())
 }
 
 /// Plan the base for `arch`: its key and references; whether the CUDA image,
@@ -319,19 +318,12 @@ fn make_rootfs(
         "packages": PACKAGES,
         "release_date": release.date,
         "release_sha256": release.sha256,
-        "rootfs_sha256": sha256_file(&tar)?,
+        "rootfs_sha256": crate::input::sha256_file(&tar, "Debian rootfs tarball", crate::input::cap::ROOTFS)?.0,
         "snapshot": if b.mirror.contains("snapshot.debian.org") { "pinned by the mirror URL" } else { "none: the mirror's state on release_date" },
     });
     std::fs::write(out.join("base.json"), serde_json::to_string_pretty(&record)? + "\n")?;
     std::fs::rename(&out, dir).with_context(|| format!("publishing {}", dir.display()))?;
     Ok(())
-}
-
-fn sha256_file(p: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h)?;
-    Ok(hex::encode(h.finalize()))
 }
 
 fn import(builder: Builder, program: &Path, tar: &Path, r: &str, images: &Path) -> Result<()> {

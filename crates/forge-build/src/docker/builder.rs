@@ -172,16 +172,7 @@ fn read_dockerfile(targets: &[(String, Target)]) -> Result<String> {
     crate::input::read_text(Path::new(file), "Dockerfile", crate::input::cap::TEXT)
 }
 
-/// The ARG names the Dockerfile declares (`ARG NAME` / `ARG NAME=default`).
-pub fn declared_args(dockerfile: &str) -> BTreeSet<String> {
-    dockerfile
-        .lines()
-        .filter_map(|l| l.trim_start().strip_prefix("ARG "))
-        .filter_map(|rest| rest.split(['=', ' ']).next())
-        .map(|n| n.trim().to_string())
-        .filter(|n| !n.is_empty())
-        .collect()
-}
+pub use crate::dockerfile::declared_args;
 
 /// The flags after `--` for podman/buildah: only those that leave the bake
 /// file's decisions alone; a `--build-arg` only for an ARG the Dockerfile

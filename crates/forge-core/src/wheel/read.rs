@@ -12,7 +12,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use sha2::{Digest, Sha256};
 
 use crate::error::Failure;
 use crate::provenance::{self, Provenance};
@@ -81,22 +80,15 @@ impl Wheel {
     /// sha256 (hex) and size of the file, read from the opened file (never
     /// the path again, so what is hashed is what was checked).
     pub fn sha256(&self) -> Result<(String, u64)> {
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut at = 0u64;
-        loop {
-            crate::error::check_interrupted()?;
-            let n = self
-                .file
-                .read_at(&mut buf, at)
-                .map_err(|e| Failure::usage(format!("cannot read wheel {}: {e}", self.path.display())))?;
-            if n == 0 || at >= crate::input::cap::WHEEL {
-                break;
+        let mut at = At { file: &self.file, at: 0 };
+        let cap = crate::input::cap::WHEEL;
+        match crate::input::sha256_stream(&mut (&mut at).take(cap), cap, |_| Ok(())) {
+            Ok((digest, n)) => Ok((hex::encode(digest), n)),
+            Err(crate::input::StreamError::Read(e)) => {
+                Err(Failure::usage(format!("cannot read wheel {}: {e}", self.path.display())).into())
             }
-            h.update(&buf[..n]);
-            at += n as u64;
+            Err(e) => Err(e.into()),
         }
-        Ok((hex::encode(h.finalize()), at))
     }
 
     /// The `<name>.dist-info` folder.
@@ -141,7 +133,7 @@ impl Wheel {
         let p = serde_json::from_slice(&bytes).map_err(|e| {
             Failure::usage(format!("{}: the provenance document is unreadable: {e}", self.path.display()))
         })?;
-        Ok((p, hex::encode(Sha256::digest(&bytes))))
+        Ok((p, crate::input::sha256_hex(&bytes)))
     }
 }
 
@@ -166,9 +158,19 @@ pub fn provenance(path: &Path) -> Result<Provenance> {
     Ok(open(path)?.provenance()?.0)
 }
 
-/// sha256 (hex) and size of the file at `path` (a regular file under the wheel cap).
-pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    crate::input::sha256_file(path, "wheel", crate::input::cap::WHEEL)
+/// Reads an opened file from `at` on, by offset (never moving the file's
+/// cursor, which the zip reader's clone shares).
+struct At<'a> {
+    file: &'a File,
+    at: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
 }
 
 /// Why a member name cannot be a wheel member: absolute, a `..` step, a

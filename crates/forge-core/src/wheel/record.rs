@@ -2,7 +2,6 @@
 //! without padding>,size`; RECORD itself has empty hash and size.
 use anyhow::{Context, Result};
 use base64::Engine;
-use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -14,7 +13,7 @@ pub struct Entry {
 
 /// `sha256=<urlsafe base64, no padding>` of some bytes.
 pub fn hash_bytes(data: &[u8]) -> String {
-    hash_digest(&Sha256::digest(data))
+    hash_digest(&crate::input::sha256(data))
 }
 
 /// Format a finished sha256 digest the RECORD way.

@@ -194,8 +194,6 @@ fn zip_time(epoch: i64) -> zip::DateTime {
     zip::DateTime::from_date_and_time(y as u16, mo as u8, d as u8, h as u8, mi as u8, s as u8).unwrap_or_default()
 }
 
-pub use super::read::sha256_file;
-
 #[cfg(test)]
 mod tests {
     use super::*;

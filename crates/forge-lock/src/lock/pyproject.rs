@@ -15,6 +15,52 @@ use toml::Spanned;
 use super::{marker, GitRef, Kind, LineIndex, Reference};
 use crate::error::Failure;
 
+/// One place pyproject.toml keeps a list of requirement strings.
+#[derive(Debug, Clone, Copy)]
+pub struct RequirementField {
+    /// The table holding the list (`["tool", "uv"]`).
+    pub table: &'static [&'static str],
+    /// The list's key in it; `None`: every key of the table is a list
+    /// (`project.optional-dependencies.<extra>`, `dependency-groups.<group>`).
+    pub key: Option<&'static str>,
+    /// The dotted name messages give (`.<key>` appended when `key` is `None`).
+    pub label: &'static str,
+}
+
+impl RequirementField {
+    /// The place a list found under `key` of this field's table is named by.
+    pub fn place(&self, key: &str) -> String {
+        match self.key {
+            Some(_) => self.label.to_string(),
+            None => format!("{}.{key}", self.label),
+        }
+    }
+}
+
+/// Every place pyproject.toml keeps requirement strings, in the order they
+/// are read and rewritten: the one table `lock check`, `pin set` and
+/// `pin set --index` go through.
+pub const REQUIREMENT_FIELDS: [RequirementField; 6] = [
+    RequirementField { table: &["project"], key: Some("dependencies"), label: "project.dependencies" },
+    RequirementField {
+        table: &["project", "optional-dependencies"],
+        key: None,
+        label: "project.optional-dependencies",
+    },
+    RequirementField { table: &["dependency-groups"], key: None, label: "dependency-groups" },
+    RequirementField {
+        table: &["tool", "uv"],
+        key: Some("override-dependencies"),
+        label: "tool.uv.override-dependencies",
+    },
+    RequirementField {
+        table: &["tool", "uv"],
+        key: Some("constraint-dependencies"),
+        label: "tool.uv.constraint-dependencies",
+    },
+    RequirementField { table: &["tool", "uv"], key: Some("dev-dependencies"), label: "tool.uv.dev-dependencies" },
+];
+
 /// What `lock check` and `pin set` need from pyproject.toml.
 #[derive(Debug)]
 pub struct Pyproject {
@@ -28,6 +74,39 @@ struct Doc {
     #[serde(rename = "dependency-groups", default)]
     dependency_groups: BTreeMap<String, Vec<Spanned<GroupItem>>>,
     tool: Option<Tool>,
+}
+
+impl Doc {
+    /// The lists of requirement strings `field` names, each with its place.
+    fn lists(&self, field: &RequirementField) -> Vec<(String, Vec<Spanned<String>>)> {
+        let project = self.project.as_ref();
+        let uv = self.tool.as_ref().and_then(|t| t.uv.as_ref());
+        let one = |v: Option<&Vec<Spanned<String>>>| v.map(|v| vec![(field.place(""), v.clone())]).unwrap_or_default();
+        match (field.table, field.key) {
+            (["project"], Some("dependencies")) => one(project.map(|p| &p.dependencies)),
+            (["project", "optional-dependencies"], None) => project
+                .map(|p| p.optional_dependencies.iter().map(|(g, v)| (field.place(g), v.clone())).collect())
+                .unwrap_or_default(),
+            (["dependency-groups"], None) => {
+                self.dependency_groups.iter().map(|(g, items)| (field.place(g), group_requirements(items))).collect()
+            }
+            (["tool", "uv"], Some("override-dependencies")) => one(uv.map(|u| &u.override_dependencies)),
+            (["tool", "uv"], Some("constraint-dependencies")) => one(uv.map(|u| &u.constraint_dependencies)),
+            (["tool", "uv"], Some("dev-dependencies")) => one(uv.map(|u| &u.dev_dependencies)),
+            _ => unreachable!("{}: a requirement field the reader has no slot for", field.label),
+        }
+    }
+}
+
+/// The requirement strings of a dependency group (`include-group` entries hold none).
+fn group_requirements(items: &[Spanned<GroupItem>]) -> Vec<Spanned<String>> {
+    items
+        .iter()
+        .filter_map(|i| match i.get_ref() {
+            GroupItem::Requirement(s) => Some(Spanned::new(i.span(), s.clone())),
+            GroupItem::Include(_) => None,
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -158,26 +237,12 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
         }
         Ok(())
     };
-    if let Some(p) = &doc.project {
-        reqs(&p.dependencies, "project.dependencies".into(), &mut refs)?;
-        for (g, items) in &p.optional_dependencies {
-            reqs(items, format!("project.optional-dependencies.{g}"), &mut refs)?;
+    for field in &REQUIREMENT_FIELDS {
+        for (place, items) in doc.lists(field) {
+            reqs(&items, place, &mut refs)?;
         }
     }
-    for (g, items) in &doc.dependency_groups {
-        let strings: Vec<Spanned<String>> = items
-            .iter()
-            .filter_map(|i| match i.get_ref() {
-                GroupItem::Requirement(s) => Some(Spanned::new(i.span(), s.clone())),
-                GroupItem::Include(_) => None,
-            })
-            .collect();
-        reqs(&strings, format!("dependency-groups.{g}"), &mut refs)?;
-    }
     if let Some(uv) = doc.tool.and_then(|t| t.uv) {
-        reqs(&uv.override_dependencies, "tool.uv.override-dependencies".into(), &mut refs)?;
-        reqs(&uv.constraint_dependencies, "tool.uv.constraint-dependencies".into(), &mut refs)?;
-        reqs(&uv.dev_dependencies, "tool.uv.dev-dependencies".into(), &mut refs)?;
         for (key, spec) in &uv.sources {
             if !is_name(key, name) {
                 continue;
@@ -240,6 +305,23 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
 mod tests {
     use super::*;
     use crate::pins::Arch;
+
+    #[test]
+    fn every_requirement_field_is_read() {
+        let text = "[project]\ndependencies = [\"a\"]\n[project.optional-dependencies]\nx = [\"b\"]\n[dependency-groups]\ng = [\"c\", { include-group = \"x\" }]\n[tool.uv]\noverride-dependencies = [\"d\"]\nconstraint-dependencies = [\"e\"]\ndev-dependencies = [\"f\"]\n";
+        let doc: Doc = toml::from_str(text).unwrap();
+        let places: Vec<(String, usize)> =
+            REQUIREMENT_FIELDS.iter().flat_map(|f| doc.lists(f)).map(|(p, v)| (p, v.len())).collect();
+        let want = [
+            "project.dependencies",
+            "project.optional-dependencies.x",
+            "dependency-groups.g",
+            "tool.uv.override-dependencies",
+            "tool.uv.constraint-dependencies",
+            "tool.uv.dev-dependencies",
+        ];
+        assert_eq!(places, want.iter().map(|p| (p.to_string(), 1)).collect::<Vec<_>>());
+    }
 
     fn deep_ep() -> PackageName {
         PackageName::from_str("deep_ep").unwrap()

@@ -274,27 +274,61 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
             .into());
     }
     let parts = parse_parts(path, text, name)?;
-    match parts.iter().find_map(|(_, l)| l.version.as_ref()) {
-        Some(toml::Value::Integer(_)) => {}
-        Some(other) => {
-            return Err(Failure::usage(format!(
-                "{}: `version = {other}` is not uv's lockfile header (expected an integer, e.g. `version = 1`)",
-                path.display()
-            ))
-            .hint("regenerate it with `uv lock`")
-            .into())
-        }
-        None => {
-            return Err(Failure::usage(format!(
-                "{} has no `version = N` header: not a lockfile uv wrote",
-                path.display()
-            ))
-            .hint("regenerate it with `uv lock`, or delete it to check pyproject.toml alone")
-            .into())
-        }
+    check_header(path, &parts)?;
+    let mut r = Reader {
+        path,
+        text,
+        name,
+        ix: LineIndex::new(text),
+        allowed: marker::conflicts_allowed(&conflict_sets(&parts, project)),
+        refs: Vec::new(),
+        overridden: Vec::new(),
+    };
+    let manifest = parts.iter().find_map(|(o, l)| l.manifest.as_ref().map(|m| (*o, m)));
+    let members: Vec<String> = manifest.map(|(_, m)| m.members.clone()).unwrap_or_default();
+    let packages: Vec<(usize, &Package)> =
+        parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))).collect();
+    if let Some((off, m)) = manifest {
+        r.manifest(off, m)?;
     }
-    let ix = LineIndex::new(text);
-    let sets: Vec<Vec<(String, ConflictItem)>> = parts
+    // The locked deep-ep packages first: dependents are resolved against them.
+    let locked = r.locked(&packages)?;
+    for (off, p) in &packages {
+        r.dependents(*off, p, &locked)?;
+        let owner = p.name.get_ref();
+        let own = members.iter().any(|m| m == owner)
+            || project.is_some_and(|pr| PackageName::from_str(pr).is_ok_and(|pr| pr.as_ref() == owner))
+            || p.source
+                .as_ref()
+                .is_some_and(|s| s.editable.as_deref() == Some(".") || s.virtual_.as_deref() == Some("."));
+        r.requires(*off, p, own)?;
+    }
+    let Reader { refs, mut overridden, .. } = r;
+    overridden.sort();
+    overridden.dedup();
+    let environment = environment(path, text, project)?;
+    Ok(UvLock { refs, overridden, environment })
+}
+
+/// uv's lockfile header: an integer `version = N` in some part.
+fn check_header(path: &Path, parts: &[(usize, Lock)]) -> Result<()> {
+    match parts.iter().find_map(|(_, l)| l.version.as_ref()) {
+        Some(toml::Value::Integer(_)) => Ok(()),
+        Some(other) => Err(Failure::usage(format!(
+            "{}: `version = {other}` is not uv's lockfile header (expected an integer, e.g. `version = 1`)",
+            path.display()
+        ))
+        .hint("regenerate it with `uv lock`")
+        .into()),
+        None => Err(Failure::usage(format!("{} has no `version = N` header: not a lockfile uv wrote", path.display()))
+            .hint("regenerate it with `uv lock`, or delete it to check pyproject.toml alone")
+            .into()),
+    }
+}
+
+/// The lock's `conflicts` sets, each item with its package (the project's when unnamed).
+fn conflict_sets(parts: &[(usize, Lock)], project: Option<&str>) -> Vec<Vec<(String, ConflictItem)>> {
+    parts
         .iter()
         .flat_map(|(_, l)| &l.conflicts)
         .map(|set| {
@@ -309,88 +343,96 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
                 })
                 .collect()
         })
-        .collect();
-    let allowed = marker::conflicts_allowed(&sets);
-    let mut refs = Vec::new();
-    let mut overridden = Vec::new();
-    let reference = |kind, (line, col), place: String, archs, git, version, owner| Reference {
-        kind,
-        file: path.to_path_buf(),
-        line,
-        col,
-        place,
-        archs,
-        git,
-        version,
-        owner,
-    };
+        .collect()
+}
 
-    let manifest = parts.iter().find_map(|(o, l)| l.manifest.as_ref().map(|m| (*o, m)));
-    let members: Vec<String> = manifest.map(|(_, m)| m.members.clone()).unwrap_or_default();
-    let packages: Vec<(usize, &Package)> =
-        parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))).collect();
-    if let Some((off, m)) = manifest {
+/// A locked deep-ep package: (git source, version, archs).
+type Locked = (Option<String>, Option<String>, Vec<Arch>);
+
+/// Reading the DeepEP references out of a parsed lock, collecting them.
+struct Reader<'a> {
+    path: &'a Path,
+    text: &'a str,
+    name: &'a PackageName,
+    ix: LineIndex,
+    /// Where uv's conflict markers can hold.
+    allowed: MarkerTree,
+    refs: Vec<Reference>,
+    overridden: Vec<Arch>,
+}
+
+impl Reader<'_> {
+    /// Line and column of byte `at`.
+    fn pos(&self, at: usize) -> (usize, usize) {
+        (self.ix.line(at), self.ix.col(self.text, at))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        kind: Kind,
+        (line, col): (usize, usize),
+        place: String,
+        archs: Vec<Arch>,
+        git: Option<GitRef>,
+        version: Option<String>,
+        owner: Option<String>,
+    ) {
+        let file = self.path.to_path_buf();
+        self.refs.push(Reference { kind, file, line, col, place, archs, git, version, owner });
+    }
+
+    /// `[manifest]` overrides, constraints and dependency-metadata naming DeepEP.
+    fn manifest(&mut self, off: usize, m: &Manifest) -> Result<()> {
         for (list, what) in [(&m.overrides, "overrides"), (&m.constraints, "constraints")] {
-            for r in list.iter().filter(|r| is_name(&r.get_ref().name, name)) {
-                let line = ix.line(off + r.span().start);
-                let pos = (line, ix.col(text, off + r.span().start));
-                let archs = marker::archs(&parse_marker(r.get_ref().marker.as_deref(), path, line)?, &allowed);
+            for r in list.iter().filter(|r| is_name(&r.get_ref().name, self.name)) {
+                let pos = self.pos(off + r.span().start);
+                let archs =
+                    marker::archs(&parse_marker(r.get_ref().marker.as_deref(), self.path, pos.0)?, &self.allowed);
                 if what == "overrides" {
-                    overridden.extend(archs.iter().copied());
+                    self.overridden.extend(archs.iter().copied());
                 }
                 let git = r.get_ref().git.as_deref().map(GitRef::from_lock_url);
-                refs.push(reference(Kind::LockManifest, pos, format!("[manifest] {what}"), archs, git, None, None));
+                self.push(Kind::LockManifest, pos, format!("[manifest] {what}"), archs, git, None, None);
             }
         }
-        for md in m.dependency_metadata.iter().filter(|d| is_name(&d.get_ref().name, name)) {
+        for md in m.dependency_metadata.iter().filter(|d| is_name(&d.get_ref().name, self.name)) {
             let Some(v) = &md.get_ref().version else { continue };
-            let line = ix.line(off + v.span().start);
-            let pos = (line, ix.col(text, off + v.span().start));
-            refs.push(reference(
-                Kind::LockLabel,
-                pos,
-                "[[manifest.dependency-metadata]] version".into(),
-                Arch::ALL.to_vec(),
-                None,
-                Some(v.get_ref().clone()),
-                None,
-            ));
+            let pos = self.pos(off + v.span().start);
+            let place = "[[manifest.dependency-metadata]] version".into();
+            self.push(Kind::LockLabel, pos, place, Arch::ALL.to_vec(), None, Some(v.get_ref().clone()), None);
         }
+        Ok(())
     }
 
-    // The locked deep-ep packages first: dependents are resolved against them.
-    let mut locked: Vec<(Option<String>, Option<String>, Vec<Arch>)> = Vec::new(); // (git source, version, archs)
-    for (off, p) in packages.iter().filter(|(_, p)| is_name(p.name.get_ref(), name)) {
-        let line = ix.line(off + p.name.span().start);
-        let pos = (line, ix.col(text, off + p.name.span().start));
-        let mut m = if p.resolution_markers.is_empty() { MarkerTree::TRUE } else { MarkerTree::FALSE };
-        for rm in &p.resolution_markers {
-            m.or(parse_marker(Some(rm), path, line)?);
+    /// The locked deep-ep packages, each a reference; returned for their dependents.
+    fn locked(&mut self, packages: &[(usize, &Package)]) -> Result<Vec<Locked>> {
+        let mut locked = Vec::new();
+        for (off, p) in packages.iter().filter(|(_, p)| is_name(p.name.get_ref(), self.name)) {
+            let pos = self.pos(off + p.name.span().start);
+            let mut m = if p.resolution_markers.is_empty() { MarkerTree::TRUE } else { MarkerTree::FALSE };
+            for rm in &p.resolution_markers {
+                m.or(parse_marker(Some(rm), self.path, pos.0)?);
+            }
+            let archs = marker::archs(&m, &MarkerTree::TRUE);
+            let git_url = p.source.as_ref().and_then(|s| s.git.clone());
+            locked.push((git_url.clone(), p.version.clone(), archs.clone()));
+            let git = git_url.as_deref().map(GitRef::from_lock_url);
+            self.push(Kind::LockPackage, pos, "[[package]] deep-ep".into(), archs, git, p.version.clone(), None);
         }
-        let archs = marker::archs(&m, &MarkerTree::TRUE);
-        let git_url = p.source.as_ref().and_then(|s| s.git.clone());
-        locked.push((git_url.clone(), p.version.clone(), archs.clone()));
-        refs.push(reference(
-            Kind::LockPackage,
-            pos,
-            "[[package]] deep-ep".into(),
-            archs,
-            git_url.as_deref().map(GitRef::from_lock_url),
-            p.version.clone(),
-            None,
-        ));
+        Ok(locked)
     }
 
-    for (off, p) in &packages {
+    /// `p`'s dependency entries naming DeepEP (dependencies, optional and dev).
+    fn dependents(&mut self, off: usize, p: &Package, locked: &[Locked]) -> Result<()> {
         let owner = p.name.get_ref();
         let lists = std::iter::once(("dependencies".to_string(), &p.dependencies))
             .chain(p.optional_dependencies.iter().map(|(k, v)| (format!("optional-dependencies.{k}"), v)))
             .chain(p.dev_dependencies.iter().map(|(k, v)| (format!("dev-dependencies.{k}"), v)));
         for (list, deps) in lists {
-            for d in deps.iter().filter(|d| is_name(&d.get_ref().name, name)) {
+            for d in deps.iter().filter(|d| is_name(&d.get_ref().name, self.name)) {
                 let dep = d.get_ref();
-                let line = ix.line(off + d.span().start);
-                let pos = (line, ix.col(text, off + d.span().start));
+                let pos = self.pos(off + d.span().start);
                 let git_url = dep.source.as_ref().and_then(|s| s.git.clone());
                 // The entry applies where its marker can hold AND the package it names was resolved.
                 let target: Vec<Arch> = match locked.iter().find(|(g, v, _)| {
@@ -401,45 +443,38 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
                     None if locked.len() == 1 => locked[0].2.clone(),
                     None => Arch::ALL.to_vec(),
                 };
-                let archs: Vec<Arch> = marker::archs(&parse_marker(dep.marker.as_deref(), path, line)?, &allowed)
-                    .into_iter()
-                    .filter(|a| target.contains(a))
-                    .collect();
-                refs.push(reference(
-                    Kind::LockDependent,
-                    pos,
-                    format!("{owner} {list}"),
-                    archs,
-                    git_url.as_deref().map(GitRef::from_lock_url),
-                    dep.version.clone(),
-                    Some(owner.clone()),
-                ));
+                let archs: Vec<Arch> =
+                    marker::archs(&parse_marker(dep.marker.as_deref(), self.path, pos.0)?, &self.allowed)
+                        .into_iter()
+                        .filter(|a| target.contains(a))
+                        .collect();
+                let git = git_url.as_deref().map(GitRef::from_lock_url);
+                let place = format!("{owner} {list}");
+                self.push(Kind::LockDependent, pos, place, archs, git, dep.version.clone(), Some(owner.clone()));
             }
         }
-        let own = members.iter().any(|m| m == owner)
-            || project.is_some_and(|pr| PackageName::from_str(pr).is_ok_and(|pr| pr.as_ref() == owner))
-            || p.source
-                .as_ref()
-                .is_some_and(|s| s.editable.as_deref() == Some(".") || s.virtual_.as_deref() == Some("."));
-        let Some(meta) = &p.metadata else { continue };
+        Ok(())
+    }
+
+    /// `p`'s metadata requirements naming DeepEP: the project's own (`own`) or a transitive one.
+    fn requires(&mut self, off: usize, p: &Package, own: bool) -> Result<()> {
+        let owner = p.name.get_ref();
+        let Some(meta) = &p.metadata else { return Ok(()) };
         let lists = std::iter::once(("requires-dist".to_string(), &meta.requires_dist))
             .chain(meta.requires_dev.iter().map(|(k, v)| (format!("requires-dev.{k}"), v)));
         for (list, reqs) in lists {
-            for r in reqs.iter().filter(|r| is_name(&r.get_ref().name, name)) {
-                let line = ix.line(off + r.span().start);
-                let pos = (line, ix.col(text, off + r.span().start));
+            for r in reqs.iter().filter(|r| is_name(&r.get_ref().name, self.name)) {
+                let pos = self.pos(off + r.span().start);
                 // requires-dist markers use plain extra names: no uv conflict encoding.
-                let archs = marker::archs(&parse_marker(r.get_ref().marker.as_deref(), path, line)?, &MarkerTree::TRUE);
+                let archs =
+                    marker::archs(&parse_marker(r.get_ref().marker.as_deref(), self.path, pos.0)?, &MarkerTree::TRUE);
                 let kind = if own { Kind::LockRequiresDist } else { Kind::LockTransitive };
                 let git = r.get_ref().git.as_deref().map(GitRef::from_lock_url);
-                refs.push(reference(kind, pos, format!("{owner} {list}"), archs, git, None, Some(owner.clone())));
+                self.push(kind, pos, format!("{owner} {list}"), archs, git, None, Some(owner.clone()));
             }
         }
+        Ok(())
     }
-    overridden.sort();
-    overridden.dedup();
-    let environment = environment(path, text, project)?;
-    Ok(UvLock { refs, overridden, environment })
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use toml_edit::{Array, DocumentMut, Item, TableLike, Value};
 
 use crate::error::Failure;
 use crate::lock::marker::{arch_env, archs};
-use crate::lock::pyproject::{is_name, leading_name, parse_requirement};
+use crate::lock::pyproject::{is_name, leading_name, parse_requirement, REQUIREMENT_FIELDS};
 use crate::pins::Arch;
 
 /// What to write.
@@ -146,7 +146,27 @@ fn edit_array(arr: &mut Array, place: &str, name: &PackageName, t: &Target, path
     }
 }
 
-fn table_mut<'a>(doc: &'a mut DocumentMut, path: &[&str]) -> Option<&'a mut dyn TableLike> {
+/// Every list of requirement strings pyproject.toml keeps (see
+/// [`REQUIREMENT_FIELDS`]), each with its place, in the table's order.
+pub(super) fn each_requirement_array(
+    doc: &mut DocumentMut,
+    mut f: impl FnMut(String, &mut Array) -> Result<()>,
+) -> Result<()> {
+    for field in &REQUIREMENT_FIELDS {
+        let Some(table) = table_mut(doc, field.table) else { continue };
+        let keys: Vec<String> = match field.key {
+            Some(k) => vec![k.to_string()],
+            None => table.iter().map(|(k, _)| k.to_string()).collect(),
+        };
+        for k in keys {
+            let Some(arr) = table.get_mut(&k).and_then(Item::as_array_mut) else { continue };
+            f(field.place(&k), arr)?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn table_mut<'a>(doc: &'a mut DocumentMut, path: &[&str]) -> Option<&'a mut dyn TableLike> {
     let mut t: &mut dyn TableLike = doc.as_table_mut();
     for k in path {
         t = t.get_mut(k)?.as_table_like_mut()?;
@@ -167,35 +187,15 @@ fn set_string(item: &mut Item, s: &str) -> bool {
 }
 
 /// Rewrite pyproject.toml text. Returns the new text and the places changed.
-// Just over 120 lines: the places a requirement can live (a table of spots),
-// tool.uv.sources and the label are rewritten in one toml_edit document, so
-// every change shares one parse and one list of places changed.
 pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Result<(String, Vec<String>)> {
     let mut doc = pins_doc(path, text)?;
     let mut places = Vec::new();
-    // Every array of requirement strings: (table path, key or None for "each key").
-    let spots: [(&[&str], Option<&str>, &str); 6] = [
-        (&["project"], Some("dependencies"), "project.dependencies"),
-        (&["project", "optional-dependencies"], None, "project.optional-dependencies"),
-        (&["dependency-groups"], None, "dependency-groups"),
-        (&["tool", "uv"], Some("override-dependencies"), "tool.uv.override-dependencies"),
-        (&["tool", "uv"], Some("constraint-dependencies"), "tool.uv.constraint-dependencies"),
-        (&["tool", "uv"], Some("dev-dependencies"), "tool.uv.dev-dependencies"),
-    ];
-    for (tpath, key, label) in spots {
-        let Some(table) = table_mut(&mut doc, tpath) else { continue };
-        let keys: Vec<String> = match key {
-            Some(k) => vec![k.to_string()],
-            None => table.iter().map(|(k, _)| k.to_string()).collect(),
-        };
-        for k in keys {
-            let Some(arr) = table.get_mut(&k).and_then(Item::as_array_mut) else { continue };
-            let place = if key.is_some() { label.to_string() } else { format!("{label}.{k}") };
-            if edit_array(arr, &place, name, t, path, text)? > 0 {
-                places.push(place);
-            }
+    each_requirement_array(&mut doc, |place, arr| {
+        if edit_array(arr, &place, name, t, path, text)? > 0 {
+            places.push(place);
         }
-    }
+        Ok(())
+    })?;
 
     // tool.uv.sources.<deep_ep>: a table or a list of tables with git + rev.
     if let Some(sources) = table_mut(&mut doc, &["tool", "uv", "sources"]) {

@@ -63,14 +63,6 @@ pub fn index_url(base: &str, variant: &str) -> Result<String> {
     Ok(format!("{}/{variant}/simple", u.as_str().trim_end_matches('/')))
 }
 
-fn table_mut<'a>(doc: &'a mut DocumentMut, path: &[&str]) -> Option<&'a mut dyn toml_edit::TableLike> {
-    let mut t: &mut dyn toml_edit::TableLike = doc.as_table_mut();
-    for k in path {
-        t = t.get_mut(k)?.as_table_like_mut()?;
-    }
-    Some(t)
-}
-
 /// The new text of one DeepEP requirement, or `None` when it is not one this edit moves.
 fn moved(s: &str, name: &PackageName, dest: &Dest, path: &Path) -> Result<Option<(String, Vec<Arch>)>> {
     if !is_name(leading_name(s), name) {
@@ -102,28 +94,13 @@ fn requirements(
     dest: &Dest,
     path: &Path,
 ) -> Result<(Vec<String>, Vec<Vec<Arch>>)> {
-    let spots: [(&[&str], Option<&str>, &str); 6] = [
-        (&["project"], Some("dependencies"), "project.dependencies"),
-        (&["project", "optional-dependencies"], None, "project.optional-dependencies"),
-        (&["dependency-groups"], None, "dependency-groups"),
-        (&["tool", "uv"], Some("override-dependencies"), "tool.uv.override-dependencies"),
-        (&["tool", "uv"], Some("constraint-dependencies"), "tool.uv.constraint-dependencies"),
-        (&["tool", "uv"], Some("dev-dependencies"), "tool.uv.dev-dependencies"),
-    ];
     let (mut places, mut covers) = (Vec::new(), Vec::new());
-    for (tpath, key, label) in spots {
-        let Some(table) = table_mut(doc, tpath) else { continue };
-        let keys: Vec<String> = match key {
-            Some(k) => vec![k.to_string()],
-            None => table.iter().map(|(k, _)| k.to_string()).collect(),
-        };
-        for k in keys {
-            let Some(arr) = table.get_mut(&k).and_then(Item::as_array_mut) else { continue };
-            if edit_array(arr, name, dest, path, &mut covers)? {
-                places.push(if key.is_some() { label.to_string() } else { format!("{label}.{k}") });
-            }
+    super::edit::each_requirement_array(doc, |place, arr| {
+        if edit_array(arr, name, dest, path, &mut covers)? {
+            places.push(place);
         }
-    }
+        Ok(())
+    })?;
     Ok((places, covers))
 }
 

@@ -166,6 +166,57 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
     held.warn_legacy();
     held.refuse_if_pending()?;
+    let c = read_consumer(&args)?;
+    let uv = if args.relock { Some(find_uv()?) } else { None };
+    let r = resolve_revision(&args)?;
+    let lock_path = args.place.project.join("uv.lock");
+    precheck(&args, &c, &r, uv.is_some().then_some(lock_path.as_path()))?;
+    let (index_variant, index_url) = index_of(&args, c.pins.as_ref())?;
+    let (base, label) = version_label(&args, &c, &r)?;
+    let (new_py, places) = rewrite_pyproject(&args, &c, &r, (index_variant.as_deref(), index_url), label.as_deref())?;
+    let after = pyproject::read(&c.py_path, &new_py, &c.name)?; // the result must read back cleanly
+    let new_pins = rewrite_pins(&args, &c, &r, base.as_deref())?;
+    let split = label_split(&after, &r.rev);
+
+    // 2. Every file it will touch: resolved (a symlink's target is written), writable, its old bytes kept.
+    let lock = uv.is_some().then_some(lock_path.as_path());
+    let changes = changes(&c, &new_py, new_pins.as_ref(), lock)?;
+    let again = again_command(&args, &r.rev, &flags);
+    // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
+    let _guard = crate::error::Cooperative::enter();
+    let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
+    if let Err(e) = t.apply() {
+        t.rollback()?;
+        return Err(e);
+    }
+    report_pinned(&args, &c, &r, (&places, label.as_deref(), new_pins.as_ref(), split));
+    let (check, check_cmd) = lock_check_of(&args);
+    let Some(uv) = uv else {
+        commit_unless_interrupted(t)?;
+        let attest = if args.index.is_some() { index_check_flags() } else { String::new() };
+        crate::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
+        return Ok(Exit::Ok);
+    };
+    relock(&args, &uv, t, &again, &check_cmd)?;
+    let report = crate::lock::run_check(&check)?;
+    crate::out!("{}", crate::findings::render_human(&report.findings));
+    crate::outln!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
+    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+}
+
+/// What `pin set` reads of the consumer: pins.toml (unless --no-pins), the
+/// package name, pyproject.toml's text and its DeepEP references.
+struct Consumer {
+    pins: Option<Pins>,
+    name: PackageName,
+    py_path: PathBuf,
+    py_text: String,
+    before: pyproject::Pyproject,
+}
+
+/// Read the consumer; a pyproject.toml that does not reference DeepEP is
+/// refused unless `--index` adds the requirement.
+fn read_consumer(args: &SetArgs) -> Result<Consumer> {
     let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
@@ -185,8 +236,19 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first, or pass --index URL --variant NAME to install DeepEP from a `deepep-forge publish` index")
         .into());
     }
-    let uv = if args.relock { Some(find_uv()?) } else { None };
+    Ok(Consumer { pins, name, py_path, py_text, before })
+}
 
+/// The revision pinned: the full sha and its short form, with the cache and
+/// the git source (`--source`) they were resolved with.
+struct Revision {
+    cache: PathBuf,
+    src: Option<source::GitSource>,
+    rev: String,
+    short: String,
+}
+
+fn resolve_revision(args: &SetArgs) -> Result<Revision> {
     let cache = args.cache.resolve()?;
     let src = args.source.as_deref().map(|s| source::GitSource::open(s, &cache)).transpose()?;
     let rev = match &src {
@@ -203,25 +265,28 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         Some(s) => s.short(&rev)?,
         None => rev[..7].to_string(),
     };
-    let old_label = before.refs.iter().find(|r| r.kind == Kind::Label).and_then(|r| r.version.clone());
-    // Everything that can be refused without the source is refused before any fetch:
-    // the rewrite itself (label filled in below) and files pin set cannot write.
-    let (moved_py, _) =
-        edit::pyproject(&py_path, &py_text, &name, &edit::Target { rev: &rev, arch: args.arch, label: None })?;
-    let lock_path = args.place.project.join("uv.lock");
-    let relocked = uv.is_some().then_some(lock_path.as_path()).filter(|p| p.exists());
-    let arches_moved = |p: &Pins| {
-        args.arch
-            .map(|a| vec![a])
-            .unwrap_or(Arch::ALL.to_vec())
-            .iter()
-            .any(|a| p.pins.get(a).is_none_or(|x| x.rev != rev))
-    };
-    let pins_moved = pins.as_ref().filter(|p| arches_moved(p)).map(|p| p.path.as_path());
-    precheck_writable(&[(moved_py != py_text).then_some(py_path.as_path()), pins_moved, relocked])?;
-    // The index and its variant are checked before any fetch, too.
-    // A variant published into another variant's index (pins.toml `index`) is served from that one.
-    let index_variant = match (&args.variant, &pins) {
+    Ok(Revision { cache, src, rev, short })
+}
+
+/// Whether pinning `rev` (for `arch`, else both) moves any of `p`'s pins.
+fn arches_moved(p: &Pins, arch: Option<Arch>, rev: &str) -> bool {
+    arch.map(|a| vec![a]).unwrap_or(Arch::ALL.to_vec()).iter().any(|a| p.pins.get(a).is_none_or(|x| x.rev != rev))
+}
+
+/// Everything that can be refused without the source is refused before any fetch:
+/// the rewrite itself (label filled in later) and files pin set cannot write.
+fn precheck(args: &SetArgs, c: &Consumer, r: &Revision, lock: Option<&Path>) -> Result<()> {
+    let target = edit::Target { rev: &r.rev, arch: args.arch, label: None };
+    let (moved_py, _) = edit::pyproject(&c.py_path, &c.py_text, &c.name, &target)?;
+    let relocked = lock.filter(|p| p.exists());
+    let pins_moved = c.pins.as_ref().filter(|p| arches_moved(p, args.arch, &r.rev)).map(|p| p.path.as_path());
+    precheck_writable(&[(moved_py != c.py_text).then_some(c.py_path.as_path()), pins_moved, relocked])
+}
+
+/// The index's variant and URL (with `--index`), checked before any fetch too.
+/// A variant published into another variant's index (pins.toml `index`) is served from that one.
+fn index_of(args: &SetArgs, pins: Option<&Pins>) -> Result<(Option<String>, Option<String>)> {
+    let index_variant = match (&args.variant, pins) {
         (Some(v), Some(p)) if args.index.is_some() => Some(p.variant(v)?.index_name().to_string()),
         (v, _) => v.clone(),
     };
@@ -232,81 +297,113 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         }
         None => None,
     };
+    Ok((index_variant, index_url))
+}
+
+/// The base version at REV (when a label or pins.toml needs it) and the label
+/// `<base>+<short>` (when the consumer has one, or `--index` needs one).
+fn version_label(args: &SetArgs, c: &Consumer, r: &Revision) -> Result<(Option<String>, Option<String>)> {
+    let old_label = c.before.refs.iter().find(|x| x.kind == Kind::Label).and_then(|x| x.version.clone());
     // The label's base (and pins.toml's base_version) come from the source at REV, never from the old label.
     // `deep_ep==LABEL` needs the label even where the consumer had none (a git or new consumer).
     let wants_label = old_label.is_some() || args.index.is_some();
-    let base = if wants_label || pins.is_some() {
-        Some(match &src {
-            Some(s) => s.base_version(&rev)?.ok_or_else(|| source::no_version(&short, &s.given))?,
-            None => source::base_version_at(&cache, &repo_of(pins.as_ref(), &before, &py_path)?, &rev)?,
+    let base = if wants_label || c.pins.is_some() {
+        Some(match &r.src {
+            Some(s) => s.base_version(&r.rev)?.ok_or_else(|| source::no_version(&r.short, &s.given))?,
+            None => {
+                let repo = repo_of(c.pins.as_ref(), &c.before, &c.py_path)?;
+                source::base_version_at(&r.cache, &repo, &r.rev)?
+            }
         })
     } else {
         None
     };
-    let label = base.as_ref().filter(|_| wants_label).map(|b| format!("{b}+{short}"));
+    let label = base.as_ref().filter(|_| wants_label).map(|b| format!("{b}+{}", r.short));
     // The label is written into a requirement line uv reads: PEP 440 or nothing.
     if let Some(why) = label.as_deref().and_then(|l| crate::pep::check_version(l).err()) {
         return Err(Failure::usage(format!("DeepEP's version label {why}"))
             .hint("the source's base version (setup.py, pins.toml source.base_version) must be a PEP 440 version")
             .into());
     }
+    Ok((base, label))
+}
 
-    let target = edit::Target { rev: &rev, arch: args.arch, label: label.as_deref() };
-    let (new_py, places) = match (&args.index, args.git) {
+/// pyproject.toml's new text and the places changed: to the index (`--index`),
+/// back to git (`--git`), or the git revision moved.
+fn rewrite_pyproject(
+    args: &SetArgs,
+    c: &Consumer,
+    r: &Revision,
+    (index_variant, index_url): (Option<&str>, Option<String>),
+    label: Option<&str>,
+) -> Result<(String, Vec<String>)> {
+    let (py_path, py_text, name) = (&c.py_path, &c.py_text, &c.name);
+    match (&args.index, args.git) {
         (Some(_), _) => {
-            let variant = index_variant.as_deref().expect("clap requires --variant with --index");
-            let url = index_url.clone().expect("checked above");
-            let label = label.as_deref().ok_or_else(|| {
+            let variant = index_variant.expect("clap requires --variant with --index");
+            let url = index_url.expect("checked above");
+            let label = label.ok_or_else(|| {
                 Failure::usage("cannot tell DeepEP's version label for `deep_ep==LABEL`")
                     .hint("keep a pins.toml (its source.base_version), or pass --source with DeepEP's repository")
             })?;
             let iname = index::index_name(variant);
             let (text, mut places) =
-                index::pyproject(&py_path, &py_text, &name, &index::Dest::Index { name: &iname, url: &url, label })?;
-            let (text, over) = with_overrides(&py_path, text, &url, label)?;
+                index::pyproject(py_path, py_text, name, &index::Dest::Index { name: &iname, url: &url, label })?;
+            let (text, over) = with_overrides(py_path, text, &url, label)?;
             places.extend(over);
-            (text, places)
+            Ok((text, places))
         }
         (None, true) => {
-            let repo = pins.as_ref().map(|p| p.source.repo.as_str()).ok_or_else(|| {
+            let repo = c.pins.as_ref().map(|p| p.source.repo.as_str()).ok_or_else(|| {
                 Failure::usage("--git needs pins.toml's source.repo").hint("drop --no-pins, or pass --pins FILE")
             })?;
-            index::pyproject(&py_path, &py_text, &name, &index::Dest::Git { repo, rev: &rev })?
+            index::pyproject(py_path, py_text, name, &index::Dest::Git { repo, rev: &r.rev })
         }
-        (None, false) => edit::pyproject(&py_path, &py_text, &name, &target)?,
-    };
-    let after = pyproject::read(&py_path, &new_py, &name)?; // the result must read back cleanly
+        (None, false) => edit::pyproject(py_path, py_text, name, &edit::Target { rev: &r.rev, arch: args.arch, label }),
+    }
+}
+
+/// pins.toml's path, old text and new text.
+type PinsEdit = (PathBuf, String, String);
+
+/// The pins.toml edit (None under --no-pins): the revs
+/// (and base version) moved, the patches edited, a branch dropped; every
+/// patch the moved pins will build with checked to apply at REV.
+fn rewrite_pins(args: &SetArgs, c: &Consumer, r: &Revision, base: Option<&str>) -> Result<Option<PinsEdit>> {
+    let Some(p) = &c.pins else { return Ok(None) };
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
-    let new_pins = match &pins {
-        Some(p) => {
-            let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
-            let base_change = base.as_deref().filter(|b| *b != p.source.base_version);
-            let new = edit::pins(&p.path, &text, &rev, &arches, base_change)?;
-            let new = patches::edit_list(&p.path, &new, &arches, &args.patch, &args.drop_patch)?;
-            let new = match arches_moved(p) {
-                true => edit::without_branch(&p.path, &new)?,
-                false => new,
-            };
-            let parsed = Pins::parse(&new, &p.path)?; // still valid
-                                                      // Every patch the moved pins will build with must apply at REV (a scratch index, never the user's checkout).
-            if arches.iter().any(|a| parsed.pins.get(a).is_some_and(|x| !x.patches.is_empty())) {
-                let dir = match &src {
-                    Some(s) => s.dir.clone(),
-                    None => crate::source::mirror_path(&cache, &repo_of(Some(p), &before, &py_path)?),
-                };
-                patches::check(&parsed, &arches, &rev, &dir, &cache.join("tmp"))?;
-            }
-            Some((p.path.clone(), text, new))
-        }
-        None => None,
+    let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
+    let base_change = base.filter(|b| *b != p.source.base_version);
+    let new = edit::pins(&p.path, &text, &r.rev, &arches, base_change)?;
+    let new = patches::edit_list(&p.path, &new, &arches, &args.patch, &args.drop_patch)?;
+    let new = match arches_moved(p, args.arch, &r.rev) {
+        true => edit::without_branch(&p.path, &new)?,
+        false => new,
     };
-    // With --arch, the other architecture may keep another revision: one static label cannot serve both.
-    let split = after.refs.iter().any(|r| {
+    let parsed = Pins::parse(&new, &p.path)?; // still valid
+                                              // Every patch the moved pins will build with must apply at REV (a scratch index, never the user's checkout).
+    if arches.iter().any(|a| parsed.pins.get(a).is_some_and(|x| !x.patches.is_empty())) {
+        let dir = match &r.src {
+            Some(s) => s.dir.clone(),
+            None => crate::source::mirror_path(&r.cache, &repo_of(Some(p), &c.before, &c.py_path)?),
+        };
+        patches::check(&parsed, &arches, &r.rev, &dir, &r.cache.join("tmp"))?;
+    }
+    Ok(Some((p.path.clone(), text, new)))
+}
+
+/// With --arch, the other architecture may keep another revision: one static label cannot serve both.
+fn label_split(after: &pyproject::Pyproject, rev: &str) -> bool {
+    after.refs.iter().any(|r| {
         matches!(r.kind, Kind::Requirement | Kind::Source)
             && r.git.as_ref().and_then(|g| g.rev.as_deref()).is_some_and(|r| r != rev)
-    }) && after.refs.iter().any(|r| r.kind == Kind::Label);
+    }) && after.refs.iter().any(|r| r.kind == Kind::Label)
+}
 
-    // 2. Every file it will touch: resolved (a symlink's target is written), writable, its old bytes kept.
+/// The files the change writes, each resolved (a symlink's target is
+/// written), checked writable, its old bytes kept; uv.lock (with --relock) is
+/// kept to be restored, never written here.
+fn changes(c: &Consumer, new_py: &str, new_pins: Option<&PinsEdit>, lock: Option<&Path>) -> Result<Vec<txn::Change>> {
     let mut changes = Vec::new();
     let mut add = |shown: &Path, old: Option<Vec<u8>>, new: Option<Vec<u8>>| -> Result<()> {
         let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
@@ -318,51 +415,60 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         changes.push(c);
         Ok(())
     };
-    if new_py != py_text {
-        add(&py_path, Some(py_text.clone().into_bytes()), Some(new_py.clone().into_bytes()))?;
+    if new_py != c.py_text {
+        add(&c.py_path, Some(c.py_text.clone().into_bytes()), Some(new_py.as_bytes().to_vec()))?;
     }
-    if let Some((path, old, new)) = &new_pins {
+    if let Some((path, old, new)) = new_pins {
         if old != new {
             add(path, Some(old.clone().into_bytes()), Some(new.clone().into_bytes()))?;
         }
     }
-    if uv.is_some() {
-        let old = crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)?.map(String::into_bytes);
-        add(&lock_path, old, None)?;
+    if let Some(lock_path) = lock {
+        let old = crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)?.map(String::into_bytes);
+        add(lock_path, old, None)?;
     }
-    let again = format!(
+    Ok(changes)
+}
+
+/// The command that does this change again (kept with the transaction).
+fn again_command(args: &SetArgs, rev: &str, flags: &str) -> String {
+    format!(
         "deepep-forge pin set {rev}{}{flags}{}{}{}",
         args.arch.map(|a| format!(" --arch {a}")).unwrap_or_default(),
         args.source.as_deref().map(|s| format!(" --source {s}")).unwrap_or_default(),
         if args.relock { " --relock" } else { "" },
         patches::flags(&args.patch, &args.drop_patch)
-    );
-    // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
-    let _guard = crate::error::Cooperative::enter();
-    let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
-    if let Err(e) = t.apply() {
-        t.rollback()?;
-        return Err(e);
-    }
+    )
+}
 
+/// What was pinned, where, and the label; a label split is warned about.
+fn report_pinned(
+    args: &SetArgs,
+    c: &Consumer,
+    r: &Revision,
+    (places, label, new_pins, split): (&[String], Option<&str>, Option<&PinsEdit>, bool),
+) {
     let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
-    crate::outln!("pinned DeepEP {} ({short}) for {which}", rev);
+    crate::outln!("pinned DeepEP {} ({}) for {which}", r.rev, r.short);
     if places.is_empty() {
-        crate::outln!("{}: already at that revision", py_path.display());
+        crate::outln!("{}: already at that revision", c.py_path.display());
     } else {
-        crate::outln!("{}: {}", py_path.display(), places.join(", "));
+        crate::outln!("{}: {}", c.py_path.display(), places.join(", "));
     }
-    if let Some(l) = &label {
+    if let Some(l) = label {
         crate::outln!("label: {l}");
     }
-    if let Some((path, old, new)) = &new_pins {
+    if let Some((path, old, new)) = new_pins {
         crate::outln!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
-        branch_note(pins.as_ref(), path, new, &short);
+        branch_note(c.pins.as_ref(), path, new, &r.short);
     }
     if split {
         crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
     }
+}
 
+/// The `lock check` to run after relocking, and its command line.
+fn lock_check_of(args: &SetArgs) -> (crate::lock::CheckRequest, String) {
     let mut check =
         crate::lock::CheckRequest::new(&args.place.project, (!args.place.no_pins).then_some(&*args.place.pins));
     // From an index: its signed manifest, where the reader trusts keys (else `index-not-verified`).
@@ -382,16 +488,14 @@ pub fn set(args: SetArgs) -> Result<Exit> {
             String::new()
         }
     );
-    let Some(uv) = uv else {
-        commit_unless_interrupted(t)?;
-        let attest = if args.index.is_some() { index_check_flags() } else { String::new() };
-        crate::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
-        return Ok(Exit::Ok);
-    };
+    (check, check_cmd)
+}
 
-    // 3. --relock: real uv, then the lock check. Ctrl-C/SIGTERM stop uv; every file is then restored (exit 130).
+/// Step 3, --relock: real uv, then commit. Ctrl-C/SIGTERM stop uv; every file is
+/// then restored (exit 130), as on a failed `uv lock`.
+fn relock(args: &SetArgs, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
     crate::note!("running {} lock in {} ...", uv.display(), args.place.project.display());
-    let out = crate::process::Cmd::new(&uv, format!("relock {} with uv", args.place.project.display()))
+    let out = crate::process::Cmd::new(uv, format!("relock {} with uv", args.place.project.display()))
         .arg("lock")
         .dir(&args.place.project)
         .capture();
@@ -416,10 +520,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     }
     commit_unless_interrupted(t)?;
     crate::outln!("uv lock: ok");
-    let report = crate::lock::run_check(&check)?;
-    crate::out!("{}", crate::findings::render_human(&report.findings));
-    crate::outln!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
-    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+    Ok(())
 }
 
 /// `pin set` moved the pin and removed pins.toml's `source.branch`: which branch a commit is

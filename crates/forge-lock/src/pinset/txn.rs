@@ -35,7 +35,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::error::Failure;
 
@@ -279,7 +278,7 @@ impl Place {
 }
 
 fn key(dir: &Path) -> String {
-    hex::encode(&Sha256::digest(dir.as_os_str().as_bytes())[..16])
+    hex::encode(&crate::input::sha256(dir.as_os_str().as_bytes())[..16])
 }
 
 /// The project's locks, held: nobody else changes its files meanwhile.
@@ -376,7 +375,7 @@ impl Held {
                     Ok(JournalFile {
                         path: enc_path(&canonical_file(&c.real)?),
                         old: c.old.as_ref().map(|o| B64.encode(o)),
-                        new_sha256: c.new.as_ref().map(|n| hex::encode(Sha256::digest(n))),
+                        new_sha256: c.new.as_ref().map(|n| crate::input::sha256_hex(n)),
                     })
                 })
                 .collect::<Result<_>>()?,
@@ -414,7 +413,7 @@ fn describe_state(d: &JournalDoc) -> String {
         .map(|f| {
             let path = dec_path(&f.path).unwrap_or_default();
             let now = crate::input::read_bytes(&path, "project file", crate::input::cap::LOCK).ok();
-            let now_sha = now.as_ref().map(|b| hex::encode(Sha256::digest(b)));
+            let now_sha = now.as_ref().map(|b| crate::input::sha256_hex(b));
             let old = f.old.as_ref().and_then(|o| B64.decode(o).ok());
             let what = if now == old {
                 "as it was"

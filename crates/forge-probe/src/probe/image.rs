@@ -155,7 +155,7 @@ pub fn open(reference: &str, builder: Builder) -> Result<Found> {
         .into());
     }
     let wheel = dir.join(name);
-    let (sha, _) = crate::wheel::read::sha256_file(&wheel)?;
+    let (sha, _) = crate::input::sha256_file(&wheel, "wheel", crate::input::cap::WHEEL)?;
     check_statement(reference, &dir, name, &sha)?;
     let installed = check_installed(reference, &mounted.root, &wheel)?;
     let subject = format!("{reference}:/{WHEELS}/{name}");

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use anyhow::Result;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::elf::{self, ElfFacts};
 use crate::error::Failure;
@@ -153,7 +152,7 @@ fn read_member(
     mpath: &str,
     buf: &mut Vec<u8>,
     total: &mut u64,
-) -> std::io::Result<(sha2::digest::Output<Sha256>, u64)> {
+) -> std::io::Result<([u8; 32], u64)> {
     let base = mpath.rsplit('/').next().unwrap_or(mpath);
     let keep_cap = if module_of(mpath).is_some() {
         limits::PARSED
@@ -165,29 +164,25 @@ fn read_member(
     // Never more than declared (+1 to notice a lying header), never past the limits.
     let declared = member.size();
     let cap = declared.min(limits::MEMBER).saturating_add(1);
-    let mut h = Sha256::new();
     let mut size: u64 = 0;
-    let mut chunk = vec![0u8; 1 << 16];
-    let mut r = member.take(cap);
-    loop {
-        let n = r.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        size += n as u64;
-        *total += n as u64;
+    let keep = |chunk: &[u8]| -> anyhow::Result<()> {
+        size += chunk.len() as u64;
+        *total += chunk.len() as u64;
         if size > declared || *total > limits::TOTAL {
-            return Err(std::io::Error::other("inflates past its declared size or the wheel's limit"));
+            anyhow::bail!("inflates past its declared size or the wheel's limit");
         }
-        h.update(&chunk[..n]);
         if keep_cap > 0 {
             if size > keep_cap {
-                return Err(std::io::Error::other(format!("larger than the {keep_cap} bytes read into memory")));
+                anyhow::bail!("larger than the {keep_cap} bytes read into memory");
             }
-            buf.extend_from_slice(&chunk[..n]);
+            buf.extend_from_slice(chunk);
         }
-    }
-    Ok((h.finalize(), size))
+        Ok(())
+    };
+    crate::input::sha256_stream(&mut member.take(cap), cap, keep).map_err(|e| match e {
+        crate::input::StreamError::Read(e) => e,
+        e => std::io::Error::other(format!("{:#}", anyhow::Error::from(e))),
+    })
 }
 
 fn check_record(

@@ -24,7 +24,6 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Failure;
-use crate::wheel::stamp::sha256_file;
 
 pub use cmd::{run, CacheCommand};
 
@@ -289,7 +288,8 @@ impl Cache {
         let ok = read_entry(&dir).ok().filter(|e| {
             e.key == key.as_str()
                 && std::fs::symlink_metadata(dir.join(&e.wheel)).is_ok_and(|m| m.is_file())
-                && sha256_file(&dir.join(&e.wheel)).ok() == Some((e.sha256.clone(), e.size))
+                && crate::input::sha256_file(&dir.join(&e.wheel), "wheel", crate::input::cap::WHEEL).ok()
+                    == Some((e.sha256.clone(), e.size))
         });
         match ok {
             Some(entry) => Ok(Some(Hit { dir, entry })),

@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::sign::{self, PublicKey, SecretKey, Verdict};
 use super::{Cache, Entry, Hit, Key};
@@ -212,24 +211,14 @@ impl Remote {
     fn download(&self, url: &http::Url, path: &Path, size: u64) -> Result<Option<(String, u64)>> {
         self.get_with(url, |mut resp| {
             let mut f = std::fs::File::create(path).map_err(|e| Attempt::Fatal(e.into()))?;
-            let mut h = Sha256::new();
-            let mut buf = vec![0u8; 1 << 20];
-            let mut n = 0u64;
-            loop {
-                check_interrupted().map_err(Attempt::Fatal)?;
-                let k = resp.read(&mut buf).map_err(|e| Attempt::Retry(format!("reading the body: {e}")))?;
-                if k == 0 {
-                    break;
-                }
-                n += k as u64;
-                if n > size {
-                    break; // more than the signed size: rejected by the caller, no need to read on
-                }
-                h.update(&buf[..k]);
-                f.write_all(&buf[..k]).map_err(|e| Attempt::Fatal(e.into()))?;
-            }
+            // More than the signed size stops the read: rejected by the caller.
+            let (digest, n) =
+                crate::input::sha256_stream(&mut resp, size, |chunk| Ok(f.write_all(chunk)?)).map_err(|e| match e {
+                    crate::input::StreamError::Read(e) => Attempt::Retry(format!("reading the body: {e}")),
+                    e => Attempt::Fatal(e.into()),
+                })?;
             f.sync_all().map_err(|e| Attempt::Fatal(e.into()))?;
-            Ok((hex::encode(h.finalize()), n))
+            Ok((hex::encode(digest), n))
         })
     }
 

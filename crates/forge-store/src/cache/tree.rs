@@ -31,7 +31,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::{dirfd, BadEntry, Key};
 
@@ -342,22 +341,11 @@ pub(super) fn read_bounded(p: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
 
 /// Copy at most `cap` bytes (one more is an error), returning the sha256 and size of what was copied.
 fn copy_hashed(from: &mut impl Read, to: &mut impl Write, cap: u64) -> Result<(String, u64)> {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = from.read(&mut buf)?;
-        if k == 0 {
-            break;
-        }
-        n += k as u64;
-        if n > cap {
-            bail!("longer than the {cap} bytes recorded");
-        }
-        h.update(&buf[..k]);
-        to.write_all(&buf[..k])?;
+    let (digest, n) = crate::input::sha256_stream(from, cap, |chunk| Ok(to.write_all(chunk)?))?;
+    if n > cap {
+        bail!("longer than the {cap} bytes recorded");
     }
-    Ok((hex::encode(h.finalize()), n))
+    Ok((hex::encode(digest), n))
 }
 
 /// One stored entry as `cache ls` shows it.
@@ -649,7 +637,7 @@ mod tests {
         trees.store(&key(), "x", &t.path().join("build")).unwrap();
         let now = std::time::SystemTime::now();
         // Same size, other bytes: found by the hash, and the object is removed.
-        let sha = hex::encode(Sha256::digest(b"object a"));
+        let sha = crate::input::sha256_hex(b"object a");
         let obj = t.path().join("cache/trees/objects").join(&sha);
         std::fs::write(&obj, b"object A").unwrap();
         let e = trees.restore(&key(), &t.path().join("r1"), now).unwrap_err();

@@ -44,7 +44,7 @@ impl Wheel {
     pub fn of_file(path: &Path) -> Result<Wheel> {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         crate::cache::check_wheel_name(&name)?;
-        let (sha256, _) = crate::wheel::read::sha256_file(path)?;
+        let (sha256, _) = crate::input::sha256_file(path, "wheel", crate::input::cap::WHEEL)?;
         Ok(Wheel { name, sha256 })
     }
 }
@@ -103,23 +103,11 @@ pub fn judged(r: &Request, recipe: Option<&Path>) -> Result<Judged> {
     let recipe = match recipe {
         Some(p) => {
             let bytes = crate::input::read_bytes(p, "recipe", crate::input::cap::TEXT)?;
-            Some(statement::Recipe {
-                path: cut(&p.display().to_string()),
-                sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
-            })
+            Some(statement::Recipe { path: cut(&p.display().to_string()), sha256: crate::input::sha256_hex(&bytes) })
         }
         None => None,
     };
-    Ok(Judged {
-        source: cut(&r.source),
-        ep: r.ep,
-        nodes: r.nodes,
-        gpus_per_node: r.gpus_per_node,
-        ranks_per_domain: r.ranks_per_domain,
-        mnnvl: r.mnnvl,
-        gpu: r.gpu.map(|g| g.to_string()),
-        recipe,
-    })
+    Ok(Judged::of(r, recipe, cut))
 }
 
 /// A value for a short field: control characters dropped, at most 200 characters.

@@ -153,18 +153,14 @@ pub fn cover(f: &Found, need: &Need) -> Option<bool> {
     if p.result.as_ref().is_some_and(|o| !o.matched()) {
         return None; // a MISMATCH proves nothing
     }
-    let req_sm = p
-        .request
-        .as_ref()
-        .and_then(|r| r.gpu.as_deref())
-        .and_then(|g| g.parse::<crate::pins::Gpu>().ok())
-        .map(|g| g.sm());
-    let req_nodes = p.request.as_ref().and_then(|r| r.nodes);
+    let request = p.request.as_ref().map(|r| r.request()).unwrap_or_default();
+    let req_sm = request.gpu.map(|g| g.sm());
+    let req_nodes = request.nodes;
     match (p.origin, p.kind) {
         (Origin::Observed, Kind::Static) => {
             // a static verdict is about the request it judged
             let gpu_ok = need.sm.is_none() || req_sm == need.sm;
-            let ep_ok = need.ep.is_none() || p.request.as_ref().and_then(|r| r.ep) == need.ep;
+            let ep_ok = need.ep.is_none() || request.ep == need.ep;
             (gpu_ok && ep_ok && req_nodes.unwrap_or(1) == need.nodes).then_some(true)
         }
         (Origin::Observed, _) => {

@@ -135,6 +135,53 @@ pub struct Judged {
     pub recipe: Option<Recipe>,
 }
 
+impl Judged {
+    /// The statement's form of `r` (`topology::Request` owns what a request
+    /// is; this is its wire form, the one conversion to it). What a request
+    /// carries only for the verdict's wording (the dispatcher, the notes) is
+    /// not kept. Short fields are cut by `cut` (control characters, length).
+    pub fn of(r: &crate::topology::Request, recipe: Option<Recipe>, cut: impl Fn(&str) -> String) -> Judged {
+        // Every field named: a field added to Request is decided on here.
+        let crate::topology::Request {
+            source,
+            ep,
+            nodes,
+            gpus_per_node,
+            ranks_per_domain,
+            mnnvl,
+            gpu,
+            dispatcher: _,
+            defaults_follow_ep: _,
+            notes: _,
+        } = r;
+        Judged {
+            source: cut(source),
+            ep: *ep,
+            nodes: *nodes,
+            gpus_per_node: *gpus_per_node,
+            ranks_per_domain: *ranks_per_domain,
+            mnnvl: *mnnvl,
+            gpu: gpu.map(|g| g.to_string()),
+            recipe,
+        }
+    }
+
+    /// The request this statement judged, back as a `topology::Request` (a
+    /// GPU name this build does not know is `None`: it matches no need).
+    pub fn request(&self) -> crate::topology::Request {
+        crate::topology::Request {
+            source: self.source.clone(),
+            ep: self.ep,
+            nodes: self.nodes,
+            gpus_per_node: self.gpus_per_node,
+            ranks_per_domain: self.ranks_per_domain,
+            mnnvl: self.mnnvl,
+            gpu: self.gpu.as_deref().and_then(|g| g.parse().ok()),
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Recipe {
@@ -576,6 +623,30 @@ fn bounded(s: &str, what: &str, max: usize) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn judged_is_the_wire_form_of_a_topology_request() {
+        let r = crate::topology::Request {
+            source: "preset gb200-nvl72".into(),
+            ep: Some(72),
+            nodes: Some(18),
+            gpus_per_node: Some(4),
+            ranks_per_domain: Some(72),
+            mnnvl: Some(true),
+            gpu: Some("gb200".parse().unwrap()),
+            notes: vec!["not kept".into()],
+            ..Default::default()
+        };
+        let j = Judged::of(&r, None, str::to_string);
+        let json = serde_json::to_value(&j).unwrap();
+        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["ep", "gpu", "gpusPerNode", "mnnvl", "nodes", "ranksPerDomain", "recipe", "source"]);
+        let back = j.request();
+        assert_eq!(
+            (back.source, back.ep, back.nodes, back.gpus_per_node, back.ranks_per_domain, back.mnnvl, back.gpu),
+            (r.source, r.ep, r.nodes, r.gpus_per_node, r.ranks_per_domain, r.mnnvl, r.gpu)
+        );
+    }
 
     fn reported() -> Statement {
         new(

@@ -10,7 +10,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
 use super::statement::{self, Kind, Opened, Statement};
 use crate::cache::sign::PublicKey;
@@ -78,7 +77,7 @@ pub fn prepare(dir: &Path) -> Result<PathBuf> {
 
 /// The file name of an envelope of `kind`.
 pub fn file_name(kind: Kind, envelope: &[u8]) -> String {
-    let id = hex::encode(Sha256::digest(envelope));
+    let id = crate::input::sha256_hex(envelope);
     format!("{}-{}{SUFFIX}", kind.as_str(), &id[..16])
 }
 

@@ -34,7 +34,8 @@ pub struct Request<'a> {
 /// `publish --check DIR`.
 pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
     let pins = Pins::load(c.pins)?;
-    let pins_sha256 = facts::sha256_hex(&crate::input::read_bytes(c.pins, "pins file", crate::input::cap::TEXT)?);
+    let pins_sha256 =
+        crate::input::sha256_hex(&crate::input::read_bytes(c.pins, "pins file", crate::input::cap::TEXT)?);
     let trusted = crate::cache::config::trusted_keys(c.trusted_keys)?;
     if trusted.is_empty() {
         return Err(Failure::usage("publish --check trusts no key: a manifest signed by anyone would do")
@@ -258,7 +259,7 @@ fn check_variant_wheels(
     let listed: BTreeSet<(&str, &str)> = m.variants_json.iter().map(|f| (f.file.as_str(), f.sha256.as_str())).collect();
     for (name, bytes) in want {
         let p = files.join(&name);
-        let sha = facts::sha256_hex(&bytes);
+        let sha = crate::input::sha256_hex(&bytes);
         if !listed.contains(&(name.as_str(), sha.as_str())) {
             out.push(format!(
                 "{}: the signed manifest does not list it as pins.toml and the wheels give it",

@@ -54,7 +54,7 @@ pub fn of_entry(simple: &str, w: &WheelEntry) -> Result<WheelRequires> {
     crate::cache::check_wheel_name(&w.wheel)?;
     let url = format!("{}/{PROJECT}/{}.metadata", simple.trim_end_matches('/'), super::pages::href(&w.wheel));
     let bytes = get(&url, MAX_METADATA)?;
-    if super::facts::sha256_hex(&bytes) != w.metadata_sha256 {
+    if crate::input::sha256_hex(&bytes) != w.metadata_sha256 {
         return Err(Failure::problems(format!(
             "{}: its sha256 is not the one the index's manifest states for {}",
             crate::input::excerpt(&url, 200),

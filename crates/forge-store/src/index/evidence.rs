@@ -23,7 +23,7 @@ pub fn plan(files: &Path, m: &mut Manifest, found: &[Found]) -> Result<Vec<Write
         let file = format!("{w}.{}", crate::evidence::store::file_name(p.kind, &bytes));
         let entry = Listed {
             file: file.clone(),
-            sha256: super::facts::sha256_hex(&bytes),
+            sha256: crate::input::sha256_hex(&bytes),
             wheel: w,
             kind: p.kind.as_str().into(),
             origin: p.origin.as_str().into(),
@@ -43,7 +43,7 @@ pub fn check(files: &Path, m: &Manifest, out: &mut Vec<String>) {
     for e in &m.evidence {
         let p = files.join(&e.file);
         match crate::input::read_bytes(&p, "evidence statement", crate::evidence::statement::MAX_BYTES) {
-            Ok(b) if super::facts::sha256_hex(&b) == e.sha256 => {}
+            Ok(b) if crate::input::sha256_hex(&b) == e.sha256 => {}
             Ok(_) => {
                 out.push(format!("{}: not the statement the signed manifest lists (changed or replaced)", p.display()))
             }

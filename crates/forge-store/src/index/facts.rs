@@ -6,7 +6,6 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
 use super::manifest::{Summary, WheelEntry};
 use crate::error::Failure;
@@ -21,15 +20,6 @@ pub struct Facts {
     pub entry: WheelEntry,
     pub metadata: Vec<u8>,
     pub intoto: Vec<u8>,
-}
-
-pub fn sha256_hex(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
-}
-
-/// sha256 and size of a file read through `input` (regular, bounded, never blocks).
-pub fn hash_file(path: &Path, what: &str) -> Result<(String, u64)> {
-    crate::input::sha256_file(path, what, crate::input::cap::WHEEL)
 }
 
 /// The wheel's `.dist-info/METADATA` and provenance bytes, bounded, through the one
@@ -49,7 +39,7 @@ pub fn read(wheel: &Path) -> Result<Facts> {
     let file = wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     crate::cache::check_wheel_name(file).map_err(|e| bad(e.to_string()))?;
     let name = crate::wheel::WheelName::parse(file).expect("checked above");
-    let (sha256, size) = hash_file(wheel, "wheel")?;
+    let (sha256, size) = crate::input::sha256_file(wheel, "wheel", crate::input::cap::WHEEL)?;
     let (metadata, prov_bytes) = read_members(wheel, &name).map_err(|e| bad(format!("{e:#}")))?;
     let prov: Provenance =
         serde_json::from_slice(&prov_bytes).map_err(|e| bad(format!("unreadable provenance: {e}")))?;
@@ -60,8 +50,8 @@ pub fn read(wheel: &Path) -> Result<Facts> {
         sha256,
         size,
         cache_key: prov.cache_key.clone(),
-        metadata_sha256: sha256_hex(&metadata),
-        provenance_sha256: sha256_hex(&prov_bytes),
+        metadata_sha256: crate::input::sha256_hex(&metadata),
+        provenance_sha256: crate::input::sha256_hex(&prov_bytes),
         provenance: Summary {
             rev: prov.source.rev.clone(),
             variant: v.name.clone(),

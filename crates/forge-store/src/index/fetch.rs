@@ -54,7 +54,7 @@ pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, Pat
     })?;
     // A little over the signed size, so that a swapped wheel is reported by its digest.
     let wheel = manifest::fetch_capped(url, entry.size.saturating_add(1 << 20).min(MAX_WHEEL_BYTES), 3600)?;
-    let sha = super::facts::sha256_hex(&wheel);
+    let sha = crate::input::sha256_hex(&wheel);
     if sha != entry.sha256 || wheel.len() as u64 != entry.size {
         return Err(Failure::problems(format!(
             "{url_shown}: sha256 {sha} ({} bytes), the manifest signed by `{key}` says {} ({} bytes): the wheel on the server was changed",

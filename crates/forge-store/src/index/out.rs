@@ -339,9 +339,6 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(out.join("demo/simple/deep-ep/a")).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o644);
-        assert_eq!(
-            dirs.digest(Path::new("demo/simple/deep-ep/a")).as_deref(),
-            Some(&*crate::index::facts::sha256_hex(b"x"))
-        );
+        assert_eq!(dirs.digest(Path::new("demo/simple/deep-ep/a")).as_deref(), Some(&*crate::input::sha256_hex(b"x")));
     }
 }

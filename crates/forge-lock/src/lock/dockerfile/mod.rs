@@ -1,8 +1,7 @@
 //! Dockerfile scanning for `lock check` (`lock::dockerfile`): ARG/ENV defaults that carry a DeepEP
 //! rev, an arch list, the multinode flag, the transport, RDMA_CORE_HOME or the
-//! rdma-core ref, compared with pins.toml. Owns a small Dockerfile reader
-//! (continuations, comments, heredocs, quoting, `${VAR}` expansion with ARG
-//! scoping across stages); must not run docker or read anything but the
+//! rdma-core ref, compared with pins.toml. Reads Dockerfiles through
+//! [`crate::dockerfile`]; must not run docker or read anything but the
 //! Dockerfiles it is given.
 //!
 //! What is detected (values are the defaults written in the file; a
@@ -23,10 +22,7 @@
 //! Split by concern: [`parse`] (instructions), [`expand`] (ARG/ENV values and
 //! sh parameter expansion), [`model`] (stages and scopes), [`rules`] (one
 //! function per rule id), [`needs`] (the variant a stage builds).
-mod expand;
-mod model;
 mod needs;
-mod parse;
 mod rules;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,14 +30,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::dockerfile::model::Model;
 use crate::error::Failure;
 use crate::findings::Finding;
 use crate::pins::{Arch, Pins};
-use model::Model;
 use rules::Checker;
 
+pub use crate::dockerfile::instructions_named;
 pub use needs::{needs, Need};
-pub use parse::instructions_named;
 
 /// Dockerfiles of a project: `Dockerfile*` at the root and `docker/**/Dockerfile*`
 /// (each group sorted), then `extra` in the order given (a missing one is a usage error).
@@ -120,10 +116,7 @@ pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<
 
 #[cfg(test)]
 mod tests {
-    use super::expand::*;
-    use super::parse::*;
     use super::*;
-    use std::rc::Rc;
 
     const PIN: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
     const OTHER: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
@@ -142,41 +135,6 @@ mod tests {
 
     fn rules(f: &[Finding]) -> Vec<(String, usize)> {
         f.iter().map(|f| (f.rule.clone(), f.line.unwrap_or(0))).collect()
-    }
-
-    #[test]
-    fn continuations_comments_and_heredocs() {
-        let (ins, _) =
-            instructions("FROM x AS a\nRUN echo a \\\n  # comment\n\n  b\nRUN <<EOF\ngit checkout abc\nEOF\nENV A=1\n");
-        assert_eq!(ins.len(), 4);
-        assert_eq!(ins[1], Instruction { keyword: "RUN".into(), args: "echo a   b".into(), line: 2 });
-        assert_eq!(ins[2].args, "<<EOF\ngit checkout abc\n");
-        assert_eq!((ins[3].keyword.as_str(), ins[3].line), ("ENV", 9));
-        let (ins, esc) = instructions("# escape=`\nFROM x\nRUN a `\n b\n");
-        assert_eq!((esc, ins[1].args.as_str()), ('`', "a  b"));
-    }
-
-    #[test]
-    fn expansion_follows_quotes_defaults_and_scopes() {
-        let d = Rc::new(Def {
-            kw: "ARG",
-            name: "A".into(),
-            line: 3,
-            value: Some("9.0 10.0".into()),
-            via: None,
-            stage: None,
-        });
-        let lookup = |n: &str| (n == "A").then(|| d.clone());
-        let e = expand("\"${A}\"", '\\', &lookup);
-        assert_eq!(e.text.as_deref(), Some("9.0 10.0"));
-        assert_eq!(e.single.unwrap().line, 3);
-        assert_eq!(expand("'$A'", '\\', &lookup).text.as_deref(), Some("$A"));
-        assert_eq!(expand("x$A", '\\', &lookup).text.as_deref(), Some("x9.0 10.0"));
-        assert!(expand("x$A", '\\', &lookup).single.is_none());
-        assert_eq!(expand("${B:-9.0}", '\\', &lookup).text.as_deref(), Some("9.0"));
-        assert_eq!(expand("${A:+set}", '\\', &lookup).text.as_deref(), Some("set"));
-        assert_eq!(expand("\\$A", '\\', &lookup).text.as_deref(), Some("$A"));
-        assert!(expand("$B", '\\', &lookup).text.is_none(), "an undeclared variable is only known at build time");
     }
 
     #[test]
@@ -329,18 +287,6 @@ mod tests {
         let long = "a".repeat(5000);
         let f = run(&format!("FROM b\nARG X={long}\nRUN cd DeepEP && git checkout ${{X%a}}\n"));
         assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 3)], "{f:#?}");
-    }
-
-    #[test]
-    fn globs_match_as_sh_does() {
-        let g = |p: &str, s: &str| glob(&p.chars().collect::<Vec<_>>(), &s.chars().collect::<Vec<_>>());
-        assert!(g("*", "") && g("a*c", "abbc") && g("?b", "ab") && g("[!x]y", "ay") && g("\\*", "*"));
-        assert!(!g("a*c", "abbd") && !g("[a-c]", "d") && !g("\\*", "x") && !g("?", ""));
-        assert!(g("[", "[") && g("*.*", "1.2.3"));
-        assert_eq!(strip_pattern("1.2.3", "*.", "#").as_deref(), Some("2.3"));
-        assert_eq!(strip_pattern("1.2.3", "*.", "##").as_deref(), Some("3"));
-        assert_eq!(strip_pattern("1.2.3", ".*", "%").as_deref(), Some("1.2"));
-        assert_eq!(strip_pattern("1.2.3", ".*", "%%").as_deref(), Some("1"));
     }
 
     #[test]

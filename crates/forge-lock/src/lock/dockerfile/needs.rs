@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::model::*;
 use super::rules::*;
+use crate::dockerfile::model::*;
 use crate::pins::{Arch, Pins};
 
 /// The variant a Dockerfile build needs: the one a stage names

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::rc::Rc;
 
-use super::expand::*;
-use super::model::*;
+use crate::dockerfile::expand::*;
+use crate::dockerfile::model::*;
 use crate::findings::{Finding, Severity};
 use crate::pins::{is_full_sha, Arch, ArchList, Pins, Transport, Variant};
 

@@ -7,23 +7,23 @@ use std::rc::Rc;
 
 /// A variable definition (ARG or ENV) in some scope.
 #[derive(Debug)]
-pub(super) struct Def {
-    pub(super) kw: &'static str,
-    pub(super) name: String,
-    pub(super) line: usize,
+pub struct Def {
+    pub kw: &'static str,
+    pub name: String,
+    pub line: usize,
     /// The default after expansion; None when it is only known at build time
     /// (an ARG without default, or a reference to one).
-    pub(super) value: Option<String>,
+    pub value: Option<String>,
     /// The definition this value is copied from (`ENV A=${B}`, a stage `ARG B`
     /// re-declaring a global one).
-    pub(super) via: Option<Rc<Def>>,
+    pub via: Option<Rc<Def>>,
     /// Index of the stage; None for global ARGs (before the first FROM).
-    pub(super) stage: Option<usize>,
+    pub stage: Option<usize>,
 }
 
 impl Def {
     /// The definition whose line holds the literal value.
-    pub(super) fn source(self: &Rc<Self>) -> Rc<Def> {
+    pub fn source(self: &Rc<Self>) -> Rc<Def> {
         let mut d = self.clone();
         while let Some(v) = d.via.clone() {
             d = v;
@@ -31,7 +31,7 @@ impl Def {
         d
     }
     /// `TORCH_CUDA_ARCH_LIST (ENV, line 14, from ARG DEEPEP_CUDA_ARCH_LIST at line 5)`.
-    pub(super) fn describe(self: &Rc<Self>) -> String {
+    pub fn describe(self: &Rc<Self>) -> String {
         let mut s = format!("{} ({}, line {}", self.name, self.kw, self.line);
         let mut d = self.via.clone();
         while let Some(v) = d {
@@ -44,47 +44,38 @@ impl Def {
 }
 
 /// The result of expanding one word.
-pub(super) struct Expanded {
-    pub(super) text: Option<String>,
+pub struct Expanded {
+    pub text: Option<String>,
     /// Set when the word is exactly one variable reference.
-    pub(super) single: Option<Rc<Def>>,
+    pub single: Option<Rc<Def>>,
     /// Every definition referenced (and used).
-    pub(super) refs: Vec<Rc<Def>>,
+    pub refs: Vec<Rc<Def>>,
     /// Expansions this reader does not evaluate (`${A/x/y}`, `${A:1:7}`: not
     /// POSIX sh, so what they give depends on the image's shell), as written.
-    pub(super) unverifiable: Vec<String>,
+    pub unverifiable: Vec<String>,
 }
 
 /// Quote removal and `$VAR`, `${VAR}`, `${VAR:-w}`, `${VAR-w}`, `${VAR:+w}`,
 /// `${VAR+w}` expansion, as Docker does for ARG/ENV/FROM. `lookup` returns the
 /// definition in scope.
-pub(super) fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) -> Expanded {
+pub fn expand(word: &str, escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>) -> Expanded {
     let chars: Vec<char> = word.chars().collect();
     expand_chars(&chars, escape, lookup, 0)
 }
 
 /// `${A:-${A:-...}}` nested deeper than this is unknown (not expanded).
-pub(super) const MAX_NESTING: usize = 32;
+pub const MAX_NESTING: usize = 32;
 /// An expansion longer than this is unknown (`B=${A}${A}`, `C=${B}${B}`, ...
 /// would otherwise double at each step).
-pub(super) const MAX_EXPANDED: usize = 64 << 10;
+pub const MAX_EXPANDED: usize = 64 << 10;
 
 /// [`expand`] on a slice: nested words are sub-slices (never copied), so a
 /// deeply nested word costs linear time and memory.
-pub(super) fn expand_chars(
-    chars: &[char],
-    escape: char,
-    lookup: &dyn Fn(&str) -> Option<Rc<Def>>,
-    depth: usize,
-) -> Expanded {
+pub fn expand_chars(chars: &[char], escape: char, lookup: &dyn Fn(&str) -> Option<Rc<Def>>, depth: usize) -> Expanded {
     if depth > MAX_NESTING {
         return Expanded { text: None, single: None, refs: Vec::new(), unverifiable: Vec::new() };
     }
-    let mut out = String::new();
-    let mut known = true;
-    let mut refs: Vec<Rc<Def>> = Vec::new();
-    let mut unverifiable: Vec<String> = Vec::new();
-    let mut literal = false;
+    let mut acc = Acc { known: true, ..Acc::default() };
     let mut quote: Option<char> = None;
     let mut i = 0;
     while i < chars.len() {
@@ -93,150 +84,195 @@ pub(super) fn expand_chars(
             if c == '\'' {
                 quote = None;
             } else {
-                out.push(c);
-                literal = true;
+                acc.literal(c);
             }
             i += 1;
-            continue;
-        }
-        if c == escape {
+        } else if c == escape {
             if let Some(&n) = chars.get(i + 1) {
-                out.push(n);
-                literal = true;
+                acc.literal(n);
             }
             i += 2;
-            continue;
-        }
-        if (c == '"' || c == '\'') && quote.is_none() {
+        } else if (c == '"' || c == '\'') && quote.is_none() {
             quote = Some(c);
             i += 1;
-            continue;
-        }
-        if quote == Some('"') && c == '"' {
+        } else if quote == Some('"') && c == '"' {
             quote = None;
             i += 1;
-            continue;
-        }
-        if c == '$' {
-            let (name, op, (wa, wb), next) = parse_ref(chars, i);
-            if name.is_empty() {
-                out.push('$');
-                literal = true;
-                i += 1;
-                continue;
-            }
-            let raw: String = chars[i..next].iter().collect();
+        } else if c == '$' {
+            let (next, expanded) = reference(&mut acc, chars, i, escape, lookup, depth);
             i = next;
-            let def = lookup(&name);
-            let val = def.as_ref().and_then(|d| d.value.clone());
-            let set = def.is_some();
-            let nonempty = val.as_deref().is_some_and(|v| !v.is_empty());
-            let sub = || expand_chars(&chars[wa..wb], escape, lookup, depth + 1);
-            match op.as_deref() {
-                None => {
-                    if let Some(d) = def {
-                        refs.push(d);
-                    }
-                    match val {
-                        Some(v) => out.push_str(&v),
-                        None => known = false,
-                    }
-                }
-                Some(":-") | Some("-") | Some(":=") | Some("=") => {
-                    // An ARG without default counts as unset: the default is what a build gets without --build-arg.
-                    let colon = op.as_deref().is_some_and(|o| o.starts_with(':'));
-                    let use_default = if colon { !nonempty } else { !set || val.is_none() };
-                    if use_default {
-                        let e = sub();
-                        unverifiable.extend(e.unverifiable);
-                        literal = true;
-                        match e.text {
-                            Some(t) => out.push_str(&t),
-                            None => known = false,
-                        }
-                    } else {
-                        refs.push(def.expect("set"));
-                        out.push_str(&val.expect("known"));
-                    }
-                }
-                Some(":+") | Some("+") => {
-                    let take = if op.as_deref() == Some(":+") { nonempty } else { set && val.is_some() };
-                    literal = true;
-                    if take {
-                        let e = sub();
-                        unverifiable.extend(e.unverifiable);
-                        match e.text {
-                            Some(t) => out.push_str(&t),
-                            None => known = false,
-                        }
-                    } else if val.is_none() {
-                        known = false;
-                    }
-                }
-                Some(":?") | Some("?") => {
-                    // Set: the value; unset: the build stops (nothing to check).
-                    let ok = if op.as_deref() == Some(":?") { nonempty } else { set && val.is_some() };
-                    match (ok, def) {
-                        (true, Some(d)) => {
-                            refs.push(d);
-                            out.push_str(&val.expect("known"));
-                        }
-                        _ => known = false,
-                    }
-                }
-                Some(LENGTH) => {
-                    literal = true;
-                    match val {
-                        Some(v) => out.push_str(&v.chars().count().to_string()),
-                        None => known = false,
-                    }
-                }
-                Some(o @ ("#" | "##" | "%" | "%%")) => {
-                    literal = true;
-                    if let Some(d) = def.clone() {
-                        refs.push(d);
-                    }
-                    let e = sub();
-                    unverifiable.extend(e.unverifiable);
-                    match (val, e.text) {
-                        (Some(v), Some(pat)) => match strip_pattern(&v, &pat, o) {
-                            Some(t) => out.push_str(&t),
-                            None => {
-                                known = false;
-                                unverifiable.push(raw);
-                            }
-                        },
-                        _ => known = false,
-                    }
-                }
-                Some(_) => {
-                    known = false;
-                    unverifiable.push(raw);
-                }
+            if expanded && acc.out.len() > MAX_EXPANDED {
+                return Expanded { text: None, single: None, refs: acc.refs, unverifiable: acc.unverifiable };
             }
-            if out.len() > MAX_EXPANDED {
-                return Expanded { text: None, single: None, refs, unverifiable };
-            }
-            continue;
+        } else {
+            acc.literal(c);
+            i += 1;
         }
-        out.push(c);
-        literal = true;
-        i += 1;
     }
-    let single = (refs.len() == 1 && !literal).then(|| refs[0].clone());
-    Expanded { text: known.then_some(out), single, refs, unverifiable }
+    let single = (acc.refs.len() == 1 && !acc.literal).then(|| acc.refs[0].clone());
+    Expanded { text: acc.known.then_some(acc.out), single, refs: acc.refs, unverifiable: acc.unverifiable }
+}
+
+/// What expanding a word has given so far.
+#[derive(Default)]
+struct Acc {
+    out: String,
+    /// Every reference's value is known.
+    known: bool,
+    /// Some of the text is not one variable's value (a literal, a default, an operator's result).
+    literal: bool,
+    refs: Vec<Rc<Def>>,
+    unverifiable: Vec<String>,
+}
+
+impl Acc {
+    fn literal(&mut self, c: char) {
+        self.out.push(c);
+        self.literal = true;
+    }
+
+    /// A value appended; `None`: only known at build time.
+    fn value(&mut self, v: Option<&str>) {
+        match v {
+            Some(v) => self.out.push_str(v),
+            None => self.known = false,
+        }
+    }
+
+    /// A nested word's expansion appended.
+    fn nested(&mut self, e: Expanded) {
+        self.unverifiable.extend(e.unverifiable);
+        self.value(e.text.as_deref());
+    }
+}
+
+/// One reference as [`reference`] evaluates it: the definition in scope, its
+/// value, the nested word (expanded on demand) and the text as written.
+struct Ref<'a> {
+    def: Option<Rc<Def>>,
+    val: Option<String>,
+    sub: &'a dyn Fn() -> Expanded,
+    raw: String,
+}
+
+impl Ref<'_> {
+    fn set(&self) -> bool {
+        self.def.is_some()
+    }
+
+    fn nonempty(&self) -> bool {
+        self.val.as_deref().is_some_and(|v| !v.is_empty())
+    }
+}
+
+/// `$NAME` or `${NAME<op>word}` at `chars[i]`, appended to `acc`: the index
+/// after it, and whether it was a reference (a lone `$` is a literal).
+fn reference(
+    acc: &mut Acc,
+    chars: &[char],
+    i: usize,
+    escape: char,
+    lookup: &dyn Fn(&str) -> Option<Rc<Def>>,
+    depth: usize,
+) -> (usize, bool) {
+    let (name, op, (wa, wb), next) = parse_ref(chars, i);
+    if name.is_empty() {
+        acc.literal('$');
+        return (i + 1, false);
+    }
+    let def = lookup(&name);
+    let val = def.as_ref().and_then(|d| d.value.clone());
+    let sub = || expand_chars(&chars[wa..wb], escape, lookup, depth + 1);
+    let r = Ref { def, val, sub: &sub, raw: chars[i..next].iter().collect() };
+    match op.as_deref() {
+        None => {
+            if let Some(d) = r.def {
+                acc.refs.push(d);
+            }
+            acc.value(r.val.as_deref());
+        }
+        Some(o @ (":-" | "-" | ":=" | "=")) => default(acc, o.starts_with(':'), r),
+        Some(o @ (":+" | "+")) => alternative(acc, o == ":+", r),
+        Some(o @ (":?" | "?")) => {
+            // Set: the value; unset: the build stops (nothing to check).
+            let ok = if o == ":?" { r.nonempty() } else { r.set() && r.val.is_some() };
+            match (ok, r.def) {
+                (true, Some(d)) => {
+                    acc.refs.push(d);
+                    acc.out.push_str(&r.val.expect("known"));
+                }
+                _ => acc.known = false,
+            }
+        }
+        Some(LENGTH) => {
+            acc.literal = true;
+            acc.value(r.val.map(|v| v.chars().count().to_string()).as_deref());
+        }
+        Some(o @ ("#" | "##" | "%" | "%%")) => pattern(acc, o, r),
+        Some(_) => {
+            acc.known = false;
+            acc.unverifiable.push(r.raw);
+        }
+    }
+    (next, true)
+}
+
+/// `${V:-w}`, `${V-w}`, `${V:=w}`, `${V=w}`: the value, or the word when unset
+/// (`colon`: or empty).
+fn default(acc: &mut Acc, colon: bool, r: Ref) {
+    // An ARG without default counts as unset: the default is what a build gets without --build-arg.
+    let use_default = if colon { !r.nonempty() } else { !r.set() || r.val.is_none() };
+    if use_default {
+        acc.literal = true;
+        acc.nested((r.sub)());
+    } else {
+        acc.refs.push(r.def.expect("set"));
+        acc.out.push_str(&r.val.expect("known"));
+    }
+}
+
+/// `${V:+w}`, `${V+w}`: the word when set (`colon`: and not empty), else nothing.
+fn alternative(acc: &mut Acc, colon: bool, r: Ref) {
+    let take = if colon { r.nonempty() } else { r.set() && r.val.is_some() };
+    acc.literal = true;
+    if take {
+        acc.nested((r.sub)());
+    } else if r.val.is_none() {
+        acc.known = false;
+    }
+}
+
+/// `${V#p}`, `${V##p}`, `${V%p}`, `${V%%p}`: the value with the pattern removed
+/// (a value too long to match is unverifiable).
+fn pattern(acc: &mut Acc, op: &str, r: Ref) {
+    acc.literal = true;
+    if let Some(d) = r.def.clone() {
+        acc.refs.push(d);
+    }
+    let e = (r.sub)();
+    acc.unverifiable.extend(e.unverifiable);
+    match (r.val, e.text) {
+        (Some(v), Some(pat)) => match strip_pattern(&v, &pat, op) {
+            Some(t) => acc.out.push_str(&t),
+            None => {
+                acc.known = false;
+                acc.unverifiable.push(r.raw);
+            }
+        },
+        _ => acc.known = false,
+    }
 }
 
 /// The operator of `${#NAME}` (not a character sequence of the source).
-pub(super) const LENGTH: &str = "#len";
+pub const LENGTH: &str = "#len";
 /// Values longer than this are not matched against patterns (cost is
 /// quadratic in the value); such an expansion cannot be verified.
-pub(super) const MAX_PATTERN_VALUE: usize = 4096;
+pub const MAX_PATTERN_VALUE: usize = 4096;
 
 /// `${V#pat}`, `${V##pat}`, `${V%pat}`, `${V%%pat}` as sh evaluates them:
 /// remove the shortest/longest prefix/suffix matching the glob `pat`. `None`:
 /// too long to evaluate.
-pub(super) fn strip_pattern(v: &str, pat: &str, op: &str) -> Option<String> {
+pub fn strip_pattern(v: &str, pat: &str, op: &str) -> Option<String> {
     let s: Vec<char> = v.chars().collect();
     let p: Vec<char> = pat.chars().collect();
     if s.len() > MAX_PATTERN_VALUE || p.len() > MAX_PATTERN_VALUE {
@@ -257,7 +293,7 @@ pub(super) fn strip_pattern(v: &str, pat: &str, op: &str) -> Option<String> {
 
 /// Whether `s` matches the sh glob `p` (`*`, `?`, `[...]` with `!`/`^` and
 /// ranges, `\x` literal). Iterative, with one backtrack point per `*`.
-pub(super) fn glob(p: &[char], s: &[char]) -> bool {
+pub fn glob(p: &[char], s: &[char]) -> bool {
     let (mut pi, mut si) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while si < s.len() {
@@ -292,7 +328,7 @@ pub(super) fn glob(p: &[char], s: &[char]) -> bool {
 /// A bracket expression at the start of `p` against `c`: the pattern
 /// characters it spans when `c` matches; `None` when it does not. An unclosed
 /// `[` is a literal `[`.
-pub(super) fn class(p: &[char], c: char) -> Option<usize> {
+pub fn class(p: &[char], c: char) -> Option<usize> {
     let Some(end) = p.iter().skip(2).position(|x| *x == ']').map(|e| e + 2) else {
         return (c == '[').then_some(1);
     };
@@ -317,7 +353,7 @@ pub(super) fn class(p: &[char], c: char) -> Option<usize> {
 
 /// Parse `$NAME` or `${NAME<op>word}` at `chars[i] == '$'`: (name, op, word's
 /// range in `chars`, index after).
-pub(super) fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize), usize) {
+pub fn parse_ref(chars: &[char], i: usize) -> (String, Option<String>, (usize, usize), usize) {
     let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
     if chars.get(i + 1) == Some(&'{') && chars.get(i + 2) == Some(&'#') && chars.get(i + 3).is_some_and(|c| is_name(*c))
     {

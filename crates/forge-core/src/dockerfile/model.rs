@@ -11,56 +11,56 @@ use super::parse::*;
 use crate::pins::Arch;
 
 #[derive(Debug, Default)]
-pub(super) struct Stage {
-    pub(super) name: Option<String>,
-    pub(super) platform: Option<Arch>,
-    pub(super) args: BTreeMap<String, Rc<Def>>,
-    pub(super) envs: BTreeMap<String, Rc<Def>>,
+pub struct Stage {
+    pub name: Option<String>,
+    pub platform: Option<Arch>,
+    pub args: BTreeMap<String, Rc<Def>>,
+    pub envs: BTreeMap<String, Rc<Def>>,
 }
 
 impl Stage {
     /// ENV wins over ARG of the same name (Docker's rule).
-    pub(super) fn get(&self, name: &str) -> Option<Rc<Def>> {
+    pub fn get(&self, name: &str) -> Option<Rc<Def>> {
         self.envs.get(name).or_else(|| self.args.get(name)).cloned()
     }
 }
 
-pub(super) struct Run {
-    pub(super) stage: usize,
-    pub(super) line: usize,
+pub struct Run {
+    pub stage: usize,
+    pub line: usize,
     /// The RUN text with ARG/ENV references in scope replaced by their values.
-    pub(super) text: String,
+    pub text: String,
     /// Words of the text (expanded where every reference is known), each with
     /// the definitions it references.
-    pub(super) words: Vec<(String, Vec<Rc<Def>>)>,
+    pub words: Vec<(String, Vec<Rc<Def>>)>,
     /// Expansions in it this reader cannot evaluate (see [`Expanded`]).
-    pub(super) unverifiable: Vec<String>,
+    pub unverifiable: Vec<String>,
 }
 
 /// An ARG/ENV whose value goes through an expansion this reader cannot evaluate.
-pub(super) struct Unverifiable {
-    pub(super) kw: &'static str,
-    pub(super) name: String,
-    pub(super) line: usize,
-    pub(super) expr: String,
+pub struct Unverifiable {
+    pub kw: &'static str,
+    pub name: String,
+    pub line: usize,
+    pub expr: String,
 }
 
 /// What a Dockerfile declares, as the checks need it.
 #[derive(Default)]
-pub(super) struct Model {
-    pub(super) global: BTreeMap<String, Rc<Def>>,
+pub struct Model {
+    pub global: BTreeMap<String, Rc<Def>>,
     /// Global ARGs some stage re-declares (their value is checked there).
-    pub(super) used_globals: BTreeSet<usize>,
-    pub(super) stages: Vec<Stage>,
+    pub used_globals: BTreeSet<usize>,
+    pub stages: Vec<Stage>,
     /// Definitions whose value cannot be evaluated here.
-    pub(super) unverifiable: Vec<Unverifiable>,
+    pub unverifiable: Vec<Unverifiable>,
     /// Every definition in file order.
-    pub(super) defs: Vec<Rc<Def>>,
-    pub(super) runs: Vec<Run>,
+    pub defs: Vec<Rc<Def>>,
+    pub runs: Vec<Run>,
 }
 
 impl Model {
-    pub(super) fn read(text: &str) -> Model {
+    pub fn read(text: &str) -> Model {
         let (ins, escape) = instructions(text);
         let mut m = Model::default();
         for inst in ins {
@@ -105,7 +105,7 @@ impl Model {
 
     /// `ARG NAME[=default] ...`: a global ARG before the first FROM, else a
     /// stage ARG (re-declaring a global one follows it).
-    pub(super) fn arg(&mut self, args: &str, line: usize, escape: char) {
+    pub fn arg(&mut self, args: &str, line: usize, escape: char) {
         let m = self;
         let idx = m.stages.len().checked_sub(1);
         for w in split_words(args, escape) {
@@ -152,7 +152,7 @@ impl Model {
 
     /// `ENV K=V ...` or the legacy `ENV K V`: all pairs see the scope before
     /// the instruction.
-    pub(super) fn env(&mut self, args: &str, line: usize, escape: char) {
+    pub fn env(&mut self, args: &str, line: usize, escape: char) {
         let m = self;
         let Some(s) = m.stages.len().checked_sub(1) else { return };
         let words = split_words(args, escape);
@@ -186,7 +186,7 @@ impl Model {
 
     /// `RUN ...`: its words with ARG/ENV references in scope expanded, and the
     /// expansions that cannot be evaluated.
-    pub(super) fn run(&mut self, args: &str, line: usize, escape: char) {
+    pub fn run(&mut self, args: &str, line: usize, escape: char) {
         let m = self;
         let Some(s) = m.stages.len().checked_sub(1) else { return };
         let scope = &m.stages[s];
@@ -204,13 +204,13 @@ impl Model {
         m.runs.push(Run { stage: s, line, text, words, unverifiable });
     }
 
-    pub(super) fn platform_of(&self, d: &Def) -> Option<Arch> {
+    pub fn platform_of(&self, d: &Def) -> Option<Arch> {
         d.stage.and_then(|s| self.stages[s].platform)
     }
 
     /// Build configurations to check: each stage's scope at its end, then the
     /// global ARGs no stage re-declares.
-    pub(super) fn configs(&self) -> Vec<(Config, Option<Arch>)> {
+    pub fn configs(&self) -> Vec<(Config, Option<Arch>)> {
         let mut out: Vec<(Config, Option<Arch>)> = self
             .stages
             .iter()
@@ -227,25 +227,22 @@ impl Model {
     }
 }
 
-pub(super) fn platform_arch(p: &str) -> Option<Arch> {
+pub fn platform_arch(p: &str) -> Option<Arch> {
     p.strip_prefix("linux/").unwrap_or(p).split('/').next()?.parse().ok()
 }
 
 /// The DeepEP build settings in one scope (resolved values only).
 #[derive(Default)]
-pub(super) struct Config {
-    pub(super) variant: Option<Rc<Def>>,
-    pub(super) arch_list: Option<Rc<Def>>,
-    pub(super) multinode: Option<Rc<Def>>,
-    pub(super) nixl: Option<Rc<Def>>,
-    pub(super) rdma_home: Option<Rc<Def>>,
+pub struct Config {
+    pub variant: Option<Rc<Def>>,
+    pub arch_list: Option<Rc<Def>>,
+    pub multinode: Option<Rc<Def>>,
+    pub nixl: Option<Rc<Def>>,
+    pub rdma_home: Option<Rc<Def>>,
 }
 
 impl Config {
-    pub(super) fn from_scope<'a>(
-        get: &dyn Fn(&str) -> Option<Rc<Def>>,
-        names: impl Iterator<Item = &'a String>,
-    ) -> Config {
+    pub fn from_scope<'a>(get: &dyn Fn(&str) -> Option<Rc<Def>>, names: impl Iterator<Item = &'a String>) -> Config {
         let known = |n: &str| get(n).filter(|d| d.value.is_some());
         let names: BTreeSet<&String> = names.collect();
         let arch_list = known("TORCH_CUDA_ARCH_LIST")
@@ -261,10 +258,10 @@ impl Config {
 }
 
 /// DeepEP's setup.py reading of a boolean environment variable.
-pub(super) fn truthy(v: &str) -> bool {
+pub fn truthy(v: &str) -> bool {
     matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "t" | "yes" | "y" | "on")
 }
 
-pub(super) fn value(d: &Rc<Def>) -> &str {
+pub fn value(d: &Rc<Def>) -> &str {
     d.value.as_deref().unwrap_or_default()
 }

@@ -5,13 +5,13 @@
 /// One instruction: keyword (upper case), arguments (continuations joined,
 /// heredoc bodies appended after a newline), 1-based line of its keyword.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Instruction {
-    pub(super) keyword: String,
-    pub(super) args: String,
-    pub(super) line: usize,
+pub struct Instruction {
+    pub keyword: String,
+    pub args: String,
+    pub line: usize,
 }
 
-pub(super) fn instructions(text: &str) -> (Vec<Instruction>, char) {
+pub fn instructions(text: &str) -> (Vec<Instruction>, char) {
     let lines: Vec<&str> = text.lines().collect();
     let mut escape = '\\';
     for l in &lines {
@@ -74,7 +74,7 @@ pub(super) fn instructions(text: &str) -> (Vec<Instruction>, char) {
 }
 
 /// `<<EOF`, `<<-EOF`, `<<"EOF"`: (delimiter, strip leading tabs).
-pub(super) fn heredoc_delims(args: &str) -> Vec<(String, bool)> {
+pub fn heredoc_delims(args: &str) -> Vec<(String, bool)> {
     let mut out = Vec::new();
     let mut rest = args;
     while let Some(p) = rest.find("<<") {
@@ -94,7 +94,7 @@ pub(super) fn heredoc_delims(args: &str) -> Vec<(String, bool)> {
 }
 
 /// Split on unquoted, unescaped whitespace, keeping quotes and escapes in the words.
-pub(super) fn split_words(s: &str, escape: char) -> Vec<String> {
+pub fn split_words(s: &str, escape: char) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;
