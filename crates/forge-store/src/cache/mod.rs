@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Failure;
 use crate::wheel::stamp::sha256_file;
 
-pub use cmd::{run, CacheCommand};
+pub use cmd::{gc, keygen, ls, push, GcRequest, KeygenRequest, LsRequest, PushRequest, RemoteRequest};
 
 /// Version of entry.json and of `cache ls --format json`.
 pub const SCHEMA: u32 = 1;
