@@ -167,3 +167,70 @@ pub struct ProjectArgs {
     #[arg(long)]
     pub no_pins: bool,
 }
+
+impl ProjectArgs {
+    /// The project and its pins as plain data.
+    pub fn place(&self) -> crate::lock::ProjectPlace {
+        crate::lock::ProjectPlace {
+            project: self.project.clone(),
+            pins: self.pins.to_path_buf(),
+            no_pins: self.no_pins,
+        }
+    }
+}
+
+/// Topology flags, shared by `probe` (static and `--run`) and `evidence add`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TopologyArgs {
+    /// Expert-parallel group size (EP), 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::topology::MAX_COUNT))]
+    pub ep: Option<u32>,
+    /// Number of nodes the job spans, 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::topology::MAX_COUNT))]
+    pub nodes: Option<u32>,
+    /// GPUs per node, 1 to 1048576.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::topology::MAX_COUNT))]
+    pub gpus_per_node: Option<u32>,
+    /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN), 1 to 1048576.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=crate::topology::MAX_COUNT))]
+    pub ranks_per_domain: Option<u32>,
+    /// The system has multi-node NVLink (GB200 NVL72) and the job uses it.
+    #[arg(long, overrides_with = "no_mnnvl")]
+    pub mnnvl: bool,
+    /// The job does not use multi-node NVLink (USE_MNNVL=0).
+    #[arg(long)]
+    pub no_mnnvl: bool,
+    /// GPU kind: h100, h200, b200, gb200, sm_90, sm_100.
+    #[arg(long, value_name = "GPU")]
+    pub gpu: Option<crate::topology::Gpu>,
+    /// A named topology: h100-8g, b200-8g, gb200-nvl72 (flags override its values).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain. Missing
+    /// HybridEP settings get NeMo-RL's defaults (R = min(EP, 64), USE_MNNVL = EP > 4),
+    /// which the verdict names; recipes name no GPU, so add --gpu or --preset.
+    #[arg(long, value_name = "PATH")]
+    pub recipe: Option<PathBuf>,
+    /// The folder a recipe's `defaults:` chain must stay in. Default: the git
+    /// repository holding the recipe (else the recipe's own folder).
+    #[arg(long, value_name = "DIR", requires = "recipe")]
+    pub recipe_root: Option<PathBuf>,
+}
+
+impl TopologyArgs {
+    /// The flags as plain data (`topology::RequestFlags::resolve` layers them).
+    pub fn request(self) -> crate::topology::RequestFlags {
+        crate::topology::RequestFlags {
+            ep: self.ep,
+            nodes: self.nodes,
+            gpus_per_node: self.gpus_per_node,
+            ranks_per_domain: self.ranks_per_domain,
+            mnnvl: self.mnnvl,
+            no_mnnvl: self.no_mnnvl,
+            gpu: self.gpu,
+            preset: self.preset,
+            recipe: self.recipe,
+            recipe_root: self.recipe_root,
+        }
+    }
+}

@@ -60,9 +60,9 @@ Examples:
     )]
     Pin(PinCommand),
     /// Compute the build plan (source, environment, toolchain, cache key, outputs) without building.
-    Plan(crate::builder::PlanArgs),
+    Plan(crate::commands::build::PlanArgs),
     /// Build DeepEP wheels for pins.toml variants: flags baked in, provenance stamped, cached.
-    BuildWheel(crate::builder::BuildArgs),
+    BuildWheel(crate::commands::build::BuildArgs),
     /// Publish each variant's wheels as a signed static package index (PEP 503/691/658), or --check one.
     Publish(crate::commands::publish::PublishArgs),
     /// Inspect and manage the wheel cache.
@@ -206,13 +206,13 @@ Examples:
   deepep-forge pin set a48493600c48 --source ../DeepEP --arch aarch64
   # install DeepEP from a `deepep-forge publish` index instead of git
   deepep-forge pin set hybrid-ep --source ../DeepEP --index URL --variant h100")]
-    Set(crate::pinset::SetArgs),
+    Set(crate::commands::pin::SetArgs),
     /// Undo a `pin set` that was killed half-way (from its journal in your state folder): every file back as it was.
     #[command(after_help = "\
 Examples:
   # the same --project and --pins as the interrupted `pin set`
   deepep-forge pin recover --project ../nemo-rl --pins pins.toml")]
-    Recover(crate::pinset::RecoverArgs),
+    Recover(crate::commands::pin::RecoverArgs),
 }
 
 /// Run a parsed command; the returned `Exit` is the process's exit code.
@@ -232,10 +232,10 @@ pub fn run(command: Command) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Lock(LockCommand::Check(a)) => crate::lock::check(&a.request(), a.format),
-        Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a),
-        Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a),
-        Command::Plan(a) => crate::builder::plan(a),
-        Command::BuildWheel(a) => crate::builder::build(a),
+        Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a.request()),
+        Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a.request()),
+        Command::Plan(a) => crate::builder::plan(a.common.options()),
+        Command::BuildWheel(a) => crate::builder::build(a.request()),
         Command::Publish(a) => crate::commands::publish::run(a),
         Command::Cache(c) => crate::commands::cache::run(c),
         Command::Probe(a) => crate::probe::run(a.request()),

@@ -171,3 +171,10 @@ pub struct BuildArgs {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
 }
+
+impl BuildArgs {
+    /// The plain request `builder::build` takes.
+    pub fn request(self) -> crate::builder::BuildWheelRequest {
+        crate::builder::BuildWheelRequest { common: self.common.options(), report: self.report }
+    }
+}

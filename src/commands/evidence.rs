@@ -41,7 +41,7 @@ pub struct AddArgs {
     #[arg(long, value_enum)]
     pub kind: crate::evidence::statement::Kind,
     #[command(flatten)]
-    pub topology: crate::topology::RequestArgs,
+    pub topology: crate::args::TopologyArgs,
     /// The result, short (`20/20 steps`, `59/59 passed`).
     #[arg(long, value_name = "TEXT")]
     pub outcome: String,
@@ -107,7 +107,7 @@ impl AddArgs {
             sha256: self.sha256,
             wheel_name: self.wheel_name,
             kind: self.kind,
-            topology: self.topology,
+            topology: self.topology.request(),
             outcome: self.outcome,
             url: self.url,
             text: self.text,

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod docker;
 pub mod evidence;
 pub mod lock;
+pub mod pin;
 pub mod probe;
 pub mod publish;
 pub mod repro;

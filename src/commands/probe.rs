@@ -50,7 +50,7 @@ pub struct ProbeArgs {
     #[command(flatten)]
     pub pins: PinsArg,
     #[command(flatten)]
-    pub topology: crate::topology::RequestArgs,
+    pub topology: crate::args::TopologyArgs,
     #[command(flatten)]
     pub runtime: RunArgs,
     #[command(flatten)]
@@ -71,7 +71,7 @@ impl ProbeArgs {
             python: self.python,
             driver_at_run_time: self.driver_at_run_time,
             pins: self.pins.given().map(PathBuf::from),
-            topology: self.topology,
+            topology: self.topology.request(),
             run: self.runtime.run.then(|| self.runtime.request()),
             record: RecordRequest { record: self.record.record, signing_key: self.record.signing_key },
             format: self.format,

@@ -1,8 +1,9 @@
 //! What to build, decided once. A [`BuildRequest`] is made at the command
-//! edge: from `plan`/`build-wheel` flags (`builder::Common`) or from a wheel's
+//! edge: from `plan`/`build-wheel` flags ([`BuildOptions`], made by the CLI) or from a wheel's
 //! provenance (`verify`); the rest of the builder takes it and never sees a
 //! clap type (as maturin's `BuildOptions` -> `BuildContext`). Plain data:
-//! must not parse arguments, read files or build.
+//! must not parse arguments or build, nor read a file but the pins
+//! ([`BuildOptions::request`]).
 use std::path::PathBuf;
 
 use super::registry;
@@ -119,4 +120,12 @@ impl BuildOptions {
             recorded_fork: None,
         })
     }
+}
+
+/// `build-wheel`: the build and where its JSON report goes.
+#[derive(Debug, Clone)]
+pub struct BuildWheelRequest {
+    pub common: BuildOptions,
+    /// Also write the JSON build report to this file.
+    pub report: Option<PathBuf>,
 }

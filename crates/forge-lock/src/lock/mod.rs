@@ -33,22 +33,15 @@ pub mod uvlock;
 /// 2: `causes` (each with its findings and one fix); findings carry `cause` and `column`.
 pub const REPORT_SCHEMA: u32 = 2;
 
-/// `--project DIR` and `--pins FILE` / `--no-pins`: the consumer project and
-/// the pins it is held to, declared once and flattened into `lock check`,
-/// `pin set` and `pin recover`, with one help text each.
-#[derive(Debug, Clone, clap::Args)]
-#[command(mut_arg("pins", |a| a.conflicts_with("no_pins")))]
-pub struct ProjectArgs {
+/// `--project DIR` and `--pins FILE` / `--no-pins` as plain data: the consumer
+/// project and the pins it is held to (`pin set`, `pin recover`).
+#[derive(Debug, Clone)]
+pub struct ProjectPlace {
     /// The consumer project (holds pyproject.toml and, if locked, uv.lock).
-    /// Relative paths resolve against the directory the command runs in.
-    #[arg(long, default_value = ".", value_name = "DIR")]
     pub project: PathBuf,
-    #[command(flatten)]
-    pub pins: crate::args::PinsArg,
-    /// Keep no pins.toml: take the consumer's pyproject.toml as the intent
-    /// (its override-dependencies entry per architecture, else its most common
-    /// revision) and check everything else against it.
-    #[arg(long)]
+    /// The pins file (`pins.toml` unless given).
+    pub pins: PathBuf,
+    /// No pins.toml: the consumer's pyproject.toml is the intent.
     pub no_pins: bool,
 }
 

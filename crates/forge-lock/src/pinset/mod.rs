@@ -8,7 +8,7 @@ use anyhow::Result;
 use pep508_rs::PackageName;
 
 use crate::error::{Exit, Failure};
-use crate::lock::{pyproject, Kind, ProjectArgs};
+use crate::lock::{pyproject, Kind, ProjectPlace};
 use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod closure;
@@ -18,57 +18,49 @@ pub mod patches;
 pub mod source;
 pub mod txn;
 
-#[derive(Debug, clap::Args)]
-pub struct SetArgs {
+/// `pin set`, as plain data (made from the flags by the CLI).
+#[derive(Debug, Clone)]
+pub struct SetRequest {
     /// The new DeepEP revision: a full 40-hex commit, or a short sha, branch or
     /// tag that --source resolves (short revisions are never guessed).
     pub rev: String,
     /// Pin only this architecture (x86_64 or aarch64): only requirements whose marker selects it
     /// change. Without it both architectures get one unmarked requirement per place.
-    #[arg(long, value_name = "ARCH")]
     pub arch: Option<Arch>,
-    #[command(flatten)]
-    pub place: ProjectArgs,
+    pub place: ProjectPlace,
     /// A DeepEP git checkout (PATH) or URL: resolves short revisions, gives the
     /// short sha as `git rev-parse --short` prints it and the label's base version
     /// at the new revision. Without it the revision is fetched from pins.toml's
     /// repository (under --no-pins, pyproject.toml's) into the cache's git mirror,
     /// as `plan` does; a source that cannot be read is exit 3, never a guess.
-    #[arg(long, value_name = "PATH|URL")]
     pub source: Option<String>,
     /// Run `uv lock` in the project afterwards (uv from $DEEPEP_FORGE_UV or PATH),
     /// then `lock check`; without it the exact commands are printed. All or nothing:
     /// if uv fails, or on Ctrl-C/SIGTERM, pyproject.toml, pins.toml and uv.lock are
     /// put back as they were (after a kill, `pin recover` does it).
-    #[arg(long)]
     pub relock: bool,
-    #[command(flatten)]
-    pub cache: crate::cache::CacheDirArg,
+    /// `--cache-dir` as given (resolved here).
+    pub cache_dir: Option<PathBuf>,
     /// Install DeepEP from the package index `deepep-forge publish` wrote, served at URL
     /// (its base: https://, file://, or http:// on 127.0.0.1): requirements become
     /// `deep_ep==LABEL`, a named `[[tool.uv.index]]` (explicit) and `[tool.uv.sources]`
     /// entry point at `URL/<variant>/simple`, the DeepEP dependency-metadata is dropped.
-    #[arg(long, value_name = "URL", requires = "variant", conflicts_with_all = ["git", "arch"])]
     pub index: Option<String>,
     /// The variant whose index the consumer installs from (with --index).
-    #[arg(long, value_name = "NAME", requires = "index")]
     pub variant: Option<String>,
     /// Back from an index to DeepEP's git source (pins.toml's repository) at REV.
-    #[arg(long, conflicts_with = "arch")]
     pub git: bool,
     /// Add a source patch (a file beside or below pins.toml) to the moved pins'
     /// `patches`, with its sha256 (repeatable; checked to apply at REV).
-    #[arg(long = "patch", value_name = "FILE")]
     pub patch: Vec<PathBuf>,
     /// Remove the source patch listed as NAME from the moved pins' `patches` (repeatable).
-    #[arg(long = "drop-patch", value_name = "NAME")]
     pub drop_patch: Vec<String>,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct RecoverArgs {
-    #[command(flatten)]
-    pub place: ProjectArgs,
+/// `pin recover`, as plain data.
+#[derive(Debug, Clone)]
+pub struct RecoverRequest {
+    pub place: ProjectPlace,
 }
 
 /// The project's canonical folders, locked for the whole change (waits for
@@ -89,7 +81,7 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
 }
 
 /// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
-pub fn recover(args: RecoverArgs) -> Result<Exit> {
+pub fn recover(args: RecoverRequest) -> Result<Exit> {
     let _guard = crate::error::Cooperative::enter();
     let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
     for line in txn::recover(held)? {
@@ -159,7 +151,7 @@ fn precheck_writable(files: &[Option<&Path>]) -> Result<()> {
 // resolved and journalled, 3. written, relocked, committed or rolled back);
 // its validation and source reading live in helpers above. Kept in one piece
 // while the journal work (txn.rs) changes steps 2-3.
-pub fn set(args: SetArgs) -> Result<Exit> {
+pub fn set(args: SetRequest) -> Result<Exit> {
     // 1. Everything that can fail on input, before any write.
     let flags = place_flags(&args.place.project, &args.place.pins, args.place.no_pins);
     // Locked from before the first read to the end of the change: a second run waits here.
@@ -187,7 +179,7 @@ pub fn set(args: SetArgs) -> Result<Exit> {
     }
     let uv = if args.relock { Some(find_uv()?) } else { None };
 
-    let cache = args.cache.resolve()?;
+    let cache = crate::cache::resolve_dir(args.cache_dir.as_deref())?;
     let src = args.source.as_deref().map(|s| source::GitSource::open(s, &cache)).transpose()?;
     let rev = match &src {
         Some(s) => s.resolve(&args.rev)?,
@@ -370,13 +362,13 @@ pub fn set(args: SetArgs) -> Result<Exit> {
         check.index_manifests.push("index".into());
     }
     check.source = args.source.clone();
-    check.cache_dir = args.cache.resolve().ok();
+    check.cache_dir = crate::cache::resolve_dir(args.cache_dir.as_deref()).ok();
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
         args.place.project.display(),
         if args.place.no_pins {
             " --no-pins".to_string()
-        } else if args.place.pins.path() != Path::new(crate::pins::DEFAULT_PATH) {
+        } else if args.place.pins != Path::new(crate::pins::DEFAULT_PATH) {
             format!(" --pins {}", args.place.pins.display())
         } else {
             String::new()

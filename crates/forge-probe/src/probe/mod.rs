@@ -37,7 +37,7 @@ pub struct ProbeRequest {
     /// The pins file, only when given (its `pin` rule).
     pub pins: Option<PathBuf>,
     /// The topology asked (flags, preset, recipe).
-    pub topology: crate::topology::RequestArgs,
+    pub topology: crate::topology::RequestFlags,
     /// `--run`: the round trip on this machine's GPUs; `None`: the static probe.
     pub run: Option<crate::runtime::Run>,
     /// `--record DIR --signing-key FILE`.

@@ -13,45 +13,6 @@ use super::{human_size, BadEntry, Cache, Entry, Hit, Key, Toolchain};
 use crate::error::{Exit, Failure};
 use crate::output::DataFormat as Format;
 
-/// How `build-wheel` reaches a remote cache.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RemoteArgs {
-    #[command(flatten)]
-    pub cache_url: crate::args::CacheUrlArg,
-    #[command(flatten)]
-    pub trusted_keys: crate::args::TrustedKeysArg,
-    #[command(flatten)]
-    pub net: NetArgs,
-}
-
-/// Transport options shared by `build-wheel` and `cache push`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct NetArgs {
-    /// Accept a plain http:// cache URL (no TLS: anyone on the path can read the traffic;
-    /// signatures are still required). Meant for a cache on localhost or a trusted network.
-    #[arg(long)]
-    pub allow_http: bool,
-    /// Seconds each request to the remote cache may take in all (connecting: 10 s at most).
-    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub cache_timeout: u64,
-}
-
-impl RemoteArgs {
-    /// The plain request these flags make.
-    pub fn request(&self) -> RemoteRequest {
-        RemoteRequest {
-            cache_url: self.cache_url.cache_url.clone(),
-            trusted_keys: self.trusted_keys.to_vec(),
-            net: self.net.net(),
-        }
-    }
-
-    /// The remote cache, or `None` without `--cache-url` (or with `--no-cache`).
-    pub fn connect(&self, no_cache: bool) -> Result<Option<Remote>> {
-        self.request().connect(no_cache)
-    }
-}
-
 /// How a build reaches a remote cache (`--cache-url`, `--trusted-key`,
 /// `--allow-http`, `--cache-timeout`), as plain data.
 #[derive(Debug, Clone)]
@@ -69,13 +30,6 @@ impl RemoteRequest {
         let Some(url) = self.cache_url.as_deref().filter(|_| !no_cache) else { return Ok(None) };
         let trusted = super::config::trusted_keys(&self.trusted_keys)?;
         Remote::new(url, self.net, trusted).map(Some)
-    }
-}
-
-impl NetArgs {
-    /// The client's transport settings.
-    pub fn net(&self) -> Net {
-        Net { allow_http: self.allow_http, timeout: std::time::Duration::from_secs(self.cache_timeout) }
     }
 }
 

@@ -23,7 +23,7 @@ pub struct AddRequest {
     pub wheel_name: Option<String>,
     pub kind: Kind,
     /// The topology the result was obtained on (flags, preset, recipe).
-    pub topology: crate::topology::RequestArgs,
+    pub topology: crate::topology::RequestFlags,
     pub outcome: String,
     pub url: Option<String>,
     pub text: Option<String>,
@@ -220,7 +220,7 @@ fn needs(v: &Variant, recipes: &[PathBuf]) -> Result<Vec<Need>> {
         out.push(Need { label: format!("{} (pins.toml)", v.name), gpu: None, sm, ep: None, nodes: 1 });
     }
     for r in recipes {
-        let args = crate::topology::RequestArgs::of_recipe(r.clone(), gpu);
+        let args = crate::topology::RequestFlags::of_recipe(r.clone(), gpu);
         let req = args.resolve()?.expect("a recipe is a request");
         out.push(Need {
             label: r.display().to_string(),
