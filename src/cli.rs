@@ -60,11 +60,11 @@ Examples:
     )]
     Pin(PinCommand),
     /// Compute the build plan (source, environment, toolchain, cache key, outputs) without building.
-    Plan(crate::builder::PlanArgs),
+    Plan(crate::commands::build::PlanArgs),
     /// Build DeepEP wheels for pins.toml variants: flags baked in, provenance stamped, cached.
-    BuildWheel(crate::builder::BuildArgs),
+    BuildWheel(crate::commands::build::BuildArgs),
     /// Publish each variant's wheels as a signed static package index (PEP 503/691/658), or --check one.
-    Publish(crate::publish::PublishArgs),
+    Publish(crate::commands::publish::PublishArgs),
     /// Inspect and manage the wheel cache.
     #[command(
         subcommand,
@@ -77,9 +77,9 @@ Examples:
   deepep-forge cache keygen --name team-1 --out team.key
   deepep-forge cache push --cache-url https://cache.example --signing-key k"
     )]
-    Cache(crate::cache::CacheCommand),
+    Cache(crate::commands::cache::CacheCommand),
     /// Judge a wheel, an installed environment or this machine against a requested topology.
-    Probe(crate::probe::ProbeArgs),
+    Probe(crate::commands::probe::ProbeArgs),
     /// Signed evidence about wheels: add a reported result, show the validation boundary.
     #[command(
         subcommand,
@@ -91,7 +91,7 @@ Examples:
   deepep-forge evidence add --wheel dist/deep_ep-*.whl --kind training \\
     --outcome \"20/20 steps\" --signing-key me.key --out evidence/"
     )]
-    Evidence(crate::evidence::EvidenceCommand),
+    Evidence(crate::commands::evidence::EvidenceCommand),
     /// Container images: generate the buildx bake file from pins.toml, build images.
     #[command(
         subcommand,
@@ -100,11 +100,11 @@ Examples:
   deepep-forge docker bake
   deepep-forge docker build --variant h100 --builder podman"
     )]
-    Docker(crate::docker::DockerCommand),
+    Docker(crate::commands::docker::DockerCommand),
     /// Tell where two wheels differ: members, zip metadata, ELF sections and symbols, text lines.
-    Diff(crate::repro::DiffArgs),
+    Diff(crate::commands::repro::DiffArgs),
     /// Rebuild a wheel from its own provenance and compare byte for byte (exit 0 identical, 1 not).
-    Verify(crate::repro::VerifyArgs),
+    Verify(crate::commands::repro::VerifyArgs),
     /// Print a shell completion script (bash, zsh or fish) to stdout.
     #[command(after_help = "\
 Examples:
@@ -190,7 +190,7 @@ Examples:
   # evidence: pins.toml's [evidence] table, or --require-evidence KIND
   # (both: the stricter kind wins); trusted statements from evidence/
   deepep-forge lock check --evidence evidence/ --trusted-key NAME:BASE64")]
-    Check(crate::lock::CheckArgs),
+    Check(crate::commands::lock::CheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -206,13 +206,13 @@ Examples:
   deepep-forge pin set a48493600c48 --source ../DeepEP --arch aarch64
   # install DeepEP from a `deepep-forge publish` index instead of git
   deepep-forge pin set hybrid-ep --source ../DeepEP --index URL --variant h100")]
-    Set(crate::pinset::SetArgs),
+    Set(crate::commands::pin::SetArgs),
     /// Undo a `pin set` that was killed half-way (from its journal in your state folder): every file back as it was.
     #[command(after_help = "\
 Examples:
   # the same --project and --pins as the interrupted `pin set`
   deepep-forge pin recover --project ../nemo-rl --pins pins.toml")]
-    Recover(crate::pinset::RecoverArgs),
+    Recover(crate::commands::pin::RecoverArgs),
 }
 
 /// Run a parsed command; the returned `Exit` is the process's exit code.
@@ -231,18 +231,18 @@ pub fn run(command: Command) -> Result<Exit> {
             }
             Ok(Exit::Ok)
         }
-        Command::Lock(LockCommand::Check(a)) => crate::lock::check(a),
-        Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a),
-        Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a),
-        Command::Plan(a) => crate::builder::plan(a),
-        Command::BuildWheel(a) => crate::builder::build(a),
-        Command::Publish(a) => crate::publish::run(a),
-        Command::Cache(c) => crate::cache::run(c),
-        Command::Probe(a) => crate::probe::run(a),
-        Command::Evidence(c) => crate::evidence::run(c),
-        Command::Docker(c) => crate::docker::run(c),
-        Command::Diff(a) => crate::repro::diff(a),
-        Command::Verify(a) => crate::repro::verify(a),
+        Command::Lock(LockCommand::Check(a)) => crate::lock::check(&a.request(), a.format),
+        Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a.request()),
+        Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a.request()),
+        Command::Plan(a) => crate::builder::plan(a.common.options()),
+        Command::BuildWheel(a) => crate::builder::build(a.request()),
+        Command::Publish(a) => crate::commands::publish::run(a),
+        Command::Cache(c) => crate::commands::cache::run(c),
+        Command::Probe(a) => crate::probe::run(a.request()),
+        Command::Evidence(c) => crate::commands::evidence::run(c),
+        Command::Docker(c) => crate::commands::docker::run(c),
+        Command::Diff(a) => crate::repro::diff(a.request()),
+        Command::Verify(a) => crate::repro::verify(a.request()),
         Command::Completions { shell } => {
             let shell = match shell {
                 CompletionShell::Bash => clap_complete::Shell::Bash,

@@ -229,10 +229,10 @@ fn only_the_printer_prints() {
     assert!(printing.is_match("println!(\"x\")") && printing.is_match("let e = std::io::stderr();"));
 }
 
-/// One build request (ARCHITECTURE.md, code map): the builder's job modules
-/// take a `BuildRequest`, never a clap type; only `src/builder/mod.rs` (the
-/// command edge) declares and reads flags. A value enum (`registry::Kind`) is
-/// a domain value that clap may also parse.
+/// One build request (ARCHITECTURE.md, code map): the builder takes a
+/// `BuildOptions`/`BuildRequest`, never a clap type; the flags are declared in
+/// the CLI crate (`src/commands/build.rs`). A value enum (`registry::Kind`) is
+/// a domain value that clap may also parse (behind the `clap` feature).
 #[test]
 fn the_builder_sees_no_clap_type_but_at_its_edge() {
     let dir = support::root().join("crates/forge-build/src/builder");
@@ -242,7 +242,7 @@ fn the_builder_sees_no_clap_type_but_at_its_edge() {
     let mut found = Vec::new();
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
         let p = e.path();
-        if p.extension().is_none_or(|x| x != "rs") || p.file_name().is_some_and(|n| n == "mod.rs") {
+        if p.extension().is_none_or(|x| x != "rs") {
             continue;
         }
         let text = std::fs::read_to_string(&p).unwrap();
@@ -258,25 +258,73 @@ fn the_builder_sees_no_clap_type_but_at_its_edge() {
 }
 
 /// The command edges (ARCHITECTURE.md, bird's-eye view): the only files that
-/// declare clap types, each with the plain request(s) it builds from them.
-/// Everything below an edge takes that request; a new file with a clap type
-/// fails here, and a listed file that no longer has one must leave the list.
+/// declare clap types, all in the CLI crate (`src/`), each with the plain
+/// request(s) it builds from them. Everything below an edge takes that
+/// request; a new file with a clap type fails here, and a listed file that no
+/// longer has one must leave the list.
 const CLAP_EDGES: &[(&str, &str)] = &[
-    ("cli.rs", "the root: `Cli`, `Command`, the `pins`/`lock`/`pin` groups"),
-    ("args.rs", "shared flags (`PinsArg`, `TrustedKeysArg`, `CacheUrlArg`), read by the edges"),
-    ("builder/mod.rs", "`Common`, `PlanArgs`, `BuildArgs`, `RunArgs` -> `BuildRequest`"),
-    ("cache/mod.rs", "`CacheDirArg`: the folder, resolved at the edge"),
-    ("cache/cmd.rs", "`cache ...` and `RemoteArgs`/`NetArgs` -> `Remote` over `remote::Net`"),
-    ("docker/mod.rs", "`docker bake`/`build`: `BuildArgs` -> `BuildRequest`, `BaseArgs` -> `base::BaseRequest`"),
-    ("evidence/cmd.rs", "`evidence add|show`"),
-    ("evidence/record.rs", "`RecordArgs` (`probe --record`) -> `Recorder`"),
-    ("lock/mod.rs", "`CheckArgs`, `ProjectArgs` -> `CheckRequest`"),
-    ("pinset/mod.rs", "`pin set|recover`"),
-    ("probe/mod.rs", "`ProbeArgs`, `RunArgs` -> `runtime::Run` in `runtime::Input`"),
-    ("publish.rs", "`PublishArgs` -> a `BuildRequest`, `check::Request`"),
-    ("repro.rs", "`diff`, `verify`"),
-    ("topology.rs", "`RequestArgs` -> `topology::Request`"),
+    ("cli.rs", "the root: `Cli`, `Command`, the `pins`/`lock`/`pin` groups, `completions`, `man`"),
+    (
+        "args.rs",
+        "shared flags (`PinsArg`, `TrustedKeysArg`, `CacheUrlArg`, `CacheDirArg`, `RemoteArgs`/`NetArgs` -> `cache::RemoteRequest`, `ProjectArgs` -> `lock::ProjectPlace`, `TopologyArgs` -> `topology::RequestFlags`)",
+    ),
+    ("commands/build.rs", "`RunArgs`, `Common`, `PlanArgs`, `BuildArgs` -> `builder::{RunOptions, BuildOptions, BuildWheelRequest}`"),
+    ("commands/cache.rs", "`cache ...` -> `cache::{LsRequest, GcRequest, PushRequest, KeygenRequest}`"),
+    ("commands/docker.rs", "`docker bake`/`build`: -> `docker::bake::BakeRequest`, `docker::BuildRequest`"),
+    ("commands/evidence.rs", "`evidence add|show` -> `evidence::{AddRequest, ShowRequest}`"),
+    ("commands/lock.rs", "`CheckArgs` -> `lock::CheckRequest`"),
+    ("commands/pin.rs", "`pin set|recover` -> `pinset::{SetRequest, RecoverRequest}`"),
+    ("commands/probe.rs", "`ProbeArgs`, `RunArgs`, `RecordArgs` -> `probe::ProbeRequest` (`runtime::Run`, `record::RecordRequest`)"),
+    ("commands/publish.rs", "`PublishArgs` -> `publish::{PublishRequest, CheckRequest}`"),
+    ("commands/repro.rs", "`diff`, `verify` -> `repro::{DiffRequest, VerifyRequest}`"),
 ];
+
+/// Whether a line of a domain crate uses clap other than through its optional
+/// `clap` feature (`#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]`).
+fn uses_clap_outside_its_feature(line: &str) -> bool {
+    let code = line.trim_start();
+    !code.starts_with("//")
+        && (code.contains("clap::")
+            || code.starts_with("use clap")
+            || code.contains("#[arg(")
+            || code.contains("#[command("))
+        && !code.starts_with("#[cfg_attr(feature = \"clap\"")
+}
+
+/// The domain crates (crates/*) take plain requests: clap is the CLI crate's
+/// (`src/`), and a crate below it names clap only under `cfg_attr(feature =
+/// "clap", ...)` (a value enum clap also parses), so each builds without clap.
+#[test]
+fn clap_lives_only_in_the_cli_crate() {
+    let root = support::root();
+    let mut found = Vec::new();
+    for src in src_roots().into_iter().filter(|s| s.starts_with(root.join("crates"))) {
+        for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+            let p = e.path();
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(p).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                if uses_clap_outside_its_feature(line) {
+                    found.push(format!("{}:{}: {}", p.strip_prefix(&root).unwrap().display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "clap below the CLI crate (declare the flags in src/ and hand over a plain request; a value enum derives clap::ValueEnum under #[cfg_attr(feature = \"clap\", ...)]):\n{}",
+        found.join("\n")
+    );
+    // the check itself sees what it must
+    assert!(uses_clap_outside_its_feature("#[derive(Debug, Clone, clap::Args)]"));
+    assert!(uses_clap_outside_its_feature("    #[derive(Debug, Clone, Copy, clap::ValueEnum)]"));
+    assert!(uses_clap_outside_its_feature("use clap::ValueEnum;"));
+    assert!(uses_clap_outside_its_feature("    #[arg(long, value_name = \"N\")]"));
+    assert!(!uses_clap_outside_its_feature("#[cfg_attr(feature = \"clap\", derive(clap::ValueEnum))]"));
+    assert!(!uses_clap_outside_its_feature("/// parsed by clap::ValueEnum in the CLI"));
+}
 
 /// Clap types are declared only at the listed command edges.
 #[test]

@@ -26,83 +26,61 @@ use facts::Facts;
 use manifest::{Manifest, PROJECT};
 use out::Out;
 
-#[derive(Debug, clap::Args)]
-#[command(mut_arg("out", |a| a
-    .help("The index folder: <DIR>/<variant>/simple/deep-ep/ and <DIR>/<variant>/index.json")
-    .default_value("index")))]
-#[command(after_help = "\
-Examples:
-  deepep-forge publish --variant h100 --signing-key publish.key --out public/
-  # both architectures in one index (gb200-nvl72 has `index = \"h100\"`)
-  deepep-forge publish --variant h100 --variant gb200-nvl72 --signing-key k
-  # a wheel per Python of pins.toml's [toolchain] python list, one index
-  deepep-forge publish --variant h100 --toolchain registry --signing-key k
-  # one index of PEP 825 variant wheels (uv --preview-features wheel-variants)
-  # and h100's plain wheel for installers without variant support
-  deepep-forge publish --all --variant-wheels --default-variant h100 \\
-    --signing-key k
-  deepep-forge publish --check public/ --trusted-key NAME:BASE64
-  deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
-pub struct PublishArgs {
-    #[command(flatten)]
-    pub common: crate::builder::Common,
-    /// The ed25519 key that signs each variant's index.json (`cache keygen` makes one).
-    #[arg(long, value_name = "FILE", required_unless_present = "check")]
-    pub signing_key: Option<PathBuf>,
-    /// Verify the index in DIR against pins.toml instead of publishing: every variant
-    /// present with a wheel at the pinned revision, hashes and signatures right, no
-    /// foreign files (reported, never deleted). Exit 1 naming each file.
-    #[arg(long, value_name = "DIR", conflicts_with = "signing_key")]
-    pub check: Option<PathBuf>,
-    /// Evidence folders (repeatable, docs/evidence.md): statements a trusted key
-    /// signed about the index's wheels are served beside them and listed in the manifest.
-    #[arg(long = "evidence", value_name = "DIR", conflicts_with = "check")]
+/// `publish`: each variant's wheels into a signed index, as plain data.
+#[derive(Debug, Clone)]
+pub struct PublishRequest {
+    /// The variants, the build and the index folder (`out`).
+    pub build: crate::builder::request::BuildOptions,
+    /// The ed25519 key that signs each variant's index.json.
+    pub signing_key: PathBuf,
+    /// Evidence folders whose trusted statements are served with the wheels.
     pub evidence: Vec<PathBuf>,
-    /// Write one index, <DIR>/variants/, holding every variant as a PEP 825 variant
-    /// wheel (label = variant name, `-` as `_`) and `deep_ep-<version>-variants.json`
-    /// (docs/publish.md: how uv picks one).
-    #[arg(long, conflicts_with = "check")]
+    /// One index of PEP 825 variant wheels.
     pub variant_wheels: bool,
-    /// With --variant-wheels: the variant whose plain wheel (no label) installers
-    /// without variant support get. Without it no plain wheel is written: such an
-    /// installer finds nothing rather than a build that may not fit.
-    #[arg(long, value_name = "VARIANT", requires = "variant_wheels")]
+    /// With `variant_wheels`: the variant whose plain wheel is served too.
     pub default_variant: Option<String>,
 }
 
+/// `publish --check DIR`: verify an index against pins.toml.
+#[derive(Debug, Clone)]
+pub struct CheckRequest {
+    pub dir: PathBuf,
+    pub pins: PathBuf,
+    pub trusted_keys: Vec<String>,
+    pub variants: Vec<String>,
+    pub format: crate::output::DataFormat,
+}
+
+/// `deepep-forge publish --check DIR`.
+pub fn check(c: CheckRequest) -> Result<Exit> {
+    let request =
+        check::Request { pins: &c.pins, trusted_keys: &c.trusted_keys, variants: &c.variants, format: c.format };
+    check::run(&request, &c.dir)
+}
+
 /// `deepep-forge publish`.
-pub fn run(mut args: PublishArgs) -> Result<Exit> {
-    if let Some(dir) = args.check.take() {
-        let c = &args.common;
-        let request = check::Request {
-            pins: &c.pins,
-            trusted_keys: &c.remote.trusted_keys,
-            variants: &c.variants,
-            format: c.format,
-        };
-        return check::run(&request, &dir);
-    }
-    let pins = Pins::load(&args.common.pins)?;
-    for v in &args.common.variants {
+pub fn run(mut args: PublishRequest) -> Result<Exit> {
+    let pins = Pins::load(&args.build.pins)?;
+    for v in &args.build.variants {
         pins.variant(v)?;
     }
     // Labels are checked before anything is built: two variants, one label is bad input.
     let labelled = if args.variant_wheels { Some(variants::labels(&pins.variants)?) } else { None };
     let pins_sha256 =
-        crate::input::sha256_hex(&crate::input::read_bytes(&args.common.pins, "pins file", crate::input::cap::TEXT)?);
-    let key = SecretKey::load(args.signing_key.as_deref().expect("clap requires it without --check"))?;
-    check_out(&args.common.out)?;
-    let mut trusted = crate::cache::config::trusted_keys(&args.common.remote.trusted_keys)?;
+        crate::input::sha256_hex(&crate::input::read_bytes(&args.build.pins, "pins file", crate::input::cap::TEXT)?);
+    let key = SecretKey::load(&args.signing_key)?;
+    check_out(&args.build.out)?;
+    let mut trusted = crate::cache::config::trusted_keys(&args.build.remote.trusted_keys)?;
     trusted.push(key.public());
     let found = crate::evidence::store::read_all(&args.evidence, &trusted)?.found;
-    let index = std::mem::replace(&mut args.common.out, PathBuf::new());
+    let index = std::mem::replace(&mut args.build.out, PathBuf::new());
     let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
-    args.common.out = built.path().to_path_buf();
-    let remote = args.common.remote.connect(args.common.no_cache)?;
+    args.build.out = built.path().to_path_buf();
+    let remote = args.build.remote.connect(args.build.no_cache)?;
     // Variants of one architecture give wheels of one file name in the build folder:
     // each is kept, as it is delivered, in a folder of its variant before the next lands.
     let mut kept: Vec<std::io::Result<PathBuf>> = Vec::new();
-    let mut outcomes = crate::builder::run::build(&args.common.request()?, remote.as_ref(), |o| {
+    let mut outcomes = crate::builder::run::build(&args.build.request()?, remote.as_ref(), |o| {
         kept.push(keep(built.path(), &o.variant, &o.wheel));
     })?
     .results;
@@ -112,7 +90,7 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
     let mut by_variant: BTreeMap<String, Vec<(PathBuf, Facts)>> = BTreeMap::new();
     if let Some(d) = &args.default_variant {
         pins.variant(d)?;
-        if !args.common.variants.contains(d) && !args.common.all {
+        if !args.build.variants.contains(d) && !args.build.all {
             return Err(Failure::usage(format!("--default-variant {d} is not among the variants published"))
                 .hint(format!("add --variant {d}"))
                 .into());
@@ -168,7 +146,7 @@ pub fn run(mut args: PublishArgs) -> Result<Exit> {
         files_written: written,
         files_unchanged: writes.len() - written,
     };
-    print_report(&report, args.common.format)?;
+    print_report(&report, args.build.format)?;
     Ok(Exit::Ok)
 }
 

@@ -22,29 +22,16 @@ fn what_was_built(wheel: &std::path::Path) -> String {
     }
 }
 
-#[derive(Debug, clap::Args)]
-#[command(after_help = "\
-Exit codes: 0 the two files are identical, 1 they differ, 2 bad input (not
-a file, not a zip).
-
-Examples:
-  # two builds of one variant, on two machines: should be identical
-  deepep-forge diff machine-a/deep_ep-*.whl machine-b/deep_ep-*.whl
-  deepep-forge diff a/deep_ep-*.whl b/deep_ep-*.whl --format json")]
-pub struct DiffArgs {
-    /// The first wheel.
-    #[arg(value_name = "A.whl")]
+/// `diff A.whl B.whl`.
+#[derive(Debug, Clone)]
+pub struct DiffRequest {
     pub a: PathBuf,
-    /// The second wheel.
-    #[arg(value_name = "B.whl")]
     pub b: PathBuf,
-    /// Output: human text, or one JSON document (schema 1).
-    #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
 
 /// `deepep-forge diff A.whl B.whl`.
-pub fn diff(args: DiffArgs) -> Result<Exit> {
+pub fn diff(args: DiffRequest) -> Result<Exit> {
     let d = diff::diff(&args.a, &args.b)?;
     let (a, b) = (what_was_built(&args.a), what_was_built(&args.b));
     if args.format == Format::Json {
@@ -57,56 +44,28 @@ pub fn diff(args: DiffArgs) -> Result<Exit> {
     Ok(if d.identical { Exit::Ok } else { Exit::Problems })
 }
 
-#[derive(Debug, clap::Args)]
-#[command(after_help = "\
-Rebuilds the wheel from the provenance it carries (DeepEP revision,
-submodules, variant, build environment), with the wheel cache off, and
-compares the result byte for byte. The rebuild runs the setup.py of the
-repository it fetches, so that repository must be one you name or trust
-(--source; the [source] repo of --pins, default ./pins.toml;
-DEEPEP_FORGE_TRUSTED_REPOS; `[verify] trusted-repos` in the user config): the
-one the wheel's provenance names is otherwise refused before anything is
-fetched. Exit codes: 0 identical (the wheel is what its provenance says), 1
-different (the diff is printed), 2 bad input (not a deepep-forge wheel, a
-repository not trusted), 3 missing toolchain.
-
-Examples:
-  # a wheel from a colleague's or CI's cache, rebuilt on this machine
-  deepep-forge verify dist/deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl
-  # every wheel of a published index, its signed manifest checked first
-  deepep-forge verify https://host/wheels/h100/ --trusted-key NAME:BASE64")]
-#[command(mut_arg("source", |a| a.help("Where to fetch the source (needed when the provenance names a local folder: provenance holds no machine paths); default: the provenance's repository URL, only when you trust it (see below)")))]
-pub struct VerifyArgs {
-    /// The wheel to check (built by deepep-forge: it carries a provenance document), or its
-    /// URL in a `deepep-forge publish` index: downloaded, checked against the variant's signed
-    /// manifest (keys from --trusted-key) and its .intoto.json subject, then rebuilt; or an
-    /// index URL (`<base>/<variant>/`, `.../index.json`, `.../simple/deep-ep/`): every wheel
-    /// its signed manifest lists (or `--wheel NAME`), each checked and rebuilt the same way.
-    #[arg(value_name = "WHEEL|URL")]
+/// `verify WHEEL|URL`: what to rebuild and how.
+#[derive(Debug, Clone)]
+pub struct VerifyRequest {
+    /// A wheel file, a wheel's URL in a publish index, or an index URL.
     pub wheel: PathBuf,
-    #[command(flatten)]
-    pub trusted_keys: crate::args::TrustedKeysArg,
-    #[command(flatten)]
-    pub run: crate::builder::RunArgs,
-    #[command(flatten)]
-    pub pins: crate::args::PinsArg,
-    /// The toolchain (as for build-wheel); default: the one the provenance names.
-    #[arg(long, value_enum)]
+    /// `--trusted-key`s for an index's signed manifest.
+    pub trusted_keys: Vec<String>,
+    pub run: crate::builder::request::RunOptions,
+    /// The pins file whose `[source] repo` is trusted (given, else ./pins.toml when present).
+    pub pins: Option<PathBuf>,
+    /// The toolchain; `None`: the one the provenance names.
     pub toolchain: Option<crate::builder::registry::Kind>,
-    /// Keep the rebuilt wheel (and its statement) in DIR; default: a temporary folder.
-    #[arg(long, value_name = "DIR")]
+    /// Keep the rebuilt wheel here; `None`: a temporary folder.
     pub out: Option<PathBuf>,
-    /// Output: human text, or one JSON document (schema 1; for an index URL, `wheels` holds one per wheel).
-    #[arg(long, value_enum, default_value_t)]
     pub format: Format,
-    /// For an index URL: verify only this wheel (a file name the index's manifest lists).
-    #[arg(long = "wheel", value_name = "NAME")]
+    /// For an index URL: only this wheel.
     pub only_wheel: Option<String>,
 }
 
 /// `deepep-forge verify WHEEL|URL`: a wheel file, a wheel's URL in a publish
 /// index, or an index URL (every wheel its signed manifest lists, or `--wheel NAME`).
-pub fn verify(args: VerifyArgs) -> Result<Exit> {
+pub fn verify(args: VerifyRequest) -> Result<Exit> {
     let _coop = crate::error::Cooperative::enter();
     let Some(url) = args.wheel.to_str().filter(|s| crate::index::manifest::is_url(s)).map(String::from) else {
         if args.only_wheel.is_some() {
@@ -151,7 +110,7 @@ pub fn verify(args: VerifyArgs) -> Result<Exit> {
 }
 
 /// The JSON document (when asked for) and the exit code.
-fn finish(args: &VerifyArgs, ok: bool, doc: serde_json::Value) -> Result<Exit> {
+fn finish(args: &VerifyRequest, ok: bool, doc: serde_json::Value) -> Result<Exit> {
     if args.format == Format::Json {
         crate::printer::json(&doc)?;
     }
@@ -160,7 +119,7 @@ fn finish(args: &VerifyArgs, ok: bool, doc: serde_json::Value) -> Result<Exit> {
 
 /// Rebuild one wheel file from its provenance and compare; prints the human
 /// lines, returns whether it is identical and its JSON document.
-fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serde_json::Value)> {
+fn verify_file(args: &VerifyRequest, wheel: &std::path::Path) -> Result<(bool, serde_json::Value)> {
     let prov = crate::builder::deliver::read_provenance(wheel).map_err(|e| {
         crate::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;
@@ -188,7 +147,7 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
             .into())
         }
         (None, None) => {
-            trust::check(wheel, &prov.source.repo, &prov.source.rev, args.pins.if_present())?;
+            trust::check(wheel, &prov.source.repo, &prov.source.rev, args.pins.as_deref())?;
             None
         }
     };
@@ -229,9 +188,9 @@ fn verify_file(args: &VerifyArgs, wheel: &std::path::Path) -> Result<(bool, serd
         toolchain,
         match_project: None,
         out: out.clone(),
-        cache_dir: args.run.cache.cache_dir.clone(),
+        cache_dir: args.run.cache_dir.clone(),
         no_cache: true,
-        compiler_cache: args.run.compiler_cache(),
+        compiler_cache: args.run.compiler_cache.clone(),
         // A verification compiles everything, NCCL too: never the stored NCCL output.
         nccl_reuse: false,
         jobs: args.run.jobs,

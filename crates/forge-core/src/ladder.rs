@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 /// The evidence ladder, weakest first: each kind shows more than the one before.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     /// A recipe read and its topology resolved; nothing built or run.

@@ -1,7 +1,6 @@
 //! The shared base of deepep-forge: errors and exit codes, input reading and the one hasher, the printer, child processes, HTTP, pins.toml, PEP names and versions, a Dockerfile reader, the wheel reader and writer, provenance and attestation, DeepEP's build interface, topologies, verdicts and findings.
 //!
 //! ARCHITECTURE.md has the map: what each crate owns and may import.
-pub mod args;
 pub mod attest;
 pub mod dockerfile;
 pub mod environ;

@@ -2,10 +2,9 @@
 //! writes GitHub workflow-command annotations.
 use std::path::{Path, PathBuf};
 
-use clap::ValueEnum;
-
 /// `--format`: how a report is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Format {
     /// Aligned text for people (default).
     #[default]
@@ -18,7 +17,8 @@ pub enum Format {
 
 /// `--format` of commands whose output is data but has nothing to annotate
 /// (`plan`, `build-wheel`, `cache ls`, `pins show`): no `github` to offer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum DataFormat {
     /// Aligned text for people (default).
     #[default]

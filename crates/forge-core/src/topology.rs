@@ -45,48 +45,39 @@ pub struct Request {
 /// Largest EP, node, GPU or R count a flag accepts (products stay far from u64 limits).
 pub const MAX_COUNT: i64 = 1 << 20;
 
-/// Topology flags, shared by `probe` (static and `--run`).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RequestArgs {
+/// The topology flags as plain data (`probe`, `evidence add`), layered into a
+/// [`Request`] by [`RequestFlags::resolve`].
+#[derive(Debug, Clone, Default)]
+pub struct RequestFlags {
     /// Expert-parallel group size (EP), 1 to 1048576.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub ep: Option<u32>,
     /// Number of nodes the job spans, 1 to 1048576.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub nodes: Option<u32>,
     /// GPUs per node, 1 to 1048576.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub gpus_per_node: Option<u32>,
     /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN), 1 to 1048576.
-    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT))]
     pub ranks_per_domain: Option<u32>,
     /// The system has multi-node NVLink (GB200 NVL72) and the job uses it.
-    #[arg(long, overrides_with = "no_mnnvl")]
     pub mnnvl: bool,
     /// The job does not use multi-node NVLink (USE_MNNVL=0).
-    #[arg(long)]
     pub no_mnnvl: bool,
     /// GPU kind: h100, h200, b200, gb200, sm_90, sm_100.
-    #[arg(long, value_name = "GPU")]
     pub gpu: Option<Gpu>,
     /// A named topology: h100-8g, b200-8g, gb200-nvl72 (flags override its values).
-    #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
     /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain. Missing
     /// HybridEP settings get NeMo-RL's defaults (R = min(EP, 64), USE_MNNVL = EP > 4),
     /// which the verdict names; recipes name no GPU, so add --gpu or --preset.
-    #[arg(long, value_name = "PATH")]
     pub recipe: Option<PathBuf>,
     /// The folder a recipe's `defaults:` chain must stay in. Default: the git
     /// repository holding the recipe (else the recipe's own folder).
-    #[arg(long, value_name = "DIR", requires = "recipe")]
     pub recipe_root: Option<PathBuf>,
 }
 
-impl RequestArgs {
+impl RequestFlags {
     /// A recipe's request, with the GPU assumed when the recipe names none.
-    pub fn of_recipe(recipe: PathBuf, gpu: Option<Gpu>) -> RequestArgs {
-        RequestArgs { recipe: Some(recipe), gpu, ..Default::default() }
+    pub fn of_recipe(recipe: PathBuf, gpu: Option<Gpu>) -> RequestFlags {
+        RequestFlags { recipe: Some(recipe), gpu, ..Default::default() }
     }
 
     /// True when no topology was asked for at all.

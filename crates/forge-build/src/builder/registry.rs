@@ -24,7 +24,8 @@ const LAYOUT: u32 = 1;
 const IDENTITY_FILE: &str = "toolchain.json";
 
 /// Which toolchain builds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// The build Python's environment and the CUDA found on this machine.

@@ -1,8 +1,9 @@
 //! What to build, decided once. A [`BuildRequest`] is made at the command
-//! edge: from `plan`/`build-wheel` flags (`builder::Common`) or from a wheel's
+//! edge: from `plan`/`build-wheel` flags ([`BuildOptions`], made by the CLI) or from a wheel's
 //! provenance (`verify`); the rest of the builder takes it and never sees a
 //! clap type (as maturin's `BuildOptions` -> `BuildContext`). Plain data:
-//! must not parse arguments, read files or build.
+//! must not parse arguments or build, nor read a file but the pins
+//! ([`BuildOptions::request`]).
 use std::path::PathBuf;
 
 use super::registry;
@@ -59,4 +60,72 @@ pub struct BuildRequest {
     /// A fork's record as a wheel's provenance carries it (`verify`): used as
     /// recorded, so the upstream, named only there, is never fetched.
     pub recorded_fork: Option<crate::provenance::Fork>,
+}
+
+/// How a build runs, whatever it builds (`--source`, `--python`, `--cache-dir`,
+/// the compiler cache, NCCL reuse, jobs): the flags `plan`, `build-wheel` and
+/// `verify` share, as plain data.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Another source repository or folder than the pins' (`--source`).
+    pub source: Option<String>,
+    /// The Python that builds (system toolchain) or makes the registry one.
+    pub python: Option<String>,
+    /// The wheel cache folder as given (`None`: the default folder).
+    pub cache_dir: Option<PathBuf>,
+    pub compiler_cache: CompilerCache,
+    /// Reuse NCCL's stored build output (`--no-nccl-reuse` turns it off).
+    pub nccl_reuse: bool,
+    pub jobs: Option<usize>,
+    pub serial_extensions: bool,
+}
+
+/// What `plan`, `build-wheel` and `publish` are asked, as plain data: the pins
+/// file is read by [`BuildOptions::request`], when the command gets there.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// The pins file.
+    pub pins: PathBuf,
+    /// `--variant`s, as named.
+    pub variants: Vec<String>,
+    /// `--all`: every variant of this host's architecture.
+    pub all: bool,
+    pub run: RunOptions,
+    pub toolchain: registry::Kind,
+    pub match_project: Option<PathBuf>,
+    pub out: PathBuf,
+    pub no_cache: bool,
+    /// The remote cache (`--cache-url`, `--trusted-key`, transport).
+    pub remote: crate::cache::RemoteRequest,
+    pub format: crate::output::DataFormat,
+}
+
+impl BuildOptions {
+    /// The build request (pins.toml read and validated here).
+    pub fn request(&self) -> anyhow::Result<BuildRequest> {
+        Ok(BuildRequest {
+            pins: Pins::load(&self.pins)?,
+            variants: if self.all { Variants::All } else { Variants::Named(self.variants.clone()) },
+            source: self.run.source.clone(),
+            python: self.run.python.clone(),
+            toolchain: self.toolchain,
+            match_project: self.match_project.clone(),
+            out: self.out.clone(),
+            cache_dir: self.run.cache_dir.clone(),
+            no_cache: self.no_cache,
+            compiler_cache: self.run.compiler_cache.clone(),
+            nccl_reuse: self.run.nccl_reuse,
+            jobs: self.run.jobs,
+            serial_extensions: self.run.serial_extensions,
+            recorded_fork: None,
+        })
+    }
+}
+
+/// `build-wheel`: the build and where its JSON report goes.
+#[derive(Debug, Clone)]
+pub struct BuildWheelRequest {
+    pub common: BuildOptions,
+    /// Also write the JSON build report to this file.
+    pub report: Option<PathBuf>,
 }

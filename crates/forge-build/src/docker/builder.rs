@@ -410,17 +410,23 @@ mod tests {
     #[test]
     fn every_value_is_one_flag_word_and_the_args_are_the_bake_files() {
         let t = target();
-        // `docker` as the CLI mounts it: the subcommand alone.
-        #[derive(clap::Parser)]
-        struct Docker {
-            #[command(subcommand)]
-            command: super::super::DockerCommand,
-        }
-        let a =
-            <Docker as clap::Parser>::try_parse_from(["docker", "build", "--builder", "podman", "--timestamp", "0"])
-                .unwrap();
-        let super::super::DockerCommand::Build(a) = a.command else { panic!() };
-        let a = a.request();
+        // `docker build --builder podman --timestamp 0`, the other flags at their defaults.
+        let a = super::super::BuildRequest {
+            variant: Vec::new(),
+            pins: "pins.toml".into(),
+            file: super::super::BAKE_FILE.into(),
+            builder: super::super::Builder::Podman,
+            index: None,
+            source: None,
+            forge_binary: None,
+            timestamp: Some(0),
+            base: super::super::base::BaseRequest {
+                suite: "bookworm".into(),
+                mirror: super::super::base::DEFAULT_MIRROR.into(),
+            },
+            cache_dir: None,
+            extra: Vec::new(),
+        };
         let v = builder_argv(
             &t,
             Path::new("/ctx"),

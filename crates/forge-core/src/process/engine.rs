@@ -9,7 +9,8 @@ use super::lookup::which;
 use crate::error::Failure;
 
 /// Who builds the images.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Builder {
     /// `docker buildx bake` (a Docker daemon with the buildx plugin).
     #[default]
@@ -21,7 +22,8 @@ pub enum Builder {
 }
 
 /// Who reads an image for `probe --image`: only the daemonless builders mount one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum ImageReader {
     /// `podman image mount`.
     #[default]

@@ -33,71 +33,20 @@ pub mod uvlock;
 /// 2: `causes` (each with its findings and one fix); findings carry `cause` and `column`.
 pub const REPORT_SCHEMA: u32 = 2;
 
-/// `--project DIR` and `--pins FILE` / `--no-pins`: the consumer project and
-/// the pins it is held to, declared once and flattened into `lock check`,
-/// `pin set` and `pin recover`, with one help text each.
-#[derive(Debug, Clone, clap::Args)]
-#[command(mut_arg("pins", |a| a.conflicts_with("no_pins")))]
-pub struct ProjectArgs {
+/// `--project DIR` and `--pins FILE` / `--no-pins` as plain data: the consumer
+/// project and the pins it is held to (`pin set`, `pin recover`).
+#[derive(Debug, Clone)]
+pub struct ProjectPlace {
     /// The consumer project (holds pyproject.toml and, if locked, uv.lock).
-    /// Relative paths resolve against the directory the command runs in.
-    #[arg(long, default_value = ".", value_name = "DIR")]
     pub project: PathBuf,
-    #[command(flatten)]
-    pub pins: crate::args::PinsArg,
-    /// Keep no pins.toml: take the consumer's pyproject.toml as the intent
-    /// (its override-dependencies entry per architecture, else its most common
-    /// revision) and check everything else against it.
-    #[arg(long)]
+    /// The pins file (`pins.toml` unless given).
+    pub pins: PathBuf,
+    /// No pins.toml: the consumer's pyproject.toml is the intent.
     pub no_pins: bool,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct CheckArgs {
-    #[command(flatten)]
-    pub place: ProjectArgs,
-    /// A Dockerfile to check as well (repeatable); Dockerfile* at the project
-    /// root and docker/**/Dockerfile* are found on their own.
-    #[arg(long = "dockerfile", value_name = "PATH")]
-    pub dockerfiles: Vec<PathBuf>,
-    /// Report format: human text, one JSON document, or GitHub annotations plus text.
-    #[arg(long, value_enum, default_value_t)]
-    pub format: Format,
-    /// For DeepEP from a `deepep-forge publish` index: its signed manifest (`<variant>/index.json`),
-    /// a FILE (offline CI) or an https URL (repeatable); every deep-ep wheel uv.lock pins must be
-    /// in one, built at pins.toml's revision. `index` fetches `<variant>/index.json` next to the
-    /// index URL pyproject.toml names.
-    #[arg(long = "index-manifest", value_name = "FILE|URL|index")]
-    pub index_manifests: Vec<String>,
-    #[command(flatten)]
-    pub trusted_keys: crate::args::TrustedKeysArg,
-    /// For DeepEP from an index: a NeMo-RL recipe the project runs (repeatable); an EP group
-    /// over more than one NVLink domain needs a multinode variant's index (`index-variant-mismatch`).
-    #[arg(long = "recipe", value_name = "FILE")]
-    pub recipes: Vec<PathBuf>,
-    /// DeepEP's repository to read the pinned revisions from (a checkout, a folder or a URL):
-    /// what each revision is (EPv2 or HybridEP) and its version come from its source, never
-    /// from pins.toml's `branch`. Default: the cache's mirror of pins.toml's repository, when
-    /// it holds the revision (`plan`, `build-wheel` and `pin set` fetch it there).
-    #[arg(long, value_name = "PATH|URL")]
-    pub source: Option<String>,
-    /// Where the mirrors of DeepEP's repository are (read, never fetched, without --source).
-    #[command(flatten)]
-    pub cache: crate::cache::CacheDirArg,
-    /// Every deep-ep wheel uv.lock pins needs a statement of this kind or a stronger
-    /// one (docs/evidence.md), signed by a --trusted-key, covering its variant's GPU
-    /// generation; else `evidence-missing` (exit 1) with the command that would make it.
-    /// pins.toml's `[evidence]` table asks the same without the flag; with both, the
-    /// stricter kind wins per wheel. Either needs --evidence DIR and a trusted key (exit 2).
-    #[arg(long, value_enum, value_name = "KIND", requires = "evidence")]
-    pub require_evidence: Option<crate::evidence::statement::Kind>,
-    /// Evidence folders for --require-evidence and pins.toml's `[evidence]` (repeatable).
-    #[arg(long = "evidence", value_name = "DIR")]
-    pub evidence: Vec<PathBuf>,
-}
-
-/// What `lock check` checks, as plain data (no clap type): made from `CheckArgs`
-/// at the command edge, or by `pin set --relock` for the project it just changed.
+/// What `lock check` checks, as plain data (no clap type): made from the flags
+/// by the CLI, or by `pin set --relock` for the project it just changed.
 #[derive(Debug, Clone)]
 pub struct CheckRequest {
     pub project: PathBuf,
@@ -141,24 +90,6 @@ impl CheckRequest {
     /// The pins file as messages name it (the default under --no-pins).
     fn pins_path(&self) -> &Path {
         self.pins.as_deref().unwrap_or(Path::new(crate::pins::DEFAULT_PATH))
-    }
-}
-
-impl From<&CheckArgs> for CheckRequest {
-    fn from(a: &CheckArgs) -> CheckRequest {
-        CheckRequest {
-            project: a.place.project.clone(),
-            pins: (!a.place.no_pins).then(|| a.place.pins.to_path_buf()),
-            dockerfiles: a.dockerfiles.clone(),
-            index_manifests: a.index_manifests.clone(),
-            trusted_keys: a.trusted_keys.to_vec(),
-            recipes: a.recipes.clone(),
-            source: a.source.clone(),
-            cache_dir: a.cache.resolve().ok(),
-            require_evidence: a.require_evidence,
-            evidence: a.evidence.clone(),
-            evidence_policy: true,
-        }
     }
 }
 
@@ -574,14 +505,15 @@ fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<dockerfile::Need>> {
 }
 
 /// `deepep-forge lock check`.
-pub fn check(args: CheckArgs) -> Result<Exit> {
-    let report = run_check(&CheckRequest::from(&args))?;
-    let text = match args.format {
+/// `lock check`: the report of `req`, printed in `format`.
+pub fn check(req: &CheckRequest, format: Format) -> Result<Exit> {
+    let report = run_check(req)?;
+    let text = match format {
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Human => human(&report),
         Format::Github => {
             let workspace = crate::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
-            let path = |f: &Path| github_path(f, workspace.as_deref(), &args.place.project);
+            let path = |f: &Path| github_path(f, workspace.as_deref(), &req.project);
             findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report))
         }
     };

@@ -8,7 +8,7 @@ use anyhow::Result;
 use pep508_rs::PackageName;
 
 use crate::error::{Exit, Failure};
-use crate::lock::{pyproject, Kind, ProjectArgs};
+use crate::lock::{pyproject, Kind, ProjectPlace};
 use crate::pins::{is_full_sha, Arch, Pins};
 
 pub mod closure;
@@ -18,57 +18,49 @@ pub mod patches;
 pub mod source;
 pub mod txn;
 
-#[derive(Debug, clap::Args)]
-pub struct SetArgs {
+/// `pin set`, as plain data (made from the flags by the CLI).
+#[derive(Debug, Clone)]
+pub struct SetRequest {
     /// The new DeepEP revision: a full 40-hex commit, or a short sha, branch or
     /// tag that --source resolves (short revisions are never guessed).
     pub rev: String,
     /// Pin only this architecture (x86_64 or aarch64): only requirements whose marker selects it
     /// change. Without it both architectures get one unmarked requirement per place.
-    #[arg(long, value_name = "ARCH")]
     pub arch: Option<Arch>,
-    #[command(flatten)]
-    pub place: ProjectArgs,
+    pub place: ProjectPlace,
     /// A DeepEP git checkout (PATH) or URL: resolves short revisions, gives the
     /// short sha as `git rev-parse --short` prints it and the label's base version
     /// at the new revision. Without it the revision is fetched from pins.toml's
     /// repository (under --no-pins, pyproject.toml's) into the cache's git mirror,
     /// as `plan` does; a source that cannot be read is exit 3, never a guess.
-    #[arg(long, value_name = "PATH|URL")]
     pub source: Option<String>,
     /// Run `uv lock` in the project afterwards (uv from $DEEPEP_FORGE_UV or PATH),
     /// then `lock check`; without it the exact commands are printed. All or nothing:
     /// if uv fails, or on Ctrl-C/SIGTERM, pyproject.toml, pins.toml and uv.lock are
     /// put back as they were (after a kill, `pin recover` does it).
-    #[arg(long)]
     pub relock: bool,
-    #[command(flatten)]
-    pub cache: crate::cache::CacheDirArg,
+    /// `--cache-dir` as given (resolved here).
+    pub cache_dir: Option<PathBuf>,
     /// Install DeepEP from the package index `deepep-forge publish` wrote, served at URL
     /// (its base: https://, file://, or http:// on 127.0.0.1): requirements become
     /// `deep_ep==LABEL`, a named `[[tool.uv.index]]` (explicit) and `[tool.uv.sources]`
     /// entry point at `URL/<variant>/simple`, the DeepEP dependency-metadata is dropped.
-    #[arg(long, value_name = "URL", requires = "variant", conflicts_with_all = ["git", "arch"])]
     pub index: Option<String>,
     /// The variant whose index the consumer installs from (with --index).
-    #[arg(long, value_name = "NAME", requires = "index")]
     pub variant: Option<String>,
     /// Back from an index to DeepEP's git source (pins.toml's repository) at REV.
-    #[arg(long, conflicts_with = "arch")]
     pub git: bool,
     /// Add a source patch (a file beside or below pins.toml) to the moved pins'
     /// `patches`, with its sha256 (repeatable; checked to apply at REV).
-    #[arg(long = "patch", value_name = "FILE")]
     pub patch: Vec<PathBuf>,
     /// Remove the source patch listed as NAME from the moved pins' `patches` (repeatable).
-    #[arg(long = "drop-patch", value_name = "NAME")]
     pub drop_patch: Vec<String>,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct RecoverArgs {
-    #[command(flatten)]
-    pub place: ProjectArgs,
+/// `pin recover`, as plain data.
+#[derive(Debug, Clone)]
+pub struct RecoverRequest {
+    pub place: ProjectPlace,
 }
 
 /// The project's canonical folders, locked for the whole change (waits for
@@ -89,7 +81,7 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
 }
 
 /// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
-pub fn recover(args: RecoverArgs) -> Result<Exit> {
+pub fn recover(args: RecoverRequest) -> Result<Exit> {
     let _guard = crate::error::Cooperative::enter();
     let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
     for line in txn::recover(held)? {
@@ -159,7 +151,7 @@ fn precheck_writable(files: &[Option<&Path>]) -> Result<()> {
 // resolved and journalled, 3. written, relocked, committed or rolled back);
 // its validation and source reading live in helpers above. Kept in one piece
 // while the journal work (txn.rs) changes steps 2-3.
-pub fn set(args: SetArgs) -> Result<Exit> {
+pub fn set(args: SetRequest) -> Result<Exit> {
     // 1. Everything that can fail on input, before any write.
     let flags = place_flags(&args.place.project, &args.place.pins, args.place.no_pins);
     // Locked from before the first read to the end of the change: a second run waits here.
@@ -216,7 +208,7 @@ struct Consumer {
 
 /// Read the consumer; a pyproject.toml that does not reference DeepEP is
 /// refused unless `--index` adds the requirement.
-fn read_consumer(args: &SetArgs) -> Result<Consumer> {
+fn read_consumer(args: &SetRequest) -> Result<Consumer> {
     let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
@@ -248,8 +240,8 @@ struct Revision {
     short: String,
 }
 
-fn resolve_revision(args: &SetArgs) -> Result<Revision> {
-    let cache = args.cache.resolve()?;
+fn resolve_revision(args: &SetRequest) -> Result<Revision> {
+    let cache = crate::cache::resolve_dir(args.cache_dir.as_deref())?;
     let src = args.source.as_deref().map(|s| source::GitSource::open(s, &cache)).transpose()?;
     let rev = match &src {
         Some(s) => s.resolve(&args.rev)?,
@@ -275,7 +267,7 @@ fn arches_moved(p: &Pins, arch: Option<Arch>, rev: &str) -> bool {
 
 /// Everything that can be refused without the source is refused before any fetch:
 /// the rewrite itself (label filled in later) and files pin set cannot write.
-fn precheck(args: &SetArgs, c: &Consumer, r: &Revision, lock: Option<&Path>) -> Result<()> {
+fn precheck(args: &SetRequest, c: &Consumer, r: &Revision, lock: Option<&Path>) -> Result<()> {
     let target = edit::Target { rev: &r.rev, arch: args.arch, label: None };
     let (moved_py, _) = edit::pyproject(&c.py_path, &c.py_text, &c.name, &target)?;
     let relocked = lock.filter(|p| p.exists());
@@ -285,7 +277,7 @@ fn precheck(args: &SetArgs, c: &Consumer, r: &Revision, lock: Option<&Path>) -> 
 
 /// The index's variant and URL (with `--index`), checked before any fetch too.
 /// A variant published into another variant's index (pins.toml `index`) is served from that one.
-fn index_of(args: &SetArgs, pins: Option<&Pins>) -> Result<(Option<String>, Option<String>)> {
+fn index_of(args: &SetRequest, pins: Option<&Pins>) -> Result<(Option<String>, Option<String>)> {
     let index_variant = match (&args.variant, pins) {
         (Some(v), Some(p)) if args.index.is_some() => Some(p.variant(v)?.index_name().to_string()),
         (v, _) => v.clone(),
@@ -302,7 +294,7 @@ fn index_of(args: &SetArgs, pins: Option<&Pins>) -> Result<(Option<String>, Opti
 
 /// The base version at REV (when a label or pins.toml needs it) and the label
 /// `<base>+<short>` (when the consumer has one, or `--index` needs one).
-fn version_label(args: &SetArgs, c: &Consumer, r: &Revision) -> Result<(Option<String>, Option<String>)> {
+fn version_label(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<(Option<String>, Option<String>)> {
     let old_label = c.before.refs.iter().find(|x| x.kind == Kind::Label).and_then(|x| x.version.clone());
     // The label's base (and pins.toml's base_version) come from the source at REV, never from the old label.
     // `deep_ep==LABEL` needs the label even where the consumer had none (a git or new consumer).
@@ -331,7 +323,7 @@ fn version_label(args: &SetArgs, c: &Consumer, r: &Revision) -> Result<(Option<S
 /// pyproject.toml's new text and the places changed: to the index (`--index`),
 /// back to git (`--git`), or the git revision moved.
 fn rewrite_pyproject(
-    args: &SetArgs,
+    args: &SetRequest,
     c: &Consumer,
     r: &Revision,
     (index_variant, index_url): (Option<&str>, Option<String>),
@@ -369,7 +361,7 @@ type PinsEdit = (PathBuf, String, String);
 /// The pins.toml edit (None under --no-pins): the revs
 /// (and base version) moved, the patches edited, a branch dropped; every
 /// patch the moved pins will build with checked to apply at REV.
-fn rewrite_pins(args: &SetArgs, c: &Consumer, r: &Revision, base: Option<&str>) -> Result<Option<PinsEdit>> {
+fn rewrite_pins(args: &SetRequest, c: &Consumer, r: &Revision, base: Option<&str>) -> Result<Option<PinsEdit>> {
     let Some(p) = &c.pins else { return Ok(None) };
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
     let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
@@ -431,7 +423,7 @@ fn changes(c: &Consumer, new_py: &str, new_pins: Option<&PinsEdit>, lock: Option
 }
 
 /// The command that does this change again (kept with the transaction).
-fn again_command(args: &SetArgs, rev: &str, flags: &str) -> String {
+fn again_command(args: &SetRequest, rev: &str, flags: &str) -> String {
     format!(
         "deepep-forge pin set {rev}{}{flags}{}{}{}",
         args.arch.map(|a| format!(" --arch {a}")).unwrap_or_default(),
@@ -443,7 +435,7 @@ fn again_command(args: &SetArgs, rev: &str, flags: &str) -> String {
 
 /// What was pinned, where, and the label; a label split is warned about.
 fn report_pinned(
-    args: &SetArgs,
+    args: &SetRequest,
     c: &Consumer,
     r: &Revision,
     (places, label, new_pins, split): (&[String], Option<&str>, Option<&PinsEdit>, bool),
@@ -468,7 +460,7 @@ fn report_pinned(
 }
 
 /// The `lock check` to run after relocking, and its command line.
-fn lock_check_of(args: &SetArgs) -> (crate::lock::CheckRequest, String) {
+fn lock_check_of(args: &SetRequest) -> (crate::lock::CheckRequest, String) {
     let mut check =
         crate::lock::CheckRequest::new(&args.place.project, (!args.place.no_pins).then_some(&*args.place.pins));
     // From an index: its signed manifest, where the reader trusts keys (else `index-not-verified`).
@@ -476,13 +468,13 @@ fn lock_check_of(args: &SetArgs) -> (crate::lock::CheckRequest, String) {
         check.index_manifests.push("index".into());
     }
     check.source = args.source.clone();
-    check.cache_dir = args.cache.resolve().ok();
+    check.cache_dir = crate::cache::resolve_dir(args.cache_dir.as_deref()).ok();
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
         args.place.project.display(),
         if args.place.no_pins {
             " --no-pins".to_string()
-        } else if args.place.pins.path() != Path::new(crate::pins::DEFAULT_PATH) {
+        } else if args.place.pins != Path::new(crate::pins::DEFAULT_PATH) {
             format!(" --pins {}", args.place.pins.display())
         } else {
             String::new()
@@ -493,7 +485,7 @@ fn lock_check_of(args: &SetArgs) -> (crate::lock::CheckRequest, String) {
 
 /// Step 3, --relock: real uv, then commit. Ctrl-C/SIGTERM stop uv; every file is
 /// then restored (exit 130), as on a failed `uv lock`.
-fn relock(args: &SetArgs, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
+fn relock(args: &SetRequest, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
     crate::note!("running {} lock in {} ...", uv.display(), args.place.project.display());
     let out = crate::process::Cmd::new(uv, format!("relock {} with uv", args.place.project.display()))
         .arg("lock")

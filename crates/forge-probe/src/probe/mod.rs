@@ -22,130 +22,30 @@ use crate::pins::Pins;
 use crate::topology::Request;
 use crate::verdict::Verdict;
 
-#[derive(Debug, clap::Args)]
-#[command(after_help = "\
-Presets (--preset; any flag overrides its value):
-  h100-8g       8 H100, one node: EP 8, R 8, no multi-node NVLink
-  b200-8g       8 B200, one node: EP 8, R 8, no multi-node NVLink
-  gb200-nvl72   a GB200 NVL72 rack, 18 nodes x 4 GPUs: EP 72, R 72, MNNVL
-  (R: ranks per NVLink domain)
-
-Examples:
-  deepep-forge probe --wheel dist/deep_ep-*.whl --preset h100-8g
-  # two nodes: needs a multinode build
-  deepep-forge probe --wheel dist/*.whl --preset h100-8g --nodes 2 --ep 16
-  deepep-forge probe --wheel dist/deep_ep-*.whl --recipe grpo.yaml --gpu h100
-  # an installed environment
-  deepep-forge probe --python .venv/bin/python --preset gb200-nvl72
-  # on the GPUs themselves
-  deepep-forge probe --run --preset h100-8g
-  # keep the verdict as a signed statement (docs/evidence.md)
-  deepep-forge probe --wheel dist/*.whl --record ev/ --signing-key ci.key")]
-pub struct ProbeArgs {
-    /// A wheel file to inspect (with --python: against that environment's torch, NVSHMEM and NCCL).
-    #[arg(long, value_name = "WHEEL", conflicts_with = "image")]
+/// `probe`: what to judge against what, as plain data (made from the flags by the CLI).
+#[derive(Debug, Clone)]
+pub struct ProbeRequest {
+    /// A wheel file (with `python`: against that environment).
     pub wheel: Option<PathBuf>,
-    /// A built image (podman/buildah store): its wheel and in-toto statement at
-    /// /wheels/ and the installed extensions are read through the builder (nothing runs).
-    #[arg(long, value_name = "REF", conflicts_with = "python")]
+    /// A built image, read through `image_builder`.
     pub image: Option<String>,
-    /// Who reads `--image`: podman (`podman image mount`) or buildah.
-    #[arg(long, value_enum, default_value = "podman", value_name = "BUILDER", requires = "image")]
     pub image_builder: crate::process::engine::ImageReader,
-    /// A Python whose environment has deep_ep installed (asked where deep_ep
-    /// and hybrid_ep_cpp live; nothing is imported); with --wheel, the
-    /// environment the wheel is meant for (deep_ep need not be installed).
-    #[arg(long, value_name = "PYTHON")]
+    /// A Python whose environment has deep_ep (or, with `wheel`, is meant to).
     pub python: Option<PathBuf>,
-    /// With --python: the NVIDIA driver comes at run time, not with this
-    /// environment (an image build, where the NVIDIA Container Toolkit mounts
-    /// it into the container): libcuda.so.1 and libnvidia-ml.so.1 need not
-    /// resolve here (`needed-libs` warns instead of failing). The image's probe step passes it.
-    #[arg(long, requires = "python")]
+    /// The NVIDIA driver comes at run time, not with `python`'s environment.
     pub driver_at_run_time: bool,
-    #[command(flatten)]
-    pub pins: crate::args::PinsArg,
-    #[command(flatten)]
-    pub topology: crate::topology::RequestArgs,
-    #[command(flatten)]
-    pub runtime: RunArgs,
-    #[command(flatten)]
-    pub record: crate::evidence::record::RecordArgs,
-    /// How to print the verdict: a table, one JSON document (schema 1), or the
-    /// table plus GitHub `::error`/`::warning` annotations.
-    #[arg(long, value_enum, default_value_t)]
-    pub format: crate::output::Format,
+    /// The pins file, only when given (its `pin` rule).
+    pub pins: Option<PathBuf>,
+    /// The topology asked (flags, preset, recipe).
+    pub topology: crate::topology::RequestFlags,
+    /// `--run`: the round trip on this machine's GPUs; `None`: the static probe.
+    pub run: Option<crate::runtime::Run>,
+    /// `--record DIR --signing-key FILE`.
+    pub record: crate::evidence::record::RecordRequest,
+    pub format: Format,
 }
 
 pub use crate::verdict::BinaryFacts;
-
-/// `probe --run`'s flags, turned into a `runtime::Run` once ([`RunArgs::request`]).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RunArgs {
-    /// Run on this machine's GPUs: discovery, a dispatch/combine round trip
-    /// over NVLink checked exactly, and its bandwidth against the copy engine.
-    /// Under torchrun/srun/mpirun (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK
-    /// set, world size > 1) each process takes the GPU of its local rank.
-    #[arg(long)]
-    pub run: bool,
-    /// Tokens per GPU for the round trip (the timed payload is tokens x hidden x 2 bytes per peer).
-    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(0..=1_048_576), requires = "run")]
-    pub tokens: u32,
-    /// Hidden size in bf16 elements (a multiple of 8: rows move as 16-byte vectors).
-    #[arg(long, value_name = "H", default_value_t = 7168, value_parser = clap::value_parser!(u32).range(0..=65_536), requires = "run")]
-    pub hidden: u32,
-    /// Experts per token (1..=16); there are topk experts per rank.
-    #[arg(long, value_name = "K", default_value_t = 8, requires = "run")]
-    pub topk: u32,
-    /// Timed repetitions of dispatch, combine and the copy-engine baseline.
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100_000), requires = "run")]
-    pub iters: u32,
-    /// Blocks of 512 threads per multiprocessor for the dispatch and combine kernels.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=64), requires = "run")]
-    pub blocks_per_sm: u32,
-    /// Where the processes of a launched job meet: tcp://HOST:PORT, HOST:PORT,
-    /// or file:PATH (rank 0 writes its address there; a shared filesystem).
-    /// Default: MASTER_ADDR:MASTER_PORT (port 29500 if unset).
-    #[arg(long, value_name = "SPEC", requires = "run")]
-    pub rendezvous: Option<String>,
-    /// Seconds any rank waits for another (arrival, each phase) before failing with the missing rank's number.
-    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=604_800), requires = "run")]
-    pub timeout: u64,
-    /// Also run the installed deep_ep's own HybridEP dispatch/combine round
-    /// trip (one Python process per GPU; --python or python3 on PATH).
-    #[arg(long, requires = "run")]
-    pub deep_ep: bool,
-}
-
-impl RunArgs {
-    /// The runtime probe's request; flag ranges checked before anything is
-    /// read or run (exit 2).
-    pub fn request(&self) -> Result<crate::runtime::Run> {
-        let ra = self;
-        if ra.hidden == 0 || !ra.hidden.is_multiple_of(8) {
-            crate::bail_usage!(
-                "--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)",
-                ra.hidden
-            );
-        }
-        if !(1..=16).contains(&ra.topk) {
-            crate::bail_usage!("--topk {} must be between 1 and 16", ra.topk);
-        }
-        if ra.tokens == 0 || ra.iters == 0 || ra.timeout == 0 || ra.blocks_per_sm == 0 {
-            crate::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
-        }
-        Ok(crate::runtime::Run {
-            tokens: ra.tokens,
-            hidden: ra.hidden,
-            topk: ra.topk,
-            iters: ra.iters,
-            blocks_per_sm: ra.blocks_per_sm,
-            rendezvous: ra.rendezvous.clone(),
-            timeout: ra.timeout,
-            deep_ep: ra.deep_ep,
-        })
-    }
-}
 
 /// Everything the static probe read about the subject.
 struct Inspected {
@@ -156,7 +56,7 @@ struct Inspected {
     evidence: rules::Evidence,
 }
 
-fn inspect(args: &ProbeArgs) -> Result<Option<Inspected>> {
+fn inspect(args: &ProbeRequest) -> Result<Option<Inspected>> {
     let (binary, env, versions) = match (&args.wheel, &args.python) {
         (Some(w), None) => (wheel::read(w)?, None, None),
         (Some(w), Some(py)) => {
@@ -194,12 +94,12 @@ fn facts_of(i: &Inspected) -> BinaryFacts {
 }
 
 /// The static verdict for `--wheel`/`--python` against `request` (rules in docs/design.md, "What a binary can do").
-pub fn static_verdict(args: &ProbeArgs, request: Option<Request>) -> Result<Verdict> {
+pub fn static_verdict(args: &ProbeRequest, request: Option<Request>) -> Result<Verdict> {
     static_verdict_of(args, request, inspect(args)?)
 }
 
-fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Option<Inspected>) -> Result<Verdict> {
-    let pins = args.pins.given().map(Pins::load).transpose()?;
+fn static_verdict_of(args: &ProbeRequest, request: Option<Request>, inspected: Option<Inspected>) -> Result<Verdict> {
+    let pins = args.pins.as_deref().map(Pins::load).transpose()?;
     let subject =
         inspected.as_ref().map(|i| i.binary.file.clone()).unwrap_or_else(|| "no binary (topology only)".into());
     let mut v = Verdict::new(subject, request.clone());
@@ -227,10 +127,10 @@ fn static_verdict_of(args: &ProbeArgs, request: Option<Request>, inspected: Opti
     Ok(v)
 }
 
-pub fn run(args: ProbeArgs) -> Result<Exit> {
+pub fn run(args: ProbeRequest) -> Result<Exit> {
     // `--record`: the folder and the key are checked before anything is probed.
     let recorder = crate::evidence::record::Recorder::prepare(&args.record)?;
-    if recorder.is_some() && args.wheel.is_none() && (args.image.is_none() || args.runtime.run) {
+    if recorder.is_some() && args.wheel.is_none() && (args.image.is_none() || args.run.is_some()) {
         return Err(Failure::usage(
             "--record needs --wheel (or, without --run, --image): evidence is about a wheel file",
         )
@@ -238,8 +138,8 @@ pub fn run(args: ProbeArgs) -> Result<Exit> {
         .into());
     }
     let recorder = recorder.map(|r| (r, args.record_subject())).map(|(r, w)| w.map(|w| (r, w))).transpose()?;
-    if args.runtime.run {
-        return run_on_gpus(&args, recorder.as_ref());
+    if let Some(run) = &args.run {
+        return run_on_gpus(&args, run, recorder.as_ref());
     }
     let request = args.topology.resolve()?;
     if args.wheel.is_none() && args.python.is_none() && args.image.is_none() && request.is_none() {
@@ -262,7 +162,7 @@ pub fn run(args: ProbeArgs) -> Result<Exit> {
     Ok(verdict.exit())
 }
 
-impl ProbeArgs {
+impl ProbeRequest {
     /// The wheel `--record` names: `--wheel`'s file (hashed here); for `--image`
     /// the image's wheel, known once it is read (None until then).
     fn record_subject(&self) -> Result<Option<crate::evidence::record::Wheel>> {
@@ -283,15 +183,20 @@ pub fn print(v: &Verdict, format: Format) -> Result<()> {
 /// `probe --run`: the static facts of `--wheel`/`--python` are computed here,
 /// once, and handed to the runtime probe with its flags and the request (the
 /// runtime probe does not read wheels, and does not call back into this module).
-fn run_on_gpus(args: &ProbeArgs, recorder: Option<&(Recorder, Option<RecordWheel>)>) -> Result<Exit> {
-    let run = args.runtime.request()?;
+fn run_on_gpus(
+    args: &ProbeRequest,
+    run: &crate::runtime::Run,
+    recorder: Option<&(Recorder, Option<RecordWheel>)>,
+) -> Result<Exit> {
+    run.check()?;
+    let run = run.clone();
     let request = args.topology.resolve()?;
     let inspected = inspect(args)?;
     let binary = inspected.as_ref().map(facts_of);
     let static_checks = inspected
         .is_some()
         .then(|| static_verdict_of(args, request.clone(), inspected).map(|v| v.checks).map_err(|e| format!("{e:#}")));
-    let mode = if args.runtime.deep_ep { "run --deep-ep" } else { "run" };
+    let mode = if run.deep_ep { "run --deep-ep" } else { "run" };
     let recipe = args.topology.recipe.as_deref();
     let record = |v: &Verdict| -> Result<()> {
         if let Some((r, Some(wheel))) = recorder {

@@ -23,8 +23,8 @@ use engine::{Link, RankReport, Shape};
 use gpu::{Discovery, Gpu};
 use rendezvous::{Comm, Ranks, Rendezvous};
 
-/// How the round trip runs: `probe --run`'s flags, checked and turned into
-/// this plain request once at the command edge (`probe::RunArgs::request`).
+/// How the round trip runs: `probe --run`'s flags, turned into this plain
+/// request by the CLI and checked ([`Run::check`]) before anything runs.
 #[derive(Debug, Clone)]
 pub struct Run {
     /// Tokens per GPU.
@@ -43,6 +43,25 @@ pub struct Run {
     pub timeout: u64,
     /// Also run the installed deep_ep's own round trip.
     pub deep_ep: bool,
+}
+
+impl Run {
+    /// The ranges clap does not check, before anything is read or run (exit 2).
+    pub fn check(&self) -> Result<()> {
+        if self.hidden == 0 || !self.hidden.is_multiple_of(8) {
+            crate::bail_usage!(
+                "--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)",
+                self.hidden
+            );
+        }
+        if !(1..=16).contains(&self.topk) {
+            crate::bail_usage!("--topk {} must be between 1 and 16", self.topk);
+        }
+        if self.tokens == 0 || self.iters == 0 || self.timeout == 0 || self.blocks_per_sm == 0 {
+            crate::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
+        }
+        Ok(())
+    }
 }
 
 /// What `probe` hands the runtime probe: its flags, the resolved request, and

@@ -6,50 +6,30 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::bases::{self, Base, Removed};
-use super::remote::Remote;
+use super::remote::{Net, Remote};
 use super::sign::SecretKey;
 use super::tree::{TreeEntry, TreeListing, Trees};
-use super::{human_size, BadEntry, Cache, CacheDirArg, Entry, Hit, Key, Toolchain};
+use super::{human_size, BadEntry, Cache, Entry, Hit, Key, Toolchain};
 use crate::error::{Exit, Failure};
 use crate::output::DataFormat as Format;
 
-/// How `build-wheel` reaches a remote cache.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RemoteArgs {
-    #[command(flatten)]
-    pub cache_url: crate::args::CacheUrlArg,
-    #[command(flatten)]
-    pub trusted_keys: crate::args::TrustedKeysArg,
-    #[command(flatten)]
-    pub net: NetArgs,
+/// How a build reaches a remote cache (`--cache-url`, `--trusted-key`,
+/// `--allow-http`, `--cache-timeout`), as plain data.
+#[derive(Debug, Clone)]
+pub struct RemoteRequest {
+    pub cache_url: Option<String>,
+    /// `--trusted-key`s (added to the environment's and the user config's).
+    pub trusted_keys: Vec<String>,
+    pub net: Net,
 }
 
-/// Transport options shared by `build-wheel` and `cache push`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct NetArgs {
-    /// Accept a plain http:// cache URL (no TLS: anyone on the path can read the traffic;
-    /// signatures are still required). Meant for a cache on localhost or a trusted network.
-    #[arg(long)]
-    pub allow_http: bool,
-    /// Seconds each request to the remote cache may take in all (connecting: 10 s at most).
-    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub cache_timeout: u64,
-}
-
-impl RemoteArgs {
+impl RemoteRequest {
     /// The remote cache, or `None` without `--cache-url` (or with `--no-cache`).
     /// A bad URL or trusted key is a usage error (exit 2) before anything runs.
     pub fn connect(&self, no_cache: bool) -> Result<Option<Remote>> {
         let Some(url) = self.cache_url.as_deref().filter(|_| !no_cache) else { return Ok(None) };
         let trusted = super::config::trusted_keys(&self.trusted_keys)?;
-        Remote::new(url, self.net.net(), trusted).map(Some)
-    }
-}
-
-impl NetArgs {
-    /// The client's transport settings.
-    pub fn net(&self) -> super::remote::Net {
-        super::remote::Net { allow_http: self.allow_http, timeout: std::time::Duration::from_secs(self.cache_timeout) }
+        Remote::new(url, self.net, trusted).map(Some)
     }
 }
 
@@ -60,106 +40,48 @@ pub const MAX_DAYS: u64 = 36_500;
 /// Version of `cache ls --format json` (2: `trees`, `bases`, `bad_entries[].store`, `total_bytes`).
 pub const LS_SCHEMA: u32 = 2;
 
-#[derive(Debug, clap::Subcommand)]
-pub enum CacheCommand {
-    /// List cached wheels, registry toolchains, NCCL build trees and image bases (key, what, size, age) and the space they use.
-    #[command(after_help = "\
-Examples:
-  deepep-forge cache ls
-  deepep-forge cache ls --cache-dir /mnt/ci-cache --format json")]
-    Ls(LsArgs),
-    /// Remove old wheels, toolchains, NCCL build trees and image bases, and leftovers of killed builds.
-    #[command(after_help = "\
-Examples:
-  # what would go, nothing removed
-  deepep-forge cache gc --older-than 30 --dry-run
-  deepep-forge cache gc --keep 20 --keep-toolchains 2 --keep-trees 4")]
-    Gc(GcArgs),
-    /// Sign local entries and upload them to a remote HTTP cache (PUT <url>/<key>/<wheel>, then entry.json).
-    #[command(after_help = "\
-Examples:
-  deepep-forge cache push --cache-url https://cache.example --signing-key k
-  # readers: build-wheel --cache-url URL --trusted-key NAME:BASE64")]
-    Push(PushArgs),
-    /// Make an ed25519 signing key for `cache push`; prints the public key readers trust.
-    #[command(after_help = "\
-Examples:
-  # the secret key to team.key (mode 0600), the public key to team.pub
-  deepep-forge cache keygen --name team-1 --out team.key > team.pub")]
-    Keygen(KeygenArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct LsArgs {
-    #[command(flatten)]
-    pub cache: CacheDirArg,
-    /// Output: human text, or one JSON document (schema 2: wheels, toolchains, NCCL build trees, image bases, bad entries, totals).
-    #[arg(long, value_enum, default_value_t)]
+/// `cache ls`.
+#[derive(Debug, Clone)]
+pub struct LsRequest {
+    /// `--cache-dir` as given (resolved here).
+    pub cache_dir: Option<PathBuf>,
     pub format: Format,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct GcArgs {
-    #[command(flatten)]
-    pub cache: CacheDirArg,
-    /// Remove wheels, toolchains, NCCL build trees and image bases created more than DAYS days ago (0 to 36500).
-    #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u64).range(0..=MAX_DAYS))]
+/// `cache gc`: what to remove.
+#[derive(Debug, Clone, Default)]
+pub struct GcRequest {
+    /// `--cache-dir` as given (resolved here).
+    pub cache_dir: Option<PathBuf>,
+    /// Remove what was created more than this many days ago.
     pub older_than: Option<u64>,
-    /// Keep only the N newest wheels.
-    #[arg(long, value_name = "N")]
+    /// Keep only the N newest wheels, toolchains, NCCL trees, image bases.
     pub keep: Option<usize>,
-    /// Keep only the N newest registry toolchains (each is several GB). A toolchain a running
-    /// build uses is never removed.
-    #[arg(long, value_name = "N")]
     pub keep_toolchains: Option<usize>,
-    /// Keep only the N newest NCCL build trees (`<cache>/trees/`); objects no remaining
-    /// tree names are removed. Nothing is collected while a build stores or restores one.
-    #[arg(long, value_name = "N")]
     pub keep_trees: Option<usize>,
-    /// Keep only the N newest image bases (`<cache>/images/base-*`, the debootstrap rootfs of
-    /// `docker build --builder podman|buildah`). A base being made is never removed, and the
-    /// images in podman's own store stay.
-    #[arg(long, value_name = "N")]
     pub keep_bases: Option<usize>,
     /// Say what would be removed; remove nothing.
-    #[arg(long)]
     pub dry_run: bool,
 }
 
-#[derive(Debug, clap::Args)]
-#[command(mut_arg("cache_url", |a| a.required(true)))]
-pub struct PushArgs {
-    #[command(flatten)]
-    pub cache: CacheDirArg,
-    #[command(flatten)]
-    pub cache_url: crate::args::CacheUrlArg,
-    /// The secret key that signs each entry (made by `cache keygen`; mode 0600). Its content is never printed.
-    #[arg(long, env = SIGNING_KEY_ENV, value_name = "FILE")]
+/// `cache push`: sign local entries and upload them.
+#[derive(Debug, Clone)]
+pub struct PushRequest {
+    /// `--cache-dir` as given (resolved here).
+    pub cache_dir: Option<PathBuf>,
+    pub cache_url: String,
+    /// The secret key file (`--signing-key` or its environment variable).
     pub signing_key: Option<PathBuf>,
-    #[command(flatten)]
-    pub net: NetArgs,
-    /// Keys (or unique key prefixes) to push; default: every local entry.
-    #[arg(value_name = "KEY")]
+    pub net: Net,
+    /// Keys (or unique prefixes) to push; empty: every local entry.
     pub keys: Vec<String>,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct KeygenArgs {
-    /// The key's name, carried by every signature (e.g. cache.example.org-1: a host and a number to rotate).
-    #[arg(long, value_name = "NAME")]
+/// `cache keygen`.
+#[derive(Debug, Clone)]
+pub struct KeygenRequest {
     pub name: String,
-    /// Where to write the secret key (a new file, mode 0600; never overwritten).
-    #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-}
-
-pub fn run(cmd: CacheCommand) -> Result<Exit> {
-    match cmd {
-        CacheCommand::Ls(a) => ls(a),
-        CacheCommand::Gc(a) => gc(a),
-        CacheCommand::Push(a) => push(a),
-        CacheCommand::Keygen(a) => keygen(a),
-    }
 }
 
 #[derive(Serialize)]
@@ -222,8 +144,9 @@ impl Seen {
     }
 }
 
-fn ls(a: LsArgs) -> Result<Exit> {
-    let cache = Cache::at(a.cache.resolve()?);
+/// `cache ls`.
+pub fn ls(a: LsRequest) -> Result<Exit> {
+    let cache = Cache::at(super::resolve_dir(a.cache_dir.as_deref())?);
     let seen = Seen::read(&cache);
     if a.format == Format::Json {
         let doc = Listing {
@@ -374,12 +297,13 @@ fn older_than(now: i64, created: i64, days: u64) -> bool {
 
 /// Whether gc removes the `i`-th newest item created at `created`: older than
 /// `--older-than`, or beyond its `--keep*` count.
-fn chosen(a: &GcArgs, now: i64, i: usize, created: i64, keep: Option<usize>) -> bool {
+fn chosen(a: &GcRequest, now: i64, i: usize, created: i64, keep: Option<usize>) -> bool {
     a.older_than.is_some_and(|d| older_than(now, created, d)) || keep.is_some_and(|k| i >= k)
 }
 
-fn gc(a: GcArgs) -> Result<Exit> {
-    let cache = Cache::at(a.cache.resolve()?);
+/// `cache gc`.
+pub fn gc(a: GcRequest) -> Result<Exit> {
+    let cache = Cache::at(super::resolve_dir(a.cache_dir.as_deref())?);
     let _guard = crate::error::Cooperative::enter();
     let now = crate::provenance::now_secs();
     let kept = gc_wheels(&cache, &a, now)?;
@@ -402,7 +326,7 @@ fn gc(a: GcArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-fn verb(a: &GcArgs) -> &'static str {
+fn verb(a: &GcRequest) -> &'static str {
     if a.dry_run {
         "would remove"
     } else {
@@ -410,7 +334,7 @@ fn verb(a: &GcArgs) -> &'static str {
     }
 }
 
-fn gc_wheels(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
+fn gc_wheels(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
     let (entries, _) = cache.entries();
     let mut kept = entries.len();
     for (i, h) in entries.iter().enumerate() {
@@ -430,7 +354,7 @@ fn gc_wheels(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
     Ok(kept)
 }
 
-fn gc_toolchains(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
+fn gc_toolchains(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
     let toolchains = cache.toolchains();
     let mut kept = toolchains.len();
     for (i, t) in toolchains.iter().enumerate() {
@@ -455,7 +379,7 @@ fn gc_toolchains(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
 }
 
 /// The NCCL build trees gc removes from `l` (by age and `--keep-trees`).
-fn trees_chosen<'a>(a: &GcArgs, now: i64, l: &'a TreeListing) -> Vec<&'a TreeEntry> {
+fn trees_chosen<'a>(a: &GcRequest, now: i64, l: &'a TreeListing) -> Vec<&'a TreeEntry> {
     l.entries
         .iter()
         .enumerate()
@@ -464,7 +388,7 @@ fn trees_chosen<'a>(a: &GcArgs, now: i64, l: &'a TreeListing) -> Vec<&'a TreeEnt
         .collect()
 }
 
-fn say_tree(a: &GcArgs, t: &TreeEntry) {
+fn say_tree(a: &GcRequest, t: &TreeEntry) {
     crate::outln!(
         "{} NCCL tree {} ({}, {} files, {}, {} shared)",
         verb(a),
@@ -479,7 +403,7 @@ fn say_tree(a: &GcArgs, t: &TreeEntry) {
 /// Trees: entries by the rules, then (not in a dry run) a sweep of the objects no
 /// remaining entry names and of killed stores' leftovers, all under the store's
 /// lock; while a build stores or restores a tree, nothing is collected.
-fn gc_trees(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
+fn gc_trees(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
     let trees = Trees::at(cache.root());
     let seen = trees.list();
     if let Some(b) = seen.bad.iter().find(|b| b.name.is_empty()) {
@@ -524,7 +448,7 @@ fn gc_trees(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
     Ok(l.entries.len() - gone.len())
 }
 
-fn gc_bases(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
+fn gc_bases(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
     let l = bases::list(cache);
     let mut kept = l.bases.len();
     for (i, b) in l.bases.iter().enumerate() {
@@ -550,15 +474,15 @@ fn gc_bases(cache: &Cache, a: &GcArgs, now: i64) -> Result<usize> {
     Ok(kept)
 }
 
-fn push(a: PushArgs) -> Result<Exit> {
-    let cache = Cache::at(a.cache.resolve()?);
+/// `cache push`.
+pub fn push(a: PushRequest) -> Result<Exit> {
+    let cache = Cache::at(super::resolve_dir(a.cache_dir.as_deref())?);
     let key_file = a.signing_key.clone().ok_or_else(|| {
         Failure::usage("cache push signs every entry and needs a signing key")
             .hint(format!("pass --signing-key FILE or set {SIGNING_KEY_ENV}; make a key with `deepep-forge cache keygen --name NAME --out FILE`"))
     })?;
     let secret = SecretKey::load(&key_file)?;
-    let url = a.cache_url.as_deref().expect("clap requires --cache-url for cache push");
-    let client = Remote::new(url, a.net.net(), Vec::new())?;
+    let client = Remote::new(&a.cache_url, a.net, Vec::new())?;
     let (list, _) = cache.entries();
     let mut chosen: Vec<&Hit> = Vec::new();
     if a.keys.is_empty() {
@@ -596,7 +520,8 @@ fn push(a: PushArgs) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-fn keygen(a: KeygenArgs) -> Result<Exit> {
+/// `cache keygen`.
+pub fn keygen(a: KeygenRequest) -> Result<Exit> {
     let sk = SecretKey::generate(&a.name)?;
     sk.write_new(&a.out)?;
     crate::note!("wrote the secret key to {} (mode 0600; keep it private)", a.out.display());

@@ -25,28 +25,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Failure;
 
-pub use cmd::{run, CacheCommand};
+pub use cmd::{gc, keygen, ls, push, GcRequest, KeygenRequest, LsRequest, PushRequest, RemoteRequest};
 
 /// Version of entry.json and of `cache ls --format json`.
 pub const SCHEMA: u32 = 1;
 pub const ENTRY_FILE: &str = "entry.json";
 /// The largest entry.json read (local or remote): a real one is under 1 KiB.
 pub const MAX_ENTRY_BYTES: u64 = 64 * 1024;
-
-/// `--cache-dir`, shared by every command that uses the cache.
-#[derive(Debug, Clone, clap::Args)]
-pub struct CacheDirArg {
-    /// Cache folder (wheels, git mirrors, build logs). Default: $XDG_CACHE_HOME/deepep-forge
-    /// (~/.cache/deepep-forge). A shared filesystem path lets a cluster build each wheel once.
-    #[arg(long, env = "DEEPEP_FORGE_CACHE_DIR", value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
-}
-
-impl CacheDirArg {
-    pub fn resolve(&self) -> Result<PathBuf> {
-        resolve_dir(self.cache_dir.as_deref())
-    }
-}
 
 /// The cache folder: `given` (`--cache-dir`, `DEEPEP_FORGE_CACHE_DIR`), else
 /// `$XDG_CACHE_HOME/deepep-forge`, else `~/.cache/deepep-forge`.

@@ -34,7 +34,7 @@ pub const MAX_WHEEL_BYTES: u64 = 8 << 30;
 pub const MAX_PROVENANCE_BYTES: u64 = 1 << 20;
 
 /// How the client talks to the server (the `--allow-http` and
-/// `--cache-timeout` flags, as `cache::cmd::NetArgs::net` hands them over).
+/// `--cache-timeout` flags, as the CLI hands them over).
 #[derive(Debug, Clone, Copy)]
 pub struct Net {
     /// Plain http:// is accepted.

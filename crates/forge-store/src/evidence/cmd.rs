@@ -13,92 +13,46 @@ use crate::cache::sign::{PublicKey, SecretKey};
 use crate::error::{Exit, Failure};
 use crate::pins::{Pins, Variant};
 
-#[derive(Debug, clap::Subcommand)]
-pub enum EvidenceCommand {
-    /// Record a result the tool did not observe (a training run, a cluster job), signed, marked `reported`.
-    Add(AddArgs),
-    /// The validation boundary: each variant's wheel, every trusted statement about it, and what is missing.
-    Show(ShowArgs),
-}
-
-#[derive(Debug, clap::Args)]
-#[command(after_help = "\
-Examples:
-  # a training run, by the wheel file
-  deepep-forge evidence add --wheel dist/deep_ep-*.whl --kind training \\
-    --gpu h100 --nodes 16 --gpus-per-node 8 --ep 16 \\
-    --outcome \"20/20 steps\" --url https://ci.example.org/job/507030 \\
-    --signing-key me.key --out evidence/
-  # by its sha256 and name, when the file is not at hand
-  deepep-forge evidence add --sha256 976ca0de... --wheel-name NAME.whl \\
-    --kind deep-ep-tests --outcome \"59/59 passed\" \\
-    --signing-key me.key --out evidence/")]
-pub struct AddArgs {
-    /// The wheel the result is about (its name and sha256 are read from the file).
-    #[arg(long, value_name = "WHEEL", conflicts_with_all = ["sha256", "wheel_name"], required_unless_present = "sha256")]
+/// `evidence add`: a reported result about a wheel, signed.
+#[derive(Debug, Clone)]
+pub struct AddRequest {
+    /// The wheel file (its name and sha256 are read from it) ...
     pub wheel: Option<PathBuf>,
-    /// The wheel's sha256 (64 lowercase hex), with --wheel-name, when the file is not at hand.
-    #[arg(long, value_name = "HEX", requires = "wheel_name")]
+    /// ... or its sha256 and file name, when the file is not at hand.
     pub sha256: Option<String>,
-    /// The wheel's file name, with --sha256.
-    #[arg(long, value_name = "NAME", requires = "sha256")]
     pub wheel_name: Option<String>,
-    /// What was shown (the ladder in docs/evidence.md).
-    #[arg(long, value_enum)]
     pub kind: Kind,
-    #[command(flatten)]
-    pub topology: crate::topology::RequestArgs,
-    /// The result, short (`20/20 steps`, `59/59 passed`).
-    #[arg(long, value_name = "TEXT")]
+    /// The topology the result was obtained on (flags, preset, recipe).
+    pub topology: crate::topology::RequestFlags,
     pub outcome: String,
-    /// Where the run can be read (http or https).
-    #[arg(long, value_name = "URL")]
     pub url: Option<String>,
-    /// Free text (what ran, what it did not cover).
-    #[arg(long, value_name = "TEXT")]
     pub text: Option<String>,
-    /// Your ed25519 key (`cache keygen`): the statement is signed by whoever adds it.
-    #[arg(long, value_name = "FILE")]
+    /// The adder's ed25519 key file.
     pub signing_key: PathBuf,
-    /// The evidence folder (written under DIR/<sha256>/).
-    #[arg(long, value_name = "DIR")]
+    /// The evidence folder.
     pub out: PathBuf,
 }
 
-#[derive(Debug, clap::Args)]
-#[command(after_help = "\
-Examples:
-  deepep-forge evidence show --evidence evidence/ --trusted-key ci-1:BASE64
-  # one variant's wheel, as a pull-request comment
-  deepep-forge evidence show --variant h100-multinode \\
-    --wheel dist/deep_ep-*.whl --evidence evidence/ \\
-    --trusted-key ci-1:BASE64 --format markdown")]
-pub struct ShowArgs {
-    #[command(flatten)]
-    pub pins: crate::args::PinsArg,
-    /// Only these variants (repeatable); default: all.
-    #[arg(long = "variant", value_name = "NAME")]
+/// `evidence show`: the validation boundary of pins.toml's wheels.
+#[derive(Debug, Clone)]
+pub struct ShowRequest {
+    pub pins: PathBuf,
+    /// Only these variants; empty: all.
     pub variants: Vec<String>,
-    /// Also judge against this recipe's topology (repeatable; the variant's GPU is assumed).
-    #[arg(long = "recipe", value_name = "PATH")]
     pub recipes: Vec<PathBuf>,
-    /// Wheel files to look at (matched to variants by their provenance); without one, the wheel cache.
-    #[arg(long = "wheel", value_name = "WHEEL")]
+    /// Wheel files to look at; empty: the wheel cache.
     pub wheels: Vec<PathBuf>,
-    /// Evidence folders (repeatable).
-    #[arg(long = "evidence", value_name = "DIR", required = true)]
     pub evidence: Vec<PathBuf>,
-    /// Only statements signed by these keys count (with DEEPEP_FORGE_TRUSTED_KEYS and the cache config).
-    #[command(flatten)]
-    pub trusted_keys: crate::args::TrustedKeysArg,
-    #[command(flatten)]
-    pub cache: crate::cache::CacheDirArg,
-    #[arg(long, value_enum, default_value_t)]
+    /// `--trusted-key`s (with DEEPEP_FORGE_TRUSTED_KEYS and the cache config).
+    pub trusted_keys: Vec<String>,
+    /// `--cache-dir` as given (resolved when the cache is read).
+    pub cache_dir: Option<PathBuf>,
     pub format: ShowFormat,
 }
 
 /// `evidence show --format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum ShowFormat {
     #[default]
     Human,
@@ -107,15 +61,8 @@ pub enum ShowFormat {
     Json,
 }
 
-pub fn run(c: EvidenceCommand) -> Result<Exit> {
-    match c {
-        EvidenceCommand::Add(a) => add(a),
-        EvidenceCommand::Show(a) => show_cmd(a),
-    }
-}
-
 /// `evidence add`: everything checked, then one file written (or nothing).
-fn add(a: AddArgs) -> Result<Exit> {
+pub fn add(a: AddRequest) -> Result<Exit> {
     let (name, sha256) = match (&a.wheel, &a.sha256, &a.wheel_name) {
         (Some(w), _, _) => {
             let w = super::record::Wheel::of_file(w)?;
@@ -157,7 +104,8 @@ pub fn trusted(flags: &[String]) -> Result<Vec<PublicKey>> {
     crate::cache::config::trusted_keys(flags)
 }
 
-fn show_cmd(a: ShowArgs) -> Result<Exit> {
+/// `evidence show`.
+pub fn show(a: ShowRequest) -> Result<Exit> {
     let pins = Pins::load(&a.pins)?;
     let variants: Vec<&Variant> = if a.variants.is_empty() {
         pins.variants.iter().collect()
@@ -177,7 +125,7 @@ fn show_cmd(a: ShowArgs) -> Result<Exit> {
         let pin = pins.pin(v.arch)?;
         let wheel = match given.iter().find(|g| g.is_for(v, &pin.rev)) {
             Some(g) => Some((g.name.clone(), g.sha256.clone(), g.from())),
-            None if a.wheels.is_empty() => from_cache(&a.cache, &v.name, pin.short())?,
+            None if a.wheels.is_empty() => from_cache(a.cache_dir.as_deref(), &v.name, pin.short())?,
             None => None,
         };
         let found: Vec<&Found> = match &wheel {
@@ -243,8 +191,8 @@ fn given_wheel(path: &Path) -> Result<Given> {
 }
 
 /// The newest verified cache entry of `variant` at the revision `short` (the wheel's version label).
-fn from_cache(dir: &crate::cache::CacheDirArg, variant: &str, short: &str) -> Result<Option<(String, String, String)>> {
-    let cache = crate::cache::Cache::at(dir.resolve()?);
+fn from_cache(dir: Option<&Path>, variant: &str, short: &str) -> Result<Option<(String, String, String)>> {
+    let cache = crate::cache::Cache::at(crate::cache::resolve_dir(dir)?);
     let (hits, _) = cache.entries();
     for h in hits.iter().filter(|h| h.entry.variant == variant && h.entry.version.ends_with(&format!("+{short}"))) {
         let key = crate::cache::Key::parse(&h.entry.key)?;
@@ -272,7 +220,7 @@ fn needs(v: &Variant, recipes: &[PathBuf]) -> Result<Vec<Need>> {
         out.push(Need { label: format!("{} (pins.toml)", v.name), gpu: None, sm, ep: None, nodes: 1 });
     }
     for r in recipes {
-        let args = crate::topology::RequestArgs::of_recipe(r.clone(), gpu);
+        let args = crate::topology::RequestFlags::of_recipe(r.clone(), gpu);
         let req = args.resolve()?.expect("a recipe is a request");
         out.push(Need {
             label: r.display().to_string(),

@@ -11,4 +11,4 @@ pub mod show;
 pub mod statement;
 pub mod store;
 
-pub use cmd::{run, EvidenceCommand};
+pub use cmd::{AddRequest, ShowFormat, ShowRequest};

@@ -14,15 +14,12 @@ use crate::cache::sign::SecretKey;
 use crate::topology::Request;
 use crate::verdict::{Status, Verdict};
 
-/// `--record` and `--signing-key`, shared by every probe mode.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RecordArgs {
-    /// Keep the verdict as a signed in-toto statement (DSSE) under
-    /// DIR/<wheel sha256>/ (docs/evidence.md); needs --wheel (or --image, without --run) as the subject, and --signing-key.
-    #[arg(long, value_name = "DIR", requires = "signing_key")]
+/// `--record DIR` and `--signing-key FILE`, shared by every probe mode, as plain data.
+#[derive(Debug, Clone, Default)]
+pub struct RecordRequest {
+    /// Keep the verdict as a signed statement under DIR/<wheel sha256>/.
     pub record: Option<PathBuf>,
-    /// The ed25519 key (`cache keygen`) that signs recorded statements.
-    #[arg(long, value_name = "FILE", requires = "record")]
+    /// The ed25519 key that signs it (given whenever `record` is).
     pub signing_key: Option<PathBuf>,
 }
 
@@ -51,9 +48,9 @@ impl Wheel {
 
 impl Recorder {
     /// None without `--record`; else the folder (not a symlink, writable) and the key, checked.
-    pub fn prepare(args: &RecordArgs) -> Result<Option<Recorder>> {
+    pub fn prepare(args: &RecordRequest) -> Result<Option<Recorder>> {
         let Some(dir) = &args.record else { return Ok(None) };
-        let key = SecretKey::load(args.signing_key.as_deref().expect("clap requires it with --record"))?;
+        let key = SecretKey::load(args.signing_key.as_deref().expect("the CLI requires it with --record"))?;
         Ok(Some(Recorder { dir: store::prepare(dir)?, key }))
     }
 

@@ -1,0 +1,147 @@
+//! `probe`: the flags, turned into `probe::ProbeRequest` (with `runtime::Run`
+//! and `evidence::record::RecordRequest`).
+use std::path::PathBuf;
+
+use crate::args::PinsArg;
+use crate::evidence::record::RecordRequest;
+use crate::probe::ProbeRequest;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Presets (--preset; any flag overrides its value):
+  h100-8g       8 H100, one node: EP 8, R 8, no multi-node NVLink
+  b200-8g       8 B200, one node: EP 8, R 8, no multi-node NVLink
+  gb200-nvl72   a GB200 NVL72 rack, 18 nodes x 4 GPUs: EP 72, R 72, MNNVL
+  (R: ranks per NVLink domain)
+
+Examples:
+  deepep-forge probe --wheel dist/deep_ep-*.whl --preset h100-8g
+  # two nodes: needs a multinode build
+  deepep-forge probe --wheel dist/*.whl --preset h100-8g --nodes 2 --ep 16
+  deepep-forge probe --wheel dist/deep_ep-*.whl --recipe grpo.yaml --gpu h100
+  # an installed environment
+  deepep-forge probe --python .venv/bin/python --preset gb200-nvl72
+  # on the GPUs themselves
+  deepep-forge probe --run --preset h100-8g
+  # keep the verdict as a signed statement (docs/evidence.md)
+  deepep-forge probe --wheel dist/*.whl --record ev/ --signing-key ci.key")]
+pub struct ProbeArgs {
+    /// A wheel file to inspect (with --python: against that environment's torch, NVSHMEM and NCCL).
+    #[arg(long, value_name = "WHEEL", conflicts_with = "image")]
+    pub wheel: Option<PathBuf>,
+    /// A built image (podman/buildah store): its wheel and in-toto statement at
+    /// /wheels/ and the installed extensions are read through the builder (nothing runs).
+    #[arg(long, value_name = "REF", conflicts_with = "python")]
+    pub image: Option<String>,
+    /// Who reads `--image`: podman (`podman image mount`) or buildah.
+    #[arg(long, value_enum, default_value = "podman", value_name = "BUILDER", requires = "image")]
+    pub image_builder: crate::process::engine::ImageReader,
+    /// A Python whose environment has deep_ep installed (asked where deep_ep
+    /// and hybrid_ep_cpp live; nothing is imported); with --wheel, the
+    /// environment the wheel is meant for (deep_ep need not be installed).
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<PathBuf>,
+    /// With --python: the NVIDIA driver comes at run time, not with this
+    /// environment (an image build, where the NVIDIA Container Toolkit mounts
+    /// it into the container): libcuda.so.1 and libnvidia-ml.so.1 need not
+    /// resolve here (`needed-libs` warns instead of failing). The image's probe step passes it.
+    #[arg(long, requires = "python")]
+    pub driver_at_run_time: bool,
+    #[command(flatten)]
+    pub pins: PinsArg,
+    #[command(flatten)]
+    pub topology: crate::args::TopologyArgs,
+    #[command(flatten)]
+    pub runtime: RunArgs,
+    #[command(flatten)]
+    pub record: RecordArgs,
+    /// How to print the verdict: a table, one JSON document (schema 1), or the
+    /// table plus GitHub `::error`/`::warning` annotations.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: crate::output::Format,
+}
+
+impl ProbeArgs {
+    /// The plain request `probe::run` takes.
+    pub fn request(self) -> ProbeRequest {
+        ProbeRequest {
+            wheel: self.wheel,
+            image: self.image,
+            image_builder: self.image_builder,
+            python: self.python,
+            driver_at_run_time: self.driver_at_run_time,
+            pins: self.pins.given().map(PathBuf::from),
+            topology: self.topology.request(),
+            run: self.runtime.run.then(|| self.runtime.request()),
+            record: RecordRequest { record: self.record.record, signing_key: self.record.signing_key },
+            format: self.format,
+        }
+    }
+}
+
+/// `probe --run`'s flags, turned into a `runtime::Run` once ([`RunArgs::request`]).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RunArgs {
+    /// Run on this machine's GPUs: discovery, a dispatch/combine round trip
+    /// over NVLink checked exactly, and its bandwidth against the copy engine.
+    /// Under torchrun/srun/mpirun (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK
+    /// set, world size > 1) each process takes the GPU of its local rank.
+    #[arg(long)]
+    pub run: bool,
+    /// Tokens per GPU for the round trip (the timed payload is tokens x hidden x 2 bytes per peer).
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(0..=1_048_576), requires = "run")]
+    pub tokens: u32,
+    /// Hidden size in bf16 elements (a multiple of 8: rows move as 16-byte vectors).
+    #[arg(long, value_name = "H", default_value_t = 7168, value_parser = clap::value_parser!(u32).range(0..=65_536), requires = "run")]
+    pub hidden: u32,
+    /// Experts per token (1..=16); there are topk experts per rank.
+    #[arg(long, value_name = "K", default_value_t = 8, requires = "run")]
+    pub topk: u32,
+    /// Timed repetitions of dispatch, combine and the copy-engine baseline.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100_000), requires = "run")]
+    pub iters: u32,
+    /// Blocks of 512 threads per multiprocessor for the dispatch and combine kernels.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=64), requires = "run")]
+    pub blocks_per_sm: u32,
+    /// Where the processes of a launched job meet: tcp://HOST:PORT, HOST:PORT,
+    /// or file:PATH (rank 0 writes its address there; a shared filesystem).
+    /// Default: MASTER_ADDR:MASTER_PORT (port 29500 if unset).
+    #[arg(long, value_name = "SPEC", requires = "run")]
+    pub rendezvous: Option<String>,
+    /// Seconds any rank waits for another (arrival, each phase) before failing with the missing rank's number.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=604_800), requires = "run")]
+    pub timeout: u64,
+    /// Also run the installed deep_ep's own HybridEP dispatch/combine round
+    /// trip (one Python process per GPU; --python or python3 on PATH).
+    #[arg(long, requires = "run")]
+    pub deep_ep: bool,
+}
+
+impl RunArgs {
+    /// The runtime probe's request (its ranges are checked by `runtime::Run::check`
+    /// before anything runs).
+    pub fn request(&self) -> crate::runtime::Run {
+        crate::runtime::Run {
+            tokens: self.tokens,
+            hidden: self.hidden,
+            topk: self.topk,
+            iters: self.iters,
+            blocks_per_sm: self.blocks_per_sm,
+            rendezvous: self.rendezvous.clone(),
+            timeout: self.timeout,
+            deep_ep: self.deep_ep,
+        }
+    }
+}
+
+/// `--record` and `--signing-key`, shared by every probe mode.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RecordArgs {
+    /// Keep the verdict as a signed in-toto statement (DSSE) under
+    /// DIR/<wheel sha256>/ (docs/evidence.md); needs --wheel (or --image, without --run) as the subject, and --signing-key.
+    #[arg(long, value_name = "DIR", requires = "signing_key")]
+    pub record: Option<PathBuf>,
+    /// The ed25519 key (`cache keygen`) that signs recorded statements.
+    #[arg(long, value_name = "FILE", requires = "record")]
+    pub signing_key: Option<PathBuf>,
+}
