@@ -975,11 +975,11 @@ fn journal_another_users_lock_file_is_exit_3_with_a_hint() {
     // (a `mktemp -d` clone), so nobody runs a copy in the test's own folder.
     let exe = if root {
         let copy = d.path().join("deepep-forge");
-        std::fs::copy(env!("CARGO_BIN_EXE_deepep-forge"), &copy).unwrap();
+        std::fs::copy(crate::support::exe(), &copy).unwrap();
         std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
         copy
     } else {
-        std::path::PathBuf::from(env!("CARGO_BIN_EXE_deepep-forge"))
+        crate::support::exe().to_path_buf()
     };
     let mut c = std::process::Command::new(&exe);
     c.args(["cache", "gc", "--cache-dir"]).arg(&cache).env("XDG_CONFIG_HOME", d.path().join("config"));

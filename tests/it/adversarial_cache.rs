@@ -469,7 +469,7 @@ fn secrets_are_never_echoed() {
     for (mode, body) in [(0o644, secret), (0o600, "k1:SECRETSECRET-not-base64-SECRET\n")] {
         std::fs::write(&key, body).unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_deepep-forge"))
+        let o = std::process::Command::new(crate::support::exe())
             .args(["cache", "push", "--cache-url", "https://user:hunter2@127.0.0.1:9/?x=1", "--signing-key"])
             .arg(&key)
             .env("DEEPEP_FORGE_CACHE_DIR", d.path().join("cache"))
@@ -482,7 +482,7 @@ fn secrets_are_never_echoed() {
     // A bad URL with credentials: the message shows the URL without them.
     std::fs::write(&key, secret).unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_deepep-forge"))
+    let o = std::process::Command::new(crate::support::exe())
         .args(["cache", "push", "--cache-url", "http://user:hunter2@127.0.0.1:9/", "--signing-key"])
         .arg(&key)
         .env("DEEPEP_FORGE_CACHE_DIR", d.path().join("cache"))

@@ -316,7 +316,7 @@ fn a_trickling_index_server_is_cut_at_the_deadline() {
 
 /// A secret key made by the real `cache keygen` (mode 0600).
 fn keygen(d: &Path) {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_deepep-forge"))
+    let o = std::process::Command::new(crate::support::exe())
         .args(["cache", "keygen", "--name", "idx-1", "--out"])
         .arg(d.join("k.key"))
         .output()

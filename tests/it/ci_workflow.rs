@@ -407,7 +407,7 @@ impl World {
             "install" => {
                 let bin = job.workspace.join("_forge/bin");
                 std::fs::create_dir_all(&bin).unwrap();
-                std::fs::copy(env!("CARGO_BIN_EXE_deepep-forge"), bin.join("deepep-forge")).unwrap();
+                std::fs::copy(crate::support::exe(), bin.join("deepep-forge")).unwrap();
             }
             _ => {}
         }

@@ -34,7 +34,7 @@ fn drift(dir: &Path) {
 
 /// PATH with this build's deepep-forge first.
 fn path_with_forge() -> String {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_deepep-forge"));
+    let bin = crate::support::exe().to_path_buf();
     format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default())
 }
 

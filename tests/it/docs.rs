@@ -155,7 +155,7 @@ fn run_block(ws: &Workspace, block: &Block) -> Vec<(String, i32)> {
         script.push_str(&s.command);
         script.push_str(&format!("\n__s=$?; printf '\\n{MARK} %d\\n' \"$__s\"; (exit $__s)\n"));
     }
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_deepep-forge"));
+    let bin = crate::support::exe().to_path_buf();
     let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     // A clean environment: what the pages show must not depend on this machine's
     // variables (the plan reports every build variable it drops from yours).

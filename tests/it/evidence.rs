@@ -490,7 +490,7 @@ fn a_record_folder_this_user_cannot_write_is_refused() {
     let root = unsafe { libc::geteuid() } == 0;
     // root writes anywhere: then the probe runs as nobody, with its own key and a copy of the binary.
     let exe = d.path().join("deepep-forge");
-    std::fs::copy(env!("CARGO_BIN_EXE_deepep-forge"), &exe).unwrap();
+    std::fs::copy(crate::support::exe(), &exe).unwrap();
     for p in [d.path(), &ro] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }

@@ -195,7 +195,7 @@ pub fn run_case(case: &Case) -> Result<(), String> {
         s(&dir);
     }
     let before = snapshot(&dir);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_deepep-forge"));
+    let mut cmd = Command::new(crate::support::exe());
     cmd.args(case.args.iter().map(|a| match a.to_str() {
         Some(s) => fill(s, &dir).into(),
         None => a.clone(),

@@ -187,9 +187,47 @@ pub fn copy_dir(src: &Path, dst: &Path) {
 /// (`pin set` journals and locks) goes under cargo's test temp folder, never
 /// into the real home; a test may set its own `XDG_STATE_HOME`.
 pub fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_deepep-forge"));
+    let mut c = Command::new(exe());
     c.env("XDG_STATE_HOME", state_home());
     c
+}
+
+/// The `deepep-forge` binary cargo built for these tests, pinned for the whole
+/// run: a hard link to it in cargo's test temp folder, made once per process.
+/// The tests run side by side in one binary, and one of them (`install`, whose
+/// `maturin build` relinks target/debug/deepep-forge) would otherwise take the
+/// file away from a test that is about to start it.
+pub fn exe() -> &'static Path {
+    use std::os::unix::fs::MetadataExt;
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let built = Path::new(env!("CARGO_BIN_EXE_deepep-forge"));
+        // A relink in progress: the file is back within seconds.
+        let t = std::time::Instant::now();
+        let meta = loop {
+            match std::fs::metadata(built) {
+                Ok(m) => break m,
+                Err(e) if t.elapsed() < std::time::Duration::from_secs(120) => {
+                    let _ = e;
+                    std::thread::sleep(std::time::Duration::from_millis(200))
+                }
+                Err(e) => panic!("{}: {e}", built.display()),
+            }
+        };
+        // Its own folder, under its own name: tests put the folder on PATH.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bin").join(format!("{}-{}", meta.ino(), meta.mtime()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pinned = dir.join("deepep-forge");
+        if !pinned.exists() {
+            let tmp = dir.join(format!(".deepep-forge-{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            if std::fs::hard_link(built, &tmp).is_err() {
+                std::fs::copy(built, &tmp).unwrap();
+            }
+            std::fs::rename(&tmp, &pinned).unwrap();
+        }
+        pinned
+    })
 }
 
 /// The `XDG_STATE_HOME` that [`bin`] gives the binary.
