@@ -254,7 +254,7 @@ pub fn run(command: Command) -> Result<Exit> {
             // clap_complete 4.6 names the bash state of a hyphenated binary's
             // subcommands two ways (`deepep__forge__subcmd__lock` where it walks the
             // words, `deepep__subcmd__forge__subcmd__lock` where it completes), so
-            // nothing below the first level completed; tests/install.rs checks it.
+            // nothing below the first level completed; tests/it/install.rs checks it.
             if matches!(shell, clap_complete::Shell::Bash) {
                 out = String::from_utf8(out)?.replace("deepep__subcmd__forge", "deepep__forge").into_bytes();
             }

@@ -1,6 +1,6 @@
 //! The one reader of the process environment: every variable deepep-forge reads
 //! is read here, and listed in [`VARIABLES`] with what it does (docs/environment.md
-//! shows the same list; `tests/environ.rs` keeps the three in step and fails on an
+//! shows the same list; `tests/it/environ.rs` keeps the three in step and fails on an
 //! `std::env::var` anywhere else in src). A build's own environment is not read
 //! from here but made from empty by the plan (the caller's variables arrive
 //! through [`vars`], filtered by an allow-list). Must not decide what a value means.

@@ -13,7 +13,7 @@
 //! by a panic: nothing here panics on a failed write. A write that fails
 //! otherwise (a full disk behind `> file`) is remembered and turned into an
 //! error at exit by `cli::finish` ([`write_error`]). Must not know any job's
-//! types; no `println!` anywhere else in src (tests/structure.rs).
+//! types; no `println!` anywhere else in the workspace (tests/it/structure.rs).
 use std::fmt;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -248,13 +248,13 @@ pub const SPLIT: &str = "label-split";
 pub const RELOCK: &str = "lock-out-of-date";
 pub const LABEL: &str = "label-wrong";
 
-/// What a wrong label does in uv (measured, tests/uv_claims.rs).
+/// What a wrong label does in uv (measured, tests/it/uv_claims.rs).
 const WRONG_LABEL_EFFECT: &str =
     "uv.lock records that version without building, `uv sync` installs the real one anyway, \
      and because the two differ every later `uv sync` uninstalls and reinstalls deep-ep (`uv lock --check` and \
      `uv sync --locked` do not notice)";
 
-/// What a lock that disagrees with pyproject.toml does in uv (measured, tests/uv_claims.rs).
+/// What a lock that disagrees with pyproject.toml does in uv (measured, tests/it/uv_claims.rs).
 const STALE_LOCK_EFFECT: &str =
     "the lock is out of date: `uv sync --locked` fails (\"The lockfile at `uv.lock` needs to be updated\")";
 

@@ -1,7 +1,7 @@
 //! Reader of the CUDA fatbin container (`.nv_fatbin`, `__nv_relfatbin`):
 //! lists cubin SM archs and PTX versions without decompressing anything.
 //!
-//! Layout, checked against `cuobjdump` on nvcc 13.0 output (tests/probe_fatbin.rs):
+//! Layout, checked against `cuobjdump` on nvcc 13.0 output (tests/it/probe.rs, fatbin_reader_agrees_with_cuobjdump):
 //! a section holds containers back to back (8-byte aligned, zero padding);
 //! container header (16 bytes): u32 magic `0xBA55ED50`, u16 version, u16 header
 //! size, u64 payload size. The payload is a run of entries, each a header then
