@@ -9,8 +9,8 @@ pub mod commands;
 pub use forge_build::{builder, docker, publish, repro};
 pub use forge_core::{alert, bail_usage, note, out, outln};
 pub use forge_core::{
-    attest, dockerfile, environ, error, findings, http, input, interface, ladder, lockgraph, marker, output, patches,
-    pep, pins, printer, process, provenance, topology, torch, verdict, wheel,
+    attest, dockerfile, environ, error, findings, http, input, interface, ladder, lockgraph, manylinux, marker, output,
+    patches, pep, pins, printer, process, provenance, topology, torch, verdict, wheel,
 };
 pub use forge_lock::{lock, pinset};
 pub use forge_probe::{probe, runtime};

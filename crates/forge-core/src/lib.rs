@@ -11,6 +11,7 @@ pub mod input;
 pub mod interface;
 pub mod ladder;
 pub mod lockgraph;
+pub mod manylinux;
 pub mod marker;
 pub mod output;
 pub mod patches;

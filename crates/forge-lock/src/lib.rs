@@ -6,8 +6,8 @@ pub mod pinset;
 
 // The modules of `forge-core`, under the paths they always had (`crate::pins`).
 pub use forge_core::{
-    attest, dockerfile, environ, error, findings, http, input, interface, ladder, lockgraph, marker, output, patches,
-    pep, pins, printer, process, provenance, topology, torch, verdict, wheel,
+    attest, dockerfile, environ, error, findings, http, input, interface, ladder, lockgraph, manylinux, marker, output,
+    patches, pep, pins, printer, process, provenance, topology, torch, verdict, wheel,
 };
 
 // The modules of `forge-store`, under the paths they always had (`crate::pins`).

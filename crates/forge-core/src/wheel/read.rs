@@ -114,6 +114,21 @@ impl Wheel {
         Ok(Some(buf))
     }
 
+    /// The names of the members, in the archive's order.
+    pub fn names(&self) -> Vec<String> {
+        self.zip.file_names().map(String::from).collect()
+    }
+
+    /// Whether member `name` begins with `magic` (reads at most that many bytes).
+    pub fn starts_with(&mut self, name: &str, magic: &[u8]) -> Result<bool> {
+        let Ok(m) = self.zip.by_name(name) else { return Ok(false) };
+        let mut head = Vec::with_capacity(magic.len());
+        m.take(magic.len() as u64)
+            .read_to_end(&mut head)
+            .map_err(|e| Failure::usage(format!("{}: member {name} cannot be read: {e}", self.path.display())))?;
+        Ok(head == magic)
+    }
+
     /// The provenance document's bytes (`.dist-info/deepep-forge-provenance.json`).
     pub fn provenance_bytes(&mut self) -> Result<Vec<u8>> {
         let di = self.dist_info()?;
