@@ -361,6 +361,9 @@ pub struct Toolchain {
     /// NCCL the registry toolchain provisions instead of what torch pins
     /// (`nvidia-nccl-cu*`, an exact PEP 440 version such as `2.30.7`).
     pub nccl: Option<String>,
+    /// The manylinux floor (`2_28`): the oldest glibc the users of these wheels
+    /// run; a build that needs a newer one fails (docs/platform-tags.md).
+    pub manylinux: Option<String>,
 }
 
 /// `[rdma_core]`: the rdma-core release container images build.
@@ -609,6 +612,7 @@ struct RawToolchain {
     python: Option<Spanned<RawPythons>>,
     nvshmem: Option<Spanned<String>>,
     nccl: Option<Spanned<String>>,
+    manylinux: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -862,6 +866,25 @@ fn pin_tables(
     Ok(pins)
 }
 
+/// `toolchain.manylinux`: a manylinux policy's glibc, `2_28` (or `manylinux_2_28`), one auditwheel knows.
+fn manylinux_floor(m: Spanned<String>, err: &Err) -> Result<String> {
+    let v = m.get_ref();
+    let name = v.strip_prefix("manylinux_").unwrap_or(v);
+    if crate::manylinux::table::POLICIES.iter().any(|r| r.name.strip_prefix("manylinux_") == Some(name)) {
+        return Ok(name.to_string());
+    }
+    let known: Vec<&str> =
+        crate::manylinux::table::POLICIES.iter().filter_map(|r| r.name.strip_prefix("manylinux_")).collect();
+    Err(err(
+        m.span(),
+        format!(
+            "toolchain.manylinux `{}`: expected a manylinux policy's glibc, one of {}",
+            crate::input::excerpt(v, 40),
+            known.join(", ")
+        ),
+    ))
+}
+
 /// `[toolchain]`: torch a PEP 440 version, cuda major.minor, python a version (never a path).
 fn toolchain(t: RawToolchain, text: &str, err: &Err) -> Result<Toolchain> {
     if let Err(why) = crate::pep::check_version(t.torch.get_ref()) {
@@ -880,7 +903,9 @@ fn toolchain(t: RawToolchain, text: &str, err: &Err) -> Result<Toolchain> {
     let pythons = t.python.as_ref().map(|py| pythons(py, text, err)).transpose()?.unwrap_or_default();
     let nvshmem = package_version(t.nvshmem, "toolchain.nvshmem", err)?;
     let nccl = package_version(t.nccl, "toolchain.nccl", err)?;
+    let manylinux = t.manylinux.map(|m| manylinux_floor(m, err)).transpose()?;
     Ok(Toolchain {
+        manylinux,
         torch: t.torch.into_inner(),
         cuda: t.cuda.into_inner(),
         python: pythons.first().cloned(),

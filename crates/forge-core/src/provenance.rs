@@ -29,6 +29,10 @@ pub struct Provenance {
     /// Changes made to the built wheel (RUNPATH rewrites, ...); empty for an exact build.
     #[serde(default)]
     pub patches: Vec<Patch>,
+    /// The manylinux policy the binaries earned and the tag the wheel carries
+    /// (`manylinux`); absent in documents of earlier versions (tagged `linux_*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<crate::manylinux::Platform>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

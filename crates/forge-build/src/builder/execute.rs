@@ -162,7 +162,8 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     if let Some((member, data)) = requires_dist(pl, &built)? {
         changes.replace.insert(member, data);
     }
-    let prov = provenance_of(pl, key.as_str(), &short, &patches);
+    let mut prov = provenance_of(pl, key.as_str(), &short, &patches);
+    let file_name = super::retag::retag(&built, &file_name, &mut changes, &mut prov, pl.platform.floor.as_deref())?;
     changes.add_dist_info.insert(provenance::FILE_NAME.into(), serde_json::to_vec_pretty(&prov)?);
     let stage = build.path().join("entry");
     std::fs::create_dir(&stage)?;
@@ -397,6 +398,7 @@ pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Pr
             cwd: pl.portable.cwd.clone(),
         }),
         patches: patches.to_vec(),
+        platform: None,
     }
 }
 

@@ -21,6 +21,7 @@ pub mod prepare;
 pub mod registry;
 pub mod relocate;
 pub mod request;
+pub mod retag;
 pub mod run;
 pub mod side_by_side;
 pub use crate::source;

@@ -215,11 +215,36 @@ pub struct Plan {
     /// `run.argv`, with the same commands and bytes. Not in the cache key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub side_by_side: Option<SideBySide>,
+    /// The platform tag's rules (`retag`): pins.toml's manylinux floor and the
+    /// libraries taken from the environment. Not in the cache key: it changes no
+    /// byte the build compiles (the tag follows from the bytes).
+    #[serde(default)]
+    pub platform: PlanPlatform,
     /// sha256 of the canonical path-free plan; None when it depends on what is not known yet.
     pub cache_key: Option<String>,
     /// Why `cache_key` is None.
     pub cache_key_unknown: Option<String>,
     pub outputs: Outputs,
+}
+
+/// What the wheel's platform tag must respect (docs/platform-tags.md).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PlanPlatform {
+    /// pins.toml `[toolchain] manylinux`: the newest policy the wheel may need (`2_28`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<String>,
+    /// The libraries taken from the environment: soname prefix -> what provides it.
+    #[serde(default)]
+    pub externals: BTreeMap<String, String>,
+}
+
+impl PlanPlatform {
+    /// The plan's platform rules: the floor given, the tool's externals.
+    pub fn new(floor: Option<String>) -> PlanPlatform {
+        let externals =
+            crate::manylinux::EXTERNALS.iter().map(|e| (e.prefix.to_string(), e.from.to_string())).collect();
+        PlanPlatform { floor, externals }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -670,6 +695,7 @@ mod tests {
             hooks: None,
             nccl_reuse: None,
             side_by_side: None,
+            platform: PlanPlatform::default(),
             cache_key: None,
             cache_key_unknown: None,
             outputs: Outputs { out_dir: PathBuf::from("/o"), cache_entry: None, log: PathBuf::from("/c/cache/logs/x") },

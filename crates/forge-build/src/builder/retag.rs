@@ -1,0 +1,126 @@
+//! The platform tag after the build: the built wheel's ELF members audited
+//! (`manylinux`), the wheel refused when it needs a library no policy allows
+//! and that is not external, or a newer glibc than pins.toml's floor; else
+//! its file name's platform tag, WHEEL's `Tag:` lines and (by the stamp)
+//! RECORD rewritten for the policy it earned, recorded in the provenance.
+//! A function of the wheel's bytes only: a rebuild gives the same tag.
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::error::Failure;
+use crate::manylinux::{self, Audit};
+use crate::provenance::Provenance;
+use crate::wheel::stamp;
+
+/// Audit `built` (with the members `changes` replaces), put its new WHEEL into
+/// `changes` and its platform into `prov`; returns the wheel's new file name.
+pub fn retag(
+    built: &Path,
+    file_name: &str,
+    changes: &mut stamp::Changes,
+    prov: &mut Provenance,
+    floor: Option<&str>,
+) -> Result<String> {
+    let mut w = crate::wheel::open(built)?;
+    let elves = manylinux::read_wheel(&mut w, &changes.replace)?;
+    let Some(audit) = manylinux::audit(&elves, &w.names()) else { return Ok(file_name.to_string()) };
+    refuse_forbidden(&audit, file_name)?;
+    if let Some(f) = floor {
+        check_floor(&audit, &elves, f, file_name)?;
+    }
+    let di = w.dist_info()?;
+    let member = format!("{di}/WHEEL");
+    let old = w.member(&member, crate::wheel::limits::DOC)?.with_context(|| format!("{file_name} has no {member}"))?;
+    let text = String::from_utf8(old).with_context(|| format!("{member} of {file_name} is not UTF-8"))?;
+    changes.replace.insert(member, tagged(&text, &audit.platform.tag).into_bytes());
+    let renamed = renamed(file_name, &audit.platform.tag)?;
+    prov.platform = Some(audit.platform);
+    Ok(renamed)
+}
+
+/// A NEEDED library on no policy's list and not external: the wheel would not load everywhere its tag says.
+fn refuse_forbidden(a: &Audit, file_name: &str) -> Result<()> {
+    if a.forbidden.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = a.forbidden.iter().map(|(m, l)| format!("{m} needs {l}")).collect();
+    Err(Failure::problems(format!(
+        "{file_name} needs libraries that no manylinux policy allows and that are not external:\n  {}",
+        list.join("\n  ")
+    ))
+    .hint(
+        "link them statically, or ship them inside the wheel; docs/platform-tags.md lists the libraries taken \
+         from the environment (torch, CUDA, NCCL, NVSHMEM, the driver, rdma-core)",
+    )
+    .into())
+}
+
+/// The wheel's policy against pins.toml's floor (`2_28`): newer fails, naming the symbols that raised it.
+fn check_floor(a: &Audit, elves: &[manylinux::ElfNeeds], floor: &str, file_name: &str) -> Result<()> {
+    let want = manylinux::glibc(&format!("manylinux_{floor}"));
+    let have = manylinux::glibc(&a.platform.policy);
+    if have.is_some() && have <= want {
+        return Ok(());
+    }
+    // The newest policy of this architecture at or below the floor names what it does not allow.
+    let row = manylinux::policies(&a.arch).filter(|r| manylinux::glibc(r.name) <= want).last();
+    let raised: Vec<String> = row
+        .map(|r| manylinux::exceeding(elves, r, &a.arch))
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    let why =
+        if raised.is_empty() { "(the libraries it needs; see the build log)".to_string() } else { raised.join("\n  ") };
+    Err(Failure::problems(format!(
+        "{file_name} needs {} but pins.toml's floor is manylinux_{floor}: raised by\n  {why}",
+        a.platform.policy
+    ))
+    .hint(format!(
+        "build in an image or sysroot whose glibc is {floor} or older (docs/platform-tags.md, \"Building for an \
+         older glibc\"), or raise `[toolchain] manylinux` in pins.toml if your users' machines are newer"
+    ))
+    .into())
+}
+
+/// WHEEL with each `Tag: py-abi-plat` line replaced by one line per tag of the set.
+fn tagged(wheel: &str, platform: &str) -> String {
+    let mut out = String::with_capacity(wheel.len() + 64);
+    for line in wheel.split_inclusive('\n') {
+        let Some(tag) = line.trim_end().strip_prefix("Tag: ") else {
+            out.push_str(line);
+            continue;
+        };
+        let (interp_abi, _) = tag.rsplit_once('-').unwrap_or((tag, ""));
+        for p in platform.split('.') {
+            out.push_str(&format!("Tag: {interp_abi}-{p}\n"));
+        }
+    }
+    out
+}
+
+/// The file name with its platform tag (the last part before `.whl`) replaced.
+fn renamed(file_name: &str, platform: &str) -> Result<String> {
+    let stem = file_name.strip_suffix(".whl").with_context(|| format!("{file_name} is not a wheel file name"))?;
+    let (head, _) = stem.rsplit_once('-').with_context(|| format!("{file_name} has no platform tag"))?;
+    Ok(format!("{head}-{platform}.whl"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tag_lines_and_file_name_take_the_tag_set() {
+        let w = "Wheel-Version: 1.0\nGenerator: setuptools (80.9.0)\nRoot-Is-Purelib: false\nTag: cp312-cp312-linux_x86_64\n\n";
+        let t = super::tagged(w, "manylinux_2_17_x86_64.manylinux2014_x86_64");
+        assert_eq!(
+            t,
+            "Wheel-Version: 1.0\nGenerator: setuptools (80.9.0)\nRoot-Is-Purelib: false\n\
+             Tag: cp312-cp312-manylinux_2_17_x86_64\nTag: cp312-cp312-manylinux2014_x86_64\n\n"
+        );
+        assert_eq!(
+            super::renamed("deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl", "manylinux_2_34_x86_64").unwrap(),
+            "deep_ep-1.2.1+17cfb81-cp312-cp312-manylinux_2_34_x86_64.whl"
+        );
+    }
+}
