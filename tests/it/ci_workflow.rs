@@ -815,10 +815,10 @@ fn the_aarch64_job_cross_builds_and_publish_indexes_both_architectures() {
     assert_eq!(entries, [("demo", "x86_64"), ("demo-arm", "aarch64")], "{:?}", ran.include);
     assert!(!ran.skipped_in_summary, "{}", world.log);
     let arm = std::fs::read_to_string(ran.build_workspaces[1].join("_forge/build.json")).unwrap();
-    assert!(arm.contains("linux_aarch64.whl"), "{arm}");
+    assert!(arm.contains("manylinux_2_34_aarch64.whl"), "{arm}");
     assert_eq!(published_wheels(&ran, "demo").len(), 1);
     let arm_wheels = published_wheels(&ran, "demo-arm");
-    assert!(arm_wheels.len() == 1 && arm_wheels[0].ends_with("-cp311-cp311-linux_aarch64.whl"), "{arm_wheels:?}");
+    assert!(arm_wheels.len() == 1 && arm_wheels[0].ends_with("-cp311-cp311-manylinux_2_34_aarch64.whl"), "{arm_wheels:?}");
     assert!(ran.published.contains("_forge/public: ok (2 variant(s), signed"), "{}", ran.published);
     assert_eq!(world.not_run, not_run_for(2));
     assert_no_secret_anywhere(&world, scratch.path());
@@ -887,7 +887,8 @@ fn the_python_matrix_is_one_build_job_per_python_and_one_index() {
     let wheels = published_wheels(&ran, "demo");
     assert_eq!(wheels.len(), 2, "{wheels:?}");
     assert!(
-        wheels[0].ends_with("-cp311-cp311-linux_x86_64.whl") && wheels[1].ends_with("-cp312-cp312-linux_x86_64.whl"),
+        wheels[0].ends_with("-cp311-cp311-manylinux_2_34_x86_64.whl")
+            && wheels[1].ends_with("-cp312-cp312-manylinux_2_34_x86_64.whl"),
         "{wheels:?}"
     );
     assert!(ran.published.contains("_forge/public: ok (1 variant(s), signed"), "{}", ran.published);

@@ -206,7 +206,7 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
         "{notes:?}"
     );
     let wheel = PathBuf::from(res["wheel"].as_str().unwrap());
-    assert!(wheel.to_string_lossy().ends_with("-cp311-cp311-linux_aarch64.whl"), "{}", wheel.display());
+    assert!(wheel.to_string_lossy().ends_with("-cp311-cp311-manylinux_2_34_aarch64.whl"), "{}", wheel.display());
     let zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
     let exts: Vec<String> = zip.file_names().filter(|n| n.ends_with(".so")).map(String::from).collect();
     assert_eq!(
@@ -473,8 +473,8 @@ fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both
     let o = forge(&lab, &links, &publish).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     let short = &lab.rev[..7];
-    let x86 = format!("deep_ep-1.2.1+{short}-cp311-cp311-linux_x86_64.whl");
-    let arm = format!("deep_ep-1.2.1+{short}-cp311-cp311-linux_aarch64.whl");
+    let x86 = format!("deep_ep-1.2.1+{short}-cp311-cp311-manylinux_2_34_x86_64.whl");
+    let arm = format!("deep_ep-1.2.1+{short}-cp311-cp311-manylinux_2_34_aarch64.whl");
     let files = idx.join("sn/simple/deep-ep");
     for w in [&x86, &arm] {
         assert!(files.join(w).is_file(), "{w} in sn's index: {}", stdout(&o));

@@ -844,7 +844,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
         forge_in(&a)
     };
     ok(publish(&[]));
-    let wheel_name = "deep_ep-1.2.1+9dce5ac-cp311-cp311-linux_x86_64.whl";
+    let wheel_name = "deep_ep-1.2.1+9dce5ac-cp311-cp311-manylinux_2_34_x86_64.whl";
     let files = p("idx/demo/simple/deep-ep");
     let wheel = files.join(wheel_name);
     let sha = sha256_of(&wheel);

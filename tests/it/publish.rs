@@ -174,7 +174,8 @@ fn sha256(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-const WHEEL: &str = "deep_ep-1.2.1+9dce5ac-cp311-cp311-linux_x86_64.whl";
+/// The fixture built here (Debian 12, glibc 2.36) needs GLIBC_2.34: build-wheel tags it for that policy.
+const WHEEL: &str = "deep_ep-1.2.1+9dce5ac-cp311-cp311-manylinux_2_34_x86_64.whl";
 
 #[test]
 #[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]

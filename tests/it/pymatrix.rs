@@ -232,7 +232,7 @@ fn three_pythons_publish_into_one_index_that_uv_locks_and_lock_check_holds_to_th
     let files = idx.join("sn/simple/deep-ep");
     let wheel = |py: &str| {
         let t = py.replace('.', "");
-        format!("deep_ep-1.2.1+{short}-cp{t}-cp{t}-linux_x86_64.whl")
+        format!("deep_ep-1.2.1+{short}-cp{t}-cp{t}-manylinux_2_34_x86_64.whl")
     };
     for py in PYTHONS {
         assert!(files.join(wheel(py)).is_file(), "{} in sn's index: {out}", wheel(py));
@@ -433,10 +433,10 @@ fn three_pythons_by_two_architectures_publish_what_debian_allows_and_name_the_mi
     assert_eq!(
         cells,
         [
-            "cp311-cp311-linux_aarch64.whl",
-            "cp311-cp311-linux_x86_64.whl",
-            "cp312-cp312-linux_x86_64.whl",
-            "cp313-cp313-linux_x86_64.whl"
+            "cp311-cp311-manylinux_2_34_aarch64.whl",
+            "cp311-cp311-manylinux_2_34_x86_64.whl",
+            "cp312-cp312-manylinux_2_34_x86_64.whl",
+            "cp313-cp313-manylinux_2_34_x86_64.whl"
         ],
         "{m:?}"
     );

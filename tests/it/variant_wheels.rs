@@ -200,9 +200,9 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
     let wheels: Vec<&String> = files.iter().filter(|f| f.ends_with(".whl")).collect();
     assert_eq!(wheels.len(), 4, "three variant wheels and the default: {files:?}");
     for label in ["h100", "b200", "h100_mn"] {
-        assert!(wheels.iter().any(|w| w.ends_with(&format!("-linux_x86_64-{label}.whl"))), "{label}: {files:?}");
+        assert!(wheels.iter().any(|w| w.ends_with(&format!("-manylinux_2_34_x86_64-{label}.whl"))), "{label}: {files:?}");
     }
-    assert!(wheels.iter().any(|w| w.ends_with("-linux_x86_64.whl")), "the default: {files:?}");
+    assert!(wheels.iter().any(|w| w.ends_with("-manylinux_2_34_x86_64.whl")), "the default: {files:?}");
     let vj = files.iter().find(|f| f.ends_with("-variants.json")).expect("variants.json").clone();
     let vjson: serde_json::Value = serde_json::from_slice(&std::fs::read(files_dir.join(&vj)).unwrap()).unwrap();
     assert_eq!(vjson["variants"]["h100_mn"]["deepep_forge"]["build"][0], "multinode");
@@ -329,7 +329,7 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
     println!("lock check (default wheel locked):\n{}{}", stdout(&c), stderr(&c));
     assert_eq!(c.status.code(), Some(0), "{}{}", stdout(&c), stderr(&c));
     // uv.lock naming the h100 variant wheel (as a uv that locks variants would): passes.
-    let default = wheels.iter().find(|w| w.ends_with("-linux_x86_64.whl")).unwrap().to_string();
+    let default = wheels.iter().find(|w| w.ends_with("-manylinux_2_34_x86_64.whl")).unwrap().to_string();
     let h100 = wheels.iter().find(|w| w.ends_with("-h100.whl")).unwrap().to_string();
     let sha = |w: &str| deepep_forge::input::sha256_file(&files_dir.join(w), "wheel", u64::MAX).unwrap().0;
     let enc = |w: &str| w.replace('+', "%2B");
@@ -387,7 +387,7 @@ fn no_default_wheel_unless_named_and_a_disagreeing_variant_json_is_refused() {
     let s = Scene::new();
     ok(&s.publish(&["--format", "json"]));
     let files = index_files(&s.idx.join("variants/simple/deep-ep"));
-    assert!(!files.iter().any(|f| f.ends_with("-linux_x86_64.whl")), "{files:?}");
+    assert!(!files.iter().any(|f| f.ends_with("-manylinux_2_34_x86_64.whl")), "{files:?}");
     let server = HttpServer::start(&s.lab.tools.join("bin/python"), &s.idx);
     let url = format!("http://127.0.0.1:{}/variants/simple/", server.port);
     let venv = s.lab.dir.path().join("v");

@@ -78,7 +78,23 @@ elif mine:
     info = [f for f in files if f.endswith(".dist-info/METADATA")]
     dist = {"version": d.version, "location": str(d.locate_file("")),
             "dist_info": str(d.locate_file(info[0]).parent) if info else None}
-print(json.dumps({"python": sys.executable, "version": platform.python_version(),
+# The C library and libstdc++ this interpreter's machine gives an extension.
+try:
+    glibc = os.confstr("CS_GNU_LIBC_VERSION")
+except (ValueError, OSError, AttributeError):
+    glibc = None
+libstdcxx = None
+try:
+    import ctypes
+    ctypes.CDLL("libstdc++.so.6")
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "/libstdc++.so" in line:
+                libstdcxx = line.split(None, 5)[-1].strip()
+                break
+except Exception:
+    pass
+print(json.dumps({"glibc": glibc, "libstdcxx": libstdcxx, "python": sys.executable, "version": platform.python_version(),
                   "machine": platform.machine(), "modules": mods, "dist": dist,
                   "packages": pkgs, "refused": [w for _, w in bad][:16],
                   "platlib": sysconfig.get_paths().get("platlib")}))
@@ -101,6 +117,12 @@ pub struct Interpreter {
     /// Where a wheel installed into this environment puts its extensions (sysconfig's platlib).
     #[serde(default)]
     pub platlib: Option<String>,
+    /// `os.confstr('CS_GNU_LIBC_VERSION')`: `glibc 2.36` (None: not glibc).
+    #[serde(default)]
+    pub glibc: Option<String>,
+    /// The libstdc++ the interpreter loads (its path), when it loads one.
+    #[serde(default)]
+    pub libstdcxx: Option<String>,
 }
 
 /// The versions of what a DeepEP extension meets at run time, as the
@@ -121,6 +143,12 @@ pub struct Versions {
     /// would load once installed into this environment (`loader`); empty otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub loaded: Vec<super::loader::Loaded>,
+    /// The environment's glibc (`2.36`), from the interpreter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glibc: Option<String>,
+    /// The environment's libstdc++: its path and the symbol versions it defines (`GLIBCXX_3.4.30`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libstdcxx: Option<(String, Vec<String>)>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -245,7 +273,30 @@ fn versions_of(interp: &Interpreter) -> Versions {
         nvshmem: find("nvidia-nvshmem-cu"),
         nccl: find("nvidia-nccl-cu"),
         loaded: Vec::new(),
+        glibc: interp.glibc.as_deref().and_then(|g| g.strip_prefix("glibc ")).map(|v| v.trim().to_string()),
+        libstdcxx: interp.libstdcxx.as_ref().and_then(|p| Some((p.clone(), defined_versions(Path::new(p))?))),
     }
+}
+
+/// The symbol versions a shared library defines (`.gnu.version_d`), read bounded; None when unreadable.
+fn defined_versions(lib: &Path) -> Option<Vec<String>> {
+    use object::read::elf::ElfFile64;
+    let data = crate::input::read_bytes(lib, "libstdc++", crate::input::cap::LOCK).ok()?;
+    let file = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let (mut defs, link) = sections.gnu_verdef(endian, &*data).ok()??;
+    let strings = sections.strings(endian, &*data, link).ok()?;
+    let mut out = Vec::new();
+    while let Ok(Some((_, mut auxs))) = defs.next() {
+        if let Ok(Some(aux)) = auxs.next() {
+            out.push(String::from_utf8_lossy(aux.name(endian, strings).ok()?).into_owned());
+        }
+        if out.len() > 4096 {
+            break;
+        }
+    }
+    Some(out)
 }
 
 /// torch's `__version__` from `torch/version.py`, the file the build records it from
@@ -279,6 +330,7 @@ pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
         extensions: Vec::new(),
         members: Vec::new(),
         image_wheel: None,
+        platform_audit: None,
     };
     if let Some(info) = &dist.dist_info {
         read_dist_info(Path::new(info), Path::new(&dist.location), &mut facts);

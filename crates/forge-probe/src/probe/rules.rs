@@ -998,6 +998,7 @@ mod tests {
             extensions: paths.iter().map(|p| ext(p)).collect(),
             members: vec![],
             image_wheel: None,
+        platform_audit: None,
         };
         let k = |paths: &[&str]| kernel_extension(&facts(paths)).map(|e| e.path.clone());
         let hybrid = ["deep_ep_cpp.cpython-312-x86_64-linux-gnu.so", "hybrid_ep_cpp.cpython-312-x86_64-linux-gnu.so"];

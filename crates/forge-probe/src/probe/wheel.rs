@@ -45,6 +45,29 @@ pub struct WheelFacts {
     /// For `--image`: the image's wheel file name and sha256 (what `--record` names).
     #[serde(skip)]
     pub image_wheel: Option<(String, String)>,
+    /// Every ELF member read for the manylinux policy (`manylinux`), and the audit;
+    /// None when not read from a wheel file (an installed deep_ep), Err: why unreadable.
+    #[serde(skip)]
+    pub platform_audit: Option<Result<PlatformAudit, String>>,
+}
+
+/// A wheel's ELF members and the policy they earn.
+#[derive(Debug, Clone)]
+pub struct PlatformAudit {
+    pub elves: Vec<crate::manylinux::ElfNeeds>,
+    /// None: the wheel holds no ELF member.
+    pub audit: Option<crate::manylinux::Audit>,
+}
+
+/// Read every ELF member of the wheel at `path` and audit them.
+fn platform_audit(path: &Path) -> Result<PlatformAudit, String> {
+    let read = || -> Result<PlatformAudit> {
+        let mut w = crate::wheel::open(path)?;
+        let elves = crate::manylinux::read_wheel(&mut w, &BTreeMap::new())?;
+        let audit = crate::manylinux::audit(&elves, &w.names());
+        Ok(PlatformAudit { elves, audit })
+    };
+    read().map_err(|e| format!("{e:#}"))
 }
 
 /// Module name of a shared object path (`a/b/hybrid_ep_cpp.cpython-312-x86_64-linux-gnu.so` -> `hybrid_ep_cpp`).
@@ -93,6 +116,7 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
         extensions: Vec::new(),
         members: Vec::new(),
         image_wheel: None,
+        platform_audit: Some(platform_audit(path)),
     };
     // path -> (sha256=..., size) of what was actually read.
     let mut seen: BTreeMap<String, Result<(String, u64), String>> = BTreeMap::new();
