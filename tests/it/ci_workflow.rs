@@ -818,7 +818,10 @@ fn the_aarch64_job_cross_builds_and_publish_indexes_both_architectures() {
     assert!(arm.contains("manylinux_2_34_aarch64.whl"), "{arm}");
     assert_eq!(published_wheels(&ran, "demo").len(), 1);
     let arm_wheels = published_wheels(&ran, "demo-arm");
-    assert!(arm_wheels.len() == 1 && arm_wheels[0].ends_with("-cp311-cp311-manylinux_2_34_aarch64.whl"), "{arm_wheels:?}");
+    assert!(
+        arm_wheels.len() == 1 && arm_wheels[0].ends_with("-cp311-cp311-manylinux_2_34_aarch64.whl"),
+        "{arm_wheels:?}"
+    );
     assert!(ran.published.contains("_forge/public: ok (2 variant(s), signed"), "{}", ran.published);
     assert_eq!(world.not_run, not_run_for(2));
     assert_no_secret_anywhere(&world, scratch.path());

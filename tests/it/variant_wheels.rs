@@ -200,7 +200,10 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
     let wheels: Vec<&String> = files.iter().filter(|f| f.ends_with(".whl")).collect();
     assert_eq!(wheels.len(), 4, "three variant wheels and the default: {files:?}");
     for label in ["h100", "b200", "h100_mn"] {
-        assert!(wheels.iter().any(|w| w.ends_with(&format!("-manylinux_2_34_x86_64-{label}.whl"))), "{label}: {files:?}");
+        assert!(
+            wheels.iter().any(|w| w.ends_with(&format!("-manylinux_2_34_x86_64-{label}.whl"))),
+            "{label}: {files:?}"
+        );
     }
     assert!(wheels.iter().any(|w| w.ends_with("-manylinux_2_34_x86_64.whl")), "the default: {files:?}");
     let vj = files.iter().find(|f| f.ends_with("-variants.json")).expect("variants.json").clone();

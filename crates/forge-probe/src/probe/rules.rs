@@ -11,6 +11,7 @@ use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
 
 pub mod environment;
 pub mod loader;
+pub mod platform;
 pub mod topology;
 pub use topology::topology_checks;
 
@@ -223,7 +224,7 @@ impl Bx<'_> {
 pub type BinaryRule = (&'static str, fn(&Bx) -> Vec<Check>);
 
 /// Every binary rule, in the order the verdict shows them (docs/probe.md names each id).
-pub const BINARY_RULES: [BinaryRule; 26] = [
+pub const BINARY_RULES: [BinaryRule; 28] = [
     ("record", record),
     ("extension-elf", extension_elf),
     ("interface", interface),
@@ -250,6 +251,8 @@ pub const BINARY_RULES: [BinaryRule; 26] = [
     ("nvshmem-version", environment::nvshmem_version),
     ("nccl-version", environment::nccl_version),
     ("loaded-libraries", loader::loaded_libraries),
+    ("platform-tag", platform::platform_tag),
+    ("glibc", platform::glibc),
 ];
 
 /// What the static probe read: the binary, the installed environment (`--python`
@@ -998,7 +1001,7 @@ mod tests {
             extensions: paths.iter().map(|p| ext(p)).collect(),
             members: vec![],
             image_wheel: None,
-        platform_audit: None,
+            platform_audit: None,
         };
         let k = |paths: &[&str]| kernel_extension(&facts(paths)).map(|e| e.path.clone());
         let hybrid = ["deep_ep_cpp.cpython-312-x86_64-linux-gnu.so", "hybrid_ep_cpp.cpython-312-x86_64-linux-gnu.so"];

@@ -1,0 +1,125 @@
+//! The wheel's platform: `platform-tag` (what its file name's tag claims
+//! against the manylinux policy its binaries earn, `manylinux`) and `glibc`
+//! (with `--python`: the glibc and libstdc++ symbol versions the binaries
+//! require against those the environment's machine provides).
+use super::Bx;
+use crate::manylinux::{self, ElfNeeds, Raise};
+use crate::verdict::Check;
+
+/// How a wheel is given an honest tag.
+const RETAG: &str = "build it with `deepep-forge build-wheel`, which tags a wheel for the policy its binaries earn; never rename a wheel by hand";
+
+/// `platform-tag`: the tag claims no older glibc than the binaries need.
+pub fn platform_tag(cx: &Bx) -> Vec<Check> {
+    let (Some(platform), Some(audit)) = (cx.b.platform.as_deref(), cx.b.platform_audit.as_ref()) else {
+        return Vec::new();
+    };
+    let audit = match audit {
+        Err(why) => return vec![Check::warn("platform-tag", format!("the binaries could not be read: {why}"))],
+        Ok(a) => a,
+    };
+    let Some(a) = &audit.audit else {
+        return vec![Check::pass("platform-tag", format!("{platform}: the wheel holds no ELF file"))];
+    };
+    let mut out = Vec::new();
+    if !a.forbidden.is_empty() {
+        let list: Vec<String> = a.forbidden.iter().map(|(m, l)| format!("{m} needs {l}")).collect();
+        out.push(Check::warn(
+            "platform-tag",
+            format!("libraries on no manylinux policy's list and not external: {}", list.join("; ")),
+        ));
+    }
+    let earned = &a.platform;
+    let need = manylinux::glibc(&earned.policy);
+    let raised = raised(&earned.raised_by);
+    out.push(match (manylinux::claimed_glibc(platform), need) {
+        (None, _) if platform.starts_with("linux_") => Check::warn(
+            "platform-tag",
+            format!(
+                "{platform} claims any Linux; the binaries need {}{raised}: installers put it where it cannot load",
+                earned.tag
+            ),
+        )
+        .fix(RETAG),
+        (Some(claim), Some(need)) if claim >= need => {
+            Check::pass("platform-tag", format!("{platform}: the binaries need {}{raised}", earned.tag))
+        }
+        _ => Check::fail(
+            "platform-tag",
+            format!("{platform} claims less than the binaries need: {}{raised}", earned.tag),
+        )
+        .fix(RETAG),
+    });
+    out
+}
+
+/// ` (raised by GLIBC_2.34 from libc.so.6 in x.so ...)`, or nothing.
+fn raised(r: &[Raise]) -> String {
+    if r.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = r.iter().take(4).map(Raise::to_string).collect();
+    let more = if r.len() > 4 { format!(" and {} more", r.len() - 4) } else { String::new() };
+    format!(" (raised by {}{more})", shown.join("; "))
+}
+
+/// `glibc` (with `--python`): every GLIBC_ and GLIBCXX_ version the binaries require is one the environment has.
+pub fn glibc(cx: &Bx) -> Vec<Check> {
+    let (Some(v), Some(Ok(audit))) = (cx.versions, cx.b.platform_audit.as_ref()) else { return Vec::new() };
+    let mut out = Vec::new();
+    match v.glibc.as_deref().and_then(parse_pair) {
+        None => out.push(Check::warn("glibc", format!("{} reports no glibc version", v.python))),
+        Some(have) => out.push(glibc_check(&audit.elves, have, &v.python)),
+    }
+    if let Some((lib, defined)) = &v.libstdcxx {
+        out.push(libstdcxx_check(&audit.elves, lib, defined));
+    }
+    out
+}
+
+fn glibc_check(elves: &[ElfNeeds], have: (u32, u32), python: &str) -> Check {
+    let missing = required(elves, "GLIBC_", |ver| parse_pair(ver).is_some_and(|need| need > have));
+    if missing.is_empty() {
+        return Check::pass(
+            "glibc",
+            format!("{python}'s machine has glibc {}.{}: every GLIBC_ version the binaries require", have.0, have.1),
+        );
+    }
+    Check::fail(
+        "glibc",
+        format!("{python}'s machine has glibc {}.{}; the binaries require {}", have.0, have.1, missing.join("; ")),
+    )
+    .fix("use a wheel built in an image or sysroot with this machine's glibc or older (pins.toml `[toolchain] manylinux`, docs/platform-tags.md)")
+}
+
+fn libstdcxx_check(elves: &[ElfNeeds], lib: &str, defined: &[String]) -> Check {
+    let missing = required(elves, "GLIBCXX_", |ver| !defined.iter().any(|d| d == &format!("GLIBCXX_{ver}")));
+    let missing_abi = required(elves, "CXXABI_", |ver| !defined.iter().any(|d| d == &format!("CXXABI_{ver}")));
+    let all: Vec<String> = missing.into_iter().chain(missing_abi).collect();
+    if all.is_empty() {
+        return Check::pass("glibc", format!("{lib} defines every GLIBCXX_/CXXABI_ version the binaries require"));
+    }
+    Check::fail("glibc", format!("{lib} lacks what the binaries require: {}", all.join("; ")))
+        .fix("install a newer libstdc++ (the build's gcc or newer), or use a wheel built with an older gcc")
+}
+
+/// The required versions of one family (`GLIBC_`) for which `missing(version)` holds, with who needs them.
+fn required(elves: &[ElfNeeds], family: &str, missing: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in elves {
+        for ((lib, ver), (syms, _)) in &e.versions {
+            let Some(v) = ver.strip_prefix(family) else { continue };
+            if missing(v) {
+                let s = if syms.is_empty() { String::new() } else { format!(" ({})", syms.join(", ")) };
+                out.push(format!("{ver} from {lib} in {}{s}", e.member));
+            }
+        }
+    }
+    out
+}
+
+/// `2.36` -> (2, 36).
+fn parse_pair(v: &str) -> Option<(u32, u32)> {
+    let mut it = v.trim().split('.');
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
