@@ -39,6 +39,7 @@ mod lock_patches;
 mod needs;
 mod patched_build;
 mod pinset;
+mod platform_tags;
 mod probe;
 mod probe_loader;
 mod progress;
