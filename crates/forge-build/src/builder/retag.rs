@@ -109,6 +109,48 @@ fn renamed(file_name: &str, platform: &str) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::process::Command;
+
+    /// A shared library gcc compiles from `c`, linked against a stub `libfoo.so.1`.
+    fn compiled(dir: &std::path::Path, c: &str) -> Vec<u8> {
+        std::fs::write(dir.join("foo.c"), "int foo(void) { return 1; }\n").unwrap();
+        let stub = Command::new("gcc")
+            .args(["-shared", "-fPIC", "-Wl,-soname,libfoo.so.1", "-o"])
+            .arg(dir.join("libfoo.so"))
+            .arg(dir.join("foo.c"))
+            .status()
+            .unwrap();
+        assert!(stub.success());
+        std::fs::write(dir.join("ext.c"), c).unwrap();
+        let ok = Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(dir.join("ext.so"))
+            .arg(dir.join("ext.c"))
+            .arg(format!("-L{}", dir.display()))
+            .arg("-lfoo")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        std::fs::read(dir.join("ext.so")).unwrap()
+    }
+
+    #[test]
+    fn a_forbidden_library_and_a_result_above_the_floor_fail_naming_what_raised_them() {
+        let d = tempfile::tempdir().unwrap();
+        let c = "#include <pthread.h>\nint foo(void);\nstatic void *f(void *x) { return x; }\n\
+                 int go(void) { pthread_t t; pthread_create(&t, 0, f, 0); return pthread_join(t, 0) + foo(); }\n";
+        let elves = vec![crate::manylinux::elf::read("deep_ep/x.so", &compiled(d.path(), c)).unwrap()];
+        let a = crate::manylinux::audit(&elves, &["deep_ep/x.so".into()]).unwrap();
+        let e = super::refuse_forbidden(&a, "w.whl").unwrap_err();
+        assert!(format!("{e:#}").contains("deep_ep/x.so needs libfoo.so.1"), "{e:#}");
+        assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Problems);
+        let e = super::check_floor(&a, &elves, "2_28", "w.whl").unwrap_err();
+        let text = format!("{e:#}");
+        assert!(text.contains("needs manylinux_2_34 but pins.toml's floor is manylinux_2_28"), "{text}");
+        assert!(text.contains("deep_ep/x.so: GLIBC_2.34 from libc.so.6 (pthread_create"), "{text}");
+        assert!(super::check_floor(&a, &elves, "2_34", "w.whl").is_ok());
+    }
+
     #[test]
     fn tag_lines_and_file_name_take_the_tag_set() {
         let w = "Wheel-Version: 1.0\nGenerator: setuptools (80.9.0)\nRoot-Is-Purelib: false\nTag: cp312-cp312-linux_x86_64\n\n";

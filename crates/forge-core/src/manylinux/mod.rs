@@ -159,6 +159,25 @@ pub fn claimed_glibc(platform_tag: &str) -> Option<(u32, u32)> {
     platform_tag.split('.').filter_map(tag_glibc).min()
 }
 
+/// Why `platform_tag` claims less than `earned` (an older glibc, or a policy
+/// where the binaries earn none); None when the tag is honest or `linux_*` (claims nothing).
+pub fn understated(platform_tag: &str, earned: &Platform) -> Option<String> {
+    let claim = claimed_glibc(platform_tag)?;
+    match glibc(&earned.policy) {
+        Some(need) if need <= claim => None,
+        _ => {
+            let raised: Vec<String> = earned.raised_by.iter().take(3).map(Raise::to_string).collect();
+            Some(format!(
+                "its tag {platform_tag} claims glibc {}.{} but its binaries need {} ({})",
+                claim.0,
+                claim.1,
+                earned.tag,
+                raised.join("; ")
+            ))
+        }
+    }
+}
+
 fn tag_glibc(t: &str) -> Option<(u32, u32)> {
     let legacy = [("manylinux1_", (2, 5)), ("manylinux2010_", (2, 12)), ("manylinux2014_", (2, 17))];
     if let Some((_, v)) = legacy.iter().find(|(p, _)| t.starts_with(p)) {
@@ -320,5 +339,12 @@ mod tests {
         assert_eq!(claimed_glibc("manylinux1_x86_64"), Some((2, 5)));
         assert_eq!(claimed_glibc("linux_x86_64"), None);
         assert_eq!(glibc("manylinux_2_38"), Some((2, 38)));
+        let e = needs(&[("libc.so.6", "GLIBC_2.34")], &["libc.so.6"]);
+        let earned = audit(&[e], &[]).unwrap().platform;
+        let why = understated("manylinux_2_17_x86_64.manylinux2014_x86_64", &earned).unwrap();
+        assert!(why.contains("claims glibc 2.17 but its binaries need manylinux_2_34_x86_64"), "{why}");
+        assert_eq!(understated("manylinux_2_34_x86_64", &earned), None);
+        assert_eq!(understated("manylinux_2_35_x86_64", &earned), None);
+        assert_eq!(understated("linux_x86_64", &earned), None);
     }
 }

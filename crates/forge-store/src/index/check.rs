@@ -289,6 +289,7 @@ fn check_wheel(files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
             if f.entry != *w {
                 out.push(format!("{}: its METADATA or provenance differs from the signed manifest", path.display()));
             }
+            check_tag(&path, &w.wheel, out);
             let side = [
                 (format!("{}.metadata", w.wheel), f.metadata),
                 (format!("{}{}", w.wheel, crate::attest::SUFFIX), f.intoto),
@@ -306,6 +307,24 @@ fn check_wheel(files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
                 }
             }
         }
+    }
+}
+
+/// The wheel's platform tag claims no older glibc than its binaries need (`manylinux`).
+fn check_tag(path: &Path, name: &str, out: &mut Vec<String>) {
+    let Some(tag) = crate::wheel::WheelName::parse(name).map(|n| n.platform) else { return };
+    let audited = crate::wheel::open(path).and_then(|mut w| {
+        let elves = crate::manylinux::read_wheel(&mut w, &Default::default())?;
+        Ok(crate::manylinux::audit(&elves, &w.names()))
+    });
+    match audited {
+        Err(e) => out.push(format!("{e:#}")),
+        Ok(Some(a)) => {
+            if let Some(why) = crate::manylinux::understated(&tag, &a.platform) {
+                out.push(format!("{}: {why}: installers would put it where it cannot load", path.display()));
+            }
+        }
+        Ok(None) => {}
     }
 }
 
