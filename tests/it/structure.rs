@@ -441,7 +441,7 @@ fn beyond_the_list(matches: impl Fn(&str, &str) -> bool, list: &[(&str, usize, &
 /// Errors are the one `Failure` type (src/error.rs) or anyhow chains of it; a
 /// `Result<_, String>` is left only where the string is data, listed here.
 const STRING_RESULTS: &[(&str, usize, &str)] = &[
-    ("probe/wheel.rs", 4, "a member's ELF parse or provenance result kept as a finding's text"),
+    ("probe/wheel.rs", 6, "a member's ELF parse, provenance or platform audit result kept as a finding's text"),
     ("probe/elf.rs", 1, "malformed ELF bytes become a finding's text, never an error"),
     ("probe/fatbin.rs", 2, "malformed fatbin bytes become a finding's text, never an error"),
     (

@@ -32,7 +32,7 @@ pub struct Provenance {
     /// The manylinux policy the binaries earned and the tag the wheel carries
     /// (`manylinux`); absent in documents of earlier versions (tagged `linux_*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform: Option<crate::manylinux::Platform>,
+    pub platform: Option<Platform>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -334,6 +334,44 @@ pub fn rfc3339(secs: i64) -> String {
 /// Seconds since 1970 now.
 pub fn now_secs() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// What a wheel's binaries earn (the manylinux policy, `crate::manylinux`), recorded in the provenance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Platform {
+    /// `manylinux_2_34`, or `linux` when no policy allows the binaries.
+    pub policy: String,
+    /// The platform tag (set) of the file name: `manylinux_2_17_x86_64.manylinux2014_x86_64`.
+    pub tag: String,
+    /// External libraries the binaries need (sorted, unique).
+    pub externals: Vec<String>,
+    /// Libraries the policy allows that the binaries need (sorted, unique).
+    pub system: Vec<String>,
+    /// The symbol versions no older policy allows (what raised the policy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raised_by: Vec<Raise>,
+}
+
+/// One symbol version a member requires that a policy does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Raise {
+    pub member: String,
+    pub library: String,
+    pub version: String,
+    /// Some of the symbols bound to that version (`__isoc23_strtol`), and how many there are.
+    pub symbols: Vec<String>,
+    pub count: usize,
+}
+
+impl std::fmt::Display for Raise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let syms = match (self.symbols.as_slice(), self.count) {
+            ([], _) => String::new(),
+            (s, n) if n > s.len() => format!(" ({} and {} more)", s.join(", "), n - s.len()),
+            (s, _) => format!(" ({})", s.join(", ")),
+        };
+        write!(f, "{}: {} from {}{syms}", self.member, self.version, self.library)
+    }
 }
 
 #[cfg(test)]

@@ -29,12 +29,12 @@ pub struct ElfNeeds {
     pub undefined: Vec<String>,
 }
 
-/// Parse one ELF member. An error is a one-line reason.
-pub fn read(member: &str, data: &[u8]) -> Result<ElfNeeds, String> {
+/// Parse one ELF member. An error is a one-line reason (malformed bytes).
+pub fn read(member: &str, data: &[u8]) -> anyhow::Result<ElfNeeds> {
     if data.get(4) != Some(&elf::ELFCLASS64) {
-        return Err("a 32-bit ELF file (DeepEP wheels hold 64-bit code)".into());
+        anyhow::bail!("a 32-bit ELF file (DeepEP wheels hold 64-bit code)");
     }
-    let file = ElfFile64::<Endianness>::parse(data).map_err(|e| format!("malformed ELF: {e}"))?;
+    let file = ElfFile64::<Endianness>::parse(data).map_err(|e| anyhow::anyhow!("malformed ELF: {e}"))?;
     let endian = file.endian();
     let machine = match file.elf_header().e_machine(endian) {
         elf::EM_X86_64 => "x86_64".to_string(),
@@ -44,11 +44,12 @@ pub fn read(member: &str, data: &[u8]) -> Result<ElfNeeds, String> {
     let sections = file.elf_section_table();
     let mut out = ElfNeeds { member: member.to_string(), machine, ..Default::default() };
     if let Some((dyns, strtab)) =
-        sections.dynamic(endian, data).map_err(|e| format!("malformed dynamic section: {e}"))?
+        sections.dynamic(endian, data).map_err(|e| anyhow::anyhow!("malformed dynamic section: {e}"))?
     {
-        let strings = sections.strings(endian, data, strtab).map_err(|e| format!("malformed string table: {e}"))?;
+        let strings =
+            sections.strings(endian, data, strtab).map_err(|e| anyhow::anyhow!("malformed string table: {e}"))?;
         for d in dyns.iter().filter(|d| d.tag32(endian) == Some(elf::DT_NEEDED)) {
-            let s = d.string(endian, strings).map_err(|e| format!("malformed DT_NEEDED: {e}"))?;
+            let s = d.string(endian, strings).map_err(|e| anyhow::anyhow!("malformed DT_NEEDED: {e}"))?;
             out.needed.push(String::from_utf8_lossy(s).into_owned());
         }
     }
@@ -66,23 +67,28 @@ fn version_needs(
     endian: Endianness,
     data: &[u8],
     out: &mut ElfNeeds,
-) -> Result<BTreeMap<u16, (String, String)>, String> {
+) -> anyhow::Result<BTreeMap<u16, (String, String)>> {
     let mut index = BTreeMap::new();
-    let Some((mut needs, link)) = sections.gnu_verneed(endian, data).map_err(|e| format!("malformed verneed: {e}"))?
+    let Some((mut needs, link)) =
+        sections.gnu_verneed(endian, data).map_err(|e| anyhow::anyhow!("malformed verneed: {e}"))?
     else {
         return Ok(index);
     };
-    let strings = sections.strings(endian, data, link).map_err(|e| format!("malformed verneed strings: {e}"))?;
+    let strings =
+        sections.strings(endian, data, link).map_err(|e| anyhow::anyhow!("malformed verneed strings: {e}"))?;
     let mut count = 0;
-    while let Some((need, mut auxs)) = needs.next().map_err(|e| format!("malformed verneed: {e}"))? {
-        let file = need.file(endian, strings).map_err(|e| format!("malformed verneed: {e}"))?;
+    while let Some((need, mut auxs)) = needs.next().map_err(|e| anyhow::anyhow!("malformed verneed: {e}"))? {
+        let file = need.file(endian, strings).map_err(|e| anyhow::anyhow!("malformed verneed: {e}"))?;
         let file = String::from_utf8_lossy(file).into_owned();
-        while let Some(aux) = auxs.next().map_err(|e| format!("malformed vernaux: {e}"))? {
+        while let Some(aux) = auxs.next().map_err(|e| anyhow::anyhow!("malformed vernaux: {e}"))? {
             count += 1;
             if count > MAX_VERSIONS {
-                return Err(format!("more than {MAX_VERSIONS} symbol version requirements"));
+                anyhow::bail!("more than {MAX_VERSIONS} symbol version requirements");
             }
-            let name = String::from_utf8_lossy(aux.name(endian, strings).map_err(|e| e.to_string())?).into_owned();
+            let name = String::from_utf8_lossy(
+                aux.name(endian, strings).map_err(|e| anyhow::anyhow!("malformed vernaux name: {e}"))?,
+            )
+            .into_owned();
             index.insert(aux.vna_other.get(endian) & 0x7fff, (file.clone(), name.clone()));
             if !(file.starts_with("ld-linux") || file == "ld64.so.1" || file == "ld64.so.2") {
                 out.versions.entry((file.clone(), name)).or_default();
@@ -99,9 +105,10 @@ fn symbols(
     data: &[u8],
     index: &BTreeMap<u16, (String, String)>,
     out: &mut ElfNeeds,
-) -> Result<(), String> {
-    let table = sections.symbols(endian, data, elf::SHT_DYNSYM).map_err(|e| format!("malformed .dynsym: {e}"))?;
-    let versym = sections.gnu_versym(endian, data).map_err(|e| format!("malformed .gnu.version: {e}"))?;
+) -> anyhow::Result<()> {
+    let table =
+        sections.symbols(endian, data, elf::SHT_DYNSYM).map_err(|e| anyhow::anyhow!("malformed .dynsym: {e}"))?;
+    let versym = sections.gnu_versym(endian, data).map_err(|e| anyhow::anyhow!("malformed .gnu.version: {e}"))?;
     for (i, sym) in table.symbols().iter().enumerate() {
         if !sym.is_undefined(endian) {
             continue;

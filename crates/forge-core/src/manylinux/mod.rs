@@ -20,7 +20,6 @@ pub mod table;
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
 pub use elf::ElfNeeds;
 use table::{Row, POLICIES};
@@ -55,43 +54,7 @@ pub fn external(lib: &str) -> Option<&'static External> {
     EXTERNALS.iter().find(|e| lib.starts_with(e.prefix))
 }
 
-/// What a wheel's binaries earn; recorded in the provenance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Platform {
-    /// `manylinux_2_34`, or `linux` when no policy allows the binaries.
-    pub policy: String,
-    /// The platform tag (set) of the file name: `manylinux_2_17_x86_64.manylinux2014_x86_64`.
-    pub tag: String,
-    /// External libraries the binaries need (sorted, unique).
-    pub externals: Vec<String>,
-    /// Libraries the policy allows that the binaries need (sorted, unique).
-    pub system: Vec<String>,
-    /// The symbol versions no older policy allows (what raised the policy).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub raised_by: Vec<Raise>,
-}
-
-/// One symbol version a member requires that a policy does not allow.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Raise {
-    pub member: String,
-    pub library: String,
-    pub version: String,
-    /// Some of the symbols bound to that version (`__isoc23_strtol`), and how many there are.
-    pub symbols: Vec<String>,
-    pub count: usize,
-}
-
-impl std::fmt::Display for Raise {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let syms = match (self.symbols.as_slice(), self.count) {
-            ([], _) => String::new(),
-            (s, n) if n > s.len() => format!(" ({} and {} more)", s.join(", "), n - s.len()),
-            (s, _) => format!(" ({})", s.join(", ")),
-        };
-        write!(f, "{}: {} from {}{syms}", self.member, self.version, self.library)
-    }
-}
+pub use crate::provenance::{Platform, Raise};
 
 /// The audit of a wheel's binaries.
 #[derive(Debug, Clone)]
