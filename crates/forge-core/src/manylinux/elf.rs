@@ -53,8 +53,8 @@ pub fn read(member: &str, data: &[u8]) -> anyhow::Result<ElfNeeds> {
             out.needed.push(String::from_utf8_lossy(s).into_owned());
         }
     }
-    let index = version_needs(&sections, endian, data, &mut out)?;
-    symbols(&sections, endian, data, &index, &mut out)?;
+    let index = version_needs(sections, endian, data, &mut out)?;
+    symbols(sections, endian, data, &index, &mut out)?;
     Ok(out)
 }
 
