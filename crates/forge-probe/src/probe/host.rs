@@ -253,3 +253,93 @@ pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> Option<bool> {
     let b: u32 = it.next()?.parse().ok()?;
     Some((a, b) >= (major, minor))
 }
+
+/// Host trees shaped like the kernel's and the drivers' documented layouts, for tests:
+/// - `Documentation/ABI/stable/sysfs-class-infiniband`: `/sys/class/infiniband/<dev>/ports/<n>/`
+///   `state` ("4: ACTIVE"), `link_layer` ("InfiniBand", "Ethernet"), `rate`
+///   ("400 Gb/sec (4X NDR)"), `gids/<i>`, `gid_attrs/types/<i>` ("IB/RoCE v1", "RoCE v2"),
+///   and `device/driver`, a link to the bus driver (`.../drivers/mlx5_core`);
+/// - `Documentation/ABI/testing/sysfs-module`: a loaded module is `/sys/module/<name>`;
+/// - proc(5): `/proc/sys/kernel/osrelease`, `/proc/self/limits` ("Max locked memory");
+/// - NVIDIA's driver README ("Procfs interface"): `/proc/driver/nvidia/version`
+///   ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64 ..." for the open
+///   modules), `/proc/driver/nvidia/params` (`EnableStreamMemOPs: 1`, `RegistryDwords: "..."`);
+/// - GDRCopy's README: the `gdrdrv` module creates `/dev/gdrdrv`.
+#[cfg(test)]
+pub mod fixture {
+    use std::path::Path;
+
+    pub fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// An RDMA device with one port; `gids`: (index, gid, type).
+    pub fn device(
+        root: &Path,
+        name: &str,
+        driver: &str,
+        state: &str,
+        layer: &str,
+        rate: &str,
+        gids: &[(u32, &str, &str)],
+    ) {
+        let base = format!("sys/class/infiniband/{name}");
+        let drv = root.join("sys/bus/pci/drivers").join(driver);
+        std::fs::create_dir_all(&drv).unwrap();
+        std::fs::create_dir_all(root.join(&base).join("device")).unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../../../bus/pci/drivers/{driver}"),
+            root.join(&base).join("device/driver"),
+        )
+        .unwrap();
+        write(root, &format!("{base}/ports/1/state"), &format!("{state}\n"));
+        write(root, &format!("{base}/ports/1/link_layer"), &format!("{layer}\n"));
+        write(root, &format!("{base}/ports/1/rate"), &format!("{rate}\n"));
+        for (i, gid, ty) in gids {
+            write(root, &format!("{base}/ports/1/gids/{i}"), &format!("{gid}\n"));
+            write(root, &format!("{base}/ports/1/gid_attrs/types/{i}"), &format!("{ty}\n"));
+        }
+    }
+
+    /// rdma-core's libibverbs.so.1 stand-in, compiled by the system C compiler:
+    /// exports `ibv_reg_mr`, and `ibv_reg_dmabuf_mr` when `dmabuf` (rdma-core v34+).
+    pub fn ibverbs(root: &Path, dmabuf: bool) {
+        let dir = root.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = String::from("int ibv_reg_mr(void) { return 0; }\n");
+        if dmabuf {
+            c.push_str("int ibv_reg_dmabuf_mr(void) { return 0; }\n");
+        }
+        let src = root.join("ibverbs.c");
+        std::fs::write(&src, c).unwrap();
+        let ok = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(dir.join("libibverbs.so.1"))
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// A host with the NVIDIA driver (`open`: the open kernel module), kernel `kernel`, memlock `memlock`.
+    pub fn driver(root: &Path, open: bool, kernel: &str, memlock: &str) {
+        let kind = if open { "NVIDIA UNIX Open Kernel Module" } else { "NVIDIA UNIX x86_64 Kernel Module" };
+        write(root, "proc/driver/nvidia/version", &format!("NVRM version: {kind}  570.124.06  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Mar  4 11:18:16 UTC 2025\nGCC version:  gcc version 12.3.0\n"));
+        write(root, "proc/sys/kernel/osrelease", &format!("{kernel}\n"));
+        write(
+            root,
+            "proc/self/limits",
+            &format!("Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1048576              1048576              files     \nMax locked memory         {memlock}            {memlock}            bytes     \n"),
+        );
+    }
+
+    pub fn params(root: &Path, memops: u32, dwords: &str) {
+        write(
+            root,
+            "proc/driver/nvidia/params",
+            &format!("ResmanDebugLevel: 4294967295\nEnableStreamMemOPs: {memops}\nRegistryDwords: \"{dwords}\"\nRegistryDwordsPerDevice: \"\"\n"),
+        );
+    }
+}

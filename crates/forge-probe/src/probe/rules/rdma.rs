@@ -333,3 +333,236 @@ fn rdma_transport(cx: &Ctx) -> Check {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::host::{self, fixture};
+    use super::*;
+    use crate::verdict::Status;
+
+    const GID_V2: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001";
+    const GID_LINK: &str = "fe80:0000:0000:0000:0a00:00ff:fe00:0001";
+
+    fn judge(
+        root: &std::path::Path,
+        registration: Option<Registration>,
+        variants: &[(String, Vec<String>)],
+    ) -> Vec<Check> {
+        let mut h = host::read(root);
+        h.settings.clear();
+        judge_host(&h, registration, variants)
+    }
+
+    fn judge_host(h: &HostFacts, registration: Option<Registration>, variants: &[(String, Vec<String>)]) -> Vec<Check> {
+        let cx = Ctx {
+            host: h,
+            code: "17cfb81".into(),
+            registration: registration.as_ref(),
+            transport: Some(Transport::Doca),
+            dmabuf_variants: variants,
+        };
+        rdma_checks(&cx)
+    }
+
+    fn rule<'a>(cs: &'a [Check], id: &str) -> &'a Check {
+        cs.iter().find(|c| c.rule == id).unwrap()
+    }
+
+    fn reg(dmabuf: bool) -> Registration {
+        Registration { dmabuf, dmabuf_handle: dmabuf, reg_mr: true, evidence: vec![] }
+    }
+
+    /// A good InfiniBand host: mlx5 NDR ACTIVE, peermem, IBGDA params, memlock unlimited.
+    fn good(root: &std::path::Path) {
+        fixture::device(root, "mlx5_0", "mlx5_core", "4: ACTIVE", "InfiniBand", "400 Gb/sec (4X NDR)", &[]);
+        fixture::write(root, "sys/module/nvidia_peermem/refcnt", "0\n");
+        fixture::driver(root, false, "5.15.0-122-generic", "unlimited");
+        fixture::params(root, 1, "PeerMappingOverride=1;");
+        fixture::ibverbs(root, false);
+        fixture::write(root, "usr/lib/x86_64-linux-gnu/libmlx5.so.1", "");
+    }
+
+    #[test]
+    fn no_rdma_device_fails_and_names_what_is_missing() {
+        let t = tempfile::tempdir().unwrap();
+        let cs = judge(t.path(), None, &[]);
+        assert_eq!(rule(&cs, "rdma-device").status, Status::Fail);
+        assert!(rule(&cs, "rdma-device").evidence.contains("/sys/class/infiniband"), "{cs:?}");
+        assert_eq!(rule(&cs, "gpu-memory-registration").status, Status::Fail);
+        assert!(rule(&cs, "gpu-memory-registration").evidence.contains("no libibverbs.so.1"), "{cs:?}");
+        assert_eq!(rule(&cs, "memlock").status, Status::Warn, "no /proc/self/limits: unknown");
+        assert_eq!(rule(&cs, "rdma-transport").status, Status::Fail);
+    }
+
+    #[test]
+    fn mlx5_infiniband_active_400g_with_peermem_passes() {
+        let t = tempfile::tempdir().unwrap();
+        good(t.path());
+        let cs = judge(t.path(), Some(reg(false)), &[]);
+        for c in &cs {
+            assert!(matches!(c.status, Status::Pass | Status::Skip), "{c:?}");
+        }
+        assert!(
+            rule(&cs, "rdma-port").evidence.contains("mlx5_0/1 4: ACTIVE InfiniBand 400 Gb/sec (4X NDR)"),
+            "{cs:?}"
+        );
+        assert!(rule(&cs, "rdma-driver").evidence.contains("mlx5_core"));
+        assert_eq!(rule(&cs, "roce-gid").status, Status::Skip);
+    }
+
+    #[test]
+    fn a_port_down_fails() {
+        let t = tempfile::tempdir().unwrap();
+        good(t.path());
+        fixture::write(t.path(), "sys/class/infiniband/mlx5_0/ports/1/state", "1: DOWN\n");
+        let cs = judge(t.path(), None, &[]);
+        assert_eq!(rule(&cs, "rdma-port").status, Status::Fail);
+        assert!(rule(&cs, "rdma-port").evidence.contains("1: DOWN"), "{cs:?}");
+    }
+
+    #[test]
+    fn a_non_mlx5_driver_fails() {
+        let t = tempfile::tempdir().unwrap();
+        fixture::device(
+            t.path(),
+            "irdma0",
+            "irdma",
+            "4: ACTIVE",
+            "Ethernet",
+            "100 Gb/sec (4X EDR)",
+            &[(1, GID_V2, "RoCE v2")],
+        );
+        let cs = judge(t.path(), None, &[]);
+        assert_eq!(rule(&cs, "rdma-driver").status, Status::Fail);
+        assert!(
+            rule(&cs, "rdma-driver").evidence.contains("irdma0 (irdma)")
+                && rule(&cs, "rdma-driver").evidence.contains("#759")
+        );
+    }
+
+    #[test]
+    fn roce_without_a_v2_gid_fails_and_with_one_but_no_settings_warns() {
+        let t = tempfile::tempdir().unwrap();
+        good(t.path());
+        let eth = |gids: &[(u32, &str, &str)]| {
+            let _ = std::fs::remove_dir_all(t.path().join("sys/class/infiniband"));
+            fixture::device(t.path(), "mlx5_2", "mlx5_core", "4: ACTIVE", "Ethernet", "200 Gb/sec (4X HDR)", gids);
+        };
+        // v1 GIDs only, and an empty (all-zero) table entry typed RoCE v2
+        eth(&[
+            (0, GID_LINK, "IB/RoCE v1"),
+            (1, "0000:0000:0000:0000:0000:0000:0000:0000", "RoCE v2"),
+            (2, GID_V2, "IB/RoCE v1"),
+        ]);
+        let cs = judge(t.path(), None, &[]);
+        assert_eq!(rule(&cs, "roce-gid").status, Status::Fail, "{cs:?}");
+        eth(&[(0, GID_LINK, "IB/RoCE v1"), (3, GID_V2, "RoCE v2")]);
+        let mut h = host::read(t.path());
+        h.settings.clear();
+        let cs = judge_host(&h, None, &[]);
+        assert_eq!(rule(&cs, "roce-gid").status, Status::Pass);
+        assert!(rule(&cs, "roce-gid").evidence.contains("GID index 3"), "{cs:?}");
+        let s = rule(&cs, "roce-settings");
+        assert_eq!(s.status, Status::Warn);
+        assert!(
+            s.evidence.contains("NVSHMEM_IB_GID_INDEX") && s.fix.as_deref().unwrap().contains("NCCL_IB_GID_INDEX=3")
+        );
+        h.settings = vec![("NVSHMEM_IB_GID_INDEX".into(), "0".into())];
+        assert_eq!(rule(&judge_host(&h, None, &[]), "roce-settings").status, Status::Fail);
+        h.settings = host::ROCE_SETTINGS
+            .iter()
+            .map(|n| (n.to_string(), if n.contains("GID") { "3" } else { "106" }.into()))
+            .collect();
+        assert_eq!(rule(&judge_host(&h, None, &[]), "roce-settings").status, Status::Pass);
+    }
+
+    /// No nvidia_peermem, the open module, kernel 6.x, rdma-core with ibv_reg_dmabuf_mr.
+    fn dmabuf_host(root: &std::path::Path) {
+        good(root);
+        std::fs::remove_dir_all(root.join("sys/module/nvidia_peermem")).unwrap();
+        fixture::driver(root, true, "6.8.0-45-generic", "unlimited");
+        fixture::ibverbs(root, true);
+    }
+
+    #[test]
+    fn no_peermem_and_a_wheel_without_dmabuf_fails_with_errno_14_and_names_the_dmabuf_variant() {
+        let t = tempfile::tempdir().unwrap();
+        dmabuf_host(t.path());
+        let h = host::read(t.path());
+        assert_eq!((h.open_module, h.ibverbs_dmabuf, h.peermem), (Some(true), Some(true), false), "{h:?}");
+        let variants = vec![("h100-multinode-dmabuf".to_string(), vec!["patches/dmabuf.patch".to_string()])];
+        let cs = judge(t.path(), Some(reg(false)), &variants);
+        let c = rule(&cs, "gpu-memory-registration");
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.evidence.contains("this host has no nvidia_peermem; 17cfb81 registers GPU memory with ibv_reg_mr only: expect `ibv_reg_mr errno=14`"), "{c:?}");
+        assert!(c.evidence.contains("the patched variant `h100-multinode-dmabuf` (patch patches/dmabuf.patch) uses DMA-BUF, which this host supports"), "{c:?}");
+        assert!(c.fix.as_deref().unwrap().contains("build-wheel --variant h100-multinode-dmabuf"));
+        // the same host with a wheel whose code uses DMA-BUF
+        assert_eq!(rule(&judge(t.path(), Some(reg(true)), &variants), "gpu-memory-registration").status, Status::Pass);
+        // a wheel whose provenance predates the record: not proven
+        assert_eq!(rule(&judge(t.path(), None, &variants), "gpu-memory-registration").status, Status::Warn);
+        // the proprietary module, or an old kernel: no DMA-BUF path, whatever the wheel
+        fixture::driver(t.path(), false, "5.4.0-150-generic", "unlimited");
+        let c = judge(t.path(), Some(reg(true)), &[]);
+        let c = rule(&c, "gpu-memory-registration");
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.evidence.contains("not the open kernel module") && c.evidence.contains("older than 5.12"), "{c:?}");
+    }
+
+    #[test]
+    fn ibgda_needs_the_driver_params_or_gdrdrv() {
+        let t = tempfile::tempdir().unwrap();
+        good(t.path());
+        assert_eq!(rule(&judge(t.path(), None, &[]), "ibgda").status, Status::Pass);
+        fixture::params(t.path(), 0, "RMUseSwI2c=0x01");
+        let cs = judge(t.path(), None, &[]);
+        let c = rule(&cs, "ibgda");
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.evidence.contains("EnableStreamMemOPs=1 and PeerMappingOverride=1"), "{c:?}");
+        assert!(c.fix.as_deref().unwrap().contains("NVreg_EnableStreamMemOPs=1"));
+        fixture::write(t.path(), "dev/gdrdrv", "");
+        assert_eq!(rule(&judge(t.path(), None, &[]), "ibgda").status, Status::Pass);
+        std::fs::remove_file(t.path().join("proc/driver/nvidia/params")).unwrap();
+        std::fs::remove_file(t.path().join("dev/gdrdrv")).unwrap();
+        assert_eq!(rule(&judge(t.path(), None, &[]), "ibgda").status, Status::Warn);
+    }
+
+    #[test]
+    fn a_small_memlock_fails() {
+        let t = tempfile::tempdir().unwrap();
+        good(t.path());
+        fixture::driver(t.path(), false, "5.15.0-122-generic", "65536");
+        let c = judge(t.path(), None, &[]);
+        let c = rule(&c, "memlock");
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.evidence.contains("64 KiB") && c.fix.as_deref().unwrap().starts_with("ulimit -l unlimited"));
+    }
+
+    #[test]
+    fn a_link_out_of_the_root_is_not_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fixture::write(outside.path(), "osrelease", "6.8.0\n");
+        std::fs::create_dir_all(t.path().join("proc/sys/kernel")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("osrelease"), t.path().join("proc/sys/kernel/osrelease"))
+            .unwrap();
+        assert_eq!(host::read(t.path()).kernel, None);
+    }
+
+    #[test]
+    fn only_requests_across_nvlink_domains_are_judged() {
+        let r = |ep, rr, nodes, gpn, mnnvl| Request {
+            ep,
+            ranks_per_domain: rr,
+            nodes,
+            gpus_per_node: gpn,
+            mnnvl,
+            ..Default::default()
+        };
+        assert!(spans_domains(&r(Some(16), None, Some(2), Some(8), None)));
+        assert!(spans_domains(&r(Some(16), Some(8), None, None, None)));
+        assert!(!spans_domains(&r(Some(8), None, Some(1), Some(8), None)));
+        assert!(!spans_domains(&r(Some(72), Some(72), Some(18), Some(4), Some(true))), "one NVL72 domain");
+        assert!(!spans_domains(&r(None, None, None, None, None)));
+    }
+}
