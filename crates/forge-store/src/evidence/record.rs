@@ -342,4 +342,25 @@ mod tests {
         let s = machine(Kind::Static, &facts);
         assert_eq!((s.nodes, s.ranks, s.gpu_model), (1, 0, None));
     }
+
+    #[test]
+    fn a_multi_node_static_statement_names_the_host_rdma_path_and_an_old_machine_still_reads() {
+        let facts = serde_json::json!({"host": {
+            "root": "/",
+            "devices": [{"name": "mlx5_0", "driver": "mlx5_core", "ports": [{"port": "1", "state": "4: ACTIVE",
+                "link_layer": "InfiniBand", "rate": "400 Gb/sec (4X NDR)"}]}],
+            "peermem": false, "open_module": true, "kernel": "6.8.0-45-generic", "ibverbs_dmabuf": true,
+            "stream_memops": true, "peer_mapping_override": false, "gdrdrv": false, "memlock": u64::MAX,
+        }});
+        let m = machine(Kind::Static, &facts);
+        assert_eq!(m.rdma[0], "mlx5_0/1 mlx5_core 4: ACTIVE InfiniBand 400 Gb/sec (4X NDR) (/)");
+        assert_eq!(m.rdma[1], "nvidia_peermem no, open module yes, kernel 6.8.0-45-generic, ibv_reg_dmabuf_mr yes");
+        assert!(m.rdma[2].ends_with("memlock unlimited"), "{m:?}");
+        assert!(machine(Kind::Static, &serde_json::json!({})).rdma.is_empty(), "single-node: no host read");
+        let old: Machine = serde_json::from_value(serde_json::json!({"hostArch": "x86_64", "nodes": 1, "ranks": 0,
+            "rankGpus": [], "gpuModel": null, "gpuCount": 0, "sm": [], "driver": null, "links": [], "nccl": null,
+            "nvshmem": null}))
+        .unwrap();
+        assert!(old.rdma.is_empty());
+    }
 }
