@@ -51,6 +51,15 @@ fn ib_host(root: &Path) {
     write(root, "proc/self/limits", "Limit                     Soft Limit           Hard Limit           Units     \nMax locked memory         unlimited            unlimited            bytes     \n");
 }
 
+/// A host ready for a multi-node run: [`ib_host`] with rdma-core's and NIXL's
+/// libraries present (empty stand-ins: only their presence is read).
+pub fn ready_host(root: &Path) {
+    ib_host(root);
+    for lib in ["libibverbs.so.1", "libmlx5.so.1", "libnixl.so"] {
+        write(root, &format!("usr/lib/x86_64-linux-gnu/{lib}"), "");
+    }
+}
+
 fn probe(args: &[&str], format: &str, root: Option<&Path>) -> std::process::Output {
     let mut c = bin();
     c.args(args).arg(format);
