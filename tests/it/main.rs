@@ -36,6 +36,7 @@ mod interface;
 mod lock;
 mod lock_environment;
 mod lock_patches;
+mod multinode_host;
 mod needs;
 mod patched_build;
 mod pinset;

@@ -103,7 +103,11 @@ fn wheels() -> Option<&'static Wheels> {
 fn probe(args: &[&str]) -> (i32, Value, String) {
     let mut full = vec!["probe", "--format", "json"];
     full.extend_from_slice(args);
-    let o = forge(&root(), &full);
+    // These rows judge the wheel and the request: the host is one ready for
+    // multi-node (its RDMA path is judged in multinode_host.rs), not this machine.
+    let host = tempfile::tempdir().unwrap();
+    crate::multinode_host::ready_host(host.path());
+    let o = bin().args(&full).current_dir(root()).env("DEEPEP_FORGE_HOST_ROOT", host.path()).output().unwrap();
     let code = o.status.code().unwrap_or(-1);
     let v = serde_json::from_str(&stdout(&o)).unwrap_or(Value::Null);
     (code, v, stderr(&o))

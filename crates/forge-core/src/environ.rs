@@ -51,6 +51,11 @@ pub const VARIABLES: &[Variable] = &[
     v("SOURCE_DATE_EPOCH", "`docker build --timestamp`"),
     v("MASTER_ADDR", "`probe --run`: the TCP rendezvous of a torchrun launch"),
     v("MASTER_PORT", "`probe --run`: see MASTER_ADDR"),
+    v("DEEPEP_FORGE_HOST_ROOT", "for tests: the folder `probe` reads the host's sysfs, procfs, /dev and libraries under instead of /"),
+    v("NVSHMEM_IB_GID_INDEX", "`probe`, multi-node: the RoCE GID index given to NVSHMEM (checked against the ports' RoCE v2 GIDs)"),
+    v("NCCL_IB_GID_INDEX", "`probe`, multi-node: the RoCE GID index given to NCCL"),
+    v("NVSHMEM_IB_TRAFFIC_CLASS", "`probe`, multi-node: the RoCE traffic class given to NVSHMEM"),
+    v("NCCL_IB_TC", "`probe`, multi-node: the RoCE traffic class given to NCCL"),
 ];
 
 /// A variable's value as the OS holds it.

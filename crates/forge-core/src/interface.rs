@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Failure;
 
 mod fit;
+pub mod registration;
 mod runtime;
 mod setup_py;
 pub use fit::{on, Built, Refusal};
@@ -36,6 +37,11 @@ pub trait Files {
     fn read(&self, path: &str) -> Option<String>;
     /// The commit the gitlink at `path` records, None when `path` is no gitlink.
     fn gitlink(&self, _path: &str) -> Option<String> {
+        None
+    }
+    /// Every file under the folder `dir` (paths from the root), None when the
+    /// reader cannot list (what needs a listing stays unknown).
+    fn list(&self, _dir: &str) -> Option<Vec<String>> {
         None
     }
 }

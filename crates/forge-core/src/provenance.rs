@@ -240,6 +240,32 @@ pub struct RuntimeNeeds {
     /// Where each need was read (file:line at the revision).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
+    /// How the compiled code registers GPU memory with the NIC, read from csrc
+    /// at the revision with the build's patches applied; None in older plans
+    /// and wheels (unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration: Option<Registration>,
+}
+
+/// How a revision's csrc registers GPU memory with the NIC (multi-node RDMA).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Registration {
+    /// The code calls `ibv_reg_dmabuf_mr` (DMA-BUF registration, no nvidia_peermem needed).
+    pub dmabuf: bool,
+    /// The code calls `cuMemGetHandleForAddressRange` (the DMA-BUF file descriptor of GPU memory).
+    pub dmabuf_handle: bool,
+    /// The code calls `ibv_reg_mr` (needs a peer-memory module for GPU memory).
+    pub reg_mr: bool,
+    /// Where each was seen (`csrc/...:line`, or `patch NAME adds ...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+impl Registration {
+    /// The code registers GPU memory through DMA-BUF (both calls present).
+    pub fn uses_dmabuf(&self) -> bool {
+        self.dmabuf && self.dmabuf_handle
+    }
 }
 
 /// A minimum version the revision states in its own text, and where.

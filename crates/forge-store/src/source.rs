@@ -289,6 +289,13 @@ impl crate::interface::Files for AtRev<'_> {
             .ok()?;
         line.split_whitespace().nth(2).filter(|_| line.starts_with("160000")).map(String::from)
     }
+    fn list(&self, dir: &str) -> Option<Vec<String>> {
+        let out = git(self.mirror, format!("list {dir} at {}", self.rev))
+            .args(["ls-tree", "-r", "--name-only", "--end-of-options", self.rev, "--", dir])
+            .output()
+            .ok()?;
+        Some(out.lines().map(str::to_string).collect())
+    }
 }
 
 /// The commits `rev` records for the submodule `paths` (gitlinks in its tree).

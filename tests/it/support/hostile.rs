@@ -195,7 +195,11 @@ pub fn run_case(case: &Case) -> Result<(), String> {
         s(&dir);
     }
     let before = snapshot(&dir);
+    // A host ready for multi-node (outside `dir`): these cases are about hostile input, not this machine's RDMA.
+    let host = tempfile::tempdir().unwrap();
+    crate::multinode_host::ready_host(host.path());
     let mut cmd = Command::new(crate::support::exe());
+    cmd.env("DEEPEP_FORGE_HOST_ROOT", host.path());
     cmd.args(case.args.iter().map(|a| match a.to_str() {
         Some(s) => fill(s, &dir).into(),
         None => a.clone(),

@@ -642,6 +642,9 @@ fn plan_warnings(ctx: &Ctx, i: &Interface, run: &Run, tc: &ToolchainPart, short:
 fn attach_environment(plan: &mut Plan, t: &Toolchain, (ctx, v, short): (&Ctx, &Variant, &str)) -> Result<()> {
     let i = &plan.interface;
     let (mut e, from) = super::environment::of(t, &plan.run.env, i);
+    // The registration path of the source as built: the pin's csrc with the variant's patches.
+    e.needs.registration =
+        e.needs.registration.as_ref().map(|r| crate::interface::registration::patched(r, &plan.source.patches));
     let root = |lib| super::environment::root(t, &plan.run.env, i.branch, lib);
     e.requires =
         Some(super::closure::derive(t, &e, root("NCCL").as_deref(), root("NVSHMEM").as_deref(), v.runtime_requires));

@@ -61,7 +61,7 @@ pub struct Statement {
 
 /// The run-time needs of the revision `files` reads (`setup`: its setup.py).
 pub fn needs(files: &dyn Files, branch: Branch, setup: &str) -> RuntimeNeeds {
-    let mut n = RuntimeNeeds::default();
+    let mut n = RuntimeNeeds { registration: super::registration::read(files), ..Default::default() };
     nvshmem_same(setup, &mut n);
     for f in STATING {
         if let Some(text) = files.read(f).filter(|t| t.len() <= MAX_FILE) {

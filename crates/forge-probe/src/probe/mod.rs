@@ -6,6 +6,7 @@
 pub mod elf;
 pub mod env;
 pub mod fatbin;
+pub mod host;
 pub mod image;
 pub mod loader;
 pub mod rules;
@@ -115,6 +116,11 @@ fn static_verdict_of(args: &ProbeRequest, request: Option<Request>, inspected: O
         v.checks.extend(checks);
         v.considered = considered;
     }
+    let host = request.as_ref().filter(|r| rules::rdma::spans_domains(r)).map(|_| host::read(&host::root()));
+    if let Some(h) = &host {
+        let variants = dmabuf_variants(pins.as_ref());
+        v.checks.extend(rules::rdma::rdma_checks(&rdma_ctx(h, inspected.as_ref(), &variants)));
+    }
     if let Some(i) = &inspected {
         v.facts = serde_json::json!({
             "binary": facts_of(i),
@@ -124,7 +130,61 @@ fn static_verdict_of(args: &ProbeRequest, request: Option<Request>, inspected: O
             "versions": i.versions,
         });
     }
+    if let Some(h) = host {
+        if v.facts.is_null() {
+            v.facts = serde_json::json!({});
+        }
+        v.facts["host"] = serde_json::json!(h);
+    }
     Ok(v)
+}
+
+/// What the multi-node readiness rules see of the wheel: its revision, how its
+/// code registers GPU memory (the provenance's build interface), its transport.
+fn rdma_ctx<'a>(
+    host: &'a host::HostFacts,
+    i: Option<&'a Inspected>,
+    variants: &'a [(String, Vec<String>)],
+) -> rules::rdma::Ctx<'a> {
+    let prov = i.and_then(|i| i.binary.provenance.as_ref()).and_then(|p| p.as_ref().ok());
+    let code = match (prov, i) {
+        (Some(p), _) => p.source.short.clone(),
+        (None, Some(i)) => i.binary.file.clone(),
+        (None, None) => "the wheel (none given)".into(),
+    };
+    let from_provenance = prov.filter(|p| p.variant.multinode).and_then(|p| p.variant.transport.as_deref());
+    let transport = i.and_then(|i| i.evidence.transport).or(match from_provenance {
+        Some("nixl") => Some(crate::pins::Transport::Nixl),
+        Some("doca") => Some(crate::pins::Transport::Doca),
+        _ => None,
+    });
+    rules::rdma::Ctx {
+        host,
+        code,
+        registration: prov.and_then(|p| p.toolchain.environment.as_ref()).and_then(|e| e.needs.registration.as_ref()),
+        transport,
+        dmabuf_variants: variants,
+    }
+}
+
+/// The multinode variants of pins.toml whose patches add DMA-BUF registration
+/// (`ibv_reg_dmabuf_mr`), with their patches' names; a patch that cannot be read is passed over.
+fn dmabuf_variants(pins: Option<&Pins>) -> Vec<(String, Vec<String>)> {
+    let Some(pins) = pins else { return Vec::new() };
+    pins.variants
+        .iter()
+        .filter(|v| v.multinode)
+        .filter_map(|v| {
+            let set = crate::patch::for_variant(pins, v).ok()?;
+            let r = crate::interface::registration::patched(&Default::default(), &set);
+            let adding: Vec<String> = set
+                .iter()
+                .filter(|p| p.text.lines().any(|l| l.starts_with('+') && l.contains("ibv_reg_dmabuf_mr")))
+                .map(|p| p.name.clone())
+                .collect();
+            r.dmabuf.then_some((v.name.clone(), adding))
+        })
+        .collect()
 }
 
 pub fn run(args: ProbeRequest) -> Result<Exit> {

@@ -12,6 +12,7 @@ use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
 pub mod environment;
 pub mod loader;
 pub mod platform;
+pub mod rdma;
 pub mod topology;
 pub use topology::topology_checks;
 

@@ -135,12 +135,64 @@ fn cut_text(s: &str) -> String {
     out
 }
 
+/// The host's RDMA path as the probe read it (`facts.host`), one line per fact:
+/// each port, then the registration path, IBGDA and the locked-memory limit.
+fn rdma_lines(h: &Value) -> Vec<String> {
+    if h.is_null() {
+        return Vec::new();
+    }
+    let s = |v: &Value| v.as_str().map(cut).unwrap_or_else(|| "?".into());
+    let mut out = Vec::new();
+    for d in h["devices"].as_array().into_iter().flatten().take(statement::MAX_ITEMS / 2) {
+        for p in d["ports"].as_array().into_iter().flatten().take(8) {
+            out.push(cut(&format!(
+                "{}/{} {} {} {} {} ({})",
+                s(&d["name"]),
+                s(&p["port"]),
+                s(&d["driver"]),
+                s(&p["state"]),
+                s(&p["link_layer"]),
+                s(&p["rate"]),
+                s(&h["root"])
+            )));
+        }
+    }
+    if out.is_empty() {
+        out.push(cut(&format!("no RDMA device ({})", s(&h["root"]))));
+    }
+    let flag = |v: &Value| match v.as_bool() {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "?",
+    };
+    out.push(format!(
+        "nvidia_peermem {}, open module {}, kernel {}, ibv_reg_dmabuf_mr {}",
+        flag(&h["peermem"]),
+        flag(&h["open_module"]),
+        s(&h["kernel"]),
+        flag(&h["ibverbs_dmabuf"])
+    ));
+    out.push(format!(
+        "EnableStreamMemOPs {}, PeerMappingOverride {}, gdrdrv {}, memlock {}",
+        flag(&h["stream_memops"]),
+        flag(&h["peer_mapping_override"]),
+        flag(&h["gdrdrv"]),
+        match h["memlock"].as_u64() {
+            Some(u64::MAX) => "unlimited".to_string(),
+            Some(b) => format!("{b} bytes"),
+            None => "?".into(),
+        }
+    ));
+    out.into_iter().map(|l| cut(&l)).collect()
+}
+
 /// The machine the verdict's facts describe: for a static probe the host only
 /// (no GPU used); for `--run` the devices, links and every rank.
 fn machine(kind: Kind, facts: &Value) -> Machine {
     let host_arch = std::env::consts::ARCH.to_string();
+    let rdma = rdma_lines(&facts["host"]);
     if kind == Kind::Static {
-        return Machine { host_arch, nodes: 1, ..Default::default() };
+        return Machine { host_arch, nodes: 1, rdma, ..Default::default() };
     }
     let devices = facts["devices"].as_array().cloned().unwrap_or_default();
     let hosts: Vec<String> =
@@ -203,6 +255,7 @@ fn machine(kind: Kind, facts: &Value) -> Machine {
         nccl: deep_ep["nccl_runtime"].as_str().map(cut),
         nvshmem: deep_ep["nvshmem"].as_str().map(cut),
         rank_gpus,
+        rdma,
     }
 }
 
@@ -288,5 +341,26 @@ mod tests {
         // A static probe: the host only, no GPU.
         let s = machine(Kind::Static, &facts);
         assert_eq!((s.nodes, s.ranks, s.gpu_model), (1, 0, None));
+    }
+
+    #[test]
+    fn a_multi_node_static_statement_names_the_host_rdma_path_and_an_old_machine_still_reads() {
+        let facts = serde_json::json!({"host": {
+            "root": "/",
+            "devices": [{"name": "mlx5_0", "driver": "mlx5_core", "ports": [{"port": "1", "state": "4: ACTIVE",
+                "link_layer": "InfiniBand", "rate": "400 Gb/sec (4X NDR)"}]}],
+            "peermem": false, "open_module": true, "kernel": "6.8.0-45-generic", "ibverbs_dmabuf": true,
+            "stream_memops": true, "peer_mapping_override": false, "gdrdrv": false, "memlock": u64::MAX,
+        }});
+        let m = machine(Kind::Static, &facts);
+        assert_eq!(m.rdma[0], "mlx5_0/1 mlx5_core 4: ACTIVE InfiniBand 400 Gb/sec (4X NDR) (/)");
+        assert_eq!(m.rdma[1], "nvidia_peermem no, open module yes, kernel 6.8.0-45-generic, ibv_reg_dmabuf_mr yes");
+        assert!(m.rdma[2].ends_with("memlock unlimited"), "{m:?}");
+        assert!(machine(Kind::Static, &serde_json::json!({})).rdma.is_empty(), "single-node: no host read");
+        let old: Machine = serde_json::from_value(serde_json::json!({"hostArch": "x86_64", "nodes": 1, "ranks": 0,
+            "rankGpus": [], "gpuModel": null, "gpuCount": 0, "sm": [], "driver": null, "links": [], "nccl": null,
+            "nvshmem": null}))
+        .unwrap();
+        assert!(old.rdma.is_empty());
     }
 }

@@ -126,6 +126,9 @@ fn summary(s: &Statement) -> String {
             )),
             None => parts.push(format!("read on an {} host, no GPU", m.host_arch)),
         }
+        if !m.rdma.is_empty() {
+            parts.push(format!("RDMA: {}", m.rdma.join("; ")));
+        }
     }
     if let Some(o) = &p.result {
         let figs: Vec<String> = o

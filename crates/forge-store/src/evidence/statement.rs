@@ -213,6 +213,11 @@ pub struct Machine {
     /// NCCL and NVSHMEM as loaded by the run (None: not loaded or not known).
     pub nccl: Option<String>,
     pub nvshmem: Option<String>,
+    /// The host's RDMA path as the probe read it for a request across NVLink
+    /// domains (devices, ports, the registration path); empty otherwise and in
+    /// older statements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rdma: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -512,6 +517,10 @@ fn check_machine(m: &Machine) -> Result<(), Failure> {
     for r in &m.rank_gpus {
         short(&r.host, "machine.rankGpus.host")?;
         short(&r.gpu, "machine.rankGpus.gpu")?;
+    }
+    count(m.rdma.len(), "machine.rdma")?;
+    for r in &m.rdma {
+        short(r, "machine.rdma")?;
     }
     for o in [&m.gpu_model, &m.driver, &m.nccl, &m.nvshmem].into_iter().flatten() {
         short(o, "machine")?;
