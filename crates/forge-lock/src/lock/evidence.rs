@@ -107,7 +107,9 @@ pub fn check(
             continue;
         };
         let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
-        let covering = about.iter().filter(|f| cover(f, &need).is_some()).map(|f| f.statement.predicate.kind).max();
+        // Only a statement that covers the whole request counts: a run on fewer
+        // nodes than the variant's (`cover` = Some(false)) proves less than it asks.
+        let covering = about.iter().filter(|f| cover(f, &need) == Some(true)).map(|f| f.statement.predicate.kind).max();
         if covering.is_some_and(|k| k >= req.kind) {
             continue;
         }
@@ -134,17 +136,21 @@ fn variant_of<'a>(pins: Option<&'a Pins>, src: Option<&IndexSource>, w: &LockedW
     pins?.variants.iter().find(|v| v.index_name() == index && Some(v.arch.as_str()) == w.arch.as_deref())
 }
 
-/// The GPU generation a wheel's statements must come from: the rule's `gpu`, else
-/// its variant's (the topology's first GPU, else its first cubin SM).
+/// What a wheel's statements must be about: the GPU generation (the rule's
+/// `gpu`, else its variant's: the topology's first GPU, else its first cubin
+/// SM) and the variant's own request (pins.toml `topology`: its EP size and
+/// nodes), so a static MATCH of a 2-node request counts for a 2-node variant
+/// and a 1-node one does not. A variant without a topology asks for one node.
 fn need_of(v: Option<&Variant>, rule: Option<Gpu>) -> Need {
-    let gpu = rule.or_else(|| v.and_then(|v| v.topology.as_ref()).and_then(|t| t.gpu.first().copied()));
+    let topology = v.and_then(|v| v.topology.as_ref());
+    let gpu = rule.or_else(|| topology.and_then(|t| t.gpu.first().copied()));
     let sm = gpu.map(|g| g.sm()).or_else(|| v.and_then(|v| v.cuda_arch_list.sm_numbers().first().copied()));
     Need {
         label: v.map(|v| v.name.clone()).unwrap_or_else(|| "(variant unknown)".into()),
         gpu: gpu.map(Gpu::generation).or_else(|| sm.map(|s| format!("sm_{s}"))),
         sm,
-        ep: None,
-        nodes: 1,
+        ep: topology.map(|t| t.ep),
+        nodes: topology.map(|t| t.nodes).unwrap_or(1),
     }
 }
 
