@@ -879,7 +879,10 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
         &public,
     ]));
     assert!(
-        out.contains(&format!("demo @ 9dce5ac (x86_64)  {wheel_name}  sha256 {}  (the wheel cache)", &sha[..16])),
+        out.contains(&format!(
+            "demo @ 9dce5ac (x86_64)  {wheel_name}  sha256 {}  (the wheel cache; exact, unpatched)",
+            &sha[..16]
+        )),
         "{out}"
     );
     assert!(out.contains("boundary covered   one-node static probe: 1 statement(s)"), "{out}");
