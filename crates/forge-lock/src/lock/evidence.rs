@@ -103,7 +103,7 @@ pub fn check(
         let req = policy.gate.required(variant);
         let need = need_of(variant, req.gpu);
         let Some(sha) = &w.sha256 else {
-            out.push(missing(&req, &need, w, variant, lock_path, "it has no sha256 in uv.lock".into()));
+            out.push(missing(&req, &need, w, variant, (lock_path, policy.dirs), "it has no sha256 in uv.lock".into()));
             continue;
         };
         let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
@@ -125,7 +125,7 @@ pub fn check(
             req.kind,
             &sha[..16.min(sha.len())]
         );
-        out.push(missing(&req, &need, w, variant, lock_path, why));
+        out.push(missing(&req, &need, w, variant, (lock_path, policy.dirs), why));
     }
     Ok(out)
 }
@@ -159,32 +159,46 @@ fn missing(
     need: &Need,
     w: &LockedWheel,
     v: Option<&Variant>,
-    lock_path: &Path,
+    (lock_path, dirs): (&Path, &[std::path::PathBuf]),
     why: String,
 ) -> Finding {
     let variant = v.map(|v| v.name.as_str()).unwrap_or("(unknown: not from a deepep-forge index URL)");
     let msg = format!("the locked deep-ep wheel {} (variant {variant}) lacks `{}` evidence: {why}", w.file, req.kind);
-    let fix = produce(req.kind, w, v, need.gpu.as_deref());
+    let fix = produce(req.kind, w, v, need.gpu.as_deref(), dirs.first());
     Finding::new("evidence-missing", Severity::Error, lock_path, msg).at(w.line, 1).fix(fix)
 }
 
-/// The command that would produce the missing evidence (on a machine of `gpu`'s generation).
-fn produce(kind: Kind, w: &LockedWheel, v: Option<&Variant>, gpu: Option<&str>) -> String {
+/// The command that would produce the missing evidence (on a machine of `gpu`'s
+/// generation): for a static statement, the variant's whole request (pins.toml
+/// `topology`), the one [`need_of`] asks for; recorded into the evidence folder
+/// the gate reads (`--evidence`, the first one). `KEY` is the signer's key file.
+fn produce(
+    kind: Kind,
+    w: &LockedWheel,
+    v: Option<&Variant>,
+    gpu: Option<&str>,
+    dir: Option<&std::path::PathBuf>,
+) -> String {
     let machine = gpu.map(|g| format!("   # on {g} GPUs")).unwrap_or_else(|| "   # on the GPUs".into());
     let preset = v
         .and_then(|v| v.topology.as_ref())
         .map(|t| {
             format!(
-                "--gpu {} --ep {} --nodes {} --gpus-per-node {}",
+                "--gpu {} --ep {} --nodes {} --gpus-per-node {} --ranks-per-domain {} {}",
                 t.gpu.first().map(|g| g.to_string()).unwrap_or_default(),
                 t.ep,
                 t.nodes,
-                t.gpus_per_node
+                t.gpus_per_node,
+                t.ranks_per_domain,
+                if t.mnnvl { "--mnnvl" } else { "--no-mnnvl" }
             )
         })
         .unwrap_or_else(|| "--preset h100-8g".into());
-    let rec = "--record evidence/ --signing-key KEY";
-    let sha = w.sha256.as_deref().unwrap_or("SHA256");
+    let dir = dir.map(|d| sh_word(&d.display().to_string())).unwrap_or_else(|| "evidence/".into());
+    let rec = format!("--record {dir} --signing-key KEY");
+    let sha = w.sha256.as_deref().map(sh_word).unwrap_or_else(|| "SHA256".into());
+    let file = sh_word(&w.file);
+    let w = LockedWheel { file, ..w.clone() };
     match kind {
         Kind::Configuration | Kind::Static => format!("deepep-forge probe --wheel {} {preset} {rec}", w.file),
         Kind::Kernel => format!("deepep-forge probe --run --wheel {} {rec}{machine}", w.file),
@@ -192,8 +206,17 @@ fn produce(kind: Kind, w: &LockedWheel, v: Option<&Variant>, gpu: Option<&str>) 
             format!("deepep-forge probe --run --deep-ep --python .venv/bin/python --wheel {} {rec}{machine}", w.file)
         }
         Kind::DeepEpTests | Kind::Training => format!(
-            "deepep-forge evidence add --sha256 {sha} --wheel-name {} --kind {kind} --outcome \"...\" --url URL --signing-key KEY --out evidence/",
+            "deepep-forge evidence add --sha256 {sha} --wheel-name {} --kind {kind} --outcome \"...\" --url URL --signing-key KEY --out {dir}",
             w.file
         ),
     }
+}
+
+/// A word for a shell command line: as is when it holds only characters no
+/// shell treats specially, else single-quoted (`'` written `'\''`).
+fn sh_word(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_./+=:,@%-".contains(&b)) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
 }

@@ -125,7 +125,7 @@ pub fn show(a: ShowRequest) -> Result<Exit> {
         let pin = pins.pin(v.arch)?;
         let wheel = match given.iter().find(|g| g.is_for(v, &pin.rev)) {
             Some(g) => Some((g.name.clone(), g.sha256.clone(), g.from())),
-            None if a.wheels.is_empty() => from_cache(a.cache_dir.as_deref(), &v.name, &pin.rev)?,
+            None if a.wheels.is_empty() => from_cache(a.cache_dir.as_deref(), &pins, v, &pin.rev)?,
             None => None,
         };
         let found: Vec<&Found> = match &wheel {
@@ -200,17 +200,20 @@ fn given_wheel(path: &Path) -> Result<Given> {
     Ok(Given { path: path.to_path_buf(), name: w.name, sha256: w.sha256, provenance, build })
 }
 
-/// The newest verified cache entry of `variant` built from the pinned commit
-/// `rev`, by the wheel's identity (the provenance inside it names the variant
-/// and the commit): exact, patched (`+<short>.p<digest>`) and fork builds alike,
-/// whatever the version label says. The third part says where it came from and
-/// what it is (`the wheel cache; exact, unpatched` or `...; patched: ...`).
-fn from_cache(dir: Option<&Path>, variant: &str, rev: &str) -> Result<Option<(String, String, String)>> {
+/// The newest verified cache entry of `v` built from the pinned commit `rev`
+/// with the patches pins.toml lists for it, by the wheel's identity (the
+/// provenance inside it names the variant, the commit and the patch set):
+/// exact, patched (`+<short>.p<digest>`) and fork builds alike, whatever the
+/// version label says. The third part says where it came from and what it is
+/// (`the wheel cache; exact, unpatched` or `...; patched: ...`).
+fn from_cache(dir: Option<&Path>, pins: &Pins, v: &Variant, rev: &str) -> Result<Option<(String, String, String)>> {
+    let want = crate::patches::set_digest(&crate::patch::for_variant(pins, v)?);
     let cache = crate::cache::Cache::at(crate::cache::resolve_dir(dir)?);
     let (hits, _) = cache.entries();
-    for h in hits.iter().filter(|h| h.entry.variant == variant) {
+    for h in hits.iter().filter(|h| h.entry.variant == v.name) {
         let Ok(prov) = crate::wheel::read::provenance(&h.dir.join(&h.entry.wheel)) else { continue };
-        if prov.variant.name != variant || prov.source.rev != rev {
+        let same = prov.variant.name == v.name && prov.source.rev == rev;
+        if !same || crate::patches::set_digest(&prov.source.patches) != want {
             continue;
         }
         let key = crate::cache::Key::parse(&h.entry.key)?;
