@@ -432,7 +432,7 @@ fn j4_evidence_for_a_multinode_variant_is_its_own_request_and_the_gate_tells_rig
     let pins_s = pins.to_str().unwrap();
     let o = t.build(&["build-wheel", "--variant", "mn", "--pins", pins_s, "--out", "dist", "--format", "json"]);
     let built = json(&o);
-    let wheel = PathBuf::from(built["results"][0]["wheel"].as_str().unwrap());
+    let wheel = t.dir.path().join(built["results"][0]["wheel"].as_str().unwrap());
     let name = wheel.file_name().unwrap().to_str().unwrap().to_string();
     let sha = sha256(&wheel);
     let key = t.key.to_str().unwrap();
@@ -465,6 +465,8 @@ fn j4_evidence_for_a_multinode_variant_is_its_own_request_and_the_gate_tells_rig
             "job",
             "--pins",
             pins_s,
+            "--index-manifest",
+            "index",
             "--require-evidence",
             "static",
             "--evidence",
@@ -597,6 +599,10 @@ fn j3_exact_and_patched_are_told_apart_by_every_command() {
     std::fs::write(t.path("patched/patches/note.patch"), &patch).unwrap();
     let exact_pins = t.pins("exact/pins.toml", ONE, "");
     let patched_pins = t.pins("patched/pins.toml", ONE, "patches = [\"patches/note.patch\"]\n");
+    // A pins repository reviews its patches: they are committed beside pins.toml.
+    git(&t.path("patched"), &["init", "-q", "-b", "main"]);
+    git(&t.path("patched"), &["add", "-A"]);
+    git(&t.path("patched"), &["commit", "-qm", "pins and a patch"]);
 
     let build = |pins: &Path, out: &str| {
         let o = t.build(&["build-wheel", "--variant", "r", "--pins", pins.to_str().unwrap(), "--out", out]);
