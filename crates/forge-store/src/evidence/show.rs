@@ -73,10 +73,11 @@ pub struct Report {
     pub not_counted: Vec<String>,
 }
 
-/// The statements of one wheel, as items (strongest kind first, then newest).
+/// The statements of one wheel, as items (strongest kind first, then newest, then by what they judged).
 pub fn items(found: &[&Found]) -> Vec<Item> {
     let mut v: Vec<Item> = found.iter().map(|f| item(f)).collect();
-    v.sort_by(|a, b| b.kind.cmp(&a.kind).then(b.time.cmp(&a.time)));
+    // Ties (two statements of one kind in one second) by what they judged: one order every run.
+    v.sort_by(|a, b| b.kind.cmp(&a.kind).then(b.time.cmp(&a.time)).then(a.summary.cmp(&b.summary)));
     v
 }
 
