@@ -200,8 +200,10 @@ fn a_signed_wheel_of_another_plan_is_not_used() {
     let (secret, public) = keygen(&lab, "k1");
     let run = |cache: &Path, variant: &str| {
         let args = ["build-wheel", "--variant", variant, "--pins", pins, "--format", "json", "--cache-url", &srv.url];
+        // sn and sn10 make wheels of one file name: each its own --out (one would refuse the other's).
+        let out = lab.dir.path().join(format!("out-{variant}"));
         let o = lab
-            .forge(&[&args[..], &["--allow-http", "--trusted-key", &public]].concat())
+            .forge(&[&args[..], &["--allow-http", "--trusted-key", &public, "--out", out.to_str().unwrap()]].concat())
             .env("DEEPEP_FORGE_CACHE_DIR", cache)
             .env("XDG_CONFIG_HOME", cfg.path())
             .output()

@@ -580,7 +580,7 @@ fn lock_check_requires_trusted_evidence_of_a_kind() {
         "{out}"
     );
     assert!(out.contains("uv.lock:"), "{out}");
-    assert!(out.contains(&format!("deepep-forge probe --run --wheel {WHEEL} --record evidence/")), "{out}");
+    assert!(out.contains(&format!("deepep-forge probe --run --wheel {WHEEL} --record ev ")), "{out}");
     // --require-evidence without --evidence is a usage error.
     let o = run(d.path(), &["lock", "check", "--project", "consumer", "--require-evidence", "kernel"]);
     assert_eq!(o.status.code(), Some(2));
@@ -657,7 +657,7 @@ fn lock_check_applies_the_evidence_table_of_pins_toml() {
     );
     assert!(
         out.contains(&format!(
-            "deepep-forge probe --run --wheel {WHEEL} --record evidence/ --signing-key KEY   # on b200 (sm_100) GPUs"
+            "deepep-forge probe --run --wheel {WHEEL} --record ev --signing-key KEY   # on b200 (sm_100) GPUs"
         )),
         "{out}"
     );
@@ -879,7 +879,10 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
         &public,
     ]));
     assert!(
-        out.contains(&format!("demo @ 9dce5ac (x86_64)  {wheel_name}  sha256 {}  (the wheel cache)", &sha[..16])),
+        out.contains(&format!(
+            "demo @ 9dce5ac (x86_64)  {wheel_name}  sha256 {}  (the wheel cache; exact, unpatched)",
+            &sha[..16]
+        )),
         "{out}"
     );
     assert!(out.contains("boundary covered   one-node static probe: 1 statement(s)"), "{out}");
@@ -1007,7 +1010,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
     );
     assert!(stdout(&o).contains(&want), "{}", stdout(&o));
     assert!(
-        stdout(&o).contains(&format!("deepep-forge probe --run --wheel {wheel_name} --record evidence/")),
+        stdout(&o).contains(&format!("deepep-forge probe --run --wheel {wheel_name} --record ev ")),
         "{}",
         stdout(&o)
     );
@@ -1037,5 +1040,5 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
         &sha[..16]
     );
     assert!(stdout(&o).contains(&want), "{}", stdout(&o));
-    assert!(stdout(&o).contains("--record evidence/ --signing-key KEY   # on b200 (sm_100) GPUs"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("--record ev --signing-key KEY   # on b200 (sm_100) GPUs"), "{}", stdout(&o));
 }

@@ -33,6 +33,7 @@ mod help;
 mod images;
 mod install;
 mod interface;
+mod journeys;
 mod lock;
 mod lock_environment;
 mod lock_patches;

@@ -77,16 +77,9 @@ pub fn run(mut args: PublishRequest) -> Result<Exit> {
     let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
     args.build.out = built.path().to_path_buf();
     let remote = args.build.remote.connect(args.build.no_cache)?;
-    // Variants of one architecture give wheels of one file name in the build folder:
-    // each is kept, as it is delivered, in a folder of its variant before the next lands.
-    let mut kept: Vec<std::io::Result<PathBuf>> = Vec::new();
-    let mut outcomes = crate::builder::run::build(&args.build.request()?, remote.as_ref(), |o| {
-        kept.push(keep(built.path(), &o.variant, &o.wheel));
-    })?
-    .results;
-    for (o, k) in outcomes.iter_mut().zip(kept) {
-        o.wheel = k.with_context(|| format!("keeping the wheel of variant {}", o.variant))?;
-    }
+    // Variants of one architecture give wheels of one file name: a build of
+    // several variants delivers each into `<out>/<variant>/` (`builder::request::out_folder`).
+    let outcomes = crate::builder::run::build(&args.build.request()?, remote.as_ref(), |_| {})?.results;
     let mut by_variant: BTreeMap<String, Vec<(PathBuf, Facts)>> = BTreeMap::new();
     if let Some(d) = &args.default_variant {
         pins.variant(d)?;
@@ -148,15 +141,6 @@ pub fn run(mut args: PublishRequest) -> Result<Exit> {
     };
     print_report(&report, args.build.format)?;
     Ok(Exit::Ok)
-}
-
-/// A copy of a delivered wheel in `<dir>/<variant>/`.
-fn keep(dir: &Path, variant: &str, wheel: &Path) -> std::io::Result<PathBuf> {
-    let to = dir.join("kept").join(variant);
-    std::fs::create_dir_all(&to)?;
-    let dest = to.join(wheel.file_name().unwrap_or_default());
-    std::fs::copy(wheel, &dest)?;
-    Ok(dest)
 }
 
 /// `--out` must be a folder or absent (a file there is a usage error, before anything is built).

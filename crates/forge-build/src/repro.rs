@@ -71,13 +71,13 @@ pub fn verify(args: VerifyRequest) -> Result<Exit> {
         if args.only_wheel.is_some() {
             return Err(crate::error::Failure::usage("--wheel NAME picks a wheel of an index URL").into());
         }
-        let (ok, doc) = verify_file(&args, &args.wheel)?;
+        let (ok, doc) = verify_file(&args, &args.wheel, false)?;
         return finish(&args, ok, doc);
     };
     let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
     if crate::index::fetch::index_urls(&url)?.is_none() {
         let (_dir, path) = crate::index::fetch::wheel(&url, &trusted)?;
-        let (ok, doc) = verify_file(&args, &path)?;
+        let (ok, doc) = verify_file(&args, &path, false)?;
         return finish(&args, ok, doc);
     }
     let urls = crate::index::fetch::index_wheels(&url, args.only_wheel.as_deref(), &trusted)?;
@@ -87,7 +87,7 @@ pub fn verify(args: VerifyRequest) -> Result<Exit> {
         // A wheel changed on the server is reported and the others still checked.
         match crate::index::fetch::wheel(w, &trusted) {
             Ok((_dir, path)) => {
-                let (ok, doc) = verify_file(&args, &path)?;
+                let (ok, doc) = verify_file(&args, &path, true)?;
                 all_ok &= ok;
                 docs.push(doc);
             }
@@ -118,8 +118,10 @@ fn finish(args: &VerifyRequest, ok: bool, doc: serde_json::Value) -> Result<Exit
 }
 
 /// Rebuild one wheel file from its provenance and compare; prints the human
-/// lines, returns whether it is identical and its JSON document.
-fn verify_file(args: &VerifyRequest, wheel: &std::path::Path) -> Result<(bool, serde_json::Value)> {
+/// lines, returns whether it is identical and its JSON document. `several`:
+/// one of an index's wheels, rebuilt into `<out>/<variant>/` (variants of one
+/// architecture have wheels of one file name).
+fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> Result<(bool, serde_json::Value)> {
     let prov = crate::builder::deliver::read_provenance(wheel).map_err(|e| {
         crate::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;
@@ -161,7 +163,11 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path) -> Result<(bool, s
         "registry" => crate::builder::registry::Kind::Registry,
         _ => crate::builder::registry::Kind::System,
     });
-    let out = args.out.clone().unwrap_or_else(|| work.path().join("out"));
+    let out = match &args.out {
+        Some(o) if several => o.join(&prov.variant.name),
+        Some(o) => o.clone(),
+        None => work.path().join("out"),
+    };
     let same_dir = |a: &std::path::Path, b: &std::path::Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b))
     {
         (Ok(x), Ok(y)) => x == y,

@@ -1,5 +1,6 @@
-//! Delivery: a cache entry's wheel copied into `--out` (temp file + rename)
-//! and recorded in `<out>/SHA256SUMS`; the build report (per-variant
+//! Delivery: a cache entry's wheel copied into `--out` (temp file + rename;
+//! `<out>/<variant>/` when a build selects several variants), never over
+//! another variant's wheel, and recorded in `<out>/SHA256SUMS`; the build report (per-variant
 //! outcomes) written atomically. Must not build or look up the cache.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,17 +49,22 @@ pub fn read_provenance(wheel: &Path) -> Result<Provenance> {
     crate::wheel::read::provenance(wheel)
 }
 
-/// Copy the entry's wheel into the output folder (temp file + rename) and
-/// record it in `<out>/SHA256SUMS` (rewritten the same way).
-pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path) -> Result<PathBuf> {
-    std::fs::create_dir_all(out).with_context(|| format!("creating output folder {}", out.display()))?;
+/// Copy the entry's wheel into its folder of `--out` (`out` itself, or
+/// `<out>/<variant>/`: [`super::request::out_folder`]) by temp file + rename,
+/// and record it in `<out>/SHA256SUMS` by its path relative to `out` (so
+/// `sha256sum -c SHA256SUMS` in `out` checks every variant's wheel). A file of
+/// the same name that another variant made (or that is no wheel of ours) is
+/// never replaced: exit 2, nothing written.
+pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, folder: &Path, cache_dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(folder).with_context(|| format!("creating output folder {}", folder.display()))?;
     let _lock = source::lock(
         &cache_dir
             .join("locks")
             .join(format!("out-{}.lock", source::short_hash(&std::path::absolute(out)?.to_string_lossy()))),
     )?;
-    let dest = out.join(&e.wheel);
-    let tmp = out.join(format!(".{}.{}.partial", e.wheel, std::process::id()));
+    let dest = folder.join(&e.wheel);
+    refuse_collision(&dest, e)?;
+    let tmp = folder.join(format!(".{}.{}.partial", e.wheel, std::process::id()));
     let copied = std::fs::copy(entry_dir.join(&e.wheel), &tmp).and_then(|_| std::fs::rename(&tmp, &dest));
     if let Err(err) = copied {
         let _ = std::fs::remove_file(&tmp);
@@ -67,17 +73,55 @@ pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, cache_dir: &Path)
     // The attestation, rendered from the provenance inside the wheel (one value, two renderings).
     let prov = read_provenance(&dest)?;
     write_atomic(
-        &out.join(format!("{}{}", e.wheel, crate::attest::SUFFIX)),
+        &folder.join(format!("{}{}", e.wheel, crate::attest::SUFFIX)),
         crate::attest::render(&prov, &e.wheel, &e.sha256).as_bytes(),
     )?;
+    record_sum(out, &sums_name(out, &dest), &e.sha256)?;
+    Ok(dest)
+}
+
+/// The wheel's name in SHA256SUMS: its path relative to `out`, `/`-separated.
+fn sums_name(out: &Path, dest: &Path) -> String {
+    let rel = dest.strip_prefix(out).unwrap_or(dest);
+    rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
+}
+
+/// `<out>/SHA256SUMS` with `name`'s line replaced (rewritten by temp + rename, sorted by name).
+fn record_sum(out: &Path, name: &str, sha256: &str) -> Result<()> {
     let sums = out.join("SHA256SUMS");
     let old = crate::input::read_text_opt(&sums, "SHA256SUMS", crate::input::cap::LOCK)?.unwrap_or_default();
     let mut lines: Vec<String> =
-        old.lines().filter(|l| l.split_whitespace().nth(1) != Some(e.wheel.as_str())).map(String::from).collect();
-    lines.push(format!("{}  {}", e.sha256, e.wheel));
+        old.lines().filter(|l| l.split_whitespace().nth(1) != Some(name)).map(String::from).collect();
+    lines.push(format!("{sha256}  {name}"));
     lines.sort_by(|a, b| a.split_whitespace().nth(1).cmp(&b.split_whitespace().nth(1)));
-    write_atomic(&sums, (lines.join("\n") + "\n").as_bytes())?;
-    Ok(dest)
+    write_atomic(&sums, (lines.join("\n") + "\n").as_bytes())
+}
+
+/// A file already at `dest` is replaced only when it is this variant's wheel
+/// (a rebuild, or the same bytes): the variant its provenance names is the
+/// entry's. Another variant's wheel, or a file whose provenance cannot be
+/// read, is refused (exit 2) before anything is written.
+fn refuse_collision(dest: &Path, e: &cache::Entry) -> Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(dest) else { return Ok(()) };
+    let owner = if meta.is_file() { read_provenance(dest).ok().map(|p| p.variant.name) } else { None };
+    if owner.as_deref() == Some(e.variant.as_str()) {
+        return Ok(());
+    }
+    let what = match &owner {
+        Some(v) => format!("variant `{v}`'s wheel"),
+        None => "a file that is no wheel built by deepep-forge".to_string(),
+    };
+    let name = crate::input::excerpt(&e.wheel, 200);
+    Err(crate::error::Failure::usage(format!(
+        "{} is {what}; variant `{}`'s wheel has the same file name ({name}) and would replace it",
+        dest.display(),
+        e.variant
+    ))
+    .hint(format!(
+        "build the variants in one run (`--variant A --variant B` or `--all`: each goes into `<out>/<variant>/`), or pass another --out for `{}`",
+        e.variant
+    ))
+    .into())
 }
 
 /// Write a file by temp + rename in its folder. The file is public, like the

@@ -28,7 +28,10 @@ pub struct Delivered {
 /// Where the results go.
 pub struct Target<'a> {
     pub cache_dir: &'a Path,
+    /// `--out`: SHA256SUMS is here.
     pub out: &'a Path,
+    /// This plan's wheel goes here: `out`, or `<out>/<variant>/` ([`super::request::out_folder`]).
+    pub folder: &'a Path,
     pub no_cache: bool,
     pub remote: Option<&'a remote::Remote>,
 }
@@ -75,7 +78,7 @@ fn from_cache(
     }
     let store = Cache::at(t.cache_dir);
     let hit = |status, h: cache::Hit| -> Result<Delivered> {
-        let wheel = deliver(&h.dir, &h.entry, t.out, t.cache_dir)?;
+        let wheel = deliver(&h.dir, &h.entry, t.out, t.folder, t.cache_dir)?;
         let patches = recorded_patches(&h.dir.join(&h.entry.wheel))?;
         Ok(Delivered { status, entry: h.entry, wheel, patches, log: None })
     };
@@ -181,7 +184,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
         let h = store.publish(&stage, key)?;
         (h.dir, h.entry)
     };
-    let wheel = deliver(&from, &entry, t.out, t.cache_dir)?;
+    let wheel = deliver(&from, &entry, t.out, t.folder, t.cache_dir)?;
     for f in &pl.fixes {
         notes.push(format!("fix applied: {f}"));
     }

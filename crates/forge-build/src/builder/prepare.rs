@@ -121,6 +121,7 @@ fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
         };
         let mut plan = plan_variant(&ctx, v, p, (knob_env, set), tc, jobs, c.no_cache, &caller)?;
         finish_plan(c, mode, &mut plan, &ctx, (&p.rev, &v.name))?;
+        plan.outputs.out_dir = super::request::out_folder(&out_dir, &c.variants, &v.name);
         plans.push(plan);
     }
     Ok(Planned { cache_dir, plans, pythons: Vec::new(), skipped })

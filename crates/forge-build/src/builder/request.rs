@@ -29,6 +29,31 @@ pub enum CompilerCache {
     Off,
 }
 
+impl Variants {
+    /// Whether the selection can name more than one variant (`--all`, or
+    /// `--variant` twice or more): then each variant's wheel goes into its own
+    /// subfolder of `--out`, since every variant of one revision and
+    /// architecture makes a wheel of the same file name.
+    pub fn several(&self) -> bool {
+        match self {
+            Variants::All => true,
+            Variants::Named(n) => n.len() > 1,
+        }
+    }
+}
+
+/// Where one variant's wheel goes: `out` for a build of one variant,
+/// `<out>/<variant>/` when the selection names several ([`Variants::several`]).
+/// A variant name is a validated pins.toml name (letters, digits, `-`, `_`),
+/// so it is one path component.
+pub fn out_folder(out: &std::path::Path, variants: &Variants, variant: &str) -> PathBuf {
+    if variants.several() {
+        out.join(variant)
+    } else {
+        out.to_path_buf()
+    }
+}
+
 /// Everything a build depends on that the caller chooses.
 #[derive(Debug, Clone)]
 pub struct BuildRequest {

@@ -9,7 +9,7 @@ use super::deliver::Outcome;
 use super::execute;
 use super::plan::Plan;
 use super::prepare::{make_plans, Mode, Skipped};
-use super::request::BuildRequest;
+use super::request::{out_folder, BuildRequest};
 use crate::cache::{remote::Remote, Cache};
 use crate::error::check_interrupted;
 
@@ -25,10 +25,12 @@ pub struct Built {
 pub fn build(req: &BuildRequest, remote: Option<&Remote>, mut each: impl FnMut(&Outcome)) -> Result<Built> {
     let p = make_plans(req, Mode::Build)?;
     Cache::at(&p.cache_dir).clean_stale()?;
-    let target = execute::Target { cache_dir: &p.cache_dir, out: &req.out, no_cache: req.no_cache, remote };
     let mut results = Vec::new();
     for pl in &p.plans {
         check_interrupted()?;
+        let folder = out_folder(&req.out, &req.variants, &pl.variant.name);
+        let target =
+            execute::Target { cache_dir: &p.cache_dir, out: &req.out, folder: &folder, no_cache: req.no_cache, remote };
         let t0 = Instant::now();
         let mut notes: Vec<String> =
             pl.toolchain().and_then(|t| t.registry.as_ref()).map(|r| r.notes.clone()).unwrap_or_default();

@@ -103,11 +103,13 @@ pub fn check(
         let req = policy.gate.required(variant);
         let need = need_of(variant, req.gpu);
         let Some(sha) = &w.sha256 else {
-            out.push(missing(&req, &need, w, variant, lock_path, "it has no sha256 in uv.lock".into()));
+            out.push(missing(&req, &need, w, variant, (lock_path, policy.dirs), "it has no sha256 in uv.lock".into()));
             continue;
         };
         let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
-        let covering = about.iter().filter(|f| cover(f, &need).is_some()).map(|f| f.statement.predicate.kind).max();
+        // Only a statement that covers the whole request counts: a run on fewer
+        // nodes than the variant's (`cover` = Some(false)) proves less than it asks.
+        let covering = about.iter().filter(|f| cover(f, &need) == Some(true)).map(|f| f.statement.predicate.kind).max();
         if covering.is_some_and(|k| k >= req.kind) {
             continue;
         }
@@ -123,7 +125,7 @@ pub fn check(
             req.kind,
             &sha[..16.min(sha.len())]
         );
-        out.push(missing(&req, &need, w, variant, lock_path, why));
+        out.push(missing(&req, &need, w, variant, (lock_path, policy.dirs), why));
     }
     Ok(out)
 }
@@ -134,17 +136,21 @@ fn variant_of<'a>(pins: Option<&'a Pins>, src: Option<&IndexSource>, w: &LockedW
     pins?.variants.iter().find(|v| v.index_name() == index && Some(v.arch.as_str()) == w.arch.as_deref())
 }
 
-/// The GPU generation a wheel's statements must come from: the rule's `gpu`, else
-/// its variant's (the topology's first GPU, else its first cubin SM).
+/// What a wheel's statements must be about: the GPU generation (the rule's
+/// `gpu`, else its variant's: the topology's first GPU, else its first cubin
+/// SM) and the variant's own request (pins.toml `topology`: its EP size and
+/// nodes), so a static MATCH of a 2-node request counts for a 2-node variant
+/// and a 1-node one does not. A variant without a topology asks for one node.
 fn need_of(v: Option<&Variant>, rule: Option<Gpu>) -> Need {
-    let gpu = rule.or_else(|| v.and_then(|v| v.topology.as_ref()).and_then(|t| t.gpu.first().copied()));
+    let topology = v.and_then(|v| v.topology.as_ref());
+    let gpu = rule.or_else(|| topology.and_then(|t| t.gpu.first().copied()));
     let sm = gpu.map(|g| g.sm()).or_else(|| v.and_then(|v| v.cuda_arch_list.sm_numbers().first().copied()));
     Need {
         label: v.map(|v| v.name.clone()).unwrap_or_else(|| "(variant unknown)".into()),
         gpu: gpu.map(Gpu::generation).or_else(|| sm.map(|s| format!("sm_{s}"))),
         sm,
-        ep: None,
-        nodes: 1,
+        ep: topology.map(|t| t.ep),
+        nodes: topology.map(|t| t.nodes).unwrap_or(1),
     }
 }
 
@@ -153,32 +159,46 @@ fn missing(
     need: &Need,
     w: &LockedWheel,
     v: Option<&Variant>,
-    lock_path: &Path,
+    (lock_path, dirs): (&Path, &[std::path::PathBuf]),
     why: String,
 ) -> Finding {
     let variant = v.map(|v| v.name.as_str()).unwrap_or("(unknown: not from a deepep-forge index URL)");
     let msg = format!("the locked deep-ep wheel {} (variant {variant}) lacks `{}` evidence: {why}", w.file, req.kind);
-    let fix = produce(req.kind, w, v, need.gpu.as_deref());
+    let fix = produce(req.kind, w, v, need.gpu.as_deref(), dirs.first());
     Finding::new("evidence-missing", Severity::Error, lock_path, msg).at(w.line, 1).fix(fix)
 }
 
-/// The command that would produce the missing evidence (on a machine of `gpu`'s generation).
-fn produce(kind: Kind, w: &LockedWheel, v: Option<&Variant>, gpu: Option<&str>) -> String {
+/// The command that would produce the missing evidence (on a machine of `gpu`'s
+/// generation): for a static statement, the variant's whole request (pins.toml
+/// `topology`), the one [`need_of`] asks for; recorded into the evidence folder
+/// the gate reads (`--evidence`, the first one). `KEY` is the signer's key file.
+fn produce(
+    kind: Kind,
+    w: &LockedWheel,
+    v: Option<&Variant>,
+    gpu: Option<&str>,
+    dir: Option<&std::path::PathBuf>,
+) -> String {
     let machine = gpu.map(|g| format!("   # on {g} GPUs")).unwrap_or_else(|| "   # on the GPUs".into());
     let preset = v
         .and_then(|v| v.topology.as_ref())
         .map(|t| {
             format!(
-                "--gpu {} --ep {} --nodes {} --gpus-per-node {}",
+                "--gpu {} --ep {} --nodes {} --gpus-per-node {} --ranks-per-domain {} {}",
                 t.gpu.first().map(|g| g.to_string()).unwrap_or_default(),
                 t.ep,
                 t.nodes,
-                t.gpus_per_node
+                t.gpus_per_node,
+                t.ranks_per_domain,
+                if t.mnnvl { "--mnnvl" } else { "--no-mnnvl" }
             )
         })
         .unwrap_or_else(|| "--preset h100-8g".into());
-    let rec = "--record evidence/ --signing-key KEY";
-    let sha = w.sha256.as_deref().unwrap_or("SHA256");
+    let dir = dir.map(|d| sh_word(&d.display().to_string())).unwrap_or_else(|| "evidence/".into());
+    let rec = format!("--record {dir} --signing-key KEY");
+    let sha = w.sha256.as_deref().map(sh_word).unwrap_or_else(|| "SHA256".into());
+    let file = sh_word(&w.file);
+    let w = LockedWheel { file, ..w.clone() };
     match kind {
         Kind::Configuration | Kind::Static => format!("deepep-forge probe --wheel {} {preset} {rec}", w.file),
         Kind::Kernel => format!("deepep-forge probe --run --wheel {} {rec}{machine}", w.file),
@@ -186,8 +206,17 @@ fn produce(kind: Kind, w: &LockedWheel, v: Option<&Variant>, gpu: Option<&str>) 
             format!("deepep-forge probe --run --deep-ep --python .venv/bin/python --wheel {} {rec}{machine}", w.file)
         }
         Kind::DeepEpTests | Kind::Training => format!(
-            "deepep-forge evidence add --sha256 {sha} --wheel-name {} --kind {kind} --outcome \"...\" --url URL --signing-key KEY --out evidence/",
+            "deepep-forge evidence add --sha256 {sha} --wheel-name {} --kind {kind} --outcome \"...\" --url URL --signing-key KEY --out {dir}",
             w.file
         ),
     }
+}
+
+/// A word for a shell command line: as is when it holds only characters no
+/// shell treats specially, else single-quoted (`'` written `'\''`).
+fn sh_word(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_./+=:,@%-".contains(&b)) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
 }

@@ -116,8 +116,17 @@ struct Package {
 #[derive(Debug, Deserialize)]
 struct Wheel {
     url: Option<String>,
+    /// A wheel of a local (`file://`) index: uv writes its path, not a URL.
+    path: Option<String>,
     filename: Option<String>,
     hash: Option<String>,
+}
+
+/// A wheel's file name: the last segment of its URL or path, percent-decoded
+/// (`deep_ep-1.2.1%2B9dce5ac-...whl` is `deep_ep-1.2.1+9dce5ac-...whl`); `None` when empty.
+fn last_segment(u: &str) -> Option<String> {
+    let last = u.split(['?', '#']).next().unwrap_or_default().rsplit('/').next()?;
+    (!last.is_empty()).then(|| crate::index::manifest::percent_decode(last))
 }
 
 /// Every deep-ep wheel in uv.lock, and the lock's `requires-python`.
@@ -131,7 +140,7 @@ pub fn locked_wheels(path: &Path, text: &str, name: &PackageName) -> Result<Lock
             let file = wr
                 .filename
                 .clone()
-                .or_else(|| wr.url.as_deref().and_then(|u| u.rsplit('/').next()).map(|f| f.replace("%2B", "+")))
+                .or_else(|| wr.url.as_deref().or(wr.path.as_deref()).and_then(last_segment))
                 .unwrap_or_default();
             let parsed = crate::wheel::WheelName::parse(&file);
             let arch = parsed
@@ -155,5 +164,36 @@ mod tests {
         assert_eq!(variant_of_url("https://h/x/demo/simple/").as_deref(), Some("demo"));
         assert_eq!(variant_of_url("https://pypi.org/pypi"), None);
         assert_eq!(manifest_url("https://h/x/demo/simple").as_deref(), Some("https://h/x/demo/index.json"));
+    }
+
+    /// A wheel of a `file://` index (uv writes a `path`) or an http one (a `url`): its
+    /// name is decoded, never empty in messages.
+    #[test]
+    fn locked_wheel_names_come_from_urls_and_paths_decoded() {
+        let lock = r#"
+version = 1
+requires-python = ">=3.12"
+
+[[package]]
+name = "deep-ep"
+version = "1.2.1+9dce5ac"
+source = { registry = "file:///srv/idx/demo/simple" }
+wheels = [
+    { path = "deep_ep-1.2.1%2B9dce5ac-cp312-cp312-linux_x86_64.whl", hash = "sha256:aa" },
+    { url = "http://127.0.0.1:8/demo/simple/deep-ep/deep_ep-1.2.1%2B9dce5ac-cp312-cp312-linux_aarch64.whl", hash = "sha256:bb" },
+]
+"#;
+        let name = PackageName::new("deep-ep".into()).unwrap();
+        let w = locked_wheels(Path::new("uv.lock"), lock, &name).unwrap().wheels;
+        let files: Vec<&str> = w.iter().map(|w| w.file.as_str()).collect();
+        assert_eq!(
+            files,
+            [
+                "deep_ep-1.2.1+9dce5ac-cp312-cp312-linux_x86_64.whl",
+                "deep_ep-1.2.1+9dce5ac-cp312-cp312-linux_aarch64.whl"
+            ]
+        );
+        assert_eq!(w[0].arch.as_deref(), Some("x86_64"));
+        assert_eq!(last_segment("file:///a/"), None);
     }
 }

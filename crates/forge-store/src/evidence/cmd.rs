@@ -125,16 +125,17 @@ pub fn show(a: ShowRequest) -> Result<Exit> {
         let pin = pins.pin(v.arch)?;
         let wheel = match given.iter().find(|g| g.is_for(v, &pin.rev)) {
             Some(g) => Some((g.name.clone(), g.sha256.clone(), g.from())),
-            None if a.wheels.is_empty() => from_cache(a.cache_dir.as_deref(), &v.name, pin.short())?,
+            None if a.wheels.is_empty() => from_cache(a.cache_dir.as_deref(), &pins, v, &pin.rev)?,
             None => None,
         };
         let found: Vec<&Found> = match &wheel {
             Some((_, sha, _)) => read.found.iter().filter(|f| f.sha256() == sha).collect(),
             None => vec![],
         };
-        let mut boundary = Vec::new();
+        let (mut boundary, mut configuration) = (Vec::new(), Vec::new());
         for need in needs(v, &a.recipes)? {
             boundary.extend(show::boundary(&found, &need));
+            configuration.push(show::configuration(&found, &need));
         }
         sections.push(Section {
             variant: v.name.clone(),
@@ -143,6 +144,8 @@ pub fn show(a: ShowRequest) -> Result<Exit> {
             wheel,
             statements: show::items(&found),
             boundary,
+            configuration,
+            summary: show::summary_line(&found),
         });
     }
     let report = Report {
@@ -166,6 +169,8 @@ struct Given {
     sha256: String,
     /// (variant, rev) from the wheel's provenance.
     provenance: Option<(String, String)>,
+    /// `exact, unpatched` or `patched: ...`, from the provenance.
+    build: Option<String>,
 }
 
 impl Given {
@@ -179,25 +184,42 @@ impl Given {
     }
 
     fn from(&self) -> String {
-        let how = if self.provenance.is_some() { "" } else { ", no provenance: matched by label and platform" };
+        let how = match &self.build {
+            Some(what) => format!("; {what}"),
+            None => ", no provenance: matched by label and platform".into(),
+        };
         format!("{}{how}", self.path.display())
     }
 }
 
 fn given_wheel(path: &Path) -> Result<Given> {
     let w = super::record::Wheel::of_file(path)?;
-    let provenance = crate::wheel::read::provenance(path).ok().map(|p| (p.variant.name, p.source.rev));
-    Ok(Given { path: path.to_path_buf(), name: w.name, sha256: w.sha256, provenance })
+    let prov = crate::wheel::read::provenance(path).ok();
+    let build = prov.as_ref().map(|p| crate::patches::describe(&p.source.patches));
+    let provenance = prov.map(|p| (p.variant.name, p.source.rev));
+    Ok(Given { path: path.to_path_buf(), name: w.name, sha256: w.sha256, provenance, build })
 }
 
-/// The newest verified cache entry of `variant` at the revision `short` (the wheel's version label).
-fn from_cache(dir: Option<&Path>, variant: &str, short: &str) -> Result<Option<(String, String, String)>> {
+/// The newest verified cache entry of `v` built from the pinned commit `rev`
+/// with the patches pins.toml lists for it, by the wheel's identity (the
+/// provenance inside it names the variant, the commit and the patch set):
+/// exact, patched (`+<short>.p<digest>`) and fork builds alike, whatever the
+/// version label says. The third part says where it came from and what it is
+/// (`the wheel cache; exact, unpatched` or `...; patched: ...`).
+fn from_cache(dir: Option<&Path>, pins: &Pins, v: &Variant, rev: &str) -> Result<Option<(String, String, String)>> {
+    let want = crate::patches::set_digest(&crate::patch::for_variant(pins, v)?);
     let cache = crate::cache::Cache::at(crate::cache::resolve_dir(dir)?);
     let (hits, _) = cache.entries();
-    for h in hits.iter().filter(|h| h.entry.variant == variant && h.entry.version.ends_with(&format!("+{short}"))) {
+    for h in hits.iter().filter(|h| h.entry.variant == v.name) {
+        let Ok(prov) = crate::wheel::read::provenance(&h.dir.join(&h.entry.wheel)) else { continue };
+        let same = prov.variant.name == v.name && prov.source.rev == rev;
+        if !same || crate::patches::set_digest(&prov.source.patches) != want {
+            continue;
+        }
         let key = crate::cache::Key::parse(&h.entry.key)?;
         if let Some(hit) = cache.lookup(&key)? {
-            return Ok(Some((hit.entry.wheel.clone(), hit.entry.sha256.clone(), "the wheel cache".into())));
+            let what = crate::patches::describe(&prov.source.patches);
+            return Ok(Some((hit.entry.wheel.clone(), hit.entry.sha256.clone(), format!("the wheel cache; {what}"))));
         }
     }
     Ok(None)
@@ -216,8 +238,10 @@ fn needs(v: &Variant, recipes: &[PathBuf]) -> Result<Vec<Need>> {
             nodes: t.nodes,
         });
     } else {
+        // No topology: a multinode variant still asks for more than one node.
         let sm = v.cuda_arch_list.sm_numbers().first().copied();
-        out.push(Need { label: format!("{} (pins.toml)", v.name), gpu: None, sm, ep: None, nodes: 1 });
+        let nodes = if v.multinode { 2 } else { 1 };
+        out.push(Need { label: format!("{} (pins.toml)", v.name), gpu: None, sm, ep: None, nodes });
     }
     for r in recipes {
         let args = crate::topology::RequestFlags::of_recipe(r.clone(), gpu);

@@ -35,6 +35,8 @@ pub struct Item {
     pub summary: String,
     pub url: Option<String>,
     pub file: String,
+    /// What the statement's kind does not show, as the statement says it.
+    pub does_not_show: String,
 }
 
 /// One line of the boundary: a need at one kind of the ladder.
@@ -57,6 +59,10 @@ pub struct Section {
     pub wheel: Option<(String, String, String)>,
     pub statements: Vec<Item>,
     pub boundary: Vec<Line>,
+    /// The `configuration` line of each need (the boundary lists static up).
+    pub configuration: Vec<Line>,
+    /// One line: what was run, on what, and what was not ([`summary_line`]).
+    pub summary: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,10 +73,11 @@ pub struct Report {
     pub not_counted: Vec<String>,
 }
 
-/// The statements of one wheel, as items (strongest kind first, then newest).
+/// The statements of one wheel, as items (strongest kind first, then newest, then by what they judged).
 pub fn items(found: &[&Found]) -> Vec<Item> {
     let mut v: Vec<Item> = found.iter().map(|f| item(f)).collect();
-    v.sort_by(|a, b| b.kind.cmp(&a.kind).then(b.time.cmp(&a.time)));
+    // Ties (two statements of one kind in one second) by what they judged: one order every run.
+    v.sort_by(|a, b| b.kind.cmp(&a.kind).then(b.time.cmp(&a.time)).then(a.summary.cmp(&b.summary)));
     v
 }
 
@@ -90,6 +97,7 @@ fn item(f: &Found) -> Item {
         summary: summary(&f.statement),
         url: p.reported.as_ref().and_then(|r| r.url.clone()),
         file: f.path.display().to_string(),
+        does_not_show: p.does_not_show.clone(),
     }
 }
 
@@ -185,11 +193,19 @@ pub fn cover(f: &Found, need: &Need) -> Option<bool> {
 
 /// The boundary of one wheel's statements for `need`: one line per kind from static up.
 pub fn boundary(found: &[&Found], need: &Need) -> Vec<Line> {
+    Kind::ALL.iter().filter(|k| **k >= Kind::Static).map(|&kind| line(found, need, kind)).collect()
+}
+
+/// The `configuration` line of the boundary for `need` (a reported recipe read for its request).
+pub fn configuration(found: &[&Found], need: &Need) -> Line {
+    line(found, need, Kind::Configuration)
+}
+
+/// One line of the boundary: the statements of `kind` that cover `need`.
+fn line(found: &[&Found], need: &Need, kind: Kind) -> Line {
     let scale = if need.nodes > 1 { "multi-node" } else { "one-node" };
-    Kind::ALL
-        .iter()
-        .filter(|k| **k >= Kind::Static)
-        .map(|&kind| {
+    {
+        {
             let of_kind: Vec<Option<bool>> =
                 found.iter().filter(|f| f.statement.predicate.kind == kind).map(|f| cover(f, need)).collect();
             let what = format!("{scale} {}", label(kind));
@@ -209,8 +225,49 @@ pub fn boundary(found: &[&Found], need: &Need) -> Vec<Line> {
                 ("none", format!("{what}: no evidence"))
             };
             Line { need: need.label.clone(), kind, status, detail }
-        })
-        .collect()
+        }
+    }
+}
+
+/// One line for a reviewer: the strongest run the tool observed (what, on how
+/// many of which GPU, how many ranks, and what it therefore does not cover),
+/// and the kinds only reported. E.g. `runtime evidence: DeepEP round trip on
+/// 1 x H200, one rank; nothing across GPUs or nodes`.
+pub fn summary_line(found: &[&Found]) -> String {
+    let ran = found
+        .iter()
+        .filter(|f| f.statement.predicate.origin == Origin::Observed && f.statement.predicate.kind > Kind::Static)
+        .filter(|f| f.statement.predicate.result.as_ref().is_none_or(|o| o.matched()))
+        .filter_map(|f| f.statement.predicate.machine.as_ref().map(|m| (f.statement.predicate.kind, m)))
+        .max_by_key(|(k, m)| (*k, m.nodes, m.ranks));
+    let mut out = match ran {
+        Some((kind, m)) => {
+            let gpu = m.gpu_model.as_deref().unwrap_or("GPU");
+            let gpu = gpu.strip_prefix("NVIDIA ").unwrap_or(gpu);
+            let ranks = if m.ranks == 1 { "one rank".to_string() } else { format!("{} ranks", m.ranks) };
+            let scope = if m.ranks <= 1 {
+                "nothing across GPUs or nodes".to_string()
+            } else if m.nodes <= 1 {
+                "one node: nothing across nodes".to_string()
+            } else {
+                format!("across {} nodes", m.nodes)
+            };
+            format!("runtime evidence: {} on {} x {gpu}, {ranks}; {scope}", label(kind), m.gpu_count)
+        }
+        None => "runtime evidence: none (nothing observed running on a GPU)".to_string(),
+    };
+    let mut reported: Vec<Kind> = found
+        .iter()
+        .filter(|f| f.statement.predicate.origin == Origin::Reported)
+        .map(|f| f.statement.predicate.kind)
+        .collect();
+    reported.sort();
+    reported.dedup();
+    if !reported.is_empty() {
+        let names: Vec<&str> = reported.iter().map(|k| label(*k)).collect();
+        out.push_str(&format!("; reported, not observed by the tool: {}", names.join(", ")));
+    }
+    out
 }
 
 fn label(k: Kind) -> &'static str {
@@ -268,13 +325,16 @@ pub fn render_human(r: &Report) -> String {
     out
 }
 
-/// A pull-request comment: one table per variant, every value escaped so no
-/// statement field can add Markdown, HTML, a mention, a link or a workflow command.
+/// A pull-request comment: per variant a one-line summary, a table of the
+/// statements (a reported outcome in `what`, never in `result`; what each
+/// kind does not show) and a table of the boundary per need, `configuration`
+/// included. Every value is escaped so no statement field can add Markdown,
+/// HTML, a mention, a link or a workflow command.
 pub fn render_markdown(r: &Report) -> String {
     let mut out = String::from("### DeepEP evidence\n\n");
     for s in &r.sections {
         let wheel = match &s.wheel {
-            Some((name, sha, _)) => format!("`{}` sha256 `{}`", code(name), &sha[..16]),
+            Some((name, sha, from)) => format!("`{}` sha256 `{}` ({})", code(name), &sha[..16], md(from)),
             None => "no wheel found".into(),
         };
         out.push_str(&format!(
@@ -283,23 +343,29 @@ pub fn render_markdown(r: &Report) -> String {
             code(&s.rev[..7.min(s.rev.len())]),
             md(&s.arch)
         ));
-        out.push_str("| kind | result | origin | date | signer | what |\n|---|---|---|---|---|---|\n");
-        for i in &s.statements {
-            let what = match &i.url {
-                Some(u) => format!("{} ({})", md(&i.summary), md(u)),
-                None => md(&i.summary),
-            };
-            out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {what} |\n",
-                i.kind.as_str(),
-                md(&i.result),
-                i.origin.as_str(),
-                md(&i.time),
-                md(&i.signer)
-            ));
+        out.push_str(&format!("Summary: {}\n\n", md(&s.summary)));
+        if !s.statements.is_empty() {
+            out.push_str("| kind | result | origin | date | signer | what | does not show |\n");
+            out.push_str("|---|---|---|---|---|---|---|\n");
+            for i in &s.statements {
+                out.push_str(&statement_row(i));
+            }
+            out.push('\n');
         }
-        for l in &s.boundary {
-            out.push_str(&format!("| boundary | {} | | | | {} |\n", l.status, md(&l.detail)));
+        out.push_str("| need | kind | status | detail | does not show |\n|---|---|---|---|---|\n");
+        for l in s
+            .configuration
+            .iter()
+            .flat_map(|c| std::iter::once(c).chain(s.boundary.iter().filter(|b| b.need == c.need)))
+        {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} |\n",
+                md(&l.need),
+                l.kind.as_str(),
+                l.status,
+                md(&l.detail),
+                md(l.kind.does_not_show())
+            ));
         }
         out.push('\n');
     }
@@ -307,6 +373,28 @@ pub fn render_markdown(r: &Report) -> String {
         out.push_str(&format!("{} statement file(s) not counted: no trusted signature.\n", r.not_counted.len()));
     }
     out
+}
+
+/// One statement's row: an observed verdict in `result`; a reported outcome
+/// is someone's words, so `result` says `reported` and the words go to `what`.
+fn statement_row(i: &Item) -> String {
+    let (result, mut what) = match i.origin {
+        Origin::Reported => ("reported".to_string(), format!("outcome \u{201c}{}\u{201d}", md(&i.result))),
+        Origin::Observed => (md(&i.result), String::new()),
+    };
+    for part in [md(&i.summary), i.url.as_deref().map(md).unwrap_or_default()] {
+        if !part.is_empty() {
+            what = if what.is_empty() { part } else { format!("{what}; {part}") };
+        }
+    }
+    format!(
+        "| {} | {result} | {} | {} | {} | {what} | {} |\n",
+        i.kind.as_str(),
+        i.origin.as_str(),
+        md(&i.time),
+        md(&i.signer),
+        md(&i.does_not_show)
+    )
 }
 
 /// Markdown text: every character with a meaning in GitHub Markdown or HTML
@@ -339,6 +427,100 @@ fn code(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::statement::{self, Judged, Predicate, Producer, Reported};
+    use super::*;
+
+    /// A real signed H200 DeepEP round trip (one rank, one node) from the fixtures.
+    fn h200_round_trip() -> Found {
+        let key =
+            crate::cache::sign::PublicKey::parse(include_str!("../../../../tests/fixtures/evidence/h200.pub").trim())
+                .unwrap();
+        let env = include_bytes!("../../../../tests/fixtures/evidence/h200-deep-ep-round-trip.dsse.json");
+        match statement::open(env, &[key]).unwrap() {
+            statement::Opened::Trusted { signer, statement } => {
+                Found { path: "ev/h200.dsse.json".into(), signer, statement }
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+
+    /// A reported statement about the same wheel, for a request of `nodes` nodes of EP16 h100.
+    fn reported(of: &Found, kind: Kind, outcome: &str, text: Option<&str>, nodes: u32) -> Found {
+        let mut s = of.statement.clone();
+        let request = crate::topology::Request {
+            gpu: Some(crate::pins::Gpu::H100),
+            ep: Some(16),
+            nodes: Some(nodes),
+            gpus_per_node: Some(8),
+            ..Default::default()
+        };
+        s.predicate = Predicate {
+            kind,
+            does_not_show: kind.does_not_show().into(),
+            origin: Origin::Reported,
+            producer: Producer {
+                command: "evidence add".into(),
+                mode: None,
+                tool: "deepep-forge 0".into(),
+                commit: None,
+            },
+            time: "2026-12-02T10:00:00Z".into(),
+            request: Some(Judged::of(&request, None, str::to_string)),
+            machine: None,
+            result: None,
+            reported: Some(Reported {
+                outcome: outcome.into(),
+                url: Some("https://ci.example/run/7".into()),
+                text: text.map(String::from),
+            }),
+        };
+        Found { path: format!("ev/{kind}.dsse.json").into(), signer: "team-1".into(), statement: s }
+    }
+
+    /// `evidence show --format markdown` for a 2-node variant: the summary
+    /// line, a reported outcome outside `result` (escaped), what each kind does
+    /// not show, a `configuration` line, and the boundary of the 2-node request
+    /// (tests/fixtures/evidence/boundary-multinode.md).
+    #[test]
+    fn markdown_boundary_of_a_multinode_variant_is_the_golden_file() {
+        let rt = h200_round_trip();
+        let training = reported(&rt, Kind::Training, "PASS <b>@all</b> | 20/20 steps", Some("loss 2.1 at step 20"), 2);
+        let config = reported(&rt, Kind::Configuration, "recipe resolved", None, 2);
+        let found = vec![&rt, &training, &config];
+        let need = Need {
+            label: "demo-multinode (pins.toml)".into(),
+            gpu: Some("h100".into()),
+            sm: Some(90),
+            ep: Some(16),
+            nodes: 2,
+        };
+        let section = Section {
+            variant: "demo-multinode".into(),
+            arch: "x86_64".into(),
+            rev: rt.statement.subject[0].digest.sha256.clone(),
+            wheel: Some((
+                rt.statement.subject[0].name.clone(),
+                rt.sha256().to_string(),
+                "the wheel cache; exact, unpatched".into(),
+            )),
+            statements: items(&found),
+            boundary: boundary(&found, &need),
+            configuration: vec![configuration(&found, &need)],
+            summary: summary_line(&found),
+        };
+        let md = render_markdown(&Report { schema: SCHEMA, sections: vec![section], not_counted: vec![] });
+        let golden = include_str!("../../../../tests/fixtures/evidence/boundary-multinode.md");
+        if md != golden {
+            let _ = std::fs::write(std::env::temp_dir().join("boundary-multinode.md"), &md);
+        }
+        assert_eq!(md, golden, "the new rendering is in the temp folder's boundary-multinode.md");
+        assert!(md.contains(
+            "Summary: runtime evidence&#58; DeepEP round trip on 1 x H200, one rank; nothing across GPUs or nodes"
+        ));
+        // The reported words are in `what`, escaped; `result` says only that they were reported.
+        assert!(md.contains("| training | reported | reported |"), "{md}");
+        assert!(!md.contains("<b>") && !md.contains("@all"), "{md}");
+    }
     #[test]
     fn markdown_escaping_leaves_no_markup() {
         let e = super::md("<img src=x onerror=alert(1)> [x](javascript:1) @team\n::error::x **b** | c");

@@ -27,10 +27,17 @@ fn manifest_url(simple: &str) -> Option<String> {
     Some(format!("{base}/index.json"))
 }
 
-/// Bytes at `url`: a `file://` path read through `input`, else [`manifest::fetch_capped`].
+/// Bytes at `url`: a `file://` URL's path (percent-decoded: the `.metadata` of
+/// `deep_ep-1.2.1%2B9dce5ac-...` is the file `deep_ep-1.2.1+9dce5ac-...`) read
+/// through `input`, else [`manifest::fetch_capped`].
 fn get(url: &str, cap: u64) -> Result<Vec<u8>> {
-    match url.strip_prefix("file://") {
-        Some(p) => crate::input::read_bytes(std::path::Path::new(p), "index file", cap),
+    match manifest::file_path(url) {
+        Some(p) => crate::input::read_bytes(&p, "index file", cap),
+        None if url.starts_with("file:") => Err(Failure::usage(format!(
+            "{}: a file URL names an absolute path (file:///srv/index/...)",
+            crate::input::excerpt(url, 200)
+        ))
+        .into()),
         None => manifest::fetch_capped(url, cap, 30),
     }
 }

@@ -34,7 +34,7 @@ fn split(url: &str) -> Result<(String, String)> {
         return Err(shape().into());
     }
     manifest::check_variant_name(variant).map_err(Failure::usage)?;
-    let name = file.replace("%2B", "+").replace("%2b", "+");
+    let name = manifest::percent_decode(file);
     crate::cache::check_wheel_name(&name)?;
     let mut m = u.clone();
     m.set_fragment(None);

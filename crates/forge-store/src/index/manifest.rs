@@ -266,6 +266,39 @@ pub fn is_url(s: &str) -> bool {
     s.starts_with("https://") || s.starts_with("http://")
 }
 
+/// `%XX` escapes decoded (`deep_ep-1.2.1%2B9dce5ac` -> `deep_ep-1.2.1+9dce5ac`),
+/// as a URL's path names a file; a `%` not followed by two hex digits, and bytes
+/// that do not decode to UTF-8, are kept as written.
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
+}
+
+/// The local path a `file://` URL names, percent-decoded (`file:///srv/idx/x%2By`
+/// -> `/srv/idx/x+y`; `file://localhost/...` too); `None` for anything else (another
+/// scheme, another host, a relative path).
+pub fn file_path(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("file://")?;
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    rest.starts_with('/').then(|| std::path::PathBuf::from(percent_decode(rest)))
+}
+
 /// Fetch a manifest over HTTPS (http only on 127.0.0.1/localhost). A redirect
 /// must stay on https; the body is capped at [`MAX_BYTES`]; 30 s in all.
 /// Every failure is exit 1 naming the URL.
@@ -297,7 +330,8 @@ pub fn fetch_capped(url: &str, cap: u64, secs: u64) -> anyhow::Result<Vec<u8>> {
 /// [`load_verified`] for a file or a URL ([`fetch`]).
 pub fn load_verified_any(at: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
     if !is_url(at) {
-        return load_verified(std::path::Path::new(at.strip_prefix("file://").unwrap_or(at)), trusted);
+        let path = file_path(at).unwrap_or_else(|| std::path::PathBuf::from(at));
+        return load_verified(&path, trusted);
     }
     let bytes = fetch(at)?;
     verified(&bytes, &crate::http::redact(at), trusted)
@@ -316,6 +350,24 @@ pub fn verified(bytes: &[u8], shown: &str, trusted: &[PublicKey]) -> anyhow::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_urls_name_decoded_absolute_paths() {
+        let p = |u: &str| file_path(u).map(|p| p.display().to_string());
+        assert_eq!(
+            p("file:///srv/idx/demo/simple/deep-ep/deep_ep-1.2.1%2B9dce5ac-cp312-cp312-linux_x86_64.whl.metadata"),
+            Some("/srv/idx/demo/simple/deep-ep/deep_ep-1.2.1+9dce5ac-cp312-cp312-linux_x86_64.whl.metadata".into())
+        );
+        assert_eq!(p("file://localhost/a%20b/x%2bY"), Some("/a b/x+Y".into()));
+        assert_eq!(p("file:///a/b?x#y"), Some("/a/b".into()));
+        for not in ["file://host/a", "file:relative", "https://h/a", "/srv/idx"] {
+            assert_eq!(p(not), None, "{not}");
+        }
+        // A `%` without two hex digits, and an escape that is no UTF-8, stay as written.
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%2"), "%zz%2");
+        assert_eq!(percent_decode("%ff%2B"), "%ff%2B");
+    }
 
     fn sample() -> Manifest {
         Manifest {
