@@ -37,6 +37,7 @@ mod lock;
 mod lock_environment;
 mod lock_patches;
 mod needs;
+mod nvcc_threads;
 mod patched_build;
 mod pinset;
 mod probe;
