@@ -7,7 +7,7 @@
 //! from the real one ([`scaled`]), for linearity. Prints the medians, the ratio
 //! (goal <= 0.10) and the 4x growth (goal <= 4.5); exits 1 when the ratio
 //! exceeds `--max-ratio` or the growth `--max-growth`, 3 when the fixtures
-//! are missing (`DEEPEP_FORGE_NEMO_RL`, `../shared/fixtures/nemo-rl` or
+//! are missing (`DEEPEP_FORGE_NEMO_RL`, the shared fixtures folder or
 //! `target/nemo-rl`). `DEEPEP_FORGE_BIN` names another deepep-forge binary
 //! (then nothing is built).
 use std::path::{Path, PathBuf};
