@@ -39,6 +39,7 @@ mod lock_environment;
 mod lock_patches;
 mod multinode_host;
 mod needs;
+mod nvcc_threads;
 mod patched_build;
 mod pinset;
 mod platform_tags;

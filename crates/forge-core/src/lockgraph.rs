@@ -113,6 +113,11 @@ struct Edge {
     marker: Option<String>,
     #[serde(default)]
     extra: Vec<String>,
+    /// The marker's id and the tables the edge names (its version's), resolved at
+    /// the first walk that meets the edge: later walks (each context, each
+    /// architecture) reuse them instead of re-normalising and re-hashing.
+    #[serde(skip)]
+    resolved: std::cell::OnceCell<(usize, Vec<usize>)>,
 }
 
 /// `Deep_EP.x` -> `deep-ep-x` (PEP 503).
@@ -151,6 +156,11 @@ fn without_files(block: &str) -> String {
     out
 }
 
+/// Newlines in `b`.
+fn newlines(b: &[u8]) -> usize {
+    b.iter().filter(|c| **c == b'\n').count()
+}
+
 fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
     Failure::usage(format!("{}:{line}: {what}", path.display())).hint("regenerate the lock with `uv lock`").into()
 }
@@ -161,7 +171,14 @@ fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> 
     if starts.len() > MAX_TABLES {
         return Err(bad(path, 1, format!("more than {MAX_TABLES} [[package]] tables")));
     }
-    let line_of = |off: usize| text[..off].bytes().filter(|b| *b == b'\n').count() + 1;
+    // Each block's first line, counted from the previous block's (one pass over the text, not one per block).
+    let mut lines = Vec::with_capacity(starts.len());
+    let (mut at, mut line) = (0usize, 1usize);
+    for &s in &starts {
+        line += newlines(&text.as_bytes()[at..s]);
+        at = s;
+        lines.push(line);
+    }
     let head = &text[..starts.first().copied().unwrap_or(text.len())];
     let header: Header = toml::from_str(head).map_err(|e| bad(path, 1, format!("the header does not parse: {e}")))?;
     let sets: Vec<Vec<(String, ConflictItem)>> = header
@@ -184,15 +201,16 @@ fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> 
     let mut edges = 0usize;
     for (k, &s) in starts.iter().enumerate() {
         let block = &text[s..starts.get(k + 1).copied().unwrap_or(text.len())];
+        let line = lines[k];
         let parsed: Block = toml::from_str(&without_files(block))
             .or_else(|_| toml::from_str(block))
-            .map_err(|e| bad(path, line_of(s), format!("a [[package]] table does not parse: {e}")))?;
+            .map_err(|e| bad(path, line, format!("a [[package]] table does not parse: {e}")))?;
         for t in parsed.package {
             edges += t.dependencies.len() + t.optional.values().chain(t.dev.values()).map(Vec::len).sum::<usize>();
             if edges > MAX_EDGES {
-                return Err(bad(path, line_of(s), format!("more than {MAX_EDGES} dependency edges")));
+                return Err(bad(path, line, format!("more than {MAX_EDGES} dependency edges")));
             }
-            out.push((line_of(s), t));
+            out.push((line, t));
         }
     }
     Ok((out, marker::conflicts_allowed(&sets)))
@@ -362,14 +380,25 @@ impl Graph<'_> {
         let mut seen: HashSet<(usize, Option<&'a str>)> = HashSet::new();
         let mut work: Vec<(usize, &'a Edge)> = starts.to_vec();
         while let Some((from, e)) = work.pop() {
-            let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
-            if !mk.holds(id, ctx, self.base, arch) {
+            let (id, targets) = match e.resolved.get() {
+                Some(r) => r,
+                None => {
+                    let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
+                    let named = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
+                    let targets = named
+                        .iter()
+                        .copied()
+                        .filter(|t| e.version.is_none() || e.version == self.tables[*t].1.version)
+                        .collect();
+                    e.resolved.get_or_init(|| (id, targets))
+                }
+            };
+            if !mk.holds(*id, ctx, self.base, arch) {
                 continue;
             }
-            let targets = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
             for &t in targets {
                 let table = &self.tables[t].1;
-                if e.version.is_some() && e.version != table.version || !mk.holds(self.fork[t], ctx, self.base, arch) {
+                if !mk.holds(self.fork[t], ctx, self.base, arch) {
                     continue;
                 }
                 reached.insert(t);

@@ -48,6 +48,10 @@ pub struct CacheBenchArgs {
     /// submodule commit as the pin (docs/reproducibility.md lists them).
     #[arg(long, value_name = "REV")]
     pub rev2: Option<String>,
+    /// build: a second variant built side by side after `--variant` (e.g. two
+    /// architectures after one), with and without nvcc `--threads` (steps 2, 3, 4).
+    #[arg(long, value_name = "VARIANT2")]
+    pub compare_variant: Option<String>,
 }
 
 struct Build {

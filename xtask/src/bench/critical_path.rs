@@ -9,6 +9,12 @@
 //! (which must be one). Takes build-cache's options (`--pins`, `--source`,
 //! `--python`, `--variant`, `--work`, `--steps`); default: the fixture, which
 //! has no ninja logs (its setup.py compiles without torch).
+//!
+//! With `--compare-variant V2` (e.g. `h100-b200`, `9.0 10.0`, after `h100`,
+//! `9.0`): 2. `--variant` side by side, 3. V2 side by side (its units'
+//! gencodes at once: nvcc `--threads`, the plan's default), 4. V2 with
+//! `DEEPEP_FORGE_NVCC_THREADS=1` (one gencode after the other, as before);
+//! prints V2 / `--variant` (goal <= 1.15x) and whether 3 and 4 are one sha256.
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -61,7 +67,14 @@ struct Measured {
 fn build(a: &CacheBenchArgs, work: &Path, step: u8) -> Result<Measured> {
     let dir = work.join(format!("build-{step}"));
     std::fs::create_dir_all(&dir)?;
-    let (request, env) = super::compiler_cache::request(a, &dir, &a.variant)?;
+    let variant = match step {
+        3 | 4 => a.compare_variant.as_deref().context("steps 3 and 4 need --compare-variant")?,
+        _ => &a.variant,
+    };
+    let (request, mut env) = super::compiler_cache::request(a, &dir, variant)?;
+    if step == 4 {
+        env.push(("DEEPEP_FORGE_NVCC_THREADS", PathBuf::from("1")));
+    }
     let mut args: Vec<OsString> =
         ["build-wheel", "--no-cache", "--no-compiler-cache", "--format", "json"].iter().map(OsString::from).collect();
     args.extend(request.args());
@@ -82,7 +95,7 @@ fn build(a: &CacheBenchArgs, work: &Path, step: u8) -> Result<Measured> {
             logs.push(NinjaLog::read(&e.path())?);
         }
     }
-    let rec = serde_json::json!({ "step": step, "wall": sample.wall.as_secs_f64(), "sha256": r["sha256"], "log": log });
+    let rec = serde_json::json!({ "step": step, "variant": variant, "wall": sample.wall.as_secs_f64(), "sha256": r["sha256"], "log": log });
     std::fs::write(work.join(format!("step-{step}.json")), rec.to_string())?;
     Ok(Measured { wall: sample.wall.as_secs_f64(), sha256: r["sha256"].as_str().unwrap_or("").into(), logs })
 }
@@ -108,22 +121,39 @@ pub fn run(a: CacheBenchArgs) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let work = a.work.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&work)?;
-    let steps = if a.steps.is_empty() { vec![1, 2] } else { a.steps.clone() };
+    let steps = match (a.steps.is_empty(), &a.compare_variant) {
+        (false, _) => a.steps.clone(),
+        (true, None) => vec![1, 2],
+        (true, Some(_)) => vec![2, 3, 4],
+    };
     let mut done = BTreeMap::new();
     for n in steps {
-        anyhow::ensure!(matches!(n, 1 | 2), "step {n}: steps are 1 (serial) and 2 (side by side)");
+        anyhow::ensure!(
+            (1..=4).contains(&n),
+            "step {n}: steps are 1 (serial), 2 (side by side), 3 and 4 (--compare-variant with and without nvcc --threads)"
+        );
         done.insert(n, build(&a, &work, n)?);
     }
     let base = done.get(&1).map(|m| m.wall);
+    let two = a.compare_variant.as_deref().unwrap_or("");
     for (n, m) in &done {
-        print(
-            if *n == 1 { "1. serial (pip's order)" } else { "2. side by side" },
-            m,
-            if *n == 2 { base } else { None },
-        );
+        let label = match n {
+            1 => format!("1. {} serial (pip's order)", a.variant),
+            2 => format!("2. {} side by side", a.variant),
+            3 => format!("3. {two} side by side"),
+            _ => format!("4. {two}, nvcc --threads 1"),
+        };
+        print(&label, m, if *n == 2 { base } else { None });
     }
     if let (Some(s), Some(p)) = (done.get(&1), done.get(&2)) {
-        println!("sha256: {}", if s.sha256 == p.sha256 { "one (bit-identical)" } else { "DIFFERENT" });
+        println!("sha256 1, 2: {}", if s.sha256 == p.sha256 { "one (bit-identical)" } else { "DIFFERENT" });
+    }
+    if let (Some(one), Some(t)) = (done.get(&2), done.get(&3)) {
+        println!("{two} / {}: {:.2}x wall (goal <= 1.15x)", a.variant, t.wall / one.wall);
+    }
+    if let (Some(t), Some(o)) = (done.get(&3), done.get(&4)) {
+        println!("{two} with / without nvcc --threads: {:.2}x wall", t.wall / o.wall);
+        println!("sha256 3, 4: {}", if t.sha256 == o.sha256 { "one (bit-identical)" } else { "DIFFERENT" });
     }
     Ok(())
 }

@@ -8,6 +8,11 @@
 //! random names for module ids); the host compiler gets `-ffile-prefix-map`.
 //! Without `--compiler-cache`, sccache runs with `SCCACHE_NO_CACHE=1`: the
 //! same driver, nothing stored, so a wheel is the same with and without the cache.
+//! A unit of several gencodes compiles them at once: the hook passes nvcc
+//! `--threads N` ([`NVCC_THREADS_ENV`], N = the variant's architectures, at most
+//! MAX_JOBS), which sccache honours by running each gencode's device steps at
+//! once; it assembles the same steps' outputs, so the bytes are the same as with
+//! one thread (tests/it/nvcc_threads.rs): not keyed, like MAX_JOBS.
 //! Owns the root, the hooks and the compiler-cache setting; must not build.
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -25,6 +30,8 @@ pub const CANONICAL_ROOT: &str = "/tmp/deepep-forge-build";
 pub const ROOT_ENV: &str = "DEEPEP_FORGE_BUILD_ROOT";
 /// The compiler cache folder (`--compiler-cache DIR` and the user config say the same).
 pub const CACHE_ENV: &str = "DEEPEP_FORGE_COMPILER_CACHE";
+/// How many gencodes of one unit nvcc compiles at once (set by the plan, not keyed).
+pub const NVCC_THREADS_ENV: &str = "DEEPEP_FORGE_NVCC_THREADS";
 /// sccache binary override.
 pub const SCCACHE_ENV: &str = "DEEPEP_FORGE_SCCACHE";
 
@@ -306,15 +313,22 @@ pub fn hooks(
     let nvcc_script = format!(
         "#!/bin/sh\n\
          # deepep-forge: nvcc through sccache, with a per-translation-unit random seed\n\
-         # (a checksum of the output file's path relative to the build root).\n\
+         # (a checksum of the output file's path relative to the build root); the unit's\n\
+         # gencodes at once with ${threads_env} threads (unless the build passes its own).\n\
          {guard}\
          out=\n\
          prev=\n\
+         threads=${{{threads_env}:-}}\n\
          for a in \"$@\"; do\n\
          \x20 if [ \"$prev\" = \"-o\" ]; then out=$a; fi\n\
+         \x20 case \"$a\" in -t | -t=* | --threads | --threads=*) threads= ;; esac\n\
          \x20 prev=$a\n\
          done\n\
          if [ -z \"$out\" ]; then exec {nvcc} \"$@\"; fi\n\
+         case \"$threads\" in\n\
+         \x20 '' | *[!0-9]*) ;;\n\
+         \x20 *) set -- \"$@\" --threads \"$threads\" ;;\n\
+         esac\n\
          case \"$out\" in\n\
          \x20 {root}/*) out=${{out#{root}/}} ;;\n\
          esac\n\
@@ -324,6 +338,7 @@ pub fn hooks(
         sccache = q(sccache),
         root = q(root),
         guard = guard,
+        threads_env = NVCC_THREADS_ENV,
     );
     // Compiles (`-c`) go through sccache; anything else (links, a probe of the compiler) runs it directly.
     let cxx_script = format!(
@@ -408,7 +423,40 @@ pub fn apply(pl: &mut Plan, compiler_cache: Option<CompilerCache>, strict: bool)
         pl.add_hook("MAKEFLAGS", format!("CXX={}", cxx.display()), false);
     }
     pl.hooks = Some(h);
+    set_nvcc_threads(pl)?;
     pl.seal();
+    Ok(())
+}
+
+/// Most nvcc threads per unit ([`NVCC_THREADS_ENV`] from the caller is capped by it).
+pub const MAX_NVCC_THREADS: usize = 64;
+
+/// [`NVCC_THREADS_ENV`]: the variant's architectures (each one gencode of every unit, or
+/// two with `+PTX`), at most MAX_JOBS; unset for one architecture or one job. The caller's
+/// `DEEPEP_FORGE_NVCC_THREADS=N` sets N instead (1: one gencode after the other, as nvcc
+/// alone). Not keyed (origin `jobs`): sccache assembles the same bytes at any count.
+fn set_nvcc_threads(pl: &mut Plan) -> Result<()> {
+    let archs = pl.variant.cuda_arch_list.split(|c: char| c.is_whitespace() || c == ';').filter(|a| !a.is_empty());
+    let jobs: usize = pl.run.env.get("MAX_JOBS").and_then(|j| j.parse().ok()).unwrap_or(1);
+    let threads = match crate::environ::var_os(NVCC_THREADS_ENV).filter(|v| !v.is_empty()) {
+        None => archs.count().min(jobs),
+        Some(v) => match v.to_str().and_then(|s| s.parse::<usize>().ok()) {
+            Some(n) if (1..=MAX_NVCC_THREADS).contains(&n) => n,
+            _ => {
+                return Err(Failure::usage(format!(
+                    "{NVCC_THREADS_ENV}={} is not a thread count from 1 to {MAX_NVCC_THREADS}",
+                    v.to_string_lossy().escape_debug()
+                ))
+                .hint(format!("unset it (the plan then uses one thread per architecture, at most MAX_JOBS), or set {NVCC_THREADS_ENV}=1 to compile one gencode after the other"))
+                .into())
+            }
+        },
+    };
+    if threads > 1 {
+        pl.run.set(NVCC_THREADS_ENV, threads.to_string(), super::plan::EnvOrigin::Jobs);
+    } else {
+        pl.run.remove(NVCC_THREADS_ENV);
+    }
     Ok(())
 }
 
