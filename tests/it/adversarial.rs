@@ -293,7 +293,7 @@ fn pins_cases() -> Vec<Case> {
         ("relative path", "\"../DeepEP\"".into(), "local path"),
         ("bare name", "\"DeepEP\"".into(), "local path"),
         ("http", "\"http://example.org/DeepEP.git\"".into(), "`http` scheme"),
-        ("ssh proxy host", format!("\"ssh://-oProxyCommand=touch%20{marker}/x\""), "no host"),
+        ("ssh proxy host", format!("\"ssh://-oProxyCommand=touch%20{marker}/x\""), "starts with `-`"),
         ("scp proxy host", "\"-oProxyCommand=x:y\"".into(), "starts with `-`"),
         ("newline", "\"https://github.com/x/y\\n--upload-pack=x\"".into(), "control"),
         ("empty", "\"\"".into(), "empty"),
