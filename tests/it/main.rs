@@ -30,6 +30,7 @@ mod flags;
 mod fleet_cache;
 mod fork;
 mod help;
+mod hostile5;
 mod hostile5_patches;
 mod images;
 mod install;

@@ -217,15 +217,39 @@ fn lexical(p: &Path) -> PathBuf {
     out
 }
 
-/// A path in a JSON document: as text, with bytes that are not UTF-8 shown
-/// as U+FFFD (serde refuses such a path, and a report must still be printed).
+/// A path in a JSON document: as text, exactly. A path that is not UTF-8 is
+/// an error naming its bytes escaped (`\xff`), never a lossy U+FFFD that
+/// would name another folder (the CLI refuses such arguments and current
+/// folders first; this holds for paths found inside trees).
 pub fn path_lossy<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&p.to_string_lossy())
+    match p.to_str() {
+        Some(t) => s.serialize_str(t),
+        None => Err(serde::ser::Error::custom(format!(
+            "{NOT_UTF8}: `{}`: rename it to a UTF-8 name",
+            p.as_os_str().as_encoded_bytes().escape_ascii()
+        ))),
+    }
 }
+
+/// The words of [`path_lossy`]'s error (`error::exit_of` makes it exit 2).
+pub const NOT_UTF8: &str = "a path in the report is not UTF-8 text and JSON cannot carry it exactly";
 
 /// [`path_lossy`] for a list of paths.
 pub fn paths_lossy<S: serde::Serializer>(p: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(p.iter().map(|p| p.to_string_lossy()))
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(p.len()))?;
+    for one in p {
+        seq.serialize_element(&Exact(one))?;
+    }
+    seq.end()
+}
+
+struct Exact<'a>(&'a Path);
+
+impl serde::Serialize for Exact<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        path_lossy(self.0, s)
+    }
 }
 
 /// [`path_lossy`] for an optional path.
