@@ -31,6 +31,7 @@ mod fleet_cache;
 mod fork;
 mod help;
 mod hostile5;
+mod hostile5_evidence;
 mod hostile5_patches;
 mod images;
 mod install;

@@ -59,6 +59,39 @@ impl Gate<'_> {
     }
 }
 
+impl Gate<'_> {
+    /// What a wheel whose variant cannot be told needs (a PEP 825 variant index
+    /// serves every variant's wheels under one URL, and uv.lock does not say
+    /// which it resolved): every `[[evidence.rule]]` that could apply to it (a
+    /// rule of a variant on the wheel's architecture, or of any variant when
+    /// that is unknown), each as its own requirement, so the gate applies the
+    /// strictest and never fails open. Without such a rule: `required(None)`.
+    fn required_unknown(&self, w: &LockedWheel) -> Vec<Required> {
+        let base = self.required(None);
+        let (Some(t), Some(pins)) = (self.table, self.pins) else { return vec![base] };
+        let could = |name: &String| {
+            pins.variants.iter().any(|v| &v.name == name && w.arch.as_deref().is_none_or(|a| a == v.arch.as_str()))
+        };
+        let rules: Vec<&crate::pins::EvidenceRule> = t.rules.iter().filter(|r| r.variants.iter().any(could)).collect();
+        if rules.is_empty() {
+            return vec![base];
+        }
+        rules
+            .into_iter()
+            .map(|r| Required {
+                kind: self.flag.map_or(r.kind, |f| f.max(r.kind)),
+                gpu: r.gpu,
+                by: format!(
+                    "{}:{} [[evidence.rule]] (for {}; uv.lock does not tell which variant of the variant index it locked, so every rule that could apply does)",
+                    self.file(),
+                    r.line,
+                    r.variants.join(", ")
+                ),
+            })
+            .collect()
+    }
+}
+
 /// The gate and what it reads.
 pub struct Policy<'a> {
     pub gate: &'a Gate<'a>,
@@ -100,32 +133,41 @@ pub fn check(
     }
     for w in wheels {
         let variant = variant_of(policy.gate.pins, src, w);
-        let req = policy.gate.required(variant);
-        let need = need_of(variant, req.gpu);
-        let Some(sha) = &w.sha256 else {
-            out.push(missing(&req, &need, w, variant, lock_path, "it has no sha256 in uv.lock".into()));
-            continue;
+        let reqs = match variant {
+            Some(_) => vec![policy.gate.required(variant)],
+            None => policy.gate.required_unknown(w),
         };
-        let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
-        let covering = about.iter().filter(|f| cover(f, &need).is_some()).map(|f| f.statement.predicate.kind).max();
-        if covering.is_some_and(|k| k >= req.kind) {
-            continue;
+        for req in reqs {
+            out.extend(judge(&read, &req, variant, w, lock_path));
         }
-        let on = need.gpu.as_deref().map(|g| format!(" on {g}")).unwrap_or_default();
-        let best = match (covering, about.iter().map(|f| f.statement.predicate.kind).max()) {
-            (Some(k), _) => format!("`{k}`"),
-            (None, Some(k)) => format!("none{on} (`{k}` only for another GPU generation, request, or a MISMATCH)"),
-            (None, None) => "none".into(),
-        };
-        let why = format!(
-            "required by {}; no statement of kind `{}` or stronger{on}, signed by a trusted key, names sha256 {}; best present: {best}",
-            req.by,
-            req.kind,
-            &sha[..16.min(sha.len())]
-        );
-        out.push(missing(&req, &need, w, variant, lock_path, why));
     }
     Ok(out)
+}
+
+/// The finding for wheel `w` under `req`, or none when a trusted statement covers it.
+fn judge(read: &store::Read, req: &Required, variant: Option<&Variant>, w: &LockedWheel, lock_path: &Path) -> Option<Finding> {
+    let need = need_of(variant, req.gpu);
+    let Some(sha) = &w.sha256 else {
+        return Some(missing(req, &need, w, variant, lock_path, "it has no sha256 in uv.lock".into()));
+    };
+    let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
+    let covering = about.iter().filter(|f| cover(f, &need).is_some()).map(|f| f.statement.predicate.kind).max();
+    if covering.is_some_and(|k| k >= req.kind) {
+        return None;
+    }
+    let on = need.gpu.as_deref().map(|g| format!(" on {g}")).unwrap_or_default();
+    let best = match (covering, about.iter().map(|f| f.statement.predicate.kind).max()) {
+        (Some(k), _) => format!("`{k}`"),
+        (None, Some(k)) => format!("none{on} (`{k}` only for another GPU generation, request, or a MISMATCH)"),
+        (None, None) => "none".into(),
+    };
+    let why = format!(
+        "required by {}; no statement of kind `{}` or stronger{on}, signed by a trusted key, names sha256 {}; best present: {best}",
+        req.by,
+        req.kind,
+        &sha[..16.min(sha.len())]
+    );
+    Some(missing(req, &need, w, variant, lock_path, why))
 }
 
 /// The pins.toml variant a locked wheel is for: the index's (by URL) on the wheel's architecture.
