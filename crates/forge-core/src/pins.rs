@@ -490,8 +490,8 @@ impl Pins {
         let raw: RawPins = toml::from_str(text).map_err(|e| {
             let at = e.span().map(|s| s.start);
             let (line, col) = at.map(|s| line_col(text, s)).unwrap_or((0, 0));
-            let key = at.and_then(|s| key_at(text, s)).map(|k| format!("{k}: ")).unwrap_or_default();
-            Failure::usage(format!("{}:{line}:{col}: {key}{}", path.display(), e.message().trim()))
+            let key = at.and_then(|s| key_at(text, s)).map(|k| format!(" (key `{k}`)")).unwrap_or_default();
+            Failure::usage(format!("{}:{line}:{col}: {}{key}", path.display(), e.message().trim()))
                 .hint("see the pins.toml shipped with deepep-forge for the expected shape")
         })?;
         validate(raw, text, path)
