@@ -47,7 +47,17 @@ fn numbers_from_pins_toml_are_bounded_where_parsed() {
     let topo_line = format!("pins.toml:{}:", line_of(TOPOLOGY));
     let mut v = Vec::new();
     for bad in ["4294967295.0", "13.4294967295", "100.0", "013.0", "0.0", "18446744073709551616.1"] {
-        let publish = &["publish", "--all", "--variant-wheels", "--default-variant", "h100", "--signing-key", "k.key", "--out", "site"][..];
+        let publish = &[
+            "publish",
+            "--all",
+            "--variant-wheels",
+            "--default-variant",
+            "h100",
+            "--signing-key",
+            "k.key",
+            "--out",
+            "site",
+        ][..];
         for args in [&["pins", "check"][..], publish] {
             v.push(
                 Case::new(format!("cuda {bad} under {}", args[..2].join(" ")))
@@ -61,12 +71,9 @@ fn numbers_from_pins_toml_are_bounded_where_parsed() {
             );
         }
     }
-    for (key, value) in [
-        ("nodes", "4294967295"),
-        ("gpus_per_node", "4294967295"),
-        ("ep", "4294967295"),
-        ("ranks_per_domain", "65536"),
-    ] {
+    for (key, value) in
+        [("nodes", "4294967295"), ("gpus_per_node", "4294967295"), ("ep", "4294967295"), ("ranks_per_domain", "65536")]
+    {
         let t = TOPOLOGY
             .split(", ")
             .map(|kv| if kv.starts_with(&format!("{key} = ")) { format!("{key} = {value}") } else { kv.to_string() })
@@ -95,11 +102,32 @@ fn numbers_from_pins_toml_are_bounded_where_parsed() {
 fn pins_toml_shape_errors_name_the_key_what_was_expected_and_an_example() {
     let py = format!("pins.toml:{}:", line_of(PYTHON));
     let cases = [
-        ("python nested list", PYTHON, "python = [3.12, [\"3.13\"]]", "toolchain.python", "[\"3.11\", \"3.12\"]", py.clone()),
+        (
+            "python nested list",
+            PYTHON,
+            "python = [3.12, [\"3.13\"]]",
+            "toolchain.python",
+            "[\"3.11\", \"3.12\"]",
+            py.clone(),
+        ),
         ("python integer", PYTHON, "python = 3", "toolchain.python", "\"3.12\"", py.clone()),
         ("python table", PYTHON, "python = { v = \"3.12\" }", "toolchain.python", "found a table", py.clone()),
-        ("gpu integer", "gpu = \"h100\", nodes = 1,", "gpu = 100, nodes = 1,", "topology", "\"h100\"", format!("pins.toml:{}:", line_of(TOPOLOGY))),
-        ("gpu nested", "gpu = \"h100\", nodes = 1,", "gpu = [[\"h100\"]], nodes = 1,", "topology", "[\"h100\", \"b200\"]", format!("pins.toml:{}:", line_of(TOPOLOGY))),
+        (
+            "gpu integer",
+            "gpu = \"h100\", nodes = 1,",
+            "gpu = 100, nodes = 1,",
+            "topology",
+            "\"h100\"",
+            format!("pins.toml:{}:", line_of(TOPOLOGY)),
+        ),
+        (
+            "gpu nested",
+            "gpu = \"h100\", nodes = 1,",
+            "gpu = [[\"h100\"]], nodes = 1,",
+            "topology",
+            "[\"h100\", \"b200\"]",
+            format!("pins.toml:{}:", line_of(TOPOLOGY)),
+        ),
     ];
     let mut v = Vec::new();
     for (name, from, to, key, example, at) in cases {
@@ -206,12 +234,12 @@ fn tokens_in_repository_urls_are_never_echoed() {
 fn usage_errors_create_no_output_folder() {
     let v = vec![
         Case::new("probe --record without --wheel")
-            .setup(|d| keygen(d))
+            .setup(keygen)
             .args(&["probe", "--record", "ev/new", "--signing-key", "k.key", "--preset", "h100-8g"])
             .says("--record needs --wheel")
             .absent("ev"),
         Case::new("probe --record with a missing wheel")
-            .setup(|d| keygen(d))
+            .setup(keygen)
             .args(&["probe", "--record", "ev", "--signing-key", "k.key", "--wheel", "nope.whl", "--preset", "h100-8g"])
             .says("nope.whl")
             .absent("ev"),
@@ -229,7 +257,7 @@ fn usage_errors_create_no_output_folder() {
             .absent("rebuilt"),
         Case::new("publish --out with an unknown variant")
             .file("pins.toml", PINS)
-            .setup(|d| keygen(d))
+            .setup(keygen)
             .args(&["publish", "--pins", "pins.toml", "--variant", "nope", "--signing-key", "k.key", "--out", "site"])
             .absent("site"),
     ];
@@ -353,8 +381,7 @@ fn a_slow_server_is_given_up_on_quickly() {
     };
     // A byte every 200 ms into a body of 100000: the deadline is 2 s + 100000 B / 1 MB/s = 2 s.
     let slow = trickle_server(100_000, Some(Duration::from_millis(200)));
-    let (o, took) =
-        run(&slow, &[("DEEPEP_FORGE_HTTP_BASE_TIMEOUT", "2"), ("DEEPEP_FORGE_HTTP_MIN_RATE", "1000000")]);
+    let (o, took) = run(&slow, &[("DEEPEP_FORGE_HTTP_BASE_TIMEOUT", "2"), ("DEEPEP_FORGE_HTTP_MIN_RATE", "1000000")]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("timed out after 2 s") && err.contains("DEEPEP_FORGE_HTTP_BASE_TIMEOUT"), "{err}");

@@ -19,7 +19,13 @@ fn with_link(s: &Setup) -> String {
 #[test]
 fn a_link_created_in_any_spelling_of_its_mode_is_refused() {
     let s = Setup::new();
-    for (name, mode) in [("octal0", "0120000"), ("octal00", "00120000"), ("plain", "120000"), ("perm", "120755"), ("gitlink", "0160000")] {
+    for (name, mode) in [
+        ("octal0", "0120000"),
+        ("octal00", "00120000"),
+        ("plain", "120000"),
+        ("perm", "120755"),
+        ("gitlink", "0160000"),
+    ] {
         let text = format!(
             "diff --git a/evil b/evil\nnew file mode {mode}\n--- /dev/null\n+++ b/evil\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n"
         );

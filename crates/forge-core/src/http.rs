@@ -61,15 +61,12 @@ impl Limits {
     pub fn from_env() -> Result<Limits, crate::error::Failure> {
         let num = |name: &str, default: u64, max: u64| -> Result<u64, crate::error::Failure> {
             let Some(v) = crate::environ::var_os(name) else { return Ok(default) };
-            v.to_str()
-                .and_then(|t| t.trim().parse::<u64>().ok())
-                .filter(|n| (1..=max).contains(n))
-                .ok_or_else(|| {
-                    crate::error::Failure::usage(format!(
-                        "{name}={}: expected a whole number from 1 to {max}",
-                        crate::input::excerpt(&v.to_string_lossy(), 40)
-                    ))
-                })
+            v.to_str().and_then(|t| t.trim().parse::<u64>().ok()).filter(|n| (1..=max).contains(n)).ok_or_else(|| {
+                crate::error::Failure::usage(format!(
+                    "{name}={}: expected a whole number from 1 to {max}",
+                    crate::input::excerpt(&v.to_string_lossy(), 40)
+                ))
+            })
         };
         Ok(Limits {
             idle: Duration::from_secs(num(IDLE_ENV, 30, 86_400)?),
@@ -319,9 +316,9 @@ impl Read for Deadlined {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         format!(
-                            "timed out after {} s (the deadline for this body: {BASE_ENV} plus its length at {RATE_ENV})",
-                            self.timeout.as_secs()
-                        ),
+                        "timed out after {} s (the deadline for this body: {BASE_ENV} plus its length at {RATE_ENV})",
+                        self.timeout.as_secs()
+                    ),
                     ))
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {

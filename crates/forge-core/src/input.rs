@@ -71,7 +71,8 @@ pub fn copy_capped(from: &Path, to: &Path, cap: u64) -> Result<(u64, u64)> {
     if size > cap {
         std::io::Write::write_all(
             &mut out,
-            format!("\n# deepep-forge: cut at {cap} of {size} bytes (a tree file is copied up to {cap} bytes)\n").as_bytes(),
+            format!("\n# deepep-forge: cut at {cap} of {size} bytes (a tree file is copied up to {cap} bytes)\n")
+                .as_bytes(),
         )?;
     }
     Ok((copied, size))

@@ -91,7 +91,8 @@ fn redact_word(w: &str) -> String {
         rest.find(['/', '?', '#']).unwrap_or(rest.len())
     };
     let (auth, tail) = rest.split_at(auth_end);
-    let plain_user = |user: &str| !user.contains(':') && (scheme.is_empty() || matches!(scheme, "ssh://" | "git+ssh://"));
+    let plain_user =
+        |user: &str| !user.contains(':') && (scheme.is_empty() || matches!(scheme, "ssh://" | "git+ssh://"));
     let auth = match auth.rfind('@') {
         Some(at) if plain_user(&auth[..at]) => auth.to_string(),
         Some(at) => format!("***@{}", &auth[at + 1..]),
@@ -99,7 +100,8 @@ fn redact_word(w: &str) -> String {
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
-            let (query, frag) = query.split_once('#').map(|(q, f)| (q, format!("#{f}"))).unwrap_or((query, String::new()));
+            let (query, frag) =
+                query.split_once('#').map(|(q, f)| (q, format!("#{f}"))).unwrap_or((query, String::new()));
             let params: Vec<String> = query
                 .split('&')
                 .map(|kv| match kv.split_once('=') {

@@ -542,9 +542,12 @@ pub fn key_at(text: &str, offset: usize) -> Option<String> {
     if key.is_empty() || key.starts_with('[') || key.starts_with('#') {
         return None;
     }
-    let table = text[..start].lines().rev().map(str::trim).find(|l| l.starts_with('[')).map(|h| {
-        h.trim_start_matches('[').split(']').next().unwrap_or("").trim().to_string()
-    });
+    let table = text[..start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|h| h.trim_start_matches('[').split(']').next().unwrap_or("").trim().to_string());
     let key = crate::input::excerpt(key, 60);
     Some(match table {
         Some(t) if !t.is_empty() => format!("{}.{key}", crate::input::excerpt(&t, 60)),
@@ -810,10 +813,7 @@ fn source(mut s: RawSource, text: &str, err: &Err) -> Result<Source> {
         ));
     }
     if let Err(why) = crate::process::git::check_file_url(s.repo.get_ref()) {
-        return Err(err(
-            s.repo.span(),
-            format!("source.repo `{}`: {why}", crate::http::redact(s.repo.get_ref())),
-        ));
+        return Err(err(s.repo.span(), format!("source.repo `{}`: {why}", crate::http::redact(s.repo.get_ref()))));
     }
     if pep440_rs::Version::from_str(s.base_version.get_ref()).is_err() || s.base_version.get_ref().contains('+') {
         return Err(err(
@@ -860,10 +860,7 @@ fn upstream(
         }
     };
     if let Err(why) = crate::process::git::check_file_url(repo.get_ref()) {
-        return Err(err(
-            repo.span(),
-            format!("source.upstream `{}`: {why}", crate::http::redact(repo.get_ref())),
-        ));
+        return Err(err(repo.span(), format!("source.upstream `{}`: {why}", crate::http::redact(repo.get_ref()))));
     }
     if same_url(repo.get_ref(), fork.get_ref()) {
         let line = line_col(text, fork.span().start).0;
@@ -1093,10 +1090,7 @@ fn package_version(v: Option<Spanned<String>>, key: &str, err: &Err) -> Result<O
 /// `[rdma_core]`: a remote repository and a plain ref.
 fn rdma_core(r: RawRdmaCore, err: &Err) -> Result<RdmaCore> {
     if let Err(why) = crate::process::git::check_file_url(r.repo.get_ref()) {
-        return Err(err(
-            r.repo.span(),
-            format!("rdma_core.repo `{}`: {why}", crate::http::redact(r.repo.get_ref())),
-        ));
+        return Err(err(r.repo.span(), format!("rdma_core.repo `{}`: {why}", crate::http::redact(r.repo.get_ref()))));
     }
     let g = r.git_ref.get_ref();
     let ref_ok = !g.is_empty()

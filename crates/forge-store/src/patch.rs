@@ -43,7 +43,9 @@ pub enum Fit {
 /// or submodule, or that lies below a link of the pinned tree or of the
 /// result. `None`: no link touched.
 fn links_touched(git: &dyn Fn(&str) -> crate::process::Cmd, rev: &str) -> Result<Option<String>> {
-    let raw = git("read what the patches changed").args(["diff-index", "--cached", "--raw", "-z", "--no-renames", rev, "--"]).output()?;
+    let raw = git("read what the patches changed")
+        .args(["diff-index", "--cached", "--raw", "-z", "--no-renames", rev, "--"])
+        .output()?;
     let mut changed = Vec::new();
     let mut fields = raw.split('\0');
     while let (Some(meta), Some(path)) = (fields.next(), fields.next()) {
@@ -65,7 +67,12 @@ fn links_touched(git: &dyn Fn(&str) -> crate::process::Cmd, rev: &str) -> Result
         .split('\0')
         .chain(index.split('\0'))
         .filter_map(|e| e.split_once('\t'))
-        .filter(|(meta, _)| meta.split(' ').next().and_then(|m| u32::from_str_radix(m, 8).ok()).is_some_and(patches::is_link_or_submodule))
+        .filter(|(meta, _)| {
+            meta.split(' ')
+                .next()
+                .and_then(|m| u32::from_str_radix(m, 8).ok())
+                .is_some_and(patches::is_link_or_submodule)
+        })
         .map(|(_, path)| path)
         .collect();
     for path in &changed {

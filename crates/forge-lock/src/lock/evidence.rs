@@ -145,7 +145,13 @@ pub fn check(
 }
 
 /// The finding for wheel `w` under `req`, or none when a trusted statement covers it.
-fn judge(read: &store::Read, req: &Required, variant: Option<&Variant>, w: &LockedWheel, lock_path: &Path) -> Option<Finding> {
+fn judge(
+    read: &store::Read,
+    req: &Required,
+    variant: Option<&Variant>,
+    w: &LockedWheel,
+    lock_path: &Path,
+) -> Option<Finding> {
     let need = need_of(variant, req.gpu);
     let Some(sha) = &w.sha256 else {
         return Some(missing(req, &need, w, variant, lock_path, "it has no sha256 in uv.lock".into()));
