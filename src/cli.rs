@@ -353,6 +353,12 @@ pub fn main() -> ExitCode {
 /// this with `deepep-forge` as the name, so both say the same thing.
 pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     restore_sigpipe();
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    if let Some(why) = not_utf8(&args) {
+        crate::printer::init(false);
+        crate::error::report(&anyhow::Error::from(why));
+        return ExitCode::from(Exit::Usage.code());
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -364,6 +370,30 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
     crate::printer::init(cli.quiet);
     install_signal_handler();
     finish(run(cli.command))
+}
+
+/// An argument or the current folder that is not UTF-8, as an error (exit 2):
+/// every report, text or JSON, names its paths, and JSON cannot carry such
+/// bytes (a lossy U+FFFD would name another folder). Nothing has run yet.
+fn not_utf8(args: &[std::ffi::OsString]) -> Option<crate::error::Failure> {
+    let shown = |b: &[u8]| b.escape_ascii().to_string();
+    if let Some(a) = args.iter().skip(1).find(|a| a.to_str().is_none()) {
+        return Some(
+            crate::error::Failure::usage(format!(
+                "the argument `{}` is not UTF-8 text: deepep-forge names every path in its reports (text and JSON), and these bytes cannot be named exactly",
+                shown(a.as_encoded_bytes())
+            ))
+            .hint("rename the file or folder to a UTF-8 name, or pass it through a UTF-8 symlink"),
+        );
+    }
+    let cwd = std::env::current_dir().ok()?;
+    cwd.to_str().is_none().then(|| {
+        crate::error::Failure::usage(format!(
+            "the current folder `{}` is not UTF-8 text: deepep-forge names every path in its reports (text and JSON), and these bytes cannot be named exactly",
+            shown(cwd.as_os_str().as_encoded_bytes())
+        ))
+        .hint("run from a folder whose path is UTF-8")
+    })
 }
 
 #[cfg(test)]

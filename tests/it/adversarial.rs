@@ -179,7 +179,8 @@ fn pins_cases() -> Vec<Case> {
         Case::new("pins: --pins a non-UTF-8 path")
             .args(&["pins", "check", "--pins"])
             .arg_bytes(b"pins-\xff.toml")
-            .says("pins-\u{fffd}.toml"),
+            .says("pins-\\xff.toml")
+            .says("not UTF-8"),
         Case::new("pins: NUL bytes").file("pins.toml", "schema = 1\0\n").args(&["pins", "check"]).says("pins.toml:"),
         Case::new("pins: schema 99")
             .file("pins.toml", swap(PINS, "schema = 2", "schema = 99", 1))
@@ -242,8 +243,7 @@ fn pins_cases() -> Vec<Case> {
                 swap(PINS, "nodes = 1, gpus_per_node = 8, ep = 8", "nodes = 65536, gpus_per_node = 65536, ep = 8", 1),
             )
             .args(&["pins", "check"])
-            .exit(0)
-            .says("ok"),
+            .says("topology.nodes = 65536: expected 1 to 4096"),
         Case::new("pins: topology zero")
             .file("pins.toml", swap(PINS, "nodes = 1, gpus_per_node = 8", "nodes = 0, gpus_per_node = 8", 1))
             .args(&["pins", "check"])
@@ -293,7 +293,7 @@ fn pins_cases() -> Vec<Case> {
         ("relative path", "\"../DeepEP\"".into(), "local path"),
         ("bare name", "\"DeepEP\"".into(), "local path"),
         ("http", "\"http://example.org/DeepEP.git\"".into(), "`http` scheme"),
-        ("ssh proxy host", format!("\"ssh://-oProxyCommand=touch%20{marker}/x\""), "no host"),
+        ("ssh proxy host", format!("\"ssh://-oProxyCommand=touch%20{marker}/x\""), "starts with `-`"),
         ("scp proxy host", "\"-oProxyCommand=x:y\"".into(), "starts with `-`"),
         ("newline", "\"https://github.com/x/y\\n--upload-pack=x\"".into(), "control"),
         ("empty", "\"\"".into(), "empty"),
@@ -951,7 +951,8 @@ fn journal_cases() -> Vec<Case> {
             .file("pins.toml", PINS)
             .args(&["pin", "set", X86_REV, "--project"])
             .arg_bytes(b"nope\xff")
-            .says("cannot read the project folder nope\u{FFFD}"),
+            .says("nope\\xff")
+            .says("not UTF-8"),
     ]
 }
 

@@ -452,7 +452,7 @@ fn a_planted_build_root_lock_is_exit_3_with_what_to_do() {
 /// Class 9: a `--project` path that is not UTF-8 works with `--format json`
 /// as with the human format (shown lossily, U+FFFD).
 #[test]
-fn a_non_utf8_project_path_works_in_json() {
+fn a_non_utf8_project_path_is_refused_in_every_format() {
     let project = |format: &str| {
         Case::new(format!("lock check --format {format}: a non-UTF-8 --project"))
             .file("pins.toml", PINS)
@@ -465,7 +465,10 @@ fn a_non_utf8_project_path_works_in_json() {
             })
             .args(&["lock", "check", "--format", format, "--project"])
             .arg_bytes(b"p\xffx")
-            .exit(0)
+            .exit(2)
+            .says("p\\xffx")
+            .says("not UTF-8")
+            .hides("\u{fffd}")
     };
-    run_all(vec![project("human").says("p\u{fffd}x"), project("json").says("\"project\": \"p\u{fffd}x\"")]);
+    run_all(vec![project("human"), project("json"), project("github")]);
 }

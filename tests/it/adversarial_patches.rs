@@ -87,7 +87,7 @@ impl Setup {
 }
 
 /// Every file under `dir` (relative path -> bytes; links as their target).
-fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -108,7 +108,7 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// `plan` on `pins`: exit 2, every needle in stderr, nothing changed in the consumer, no wheel or tree.
-fn refused(s: &Setup, pins: &Path, needles: &[&str]) {
+pub fn refused(s: &Setup, pins: &Path, needles: &[&str]) {
     let before = snapshot(&s.consumer);
     let o = s.plan(pins);
     assert_eq!(o.status.code(), Some(2), "expected exit 2 for {needles:?}: {}{}", stdout(&o), stderr(&o));
@@ -123,7 +123,7 @@ fn refused(s: &Setup, pins: &Path, needles: &[&str]) {
     }
 }
 
-fn write(s: &Setup, rel: &str, text: &str) {
+pub fn write(s: &Setup, rel: &str, text: &str) {
     let p = s.consumer.join(rel);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(p, text).unwrap();

@@ -13,8 +13,8 @@ use deepep_forge::evidence::statement::{self, Kind, Opened, Origin};
 use serde_json::{json, Value};
 
 const B64: base64::engine::general_purpose::GeneralPurpose = base64::engine::general_purpose::STANDARD;
-const WHEEL: &str = "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl";
-const PINS: &str = include_str!("../../pins.toml");
+pub(crate) const WHEEL: &str = "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl";
+pub(crate) const PINS: &str = include_str!("../../pins.toml");
 
 /// A GPU statement produced by `probe --run --deep-ep --record` on the H200
 /// (docs/evidence.md, "The kept GPU statement"), kept as produced.
@@ -52,7 +52,7 @@ fn make_wheel(dir: &Path) -> PathBuf {
     path
 }
 
-fn sha256_of(p: &Path) -> String {
+pub(crate) fn sha256_of(p: &Path) -> String {
     hex::encode(<sha2::Sha256 as sha2::Digest>::digest(std::fs::read(p).unwrap()))
 }
 
@@ -65,7 +65,7 @@ fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
 }
 
 /// Run the binary with no trusted keys from the environment or a config file.
-fn run(dir: &Path, args: &[&str]) -> std::process::Output {
+pub(crate) fn run(dir: &Path, args: &[&str]) -> std::process::Output {
     bin()
         .args(args)
         .current_dir(dir)
@@ -300,7 +300,7 @@ fn hostile_fields_in_evidence_add_are_refused_and_nothing_is_written() {
 }
 
 /// One trusted reported statement in `ev/<sha>/`, returned with its key.
-fn one_statement(d: &Path) -> (PathBuf, PathBuf, String, PathBuf) {
+pub(crate) fn one_statement(d: &Path) -> (PathBuf, PathBuf, String, PathBuf) {
     let wheel = make_wheel(d);
     let (key, public) = keygen(d, "lead-1");
     let o = run(
@@ -519,9 +519,13 @@ fn a_record_folder_this_user_cannot_write_is_refused() {
 
 /// A consumer whose uv.lock pins the fixture wheel from a deepep-forge index (the shape uv writes).
 fn consumer(d: &Path, sha: &str) -> PathBuf {
+    consumer_at(d, sha, "http://127.0.0.1:8000/h100/simple")
+}
+
+/// [`consumer`] locked from the index at `url`.
+pub(crate) fn consumer_at(d: &Path, sha: &str, url: &str) -> PathBuf {
     let c = d.join("consumer");
     std::fs::create_dir_all(&c).unwrap();
-    let url = "http://127.0.0.1:8000/h100/simple";
     std::fs::write(
         c.join("pyproject.toml"),
         format!(
@@ -588,13 +592,13 @@ fn lock_check_requires_trusted_evidence_of_a_kind() {
 
 /// pins.toml with `policy` appended (the `[evidence]` table), written as `name` in `d`;
 /// returns the 1-based line of the policy's first line.
-fn pins_with(d: &Path, name: &str, base: &str, policy: &str) -> usize {
+pub(crate) fn pins_with(d: &Path, name: &str, base: &str, policy: &str) -> usize {
     std::fs::write(d.join(name), format!("{base}{policy}")).unwrap();
     base.lines().count() + policy.lines().take_while(|l| l.is_empty()).count() + 1
 }
 
 /// `lock check` with pins.toml `file`, the evidence folder and `keys` (no --require-evidence).
-fn gate_with(d: &Path, file: &str, keys: &[&str], extra: &[&str]) -> std::process::Output {
+pub(crate) fn gate_with(d: &Path, file: &str, keys: &[&str], extra: &[&str]) -> std::process::Output {
     let mut a = vec!["lock", "check", "--project", "consumer", "--pins", file, "--evidence", "ev"];
     for k in keys {
         a.extend(["--trusted-key", k]);

@@ -88,6 +88,9 @@ pub fn exit_of(err: &anyhow::Error) -> Exit {
         if let Some(f) = cause.downcast_ref::<Failure>() {
             return f.exit;
         }
+        if cause.downcast_ref::<serde_json::Error>().is_some_and(|e| e.to_string().contains(crate::output::NOT_UTF8)) {
+            return Exit::Usage;
+        }
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
             if io.kind() == std::io::ErrorKind::Interrupted {
                 return Exit::Interrupted;

@@ -1,7 +1,9 @@
 //! The one HTTP client, with one policy for every transfer (the remote cache,
 //! publish indexes and their manifests, `verify URL`, the Debian mirror of
-//! `docker build`): a connect timeout (10 s at most) and an overall deadline
-//! per request that covers the body however the server paces it; up to 5
+//! `docker build`): a connect timeout (10 s at most), an idle timeout (no
+//! byte for that long ends a body) and an overall deadline per body sized
+//! from its length ([`Limits`], docs/network.md), under the caller's cap,
+//! that covers the body however the server paces it; up to 5
 //! redirects, never from https to plain http unless plain http was allowed;
 //! bodies read against a size bound; the system's and the bundled root
 //! certificates; socket writes that never raise SIGPIPE (a server that closes
@@ -33,6 +35,53 @@ pub struct Client {
     inner: reqwest::blocking::Client,
     timeout: Duration,
     plain: Plain,
+    limits: Limits,
+}
+
+/// How long a transfer may take, besides the caller's overall cap: no byte
+/// for `idle` ends it, and a body of known length must arrive by `base +
+/// length / min_rate`. Settable by environment (docs/network.md):
+/// `DEEPEP_FORGE_HTTP_IDLE_TIMEOUT` (seconds, default 30),
+/// `DEEPEP_FORGE_HTTP_BASE_TIMEOUT` (seconds, default 30) and
+/// `DEEPEP_FORGE_HTTP_MIN_RATE` (bytes per second, default 262144).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub idle: Duration,
+    pub base: Duration,
+    pub min_rate: u64,
+}
+
+pub const IDLE_ENV: &str = "DEEPEP_FORGE_HTTP_IDLE_TIMEOUT";
+pub const BASE_ENV: &str = "DEEPEP_FORGE_HTTP_BASE_TIMEOUT";
+pub const RATE_ENV: &str = "DEEPEP_FORGE_HTTP_MIN_RATE";
+
+impl Limits {
+    /// The defaults, each replaced by its environment variable when set; a
+    /// value that is not a whole number in range is a usage error naming it.
+    pub fn from_env() -> Result<Limits, crate::error::Failure> {
+        let num = |name: &str, default: u64, max: u64| -> Result<u64, crate::error::Failure> {
+            let Some(v) = crate::environ::var_os(name) else { return Ok(default) };
+            v.to_str().and_then(|t| t.trim().parse::<u64>().ok()).filter(|n| (1..=max).contains(n)).ok_or_else(|| {
+                crate::error::Failure::usage(format!(
+                    "{name}={}: expected a whole number from 1 to {max}",
+                    crate::input::excerpt(&v.to_string_lossy(), 40)
+                ))
+            })
+        };
+        Ok(Limits {
+            idle: Duration::from_secs(num(IDLE_ENV, 30, 86_400)?),
+            base: Duration::from_secs(num(BASE_ENV, 30, 86_400)?),
+            min_rate: num(RATE_ENV, 256 << 10, 1 << 40)?,
+        })
+    }
+
+    /// The deadline of a body of `len` bytes (unknown: `cap`), never past `cap`.
+    pub fn deadline_for(&self, len: Option<u64>, cap: Duration) -> Duration {
+        match len {
+            Some(n) => self.base.saturating_add(Duration::from_secs(n / self.min_rate.max(1))).min(cap),
+            None => cap,
+        }
+    }
 }
 
 /// A response whose body is read against the request's deadline.
@@ -98,7 +147,7 @@ impl Client {
         // closed (writev: no MSG_NOSIGNAL) is EPIPE, an error, never SIGPIPE.
         let inner = without_sigpipe(|| builder.build())
             .map_err(|e| crate::error::Failure::env(format!("cannot set up the HTTP client: {e}")))?;
-        Ok(Client { inner, timeout, plain })
+        Ok(Client { inner, timeout, plain, limits: Limits::from_env()? })
     }
 
     pub fn timeout(&self) -> Duration {
@@ -118,9 +167,10 @@ impl Client {
     /// GET `u`; the error is a sentence without credentials.
     pub fn get(&self, u: &Url) -> Result<Response, String> {
         self.check_scheme(u)?;
-        let deadline = Instant::now() + self.timeout;
+        let start = Instant::now();
         let resp = self.inner.get(u.clone()).send().map_err(|e| describe(&e, self.timeout))?;
-        Ok(Response { status: resp.status(), body: Deadlined::new(resp, deadline, self.timeout) })
+        let (status, total) = (resp.status(), self.limits.deadline_for(resp.content_length(), self.timeout));
+        Ok(Response { status, body: Deadlined::new(resp, start + total, total, self.limits.idle) })
     }
 
     /// PUT a file's bytes to `u` (sent once); the status, or why it failed.
@@ -226,10 +276,11 @@ struct Deadlined {
     done: bool,
     deadline: Instant,
     timeout: Duration,
+    idle: Duration,
 }
 
 impl Deadlined {
-    fn new(mut resp: reqwest::blocking::Response, deadline: Instant, timeout: Duration) -> Deadlined {
+    fn new(mut resp: reqwest::blocking::Response, deadline: Instant, timeout: Duration, idle: Duration) -> Deadlined {
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
         std::thread::spawn(move || loop {
             let mut buf = vec![0u8; 1 << 16];
@@ -242,7 +293,7 @@ impl Deadlined {
                 break;
             }
         });
-        Deadlined { rx, chunk: Vec::new(), at: 0, done: false, deadline, timeout }
+        Deadlined { rx, chunk: Vec::new(), at: 0, done: false, deadline, timeout, idle }
     }
 }
 
@@ -250,14 +301,24 @@ impl Read for Deadlined {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if self.at == self.chunk.len() && !self.done {
             let left = self.deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
+            let idle = left > self.idle;
+            match self.rx.recv_timeout(left.min(self.idle)) {
                 Ok(Ok(c)) if c.is_empty() => self.done = true,
                 Ok(Ok(c)) => (self.chunk, self.at) = (c, 0),
                 Ok(Err(e)) => return Err(e),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if idle => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("timed out: no data for {} s (idle limit, {IDLE_ENV})", self.idle.as_secs()),
+                    ))
+                }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
-                        format!("timed out after {} s", self.timeout.as_secs()),
+                        format!(
+                        "timed out after {} s (the deadline for this body: {BASE_ENV} plus its length at {RATE_ENV})",
+                        self.timeout.as_secs()
+                    ),
                     ))
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {

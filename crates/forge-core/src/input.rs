@@ -54,6 +54,30 @@ pub fn open(path: &Path, what: &str, cap: u64) -> Result<(File, u64)> {
     Ok((f, m.len()))
 }
 
+/// Copy a file of a tree deepep-forge does not own (a build tree's log) to
+/// `to`: opened without following a link (O_NOFOLLOW: a planted link is
+/// refused, not read), never blocking, a regular file, and at most `cap`
+/// bytes copied (a larger one is cut, and a last line says so). Returns
+/// (bytes copied, the file's size).
+pub fn copy_capped(from: &Path, to: &Path, cap: u64) -> Result<(u64, u64)> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(from)
+        .map_err(|e| refuse(from, "tree file", e))?;
+    let size = regular(&f, from, "tree file")?.len();
+    let mut out = std::fs::File::create(to)?;
+    let copied = std::io::copy(&mut f.take(cap), &mut out)?;
+    if size > cap {
+        std::io::Write::write_all(
+            &mut out,
+            format!("\n# deepep-forge: cut at {cap} of {size} bytes (a tree file is copied up to {cap} bytes)\n")
+                .as_bytes(),
+        )?;
+    }
+    Ok((copied, size))
+}
+
 /// Open (creating it if absent) the lock file `path` for `flock`: never
 /// through a symlink (O_NOFOLLOW: a planted link is refused, not followed),
 /// never blocking (O_NONBLOCK: a FIFO planted there cannot hang the open),

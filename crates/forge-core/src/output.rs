@@ -50,6 +50,81 @@ pub fn log_safe(s: &str) -> String {
     out
 }
 
+/// `text` (a message, a report, any line the tool prints) with every URL in it
+/// shown without secrets: `user:password@` / `token@` becomes `***@` (also in
+/// scp-like `user:token@host:path`; a plain ssh user such as `git@` stays), and the value of each token-like query
+/// parameter (`token`, `access_token`, `key`, `sig`, `signature`, `password`,
+/// `secret`, `X-Amz-*`, any name holding `token`, `secret`, `passw`,
+/// `signature`, `credential` or `auth`) becomes `***`. The printer passes every
+/// line through it, so no URL reaches stdout or stderr with its secrets.
+pub fn redact_urls(text: &str) -> String {
+    if !text.contains('@') && !text.contains('?') {
+        return text.to_string();
+    }
+    let delim = |c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | '<' | '>' | '(' | ')' | '[' | ']' | ',');
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    for c in text.chars() {
+        if delim(c) {
+            out.push_str(&redact_word(&word));
+            word.clear();
+            out.push(c);
+        } else {
+            word.push(c);
+        }
+    }
+    out.push_str(&redact_word(&word));
+    out
+}
+
+/// One word of a text: a URL (or scp-like git address) without its secrets.
+fn redact_word(w: &str) -> String {
+    let (scheme, rest) = match w.find("://") {
+        Some(i) => w.split_at(i + 3),
+        None if w.contains('@') && w.contains(':') => ("", w),
+        None => return w.to_string(),
+    };
+    let auth_end = if scheme.is_empty() {
+        // scp-like: `user:token@host:path`, the `@` before the path's `:`.
+        rest.rfind('@').map(|at| at + 1 + rest[at + 1..].find(':').unwrap_or(rest.len() - at - 1)).unwrap_or(0)
+    } else {
+        rest.find(['/', '?', '#']).unwrap_or(rest.len())
+    };
+    let (auth, tail) = rest.split_at(auth_end);
+    let plain_user =
+        |user: &str| !user.contains(':') && (scheme.is_empty() || matches!(scheme, "ssh://" | "git+ssh://"));
+    let auth = match auth.rfind('@') {
+        Some(at) if plain_user(&auth[..at]) => auth.to_string(),
+        Some(at) => format!("***@{}", &auth[at + 1..]),
+        None => auth.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let (query, frag) =
+                query.split_once('#').map(|(q, f)| (q, format!("#{f}"))).unwrap_or((query, String::new()));
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if secret_param(k) => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{path}?{}{frag}", params.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}{auth}{tail}")
+}
+
+/// A query parameter whose value is a credential.
+fn secret_param(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    matches!(k.as_str(), "key" | "sig" | "signature" | "token" | "password" | "secret" | "code" | "apikey" | "api_key")
+        || k.starts_with("x-amz-")
+        || k.starts_with("x-goog-")
+        || ["token", "secret", "passw", "signature", "credential", "auth"].iter().any(|n| k.contains(n))
+}
+
 /// `s` with CR, ESC (other than a colour code) and every other control
 /// character but newline and tab shown escaped (`\r`, `\u{1b}`): what every
 /// result line on stdout passes (a value from a file can neither rewrite a
@@ -217,15 +292,39 @@ fn lexical(p: &Path) -> PathBuf {
     out
 }
 
-/// A path in a JSON document: as text, with bytes that are not UTF-8 shown
-/// as U+FFFD (serde refuses such a path, and a report must still be printed).
+/// A path in a JSON document: as text, exactly. A path that is not UTF-8 is
+/// an error naming its bytes escaped (`\xff`), never a lossy U+FFFD that
+/// would name another folder (the CLI refuses such arguments and current
+/// folders first; this holds for paths found inside trees).
 pub fn path_lossy<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&p.to_string_lossy())
+    match p.to_str() {
+        Some(t) => s.serialize_str(t),
+        None => Err(serde::ser::Error::custom(format!(
+            "{NOT_UTF8}: `{}`: rename it to a UTF-8 name",
+            p.as_os_str().as_encoded_bytes().escape_ascii()
+        ))),
+    }
 }
+
+/// The words of [`path_lossy`]'s error (`error::exit_of` makes it exit 2).
+pub const NOT_UTF8: &str = "a path in the report is not UTF-8 text and JSON cannot carry it exactly";
 
 /// [`path_lossy`] for a list of paths.
 pub fn paths_lossy<S: serde::Serializer>(p: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(p.iter().map(|p| p.to_string_lossy()))
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(p.len()))?;
+    for one in p {
+        seq.serialize_element(&Exact(one))?;
+    }
+    seq.end()
+}
+
+struct Exact<'a>(&'a Path);
+
+impl serde::Serialize for Exact<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        path_lossy(self.0, s)
+    }
 }
 
 /// [`path_lossy`] for an optional path.
@@ -238,6 +337,22 @@ pub fn opt_path_lossy<S: serde::Serializer>(p: &Option<PathBuf>, s: S) -> Result
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn redact_urls_hides_every_credential_in_a_text() {
+        let t = super::redact_urls(
+            "cannot fetch from https://x-access-token:ghp_SECRET1@github.com/a/b.git: \
+             'https://TOKEN2@h/x?ref=main&access_token=SECRET3&X-Amz-Signature=SECRET4#f' \
+             oauth2:SECRET5@github.com:a/b.git (ssh://git:SECRET6@host/x) git@github.com:a/b.git",
+        );
+        for s in ["SECRET1", "TOKEN2", "SECRET3", "SECRET4", "SECRET5", "SECRET6"] {
+            assert!(!t.contains(s), "{s} in {t}");
+        }
+        assert!(t.contains("https://***@github.com/a/b.git") && t.contains("ref=main&access_token=***"), "{t}");
+        assert!(t.contains("git@github.com:a/b.git"), "{t}");
+        assert_eq!(super::redact_urls("ssh://git@github.com/a/b.git"), "ssh://git@github.com/a/b.git");
+        assert_eq!(super::redact_urls("plain words, a@b and x?y"), "plain words, a@b and x?y");
+    }
+
     use super::*;
 
     #[test]

@@ -169,11 +169,10 @@ pub fn inspect(text: &str) -> std::result::Result<Vec<String>, Failure> {
                 "line {n}: a binary hunk: binary patches are refused (patch text only)"
             )));
         }
-        let mode = ["new file mode ", "new mode ", "old mode ", "deleted file mode "]
-            .iter()
-            .find_map(|p| line.strip_prefix(p));
-        if mode.is_some_and(|m| m.trim() == "120000" || m.trim() == "160000") {
-            return Err(Failure::usage(format!("line {n}: creates or changes a symbolic link or submodule: refused")));
+        if header_mode(line).is_some_and(is_link_or_submodule) {
+            return Err(Failure::usage(format!(
+                "line {n}: creates, changes or retargets a symbolic link or submodule: refused"
+            )));
         }
         for path in header_paths(line) {
             let path = path.map_err(|why| Failure::usage(format!("line {n}: {}", why.message)))?;
@@ -188,6 +187,27 @@ pub fn inspect(text: &str) -> std::result::Result<Vec<String>, Failure> {
         ));
     }
     Ok(files)
+}
+
+/// The mode a git header line states (`new file mode`, `new mode`, `old mode`,
+/// `deleted file mode`, or the mode after `index a..b`), read as git reads it:
+/// octal digits, leading zeros allowed. A mode that is not octal reads as a
+/// link (refused: git would refuse or misread it too).
+fn header_mode(line: &str) -> Option<u32> {
+    let m = ["new file mode ", "new mode ", "old mode ", "deleted file mode "]
+        .iter()
+        .find_map(|p| line.strip_prefix(p))
+        .or_else(|| line.strip_prefix("index ").and_then(|r| r.split_whitespace().nth(1)))?;
+    let m = m.trim();
+    Some(u32::from_str_radix(m, 8).ok().filter(|_| !m.is_empty()).unwrap_or(LINK_MODE))
+}
+
+const LINK_MODE: u32 = 0o120000;
+const SUBMODULE_MODE: u32 = 0o160000;
+
+/// A git mode whose file type is a symbolic link or a submodule (gitlink).
+pub fn is_link_or_submodule(mode: u32) -> bool {
+    matches!(mode & 0o170000, LINK_MODE | SUBMODULE_MODE)
 }
 
 /// The tree paths a header line names (`diff --git`, `---`, `+++`, rename/copy), each checked.
@@ -302,6 +322,15 @@ mod tests {
         assert!(inspect(&bin).unwrap_err().message.contains("binary"));
         let link = "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n";
         assert!(inspect(link).unwrap_err().message.contains("symbolic link"));
+        for spelling in ["0120000", "00120000", "120777", "160000", "0160000", "12x000"] {
+            let t = link.replace("120000", spelling);
+            assert!(inspect(&t).unwrap_err().message.contains("symbolic link"), "{spelling}");
+        }
+        let retarget = "diff --git a/l b/l\nindex 1111111..2222222 120000\n--- a/l\n+++ b/l\n@@ -1 +1 @@\n-/a\n+/etc\n";
+        assert!(inspect(retarget).unwrap_err().message.contains("symbolic link"));
+        let to_link = "diff --git a/f b/f\nold mode 100644\nnew mode 0120000\n";
+        assert!(inspect(to_link).is_err());
+        assert!(inspect(&ONE.replace("100644", "0100644")).is_ok());
         let ren = "diff --git a/a b/b\nsimilarity index 100%\nrename from a\nrename to ../b\n";
         assert!(inspect(ren).is_err());
         assert!(inspect("just text\n").unwrap_err().message.contains("changes no file"));

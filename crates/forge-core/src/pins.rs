@@ -491,8 +491,10 @@ impl Pins {
     /// Parse pins from text; `path` is used in messages only.
     pub fn parse(text: &str, path: &Path) -> Result<Pins> {
         let raw: RawPins = toml::from_str(text).map_err(|e| {
-            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
-            Failure::usage(format!("{}:{line}:{col}: {}", path.display(), e.message().trim()))
+            let at = e.span().map(|s| s.start);
+            let (line, col) = at.map(|s| line_col(text, s)).unwrap_or((0, 0));
+            let key = at.and_then(|s| key_at(text, s)).map(|k| format!(" (key `{k}`)")).unwrap_or_default();
+            Failure::usage(format!("{}:{line}:{col}: {}{key}", path.display(), e.message().trim()))
                 .hint("see the pins.toml shipped with deepep-forge for the expected shape")
         })?;
         validate(raw, text, path)
@@ -529,6 +531,57 @@ impl Pins {
     pub fn index_members(&self, name: &str) -> Vec<&Variant> {
         self.variants.iter().filter(|v| v.index_name() == name).collect()
     }
+}
+
+/// The dotted key whose value holds byte `offset` (`toolchain.python`,
+/// `variant.topology`): the last `[table]` / `[[table]]` header above it and
+/// the key of its line. `None` when the line has no `key =`.
+pub fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(text.len());
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or("");
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    if key.is_empty() || key.starts_with('[') || key.starts_with('#') {
+        return None;
+    }
+    let table = text[..start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|h| h.trim_start_matches('[').split(']').next().unwrap_or("").trim().to_string());
+    let key = crate::input::excerpt(key, 60);
+    Some(match table {
+        Some(t) if !t.is_empty() => format!("{}.{key}", crate::input::excerpt(&t, 60)),
+        _ => key,
+    })
+}
+
+/// Most nodes, GPUs per node, ranks per NVLink domain and EP ranks a
+/// topology may name: far above any machine, small enough that no product of
+/// them overflows a `u32`.
+pub const MAX_NODES: u32 = 4096;
+pub const MAX_GPUS_PER_NODE: u32 = 1024;
+pub const MAX_EP: u32 = MAX_NODES * MAX_GPUS_PER_NODE;
+
+/// Each topology number within its bound, named with what was expected.
+fn topology_bounds(name: &str, t: &RawTopology, span: std::ops::Range<usize>, err: &Err) -> Result<()> {
+    let fields = [
+        ("nodes", t.nodes, MAX_NODES),
+        ("gpus_per_node", t.gpus_per_node, MAX_GPUS_PER_NODE),
+        ("ranks_per_domain", t.ranks_per_domain, MAX_GPUS_PER_NODE),
+        ("ep", t.ep, MAX_EP),
+    ];
+    for (key, value, max) in fields {
+        if value > max {
+            return Err(err(
+                span,
+                format!("variant `{name}`: topology.{key} = {value}: expected 1 to {max} (e.g. nodes = 2, gpus_per_node = 8, ep = 16)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// 1-based (line, column) of a byte offset.
@@ -589,13 +642,53 @@ struct RawPin {
     patches: Option<Vec<Spanned<RawPatch>>>,
 }
 
-/// A `patches` entry: `"patches/x.patch"` or `{ path = "...", sha256 = "..." }`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawPatch {
-    Path(String),
-    Recorded(RawRecordedPatch),
+/// A TOML value of one of several shapes (a string, a list, a table), read
+/// without serde's `untagged` (whose error names only the Rust type): the
+/// first variant whose shape matches is read; a value of no listed shape is
+/// "expected WHAT, found a KIND", and a bad value of a listed shape says
+/// WHAT too. `WHAT` holds an example. The caller's deserializer adds
+/// file:line:column.
+#[macro_export]
+macro_rules! toml_shapes {
+    ($(#[$m:meta])* $vis:vis enum $name:ident, $what:expr, { $($var:ident($ty:ty) if $shape:ident),+ $(,)? }) => {
+        $(#[$m])*
+        $vis enum $name { $($var($ty)),+ }
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                use serde::de::Error as _;
+                let v = toml::Value::deserialize(d)?;
+                $(
+                    if v.$shape() {
+                        return <$ty as serde::Deserialize>::deserialize(v)
+                            .map($name::$var)
+                            .map_err(|e| D::Error::custom(format!("expected {}: {}", $what, e.message().trim())));
+                    }
+                )+
+                Err(D::Error::custom(format!("expected {}, found {}", $what, $crate::pins::toml_kind(&v))))
+            }
+        }
+    };
 }
+
+/// What kind of TOML value `v` is, in words (`an integer`, `a list`).
+pub fn toml_kind(v: &toml::Value) -> &'static str {
+    match v {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "an integer",
+        toml::Value::Float(_) => "a float (write versions as strings, e.g. \"3.12\")",
+        toml::Value::Boolean(_) => "a boolean",
+        toml::Value::Datetime(_) => "a date",
+        toml::Value::Array(_) => "a list",
+        toml::Value::Table(_) => "a table",
+    }
+}
+
+toml_shapes!(
+    /// A `patches` entry: `"patches/x.patch"` or `{ path = "...", sha256 = "..." }`.
+    enum RawPatch,
+    "a patch path such as \"patches/fix.patch\" or a table such as { path = \"patches/fix.patch\", sha256 = \"<64 hex>\" }",
+    { Path(String) if is_str, Recorded(RawRecordedPatch) if is_table }
+);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -641,21 +734,19 @@ struct RawVariant {
     patches: Option<Vec<Spanned<RawPatch>>>,
 }
 
-/// `python = "3.12"` or `python = ["3.11", "3.12"]`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawPythons {
-    One(String),
-    Many(Vec<String>),
-}
+toml_shapes!(
+    /// `python = "3.12"` or `python = ["3.11", "3.12"]`.
+    enum RawPythons,
+    "a Python version string such as \"3.12\", or a list of minor-version strings such as [\"3.11\", \"3.12\"]",
+    { One(String) if is_str, Many(Vec<String>) if is_array }
+);
 
-/// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawGpus {
-    One(String),
-    Many(Vec<String>),
-}
+toml_shapes!(
+    /// `gpu = "h100"` or `gpu = ["h100", "b200"]`.
+    enum RawGpus,
+    "a GPU name string such as \"h100\", or a list of them such as [\"h100\", \"b200\"]",
+    { One(String) if is_str, Many(Vec<String>) if is_array }
+);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -726,10 +817,7 @@ fn source(mut s: RawSource, text: &str, err: &Err) -> Result<Source> {
         ));
     }
     if let Err(why) = crate::process::git::check_file_url(s.repo.get_ref()) {
-        return Err(err(
-            s.repo.span(),
-            format!("source.repo `{}`: {why}", crate::input::excerpt(s.repo.get_ref(), 80)),
-        ));
+        return Err(err(s.repo.span(), format!("source.repo `{}`: {why}", crate::http::redact(s.repo.get_ref()))));
     }
     if pep440_rs::Version::from_str(s.base_version.get_ref()).is_err() || s.base_version.get_ref().contains('+') {
         return Err(err(
@@ -776,10 +864,7 @@ fn upstream(
         }
     };
     if let Err(why) = crate::process::git::check_file_url(repo.get_ref()) {
-        return Err(err(
-            repo.span(),
-            format!("source.upstream `{}`: {why}", crate::input::excerpt(repo.get_ref(), 80)),
-        ));
+        return Err(err(repo.span(), format!("source.upstream `{}`: {why}", crate::http::redact(repo.get_ref()))));
     }
     if same_url(repo.get_ref(), fork.get_ref()) {
         let line = line_col(text, fork.span().start).0;
@@ -891,13 +976,15 @@ fn toolchain(t: RawToolchain, text: &str, err: &Err) -> Result<Toolchain> {
         return Err(err(t.torch.span(), format!("toolchain.torch {why}")));
     }
     let c = t.cuda.get_ref();
-    let ok = c.split_once('.').is_some_and(|(a, b)| {
-        !a.is_empty() && !b.is_empty() && a.bytes().all(|x| x.is_ascii_digit()) && b.bytes().all(|x| x.is_ascii_digit())
-    });
+    let part = |p: &str| (1..=2).contains(&p.len()) && p.bytes().all(|x| x.is_ascii_digit());
+    let ok = c.split_once('.').is_some_and(|(a, b)| part(a) && part(b) && a != "0" && !a.starts_with('0'));
     if !ok {
         return Err(err(
             t.cuda.span(),
-            format!("toolchain.cuda `{}`: expected CUDA major.minor, e.g. \"13.0\"", crate::input::excerpt(c, 80)),
+            format!(
+                "toolchain.cuda `{}`: expected CUDA major.minor, each 1 or 2 digits (major 1 to 99), e.g. \"13.0\"",
+                crate::input::excerpt(c, 80)
+            ),
         ));
     }
     let pythons = t.python.as_ref().map(|py| pythons(py, text, err)).transpose()?.unwrap_or_default();
@@ -1028,10 +1115,7 @@ fn package_version(v: Option<Spanned<String>>, key: &str, err: &Err) -> Result<O
 /// `[rdma_core]`: a remote repository and a plain ref.
 fn rdma_core(r: RawRdmaCore, err: &Err) -> Result<RdmaCore> {
     if let Err(why) = crate::process::git::check_file_url(r.repo.get_ref()) {
-        return Err(err(
-            r.repo.span(),
-            format!("rdma_core.repo `{}`: {why}", crate::input::excerpt(r.repo.get_ref(), 80)),
-        ));
+        return Err(err(r.repo.span(), format!("rdma_core.repo `{}`: {why}", crate::http::redact(r.repo.get_ref()))));
     }
     let g = r.git_ref.get_ref();
     let ref_ok = !g.is_empty()
@@ -1301,6 +1385,7 @@ fn topology(
     if t.ep == 0 || t.ranks_per_domain == 0 || t.nodes == 0 || t.gpus_per_node == 0 {
         return Err(err(tspan, format!("variant `{name}`: topology numbers must be at least 1")));
     }
+    topology_bounds(name, t, tspan.clone(), err)?;
     if !t.ep.is_multiple_of(t.ranks_per_domain) {
         return Err(err(
             tspan,

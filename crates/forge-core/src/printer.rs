@@ -114,10 +114,24 @@ pub fn stdout_bytes(bytes: &[u8]) {
 }
 
 /// A result: to stdout, always. Use [`out!`](crate::out) / [`outln!`](crate::outln).
-/// Control characters are shown escaped (`output::controls_escaped`): a
-/// result quotes values from files, in every format.
+/// Every line passes `output::redact_urls` (no URL shows its credentials) and
+/// `output::log_safe` (control characters shown escaped, a
+/// line that would start a CI workflow command gets a leading `\`): a result
+/// quotes values from files, in every format, and a line break inside such a
+/// value cannot start a live `::error` line. Only [`workflow`] prints workflow
+/// commands.
 pub fn out(args: fmt::Arguments) {
-    let text = crate::output::controls_escaped(&args.to_string());
+    let text = crate::output::log_safe(&crate::output::redact_urls(&args.to_string()));
+    let mut out = std::io::stdout().lock();
+    remember("stdout", out.write_all(text.as_bytes()).and_then(|_| out.flush()));
+}
+
+/// `--format github`'s report: annotations built by `output::annotation`
+/// (their values escaped there) and a human part wrapped by
+/// `output::github_log`. Control characters are still shown escaped; the
+/// workflow commands stay live.
+pub fn workflow(text: &str) {
+    let text = crate::output::controls_escaped(&crate::output::redact_urls(text));
     let mut out = std::io::stdout().lock();
     remember("stdout", out.write_all(text.as_bytes()).and_then(|_| out.flush()));
 }
@@ -129,11 +143,12 @@ pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<()> {
     Ok(())
 }
 
-/// Every line to stderr passes `output::log_safe`: notes and errors quote
+/// Every line to stderr passes `output::redact_urls` (no URL shows its
+/// credentials) and `output::log_safe`: notes and errors quote
 /// values from files, and stderr is outside the `--format github` report's
 /// stopped-commands block.
 fn stderr(args: fmt::Arguments) {
-    let text = crate::output::log_safe(&args.to_string());
+    let text = crate::output::log_safe(&crate::output::redact_urls(&args.to_string()));
     let mut err = std::io::stderr().lock();
     remember("stderr", err.write_all(text.as_bytes()).and_then(|_| err.flush()));
 }

@@ -33,6 +33,58 @@ pub enum Fit {
     Contained,
     /// git's words: the file and the hunk that failed.
     Fails(String),
+    /// It applies, but what git made of it touches a link or submodule (created,
+    /// retargeted, a mode change to or from one, or a write below one).
+    Refused(String),
+}
+
+/// What the patches applied so far in the scratch index did, as git read them
+/// (not a text match): the first path whose old or new mode is a symbolic link
+/// or submodule, or that lies below a link of the pinned tree or of the
+/// result. `None`: no link touched.
+fn links_touched(git: &dyn Fn(&str) -> crate::process::Cmd, rev: &str) -> Result<Option<String>> {
+    let raw = git("read what the patches changed")
+        .args(["diff-index", "--cached", "--raw", "-z", "--no-renames", rev, "--"])
+        .output()?;
+    let mut changed = Vec::new();
+    let mut fields = raw.split('\0');
+    while let (Some(meta), Some(path)) = (fields.next(), fields.next()) {
+        let mut m = meta.trim_start_matches(':').split(' ');
+        let (old, new) = (m.next().unwrap_or(""), m.next().unwrap_or(""));
+        for mode in [old, new] {
+            if u32::from_str_radix(mode, 8).map_or(true, patches::is_link_or_submodule) && mode != "000000" {
+                return Ok(Some(format!(
+                    "`{}`: git reads it as a symbolic link or submodule (mode {old} -> {new}): a patch may not create, retarget or change one",
+                    crate::input::excerpt(path, 120)
+                )));
+            }
+        }
+        changed.push(path.to_string());
+    }
+    let tree = git("list the pinned tree's links").args(["ls-tree", "-r", "-z", rev]).output()?;
+    let index = git("list the patched tree's links").args(["ls-files", "-s", "-z"]).output()?;
+    let links: Vec<&str> = tree
+        .split('\0')
+        .chain(index.split('\0'))
+        .filter_map(|e| e.split_once('\t'))
+        .filter(|(meta, _)| {
+            meta.split(' ')
+                .next()
+                .and_then(|m| u32::from_str_radix(m, 8).ok())
+                .is_some_and(patches::is_link_or_submodule)
+        })
+        .map(|(_, path)| path)
+        .collect();
+    for path in &changed {
+        if let Some(link) = links.iter().find(|l| path.strip_prefix(**l).is_some_and(|r| r.starts_with('/'))) {
+            return Ok(Some(format!(
+                "`{}` lies beyond the symbolic link or submodule `{}`: a patch may not write through one",
+                crate::input::excerpt(path, 120),
+                crate::input::excerpt(link, 120)
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Apply `set` in order to a scratch index of `rev`'s tree in the repository `mirror`
@@ -61,7 +113,10 @@ pub fn fits(mirror: &Path, rev: &str, set: &[SourcePatch], scratch: &Path) -> Re
         let file = write_patch(scratch, n, p)?;
         let applied = git(&format!("apply patch {}", p.name)).args(apply_args(true, &[])).arg(&file).capture()?;
         if applied.status.success() {
-            out.push(Fit::Applies);
+            out.push(match links_touched(&git, rev)? {
+                Some(why) => Fit::Refused(why),
+                None => Fit::Applies,
+            });
             continue;
         }
         let reverse = git(&format!("reverse-check patch {}", p.name))
@@ -95,6 +150,9 @@ pub fn refuse(p: &SourcePatch, rev: &str, fit: &Fit) -> Result<()> {
                 .hint(format!("drop it: remove \"{}\" from the patches list in pins.toml", p.name))
                 .into())
         }
+        Fit::Refused(why) => Err(Failure::usage(format!("patch `{}` is refused at {short}: {why}", p.name))
+            .hint("a patch changes the contents of regular files only; make link changes in a fork")
+            .into()),
         Fit::Fails(why) => Err(Failure::usage(format!(
             "patch `{}` does not apply at {short}: {}",
             p.name,

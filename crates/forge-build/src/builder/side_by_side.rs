@@ -59,23 +59,81 @@ pub fn describe(s: &SideBySide) -> String {
     )
 }
 
+/// Most bytes of one `.ninja_log` kept (a larger one is cut, saying so).
+pub const MAX_NINJA_LOG: u64 = 16 << 20;
+/// Most entries of the build tree the walk looks at.
+const MAX_ENTRIES: usize = 100_000;
+
 /// Copy every `.ninja_log` of the build tree's `build/` folder (each extension's, or the
 /// serial build's one) into `<log>.ninja/`, named after its folder; returns the copies.
-/// Bounded: at most 64 logs, 6 folders deep; links are not followed.
+/// The tree is the pinned revision's (not ours): `build` itself and every
+/// entry below it are taken only when they are not links (a committed `build`
+/// symlink is not followed), each log is opened without following links and
+/// copied up to [`MAX_NINJA_LOG`] bytes (`input::copy_capped`); at most 64
+/// logs, 6 folders deep, [`MAX_ENTRIES`] entries.
 pub fn keep_ninja_logs(tree: &Path, log: &Path) -> Vec<PathBuf> {
     let dest = log.with_extension("ninja");
     let _ = std::fs::remove_dir_all(&dest);
     let mut kept = Vec::new();
-    let walk = walkdir::WalkDir::new(tree.join("build")).max_depth(6).follow_links(false);
-    for e in walk.into_iter().filter_map(|e| e.ok()) {
-        if kept.len() == 64 || !e.file_type().is_file() || e.file_name() != ".ninja_log" {
+    let root = tree.join("build");
+    if !std::fs::symlink_metadata(&root).is_ok_and(|m| m.is_dir()) {
+        return kept;
+    }
+    let walk = walkdir::WalkDir::new(&root).max_depth(6).follow_links(false).follow_root_links(false);
+    for e in walk.into_iter().take(MAX_ENTRIES).filter_map(|e| e.ok()) {
+        if kept.len() == 64 || !e.file_type().is_file() || e.file_name() != ".ninja_log" || e.path_is_symlink() {
             continue;
         }
         let name = e.path().parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
         let to = dest.join(format!("{}.ninja_log", name.unwrap_or_else(|| "build".into())));
-        if std::fs::create_dir_all(&dest).is_ok() && std::fs::copy(e.path(), &to).is_ok() {
+        if std::fs::create_dir_all(&dest).is_ok() && crate::input::copy_capped(e.path(), &to, MAX_NINJA_LOG).is_ok() {
             kept.push(to);
         }
     }
     kept
+}
+
+#[cfg(test)]
+mod hostile_trees {
+    use super::*;
+
+    #[test]
+    fn a_linked_build_folder_is_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let (tree, outside) = (d.path().join("tree"), d.path().join("outside"));
+        std::fs::create_dir_all(outside.join("x")).unwrap();
+        std::fs::write(outside.join("x/.ninja_log"), "secret").unwrap();
+        std::fs::create_dir_all(&tree).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("build")).unwrap();
+        assert!(keep_ninja_logs(&tree, &d.path().join("b.log")).is_empty());
+        assert!(!d.path().join("b.ninja").exists());
+    }
+
+    #[test]
+    fn a_linked_log_or_folder_inside_is_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let (tree, outside) = (d.path().join("tree"), d.path().join("outside"));
+        std::fs::create_dir_all(outside.join("y")).unwrap();
+        std::fs::write(outside.join("y/.ninja_log"), "secret").unwrap();
+        std::fs::create_dir_all(tree.join("build/a")).unwrap();
+        std::os::unix::fs::symlink(outside.join("y/.ninja_log"), tree.join("build/a/.ninja_log")).unwrap();
+        std::os::unix::fs::symlink(outside.join("y"), tree.join("build/b")).unwrap();
+        assert!(keep_ninja_logs(&tree, &d.path().join("b.log")).is_empty());
+    }
+
+    #[test]
+    fn a_huge_sparse_log_is_cut_and_says_so() {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("tree");
+        std::fs::create_dir_all(tree.join("build/ext")).unwrap();
+        let f = std::fs::File::create(tree.join("build/ext/.ninja_log")).unwrap();
+        f.set_len(1 << 30).unwrap();
+        let kept = keep_ninja_logs(&tree, &d.path().join("b.log"));
+        assert_eq!(kept.len(), 1);
+        let len = std::fs::metadata(&kept[0]).unwrap().len();
+        assert!(len > MAX_NINJA_LOG && len < MAX_NINJA_LOG + 200, "{len}");
+        let tail = crate::input::read_bytes(&kept[0], "kept log", 1 << 30).unwrap();
+        let tail = String::from_utf8_lossy(&tail[tail.len() - 120..]).into_owned();
+        assert!(tail.contains(&format!("cut at {MAX_NINJA_LOG} of {} bytes", 1u64 << 30)), "{tail}");
+    }
 }

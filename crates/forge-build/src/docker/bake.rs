@@ -248,7 +248,7 @@ pub fn bake(a: BakeRequest) -> Result<Exit> {
                 message: format!("{msg}\n{human}"),
                 ..Default::default()
             };
-            crate::out!("{}", annotation(Level::Error, &note));
+            crate::printer::workflow(&annotation(Level::Error, &note));
         }
         crate::out!("{human}");
     }

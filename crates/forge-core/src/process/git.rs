@@ -91,10 +91,13 @@ pub fn check_file_url(url: &str) -> Result<(), Failure> {
         if !matches!(scheme.as_str(), "https" | "ssh" | "git") {
             return bad(&format!("the `{scheme}` scheme is not allowed"));
         }
-        let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        let host = host.rsplit('@').next().unwrap_or_default();
-        if host.is_empty() || host.starts_with('-') {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let host = authority.rsplit('@').next().unwrap_or_default();
+        if host.is_empty() {
             return bad("no host");
+        }
+        if authority.split(['@', ':']).any(option_shaped) {
+            return bad("a user or host starts with `-` (ssh would read it as an option)");
         }
         if !rest.contains('/') || rest.ends_with('/') && rest.matches('/').count() == 1 {
             return bad("no repository path");
@@ -107,6 +110,9 @@ pub fn check_file_url(url: &str) -> Result<(), Failure> {
     // scp-like `user@host:path`: git treats it as ssh when the part before the
     // first `:` has no `/` (otherwise it is a local path).
     if let Some((host, path)) = url.split_once(':') {
+        if host.split('@').any(option_shaped) {
+            return bad("a user or host starts with `-` (ssh would read it as an option)");
+        }
         let hostname = host.rsplit('@').next().unwrap_or_default();
         let host_ok = !host.contains('/')
             && !hostname.is_empty()
@@ -120,6 +126,12 @@ pub fn check_file_url(url: &str) -> Result<(), Failure> {
         }
     }
     bad("a local path is not allowed in a file")
+}
+
+/// A user or host part ssh would take for an option: a leading `-`, also percent-encoded.
+fn option_shaped(part: &str) -> bool {
+    let p = part.to_ascii_lowercase();
+    p.starts_with('-') || p.starts_with("%2d")
 }
 
 #[cfg(test)]
@@ -151,6 +163,13 @@ mod tests {
             "https://-oProxyCommand=x/y",
             "ssh://-oProxyCommand=x/y",
             "git@-oProxyCommand=x:y",
+            "ssh://-oProxyCommand=x@host/x",
+            "ssh://user@-host/x",
+            "ssh://%2DoProxyCommand=x@host/x",
+            "ssh://-u:pw@host/x",
+            "https://-user@host/x",
+            "-oProxyCommand=x:y",
+            "-oProxy@host:x",
             "https://github.com",
             "https://a b/c",
             "",

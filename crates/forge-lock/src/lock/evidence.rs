@@ -59,6 +59,37 @@ impl Gate<'_> {
     }
 }
 
+impl<'a> Gate<'a> {
+    /// What a wheel whose variant cannot be told needs (a PEP 825 variant index
+    /// serves every variant's wheels under one URL, and uv.lock does not say
+    /// which it resolved): what every variant it could be (pins.toml's variants
+    /// on the wheel's architecture) would need, by its own rule and its own
+    /// request (a multi-node variant's nodes too), each as its own requirement,
+    /// so the gate applies the strictest and never fails open. Without pins:
+    /// `required(None)`.
+    fn required_unknown(&self, w: &LockedWheel) -> Vec<(Required, Option<&'a Variant>)> {
+        let Some(pins) = self.pins else { return vec![(self.required(None), None)] };
+        let could: Vec<&'a Variant> =
+            pins.variants.iter().filter(|v| w.arch.as_deref().is_none_or(|a| a == v.arch.as_str())).collect();
+        if could.is_empty() {
+            return vec![(self.required(None), None)];
+        }
+        could.into_iter().map(|v| (self.unknown_of(v), Some(v))).collect()
+    }
+
+    /// `v`'s requirement, saying why it applies to a wheel of unknown variant.
+    fn unknown_of(&self, v: &Variant) -> Required {
+        let r = self.required(Some(v));
+        Required {
+            by: format!(
+                "{} (for variant {}: uv.lock does not tell which variant of the variant index it locked, so what every variant it could be needs applies)",
+                r.by, v.name
+            ),
+            ..r
+        }
+    }
+}
+
 /// The gate and what it reads.
 pub struct Policy<'a> {
     pub gate: &'a Gate<'a>,
@@ -100,34 +131,49 @@ pub fn check(
     }
     for w in wheels {
         let variant = variant_of(policy.gate.pins, src, w);
-        let req = policy.gate.required(variant);
-        let need = need_of(variant, req.gpu);
-        let Some(sha) = &w.sha256 else {
-            out.push(missing(&req, &need, w, variant, (lock_path, policy.dirs), "it has no sha256 in uv.lock".into()));
-            continue;
+        let reqs = match variant {
+            Some(_) => vec![(policy.gate.required(variant), variant)],
+            None => policy.gate.required_unknown(w),
         };
-        let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
-        // Only a statement that covers the whole request counts: a run on fewer
-        // nodes than the variant's (`cover` = Some(false)) proves less than it asks.
-        let covering = about.iter().filter(|f| cover(f, &need) == Some(true)).map(|f| f.statement.predicate.kind).max();
-        if covering.is_some_and(|k| k >= req.kind) {
-            continue;
+        for (req, could_be) in reqs {
+            out.extend(judge(&read, &req, could_be, w, (lock_path, policy.dirs)));
         }
-        let on = need.gpu.as_deref().map(|g| format!(" on {g}")).unwrap_or_default();
-        let best = match (covering, about.iter().map(|f| f.statement.predicate.kind).max()) {
-            (Some(k), _) => format!("`{k}`"),
-            (None, Some(k)) => format!("none{on} (`{k}` only for another GPU generation, request, or a MISMATCH)"),
-            (None, None) => "none".into(),
-        };
-        let why = format!(
-            "required by {}; no statement of kind `{}` or stronger{on}, signed by a trusted key, names sha256 {}; best present: {best}",
-            req.by,
-            req.kind,
-            &sha[..16.min(sha.len())]
-        );
-        out.push(missing(&req, &need, w, variant, (lock_path, policy.dirs), why));
     }
     Ok(out)
+}
+
+/// The finding for wheel `w` under `req`, or none when a trusted statement covers it.
+fn judge(
+    read: &store::Read,
+    req: &Required,
+    variant: Option<&Variant>,
+    w: &LockedWheel,
+    at: (&Path, &[std::path::PathBuf]),
+) -> Option<Finding> {
+    let need = need_of(variant, req.gpu);
+    let Some(sha) = &w.sha256 else {
+        return Some(missing(req, &need, w, variant, at, "it has no sha256 in uv.lock".into()));
+    };
+    let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
+    // Only a statement that covers the whole request counts: a run on fewer
+    // nodes than the variant's (`cover` = Some(false)) proves less than it asks.
+    let covering = about.iter().filter(|f| cover(f, &need) == Some(true)).map(|f| f.statement.predicate.kind).max();
+    if covering.is_some_and(|k| k >= req.kind) {
+        return None;
+    }
+    let on = need.gpu.as_deref().map(|g| format!(" on {g}")).unwrap_or_default();
+    let best = match (covering, about.iter().map(|f| f.statement.predicate.kind).max()) {
+        (Some(k), _) => format!("`{k}`"),
+        (None, Some(k)) => format!("none{on} (`{k}` only for another GPU generation, request, or a MISMATCH)"),
+        (None, None) => "none".into(),
+    };
+    let why = format!(
+        "required by {}; no statement of kind `{}` or stronger{on}, signed by a trusted key, names sha256 {}; best present: {best}",
+        req.by,
+        req.kind,
+        &sha[..16.min(sha.len())]
+    );
+    Some(missing(req, &need, w, variant, at, why))
 }
 
 /// The pins.toml variant a locked wheel is for: the index's (by URL) on the wheel's architecture.

@@ -514,7 +514,10 @@ pub fn check(req: &CheckRequest, format: Format) -> Result<Exit> {
         Format::Github => {
             let workspace = crate::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
             let path = |f: &Path| github_path(f, workspace.as_deref(), &req.project);
-            findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report))
+            let text =
+                findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report));
+            crate::printer::workflow(&text);
+            return Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok });
         }
     };
     crate::out!("{text}");

@@ -118,13 +118,14 @@ struct Project {
     optional_dependencies: BTreeMap<String, Vec<Spanned<String>>>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum GroupItem {
-    Requirement(String),
-    /// `{ include-group = "x" }`: refers to another group, holds no requirement.
-    Include(#[allow(dead_code)] toml::Table),
-}
+forge_core::toml_shapes!(
+    /// A dependency-group item: a requirement string, or `{ include-group = "x" }`
+    /// (refers to another group, holds no requirement).
+    #[allow(dead_code)]
+    enum GroupItem,
+    "a requirement string such as \"torch>=2.9\" or a table such as { include-group = \"test\" }",
+    { Requirement(String) if is_str, Include(toml::Table) if is_table }
+);
 
 #[derive(Deserialize)]
 struct Tool {
@@ -145,12 +146,12 @@ struct Uv {
     dependency_metadata: Vec<Spanned<Metadata>>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Sources {
-    One(Source),
-    Many(Vec<Source>),
-}
+forge_core::toml_shapes!(
+    /// `[tool.uv.sources]` entry: one source table, or a list of them.
+    enum Sources,
+    "a source table such as { git = \"https://github.com/x/y\", rev = \"<sha>\" }, or a list of such tables",
+    { One(Source) if is_table, Many(Vec<Source>) if is_array }
+);
 
 #[derive(Deserialize)]
 struct Source {

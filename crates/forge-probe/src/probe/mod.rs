@@ -235,7 +235,9 @@ pub fn print(v: &Verdict, format: Format) -> Result<()> {
     match format {
         Format::Json => crate::printer::json(v)?,
         Format::Human => crate::out!("{}", v.render_human()),
-        Format::Github => crate::out!("{}{}", v.render_github(), crate::output::github_log(&v.render_human())),
+        Format::Github => {
+            crate::printer::workflow(&format!("{}{}", v.render_github(), crate::output::github_log(&v.render_human())))
+        }
     }
     Ok(())
 }

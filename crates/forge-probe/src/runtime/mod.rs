@@ -116,7 +116,7 @@ pub fn run(args: &Input) -> Result<Exit> {
         }
         Format::Github => {
             let human = verdict.render_human() + &render_links(&verdict.facts).unwrap_or_default();
-            crate::out!("{}{}", verdict.render_github(), crate::output::github_log(&human));
+            crate::printer::workflow(&format!("{}{}", verdict.render_github(), crate::output::github_log(&human)));
         }
     }
     Ok(verdict.exit())

@@ -48,7 +48,7 @@ pub struct Read {
     pub untrusted: Vec<Untrusted>,
 }
 
-/// `dir` as a place to record into: created when absent; refused (exit 2)
+/// `dir` as a place to record into (created by the first `write`, never here); refused (exit 2)
 /// when it is a symlink, not a folder, or not writable by this user.
 pub fn prepare(dir: &Path) -> Result<PathBuf> {
     let refuse = |why: &str| -> anyhow::Error {
@@ -56,18 +56,29 @@ pub fn prepare(dir: &Path) -> Result<PathBuf> {
             .hint("pass a folder you own (not a symlink), e.g. --record evidence/")
             .into()
     };
-    match std::fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).map_err(|e| refuse(&format!("cannot be created: {e}")))?
+    // Nothing is created here: the folder appears with the first statement
+    // (`write`), after every other input was checked. A missing folder is
+    // checked through the nearest folder above it that exists.
+    let mut at = dir;
+    loop {
+        match std::fs::symlink_metadata(at) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                at = match at.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+            }
+            Err(e) => return Err(refuse(&e.to_string())),
+            Ok(m) if m.file_type().is_symlink() && at == dir => {
+                return Err(refuse("is a symlink (evidence folders are never followed)"))
+            }
+            Ok(m) if !std::fs::metadata(at).map(|m| m.is_dir()).unwrap_or(m.is_dir()) => {
+                return Err(refuse("is not a folder"))
+            }
+            Ok(_) => break,
         }
-        Err(e) => return Err(refuse(&e.to_string())),
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(refuse("is a symlink (evidence folders are never followed)"))
-        }
-        Ok(m) if !m.is_dir() => return Err(refuse("is not a folder")),
-        Ok(_) => {}
     }
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| refuse("has a NUL byte"))?;
+    let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| refuse("has a NUL byte"))?;
     // SAFETY: a valid C string; access(2) only reads it.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
         return Err(refuse("is not writable by this user"));
@@ -84,6 +95,7 @@ pub fn file_name(kind: Kind, envelope: &[u8]) -> String {
 /// Put a signed envelope about `sha256` into `dir` (prepared): temp file, then
 /// rename, never over an existing file. Returns its path.
 pub fn write(dir: &Path, sha256: &str, kind: Kind, envelope: &[u8]) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating the evidence folder {}", dir.display()))?;
     let sub = dir.join(sha256);
     match std::fs::symlink_metadata(&sub) {
         Ok(m) if !m.is_dir() => {

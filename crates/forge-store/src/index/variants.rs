@@ -82,9 +82,9 @@ pub fn properties(v: &Variant, cuda: Option<&str>) -> Properties {
     sm.dedup();
     nvidia.insert("sm_arch".into(), sm);
     if let Some((major, minor)) = cuda.and_then(|c| c.split_once('.')) {
-        if let Ok(m) = major.parse::<u32>() {
+        if let Some((m, next)) = major.parse::<u32>().ok().and_then(|m| Some((m, m.checked_add(1)?))) {
             nvidia.insert("cuda_version_lower_bound".into(), vec![format!("{m}.{minor}")]);
-            nvidia.insert("cuda_version_upper_bound".into(), vec![format!("{}", m + 1)]);
+            nvidia.insert("cuda_version_upper_bound".into(), vec![format!("{next}")]);
         }
     }
     let mut own: BTreeMap<String, Vec<String>> = BTreeMap::new();
