@@ -299,6 +299,8 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
     };
 
     let mut ctx = rules::Context::new(&req.project, pins.as_ref(), req.pins_path(), &py, lock.as_ref(), &py_path);
+    ctx.source = req.source.clone();
+    ctx.cache_dir = req.cache_dir.clone();
     ctx.revisions = read_revisions(req, pins.as_ref(), &ctx)?;
     let dockerfiles: Vec<PathBuf> = dockerfile::discover(&req.project, &req.dockerfiles)?;
     let mut found = match index::source(&py_path, &py_text, &name)? {
