@@ -42,6 +42,7 @@ pub const VARIABLES: &[Variable] = &[
     v("CUDA_PATH", "the CUDA home EPv2's `import deep_ep` finds after CUDA_HOME (`probe --python`)"),
     v("EP_NCCL_ROOT_DIR", "the NCCL root whose headers EPv2's JIT includes (`probe --python`)"),
     v("NCCL_DIR", "the NCCL root EPv2 finds after EP_NCCL_ROOT_DIR (`probe --python`)"),
+    v("EP_JIT_NVCC_COMPILER", "the nvcc EPv2's JIT runs instead of the CUDA home's (`probe --python`)"),
     v("CC", "the C compiler of the system toolchain (else `cc`)"),
     v("CXX", "the C++ compiler of the system toolchain (else `c++`)"),
     v("LD_LIBRARY_PATH", "where `probe --python` resolves an extension's NEEDED libraries"),

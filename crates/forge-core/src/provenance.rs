@@ -236,6 +236,25 @@ pub struct RuntimeNeeds {
     /// Where each need was read (file:line at the revision).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
+    /// What the revision's run-time JIT needs beyond libraries (EPv2); None: no JIT read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jit: Option<JitNeeds>,
+}
+
+/// EPv2's run-time needs beyond libraries: `import deep_ep` asserts a CUDA home
+/// (deep_ep/__init__.py's `find_cuda_home()`), and csrc/jit/compiler.hpp compiles
+/// kernels with that home's nvcc and reads them with its cuobjdump, `-I <nccl root>/include`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JitNeeds {
+    /// `import deep_ep` asserts a CUDA home (CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda).
+    pub cuda_home: bool,
+    /// The lowest nvcc the JIT accepts (`12.3`), as the source asserts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvcc_min: Option<String>,
+    /// `<CUDA home>/bin/cuobjdump` is run on the JIT's cubins.
+    pub cuobjdump: bool,
+    /// NCCL's headers: the JIT compiles with `-I <nccl root>/include`.
+    pub nccl_headers: bool,
 }
 
 /// A minimum version the revision states in its own text, and where.

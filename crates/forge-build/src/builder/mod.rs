@@ -385,6 +385,9 @@ fn print_environment(pl: &Plan) {
     if let Some(m) = &n.nvshmem_min {
         needed.push(format!("NVSHMEM >= {}", m.version));
     }
+    if let Some(j) = &n.jit {
+        needed.push(jit_line(j));
+    }
     if !needed.is_empty() {
         crate::outln!("  needs       {}", needed.join("; "));
         for ev in &n.evidence {
@@ -397,6 +400,25 @@ fn print_environment(pl: &Plan) {
         crate::outln!("  preflight   STOP (build-wheel exits 3): {}", g.what);
         crate::outln!("              fix: {}", g.fix);
     }
+}
+
+/// EPv2's run-time needs beyond libraries, in one phrase (`probe --python` checks them: `epv2-jit`).
+fn jit_line(j: &crate::provenance::JitNeeds) -> String {
+    let mut parts = Vec::new();
+    if j.cuda_home {
+        parts.push("a CUDA home at import (CUDA_HOME, CUDA_PATH, nvcc on PATH or /usr/local/cuda)".to_string());
+    }
+    match &j.nvcc_min {
+        Some(v) => parts.push(format!("its nvcc >= {v} for the run-time JIT")),
+        None => parts.push("its nvcc for the run-time JIT".to_string()),
+    }
+    if j.cuobjdump {
+        parts.push("its cuobjdump".into());
+    }
+    if j.nccl_headers {
+        parts.push("NCCL's headers (-I <nccl root>/include)".into());
+    }
+    format!("at run time {}", parts.join(", "))
 }
 
 /// A torch or NVSHMEM minimum the revision does not state (or states unreadably): none is

@@ -213,7 +213,9 @@ pub fn epv2_jit(platlib: Option<&str>) -> Epv2Jit {
     let mut j = Epv2Jit { cuda_home: home.map(|(h, f)| (h, f.to_string())), ..Default::default() };
     if let Some((h, _)) = &j.cuda_home {
         let h = Path::new(h);
-        j.nvcc = nvcc_release(&h.join("bin/nvcc"));
+        // EP_JIT_NVCC_COMPILER replaces the home's nvcc (cuobjdump stays the home's).
+        let nvcc = var("EP_JIT_NVCC_COMPILER").map(PathBuf::from).unwrap_or_else(|| h.join("bin/nvcc"));
+        j.nvcc = nvcc_release(&nvcc);
         match &j.nvcc {
             None => j.missing.push("bin/nvcc (it compiles EPv2's kernels at run time)".into()),
             Some(v) if release_key(v) < EPV2_NVCC_MIN => {
