@@ -33,6 +33,7 @@ mod help;
 mod images;
 mod install;
 mod journeys_epv2;
+mod journeys_pinbump;
 mod interface;
 mod lock;
 mod lock_environment;

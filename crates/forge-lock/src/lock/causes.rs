@@ -149,7 +149,7 @@ fn summary(ctx: &Context, kind: &str, arch: Option<Arch>) -> String {
 fn rule_summary(rule: &str) -> Option<&'static str> {
     Some(match rule {
         "transitive-pin" => "another package pins its own DeepEP",
-        "fragment-mismatch" => "uv.lock records another commit than the revision it requests: uv.lock was changed after uv wrote it",
+        "fragment-mismatch" => "uv.lock records another commit than the revision it requests: uv.lock was changed after uv wrote it (uv refuses to read it)",
         "lock-torch" => "uv.lock installs another torch than DeepEP is built against",
         "lock-nvshmem" => "uv.lock's NVSHMEM is not proven to be the one DeepEP's device code is built with",
         "lock-nccl" => "uv.lock installs an NCCL DeepEP main cannot run with",

@@ -858,7 +858,18 @@ fn fragment_mismatch(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>
     // pyproject.toml asks for the pin: only uv.lock is wrong (edited, or written for another
     // commit), a cause of its own; else it follows from pyproject.toml's change.
     let follows = j.py_wrong || j.moved.contains(&a);
-    let why = if follows { "" } else { ": uv.lock was changed after uv wrote it (pyproject.toml asks for the pin)" };
+    let why = if follows {
+        ""
+    } else {
+        ": uv.lock was changed after uv wrote it (pyproject.toml asks for the pin); uv refuses to read a lock whose exact revision and commit differ, so it is written anew"
+    };
+    // uv cannot update a lock it refuses to parse: only a new one is a fix that runs.
+    let fix = if follows {
+        lock_fix(j, a)
+    } else {
+        let w = |p: &Path| crate::printer::shell_word(&p.display().to_string());
+        format!("rm {} && uv lock --project {}", w(&r.file), w(j.ctx.project))
+    };
     let f = Finding::new(
         "fragment-mismatch",
         Severity::Error,
@@ -868,7 +879,7 @@ fn fragment_mismatch(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>
     .at(r.line, r.col)
     .arch(a)
     .expected_found(want, c)
-    .fix(lock_fix(j, a));
+    .fix(fix);
     out.push(if follows { f.cause_kind(lock_kind(j, a)) } else { f });
 }
 
