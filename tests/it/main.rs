@@ -29,6 +29,7 @@ mod evidence;
 mod flags;
 mod fleet_cache;
 mod fork;
+mod front_door;
 mod help;
 mod images;
 mod install;

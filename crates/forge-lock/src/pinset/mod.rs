@@ -221,16 +221,17 @@ fn read_consumer(args: &SetRequest) -> Result<Consumer> {
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
     let py_path = crate::lock::shown(&args.place.project.join("pyproject.toml"));
     let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
-        // A platform team's pins repository: pins.toml alone moves.
-        if pins.is_some() && args.index.is_none() && !args.git && !args.relock {
+        // A platform team's pins repository (the project is pins.toml's own folder): pins.toml alone moves.
+        let pins_repo = pins.is_some() && same_dir(&args.place.project, &args.place.pins);
+        if pins_repo && args.index.is_none() && !args.git && !args.relock {
             crate::note!("note: no {}: only pins.toml moves", py_path.display());
             let before = pyproject::read(&py_path, "", &name)?;
             return Ok(Consumer { pins, name, py_path, py_text: String::new(), before, pins_only: true });
         }
-        let why = if pins.is_some() && args.relock {
+        let why = if pins_repo && args.relock {
             "--relock needs a pyproject.toml to lock (without --relock, pin set moves pins.toml alone)"
         } else {
-            "--project must name a folder with a pyproject.toml (or, without --no-pins, --index and --git, a pins.toml alone is moved)"
+            "--project must name a folder with a pyproject.toml (in pins.toml's own folder, without --index, --git and --relock, pins.toml alone is moved)"
         };
         return Err(Failure::usage(format!("cannot read {}: not found", py_path.display())).hint(why).into());
     };
@@ -479,6 +480,12 @@ fn report_pinned(
     if split {
         crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
     }
+}
+
+/// `project` is the folder `pins` lies in.
+fn same_dir(project: &Path, pins: &Path) -> bool {
+    let dir = pins.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    matches!((project.canonicalize(), dir.canonicalize()), (Ok(a), Ok(b)) if a == b)
 }
 
 /// ` --pins FILE` when it is not the default.
