@@ -15,7 +15,12 @@ fn the_readme_installs_deepep_forge_before_it_first_runs_it() {
             l.starts_with("deepep-forge ") || l.contains(" deepep-forge build-wheel")
         })
         .expect("a deepep-forge command");
-    assert!(install < first_use, "README.md line {}: deepep-forge is run before it is installed (line {})", first_use + 1, install + 1);
+    assert!(
+        install < first_use,
+        "README.md line {}: deepep-forge is run before it is installed (line {})",
+        first_use + 1,
+        install + 1
+    );
 }
 
 #[test]

@@ -93,7 +93,8 @@ fn j5_epv2_plan_states_the_closure_and_probe_fails_without_a_cuda_home_or_nccl_h
     let nccl = v.nccl.clone();
     let (code, out) = probe_env(&python, &[("EP_NCCL_ROOT_DIR", &nccl)]);
     let rows = jit_rows(&out);
-    let home = rows.iter().find(|r| r["status"] == "fail").unwrap_or_else(|| panic!("no failing epv2-jit row: {out:#}"));
+    let home =
+        rows.iter().find(|r| r["status"] == "fail").unwrap_or_else(|| panic!("no failing epv2-jit row: {out:#}"));
     assert_eq!(code, 1, "{out:#}");
     let why = home["evidence"].as_str().unwrap_or_default();
     assert!(why.contains("no CUDA home") && why.contains("CUDA_PATH") && why.contains("/usr/local/cuda"), "{home}");
@@ -103,7 +104,10 @@ fn j5_epv2_plan_states_the_closure_and_probe_fails_without_a_cuda_home_or_nccl_h
     }
     // the packages named are the ones that make the tools venv's CUDA home (.ci/setup-tools installs them by these names)
     assert!(v.lab.cuda_home.join("bin/cuobjdump").is_file() && v.lab.cuda_home.join("bin/nvcc").is_file());
-    assert!(rows.iter().any(|r| r["status"] == "pass" && r["evidence"].as_str().unwrap_or_default().contains("nccl.h")), "{out:#}");
+    assert!(
+        rows.iter().any(|r| r["status"] == "pass" && r["evidence"].as_str().unwrap_or_default().contains("nccl.h")),
+        "{out:#}"
+    );
     // nothing about HybridEP's JIT for an EPv2 wheel
     assert!(!out["checks"].as_array().unwrap().iter().any(|c| c["rule"] == "jit-cuda-home"), "{out:#}");
 

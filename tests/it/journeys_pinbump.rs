@@ -115,7 +115,8 @@ fn j2_the_pin_bump_every_printed_fix_runs_as_printed() {
     let lock = dir.join("consumer/uv.lock");
     let text = std::fs::read_to_string(&lock).unwrap();
     let needle = format!("?rev={bump}#{bump}\" }}");
-    let line = text.lines().position(|l| l.starts_with("source = ") && l.contains(&needle)).expect("the package source") + 1;
+    let line =
+        text.lines().position(|l| l.starts_with("source = ") && l.contains(&needle)).expect("the package source") + 1;
     let edited: Vec<String> = text
         .lines()
         .enumerate()
@@ -124,7 +125,10 @@ fn j2_the_pin_bump_every_printed_fix_runs_as_printed() {
     std::fs::write(&lock, edited.join("\n") + "\n").unwrap();
     let (code, v) = lab.check(&dir, &[]);
     assert_eq!(code, 1, "{v:#}");
-    let frag = errors(&v).into_iter().find(|c| c["id"].as_str().unwrap().starts_with("fragment-mismatch")).unwrap_or_else(|| panic!("{v:#}"));
+    let frag = errors(&v)
+        .into_iter()
+        .find(|c| c["id"].as_str().unwrap().starts_with("fragment-mismatch"))
+        .unwrap_or_else(|| panic!("{v:#}"));
     assert!(frag["summary"].as_str().unwrap().contains("uv.lock was changed after uv wrote it"), "the cause: {frag:#}");
     assert!(!frag["summary"].as_str().unwrap().contains("after pyproject.toml changed"), "{frag:#}");
     assert_eq!(frag["findings"][0]["line"], line, "the edited line: {frag:#}");
@@ -161,7 +165,8 @@ fn a_printed_fix_carries_the_users_source_and_cache_dir() {
     std::fs::create_dir(&p).unwrap();
     let py = std::fs::read_to_string(root().join("tests/fixtures/consumer-unified/pyproject.toml")).unwrap();
     let unified = FIXTURE_REVS[0];
-    std::fs::write(p.join("pyproject.toml"), py.replace(&format!("DeepEP.git@{unified}"), "DeepEP.git@17cfb81")).unwrap();
+    std::fs::write(p.join("pyproject.toml"), py.replace(&format!("DeepEP.git@{unified}"), "DeepEP.git@17cfb81"))
+        .unwrap();
     let src = d.path().join("my DeepEP");
     std::fs::create_dir(&src).unwrap();
     let cache = d.path().join("cache");
@@ -173,7 +178,8 @@ fn a_printed_fix_carries_the_users_source_and_cache_dir() {
         .current_dir(d.path())
         .output()
         .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
     let fixes: Vec<&str> = v["causes"].as_array().unwrap().iter().filter_map(|c| c["fix"].as_str()).collect();
     let pin_set: Vec<&&str> = fixes.iter().filter(|f| f.starts_with("deepep-forge pin set")).collect();
     assert!(!pin_set.is_empty(), "{v:#}");
@@ -199,7 +205,11 @@ fn pin_set_moves_a_pins_repository_without_pyproject() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("pins.toml: updated") && stdout(&o).contains("next: deepep-forge plan"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("pins.toml: updated") && stdout(&o).contains("next: deepep-forge plan"),
+        "{}",
+        stdout(&o)
+    );
     let after = std::fs::read_to_string(d.path().join("pins.toml")).unwrap();
     assert_eq!(after.matches(&format!("rev = \"{rev}\"")).count(), 2, "both architectures moved: {after}");
     assert!(!d.path().join("pyproject.toml").exists(), "no pyproject.toml written");

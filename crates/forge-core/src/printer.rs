@@ -230,4 +230,3 @@ mod tests {
         assert_eq!(write_error().as_deref(), Some("writing to stdout: no space left on device"));
     }
 }
-

@@ -517,7 +517,8 @@ mod tests {
         assert_eq!(pkg[0].1, vec![Arch::X86_64]);
         assert_eq!(pkg[1].1, vec![Arch::Aarch64]);
         // each at its `source = { git = ...#commit }` line, where the commit is written
-        let source = text.lines().position(|l| l.starts_with("source = ") && l.contains(&format!("?rev={x86}#"))).unwrap() + 1;
+        let source =
+            text.lines().position(|l| l.starts_with("source = ") && l.contains(&format!("?rev={x86}#"))).unwrap() + 1;
         assert_eq!(pkg[0].0, source);
         // dependents restricted by conflicts and by the package they name
         let deps: Vec<&Reference> =
