@@ -160,6 +160,19 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
             })
             .map(|v| v.name.clone())
     });
+    // The user's own pins file: named on the command line when it is not the default,
+    // and never a variant it does not have.
+    let flag = pins
+        .filter(|p| p.path != std::path::Path::new(crate::pins::DEFAULT_PATH))
+        .map(|p| format!(" --pins {}", crate::printer::shell_word(&p.path.display().to_string())))
+        .unwrap_or_default();
+    if let (Some(p), None) = (pins, &from_pins) {
+        return format!(
+            "{} has no {} variant for this GPU: add a [[variant]] with multinode = {multinode} and its topology (pins.md), then rebuild: deepep-forge build-wheel{flag} --variant <its name>",
+            p.path.display(),
+            if multinode { "multi-node" } else { "single-node" }
+        );
+    }
     let name = from_pins.unwrap_or_else(|| match (family, multinode) {
         (Some("gb200"), false) => "gb200-nvl72".into(),
         (Some("b200"), _) => "b200-multinode".into(),
@@ -168,7 +181,7 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
         (None, true) => "<gpu>-multinode".into(),
         (None, false) => "<variant>".into(),
     });
-    format!("rebuild: deepep-forge build-wheel --variant {name}")
+    format!("rebuild: deepep-forge build-wheel{flag} --variant {name}")
 }
 
 /// The variant family name of a GPU kind (`h100` for H100/H200/sm_90).
