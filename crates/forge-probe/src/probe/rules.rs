@@ -1089,6 +1089,19 @@ mod tests {
     }
 
     #[test]
+    fn a_rebuild_fix_names_only_the_users_variants_and_their_pins_file() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/demo-pins.toml"))
+            .unwrap();
+        let path = std::path::Path::new("tests/fixtures/demo-pins.toml");
+        let mut pins = Pins::parse(&text, path).unwrap();
+        pins.variants.retain(|v| !v.multinode);
+        let fix = rebuild(Some(Gpu::H100), true, Some(&pins));
+        assert!(!fix.contains("h100-multinode"), "a variant the pins lack: {fix}");
+        assert!(fix.contains("tests/fixtures/demo-pins.toml has no multi-node variant"), "{fix}");
+        assert!(fix.contains("build-wheel --pins tests/fixtures/demo-pins.toml --variant <its name>"), "{fix}");
+    }
+
+    #[test]
     fn domain_rules() {
         let single = Evidence { multinode: Some(false), ..Default::default() };
         let multi = Evidence { multinode: Some(true), transport: Some(Transport::Doca), ..Default::default() };
