@@ -14,12 +14,12 @@ use crate::support::*;
 
 /// The EPv2 lab: the fixture as a git repository whose `third-party/fmt` is a
 /// submodule (a real repository made here), and an NCCL stand-in.
-struct V2 {
-    lab: Lab,
+pub(crate) struct V2 {
+    pub(crate) lab: Lab,
     repo: PathBuf,
-    rev: String,
+    pub(crate) rev: String,
     fmt_rev: String,
-    nccl: PathBuf,
+    pub(crate) nccl: PathBuf,
 }
 
 /// Real NCCL headers of `version` (`include/` of the nvidia-nccl-cu13 wheel,
@@ -37,7 +37,7 @@ fn nccl_headers(version: &str) -> PathBuf {
     inc
 }
 
-fn v2() -> V2 {
+pub(crate) fn v2() -> V2 {
     v2_with_nccl("2.30.7")
 }
 
@@ -81,7 +81,7 @@ fn v2_with_nccl(version: &str) -> V2 {
 impl V2 {
     /// A schema-2 pins file for the fixture's commit with `variants`
     /// (`{nvshmem}`, `{nccl}` replaced).
-    fn pins(&self, variants: &str) -> PathBuf {
+    pub(crate) fn pins(&self, variants: &str) -> PathBuf {
         let p = self.lab.dir.path().join("pins-v2.toml");
         let text = format!(
             "schema = 2\n[source]\nname = \"deep_ep\"\nrepo = \"https://github.com/deepseek-ai/DeepEP.git\"\nbranch = \"main\"\nbase_version = \"2.1.0\"\n[pin.x86_64]\nrev = \"{}\"\n[pin.aarch64]\nrev = \"{}\"\n{}",
@@ -95,14 +95,14 @@ impl V2 {
         p
     }
 
-    fn forge(&self, args: &[&str]) -> Command {
+    pub(crate) fn forge(&self, args: &[&str]) -> Command {
         let mut all = args.to_vec();
         all.extend(["--source", self.repo.to_str().unwrap()]);
         self.lab.forge(&all)
     }
 }
 
-const SINGLE_V2: &str = r#"
+pub(crate) const SINGLE_V2: &str = r#"
 [[variant]]
 name = "v2"
 arch = "x86_64"

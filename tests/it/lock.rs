@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use crate::support::*;
 
-const X86: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
-const ARM: &str = "a48493600c4886c1b297aaa78db0e1ebc2d8dd6c";
+pub(crate) const X86: &str = "29d31c095796f3c8ece47ee9cdcc167051bbeed9";
+pub(crate) const ARM: &str = "a48493600c4886c1b297aaa78db0e1ebc2d8dd6c";
 const UNIFIED: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
 
 /// The shipped pins.toml with each architecture pinned as given.
@@ -598,24 +598,24 @@ for spec in sys.argv[2:]:
 "#;
 
 /// The DeepEP revisions the consumer fixtures name, each served by a stand-in commit.
-const FIXTURE_REVS: [&str; 4] =
-    [UNIFIED, X86, "50fd14a7b75be31ef5002b60af866e6273feff39", "7febc6e25660af0f54d95dd781ecdcd62265ecca"];
+pub(crate) const FIXTURE_REVS: [&str; 5] =
+    [UNIFIED, X86, "50fd14a7b75be31ef5002b60af866e6273feff39", "7febc6e25660af0f54d95dd781ecdcd62265ecca", ARM];
 
 /// A place where every fix `lock check` prints can run as printed: the consumer
 /// fixtures' DeepEP revisions served by a local stand-in repository (mini-deepep
 /// commits, version 1.2.1, and a branch `hybrid-ep`) at DeepEP's URL, real uv
 /// offline against a find-links folder of stand-in wheels for the fixtures' other
 /// dependencies, deepep-forge's cache in the temp dir.
-struct FixLab {
-    dir: tempfile::TempDir,
-    uv: PathBuf,
+pub(crate) struct FixLab {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) uv: PathBuf,
     /// Fixture revision -> stand-in commit.
     map: Vec<(String, String)>,
-    env: Vec<(String, String)>,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl FixLab {
-    fn new() -> Option<FixLab> {
+    pub(crate) fn new() -> Option<FixLab> {
         let venv = tools_venv()?;
         let (uv, python) = (venv.join("bin/uv"), venv.join("bin/python"));
         if !uv.exists() {
@@ -661,13 +661,13 @@ impl FixLab {
     }
 
     /// The stand-in commit of a fixture revision.
-    fn rev(&self, fixture_rev: &str) -> &str {
+    pub(crate) fn rev(&self, fixture_rev: &str) -> &str {
         &self.map.iter().find(|(f, _)| f == fixture_rev).expect("a fixture revision").1
     }
 
     /// `text` with every fixture revision (full and as a label's short sha) replaced by its
     /// stand-in, all at once (a stand-in may equal another fixture revision).
-    fn mapped(&self, text: &str) -> String {
+    pub(crate) fn mapped(&self, text: &str) -> String {
         let mut t = text.to_string();
         for (i, (f, _)) in self.map.iter().enumerate() {
             t = t.replace(f.as_str(), &format!("@@{i}@@")).replace(&format!("+{}", &f[..7]), &format!("+@@{i}s@@"));
@@ -680,7 +680,7 @@ impl FixLab {
 
     /// A fresh scenario folder: `consumer/` (a copy of `fixture`, mapped, `edit`ed), the
     /// third-party package it names, and pins.toml (mapped from `pins`, when given).
-    fn scenario(
+    pub(crate) fn scenario(
         &self,
         name: &str,
         fixture: &str,
@@ -709,7 +709,7 @@ impl FixLab {
     }
 
     /// `lock check --format json --project consumer` (+ `extra`) in `dir`.
-    fn check(&self, dir: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    pub(crate) fn check(&self, dir: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
         let mut c = bin();
         c.args(["lock", "check", "--format", "json", "--project", "consumer"]).args(extra).current_dir(dir);
         let o = c.envs(self.env.iter().map(|(k, v)| (k, v))).output().unwrap();

@@ -321,7 +321,9 @@ fn provenance_agreement_tampering_and_record() {
     // provenance's revision matches.
     let (code, v, _) = probe(&["--wheel", s(&honest), "--preset", "h100-8g", "--pins", s(&root().join("pins.toml"))]);
     assert_eq!((code, status(&v, "pin")), (1, "fail"));
-    assert_eq!(row(&v, "pin")["fix"], "rebuild: deepep-forge build-wheel --variant h100");
+    // the user's own --pins is carried (issue 42: a fix runs as printed)
+    let fix = format!("rebuild: deepep-forge build-wheel --pins {} --variant h100", root().join("pins.toml").display());
+    assert_eq!(row(&v, "pin")["fix"], fix.as_str());
     let shipped = std::fs::read_to_string(root().join("pins.toml")).unwrap();
     let mine = dir.path().join("pins.toml");
     std::fs::write(

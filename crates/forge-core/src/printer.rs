@@ -215,6 +215,17 @@ macro_rules! alert {
     ($($t:tt)*) => { $crate::printer::alert(format_args!("{}\n", format_args!($($t)*))) };
 }
 
+/// `s` as one word of a printed shell command: as it is when it is plain, else single-quoted,
+/// so a printed fix runs as printed (`sh -c`) whatever path or URL the user gave.
+pub fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=@+%,".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -245,6 +245,9 @@ pub struct RuntimeNeeds {
     /// and wheels (unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registration: Option<Registration>,
+    /// What the revision's run-time JIT needs beyond libraries (EPv2); None: no JIT read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jit: Option<JitNeeds>,
 }
 
 /// How a revision's csrc registers GPU memory with the NIC (multi-node RDMA).
@@ -266,6 +269,22 @@ impl Registration {
     pub fn uses_dmabuf(&self) -> bool {
         self.dmabuf && self.dmabuf_handle
     }
+}
+
+/// EPv2's run-time needs beyond libraries: `import deep_ep` asserts a CUDA home
+/// (deep_ep/__init__.py's `find_cuda_home()`), and csrc/jit/compiler.hpp compiles
+/// kernels with that home's nvcc and reads them with its cuobjdump, `-I <nccl root>/include`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JitNeeds {
+    /// `import deep_ep` asserts a CUDA home (CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda).
+    pub cuda_home: bool,
+    /// The lowest nvcc the JIT accepts (`12.3`), as the source asserts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvcc_min: Option<String>,
+    /// `<CUDA home>/bin/cuobjdump` is run on the JIT's cubins.
+    pub cuobjdump: bool,
+    /// NCCL's headers: the JIT compiles with `-I <nccl root>/include`.
+    pub nccl_headers: bool,
 }
 
 /// A minimum version the revision states in its own text, and where.

@@ -27,6 +27,8 @@ pub mod side_by_side;
 pub use crate::source;
 pub mod toolchain;
 
+use std::collections::BTreeMap;
+
 use anyhow::Result;
 
 use crate::cache::{self, Cache};
@@ -193,6 +195,19 @@ fn print_what(pl: &Plan) {
     print_patches(&s.patches);
 }
 
+/// What the plan dropped from the caller's environment: the variables that change a
+/// build (shown with their values), and the tool settings it never reads (pip's,
+/// uv's, setuptools': named only, their values may be secrets).
+fn split_dropped(dropped: &BTreeMap<String, String>) -> (Vec<(&String, &String)>, Vec<&str>) {
+    let (settings, shown): (Vec<_>, Vec<_>) = dropped.iter().partition(|(_, v)| v.as_str() == prepare::NOT_SHOWN);
+    (shown, settings.into_iter().map(|(k, _)| k.as_str()).collect())
+}
+
+/// One line for the tool settings a build does not read (the build's pip reads no configuration).
+fn settings_note(names: &[&str]) -> String {
+    format!("your pip/uv settings ({}) do not reach the build: it reads no tool configuration", names.join(", "))
+}
+
 /// The knobs as set, and what the plan dropped, fixed and warns about.
 fn print_decisions(pl: &Plan) {
     let i = &pl.interface;
@@ -206,8 +221,12 @@ fn print_decisions(pl: &Plan) {
         })
         .collect();
     crate::outln!("  knobs       {}", knobs.join(" "));
-    for (k, val) in &pl.dropped_env {
+    let (shown, settings) = split_dropped(&pl.dropped_env);
+    for (k, val) in shown {
         crate::outln!("  dropped     {k}={val} (from your environment; the plan decides it)");
+    }
+    if !settings.is_empty() {
+        crate::outln!("  ignored     {}", settings_note(&settings));
     }
     for f in &pl.fixes {
         crate::outln!("  fix         {f}");
@@ -367,6 +386,9 @@ fn print_environment(pl: &Plan) {
     if let Some(m) = &n.nvshmem_min {
         needed.push(format!("NVSHMEM >= {}", m.version));
     }
+    if let Some(j) = &n.jit {
+        needed.push(jit_line(j));
+    }
     if !needed.is_empty() {
         crate::outln!("  needs       {}", needed.join("; "));
         for ev in &n.evidence {
@@ -379,6 +401,25 @@ fn print_environment(pl: &Plan) {
         crate::outln!("  preflight   STOP (build-wheel exits 3): {}", g.what);
         crate::outln!("              fix: {}", g.fix);
     }
+}
+
+/// EPv2's run-time needs beyond libraries, in one phrase (`probe --python` checks them: `epv2-jit`).
+fn jit_line(j: &crate::provenance::JitNeeds) -> String {
+    let mut parts = Vec::new();
+    if j.cuda_home {
+        parts.push("a CUDA home at import (CUDA_HOME, CUDA_PATH, nvcc on PATH or /usr/local/cuda)".to_string());
+    }
+    match &j.nvcc_min {
+        Some(v) => parts.push(format!("its nvcc >= {v} for the run-time JIT")),
+        None => parts.push("its nvcc for the run-time JIT".to_string()),
+    }
+    if j.cuobjdump {
+        parts.push("its cuobjdump".into());
+    }
+    if j.nccl_headers {
+        parts.push("NCCL's headers (-I <nccl root>/include)".into());
+    }
+    format!("at run time {}", parts.join(", "))
 }
 
 /// A torch or NVSHMEM minimum the revision does not state (or states unreadably): none is
@@ -429,9 +470,10 @@ pub fn build(args: BuildWheelRequest) -> Result<Exit> {
     // Flags and trusted keys first: a bad --cache-url fails before any fetch or build.
     let remote = c.remote.connect(c.no_cache)?;
     let human = c.format != Format::Json;
+    let mut said_settings = false;
     let built = run::build(&c.request()?, remote.as_ref(), |o| {
         if human {
-            print_outcome(o)
+            print_outcome(o, !std::mem::replace(&mut said_settings, true))
         }
     })?;
     if human {
@@ -451,8 +493,9 @@ pub fn build(args: BuildWheelRequest) -> Result<Exit> {
 }
 
 /// One built or cached wheel: the result line (and patches) on stdout, what
-/// was dropped and the notes on stderr.
-fn print_outcome(o: &Outcome) {
+/// was dropped and the notes on stderr; the tool settings dropped (pip's, uv's)
+/// once per run (`first`), by name only.
+fn print_outcome(o: &Outcome, first: bool) {
     crate::outln!(
         "{:<10} {} ({}) sha256 {} in {:.2} s",
         o.status,
@@ -461,8 +504,12 @@ fn print_outcome(o: &Outcome) {
         &o.sha256[..16],
         o.seconds
     );
-    for (k, v) in &o.dropped_env {
+    let (shown, settings) = split_dropped(&o.dropped_env);
+    for (k, v) in shown {
         crate::note!("           dropped {k}={v} from the environment (the plan decides it)");
+    }
+    if first && !settings.is_empty() {
+        crate::note!("           note: {}", settings_note(&settings));
     }
     // A cache hit reuses a wheel patched when it was built: its patches are in
     // the report and the provenance, not news.

@@ -452,6 +452,8 @@ const REPORTED: [&str; 16] = [
 ];
 
 /// Prefixes whose caller variables are reported by name only (values may be credentials).
+/// The value reported for a dropped tool setting (a pip certificate or index URL may hold a secret).
+pub const NOT_SHOWN: &str = "(not shown)";
 const REPORTED_BY_NAME: [&str; 3] = ["PIP_", "UV_", "SETUPTOOLS_"];
 
 // Over 120 lines: one variant's plan is assembled in the order its parts depend on
@@ -609,7 +611,7 @@ fn dropped_env(caller: &BTreeMap<String, String>, run: &Run) -> BTreeMap<String,
             if knob || REPORTED.contains(&k.as_str()) {
                 Some((k.clone(), val.clone()))
             } else if REPORTED_BY_NAME.iter().any(|pre| k.starts_with(pre)) {
-                Some((k.clone(), "(not shown)".into()))
+                Some((k.clone(), NOT_SHOWN.into()))
             } else {
                 None
             }

@@ -76,9 +76,50 @@ pub fn needs(files: &dyn Files, branch: Branch, setup: &str) -> RuntimeNeeds {
                 nccl_source(f, &text, &mut n);
             }
         }
+        jit_needs(files, &mut n);
     }
     n
 }
+
+/// EPv2's import and JIT (deep_ep/__init__.py, csrc/jit/compiler.hpp): a CUDA home, nvcc of at
+/// least the version the JIT asserts, cuobjdump, NCCL's headers; each with the line that says it.
+fn jit_needs(files: &dyn Files, n: &mut RuntimeNeeds) {
+    let mut j = crate::provenance::JitNeeds::default();
+    let read = |f: &str| files.read(f).filter(|t| t.len() <= MAX_FILE);
+    let code = |l: &str| !l.trim_start().starts_with(['#', '/']);
+    if let Some(text) = read("deep_ep/__init__.py") {
+        if let Some(i) = text.lines().position(|l| code(l) && l.contains("def find_cuda_home")) {
+            j.cuda_home = true;
+            n.evidence.push(format!("deep_ep/__init__.py:{}: `import deep_ep` finds a CUDA home (CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda) and asserts one", i + 1));
+        }
+    }
+    if let Some(text) = read(JIT_COMPILER) {
+        for (i, l) in text.lines().enumerate().filter(|(_, l)| code(l)) {
+            let at = format!("{JIT_COMPILER}:{}", i + 1);
+            if let Some(v) = l.split("NVCC version should be >= ").nth(1).and_then(|r| {
+                let v = r.split(|c: char| !(c.is_ascii_digit() || c == '.')).next()?;
+                crate::pep::check_version(v).is_ok().then(|| v.to_string())
+            }) {
+                n.evidence.push(format!("{at}: the JIT compiles kernels with the CUDA home's nvcc, version >= {v}"));
+                j.nvcc_min.get_or_insert(v);
+            }
+            if !j.cuobjdump && l.contains("\"cuobjdump\"") {
+                j.cuobjdump = true;
+                n.evidence.push(format!("{at}: the JIT runs the CUDA home's bin/cuobjdump"));
+            }
+            if !j.nccl_headers && l.contains("-I {}/include") && l.contains("nccl_root") {
+                j.nccl_headers = true;
+                n.evidence.push(format!("{at}: the JIT compiles with -I <nccl root>/include (NCCL's headers)"));
+            }
+        }
+    }
+    if j != crate::provenance::JitNeeds::default() {
+        n.jit = Some(j);
+    }
+}
+
+/// EPv2's run-time compiler.
+const JIT_COMPILER: &str = "csrc/jit/compiler.hpp";
 
 /// setup.py links NVSHMEM's static device library: host and device must match.
 fn nvshmem_same(setup: &str, n: &mut RuntimeNeeds) {

@@ -27,6 +27,13 @@ pub fn group(ctx: &Context, findings: Vec<Finding>) -> Vec<Cause> {
         }
     }
     let mut causes: Vec<Cause> = groups.into_iter().map(|(k, fs)| cause(ctx, k, fs)).collect();
+    // One cause, one fix: every finding of a cause prints the cause's fix (never another
+    // architecture's `pin set` beside the cause's own).
+    for c in causes.iter_mut().filter(|c| c.fix.is_some()) {
+        for f in &mut c.findings {
+            f.fix = c.fix.clone();
+        }
+    }
     causes.sort_by_key(|c| c.severity);
     // Unique ids: a second cause of one kind gets `-2`, ...
     let mut seen: Vec<String> = Vec::new();
@@ -142,6 +149,7 @@ fn summary(ctx: &Context, kind: &str, arch: Option<Arch>) -> String {
 fn rule_summary(rule: &str) -> Option<&'static str> {
     Some(match rule {
         "transitive-pin" => "another package pins its own DeepEP",
+        "fragment-mismatch" => "uv.lock records another commit than the revision it requests: uv.lock was changed after uv wrote it (uv refuses to read it)",
         "lock-torch" => "uv.lock installs another torch than DeepEP is built against",
         "lock-nvshmem" => "uv.lock's NVSHMEM is not proven to be the one DeepEP's device code is built with",
         "lock-nccl" => "uv.lock installs an NCCL DeepEP main cannot run with",

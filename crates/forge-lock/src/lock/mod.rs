@@ -299,6 +299,11 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
     };
 
     let mut ctx = rules::Context::new(&req.project, pins.as_ref(), req.pins_path(), &py, lock.as_ref(), &py_path);
+    ctx.source = req.source.clone();
+    // Carried only when given on the command line: the default and $DEEPEP_FORGE_CACHE_DIR reach the fix by themselves.
+    let inherited =
+        crate::environ::var_os("DEEPEP_FORGE_CACHE_DIR").map(PathBuf::from).or(crate::cache::resolve_dir(None).ok());
+    ctx.cache_dir = req.cache_dir.clone().filter(|d| inherited.as_ref() != Some(d));
     ctx.revisions = read_revisions(req, pins.as_ref(), &ctx)?;
     let dockerfiles: Vec<PathBuf> = dockerfile::discover(&req.project, &req.dockerfiles)?;
     let mut found = match index::source(&py_path, &py_text, &name)? {

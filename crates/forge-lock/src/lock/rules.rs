@@ -33,6 +33,9 @@ pub struct Context<'a> {
     pub base: Option<String>,
     /// What each revision is, read from its source (`lock::revision`; empty until read).
     pub revisions: super::revision::Revisions,
+    /// The user's own `--source` and `--cache-dir`, carried into every printed `pin set`.
+    pub source: Option<String>,
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// The repository pyproject.toml takes DeepEP at `rev` from.
@@ -77,6 +80,8 @@ impl<'a> Context<'a> {
             intent,
             base,
             revisions: Default::default(),
+            source: None,
+            cache_dir: None,
         }
     }
 
@@ -86,8 +91,9 @@ impl<'a> Context<'a> {
     fn pin_set(&self, rev: &str, arch: Option<Arch>, relock: bool) -> String {
         let (rev, source) = self.runnable_rev(rev, arch);
         let mut c = format!("deepep-forge pin set {rev}");
-        if let Some(s) = source {
-            c.push_str(&format!(" --source {s}"));
+        // The user's own --source resolves the revision as it did for this check.
+        if let Some(s) = self.source.clone().or(source) {
+            c.push_str(&format!(" --source {}", crate::printer::shell_word(&s)));
         }
         if let Some(a) = arch {
             c.push_str(&format!(" --arch {a}"));
@@ -101,6 +107,9 @@ impl<'a> Context<'a> {
                 c.push_str(&format!(" --pins {}", self.pins_path.display()))
             }
             Some(_) => {}
+        }
+        if let Some(d) = &self.cache_dir {
+            c.push_str(&format!(" --cache-dir {}", crate::printer::shell_word(&d.display().to_string())));
         }
         if relock {
             c.push_str(" --relock");
@@ -846,19 +855,32 @@ fn fragment_mismatch(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>
         return;
     }
     let Some(c) = g.commit.as_deref().filter(|c| c != want && is_full_sha(want)) else { return };
-    out.push(
-        Finding::new(
-            "fragment-mismatch",
-            Severity::Error,
-            &r.file,
-            format!("uv.lock {} requests {} but records commit {}", r.place, short(want), short(c)),
-        )
-        .at(r.line, r.col)
-        .arch(a)
-        .expected_found(want, c)
-        .fix(lock_fix(j, a))
-        .cause_kind(lock_kind(j, a)),
-    );
+    // pyproject.toml asks for the pin: only uv.lock is wrong (edited, or written for another
+    // commit), a cause of its own; else it follows from pyproject.toml's change.
+    let follows = j.py_wrong || j.moved.contains(&a);
+    let why = if follows {
+        ""
+    } else {
+        ": uv.lock was changed after uv wrote it (pyproject.toml asks for the pin); uv refuses to read a lock whose exact revision and commit differ, so it is written anew"
+    };
+    // uv cannot update a lock it refuses to parse: only a new one is a fix that runs.
+    let fix = if follows {
+        lock_fix(j, a)
+    } else {
+        let w = |p: &Path| crate::printer::shell_word(&p.display().to_string());
+        format!("rm {} && uv lock --project {}", w(&r.file), w(j.ctx.project))
+    };
+    let f = Finding::new(
+        "fragment-mismatch",
+        Severity::Error,
+        &r.file,
+        format!("uv.lock {} requests {} but records commit {}{why}", r.place, short(want), short(c)),
+    )
+    .at(r.line, r.col)
+    .arch(a)
+    .expected_found(want, c)
+    .fix(fix);
+    out.push(if follows { f.cause_kind(lock_kind(j, a)) } else { f });
 }
 
 /// Another package pins its own DeepEP: a note when the project's override replaces it, else a warning.

@@ -186,7 +186,7 @@ struct LockMeta {
 struct Package {
     name: Spanned<String>,
     version: Option<String>,
-    source: Option<PkgSource>,
+    source: Option<Spanned<PkgSource>>,
     #[serde(rename = "resolution-markers", default)]
     resolution_markers: Vec<String>,
     #[serde(default)]
@@ -300,6 +300,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
             || project.is_some_and(|pr| PackageName::from_str(pr).is_ok_and(|pr| pr.as_ref() == owner))
             || p.source
                 .as_ref()
+                .map(Spanned::get_ref)
                 .is_some_and(|s| s.editable.as_deref() == Some(".") || s.virtual_.as_deref() == Some("."));
         r.requires(*off, p, own)?;
     }
@@ -415,9 +416,14 @@ impl Reader<'_> {
                 m.or(parse_marker(Some(rm), self.path, pos.0)?);
             }
             let archs = marker::archs(&m, &MarkerTree::TRUE);
-            let git_url = p.source.as_ref().and_then(|s| s.git.clone());
+            let git_url = p.source.as_ref().and_then(|s| s.get_ref().git.clone());
             locked.push((git_url.clone(), p.version.clone(), archs.clone()));
             let git = git_url.as_deref().map(GitRef::from_lock_url);
+            // A git source is reported at its `source = ...` line (the line that names the commit).
+            let pos = match p.source.as_ref().filter(|s| s.get_ref().git.is_some()) {
+                Some(s) => self.pos(off + s.span().start),
+                None => pos,
+            };
             self.push(Kind::LockPackage, pos, "[[package]] deep-ep".into(), archs, git, p.version.clone(), None);
         }
         Ok(locked)
@@ -510,6 +516,10 @@ mod tests {
         assert_eq!(pkg.len(), 2);
         assert_eq!(pkg[0].1, vec![Arch::X86_64]);
         assert_eq!(pkg[1].1, vec![Arch::Aarch64]);
+        // each at its `source = { git = ...#commit }` line, where the commit is written
+        let source =
+            text.lines().position(|l| l.starts_with("source = ") && l.contains(&format!("?rev={x86}#"))).unwrap() + 1;
+        assert_eq!(pkg[0].0, source);
         // dependents restricted by conflicts and by the package they name
         let deps: Vec<&Reference> =
             l.refs.iter().filter(|r| r.kind == Kind::LockDependent && r.owner.as_deref() == Some("consumer")).collect();

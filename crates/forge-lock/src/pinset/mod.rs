@@ -185,6 +185,11 @@ pub fn set(args: SetRequest) -> Result<Exit> {
     let (check, check_cmd) = lock_check_of(&args);
     let Some(uv) = uv else {
         commit_unless_interrupted(t)?;
+        if c.pins_only {
+            // What the pins build now: each consumer adopts the pin with its own `pin set`.
+            crate::outln!("next: deepep-forge plan{}", pins_flag(&args));
+            return Ok(Exit::Ok);
+        }
         let attest = if args.index.is_some() { index_check_flags() } else { String::new() };
         crate::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
         return Ok(Exit::Ok);
@@ -204,6 +209,8 @@ struct Consumer {
     py_path: PathBuf,
     py_text: String,
     before: pyproject::Pyproject,
+    /// No pyproject.toml: a pins repository, pins.toml alone moves.
+    pins_only: bool,
 }
 
 /// Read the consumer; a pyproject.toml that does not reference DeepEP is
@@ -214,9 +221,19 @@ fn read_consumer(args: &SetRequest) -> Result<Consumer> {
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
     let py_path = crate::lock::shown(&args.place.project.join("pyproject.toml"));
     let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
-        return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
-            .hint("--project must name a folder with a pyproject.toml")
-            .into());
+        // A platform team's pins repository (the project is pins.toml's own folder): pins.toml alone moves.
+        let pins_repo = pins.is_some() && same_dir(&args.place.project, &args.place.pins);
+        if pins_repo && args.index.is_none() && !args.git && !args.relock {
+            crate::note!("note: no {}: only pins.toml moves", py_path.display());
+            let before = pyproject::read(&py_path, "", &name)?;
+            return Ok(Consumer { pins, name, py_path, py_text: String::new(), before, pins_only: true });
+        }
+        let why = if pins_repo && args.relock {
+            "--relock needs a pyproject.toml to lock (without --relock, pin set moves pins.toml alone)"
+        } else {
+            "--project must name a folder with a pyproject.toml (in pins.toml's own folder, without --index, --git and --relock, pins.toml alone is moved)"
+        };
+        return Err(Failure::usage(format!("cannot read {}: not found", py_path.display())).hint(why).into());
     };
     let before = pyproject::read(&py_path, &py_text, &name)?;
     // `--index` on a consumer new to DeepEP adds the requirement; every other edit needs one.
@@ -228,7 +245,7 @@ fn read_consumer(args: &SetRequest) -> Result<Consumer> {
         .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first, or pass --index URL --variant NAME to install DeepEP from a `deepep-forge publish` index")
         .into());
     }
-    Ok(Consumer { pins, name, py_path, py_text, before })
+    Ok(Consumer { pins, name, py_path, py_text, before, pins_only: false })
 }
 
 /// The revision pinned: the full sha and its short form, with the cache and
@@ -269,7 +286,10 @@ fn arches_moved(p: &Pins, arch: Option<Arch>, rev: &str) -> bool {
 /// the rewrite itself (label filled in later) and files pin set cannot write.
 fn precheck(args: &SetRequest, c: &Consumer, r: &Revision, lock: Option<&Path>) -> Result<()> {
     let target = edit::Target { rev: &r.rev, arch: args.arch, label: None };
-    let (moved_py, _) = edit::pyproject(&c.py_path, &c.py_text, &c.name, &target)?;
+    let moved_py = match c.pins_only {
+        true => c.py_text.clone(),
+        false => edit::pyproject(&c.py_path, &c.py_text, &c.name, &target)?.0,
+    };
     let relocked = lock.filter(|p| p.exists());
     let pins_moved = c.pins.as_ref().filter(|p| arches_moved(p, args.arch, &r.rev)).map(|p| p.path.as_path());
     precheck_writable(&[(moved_py != c.py_text).then_some(c.py_path.as_path()), pins_moved, relocked])
@@ -351,6 +371,7 @@ fn rewrite_pyproject(
             })?;
             index::pyproject(py_path, py_text, name, &index::Dest::Git { repo, rev: &r.rev })
         }
+        (None, false) if c.pins_only => Ok((String::new(), Vec::new())),
         (None, false) => edit::pyproject(py_path, py_text, name, &edit::Target { rev: &r.rev, arch: args.arch, label }),
     }
 }
@@ -442,7 +463,9 @@ fn report_pinned(
 ) {
     let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
     crate::outln!("pinned DeepEP {} ({}) for {which}", r.rev, r.short);
-    if places.is_empty() {
+    if c.pins_only {
+        crate::outln!("{}: none (pins.toml alone)", c.py_path.display());
+    } else if places.is_empty() {
         crate::outln!("{}: already at that revision", c.py_path.display());
     } else {
         crate::outln!("{}: {}", c.py_path.display(), places.join(", "));
@@ -456,6 +479,20 @@ fn report_pinned(
     }
     if split {
         crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
+    }
+}
+
+/// `project` is the folder `pins` lies in.
+fn same_dir(project: &Path, pins: &Path) -> bool {
+    let dir = pins.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    matches!((project.canonicalize(), dir.canonicalize()), (Ok(a), Ok(b)) if a == b)
+}
+
+/// ` --pins FILE` when it is not the default.
+fn pins_flag(args: &SetRequest) -> String {
+    match args.place.pins != Path::new(crate::pins::DEFAULT_PATH) {
+        true => format!(" --pins {}", crate::printer::shell_word(&args.place.pins.display().to_string())),
+        false => String::new(),
     }
 }
 

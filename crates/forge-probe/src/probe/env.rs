@@ -180,6 +180,8 @@ pub struct EnvFacts {
     pub missing_runpaths: Vec<(String, String)>,
     /// What HybridEP's JIT will find.
     pub jit: JitEnv,
+    /// What EPv2's run-time JIT finds here (applies to an EPv2 wheel only).
+    pub epv2_jit: Epv2Jit,
     /// torch, NVSHMEM and NCCL as installed.
     pub versions: Versions,
     /// `--driver-at-run-time`: the NVIDIA driver's libraries are not expected here.
@@ -204,6 +206,78 @@ pub struct JitEnv {
     /// The nearest existing path on the way to `<cache>/.deepep/hybrid_ep/jit`, and
     /// whether it is a folder this user may write.
     pub cache_writable: Option<(String, bool)>,
+}
+
+/// EPv2's run-time needs beyond libraries (deep_ep/__init__.py's `find_cuda_home()` assertion,
+/// csrc/jit/compiler.hpp): a CUDA home with nvcc >= 12.3 and cuobjdump, and NCCL's headers.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Epv2Jit {
+    /// The CUDA home `import deep_ep` finds, and how (`CUDA_HOME`, `CUDA_PATH`, `nvcc on PATH`, `/usr/local/cuda`).
+    pub cuda_home: Option<(String, String)>,
+    /// `nvcc --version`'s release (`13.0`), when nvcc ran.
+    pub nvcc: Option<String>,
+    /// What the JIT uses that is missing or too old, one line each.
+    pub missing: Vec<String>,
+    /// `<nccl root>/include` holding nccl.h (EP_NCCL_ROOT_DIR, NCCL_DIR, else the pip NCCL's).
+    pub nccl_include: Option<String>,
+}
+
+/// The lowest nvcc EPv2's JIT compiles with (csrc/jit/compiler.hpp).
+pub const EPV2_NVCC_MIN: (u64, u64) = (12, 3);
+
+/// What EPv2's JIT finds, found the way it looks: torch's `find_cuda_home()` order, then
+/// `bin/nvcc` (its release) and `bin/cuobjdump` there; NCCL's root as find_pkgs does.
+pub fn epv2_jit(platlib: Option<&str>) -> Epv2Jit {
+    let var = |n: &str| crate::environ::var(n).filter(|s| !s.is_empty());
+    let home = var("CUDA_HOME")
+        .map(|h| (h, "CUDA_HOME"))
+        .or_else(|| var("CUDA_PATH").map(|h| (h, "CUDA_PATH")))
+        .or_else(|| {
+            let nvcc = crate::process::lookup::which("nvcc")?;
+            let home = nvcc.canonicalize().ok()?.parent()?.parent()?.display().to_string();
+            Some((home, "nvcc on PATH"))
+        })
+        .or_else(|| Path::new("/usr/local/cuda").is_dir().then(|| ("/usr/local/cuda".to_string(), "/usr/local/cuda")));
+    let mut j = Epv2Jit { cuda_home: home.map(|(h, f)| (h, f.to_string())), ..Default::default() };
+    if let Some((h, _)) = &j.cuda_home {
+        let h = Path::new(h);
+        // EP_JIT_NVCC_COMPILER replaces the home's nvcc (cuobjdump stays the home's).
+        let nvcc = var("EP_JIT_NVCC_COMPILER").map(PathBuf::from).unwrap_or_else(|| h.join("bin/nvcc"));
+        j.nvcc = nvcc_release(&nvcc);
+        match &j.nvcc {
+            None => j.missing.push("bin/nvcc (it compiles EPv2's kernels at run time)".into()),
+            Some(v) if release_key(v) < EPV2_NVCC_MIN => {
+                j.missing.push(format!("nvcc >= {}.{} (bin/nvcc is {v})", EPV2_NVCC_MIN.0, EPV2_NVCC_MIN.1))
+            }
+            Some(_) => {}
+        }
+        if !h.join("bin/cuobjdump").is_file() {
+            j.missing.push("bin/cuobjdump (the JIT reads its cubins with it)".into());
+        }
+    }
+    let nccl_root = var("EP_NCCL_ROOT_DIR")
+        .or_else(|| var("NCCL_DIR"))
+        .or_else(|| platlib.map(|p| Path::new(p).join("nvidia/nccl").display().to_string()));
+    j.nccl_include = nccl_root
+        .map(|r| Path::new(&r).join("include"))
+        .filter(|i| i.join("nccl.h").is_file())
+        .map(|i| i.display().to_string());
+    j
+}
+
+/// `release X.Y` of `nvcc --version`, None when it does not run.
+fn nvcc_release(nvcc: &Path) -> Option<String> {
+    if !nvcc.is_file() {
+        return None;
+    }
+    let out = Cmd::new(nvcc, "ask nvcc its version").arg("--version").output().ok()?;
+    let at = out.find("release ")? + "release ".len();
+    Some(out[at..].split(|c: char| c == ',' || c.is_whitespace()).next()?.to_string())
+}
+
+fn release_key(v: &str) -> (u64, u64) {
+    let mut it = v.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
 }
 
 /// Run [`SCRIPT`] with `python`: what it says about its modules and packages.
@@ -505,6 +579,7 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
         needed,
         missing_runpaths,
         jit: jit_env(),
+        epv2_jit: epv2_jit(interp.platlib.as_deref()),
         versions: versions_of(interp),
         driver_at_run_time: false,
     }

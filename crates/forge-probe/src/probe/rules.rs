@@ -162,6 +162,19 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
             })
             .map(|v| v.name.clone())
     });
+    // The user's own pins file: named on the command line when it is not the default,
+    // and never a variant it does not have.
+    let flag = pins
+        .filter(|p| p.path != std::path::Path::new(crate::pins::DEFAULT_PATH))
+        .map(|p| format!(" --pins {}", crate::printer::shell_word(&p.path.display().to_string())))
+        .unwrap_or_default();
+    if let (Some(p), None) = (pins, &from_pins) {
+        return format!(
+            "{} has no {} variant for this GPU: add a [[variant]] with multinode = {multinode} and its topology (pins.md), then rebuild: deepep-forge build-wheel{flag} --variant <its name>",
+            p.path.display(),
+            if multinode { "multi-node" } else { "single-node" }
+        );
+    }
     let name = from_pins.unwrap_or_else(|| match (family, multinode) {
         (Some("gb200"), false) => "gb200-nvl72".into(),
         (Some("b200"), _) => "b200-multinode".into(),
@@ -170,7 +183,7 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
         (None, true) => "<gpu>-multinode".into(),
         (None, false) => "<variant>".into(),
     });
-    format!("rebuild: deepep-forge build-wheel --variant {name}")
+    format!("rebuild: deepep-forge build-wheel{flag} --variant {name}")
 }
 
 /// The variant family name of a GPU kind (`h100` for H100/H200/sm_90).
@@ -225,7 +238,7 @@ impl Bx<'_> {
 pub type BinaryRule = (&'static str, fn(&Bx) -> Vec<Check>);
 
 /// Every binary rule, in the order the verdict shows them (docs/probe.md names each id).
-pub const BINARY_RULES: [BinaryRule; 28] = [
+pub const BINARY_RULES: [BinaryRule; 29] = [
     ("record", record),
     ("extension-elf", extension_elf),
     ("interface", interface),
@@ -247,6 +260,7 @@ pub const BINARY_RULES: [BinaryRule; 28] = [
     ("nvshmem", nvshmem),
     ("jit-cuda-home", jit_cuda_home),
     ("jit-cache", jit_cache),
+    ("epv2-jit", epv2_jit),
     ("build-environment", environment::build_environment),
     ("torch-abi", environment::torch_abi),
     ("nvshmem-version", environment::nvshmem_version),
@@ -301,14 +315,74 @@ fn pin(cx: &Bx) -> Vec<Check> {
     vec![pin_check(cx.b, cx.elf_arch().or(cx.tag_arch()), pins, cx.gpu, cx.ev)]
 }
 
+/// The environment, for HybridEP's JIT rules: none for an EPv2 wheel (no HybridEP; `epv2-jit` is its own).
+fn hybrid_ep_env<'a>(cx: &Bx<'a>) -> Option<&'a EnvFacts> {
+    cx.env.filter(|_| interface_of(cx.b) != Some(crate::interface::Branch::Main))
+}
+
 /// `jit-cuda-home` (with `--python`).
 fn jit_cuda_home(cx: &Bx) -> Vec<Check> {
-    cx.env.map(|e| jit_cuda_home_check(&e.jit)).into_iter().collect()
+    hybrid_ep_env(cx).map(|e| jit_cuda_home_check(&e.jit)).into_iter().collect()
 }
 
 /// `jit-cache` (with `--python`).
 fn jit_cache(cx: &Bx) -> Vec<Check> {
-    cx.env.map(|e| jit_cache_check(&e.jit)).into_iter().collect()
+    hybrid_ep_env(cx).map(|e| jit_cache_check(&e.jit)).into_iter().collect()
+}
+
+/// `epv2-jit` (with `--python`, an EPv2 wheel): `import deep_ep` asserts a CUDA home, and the
+/// kernels are compiled at run time by its nvcc (>= 12.3) and read with its cuobjdump, with
+/// `-I <nccl root>/include`. Without them the import or the first kernel fails: a FAIL
+/// before any import, naming what is missing and the registry packages that provide it.
+fn epv2_jit(cx: &Bx) -> Vec<Check> {
+    let Some(e) = cx.env.filter(|_| interface_of(cx.b) == Some(crate::interface::Branch::Main)) else {
+        return Vec::new();
+    };
+    let j = &e.epv2_jit;
+    // The CUDA minor of the build (its nvcc), else 13.0: the packages of that minor.
+    let minor = recorded_cuda(cx).unwrap_or_else(|| "13.0".into());
+    let major = minor.split('.').next().unwrap_or("13").to_string();
+    let toolkit = format!(
+        "pip install \"nvidia-cuda-nvcc=={minor}.*\" \"nvidia-cuda-crt=={minor}.*\" \"nvidia-cuda-cccl=={minor}.*\" \"nvidia-cuda-runtime=={minor}.*\" nvidia-cuda-cuobjdump && export CUDA_HOME=<site-packages>/nvidia/cu{major}"
+    );
+    let mut out = Vec::new();
+    out.push(match &j.cuda_home {
+        None => Check::fail(
+            "epv2-jit",
+            "no CUDA home (CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda): `import deep_ep` (EPv2) asserts one, and its kernels are compiled at run time by its nvcc and cuobjdump",
+        )
+        .fix(toolkit),
+        Some((h, from)) if !j.missing.is_empty() => Check::fail(
+            "epv2-jit",
+            format!("the CUDA home {h} ({from}) lacks {}: EPv2 compiles its kernels at run time with it", j.missing.join(", ")),
+        )
+        .fix(toolkit),
+        Some((h, from)) => Check::pass(
+            "epv2-jit",
+            format!("CUDA home {h} ({from}): nvcc {} and cuobjdump for EPv2's run-time JIT", j.nvcc.as_deref().unwrap_or("?")),
+        ),
+    });
+    let nccl = match cx.versions.and_then(|v| v.nccl.as_ref()) {
+        Some((name, v)) => format!("pip install \"{name}=={v}\""),
+        None => format!("pip install nvidia-nccl-cu{major}"),
+    };
+    out.push(match &j.nccl_include {
+        Some(i) => Check::pass("epv2-jit", format!("NCCL headers for the JIT's -I: {i}/nccl.h")),
+        None => Check::fail(
+            "epv2-jit",
+            "no NCCL headers (<nccl root>/include/nccl.h from EP_NCCL_ROOT_DIR, NCCL_DIR or the environment's nvidia-nccl package): EPv2's JIT compiles with -I <nccl root>/include",
+        )
+        .fix(format!("{nccl} (its wheel ships include/nccl.h), or export EP_NCCL_ROOT_DIR=<an NCCL root with include/nccl.h>")),
+    });
+    out
+}
+
+/// The CUDA minor (`13.0`) the wheel's provenance records it was built with.
+fn recorded_cuda(cx: &Bx) -> Option<String> {
+    let Some(Ok(p)) = &cx.b.provenance else { return None };
+    let c = p.toolchain.environment.as_ref()?.cuda.as_deref()?;
+    let mut it = c.split('.');
+    Some(format!("{}.{}", it.next()?, it.next()?))
 }
 
 /// `record`.
@@ -1017,6 +1091,19 @@ mod tests {
         );
         assert_eq!(k(&[hybrid[0]]).as_deref(), Some(hybrid[0]));
         assert_eq!(k(&["other/_C.cpython-312-x86_64-linux-gnu.so"]), None);
+    }
+
+    #[test]
+    fn a_rebuild_fix_names_only_the_users_variants_and_their_pins_file() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/demo-pins.toml"))
+            .unwrap();
+        let path = std::path::Path::new("tests/fixtures/demo-pins.toml");
+        let mut pins = Pins::parse(&text, path).unwrap();
+        pins.variants.retain(|v| !v.multinode);
+        let fix = rebuild(Some(Gpu::H100), true, Some(&pins));
+        assert!(!fix.contains("h100-multinode"), "a variant the pins lack: {fix}");
+        assert!(fix.contains("tests/fixtures/demo-pins.toml has no multi-node variant"), "{fix}");
+        assert!(fix.contains("build-wheel --pins tests/fixtures/demo-pins.toml --variant <its name>"), "{fix}");
     }
 
     #[test]

@@ -160,7 +160,7 @@ impl Checker<'_> {
             by_rev.entry(r.as_str()).or_default().push(a.as_str());
         }
         let expected = by_rev.iter().map(|(r, a)| format!("{r} ({})", a.join(", "))).collect::<Vec<_>>().join(", ");
-        let fix_to = |r: &str| format!("write the full pinned sha {r} at {}:{line}", self.file.display());
+        let fix_to = |r: &str| rev_fix(self.file, line, found, r);
         let hex = found.bytes().all(|b| b.is_ascii_hexdigit());
         let f = if hex && found.len() < 40 && found.len() >= 4 {
             let full = wanted.iter().find(|(_, r)| r.starts_with(&found.to_ascii_lowercase())).map(|(_, r)| r.as_str());
@@ -535,4 +535,16 @@ pub(super) fn url_rev(s: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// The fix for a Dockerfile naming `found` at `line` where the pin is `rev`: a command that
+/// writes it (`sed -i` on that line only) when `found` is a plain word, else the words.
+fn rev_fix(file: &std::path::Path, line: usize, found: &str, rev: &str) -> String {
+    let plain = !found.is_empty() && found.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if plain && line > 0 {
+        let path = crate::printer::shell_word(&file.display().to_string());
+        format!("sed -i '{line}s/{}/{rev}/' {path}", found.replace('.', "\\."))
+    } else {
+        format!("write the full pinned sha {rev} at {}:{line}", file.display())
+    }
 }
