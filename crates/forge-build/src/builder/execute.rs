@@ -13,7 +13,7 @@ use super::plan::Plan;
 use super::{preflight, relocate, source};
 use crate::cache::{self, remote, Cache};
 use crate::error::{check_interrupted, Failure};
-use crate::provenance::{self, Patch, Provenance};
+use crate::provenance::{self, Patch};
 use crate::wheel::{stamp, WheelName};
 
 /// A wheel delivered to the output folder, and where it came from.
@@ -162,7 +162,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     if let Some((member, data)) = requires_dist(pl, &built)? {
         changes.replace.insert(member, data);
     }
-    let prov = provenance_of(pl, key.as_str(), &short, &patches);
+    let prov = pl.provenance(key.as_str(), &short, &patches);
     changes.add_dist_info.insert(provenance::FILE_NAME.into(), serde_json::to_vec_pretty(&prov)?);
     let stage = build.path().join("entry");
     std::fs::create_dir(&stage)?;
@@ -350,56 +350,6 @@ fn relabel(changes: &mut stamp::Changes, file_name: &str, built: &str, pl: &Plan
     Ok(renamed)
 }
 
-/// The provenance document of a build of `pl`: every value from the plan
-/// (its path-free form), plus what only the build knows (the tree's short
-/// sha, the patches). No wall-clock time and no machine path: a rebuild gives
-/// the same document (the build report keeps the times).
-pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Provenance {
-    let tc = pl.toolchain();
-    Provenance {
-        schema: provenance::SCHEMA,
-        tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
-        source: provenance::SourceInfo {
-            repo: provenance_repo(pl),
-            rev: pl.source.rev.clone(),
-            branch: pl.source.branch.clone(),
-            short: short.to_string(),
-            submodules: pl.source.submodules.clone(),
-            patches: pl.source.patches.clone(),
-            fork: pl.source.fork.clone(),
-        },
-        variant: pl.variant.clone(),
-        env: pl.portable.env.clone(),
-        toolchain: match tc {
-            Some(t) => provenance::ToolchainInfo {
-                kind: t.kind.as_str().into(),
-                python: Some(t.python_version.clone()),
-                python_tag: Some(t.python_tag.clone()),
-                torch: t.torch.clone(),
-                cuda: Some(t.torch_cuda.clone().unwrap_or_else(|| t.cuda_major_minor())),
-                nvcc: Some(t.nvcc_version.clone()),
-                cxx: None,
-                cxx_version: t.compilers.get("CXX").map(|c| c.version.clone()),
-                sccache: pl.hooks.as_ref().map(|h| h.sccache_version.clone()),
-                packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
-                cross: t.cross.as_ref().map(super::cross::Sysroot::provenance),
-                overrides: t.registry.as_ref().map(|r| r.overrides.clone()).unwrap_or_default(),
-                environment: pl.environment.clone(),
-            },
-            None => provenance::ToolchainInfo::default(),
-        },
-        host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
-        times: provenance::Times { started: None, finished: None, source_date_epoch: pl.source.source_date_epoch },
-        cache_key: key.to_string(),
-        build: Some(provenance::BuildInfo {
-            interface: pl.interface.branch.as_str().into(),
-            argv: pl.portable.argv.clone(),
-            cwd: pl.portable.cwd.clone(),
-        }),
-        patches: patches.to_vec(),
-    }
-}
-
 /// The built wheel's METADATA with the plan's run-time requirements
 /// (`Requires-Dist`, `closure`); None when the plan has none to write.
 fn requires_dist(pl: &Plan, built: &Path) -> Result<Option<(String, Vec<u8>)>> {
@@ -427,28 +377,6 @@ fn read_elsewhere(pl: &Plan) -> Option<String> {
             s.pinned_repo, s.rev
         )
     })
-}
-
-/// The repository the provenance names: pins.toml's (a commit sha names its
-/// content, so where the bytes were read from does not enter the wheel); for a
-/// plan without it (older plan documents), the source without machine paths.
-fn provenance_repo(pl: &Plan) -> String {
-    match pl.source.pinned_repo.as_str() {
-        "" => path_free_repo(&pl.source.repo, pl.source.snapshot_of.as_deref()),
-        r => r.to_string(),
-    }
-}
-
-/// The source without machine paths: a URL as it is, a local repository or
-/// snapshotted folder by its folder name (`local:<name>`).
-fn path_free_repo(repo: &str, snapshot_of: Option<&Path>) -> String {
-    let url_like = repo.contains("://") || repo.starts_with("git@");
-    if url_like && snapshot_of.is_none() {
-        return repo.to_string();
-    }
-    let local = snapshot_of.unwrap_or(Path::new(repo));
-    let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "source".into());
-    format!("local:{name}")
 }
 
 /// PEP 440 equality: setuptools normalises a short sha of digits only as a
