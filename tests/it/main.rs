@@ -32,6 +32,7 @@ mod fork;
 mod help;
 mod images;
 mod install;
+mod journeys_release;
 mod interface;
 mod lock;
 mod lock_environment;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::deliver::{deliver, recorded_patches};
-use super::plan::Plan;
+use super::plan::{CompilerCache, Plan};
 use super::{preflight, relocate, source};
 use crate::cache::{self, remote, Cache};
 use crate::error::{check_interrupted, Failure};
@@ -105,17 +105,25 @@ fn from_cache(
 /// A shared compiler cache: probed, its server started with the credentials; a
 /// storage that does not answer (now or later) is a note, never a failed build.
 /// (the watcher, whether it was off from the start)
+/// Without a shared one, the build's sccache server is started here, a child of this
+/// command (`servers`: every server this build started, ended when it is dropped).
 fn start_compiler_cache(
     pl: &Plan,
     root: &std::path::Path,
+    servers: &mut Vec<crate::process::Background>,
     notes: &mut Vec<String>,
-) -> Option<(Option<super::compiler_cache::Session>, bool)> {
-    let h = pl.hooks.as_ref()?;
-    let c = h.compiler_cache.as_ref()?;
-    let env: Vec<(String, String)> = h.env(root).into_iter().map(|(k, v, _)| (k, v)).collect();
+) -> Result<Option<(Option<super::compiler_cache::Session>, bool)>> {
+    let Some(h) = pl.hooks.as_ref() else { return Ok(None) };
+    let mut env: std::collections::BTreeMap<String, String> = pl.run.env.clone();
+    env.extend(h.env(root).into_iter().map(|(k, v, _)| (k, v)));
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let Some(c) = h.compiler_cache.as_ref().filter(|c| matches!(c, CompilerCache::Remote { .. })) else {
+        servers.push(super::compiler_cache::serve(&h.sccache, &super::compiler_cache::socket(&env, root), &env, &[])?);
+        return Ok(None);
+    };
     let before = notes.len();
-    let session = super::compiler_cache::start(c, &h.sccache, root, &env, notes);
-    Some((session, notes.len() > before))
+    let session = super::compiler_cache::start(c, &h.sccache, root, &env, servers, notes);
+    Ok(Some((session, notes.len() > before)))
 }
 
 /// After the build: the watcher stopped, sccache's statistics noted, its servers stopped.
@@ -212,7 +220,12 @@ fn compile(
     build: &Path,
     notes: &mut Vec<String>,
 ) -> Result<String> {
-    let shared = root.and_then(|r| start_compiler_cache(pl, &r.root, notes));
+    // Dropped last: every sccache server this build started ends with it, whatever happens.
+    let mut servers = Vec::new();
+    let shared = match root {
+        Some(r) => start_compiler_cache(pl, &r.root, &mut servers, notes)?,
+        None => None,
+    };
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
     if let Some(n) = read_elsewhere(pl) {
         notes.push(n);
