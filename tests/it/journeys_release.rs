@@ -83,3 +83,74 @@ fn nothing_a_build_started_is_running_after_it_succeeds_fails_or_is_interrupted(
     assert_eq!(child.wait().unwrap().code(), Some(130));
     assert_eq!(left_running(&marker), Vec::<String>::new(), "after an interrupted build");
 }
+
+/// J7: a consumer whose Dockerfile pins DeepEP (`ARG DEEPEP_REV=<sha>`, then
+/// `git checkout ${DEEPEP_REV}`) bumps the pin with `pin set --relock`: pyproject.toml,
+/// pins.toml, uv.lock and the Dockerfile all move, `lock check` passes; a relock that
+/// fails puts every file back byte for byte; pinning back restores the files.
+#[test]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (uv)")]
+fn j7_pin_bump_moves_the_dockerfile_too_and_rolls_back() {
+    let uv = require!(support::tools_venv().map(|v| v.join("bin/uv")).filter(|p| p.exists()), "uv");
+    let python = require!(support::tools_python(), "python");
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, first, second) = crate::pinset::deepep_repo(tmp.path());
+    let proj = crate::pinset::uv_project(tmp.path(), &repo, &first);
+    let dockerfile = proj.join("Dockerfile");
+    std::fs::write(
+        &dockerfile,
+        format!(
+            "FROM python:3.12-slim\nARG DEEPEP_REV={first}\nRUN git clone https://github.com/deepseek-ai/DeepEP.git /deepep && cd /deepep && git checkout ${{DEEPEP_REV}}\n"
+        ),
+    )
+    .unwrap();
+    let mut env: Vec<(String, String)> = vec![
+        ("DEEPEP_FORGE_UV".into(), uv.display().to_string()),
+        ("UV_PYTHON".into(), python.display().to_string()),
+        ("UV_CACHE_DIR".into(), tmp.path().join("uv-cache").display().to_string()),
+        ("UV_OFFLINE".into(), "1".into()),
+    ];
+    env.extend(crate::pinset::insteadof(&repo).into_iter().map(|(k, v)| (k.to_string(), v)));
+    let forge = |args: &[&str]| support::bin().args(args).current_dir(tmp.path()).envs(env.clone()).output().unwrap();
+    let files = || -> Vec<Vec<u8>> {
+        [proj.join("pyproject.toml"), proj.join("uv.lock"), dockerfile.clone(), tmp.path().join("pins.toml")]
+            .iter()
+            .map(|p| std::fs::read(p).unwrap_or_default())
+            .collect()
+    };
+    let o = forge(&["pin", "set", &first, "--project", "consumer", "--relock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let at_first = files();
+
+    // The bump: every file moves, lock check passes (here and on its own).
+    let o = forge(&["pin", "set", &second, "--project", "consumer", "--relock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(support::stdout(&o).contains("lock check: 0 error(s)"), "{}", out(&o));
+    let df = std::fs::read_to_string(&dockerfile).unwrap();
+    assert!(df.contains(&format!("ARG DEEPEP_REV={second}\n")) && !df.contains(&first), "{df}");
+    for f in ["pyproject.toml", "uv.lock"] {
+        let t = std::fs::read_to_string(proj.join(f)).unwrap();
+        assert!(t.contains(&second) && !t.contains(&first), "{f}: {t}");
+    }
+    let o = forge(&["lock", "check", "--project", "consumer"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let at_second = files();
+
+    // A relock that fails (no Python satisfies the project) puts every file back, the Dockerfile too.
+    let py = std::fs::read_to_string(proj.join("pyproject.toml")).unwrap();
+    std::fs::write(proj.join("pyproject.toml"), py.replace(">=3.10", ">=99")).unwrap();
+    let before = files();
+    let o = forge(&["pin", "set", &first, "--project", "consumer", "--relock"]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(support::stderr(&o).contains("were restored"), "{}", out(&o));
+    assert_eq!(files(), before, "a failed relock changes no file");
+    std::fs::write(proj.join("pyproject.toml"), py).unwrap();
+    assert_eq!(files(), at_second);
+
+    // Rolling back the bump restores every file as it was.
+    let o = forge(&["pin", "set", &first, "--project", "consumer", "--relock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert_eq!(files(), at_first, "pinning back restores pyproject.toml, uv.lock, the Dockerfile and pins.toml");
+    let o = forge(&["lock", "check", "--project", "consumer"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+}
