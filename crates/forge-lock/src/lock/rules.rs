@@ -1213,7 +1213,14 @@ fn not_in_manifest(w: &super::index::LockedWheel, sha: &str, chain: &IndexChain)
         (Some(locked), Some(now)) if norm(locked) != norm(now) => Some((locked.clone(), now.clone())),
         _ => None,
     };
-    let index = chain.source.url.clone().unwrap_or_else(|| "<index URL>".into());
+    // `verify` takes the variant's folder (`.../demo/`), pyproject.toml names its `simple/` page.
+    let index = chain
+        .source
+        .url
+        .as_deref()
+        .map(|u| u.trim_end_matches('/'))
+        .map(|u| format!("{}/", u.strip_suffix("/simple").unwrap_or(u)))
+        .unwrap_or_else(|| "<index URL>".into());
     let (msg, fix) = match (named, moved) {
         (_, Some((locked, now))) => (
             format!(
