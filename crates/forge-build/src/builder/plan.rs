@@ -446,7 +446,7 @@ impl Plan {
     /// sha, the patches). No wall-clock time and no machine path: a rebuild gives
     /// the same document (the build report keeps the times).
     pub fn provenance(&self, key: &str, short: &str, patches: &[Patch]) -> Provenance {
-            let pl = self;
+        let pl = self;
         let tc = pl.toolchain();
         Provenance {
             schema: provenance::SCHEMA,

@@ -522,7 +522,13 @@ mod tests {
         let fields: Vec<&str> = d.iter().map(|f| f.field.as_str()).collect();
         assert_eq!(
             fields,
-            ["env.HYBRID_EP_MULTINODE", "env.TORCH_CUDA_ARCH_LIST", "variant.cuda_arch_list", "variant.name", "cache_key"]
+            [
+                "env.HYBRID_EP_MULTINODE",
+                "env.TORCH_CUDA_ARCH_LIST",
+                "variant.cuda_arch_list",
+                "variant.name",
+                "cache_key"
+            ]
         );
         assert_eq!((d[0].a.as_str(), d[0].b.as_str()), (r#""1""#, "absent"));
         assert_eq!((d[1].a.as_str(), d[1].b.as_str()), (r#""9.0 10.0""#, r#""9.0""#));

@@ -441,7 +441,8 @@ fn dockerfiles(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<Vec<txn:
         let text = crate::input::read_text(&f, "Dockerfile", crate::input::cap::TEXT)?;
         let Some(moved) = crate::lock::dockerfile::moved(&text, &f, Some(pins), &old, &new)? else { continue };
         let real = txn::resolve(&f)?.unwrap_or_else(|| f.clone());
-        let change = txn::Change { shown: f.clone(), real, old: Some(text.into_bytes()), new: Some(moved.into_bytes()) };
+        let change =
+            txn::Change { shown: f.clone(), real, old: Some(text.into_bytes()), new: Some(moved.into_bytes()) };
         txn::check_writable(&change)?;
         crate::note!("note: {}: its DeepEP pin moves with pins.toml", f.display());
         out.push(change);
