@@ -167,7 +167,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     let file_name = relabel(&mut changes, &file_name, &name.version, pl)?;
     // Relocate RUNPATHs that point into the build Python's site-packages.
     let patches = relocate_runpaths(tc, &built, &members, &build.path().join("patch"), &mut changes)?;
-    if let Some((member, data)) = requires_dist(pl, &built)? {
+    if let Some((member, data)) = requires_dist(pl, &built, &file_name)? {
         changes.replace.insert(member, data);
     }
     let prov = pl.provenance(key.as_str(), &short, &patches);
@@ -363,17 +363,44 @@ fn relabel(changes: &mut stamp::Changes, file_name: &str, built: &str, pl: &Plan
     Ok(renamed)
 }
 
-/// The built wheel's METADATA with the plan's run-time requirements
-/// (`Requires-Dist`, `closure`); None when the plan has none to write.
-fn requires_dist(pl: &Plan, built: &Path) -> Result<Option<(String, Vec<u8>)>> {
+/// The built wheel's METADATA with the plan's run-time requirements (`Requires-Dist`,
+/// `closure`) and its `Name:` written as the file name writes it ([`file_name_form`]);
+/// None when neither changes it.
+fn requires_dist(pl: &Plan, built: &Path, file_name: &str) -> Result<Option<(String, Vec<u8>)>> {
     let reqs = pl.environment.as_ref().and_then(|e| e.requires.as_ref()).map(|r| r.written()).unwrap_or_default();
-    if reqs.is_empty() {
-        return Ok(None);
-    }
     let member = format!("{}/METADATA", stamp::dist_info_dir(crate::wheel::open(built)?.archive())?);
     let old = stamp::read_member(built, &member)?;
     let text = String::from_utf8(old).with_context(|| format!("{member} of the built wheel is not UTF-8"))?;
-    Ok(Some((member, super::closure::with_requires(&text, reqs).into_bytes())))
+    let dist = file_name.split('-').next().unwrap_or_default();
+    let mut new = file_name_form(&text, dist);
+    if !reqs.is_empty() {
+        new = super::closure::with_requires(&new, reqs);
+    }
+    Ok((new != text).then(|| (member, new.into_bytes())))
+}
+
+/// METADATA with its `Name:` as the wheel's file name writes it (`deep_ep`, not the
+/// `deep-ep` newer setuptools writes): the same name under PEP 503, and the form pip
+/// before 23.2 (the pip of Debian 12 and the images' venvs) compares unnormalised
+/// with the name asked for ("inconsistent Name: expected 'deep_ep'").
+pub fn file_name_form(metadata: &str, dist: &str) -> String {
+    let canon = |n: &str| n.to_ascii_lowercase().replace(['_', '.'], "-");
+    let mut out = String::with_capacity(metadata.len());
+    let mut in_headers = true;
+    for line in metadata.split_inclusive('\n') {
+        if line.trim_end().is_empty() {
+            in_headers = false;
+        }
+        match line.strip_prefix("Name:") {
+            Some(v) if in_headers && canon(v.trim()) == canon(dist) && v.trim() != dist => {
+                out.push_str("Name: ");
+                out.push_str(dist);
+                out.push_str(if line.ends_with("\r\n") { "\r\n" } else if line.ends_with('\n') { "\n" } else { "" });
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// Where the bytes were read from, when not from pins.toml's repository
@@ -420,6 +447,17 @@ fn zip_names(wheel: &Path) -> Result<Vec<String>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn metadata_name_is_written_as_the_file_name_writes_it() {
+        let m = "Metadata-Version: 2.1\nName: deep-ep\nVersion: 1.2.1+abc\n\nName: deep-ep in the description\n";
+        assert_eq!(
+            super::file_name_form(m, "deep_ep"),
+            "Metadata-Version: 2.1\nName: deep_ep\nVersion: 1.2.1+abc\n\nName: deep-ep in the description\n"
+        );
+        assert_eq!(super::file_name_form(m, "other"), m, "another project's name is left alone");
+        assert_eq!(super::file_name_form("Name: deep_ep\n", "deep_ep"), "Name: deep_ep\n");
+    }
+
     #[test]
     fn versions_compare_by_pep440() {
         assert!(super::same_version("1.2.1+155955", "1.2.1+0155955"));
