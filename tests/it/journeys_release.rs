@@ -2,6 +2,7 @@
 //! whatever the interpreter's spelling, variants that never share an entry,
 //! nothing left running after a command, `diff` naming every knob, printed
 //! commands that run as printed. Real binary, git, uv, nvcc, sccache.
+use std::path::Path;
 use std::process::Command;
 
 use crate::build_support::{self, Lab};
@@ -261,4 +262,153 @@ fn one_identity_per_wheel_whatever_the_interpreter_spelling_and_diff_names_the_k
     ] {
         assert!(text.contains(field), "{field} in {text}");
     }
+}
+
+/// J6, the release: two variants published, `publish --check` after one index is lost
+/// prints the `publish` command that restores it (run verbatim), a signed `cache push`
+/// to an HTTP store on 127.0.0.1, and a second machine (another cache folder, the
+/// interpreter spelled `<venv>/bin/python` where the first said `python3`) gets a
+/// remote hit with the published sha256 and `verify` verifies it there. pins.toml names
+/// DeepEP's URL, which git serves from the lab's repository (`url.insteadOf`), so the
+/// printed commands need no `--source`. (The image from the index: the needs-podman step.)
+#[test]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, sccache)")]
+fn j6_release_two_variants_publish_check_push_and_a_second_machine() {
+    let lab = Lab::new();
+    let pins = lab.pins_with(&lab.rev, TWO_VARIANTS);
+    let pins = pins.to_str().unwrap();
+    let venv_bin = lab.python.parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}:{}:{}",
+        support::exe().parent().unwrap().display(),
+        venv_bin.display(),
+        lab.tools.join("bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let mut env: Vec<(String, String)> = crate::pinset::insteadof(&lab.repo)
+        .into_iter()
+        .filter(|(k, _)| *k != "DEEPEP_FORGE_CACHE_DIR")
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    env.extend([
+        ("PATH".to_string(), path),
+        ("CUDA_HOME".to_string(), lab.cuda_home.display().to_string()),
+        ("DEEPEP_FORGE_CACHE_DIR".to_string(), lab.cache.display().to_string()),
+        ("XDG_CONFIG_HOME".to_string(), lab.dir.path().join("config").display().to_string()),
+    ]);
+    let forge = |args: &[&str], cache: &Path| {
+        let mut c = support::bin();
+        c.args(args).current_dir(lab.dir.path()).envs(env.clone()).env("DEEPEP_FORGE_CACHE_DIR", cache);
+        for k in [
+            "TORCH_CUDA_ARCH_LIST",
+            "HYBRID_EP_MULTINODE",
+            "NVSHMEM_DIR",
+            "MAX_JOBS",
+            "CC",
+            "CXX",
+            "DEEPEP_FORGE_TRUSTED_KEYS",
+            "DEEPEP_FORGE_CACHE_URL",
+        ] {
+            c.env_remove(k);
+        }
+        c.output().unwrap()
+    };
+    let key = lab.dir.path().join("release.key");
+    let o = forge(&["cache", "keygen", "--name", "release-1", "--out", key.to_str().unwrap()], &lab.cache);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let public = support::stdout(&o).lines().next().unwrap().trim().to_string();
+    let key = key.to_str().unwrap();
+
+    // Both variants published (built with `python3` found on PATH: the build venv's).
+    let o = forge(
+        &[
+            "publish",
+            "--pins",
+            pins,
+            "--variant",
+            "demo",
+            "--variant",
+            "demo-h100",
+            "--signing-key",
+            key,
+            "--out",
+            "idx",
+        ],
+        &lab.cache,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let check = |extra: &[&str]| {
+        let args = [
+            &[
+                "publish",
+                "--check",
+                "idx",
+                "--pins",
+                pins,
+                "--variant",
+                "demo",
+                "--variant",
+                "demo-h100",
+                "--trusted-key",
+                &public,
+            ][..],
+            extra,
+        ]
+        .concat();
+        forge(&args, &lab.cache)
+    };
+    let o = check(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+
+    // One index lost: the check names the whole command that restores it, and it runs as printed.
+    std::fs::remove_dir_all(lab.dir.path().join("idx/demo-h100")).unwrap();
+    let o = check(&["--signing-key", key]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let text = support::stdout(&o);
+    let printed =
+        text.split("run `").nth(1).and_then(|r| r.split('`').next()).unwrap_or_else(|| panic!("no command in {text}"));
+    assert!(printed.contains("--out idx") && printed.contains(&format!("--signing-key {key}")), "{printed}");
+    let o = Command::new("sh").arg("-c").arg(printed).current_dir(lab.dir.path()).envs(env.clone()).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{printed}: {}", out(&o));
+    let o = check(&[]);
+    assert_eq!(o.status.code(), Some(0), "after the printed publish: {}", out(&o));
+
+    // A signed push to an HTTP store on 127.0.0.1.
+    let srv = crate::cache::serve();
+    let o = forge(&["cache", "push", "--cache-url", &srv.url, "--allow-http", "--signing-key", key], &lab.cache);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+
+    // The second machine: another cache folder, the interpreter by its full path.
+    let published = build_support::files_with(&lab.dir.path().join("idx/demo/simple/deep-ep"), ".whl").remove(0);
+    let sha = build_support::sha256sum(&published);
+    let second = lab.dir.path().join("cache-second");
+    let python = lab.python.to_str().unwrap();
+    let o = forge(
+        &[
+            "build-wheel",
+            "--pins",
+            pins,
+            "--variant",
+            "demo",
+            "--python",
+            python,
+            "--cache-url",
+            &srv.url,
+            "--allow-http",
+            "--trusted-key",
+            &public,
+            "--out",
+            "out-second",
+            "--format",
+            "json",
+        ],
+        &second,
+    );
+    let res = build_support::json(&o)["results"][0].clone();
+    assert_eq!(res["status"], "remote-hit", "{res}");
+    assert_eq!(res["sha256"], sha.as_str(), "the published wheel's bytes");
+    let wheel = build_support::files_with(&lab.dir.path().join("out-second"), ".whl").remove(0);
+    let o = forge(&["verify", wheel.to_str().unwrap(), "--python", python], &second);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(support::stdout(&o).starts_with("verified:"), "{}", out(&o));
 }

@@ -395,7 +395,13 @@ pub fn file_name_form(metadata: &str, dist: &str) -> String {
             Some(v) if in_headers && canon(v.trim()) == canon(dist) && v.trim() != dist => {
                 out.push_str("Name: ");
                 out.push_str(dist);
-                out.push_str(if line.ends_with("\r\n") { "\r\n" } else if line.ends_with('\n') { "\n" } else { "" });
+                out.push_str(if line.ends_with("\r\n") {
+                    "\r\n"
+                } else if line.ends_with('\n') {
+                    "\n"
+                } else {
+                    ""
+                });
             }
             _ => out.push_str(line),
         }
