@@ -474,7 +474,7 @@ impl Plan {
                     cxx_version: t.compilers.get("CXX").map(|c| c.version.clone()),
                     sccache: pl.hooks.as_ref().map(|h| h.sccache_version.clone()),
                     packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
-                    cross: t.cross.as_ref().map(super::cross::Sysroot::provenance),
+                    cross: t.cross.as_ref().map(|x| x.provenance()),
                     overrides: t.registry.as_ref().map(|r| r.overrides.clone()).unwrap_or_default(),
                     environment: pl.environment.clone(),
                 },
