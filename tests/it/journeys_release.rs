@@ -412,3 +412,105 @@ fn j6_release_two_variants_publish_check_push_and_a_second_machine() {
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     assert!(support::stdout(&o).starts_with("verified:"), "{}", out(&o));
 }
+
+/// J8 (the index move): a consumer locked from variant `demo`'s index moves to
+/// `demo-h100`'s with `pin set --index URL --variant demo-h100`, not relocked yet:
+/// `lock check` says uv.lock is stale (locked from the other index), not that a
+/// server file was changed, and its fix, run as printed, makes the check pass.
+#[test]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, uv)")]
+fn j8_a_consumer_moved_to_another_variants_index_is_told_its_lock_is_stale() {
+    let lab = Lab::new();
+    let pins = lab.pins_with(&lab.rev, TWO_VARIANTS);
+    let pins = pins.to_str().unwrap();
+    let uv_cache = lab.dir.path().join("uv-cache");
+    let mut env: Vec<(String, String)> = crate::pinset::insteadof(&lab.repo)
+        .into_iter()
+        .filter(|(k, _)| *k != "DEEPEP_FORGE_CACHE_DIR")
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    env.extend([
+        ("PATH".to_string(), format!("{}:{}", lab.tools.join("bin").display(), std::env::var("PATH").unwrap())),
+        ("CUDA_HOME".to_string(), lab.cuda_home.display().to_string()),
+        ("DEEPEP_FORGE_CACHE_DIR".to_string(), lab.cache.display().to_string()),
+        ("XDG_CONFIG_HOME".to_string(), lab.dir.path().join("config").display().to_string()),
+        ("UV_CACHE_DIR".to_string(), uv_cache.display().to_string()),
+        ("UV_PYTHON".to_string(), lab.tools.join("bin/python").display().to_string()),
+        ("UV_PYTHON_DOWNLOADS".to_string(), "never".to_string()),
+    ]);
+    let run_in = |cwd: &Path, argv: &[&str]| {
+        let mut c = Command::new(argv[0]);
+        c.args(&argv[1..]).current_dir(cwd).envs(env.clone());
+        for k in [
+            "TORCH_CUDA_ARCH_LIST",
+            "HYBRID_EP_MULTINODE",
+            "MAX_JOBS",
+            "CC",
+            "CXX",
+            "DEEPEP_FORGE_TRUSTED_KEYS",
+            "UV_INDEX_URL",
+            "UV_EXTRA_INDEX_URL",
+            "VIRTUAL_ENV",
+        ] {
+            c.env_remove(k);
+        }
+        c.output().unwrap()
+    };
+    let exe = support::exe().to_str().unwrap().to_string();
+    let forge = |args: &[&str]| run_in(lab.dir.path(), &[&[exe.as_str()][..], args].concat());
+    let key = lab.dir.path().join("release.key");
+    let o = forge(&["cache", "keygen", "--name", "release-1", "--out", key.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let public = support::stdout(&o).lines().next().unwrap().trim().to_string();
+    let python = lab.python.to_str().unwrap();
+    let o = forge(&[
+        "publish",
+        "--pins",
+        pins,
+        "--variant",
+        "demo",
+        "--variant",
+        "demo-h100",
+        "--python",
+        python,
+        "--signing-key",
+        key.to_str().unwrap(),
+        "--out",
+        "idx",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let server = support::HttpServer::start(&lab.tools.join("bin/python"), &lab.dir.path().join("idx"));
+    let url = format!("http://127.0.0.1:{}", server.port);
+    let consumer = lab.dir.path().join("consumer");
+    support::copy_dir(&support::root().join("tests/fixtures/consumer-index"), &consumer);
+    let c = consumer.to_str().unwrap();
+    let pin_set = |variant: &str| {
+        forge(&["pin", "set", &lab.rev, "--project", c, "--pins", pins, "--index", &url, "--variant", variant])
+    };
+    let lock_check = || {
+        forge(&["lock", "check", "--project", c, "--pins", pins, "--index-manifest", "index", "--trusted-key", &public])
+    };
+    let o = pin_set("demo");
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let uv = lab.tools.join("bin/uv");
+    let o = run_in(&consumer, &[uv.to_str().unwrap(), "lock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let o = lock_check();
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+
+    // Moved to the other variant's index, not relocked.
+    let o = pin_set("demo-h100");
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let o = lock_check();
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let text = support::stdout(&o);
+    assert!(text.contains("uv.lock is stale") && text.contains(&format!("{url}/demo/simple")), "{text}");
+    assert!(!text.contains("server's copy was changed"), "no tampering is suggested: {text}");
+    let fix = text.split("`uv lock --refresh-package deep-ep`").count() > 1;
+    assert!(fix, "{text}");
+    // The fix as printed, in the consumer's folder.
+    let o = run_in(&consumer, &["sh", "-c", "uv lock --refresh-package deep-ep"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let o = lock_check();
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+}
