@@ -27,13 +27,14 @@ Examples:
 pub struct PublishArgs {
     #[command(flatten)]
     pub common: Common,
-    /// The ed25519 key that signs each variant's index.json (`cache keygen` makes one).
+    /// The ed25519 key that signs each variant's index.json (`cache keygen` makes one);
+    /// with --check, only named in the `publish` commands it prints.
     #[arg(long, value_name = "FILE", required_unless_present = "check")]
     pub signing_key: Option<PathBuf>,
     /// Verify the index in DIR against pins.toml instead of publishing: every variant
     /// present with a wheel at the pinned revision, hashes and signatures right, no
     /// foreign files (reported, never deleted). Exit 1 naming each file.
-    #[arg(long, value_name = "DIR", conflicts_with = "signing_key")]
+    #[arg(long, value_name = "DIR")]
     pub check: Option<PathBuf>,
     /// Evidence folders (repeatable, docs/evidence.md): statements a trusted key
     /// signed about the index's wheels are served beside them and listed in the manifest.
@@ -68,6 +69,7 @@ pub fn run(a: PublishArgs) -> Result<Exit> {
         pins: c.pins.to_path_buf(),
         trusted_keys: c.remote.trusted_keys.to_vec(),
         variants: c.variants.clone(),
+        signing_key: a.signing_key,
         format: c.format,
     })
 }

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use crate::build_support::*;
 
 /// A tiny HTTP file store: PUT writes `<root>/<path>`, GET reads it (404 if absent).
-struct Server {
-    url: String,
+pub(crate) struct Server {
+    pub(crate) url: String,
     root: PathBuf,
     puts: Arc<AtomicUsize>,
     _dir: tempfile::TempDir,
 }
 
-fn serve() -> Server {
+pub(crate) fn serve() -> Server {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     let server = tiny_http::Server::http("127.0.0.1:0").unwrap();

@@ -40,6 +40,7 @@ mod interface;
 mod journeys;
 mod journeys_epv2;
 mod journeys_pinbump;
+mod journeys_release;
 mod lock;
 mod lock_environment;
 mod lock_patches;

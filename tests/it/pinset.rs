@@ -175,7 +175,7 @@ fn invalid_input_changes_no_file() {
 
 /// A DeepEP stand-in with two commits; the second bumps setup.py's base version.
 /// Returns (repo, first sha, second sha).
-fn deepep_repo(dir: &Path) -> (PathBuf, String, String) {
+pub(crate) fn deepep_repo(dir: &Path) -> (PathBuf, String, String) {
     let repo = dir.join("DeepEP");
     let first = git_repo_from_fixture("mini-deepep", &repo);
     let setup = repo.join("setup.py");
@@ -336,7 +336,7 @@ fn a_revision_that_does_not_say_its_version_gets_no_label() {
 /// Environment making git (under uv, and pin set's own fetch of the label's
 /// source: the user's opt-in to local mirrors) fetch DEEPEP_URL from the local
 /// `repo`; deepep-forge's cache (its git mirrors) beside `repo`.
-fn insteadof(repo: &Path) -> Vec<(&'static str, String)> {
+pub(crate) fn insteadof(repo: &Path) -> Vec<(&'static str, String)> {
     vec![
         ("GIT_CONFIG_COUNT", "1".into()),
         ("GIT_CONFIG_KEY_0", format!("url.file://{}.insteadOf", repo.display())),
@@ -361,7 +361,7 @@ fn run_env(cwd: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
 }
 
 /// A consumer project whose DeepEP is DEEPEP_URL (served by the local repo) at `rev`.
-fn uv_project(dir: &Path, repo: &Path, rev: &str) -> PathBuf {
+pub(crate) fn uv_project(dir: &Path, repo: &Path, rev: &str) -> PathBuf {
     let p = dir.join("consumer");
     std::fs::create_dir_all(&p).unwrap();
     let url = DEEPEP_URL;

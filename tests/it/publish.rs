@@ -302,7 +302,7 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     );
     assert!(out.contains(&format!("the signed manifest lists it with sha256 {sha}")), "{out}");
     // The fix names the check that tells a changed server file from a stale lock, not "publish again".
-    assert!(out.contains("fix: find which: `deepep-forge verify <index URL>"), "{out}");
+    assert!(out.contains(&format!("fix: find which: `deepep-forge verify {index_url} --trusted-key KEY`")), "{out}");
     assert!(out.contains("uv.lock:"), "{out}");
     let o = s.check();
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));

@@ -48,13 +48,20 @@ pub struct CheckRequest {
     pub pins: PathBuf,
     pub trusted_keys: Vec<String>,
     pub variants: Vec<String>,
+    /// `--signing-key`, when given: named in the printed `publish` commands.
+    pub signing_key: Option<PathBuf>,
     pub format: crate::output::DataFormat,
 }
 
 /// `deepep-forge publish --check DIR`.
 pub fn check(c: CheckRequest) -> Result<Exit> {
-    let request =
-        check::Request { pins: &c.pins, trusted_keys: &c.trusted_keys, variants: &c.variants, format: c.format };
+    let request = check::Request {
+        pins: &c.pins,
+        trusted_keys: &c.trusted_keys,
+        variants: &c.variants,
+        signing_key: c.signing_key.as_deref(),
+        format: c.format,
+    };
     check::run(&request, &c.dir)
 }
 

@@ -24,7 +24,7 @@ use anyhow::Result;
 
 pub use super::plan::{Backend, CompilerCache};
 use crate::error::Failure;
-use crate::process::Cmd;
+use crate::process::{Background, Cmd};
 
 /// The file whose presence turns the remote cache off for the rest of a build
 /// (the wrappers test it before every compile).
@@ -252,6 +252,7 @@ pub fn start(
     sccache: &Path,
     root: &Path,
     env: &[(String, String)],
+    servers: &mut Vec<Background>,
     notes: &mut Vec<String>,
 ) -> Option<Session> {
     if !matches!(cache, CompilerCache::Remote { .. }) {
@@ -265,22 +266,70 @@ pub fn start(
         off(format!("not reachable ({e})"), notes);
         return None;
     }
-    let mut c = Cmd::new(sccache, "start the build's sccache server with the shared compiler cache");
-    c.args(["--start-server"]);
-    for (k, v) in env.iter().cloned().chain(cache.server_env()) {
-        c.cmd.env(k, v);
+    // The local server that stores nothing, ready for the wrappers once the storage is off.
+    let local: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, _)| !k.starts_with("SCCACHE_") || k == "SCCACHE_IDLE_TIMEOUT")
+        .cloned()
+        .chain([("SCCACHE_NO_CACHE".to_string(), "1".to_string())])
+        .collect();
+    match serve(sccache, &root.join(LOCAL_SOCKET), &local, &[]) {
+        Ok(s) => servers.push(s),
+        Err(e) => notes.push(format!("the stand-by sccache server did not start: {e:#}")),
     }
-    if let Err(e) = c.output() {
-        // sccache's message names the endpoint, never the credentials (they are not in the URL)
-        let first = format!("{e:#}").lines().next().unwrap_or("").to_string();
-        off(format!("the sccache server did not start ({first})"), notes);
-        return None;
+    match serve(sccache, &socket(env, root), env, &cache.server_env()) {
+        Ok(s) => servers.push(s),
+        Err(e) => {
+            // sccache's message names the endpoint, never the credentials (they are not in the URL)
+            let first = format!("{e:#}").lines().next().unwrap_or("").to_string();
+            off(format!("the sccache server did not start ({first})"), notes);
+            return None;
+        }
     }
     cache.probe_address()?;
     let stop = Arc::new(AtomicBool::new(false));
     let (flag, c2, marker) = (stop.clone(), cache.clone(), root.join(OFF_MARKER));
     let thread = std::thread::spawn(move || watch(&c2, &flag, &marker));
     Some(Session { stop, thread: Some(thread) })
+}
+
+/// The socket the build's wrappers talk to (`SCCACHE_SERVER_UDS` of `env`).
+pub fn socket(env: &[(String, String)], root: &Path) -> PathBuf {
+    env.iter()
+        .find(|(k, _)| k == "SCCACHE_SERVER_UDS")
+        .map(|(_, v)| PathBuf::from(v))
+        .unwrap_or_else(|| root.join("sccache.sock"))
+}
+
+/// sccache's server in the foreground (`SCCACHE_NO_DAEMON`), a child of this command
+/// listening on `socket`, with exactly `env` (the build's) and `secret` (a shared
+/// storage's credentials, which only the server sees): the wrappers find it there and
+/// start no server of their own, and it ends when the returned [`Background`] is
+/// dropped, on every way out (sccache's own daemon outlives `--stop-server` at times
+/// and idles on for 10 minutes on a socket that is gone).
+pub fn serve(
+    sccache: &Path,
+    socket: &Path,
+    env: &[(String, String)],
+    secret: &[(String, String)],
+) -> Result<Background> {
+    let mut c = Cmd::new(sccache, format!("start sccache's server on {}", socket.display()));
+    c.cmd.env_clear().envs(env.iter().cloned()).envs(secret.iter().cloned());
+    c.cmd.env("SCCACHE_SERVER_UDS", socket).env("SCCACHE_START_SERVER", "1").env("SCCACHE_NO_DAEMON", "1");
+    c.cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let mut server = c.background()?;
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        crate::error::check_interrupted()?;
+        if !server.running() {
+            anyhow::bail!("sccache's server exited before listening on {}", socket.display());
+        }
+        if std::time::Instant::now() >= end {
+            anyhow::bail!("sccache's server did not listen on {} within 20 s", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(server)
 }
 
 /// Every 2 s while the build runs: two failed probes in a row turn the cache off.

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::deliver::{deliver, recorded_patches};
-use super::plan::Plan;
+use super::plan::{CompilerCache, Plan};
 use super::{preflight, relocate, source};
 use crate::cache::{self, remote, Cache};
 use crate::error::{check_interrupted, Failure};
-use crate::provenance::{self, Patch, Provenance};
+use crate::provenance::{self, Patch};
 use crate::wheel::{stamp, WheelName};
 
 /// A wheel delivered to the output folder, and where it came from.
@@ -108,17 +108,25 @@ fn from_cache(
 /// A shared compiler cache: probed, its server started with the credentials; a
 /// storage that does not answer (now or later) is a note, never a failed build.
 /// (the watcher, whether it was off from the start)
+/// Without a shared one, the build's sccache server is started here, a child of this
+/// command (`servers`: every server this build started, ended when it is dropped).
 fn start_compiler_cache(
     pl: &Plan,
     root: &std::path::Path,
+    servers: &mut Vec<crate::process::Background>,
     notes: &mut Vec<String>,
-) -> Option<(Option<super::compiler_cache::Session>, bool)> {
-    let h = pl.hooks.as_ref()?;
-    let c = h.compiler_cache.as_ref()?;
-    let env: Vec<(String, String)> = h.env(root).into_iter().map(|(k, v, _)| (k, v)).collect();
+) -> Result<Option<(Option<super::compiler_cache::Session>, bool)>> {
+    let Some(h) = pl.hooks.as_ref() else { return Ok(None) };
+    let mut env: std::collections::BTreeMap<String, String> = pl.run.env.clone();
+    env.extend(h.env(root).into_iter().map(|(k, v, _)| (k, v)));
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let Some(c) = h.compiler_cache.as_ref().filter(|c| matches!(c, CompilerCache::Remote { .. })) else {
+        servers.push(super::compiler_cache::serve(&h.sccache, &super::compiler_cache::socket(&env, root), &env, &[])?);
+        return Ok(None);
+    };
     let before = notes.len();
-    let session = super::compiler_cache::start(c, &h.sccache, root, &env, notes);
-    Some((session, notes.len() > before))
+    let session = super::compiler_cache::start(c, &h.sccache, root, &env, servers, notes);
+    Ok(Some((session, notes.len() > before)))
 }
 
 /// After the build: the watcher stopped, sccache's statistics noted, its servers stopped.
@@ -162,10 +170,10 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     let file_name = relabel(&mut changes, &file_name, &name.version, pl)?;
     // Relocate RUNPATHs that point into the build Python's site-packages.
     let patches = relocate_runpaths(tc, &built, &members, &build.path().join("patch"), &mut changes)?;
-    if let Some((member, data)) = requires_dist(pl, &built)? {
+    if let Some((member, data)) = requires_dist(pl, &built, &file_name)? {
         changes.replace.insert(member, data);
     }
-    let mut prov = provenance_of(pl, key.as_str(), &short, &patches);
+    let mut prov = pl.provenance(key.as_str(), &short, &patches);
     let file_name = super::retag::retag(&built, &file_name, &mut changes, &mut prov, pl.platform.floor.as_deref())?;
     changes.add_dist_info.insert(provenance::FILE_NAME.into(), serde_json::to_vec_pretty(&prov)?);
     let stage = build.path().join("entry");
@@ -216,7 +224,12 @@ fn compile(
     build: &Path,
     notes: &mut Vec<String>,
 ) -> Result<String> {
-    let shared = root.and_then(|r| start_compiler_cache(pl, &r.root, notes));
+    // Dropped last: every sccache server this build started ends with it, whatever happens.
+    let mut servers = Vec::new();
+    let shared = match root {
+        Some(r) => start_compiler_cache(pl, &r.root, &mut servers, notes)?,
+        None => None,
+    };
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
     if let Some(n) = read_elsewhere(pl) {
         notes.push(n);
@@ -354,68 +367,50 @@ fn relabel(changes: &mut stamp::Changes, file_name: &str, built: &str, pl: &Plan
     Ok(renamed)
 }
 
-/// The provenance document of a build of `pl`: every value from the plan
-/// (its path-free form), plus what only the build knows (the tree's short
-/// sha, the patches). No wall-clock time and no machine path: a rebuild gives
-/// the same document (the build report keeps the times).
-pub fn provenance_of(pl: &Plan, key: &str, short: &str, patches: &[Patch]) -> Provenance {
-    let tc = pl.toolchain();
-    Provenance {
-        schema: provenance::SCHEMA,
-        tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
-        source: provenance::SourceInfo {
-            repo: provenance_repo(pl),
-            rev: pl.source.rev.clone(),
-            branch: pl.source.branch.clone(),
-            short: short.to_string(),
-            submodules: pl.source.submodules.clone(),
-            patches: pl.source.patches.clone(),
-            fork: pl.source.fork.clone(),
-        },
-        variant: pl.variant.clone(),
-        env: pl.portable.env.clone(),
-        toolchain: match tc {
-            Some(t) => provenance::ToolchainInfo {
-                kind: t.kind.as_str().into(),
-                python: Some(t.python_version.clone()),
-                python_tag: Some(t.python_tag.clone()),
-                torch: t.torch.clone(),
-                cuda: Some(t.torch_cuda.clone().unwrap_or_else(|| t.cuda_major_minor())),
-                nvcc: Some(t.nvcc_version.clone()),
-                cxx: None,
-                cxx_version: t.compilers.get("CXX").map(|c| c.version.clone()),
-                sccache: pl.hooks.as_ref().map(|h| h.sccache_version.clone()),
-                packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
-                cross: t.cross.as_ref().map(super::cross::Sysroot::provenance),
-                overrides: t.registry.as_ref().map(|r| r.overrides.clone()).unwrap_or_default(),
-                environment: pl.environment.clone(),
-            },
-            None => provenance::ToolchainInfo::default(),
-        },
-        host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
-        times: provenance::Times { started: None, finished: None, source_date_epoch: pl.source.source_date_epoch },
-        cache_key: key.to_string(),
-        build: Some(provenance::BuildInfo {
-            interface: pl.interface.branch.as_str().into(),
-            argv: pl.portable.argv.clone(),
-            cwd: pl.portable.cwd.clone(),
-        }),
-        patches: patches.to_vec(),
-        platform: None,
-    }
-}
-
-/// The built wheel's METADATA with the plan's run-time requirements
-/// (`Requires-Dist`, `closure`); None when the plan has none to write.
-fn requires_dist(pl: &Plan, built: &Path) -> Result<Option<(String, Vec<u8>)>> {
+/// The built wheel's METADATA with the plan's run-time requirements (`Requires-Dist`,
+/// `closure`) and its `Name:` written as the file name writes it ([`file_name_form`]);
+/// None when neither changes it.
+fn requires_dist(pl: &Plan, built: &Path, file_name: &str) -> Result<Option<(String, Vec<u8>)>> {
     let reqs = pl.environment.as_ref().and_then(|e| e.requires.as_ref()).map(|r| r.written()).unwrap_or_default();
-    if reqs.is_empty() {
-        return Ok(None);
-    }
     let member = format!("{}/METADATA", stamp::dist_info_dir(crate::wheel::open(built)?.archive())?);
     let old = stamp::read_member(built, &member)?;
     let text = String::from_utf8(old).with_context(|| format!("{member} of the built wheel is not UTF-8"))?;
-    Ok(Some((member, super::closure::with_requires(&text, reqs).into_bytes())))
+    let dist = file_name.split('-').next().unwrap_or_default();
+    let mut new = file_name_form(&text, dist);
+    if !reqs.is_empty() {
+        new = super::closure::with_requires(&new, reqs);
+    }
+    Ok((new != text).then(|| (member, new.into_bytes())))
+}
+
+/// METADATA with its `Name:` as the wheel's file name writes it (`deep_ep`, not the
+/// `deep-ep` newer setuptools writes): the same name under PEP 503, and the form pip
+/// before 23.2 (the pip of Debian 12 and the images' venvs) compares unnormalised
+/// with the name asked for ("inconsistent Name: expected 'deep_ep'").
+pub fn file_name_form(metadata: &str, dist: &str) -> String {
+    let canon = |n: &str| n.to_ascii_lowercase().replace(['_', '.'], "-");
+    let mut out = String::with_capacity(metadata.len());
+    let mut in_headers = true;
+    for line in metadata.split_inclusive('\n') {
+        if line.trim_end().is_empty() {
+            in_headers = false;
+        }
+        match line.strip_prefix("Name:") {
+            Some(v) if in_headers && canon(v.trim()) == canon(dist) && v.trim() != dist => {
+                out.push_str("Name: ");
+                out.push_str(dist);
+                out.push_str(if line.ends_with("\r\n") {
+                    "\r\n"
+                } else if line.ends_with('\n') {
+                    "\n"
+                } else {
+                    ""
+                });
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// Where the bytes were read from, when not from pins.toml's repository
@@ -432,28 +427,6 @@ fn read_elsewhere(pl: &Plan) -> Option<String> {
             s.pinned_repo, s.rev
         )
     })
-}
-
-/// The repository the provenance names: pins.toml's (a commit sha names its
-/// content, so where the bytes were read from does not enter the wheel); for a
-/// plan without it (older plan documents), the source without machine paths.
-fn provenance_repo(pl: &Plan) -> String {
-    match pl.source.pinned_repo.as_str() {
-        "" => path_free_repo(&pl.source.repo, pl.source.snapshot_of.as_deref()),
-        r => r.to_string(),
-    }
-}
-
-/// The source without machine paths: a URL as it is, a local repository or
-/// snapshotted folder by its folder name (`local:<name>`).
-fn path_free_repo(repo: &str, snapshot_of: Option<&Path>) -> String {
-    let url_like = repo.contains("://") || repo.starts_with("git@");
-    if url_like && snapshot_of.is_none() {
-        return repo.to_string();
-    }
-    let local = snapshot_of.unwrap_or(Path::new(repo));
-    let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "source".into());
-    format!("local:{name}")
 }
 
 /// PEP 440 equality: setuptools normalises a short sha of digits only as a
@@ -484,6 +457,17 @@ fn zip_names(wheel: &Path) -> Result<Vec<String>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn metadata_name_is_written_as_the_file_name_writes_it() {
+        let m = "Metadata-Version: 2.1\nName: deep-ep\nVersion: 1.2.1+abc\n\nName: deep-ep in the description\n";
+        assert_eq!(
+            super::file_name_form(m, "deep_ep"),
+            "Metadata-Version: 2.1\nName: deep_ep\nVersion: 1.2.1+abc\n\nName: deep-ep in the description\n"
+        );
+        assert_eq!(super::file_name_form(m, "other"), m, "another project's name is left alone");
+        assert_eq!(super::file_name_form("Name: deep_ep\n", "deep_ep"), "Name: deep_ep\n");
+    }
+
     #[test]
     fn versions_compare_by_pep440() {
         assert!(super::same_version("1.2.1+155955", "1.2.1+0155955"));

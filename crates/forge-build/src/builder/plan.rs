@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::toolchain::Toolchain;
 use crate::interface::Interface;
-use crate::provenance::VariantInfo;
+use crate::provenance::{self, Patch, Provenance, VariantInfo};
 
 /// Version of the plan / build report JSON. 2: `run` (argv, cwd, the whole
 /// environment), `roots`, `portable`, `interface`, `toolchain.state`, a
@@ -166,6 +166,10 @@ impl Run {
         self.env_origin.remove(name);
     }
 }
+
+/// The build interpreter in the path-free form of the command: one name however
+/// `--python` spelled it (the toolchain holds its identity).
+pub const INTERPRETER: &str = "${python}/bin/python";
 
 /// The path-free form of the run: what the cache key and provenance carry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -402,8 +406,17 @@ impl Plan {
     /// plan; call after every change to `run`, `roots` or `toolchain`.
     pub fn seal(&mut self) {
         let r = &self.roots;
+        let pip = self.run.argv.get(1..4).is_some_and(|a| a == ["-m", "pip", "wheel"]);
         self.portable = Portable {
-            argv: self.run.argv.iter().map(|a| r.portable(a)).collect(),
+            // The interpreter by a fixed name: its identity (version, tag, ABI, platform) is the
+            // toolchain's; how the caller spelled it (`python3`, `<venv>/bin/python`) changes no byte.
+            argv: self
+                .run
+                .argv
+                .iter()
+                .enumerate()
+                .map(|(i, a)| if i == 0 && pip { INTERPRETER.to_string() } else { r.portable(a) })
+                .collect(),
             cwd: r.portable_path(&self.run.cwd),
             env: self
                 .run
@@ -429,7 +442,7 @@ impl Plan {
             interface: self.interface.branch.as_str(),
             variant: (&self.variant.cuda_arch_list, self.variant.multinode, self.variant.transport.as_deref()),
             run: &self.portable,
-            python: (&tc.python_version, &tc.python_tag, &tc.platform),
+            python: (&tc.python_version, &tc.python_tag, &tc.platform, &tc.abi),
             torch: (tc.torch.as_deref(), tc.torch_cuda.as_deref()),
             cuda: &tc.nvcc_version,
             compilers: tc.compilers.iter().map(|(k, c)| (k.as_str(), c.version.as_str())).collect(),
@@ -445,10 +458,87 @@ impl Plan {
                 debs: &x.debs,
                 stub_symbols: x.stub_symbols,
             }),
+            recorded: &self.provenance("", &self.source.short, &[]),
         });
         self.cache_key = Some(key);
         self.cache_key_unknown = None;
     }
+}
+
+impl Plan {
+    /// The provenance document of a build of this plan: every value from the plan
+    /// (its path-free form), plus what only the build knows (the tree's short
+    /// sha, the patches). No wall-clock time and no machine path: a rebuild gives
+    /// the same document (the build report keeps the times).
+    pub fn provenance(&self, key: &str, short: &str, patches: &[Patch]) -> Provenance {
+        let pl = self;
+        let tc = pl.toolchain();
+        Provenance {
+            schema: provenance::SCHEMA,
+            tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
+            source: provenance::SourceInfo {
+                repo: provenance_repo(pl),
+                rev: pl.source.rev.clone(),
+                branch: pl.source.branch.clone(),
+                short: short.to_string(),
+                submodules: pl.source.submodules.clone(),
+                patches: pl.source.patches.clone(),
+                fork: pl.source.fork.clone(),
+            },
+            variant: pl.variant.clone(),
+            env: pl.portable.env.clone(),
+            toolchain: match tc {
+                Some(t) => provenance::ToolchainInfo {
+                    kind: t.kind.as_str().into(),
+                    python: Some(t.python_version.clone()),
+                    python_tag: Some(t.python_tag.clone()),
+                    torch: t.torch.clone(),
+                    cuda: Some(t.torch_cuda.clone().unwrap_or_else(|| t.cuda_major_minor())),
+                    nvcc: Some(t.nvcc_version.clone()),
+                    cxx: None,
+                    cxx_version: t.compilers.get("CXX").map(|c| c.version.clone()),
+                    sccache: pl.hooks.as_ref().map(|h| h.sccache_version.clone()),
+                    packages: t.registry.as_ref().map(|r| r.packages.clone()).unwrap_or_default(),
+                    cross: t.cross.as_ref().map(|x| x.provenance()),
+                    overrides: t.registry.as_ref().map(|r| r.overrides.clone()).unwrap_or_default(),
+                    environment: pl.environment.clone(),
+                },
+                None => provenance::ToolchainInfo::default(),
+            },
+            host: provenance::HostInfo { arch: std::env::consts::ARCH.into(), os: std::env::consts::OS.into() },
+            times: provenance::Times { started: None, finished: None, source_date_epoch: pl.source.source_date_epoch },
+            cache_key: key.to_string(),
+            build: Some(provenance::BuildInfo {
+                interface: pl.interface.branch.as_str().into(),
+                argv: pl.portable.argv.clone(),
+                cwd: pl.portable.cwd.clone(),
+            }),
+            patches: patches.to_vec(),
+            platform: None,
+        }
+    }
+}
+
+/// The repository the provenance names: pins.toml's (a commit sha names its
+/// content, so where the bytes were read from does not enter the wheel); for a
+/// plan without it (older plan documents), the source without machine paths.
+fn provenance_repo(pl: &Plan) -> String {
+    match pl.source.pinned_repo.as_str() {
+        "" => path_free_repo(&pl.source.repo, pl.source.snapshot_of.as_deref()),
+        r => r.to_string(),
+    }
+}
+
+/// The source without machine paths: a URL as it is, a local repository or
+/// snapshotted folder by its folder name (`local:<name>`).
+fn path_free_repo(repo: &str, snapshot_of: Option<&Path>) -> String {
+    let url_like = repo.contains("://") || repo.starts_with("git@");
+    if url_like && snapshot_of.is_none() {
+        return repo.to_string();
+    }
+    let local = snapshot_of.unwrap_or(Path::new(repo));
+    let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "source".into());
+    format!("local:{name}")
 }
 
 #[derive(Serialize)]
@@ -468,7 +558,7 @@ struct KeyInput<'a> {
     variant: (&'a str, bool, Option<&'a str>),
     /// argv, cwd and the keyed environment, path-free.
     run: &'a Portable,
-    python: (&'a str, &'a str, &'a str),
+    python: (&'a str, &'a str, &'a str, &'a str),
     torch: (Option<&'a str>, Option<&'a str>),
     cuda: &'a str,
     compilers: BTreeMap<&'a str, &'a str>,
@@ -482,6 +572,10 @@ struct KeyInput<'a> {
     /// A cross build's target side (absent for native builds: their keys stay as they were).
     #[serde(skip_serializing_if = "Option::is_none")]
     cross: Option<CrossKey<'a>>,
+    /// Everything the wheel records of the plan (its provenance but the key itself and
+    /// what only the build knows): what the bytes record is keyed (variant name, repository,
+    /// branch, knobs, toolchain), so a hit never names another variant or repository.
+    recorded: &'a Provenance,
 }
 
 #[derive(Serialize)]
@@ -726,7 +820,7 @@ mod tests {
     }
 
     #[test]
-    fn a_fork_record_is_keyed_and_without_one_the_key_input_is_as_before() {
+    fn a_fork_record_is_keyed_and_without_one_no_fork_is_hashed() {
         let subs = BTreeMap::new();
         let run = Portable { argv: vec!["py".into()], cwd: "${build}/src".into(), env: BTreeMap::new() };
         let fork = crate::provenance::Fork {
@@ -735,6 +829,7 @@ mod tests {
             merge_base: Some("b".repeat(40)),
             ahead: Some(3),
         };
+        let recorded = sample_plan(Path::new("/c/cache/tmp/build-1-sn")).provenance("", "s", &[]);
         let input = |fork| KeyInput {
             tool: "deepep-forge 0",
             schema: 1,
@@ -745,7 +840,7 @@ mod tests {
             interface: "hybrid-ep",
             variant: ("9.0", false, None),
             run: &run,
-            python: ("3.12.3", "cp312", "linux_x86_64"),
+            python: ("3.12.3", "cp312", "linux_x86_64", "cpython cpython-312-x86_64-linux-gnu"),
             torch: (None, None),
             cuda: "13.0",
             compilers: BTreeMap::new(),
@@ -753,16 +848,24 @@ mod tests {
             registry: None,
             environment: None,
             cross: None,
+            recorded: &recorded,
         };
-        // The bytes hashed for a repository that is not a fork: exactly the
-        // input of the versions before forks were recorded (no `fork` key).
-        assert_eq!(
-            serde_json::to_string(&input(None)).unwrap(),
-            r#"{"tool":"deepep-forge 0","schema":1,"rev":"r","submodules":{},"interface":"hybrid-ep","variant":["9.0",false,null],"run":{"argv":["py"],"cwd":"${build}/src","env":{}},"python":["3.12.3","cp312","linux_x86_64"],"torch":[null,null],"cuda":"13.0","compilers":{},"host":"x86_64"}"#
-        );
+        // A repository that is not a fork hashes no `fork` member.
+        let plain = serde_json::to_string(&input(None)).unwrap();
+        assert!(!plain.contains(r#""fork""#), "{plain}");
         let other = crate::provenance::Fork { ahead: Some(4), ..fork.clone() };
         let keys = [cache_key(&input(None)), cache_key(&input(Some(&fork))), cache_key(&input(Some(&other)))];
         assert!(keys[0] != keys[1] && keys[1] != keys[2], "the fork record is keyed: {keys:?}");
+    }
+
+    #[test]
+    fn the_interpreter_is_one_name_however_it_was_spelled() {
+        let a = sample_plan(Path::new("/c/cache/tmp/build-1-sn"));
+        let mut b = a.clone();
+        b.run.argv[0] = "/usr/bin/python3.12".into();
+        b.seal();
+        assert_eq!(a.portable.argv[0], INTERPRETER);
+        assert_eq!(a.portable, b.portable);
     }
 
     #[test]

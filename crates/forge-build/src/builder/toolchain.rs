@@ -25,6 +25,10 @@ pub struct Toolchain {
     pub python_tag: String,
     /// `linux-x86_64` (sysconfig).
     pub platform: String,
+    /// The implementation and its extension ABI (`cpython cpython-312-x86_64-linux-gnu`):
+    /// with the version, tag and platform, the interpreter's identity (not its spelling).
+    #[serde(default)]
+    pub abi: String,
     pub site_packages: Vec<PathBuf>,
     /// torch `__version__`, when installed.
     pub torch: Option<String>,
@@ -68,6 +72,7 @@ print(json.dumps({
     "version": "%d.%d.%d" % sys.version_info[:3],
     "tag": "cp%d%d" % sys.version_info[:2],
     "platform": sysconfig.get_platform(),
+    "abi": "%s %s" % (sys.implementation.name, sysconfig.get_config_var("SOABI") or ""),
     "site": dirs,
     "importable": {m: u.find_spec(m) is not None for m in ("setuptools", "wheel", "pip", "torch")},
 }))
@@ -78,6 +83,7 @@ struct PyFacts {
     version: String,
     tag: String,
     platform: String,
+    abi: String,
     site: Vec<PathBuf>,
     importable: BTreeMap<String, bool>,
 }
@@ -94,7 +100,7 @@ pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<T
     })?;
     let facts: PyFacts = memoised(
         memo,
-        "python",
+        "python-abi",
         &py,
         |f: &PyFacts| f.site.clone(),
         || {
@@ -159,6 +165,7 @@ pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<T
         python_version: facts.version,
         python_tag: facts.tag,
         platform: facts.platform,
+        abi: facts.abi,
         site_packages: facts.site,
         torch,
         torch_cuda: torch_cuda.flatten(),

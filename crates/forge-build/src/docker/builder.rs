@@ -163,12 +163,17 @@ fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str
     Ok(Exit::Ok)
 }
 
-/// The one Dockerfile the targets name (read bounded from the build context, the current folder).
+/// The one Dockerfile the targets name (read bounded from the build context, the current
+/// folder); the bake file's `docker/Dockerfile` absent there, the one inside this binary.
 fn read_dockerfile(targets: &[(String, Target)]) -> Result<String> {
     let files: BTreeSet<&str> = targets.iter().map(|(_, t)| t.dockerfile.as_str()).collect();
     let [file] = files.into_iter().collect::<Vec<_>>()[..] else {
         anyhow::bail!("the selected targets name different Dockerfiles");
     };
+    if file == super::DOCKERFILE && !Path::new(file).exists() {
+        crate::note!("note: no {file} here: building with the image definition inside this deepep-forge");
+        return Ok(super::DOCKERFILE_TEXT.to_string());
+    }
     crate::input::read_text(Path::new(file), "Dockerfile", crate::input::cap::TEXT)
 }
 
@@ -381,7 +386,7 @@ mod tests {
     }
 
     fn declared() -> BTreeSet<String> {
-        declared_args(include_str!("../../../../docker/Dockerfile"))
+        declared_args(super::super::DOCKERFILE_TEXT)
     }
 
     fn extra(v: &[&str]) -> Result<()> {

@@ -21,6 +21,10 @@ pub use bake::{bake_json, BakeReport, BAKE_REPORT_SCHEMA};
 pub const BAKE_FILE: &str = "docker/docker-bake.json";
 /// The Dockerfile the bake targets build.
 pub const DOCKERFILE: &str = "docker/Dockerfile";
+/// The image definition shipped inside the binary: a daemonless `docker build` uses it
+/// when the current folder has no `docker/Dockerfile` (an installed binary, no checkout
+/// of this repository).
+pub const DOCKERFILE_TEXT: &str = include_str!("../../../../docker/Dockerfile");
 /// Image name the targets are tagged with (`<name>:<variant>-<version>`).
 pub const IMAGE: &str = "deepep-forge/deep-ep";
 

@@ -83,6 +83,14 @@ impl Cmd {
         self.cmd.spawn().map_err(|e| self.start_error(e))
     }
 
+    /// Start a child that serves while we work (a compiler cache server in the
+    /// foreground): it is ours until the [`Background`] is dropped, which ends its
+    /// group and reaps it, on every way out (success, failure, Ctrl-C).
+    pub fn background(&mut self) -> Result<Background> {
+        let child = self.cmd.spawn().map_err(|e| self.start_error(e))?;
+        Ok(Background { child: Some(child) })
+    }
+
     /// Run to completion with output captured, whatever its exit status (the
     /// caller judges); Ctrl-C/SIGTERM kills the child's group (exit 130).
     pub fn capture(&mut self) -> Result<std::process::Output> {
@@ -310,6 +318,48 @@ fn kill_group(pid: i32, rx: &mpsc::Receiver<std::io::Result<std::process::ExitSt
     }
     // Grandchildren that outlived the leader.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
+}
+
+/// A serving child (see [`Cmd::background`]), leader of its own process group.
+pub struct Background {
+    child: Option<std::process::Child>,
+}
+
+impl Background {
+    /// Still running (not exited).
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Wait up to `limit` for it to exit on its own (after being asked to stop).
+    pub fn wait_exit(&mut self, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while self.running() {
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+}
+
+impl Drop for Background {
+    /// SIGTERM its group, 3 s, SIGKILL; reaped. Grandchildren go with the group.
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let pid = child.id() as i32;
+        if matches!(child.try_wait(), Ok(None)) {
+            // SAFETY: plain syscalls on a process group we created.
+            unsafe { libc::kill(-pid, libc::SIGTERM) };
+            let end = Instant::now() + Duration::from_secs(3);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let _ = child.wait();
+    }
 }
 
 /// The current compile step a build log line announces, if any.

@@ -32,6 +32,19 @@ pub struct WheelDiff {
     pub members: Vec<MemberDiff>,
     /// Members both sides have (for "N of M differ").
     pub common: usize,
+    /// Every field of the two provenance documents that differs (what was built
+    /// differently: knobs first, then the variant, the toolchain, the rest); empty
+    /// when either wheel carries none.
+    pub plan: Vec<FieldDiff>,
+}
+
+/// One provenance field (a dotted path, `env.TORCH_CUDA_ARCH_LIST`) and both values
+/// (JSON text; `absent` where one side lacks it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FieldDiff {
+    pub field: String,
+    pub a: String,
+    pub b: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -114,7 +127,12 @@ pub fn diff(a: &Path, b: &Path) -> Result<WheelDiff> {
             out.push(m);
         }
     }
+    let plan = match (wa.provenance_bytes(), wb.provenance_bytes()) {
+        (Ok(x), Ok(y)) => plan_diff(&x, &y),
+        _ => Vec::new(),
+    };
     Ok(WheelDiff {
+        plan,
         identical: sa.sha256 == sb.sha256,
         a: sa,
         b: sb,
@@ -124,6 +142,60 @@ pub fn diff(a: &Path, b: &Path) -> Result<WheelDiff> {
         common: common_a.len(),
         members: out,
     })
+}
+
+/// Every leaf of two provenance documents that differs, knobs (`env.*`) first, then
+/// `variant.*`, `toolchain.*`, the rest, the cache key last (it differs whenever anything does).
+pub fn plan_diff(a: &[u8], b: &[u8]) -> Vec<FieldDiff> {
+    let parse = |x: &[u8]| serde_json::from_slice::<serde_json::Value>(x).unwrap_or(serde_json::Value::Null);
+    let (mut fa, mut fb) = (BTreeMap::new(), BTreeMap::new());
+    flatten(&parse(a), String::new(), &mut fa);
+    flatten(&parse(b), String::new(), &mut fb);
+    let keys: BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
+    let absent = "absent".to_string();
+    let mut out: Vec<FieldDiff> = keys
+        .into_iter()
+        .filter(|k| fa.get(*k) != fb.get(*k))
+        .map(|k| FieldDiff {
+            field: k.clone(),
+            a: fa.get(k).unwrap_or(&absent).clone(),
+            b: fb.get(k).unwrap_or(&absent).clone(),
+        })
+        .collect();
+    let rank = |f: &str| match f.split('.').next().unwrap_or("") {
+        "env" => 0,
+        "variant" => 1,
+        "toolchain" => 2,
+        "cache_key" => 4,
+        _ => 3,
+    };
+    out.sort_by(|x, y| rank(&x.field).cmp(&rank(&y.field)).then(x.field.cmp(&y.field)));
+    out
+}
+
+/// `value` as dotted path -> JSON text of each leaf (arrays by index), each text at most 200 characters.
+fn flatten(value: &serde_json::Value, path: String, out: &mut BTreeMap<String, String>) {
+    // A key with a control character is shown JSON-quoted (values are JSON text already).
+    let join = |k: &str| {
+        let k = if k.chars().any(char::is_control) { serde_json::Value::from(k).to_string() } else { k.to_string() };
+        if path.is_empty() {
+            k
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match value {
+        serde_json::Value::Object(m) => m.iter().for_each(|(k, v)| flatten(v, join(k), out)),
+        serde_json::Value::Array(v) => v.iter().enumerate().for_each(|(i, x)| flatten(x, join(&i.to_string()), out)),
+        leaf => {
+            let text = leaf.to_string();
+            let text = match text.char_indices().nth(200) {
+                Some((i, _)) => format!("{}...", &text[..i]),
+                None => text,
+            };
+            out.insert(path, text);
+        }
+    }
 }
 
 /// Zip metadata that differs between two members of the same name.
@@ -365,6 +437,12 @@ pub fn render(d: &WheelDiff) -> String {
             if d.order_differs { "; member order differs" } else { "" }
         ),
     );
+    if !d.plan.is_empty() {
+        w(&mut s, format!("built differently: {} provenance fields differ (A vs B)", d.plan.len()));
+        for f in &d.plan {
+            w(&mut s, format!("  plan       {}: {} vs {}", f.field, f.a, f.b));
+        }
+    }
     for n in &d.only_in_a {
         w(&mut s, format!("  only in A  {n}"));
     }
@@ -435,6 +513,27 @@ pub fn differing_sections(d: &WheelDiff) -> BTreeSet<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::plan_diff;
+    #[test]
+    fn every_differing_provenance_field_is_named_knobs_first() {
+        let a = br#"{"cache_key":"k1","variant":{"name":"demo","cuda_arch_list":"9.0 10.0"},"env":{"TORCH_CUDA_ARCH_LIST":"9.0 10.0","HYBRID_EP_MULTINODE":"1","SAME":"x"}}"#;
+        let b = br#"{"cache_key":"k2","variant":{"name":"demo-h100","cuda_arch_list":"9.0"},"env":{"TORCH_CUDA_ARCH_LIST":"9.0","SAME":"x"}}"#;
+        let d = plan_diff(a, b);
+        let fields: Vec<&str> = d.iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "env.HYBRID_EP_MULTINODE",
+                "env.TORCH_CUDA_ARCH_LIST",
+                "variant.cuda_arch_list",
+                "variant.name",
+                "cache_key"
+            ]
+        );
+        assert_eq!((d[0].a.as_str(), d[0].b.as_str()), (r#""1""#, "absent"));
+        assert_eq!((d[1].a.as_str(), d[1].b.as_str()), (r#""9.0 10.0""#, r#""9.0""#));
+    }
+
     #[test]
     fn first_differing_line() {
         let l = super::first_line(b"a\nb\nc\n", b"a\nB\nc\n").unwrap();

@@ -35,6 +35,8 @@ pub struct LockedWheel {
     pub arch: Option<String>,
     /// The Python minor of its `cpXY` tag (`3.12`); None for another tag.
     pub python: Option<String>,
+    /// The index uv.lock resolved it from (`source = { registry = ... }`).
+    pub registry: Option<String>,
 }
 
 /// uv.lock's deep-ep wheels and the `requires-python` it was resolved for.
@@ -112,6 +114,11 @@ struct Package {
     name: String,
     #[serde(default)]
     wheels: Vec<Spanned<Wheel>>,
+    source: Option<PackageSource>,
+}
+#[derive(Debug, Deserialize)]
+struct PackageSource {
+    registry: Option<String>,
 }
 #[derive(Debug, Deserialize)]
 struct Wheel {
@@ -148,7 +155,8 @@ pub fn locked_wheels(path: &Path, text: &str, name: &PackageName) -> Result<Lock
                 .and_then(|n| ["x86_64", "aarch64"].into_iter().find(|a| n.platform.ends_with(a)).map(String::from));
             let python = parsed.as_ref().and_then(crate::wheel::WheelName::cpython_minor);
             let sha256 = wr.hash.as_deref().and_then(|h| h.strip_prefix("sha256:")).map(String::from);
-            out.push(LockedWheel { file, sha256, line: ix.line(w.span().start), arch, python });
+            let registry = p.get_ref().source.as_ref().and_then(|s| s.registry.clone());
+            out.push(LockedWheel { file, sha256, line: ix.line(w.span().start), arch, python, registry });
         }
     }
     Ok(LockedWheels { wheels: out, requires_python: lock.requires_python })

@@ -1230,15 +1230,35 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
 /// locked from another index): each with the fix of its cause.
 fn not_in_manifest(w: &super::index::LockedWheel, sha: &str, chain: &IndexChain) -> Finding {
     let named = chain.manifests.iter().flat_map(|m| &m.wheels).find(|e| e.wheel == w.file);
-    let (msg, fix) = match named {
-        Some(e) => (
+    let norm = |u: &str| u.trim_end_matches('/').to_string();
+    let moved = match (&w.registry, &chain.source.url) {
+        (Some(locked), Some(now)) if norm(locked) != norm(now) => Some((locked.clone(), now.clone())),
+        _ => None,
+    };
+    // `verify` takes the variant's folder (`.../demo/`), pyproject.toml names its `simple/` page.
+    let index = chain
+        .source
+        .url
+        .as_deref()
+        .map(|u| u.trim_end_matches('/'))
+        .map(|u| format!("{}/", u.strip_suffix("/simple").unwrap_or(u)))
+        .unwrap_or_else(|| "<index URL>".into());
+    let (msg, fix) = match (named, moved) {
+        (_, Some((locked, now))) => (
+            format!(
+                "uv.lock is stale: it pins the deep-ep wheel {} (sha256 {sha}) from {locked}, and pyproject.toml now installs DeepEP from {now} (moved by `pin set --index`, not relocked yet); nothing says a server file was changed",
+                w.file
+            ),
+            "relock from the index pyproject.toml names: `uv lock --refresh-package deep-ep`".to_string(),
+        ),
+        (Some(e), None) => (
             format!(
                 "uv.lock pins the deep-ep wheel {} with sha256 {sha}, the signed manifest lists it with sha256 {}: the file uv.lock recorded is not the one published (the server's copy was changed, or uv.lock was locked from an earlier publish at this URL)",
                 w.file, e.sha256
             ),
-            "find which: `deepep-forge verify <index URL> --trusted-key KEY` names a changed server file (publish the index again into an empty --out and serve that); if it verifies, relock: `uv lock --refresh-package deep-ep`".to_string(),
+            format!("find which: `deepep-forge verify {index} --trusted-key KEY` (KEY: the index's public key file) names a changed server file (publish the index again into an empty --out and serve that); if it verifies, relock: `uv lock --refresh-package deep-ep`"),
         ),
-        None => (
+        (None, None) => (
             format!(
                 "the deep-ep wheel {} (sha256 {sha}) that uv.lock pins is in no signed manifest given: that manifest is another index's, or uv.lock was locked from another index",
                 w.file

@@ -172,7 +172,8 @@ pub fn set(args: SetRequest) -> Result<Exit> {
 
     // 2. Every file it will touch: resolved (a symlink's target is written), writable, its old bytes kept.
     let lock = uv.is_some().then_some(lock_path.as_path());
-    let changes = changes(&c, &new_py, new_pins.as_ref(), lock)?;
+    let mut changes = changes(&c, &new_py, new_pins.as_ref(), lock)?;
+    changes.extend(dockerfiles(&args, &c, &r)?);
     let again = again_command(&args, &r.rev, &flags);
     // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
     let _guard = crate::error::Cooperative::enter();
@@ -441,6 +442,33 @@ fn changes(c: &Consumer, new_py: &str, new_pins: Option<&PinsEdit>, lock: Option
         add(lock_path, old, None)?;
     }
     Ok(changes)
+}
+
+/// The consumer's Dockerfiles (those `lock check` reads) whose DeepEP pin moves with
+/// pins.toml's: each rewritten in the same transaction, or the change refused before
+/// anything is written (`lock::dockerfile::moved`).
+fn dockerfiles(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<Vec<txn::Change>> {
+    let Some(pins) = c.pins.as_ref() else { return Ok(Vec::new()) };
+    let old: std::collections::BTreeMap<Arch, String> = pins.pins.iter().map(|(a, p)| (*a, p.rev.clone())).collect();
+    let mut new = old.clone();
+    for a in args.arch.map(|a| vec![a]).unwrap_or(Arch::ALL.to_vec()) {
+        new.insert(a, r.rev.clone());
+    }
+    if new == old {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for f in crate::lock::dockerfile::discover(&args.place.project, &[])? {
+        let text = crate::input::read_text(&f, "Dockerfile", crate::input::cap::TEXT)?;
+        let Some(moved) = crate::lock::dockerfile::moved(&text, &f, Some(pins), &old, &new)? else { continue };
+        let real = txn::resolve(&f)?.unwrap_or_else(|| f.clone());
+        let change =
+            txn::Change { shown: f.clone(), real, old: Some(text.into_bytes()), new: Some(moved.into_bytes()) };
+        txn::check_writable(&change)?;
+        crate::note!("note: {}: its DeepEP pin moves with pins.toml", f.display());
+        out.push(change);
+    }
+    Ok(out)
 }
 
 /// The command that does this change again (kept with the transaction).

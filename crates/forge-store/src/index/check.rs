@@ -28,6 +28,8 @@ pub struct Request<'a> {
     pub trusted_keys: &'a [String],
     /// `--variant` values (empty: every variant).
     pub variants: &'a [String],
+    /// `--signing-key`, when given: the key the printed `publish` commands name.
+    pub signing_key: Option<&'a Path>,
     pub format: crate::output::DataFormat,
 }
 
@@ -84,6 +86,7 @@ pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
                 .push(format!("{}: foreign (no variant of pins.toml has this name; not deleted)", e.path().display()));
         }
     }
+    let problems: Vec<String> = problems.into_iter().map(|p| complete(&p, c, dir)).collect();
     let exit = if problems.is_empty() { Exit::Ok } else { Exit::Problems };
     if c.format == crate::output::DataFormat::Json {
         let report = CheckReport {
@@ -120,6 +123,31 @@ pub struct CheckReport {
 }
 
 /// One index (`name`) and the selected variants published into it.
+/// A problem's `deepep-forge publish ...` command made whole with what this check was
+/// given: the same pins file and folder (`--out`), the signing key when `--signing-key`
+/// was given, else a placeholder the user fills (the check never holds a secret key).
+fn complete(problem: &str, c: &Request, dir: &Path) -> String {
+    let key = c.signing_key.map(|k| quoted(&k.display().to_string())).unwrap_or_else(|| "SIGNING_KEY_FILE".into());
+    problem.replace(
+        "`deepep-forge publish ",
+        &format!(
+            "`deepep-forge publish --pins {} --out {} --signing-key {key} ",
+            quoted(&c.pins.display().to_string()),
+            quoted(&dir.display().to_string())
+        ),
+    )
+}
+
+/// `s` as one shell word: as it is when plain, else single-quoted.
+fn quoted(s: &str) -> String {
+    let plain = !s.is_empty() && s.chars().all(|ch| ch.is_ascii_alphanumeric() || "/._-+:=@,".contains(ch));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 fn check_variant(
     dir: &Path,
     name: &str,

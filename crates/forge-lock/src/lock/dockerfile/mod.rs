@@ -114,6 +114,51 @@ pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<
     c.out
 }
 
+/// One Dockerfile's text with its DeepEP pin moved from `old` to `new` (the intended
+/// revision per architecture before and after `pin set`), for `pin set` to write:
+/// `Ok(None)` when the file pins nothing that moves (or was already out of step
+/// with `old`: then it is `lock check`'s to report, not `pin set`'s to change).
+/// Every full sha of `old` that moves is replaced where it is written; a pin that
+/// cannot be moved so (a short sha, a branch, a value made at build time) is refused,
+/// naming its line, before anything is written.
+pub fn moved(
+    text: &str,
+    file: &Path,
+    pins: Option<&Pins>,
+    old: &BTreeMap<Arch, String>,
+    new: &BTreeMap<Arch, String>,
+) -> Result<Option<String>> {
+    let revs = |f: &[Finding]| f.iter().filter(|f| f.rule == "dockerfile-rev").count();
+    if revs(&check_text(text, file, pins, old)) > 0 {
+        return Ok(None);
+    }
+    let stale = check_text(text, file, pins, new);
+    let stale: Vec<&Finding> = stale.iter().filter(|f| f.rule == "dockerfile-rev").collect();
+    if stale.is_empty() {
+        return Ok(None);
+    }
+    let mut out = text.to_string();
+    for (a, from) in old {
+        match new.get(a) {
+            Some(to) if to != from => out = out.replace(from.as_str(), to),
+            _ => {}
+        }
+    }
+    let left = check_text(&out, file, pins, new);
+    if let Some(f) = left.iter().find(|f| f.rule == "dockerfile-rev") {
+        let at = f.line.map(|l| format!("{}:{l}", file.display())).unwrap_or_else(|| file.display().to_string());
+        return Err(Failure::usage(format!(
+            "{at} pins DeepEP in a form pin set cannot move ({}); nothing was changed",
+            f.message
+        ))
+        .hint(format!(
+            "write the pin there as a plain full sha (`ARG DEEPEP_REV=<full sha>`), then run pin set again; or move it by hand at {at}"
+        ))
+        .into());
+    }
+    Ok(Some(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +180,17 @@ mod tests {
 
     fn rules(f: &[Finding]) -> Vec<(String, usize)> {
         f.iter().map(|f| (f.rule.clone(), f.line.unwrap_or(0))).collect()
+    }
+
+    #[test]
+    fn a_dockerfile_pin_moves_with_the_pin_or_is_refused() {
+        let text = format!("FROM ubuntu\nARG DEEPEP_REV={PIN}\nRUN git clone https://github.com/deepseek-ai/DeepEP.git && git checkout ${{DEEPEP_REV}}\n");
+        let f = Path::new("Dockerfile");
+        let new = moved(&text, f, Some(&pins()), &revs(PIN, PIN), &revs(OTHER, OTHER)).unwrap().unwrap();
+        assert_eq!(new, text.replace(PIN, OTHER));
+        assert!(check_text(&new, f, Some(&pins()), &revs(OTHER, OTHER)).iter().all(|f| f.rule != "dockerfile-rev"));
+        // Already out of step before: not pin set's to change.
+        assert_eq!(moved(&text, f, Some(&pins()), &revs(OTHER, OTHER), &revs(PIN, PIN)).unwrap(), None);
     }
 
     #[test]
