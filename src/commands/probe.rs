@@ -47,6 +47,12 @@ pub struct ProbeArgs {
     /// resolve here (`needed-libs` warns instead of failing). The image's probe step passes it.
     #[arg(long, requires = "python")]
     pub driver_at_run_time: bool,
+    /// The run is on other machines (a CI or login node probing a wheel for the
+    /// cluster): skip the multi-node readiness rules that judge this host's RDMA
+    /// path (docs/probe.md "Multi-node readiness"); the wheel and the request are
+    /// still judged. Example: `deepep-forge probe --wheel W --preset h100-8g --nodes 2 --ep 16 --no-host-check`
+    #[arg(long)]
+    pub no_host_check: bool,
     #[command(flatten)]
     pub pins: PinsArg,
     #[command(flatten)]
@@ -70,6 +76,7 @@ impl ProbeArgs {
             image_builder: self.image_builder,
             python: self.python,
             driver_at_run_time: self.driver_at_run_time,
+            host_check: !self.no_host_check,
             pins: self.pins.given().map(PathBuf::from),
             topology: self.topology.request(),
             run: self.runtime.run.then(|| self.runtime.request()),

@@ -387,8 +387,19 @@ fn a_wheel_without_provenance_says_what_its_elf_shows_and_what_is_not_known() {
 )]
 fn epv2_across_two_nodes_gets_epv2s_rules_without_r_or_mnnvl_unknowns() {
     let l = lab();
-    let (code, v) =
-        probe(&["--wheel", s(&l.sgl), "--ep", "16", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "h100"]);
+    let (code, v) = probe(&[
+        "--wheel",
+        s(&l.sgl),
+        "--ep",
+        "16",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--gpu",
+        "h100",
+        "--no-host-check",
+    ]);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(text(&v, "epv2-internode", "status"), "pass", "{v:#}");
     assert!(text(&v, "epv2-internode", "evidence").contains("Gin"), "{v:#}");

@@ -263,14 +263,14 @@ fn the_stated_torch_and_nvshmem_minimums_are_shown_and_a_build_below_them_exits_
     let text = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(text.contains("; torch >= 2.10; NVSHMEM >= 3.3.9"), "{text}");
-    assert!(text.contains("              README.md:24: PyTorch 2.10 and above\n"), "{text}");
+    assert!(text.contains("              README.md:29: PyTorch 2.10 and above\n"), "{text}");
     assert!(text.contains("              docs/nvshmem.md:6: NVSHMEM v3.3.9 or later\n"), "{text}");
     assert!(!text.contains("no minimum"), "{text}");
     let p = json(&v.forge(&["plan", "--variant", "v2", "--pins", pins, "--format", "json"]).output().unwrap());
     let n = &p["plans"][0]["interface"]["runtime"];
     assert_eq!(
         (n["torch_min"]["version"].as_str(), n["torch_min"]["at"].as_str()),
-        (Some("2.10"), Some("README.md:24"))
+        (Some("2.10"), Some("README.md:29"))
     );
     assert_eq!(n["nvshmem_min"]["at"], "docs/nvshmem.md:6", "{n}");
 
@@ -279,7 +279,7 @@ fn the_stated_torch_and_nvshmem_minimums_are_shown_and_a_build_below_them_exits_
         let o = v.forge(&[cmd, "--variant", "v2", "--pins", pins]).output().unwrap();
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
-        assert!(err.contains("README.md:24 states \"PyTorch 2.10 and above\""), "{cmd}: {err}");
+        assert!(err.contains("README.md:29 states \"PyTorch 2.10 and above\""), "{cmd}: {err}");
         assert!(err.contains(&format!("torch 2.9.1+cu130 (read from {})", file.display())), "{cmd}: {err}");
         assert!(err.contains("build against torch 2.10 or newer"), "{cmd}: {err}");
         assert!(err.contains("pins-v2.toml:"), "names the variant's line: {err}");

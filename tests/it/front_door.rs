@@ -30,7 +30,7 @@ fn a_plan_names_the_ignored_pip_settings_once_without_their_values() {
     let pins = lab.pins();
     let o = lab
         .forge(&["plan", "--variant", "sn", "--pins", pins.to_str().unwrap()])
-        .env("PIP_CERT", "/home/me/secret-ca.pem")
+        .env("PIP_CERT", "certs/secret-ca.pem")
         .env("PIP_INDEX_URL", "https://me:hunter2@pypi.example.org/simple")
         .output()
         .unwrap();

@@ -400,7 +400,7 @@ fn j1_platform_team_builds_every_variant_publishes_and_consumers_install_the_rig
         // probe of the installed environment against the multi-node job's request (HybridEP's
         // JIT needs a CUDA home with lib64/libcudart.so: one made of the registry's parts).
         let venv = c.join(".venv/bin/python");
-        let request = ["--gpu", "h100", "--ep", "16", "--nodes", "2", "--gpus-per-node", "8"];
+        let request = ["--gpu", "h100", "--ep", "16", "--nodes", "2", "--gpus-per-node", "8", "--no-host-check"];
         let mut probe = t.cmd(&[&["probe", "--python", venv.to_str().unwrap()][..], &request].concat());
         let o = probe.env("CUDA_HOME", jit_cuda_home(&t)).output().unwrap();
         let out = stdout(&o);
@@ -511,7 +511,7 @@ fn j4_evidence_for_a_multinode_variant_is_its_own_request_and_the_gate_tells_rig
     assert_eq!(fix.len(), 1, "{out}");
     assert_eq!(
         fix[0],
-        format!("deepep-forge probe --wheel {name} --gpu h100 --ep 16 --nodes 2 --gpus-per-node 8 --ranks-per-domain 8 --no-mnnvl --record ev --signing-key KEY")
+        format!("deepep-forge probe --wheel {name} --gpu h100 --ep 16 --nodes 2 --gpus-per-node 8 --ranks-per-domain 8 --no-mnnvl --no-host-check --record ev --signing-key KEY")
     );
     // The fix as printed, where the user has the wheel (downloaded from the index) and their key as KEY.
     std::fs::copy(&wheel, t.path(&name)).unwrap();

@@ -213,7 +213,7 @@ fn nvshmem_and_torch_differing_from_the_build_are_errors_at_their_lock_lines() {
     }
 }
 
-/// Issue 30 §3: the mini-deepep-v2 revision states "PyTorch 2.10 and above" (README.md:24) and
+/// Issue 30 §3: the mini-deepep-v2 revision states "PyTorch 2.10 and above" (README.md:29) and
 /// "NVSHMEM v3.3.9 or later" (docs/nvshmem.md:6); a lock below either is an error at the
 /// package's table, even when pins.toml's [toolchain] builds with the same old version.
 #[test]
@@ -244,7 +244,7 @@ fn a_torch_or_nvshmem_older_than_the_pinned_revision_states_is_an_error_at_its_t
     let msg =
         v["findings"].as_array().unwrap().iter().find(|x| x["rule"] == "lock-torch-min").unwrap()["message"].clone();
     assert!(
-        msg.as_str().unwrap().contains("states \"PyTorch 2.10 and above\" (README.md:24 at that revision)"),
+        msg.as_str().unwrap().contains("states \"PyTorch 2.10 and above\" (README.md:29 at that revision)"),
         "{msg}"
     );
     // The hybrid-ep stand-in states no torch minimum: nothing to judge.

@@ -1037,7 +1037,7 @@ fn installed_environment() {
                 "--gpus-per-node",
                 "8",
             ])
-            .args(["--ranks-per-domain", "8", "--no-mnnvl", "--gpu", "h100"])
+            .args(["--ranks-per-domain", "8", "--no-mnnvl", "--gpu", "h100", "--no-host-check"])
             .env("LD_LIBRARY_PATH", ld)
             .env("HYBRID_EP_CACHE_DIR", cache)
             .output()

@@ -34,6 +34,7 @@ pub const VARIABLES: &[Variable] = &[
     v("DEEPEP_FORGE_HTTP_IDLE_TIMEOUT", "seconds without a byte after which an HTTP transfer gives up (default 30; [network.md](network.md))"),
     v("DEEPEP_FORGE_HTTP_BASE_TIMEOUT", "seconds every HTTP body gets besides its length at the minimum rate (default 30; [network.md](network.md))"),
     v("DEEPEP_FORGE_HTTP_MIN_RATE", "bytes per second an HTTP body of known length must average: its deadline is the base plus length / rate (default 262144; [network.md](network.md))"),
+    v("DEEPEP_FORGE_NVCC_THREADS", "nvcc threads per compile unit of a build (each gencode at once; default: the variant's architectures, at most MAX_JOBS; 1 turns it off; not keyed: the bytes do not change)"),
     v("DEEPEP_FORGE_HEARTBEAT_SECS", "seconds between the progress lines of a build off a terminal (default 30)"),
     v("DEEPEP_FORGE_GIT_COMMIT", "read when deepep-forge itself is compiled (`cargo build`): the commit evidence statements name as the tool's"),
     v("HOME", "the default cache, config and state folders"),

@@ -62,30 +62,40 @@ impl Gate<'_> {
 impl<'a> Gate<'a> {
     /// What a wheel whose variant cannot be told needs (a PEP 825 variant index
     /// serves every variant's wheels under one URL, and uv.lock does not say
-    /// which it resolved): what every variant it could be (pins.toml's variants
-    /// on the wheel's architecture) would need, by its own rule and its own
-    /// request (a multi-node variant's nodes too), each as its own requirement,
-    /// so the gate applies the strictest and never fails open. Without pins:
-    /// `required(None)`.
+    /// which it resolved): every `[[evidence.rule]]` that could apply to it (a
+    /// rule of a variant on the wheel's architecture), each as its own
+    /// requirement with that variant's own request (a multi-node variant's
+    /// nodes too), so the gate applies the strictest and never fails open.
+    /// Without such a rule: `required(None)`.
     fn required_unknown(&self, w: &LockedWheel) -> Vec<(Required, Option<&'a Variant>)> {
-        let Some(pins) = self.pins else { return vec![(self.required(None), None)] };
-        let could: Vec<&'a Variant> =
-            pins.variants.iter().filter(|v| w.arch.as_deref().is_none_or(|a| a == v.arch.as_str())).collect();
-        if could.is_empty() {
-            return vec![(self.required(None), None)];
+        let base = || vec![(self.required(None), None)];
+        let (Some(t), Some(pins)) = (self.table, self.pins) else { return base() };
+        let could = |name: &String| {
+            pins.variants.iter().find(|v| &v.name == name && w.arch.as_deref().is_none_or(|a| a == v.arch.as_str()))
+        };
+        let mut out = Vec::new();
+        for r in &t.rules {
+            for v in r.variants.iter().filter_map(could) {
+                out.push((self.unknown_of(r, v), Some(v)));
+            }
         }
-        could.into_iter().map(|v| (self.unknown_of(v), Some(v))).collect()
+        if out.is_empty() {
+            return base();
+        }
+        out
     }
 
-    /// `v`'s requirement, saying why it applies to a wheel of unknown variant.
-    fn unknown_of(&self, v: &Variant) -> Required {
-        let r = self.required(Some(v));
+    /// Rule `r` as it applies to a wheel that may be `v`'s, saying why.
+    fn unknown_of(&self, r: &crate::pins::EvidenceRule, v: &Variant) -> Required {
         Required {
+            kind: self.flag.map_or(r.kind, |f| f.max(r.kind)),
+            gpu: r.gpu,
             by: format!(
-                "{} (for variant {}: uv.lock does not tell which variant of the variant index it locked, so what every variant it could be needs applies)",
-                r.by, v.name
+                "{}:{} [[evidence.rule]] (for {}; uv.lock does not tell which variant of the variant index it locked, so every rule that could apply does)",
+                self.file(),
+                r.line,
+                v.name
             ),
-            ..r
         }
     }
 }
@@ -136,7 +146,7 @@ pub fn check(
             None => policy.gate.required_unknown(w),
         };
         for (req, could_be) in reqs {
-            out.extend(judge(&read, &req, could_be, w, (lock_path, policy.dirs)));
+            out.extend(judge(&read, &req, (variant, could_be), w, (lock_path, policy.dirs)));
         }
     }
     Ok(out)
@@ -146,13 +156,17 @@ pub fn check(
 fn judge(
     read: &store::Read,
     req: &Required,
-    variant: Option<&Variant>,
+    (variant, could_be): (Option<&Variant>, Option<&Variant>),
     w: &LockedWheel,
     at: (&Path, &[std::path::PathBuf]),
 ) -> Option<Finding> {
-    let need = need_of(variant, req.gpu);
+    // `variant`: the wheel's, when known (the finding names it); `could_be`: whose
+    // request the statements must cover (the variant's, or a rule's when unknown).
+    let need = need_of(could_be, req.gpu);
+    let missing =
+        |req: &Required, need: &Need, w: &LockedWheel, why: String| missing(req, need, w, (variant, could_be), at, why);
     let Some(sha) = &w.sha256 else {
-        return Some(missing(req, &need, w, variant, at, "it has no sha256 in uv.lock".into()));
+        return Some(missing(req, &need, w, "it has no sha256 in uv.lock".into()));
     };
     let about: Vec<&store::Found> = read.found.iter().filter(|f| f.sha256() == sha).collect();
     // Only a statement that covers the whole request counts: a run on fewer
@@ -173,7 +187,7 @@ fn judge(
         req.kind,
         &sha[..16.min(sha.len())]
     );
-    Some(missing(req, &need, w, variant, at, why))
+    Some(missing(req, &need, w, why))
 }
 
 /// The pins.toml variant a locked wheel is for: the index's (by URL) on the wheel's architecture.
@@ -204,11 +218,15 @@ fn missing(
     req: &Required,
     need: &Need,
     w: &LockedWheel,
-    v: Option<&Variant>,
+    (shown, v): (Option<&Variant>, Option<&Variant>),
     (lock_path, dirs): (&Path, &[std::path::PathBuf]),
     why: String,
 ) -> Finding {
-    let variant = v.map(|v| v.name.as_str()).unwrap_or("(unknown: not from a deepep-forge index URL)");
+    let variant = match (shown, v) {
+        (Some(s), _) => s.name.as_str(),
+        (None, Some(_)) => "(unknown: uv.lock does not tell which variant of the variant index)",
+        (None, None) => "(unknown: not from a deepep-forge index URL)",
+    };
     let msg = format!("the locked deep-ep wheel {} (variant {variant}) lacks `{}` evidence: {why}", w.file, req.kind);
     let fix = produce(req.kind, w, v, need.gpu.as_deref(), dirs.first());
     Finding::new("evidence-missing", Severity::Error, lock_path, msg).at(w.line, 1).fix(fix)
@@ -218,6 +236,8 @@ fn missing(
 /// generation): for a static statement, the variant's whole request (pins.toml
 /// `topology`), the one [`need_of`] asks for; recorded into the evidence folder
 /// the gate reads (`--evidence`, the first one). `KEY` is the signer's key file.
+/// A static statement judges the wheel and the request, not the machine it is
+/// recorded on: `--no-host-check` (the RDMA rules are for the run's own nodes).
 fn produce(
     kind: Kind,
     w: &LockedWheel,
@@ -237,7 +257,7 @@ fn produce(
                 t.gpus_per_node,
                 t.ranks_per_domain,
                 if t.mnnvl { "--mnnvl" } else { "--no-mnnvl" }
-            )
+            ) + if t.nodes > 1 && !t.mnnvl { " --no-host-check" } else { "" }
         })
         .unwrap_or_else(|| "--preset h100-8g".into());
     let dir = dir.map(|d| sh_word(&d.display().to_string())).unwrap_or_else(|| "evidence/".into());

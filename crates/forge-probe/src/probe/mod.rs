@@ -35,6 +35,9 @@ pub struct ProbeRequest {
     pub python: Option<PathBuf>,
     /// The NVIDIA driver comes at run time, not with `python`'s environment.
     pub driver_at_run_time: bool,
+    /// Judge this host's RDMA path for a request across NVLink domains (false:
+    /// `--no-host-check`, the run is on other machines).
+    pub host_check: bool,
     /// The pins file, only when given (its `pin` rule).
     pub pins: Option<PathBuf>,
     /// The topology asked (flags, preset, recipe).
@@ -116,7 +119,10 @@ fn static_verdict_of(args: &ProbeRequest, request: Option<Request>, inspected: O
         v.checks.extend(checks);
         v.considered = considered;
     }
-    let host = request.as_ref().filter(|r| rules::rdma::spans_domains(r)).map(|_| host::read(&host::root()));
+    let host = request
+        .as_ref()
+        .filter(|r| args.host_check && rules::rdma::spans_domains(r))
+        .map(|_| host::read(&host::root()));
     if let Some(h) = &host {
         let variants = dmabuf_variants(pins.as_ref());
         v.checks.extend(rules::rdma::rdma_checks(&rdma_ctx(h, inspected.as_ref(), &variants)));
