@@ -635,18 +635,7 @@ fn lock_check_applies_the_evidence_table_of_pins_toml() {
     ok(&gate_with(d.path(), "p.toml", &[&public], &["--require-evidence", "deep-ep-tests"])); // training >= deep-ep-tests
 
     // The table's GPU condition: a statement on h100 (sm_90) does not meet a rule for b200 (sm_100).
-    let fat = PINS.replacen(
-        "cuda_arch_list = \"9.0\"\nmultinode = false\ntopology = { gpu = \"h100\", nodes = 1",
-        "cuda_arch_list = \"9.0 10.0\"\nmultinode = false\ntopology = { gpu = \"h100\", nodes = 1",
-        1,
-    );
-    assert_ne!(fat, PINS);
-    let at = pins_with(
-        d.path(),
-        "p.toml",
-        &fat,
-        "\n[evidence]\nrequire = \"static\"\n\n[[evidence.rule]]\nvariants = [\"h100\"]\nkind = \"kernel\"\ngpu = \"b200\"\n",
-    );
+    let at = pins_with_b200_kernel_rule(d.path());
     let o = gate_with(d.path(), "p.toml", &[&public], &[]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
@@ -1045,4 +1034,22 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
     );
     assert!(stdout(&o).contains(&want), "{}", stdout(&o));
     assert!(stdout(&o).contains("--record ev --signing-key KEY   # on b200 (sm_100) GPUs"), "{}", stdout(&o));
+}
+
+/// pins.toml whose `h100` builds for sm_100 too (`9.0 10.0`), with `[evidence]
+/// require = "static"` and a rule asking `h100`'s wheels for a `kernel` statement
+/// on b200: written as `p.toml` in `dir`; the rule's line.
+pub(crate) fn pins_with_b200_kernel_rule(dir: &Path) -> usize {
+    let fat = PINS.replacen(
+        "cuda_arch_list = \"9.0\"\nmultinode = false\ntopology = { gpu = \"h100\", nodes = 1",
+        "cuda_arch_list = \"9.0 10.0\"\nmultinode = false\ntopology = { gpu = \"h100\", nodes = 1",
+        1,
+    );
+    assert_ne!(fat, PINS);
+    pins_with(
+        dir,
+        "p.toml",
+        &fat,
+        "\n[evidence]\nrequire = \"static\"\n\n[[evidence.rule]]\nvariants = [\"h100\"]\nkind = \"kernel\"\ngpu = \"b200\"\n",
+    )
 }

@@ -5,7 +5,9 @@
 //! why, where before it applied only `require` and let a statement from any
 //! GPU count. Real `evidence add`, real `lock check`.
 
-use crate::evidence::{consumer_at, gate_with, one_statement, pins_with, sha256_of, PINS, WHEEL};
+use crate::evidence::{
+    consumer_at, gate_with, one_statement, pins_with, pins_with_b200_kernel_rule, sha256_of, PINS, WHEEL,
+};
 use crate::support::*;
 
 const VARIANT_INDEX: &str = "http://127.0.0.1:8000/variants/simple";
@@ -16,18 +18,7 @@ fn a_wheel_from_the_variant_index_meets_every_rule_that_could_apply() {
     let (wheel, _, public, _) = one_statement(d.path()); // a reported training run on h100
     consumer_at(d.path(), &sha256_of(&wheel), VARIANT_INDEX);
     // h100 builds for sm_100 too, so a rule may ask for b200 statements.
-    let fat = PINS.replacen(
-        "cuda_arch_list = \"9.0\"\nmultinode = false\ntopology = { gpu = \"h100\", nodes = 1",
-        "cuda_arch_list = \"9.0 10.0\"\nmultinode = false\ntopology = { gpu = \"h100\", nodes = 1",
-        1,
-    );
-    assert_ne!(fat, PINS);
-    let at = pins_with(
-        d.path(),
-        "p.toml",
-        &fat,
-        "\n[evidence]\nrequire = \"static\"\n\n[[evidence.rule]]\nvariants = [\"h100\"]\nkind = \"kernel\"\ngpu = \"b200\"\n",
-    );
+    let at = pins_with_b200_kernel_rule(d.path());
     let o = gate_with(d.path(), "p.toml", &[&public], &[]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}\n{}", stderr(&o));
