@@ -993,7 +993,8 @@ fn journal_another_users_lock_file_is_exit_3_with_a_hint() {
     } else {
         std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o444)).unwrap();
     }
-    let o = c.output().unwrap();
+    // The copy was just written: a child forked meanwhile may hold it open (ETXTBSY).
+    let o = crate::support::output_of_fresh_program(&mut c);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains(&format!("cannot take the lock {}", lock.display())), "{err}");

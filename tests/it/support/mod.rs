@@ -235,6 +235,22 @@ pub fn state_home() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("state")
 }
 
+/// The output of `c`, retrying while its program is "Text file busy" (ETXTBSY): a
+/// program this test process just wrote (a copy of the binary, a script) can be
+/// held open for writing by a child another test thread forked meanwhile, until
+/// that child execs.
+pub fn output_of_fresh_program(c: &mut std::process::Command) -> Output {
+    let t = std::time::Instant::now();
+    loop {
+        match c.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && t.elapsed() < std::time::Duration::from_secs(30) => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            r => return r.expect("the program runs"),
+        }
+    }
+}
+
 /// Run the binary with args in `cwd`.
 pub fn forge(cwd: &Path, args: &[&str]) -> Output {
     bin().args(args).current_dir(cwd).output().expect("deepep-forge runs")
