@@ -308,6 +308,10 @@ fn a_line_break_in_a_value_never_starts_a_workflow_command() {
             assert!(!planted, "--format {format}: a live workflow command: {line:?}\n{out}\n{err}");
             assert!(!line.contains('\r'), "--format {format}: a raw CR: {line:?}");
         }
+        if format == "human" {
+            // The value stays on its line, its line breaks shown escaped.
+            assert!(out.contains(".whl\\n::error file=x::pwned\\r\\n"), "{out}");
+        }
     }
 }
 

@@ -130,10 +130,11 @@ fn human_finding(f: &Finding, indent: &str, skip_fix: Option<&str>) -> String {
         "{indent}{}[{}]{arch}: {}\n{indent}  --> {}\n",
         f.severity.as_str(),
         f.rule,
-        f.message,
+        output::one_line(&f.message),
         f.location()
     ));
     if let (Some(e), Some(g)) = (&f.expected, &f.found) {
+        let (e, g) = (output::one_line(e), output::one_line(g));
         out.push_str(&format!("{indent}  expected: {e}\n{indent}     found: {g}\n"));
     }
     if let Some(fix) = f.fix.as_deref().filter(|x| Some(*x) != skip_fix) {
@@ -171,7 +172,7 @@ pub fn render_human_causes(causes: &[Cause]) -> String {
             i + 1,
             causes.len(),
             c.id,
-            c.summary,
+            output::one_line(&c.summary),
             c.findings.len(),
             if c.findings.len() == 1 { "" } else { "s" }
         ));

@@ -462,7 +462,9 @@ fn dist_infos(site: &Path) -> Result<BTreeMap<String, String>> {
     for e in std::fs::read_dir(site).with_context(|| format!("reading {}", site.display()))?.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
         if let Some(stem) = n.strip_suffix(".dist-info") {
-            if let Some((name, version)) = stem.rsplit_once('-') {
+            // Folder names are untrusted text: only a PEP 440 version is taken from one.
+            let valid = |v: &str| <pep440_rs::Version as std::str::FromStr>::from_str(v).is_ok();
+            if let Some((name, version)) = stem.rsplit_once('-').filter(|(_, v)| valid(v)) {
                 out.insert(name.to_lowercase().replace('_', "-"), version.to_string());
             }
         }

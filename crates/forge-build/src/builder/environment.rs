@@ -110,9 +110,11 @@ pub fn nvshmem_version(root: &Path) -> Option<(String, PathBuf)> {
             })
             .collect();
         infos.sort();
-        if let Some(info) = infos.pop() {
+        // A folder name is untrusted text: only a PEP 440 version is taken from one.
+        while let Some(info) = infos.pop() {
             let n = info.file_name().unwrap_or_default().to_string_lossy().into_owned();
-            if let Some(v) = n.trim_end_matches(".dist-info").split_once('-').map(|(_, v)| v.to_string()) {
+            let v = n.trim_end_matches(".dist-info").split_once('-').map(|(_, v)| v.to_string());
+            if let Some(v) = v.filter(|v| <pep440_rs::Version as std::str::FromStr>::from_str(v).is_ok()) {
                 return Some((v, info));
             }
         }
@@ -161,6 +163,9 @@ mod tests {
         let site = d.path().join("site");
         std::fs::create_dir_all(site.join("nvidia/nvshmem/include")).unwrap();
         std::fs::create_dir_all(site.join("nvidia_nvshmem_cu13-3.7.2.dist-info")).unwrap();
+        assert_eq!(nvshmem_version(&site.join("nvidia/nvshmem")).map(|(v, _)| v).as_deref(), Some("3.7.2"));
+        // A folder name that is not a version (a line break planting a workflow command) is passed over.
+        std::fs::create_dir_all(site.join("nvidia_nvshmem_cu13-9\n::error file=x::pwned.dist-info")).unwrap();
         assert_eq!(nvshmem_version(&site.join("nvidia/nvshmem")).map(|(v, _)| v).as_deref(), Some("3.7.2"));
         std::fs::write(d.path().join("bad.h"), "#define NCCL_MAJOR 2\n#define NCCL_MINOR x\n").unwrap();
         assert_eq!(nccl_h_version(&d.path().join("bad.h")), None);
