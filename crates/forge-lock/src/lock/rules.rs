@@ -179,7 +179,7 @@ impl<'a> Context<'a> {
             None if self.intent.values().any(|r| r == rev) => self.base.as_ref()?,
             None => return None,
         };
-        Some(format!("{base}+{}", rev.get(..7).filter(|_| is_full_sha(rev))?))
+        Some(crate::patches::label(base, rev.get(..7).filter(|_| is_full_sha(rev))?, &[]))
     }
 
     /// The revision pyproject.toml makes uv install for `arch` (its override, else its most common pin).

@@ -331,7 +331,12 @@ fn version_label(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<(Optio
     } else {
         None
     };
-    let label = base.as_ref().filter(|_| wants_label).map(|b| format!("{b}+{}", r.short));
+    // The index serves the variant's wheel: a variant with source patches is labelled with its set.
+    let patches = match (&args.index, &args.variant, &c.pins) {
+        (Some(_), Some(v), Some(p)) => crate::patch::for_variant(p, p.variant(v)?)?,
+        _ => Vec::new(),
+    };
+    let label = base.as_ref().filter(|_| wants_label).map(|b| crate::patches::label(b, &r.short, &patches));
     // The label is written into a requirement line uv reads: PEP 440 or nothing.
     if let Some(why) = label.as_deref().and_then(|l| crate::pep::check_version(l).err()) {
         return Err(Failure::usage(format!("DeepEP's version label {why}"))
