@@ -250,8 +250,14 @@ fn one_version_label_for_wheel_index_bake_and_pin_and_pip_23_0_1_installs_the_wh
     let got = build_support::files_with(&dest, ".whl");
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(build_support::sha256sum(&got[0]), build_support::sha256sum(&wheel), "the published bytes");
-    // Installed by name from the index (the name as the consumer writes it, normalised by pip).
-    let o = pip(&["install", "--no-deps", "--only-binary=:all:", "--index-url", &index, &format!("deep-ep=={label}")]);
+    // Installed from the index by the requirement exactly as `pin set` wrote it into the
+    // consumer (the name as the wheel's METADATA writes it: pip 23.0.1 compares the two
+    // unnormalised, docs/publish.md).
+    let written = py
+        .split('"')
+        .find(|r| r.starts_with("deep_ep==") || r.starts_with("deep-ep=="))
+        .unwrap_or_else(|| panic!("no DeepEP requirement in {py}"));
+    let o = pip(&["install", "--no-deps", "--only-binary=:all:", "--index-url", &index, written]);
     assert_eq!(o.status.code(), Some(0), "pip 23.0.1 install: {}", out(&o));
     assert!(!out(&o).contains("inconsistent"), "{}", out(&o));
     let o = pip(&["show", "deep-ep"]);
