@@ -282,8 +282,8 @@ impl Drop for Image {
 /// `probe --image` MATCH. The base is the one the podman tests make in the user's cache.
 #[test]
 #[cfg_attr(
-    not(all(feature = "needs-tools-venv", feature = "needs-podman")),
-    ignore = "needs the tools venv (nvcc) and system package podman (debootstrap, Debian and PyPI reachable; the first run makes the base, about 9 minutes)"
+    not(feature = "needs-podman"),
+    ignore = "needs system package podman (debootstrap, Debian and PyPI reachable; the first run makes the base, about 9 minutes) and the tools venv (nvcc)"
 )]
 fn j6b_an_installed_binary_builds_the_image_from_the_index_with_the_published_wheel_and_probe_matches() {
     for tool in ["podman", "debootstrap"] {
@@ -383,4 +383,103 @@ fn j6b_an_installed_binary_builds_the_image_from_the_index_with_the_published_wh
     let text = support::stdout(&o);
     assert!(text.contains("MATCH"), "{}", out(&o));
     assert!(text.contains(&format!("{}:/wheels/deep_ep-{label}", image.0)), "{}", out(&o));
+}
+
+/// One registry-toolchain variant whose `[toolchain] python` names the minor "3.11".
+const TOOLCHAIN_311: &str = r#"
+[toolchain]
+torch = "2.11.0+forgetest"
+cuda = "13.0"
+python = "3.11"
+
+[[variant]]
+name = "sn"
+arch = "x86_64"
+cuda_arch_list = "9.0"
+multinode = false
+runtime_requires = false
+"#;
+
+/// Class 1: one interpreter spelled as pins.toml's `[toolchain] python = "3.11"` and as
+/// `--python python3.11` (PATH's) is one toolchain, one cache key and one wheel: the
+/// second build is a cache hit with the same sha256, and `verify` with either spelling
+/// verifies the wheel. The registry toolchain as tests/it/pymatrix.rs makes it (a stand-in
+/// torch on find-links, the CUDA compiler packages through uv's cache, no downloaded Python).
+#[test]
+#[cfg_attr(
+    not(feature = "needs-pythons"),
+    ignore = "needs Python 3.11 (PATH or pyenv) and the tools venv: bash .ci/run runs it when present"
+)]
+fn toolchain_python_3_11_and_flag_python3_11_are_one_key_and_verify_passes() {
+    let lab = Lab::new();
+    let links = support::stand_in_torch(lab.dir.path(), &lab.tools.join("bin/python"));
+    let pins = lab.pins_with(&lab.rev, TOOLCHAIN_311);
+    let pins = pins.to_str().unwrap();
+    // The one Python 3.11 on PATH: the tools venv's interpreter by its real path.
+    let real = std::fs::canonicalize(lab.tools.join("bin/python3.11")).unwrap();
+    let bin = lab.dir.path().join("py311");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(&real, bin.join("python3.11")).unwrap();
+    let uv_cache =
+        std::env::var_os("UV_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| support::root().join("target/uv-cache"));
+    let forge = |args: &[&str]| {
+        let mut c = support::bin();
+        c.args(args)
+            .current_dir(lab.dir.path())
+            .env("DEEPEP_FORGE_CACHE_DIR", &lab.cache)
+            .env("DEEPEP_FORGE_UV", lab.tools.join("bin/uv"))
+            .env("UV_CACHE_DIR", &uv_cache)
+            .env("UV_FIND_LINKS", &links)
+            .env("UV_PYTHON_DOWNLOADS", "never")
+            .env("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()));
+        for k in [
+            "CUDA_HOME",
+            "DEEPEP_FORGE_CACHE_URL",
+            "HYBRID_EP_MULTINODE",
+            "USE_NIXL",
+            "TORCH_CUDA_ARCH_LIST",
+            "NVSHMEM_DIR",
+            "MAX_JOBS",
+            "CXX",
+            "CC",
+            "CUDAHOSTCXX",
+            "LDSHARED",
+            "VIRTUAL_ENV",
+            "PYTHONPATH",
+            "UV_INDEX_URL",
+            "UV_EXTRA_INDEX_URL",
+            "UV_PYTHON",
+        ] {
+            c.env_remove(k);
+        }
+        c.output().unwrap()
+    };
+    let repo = lab.repo.to_str().unwrap();
+    let build = |extra: &[&str], out_dir: &str| {
+        let args =
+            [&["build-wheel", "--toolchain", "registry", "--pins", pins, "--variant", "sn", "--source", repo][..], extra]
+                .concat();
+        let o = forge(&[&args[..], &["--out", out_dir, "--format", "json"]].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+        build_support::json(&o)["results"][0].clone()
+    };
+    let by_pins = build(&[], "out-pins");
+    let by_flag = build(&["--python", "python3.11"], "out-flag");
+    assert_eq!(by_flag["cache_key"], by_pins["cache_key"], "one interpreter, one key: {by_pins} {by_flag}");
+    assert_eq!(by_flag["status"], "cache-hit", "the second spelling is a cache hit: {by_flag}");
+    assert_eq!(by_flag["sha256"], by_pins["sha256"]);
+    let toolchains: Vec<PathBuf> = std::fs::read_dir(lab.cache.join("toolchains"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(toolchains.len(), 1, "one interpreter, one toolchain: {toolchains:?}");
+    let wheel = build_support::files_with(&lab.dir.path().join("out-pins"), ".whl").remove(0);
+    for extra in [&[][..], &["--python", "python3.11"][..]] {
+        let args = [&["verify", wheel.to_str().unwrap(), "--source", repo][..], extra].concat();
+        let o = forge(&args);
+        assert_eq!(o.status.code(), Some(0), "verify {extra:?}: {}", out(&o));
+        assert!(support::stdout(&o).starts_with("verified:"), "{}", out(&o));
+    }
 }
