@@ -483,3 +483,104 @@ fn toolchain_python_3_11_and_flag_python3_11_are_one_key_and_verify_passes() {
         assert!(support::stdout(&o).starts_with("verified:"), "{}", out(&o));
     }
 }
+
+const FORK_URL: &str = "https://github.com/sgl-project/DeepEP.git";
+const UPSTREAM_URL: &str = "https://github.com/deepseek-ai/DeepEP.git";
+
+/// J8, the fork half: a team on a fork (pins.toml's `repo` the fork, `upstream` DeepEP's)
+/// moves pins.toml to upstream at the same commit. `lock check` of the consumer, still on
+/// the fork, says the commit is the pinned one and only the repository moved (no
+/// tampering, no stale commit), and its fix, run as printed, moves pyproject.toml and
+/// uv.lock to upstream; then the check is clean of both. Real uv and git (both URLs
+/// served by one local repository: a fork at upstream's commit).
+#[test]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (uv)")]
+fn j8_a_team_moves_from_its_fork_to_upstream_at_the_same_commit_and_the_consumer_follows() {
+    let uv = require!(support::tools_venv().map(|v| v.join("bin/uv")).filter(|p| p.exists()), "uv");
+    let python = require!(support::tools_python(), "python");
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, first, _) = crate::pinset::deepep_repo(tmp.path());
+    let proj = crate::pinset::uv_project(tmp.path(), &repo, &first);
+    let pins = tmp.path().join("pins.toml");
+    // The fork first: the consumer and pins.toml name it, pins.toml with its upstream.
+    let py = std::fs::read_to_string(proj.join("pyproject.toml")).unwrap();
+    std::fs::write(proj.join("pyproject.toml"), py.replace(UPSTREAM_URL, FORK_URL)).unwrap();
+    let upstream_text = std::fs::read_to_string(&pins).unwrap();
+    let on_upstream = format!("repo = \"{UPSTREAM_URL}\"\n");
+    assert!(upstream_text.contains(&on_upstream), "{upstream_text}");
+    let on_fork = format!("repo = \"{FORK_URL}\"\nupstream = \"{UPSTREAM_URL}\"\nupstream_branch = \"main\"\n");
+    std::fs::write(&pins, upstream_text.replacen(&on_upstream, &on_fork, 1)).unwrap();
+    let mut env: Vec<(String, String)> = vec![
+        ("DEEPEP_FORGE_UV".into(), uv.display().to_string()),
+        ("UV_PYTHON".into(), python.display().to_string()),
+        ("UV_CACHE_DIR".into(), tmp.path().join("uv-cache").display().to_string()),
+        ("UV_OFFLINE".into(), "1".into()),
+        (
+            "PATH".into(),
+            format!("{}:{}", support::exe().parent().unwrap().display(), std::env::var("PATH").unwrap()),
+        ),
+    ];
+    env.extend(crate::pinset::insteadof(&repo).into_iter().map(|(k, v)| (k.to_string(), v)));
+    // Both URLs from the one local repository.
+    for (k, v) in env.iter_mut() {
+        if k == "GIT_CONFIG_COUNT" {
+            *v = "2".into();
+        }
+    }
+    env.push(("GIT_CONFIG_KEY_1".into(), format!("url.file://{}.insteadOf", repo.display())));
+    env.push(("GIT_CONFIG_VALUE_1".into(), FORK_URL.into()));
+    let run = |argv: &[&str]| {
+        Command::new(argv[0])
+            .args(&argv[1..])
+            .current_dir(tmp.path())
+            .envs(env.clone())
+            .env("XDG_STATE_HOME", support::state_home())
+            .env_remove("VIRTUAL_ENV")
+            .env_remove("UV_INDEX_URL")
+            .output()
+            .unwrap()
+    };
+    let exe = support::exe().to_str().unwrap().to_string();
+    let forge = |args: &[&str]| run(&[&[exe.as_str()][..], args].concat());
+    let o = forge(&["pin", "set", &first, "--project", "consumer", "--relock"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let o = forge(&["lock", "check", "--project", "consumer"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let text = support::stdout(&o);
+    assert!(text.contains(&format!("the fork {FORK_URL} (pins.toml's source)")), "{text}");
+    assert!(!text.contains("source-repo"), "{text}");
+    assert!(std::fs::read_to_string(proj.join("uv.lock")).unwrap().contains(FORK_URL.trim_end_matches(".git")));
+
+    // The team moves pins.toml to upstream at the same commit; the consumer has not followed.
+    std::fs::write(&pins, &upstream_text).unwrap();
+    let o = forge(&["lock", "check", "--project", "consumer"]);
+    let text = support::stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "a warning, not a failure: {}", out(&o));
+    let says = format!(
+        "the commit {} pins.toml pins, from {FORK_URL} where pins.toml now names {UPSTREAM_URL} (only the repository moved)",
+        &first[..7]
+    );
+    assert!(text.contains(&says), "{says} in {text}");
+    for wrong in ["changed", "tamper", "stale", "pin-moved"] {
+        assert!(!text.contains(wrong), "no `{wrong}` for a moved repository: {text}");
+    }
+    let fix = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("fix: "))
+        .find(|l| l.starts_with("deepep-forge pin set") && l.ends_with(" --git"))
+        .unwrap_or_else(|| panic!("no pin set --git fix in {text}"))
+        .to_string();
+    assert!(fix.contains(&first) && fix.contains("--project consumer") && fix.contains("--relock"), "{fix}");
+    // The fix as printed.
+    let o = run(&["sh", "-c", &fix]);
+    assert_eq!(o.status.code(), Some(0), "{fix}: {}", out(&o));
+    for f in ["pyproject.toml", "uv.lock"] {
+        let t = std::fs::read_to_string(proj.join(f)).unwrap();
+        assert!(!t.contains("sgl-project"), "{f} still names the fork: {t}");
+        assert!(t.contains("deepseek-ai/DeepEP") && t.contains(&first), "{f}: {t}");
+    }
+    let o = forge(&["lock", "check", "--project", "consumer"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let text = support::stdout(&o);
+    assert!(!text.contains("source-repo") && !text.contains("fork-pin"), "{text}");
+}
