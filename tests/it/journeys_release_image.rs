@@ -385,6 +385,24 @@ fn j6b_an_installed_binary_builds_the_image_from_the_index_with_the_published_wh
     assert!(text.contains(&format!("{}:/wheels/deep_ep-{label}", image.0)), "{}", out(&o));
 }
 
+/// A Python 3.11: `python3.11` on PATH (pyenv's shims left out), else in pyenv's versions.
+fn python311() -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let mut pyenv: Vec<PathBuf> = std::fs::read_dir(home.join(".pyenv/versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .collect();
+    pyenv.sort();
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .filter(|d| !d.to_string_lossy().contains("shims"))
+        .chain(pyenv)
+        .map(|d| d.join("python3.11"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| support::missing("Python 3.11 (python3.11 on PATH or in pyenv's versions)"))
+}
+
 /// One registry-toolchain variant whose `[toolchain] python` names the minor "3.11".
 const TOOLCHAIN_311: &str = r#"
 [toolchain]
@@ -408,15 +426,15 @@ runtime_requires = false
 #[test]
 #[cfg_attr(
     not(feature = "needs-pythons"),
-    ignore = "needs Python 3.11 (PATH or pyenv) and the tools venv: bash .ci/run runs it when present"
+    ignore = "needs Python 3.11, 3.12 and 3.13 (PATH or pyenv; this test builds with 3.11) and the tools venv: bash .ci/run runs it when present"
 )]
 fn toolchain_python_3_11_and_flag_python3_11_are_one_key_and_verify_passes() {
     let lab = Lab::new();
     let links = support::stand_in_torch(lab.dir.path(), &lab.tools.join("bin/python"));
     let pins = lab.pins_with(&lab.rev, TOOLCHAIN_311);
     let pins = pins.to_str().unwrap();
-    // The one Python 3.11 on PATH: the tools venv's interpreter by its real path.
-    let real = std::fs::canonicalize(lab.tools.join("bin/python3.11")).unwrap();
+    // The one Python 3.11 on PATH (the first `python3.11` on the caller's PATH, else pyenv's), by its real path.
+    let real = std::fs::canonicalize(python311()).unwrap();
     let bin = lab.dir.path().join("py311");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(&real, bin.join("python3.11")).unwrap();
