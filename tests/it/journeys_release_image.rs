@@ -49,7 +49,11 @@ impl Release {
         let text = std::fs::read_to_string(lab.pins_with(&lab.rev, MINI)).unwrap();
         let pin = format!("[pin.x86_64]\nrev = \"{}\"\n", lab.rev);
         assert!(text.contains(&pin), "{text}");
-        std::fs::write(dir.join("pins.toml"), text.replacen(&pin, &format!("{pin}patches = [\"patches/note.patch\"]\n"), 1)).unwrap();
+        std::fs::write(
+            dir.join("pins.toml"),
+            text.replacen(&pin, &format!("{pin}patches = [\"patches/note.patch\"]\n"), 1),
+        )
+        .unwrap();
         let mut env: Vec<(String, String)> = crate::pinset::insteadof(&lab.repo)
             .into_iter()
             .filter(|(k, _)| *k != "DEEPEP_FORGE_CACHE_DIR")
@@ -162,7 +166,10 @@ fn baked(release: &Release) -> (String, String, String, String) {
 /// exactly (the oldest pip of an image the tool builds: Debian 12's), which compares the
 /// index's project name with the wheel's METADATA `Name`.
 #[test]
-#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, uv; PyPI reachable for pip 23.0.1)")]
+#[cfg_attr(
+    not(feature = "needs-tools-venv"),
+    ignore = "needs the tools venv (nvcc, uv; PyPI reachable for pip 23.0.1)"
+)]
 fn one_version_label_for_wheel_index_bake_and_pin_and_pip_23_0_1_installs_the_wheel() {
     let release = Release::new();
     let wheel = release.publish();
@@ -474,9 +481,11 @@ fn toolchain_python_3_11_and_flag_python3_11_are_one_key_and_verify_passes() {
     };
     let repo = lab.repo.to_str().unwrap();
     let build = |extra: &[&str], out_dir: &str| {
-        let args =
-            [&["build-wheel", "--toolchain", "registry", "--pins", pins, "--variant", "sn", "--source", repo][..], extra]
-                .concat();
+        let args = [
+            &["build-wheel", "--toolchain", "registry", "--pins", pins, "--variant", "sn", "--source", repo][..],
+            extra,
+        ]
+        .concat();
         let o = forge(&[&args[..], &["--out", out_dir, "--format", "json"]].concat());
         assert_eq!(o.status.code(), Some(0), "{}", out(&o));
         build_support::json(&o)["results"][0].clone()
@@ -533,10 +542,7 @@ fn j8_a_team_moves_from_its_fork_to_upstream_at_the_same_commit_and_the_consumer
         ("UV_PYTHON".into(), python.display().to_string()),
         ("UV_CACHE_DIR".into(), tmp.path().join("uv-cache").display().to_string()),
         ("UV_OFFLINE".into(), "1".into()),
-        (
-            "PATH".into(),
-            format!("{}:{}", support::exe().parent().unwrap().display(), std::env::var("PATH").unwrap()),
-        ),
+        ("PATH".into(), format!("{}:{}", support::exe().parent().unwrap().display(), std::env::var("PATH").unwrap())),
     ];
     env.extend(crate::pinset::insteadof(&repo).into_iter().map(|(k, v)| (k.to_string(), v)));
     // Both URLs from the one local repository.
