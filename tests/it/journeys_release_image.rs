@@ -363,7 +363,7 @@ fn j6b_an_installed_binary_builds_the_image_from_the_index_with_the_published_wh
         .unwrap_or_default();
     let shas: Vec<String> = in_image.iter().map(|w| build_support::sha256sum(w)).collect();
     let _ = Command::new("podman").args(["image", "unmount", &image.0]).output();
-    assert_eq!(shas, [sha.clone()], "the image's wheel is the published one");
+    assert_eq!(shas, [sha], "the image's wheel is the published one");
     assert!(pips.iter().any(|n| n == "pip-23.0.1.dist-info"), "the image's pip is 23.0.1: {pips:?}");
 
     // probe --image, by the installed binary: MATCH.
