@@ -608,3 +608,24 @@ fn j8_a_team_moves_from_its_fork_to_upstream_at_the_same_commit_and_the_consumer
     let text = support::stdout(&o);
     assert!(!text.contains("source-repo") && !text.contains("fork-pin"), "{text}");
 }
+
+/// The bake file carries the patched label, so `docker bake` reads the patch files beside
+/// pins.toml: one that is missing is exit 2 naming pins.toml's line, and nothing is written.
+#[test]
+fn docker_bake_of_a_pin_whose_patch_is_missing_is_exit_2_and_writes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    support::git(d.path(), &["init", "-q", "-b", "main"]);
+    let rev = "17cfb8170a1d5d6c1e5b0e9e09e0b2c3b5a0f1f2";
+    std::fs::write(
+        d.path().join("pins.toml"),
+        format!(
+            "schema = 2\n[source]\nname = \"deep_ep\"\nrepo = \"{UPSTREAM_URL}\"\nbase_version = \"1.2.1\"\n\
+             [pin.x86_64]\nrev = \"{rev}\"\npatches = [\"patches/fix.patch\"]\n{MINI}"
+        ),
+    )
+    .unwrap();
+    let o = support::forge(d.path(), &["docker", "bake"]);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(support::stderr(&o).contains("pins.toml:8: patch `patches/fix.patch` not found"), "{}", out(&o));
+    assert!(!d.path().join("docker").exists(), "nothing written");
+}
