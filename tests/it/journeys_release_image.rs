@@ -206,6 +206,27 @@ fn one_version_label_for_wheel_index_bake_and_pin_and_pip_23_0_1_installs_the_wh
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     let py = std::fs::read_to_string(consumer.join("pyproject.toml")).unwrap();
     assert!(py.contains(&format!("deep_ep=={label}")), "the consumer's requirement carries the label: {py}");
+    // The same with the patch dropped in the same command: the label of the set pins.toml will list.
+    let scratch = release.lab.dir.path().join("consumer-unpatched");
+    support::copy_dir(&support::root().join("tests/fixtures/consumer-index"), &scratch);
+    let pins_before = std::fs::read(release.dir.join("pins.toml")).unwrap();
+    let o = release.forge(&[
+        "pin",
+        "set",
+        &release.lab.rev,
+        "--project",
+        scratch.to_str().unwrap(),
+        "--index",
+        &url,
+        "--variant",
+        "mini",
+        "--drop-patch",
+        "patches/note.patch",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let unpatched = std::fs::read_to_string(scratch.join("pyproject.toml")).unwrap();
+    assert!(unpatched.contains(&format!("deep_ep==1.2.1+{short}\"")), "{unpatched}");
+    std::fs::write(release.dir.join("pins.toml"), pins_before).unwrap();
 
     // pip 23.0.1, the real one from PyPI, in a fresh venv; it downloads and installs the
     // wheel from the index by that label.

@@ -331,9 +331,19 @@ fn version_label(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<(Optio
     } else {
         None
     };
-    // The index serves the variant's wheel: a variant with source patches is labelled with its set.
+    // The index serves the variant's wheel: a variant with source patches is labelled with its
+    // set, as pins.toml will list it (after this command's --patch / --drop-patch).
     let patches = match (&args.index, &args.variant, &c.pins) {
-        (Some(_), Some(v), Some(p)) => crate::patch::for_variant(p, p.variant(v)?)?,
+        (Some(_), Some(v), Some(p)) if args.patch.is_empty() && args.drop_patch.is_empty() => {
+            crate::patch::for_variant(p, p.variant(v)?)?
+        }
+        (Some(_), Some(v), Some(p)) => {
+            let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
+            let arches = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
+            let edited = patches::edit_list(&p.path, &text, &arches, &args.patch, &args.drop_patch)?;
+            let edited = Pins::parse(&edited, &p.path)?;
+            crate::patch::for_variant(&edited, edited.variant(v)?)?
+        }
         _ => Vec::new(),
     };
     let label = base.as_ref().filter(|_| wants_label).map(|b| crate::patches::label(b, &r.short, &patches));
