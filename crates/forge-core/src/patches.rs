@@ -279,7 +279,10 @@ pub fn set_digest(patches: &[SourcePatch]) -> Option<String> {
     Some(crate::input::sha256_hex(joined.as_bytes())[..8].to_string())
 }
 
-/// The label of a build: `<base>+<short>` exact, `<base>+<short>.p<digest>` patched.
+/// The version label of a build: `<base>+<short>` exact, `<base>+<short>.p<digest>`
+/// patched. The ONE place a label is computed: the wheel (`builder`), the bake file's
+/// `DEEPEP_VERSION`, labels and tag (`docker::bake`), `pin set`'s `deep_ep==LABEL` and
+/// `lock check`'s expected label all call it (an index serves the wheels' own names).
 pub fn label(base: &str, short: &str, patches: &[SourcePatch]) -> String {
     match set_digest(patches) {
         Some(d) => format!("{base}+{short}.p{d}"),

@@ -511,9 +511,10 @@ impl Pins {
         })
     }
 
-    /// The label a build of `arch`'s pin gets: `<base>+<short sha>`.
+    /// The label an unpatched build of `arch`'s pin gets: `<base>+<short sha>`
+    /// (`patches::label`; a variant with patches: `patch::variant_label`).
     pub fn label(&self, arch: Arch) -> Option<String> {
-        self.pins.get(&arch).map(|p| format!("{}+{}", self.source.base_version, p.short()))
+        self.pins.get(&arch).map(|p| crate::patches::label(&self.source.base_version, p.short(), &[]))
     }
 
     /// Look a variant up by name; an unknown name lists the known ones.

@@ -24,6 +24,12 @@ pub fn for_variant(pins: &Pins, v: &Variant) -> Result<Vec<SourcePatch>> {
     patches::load(&pins.path, &entries)
 }
 
+/// The version label a build of `v` gets (`patches::label` over its patch set): what the
+/// wheel, the bake file and the image carry.
+pub fn variant_label(pins: &Pins, v: &Variant) -> Result<String> {
+    Ok(patches::label(&pins.source.base_version, pins.pin(v.arch)?.short(), &for_variant(pins, v)?))
+}
+
 /// What `patch` does at `rev`, in a scratch index of the revision's tree (which already
 /// holds the earlier patches of the set).
 #[derive(Debug, Clone, PartialEq, Eq)]

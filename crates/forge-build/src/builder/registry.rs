@@ -380,9 +380,7 @@ fn keyed(req: &Request, cache_dir: &Path) -> Result<Keyed> {
         .map_err(|e| Failure::env(format!("{e:#}")))?
         .trim()
         .to_string();
-    let base = super::lookup::which(&req.python)
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|| req.python.clone());
+    let base = interpreter_identity(&uv, &req.python);
     // Index settings change what resolves: they are part of the key.
     let index: BTreeMap<String, String> = crate::environ::vars()
         .filter(|(k, _)| {
@@ -411,6 +409,26 @@ fn keyed(req: &Request, cache_dir: &Path) -> Result<Keyed> {
     let key = source::short_hash(&key_text);
     let root = cache_dir.join("toolchains").join(&key);
     Ok(Keyed { uv, uv_version, key, root })
+}
+
+/// The interpreter `python` names, by its real path: a version (`3.11`, pins.toml's
+/// `[toolchain] python`) as uv finds it (`uv python find`, the discovery `uv venv` makes the
+/// environment with), a program as PATH finds it, links resolved. One interpreter is one
+/// toolchain however it is spelled (`3.11`, `python3.11`, `<venv>/bin/python`); a spelling
+/// nothing resolves stays as it is (provisioning then says what is missing).
+fn interpreter_identity(uv: &Path, python: &str) -> String {
+    let found = if python.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        let mut c = Cmd::new(uv, format!("find Python {python}"));
+        c.cmd.env_remove("VIRTUAL_ENV").env_remove("CONDA_PREFIX").env("UV_PYTHON_DOWNLOADS", "never");
+        c.args(["python", "find"]).arg(python).output().ok().map(|o| PathBuf::from(o.trim()))
+    } else {
+        super::lookup::which(python)
+    };
+    found
+        .filter(|p| p.is_absolute())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| python.to_string())
 }
 
 /// The folder `req`'s toolchain has (or will have) under the cache.

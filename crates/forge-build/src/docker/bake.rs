@@ -90,7 +90,7 @@ pub fn bake_json(pins: &Pins, pins_in_context: &str) -> Result<String> {
 
 fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target> {
     let pin = pins.pin(v.arch)?;
-    let version = pins.label(v.arch).expect("pin exists");
+    let version = crate::patch::variant_label(pins, v)?;
     let flag = |b: bool| if b { "1" } else { "0" }.to_string();
     let mut args = BTreeMap::from([
         ("VARIANT".to_string(), v.name.clone()),
@@ -137,8 +137,13 @@ fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target
         platforms: vec![v.arch.docker_platform().into()],
         args,
         labels,
-        tags: vec![format!("{IMAGE}:{}-{}", v.name, version.replace('+', "-"))],
+        tags: vec![image_tag(&v.name, &version)],
     })
+}
+
+/// The image tag of a variant's build: `<IMAGE>:<variant>-<label with + as ->` (a tag has no `+`).
+pub fn image_tag(variant: &str, label: &str) -> String {
+    format!("{IMAGE}:{variant}-{}", label.replace('+', "-"))
 }
 
 /// A variant's index target: its build target with the wheel downloaded from

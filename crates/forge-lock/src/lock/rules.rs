@@ -179,7 +179,7 @@ impl<'a> Context<'a> {
             None if self.intent.values().any(|r| r == rev) => self.base.as_ref()?,
             None => return None,
         };
-        Some(format!("{base}+{}", rev.get(..7).filter(|_| is_full_sha(rev))?))
+        Some(crate::patches::label(base, rev.get(..7).filter(|_| is_full_sha(rev))?, &[]))
     }
 
     /// The revision pyproject.toml makes uv install for `arch` (its override, else its most common pin).
@@ -473,20 +473,38 @@ fn unpinned(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
     }
 }
 
+/// `source-repo`: the project takes DeepEP from another repository than pins.toml's (a team
+/// that moved pins.toml from a fork to upstream, or back, and a project not yet moved). It
+/// says whether the commit is the one pins.toml pins (only the repository moved), and its fix
+/// is the `pin set --git` that takes that commit from pins.toml's repository.
 fn source_repo(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
     let (Some(g), Some(p)) = (&r.git, j.ctx.pins) else { return };
-    if !same_repo(&g.repo, &p.source.repo) {
-        out.push(
-            Finding::new(
-                "source-repo",
-                Severity::Warning,
-                &r.file,
-                format!("{} takes DeepEP from another repository than pins.toml", r.place),
-            )
-            .at(r.line, r.col)
-            .expected_found(&p.source.repo, &g.repo),
-        );
+    if same_repo(&g.repo, &p.source.repo) {
+        return;
     }
+    let intended = r.archs.iter().find_map(|a| j.ctx.intent.get(a));
+    let same_commit = intended.is_some_and(|i| g.rev.as_deref() == Some(i.as_str()));
+    let what = match (same_commit, intended) {
+        (true, Some(i)) => format!(
+            ": the commit {} pins.toml pins, from {} where pins.toml now names {} (only the repository moved)",
+            &i[..i.len().min(7)],
+            g.repo,
+            p.source.repo
+        ),
+        _ => String::new(),
+    };
+    let mut f = Finding::new(
+        "source-repo",
+        Severity::Warning,
+        &r.file,
+        format!("{} takes DeepEP from another repository than pins.toml{what}", r.place),
+    )
+    .at(r.line, r.col)
+    .expected_found(&p.source.repo, &g.repo);
+    if let Some(rev) = intended {
+        f = f.fix(format!("{} --git", j.ctx.pin_set(rev, None, j.ctx.lock.is_some())));
+    }
+    out.push(f);
 }
 
 /// DeepEP's own repository: the upstream of a fork when pins.toml names none.
@@ -510,8 +528,9 @@ fn fork_pin(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
                 r.place, g.repo, p.source.repo, u.repo, u.branch
             ),
             Some(_) => return,
+            // pins.toml names the other repository: `source-repo` says so and how to follow it.
             None if looks_like_fork(&g.repo, &p.source.repo) => format!(
-                "{} pins DeepEP from the fork {} of pins.toml's {} (pins.toml names no upstream)",
+                "{} pins DeepEP from the fork {} of pins.toml's {} (pins.toml names no upstream; if the fork is not intended, see source-repo)",
                 r.place, g.repo, p.source.repo
             ),
             None => return,

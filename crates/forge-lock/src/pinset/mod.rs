@@ -331,7 +331,22 @@ fn version_label(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<(Optio
     } else {
         None
     };
-    let label = base.as_ref().filter(|_| wants_label).map(|b| format!("{b}+{}", r.short));
+    // The index serves the variant's wheel: a variant with source patches is labelled with its
+    // set, as pins.toml will list it (after this command's --patch / --drop-patch).
+    let patches = match (&args.index, &args.variant, &c.pins) {
+        (Some(_), Some(v), Some(p)) if args.patch.is_empty() && args.drop_patch.is_empty() => {
+            crate::patch::for_variant(p, p.variant(v)?)?
+        }
+        (Some(_), Some(v), Some(p)) => {
+            let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
+            let arches = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
+            let edited = patches::edit_list(&p.path, &text, &arches, &args.patch, &args.drop_patch)?;
+            let edited = Pins::parse(&edited, &p.path)?;
+            crate::patch::for_variant(&edited, edited.variant(v)?)?
+        }
+        _ => Vec::new(),
+    };
+    let label = base.as_ref().filter(|_| wants_label).map(|b| crate::patches::label(b, &r.short, &patches));
     // The label is written into a requirement line uv reads: PEP 440 or nothing.
     if let Some(why) = label.as_deref().and_then(|l| crate::pep::check_version(l).err()) {
         return Err(Failure::usage(format!("DeepEP's version label {why}"))
