@@ -12,6 +12,7 @@ mod adversarial_inputs;
 mod adversarial_patches;
 mod architecture;
 mod build;
+mod build_root;
 mod cache;
 mod cache_trees;
 mod ci_scripts;

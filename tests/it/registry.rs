@@ -190,8 +190,8 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     }
     assert!(p["toolchain"]["nvcc_version"].as_str().unwrap().starts_with("13.0."), "{p}");
     let home = root_dir.join("cuda-home");
-    // The build reaches the toolchain through the canonical build root's `toolchain` link.
-    let seen = Path::new(deepep_forge::builder::canon::CANONICAL_ROOT).join("toolchain");
+    // The build reaches the toolchain through this user's build root's `toolchain` link.
+    let seen = deepep_forge::builder::canon::user_root().join("toolchain");
     assert_eq!(p["hooks"]["links"]["toolchain"], root_dir.to_str().unwrap(), "{p}");
     let seen_home = seen.join("cuda-home");
     assert_eq!(p["run"]["env"]["CUDA_HOME"], seen_home.to_str().unwrap());
@@ -298,7 +298,7 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     );
     // The moved toolchain is what the build root's link points at; the build sees the same path.
     assert_eq!(plan["plans"][0]["hooks"]["links"]["toolchain"], here.to_str().unwrap());
-    let seen = Path::new(deepep_forge::builder::canon::CANONICAL_ROOT).join("toolchain/cuda-home");
+    let seen = deepep_forge::builder::canon::user_root().join("toolchain/cuda-home");
     assert_eq!(plan["plans"][0]["run"]["env"]["CUDA_HOME"], seen.to_str().unwrap());
     assert!(
         here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(),

@@ -92,11 +92,11 @@ impl Lab {
         self.site.join("nvidia/nvshmem")
     }
 
-    /// `p` (inside the lab's build venv) as a build sees it: through the
-    /// canonical build root's `python/` link.
+    /// `p` (inside the lab's build venv) as a build sees it: through this
+    /// user's build root's `python/` link.
     pub fn in_build_root(&self, p: &Path) -> PathBuf {
         let venv = self.dir.path().join("build-venv");
-        let root = Path::new(deepep_forge::builder::canon::CANONICAL_ROOT).join("python");
+        let root = deepep_forge::builder::canon::user_root().join("python");
         match p.strip_prefix(&venv) {
             Ok(rest) => root.join(rest),
             Err(_) => p.to_path_buf(),

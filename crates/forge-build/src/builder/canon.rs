@@ -1,11 +1,17 @@
-//! What makes two builds of one plan give the same bytes: a canonical build
-//! root (the same absolute path on every machine, one build at a time per
-//! host, under a lock), the registry toolchain seen through a link inside it,
-//! and the compiler hooks. nvcc runs through sccache, which names nvcc's
+//! What makes two builds of one plan give the same bytes: a build root per
+//! user (`/tmp/deepep-forge-build-<uid>`, one build at a time per user, under
+//! a lock beside it) whose path no wheel records: every path under it is
+//! written as [`CANONICAL_ROOT`] (or relative), so two users, two roots, give
+//! one wheel. The registry toolchain is seen through a link inside it, and the
+//! compiler hooks do the spelling. nvcc runs through sccache, which names nvcc's
 //! intermediate files itself (nvcc alone embeds its process id in the host
 //! object's file symbol), with a per-translation-unit `--frandom-seed` taken
 //! from the output file's path relative to the root (nvcc otherwise draws
-//! random names for module ids); the host compiler gets `-ffile-prefix-map`.
+//! random names for module ids) and the source's path spelled under the
+//! canonical root for cudafe++ (`--orig_src_path_name`, which the module ids
+//! hash); the device link runs nvcc by a path relative to the working folder
+//! (nvlink records nvcc's `-L` folders in the fatbin); every host compile gets
+//! `-ffile-prefix-map=<root>=/tmp/deepep-forge-build`.
 //! Without `--compiler-cache`, sccache runs with `SCCACHE_NO_CACHE=1`: the
 //! same driver, nothing stored, so a wheel is the same with and without the cache.
 //! A unit of several gencodes compiles them at once: the hook passes nvcc
@@ -25,7 +31,9 @@ use super::plan::{CompilerCache, Plan, Root, ToolchainPart};
 use crate::error::Failure;
 use crate::process::Cmd;
 
-/// The build root every machine uses (override: `DEEPEP_FORGE_BUILD_ROOT`).
+/// How every wheel spells the build root (debug info, `__FILE__`, module ids,
+/// the plan's path-free form): the same for every user and machine. No build
+/// runs there: each user builds in [`user_root`].
 pub const CANONICAL_ROOT: &str = "/tmp/deepep-forge-build";
 pub const ROOT_ENV: &str = "DEEPEP_FORGE_BUILD_ROOT";
 /// The compiler cache folder (`--compiler-cache DIR` and the user config say the same).
@@ -35,16 +43,33 @@ pub const NVCC_THREADS_ENV: &str = "DEEPEP_FORGE_NVCC_THREADS";
 /// sccache binary override.
 pub const SCCACHE_ENV: &str = "DEEPEP_FORGE_SCCACHE";
 
-/// The build root of this process: `$DEEPEP_FORGE_BUILD_ROOT`, else [`CANONICAL_ROOT`].
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// This user's build root: `/tmp/deepep-forge-build-<uid>` (the effective uid).
+pub fn user_root() -> PathBuf {
+    PathBuf::from(format!("{CANONICAL_ROOT}-{}", euid()))
+}
+
+/// The build root of this process: `$DEEPEP_FORGE_BUILD_ROOT`, else [`user_root`].
+/// Either way the wheel records [`CANONICAL_ROOT`], so the root changes no byte.
 pub fn root() -> Result<PathBuf> {
     match crate::environ::var_os(ROOT_ENV).filter(|v| !v.is_empty()) {
-        None => Ok(PathBuf::from(CANONICAL_ROOT)),
+        None => Ok(user_root()),
         Some(v) => {
             let p = PathBuf::from(&v);
-            if !p.is_absolute() || p.parent().is_none() || shell_unsafe(&p) {
-                return Err(Failure::usage(format!("{ROOT_ENV}={} must be an absolute path below / without quotes or newlines", p.display()))
-                    .hint(format!("unset it to build under {CANONICAL_ROOT}, the root every machine uses (wheels are identical only between builds with the same root)"))
-                    .into());
+            if !p.is_absolute() || p.parent().is_none() || shell_unsafe(&p) || p.to_string_lossy().contains(',') {
+                return Err(Failure::usage(format!(
+                    "{ROOT_ENV}={} must be an absolute path below / without quotes, commas or newlines",
+                    p.display()
+                ))
+                .hint(format!(
+                    "unset it to build under {}, this user's root (the wheel is the same bytes under any root)",
+                    user_root().display()
+                ))
+                .into());
             }
             Ok(p)
         }
@@ -62,6 +87,14 @@ pub struct BuildRoot {
     _lock: File,
 }
 
+/// What to do about a root or lock that is not this user's: the same for both.
+fn not_yours_hint() -> String {
+    format!(
+        "remove it (as its owner, or root) when no build of theirs runs, or set {ROOT_ENV} to a path of yours \
+         (the wheel is the same bytes under any root)"
+    )
+}
+
 /// The build root's lock refused as planted (a symlink, FIFO or folder in
 /// world-writable /tmp, made by another user): a missing environment (exit 3),
 /// like a root left by another user, saying whose it is and what to do.
@@ -72,27 +105,67 @@ fn planted_lock(path: &Path, e: anyhow::Error) -> anyhow::Error {
     }
     let owner = std::fs::symlink_metadata(path).map(|m| format!(" (owned by uid {})", m.uid())).unwrap_or_default();
     Failure::env(format!("the build root's lock {}{owner} is unusable: {e:#}", path.display()))
-        .hint(format!(
-            "someone else put it there: remove it (as its owner or root) when no build runs, or set {ROOT_ENV} to a folder of yours (wheels are then identical only to builds with that same root)"
-        ))
+        .hint(format!("someone else put it there: {}", not_yours_hint()))
         .into()
 }
 
+/// What is wrong with an existing entry at the build root (kind, owner, mode),
+/// or None for a folder of `me`'s that only `me` may enter (a root a build of
+/// this user's left behind: emptied and used).
+fn foreign(is_symlink: bool, is_dir: bool, uid: u32, mode: u32, me: u32) -> Option<String> {
+    if is_symlink {
+        Some("is a symbolic link".into())
+    } else if !is_dir {
+        Some("is not a folder".into())
+    } else if uid != me {
+        Some(format!("is owned by uid {uid}"))
+    } else if mode & 0o077 != 0 {
+        Some(format!("has mode {:04o}: group or others may enter it", mode & 0o7777))
+    } else {
+        None
+    }
+}
+
+/// Refuse (exit 3) a root that is not a private folder of this user's; nothing
+/// there is touched, and nothing is written.
+fn refuse_foreign(root: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match root.symlink_metadata() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Failure::env(format!("cannot read the build root {}: {e}", root.display())).into()),
+        Ok(m) => m,
+    };
+    let me = euid();
+    let ft = meta.file_type();
+    match foreign(ft.is_symlink(), ft.is_dir(), meta.uid(), meta.mode(), me) {
+        None => Ok(()),
+        Some(why) => Err(Failure::env(format!(
+            "the build root {} {why}; expected nothing there, or a folder of this user's (uid {me}) with mode 0700",
+            root.display()
+        ))
+        .hint(not_yours_hint())
+        .into()),
+    }
+}
+
 impl BuildRoot {
-    /// Wait for `<root>.lock`, then empty `root` and create it anew, private
-    /// (0700) and owned by this user. The root usually lies in world-writable
-    /// /tmp: it is created with `mkdir` (which fails on anything already there,
-    /// a symlink included) and checked after, so another user cannot slip a
-    /// folder of theirs under the build. A root left by another user (which
-    /// this user cannot remove) is exit 3.
+    /// Check `root`, wait for `<root>.lock`, then empty `root` and create it
+    /// anew, private (0700) and owned by this user. The root usually lies in
+    /// world-writable /tmp: an entry there that is not a private folder of this
+    /// user's (a symlink, another user's folder, one group or others may enter)
+    /// is refused (exit 3) before anything is written, the lock included; the
+    /// root is created with `mkdir` (which fails on anything already there, a
+    /// symlink included) and checked after, so another user cannot slip a
+    /// folder of theirs under the build.
     pub fn acquire(root: &Path) -> Result<BuildRoot> {
+        refuse_foreign(root)?;
         let lock_path = root.with_extension("lock");
         let lock = super::source::lock(&lock_path).map_err(|e| planted_lock(&lock_path, e))?;
+        refuse_foreign(root)?;
         if root.symlink_metadata().is_ok() {
-            std::fs::remove_dir_all(root).or_else(|_| std::fs::remove_file(root)).map_err(|e| {
-                Failure::env(format!("cannot empty the build root {}: {e}", root.display())).hint(format!(
-                    "another user's build left it: remove it as that user, or set {ROOT_ENV} to a folder of yours (wheels are then identical only to builds with that same root)"
-                ))
+            std::fs::remove_dir_all(root).map_err(|e| {
+                Failure::env(format!("cannot empty the build root {}: {e}", root.display()))
+                    .hint(format!("remove it by hand when no build runs, or set {ROOT_ENV} to another path of yours"))
             })?;
         }
         create_private(root)?;
@@ -117,15 +190,13 @@ fn create_private(root: &Path) -> Result<()> {
     let taken = |why: String| -> anyhow::Error {
         Failure::env(format!("the build root {} {why}", root.display()))
             .hint(format!(
-                "something else appeared there while this build held its lock: check who made it, or set {ROOT_ENV} to a folder of yours"
+                "something else appeared there while this build held its lock: check who made it, or set {ROOT_ENV} to a path of yours"
             ))
             .into()
     };
     std::fs::DirBuilder::new().mode(0o700).create(root).map_err(|e| taken(format!("could not be created: {e}")))?;
     let meta = root.symlink_metadata().map_err(|e| taken(format!("vanished: {e}")))?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.file_type().is_dir() || meta.uid() != me {
+    if !meta.file_type().is_dir() || meta.uid() != euid() {
         return Err(taken("is not a folder of this user's".to_string()));
     }
     Ok(())
@@ -179,7 +250,11 @@ impl Hooks {
         let mut v = vec![
             ("PYTORCH_NVCC".to_string(), s(bin.join("nvcc")), true),
             ("CXX".to_string(), s(bin.join("c++")), true),
-            ("DEEPEP_FORGE_NVCC_DRIVER".to_string(), format!("sccache {}", self.sccache_version), true),
+            (
+                "DEEPEP_FORGE_NVCC_DRIVER".to_string(),
+                format!("sccache {}, paths as {CANONICAL_ROOT}", self.sccache_version),
+                true,
+            ),
             ("SCCACHE_SERVER_UDS".to_string(), s(root.join("sccache.sock")), false),
             ("SCCACHE_IDLE_TIMEOUT".to_string(), "600".to_string(), false),
         ];
@@ -310,36 +385,7 @@ pub fn hooks(
     let q = |p: &Path| format!("'{}'", p.display());
     let map = format!("-ffile-prefix-map={}={CANONICAL_ROOT}", root.display());
     let guard = super::compiler_cache::wrapper_guard(root);
-    let nvcc_script = format!(
-        "#!/bin/sh\n\
-         # deepep-forge: nvcc through sccache, with a per-translation-unit random seed\n\
-         # (a checksum of the output file's path relative to the build root); the unit's\n\
-         # gencodes at once with ${threads_env} threads (unless the build passes its own).\n\
-         {guard}\
-         out=\n\
-         prev=\n\
-         threads=${{{threads_env}:-}}\n\
-         for a in \"$@\"; do\n\
-         \x20 if [ \"$prev\" = \"-o\" ]; then out=$a; fi\n\
-         \x20 case \"$a\" in -t | -t=* | --threads | --threads=*) threads= ;; esac\n\
-         \x20 prev=$a\n\
-         done\n\
-         if [ -z \"$out\" ]; then exec {nvcc} \"$@\"; fi\n\
-         case \"$threads\" in\n\
-         \x20 '' | *[!0-9]*) ;;\n\
-         \x20 *) set -- \"$@\" --threads \"$threads\" ;;\n\
-         esac\n\
-         case \"$out\" in\n\
-         \x20 {root}/*) out=${{out#{root}/}} ;;\n\
-         esac\n\
-         seed=$(printf '%s' \"$out\" | cksum | cut -d' ' -f1)\n\
-         exec {sccache} {nvcc} \"$@\" --frandom-seed=\"$seed\" -Xcompiler '{map}'\n",
-        nvcc = q(nvcc),
-        sccache = q(sccache),
-        root = q(root),
-        guard = guard,
-        threads_env = NVCC_THREADS_ENV,
-    );
+    let nvcc_script = nvcc_script(root, nvcc, sccache, &map, &guard);
     // Compiles (`-c`) go through sccache; anything else (links, a probe of the compiler) runs it directly.
     let cxx_script = format!(
         "#!/bin/sh\n\
@@ -355,6 +401,78 @@ pub fn hooks(
     );
     let scripts = [("nvcc".to_string(), nvcc_script), ("c++".to_string(), cxx_script)].into();
     Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts, links })
+}
+
+/// The nvcc wrapper: the build root spelled [`CANONICAL_ROOT`] in what nvcc
+/// records (see the module's doc), a seed per translation unit, the threads.
+fn nvcc_script(root: &Path, nvcc: &Path, sccache: &Path, map: &str, guard: &str) -> String {
+    let q = |p: &Path| format!("'{}'", p.display());
+    // The device link, by nvcc's path relative to the working folder when both lie in the root.
+    let relative_dlink = match nvcc.strip_prefix(root) {
+        Ok(rel) => format!(
+            "\x20 case \"$here/\" in\n\
+             \x20   {root}/*)\n\
+             \x20     rel=${{here#{root}}}\n\
+             \x20     up=\n\
+             \x20     while [ -n \"$rel\" ]; do rel=${{rel%/*}}; up=../$up; done\n\
+             \x20     exec \"${{up:-./}}\"{nvcc_rel} \"$@\" -Xcompiler '{map}' ;;\n\
+             \x20 esac\n",
+            root = q(root),
+            nvcc_rel = q(rel),
+        ),
+        Err(_) => String::new(),
+    };
+    format!(
+        "#!/bin/sh\n\
+         # deepep-forge: nvcc through sccache, with a per-translation-unit random seed\n\
+         # (a checksum of the output file's path relative to the build root) and the\n\
+         # source's path spelled under {CANONICAL_ROOT} for cudafe++ (module ids hash it);\n\
+         # the unit's gencodes at once with ${threads_env} threads (unless the build passes\n\
+         # its own). The device link runs nvcc by a path relative to the working folder\n\
+         # (nvlink records nvcc's -L folders in the fatbin), not through sccache (which\n\
+         # would make it absolute).\n\
+         {guard}\
+         out=\n\
+         src=\n\
+         dlink=\n\
+         prev=\n\
+         threads=${{{threads_env}:-}}\n\
+         for a in \"$@\"; do\n\
+         \x20 if [ \"$prev\" = \"-o\" ]; then out=$a; fi\n\
+         \x20 case \"$a\" in -t | -t=* | --threads | --threads=*) threads= ;; esac\n\
+         \x20 case \"$a\" in -dlink | --device-link) dlink=1 ;; *.cu) src=$a ;; esac\n\
+         \x20 prev=$a\n\
+         done\n\
+         if [ -z \"$out\" ]; then exec {nvcc} \"$@\"; fi\n\
+         case \"$threads\" in\n\
+         \x20 '' | *[!0-9]*) ;;\n\
+         \x20 *) set -- \"$@\" --threads \"$threads\" ;;\n\
+         esac\n\
+         here=$(pwd)\n\
+         if [ -n \"$dlink\" ]; then\n\
+         {relative_dlink}\
+         \x20 exec {nvcc} \"$@\" -Xcompiler '{map}'\n\
+         fi\n\
+         case \"$src\" in\n\
+         \x20 '' | /*) ;;\n\
+         \x20 *) src=$here/$src ;;\n\
+         esac\n\
+         case \"$src\" in\n\
+         \x20 *,*) ;;\n\
+         \x20 {root}/*)\n\
+         \x20   rest=${{src#{root}/}}\n\
+         \x20   set -- \"$@\" -Xcudafe \"--orig_src_path_name={CANONICAL_ROOT}/$rest\" ;;\n\
+         esac\n\
+         case \"$out\" in\n\
+         \x20 {root}/*) out=${{out#{root}/}} ;;\n\
+         esac\n\
+         seed=$(printf '%s' \"$out\" | cksum | cut -d' ' -f1)\n\
+         exec {sccache} {nvcc} \"$@\" --frandom-seed=\"$seed\" -Xcompiler '{map}'\n",
+        nvcc = q(nvcc),
+        sccache = q(sccache),
+        root = q(root),
+        threads_env = NVCC_THREADS_ENV,
+    )
 }
 
 /// Put a plan under the build root: the build folder becomes the root, the
@@ -618,22 +736,69 @@ mod tests {
     }
 
     #[test]
-    fn the_build_root_is_a_private_folder_of_its_own_never_a_planted_link() {
+    fn the_build_root_is_a_private_folder_of_its_own() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        // A root a build of this user's left behind (private): emptied and used.
+        std::fs::DirBuilder::new().create(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(root.join("stale"), "x").unwrap();
+        let b = BuildRoot::acquire(&root).unwrap();
+        let meta = root.symlink_metadata().unwrap();
+        assert!(meta.file_type().is_dir());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        assert!(root.join("bin").is_dir() && !root.join("stale").exists());
+        assert!(t.path().join("root.lock").is_file(), "the lock lies beside the root");
+        drop(b);
+        assert!(!root.exists(), "the root goes with the build");
+    }
+
+    #[test]
+    fn a_planted_link_or_an_open_folder_at_the_root_is_refused_and_nothing_is_written() {
         use std::os::unix::fs::PermissionsExt;
         let t = tempfile::tempdir().unwrap();
         let elsewhere = t.path().join("elsewhere");
         std::fs::create_dir(&elsewhere).unwrap();
         std::fs::write(elsewhere.join("keep"), "x").unwrap();
-        let root = t.path().join("root");
-        std::os::unix::fs::symlink(&elsewhere, &root).unwrap();
-        let b = BuildRoot::acquire(&root).unwrap();
-        let meta = root.symlink_metadata().unwrap();
-        assert!(meta.file_type().is_dir(), "the planted link was replaced by a real folder");
-        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
-        assert!(root.join("bin").is_dir());
-        assert_eq!(std::fs::read_to_string(elsewhere.join("keep")).unwrap(), "x", "the link's target is untouched");
-        drop(b);
-        assert!(!root.exists(), "the root goes with the build");
-        assert!(elsewhere.join("keep").exists());
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(open.join("keep"), "x").unwrap();
+        for (root, why) in [(&link, "is a symbolic link"), (&open, "has mode 0755")] {
+            let e = BuildRoot::acquire(root).err().expect("refused");
+            let text = format!("{e:#}");
+            assert!(text.contains(why) && text.contains(&root.display().to_string()), "{text}");
+            assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Environment, "{text}");
+            assert!(!root.with_extension("lock").exists(), "no lock written for {}", root.display());
+        }
+        assert!(link.symlink_metadata().unwrap().file_type().is_symlink(), "the link is untouched");
+        assert_eq!(std::fs::read_to_string(elsewhere.join("keep")).unwrap(), "x");
+        assert_eq!(std::fs::read_to_string(open.join("keep")).unwrap(), "x");
+    }
+
+    #[test]
+    fn another_users_folder_a_file_or_group_access_is_foreign() {
+        assert_eq!(foreign(false, true, 1000, 0o40700, 1000), None);
+        assert_eq!(foreign(false, true, 1001, 0o40700, 1000).as_deref(), Some("is owned by uid 1001"));
+        assert_eq!(foreign(true, false, 1000, 0o120777, 1000).as_deref(), Some("is a symbolic link"));
+        assert_eq!(foreign(false, false, 1000, 0o100600, 1000).as_deref(), Some("is not a folder"));
+        assert_eq!(
+            foreign(false, true, 1000, 0o40750, 1000).as_deref(),
+            Some("has mode 0750: group or others may enter it")
+        );
+    }
+
+    #[test]
+    fn each_user_has_a_root_and_the_wrapper_spells_it_canonically() {
+        assert_eq!(user_root(), PathBuf::from(format!("{CANONICAL_ROOT}-{}", euid())));
+        let r = Path::new("/tmp/deepep-forge-build-1234");
+        let s = nvcc_script(r, &r.join("cuda/bin/nvcc"), Path::new("/s"), "-ffile-prefix-map=R=C", "");
+        assert!(s.contains(&format!("--orig_src_path_name={CANONICAL_ROOT}/$rest")), "{s}");
+        assert!(s.contains("exec \"${up:-./}\"'cuda/bin/nvcc' \"$@\""), "{s}");
+        let outside = nvcc_script(r, Path::new("/opt/cuda/bin/nvcc"), Path::new("/s"), "-ffile-prefix-map=R=C", "");
+        assert!(!outside.contains("${up:-./}"), "{outside}");
     }
 }

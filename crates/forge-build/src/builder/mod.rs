@@ -295,8 +295,9 @@ fn print_missing_toolchain(m: &plan::MissingToolchain) {
 fn print_build(pl: &Plan, cached: bool) {
     if let Some(h) = &pl.hooks {
         crate::outln!(
-            "  build root  {} (the same path on every machine, one build at a time; links: {})",
+            "  build root  {} (this user's, one build at a time; the wheel records it as {}; links: {})",
             pl.build_dir().display(),
+            canon::CANONICAL_ROOT,
             h.links.iter().map(|(n, t)| format!("{n} -> {}", t.display())).collect::<Vec<_>>().join(", ")
         );
         crate::outln!(
