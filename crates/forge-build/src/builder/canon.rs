@@ -386,21 +386,67 @@ pub fn hooks(
     let map = format!("-ffile-prefix-map={}={CANONICAL_ROOT}", root.display());
     let guard = super::compiler_cache::wrapper_guard(root);
     let nvcc_script = nvcc_script(root, nvcc, sccache, &map, &guard);
-    // Compiles (`-c`) go through sccache; anything else (links, a probe of the compiler) runs it directly.
-    let cxx_script = format!(
+    let cxx_script = cxx_script(root, cxx, sccache, &map, &guard);
+    let scripts = [("nvcc".to_string(), nvcc_script), ("c++".to_string(), cxx_script)].into();
+    Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts, links })
+}
+
+/// The host C++ wrapper: compiles (`-c`) through sccache, anything else (links, a
+/// probe of the compiler) directly; the root mapped in debug info, and a RUNPATH
+/// into the root (`-Wl,-rpath,<root>/...`) linked as [`CANONICAL_ROOT`]`/...`
+/// (relocation reads it back, see [`real`]), so the linker's bytes and build id
+/// are the same under any root.
+fn cxx_script(root: &Path, cxx: &Path, sccache: &Path, map: &str, guard: &str) -> String {
+    let q = |p: &Path| format!("'{}'", p.display());
+    format!(
         "#!/bin/sh\n\
-         # deepep-forge: the host C++ compiler, compiles through sccache, build root mapped.\n\
+         # deepep-forge: the host C++ compiler, compiles through sccache, build root mapped,\n\
+         # a RUNPATH into the build root linked as {CANONICAL_ROOT}.\n\
          {guard}\
+         n=$#\n\
+         c=\n\
          for a in \"$@\"; do\n\
-         \x20 if [ \"$a\" = \"-c\" ]; then exec {sccache} {cxx} \"$@\" '{map}'; fi\n\
+         \x20 case \"$a\" in\n\
+         \x20   -c) c=1 ;;\n\
+         \x20   -Wl,-rpath,* | -Wl,-rpath=* | -Wl,--rpath,* | -Wl,--rpath=* | -Wl,-R*)\n\
+         \x20     done_=\n\
+         \x20     rest=$a\n\
+         \x20     while :; do\n\
+         \x20       case \"$rest\" in\n\
+         \x20         *{root}/*) done_=$done_${{rest%%{root}/*}}'{CANONICAL_ROOT}/'; rest=${{rest#*{root}/}} ;;\n\
+         \x20         *) break ;;\n\
+         \x20       esac\n\
+         \x20     done\n\
+         \x20     a=$done_$rest ;;\n\
+         \x20 esac\n\
+         \x20 set -- \"$@\" \"$a\"\n\
          done\n\
+         shift \"$n\"\n\
+         if [ -n \"$c\" ]; then exec {sccache} {cxx} \"$@\" '{map}'; fi\n\
          exec {cxx} \"$@\" '{map}'\n",
         sccache = q(sccache),
         cxx = q(cxx),
-        guard = guard,
-    );
-    let scripts = [("nvcc".to_string(), nvcc_script), ("c++".to_string(), cxx_script)].into();
-    Ok(Hooks { sccache: sccache.to_path_buf(), sccache_version, compiler_cache, scripts, links })
+        root = q(root),
+    )
+}
+
+/// `p` as a wheel records it: under [`CANONICAL_ROOT`] when it lies in `root`.
+pub fn canonical(root: &Path, p: &str) -> String {
+    respell(p, &root.to_string_lossy(), CANONICAL_ROOT)
+}
+
+/// A path recorded under [`CANONICAL_ROOT`] (a RUNPATH the C++ wrapper
+/// linked) where it lies: in `root`.
+pub fn real(root: &Path, p: &str) -> String {
+    respell(p, CANONICAL_ROOT, &root.to_string_lossy())
+}
+
+/// `p` with the folder `from` (a whole leading component run) spelled `to`.
+fn respell(p: &str, from: &str, to: &str) -> String {
+    match p.strip_prefix(from) {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("{to}{rest}"),
+        _ => p.to_string(),
+    }
 }
 
 /// The nvcc wrapper: the build root spelled [`CANONICAL_ROOT`] in what nvcc
@@ -800,5 +846,42 @@ mod tests {
         assert!(s.contains("exec \"${up:-./}\"'cuda/bin/nvcc' \"$@\""), "{s}");
         let outside = nvcc_script(r, Path::new("/opt/cuda/bin/nvcc"), Path::new("/s"), "-ffile-prefix-map=R=C", "");
         assert!(!outside.contains("${up:-./}"), "{outside}");
+    }
+
+    #[test]
+    fn paths_are_respelled_only_at_a_folder_boundary() {
+        let r = Path::new("/tmp/deepep-forge-build-7");
+        assert_eq!(canonical(r, "/tmp/deepep-forge-build-7/python/lib"), "/tmp/deepep-forge-build/python/lib");
+        assert_eq!(canonical(r, "/tmp/deepep-forge-build-77/x"), "/tmp/deepep-forge-build-77/x");
+        assert_eq!(canonical(r, "$ORIGIN/lib"), "$ORIGIN/lib");
+        assert_eq!(real(r, "/tmp/deepep-forge-build/python/lib"), "/tmp/deepep-forge-build-7/python/lib");
+        assert_eq!(real(r, "/tmp/deepep-forge-build-7/x"), "/tmp/deepep-forge-build-7/x");
+    }
+
+    #[test]
+    fn the_cxx_wrapper_links_a_runpath_into_the_root_canonically() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("r");
+        let args = t.path().join("args");
+        let cxx = t.path().join("fake-cxx");
+        std::fs::write(&cxx, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n", args.display())).unwrap();
+        std::fs::set_permissions(&cxx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let script = t.path().join("c++");
+        std::fs::write(&script, cxx_script(&root, &cxx, Path::new("/no/sccache"), "-ffile-prefix-map=X=Y", ""))
+            .unwrap();
+        let r = root.display();
+        let st = std::process::Command::new("sh")
+            .arg(&script)
+            .args(["-shared", &format!("{r}/a.o"), "-o", &format!("{r}/a.so")])
+            .arg(format!("-Wl,-rpath,{r}/python/lib:$ORIGIN:{r}/x"))
+            .arg("-Wl,-rpath=/opt/lib")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let got = std::fs::read_to_string(&args).unwrap();
+        let want = format!(
+            "-shared\n{r}/a.o\n-o\n{r}/a.so\n-Wl,-rpath,{CANONICAL_ROOT}/python/lib:$ORIGIN:{CANONICAL_ROOT}/x\n-Wl,-rpath=/opt/lib\n-ffile-prefix-map=X=Y\n"
+        );
+        assert_eq!(got, want);
     }
 }

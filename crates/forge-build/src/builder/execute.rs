@@ -169,7 +169,8 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     let mut changes = stamp::Changes { epoch: pl.source.source_date_epoch, ..Default::default() };
     let file_name = relabel(&mut changes, &file_name, &name.version, pl)?;
     // Relocate RUNPATHs that point into the build Python's site-packages.
-    let patches = relocate_runpaths(tc, &built, &members, &build.path().join("patch"), &mut changes)?;
+    let root = pl.hooks.as_ref().map(|_| pl.build_dir());
+    let patches = relocate_runpaths(tc, root, &built, &members, &build.path().join("patch"), &mut changes)?;
     if let Some((member, data)) = requires_dist(pl, &built, &file_name)? {
         changes.replace.insert(member, data);
     }
@@ -295,8 +296,11 @@ fn check_built(pl: &Plan, built: &Path, short: &str) -> Result<(String, WheelNam
 
 /// Every shared object whose RUNPATH points into the build Python's
 /// site-packages, relocated with patchelf (in `patch_dir`) into `changes`.
+/// Under a build root the linker recorded the root as the canonical one:
+/// planned where it lies, recorded (provenance, what stays) as linked.
 fn relocate_runpaths(
     tc: &super::toolchain::Toolchain,
+    root: Option<&Path>,
     built: &Path,
     members: &[String],
     patch_dir: &Path,
@@ -306,7 +310,12 @@ fn relocate_runpaths(
     for m in members.iter().filter(|m| m.ends_with(".so") || m.contains(".so.")) {
         let data = stamp::read_member(built, m)?;
         let Some(elf) = relocate::ElfDynamic::parse(&data)? else { continue };
-        let Some(new) = relocate::planned_runpath(m, &elf, &tc.site_packages) else { continue };
+        let spelled = |f: fn(&Path, &str) -> String, entries: &[String]| -> Vec<String> {
+            entries.iter().map(|e| root.map(|r| f(r, e)).unwrap_or_else(|| e.clone())).collect()
+        };
+        let seen = relocate::ElfDynamic { runpath: spelled(super::canon::real, &elf.runpath), ..elf.clone() };
+        let Some(new) = relocate::planned_runpath(m, &seen, &tc.site_packages) else { continue };
+        let new = spelled(super::canon::canonical, &new);
         let patchelf = relocate::require_patchelf(&tc.python, m)?;
         std::fs::create_dir_all(patch_dir)?;
         let f = patch_dir.join(patches.len().to_string());
