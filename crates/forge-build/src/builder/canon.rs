@@ -382,7 +382,6 @@ pub fn hooks(
             .into());
         }
     }
-    let q = |p: &Path| format!("'{}'", p.display());
     let map = format!("-ffile-prefix-map={}={CANONICAL_ROOT}", root.display());
     let guard = super::compiler_cache::wrapper_guard(root);
     let nvcc_script = nvcc_script(root, nvcc, sccache, &map, &guard);

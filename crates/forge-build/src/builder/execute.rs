@@ -169,8 +169,8 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     let mut changes = stamp::Changes { epoch: pl.source.source_date_epoch, ..Default::default() };
     let file_name = relabel(&mut changes, &file_name, &name.version, pl)?;
     // Relocate RUNPATHs that point into the build Python's site-packages.
-    let root = pl.hooks.as_ref().map(|_| pl.build_dir());
-    let patches = relocate_runpaths(tc, root, &built, &members, &build.path().join("patch"), &mut changes)?;
+    let under = pl.hooks.as_ref().map(|_| pl.build_dir());
+    let patches = relocate_runpaths(tc, under, &built, &members, &build.path().join("patch"), &mut changes)?;
     if let Some((member, data)) = requires_dist(pl, &built, &file_name)? {
         changes.replace.insert(member, data);
     }
