@@ -18,7 +18,8 @@
 //!   matches any lines; `[ROOT]` is the workspace, `[CACHE]` the wheel cache,
 //!   `[TOOLS]` the tools venv, `[ELAPSED]` a duration in seconds, `[SHA]` a hex
 //!   digest prefix of 16 characters, `[TOKEN]` the random end token of
-//!   `::stop-commands::` under `--format github`.
+//!   `::stop-commands::` under `--format github`, `[UID]` the user id in the
+//!   user's build root `/tmp/deepep-forge-build-[UID]`.
 //! - ```sh and ```text blocks are not run (they need GPUs, a container engine,
 //!   GitHub, or they are CI itself), but every `deepep-forge ...` line in them
 //!   must still parse with today's command line.
@@ -208,6 +209,7 @@ fn redactions(ws: &Workspace) -> Redactions {
     r.insert("[REPO]", canon(&support::root())).unwrap();
     r.insert("[ELAPSED]", regex::Regex::new(r"\b(?<redacted>\d+(\.\d+)?) s\b").unwrap()).unwrap();
     r.insert("[SHA]", regex::Regex::new(r"\bsha256 (?<redacted>[0-9a-f]{16})\b").unwrap()).unwrap();
+    r.insert("[UID]", regex::Regex::new(r"/tmp/deepep-forge-build-(?<redacted>[0-9]+)\b").unwrap()).unwrap();
     r.insert("[TOKEN]", regex::Regex::new(r"(?m)^::(stop-commands::)?(?<redacted>[0-9a-f]{32})(::)?$").unwrap())
         .unwrap();
     r

