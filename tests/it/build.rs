@@ -188,8 +188,9 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     let patch = &res["patches"][0];
     assert_eq!(patch["kind"], "runpath");
     assert!(patch["file"].as_str().unwrap().starts_with("deep_ep_cpp"), "{patch}");
-    // The build sees the venv through the canonical root's link (the same path on every machine).
-    let nvshmem_lib = lab.in_build_root(&lab.nvshmem_dir().join("lib")).to_string_lossy().into_owned();
+    // The build sees the venv through its root's link; the linker recorded that
+    // path under the canonical root (the same for every user and machine).
+    let nvshmem_lib = lab.as_recorded(&lab.nvshmem_dir().join("lib")).to_string_lossy().into_owned();
     let (from, to) = (patch["from"].as_str().unwrap(), patch["to"].as_str().unwrap());
     // The entry into the build venv's site-packages becomes $ORIGIN-relative; the
     // build Python's own library folder (it holds libpython, which an extension
@@ -646,7 +647,7 @@ fn without_nvshmem_dir_the_pip_package_is_found_and_relocated() {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let patch = &r["results"][0]["patches"][0];
     assert_eq!(patch["kind"], "runpath", "{r}");
-    let nvshmem_lib = lab.in_build_root(&lab.nvshmem_dir().join("lib")).to_string_lossy().into_owned();
+    let nvshmem_lib = lab.as_recorded(&lab.nvshmem_dir().join("lib")).to_string_lossy().into_owned();
     assert!(patch["from"].as_str().unwrap().split(':').any(|e| e == nvshmem_lib), "found by find_spec: {r}");
     assert!(patch["to"].as_str().unwrap().split(':').any(|e| e == "$ORIGIN/nvidia/nvshmem/lib"), "{r}");
     let unpacked = lab.dir.path().join("unpacked");

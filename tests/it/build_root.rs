@@ -97,9 +97,12 @@ fn a_root_not_private_to_this_user_is_refused_and_nothing_is_written() {
     std::os::unix::fs::symlink(&target, &link).unwrap();
     let open = lab.dir.path().join("open");
     std::fs::create_dir(&open).unwrap();
-    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o775)).unwrap();
     std::fs::write(open.join("keep"), "x").unwrap();
-    let mut cases = vec![(link.clone(), "is a symbolic link".to_string()), (open.clone(), "has mode 0755".to_string())];
+    let mut cases = vec![
+        (link.clone(), "is a symbolic link".to_string()),
+        (open.clone(), "has mode 0775: group or others may write into it".to_string()),
+    ];
     // Another user's folder: only root can make one here (the unit test of `foreign` covers the rule).
     if run(Command::new("id").arg("-u")).trim() == "0" {
         let other = lab.dir.path().join("other");
@@ -124,4 +127,21 @@ fn a_root_not_private_to_this_user_is_refused_and_nothing_is_written() {
         assert!(lab.out_wheels().is_empty() && lab.cache_entries().is_empty(), "nothing written");
     }
     assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    // A lock beside the root that another user made (root only, as above): refused, never taken.
+    if run(Command::new("id").arg("-u")).trim() == "0" {
+        let fresh = lab.dir.path().join("fresh");
+        let lock = fresh.with_extension("lock");
+        std::fs::write(&lock, "").unwrap();
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o666)).unwrap();
+        std::os::unix::fs::chown(&lock, Some(65534), Some(65534)).unwrap();
+        let o = lab
+            .forge(&["build-wheel", "--variant", "r", "--pins", pins.to_str().unwrap()])
+            .env("DEEPEP_FORGE_BUILD_ROOT", &fresh)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{err}");
+        assert!(err.contains(&format!("{} is owned by uid 65534", lock.display())), "{err}");
+        assert!(!fresh.exists() && lab.out_wheels().is_empty(), "nothing written");
+    }
 }

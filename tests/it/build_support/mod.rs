@@ -103,6 +103,15 @@ impl Lab {
         }
     }
 
+    /// `p` (inside the lab's build venv) as a wheel records it (a RUNPATH the
+    /// linker wrote, the provenance's patches): under the canonical root's `python/`.
+    pub fn as_recorded(&self, p: &Path) -> PathBuf {
+        let root = deepep_forge::builder::canon::user_root();
+        let canonical = Path::new(deepep_forge::builder::canon::CANONICAL_ROOT);
+        let seen = self.in_build_root(p);
+        seen.strip_prefix(&root).map(|rest| canonical.join(rest)).unwrap_or(seen)
+    }
+
     /// Write a pins file for `rev` with `variants` (see [`SINGLE`]). Its repo
     /// is DeepEP's URL (a pins file names only remote repositories); the lab's
     /// local repository is passed as `--source` by [`Lab::forge`].

@@ -110,8 +110,9 @@ fn planted_lock(path: &Path, e: anyhow::Error) -> anyhow::Error {
 }
 
 /// What is wrong with an existing entry at the build root (kind, owner, mode),
-/// or None for a folder of `me`'s that only `me` may enter (a root a build of
-/// this user's left behind: emptied and used).
+/// or None for a folder of `me`'s that no one else may write into (a root a
+/// build of this user's left behind, or a stray process of a killed build
+/// recreated with the umask's mode: emptied, and made anew with mode 0700).
 fn foreign(is_symlink: bool, is_dir: bool, uid: u32, mode: u32, me: u32) -> Option<String> {
     if is_symlink {
         Some("is a symbolic link".into())
@@ -119,8 +120,8 @@ fn foreign(is_symlink: bool, is_dir: bool, uid: u32, mode: u32, me: u32) -> Opti
         Some("is not a folder".into())
     } else if uid != me {
         Some(format!("is owned by uid {uid}"))
-    } else if mode & 0o077 != 0 {
-        Some(format!("has mode {:04o}: group or others may enter it", mode & 0o7777))
+    } else if mode & 0o022 != 0 {
+        Some(format!("has mode {:04o}: group or others may write into it", mode & 0o7777))
     } else {
         None
     }
@@ -137,22 +138,43 @@ fn refuse_foreign(root: &Path) -> Result<()> {
     };
     let me = euid();
     let ft = meta.file_type();
-    match foreign(ft.is_symlink(), ft.is_dir(), meta.uid(), meta.mode(), me) {
-        None => Ok(()),
-        Some(why) => Err(Failure::env(format!(
-            "the build root {} {why}; expected nothing there, or a folder of this user's (uid {me}) with mode 0700",
-            root.display()
-        ))
-        .hint(not_yours_hint())
-        .into()),
+    let Some(why) = foreign(ft.is_symlink(), ft.is_dir(), meta.uid(), meta.mode(), me) else { return Ok(()) };
+    let hint = if meta.uid() == me {
+        format!("it is yours: remove it (it is emptied by every build anyway), or set {ROOT_ENV} to another path")
+    } else {
+        not_yours_hint()
+    };
+    Err(Failure::env(format!(
+        "the build root {} {why}; expected nothing there, or a folder of this user's (uid {me}) only they may write into",
+        root.display()
+    ))
+    .hint(hint)
+    .into())
+}
+
+/// Refuse (exit 3) a lock beside the root that another user made (even one
+/// this user may write: its owner could hold it and stall every build).
+fn refuse_foreign_lock(path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = path.symlink_metadata() else { return Ok(()) };
+    let me = euid();
+    if meta.file_type().is_symlink() || meta.uid() == me {
+        return Ok(()); // a planted symlink is refused by the lock itself (`planted_lock`)
     }
+    Err(Failure::env(format!(
+        "the build root's lock {} is owned by uid {}; expected nothing there, or a file of this user's (uid {me})",
+        path.display(),
+        meta.uid()
+    ))
+    .hint(format!("someone else put it there: {}", not_yours_hint()))
+    .into())
 }
 
 impl BuildRoot {
     /// Check `root`, wait for `<root>.lock`, then empty `root` and create it
     /// anew, private (0700) and owned by this user. The root usually lies in
     /// world-writable /tmp: an entry there that is not a private folder of this
-    /// user's (a symlink, another user's folder, one group or others may enter)
+    /// user's (a symlink, another user's folder, one group or others may write into)
     /// is refused (exit 3) before anything is written, the lock included; the
     /// root is created with `mkdir` (which fails on anything already there, a
     /// symlink included) and checked after, so another user cannot slip a
@@ -160,6 +182,7 @@ impl BuildRoot {
     pub fn acquire(root: &Path) -> Result<BuildRoot> {
         refuse_foreign(root)?;
         let lock_path = root.with_extension("lock");
+        refuse_foreign_lock(&lock_path)?;
         let lock = super::source::lock(&lock_path).map_err(|e| planted_lock(&lock_path, e))?;
         refuse_foreign(root)?;
         if root.symlink_metadata().is_ok() {
@@ -785,9 +808,10 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let t = tempfile::tempdir().unwrap();
         let root = t.path().join("root");
-        // A root a build of this user's left behind (private): emptied and used.
+        // A root of this user's left behind (a stray process of a killed build makes it
+        // with the umask's mode): emptied and made anew, private.
         std::fs::DirBuilder::new().create(&root).unwrap();
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(root.join("stale"), "x").unwrap();
         let b = BuildRoot::acquire(&root).unwrap();
         let meta = root.symlink_metadata().unwrap();
@@ -810,9 +834,9 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
         let open = t.path().join("open");
         std::fs::create_dir(&open).unwrap();
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         std::fs::write(open.join("keep"), "x").unwrap();
-        for (root, why) in [(&link, "is a symbolic link"), (&open, "has mode 0755")] {
+        for (root, why) in [(&link, "is a symbolic link"), (&open, "has mode 0777")] {
             let e = BuildRoot::acquire(root).err().expect("refused");
             let text = format!("{e:#}");
             assert!(text.contains(why) && text.contains(&root.display().to_string()), "{text}");
@@ -830,10 +854,10 @@ mod tests {
         assert_eq!(foreign(false, true, 1001, 0o40700, 1000).as_deref(), Some("is owned by uid 1001"));
         assert_eq!(foreign(true, false, 1000, 0o120777, 1000).as_deref(), Some("is a symbolic link"));
         assert_eq!(foreign(false, false, 1000, 0o100600, 1000).as_deref(), Some("is not a folder"));
-        assert_eq!(
-            foreign(false, true, 1000, 0o40750, 1000).as_deref(),
-            Some("has mode 0750: group or others may enter it")
-        );
+        assert_eq!(foreign(false, true, 1000, 0o40755, 1000), None, "emptied and made anew, 0700");
+        let open = |mode| foreign(false, true, 1000, mode, 1000);
+        assert_eq!(open(0o40770).as_deref(), Some("has mode 0770: group or others may write into it"));
+        assert_eq!(open(0o40703).as_deref(), Some("has mode 0703: group or others may write into it"));
     }
 
     #[test]
