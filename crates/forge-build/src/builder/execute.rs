@@ -201,7 +201,7 @@ fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Re
     Ok(Delivered { status: "built", entry, wheel, patches, log: Some(pl.outputs.log.clone()) })
 }
 
-/// The plan's build folder: the canonical build root (waited for, emptied, its links and
+/// The plan's build folder: this user's build root (checked, waited for, emptied, its links and
 /// compiler wrappers installed; the cache entry is staged in the cache), or a locked
 /// staging folder of the cache. Removed when dropped. The links exist before the
 /// preflight, which looks for tools next to the Python.

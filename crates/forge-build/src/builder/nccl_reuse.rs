@@ -59,9 +59,10 @@ const NCCL_MAKE_VARS: &[&str] = &[
 /// sources use no `__DATE__`/`__TIME__`), pip's configuration, torch's nvcc.
 const NOT_NCCL: &[&str] = &["SOURCE_DATE_EPOCH", "PIP_CONFIG_FILE", "PYTORCH_NVCC"];
 
-/// Give the plan its NCCL step when it builds NCCL from the submodule under the
-/// canonical build root (the same absolute paths in every build, which make's
-/// dependency files record) and `on`. `setup_py`: DeepEP's setup.py at the pin.
+/// Give the plan its NCCL step when it builds NCCL from the submodule under a
+/// build root (this user's: the same absolute paths in each of their builds,
+/// which make's dependency files record; the root is in the key) and `on`.
+/// `setup_py`: DeepEP's setup.py at the pin.
 pub fn attach(pl: &mut Plan, setup_py: Option<&str>, cache_dir: &Path, on: bool) {
     pl.nccl_reuse = None;
     let (Some(setup), Some(commit), Some(tc)) = (setup_py, pl.source.submodules.get(SUBMODULE), pl.toolchain()) else {
@@ -75,6 +76,7 @@ pub fn attach(pl: &mut Plan, setup_py: Option<&str>, cache_dir: &Path, on: bool)
     let Some(nvcc_gencode) = nvcc_gencode(&arch_list) else { return };
     let inputs = NcclKeyInputs {
         tool: concat!("deepep-forge ", env!("CARGO_PKG_VERSION")).into(),
+        root: pl.build_dir().to_string_lossy().into_owned(),
         commit: commit.clone(),
         nvcc_gencode: nvcc_gencode.clone(),
         recipe: recipe_digest(setup),

@@ -208,7 +208,7 @@ pub struct Plan {
     /// The source's setup.py imports torch (then the Python must have it).
     pub needs_torch: bool,
     pub portable: Portable,
-    /// The canonical build root's links and compiler wrappers (`canon`), installed by the build.
+    /// The build root's links and compiler wrappers (`canon`), installed by the build.
     #[serde(default)]
     pub hooks: Option<Hooks>,
     /// The NCCL build output reused across builds (`nccl_reuse`): restored before the
@@ -387,8 +387,8 @@ impl Plan {
         self.seal();
     }
 
-    /// Move the build to another folder (e.g. a canonical build path, the
-    /// same on every machine): the build root, argv's `-w`, the working folder.
+    /// Move the build to another folder (e.g. this user's build root, which
+    /// the wheel records as the canonical one): argv's `-w`, the working folder.
     /// Re-seals the plan.
     pub fn set_build_dir(&mut self, dir: &Path) {
         let old = self.build_dir().to_path_buf();
@@ -657,10 +657,14 @@ pub struct NcclReuse {
     pub entry: PathBuf,
 }
 
-/// What NCCL's build output depends on (path-free): the key of [`NcclReuse`].
+/// What NCCL's build output depends on (path-free but for the root): the key of [`NcclReuse`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NcclKeyInputs {
     pub tool: String,
+    /// The build root: make's dependency files record its absolute paths, so a
+    /// folder built under one user's root is reused only under that root.
+    #[serde(default)]
+    pub root: String,
     pub commit: String,
     pub nvcc_gencode: String,
     /// sha256 of setup.py's lines that derive NVCC_GENCODE and run `make src.build`.

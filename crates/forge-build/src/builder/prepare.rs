@@ -218,7 +218,7 @@ fn sources_and_knobs(
     Ok((sources, knob_envs))
 }
 
-/// The canonical build root, its links and the compiler hooks (repro's
+/// This user's build root, its links and the compiler hooks (repro's
 /// `canon`), NCCL reuse, side-by-side extensions, and the outputs.
 fn finish_plan(c: &BuildRequest, mode: Mode, plan: &mut Plan, ctx: &Ctx, (rev, variant): (&str, &str)) -> Result<()> {
     let (flag, off) = match &c.compiler_cache {
