@@ -145,3 +145,47 @@ fn a_root_not_private_to_this_user_is_refused_and_nothing_is_written() {
         assert!(!fresh.exists() && lab.out_wheels().is_empty(), "nothing written");
     }
 }
+
+/// The README's demo build (`--pins tests/fixtures/demo-pins.toml --source
+/// tests/fixtures/mini-deepep --variant demo`: two architectures, nvcc
+/// `--threads 2`) under `root`, with its own cache and output folder in `dir`.
+fn demo_under(dir: &Path, root: &Path) -> PathBuf {
+    let tools = tools_venv().unwrap_or_else(|| missing("the tools venv"));
+    let cuda = cuda_home().unwrap_or_else(|| missing("nvcc in the tools venv"));
+    let out = dir.join("out");
+    let o = bin()
+        .args(["build-wheel", "--pins", "tests/fixtures/demo-pins.toml", "--source", "tests/fixtures/mini-deepep"])
+        .args(["--variant", "demo", "--no-compiler-cache", "--python"])
+        .arg(tools.join("bin/python"))
+        .arg("--out")
+        .arg(&out)
+        .current_dir(crate::support::root())
+        .env("DEEPEP_FORGE_CACHE_DIR", dir.join("cache"))
+        .env("DEEPEP_FORGE_BUILD_ROOT", root)
+        .env("CUDA_HOME", &cuda)
+        .env("PATH", format!("{}:{}", tools.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
+        .env_remove("DEEPEP_FORGE_CACHE_URL")
+        .env_remove("MAX_JOBS")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let w = files_with(&out, ".whl");
+    assert_eq!(w.len(), 1, "{w:?}");
+    w[0].clone()
+}
+
+#[test]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
+fn the_readme_demo_gives_the_same_wheel_under_two_roots() {
+    let t = tempfile::tempdir().unwrap();
+    let (da, db) = (t.path().join("a"), t.path().join("b"));
+    let (ra, rb) = (da.join("root"), db.join("a-longer-build-root"));
+    let (wa, wb) = (demo_under(&da, &ra), demo_under(&db, &rb));
+    let (sa, sb) = (sha256sum(&wa), sha256sum(&wb));
+    eprintln!("demo wheel sha256 under {}: {sa}\ndemo wheel sha256 under {}: {sb}", ra.display(), rb.display());
+    assert_eq!(sa, sb);
+    for root in [&ra, &rb] {
+        let hits = members_holding(&wa, &t.path().join("unpacked"), root.to_str().unwrap());
+        assert!(hits.is_empty(), "{} is recorded in {hits:?}", root.display());
+    }
+}
