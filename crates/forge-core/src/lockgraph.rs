@@ -19,6 +19,8 @@ use crate::error::Failure;
 use crate::marker::{self, ConflictItem};
 use crate::pins::Arch;
 
+mod scan;
+
 /// Most `[[package]]` tables read (NeMo-RL's locks have 445 to 549).
 pub const MAX_TABLES: usize = 20_000;
 /// Most dependency edges read, all tables together.
@@ -52,6 +54,8 @@ pub struct Installs {
     pub tables: Vec<Installed>,
     /// Walked from the project's own table (else read by resolution-markers alone).
     pub rooted: bool,
+    /// How many `[[package]]` tables the hand scanner read (the rest: `toml`).
+    pub scanned: usize,
 }
 
 impl Installs {
@@ -83,9 +87,9 @@ struct Block {
     package: Vec<Table>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Table {
-    name: toml::Spanned<String>,
+    name: String,
     version: Option<String>,
     source: Option<Source>,
     #[serde(rename = "resolution-markers", default)]
@@ -98,7 +102,7 @@ struct Table {
     dev: BTreeMap<String, Vec<Edge>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Source {
     registry: Option<String>,
     editable: Option<String>,
@@ -106,7 +110,7 @@ struct Source {
     virtual_: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Edge {
     name: String,
     version: Option<String>,
@@ -165,8 +169,20 @@ fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
     Failure::usage(format!("{}:{line}: {what}", path.display())).hint("regenerate the lock with `uv lock`").into()
 }
 
+/// The tables of one `[[package]]` block: read by [`scan`] when it has uv's shape, else by `toml`
+/// (without its file lists, then whole: the error of the whole block).
+fn parse_block(path: &Path, line: usize, block: &str) -> Result<(Vec<Table>, bool)> {
+    if let Some(t) = scan::table(block) {
+        return Ok((vec![t], true));
+    }
+    let parsed: Block = toml::from_str(&without_files(block))
+        .or_else(|_| toml::from_str(block))
+        .map_err(|e| bad(path, line, format!("a [[package]] table does not parse: {e}")))?;
+    Ok((parsed.package, false))
+}
+
 /// The tables of uv.lock with the line of each (blocks parsed alone, files skipped).
-fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> {
+fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree, usize)> {
     let starts: Vec<usize> = text.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
     if starts.len() > MAX_TABLES {
         return Err(bad(path, 1, format!("more than {MAX_TABLES} [[package]] tables")));
@@ -198,14 +214,13 @@ fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> 
         })
         .collect();
     let mut out = Vec::with_capacity(starts.len());
-    let mut edges = 0usize;
+    let (mut edges, mut scanned) = (0usize, 0usize);
     for (k, &s) in starts.iter().enumerate() {
         let block = &text[s..starts.get(k + 1).copied().unwrap_or(text.len())];
         let line = lines[k];
-        let parsed: Block = toml::from_str(&without_files(block))
-            .or_else(|_| toml::from_str(block))
-            .map_err(|e| bad(path, line, format!("a [[package]] table does not parse: {e}")))?;
-        for t in parsed.package {
+        let (parsed, by_scan) = parse_block(path, line, block)?;
+        scanned += usize::from(by_scan);
+        for t in parsed {
             edges += t.dependencies.len() + t.optional.values().chain(t.dev.values()).map(Vec::len).sum::<usize>();
             if edges > MAX_EDGES {
                 return Err(bad(path, line, format!("more than {MAX_EDGES} dependency edges")));
@@ -213,7 +228,7 @@ fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> 
             out.push((line, t));
         }
     }
-    Ok((out, marker::conflicts_allowed(&sets)))
+    Ok((out, marker::conflicts_allowed(&sets), scanned))
 }
 
 /// Parsed markers, interned, and whether each holds per context and architecture
@@ -271,16 +286,16 @@ impl Markers<'_> {
 /// a table (not one uv wrote for a project) is read by each table's own
 /// `resolution-markers` alone ([`Installs::rooted`] false).
 pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Installs> {
-    let (tables, allowed) = tables(path, text)?;
+    let (tables, allowed, scanned) = tables(path, text)?;
     let project = project.map(normalise);
     let own = |t: &Table| {
         t.source.as_ref().is_some_and(|s| s.editable.is_some() || s.virtual_.is_some())
-            && project.as_ref().is_none_or(|p| normalise(t.name.get_ref()) == *p)
+            && project.as_ref().is_none_or(|p| normalise(&t.name) == *p)
     };
     let roots: Vec<usize> = (0..tables.len()).filter(|i| own(&tables[*i].1)).collect();
     let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, (_, t)) in tables.iter().enumerate() {
-        by_name.entry(normalise(t.name.get_ref())).or_default().push(i);
+        by_name.entry(normalise(&t.name)).or_default().push(i);
     }
     let mut mk = Markers {
         path,
@@ -319,7 +334,7 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
         .map(|(i, via)| {
             let (line, t) = &tables[i];
             Installed {
-                name: normalise(t.name.get_ref()),
+                name: normalise(&t.name),
                 version: t.version.clone().unwrap_or_default(),
                 registry: t.source.as_ref().and_then(|s| s.registry.clone()),
                 line: *line,
@@ -327,7 +342,7 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
             }
         })
         .collect();
-    Ok(Installs { tables, rooted: !roots.is_empty() })
+    Ok(Installs { tables, rooted: !roots.is_empty(), scanned })
 }
 
 /// A root context: its label, its marker id (the extra or group active, in uv's
@@ -339,7 +354,7 @@ fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers)
     for &r in roots {
         let (line, t) = &tables[r];
         let base: Vec<(usize, &Edge)> = t.dependencies.iter().map(|e| (r, e)).collect();
-        let name = normalise(t.name.get_ref());
+        let name = normalise(&t.name);
         out.push(("dependencies".into(), mk.id(None, *line)?, base.clone()));
         for (kind, lists) in [("extra", &t.optional), ("group", &t.dev)] {
             for (n, edges) in lists {
@@ -465,5 +480,90 @@ mod tests {
         let err = installs(Path::new("uv.lock"), &lock, None).unwrap_err();
         assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Usage);
         assert!(format!("{err:#}").contains(&format!("uv.lock:5: more than {MAX_EDGES} dependency edges")), "{err:#}");
+    }
+
+    /// Each block of `lock` as `toml` reads it (the path the scanner stands in for).
+    fn by_toml(block: &str) -> Vec<Table> {
+        let b: Block = toml::from_str(&without_files(block)).or_else(|_| toml::from_str(block)).unwrap();
+        b.package
+    }
+
+    fn blocks(lock: &str) -> Vec<&str> {
+        let starts: Vec<usize> = lock.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
+        (0..starts.len()).map(|k| &lock[starts[k]..starts.get(k + 1).copied().unwrap_or(lock.len())]).collect()
+    }
+
+    const LOCKS: [&str; 3] = [
+        include_str!("../../../tests/fixtures/consumer-split/uv.lock"),
+        include_str!("../../../tests/fixtures/consumer-unified/uv.lock"),
+        include_str!("../../../tests/fixtures/consumer-forks/uv.lock"),
+    ];
+
+    #[test]
+    fn the_scanner_reads_every_table_uv_wrote_as_toml_does() {
+        for lock in LOCKS {
+            for b in blocks(lock) {
+                let t = scan::table(b).unwrap_or_else(|| panic!("not scanned: {b}"));
+                assert_eq!(format!("{:?}", vec![t]), format!("{:?}", by_toml(b)));
+            }
+        }
+    }
+
+    /// `lock` with each `name = ` line right after `[[package]]` given a comment:
+    /// the same TOML, the same lines, but no table is uv's shape (all read by `toml`).
+    fn commented(lock: &str) -> String {
+        let mut out = String::with_capacity(lock.len() + 4096);
+        let mut after = false;
+        for l in lock.split_inclusive('\n') {
+            match l.strip_suffix('\n') {
+                Some(body) if after && body.starts_with("name = ") => out.push_str(&format!("{body} # toml\n")),
+                _ => out.push_str(l),
+            }
+            after = l == "[[package]]\n";
+        }
+        out
+    }
+
+    fn graph(lock: &str, project: Option<&str>) -> (String, usize) {
+        let g = installs(Path::new("uv.lock"), lock, project).unwrap();
+        (format!("{:?} {}", g.tables, g.rooted), g.scanned)
+    }
+
+    #[test]
+    fn odd_but_valid_toml_gives_the_same_graph_through_the_toml_path() {
+        for lock in LOCKS {
+            let n = blocks(lock).len();
+            for project in [None, Some("consumer"), Some("other")] {
+                let (plain, scanned) = graph(lock, project);
+                assert_eq!(scanned, n);
+                let odd = commented(lock);
+                assert_eq!(graph(&odd, project), (plain.clone(), 0), "{odd}");
+                // literal strings, a quoted key, spaced `=`, an escape: valid TOML, not uv's shape
+                for (from, to) in [
+                    ("source = { registry = \"", "source = { \"registry\" = \""),
+                    ("\nversion = \"", "\nversion   =   \""),
+                    ("{ name = \"", "{name=\""),
+                    ("platform_machine == 'x86_64'", "platform_machine == \\u0027x86_64\\u0027"),
+                    ("dependencies = [\n", "dependencies = [ # edges\n"),
+                ] {
+                    let odd = lock.replace(from, to);
+                    let (g, s) = graph(&odd, project);
+                    assert_eq!(g, plain, "{from} -> {to}");
+                    assert!(odd == lock || s < n, "{from} -> {to}: every table still scanned");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_table_that_does_not_parse_is_an_error_at_its_line_either_way() {
+        let lock = LOCKS[0];
+        let at = lock.match_indices("\n[[package]]\n").nth(1).unwrap().0 + 1;
+        let line = lock[..at].matches('\n').count() + 1;
+        for broken in ["version = \"1.0\"\nversion = \"2.0\"\n", "version = \"1.0\n"] {
+            let bad = format!("{}{}{}", &lock[..at], format_args!("[[package]]\nname = \"zz\"\n{broken}"), &lock[at..]);
+            let err = installs(Path::new("uv.lock"), &bad, None).unwrap_err();
+            assert!(format!("{err:#}").contains(&format!("uv.lock:{line}: a [[package]] table does not parse")), "{err:#}");
+        }
     }
 }
