@@ -8,11 +8,12 @@
 //! evaluated by [`crate::marker`] with uv's conflict sets excluded.
 //! uv.lock is hostile input: tables, edges and contexts are capped.
 //! Must not judge (see `lock::rules` and `builder::registry`).
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::Result;
 use pep508_rs::MarkerTree;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Deserialize;
 
 use crate::error::Failure;
@@ -237,11 +238,11 @@ fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree, u
 struct Markers<'a> {
     path: &'a Path,
     allowed: &'a MarkerTree,
-    ids: HashMap<String, usize>,
+    ids: FxHashMap<String, usize>,
     /// (marker ∧ allowed, whether it names an extra or group).
     trees: Vec<(MarkerTree, bool)>,
-    envs: HashMap<(usize, Arch), MarkerTree>,
-    holds: HashMap<(usize, usize, Arch), bool>,
+    envs: FxHashMap<(usize, Arch), MarkerTree>,
+    holds: FxHashMap<(usize, usize, Arch), bool>,
 }
 
 impl Markers<'_> {
@@ -293,17 +294,17 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
             && project.as_ref().is_none_or(|p| normalise(&t.name) == *p)
     };
     let roots: Vec<usize> = (0..tables.len()).filter(|i| own(&tables[*i].1)).collect();
-    let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut by_name: FxHashMap<String, Vec<usize>> = FxHashMap::default();
     for (i, (_, t)) in tables.iter().enumerate() {
         by_name.entry(normalise(&t.name)).or_default().push(i);
     }
     let mut mk = Markers {
         path,
         allowed: &allowed,
-        ids: HashMap::new(),
+        ids: FxHashMap::default(),
         trees: Vec::new(),
-        envs: HashMap::new(),
-        holds: HashMap::new(),
+        envs: FxHashMap::default(),
+        holds: FxHashMap::default(),
     };
     let base = mk.id(None, 1)?;
     // Each table's resolution-markers as one marker id (TRUE when it has none).
@@ -374,7 +375,7 @@ fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers)
 
 struct Graph<'g> {
     tables: &'g [(usize, Table)],
-    by_name: &'g HashMap<String, Vec<usize>>,
+    by_name: &'g FxHashMap<String, Vec<usize>>,
     fork: &'g [usize],
     /// The context that constrains nothing.
     base: usize,
@@ -392,7 +393,7 @@ impl Graph<'_> {
         starts: &[(usize, &'a Edge)],
     ) -> Result<BTreeSet<usize>> {
         let mut reached = BTreeSet::new();
-        let mut seen: HashSet<(usize, Option<&'a str>)> = HashSet::new();
+        let mut seen: FxHashSet<(usize, Option<&'a str>)> = FxHashSet::default();
         let mut work: Vec<(usize, &'a Edge)> = starts.to_vec();
         while let Some((from, e)) = work.pop() {
             let (id, targets) = match e.resolved.get() {
