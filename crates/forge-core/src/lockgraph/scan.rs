@@ -18,11 +18,37 @@ enum Section {
     Top,
     Optional,
     Dev,
+    /// `[package.metadata]` and `[package.metadata.requires-dev]`: checked, not kept.
+    Metadata,
+    RequiresDev,
 }
 
 /// The table in `block` (from its `[[package]]` line to the next one), or `None`
 /// when some line is not one uv writes.
 pub(super) fn table(block: &str) -> Option<Table> {
+    read(block).map(|(t, _)| t)
+}
+
+/// `block` with every list element line whose text `keep` rejects blanked (spaces,
+/// so offsets and lines hold), when the table has uv's shape and no file lines
+/// (each blanked line is then a whole element of a list: the TOML still parses,
+/// to the same kept elements at the same places); `None` otherwise.
+pub(super) fn thin(block: &str, keep: impl Fn(&str) -> bool) -> Option<String> {
+    let (_, lines) = read(block)?;
+    if lines.skipped_files {
+        return None;
+    }
+    let mut out = block.as_bytes().to_vec();
+    for (at, len) in lines.elements {
+        if !keep(&block[at..at + len]) {
+            out[at..at + len].fill(b' ');
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The table and the lines it read (element offsets, whether file lines were skipped).
+fn read(block: &str) -> Option<(Table, Lines<'_>)> {
     let mut lines = Lines::new(block);
     if lines.next()? != "[[package]]" {
         return None;
@@ -45,20 +71,33 @@ pub(super) fn table(block: &str) -> Option<Table> {
             Section::Top => t.top(key, rest, &mut lines)?,
             Section::Optional => insert_list(&mut t.optional, key, rest, &mut lines)?,
             Section::Dev => insert_list(&mut t.dev, key, rest, &mut lines)?,
+            Section::Metadata | Section::RequiresDev => t.metadata(section, key, rest, &mut lines)?,
         }
     }
-    t.finish()
+    Some((t.finish()?, lines))
 }
 
 /// The block's lines as `without_files` keeps them (`sdist = ...`,
 /// `wheels = [...]` on one line, and `wheels = [` to a lone `]`, dropped).
 struct Lines<'a> {
     inner: std::str::Lines<'a>,
+    block: &'a str,
+    /// (offset, length) of each list element line read.
+    elements: Vec<(usize, usize)>,
+    skipped_files: bool,
 }
 
 impl<'a> Lines<'a> {
     fn new(block: &'a str) -> Self {
-        Lines { inner: block.lines() }
+        Lines { inner: block.lines(), block, elements: Vec::new(), skipped_files: false }
+    }
+
+    /// Records `line` (one this iterator gave) as a list element.
+    fn element(&mut self, line: &str) {
+        let at = (line.as_ptr() as usize).wrapping_sub(self.block.as_ptr() as usize);
+        if at.checked_add(line.len()).is_some_and(|end| end <= self.block.len()) {
+            self.elements.push((at, line.len()));
+        }
     }
 }
 
@@ -69,9 +108,11 @@ impl<'a> Iterator for Lines<'a> {
         loop {
             let line = self.inner.next()?;
             if line.starts_with("sdist = ") || (line.starts_with("wheels = [") && line.ends_with(']')) {
+                self.skipped_files = true;
                 continue;
             }
             if line == "wheels = [" {
+                self.skipped_files = true;
                 for l in self.inner.by_ref() {
                     if l == "]" {
                         break;
@@ -109,6 +150,8 @@ struct Partial {
     optional: BTreeMap<String, Vec<Edge>>,
     dev: BTreeMap<String, Vec<Edge>>,
     headers: Seen,
+    /// Keys of `[package.metadata]` and of its `requires-dev` (duplicates are not uv's shape).
+    meta_keys: Vec<(Section, String)>,
 }
 
 impl Partial {
@@ -122,6 +165,22 @@ impl Partial {
             "dependencies" => set(&mut self.dependencies, list(rest, lines, |e| whole(e, edge))?),
             _ => None,
         }
+    }
+
+    /// One key of `[package.metadata]` or its `requires-dev`: a string, a list of
+    /// strings or inline tables, or an inline table (checked, not kept).
+    fn metadata(&mut self, section: Section, key: &str, rest: &str, lines: &mut Lines) -> Option<()> {
+        // `requires-dev = ...` here and `[package.metadata.requires-dev]` would clash: left to toml.
+        if (section == Section::Metadata && key == "requires-dev")
+            || self.meta_keys.iter().any(|(s, k)| *s == section && k == key)
+        {
+            return None;
+        }
+        self.meta_keys.push((section, key.to_string()));
+        if rest == "[" || rest == "[]" {
+            return list(rest, lines, |e| whole(e, value).map(|_| ())).map(|_| ());
+        }
+        whole(rest, value).map(|_| ())
     }
 
     fn finish(self) -> Option<Table> {
@@ -159,6 +218,8 @@ fn header(line: &str) -> Option<Section> {
     match line {
         "[package.optional-dependencies]" => Some(Section::Optional),
         "[package.dev-dependencies]" => Some(Section::Dev),
+        "[package.metadata]" => Some(Section::Metadata),
+        "[package.metadata.requires-dev]" => Some(Section::RequiresDev),
         _ => None,
     }
 }
@@ -188,6 +249,7 @@ fn list<T>(rest: &str, lines: &mut Lines, mut element: impl FnMut(&str) -> Optio
         }
         let e = line.strip_prefix("    ")?.strip_suffix(',')?;
         out.push(element(e)?);
+        lines.element(line);
     }
 }
 
@@ -204,12 +266,15 @@ fn whole_string(s: &str) -> Option<String> {
 /// A basic string without escapes or control characters (tab included), and what follows it.
 fn string(s: &str) -> Option<(&str, &str)> {
     let body = s.strip_prefix('"')?;
-    let end = body.find(['"', '\\'])?;
-    let (v, rest) = body.split_at(end);
-    if v.bytes().any(|b| b < 0x20 || b == 0x7f) || !rest.starts_with('"') {
-        return None;
+    for (i, b) in body.bytes().enumerate() {
+        match b {
+            b'"' => return Some((&body[..i], &body[i + 1..])),
+            b'\\' | 0x7f => return None,
+            b if b < 0x20 => return None,
+            _ => {}
+        }
     }
-    Some((v, &rest[1..]))
+    None
 }
 
 /// `["a", "b"]` (strings only), and what follows it.
@@ -237,8 +302,16 @@ enum Value<'a> {
 }
 
 /// `{ k = v, k = v }` (bare keys, no duplicates, values strings, string lists or
-/// inline tables of strings), each pair given to `field`; and what follows.
+/// inline tables of those, [`MAX_DEPTH`] deep at most), each pair given to
+/// `field`; and what follows.
 fn inline<'a>(s: &'a str, mut field: impl FnMut(&'a str, Value<'a>) -> Option<()>) -> Option<&'a str> {
+    inline_at(s, 0, &mut field)
+}
+
+/// Inline tables nested deeper than this are left to toml (no unbounded recursion).
+const MAX_DEPTH: usize = 2;
+
+fn inline_at<'a>(s: &'a str, depth: usize, field: &mut dyn FnMut(&'a str, Value<'a>) -> Option<()>) -> Option<&'a str> {
     let mut rest = s.strip_prefix("{ ")?;
     let mut keys: Vec<&str> = Vec::new();
     loop {
@@ -247,7 +320,7 @@ fn inline<'a>(s: &'a str, mut field: impl FnMut(&'a str, Value<'a>) -> Option<()
             return None;
         }
         keys.push(key);
-        let (v, r) = value(r)?;
+        let (v, r) = value_at(r, depth)?;
         field(key, v)?;
         if let Some(r) = r.strip_prefix(" }") {
             return Some(r);
@@ -257,10 +330,14 @@ fn inline<'a>(s: &'a str, mut field: impl FnMut(&'a str, Value<'a>) -> Option<()
 }
 
 fn value(s: &str) -> Option<(Value<'_>, &str)> {
+    value_at(s, 0)
+}
+
+fn value_at(s: &str, depth: usize) -> Option<(Value<'_>, &str)> {
     match s.as_bytes().first()? {
         b'"' => string(s).map(|(v, r)| (Value::Str(v), r)),
         b'[' => strings(s).map(|(v, r)| (Value::Strings(v), r)),
-        b'{' => inline(s, |_, v| matches!(v, Value::Str(_)).then_some(())).map(|r| (Value::Table, r)),
+        b'{' if depth < MAX_DEPTH => inline_at(s, depth + 1, &mut |_, _| Some(())).map(|r| (Value::Table, r)),
         _ => None,
     }
 }
@@ -332,7 +409,8 @@ mod tests {
             ("{ name = \"b\" }", "{ version = \"1\" }"),
             ("{ name = \"b\" },", "{ name = \"b\" }"),
             ("{ name = \"b\" },", "{name = \"b\"},"),
-            ("[package.dev-dependencies]", "[package.metadata]"),
+            ("[package.dev-dependencies]", "[package.metadata]\nrequires-dev = []\n[package.metadata.requires-dev]"),
+            ("[package.dev-dependencies]", "[package.metadata]\na = \"x\"\na = \"y\"\n[package.dev-dependencies]"),
             ("[package.dev-dependencies]", "[package.optional-dependencies]"),
             ("dev = []", "dev = [ ]"),
             ("\"platform_machine == 'x86_64'\"", "\"platform_machine == 'x86_64'\t\""),
@@ -343,5 +421,19 @@ mod tests {
         }
         assert!(table(&BLOCK.replace("name = \"a\"\n", "")).is_none(), "no name");
         assert!(table(&BLOCK.replace("'gpu'\" },\n]\n", "'gpu'\" },\n")).is_none(), "unclosed list");
+    }
+
+    #[test]
+    fn metadata_is_checked_and_thin_blanks_whole_elements() {
+        let meta = "[package.metadata]\nrequires-dist = [\n    { name = \"torch\", specifier = \">=2\" },\n    { name = \"deep-ep\", git = \"https://x\" },\n]\nprovides-extras = [\"gpu\"]\n\n[package.metadata.requires-dev]\ndev = [{ name = \"x\" }]\n";
+        let block = format!("[[package]]\nname = \"a\"\ndependencies = [\n    {{ name = \"deep-ep\" }},\n    {{ name = \"b\" }},\n]\n\n{meta}");
+        assert!(table(&block).is_none(), "a list of inline tables on one line is left to toml");
+        let block = block.replace("dev = [{ name = \"x\" }]", "dev = [\n    { name = \"x\" },\n]");
+        assert_eq!(table(&block).expect("uv's shape").dependencies.len(), 2);
+        let thinned = thin(&block, |l| l.contains("deep-ep")).unwrap();
+        assert_eq!(thinned.len(), block.len());
+        assert_eq!(thinned.lines().count(), block.lines().count());
+        assert!(thinned.contains("deep-ep\" }") && !thinned.contains("\"b\"") && !thinned.contains("torch"), "{thinned}");
+        assert!(thin(BLOCK, |_| false).is_none(), "a table with file lines is not thinned");
     }
 }
