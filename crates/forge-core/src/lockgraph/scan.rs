@@ -161,7 +161,7 @@ impl Partial {
             "name" => set(&mut self.name, whole_string(rest)?),
             "version" => set(&mut self.version, whole_string(rest)?),
             "source" => set(&mut self.source, whole(rest, source)?),
-            "resolution-markers" => set(&mut self.markers, list(rest, lines, |e| whole_string(e))?),
+            "resolution-markers" => set(&mut self.markers, list(rest, lines, |e| Some((whole_string(e)?, false)))?),
             "dependencies" => set(&mut self.dependencies, list(rest, lines, |e| whole(e, edge))?),
             _ => None,
         }
@@ -178,7 +178,7 @@ impl Partial {
         }
         self.meta_keys.push((section, key.to_string()));
         if rest == "[" || rest == "[]" {
-            return list(rest, lines, |e| whole(e, value).map(|_| ())).map(|_| ());
+            return list(rest, lines, requirement).map(|_| ());
         }
         whole(rest, value).map(|_| ())
     }
@@ -234,8 +234,10 @@ fn key_line(line: &str) -> Option<(&str, &str)> {
     is_bare_key(key).then_some((key, rest))
 }
 
-/// A list value: `[]`, or `[` then one `    <element>,` a line to a lone `]`.
-fn list<T>(rest: &str, lines: &mut Lines, mut element: impl FnMut(&str) -> Option<T>) -> Option<Vec<T>> {
+/// A list value: `[]`, or `[` then one `    <element>,` a line to a lone `]`; `element`
+/// says whether its line may be blanked by [`thin`] (an edge or requirement whose
+/// typed keys are well typed, so blanking it changes no error).
+fn list<T>(rest: &str, lines: &mut Lines, mut element: impl FnMut(&str) -> Option<(T, bool)>) -> Option<Vec<T>> {
     match rest {
         "[]" => return Some(Vec::new()),
         "[" => {}
@@ -248,8 +250,11 @@ fn list<T>(rest: &str, lines: &mut Lines, mut element: impl FnMut(&str) -> Optio
             return Some(out);
         }
         let e = line.strip_prefix("    ")?.strip_suffix(',')?;
-        out.push(element(e)?);
-        lines.element(line);
+        let (v, thinnable) = element(e)?;
+        out.push(v);
+        if thinnable {
+            lines.element(line);
+        }
     }
 }
 
@@ -298,7 +303,8 @@ fn strings(s: &str) -> Option<(Vec<String>, &str)> {
 enum Value<'a> {
     Str(&'a str),
     Strings(Vec<String>),
-    Table,
+    /// An inline table; true when every value is a string.
+    Table(bool),
 }
 
 /// `{ k = v, k = v }` (bare keys, no duplicates, values strings, string lists or
@@ -337,7 +343,14 @@ fn value_at(s: &str, depth: usize) -> Option<(Value<'_>, &str)> {
     match s.as_bytes().first()? {
         b'"' => string(s).map(|(v, r)| (Value::Str(v), r)),
         b'[' => strings(s).map(|(v, r)| (Value::Strings(v), r)),
-        b'{' if depth < MAX_DEPTH => inline_at(s, depth + 1, &mut |_, _| Some(())).map(|r| (Value::Table, r)),
+        b'{' if depth < MAX_DEPTH => {
+            let mut flat = true;
+            let r = inline_at(s, depth + 1, &mut |_, v| {
+                flat &= matches!(v, Value::Str(_));
+                Some(())
+            })?;
+            Some((Value::Table(flat), r))
+        }
         _ => None,
     }
 }
@@ -358,9 +371,16 @@ fn source(s: &str) -> Option<(Source, &str)> {
     Some((src, rest))
 }
 
-fn edge(s: &str) -> Option<(Edge, &str)> {
+/// A dependency edge, whether uvlock's reading of it is well typed (a source
+/// table of strings), and what follows.
+fn edge(s: &str) -> Option<((Edge, bool), &str)> {
     let (mut name, mut version, mut marker, mut extra) = (None, None, None, Vec::new());
+    let mut typed = true;
     let rest = inline(s, |k, v| match (k, v) {
+        ("source", v) => {
+            typed = matches!(v, Value::Table(true));
+            Some(())
+        }
         ("name", Value::Str(v)) => set(&mut name, v.to_string()),
         ("version", Value::Str(v)) => set(&mut version, v.to_string()),
         ("marker", Value::Str(v)) => set(&mut marker, v.to_string()),
@@ -371,7 +391,26 @@ fn edge(s: &str) -> Option<(Edge, &str)> {
         ("name" | "version" | "marker" | "extra", _) => None,
         _ => Some(()),
     })?;
-    Some((Edge { name: name?, version, marker, extra, resolved: Default::default() }, rest))
+    Some(((Edge { name: name?, version, marker, extra, resolved: Default::default() }, typed), rest))
+}
+
+/// One element of a metadata list: any value uv writes; blankable when it is an
+/// inline table with a string `name` and string `marker` / `git` if present.
+fn requirement(e: &str) -> Option<((), bool)> {
+    if !e.starts_with('{') {
+        return whole(e, value).map(|_| ((), false));
+    }
+    let (mut named, mut typed) = (false, true);
+    let rest = inline(e, |k, v| {
+        match (k, v) {
+            ("name", Value::Str(_)) => named = true,
+            ("marker" | "git", Value::Str(_)) => {}
+            ("name" | "marker" | "git", _) => typed = false,
+            _ => {}
+        }
+        Some(())
+    })?;
+    rest.is_empty().then_some(((), named && typed))
 }
 
 #[cfg(test)]
@@ -435,5 +474,13 @@ mod tests {
         assert_eq!(thinned.lines().count(), block.lines().count());
         assert!(thinned.contains("deep-ep\" }") && !thinned.contains("\"b\"") && !thinned.contains("torch"), "{thinned}");
         assert!(thin(BLOCK, |_| false).is_none(), "a table with file lines is not thinned");
+        // resolution-markers and ill-typed elements (blanking them would hide an error) stay
+        let odd = block.replace("dependencies = [", "resolution-markers = [\n    \"m\",\n]\ndependencies = [").replace(
+            "{ name = \"b\" }",
+            "{ name = \"b\", source = { git = { a = \"b\" } } }",
+        ).replace("{ name = \"torch\", specifier", "{ name = \"torch\", git = [\"x\"], specifier");
+        let thinned = thin(&odd, |_| false).unwrap();
+        assert!(thinned.contains("\"m\",") && thinned.contains("\"b\"") && thinned.contains("torch"), "{thinned}");
+        assert!(!thinned.contains("deep-ep") && !thinned.contains("\"x\" }"), "{thinned}");
     }
 }
