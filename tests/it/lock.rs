@@ -129,6 +129,14 @@ fn nemo_rl_locks_give_the_same_graph_by_the_scanner_and_by_toml() {
             assert!(a.tables.len() > 100 || project == Some("not-there"), "{}", a.tables.len());
             assert_eq!((a.rooted, &a.tables), (b.rooted, &b.tables), "{project:?}");
         }
+        // The DeepEP references: thinned tables against the whole file parsed by toml
+        // (a triple quote in a trailing comment forces the whole parse).
+        let name = "deep_ep".parse().unwrap();
+        let read = |t: &str| {
+            let r = deepep_forge::lock::uvlock::read(Path::new("uv.lock"), t, &name, Some("nemo-rl")).unwrap();
+            format!("{r:?}")
+        };
+        assert_eq!(read(&text), read(&format!("{text}# '''\n")));
     }
     assert!(locks >= 3, "{locks} locks under {}", f.display());
 }
