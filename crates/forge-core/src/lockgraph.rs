@@ -323,12 +323,24 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
         fork.push(mk.id((!joined.is_empty()).then_some(joined.as_str()), *line)?);
     }
     let contexts = contexts(&tables, &roots, &mut mk)?;
-    let mut via: BTreeMap<usize, BTreeMap<Arch, BTreeSet<String>>> = BTreeMap::new();
+    // Per table and architecture, the contexts that reach it (a bit each: at most MAX_CONTEXTS = 64).
+    let mut bits: Vec<[u64; 2]> = vec![[0; 2]; tables.len()];
     let g = Graph { tables: &tables, by_name: &by_name, fork: &fork, base };
-    for (label, ctx, starts) in &contexts {
-        for arch in Arch::ALL {
-            for t in g.walk(&mut mk, *ctx, arch, starts)? {
-                via.entry(t).or_default().entry(arch).or_default().insert(label.clone());
+    let mut scratch = Scratch::default();
+    for (k, (_, ctx, starts)) in contexts.iter().enumerate() {
+        for (a, arch) in Arch::ALL.into_iter().enumerate() {
+            for &t in g.walk(&mut mk, *ctx, arch, starts, &mut scratch)? {
+                bits[t][a] |= 1u64 << k;
+            }
+        }
+    }
+    let mut via: BTreeMap<usize, BTreeMap<Arch, BTreeSet<String>>> = BTreeMap::new();
+    for (t, b) in bits.iter().enumerate() {
+        for (a, arch) in Arch::ALL.into_iter().enumerate() {
+            let labels = contexts.iter().enumerate().filter(|(k, _)| b[a] >> k & 1 == 1).map(|(_, c)| c.0.clone());
+            let labels: BTreeSet<String> = labels.collect();
+            if !labels.is_empty() {
+                via.entry(t).or_default().insert(arch, labels);
             }
         }
     }
@@ -393,54 +405,91 @@ struct Graph<'g> {
 impl Graph<'_> {
     /// The tables reached on `arch` in context `ctx` from `starts`: a worklist of
     /// (table, extra of it) with a visited set, each edge taken where its marker
-    /// can hold, each target where its resolution-markers can.
-    fn walk<'a>(
+    /// can hold, each target where its resolution-markers can. Dense per-walk
+    /// state (`scratch`, reused): no hashing per edge.
+    fn walk<'a, 's>(
         &'a self,
         mk: &mut Markers,
         ctx: usize,
         arch: Arch,
         starts: &[(usize, &'a Edge)],
-    ) -> Result<BTreeSet<usize>> {
-        let mut reached = BTreeSet::new();
-        let mut seen: FxHashSet<(usize, Option<&'a str>)> = FxHashSet::default();
+        scratch: &'s mut Scratch,
+    ) -> Result<&'s [usize]> {
+        let n = self.tables.len();
+        scratch.reset(n);
+        let Scratch { holds, seen, reached, order } = scratch;
+        let mut seen_extra: FxHashSet<(usize, &'a str)> = FxHashSet::default();
         let mut work: Vec<(usize, &'a Edge)> = starts.to_vec();
+        let mut check = |mk: &mut Markers, id: usize| -> bool {
+            if holds.len() <= id {
+                holds.resize(id + 1, 0);
+            }
+            if holds[id] == 0 {
+                holds[id] = 1 + u8::from(mk.holds(id, ctx, self.base, arch));
+            }
+            holds[id] == 2
+        };
         while let Some((from, e)) = work.pop() {
-            let (id, targets) = match e.resolved.get() {
-                Some(r) => r,
-                None => {
-                    let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
-                    let named = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
-                    let targets = named
-                        .iter()
-                        .copied()
-                        .filter(|t| e.version.is_none() || e.version == self.tables[*t].1.version)
-                        .collect();
-                    e.resolved.get_or_init(|| (id, targets))
-                }
-            };
-            if !mk.holds(*id, ctx, self.base, arch) {
+            let (id, targets) = self.resolve(mk, from, e)?;
+            if !check(mk, *id) {
                 continue;
             }
             for &t in targets {
-                let table = &self.tables[t].1;
-                if !mk.holds(self.fork[t], ctx, self.base, arch) {
+                if !check(mk, self.fork[t]) {
                     continue;
                 }
-                reached.insert(t);
-                let nodes = std::iter::once(None).chain(e.extra.iter().map(|x| Some(x.as_str())));
-                for node in nodes {
-                    if !seen.insert((t, node)) {
-                        continue;
+                if !reached[t] {
+                    reached[t] = true;
+                    order.push(t);
+                }
+                let table = &self.tables[t].1;
+                if !seen[t] {
+                    seen[t] = true;
+                    work.extend(table.dependencies.iter().map(|e| (t, e)));
+                }
+                for x in &e.extra {
+                    if seen_extra.insert((t, x.as_str())) {
+                        work.extend(table.optional.get(x).into_iter().flatten().map(|e| (t, e)));
                     }
-                    let edges = match node {
-                        None => Some(&table.dependencies),
-                        Some(x) => table.optional.get(x),
-                    };
-                    work.extend(edges.into_iter().flatten().map(|e| (t, e)));
                 }
             }
         }
-        Ok(reached)
+        Ok(order)
+    }
+
+    /// The edge's marker id and target tables, resolved once (later walks reuse them).
+    fn resolve<'e>(&self, mk: &mut Markers, from: usize, e: &'e Edge) -> Result<&'e (usize, Vec<usize>)> {
+        if let Some(r) = e.resolved.get() {
+            return Ok(r);
+        }
+        let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
+        let named = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
+        let targets =
+            named.iter().copied().filter(|t| e.version.is_none() || e.version == self.tables[*t].1.version).collect();
+        Ok(e.resolved.get_or_init(|| (id, targets)))
+    }
+}
+
+/// One walk's dense state, kept between walks to reuse its memory.
+#[derive(Default)]
+struct Scratch {
+    /// Per marker id: 0 not asked yet, 1 cannot hold, 2 can.
+    holds: Vec<u8>,
+    /// Per table: its own dependencies queued.
+    seen: Vec<bool>,
+    reached: Vec<bool>,
+    /// The reached tables, in the order reached.
+    order: Vec<usize>,
+}
+
+impl Scratch {
+    fn reset(&mut self, tables: usize) {
+        self.holds.clear();
+        for v in [&mut self.seen, &mut self.reached] {
+            v.clear();
+            v.resize(tables, false);
+        }
+        self.order.clear();
     }
 }
 
