@@ -623,7 +623,10 @@ mod tests {
         for broken in ["version = \"1.0\"\nversion = \"2.0\"\n", "version = \"1.0\n"] {
             let bad = format!("{}{}{}", &lock[..at], format_args!("[[package]]\nname = \"zz\"\n{broken}"), &lock[at..]);
             let err = installs(Path::new("uv.lock"), &bad, None).unwrap_err();
-            assert!(format!("{err:#}").contains(&format!("uv.lock:{line}: a [[package]] table does not parse")), "{err:#}");
+            assert!(
+                format!("{err:#}").contains(&format!("uv.lock:{line}: a [[package]] table does not parse")),
+                "{err:#}"
+            );
         }
     }
 }

@@ -472,13 +472,16 @@ mod tests {
         let thinned = thin(&block, |l| l.contains("deep-ep")).unwrap();
         assert_eq!(thinned.len(), block.len());
         assert_eq!(thinned.lines().count(), block.lines().count());
-        assert!(thinned.contains("deep-ep\" }") && !thinned.contains("\"b\"") && !thinned.contains("torch"), "{thinned}");
+        assert!(
+            thinned.contains("deep-ep\" }") && !thinned.contains("\"b\"") && !thinned.contains("torch"),
+            "{thinned}"
+        );
         assert!(thin(BLOCK, |_| false).is_none(), "a table with file lines is not thinned");
         // resolution-markers and ill-typed elements (blanking them would hide an error) stay
-        let odd = block.replace("dependencies = [", "resolution-markers = [\n    \"m\",\n]\ndependencies = [").replace(
-            "{ name = \"b\" }",
-            "{ name = \"b\", source = { git = { a = \"b\" } } }",
-        ).replace("{ name = \"torch\", specifier", "{ name = \"torch\", git = [\"x\"], specifier");
+        let odd = block
+            .replace("dependencies = [", "resolution-markers = [\n    \"m\",\n]\ndependencies = [")
+            .replace("{ name = \"b\" }", "{ name = \"b\", source = { git = { a = \"b\" } } }")
+            .replace("{ name = \"torch\", specifier", "{ name = \"torch\", git = [\"x\"], specifier");
         let thinned = thin(&odd, |_| false).unwrap();
         assert!(thinned.contains("\"m\",") && thinned.contains("\"b\"") && thinned.contains("torch"), "{thinned}");
         assert!(!thinned.contains("deep-ep") && !thinned.contains("\"x\" }"), "{thinned}");
