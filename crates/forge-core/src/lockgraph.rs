@@ -179,7 +179,11 @@ fn package_starts(text: &str) -> Vec<(usize, usize)> {
 /// name `needle` (normalised) blanked, offsets and lines kept, when the table has
 /// exactly uv's shape (see `scan`); `None` otherwise (parse it whole).
 pub fn thin_block(block: &str, needle: &str) -> Option<String> {
-    scan::thin(block, |line| normalise(line).contains(needle))
+    // A line that normalises to contain `needle` holds its first word (up to a `-`) in
+    // any case: checked first, without allocating.
+    let word = needle.split('-').next().unwrap_or_default().as_bytes();
+    let may = |line: &str| word.is_empty() || line.as_bytes().windows(word.len()).any(|w| w.eq_ignore_ascii_case(word));
+    scan::thin(block, |line| may(line) && normalise(line).contains(needle))
 }
 
 fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
@@ -198,8 +202,11 @@ fn parse_block(path: &Path, line: usize, block: &str) -> Result<(Vec<Table>, boo
     Ok((parsed.package, false))
 }
 
+/// The tables of uv.lock, each with its line; uv's conflict sets; how many the scanner read.
+type Tables = (Vec<(usize, Table)>, MarkerTree, usize);
+
 /// The tables of uv.lock with the line of each (blocks parsed alone, files skipped).
-fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree, usize)> {
+fn tables(path: &Path, text: &str) -> Result<Tables> {
     // Each block's start and first line, in one pass over the text (not one per block).
     let (starts, lines): (Vec<usize>, Vec<usize>) = package_starts(text).into_iter().unzip();
     if starts.len() > MAX_TABLES {
