@@ -91,6 +91,56 @@ fn nemo_rl_2026_06_08_stale_label_has_stale_label_and_stale_lock() {
     assert_eq!(v["checked"]["uv_lock"].as_str().map(|s| s.ends_with("uv.lock")), Some(true));
 }
 
+/// `lock` with a comment on the `name = ` line of each `[[package]]` table: the
+/// same TOML on the same lines, but not the shape uv writes, so every table is
+/// read by the `toml` parser instead of lockgraph's hand scanner.
+fn every_table_by_toml(lock: &str) -> String {
+    let mut out = String::with_capacity(lock.len() + 8 * 1024);
+    let mut after = false;
+    for l in lock.split_inclusive('\n') {
+        match l.strip_suffix('\n') {
+            Some(body) if after && body.starts_with("name = ") => out.push_str(&format!("{body} # toml\n")),
+            _ => out.push_str(l),
+        }
+        after = l == "[[package]]\n";
+    }
+    out
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "needs-nemo-rl"),
+    ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
+)]
+fn nemo_rl_locks_give_the_same_graph_by_the_scanner_and_by_toml() {
+    use deepep_forge::lockgraph::installs;
+    let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
+    let mut locks = 0;
+    for e in std::fs::read_dir(&f).unwrap() {
+        let Ok(text) = std::fs::read_to_string(e.unwrap().path().join("uv.lock")) else { continue };
+        locks += 1;
+        let tables = text.matches("\n[[package]]\n").count();
+        let odd = every_table_by_toml(&text);
+        for project in [Some("nemo-rl"), None, Some("not-there")] {
+            let path = Path::new("uv.lock");
+            let (a, b) = (installs(path, &text, project).unwrap(), installs(path, &odd, project).unwrap());
+            // nearly every table is uv's shape (the members' with [package.metadata] are not)
+            assert!(a.scanned * 10 >= tables * 9 && b.scanned == 0, "{} of {tables}, {}", a.scanned, b.scanned);
+            assert!(a.tables.len() > 100 || project == Some("not-there"), "{}", a.tables.len());
+            assert_eq!((a.rooted, &a.tables), (b.rooted, &b.tables), "{project:?}");
+        }
+        // The DeepEP references: thinned tables against the whole file parsed by toml
+        // (a triple quote in a trailing comment forces the whole parse).
+        let name = "deep_ep".parse().unwrap();
+        let read = |t: &str| {
+            let r = deepep_forge::lock::uvlock::read(Path::new("uv.lock"), t, &name, Some("nemo-rl")).unwrap();
+            format!("{r:?}")
+        };
+        assert_eq!(read(&text), read(&format!("{text}# '''\n")));
+    }
+    assert!(locks >= 3, "{locks} locks under {}", f.display());
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "needs-nemo-rl"),

@@ -8,16 +8,19 @@
 //! evaluated by [`crate::marker`] with uv's conflict sets excluded.
 //! uv.lock is hostile input: tables, edges and contexts are capped.
 //! Must not judge (see `lock::rules` and `builder::registry`).
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::Result;
 use pep508_rs::MarkerTree;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Deserialize;
 
 use crate::error::Failure;
 use crate::marker::{self, ConflictItem};
 use crate::pins::Arch;
+
+mod scan;
 
 /// Most `[[package]]` tables read (NeMo-RL's locks have 445 to 549).
 pub const MAX_TABLES: usize = 20_000;
@@ -52,6 +55,8 @@ pub struct Installs {
     pub tables: Vec<Installed>,
     /// Walked from the project's own table (else read by resolution-markers alone).
     pub rooted: bool,
+    /// How many `[[package]]` tables the hand scanner read (the rest: `toml`).
+    pub scanned: usize,
 }
 
 impl Installs {
@@ -83,9 +88,9 @@ struct Block {
     package: Vec<Table>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Table {
-    name: toml::Spanned<String>,
+    name: String,
     version: Option<String>,
     source: Option<Source>,
     #[serde(rename = "resolution-markers", default)]
@@ -98,7 +103,7 @@ struct Table {
     dev: BTreeMap<String, Vec<Edge>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Source {
     registry: Option<String>,
     editable: Option<String>,
@@ -106,7 +111,7 @@ struct Source {
     virtual_: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Edge {
     name: String,
     version: Option<String>,
@@ -156,28 +161,56 @@ fn without_files(block: &str) -> String {
     out
 }
 
-/// Newlines in `b`.
-fn newlines(b: &[u8]) -> usize {
-    b.iter().filter(|c| **c == b'\n').count()
+/// The offset of each `[[package]]` line (at a line start) and its 1-based line: one pass.
+fn package_starts(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let (mut at, mut line) = (0usize, 1usize);
+    for l in text.split_inclusive('\n') {
+        if at > 0 && l.starts_with("[[package]]\n") {
+            out.push((at, line));
+        }
+        at += l.len();
+        line += 1;
+    }
+    out
+}
+
+/// The `[[package]]` table at `block` with each list element line that does not
+/// name `needle` (normalised) blanked, offsets and lines kept, when the table has
+/// exactly uv's shape (see `scan`); `None` otherwise (parse it whole).
+pub fn thin_block(block: &str, needle: &str) -> Option<String> {
+    // A line that normalises to contain `needle` holds its first word (up to a `-`) in
+    // any case: checked first, without allocating.
+    let word = needle.split('-').next().unwrap_or_default().as_bytes();
+    let may = |line: &str| word.is_empty() || line.as_bytes().windows(word.len()).any(|w| w.eq_ignore_ascii_case(word));
+    scan::thin(block, |line| may(line) && normalise(line).contains(needle))
 }
 
 fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
     Failure::usage(format!("{}:{line}: {what}", path.display())).hint("regenerate the lock with `uv lock`").into()
 }
 
+/// The tables of one `[[package]]` block: read by [`scan`] when it has uv's shape, else by `toml`
+/// (without its file lists, then whole: the error of the whole block).
+fn parse_block(path: &Path, line: usize, block: &str) -> Result<(Vec<Table>, bool)> {
+    if let Some(t) = scan::table(block) {
+        return Ok((vec![t], true));
+    }
+    let parsed: Block = toml::from_str(&without_files(block))
+        .or_else(|_| toml::from_str(block))
+        .map_err(|e| bad(path, line, format!("a [[package]] table does not parse: {e}")))?;
+    Ok((parsed.package, false))
+}
+
+/// The tables of uv.lock, each with its line; uv's conflict sets; how many the scanner read.
+type Tables = (Vec<(usize, Table)>, MarkerTree, usize);
+
 /// The tables of uv.lock with the line of each (blocks parsed alone, files skipped).
-fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> {
-    let starts: Vec<usize> = text.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
+fn tables(path: &Path, text: &str) -> Result<Tables> {
+    // Each block's start and first line, in one pass over the text (not one per block).
+    let (starts, lines): (Vec<usize>, Vec<usize>) = package_starts(text).into_iter().unzip();
     if starts.len() > MAX_TABLES {
         return Err(bad(path, 1, format!("more than {MAX_TABLES} [[package]] tables")));
-    }
-    // Each block's first line, counted from the previous block's (one pass over the text, not one per block).
-    let mut lines = Vec::with_capacity(starts.len());
-    let (mut at, mut line) = (0usize, 1usize);
-    for &s in &starts {
-        line += newlines(&text.as_bytes()[at..s]);
-        at = s;
-        lines.push(line);
     }
     let head = &text[..starts.first().copied().unwrap_or(text.len())];
     let header: Header = toml::from_str(head).map_err(|e| bad(path, 1, format!("the header does not parse: {e}")))?;
@@ -198,14 +231,13 @@ fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> 
         })
         .collect();
     let mut out = Vec::with_capacity(starts.len());
-    let mut edges = 0usize;
+    let (mut edges, mut scanned) = (0usize, 0usize);
     for (k, &s) in starts.iter().enumerate() {
         let block = &text[s..starts.get(k + 1).copied().unwrap_or(text.len())];
         let line = lines[k];
-        let parsed: Block = toml::from_str(&without_files(block))
-            .or_else(|_| toml::from_str(block))
-            .map_err(|e| bad(path, line, format!("a [[package]] table does not parse: {e}")))?;
-        for t in parsed.package {
+        let (parsed, by_scan) = parse_block(path, line, block)?;
+        scanned += usize::from(by_scan);
+        for t in parsed {
             edges += t.dependencies.len() + t.optional.values().chain(t.dev.values()).map(Vec::len).sum::<usize>();
             if edges > MAX_EDGES {
                 return Err(bad(path, line, format!("more than {MAX_EDGES} dependency edges")));
@@ -213,7 +245,7 @@ fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> 
             out.push((line, t));
         }
     }
-    Ok((out, marker::conflicts_allowed(&sets)))
+    Ok((out, marker::conflicts_allowed(&sets), scanned))
 }
 
 /// Parsed markers, interned, and whether each holds per context and architecture
@@ -222,11 +254,11 @@ fn tables(path: &Path, text: &str) -> Result<(Vec<(usize, Table)>, MarkerTree)> 
 struct Markers<'a> {
     path: &'a Path,
     allowed: &'a MarkerTree,
-    ids: HashMap<String, usize>,
+    ids: FxHashMap<String, usize>,
     /// (marker ∧ allowed, whether it names an extra or group).
     trees: Vec<(MarkerTree, bool)>,
-    envs: HashMap<(usize, Arch), MarkerTree>,
-    holds: HashMap<(usize, usize, Arch), bool>,
+    envs: FxHashMap<(usize, Arch), MarkerTree>,
+    holds: FxHashMap<(usize, usize, Arch), bool>,
 }
 
 impl Markers<'_> {
@@ -271,24 +303,24 @@ impl Markers<'_> {
 /// a table (not one uv wrote for a project) is read by each table's own
 /// `resolution-markers` alone ([`Installs::rooted`] false).
 pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Installs> {
-    let (tables, allowed) = tables(path, text)?;
+    let (tables, allowed, scanned) = tables(path, text)?;
     let project = project.map(normalise);
     let own = |t: &Table| {
         t.source.as_ref().is_some_and(|s| s.editable.is_some() || s.virtual_.is_some())
-            && project.as_ref().is_none_or(|p| normalise(t.name.get_ref()) == *p)
+            && project.as_ref().is_none_or(|p| normalise(&t.name) == *p)
     };
     let roots: Vec<usize> = (0..tables.len()).filter(|i| own(&tables[*i].1)).collect();
-    let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut by_name: FxHashMap<String, Vec<usize>> = FxHashMap::default();
     for (i, (_, t)) in tables.iter().enumerate() {
-        by_name.entry(normalise(t.name.get_ref())).or_default().push(i);
+        by_name.entry(normalise(&t.name)).or_default().push(i);
     }
     let mut mk = Markers {
         path,
         allowed: &allowed,
-        ids: HashMap::new(),
+        ids: FxHashMap::default(),
         trees: Vec::new(),
-        envs: HashMap::new(),
-        holds: HashMap::new(),
+        envs: FxHashMap::default(),
+        holds: FxHashMap::default(),
     };
     let base = mk.id(None, 1)?;
     // Each table's resolution-markers as one marker id (TRUE when it has none).
@@ -298,12 +330,24 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
         fork.push(mk.id((!joined.is_empty()).then_some(joined.as_str()), *line)?);
     }
     let contexts = contexts(&tables, &roots, &mut mk)?;
-    let mut via: BTreeMap<usize, BTreeMap<Arch, BTreeSet<String>>> = BTreeMap::new();
+    // Per table and architecture, the contexts that reach it (a bit each: at most MAX_CONTEXTS = 64).
+    let mut bits: Vec<[u64; 2]> = vec![[0; 2]; tables.len()];
     let g = Graph { tables: &tables, by_name: &by_name, fork: &fork, base };
-    for (label, ctx, starts) in &contexts {
-        for arch in Arch::ALL {
-            for t in g.walk(&mut mk, *ctx, arch, starts)? {
-                via.entry(t).or_default().entry(arch).or_default().insert(label.clone());
+    let mut scratch = Scratch::default();
+    for (k, (_, ctx, starts)) in contexts.iter().enumerate() {
+        for (a, arch) in Arch::ALL.into_iter().enumerate() {
+            for &t in g.walk(&mut mk, *ctx, arch, starts, &mut scratch)? {
+                bits[t][a] |= 1u64 << k;
+            }
+        }
+    }
+    let mut via: BTreeMap<usize, BTreeMap<Arch, BTreeSet<String>>> = BTreeMap::new();
+    for (t, b) in bits.iter().enumerate() {
+        for (a, arch) in Arch::ALL.into_iter().enumerate() {
+            let labels = contexts.iter().enumerate().filter(|(k, _)| b[a] >> k & 1 == 1).map(|(_, c)| c.0.clone());
+            let labels: BTreeSet<String> = labels.collect();
+            if !labels.is_empty() {
+                via.entry(t).or_default().insert(arch, labels);
             }
         }
     }
@@ -319,7 +363,7 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
         .map(|(i, via)| {
             let (line, t) = &tables[i];
             Installed {
-                name: normalise(t.name.get_ref()),
+                name: normalise(&t.name),
                 version: t.version.clone().unwrap_or_default(),
                 registry: t.source.as_ref().and_then(|s| s.registry.clone()),
                 line: *line,
@@ -327,7 +371,7 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
             }
         })
         .collect();
-    Ok(Installs { tables, rooted: !roots.is_empty() })
+    Ok(Installs { tables, rooted: !roots.is_empty(), scanned })
 }
 
 /// A root context: its label, its marker id (the extra or group active, in uv's
@@ -339,7 +383,7 @@ fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers)
     for &r in roots {
         let (line, t) = &tables[r];
         let base: Vec<(usize, &Edge)> = t.dependencies.iter().map(|e| (r, e)).collect();
-        let name = normalise(t.name.get_ref());
+        let name = normalise(&t.name);
         out.push(("dependencies".into(), mk.id(None, *line)?, base.clone()));
         for (kind, lists) in [("extra", &t.optional), ("group", &t.dev)] {
             for (n, edges) in lists {
@@ -359,7 +403,7 @@ fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers)
 
 struct Graph<'g> {
     tables: &'g [(usize, Table)],
-    by_name: &'g HashMap<String, Vec<usize>>,
+    by_name: &'g FxHashMap<String, Vec<usize>>,
     fork: &'g [usize],
     /// The context that constrains nothing.
     base: usize,
@@ -368,54 +412,91 @@ struct Graph<'g> {
 impl Graph<'_> {
     /// The tables reached on `arch` in context `ctx` from `starts`: a worklist of
     /// (table, extra of it) with a visited set, each edge taken where its marker
-    /// can hold, each target where its resolution-markers can.
-    fn walk<'a>(
+    /// can hold, each target where its resolution-markers can. Dense per-walk
+    /// state (`scratch`, reused): no hashing per edge.
+    fn walk<'a, 's>(
         &'a self,
         mk: &mut Markers,
         ctx: usize,
         arch: Arch,
         starts: &[(usize, &'a Edge)],
-    ) -> Result<BTreeSet<usize>> {
-        let mut reached = BTreeSet::new();
-        let mut seen: HashSet<(usize, Option<&'a str>)> = HashSet::new();
+        scratch: &'s mut Scratch,
+    ) -> Result<&'s [usize]> {
+        let n = self.tables.len();
+        scratch.reset(n);
+        let Scratch { holds, seen, reached, order } = scratch;
+        let mut seen_extra: FxHashSet<(usize, &'a str)> = FxHashSet::default();
         let mut work: Vec<(usize, &'a Edge)> = starts.to_vec();
+        let mut check = |mk: &mut Markers, id: usize| -> bool {
+            if holds.len() <= id {
+                holds.resize(id + 1, 0);
+            }
+            if holds[id] == 0 {
+                holds[id] = 1 + u8::from(mk.holds(id, ctx, self.base, arch));
+            }
+            holds[id] == 2
+        };
         while let Some((from, e)) = work.pop() {
-            let (id, targets) = match e.resolved.get() {
-                Some(r) => r,
-                None => {
-                    let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
-                    let named = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
-                    let targets = named
-                        .iter()
-                        .copied()
-                        .filter(|t| e.version.is_none() || e.version == self.tables[*t].1.version)
-                        .collect();
-                    e.resolved.get_or_init(|| (id, targets))
-                }
-            };
-            if !mk.holds(*id, ctx, self.base, arch) {
+            let (id, targets) = self.resolve(mk, from, e)?;
+            if !check(mk, *id) {
                 continue;
             }
             for &t in targets {
-                let table = &self.tables[t].1;
-                if !mk.holds(self.fork[t], ctx, self.base, arch) {
+                if !check(mk, self.fork[t]) {
                     continue;
                 }
-                reached.insert(t);
-                let nodes = std::iter::once(None).chain(e.extra.iter().map(|x| Some(x.as_str())));
-                for node in nodes {
-                    if !seen.insert((t, node)) {
-                        continue;
+                if !reached[t] {
+                    reached[t] = true;
+                    order.push(t);
+                }
+                let table = &self.tables[t].1;
+                if !seen[t] {
+                    seen[t] = true;
+                    work.extend(table.dependencies.iter().map(|e| (t, e)));
+                }
+                for x in &e.extra {
+                    if seen_extra.insert((t, x.as_str())) {
+                        work.extend(table.optional.get(x).into_iter().flatten().map(|e| (t, e)));
                     }
-                    let edges = match node {
-                        None => Some(&table.dependencies),
-                        Some(x) => table.optional.get(x),
-                    };
-                    work.extend(edges.into_iter().flatten().map(|e| (t, e)));
                 }
             }
         }
-        Ok(reached)
+        Ok(order)
+    }
+
+    /// The edge's marker id and target tables, resolved once (later walks reuse them).
+    fn resolve<'e>(&self, mk: &mut Markers, from: usize, e: &'e Edge) -> Result<&'e (usize, Vec<usize>)> {
+        if let Some(r) = e.resolved.get() {
+            return Ok(r);
+        }
+        let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
+        let named = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
+        let targets =
+            named.iter().copied().filter(|t| e.version.is_none() || e.version == self.tables[*t].1.version).collect();
+        Ok(e.resolved.get_or_init(|| (id, targets)))
+    }
+}
+
+/// One walk's dense state, kept between walks to reuse its memory.
+#[derive(Default)]
+struct Scratch {
+    /// Per marker id: 0 not asked yet, 1 cannot hold, 2 can.
+    holds: Vec<u8>,
+    /// Per table: its own dependencies queued.
+    seen: Vec<bool>,
+    reached: Vec<bool>,
+    /// The reached tables, in the order reached.
+    order: Vec<usize>,
+}
+
+impl Scratch {
+    fn reset(&mut self, tables: usize) {
+        self.holds.clear();
+        for v in [&mut self.seen, &mut self.reached] {
+            v.clear();
+            v.resize(tables, false);
+        }
+        self.order.clear();
     }
 }
 
@@ -465,5 +546,94 @@ mod tests {
         let err = installs(Path::new("uv.lock"), &lock, None).unwrap_err();
         assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Usage);
         assert!(format!("{err:#}").contains(&format!("uv.lock:5: more than {MAX_EDGES} dependency edges")), "{err:#}");
+    }
+
+    /// Each block of `lock` as `toml` reads it (the path the scanner stands in for).
+    fn by_toml(block: &str) -> Vec<Table> {
+        let b: Block = toml::from_str(&without_files(block)).or_else(|_| toml::from_str(block)).unwrap();
+        b.package
+    }
+
+    fn blocks(lock: &str) -> Vec<&str> {
+        let starts: Vec<usize> = lock.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
+        (0..starts.len()).map(|k| &lock[starts[k]..starts.get(k + 1).copied().unwrap_or(lock.len())]).collect()
+    }
+
+    const LOCKS: [&str; 3] = [
+        include_str!("../../../tests/fixtures/consumer-split/uv.lock"),
+        include_str!("../../../tests/fixtures/consumer-unified/uv.lock"),
+        include_str!("../../../tests/fixtures/consumer-forks/uv.lock"),
+    ];
+
+    #[test]
+    fn the_scanner_reads_every_table_uv_wrote_as_toml_does() {
+        for lock in LOCKS {
+            for b in blocks(lock) {
+                let t = scan::table(b).unwrap_or_else(|| panic!("not scanned: {b}"));
+                assert_eq!(format!("{:?}", vec![t]), format!("{:?}", by_toml(b)));
+            }
+        }
+    }
+
+    /// `lock` with each `name = ` line right after `[[package]]` given a comment:
+    /// the same TOML, the same lines, but no table is uv's shape (all read by `toml`).
+    fn commented(lock: &str) -> String {
+        let mut out = String::with_capacity(lock.len() + 4096);
+        let mut after = false;
+        for l in lock.split_inclusive('\n') {
+            match l.strip_suffix('\n') {
+                Some(body) if after && body.starts_with("name = ") => out.push_str(&format!("{body} # toml\n")),
+                _ => out.push_str(l),
+            }
+            after = l == "[[package]]\n";
+        }
+        out
+    }
+
+    fn graph(lock: &str, project: Option<&str>) -> (String, usize) {
+        let g = installs(Path::new("uv.lock"), lock, project).unwrap();
+        (format!("{:?} {}", g.tables, g.rooted), g.scanned)
+    }
+
+    #[test]
+    fn odd_but_valid_toml_gives_the_same_graph_through_the_toml_path() {
+        for lock in LOCKS {
+            let n = blocks(lock).len();
+            for project in [None, Some("consumer"), Some("other")] {
+                let (plain, scanned) = graph(lock, project);
+                assert_eq!(scanned, n);
+                let odd = commented(lock);
+                assert_eq!(graph(&odd, project), (plain.clone(), 0), "{odd}");
+                // literal strings, a quoted key, spaced `=`, an escape: valid TOML, not uv's shape
+                for (from, to) in [
+                    ("source = { registry = \"", "source = { \"registry\" = \""),
+                    ("\nversion = \"", "\nversion   =   \""),
+                    ("{ name = \"", "{name=\""),
+                    ("platform_machine == 'x86_64'", "platform_machine == \\u0027x86_64\\u0027"),
+                    ("dependencies = [\n", "dependencies = [ # edges\n"),
+                ] {
+                    let odd = lock.replace(from, to);
+                    let (g, s) = graph(&odd, project);
+                    assert_eq!(g, plain, "{from} -> {to}");
+                    let in_tables = lock.find("\n[[package]]\n").is_some_and(|f| lock[f..].contains(from));
+                    assert!(!in_tables || s < n, "{from} -> {to}: every table still scanned");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_table_that_does_not_parse_is_an_error_at_its_line_either_way() {
+        let lock = LOCKS[0];
+        let at = lock.match_indices("\n[[package]]\n").nth(1).unwrap().0 + 1;
+        let line = lock[..at].matches('\n').count() + 1;
+        for broken in ["version = \"1.0\"\nversion = \"2.0\"\n", "version = \"1.0\n"] {
+            let bad = format!("{}{}{}", &lock[..at], format_args!("[[package]]\nname = \"zz\"\n{broken}"), &lock[at..]);
+            let err = installs(Path::new("uv.lock"), &bad, None).unwrap_err();
+            assert!(
+                format!("{err:#}").contains(&format!("uv.lock:{line}: a [[package]] table does not parse")),
+                "{err:#}"
+            );
+        }
     }
 }

@@ -29,15 +29,26 @@ pub struct LockArgs {
     #[arg(long, default_value_t = 11)]
     pub runs: usize,
     /// `lock`: the cargo profile of the binary measured: `release` (what users
-    /// install, thin LTO) or `ci-bench` (the same code without LTO, which CI
-    /// builds in less time on 2 cores; Cargo.toml says what it changes).
-    #[arg(long, default_value = "release", value_parser = ["release", "ci-bench"])]
+    /// install, thin LTO), `ci-bench` (the same code without LTO) or `dev` (the
+    /// debug binary `cargo test` builds, with the lock-reading crates optimised:
+    /// what .ci/run measures, with `DEEPEP_FORGE_BIN=target/debug/deepep-forge`,
+    /// so CI builds nothing more; Cargo.toml says what each changes).
+    #[arg(long, default_value = "release", value_parser = ["release", "ci-bench", "dev"])]
     pub profile: String,
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
+}
+
+/// The folder under target/ of a cargo profile's binaries (`dev` builds into `debug`).
+fn profile_dir(profile: &str) -> &str {
+    if profile == "dev" {
+        "debug"
+    } else {
+        profile
+    }
 }
 
 /// The fixtures folder, if any of the places CI and dev keep it holds one.
@@ -164,7 +175,7 @@ pub fn run(root: &Path, a: &LockArgs) -> Result<Exit> {
         None => {
             let profile = &a.profile;
             cmd!(sh, "cargo build --quiet --profile {profile} -p deepep-forge").run()?;
-            root.join("target").join(profile).join("deepep-forge")
+            root.join("target").join(profile_dir(profile)).join("deepep-forge")
         }
     };
     let venv = root.join("target/tools-venv/bin/python");
@@ -182,7 +193,12 @@ pub fn run(root: &Path, a: &LockArgs) -> Result<Exit> {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let (ratio, growth) = (f1.as_secs_f64() / p1.as_secs_f64(), f4.as_secs_f64() / f1.as_secs_f64());
     let size = |d: &Path| std::fs::metadata(d.join("uv.lock")).map(|m| m.len()).unwrap_or(0);
-    println!("lock check --no-pins on {} (uv.lock {} bytes; medians of {runs})", case.display(), size(&case));
+    println!(
+        "lock check --no-pins on {} (uv.lock {} bytes; {}; medians of {runs})",
+        case.display(),
+        size(&case),
+        exe.display()
+    );
     println!("  deepep-forge lock check (whole process)         {:9.2} ms", ms(f1));
     println!("  python tomllib, both files (in-process parse)   {:9.2} ms", ms(p1));
     println!("  ratio {ratio:.3} (goal <= 0.10, fails above {})", a.max_ratio);
