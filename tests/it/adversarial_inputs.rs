@@ -436,7 +436,7 @@ fn a_planted_build_root_lock_is_exit_3_with_what_to_do() {
             .absent("wheels")
             .exit(3)
             .says("the build root's lock")
-            .says("remove it (as its owner or root)")
+            .says("remove it (as its owner, or root)")
             .says("DEEPEP_FORGE_BUILD_ROOT")
             .timeout(std::time::Duration::from_secs(300))
     };

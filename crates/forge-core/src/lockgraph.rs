@@ -163,14 +163,14 @@ fn without_files(block: &str) -> String {
 
 /// The offset of each `[[package]]` line (at a line start) and its 1-based line: one pass.
 fn package_starts(text: &str) -> Vec<(usize, usize)> {
+    // memmem (SIMD) finds the headers; the lines between are counted, not split.
+    let b = text.as_bytes();
+    let (mut line, mut last) = (1usize, 0usize);
     let mut out = Vec::new();
-    let (mut at, mut line) = (0usize, 1usize);
-    for l in text.split_inclusive('\n') {
-        if at > 0 && l.starts_with("[[package]]\n") {
-            out.push((at, line));
-        }
-        at += l.len();
-        line += 1;
+    for at in memchr::memmem::find_iter(b, b"[[package]]\n").filter(|&i| i > 0 && b[i - 1] == b'\n') {
+        line += memchr::memchr_iter(b'\n', &b[last..at]).count();
+        last = at;
+        out.push((at, line));
     }
     out
 }

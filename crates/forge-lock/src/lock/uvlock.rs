@@ -82,7 +82,8 @@ struct EnvPkg {
 /// Where the project's dependency edges reach (`crate::lockgraph`) narrows each table's
 /// architectures.
 pub fn environment(path: &Path, text: &str, project: Option<&str>) -> Result<Vec<EnvPackage>> {
-    let starts: Vec<usize> = text.match_indices("\n[[package]]\nname = \"").map(|(i, _)| i + 1).collect();
+    let starts: Vec<usize> =
+        memchr::memmem::find_iter(text.as_bytes(), b"\n[[package]]\nname = \"").map(|i| i + 1).collect();
     let mut parts: Vec<(usize, EnvLock)> = Vec::new();
     for (k, &s) in starts.iter().enumerate() {
         let head = &text[s + "[[package]]\nname = \"".len()..];
@@ -242,19 +243,22 @@ fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize
             .map_err(|e| super::toml_error(path, text, e, "uv.lock (or regenerate it with `uv lock`)"))?;
         Ok(vec![(0, lock)])
     };
-    let starts: Vec<usize> = text.match_indices("\n[[package]]\n").map(|(i, _)| i + 1).collect();
+    let starts: Vec<usize> = memchr::memmem::find_iter(text.as_bytes(), b"\n[[package]]\n").map(|i| i + 1).collect();
     let Some(&first) = starts.first() else { return full() };
     let body = &text[first..];
-    if text.contains("\"\"\"") || text.contains("'''") || body.contains("\n[manifest") || body.contains("\n[[manifest")
-    {
+    let has = |t: &str, n: &str| memchr::memmem::find(t.as_bytes(), n.as_bytes()).is_some();
+    if has(text, "\"\"\"") || has(text, "'''") || has(body, "\n[manifest") || has(body, "\n[[manifest") {
         return full();
     }
     // The bare normalised name: also catches a mangled `name = deep-ep`, so it gets parsed and reported.
     let needle = name.to_string();
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
     let mut out = Vec::new();
     let blocks =
         starts.iter().enumerate().map(|(k, &s)| (s, &text[s..starts.get(k + 1).copied().unwrap_or(text.len())]));
-    for (off, part) in std::iter::once((0, &text[..first])).chain(blocks.filter(|(_, b)| b.contains(&needle))) {
+    for (off, part) in
+        std::iter::once((0, &text[..first])).chain(blocks.filter(|(_, b)| finder.find(b.as_bytes()).is_some()))
+    {
         // A table of uv's shape with the list elements that do not name the package blanked
         // (same offsets; the project's own table is ~10% of NeMo-RL's lock, nearly all other names).
         let thin = if off == 0 { None } else { crate::lockgraph::thin_block(part, &needle) };
