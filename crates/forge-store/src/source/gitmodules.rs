@@ -48,7 +48,8 @@ pub fn declared(dir: &Path) -> anyhow::Result<Vec<Declared>> {
             return Err(refuse(&file, e.path_line, &format!("path `{}` is declared twice", e.path)).into());
         }
         check_free(dir, &e.path).map_err(|why| refuse(&file, e.path_line, &format!("path `{}`: {why}", e.path)))?;
-        let folder = sibling(dir, parent, &e.url).map_err(|why| refuse(&file, e.url_line, &format!("url `{}`: {why}", e.url)))?;
+        let folder = sibling(dir, parent, &e.url)
+            .map_err(|why| refuse(&file, e.url_line, &format!("url `{}`: {why}", e.url)))?;
         out.push(Declared { path: e.path, url: e.url, folder });
     }
     Ok(out)
@@ -159,18 +160,24 @@ fn check_path(path: &str) -> Result<(), String> {
     if path.starts_with('/') {
         return Err("is absolute; expected a folder inside the source folder".into());
     }
-    path.split('/').try_for_each(plain_component).map_err(|why| format!("{why}; expected a folder inside the source folder"))
+    path.split('/')
+        .try_for_each(plain_component)
+        .map_err(|why| format!("{why}; expected a folder inside the source folder"))
 }
 
 fn check_url(url: &str) -> Result<(), String> {
     let Some(rest) = url.strip_prefix("../") else {
         return Err(if url.starts_with('-') {
-            "starts with `-` (git would read it as an option); expected `../FOLDER`, a folder beside the source folder".into()
+            "starts with `-` (git would read it as an option); expected `../FOLDER`, a folder beside the source folder"
+                .into()
         } else {
-            "expected `../FOLDER`, a folder beside the source folder (a remote or absolute URL is not snapshotted)".into()
+            "expected `../FOLDER`, a folder beside the source folder (a remote or absolute URL is not snapshotted)"
+                .into()
         });
     };
-    rest.split('/').try_for_each(plain_component).map_err(|why| format!("{why}; expected `../FOLDER` inside the source folder's parent"))
+    rest.split('/')
+        .try_for_each(plain_component)
+        .map_err(|why| format!("{why}; expected `../FOLDER` inside the source folder's parent"))
 }
 
 /// Nothing in the folder at `path` (the gitlink goes there), and no file or link on the way to it.
@@ -222,7 +229,8 @@ mod tests {
 
     #[test]
     fn a_plain_section_parses() {
-        let t = "# c\n[submodule \"third-party/nccl\"]\n\tpath = third-party/nccl\n\turl = ../mini-nccl\n\tbranch = x\n";
+        let t =
+            "# c\n[submodule \"third-party/nccl\"]\n\tpath = third-party/nccl\n\turl = ../mini-nccl\n\tbranch = x\n";
         assert_eq!(one(t), Ok(("third-party/nccl".into(), "../mini-nccl".into())));
     }
 
@@ -247,7 +255,16 @@ mod tests {
             assert!(check_path(p).is_err(), "{p}");
         }
         assert!(check_path("third-party/nccl").is_ok());
-        for u in ["-uhostile", "https://github.com/NVIDIA/nccl.git", "/srv/nccl", "../../etc", "../a/../../b", "./x", "../-u", "../"] {
+        for u in [
+            "-uhostile",
+            "https://github.com/NVIDIA/nccl.git",
+            "/srv/nccl",
+            "../../etc",
+            "../a/../../b",
+            "./x",
+            "../-u",
+            "../",
+        ] {
             assert!(check_url(u).is_err(), "{u}");
         }
         assert!(check_url("../mini-nccl").is_ok());
