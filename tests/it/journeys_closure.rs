@@ -73,9 +73,10 @@ fn the_plan_states_the_wheels_requires_dist_before_the_toolchain_is_installed() 
     assert!(lines.contains(&"nvidia-nccl-cu13==2.30.7".to_string()), "{lines:?}");
     let nccl = r["requires"].as_array().unwrap().iter().find(|q| q["name"] == "nvidia-nccl-cu13").unwrap();
     assert!(nccl["why"].as_str().unwrap().contains("below NCCL 2.31"), "{nccl}");
-    if p["environment"].is_null() && p["interface"]["runtime"]["nvshmem_same"] == true {
-        assert!(lines.contains(&"nvidia-nvshmem-cu13==3.7.2".to_string()), "{lines:?}");
-    }
+    // NVSHMEM is required only where the revision links its device library statically
+    // (this one does not): the same rule as after the install.
+    let nvshmem = lines.contains(&"nvidia-nvshmem-cu13==3.7.2".to_string());
+    assert_eq!(nvshmem, p["interface"]["runtime"]["nvshmem_same"] == true, "{lines:?}");
     assert!(r["notes"].to_string().contains("read again from it once installed"), "says it is checked again: {r:#}");
     // Nothing was provisioned or downloaded.
     assert!(
