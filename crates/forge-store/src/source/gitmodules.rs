@@ -72,24 +72,32 @@ struct Entry {
     url_line: usize,
 }
 
+/// A `[submodule]` section being read: its header's line, path and url with their lines.
+struct Open {
+    at: usize,
+    path: Option<(String, usize)>,
+    url: Option<(String, usize)>,
+}
+
+/// The section read so far, complete (path and url) or refused at its header's line.
+fn close(open: Option<Open>, out: &mut Vec<Entry>) -> Result<(), (usize, String)> {
+    let Some(o) = open else { return Ok(()) };
+    match (o.path, o.url) {
+        (Some((path, path_line)), Some((url, url_line))) => {
+            out.push(Entry { path, path_line, url, url_line });
+            Ok(())
+        }
+        (None, _) => Err((o.at, "this submodule has no `path = ...`".into())),
+        (_, None) => Err((o.at, "this submodule has no `url = ...`".into())),
+    }
+}
+
 /// `[submodule "NAME"]` sections with `key = value` lines, `#`/`;` comments;
 /// keys other than path and url are kept out (git reads them, the snapshot
 /// does not need them). Err: (1-based line, what is wrong).
 fn parse(text: &str) -> Result<Vec<Entry>, (usize, String)> {
     let mut out: Vec<Entry> = Vec::new();
-    let mut open: Option<(usize, Option<(String, usize)>, Option<(String, usize)>)> = None;
-    let close = |open: Option<(usize, Option<(String, usize)>, Option<(String, usize)>)>,
-                 out: &mut Vec<Entry>|
-     -> Result<(), (usize, String)> {
-        if let Some((at, path, url)) = open {
-            match (path, url) {
-                (Some((path, path_line)), Some((url, url_line))) => out.push(Entry { path, path_line, url, url_line }),
-                (None, _) => return Err((at, "this submodule has no `path = ...`".into())),
-                (_, None) => return Err((at, "this submodule has no `url = ...`".into())),
-            }
-        }
-        Ok(())
-    };
+    let mut open: Option<Open> = None;
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
         let line = raw.trim();
@@ -112,7 +120,7 @@ fn parse(text: &str) -> Result<Vec<Entry>, (usize, String)> {
             if out.len() >= MAX {
                 return Err((n, format!("more than {MAX} submodules")));
             }
-            open = Some((n, None, None));
+            open = Some(Open { at: n, path: None, url: None });
             continue;
         }
         let Some((key, value)) = line.split_once('=') else {
@@ -126,8 +134,8 @@ fn parse(text: &str) -> Result<Vec<Entry>, (usize, String)> {
             return Err((n, "expected an unquoted value without comments".into()));
         }
         let slot = match key.trim().to_ascii_lowercase().as_str() {
-            "path" => &mut section.1,
-            "url" => &mut section.2,
+            "path" => &mut section.path,
+            "url" => &mut section.url,
             _ => continue,
         };
         if slot.is_some() {
