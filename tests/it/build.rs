@@ -31,6 +31,9 @@ fn demo_pins_name_the_current_fixture_snapshot() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["plans"][0]["variant"]["name"], "demo");
     assert_eq!(j["skipped"][0]["variant"], "demo-arm");
+    // demo-multinode: the folder's `.gitmodules` made mini-nccl its third-party/nccl.
+    assert_eq!(j["plans"][1]["variant"]["name"], "demo-multinode");
+    assert!(j["plans"][1]["source"]["submodules"]["third-party/nccl"].as_str().is_some_and(|s| s.len() == 40), "{j}");
     // docs/build-interface.md's refused `env` example pins the same snapshot.
     let rev = |f: &str| {
         let t = std::fs::read_to_string(root().join(f)).unwrap();
@@ -958,4 +961,139 @@ fn the_toolchain_memo_sees_a_package_installed_under_a_reset_mtime() {
     std::fs::write(site.join("torch/__init__.py"), "").unwrap();
     reset(&site);
     assert_eq!(identify().importable.get("torch"), Some(&true), "a stale memo was used");
+}
+
+/// The multi-node path on the fixture, exactly as README.md and
+/// docs/build-wheel.md show it: `demo-multinode` of the demo pins, the folder
+/// snapshot carrying mini-nccl as `third-party/nccl` (`.gitmodules`), built,
+/// its NCCL objects in the wheel, the submodule in its provenance, and the
+/// shown probe passing `multinode-build`.
+#[test]
+#[cfg_attr(
+    not(feature = "needs-ibverbs"),
+    ignore = "needs system package libibverbs-dev (and the tools venv): bash .ci/run runs it when present"
+)]
+fn the_fixture_builds_the_demo_multinode_variant_as_the_docs_show() {
+    let tools = require!(tools_venv(), "the tools venv (nvcc)");
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        support::missing("the rdma-core headers (libibverbs-dev)");
+    }
+    let shown = |page: &str, start: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(root().join(page)).unwrap();
+        let lines: Vec<String> = text.lines().filter(|l| l.starts_with(start)).map(String::from).collect();
+        assert!(!lines.is_empty(), "{page} shows no `{start}...`");
+        lines
+    };
+    let build = shown("docs/build-wheel.md", "deepep-forge build-wheel --pins tests/fixtures/demo-pins.toml --source tests/fixtures/mini-deepep --variant demo-multinode");
+    assert_eq!(build.len(), 1, "{build:?}");
+    assert_eq!(shown("README.md", "deepep-forge build-wheel --pins tests/fixtures/demo-pins.toml --source tests/fixtures/mini-deepep --variant demo-multinode"), build, "README.md shows the same command");
+    let probe = shown("docs/build-wheel.md", "deepep-forge probe --wheel dist/demo-multinode/");
+    // The docs' workspace: the checkout's tests/ and the tools venv as target/tools-venv.
+    let ws = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(root().join("tests"), ws.path().join("tests")).unwrap();
+    std::fs::create_dir(ws.path().join("target")).unwrap();
+    std::os::unix::fs::symlink(&tools, ws.path().join("target/tools-venv")).unwrap();
+    let run = |line: &str| {
+        let path = format!("{}:{}", exe().parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+        let mut c = Command::new("bash");
+        c.env_clear();
+        if let Some(h) = std::env::var_os("HOME") {
+            c.env("HOME", h);
+        }
+        c.arg("-c")
+            .arg(line)
+            .current_dir(ws.path())
+            .env("PATH", path)
+            .env("LANG", "C.UTF-8")
+            .env("DEEPEP_FORGE_CACHE_DIR", ws.path().join("cache"))
+            .env("DEEPEP_FORGE_TOOLS", ws.path().join("target/tools-venv"))
+            .output()
+            .unwrap()
+    };
+    let o = run(&build[0]);
+    assert_eq!(o.status.code(), Some(0), "`{}`:\n{}{}", build[0], stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("built      dist/demo-multinode/deep_ep-1.2.1+44413fe-"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("nccl reuse: third-party/nccl/build at "), "{}", stderr(&o));
+    let wheels: Vec<_> = std::fs::read_dir(ws.path().join("dist/demo-multinode"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    assert_eq!(wheels.len(), 1, "{wheels:?}");
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheels[0]).unwrap()).unwrap();
+    let names: Vec<String> = zip.file_names().map(String::from).collect();
+    assert!(names.iter().any(|n| n.starts_with("deep_ep/backend/nccl/obj/") && n.ends_with(".o")), "{names:?}");
+    let di = names.iter().find(|n| n.ends_with(".dist-info/deepep-forge-provenance.json")).unwrap().clone();
+    let mut text = String::new();
+    zip.by_name(&di).unwrap().read_to_string(&mut text).unwrap();
+    let prov: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(prov["variant"]["name"], "demo-multinode");
+    assert_eq!(prov["source"]["rev"], "44413fe04da5ac577740e2eea956fa7faa12ea2a", "the demo pin's revision");
+    assert!(prov["source"]["submodules"]["third-party/nccl"].as_str().is_some_and(|s| s.len() == 40), "{prov}");
+    for line in probe {
+        let o = run(&line);
+        assert_eq!(o.status.code(), Some(0), "`{line}`:\n{}{}", stdout(&o), stderr(&o));
+        assert!(
+            stdout(&o).contains("multinode-build       D = 2 NVLink domains and the binary is multinode (doca)"),
+            "{}",
+            stdout(&o)
+        );
+    }
+}
+
+/// A folder's `.gitmodules` that tries to leave the folder, names an option,
+/// an absolute or remote URL, or a folder outside the source's parent (also
+/// through a link), or a path that already has files, is refused before any
+/// snapshot is written: exit 2, the file and line, what is expected.
+#[test]
+fn a_hostile_gitmodules_in_a_source_folder_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let parent = d.path().join("src");
+    let folder = parent.join("mini-deepep");
+    copy_dir(&root().join("tests/fixtures/mini-deepep"), &folder);
+    copy_dir(&root().join("tests/fixtures/mini-nccl"), &parent.join("mini-nccl"));
+    std::fs::create_dir_all(d.path().join("outside")).unwrap();
+    std::os::unix::fs::symlink(d.path().join("outside"), parent.join("link-out")).unwrap();
+    let section = |path: &str, url: &str| format!("[submodule \"n\"]\n\tpath = {path}\n\turl = {url}\n");
+    let cases: Vec<(String, &str)> = vec![
+        (section("../escape", "../mini-nccl"), ".gitmodules:2: path `../escape`"),
+        (section("/etc/nccl", "../mini-nccl"), ".gitmodules:2: path `/etc/nccl`: is absolute"),
+        (section("third-party/nccl", "-uhostile"), ".gitmodules:3: url `-uhostile`: starts with `-`"),
+        (section("third-party/nccl", "../../outside"), ".gitmodules:3: url `../../outside`"),
+        (section("third-party/nccl", "/srv/nccl"), ".gitmodules:3: url `/srv/nccl`: expected `../FOLDER`"),
+        (
+            section("third-party/nccl", "https://github.com/NVIDIA/nccl.git"),
+            "a remote or absolute URL is not snapshotted",
+        ),
+        (section("third-party/nccl", "../link-out"), "(a link leads out)"),
+        (section("third-party/nccl", "../mini-deepep"), "is the source folder"),
+        (section("deep_ep", "../mini-nccl"), "has files: the submodule's files come from the folder its url names"),
+        (section("-u/x", "../mini-nccl"), "starts with `-`"),
+        (
+            "[submodule \"n\"]\n\tpath = \"a\\\"b\"\n\turl = ../mini-nccl\n".into(),
+            ".gitmodules:2: expected a plain line",
+        ),
+        ("[include]\n\tpath = /etc/gitconfig\n".into(), ".gitmodules:1: expected `[submodule \"NAME\"]`"),
+    ];
+    for (text, says) in cases {
+        std::fs::write(folder.join(".gitmodules"), &text).unwrap();
+        let cache = d.path().join("cache");
+        let o = bin()
+            .args(["plan", "--pins"])
+            .arg(root().join("tests/fixtures/demo-pins.toml"))
+            .arg("--source")
+            .arg(&folder)
+            .args(["--variant", "demo", "--cache-dir"])
+            .arg(&cache)
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{text}: {}{err}", stdout(&o));
+        assert!(err.contains(says), "{text}: {says:?} not in {err}");
+        assert!(err.contains("hint: a snapshotted --source folder may declare submodules only as"), "{err}");
+        assert!(!cache.join("git/snapshots").exists(), "{text}: no snapshot written");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }

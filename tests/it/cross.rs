@@ -514,7 +514,7 @@ fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both
     let text = std::fs::read_to_string(&py_path)
         .unwrap()
         .replace("dependencies = [\n", &format!("dependencies = [\n  \"{nvshmem}=={nv_version}\",\n"));
-    let text = text.replace("9dce5ac6b181ede69f331895c8c54285375d5806", &lab.rev).replace("9dce5ac", short);
+    let text = text.replace("44413fe04da5ac577740e2eea956fa7faa12ea2a", &lab.rev).replace("44413fe", short);
     std::fs::write(&py_path, text).unwrap();
     let o = forge(&lab, &links, &["pin", "set", &lab.rev, "--project", consumer.to_str().unwrap(), "--pins", pins])
         .args(["--source", repo, "--index", &url, "--variant", "sn-arm"])

@@ -148,8 +148,9 @@ fn the_unchanged_fixture_plans_every_variant_it_can_build() {
     assert_eq!(p["warnings"], serde_json::json!([]), "no class fires on the fixture");
     assert_eq!(v.plan_json("b200")["run"]["env"]["TORCH_CUDA_ARCH_LIST"], "10.0");
     assert_eq!(v.plan_json("nixl")["run"]["env"]["USE_NIXL"], "1");
-    // No `.gitmodules`, no gitlink: the DOCA path's NCCL submodule is missing, said so.
-    v.refused("doca", &["needs the submodule third-party/nccl (DOCA multinode builds): this revision has no third-party/nccl: neither a .gitmodules entry nor a gitlink"]);
+    // The fixture's `.gitmodules` declares third-party/nccl, but a copy committed
+    // as is has no gitlink: the DOCA path's NCCL submodule is missing, said so.
+    v.refused("doca", &["needs the submodule third-party/nccl (DOCA multinode builds): this revision lists third-party/nccl in .gitmodules but records no gitlink"]);
 }
 
 /// setup.py assigns TORCH_CUDA_ARCH_LIST itself: the variant's value would be ignored.
@@ -322,6 +323,7 @@ fn submodules_come_from_gitmodules_and_gitlinks_only() {
     assert_eq!(p["interface"]["missing_submodules"], serde_json::json!([]));
     // A gitlink without a .gitmodules entry is no submodule.
     let v2 = Variation::new(|t| t.replace("# mini-deepep:", "# mini-deepep (gitlink only):"), &[]);
+    git(&v2.repo, &["rm", "-q", ".gitmodules"]);
     git(&v2.repo, &["update-index", "--add", "--cacheinfo", &format!("160000,{nccl_rev},third-party/nccl")]);
     git(&v2.repo, &["commit", "-qm", "bare gitlink"]);
     let v2 = Variation { rev: git(&v2.repo, &["rev-parse", "HEAD"]).trim().to_string(), ..v2 };

@@ -2,26 +2,18 @@
 //! (consumer-split: extras, conflicts, overrides, a third party's own pin, one
 //! static label) with per-architecture pins in pins.toml; every DeepEP
 //! revision served by a local stand-in repository at DeepEP's URL, real uv
-//! offline against a find-links folder (`lock::FixLab`). Each step's output is
+//! offline against a find-links folder (`lock::FixLab`: the consumer's own
+//! `[tool.uv]` says so, no `UV_*` variable is set). Each step's output is
 //! checked, and every fix `lock check` prints is executed verbatim with `sh -c`
 //! in the user's folder (`deepep-forge` and `uv` on PATH): the split, the bump
 //! with `pin set --relock`, then pyproject.toml, uv.lock, a Dockerfile and
 //! pins.toml each broken by hand and repaired by the printed fix.
 //! Also class 7's pins repository (pins.toml without pyproject.toml).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::lock::{FixLab, ARM, FIXTURE_REVS, X86};
 use crate::support::*;
-
-/// A folder with `deepep-forge` (the binary under test) and `uv` (the tools venv's), for PATH.
-fn tools_on_path(lab: &FixLab) -> PathBuf {
-    let bin = lab.dir.path().join("path-bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let _ = std::os::unix::fs::symlink(exe(), bin.join("deepep-forge"));
-    let _ = std::os::unix::fs::symlink(&lab.uv, bin.join("uv"));
-    bin
-}
 
 /// Run `fix` exactly as printed (`sh -c`) in `dir`, with the lab's environment; it must succeed.
 fn run_printed(lab: &FixLab, dir: &Path, fix: &str) -> String {
@@ -30,17 +22,10 @@ fn run_printed(lab: &FixLab, dir: &Path, fix: &str) -> String {
     out
 }
 
-/// `fix` run as printed: its exit code and output.
+/// `fix` run as printed: its exit code and output. `deepep-forge`, `uv` and
+/// `python3` on PATH; no `UV_*` variable: uv's settings are the consumer's own.
 fn run_printed_code(lab: &FixLab, dir: &Path, fix: &str) -> (i32, String) {
-    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", tools_on_path(lab).display());
-    let o = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(fix)
-        .current_dir(dir)
-        .envs(lab.env.iter().map(|(k, v)| (k, v)))
-        .env("PATH", path)
-        .output()
-        .unwrap();
+    let o = lab.command("sh").arg("-c").arg(fix).current_dir(dir).output().unwrap();
     (o.status.code().unwrap_or(-1), format!("{}{}", stdout(&o), stderr(&o)))
 }
 
@@ -75,6 +60,8 @@ fn fix_until_clean(lab: &FixLab, dir: &Path, extra: &[&str], step: &str) -> Vec<
 #[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn j2_the_pin_bump_every_printed_fix_runs_as_printed() {
     let lab = require!(FixLab::new(), "uv in the tools venv");
+    // uv is steered by the consumer's [tool.uv] alone: no UV_* variable reaches a fix.
+    assert!(lab.env.iter().all(|(k, _)| !k.starts_with("UV_")), "{:?}", lab.env);
     let root_pins = std::fs::read_to_string(root().join("pins.toml")).unwrap();
     let unified = FIXTURE_REVS[0];
     let split_pins = root_pins.replacen(unified, X86, 1).replacen(unified, ARM, 1);

@@ -655,7 +655,11 @@ pub(crate) const FIXTURE_REVS: [&str; 5] =
 /// fixtures' DeepEP revisions served by a local stand-in repository (mini-deepep
 /// commits, version 1.2.1, and a branch `hybrid-ep`) at DeepEP's URL, real uv
 /// offline against a find-links folder of stand-in wheels for the fixtures' other
-/// dependencies, deepep-forge's cache in the temp dir.
+/// dependencies, deepep-forge's cache in the temp dir. uv is never steered by a
+/// `UV_*` variable (none is set, any inherited one removed): the consumer's copy
+/// says offline, the find-links folder, the cache and the Python in its own
+/// `[tool.uv]` ([`FixLab::UV_SETTINGS`]), so a printed `uv lock` or `pin set
+/// --relock` runs exactly as a user would type it.
 pub(crate) struct FixLab {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) uv: PathBuf,
@@ -696,18 +700,45 @@ impl FixLab {
             ("GIT_CONFIG_COUNT", "1".into()),
             ("GIT_CONFIG_KEY_0", format!("url.file://{}.insteadOf", repo.display())),
             ("GIT_CONFIG_VALUE_0", "https://github.com/deepseek-ai/DeepEP.git".into()),
-            ("UV_CACHE_DIR", d("uv-cache")),
-            ("UV_OFFLINE", "1".into()),
-            ("UV_NO_INDEX", "1".into()),
-            ("UV_FIND_LINKS", d("links")),
-            ("UV_PYTHON", python.display().to_string()),
-            ("UV_PYTHON_DOWNLOADS", "never".into()),
-            ("UV_NO_PROGRESS", "1".into()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        // The tools venv's Python first on PATH (as `python3`): the one uv finds for the project.
+        let path_bin = dir.path().join("path-bin");
+        std::fs::create_dir_all(&path_bin).unwrap();
+        std::os::unix::fs::symlink(exe(), path_bin.join("deepep-forge")).unwrap();
+        std::os::unix::fs::symlink(&uv, path_bin.join("uv")).unwrap();
+        std::os::unix::fs::symlink(&python, path_bin.join("python3")).unwrap();
         Some(FixLab { dir, uv, map, env })
+    }
+
+    /// What the consumer's copy says in `[tool.uv]` so uv locks offline here:
+    /// no index, the find-links folder, a cache in the lab, a system Python.
+    pub(crate) const UV_SETTINGS: &'static str = "offline = true\nno-index = true\nfind-links = [\"{links}\"]\ncache-dir = \"{cache}\"\npython-downloads = \"never\"\npython-preference = \"only-system\"\n";
+
+    /// [`FixLab::UV_SETTINGS`] with the lab's folders.
+    fn uv_settings(&self) -> String {
+        let d = |p: &str| self.dir.path().join(p).display().to_string();
+        Self::UV_SETTINGS.replace("{links}", &d("links")).replace("{cache}", &d("uv-cache"))
+    }
+
+    /// PATH for a printed fix: `deepep-forge` (this build), `uv` and `python3` (the
+    /// tools venv's), then the system's.
+    pub(crate) fn path(&self) -> String {
+        format!("{}:/usr/local/bin:/usr/bin:/bin", self.dir.path().join("path-bin").display())
+    }
+
+    /// A command with the lab's environment and nothing of uv's from the caller's.
+    pub(crate) fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+        let mut c = std::process::Command::new(program);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("UV_") {
+                c.env_remove(k);
+            }
+        }
+        c.envs(self.env.iter().map(|(k, v)| (k, v))).env("PATH", self.path());
+        c
     }
 
     /// The stand-in commit of a fixture revision.
@@ -744,6 +775,12 @@ impl FixLab {
             let text = std::fs::read_to_string(root().join("tests/fixtures").join(fixture).join(f)).unwrap();
             // the tools venv's Python (3.11) resolves the project
             let text = self.mapped(&text).replace("requires-python = \">=3.12\"", "requires-python = \">=3.11\"");
+            let text = if f == "pyproject.toml" {
+                assert!(text.contains("\n[tool.uv]\n"), "{fixture} has a [tool.uv] table");
+                text.replacen("\n[tool.uv]\n", &format!("\n[tool.uv]\n{}", self.uv_settings()), 1)
+            } else {
+                text
+            };
             std::fs::write(p.join(f), edit(f, text)).unwrap();
         }
         let third = format!(
@@ -760,9 +797,9 @@ impl FixLab {
 
     /// `lock check --format json --project consumer` (+ `extra`) in `dir`.
     pub(crate) fn check(&self, dir: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
-        let mut c = bin();
+        let mut c = self.command(exe());
         c.args(["lock", "check", "--format", "json", "--project", "consumer"]).args(extra).current_dir(dir);
-        let o = c.envs(self.env.iter().map(|(k, v)| (k, v))).output().unwrap();
+        let o = c.output().unwrap();
         let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
         (o.status.code().unwrap(), v)
     }
@@ -771,11 +808,11 @@ impl FixLab {
     fn run_fix(&self, dir: &Path, fix: &str) {
         let words: Vec<&str> = fix.split_whitespace().collect();
         let mut c = match words.first() {
-            Some(&"deepep-forge") => bin(),
-            Some(&"uv") => std::process::Command::new(&self.uv),
+            Some(&"deepep-forge") => self.command(exe()),
+            Some(&"uv") => self.command(&self.uv),
             _ => panic!("a printed fix that is not a command: {fix}"),
         };
-        let o = c.args(&words[1..]).current_dir(dir).envs(self.env.iter().map(|(k, v)| (k, v))).output().unwrap();
+        let o = c.args(&words[1..]).current_dir(dir).output().unwrap();
         assert_eq!(o.status.code(), Some(0), "`{fix}` failed: {}{}", stdout(&o), stderr(&o));
     }
 }
@@ -895,10 +932,10 @@ fn an_index_sourced_deepep_gets_the_label_rule_and_the_variant_its_dockerfile_bu
         assert!(has(&v, "index-label", arch, "pyproject.toml"), "{arch}: {:?}", rules(&v));
     }
     let f = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-label").unwrap();
-    assert_eq!((f["expected"].as_str(), f["found"].as_str()), (Some("1.2.1+9dce5ac"), Some("1.2.1+aaaaaaa")), "{f}");
+    assert_eq!((f["expected"].as_str(), f["found"].as_str()), (Some("1.2.1+44413fe"), Some("1.2.1+aaaaaaa")), "{f}");
     assert!(
         f["fix"].as_str().unwrap().contains(
-            "pin set 9dce5ac6b181ede69f331895c8c54285375d5806 --index https://deepep.example.org/wheels --variant demo"
+            "pin set 44413fe04da5ac577740e2eea956fa7faa12ea2a --index https://deepep.example.org/wheels --variant demo"
         ),
         "{f}"
     );
@@ -908,26 +945,26 @@ fn an_index_sourced_deepep_gets_the_label_rule_and_the_variant_its_dockerfile_bu
     assert_eq!(m["line"].as_u64(), Some(line_of(&d.path().join("consumer/pyproject.toml"), "deep-ep = {")));
 
     // demo-arm published into demo's index (pins.toml `index`), the label right: clean.
-    let d = index_consumer("1.2.1+9dce5ac", "demo", named_arm, "index = \"demo\"\n");
+    let d = index_consumer("1.2.1+44413fe", "demo", named_arm, "index = \"demo\"\n");
     let (code, v) = index_findings(&d);
     assert!(!rules(&v).iter().any(|r| r.0.starts_with("index-")), "{:?}", rules(&v));
     assert_eq!(code, 0, "{v}");
 
     // A build no stage names, told by its settings: demo's flags, while the index is demo-arm's.
     let by_flags = "FROM ubuntu:24.04\nARG TORCH_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG HYBRID_EP_MULTINODE=0\n";
-    let d = index_consumer("1.2.1+9dce5ac", "demo-arm", by_flags, "");
+    let d = index_consumer("1.2.1+44413fe", "demo-arm", by_flags, "");
     let (code, v) = index_findings(&d);
     assert_eq!(code, 1, "{v}");
     let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
     assert!(m["message"].as_str().unwrap().contains("Dockerfile:2 builds DeepEP as variant `demo`"), "{m}");
-    let d = index_consumer("1.2.1+9dce5ac", "demo", by_flags, "");
+    let d = index_consumer("1.2.1+44413fe", "demo", by_flags, "");
     let (code, v) = index_findings(&d);
     assert_eq!(code, 0, "{:?}", rules(&v));
 }
 
 #[test]
 fn an_index_of_a_single_node_variant_does_not_fit_a_recipe_over_two_nvlink_domains() {
-    let d = index_consumer("1.2.1+9dce5ac", "demo", "FROM ubuntu:24.04\n", "");
+    let d = index_consumer("1.2.1+44413fe", "demo", "FROM ubuntu:24.04\n", "");
     let pins = d.path().join("pins.toml");
     let multinode = "\n[[variant]]\nname = \"demo-mn\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0\"\nmultinode = true\ntransport = \"nixl\"\n";
     std::fs::write(&pins, std::fs::read_to_string(&pins).unwrap() + multinode).unwrap();

@@ -39,6 +39,7 @@ mod images;
 mod install;
 mod interface;
 mod journeys;
+mod journeys_closure;
 mod journeys_epv2;
 mod journeys_pinbump;
 mod journeys_release;

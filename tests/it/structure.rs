@@ -456,6 +456,11 @@ const STRING_RESULTS: &[(&str, usize, &str)] = &[
     ("topology/recipe.rs", 1, "what stayed unresolved in a recipe becomes a request note, never an error"),
     ("pep.rs", 3, "the grammar's verdict on a name or version, which the caller puts into its message naming the file"),
     (
+        "source/gitmodules.rs",
+        5,
+        "why a `.gitmodules` path or url is not accepted, which the caller puts into its message naming the file and line (exit 2)",
+    ),
+    (
         "http.rs",
         5,
         "a transport failure as a sentence without credentials: the caller names the URL's role and picks the exit code (3 for a cache, 1 for a published index) or retries",

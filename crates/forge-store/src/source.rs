@@ -3,7 +3,9 @@
 //! (DeepEP's `deep_ep/backend` copy and setuptools' `build/` leak between
 //! builds of one tree, so a tree is never reused). A `--source` folder that is
 //! not the top of a git repository is snapshotted into a commit with a fixed
-//! identity and date, so the same files always give the same sha.
+//! identity and date, so the same files always give the same sha; the
+//! submodules its `.gitmodules` declares become gitlinks to snapshots of the
+//! sibling folders their `../NAME` urls name (`source/gitmodules.rs`).
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,8 @@ use anyhow::{Context, Result};
 use crate::error::Failure;
 use crate::process::git::Trust;
 use crate::process::{self, Cmd};
+
+pub mod gitmodules;
 
 /// Identity and date of a directory snapshot commit (fixed: same files, same sha).
 const SNAPSHOT_DATE: &str = "2000-01-01T00:00:00Z";
@@ -66,21 +70,42 @@ pub fn resolve(source: &str, cache: &Path) -> Result<Origin> {
 
 /// Commit the files of `dir` (its .gitignore honoured) into a bare repository
 /// with a fixed author, committer and date; returns the repository and commit.
+/// The submodules its `.gitmodules` declares ([`gitmodules`]) are committed as
+/// gitlinks to snapshots of the sibling folders their urls name, each in a
+/// bare repository where git resolves that url beside this one.
 fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
+    let declared = gitmodules::declared(dir)?;
     // Absolute: git runs in `dir` with GIT_DIR set, so a relative --cache-dir would point elsewhere.
-    let repo = std::path::absolute(cache.join("git/snapshots"))
+    let home = std::path::absolute(cache.join("git/snapshots"))
         .with_context(|| format!("resolving {}", cache.display()))?
-        .join(format!("{}.git", short_hash(&dir.to_string_lossy())));
+        .join(short_hash(&dir.to_string_lossy()));
+    let repo = home.join("source.git");
     std::fs::create_dir_all(&repo)?;
-    let _lock = lock(&repo.with_extension("lock"))?;
+    let _lock = lock(&home.join("source.lock"))?;
+    let mut links = Vec::new();
+    for d in &declared {
+        let sub = home.join(d.url.trim_start_matches("../"));
+        let sha = commit_folder(&d.folder, &sub, &[])
+            .with_context(|| format!("snapshotting {} for the submodule {} ({})", d.folder.display(), d.path, d.url))?;
+        links.push((d.path.clone(), sha));
+    }
+    let sha = commit_folder(dir, &repo, &links)?;
+    Ok((repo, sha))
+}
+
+/// Commit `dir`'s files and the gitlinks `links` (path, commit) into the bare
+/// `repo` (created when absent) with the fixed identity and date; the caller
+/// holds the lock. Returns the commit.
+fn commit_folder(dir: &Path, repo: &Path, links: &[(String, String)]) -> Result<String> {
+    std::fs::create_dir_all(repo)?;
     if !repo.join("HEAD").exists() {
-        git(&repo, "create snapshot repository").args(["init", "-q", "--bare"]).output()?;
+        git(repo, "create snapshot repository").args(["init", "-q", "--bare"]).output()?;
     }
     // The index persists between snapshots, so `git add` only rehashes changed files.
     let index = repo.join("snapshot.index");
     let with_env = |c: &mut Cmd| {
         c.cmd
-            .env("GIT_DIR", &repo)
+            .env("GIT_DIR", repo)
             .env("GIT_WORK_TREE", dir)
             .env("GIT_INDEX_FILE", &index)
             .env("GIT_AUTHOR_NAME", "deepep-forge snapshot")
@@ -94,6 +119,13 @@ fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
     add.args(["-c", "core.excludesFile=/dev/null", "-c", "core.autocrlf=false", "add", "-A", "."]);
     with_env(&mut add);
     add.output()?;
+    for (path, sha) in links {
+        // The path was checked (plain names, nothing there), the sha is the sibling's snapshot.
+        let mut link = git(dir, format!("record the submodule {path}"));
+        link.args(["update-index", "--add", "--cacheinfo", &format!("160000,{sha},{path}")]);
+        with_env(&mut link);
+        link.output()?;
+    }
     let mut tree = git(dir, "write snapshot tree");
     tree.args(["write-tree"]);
     with_env(&mut tree);
@@ -107,7 +139,7 @@ fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
         .map(|(t, c)| (t.to_string(), c.to_string()))
     {
         if t == tree {
-            return Ok((repo, c));
+            return Ok(c);
         }
     }
     let mut commit = git(dir, "commit snapshot");
@@ -119,7 +151,7 @@ fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
     with_env(&mut refup);
     refup.output()?;
     std::fs::write(&last, format!("{tree} {sha}\n"))?;
-    Ok((repo, sha))
+    Ok(sha)
 }
 
 /// First 16 hex of sha256(text): stable names for mirrors and snapshots.

@@ -14,13 +14,16 @@
 //! the `nvidia/<lib>` package in the build Python's site-packages) becomes a
 //! requirement; a system NCCL or NVSHMEM is a note. Path-free (it is in the
 //! cache key and the provenance). `with_requires` writes them into METADATA.
-//! Must not read anything but dist-info folder names.
+//! Before the registry toolchain is provisioned, [`would`] states the same
+//! from the versions it would install. Must not read anything but dist-info
+//! folder names.
 use std::path::Path;
 use std::str::FromStr;
 
+use super::plan::WouldProvision;
 use super::toolchain::Toolchain;
-use crate::interface::version_key;
-use crate::provenance::{BuildEnvironment, Requirement, RuntimeRequires};
+use crate::interface::{version_key, Branch};
+use crate::provenance::{BuildEnvironment, Requirement, RuntimeNeeds, RuntimeRequires};
 
 /// The requirements of a build of `e` with toolchain `t`; `nccl_root` and
 /// `nvshmem_root` are where the build found them (`environment::root`);
@@ -73,10 +76,78 @@ fn torch(t: &Toolchain, e: &BuildEnvironment, r: &mut RuntimeRequires) {
     });
 }
 
+/// The requirements a build with the registry toolchain `w` would give,
+/// before it is provisioned: the same rules as [`derive`] over the versions `w`
+/// names (torch's `==`, pins.toml's or the lock's exact NCCL/NVSHMEM); a
+/// version only the install decides (torch's own pin, a `>=` uv resolves) is a
+/// note, never guessed. `needs`: the revision's ([`crate::interface`]).
+pub fn would(w: &WouldProvision, needs: &RuntimeNeeds, branch: Branch, enabled: bool) -> RuntimeRequires {
+    let mut r = RuntimeRequires { enabled, ..Default::default() };
+    match w.torch.strip_prefix("torch==").filter(|v| pep440_rs::Version::from_str(v).is_ok()) {
+        Some(v) => {
+            let public = v.split('+').next().unwrap_or(v);
+            r.requires.push(Requirement {
+                name: "torch".into(),
+                specifier: format!("=={public}"),
+                why: format!(
+                    "the extension links the torch it is compiled against (the registry toolchain's {})",
+                    w.torch
+                ),
+            })
+        }
+        None => r.notes.push(format!("torch: {} names no exact version: known once installed", w.torch)),
+    }
+    let exact = |lib: &str| {
+        let prefix = format!("nvidia-{lib}-cu");
+        w.overrides.iter().find(|o| o.name.starts_with(&prefix)).map(|o| (o, o.specifier.strip_prefix("==")))
+    };
+    if needs.nvshmem_same {
+        let why = "the revision links NVSHMEM's device library statically: the host library must be the same version";
+        match exact("nvshmem") {
+            Some((o, Some(v))) => {
+                r.requires.push(Requirement { name: o.name.clone(), specifier: format!("=={v}"), why: why.into() })
+            }
+            _ => r.notes.push(
+                "NVSHMEM: the version torch pins, known once the toolchain is installed (then required ==)".into(),
+            ),
+        }
+    }
+    if branch == Branch::Main {
+        let name = exact("nccl").map(|(o, _)| o.name.clone());
+        match (exact("nccl").and_then(|(_, v)| v), name) {
+            (Some(v), Some(name)) => {
+                if let Some((spec, why)) = nccl_spec_of(v, needs) {
+                    r.requires.push(Requirement { name, specifier: spec, why });
+                }
+            }
+            _ => match (&needs.nccl_min, &needs.nccl_exact_below) {
+                (Some(min), None) => r.notes.push(format!(
+                    "NCCL: the revision needs {min} or newer; the distribution is named once the toolchain is installed"
+                )),
+                _ => r.notes.push("NCCL: the version is known once the toolchain is installed".into()),
+            },
+        }
+    }
+    r.notes.push(
+        "stated from what the registry toolchain would provision: read again from it once installed (what the wheel carries)"
+            .into(),
+    );
+    if !enabled {
+        r.notes.push(
+            "runtime_requires = false (pins.toml): none of these is written into the wheel's METADATA".to_string(),
+        );
+    }
+    r
+}
+
 /// NCCL's specifier: `==` the build's below the exact-version bound, else `>=` the minimum.
 fn nccl_spec(e: &BuildEnvironment) -> Option<(String, String)> {
-    let built = e.nccl.as_deref()?;
-    if let Some(below) = &e.needs.nccl_exact_below {
+    nccl_spec_of(e.nccl.as_deref()?, &e.needs)
+}
+
+/// [`nccl_spec`] for a build against NCCL `built` of a revision with `needs`.
+fn nccl_spec_of(built: &str, needs: &RuntimeNeeds) -> Option<(String, String)> {
+    if let Some(below) = &needs.nccl_exact_below {
         if version_key(built) < version_key(below) {
             return Some((
                 format!("=={built}"),
@@ -84,7 +155,7 @@ fn nccl_spec(e: &BuildEnvironment) -> Option<(String, String)> {
             ));
         }
     }
-    let min = e.needs.nccl_min.as_deref()?;
+    let min = needs.nccl_min.as_deref()?;
     Some((format!(">={min}"), format!("the revision needs NCCL {min} or newer")))
 }
 

@@ -448,14 +448,16 @@ fn print_unstated(pl: &Plan, n: &crate::provenance::RuntimeNeeds) {
 
 /// The wheel's run-time requirements (`Requires-Dist`) and what is not one.
 fn print_requires(pl: &Plan) {
-    let Some(r) = pl.environment.as_ref().and_then(|e| e.requires.as_ref()) else { return };
+    let Some(d) = &pl.requires_dist else { return };
+    let r = &d.requires;
     if r.enabled && r.requires.is_empty() && r.notes.is_empty() {
         return;
     }
     let lines: Vec<String> = r.requires.iter().map(|q| q.line()).collect();
     let shown = if lines.is_empty() { "none".to_string() } else { lines.join(", ") };
     let off = if r.enabled { "" } else { " (not written: runtime_requires = false)" };
-    crate::outln!("  requires    {shown}{off}");
+    let from = if d.source == "installed" { "" } else { " (from what the registry toolchain would provision)" };
+    crate::outln!("  requires    {shown}{off}{from}");
     for q in &r.requires {
         crate::outln!("              {}: {}", q.line(), q.why);
     }

@@ -205,6 +205,10 @@ pub struct Plan {
     /// Where each of `environment`'s values was read (library -> file).
     #[serde(default)]
     pub environment_from: BTreeMap<String, String>,
+    /// The wheel's `Requires-Dist` as known when planning (see [`RequiresDist`]);
+    /// None when neither the toolchain nor what it would provision is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requires_dist: Option<RequiresDist>,
     /// The source's setup.py imports torch (then the Python must have it).
     pub needs_torch: bool,
     pub portable: Portable,
@@ -338,6 +342,23 @@ pub struct WouldProvision {
     pub torch: String,
     /// The CUDA packages, pinned to the CUDA minor of the installed torch.
     pub packages: Vec<String>,
+    /// The packages it would install over torch's pins (pins.toml's `[toolchain]`
+    /// nccl/nvshmem, the consumer's lock, the revision's need), as requirements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<crate::provenance::Requirement>,
+}
+
+/// The wheel's run-time requirements (`Requires-Dist`) as the plan states
+/// them: read from the installed toolchain's environment (`installed`, the
+/// same as `environment.requires`), or, before the registry toolchain is
+/// provisioned, from what it would provision (`would_provision`: checked
+/// again once installed, and what the wheel carries is the installed one's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequiresDist {
+    /// `installed` or `would_provision`.
+    pub source: String,
+    #[serde(flatten)]
+    pub requires: crate::provenance::RuntimeRequires,
 }
 
 impl ToolchainPart {
@@ -788,6 +809,7 @@ mod tests {
             })),
             environment: None,
             environment_from: BTreeMap::new(),
+            requires_dist: None,
             needs_torch: false,
             portable: Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
             hooks: None,

@@ -518,6 +518,7 @@ fn plan_variant(
         toolchain: tc.clone(),
         environment: None,
         environment_from: BTreeMap::new(),
+        requires_dist: None,
         needs_torch: p.needs_torch,
         portable: plan::Portable { argv: vec![], cwd: String::new(), env: BTreeMap::new() },
         hooks: None,
@@ -531,9 +532,25 @@ fn plan_variant(
     if let Some(t) = tc.known() {
         attach_environment(&mut plan, t, (ctx, v, pin.short()))?;
     }
+    plan.requires_dist = requires_dist(&plan, v);
     plan.seal();
     set_outputs(&mut plan, ctx.cache_dir, &v.name, no_cache);
     Ok(plan)
+}
+
+/// The Requires-Dist the plan states: the installed environment's, else what
+/// the registry toolchain would provision gives ([`closure::would`]).
+fn requires_dist(plan: &Plan, v: &Variant) -> Option<plan::RequiresDist> {
+    if let Some(r) = plan.environment.as_ref().and_then(|e| e.requires.clone()) {
+        return Some(plan::RequiresDist { source: "installed".into(), requires: r });
+    }
+    let ToolchainPart::Missing(m) = &plan.toolchain else { return None };
+    let w = m.would_provision.as_ref()?;
+    let i = &plan.interface;
+    Some(plan::RequiresDist {
+        source: "would_provision".into(),
+        requires: super::closure::would(w, &i.runtime, i.branch, v.runtime_requires),
+    })
 }
 
 /// The plan's roots: the build folder, the cache, the output folder and, for
@@ -904,11 +921,21 @@ fn would(req: &registry::Request, root: Option<PathBuf>) -> Result<plan::WouldPr
         vec!["the CUDA compiler packages of the CUDA minor torch carries (read once torch is installed)".into()]
     };
     packages.extend(req.overrides.iter().map(|o| format!("{} (over torch's pin: {})", o.requirement(), o.why)));
+    let overrides = req
+        .overrides
+        .iter()
+        .map(|o| crate::provenance::Requirement {
+            name: o.package.clone(),
+            specifier: o.spec.clone(),
+            why: o.why.clone(),
+        })
+        .collect();
     Ok(plan::WouldProvision {
         root: root.unwrap_or_default(),
         python: req.python.clone(),
         torch: req.torch.clone(),
         packages,
+        overrides,
     })
 }
 
