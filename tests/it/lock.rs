@@ -975,7 +975,7 @@ fn an_index_of_a_single_node_variant_does_not_fit_a_recipe_over_two_nvlink_domai
     assert_eq!(code, 1, "{v}");
     let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
     let msg = m["message"].as_str().unwrap();
-    assert!(msg.contains("ep16-hybridep-2n8g.yaml runs HybridEP with EP 16 over 2 NVLink domains (R 8), which needs a multinode build: variant `demo-mn`"), "{msg}");
+    assert!(msg.contains("ep16-hybridep-2n8g.yaml runs HybridEP with EP 16 over 2 NVLink domains (R 8), which needs a multinode build: variant `demo-multinode` or `demo-mn`"), "{msg}");
     // The multinode variant's index fits it; a recipe whose R is not known asks nothing.
     let text = std::fs::read_to_string(d.path().join("consumer/pyproject.toml")).unwrap();
     std::fs::write(d.path().join("consumer/pyproject.toml"), text.replace("/demo/simple", "/demo-mn/simple")).unwrap();
