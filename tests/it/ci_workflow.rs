@@ -355,6 +355,8 @@ impl World {
         let r = self.scratch.join(format!("runner-{}", self.runners));
         let workspace = r.join("work/repo");
         copy_dir(&root().join("tests/fixtures/mini-deepep"), &workspace.join("mini-deepep"));
+        // Its .gitmodules names ../mini-nccl: the repository holds both, as this one does.
+        copy_dir(&root().join("tests/fixtures/mini-nccl"), &workspace.join("mini-nccl"));
         std::fs::write(workspace.join("pins.toml"), &self.pins).unwrap();
         let (temp, home) = (r.join("temp"), r.join("home"));
         std::fs::create_dir_all(&temp).unwrap();
