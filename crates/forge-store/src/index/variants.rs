@@ -399,7 +399,9 @@ mod tests {
         let big = vec![b' '; MAX_VARIANTS_JSON as usize + 1];
         assert!(parse(&big, "v.json").unwrap_err().to_string().contains("over the 262144-byte bound"));
         let text = String::from_utf8(bytes).unwrap();
-        let foreign = text.replacen("\"deepep_forge\": {\n      \"static", "\"evil\": {\n      \"static", 1);
+        let foreign =
+            text.replacen("\"providers\": {\n    \"deepep_forge\": {", "\"providers\": {\n    \"evil\": {", 1);
+        assert_ne!(foreign, text, "the provider's namespace was renamed");
         assert!(
             parse(foreign.as_bytes(), "v.json").unwrap_err().to_string().contains("unknown namespace `evil`"),
             "{foreign}"
