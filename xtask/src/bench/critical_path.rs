@@ -15,6 +15,10 @@
 //! gencodes at once: nvcc `--threads`, the plan's default), 4. V2 with
 //! `DEEPEP_FORGE_NVCC_THREADS=1` (one gencode after the other, as before);
 //! prints V2 / `--variant` (goal <= 1.15x) and whether 3 and 4 are one sha256.
+//! Steps may repeat, in the order given: `--steps 2,3,2,3,2` alternates the two
+//! builds on one machine, whose speed drifts from build to build; the ratio is
+//! then of the medians, and each step-3 run is also set against the mean of the
+//! step-2 runs just before and after it (`run-NN-step-S.json` in `--work` keeps each run).
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -126,34 +130,113 @@ pub fn run(a: CacheBenchArgs) -> Result<()> {
         (true, None) => vec![1, 2],
         (true, Some(_)) => vec![2, 3, 4],
     };
-    let mut done = BTreeMap::new();
-    for n in steps {
+    let mut done: Vec<(u8, Measured)> = Vec::new();
+    for (i, n) in steps.into_iter().enumerate() {
         anyhow::ensure!(
             (1..=4).contains(&n),
             "step {n}: steps are 1 (serial), 2 (side by side), 3 and 4 (--compare-variant with and without nvcc --threads)"
         );
-        done.insert(n, build(&a, &work, n)?);
+        let m = build(&a, &work, n)?;
+        std::fs::copy(work.join(format!("step-{n}.json")), work.join(format!("run-{:02}-step-{n}.json", i + 1)))?;
+        done.push((n, m));
     }
-    let base = done.get(&1).map(|m| m.wall);
     let two = a.compare_variant.as_deref().unwrap_or("");
+    let label = |n: u8| match n {
+        1 => format!("1. {} serial (pip's order)", a.variant),
+        2 => format!("2. {} side by side", a.variant),
+        3 => format!("3. {two} side by side"),
+        _ => format!("4. {two}, nvcc --threads 1"),
+    };
+    let base = median(&walls(&done, 1));
     for (n, m) in &done {
-        let label = match n {
-            1 => format!("1. {} serial (pip's order)", a.variant),
-            2 => format!("2. {} side by side", a.variant),
-            3 => format!("3. {two} side by side"),
-            _ => format!("4. {two}, nvcc --threads 1"),
-        };
-        print(&label, m, if *n == 2 { base } else { None });
+        print(&label(*n), m, if *n == 2 { base } else { None });
     }
-    if let (Some(s), Some(p)) = (done.get(&1), done.get(&2)) {
-        println!("sha256 1, 2: {}", if s.sha256 == p.sha256 { "one (bit-identical)" } else { "DIFFERENT" });
-    }
-    if let (Some(one), Some(t)) = (done.get(&2), done.get(&3)) {
-        println!("{two} / {}: {:.2}x wall (goal <= 1.15x)", a.variant, t.wall / one.wall);
-    }
-    if let (Some(t), Some(o)) = (done.get(&3), done.get(&4)) {
-        println!("{two} with / without nvcc --threads: {:.2}x wall", t.wall / o.wall);
-        println!("sha256 3, 4: {}", if t.sha256 == o.sha256 { "one (bit-identical)" } else { "DIFFERENT" });
-    }
+    summarize(&done, &a.variant, two);
     Ok(())
+}
+
+fn walls(done: &[(u8, Measured)], step: u8) -> Vec<f64> {
+    done.iter().filter(|(n, _)| *n == step).map(|(_, m)| m.wall).collect()
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let k = v.len();
+    (k > 0).then(|| if k % 2 == 1 { v[k / 2] } else { (v[k / 2 - 1] + v[k / 2]) / 2.0 })
+}
+
+/// Whether every run of each step in `steps` gave one sha256.
+fn one_sha(done: &[(u8, Measured)], steps: &[u8]) -> &'static str {
+    let shas: std::collections::BTreeSet<&str> =
+        done.iter().filter(|(n, _)| steps.contains(n)).map(|(_, m)| m.sha256.as_str()).collect();
+    if shas.len() == 1 {
+        "one (bit-identical)"
+    } else {
+        "DIFFERENT"
+    }
+}
+
+/// Each run of `step` against the mean of the step-2 runs just before and after it
+/// (the machine drifts between builds: a bracket cancels a steady drift).
+fn bracketed(done: &[(u8, Measured)], step: u8) -> Vec<f64> {
+    let mut r = Vec::new();
+    for (i, (n, m)) in done.iter().enumerate() {
+        let before = done[..i].iter().rev().find(|(k, _)| *k == 2);
+        let after = done[i + 1..].iter().find(|(k, _)| *k == 2);
+        if let (true, Some((_, b)), Some((_, c))) = (*n == step, before, after) {
+            r.push(m.wall / ((b.wall + c.wall) / 2.0));
+        }
+    }
+    r
+}
+
+/// The ratios: medians of each step's runs (several runs of a step, alternated with
+/// step 2, e.g. `--steps 2,3,2,3,2`), bracketed ratios, sha256 agreement.
+fn summarize(done: &[(u8, Measured)], variant: &str, two: &str) {
+    let med = |s: u8| median(&walls(done, s));
+    let runs = |s: u8| walls(done, s).len();
+    if let (Some(_), Some(_)) = (med(1), med(2)) {
+        println!("sha256 1, 2: {}", one_sha(done, &[1, 2]));
+    }
+    if let (Some(one), Some(t)) = (med(2), med(3)) {
+        println!(
+            "{two} / {variant}: {:.2}x wall, medians of {} and {} runs (goal <= 1.15x)",
+            t / one,
+            runs(3),
+            runs(2)
+        );
+        let b = bracketed(done, 3);
+        if let Some(m) = median(&b) {
+            let each: Vec<String> = b.iter().map(|x| format!("{x:.2}")).collect();
+            println!(
+                "{two} / {variant}, each run against the {variant} runs around it: {} (median {m:.2}x)",
+                each.join(", ")
+            );
+        }
+        println!("sha256 of every {variant} run: {}", one_sha(done, &[2]));
+        println!("sha256 of every {two} run: {}", one_sha(done, &[3, 4]));
+    }
+    if let (Some(t), Some(o)) = (med(3), med(4)) {
+        println!("{two} with / without nvcc --threads: {:.2}x wall", t / o);
+        println!("sha256 3, 4: {}", one_sha(done, &[3, 4]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(wall: f64) -> Measured {
+        Measured { wall, sha256: "s".into(), logs: Vec::new() }
+    }
+
+    #[test]
+    fn a_run_is_set_against_the_runs_around_it() {
+        let done = vec![(2, m(80.0)), (3, m(99.0)), (2, m(100.0)), (3, m(110.0))];
+        assert_eq!(bracketed(&done, 3), vec![1.1], "the last run has no step 2 after it");
+        assert_eq!(median(&walls(&done, 2)), Some(90.0));
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(one_sha(&done, &[2, 3]), "one (bit-identical)");
+    }
 }
