@@ -8,6 +8,7 @@
 //! evaluated by [`crate::marker`] with uv's conflict sets excluded.
 //! uv.lock is hostile input: tables, edges and contexts are capped.
 //! Must not judge (see `lock::rules` and `builder::registry`).
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -84,40 +85,42 @@ struct Conflict {
 }
 
 #[derive(Deserialize)]
-struct Block {
-    package: Vec<Table>,
+struct Block<'a> {
+    package: Vec<Table<'a>>,
 }
 
+/// One `[[package]]` table: its strings borrowed from the lock when [`scan`] read it
+/// (uv's markers are most of the lock: not copied), owned when `toml` did.
 #[derive(Debug, Deserialize)]
-struct Table {
-    name: String,
-    version: Option<String>,
-    source: Option<Source>,
+struct Table<'a> {
+    name: Cow<'a, str>,
+    version: Option<Cow<'a, str>>,
+    source: Option<Source<'a>>,
     #[serde(rename = "resolution-markers", default)]
-    resolution_markers: Vec<String>,
+    resolution_markers: Vec<Cow<'a, str>>,
     #[serde(default)]
-    dependencies: Vec<Edge>,
+    dependencies: Vec<Edge<'a>>,
     #[serde(rename = "optional-dependencies", default)]
-    optional: BTreeMap<String, Vec<Edge>>,
+    optional: BTreeMap<String, Vec<Edge<'a>>>,
     #[serde(rename = "dev-dependencies", default)]
-    dev: BTreeMap<String, Vec<Edge>>,
+    dev: BTreeMap<String, Vec<Edge<'a>>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Source {
-    registry: Option<String>,
-    editable: Option<String>,
+struct Source<'a> {
+    registry: Option<Cow<'a, str>>,
+    editable: Option<Cow<'a, str>>,
     #[serde(rename = "virtual")]
-    virtual_: Option<String>,
+    virtual_: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Edge {
-    name: String,
-    version: Option<String>,
-    marker: Option<String>,
+struct Edge<'a> {
+    name: Cow<'a, str>,
+    version: Option<Cow<'a, str>>,
+    marker: Option<Cow<'a, str>>,
     #[serde(default)]
-    extra: Vec<String>,
+    extra: Vec<Cow<'a, str>>,
     /// The marker's id and the tables the edge names (its version's), resolved at
     /// the first walk that meets the edge: later walks (each context, each
     /// architecture) reuse them instead of re-normalising and re-hashing.
@@ -192,7 +195,7 @@ fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
 
 /// The tables of one `[[package]]` block: read by [`scan`] when it has uv's shape, else by `toml`
 /// (without its file lists, then whole: the error of the whole block).
-fn parse_block(path: &Path, line: usize, block: &str) -> Result<(Vec<Table>, bool)> {
+fn parse_block<'a>(path: &Path, line: usize, block: &'a str) -> Result<(Vec<Table<'a>>, bool)> {
     if let Some(t) = scan::table(block) {
         return Ok((vec![t], true));
     }
@@ -203,10 +206,10 @@ fn parse_block(path: &Path, line: usize, block: &str) -> Result<(Vec<Table>, boo
 }
 
 /// The tables of uv.lock, each with its line; uv's conflict sets; how many the scanner read.
-type Tables = (Vec<(usize, Table)>, MarkerTree, usize);
+type Tables<'a> = (Vec<(usize, Table<'a>)>, MarkerTree, usize);
 
 /// The tables of uv.lock with the line of each (blocks parsed alone, files skipped).
-fn tables(path: &Path, text: &str) -> Result<Tables> {
+fn tables<'a>(path: &Path, text: &'a str) -> Result<Tables<'a>> {
     // Each block's start and first line, in one pass over the text (not one per block).
     let (starts, lines): (Vec<usize>, Vec<usize>) = package_starts(text).into_iter().unzip();
     if starts.len() > MAX_TABLES {
@@ -364,8 +367,8 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
             let (line, t) = &tables[i];
             Installed {
                 name: normalise(&t.name),
-                version: t.version.clone().unwrap_or_default(),
-                registry: t.source.as_ref().and_then(|s| s.registry.clone()),
+                version: t.version.as_deref().unwrap_or_default().to_string(),
+                registry: t.source.as_ref().and_then(|s| s.registry.as_deref().map(str::to_string)),
                 line: *line,
                 via,
             }
@@ -376,13 +379,13 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
 
 /// A root context: its label, its marker id (the extra or group active, in uv's
 /// conflict encoding `extra-<len>-<project>-<name>`), and the edges it starts from.
-type Context<'t> = (String, usize, Vec<(usize, &'t Edge)>);
+type Context<'t> = (String, usize, Vec<(usize, &'t Edge<'t>)>);
 
-fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers) -> Result<Vec<Context<'t>>> {
+fn contexts<'t>(tables: &'t [(usize, Table<'t>)], roots: &[usize], mk: &mut Markers) -> Result<Vec<Context<'t>>> {
     let mut out: Vec<Context<'t>> = Vec::new();
     for &r in roots {
         let (line, t) = &tables[r];
-        let base: Vec<(usize, &Edge)> = t.dependencies.iter().map(|e| (r, e)).collect();
+        let base: Vec<(usize, &Edge<'t>)> = t.dependencies.iter().map(|e| (r, e)).collect();
         let name = normalise(&t.name);
         out.push(("dependencies".into(), mk.id(None, *line)?, base.clone()));
         for (kind, lists) in [("extra", &t.optional), ("group", &t.dev)] {
@@ -402,7 +405,7 @@ fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers)
 }
 
 struct Graph<'g> {
-    tables: &'g [(usize, Table)],
+    tables: &'g [(usize, Table<'g>)],
     by_name: &'g FxHashMap<String, Vec<usize>>,
     fork: &'g [usize],
     /// The context that constrains nothing.
@@ -419,14 +422,14 @@ impl Graph<'_> {
         mk: &mut Markers,
         ctx: usize,
         arch: Arch,
-        starts: &[(usize, &'a Edge)],
+        starts: &[(usize, &'a Edge<'a>)],
         scratch: &'s mut Scratch,
     ) -> Result<&'s [usize]> {
         let n = self.tables.len();
         scratch.reset(n);
         let Scratch { holds, seen, reached, order } = scratch;
         let mut seen_extra: FxHashSet<(usize, &'a str)> = FxHashSet::default();
-        let mut work: Vec<(usize, &'a Edge)> = starts.to_vec();
+        let mut work: Vec<(usize, &'a Edge<'a>)> = starts.to_vec();
         let mut check = |mk: &mut Markers, id: usize| -> bool {
             if holds.len() <= id {
                 holds.resize(id + 1, 0);
@@ -455,8 +458,8 @@ impl Graph<'_> {
                     work.extend(table.dependencies.iter().map(|e| (t, e)));
                 }
                 for x in &e.extra {
-                    if seen_extra.insert((t, x.as_str())) {
-                        work.extend(table.optional.get(x).into_iter().flatten().map(|e| (t, e)));
+                    if seen_extra.insert((t, &**x)) {
+                        work.extend(table.optional.get(&**x).into_iter().flatten().map(|e| (t, e)));
                     }
                 }
             }
@@ -465,7 +468,7 @@ impl Graph<'_> {
     }
 
     /// The edge's marker id and target tables, resolved once (later walks reuse them).
-    fn resolve<'e>(&self, mk: &mut Markers, from: usize, e: &'e Edge) -> Result<&'e (usize, Vec<usize>)> {
+    fn resolve<'e>(&self, mk: &mut Markers, from: usize, e: &'e Edge<'_>) -> Result<&'e (usize, Vec<usize>)> {
         if let Some(r) = e.resolved.get() {
             return Ok(r);
         }
@@ -549,7 +552,7 @@ mod tests {
     }
 
     /// Each block of `lock` as `toml` reads it (the path the scanner stands in for).
-    fn by_toml(block: &str) -> Vec<Table> {
+    fn by_toml(block: &str) -> Vec<Table<'static>> {
         let b: Block = toml::from_str(&without_files(block)).or_else(|_| toml::from_str(block)).unwrap();
         b.package
     }

@@ -8,6 +8,7 @@
 //! `None`: the caller then parses the table with `toml`, so the result (or the
 //! error, with its line) is the one the full parse gives. One pass over the
 //! lines, each byte looked at a bounded number of times. Must not judge.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::{Edge, Source, Table};
@@ -25,7 +26,7 @@ enum Section {
 
 /// The table in `block` (from its `[[package]]` line to the next one), or `None`
 /// when some line is not one uv writes.
-pub(super) fn table(block: &str) -> Option<Table> {
+pub(super) fn table(block: &str) -> Option<Table<'_>> {
     read(block).map(|(t, _)| t)
 }
 
@@ -48,7 +49,7 @@ pub(super) fn thin(block: &str, keep: impl Fn(&str) -> bool) -> Option<String> {
 }
 
 /// The table and the lines it read (element offsets, whether file lines were skipped).
-fn read(block: &str) -> Option<(Table, Lines<'_>)> {
+fn read(block: &str) -> Option<(Table<'_>, Lines<'_>)> {
     let mut lines = Lines::new(block);
     if lines.next()? != "[[package]]" {
         return None;
@@ -139,29 +140,31 @@ impl Seen {
     }
 }
 
-/// The table as read so far.
+/// The table as read so far (its strings borrowed from the block: no copies).
 #[derive(Default)]
-struct Partial {
-    name: Option<String>,
-    version: Option<String>,
-    source: Option<Source>,
-    markers: Option<Vec<String>>,
-    dependencies: Option<Vec<Edge>>,
-    optional: BTreeMap<String, Vec<Edge>>,
-    dev: BTreeMap<String, Vec<Edge>>,
+struct Partial<'a> {
+    name: Option<&'a str>,
+    version: Option<&'a str>,
+    source: Option<Source<'a>>,
+    markers: Option<Vec<Cow<'a, str>>>,
+    dependencies: Option<Vec<Edge<'a>>>,
+    optional: BTreeMap<String, Vec<Edge<'a>>>,
+    dev: BTreeMap<String, Vec<Edge<'a>>>,
     headers: Seen,
     /// Keys of `[package.metadata]` and of its `requires-dev` (duplicates are not uv's shape).
-    meta_keys: Vec<(Section, String)>,
+    meta_keys: Vec<(Section, &'a str)>,
 }
 
-impl Partial {
+impl<'a> Partial<'a> {
     /// One key of the table itself (`None`: unknown key, duplicate, or not uv's shape).
-    fn top(&mut self, key: &str, rest: &str, lines: &mut Lines) -> Option<()> {
+    fn top(&mut self, key: &str, rest: &'a str, lines: &mut Lines<'a>) -> Option<()> {
         match key {
             "name" => set(&mut self.name, whole_string(rest)?),
             "version" => set(&mut self.version, whole_string(rest)?),
             "source" => set(&mut self.source, whole(rest, source)?),
-            "resolution-markers" => set(&mut self.markers, list(rest, lines, |e| Some((whole_string(e)?, false)))?),
+            "resolution-markers" => {
+                set(&mut self.markers, list(rest, lines, |e| Some((Cow::Borrowed(whole_string(e)?), false)))?)
+            }
             "dependencies" => set(&mut self.dependencies, list(rest, lines, |e| whole(e, edge))?),
             _ => None,
         }
@@ -169,24 +172,24 @@ impl Partial {
 
     /// One key of `[package.metadata]` or its `requires-dev`: a string, a list of
     /// strings or inline tables, or an inline table (checked, not kept).
-    fn metadata(&mut self, section: Section, key: &str, rest: &str, lines: &mut Lines) -> Option<()> {
+    fn metadata(&mut self, section: Section, key: &'a str, rest: &'a str, lines: &mut Lines<'a>) -> Option<()> {
         // `requires-dev = ...` here and `[package.metadata.requires-dev]` would clash: left to toml.
         if (section == Section::Metadata && key == "requires-dev")
-            || self.meta_keys.iter().any(|(s, k)| *s == section && k == key)
+            || self.meta_keys.iter().any(|(s, k)| *s == section && *k == key)
         {
             return None;
         }
-        self.meta_keys.push((section, key.to_string()));
+        self.meta_keys.push((section, key));
         if rest == "[" || rest == "[]" {
             return list(rest, lines, requirement).map(|_| ());
         }
         whole(rest, value).map(|_| ())
     }
 
-    fn finish(self) -> Option<Table> {
+    fn finish(self) -> Option<Table<'a>> {
         Some(Table {
-            name: self.name?,
-            version: self.version,
+            name: Cow::Borrowed(self.name?),
+            version: self.version.map(Cow::Borrowed),
             source: self.source,
             resolution_markers: self.markers.unwrap_or_default(),
             dependencies: self.dependencies.unwrap_or_default(),
@@ -205,7 +208,12 @@ fn set<T>(slot: &mut Option<T>, v: T) -> Option<()> {
     Some(())
 }
 
-fn insert_list(map: &mut BTreeMap<String, Vec<Edge>>, key: &str, rest: &str, lines: &mut Lines) -> Option<()> {
+fn insert_list<'a>(
+    map: &mut BTreeMap<String, Vec<Edge<'a>>>,
+    key: &str,
+    rest: &'a str,
+    lines: &mut Lines<'a>,
+) -> Option<()> {
     if map.contains_key(key) {
         return None;
     }
@@ -237,7 +245,11 @@ fn key_line(line: &str) -> Option<(&str, &str)> {
 /// A list value: `[]`, or `[` then one `    <element>,` a line to a lone `]`; `element`
 /// says whether its line may be blanked by [`thin`] (an edge or requirement whose
 /// typed keys are well typed, so blanking it changes no error).
-fn list<T>(rest: &str, lines: &mut Lines, mut element: impl FnMut(&str) -> Option<(T, bool)>) -> Option<Vec<T>> {
+fn list<'a, T>(
+    rest: &str,
+    lines: &mut Lines<'a>,
+    mut element: impl FnMut(&'a str) -> Option<(T, bool)>,
+) -> Option<Vec<T>> {
     match rest {
         "[]" => return Some(Vec::new()),
         "[" => {}
@@ -264,8 +276,8 @@ fn whole<'a, T>(s: &'a str, parse: impl FnOnce(&'a str) -> Option<(T, &'a str)>)
     rest.is_empty().then_some(v)
 }
 
-fn whole_string(s: &str) -> Option<String> {
-    whole(s, string).map(str::to_string)
+fn whole_string(s: &str) -> Option<&str> {
+    whole(s, string)
 }
 
 /// A basic string without escapes or control characters (tab included), and what follows it.
@@ -282,7 +294,7 @@ fn plain(b: &[u8]) -> bool {
 }
 
 /// `["a", "b"]` (strings only), and what follows it.
-fn strings(s: &str) -> Option<(Vec<String>, &str)> {
+fn strings(s: &str) -> Option<(Vec<&str>, &str)> {
     let mut rest = s.strip_prefix('[')?;
     let mut out = Vec::new();
     if let Some(r) = rest.strip_prefix(']') {
@@ -290,7 +302,7 @@ fn strings(s: &str) -> Option<(Vec<String>, &str)> {
     }
     loop {
         let (v, r) = string(rest)?;
-        out.push(v.to_string());
+        out.push(v);
         if let Some(r) = r.strip_prefix(']') {
             return Some((out, r));
         }
@@ -301,7 +313,7 @@ fn strings(s: &str) -> Option<(Vec<String>, &str)> {
 /// One value of an inline table as uv writes them.
 enum Value<'a> {
     Str(&'a str),
-    Strings(Vec<String>),
+    Strings(Vec<&'a str>),
     /// An inline table; true when every value is a string.
     Table(bool),
 }
@@ -354,7 +366,7 @@ fn value_at(s: &str, depth: usize) -> Option<(Value<'_>, &str)> {
     }
 }
 
-fn source(s: &str) -> Option<(Source, &str)> {
+fn source(s: &str) -> Option<(Source<'_>, &str)> {
     let mut src = Source { registry: None, editable: None, virtual_: None };
     let rest = inline(s, |k, v| {
         let slot = match k {
@@ -364,7 +376,7 @@ fn source(s: &str) -> Option<(Source, &str)> {
             _ => return matches!(v, Value::Str(_)).then_some(()),
         };
         let Value::Str(v) = v else { return None };
-        *slot = Some(v.to_string());
+        *slot = Some(Cow::Borrowed(v));
         Some(())
     })?;
     Some((src, rest))
@@ -372,7 +384,7 @@ fn source(s: &str) -> Option<(Source, &str)> {
 
 /// A dependency edge, whether uvlock's reading of it is well typed (a source
 /// table of strings), and what follows.
-fn edge(s: &str) -> Option<((Edge, bool), &str)> {
+fn edge(s: &str) -> Option<((Edge<'_>, bool), &str)> {
     let (mut name, mut version, mut marker, mut extra) = (None, None, None, Vec::new());
     let mut typed = true;
     let rest = inline(s, |k, v| match (k, v) {
@@ -380,11 +392,11 @@ fn edge(s: &str) -> Option<((Edge, bool), &str)> {
             typed = matches!(v, Value::Table(true));
             Some(())
         }
-        ("name", Value::Str(v)) => set(&mut name, v.to_string()),
-        ("version", Value::Str(v)) => set(&mut version, v.to_string()),
-        ("marker", Value::Str(v)) => set(&mut marker, v.to_string()),
+        ("name", Value::Str(v)) => set(&mut name, Cow::Borrowed(v)),
+        ("version", Value::Str(v)) => set(&mut version, Cow::Borrowed(v)),
+        ("marker", Value::Str(v)) => set(&mut marker, Cow::Borrowed(v)),
         ("extra", Value::Strings(v)) => {
-            extra = v;
+            extra = v.into_iter().map(Cow::Borrowed).collect();
             Some(())
         }
         ("name" | "version" | "marker" | "extra", _) => None,
@@ -421,12 +433,12 @@ mod tests {
     #[test]
     fn reads_uvs_shape() {
         let t = table(BLOCK).expect("uv's shape");
-        assert_eq!((t.name.as_str(), t.version.as_deref()), ("a", Some("1.0")));
+        assert_eq!((&*t.name, t.version.as_deref()), ("a", Some("1.0")));
         assert_eq!(t.source.unwrap().registry.as_deref(), Some("https://pypi.org/simple"));
         assert_eq!(t.resolution_markers, vec!["platform_machine == 'x86_64'"]);
         assert_eq!(t.dependencies.len(), 2);
         let c = &t.dependencies[1];
-        assert_eq!((c.name.as_str(), c.version.as_deref(), c.extra.len()), ("c", Some("2"), 2));
+        assert_eq!((&*c.name, c.version.as_deref(), c.extra.len()), ("c", Some("2"), 2));
         assert_eq!(c.marker.as_deref(), Some("sys_platform == 'linux'"));
         assert_eq!(t.optional["gpu"][0].name, "d");
         assert!(t.dev["dev"].is_empty());
