@@ -128,8 +128,11 @@ struct Edge<'a> {
     resolved: std::cell::OnceCell<(usize, Vec<usize>)>,
 }
 
-/// `Deep_EP.x` -> `deep-ep-x` (PEP 503).
-fn normalise(n: &str) -> String {
+/// `Deep_EP.x` -> `deep-ep-x` (PEP 503); a name already so (uv writes them so) is borrowed.
+fn normalise(n: &str) -> Cow<'_, str> {
+    if !n.bytes().any(|b| b.is_ascii_uppercase() || b == b'_' || b == b'.') && !n.contains("--") {
+        return Cow::Borrowed(n);
+    }
     let mut out = String::with_capacity(n.len());
     for c in n.chars() {
         match c {
@@ -138,7 +141,7 @@ fn normalise(n: &str) -> String {
             c => out.push(c.to_ascii_lowercase()),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// A `[[package]]` block without its `sdist` / `wheels` lines (~95% of the
@@ -185,8 +188,16 @@ pub fn thin_block(block: &str, needle: &str) -> Option<String> {
     // A line that normalises to contain `needle` holds its first word (up to a `-`) in
     // any case: checked first, without allocating.
     let word = needle.split('-').next().unwrap_or_default().as_bytes();
-    let may = |line: &str| word.is_empty() || line.as_bytes().windows(word.len()).any(|w| w.eq_ignore_ascii_case(word));
-    scan::thin(block, |line| may(line) && normalise(line).contains(needle))
+    scan::thin(block, |line| has_ignore_ascii_case(line.as_bytes(), word) && normalise(line).contains(needle))
+}
+
+/// Whether `hay` holds `word` in any ASCII case (an empty word: always): the places of
+/// its first byte, either case, found by `memchr2`, then the rest compared.
+fn has_ignore_ascii_case(hay: &[u8], word: &[u8]) -> bool {
+    let Some(&first) = word.first() else { return true };
+    let (lower, upper) = (first.to_ascii_lowercase(), first.to_ascii_uppercase());
+    memchr::memchr2_iter(lower, upper, hay)
+        .any(|i| hay.get(i..i + word.len()).is_some_and(|w| w.eq_ignore_ascii_case(word)))
 }
 
 fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
@@ -313,7 +324,7 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
             && project.as_ref().is_none_or(|p| normalise(&t.name) == *p)
     };
     let roots: Vec<usize> = (0..tables.len()).filter(|i| own(&tables[*i].1)).collect();
-    let mut by_name: FxHashMap<String, Vec<usize>> = FxHashMap::default();
+    let mut by_name: FxHashMap<Cow<str>, Vec<usize>> = FxHashMap::default();
     for (i, (_, t)) in tables.iter().enumerate() {
         by_name.entry(normalise(&t.name)).or_default().push(i);
     }
@@ -366,7 +377,7 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
         .map(|(i, via)| {
             let (line, t) = &tables[i];
             Installed {
-                name: normalise(&t.name),
+                name: normalise(&t.name).into_owned(),
                 version: t.version.as_deref().unwrap_or_default().to_string(),
                 registry: t.source.as_ref().and_then(|s| s.registry.as_deref().map(str::to_string)),
                 line: *line,
@@ -406,7 +417,7 @@ fn contexts<'t>(tables: &'t [(usize, Table<'t>)], roots: &[usize], mk: &mut Mark
 
 struct Graph<'g> {
     tables: &'g [(usize, Table<'g>)],
-    by_name: &'g FxHashMap<String, Vec<usize>>,
+    by_name: &'g FxHashMap<Cow<'g, str>, Vec<usize>>,
     fork: &'g [usize],
     /// The context that constrains nothing.
     base: usize,
@@ -473,7 +484,7 @@ impl Graph<'_> {
             return Ok(r);
         }
         let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
-        let named = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
+        let named = self.by_name.get(&*normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
         let targets =
             named.iter().copied().filter(|t| e.version.is_none() || e.version == self.tables[*t].1.version).collect();
         Ok(e.resolved.get_or_init(|| (id, targets)))
@@ -540,6 +551,33 @@ mod tests {
         // Without the project's own table: each table by its resolution-markers alone.
         let g = installs(Path::new("uv.lock"), &lock, Some("other")).unwrap();
         assert!(!g.rooted && g.archs("unreached", "1.0") == Arch::ALL.to_vec());
+    }
+
+    #[test]
+    fn names_normalise_as_pep_503_says() {
+        for (n, want) in
+            [("deep-ep", "deep-ep"), ("Deep_EP.x", "deep-ep-x"), ("a--b", "a-b"), ("a-_.b", "a-b"), ("é-x", "é-x")]
+        {
+            assert_eq!(normalise(n), want);
+            assert_eq!(matches!(normalise(n), Cow::Borrowed(_)), n == want, "{n}");
+        }
+    }
+
+    #[test]
+    fn a_word_is_found_in_any_case_as_by_windows() {
+        for (hay, word) in [
+            ("", ""),
+            ("", "deep"),
+            ("x deep_ep", "deep"),
+            ("DeEp", "deep"),
+            ("dee", "deep"),
+            ("d-e", "-e"),
+            ("ddeep", "deep"),
+        ] {
+            let windows =
+                word.is_empty() || hay.as_bytes().windows(word.len()).any(|w| w.eq_ignore_ascii_case(word.as_bytes()));
+            assert_eq!(has_ignore_ascii_case(hay.as_bytes(), word.as_bytes()), windows, "{hay:?} {word:?}");
+        }
     }
 
     #[test]

@@ -81,7 +81,7 @@ fn read(block: &str) -> Option<(Table<'_>, Lines<'_>)> {
 /// The block's lines as `without_files` keeps them (`sdist = ...`,
 /// `wheels = [...]` on one line, and `wheels = [` to a lone `]`, dropped).
 struct Lines<'a> {
-    inner: std::str::Lines<'a>,
+    inner: RawLines<'a>,
     block: &'a str,
     /// (offset, length) of each list element line read.
     elements: Vec<(usize, usize)>,
@@ -90,7 +90,7 @@ struct Lines<'a> {
 
 impl<'a> Lines<'a> {
     fn new(block: &'a str) -> Self {
-        Lines { inner: block.lines(), block, elements: Vec::new(), skipped_files: false }
+        Lines { inner: RawLines(block), block, elements: Vec::new(), skipped_files: false }
     }
 
     /// Records `line` (one this iterator gave) as a list element.
@@ -123,6 +123,26 @@ impl<'a> Iterator for Lines<'a> {
             }
             return Some(line);
         }
+    }
+}
+
+/// `str::lines` (a line ends at `\n` or `\r\n`; a last line without `\n` keeps a
+/// trailing `\r`), with each end found by SIMD `memchr` (uv's lines run to kilobytes).
+struct RawLines<'a>(&'a str);
+
+impl<'a> Iterator for RawLines<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let Some(end) = memchr::memchr(b'\n', self.0.as_bytes()) else {
+            return Some(std::mem::take(&mut self.0));
+        };
+        let (line, rest) = (&self.0[..end], &self.0[end + 1..]);
+        self.0 = rest;
+        Some(line.strip_suffix('\r').unwrap_or(line))
     }
 }
 
@@ -238,8 +258,15 @@ fn is_bare_key(k: &str) -> bool {
 
 /// `key = rest` with a bare key.
 fn key_line(line: &str) -> Option<(&str, &str)> {
-    let (key, rest) = line.split_once(" = ")?;
+    let (key, rest) = split_eq(line)?;
     is_bare_key(key).then_some((key, rest))
+}
+
+/// `s.split_once(" = ")`, found by `memchr` on `=` (no substring searcher built per call).
+fn split_eq(s: &str) -> Option<(&str, &str)> {
+    let b = s.as_bytes();
+    let at = memchr::memchr_iter(b'=', b).find(|&i| i > 0 && b[i - 1] == b' ' && b.get(i + 1) == Some(&b' '))?;
+    Some((&s[..at - 1], &s[at + 2..]))
 }
 
 /// A list value: `[]`, or `[` then one `    <element>,` a line to a lone `]`; `element`
@@ -332,7 +359,7 @@ fn inline_at<'a>(s: &'a str, depth: usize, field: &mut dyn FnMut(&'a str, Value<
     let mut rest = s.strip_prefix("{ ")?;
     let mut keys: Vec<&str> = Vec::new();
     loop {
-        let (key, r) = rest.split_once(" = ")?;
+        let (key, r) = split_eq(rest)?;
         if !is_bare_key(key) || keys.contains(&key) || keys.len() >= 16 {
             return None;
         }
@@ -429,6 +456,16 @@ mod tests {
     use super::*;
 
     const BLOCK: &str = "[[package]]\nname = \"a\"\nversion = \"1.0\"\nsource = { registry = \"https://pypi.org/simple\" }\nresolution-markers = [\n    \"platform_machine == 'x86_64'\",\n]\ndependencies = [\n    { name = \"b\" },\n    { name = \"c\", version = \"2\", source = { registry = \"https://x\" }, marker = \"sys_platform == 'linux'\", extra = [\"gpu\", \"cu\"] },\n]\nsdist = { url = \"https://x/a.tar.gz\", hash = \"sha256:00\", size = 3 }\nwheels = [\n    { url = \"https://x/a.whl\", hash = \"sha256:00\", size = 3, upload-time = 2024-01-01T00:00:00Z },\n]\n\n[package.optional-dependencies]\ngpu = [\n    { name = \"d\", marker = \"extra == 'gpu'\" },\n]\n\n[package.dev-dependencies]\ndev = []\n";
+
+    #[test]
+    fn lines_and_key_splits_are_the_std_ones() {
+        for text in ["", "a", "a\n", "a\r\nb\r", "\n\n\r\n", "x\r\r\ny", BLOCK] {
+            assert_eq!(RawLines(text).collect::<Vec<_>>(), text.lines().collect::<Vec<_>>(), "{text:?}");
+        }
+        for s in ["a = b", "a=b = c", " = ", "a =b", "a= b", "=", "a == b = c", "a ==  = b", ""] {
+            assert_eq!(split_eq(s), s.split_once(" = "), "{s:?}");
+        }
+    }
 
     #[test]
     fn reads_uvs_shape() {
