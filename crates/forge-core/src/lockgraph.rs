@@ -317,6 +317,75 @@ impl Markers<'_> {
 /// a table (not one uv wrote for a project) is read by each table's own
 /// `resolution-markers` alone ([`Installs::rooted`] false).
 pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Installs> {
+    let w = walked(path, text, project)?;
+    let tables = w
+        .tables
+        .iter()
+        .zip(&w.bits)
+        .filter_map(|((line, t), b)| {
+            let via: BTreeMap<Arch, BTreeSet<String>> = Arch::ALL
+                .into_iter()
+                .enumerate()
+                .filter(|(a, _)| b[*a] != 0)
+                .map(|(a, arch)| (arch, labelled(&w.labels, b[a])))
+                .collect();
+            (!via.is_empty()).then(|| Installed {
+                name: normalise(&t.name).into_owned(),
+                version: t.version.as_deref().unwrap_or_default().to_string(),
+                registry: t.source.as_ref().and_then(|s| s.registry.as_deref().map(str::to_string)),
+                line: *line,
+                via,
+            })
+        })
+        .collect();
+    Ok(Installs { tables, rooted: w.rooted, scanned: w.scanned })
+}
+
+/// The labels whose bits are set in `bits`.
+fn labelled(labels: &[String], bits: u64) -> BTreeSet<String> {
+    labels.iter().enumerate().filter(|(k, _)| bits >> k & 1 == 1).map(|(_, l)| l.clone()).collect()
+}
+
+/// Where each table of uv.lock installs, by architecture alone: [`installs`] without
+/// the labels of the contexts that reach each table (nothing copied out of the lock).
+pub struct Reach<'a>(Walked<'a>);
+
+impl Reach<'_> {
+    /// Where the table `name` `version` installs (none: not reached at all), as [`Installs::archs`].
+    pub fn archs(&self, name: &str, version: &str) -> Vec<Arch> {
+        let w = &self.0;
+        let mut out: Vec<Arch> = w
+            .tables
+            .iter()
+            .zip(&w.bits)
+            .filter(|((_, t), _)| normalise(&t.name) == name && t.version.as_deref().unwrap_or_default() == version)
+            .flat_map(|(_, b)| Arch::ALL.into_iter().enumerate().filter(|(a, _)| b[*a] != 0).map(|(_, arch)| arch))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// [`installs`] by architecture alone (see [`Reach`]).
+pub fn reach<'a>(path: &Path, text: &'a str, project: Option<&str>) -> Result<Reach<'a>> {
+    walked(path, text, project).map(Reach)
+}
+
+/// The tables of uv.lock and, per table and architecture, the root contexts that reach it.
+struct Walked<'a> {
+    tables: Vec<(usize, Table<'a>)>,
+    /// Each context's label (`dependencies`, `extra vllm`, `group dev`; `resolution-markers`
+    /// when not rooted): bit `k` of [`Walked::bits`] is label `k`.
+    labels: Vec<String>,
+    /// Per table and architecture (index in [`Arch::ALL`]), the contexts that reach it.
+    bits: Vec<[u64; 2]>,
+    rooted: bool,
+    scanned: usize,
+}
+
+/// Every root context walked on each architecture (see [`installs`]).
+fn walked<'a>(path: &Path, text: &'a str, project: Option<&str>) -> Result<Walked<'a>> {
     let (tables, allowed, scanned) = tables(path, text)?;
     let project = project.map(normalise);
     let own = |t: &Table| {
@@ -355,37 +424,19 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
             }
         }
     }
-    let mut via: BTreeMap<usize, BTreeMap<Arch, BTreeSet<String>>> = BTreeMap::new();
-    for (t, b) in bits.iter().enumerate() {
-        for (a, arch) in Arch::ALL.into_iter().enumerate() {
-            let labels = contexts.iter().enumerate().filter(|(k, _)| b[a] >> k & 1 == 1).map(|(_, c)| c.0.clone());
-            let labels: BTreeSet<String> = labels.collect();
-            if !labels.is_empty() {
-                via.entry(t).or_default().insert(arch, labels);
-            }
-        }
-    }
+    let mut labels: Vec<String> = contexts.into_iter().map(|c| c.0).collect();
     if roots.is_empty() {
+        // No context walked: each table where its own resolution-markers can hold.
+        labels.push("resolution-markers".into());
         for (t, f) in fork.iter().enumerate() {
-            for arch in Arch::ALL.into_iter().filter(|a| mk.holds(*f, base, base, *a)) {
-                via.entry(t).or_default().entry(arch).or_default().insert("resolution-markers".into());
+            for (a, arch) in Arch::ALL.into_iter().enumerate() {
+                if mk.holds(*f, base, base, arch) {
+                    bits[t][a] |= 1;
+                }
             }
         }
     }
-    let tables = via
-        .into_iter()
-        .map(|(i, via)| {
-            let (line, t) = &tables[i];
-            Installed {
-                name: normalise(&t.name).into_owned(),
-                version: t.version.as_deref().unwrap_or_default().to_string(),
-                registry: t.source.as_ref().and_then(|s| s.registry.as_deref().map(str::to_string)),
-                line: *line,
-                via,
-            }
-        })
-        .collect();
-    Ok(Installs { tables, rooted: !roots.is_empty(), scanned })
+    Ok(Walked { tables, labels, bits, rooted: !roots.is_empty(), scanned })
 }
 
 /// A root context: its label, its marker id (the extra or group active, in uv's
@@ -634,6 +685,20 @@ mod tests {
     fn graph(lock: &str, project: Option<&str>) -> (String, usize) {
         let g = installs(Path::new("uv.lock"), lock, project).unwrap();
         (format!("{:?} {}", g.tables, g.rooted), g.scanned)
+    }
+
+    #[test]
+    fn reach_gives_the_archs_installs_gives() {
+        for lock in LOCKS {
+            for project in [None, Some("consumer"), Some("other")] {
+                let g = installs(Path::new("uv.lock"), lock, project).unwrap();
+                let r = reach(Path::new("uv.lock"), lock, project).unwrap();
+                for (_, t) in tables(Path::new("uv.lock"), lock).unwrap().0 {
+                    let (name, version) = (normalise(&t.name), t.version.as_deref().unwrap_or_default());
+                    assert_eq!(r.archs(&name, version), g.archs(&name, version), "{name} {version}");
+                }
+            }
+        }
     }
 
     #[test]
