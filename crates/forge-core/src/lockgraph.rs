@@ -8,6 +8,7 @@
 //! evaluated by [`crate::marker`] with uv's conflict sets excluded.
 //! uv.lock is hostile input: tables, edges and contexts are capped.
 //! Must not judge (see `lock::rules` and `builder::registry`).
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -84,40 +85,42 @@ struct Conflict {
 }
 
 #[derive(Deserialize)]
-struct Block {
-    package: Vec<Table>,
+struct Block<'a> {
+    package: Vec<Table<'a>>,
 }
 
+/// One `[[package]]` table: its strings borrowed from the lock when [`scan`] read it
+/// (uv's markers are most of the lock: not copied), owned when `toml` did.
 #[derive(Debug, Deserialize)]
-struct Table {
-    name: String,
-    version: Option<String>,
-    source: Option<Source>,
+struct Table<'a> {
+    name: Cow<'a, str>,
+    version: Option<Cow<'a, str>>,
+    source: Option<Source<'a>>,
     #[serde(rename = "resolution-markers", default)]
-    resolution_markers: Vec<String>,
+    resolution_markers: Vec<Cow<'a, str>>,
     #[serde(default)]
-    dependencies: Vec<Edge>,
+    dependencies: Vec<Edge<'a>>,
     #[serde(rename = "optional-dependencies", default)]
-    optional: BTreeMap<String, Vec<Edge>>,
+    optional: BTreeMap<String, Vec<Edge<'a>>>,
     #[serde(rename = "dev-dependencies", default)]
-    dev: BTreeMap<String, Vec<Edge>>,
+    dev: BTreeMap<String, Vec<Edge<'a>>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Source {
-    registry: Option<String>,
-    editable: Option<String>,
+struct Source<'a> {
+    registry: Option<Cow<'a, str>>,
+    editable: Option<Cow<'a, str>>,
     #[serde(rename = "virtual")]
-    virtual_: Option<String>,
+    virtual_: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Edge {
-    name: String,
-    version: Option<String>,
-    marker: Option<String>,
+struct Edge<'a> {
+    name: Cow<'a, str>,
+    version: Option<Cow<'a, str>>,
+    marker: Option<Cow<'a, str>>,
     #[serde(default)]
-    extra: Vec<String>,
+    extra: Vec<Cow<'a, str>>,
     /// The marker's id and the tables the edge names (its version's), resolved at
     /// the first walk that meets the edge: later walks (each context, each
     /// architecture) reuse them instead of re-normalising and re-hashing.
@@ -125,8 +128,11 @@ struct Edge {
     resolved: std::cell::OnceCell<(usize, Vec<usize>)>,
 }
 
-/// `Deep_EP.x` -> `deep-ep-x` (PEP 503).
-fn normalise(n: &str) -> String {
+/// `Deep_EP.x` -> `deep-ep-x` (PEP 503); a name already so (uv writes them so) is borrowed.
+fn normalise(n: &str) -> Cow<'_, str> {
+    if !n.bytes().any(|b| b.is_ascii_uppercase() || b == b'_' || b == b'.') && !n.contains("--") {
+        return Cow::Borrowed(n);
+    }
     let mut out = String::with_capacity(n.len());
     for c in n.chars() {
         match c {
@@ -135,7 +141,7 @@ fn normalise(n: &str) -> String {
             c => out.push(c.to_ascii_lowercase()),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// A `[[package]]` block without its `sdist` / `wheels` lines (~95% of the
@@ -182,8 +188,16 @@ pub fn thin_block(block: &str, needle: &str) -> Option<String> {
     // A line that normalises to contain `needle` holds its first word (up to a `-`) in
     // any case: checked first, without allocating.
     let word = needle.split('-').next().unwrap_or_default().as_bytes();
-    let may = |line: &str| word.is_empty() || line.as_bytes().windows(word.len()).any(|w| w.eq_ignore_ascii_case(word));
-    scan::thin(block, |line| may(line) && normalise(line).contains(needle))
+    scan::thin(block, |line| has_ignore_ascii_case(line.as_bytes(), word) && normalise(line).contains(needle))
+}
+
+/// Whether `hay` holds `word` in any ASCII case (an empty word: always): the places of
+/// its first byte, either case, found by `memchr2`, then the rest compared.
+fn has_ignore_ascii_case(hay: &[u8], word: &[u8]) -> bool {
+    let Some(&first) = word.first() else { return true };
+    let (lower, upper) = (first.to_ascii_lowercase(), first.to_ascii_uppercase());
+    memchr::memchr2_iter(lower, upper, hay)
+        .any(|i| hay.get(i..i + word.len()).is_some_and(|w| w.eq_ignore_ascii_case(word)))
 }
 
 fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
@@ -192,7 +206,7 @@ fn bad(path: &Path, line: usize, what: String) -> anyhow::Error {
 
 /// The tables of one `[[package]]` block: read by [`scan`] when it has uv's shape, else by `toml`
 /// (without its file lists, then whole: the error of the whole block).
-fn parse_block(path: &Path, line: usize, block: &str) -> Result<(Vec<Table>, bool)> {
+fn parse_block<'a>(path: &Path, line: usize, block: &'a str) -> Result<(Vec<Table<'a>>, bool)> {
     if let Some(t) = scan::table(block) {
         return Ok((vec![t], true));
     }
@@ -203,10 +217,10 @@ fn parse_block(path: &Path, line: usize, block: &str) -> Result<(Vec<Table>, boo
 }
 
 /// The tables of uv.lock, each with its line; uv's conflict sets; how many the scanner read.
-type Tables = (Vec<(usize, Table)>, MarkerTree, usize);
+type Tables<'a> = (Vec<(usize, Table<'a>)>, MarkerTree, usize);
 
 /// The tables of uv.lock with the line of each (blocks parsed alone, files skipped).
-fn tables(path: &Path, text: &str) -> Result<Tables> {
+fn tables<'a>(path: &Path, text: &'a str) -> Result<Tables<'a>> {
     // Each block's start and first line, in one pass over the text (not one per block).
     let (starts, lines): (Vec<usize>, Vec<usize>) = package_starts(text).into_iter().unzip();
     if starts.len() > MAX_TABLES {
@@ -303,6 +317,75 @@ impl Markers<'_> {
 /// a table (not one uv wrote for a project) is read by each table's own
 /// `resolution-markers` alone ([`Installs::rooted`] false).
 pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Installs> {
+    let w = walked(path, text, project)?;
+    let tables = w
+        .tables
+        .iter()
+        .zip(&w.bits)
+        .filter_map(|((line, t), b)| {
+            let via: BTreeMap<Arch, BTreeSet<String>> = Arch::ALL
+                .into_iter()
+                .enumerate()
+                .filter(|(a, _)| b[*a] != 0)
+                .map(|(a, arch)| (arch, labelled(&w.labels, b[a])))
+                .collect();
+            (!via.is_empty()).then(|| Installed {
+                name: normalise(&t.name).into_owned(),
+                version: t.version.as_deref().unwrap_or_default().to_string(),
+                registry: t.source.as_ref().and_then(|s| s.registry.as_deref().map(str::to_string)),
+                line: *line,
+                via,
+            })
+        })
+        .collect();
+    Ok(Installs { tables, rooted: w.rooted, scanned: w.scanned })
+}
+
+/// The labels whose bits are set in `bits`.
+fn labelled(labels: &[String], bits: u64) -> BTreeSet<String> {
+    labels.iter().enumerate().filter(|(k, _)| bits >> k & 1 == 1).map(|(_, l)| l.clone()).collect()
+}
+
+/// Where each table of uv.lock installs, by architecture alone: [`installs`] without
+/// the labels of the contexts that reach each table (nothing copied out of the lock).
+pub struct Reach<'a>(Walked<'a>);
+
+impl Reach<'_> {
+    /// Where the table `name` `version` installs (none: not reached at all), as [`Installs::archs`].
+    pub fn archs(&self, name: &str, version: &str) -> Vec<Arch> {
+        let w = &self.0;
+        let mut out: Vec<Arch> = w
+            .tables
+            .iter()
+            .zip(&w.bits)
+            .filter(|((_, t), _)| normalise(&t.name) == name && t.version.as_deref().unwrap_or_default() == version)
+            .flat_map(|(_, b)| Arch::ALL.into_iter().enumerate().filter(|(a, _)| b[*a] != 0).map(|(_, arch)| arch))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// [`installs`] by architecture alone (see [`Reach`]).
+pub fn reach<'a>(path: &Path, text: &'a str, project: Option<&str>) -> Result<Reach<'a>> {
+    walked(path, text, project).map(Reach)
+}
+
+/// The tables of uv.lock and, per table and architecture, the root contexts that reach it.
+struct Walked<'a> {
+    tables: Vec<(usize, Table<'a>)>,
+    /// Each context's label (`dependencies`, `extra vllm`, `group dev`; `resolution-markers`
+    /// when not rooted): bit `k` of [`Walked::bits`] is label `k`.
+    labels: Vec<String>,
+    /// Per table and architecture (index in [`Arch::ALL`]), the contexts that reach it.
+    bits: Vec<[u64; 2]>,
+    rooted: bool,
+    scanned: usize,
+}
+
+/// Every root context walked on each architecture (see [`installs`]).
+fn walked<'a>(path: &Path, text: &'a str, project: Option<&str>) -> Result<Walked<'a>> {
     let (tables, allowed, scanned) = tables(path, text)?;
     let project = project.map(normalise);
     let own = |t: &Table| {
@@ -310,7 +393,7 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
             && project.as_ref().is_none_or(|p| normalise(&t.name) == *p)
     };
     let roots: Vec<usize> = (0..tables.len()).filter(|i| own(&tables[*i].1)).collect();
-    let mut by_name: FxHashMap<String, Vec<usize>> = FxHashMap::default();
+    let mut by_name: FxHashMap<Cow<str>, Vec<usize>> = FxHashMap::default();
     for (i, (_, t)) in tables.iter().enumerate() {
         by_name.entry(normalise(&t.name)).or_default().push(i);
     }
@@ -341,48 +424,30 @@ pub fn installs(path: &Path, text: &str, project: Option<&str>) -> Result<Instal
             }
         }
     }
-    let mut via: BTreeMap<usize, BTreeMap<Arch, BTreeSet<String>>> = BTreeMap::new();
-    for (t, b) in bits.iter().enumerate() {
-        for (a, arch) in Arch::ALL.into_iter().enumerate() {
-            let labels = contexts.iter().enumerate().filter(|(k, _)| b[a] >> k & 1 == 1).map(|(_, c)| c.0.clone());
-            let labels: BTreeSet<String> = labels.collect();
-            if !labels.is_empty() {
-                via.entry(t).or_default().insert(arch, labels);
-            }
-        }
-    }
+    let mut labels: Vec<String> = contexts.into_iter().map(|c| c.0).collect();
     if roots.is_empty() {
+        // No context walked: each table where its own resolution-markers can hold.
+        labels.push("resolution-markers".into());
         for (t, f) in fork.iter().enumerate() {
-            for arch in Arch::ALL.into_iter().filter(|a| mk.holds(*f, base, base, *a)) {
-                via.entry(t).or_default().entry(arch).or_default().insert("resolution-markers".into());
+            for (a, arch) in Arch::ALL.into_iter().enumerate() {
+                if mk.holds(*f, base, base, arch) {
+                    bits[t][a] |= 1;
+                }
             }
         }
     }
-    let tables = via
-        .into_iter()
-        .map(|(i, via)| {
-            let (line, t) = &tables[i];
-            Installed {
-                name: normalise(&t.name),
-                version: t.version.clone().unwrap_or_default(),
-                registry: t.source.as_ref().and_then(|s| s.registry.clone()),
-                line: *line,
-                via,
-            }
-        })
-        .collect();
-    Ok(Installs { tables, rooted: !roots.is_empty(), scanned })
+    Ok(Walked { tables, labels, bits, rooted: !roots.is_empty(), scanned })
 }
 
 /// A root context: its label, its marker id (the extra or group active, in uv's
 /// conflict encoding `extra-<len>-<project>-<name>`), and the edges it starts from.
-type Context<'t> = (String, usize, Vec<(usize, &'t Edge)>);
+type Context<'t> = (String, usize, Vec<(usize, &'t Edge<'t>)>);
 
-fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers) -> Result<Vec<Context<'t>>> {
+fn contexts<'t>(tables: &'t [(usize, Table<'t>)], roots: &[usize], mk: &mut Markers) -> Result<Vec<Context<'t>>> {
     let mut out: Vec<Context<'t>> = Vec::new();
     for &r in roots {
         let (line, t) = &tables[r];
-        let base: Vec<(usize, &Edge)> = t.dependencies.iter().map(|e| (r, e)).collect();
+        let base: Vec<(usize, &Edge<'t>)> = t.dependencies.iter().map(|e| (r, e)).collect();
         let name = normalise(&t.name);
         out.push(("dependencies".into(), mk.id(None, *line)?, base.clone()));
         for (kind, lists) in [("extra", &t.optional), ("group", &t.dev)] {
@@ -402,8 +467,8 @@ fn contexts<'t>(tables: &'t [(usize, Table)], roots: &[usize], mk: &mut Markers)
 }
 
 struct Graph<'g> {
-    tables: &'g [(usize, Table)],
-    by_name: &'g FxHashMap<String, Vec<usize>>,
+    tables: &'g [(usize, Table<'g>)],
+    by_name: &'g FxHashMap<Cow<'g, str>, Vec<usize>>,
     fork: &'g [usize],
     /// The context that constrains nothing.
     base: usize,
@@ -419,14 +484,14 @@ impl Graph<'_> {
         mk: &mut Markers,
         ctx: usize,
         arch: Arch,
-        starts: &[(usize, &'a Edge)],
+        starts: &[(usize, &'a Edge<'a>)],
         scratch: &'s mut Scratch,
     ) -> Result<&'s [usize]> {
         let n = self.tables.len();
         scratch.reset(n);
         let Scratch { holds, seen, reached, order } = scratch;
         let mut seen_extra: FxHashSet<(usize, &'a str)> = FxHashSet::default();
-        let mut work: Vec<(usize, &'a Edge)> = starts.to_vec();
+        let mut work: Vec<(usize, &'a Edge<'a>)> = starts.to_vec();
         let mut check = |mk: &mut Markers, id: usize| -> bool {
             if holds.len() <= id {
                 holds.resize(id + 1, 0);
@@ -455,8 +520,8 @@ impl Graph<'_> {
                     work.extend(table.dependencies.iter().map(|e| (t, e)));
                 }
                 for x in &e.extra {
-                    if seen_extra.insert((t, x.as_str())) {
-                        work.extend(table.optional.get(x).into_iter().flatten().map(|e| (t, e)));
+                    if seen_extra.insert((t, &**x)) {
+                        work.extend(table.optional.get(&**x).into_iter().flatten().map(|e| (t, e)));
                     }
                 }
             }
@@ -465,12 +530,12 @@ impl Graph<'_> {
     }
 
     /// The edge's marker id and target tables, resolved once (later walks reuse them).
-    fn resolve<'e>(&self, mk: &mut Markers, from: usize, e: &'e Edge) -> Result<&'e (usize, Vec<usize>)> {
+    fn resolve<'e>(&self, mk: &mut Markers, from: usize, e: &'e Edge<'_>) -> Result<&'e (usize, Vec<usize>)> {
         if let Some(r) = e.resolved.get() {
             return Ok(r);
         }
         let id = mk.id(e.marker.as_deref(), self.tables[from].0)?;
-        let named = self.by_name.get(&normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
+        let named = self.by_name.get(&*normalise(&e.name)).map(Vec::as_slice).unwrap_or_default();
         let targets =
             named.iter().copied().filter(|t| e.version.is_none() || e.version == self.tables[*t].1.version).collect();
         Ok(e.resolved.get_or_init(|| (id, targets)))
@@ -540,6 +605,33 @@ mod tests {
     }
 
     #[test]
+    fn names_normalise_as_pep_503_says() {
+        for (n, want) in
+            [("deep-ep", "deep-ep"), ("Deep_EP.x", "deep-ep-x"), ("a--b", "a-b"), ("a-_.b", "a-b"), ("é-x", "é-x")]
+        {
+            assert_eq!(normalise(n), want);
+            assert_eq!(matches!(normalise(n), Cow::Borrowed(_)), n == want, "{n}");
+        }
+    }
+
+    #[test]
+    fn a_word_is_found_in_any_case_as_by_windows() {
+        for (hay, word) in [
+            ("", ""),
+            ("", "deep"),
+            ("x deep_ep", "deep"),
+            ("DeEp", "deep"),
+            ("dee", "deep"),
+            ("d-e", "-e"),
+            ("ddeep", "deep"),
+        ] {
+            let windows =
+                word.is_empty() || hay.as_bytes().windows(word.len()).any(|w| w.eq_ignore_ascii_case(word.as_bytes()));
+            assert_eq!(has_ignore_ascii_case(hay.as_bytes(), word.as_bytes()), windows, "{hay:?} {word:?}");
+        }
+    }
+
+    #[test]
     fn hostile_sizes_are_bad_input_naming_the_file() {
         let edges = "    { name = \"x\" },\n".repeat(MAX_EDGES + 1);
         let lock = format!("{HEAD}{}", table("app", "virtual = \".\"", &edges, ""));
@@ -549,7 +641,7 @@ mod tests {
     }
 
     /// Each block of `lock` as `toml` reads it (the path the scanner stands in for).
-    fn by_toml(block: &str) -> Vec<Table> {
+    fn by_toml(block: &str) -> Vec<Table<'static>> {
         let b: Block = toml::from_str(&without_files(block)).or_else(|_| toml::from_str(block)).unwrap();
         b.package
     }
@@ -593,6 +685,20 @@ mod tests {
     fn graph(lock: &str, project: Option<&str>) -> (String, usize) {
         let g = installs(Path::new("uv.lock"), lock, project).unwrap();
         (format!("{:?} {}", g.tables, g.rooted), g.scanned)
+    }
+
+    #[test]
+    fn reach_gives_the_archs_installs_gives() {
+        for lock in LOCKS {
+            for project in [None, Some("consumer"), Some("other")] {
+                let g = installs(Path::new("uv.lock"), lock, project).unwrap();
+                let r = reach(Path::new("uv.lock"), lock, project).unwrap();
+                for (_, t) in tables(Path::new("uv.lock"), lock).unwrap().0 {
+                    let (name, version) = (normalise(&t.name), t.version.as_deref().unwrap_or_default());
+                    assert_eq!(r.archs(&name, version), g.archs(&name, version), "{name} {version}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! `None`: the caller then parses the table with `toml`, so the result (or the
 //! error, with its line) is the one the full parse gives. One pass over the
 //! lines, each byte looked at a bounded number of times. Must not judge.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::{Edge, Source, Table};
@@ -25,7 +26,7 @@ enum Section {
 
 /// The table in `block` (from its `[[package]]` line to the next one), or `None`
 /// when some line is not one uv writes.
-pub(super) fn table(block: &str) -> Option<Table> {
+pub(super) fn table(block: &str) -> Option<Table<'_>> {
     read(block).map(|(t, _)| t)
 }
 
@@ -48,7 +49,7 @@ pub(super) fn thin(block: &str, keep: impl Fn(&str) -> bool) -> Option<String> {
 }
 
 /// The table and the lines it read (element offsets, whether file lines were skipped).
-fn read(block: &str) -> Option<(Table, Lines<'_>)> {
+fn read(block: &str) -> Option<(Table<'_>, Lines<'_>)> {
     let mut lines = Lines::new(block);
     if lines.next()? != "[[package]]" {
         return None;
@@ -80,7 +81,7 @@ fn read(block: &str) -> Option<(Table, Lines<'_>)> {
 /// The block's lines as `without_files` keeps them (`sdist = ...`,
 /// `wheels = [...]` on one line, and `wheels = [` to a lone `]`, dropped).
 struct Lines<'a> {
-    inner: std::str::Lines<'a>,
+    inner: RawLines<'a>,
     block: &'a str,
     /// (offset, length) of each list element line read.
     elements: Vec<(usize, usize)>,
@@ -89,7 +90,7 @@ struct Lines<'a> {
 
 impl<'a> Lines<'a> {
     fn new(block: &'a str) -> Self {
-        Lines { inner: block.lines(), block, elements: Vec::new(), skipped_files: false }
+        Lines { inner: RawLines(block), block, elements: Vec::new(), skipped_files: false }
     }
 
     /// Records `line` (one this iterator gave) as a list element.
@@ -125,6 +126,26 @@ impl<'a> Iterator for Lines<'a> {
     }
 }
 
+/// `str::lines` (a line ends at `\n` or `\r\n`; a last line without `\n` keeps a
+/// trailing `\r`), with each end found by SIMD `memchr` (uv's lines run to kilobytes).
+struct RawLines<'a>(&'a str);
+
+impl<'a> Iterator for RawLines<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let Some(end) = memchr::memchr(b'\n', self.0.as_bytes()) else {
+            return Some(std::mem::take(&mut self.0));
+        };
+        let (line, rest) = (&self.0[..end], &self.0[end + 1..]);
+        self.0 = rest;
+        Some(line.strip_suffix('\r').unwrap_or(line))
+    }
+}
+
 /// A small set of seen sections (bit per [`Section`]).
 #[derive(Default)]
 struct Seen(u8);
@@ -139,29 +160,31 @@ impl Seen {
     }
 }
 
-/// The table as read so far.
+/// The table as read so far (its strings borrowed from the block: no copies).
 #[derive(Default)]
-struct Partial {
-    name: Option<String>,
-    version: Option<String>,
-    source: Option<Source>,
-    markers: Option<Vec<String>>,
-    dependencies: Option<Vec<Edge>>,
-    optional: BTreeMap<String, Vec<Edge>>,
-    dev: BTreeMap<String, Vec<Edge>>,
+struct Partial<'a> {
+    name: Option<&'a str>,
+    version: Option<&'a str>,
+    source: Option<Source<'a>>,
+    markers: Option<Vec<Cow<'a, str>>>,
+    dependencies: Option<Vec<Edge<'a>>>,
+    optional: BTreeMap<String, Vec<Edge<'a>>>,
+    dev: BTreeMap<String, Vec<Edge<'a>>>,
     headers: Seen,
     /// Keys of `[package.metadata]` and of its `requires-dev` (duplicates are not uv's shape).
-    meta_keys: Vec<(Section, String)>,
+    meta_keys: Vec<(Section, &'a str)>,
 }
 
-impl Partial {
+impl<'a> Partial<'a> {
     /// One key of the table itself (`None`: unknown key, duplicate, or not uv's shape).
-    fn top(&mut self, key: &str, rest: &str, lines: &mut Lines) -> Option<()> {
+    fn top(&mut self, key: &str, rest: &'a str, lines: &mut Lines<'a>) -> Option<()> {
         match key {
             "name" => set(&mut self.name, whole_string(rest)?),
             "version" => set(&mut self.version, whole_string(rest)?),
             "source" => set(&mut self.source, whole(rest, source)?),
-            "resolution-markers" => set(&mut self.markers, list(rest, lines, |e| Some((whole_string(e)?, false)))?),
+            "resolution-markers" => {
+                set(&mut self.markers, list(rest, lines, |e| Some((Cow::Borrowed(whole_string(e)?), false)))?)
+            }
             "dependencies" => set(&mut self.dependencies, list(rest, lines, |e| whole(e, edge))?),
             _ => None,
         }
@@ -169,24 +192,24 @@ impl Partial {
 
     /// One key of `[package.metadata]` or its `requires-dev`: a string, a list of
     /// strings or inline tables, or an inline table (checked, not kept).
-    fn metadata(&mut self, section: Section, key: &str, rest: &str, lines: &mut Lines) -> Option<()> {
+    fn metadata(&mut self, section: Section, key: &'a str, rest: &'a str, lines: &mut Lines<'a>) -> Option<()> {
         // `requires-dev = ...` here and `[package.metadata.requires-dev]` would clash: left to toml.
         if (section == Section::Metadata && key == "requires-dev")
-            || self.meta_keys.iter().any(|(s, k)| *s == section && k == key)
+            || self.meta_keys.iter().any(|(s, k)| *s == section && *k == key)
         {
             return None;
         }
-        self.meta_keys.push((section, key.to_string()));
+        self.meta_keys.push((section, key));
         if rest == "[" || rest == "[]" {
             return list(rest, lines, requirement).map(|_| ());
         }
         whole(rest, value).map(|_| ())
     }
 
-    fn finish(self) -> Option<Table> {
+    fn finish(self) -> Option<Table<'a>> {
         Some(Table {
-            name: self.name?,
-            version: self.version,
+            name: Cow::Borrowed(self.name?),
+            version: self.version.map(Cow::Borrowed),
             source: self.source,
             resolution_markers: self.markers.unwrap_or_default(),
             dependencies: self.dependencies.unwrap_or_default(),
@@ -205,7 +228,12 @@ fn set<T>(slot: &mut Option<T>, v: T) -> Option<()> {
     Some(())
 }
 
-fn insert_list(map: &mut BTreeMap<String, Vec<Edge>>, key: &str, rest: &str, lines: &mut Lines) -> Option<()> {
+fn insert_list<'a>(
+    map: &mut BTreeMap<String, Vec<Edge<'a>>>,
+    key: &str,
+    rest: &'a str,
+    lines: &mut Lines<'a>,
+) -> Option<()> {
     if map.contains_key(key) {
         return None;
     }
@@ -230,14 +258,25 @@ fn is_bare_key(k: &str) -> bool {
 
 /// `key = rest` with a bare key.
 fn key_line(line: &str) -> Option<(&str, &str)> {
-    let (key, rest) = line.split_once(" = ")?;
+    let (key, rest) = split_eq(line)?;
     is_bare_key(key).then_some((key, rest))
+}
+
+/// `s.split_once(" = ")`, found by `memchr` on `=` (no substring searcher built per call).
+fn split_eq(s: &str) -> Option<(&str, &str)> {
+    let b = s.as_bytes();
+    let at = memchr::memchr_iter(b'=', b).find(|&i| i > 0 && b[i - 1] == b' ' && b.get(i + 1) == Some(&b' '))?;
+    Some((&s[..at - 1], &s[at + 2..]))
 }
 
 /// A list value: `[]`, or `[` then one `    <element>,` a line to a lone `]`; `element`
 /// says whether its line may be blanked by [`thin`] (an edge or requirement whose
 /// typed keys are well typed, so blanking it changes no error).
-fn list<T>(rest: &str, lines: &mut Lines, mut element: impl FnMut(&str) -> Option<(T, bool)>) -> Option<Vec<T>> {
+fn list<'a, T>(
+    rest: &str,
+    lines: &mut Lines<'a>,
+    mut element: impl FnMut(&'a str) -> Option<(T, bool)>,
+) -> Option<Vec<T>> {
     match rest {
         "[]" => return Some(Vec::new()),
         "[" => {}
@@ -264,26 +303,25 @@ fn whole<'a, T>(s: &'a str, parse: impl FnOnce(&'a str) -> Option<(T, &'a str)>)
     rest.is_empty().then_some(v)
 }
 
-fn whole_string(s: &str) -> Option<String> {
-    whole(s, string).map(str::to_string)
+fn whole_string(s: &str) -> Option<&str> {
+    whole(s, string)
 }
 
 /// A basic string without escapes or control characters (tab included), and what follows it.
 fn string(s: &str) -> Option<(&str, &str)> {
     let body = s.strip_prefix('"')?;
-    for (i, b) in body.bytes().enumerate() {
-        match b {
-            b'"' => return Some((&body[..i], &body[i + 1..])),
-            b'\\' | 0x7f => return None,
-            b if b < 0x20 => return None,
-            _ => {}
-        }
-    }
-    None
+    // The first quote or backslash (SIMD: uv's markers run to kilobytes), then no control character before it.
+    let end = memchr::memchr2(b'"', b'\\', body.as_bytes())?;
+    (body.as_bytes()[end] == b'"' && plain(&body.as_bytes()[..end])).then(|| (&body[..end], &body[end + 1..]))
+}
+
+/// No control character (tab included) and no DEL in `b`: one pass without early exit, so it vectorises.
+fn plain(b: &[u8]) -> bool {
+    b.iter().fold(0u8, |bad, &c| bad | u8::from(c < 0x20) | u8::from(c == 0x7f)) == 0
 }
 
 /// `["a", "b"]` (strings only), and what follows it.
-fn strings(s: &str) -> Option<(Vec<String>, &str)> {
+fn strings(s: &str) -> Option<(Vec<&str>, &str)> {
     let mut rest = s.strip_prefix('[')?;
     let mut out = Vec::new();
     if let Some(r) = rest.strip_prefix(']') {
@@ -291,7 +329,7 @@ fn strings(s: &str) -> Option<(Vec<String>, &str)> {
     }
     loop {
         let (v, r) = string(rest)?;
-        out.push(v.to_string());
+        out.push(v);
         if let Some(r) = r.strip_prefix(']') {
             return Some((out, r));
         }
@@ -302,7 +340,7 @@ fn strings(s: &str) -> Option<(Vec<String>, &str)> {
 /// One value of an inline table as uv writes them.
 enum Value<'a> {
     Str(&'a str),
-    Strings(Vec<String>),
+    Strings(Vec<&'a str>),
     /// An inline table; true when every value is a string.
     Table(bool),
 }
@@ -321,7 +359,7 @@ fn inline_at<'a>(s: &'a str, depth: usize, field: &mut dyn FnMut(&'a str, Value<
     let mut rest = s.strip_prefix("{ ")?;
     let mut keys: Vec<&str> = Vec::new();
     loop {
-        let (key, r) = rest.split_once(" = ")?;
+        let (key, r) = split_eq(rest)?;
         if !is_bare_key(key) || keys.contains(&key) || keys.len() >= 16 {
             return None;
         }
@@ -355,7 +393,7 @@ fn value_at(s: &str, depth: usize) -> Option<(Value<'_>, &str)> {
     }
 }
 
-fn source(s: &str) -> Option<(Source, &str)> {
+fn source(s: &str) -> Option<(Source<'_>, &str)> {
     let mut src = Source { registry: None, editable: None, virtual_: None };
     let rest = inline(s, |k, v| {
         let slot = match k {
@@ -365,7 +403,7 @@ fn source(s: &str) -> Option<(Source, &str)> {
             _ => return matches!(v, Value::Str(_)).then_some(()),
         };
         let Value::Str(v) = v else { return None };
-        *slot = Some(v.to_string());
+        *slot = Some(Cow::Borrowed(v));
         Some(())
     })?;
     Some((src, rest))
@@ -373,7 +411,7 @@ fn source(s: &str) -> Option<(Source, &str)> {
 
 /// A dependency edge, whether uvlock's reading of it is well typed (a source
 /// table of strings), and what follows.
-fn edge(s: &str) -> Option<((Edge, bool), &str)> {
+fn edge(s: &str) -> Option<((Edge<'_>, bool), &str)> {
     let (mut name, mut version, mut marker, mut extra) = (None, None, None, Vec::new());
     let mut typed = true;
     let rest = inline(s, |k, v| match (k, v) {
@@ -381,11 +419,11 @@ fn edge(s: &str) -> Option<((Edge, bool), &str)> {
             typed = matches!(v, Value::Table(true));
             Some(())
         }
-        ("name", Value::Str(v)) => set(&mut name, v.to_string()),
-        ("version", Value::Str(v)) => set(&mut version, v.to_string()),
-        ("marker", Value::Str(v)) => set(&mut marker, v.to_string()),
+        ("name", Value::Str(v)) => set(&mut name, Cow::Borrowed(v)),
+        ("version", Value::Str(v)) => set(&mut version, Cow::Borrowed(v)),
+        ("marker", Value::Str(v)) => set(&mut marker, Cow::Borrowed(v)),
         ("extra", Value::Strings(v)) => {
-            extra = v;
+            extra = v.into_iter().map(Cow::Borrowed).collect();
             Some(())
         }
         ("name" | "version" | "marker" | "extra", _) => None,
@@ -420,14 +458,24 @@ mod tests {
     const BLOCK: &str = "[[package]]\nname = \"a\"\nversion = \"1.0\"\nsource = { registry = \"https://pypi.org/simple\" }\nresolution-markers = [\n    \"platform_machine == 'x86_64'\",\n]\ndependencies = [\n    { name = \"b\" },\n    { name = \"c\", version = \"2\", source = { registry = \"https://x\" }, marker = \"sys_platform == 'linux'\", extra = [\"gpu\", \"cu\"] },\n]\nsdist = { url = \"https://x/a.tar.gz\", hash = \"sha256:00\", size = 3 }\nwheels = [\n    { url = \"https://x/a.whl\", hash = \"sha256:00\", size = 3, upload-time = 2024-01-01T00:00:00Z },\n]\n\n[package.optional-dependencies]\ngpu = [\n    { name = \"d\", marker = \"extra == 'gpu'\" },\n]\n\n[package.dev-dependencies]\ndev = []\n";
 
     #[test]
+    fn lines_and_key_splits_are_the_std_ones() {
+        for text in ["", "a", "a\n", "a\r\nb\r", "\n\n\r\n", "x\r\r\ny", BLOCK] {
+            assert_eq!(RawLines(text).collect::<Vec<_>>(), text.lines().collect::<Vec<_>>(), "{text:?}");
+        }
+        for s in ["a = b", "a=b = c", " = ", "a =b", "a= b", "=", "a == b = c", "a ==  = b", ""] {
+            assert_eq!(split_eq(s), s.split_once(" = "), "{s:?}");
+        }
+    }
+
+    #[test]
     fn reads_uvs_shape() {
         let t = table(BLOCK).expect("uv's shape");
-        assert_eq!((t.name.as_str(), t.version.as_deref()), ("a", Some("1.0")));
+        assert_eq!((&*t.name, t.version.as_deref()), ("a", Some("1.0")));
         assert_eq!(t.source.unwrap().registry.as_deref(), Some("https://pypi.org/simple"));
         assert_eq!(t.resolution_markers, vec!["platform_machine == 'x86_64'"]);
         assert_eq!(t.dependencies.len(), 2);
         let c = &t.dependencies[1];
-        assert_eq!((c.name.as_str(), c.version.as_deref(), c.extra.len()), ("c", Some("2"), 2));
+        assert_eq!((&*c.name, c.version.as_deref(), c.extra.len()), ("c", Some("2"), 2));
         assert_eq!(c.marker.as_deref(), Some("sys_platform == 'linux'"));
         assert_eq!(t.optional["gpu"][0].name, "d");
         assert!(t.dev["dev"].is_empty());

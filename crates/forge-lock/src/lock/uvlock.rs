@@ -82,6 +82,11 @@ struct EnvPkg {
 /// Where the project's dependency edges reach (`crate::lockgraph`) narrows each table's
 /// architectures.
 pub fn environment(path: &Path, text: &str, project: Option<&str>) -> Result<Vec<EnvPackage>> {
+    environment_at(path, text, project, &LineIndex::new(text))
+}
+
+/// [`environment`] with the lines of `text` already indexed.
+fn environment_at(path: &Path, text: &str, project: Option<&str>, ix: &LineIndex) -> Result<Vec<EnvPackage>> {
     let starts: Vec<usize> =
         memchr::memmem::find_iter(text.as_bytes(), b"\n[[package]]\nname = \"").map(|i| i + 1).collect();
     let mut parts: Vec<(usize, EnvLock)> = Vec::new();
@@ -110,8 +115,7 @@ pub fn environment(path: &Path, text: &str, project: Option<&str>) -> Result<Vec
             }
         }
     }
-    let ix = LineIndex::new(text);
-    let reach = if parts.is_empty() { None } else { Some(crate::lockgraph::installs(path, text, project)?) };
+    let reach = if parts.is_empty() { None } else { Some(crate::lockgraph::reach(path, text, project)?) };
     let mut out = Vec::new();
     for (off, p) in parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))) {
         let (Some(version), true) = (&p.version, is_env_package(p.name.get_ref())) else { continue };
@@ -132,7 +136,7 @@ pub fn environment(path: &Path, text: &str, project: Option<&str>) -> Result<Vec
 }
 
 /// `archs` narrowed to where the project's edges reach the table (unchanged without a graph).
-fn reached(archs: Vec<Arch>, reach: Option<&crate::lockgraph::Installs>, name: &str, version: &str) -> Vec<Arch> {
+fn reached(archs: Vec<Arch>, reach: Option<&crate::lockgraph::Reach>, name: &str, version: &str) -> Vec<Arch> {
     match reach {
         None => archs,
         Some(r) => {
@@ -313,10 +317,10 @@ pub fn read(path: &Path, text: &str, name: &PackageName, project: Option<&str>) 
                 .is_some_and(|s| s.editable.as_deref() == Some(".") || s.virtual_.as_deref() == Some("."));
         r.requires(*off, p, own)?;
     }
-    let Reader { refs, mut overridden, .. } = r;
+    let Reader { refs, mut overridden, ix, .. } = r;
     overridden.sort();
     overridden.dedup();
-    let environment = environment(path, text, project)?;
+    let environment = environment_at(path, text, project, &ix)?;
     Ok(UvLock { refs, overridden, environment })
 }
 
