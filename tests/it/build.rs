@@ -704,13 +704,8 @@ topology = { gpu = "h100", nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_doma
     assert_eq!(j["results"][0]["status"], "built");
     let wheel = Path::new(j["results"][0]["wheel"].as_str().unwrap());
     let wheel = if wheel.is_absolute() { wheel.to_path_buf() } else { lab.dir.path().join(wheel) };
-    let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
-    let names: Vec<String> = zip.file_names().map(String::from).collect();
+    let (names, prov) = members_and_provenance(&wheel);
     assert!(names.iter().any(|n| n.starts_with("deep_ep/backend/nccl/obj/") && n.ends_with(".o")), "{names:?}");
-    let di = names.iter().find(|n| n.ends_with(".dist-info/deepep-forge-provenance.json")).unwrap().clone();
-    let mut text = String::new();
-    zip.by_name(&di).unwrap().read_to_string(&mut text).unwrap();
-    let prov: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(prov["source"]["submodules"]["third-party/nccl"], nccl_rev.as_str());
     assert_eq!(prov["env"]["HYBRID_EP_MULTINODE"], "1");
     assert_eq!(prov["env"]["RDMA_CORE_HOME"], "/usr");
@@ -1021,13 +1016,8 @@ fn the_fixture_builds_the_demo_multinode_variant_as_the_docs_show() {
         .filter(|p| p.extension().is_some_and(|x| x == "whl"))
         .collect();
     assert_eq!(wheels.len(), 1, "{wheels:?}");
-    let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheels[0]).unwrap()).unwrap();
-    let names: Vec<String> = zip.file_names().map(String::from).collect();
+    let (names, prov) = members_and_provenance(&wheels[0]);
     assert!(names.iter().any(|n| n.starts_with("deep_ep/backend/nccl/obj/") && n.ends_with(".o")), "{names:?}");
-    let di = names.iter().find(|n| n.ends_with(".dist-info/deepep-forge-provenance.json")).unwrap().clone();
-    let mut text = String::new();
-    zip.by_name(&di).unwrap().read_to_string(&mut text).unwrap();
-    let prov: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(prov["variant"]["name"], "demo-multinode");
     assert_eq!(prov["source"]["rev"], "44413fe04da5ac577740e2eea956fa7faa12ea2a", "the demo pin's revision");
     assert!(prov["source"]["submodules"]["third-party/nccl"].as_str().is_some_and(|s| s.len() == 40), "{prov}");
@@ -1096,4 +1086,14 @@ fn a_hostile_gitmodules_in_a_source_folder_is_refused() {
         assert!(!cache.join("git/snapshots").exists(), "{text}: no snapshot written");
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// A wheel's member names and its deepep-forge provenance document.
+fn members_and_provenance(wheel: &Path) -> (Vec<String>, serde_json::Value) {
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
+    let names: Vec<String> = zip.file_names().map(String::from).collect();
+    let di = names.iter().find(|n| n.ends_with(".dist-info/deepep-forge-provenance.json")).unwrap().clone();
+    let mut text = String::new();
+    zip.by_name(&di).unwrap().read_to_string(&mut text).unwrap();
+    (names, serde_json::from_str(&text).unwrap())
 }
