@@ -82,8 +82,17 @@ macro_rules! bail_usage {
     ($($t:tt)*) => { return Err($crate::error::Failure::usage(format!($($t)*)).into()) };
 }
 
-/// The exit class of an error chain: the first `Failure` found, else `Problems`.
+/// The exit class of an error chain: `Interrupted` once Ctrl-C/SIGTERM arrived (what
+/// failed after it failed because of it, whatever a caller wrapped it in), else the
+/// first `Failure` found, else `Problems`.
 pub fn exit_of(err: &anyhow::Error) -> Exit {
+    exit_given(err, INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+fn exit_given(err: &anyhow::Error, interrupted: bool) -> Exit {
+    if interrupted {
+        return Exit::Interrupted;
+    }
     for cause in err.chain() {
         if let Some(f) = cause.downcast_ref::<Failure>() {
             return f.exit;
@@ -149,5 +158,20 @@ impl Cooperative {
 impl Drop for Cooperative {
     fn drop(&mut self) {
         COOPERATIVE.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_after_an_interrupt_is_the_interrupt_whatever_wraps_it() {
+        let wrapped: anyhow::Error = Failure::env("read sccache's version: interrupted").into();
+        assert_eq!(exit_given(&wrapped, false), Exit::Environment);
+        assert_eq!(exit_given(&wrapped, true), Exit::Interrupted);
+        let plain = anyhow::anyhow!("a failed job");
+        assert_eq!(exit_given(&plain, false), Exit::Problems);
+        assert_eq!(exit_given(&plain, true), Exit::Interrupted);
     }
 }
