@@ -83,6 +83,10 @@ fn each_user_has_a_build_root_and_two_roots_give_the_same_wheel() {
     }
     let hits = members_holding(&wa, &a.dir.path().join("unpacked"), "deepep-forge-build-");
     assert!(hits.is_empty(), "a user's root is recorded in {hits:?}");
+    // DeepEP's device link names NVSHMEM's folder in the build Python (`-L`), which
+    // nvlink records in the fatbin: the hook spells it relative to the working folder.
+    let hits = members_holding(&wa, &a.dir.path().join("unpacked"), "../python/lib/python3");
+    assert!(hits.len() == 1 && hits[0].starts_with("deep_ep_cpp."), "NVSHMEM's -L, relative, in {hits:?}");
 }
 
 #[test]

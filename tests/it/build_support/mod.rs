@@ -209,6 +209,30 @@ pub fn fake_nvshmem(lib_dir: &Path) {
         .arg(lib_dir.join("libnvshmem_host.so.3"))
         .arg(&src));
     std::fs::remove_file(src).unwrap();
+    std::fs::write(lib_dir.join("libnvshmem_device.a"), nvshmem_device_library()).unwrap();
+}
+
+/// A real device library (`nvcc -lib` of one relocatable sm_90 object), as NVSHMEM's
+/// `libnvshmem_device.a` that DeepEP's device link names: compiled once per test process.
+fn nvshmem_device_library() -> &'static [u8] {
+    static LIB: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let nvcc = support::cuda_home().unwrap_or_else(|| support::missing("nvcc in the tools venv")).join("bin/nvcc");
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("device.cu"), "__device__ int nvshmem_stand_in_my_pe(void) { return 0; }\n")
+            .unwrap();
+        run(Command::new(&nvcc).current_dir(d.path()).args([
+            "-rdc=true",
+            "-c",
+            "device.cu",
+            "-o",
+            "device.o",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+        ]));
+        run(Command::new(&nvcc).current_dir(d.path()).args(["-lib", "device.o", "-o", "libnvshmem_device.a"]));
+        std::fs::read(d.path().join("libnvshmem_device.a")).unwrap()
+    })
 }
 
 pub fn run(c: &mut Command) -> String {

@@ -9,8 +9,9 @@
 //! from the output file's path relative to the root (nvcc otherwise draws
 //! random names for module ids) and the source's path spelled under the
 //! canonical root for cudafe++ (`--orig_src_path_name`, which the module ids
-//! hash); the device link runs nvcc by a path relative to the working folder
-//! (nvlink records nvcc's `-L` folders in the fatbin); every host compile gets
+//! hash); the device link runs nvcc by a path relative to the working folder,
+//! and every `-L` folder under the root (DeepEP's NVSHMEM in the build Python)
+//! relative too (nvlink records its `-L` folders in the fatbin); every host compile gets
 //! `-ffile-prefix-map=<root>=/tmp/deepep-forge-build`.
 //! Without `--compiler-cache`, sccache runs with `SCCACHE_NO_CACHE=1`: the
 //! same driver, nothing stored, so a wheel is the same with and without the cache.
@@ -475,7 +476,8 @@ fn respell(p: &str, from: &str, to: &str) -> String {
 /// records (see the module's doc), a seed per translation unit, the threads.
 fn nvcc_script(root: &Path, nvcc: &Path, sccache: &Path, map: &str, guard: &str) -> String {
     let q = |p: &Path| format!("'{}'", p.display());
-    // The device link, by nvcc's path relative to the working folder when both lie in the root.
+    // The device link, by nvcc's path relative to the working folder when both lie in
+    // the root, and every `-L` folder in the root (DeepEP's NVSHMEM) relative too.
     let relative_dlink = match nvcc.strip_prefix(root) {
         Ok(rel) => format!(
             "\x20 case \"$here/\" in\n\
@@ -483,7 +485,17 @@ fn nvcc_script(root: &Path, nvcc: &Path, sccache: &Path, map: &str, guard: &str)
              \x20     rel=${{here#{root}}}\n\
              \x20     up=\n\
              \x20     while [ -n \"$rel\" ]; do rel=${{rel%/*}}; up=../$up; done\n\
-             \x20     exec \"${{up:-./}}\"{nvcc_rel} \"$@\" -Xcompiler '{map}' ;;\n\
+             \x20     up=${{up:-./}}\n\
+             \x20     lib=\n\
+             \x20     for a in \"$@\"; do\n\
+             \x20       shift\n\
+             \x20       case \"$lib$a\" in\n\
+             \x20         -L* | --library-path=*) a=$(under_root_as \"$up\" \"$a\") ;;\n\
+             \x20       esac\n\
+             \x20       case \"$a\" in -L | --library-path) lib=-L ;; *) lib= ;; esac\n\
+             \x20       set -- \"$@\" \"$a\"\n\
+             \x20     done\n\
+             \x20     exec \"$up\"{nvcc_rel} \"$@\" -Xcompiler '{map}' ;;\n\
              \x20 esac\n",
             root = q(root),
             nvcc_rel = q(rel),
@@ -496,10 +508,22 @@ fn nvcc_script(root: &Path, nvcc: &Path, sccache: &Path, map: &str, guard: &str)
          # (a checksum of the output file's path relative to the build root) and the\n\
          # source's path spelled under {CANONICAL_ROOT} for cudafe++ (module ids hash it);\n\
          # the unit's gencodes at once with ${threads_env} threads (unless the build passes\n\
-         # its own). The device link runs nvcc by a path relative to the working folder\n\
-         # (nvlink records nvcc's -L folders in the fatbin), not through sccache (which\n\
-         # would make it absolute).\n\
+         # its own). The device link runs nvcc by a path relative to the working folder,\n\
+         # with every -L folder in the build root relative too (nvlink records the -L\n\
+         # folders in the fatbin), not through sccache (which would make it absolute).\n\
          {guard}\
+         # under_root_as UP ARG: ARG with the build root's folder spelled UP (relative to here).\n\
+         under_root_as() {{\n\
+         \x20 rest=$2\n\
+         \x20 done_=\n\
+         \x20 while :; do\n\
+         \x20   case \"$rest\" in\n\
+         \x20     *{root}/*) done_=$done_${{rest%%{root}/*}}$1; rest=${{rest#*{root}/}} ;;\n\
+         \x20     *) break ;;\n\
+         \x20   esac\n\
+         \x20 done\n\
+         \x20 printf '%s' \"$done_$rest\"\n\
+         }}\n\
          out=\n\
          src=\n\
          dlink=\n\
@@ -866,9 +890,58 @@ mod tests {
         let r = Path::new("/tmp/deepep-forge-build-1234");
         let s = nvcc_script(r, &r.join("cuda/bin/nvcc"), Path::new("/s"), "-ffile-prefix-map=R=C", "");
         assert!(s.contains(&format!("--orig_src_path_name={CANONICAL_ROOT}/$rest")), "{s}");
-        assert!(s.contains("exec \"${up:-./}\"'cuda/bin/nvcc' \"$@\""), "{s}");
+        assert!(s.contains("exec \"$up\"'cuda/bin/nvcc' \"$@\""), "{s}");
         let outside = nvcc_script(r, Path::new("/opt/cuda/bin/nvcc"), Path::new("/s"), "-ffile-prefix-map=R=C", "");
-        assert!(!outside.contains("${up:-./}"), "{outside}");
+        assert!(!outside.contains("exec \"$up\""), "{outside}");
+    }
+
+    /// The device link's `-L` folders under the root (DeepEP's NVSHMEM in the build
+    /// Python) reach nvcc relative to the working folder, in every spelling; others stay.
+    #[test]
+    fn the_device_link_names_library_folders_in_the_root_relatively() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root-7");
+        let bin = root.join("cuda/bin");
+        let here = root.join("src/build");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&here).unwrap();
+        std::fs::write(bin.join("nvcc"), "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\"\n").unwrap();
+        std::fs::set_permissions(bin.join("nvcc"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let hook = t.path().join("hook");
+        std::fs::write(&hook, nvcc_script(&root, &bin.join("nvcc"), Path::new("/s"), "-ffile-prefix-map=R=C", ""))
+            .unwrap();
+        let r = root.display();
+        let args = [
+            "-dlink".to_string(),
+            "a.o".into(),
+            "-o".into(),
+            "d.o".into(),
+            "-L".into(),
+            format!("{r}/python/nvshmem/lib"),
+            format!("-L{r}/x,{r}/y"),
+            format!("--library-path={r}/z"),
+            format!("-L{r}-77/other"),
+            "-L/opt/nvshmem/lib".into(),
+            format!("{r}/input.o"),
+        ];
+        let o = std::process::Command::new("sh").arg(&hook).args(&args).current_dir(&here).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let seen: Vec<String> = String::from_utf8(o.stdout).unwrap().lines().map(String::from).collect();
+        let want = [
+            "../../cuda/bin/nvcc",
+            "-dlink",
+            "a.o",
+            "-o",
+            "d.o",
+            "-L",
+            "../../python/nvshmem/lib",
+            "-L../../x,../../y",
+            "--library-path=../../z",
+        ];
+        assert_eq!(seen[..want.len()], want, "{seen:?}");
+        let rest = [format!("-L{r}-77/other"), "-L/opt/nvshmem/lib".into(), format!("{r}/input.o")];
+        assert_eq!(seen[want.len()..want.len() + 3], rest, "{seen:?}");
     }
 
     #[test]
