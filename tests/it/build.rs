@@ -1007,7 +1007,7 @@ fn the_fixture_builds_the_demo_multinode_variant_as_the_docs_show() {
     };
     let o = run(&build[0]);
     assert_eq!(o.status.code(), Some(0), "`{}`:\n{}{}", build[0], stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("built      dist/demo-multinode/deep_ep-1.2.1+95e2022-"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("built      dist/demo-multinode/deep_ep-1.2.1+0bfa6c2-"), "{}", stdout(&o));
     assert!(stderr(&o).contains("nccl reuse: third-party/nccl/build at "), "{}", stderr(&o));
     let wheels: Vec<_> = std::fs::read_dir(ws.path().join("dist/demo-multinode"))
         .unwrap()
@@ -1019,7 +1019,7 @@ fn the_fixture_builds_the_demo_multinode_variant_as_the_docs_show() {
     let (names, prov) = members_and_provenance(&wheels[0]);
     assert!(names.iter().any(|n| n.starts_with("deep_ep/backend/nccl/obj/") && n.ends_with(".o")), "{names:?}");
     assert_eq!(prov["variant"]["name"], "demo-multinode");
-    assert_eq!(prov["source"]["rev"], "95e20223ccaf31f55d5fe974f136b6167e4eb270", "the demo pin's revision");
+    assert_eq!(prov["source"]["rev"], "0bfa6c27cc77e8266337c19f6f30e3f5be23a483", "the demo pin's revision");
     assert!(prov["source"]["submodules"]["third-party/nccl"].as_str().is_some_and(|s| s.len() == 40), "{prov}");
     for line in probe {
         let o = run(&line);

@@ -514,7 +514,7 @@ fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both
     let text = std::fs::read_to_string(&py_path)
         .unwrap()
         .replace("dependencies = [\n", &format!("dependencies = [\n  \"{nvshmem}=={nv_version}\",\n"));
-    let text = text.replace("95e20223ccaf31f55d5fe974f136b6167e4eb270", &lab.rev).replace("95e2022", short);
+    let text = text.replace("0bfa6c27cc77e8266337c19f6f30e3f5be23a483", &lab.rev).replace("0bfa6c2", short);
     std::fs::write(&py_path, text).unwrap();
     let o = forge(&lab, &links, &["pin", "set", &lab.rev, "--project", consumer.to_str().unwrap(), "--pins", pins])
         .args(["--source", repo, "--index", &url, "--variant", "sn-arm"])

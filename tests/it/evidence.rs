@@ -838,7 +838,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
         forge_in(&a)
     };
     ok(publish(&[]));
-    let wheel_name = "deep_ep-1.2.1+95e2022-cp311-cp311-manylinux_2_34_x86_64.whl";
+    let wheel_name = "deep_ep-1.2.1+0bfa6c2-cp311-cp311-manylinux_2_34_x86_64.whl";
     let files = p("idx/demo/simple/deep-ep");
     let wheel = files.join(wheel_name);
     let sha = sha256_of(&wheel);
@@ -874,7 +874,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
     ]));
     assert!(
         out.contains(&format!(
-            "demo @ 95e2022 (x86_64)  {wheel_name}  sha256 {}  (the wheel cache; exact, unpatched)",
+            "demo @ 0bfa6c2 (x86_64)  {wheel_name}  sha256 {}  (the wheel cache; exact, unpatched)",
             &sha[..16]
         )),
         "{out}"
@@ -920,7 +920,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
     ok(forge_in(&[
         "pin",
         "set",
-        "95e20223ccaf31f55d5fe974f136b6167e4eb270",
+        "0bfa6c27cc77e8266337c19f6f30e3f5be23a483",
         "--project",
         "consumer",
         "--pins",

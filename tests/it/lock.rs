@@ -932,10 +932,10 @@ fn an_index_sourced_deepep_gets_the_label_rule_and_the_variant_its_dockerfile_bu
         assert!(has(&v, "index-label", arch, "pyproject.toml"), "{arch}: {:?}", rules(&v));
     }
     let f = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-label").unwrap();
-    assert_eq!((f["expected"].as_str(), f["found"].as_str()), (Some("1.2.1+95e2022"), Some("1.2.1+aaaaaaa")), "{f}");
+    assert_eq!((f["expected"].as_str(), f["found"].as_str()), (Some("1.2.1+0bfa6c2"), Some("1.2.1+aaaaaaa")), "{f}");
     assert!(
         f["fix"].as_str().unwrap().contains(
-            "pin set 95e20223ccaf31f55d5fe974f136b6167e4eb270 --index https://deepep.example.org/wheels --variant demo"
+            "pin set 0bfa6c27cc77e8266337c19f6f30e3f5be23a483 --index https://deepep.example.org/wheels --variant demo"
         ),
         "{f}"
     );
@@ -945,26 +945,26 @@ fn an_index_sourced_deepep_gets_the_label_rule_and_the_variant_its_dockerfile_bu
     assert_eq!(m["line"].as_u64(), Some(line_of(&d.path().join("consumer/pyproject.toml"), "deep-ep = {")));
 
     // demo-arm published into demo's index (pins.toml `index`), the label right: clean.
-    let d = index_consumer("1.2.1+95e2022", "demo", named_arm, "index = \"demo\"\n");
+    let d = index_consumer("1.2.1+0bfa6c2", "demo", named_arm, "index = \"demo\"\n");
     let (code, v) = index_findings(&d);
     assert!(!rules(&v).iter().any(|r| r.0.starts_with("index-")), "{:?}", rules(&v));
     assert_eq!(code, 0, "{v}");
 
     // A build no stage names, told by its settings: demo's flags, while the index is demo-arm's.
     let by_flags = "FROM ubuntu:24.04\nARG TORCH_CUDA_ARCH_LIST=\"9.0 10.0\"\nARG HYBRID_EP_MULTINODE=0\n";
-    let d = index_consumer("1.2.1+95e2022", "demo-arm", by_flags, "");
+    let d = index_consumer("1.2.1+0bfa6c2", "demo-arm", by_flags, "");
     let (code, v) = index_findings(&d);
     assert_eq!(code, 1, "{v}");
     let m = v["findings"].as_array().unwrap().iter().find(|f| f["rule"] == "index-variant-mismatch").expect("mismatch");
     assert!(m["message"].as_str().unwrap().contains("Dockerfile:2 builds DeepEP as variant `demo`"), "{m}");
-    let d = index_consumer("1.2.1+95e2022", "demo", by_flags, "");
+    let d = index_consumer("1.2.1+0bfa6c2", "demo", by_flags, "");
     let (code, v) = index_findings(&d);
     assert_eq!(code, 0, "{:?}", rules(&v));
 }
 
 #[test]
 fn an_index_of_a_single_node_variant_does_not_fit_a_recipe_over_two_nvlink_domains() {
-    let d = index_consumer("1.2.1+95e2022", "demo", "FROM ubuntu:24.04\n", "");
+    let d = index_consumer("1.2.1+0bfa6c2", "demo", "FROM ubuntu:24.04\n", "");
     let pins = d.path().join("pins.toml");
     let multinode = "\n[[variant]]\nname = \"demo-mn\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0\"\nmultinode = true\ntransport = \"nixl\"\n";
     std::fs::write(&pins, std::fs::read_to_string(&pins).unwrap() + multinode).unwrap();

@@ -16,7 +16,7 @@ use crate::support::*;
 use deepep_forge::cache::sign::{PublicKey, SecretKey};
 use deepep_forge::index::manifest::Manifest;
 
-const REV: &str = "95e20223ccaf31f55d5fe974f136b6167e4eb270";
+const REV: &str = "0bfa6c27cc77e8266337c19f6f30e3f5be23a483";
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -175,7 +175,7 @@ fn sha256(bytes: &[u8]) -> String {
 }
 
 /// The fixture built here (Debian 12, glibc 2.36) needs GLIBC_2.34: build-wheel tags it for that policy.
-const WHEEL: &str = "deep_ep-1.2.1+95e2022-cp311-cp311-manylinux_2_34_x86_64.whl";
+const WHEEL: &str = "deep_ep-1.2.1+0bfa6c2-cp311-cp311-manylinux_2_34_x86_64.whl";
 
 #[test]
 #[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc and uv)")]
@@ -241,7 +241,7 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     let o = s.pin_set_index(&url, "demo");
     ok(&o);
     let py = std::fs::read_to_string(consumer.join("pyproject.toml")).unwrap();
-    assert!(py.contains("\"deep_ep==1.2.1+95e2022\","), "{py}");
+    assert!(py.contains("\"deep_ep==1.2.1+0bfa6c2\","), "{py}");
     assert!(py.contains("  # DeepEP, built by uv from git unless an index serves it\n"), "comment kept: {py}");
     assert!(py.contains(&format!("url = \"{url}/demo/simple\"\nexplicit = true")), "{py}");
     assert!(!py.contains("dependency-metadata"), "{py}");
@@ -254,7 +254,7 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
         .args(["-c", "import deep_ep, importlib.metadata as m; print(m.version('deep-ep'))"])
         .output()
         .unwrap();
-    assert_eq!(stdout(&import).trim(), "1.2.1+95e2022", "{}", stderr(&import));
+    assert_eq!(stdout(&import).trim(), "1.2.1+0bfa6c2", "{}", stderr(&import));
 
     // 3. lock check: clean with the signed manifest.
     let mpath = s.path("idx/demo/index.json");
@@ -350,7 +350,7 @@ fn a_new_consumer_from_uv_init_moves_to_the_index_and_its_next_step_passes() {
     let o = s.pin_set_index(&url, "demo");
     let out = ok(&o);
     let py = std::fs::read_to_string(s.path("consumer/pyproject.toml")).unwrap();
-    assert!(py.contains("dependencies = [\"deep_ep==1.2.1+95e2022\"]"), "{py}");
+    assert!(py.contains("dependencies = [\"deep_ep==1.2.1+0bfa6c2\"]"), "{py}");
     assert!(py.contains(&format!("url = \"{url}/demo/simple\"\nexplicit = true")), "{py}");
     assert!(out.contains("project.dependencies (added)"), "{out}");
     let next = out.lines().find_map(|l| l.strip_prefix("next: ")).expect("a next: line");
@@ -367,7 +367,7 @@ fn a_new_consumer_from_uv_init_moves_to_the_index_and_its_next_step_passes() {
         .args(["-c", "import deep_ep, importlib.metadata as m; print(m.version('deep-ep'))"])
         .output()
         .unwrap();
-    assert_eq!(stdout(&import).trim(), "1.2.1+95e2022", "{}", stderr(&import));
+    assert_eq!(stdout(&import).trim(), "1.2.1+0bfa6c2", "{}", stderr(&import));
     let checked = ok(&s.forge(&args));
     assert!(checked.contains("ok: 0 error(s)"), "{checked}");
     assert!(!checked.contains("index-not-verified"), "the manifest was checked: {checked}");
@@ -395,7 +395,7 @@ fn a_new_consumer_from_uv_init_moves_to_the_index_and_its_next_step_passes() {
     ]);
     ok(&o);
     let py = std::fs::read_to_string(git.join("pyproject.toml")).unwrap();
-    assert!(py.contains("  \"numpy\",\n  \"deep_ep==1.2.1+95e2022\",\n]"), "{py}");
+    assert!(py.contains("  \"numpy\",\n  \"deep_ep==1.2.1+0bfa6c2\",\n]"), "{py}");
     drop(server);
 }
 
@@ -438,7 +438,7 @@ fn provenance_not_pinned(s: &Setup, mpath: &Path) {
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     let out = stdout(&o);
-    assert!(out.contains(&format!("error[lock-wheel-unattested] [x86_64]: the deep-ep wheel {WHEEL} was built from revision 95e2022, not pins.toml's aaaaaaa")), "{out}");
+    assert!(out.contains(&format!("error[lock-wheel-unattested] [x86_64]: the deep-ep wheel {WHEEL} was built from revision 0bfa6c2, not pins.toml's aaaaaaa")), "{out}");
     assert!(out.contains("error[index-label]"), "the label selects the old revision's wheel: {out}");
     assert_eq!(snapshot(s.dir.path()), before, "nothing written");
 }

@@ -277,7 +277,7 @@ fn three_pythons_publish_into_one_index_that_uv_locks_and_lock_check_holds_to_th
     let py_path = consumer.join("pyproject.toml");
     let text = std::fs::read_to_string(&py_path).unwrap();
     let text = text.replace("requires-python = \"==3.11.*\"", "requires-python = \">=3.11,<3.14\"");
-    let text = text.replace("95e20223ccaf31f55d5fe974f136b6167e4eb270", &lab.rev).replace("95e2022", short);
+    let text = text.replace("0bfa6c27cc77e8266337c19f6f30e3f5be23a483", &lab.rev).replace("0bfa6c2", short);
     std::fs::write(&py_path, text).unwrap();
     let repo = lab.repo.to_str().unwrap();
     // verify of the index URL: every Python's wheel rebuilt (no --python: the registry

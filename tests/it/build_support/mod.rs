@@ -223,6 +223,8 @@ fn nvshmem_device_library() -> &'static [u8] {
             .unwrap();
         run(Command::new(&nvcc).current_dir(d.path()).args([
             "-rdc=true",
+            "-Xcompiler",
+            "-fPIC",
             "-c",
             "device.cu",
             "-o",

@@ -79,7 +79,7 @@ pub fn run() -> Result<()> {
     std::fs::create_dir_all(&source)?;
     std::fs::write(
         index.join("pyproject.toml"),
-        format!("{HEAD}dependencies = [\"deep_ep==1.2.1+95e2022\"]\n[tool.uv.sources]\ndeep-ep = {{ index = \"deepep-forge-demo\" }}\n[[tool.uv.index]]\nname = \"deepep-forge-demo\"\nurl = \"http://127.0.0.1:{}/demo/simple\"\nexplicit = true\n", server.1),
+        format!("{HEAD}dependencies = [\"deep_ep==1.2.1+0bfa6c2\"]\n[tool.uv.sources]\ndeep-ep = {{ index = \"deepep-forge-demo\" }}\n[[tool.uv.index]]\nname = \"deepep-forge-demo\"\nurl = \"http://127.0.0.1:{}/demo/simple\"\nexplicit = true\n", server.1),
     )?;
     std::fs::write(
         source.join("pyproject.toml"),

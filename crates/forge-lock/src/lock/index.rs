@@ -130,7 +130,7 @@ struct Wheel {
 }
 
 /// A wheel's file name: the last segment of its URL or path, percent-decoded
-/// (`deep_ep-1.2.1%2B95e2022-...whl` is `deep_ep-1.2.1+95e2022-...whl`); `None` when empty.
+/// (`deep_ep-1.2.1%2B0bfa6c2-...whl` is `deep_ep-1.2.1+0bfa6c2-...whl`); `None` when empty.
 fn last_segment(u: &str) -> Option<String> {
     let last = u.split(['?', '#']).next().unwrap_or_default().rsplit('/').next()?;
     (!last.is_empty()).then(|| crate::index::manifest::percent_decode(last))
@@ -184,11 +184,11 @@ requires-python = ">=3.12"
 
 [[package]]
 name = "deep-ep"
-version = "1.2.1+95e2022"
+version = "1.2.1+0bfa6c2"
 source = { registry = "file:///srv/idx/demo/simple" }
 wheels = [
-    { path = "deep_ep-1.2.1%2B95e2022-cp312-cp312-linux_x86_64.whl", hash = "sha256:aa" },
-    { url = "http://127.0.0.1:8/demo/simple/deep-ep/deep_ep-1.2.1%2B95e2022-cp312-cp312-linux_aarch64.whl", hash = "sha256:bb" },
+    { path = "deep_ep-1.2.1%2B0bfa6c2-cp312-cp312-linux_x86_64.whl", hash = "sha256:aa" },
+    { url = "http://127.0.0.1:8/demo/simple/deep-ep/deep_ep-1.2.1%2B0bfa6c2-cp312-cp312-linux_aarch64.whl", hash = "sha256:bb" },
 ]
 "#;
         let name = PackageName::new("deep-ep".into()).unwrap();
@@ -197,8 +197,8 @@ wheels = [
         assert_eq!(
             files,
             [
-                "deep_ep-1.2.1+95e2022-cp312-cp312-linux_x86_64.whl",
-                "deep_ep-1.2.1+95e2022-cp312-cp312-linux_aarch64.whl"
+                "deep_ep-1.2.1+0bfa6c2-cp312-cp312-linux_x86_64.whl",
+                "deep_ep-1.2.1+0bfa6c2-cp312-cp312-linux_aarch64.whl"
             ]
         );
         assert_eq!(w[0].arch.as_deref(), Some("x86_64"));

@@ -299,11 +299,11 @@ requires-dist = ["torch"]
     fn to_the_index_and_back_keeping_comments() {
         let name = PackageName::from_str("deep_ep").unwrap();
         let p = Path::new("pyproject.toml");
-        let to = Dest::Index { name: "deepep-forge-demo", url: "https://h/demo/simple", label: "1.2.1+95e2022" };
+        let to = Dest::Index { name: "deepep-forge-demo", url: "https://h/demo/simple", label: "1.2.1+0bfa6c2" };
         let (out, places) = pyproject(p, TEXT, &name, &to).unwrap();
         assert!(
             out.contains(
-                "  # DeepEP, pinned per architecture\n  \"deep_ep==1.2.1+95e2022 ; platform_machine == 'x86_64'\","
+                "  # DeepEP, pinned per architecture\n  \"deep_ep==1.2.1+0bfa6c2 ; platform_machine == 'x86_64'\","
             ),
             "{out}"
         );
@@ -333,18 +333,18 @@ requires-dist = ["torch"]
     #[test]
     fn a_consumer_without_deepep_gets_the_requirement() {
         let name = PackageName::from_str("deep_ep").unwrap();
-        let to = Dest::Index { name: "deepep-forge-demo", url: "https://h/demo/simple", label: "1.2.1+95e2022" };
+        let to = Dest::Index { name: "deepep-forge-demo", url: "https://h/demo/simple", label: "1.2.1+0bfa6c2" };
         let p = Path::new("pyproject.toml");
         let (out, places) =
             pyproject(p, "[project]\nname = \"c\"\nversion = \"0\"\ndependencies = []\n", &name, &to).unwrap();
-        assert!(out.contains("dependencies = [\"deep_ep==1.2.1+95e2022\"]"), "{out}");
+        assert!(out.contains("dependencies = [\"deep_ep==1.2.1+0bfa6c2\"]"), "{out}");
         assert!(out.contains("deep-ep = { index = \"deepep-forge-demo\" }"), "{out}");
         assert_eq!(places[0], "project.dependencies (added)");
         let (out, _) = pyproject(p, "[project]\nname = \"c\"\nversion = \"0\"\n", &name, &to).unwrap();
-        assert!(out.contains("dependencies = [\"deep_ep==1.2.1+95e2022\"]"), "{out}");
+        assert!(out.contains("dependencies = [\"deep_ep==1.2.1+0bfa6c2\"]"), "{out}");
         let many = "[project]\nname = \"c\"\nversion = \"0\"\ndependencies = [\n  # numbers\n  \"numpy\",\n]\n";
         let (out, _) = pyproject(p, many, &name, &to).unwrap();
-        assert!(out.contains("  # numbers\n  \"numpy\",\n  \"deep_ep==1.2.1+95e2022\",\n]"), "{out}");
+        assert!(out.contains("  # numbers\n  \"numpy\",\n  \"deep_ep==1.2.1+0bfa6c2\",\n]"), "{out}");
         assert!(pyproject(p, "[tool.x]\n", &name, &to).is_err(), "no [project]: nothing to add to");
         let back = Dest::Git { repo: "https://github.com/deepseek-ai/DeepEP.git", rev: "bbbb" };
         assert!(pyproject(p, "[project]\nname = \"c\"\n", &name, &back).is_err(), "--git moves, never adds");

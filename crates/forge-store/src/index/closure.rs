@@ -28,7 +28,7 @@ fn manifest_url(simple: &str) -> Option<String> {
 }
 
 /// Bytes at `url`: a `file://` URL's path (percent-decoded: the `.metadata` of
-/// `deep_ep-1.2.1%2B95e2022-...` is the file `deep_ep-1.2.1+95e2022-...`) read
+/// `deep_ep-1.2.1%2B0bfa6c2-...` is the file `deep_ep-1.2.1+0bfa6c2-...`) read
 /// through `input`, else [`manifest::fetch_capped`].
 fn get(url: &str, cap: u64) -> Result<Vec<u8>> {
     match manifest::file_path(url) {

@@ -111,7 +111,7 @@ mod tests {
             cuda_arch_list: v.cuda_arch_list.to_env(),
             multinode: false,
             transport: None,
-            version: "1.2.1+95e2022".into(),
+            version: "1.2.1+0bfa6c2".into(),
         };
         assert_eq!(matches_pins(&ok, &pins, v), Ok(()));
         let other = Summary { rev: "a".repeat(40), variant: "demo-arm".into(), multinode: true, ..ok };

@@ -161,10 +161,10 @@ mod tests {
     #[test]
     fn wheel_urls_name_their_manifest() {
         let (m, w) =
-            super::split("https://h/x/demo/simple/deep-ep/deep_ep-1.2.1%2B95e2022-cp311-cp311-linux_x86_64.whl")
+            super::split("https://h/x/demo/simple/deep-ep/deep_ep-1.2.1%2B0bfa6c2-cp311-cp311-linux_x86_64.whl")
                 .unwrap();
         assert_eq!(m, "https://h/x/demo/index.json");
-        assert_eq!(w, "deep_ep-1.2.1+95e2022-cp311-cp311-linux_x86_64.whl");
+        assert_eq!(w, "deep_ep-1.2.1+0bfa6c2-cp311-cp311-linux_x86_64.whl");
         assert!(super::split("https://h/x/demo/simple/other/deep_ep-1-py3-none-any.whl").is_err());
         assert!(super::split("https://h/demo/simple/deep-ep/..%2F..%2Fx.whl").is_err());
     }

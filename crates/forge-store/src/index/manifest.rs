@@ -266,7 +266,7 @@ pub fn is_url(s: &str) -> bool {
     s.starts_with("https://") || s.starts_with("http://")
 }
 
-/// `%XX` escapes decoded (`deep_ep-1.2.1%2B95e2022` -> `deep_ep-1.2.1+95e2022`),
+/// `%XX` escapes decoded (`deep_ep-1.2.1%2B0bfa6c2` -> `deep_ep-1.2.1+0bfa6c2`),
 /// as a URL's path names a file; a `%` not followed by two hex digits, and bytes
 /// that do not decode to UTF-8, are kept as written.
 pub fn percent_decode(s: &str) -> String {
@@ -355,8 +355,8 @@ mod tests {
     fn file_urls_name_decoded_absolute_paths() {
         let p = |u: &str| file_path(u).map(|p| p.display().to_string());
         assert_eq!(
-            p("file:///srv/idx/demo/simple/deep-ep/deep_ep-1.2.1%2B95e2022-cp312-cp312-linux_x86_64.whl.metadata"),
-            Some("/srv/idx/demo/simple/deep-ep/deep_ep-1.2.1+95e2022-cp312-cp312-linux_x86_64.whl.metadata".into())
+            p("file:///srv/idx/demo/simple/deep-ep/deep_ep-1.2.1%2B0bfa6c2-cp312-cp312-linux_x86_64.whl.metadata"),
+            Some("/srv/idx/demo/simple/deep-ep/deep_ep-1.2.1+0bfa6c2-cp312-cp312-linux_x86_64.whl.metadata".into())
         );
         assert_eq!(p("file://localhost/a%20b/x%2bY"), Some("/a b/x+Y".into()));
         assert_eq!(p("file:///a/b?x#y"), Some("/a/b".into()));
@@ -376,7 +376,7 @@ mod tests {
             variant: "demo".into(),
             pins_sha256: "a".repeat(64),
             wheels: vec![WheelEntry {
-                wheel: "deep_ep-1.2.1+95e2022-cp311-cp311-linux_x86_64.whl".into(),
+                wheel: "deep_ep-1.2.1+0bfa6c2-cp311-cp311-linux_x86_64.whl".into(),
                 sha256: "b".repeat(64),
                 size: 10,
                 cache_key: "c".repeat(64),
@@ -389,7 +389,7 @@ mod tests {
                     cuda_arch_list: "9.0".into(),
                     multinode: false,
                     transport: None,
-                    version: "1.2.1+95e2022".into(),
+                    version: "1.2.1+0bfa6c2".into(),
                 },
             }],
             evidence: vec![],

@@ -346,7 +346,7 @@ mod tests {
         use std::io::Write;
         let path = dir.join(name);
         let mut z = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
-        let di = "deep_ep-1.2.1+95e2022.dist-info";
+        let di = "deep_ep-1.2.1+0bfa6c2.dist-info";
         for (member, data) in [(format!("{di}/variant.json"), vj.to_vec()), (format!("{di}/RECORD"), vec![])] {
             z.start_file(member, zip::write::SimpleFileOptions::default()).unwrap();
             z.write_all(&data).unwrap();
@@ -361,7 +361,7 @@ mod tests {
         let p = pins("");
         let demo = p.variant("demo").unwrap();
         let good = variant_json("demo", &properties(demo, None));
-        let stem = "deep_ep-1.2.1+95e2022-cp311-cp311-linux_x86_64";
+        let stem = "deep_ep-1.2.1+0bfa6c2-cp311-cp311-linux_x86_64";
         let ok = wheel_with(tmp.path(), &format!("{stem}-demo.whl"), &good);
         assert_eq!(check_wheel(&ok, &p).unwrap().0, "demo");
         // The file name says demo_arm, the variant.json says demo.
