@@ -131,6 +131,7 @@ pub fn run(a: CacheBenchArgs) -> Result<()> {
         (true, Some(_)) => vec![2, 3, 4],
     };
     let mut done: Vec<(u8, Measured)> = Vec::new();
+    let total = steps.len();
     for (i, n) in steps.into_iter().enumerate() {
         anyhow::ensure!(
             (1..=4).contains(&n),
@@ -138,6 +139,8 @@ pub fn run(a: CacheBenchArgs) -> Result<()> {
         );
         let m = build(&a, &work, n)?;
         std::fs::copy(work.join(format!("step-{n}.json")), work.join(format!("run-{:02}-step-{n}.json", i + 1)))?;
+        // Progress on stderr as each build ends (a sequence takes many minutes); the table comes last.
+        eprintln!("run {}/{total}: step {n} {:.1} s wall, sha256 {}", i + 1, m.wall, m.sha256);
         done.push((n, m));
     }
     let two = a.compare_variant.as_deref().unwrap_or("");
