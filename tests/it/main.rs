@@ -63,5 +63,6 @@ mod repro;
 mod runtime;
 mod side_by_side;
 mod structure;
+mod unit_order;
 mod uv_claims;
 mod variant_wheels;

@@ -15,9 +15,12 @@
 //! gencodes at once: nvcc `--threads`, the plan's default), 4. V2 with
 //! `DEEPEP_FORGE_NVCC_THREADS=1` (one gencode after the other, as before);
 //! prints V2 / `--variant` (goal <= 1.15x) and whether 3 and 4 are one sha256.
+//! Step 5: V2 in the unit order (`builder::unit_order`) that the last step-2
+//! build of the same revision left (its `unit-times` copied into step 5's
+//! cache): what a two-arch build gets on a machine that built the revision before.
 //! Steps may repeat, in the order given: `--steps 2,3,2,3,2` alternates the two
 //! builds on one machine, whose speed drifts from build to build; the ratio is
-//! then of the medians, and each step-3 run is also set against the mean of the
+//! then of the medians, and each step-3 (and step-5) run is also set against the mean of the
 //! step-2 runs just before and after it (`run-NN-step-S.json` in `--work` keeps each run).
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -72,12 +75,21 @@ fn build(a: &CacheBenchArgs, work: &Path, step: u8) -> Result<Measured> {
     let dir = work.join(format!("build-{step}"));
     std::fs::create_dir_all(&dir)?;
     let variant = match step {
-        3 | 4 => a.compare_variant.as_deref().context("steps 3 and 4 need --compare-variant")?,
+        3..=5 => a.compare_variant.as_deref().context("steps 3, 4 and 5 need --compare-variant")?,
         _ => &a.variant,
     };
     let (request, mut env) = super::compiler_cache::request(a, &dir, variant)?;
     if step == 4 {
         env.push(("DEEPEP_FORGE_NVCC_THREADS", PathBuf::from("1")));
+    }
+    if step == 5 {
+        let times = work.join("build-2/cache/unit-times");
+        anyhow::ensure!(times.is_dir(), "step 5 needs step 2 first (its unit times: {} is missing)", times.display());
+        let to = dir.join("cache/unit-times");
+        std::fs::create_dir_all(&to)?;
+        for e in std::fs::read_dir(&times)?.flatten() {
+            std::fs::copy(e.path(), to.join(e.file_name()))?;
+        }
     }
     let mut args: Vec<OsString> =
         ["build-wheel", "--no-cache", "--no-compiler-cache", "--format", "json"].iter().map(OsString::from).collect();
@@ -92,6 +104,11 @@ fn build(a: &CacheBenchArgs, work: &Path, step: u8) -> Result<Measured> {
     let (sample, output) = timed_output(cmd!(sh, "{exe} {args...}").envs(env))?;
     let j: serde_json::Value = serde_json::from_slice(&output.stdout).context("build-wheel --format json output")?;
     let r = &j["results"][0];
+    for n in r["notes"].as_array().into_iter().flatten().filter_map(|n| n.as_str()) {
+        if n.starts_with("unit order") {
+            println!("step {step}: {n}");
+        }
+    }
     let log = PathBuf::from(r["log"].as_str().context("build-wheel reported no log")?);
     let mut logs = Vec::new();
     if let Ok(rd) = std::fs::read_dir(log.with_extension("ninja")) {
@@ -134,8 +151,8 @@ pub fn run(a: CacheBenchArgs) -> Result<()> {
     let total = steps.len();
     for (i, n) in steps.into_iter().enumerate() {
         anyhow::ensure!(
-            (1..=4).contains(&n),
-            "step {n}: steps are 1 (serial), 2 (side by side), 3 and 4 (--compare-variant with and without nvcc --threads)"
+            (1..=5).contains(&n),
+            "step {n}: steps are 1 (serial), 2 (side by side), 3 and 4 (--compare-variant with and without nvcc --threads), 5 (--compare-variant in step 2's unit order)"
         );
         let m = build(&a, &work, n)?;
         std::fs::copy(work.join(format!("step-{n}.json")), work.join(format!("run-{:02}-step-{n}.json", i + 1)))?;
@@ -148,7 +165,8 @@ pub fn run(a: CacheBenchArgs) -> Result<()> {
         1 => format!("1. {} serial (pip's order)", a.variant),
         2 => format!("2. {} side by side", a.variant),
         3 => format!("3. {two} side by side"),
-        _ => format!("4. {two}, nvcc --threads 1"),
+        4 => format!("4. {two}, nvcc --threads 1"),
+        _ => format!("5. {two}, unit order of 2"),
     };
     let base = median(&walls(&done, 1));
     for (n, m) in &done {
@@ -198,31 +216,36 @@ fn bracketed(done: &[(u8, Measured)], step: u8) -> Vec<f64> {
 /// step 2, e.g. `--steps 2,3,2,3,2`), bracketed ratios, sha256 agreement.
 fn summarize(done: &[(u8, Measured)], variant: &str, two: &str) {
     let med = |s: u8| median(&walls(done, s));
-    let runs = |s: u8| walls(done, s).len();
     if let (Some(_), Some(_)) = (med(1), med(2)) {
         println!("sha256 1, 2: {}", one_sha(done, &[1, 2]));
     }
-    if let (Some(one), Some(t)) = (med(2), med(3)) {
-        println!(
-            "{two} / {variant}: {:.2}x wall, medians of {} and {} runs (goal <= 1.15x)",
-            t / one,
-            runs(3),
-            runs(2)
-        );
-        let b = bracketed(done, 3);
-        if let Some(m) = median(&b) {
-            let each: Vec<String> = b.iter().map(|x| format!("{x:.2}")).collect();
-            println!(
-                "{two} / {variant}, each run against the {variant} runs around it: {} (median {m:.2}x)",
-                each.join(", ")
-            );
-        }
+    for (step, how) in [(3, ""), (5, " in the unit order of 2")] {
+        against_one_arch(done, step, &format!("{two}{how}"), variant);
+    }
+    if med(2).is_some() {
         println!("sha256 of every {variant} run: {}", one_sha(done, &[2]));
-        println!("sha256 of every {two} run: {}", one_sha(done, &[3, 4]));
+    }
+    if [3, 4, 5].iter().any(|s| med(*s).is_some()) {
+        println!("sha256 of every {two} run: {}", one_sha(done, &[3, 4, 5]));
     }
     if let (Some(t), Some(o)) = (med(3), med(4)) {
         println!("{two} with / without nvcc --threads: {:.2}x wall", t / o);
-        println!("sha256 3, 4: {}", one_sha(done, &[3, 4]));
+    }
+}
+
+/// A two-arch step against step 2: the ratio of the medians, and each run against the
+/// step-2 runs around it.
+fn against_one_arch(done: &[(u8, Measured)], step: u8, two: &str, variant: &str) {
+    let (Some(one), Some(t)) = (median(&walls(done, 2)), median(&walls(done, step))) else { return };
+    let (n2, n) = (walls(done, 2).len(), walls(done, step).len());
+    println!("{two} / {variant}: {:.2}x wall, medians of {n} and {n2} runs (goal <= 1.15x)", t / one);
+    let b = bracketed(done, step);
+    if let Some(m) = median(&b) {
+        let each: Vec<String> = b.iter().map(|x| format!("{x:.2}")).collect();
+        println!(
+            "{two} / {variant}, each run against the {variant} runs around it: {} (median {m:.2}x)",
+            each.join(", ")
+        );
     }
 }
 

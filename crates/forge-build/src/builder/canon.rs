@@ -304,11 +304,35 @@ impl Hooks {
         Ok(())
     }
 
-    /// sccache's statistics of this build (hits, misses, non-cacheable), then stop its server.
-    pub fn finish(&self, root: &Path) -> Option<Stats> {
+    /// sccache's statistics of this build (hits, misses, non-cacheable), then stop its
+    /// server; the same of the later server (`unit_order`) when it ran, whose counts
+    /// the first figure includes.
+    pub fn finish(&self, root: &Path) -> (Option<Stats>, Option<Stats>) {
+        let first = self.finish_server(root, None);
+        let later_socket = root.join(super::unit_order::LATER_SOCKET);
+        if !later_socket.exists() {
+            return (first, None);
+        }
+        let later = self.finish_server(root, Some(&later_socket));
+        let total = match (first, &later) {
+            (Some(a), Some(b)) => Some(Stats {
+                requests: a.requests + b.requests,
+                hits: a.hits + b.hits,
+                misses: a.misses + b.misses,
+                not_cacheable: a.not_cacheable + b.not_cacheable,
+            }),
+            (a, _) => a,
+        };
+        (total, later)
+    }
+
+    fn finish_server(&self, root: &Path, socket: Option<&Path>) -> Option<Stats> {
         let with_env = |c: &mut Cmd| {
             for (k, v, _) in self.env(root) {
                 c.cmd.env(k, v);
+            }
+            if let Some(s) = socket {
+                c.cmd.env("SCCACHE_SERVER_UDS", s);
             }
         };
         let mut c = Cmd::new(&self.sccache, "read the compiler cache statistics");
@@ -555,6 +579,7 @@ fn nvcc_script(root: &Path, nvcc: &Path, sccache: &Path, map: &str, guard: &str)
          \x20   rest=${{src#{root}/}}\n\
          \x20   set -- \"$@\" -Xcudafe \"--orig_src_path_name={CANONICAL_ROOT}/$rest\" ;;\n\
          esac\n\
+         {route}\
          case \"$out\" in\n\
          \x20 {root}/*) out=${{out#{root}/}} ;;\n\
          esac\n\
@@ -564,6 +589,25 @@ fn nvcc_script(root: &Path, nvcc: &Path, sccache: &Path, map: &str, guard: &str)
         sccache = q(sccache),
         root = q(root),
         threads_env = NVCC_THREADS_ENV,
+        route = route(root),
+    )
+}
+
+/// The nvcc hook's routing (`unit_order`): a unit the plan does not name first (in
+/// `<root>/bin/units-first`, when the file exists) compiles on the later sccache server.
+/// The unit is its output's path under the root, as the ninja logs give it.
+fn route(root: &Path) -> String {
+    let q = |p: &Path| format!("'{}'", p.display());
+    format!(
+        "unit=$out\n\
+         case \"$unit\" in /*) ;; *) unit=$here/$unit ;; esac\n\
+         case \"$unit\" in {root}/*) unit=${{unit#{root}/}} ;; esac\n\
+         if [ -f {first} ] && ! grep -qxF -e \"$unit\" {first}; then\n\
+         \x20 SCCACHE_SERVER_UDS={later}; export SCCACHE_SERVER_UDS\n\
+         fi\n",
+        root = q(root),
+        first = q(&root.join("bin").join(super::unit_order::FIRST_FILE)),
+        later = q(&root.join(super::unit_order::LATER_SOCKET)),
     )
 }
 

@@ -313,7 +313,21 @@ pub fn serve(
     env: &[(String, String)],
     secret: &[(String, String)],
 ) -> Result<Background> {
+    serve_at(sccache, socket, env, secret, 0)
+}
+
+/// [`serve`] at a lower CPU priority (`nice`): the server and every compile it runs.
+pub fn serve_at(
+    sccache: &Path,
+    socket: &Path,
+    env: &[(String, String)],
+    secret: &[(String, String)],
+    nice: i32,
+) -> Result<Background> {
     let mut c = Cmd::new(sccache, format!("start sccache's server on {}", socket.display()));
+    if nice > 0 {
+        c.lower_priority(nice);
+    }
     c.cmd.env_clear().envs(env.iter().cloned()).envs(secret.iter().cloned());
     c.cmd.env("SCCACHE_SERVER_UDS", socket).env("SCCACHE_START_SERVER", "1").env("SCCACHE_NO_DAEMON", "1");
     c.cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());

@@ -122,11 +122,29 @@ fn start_compiler_cache(
     let env: Vec<(String, String)> = env.into_iter().collect();
     let Some(c) = h.compiler_cache.as_ref().filter(|c| matches!(c, CompilerCache::Remote { .. })) else {
         servers.push(super::compiler_cache::serve(&h.sccache, &super::compiler_cache::socket(&env, root), &env, &[])?);
+        start_later(pl, root, &env, servers)?;
         return Ok(None);
     };
     let before = notes.len();
     let session = super::compiler_cache::start(c, &h.sccache, root, &env, servers, notes);
     Ok(Some((session, notes.len() > before)))
+}
+
+/// The later sccache server at a lower priority and the hook's list of the units that
+/// compile first (`unit_order`), when the plan names any.
+fn start_later(
+    pl: &Plan,
+    root: &std::path::Path,
+    env: &[(String, String)],
+    servers: &mut Vec<crate::process::Background>,
+) -> Result<()> {
+    use super::unit_order::{FIRST_FILE, LATER_NICE, LATER_SOCKET};
+    let (Some(h), Some(s)) = (&pl.hooks, pl.side_by_side.as_ref().filter(|s| !s.first_units.is_empty())) else {
+        return Ok(());
+    };
+    servers.push(super::compiler_cache::serve_at(&h.sccache, &root.join(LATER_SOCKET), env, &[], LATER_NICE)?);
+    let first = root.join("bin").join(FIRST_FILE);
+    std::fs::write(&first, s.first_units.join("\n") + "\n").with_context(|| format!("writing {}", first.display()))
 }
 
 /// After the build: the watcher stopped, sccache's statistics noted, its servers stopped.
@@ -139,7 +157,15 @@ fn finish_compiler_cache(
     let Some(h) = &pl.hooks else { return };
     let started_off = shared.as_ref().is_some_and(|(_, off)| *off);
     drop(shared);
-    let stats = h.finish(root);
+    let (stats, later) = h.finish(root);
+    if let (Some(l), Some(st)) = (later, &stats) {
+        notes.push(format!(
+            "unit order: {} compile request(s) on the first server, {} on the later one (nice {})",
+            st.requests - l.requests.min(st.requests),
+            l.requests,
+            super::unit_order::LATER_NICE
+        ));
+    }
     super::compiler_cache::finish(h.compiler_cache.as_ref(), &h.sccache, root, started_off, notes);
     if let (Some(st), Some(c)) = (stats, &h.compiler_cache) {
         notes.push(format!(
@@ -252,8 +278,11 @@ fn compile(
     if let Some(r) = root {
         finish_compiler_cache(pl, &r.root, shared, notes);
     }
-    super::side_by_side::keep_ninja_logs(pl.tree(), &pl.outputs.log);
+    let logs = super::side_by_side::keep_ninja_logs(pl.tree(), &pl.outputs.log);
     ran?;
+    if let (Some(r), Some(file)) = (root, super::unit_order::history_file(t.cache_dir, &pl.source.rev)) {
+        super::unit_order::store(&file, &super::unit_order::read_logs(&logs, &r.root));
+    }
     super::nccl_reuse::after(pl, t.cache_dir, nccl, notes);
     Ok(short)
 }

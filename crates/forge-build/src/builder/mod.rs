@@ -26,6 +26,7 @@ pub mod run;
 pub mod side_by_side;
 pub use crate::source;
 pub mod toolchain;
+pub mod unit_order;
 
 use std::collections::BTreeMap;
 
@@ -319,6 +320,9 @@ fn print_build(pl: &Plan, cached: bool) {
     }
     if let Some(s) = &pl.side_by_side {
         crate::outln!("  extensions  {}", side_by_side::describe(s));
+        if let Some(order) = unit_order::describe(&s.first_units) {
+            crate::outln!("  unit order  {order}");
+        }
     }
     crate::outln!("  cwd         {}", pl.run.cwd.display());
     crate::outln!("  command     {}", pl.run.argv.join(" "));

@@ -658,6 +658,10 @@ pub struct SideBySide {
     pub jobs: usize,
     /// The command run instead of the plan's `pip wheel` (same interpreter, folder, environment).
     pub argv: Vec<String>,
+    /// Units (their outputs under the build root) whose compiles get the cores first
+    /// (behaviour: `unit_order`); empty: every unit alike.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_units: Vec<String>,
 }
 
 /// The plan's NCCL step (behaviour: `nccl_reuse`): before the command, the stored build

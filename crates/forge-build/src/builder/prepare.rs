@@ -233,6 +233,7 @@ fn finish_plan(c: &BuildRequest, mode: Mode, plan: &mut Plan, ctx: &Ctx, (rev, v
         super::nccl_reuse::attach(plan, setup.as_deref(), ctx.cache_dir, c.nccl_reuse);
     }
     super::side_by_side::attach(plan, c.serial_extensions);
+    super::unit_order::attach(plan, ctx.cache_dir);
     set_outputs(plan, ctx.cache_dir, variant, c.no_cache);
     Ok(())
 }

@@ -35,7 +35,8 @@ pub fn attach(pl: &mut Plan, serial: bool) {
         jobs.to_string(),
         n.to_string(),
     ];
-    pl.side_by_side = Some(SideBySide { extensions: pl.interface.extensions.clone(), jobs, argv });
+    pl.side_by_side =
+        Some(SideBySide { extensions: pl.interface.extensions.clone(), jobs, argv, first_units: Vec::new() });
 }
 
 /// The command the build runs: the side-by-side driver (written now) or the plan's own.

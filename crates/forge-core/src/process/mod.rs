@@ -61,6 +61,23 @@ impl Cmd {
         &self.purpose
     }
 
+    /// Run the child at a lower CPU priority (`nice` 0..=19 added): set before it
+    /// runs anything, so every thread and process it starts inherits it.
+    pub fn lower_priority(&mut self, nice: i32) -> &mut Cmd {
+        use std::os::unix::process::CommandExt;
+        let nice = nice.clamp(0, 19);
+        // SAFETY: only setpriority(2), async-signal-safe, runs between fork and exec.
+        unsafe {
+            self.cmd.pre_exec(move || {
+                if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self
+    }
+
     pub fn env(&mut self, key: impl AsRef<std::ffi::OsStr>, value: impl AsRef<std::ffi::OsStr>) -> &mut Cmd {
         self.cmd.env(key, value);
         self
