@@ -1,5 +1,5 @@
 //! Units first (`builder::unit_order`): with several nvcc threads a unit, the plan
-//! names the longest units of this machine's last build of the revision (the
+//! names the jobs / threads longest units of this machine's last build of the revision (the
 //! history in `<cache>/unit-times/<rev>.json`) as first; the nvcc hook sends every
 //! other unit to a second sccache server at a lower priority. The fixture's
 //! two-arch wheel is the same bytes with and without the order, and the build
@@ -78,11 +78,11 @@ fn the_units_named_first_compile_on_the_first_server_and_the_wheel_is_the_same()
     assert_eq!(
         ordered["side_by_side"]["first_units"],
         serde_json::json!([hybrid]),
-        "layout.o took less than half of hybrid_ep.o: one unit first"
+        "--jobs 2 over two nvcc threads: the one longest unit first"
     );
     assert_eq!(ordered["cache_key"], bare["cache_key"], "the order is not keyed");
     let human = stdout(&forge(&lab, &["plan"], None));
-    assert!(human.contains("unit order  1 unit(s) first, at least half as long as the longest in this machine's last build of the revision: hybrid_ep.o; every other CUDA unit compiles at nice 10"), "{human}");
+    assert!(human.contains("unit order  1 unit(s) first, the longest in this machine's last build of the revision (jobs / nvcc threads): hybrid_ep.o; every other CUDA unit compiles at nice 10"), "{human}");
     let one_thread = plan(&lab, Some("1"));
     assert!(one_thread["side_by_side"].get("first_units").is_none(), "one thread a unit: no order");
 

@@ -1,16 +1,17 @@
 //! Which compile units get the cores first when a unit compiles several
-//! gencodes at once (behaviour: `unit_order`). With nvcc `--threads N` a build
-//! has N times more compile steps ready than cores at its start, and a long
-//! unit's second gencode waits like every other step: the two-arch build is
-//! bound by its longest unit compiled one gencode after the other. This
-//! machine's last build of the same revision left each unit's compile time in
-//! its ninja logs; the plan names as first the units that took at least half
-//! as long as the longest (`side_by_side.first_units`). Their compiles go to the build's sccache
-//! server, every other CUDA unit's to a second server at a lower CPU priority
-//! (nice [`LATER_NICE`]), so the first units' gencodes run at once on free
-//! cores while the rest fill what is left. Which server and when change no
-//! byte (each runs the same steps; tests/it/unit_order.rs): not keyed. Host C++
-//! units (the C++ hook) are not ordered: they compile on the first server.
+//! gencodes at once (behaviour: `unit_order`). With nvcc `--threads N` every
+//! unit of a side-by-side build starts its N device compiles at once, N times
+//! more compile steps than cores, so the longest units (whose host compile comes
+//! after their device compiles) wait at the start like every short one, and
+//! cores go idle at the end while they finish. This machine's last build of the
+//! same revision left each unit's compile time in its ninja logs; the plan names
+//! as first its `jobs / N` longest units (`side_by_side.first_units`), as many
+//! as fill the build's jobs with every gencode of each. Their compiles go to the
+//! build's sccache server, every other CUDA unit's to a second server at a
+//! lower CPU priority (nice [`LATER_NICE`]), which fill the cores the first
+//! units leave. Which server and when change no byte (each runs the same
+//! steps; tests/it/unit_order.rs): not keyed. Host C++ units (the C++ hook) are
+//! not ordered: they compile on the first server.
 //! History: `<cache>/unit-times/<revision>.json`, unit (its output's path
 //! under the build root) -> milliseconds, from the last build that kept ninja
 //! logs; hostile or oversized files are ignored. Owns the history and the
@@ -59,20 +60,18 @@ pub fn load(file: &Path) -> Option<BTreeMap<String, u64>> {
     ok.then_some(times)
 }
 
-/// The first units: those that took at least half as long as the longest (longest
-/// first, ties by name), so no unit that could bound the build waits. None when one
-/// thread compiles each unit, or when every unit would be first.
-pub fn choose(times: &BTreeMap<String, u64>, threads: usize) -> Vec<String> {
+/// The first units: the `jobs / threads` longest (at least one; longest first, ties by
+/// name), as many as fill the build's jobs with every gencode of each at once. None when
+/// one thread compiles each unit, or when every unit would be first.
+pub fn choose(times: &BTreeMap<String, u64>, threads: usize, jobs: usize) -> Vec<String> {
     let longest = times.values().copied().max().unwrap_or(0);
-    if threads <= 1 || longest == 0 {
+    let k = (jobs / threads.max(1)).max(1);
+    if threads <= 1 || longest == 0 || k >= times.len() {
         return Vec::new();
     }
-    let mut first: Vec<(&String, &u64)> = times.iter().filter(|(_, t)| **t * 2 >= longest).collect();
-    if first.len() == times.len() {
-        return Vec::new();
-    }
+    let mut first: Vec<(&String, &u64)> = times.iter().collect();
     first.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    first.into_iter().map(|(u, _)| u.clone()).collect()
+    first.into_iter().take(k).map(|(u, _)| u.clone()).collect()
 }
 
 /// Name the plan's first units from this machine's history of its revision: only for a
@@ -87,7 +86,7 @@ pub fn attach(pl: &mut Plan, cache_dir: &Path) {
         return;
     }
     if let Some(times) = load(&file) {
-        s.first_units = choose(&times, threads);
+        s.first_units = choose(&times, threads, s.jobs);
     }
 }
 
@@ -133,7 +132,7 @@ pub fn store(file: &Path, times: &BTreeMap<String, u64>) {
 pub fn describe(first: &[String]) -> Option<String> {
     (!first.is_empty()).then(|| {
         format!(
-            "{} unit(s) first, at least half as long as the longest in this machine's last build of the revision: {}; every other CUDA unit compiles at nice {LATER_NICE} (not keyed: the same steps and bytes)",
+            "{} unit(s) first, the longest in this machine's last build of the revision (jobs / nvcc threads): {}; every other CUDA unit compiles at nice {LATER_NICE} (not keyed: the same steps and bytes)",
             first.len(),
             first.iter().map(|u| u.rsplit('/').next().unwrap_or(u)).collect::<Vec<_>>().join(", ")
         )
@@ -149,17 +148,20 @@ mod tests {
     }
 
     #[test]
-    fn one_thread_or_every_unit_long_orders_nothing() {
+    fn one_thread_or_every_unit_first_orders_nothing() {
         let t = times(&[("a.o", 30), ("b.o", 20), ("c.o", 1)]);
-        assert!(choose(&t, 1).is_empty());
-        assert!(choose(&times(&[("a.o", 30), ("b.o", 20)]), 2).is_empty(), "both at least half the longest");
-        assert!(choose(&times(&[("a.o", 0), ("b.o", 0)]), 2).is_empty());
+        assert!(choose(&t, 1, 16).is_empty(), "one thread a unit");
+        assert!(choose(&t, 2, 6).is_empty(), "6 jobs / 2 threads: all three units would be first");
+        assert!(choose(&times(&[("a.o", 0), ("b.o", 0)]), 2, 2).is_empty(), "no times");
     }
 
     #[test]
-    fn units_at_least_half_the_longest_go_first() {
+    fn the_jobs_over_threads_longest_units_go_first() {
         let t = times(&[("s/a.o", 10), ("s/b.o", 90), ("s/c.o", 45), ("s/d.o", 90), ("s/e.o", 44)]);
-        assert_eq!(choose(&t, 2), ["s/b.o", "s/d.o", "s/c.o"]);
+        assert_eq!(choose(&t, 2, 4), ["s/b.o", "s/d.o"], "4 jobs, 2 threads: two units, ties by name");
+        assert_eq!(choose(&t, 2, 6), ["s/b.o", "s/d.o", "s/c.o"]);
+        assert_eq!(choose(&t, 3, 2), ["s/b.o"], "at least one");
+        assert_eq!(choose(&t, 2, 16), Vec::<String>::new(), "8 would be first: all 5 are");
     }
 
     #[test]
