@@ -49,7 +49,8 @@ pub struct CacheBenchArgs {
     #[arg(long, value_name = "REV")]
     pub rev2: Option<String>,
     /// build: a second variant built side by side after `--variant` (e.g. two
-    /// architectures after one), with and without nvcc `--threads` (steps 2, 3, 4).
+    /// architectures after one), with and without nvcc `--threads` (steps 2, 3, 4), and
+    /// in the unit order step 2's build left (step 5; alternate: `--steps 2,5,2,5,2`).
     #[arg(long, value_name = "VARIANT2")]
     pub compare_variant: Option<String>,
 }
