@@ -41,6 +41,11 @@ pub const ROOT_ENV: &str = "DEEPEP_FORGE_BUILD_ROOT";
 pub const CACHE_ENV: &str = "DEEPEP_FORGE_COMPILER_CACHE";
 /// How many gencodes of one unit nvcc compiles at once (set by the plan, not keyed).
 pub const NVCC_THREADS_ENV: &str = "DEEPEP_FORGE_NVCC_THREADS";
+/// The file in `<root>/bin` the nvcc hook reads when the plan orders units (`unit_order`):
+/// one unit a line, whose compiles stay on the build's sccache server.
+pub const FIRST_FILE: &str = "units-first";
+/// The later sccache server's socket in the build root (`unit_order`): every other CUDA unit.
+pub const LATER_SOCKET: &str = "sccache-later.sock";
 /// sccache binary override.
 pub const SCCACHE_ENV: &str = "DEEPEP_FORGE_SCCACHE";
 
@@ -309,7 +314,7 @@ impl Hooks {
     /// the first figure includes.
     pub fn finish(&self, root: &Path) -> (Option<Stats>, Option<Stats>) {
         let first = self.finish_server(root, None);
-        let later_socket = root.join(super::unit_order::LATER_SOCKET);
+        let later_socket = root.join(LATER_SOCKET);
         if !later_socket.exists() {
             return (first, None);
         }
@@ -606,8 +611,8 @@ fn route(root: &Path) -> String {
          \x20 SCCACHE_SERVER_UDS={later}; export SCCACHE_SERVER_UDS\n\
          fi\n",
         root = q(root),
-        first = q(&root.join("bin").join(super::unit_order::FIRST_FILE)),
-        later = q(&root.join(super::unit_order::LATER_SOCKET)),
+        first = q(&root.join("bin").join(FIRST_FILE)),
+        later = q(&root.join(LATER_SOCKET)),
     )
 }
 

@@ -21,10 +21,7 @@ use std::path::{Path, PathBuf};
 
 use super::plan::{CompilerCache, Plan};
 
-/// The file in `<root>/bin` the nvcc hook reads: one first unit a line.
-pub const FIRST_FILE: &str = "units-first";
-/// The second sccache server's socket in the build root.
-pub const LATER_SOCKET: &str = "sccache-later.sock";
+pub use super::canon::{FIRST_FILE, LATER_SOCKET};
 /// The later server's niceness (its compiles get about a tenth of a contended core).
 pub const LATER_NICE: i32 = 10;
 /// Bounds on a history file: bytes, units, a unit's path length.
