@@ -7,15 +7,6 @@
 use crate::build_support::*;
 use crate::support::*;
 
-const TWO_ARCH: &str = r#"
-[[variant]]
-name = "two"
-arch = "x86_64"
-cuda_arch_list = "9.0 10.0"
-multinode = false
-topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
-"#;
-
 fn run(lab: &Lab, cmd: &str, jobs: &str, threads: Option<&str>) -> serde_json::Value {
     let pins = lab.pins_with(&lab.rev, TWO_ARCH);
     let mut args = vec![cmd, "--variant", "two", "--format", "json", "--jobs", jobs, "--pins", pins.to_str().unwrap()];

@@ -8,15 +8,6 @@
 use crate::build_support::*;
 use crate::support::*;
 
-const TWO_ARCH: &str = r#"
-[[variant]]
-name = "two"
-arch = "x86_64"
-cuda_arch_list = "9.0 10.0"
-multinode = false
-topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
-"#;
-
 fn forge(lab: &Lab, args: &[&str], threads: Option<&str>) -> std::process::Output {
     let pins = lab.pins_with(&lab.rev, TWO_ARCH);
     let mut all = args.to_vec();

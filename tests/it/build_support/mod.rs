@@ -34,6 +34,16 @@ pub struct Lab {
     pub cuda_home: PathBuf,
 }
 
+/// A two-architecture variant (`9.0 10.0`: nvcc `--threads 2` with two jobs), named `two`.
+pub const TWO_ARCH: &str = r#"
+[[variant]]
+name = "two"
+arch = "x86_64"
+cuda_arch_list = "9.0 10.0"
+multinode = false
+topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
+"#;
+
 /// Variant tables for pins files; `{nvshmem}` is replaced by the lab's NVSHMEM dir
 /// (`sn` names it as nvshmem_dir).
 pub const SINGLE: &str = r#"
