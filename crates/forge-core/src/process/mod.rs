@@ -61,17 +61,19 @@ impl Cmd {
         &self.purpose
     }
 
-    /// Run the child at a lower CPU priority (`nice` 0..=19 added): set before it
-    /// runs anything, so every thread and process it starts inherits it.
+    /// Run the child at a lower CPU priority: `nice` (0..=19) added to this process's
+    /// niceness (capped at 19), set before it runs anything, so every thread and
+    /// process it starts inherits it. Adding, never setting: a build run under
+    /// `nice -n 15` keeps its children at 15 or lower, which needs no privilege.
     pub fn lower_priority(&mut self, nice: i32) -> &mut Cmd {
         use std::os::unix::process::CommandExt;
         let nice = nice.clamp(0, 19);
-        // SAFETY: only setpriority(2), async-signal-safe, runs between fork and exec.
+        // SAFETY: only nice(2) (getpriority + setpriority) runs between fork and exec.
+        // Raising one's own niceness cannot be refused, and its result (the new
+        // niceness, or -1 that may be one) is not needed.
         unsafe {
             self.cmd.pre_exec(move || {
-                if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                libc::nice(nice);
                 Ok(())
             });
         }
@@ -424,6 +426,24 @@ mod tests {
         assert_eq!(heartbeat_line("demo", Duration::from_secs(30), ""), "demo: 30s so far; no compiler line yet");
         let long = "x".repeat(300);
         assert!(heartbeat_line("d", Duration::from_secs(1), &long).ends_with(&format!("{} ...", "x".repeat(200))));
+    }
+    #[test]
+    fn a_lower_priority_is_added_to_this_processs_and_capped() {
+        // SAFETY: getpriority(2) only reads.
+        let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let niceness = |add: i32| {
+            let mut c = super::Cmd::new("sh", "print the niceness");
+            c.args(["-c", "cut -d' ' -f19 /proc/self/stat"]).lower_priority(add);
+            c.output().unwrap().trim().parse::<i32>().unwrap()
+        };
+        assert_eq!(niceness(3), (ours + 3).min(19));
+        assert_eq!(niceness(40), 19, "capped");
+        assert_eq!(niceness(0), ours);
+        // A caller already at a lower priority: on Linux this sets the calling thread's
+        // niceness only (this test's), and raising it needs no privilege.
+        // SAFETY: setpriority(2) on this thread.
+        assert_eq!(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, (ours + 4).min(19)) }, 0);
+        assert_eq!(niceness(3), (ours + 7).min(19), "added to the caller's niceness, not set");
     }
     #[test]
     fn compile_steps_are_recognised() {
