@@ -141,7 +141,7 @@ fn epv2_needs() -> Value {
 }
 
 struct Lab {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
     /// sgl-deep-ep as published (no provenance).
     sgl: PathBuf,
     /// torch 2.11.0+cu130 (C++11 ABI), nvidia-nvshmem-cu13 3.4.5, nvidia-nccl-cu13 2.28.9, and
@@ -154,13 +154,13 @@ fn lab() -> &'static Lab {
     static L: OnceLock<Lab> = OnceLock::new();
     L.get_or_init(|| {
         let wheels = env_wheels().unwrap_or_else(|| missing("the environment wheels"));
-        let dir = tempfile::tempdir().unwrap();
+        let dir = process_tempdir();
         let sgl = wheel_in(&wheels, "sgl_deep_ep-0.1.2.post1-");
-        let torch = torch_wheel(dir.path(), "2.11.0+cu130", 1);
-        let installed = dir.path().join("sgl_deep_ep-0.1.2.post1-cp311-cp311-manylinux_2_28_x86_64.whl");
+        let torch = torch_wheel(&dir, "2.11.0+cu130", 1);
+        let installed = dir.join("sgl_deep_ep-0.1.2.post1-cp311-cp311-manylinux_2_28_x86_64.whl");
         with_provenance(&sgl, &installed, built("3.7.2", "2.28.9", json!({})));
         let env = venv(
-            dir.path(),
+            &dir,
             "env",
             &[
                 torch,
@@ -200,7 +200,7 @@ fn s(p: &Path) -> &str {
 /// A provenance'd copy of the sgl wheel in the lab's folder.
 fn wheel_with(name: &str, env: Value) -> PathBuf {
     let l = lab();
-    let dst = l.dir.path().join(format!("{name}.whl"));
+    let dst = l.dir.join(format!("{name}.whl"));
     with_provenance(&l.sgl, &dst, env);
     dst
 }

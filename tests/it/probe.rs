@@ -13,7 +13,6 @@ use deepep_forge::wheel::record;
 use serde_json::Value;
 
 struct Wheels {
-    _dir: tempfile::TempDir,
     single: PathBuf,
     doca: PathBuf,
     static_cxx: PathBuf,
@@ -26,12 +25,12 @@ fn wheels() -> Option<&'static Wheels> {
     static W: OnceLock<Option<Wheels>> = OnceLock::new();
     W.get_or_init(|| {
         let (python, cuda) = (tools_python()?, cuda_home()?);
-        let dir = tempfile::tempdir().unwrap();
+        let dir = process_tempdir();
         let build = |name: &str, env: &[(&str, String)], prep: &dyn Fn(&Path)| -> PathBuf {
-            let src = dir.path().join(name);
+            let src = dir.join(name);
             git_repo_from_fixture("mini-deepep", &src);
             prep(&src);
-            let out = dir.path().join(format!("{name}-out"));
+            let out = dir.join(format!("{name}-out"));
             let o = Command::new(&python)
                 .args(["-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w"])
                 .arg(&out)
@@ -50,7 +49,7 @@ fn wheels() -> Option<&'static Wheels> {
                 .unwrap()
         };
         let single = build("single", &[("TORCH_CUDA_ARCH_LIST", "9.0 10.0".into())], &|_| {});
-        let nccl = dir.path().join("mini-nccl");
+        let nccl = dir.join("mini-nccl");
         git_repo_from_fixture("mini-nccl", &nccl);
         let doca = build(
             "doca",
@@ -65,7 +64,7 @@ fn wheels() -> Option<&'static Wheels> {
             },
         );
         // A C++ compiler that links libstdc++ statically (named g++ so nvcc accepts it as -ccbin).
-        let bin = dir.path().join("static-cxx");
+        let bin = dir.join("static-cxx");
         std::fs::create_dir_all(&bin).unwrap();
         let gxx = bin.join("g++");
         std::fs::write(&gxx, "#!/bin/sh\nexec /usr/bin/g++ \"$@\" -static-libstdc++\n").unwrap();
@@ -74,7 +73,7 @@ fn wheels() -> Option<&'static Wheels> {
             build("static", &[("TORCH_CUDA_ARCH_LIST", "9.0".into()), ("CXX", gxx.display().to_string())], &|_| {});
         let ptx = build("ptx", &[("TORCH_CUDA_ARCH_LIST", "9.0+PTX".into())], &|_| {});
         // NIXL transport against a stub libnixl (NIXL_HOME/lib/<machine>-linux-gnu).
-        let nixl_home = dir.path().join("nixl");
+        let nixl_home = dir.join("nixl");
         let nixl_lib = nixl_home.join(format!("lib/{}-linux-gnu", std::env::consts::ARCH));
         std::fs::create_dir_all(&nixl_lib).unwrap();
         std::fs::write(nixl_home.join("stub.c"), "int nixl_agent_version(void) { return 1; }\n").unwrap();
@@ -95,7 +94,7 @@ fn wheels() -> Option<&'static Wheels> {
             ],
             &|_| {},
         );
-        Some(Wheels { _dir: dir, single, doca, static_cxx, ptx, nixl })
+        Some(Wheels { single, doca, static_cxx, ptx, nixl })
     })
     .as_ref()
 }

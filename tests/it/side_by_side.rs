@@ -152,3 +152,79 @@ fn torch_ninja_builds_side_by_side_give_the_serial_wheel() {
     };
     assert_eq!(one(&serial), one(&side), "the side-by-side wheel differs from pip's serial one");
 }
+
+/// The side-by-side driver's jobserver FIFO lives in a folder of the system's temp
+/// folder: it is gone after a build that succeeds and after one that deepep-forge
+/// interrupts (SIGTERM to the build's process group, as `process` does on Ctrl-C or
+/// a timeout), here with every compile still running (a `cc` that sleeps).
+#[test]
+#[cfg_attr(
+    not(feature = "needs-tools-venv"),
+    ignore = "needs the tools venv (.ci/setup-tools, with ninja): bash .ci/run runs it"
+)]
+fn the_jobserver_folder_is_removed_after_a_build_and_after_an_interrupted_one() {
+    use std::os::unix::process::CommandExt;
+    let venv = require!(support::tools_venv(), "the tools venv");
+    let tmp = tempfile::tempdir().unwrap();
+    let stand_in = tmp.path().join("torch-ninja");
+    support::copy_dir(&support::root().join("tests/fixtures/torch-ninja"), &stand_in);
+    let (temp_root, slow_bin) = (tmp.path().join("tmp"), tmp.path().join("slow-bin"));
+    std::fs::create_dir_all(&temp_root).unwrap();
+    std::fs::create_dir_all(&slow_bin).unwrap();
+    std::fs::write(slow_bin.join("cc"), "#!/bin/sh\nexec sleep 120\n").unwrap();
+    std::fs::set_permissions(slow_bin.join("cc"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let driver = support::root().join("crates/forge-build/src/builder/side_by_side.py");
+    let start = |path: String| {
+        let _ = std::fs::remove_dir_all(stand_in.join("project/build"));
+        std::process::Command::new(venv.join("bin/python"))
+            .arg(&driver)
+            .arg(tmp.path().join("dist"))
+            .args(["4", "2"])
+            .current_dir(stand_in.join("project"))
+            .env_clear()
+            .env("PATH", path)
+            .env("PYTHONPATH", &stand_in)
+            .env("TMPDIR", &temp_root)
+            .env("HOME", tmp.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    let jobserver_folders = || {
+        std::fs::read_dir(&temp_root)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("deepep-forge-jobserver-"))
+            .count()
+    };
+    let venv_path = format!("{}:/usr/bin:/bin", venv.join("bin").display());
+    let status = start(venv_path.clone()).wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(jobserver_folders(), 0, "a successful build left its jobserver folder");
+
+    let mut child = start(format!("{}:{venv_path}", slow_bin.display()));
+    let t = std::time::Instant::now();
+    while jobserver_folders() == 0 {
+        assert!(t.elapsed().as_secs() < 60, "the build made no jobserver folder in 60 s");
+        assert!(child.try_wait().unwrap().is_none(), "the build ended before its compiles");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500)); // the compiles start
+                                                               // SAFETY: signals the process group this test started.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed().as_secs() > 30 {
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            panic!("the interrupted build did not end within 30 s of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(!status.success(), "{status:?}");
+    assert_eq!(jobserver_folders(), 0, "the interrupted build left its jobserver folder");
+}

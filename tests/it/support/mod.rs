@@ -230,6 +230,28 @@ pub fn exe() -> &'static Path {
     })
 }
 
+/// A temporary folder for a `static` that the whole test process shares (a fixture
+/// built once). A `static`'s value is never dropped, so a `TempDir` kept in one would
+/// outlive the run in the system's temp folder; this one is removed when the process
+/// exits (an `atexit` handler drops every folder made here).
+pub fn process_tempdir() -> PathBuf {
+    static DIRS: std::sync::Mutex<Vec<tempfile::TempDir>> = std::sync::Mutex::new(Vec::new());
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    extern "C" fn remove_all() {
+        if let Ok(mut dirs) = DIRS.lock() {
+            dirs.clear();
+        }
+    }
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a plain function with no arguments, once.
+        assert_eq!(unsafe { libc::atexit(remove_all) }, 0, "atexit");
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    DIRS.lock().unwrap().push(dir);
+    path
+}
+
 /// The `XDG_STATE_HOME` that [`bin`] gives the binary.
 pub fn state_home() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("state")

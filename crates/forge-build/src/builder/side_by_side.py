@@ -21,6 +21,7 @@ Run with the plan's interpreter, working folder and environment.
 """
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -140,6 +141,10 @@ def side_by_side(jobs, extensions):
     cpp_extension.subprocess = Subprocess()
 
 
+def terminated(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "metadata":
         backend().prepare_metadata_for_build_wheel(sys.argv[2])
@@ -151,9 +156,12 @@ def main():
 
     with tempfile.TemporaryDirectory() as md:
         subprocess.run([sys.executable, __file__, "metadata", md], check=True)
-    side_by_side(jobs, extensions)
+    # deepep-forge ends an interrupted build with SIGTERM to its process group:
+    # unwind, so that `finally` removes the jobserver's folder.
+    signal.signal(signal.SIGTERM, terminated)
     os.makedirs(dist, exist_ok=True)
     try:
+        side_by_side(jobs, extensions)
         with tempfile.TemporaryDirectory(dir=dist) as tmp:
             name = backend().build_wheel(tmp)
             shutil.move(os.path.join(tmp, name), os.path.join(dist, name))
