@@ -301,8 +301,13 @@ fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
     let pins = lab.pins();
     let pins = pins.to_str().unwrap();
     let logs = lab.cache.join("logs");
+    // The build's temp folder is its own (in the build root): nvcc, killed midway, leaves
+    // its tmpxft_* files there, not in the caller's TMPDIR, which stays empty.
+    let caller_tmp = lab.dir.path().join("caller-tmp");
+    std::fs::create_dir_all(&caller_tmp).unwrap();
     let child = lab
         .forge(&["build-wheel", "--variant", "sn", "--pins", pins])
+        .env("TMPDIR", &caller_tmp)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -326,6 +331,8 @@ fn sigint_during_the_compile_kills_the_build_and_the_next_run_starts_clean() {
     assert!(lab.out_wheels().is_empty());
     assert!(std::fs::read_dir(&lab.out).map(|d| d.count()).unwrap_or(0) == 0, "output folder not empty");
     assert!(lab.cache_entries().is_empty(), "cache not clean: {:?}", lab.cache_entries());
+    let left: Vec<_> = std::fs::read_dir(&caller_tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left in the caller's temp folder: {left:?}");
     // No compiler left running from our build tree.
     let ps = run(Command::new("ps").args(["-eo", "args"]));
     assert!(!ps.lines().any(|l| l.contains(&lab.cache.to_string_lossy().to_string()) && !l.contains("ps -eo")), "{ps}");
@@ -874,6 +881,10 @@ fn the_plan_json_replayed_by_hand_builds_the_same_wheel() {
     lock.lock().unwrap();
     let _ = std::fs::remove_dir_all(root);
     std::fs::create_dir_all(root.join("bin")).unwrap();
+    // The build's TMPDIR (`run.env`), a folder of the root.
+    let scratch = Path::new(&env["TMPDIR"]);
+    assert_eq!(scratch.parent(), Some(root), "TMPDIR in the build root: {}", scratch.display());
+    std::fs::create_dir_all(scratch).unwrap();
     let hooks = &j["plans"][0]["hooks"];
     for (name, target) in hooks["links"].as_object().unwrap() {
         std::os::unix::fs::symlink(target.as_str().unwrap(), root.join(name)).unwrap();

@@ -160,9 +160,11 @@ fn run_block(ws: &Workspace, block: &Block) -> Vec<(String, i32)> {
     let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     // A clean environment: what the pages show must not depend on this machine's
     // variables (the plan reports every build variable it drops from yours).
+    let scratch = ws.dir.with_file_name("tmp");
+    std::fs::create_dir_all(&scratch).unwrap();
     let mut cmd = Command::new("bash");
     cmd.env_clear();
-    for keep in ["HOME", "TMPDIR", "USER"] {
+    for keep in ["HOME", "USER"] {
         if let Some(v) = std::env::var_os(keep) {
             cmd.env(keep, v);
         }
@@ -177,6 +179,8 @@ fn run_block(ws: &Workspace, block: &Block) -> Vec<(String, i32)> {
         .env("DEEPEP_FORGE_TOOLS", &ws.tools)
         // `pin set` keeps its journal and locks in the user's state folder: a temporary one.
         .env("XDG_STATE_HOME", ws.dir.with_file_name("state"))
+        // The pages' `mktemp -d` folders go with the workspace.
+        .env("TMPDIR", &scratch)
         .env("NO_COLOR", "1")
         .env("COLUMNS", "100")
         // No timing in what a page shows: a build slower than 30 s (a loaded

@@ -8,8 +8,8 @@ use std::process::Command;
 use crate::build_support::{self, Lab};
 use crate::support;
 
-/// Every process of ours whose environment carries `marker` (a variable's
-/// `NAME=value` entry unique to one test): what a command left running.
+/// Every process of ours whose PATH holds `marker` (a folder unique to one test,
+/// see [`marked`]): what a command left running.
 fn left_running(marker: &str) -> Vec<String> {
     let me = std::process::id().to_string();
     let mut found = Vec::new();
@@ -24,7 +24,8 @@ fn left_running(marker: &str) -> Vec<String> {
         if state.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z')) {
             continue;
         }
-        if env.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
+        let on_path = |v: &[u8]| v.starts_with(b"PATH=") && String::from_utf8_lossy(v).contains(marker);
+        if env.split(|b| *b == 0).any(on_path) {
             let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
             found.push(format!("{pid}: {}", String::from_utf8_lossy(&cmd).replace('\0', " ")));
         }
@@ -32,13 +33,30 @@ fn left_running(marker: &str) -> Vec<String> {
     found
 }
 
-/// A folder unique to this test as the build's TMPDIR (a variable every build
-/// passes on): the marker of what the command started.
+/// A folder unique to this test first on the build's PATH (a variable every build
+/// passes on, after its own `bin`): the marker of what the command started.
 fn marked(lab: &Lab, c: &mut Command) -> String {
+    let marker = lab.dir.path().join("marker-bin");
+    std::fs::create_dir_all(&marker).unwrap();
+    // Before the PATH the lab gave the command (the tools venv's bin), else this process's.
+    let path = c
+        .get_envs()
+        .find(|(k, _)| *k == "PATH")
+        .and_then(|(_, v)| v.map(|v| v.to_os_string()))
+        .unwrap_or_else(|| std::env::var_os("PATH").unwrap_or_default());
+    c.env("PATH", format!("{}:{}", marker.display(), path.to_string_lossy()));
+    // The command's temp folder, empty: what it leaves there is counted after it.
     let tmp = lab.dir.path().join("marker-tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).unwrap();
     c.env("TMPDIR", &tmp);
-    format!("TMPDIR={}", tmp.display())
+    format!("{}:", marker.display())
+}
+
+/// What the last [`marked`] command left in its temp folder.
+fn left_in_tmp(lab: &Lab) -> Vec<String> {
+    let tmp = lab.dir.path().join("marker-tmp");
+    std::fs::read_dir(tmp).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()
 }
 
 fn out(o: &std::process::Output) -> String {
@@ -57,6 +75,7 @@ fn nothing_a_build_started_is_running_after_it_succeeds_fails_or_is_interrupted(
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     assert_eq!(left_running(&marker), Vec::<String>::new(), "after a build that succeeded");
+    assert_eq!(left_in_tmp(&lab), Vec::<String>::new(), "in the temp folder after a build that succeeded");
     // Failure: a revision whose CUDA source does not compile (the compiles went through sccache).
     let kernel = std::fs::read_dir(lab.repo.join("csrc/kernels")).unwrap().flatten().next().unwrap().path();
     let mut text = std::fs::read_to_string(&kernel).unwrap();
@@ -70,6 +89,7 @@ fn nothing_a_build_started_is_running_after_it_succeeds_fails_or_is_interrupted(
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
     assert_eq!(left_running(&marker), Vec::<String>::new(), "after a build that failed");
+    assert_eq!(left_in_tmp(&lab), Vec::<String>::new(), "in the temp folder after a build that failed");
     // Interrupted (Ctrl-C) once its compiler cache server runs.
     let mut c = lab.forge(&["build-wheel", "--no-cache", "--pins", pins.to_str().unwrap(), "--variant", "r"]);
     let marker = marked(&lab, &mut c);
@@ -83,6 +103,7 @@ fn nothing_a_build_started_is_running_after_it_succeeds_fails_or_is_interrupted(
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     assert_eq!(child.wait().unwrap().code(), Some(130));
     assert_eq!(left_running(&marker), Vec::<String>::new(), "after an interrupted build");
+    assert_eq!(left_in_tmp(&lab), Vec::<String>::new(), "in the temp folder after an interrupted build");
 }
 
 /// J7: a consumer whose Dockerfile pins DeepEP (`ARG DEEPEP_REV=<sha>`, then

@@ -251,6 +251,10 @@ fn compile(
     build: &Path,
     notes: &mut Vec<String>,
 ) -> Result<String> {
+    // The build's temp folder (TMPDIR), in the build folder: the compiler cache's server uses it too.
+    if let Some(scratch) = pl.run.env.get("TMPDIR") {
+        std::fs::create_dir_all(scratch).with_context(|| format!("creating {scratch}"))?;
+    }
     // Dropped last: every sccache server this build started ends with it, whatever happens.
     let mut servers = Vec::new();
     let shared = match root {

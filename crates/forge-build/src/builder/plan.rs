@@ -133,17 +133,23 @@ pub enum EnvOrigin {
     Hook,
     /// A hook that must not change the output (a compiler cache; not keyed).
     CacheHook,
+    /// The build's own temp folder (TMPDIR), inside the build root and removed with
+    /// it, so that what the compilers leave there (nvcc's `tmpxft_*` files when a build
+    /// is interrupted) goes too (not keyed).
+    Scratch,
 }
 
 impl EnvOrigin {
     pub fn keyed(self) -> bool {
-        !matches!(self, EnvOrigin::Caller | EnvOrigin::Jobs | EnvOrigin::CacheHook)
+        !matches!(self, EnvOrigin::Caller | EnvOrigin::Jobs | EnvOrigin::CacheHook | EnvOrigin::Scratch)
     }
 }
 
 /// The caller's variables a build keeps (everything else is not inherited).
-pub const PASSTHROUGH: [&str; 9] =
-    ["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CC", "CXX", "CUDAHOSTCXX"];
+pub const PASSTHROUGH: [&str; 8] = ["PATH", "HOME", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CC", "CXX", "CUDAHOSTCXX"];
+
+/// The build's temp folder in the build root (TMPDIR; [`EnvOrigin::Scratch`]).
+pub const SCRATCH: &str = "tmp";
 
 /// The one command a build runs: argv in `cwd` with exactly `env`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -419,6 +425,11 @@ impl Plan {
         };
         self.run.argv = self.run.argv.iter().map(|a| swap(a)).collect();
         self.run.cwd = PathBuf::from(swap(&self.run.cwd.to_string_lossy()));
+        for (k, v) in self.run.env.iter_mut() {
+            if self.run.env_origin.get(k) == Some(&EnvOrigin::Scratch) {
+                *v = swap(v);
+            }
+        }
         self.roots.0.insert(Root::Build, dir.to_path_buf());
         self.seal();
     }
@@ -902,5 +913,6 @@ mod tests {
     fn only_keyed_origins_reach_the_key() {
         assert!(EnvOrigin::Knob.keyed() && EnvOrigin::Fix.keyed() && EnvOrigin::Hook.keyed());
         assert!(!EnvOrigin::Caller.keyed() && !EnvOrigin::Jobs.keyed() && !EnvOrigin::CacheHook.keyed());
+        assert!(!EnvOrigin::Scratch.keyed());
     }
 }

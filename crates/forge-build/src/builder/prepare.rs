@@ -611,6 +611,8 @@ fn build_run(
     }
     run.set("MAX_JOBS", jobs.to_string(), EnvOrigin::Jobs);
     run.set("SOURCE_DATE_EPOCH", commit_time.to_string(), EnvOrigin::Epoch);
+    // Temp files in the build root, removed with it (whatever a killed compiler leaves).
+    run.set("TMPDIR", build.join(plan::SCRATCH).to_string_lossy(), EnvOrigin::Scratch);
     // pip reads no user or site configuration (an index URL there could change the build).
     run.set("PIP_CONFIG_FILE", "/dev/null", EnvOrigin::Tool);
     run
