@@ -415,7 +415,8 @@ impl Plan {
     }
 
     /// Move the build to another folder (e.g. this user's build root, which
-    /// the wheel records as the canonical one): argv's `-w`, the working folder.
+    /// the wheel records as the canonical one): argv's `-w`, the working folder and
+    /// every variable that names a path in the old folder (TMPDIR).
     /// Re-seals the plan.
     pub fn set_build_dir(&mut self, dir: &Path) {
         let old = self.build_dir().to_path_buf();
@@ -425,10 +426,8 @@ impl Plan {
         };
         self.run.argv = self.run.argv.iter().map(|a| swap(a)).collect();
         self.run.cwd = PathBuf::from(swap(&self.run.cwd.to_string_lossy()));
-        for (k, v) in self.run.env.iter_mut() {
-            if self.run.env_origin.get(k) == Some(&EnvOrigin::Scratch) {
-                *v = swap(v);
-            }
+        for v in self.run.env.values_mut() {
+            *v = swap(v);
         }
         self.roots.0.insert(Root::Build, dir.to_path_buf());
         self.seal();
