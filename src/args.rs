@@ -28,7 +28,7 @@ impl PinsArg {
 
     /// The file given, else `pins.toml`.
     pub fn path(&self) -> &Path {
-        self.pins.as_deref().unwrap_or(Path::new(crate::pins::DEFAULT_PATH))
+        self.pins.as_deref().unwrap_or(Path::new(forge_model::pins::DEFAULT_PATH))
     }
 
     /// The file, only when given.
@@ -101,7 +101,7 @@ pub struct CacheDirArg {
 impl CacheDirArg {
     /// The folder: the one given, else the default (`cache::resolve_dir`).
     pub fn resolve(&self) -> anyhow::Result<PathBuf> {
-        crate::cache::resolve_dir(self.cache_dir.as_deref())
+        forge_store::cache::resolve_dir(self.cache_dir.as_deref())
     }
 }
 
@@ -130,8 +130,8 @@ pub struct NetArgs {
 
 impl RemoteArgs {
     /// The plain request `builder` and `publish` take.
-    pub fn request(&self) -> crate::cache::RemoteRequest {
-        crate::cache::RemoteRequest {
+    pub fn request(&self) -> forge_store::cache::RemoteRequest {
+        forge_store::cache::RemoteRequest {
             cache_url: self.cache_url.cache_url.clone(),
             trusted_keys: self.trusted_keys.to_vec(),
             net: self.net.net(),
@@ -141,8 +141,8 @@ impl RemoteArgs {
 
 impl NetArgs {
     /// The client's transport settings.
-    pub fn net(&self) -> crate::cache::remote::Net {
-        crate::cache::remote::Net {
+    pub fn net(&self) -> forge_store::cache::remote::Net {
+        forge_store::cache::remote::Net {
             allow_http: self.allow_http,
             timeout: std::time::Duration::from_secs(self.cache_timeout),
         }
@@ -170,8 +170,8 @@ pub struct ProjectArgs {
 
 impl ProjectArgs {
     /// The project and its pins as plain data.
-    pub fn place(&self) -> crate::lock::ProjectPlace {
-        crate::lock::ProjectPlace {
+    pub fn place(&self) -> forge_lock::lock::ProjectPlace {
+        forge_lock::lock::ProjectPlace {
             project: self.project.clone(),
             pins: self.pins.to_path_buf(),
             no_pins: self.no_pins,
@@ -183,16 +183,16 @@ impl ProjectArgs {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TopologyArgs {
     /// Expert-parallel group size (EP), 1 to 1048576.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::topology::MAX_COUNT))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=forge_model::topology::MAX_COUNT))]
     pub ep: Option<u32>,
     /// Number of nodes the job spans, 1 to 1048576.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::topology::MAX_COUNT))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=forge_model::topology::MAX_COUNT))]
     pub nodes: Option<u32>,
     /// GPUs per node, 1 to 1048576.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::topology::MAX_COUNT))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=forge_model::topology::MAX_COUNT))]
     pub gpus_per_node: Option<u32>,
     /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN), 1 to 1048576.
-    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=crate::topology::MAX_COUNT))]
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=forge_model::topology::MAX_COUNT))]
     pub ranks_per_domain: Option<u32>,
     /// The system has multi-node NVLink (GB200 NVL72) and the job uses it.
     #[arg(long, overrides_with = "no_mnnvl")]
@@ -202,7 +202,7 @@ pub struct TopologyArgs {
     pub no_mnnvl: bool,
     /// GPU kind: h100, h200, b200, gb200, sm_90, sm_100.
     #[arg(long, value_name = "GPU")]
-    pub gpu: Option<crate::topology::Gpu>,
+    pub gpu: Option<forge_model::topology::Gpu>,
     /// A named topology: h100-8g, b200-8g, gb200-nvl72 (flags override its values).
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
@@ -219,8 +219,8 @@ pub struct TopologyArgs {
 
 impl TopologyArgs {
     /// The flags as plain data (`topology::RequestFlags::resolve` layers them).
-    pub fn request(self) -> crate::topology::RequestFlags {
-        crate::topology::RequestFlags {
+    pub fn request(self) -> forge_model::topology::RequestFlags {
+        forge_model::topology::RequestFlags {
             ep: self.ep,
             nodes: self.nodes,
             gpus_per_node: self.gpus_per_node,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::error::{self, Exit};
+use forge_os::error::{self, Exit};
 
 const ABOUT: &str = "Build, pin, lock-check and probe DeepEP (HybridEP) wheels";
 const LONG_ABOUT: &str = "\
@@ -170,7 +170,7 @@ pub struct PinsShowArgs {
     pub file: PinsFileArgs,
     /// Output: human text, or the validated pins as one JSON document.
     #[arg(long, value_enum, default_value_t)]
-    pub format: crate::output::DataFormat,
+    pub format: forge_os::output::DataFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -219,30 +219,30 @@ Examples:
 pub fn run(command: Command) -> Result<Exit> {
     match command {
         Command::Pins(PinsCommand::Check(a)) => {
-            let p = crate::pins::Pins::load(&a.pins)?;
-            crate::outln!("{}: ok ({} pins, {} variants)", a.pins.display(), p.pins.len(), p.variants.len());
+            let p = forge_model::pins::Pins::load(&a.pins)?;
+            forge_os::outln!("{}: ok ({} pins, {} variants)", a.pins.display(), p.pins.len(), p.variants.len());
             Ok(Exit::Ok)
         }
         Command::Pins(PinsCommand::Show(a)) => {
-            let p = crate::pins::Pins::load(&a.file.pins)?;
+            let p = forge_model::pins::Pins::load(&a.file.pins)?;
             match a.format {
-                crate::output::DataFormat::Json => crate::printer::json(&p)?,
-                _ => crate::out!("{}", p.render_human()),
+                forge_os::output::DataFormat::Json => forge_os::printer::json(&p)?,
+                _ => forge_os::out!("{}", p.render_human()),
             }
             Ok(Exit::Ok)
         }
-        Command::Lock(LockCommand::Check(a)) => crate::lock::check(&a.request(), a.format),
-        Command::Pin(PinCommand::Set(a)) => crate::pinset::set(a.request()),
-        Command::Pin(PinCommand::Recover(a)) => crate::pinset::recover(a.request()),
-        Command::Plan(a) => crate::builder::plan(a.common.options()),
-        Command::BuildWheel(a) => crate::builder::build(a.request()),
+        Command::Lock(LockCommand::Check(a)) => forge_lock::lock::check(&a.request(), a.format),
+        Command::Pin(PinCommand::Set(a)) => forge_lock::pinset::set(a.request()),
+        Command::Pin(PinCommand::Recover(a)) => forge_lock::pinset::recover(a.request()),
+        Command::Plan(a) => forge_build::builder::plan(a.common.options()),
+        Command::BuildWheel(a) => forge_build::builder::build(a.request()),
         Command::Publish(a) => crate::commands::publish::run(a),
         Command::Cache(c) => crate::commands::cache::run(c),
-        Command::Probe(a) => crate::probe::run(a.request()),
+        Command::Probe(a) => forge_probe::probe::run(a.request()),
         Command::Evidence(c) => crate::commands::evidence::run(c),
         Command::Docker(c) => crate::commands::docker::run(c),
-        Command::Diff(a) => crate::repro::diff(a.request()),
-        Command::Verify(a) => crate::repro::verify(a.request()),
+        Command::Diff(a) => forge_build::repro::diff(a.request()),
+        Command::Verify(a) => forge_build::repro::verify(a.request()),
         Command::Completions { shell } => {
             let shell = match shell {
                 CompletionShell::Bash => clap_complete::Shell::Bash,
@@ -268,7 +268,7 @@ pub fn run(command: Command) -> Result<Exit> {
                 let path = dir.join(name);
                 std::fs::write(&path, page).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
             }
-            crate::outln!("wrote {} man pages to {}", pages.len(), dir.display());
+            forge_os::outln!("wrote {} man pages to {}", pages.len(), dir.display());
             Ok(Exit::Ok)
         }
     }
@@ -298,7 +298,7 @@ pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
 }
 
 fn write_stdout(bytes: &[u8]) -> Result<Exit> {
-    crate::printer::stdout_bytes(bytes);
+    forge_os::printer::stdout_bytes(bytes);
     Ok(Exit::Ok)
 }
 
@@ -311,10 +311,10 @@ pub fn install_signal_handler() {
         use std::sync::atomic::Ordering;
         let again = error::INTERRUPTED.swap(true, Ordering::SeqCst);
         if again || error::COOPERATIVE.load(Ordering::SeqCst) == 0 {
-            crate::alert!("\ninterrupted");
+            forge_os::alert!("\ninterrupted");
             std::process::exit(Exit::Interrupted.code() as i32);
         }
-        crate::alert!("\ninterrupted: cleaning up (press Ctrl-C again to exit at once)");
+        forge_os::alert!("\ninterrupted: cleaning up (press Ctrl-C again to exit at once)");
     });
 }
 
@@ -331,7 +331,7 @@ pub fn restore_sigpipe() {
 /// Turn a command's result into a process exit code, printing errors; a
 /// result that could not be written (stdout on a full disk) is a failed job.
 pub fn finish(result: Result<Exit>) -> ExitCode {
-    let result = match (result, crate::printer::write_error()) {
+    let result = match (result, forge_os::printer::write_error()) {
         (Ok(Exit::Ok), Some(e)) => Err(anyhow::anyhow!(e)),
         (r, _) => r,
     };
@@ -354,9 +354,13 @@ pub fn main() -> ExitCode {
 pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     restore_sigpipe();
     let args: Vec<std::ffi::OsString> = args.into_iter().collect();
-    if let Some(why) = not_utf8(&args) {
-        crate::printer::init(false);
-        crate::error::report(&anyhow::Error::from(why));
+    let early = match not_utf8(&args) {
+        Some(why) => Err(anyhow::Error::from(why)),
+        None => forge_os::environ::check_listed(),
+    };
+    if let Err(e) = early {
+        forge_os::printer::init(false);
+        forge_os::error::report(&e);
         return ExitCode::from(Exit::Usage.code());
     }
     let cli = match Cli::try_parse_from(args) {
@@ -367,7 +371,7 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
             return ExitCode::from(code);
         }
     };
-    crate::printer::init(cli.quiet);
+    forge_os::printer::init(cli.quiet);
     install_signal_handler();
     finish(run(cli.command))
 }
@@ -375,11 +379,11 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
 /// An argument or the current folder that is not UTF-8, as an error (exit 2):
 /// every report, text or JSON, names its paths, and JSON cannot carry such
 /// bytes (a lossy U+FFFD would name another folder). Nothing has run yet.
-fn not_utf8(args: &[std::ffi::OsString]) -> Option<crate::error::Failure> {
+fn not_utf8(args: &[std::ffi::OsString]) -> Option<forge_os::error::Failure> {
     let shown = |b: &[u8]| b.escape_ascii().to_string();
     if let Some(a) = args.iter().skip(1).find(|a| a.to_str().is_none()) {
         return Some(
-            crate::error::Failure::usage(format!(
+            forge_os::error::Failure::usage(format!(
                 "the argument `{}` is not UTF-8 text: deepep-forge names every path in its reports (text and JSON), and these bytes cannot be named exactly",
                 shown(a.as_encoded_bytes())
             ))
@@ -388,7 +392,7 @@ fn not_utf8(args: &[std::ffi::OsString]) -> Option<crate::error::Failure> {
     }
     let cwd = std::env::current_dir().ok()?;
     cwd.to_str().is_none().then(|| {
-        crate::error::Failure::usage(format!(
+        forge_os::error::Failure::usage(format!(
             "the current folder `{}` is not UTF-8 text: deepep-forge names every path in its reports (text and JSON), and these bytes cannot be named exactly",
             shown(cwd.as_os_str().as_encoded_bytes())
         ))

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use deepep_forge::pins::{Arch, Pins};
+use forge_model::pins::{Arch, Pins};
 use libfuzzer_sys::fuzz_target;
 
 fn pins() -> &'static Pins {
@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
     let p = pins();
     let revs: BTreeMap<Arch, String> = p.pins.iter().map(|(a, pin)| (*a, pin.rev.clone())).collect();
     let lines = text.lines().count().max(1);
-    for f in deepep_forge::lock::dockerfile::check_text(text, Path::new("Dockerfile"), Some(p), &revs) {
+    for f in forge_lock::lock::dockerfile::check_text(text, Path::new("Dockerfile"), Some(p), &revs) {
         let line = f.line.unwrap_or(0);
         assert!(line <= lines + 1, "finding at line {line} of {lines}");
     }

@@ -3,10 +3,10 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(facts) = deepep_forge::probe::elf::parse(data) {
+    if let Ok(facts) = forge_probe::probe::elf::parse(data) {
         let _ = facts.sms();
         for s in facts.defined.iter().chain(&facts.undefined) {
-            let _ = deepep_forge::probe::elf::demangle_prefix(s);
+            let _ = forge_probe::probe::elf::demangle_prefix(s);
         }
     }
 });

@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let f = deepep_forge::probe::fatbin::parse(data);
+    let f = forge_probe::probe::fatbin::parse(data);
     let total: u64 = f.entries.iter().map(|e| e.size).sum();
     assert!(total <= data.len() as u64);
     assert!(f.containers > 0 || !f.problems.is_empty());

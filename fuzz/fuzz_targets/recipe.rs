@@ -12,5 +12,5 @@ fuzz_target!(|data: &[u8]| {
         let name = if i == 0 { "r.yaml".to_string() } else { format!("p{i}.yaml") };
         std::fs::write(dir.path().join(name), part).unwrap();
     }
-    let _ = deepep_forge::topology::recipe::read_within(&dir.path().join("r.yaml"), Some(dir.path()));
+    let _ = forge_model::topology::recipe::read_within(&dir.path().join("r.yaml"), Some(dir.path()));
 });

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use crate::args::{CacheDirArg, PinsArg, RemoteArgs};
-use crate::builder::request::{BuildOptions, CompilerCache, RunOptions};
-use crate::output::DataFormat as Format;
+use forge_build::builder::request::{BuildOptions, CompilerCache, RunOptions};
+use forge_os::output::DataFormat as Format;
 
 /// How a build runs, whatever it builds: declared once, flattened into `plan`,
 /// `build-wheel` and `verify`.
@@ -95,7 +95,7 @@ pub struct Common {
     /// environment made with uv from PyPI: torch from pins.toml's `[toolchain]`,
     /// the CUDA compiler packages of torch's own CUDA minor; no CUDA install needed).
     #[arg(long, value_enum, default_value_t)]
-    pub toolchain: crate::builder::registry::Kind,
+    pub toolchain: forge_build::builder::registry::Kind,
     /// With `--toolchain registry`: take torch's version from this project's
     /// uv.lock (so the wheel's torch ABI matches the project that installs it).
     #[arg(long, value_name = "DIR")]
@@ -174,7 +174,7 @@ pub struct BuildArgs {
 
 impl BuildArgs {
     /// The plain request `builder::build` takes.
-    pub fn request(self) -> crate::builder::BuildWheelRequest {
-        crate::builder::BuildWheelRequest { common: self.common.options(), report: self.report }
+    pub fn request(self) -> forge_build::builder::BuildWheelRequest {
+        forge_build::builder::BuildWheelRequest { common: self.common.options(), report: self.report }
     }
 }

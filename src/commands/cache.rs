@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::args::{CacheDirArg, CacheUrlArg, NetArgs};
-use crate::cache::{GcRequest, KeygenRequest, LsRequest, PushRequest};
-use crate::error::Exit;
-use crate::output::DataFormat as Format;
+use forge_os::error::Exit;
+use forge_os::output::DataFormat as Format;
+use forge_store::cache::{GcRequest, KeygenRequest, LsRequest, PushRequest};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum CacheCommand {
@@ -52,7 +52,7 @@ pub struct GcArgs {
     #[command(flatten)]
     pub cache: CacheDirArg,
     /// Remove wheels, toolchains, NCCL build trees and image bases created more than DAYS days ago (0 to 36500).
-    #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u64).range(0..=crate::cache::cmd::MAX_DAYS))]
+    #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u64).range(0..=forge_store::cache::cmd::MAX_DAYS))]
     pub older_than: Option<u64>,
     /// Keep only the N newest wheels.
     #[arg(long, value_name = "N")]
@@ -83,7 +83,7 @@ pub struct PushArgs {
     #[command(flatten)]
     pub cache_url: CacheUrlArg,
     /// The secret key that signs each entry (made by `cache keygen`; mode 0600). Its content is never printed.
-    #[arg(long, env = crate::cache::cmd::SIGNING_KEY_ENV, value_name = "FILE")]
+    #[arg(long, env = forge_store::cache::cmd::SIGNING_KEY_ENV, value_name = "FILE")]
     pub signing_key: Option<PathBuf>,
     #[command(flatten)]
     pub net: NetArgs,
@@ -105,10 +105,10 @@ pub struct KeygenArgs {
 /// Run a `cache` subcommand.
 pub fn run(cmd: CacheCommand) -> Result<Exit> {
     match cmd {
-        CacheCommand::Ls(a) => crate::cache::ls(LsRequest { cache_dir: a.cache.cache_dir, format: a.format }),
-        CacheCommand::Gc(a) => crate::cache::gc(a.request()),
-        CacheCommand::Push(a) => crate::cache::push(a.request()),
-        CacheCommand::Keygen(a) => crate::cache::keygen(KeygenRequest { name: a.name, out: a.out }),
+        CacheCommand::Ls(a) => forge_store::cache::ls(LsRequest { cache_dir: a.cache.cache_dir, format: a.format }),
+        CacheCommand::Gc(a) => forge_store::cache::gc(a.request()),
+        CacheCommand::Push(a) => forge_store::cache::push(a.request()),
+        CacheCommand::Keygen(a) => forge_store::cache::keygen(KeygenRequest { name: a.name, out: a.out }),
     }
 }
 

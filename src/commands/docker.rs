@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::args::{CacheDirArg, PinsArg};
-use crate::docker::Builder;
-use crate::error::Exit;
-use crate::output::Format;
+use forge_os::error::Exit;
+use forge_os::output::Format;
+use forge_os::process::engine::Builder;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum DockerCommand {
@@ -41,7 +41,7 @@ pub struct BakeArgs {
     #[command(flatten)]
     pub pins: PinsArg,
     /// Where to write the bake file.
-    #[arg(long, default_value = crate::docker::BAKE_FILE, value_name = "FILE")]
+    #[arg(long, default_value = forge_build::docker::BAKE_FILE, value_name = "FILE")]
     pub out: PathBuf,
     /// Report format; `json` prints {schema, file, pins, status, targets, changes};
     /// `github` adds an `::error` annotation on a stale or missing file.
@@ -51,8 +51,8 @@ pub struct BakeArgs {
 
 impl BakeArgs {
     /// The plain request `docker::bake::bake` takes.
-    pub fn request(self) -> crate::docker::bake::BakeRequest {
-        crate::docker::bake::BakeRequest {
+    pub fn request(self) -> forge_build::docker::bake::BakeRequest {
+        forge_build::docker::bake::BakeRequest {
             check: self.check,
             pins: self.pins.to_path_buf(),
             out: self.out,
@@ -69,7 +69,7 @@ pub struct BuildArgs {
     #[command(flatten)]
     pub pins: PinsArg,
     /// The bake file.
-    #[arg(long, default_value = crate::docker::BAKE_FILE, value_name = "FILE")]
+    #[arg(long, default_value = forge_build::docker::BAKE_FILE, value_name = "FILE")]
     pub file: PathBuf,
     /// Who builds: `docker` (`docker buildx bake`, base `CUDA_BASE_IMAGE`),
     /// `podman` or `buildah` (no daemon, no registry: `--isolation chroot` on a
@@ -113,14 +113,14 @@ pub struct BaseArgs {
     pub base_suite: String,
     /// podman/buildah: the Debian mirror of the base (http/https); a
     /// snapshot.debian.org URL (`.../archive/debian/20261101T000000Z`) pins the date.
-    #[arg(long, default_value = crate::docker::base::DEFAULT_MIRROR, value_name = "URL")]
+    #[arg(long, default_value = forge_build::docker::base::DEFAULT_MIRROR, value_name = "URL")]
     pub base_mirror: String,
 }
 
 impl BuildArgs {
     /// The plain request, built once here.
-    pub fn request(self) -> crate::docker::BuildRequest {
-        crate::docker::BuildRequest {
+    pub fn request(self) -> forge_build::docker::BuildRequest {
+        forge_build::docker::BuildRequest {
             variant: self.variant,
             pins: self.pins.to_path_buf(),
             file: self.file,
@@ -129,7 +129,7 @@ impl BuildArgs {
             source: self.source,
             forge_binary: self.forge_binary,
             timestamp: self.timestamp,
-            base: crate::docker::base::BaseRequest { suite: self.base.base_suite, mirror: self.base.base_mirror },
+            base: forge_build::docker::base::BaseRequest { suite: self.base.base_suite, mirror: self.base.base_mirror },
             cache_dir: self.cache.cache_dir,
             extra: self.extra,
         }
@@ -139,7 +139,7 @@ impl BuildArgs {
 /// Run a `docker` subcommand.
 pub fn run(cmd: DockerCommand) -> Result<Exit> {
     match cmd {
-        DockerCommand::Bake(a) => crate::docker::bake::bake(a.request()),
-        DockerCommand::Build(a) => crate::docker::builder::build(a.request()),
+        DockerCommand::Bake(a) => forge_build::docker::bake::bake(a.request()),
+        DockerCommand::Build(a) => forge_build::docker::builder::build(a.request()),
     }
 }

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::args::{CacheDirArg, PinsArg, TrustedKeysArg};
-use crate::error::Exit;
-use crate::evidence::{AddRequest, ShowRequest};
+use forge_os::error::Exit;
+use forge_store::evidence::{AddRequest, ShowRequest};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum EvidenceCommand {
@@ -39,7 +39,7 @@ pub struct AddArgs {
     pub wheel_name: Option<String>,
     /// What was shown (the ladder in docs/evidence.md).
     #[arg(long, value_enum)]
-    pub kind: crate::evidence::statement::Kind,
+    pub kind: forge_model::ladder::Kind,
     #[command(flatten)]
     pub topology: crate::args::TopologyArgs,
     /// The result, short (`20/20 steps`, `59/59 passed`).
@@ -88,14 +88,14 @@ pub struct ShowArgs {
     #[command(flatten)]
     pub cache: CacheDirArg,
     #[arg(long, value_enum, default_value_t)]
-    pub format: crate::evidence::ShowFormat,
+    pub format: forge_store::evidence::ShowFormat,
 }
 
 /// Run an `evidence` subcommand.
 pub fn run(c: EvidenceCommand) -> Result<Exit> {
     match c {
-        EvidenceCommand::Add(a) => crate::evidence::cmd::add(a.request()),
-        EvidenceCommand::Show(a) => crate::evidence::cmd::show(a.request()),
+        EvidenceCommand::Add(a) => forge_store::evidence::cmd::add(a.request()),
+        EvidenceCommand::Show(a) => forge_store::evidence::cmd::show(a.request()),
     }
 }
 

@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 
 use crate::args::{CacheDirArg, ProjectArgs, TrustedKeysArg};
-use crate::lock::CheckRequest;
+use forge_lock::lock::CheckRequest;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -14,7 +14,7 @@ pub struct CheckArgs {
     pub dockerfiles: Vec<PathBuf>,
     /// Report format: human text, one JSON document, or GitHub annotations plus text.
     #[arg(long, value_enum, default_value_t)]
-    pub format: crate::output::Format,
+    pub format: forge_os::output::Format,
     /// For DeepEP from a `deepep-forge publish` index: its signed manifest (`<variant>/index.json`),
     /// a FILE (offline CI) or an https URL (repeatable); every deep-ep wheel uv.lock pins must be
     /// in one, built at pins.toml's revision. `index` fetches `<variant>/index.json` next to the
@@ -42,7 +42,7 @@ pub struct CheckArgs {
     /// pins.toml's `[evidence]` table asks the same without the flag; with both, the
     /// stricter kind wins per wheel. Either needs --evidence DIR and a trusted key (exit 2).
     #[arg(long, value_enum, value_name = "KIND", requires = "evidence")]
-    pub require_evidence: Option<crate::evidence::statement::Kind>,
+    pub require_evidence: Option<forge_model::ladder::Kind>,
     /// Evidence folders for --require-evidence and pins.toml's `[evidence]` (repeatable).
     #[arg(long = "evidence", value_name = "DIR")]
     pub evidence: Vec<PathBuf>,

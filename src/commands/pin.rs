@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 
 use crate::args::{CacheDirArg, ProjectArgs};
-use crate::pinset::{RecoverRequest, SetRequest};
+use forge_lock::pinset::{RecoverRequest, SetRequest};
 
 #[derive(Debug, clap::Args)]
 pub struct SetArgs {
@@ -12,7 +12,7 @@ pub struct SetArgs {
     /// Pin only this architecture (x86_64 or aarch64): only requirements whose marker selects it
     /// change. Without it both architectures get one unmarked requirement per place.
     #[arg(long, value_name = "ARCH")]
-    pub arch: Option<crate::pins::Arch>,
+    pub arch: Option<forge_model::pins::Arch>,
     #[command(flatten)]
     pub place: ProjectArgs,
     /// A DeepEP git checkout (PATH) or URL: resolves short revisions, gives the

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use crate::args::PinsArg;
-use crate::evidence::record::RecordRequest;
-use crate::probe::ProbeRequest;
+use forge_probe::probe::ProbeRequest;
+use forge_store::evidence::record::RecordRequest;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -35,7 +35,7 @@ pub struct ProbeArgs {
     pub image: Option<String>,
     /// Who reads `--image`: podman (`podman image mount`) or buildah.
     #[arg(long, value_enum, default_value = "podman", value_name = "BUILDER", requires = "image")]
-    pub image_builder: crate::process::engine::ImageReader,
+    pub image_builder: forge_os::process::engine::ImageReader,
     /// A Python whose environment has deep_ep installed (asked where deep_ep
     /// and hybrid_ep_cpp live; nothing is imported); with --wheel, the
     /// environment the wheel is meant for (deep_ep need not be installed).
@@ -64,7 +64,7 @@ pub struct ProbeArgs {
     /// How to print the verdict: a table, one JSON document (schema 1), or the
     /// table plus GitHub `::error`/`::warning` annotations.
     #[arg(long, value_enum, default_value_t)]
-    pub format: crate::output::Format,
+    pub format: forge_os::output::Format,
 }
 
 impl ProbeArgs {
@@ -127,8 +127,8 @@ pub struct RunArgs {
 impl RunArgs {
     /// The runtime probe's request (its ranges are checked by `runtime::Run::check`
     /// before anything runs).
-    pub fn request(&self) -> crate::runtime::Run {
-        crate::runtime::Run {
+    pub fn request(&self) -> forge_probe::runtime::Run {
+        forge_probe::runtime::Run {
             tokens: self.tokens,
             hidden: self.hidden,
             topk: self.topk,

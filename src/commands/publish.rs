@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::commands::build::Common;
-use crate::error::Exit;
-use crate::publish::{CheckRequest, PublishRequest};
+use forge_build::publish::{CheckRequest, PublishRequest};
+use forge_os::error::Exit;
 
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("out", |a| a
@@ -55,7 +55,7 @@ pub struct PublishArgs {
 /// `publish`, or `publish --check DIR`.
 pub fn run(a: PublishArgs) -> Result<Exit> {
     let Some(dir) = a.check else {
-        return crate::publish::run(PublishRequest {
+        return forge_build::publish::run(PublishRequest {
             build: a.common.options(),
             signing_key: a.signing_key.expect("clap requires it without --check"),
             evidence: a.evidence,
@@ -64,7 +64,7 @@ pub fn run(a: PublishArgs) -> Result<Exit> {
         });
     };
     let c = &a.common;
-    crate::publish::check(CheckRequest {
+    forge_build::publish::check(CheckRequest {
         dir,
         pins: c.pins.to_path_buf(),
         trusted_keys: c.remote.trusted_keys.to_vec(),

@@ -3,8 +3,8 @@ use std::path::PathBuf;
 
 use crate::args::{PinsArg, TrustedKeysArg};
 use crate::commands::build::RunArgs;
-use crate::output::DataFormat as Format;
-use crate::repro::{DiffRequest, VerifyRequest};
+use forge_build::repro::{DiffRequest, VerifyRequest};
+use forge_os::output::DataFormat as Format;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -69,7 +69,7 @@ pub struct VerifyArgs {
     pub pins: PinsArg,
     /// The toolchain (as for build-wheel); default: the one the provenance names.
     #[arg(long, value_enum)]
-    pub toolchain: Option<crate::builder::registry::Kind>,
+    pub toolchain: Option<forge_build::builder::registry::Kind>,
     /// Keep the rebuilt wheel (and its statement) in DIR; default: a temporary folder.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,

@@ -1044,7 +1044,7 @@ fn a_closed_stdout_is_not_a_panic() {
 /// repositories), `ext::` never runs, and a value shaped as an option is not one.
 #[test]
 fn hardened_git_refuses_local_and_ext_transports_for_file_named_repos() {
-    use deepep_forge::process::git::{git, Trust};
+    use forge_os::process::git::{git, Trust};
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     support::git_repo_from_fixture("recipes", &src);

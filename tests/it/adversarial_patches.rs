@@ -326,13 +326,13 @@ fn plan_lists_each_patch_its_sha256_files_and_loudly_a_build_file() {
 #[test]
 fn the_example_deepep_patch_touches_one_hybrid_ep_source_and_matches_its_recorded_sha256() {
     let dir = root().join("docs/examples");
-    let pins = deepep_forge::pins::Pins::load(&dir.join("pins-patched.toml")).unwrap();
-    let pin = &pins.pins[&deepep_forge::pins::Arch::X86_64];
-    let set = deepep_forge::patches::load(&pins.path, &pin.patches.iter().collect::<Vec<_>>()).unwrap();
+    let pins = forge_model::pins::Pins::load(&dir.join("pins-patched.toml")).unwrap();
+    let pin = &pins.pins[&forge_model::pins::Arch::X86_64];
+    let set = forge_model::patches::load(&pins.path, &pin.patches.iter().collect::<Vec<_>>()).unwrap();
     assert_eq!(set.len(), 1);
     assert_eq!(set[0].files, vec!["csrc/hybrid_ep/hybrid_ep.cu".to_string()]);
     assert!(set[0].build_files.is_empty());
-    let label = deepep_forge::patches::label("1.2.1", "17cfb81", &set);
+    let label = forge_model::patches::label("1.2.1", "17cfb81", &set);
     assert!(label.starts_with("1.2.1+17cfb81.p"), "{label}");
 }
 
@@ -427,5 +427,5 @@ fn pin_set_checks_every_patch_at_the_new_revision_in_a_scratch_index() {
     };
     let text = std::fs::read_to_string(&pins).unwrap();
     assert!(text.contains(&format!("{{ path = \"patches/note.patch\", sha256 = \"{sha}\" }}")), "{text}");
-    deepep_forge::pins::Pins::parse(&text, &pins).unwrap();
+    forge_model::pins::Pins::parse(&text, &pins).unwrap();
 }

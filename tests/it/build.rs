@@ -169,7 +169,7 @@ fn build_relocates_stamps_installs_and_a_kill_during_stamping_leaves_nothing() {
     assert_eq!(wheels.len(), 1);
     let wheel = &wheels[0];
     let short = &lab.rev[..7];
-    let name = deepep_forge::wheel::WheelName::parse(&wheel.file_name().unwrap().to_string_lossy()).unwrap();
+    let name = forge_wheel::wheel::WheelName::parse(&wheel.file_name().unwrap().to_string_lossy()).unwrap();
     let v = |s: &str| s.parse::<pep440_rs::Version>().unwrap();
     assert_eq!((name.dist.as_str(), v(&name.version)), ("deep_ep", v(&format!("1.2.1+{short}"))), "{wheel:?}");
     let sum = sha256sum(wheel);
@@ -959,7 +959,7 @@ fn the_toolchain_memo_sees_a_package_installed_under_a_reset_mtime() {
     let site = std::fs::read_dir(venv.join("lib")).unwrap().next().unwrap().unwrap().path().join("site-packages");
     let memo = t.path().join("memo");
     let reset = |p: &Path| assert!(Command::new("touch").args(["-h", "-d", "@0"]).arg(p).status().unwrap().success());
-    let identify = || deepep_forge::builder::toolchain::identify(python.to_str().unwrap(), Some(&cuda), &memo).unwrap();
+    let identify = || forge_build::builder::toolchain::identify(python.to_str().unwrap(), Some(&cuda), &memo).unwrap();
     reset(&site);
     assert_eq!(identify().importable.get("torch"), Some(&false));
     // "torch" appears (a package named so: find_spec is what the build asks), the folder's mtime reset to 0 again.

@@ -59,7 +59,7 @@ fn members_holding(wheel: &Path, dir: &Path, needle: &str) -> Vec<String> {
 fn each_user_has_a_build_root_and_two_roots_give_the_same_wheel() {
     let (a, b) = (Lab::new(), Lab::new());
     // The default root is this user's; the plan, and so the cache key, is the same under any root.
-    let me = deepep_forge::builder::canon::user_root();
+    let me = forge_build::builder::canon::user_root();
     let uid = run(Command::new("id").arg("-u")).trim().to_string();
     assert_eq!(me, Path::new(&format!("/tmp/deepep-forge-build-{uid}")));
     let default = plan(&a, None);

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::support::hostile::{run_all, Case};
-use deepep_forge::cache::tree::Trees;
-use deepep_forge::cache::Key;
+use forge_store::cache::tree::Trees;
+use forge_store::cache::Key;
 use sha2::Digest;
 
 const DAY: u64 = 86_400;

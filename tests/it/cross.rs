@@ -17,7 +17,7 @@ use std::process::Command;
 
 use crate::build_support::Lab;
 use crate::support::*;
-use deepep_forge::builder::cross::{self, Sysroot};
+use forge_build::builder::cross::{self, Sysroot};
 use object::Object;
 use serde_json::Value;
 
@@ -215,12 +215,12 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
         "extensions named for the target Python: {exts:?}"
     );
     for e in &exts {
-        let data = deepep_forge::wheel::stamp::read_member(&wheel, e).unwrap();
+        let data = forge_wheel::wheel::stamp::read_member(&wheel, e).unwrap();
         assert_eq!(machine(&data), object::Architecture::Aarch64, "{e}");
     }
-    let di = deepep_forge::wheel::stamp::dist_info_dir(&zip).unwrap();
+    let di = forge_wheel::wheel::stamp::dist_info_dir(&zip).unwrap();
     let prov: Value = serde_json::from_slice(
-        &deepep_forge::wheel::stamp::read_member(&wheel, &format!("{di}/{}", deepep_forge::provenance::FILE_NAME))
+        &forge_wheel::wheel::stamp::read_member(&wheel, &format!("{di}/{}", forge_wheel::provenance::FILE_NAME))
             .unwrap(),
     )
     .unwrap();
@@ -232,8 +232,8 @@ fn an_aarch64_variant_is_cross_compiled_probed_and_imported_under_qemu() {
     assert_eq!(pc["debs"], x["debs"]);
     // RUNPATH relocated like the x86 ones: NVSHMEM beside the extension in site-packages.
     let dee = exts.iter().find(|e| e.starts_with("deep_ep_cpp")).unwrap();
-    let data = deepep_forge::wheel::stamp::read_member(&wheel, dee).unwrap();
-    let elf = deepep_forge::builder::relocate::ElfDynamic::parse(&data).unwrap().unwrap();
+    let data = forge_wheel::wheel::stamp::read_member(&wheel, dee).unwrap();
+    let elf = forge_build::builder::relocate::ElfDynamic::parse(&data).unwrap().unwrap();
     assert_eq!(elf.runpath, ["$ORIGIN/nvidia/nvshmem/lib"], "{dee}");
 
     // The static probe against the GB200 NVL72 preset: MATCH.
@@ -481,7 +481,7 @@ fn both_architectures_wheels_of_a_variant_share_one_index_that_uv_locks_for_both
         assert!(stdout(&o).contains(&format!("published sn: {w}")), "{}", stdout(&o));
     }
     assert!(!idx.join("sn-arm").exists(), "no index of its own for a variant with `index`");
-    let m = deepep_forge::index::manifest::Manifest::parse(&std::fs::read(idx.join("sn/index.json")).unwrap()).unwrap();
+    let m = forge_store::index::manifest::Manifest::parse(&std::fs::read(idx.join("sn/index.json")).unwrap()).unwrap();
     let by_arch: Vec<(&str, &str)> =
         m.wheels.iter().map(|w| (w.provenance.arch.as_str(), w.provenance.variant.as_str())).collect();
     assert_eq!(by_arch, [("aarch64", "sn-arm"), ("x86_64", "sn")], "{m:?}");

@@ -775,7 +775,7 @@ fn hybrid_ep_revisions_share_two_nccl_builds() {
             continue;
         };
         let setup = git(&m, &["show", &format!("{rev}:setup.py")]);
-        let recipe = deepep_forge::builder::nccl_reuse::recipe_digest(&setup);
+        let recipe = forge_build::builder::nccl_reuse::recipe_digest(&setup);
         groups.entry((commit[..7].to_string(), recipe[..12].to_string())).or_default().push(rev[..7].to_string());
     }
     for ((commit, recipe), revs) in &groups {

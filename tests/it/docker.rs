@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::support::*;
-use deepep_forge::lock::dockerfile;
-use deepep_forge::pins::{Arch, Pins};
+use forge_lock::lock::dockerfile;
+use forge_model::pins::{Arch, Pins};
 
 const PIN: &str = "17cfb817bccec3a9c247013360cc550c2bac441e";
 
@@ -238,7 +238,8 @@ fn a_foreign_platform_without_qemu_binfmt_exits_3() {
     ignore = "needs system package podman (and debootstrap, a Debian mirror): bash .ci/run runs it there"
 )]
 fn a_base_suite_that_does_not_exist_exits_2() {
-    if deepep_forge::docker::which("podman").is_none() || deepep_forge::docker::which("debootstrap").is_none() {
+    if forge_os::process::lookup::which("podman").is_none() || forge_os::process::lookup::which("debootstrap").is_none()
+    {
         missing("podman and debootstrap");
     }
     let d = scratch();
@@ -274,8 +275,9 @@ fn a_base_suite_that_does_not_exist_exits_2() {
 /// on an air-gapped runner); with nothing cached, the unreachable mirror is exit 3.
 #[test]
 fn a_cached_base_is_planned_without_asking_the_mirror() {
-    use deepep_forge::cache::Cache;
-    use deepep_forge::docker::{base, Builder};
+    use forge_build::docker::base;
+    use forge_os::process::engine::Builder;
+    use forge_store::cache::Cache;
     let www = tempfile::tempdir().unwrap();
     let dists = www.path().join("debian/dists/bookworm");
     std::fs::create_dir_all(&dists).unwrap();
@@ -296,7 +298,7 @@ fn a_cached_base_is_planned_without_asking_the_mirror() {
     assert!(cached.release.is_none(), "the mirror was asked for a cached base");
     assert_eq!(cached.cuda_ref, p.cuda_ref);
     let e = base::plan(Builder::Podman, no_store, &empty, &b, base::Arch::Amd64).unwrap_err();
-    assert_eq!(deepep_forge::error::exit_of(&e), deepep_forge::error::Exit::Environment, "{e:#}");
+    assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Environment, "{e:#}");
     assert!(format!("{e:#}").contains("cannot reach the Debian mirror"), "{e:#}");
 }
 
@@ -320,10 +322,10 @@ fn discover_finds_root_and_docker_dockerfiles_then_extras() {
     let rel: Vec<String> = found.iter().map(|p| p.strip_prefix(fixtures()).unwrap().display().to_string()).collect();
     assert_eq!(rel, ["project/Dockerfile", "project/docker/hopper/Dockerfile.multinode", "revs.Dockerfile"]);
     let e = dockerfile::discover(&project, &[fixtures().join("nope/Dockerfile")]).unwrap_err();
-    assert_eq!(deepep_forge::error::exit_of(&e), deepep_forge::error::Exit::Usage);
+    assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage);
     assert!(format!("{e:#}").contains("nope/Dockerfile"), "{e:#}");
     let e = dockerfile::discover(&fixtures().join("no-such-project"), &[]).unwrap_err();
-    assert_eq!(deepep_forge::error::exit_of(&e), deepep_forge::error::Exit::Usage);
+    assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage);
 }
 
 #[test]
@@ -334,7 +336,7 @@ fn nemo_rl_shaped_image_is_judged_against_the_variants() {
     let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
     let got: Vec<(String, String, usize)> = f
         .iter()
-        .map(|f| (f.file.file_name().unwrap().to_string_lossy().into_owned(), f.rule.clone(), f.line.unwrap()))
+        .map(|f| (f.file.file_name().unwrap().to_string_lossy().into_owned(), f.rule.to_string(), f.line.unwrap()))
         .collect();
     // The fat "9.0 10.0" multinode build: one finding, at the ARG that holds the value;
     // the Hopper multinode image matches h100-multinode and is clean.
@@ -342,7 +344,7 @@ fn nemo_rl_shaped_image_is_judged_against_the_variants() {
         got,
         [("Dockerfile".to_string(), "dockerfile-build-undeclared".to_string(), 12)],
         "{}",
-        deepep_forge::findings::render_human(&f)
+        forge_model::findings::render_human(&f)
     );
     let m = &f[0].message;
     assert!(m.contains("TORCH_CUDA_ARCH_LIST (ENV, line 16, from ARG DEEPEP_CUDA_ARCH_LIST at line 12)"), "{m}");
@@ -394,7 +396,7 @@ fn a_platform_stage_gets_one_block_and_arch_lists_compare_as_sets() {
     )
     .unwrap();
     let f = dockerfile::check(std::slice::from_ref(&file), Some(&p), &revs).unwrap();
-    assert_eq!(f.len(), 1, "{}", deepep_forge::findings::render_human(&f));
+    assert_eq!(f.len(), 1, "{}", forge_model::findings::render_human(&f));
     assert_eq!((f[0].rule.as_str(), f[0].arch), ("dockerfile-build-undeclared", Some(Arch::X86_64)));
     let blocks = paste_blocks(f[0].fix.as_deref().unwrap());
     assert_eq!(blocks.len(), 1, "{blocks:?}");
@@ -414,7 +416,7 @@ fn a_platform_stage_gets_one_block_and_arch_lists_compare_as_sets() {
     )
     .unwrap();
     let f = dockerfile::check(std::slice::from_ref(&file), Some(&p), &revs).unwrap();
-    assert!(f.is_empty(), "{}", deepep_forge::findings::render_human(&f));
+    assert!(f.is_empty(), "{}", forge_model::findings::render_human(&f));
 }
 
 #[test]
@@ -426,7 +428,7 @@ fn revisions_are_full_shas_matching_the_pins() {
         got,
         [("dockerfile-rev", 4), ("dockerfile-rev", 6), ("dockerfile-rev", 8), ("dockerfile-rdma-core-ref", 10)],
         "{}",
-        deepep_forge::findings::render_human(&f)
+        forge_model::findings::render_human(&f)
     );
     assert!(f[0].message.contains("full sha required"));
     assert!(f[1].message.contains("branch or tag"));
@@ -440,7 +442,7 @@ fn the_shipped_dockerfile_passes_its_own_rules() {
     let files = dockerfile::discover(&root(), &[]).unwrap();
     assert!(files.contains(&root().join("docker/Dockerfile")), "{files:?}");
     let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
-    assert!(f.is_empty(), "{}", deepep_forge::findings::render_human(&f));
+    assert!(f.is_empty(), "{}", forge_model::findings::render_human(&f));
 }
 
 #[test]
@@ -449,8 +451,7 @@ fn bake_probes_each_gpu_of_a_fat_topology_and_only_the_pins_without_one() {
         + "\n[[variant]]\nname = \"fat\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0 10.0\"\nmultinode = true\nrdma_core_home = \"/usr\"\ntopology = { gpu = [\"h100\", \"b200\"], nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }\n"
         + "\n[[variant]]\nname = \"bare\"\narch = \"x86_64\"\ncuda_arch_list = \"9.0\"\nmultinode = false\n";
     let p = Pins::parse(&text, Path::new("pins.toml")).unwrap();
-    let j: serde_json::Value =
-        serde_json::from_str(&deepep_forge::docker::bake_json(&p, "pins.toml").unwrap()).unwrap();
+    let j: serde_json::Value = serde_json::from_str(&forge_build::docker::bake_json(&p, "pins.toml").unwrap()).unwrap();
     let args = |t: &str, k: &str| j["target"][t]["args"][k].as_str().unwrap().to_string();
     assert_eq!(args("fat", "PROBE_GPU"), "h100 b200");
     assert_eq!((args("fat", "PROBE_EP"), args("fat", "TORCH_CUDA_ARCH_LIST")), ("16".into(), "9.0 10.0".into()));

@@ -497,7 +497,7 @@ fn every_help_example_parses() {
         assert!(text.contains("Examples:"), "`{must} --help` shows no example");
     }
     let probe = &helps.iter().find(|(p, _)| p == "deepep-forge probe").unwrap().1;
-    for preset in deepep_forge::topology::PRESETS {
+    for preset in forge_model::topology::PRESETS {
         assert!(
             probe.lines().any(|l| l.trim_start().starts_with(preset)),
             "`probe --help` does not say what {preset} is"

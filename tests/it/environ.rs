@@ -1,11 +1,11 @@
-//! One place reads the process environment (`crates/forge-core/src/environ.rs`), and it lists every
+//! One place reads the process environment (`crates/forge-os/src/environ.rs`), and it lists every
 //! variable it reads with what it does; docs/environment.md shows the same list.
 //! Here: no `std::env::var*` outside that module, every `DEEPEP_FORGE_*` name the
 //! source names is listed, every listed name is read somewhere, and the page
 //! lists each one.
 use crate::support;
 
-use deepep_forge::environ::VARIABLES;
+use forge_os::environ::VARIABLES;
 
 /// (file, line number, line) of every non-comment line of the workspace's sources.
 fn code() -> Vec<(String, usize, String)> {

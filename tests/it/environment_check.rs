@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::support::*;
-use deepep_forge::wheel::record;
+use forge_wheel::wheel::record;
 use serde_json::{json, Value};
 
 fn ok(c: &mut Command) -> String {
@@ -335,7 +335,7 @@ fn the_cxx11_abi_mismatch_is_an_undefined_symbol_at_load_time_and_the_probe_read
         let torch = d.path().join(format!("torch{abi}"));
         std::fs::create_dir_all(torch.join("lib")).unwrap();
         std::fs::copy(cxx_lib(d.path(), &format!("c10-{abi}.so"), abi), torch.join("lib/libc10.so")).unwrap();
-        let (got, from) = deepep_forge::probe::env::torch_abi(&torch).expect("an ABI");
+        let (got, from) = forge_probe::probe::env::torch_abi(&torch).expect("an ABI");
         assert_eq!(got, abi == 1, "{from}");
     }
     // TorchConfig.cmake, when present, is what torch tells extensions to compile with.
@@ -346,7 +346,7 @@ fn the_cxx11_abi_mismatch_is_an_undefined_symbol_at_load_time_and_the_probe_read
         "if(NOT TORCH_CXX_FLAGS)\n  set(TORCH_CXX_FLAGS \"-D_GLIBCXX_USE_CXX11_ABI=1\")\nendif()\n",
     )
     .unwrap();
-    let (got, from) = deepep_forge::probe::env::torch_abi(&torch).unwrap();
+    let (got, from) = forge_probe::probe::env::torch_abi(&torch).unwrap();
     assert!(got && from.ends_with("TorchConfig.cmake: _GLIBCXX_USE_CXX11_ABI=1"), "{from}");
 }
 

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::support::*;
 use base64::Engine;
-use deepep_forge::cache::sign::{PublicKey, SecretKey};
-use deepep_forge::evidence::statement::{self, Kind, Opened, Origin};
+use forge_model::ladder::Kind;
+use forge_store::cache::sign::{PublicKey, SecretKey};
+use forge_store::evidence::statement::{self, Opened, Origin};
 use serde_json::{json, Value};
 
 const B64: base64::engine::general_purpose::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -744,7 +745,7 @@ fn a_bad_evidence_table_is_refused_with_its_line() {
 }
 
 /// A kept statement, opened with its key: it must verify as produced (bytes never edited).
-fn kept(statement_path: &str, key_path: &str) -> deepep_forge::evidence::statement::Statement {
+fn kept(statement_path: &str, key_path: &str) -> forge_store::evidence::statement::Statement {
     let key = std::fs::read_to_string(root().join(key_path))
         .unwrap_or_else(|e| panic!("{key_path}: {e} (docs/evidence.md says how the lead makes it)"));
     let bytes = std::fs::read(root().join(statement_path)).unwrap_or_else(|e| panic!("{statement_path}: {e}"));
@@ -886,7 +887,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
     let before: Vec<(PathBuf, Vec<u8>)> =
         files_under(&p("idx")).into_iter().map(|f| (f.clone(), std::fs::read(&f).unwrap())).collect();
     ok(publish(&["--evidence", "ev"]));
-    let m = deepep_forge::index::manifest::Manifest::parse(&std::fs::read(p("idx/demo/index.json")).unwrap()).unwrap();
+    let m = forge_store::index::manifest::Manifest::parse(&std::fs::read(p("idx/demo/index.json")).unwrap()).unwrap();
     assert_eq!(m.verify(&[PublicKey::parse(&public).unwrap()]), Ok("ci-1".to_string()));
     assert_eq!(m.evidence.len(), 1, "{m:?}");
     assert_eq!((m.evidence[0].kind.as_str(), m.evidence[0].wheel.as_str()), ("static", wheel_name));

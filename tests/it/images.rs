@@ -47,7 +47,7 @@ const SYSTEM: &str = "--build-arg=BUILD_TOOLCHAIN=system";
 )]
 fn the_mini_image_builds_with_podman_and_a_wheel_for_another_topology_fails_at_the_probe_step() {
     for tool in ["podman", "debootstrap"] {
-        if deepep_forge::docker::which(tool).is_none() {
+        if forge_os::process::lookup::which(tool).is_none() {
             missing(&format!("system package {tool}"));
         }
     }
@@ -155,7 +155,7 @@ fn layers(tag: &str) -> String {
 )]
 fn two_builds_with_a_fixed_timestamp_have_the_same_layers_with_podman_and_buildah() {
     for tool in ["podman", "buildah", "debootstrap"] {
-        if deepep_forge::docker::which(tool).is_none() {
+        if forge_os::process::lookup::which(tool).is_none() {
             missing(&format!("system package {tool}"));
         }
     }

@@ -419,7 +419,7 @@ fn j1_platform_team_builds_every_variant_publishes_and_consumers_install_the_rig
 fn normalized_markdown(md: &str, t: &Team, sha: &str, times: &[String]) -> String {
     let mut md = md.replace(&sha[..16], "[SHA]").replace(t.short(), "[SHORT]");
     for time in times {
-        md = md.replace(&deepep_forge::evidence::show::md(time), "[TIME]");
+        md = md.replace(&forge_store::evidence::show::md(time), "[TIME]");
     }
     md
 }
@@ -617,7 +617,7 @@ fn j3_exact_and_patched_are_told_apart_by_every_command() {
     let exact = build(&exact_pins, "dist-exact");
     let patched = build(&patched_pins, "dist-patched");
     let version =
-        |w: &Path| deepep_forge::wheel::WheelName::parse(w.file_name().unwrap().to_str().unwrap()).unwrap().version;
+        |w: &Path| forge_wheel::wheel::WheelName::parse(w.file_name().unwrap().to_str().unwrap()).unwrap().version;
     assert_eq!(version(&exact), format!("1.2.1+{}", t.short()));
     assert!(version(&patched).starts_with(&format!("1.2.1+{}.p", t.short())), "{}", version(&patched));
 

@@ -315,7 +315,7 @@ impl Drop for Image {
 )]
 fn j6b_an_installed_binary_builds_the_image_from_the_index_with_the_published_wheel_and_probe_matches() {
     for tool in ["podman", "debootstrap"] {
-        if deepep_forge::docker::which(tool).is_none() {
+        if forge_os::process::lookup::which(tool).is_none() {
             support::missing(&format!("system package {tool}"));
         }
     }

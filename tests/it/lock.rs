@@ -113,7 +113,7 @@ fn every_table_by_toml(lock: &str) -> String {
     ignore = "needs the NeMo-RL fixtures (../shared beside the checkout, or DEEPEP_FORGE_NEMO_RL=<folder>): bash .ci/run runs it when present"
 )]
 fn nemo_rl_locks_give_the_same_graph_by_the_scanner_and_by_toml() {
-    use deepep_forge::lockgraph::installs;
+    use forge_model::lockgraph::installs;
     let f = require!(nemo_rl_fixtures(), "../shared/fixtures/nemo-rl");
     let mut locks = 0;
     for e in std::fs::read_dir(&f).unwrap() {
@@ -133,7 +133,7 @@ fn nemo_rl_locks_give_the_same_graph_by_the_scanner_and_by_toml() {
         // (a triple quote in a trailing comment forces the whole parse).
         let name = "deep_ep".parse().unwrap();
         let read = |t: &str| {
-            let r = deepep_forge::lock::uvlock::read(Path::new("uv.lock"), t, &name, Some("nemo-rl")).unwrap();
+            let r = forge_lock::lock::uvlock::read(Path::new("uv.lock"), t, &name, Some("nemo-rl")).unwrap();
             format!("{r:?}")
         };
         assert_eq!(read(&text), read(&format!("{text}# '''\n")));

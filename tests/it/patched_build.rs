@@ -104,7 +104,7 @@ fn exact_and_patched_builds_differ_in_label_and_bytes_each_verifies_and_the_patc
     assert_ne!(sha256sum(&exact), sha256sum(&patched));
 
     // Labels: exact `<base>+<short>`, patched `<base>+<short>.p<8 hex>`.
-    let name = |w: &Path| deepep_forge::wheel::WheelName::parse(&w.file_name().unwrap().to_string_lossy()).unwrap();
+    let name = |w: &Path| forge_wheel::wheel::WheelName::parse(&w.file_name().unwrap().to_string_lossy()).unwrap();
     assert_eq!(name(&exact).version, format!("1.2.1+{short}"));
     let pv = name(&patched).version;
     let digest = pv.strip_prefix(&format!("1.2.1+{short}.p")).unwrap_or_else(|| panic!("{pv}"));

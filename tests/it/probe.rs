@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::support::*;
-use deepep_forge::probe::{elf, fatbin};
-use deepep_forge::wheel::record;
+use forge_probe::probe::{elf, fatbin};
+use forge_wheel::wheel::record;
 use serde_json::Value;
 
 struct Wheels {
@@ -306,7 +306,7 @@ fn provenance_agreement_tampering_and_record() {
     let name = w.single.file_name().unwrap().to_str().unwrap();
     let version = name.split('-').nth(1).unwrap();
     let short = version.split('+').nth(1).unwrap();
-    let prov_path = format!("deep_ep-{version}.dist-info/{}", deepep_forge::provenance::FILE_NAME);
+    let prov_path = format!("deep_ep-{version}.dist-info/{}", forge_wheel::provenance::FILE_NAME);
 
     let honest = dir.path().join("honest").join(name);
     std::fs::create_dir_all(honest.parent().unwrap()).unwrap();

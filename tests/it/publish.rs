@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::support::*;
-use deepep_forge::cache::sign::{PublicKey, SecretKey};
-use deepep_forge::index::manifest::Manifest;
+use forge_store::cache::sign::{PublicKey, SecretKey};
+use forge_store::index::manifest::Manifest;
 
 const REV: &str = "0bfa6c27cc77e8266337c19f6f30e3f5be23a483";
 

@@ -237,7 +237,7 @@ fn three_pythons_publish_into_one_index_that_uv_locks_and_lock_check_holds_to_th
     for py in PYTHONS {
         assert!(files.join(wheel(py)).is_file(), "{} in sn's index: {out}", wheel(py));
     }
-    let m = deepep_forge::index::manifest::Manifest::parse(&std::fs::read(idx.join("sn/index.json")).unwrap()).unwrap();
+    let m = forge_store::index::manifest::Manifest::parse(&std::fs::read(idx.join("sn/index.json")).unwrap()).unwrap();
     let keys: std::collections::BTreeSet<&str> = m.wheels.iter().map(|w| w.cache_key.as_str()).collect();
     assert_eq!((m.wheels.len(), keys.len()), (3, 3), "three wheels, three cache keys: {m:?}");
     let toolchains: Vec<PathBuf> = std::fs::read_dir(lab.cache.join("toolchains"))
@@ -426,7 +426,7 @@ fn three_pythons_by_two_architectures_publish_what_debian_allows_and_name_the_mi
         t1.elapsed().as_secs_f64()
     );
     let manifest = std::fs::read(idx.join("sn/index.json")).unwrap();
-    let m = deepep_forge::index::manifest::Manifest::parse(&manifest).unwrap();
+    let m = forge_store::index::manifest::Manifest::parse(&manifest).unwrap();
     let mut cells: Vec<String> =
         m.wheels.iter().map(|w| w.wheel.split('-').skip(2).collect::<Vec<_>>().join("-")).collect();
     cells.sort();

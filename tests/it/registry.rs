@@ -14,7 +14,7 @@ use std::process::Command;
 
 use crate::build_support::Lab;
 use crate::support::*;
-use deepep_forge::builder::registry;
+use forge_build::builder::registry;
 use object::{Object, ObjectSymbol};
 use serde_json::Value;
 
@@ -140,9 +140,9 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     );
     let wheel = PathBuf::from(r["results"][0]["wheel"].as_str().unwrap());
     let zip = zip::ZipArchive::new(std::fs::File::open(&wheel).unwrap()).unwrap();
-    let di = deepep_forge::wheel::stamp::dist_info_dir(&zip).unwrap();
+    let di = forge_wheel::wheel::stamp::dist_info_dir(&zip).unwrap();
     let prov: Value = serde_json::from_slice(
-        &deepep_forge::wheel::stamp::read_member(&wheel, &format!("{di}/{}", deepep_forge::provenance::FILE_NAME))
+        &forge_wheel::wheel::stamp::read_member(&wheel, &format!("{di}/{}", forge_wheel::provenance::FILE_NAME))
             .unwrap(),
     )
     .unwrap();
@@ -153,7 +153,7 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     let built_packages = t["packages"].clone();
     let ext = zip.file_names().find(|n| n.starts_with("hybrid_ep_cpp") && n.ends_with(".so")).unwrap().to_string();
     let so = lab.dir.path().join("hybrid.so");
-    std::fs::write(&so, deepep_forge::wheel::stamp::read_member(&wheel, &ext).unwrap()).unwrap();
+    std::fs::write(&so, forge_wheel::wheel::stamp::read_member(&wheel, &ext).unwrap()).unwrap();
     let f = std::fs::read(&so).unwrap();
     let obj = object::File::parse(&*f).unwrap();
     assert!(obj.section_by_name(".nv_fatbin").is_some(), "{ext} has no device code");
@@ -191,7 +191,7 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     assert!(p["toolchain"]["nvcc_version"].as_str().unwrap().starts_with("13.0."), "{p}");
     let home = root_dir.join("cuda-home");
     // The build reaches the toolchain through this user's build root's `toolchain` link.
-    let seen = deepep_forge::builder::canon::user_root().join("toolchain");
+    let seen = forge_build::builder::canon::user_root().join("toolchain");
     assert_eq!(p["hooks"]["links"]["toolchain"], root_dir.to_str().unwrap(), "{p}");
     let seen_home = seen.join("cuda-home");
     assert_eq!(p["run"]["env"]["CUDA_HOME"], seen_home.to_str().unwrap());
@@ -298,7 +298,7 @@ fn registry_toolchain_provisions_with_uv_and_builds_the_fixture() {
     );
     // The moved toolchain is what the build root's link points at; the build sees the same path.
     assert_eq!(plan["plans"][0]["hooks"]["links"]["toolchain"], here.to_str().unwrap());
-    let seen = deepep_forge::builder::canon::user_root().join("toolchain/cuda-home");
+    let seen = forge_build::builder::canon::user_root().join("toolchain/cuda-home");
     assert_eq!(plan["plans"][0]["run"]["env"]["CUDA_HOME"], seen.to_str().unwrap());
     assert!(
         here.join("cuda-home/bin/nvcc").exists() && here.join("env/bin/ninja").exists(),
@@ -428,10 +428,10 @@ fn a_locked_torch_of_another_cuda_is_a_plan_warning_with_both_sides() {
 )]
 fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
     let fx = require!(nemo_rl_fixtures(), "NeMo-RL fixtures");
-    let pins = deepep_forge::pins::Pins::load(&root().join("pins.toml")).unwrap();
+    let pins = forge_model::pins::Pins::load(&root().join("pins.toml")).unwrap();
     let dir = fx.join("2026-08-22-main");
     // Both architectures are built: the lock's torch and libraries install on each.
-    let both = deepep_forge::pins::Arch::ALL;
+    let both = forge_model::pins::Arch::ALL;
     let m = Some((dir.as_path(), both.as_slice()));
     let req = registry::request(&pins, m, Some("/usr/bin/python3"), None).unwrap();
     assert_eq!(req.torch, "torch==2.11.0");
@@ -443,7 +443,7 @@ fn match_project_maps_nemo_rl_torch_to_the_registry_build() {
     let need = Some(("2.30.4", "README.md:70: NCCL 2.30.4 and above"));
     assert_eq!(registry::request(&pins, m, None, need).unwrap().overrides, req.overrides);
     let err = registry::request(&pins, m, None, Some(("2.31.2", "x"))).unwrap_err();
-    assert_eq!(deepep_forge::error::exit_of(&err), deepep_forge::error::Exit::Usage, "{err:#}");
+    assert_eq!(forge_os::error::exit_of(&err), forge_os::error::Exit::Usage, "{err:#}");
     assert!(format!("{err:#}").contains("needs NCCL >= 2.31.2"), "{err:#}");
     assert_eq!(req.cuda.as_deref(), Some("13.0"), "from the lock's +cu130");
     assert_eq!(req.python, "/usr/bin/python3");
@@ -550,11 +550,11 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
         let out = tmp.path().join(tag);
         std::fs::create_dir_all(&out).unwrap();
         let w = out.join(built.file_name().unwrap());
-        let changes = deepep_forge::wheel::stamp::Changes {
+        let changes = forge_wheel::wheel::stamp::Changes {
             replace: BTreeMap::from([(member.clone(), std::fs::read(so).unwrap())]),
             ..Default::default()
         };
-        deepep_forge::wheel::stamp::stamp(&built, &w, &changes).unwrap();
+        forge_wheel::wheel::stamp::stamp(&built, &w, &changes).unwrap();
         let o = forge(&root(), &["probe", "--format", "json", "--wheel", w.to_str().unwrap()]);
         serde_json::from_str(&stdout(&o)).unwrap_or_else(|_| panic!("{}", stderr(&o)))
     };

@@ -548,7 +548,7 @@ echo "$out" >> "$STUB_CALLS"
     ignore = "needs an NCCL clone named by DEEPEP_FORGE_NCCL_MIRROR (github.com/NVIDIA/nccl with commit 1e0c869): bash .ci/run runs it when set"
 )]
 fn real_nccl_makefiles_find_a_restored_build_folder_up_to_date() {
-    use deepep_forge::cache::{tree::Trees, Key};
+    use forge_store::cache::{tree::Trees, Key};
     use std::os::unix::fs::PermissionsExt;
     let mirror = std::env::var_os("DEEPEP_FORGE_NCCL_MIRROR")
         .map(PathBuf::from)

@@ -200,7 +200,7 @@ fn nvrtc_compiles_the_kernels_to_cubins() {
     }
     for sm in [90, 100] {
         let t = Instant::now();
-        let cubin = deepep_forge::runtime::gpu::compile(sm).unwrap();
+        let cubin = forge_probe::runtime::gpu::compile(sm).unwrap();
         assert_eq!(&cubin[..4], b"\x7fELF", "sm_{sm}: not an ELF cubin");
         let text = String::from_utf8_lossy(&cubin);
         for k in ["fill", "layout", "dispatch", "check_recv", "combine", "reduce_check", "pair_copy"] {

@@ -8,8 +8,9 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The source folders of the workspace: the CLI's `src/` and each crate's
-/// `crates/*/src/`. Every crate re-exports the modules of the crates below it
-/// under their own names (`crate::pins`), so module paths are one namespace.
+/// `crates/*/src/`. No two crates hold a top-level module of the same name, so
+/// `crate::pins` inside forge-model and `forge_model::pins` elsewhere are one
+/// module path (`forge_model::` is read as `crate::` below).
 fn src_roots() -> Vec<std::path::PathBuf> {
     let root = support::root();
     let mut roots = vec![root.join("src")];
@@ -69,8 +70,8 @@ fn related(a: &str, b: &str) -> bool {
 /// Every module's imports: module -> the modules it names (its own parent
 /// and submodules left out).
 fn import_edges(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
-    let path = regex::Regex::new(r"\b(crate|super)::([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)").unwrap();
-    let braces = regex::Regex::new(r"\b(crate|super)::\{([^}]*)\}").unwrap();
+    let path = regex::Regex::new(r"\b(crate|super|forge_[a-z]+)::([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)").unwrap();
+    let braces = regex::Regex::new(r"\b(crate|super|forge_[a-z]+)::\{([^}]*)\}").unwrap();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (m, code) in mods {
         let file_is_mod_rs = src_of(m).join(m.replace("::", "/")).join("mod.rs").is_file();
@@ -85,12 +86,13 @@ fn import_edges(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<St
         let code = format!("{code}\n{expanded}");
         for c in path.captures_iter(&code) {
             let full = match &c[1] {
-                "crate" => c[2].to_string(),
-                _ => {
+                "super" => {
                     // super:: from `a/b.rs` is `a`; from `a/b/mod.rs` it is also `a`
                     let up = if file_is_mod_rs { &base[..base.len().saturating_sub(1)] } else { &base[..] };
                     up.iter().map(|s| s.to_string()).chain([c[2].to_string()]).collect::<Vec<_>>().join("::")
                 }
+                // `crate::` and a workspace crate's name: one namespace (see `src_roots`)
+                _ => c[2].to_string(),
             };
             if let Some(t) = resolve(&full, mods) {
                 if !related(m, &t) {
@@ -209,7 +211,7 @@ fn only_the_printer_prints() {
     let mut found = Vec::new();
     for e in src_roots().iter().flat_map(|src| walkdir::WalkDir::new(src).into_iter().flatten()) {
         let p = e.path();
-        if p.extension().is_none_or(|x| x != "rs") || p.ends_with("forge-core/src/printer.rs") {
+        if p.extension().is_none_or(|x| x != "rs") || p.ends_with("forge-os/src/printer.rs") {
             continue;
         }
         let text = std::fs::read_to_string(p).unwrap();
@@ -371,53 +373,70 @@ fn code_lines() -> Vec<(String, usize, String)> {
     out
 }
 
-/// Files that read a file raw (not through src/input.rs), how many times, and
-/// why that is not a user file or where it goes next. A new raw read fails.
-const RAW_READS: &[(&str, usize, &str)] = &[
-    ("wheel/stamp.rs", 4, "the wheel reader: stamping reads the wheel just built"),
-    ("wheel/diff.rs", 1, "the wheel reader; bounded reading and the FIFO case are #21 section 2"),
-    (
-        "cache/remote.rs",
-        2,
-        "a wheel from our own cache to upload; the downloaded wheel's provenance moves to wheel/ in #21 section 2",
-    ),
-    ("cache/sign.rs", 2, "the signing key, at most 4 KiB (#21 section 2 names it)"),
-    ("cache/mod.rs", 2, "entry.json and toolchain.json that the cache itself wrote"),
-    ("output.rs", 1, "/dev/urandom"),
-    ("process/mod.rs", 1, "the build log this process wrote"),
-    ("runtime/deep_ep.rs", 1, "rank logs in this run's own temporary folder"),
-    ("runtime/rendezvous.rs", 1, "the rendezvous file rank 0 of the same run writes"),
-    (
-        "pinset/txn.rs",
-        8,
-        "the journal and the files `pin set` is rewriting (compared byte for byte), folders opened to fsync",
-    ),
-    ("builder/cross.rs", 5, "the sysroot deepep-forge made: identity, its wheels, headers, scd files"),
-    ("builder/deliver.rs", 1, "SHA256SUMS in the output folder, rewritten with the new wheel's line"),
-    ("builder/execute.rs", 2, "the wheel and files of the build that just ran"),
-    ("builder/lookup.rs", 1, "torch's version file in the build toolchain"),
-    ("builder/registry.rs", 2, "the registry toolchain's identity and cuda.h, both made by deepep-forge"),
-    ("builder/relocate.rs", 1, "an extension of the wheel just built"),
-    ("builder/source.rs", 1, "the mirror's last-fetch note, written by deepep-forge"),
-    ("builder/toolchain.rs", 2, "the toolchain memo in the cache and a toolchain library"),
-    ("docker/base.rs", 1, "the rootfs tar deepep-forge just made (hashed for its record)"),
-    ("docker/builder.rs", 1, "the kernel's binfmt_misc entry for qemu (/proc)"),
-    (
-        "probe/image.rs",
-        1,
-        "an installed extension in a mounted image: checked a regular file, no link on the way, size-capped",
-    ),
-];
+/// Whether a line of product code touches the file system other than through
+/// `forge_os::fs`: `std::fs` (or `fs::` after `use std::fs`), `File::open`,
+/// `File::create`, `OpenOptions`, `std::os::unix::fs`, walkdir, tempfile, and the
+/// `Path` methods that ask the file system (`exists`, `is_file`, `is_dir`,
+/// `is_symlink`, `symlink_metadata`, `canonicalize`, `read_dir`, `read_link`).
+fn touches_the_file_system(line: &str) -> bool {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        regex::Regex::new(
+            r"\bstd::fs\b|(^|[^:\w])fs::(read|write|create_dir|remove|rename|copy|metadata|symlink_metadata|read_dir|read_link|canonicalize|set_permissions|File|OpenOptions|hard_link|DirBuilder)|\bFile::(open|create)\(|\bOpenOptions::new\(|\bstd::os::unix::fs\b|\bwalkdir::|\bWalkDir\b|\btempfile::|\.(exists|is_file|is_dir|is_symlink)\(\)|\.(symlink_metadata|canonicalize|read_dir|read_link)\(",
+        )
+        .unwrap()
+    })
+    .is_match(line)
+}
 
-/// Every user file is read through src/input.rs (bounded, FIFOs refused):
-/// raw reads elsewhere are the listed ones, each with its reason.
+/// One owner of the file system (ARCHITECTURE.md, invariants): every open,
+/// create, rename, remove and walk goes through `forge_os::fs` (a `Tree`
+/// confined to its root, or `fs::named` for a file the user names), never
+/// `std::fs` or a `Path` method that asks the disk. The files outside
+/// `crates/forge-os/src/fs/` that do: 0. Unit tests at the end of a file are
+/// left out (they make their fixtures).
 #[test]
-fn raw_file_reads_are_the_listed_ones() {
-    let raw = regex::Regex::new(r"File::open\(|fs::read_to_string\(|fs::read\(|\.read_to_string\(").unwrap();
-    let wrong = beyond_the_list(|file, line| file != "input.rs" && raw.is_match(line), RAW_READS);
+fn only_fs_touches_the_file_system() {
+    let found: Vec<String> = code_lines()
+        .into_iter()
+        .filter(|(file, _, line)| !file.starts_with("fs/") && touches_the_file_system(line))
+        .map(|(file, n, line)| format!("{file}:{n}: {}", line.trim()))
+        .collect();
+    let files: BTreeSet<&str> = found.iter().map(|l| l.split(':').next().unwrap()).collect();
+    assert!(
+        found.is_empty(),
+        "{} file(s) touch the file system outside forge_os::fs (open a Tree at the command's edge and go through it):\n{}",
+        files.len(),
+        found.join("\n")
+    );
+    for hit in [
+        "std::fs::write(&p, b\"x\")",
+        "let f = File::open(path)?;",
+        "if dest.exists() {",
+        "for e in walkdir::WalkDir::new(d) {",
+        "use std::os::unix::fs::symlink;",
+        "fs::create_dir_all(&d)?;",
+        "let t = tempfile::tempdir()?;",
+    ] {
+        assert!(touches_the_file_system(hit), "the check sees {hit}");
+    }
+    for miss in ["forge_os::fs::named::read_text(p, \"pins\", cap)?", "tree.exists(\"x\")", "let m = f.metadata()?;"] {
+        assert!(!touches_the_file_system(miss), "the check passes {miss}");
+    }
+}
+
+/// Where a path becomes a [`forge_os::fs::Tree`] or a named file is read (the
+/// ambient authority, as cap-std's `ambient_authority()`): each file that does,
+/// how many times, and why. A reviewer reads this list to find every entry point.
+const AMBIENT: &[(&str, usize, &str)] = &[];
+
+#[test]
+fn ambient_entry_points_are_the_listed_ones() {
+    let ambient = regex::Regex::new(r"\b(Tree::(open|create)|TempTree::(new|new_in)|fs::named::[a-z_0-9]+)\(").unwrap();
+    let wrong = beyond_the_list(|file, line| !file.starts_with("fs/") && ambient.is_match(line), AMBIENT);
     assert!(
         wrong.is_empty(),
-        "read user files through crate::input (or list the file in RAW_READS with why it is not a user file):\n{}",
+        "a path becomes a Tree (or a named file is read) where the list does not say so (take the Tree from the caller, or list the file in AMBIENT with why):\n{}",
         wrong.join("\n")
     );
 }
@@ -502,13 +521,16 @@ fn errors_are_failures_not_strings() {
 /// The crate graph is the map (ARCHITECTURE.md): what each crate of
 /// `crates/` may import is the workspace crates its Cargo.toml names, and the
 /// compiler refuses any other import. lock, build and probe do not depend on
-/// each other; store depends only on core; core on none of ours.
+/// each other; store sits on the models, the models on the wheel, the wheel on
+/// os; os on none of ours.
 const CRATE_GRAPH: &[(&str, &[&str])] = &[
-    ("forge-core", &[]),
-    ("forge-store", &["forge-core"]),
-    ("forge-build", &["forge-core", "forge-store"]),
-    ("forge-lock", &["forge-core", "forge-store"]),
-    ("forge-probe", &["forge-core", "forge-store"]),
+    ("forge-os", &[]),
+    ("forge-wheel", &["forge-os"]),
+    ("forge-model", &["forge-os", "forge-wheel"]),
+    ("forge-store", &["forge-os", "forge-wheel", "forge-model"]),
+    ("forge-build", &["forge-os", "forge-wheel", "forge-model", "forge-store"]),
+    ("forge-lock", &["forge-os", "forge-wheel", "forge-model", "forge-store"]),
+    ("forge-probe", &["forge-os", "forge-wheel", "forge-model", "forge-store"]),
 ];
 
 /// The workspace crates (`forge-*`) a Cargo.toml depends on, in any table.
@@ -545,4 +567,28 @@ fn the_crate_graph_is_the_map() {
     let bad = t.path().join("Cargo.toml");
     std::fs::write(&bad, "[dependencies]\nforge-build = { path = \"x\" }\nanyhow = \"1\"\n").unwrap();
     assert_eq!(forge_deps(&bad), BTreeSet::from(["forge-build".to_string()]));
+}
+
+/// Crate walls that are real (ARCHITECTURE.md): no crate re-exports another
+/// crate's modules or items under its own name (`pub use forge_os::pins` made
+/// `crate::pins` mean a module of another crate), so a path names the crate
+/// that owns what it names. Counts every `pub use` of a workspace crate.
+#[test]
+fn no_crate_re_exports_another() {
+    let reexport = regex::Regex::new(r"^\s*pub(\([^)]*\))?\s+use\s+(::)?(forge_[a-z]+|deepep_forge)\b").unwrap();
+    let found: Vec<String> = code_lines()
+        .into_iter()
+        .filter(|(_, _, line)| reexport.is_match(line))
+        .map(|(file, n, line)| format!("{file}:{n}: {}", line.trim()))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "re-exported across a crate wall (name the owning crate at the use site):\n{}",
+        found.join("\n")
+    );
+    assert!(
+        reexport.is_match("pub use forge_os::{error, printer};")
+            && reexport.is_match("pub(crate) use forge_model::pins;")
+    );
+    assert!(!reexport.is_match("use forge_os::error;") && !reexport.is_match("pub use self::inner::X;"));
 }

@@ -37,7 +37,7 @@ fn build(lab: &Lab) -> serde_json::Value {
 /// paths under the build root (setup.py's `build_temp/<extension>/<stem>.o`).
 fn units(p: &serde_json::Value) -> (String, String) {
     let cwd = std::path::PathBuf::from(p["run"]["cwd"].as_str().unwrap());
-    let tree = cwd.strip_prefix(deepep_forge::builder::canon::user_root()).expect("the tree is under the root");
+    let tree = cwd.strip_prefix(forge_build::builder::canon::user_root()).expect("the tree is under the root");
     let tag = p["toolchain"]["python_tag"].as_str().expect("python tag");
     let temp = format!("build/temp.linux-x86_64-cpython-{}", tag.trim_start_matches("cp"));
     let unit =

@@ -334,7 +334,7 @@ fn uv_installs_the_variant_wheel_of_the_gpu_and_installers_without_variants_get_
     // uv.lock naming the h100 variant wheel (as a uv that locks variants would): passes.
     let default = wheels.iter().find(|w| w.ends_with("-manylinux_2_34_x86_64.whl")).unwrap().to_string();
     let h100 = wheels.iter().find(|w| w.ends_with("-h100.whl")).unwrap().to_string();
-    let sha = |w: &str| deepep_forge::input::sha256_file(&files_dir.join(w), "wheel", u64::MAX).unwrap().0;
+    let sha = |w: &str| forge_os::fs::named::sha256_file(&files_dir.join(w), "wheel", u64::MAX).unwrap().0;
     let enc = |w: &str| w.replace('+', "%2B");
     let relabelled = text.replace(&enc(&default), &enc(&h100)).replace(&sha(&default), &sha(&h100));
     assert_ne!(relabelled, text);
@@ -512,10 +512,10 @@ fn colliding_or_unlabelable_variant_names_are_refused_before_building() {
     ignore = "needs the tools venv (.ci/setup-tools: uv 0.13.9): bash .ci/run runs it"
 )]
 fn uv_honours_the_cuda_bounds_of_the_toolchain() {
-    use deepep_forge::index::variants;
+    use forge_store::index::variants;
     let tools = tools_venv().unwrap_or_else(|| support::missing("the tools venv (uv 0.13.9)"));
     let d = tempfile::tempdir().unwrap();
-    let pins = deepep_forge::pins::Pins::parse(
+    let pins = forge_model::pins::Pins::parse(
         &std::fs::read_to_string(root().join("tests/fixtures/demo-pins.toml")).unwrap(),
         Path::new("pins.toml"),
     )

@@ -10,7 +10,7 @@
 //! `publish --variant-wheels` ([`variants`]) writes one index, `<DIR>/variants/`,
 //! of PEP 825 variant wheels (and `--default-variant`'s plain wheel) instead.
 //! Must not build by itself (the builder does), nor serve anything.
-use crate::index::{
+use forge_store::index::{
     check, evidence, facts, manifest, out, pages, variants, variants_files, Source, Write, REPORT_SCHEMA, VARIANT_INDEX,
 };
 
@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::cache::sign::{PublicKey, SecretKey};
-use crate::error::{Exit, Failure};
-use crate::pins::Pins;
 use facts::Facts;
+use forge_model::pins::Pins;
+use forge_os::error::{Exit, Failure};
+use forge_store::cache::sign::{PublicKey, SecretKey};
 use manifest::{Manifest, PROJECT};
 use out::Out;
 
@@ -50,7 +50,7 @@ pub struct CheckRequest {
     pub variants: Vec<String>,
     /// `--signing-key`, when given: named in the printed `publish` commands.
     pub signing_key: Option<PathBuf>,
-    pub format: crate::output::DataFormat,
+    pub format: forge_os::output::DataFormat,
 }
 
 /// `deepep-forge publish --check DIR`.
@@ -73,13 +73,16 @@ pub fn run(mut args: PublishRequest) -> Result<Exit> {
     }
     // Labels are checked before anything is built: two variants, one label is bad input.
     let labelled = if args.variant_wheels { Some(variants::labels(&pins.variants)?) } else { None };
-    let pins_sha256 =
-        crate::input::sha256_hex(&crate::input::read_bytes(&args.build.pins, "pins file", crate::input::cap::TEXT)?);
+    let pins_sha256 = forge_os::input::sha256_hex(&forge_os::fs::named::read_bytes(
+        &args.build.pins,
+        "pins file",
+        forge_os::input::cap::TEXT,
+    )?);
     let key = SecretKey::load(&args.signing_key)?;
     check_out(&args.build.out)?;
-    let mut trusted = crate::cache::config::trusted_keys(&args.build.remote.trusted_keys)?;
+    let mut trusted = forge_store::cache::config::trusted_keys(&args.build.remote.trusted_keys)?;
     trusted.push(key.public());
-    let found = crate::evidence::store::read_all(&args.evidence, &trusted)?.found;
+    let found = forge_store::evidence::store::read_all(&args.evidence, &trusted)?.found;
     let index = std::mem::replace(&mut args.build.out, PathBuf::new());
     let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
     args.build.out = built.path().to_path_buf();
@@ -189,14 +192,14 @@ pub struct Published {
     pub sha256: String,
 }
 
-fn print_report(r: &Report, format: crate::output::DataFormat) -> Result<()> {
-    if format == crate::output::DataFormat::Json {
-        return Ok(crate::printer::json(r)?);
+fn print_report(r: &Report, format: forge_os::output::DataFormat) -> Result<()> {
+    if format == forge_os::output::DataFormat::Json {
+        return Ok(forge_os::printer::json(r)?);
     }
     for w in &r.wheels {
-        crate::outln!("published {}: {} sha256 {}", w.index, w.wheel, &w.sha256[..16]);
+        forge_os::outln!("published {}: {} sha256 {}", w.index, w.wheel, &w.sha256[..16]);
     }
-    crate::outln!("{} files written, {} unchanged, into {}", r.files_written, r.files_unchanged, r.out.display());
+    forge_os::outln!("{} files written, {} unchanged, into {}", r.files_written, r.files_unchanged, r.out.display());
     Ok(())
 }
 
@@ -209,7 +212,7 @@ fn plan_variant(
     wheels: &[(PathBuf, Facts)],
     pins_sha256: &str,
     (key, trusted): (&SecretKey, &[PublicKey]),
-    found: &[crate::evidence::store::Found],
+    found: &[forge_store::evidence::store::Found],
     variant_index: Option<&Pins>,
 ) -> Result<(Vec<Write>, Vec<Published>)> {
     manifest::check_variant_name(variant).map_err(Failure::usage)?;
@@ -262,7 +265,7 @@ fn plan_variant(
         let imm = |name: String, bytes: Source| Write { dest: files.join(name), bytes, immutable: true };
         writes.push(imm(e.wheel.clone(), Source::File(path.clone())));
         writes.push(imm(format!("{}.metadata", e.wheel), Source::Bytes(f.metadata.clone())));
-        writes.push(imm(format!("{}{}", e.wheel, crate::attest::SUFFIX), Source::Bytes(f.intoto.clone())));
+        writes.push(imm(format!("{}{}", e.wheel, forge_wheel::attest::SUFFIX), Source::Bytes(f.intoto.clone())));
     }
     m.wheels.sort_by(|a, b| a.wheel.cmp(&b.wheel));
     writes.extend(evidence::plan(&files, &mut m, found)?);
@@ -270,7 +273,7 @@ fn plan_variant(
         for (name, bytes) in variants_files(&m, pins).map_err(|e| anyhow::anyhow!("{}: {e}", mpath.display()))? {
             m.variants_json.retain(|f| f.file != name);
             m.variants_json
-                .push(manifest::VariantsFile { file: name.clone(), sha256: crate::input::sha256_hex(&bytes) });
+                .push(manifest::VariantsFile { file: name.clone(), sha256: forge_os::input::sha256_hex(&bytes) });
             writes.push(Write { dest: files.join(name), bytes: Source::Bytes(bytes), immutable: false });
         }
         m.variants_json.sort_by(|a, b| a.file.cmp(&b.file));
@@ -287,7 +290,7 @@ fn plan_variant(
 
 /// The variant wheel of a built wheel, in `dir`: labelled, `variant.json` added,
 /// its facts read back from the new file and its properties checked against pins.toml.
-fn variant_wheel(pins: &Pins, built: &Path, v: &crate::pins::Variant, dir: &Path) -> Result<(PathBuf, Facts)> {
+fn variant_wheel(pins: &Pins, built: &Path, v: &forge_model::pins::Variant, dir: &Path) -> Result<(PathBuf, Facts)> {
     let label = variants::label(&v.name)?;
     let file = built.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let path = dir.join(variants::wheel_name(file, &label)?);
@@ -301,8 +304,8 @@ fn variant_wheel(pins: &Pins, built: &Path, v: &crate::pins::Variant, dir: &Path
 
 fn digest_of(s: &Source) -> Result<String> {
     match s {
-        Source::File(p) => Ok(crate::input::sha256_file(p, "wheel", crate::input::cap::WHEEL)?.0),
-        Source::Bytes(b) => Ok(crate::input::sha256_hex(b)),
+        Source::File(p) => Ok(forge_os::fs::named::sha256_file(p, "wheel", forge_os::input::cap::WHEEL)?.0),
+        Source::Bytes(b) => Ok(forge_os::input::sha256_hex(b)),
     }
 }
 
@@ -335,8 +338,8 @@ fn apply(out: &Out, writes: &[Write]) -> Result<usize> {
         dirs.put(&w.dest, &out.show(&w.dest), !w.immutable, |f| {
             match &w.bytes {
                 Source::File(p) => {
-                    let (src, _) = crate::input::open(p, "wheel", crate::input::cap::WHEEL)?;
-                    std::io::copy(&mut std::io::Read::take(src, crate::input::cap::WHEEL), f)?;
+                    let (src, _) = forge_os::fs::named::open(p, "wheel", forge_os::input::cap::WHEEL)?;
+                    std::io::copy(&mut std::io::Read::take(src, forge_os::input::cap::WHEEL), f)?;
                 }
                 Source::Bytes(b) => std::io::Write::write_all(f, b)?,
             }

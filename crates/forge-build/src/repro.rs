@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::error::Exit;
-use crate::output::DataFormat as Format;
-use crate::wheel::diff;
+use forge_os::error::Exit;
+use forge_os::output::DataFormat as Format;
+use forge_wheel::wheel::diff;
 
 /// Version of `diff --format json` and `verify --format json`.
 pub const SCHEMA: u32 = 1;
@@ -16,8 +16,8 @@ pub const SCHEMA: u32 = 1;
 /// What a wheel's provenance says was built: `exact, unpatched`, `patched: N patches (...)`,
 /// or that it carries none (not built by deepep-forge).
 fn what_was_built(wheel: &std::path::Path) -> String {
-    match crate::wheel::read::provenance(wheel) {
-        Ok(p) => crate::patches::describe(&p.source.patches),
+    match forge_wheel::wheel::read::provenance(wheel) {
+        Ok(p) => forge_model::patches::describe(&p.source.patches),
         Err(_) => "unknown: no readable deepep-forge provenance".into(),
     }
 }
@@ -35,11 +35,11 @@ pub fn diff(args: DiffRequest) -> Result<Exit> {
     let d = diff::diff(&args.a, &args.b)?;
     let (a, b) = (what_was_built(&args.a), what_was_built(&args.b));
     if args.format == Format::Json {
-        crate::printer::json(&serde_json::json!({ "schema": SCHEMA, "diff": d, "built": { "a": a, "b": b } }))?;
+        forge_os::printer::json(&serde_json::json!({ "schema": SCHEMA, "diff": d, "built": { "a": a, "b": b } }))?;
     } else {
-        crate::out!("{}", diff::render(&d));
-        crate::outln!("A  is {a}");
-        crate::outln!("B  is {b}");
+        forge_os::out!("{}", diff::render(&d));
+        forge_os::outln!("A  is {a}");
+        forge_os::outln!("B  is {b}");
     }
     Ok(if d.identical { Exit::Ok } else { Exit::Problems })
 }
@@ -66,45 +66,45 @@ pub struct VerifyRequest {
 /// `deepep-forge verify WHEEL|URL`: a wheel file, a wheel's URL in a publish
 /// index, or an index URL (every wheel its signed manifest lists, or `--wheel NAME`).
 pub fn verify(args: VerifyRequest) -> Result<Exit> {
-    let _coop = crate::error::Cooperative::enter();
-    let Some(url) = args.wheel.to_str().filter(|s| crate::index::manifest::is_url(s)).map(String::from) else {
+    let _coop = forge_os::error::Cooperative::enter();
+    let Some(url) = args.wheel.to_str().filter(|s| forge_store::index::manifest::is_url(s)).map(String::from) else {
         if args.only_wheel.is_some() {
-            return Err(crate::error::Failure::usage("--wheel NAME picks a wheel of an index URL").into());
+            return Err(forge_os::error::Failure::usage("--wheel NAME picks a wheel of an index URL").into());
         }
         let (ok, doc) = verify_file(&args, &args.wheel, false)?;
         return finish(&args, ok, doc);
     };
-    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
-    if crate::index::fetch::index_urls(&url)?.is_none() {
-        let (_dir, path) = crate::index::fetch::wheel(&url, &trusted)?;
+    let trusted = forge_store::cache::config::trusted_keys(&args.trusted_keys)?;
+    if forge_store::index::fetch::index_urls(&url)?.is_none() {
+        let (_dir, path) = forge_store::index::fetch::wheel(&url, &trusted)?;
         let (ok, doc) = verify_file(&args, &path, false)?;
         return finish(&args, ok, doc);
     }
-    let urls = crate::index::fetch::index_wheels(&url, args.only_wheel.as_deref(), &trusted)?;
+    let urls = forge_store::index::fetch::index_wheels(&url, args.only_wheel.as_deref(), &trusted)?;
     let (mut all_ok, mut docs) = (true, Vec::new());
     for (i, w) in urls.iter().enumerate() {
-        crate::note!("verify {}/{}: {}", i + 1, urls.len(), crate::http::redact(w));
+        forge_os::note!("verify {}/{}: {}", i + 1, urls.len(), forge_os::http::redact(w));
         // A wheel changed on the server is reported and the others still checked.
-        match crate::index::fetch::wheel(w, &trusted) {
+        match forge_store::index::fetch::wheel(w, &trusted) {
             Ok((_dir, path)) => {
                 let (ok, doc) = verify_file(&args, &path, true)?;
                 all_ok &= ok;
                 docs.push(doc);
             }
-            Err(e) if crate::error::exit_of(&e) == Exit::Problems => {
-                crate::alert!("error: {e:#}");
+            Err(e) if forge_os::error::exit_of(&e) == Exit::Problems => {
+                forge_os::alert!("error: {e:#}");
                 all_ok = false;
                 docs.push(
-                    serde_json::json!({ "url": crate::http::redact(w), "verified": false, "error": format!("{e:#}") }),
+                    serde_json::json!({ "url": forge_os::http::redact(w), "verified": false, "error": format!("{e:#}") }),
                 );
             }
             Err(e) => return Err(e),
         }
     }
-    let shown = crate::http::redact(&url);
+    let shown = forge_os::http::redact(&url);
     let doc = serde_json::json!({ "schema": SCHEMA, "index": shown, "verified": all_ok, "wheels": docs });
     if args.format != Format::Json {
-        crate::outln!("{}: {}", shown, if all_ok { "every wheel verified" } else { "NOT verified (see above)" });
+        forge_os::outln!("{}: {}", shown, if all_ok { "every wheel verified" } else { "NOT verified (see above)" });
     }
     finish(&args, all_ok, doc)
 }
@@ -112,7 +112,7 @@ pub fn verify(args: VerifyRequest) -> Result<Exit> {
 /// The JSON document (when asked for) and the exit code.
 fn finish(args: &VerifyRequest, ok: bool, doc: serde_json::Value) -> Result<Exit> {
     if args.format == Format::Json {
-        crate::printer::json(&doc)?;
+        forge_os::printer::json(&doc)?;
     }
     Ok(if ok { Exit::Ok } else { Exit::Problems })
 }
@@ -123,10 +123,10 @@ fn finish(args: &VerifyRequest, ok: bool, doc: serde_json::Value) -> Result<Exit
 /// architecture have wheels of one file name).
 fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> Result<(bool, serde_json::Value)> {
     let prov = crate::builder::deliver::read_provenance(wheel).map_err(|e| {
-        crate::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
+        forge_os::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;
     if prov.schema < 2 {
-        return Err(crate::error::Failure::usage(format!(
+        return Err(forge_os::error::Failure::usage(format!(
             "{} carries a provenance of schema {}: wheels of that deepep-forge held their build times and machine paths, so no rebuild can match them",
             wheel.display(),
             prov.schema
@@ -134,16 +134,16 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
         .hint("rebuild it with this deepep-forge (build-wheel), then verify that wheel")
         .into());
     }
-    let name = crate::wheel::WheelName::parse(&wheel.file_name().unwrap_or_default().to_string_lossy())
-        .ok_or_else(|| crate::error::Failure::usage(format!("{} is not a wheel file name", wheel.display())))?;
+    let name = forge_wheel::wheel::WheelName::parse(&wheel.file_name().unwrap_or_default().to_string_lossy())
+        .ok_or_else(|| forge_os::error::Failure::usage(format!("{} is not a wheel file name", wheel.display())))?;
     // Before anything is fetched: the repository whose setup.py the rebuild runs is one the user chose.
     let source = match (&args.run.source, prov.source.repo.strip_prefix("local:")) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(folder)) => {
-            return Err(crate::error::Failure::usage(format!(
+            return Err(forge_os::error::Failure::usage(format!(
                 "{}: built from a local source (`{}`), which its provenance names without a path",
                 wheel.display(),
-                crate::input::excerpt(folder, 80)
+                forge_os::input::excerpt(folder, 80)
             ))
             .hint(format!("pass --source PATH to that repository or folder (commit {})", prov.source.rev))
             .into())
@@ -157,7 +157,7 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
     // The pins the provenance describes, parsed in memory; messages about them name the wheel.
     let shown = PathBuf::from(format!("the provenance of {}", wheel.display()));
     let mut pins =
-        crate::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, wheel))?;
+        forge_model::pins::Pins::parse(&pins_of(&prov, &name)?, &shown).map_err(|e| about_wheel(e, &shown, wheel))?;
     with_patch_texts(&mut pins, &prov);
     let toolchain = args.toolchain.unwrap_or(match prov.toolchain.kind.as_str() {
         "registry" => crate::builder::registry::Kind::Registry,
@@ -178,7 +178,7 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
         .parent()
         .is_some_and(|p| same_dir(if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p }, &out))
     {
-        return Err(crate::error::Failure::usage(format!(
+        return Err(forge_os::error::Failure::usage(format!(
             "--out {} is the folder of the wheel being verified: the rebuild would replace it",
             out.display()
         ))
@@ -209,10 +209,10 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
     if let Some(label) = &name.variant {
         // A PEP 825 variant wheel is its build plus `variant.json` (publish --variant-wheels):
         // the rebuild gets the published wheel's (checked) variant.json the same way.
-        let vj = crate::index::variants::read_wheel_variant_json(wheel)?;
+        let vj = forge_store::index::variants::read_wheel_variant_json(wheel)?;
         let file = outcome.wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        let labelled = work.path().join(crate::index::variants::wheel_name(file, label)?);
-        crate::index::variants::add_variant_json(&outcome.wheel, &labelled, vj)?;
+        let labelled = work.path().join(forge_store::index::variants::wheel_name(file, label)?);
+        forge_store::index::variants::add_variant_json(&outcome.wheel, &labelled, vj)?;
         outcome.wheel = labelled;
     }
     let d = diff::diff(wheel, &outcome.wheel)?;
@@ -221,18 +221,18 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
         return Ok((d.identical, doc));
     }
     if d.identical {
-        crate::outln!(
+        forge_os::outln!(
             "verified: {} is what its provenance says: rebuilt {} @ {} ({}; {}) gives the same sha256 {}",
             wheel.display(),
             prov.variant.name,
             &prov.source.rev[..prov.source.rev.len().min(12)],
             outcome.status,
-            crate::patches::describe(&prov.source.patches),
+            forge_model::patches::describe(&prov.source.patches),
             d.a.sha256
         );
     } else {
-        crate::outln!("NOT verified: the rebuild from the wheel's provenance differs");
-        crate::out!("{}", diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)"));
+        forge_os::outln!("NOT verified: the rebuild from the wheel's provenance differs");
+        forge_os::out!("{}", diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)"));
     }
     Ok((d.identical, doc))
 }
@@ -243,7 +243,7 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
 fn about_wheel(e: anyhow::Error, pins: &std::path::Path, wheel: &std::path::Path) -> anyhow::Error {
     let tmp = pins.display().to_string();
     let text = format!("{e:#}");
-    let hint = e.chain().find_map(|c| c.downcast_ref::<crate::error::Failure>().and_then(|f| f.hint.clone()));
+    let hint = e.chain().find_map(|c| c.downcast_ref::<forge_os::error::Failure>().and_then(|f| f.hint.clone()));
     if !text.contains(&tmp) && !hint.as_ref().is_some_and(|h| h.contains(&tmp)) {
         return e;
     }
@@ -268,7 +268,7 @@ fn about_wheel(e: anyhow::Error, pins: &std::path::Path, wheel: &std::path::Path
         out.push_str(rest);
         out
     };
-    let mut f = crate::error::Failure::new(crate::error::exit_of(&e), fix(&text));
+    let mut f = forge_os::error::Failure::new(forge_os::error::exit_of(&e), fix(&text));
     if let Some(h) = hint {
         f = f.hint(fix(&h));
     }
@@ -277,7 +277,7 @@ fn about_wheel(e: anyhow::Error, pins: &std::path::Path, wheel: &std::path::Path
 
 /// The provenance's patch texts on the pins made from it: the rebuild applies
 /// what the wheel carries (its sha256 is checked again when the plan loads it).
-fn with_patch_texts(pins: &mut crate::pins::Pins, prov: &crate::provenance::Provenance) {
+fn with_patch_texts(pins: &mut forge_model::pins::Pins, prov: &forge_wheel::provenance::Provenance) {
     for pin in pins.pins.values_mut() {
         for (e, p) in pin.patches.iter_mut().zip(&prov.source.patches) {
             e.text = Some(p.text.clone());
@@ -287,7 +287,7 @@ fn with_patch_texts(pins: &mut crate::pins::Pins, prov: &crate::provenance::Prov
 
 /// A pins file that names exactly what the provenance says (values serialised by
 /// `toml`, never spliced into text; `Pins::parse` validates them again).
-fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) -> Result<String> {
+fn pins_of(p: &forge_wheel::provenance::Provenance, name: &forge_wheel::wheel::WheelName) -> Result<String> {
     use toml::Value;
     let version = name.version.split('+').next().unwrap_or(&name.version).to_string();
     let mut source = toml::Table::new();
@@ -350,7 +350,7 @@ fn pins_of(p: &crate::provenance::Provenance, name: &crate::wheel::WheelName) ->
         variant.insert("env".into(), Value::Table(env));
     }
     let mut doc = toml::Table::new();
-    doc.insert("schema".into(), Value::Integer(crate::pins::SCHEMA));
+    doc.insert("schema".into(), Value::Integer(forge_model::pins::SCHEMA));
     doc.insert("source".into(), Value::Table(source));
     doc.insert("pin".into(), Value::Table(pin));
     if let (Some(torch), Some(cuda)) = (&p.toolchain.torch, &p.toolchain.cuda) {
@@ -373,7 +373,7 @@ mod trust {
 
     use anyhow::Result;
 
-    use crate::error::Failure;
+    use forge_os::error::Failure;
 
     /// Repositories trusted in the environment (separated by spaces, commas or newlines).
     pub const ENV: &str = "DEEPEP_FORGE_TRUSTED_REPOS";
@@ -392,14 +392,14 @@ mod trust {
         if trusted.iter().any(|t| norm(t) == norm(repo)) {
             return Ok(());
         }
-        let config = crate::cache::config::config_path()
+        let config = forge_store::cache::config::config_path()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "~/.config/deepep-forge/config.toml".into());
         Err(Failure::usage(format!(
             "{}: its provenance asks for a rebuild from {} (commit {}), a repository you have not named or trusted; verify would run its setup.py, so nothing was fetched",
             wheel.display(),
-            crate::input::excerpt(repo, 200),
-            crate::input::excerpt(rev, 40),
+            forge_os::input::excerpt(repo, 200),
+            forge_os::input::excerpt(rev, 40),
         ))
         .hint(format!(
             "if you trust it: pass --source with it (or a clone of yours), list it in {ENV}, add it to `[verify] trusted-repos` in {config}, or run verify next to the pins.toml (or with --pins FILE) whose [source] repo names it"
@@ -409,13 +409,13 @@ mod trust {
 
     fn trusted(pins: Option<&Path>) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        let default = Path::new(crate::pins::DEFAULT_PATH);
+        let default = Path::new(forge_model::pins::DEFAULT_PATH);
         match pins {
-            Some(p) => out.push(crate::pins::Pins::load(p)?.source.repo),
-            None if default.exists() => out.push(crate::pins::Pins::load(default)?.source.repo),
+            Some(p) => out.push(forge_model::pins::Pins::load(p)?.source.repo),
+            None if default.exists() => out.push(forge_model::pins::Pins::load(default)?.source.repo),
             None => {}
         }
-        if let Some(v) = crate::environ::var_os(ENV) {
+        if let Some(v) = forge_os::environ::var_os(ENV) {
             let v = v.to_str().ok_or_else(|| Failure::usage(format!("{ENV} is not UTF-8")))?.to_string();
             out.extend(v.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).map(String::from));
         }
@@ -425,8 +425,10 @@ mod trust {
 
     /// `[verify] trusted-repos = ["https://...", ...]` in the user config.
     fn from_config() -> Result<Vec<String>> {
-        let Some(path) = crate::cache::config::config_path() else { return Ok(Vec::new()) };
-        let Some(text) = crate::input::read_text_opt(&path, "user config", 1 << 20)? else { return Ok(Vec::new()) };
+        let Some(path) = forge_store::cache::config::config_path() else { return Ok(Vec::new()) };
+        let Some(text) = forge_os::fs::named::read_text_opt(&path, "user config", 1 << 20)? else {
+            return Ok(Vec::new());
+        };
         let doc: toml::Table =
             text.parse().map_err(|e| Failure::usage(format!("{} is not valid TOML: {e}", path.display())))?;
         let bad = || {

@@ -12,10 +12,11 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::source;
-use crate::error::Failure;
-use crate::patches::{self, SourcePatch};
-use crate::pins::{Pins, Variant};
+use crate::source;
+use forge_model::patches;
+use forge_model::pins::{Pins, Variant};
+use forge_os::error::Failure;
+use forge_wheel::provenance::SourcePatch;
 
 /// The patches of a build of `v`: its pin's, then the variant's, read beside pins.toml.
 pub fn for_variant(pins: &Pins, v: &Variant) -> Result<Vec<SourcePatch>> {
@@ -48,7 +49,7 @@ pub enum Fit {
 /// (not a text match): the first path whose old or new mode is a symbolic link
 /// or submodule, or that lies below a link of the pinned tree or of the
 /// result. `None`: no link touched.
-fn links_touched(git: &dyn Fn(&str) -> crate::process::Cmd, rev: &str) -> Result<Option<String>> {
+fn links_touched(git: &dyn Fn(&str) -> forge_os::process::Cmd, rev: &str) -> Result<Option<String>> {
     let raw = git("read what the patches changed")
         .args(["diff-index", "--cached", "--raw", "-z", "--no-renames", rev, "--"])
         .output()?;
@@ -61,7 +62,7 @@ fn links_touched(git: &dyn Fn(&str) -> crate::process::Cmd, rev: &str) -> Result
             if u32::from_str_radix(mode, 8).map_or(true, patches::is_link_or_submodule) && mode != "000000" {
                 return Ok(Some(format!(
                     "`{}`: git reads it as a symbolic link or submodule (mode {old} -> {new}): a patch may not create, retarget or change one",
-                    crate::input::excerpt(path, 120)
+                    forge_os::input::excerpt(path, 120)
                 )));
             }
         }
@@ -85,8 +86,8 @@ fn links_touched(git: &dyn Fn(&str) -> crate::process::Cmd, rev: &str) -> Result
         if let Some(link) = links.iter().find(|l| path.strip_prefix(**l).is_some_and(|r| r.starts_with('/'))) {
             return Ok(Some(format!(
                 "`{}` lies beyond the symbolic link or submodule `{}`: a patch may not write through one",
-                crate::input::excerpt(path, 120),
-                crate::input::excerpt(link, 120)
+                forge_os::input::excerpt(path, 120),
+                forge_os::input::excerpt(link, 120)
             )));
         }
     }
@@ -97,7 +98,7 @@ fn links_touched(git: &dyn Fn(&str) -> crate::process::Cmd, rev: &str) -> Result
 /// (a bare mirror, or a `--source` checkout: nothing in it is written); each patch's fit.
 /// `scratch` is an empty folder of ours (the index, new objects and patch files go there).
 pub fn fits(mirror: &Path, rev: &str, set: &[SourcePatch], scratch: &Path) -> Result<Vec<Fit>> {
-    anyhow::ensure!(crate::pins::is_full_sha(rev), "refusing to read `{rev}`: not a full commit sha");
+    anyhow::ensure!(forge_model::pins::is_full_sha(rev), "refusing to read `{rev}`: not a full commit sha");
     let index = scratch.join("index");
     // New objects (the patched blobs) go to the scratch folder, never into the repository.
     let common = source::git(mirror, "find the repository's objects")
@@ -162,7 +163,7 @@ pub fn refuse(p: &SourcePatch, rev: &str, fit: &Fit) -> Result<()> {
         Fit::Fails(why) => Err(Failure::usage(format!(
             "patch `{}` does not apply at {short}: {}",
             p.name,
-            crate::input::excerpt(why, 400)
+            forge_os::input::excerpt(why, 400)
         ))
         .hint("refresh the patch against the pinned revision (git apply -3, then git diff), or move the pin back")
         .into()),
@@ -184,7 +185,7 @@ pub fn apply(tree: &Path, set: &[SourcePatch], dir: &Path) -> Result<()> {
             return Err(Failure::usage(format!(
                 "patch `{}` does not apply to the build tree: {}",
                 p.name,
-                crate::input::excerpt(why.trim(), 400)
+                forge_os::input::excerpt(why.trim(), 400)
             ))
             .into());
         }

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::error::Failure;
-use crate::process::git::Trust;
-use crate::process::{self, Cmd};
+use forge_os::error::Failure;
+use forge_os::process::git::Trust;
+use forge_os::process::{self, Cmd};
 
 pub mod gitmodules;
 
@@ -132,7 +132,7 @@ fn commit_folder(dir: &Path, repo: &Path, links: &[(String, String)]) -> Result<
     let tree = tree.output()?.trim().to_string();
     // `<tree> <commit>` of the last snapshot: the same tree is the same commit.
     let last = repo.join("snapshot.last");
-    if let Some((t, c)) = crate::input::read_text(&last, "snapshot record", crate::input::cap::TEXT)
+    if let Some((t, c)) = forge_os::fs::named::read_text(&last, "snapshot record", forge_os::input::cap::TEXT)
         .ok()
         .as_deref()
         .and_then(|l| l.trim().split_once(' '))
@@ -156,7 +156,7 @@ fn commit_folder(dir: &Path, repo: &Path, links: &[(String, String)]) -> Result<
 
 /// First 16 hex of sha256(text): stable names for mirrors and snapshots.
 pub fn short_hash(text: &str) -> String {
-    hex::encode(&crate::input::sha256(text.as_bytes())[..8])
+    hex::encode(&forge_os::input::sha256(text.as_bytes())[..8])
 }
 
 /// An exclusive lock file, held until dropped; waits (checking for Ctrl-C).
@@ -194,13 +194,13 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str) -> Result<i64> {
     let commit_time = match time_of() {
         Ok(t) => t,
         Err(_) => {
-            crate::error::check_interrupted()?;
+            forge_os::error::check_interrupted()?;
             // Fetch by sha first (GitHub allows it); fall back to every ref for servers that refuse.
             let by_sha = git_remote(mirror, repo, format!("fetch {rev} from {repo}"))
                 .args(["fetch", "-q", "--no-tags", "--update-shallow", "--end-of-options", repo, rev])
                 .output();
             if by_sha.is_err() && !has_commit(mirror, rev) {
-                crate::error::check_interrupted()?;
+                forge_os::error::check_interrupted()?;
                 let all = git_remote(mirror, repo, format!("fetch {repo}"))
                     .args([
                         "fetch",
@@ -213,7 +213,7 @@ pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str) -> Result<i64> {
                     ])
                     .output();
                 if let Err(e) = all {
-                    crate::error::check_interrupted()?;
+                    forge_os::error::check_interrupted()?;
                     return Err(Failure::env(format!("cannot fetch {rev} from {repo}: {e:#}"))
                         .hint("check the URL and the network, or pass --source PATH|URL with a local mirror of the repository")
                         .into());
@@ -244,14 +244,18 @@ pub const UPSTREAM_REFS: &str = "refs/deepep-forge/upstream/";
 /// No merge base within the fetched history (a shallow mirror, unrelated
 /// histories) is recorded as such, never guessed. Unreachable upstream or
 /// missing branch: exit 3.
-pub fn fork_of(mirror: &Path, rev: &str, upstream: &crate::pins::Upstream) -> Result<crate::provenance::Fork> {
+pub fn fork_of(
+    mirror: &Path,
+    rev: &str,
+    upstream: &forge_model::pins::Upstream,
+) -> Result<forge_wheel::provenance::Fork> {
     // pins.toml checked the name; checked again here, since it becomes part of a refspec.
-    crate::pins::check_branch_name(&upstream.branch)
+    forge_model::pins::check_branch_name(&upstream.branch)
         .map_err(|why| Failure::usage(format!("upstream_branch `{}`: {why}", upstream.branch)))?;
     let local = format!("{UPSTREAM_REFS}{}", upstream.branch);
     {
         let _lock = lock(&mirror.with_extension("lock"))?;
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         let spec = format!("+refs/heads/{}:{local}", upstream.branch);
         git_remote(mirror, &upstream.repo, format!("fetch {} of upstream {}", upstream.branch, upstream.repo))
             .args(["fetch", "-q", "--no-tags", "--update-shallow", "--end-of-options", &upstream.repo, &spec])
@@ -286,7 +290,7 @@ pub fn fork_of(mirror: &Path, rev: &str, upstream: &crate::pins::Upstream) -> Re
         }
         None => None,
     };
-    Ok(crate::provenance::Fork {
+    Ok(forge_wheel::provenance::Fork {
         upstream: upstream.repo.clone(),
         upstream_branch: upstream.branch.clone(),
         merge_base,
@@ -310,7 +314,7 @@ pub struct AtRev<'a> {
     pub rev: &'a str,
 }
 
-impl crate::interface::Files for AtRev<'_> {
+impl forge_model::interface::Files for AtRev<'_> {
     fn read(&self, path: &str) -> Option<String> {
         show(self.mirror, self.rev, path)
     }
@@ -387,7 +391,7 @@ pub fn checkout(
     std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
     // git < 2.43 (Debian 12's 2.39) rejects `checkout --detach --end-of-options`;
     // a full sha cannot be read as an option, so it is checked instead.
-    anyhow::ensure!(crate::pins::is_full_sha(rev), "refusing to check out `{rev}`: not a full commit sha");
+    anyhow::ensure!(forge_model::pins::is_full_sha(rev), "refusing to check out `{rev}`: not a full commit sha");
     git(dest, format!("check out {rev}")).args(["checkout", "-q", "--detach", rev]).output()?;
     // `rev-parse`, as setup.py does: it never walks history, so a shallow source
     // (parents absent) works.

@@ -106,7 +106,7 @@ impl Lab {
     /// user's build root's `python/` link.
     pub fn in_build_root(&self, p: &Path) -> PathBuf {
         let venv = self.dir.path().join("build-venv");
-        let root = deepep_forge::builder::canon::user_root().join("python");
+        let root = forge_build::builder::canon::user_root().join("python");
         match p.strip_prefix(&venv) {
             Ok(rest) => root.join(rest),
             Err(_) => p.to_path_buf(),
@@ -116,8 +116,8 @@ impl Lab {
     /// `p` (inside the lab's build venv) as a wheel records it (a RUNPATH the
     /// linker wrote, the provenance's patches): under the canonical root's `python/`.
     pub fn as_recorded(&self, p: &Path) -> PathBuf {
-        let root = deepep_forge::builder::canon::user_root();
-        let canonical = Path::new(deepep_forge::builder::canon::CANONICAL_ROOT);
+        let root = forge_build::builder::canon::user_root();
+        let canonical = Path::new(forge_build::builder::canon::CANONICAL_ROOT);
         let seen = self.in_build_root(p);
         seen.strip_prefix(&root).map(|rest| canonical.join(rest)).unwrap_or(seen)
     }

@@ -214,11 +214,11 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
     for i in 0..RUNS {
         base.push(timed(cmd!(sh, "sha256sum {big}"))?);
         let dest = tmp.path().join(format!("stamped{i}.whl"));
-        let mut changes = deepep_forge::wheel::stamp::Changes { epoch: 946_684_800, ..Default::default() };
-        changes.add_dist_info.insert(deepep_forge::provenance::FILE_NAME.into(), b"{\"bench\": true}".to_vec());
+        let mut changes = forge_wheel::wheel::stamp::Changes { epoch: 946_684_800, ..Default::default() };
+        changes.add_dist_info.insert(forge_wheel::provenance::FILE_NAME.into(), b"{\"bench\": true}".to_vec());
         let (t0, c0) = (Instant::now(), cpu(libc::RUSAGE_SELF));
-        deepep_forge::wheel::stamp::stamp(&big, &dest, &changes)?;
-        deepep_forge::input::sha256_file(&dest, "wheel", deepep_forge::input::cap::WHEEL)?;
+        forge_wheel::wheel::stamp::stamp(&big, &dest, &changes)?;
+        forge_os::fs::named::sha256_file(&dest, "wheel", forge_os::input::cap::WHEEL)?;
         ours.push(Sample { wall: t0.elapsed(), cpu: cpu(libc::RUSAGE_SELF) - c0 });
         std::fs::remove_file(&dest)?;
     }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use deepep_forge::error::Exit;
+use forge_os::error::Exit;
 use xshell::{cmd, Shell};
 
 #[derive(Debug, clap::Args)]

@@ -1,7 +1,7 @@
 //! `cargo xtask bench <name>`: each benchmark measures deepep-forge and a
 //! baseline in the same run and prints the ratio. Never used as a test.
 use anyhow::Result;
-use deepep_forge::error::Exit;
+use forge_os::error::Exit;
 
 mod build;
 mod compiler_cache;

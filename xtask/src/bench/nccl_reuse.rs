@@ -126,8 +126,8 @@ fn real(a: &CacheBenchArgs, work: &Path) -> Result<Setup> {
     let pins_a = std::path::absolute(a.pins.as_ref().expect("real pins"))?;
     let rev2 = a.rev2.as_deref().context("--rev2 REV: a DeepEP revision with the same NCCL submodule as the pin")?;
     anyhow::ensure!(rev2.len() == 40 && rev2.bytes().all(|b| b.is_ascii_hexdigit()), "--rev2 takes a full commit sha");
-    let pins = deepep_forge::pins::Pins::load(&pins_a)?;
-    let rev = pins.pin(deepep_forge::pins::Arch::X86_64)?.rev.clone();
+    let pins = forge_model::pins::Pins::load(&pins_a)?;
+    let rev = pins.pin(forge_model::pins::Arch::X86_64)?.rev.clone();
     let text = std::fs::read_to_string(&pins_a)?;
     let pins_b = work.join("pins-rev2.toml");
     std::fs::write(&pins_b, text.replace(&rev, rev2))?;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use deepep_forge::error::Exit;
+use forge_os::error::Exit;
 use xshell::{cmd, Cmd, Shell};
 
 const RUNS: usize = 7;

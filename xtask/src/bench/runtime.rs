@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use deepep_forge::error::Exit;
+use forge_os::error::Exit;
 
 pub fn run() -> Result<Exit> {
     let sh = xshell::Shell::new()?;

@@ -38,7 +38,7 @@ pub fn run() -> Result<()> {
         timed(c)
     };
     let mut set = vec!["torch==2.11.0".to_string()];
-    set.extend(deepep_forge::builder::registry::cuda_requirements("13.0")?);
+    set.extend(forge_build::builder::registry::cuda_requirements("13.0")?);
     // The same by hand: one `uv venv`, one `uv pip install` of the same set.
     let requirements = &set;
     let by_hand = |dir: &Path| -> Result<Sample> {

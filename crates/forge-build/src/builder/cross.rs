@@ -19,13 +19,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::lookup::which;
 use super::registry::{self, Provisioned};
-use super::source;
 use super::toolchain::{Compiler, Toolchain};
-use crate::error::{check_interrupted, Failure};
-use crate::pins::Arch;
-use crate::process::Cmd;
+use forge_model::pins::Arch;
+use forge_os::error::{check_interrupted, Failure};
+use forge_os::process::lookup::which;
+use forge_os::process::Cmd;
+use forge_store::source;
 
 /// Host packages whose paths the wrappers send to the target's copy.
 const SITE_PACKAGES_MAPPED: [&str; 2] = ["torch", "nvidia/nvshmem"];
@@ -98,8 +98,8 @@ impl Sysroot {
         ])
     }
 
-    pub fn provenance(&self) -> crate::provenance::CrossInfo {
-        crate::provenance::CrossInfo {
+    pub fn provenance(&self) -> forge_wheel::provenance::CrossInfo {
+        forge_wheel::provenance::CrossInfo {
             host: self.host.clone(),
             target: self.target.clone(),
             triple: self.triple.clone(),
@@ -174,7 +174,7 @@ pub fn provision(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> R
     if let Some(s) = read_identity(&root) {
         return Ok(s);
     }
-    let tmp = crate::cache::Cache::at(cache_dir).stage()?;
+    let tmp = forge_store::cache::Cache::at(cache_dir).stage()?;
     let stage = tmp.path().join("sysroot");
     std::fs::create_dir(&stage)?;
     let s = make(host, host_tc, &minor, compilers, &stage, &root, &key)?;
@@ -208,7 +208,7 @@ pub fn minor_of(python: &str) -> Option<String> {
 
 /// The host's Debian release from /etc/os-release (`bookworm`), if it is Debian.
 fn debian_release() -> Option<String> {
-    let text = crate::input::read_text(Path::new("/etc/os-release"), "os-release", 64 << 10).ok()?;
+    let text = forge_os::fs::named::read_text(Path::new("/etc/os-release"), "os-release", 64 << 10).ok()?;
     let field = |k: &str| {
         text.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).map(|v| v.trim_matches('"').to_string())
     };
@@ -291,7 +291,8 @@ pub fn preview(python: &str, sysroot: Option<PathBuf>) -> crate::builder::plan::
 /// place (its wrappers hold absolute paths: a moved cache makes a new one).
 fn read_identity(root: &Path) -> Option<Sysroot> {
     let s: Sysroot = serde_json::from_slice(
-        &crate::input::read_bytes(&root.join(IDENTITY_FILE), "sysroot identity", crate::input::cap::TEXT).ok()?,
+        &forge_os::fs::named::read_bytes(&root.join(IDENTITY_FILE), "sysroot identity", forge_os::input::cap::TEXT)
+            .ok()?,
     )
     .ok()?;
     (s.layout == LAYOUT && s.root == root).then_some(s)
@@ -327,7 +328,7 @@ fn target_requirements(host: &Provisioned) -> Result<Vec<String>> {
             ))
         })?;
         // The versions come from the toolchain's identity in the (possibly shared) cache.
-        crate::pep::requirement(n, crate::pep::Op::Exact, v)
+        forge_model::pep::requirement(n, forge_model::pep::Op::Exact, v)
             .map_err(|e| Failure::problems(format!("the registry toolchain {}: {n} {e}", host.root.display())).into())
     };
     let major = host.cuda.split('.').next().unwrap_or("");
@@ -654,7 +655,7 @@ pub struct Checked {
 pub fn check_wheel(wheel: &Path, s: &Sysroot, tmp: &Path) -> Result<Checked> {
     let dir = tmp.join("cross-check");
     std::fs::create_dir_all(&dir)?;
-    let mut w = crate::wheel::open(wheel)?;
+    let mut w = forge_wheel::wheel::open(wheel)?;
     w.archive().extract(&dir).with_context(|| format!("unpacking {}", wheel.display()))?;
     // Installed beside the target's packages (RUNPATHs are `$ORIGIN`-relative to site-packages).
     for e in std::fs::read_dir(s.site())?.flatten() {
@@ -726,7 +727,7 @@ fn import_check(wheel_dir: &Path, s: &Sysroot) -> Result<String> {
     })?;
     let code = "import deep_ep, hybrid_ep_cpp, sys; print('import ok:', deep_ep.__name__, hybrid_ep_cpp.__name__, 'under Python', sys.version.split()[0], sys.implementation._multiarch)";
     let mut c = Cmd::new(&qemu, "import deep_ep and hybrid_ep_cpp under qemu-aarch64");
-    c.cmd.env_clear().env("PATH", crate::environ::var_os("PATH").unwrap_or_default());
+    c.cmd.env_clear().env("PATH", forge_os::environ::var_os("PATH").unwrap_or_default());
     let out = c
         .arg("-L")
         .arg(s.debian_root())

@@ -9,9 +9,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::prepare::Skipped;
-use super::source;
-use crate::cache;
-use crate::provenance::{Patch, Provenance};
+use forge_store::cache;
+use forge_store::source;
+use forge_wheel::provenance::{Patch, Provenance};
 
 /// One variant's result in the build report.
 #[derive(Debug, Clone, Serialize)]
@@ -46,7 +46,7 @@ pub fn recorded_patches(wheel: &Path) -> Result<Vec<Patch>> {
 
 /// The provenance document stamped into a wheel (bounded read).
 pub fn read_provenance(wheel: &Path) -> Result<Provenance> {
-    crate::wheel::read::provenance(wheel)
+    forge_wheel::wheel::read::provenance(wheel)
 }
 
 /// Copy the entry's wheel into its folder of `--out` (`out` itself, or
@@ -73,8 +73,8 @@ pub fn deliver(entry_dir: &Path, e: &cache::Entry, out: &Path, folder: &Path, ca
     // The attestation, rendered from the provenance inside the wheel (one value, two renderings).
     let prov = read_provenance(&dest)?;
     write_atomic(
-        &folder.join(format!("{}{}", e.wheel, crate::attest::SUFFIX)),
-        crate::attest::render(&prov, &e.wheel, &e.sha256).as_bytes(),
+        &folder.join(format!("{}{}", e.wheel, forge_wheel::attest::SUFFIX)),
+        forge_wheel::attest::render(&prov, &e.wheel, &e.sha256).as_bytes(),
     )?;
     record_sum(out, &sums_name(out, &dest), &e.sha256)?;
     Ok(dest)
@@ -89,7 +89,7 @@ fn sums_name(out: &Path, dest: &Path) -> String {
 /// `<out>/SHA256SUMS` with `name`'s line replaced (rewritten by temp + rename, sorted by name).
 fn record_sum(out: &Path, name: &str, sha256: &str) -> Result<()> {
     let sums = out.join("SHA256SUMS");
-    let old = crate::input::read_text_opt(&sums, "SHA256SUMS", crate::input::cap::LOCK)?.unwrap_or_default();
+    let old = forge_os::fs::named::read_text_opt(&sums, "SHA256SUMS", forge_os::input::cap::LOCK)?.unwrap_or_default();
     let mut lines: Vec<String> =
         old.lines().filter(|l| l.split_whitespace().nth(1) != Some(name)).map(String::from).collect();
     lines.push(format!("{sha256}  {name}"));
@@ -111,8 +111,8 @@ fn refuse_collision(dest: &Path, e: &cache::Entry) -> Result<()> {
         Some(v) => format!("variant `{v}`'s wheel"),
         None => "a file that is no wheel built by deepep-forge".to_string(),
     };
-    let name = crate::input::excerpt(&e.wheel, 200);
-    Err(crate::error::Failure::usage(format!(
+    let name = forge_os::input::excerpt(&e.wheel, 200);
+    Err(forge_os::error::Failure::usage(format!(
         "{} is {what}; variant `{}`'s wheel has the same file name ({name}) and would replace it",
         dest.display(),
         e.variant

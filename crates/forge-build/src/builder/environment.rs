@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::toolchain::Toolchain;
-use crate::interface::{Branch, Interface};
-use crate::provenance::BuildEnvironment;
+use forge_model::interface::{Branch, Interface};
+use forge_wheel::provenance::BuildEnvironment;
 
 /// The build environment of a plan, and where each value was read (library -> file).
 pub fn of(
@@ -78,7 +78,7 @@ pub fn root(t: &Toolchain, env: &BTreeMap<String, String>, b: Branch, name: &str
 }
 
 fn text(p: &Path) -> Option<String> {
-    crate::input::read_text_opt(p, "header", crate::input::cap::TEXT).ok().flatten()
+    forge_os::fs::named::read_text_opt(p, "header", forge_os::input::cap::TEXT).ok().flatten()
 }
 
 /// The value of `#define NAME value` in `text`.
@@ -134,9 +134,9 @@ pub fn nvshmem_version(root: &Path) -> Option<(String, PathBuf)> {
     None
 }
 
-/// torch's C++ ABI and the file that says so: read as `probe --python` reads it (`crate::torch`).
+/// torch's C++ ABI and the file that says so: read as `probe --python` reads it (`forge_model::torch`).
 pub fn torch_abi(torch: &Path) -> Option<(bool, PathBuf)> {
-    crate::torch::abi(torch).map(|a| (a.cxx11, a.file))
+    forge_model::torch::abi(torch).map(|a| (a.cxx11, a.file))
 }
 
 #[cfg(test)]

@@ -10,11 +10,12 @@ use anyhow::{Context, Result};
 
 use super::deliver::{deliver, recorded_patches};
 use super::plan::{CompilerCache, Plan};
-use super::{preflight, relocate, source};
-use crate::cache::{self, remote, Cache};
-use crate::error::{check_interrupted, Failure};
-use crate::provenance::{self, Patch};
-use crate::wheel::{stamp, WheelName};
+use super::{preflight, relocate};
+use forge_os::error::{check_interrupted, Failure};
+use forge_store::cache::{self, remote, Cache};
+use forge_store::source;
+use forge_wheel::provenance::{self, Patch};
+use forge_wheel::wheel::{stamp, WheelName};
 
 /// A wheel delivered to the output folder, and where it came from.
 pub struct Delivered {
@@ -45,7 +46,7 @@ pub fn execute(pl: &Plan, t: &Target, notes: &mut Vec<String>) -> Result<Deliver
             pl.cache_key_unknown.as_deref().unwrap_or("unknown")
         ))
     })?;
-    let key = cache::Key::parse(key).map_err(|f| f.with_exit(crate::error::Exit::Problems))?;
+    let key = cache::Key::parse(key).map_err(|f| f.with_exit(forge_os::error::Exit::Problems))?;
     match from_cache(pl, &key, t, notes)? {
         Ok(d) => Ok(d),
         // The key's lock (when caching) is held until the fresh build is published.
@@ -113,7 +114,7 @@ fn from_cache(
 fn start_compiler_cache(
     pl: &Plan,
     root: &std::path::Path,
-    servers: &mut Vec<crate::process::Background>,
+    servers: &mut Vec<forge_os::process::Background>,
     notes: &mut Vec<String>,
 ) -> Result<Option<(Option<super::compiler_cache::Session>, bool)>> {
     let Some(h) = pl.hooks.as_ref() else { return Ok(None) };
@@ -136,7 +137,7 @@ fn start_later(
     pl: &Plan,
     root: &std::path::Path,
     env: &[(String, String)],
-    servers: &mut Vec<crate::process::Background>,
+    servers: &mut Vec<forge_os::process::Background>,
 ) -> Result<()> {
     use super::unit_order::{FIRST_FILE, LATER_NICE, LATER_SOCKET};
     let (Some(h), Some(s)) = (&pl.hooks, pl.side_by_side.as_ref().filter(|s| !s.first_units.is_empty())) else {
@@ -266,13 +267,13 @@ fn compile(
         notes.push(n);
     }
     // Source patches: after checkout and submodules, before anything compiles.
-    super::patch::apply(pl.tree(), &pl.source.patches, &build.join("source-patches"))?;
+    forge_store::patch::apply(pl.tree(), &pl.source.patches, &build.join("source-patches"))?;
     check_interrupted()?;
     let nccl = super::nccl_reuse::before(pl, t.cache_dir, notes);
     std::fs::create_dir_all(pl.dist())?;
     std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
     let argv = super::side_by_side::command(pl)?;
-    let ran = crate::process::Cmd::exact(
+    let ran = forge_os::process::Cmd::exact(
         argv,
         &pl.run.cwd,
         &pl.run.env,
@@ -297,7 +298,7 @@ fn check_built(pl: &Plan, built: &Path, short: &str) -> Result<(String, WheelNam
     let file_name = built.file_name().context("wheel file name")?.to_string_lossy().into_owned();
     let name = WheelName::parse(&file_name).context("pip produced a wheel with an unparsable name")?;
     // setup.py labels the tree `<base>+<short>`; a patched build is relabelled `<base>+<short>.p<set>`.
-    let exact = crate::patches::label(&pl.interface.base_version, short, &[]);
+    let exact = forge_model::patches::label(&pl.interface.base_version, short, &[]);
     if !same_version(&name.version, &exact) {
         return Err(Failure::problems(format!(
             "the built wheel's version is {} but the pin {} must give {exact} (git short in the build tree: {short})",
@@ -380,7 +381,8 @@ fn cache_entry(
     file_name: String,
     built_version: &str,
 ) -> Result<cache::Entry> {
-    let (sha256, size) = crate::input::sha256_file(&stage.join(&file_name), "wheel", crate::input::cap::WHEEL)?;
+    let (sha256, size) =
+        forge_os::fs::named::sha256_file(&stage.join(&file_name), "wheel", forge_os::input::cap::WHEEL)?;
     let now = provenance::now_secs();
     let entry = cache::Entry {
         schema: cache::SCHEMA,
@@ -414,7 +416,7 @@ fn relabel(changes: &mut stamp::Changes, file_name: &str, built: &str, pl: &Plan
 /// None when neither changes it.
 fn requires_dist(pl: &Plan, built: &Path, file_name: &str) -> Result<Option<(String, Vec<u8>)>> {
     let reqs = pl.environment.as_ref().and_then(|e| e.requires.as_ref()).map(|r| r.written()).unwrap_or_default();
-    let member = format!("{}/METADATA", stamp::dist_info_dir(crate::wheel::open(built)?.archive())?);
+    let member = format!("{}/METADATA", stamp::dist_info_dir(forge_wheel::wheel::open(built)?.archive())?);
     let old = stamp::read_member(built, &member)?;
     let text = String::from_utf8(old).with_context(|| format!("{member} of the built wheel is not UTF-8"))?;
     let dist = file_name.split('-').next().unwrap_or_default();
@@ -494,7 +496,7 @@ fn single_wheel(dist: &Path) -> Result<PathBuf> {
 }
 
 fn zip_names(wheel: &Path) -> Result<Vec<String>> {
-    Ok(crate::wheel::open(wheel)?.archive().file_names().map(String::from).collect())
+    Ok(forge_wheel::wheel::open(wheel)?.archive().file_names().map(String::from).collect())
 }
 
 #[cfg(test)]

@@ -4,9 +4,7 @@
 //! both use it without importing each other.
 use std::path::Path;
 
-pub use crate::process::lookup::which;
-
-/// `__version__` and `cuda` from torch/version.py (the file; `crate::torch` reads it).
+/// `__version__` and `cuda` from torch/version.py (the file; `forge_model::torch` reads it).
 pub fn read_torch_version(file: &Path) -> Option<(String, Option<String>)> {
-    crate::torch::version(file.parent()?).map(|v| (v.version, v.cuda))
+    forge_model::torch::version(file.parent()?).map(|v| (v.version, v.cuda))
 }

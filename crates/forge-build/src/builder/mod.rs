@@ -14,7 +14,6 @@ pub mod environment;
 pub mod execute;
 pub mod lookup;
 pub mod nccl_reuse;
-pub use crate::patch;
 pub mod plan;
 pub mod preflight;
 pub mod prepare;
@@ -24,7 +23,6 @@ pub mod request;
 pub mod retag;
 pub mod run;
 pub mod side_by_side;
-pub use crate::source;
 pub mod toolchain;
 pub mod unit_order;
 
@@ -32,11 +30,11 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use crate::cache::{self, Cache};
-use crate::error::{Cooperative, Exit};
-use crate::output::DataFormat as Format;
-use crate::provenance;
 use deliver::{Outcome, Report};
+use forge_os::error::{Cooperative, Exit};
+use forge_os::output::DataFormat as Format;
+use forge_store::cache::{self, Cache};
+use forge_wheel::provenance;
 use plan::{Plan, ToolchainPart};
 use prepare::{make_plans, Mode};
 pub use request::{BuildOptions, BuildRequest, BuildWheelRequest, CompilerCache, RunOptions, Variants};
@@ -62,14 +60,14 @@ pub fn plan(args: BuildOptions) -> Result<Exit> {
             })
             .collect();
         let doc = serde_json::json!({ "schema": plan::SCHEMA, "plans": p.plans, "skipped": p.skipped, "matrix": { "include": include } });
-        crate::printer::json(&doc)?;
+        forge_os::printer::json(&doc)?;
         return Ok(Exit::Ok);
     }
     for pl in &p.plans {
         print_plan(pl, cached(pl));
     }
     for s in &p.skipped {
-        crate::outln!("skipped {} ({}): {}", s.variant, s.arch, s.reason);
+        forge_os::outln!("skipped {} ({}): {}", s.variant, s.arch, s.reason);
     }
     Ok(Exit::Ok)
 }
@@ -86,7 +84,7 @@ fn cell(variant: &str, python: Option<&str>) -> String {
 /// A cross plan's target side: host -> target, the sysroot, the path map.
 fn print_cross(x: &cross::Sysroot) {
     let pick = |n: &str| format!("{n} {}", x.packages.get(n).map(String::as_str).unwrap_or("-"));
-    crate::outln!(
+    forge_os::outln!(
         "  cross       {} -> {} ({}, wheels for {}, Python {} {})",
         x.host,
         x.target,
@@ -95,7 +93,7 @@ fn print_cross(x: &cross::Sysroot) {
         x.python_version,
         x.ext_suffix
     );
-    crate::outln!(
+    forge_os::outln!(
         "  sysroot     {} ({} wheels: {}, ...; {} Debian arm64 packages)",
         x.root.display(),
         x.packages.len(),
@@ -103,14 +101,14 @@ fn print_cross(x: &cross::Sysroot) {
         x.debs.len()
     );
     for (h, tg) in &x.path_map {
-        crate::outln!("  path map    {h} -> {tg}");
+        forge_os::outln!("  path map    {h} -> {tg}");
     }
 }
 
 /// The target side of a cross plan that is not provisioned yet.
 fn print_cross_preview(x: &plan::CrossPreview) {
     let py = x.target_python.as_deref().unwrap_or("of the build Python's minor");
-    crate::outln!(
+    forge_os::outln!(
         "  cross       {} -> {} ({}, wheels for {}, Python {py})",
         x.host,
         x.target,
@@ -119,31 +117,31 @@ fn print_cross_preview(x: &plan::CrossPreview) {
     );
     for (k, c) in &x.compilers {
         match c {
-            Some(c) => crate::outln!("  cross {k:<5} {} ({})", c.path.display(), c.version),
-            None => crate::outln!("  cross {k:<5} MISSING: {}-{k} not on PATH", x.triple),
+            Some(c) => forge_os::outln!("  cross {k:<5} {} ({})", c.path.display(), c.version),
+            None => forge_os::outln!("  cross {k:<5} MISSING: {}-{k} not on PATH", x.triple),
         }
     }
     match &x.sysroot {
-        Some(r) => crate::outln!("  sysroot     would make {}:", r.display()),
-        None => crate::outln!(
+        Some(r) => forge_os::outln!("  sysroot     would make {}:", r.display()),
+        None => forge_os::outln!(
             "  sysroot     would make <cache>/toolchains/<key>-{} (its key follows the host toolchain's):",
             x.target
         ),
     }
     for h in &x.sysroot_holds {
-        crate::outln!("              {h}");
+        forge_os::outln!("              {h}");
     }
     match &x.qemu {
         Some(q) => {
-            crate::outln!(
+            forge_os::outln!(
                 "  qemu        {} (imports the wheel under Debian's arm64 Python after the build)",
                 q.display()
             )
         }
-        None => crate::outln!("  qemu        MISSING: qemu-aarch64 (the import check after the build)"),
+        None => forge_os::outln!("  qemu        MISSING: qemu-aarch64 (the import check after the build)"),
     }
     for s in &x.stops {
-        crate::outln!("  will stop   {s}");
+        forge_os::outln!("  will stop   {s}");
     }
 }
 
@@ -169,29 +167,29 @@ fn print_what(pl: &Plan) {
     } else {
         "single-node".into()
     };
-    crate::outln!("plan {} ({}, TORCH_CUDA_ARCH_LIST={}, {kind})", v.name, v.arch, v.cuda_arch_list);
+    forge_os::outln!("plan {} ({}, TORCH_CUDA_ARCH_LIST={}, {kind})", v.name, v.arch, v.cuda_arch_list);
     let s = &pl.source;
     let snap = s.snapshot_of.as_ref().map(|p| format!(" (snapshot of {})", p.display())).unwrap_or_default();
-    crate::outln!("  source      {}{snap} @ {}", s.repo, s.rev);
+    forge_os::outln!("  source      {}{snap} @ {}", s.repo, s.rev);
     if let Some(f) = &s.fork {
-        crate::outln!("  fork        {}", f.describe());
+        forge_os::outln!("  fork        {}", f.describe());
     }
     let i = &pl.interface;
-    crate::outln!(
+    forge_os::outln!(
         "  interface   {} (version from {}; extensions {}; needs {})",
         i.branch.as_str(),
         i.version_from,
         i.extensions.join(", "),
         i.needs.join(", ")
     );
-    crate::outln!(
+    forge_os::outln!(
         "  version     {}  (SOURCE_DATE_EPOCH {} = {})",
         s.version,
         s.source_date_epoch,
         provenance::rfc3339(s.source_date_epoch)
     );
     for (p, c) in &s.submodules {
-        crate::outln!("  submodule   {p} @ {c}");
+        forge_os::outln!("  submodule   {p} @ {c}");
     }
     print_patches(&s.patches);
 }
@@ -221,25 +219,25 @@ fn print_decisions(pl: &Plan) {
             None => format!("{} (unset)", k.name),
         })
         .collect();
-    crate::outln!("  knobs       {}", knobs.join(" "));
+    forge_os::outln!("  knobs       {}", knobs.join(" "));
     let (shown, settings) = split_dropped(&pl.dropped_env);
     for (k, val) in shown {
-        crate::outln!("  dropped     {k}={val} (from your environment; the plan decides it)");
+        forge_os::outln!("  dropped     {k}={val} (from your environment; the plan decides it)");
     }
     if !settings.is_empty() {
-        crate::outln!("  ignored     {}", settings_note(&settings));
+        forge_os::outln!("  ignored     {}", settings_note(&settings));
     }
     for f in &pl.fixes {
-        crate::outln!("  fix         {f}");
+        forge_os::outln!("  fix         {f}");
     }
     for w in &pl.warnings {
-        crate::outln!("  warning     {w}");
+        forge_os::outln!("  warning     {w}");
     }
 }
 
 /// A toolchain found (or made): Python, torch, nvcc, the registry, cross, compilers.
 fn print_toolchain(t: &toolchain::Toolchain, needs_torch: bool) {
-    crate::outln!(
+    forge_os::outln!(
         "  python      {} ({} {}, {}), torch {}{}",
         t.python.display(),
         t.python_version,
@@ -248,44 +246,44 @@ fn print_toolchain(t: &toolchain::Toolchain, needs_torch: bool) {
         t.torch.as_deref().unwrap_or("-"),
         if needs_torch { " (the build imports torch)" } else { "" }
     );
-    crate::outln!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
+    forge_os::outln!("  nvcc        {} ({})", t.nvcc_version, t.cuda_home.display());
     if let Some(r) = &t.registry {
         let pick = |n: &str| format!("{n} {}", r.packages.get(n).map(String::as_str).unwrap_or("-"));
-        crate::outln!(
+        forge_os::outln!(
             "  toolchain   registry {} ({} packages: {}, ...)",
             r.root.display(),
             r.packages.len(),
             ["torch", "nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvshmem-cu13"].map(pick).join(", ")
         );
-        crate::outln!(
+        forge_os::outln!(
             "  stub        libcuda.so (soname libcuda.so.1) defining {} driver functions from cuda.h",
             r.stub_symbols
         );
         for n in &r.notes {
-            crate::outln!("  note        {n}");
+            forge_os::outln!("  note        {n}");
         }
     }
     if let Some(x) = &t.cross {
         print_cross(x);
     }
     for (k, c) in &t.compilers {
-        crate::outln!("  {k:<11} {} ({})", c.path.display(), c.version);
+        forge_os::outln!("  {k:<11} {} ({})", c.path.display(), c.version);
     }
 }
 
 /// A missing toolchain: what is missing, what the build needs, what would be made.
 fn print_missing_toolchain(m: &plan::MissingToolchain) {
-    crate::outln!("  toolchain   {} MISSING: {}", m.kind, m.missing);
+    forge_os::outln!("  toolchain   {} MISSING: {}", m.kind, m.missing);
     if let Some(h) = &m.hint {
-        crate::outln!("              hint: {h}");
+        forge_os::outln!("              hint: {h}");
     }
     for n in &m.needs {
-        crate::outln!("  build needs {n}");
+        forge_os::outln!("  build needs {n}");
     }
     if let Some(w) = &m.would_provision {
         let host = if m.cross.is_some() { " (the host side, x86_64)" } else { "" };
-        crate::outln!("  would make  {}{host} with Python {}: {}", w.root.display(), w.python, w.torch);
-        crate::outln!("              then {}", w.packages.join(" "));
+        forge_os::outln!("  would make  {}{host} with Python {}: {}", w.root.display(), w.python, w.torch);
+        forge_os::outln!("              then {}", w.packages.join(" "));
     }
     if let Some(x) = &m.cross {
         print_cross_preview(x);
@@ -295,20 +293,20 @@ fn print_missing_toolchain(m: &plan::MissingToolchain) {
 /// The build root and hooks, NCCL reuse, extensions, the command, the cache key, the outputs.
 fn print_build(pl: &Plan, cached: bool) {
     if let Some(h) = &pl.hooks {
-        crate::outln!(
+        forge_os::outln!(
             "  build root  {} (this user's, one build at a time; the wheel records it as {}; links: {})",
             pl.build_dir().display(),
             canon::CANONICAL_ROOT,
             h.links.iter().map(|(n, t)| format!("{n} -> {}", t.display())).collect::<Vec<_>>().join(", ")
         );
-        crate::outln!(
+        forge_os::outln!(
             "  hooks       nvcc and C++ compiles through sccache {} (per-unit --frandom-seed, -ffile-prefix-map); compiler cache: {}",
             h.sccache_version,
             h.compiler_cache.as_ref().map(|c| c.describe()).unwrap_or_else(|| "off".into())
         );
     }
     if let Some(n) = &pl.nccl_reuse {
-        crate::outln!(
+        forge_os::outln!(
             "  nccl        {}/{} at {} ({}) reused when stored under key {} ({}), else stored after the build",
             n.submodule,
             n.build_dir,
@@ -319,34 +317,34 @@ fn print_build(pl: &Plan, cached: bool) {
         );
     }
     if let Some(s) = &pl.side_by_side {
-        crate::outln!("  extensions  {}", side_by_side::describe(s));
+        forge_os::outln!("  extensions  {}", side_by_side::describe(s));
         if let Some(order) = unit_order::describe(&s.first_units) {
-            crate::outln!("  unit order  {order}");
+            forge_os::outln!("  unit order  {order}");
         }
     }
-    crate::outln!("  cwd         {}", pl.run.cwd.display());
-    crate::outln!("  command     {}", pl.run.argv.join(" "));
-    crate::outln!(
+    forge_os::outln!("  cwd         {}", pl.run.cwd.display());
+    forge_os::outln!("  command     {}", pl.run.argv.join(" "));
+    forge_os::outln!(
         "  env         {} variables, nothing inherited: {}",
         pl.run.env.len(),
         pl.run.env.keys().cloned().collect::<Vec<_>>().join(" ")
     );
     match &pl.cache_key {
-        Some(k) => crate::outln!("  cache key   {k}{}", if cached { " (cached)" } else { "" }),
-        None => crate::outln!("  cache key   unknown: {}", pl.cache_key_unknown.as_deref().unwrap_or("-")),
+        Some(k) => forge_os::outln!("  cache key   {k}{}", if cached { " (cached)" } else { "" }),
+        None => forge_os::outln!("  cache key   unknown: {}", pl.cache_key_unknown.as_deref().unwrap_or("-")),
     }
-    crate::outln!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
+    forge_os::outln!("  output      {}  log {}", pl.outputs.out_dir.display(), pl.outputs.log.display());
 }
 
 /// What the build compiles against, what the revision needs, and what
 /// build-wheel's preflight will stop on.
 /// `exact, unpatched`, or each source patch with its sha256, its files and, loudly, any build file it changes.
-fn print_patches(set: &[crate::patches::SourcePatch]) {
-    crate::outln!("  patches     {}", crate::patches::describe(set));
+fn print_patches(set: &[forge_wheel::provenance::SourcePatch]) {
+    forge_os::outln!("  patches     {}", forge_model::patches::describe(set));
     for (n, p) in set.iter().enumerate() {
-        crate::outln!("  patch {:<5} {} sha256 {} touches {}", n + 1, p.name, p.sha256, p.files.join(", "));
+        forge_os::outln!("  patch {:<5} {} sha256 {} touches {}", n + 1, p.name, p.sha256, p.files.join(", "));
         for f in &p.build_files {
-            crate::outln!(
+            forge_os::outln!(
                 "  BUILD FILE  {} changes {f}: it changes how DeepEP builds; review it as build code",
                 p.name
             );
@@ -362,7 +360,7 @@ fn print_environment(pl: &Plan) {
             Some(false) => " (pre-C++11 ABI)",
             None => "",
         };
-        crate::outln!(
+        forge_os::outln!(
             "  found       torch {}{abi}, CUDA {}, NVSHMEM {}, NCCL {}",
             or(&e.torch),
             or(&e.cuda),
@@ -370,7 +368,7 @@ fn print_environment(pl: &Plan) {
             or(&e.nccl)
         );
         for (lib, f) in &pl.environment_from {
-            crate::outln!("              {lib} read from {f}");
+            forge_os::outln!("              {lib} read from {f}");
         }
     }
     // The revision's needs (the environment's copy: NVSHMEM's only when the build links it).
@@ -395,21 +393,21 @@ fn print_environment(pl: &Plan) {
         needed.push(jit_line(j));
     }
     if !needed.is_empty() {
-        crate::outln!("  needs       {}", needed.join("; "));
+        forge_os::outln!("  needs       {}", needed.join("; "));
         for ev in &n.evidence {
-            crate::outln!("              {ev}");
+            forge_os::outln!("              {ev}");
         }
     }
     print_unstated(pl, n);
     print_requires(pl);
     for g in preflight::environment_gaps(pl) {
-        crate::outln!("  preflight   STOP (build-wheel exits 3): {}", g.what);
-        crate::outln!("              fix: {}", g.fix);
+        forge_os::outln!("  preflight   STOP (build-wheel exits 3): {}", g.what);
+        forge_os::outln!("              fix: {}", g.fix);
     }
 }
 
 /// EPv2's run-time needs beyond libraries, in one phrase (`probe --python` checks them: `epv2-jit`).
-fn jit_line(j: &crate::provenance::JitNeeds) -> String {
+fn jit_line(j: &forge_wheel::provenance::JitNeeds) -> String {
     let mut parts = Vec::new();
     if j.cuda_home {
         parts.push("a CUDA home at import (CUDA_HOME, CUDA_PATH, nvcc on PATH or /usr/local/cuda)".to_string());
@@ -429,8 +427,8 @@ fn jit_line(j: &crate::provenance::JitNeeds) -> String {
 
 /// A torch or NVSHMEM minimum the revision does not state (or states unreadably): none is
 /// taken, and the plan says so.
-fn print_unstated(pl: &Plan, n: &crate::provenance::RuntimeNeeds) {
-    let links_nvshmem = n.nvshmem_same || pl.interface.branch == crate::interface::Branch::Main;
+fn print_unstated(pl: &Plan, n: &forge_wheel::provenance::RuntimeNeeds) {
+    let links_nvshmem = n.nvshmem_same || pl.interface.branch == forge_model::interface::Branch::Main;
     let mut unstated = Vec::new();
     if n.torch_min.is_none() {
         unstated.push("torch");
@@ -439,14 +437,14 @@ fn print_unstated(pl: &Plan, n: &crate::provenance::RuntimeNeeds) {
         unstated.push("NVSHMEM");
     }
     if !unstated.is_empty() {
-        crate::outln!(
+        forge_os::outln!(
             "  no minimum  {}: none stated in {} at this revision (none taken)",
             unstated.join(", "),
-            crate::interface::STATING.join(", ")
+            forge_model::interface::STATING.join(", ")
         );
     }
     for u in &n.unread {
-        crate::outln!("  unread      {u}");
+        forge_os::outln!("  unread      {u}");
     }
 }
 
@@ -461,12 +459,12 @@ fn print_requires(pl: &Plan) {
     let shown = if lines.is_empty() { "none".to_string() } else { lines.join(", ") };
     let off = if r.enabled { "" } else { " (not written: runtime_requires = false)" };
     let from = if d.source == "installed" { "" } else { " (from what the registry toolchain would provision)" };
-    crate::outln!("  requires    {shown}{off}{from}");
+    forge_os::outln!("  requires    {shown}{off}{from}");
     for q in &r.requires {
-        crate::outln!("              {}: {}", q.line(), q.why);
+        forge_os::outln!("              {}: {}", q.line(), q.why);
     }
     for n in &r.notes {
-        crate::outln!("              note: {n}");
+        forge_os::outln!("              note: {n}");
     }
 }
 
@@ -485,13 +483,13 @@ pub fn build(args: BuildWheelRequest) -> Result<Exit> {
     })?;
     if human {
         for s in &built.skipped {
-            crate::outln!("skipped    {} ({}): {}", s.variant, s.arch, s.reason);
+            forge_os::outln!("skipped    {} ({}): {}", s.variant, s.arch, s.reason);
         }
     }
     let report = Report { schema: plan::SCHEMA, results: &built.results, skipped: &built.skipped };
     let text = serde_json::to_string_pretty(&report)?;
     if !human {
-        crate::outln!("{text}");
+        forge_os::outln!("{text}");
     }
     if let Some(r) = &args.report {
         deliver::write_atomic(r, text.as_bytes())?;
@@ -503,7 +501,7 @@ pub fn build(args: BuildWheelRequest) -> Result<Exit> {
 /// was dropped and the notes on stderr; the tool settings dropped (pip's, uv's)
 /// once per run (`first`), by name only.
 fn print_outcome(o: &Outcome, first: bool) {
-    crate::outln!(
+    forge_os::outln!(
         "{:<10} {} ({}) sha256 {} in {:.2} s",
         o.status,
         o.wheel.display(),
@@ -513,18 +511,18 @@ fn print_outcome(o: &Outcome, first: bool) {
     );
     let (shown, settings) = split_dropped(&o.dropped_env);
     for (k, v) in shown {
-        crate::note!("           dropped {k}={v} from the environment (the plan decides it)");
+        forge_os::note!("           dropped {k}={v} from the environment (the plan decides it)");
     }
     if first && !settings.is_empty() {
-        crate::note!("           note: {}", settings_note(&settings));
+        forge_os::note!("           note: {}", settings_note(&settings));
     }
     // A cache hit reuses a wheel patched when it was built: its patches are in
     // the report and the provenance, not news.
     for pa in o.patches.iter().filter(|_| o.status == "built") {
         let to = if pa.to.is_empty() { "(removed)" } else { &pa.to };
-        crate::outln!("           patched {} {}: {} -> {to}", pa.file, pa.kind, pa.from);
+        forge_os::outln!("           patched {} {}: {} -> {to}", pa.file, pa.kind, pa.from);
     }
     for n in &o.notes {
-        crate::note!("           note: {n}");
+        forge_os::note!("           note: {n}");
     }
 }

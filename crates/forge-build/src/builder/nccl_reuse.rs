@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::plan::{EnvOrigin, NcclKeyInputs, NcclReuse, Plan};
-use crate::cache::{tree::Trees, Key};
+use forge_store::cache::{tree::Trees, Key};
 
 pub const SUBMODULE: &str = "third-party/nccl";
 /// The folder NCCL's make writes (`BUILDDIR ?= $(abspath ./build)`).
@@ -85,7 +85,7 @@ pub fn attach(pl: &mut Plan, setup_py: Option<&str>, cache_dir: &Path, on: bool)
         host: std::env::consts::ARCH.into(),
         env: make_env(pl),
     };
-    let key = crate::input::sha256_hex(&serde_json::to_vec(&inputs).expect("plain data serialises"));
+    let key = forge_os::input::sha256_hex(&serde_json::to_vec(&inputs).expect("plain data serialises"));
     let entry = Trees::at(cache_dir).entry_path(&Key::parse(&key).expect("a sha256 is a key"));
     pl.nccl_reuse = Some(NcclReuse {
         submodule: SUBMODULE.into(),
@@ -142,7 +142,7 @@ pub fn nvcc_gencode(arch_list: &str) -> Option<String> {
 
 /// sha256 of [`recipe`]: the part of the NCCL key setup.py gives.
 pub fn recipe_digest(setup: &str) -> String {
-    crate::input::sha256_hex(recipe(setup).as_bytes())
+    forge_os::input::sha256_hex(recipe(setup).as_bytes())
 }
 
 /// What in setup.py decides NCCL's build, without the layout around it: the function

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::toolchain::Toolchain;
-use crate::interface::Interface;
-use crate::provenance::{self, Patch, Provenance, VariantInfo};
+use forge_model::interface::Interface;
+use forge_wheel::provenance::{self, Patch, Provenance, VariantInfo};
 
 /// Version of the plan / build report JSON. 2: `run` (argv, cwd, the whole
 /// environment), `roots`, `portable`, `interface`, `toolchain.state`, a
@@ -207,7 +207,7 @@ pub struct Plan {
     /// what the revision needs of it; None while the toolchain is not known.
     /// Part of the cache key; copied into the provenance.
     #[serde(default)]
-    pub environment: Option<crate::provenance::BuildEnvironment>,
+    pub environment: Option<forge_wheel::provenance::BuildEnvironment>,
     /// Where each of `environment`'s values was read (library -> file).
     #[serde(default)]
     pub environment_from: BTreeMap<String, String>,
@@ -256,7 +256,7 @@ impl PlanPlatform {
     /// The plan's platform rules: the floor given, the tool's externals.
     pub fn new(floor: Option<String>) -> PlanPlatform {
         let externals =
-            crate::manylinux::EXTERNALS.iter().map(|e| (e.prefix.to_string(), e.from.to_string())).collect();
+            forge_wheel::manylinux::EXTERNALS.iter().map(|e| (e.prefix.to_string(), e.from.to_string())).collect();
         PlanPlatform { floor, externals }
     }
 }
@@ -282,10 +282,10 @@ pub struct PlanSource {
     pub mirror: PathBuf,
     /// Source patches applied after checkout and submodules, in order (empty: exact, unpatched).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub patches: Vec<crate::provenance::SourcePatch>,
+    pub patches: Vec<forge_wheel::provenance::SourcePatch>,
     /// pins.toml's repo is a fork: its merge base with upstream (`[source] upstream`); None: not a fork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fork: Option<crate::provenance::Fork>,
+    pub fork: Option<forge_wheel::provenance::Fork>,
 }
 
 /// The toolchain, identified, or what is missing and what `build-wheel` will need.
@@ -351,7 +351,7 @@ pub struct WouldProvision {
     /// The packages it would install over torch's pins (pins.toml's `[toolchain]`
     /// nccl/nvshmem, the consumer's lock, the revision's need), as requirements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub overrides: Vec<crate::provenance::Requirement>,
+    pub overrides: Vec<forge_wheel::provenance::Requirement>,
 }
 
 /// The wheel's run-time requirements (`Requires-Dist`) as the plan states
@@ -364,7 +364,7 @@ pub struct RequiresDist {
     /// `installed` or `would_provision`.
     pub source: String,
     #[serde(flatten)]
-    pub requires: crate::provenance::RuntimeRequires,
+    pub requires: forge_wheel::provenance::RuntimeRequires,
 }
 
 impl ToolchainPart {
@@ -584,7 +584,7 @@ struct KeyInput<'a> {
     /// A fork's record (the provenance holds it, so the wheel's bytes depend on
     /// it); absent for a repository that is not a fork (its key as before).
     #[serde(skip_serializing_if = "Option::is_none")]
-    fork: Option<&'a crate::provenance::Fork>,
+    fork: Option<&'a forge_wheel::provenance::Fork>,
     interface: &'a str,
     variant: (&'a str, bool, Option<&'a str>),
     /// argv, cwd and the keyed environment, path-free.
@@ -599,7 +599,7 @@ struct KeyInput<'a> {
     registry: Option<(&'a BTreeMap<String, String>, usize)>,
     /// The libraries compiled against (a different NCCL or NVSHMEM is another build).
     #[serde(skip_serializing_if = "Option::is_none")]
-    environment: Option<&'a crate::provenance::BuildEnvironment>,
+    environment: Option<&'a forge_wheel::provenance::BuildEnvironment>,
     /// A cross build's target side (absent for native builds: their keys stay as they were).
     #[serde(skip_serializing_if = "Option::is_none")]
     cross: Option<CrossKey<'a>>,
@@ -621,7 +621,7 @@ struct CrossKey<'a> {
 }
 
 fn cache_key(k: &KeyInput) -> String {
-    crate::input::sha256_hex(&serde_json::to_vec(k).expect("plain data serialises"))
+    forge_os::input::sha256_hex(&serde_json::to_vec(k).expect("plain data serialises"))
 }
 
 /// The build command: pip builds the checkout in `cwd` into `dist`.
@@ -790,7 +790,7 @@ mod tests {
                 fork: None,
             },
             interface: Interface {
-                branch: crate::interface::Branch::HybridEp,
+                branch: forge_model::interface::Branch::HybridEp,
                 base_version: "1.2.1".into(),
                 version_from: "setup.py:1".into(),
                 extensions: vec![],
@@ -863,7 +863,7 @@ mod tests {
     fn a_fork_record_is_keyed_and_without_one_no_fork_is_hashed() {
         let subs = BTreeMap::new();
         let run = Portable { argv: vec!["py".into()], cwd: "${build}/src".into(), env: BTreeMap::new() };
-        let fork = crate::provenance::Fork {
+        let fork = forge_wheel::provenance::Fork {
             upstream: "https://github.com/deepseek-ai/DeepEP".into(),
             upstream_branch: "main".into(),
             merge_base: Some("b".repeat(40)),
@@ -893,7 +893,7 @@ mod tests {
         // A repository that is not a fork hashes no `fork` member.
         let plain = serde_json::to_string(&input(None)).unwrap();
         assert!(!plain.contains(r#""fork""#), "{plain}");
-        let other = crate::provenance::Fork { ahead: Some(4), ..fork.clone() };
+        let other = forge_wheel::provenance::Fork { ahead: Some(4), ..fork.clone() };
         let keys = [cache_key(&input(None)), cache_key(&input(Some(&fork))), cache_key(&input(Some(&other)))];
         assert!(keys[0] != keys[1] && keys[1] != keys[2], "the fork record is keyed: {keys:?}");
     }

@@ -9,9 +9,9 @@ use anyhow::Result;
 use super::plan::Plan;
 use super::relocate;
 use super::toolchain::{self, Toolchain};
-use crate::error::Failure;
-use crate::interface::Branch;
-use crate::pins::Transport;
+use forge_model::interface::Branch;
+use forge_model::pins::Transport;
+use forge_os::error::Failure;
 
 /// Preflight checks that need more than the toolchain: build imports,
 /// compilers, NVSHMEM (and NCCL for EPv2), rdma-core for DOCA.
@@ -164,7 +164,7 @@ pub fn environment_gaps(pl: &Plan) -> Vec<Gap> {
             e.needs.evidence.iter().find(|x| x.contains(min.as_str())).map(|x| format!(" ({x})")).unwrap_or_default();
         let at = pl.environment_from.get("NCCL").map(|f| format!(" ({f})")).unwrap_or_default();
         let found = match &e.nccl {
-            Some(v) if crate::interface::version_key(v) < crate::interface::version_key(min) => {
+            Some(v) if forge_model::interface::version_key(v) < forge_model::interface::version_key(min) => {
                 Some(format!("the build compiles against NCCL {v}{at}"))
             }
             Some(_) => None,

@@ -11,13 +11,13 @@ use serde::Serialize;
 
 use super::plan::{self, EnvOrigin, Outputs, Plan, PlanSource, Root, Roots, Run, ToolchainPart};
 use super::request::{BuildRequest, CompilerCache, Variants};
-use super::source::{self, Origin};
 use super::toolchain::Toolchain;
 use super::{cross, preflight, registry, toolchain};
-use crate::error::{Exit, Failure};
-use crate::interface::{self, Branch, Files, Interface, SetBy};
-use crate::pins::{Arch, Pins, Transport, Variant};
-use crate::provenance::VariantInfo;
+use forge_model::interface::{self, Branch, Files, Interface, SetBy};
+use forge_model::pins::{Arch, Pins, Transport, Variant};
+use forge_os::error::{Exit, Failure};
+use forge_store::source::{self, Origin};
+use forge_wheel::provenance::VariantInfo;
 
 /// `plan` reports a missing toolchain; `build-wheel` needs it (and provisions
 /// a registry toolchain).
@@ -51,7 +51,7 @@ struct Pinned {
     interface: Interface,
     needs_torch: bool,
     /// pins.toml's repo is a fork: where the pin stands on its upstream.
-    fork: Option<crate::provenance::Fork>,
+    fork: Option<forge_wheel::provenance::Fork>,
 }
 
 /// The plans of the request: variant x Python. Without `--python`, the registry
@@ -87,7 +87,7 @@ pub fn make_plans(c: &BuildRequest, mode: Mode) -> Result<Planned> {
 fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     let pins = &c.pins;
     let (here, skipped) = split_by_host(c, select_variants(c)?)?;
-    let cache_dir = crate::cache::resolve_dir(c.cache_dir.as_deref())?;
+    let cache_dir = forge_store::cache::resolve_dir(c.cache_dir.as_deref())?;
     std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
     let cache_dir = std::path::absolute(&cache_dir)?;
     let mut plans = Vec::new();
@@ -101,7 +101,7 @@ fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     };
     let mirror = source::mirror_path(&cache_dir, &origin.repo);
     let (sources, knob_envs) = sources_and_knobs(c, &here, &origin, &mirror, &cache_dir)?;
-    let caller: BTreeMap<String, String> = crate::environ::vars().collect();
+    let caller = forge_os::environ::vars(caller_reads)?;
     let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources), &sources.keys().copied().collect::<Vec<_>>())?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let out_dir = std::path::absolute(&c.out)?;
@@ -133,7 +133,10 @@ fn select_variants(c: &BuildRequest) -> Result<Vec<&Variant>> {
     Ok(match &c.variants {
         Variants::All => pins.variants.iter().collect(),
         Variants::Named(n) if n.is_empty() => {
-            crate::bail_usage!("name a variant with --variant NAME (repeatable) or pass --all; known: {}", names(pins));
+            forge_os::bail_usage!(
+                "name a variant with --variant NAME (repeatable) or pass --all; known: {}",
+                names(pins)
+            );
         }
         Variants::Named(n) => {
             let mut v: Vec<&Variant> = n.iter().map(|n| pins.variant(n)).collect::<Result<_>>()?;
@@ -186,7 +189,7 @@ fn split_by_host<'p>(c: &BuildRequest, selected: Vec<&'p Variant>) -> Result<(Ve
 }
 
 /// A variant's knob environment and source patches.
-type KnobsAndPatches = (BTreeMap<String, String>, Vec<crate::patches::SourcePatch>);
+type KnobsAndPatches = (BTreeMap<String, String>, Vec<forge_wheel::provenance::SourcePatch>);
 
 /// Source and interface first: a variant the revision cannot build is
 /// refused before any toolchain work or submodule fetch. The pinned source
@@ -208,10 +211,10 @@ fn sources_and_knobs(
                 e.insert(pinned(pins, v.arch, origin, mirror, c.recorded_fork.as_ref())?)
             }
         };
-        let set = super::patch::for_variant(pins, v)?;
+        let set = forge_store::patch::for_variant(pins, v)?;
         if !set.is_empty() {
             let scratch = tempfile::Builder::new().prefix("patch-check-").tempdir_in(cache_dir)?;
-            super::patch::check_applies(mirror, &p.rev, &set, scratch.path())?;
+            forge_store::patch::check_applies(mirror, &p.rev, &set, scratch.path())?;
         }
         knob_envs.push((knobs(pins, v, p)?, set));
     }
@@ -262,7 +265,7 @@ fn cross_toolchain(host: &ToolchainPart, cache_dir: &Path, mode: Mode) -> Result
         Mode::Build => Some(cross::provision(r, t, cache_dir)?),
         Mode::Plan => match cross::lookup(r, t, cache_dir) {
             Ok(found) => found,
-            Err(e) if crate::error::exit_of(&e) == Exit::Environment => {
+            Err(e) if forge_os::error::exit_of(&e) == Exit::Environment => {
                 let mut m = missing("registry (cross)", &e, cross_needs(), None);
                 preview(&mut m);
                 return Ok(m);
@@ -321,7 +324,7 @@ fn pinned(
     arch: Arch,
     origin: &Origin,
     mirror: &Path,
-    recorded: Option<&crate::provenance::Fork>,
+    recorded: Option<&forge_wheel::provenance::Fork>,
 ) -> Result<Pinned> {
     let pin = pins.pin(arch)?;
     if let Some((dir, sha)) = &origin.snapshot_of {
@@ -452,6 +455,23 @@ const REPORTED: [&str; 16] = [
     "NIXL_HOME",
 ];
 
+/// Whether a plan reads the caller's variable `name` (kept, reported or a knob):
+/// one that is not UTF-8 is refused, naming it; any other is ignored.
+fn caller_reads(name: &str) -> bool {
+    super::plan::PASSTHROUGH.contains(&name)
+        || REPORTED.contains(&name)
+        || REPORTED_BY_NAME.iter().any(|p| name.starts_with(p))
+        || forge_os::environ::VARIABLES.iter().any(|v| v.name == name)
+        || [
+            forge_model::interface::Branch::HybridEp,
+            forge_model::interface::Branch::Main,
+            forge_model::interface::Branch::MainLegacy,
+        ]
+        .iter()
+        .any(|b| forge_model::interface::table(*b).iter().any(|k| k.name == name))
+        || forge_model::interface::PLAN_OWNED.contains(&name)
+}
+
 /// Prefixes whose caller variables are reported by name only (values may be credentials).
 /// The value reported for a dropped tool setting (a pip certificate or index URL may hold a secret).
 pub const NOT_SHOWN: &str = "(not shown)";
@@ -465,7 +485,7 @@ fn plan_variant(
     ctx: &Ctx,
     v: &Variant,
     p: &Pinned,
-    (knob_env, patches): (BTreeMap<String, String>, Vec<crate::patches::SourcePatch>),
+    (knob_env, patches): (BTreeMap<String, String>, Vec<forge_wheel::provenance::SourcePatch>),
     tc: &ToolchainPart,
     jobs: usize,
     no_cache: bool,
@@ -502,7 +522,7 @@ fn plan_variant(
             snapshot_of: ctx.origin.snapshot_of.as_ref().map(|(d, _)| d.clone()),
             rev: pin.rev.clone(),
             branch: ctx.pins.source.branch.clone(),
-            version: crate::patches::label(&i.base_version, pin.short(), &patches),
+            version: forge_model::patches::label(&i.base_version, pin.short(), &patches),
             short: pin.short().to_string(),
             source_date_epoch: p.commit_time,
             submodules,
@@ -667,7 +687,7 @@ fn attach_environment(plan: &mut Plan, t: &Toolchain, (ctx, v, short): (&Ctx, &V
     let (mut e, from) = super::environment::of(t, &plan.run.env, i);
     // The registration path of the source as built: the pin's csrc with the variant's patches.
     e.needs.registration =
-        e.needs.registration.as_ref().map(|r| crate::interface::registration::patched(r, &plan.source.patches));
+        e.needs.registration.as_ref().map(|r| forge_model::interface::registration::patched(r, &plan.source.patches));
     let root = |lib| super::environment::root(t, &plan.run.env, i.branch, lib);
     e.requires =
         Some(super::closure::derive(t, &e, root("NCCL").as_deref(), root("NVSHMEM").as_deref(), v.runtime_requires));
@@ -690,7 +710,7 @@ fn set_outputs(plan: &mut Plan, cache_dir: &Path, variant: &str, no_cache: bool)
         .cache_key
         .as_deref()
         .filter(|_| !no_cache)
-        .map(|k| crate::cache::Cache::at(cache_dir).wheels_dir().join(k));
+        .map(|k| forge_store::cache::Cache::at(cache_dir).wheels_dir().join(k));
 }
 
 /// The revision's stated torch and NVSHMEM minimums against what the build compiles
@@ -698,7 +718,7 @@ fn set_outputs(plan: &mut Plan, cache_dir: &Path, variant: &str, no_cache: bool)
 fn below_stated(
     (ctx, v, short): (&Ctx, &Variant, &str),
     i: &Interface,
-    e: &crate::provenance::BuildEnvironment,
+    e: &forge_wheel::provenance::BuildEnvironment,
     from: &BTreeMap<String, String>,
 ) -> Result<()> {
     let read = |lib: &str| from.get(lib).map(String::as_str).unwrap_or("the build Python");
@@ -809,14 +829,14 @@ fn identify(
     let memo = cache_dir.join("toolchain");
     if c.toolchain == registry::Kind::System {
         if c.match_project.is_some() {
-            crate::bail_usage!(
+            forge_os::bail_usage!(
                 "--match-project needs --toolchain registry (the system toolchain is what the build Python has)"
             );
         }
         let python = c.python.as_deref().unwrap_or("python3");
         return match toolchain::identify(python, None, &memo) {
             Ok(t) => Ok(ToolchainPart::Known(Box::new(t))),
-            Err(e) if mode == Mode::Plan && crate::error::exit_of(&e) == Exit::Environment => {
+            Err(e) if mode == Mode::Plan && forge_os::error::exit_of(&e) == Exit::Environment => {
                 Ok(missing("system", &e, system_needs(python), None))
             }
             Err(e) => Err(e),
@@ -828,7 +848,7 @@ fn identify(
         Mode::Build => Some(registry::provision(&req, cache_dir)?),
         Mode::Plan => match registry::lookup(&req, cache_dir) {
             Ok(found) => found,
-            Err(e) if crate::error::exit_of(&e) == Exit::Environment => {
+            Err(e) if forge_os::error::exit_of(&e) == Exit::Environment => {
                 let m = missing("registry", &e, registry_needs(&req), Some(would(&req, None)?));
                 return Ok(warn_locked_cuda(m, &req));
             }
@@ -927,7 +947,7 @@ fn would(req: &registry::Request, root: Option<PathBuf>) -> Result<plan::WouldPr
     let overrides = req
         .overrides
         .iter()
-        .map(|o| crate::provenance::Requirement {
+        .map(|o| forge_wheel::provenance::Requirement {
             name: o.package.clone(),
             specifier: o.spec.clone(),
             why: o.why.clone(),
@@ -972,7 +992,7 @@ fn log_path(cache_dir: &Path, variant: &str, key: Option<&str>) -> PathBuf {
     let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tag = key.map(|k| &k[..12]).unwrap_or("unknown");
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (y, mo, d, h, mi, s) = crate::provenance::utc_parts(secs as i64);
+    let (y, mo, d, h, mi, s) = forge_wheel::provenance::utc_parts(secs as i64);
     let at = format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z");
     cache_dir.join("logs").join(format!("{variant}-{tag}-{at}-{}-{n}.log", std::process::id()))
 }

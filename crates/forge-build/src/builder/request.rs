@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use super::registry;
-use crate::pins::Pins;
+use forge_model::pins::Pins;
 
 /// Which variants of the pins to build.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +84,7 @@ pub struct BuildRequest {
     pub serial_extensions: bool,
     /// A fork's record as a wheel's provenance carries it (`verify`): used as
     /// recorded, so the upstream, named only there, is never fetched.
-    pub recorded_fork: Option<crate::provenance::Fork>,
+    pub recorded_fork: Option<forge_wheel::provenance::Fork>,
 }
 
 /// How a build runs, whatever it builds (`--source`, `--python`, `--cache-dir`,
@@ -121,8 +121,8 @@ pub struct BuildOptions {
     pub out: PathBuf,
     pub no_cache: bool,
     /// The remote cache (`--cache-url`, `--trusted-key`, transport).
-    pub remote: crate::cache::RemoteRequest,
-    pub format: crate::output::DataFormat,
+    pub remote: forge_store::cache::RemoteRequest,
+    pub format: forge_os::output::DataFormat,
 }
 
 impl BuildOptions {

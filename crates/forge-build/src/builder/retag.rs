@@ -8,10 +8,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::error::Failure;
-use crate::manylinux::{self, Audit};
-use crate::provenance::Provenance;
-use crate::wheel::stamp;
+use forge_os::error::Failure;
+use forge_wheel::manylinux::{self, Audit};
+use forge_wheel::provenance::Provenance;
+use forge_wheel::wheel::stamp;
 
 /// Audit `built` (with the members `changes` replaces), put its new WHEEL into
 /// `changes` and its platform into `prov`; returns the wheel's new file name.
@@ -22,7 +22,7 @@ pub fn retag(
     prov: &mut Provenance,
     floor: Option<&str>,
 ) -> Result<String> {
-    let mut w = crate::wheel::open(built)?;
+    let mut w = forge_wheel::wheel::open(built)?;
     let elves = manylinux::read_wheel(&mut w, &changes.replace)?;
     let Some(audit) = manylinux::audit(&elves, &w.names()) else { return Ok(file_name.to_string()) };
     refuse_forbidden(&audit, file_name)?;
@@ -31,7 +31,8 @@ pub fn retag(
     }
     let di = w.dist_info()?;
     let member = format!("{di}/WHEEL");
-    let old = w.member(&member, crate::wheel::limits::DOC)?.with_context(|| format!("{file_name} has no {member}"))?;
+    let old =
+        w.member(&member, forge_wheel::wheel::limits::DOC)?.with_context(|| format!("{file_name} has no {member}"))?;
     let text = String::from_utf8(old).with_context(|| format!("{member} of {file_name} is not UTF-8"))?;
     changes.replace.insert(member, tagged(&text, &audit.platform.tag).into_bytes());
     let renamed = renamed(file_name, &audit.platform.tag)?;
@@ -139,11 +140,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let c = "#include <pthread.h>\nint foo(void);\nstatic void *f(void *x) { return x; }\n\
                  int go(void) { pthread_t t; pthread_create(&t, 0, f, 0); return pthread_join(t, 0) + foo(); }\n";
-        let elves = vec![crate::manylinux::elf::read("deep_ep/x.so", &compiled(d.path(), c)).unwrap()];
-        let a = crate::manylinux::audit(&elves, &["deep_ep/x.so".into()]).unwrap();
+        let elves = vec![forge_wheel::manylinux::elf::read("deep_ep/x.so", &compiled(d.path(), c)).unwrap()];
+        let a = forge_wheel::manylinux::audit(&elves, &["deep_ep/x.so".into()]).unwrap();
         let e = super::refuse_forbidden(&a, "w.whl").unwrap_err();
         assert!(format!("{e:#}").contains("deep_ep/x.so needs libfoo.so.1"), "{e:#}");
-        assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Problems);
+        assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Problems);
         let e = super::check_floor(&a, &elves, "2_28", "w.whl").unwrap_err();
         let text = format!("{e:#}");
         assert!(text.contains("needs manylinux_2_34 but pins.toml's floor is manylinux_2_28"), "{text}");

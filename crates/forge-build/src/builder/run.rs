@@ -10,8 +10,8 @@ use super::execute;
 use super::plan::Plan;
 use super::prepare::{make_plans, Mode, Skipped};
 use super::request::{out_folder, BuildRequest};
-use crate::cache::{remote::Remote, Cache};
-use crate::error::check_interrupted;
+use forge_os::error::check_interrupted;
+use forge_store::cache::{remote::Remote, Cache};
 
 /// What one run of [`build`] did.
 pub struct Built {

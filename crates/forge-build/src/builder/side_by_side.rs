@@ -87,7 +87,9 @@ pub fn keep_ninja_logs(tree: &Path, log: &Path) -> Vec<PathBuf> {
         }
         let name = e.path().parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
         let to = dest.join(format!("{}.ninja_log", name.unwrap_or_else(|| "build".into())));
-        if std::fs::create_dir_all(&dest).is_ok() && crate::input::copy_capped(e.path(), &to, MAX_NINJA_LOG).is_ok() {
+        if std::fs::create_dir_all(&dest).is_ok()
+            && forge_os::fs::named::copy_capped(e.path(), &to, MAX_NINJA_LOG).is_ok()
+        {
             kept.push(to);
         }
     }
@@ -133,7 +135,7 @@ mod hostile_trees {
         assert_eq!(kept.len(), 1);
         let len = std::fs::metadata(&kept[0]).unwrap().len();
         assert!(len > MAX_NINJA_LOG && len < MAX_NINJA_LOG + 200, "{len}");
-        let tail = crate::input::read_bytes(&kept[0], "kept log", 1 << 30).unwrap();
+        let tail = forge_os::fs::named::read_bytes(&kept[0], "kept log", 1 << 30).unwrap();
         let tail = String::from_utf8_lossy(&tail[tail.len() - 120..]).into_owned();
         assert!(tail.contains(&format!("cut at {MAX_NINJA_LOG} of {} bytes", 1u64 << 30)), "{tail}");
     }

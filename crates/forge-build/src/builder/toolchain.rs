@@ -3,15 +3,16 @@
 //! (read from `torch/version.py`: `import torch` takes seconds), nvcc and the
 //! C/C++ compilers. Also the preflight checks that refuse a build before
 //! anything compiles (exit 3 with what is missing and how to get it).
-use super::lookup::{read_torch_version, which};
+use super::lookup::read_torch_version;
+use forge_os::process::lookup::which;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Failure;
-use crate::process::Cmd;
+use forge_os::error::Failure;
+use forge_os::process::Cmd;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Toolchain {
@@ -137,7 +138,7 @@ pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<T
         .to_string();
     let mut compilers = BTreeMap::new();
     for (var, default) in [("CC", Some("cc")), ("CXX", Some("c++")), ("CUDAHOSTCXX", None)] {
-        let name = match crate::environ::var(var).filter(|v| !v.is_empty()) {
+        let name = match forge_os::environ::var(var).filter(|v| !v.is_empty()) {
             Some(v) => v,
             None => match default {
                 Some(d) => d.to_string(),
@@ -223,12 +224,12 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
     also: impl Fn(&T) -> Vec<PathBuf>,
     compute: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    let file = dir.join(format!("{kind}-{}.json", super::source::short_hash(&path.to_string_lossy())));
+    let file = dir.join(format!("{kind}-{}.json", forge_store::source::short_hash(&path.to_string_lossy())));
     let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let stamps = |v: &T| -> Vec<_> {
         [path.to_path_buf(), real.clone()].into_iter().chain(also(v)).map(|p| file_stamp(&p)).collect()
     };
-    if let Some(m) = crate::input::read_bytes(&file, "toolchain memo", crate::input::cap::TEXT)
+    if let Some(m) = forge_os::fs::named::read_bytes(&file, "toolchain memo", forge_os::input::cap::TEXT)
         .ok()
         .and_then(|b| serde_json::from_slice::<Memo<T>>(&b).ok())
     {
@@ -252,7 +253,7 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
 /// CUDA_HOME, else nvcc on PATH, else the registry wheels in the Python's
 /// site-packages (`nvidia/cu13/bin/nvcc` from `nvidia-cuda-nvcc`).
 fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
-    if let Some(h) = crate::environ::var_os("CUDA_HOME").filter(|h| !h.is_empty()) {
+    if let Some(h) = forge_os::environ::var_os("CUDA_HOME").filter(|h| !h.is_empty()) {
         let h = PathBuf::from(h);
         if h.join("bin/nvcc").exists() {
             return Ok(h);
@@ -319,7 +320,7 @@ fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<(
         .unwrap_or(0);
     let memo = memo_dir.join(format!(
         "libstdcxx-ok-{}",
-        super::source::short_hash(&format!("{}|{}|{mtime}|{}", c.path.display(), meta.len(), c.version))
+        forge_store::source::short_hash(&format!("{}|{}|{mtime}|{}", c.path.display(), meta.len(), c.version))
     ));
     if memo.exists() {
         return Ok(());

@@ -51,7 +51,7 @@ pub fn load(file: &Path) -> Option<BTreeMap<String, u64>> {
     if !meta.is_file() || meta.len() > MAX_BYTES {
         return None;
     }
-    let text = crate::input::read_text(file, "the unit-time history", MAX_BYTES).ok()?;
+    let text = forge_os::fs::named::read_text(file, "the unit-time history", MAX_BYTES).ok()?;
     let times: BTreeMap<String, u64> = serde_json::from_str(&text).ok()?;
     let ok = times.len() <= MAX_UNITS && times.iter().all(|(u, ms)| valid_unit(u) && *ms <= 86_400_000);
     ok.then_some(times)
@@ -92,7 +92,8 @@ pub fn attach(pl: &mut Plan, cache_dir: &Path) {
 pub fn read_logs(logs: &[PathBuf], root: &Path) -> BTreeMap<String, u64> {
     let mut times = BTreeMap::new();
     for log in logs {
-        let Ok(text) = crate::input::read_text(log, "a kept ninja log", super::side_by_side::MAX_NINJA_LOG) else {
+        let Ok(text) = forge_os::fs::named::read_text(log, "a kept ninja log", super::side_by_side::MAX_NINJA_LOG)
+        else {
             continue;
         };
         for line in text.lines().filter(|l| !l.starts_with('#')) {

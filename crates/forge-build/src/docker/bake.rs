@@ -9,9 +9,9 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{DOCKERFILE, IMAGE};
-use crate::error::{Exit, Failure};
-use crate::output::{annotation, Annotation, Format, Level};
-use crate::pins::{Pins, Transport, Variant};
+use forge_model::pins::{Pins, Transport, Variant};
+use forge_os::error::{Exit, Failure};
+use forge_os::output::{annotation, Annotation, Format, Level};
 
 /// `docker bake --format json` schema version.
 pub const BAKE_REPORT_SCHEMA: u32 = 1;
@@ -90,7 +90,7 @@ pub fn bake_json(pins: &Pins, pins_in_context: &str) -> Result<String> {
 
 fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target> {
     let pin = pins.pin(v.arch)?;
-    let version = crate::patch::variant_label(pins, v)?;
+    let version = forge_store::patch::variant_label(pins, v)?;
     let flag = |b: bool| if b { "1" } else { "0" }.to_string();
     let mut args = BTreeMap::from([
         ("VARIANT".to_string(), v.name.clone()),
@@ -105,7 +105,7 @@ fn bake_target(pins: &Pins, v: &Variant, pins_in_context: &str) -> Result<Target
     ]);
     // No topology: the image's probe judges the wheel against pins.toml only (empty PROBE_* args).
     let t = v.topology.as_ref();
-    let num = |f: fn(&crate::pins::IntendedTopology) -> u32| t.map(|t| f(t).to_string()).unwrap_or_default();
+    let num = |f: fn(&forge_model::pins::IntendedTopology) -> u32| t.map(|t| f(t).to_string()).unwrap_or_default();
     args.extend([
         ("PROBE_GPU".to_string(), t.map(|t| t.gpu_names(" ")).unwrap_or_default()),
         ("PROBE_EP".into(), num(|t| t.ep)),
@@ -220,7 +220,7 @@ pub struct BakeRequest {
 pub fn bake(a: BakeRequest) -> Result<Exit> {
     let pins = Pins::load(&a.pins)?;
     let text = bake_json(&pins, &pins_in_context(&a.pins)?)?;
-    let current = crate::input::read_text_opt(&a.out, "bake file", crate::input::cap::TEXT)?;
+    let current = forge_os::fs::named::read_text_opt(&a.out, "bake file", forge_os::input::cap::TEXT)?;
     let fix = format!("deepep-forge docker bake --pins {} --out {}", a.pins.display(), a.out.display());
     let (status, changes) = match &current {
         Some(t) if *t == text => ("up-to-date", Vec::new()),
@@ -242,7 +242,7 @@ pub fn bake(a: BakeRequest) -> Result<Exit> {
         fix: problem.then(|| fix.clone()),
     };
     if a.format == Format::Json {
-        crate::printer::json(&report)?;
+        forge_os::printer::json(&report)?;
     } else {
         let human = render_bake(&report);
         if a.format == Format::Github && problem {
@@ -253,9 +253,9 @@ pub fn bake(a: BakeRequest) -> Result<Exit> {
                 message: format!("{msg}\n{human}"),
                 ..Default::default()
             };
-            crate::printer::workflow(&annotation(Level::Error, &note));
+            forge_os::printer::workflow(&annotation(Level::Error, &note));
         }
-        crate::out!("{human}");
+        forge_os::out!("{human}");
     }
     Ok(if problem { Exit::Problems } else { Exit::Ok })
 }
@@ -309,7 +309,7 @@ mod tests {
         assert_eq!(t["args"]["RDMA_CORE_REF"], "v60.0");
         assert_eq!(t["args"]["PROBE_RANKS_PER_DOMAIN"], "64");
         assert_eq!(t["args"]["PROBE_MNNVL"], "--mnnvl");
-        assert_eq!(t["args"]["DEEPEP_REV"], p.pin(crate::pins::Arch::Aarch64).unwrap().rev);
+        assert_eq!(t["args"]["DEEPEP_REV"], p.pin(forge_model::pins::Arch::Aarch64).unwrap().rev);
         assert_eq!(t["tags"][0], "deepep-forge/deep-ep:gb200-multinode-1.2.1-17cfb81");
         let h = &j["target"]["h100"];
         assert_eq!(

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::Builder;
-use crate::cache::Cache;
-use crate::error::Failure;
-use crate::process::Cmd;
+use forge_os::error::Failure;
+use forge_os::process::engine::Builder;
+use forge_os::process::Cmd;
+use forge_store::cache::Cache;
 
 /// The Debian mirror debootstrap reads by default.
 pub const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
@@ -104,18 +104,18 @@ pub fn check(a: &BaseRequest) -> Result<Base> {
     if !named {
         return Err(Failure::usage(format!(
             "--base-suite {}: not a Debian suite name",
-            crate::input::excerpt(suite, 80)
+            forge_os::input::excerpt(suite, 80)
         ))
         .hint("pass a codename such as bookworm or trixie")
         .into());
     }
     let mirror = a.mirror.trim_end_matches('/').to_string();
     if super::check_index_url(&mirror).is_err() {
-        return Err(Failure::usage(format!("--base-mirror {}: not an http(s) URL", crate::http::redact(&mirror)))
+        return Err(Failure::usage(format!("--base-mirror {}: not an http(s) URL", forge_os::http::redact(&mirror)))
             .hint(format!("pass a Debian mirror such as {DEFAULT_MIRROR}"))
             .into());
     }
-    super::which("debootstrap").ok_or_else(|| {
+    forge_os::process::lookup::which("debootstrap").ok_or_else(|| {
         Failure::env("debootstrap not found on PATH: podman/buildah images start from a Debian it makes")
             .hint("install it (Debian/Ubuntu: apt-get install debootstrap)")
     })?;
@@ -132,13 +132,13 @@ fn release(b: &Base) -> Result<Release> {
     let body = fetch_release(&format!("{}/dists/{}/Release", b.mirror, b.suite))?;
     let text = String::from_utf8_lossy(&body);
     let date = text.lines().find_map(|l| l.strip_prefix("Date: ")).unwrap_or("unknown").trim().to_string();
-    Ok(Release { date, sha256: crate::input::sha256_hex(&body) })
+    Ok(Release { date, sha256: forge_os::input::sha256_hex(&body) })
 }
 
 /// GET a Release file: at most 1 MiB, 30 s in all (the one HTTP client,
-/// [`crate::http`]: a connect timeout, and a deadline for the whole body).
+/// [`forge_os::http`]: a connect timeout, and a deadline for the whole body).
 fn fetch_release(url: &str) -> Result<Vec<u8>> {
-    use crate::http;
+    use forge_os::http;
     let shown = http::redact(url);
     let u = http::parse(url).map_err(|why| Failure::usage(format!("--base-mirror {why}")))?;
     let client = http::Client::new(std::time::Duration::from_secs(30), http::Plain::Allowed)?;
@@ -167,7 +167,7 @@ fn host_cas() -> Result<Vec<(String, Vec<u8>)>> {
         let e = e?;
         let name = e.file_name().to_string_lossy().into_owned();
         if name.ends_with(".crt") && e.file_type()?.is_file() {
-            v.push((name, crate::input::read_bytes(&e.path(), "CA certificate", crate::input::cap::TEXT)?));
+            v.push((name, forge_os::fs::named::read_bytes(&e.path(), "CA certificate", forge_os::input::cap::TEXT)?));
         }
     }
     v.sort();
@@ -184,7 +184,7 @@ fn debian_key(b: &Base, arch: Arch) -> String {
         "arch": arch.debian(),
         "packages": PACKAGES,
     });
-    crate::input::sha256_hex(inputs.to_string().as_bytes())
+    forge_os::input::sha256_hex(inputs.to_string().as_bytes())
 }
 
 /// The CUDA layer's key: the rootfs's key, the Containerfile and the host CAs it copies.
@@ -193,9 +193,9 @@ fn cuda_key(debian_key: &str, containerfile: &str, cas: &[(String, Vec<u8>)]) ->
         "schema": SCHEMA,
         "debian": debian_key,
         "containerfile": containerfile,
-        "host_cas": cas.iter().map(|(n, d)| format!("{n} {}", crate::input::sha256_hex(d))).collect::<Vec<_>>(),
+        "host_cas": cas.iter().map(|(n, d)| format!("{n} {}", forge_os::input::sha256_hex(d))).collect::<Vec<_>>(),
     });
-    crate::input::sha256_hex(inputs.to_string().as_bytes())
+    forge_os::input::sha256_hex(inputs.to_string().as_bytes())
 }
 
 /// Plan the base for `arch`: its key and references; whether the CUDA image,
@@ -238,10 +238,10 @@ fn base_dir(cache: &Cache, key: &str) -> PathBuf {
 pub fn ensure(builder: Builder, program: &Path, cache: &Cache, b: &Base, p: &Planned) -> Result<String> {
     let images = std::path::absolute(cache.root().join("images"))?;
     std::fs::create_dir_all(&images).with_context(|| format!("creating {}", images.display()))?;
-    let lock = crate::input::open_lock(&images.join(format!("base-{}.lock", &p.key[..16])), "base image lock")?;
+    let lock = forge_os::fs::named::open_lock(&images.join(format!("base-{}.lock", &p.key[..16])), "base image lock")?;
     lock.lock().context("locking the base image")?;
     if image_exists(builder, program, &p.cuda_ref)? {
-        crate::note!("base {}: cached ({} {}, {})", p.cuda_ref, b.suite, p.arch.debian(), b.mirror);
+        forge_os::note!("base {}: cached ({} {}, {})", p.cuda_ref, b.suite, p.arch.debian(), b.mirror);
         return Ok(p.cuda_ref.clone());
     }
     let dir = std::path::absolute(base_dir(cache, &p.key))?;
@@ -287,7 +287,7 @@ fn make_rootfs(
     std::fs::create_dir_all(&out)?;
     let debs = images.join("debs");
     std::fs::create_dir_all(&debs)?;
-    crate::note!(
+    forge_os::note!(
         "base: debootstrap {} ({}) from {} (Release {}); log {}",
         b.suite,
         arch.debian(),
@@ -318,7 +318,7 @@ fn make_rootfs(
         "packages": PACKAGES,
         "release_date": release.date,
         "release_sha256": release.sha256,
-        "rootfs_sha256": crate::input::sha256_file(&tar, "Debian rootfs tarball", crate::input::cap::ROOTFS)?.0,
+        "rootfs_sha256": forge_os::fs::named::sha256_file(&tar, "Debian rootfs tarball", forge_os::input::cap::ROOTFS)?.0,
         "snapshot": if b.mirror.contains("snapshot.debian.org") { "pinned by the mirror URL" } else { "none: the mirror's state on release_date" },
     });
     std::fs::write(out.join("base.json"), serde_json::to_string_pretty(&record)? + "\n")?;
@@ -384,7 +384,7 @@ fn cuda_layer(
         std::fs::write(ca_dir.join(name), bytes)?;
     }
     std::fs::write(ctx_dir.join("Containerfile"), file)?;
-    crate::note!("base: the CUDA {CUDA} registry packages -> {r}; log {}", images.join("cuda-layer.log").display());
+    forge_os::note!("base: the CUDA {CUDA} registry packages -> {r}; log {}", images.join("cuda-layer.log").display());
     Cmd::new(program, format!("build the base image {r}"))
         .args(["build", "--isolation=chroot", "--pull=never", &format!("--tag={r}")])
         .arg(format!("--file={}", ctx_dir.join("Containerfile").display()))

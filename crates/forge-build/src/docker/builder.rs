@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::bake::{self, BakeFile, Target, INDEX_ARG, INDEX_SUFFIX};
-use super::{base, check_index_url, find, BuildRequest, Builder};
-use crate::error::{Exit, Failure};
-use crate::pins::Pins;
-use crate::process::Cmd;
+use super::{base, check_index_url, BuildRequest};
+use forge_model::pins::Pins;
+use forge_os::error::{Exit, Failure};
+use forge_os::process::engine::{find, Builder};
+use forge_os::process::Cmd;
 
 /// The flags of `podman build` / `buildah build` a user may add after `--`:
 /// none of them changes what the bake file decides (stage, platform, args, tags).
@@ -50,7 +51,7 @@ pub fn build(a: BuildRequest) -> Result<Exit> {
 /// The bake file, which must be exactly what pins.toml generates (exit 2 otherwise).
 fn read_fresh(a: &BuildRequest, pins: &Pins) -> Result<BakeFile> {
     let expected = bake::bake_json(pins, &bake::pins_in_context(&a.pins)?)?;
-    let current = crate::input::read_text_opt(&a.file, "bake file", crate::input::cap::TEXT)?;
+    let current = forge_os::fs::named::read_text_opt(&a.file, "bake file", forge_os::input::cap::TEXT)?;
     if current.as_deref() != Some(expected.as_str()) {
         return Err(Failure::usage(format!(
             "{} is {} {}: building from it would not build what pins.toml says",
@@ -96,12 +97,12 @@ fn docker_bake(a: &BuildRequest, targets: &[(String, Target)], index: Option<&st
     }
     cmd.args(&a.extra);
     let status = cmd.run_inherit()?;
-    crate::error::check_interrupted()?;
+    forge_os::error::check_interrupted()?;
     if !status.success() {
         return Err(failed_build(&format!("docker buildx bake failed ({status})")));
     }
     let names: Vec<&str> = targets.iter().map(|(t, _)| t.as_str()).collect();
-    crate::outln!("built {} from {} (docker)", names.join(", "), a.file.display());
+    forge_os::outln!("built {} from {} (docker)", names.join(", "), a.file.display());
     Ok(Exit::Ok)
 }
 
@@ -119,7 +120,7 @@ const TOOL_ARGS: &[&str] = &["CUDA_BASE_IMAGE", "FORGE_SOURCE", "FORGE_BINARY", 
 fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
     // Everything that can be refused is refused before anything is pulled or built.
     let dockerfile = read_dockerfile(targets)?;
-    let declared = declared_args(&dockerfile);
+    let declared = forge_model::dockerfile::declared_args(&dockerfile);
     for (_, t) in targets {
         check_extra(&a.extra, t, &declared)?;
         check_platform(t)?;
@@ -128,7 +129,7 @@ fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str
     if let Some(s) = &a.source {
         let url = s.contains("://") || s.starts_with("git@");
         if !url && !Path::new(s).is_dir() {
-            return Err(Failure::usage(format!("--source {}: no such folder", crate::input::excerpt(s, 200)))
+            return Err(Failure::usage(format!("--source {}: no such folder", forge_os::input::excerpt(s, 200)))
                 .hint("pass a DeepEP clone, a bare mirror, a folder of DeepEP's files, or a git URL")
                 .into());
         }
@@ -136,7 +137,7 @@ fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str
     let program = find(a.builder)?;
     let forge = forge_binary(a)?;
     let base = base::check(&a.base)?;
-    let cache = crate::cache::Cache::at(crate::cache::resolve_dir(a.cache_dir.as_deref())?);
+    let cache = forge_store::cache::Cache::at(forge_store::cache::resolve_dir(a.cache_dir.as_deref())?);
     // Each base planned first: a base that must be made has its suite checked at the mirror now.
     let mut bases = Vec::new();
     for (_, t) in targets {
@@ -154,11 +155,11 @@ fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str
         cmd.args(builder_argv(t, ctx.path(), &tag, &base_ref, a, index));
         cmd.args(&a.extra).arg(ctx.path());
         let status = cmd.run_inherit()?;
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         if !status.success() {
             return Err(failed_build(&format!("{} build of {name} failed ({status})", a.builder.program())));
         }
-        crate::outln!("built {tag} ({name}, {}, base {base_ref})", a.builder.program());
+        forge_os::outln!("built {tag} ({name}, {}, base {base_ref})", a.builder.program());
     }
     Ok(Exit::Ok)
 }
@@ -171,13 +172,11 @@ fn read_dockerfile(targets: &[(String, Target)]) -> Result<String> {
         anyhow::bail!("the selected targets name different Dockerfiles");
     };
     if file == super::DOCKERFILE && !Path::new(file).exists() {
-        crate::note!("note: no {file} here: building with the image definition inside this deepep-forge");
+        forge_os::note!("note: no {file} here: building with the image definition inside this deepep-forge");
         return Ok(super::DOCKERFILE_TEXT.to_string());
     }
-    crate::input::read_text(Path::new(file), "Dockerfile", crate::input::cap::TEXT)
+    forge_os::fs::named::read_text(Path::new(file), "Dockerfile", forge_os::input::cap::TEXT)
 }
-
-pub use crate::dockerfile::declared_args;
 
 /// The flags after `--` for podman/buildah: only those that leave the bake
 /// file's decisions alone; a `--build-arg` only for an ARG the Dockerfile
@@ -207,7 +206,7 @@ pub fn check_extra(extra: &[String], t: &Target, declared: &BTreeSet<String>) ->
             if let Some(why) = why {
                 return Err(Failure::usage(format!(
                     "-- --build-arg {}: {why}",
-                    crate::input::excerpt(&value, 80)
+                    forge_os::input::excerpt(&value, 80)
                 ))
                 .hint("change pins.toml and run `deepep-forge docker bake` for what the bake file sets; pass only ARGs it leaves open (e.g. PYTHON_PACKAGES)")
                 .into());
@@ -217,7 +216,7 @@ pub fn check_extra(extra: &[String], t: &Target, declared: &BTreeSet<String>) ->
         if !PASSTHROUGH.contains(&name) {
             return Err(Failure::usage(format!(
                 "-- {}: not a flag `docker build` passes to podman/buildah",
-                crate::input::excerpt(flag, 80)
+                forge_os::input::excerpt(flag, 80)
             ))
             .hint(format!(
                 "the stage, platform, tags, labels and args come from the bake file; allowed after --: {}, --build-arg NAME=VALUE",
@@ -296,7 +295,7 @@ fn assemble_context(ctx: &Path, t: &Target, pins: &Path, forge: &Path, dockerfil
     };
     put(&t.dockerfile, dockerfile.as_bytes())?;
     let pins_rel = pins_in_context(t)?;
-    put(pins_rel, crate::input::read_text(pins, "pins file", crate::input::cap::TEXT)?.as_bytes())?;
+    put(pins_rel, forge_os::fs::named::read_text(pins, "pins file", forge_os::input::cap::TEXT)?.as_bytes())?;
     let bin = ctx.join("target/release/deepep-forge");
     std::fs::create_dir_all(bin.parent().expect("has a parent"))?;
     std::fs::copy(forge, &bin).with_context(|| format!("copying {}", forge.display()))?;
@@ -307,12 +306,12 @@ fn assemble_context(ctx: &Path, t: &Target, pins: &Path, forge: &Path, dockerfil
 /// a folder committed into a snapshot repository) and cloned bare into the
 /// context: only committed objects travel, never a working tree's build
 /// outputs, and the pinned revision is checked out from it inside the build.
-fn put_source(s: &str, cache: &crate::cache::Cache, dest: &Path) -> Result<()> {
-    let origin = crate::source::resolve(s, cache.root())?;
+fn put_source(s: &str, cache: &forge_store::cache::Cache, dest: &Path) -> Result<()> {
+    let origin = forge_store::source::resolve(s, cache.root())?;
     let parent = dest.parent().expect("the context folder");
-    crate::process::git::git(
+    forge_os::process::git::git(
         parent,
-        crate::process::git::Trust::User,
+        forge_os::process::git::Trust::User,
         format!("copy --source {s} into the build context"),
     )
     .args(["clone", "-q", "--bare", "--no-hardlinks", "--"])
@@ -386,7 +385,7 @@ mod tests {
     }
 
     fn declared() -> BTreeSet<String> {
-        declared_args(super::super::DOCKERFILE_TEXT)
+        forge_model::dockerfile::declared_args(super::super::DOCKERFILE_TEXT)
     }
 
     fn extra(v: &[&str]) -> Result<()> {
@@ -407,7 +406,7 @@ mod tests {
             (&["--tag=evil"][..], "not a flag"),
         ] {
             let e = extra(flags).unwrap_err();
-            assert_eq!(crate::error::exit_of(&e), Exit::Usage, "{flags:?}");
+            assert_eq!(forge_os::error::exit_of(&e), Exit::Usage, "{flags:?}");
             assert!(format!("{e:#}").contains(says), "{flags:?}: {e:#}");
         }
     }
@@ -420,7 +419,7 @@ mod tests {
             variant: Vec::new(),
             pins: "pins.toml".into(),
             file: super::super::BAKE_FILE.into(),
-            builder: super::super::Builder::Podman,
+            builder: forge_os::process::engine::Builder::Podman,
             index: None,
             source: None,
             forge_binary: None,
@@ -460,7 +459,7 @@ mod tests {
     fn index_urls_are_http_and_end_in_a_slash() {
         assert_eq!(check_index_url("http://127.0.0.1:8000/h100/simple").unwrap(), "http://127.0.0.1:8000/h100/simple/");
         for bad in ["file:///srv/idx", "--index-url=x", "http://a b/", "ftp://x/"] {
-            assert_eq!(crate::error::exit_of(&check_index_url(bad).unwrap_err()), Exit::Usage, "{bad}");
+            assert_eq!(forge_os::error::exit_of(&check_index_url(bad).unwrap_err()), Exit::Usage, "{bad}");
         }
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 pub mod bake;
 pub mod base;
@@ -35,7 +35,7 @@ pub struct BuildRequest {
     pub variant: Vec<String>,
     pub pins: PathBuf,
     pub file: PathBuf,
-    pub builder: Builder,
+    pub builder: forge_os::process::engine::Builder,
     pub index: Option<String>,
     pub source: Option<String>,
     pub forge_binary: Option<PathBuf>,
@@ -46,9 +46,6 @@ pub struct BuildRequest {
     pub extra: Vec<String>,
 }
 
-pub use crate::process::engine::{find, Builder, ImageReader};
-pub use crate::process::lookup::which;
-
 /// An index URL for the image's pip: http or https, no spaces or control
 /// characters (it becomes one build argument, never an option).
 pub fn check_index_url(url: &str) -> Result<String> {
@@ -56,7 +53,7 @@ pub fn check_index_url(url: &str) -> Result<String> {
         && url.len() <= 2048
         && !url.chars().any(|c| c.is_whitespace() || c.is_control());
     if !ok {
-        return Err(Failure::usage(format!("--index {}: not an http(s) URL", crate::http::redact(url)))
+        return Err(Failure::usage(format!("--index {}: not an http(s) URL", forge_os::http::redact(url)))
             .hint("pass the variant's publish index as the image sees it, e.g. --index https://host/wheels/h100/simple/ (file:// is not reachable from inside a build)")
             .into());
     }

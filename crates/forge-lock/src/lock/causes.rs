@@ -4,8 +4,9 @@
 //! *because* the pin moved) carry the root's kind, so they never form a cause
 //! of their own. Findings without a kind group by rule and fix.
 //! Pure: findings in, causes out; reads and prints nothing.
-use crate::findings::{Cause, Finding, Severity};
-use crate::pins::Arch;
+use forge_model::findings::{Cause, Finding, Severity};
+use forge_model::pins::Arch;
+use forge_os::line::Line;
 
 use super::rules::{self, Context};
 
@@ -13,7 +14,7 @@ use super::rules::{self, Context};
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Key {
     Kind(&'static str, Option<Arch>),
-    Rule(String, Option<String>),
+    Rule(String, Option<Line>),
 }
 
 /// Group findings (in report order) into causes, worst first; sets each finding's `cause`.
@@ -63,7 +64,7 @@ fn key(ctx: &Context, f: &Finding) -> Key {
         // One `pin set` adopts a unified intent for every architecture; a split intent needs one per architecture.
         Some(k) if k == rules::ADOPT || k == rules::LABEL => Key::Kind(k, (!ctx.unified()).then_some(f.arch).flatten()),
         Some(k) => Key::Kind(k, None),
-        None => Key::Rule(f.rule.clone(), f.fix.clone()),
+        None => Key::Rule(f.rule.to_string(), f.fix.clone()),
     }
 }
 
@@ -82,22 +83,22 @@ fn cause(ctx: &Context, key: Key, findings: Vec<Finding>) -> Cause {
                 k if k == rules::RELOCK => Some(ctx.relock_fix()),
                 _ => a.or_else(|| ctx.intent.keys().next().copied()).and_then(|a| ctx.adopt_fix(a)),
             };
-            (id, summary(ctx, kind, arch), fix)
+            (id, summary(ctx, kind, arch), fix.map(Line::from))
         }
         Key::Rule(rule, fix) => {
             let summary = match findings.as_slice() {
-                [one] => one.message.clone(),
+                [one] => one.message.to_string(),
                 many => rule_summary(&rule).unwrap_or(&many[0].message).to_string(),
             };
             (rule, summary, fix)
         }
     };
-    Cause { id, severity, summary, fix, findings }
+    Cause { id, severity, summary: summary.into(), fix, findings }
 }
 
 /// A full sha cut to 7 characters; a branch, tag or short sha shown whole.
 fn short(rev: &str) -> &str {
-    if crate::pins::is_full_sha(rev) {
+    if forge_model::pins::is_full_sha(rev) {
         &rev[..7]
     } else {
         rev

@@ -12,11 +12,11 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::index::{IndexSource, LockedWheel};
-use crate::evidence::show::{cover, Need};
-use crate::evidence::statement::Kind;
-use crate::evidence::store;
-use crate::findings::{Finding, Severity};
-use crate::pins::{EvidencePolicy, Gpu, Pins, Variant};
+use forge_model::findings::{Finding, Severity};
+use forge_model::ladder::Kind;
+use forge_model::pins::{EvidencePolicy, Gpu, Pins, Variant};
+use forge_store::evidence::show::{cover, Need};
+use forge_store::evidence::store;
 
 /// Who asks for evidence: `--require-evidence`, pins.toml's `[evidence]`, or both.
 pub struct Gate<'a> {
@@ -30,7 +30,7 @@ pub struct Gate<'a> {
 impl Gate<'_> {
     /// The pins file as messages name it.
     fn file(&self) -> String {
-        self.pins.map(|p| p.path.display().to_string()).unwrap_or_else(|| crate::pins::DEFAULT_PATH.into())
+        self.pins.map(|p| p.path.display().to_string()).unwrap_or_else(|| forge_model::pins::DEFAULT_PATH.into())
     }
 
     /// Who asks, for a usage error: `--require-evidence kernel`, `pins.toml:31 [evidence]`.
@@ -86,7 +86,7 @@ impl<'a> Gate<'a> {
     }
 
     /// Rule `r` as it applies to a wheel that may be `v`'s, saying why.
-    fn unknown_of(&self, r: &crate::pins::EvidenceRule, v: &Variant) -> Required {
+    fn unknown_of(&self, r: &forge_model::pins::EvidenceRule, v: &Variant) -> Required {
         Required {
             kind: self.flag.map_or(r.kind, |f| f.max(r.kind)),
             gpu: r.gpu,
@@ -104,7 +104,7 @@ impl<'a> Gate<'a> {
 pub struct Policy<'a> {
     pub gate: &'a Gate<'a>,
     pub dirs: &'a [std::path::PathBuf],
-    pub trusted: &'a [crate::cache::sign::PublicKey],
+    pub trusted: &'a [forge_store::cache::sign::PublicKey],
 }
 
 /// What one locked wheel needs: the stricter kind, the GPU a rule names, and who asks.

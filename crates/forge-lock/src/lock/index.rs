@@ -133,7 +133,7 @@ struct Wheel {
 /// (`deep_ep-1.2.1%2B0bfa6c2-...whl` is `deep_ep-1.2.1+0bfa6c2-...whl`); `None` when empty.
 fn last_segment(u: &str) -> Option<String> {
     let last = u.split(['?', '#']).next().unwrap_or_default().rsplit('/').next()?;
-    (!last.is_empty()).then(|| crate::index::manifest::percent_decode(last))
+    (!last.is_empty()).then(|| forge_store::index::manifest::percent_decode(last))
 }
 
 /// Every deep-ep wheel in uv.lock, and the lock's `requires-python`.
@@ -149,11 +149,11 @@ pub fn locked_wheels(path: &Path, text: &str, name: &PackageName) -> Result<Lock
                 .clone()
                 .or_else(|| wr.url.as_deref().or(wr.path.as_deref()).and_then(last_segment))
                 .unwrap_or_default();
-            let parsed = crate::wheel::WheelName::parse(&file);
+            let parsed = forge_wheel::wheel::WheelName::parse(&file);
             let arch = parsed
                 .as_ref()
                 .and_then(|n| ["x86_64", "aarch64"].into_iter().find(|a| n.platform.ends_with(a)).map(String::from));
-            let python = parsed.as_ref().and_then(crate::wheel::WheelName::cpython_minor);
+            let python = parsed.as_ref().and_then(forge_wheel::wheel::WheelName::cpython_minor);
             let sha256 = wr.hash.as_deref().and_then(|h| h.strip_prefix("sha256:")).map(String::from);
             let registry = p.get_ref().source.as_ref().and_then(|s| s.registry.clone());
             out.push(LockedWheel { file, sha256, line: ix.line(w.span().start), arch, python, registry });

@@ -13,16 +13,15 @@ use anyhow::Result;
 use pep508_rs::PackageName;
 use serde::Serialize;
 
-use crate::error::{Exit, Failure};
-use crate::findings::{self, Finding, Severity};
-use crate::output::Format;
-use crate::pins::{Arch, Pins};
+use forge_model::findings::{self, Finding, Severity};
+use forge_model::pins::{Arch, Pins};
+use forge_os::error::{Exit, Failure};
+use forge_os::output::Format;
 
 pub mod causes;
 pub mod dockerfile;
 pub mod evidence;
 pub mod index;
-pub mod marker;
 pub mod patches;
 pub mod pyproject;
 pub mod revision;
@@ -63,7 +62,7 @@ pub struct CheckRequest {
     /// The cache folder whose mirror is read when no `--source` is given.
     pub cache_dir: Option<PathBuf>,
     /// `--require-evidence`: the kind every locked wheel needs, and the folders to read.
-    pub require_evidence: Option<crate::evidence::statement::Kind>,
+    pub require_evidence: Option<forge_model::ladder::Kind>,
     pub evidence: Vec<PathBuf>,
     /// Whether pins.toml's `[evidence]` table is applied (`lock check`; not `pin set --relock`).
     pub evidence_policy: bool,
@@ -80,7 +79,7 @@ impl CheckRequest {
             trusted_keys: Vec::new(),
             recipes: Vec::new(),
             source: None,
-            cache_dir: crate::cache::resolve_dir(None).ok(),
+            cache_dir: forge_store::cache::resolve_dir(None).ok(),
             require_evidence: None,
             evidence: Vec::new(),
             evidence_policy: false,
@@ -89,7 +88,7 @@ impl CheckRequest {
 
     /// The pins file as messages name it (the default under --no-pins).
     fn pins_path(&self) -> &Path {
-        self.pins.as_deref().unwrap_or(Path::new(crate::pins::DEFAULT_PATH))
+        self.pins.as_deref().unwrap_or(Path::new(forge_model::pins::DEFAULT_PATH))
     }
 }
 
@@ -219,7 +218,7 @@ impl LineIndex {
 
 /// A TOML syntax or shape error as a usage failure naming file:line:column.
 pub(crate) fn toml_error(path: &Path, text: &str, e: toml::de::Error, what: &str) -> anyhow::Error {
-    let (line, col) = e.span().map(|s| crate::pins::line_col(text, s.start)).unwrap_or((0, 0));
+    let (line, col) = e.span().map(|s| forge_model::pins::line_col(text, s.start)).unwrap_or((0, 0));
     Failure::usage(format!("{}:{line}:{col}: {}", path.display(), e.message().trim()))
         .hint(format!("fix the {what} at that line; nothing was checked"))
         .into()
@@ -228,12 +227,12 @@ pub(crate) fn toml_error(path: &Path, text: &str, e: toml::de::Error, what: &str
 /// What `lock check` looked at.
 #[derive(Debug, Serialize)]
 pub struct Checked {
-    #[serde(serialize_with = "crate::output::path_lossy")]
+    #[serde(serialize_with = "forge_os::output::path_lossy")]
     pub pyproject: PathBuf,
     /// `null` when the project has no uv.lock (then only pyproject.toml was checked).
-    #[serde(serialize_with = "crate::output::opt_path_lossy")]
+    #[serde(serialize_with = "forge_os::output::opt_path_lossy")]
     pub uv_lock: Option<PathBuf>,
-    #[serde(serialize_with = "crate::output::paths_lossy")]
+    #[serde(serialize_with = "forge_os::output::paths_lossy")]
     pub dockerfiles: Vec<PathBuf>,
 }
 
@@ -241,10 +240,10 @@ pub struct Checked {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub schema: u32,
-    #[serde(serialize_with = "crate::output::path_lossy")]
+    #[serde(serialize_with = "forge_os::output::path_lossy")]
     pub project: PathBuf,
     /// The pins file, or `null` under --no-pins.
-    #[serde(serialize_with = "crate::output::opt_path_lossy")]
+    #[serde(serialize_with = "forge_os::output::opt_path_lossy")]
     pub pins: Option<PathBuf>,
     /// Intended revision per architecture (from pins.toml, or from pyproject.toml under --no-pins).
     pub intent: BTreeMap<Arch, String>,
@@ -285,7 +284,8 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
             .into());
     }
     let py_path = shown(&req.project.join("pyproject.toml"));
-    let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
+    let Some(py_text) = forge_os::fs::named::read_text_opt(&py_path, "pyproject.toml", forge_os::input::cap::TEXT)?
+    else {
         return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
             .hint("--project must name a folder with a pyproject.toml")
             .into());
@@ -293,7 +293,7 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
     let py = pyproject::read(&py_path, &py_text, &name)?;
 
     let lock_path = shown(&req.project.join("uv.lock"));
-    let lock = match crate::input::read_text_opt(&lock_path, "uv.lock", crate::input::cap::LOCK)? {
+    let lock = match forge_os::fs::named::read_text_opt(&lock_path, "uv.lock", forge_os::input::cap::LOCK)? {
         Some(text) => Some(uvlock::read(&lock_path, &text, &name, py.project_name.as_deref())?),
         None => None,
     };
@@ -301,8 +301,9 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
     let mut ctx = rules::Context::new(&req.project, pins.as_ref(), req.pins_path(), &py, lock.as_ref(), &py_path);
     ctx.source = req.source.clone();
     // Carried only when given on the command line: the default and $DEEPEP_FORGE_CACHE_DIR reach the fix by themselves.
-    let inherited =
-        crate::environ::var_os("DEEPEP_FORGE_CACHE_DIR").map(PathBuf::from).or(crate::cache::resolve_dir(None).ok());
+    let inherited = forge_os::environ::var_os("DEEPEP_FORGE_CACHE_DIR")
+        .map(PathBuf::from)
+        .or(forge_store::cache::resolve_dir(None).ok());
     ctx.cache_dir = req.cache_dir.clone().filter(|d| inherited.as_ref() != Some(d));
     ctx.revisions = read_revisions(req, pins.as_ref(), &ctx)?;
     let dockerfiles: Vec<PathBuf> = dockerfile::discover(&req.project, &req.dockerfiles)?;
@@ -360,7 +361,7 @@ fn index_rules(
     name: &PackageName,
     dockerfiles: &[PathBuf],
 ) -> Result<Vec<Finding>> {
-    let trusted = crate::cache::config::trusted_keys(&req.trusted_keys)?;
+    let trusted = forge_store::cache::config::trusted_keys(&req.trusted_keys)?;
     let mut manifests = Vec::new();
     for f in &req.index_manifests {
         let at = match f.as_str() {
@@ -373,9 +374,9 @@ fn index_rules(
             })?,
             other => other.to_string(),
         };
-        manifests.push(crate::index::manifest::load_verified_any(&at, &trusted)?.0);
+        manifests.push(forge_store::index::manifest::load_verified_any(&at, &trusted)?.0);
     }
-    let lock_text = crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)?;
+    let lock_text = forge_os::fs::named::read_text_opt(lock_path, "uv.lock", forge_os::input::cap::LOCK)?;
     let locked = match &lock_text {
         Some(text) => index::locked_wheels(lock_path, text, name)?,
         None => index::LockedWheels::default(),
@@ -420,7 +421,7 @@ fn wheel_requires(
     text: &str,
     project: Option<&str>,
     wheels: &[index::LockedWheel],
-    manifests: &[crate::index::manifest::Manifest],
+    manifests: &[forge_store::index::manifest::Manifest],
 ) -> Result<Vec<Finding>> {
     let Some(simple) = src.url.as_deref() else { return Ok(Vec::new()) };
     let mut read = Vec::new();
@@ -429,12 +430,12 @@ fn wheel_requires(
         let Some(entry) = w.sha256.as_deref().and_then(|s| manifests.iter().find_map(|m| m.by_sha256(s))) else {
             continue;
         };
-        match crate::index::closure::of_entry(simple, entry) {
+        match forge_store::index::closure::of_entry(simple, entry) {
             Ok(r) => read.push(r),
             Err(e) => found.push(
                 Finding::new(
                     "lock-requires-unmet",
-                    crate::findings::Severity::Warning,
+                    forge_model::findings::Severity::Warning,
                     lock_path,
                     format!("cannot read the run-time requirements of {} from the index: {e}", w.file),
                 )
@@ -464,16 +465,16 @@ fn required_evidence(
             .hint("pass --evidence DIR (repeatable): the folders `probe --record` and `evidence add --out` wrote")
             .into());
     }
-    let trusted = crate::cache::config::trusted_keys(&args.trusted_keys)?;
+    let trusted = forge_store::cache::config::trusted_keys(&args.trusted_keys)?;
     if trusted.is_empty() {
         return Err(Failure::usage(format!("{asked} requires evidence, but no key is trusted: no statement could count"))
             .hint(format!(
                 "pass --trusted-key NAME:BASE64 (the public key that signed the statements, as `cache keygen` prints it), or set {} or `[cache] trusted-keys` in the user config",
-                crate::cache::config::TRUSTED_KEYS_ENV
+                forge_store::cache::config::TRUSTED_KEYS_ENV
             ))
             .into());
     }
-    let wheels = match crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)? {
+    let wheels = match forge_os::fs::named::read_text_opt(lock_path, "uv.lock", forge_os::input::cap::LOCK)? {
         Some(text) => index::locked_wheels(lock_path, &text, name)?.wheels,
         None => Vec::new(),
     };
@@ -487,7 +488,7 @@ fn required_evidence(
 /// sets it, else NeMo-RL's default min(EP, 64) where it follows EP); `None`
 /// when one domain suffices or EP/R are not known.
 fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<dockerfile::Need>> {
-    let t = crate::topology::recipe::read(path)?;
+    let t = forge_model::topology::recipe::read(path)?;
     let Some(ep) = t.ep.filter(|_| t.dispatcher == "hybridep") else { return Ok(None) };
     let r = match (t.ranks_per_domain, t.defaults_follow_ep) {
         (Some(r), _) => r,
@@ -517,15 +518,15 @@ pub fn check(req: &CheckRequest, format: Format) -> Result<Exit> {
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Human => human(&report),
         Format::Github => {
-            let workspace = crate::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
+            let workspace = forge_os::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
             let path = |f: &Path| github_path(f, workspace.as_deref(), &req.project);
             let text =
-                findings::render_github_causes(&report.causes, &path) + &crate::output::github_log(&human(&report));
-            crate::printer::workflow(&text);
+                findings::render_github_causes(&report.causes, &path) + &forge_os::output::github_log(&human(&report));
+            forge_os::printer::workflow(&text);
             return Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok });
         }
     };
-    crate::out!("{text}");
+    forge_os::out!("{text}");
     Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
 }
 

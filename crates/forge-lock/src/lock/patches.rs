@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::findings::{Finding, Severity};
+use forge_model::findings::{Finding, Severity};
 
 pub const RULE: &str = "hand-patched-deepep";
 /// At most this many scripts read per Dockerfile.
@@ -21,10 +21,10 @@ const MAX_SCRIPTS: usize = 64;
 pub fn check(dockerfiles: &[PathBuf], project: &Path) -> Result<Vec<Finding>> {
     let mut out = Vec::new();
     for f in dockerfiles {
-        let text = crate::input::read_text(f, "Dockerfile", crate::input::cap::TEXT)?;
+        let text = forge_os::fs::named::read_text(f, "Dockerfile", forge_os::input::cap::TEXT)?;
         let copies = copies(&text);
         let mut scripts = Vec::new();
-        for (line, run) in super::dockerfile::instructions_named(&text, "RUN") {
+        for (line, run) in forge_model::dockerfile::instructions_named(&text, "RUN") {
             let mounts = mounts(&run);
             for (_, cmd) in patch_commands(&run) {
                 out.push(finding(f, line, &cmd, &mounts));
@@ -38,7 +38,7 @@ pub fn check(dockerfiles: &[PathBuf], project: &Path) -> Result<Vec<Finding>> {
         }
         for s in &scripts {
             // A script the reader refuses (a FIFO, too big, not UTF-8) is skipped: it is not a Dockerfile.
-            let Ok(body) = crate::input::read_text(s, "script", crate::input::cap::TEXT) else { continue };
+            let Ok(body) = forge_os::fs::named::read_text(s, "script", forge_os::input::cap::TEXT) else { continue };
             for (line, cmd) in patch_commands(&body) {
                 out.push(finding(s, line, &cmd, &[]));
             }
@@ -48,7 +48,7 @@ pub fn check(dockerfiles: &[PathBuf], project: &Path) -> Result<Vec<Finding>> {
 }
 
 fn finding(file: &Path, line: usize, cmd: &str, mounts: &[(String, String)]) -> Finding {
-    let cmd = crate::input::excerpt(cmd.trim(), 120);
+    let cmd = forge_os::input::excerpt(cmd.trim(), 120);
     let from = mounts.iter().find(|(_, target)| cmd.contains(target.as_str())).map(|(src, _)| src.clone());
     let save = match &from {
         Some(src) => format!("move {src} beside pins.toml (e.g. patches/deepep.patch)"),
@@ -192,7 +192,7 @@ fn mounts(run: &str) -> Vec<(String, String)> {
 /// `COPY src... dest` without `--from` (files of the build context): (src, dest) pairs.
 fn copies(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for (_, args) in super::dockerfile::instructions_named(text, "COPY") {
+    for (_, args) in forge_model::dockerfile::instructions_named(text, "COPY") {
         let words: Vec<String> = args.split_whitespace().map(unquote).collect();
         if words.iter().any(|w| w.starts_with("--from")) {
             continue;

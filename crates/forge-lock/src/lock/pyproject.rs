@@ -12,8 +12,9 @@ use pep508_rs::{MarkerTree, PackageName, Requirement, VerbatimUrl, VersionOrUrl}
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{marker, GitRef, Kind, LineIndex, Reference};
-use crate::error::Failure;
+use super::{GitRef, Kind, LineIndex, Reference};
+use forge_model::marker;
+use forge_os::error::Failure;
 
 /// One place pyproject.toml keeps a list of requirement strings.
 #[derive(Debug, Clone, Copy)]
@@ -118,7 +119,7 @@ struct Project {
     optional_dependencies: BTreeMap<String, Vec<Spanned<String>>>,
 }
 
-forge_core::toml_shapes!(
+forge_model::toml_shapes!(
     /// A dependency-group item: a requirement string, or `{ include-group = "x" }`
     /// (refers to another group, holds no requirement).
     #[allow(dead_code)]
@@ -146,7 +147,7 @@ struct Uv {
     dependency_metadata: Vec<Spanned<Metadata>>,
 }
 
-forge_core::toml_shapes!(
+forge_model::toml_shapes!(
     /// `[tool.uv.sources]` entry: one source table, or a list of them.
     enum Sources,
     "a source table such as { git = \"https://github.com/x/y\", rev = \"<sha>\" }, or a list of such tables",
@@ -187,7 +188,7 @@ pub fn parse_requirement(req: &str, path: &Path, line: usize) -> Result<Requirem
         return Err(Failure::usage(format!(
             "{}:{line}: `{}` is not ASCII: a PEP 508 requirement is (percent-encode a URL)",
             path.display(),
-            crate::input::excerpt(req, 60)
+            forge_os::input::excerpt(req, 60)
         ))
         .into());
     }
@@ -261,7 +262,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 let at = text[span.clone()].find(needle).map(|o| span.start + o).unwrap_or(span.start);
                 let line = ix.line(at);
                 let m = match &s.marker {
-                    Some(m) => super::marker::parse(m).map_err(|e| {
+                    Some(m) => marker::parse(m).map_err(|e| {
                         Failure::usage(format!("{}:{line}: tool.uv.sources.{key}: invalid marker: {e}", path.display()))
                     })?,
                     None => MarkerTree::TRUE,
@@ -292,7 +293,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
                 col: ix.col(text, v.span().start),
                 place: "[[tool.uv.dependency-metadata]] version".into(),
                 // No marker: one static label serves every architecture.
-                archs: crate::pins::Arch::ALL.to_vec(),
+                archs: forge_model::pins::Arch::ALL.to_vec(),
                 git: None,
                 version: Some(v.get_ref().clone()),
                 owner: None,
@@ -305,7 +306,7 @@ pub fn read(path: &Path, text: &str, name: &PackageName) -> Result<Pyproject> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pins::Arch;
+    use forge_model::pins::Arch;
 
     #[test]
     fn every_requirement_field_is_read() {
@@ -408,6 +409,6 @@ version = "v1.2.1+aaaaaaa"
         .unwrap_err();
         let s = format!("{e:#}");
         assert!(s.contains("pyproject.toml:3: not a valid PEP 508 requirement"), "{s}");
-        assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage);
+        assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage);
     }
 }

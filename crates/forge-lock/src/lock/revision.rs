@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::interface::Interface;
-use crate::pins::Pins;
-use crate::source;
+use forge_model::interface::Interface;
+use forge_model::pins::Pins;
+use forge_store::source;
 
 /// Most revisions read (the pins' and the lock's: a handful).
 pub const MAX_REVISIONS: usize = 16;
@@ -59,7 +59,7 @@ pub fn read<'r>(
     revs: impl Iterator<Item = &'r str>,
 ) -> Result<Revisions> {
     let mut out = Revisions::default();
-    let mut wanted: Vec<&str> = revs.filter(|r| crate::pins::is_full_sha(r)).collect();
+    let mut wanted: Vec<&str> = revs.filter(|r| forge_model::pins::is_full_sha(r)).collect();
     wanted.sort();
     wanted.dedup();
     wanted.truncate(MAX_REVISIONS);
@@ -91,11 +91,11 @@ fn one(mirror: &Path, repo: &str, rev: &str, fetch: bool) -> Entry {
     } else if source::show(mirror, rev, "setup.py").is_none() {
         return Entry::Unread(format!(
             "{short} is not in the cache's mirror of {} (lock check does not fetch; `deepep-forge plan`, `build-wheel` and `pin set` put it there)",
-            crate::input::excerpt(repo, 120)
+            forge_os::input::excerpt(repo, 120)
         ));
     }
     let files = source::AtRev { mirror, rev };
-    match crate::interface::read(&files, &format!("DeepEP at {short}")) {
+    match forge_model::interface::read(&files, &format!("DeepEP at {short}")) {
         Ok(i) => Entry::Read(Box::new(i)),
         Err(e) => Entry::Unread(format!("{e:#}")),
     }

@@ -13,8 +13,8 @@ use pep440_rs::Version;
 use super::pyproject::Pyproject;
 use super::uvlock::UvLock;
 use super::{same_repo, Kind, Reference};
-use crate::findings::{Finding, Severity};
-use crate::pins::{is_full_sha, Arch, Pins};
+use forge_model::findings::{Finding, Severity};
+use forge_model::pins::{is_full_sha, Arch, Pins};
 
 pub mod closure;
 pub mod environment;
@@ -93,7 +93,7 @@ impl<'a> Context<'a> {
         let mut c = format!("deepep-forge pin set {rev}");
         // The user's own --source resolves the revision as it did for this check.
         if let Some(s) = self.source.clone().or(source) {
-            c.push_str(&format!(" --source {}", crate::printer::shell_word(&s)));
+            c.push_str(&format!(" --source {}", forge_os::printer::shell_word(&s)));
         }
         if let Some(a) = arch {
             c.push_str(&format!(" --arch {a}"));
@@ -103,13 +103,13 @@ impl<'a> Context<'a> {
         }
         match self.pins {
             None => c.push_str(" --no-pins"),
-            Some(_) if self.pins_path != Path::new(crate::pins::DEFAULT_PATH) => {
+            Some(_) if self.pins_path != Path::new(forge_model::pins::DEFAULT_PATH) => {
                 c.push_str(&format!(" --pins {}", self.pins_path.display()))
             }
             Some(_) => {}
         }
         if let Some(d) = &self.cache_dir {
-            c.push_str(&format!(" --cache-dir {}", crate::printer::shell_word(&d.display().to_string())));
+            c.push_str(&format!(" --cache-dir {}", forge_os::printer::shell_word(&d.display().to_string())));
         }
         if relock {
             c.push_str(" --relock");
@@ -129,7 +129,7 @@ impl<'a> Context<'a> {
             return (c.to_string(), None);
         }
         let repo = git_of(self.py, rev)
-            .filter(|r| crate::process::git::check_file_url(r).is_ok())
+            .filter(|r| forge_os::process::git::check_file_url(r).is_ok())
             .unwrap_or_else(|| "<DeepEP's git URL>".into());
         (rev.to_string(), Some(repo))
     }
@@ -179,7 +179,7 @@ impl<'a> Context<'a> {
             None if self.intent.values().any(|r| r == rev) => self.base.as_ref()?,
             None => return None,
         };
-        Some(crate::patches::label(base, rev.get(..7).filter(|_| is_full_sha(rev))?, &[]))
+        Some(forge_model::patches::label(base, rev.get(..7).filter(|_| is_full_sha(rev))?, &[]))
     }
 
     /// The revision pyproject.toml makes uv install for `arch` (its override, else its most common pin).
@@ -574,7 +574,7 @@ fn rev_not_full_sha(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
     let what = if rev.is_empty() {
         "names no revision (it follows the default branch)".to_string()
     } else {
-        format!("names `{}`, not a full commit", crate::input::excerpt(rev, 80))
+        format!("names `{}`, not a full commit", forge_os::input::excerpt(rev, 80))
     };
     let mut f = Finding::new(
         "rev-not-full-sha",
@@ -605,7 +605,7 @@ fn branch_pin(j: &Judging, r: &Reference, out: &mut Vec<Finding>) {
     let Some(name) = git_rev(r).filter(|rev| is_name(rev)) else { return };
     let ctx = j.ctx;
     let locked = r.archs.iter().find_map(|a| ctx.locked_commit(*a, name));
-    let name_shown = crate::input::excerpt(name, 80);
+    let name_shown = forge_os::input::excerpt(name, 80);
     let lock = match locked {
         Some(c) => format!("uv.lock records the commit it resolved to when it was locked, {}", short(c)),
         None => "no uv.lock records which commit it resolved to".to_string(),
@@ -886,7 +886,7 @@ fn fragment_mismatch(j: &Judging, r: &Reference, a: Arch, out: &mut Vec<Finding>
     let fix = if follows {
         lock_fix(j, a)
     } else {
-        let w = |p: &Path| crate::printer::shell_word(&p.display().to_string());
+        let w = |p: &Path| forge_os::printer::shell_word(&p.display().to_string());
         format!("rm {} && uv lock --project {}", w(&r.file), w(j.ctx.project))
     };
     let f = Finding::new(
@@ -1049,7 +1049,7 @@ fn merge(findings: Vec<Finding>) -> Vec<Finding> {
             more.dedup();
             if !more.is_empty() {
                 let lines: Vec<String> = more.iter().map(|l| l.to_string()).collect();
-                f.message.push_str(&format!(
+                f.message.push(format!(
                     " (also at line{} {})",
                     if more.len() > 1 { "s" } else { "" },
                     lines.join(", ")
@@ -1066,7 +1066,7 @@ fn merge(findings: Vec<Finding>) -> Vec<Finding> {
 pub struct IndexChain<'a> {
     pub source: &'a super::index::IndexSource,
     pub wheels: &'a [super::index::LockedWheel],
-    pub manifests: &'a [crate::index::manifest::Manifest],
+    pub manifests: &'a [forge_store::index::manifest::Manifest],
     pub lock_path: &'a Path,
     /// The variants the project's Dockerfiles build DeepEP for.
     pub needs: &'a [crate::lock::dockerfile::Need],
@@ -1309,7 +1309,7 @@ pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding>
             .at(s.line, 1)
             .fix("deepep-forge pin set REV --index URL --variant NAME (the variant your Dockerfiles and recipes need)")
     };
-    if v == crate::index::VARIANT_INDEX {
+    if v == forge_store::index::VARIANT_INDEX {
         // One index serves every variant (publish --variant-wheels): the labels are judged per wheel.
         return chain
             .manifests
@@ -1409,16 +1409,16 @@ pub fn index_label(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
 
 /// Whether the consumer's index is the variant index (`publish --variant-wheels`).
 fn variant_index(chain: &IndexChain) -> bool {
-    chain.source.variant.as_deref() == Some(crate::index::VARIANT_INDEX)
+    chain.source.variant.as_deref() == Some(forge_store::index::VARIANT_INDEX)
 }
 
 /// The pins.toml variant whose PEP 825 label a wheel file name carries.
 fn label_variant(ctx: &Context, file: &str) -> Option<String> {
-    let label = crate::wheel::WheelName::parse(file)?.variant?;
+    let label = forge_wheel::wheel::WheelName::parse(file)?.variant?;
     let pins = ctx.pins?;
     pins.variants
         .iter()
-        .find(|v| crate::index::variants::label(&v.name).is_ok_and(|l| l == label))
+        .find(|v| forge_store::index::variants::label(&v.name).is_ok_and(|l| l == label))
         .map(|v| v.name.clone())
 }
 
@@ -1428,12 +1428,12 @@ pub fn lock_variant_unknown(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
     let Some(pins) = ctx.pins else { return Vec::new() };
     let mut out = Vec::new();
     for w in chain.wheels {
-        let Some(label) = crate::wheel::WheelName::parse(&w.file).and_then(|n| n.variant) else { continue };
+        let Some(label) = forge_wheel::wheel::WheelName::parse(&w.file).and_then(|n| n.variant) else { continue };
         if label_variant(ctx, &w.file).is_some() {
             continue;
         }
         let known: Vec<String> =
-            pins.variants.iter().filter_map(|v| crate::index::variants::label(&v.name).ok()).collect();
+            pins.variants.iter().filter_map(|v| forge_store::index::variants::label(&v.name).ok()).collect();
         out.push(
             Finding::new(
                 "lock-variant-unknown",

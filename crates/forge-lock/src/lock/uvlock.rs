@@ -21,11 +21,11 @@ use pep508_rs::{MarkerTree, PackageName};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::marker::{self, ConflictItem};
 use super::pyproject::is_name;
 use super::{GitRef, Kind, LineIndex, Reference};
-use crate::error::Failure;
-use crate::pins::Arch;
+use forge_model::marker::{self, ConflictItem};
+use forge_model::pins::Arch;
+use forge_os::error::Failure;
 
 /// What `lock check` needs from uv.lock.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ struct EnvPkg {
 /// The [`ENV_PACKAGES`] tables of uv.lock: only `[[package]]` tables whose first key
 /// names one are parsed (each alone; the whole file when one does not parse alone),
 /// at most [`MAX_ENV_PACKAGES`].
-/// Where the project's dependency edges reach (`crate::lockgraph`) narrows each table's
+/// Where the project's dependency edges reach (`forge_model::lockgraph`) narrows each table's
 /// architectures.
 pub fn environment(path: &Path, text: &str, project: Option<&str>) -> Result<Vec<EnvPackage>> {
     environment_at(path, text, project, &LineIndex::new(text))
@@ -115,7 +115,7 @@ fn environment_at(path: &Path, text: &str, project: Option<&str>, ix: &LineIndex
             }
         }
     }
-    let reach = if parts.is_empty() { None } else { Some(crate::lockgraph::reach(path, text, project)?) };
+    let reach = if parts.is_empty() { None } else { Some(forge_model::lockgraph::reach(path, text, project)?) };
     let mut out = Vec::new();
     for (off, p) in parts.iter().flat_map(|(o, l)| l.package.iter().map(move |p| (*o, p))) {
         let (Some(version), true) = (&p.version, is_env_package(p.name.get_ref())) else { continue };
@@ -136,7 +136,7 @@ fn environment_at(path: &Path, text: &str, project: Option<&str>, ix: &LineIndex
 }
 
 /// `archs` narrowed to where the project's edges reach the table (unchanged without a graph).
-fn reached(archs: Vec<Arch>, reach: Option<&crate::lockgraph::Reach>, name: &str, version: &str) -> Vec<Arch> {
+fn reached(archs: Vec<Arch>, reach: Option<&forge_model::lockgraph::Reach>, name: &str, version: &str) -> Vec<Arch> {
     match reach {
         None => archs,
         Some(r) => {
@@ -232,7 +232,7 @@ struct PkgMeta {
 fn parse_marker(m: Option<&str>, path: &Path, line: usize) -> Result<MarkerTree> {
     match m {
         None => Ok(MarkerTree::TRUE),
-        Some(s) => super::marker::parse(s).map_err(|e| {
+        Some(s) => forge_model::marker::parse(s).map_err(|e| {
             Failure::usage(format!("{}:{line}: invalid marker: {e}", path.display()))
                 .hint("regenerate the lock with `uv lock`")
                 .into()
@@ -265,7 +265,7 @@ fn parse_parts(path: &Path, text: &str, name: &PackageName) -> Result<Vec<(usize
     {
         // A table of uv's shape with the list elements that do not name the package blanked
         // (same offsets; the project's own table is ~10% of NeMo-RL's lock, nearly all other names).
-        let thin = if off == 0 { None } else { crate::lockgraph::thin_block(part, &needle) };
+        let thin = if off == 0 { None } else { forge_model::lockgraph::thin_block(part, &needle) };
         match toml::from_str::<Lock>(thin.as_deref().unwrap_or(part)) {
             Ok(l) => out.push((off, l)),
             Err(_) => return full(),

@@ -17,9 +17,9 @@ use anyhow::Result;
 use pep508_rs::{PackageName, VersionOrUrl};
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
-use crate::error::Failure;
-use crate::index::closure::WheelRequires;
 use crate::lock::pyproject::leading_name;
+use forge_os::error::Failure;
+use forge_store::index::closure::WheelRequires;
 
 /// Distributions whose exact requirement becomes an override.
 const LIBRARIES: [&str; 2] = ["nvidia-nccl-cu", "nvidia-nvshmem-cu"];

@@ -9,10 +9,10 @@ use anyhow::Result;
 use pep508_rs::{MarkerTree, PackageName, VersionOrUrl};
 use toml_edit::{Array, DocumentMut, Item, TableLike, Value};
 
-use crate::error::Failure;
-use crate::lock::marker::{arch_env, archs};
 use crate::lock::pyproject::{is_name, leading_name, parse_requirement, REQUIREMENT_FIELDS};
-use crate::pins::Arch;
+use forge_model::marker::{arch_env, archs};
+use forge_model::pins::Arch;
+use forge_os::error::Failure;
 
 /// What to write.
 pub struct Target<'a> {
@@ -25,7 +25,7 @@ pub struct Target<'a> {
 
 /// The 1-based line where `needle` first appears (for messages).
 fn line_of(text: &str, needle: &str) -> usize {
-    text.find(needle).map(|i| crate::pins::line_col(text, i).0).unwrap_or(0)
+    text.find(needle).map(|i| forge_model::pins::line_col(text, i).0).unwrap_or(0)
 }
 
 /// The 1-based line of a string value: found by its text as written (TOML
@@ -36,7 +36,7 @@ fn line_of_value(text: &str, v: &Value) -> usize {
         _ => None,
     };
     match raw.and_then(|r| text.find(r)) {
-        Some(i) => crate::pins::line_col(text, i).0,
+        Some(i) => forge_model::pins::line_col(text, i).0,
         None => line_of(text, v.as_str().unwrap_or_default()),
     }
 }
@@ -218,7 +218,7 @@ pub fn pyproject(path: &Path, text: &str, name: &PackageName, t: &Target) -> Res
                 }
                 let marker = e.get("marker").and_then(Item::as_value);
                 let m = match marker.and_then(Value::as_str) {
-                    Some(s) => crate::lock::marker::parse(s).map_err(|err| {
+                    Some(s) => forge_model::marker::parse(s).map_err(|err| {
                         Failure::usage(format!(
                             "{}:{}: tool.uv.sources.{k}: invalid marker: {err}",
                             path.display(),
@@ -324,7 +324,7 @@ pub fn pins(path: &Path, text: &str, rev: &str, arches: &[Arch], base: Option<&s
 /// pins.toml text as an editable document, a syntax error named with its line.
 fn pins_doc(path: &Path, text: &str) -> Result<DocumentMut> {
     DocumentMut::from_str(text).map_err(|e| {
-        let line = e.span().map(|s| crate::pins::line_col(text, s.start).0).unwrap_or(0);
+        let line = e.span().map(|s| forge_model::pins::line_col(text, s.start).0).unwrap_or(0);
         Failure::usage(format!("{}:{line}: {}", path.display(), e.message().trim())).into()
     })
 }

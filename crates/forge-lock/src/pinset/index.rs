@@ -19,10 +19,10 @@ use anyhow::Result;
 use pep508_rs::{PackageName, VersionOrUrl};
 use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, Value};
 
-use crate::error::Failure;
-use crate::lock::marker::archs;
 use crate::lock::pyproject::{is_name, leading_name, parse_requirement};
-use crate::pins::Arch;
+use forge_model::marker::archs;
+use forge_model::pins::Arch;
+use forge_os::error::Failure;
 
 /// The index name `pin set --index` writes: `deepep-forge-<variant>`.
 pub fn index_name(variant: &str) -> String {
@@ -41,7 +41,7 @@ pub enum Dest<'a> {
 /// (plain http elsewhere can be changed on the way). Returns the variant's
 /// simple-index URL.
 pub fn index_url(base: &str, variant: &str) -> Result<String> {
-    let u = crate::http::parse(base).map_err(|why| {
+    let u = forge_os::http::parse(base).map_err(|why| {
         Failure::usage(format!("--index {why}"))
             .hint("give the base URL of a `deepep-forge publish` folder, e.g. https://example.org/deepep")
     })?;
@@ -54,12 +54,12 @@ pub fn index_url(base: &str, variant: &str) -> Result<String> {
     if !ok || u.query().is_some() || u.fragment().is_some() || !u.username().is_empty() || u.password().is_some() {
         return Err(Failure::usage(format!(
             "--index {}: expected an https:// or file:// URL without credentials, ?query or #fragment (http:// only on 127.0.0.1/localhost)",
-            crate::http::redact(base)
+            forge_os::http::redact(base)
         ))
         .hint("publish the index on an https host (GitHub Pages, S3, nginx) and give its base URL")
         .into());
     }
-    crate::index::manifest::check_variant_name(variant).map_err(Failure::usage)?;
+    forge_store::index::manifest::check_variant_name(variant).map_err(Failure::usage)?;
     Ok(format!("{}/{variant}/simple", u.as_str().trim_end_matches('/')))
 }
 
@@ -246,7 +246,7 @@ fn add_requirement(doc: &mut DocumentMut, name: &PackageName, label: &str, path:
 /// Rewrite pyproject.toml text for `dest`. Returns the new text and the places changed.
 pub fn pyproject(path: &Path, text: &str, name: &PackageName, dest: &Dest) -> Result<(String, Vec<String>)> {
     let mut doc = DocumentMut::from_str(text).map_err(|e| {
-        let line = e.span().map(|s| crate::pins::line_col(text, s.start).0).unwrap_or(0);
+        let line = e.span().map(|s| forge_model::pins::line_col(text, s.start).0).unwrap_or(0);
         Failure::usage(format!("{}:{line}: {}", path.display(), e.message().trim()))
     })?;
     let (mut places, mut covers) = requirements(&mut doc, name, dest, path)?;

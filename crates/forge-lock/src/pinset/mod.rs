@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use pep508_rs::PackageName;
 
-use crate::error::{Exit, Failure};
 use crate::lock::{pyproject, Kind, ProjectPlace};
-use crate::pins::{is_full_sha, Arch, Pins};
+use forge_model::pins::{is_full_sha, Arch, Pins};
+use forge_os::error::{Exit, Failure};
 
 pub mod closure;
 pub mod edit;
@@ -74,7 +74,7 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
     let mut s = format!(" --project {}", project.display());
     if no_pins {
         s.push_str(" --no-pins");
-    } else if pins != Path::new(crate::pins::DEFAULT_PATH) {
+    } else if pins != Path::new(forge_model::pins::DEFAULT_PATH) {
         s.push_str(&format!(" --pins {}", pins.display()));
     }
     s
@@ -82,17 +82,17 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
 
 /// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
 pub fn recover(args: RecoverRequest) -> Result<Exit> {
-    let _guard = crate::error::Cooperative::enter();
+    let _guard = forge_os::error::Cooperative::enter();
     let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
     for line in txn::recover(held)? {
-        crate::outln!("{line}");
+        forge_os::outln!("{line}");
     }
     Ok(Exit::Ok)
 }
 
 /// Until the journal is gone a signal still undoes the change (exit 130).
 fn commit_unless_interrupted(t: txn::Txn) -> Result<()> {
-    if let Err(e) = crate::error::check_interrupted() {
+    if let Err(e) = forge_os::error::check_interrupted() {
         t.rollback()?;
         return Err(e);
     }
@@ -101,7 +101,7 @@ fn commit_unless_interrupted(t: txn::Txn) -> Result<()> {
 
 /// uv as every command finds it (`builder::registry::find_uv_for`): `$DEEPEP_FORGE_UV`, else PATH.
 pub fn find_uv() -> Result<PathBuf> {
-    crate::process::lookup::find_uv_for(None, "--relock runs `uv lock`")
+    forge_os::process::lookup::find_uv_for(None, "--relock runs `uv lock`")
 }
 
 /// What `lock check` needs to attest an index's wheels: the signed manifest
@@ -110,10 +110,10 @@ pub fn find_uv() -> Result<PathBuf> {
 /// (DEEPEP_FORGE_TRUSTED_KEYS, the user config).
 fn index_check_flags() -> String {
     // A broken config is `lock check`'s to report; here it only means "no key trusted yet".
-    if crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+    if forge_store::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
         return " --index-manifest index".into();
     }
-    crate::note!(
+    forge_os::note!(
         "note: NAME:BASE64 in the next step is the public key of the index's signing key (what `deepep-forge cache keygen` printed for it; ask the index's publisher); set DEEPEP_FORGE_TRUSTED_KEYS to leave --trusted-key out"
     );
     " --index-manifest index --trusted-key NAME:BASE64".into()
@@ -176,7 +176,7 @@ pub fn set(args: SetRequest) -> Result<Exit> {
     changes.extend(dockerfiles(&args, &c, &r)?);
     let again = again_command(&args, &r.rev, &flags);
     // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
-    let _guard = crate::error::Cooperative::enter();
+    let _guard = forge_os::error::Cooperative::enter();
     let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
     if let Err(e) = t.apply() {
         t.rollback()?;
@@ -188,17 +188,22 @@ pub fn set(args: SetRequest) -> Result<Exit> {
         commit_unless_interrupted(t)?;
         if c.pins_only {
             // What the pins build now: each consumer adopts the pin with its own `pin set`.
-            crate::outln!("next: deepep-forge plan{}", pins_flag(&args));
+            forge_os::outln!("next: deepep-forge plan{}", pins_flag(&args));
             return Ok(Exit::Ok);
         }
         let attest = if args.index.is_some() { index_check_flags() } else { String::new() };
-        crate::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
+        forge_os::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
         return Ok(Exit::Ok);
     };
     relock(&args, &uv, t, &again, &check_cmd)?;
     let report = crate::lock::run_check(&check)?;
-    crate::out!("{}", crate::findings::render_human(&report.findings));
-    crate::outln!("lock check: {} error(s), {} warning(s), {} note(s)", report.errors, report.warnings, report.notes);
+    forge_os::out!("{}", forge_model::findings::render_human(&report.findings));
+    forge_os::outln!(
+        "lock check: {} error(s), {} warning(s), {} note(s)",
+        report.errors,
+        report.warnings,
+        report.notes
+    );
     Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
 }
 
@@ -221,11 +226,12 @@ fn read_consumer(args: &SetRequest) -> Result<Consumer> {
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
     let py_path = crate::lock::shown(&args.place.project.join("pyproject.toml"));
-    let Some(py_text) = crate::input::read_text_opt(&py_path, "pyproject.toml", crate::input::cap::TEXT)? else {
+    let Some(py_text) = forge_os::fs::named::read_text_opt(&py_path, "pyproject.toml", forge_os::input::cap::TEXT)?
+    else {
         // A platform team's pins repository (the project is pins.toml's own folder): pins.toml alone moves.
         let pins_repo = pins.is_some() && same_dir(&args.place.project, &args.place.pins);
         if pins_repo && args.index.is_none() && !args.git && !args.relock {
-            crate::note!("note: no {}: only pins.toml moves", py_path.display());
+            forge_os::note!("note: no {}: only pins.toml moves", py_path.display());
             let before = pyproject::read(&py_path, "", &name)?;
             return Ok(Consumer { pins, name, py_path, py_text: String::new(), before, pins_only: true });
         }
@@ -259,7 +265,7 @@ struct Revision {
 }
 
 fn resolve_revision(args: &SetRequest) -> Result<Revision> {
-    let cache = crate::cache::resolve_dir(args.cache_dir.as_deref())?;
+    let cache = forge_store::cache::resolve_dir(args.cache_dir.as_deref())?;
     let src = args.source.as_deref().map(|s| source::GitSource::open(s, &cache)).transpose()?;
     let rev = match &src {
         Some(s) => s.resolve(&args.rev)?,
@@ -335,20 +341,20 @@ fn version_label(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<(Optio
     // set, as pins.toml will list it (after this command's --patch / --drop-patch).
     let patches = match (&args.index, &args.variant, &c.pins) {
         (Some(_), Some(v), Some(p)) if args.patch.is_empty() && args.drop_patch.is_empty() => {
-            crate::patch::for_variant(p, p.variant(v)?)?
+            forge_store::patch::for_variant(p, p.variant(v)?)?
         }
         (Some(_), Some(v), Some(p)) => {
-            let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
+            let text = forge_os::fs::named::read_text(&p.path, "pins file", forge_os::input::cap::TEXT)?;
             let arches = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
             let edited = patches::edit_list(&p.path, &text, &arches, &args.patch, &args.drop_patch)?;
             let edited = Pins::parse(&edited, &p.path)?;
-            crate::patch::for_variant(&edited, edited.variant(v)?)?
+            forge_store::patch::for_variant(&edited, edited.variant(v)?)?
         }
         _ => Vec::new(),
     };
-    let label = base.as_ref().filter(|_| wants_label).map(|b| crate::patches::label(b, &r.short, &patches));
+    let label = base.as_ref().filter(|_| wants_label).map(|b| forge_model::patches::label(b, &r.short, &patches));
     // The label is written into a requirement line uv reads: PEP 440 or nothing.
-    if let Some(why) = label.as_deref().and_then(|l| crate::pep::check_version(l).err()) {
+    if let Some(why) = label.as_deref().and_then(|l| forge_model::pep::check_version(l).err()) {
         return Err(Failure::usage(format!("DeepEP's version label {why}"))
             .hint("the source's base version (setup.py, pins.toml source.base_version) must be a PEP 440 version")
             .into());
@@ -401,7 +407,7 @@ type PinsEdit = (PathBuf, String, String);
 fn rewrite_pins(args: &SetRequest, c: &Consumer, r: &Revision, base: Option<&str>) -> Result<Option<PinsEdit>> {
     let Some(p) = &c.pins else { return Ok(None) };
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
-    let text = crate::input::read_text(&p.path, "pins file", crate::input::cap::TEXT)?;
+    let text = forge_os::fs::named::read_text(&p.path, "pins file", forge_os::input::cap::TEXT)?;
     let base_change = base.filter(|b| *b != p.source.base_version);
     let new = edit::pins(&p.path, &text, &r.rev, &arches, base_change)?;
     let new = patches::edit_list(&p.path, &new, &arches, &args.patch, &args.drop_patch)?;
@@ -414,7 +420,7 @@ fn rewrite_pins(args: &SetRequest, c: &Consumer, r: &Revision, base: Option<&str
     if arches.iter().any(|a| parsed.pins.get(a).is_some_and(|x| !x.patches.is_empty())) {
         let dir = match &r.src {
             Some(s) => s.dir.clone(),
-            None => crate::source::mirror_path(&r.cache, &repo_of(Some(p), &c.before, &c.py_path)?),
+            None => forge_store::source::mirror_path(&r.cache, &repo_of(Some(p), &c.before, &c.py_path)?),
         };
         patches::check(&parsed, &arches, &r.rev, &dir, &r.cache.join("tmp"))?;
     }
@@ -437,7 +443,7 @@ fn changes(c: &Consumer, new_py: &str, new_pins: Option<&PinsEdit>, lock: Option
     let mut add = |shown: &Path, old: Option<Vec<u8>>, new: Option<Vec<u8>>| -> Result<()> {
         let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
         if real != shown {
-            crate::note!("note: {} is a symlink; its target {} is written", shown.display(), real.display());
+            forge_os::note!("note: {} is a symlink; its target {} is written", shown.display(), real.display());
         }
         let c = txn::Change { shown: shown.to_path_buf(), real, old, new };
         txn::check_writable(&c)?;
@@ -453,7 +459,8 @@ fn changes(c: &Consumer, new_py: &str, new_pins: Option<&PinsEdit>, lock: Option
         }
     }
     if let Some(lock_path) = lock {
-        let old = crate::input::read_text_opt(lock_path, "uv.lock", crate::input::cap::LOCK)?.map(String::into_bytes);
+        let old = forge_os::fs::named::read_text_opt(lock_path, "uv.lock", forge_os::input::cap::LOCK)?
+            .map(String::into_bytes);
         add(lock_path, old, None)?;
     }
     Ok(changes)
@@ -474,13 +481,13 @@ fn dockerfiles(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<Vec<txn:
     }
     let mut out = Vec::new();
     for f in crate::lock::dockerfile::discover(&args.place.project, &[])? {
-        let text = crate::input::read_text(&f, "Dockerfile", crate::input::cap::TEXT)?;
+        let text = forge_os::fs::named::read_text(&f, "Dockerfile", forge_os::input::cap::TEXT)?;
         let Some(moved) = crate::lock::dockerfile::moved(&text, &f, Some(pins), &old, &new)? else { continue };
         let real = txn::resolve(&f)?.unwrap_or_else(|| f.clone());
         let change =
             txn::Change { shown: f.clone(), real, old: Some(text.into_bytes()), new: Some(moved.into_bytes()) };
         txn::check_writable(&change)?;
-        crate::note!("note: {}: its DeepEP pin moves with pins.toml", f.display());
+        forge_os::note!("note: {}: its DeepEP pin moves with pins.toml", f.display());
         out.push(change);
     }
     Ok(out)
@@ -505,23 +512,23 @@ fn report_pinned(
     (places, label, new_pins, split): (&[String], Option<&str>, Option<&PinsEdit>, bool),
 ) {
     let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
-    crate::outln!("pinned DeepEP {} ({}) for {which}", r.rev, r.short);
+    forge_os::outln!("pinned DeepEP {} ({}) for {which}", r.rev, r.short);
     if c.pins_only {
-        crate::outln!("{}: none (pins.toml alone)", c.py_path.display());
+        forge_os::outln!("{}: none (pins.toml alone)", c.py_path.display());
     } else if places.is_empty() {
-        crate::outln!("{}: already at that revision", c.py_path.display());
+        forge_os::outln!("{}: already at that revision", c.py_path.display());
     } else {
-        crate::outln!("{}: {}", c.py_path.display(), places.join(", "));
+        forge_os::outln!("{}: {}", c.py_path.display(), places.join(", "));
     }
     if let Some(l) = label {
-        crate::outln!("label: {l}");
+        forge_os::outln!("label: {l}");
     }
     if let Some((path, old, new)) = new_pins {
-        crate::outln!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
+        forge_os::outln!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
         branch_note(c.pins.as_ref(), path, new, &r.short);
     }
     if split {
-        crate::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", crate::printer::label("warning"));
+        forge_os::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", forge_os::printer::label("warning"));
     }
 }
 
@@ -533,8 +540,8 @@ fn same_dir(project: &Path, pins: &Path) -> bool {
 
 /// ` --pins FILE` when it is not the default.
 fn pins_flag(args: &SetRequest) -> String {
-    match args.place.pins != Path::new(crate::pins::DEFAULT_PATH) {
-        true => format!(" --pins {}", crate::printer::shell_word(&args.place.pins.display().to_string())),
+    match args.place.pins != Path::new(forge_model::pins::DEFAULT_PATH) {
+        true => format!(" --pins {}", forge_os::printer::shell_word(&args.place.pins.display().to_string())),
         false => String::new(),
     }
 }
@@ -544,17 +551,17 @@ fn lock_check_of(args: &SetRequest) -> (crate::lock::CheckRequest, String) {
     let mut check =
         crate::lock::CheckRequest::new(&args.place.project, (!args.place.no_pins).then_some(&*args.place.pins));
     // From an index: its signed manifest, where the reader trusts keys (else `index-not-verified`).
-    if args.index.is_some() && crate::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+    if args.index.is_some() && forge_store::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
         check.index_manifests.push("index".into());
     }
     check.source = args.source.clone();
-    check.cache_dir = crate::cache::resolve_dir(args.cache_dir.as_deref()).ok();
+    check.cache_dir = forge_store::cache::resolve_dir(args.cache_dir.as_deref()).ok();
     let check_cmd = format!(
         "deepep-forge lock check --project {}{}",
         args.place.project.display(),
         if args.place.no_pins {
             " --no-pins".to_string()
-        } else if args.place.pins != Path::new(crate::pins::DEFAULT_PATH) {
+        } else if args.place.pins != Path::new(forge_model::pins::DEFAULT_PATH) {
             format!(" --pins {}", args.place.pins.display())
         } else {
             String::new()
@@ -566,16 +573,16 @@ fn lock_check_of(args: &SetRequest) -> (crate::lock::CheckRequest, String) {
 /// Step 3, --relock: real uv, then commit. Ctrl-C/SIGTERM stop uv; every file is
 /// then restored (exit 130), as on a failed `uv lock`.
 fn relock(args: &SetRequest, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
-    crate::note!("running {} lock in {} ...", uv.display(), args.place.project.display());
-    let out = crate::process::Cmd::new(uv, format!("relock {} with uv", args.place.project.display()))
+    forge_os::note!("running {} lock in {} ...", uv.display(), args.place.project.display());
+    let out = forge_os::process::Cmd::new(uv, format!("relock {} with uv", args.place.project.display()))
         .arg("lock")
         .dir(&args.place.project)
         .capture();
     let failed = !out.as_ref().is_ok_and(|o| o.status.success());
-    if failed || crate::error::check_interrupted().is_err() {
+    if failed || forge_os::error::check_interrupted().is_err() {
         // All or nothing: every file back as it was (uv.lock too).
         t.rollback()?;
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         let why = match &out {
             Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
             Err(e) => format!("{e:#}"),
@@ -591,7 +598,7 @@ fn relock(args: &SetRequest, uv: &Path, t: txn::Txn, again: &str, check_cmd: &st
         .into());
     }
     commit_unless_interrupted(t)?;
-    crate::outln!("uv lock: ok");
+    forge_os::outln!("uv lock: ok");
     Ok(())
 }
 
@@ -600,10 +607,10 @@ fn relock(args: &SetRequest, uv: &Path, t: txn::Txn, again: &str, check_cmd: &st
 fn branch_note(pins: Option<&Pins>, path: &Path, new: &str, short: &str) {
     let Some(b) = pins.and_then(|p| p.source.branch.as_deref()) else { return };
     if Pins::parse(new, path).is_ok_and(|p| p.source.branch.is_none()) {
-        crate::note!(
+        forge_os::note!(
             "note: {}: source.branch `{}` removed: which branch {short} is on is not in its source (what it is, EPv2 or HybridEP, is read from its setup.py; the branch name decides nothing)",
             path.display(),
-            crate::input::excerpt(b, 60)
+            forge_os::input::excerpt(b, 60)
         );
     }
 }
@@ -616,10 +623,10 @@ fn with_overrides(py_path: &Path, text: String, simple: &str, label: &str) -> Re
         (Ok(a), Ok(b)) => a == b,
         _ => v == label,
     };
-    let wheels = match crate::index::closure::requires(simple, |w| same(&w.provenance.version)) {
+    let wheels = match forge_store::index::closure::requires(simple, |w| same(&w.provenance.version)) {
         Ok(w) => w,
         Err(e) => {
-            crate::alert!(
+            forge_os::alert!(
                 "warning: cannot read the run-time requirements of deep_ep {label} from the index ({e}); no override-dependencies written"
             );
             return Ok((text, Vec::new()));

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::patch;
-use crate::pins::{Arch, Pins};
+use forge_model::pins::{Arch, Pins};
+use forge_store::patch;
 
 /// Check the patch sets of `arches`' pins at `rev` in the repository `repo_dir`.
 pub fn check(pins: &Pins, arches: &[Arch], rev: &str, repo_dir: &Path, scratch_in: &Path) -> Result<()> {
@@ -21,7 +21,7 @@ pub fn check(pins: &Pins, arches: &[Arch], rev: &str, repo_dir: &Path, scratch_i
             variants.iter().filter(|v| !v.patches.is_empty()).map(|v| pin.patches.iter().chain(&v.patches).collect()),
         );
         for entries in sets.into_iter().filter(|s| !s.is_empty()) {
-            let set = crate::patches::load(&pins.path, &entries)?;
+            let set = forge_model::patches::load(&pins.path, &entries)?;
             std::fs::create_dir_all(scratch_in)?;
             let scratch = tempfile::Builder::new().prefix("pin-set-patches-").tempdir_in(scratch_in)?;
             for (p, fit) in set.iter().zip(patch::fits(repo_dir, rev, &set, scratch.path())?) {
@@ -46,7 +46,7 @@ pub fn edit_list(
     if add.is_empty() && drop.is_empty() {
         return Ok(text.to_string());
     }
-    let usage = |m: String| -> anyhow::Error { crate::error::Failure::usage(m).into() };
+    let usage = |m: String| -> anyhow::Error { forge_os::error::Failure::usage(m).into() };
     let dir = pins_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let base = std::fs::canonicalize(dir)?;
     let mut new = Vec::new();
@@ -60,8 +60,8 @@ pub fn edit_list(
             ))
         })?;
         let rel = rel.to_string_lossy().into_owned();
-        let entry = crate::patches::Entry { path: rel.clone(), sha256: None, line: 0, text: None };
-        let loaded = crate::patches::load(pins_path, &[&entry])?;
+        let entry = forge_model::patches::Entry { path: rel.clone(), sha256: None, line: 0, text: None };
+        let loaded = forge_model::patches::load(pins_path, &[&entry])?;
         new.push((rel, loaded[0].sha256.clone()));
     }
     let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| usage(format!("{}: {e}", pins_path.display())))?;

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::error::{Exit, Failure};
-use crate::process::git::{git as hardened, Trust};
-use crate::source as mirror;
+use forge_os::error::{Exit, Failure};
+use forge_os::process::git::{git as hardened, Trust};
+use forge_store::source as mirror;
 
 /// A git repository holding DeepEP's history.
 pub struct GitSource {
@@ -70,7 +70,7 @@ impl GitSource {
             "resolve the revision",
         )?;
         let full = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if !out.status.success() || !crate::pins::is_full_sha(&full) {
+        if !out.status.success() || !forge_model::pins::is_full_sha(&full) {
             return Err(Failure::usage(format!(
                 "revision `{rev}` is not a commit in {} (or is ambiguous)",
                 self.given
@@ -98,7 +98,7 @@ impl GitSource {
                 .and_then(|o| String::from_utf8(o.stdout).ok())
         };
         let Some(setup) = files("setup.py") else { return Ok(None) };
-        Ok(crate::interface::version(&files, &setup).map(|(v, _)| v))
+        Ok(forge_model::interface::version(&files, &setup).map(|(v, _)| v))
     }
 }
 
@@ -115,22 +115,22 @@ pub fn base_version_at(cache: &Path, repo: &str, rev: &str) -> Result<String> {
     let how = format!(
         "pass --source PATH|URL with a DeepEP repository (a checkout or mirror) that has {rev}; pin set never writes a label it did not read"
     );
-    crate::process::git::check_file_url(repo).map_err(|why| {
+    forge_os::process::git::check_file_url(repo).map_err(|why| {
         Failure::usage(format!(
             "{need}, but the repository the project names, `{}`, is not usable: {why}",
-            crate::input::excerpt(repo, 120)
+            forge_os::input::excerpt(repo, 120)
         ))
         .hint(how.clone())
     })?;
     let mirror_dir = mirror::mirror_path(cache, repo);
     if let Err(e) = mirror::ensure_rev(&mirror_dir, repo, rev) {
-        if crate::error::exit_of(&e) != Exit::Environment {
+        if forge_os::error::exit_of(&e) != Exit::Environment {
             return Err(e);
         }
         return Err(Failure::env(format!("{need}, and {repo} cannot be read: {e:#}")).hint(how).into());
     }
     let files = |p: &str| mirror::show(&mirror_dir, rev, p);
-    let version = files("setup.py").and_then(|setup| crate::interface::version(&files, &setup));
+    let version = files("setup.py").and_then(|setup| forge_model::interface::version(&files, &setup));
     match version {
         Some((v, _)) => Ok(v),
         None => Err(no_version(short, repo)),

@@ -36,7 +36,7 @@ use anyhow::{Context, Result};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 /// Where versions before journals were bound to the user kept them: in the
 /// project tree. Never read; only named in a warning.
@@ -94,11 +94,11 @@ fn dec_path(s: &str) -> Option<PathBuf> {
 /// exit 3, when it is not a folder of this user's that only they can enter).
 pub fn state_dir() -> Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let base = crate::environ::var_os("XDG_STATE_HOME")
+    let base = forge_os::environ::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
         .or_else(|| {
-            crate::environ::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".local/state"))
+            forge_os::environ::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".local/state"))
         })
         .ok_or_else(|| {
             Failure::env("no state folder for the pin set journal: HOME and XDG_STATE_HOME are unset")
@@ -278,7 +278,7 @@ impl Place {
 }
 
 fn key(dir: &Path) -> String {
-    hex::encode(&crate::input::sha256(dir.as_os_str().as_bytes())[..16])
+    hex::encode(&forge_os::input::sha256(dir.as_os_str().as_bytes())[..16])
 }
 
 /// The project's locks, held: nobody else changes its files meanwhile.
@@ -295,14 +295,14 @@ pub fn hold(place: Place) -> Result<Held> {
     let mut locks = Vec::new();
     for d in place.dirs() {
         let path = state.join(format!("{}.lock", key(&d)));
-        let f = match crate::cache::lock::try_exclusive(&path)? {
+        let f = match forge_store::cache::lock::try_exclusive(&path)? {
             Some(f) => f,
             None => {
-                crate::note!(
+                forge_os::note!(
                     "waiting: another `pin set` or `pin recover` is changing the files in {} ...",
                     d.display()
                 );
-                crate::cache::lock::exclusive(&path)?
+                forge_store::cache::lock::exclusive(&path)?
             }
         };
         locks.push(f);
@@ -326,9 +326,9 @@ impl Held {
         for d in self.place.dirs() {
             let j = d.join(LEGACY_JOURNAL);
             if std::fs::symlink_metadata(&j).is_ok() {
-                crate::alert!(
+                forge_os::alert!(
                     "{}: {} is ignored: a journal in the project tree is never trusted (a pull request can commit one); this deepep-forge keeps journals in {}. Delete it.",
-                    crate::printer::label("warning"),
+                    forge_os::printer::label("warning"),
                     j.display(),
                     self.state.display()
                 );
@@ -364,7 +364,7 @@ impl Held {
         let doc = JournalDoc {
             schema: SCHEMA,
             pid: std::process::id(),
-            started: crate::provenance::rfc3339(crate::provenance::now_secs()),
+            started: forge_wheel::provenance::rfc3339(forge_wheel::provenance::now_secs()),
             command,
             recover,
             project: enc_path(&self.place.project),
@@ -375,7 +375,7 @@ impl Held {
                     Ok(JournalFile {
                         path: enc_path(&canonical_file(&c.real)?),
                         old: c.old.as_ref().map(|o| B64.encode(o)),
-                        new_sha256: c.new.as_ref().map(|n| crate::input::sha256_hex(n)),
+                        new_sha256: c.new.as_ref().map(|n| forge_os::input::sha256_hex(n)),
                     })
                 })
                 .collect::<Result<_>>()?,
@@ -398,7 +398,7 @@ pub struct Txn {
 }
 
 fn read_journal(path: &Path) -> Result<JournalDoc> {
-    let text = crate::input::read_text(path, "pin set journal", crate::input::cap::LOCK * 3)?;
+    let text = forge_os::fs::named::read_text(path, "pin set journal", forge_os::input::cap::LOCK * 3)?;
     let doc: JournalDoc = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     if doc.schema != SCHEMA {
         anyhow::bail!("{}: journal schema {}, this deepep-forge reads {SCHEMA}", path.display(), doc.schema);
@@ -412,8 +412,8 @@ fn describe_state(d: &JournalDoc) -> String {
         .iter()
         .map(|f| {
             let path = dec_path(&f.path).unwrap_or_default();
-            let now = crate::input::read_bytes(&path, "project file", crate::input::cap::LOCK).ok();
-            let now_sha = now.as_ref().map(|b| crate::input::sha256_hex(b));
+            let now = forge_os::fs::named::read_bytes(&path, "project file", forge_os::input::cap::LOCK).ok();
+            let now_sha = now.as_ref().map(|b| forge_os::input::sha256_hex(b));
             let old = f.old.as_ref().and_then(|o| B64.decode(o).ok());
             let what = if now == old {
                 "as it was"
@@ -447,12 +447,12 @@ impl Txn {
     /// Ctrl-C/SIGTERM between them.
     pub fn apply(&self) -> Result<()> {
         for c in &self.changes {
-            crate::error::check_interrupted()?;
+            forge_os::error::check_interrupted()?;
             if let Some(new) = &c.new {
                 replace(&c.real, new)?;
             }
         }
-        crate::error::check_interrupted()
+        forge_os::error::check_interrupted()
     }
 
     /// Put every file back as it was and remove the journal. On a failure the
@@ -461,7 +461,9 @@ impl Txn {
         for c in self.changes.iter().rev() {
             match &c.old {
                 Some(old) => {
-                    if crate::input::read_bytes(&c.real, "project file", crate::input::cap::LOCK).ok().as_ref()
+                    if forge_os::fs::named::read_bytes(&c.real, "project file", forge_os::input::cap::LOCK)
+                        .ok()
+                        .as_ref()
                         != Some(old)
                     {
                         replace(&c.real, old).with_context(|| format!("restoring {}", c.real.display()))?;
@@ -498,7 +500,7 @@ impl Drop for Txn {
         for c in self.changes.iter().rev() {
             ok &= match &c.old {
                 Some(old) => {
-                    crate::input::read_bytes(&c.real, "project file", crate::input::cap::LOCK).ok().as_ref()
+                    forge_os::fs::named::read_bytes(&c.real, "project file", forge_os::input::cap::LOCK).ok().as_ref()
                         == Some(old)
                         || replace(&c.real, old).is_ok()
                 }
@@ -560,7 +562,7 @@ pub fn recover(held: Held) -> Result<Vec<String>> {
             Failure::usage(format!(
                 "{} names {}, which is not a file `pin set` writes here (pyproject.toml, uv.lock, the pins file): refusing to touch anything",
                 journal.display(),
-                crate::input::excerpt(&dec_path(&f.path).unwrap_or_default().to_string_lossy(), 80)
+                forge_os::input::excerpt(&dec_path(&f.path).unwrap_or_default().to_string_lossy(), 80)
             ))
             .hint("check --project and --pins")
         })?;
@@ -578,7 +580,9 @@ pub fn recover(held: Held) -> Result<Vec<String>> {
         dirs.insert(parent(path).to_path_buf());
         match old {
             Some(old) => {
-                if crate::input::read_bytes(path, "project file", crate::input::cap::LOCK).ok().as_ref() == Some(old) {
+                if forge_os::fs::named::read_bytes(path, "project file", forge_os::input::cap::LOCK).ok().as_ref()
+                    == Some(old)
+                {
                     done.push(format!("{}: already as it was", path.display()));
                 } else {
                     replace(path, old)?;

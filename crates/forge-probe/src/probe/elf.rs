@@ -6,7 +6,7 @@ use object::{elf, Endianness, Object, ObjectSection, ObjectSymbol};
 use serde::Serialize;
 
 use super::fatbin::{self, Fatbin};
-use crate::pins::Arch;
+use forge_model::pins::Arch;
 
 /// Sections that hold fatbins (`__nv_relfatbin` for `-rdc` device code).
 pub const FATBIN_SECTIONS: [&str; 2] = [".nv_fatbin", "__nv_relfatbin"];

@@ -13,9 +13,9 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::wheel::{self, WheelFacts};
-use crate::error::Failure;
-use crate::process::Cmd;
-use crate::wheel::record;
+use forge_os::error::Failure;
+use forge_os::process::Cmd;
+use forge_wheel::wheel::record;
 
 /// Printed as JSON by the interpreter under test. `find_spec` locates modules
 /// without executing them (deep_ep is top level, so nothing is imported).
@@ -228,12 +228,12 @@ pub const EPV2_NVCC_MIN: (u64, u64) = (12, 3);
 /// What EPv2's JIT finds, found the way it looks: torch's `find_cuda_home()` order, then
 /// `bin/nvcc` (its release) and `bin/cuobjdump` there; NCCL's root as find_pkgs does.
 pub fn epv2_jit(platlib: Option<&str>) -> Epv2Jit {
-    let var = |n: &str| crate::environ::var(n).filter(|s| !s.is_empty());
+    let var = |n: &str| forge_os::environ::var(n).filter(|s| !s.is_empty());
     let home = var("CUDA_HOME")
         .map(|h| (h, "CUDA_HOME"))
         .or_else(|| var("CUDA_PATH").map(|h| (h, "CUDA_PATH")))
         .or_else(|| {
-            let nvcc = crate::process::lookup::which("nvcc")?;
+            let nvcc = forge_os::process::lookup::which("nvcc")?;
             let home = nvcc.canonicalize().ok()?.parent()?.parent()?.display().to_string();
             Some((home, "nvcc on PATH"))
         })
@@ -303,13 +303,13 @@ fn ask(python: &Path) -> Result<Interpreter> {
     if let Some(why) = interp.dist.as_ref().and_then(|d| d.refused.as_deref()) {
         return Err(Failure::usage(format!(
             "the installed deep_ep's dist-info is not read: {}",
-            crate::input::excerpt(why, 300)
+            forge_os::input::excerpt(why, 300)
         ))
         .hint("a dist-info file must be a regular file of at most 16 MiB; reinstall deep_ep into that environment")
         .into());
     }
     for why in &interp.refused {
-        crate::note!("not read: {}", crate::input::excerpt(why, 300));
+        forge_os::note!("not read: {}", forge_os::input::excerpt(why, 300));
     }
     Ok(interp)
 }
@@ -355,7 +355,7 @@ fn versions_of(interp: &Interpreter) -> Versions {
 /// The symbol versions a shared library defines (`.gnu.version_d`), read bounded; None when unreadable.
 fn defined_versions(lib: &Path) -> Option<Vec<String>> {
     use object::read::elf::ElfFile64;
-    let data = crate::input::read_bytes(lib, "libstdc++", crate::input::cap::LOCK).ok()?;
+    let data = forge_os::fs::named::read_bytes(lib, "libstdc++", forge_os::input::cap::LOCK).ok()?;
     let file = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
     let endian = file.endian();
     let sections = file.elf_section_table();
@@ -377,12 +377,12 @@ fn defined_versions(lib: &Path) -> Option<Vec<String>> {
 /// (`2.11.0+cu130`): the dist-info may carry the version without its local label
 /// (`2.11.0`) for the very same build, so comparing it with provenance would be a false FAIL.
 pub fn torch_version(torch: &Path) -> Option<String> {
-    crate::torch::version(torch).map(|v| v.version)
+    forge_model::torch::version(torch).map(|v| v.version)
 }
 
-/// torch's C++ ABI and the file that says so, read as the build reads it (`crate::torch`).
+/// torch's C++ ABI and the file that says so, read as the build reads it (`forge_model::torch`).
 pub fn torch_abi(torch: &Path) -> Option<(bool, String)> {
-    crate::torch::abi(torch).map(|a| (a.cxx11, format!("{}: {}", a.file.display(), a.why)))
+    forge_model::torch::abi(torch).map(|a| (a.cxx11, format!("{}: {}", a.file.display(), a.why)))
 }
 
 /// Ask `python` about its deep_ep; read the installed files as a [`WheelFacts`].
@@ -440,19 +440,21 @@ fn epv2_extension(init: &Path) -> Option<PathBuf> {
 }
 
 fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
-    use crate::input::{self, cap};
-    if let Ok(wheel) = input::read_text(&info.join("WHEEL"), "WHEEL", cap::TEXT) {
+    use forge_os::input::cap;
+    if let Ok(wheel) = forge_os::fs::named::read_text(&info.join("WHEEL"), "WHEEL", cap::TEXT) {
         facts.platform = wheel
             .lines()
             .find_map(|l| l.strip_prefix("Tag:"))
             .and_then(|t| t.trim().rsplit('-').next())
             .map(str::to_string);
     }
-    if let Ok(bytes) = input::read_bytes(&info.join(crate::provenance::FILE_NAME), "provenance", cap::TEXT) {
+    if let Ok(bytes) =
+        forge_os::fs::named::read_bytes(&info.join(forge_wheel::provenance::FILE_NAME), "provenance", cap::TEXT)
+    {
         facts.provenance =
-            Some(serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", crate::provenance::FILE_NAME)));
+            Some(serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", forge_wheel::provenance::FILE_NAME)));
     }
-    let text = match input::read_text(&info.join("RECORD"), "RECORD", cap::LOCK) {
+    let text = match forge_os::fs::named::read_text(&info.join("RECORD"), "RECORD", cap::LOCK) {
         Ok(t) => t,
         Err(e) => return facts.record_problems.push(format!("{e:#}")),
     };
@@ -476,9 +478,9 @@ fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
 /// RECORD's hash and the size of an installed file, streamed (a regular file
 /// of at most the wheel member limit: RECORD may name `/dev/zero`).
 fn hash_file(path: &Path) -> Result<(String, u64)> {
-    let cap = crate::probe::wheel::limits::MEMBER;
-    let (f, _) = crate::input::open(path, "installed file", cap)?;
-    let (digest, len) = crate::input::sha256_reader(f, cap)?;
+    let cap = forge_wheel::wheel::limits::MEMBER;
+    let (f, _) = forge_os::fs::named::open(path, "installed file", cap)?;
+    let (digest, len) = forge_os::input::sha256_reader(f, cap)?;
     Ok((record::hash_digest(&digest), len))
 }
 
@@ -505,7 +507,7 @@ fn expand_origin(dir: &str, ext: &Path) -> PathBuf {
 
 fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
     let cache = ld_cache();
-    let ld_path: Vec<PathBuf> = crate::environ::var("LD_LIBRARY_PATH")
+    let ld_path: Vec<PathBuf> = forge_os::environ::var("LD_LIBRARY_PATH")
         .unwrap_or_default()
         .split(':')
         .filter(|s| !s.is_empty())
@@ -588,7 +590,7 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
 /// What HybridEP's JIT reads, the way it reads it: `getenv("CUDA_HOME")` with
 /// no fallback; the cache in `HYBRID_EP_CACHE_DIR`, else `getpwuid(getuid())->pw_dir`, else /tmp.
 pub fn jit_env() -> JitEnv {
-    let cuda_home = crate::environ::var("CUDA_HOME").filter(|s| !s.is_empty());
+    let cuda_home = forge_os::environ::var("CUDA_HOME").filter(|s| !s.is_empty());
     let mut missing = Vec::new();
     if let Some(h) = &cuda_home {
         let h = Path::new(h);
@@ -602,7 +604,7 @@ pub fn jit_env() -> JitEnv {
             missing.push("lib64/libcudart.so (the JIT links -L$CUDA_HOME/lib64 -lcudart)".to_string());
         }
     }
-    let (cache_dir, cache_from) = match crate::environ::var("HYBRID_EP_CACHE_DIR").filter(|s| !s.is_empty()) {
+    let (cache_dir, cache_from) = match forge_os::environ::var("HYBRID_EP_CACHE_DIR").filter(|s| !s.is_empty()) {
         Some(d) => (d, "HYBRID_EP_CACHE_DIR"),
         None => match passwd_home() {
             Some(h) => (h, "home"),

@@ -98,7 +98,7 @@ impl Port {
 
 /// The root named by `DEEPEP_FORGE_HOST_ROOT` (for tests), else `/`.
 pub fn root() -> PathBuf {
-    crate::environ::nonempty_os("DEEPEP_FORGE_HOST_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"))
+    forge_os::environ::nonempty_os("DEEPEP_FORGE_HOST_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"))
 }
 
 /// Read the host under `root`.
@@ -128,7 +128,7 @@ pub fn read(root: &Path) -> HostFacts {
 
 /// The RoCE settings of this process's environment.
 fn settings() -> Vec<(String, String)> {
-    ROCE_SETTINGS.iter().filter_map(|n| crate::environ::var(n).map(|v| (n.to_string(), v))).collect()
+    ROCE_SETTINGS.iter().filter_map(|n| forge_os::environ::var(n).map(|v| (n.to_string(), v))).collect()
 }
 
 struct Reader {
@@ -154,7 +154,7 @@ impl Reader {
     /// A small text file (sysfs, procfs): regular, bounded, never blocking.
     fn text(&self, rel: &str) -> Option<String> {
         let p = self.inside(rel)?;
-        crate::input::read_text(&p, "host file", SMALL).ok()
+        forge_os::fs::named::read_text(&p, "host file", SMALL).ok()
     }
     /// The names in a folder, sorted, at most `max`.
     fn names(&self, rel: &str, max: usize) -> Vec<String> {
@@ -239,7 +239,7 @@ impl Reader {
     /// Whether the ELF at `path` exports `symbol` in its dynamic symbols.
     fn exports(&self, path: &Path, symbol: &str) -> Option<bool> {
         use object::{Object, ObjectSymbol};
-        let bytes = crate::input::read_bytes(path, "shared library", LIBRARY).ok()?;
+        let bytes = forge_os::fs::named::read_bytes(path, "shared library", LIBRARY).ok()?;
         let file = object::File::parse(&*bytes).ok()?;
         let found = file.dynamic_symbols().any(|s| !s.is_undefined() && s.name().is_ok_and(|n| n == symbol));
         Some(found)

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::error::Failure;
-use crate::process::engine::Builder;
-use crate::process::Cmd;
+use forge_os::error::Failure;
+use forge_os::process::engine::Builder;
+use forge_os::process::Cmd;
 
 /// Where docker/Dockerfile keeps the wheel and `<wheel>.intoto.json` in the image.
 pub const WHEELS: &str = "wheels";
@@ -66,7 +66,7 @@ fn check_reference(r: &str) -> Result<()> {
     if ok {
         return Ok(());
     }
-    Err(Failure::usage(format!("--image {}: not an image reference", crate::input::excerpt(r, 80)))
+    Err(Failure::usage(format!("--image {}: not an image reference", forge_os::input::excerpt(r, 80)))
         .hint("pass a name such as localhost/deepep-forge/deep-ep:h100-1.2.1-17cfb81, or an image id")
         .into())
 }
@@ -80,7 +80,7 @@ pub fn mount(reference: &str, builder: Builder) -> Result<Mounted> {
             .hint("pass --image-builder podman|buildah (a docker image: `docker save REF | podman load` first)")
             .into());
     }
-    let program = crate::process::engine::find(builder)?;
+    let program = forge_os::process::engine::find(builder)?;
     let mut m = Mounted { root: PathBuf::new(), reference: reference.to_string(), program, builder, container: None };
     let out = if builder == Builder::Podman {
         Cmd::new(&m.program, format!("mount image {reference}")).args(["image", "mount", reference]).output()
@@ -146,16 +146,16 @@ pub fn open(reference: &str, builder: Builder) -> Result<Found> {
             .hint("probe an image built from docker/Dockerfile (one variant, one wheel)")
             .into());
     };
-    if crate::wheel::read::bad_member_name(name).is_some() || !name.starts_with("deep_ep-") {
+    if forge_wheel::wheel::read::bad_member_name(name).is_some() || !name.starts_with("deep_ep-") {
         return Err(Failure::usage(format!(
             "{reference}: /{WHEELS}/{}: not a deep-ep wheel name",
-            crate::input::excerpt(name, 80)
+            forge_os::input::excerpt(name, 80)
         ))
         .hint("probe an image built from docker/Dockerfile")
         .into());
     }
     let wheel = dir.join(name);
-    let (sha, _) = crate::input::sha256_file(&wheel, "wheel", crate::input::cap::WHEEL)?;
+    let (sha, _) = forge_os::fs::named::sha256_file(&wheel, "wheel", forge_os::input::cap::WHEEL)?;
     check_statement(reference, &dir, name, &sha)?;
     let installed = check_installed(reference, &mounted.root, &wheel)?;
     let subject = format!("{reference}:/{WHEELS}/{name}");
@@ -164,14 +164,14 @@ pub fn open(reference: &str, builder: Builder) -> Result<Found> {
 
 /// `<wheel>.intoto.json` beside the wheel: its subject is this wheel (name and sha256), else exit 1.
 fn check_statement(reference: &str, dir: &Path, name: &str, sha: &str) -> Result<()> {
-    let file = format!("{name}{}", crate::attest::SUFFIX);
+    let file = format!("{name}{}", forge_wheel::attest::SUFFIX);
     let path = dir.join(&file);
     if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
         return Err(Failure::problems(format!("{reference}: no in-toto statement /{WHEELS}/{file} beside the wheel"))
             .hint("rebuild the image with deepep-forge docker build (the builder stage and the index stage keep it)")
             .into());
     }
-    let text = crate::input::read_text(&path, "in-toto statement", crate::input::cap::TEXT)?;
+    let text = forge_os::fs::named::read_text(&path, "in-toto statement", forge_os::input::cap::TEXT)?;
     let j: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Failure::usage(format!("{reference}: /{WHEELS}/{file}: not JSON: {e}")))?;
     let subject = &j["subject"][0];
@@ -179,8 +179,8 @@ fn check_statement(reference: &str, dir: &Path, name: &str, sha: &str) -> Result
     if s_name != Some(name) || s_sha != Some(sha) {
         return Err(Failure::problems(format!(
             "{reference}: /{WHEELS}/{file} does not describe the wheel: subject {} sha256 {}, the wheel is {name} sha256 {sha}",
-            crate::input::excerpt(s_name.unwrap_or("(none)"), 120),
-            crate::input::excerpt(s_sha.unwrap_or("(none)"), 80)
+            forge_os::input::excerpt(s_name.unwrap_or("(none)"), 120),
+            forge_os::input::excerpt(s_sha.unwrap_or("(none)"), 80)
         ))
         .hint("the image's wheel is not the one its statement attests: rebuild the image from a published or freshly built wheel")
         .into());
@@ -197,15 +197,15 @@ fn check_installed(reference: &str, root: &Path, wheel: &Path) -> Result<usize> 
             .hint("probe an image built from docker/Dockerfile")
     })?;
     let site = real_dir(root, &format!("opt/venv/lib/{py}/site-packages"))?;
-    let mut w = crate::wheel::read::open(wheel)?;
+    let mut w = forge_wheel::wheel::read::open(wheel)?;
     let dist_info = w.dist_info()?;
-    let record = w.member(&format!("{dist_info}/RECORD"), crate::input::cap::TEXT)?.unwrap_or_default();
+    let record = w.member(&format!("{dist_info}/RECORD"), forge_os::input::cap::TEXT)?.unwrap_or_default();
     let record = String::from_utf8_lossy(&record).into_owned();
     let mut checked = 0;
     for line in record.lines() {
         let mut cols = line.split(',');
         let (Some(path), Some(hash)) = (cols.next(), cols.next()) else { continue };
-        if !path.ends_with(".so") || crate::wheel::read::bad_member_name(path).is_some() {
+        if !path.ends_with(".so") || forge_wheel::wheel::read::bad_member_name(path).is_some() {
             continue;
         }
         let installed = no_links(&site, path);
@@ -260,7 +260,7 @@ fn hash_regular(p: &Option<PathBuf>) -> Result<Option<String>> {
         anyhow::bail!("{}: {} bytes, more than an extension can be", p.display(), md.len());
     }
     let f = std::fs::File::open(p)?;
-    let (digest, _) = crate::input::sha256_reader(f, MAX_SO)?;
+    let (digest, _) = forge_os::input::sha256_reader(f, MAX_SO)?;
     Ok(Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)))
 }
 
@@ -269,7 +269,7 @@ fn hash_regular(p: &Option<PathBuf>) -> Result<Option<String>> {
 pub fn inspect(reference: &str, builder: Builder) -> Result<super::wheel::WheelFacts> {
     let found = open(reference, builder)?;
     let mut facts = super::wheel::read(&found.wheel)?;
-    crate::note!(
+    forge_os::note!(
         "{}: statement matches the wheel; {} installed extension(s) match its RECORD",
         found.subject,
         found.installed
@@ -283,7 +283,7 @@ pub fn inspect(reference: &str, builder: Builder) -> Result<super::wheel::WheelF
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{exit_of, Exit};
+    use forge_os::error::{exit_of, Exit};
 
     #[test]
     fn references_that_could_be_options_or_paths_are_refused() {

@@ -146,7 +146,7 @@ struct Dynamic {
 
 /// The dynamic entries of the 64-bit ELF at `path`, reading only what they need.
 fn dynamic(path: &Path) -> Option<Dynamic> {
-    let (f, _) = crate::input::open(path, "library", MAX_LIBRARY).ok()?;
+    let (f, _) = forge_os::fs::named::open(path, "library", MAX_LIBRARY).ok()?;
     let cache = object::ReadCache::new(f);
     let file = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
     let endian = file.endian();
@@ -170,7 +170,7 @@ fn dynamic(path: &Path) -> Option<Dynamic> {
 
 /// The version after `marker` ("NCCL version " -> `2.28.9`) in the library's `.rodata`.
 pub fn library_version(path: &Path, marker: &str) -> Option<String> {
-    let (f, _) = crate::input::open(path, "library", MAX_LIBRARY).ok()?;
+    let (f, _) = forge_os::fs::named::open(path, "library", MAX_LIBRARY).ok()?;
     let cache = object::ReadCache::new(f);
     let file = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
     let rodata = file.section_by_name(".rodata").filter(|s| s.size() <= MAX_RODATA)?;

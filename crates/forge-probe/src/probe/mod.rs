@@ -2,7 +2,7 @@
 //!
 //! The static probe reads a wheel once (`wheel`: RECORD, METADATA, provenance,
 //! extension ELFs via `elf` and `fatbin`) or an installed environment (`env`),
-//! resolves the topology request (`crate::topology`) and applies `rules`.
+//! resolves the topology request (`forge_model::topology`) and applies `rules`.
 pub mod elf;
 pub mod env;
 pub mod fatbin;
@@ -16,12 +16,12 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::error::{Exit, Failure};
-use crate::evidence::record::{Recorder, Wheel as RecordWheel};
-use crate::output::Format;
-use crate::pins::Pins;
-use crate::topology::Request;
-use crate::verdict::Verdict;
+use forge_model::pins::Pins;
+use forge_model::topology::Request;
+use forge_model::verdict::Verdict;
+use forge_os::error::{Exit, Failure};
+use forge_os::output::Format;
+use forge_store::evidence::record::{Recorder, Wheel as RecordWheel};
 
 /// `probe`: what to judge against what, as plain data (made from the flags by the CLI).
 #[derive(Debug, Clone)]
@@ -30,7 +30,7 @@ pub struct ProbeRequest {
     pub wheel: Option<PathBuf>,
     /// A built image, read through `image_builder`.
     pub image: Option<String>,
-    pub image_builder: crate::process::engine::ImageReader,
+    pub image_builder: forge_os::process::engine::ImageReader,
     /// A Python whose environment has deep_ep (or, with `wheel`, is meant to).
     pub python: Option<PathBuf>,
     /// The NVIDIA driver comes at run time, not with `python`'s environment.
@@ -41,15 +41,13 @@ pub struct ProbeRequest {
     /// The pins file, only when given (its `pin` rule).
     pub pins: Option<PathBuf>,
     /// The topology asked (flags, preset, recipe).
-    pub topology: crate::topology::RequestFlags,
+    pub topology: forge_model::topology::RequestFlags,
     /// `--run`: the round trip on this machine's GPUs; `None`: the static probe.
     pub run: Option<crate::runtime::Run>,
     /// `--record DIR --signing-key FILE`.
-    pub record: crate::evidence::record::RecordRequest,
+    pub record: forge_store::evidence::record::RecordRequest,
     pub format: Format,
 }
-
-pub use crate::verdict::BinaryFacts;
 
 /// Everything the static probe read about the subject.
 struct Inspected {
@@ -83,10 +81,10 @@ fn inspect(args: &ProbeRequest) -> Result<Option<Inspected>> {
     Ok(Some(Inspected { binary, env, versions, evidence }))
 }
 
-fn facts_of(i: &Inspected) -> BinaryFacts {
+fn facts_of(i: &Inspected) -> forge_model::verdict::BinaryFacts {
     let hep = rules::kernel_extension(&i.binary).and_then(|e| e.elf.as_ref().ok());
     let (cubin_sms, ptx) = hep.map(|h| h.sms()).unwrap_or_default();
-    BinaryFacts {
+    forge_model::verdict::BinaryFacts {
         subject: i.binary.file.clone(),
         ptx_sms: ptx.into_iter().filter(|s| !cubin_sms.contains(s)).collect(),
         cubin_sms,
@@ -160,8 +158,8 @@ fn rdma_ctx<'a>(
     };
     let from_provenance = prov.filter(|p| p.variant.multinode).and_then(|p| p.variant.transport.as_deref());
     let transport = i.and_then(|i| i.evidence.transport).or(match from_provenance {
-        Some("nixl") => Some(crate::pins::Transport::Nixl),
-        Some("doca") => Some(crate::pins::Transport::Doca),
+        Some("nixl") => Some(forge_model::pins::Transport::Nixl),
+        Some("doca") => Some(forge_model::pins::Transport::Doca),
         _ => None,
     });
     rules::rdma::Ctx {
@@ -181,8 +179,8 @@ fn dmabuf_variants(pins: Option<&Pins>) -> Vec<(String, Vec<String>)> {
         .iter()
         .filter(|v| v.multinode)
         .filter_map(|v| {
-            let set = crate::patch::for_variant(pins, v).ok()?;
-            let r = crate::interface::registration::patched(&Default::default(), &set);
+            let set = forge_store::patch::for_variant(pins, v).ok()?;
+            let r = forge_model::interface::registration::patched(&Default::default(), &set);
             let adding: Vec<String> = set
                 .iter()
                 .filter(|p| p.text.lines().any(|l| l.starts_with('+') && l.contains("ibv_reg_dmabuf_mr")))
@@ -195,7 +193,7 @@ fn dmabuf_variants(pins: Option<&Pins>) -> Vec<(String, Vec<String>)> {
 
 pub fn run(args: ProbeRequest) -> Result<Exit> {
     // `--record`: the folder and the key are checked before anything is probed.
-    let recorder = crate::evidence::record::Recorder::prepare(&args.record)?;
+    let recorder = forge_store::evidence::record::Recorder::prepare(&args.record)?;
     if recorder.is_some() && args.wheel.is_none() && (args.image.is_none() || args.run.is_some()) {
         return Err(Failure::usage(
             "--record needs --wheel (or, without --run, --image): evidence is about a wheel file",
@@ -218,11 +216,11 @@ pub fn run(args: ProbeRequest) -> Result<Exit> {
     let verdict = static_verdict_of(&args, request, inspected)?;
     if let Some((r, wheel)) = &recorder {
         let (wheel, mode) = match image_wheel {
-            Some((name, sha256)) => (crate::evidence::record::Wheel { name, sha256 }, "image"),
+            Some((name, sha256)) => (forge_store::evidence::record::Wheel { name, sha256 }, "image"),
             None => (wheel.clone().expect("--wheel given"), "static"),
         };
         let path = r.record(&wheel, mode, &verdict, args.topology.recipe.as_deref())?;
-        crate::note!("recorded the verdict: {}", path.display());
+        forge_os::note!("recorded the verdict: {}", path.display());
     }
     print(&verdict, args.format)?;
     Ok(verdict.exit())
@@ -231,19 +229,21 @@ pub fn run(args: ProbeRequest) -> Result<Exit> {
 impl ProbeRequest {
     /// The wheel `--record` names: `--wheel`'s file (hashed here); for `--image`
     /// the image's wheel, known once it is read (None until then).
-    fn record_subject(&self) -> Result<Option<crate::evidence::record::Wheel>> {
-        self.wheel.as_deref().map(crate::evidence::record::Wheel::of_file).transpose()
+    fn record_subject(&self) -> Result<Option<forge_store::evidence::record::Wheel>> {
+        self.wheel.as_deref().map(forge_store::evidence::record::Wheel::of_file).transpose()
     }
 }
 
 /// Print a verdict in the chosen format.
 pub fn print(v: &Verdict, format: Format) -> Result<()> {
     match format {
-        Format::Json => crate::printer::json(v)?,
-        Format::Human => crate::out!("{}", v.render_human()),
-        Format::Github => {
-            crate::printer::workflow(&format!("{}{}", v.render_github(), crate::output::github_log(&v.render_human())))
-        }
+        Format::Json => forge_os::printer::json(v)?,
+        Format::Human => forge_os::out!("{}", v.render_human()),
+        Format::Github => forge_os::printer::workflow(&format!(
+            "{}{}",
+            v.render_github(),
+            forge_os::output::github_log(&v.render_human())
+        )),
     }
     Ok(())
 }
@@ -269,7 +269,7 @@ fn run_on_gpus(
     let record = |v: &Verdict| -> Result<()> {
         if let Some((r, Some(wheel))) = recorder {
             let path = r.record(wheel, mode, v, recipe)?;
-            crate::note!("recorded the verdict: {}", path.display());
+            forge_os::note!("recorded the verdict: {}", path.display());
         }
         Ok(())
     };

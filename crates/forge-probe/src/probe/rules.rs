@@ -1,9 +1,9 @@
 //! The static verdict: the rules of docs/design.md ("What a binary can do") applied to what `wheel`/`env`
 //! read and to a topology request. Owns every rule id, status, evidence line
 //! and fix; must not read files or run anything.
-use crate::pins::{Arch, Pins, Transport};
-use crate::topology::{Gpu, Request};
-use crate::verdict::Check;
+use forge_model::pins::{Arch, Pins, Transport};
+use forge_model::topology::{Gpu, Request};
+use forge_model::verdict::Check;
 
 use super::elf::{demangle_prefix, is_std_symbol, ElfFacts};
 use super::env::{EnvFacts, Versions};
@@ -64,8 +64,8 @@ pub fn kernel_extension(b: &WheelFacts) -> Option<&Extension> {
 /// DeepEP's build interface a wheel was built from, by its extensions:
 /// `main` (EPv2: `deep_ep/_C`), `hybrid-ep` (`hybrid_ep_cpp`), `main-1.x`
 /// (`deep_ep_cpp` alone); None when it has none of them.
-pub fn interface_of(b: &WheelFacts) -> Option<crate::interface::Branch> {
-    use crate::interface::Branch;
+pub fn interface_of(b: &WheelFacts) -> Option<forge_model::interface::Branch> {
+    use forge_model::interface::Branch;
     let has = |m: &str| b.extensions.iter().any(|e| e.module == m);
     if b.extensions.iter().any(is_deep_ep_c) {
         Some(Branch::Main)
@@ -84,7 +84,7 @@ pub fn is_deep_ep_c(e: &Extension) -> bool {
 }
 
 pub fn evidence(b: &WheelFacts) -> Evidence {
-    let epv2 = interface_of(b) == Some(crate::interface::Branch::Main);
+    let epv2 = interface_of(b) == Some(forge_model::interface::Branch::Main);
     let core = b
         .extensions
         .iter()
@@ -165,8 +165,8 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
     // The user's own pins file: named on the command line when it is not the default,
     // and never a variant it does not have.
     let flag = pins
-        .filter(|p| p.path != std::path::Path::new(crate::pins::DEFAULT_PATH))
-        .map(|p| format!(" --pins {}", crate::printer::shell_word(&p.path.display().to_string())))
+        .filter(|p| p.path != std::path::Path::new(forge_model::pins::DEFAULT_PATH))
+        .map(|p| format!(" --pins {}", forge_os::printer::shell_word(&p.path.display().to_string())))
         .unwrap_or_default();
     if let (Some(p), None) = (pins, &from_pins) {
         return format!(
@@ -317,7 +317,7 @@ fn pin(cx: &Bx) -> Vec<Check> {
 
 /// The environment, for HybridEP's JIT rules: none for an EPv2 wheel (no HybridEP; `epv2-jit` is its own).
 fn hybrid_ep_env<'a>(cx: &Bx<'a>) -> Option<&'a EnvFacts> {
-    cx.env.filter(|_| interface_of(cx.b) != Some(crate::interface::Branch::Main))
+    cx.env.filter(|_| interface_of(cx.b) != Some(forge_model::interface::Branch::Main))
 }
 
 /// `jit-cuda-home` (with `--python`).
@@ -335,7 +335,7 @@ fn jit_cache(cx: &Bx) -> Vec<Check> {
 /// `-I <nccl root>/include`. Without them the import or the first kernel fails: a FAIL
 /// before any import, naming what is missing and the registry packages that provide it.
 fn epv2_jit(cx: &Bx) -> Vec<Check> {
-    let Some(e) = cx.env.filter(|_| interface_of(cx.b) == Some(crate::interface::Branch::Main)) else {
+    let Some(e) = cx.env.filter(|_| interface_of(cx.b) == Some(forge_model::interface::Branch::Main)) else {
         return Vec::new();
     };
     let j = &e.epv2_jit;
@@ -430,15 +430,15 @@ fn interface(cx: &Bx) -> Vec<Check> {
     let modules = cx.modules();
     let mut out = Vec::new();
     out.push(match interface {
-        Some(crate::interface::Branch::Main) => Check::pass(
+        Some(forge_model::interface::Branch::Main) => Check::pass(
             "interface",
             format!("DeepEP `main` (EPv2) wheel: deep_ep._C ({}); its rules apply (record, extension-elf, elf-machine, target-arch, cubin, NVSHMEM/NCCL linkage); the HybridEP rules (hybrid-ep-present, multinode, transport, JIT) do not", modules.join(", ")),
         ),
-        Some(crate::interface::Branch::HybridEp) => Check::pass(
+        Some(forge_model::interface::Branch::HybridEp) => Check::pass(
             "interface",
             format!("DeepEP `hybrid-ep` wheel ({}): every rule applies, HybridEP's included", modules.join(", ")),
         ),
-        Some(crate::interface::Branch::MainLegacy) => Check::pass(
+        Some(forge_model::interface::Branch::MainLegacy) => Check::pass(
             "interface",
             format!("DeepEP `main` before EPv2 ({}): no HybridEP; the deep_ep_cpp rules apply", modules.join(", ")),
         ),
@@ -459,7 +459,7 @@ fn hybrid_ep_present(cx: &Bx) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(match hybrid_ep(b) {
         Some(e) => Check::pass("hybrid-ep-present", format!("{} present", short(&e.path))),
-        None if interface == Some(crate::interface::Branch::Main) && !asks_hybridep => Check::skip(
+        None if interface == Some(forge_model::interface::Branch::Main) && !asks_hybridep => Check::skip(
             "hybrid-ep-present",
             "not applicable: an EPv2 wheel (deep_ep._C) has no HybridEP, and the request does not ask for the hybridep dispatcher",
         ),
@@ -566,7 +566,7 @@ fn jit_sm_arch(cx: &Bx) -> Vec<Check> {
         out.push(match sm_arch {
             Some((list, how)) => {
                 let has =
-                    list.parse::<crate::pins::ArchList>().map(|l| l.sm_numbers().contains(&g.sm())).unwrap_or(false);
+                    list.parse::<forge_model::pins::ArchList>().map(|l| l.sm_numbers().contains(&g.sm())).unwrap_or(false);
                 if has {
                     Check::pass("jit-sm-arch", format!("{how} SM_ARCH \"{list}\" covers {g} (sm_{})", g.sm()))
                 } else {
@@ -948,7 +948,7 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
             disagree.push(format!("says arch {} but the ELF machine is {a}", p.variant.arch));
         }
     }
-    if let (Ok(list), Some(h)) = (p.variant.cuda_arch_list.parse::<crate::pins::ArchList>(), hep) {
+    if let (Ok(list), Some(h)) = (p.variant.cuda_arch_list.parse::<forge_model::pins::ArchList>(), hep) {
         let mut want = list.sm_numbers();
         want.sort_unstable();
         want.dedup();
@@ -969,12 +969,12 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
     }
     if let Some(label) = b.version.as_deref().and_then(local_label) {
         // `<short>` exact, `<short>.p<set digest>` patched (patches::label).
-        let want = crate::patches::label("", &p.source.short, &p.source.patches);
+        let want = forge_model::patches::label("", &p.source.short, &p.source.patches);
         let want = want.trim_start_matches('+');
         if label != want {
             disagree.push(format!(
                 "says +{want} ({}) but the version label is +{label}",
-                crate::patches::describe(&p.source.patches)
+                forge_model::patches::describe(&p.source.patches)
             ));
         }
     }
@@ -988,7 +988,7 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
                 p.variant.cuda_arch_list,
                 if p.variant.multinode { "multinode" } else { "single-node" },
                 p.source.short,
-                crate::patches::describe(&p.source.patches)
+                forge_model::patches::describe(&p.source.patches)
             ),
         )
     } else {
@@ -1047,10 +1047,10 @@ mod tests {
             notes: vec![],
         }
     }
-    fn status(cs: &[Check], rule: &str) -> crate::verdict::Status {
+    fn status(cs: &[Check], rule: &str) -> forge_model::verdict::Status {
         cs.iter().find(|c| c.rule == rule).unwrap_or_else(|| panic!("no {rule}")).status
     }
-    use crate::verdict::Status::*;
+    use forge_model::verdict::Status::*;
     fn tc(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
         topology_checks(r, ev, pins).0
     }

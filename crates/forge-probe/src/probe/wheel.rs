@@ -9,9 +9,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::elf::{self, ElfFacts};
-use crate::error::Failure;
-use crate::provenance::{self, Provenance};
-use crate::wheel::{record, WheelName};
+use forge_os::error::Failure;
+use forge_wheel::provenance::{self, Provenance};
+use forge_wheel::wheel::{record, WheelName};
 
 /// One extension module (`hybrid_ep_cpp*.so`, `deep_ep_cpp*.so`, `deep_ep/_C*.so`).
 #[derive(Debug, Clone, Serialize)]
@@ -54,17 +54,17 @@ pub struct WheelFacts {
 /// A wheel's ELF members and the policy they earn.
 #[derive(Debug, Clone)]
 pub struct PlatformAudit {
-    pub elves: Vec<crate::manylinux::ElfNeeds>,
+    pub elves: Vec<forge_wheel::manylinux::ElfNeeds>,
     /// None: the wheel holds no ELF member.
-    pub audit: Option<crate::manylinux::Audit>,
+    pub audit: Option<forge_wheel::manylinux::Audit>,
 }
 
 /// Read every ELF member of the wheel at `path` and audit them.
 fn platform_audit(path: &Path) -> Result<PlatformAudit, String> {
     let read = || -> Result<PlatformAudit> {
-        let mut w = crate::wheel::open(path)?;
-        let elves = crate::manylinux::read_wheel(&mut w, &BTreeMap::new())?;
-        let audit = crate::manylinux::audit(&elves, &w.names());
+        let mut w = forge_wheel::wheel::open(path)?;
+        let elves = forge_wheel::manylinux::read_wheel(&mut w, &BTreeMap::new())?;
+        let audit = forge_wheel::manylinux::audit(&elves, &w.names());
         Ok(PlatformAudit { elves, audit })
     };
     read().map_err(|e| format!("{e:#}"))
@@ -80,12 +80,12 @@ pub fn module_of(path: &str) -> Option<String> {
 }
 
 /// The architecture a platform tag names (`linux_x86_64`, `manylinux_2_28_aarch64`).
-pub fn platform_arch(platform: &str) -> Option<crate::pins::Arch> {
+pub fn platform_arch(platform: &str) -> Option<forge_model::pins::Arch> {
     platform.split('.').find_map(|tag| {
         if tag.ends_with("x86_64") {
-            Some(crate::pins::Arch::X86_64)
+            Some(forge_model::pins::Arch::X86_64)
         } else if tag.ends_with("aarch64") {
-            Some(crate::pins::Arch::Aarch64)
+            Some(forge_model::pins::Arch::Aarch64)
         } else {
             None
         }
@@ -95,7 +95,7 @@ pub fn platform_arch(platform: &str) -> Option<crate::pins::Arch> {
 /// Read a wheel. A missing file or a file that is not a zip is bad input (exit 2);
 /// everything wrong inside a readable zip becomes a fact for the rules.
 pub fn read(path: &Path) -> Result<WheelFacts> {
-    let mut wheel = crate::wheel::open(path).map_err(|e| match e.downcast::<Failure>() {
+    let mut wheel = forge_wheel::wheel::open(path).map_err(|e| match e.downcast::<Failure>() {
         Ok(f) if f.message.starts_with("wheel ") => anyhow::Error::from(
             Failure::usage(format!("cannot open {}", f.message)).hint("pass the path of a .whl file"),
         ),
@@ -124,7 +124,7 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
     let mut buf = Vec::new();
     let mut total: u64 = 0;
     for i in 0..zip.len() {
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         let mut member = match zip.by_index(i) {
             Ok(m) => m,
             Err(e) => {
@@ -167,8 +167,6 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
     Ok(facts)
 }
 
-pub use crate::wheel::limits;
-
 /// Stream one member: hash all of it, keep in `buf` only what is parsed
 /// (bounded by [`limits`]); the sha256 and the size read.
 fn read_member(
@@ -179,20 +177,20 @@ fn read_member(
 ) -> std::io::Result<([u8; 32], u64)> {
     let base = mpath.rsplit('/').next().unwrap_or(mpath);
     let keep_cap = if module_of(mpath).is_some() {
-        limits::PARSED
+        forge_wheel::wheel::limits::PARSED
     } else if matches!(base, "METADATA" | "RECORD") || base == provenance::FILE_NAME {
-        limits::DOC
+        forge_wheel::wheel::limits::DOC
     } else {
         0
     };
     // Never more than declared (+1 to notice a lying header), never past the limits.
     let declared = member.size();
-    let cap = declared.min(limits::MEMBER).saturating_add(1);
+    let cap = declared.min(forge_wheel::wheel::limits::MEMBER).saturating_add(1);
     let mut size: u64 = 0;
     let keep = |chunk: &[u8]| -> anyhow::Result<()> {
         size += chunk.len() as u64;
         *total += chunk.len() as u64;
-        if size > declared || *total > limits::TOTAL {
+        if size > declared || *total > forge_wheel::wheel::limits::TOTAL {
             anyhow::bail!("inflates past its declared size or the wheel's limit");
         }
         if keep_cap > 0 {
@@ -203,8 +201,8 @@ fn read_member(
         }
         Ok(())
     };
-    crate::input::sha256_stream(&mut member.take(cap), cap, keep).map_err(|e| match e {
-        crate::input::StreamError::Read(e) => e,
+    forge_os::input::sha256_stream(&mut member.take(cap), cap, keep).map_err(|e| match e {
+        forge_os::input::StreamError::Read(e) => e,
         e => std::io::Error::other(format!("{:#}", anyhow::Error::from(e))),
     })
 }
@@ -267,7 +265,7 @@ pub fn local_label(version: &str) -> Option<&str> {
 
 /// Read a file on disk as an extension (used for installed environments).
 pub fn extension_from_disk(path: &Path) -> Result<Extension> {
-    let data = crate::input::read_bytes(path, "extension module", limits::PARSED)?;
+    let data = forge_os::fs::named::read_bytes(path, "extension module", forge_wheel::wheel::limits::PARSED)?;
     let p = path.display().to_string();
     Ok(Extension { module: module_of(&p).unwrap_or_default(), elf: elf::parse(&data), path: p })
 }

@@ -9,13 +9,13 @@
 use std::path::Path;
 use std::process::Child;
 
-use crate::error::Failure;
-use crate::process::Cmd;
+use forge_os::error::Failure;
+use forge_os::process::Cmd;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::verdict::Check;
+use forge_model::verdict::Check;
 
 const SCRIPT: &str = include_str!("deep_ep_roundtrip.py");
 
@@ -147,7 +147,7 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> anyhow::Result<serde_json::Va
                 status[i] = c.try_wait().ok().flatten();
             }
         }
-        if Instant::now() >= deadline || crate::error::check_interrupted().is_err() {
+        if Instant::now() >= deadline || forge_os::error::check_interrupted().is_err() {
             let running: Vec<String> =
                 (0..status.len()).filter(|&i| status[i].is_none()).map(|i| i.to_string()).collect();
             reap(&mut children);
@@ -203,11 +203,11 @@ mod tests {
         let py = Path::new("python3");
         let named = vec!["libnccl.so.2 -> /x/libnccl.so.2 (RUNPATH) is NCCL 2.28.9, built against 2.30.7".to_string()];
         let c = run(Some(py), 1, 30, &named).check();
-        assert_eq!(c.status, crate::verdict::Status::Fail, "{c:?}");
+        assert_eq!(c.status, forge_model::verdict::Status::Fail, "{c:?}");
         assert!(c.evidence.contains("importing deep_ep fails: ModuleNotFoundError"), "{c:?}");
         assert!(c.evidence.contains("(named before the import: libnccl.so.2 -> /x/libnccl.so.2"), "{c:?}");
         let c = run(Some(py), 1, 30, &[]).check();
-        assert_eq!(c.status, crate::verdict::Status::Warn, "{c:?}");
+        assert_eq!(c.status, forge_model::verdict::Status::Warn, "{c:?}");
     }
 
     /// An installed deep_ep whose import fails (an undefined symbol) is a FAIL
@@ -223,7 +223,7 @@ mod tests {
         .unwrap();
         std::fs::set_permissions(&py, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let c = run(Some(&py), 1, 30, &[]).check();
-        assert_eq!(c.status, crate::verdict::Status::Fail, "{c:?}");
+        assert_eq!(c.status, forge_model::verdict::Status::Fail, "{c:?}");
         assert!(
             c.evidence.contains("importing deep_ep fails: ImportError: /x/deep_ep/_C.so: undefined symbol"),
             "{c:?}"

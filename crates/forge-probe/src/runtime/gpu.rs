@@ -9,7 +9,7 @@ use anyhow::{anyhow, Context, Result};
 use cudarc::driver::sys::{self, CUdevice_P2PAttribute as P2pAttr, CUdevice_attribute as Attr};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 /// The kernels, compiled at run time for each device's own arch.
 pub const KERNELS: &str = include_str!("dispatch.cu");

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use crate::error::{Exit, Failure};
-use crate::output::Format;
-use crate::topology::Request;
-use crate::verdict::{BinaryFacts, Check, Verdict};
 use engine::{Link, RankReport, Shape};
+use forge_model::topology::Request;
+use forge_model::verdict::{BinaryFacts, Check, Verdict};
+use forge_os::error::{Exit, Failure};
+use forge_os::output::Format;
 use gpu::{Discovery, Gpu};
 use rendezvous::{Comm, Ranks, Rendezvous};
 
@@ -49,16 +49,16 @@ impl Run {
     /// The ranges clap does not check, before anything is read or run (exit 2).
     pub fn check(&self) -> Result<()> {
         if self.hidden == 0 || !self.hidden.is_multiple_of(8) {
-            crate::bail_usage!(
+            forge_os::bail_usage!(
                 "--hidden {} must be a positive multiple of 8 (rows move as 16-byte vectors)",
                 self.hidden
             );
         }
         if !(1..=16).contains(&self.topk) {
-            crate::bail_usage!("--topk {} must be between 1 and 16", self.topk);
+            forge_os::bail_usage!("--topk {} must be between 1 and 16", self.topk);
         }
         if self.tokens == 0 || self.iters == 0 || self.timeout == 0 || self.blocks_per_sm == 0 {
-            crate::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
+            forge_os::bail_usage!("--tokens, --iters, --blocks-per-sm and --timeout must be positive");
         }
         Ok(())
     }
@@ -86,7 +86,7 @@ pub fn run(args: &Input) -> Result<Exit> {
     let started = Instant::now();
     let ra = &args.run;
     let request = args.request.clone();
-    let env = |k: &str| crate::environ::var(k);
+    let env = |k: &str| forge_os::environ::var(k);
     let ranks = rendezvous::detect(env)?.filter(|r| r.world > 1);
     let how = match &ranks {
         Some(_) => Some(Rendezvous::choose(ra.rendezvous.as_deref(), env)?),
@@ -95,7 +95,7 @@ pub fn run(args: &Input) -> Result<Exit> {
     let shape =
         Shape { tokens: ra.tokens, hidden: ra.hidden, topk: ra.topk, iters: ra.iters, blocks_per_sm: ra.blocks_per_sm };
     let binary = args.binary.clone();
-    let _guard = crate::error::Cooperative::enter();
+    let _guard = forge_os::error::Cooperative::enter();
     let outcome = match (ranks, how) {
         (Some(r), Some(how)) => multi(args, &r, &how, shape, request.clone(), binary.as_ref(), started)?,
         _ => Some(single(args, shape, request.clone(), binary.as_ref(), started)?),
@@ -107,16 +107,20 @@ pub fn run(args: &Input) -> Result<Exit> {
         record(&verdict)?;
     }
     match args.format {
-        Format::Json => crate::printer::json(&verdict)?,
+        Format::Json => forge_os::printer::json(&verdict)?,
         Format::Human => {
-            crate::out!("{}", verdict.render_human());
+            forge_os::out!("{}", verdict.render_human());
             if let Some(m) = render_links(&verdict.facts) {
-                crate::out!("{m}");
+                forge_os::out!("{m}");
             }
         }
         Format::Github => {
             let human = verdict.render_human() + &render_links(&verdict.facts).unwrap_or_default();
-            crate::printer::workflow(&format!("{}{}", verdict.render_github(), crate::output::github_log(&human)));
+            forge_os::printer::workflow(&format!(
+                "{}{}",
+                verdict.render_github(),
+                forge_os::output::github_log(&human)
+            ));
         }
     }
     Ok(verdict.exit())
@@ -797,7 +801,7 @@ fn named_libraries(args: &Input) -> Vec<String> {
     let Some(Ok(checks)) = &args.static_checks else { return Vec::new() };
     checks
         .iter()
-        .filter(|c| RULES.contains(&c.rule.as_str()) && c.status == crate::verdict::Status::Fail)
+        .filter(|c| RULES.contains(&c.rule.as_str()) && c.status == forge_model::verdict::Status::Fail)
         .map(|c| format!("{}: {}", c.rule, c.evidence))
         .collect()
 }
@@ -842,16 +846,16 @@ mod tests {
         assert!((rows[0].kernel_gbps - (20u64 << 28) as f64 / 0.014 / 1e9).abs() < 1e-6);
         assert!((rows[0].ratio - 13.0 / 14.0).abs() < 1e-9);
         let c = pair_check(&rows);
-        assert_eq!(c.status, crate::verdict::Status::Pass, "{}", c.evidence);
+        assert_eq!(c.status, forge_model::verdict::Status::Pass, "{}", c.evidence);
         assert!(c.evidence.starts_with("6 ordered pairs, one at a time, 256 MiB each"), "{}", c.evidence);
 
         // One link three times slower (PCIe instead of NVLink): warned by name.
         let mut slow = even.clone();
         slow[2].pairs[1] = pair(2, 1, 42.0, 39.0);
         let c = pair_check(&pair_rows(&slow, 20));
-        assert_eq!(c.status, crate::verdict::Status::Warn, "{}", c.evidence);
+        assert_eq!(c.status, forge_model::verdict::Status::Warn, "{}", c.evidence);
         assert!(c.evidence.contains("below half the median: 2->1"), "{}", c.evidence);
-        assert_eq!(pair_check(&[]).status, crate::verdict::Status::Skip);
+        assert_eq!(pair_check(&[]).status, forge_model::verdict::Status::Skip);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::error::{check_interrupted, Failure};
+use forge_os::error::{check_interrupted, Failure};
 
 const MAGIC: &[u8; 5] = b"DEFP1";
 
@@ -87,7 +87,7 @@ impl Rendezvous {
         if let Some(f) = flag {
             if let Some(p) = f.strip_prefix("file:") {
                 if p.is_empty() {
-                    crate::bail_usage!("--rendezvous file: needs a path (file:/shared/dir/probe.addr)");
+                    forge_os::bail_usage!("--rendezvous file: needs a path (file:/shared/dir/probe.addr)");
                 }
                 return Ok(Rendezvous::File(PathBuf::from(p)));
             }
@@ -104,7 +104,7 @@ impl Rendezvous {
             Some(addr) => {
                 let port = env("MASTER_PORT").unwrap_or_else(|| "29500".into());
                 if port.parse::<u16>().is_err() {
-                    crate::bail_usage!("MASTER_PORT={port:?} is not a port number");
+                    forge_os::bail_usage!("MASTER_PORT={port:?} is not a port number");
                 }
                 Ok(Rendezvous::Tcp(format!("{addr}:{port}")))
             }
@@ -512,7 +512,7 @@ mod tests {
             (&[("RANK", "0")][..], "WORLD_SIZE is not"),
         ] {
             let e = detect(env(pairs)).unwrap_err();
-            assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage, "{e:#}");
+            assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage, "{e:#}");
             assert!(format!("{e:#}").contains(want), "{e:#}");
         }
     }

@@ -10,8 +10,8 @@ use super::remote::{Net, Remote};
 use super::sign::SecretKey;
 use super::tree::{TreeEntry, TreeListing, Trees};
 use super::{human_size, BadEntry, Cache, Entry, Hit, Key, Toolchain};
-use crate::error::{Exit, Failure};
-use crate::output::DataFormat as Format;
+use forge_os::error::{Exit, Failure};
+use forge_os::output::DataFormat as Format;
 
 /// How a build reaches a remote cache (`--cache-url`, `--trusted-key`,
 /// `--allow-http`, `--cache-timeout`), as plain data.
@@ -164,24 +164,24 @@ pub fn ls(a: LsRequest) -> Result<Exit> {
             bases_bytes: seen.bases.bytes,
             total_bytes: seen.total(),
         };
-        crate::printer::json(&doc)?;
+        forge_os::printer::json(&doc)?;
         return Ok(Exit::Ok);
     }
-    let now = crate::provenance::now_secs();
-    crate::outln!("cache {}", cache.root().display());
-    crate::outln!();
+    let now = forge_wheel::provenance::now_secs();
+    forge_os::outln!("cache {}", cache.root().display());
+    forge_os::outln!();
     ls_wheels(&seen.entries, now);
-    crate::outln!();
+    forge_os::outln!();
     ls_toolchains(&seen.toolchains, now);
-    crate::outln!();
+    forge_os::outln!();
     ls_trees(&seen.trees, now);
-    crate::outln!();
+    forge_os::outln!();
     ls_bases(&seen.bases, now);
     for b in &seen.bad {
-        crate::outln!("not an entry: {}: {}", b.place(), b.problem);
+        forge_os::outln!("not an entry: {}: {}", b.place(), b.problem);
     }
-    crate::outln!();
-    crate::outln!(
+    forge_os::outln!();
+    forge_os::outln!(
         "total {} (wheels {}, toolchains {}, NCCL trees {}, image bases {})",
         human_size(seen.total()),
         human_size(seen.wheels_bytes()),
@@ -193,13 +193,13 @@ pub fn ls(a: LsRequest) -> Result<Exit> {
 }
 
 fn ls_wheels(entries: &[Hit], now: i64) {
-    crate::outln!("WHEELS ({})", entries.len());
+    forge_os::outln!("WHEELS ({})", entries.len());
     if !entries.is_empty() {
-        crate::outln!("{:<16}  {:<16}  {:>10}  {:>5}  WHEEL", "KEY", "VARIANT", "SIZE", "AGE");
+        forge_os::outln!("{:<16}  {:<16}  {:>10}  {:>5}  WHEEL", "KEY", "VARIANT", "SIZE", "AGE");
     }
     for h in entries {
         let e = &h.entry;
-        crate::outln!(
+        forge_os::outln!(
             "{:<16}  {:<16}  {:>10}  {:>5}  {}",
             &e.key[..16],
             e.variant,
@@ -211,12 +211,20 @@ fn ls_wheels(entries: &[Hit], now: i64) {
 }
 
 fn ls_toolchains(toolchains: &[Toolchain], now: i64) {
-    crate::outln!("TOOLCHAINS ({})", toolchains.len());
+    forge_os::outln!("TOOLCHAINS ({})", toolchains.len());
     if !toolchains.is_empty() {
-        crate::outln!("{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}", "KEY", "TORCH", "CUDA", "PACKAGES", "SIZE", "AGE");
+        forge_os::outln!(
+            "{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}",
+            "KEY",
+            "TORCH",
+            "CUDA",
+            "PACKAGES",
+            "SIZE",
+            "AGE"
+        );
     }
     for t in toolchains {
-        crate::outln!(
+        forge_os::outln!(
             "{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}",
             t.key,
             t.torch.as_deref().unwrap_or("-"),
@@ -229,12 +237,12 @@ fn ls_toolchains(toolchains: &[Toolchain], now: i64) {
 }
 
 fn ls_trees(l: &TreeListing, now: i64) {
-    crate::outln!("NCCL BUILD TREES ({})", l.entries.len());
+    forge_os::outln!("NCCL BUILD TREES ({})", l.entries.len());
     if !l.entries.is_empty() {
-        crate::outln!("{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  LABEL", "KEY", "FILES", "SIZE", "SHARED", "AGE");
+        forge_os::outln!("{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  LABEL", "KEY", "FILES", "SIZE", "SHARED", "AGE");
     }
     for t in &l.entries {
-        crate::outln!(
+        forge_os::outln!(
             "{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  {}",
             &t.key[..16],
             t.files,
@@ -246,7 +254,7 @@ fn ls_trees(l: &TreeListing, now: i64) {
     }
     let loose = l.freed_without(&BTreeSet::new());
     if loose.objects > 0 {
-        crate::outln!(
+        forge_os::outln!(
             "objects no tree names: {} ({}; `cache gc` removes them)",
             loose.objects,
             human_size(loose.bytes)
@@ -255,9 +263,9 @@ fn ls_trees(l: &TreeListing, now: i64) {
 }
 
 fn ls_bases(l: &bases::BaseListing, now: i64) {
-    crate::outln!("IMAGE BASES ({})", l.bases.len());
+    forge_os::outln!("IMAGE BASES ({})", l.bases.len());
     if !l.bases.is_empty() {
-        crate::outln!(
+        forge_os::outln!(
             "{:<16}  {:<10}  {:<6}  {:>10}  {:>5}  {:<29}  MIRROR",
             "KEY",
             "SUITE",
@@ -266,10 +274,10 @@ fn ls_bases(l: &bases::BaseListing, now: i64) {
             "AGE",
             "RELEASE"
         );
-        crate::note!("the images made from these bases are in podman's (or buildah's) own store, which `cache gc` leaves alone: {}", bases::podman_hint("KEY"));
+        forge_os::note!("the images made from these bases are in podman's (or buildah's) own store, which `cache gc` leaves alone: {}", bases::podman_hint("KEY"));
     }
     for b in &l.bases {
-        crate::outln!(
+        forge_os::outln!(
             "{:<16}  {:<10}  {:<6}  {:>10}  {:>5}  {:<29}  {}",
             b.key16,
             b.suite,
@@ -281,7 +289,10 @@ fn ls_bases(l: &bases::BaseListing, now: i64) {
         );
     }
     if l.other_bytes > 0 {
-        crate::outln!("debootstrap's .deb cache and logs (images/debs, images/*.log): {}", human_size(l.other_bytes));
+        forge_os::outln!(
+            "debootstrap's .deb cache and logs (images/debs, images/*.log): {}",
+            human_size(l.other_bytes)
+        );
     }
 }
 
@@ -304,19 +315,19 @@ fn chosen(a: &GcRequest, now: i64, i: usize, created: i64, keep: Option<usize>) 
 /// `cache gc`.
 pub fn gc(a: GcRequest) -> Result<Exit> {
     let cache = Cache::at(super::resolve_dir(a.cache_dir.as_deref())?);
-    let _guard = crate::error::Cooperative::enter();
-    let now = crate::provenance::now_secs();
+    let _guard = forge_os::error::Cooperative::enter();
+    let now = forge_wheel::provenance::now_secs();
     let kept = gc_wheels(&cache, &a, now)?;
     let tc_kept = gc_toolchains(&cache, &a, now)?;
     let trees_kept = gc_trees(&cache, &a, now)?;
     let bases_kept = gc_bases(&cache, &a, now)?;
     if !a.dry_run {
         for p in cache.clean_stale()? {
-            crate::outln!("removed leftover {}", p.display());
+            forge_os::outln!("removed leftover {}", p.display());
         }
     }
     let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    crate::outln!(
+    forge_os::outln!(
         "{} and {} kept; {} and {} kept",
         plural(kept, "wheel", "wheels"),
         plural(tc_kept, "toolchain", "toolchains"),
@@ -341,7 +352,7 @@ fn gc_wheels(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
         if !chosen(a, now, i, h.entry.created_secs, a.keep) {
             continue;
         }
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         let e = &h.entry;
         if !a.dry_run {
             let key = Key::parse(&e.key)?;
@@ -349,7 +360,7 @@ fn gc_wheels(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
             cache.remove_entry(&h.dir)?;
         }
         kept -= 1;
-        crate::outln!("{} wheel {} ({}, {}, {})", verb(a), &e.key[..16], e.variant, e.wheel, human_size(e.size));
+        forge_os::outln!("{} wheel {} ({}, {}, {})", verb(a), &e.key[..16], e.variant, e.wheel, human_size(e.size));
     }
     Ok(kept)
 }
@@ -361,13 +372,13 @@ fn gc_toolchains(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
         if !chosen(a, now, i, t.created_secs, a.keep_toolchains) {
             continue;
         }
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         if !a.dry_run && !cache.remove_toolchain(t)? {
-            crate::outln!("kept toolchain {}: a running build uses it", t.key);
+            forge_os::outln!("kept toolchain {}: a running build uses it", t.key);
             continue;
         }
         kept -= 1;
-        crate::outln!(
+        forge_os::outln!(
             "{} toolchain {} (torch {}, {})",
             verb(a),
             t.key,
@@ -389,7 +400,7 @@ fn trees_chosen<'a>(a: &GcRequest, now: i64, l: &'a TreeListing) -> Vec<&'a Tree
 }
 
 fn say_tree(a: &GcRequest, t: &TreeEntry) {
-    crate::outln!(
+    forge_os::outln!(
         "{} NCCL tree {} ({}, {} files, {}, {} shared)",
         verb(a),
         &t.key[..16],
@@ -407,7 +418,7 @@ fn gc_trees(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
     let trees = Trees::at(cache.root());
     let seen = trees.list();
     if let Some(b) = seen.bad.iter().find(|b| b.name.is_empty()) {
-        crate::outln!("kept {}: {}", b.place(), b.problem);
+        forge_os::outln!("kept {}: {}", b.place(), b.problem);
         return Ok(0);
     }
     if !trees.exists() {
@@ -418,7 +429,7 @@ fn gc_trees(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
         gone.iter().for_each(|t| say_tree(a, t));
         let freed = seen.freed_without(&gone.iter().map(|t| t.key.as_str()).collect());
         if freed.objects > 0 {
-            crate::outln!(
+            forge_os::outln!(
                 "would remove {} tree objects no tree names then ({})",
                 freed.objects,
                 human_size(freed.bytes)
@@ -427,23 +438,23 @@ fn gc_trees(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
         return Ok(seen.entries.len() - gone.len());
     }
     let Some(c) = trees.collector()? else {
-        crate::outln!("kept NCCL trees: in use (a build is storing or restoring one); run `cache gc` again later");
+        forge_os::outln!("kept NCCL trees: in use (a build is storing or restoring one); run `cache gc` again later");
         return Ok(seen.entries.len());
     };
     let l = c.list();
     let gone = trees_chosen(a, now, &l);
     for t in &gone {
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         c.remove(&t.key)?;
         say_tree(a, t);
     }
     let swept = c.sweep()?;
     if swept.objects > 0 {
-        crate::outln!("removed {} tree objects no tree names ({})", swept.objects, human_size(swept.bytes));
+        forge_os::outln!("removed {} tree objects no tree names ({})", swept.objects, human_size(swept.bytes));
     }
     let left = c.clean_tmp()?;
     if left > 0 {
-        crate::outln!("removed {left} leftovers of killed tree stores (trees/tmp)");
+        forge_os::outln!("removed {left} leftovers of killed tree stores (trees/tmp)");
     }
     Ok(l.entries.len() - gone.len())
 }
@@ -455,13 +466,13 @@ fn gc_bases(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
         if !chosen(a, now, i, b.created_secs, a.keep_bases) {
             continue;
         }
-        crate::error::check_interrupted()?;
+        forge_os::error::check_interrupted()?;
         if !a.dry_run && bases::remove(cache, b)? == Removed::InUse {
-            crate::outln!("kept image base {}: in use (its lock is held: a base is being made)", b.key16);
+            forge_os::outln!("kept image base {}: in use (its lock is held: a base is being made)", b.key16);
             continue;
         }
         kept -= 1;
-        crate::outln!(
+        forge_os::outln!(
             "{} image base {} ({} {}, {}); podman's store keeps its images: {}",
             verb(a),
             b.key16,
@@ -493,13 +504,13 @@ pub fn push(a: PushRequest) -> Result<Exit> {
                 || k.len() > Key::LEN
                 || !k.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
             {
-                crate::bail_usage!("`{}` is not a cache key or key prefix (lowercase hex)", super::excerpt(k));
+                forge_os::bail_usage!("`{}` is not a cache key or key prefix (lowercase hex)", super::excerpt(k));
             }
             let m: Vec<&Hit> = list.iter().filter(|h| h.entry.key.starts_with(k.as_str())).collect();
             match m.as_slice() {
                 [one] => chosen.push(one),
-                [] => crate::bail_usage!("no cache entry with key {k} in {}", cache.root().display()),
-                _ => crate::bail_usage!("key prefix {k} matches {} entries; give more characters", m.len()),
+                [] => forge_os::bail_usage!("no cache entry with key {k} in {}", cache.root().display()),
+                _ => forge_os::bail_usage!("key prefix {k} matches {} entries; give more characters", m.len()),
             }
         }
     }
@@ -509,7 +520,7 @@ pub fn push(a: PushRequest) -> Result<Exit> {
             return Err(Failure::problems(format!("entry {key} failed verification and was removed")).into());
         };
         client.push(&verified, &secret)?;
-        crate::outln!(
+        forge_os::outln!(
             "pushed {} {} -> {} (signed by {})",
             key.short(),
             verified.entry.wheel,
@@ -524,10 +535,10 @@ pub fn push(a: PushRequest) -> Result<Exit> {
 pub fn keygen(a: KeygenRequest) -> Result<Exit> {
     let sk = SecretKey::generate(&a.name)?;
     sk.write_new(&a.out)?;
-    crate::note!("wrote the secret key to {} (mode 0600; keep it private)", a.out.display());
-    crate::note!("readers trust the public key below: --trusted-key, DEEPEP_FORGE_TRUSTED_KEYS, or");
-    crate::note!("`[cache] trusted-keys = [...]` in their ~/.config/deepep-forge/config.toml");
-    crate::outln!("{}", sk.public());
+    forge_os::note!("wrote the secret key to {} (mode 0600; keep it private)", a.out.display());
+    forge_os::note!("readers trust the public key below: --trusted-key, DEEPEP_FORGE_TRUSTED_KEYS, or");
+    forge_os::note!("`[cache] trusted-keys = [...]` in their ~/.config/deepep-forge/config.toml");
+    forge_os::outln!("{}", sk.public());
     Ok(Exit::Ok)
 }
 

@@ -16,17 +16,19 @@ use anyhow::Result;
 use serde::Deserialize;
 
 use super::sign::PublicKey;
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 /// The environment variable with trusted keys (separated by spaces, commas or newlines).
 pub const TRUSTED_KEYS_ENV: &str = "DEEPEP_FORGE_TRUSTED_KEYS";
 
 /// The user's config file, if a home is known.
 pub fn config_path() -> Option<PathBuf> {
-    crate::environ::var_os("XDG_CONFIG_HOME")
+    forge_os::environ::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| crate::environ::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config")))
+        .or_else(|| {
+            forge_os::environ::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config"))
+        })
         .map(|d| d.join("deepep-forge").join("config.toml"))
 }
 
@@ -69,7 +71,7 @@ pub fn trusted_keys(flags: &[String]) -> Result<Vec<PublicKey>> {
     for f in flags {
         add(f, "--trusted-key")?;
     }
-    if let Some(v) = crate::environ::var_os(TRUSTED_KEYS_ENV) {
+    if let Some(v) = forge_os::environ::var_os(TRUSTED_KEYS_ENV) {
         let v = v.to_str().ok_or_else(|| Failure::usage(format!("{TRUSTED_KEYS_ENV} is not UTF-8")))?.to_string();
         for k in v.split(|c: char| c.is_whitespace() || c == ',').filter(|k| !k.is_empty()) {
             add(k, TRUSTED_KEYS_ENV)?;
@@ -77,7 +79,7 @@ pub fn trusted_keys(flags: &[String]) -> Result<Vec<PublicKey>> {
     }
     if let Some(path) = config_path() {
         // Checked on the opened file: a FIFO or device there never blocks and is refused (exit 2).
-        if let Some(text) = crate::input::read_text_opt(&path, "config file", 1 << 20)? {
+        if let Some(text) = forge_os::fs::named::read_text_opt(&path, "config file", 1 << 20)? {
             let cfg: ConfigFile = toml::from_str(&text).map_err(|e| {
                 Failure::usage(format!("{}: {}", path.display(), e.message())).hint(
                     "the config file takes `[cache]` with `trusted-keys = [\"name:BASE64\", ...]`; fix or remove it",

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::error::check_interrupted;
+use forge_os::error::check_interrupted;
 
 fn open(path: &Path) -> Result<File> {
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     // A lock file planted as a symlink, a FIFO or a device is refused, never followed or waited on.
-    crate::input::open_lock(path, "lock file").map_err(|e| {
+    forge_os::fs::named::open_lock(path, "lock file").map_err(|e| {
         match e.downcast_ref::<std::io::Error>().filter(|io| io.kind() == std::io::ErrorKind::PermissionDenied) {
             Some(io) => not_yours(path, std::io::Error::from_raw_os_error(io.raw_os_error().unwrap_or(libc::EACCES))),
             None => e,
@@ -30,7 +30,7 @@ fn not_yours(path: &Path, e: std::io::Error) -> anyhow::Error {
     let owner = std::fs::symlink_metadata(path).map(|m| format!("owned by uid {}", m.uid())).unwrap_or_default();
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
-    crate::error::Failure::env(format!(
+    forge_os::error::Failure::env(format!(
         "cannot take the lock {} ({owner}{}not writable by uid {me}: {e})",
         path.display(),
         if owner.is_empty() { "" } else { ", " }

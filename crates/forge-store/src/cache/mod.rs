@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 pub use cmd::{gc, keygen, ls, push, GcRequest, KeygenRequest, LsRequest, PushRequest, RemoteRequest};
 
@@ -39,10 +39,10 @@ pub fn resolve_dir(given: Option<&Path>) -> Result<PathBuf> {
     if let Some(d) = given {
         return Ok(d.to_path_buf());
     }
-    let base = crate::environ::var_os("XDG_CACHE_HOME")
+    let base = forge_os::environ::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| crate::environ::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .or_else(|| forge_os::environ::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .ok_or_else(|| {
             Failure::env("no cache folder: HOME and XDG_CACHE_HOME are unset").hint("pass --cache-dir DIR")
         })?;
@@ -81,7 +81,7 @@ impl std::fmt::Display for Key {
 
 /// At most 40 characters of an untrusted value, cut visibly, control characters escaped.
 pub fn excerpt(s: &str) -> String {
-    crate::input::excerpt(s, 40)
+    forge_os::input::excerpt(s, 40)
 }
 
 /// A wheel file name that is safe to join to a folder: one path component
@@ -92,7 +92,7 @@ pub fn check_wheel_name(name: &str) -> Result<(), Failure> {
     if name.is_empty() || name.len() > 200 || !ok_chars || name.starts_with('.') || name.contains("..") {
         return Err(Failure::usage(format!("`{}` is not a safe wheel file name", excerpt(name))));
     }
-    crate::wheel::WheelName::parse(name).map(|_| ()).ok_or_else(|| {
+    forge_wheel::wheel::WheelName::parse(name).map(|_| ()).ok_or_else(|| {
         Failure::usage(format!("`{}` is not a wheel file name (dist-version-python-abi-platform.whl)", excerpt(name)))
     })
 }
@@ -145,7 +145,7 @@ pub fn read_entry(dir: &Path) -> Result<Entry> {
         anyhow::bail!("{} is not a regular file of at most {MAX_ENTRY_BYTES} bytes", p.display());
     }
     // Read through `input` (checked again on the opened file: a FIFO swapped in never blocks).
-    let e: Entry = serde_json::from_slice(&crate::input::read_bytes(&p, "cache entry", MAX_ENTRY_BYTES)?)
+    let e: Entry = serde_json::from_slice(&forge_os::fs::named::read_bytes(&p, "cache entry", MAX_ENTRY_BYTES)?)
         .with_context(|| format!("parsing {}", p.display()))?;
     e.validate().map_err(|why| anyhow::anyhow!("{}: {why}", p.display()))?;
     Ok(e)
@@ -273,7 +273,7 @@ impl Cache {
         let ok = read_entry(&dir).ok().filter(|e| {
             e.key == key.as_str()
                 && std::fs::symlink_metadata(dir.join(&e.wheel)).is_ok_and(|m| m.is_file())
-                && crate::input::sha256_file(&dir.join(&e.wheel), "wheel", crate::input::cap::WHEEL).ok()
+                && forge_os::fs::named::sha256_file(&dir.join(&e.wheel), "wheel", forge_os::input::cap::WHEEL).ok()
                     == Some((e.sha256.clone(), e.size))
         });
         match ok {
@@ -443,7 +443,7 @@ impl Cache {
                 continue;
             }
             let doc: serde_json::Value =
-                crate::input::read_bytes(&ident, "toolchain identity", crate::input::cap::TEXT)
+                forge_os::fs::named::read_bytes(&ident, "toolchain identity", forge_os::input::cap::TEXT)
                     .ok()
                     .and_then(|b| serde_json::from_slice(&b).ok())
                     .unwrap_or_default();

@@ -22,9 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use super::sign::{self, PublicKey, SecretKey, Verdict};
 use super::{Cache, Entry, Hit, Key};
-use crate::error::{check_interrupted, Failure};
-use crate::http::{self, shown};
-use crate::provenance::VariantInfo;
+use forge_os::error::{check_interrupted, Failure};
+use forge_os::http::{self, shown};
+use forge_wheel::provenance::VariantInfo;
 
 /// GET attempts (the first plus retries).
 pub const ATTEMPTS: u32 = 3;
@@ -114,7 +114,7 @@ impl Remote {
             }
         }
         if base.query().is_some() || base.fragment().is_some() {
-            crate::bail_usage!("--cache-url {}: a base URL takes no ?query or #fragment", shown(&base));
+            forge_os::bail_usage!("--cache-url {}: a base URL takes no ?query or #fragment", shown(&base));
         }
         let timeout = net.timeout;
         let plain = if net.allow_http { http::Plain::Allowed } else { http::Plain::Refused };
@@ -147,7 +147,7 @@ impl Remote {
         for attempt in 0..ATTEMPTS {
             check_interrupted()?;
             if attempt > 0 {
-                crate::process::sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
+                forge_os::process::sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
             }
             let resp = match self.client.get(url) {
                 Ok(r) => r,
@@ -212,9 +212,9 @@ impl Remote {
         self.get_with(url, |mut resp| {
             let mut f = std::fs::File::create(path).map_err(|e| Attempt::Fatal(e.into()))?;
             // More than the signed size stops the read: rejected by the caller.
-            let (digest, n) =
-                crate::input::sha256_stream(&mut resp, size, |chunk| Ok(f.write_all(chunk)?)).map_err(|e| match e {
-                    crate::input::StreamError::Read(e) => Attempt::Retry(format!("reading the body: {e}")),
+            let (digest, n) = forge_os::input::sha256_stream(&mut resp, size, |chunk| Ok(f.write_all(chunk)?))
+                .map_err(|e| match e {
+                    forge_os::input::StreamError::Read(e) => Attempt::Retry(format!("reading the body: {e}")),
                     e => Attempt::Fatal(e.into()),
                 })?;
             f.sync_all().map_err(|e| Attempt::Fatal(e.into()))?;
@@ -224,7 +224,7 @@ impl Remote {
 
     /// PUT a file (sent once; PUT is not retried).
     fn put_file(&self, url: &http::Url, path: &Path) -> Result<()> {
-        let (body, _) = crate::input::open(path, "file to upload", crate::input::cap::WHEEL)?;
+        let (body, _) = forge_os::fs::named::open(path, "file to upload", forge_os::input::cap::WHEEL)?;
         let status = self.client.put(url, body).map_err(|why| unreachable(&shown(url), &why))?;
         if !status.is_success() {
             return Err(Failure::problems(format!("PUT {}: HTTP {status}", shown(url)))
@@ -240,10 +240,11 @@ impl Remote {
         let e = &hit.entry;
         let k = Key::parse(&e.key)?;
         let wheel = hit.dir.join(&e.wheel);
-        let (_, provenance_sha256) = crate::wheel::open(&wheel).and_then(|mut w| w.provenance()).map_err(|why| {
-            Failure::problems(format!("{why:#}"))
-                .hint("only wheels built by deepep-forge (with provenance) can be pushed")
-        })?;
+        let (_, provenance_sha256) =
+            forge_wheel::wheel::open(&wheel).and_then(|mut w| w.provenance()).map_err(|why| {
+                Failure::problems(format!("{why:#}"))
+                    .hint("only wheels built by deepep-forge (with provenance) can be pushed")
+            })?;
         let mut re = RemoteEntry { entry: e.clone(), provenance_sha256, signatures: Vec::new() };
         re.signatures.push(key.sign(&re.message()));
         self.put_file(&self.url_of(&k, &e.wheel), &wheel)?;
@@ -317,7 +318,7 @@ impl Cache {
 
 /// The wheel's own provenance hashes to the signed digest and describes this plan.
 fn check_provenance(wheel: &Path, re: &RemoteEntry, key: &Key, expect: &Expect) -> Result<(), String> {
-    let (p, digest) = crate::wheel::open(wheel).and_then(|mut w| w.provenance()).map_err(|e| format!("{e:#}"))?;
+    let (p, digest) = forge_wheel::wheel::open(wheel).and_then(|mut w| w.provenance()).map_err(|e| format!("{e:#}"))?;
     if digest != re.provenance_sha256 {
         return Err("its provenance does not hash to the signed provenance_sha256".into());
     }
@@ -418,7 +419,7 @@ mod tests {
         let err = remote(&url, 1).entry(&key()).expect_err("a stalled server is an error");
         let msg = format!("{err:#}");
         assert!(msg.contains("timed out after 1 s") && msg.contains("3 attempts"), "{msg}");
-        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Environment);
+        assert_eq!(forge_os::error::exit_of(&err), forge_os::error::Exit::Environment);
         assert_eq!(accepted.load(Ordering::SeqCst), ATTEMPTS as usize);
     }
 
@@ -456,7 +457,7 @@ mod tests {
         let err = remote(&url, 1).entry(&key()).expect_err("a body that outlasts the timeout is an error");
         let msg = format!("{err:#}");
         assert!(msg.contains("timed out after 1 s") && msg.contains("3 attempts"), "{msg}");
-        assert_eq!(crate::error::exit_of(&err), crate::error::Exit::Environment);
+        assert_eq!(forge_os::error::exit_of(&err), forge_os::error::Exit::Environment);
         // Every connection was hung up on long before the server's 200 bytes.
         for _ in 0..100 {
             if sent.lock().unwrap().len() == ATTEMPTS as usize {
@@ -504,7 +505,7 @@ mod tests {
         ] {
             let e = Remote::new(url, net, Vec::new()).err().unwrap();
             assert!(format!("{e:#}").contains(want), "{url}: {e:#}");
-            assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage);
+            assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage);
         }
         let r = Remote::new("https://user:s3cret@cache.example/base/", net, Vec::new()).unwrap();
         let shown = r.shown_url(&key(), "entry.json");

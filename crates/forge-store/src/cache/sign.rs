@@ -27,7 +27,7 @@ use anyhow::{Context, Result};
 use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
 
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 const B64: base64::engine::general_purpose::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -135,7 +135,7 @@ impl SecretKey {
     /// the file and never quote its content.
     pub fn load(path: &Path) -> Result<SecretKey> {
         // Opened once, checked on the opened file (a FIFO or device never blocks, never reads on).
-        let (f, _) = crate::input::open(path, "signing key", 4096).map_err(|e| {
+        let (f, _) = forge_os::fs::named::open(path, "signing key", 4096).map_err(|e| {
             let f = e.downcast::<Failure>().map(|f| f.message).unwrap_or_else(|e| format!("{e:#}"));
             Failure::usage(format!("cannot read the {f}"))
                 .hint("make one with `deepep-forge cache keygen --name NAME --out FILE`")

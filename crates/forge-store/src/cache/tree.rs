@@ -341,7 +341,7 @@ pub(super) fn read_bounded(p: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
 
 /// Copy at most `cap` bytes (one more is an error), returning the sha256 and size of what was copied.
 fn copy_hashed(from: &mut impl Read, to: &mut impl Write, cap: u64) -> Result<(String, u64)> {
-    let (digest, n) = crate::input::sha256_stream(from, cap, |chunk| Ok(to.write_all(chunk)?))?;
+    let (digest, n) = forge_os::input::sha256_stream(from, cap, |chunk| Ok(to.write_all(chunk)?))?;
     if n > cap {
         bail!("longer than the {cap} bytes recorded");
     }
@@ -477,7 +477,7 @@ impl Trees {
             let shared = objs.iter().filter(|(s, _)| out.marks.get(**s).is_some_and(|n| *n > 1));
             out.entries.push(TreeEntry {
                 key: m.key.clone(),
-                label: crate::input::excerpt(&m.label, 80),
+                label: forge_os::input::excerpt(&m.label, 80),
                 files: m.files.len(),
                 links: m.links.len(),
                 bytes: objs.values().fold(0u64, |a, b| a.saturating_add(*b)),
@@ -637,7 +637,7 @@ mod tests {
         trees.store(&key(), "x", &t.path().join("build")).unwrap();
         let now = std::time::SystemTime::now();
         // Same size, other bytes: found by the hash, and the object is removed.
-        let sha = crate::input::sha256_hex(b"object a");
+        let sha = forge_os::input::sha256_hex(b"object a");
         let obj = t.path().join("cache/trees/objects").join(&sha);
         std::fs::write(&obj, b"object A").unwrap();
         let e = trees.restore(&key(), &t.path().join("r1"), now).unwrap_err();

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use super::show::{self, Need, Report, Section};
-use super::statement::{self, Kind, Origin, Predicate, Producer, Reported};
+use super::statement::{self, Origin, Predicate, Producer, Reported};
 use super::store::{self, Found};
 use crate::cache::sign::{PublicKey, SecretKey};
-use crate::error::{Exit, Failure};
-use crate::pins::{Pins, Variant};
+use forge_model::ladder::Kind;
+use forge_model::pins::{Pins, Variant};
+use forge_os::error::{Exit, Failure};
 
 /// `evidence add`: a reported result about a wheel, signed.
 #[derive(Debug, Clone)]
@@ -23,7 +24,7 @@ pub struct AddRequest {
     pub wheel_name: Option<String>,
     pub kind: Kind,
     /// The topology the result was obtained on (flags, preset, recipe).
-    pub topology: crate::topology::RequestFlags,
+    pub topology: forge_model::topology::RequestFlags,
     pub outcome: String,
     pub url: Option<String>,
     pub text: Option<String>,
@@ -69,7 +70,7 @@ pub fn add(a: AddRequest) -> Result<Exit> {
             (w.name, w.sha256)
         }
         (None, Some(h), Some(n)) => (n.clone(), h.clone()),
-        _ => crate::bail_usage!("pass --wheel FILE, or --sha256 HEX with --wheel-name NAME"),
+        _ => forge_os::bail_usage!("pass --wheel FILE, or --sha256 HEX with --wheel-name NAME"),
     };
     let request = a.topology.resolve()?;
     let judged = request.as_ref().map(|r| super::record::judged(r, a.topology.recipe.as_deref())).transpose()?;
@@ -83,7 +84,7 @@ pub fn add(a: AddRequest) -> Result<Exit> {
             tool: statement::tool(),
             commit: statement::commit(),
         },
-        time: crate::provenance::rfc3339(crate::provenance::now_secs()),
+        time: forge_wheel::provenance::rfc3339(forge_wheel::provenance::now_secs()),
         request: judged,
         machine: None,
         result: None,
@@ -95,7 +96,7 @@ pub fn add(a: AddRequest) -> Result<Exit> {
     let dir = store::prepare(&a.out)?;
     let envelope = statement::sign(&s, &key)?;
     let path = store::write(&dir, &sha256, a.kind, &envelope)?;
-    crate::outln!("recorded {} (reported, signed by {}): {}", a.kind, key.name, path.display());
+    forge_os::outln!("recorded {} (reported, signed by {}): {}", a.kind, key.name, path.display());
     Ok(Exit::Ok)
 }
 
@@ -154,9 +155,9 @@ pub fn show(a: ShowRequest) -> Result<Exit> {
         not_counted: read.untrusted.iter().map(|u| u.path.display().to_string()).collect(),
     };
     match a.format {
-        ShowFormat::Json => crate::printer::json(&report)?,
-        ShowFormat::Markdown => crate::out!("{}", show::render_markdown(&report)),
-        ShowFormat::Human => crate::out!("{}", show::render_human(&report)),
+        ShowFormat::Json => forge_os::printer::json(&report)?,
+        ShowFormat::Markdown => forge_os::out!("{}", show::render_markdown(&report)),
+        ShowFormat::Human => forge_os::out!("{}", show::render_human(&report)),
     }
     Ok(Exit::Ok)
 }
@@ -177,7 +178,7 @@ impl Given {
     fn is_for(&self, v: &Variant, rev: &str) -> bool {
         match &self.provenance {
             Some((variant, r)) => *variant == v.name && r == rev,
-            None => crate::wheel::WheelName::parse(&self.name).is_some_and(|n| {
+            None => forge_wheel::wheel::WheelName::parse(&self.name).is_some_and(|n| {
                 n.version.ends_with(&format!("+{}", &rev[..7.min(rev.len())])) && n.platform.ends_with(v.arch.as_str())
             }),
         }
@@ -194,8 +195,8 @@ impl Given {
 
 fn given_wheel(path: &Path) -> Result<Given> {
     let w = super::record::Wheel::of_file(path)?;
-    let prov = crate::wheel::read::provenance(path).ok();
-    let build = prov.as_ref().map(|p| crate::patches::describe(&p.source.patches));
+    let prov = forge_wheel::wheel::read::provenance(path).ok();
+    let build = prov.as_ref().map(|p| forge_model::patches::describe(&p.source.patches));
     let provenance = prov.map(|p| (p.variant.name, p.source.rev));
     Ok(Given { path: path.to_path_buf(), name: w.name, sha256: w.sha256, provenance, build })
 }
@@ -207,18 +208,18 @@ fn given_wheel(path: &Path) -> Result<Given> {
 /// version label says. The third part says where it came from and what it is
 /// (`the wheel cache; exact, unpatched` or `...; patched: ...`).
 fn from_cache(dir: Option<&Path>, pins: &Pins, v: &Variant, rev: &str) -> Result<Option<(String, String, String)>> {
-    let want = crate::patches::set_digest(&crate::patch::for_variant(pins, v)?);
+    let want = forge_model::patches::set_digest(&crate::patch::for_variant(pins, v)?);
     let cache = crate::cache::Cache::at(crate::cache::resolve_dir(dir)?);
     let (hits, _) = cache.entries();
     for h in hits.iter().filter(|h| h.entry.variant == v.name) {
-        let Ok(prov) = crate::wheel::read::provenance(&h.dir.join(&h.entry.wheel)) else { continue };
+        let Ok(prov) = forge_wheel::wheel::read::provenance(&h.dir.join(&h.entry.wheel)) else { continue };
         let same = prov.variant.name == v.name && prov.source.rev == rev;
-        if !same || crate::patches::set_digest(&prov.source.patches) != want {
+        if !same || forge_model::patches::set_digest(&prov.source.patches) != want {
             continue;
         }
         let key = crate::cache::Key::parse(&h.entry.key)?;
         if let Some(hit) = cache.lookup(&key)? {
-            let what = crate::patches::describe(&prov.source.patches);
+            let what = forge_model::patches::describe(&prov.source.patches);
             return Ok(Some((hit.entry.wheel.clone(), hit.entry.sha256.clone(), format!("the wheel cache; {what}"))));
         }
     }
@@ -244,7 +245,7 @@ fn needs(v: &Variant, recipes: &[PathBuf]) -> Result<Vec<Need>> {
         out.push(Need { label: format!("{} (pins.toml)", v.name), gpu: None, sm, ep: None, nodes });
     }
     for r in recipes {
-        let args = crate::topology::RequestFlags::of_recipe(r.clone(), gpu);
+        let args = forge_model::topology::RequestFlags::of_recipe(r.clone(), gpu);
         let req = args.resolve()?.expect("a recipe is a request");
         out.push(Need {
             label: r.display().to_string(),

@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde_json::Value;
 
-use super::statement::{self, Figure, Judged, Kind, Machine, Origin, Outcome, PeerLink, Predicate, Producer, RankGpu};
+use super::statement::{self, Figure, Judged, Machine, Origin, Outcome, PeerLink, Predicate, Producer, RankGpu};
 use super::store;
 use crate::cache::sign::SecretKey;
-use crate::topology::Request;
-use crate::verdict::{Status, Verdict};
+use forge_model::ladder::Kind;
+use forge_model::topology::Request;
+use forge_model::verdict::{Status, Verdict};
 
 /// `--record DIR` and `--signing-key FILE`, shared by every probe mode, as plain data.
 #[derive(Debug, Clone, Default)]
@@ -41,7 +42,7 @@ impl Wheel {
     pub fn of_file(path: &Path) -> Result<Wheel> {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         crate::cache::check_wheel_name(&name)?;
-        let (sha256, _) = crate::input::sha256_file(path, "wheel", crate::input::cap::WHEEL)?;
+        let (sha256, _) = forge_os::fs::named::sha256_file(path, "wheel", forge_os::input::cap::WHEEL)?;
         Ok(Wheel { name, sha256 })
     }
 }
@@ -71,7 +72,7 @@ impl Recorder {
                 tool: statement::tool(),
                 commit: statement::commit(),
             },
-            time: crate::provenance::rfc3339(crate::provenance::now_secs()),
+            time: forge_wheel::provenance::rfc3339(forge_wheel::provenance::now_secs()),
             request: verdict.request.as_ref().map(|r| judged(r, recipe)).transpose()?,
             machine: Some(machine(kind, &verdict.facts)),
             result: Some(outcome(verdict)),
@@ -99,8 +100,8 @@ fn kind_of(mode: &str, v: &Verdict) -> Kind {
 pub fn judged(r: &Request, recipe: Option<&Path>) -> Result<Judged> {
     let recipe = match recipe {
         Some(p) => {
-            let bytes = crate::input::read_bytes(p, "recipe", crate::input::cap::TEXT)?;
-            Some(statement::Recipe { path: cut(&p.display().to_string()), sha256: crate::input::sha256_hex(&bytes) })
+            let bytes = forge_os::fs::named::read_bytes(p, "recipe", forge_os::input::cap::TEXT)?;
+            Some(statement::Recipe { path: cut(&p.display().to_string()), sha256: forge_os::input::sha256_hex(&bytes) })
         }
         None => None,
     };

@@ -5,8 +5,9 @@
 //! every value from a statement is escaped where it is rendered.
 use serde::Serialize;
 
-use super::statement::{Kind, Origin, Statement};
+use super::statement::{Origin, Statement};
 use super::store::Found;
+use forge_model::ladder::Kind;
 
 /// Version of `evidence show --format json`.
 pub const SCHEMA: u32 = 1;
@@ -283,7 +284,7 @@ fn label(k: Kind) -> &'static str {
 
 /// The aligned text for people (values escaped for a terminal or a CI log).
 pub fn render_human(r: &Report) -> String {
-    let safe = |s: &str| crate::output::log_safe(&s.replace('\n', " "));
+    let safe = |s: &str| forge_os::output::log_safe(&s.replace('\n', " "));
     let mut out = String::new();
     for s in &r.sections {
         match &s.wheel {
@@ -447,8 +448,8 @@ mod tests {
     /// A reported statement about the same wheel, for a request of `nodes` nodes of EP16 h100.
     fn reported(of: &Found, kind: Kind, outcome: &str, text: Option<&str>, nodes: u32) -> Found {
         let mut s = of.statement.clone();
-        let request = crate::topology::Request {
-            gpu: Some(crate::pins::Gpu::H100),
+        let request = forge_model::topology::Request {
+            gpu: Some(forge_model::pins::Gpu::H100),
             ep: Some(16),
             nodes: Some(nodes),
             gpus_per_node: Some(8),

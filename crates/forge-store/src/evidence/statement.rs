@@ -23,7 +23,8 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::sign::{self, PublicKey, SecretKey};
-use crate::error::Failure;
+use forge_model::ladder::Kind;
+use forge_os::error::Failure;
 
 const B64: base64::engine::general_purpose::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -41,8 +42,6 @@ pub const MAX_ITEMS: usize = 1024;
 pub const MAX_TEXT: usize = 4096;
 /// The longest short field (names, hosts, versions, URLs).
 pub const MAX_SHORT: usize = 512;
-
-pub use crate::ladder::Kind;
 
 /// Who saw it: the tool (`probe --record`) or someone reporting (`evidence add`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,9 +139,9 @@ impl Judged {
     /// is; this is its wire form, the one conversion to it). What a request
     /// carries only for the verdict's wording (the dispatcher, the notes) is
     /// not kept. Short fields are cut by `cut` (control characters, length).
-    pub fn of(r: &crate::topology::Request, recipe: Option<Recipe>, cut: impl Fn(&str) -> String) -> Judged {
+    pub fn of(r: &forge_model::topology::Request, recipe: Option<Recipe>, cut: impl Fn(&str) -> String) -> Judged {
         // Every field named: a field added to Request is decided on here.
-        let crate::topology::Request {
+        let forge_model::topology::Request {
             source,
             ep,
             nodes,
@@ -168,8 +167,8 @@ impl Judged {
 
     /// The request this statement judged, back as a `topology::Request` (a
     /// GPU name this build does not know is `None`: it matches no need).
-    pub fn request(&self) -> crate::topology::Request {
-        crate::topology::Request {
+    pub fn request(&self) -> forge_model::topology::Request {
+        forge_model::topology::Request {
             source: self.source.clone(),
             ep: self.ep,
             nodes: self.nodes,
@@ -320,7 +319,7 @@ pub fn commit() -> Option<String> {
 /// A statement about the wheel `name` with `sha256`.
 pub fn new(name: &str, sha256: &str, predicate: Predicate) -> Statement {
     Statement {
-        type_: crate::attest::STATEMENT_TYPE.into(),
+        type_: forge_wheel::attest::STATEMENT_TYPE.into(),
         subject: vec![Subject { name: name.into(), digest: Digest { sha256: sha256.into() } }],
         predicate_type: PREDICATE_TYPE.into(),
         predicate,
@@ -366,7 +365,7 @@ pub fn open(bytes: &[u8], trusted: &[PublicKey]) -> Result<Opened, Failure> {
     if env.payload_type != PAYLOAD_TYPE {
         return Err(Failure::usage(format!(
             "payloadType `{}` is not {PAYLOAD_TYPE}",
-            crate::input::excerpt(&env.payload_type, 60)
+            forge_os::input::excerpt(&env.payload_type, 60)
         )));
     }
     if env.signatures.len() > 16 {
@@ -395,11 +394,11 @@ fn parse(payload: &[u8]) -> Result<Statement, Failure> {
     let v: serde_json::Value =
         serde_json::from_str(text).map_err(|e| Failure::usage(format!("the payload is not JSON: {e}")))?;
     let t = v["_type"].as_str().unwrap_or("(none)");
-    if t != crate::attest::STATEMENT_TYPE {
+    if t != forge_wheel::attest::STATEMENT_TYPE {
         return Err(Failure::usage(format!(
             "_type `{}` is not {}",
-            crate::input::excerpt(t, 80),
-            crate::attest::STATEMENT_TYPE
+            forge_os::input::excerpt(t, 80),
+            forge_wheel::attest::STATEMENT_TYPE
         )));
     }
     let p = v["predicateType"].as_str().unwrap_or("(none)");
@@ -411,7 +410,7 @@ fn parse(payload: &[u8]) -> Result<Statement, Failure> {
         };
         return Err(Failure::usage(format!(
             "predicateType `{}`: {why} (this deepep-forge reads {PREDICATE_TYPE})",
-            crate::input::excerpt(p, 80)
+            forge_os::input::excerpt(p, 80)
         ))
         .hint("read it with the deepep-forge version that wrote it"));
     }
@@ -460,7 +459,7 @@ fn check_role(p: &Predicate) -> Result<(), Failure> {
             if p.producer.command != "probe" {
                 return refuse(format!(
                     "was made by `{}`: only `probe --record` observes",
-                    crate::input::excerpt(&p.producer.command, 40)
+                    forge_os::input::excerpt(&p.producer.command, 40)
                 ));
             }
             let want = mode_kind(p.producer.mode.as_deref().unwrap_or(""));
@@ -468,7 +467,7 @@ fn check_role(p: &Predicate) -> Result<(), Failure> {
                 return refuse(format!(
                     "its kind `{}` is not what probe mode `{}` observes",
                     p.kind,
-                    crate::input::excerpt(p.producer.mode.as_deref().unwrap_or("(none)"), 40)
+                    forge_os::input::excerpt(p.producer.mode.as_deref().unwrap_or("(none)"), 40)
                 ));
             }
             if p.machine.is_none() || p.result.is_none() || p.reported.is_some() {
@@ -573,7 +572,7 @@ pub fn check_url(u: &str) -> Result<(), Failure> {
     if !ok_scheme || !ok_chars || u.len() <= "https://".len() {
         return Err(Failure::usage(format!(
             "the URL `{}` must be http(s):// followed by printable ASCII without quotes, brackets, backslashes or spaces",
-            crate::input::excerpt(u, 80)
+            forge_os::input::excerpt(u, 80)
         ))
         .hint("percent-encode such characters (%20 for a space, %28 for `(`)"));
     }
@@ -584,7 +583,7 @@ fn check_sha256(s: &str, what: &str) -> Result<(), Failure> {
     if s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         Ok(())
     } else {
-        Err(Failure::usage(format!("{what} `{}` is not 64 lowercase hex digits", crate::input::excerpt(s, 80))))
+        Err(Failure::usage(format!("{what} `{}` is not 64 lowercase hex digits", forge_os::input::excerpt(s, 80))))
     }
 }
 
@@ -614,7 +613,7 @@ fn bounded(s: &str, what: &str, max: usize) -> Result<(), Failure> {
         return Err(Failure::usage(format!(
             "{what} holds the control character {} (terminal escapes and line tricks are refused): `{}`",
             c.escape_unicode(),
-            crate::input::excerpt(s, 60)
+            forge_os::input::excerpt(s, 60)
         )));
     }
     if s.lines().any(|l| {
@@ -623,7 +622,7 @@ fn bounded(s: &str, what: &str, max: usize) -> Result<(), Failure> {
     }) {
         return Err(Failure::usage(format!(
             "{what} has a line starting with `::` or `##[` (a CI workflow command): `{}`",
-            crate::input::excerpt(s, 60)
+            forge_os::input::excerpt(s, 60)
         )));
     }
     Ok(())
@@ -635,7 +634,7 @@ mod tests {
 
     #[test]
     fn judged_is_the_wire_form_of_a_topology_request() {
-        let r = crate::topology::Request {
+        let r = forge_model::topology::Request {
             source: "preset gb200-nvl72".into(),
             ep: Some(72),
             nodes: Some(18),

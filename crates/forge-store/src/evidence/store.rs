@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::statement::{self, Kind, Opened, Statement};
+use super::statement::{self, Opened, Statement};
 use crate::cache::sign::PublicKey;
-use crate::error::Failure;
+use forge_model::ladder::Kind;
+use forge_os::error::Failure;
 
 /// File name suffix of a statement.
 pub const SUFFIX: &str = ".dsse.json";
@@ -88,7 +89,7 @@ pub fn prepare(dir: &Path) -> Result<PathBuf> {
 
 /// The file name of an envelope of `kind`.
 pub fn file_name(kind: Kind, envelope: &[u8]) -> String {
-    let id = crate::input::sha256_hex(envelope);
+    let id = forge_os::input::sha256_hex(envelope);
     format!("{}-{}{SUFFIX}", kind.as_str(), &id[..16])
 }
 
@@ -123,7 +124,7 @@ pub fn write(dir: &Path, sha256: &str, kind: Kind, envelope: &[u8]) -> Result<Pa
 /// sha256 it must be about (its folder, or the wheel it sits beside).
 pub fn read_file(path: &Path, trusted: &[PublicKey], expect: Option<&str>) -> Result<Option<Found>, Failure> {
     let fail = |f: Failure| Failure { message: format!("{}: {}", path.display(), f.message), ..f };
-    let bytes = crate::input::read_bytes(path, "evidence statement", statement::MAX_BYTES).map_err(|e| {
+    let bytes = forge_os::fs::named::read_bytes(path, "evidence statement", statement::MAX_BYTES).map_err(|e| {
         e.downcast::<Failure>().unwrap_or_else(|e| Failure::usage(format!("{}: {e:#}", path.display())))
     })?;
     match statement::open(&bytes, trusted).map_err(fail)? {
@@ -196,7 +197,9 @@ fn files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
 
 /// The key names on an envelope that did not verify, for the note (escaped when printed).
 fn signers_of(path: &Path) -> Vec<String> {
-    let Ok(bytes) = crate::input::read_bytes(path, "evidence statement", statement::MAX_BYTES) else { return vec![] };
+    let Ok(bytes) = forge_os::fs::named::read_bytes(path, "evidence statement", statement::MAX_BYTES) else {
+        return vec![];
+    };
     match statement::open(&bytes, &[]) {
         Ok(Opened::NotTrusted(n)) => n,
         _ => vec![],

@@ -15,8 +15,8 @@ use anyhow::Result;
 use super::manifest::{self, Manifest, WheelEntry, PROJECT};
 use super::{facts, pages};
 use crate::cache::sign::PublicKey;
-use crate::error::{Exit, Failure};
-use crate::pins::{Pins, Variant};
+use forge_model::pins::{Pins, Variant};
+use forge_os::error::{Exit, Failure};
 
 /// Most entries walked under one index folder before giving up.
 const MAX_FILES: usize = 100_000;
@@ -30,14 +30,14 @@ pub struct Request<'a> {
     pub variants: &'a [String],
     /// `--signing-key`, when given: the key the printed `publish` commands name.
     pub signing_key: Option<&'a Path>,
-    pub format: crate::output::DataFormat,
+    pub format: forge_os::output::DataFormat,
 }
 
 /// `publish --check DIR`.
 pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
     let pins = Pins::load(c.pins)?;
     let pins_sha256 =
-        crate::input::sha256_hex(&crate::input::read_bytes(c.pins, "pins file", crate::input::cap::TEXT)?);
+        forge_os::input::sha256_hex(&forge_os::fs::named::read_bytes(c.pins, "pins file", forge_os::input::cap::TEXT)?);
     let trusted = crate::cache::config::trusted_keys(c.trusted_keys)?;
     if trusted.is_empty() {
         return Err(Failure::usage("publish --check trusts no key: a manifest signed by anyone would do")
@@ -67,12 +67,12 @@ pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
     }
     for name in indexes {
         if variant_index {
-            crate::note!("checking the variant index in {}", dir.display());
+            forge_os::note!("checking the variant index in {}", dir.display());
             check_variant(dir, name, &selected, &pins, &pins_sha256, &trusted, &mut problems);
             continue;
         }
         let members: Vec<&Variant> = selected.iter().copied().filter(|v| v.index_name() == name).collect();
-        crate::note!("checking index {name} in {}", dir.display());
+        forge_os::note!("checking index {name} in {}", dir.display());
         check_variant(dir, name, &members, &pins, &pins_sha256, &trusted, &mut problems);
     }
     let mut known: BTreeSet<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
@@ -88,7 +88,7 @@ pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
     }
     let problems: Vec<String> = problems.into_iter().map(|p| complete(&p, c, dir)).collect();
     let exit = if problems.is_empty() { Exit::Ok } else { Exit::Problems };
-    if c.format == crate::output::DataFormat::Json {
+    if c.format == forge_os::output::DataFormat::Json {
         let report = CheckReport {
             schema: super::REPORT_SCHEMA,
             dir: dir.to_path_buf(),
@@ -96,17 +96,21 @@ pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
             ok: problems.is_empty(),
             problems,
         };
-        crate::printer::json(&report)?;
+        forge_os::printer::json(&report)?;
         return Ok(exit);
     }
     if problems.is_empty() {
-        crate::outln!("{}: ok ({} variant(s), signed, every file as its manifest says)", dir.display(), selected.len());
+        forge_os::outln!(
+            "{}: ok ({} variant(s), signed, every file as its manifest says)",
+            dir.display(),
+            selected.len()
+        );
         return Ok(exit);
     }
     for p in &problems {
-        crate::outln!("{p}");
+        forge_os::outln!("{p}");
     }
-    crate::outln!("{}: {} problem(s)", dir.display(), problems.len());
+    forge_os::outln!("{}: {} problem(s)", dir.display(), problems.len());
     Ok(exit)
 }
 
@@ -200,7 +204,7 @@ fn check_variant(
     super::evidence::check(&files, &m, out);
     for (rel, bytes) in pages::render(&m) {
         let p = vdir.join(&rel);
-        match crate::input::read_bytes(&p, "index page", manifest::MAX_BYTES) {
+        match forge_os::fs::named::read_bytes(&p, "index page", manifest::MAX_BYTES) {
             Ok(have) if have == bytes => {}
             Ok(_) => out.push(format!("{}: differs from what the signed manifest renders to", p.display())),
             Err(e) => out.push(format!("{}: {e:#}", p.display())),
@@ -218,7 +222,7 @@ fn check_pinned(mpath: &Path, m: &Manifest, v: &Variant, pins: &Pins, out: &mut 
         let listed =
             pins.toolchain.as_ref().filter(|t| t.python_matrix).map(|t| t.pythons.as_slice()).unwrap_or_default();
         for py in listed {
-            let tag = crate::wheel::WheelName::parse;
+            let tag = forge_wheel::wheel::WheelName::parse;
             let has =
                 pinned.iter().any(|w| tag(&w.wheel).and_then(|n| n.cpython_minor()).as_deref() == Some(py.as_str()));
             if !has {
@@ -264,7 +268,7 @@ fn check_variant_wheels(
             }
         };
         let labelled = |w: &&WheelEntry| {
-            crate::wheel::WheelName::parse(&w.wheel).and_then(|n| n.variant).as_deref() == Some(label.as_str())
+            forge_wheel::wheel::WheelName::parse(&w.wheel).and_then(|n| n.variant).as_deref() == Some(label.as_str())
         };
         if !m.wheels.iter().filter(labelled).any(|w| facts::matches_pins(&w.provenance, pins, v).is_ok()) {
             out.push(format!(
@@ -275,7 +279,9 @@ fn check_variant_wheels(
             ));
         }
     }
-    for w in m.wheels.iter().filter(|w| crate::wheel::WheelName::parse(&w.wheel).is_some_and(|n| n.variant.is_some())) {
+    for w in
+        m.wheels.iter().filter(|w| forge_wheel::wheel::WheelName::parse(&w.wheel).is_some_and(|n| n.variant.is_some()))
+    {
         if let Err(e) = super::variants::check_wheel(&files.join(&w.wheel), pins) {
             out.push(e.to_string());
         }
@@ -287,14 +293,14 @@ fn check_variant_wheels(
     let listed: BTreeSet<(&str, &str)> = m.variants_json.iter().map(|f| (f.file.as_str(), f.sha256.as_str())).collect();
     for (name, bytes) in want {
         let p = files.join(&name);
-        let sha = crate::input::sha256_hex(&bytes);
+        let sha = forge_os::input::sha256_hex(&bytes);
         if !listed.contains(&(name.as_str(), sha.as_str())) {
             out.push(format!(
                 "{}: the signed manifest does not list it as pins.toml and the wheels give it",
                 p.display()
             ));
         }
-        match crate::input::read_bytes(&p, "variants.json", super::variants::MAX_VARIANTS_JSON) {
+        match forge_os::fs::named::read_bytes(&p, "variants.json", super::variants::MAX_VARIANTS_JSON) {
             Ok(have) if have == bytes => {}
             Ok(_) => out.push(format!("{}: differs from what the wheels and pins.toml give", p.display())),
             Err(e) => out.push(format!("{e:#}")),
@@ -320,11 +326,11 @@ fn check_wheel(files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
             check_tag(&path, &w.wheel, out);
             let side = [
                 (format!("{}.metadata", w.wheel), f.metadata),
-                (format!("{}{}", w.wheel, crate::attest::SUFFIX), f.intoto),
+                (format!("{}{}", w.wheel, forge_wheel::attest::SUFFIX), f.intoto),
             ];
             for (name, want) in side {
                 let p = files.join(&name);
-                match crate::input::read_bytes(&p, "index file", manifest::MAX_BYTES) {
+                match forge_os::fs::named::read_bytes(&p, "index file", manifest::MAX_BYTES) {
                     Ok(have) if have == want => {}
                     Ok(_) => out.push(format!(
                         "{}: does not match {} (it must be derived from the wheel)",
@@ -340,15 +346,15 @@ fn check_wheel(files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
 
 /// The wheel's platform tag claims no older glibc than its binaries need (`manylinux`).
 fn check_tag(path: &Path, name: &str, out: &mut Vec<String>) {
-    let Some(tag) = crate::wheel::WheelName::parse(name).map(|n| n.platform) else { return };
-    let audited = crate::wheel::open(path).and_then(|mut w| {
-        let elves = crate::manylinux::read_wheel(&mut w, &Default::default())?;
-        Ok(crate::manylinux::audit(&elves, &w.names()))
+    let Some(tag) = forge_wheel::wheel::WheelName::parse(name).map(|n| n.platform) else { return };
+    let audited = forge_wheel::wheel::open(path).and_then(|mut w| {
+        let elves = forge_wheel::manylinux::read_wheel(&mut w, &Default::default())?;
+        Ok(forge_wheel::manylinux::audit(&elves, &w.names()))
     });
     match audited {
         Err(e) => out.push(format!("{e:#}")),
         Ok(Some(a)) => {
-            if let Some(why) = crate::manylinux::understated(&tag, &a.platform) {
+            if let Some(why) = forge_wheel::manylinux::understated(&tag, &a.platform) {
                 out.push(format!("{}: {why}: installers would put it where it cannot load", path.display()));
             }
         }
@@ -361,7 +367,7 @@ fn expected(vdir: &Path, m: &Manifest) -> BTreeSet<PathBuf> {
     let mut set: BTreeSet<PathBuf> = pages::render(m).into_iter().map(|(rel, _)| vdir.join(rel)).collect();
     set.insert(vdir.join(manifest::FILE));
     for w in &m.wheels {
-        for suffix in ["", ".metadata", crate::attest::SUFFIX] {
+        for suffix in ["", ".metadata", forge_wheel::attest::SUFFIX] {
             set.insert(files.join(format!("{}{suffix}", w.wheel)));
         }
     }

@@ -8,7 +8,7 @@
 use anyhow::Result;
 
 use super::manifest::{self, Manifest, WheelEntry, PROJECT};
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 /// The largest `.metadata` read.
 pub const MAX_METADATA: u64 = 1 << 20;
@@ -32,10 +32,10 @@ fn manifest_url(simple: &str) -> Option<String> {
 /// through `input`, else [`manifest::fetch_capped`].
 fn get(url: &str, cap: u64) -> Result<Vec<u8>> {
     match manifest::file_path(url) {
-        Some(p) => crate::input::read_bytes(&p, "index file", cap),
+        Some(p) => forge_os::fs::named::read_bytes(&p, "index file", cap),
         None if url.starts_with("file:") => Err(Failure::usage(format!(
             "{}: a file URL names an absolute path (file:///srv/index/...)",
-            crate::input::excerpt(url, 200)
+            forge_os::input::excerpt(url, 200)
         ))
         .into()),
         None => manifest::fetch_capped(url, cap, 30),
@@ -47,11 +47,11 @@ pub fn requires(simple: &str, pick: impl Fn(&WheelEntry) -> bool) -> Result<Vec<
     let m_url = manifest_url(simple).ok_or_else(|| {
         Failure::usage(format!(
             "{}: not a publish index URL (<base>/<variant>/simple)",
-            crate::input::excerpt(simple, 200)
+            forge_os::input::excerpt(simple, 200)
         ))
     })?;
     let m = Manifest::parse(&get(&m_url, manifest::MAX_BYTES)?)
-        .map_err(|e| Failure::problems(format!("{}: {e}", crate::input::excerpt(&m_url, 200))))?;
+        .map_err(|e| Failure::problems(format!("{}: {e}", forge_os::input::excerpt(&m_url, 200))))?;
     m.wheels.iter().filter(|w| pick(w)).map(|w| of_entry(simple, w)).collect()
 }
 
@@ -61,10 +61,10 @@ pub fn of_entry(simple: &str, w: &WheelEntry) -> Result<WheelRequires> {
     crate::cache::check_wheel_name(&w.wheel)?;
     let url = format!("{}/{PROJECT}/{}.metadata", simple.trim_end_matches('/'), super::pages::href(&w.wheel));
     let bytes = get(&url, MAX_METADATA)?;
-    if crate::input::sha256_hex(&bytes) != w.metadata_sha256 {
+    if forge_os::input::sha256_hex(&bytes) != w.metadata_sha256 {
         return Err(Failure::problems(format!(
             "{}: its sha256 is not the one the index's manifest states for {}",
-            crate::input::excerpt(&url, 200),
+            forge_os::input::excerpt(&url, 200),
             w.wheel
         ))
         .into());
@@ -73,6 +73,6 @@ pub fn of_entry(simple: &str, w: &WheelEntry) -> Result<WheelRequires> {
     Ok(WheelRequires {
         wheel: w.wheel.clone(),
         sha256: w.sha256.clone(),
-        requires: crate::wheel::metadata::requires_dist(&text),
+        requires: forge_wheel::wheel::metadata::requires_dist(&text),
     })
 }

@@ -18,12 +18,13 @@ pub fn plan(files: &Path, m: &mut Manifest, found: &[Found]) -> Result<Vec<Write
     let mut writes = Vec::new();
     for f in found {
         let Some(w) = m.wheels.iter().find(|w| w.sha256 == f.sha256()).map(|w| w.wheel.clone()) else { continue };
-        let bytes = crate::input::read_bytes(&f.path, "evidence statement", crate::evidence::statement::MAX_BYTES)?;
+        let bytes =
+            forge_os::fs::named::read_bytes(&f.path, "evidence statement", crate::evidence::statement::MAX_BYTES)?;
         let p = &f.statement.predicate;
         let file = format!("{w}.{}", crate::evidence::store::file_name(p.kind, &bytes));
         let entry = Listed {
             file: file.clone(),
-            sha256: crate::input::sha256_hex(&bytes),
+            sha256: forge_os::input::sha256_hex(&bytes),
             wheel: w,
             kind: p.kind.as_str().into(),
             origin: p.origin.as_str().into(),
@@ -42,8 +43,8 @@ pub fn plan(files: &Path, m: &mut Manifest, found: &[Found]) -> Result<Vec<Write
 pub fn check(files: &Path, m: &Manifest, out: &mut Vec<String>) {
     for e in &m.evidence {
         let p = files.join(&e.file);
-        match crate::input::read_bytes(&p, "evidence statement", crate::evidence::statement::MAX_BYTES) {
-            Ok(b) if crate::input::sha256_hex(&b) == e.sha256 => {}
+        match forge_os::fs::named::read_bytes(&p, "evidence statement", crate::evidence::statement::MAX_BYTES) {
+            Ok(b) if forge_os::input::sha256_hex(&b) == e.sha256 => {}
             Ok(_) => {
                 out.push(format!("{}: not the statement the signed manifest lists (changed or replaced)", p.display()))
             }

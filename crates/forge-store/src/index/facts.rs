@@ -8,9 +8,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::manifest::{Summary, WheelEntry};
-use crate::error::Failure;
-use crate::pins::{Pins, Variant};
-use crate::provenance::Provenance;
+use forge_model::pins::{Pins, Variant};
+use forge_os::error::Failure;
+use forge_wheel::provenance::Provenance;
 
 /// The largest METADATA read from a wheel.
 pub const MAX_METADATA_BYTES: u64 = 1 << 20;
@@ -24,8 +24,8 @@ pub struct Facts {
 
 /// The wheel's `.dist-info/METADATA` and provenance bytes, bounded, through the one
 /// wheel reader (layout checked first).
-fn read_members(wheel: &Path, name: &crate::wheel::WheelName) -> Result<(Vec<u8>, Vec<u8>)> {
-    let mut w = crate::wheel::read::open(wheel)?;
+fn read_members(wheel: &Path, name: &forge_wheel::wheel::WheelName) -> Result<(Vec<u8>, Vec<u8>)> {
+    let mut w = forge_wheel::wheel::read::open(wheel)?;
     let member = format!("{}/METADATA", name.dist_info());
     let metadata = w.member(&member, MAX_METADATA_BYTES)?.with_context(|| format!("has no {member}"))?;
     let prov = w.provenance_bytes()?;
@@ -38,20 +38,20 @@ pub fn read(wheel: &Path) -> Result<Facts> {
     let bad = |why: String| Failure::problems(format!("{}: {why}", wheel.display()));
     let file = wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     crate::cache::check_wheel_name(file).map_err(|e| bad(e.to_string()))?;
-    let name = crate::wheel::WheelName::parse(file).expect("checked above");
-    let (sha256, size) = crate::input::sha256_file(wheel, "wheel", crate::input::cap::WHEEL)?;
+    let name = forge_wheel::wheel::WheelName::parse(file).expect("checked above");
+    let (sha256, size) = forge_os::fs::named::sha256_file(wheel, "wheel", forge_os::input::cap::WHEEL)?;
     let (metadata, prov_bytes) = read_members(wheel, &name).map_err(|e| bad(format!("{e:#}")))?;
     let prov: Provenance =
         serde_json::from_slice(&prov_bytes).map_err(|e| bad(format!("unreadable provenance: {e}")))?;
-    let intoto = crate::attest::render(&prov, file, &sha256).into_bytes();
+    let intoto = forge_wheel::attest::render(&prov, file, &sha256).into_bytes();
     let v = &prov.variant;
     let entry = WheelEntry {
         wheel: file.to_string(),
         sha256,
         size,
         cache_key: prov.cache_key.clone(),
-        metadata_sha256: crate::input::sha256_hex(&metadata),
-        provenance_sha256: crate::input::sha256_hex(&prov_bytes),
+        metadata_sha256: forge_os::input::sha256_hex(&metadata),
+        provenance_sha256: forge_os::input::sha256_hex(&prov_bytes),
         provenance: Summary {
             rev: prov.source.rev.clone(),
             variant: v.name.clone(),

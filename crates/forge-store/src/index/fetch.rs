@@ -11,7 +11,7 @@ use anyhow::Result;
 
 use super::manifest::{self, PROJECT};
 use crate::cache::sign::PublicKey;
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 /// The largest wheel downloaded.
 pub const MAX_WHEEL_BYTES: u64 = 8 << 30;
@@ -21,10 +21,10 @@ fn split(url: &str) -> Result<(String, String)> {
     let shape = || {
         Failure::usage(format!(
             "{}: expected a wheel URL of a `deepep-forge publish` index, <base>/<variant>/simple/{PROJECT}/<wheel>.whl",
-            crate::http::redact(url)
+            forge_os::http::redact(url)
         ))
     };
-    let u = crate::http::parse(url).map_err(|_| shape())?;
+    let u = forge_os::http::parse(url).map_err(|_| shape())?;
     if u.query().is_some() {
         return Err(shape().into());
     }
@@ -46,7 +46,7 @@ fn split(url: &str) -> Result<(String, String)> {
 /// alive by the caller) and its path.
 pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, PathBuf)> {
     let (murl, name) = split(url)?;
-    let (url_shown, murl_shown) = (crate::http::redact(url), crate::http::redact(&murl));
+    let (url_shown, murl_shown) = (forge_os::http::redact(url), forge_os::http::redact(&murl));
     let bytes = manifest::fetch(&murl)?;
     let (m, key) = manifest::verified(&bytes, &murl_shown, trusted)?;
     let entry = m.wheels.iter().find(|w| w.wheel == name).ok_or_else(|| {
@@ -54,7 +54,7 @@ pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, Pat
     })?;
     // A little over the signed size, so that a swapped wheel is reported by its digest.
     let wheel = manifest::fetch_capped(url, entry.size.saturating_add(1 << 20).min(MAX_WHEEL_BYTES), 3600)?;
-    let sha = crate::input::sha256_hex(&wheel);
+    let sha = forge_os::input::sha256_hex(&wheel);
     if sha != entry.sha256 || wheel.len() as u64 != entry.size {
         return Err(Failure::problems(format!(
             "{url_shown}: sha256 {sha} ({} bytes), the manifest signed by `{key}` says {} ({} bytes): the wheel on the server was changed",
@@ -64,14 +64,14 @@ pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, Pat
         ))
         .into());
     }
-    let surl = format!("{url}{}", crate::attest::SUFFIX);
+    let surl = format!("{url}{}", forge_wheel::attest::SUFFIX);
     let st: serde_json::Value = serde_json::from_slice(&manifest::fetch(&surl)?)
-        .map_err(|e| Failure::problems(format!("{}: not JSON: {e}", crate::http::redact(&surl))))?;
+        .map_err(|e| Failure::problems(format!("{}: not JSON: {e}", forge_os::http::redact(&surl))))?;
     let subject = &st["subject"][0];
     if subject["digest"]["sha256"].as_str() != Some(sha.as_str()) || subject["name"].as_str() != Some(name.as_str()) {
         return Err(Failure::problems(format!(
             "{}: its subject is not {name} with sha256 {sha}",
-            crate::http::redact(&surl)
+            forge_os::http::redact(&surl)
         ))
         .into());
     }
@@ -89,10 +89,10 @@ pub fn index_urls(url: &str) -> Result<Option<(String, String)>> {
     let shape = || {
         Failure::usage(format!(
             "{}: expected a `deepep-forge publish` index URL (<base>/<variant>/, <base>/<variant>/index.json, <base>/<variant>/simple/{PROJECT}/) or a wheel URL in one",
-            crate::http::redact(url)
+            forge_os::http::redact(url)
         ))
     };
-    let u = crate::http::parse(url).map_err(|_| shape())?;
+    let u = forge_os::http::parse(url).map_err(|_| shape())?;
     if u.query().is_some() || u.fragment().is_some() {
         return Err(shape().into());
     }
@@ -121,8 +121,8 @@ pub fn index_urls(url: &str) -> Result<Option<(String, String)>> {
 /// lists (`only`: that one wheel, which it must list), each to be passed to [`wheel`].
 pub fn index_wheels(url: &str, only: Option<&str>, trusted: &[PublicKey]) -> Result<Vec<String>> {
     let (murl, files) = index_urls(url)?
-        .ok_or_else(|| Failure::usage(format!("{}: a wheel URL, not an index", crate::http::redact(url))))?;
-    let murl_shown = crate::http::redact(&murl);
+        .ok_or_else(|| Failure::usage(format!("{}: a wheel URL, not an index", forge_os::http::redact(url))))?;
+    let murl_shown = forge_os::http::redact(&murl);
     let (m, _) = manifest::verified(&manifest::fetch(&murl)?, &murl_shown, trusted)?;
     let names: Vec<&str> = m.wheels.iter().map(|w| w.wheel.as_str()).filter(|w| only.is_none_or(|o| o == *w)).collect();
     if names.is_empty() {

@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cache::sign::{self, PublicKey, SecretKey, Verdict};
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 /// The first line of the signed message.
 pub const DOMAIN: &str = "deepep-forge index manifest v1";
@@ -242,7 +242,7 @@ impl Manifest {
 /// Read, parse and verify a manifest file against `trusted`; every failure is
 /// exit 1 naming the file (a manifest is evidence, not a flag).
 pub fn load_verified(path: &std::path::Path, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {
-    let (f, _) = crate::input::open(path, "index manifest", u64::MAX)?;
+    let (f, _) = forge_os::fs::named::open(path, "index manifest", u64::MAX)?;
     verified_file(f, path, trusted)
 }
 
@@ -253,11 +253,11 @@ pub fn verified_file(
     trusted: &[PublicKey],
 ) -> anyhow::Result<(Manifest, String)> {
     // Over the bound is a refused manifest (exit 1, as for a URL), not an unreadable file.
-    let len = crate::input::regular(&f, path, "index manifest")?.len();
+    let len = forge_os::fs::named::regular(&f, path, "index manifest")?.len();
     if len > MAX_BYTES {
         return Err(Failure::problems(format!("{}: larger than {MAX_BYTES} bytes", path.display())).into());
     }
-    let bytes = crate::input::read_opened(f, path, "index manifest", MAX_BYTES)?;
+    let bytes = forge_os::fs::named::read_opened(f, path, "index manifest", MAX_BYTES)?;
     verified(&bytes, &path.display().to_string(), trusted)
 }
 
@@ -307,9 +307,9 @@ pub fn fetch(url: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// [`fetch`] with another size cap and time limit (a wheel): through the
-/// one HTTP client ([`crate::http`]), so the limit covers the whole body.
+/// one HTTP client ([`forge_os::http`]), so the limit covers the whole body.
 pub fn fetch_capped(url: &str, cap: u64, secs: u64) -> anyhow::Result<Vec<u8>> {
-    use crate::http;
+    use forge_os::http;
     let u = http::parse(url).map_err(Failure::usage)?;
     let client = http::Client::new(std::time::Duration::from_secs(secs), http::Plain::Loopback)?;
     if client.check_scheme(&u).is_err() {
@@ -334,7 +334,7 @@ pub fn load_verified_any(at: &str, trusted: &[PublicKey]) -> anyhow::Result<(Man
         return load_verified(&path, trusted);
     }
     let bytes = fetch(at)?;
-    verified(&bytes, &crate::http::redact(at), trusted)
+    verified(&bytes, &forge_os::http::redact(at), trusted)
 }
 
 pub fn verified(bytes: &[u8], shown: &str, trusted: &[PublicKey]) -> anyhow::Result<(Manifest, String)> {

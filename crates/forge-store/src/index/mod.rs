@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::error::Failure;
-use crate::pins::Pins;
+use forge_model::pins::Pins;
+use forge_os::error::Failure;
 use manifest::Manifest;
 
 pub mod check;
@@ -32,7 +32,7 @@ pub fn variants_files(m: &Manifest, pins: &Pins) -> Result<Vec<(String, Vec<u8>)
     let cuda = pins.toolchain.as_ref().map(|t| t.cuda.as_str());
     let mut by_version: BTreeMap<(String, String), BTreeMap<String, variants::Properties>> = BTreeMap::new();
     for w in &m.wheels {
-        let Some(n) = crate::wheel::WheelName::parse(&w.wheel) else { continue };
+        let Some(n) = forge_wheel::wheel::WheelName::parse(&w.wheel) else { continue };
         let Some(label) = n.variant.clone() else { continue };
         let v = by_label.get(&label).ok_or_else(|| {
             Failure::problems(format!(

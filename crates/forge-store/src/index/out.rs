@@ -15,7 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::cache::dirfd;
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 /// `--out`, opened and locked.
 pub struct Out {
@@ -78,9 +78,9 @@ impl Out {
                 Ok(()) => return Ok(Out { path: out.to_path_buf(), root }),
                 Err(std::fs::TryLockError::WouldBlock) => {
                     if !std::mem::replace(&mut told, true) {
-                        crate::note!("waiting for another publish into {} to finish", out.display());
+                        forge_os::note!("waiting for another publish into {} to finish", out.display());
                     }
-                    crate::error::check_interrupted()?;
+                    forge_os::error::check_interrupted()?;
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
                 Err(std::fs::TryLockError::Error(e)) => {
@@ -195,7 +195,7 @@ fn digest_in(dir: &File, name: &str) -> Option<String> {
         Err(e) if e.kind() == ErrorKind::NotFound => return None,
         Err(_) => return Some("(not a regular file)".into()),
     };
-    Some(match crate::input::sha256_reader(f, crate::input::cap::WHEEL) {
+    Some(match forge_os::input::sha256_reader(f, forge_os::input::cap::WHEEL) {
         Ok((d, _)) => hex::encode(d),
         Err(e) => format!("({e})"),
     })
@@ -264,7 +264,7 @@ mod tests {
         dirs.put(rel, rel, false, |f| Ok(std::io::Write::write_all(f, b"x")?))
     }
 
-    fn exit(e: &anyhow::Error) -> Option<crate::error::Exit> {
+    fn exit(e: &anyhow::Error) -> Option<forge_os::error::Exit> {
         e.downcast_ref::<Failure>().map(|f| f.exit)
     }
 
@@ -279,7 +279,7 @@ mod tests {
         std::fs::rename(out.join("demo"), out.join("demo.old")).unwrap();
         std::os::unix::fs::symlink(&victim, out.join("demo")).unwrap();
         let e = o.open_dirs([rel]).err().expect("refused");
-        assert_eq!(exit(&e), Some(crate::error::Exit::Usage), "{e:#}");
+        assert_eq!(exit(&e), Some(forge_os::error::Exit::Usage), "{e:#}");
         assert!(format!("{e:#}").contains("demo: not a folder, or a symbolic link"), "{e:#}");
         assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0);
         assert_eq!(std::fs::read_dir(out.join("demo.old/simple/deep-ep")).unwrap().count(), 0);
@@ -326,7 +326,7 @@ mod tests {
             ("demo/index.json", "index.json: a folder where a file of the index goes"),
         ] {
             let e = o.check(Path::new(rel)).err().unwrap_or_else(|| panic!("{rel} passed"));
-            assert!(format!("{e:#}").contains(says) && exit(&e) == Some(crate::error::Exit::Usage), "{rel}: {e:#}");
+            assert!(format!("{e:#}").contains(says) && exit(&e) == Some(forge_os::error::Exit::Usage), "{rel}: {e:#}");
         }
         o.check(Path::new("demo/simple/deep-ep/new/x")).unwrap();
         let dirs = o.open_dirs([Path::new("demo/simple/deep-ep/a")]).unwrap();
@@ -339,6 +339,9 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(out.join("demo/simple/deep-ep/a")).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o644);
-        assert_eq!(dirs.digest(Path::new("demo/simple/deep-ep/a")).as_deref(), Some(&*crate::input::sha256_hex(b"x")));
+        assert_eq!(
+            dirs.digest(Path::new("demo/simple/deep-ep/a")).as_deref(),
+            Some(&*forge_os::input::sha256_hex(b"x"))
+        );
     }
 }

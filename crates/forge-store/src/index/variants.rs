@@ -18,8 +18,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use crate::error::Failure;
-use crate::pins::{Pins, Variant};
+use forge_model::pins::{Pins, Variant};
+use forge_os::error::Failure;
 
 /// The schema uv 0.13.9 knows for variant metadata (PEP 850's v0.2.0).
 pub const SCHEMA_URL: &str = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json";
@@ -40,13 +40,13 @@ pub type Properties = BTreeMap<String, BTreeMap<String, Vec<String>>>;
 /// A variant's label: its name with `-` as `_` (PEP 825 allows `0-9 a-z . _`).
 pub fn label(variant: &str) -> Result<String, Failure> {
     let l = variant.to_ascii_lowercase().replace('-', "_");
-    if crate::wheel::is_label(&l) && variant.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+    if forge_wheel::wheel::is_label(&l) && variant.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
         return Ok(l);
     }
     Err(Failure::usage(format!(
         "variant `{}` gives no PEP 825 label: a label is 1 to {} of 0-9 a-z . _ (a `-` becomes `_`), not `null`",
         crate::cache::excerpt(variant),
-        crate::wheel::MAX_LABEL
+        forge_wheel::wheel::MAX_LABEL
     ))
     .hint("rename the variant in pins.toml, or publish it without --variant-wheels"))
 }
@@ -163,7 +163,7 @@ pub fn variants_json_name(dist: &str, version: &str) -> String {
 
 /// The variant wheel's file name: the built wheel's with `-<label>` before `.whl`.
 pub fn wheel_name(built: &str, label: &str) -> Result<String, Failure> {
-    crate::wheel::WheelName::parse(built)
+    forge_wheel::wheel::WheelName::parse(built)
         .filter(|n| n.variant.is_none())
         .ok_or_else(|| Failure::usage(format!("`{}` is not a plain wheel name", crate::cache::excerpt(built))))?;
     Ok(format!("{}-{label}.whl", built.trim_end_matches(".whl")))
@@ -180,18 +180,18 @@ pub fn relabel(built: &Path, out: &Path, label: &str, props: &Properties) -> Res
 /// (a new file), every member's time the build's SOURCE_DATE_EPOCH.
 pub fn add_variant_json(built: &Path, out: &Path, variant_json: Vec<u8>) -> Result<()> {
     let epoch = build_epoch(built)?;
-    let changes = crate::wheel::stamp::Changes {
+    let changes = forge_wheel::wheel::stamp::Changes {
         add_dist_info: BTreeMap::from([(DIST_INFO_FILE.to_string(), variant_json)]),
         epoch,
         ..Default::default()
     };
-    crate::wheel::stamp::stamp(built, out, &changes)
+    forge_wheel::wheel::stamp::stamp(built, out, &changes)
 }
 
 /// The SOURCE_DATE_EPOCH the wheel's provenance records.
 fn build_epoch(wheel: &Path) -> Result<i64> {
-    let bytes = crate::wheel::read::open(wheel)?.provenance_bytes()?;
-    let p: crate::provenance::Provenance =
+    let bytes = forge_wheel::wheel::read::open(wheel)?.provenance_bytes()?;
+    let p: forge_wheel::provenance::Provenance =
         serde_json::from_slice(&bytes).with_context(|| format!("{}: unreadable provenance", wheel.display()))?;
     Ok(p.times.source_date_epoch)
 }
@@ -221,7 +221,7 @@ pub fn parse(bytes: &[u8], what: &str) -> Result<BTreeMap<String, Properties>, F
         return Err(bad(format!("{} labels, over the bound of {MAX_LABELS}", variants.len())));
     }
     for (l, props) in &variants {
-        if !crate::wheel::is_label(l) {
+        if !forge_wheel::wheel::is_label(l) {
             return Err(bad(format!("`{}` is not a variant label (0-9 a-z . _, 1 to 16)", crate::cache::excerpt(l))));
         }
         if let Some(ns) = props.keys().find(|k| *k != NVIDIA && *k != NAMESPACE) {
@@ -246,10 +246,10 @@ pub fn parse(bytes: &[u8], what: &str) -> Result<BTreeMap<String, Properties>, F
 pub fn read_wheel_variant_json(wheel: &Path) -> Result<Vec<u8>, Failure> {
     let file = wheel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let bad = |why: String| Failure::problems(format!("{}: {why}", wheel.display()));
-    let name = crate::wheel::WheelName::parse(file).ok_or_else(|| bad("not a wheel file name".into()))?;
+    let name = forge_wheel::wheel::WheelName::parse(file).ok_or_else(|| bad("not a wheel file name".into()))?;
     let label = name.variant.clone().ok_or_else(|| bad("has no variant label".into()))?;
     let member = format!("{}/{DIST_INFO_FILE}", name.dist_info());
-    let bytes = crate::wheel::read::open(wheel)
+    let bytes = forge_wheel::wheel::read::open(wheel)
         .and_then(|mut w| w.member(&member, MAX_VARIANTS_JSON + 1))
         .map_err(|e| bad(format!("{e:#}")))?
         .ok_or_else(|| bad(format!("has no {member}")))?;

@@ -11,7 +11,7 @@
 //! Must not run git.
 use std::path::{Path, PathBuf};
 
-use crate::error::Failure;
+use forge_os::error::Failure;
 
 /// One declared submodule: where it goes in the snapshot, which folder fills it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub fn declared(dir: &Path) -> anyhow::Result<Vec<Declared>> {
     if !meta.is_file() {
         return Err(refuse(&file, 0, "is not a regular file (a symlink or a folder)").into());
     }
-    let text = crate::input::read_text(&file, ".gitmodules", crate::input::cap::TEXT)?;
+    let text = forge_os::fs::named::read_text(&file, ".gitmodules", forge_os::input::cap::TEXT)?;
     let entries = parse(&text).map_err(|(line, why)| refuse(&file, line, &why))?;
     let parent = dir.parent().ok_or_else(|| refuse(&file, 0, "the source folder has no parent folder"))?;
     let mut out: Vec<Declared> = Vec::new();

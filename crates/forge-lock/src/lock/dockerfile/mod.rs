@@ -1,7 +1,7 @@
 //! Dockerfile scanning for `lock check` (`lock::dockerfile`): ARG/ENV defaults that carry a DeepEP
 //! rev, an arch list, the multinode flag, the transport, RDMA_CORE_HOME or the
 //! rdma-core ref, compared with pins.toml. Reads Dockerfiles through
-//! [`crate::dockerfile`]; must not run docker or read anything but the
+//! [`forge_model::dockerfile`]; must not run docker or read anything but the
 //! Dockerfiles it is given.
 //!
 //! What is detected (values are the defaults written in the file; a
@@ -30,13 +30,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::dockerfile::model::Model;
-use crate::error::Failure;
-use crate::findings::Finding;
-use crate::pins::{Arch, Pins};
+use forge_model::dockerfile::model::Model;
+use forge_model::findings::Finding;
+use forge_model::pins::{Arch, Pins};
+use forge_os::error::Failure;
 use rules::Checker;
 
-pub use crate::dockerfile::instructions_named;
 pub use needs::{needs, Need};
 
 /// Dockerfiles of a project: `Dockerfile*` at the root and `docker/**/Dockerfile*`
@@ -89,7 +88,7 @@ pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
 pub fn check(files: &[PathBuf], pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Result<Vec<Finding>> {
     let mut out = Vec::new();
     for f in files {
-        let text = crate::input::read_text(f, "Dockerfile", crate::input::cap::TEXT)?;
+        let text = forge_os::fs::named::read_text(f, "Dockerfile", forge_os::input::cap::TEXT)?;
         out.extend(check_text(&text, f, pins, revs));
     }
     Ok(out)
@@ -179,7 +178,7 @@ mod tests {
     }
 
     fn rules(f: &[Finding]) -> Vec<(String, usize)> {
-        f.iter().map(|f| (f.rule.clone(), f.line.unwrap_or(0))).collect()
+        f.iter().map(|f| (f.rule.to_string(), f.line.unwrap_or(0))).collect()
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::rules::*;
-use crate::dockerfile::model::*;
-use crate::pins::{Arch, Pins};
+use forge_model::dockerfile::model::*;
+use forge_model::pins::{Arch, Pins};
 
 /// The variant a Dockerfile build needs: the one a stage names
 /// (`DEEPEP_VARIANT`/`VARIANT`), else every declared variant its DeepEP build
@@ -31,7 +31,7 @@ const BUILDS: &str = "builds DeepEP as";
 pub fn needs(files: &[PathBuf], pins: &Pins) -> Result<Vec<Need>> {
     let (revs, mut out) = (BTreeMap::new(), Vec::new());
     for f in files {
-        let text = crate::input::read_text(f, "Dockerfile", crate::input::cap::TEXT)?;
+        let text = forge_os::fs::named::read_text(f, "Dockerfile", forge_os::input::cap::TEXT)?;
         let model = Model::read(&text);
         let mut c = Checker { file: f, pins: Some(pins), revs: &revs, out: Vec::new(), seen: BTreeSet::new() };
         for (cfg, platform) in model.configs() {

@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::rc::Rc;
 
-use crate::dockerfile::expand::*;
-use crate::dockerfile::model::*;
-use crate::findings::{Finding, Severity};
-use crate::pins::{is_full_sha, Arch, ArchList, Pins, Transport, Variant};
+use forge_model::dockerfile::expand::*;
+use forge_model::dockerfile::model::*;
+use forge_model::findings::{Finding, Severity};
+use forge_model::pins::{is_full_sha, Arch, ArchList, Pins, Transport, Variant};
 
 pub(super) struct Checker<'a> {
     pub(super) file: &'a Path,
@@ -25,7 +25,7 @@ pub(super) struct Checker<'a> {
 
 impl Checker<'_> {
     pub(super) fn push(&mut self, f: Finding) {
-        let key = (f.rule.clone(), f.line.unwrap_or(0));
+        let key = (f.rule.to_string(), f.line.unwrap_or(0));
         if self.seen.insert(key) {
             self.out.push(f);
         }
@@ -75,7 +75,7 @@ impl Checker<'_> {
             self.file,
             format!(
                 "cannot verify: {what} uses `{}`, an expansion deepep-forge does not evaluate (not POSIX sh: the image's shell decides what DeepEP is built)",
-                crate::input::excerpt(expr, 80)
+                forge_os::input::excerpt(expr, 80)
             ),
         )
         .line(line)
@@ -542,7 +542,7 @@ pub(super) fn url_rev(s: &str) -> Option<String> {
 fn rev_fix(file: &std::path::Path, line: usize, found: &str, rev: &str) -> String {
     let plain = !found.is_empty() && found.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     if plain && line > 0 {
-        let path = crate::printer::shell_word(&file.display().to_string());
+        let path = forge_os::printer::shell_word(&file.display().to_string());
         format!("sed -i '{line}s/{}/{rev}/' {path}", found.replace('.', "\\."))
     } else {
         format!("write the full pinned sha {rev} at {}:{line}", file.display())

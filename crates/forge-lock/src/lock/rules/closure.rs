@@ -11,11 +11,11 @@ use std::str::FromStr;
 
 use pep508_rs::VersionOrUrl;
 
-use crate::findings::{Finding, Severity};
-use crate::index::closure::WheelRequires;
 use crate::lock::index::LockedWheel;
 use crate::lock::uvlock::{EnvPackage, ENV_PACKAGES};
-use crate::pins::Arch;
+use forge_model::findings::{Finding, Severity};
+use forge_model::pins::Arch;
+use forge_store::index::closure::WheelRequires;
 
 /// One finding per requirement of a locked wheel that the lock's tables for
 /// the wheel's architecture do not satisfy (`lock_path` at the table's line).

@@ -10,10 +10,10 @@ use std::str::FromStr;
 use pep440_rs::Version;
 
 use super::Judging;
-use crate::findings::{Finding, Severity};
-use crate::interface::{Branch, Interface};
 use crate::lock::uvlock::EnvPackage;
-use crate::pins::{Arch, Pins};
+use forge_model::findings::{Finding, Severity};
+use forge_model::interface::{Branch, Interface};
+use forge_model::pins::{Arch, Pins};
 
 /// DeepEP main (EPv2, dd758ca) README, "Requirements": "NCCL 2.30.4 and above"
 /// (`pip install "nvidia-nccl-cu13>=2.30.4" --no-deps`).
@@ -203,7 +203,7 @@ pub fn lock_nvshmem_min(j: &Judging, out: &mut Vec<Finding>) {
 fn below_stated(
     j: &Judging,
     (id, prefix, lib): (&str, &str, &str),
-    stated: impl Fn(&Interface) -> Option<&crate::provenance::Stated>,
+    stated: impl Fn(&Interface) -> Option<&forge_wheel::provenance::Stated>,
     out: &mut Vec<Finding>,
 ) {
     for a in built(j) {
@@ -211,7 +211,7 @@ fn below_stated(
         let Some(min) = stated(i) else { continue };
         let rev = short(&j.ctx.intent[&a]);
         for p in locked(j, a, prefix) {
-            if crate::interface::below(&p.version, &min.version) != Some(true) {
+            if forge_model::interface::below(&p.version, &min.version) != Some(true) {
                 continue;
             }
             out.push(
@@ -309,7 +309,7 @@ fn nccl_unknown(j: &Judging, a: Arch, why: &str, out: &mut Vec<Finding>) {
 
 /// 7 characters of a full sha, else the revision as written.
 fn short(rev: &str) -> &str {
-    rev.get(..7).filter(|_| crate::pins::is_full_sha(rev)).unwrap_or(rev)
+    rev.get(..7).filter(|_| forge_model::pins::is_full_sha(rev)).unwrap_or(rev)
 }
 
 /// `a < b` as PEP 440 versions (false when either does not parse).

@@ -9,8 +9,8 @@ use std::str::FromStr;
 use pep440_rs::Version;
 
 use super::{elfs, short, Bx};
-use crate::provenance::BuildEnvironment;
-use crate::verdict::Check;
+use forge_model::verdict::Check;
+use forge_wheel::provenance::BuildEnvironment;
 
 /// The build environment the wheel's provenance records, if any.
 fn recorded<'a>(cx: &Bx<'a>) -> Option<&'a BuildEnvironment> {

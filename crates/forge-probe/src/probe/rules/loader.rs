@@ -10,7 +10,7 @@ use pep440_rs::Version;
 
 use super::Bx;
 use crate::probe::loader::Loaded;
-use crate::verdict::Check;
+use forge_model::verdict::Check;
 
 const RULE: &str = "loaded-libraries";
 
@@ -68,7 +68,7 @@ pub fn loaded_libraries(cx: &Bx) -> Vec<Check> {
 }
 
 /// A failure when the build's needs say this library must be another version.
-fn against_build(l: &Loaded, b: &crate::provenance::BuildEnvironment, at: &str, have: &str) -> Option<Check> {
+fn against_build(l: &Loaded, b: &forge_wheel::provenance::BuildEnvironment, at: &str, have: &str) -> Option<Check> {
     let pkg =
         l.dist.as_ref().map(|(n, _)| n.clone()).unwrap_or_else(|| format!("nvidia-{}-cuXX", l.what.to_lowercase()));
     match l.what.as_str() {

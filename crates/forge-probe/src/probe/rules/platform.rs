@@ -3,8 +3,8 @@
 //! (with `--python`: the glibc and libstdc++ symbol versions the binaries
 //! require against those the environment's machine provides).
 use super::Bx;
-use crate::manylinux::{self, ElfNeeds, Raise};
-use crate::verdict::Check;
+use forge_model::verdict::Check;
+use forge_wheel::manylinux::{self, ElfNeeds, Raise};
 
 /// How a wheel is given an honest tag.
 const RETAG: &str = "build it with `deepep-forge build-wheel`, which tags a wheel for the policy its binaries earn; never rename a wheel by hand";

@@ -6,10 +6,10 @@
 //! (NeMo-RL PR #3436, deepseek-ai/DeepEP#367, PR #750); IBGDA needs driver
 //! parameters or GDRCopy (#55, #484); only mlx5 NICs work (#759); RoCE needs
 //! a v2 GID, its index and a traffic class (#608, #724).
-use crate::pins::Transport;
-use crate::provenance::Registration;
-use crate::topology::Request;
-use crate::verdict::Check;
+use forge_model::pins::Transport;
+use forge_model::topology::Request;
+use forge_model::verdict::Check;
+use forge_wheel::provenance::Registration;
 
 use super::super::host::{kernel_at_least, HostFacts, Port, RdmaDevice};
 
@@ -162,7 +162,7 @@ fn roce_settings(cx: &Ctx) -> Check {
                 "roce-settings",
                 format!(
                     "{n}={} is not a RoCE v2 GID index of an active port (RoCE v2: {})",
-                    crate::input::excerpt(v, 20),
+                    forge_os::input::excerpt(v, 20),
                     join(&all_v2)
                 ),
             )
@@ -338,7 +338,7 @@ fn rdma_transport(cx: &Ctx) -> Check {
 mod tests {
     use super::super::super::host::{self, fixture};
     use super::*;
-    use crate::verdict::Status;
+    use forge_model::verdict::Status;
 
     const GID_V2: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001";
     const GID_LINK: &str = "fe80:0000:0000:0000:0a00:00ff:fe00:0001";

@@ -4,9 +4,9 @@
 //! request admits for what it leaves unknown (`topology::admit`): FAIL when every
 //! admissible value fails, WARN naming the values that fail when some do, pass
 //! only when none does.
-use crate::pins::Pins;
-use crate::topology::{Considered, Input, Request};
-use crate::verdict::{list_values, Check, Status};
+use forge_model::pins::Pins;
+use forge_model::topology::{Considered, Input, Request};
+use forge_model::verdict::{list_values, Check, Status};
 
 use super::{rebuild, Evidence, MAX_RANKS_PER_DOMAIN, MAX_REMOTE_DOMAINS};
 
@@ -124,8 +124,8 @@ fn judge_over(
     if fails.len() == seen.len() {
         let (l, c) = fails[fails.len() - 1];
         let mut out = c.clone();
-        out.evidence = format!("fails for {}; e.g. {l}: {}", every(names(all)), c.evidence);
-        out.fails_for = fails.iter().map(|(l, _)| l.clone()).collect();
+        out.evidence = format!("fails for {}; e.g. {l}: {}", every(names(all)), c.evidence).into();
+        out.fails_for = fails.iter().map(|(l, _)| l.into()).collect();
         return out;
     }
     if !fails.is_empty() {
@@ -141,7 +141,7 @@ fn judge_over(
             ),
         );
         out.fix = c.fix.clone();
-        out.fails_for = fails.iter().map(|(l, _)| l.clone()).collect();
+        out.fails_for = fails.iter().map(|(l, _)| l.into()).collect();
         return out;
     }
     // No value fails: a warning wins over a pass, a pass over a skip; each named with its values.
@@ -164,7 +164,7 @@ fn judge_over(
             .join(", ")
     };
     let mut out = c.clone();
-    out.evidence = format!("{what}; e.g. {l}: {}", c.evidence);
+    out.evidence = format!("{what}; e.g. {l}: {}", c.evidence).into();
     out
 }
 

@@ -1,0 +1,271 @@
+//! Findings: what `lock check` (pyproject.toml, uv.lock, Dockerfiles) reports.
+//! Owns the finding and cause types and their renderings; must not decide
+//! rules or how findings group into causes (`lock::causes`).
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::pins::Arch;
+use forge_os::line::Line;
+use forge_os::output::{self, Annotation, Format, Level};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Breaks a build or an install: exit 1.
+    Error,
+    /// Suspicious, does not fail the check.
+    Warning,
+    /// Information (e.g. a transitive pin an override replaces).
+    Note,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Stable rule id, e.g. `rev-mismatch`, `stale-label`.
+    pub rule: Line,
+    pub severity: Severity,
+    #[serde(serialize_with = "forge_os::output::path_lossy")]
+    pub file: PathBuf,
+    /// 1-based line, where known.
+    pub line: Option<usize>,
+    /// 1-based column, where known.
+    pub column: Option<usize>,
+    pub arch: Option<Arch>,
+    pub expected: Option<Line>,
+    pub found: Option<Line>,
+    /// What is wrong, in one line (escaped when made: see `forge_os::line`).
+    pub message: Line,
+    /// What to do, usually an exact command.
+    pub fix: Option<Line>,
+    /// The id of the cause this finding belongs to (see [`Cause`]); set by the grouping.
+    pub cause: Option<String>,
+    /// Internal: the kind of root cause the rule that made it saw (`pin-not-adopted`, ...).
+    #[serde(skip)]
+    pub cause_kind: Option<&'static str>,
+}
+
+/// One root cause: the findings one fix removes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cause {
+    /// Stable within a report: the cause kind (`pin-not-adopted`, `label-split`, ...) or the rule id,
+    /// with `-<arch>` or `-<n>` appended where one report holds several.
+    pub id: String,
+    /// The worst severity among its findings.
+    pub severity: Severity,
+    pub summary: Line,
+    /// The one command (or edit) that removes every finding under it.
+    pub fix: Option<Line>,
+    pub findings: Vec<Finding>,
+}
+
+impl Finding {
+    pub fn new(rule: &str, severity: Severity, file: impl Into<PathBuf>, message: impl Into<Line>) -> Self {
+        Finding {
+            rule: rule.into(),
+            severity,
+            file: file.into(),
+            line: None,
+            column: None,
+            arch: None,
+            expected: None,
+            found: None,
+            message: message.into(),
+            fix: None,
+            cause: None,
+            cause_kind: None,
+        }
+    }
+    /// Mark the kind of root cause (see `lock::causes`).
+    pub fn cause_kind(mut self, kind: &'static str) -> Self {
+        self.cause_kind = Some(kind);
+        self
+    }
+    pub fn line(mut self, line: usize) -> Self {
+        self.line = Some(line);
+        self
+    }
+    /// Line and column.
+    pub fn at(mut self, line: usize, column: usize) -> Self {
+        self.line = Some(line);
+        self.column = Some(column);
+        self
+    }
+    pub fn arch(mut self, arch: Arch) -> Self {
+        self.arch = Some(arch);
+        self
+    }
+    pub fn expected_found(mut self, expected: impl Into<Line>, found: impl Into<Line>) -> Self {
+        self.expected = Some(expected.into());
+        self.found = Some(found.into());
+        self
+    }
+    pub fn fix(mut self, fix: impl Into<Line>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+    /// `file:line[:column]` for messages.
+    pub fn location(&self) -> String {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => format!("{}:{l}:{c}", self.file.display()),
+            (Some(l), None) => format!("{}:{l}", self.file.display()),
+            _ => self.file.display().to_string(),
+        }
+    }
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Note => "note",
+        }
+    }
+}
+
+/// One finding as text, each line prefixed by `indent`; its fix is left out when it equals `skip_fix`.
+fn human_finding(f: &Finding, indent: &str, skip_fix: Option<&str>) -> String {
+    let mut out = String::new();
+    let arch = f.arch.map(|a| format!(" [{a}]")).unwrap_or_default();
+    out.push_str(&format!(
+        "{indent}{}[{}]{arch}: {}\n{indent}  --> {}\n",
+        f.severity.as_str(),
+        f.rule,
+        output::one_line(&f.message),
+        f.location()
+    ));
+    if let (Some(e), Some(g)) = (&f.expected, &f.found) {
+        let (e, g) = (output::one_line(e), output::one_line(g));
+        out.push_str(&format!("{indent}  expected: {e}\n{indent}     found: {g}\n"));
+    }
+    if let Some(fix) = f.fix.as_deref().filter(|x| Some(*x) != skip_fix) {
+        out.push_str(&format!("{indent}  fix: {}\n", continued(fix, &format!("{indent}       "))));
+    }
+    out
+}
+
+/// A multi-line text (a TOML block to paste) with its continuation lines indented.
+fn continued(text: &str, indent: &str) -> String {
+    let lines: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| if i == 0 || l.is_empty() { l.to_string() } else { format!("{indent}{l}") })
+        .collect();
+    lines.join("\n")
+}
+
+/// Render findings as text for people.
+pub fn render_human(findings: &[Finding]) -> String {
+    findings.iter().map(|f| human_finding(f, "", None)).collect()
+}
+
+/// Render causes as text: each cause, its one fix, then the findings under it.
+pub fn render_human_causes(causes: &[Cause]) -> String {
+    let mut out = String::new();
+    for (i, c) in causes.iter().enumerate() {
+        out.push_str(&format!(
+            "{} {}/{} [{}]: {} ({} finding{})\n",
+            match c.severity {
+                Severity::Error => "CAUSE",
+                Severity::Warning => "cause (warning)",
+                Severity::Note => "cause (note)",
+            },
+            i + 1,
+            causes.len(),
+            c.id,
+            output::one_line(&c.summary),
+            c.findings.len(),
+            if c.findings.len() == 1 { "" } else { "s" }
+        ));
+        if let Some(fix) = &c.fix {
+            out.push_str(&format!("  fix: {}\n", continued(fix, "       ")));
+        }
+        for f in &c.findings {
+            out.push_str(&human_finding(f, "  ", c.fix.as_deref()));
+        }
+    }
+    out
+}
+
+/// GitHub workflow commands for causes: one annotation per finding, naming its cause and the cause's fix.
+/// `path` turns a finding's file into the path GitHub expects (relative to the workspace).
+pub fn render_github_causes(causes: &[Cause], path: &dyn Fn(&Path) -> PathBuf) -> String {
+    let mut out = String::new();
+    for c in causes {
+        for f in &c.findings {
+            let mut msg = f.message.to_string();
+            if let (Some(e), Some(g)) = (&f.expected, &f.found) {
+                msg.push_str(&format!("\nexpected: {e}\nfound: {g}"));
+            }
+            msg.push_str(&format!("\ncause {}: {}", c.id, c.summary));
+            if let Some(fix) = c.fix.as_ref().or(f.fix.as_ref()) {
+                msg.push_str(&format!("\nfix: {fix}"));
+            }
+            out.push_str(&annotation(f, &path(&f.file), &format!("deepep-forge {} (cause {})", f.rule, c.id), &msg));
+        }
+    }
+    out
+}
+
+/// One finding as a GitHub annotation, written by `output::annotation` (the one writer).
+fn annotation(f: &Finding, file: &Path, title: &str, msg: &str) -> String {
+    let level = match f.severity {
+        Severity::Error => Level::Error,
+        Severity::Warning => Level::Warning,
+        Severity::Note => Level::Notice,
+    };
+    let a = Annotation {
+        file: Some(file),
+        line: f.line,
+        column: f.column,
+        title: title.to_string(),
+        message: msg.to_string(),
+    };
+    output::annotation(level, &a)
+}
+
+/// Render findings as GitHub Actions workflow commands.
+pub fn render_github(findings: &[Finding]) -> String {
+    let mut out = String::new();
+    for f in findings {
+        let mut msg = f.message.to_string();
+        if let (Some(e), Some(g)) = (&f.expected, &f.found) {
+            msg.push_str(&format!("\nexpected: {e}\nfound: {g}"));
+        }
+        if let Some(fix) = &f.fix {
+            msg.push_str(&format!("\nfix: {fix}"));
+        }
+        out.push_str(&annotation(f, &f.file, &format!("deepep-forge {}", f.rule), &msg));
+    }
+    out
+}
+
+/// Render in the chosen format (JSON is the bare array; commands wrap it).
+pub fn render(findings: &[Finding], format: Format) -> String {
+    match format {
+        Format::Human => render_human(findings),
+        Format::Github => render_github(findings),
+        Format::Json => serde_json::to_string_pretty(findings).expect("findings serialize"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn github_escapes_and_carries_location() {
+        let f = Finding::new("rev-mismatch", Severity::Error, "a,b/pyproject.toml", "50% wrong\nreally")
+            .line(12)
+            .fix("deepep-forge pin set X");
+        let s = render_github(&[f]);
+        assert!(
+            s.starts_with(
+                "::error file=a%2Cb/pyproject.toml,line=12,title=deepep-forge rev-mismatch::50%25 wrong%0Areally"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("fix: deepep-forge pin set X"));
+    }
+}

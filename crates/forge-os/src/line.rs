@@ -1,0 +1,154 @@
+//! [`Line`]: the one type for a value from outside (a file, a folder name,
+//! sysfs, the environment, a wheel, a server) in a row of a report. It is
+//! escaped when it is made, so no value can break the row it sits in, in any
+//! format: line breaks, carriage returns, ESC and every other control
+//! character are shown escaped (`\n`, `\r`, `\u{1b}`), and a value that would
+//! open a CI workflow command (`::` or `##[` at its start) gets a leading `\`.
+//! A row's fields are `Line`s (`verdict::Check`, `findings::Finding`, the
+//! evidence and host rows): a `String` made by `format!` from raw text becomes
+//! one only through [`Line::new`] (or `.into()`, the same function), never raw.
+//! Format-specific escaping (Markdown's `|`, a workflow command's `%`) is the
+//! renderer's, on top. Must not decide what is shown.
+use std::fmt;
+
+/// One escaped value: holds no line break, no control character and no
+/// leading workflow-command marker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct Line(String);
+
+impl Line {
+    /// `value` escaped (see the module's text).
+    pub fn new(value: impl AsRef<str>) -> Line {
+        Line(escape(value.as_ref()))
+    }
+
+    /// The escaped text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The escaped text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// `self`, then `more` escaped, as one value.
+    pub fn push(&mut self, more: impl AsRef<str>) {
+        let more = escape_controls(more.as_ref());
+        self.0.push_str(&more);
+    }
+}
+
+/// The escaping [`Line::new`] applies.
+pub fn escape(value: &str) -> String {
+    let body = escape_controls(value);
+    let lead = body.trim_start();
+    if lead.starts_with("::") || lead.starts_with("##[") {
+        format!("\\{body}")
+    } else {
+        body
+    }
+}
+
+fn escape_controls(value: &str) -> String {
+    if !value.chars().any(char::is_control) {
+        return value.to_string();
+    }
+    value.chars().flat_map(|c| if c.is_control() { c.escape_debug().collect() } else { vec![c] }).collect()
+}
+
+impl std::ops::Deref for Line {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Line {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Line {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for Line {
+    fn from(s: String) -> Line {
+        Line::new(s)
+    }
+}
+
+impl From<&String> for Line {
+    fn from(s: &String) -> Line {
+        Line::new(s)
+    }
+}
+
+impl From<&str> for Line {
+    fn from(s: &str) -> Line {
+        Line::new(s)
+    }
+}
+
+impl From<Line> for String {
+    fn from(l: Line) -> String {
+        l.0
+    }
+}
+
+impl PartialEq<str> for Line {
+    fn eq(&self, o: &str) -> bool {
+        self.0 == o
+    }
+}
+
+impl PartialEq<&str> for Line {
+    fn eq(&self, o: &&str) -> bool {
+        self.0 == *o
+    }
+}
+
+impl PartialEq<String> for Line {
+    fn eq(&self, o: &String) -> bool {
+        &self.0 == o
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Line {
+    /// Read back through [`Line::new`]: a document cannot hand in a raw value.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Line, D::Error> {
+        String::deserialize(d).map(Line::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_cannot_break_its_row() {
+        for (raw, shown) in [
+            ("mlx5_0\n  pass  forged-rule  ok", "mlx5_0\\n  pass  forged-rule  ok"),
+            ("100 Gb/sec\r  FAIL", "100 Gb/sec\\r  FAIL"),
+            ("\u{1b}[2Kgone", "\\u{1b}[2Kgone"),
+            ("::error::forged", "\\::error::forged"),
+            ("  ##[error]forged", "\\  ##[error]forged"),
+            ("tab\there", "tab\\there"),
+            ("plain fe80::1", "plain fe80::1"),
+        ] {
+            let l = Line::new(raw);
+            assert_eq!(l.as_str(), shown, "{raw:?}");
+            assert!(!l.contains(['\n', '\r', '\u{1b}']));
+        }
+        let mut l = Line::new("a");
+        l.push("\nb");
+        assert_eq!(l, "a\\nb");
+        let back: Line = serde_json::from_str("\"x\\ny\"").unwrap();
+        assert_eq!(back, "x\\ny");
+    }
+}
