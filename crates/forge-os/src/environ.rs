@@ -97,10 +97,21 @@ pub fn check_listed() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A variable the tool reads whose value is not UTF-8: bad input (exit 2,
+/// `error::exit_of` reads it so; this module imports nothing of the crate).
+#[derive(Debug)]
+pub struct NotUtf8(pub String);
+
+impl std::fmt::Display for NotUtf8 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the environment variable {} is not UTF-8 text (set it to UTF-8 text, or unset it)", self.0)
+    }
+}
+
+impl std::error::Error for NotUtf8 {}
+
 fn not_utf8(name: &str) -> anyhow::Error {
-    crate::error::Failure::usage(format!("the environment variable {name} is not UTF-8 text"))
-        .hint(format!("set {name} to UTF-8 text, or unset it"))
-        .into()
+    NotUtf8(name.to_string()).into()
 }
 
 /// The caller's environment (a build's plan filters it), read as bytes: a

@@ -97,6 +97,9 @@ fn exit_given(err: &anyhow::Error, interrupted: bool) -> Exit {
         if let Some(f) = cause.downcast_ref::<Failure>() {
             return f.exit;
         }
+        if cause.downcast_ref::<crate::environ::NotUtf8>().is_some() {
+            return Exit::Usage;
+        }
         if cause.downcast_ref::<serde_json::Error>().is_some_and(|e| e.to_string().contains(crate::output::NOT_UTF8)) {
             return Exit::Usage;
         }

@@ -72,8 +72,9 @@ impl AsRef<str> for Line {
 }
 
 impl fmt::Display for Line {
+    /// Honours width and alignment (`{:<w$}`), as `str` does.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 
@@ -148,6 +149,7 @@ mod tests {
         let mut l = Line::new("a");
         l.push("\nb");
         assert_eq!(l, "a\\nb");
+        assert_eq!(format!("[{:<5}]", Line::new("ab")), "[ab   ]", "padded as a str");
         let back: Line = serde_json::from_str("\"x\\ny\"").unwrap();
         assert_eq!(back, "x\\ny");
     }
