@@ -240,7 +240,8 @@ impl Client {
 
     /// GET `u` for a body of at most `bound` bytes: the whole request (the
     /// headers and the body) must end by `base + bound / min_rate` (never past
-    /// this client's timeout), whatever length the server announces; an
+    /// this client's timeout; sooner when the server announces less), whatever
+    /// length the server announces; an
     /// announced length over the bound is refused as soon as the headers
     /// arrive, and a body that runs past it fails the read.
     pub fn get_bounded(&self, u: &Url, bound: Bound) -> Result<Response, Unread> {
@@ -253,6 +254,9 @@ impl Client {
         if let Some(announced) = resp.content_length().filter(|n| *n > bound.bytes && status.is_success()) {
             return Err(Unread::TooLarge { announced, bound });
         }
+        // A shorter announced length shortens the deadline; a longer one never lengthens it.
+        let len = resp.content_length().map_or(bound.bytes, |n| n.min(bound.bytes));
+        let total = self.limits.deadline_for(Some(len), total);
         let body = Deadlined::new(resp, start + total, total, self.limits.idle);
         Ok(Response { status, body, bound: Some(bound), read: 0 })
     }

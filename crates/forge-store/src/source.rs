@@ -78,16 +78,16 @@ pub fn resolve(source: &str, cache: &Path) -> Result<Origin> {
 fn snapshot(src: &Tree, dir: &Path, cache: &Cache) -> Result<(PathBuf, String)> {
     let declared = gitmodules::declared(src)?;
     let home = Path::new("git/snapshots").join(short_hash(&dir.to_string_lossy()));
-    let home = cache.tree()?.sub_create(home, "snapshot folder")?;
+    let home = cache::make_sub(cache.tree()?, home, "snapshot folder")?;
     let _lock = cache::lock::exclusive_in(&home, "source.lock")?;
     let mut links = Vec::new();
     for d in &declared {
-        let sub = home.sub_create(d.url.trim_start_matches("../"), "snapshot repository")?;
+        let sub = cache::make_sub(&home, d.url.trim_start_matches("../"), "snapshot repository")?;
         let sha = commit_folder(&d.folder, &sub, &[])
             .with_context(|| format!("snapshotting {} for the submodule {} ({})", d.folder.display(), d.path, d.url))?;
         links.push((d.path.clone(), sha));
     }
-    let repo = home.sub_create("source.git", "snapshot repository")?;
+    let repo = cache::make_sub(&home, "source.git", "snapshot repository")?;
     let sha = commit_folder(dir, &repo, &links)?;
     Ok((repo.path().to_path_buf(), sha))
 }
@@ -169,7 +169,7 @@ fn mirror_tree(mirror: &Path) -> Result<(Tree, Tree, String)> {
     let lock = mirror.with_extension("lock").file_name().and_then(|n| n.to_str()).unwrap_or("mirror.lock").to_string();
     let parent = mirror.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let parent = Tree::create(parent, "git mirrors folder")?;
-    let tree = parent.sub_create(name, "git mirror")?;
+    let tree = cache::make_sub(&parent, name, "git mirror")?;
     Ok((parent, tree, lock))
 }
 

@@ -104,7 +104,11 @@ pub fn list(cache: &Cache) -> BaseListing {
         Ok(Some(t)) => t,
         Ok(None) => return out,
         Err(e) => {
-            out.bad.push(BadEntry::new("images", "", format!("not read: not a folder: {e:#}")));
+            out.bad.push(BadEntry::new(
+                "images",
+                "",
+                format!("not read: not a folder (a link is never followed): {e:#}"),
+            ));
             return out;
         }
     };

@@ -19,7 +19,7 @@ use forge_os::fs::{File, Tree, TryLockError};
 /// The lock file `rel` of `tree`, its folders made when absent.
 fn open(tree: &Tree, rel: &Path) -> Result<File> {
     if let Some(d) = rel.parent().filter(|d| !d.as_os_str().is_empty()) {
-        tree.create_dir_all(d)?;
+        super::make_dir(tree, d)?;
     }
     tree.open_lock(rel).map_err(|e| {
         match e.downcast_ref::<std::io::Error>().filter(|io| io.kind() == std::io::ErrorKind::PermissionDenied) {

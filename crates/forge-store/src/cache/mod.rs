@@ -163,8 +163,10 @@ pub fn write_entry(dir: &Path, e: &Entry) -> Result<()> {
 /// The bytes of `rel` of `tree`, a regular file of at most `cap` bytes opened
 /// without following a final link (never blocking); `None` when nothing is there.
 pub fn read_nofollow(tree: &Tree, rel: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
-    if tree.kind(rel)? == Kind::Missing {
-        return Ok(None);
+    match tree.kind(rel)? {
+        Kind::Missing => return Ok(None),
+        Kind::File { len } if len <= cap => {}
+        _ => bail!("{} is not a regular file of at most {cap} bytes", tree.join(rel).display()),
     }
     let (f, _) = tree.open_file_nofollow(rel, cap)?;
     let mut buf = Vec::new();
@@ -358,7 +360,7 @@ impl Cache {
 
     /// The cache's `tmp/` folder as a tree, made when absent.
     fn tmp(&self) -> Result<Tree> {
-        self.tree()?.sub_create(TMP, "cache staging folder")
+        make_sub(self.tree()?, TMP, "cache staging folder")
     }
 
     /// A fresh, locked staging folder under `<cache>/tmp/`.
@@ -429,7 +431,7 @@ impl Cache {
     fn publish_rel(&self, rel: &Path, key: &Key) -> Result<Hit> {
         let tree = self.tree()?;
         let dest = entry_rel(key);
-        tree.create_dir_all(WHEELS)?;
+        make_dir(tree, WHEELS)?;
         if tree.kind(&dest)? == Kind::Link {
             return Err(planted(tree, &dest));
         }
@@ -618,6 +620,34 @@ impl Cache {
     }
 }
 
+/// The folder `rel` of `tree` and the folders above it, each made when absent;
+/// a link or a file on the way is refused (exit 2, naming it): the stores
+/// hold no links, and a folder is never made through one.
+pub fn make_dir(tree: &Tree, rel: impl AsRef<Path>) -> Result<()> {
+    let mut at = PathBuf::new();
+    for c in rel.as_ref().components() {
+        at.push(c);
+        match tree.kind(&at)? {
+            Kind::Dir => continue,
+            Kind::Missing if tree.create_dir(&at)? => continue,
+            Kind::Missing if tree.kind(&at)? == Kind::Dir => continue, // made meanwhile by another process
+            Kind::Link => return Err(planted(tree, &at)),
+            k => {
+                return Err(Failure::usage(format!("{} is {}, not a folder", tree.join(&at).display(), k.noun()))
+                    .hint(format!("remove it, or choose another folder than {}", tree.path().display()))
+                    .into())
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The folder `rel` of `tree` as a tree of its own, made when absent (see [`make_dir`]).
+pub fn make_sub(tree: &Tree, rel: impl AsRef<Path>, what: &'static str) -> Result<Tree> {
+    make_dir(tree, rel.as_ref())?;
+    tree.sub(rel, what)
+}
+
 /// `wheels/<key>`, relative to the cache.
 fn entry_rel(key: &Key) -> PathBuf {
     Path::new(WHEELS).join(key.as_str())
@@ -633,7 +663,7 @@ fn wheel_digest(tree: &Tree, rel: &Path) -> Option<(String, u64)> {
 /// A link where the cache keeps a folder of its own: refused (exit 2), naming it.
 fn planted(tree: &Tree, rel: &Path) -> anyhow::Error {
     Failure::usage(format!(
-        "{} is a symbolic link: the cache holds none, and never reads or writes through one",
+        "{} is a symbolic link: the cache holds none, and never reads or writes through one: refused",
         tree.join(rel).display()
     ))
     .hint(format!(

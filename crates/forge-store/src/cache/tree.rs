@@ -111,7 +111,7 @@ impl Trees {
         let cache = if make { Some(self.cache.tree()?) } else { self.cache.existing()? };
         let Some(cache) = cache else { return Ok(None) };
         match cache.kind("trees")? {
-            Kind::Missing if make => Ok(Some(cache.sub_create("trees", "tree store")?)),
+            Kind::Missing if make => Ok(Some(super::make_sub(cache, "trees", "tree store")?)),
             Kind::Missing => Ok(None),
             Kind::Dir => Ok(Some(cache.sub("trees", "tree store")?)),
             k => Err(forge_os::error::Failure::usage(format!(
@@ -142,7 +142,7 @@ impl Trees {
     pub fn store_tree(&self, key: &Key, label: &str, src: &Tree) -> Result<Moved> {
         let top = self.top(true)?.expect("made");
         for d in [OBJECTS, ENTRIES, TMP] {
-            top.create_dir_all(d)?;
+            super::make_dir(&top, d)?;
         }
         let _use = super::lock::shared_in(&top, USE_LOCK)?;
         let mut m = Manifest {
@@ -458,7 +458,11 @@ impl Trees {
         match self.top(false) {
             Ok(Some(top)) => list_in(&top, &mut out),
             Ok(None) => {}
-            Err(e) => out.bad.push(BadEntry::new("trees", "", format!("not read: {e:#}"))),
+            Err(e) => out.bad.push(BadEntry::new(
+                "trees",
+                "",
+                format!("not read: not a folder (a link is never followed): {e:#}"),
+            )),
         }
         out
     }
