@@ -442,7 +442,7 @@ fn gc_trees(cache: &Cache, a: &GcRequest, now: i64, say: &mut dyn FnMut(String))
         return Ok(seen.entries.len() - gone.len());
     }
     let Some(c) = trees.collector()? else {
-        say(format!("kept NCCL trees: in use (a build is storing or restoring one); run `cache gc` again later"));
+        say("kept NCCL trees: in use (a build is storing or restoring one); run `cache gc` again later".to_string());
         return Ok(seen.entries.len());
     };
     let l = c.list();

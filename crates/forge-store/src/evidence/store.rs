@@ -127,7 +127,10 @@ pub fn file_name(kind: Kind, envelope: &[u8]) -> String {
 /// Put a signed envelope about `sha256` into `dir` (prepared; made now when
 /// absent): see [`write_in`]. Returns its path.
 pub fn write(dir: &Path, sha256: &str, kind: Kind, envelope: &[u8]) -> Result<PathBuf> {
-    write_in(&open(dir, true)?, sha256, kind, envelope)
+    // Named as the caller named the folder (`evidence/<sha256>/...`), not by its absolute path.
+    let tree = open(dir, true)?;
+    let path = write_in(&tree, sha256, kind, envelope)?;
+    Ok(path.strip_prefix(tree.path()).map(|rel| dir.join(rel)).unwrap_or(path))
 }
 
 /// Put a signed envelope about `sha256` into the evidence folder `tree`:
