@@ -139,6 +139,12 @@ fn a_link_planted_in_the_cache_is_never_followed() {
             .exit(0)
             .says("0 image bases kept")
             .may_change("cache/"),
+        Case::new("cache keygen: --out is a link out")
+            .file("victim/key", "keep")
+            .setup(link("victim/key", "team.key"))
+            .args(&["cache", "keygen", "--name", "team-1", "--out", "team.key"])
+            .says("team.key: something is there")
+            .hides("team-1:"),
         Case::new("cache gc: toolchains/<key> is a link out")
             .file("victim/toolchain.json", "{\"packages\": {\"torch\": \"2.9.0\"}}")
             .setup(link("../../victim", "cache/toolchains/0123456789abcdef"))

@@ -253,3 +253,44 @@ fn signers_of(bytes: &[u8]) -> Vec<String> {
         _ => vec![],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement's own name taken by a FIFO, a link or a folder: refused
+    /// (exit 2, naming it), never opened or written through; the same file
+    /// there already is kept as it is.
+    #[test]
+    fn what_sits_at_a_statements_name_is_refused_unless_it_is_that_statement() {
+        let t = tempfile::tempdir().unwrap();
+        let (sha, env) = ("c".repeat(64), b"{\"payload\": 1}".to_vec());
+        let rel = Path::new(&sha).join(file_name(Kind::Training, &env));
+        std::fs::create_dir_all(t.path().join("ev").join(&sha)).unwrap();
+        std::fs::write(t.path().join("outside"), b"keep").unwrap();
+        let tree = Tree::open(&t.path().join("ev"), "evidence folder").unwrap();
+        let at = t.path().join("ev").join(&rel);
+        let fifo = |p: &Path| {
+            let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        };
+        type Plant = Box<dyn Fn(&Path)>;
+        let plants: [(&str, Plant); 3] = [
+            ("FIFO", Box::new(fifo)),
+            ("symbolic link", Box::new(|p: &Path| std::os::unix::fs::symlink("../../outside", p).unwrap())),
+            ("folder", Box::new(|p: &Path| std::fs::create_dir(p).unwrap())),
+        ];
+        for (what, plant) in plants {
+            plant(&at);
+            let e = write_in(&tree, &sha, Kind::Training, &env).unwrap_err();
+            assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage, "{what}: {e:#}");
+            assert!(format!("{e:#}").contains(&rel.display().to_string()) && format!("{e:#}").contains(what), "{e:#}");
+            assert_eq!(std::fs::read(t.path().join("outside")).unwrap(), b"keep");
+            let _ = std::fs::remove_file(&at).or_else(|_| std::fs::remove_dir(&at));
+        }
+        let path = write_in(&tree, &sha, Kind::Training, &env).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), env);
+        assert_eq!(write_in(&tree, &sha, Kind::Training, &env).unwrap(), path, "the same statement is kept");
+        assert_eq!(std::fs::read_dir(t.path().join("ev").join(&sha)).unwrap().count(), 1, "no temporary left");
+    }
+}
