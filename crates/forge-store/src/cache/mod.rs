@@ -614,7 +614,6 @@ impl Cache {
         let Some(_make) = lock::try_exclusive_in(tree, locks.join(format!("toolchain-{}.lock", t.key)))? else {
             return Ok(false);
         };
-        Key::parse(&format!("{:0<64}", t.key))?; // a plain name: 16 hex digits
         self.remove_rel(&Path::new(TOOLCHAINS).join(&t.key))?;
         Ok(true)
     }
@@ -726,6 +725,32 @@ mod tests {
         ] {
             assert!(check_wheel_name(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A link planted for an entry's folder: the lookup refuses it (exit 2,
+    /// naming it) and never reads, hashes or removes what it points to; a
+    /// listing reports it; publishing over it is refused too.
+    #[test]
+    fn a_link_in_place_of_an_entry_is_refused_never_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let key = Key::parse(&"a".repeat(64)).unwrap();
+        let victim = d.path().join("victim");
+        std::fs::create_dir_all(&victim).unwrap();
+        std::fs::create_dir_all(d.path().join("cache/wheels")).unwrap();
+        std::fs::write(victim.join("entry.json"), b"{}").unwrap();
+        std::os::unix::fs::symlink(&victim, d.path().join("cache/wheels").join(key.as_str())).unwrap();
+        let c = Cache::at(d.path().join("cache"));
+        let e = c.lookup(&key).unwrap_err();
+        assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage, "{e:#}");
+        assert!(format!("{e:#}").contains(&format!("wheels/{key} is a symbolic link")), "{e:#}");
+        assert!(!c.has(&key));
+        let (good, bad) = c.entries();
+        assert!(good.is_empty() && bad[0].problem.contains("symbolic link"), "{bad:?}");
+        let stage = c.stage().unwrap();
+        stage.tree().create_dir("entry").unwrap();
+        assert!(c.publish_staged(&stage, "entry", &key).is_err());
+        assert_eq!(std::fs::read(victim.join("entry.json")).unwrap(), b"{}");
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1);
     }
 
     #[test]
