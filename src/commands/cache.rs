@@ -1,5 +1,6 @@
 //! `cache ls|gc|push|keygen`: the flags, turned into `cache::{LsRequest,
-//! GcRequest, PushRequest, KeygenRequest}`.
+//! GcRequest, PushRequest, KeygenRequest}`; what each finds or does printed
+//! here, and its exit code.
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -104,12 +105,34 @@ pub struct KeygenArgs {
 
 /// Run a `cache` subcommand.
 pub fn run(cmd: CacheCommand) -> Result<Exit> {
+    let mut say = |line: String| forge_os::outln!("{line}");
     match cmd {
-        CacheCommand::Ls(a) => forge_store::cache::ls(LsRequest { cache_dir: a.cache.cache_dir, format: a.format }),
-        CacheCommand::Gc(a) => forge_store::cache::gc(a.request()),
-        CacheCommand::Push(a) => forge_store::cache::push(a.request()),
-        CacheCommand::Keygen(a) => forge_store::cache::keygen(KeygenRequest { name: a.name, out: a.out }),
+        CacheCommand::Ls(a) => ls(&LsRequest { cache_dir: a.cache.cache_dir, format: a.format })?,
+        CacheCommand::Gc(a) => forge_store::cache::gc(a.request(), &mut say)?,
+        CacheCommand::Push(a) => forge_store::cache::push(a.request(), &mut say)?,
+        CacheCommand::Keygen(a) => {
+            let out = a.out.clone();
+            let public = forge_store::cache::keygen(KeygenRequest { name: a.name, out: a.out })?;
+            forge_os::note!("wrote the secret key to {} (mode 0600; keep it private)", out.display());
+            forge_os::note!("readers trust the public key below: --trusted-key, DEEPEP_FORGE_TRUSTED_KEYS, or");
+            forge_os::note!("`[cache] trusted-keys = [...]` in their ~/.config/deepep-forge/config.toml");
+            forge_os::outln!("{public}");
+        }
     }
+    Ok(Exit::Ok)
+}
+
+/// `cache ls`: the listing, as text or one JSON document.
+fn ls(a: &LsRequest) -> Result<()> {
+    let seen = forge_store::cache::ls(a)?;
+    if a.format == Format::Json {
+        return Ok(forge_os::printer::json(&seen.json())?);
+    }
+    if !seen.bases.bases.is_empty() {
+        forge_os::note!("{}", forge_store::cache::cmd::bases_note());
+    }
+    forge_os::out!("{}", seen.render(forge_wheel::provenance::now_secs()));
+    Ok(())
 }
 
 impl GcArgs {

@@ -1,11 +1,12 @@
-//! `evidence add|show`: the flags, turned into `evidence::{AddRequest, ShowRequest}`.
+//! `evidence add|show`: the flags, turned into `evidence::{AddRequest,
+//! ShowRequest}`; what was recorded, or the report, printed here.
 use std::path::PathBuf;
 
 use anyhow::Result;
 
 use crate::args::{CacheDirArg, PinsArg, TrustedKeysArg};
 use forge_os::error::Exit;
-use forge_store::evidence::{AddRequest, ShowRequest};
+use forge_store::evidence::{show, AddRequest, ShowFormat, ShowRequest};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum EvidenceCommand {
@@ -94,9 +95,21 @@ pub struct ShowArgs {
 /// Run an `evidence` subcommand.
 pub fn run(c: EvidenceCommand) -> Result<Exit> {
     match c {
-        EvidenceCommand::Add(a) => forge_store::evidence::cmd::add(a.request()),
-        EvidenceCommand::Show(a) => forge_store::evidence::cmd::show(a.request()),
+        EvidenceCommand::Add(a) => {
+            let r = forge_store::evidence::cmd::add(a.request())?;
+            forge_os::outln!("recorded {} (reported, signed by {}): {}", r.kind, r.signer, r.path.display());
+        }
+        EvidenceCommand::Show(a) => {
+            let a = a.request();
+            let report = forge_store::evidence::cmd::show(&a)?;
+            match a.format {
+                ShowFormat::Json => forge_os::printer::json(&report)?,
+                ShowFormat::Markdown => forge_os::out!("{}", show::render_markdown(&report)),
+                ShowFormat::Human => forge_os::out!("{}", show::render_human(&report)),
+            }
+        }
     }
+    Ok(Exit::Ok)
 }
 
 impl AddArgs {

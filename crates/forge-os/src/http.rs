@@ -3,7 +3,12 @@
 //! `docker build`): a connect timeout (10 s at most), an idle timeout (no
 //! byte for that long ends a body) and an overall deadline per body sized
 //! from its length ([`Limits`], docs/network.md), under the caller's cap,
-//! that covers the body however the server paces it; up to 5
+//! that covers the body however the server paces it; a body whose size is
+//! known before it is asked for (a signed manifest's entry, a cap) is
+//! bounded by that size ([`Bound`], [`Client::get_bounded`]): a larger
+//! announced length is refused when the headers arrive, a longer body is cut
+//! with an error, and the deadline follows the bound, never the length the
+//! server announces; up to 5
 //! redirects, never from https to plain http unless plain http was allowed;
 //! bodies read against a size bound; the system's and the bundled root
 //! certificates; socket writes that never raise SIGPIPE (a server that closes
@@ -84,10 +89,65 @@ impl Limits {
     }
 }
 
-/// A response whose body is read against the request's deadline.
+/// A response whose body is read against the request's deadline (and its
+/// [`Bound`], when the request had one).
 pub struct Response {
     pub status: StatusCode,
     body: Deadlined,
+    bound: Option<Bound>,
+    read: u64,
+}
+
+/// What a body may hold, known before it is asked for: the size a signed
+/// source states for it (a manifest entry's `size`: the body must not be
+/// longer), or a cap the caller allows (an entry.json, a manifest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    pub bytes: u64,
+    pub signed: bool,
+}
+
+impl Bound {
+    /// The size a signed source states.
+    pub fn signed(bytes: u64) -> Bound {
+        Bound { bytes, signed: true }
+    }
+
+    /// The most the caller reads.
+    pub fn cap(bytes: u64) -> Bound {
+        Bound { bytes, signed: false }
+    }
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.signed {
+            write!(f, "the {} bytes signed for it", self.bytes)
+        } else {
+            write!(f, "the {} bytes allowed", self.bytes)
+        }
+    }
+}
+
+/// Why a bounded GET gave no body to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unread {
+    /// The transport failed (connecting, TLS, a timeout): another try may do.
+    Transport(String),
+    /// The server announced a body longer than the bound: refused when the
+    /// headers arrived, before a byte of it was read (another try gets the same).
+    TooLarge { announced: u64, bound: Bound },
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::Transport(why) => f.write_str(why),
+            Unread::TooLarge { announced, bound } => {
+                write!(f, "the server announces {announced} bytes, more than {bound}: refused before reading the body")
+            }
+        }
+    }
 }
 
 /// A URL given by the user or found in a file: no whitespace or control
@@ -170,7 +230,35 @@ impl Client {
         let start = Instant::now();
         let resp = self.inner.get(u.clone()).send().map_err(|e| describe(&e, self.timeout))?;
         let (status, total) = (resp.status(), self.limits.deadline_for(resp.content_length(), self.timeout));
-        Ok(Response { status, body: Deadlined::new(resp, start + total, total, self.limits.idle) })
+        Ok(Response {
+            status,
+            body: Deadlined::new(resp, start + total, total, self.limits.idle),
+            bound: None,
+            read: 0,
+        })
+    }
+
+    /// GET `u` for a body of at most `bound` bytes: the whole request (the
+    /// headers and the body) must end by `base + bound / min_rate` (never past
+    /// this client's timeout; sooner when the server announces less), whatever
+    /// length the server announces; an
+    /// announced length over the bound is refused as soon as the headers
+    /// arrive, and a body that runs past it fails the read.
+    pub fn get_bounded(&self, u: &Url, bound: Bound) -> Result<Response, Unread> {
+        self.check_scheme(u).map_err(Unread::Transport)?;
+        let start = Instant::now();
+        let total = self.limits.deadline_for(Some(bound.bytes), self.timeout);
+        let resp =
+            self.inner.get(u.clone()).timeout(total).send().map_err(|e| Unread::Transport(describe(&e, total)))?;
+        let status = resp.status();
+        if let Some(announced) = resp.content_length().filter(|n| *n > bound.bytes && status.is_success()) {
+            return Err(Unread::TooLarge { announced, bound });
+        }
+        // A shorter announced length shortens the deadline; a longer one never lengthens it.
+        let len = resp.content_length().map_or(bound.bytes, |n| n.min(bound.bytes));
+        let total = self.limits.deadline_for(Some(len), total);
+        let body = Deadlined::new(resp, start + total, total, self.limits.idle);
+        Ok(Response { status, body, bound: Some(bound), read: 0 })
     }
 
     /// PUT a file's bytes to `u` (sent once); the status, or why it failed.
@@ -200,7 +288,14 @@ impl Response {
 
 impl Read for Response {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        self.body.read(out)
+        let n = self.body.read(out)?;
+        self.read = self.read.saturating_add(n as u64);
+        match self.bound {
+            Some(b) if self.read > b.bytes => {
+                Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("the body is longer than {b}")))
+            }
+            _ => Ok(n),
+        }
     }
 }
 
@@ -389,6 +484,56 @@ mod tests {
             }
         });
         url
+    }
+
+    /// A server that announces `announced` bytes (or none: the body ends when
+    /// it closes) and sends one byte every 200 ms for at most a minute.
+    fn trickle(announced: Option<u64>) -> Url {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = Url::parse(&format!("http://{}/w.whl", listener.local_addr().unwrap())).unwrap();
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let _ = std::io::Read::read(&mut s, &mut [0u8; 4096]);
+                    let len = announced.map(|n| format!("Content-Length: {n}\r\n")).unwrap_or_default();
+                    let _ = s.write_all(format!("HTTP/1.1 200 OK\r\n{len}Connection: close\r\n\r\n").as_bytes());
+                    for _ in 0..300 {
+                        if s.write_all(b"x").is_err() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    /// A body whose size a signed source states: a larger announced length is
+    /// refused at the headers, and the deadline follows the signed size, not
+    /// what the server announces (1 s base here, 1 byte at 1 byte/s).
+    #[test]
+    fn a_signed_size_bounds_the_announced_length_the_body_and_the_deadline() {
+        let mut client = Client::new(Duration::from_secs(600), Plain::Loopback).unwrap();
+        client.limits = Limits { idle: Duration::from_secs(30), base: Duration::from_secs(1), min_rate: 1 };
+        let start = Instant::now();
+        let e = client.get_bounded(&trickle(Some(100_000_000)), Bound::signed(634_517)).err().unwrap();
+        assert_eq!(e, Unread::TooLarge { announced: 100_000_000, bound: Bound::signed(634_517) });
+        assert!(e.to_string().contains("more than the 634517 bytes signed"), "{e}");
+        // no length announced, or the signed one: the deadline is 1 s + 100 bytes at 100 bytes/s
+        client.limits.min_rate = 100;
+        for announced in [None, Some(100)] {
+            let mut body = Vec::new();
+            let e = client.get_bounded(&trickle(announced), Bound::signed(100)).unwrap().read_to_end(&mut body);
+            assert!(e.unwrap_err().to_string().contains("timed out"), "{announced:?}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+        // past the bound: an error, not a longer body
+        let mut body = Vec::new();
+        client.limits.min_rate = 1 << 20;
+        client.limits.base = Duration::from_secs(5);
+        let e = client.get_bounded(&trickle(None), Bound::cap(2)).unwrap().read_to_end(&mut body).unwrap_err();
+        assert!(e.to_string().contains("longer than the 2 bytes allowed"), "{e}");
     }
 
     /// The CLI runs with SIGPIPE at its default (`cli::restore_sigpipe`): this

@@ -16,6 +16,7 @@ use crate::source;
 use forge_model::patches;
 use forge_model::pins::{Pins, Variant};
 use forge_os::error::Failure;
+use forge_os::fs::Tree;
 use forge_wheel::provenance::SourcePatch;
 
 /// The patches of a build of `v`: its pin's, then the variant's, read beside pins.toml.
@@ -105,8 +106,9 @@ pub fn fits(mirror: &Path, rev: &str, set: &[SourcePatch], scratch: &Path) -> Re
         .args(["rev-parse", "--path-format=absolute", "--git-common-dir"])
         .output()?;
     let objects = Path::new(common.trim()).join("objects");
-    let scratch_objects = scratch.join("objects");
-    std::fs::create_dir_all(&scratch_objects)?;
+    let scratch_tree = Tree::open(scratch, "scratch folder")?;
+    scratch_tree.create_dir_all("objects")?;
+    let scratch_objects = scratch_tree.join("objects");
     let git = |purpose: &str| {
         let mut c = source::git(mirror, purpose.to_string());
         c.env("GIT_INDEX_FILE", &index)
@@ -117,7 +119,7 @@ pub fn fits(mirror: &Path, rev: &str, set: &[SourcePatch], scratch: &Path) -> Re
     git("read the pinned tree into a scratch index").args(["read-tree", rev]).output()?;
     let mut out = Vec::new();
     for (n, p) in set.iter().enumerate() {
-        let file = write_patch(scratch, n, p)?;
+        let file = write_patch(&scratch_tree, n, p)?;
         let applied = git(&format!("apply patch {}", p.name)).args(apply_args(true, &[])).arg(&file).capture()?;
         if applied.status.success() {
             out.push(match links_touched(&git, rev)? {
@@ -175,9 +177,9 @@ pub fn apply(tree: &Path, set: &[SourcePatch], dir: &Path) -> Result<()> {
     if set.is_empty() {
         return Ok(());
     }
-    std::fs::create_dir_all(dir)?;
+    let dir = Tree::create(dir, "patch folder")?;
     for (n, p) in set.iter().enumerate() {
-        let file = write_patch(dir, n, p)?;
+        let file = write_patch(&dir, n, p)?;
         let o =
             source::git(tree, format!("apply patch {}", p.name)).args(apply_args(false, &[])).arg(&file).capture()?;
         if !o.status.success() {
@@ -204,8 +206,9 @@ fn apply_args(cached: bool, extra: &[&'static str]) -> Vec<&'static str> {
     a
 }
 
-fn write_patch(dir: &Path, n: usize, p: &SourcePatch) -> Result<std::path::PathBuf> {
-    let file = dir.join(format!("{n:02}.patch"));
-    std::fs::write(&file, p.text.as_bytes())?;
-    Ok(file)
+/// The patch `p` as the file `<n>.patch` of `dir` (for git); its path.
+fn write_patch(dir: &Tree, n: usize, p: &SourcePatch) -> Result<std::path::PathBuf> {
+    let name = format!("{n:02}.patch");
+    dir.write(&name, p.text.as_bytes())?;
+    Ok(dir.join(name))
 }

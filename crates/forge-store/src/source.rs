@@ -7,12 +7,13 @@
 //! submodules its `.gitmodules` declares become gitlinks to snapshots of the
 //! sibling folders their `../NAME` urls name (`source/gitmodules.rs`).
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::cache::{self, Cache};
 use forge_os::error::Failure;
+use forge_os::fs::{File, Tree};
 use forge_os::process::git::Trust;
 use forge_os::process::{self, Cmd};
 
@@ -55,57 +56,54 @@ pub struct Origin {
 /// Resolve `--source` (or the pins' repo): a local folder that is not the top
 /// of a git repository is committed into `<cache>/git/snapshots/...` first.
 pub fn resolve(source: &str, cache: &Path) -> Result<Origin> {
-    let p = Path::new(source);
-    if !p.is_dir() {
+    // Not a folder (a URL, a missing path, a file): git is given it as written.
+    let Ok(Some(src)) = Tree::open_if_exists(Path::new(source), "--source folder") else {
         return Ok(Origin { repo: source.to_string(), snapshot_of: None });
-    }
-    let abs = std::fs::canonicalize(p).with_context(|| format!("resolving --source {source}"))?;
-    let is_repo_top = abs.join(".git").exists() || (abs.join("HEAD").is_file() && abs.join("objects").is_dir());
+    };
+    let abs = src.real_path().with_context(|| format!("resolving --source {source}"))?;
+    let is_repo_top = src.exists(".git") || (src.is_file("HEAD") && src.is_dir("objects"));
     if is_repo_top {
         return Ok(Origin { repo: abs.to_string_lossy().into_owned(), snapshot_of: None });
     }
-    let (repo, sha) = snapshot(&abs, cache)?;
+    let (repo, sha) = snapshot(&src, &abs, &Cache::at(cache))?;
     Ok(Origin { repo: repo.to_string_lossy().into_owned(), snapshot_of: Some((abs, sha)) })
 }
 
-/// Commit the files of `dir` (its .gitignore honoured) into a bare repository
-/// with a fixed author, committer and date; returns the repository and commit.
-/// The submodules its `.gitmodules` declares ([`gitmodules`]) are committed as
-/// gitlinks to snapshots of the sibling folders their urls name, each in a
-/// bare repository where git resolves that url beside this one.
-fn snapshot(dir: &Path, cache: &Path) -> Result<(PathBuf, String)> {
-    let declared = gitmodules::declared(dir)?;
-    // Absolute: git runs in `dir` with GIT_DIR set, so a relative --cache-dir would point elsewhere.
-    let home = std::path::absolute(cache.join("git/snapshots"))
-        .with_context(|| format!("resolving {}", cache.display()))?
-        .join(short_hash(&dir.to_string_lossy()));
-    let repo = home.join("source.git");
-    std::fs::create_dir_all(&repo)?;
-    let _lock = lock(&home.join("source.lock"))?;
+/// Commit the files of `src` (at `dir`, its real path; its .gitignore
+/// honoured) into a bare repository with a fixed author, committer and date;
+/// returns the repository and commit. The submodules its `.gitmodules`
+/// declares ([`gitmodules`]) are committed as gitlinks to snapshots of the
+/// sibling folders their urls name, each in a bare repository where git
+/// resolves that url beside this one.
+fn snapshot(src: &Tree, dir: &Path, cache: &Cache) -> Result<(PathBuf, String)> {
+    let declared = gitmodules::declared(src)?;
+    let home = Path::new("git/snapshots").join(short_hash(&dir.to_string_lossy()));
+    let home = cache::make_sub(cache.tree()?, home, "snapshot folder")?;
+    let _lock = cache::lock::exclusive_in(&home, "source.lock")?;
     let mut links = Vec::new();
     for d in &declared {
-        let sub = home.join(d.url.trim_start_matches("../"));
+        let sub = cache::make_sub(&home, d.url.trim_start_matches("../"), "snapshot repository")?;
         let sha = commit_folder(&d.folder, &sub, &[])
             .with_context(|| format!("snapshotting {} for the submodule {} ({})", d.folder.display(), d.path, d.url))?;
         links.push((d.path.clone(), sha));
     }
+    let repo = cache::make_sub(&home, "source.git", "snapshot repository")?;
     let sha = commit_folder(dir, &repo, &links)?;
-    Ok((repo, sha))
+    Ok((repo.path().to_path_buf(), sha))
 }
 
 /// Commit `dir`'s files and the gitlinks `links` (path, commit) into the bare
-/// `repo` (created when absent) with the fixed identity and date; the caller
+/// `repo` (initialised when empty) with the fixed identity and date; the caller
 /// holds the lock. Returns the commit.
-fn commit_folder(dir: &Path, repo: &Path, links: &[(String, String)]) -> Result<String> {
-    std::fs::create_dir_all(repo)?;
-    if !repo.join("HEAD").exists() {
-        git(repo, "create snapshot repository").args(["init", "-q", "--bare"]).output()?;
+fn commit_folder(dir: &Path, repo: &Tree, links: &[(String, String)]) -> Result<String> {
+    if !repo.exists("HEAD") {
+        git(repo.path(), "create snapshot repository").args(["init", "-q", "--bare"]).output()?;
     }
     // The index persists between snapshots, so `git add` only rehashes changed files.
     let index = repo.join("snapshot.index");
     let with_env = |c: &mut Cmd| {
         c.cmd
-            .env("GIT_DIR", repo)
+            .env("GIT_DIR", repo.path())
             .env("GIT_WORK_TREE", dir)
             .env("GIT_INDEX_FILE", &index)
             .env("GIT_AUTHOR_NAME", "deepep-forge snapshot")
@@ -131,13 +129,12 @@ fn commit_folder(dir: &Path, repo: &Path, links: &[(String, String)]) -> Result<
     with_env(&mut tree);
     let tree = tree.output()?.trim().to_string();
     // `<tree> <commit>` of the last snapshot: the same tree is the same commit.
-    let last = repo.join("snapshot.last");
-    if let Some((t, c)) = forge_os::fs::named::read_text(&last, "snapshot record", forge_os::input::cap::TEXT)
+    let last = repo
+        .read_text_opt("snapshot.last", forge_os::input::cap::TEXT)
         .ok()
-        .as_deref()
-        .and_then(|l| l.trim().split_once(' '))
-        .map(|(t, c)| (t.to_string(), c.to_string()))
-    {
+        .flatten()
+        .and_then(|l| l.trim().split_once(' ').map(|(t, c)| (t.to_string(), c.to_string())));
+    if let Some((t, c)) = last {
         if t == tree {
             return Ok(c);
         }
@@ -150,7 +147,7 @@ fn commit_folder(dir: &Path, repo: &Path, links: &[(String, String)]) -> Result<
     refup.args(["update-ref", &format!("refs/snapshots/{sha}"), &sha]);
     with_env(&mut refup);
     refup.output()?;
-    std::fs::write(&last, format!("{tree} {sha}\n"))?;
+    repo.write("snapshot.last", format!("{tree} {sha}\n").as_bytes())?;
     Ok(sha)
 }
 
@@ -161,7 +158,19 @@ pub fn short_hash(text: &str) -> String {
 
 /// An exclusive lock file, held until dropped; waits (checking for Ctrl-C).
 pub fn lock(path: &Path) -> Result<File> {
-    crate::cache::lock::exclusive(path)
+    cache::lock::exclusive(path)
+}
+
+/// The mirror `mirror` (made when absent) as a tree, with the folder it lies
+/// in (the cache's `git/`) and the name of its lock file there (`<name>.lock`).
+fn mirror_tree(mirror: &Path) -> Result<(Tree, Tree, String)> {
+    let name =
+        mirror.file_name().and_then(|n| n.to_str()).with_context(|| format!("{} names no mirror", mirror.display()))?;
+    let lock = mirror.with_extension("lock").file_name().and_then(|n| n.to_str()).unwrap_or("mirror.lock").to_string();
+    let parent = mirror.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = Tree::create(parent, "git mirrors folder")?;
+    let tree = cache::make_sub(&parent, name, "git mirror")?;
+    Ok((parent, tree, lock))
 }
 
 /// The bare mirror of `repo` under the cache dir.
@@ -181,9 +190,9 @@ pub fn mirror_path(cache: &Path, repo: &str) -> PathBuf {
 /// Make sure `rev` is in the mirror of `repo` (fetch it if not); returns the
 /// commit time. Unreachable repo: exit 3; rev not in repo: exit 2.
 pub fn ensure_rev(mirror: &Path, repo: &str, rev: &str) -> Result<i64> {
-    std::fs::create_dir_all(mirror)?;
-    let _lock = lock(&mirror.with_extension("lock"))?;
-    if !mirror.join("HEAD").exists() {
+    let (parent, tree, lock_name) = mirror_tree(mirror)?;
+    let _lock = cache::lock::exclusive_in(&parent, lock_name)?;
+    if !tree.exists("HEAD") {
         git(mirror, "create mirror").args(["init", "-q", "--bare"]).output()?;
     }
     // Reading the commit doubles as the presence check. `show -s` reads that one
@@ -385,10 +394,10 @@ pub fn checkout(
     dest: &Path,
     submodules: &BTreeMap<String, String>,
 ) -> Result<String> {
-    std::fs::create_dir_all(dest)?;
+    let tree = Tree::create(dest, "build tree")?;
     git(dest, "create the build tree").args(["init", "-q"]).output()?;
-    let objects = std::fs::canonicalize(mirror.join("objects"))?;
-    std::fs::write(dest.join(".git/objects/info/alternates"), format!("{}\n", objects.display()))?;
+    let objects = Tree::open(&mirror.join("objects"), "git mirror objects")?.real_path()?;
+    tree.write(".git/objects/info/alternates", format!("{}\n", objects.display()).as_bytes())?;
     // git < 2.43 (Debian 12's 2.39) rejects `checkout --detach --end-of-options`;
     // a full sha cannot be read as an option, so it is checked instead.
     anyhow::ensure!(forge_model::pins::is_full_sha(rev), "refusing to check out `{rev}`: not a full commit sha");

@@ -32,10 +32,15 @@ use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 use crate::error::Failure;
 
+mod more;
 pub mod named;
 mod temp;
 mod walk;
 
+pub use more::set_mode_exact;
+/// The file a tree opens (a lock held, a file read) and why a lock was not
+/// taken: the standard ones, named here.
+pub use std::fs::{File, TryLockError};
 pub use temp::TempTree;
 pub use walk::{Walk, Walked};
 

@@ -152,3 +152,49 @@ fn writes_replace_atomically_with_a_public_mode() {
     assert_eq!(tree.read("f", 3).unwrap(), b"two", "a failed write leaves the old file");
     assert_eq!(tree.names(".").unwrap(), ["f", "plain"], "and no temporary");
 }
+
+#[test]
+fn new_names_and_new_folders_never_replace_what_is_there() {
+    let t = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/nowhere", t.path().join("dangling")).unwrap();
+    std::fs::write(t.path().join("old"), b"old").unwrap();
+    let tree = Tree::open(t.path(), "output folder").unwrap();
+    let s = tree.stage("old", PUBLIC, |f| Ok(f.write_all(b"new")?)).unwrap();
+    assert!(!s.commit_new().unwrap(), "the name is taken");
+    assert!(tree.stage("dangling", PUBLIC, |f| Ok(f.write_all(b"new")?)).is_err(), "a link is never a destination");
+    assert_eq!(std::fs::read(t.path().join("old")).unwrap(), b"old");
+    assert_eq!(std::fs::read_link(t.path().join("dangling")).unwrap(), Path::new("/nowhere"));
+    let s = tree.stage("fresh", 0o600, |f| Ok(f.write_all(b"key")?)).unwrap();
+    assert!(s.commit_new().unwrap());
+    assert_eq!(tree.read("fresh", 3).unwrap(), b"key");
+    assert_eq!(tree.names(".").unwrap(), ["dangling", "fresh", "old"], "no temporary left");
+    assert!(tree.create_dir("d").unwrap());
+    assert!(
+        !tree.create_dir("d").unwrap() && !tree.create_dir("old").unwrap() && !tree.create_dir("dangling").unwrap()
+    );
+    // the folder's own descriptor: a lock on it is seen through another opening
+    let (a, b) = (tree.handle().unwrap(), Tree::open(t.path(), "again").unwrap().handle().unwrap());
+    a.try_lock().unwrap();
+    assert!(b.try_lock().is_err());
+}
+
+#[test]
+fn a_folder_that_is_not_there_is_none_and_a_file_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    assert!(Tree::open_if_exists(&t.path().join("none"), "cache").unwrap().is_none());
+    assert!(!t.path().join("none").exists(), "nothing made");
+    std::fs::write(t.path().join("file"), b"").unwrap();
+    let e = Tree::open_if_exists(&t.path().join("file"), "cache").unwrap_err();
+    assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{e:#}");
+    assert!(Tree::open_if_exists(t.path(), "cache").unwrap().is_some());
+}
+
+#[test]
+fn an_opened_file_is_stated_on_its_descriptor() {
+    let t = tempfile::tempdir().unwrap();
+    let tree = Tree::open(t.path(), "cache").unwrap();
+    tree.write_with("k", 0o600, |f| Ok(f.write_all(b"key")?)).unwrap();
+    let (f, _) = tree.open_file("k", 10).unwrap();
+    let (s, by_name) = (Stat::of(&f).unwrap(), tree.stat("k").unwrap());
+    assert_eq!((s.kind, s.mode & 0o777, s.ino), (Kind::File { len: 3 }, by_name.mode & 0o777, by_name.ino));
+}

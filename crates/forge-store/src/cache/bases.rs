@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{dirfd, BadEntry, Cache, Key};
+use super::{BadEntry, Cache, Key};
+use forge_os::fs::{Kind, Tree};
 
 /// The largest base.json read (a real one is under 1 KiB).
 pub const MAX_RECORD_BYTES: u64 = 64 * 1024;
@@ -73,8 +74,14 @@ pub enum Removed {
     InUse,
 }
 
-fn images_dir(cache: &Cache) -> PathBuf {
-    cache.root().join("images")
+/// `images/` of the cache as a tree (`None`: absent); a link or a file in its place is refused.
+fn images(cache: &Cache) -> Result<Option<Tree>> {
+    let Some(tree) = cache.existing()? else { return Ok(None) };
+    match tree.kind("images")? {
+        Kind::Missing => Ok(None),
+        Kind::Dir => Ok(Some(tree.sub("images", "image bases folder")?)),
+        k => bail!("{} is {} (a link is never followed)", tree.join("images").display(), k.noun()),
+    }
 }
 
 /// The key prefix of a folder name `base-<16 lowercase hex>` (its lock file is not one).
@@ -93,23 +100,22 @@ pub fn podman_hint(key16: &str) -> String {
 /// Every base folder under `images/`, the folders that are not bases, and the bytes.
 pub fn list(cache: &Cache) -> BaseListing {
     let mut out = BaseListing::default();
-    let images = images_dir(cache);
-    let dir = match dirfd::open(&images) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+    let images = match images(cache) {
+        Ok(Some(t)) => t,
+        Ok(None) => return out,
         Err(e) => {
             out.bad.push(BadEntry::new(
                 "images",
                 "",
-                format!("not read: not a folder (a link is never followed): {e}"),
+                format!("not read: not a folder (a link is never followed): {e:#}"),
             ));
             return out;
         }
     };
-    out.bytes = super::disk_size(&images);
-    for name in dirfd::names(&dir).unwrap_or_default() {
+    out.bytes = super::disk_size_in(&images, Path::new("."));
+    for name in images.names(".").unwrap_or_default() {
         if name == "debs" || name.ends_with(".log") {
-            out.other_bytes = out.other_bytes.saturating_add(super::disk_size(&images.join(&name)));
+            out.other_bytes = out.other_bytes.saturating_add(super::disk_size_in(&images, Path::new(&name)));
             continue;
         }
         if !name.starts_with("base-") || name.ends_with(".lock") {
@@ -125,19 +131,21 @@ pub fn list(cache: &Cache) -> BaseListing {
 }
 
 /// One base folder: a real folder named `base-<key16>` with a valid base.json for that key.
-fn read_base(images: &Path, name: &str) -> Result<Base> {
+fn read_base(images: &Tree, name: &str) -> Result<Base> {
     let k16 = key16(name).context("not base-<16 lowercase hex digits>")?;
-    let dir = images.join(name);
-    let folder = std::fs::symlink_metadata(&dir)?;
-    if !folder.is_dir() {
+    if images.kind(name)? != Kind::Dir {
         bail!("not a folder (a link or a file): not read");
     }
+    let dir = Path::new(name);
     let path = dir.join("base.json");
-    let md = std::fs::symlink_metadata(&path).context("no base.json (an unfinished or foreign folder)")?;
-    let text = super::tree::read_bounded(&path, MAX_RECORD_BYTES)?.context("base.json gone while listed")?;
+    let st = images.stat(&path).context("no base.json (an unfinished or foreign folder)")?;
+    let text = super::read_nofollow(images, &path, MAX_RECORD_BYTES)?.context("base.json gone while listed")?;
     let r: Record = serde_json::from_slice(&text).context("base.json is not a base record")?;
     check_record(&r, k16)?;
-    let rootfs = std::fs::symlink_metadata(dir.join("rootfs.tar")).ok().filter(|m| m.is_file());
+    let rootfs = match images.kind(dir.join("rootfs.tar")) {
+        Ok(Kind::File { len }) => len,
+        _ => 0,
+    };
     Ok(Base {
         key16: k16.to_string(),
         key: r.key,
@@ -145,15 +153,10 @@ fn read_base(images: &Path, name: &str) -> Result<Base> {
         arch: r.arch,
         mirror: r.mirror,
         release_date: r.release_date,
-        rootfs_bytes: rootfs.map(|m| m.len()).unwrap_or(0),
-        bytes: super::disk_size(&dir),
-        created_secs: md
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-            .unwrap_or(0),
-        dir,
+        rootfs_bytes: rootfs,
+        bytes: super::disk_size_in(images, dir),
+        created_secs: st.mtime,
+        dir: images.join(dir),
     })
 }
 
@@ -185,19 +188,19 @@ fn check_record(r: &Record, k16: &str) -> Result<()> {
 /// then deleted there (no link inside is followed). The lock file stays: a maker
 /// waiting on it would otherwise lock a name nobody else sees.
 pub fn remove(cache: &Cache, b: &Base) -> Result<Removed> {
-    let images = images_dir(cache);
-    let lock_path = images.join(format!("base-{}.lock", b.key16));
-    let Some(_lock) = super::lock::try_exclusive(&lock_path)? else { return Ok(Removed::InUse) };
-    let dir = dirfd::open(&images).with_context(|| format!("opening {}", images.display()))?;
+    let Some(images) = images(cache)? else { return Ok(Removed::Gone) };
+    let Some(_lock) = super::lock::try_exclusive_in(&images, format!("base-{}.lock", b.key16))? else {
+        return Ok(Removed::InUse);
+    };
     let name = format!("base-{}", b.key16);
-    let st = dirfd::stat_in(&dir, &name);
-    if st.is_ok_and(|s| s.st_mode & libc::S_IFMT != libc::S_IFDIR) {
-        bail!("{} is not a folder (a link or a file): not removed", images.join(&name).display());
+    match images.kind(&name)? {
+        Kind::Missing => return Ok(Removed::Gone),
+        Kind::Dir => {}
+        _ => bail!("{} is not a folder (a link or a file): not removed", images.join(&name).display()),
     }
     let stage = cache.stage()?;
-    match dirfd::rename_out(&dir, &name, &stage.path().join("gone")) {
-        Ok(()) => Ok(Removed::Gone),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Removed::Gone),
-        Err(e) => Err(e).with_context(|| format!("removing {}", images.join(&name).display())),
-    }
+    images
+        .rename_to(&name, stage.tree(), "gone")
+        .with_context(|| format!("removing {}", images.join(&name).display()))?;
+    Ok(Removed::Gone)
 }

@@ -1,4 +1,6 @@
-//! `deepep-forge cache ls|gc|push|keygen`: arguments and printing over [`Cache`].
+//! `deepep-forge cache ls|gc|push|keygen` over [`Cache`]: the requests, what
+//! each finds or does as data, and the renderers of its text (the command
+//! layer, `src/commands/cache.rs`, prints them and picks the exit code).
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -10,7 +12,7 @@ use super::remote::{Net, Remote};
 use super::sign::SecretKey;
 use super::tree::{TreeEntry, TreeListing, Trees};
 use super::{human_size, BadEntry, Cache, Entry, Hit, Key, Toolchain};
-use forge_os::error::{Exit, Failure};
+use forge_os::error::Failure;
 use forge_os::output::DataFormat as Format;
 
 /// How a build reaches a remote cache (`--cache-url`, `--trusted-key`,
@@ -84,8 +86,9 @@ pub struct KeygenRequest {
     pub out: PathBuf,
 }
 
+/// `cache ls --format json`.
 #[derive(Serialize)]
-struct Listing<'a> {
+pub struct Listing<'a> {
     schema: u32,
     cache_dir: &'a std::path::Path,
     entries: Vec<&'a Entry>,
@@ -114,22 +117,23 @@ fn age(now: i64, then: i64) -> String {
 }
 
 /// Everything `cache ls` shows, read once.
-struct Seen {
-    entries: Vec<Hit>,
-    toolchains: Vec<Toolchain>,
-    trees: TreeListing,
-    bases: bases::BaseListing,
-    bad: Vec<BadEntry>,
+pub struct Seen {
+    pub cache_dir: PathBuf,
+    pub entries: Vec<Hit>,
+    pub toolchains: Vec<Toolchain>,
+    pub trees: TreeListing,
+    pub bases: bases::BaseListing,
+    pub bad: Vec<BadEntry>,
 }
 
 impl Seen {
     fn read(cache: &Cache) -> Seen {
         let (entries, mut bad) = cache.entries();
-        let trees = Trees::at(cache.root()).list();
+        let trees = Trees::of(cache).list();
         let bases = bases::list(cache);
         bad.extend(trees.bad.iter().cloned());
         bad.extend(bases.bad.iter().cloned());
-        Seen { entries, toolchains: cache.toolchains(), trees, bases, bad }
+        Seen { cache_dir: cache.root().to_path_buf(), entries, toolchains: cache.toolchains(), trees, bases, bad }
     }
     fn wheels_bytes(&self) -> u64 {
         self.entries.iter().map(|h| h.entry.size).fold(0u64, u64::saturating_add)
@@ -144,63 +148,68 @@ impl Seen {
     }
 }
 
-/// `cache ls`.
-pub fn ls(a: LsRequest) -> Result<Exit> {
+/// `cache ls`: what the cache holds (the format is the command layer's).
+pub fn ls(a: &LsRequest) -> Result<Seen> {
     let cache = Cache::at(super::resolve_dir(a.cache_dir.as_deref())?);
-    let seen = Seen::read(&cache);
-    if a.format == Format::Json {
-        let doc = Listing {
-            schema: LS_SCHEMA,
-            cache_dir: cache.root(),
-            entries: seen.entries.iter().map(|h| &h.entry).collect(),
-            toolchains: &seen.toolchains,
-            trees: &seen.trees.entries,
-            bases: &seen.bases.bases,
-            bad_entries: &seen.bad,
-            wheels_bytes: seen.wheels_bytes(),
-            toolchains_bytes: seen.toolchains_bytes(),
-            trees_bytes: seen.trees.bytes,
-            trees_unreferenced_bytes: seen.trees.freed_without(&BTreeSet::new()).bytes,
-            bases_bytes: seen.bases.bytes,
-            total_bytes: seen.total(),
-        };
-        forge_os::printer::json(&doc)?;
-        return Ok(Exit::Ok);
-    }
-    let now = forge_wheel::provenance::now_secs();
-    forge_os::outln!("cache {}", cache.root().display());
-    forge_os::outln!();
-    ls_wheels(&seen.entries, now);
-    forge_os::outln!();
-    ls_toolchains(&seen.toolchains, now);
-    forge_os::outln!();
-    ls_trees(&seen.trees, now);
-    forge_os::outln!();
-    ls_bases(&seen.bases, now);
-    for b in &seen.bad {
-        forge_os::outln!("not an entry: {}: {}", b.place(), b.problem);
-    }
-    forge_os::outln!();
-    forge_os::outln!(
-        "total {} (wheels {}, toolchains {}, NCCL trees {}, image bases {})",
-        human_size(seen.total()),
-        human_size(seen.wheels_bytes()),
-        human_size(seen.toolchains_bytes()),
-        human_size(seen.trees.bytes),
-        human_size(seen.bases.bytes)
-    );
-    Ok(Exit::Ok)
+    Ok(Seen::read(&cache))
 }
 
-fn ls_wheels(entries: &[Hit], now: i64) {
-    forge_os::outln!("WHEELS ({})", entries.len());
+impl Seen {
+    /// The JSON document of `cache ls --format json`.
+    pub fn json(&self) -> Listing<'_> {
+        Listing {
+            schema: LS_SCHEMA,
+            cache_dir: &self.cache_dir,
+            entries: self.entries.iter().map(|h| &h.entry).collect(),
+            toolchains: &self.toolchains,
+            trees: &self.trees.entries,
+            bases: &self.bases.bases,
+            bad_entries: &self.bad,
+            wheels_bytes: self.wheels_bytes(),
+            toolchains_bytes: self.toolchains_bytes(),
+            trees_bytes: self.trees.bytes,
+            trees_unreferenced_bytes: self.trees.freed_without(&BTreeSet::new()).bytes,
+            bases_bytes: self.bases.bytes,
+            total_bytes: self.total(),
+        }
+    }
+
+    /// The human listing, as of `now`.
+    pub fn render(&self, now: i64) -> String {
+        let mut o = String::new();
+        o += &format!("cache {}\n\n", self.cache_dir.display());
+        ls_wheels(&mut o, &self.entries, now);
+        o += "\n";
+        ls_toolchains(&mut o, &self.toolchains, now);
+        o += "\n";
+        ls_trees(&mut o, &self.trees, now);
+        o += "\n";
+        ls_bases(&mut o, &self.bases, now);
+        for b in &self.bad {
+            o += &format!("not an entry: {}: {}\n", b.place(), b.problem);
+        }
+        o += "\n";
+        o += &format!(
+            "total {} (wheels {}, toolchains {}, NCCL trees {}, image bases {})\n",
+            human_size(self.total()),
+            human_size(self.wheels_bytes()),
+            human_size(self.toolchains_bytes()),
+            human_size(self.trees.bytes),
+            human_size(self.bases.bytes)
+        );
+        o
+    }
+}
+
+fn ls_wheels(o: &mut String, entries: &[Hit], now: i64) {
+    *o += &format!("WHEELS ({})\n", entries.len());
     if !entries.is_empty() {
-        forge_os::outln!("{:<16}  {:<16}  {:>10}  {:>5}  WHEEL", "KEY", "VARIANT", "SIZE", "AGE");
+        *o += &format!("{:<16}  {:<16}  {:>10}  {:>5}  WHEEL\n", "KEY", "VARIANT", "SIZE", "AGE");
     }
     for h in entries {
         let e = &h.entry;
-        forge_os::outln!(
-            "{:<16}  {:<16}  {:>10}  {:>5}  {}",
+        *o += &format!(
+            "{:<16}  {:<16}  {:>10}  {:>5}  {}\n",
             &e.key[..16],
             e.variant,
             human_size(e.size),
@@ -210,22 +219,17 @@ fn ls_wheels(entries: &[Hit], now: i64) {
     }
 }
 
-fn ls_toolchains(toolchains: &[Toolchain], now: i64) {
-    forge_os::outln!("TOOLCHAINS ({})", toolchains.len());
+fn ls_toolchains(o: &mut String, toolchains: &[Toolchain], now: i64) {
+    *o += &format!("TOOLCHAINS ({})\n", toolchains.len());
     if !toolchains.is_empty() {
-        forge_os::outln!(
-            "{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}",
-            "KEY",
-            "TORCH",
-            "CUDA",
-            "PACKAGES",
-            "SIZE",
-            "AGE"
+        *o += &format!(
+            "{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}\n",
+            "KEY", "TORCH", "CUDA", "PACKAGES", "SIZE", "AGE"
         );
     }
     for t in toolchains {
-        forge_os::outln!(
-            "{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}",
+        *o += &format!(
+            "{:<16}  {:<24}  {:<6}  {:>8}  {:>10}  {:>5}\n",
             t.key,
             t.torch.as_deref().unwrap_or("-"),
             t.cuda.as_deref().unwrap_or("-"),
@@ -236,14 +240,14 @@ fn ls_toolchains(toolchains: &[Toolchain], now: i64) {
     }
 }
 
-fn ls_trees(l: &TreeListing, now: i64) {
-    forge_os::outln!("NCCL BUILD TREES ({})", l.entries.len());
+fn ls_trees(o: &mut String, l: &TreeListing, now: i64) {
+    *o += &format!("NCCL BUILD TREES ({})\n", l.entries.len());
     if !l.entries.is_empty() {
-        forge_os::outln!("{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  LABEL", "KEY", "FILES", "SIZE", "SHARED", "AGE");
+        *o += &format!("{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  LABEL\n", "KEY", "FILES", "SIZE", "SHARED", "AGE");
     }
     for t in &l.entries {
-        forge_os::outln!(
-            "{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  {}",
+        *o += &format!(
+            "{:<16}  {:>7}  {:>10}  {:>10}  {:>5}  {}\n",
             &t.key[..16],
             t.files,
             human_size(t.bytes),
@@ -254,31 +258,33 @@ fn ls_trees(l: &TreeListing, now: i64) {
     }
     let loose = l.freed_without(&BTreeSet::new());
     if loose.objects > 0 {
-        forge_os::outln!(
-            "objects no tree names: {} ({}; `cache gc` removes them)",
+        *o += &format!(
+            "objects no tree names: {} ({}; `cache gc` removes them)\n",
             loose.objects,
             human_size(loose.bytes)
         );
     }
 }
 
-fn ls_bases(l: &bases::BaseListing, now: i64) {
-    forge_os::outln!("IMAGE BASES ({})", l.bases.len());
+/// Said on stderr when `cache ls` lists image bases.
+pub fn bases_note() -> String {
+    format!(
+        "the images made from these bases are in podman's (or buildah's) own store, which `cache gc` leaves alone: {}",
+        bases::podman_hint("KEY")
+    )
+}
+
+fn ls_bases(o: &mut String, l: &bases::BaseListing, now: i64) {
+    *o += &format!("IMAGE BASES ({})\n", l.bases.len());
     if !l.bases.is_empty() {
-        forge_os::outln!(
-            "{:<16}  {:<10}  {:<6}  {:>10}  {:>5}  {:<29}  MIRROR",
-            "KEY",
-            "SUITE",
-            "ARCH",
-            "ROOTFS",
-            "AGE",
-            "RELEASE"
+        *o += &format!(
+            "{:<16}  {:<10}  {:<6}  {:>10}  {:>5}  {:<29}  MIRROR\n",
+            "KEY", "SUITE", "ARCH", "ROOTFS", "AGE", "RELEASE"
         );
-        forge_os::note!("the images made from these bases are in podman's (or buildah's) own store, which `cache gc` leaves alone: {}", bases::podman_hint("KEY"));
     }
     for b in &l.bases {
-        forge_os::outln!(
-            "{:<16}  {:<10}  {:<6}  {:>10}  {:>5}  {:<29}  {}",
+        *o += &format!(
+            "{:<16}  {:<10}  {:<6}  {:>10}  {:>5}  {:<29}  {}\n",
             b.key16,
             b.suite,
             b.arch,
@@ -289,10 +295,8 @@ fn ls_bases(l: &bases::BaseListing, now: i64) {
         );
     }
     if l.other_bytes > 0 {
-        forge_os::outln!(
-            "debootstrap's .deb cache and logs (images/debs, images/*.log): {}",
-            human_size(l.other_bytes)
-        );
+        *o +=
+            &format!("debootstrap's .deb cache and logs (images/debs, images/*.log): {}\n", human_size(l.other_bytes));
     }
 }
 
@@ -313,28 +317,28 @@ fn chosen(a: &GcRequest, now: i64, i: usize, created: i64, keep: Option<usize>) 
 }
 
 /// `cache gc`.
-pub fn gc(a: GcRequest) -> Result<Exit> {
+pub fn gc(a: GcRequest, say: &mut dyn FnMut(String)) -> Result<()> {
     let cache = Cache::at(super::resolve_dir(a.cache_dir.as_deref())?);
     let _guard = forge_os::error::Cooperative::enter();
     let now = forge_wheel::provenance::now_secs();
-    let kept = gc_wheels(&cache, &a, now)?;
-    let tc_kept = gc_toolchains(&cache, &a, now)?;
-    let trees_kept = gc_trees(&cache, &a, now)?;
-    let bases_kept = gc_bases(&cache, &a, now)?;
+    let kept = gc_wheels(&cache, &a, now, say)?;
+    let tc_kept = gc_toolchains(&cache, &a, now, say)?;
+    let trees_kept = gc_trees(&cache, &a, now, say)?;
+    let bases_kept = gc_bases(&cache, &a, now, say)?;
     if !a.dry_run {
         for p in cache.clean_stale()? {
-            forge_os::outln!("removed leftover {}", p.display());
+            say(format!("removed leftover {}", p.display()));
         }
     }
     let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    forge_os::outln!(
+    say(format!(
         "{} and {} kept; {} and {} kept",
         plural(kept, "wheel", "wheels"),
         plural(tc_kept, "toolchain", "toolchains"),
         plural(trees_kept, "NCCL tree", "NCCL trees"),
         plural(bases_kept, "image base", "image bases")
-    );
-    Ok(Exit::Ok)
+    ));
+    Ok(())
 }
 
 fn verb(a: &GcRequest) -> &'static str {
@@ -345,7 +349,7 @@ fn verb(a: &GcRequest) -> &'static str {
     }
 }
 
-fn gc_wheels(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
+fn gc_wheels(cache: &Cache, a: &GcRequest, now: i64, say: &mut dyn FnMut(String)) -> Result<usize> {
     let (entries, _) = cache.entries();
     let mut kept = entries.len();
     for (i, h) in entries.iter().enumerate() {
@@ -357,15 +361,15 @@ fn gc_wheels(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
         if !a.dry_run {
             let key = Key::parse(&e.key)?;
             let _lock = cache.lock(&key)?;
-            cache.remove_entry(&h.dir)?;
+            cache.remove_key(&key)?;
         }
         kept -= 1;
-        forge_os::outln!("{} wheel {} ({}, {}, {})", verb(a), &e.key[..16], e.variant, e.wheel, human_size(e.size));
+        say(format!("{} wheel {} ({}, {}, {})", verb(a), &e.key[..16], e.variant, e.wheel, human_size(e.size)));
     }
     Ok(kept)
 }
 
-fn gc_toolchains(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
+fn gc_toolchains(cache: &Cache, a: &GcRequest, now: i64, say: &mut dyn FnMut(String)) -> Result<usize> {
     let toolchains = cache.toolchains();
     let mut kept = toolchains.len();
     for (i, t) in toolchains.iter().enumerate() {
@@ -374,17 +378,17 @@ fn gc_toolchains(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
         }
         forge_os::error::check_interrupted()?;
         if !a.dry_run && !cache.remove_toolchain(t)? {
-            forge_os::outln!("kept toolchain {}: a running build uses it", t.key);
+            say(format!("kept toolchain {}: a running build uses it", t.key));
             continue;
         }
         kept -= 1;
-        forge_os::outln!(
+        say(format!(
             "{} toolchain {} (torch {}, {})",
             verb(a),
             t.key,
             t.torch.as_deref().unwrap_or("-"),
             human_size(t.size)
-        );
+        ));
     }
     Ok(kept)
 }
@@ -399,8 +403,8 @@ fn trees_chosen<'a>(a: &GcRequest, now: i64, l: &'a TreeListing) -> Vec<&'a Tree
         .collect()
 }
 
-fn say_tree(a: &GcRequest, t: &TreeEntry) {
-    forge_os::outln!(
+fn say_tree(a: &GcRequest, t: &TreeEntry, say: &mut dyn FnMut(String)) {
+    say(format!(
         "{} NCCL tree {} ({}, {} files, {}, {} shared)",
         verb(a),
         &t.key[..16],
@@ -408,37 +412,37 @@ fn say_tree(a: &GcRequest, t: &TreeEntry) {
         t.files,
         human_size(t.bytes),
         human_size(t.shared_bytes)
-    );
+    ));
 }
 
 /// Trees: entries by the rules, then (not in a dry run) a sweep of the objects no
 /// remaining entry names and of killed stores' leftovers, all under the store's
 /// lock; while a build stores or restores a tree, nothing is collected.
-fn gc_trees(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
-    let trees = Trees::at(cache.root());
+fn gc_trees(cache: &Cache, a: &GcRequest, now: i64, say: &mut dyn FnMut(String)) -> Result<usize> {
+    let trees = Trees::of(cache);
     let seen = trees.list();
     if let Some(b) = seen.bad.iter().find(|b| b.name.is_empty()) {
-        forge_os::outln!("kept {}: {}", b.place(), b.problem);
+        say(format!("kept {}: {}", b.place(), b.problem));
         return Ok(0);
     }
-    if !trees.exists() {
+    if !trees.present() {
         return Ok(0);
     }
     if a.dry_run {
         let gone = trees_chosen(a, now, &seen);
-        gone.iter().for_each(|t| say_tree(a, t));
+        gone.iter().for_each(|t| say_tree(a, t, say));
         let freed = seen.freed_without(&gone.iter().map(|t| t.key.as_str()).collect());
         if freed.objects > 0 {
-            forge_os::outln!(
+            say(format!(
                 "would remove {} tree objects no tree names then ({})",
                 freed.objects,
                 human_size(freed.bytes)
-            );
+            ));
         }
         return Ok(seen.entries.len() - gone.len());
     }
     let Some(c) = trees.collector()? else {
-        forge_os::outln!("kept NCCL trees: in use (a build is storing or restoring one); run `cache gc` again later");
+        say("kept NCCL trees: in use (a build is storing or restoring one); run `cache gc` again later".to_string());
         return Ok(seen.entries.len());
     };
     let l = c.list();
@@ -446,20 +450,20 @@ fn gc_trees(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
     for t in &gone {
         forge_os::error::check_interrupted()?;
         c.remove(&t.key)?;
-        say_tree(a, t);
+        say_tree(a, t, say);
     }
     let swept = c.sweep()?;
     if swept.objects > 0 {
-        forge_os::outln!("removed {} tree objects no tree names ({})", swept.objects, human_size(swept.bytes));
+        say(format!("removed {} tree objects no tree names ({})", swept.objects, human_size(swept.bytes)));
     }
     let left = c.clean_tmp()?;
     if left > 0 {
-        forge_os::outln!("removed {left} leftovers of killed tree stores (trees/tmp)");
+        say(format!("removed {left} leftovers of killed tree stores (trees/tmp)"));
     }
     Ok(l.entries.len() - gone.len())
 }
 
-fn gc_bases(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
+fn gc_bases(cache: &Cache, a: &GcRequest, now: i64, say: &mut dyn FnMut(String)) -> Result<usize> {
     let l = bases::list(cache);
     let mut kept = l.bases.len();
     for (i, b) in l.bases.iter().enumerate() {
@@ -468,11 +472,11 @@ fn gc_bases(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
         }
         forge_os::error::check_interrupted()?;
         if !a.dry_run && bases::remove(cache, b)? == Removed::InUse {
-            forge_os::outln!("kept image base {}: in use (its lock is held: a base is being made)", b.key16);
+            say(format!("kept image base {}: in use (its lock is held: a base is being made)", b.key16));
             continue;
         }
         kept -= 1;
-        forge_os::outln!(
+        say(format!(
             "{} image base {} ({} {}, {}); podman's store keeps its images: {}",
             verb(a),
             b.key16,
@@ -480,13 +484,13 @@ fn gc_bases(cache: &Cache, a: &GcRequest, now: i64) -> Result<usize> {
             b.arch,
             human_size(b.bytes),
             bases::podman_hint(&b.key16)
-        );
+        ));
     }
     Ok(kept)
 }
 
 /// `cache push`.
-pub fn push(a: PushRequest) -> Result<Exit> {
+pub fn push(a: PushRequest, say: &mut dyn FnMut(String)) -> Result<()> {
     let cache = Cache::at(super::resolve_dir(a.cache_dir.as_deref())?);
     let key_file = a.signing_key.clone().ok_or_else(|| {
         Failure::usage("cache push signs every entry and needs a signing key")
@@ -519,27 +523,23 @@ pub fn push(a: PushRequest) -> Result<Exit> {
         let Some(verified) = cache.lookup(&key)? else {
             return Err(Failure::problems(format!("entry {key} failed verification and was removed")).into());
         };
-        client.push(&verified, &secret)?;
-        forge_os::outln!(
+        client.push(&cache, &verified, &secret)?;
+        say(format!(
             "pushed {} {} -> {} (signed by {})",
             key.short(),
             verified.entry.wheel,
             client.shown_url(&key, &verified.entry.wheel),
             secret.name
-        );
+        ));
     }
-    Ok(Exit::Ok)
+    Ok(())
 }
 
-/// `cache keygen`.
-pub fn keygen(a: KeygenRequest) -> Result<Exit> {
+/// `cache keygen`: the key written (mode 0600), its public half returned.
+pub fn keygen(a: KeygenRequest) -> Result<super::sign::PublicKey> {
     let sk = SecretKey::generate(&a.name)?;
     sk.write_new(&a.out)?;
-    forge_os::note!("wrote the secret key to {} (mode 0600; keep it private)", a.out.display());
-    forge_os::note!("readers trust the public key below: --trusted-key, DEEPEP_FORGE_TRUSTED_KEYS, or");
-    forge_os::note!("`[cache] trusted-keys = [...]` in their ~/.config/deepep-forge/config.toml");
-    forge_os::outln!("{}", sk.public());
-    Ok(Exit::Ok)
+    Ok(sk.public())
 }
 
 #[cfg(test)]

@@ -10,12 +10,18 @@
 //!
 //! The network: HTTPS unless `--allow-http`; the system's root certificates
 //! (and `SSL_CERT_FILE`/`SSL_CERT_DIR`) as well as the bundled web roots; a
-//! connect timeout and a total timeout per request; GETs retried (3 attempts,
+//! connect timeout and a total timeout per request, and each body bounded
+//! before it is asked for (entry.json by [`super::MAX_ENTRY_BYTES`], the wheel
+//! by the size its signed entry states: a server that announces more is
+//! refused when the headers arrive, exit 3, and the deadline follows the
+//! signed size, not the announced one); GETs retried (3 attempts,
 //! backoff 0.25 s, 0.5 s) on connection errors, timeouts, 429 and 5xx; PUT is
 //! sent once.
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
+
+use forge_os::fs::Tree;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -137,10 +143,13 @@ impl Remote {
         shown(&self.url_of(key, file))
     }
 
-    /// GET with retries; `f` reads the response (a body error is retried too).
+    /// GET with retries, the body bounded by `bound`; `f` reads the response
+    /// (a body error is retried too). An announced length over the bound is
+    /// not retried: exit 3 naming the URL and the bound.
     fn get_with<T>(
         &self,
         url: &http::Url,
+        bound: http::Bound,
         mut f: impl FnMut(http::Response) -> Result<T, Attempt>,
     ) -> Result<Option<T>> {
         let mut last = String::new();
@@ -149,13 +158,19 @@ impl Remote {
             if attempt > 0 {
                 forge_os::process::sleep_checked(Duration::from_millis(250 << (attempt - 1)))?;
             }
-            let resp = match self.client.get(url) {
-                Ok(r) => r,
-                Err(why) => {
-                    last = why;
-                    continue;
-                }
-            };
+            let resp =
+                match self.client.get_bounded(url, bound) {
+                    Ok(r) => r,
+                    Err(http::Unread::Transport(why)) => {
+                        last = why;
+                        continue;
+                    }
+                    Err(too_large) => return Err(Failure::env(format!("remote cache {}: {too_large}", shown(url)))
+                        .hint(
+                            "the server does not serve what its signed entry describes; check --cache-url, or drop it",
+                        )
+                        .into()),
+                };
             let st = resp.status;
             if st == http::StatusCode::NOT_FOUND {
                 return Ok(None);
@@ -180,7 +195,7 @@ impl Remote {
     /// the entry validated; a malformed one is `Err` with a usage class.
     pub fn entry(&self, key: &Key) -> Result<Option<Result<RemoteEntry, String>>> {
         let url = self.url_of(key, super::ENTRY_FILE);
-        let body = self.get_with(&url, |resp| {
+        let body = self.get_with(&url, http::Bound::cap(super::MAX_ENTRY_BYTES), |resp| {
             let mut buf = Vec::new();
             match resp.take(super::MAX_ENTRY_BYTES + 1).read_to_end(&mut buf) {
                 Ok(_) => Ok(buf),
@@ -206,25 +221,43 @@ impl Remote {
         Ok(Some(parsed))
     }
 
-    /// Download `url` into `path` (created new), at most `size` bytes, within
-    /// the timeout; retried from the start. Returns (sha256, bytes).
-    fn download(&self, url: &http::Url, path: &Path, size: u64) -> Result<Option<(String, u64)>> {
-        self.get_with(url, |mut resp| {
-            let mut f = std::fs::File::create(path).map_err(|e| Attempt::Fatal(e.into()))?;
-            // More than the signed size stops the read: rejected by the caller.
-            let (digest, n) = forge_os::input::sha256_stream(&mut resp, size, |chunk| Ok(f.write_all(chunk)?))
-                .map_err(|e| match e {
-                    forge_os::input::StreamError::Read(e) => Attempt::Retry(format!("reading the body: {e}")),
-                    e => Attempt::Fatal(e.into()),
-                })?;
-            f.sync_all().map_err(|e| Attempt::Fatal(e.into()))?;
-            Ok((hex::encode(digest), n))
+    /// Download `url` as `name` of `dir`, at most `size` bytes (the size its
+    /// signed entry states: the bound of the request), within the timeout;
+    /// retried from the start. Returns (sha256, bytes).
+    fn download(&self, url: &http::Url, dir: &Tree, name: &str, size: u64) -> Result<Option<(String, u64)>> {
+        self.get_with(url, http::Bound::signed(size), |mut resp| {
+            let mut retry = None;
+            let mut got = None;
+            let written = dir.write_with(name, forge_os::fs::PUBLIC, |f| {
+                // More than the signed size stops the read: rejected by the caller.
+                let (digest, n) = forge_os::input::sha256_stream(&mut resp, size, |chunk| Ok(f.write_all(chunk)?))
+                    .map_err(|e| match e {
+                        // Past the signed size: the server sends more than the entry says (not retried).
+                        forge_os::input::StreamError::Read(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                            Failure::env(format!("remote cache {}: {e}", shown(url))).into()
+                        }
+                        forge_os::input::StreamError::Read(e) => {
+                            retry = Some(format!("reading the body: {e}"));
+                            anyhow::anyhow!("reading the body: {e}")
+                        }
+                        e => e.into(),
+                    })?;
+                f.sync_all()?;
+                got = Some((hex::encode(digest), n));
+                Ok(())
+            });
+            match (written, retry, got) {
+                (Ok(()), _, Some(v)) => Ok(v),
+                (_, Some(why), _) => Err(Attempt::Retry(why)),
+                (Err(e), _, _) => Err(Attempt::Fatal(e)),
+                (Ok(()), None, None) => Err(Attempt::Fatal(anyhow::anyhow!("nothing downloaded"))),
+            }
         })
     }
 
-    /// PUT a file (sent once; PUT is not retried).
-    fn put_file(&self, url: &http::Url, path: &Path) -> Result<()> {
-        let (body, _) = forge_os::fs::named::open(path, "file to upload", forge_os::input::cap::WHEEL)?;
+    /// PUT the file `rel` of `tree` (sent once; PUT is not retried).
+    fn put_file(&self, url: &http::Url, tree: &Tree, rel: &Path) -> Result<()> {
+        let (body, _) = tree.open_file_nofollow(rel, forge_os::input::cap::WHEEL)?;
         let status = self.client.put(url, body).map_err(|why| unreachable(&shown(url), &why))?;
         if !status.is_success() {
             return Err(Failure::problems(format!("PUT {}: HTTP {status}", shown(url)))
@@ -236,21 +269,22 @@ impl Remote {
 
     /// Sign and upload a verified local entry: the wheel first, then entry.json,
     /// so a visible entry always has its wheel.
-    pub fn push(&self, hit: &Hit, key: &SecretKey) -> Result<RemoteEntry> {
+    pub fn push(&self, cache: &Cache, hit: &Hit, key: &SecretKey) -> Result<RemoteEntry> {
         let e = &hit.entry;
         let k = Key::parse(&e.key)?;
-        let wheel = hit.dir.join(&e.wheel);
+        let tree = cache.tree()?;
+        let wheel = Path::new("wheels").join(k.as_str()).join(&e.wheel);
         let (_, provenance_sha256) =
-            forge_wheel::wheel::open(&wheel).and_then(|mut w| w.provenance()).map_err(|why| {
+            forge_wheel::wheel::open(&tree.join(&wheel)).and_then(|mut w| w.provenance()).map_err(|why| {
                 Failure::problems(format!("{why:#}"))
                     .hint("only wheels built by deepep-forge (with provenance) can be pushed")
             })?;
         let mut re = RemoteEntry { entry: e.clone(), provenance_sha256, signatures: Vec::new() };
         re.signatures.push(key.sign(&re.message()));
-        self.put_file(&self.url_of(&k, &e.wheel), &wheel)?;
-        let staged = tempfile::NamedTempFile::new()?;
-        std::fs::write(staged.path(), serde_json::to_vec_pretty(&re)?)?;
-        self.put_file(&self.url_of(&k, super::ENTRY_FILE), staged.path())?;
+        self.put_file(&self.url_of(&k, &e.wheel), tree, &wheel)?;
+        let staged = cache.stage()?;
+        staged.tree().write(super::ENTRY_FILE, &serde_json::to_vec_pretty(&re)?)?;
+        self.put_file(&self.url_of(&k, super::ENTRY_FILE), staged.tree(), Path::new(super::ENTRY_FILE))?;
         Ok(re)
     }
 }
@@ -293,11 +327,9 @@ impl Cache {
             return Ok(Fetched::Rejected(format!("{entry_url}: a wheel of {} bytes is too large", e.size)));
         }
         let stage = self.stage()?;
-        let dir = stage.path().join("entry");
-        std::fs::create_dir(&dir)?;
-        let wheel = dir.join(&e.wheel);
+        let dir = stage.tree().sub_create("entry", "cache staging folder")?;
         let wurl = remote.url_of(key, &e.wheel);
-        let Some((sha, n)) = remote.download(&wurl, &wheel, e.size)? else {
+        let Some((sha, n)) = remote.download(&wurl, &dir, &e.wheel, e.size)? else {
             return Ok(Fetched::Rejected(format!("{}: not found, though its entry is", shown(&wurl))));
         };
         if sha != e.sha256 || n != e.size {
@@ -308,11 +340,11 @@ impl Cache {
                 e.size
             )));
         }
-        if let Err(why) = check_provenance(&wheel, &re, key, expect) {
+        if let Err(why) = check_provenance(&dir.join(&e.wheel), &re, key, expect) {
             return Ok(Fetched::Rejected(format!("{}: {why}", shown(&wurl))));
         }
-        super::write_entry(&dir, e)?;
-        Ok(Fetched::Hit(self.publish(&dir, key)?))
+        super::write_entry_in(&dir, e)?;
+        Ok(Fetched::Hit(self.publish_staged(&stage, "entry", key)?))
     }
 }
 
@@ -420,10 +452,18 @@ mod tests {
         let msg = format!("{err:#}");
         assert!(msg.contains("timed out after 1 s") && msg.contains("3 attempts"), "{msg}");
         assert_eq!(forge_os::error::exit_of(&err), forge_os::error::Exit::Environment);
+        // The accepting thread may run late on a loaded machine: wait for it, not for more.
+        for _ in 0..50 {
+            if accepted.load(Ordering::SeqCst) >= ATTEMPTS as usize {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         assert_eq!(accepted.load(Ordering::SeqCst), ATTEMPTS as usize);
     }
 
-    /// A server that answers 200 with a 100 000-byte body and sends it one
+    /// A server that answers 200 with a 60 000-byte body (within entry.json's
+    /// bound: a longer one is refused at its headers) and sends it one
     /// byte every 50 ms (at most 200 bytes, then it closes): each request must
     /// end at its total timeout, not when the body ends. Returns the bytes each
     /// connection took before the client hung up.
@@ -438,7 +478,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut req = [0u8; 4096];
                     let _ = s.read(&mut req);
-                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n");
                     let mut n = 0;
                     while n < 200 && s.write_all(b"x").is_ok() {
                         n += 1;
@@ -468,6 +508,89 @@ mod tests {
         let sent = sent.lock().unwrap().clone();
         assert_eq!(sent.len(), ATTEMPTS as usize, "{sent:?}");
         assert!(sent.iter().all(|n| *n < 200), "a connection was read to the end: {sent:?}");
+    }
+
+    /// An entry.json announced longer than the bound: refused when the headers
+    /// arrive (exit 3, the URL and the bound named), once, not retried or read.
+    #[test]
+    fn an_announced_length_over_the_bound_is_refused_at_the_headers() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let a = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for mut s in listener.incoming().flatten() {
+                a.fetch_add(1, Ordering::SeqCst);
+                let _ = s.read(&mut [0u8; 4096]);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\nx");
+                held.push(s); // never sends the rest
+            }
+        });
+        let start = std::time::Instant::now();
+        let err = remote(&url, 60).entry(&key()).expect_err("refused");
+        let msg = format!("{err:#}");
+        assert!(msg.contains(&format!("{url}/{}/entry.json", "ab".repeat(32))), "{msg}");
+        assert!(msg.contains("announces 100000000 bytes, more than the 65536 bytes allowed"), "{msg}");
+        assert_eq!(forge_os::error::exit_of(&err), forge_os::error::Exit::Environment);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "not retried");
+        assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    }
+
+    /// Issue #54, example 7, for the remote cache: the signed entry says the wheel
+    /// is 634,517 bytes, the server announces 100,000,000 and sends a byte at a
+    /// time. The fetch ends when the headers arrive (exit 3, the wheel's URL and
+    /// the signed size named), and nothing is published in the cache.
+    #[test]
+    fn a_wheel_is_bounded_by_the_size_its_signed_entry_states() {
+        let sk = SecretKey::generate("cache-1").unwrap();
+        let wheel = "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl";
+        let mut re: RemoteEntry = serde_json::from_str(&entry_json()).unwrap();
+        re.entry.size = 634_517;
+        re.signatures.push(sk.sign(&re.message()));
+        let body = serde_json::to_vec(&re).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                let body = body.clone();
+                std::thread::spawn(move || {
+                    let mut req = [0u8; 4096];
+                    let n = s.read(&mut req).unwrap_or(0);
+                    if String::from_utf8_lossy(&req[..n]).contains("entry.json") {
+                        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                        let _ = s.write_all(head.as_bytes()).and_then(|_| s.write_all(&body));
+                        return;
+                    }
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n");
+                    while s.write_all(b"x").is_ok() {
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                });
+            }
+        });
+        let remote =
+            Remote::new(&url, Net { allow_http: true, timeout: Duration::from_secs(600) }, vec![sk.public()]).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let cache = Cache::at(d.path().join("cache"));
+        let variant = VariantInfo {
+            name: "sn".into(),
+            arch: "x86_64".into(),
+            cuda_arch_list: "9.0".into(),
+            multinode: false,
+            transport: None,
+            rdma_core_home: None,
+            env: Default::default(),
+        };
+        let start = std::time::Instant::now();
+        let err = cache.fetch(&remote, &key(), &Expect { rev: "x", variant: &variant }).err().expect("refused");
+        let msg = format!("{err:#}");
+        assert!(msg.contains(&format!("{url}/{}/{wheel}", "ab".repeat(32))), "{msg}");
+        assert!(msg.contains("more than the 634517 bytes signed"), "{msg}");
+        assert_eq!(forge_os::error::exit_of(&err), forge_os::error::Exit::Environment);
+        assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+        assert!(!d.path().join("cache/wheels").exists(), "nothing published");
+        assert_eq!(std::fs::read_dir(d.path().join("cache/tmp")).unwrap().count(), 0, "no staging left");
     }
 
     #[test]

@@ -20,7 +20,6 @@
 //! are hex, the wheel name has no spaces or newlines), so the string has one
 //! reading.
 use std::io::Read;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -114,19 +113,32 @@ impl SecretKey {
         PublicKey { name: self.name.clone(), key: self.key.verifying_key() }
     }
 
-    /// Write the key to a new file with mode 0600 (never over an existing file).
+    /// Write the key to a new file `path` with mode 0600 (never over anything
+    /// there: a file, a link, a FIFO is refused, exit 2, and nothing is written).
     pub fn write_new(&self, path: &Path) -> Result<()> {
-        let mut f = std::fs::File::options().write(true).create_new(true).mode(0o600).open(path).map_err(|e| {
-            let f = Failure::usage(format!("cannot create the key file {}: {e}", path.display()));
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                f.hint("choose another file name; an existing key is never overwritten")
-            } else {
-                f
-            }
-        })?;
+        let name = path.file_name().filter(|_| !path.as_os_str().as_encoded_bytes().ends_with(b"/"));
+        let name = name.ok_or_else(|| Failure::usage(format!("{}: not a file name for the key", path.display())))?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        self.write_new_in(&forge_os::fs::Tree::open(dir, "folder of the key file")?, Path::new(name))
+    }
+
+    /// Write the key to the new file `rel` of `tree` (see [`SecretKey::write_new`]).
+    pub fn write_new_in(&self, tree: &forge_os::fs::Tree, rel: &Path) -> Result<()> {
         let text = format!("{}:{}\n", self.name, B64.encode(self.key.to_bytes()));
-        std::io::Write::write_all(&mut f, text.as_bytes())?;
-        f.sync_all()?;
+        let taken = || {
+            Failure::usage(format!("cannot create the key file {}: something is there", tree.join(rel).display()))
+                .hint("choose another file name; an existing key is never overwritten")
+        };
+        if tree.exists(rel) {
+            return Err(taken().into());
+        }
+        let staged = tree.stage(rel, 0o600, |f| {
+            std::io::Write::write_all(f, text.as_bytes())?;
+            Ok(f.sync_all()?)
+        })?;
+        if !staged.commit_new()? {
+            return Err(taken().into());
+        }
         Ok(())
     }
 
@@ -140,7 +152,7 @@ impl SecretKey {
             Failure::usage(format!("cannot read the {f}"))
                 .hint("make one with `deepep-forge cache keygen --name NAME --out FILE`")
         })?;
-        let mode = f.metadata().map(|m| m.permissions().mode() & 0o777).unwrap_or(0o777);
+        let mode = forge_os::fs::Stat::of(&f).map(|m| m.mode & 0o777).unwrap_or(0o777);
         if mode & 0o077 != 0 {
             return Err(Failure::usage(format!(
                 "the signing key {} is readable by other users (mode {mode:04o}): refusing to use it",

@@ -24,15 +24,14 @@
 //! excluding stores for the sweep makes "no entry names it" mean it stays
 //! unnamed. Must not build anything.
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{dirfd, BadEntry, Key};
+use super::{BadEntry, Cache, Key};
+use forge_os::fs::{File, Kind, Tree, Walk};
 
 /// Version of a tree manifest.
 pub const TREE_SCHEMA: u32 = 1;
@@ -80,43 +79,72 @@ pub struct Moved {
     pub bytes: u64,
 }
 
-/// The tree store of one cache folder.
+/// The tree store of one cache folder (`<cache>/trees/`).
 pub struct Trees {
-    root: PathBuf,
+    cache: Cache,
 }
+
+/// The store's folders, relative to `trees/`.
+const OBJECTS: &str = "objects";
+const ENTRIES: &str = "entries";
+const TMP: &str = "tmp";
+/// The store's lock, held shared by `store` and `restore` and exclusive by `cache gc`.
+const USE_LOCK: &str = "use.lock";
 
 impl Trees {
     pub fn at(cache_dir: &Path) -> Trees {
-        Trees { root: cache_dir.join("trees") }
+        Trees { cache: Cache::at(cache_dir) }
+    }
+
+    /// The tree store of `cache`.
+    pub fn of(cache: &Cache) -> Trees {
+        Trees { cache: cache.clone() }
     }
 
     pub fn entry_path(&self, key: &Key) -> PathBuf {
-        self.root.join("entries").join(format!("{}.json", key.as_str()))
+        self.cache.root().join("trees").join(entry_rel(key))
     }
 
-    fn object(&self, sha: &str) -> PathBuf {
-        self.root.join("objects").join(sha)
-    }
-
-    /// The store's lock, held shared by `store` and `restore` and exclusive by `cache gc`.
-    fn lock_path(&self) -> PathBuf {
-        self.root.join("use.lock")
+    /// `trees/` as a tree: made when absent (`make`), else `None` when absent.
+    /// A link or a file in its place is refused (exit 2): never followed.
+    fn top(&self, make: bool) -> Result<Option<Tree>> {
+        let cache = if make { Some(self.cache.tree()?) } else { self.cache.existing()? };
+        let Some(cache) = cache else { return Ok(None) };
+        match cache.kind("trees")? {
+            Kind::Missing if make => Ok(Some(super::make_sub(cache, "trees", "tree store")?)),
+            Kind::Missing => Ok(None),
+            Kind::Dir => Ok(Some(cache.sub("trees", "tree store")?)),
+            k => Err(forge_os::error::Failure::usage(format!(
+                "{} is {}, not a folder: the cache never reads or writes through one",
+                cache.join("trees").display(),
+                k.noun()
+            ))
+            .hint("remove it (the store is rebuilt by the next build)")
+            .into()),
+        }
     }
 
     /// Remove a refused entry (its manifest; a bad object was removed when found), so the
     /// next fresh build stores a good one.
     pub fn forget(&self, key: &Key) {
-        let _ = std::fs::remove_file(self.entry_path(key));
+        if let Ok(Some(top)) = self.top(false) {
+            let _ = top.remove_file(entry_rel(key));
+        }
     }
 
-    /// Store the folder `dir` under `key`: regular files and links to plain names
-    /// only (anything else refuses the store), bounded; objects first, the entry last.
+    /// [`Trees::store_tree`] of the folder `dir` (the build's, named by its path).
     pub fn store(&self, key: &Key, label: &str, dir: &Path) -> Result<Moved> {
-        let (objects, entries, tmp) = (self.root.join("objects"), self.root.join("entries"), self.root.join("tmp"));
-        for d in [&objects, &entries, &tmp] {
-            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        self.store_tree(key, label, &Tree::open(dir, "build folder")?)
+    }
+
+    /// Store the folder `src` under `key`: regular files and links to plain names
+    /// only (anything else refuses the store), bounded; objects first, the entry last.
+    pub fn store_tree(&self, key: &Key, label: &str, src: &Tree) -> Result<Moved> {
+        let top = self.top(true)?.expect("made");
+        for d in [OBJECTS, ENTRIES, TMP] {
+            super::make_dir(&top, d)?;
         }
-        let _use = super::lock::shared(&self.lock_path())?;
+        let _use = super::lock::shared_in(&top, USE_LOCK)?;
         let mut m = Manifest {
             schema: TREE_SCHEMA,
             key: key.as_str().into(),
@@ -125,92 +153,113 @@ impl Trees {
             links: vec![],
         };
         let mut bytes = 0u64;
-        let walk = walkdir::WalkDir::new(dir).follow_links(false).max_depth(MAX_DEPTH).sort_by_file_name();
+        let walk = src.walk(".", Walk { max_entries: MAX_FILES + 1, max_depth: MAX_DEPTH })?;
         for e in walk {
-            let e = e.with_context(|| format!("reading {}", dir.display()))?;
-            let rel = e.path().strip_prefix(dir).expect("under dir").to_string_lossy().into_owned();
-            let t = e.file_type();
-            if t.is_dir() {
-                continue;
-            }
-            check_name(&rel)?;
-            if t.is_symlink() {
-                let target = std::fs::read_link(e.path())?.to_string_lossy().into_owned();
-                check_link_target(&rel, &target)?;
-                m.links.push(LinkEntry { path: rel, target });
-            } else if t.is_file() {
-                let exec = e.metadata()?.permissions().mode() & 0o111 != 0;
-                let (sha256, size) = self.put_object(e.path(), &tmp)?;
-                bytes = bytes.saturating_add(size);
-                m.files.push(FileEntry { path: rel, sha256, size, executable: exec });
-            } else {
-                bail!("{} is not a regular file or a link: not stored", e.path().display());
+            let rel = e.rel.to_string_lossy().into_owned();
+            match e.kind {
+                Kind::Dir => continue,
+                Kind::Link => {
+                    check_name(&rel)?;
+                    let target = Tree::read_link(src, &e.rel)?.to_string_lossy().into_owned();
+                    check_link_target(&rel, &target)?;
+                    m.links.push(LinkEntry { path: rel, target });
+                }
+                Kind::File { .. } => {
+                    check_name(&rel)?;
+                    let exec = src.stat(&e.rel)?.mode & 0o111 != 0;
+                    let (sha256, size) = put_object(&top, src, &e.rel)?;
+                    bytes = bytes.saturating_add(size);
+                    m.files.push(FileEntry { path: rel, sha256, size, executable: exec });
+                }
+                _ => bail!("{} is not a regular file or a link: not stored", src.join(&e.rel).display()),
             }
             if m.files.len() + m.links.len() > MAX_FILES || bytes > MAX_BYTES {
-                bail!("{} holds more than {MAX_FILES} files or {MAX_BYTES} bytes: not stored", dir.display());
+                bail!("{} holds more than {MAX_FILES} files or {MAX_BYTES} bytes: not stored", src.path().display());
             }
         }
-        let staged = tmp.join(format!("entry-{}-{}.json", std::process::id(), key.as_str()));
-        std::fs::write(&staged, serde_json::to_vec(&m)?)?;
-        std::fs::rename(&staged, self.entry_path(key)).context("publishing the tree entry")?;
+        top.write(entry_rel(key), &serde_json::to_vec(&m)?).context("publishing the tree entry")?;
         Ok(Moved { files: m.files.len(), bytes })
     }
 
-    /// Copy `src` into the object store (hashed while copied; renamed to its hash).
-    fn put_object(&self, src: &Path, tmp: &Path) -> Result<(String, u64)> {
-        // The build's own output, opened as an object is (no link followed, a FIFO never blocks).
-        let mut from = open_regular(src)?;
-        let staged = tmp.join(format!("object-{}", std::process::id()));
-        let mut to = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&staged)?;
-        let (sha, size) = copy_hashed(&mut from, &mut to, u64::MAX)?;
-        to.sync_all()?;
-        let dest = self.object(&sha);
-        match std::fs::symlink_metadata(&dest) {
-            Ok(md) if md.is_file() && md.len() == size => std::fs::remove_file(&staged)?,
-            _ => std::fs::rename(&staged, &dest).context("publishing a tree object")?,
+    /// [`Trees::restore_into`] of a new folder `dest` (which must not exist;
+    /// made only once the entry's manifest passed its checks).
+    pub fn restore(&self, key: &Key, dest: &Path, mtime: std::time::SystemTime) -> Result<Option<Moved>> {
+        let Some((top, m, _use)) = self.load(key)? else { return Ok(None) };
+        let name = dest.file_name().with_context(|| format!("{} names no folder", dest.display()))?;
+        let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let parent = Tree::open(parent, "build folder")?;
+        if !parent.create_dir(name)? {
+            bail!("{} exists: a tree is restored into a new folder only", dest.display());
         }
-        Ok((sha, size))
+        restore_files(&top, &m, &parent.sub(name, "build folder")?, mtime).map(Some)
     }
 
-    /// Restore the entry `key` as the new folder `dest` (which must not exist), every
-    /// file's modification time set to `mtime`. `Ok(None)`: no entry. `Err`: the entry is
+    /// Restore the entry `key` into the empty folder `dest`, every file's
+    /// modification time set to `mtime`. `Ok(None)`: no entry. `Err`: the entry is
     /// refused (why); `dest` may hold part of it, and the caller removes it.
-    pub fn restore(&self, key: &Key, dest: &Path, mtime: std::time::SystemTime) -> Result<Option<Moved>> {
-        let path = self.entry_path(key);
-        if std::fs::symlink_metadata(&path).is_err() {
+    pub fn restore_into(&self, key: &Key, dest: &Tree, mtime: std::time::SystemTime) -> Result<Option<Moved>> {
+        let Some((top, m, _use)) = self.load(key)? else { return Ok(None) };
+        restore_files(&top, &m, dest, mtime).map(Some)
+    }
+
+    /// The store, the entry `key`'s manifest (checked whole) and the store's
+    /// lock held shared; `None`: no entry.
+    fn load(&self, key: &Key) -> Result<Option<(Tree, Manifest, File)>> {
+        let Some(top) = self.top(false)? else { return Ok(None) };
+        if top.kind(entry_rel(key))? == Kind::Missing {
             return Ok(None);
         }
-        let _use = super::lock::shared(&self.lock_path())?;
-        let Some(text) = read_bounded(&path, MAX_MANIFEST_BYTES)? else { return Ok(None) };
+        let lock = super::lock::shared_in(&top, USE_LOCK)?;
+        let Some(text) = super::read_nofollow(&top, &entry_rel(key), MAX_MANIFEST_BYTES)? else { return Ok(None) };
         let m = parse_manifest(&text, key)?;
-        std::fs::create_dir(dest).with_context(|| format!("creating {}", dest.display()))?;
+        Ok(Some((top, m, lock)))
+    }
+}
+
+/// Write the files and links of `m` (from the objects of `top`) into `dest`, then date its folders.
+fn restore_files(top: &Tree, m: &Manifest, dest: &Tree, mtime: std::time::SystemTime) -> Result<Moved> {
+    {
         let mut bytes = 0u64;
         for f in &m.files {
-            let to_path = dest.join(&f.path);
-            if let Some(parent) = to_path.parent() {
-                std::fs::create_dir_all(parent)?;
+            if let Some(parent) = Path::new(&f.path).parent() {
+                dest.create_dir_all(parent)?;
             }
             let mode = if f.executable { 0o755 } else { 0o644 };
-            let mut to = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&to_path)?;
-            let obj = self.object(&f.sha256);
-            let mut from = match open_object(&obj, f.size) {
-                Ok(from) => from,
-                Err(e) => return Err(e.context(format!("object {} of {}", f.sha256, f.path))),
-            };
-            let (sha, size) = copy_hashed(&mut from, &mut to, f.size)?;
-            if sha != f.sha256 || size != f.size {
-                let _ = std::fs::remove_file(&obj);
+            let obj = Path::new(OBJECTS).join(&f.sha256);
+            let (mut from, len) = top
+                .open_file_nofollow(&obj, f.size.max(1))
+                .map_err(|e| e.context(format!("object {} of {}", f.sha256, f.path)))?;
+            if len != f.size {
+                bail!(
+                    "object {} of {}: {} has {len} bytes, the manifest says {}",
+                    f.sha256,
+                    f.path,
+                    top.join(&obj).display(),
+                    f.size
+                );
+            }
+            let mut got = None;
+            let copied = dest.write_with(&f.path, mode, |to| {
+                let (sha, size) = copy_hashed(&mut from, to, f.size)?;
+                if sha != f.sha256 || size != f.size {
+                    got = Some((sha, size));
+                    bail!("corrupt");
+                }
+                to.set_modified(mtime)?;
+                Ok(())
+            });
+            if let Some((sha, size)) = got {
+                let _ = top.remove_file(&obj);
                 bail!("object {} of {} has the sha256 {sha} ({size} bytes): corrupt, removed", f.sha256, f.path);
             }
-            to.set_modified(mtime)?;
-            bytes = bytes.saturating_add(size);
+            copied?;
+            bytes = bytes.saturating_add(f.size);
         }
         for l in &m.links {
-            let at = dest.join(&l.path);
-            if let Some(parent) = at.parent() {
-                std::fs::create_dir_all(parent)?;
+            if let Some(parent) = Path::new(&l.path).parent() {
+                dest.create_dir_all(parent)?;
             }
-            std::os::unix::fs::symlink(&l.target, &at).with_context(|| format!("linking {}", l.path))?;
+            dest.symlink(&l.target, &l.path).with_context(|| format!("linking {}", l.path))?;
         }
         // Folders last, the deepest first: make compares a folder's time too (NCCL's
         // objects depend on their `gensrc` folder), and writing into it moved it.
@@ -219,15 +268,36 @@ impl Trees {
             dirs.extend(Path::new(p).ancestors().skip(1));
         }
         for d in dirs.iter().rev() {
-            let dir = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-                .open(dest.join(d))
-                .with_context(|| format!("dating {}", dest.join(d).display()))?;
-            dir.set_modified(mtime)?;
+            let dated = dest.sub(d, "build folder").and_then(|t| t.handle()).and_then(|h| Ok(h.set_modified(mtime)?));
+            dated.with_context(|| format!("dating {}", dest.join(d).display()))?;
         }
-        Ok(Some(Moved { files: m.files.len(), bytes }))
+        Ok(Moved { files: m.files.len(), bytes })
     }
+}
+
+/// `entries/<key>.json`, relative to `trees/`.
+fn entry_rel(key: &Key) -> PathBuf {
+    Path::new(ENTRIES).join(format!("{}.json", key.as_str()))
+}
+
+/// Copy the regular file `rel` of `src` (never through a link, a FIFO never
+/// blocks) into the object store of `top`: hashed while copied into `tmp/`,
+/// then renamed to its hash unless an object of that hash and size is there.
+fn put_object(top: &Tree, src: &Tree, rel: &Path) -> Result<(String, u64)> {
+    let (mut from, _) = src.open_file_nofollow(rel, MAX_BYTES)?;
+    let staged = Path::new(TMP).join(format!("object-{}", std::process::id()));
+    let mut digest = None;
+    top.write_with(&staged, 0o644, |to| {
+        digest = Some(copy_hashed(&mut from, to, MAX_BYTES)?);
+        Ok(to.sync_all()?)
+    })?;
+    let (sha, size) = digest.expect("written");
+    let dest = Path::new(OBJECTS).join(&sha);
+    match top.kind(&dest)? {
+        Kind::File { len } if len == size => top.remove_file(&staged)?,
+        _ => top.rename(&staged, &dest).context("publishing a tree object")?,
+    }
+    Ok((sha, size))
 }
 
 /// A manifest read from its entry file, checked whole ([`check_manifest`]).
@@ -298,45 +368,6 @@ fn check_link_target(path: &str, target: &str) -> Result<()> {
         bail!("the link {} points to `{}`, not a plain name beside it", super::excerpt(path), super::excerpt(target));
     }
     Ok(())
-}
-
-/// A regular file, opened without following a link (a FIFO never blocks).
-fn open_regular(p: &Path) -> Result<File> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(p)
-        .with_context(|| format!("opening {}", p.display()))?;
-    if !f.metadata()?.is_file() {
-        bail!("{} is not a regular file", p.display());
-    }
-    Ok(f)
-}
-
-/// An object: [`open_regular`], of `size` bytes.
-fn open_object(p: &Path, size: u64) -> Result<File> {
-    let f = open_regular(p)?;
-    let md = f.metadata()?;
-    if md.len() != size {
-        bail!("{} has {} bytes, the manifest says {size}", p.display(), md.len());
-    }
-    Ok(f)
-}
-
-/// A file this cache wrote, at most `cap` bytes (opened as [`open_object`] does); None when absent.
-pub(super) fn read_bounded(p: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
-    let f = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(p) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {}", p.display()))),
-    };
-    let md = f.metadata()?;
-    if !md.is_file() || md.len() > cap {
-        bail!("{} is not a regular file of at most {cap} bytes", p.display());
-    }
-    let mut buf = Vec::new();
-    f.take(cap + 1).read_to_end(&mut buf)?;
-    Ok(Some(buf))
 }
 
 /// Copy at most `cap` bytes (one more is an error), returning the sha256 and size of what was copied.
@@ -419,163 +450,140 @@ fn named_objects(text: &[u8]) -> BTreeSet<String> {
     files.iter().filter_map(|f| f.get("sha256")?.as_str()).filter(|s| Key::parse(s).is_ok()).map(String::from).collect()
 }
 
-fn mtime_secs(md: &std::fs::Metadata) -> i64 {
-    md.modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 impl Trees {
     /// Every entry (unverified objects), the objects on disk and what names them.
     /// Never follows a link, never blocks on a FIFO, reads each entry file bounded.
     pub fn list(&self) -> TreeListing {
         let mut out = TreeListing::default();
-        let top = match dirfd::open(&self.root) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
-            Err(e) => {
-                out.bad.push(BadEntry::new(
-                    "trees",
-                    "",
-                    format!("not read: not a folder (a link is never followed): {e}"),
-                ));
-                return out;
-            }
-        };
-        out.bytes = super::disk_size(&self.root);
-        if let Ok(objects) = dirfd::open_in(&top, "objects") {
-            for name in dirfd::names(&objects).unwrap_or_default() {
-                let Ok(st) = dirfd::stat_in(&objects, &name) else { continue };
-                if Key::parse(&name).is_ok() && st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                    let size = if dirfd::is_file(&st) { u64::try_from(st.st_size).unwrap_or(0) } else { 0 };
-                    out.objects.insert(name, size);
-                }
-            }
+        match self.top(false) {
+            Ok(Some(top)) => list_in(&top, &mut out),
+            Ok(None) => {}
+            Err(e) => out.bad.push(BadEntry::new(
+                "trees",
+                "",
+                format!("not read: not a folder (a link is never followed): {e:#}"),
+            )),
         }
-        let names = dirfd::open_in(&top, "entries").and_then(|d| dirfd::names(&d)).unwrap_or_default();
-        let mut good = Vec::new();
-        for name in names {
-            match self.read_entry(&name) {
-                Ok((m, text, created)) => {
-                    good.push((m, created));
-                    for sha in named_objects(&text) {
-                        *out.marks.entry(sha).or_default() += 1;
-                    }
-                }
-                Err((why, text)) => {
-                    for sha in text.map(|t| named_objects(&t)).unwrap_or_default() {
-                        *out.marks.entry(sha).or_default() += 1;
-                    }
-                    out.bad.push(BadEntry::new("trees/entries", &name, format!("{why:#}")));
-                }
-            }
-        }
-        for (m, created) in good {
-            let objs: BTreeMap<&str, u64> = m.files.iter().map(|f| (f.sha256.as_str(), f.size)).collect();
-            let shared = objs.iter().filter(|(s, _)| out.marks.get(**s).is_some_and(|n| *n > 1));
-            out.entries.push(TreeEntry {
-                key: m.key.clone(),
-                label: forge_os::input::excerpt(&m.label, 80),
-                files: m.files.len(),
-                links: m.links.len(),
-                bytes: objs.values().fold(0u64, |a, b| a.saturating_add(*b)),
-                shared_bytes: shared.map(|(_, b)| *b).fold(0u64, u64::saturating_add),
-                created_secs: created,
-            });
-            out.named.insert(m.key, objs.keys().map(|s| s.to_string()).collect());
-        }
-        out.entries.sort_by(|a, b| b.created_secs.cmp(&a.created_secs).then(a.key.cmp(&b.key)));
         out
-    }
-
-    /// One entry file: its manifest (checked whole, as `restore` checks it), its bytes
-    /// and its time; or why not, with its bytes when they could be read.
-    #[allow(clippy::type_complexity)]
-    fn read_entry(
-        &self,
-        name: &str,
-    ) -> std::result::Result<(Manifest, Vec<u8>, i64), (anyhow::Error, Option<Vec<u8>>)> {
-        let key = name
-            .strip_suffix(".json")
-            .and_then(|k| Key::parse(k).ok())
-            .ok_or_else(|| (anyhow::anyhow!("not <key>.json (64 lowercase hex digits)"), None))?;
-        let path = self.entry_path(&key);
-        let md = std::fs::symlink_metadata(&path).map_err(|e| (e.into(), None))?;
-        let text = match read_bounded(&path, MAX_MANIFEST_BYTES) {
-            Ok(Some(t)) => t,
-            Ok(None) => return Err((anyhow::anyhow!("gone while listed"), None)),
-            Err(e) => return Err((e, None)),
-        };
-        match parse_manifest(&text, &key) {
-            Ok(m) => Ok((m, text, mtime_secs(&md))),
-            Err(e) => Err((e, Some(text))),
-        }
     }
 
     /// The store's lock, exclusive, if no `store` or `restore` holds it now.
     /// `Ok(None)`: in use (or no store here: nothing to collect).
     pub fn collector(&self) -> Result<Option<Collector>> {
-        match std::fs::symlink_metadata(&self.root) {
-            Ok(md) if md.is_dir() => {}
-            Ok(_) => bail!("{} is not a folder (a link or a file): not collected", self.root.display()),
-            Err(_) => return Ok(None),
-        }
-        let Some(lock) = super::lock::try_exclusive(&self.lock_path())? else { return Ok(None) };
-        let top = dirfd::open(&self.root).with_context(|| format!("opening {}", self.root.display()))?;
-        Ok(Some(Collector { trees: Trees { root: self.root.clone() }, top, _lock: lock }))
+        let Some(top) = self.top(false)? else { return Ok(None) };
+        let Some(lock) = super::lock::try_exclusive_in(&top, USE_LOCK)? else { return Ok(None) };
+        Ok(Some(Collector { top, _lock: lock }))
     }
 
-    /// Whether the store exists (a `trees/` folder or something in its place).
-    pub fn exists(&self) -> bool {
-        std::fs::symlink_metadata(&self.root).is_ok()
+    /// Whether the store is there (a `trees/` folder or something in its place).
+    pub fn present(&self) -> bool {
+        self.cache.existing().ok().flatten().is_some_and(|c| c.exists("trees"))
     }
 }
 
-/// `cache gc` holding the tree store's lock exclusive: removals are made in the
-/// folders it opened without following links ([`dirfd`]).
+/// The store `top` (`trees/`) as [`Trees::list`] sees it, into `out`.
+fn list_in(top: &Tree, out: &mut TreeListing) {
+    out.bytes = super::disk_size_in(top, Path::new("."));
+    if top.kind(OBJECTS).ok() == Some(Kind::Dir) {
+        for e in top.list(OBJECTS, forge_os::fs::MAX_NAMES).map(|l| l.entries).unwrap_or_default() {
+            let Some(name) = e.utf8().filter(|n| Key::parse(n).is_ok()) else { continue };
+            match e.kind {
+                Kind::Dir => {}
+                Kind::File { len } => drop(out.objects.insert(name.to_string(), len)),
+                _ => drop(out.objects.insert(name.to_string(), 0)),
+            }
+        }
+    }
+    let names = if top.kind(ENTRIES).ok() == Some(Kind::Dir) { top.names(ENTRIES).unwrap_or_default() } else { vec![] };
+    let mut good = Vec::new();
+    for name in names {
+        match read_entry(top, &name) {
+            Ok((m, text, created)) => {
+                good.push((m, created));
+                for sha in named_objects(&text) {
+                    *out.marks.entry(sha).or_default() += 1;
+                }
+            }
+            Err((why, text)) => {
+                for sha in text.map(|t| named_objects(&t)).unwrap_or_default() {
+                    *out.marks.entry(sha).or_default() += 1;
+                }
+                out.bad.push(BadEntry::new("trees/entries", &name, format!("{why:#}")));
+            }
+        }
+    }
+    for (m, created) in good {
+        let objs: BTreeMap<&str, u64> = m.files.iter().map(|f| (f.sha256.as_str(), f.size)).collect();
+        let shared = objs.iter().filter(|(s, _)| out.marks.get(**s).is_some_and(|n| *n > 1));
+        out.entries.push(TreeEntry {
+            key: m.key.clone(),
+            label: forge_os::input::excerpt(&m.label, 80),
+            files: m.files.len(),
+            links: m.links.len(),
+            bytes: objs.values().fold(0u64, |a, b| a.saturating_add(*b)),
+            shared_bytes: shared.map(|(_, b)| *b).fold(0u64, u64::saturating_add),
+            created_secs: created,
+        });
+        out.named.insert(m.key, objs.keys().map(|s| s.to_string()).collect());
+    }
+    out.entries.sort_by(|a, b| b.created_secs.cmp(&a.created_secs).then(a.key.cmp(&b.key)));
+}
+
+/// One entry file of `top`: its manifest (checked whole, as `restore` checks it), its bytes
+/// and its time; or why not, with its bytes when they could be read.
+#[allow(clippy::type_complexity)]
+fn read_entry(
+    top: &Tree,
+    name: &str,
+) -> std::result::Result<(Manifest, Vec<u8>, i64), (anyhow::Error, Option<Vec<u8>>)> {
+    let key = name
+        .strip_suffix(".json")
+        .and_then(|k| Key::parse(k).ok())
+        .ok_or_else(|| (anyhow::anyhow!("not <key>.json (64 lowercase hex digits)"), None))?;
+    let rel = entry_rel(&key);
+    let st = top.stat(&rel).map_err(|e| (e, None))?;
+    let text = match super::read_nofollow(top, &rel, MAX_MANIFEST_BYTES) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Err((anyhow::anyhow!("gone while listed"), None)),
+        Err(e) => return Err((e, None)),
+    };
+    match parse_manifest(&text, &key) {
+        Ok(m) => Ok((m, text, st.mtime)),
+        Err(e) => Err((e, Some(text))),
+    }
+}
+
+/// `cache gc` holding the tree store's lock exclusive: removals are names in
+/// the store's folder, opened once (a link is removed itself, never followed).
 pub struct Collector {
-    trees: Trees,
-    top: File,
+    top: Tree,
     _lock: File,
 }
 
 impl Collector {
     /// The store as it is now (no store or restore can change it while this lives).
     pub fn list(&self) -> TreeListing {
-        self.trees.list()
+        let mut out = TreeListing::default();
+        list_in(&self.top, &mut out);
+        out
     }
 
     /// Remove the entry `key` (its manifest; the objects go with [`Collector::sweep`]).
     pub fn remove(&self, key: &str) -> Result<()> {
-        let key = Key::parse(key)?;
-        let entries = dirfd::open_in(&self.top, "entries").context("opening trees/entries")?;
-        match dirfd::unlink_in(&entries, &format!("{}.json", key.as_str())) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(e).with_context(|| format!("removing {}", self.trees.entry_path(&key).display()))
-            }
-            _ => Ok(()),
-        }
+        self.top.remove_file(entry_rel(&Key::parse(key)?))
     }
 
     /// Remove every object no entry names now (mark: [`Trees::list`]; sweep: here).
     pub fn sweep(&self) -> Result<Swept> {
         let listing = self.list();
-        let Ok(objects) = dirfd::open_in(&self.top, "objects") else { return Ok(Swept::default()) };
         let mut s = Swept::default();
         for (sha, size) in &listing.objects {
             if listing.marks.get(sha).is_some_and(|n| *n > 0) {
                 continue;
             }
-            match dirfd::unlink_in(&objects, sha) {
-                Ok(()) => {
-                    s.objects += 1;
-                    s.bytes = s.bytes.saturating_add(*size);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("removing {}", self.trees.object(sha).display())),
-            }
+            self.top.remove_file(Path::new(OBJECTS).join(sha))?;
+            s.objects += 1;
+            s.bytes = s.bytes.saturating_add(*size);
         }
         Ok(s)
     }
@@ -583,11 +591,12 @@ impl Collector {
     /// Remove what killed stores left in `trees/tmp/` (no store runs while the lock is
     /// held exclusive, so everything there is a leftover); folders are left alone.
     pub fn clean_tmp(&self) -> Result<usize> {
-        let Ok(tmp) = dirfd::open_in(&self.top, "tmp") else { return Ok(0) };
+        if self.top.kind(TMP)? != Kind::Dir {
+            return Ok(0);
+        }
         let mut n = 0;
-        for name in dirfd::names(&tmp)? {
-            let Ok(st) = dirfd::stat_in(&tmp, &name) else { continue };
-            if st.st_mode & libc::S_IFMT != libc::S_IFDIR && dirfd::unlink_in(&tmp, &name).is_ok() {
+        for e in self.top.list(TMP, forge_os::fs::MAX_NAMES)?.entries {
+            if e.kind != Kind::Dir && self.top.remove_file(Path::new(TMP).join(&e.name)).is_ok() {
                 n += 1;
             }
         }
@@ -686,7 +695,7 @@ mod tests {
         drop(gc);
         storing.join().unwrap();
         assert!(trees.entry_path(&key()).exists());
-        let restoring = super::super::lock::shared(&trees.lock_path()).unwrap();
+        let restoring = super::super::lock::shared(&t.path().join("cache/trees/use.lock")).unwrap();
         assert!(trees.collector().unwrap().is_none(), "gc must not collect while a restore runs");
         drop(restoring);
         assert!(trees.collector().unwrap().is_some());

@@ -1,7 +1,9 @@
 //! The command-line edge of `deepep-forge evidence`: `add` (a reported
 //! result, signed) and `show` (the validation boundary of pins.toml's wheels).
-//! Owns flags, finding each variant's wheel (the cache, or `--wheel`) and
-//! printing; the shape is `statement`'s, the layout `store`'s, the judgement `show`'s.
+//! Owns the requests and finding each variant's wheel (the cache, or
+//! `--wheel`); returns what was recorded or found (the command layer,
+//! `src/commands/evidence.rs`, prints it). The shape is `statement`'s, the
+//! layout `store`'s, the judgement and its renderers `show`'s.
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -12,7 +14,7 @@ use super::store::{self, Found};
 use crate::cache::sign::{PublicKey, SecretKey};
 use forge_model::ladder::Kind;
 use forge_model::pins::{Pins, Variant};
-use forge_os::error::{Exit, Failure};
+use forge_os::error::Failure;
 
 /// `evidence add`: a reported result about a wheel, signed.
 #[derive(Debug, Clone)]
@@ -62,8 +64,17 @@ pub enum ShowFormat {
     Json,
 }
 
+/// What `evidence add` kept.
+#[derive(Debug, Clone)]
+pub struct Added {
+    pub kind: Kind,
+    /// The name of the key that signed it.
+    pub signer: String,
+    pub path: PathBuf,
+}
+
 /// `evidence add`: everything checked, then one file written (or nothing).
-pub fn add(a: AddRequest) -> Result<Exit> {
+pub fn add(a: AddRequest) -> Result<Added> {
     let (name, sha256) = match (&a.wheel, &a.sha256, &a.wheel_name) {
         (Some(w), _, _) => {
             let w = super::record::Wheel::of_file(w)?;
@@ -96,8 +107,7 @@ pub fn add(a: AddRequest) -> Result<Exit> {
     let dir = store::prepare(&a.out)?;
     let envelope = statement::sign(&s, &key)?;
     let path = store::write(&dir, &sha256, a.kind, &envelope)?;
-    forge_os::outln!("recorded {} (reported, signed by {}): {}", a.kind, key.name, path.display());
-    Ok(Exit::Ok)
+    Ok(Added { kind: a.kind, signer: key.name.clone(), path })
 }
 
 /// Every trusted key: the flags, DEEPEP_FORGE_TRUSTED_KEYS and the cache config.
@@ -105,8 +115,8 @@ pub fn trusted(flags: &[String]) -> Result<Vec<PublicKey>> {
     crate::cache::config::trusted_keys(flags)
 }
 
-/// `evidence show`.
-pub fn show(a: ShowRequest) -> Result<Exit> {
+/// `evidence show`: the report (rendered by the command layer in `a.format`).
+pub fn show(a: &ShowRequest) -> Result<Report> {
     let pins = Pins::load(&a.pins)?;
     let variants: Vec<&Variant> = if a.variants.is_empty() {
         pins.variants.iter().collect()
@@ -149,17 +159,11 @@ pub fn show(a: ShowRequest) -> Result<Exit> {
             summary: show::summary_line(&found),
         });
     }
-    let report = Report {
+    Ok(Report {
         schema: show::SCHEMA,
         sections,
         not_counted: read.untrusted.iter().map(|u| u.path.display().to_string()).collect(),
-    };
-    match a.format {
-        ShowFormat::Json => forge_os::printer::json(&report)?,
-        ShowFormat::Markdown => forge_os::out!("{}", show::render_markdown(&report)),
-        ShowFormat::Human => forge_os::out!("{}", show::render_human(&report)),
-    }
-    Ok(Exit::Ok)
+    })
 }
 
 /// A `--wheel` given to `show`: its provenance names the variant and revision

@@ -39,15 +39,27 @@ pub fn plan(files: &Path, m: &mut Manifest, found: &[Found]) -> Result<Vec<Write
     Ok(writes)
 }
 
-/// `publish --check`: each listed statement file has the signed digest.
+/// `publish --check`: each listed statement file has the signed digest
+/// (see [`check_in`]; `files` is the variant's `simple/deep-ep/` folder).
 pub fn check(files: &Path, m: &Manifest, out: &mut Vec<String>) {
+    match forge_os::fs::Tree::open_if_exists(files, "index folder") {
+        Ok(Some(tree)) => check_in(&tree, m, out),
+        Ok(None) => out.extend(m.evidence.iter().map(|e| format!("{}: not found", files.join(&e.file).display()))),
+        Err(e) => out.push(format!("{e:#}")),
+    }
+}
+
+/// `publish --check` of the folder `files` (a tree): each listed statement
+/// file is a regular file there (never read through a link that leads out)
+/// with the signed digest.
+pub fn check_in(files: &forge_os::fs::Tree, m: &Manifest, out: &mut Vec<String>) {
     for e in &m.evidence {
-        let p = files.join(&e.file);
-        match forge_os::fs::named::read_bytes(&p, "evidence statement", crate::evidence::statement::MAX_BYTES) {
+        match files.read(&e.file, crate::evidence::statement::MAX_BYTES) {
             Ok(b) if forge_os::input::sha256_hex(&b) == e.sha256 => {}
-            Ok(_) => {
-                out.push(format!("{}: not the statement the signed manifest lists (changed or replaced)", p.display()))
-            }
+            Ok(_) => out.push(format!(
+                "{}: not the statement the signed manifest lists (changed or replaced)",
+                files.join(&e.file).display()
+            )),
             Err(e) => out.push(format!("{e:#}")),
         }
     }

@@ -3,8 +3,10 @@
 //! `<base>/<variant>/simple/deep-ep/<wheel>`) and verified against the
 //! reader's trusted keys, the wheel downloaded and its sha256 and size
 //! compared with the manifest, its `.intoto.json` subject compared with the
-//! wheel. Every failure is exit 1 naming the URL; nothing is written but the
-//! temporary folder. Must not build or compare builds.
+//! wheel. The wheel's download is bounded by the size the manifest signs (a
+//! server announcing more is refused when the headers arrive, and the
+//! deadline follows the signed size). Every failure is exit 1 naming the URL;
+//! nothing is written but the temporary folder. Must not build or compare builds.
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -44,7 +46,7 @@ fn split(url: &str) -> Result<(String, String)> {
 
 /// Download and check the wheel at `url`; returns the folder it lies in (kept
 /// alive by the caller) and its path.
-pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, PathBuf)> {
+pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(forge_os::fs::TempTree, PathBuf)> {
     let (murl, name) = split(url)?;
     let (url_shown, murl_shown) = (forge_os::http::redact(url), forge_os::http::redact(&murl));
     let bytes = manifest::fetch(&murl)?;
@@ -52,8 +54,19 @@ pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, Pat
     let entry = m.wheels.iter().find(|w| w.wheel == name).ok_or_else(|| {
         Failure::problems(format!("{url_shown}: the signed manifest {murl_shown} does not list {name}"))
     })?;
-    // A little over the signed size, so that a swapped wheel is reported by its digest.
-    let wheel = manifest::fetch_capped(url, entry.size.saturating_add(1 << 20).min(MAX_WHEEL_BYTES), 3600)?;
+    let changed = format!(
+        "the manifest signed by `{key}` says sha256 {} ({} bytes): the wheel on the server was changed",
+        entry.sha256, entry.size
+    );
+    if entry.size > MAX_WHEEL_BYTES {
+        return Err(Failure::problems(format!(
+            "{url_shown}: the manifest lists a wheel of {} bytes, more than {MAX_WHEEL_BYTES}",
+            entry.size
+        ))
+        .into());
+    }
+    let wheel =
+        manifest::fetch_signed(url, entry.size, |f| Failure { message: format!("{}; {changed}", f.message), ..f })?;
     let sha = forge_os::input::sha256_hex(&wheel);
     if sha != entry.sha256 || wheel.len() as u64 != entry.size {
         return Err(Failure::problems(format!(
@@ -75,9 +88,9 @@ pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(tempfile::TempDir, Pat
         ))
         .into());
     }
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join(&name);
-    std::fs::write(&path, &wheel)?;
+    let dir = forge_os::fs::TempTree::new("deepep-forge-verify-")?;
+    dir.write(&name, &wheel)?;
+    let path = dir.join(&name);
     Ok((dir, path))
 }
 

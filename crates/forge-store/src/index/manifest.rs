@@ -248,16 +248,26 @@ pub fn load_verified(path: &std::path::Path, trusted: &[PublicKey]) -> anyhow::R
 
 /// [`load_verified`] for a manifest the caller opened (`path` names it).
 pub fn verified_file(
-    f: std::fs::File,
+    f: forge_os::fs::File,
     path: &std::path::Path,
     trusted: &[PublicKey],
 ) -> anyhow::Result<(Manifest, String)> {
+    use std::io::Read;
     // Over the bound is a refused manifest (exit 1, as for a URL), not an unreadable file.
-    let len = forge_os::fs::named::regular(&f, path, "index manifest")?.len();
+    let st = forge_os::fs::Stat::of(&f)?;
+    let forge_os::fs::Kind::File { len } = st.kind else {
+        return Err(Failure::usage(format!("index manifest {}: not a regular file", path.display())).into());
+    };
     if len > MAX_BYTES {
         return Err(Failure::problems(format!("{}: larger than {MAX_BYTES} bytes", path.display())).into());
     }
-    let bytes = forge_os::fs::named::read_opened(f, path, "index manifest", MAX_BYTES)?;
+    let mut bytes = Vec::new();
+    f.take(MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::usage(format!("index manifest {}: {e}", path.display())))?;
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(Failure::problems(format!("{}: larger than {MAX_BYTES} bytes", path.display())).into());
+    }
     verified(&bytes, &path.display().to_string(), trusted)
 }
 
@@ -300,16 +310,38 @@ pub fn file_path(url: &str) -> Option<std::path::PathBuf> {
 }
 
 /// Fetch a manifest over HTTPS (http only on 127.0.0.1/localhost). A redirect
-/// must stay on https; the body is capped at [`MAX_BYTES`]; 30 s in all.
+/// must stay on https; the body is capped at [`MAX_BYTES`] (a larger announced
+/// length is refused when the headers arrive); 30 s in all.
 /// Every failure is exit 1 naming the URL.
 pub fn fetch(url: &str) -> anyhow::Result<Vec<u8>> {
     fetch_capped(url, MAX_BYTES, 30)
 }
 
-/// [`fetch`] with another size cap and time limit (a wheel): through the
-/// one HTTP client ([`forge_os::http`]), so the limit covers the whole body.
+/// [`fetch`] with another size cap and time limit.
 pub fn fetch_capped(url: &str, cap: u64, secs: u64) -> anyhow::Result<Vec<u8>> {
+    fetch_bounded(url, forge_os::http::Bound::cap(cap), secs, |f| f)
+}
+
+/// [`fetch`] of a file whose size a signed manifest states (a wheel): the
+/// signed size bounds the request ([`forge_os::http::Client::get_bounded`]):
+/// an announced length above it is refused when the headers arrive, a body
+/// that runs past it is cut, and the deadline follows the signed size, not
+/// what the server announces. `too_large` words that refusal for the caller.
+pub fn fetch_signed(url: &str, size: u64, too_large: impl Fn(Failure) -> Failure) -> anyhow::Result<Vec<u8>> {
+    fetch_bounded(url, forge_os::http::Bound::signed(size), 3600, too_large)
+}
+
+/// GET `url` for a body within `bound`, through the one HTTP client (so the
+/// deadline covers the whole body, at most `secs`); a body over the bound
+/// (announced or sent) is the error `too_large` makes of it.
+fn fetch_bounded(
+    url: &str,
+    bound: forge_os::http::Bound,
+    secs: u64,
+    too_large: impl Fn(Failure) -> Failure,
+) -> anyhow::Result<Vec<u8>> {
     use forge_os::http;
+    use std::io::Read;
     let u = http::parse(url).map_err(Failure::usage)?;
     let client = http::Client::new(std::time::Duration::from_secs(secs), http::Plain::Loopback)?;
     if client.check_scheme(&u).is_err() {
@@ -320,11 +352,20 @@ pub fn fetch_capped(url: &str, cap: u64, secs: u64) -> anyhow::Result<Vec<u8>> {
         .into());
     }
     let bad = |why: String| Failure::problems(format!("{}: {why}", http::redact(url)));
-    let resp = client.get(&u).map_err(bad)?;
+    let resp = match client.get_bounded(&u, bound) {
+        Ok(r) => r,
+        Err(e @ http::Unread::TooLarge { .. }) => return Err(too_large(bad(e.to_string())).into()),
+        Err(http::Unread::Transport(why)) => return Err(bad(why).into()),
+    };
     if !resp.status.is_success() {
         return Err(bad(format!("HTTP {}", resp.status)).into());
     }
-    Ok(resp.read_capped(cap).map_err(bad)?)
+    let mut body = Vec::new();
+    match resp.take(bound.bytes.saturating_add(1)).read_to_end(&mut body) {
+        Ok(_) => Ok(body),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(too_large(bad(e.to_string())).into()),
+        Err(e) => Err(bad(format!("reading the body: {e}")).into()),
+    }
 }
 
 /// [`load_verified`] for a file or a URL ([`fetch`]).

@@ -1,30 +1,29 @@
-//! The `--out` folder as `publish` reads and writes it: one descriptor of the
-//! folder (held with its flock), every folder below it opened from its parent
-//! with O_NOFOLLOW|O_DIRECTORY and every file read, created and renamed
-//! relative to an opened folder (`cache::dirfd`). A link planted for a variant
-//! or project folder or a file is refused (exit 2) before anything is written;
-//! one swapped in after that check is never followed either: a folder is
-//! either opened without following a link (a link there is refused) or was
-//! opened before the swap, and the files go through that descriptor. Must not
-//! decide what to write.
+//! The `--out` folder as `publish` reads and writes it: a [`Tree`] of the
+//! folder (held with a flock on the folder itself), every path below it
+//! resolved inside it. A link planted for a variant or project folder or a
+//! file is refused (exit 2) before anything is written ([`Out::check`]);
+//! every folder the writes go into is opened once ([`Out::open_dirs`]) and
+//! the files go through those opened folders only, so a link swapped in
+//! after the check is either refused when the folder is opened or never
+//! followed. A file is written under a temporary name in its folder and
+//! renamed into place; an immutable one never over an existing name. Must
+//! not decide what to write.
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::cache::dirfd;
 use forge_os::error::Failure;
+use forge_os::fs::{File, Kind, Tree};
 
 /// `--out`, opened and locked.
 pub struct Out {
-    path: PathBuf,
-    root: File,
+    tree: Tree,
+    _lock: File,
 }
 
 /// The folders the writes go into, each opened (made when absent) once.
-pub struct Dirs(BTreeMap<PathBuf, File>);
+pub struct Dirs(BTreeMap<PathBuf, Tree>);
 
 /// A place under `--out` that is not what the index needs there: exit 2.
 fn refuse(at: &Path, why: &str) -> anyhow::Error {
@@ -33,83 +32,91 @@ fn refuse(at: &Path, why: &str) -> anyhow::Error {
         .into()
 }
 
-/// Why an open of a folder without following a link failed, as a refusal
-/// when the place is a link or not a folder.
-fn refuse_open(at: &Path, e: std::io::Error) -> anyhow::Error {
-    match e.raw_os_error() {
-        Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
-            refuse(at, "not a folder, or a symbolic link (publish never writes through a link)")
-        }
-        _ => anyhow::Error::new(e).context(format!("opening {}", at.display())),
+/// What `kind` at `at` means where a folder of the index goes (`None`: a folder).
+fn not_a_folder(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Dir | Kind::Missing => None,
+        Kind::Link => Some("not a folder, or a symbolic link (publish never writes through a link)"),
+        _ => Some("not a folder"),
     }
 }
 
 /// The plain names of a relative path (the index's own paths always are).
-fn names(rel: &Path) -> Vec<&str> {
+fn names(rel: &Path) -> Result<Vec<&str>> {
     rel.components()
         .map(|c| match c {
-            Component::Normal(n) => n.to_str().expect("index paths are UTF-8"),
-            _ => panic!("index paths are plain relative names: {}", rel.display()),
+            Component::Normal(n) => n.to_str().context("index paths are UTF-8"),
+            _ => anyhow::bail!("index paths are plain relative names: {}", rel.display()),
         })
         .collect()
 }
 
 /// Split `rel` into its folder and its file name.
 pub fn split(rel: &Path) -> (&Path, &str) {
-    let name = rel.file_name().and_then(|n| n.to_str()).expect("index files have UTF-8 names");
+    let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     (rel.parent().unwrap_or(Path::new("")), name)
 }
 
 impl Out {
-    /// `--out` opened and locked exclusively (flock on its descriptor, so no
+    /// `--out` opened and locked exclusively (flock on the folder, so no
     /// file appears in the index), made when absent; waits for another
     /// publish into it, checking for Ctrl-C. `--out` itself is the user's
     /// choice and may be a link to a folder; nothing below it may.
     pub fn lock(out: &Path) -> Result<Out> {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let root = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(out)
-        }
-        .with_context(|| format!("opening {}", out.display()))?;
+        Out::of(Tree::create(out, "output folder")?)
+    }
+
+    /// [`Out::lock`] of a folder the caller opened.
+    pub fn of(tree: Tree) -> Result<Out> {
+        let lock = tree.handle()?;
         let mut told = false;
         loop {
-            match root.try_lock() {
-                Ok(()) => return Ok(Out { path: out.to_path_buf(), root }),
-                Err(std::fs::TryLockError::WouldBlock) => {
+            match lock.try_lock() {
+                Ok(()) => return Ok(Out { tree, _lock: lock }),
+                Err(forge_os::fs::TryLockError::WouldBlock) => {
                     if !std::mem::replace(&mut told, true) {
-                        forge_os::note!("waiting for another publish into {} to finish", out.display());
+                        forge_os::note!("waiting for another publish into {} to finish", tree.path().display());
                     }
                     forge_os::error::check_interrupted()?;
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(e).with_context(|| format!("locking {}", out.display()))
+                Err(forge_os::fs::TryLockError::Error(e)) => {
+                    return Err(e).with_context(|| format!("locking {}", tree.path().display()))
                 }
             }
         }
     }
 
-    /// The full path of `rel`, for messages.
-    pub fn show(&self, rel: &Path) -> PathBuf {
-        self.path.join(rel)
+    /// The folder as a tree.
+    pub fn tree(&self) -> &Tree {
+        &self.tree
     }
 
-    /// The folder `rel`, walked from `--out` one name at a time without
-    /// following a link; `make`: each absent folder is made, else an absent
-    /// one is `None`. A link or a file on the way is exit 2 naming it.
-    fn walk(&self, rel: &Path, make: bool) -> Result<Option<File>> {
-        let mut dir = self.root.try_clone().with_context(|| format!("opening {}", self.path.display()))?;
-        let mut at = self.path.clone();
-        for name in names(rel) {
+    /// The full path of `rel`, for messages.
+    pub fn show(&self, rel: &Path) -> PathBuf {
+        self.tree.join(rel)
+    }
+
+    /// The folder `rel`, walked from `--out` one name at a time, never through
+    /// a link; `make`: each absent folder is made, else an absent one is
+    /// `None`. A link or a file on the way is exit 2 naming it.
+    fn walk(&self, rel: &Path, make: bool) -> Result<Option<Tree>> {
+        let mut at = PathBuf::new();
+        for name in names(rel)? {
             at.push(name);
-            dir = match if make { dirfd::make_in(&dir, name) } else { dirfd::open_in(&dir, name) } {
-                Ok(d) => d,
-                Err(e) if !make && e.kind() == ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(refuse_open(&at, e)),
-            };
+            let mut kind = self.tree.kind(&at)?;
+            if kind == Kind::Missing && make {
+                self.tree.create_dir(&at)?;
+                kind = self.tree.kind(&at)?;
+            }
+            if kind == Kind::Missing {
+                return Ok(None);
+            }
+            if let Some(why) = not_a_folder(kind) {
+                return Err(refuse(&self.show(&at), why));
+            }
         }
-        Ok(Some(dir))
+        Ok(Some(self.tree.sub(rel, "output folder")?))
     }
 
     /// Every folder from `--out` down to `rel` is a real folder or absent
@@ -117,30 +124,21 @@ impl Out {
     /// carry the writes to another site), and `rel` a regular file or absent.
     /// Exit 2 naming the place.
     pub fn check(&self, rel: &Path) -> Result<()> {
-        let (folder, name) = split(rel);
-        let mut dir = self.root.try_clone().with_context(|| format!("opening {}", self.path.display()))?;
-        let mut at = self.path.clone();
-        let all = names(folder).into_iter().map(|n| (n, false)).chain([(name, true)]);
-        for (n, last) in all {
+        let mut at = PathBuf::new();
+        let all = names(rel)?;
+        for (i, n) in all.iter().enumerate() {
             at.push(n);
-            let st = match dirfd::stat_in(&dir, n) {
-                Ok(st) => st,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(anyhow::Error::new(e).context(format!("reading {}", at.display()))),
-            };
-            let kind = st.st_mode & libc::S_IFMT;
-            let why = match kind {
-                libc::S_IFLNK => "a symbolic link (publish never writes through a link)",
-                libc::S_IFDIR if !last => {
-                    dir = dirfd::open_in(&dir, n).map_err(|e| refuse_open(&at, e))?;
-                    continue;
-                }
-                libc::S_IFREG if last => continue,
+            let last = i + 1 == all.len();
+            let why = match self.tree.kind(&at)? {
+                Kind::Missing => return Ok(()),
+                Kind::Link => "a symbolic link (publish never writes through a link)",
+                Kind::Dir if !last => continue,
+                Kind::File { .. } if last => continue,
                 _ if !last => "not a folder",
-                libc::S_IFDIR => "a folder where a file of the index goes",
+                Kind::Dir => "a folder where a file of the index goes",
                 _ => "not a regular file",
             };
-            return Err(refuse(&at, why));
+            return Err(refuse(&self.show(&at), why));
         }
         Ok(())
     }
@@ -150,13 +148,10 @@ impl Out {
     pub fn open_file(&self, rel: &Path) -> Result<Option<File>> {
         let (folder, name) = split(rel);
         let Some(dir) = self.walk(folder, false)? else { return Ok(None) };
-        match dirfd::open_file_in(&dir, name) {
-            Ok(f) => Ok(Some(f)),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                Err(refuse(&self.show(rel), "a symbolic link (publish never writes through a link)"))
-            }
-            Err(e) => Err(refuse(&self.show(rel), &e.to_string())),
+        match dir.kind(name)? {
+            Kind::Missing => Ok(None),
+            Kind::Link => Err(refuse(&self.show(rel), "a symbolic link (publish never writes through a link)")),
+            _ => Ok(Some(dir.open_file_nofollow(name, u64::MAX)?.0)),
         }
     }
 
@@ -174,13 +169,13 @@ impl Out {
     /// Every folder of `rels` made when absent and opened, before any file is
     /// written: a link met here (planted after [`Out::check`]) stops the
     /// publish with nothing written, and later writes go through these
-    /// descriptors only.
+    /// opened folders only.
     pub fn open_dirs<'a>(&self, rels: impl IntoIterator<Item = &'a Path>) -> Result<Dirs> {
         let mut dirs = BTreeMap::new();
         for rel in rels {
             let folder = split(rel).0;
             if !dirs.contains_key(folder) {
-                let d = self.walk(folder, true)?.expect("made when absent");
+                let d = self.walk(folder, true)?.context("made when absent")?;
                 dirs.insert(folder.to_path_buf(), d);
             }
         }
@@ -189,11 +184,15 @@ impl Out {
 }
 
 /// The sha256 of `name` in `dir` (see [`Out::digest`]).
-fn digest_in(dir: &File, name: &str) -> Option<String> {
-    let f = match dirfd::open_file_in(dir, name) {
-        Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return None,
-        Err(_) => return Some("(not a regular file)".into()),
+fn digest_in(dir: &Tree, name: &str) -> Option<String> {
+    match dir.kind(name) {
+        Ok(Kind::Missing) => return None,
+        Ok(Kind::File { .. }) => {}
+        _ => return Some("(not a regular file)".into()),
+    }
+    let f = match dir.open_file_nofollow(name, forge_os::input::cap::WHEEL) {
+        Ok((f, _)) => f,
+        Err(e) => return Some(format!("({e:#})")),
     };
     Some(match forge_os::input::sha256_reader(f, forge_os::input::cap::WHEEL) {
         Ok((d, _)) => hex::encode(d),
@@ -203,22 +202,23 @@ fn digest_in(dir: &File, name: &str) -> Option<String> {
 
 impl Dirs {
     /// The opened folder of `rel` and its file name.
-    fn of<'a>(&self, rel: &'a Path) -> (&File, &'a str) {
+    fn of<'a>(&self, rel: &'a Path) -> Result<(&Tree, &'a str)> {
         let (folder, name) = split(rel);
-        (&self.0[folder], name)
+        let dir = self.0.get(folder).with_context(|| format!("{} was not opened for writing", folder.display()))?;
+        Ok((dir, name))
     }
 
     /// What is at `rel` now (see [`Out::digest`]).
     pub fn digest(&self, rel: &Path) -> Option<String> {
-        let (dir, name) = self.of(rel);
+        let (dir, name) = self.of(rel).ok()?;
         digest_in(dir, name)
     }
 
-    /// Put a file at `rel`: a temporary file (mode 0644: static hosts serve
-    /// what they can read) in its opened folder, filled by `fill`, synced,
-    /// then renamed to its name; with `replace` false an existing file is
-    /// never replaced (exit 1: it appeared while publishing). The temporary
-    /// file is removed on any failure.
+    /// Put a file at `rel`: a temporary file (mode 0644 whatever the umask:
+    /// static hosts serve what they can read) in its opened folder, filled by
+    /// `fill`, synced, then renamed to its name; with `replace` false an
+    /// existing file is never replaced (exit 1: it appeared while publishing).
+    /// The temporary file is removed on any failure.
     pub fn put(
         &self,
         rel: &Path,
@@ -226,23 +226,21 @@ impl Dirs {
         replace: bool,
         fill: impl FnOnce(&mut File) -> Result<()>,
     ) -> Result<()> {
-        let (dir, name) = self.of(rel);
-        let (mut f, tmp) =
-            dirfd::create_temp_in(dir, ".publish-", 0o644).with_context(|| format!("writing {}", shown.display()))?;
-        let result = fill(&mut f)
-            .and_then(|()| f.sync_all().with_context(|| format!("writing {}", shown.display())))
-            .and_then(|()| {
-                dirfd::rename_in(dir, &tmp, name, replace).map_err(|e| match e.raw_os_error() {
-                    Some(libc::EEXIST) => {
-                        Failure::problems(format!("{}: appeared while publishing ({e})", shown.display())).into()
-                    }
-                    _ => anyhow::Error::new(e).context(format!("writing {}", shown.display())),
-                })
-            });
-        if result.is_err() {
-            let _ = dirfd::unlink_in(dir, &tmp);
+        let (dir, name) = self.of(rel)?;
+        let staged = dir
+            .stage(name, 0o644, |f| {
+                forge_os::fs::set_mode_exact(f, 0o644)?;
+                fill(f)?;
+                Ok(f.sync_all()?)
+            })
+            .with_context(|| format!("writing {}", shown.display()))?;
+        if replace {
+            return staged.commit();
         }
-        result
+        if !staged.commit_new()? {
+            return Err(Failure::problems(format!("{}: appeared while publishing", shown.display())).into());
+        }
+        Ok(())
     }
 }
 

@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use forge_os::error::Failure;
+use forge_os::fs::{Kind, Tree};
 
 /// One declared submodule: where it goes in the snapshot, which folder fills it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,20 +27,23 @@ pub struct Declared {
 /// At most this many submodules in one folder's `.gitmodules`.
 const MAX: usize = 32;
 
-/// The submodules `dir/.gitmodules` declares, checked; empty without the file.
-pub fn declared(dir: &Path) -> anyhow::Result<Vec<Declared>> {
-    let file = dir.join(".gitmodules");
-    let meta = match std::fs::symlink_metadata(&file) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("reading {}", file.display()))),
-        Ok(m) => m,
-    };
-    if !meta.is_file() {
-        return Err(refuse(&file, 0, "is not a regular file (a symlink or a folder)").into());
+/// The submodules `.gitmodules` of the source folder `src` declares, checked;
+/// empty without the file.
+pub fn declared(src: &Tree) -> anyhow::Result<Vec<Declared>> {
+    let file = src.join(".gitmodules");
+    match src.kind(".gitmodules")? {
+        Kind::Missing => return Ok(vec![]),
+        Kind::File { .. } => {}
+        _ => return Err(refuse(&file, 0, "is not a regular file (a symlink or a folder)").into()),
     }
-    let text = forge_os::fs::named::read_text(&file, ".gitmodules", forge_os::input::cap::TEXT)?;
+    let text = src.read_text(".gitmodules", forge_os::input::cap::TEXT)?;
     let entries = parse(&text).map_err(|(line, why)| refuse(&file, line, &why))?;
+    if entries.is_empty() {
+        return Ok(vec![]);
+    }
+    let dir = src.real_path()?;
     let parent = dir.parent().ok_or_else(|| refuse(&file, 0, "the source folder has no parent folder"))?;
+    let parent = Tree::open(parent, "folder above the source folder")?;
     let mut out: Vec<Declared> = Vec::new();
     for e in entries {
         check_path(&e.path).map_err(|why| refuse(&file, e.path_line, &format!("path `{}`: {why}", e.path)))?;
@@ -47,8 +51,8 @@ pub fn declared(dir: &Path) -> anyhow::Result<Vec<Declared>> {
         if out.iter().any(|d| d.path == e.path) {
             return Err(refuse(&file, e.path_line, &format!("path `{}` is declared twice", e.path)).into());
         }
-        check_free(dir, &e.path).map_err(|why| refuse(&file, e.path_line, &format!("path `{}`: {why}", e.path)))?;
-        let folder = sibling(dir, parent, &e.url)
+        check_free(src, &e.path).map_err(|why| refuse(&file, e.path_line, &format!("path `{}`: {why}", e.path)))?;
+        let folder = sibling(&dir, &parent, &e.url)
             .map_err(|why| refuse(&file, e.url_line, &format!("url `{}`: {why}", e.url)))?;
         out.push(Declared { path: e.path, url: e.url, folder });
     }
@@ -189,36 +193,42 @@ fn check_url(url: &str) -> Result<(), String> {
 }
 
 /// Nothing in the folder at `path` (the gitlink goes there), and no file or link on the way to it.
-fn check_free(dir: &Path, path: &str) -> Result<(), String> {
+fn check_free(src: &Tree, path: &str) -> Result<(), String> {
     let parts: Vec<&str> = path.split('/').collect();
     for k in 1..=parts.len() {
-        let p = dir.join(parts[..k].join("/"));
-        let Ok(m) = std::fs::symlink_metadata(&p) else { return Ok(()) };
-        let last = k == parts.len();
-        if m.file_type().is_symlink() || !m.is_dir() {
-            return Err(format!("{} is a file or a link, not a folder", p.display()));
+        let rel = parts[..k].join("/");
+        let shown = src.join(&rel);
+        match src.kind(&rel).map_err(|e| format!("{e:#}"))? {
+            Kind::Missing => return Ok(()),
+            Kind::Dir => {}
+            _ => return Err(format!("{} is a file or a link, not a folder", shown.display())),
         }
-        if last && std::fs::read_dir(&p).map(|mut d| d.next().is_some()).unwrap_or(true) {
+        if k == parts.len() && src.list(&rel, 1).map(|l| l.total > 0).unwrap_or(true) {
             return Err(format!(
                 "{} has files: the submodule's files come from the folder its url names, so this one must be empty or absent",
-                p.display()
+                shown.display()
             ));
         }
     }
     Ok(())
 }
 
-/// The folder `url` names beside `dir`: it exists, and (links resolved) it
-/// lies inside `parent`, outside `dir` itself.
-fn sibling(dir: &Path, parent: &Path, url: &str) -> Result<PathBuf, String> {
-    let want = parent.join(url.trim_start_matches("../"));
-    let folder = std::fs::canonicalize(&want).map_err(|e| format!("{}: {e}", want.display()))?;
-    let parent = std::fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    if !folder.is_dir() {
-        return Err(format!("{} is not a folder", folder.display()));
-    }
-    if !folder.starts_with(&parent) || folder == parent {
-        return Err(format!("{} lies outside {} (a link leads out)", folder.display(), parent.display()));
+/// The folder `url` names beside `dir` (canonical): it exists inside `parent`
+/// (a link that leads out of it is refused on the way), and, links resolved,
+/// it lies outside `dir` itself.
+fn sibling(dir: &Path, parent: &Tree, url: &str) -> Result<PathBuf, String> {
+    let rest = url.trim_start_matches("../");
+    let want = parent.join(rest);
+    let sub = parent.sub(rest, "submodule folder").map_err(|e| match format!("{e:#}") {
+        e if e.contains("leads outside") => {
+            format!("{} lies outside {} (a link leads out)", want.display(), parent.path().display())
+        }
+        e => format!("{}: {e}", want.display()),
+    })?;
+    let folder = sub.real_path().map_err(|e| format!("{}: {e:#}", want.display()))?;
+    let top = parent.real_path().map_err(|e| format!("{}: {e:#}", parent.path().display()))?;
+    if !folder.starts_with(&top) || folder == top {
+        return Err(format!("{} lies outside {} (a link leads out)", folder.display(), top.display()));
     }
     if folder.starts_with(dir) || dir.starts_with(&folder) {
         return Err(format!("{} is the source folder, inside it or above it", folder.display()));
