@@ -428,7 +428,15 @@ fn only_fs_touches_the_file_system() {
 /// Where a path becomes a [`forge_os::fs::Tree`] or a named file is read (the
 /// ambient authority, as cap-std's `ambient_authority()`): each file that does,
 /// how many times, and why. A reviewer reads this list to find every entry point.
-const AMBIENT: &[(&str, usize, &str)] = &[];
+const AMBIENT: &[(&str, usize, &str)] = &[
+    ("builder/canon.rs", 2, "the build root's folder (DEEPEP_FORGE_BUILD_ROOT's parent, or /tmp); the user config file"),
+    ("builder/deliver.rs", 4, "the --out folder the user names (checked, then made at delivery); the --report file's folder; the cache entry folder forge-store hands over"),
+    ("builder/environment.rs", 1, "a library's version header in the toolchain (nccl.h, nvshmem_version.h)"),
+    ("builder/execute.rs", 2, "the staging folder forge-store hands over; the build log's folder in the cache"),
+    ("builder/prepare.rs", 2, "the cache folder (--cache-dir); a temporary folder in it for the source patches' check"),
+    ("builder/toolchain.rs", 3, "the toolchain memo folder in the cache (twice); a temporary folder for the libstdc++ probe"),
+    ("builder/unit_order.rs", 2, "the unit-time history folder in the cache; a kept ninja log"),
+];
 
 #[test]
 fn ambient_entry_points_are_the_listed_ones() {
