@@ -1,10 +1,52 @@
 //! `plan` and `build-wheel` (and the build flags `publish` and `verify`
-//! share): the flags, turned into `builder::request::{BuildOptions, RunOptions}`.
+//! share): the flags, turned into `builder::request::{BuildOptions, RunOptions}`;
+//! the two commands run, their results printed and their exit codes chosen here.
 use std::path::PathBuf;
 
+use anyhow::Result;
+
 use crate::args::{CacheDirArg, PinsArg, RemoteArgs};
+use forge_build::builder::render::{self, Line};
 use forge_build::builder::request::{BuildOptions, CompilerCache, RunOptions};
+use forge_os::error::Exit;
 use forge_os::output::DataFormat as Format;
+
+/// `deepep-forge plan`: the plans, as JSON (with a CI matrix) or the human listing.
+pub fn plan(args: PlanArgs) -> Result<Exit> {
+    let opts = args.common.options();
+    let plans = forge_build::builder::plan(&opts)?;
+    match opts.format {
+        Format::Json => forge_os::printer::json(&plans.json()?)?,
+        _ => forge_os::out!("{}", plans.human()),
+    }
+    Ok(Exit::Ok)
+}
+
+/// `deepep-forge build-wheel`: each wheel's result lines as it is delivered
+/// (human), the skipped variants, or the build report (JSON).
+pub fn build_wheel(args: BuildArgs) -> Result<Exit> {
+    let req = args.request();
+    let human = req.common.format != Format::Json;
+    let mut first = true;
+    let built = forge_build::builder::build(&req, |o| {
+        if human {
+            for line in render::outcome(o, std::mem::replace(&mut first, false)) {
+                match line {
+                    Line::Out(l) => forge_os::outln!("{l}"),
+                    Line::Note(l) => forge_os::note!("{l}"),
+                }
+            }
+        }
+    })?;
+    if human {
+        for s in &built.skipped {
+            forge_os::outln!("{}", render::skipped(s));
+        }
+    } else {
+        forge_os::outln!("{}", built.report_json()?);
+    }
+    Ok(Exit::Ok)
+}
 
 /// How a build runs, whatever it builds: declared once, flattened into `plan`,
 /// `build-wheel` and `verify`.

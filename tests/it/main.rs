@@ -61,6 +61,7 @@ mod pymatrix;
 mod registry;
 mod repro;
 mod runtime;
+mod safe_build;
 mod safe_store;
 mod side_by_side;
 mod structure;

@@ -445,6 +445,13 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("patch.rs", 2, "the scratch folder and the patch folder forge-build makes, by their paths"),
     ("source.rs", 4, "the --source folder the user names; a git mirror's folder (mirror_path) and a fresh build tree, by the paths the plan gives; the mirror's objects, named in the checkout's alternates"),
     ("source/gitmodules.rs", 1, "the folder above a --source folder, where its submodules' sibling folders lie"),
+    ("builder/canon.rs", 2, "the build root's folder (DEEPEP_FORGE_BUILD_ROOT's parent, or /tmp); the user config file"),
+    ("builder/deliver.rs", 4, "the --out folder the user names (checked, then made at delivery); the --report file's folder; the cache entry folder forge-store hands over"),
+    ("builder/environment.rs", 1, "a library's version header in the toolchain (nccl.h, nvshmem_version.h)"),
+    ("builder/execute.rs", 2, "the staging folder forge-store hands over; the build log's folder in the cache"),
+    ("builder/prepare.rs", 2, "the cache folder (--cache-dir); a temporary folder in it for the source patches' check"),
+    ("builder/toolchain.rs", 3, "the toolchain memo folder in the cache (twice); a temporary folder for the libstdc++ probe"),
+    ("builder/unit_order.rs", 2, "the unit-time history folder in the cache; a kept ninja log"),
 ];
 
 #[test]

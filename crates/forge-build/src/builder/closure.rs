@@ -178,11 +178,9 @@ fn library(t: &Toolchain, root: Option<&Path>, lib: &str, spec: &str, why: &str,
 /// whose folder name starts with `prefix` (`torch`, `nvidia_nccl_cu`); the
 /// highest when several.
 fn dist_info(site: &Path, prefix: &str) -> Option<(String, String)> {
-    let mut found: Vec<(String, String)> = std::fs::read_dir(site)
-        .ok()?
-        .flatten()
-        .filter_map(|d| {
-            let n = d.file_name().to_string_lossy().into_owned();
+    let mut found: Vec<(String, String)> = forge_os::fs::machine::names(site)
+        .into_iter()
+        .filter_map(|n| {
             let stem = n.strip_suffix(".dist-info")?;
             let (name, version) = stem.split_once('-')?;
             let exact = prefix != "torch" || name == "torch";

@@ -24,6 +24,7 @@ use anyhow::Result;
 
 pub use super::plan::{Backend, CompilerCache};
 use forge_os::error::Failure;
+use forge_os::fs::Tree;
 use forge_os::process::{Background, Cmd};
 
 /// The file whose presence turns the remote cache off for the rest of a build
@@ -172,6 +173,20 @@ impl CompilerCache {
         backend.server_only().iter().filter_map(|k| forge_os::environ::var(k).map(|v| (k.to_string(), v))).collect()
     }
 
+    /// Refuse (exit 2, naming it) a credential of the storage set to a value that
+    /// is not UTF-8: the server would start without it, and the plan would say it found it.
+    pub fn check_credentials(&self) -> Result<()> {
+        let CompilerCache::Remote { backend, .. } = self else { return Ok(()) };
+        for k in backend.server_only() {
+            if forge_os::environ::var_os(k).is_some_and(|v| v.to_str().is_none()) {
+                return Err(Failure::usage(format!("the environment variable {k} is not UTF-8 text"))
+                    .hint(format!("set {k} to UTF-8 text, or unset it"))
+                    .into());
+            }
+        }
+        Ok(())
+    }
+
     /// What a plan shows: the folder or URL, and the names of the credentials found.
     pub fn describe(&self) -> String {
         match self {
@@ -250,7 +265,7 @@ impl Drop for Session {
 pub fn start(
     cache: &CompilerCache,
     sccache: &Path,
-    root: &Path,
+    root: &Tree,
     env: &[(String, String)],
     servers: &mut Vec<Background>,
     notes: &mut Vec<String>,
@@ -259,7 +274,7 @@ pub fn start(
         return None;
     }
     let off = |why: String, notes: &mut Vec<String>| {
-        let _ = std::fs::write(root.join(OFF_MARKER), &why);
+        let _ = root.write(OFF_MARKER, why.as_bytes());
         notes.push(format!("compiler cache {}: {why}; compiled without it (the wheel is the same)", cache_url(cache)));
     };
     if let Err(e) = reachable(cache) {
@@ -277,7 +292,7 @@ pub fn start(
         Ok(s) => servers.push(s),
         Err(e) => notes.push(format!("the stand-by sccache server did not start: {e:#}")),
     }
-    match serve(sccache, &socket(env, root), env, &cache.server_env()) {
+    match serve(sccache, &socket(env, root.path()), env, &cache.server_env()) {
         Ok(s) => servers.push(s),
         Err(e) => {
             // sccache's message names the endpoint, never the credentials (they are not in the URL)
@@ -288,8 +303,9 @@ pub fn start(
     }
     cache.probe_address()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c2, marker) = (stop.clone(), cache.clone(), root.join(OFF_MARKER));
-    let thread = std::thread::spawn(move || watch(&c2, &flag, &marker));
+    let (flag, c2) = (stop.clone(), cache.clone());
+    let Ok(root) = root.try_clone() else { return None };
+    let thread = std::thread::spawn(move || watch(&c2, &flag, &root));
     Some(Session { stop, thread: Some(thread) })
 }
 
@@ -333,7 +349,7 @@ pub fn serve_at(
     c.cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     let mut server = c.background()?;
     let end = std::time::Instant::now() + Duration::from_secs(20);
-    while !socket.exists() {
+    while !forge_os::fs::machine::exists(socket) {
         forge_os::error::check_interrupted()?;
         if !server.running() {
             anyhow::bail!("sccache's server exited before listening on {}", socket.display());
@@ -347,7 +363,7 @@ pub fn serve_at(
 }
 
 /// Every 2 s while the build runs: two failed probes in a row turn the cache off.
-fn watch(cache: &CompilerCache, stop: &AtomicBool, marker: &Path) {
+fn watch(cache: &CompilerCache, stop: &AtomicBool, root: &Tree) {
     let mut failed = 0;
     while !stop.load(Ordering::Relaxed) {
         for _ in 0..20 {
@@ -361,7 +377,7 @@ fn watch(cache: &CompilerCache, stop: &AtomicBool, marker: &Path) {
             Err(e) => {
                 failed += 1;
                 if failed >= 2 {
-                    let _ = std::fs::write(marker, format!("stopped answering during the build ({e})"));
+                    let _ = root.write(OFF_MARKER, format!("stopped answering during the build ({e})").as_bytes());
                     return;
                 }
             }
@@ -371,9 +387,8 @@ fn watch(cache: &CompilerCache, stop: &AtomicBool, marker: &Path) {
 
 /// After the build: a note if the cache was turned off while it ran, and the local
 /// server (started by the wrappers once it was off) stopped.
-pub fn finish(cache: Option<&CompilerCache>, sccache: &Path, root: &Path, started_off: bool, notes: &mut Vec<String>) {
-    let marker = root.join(OFF_MARKER);
-    let Ok(why) = forge_os::fs::named::read_text(&marker, "the compiler cache marker", 4096) else { return };
+pub fn finish(cache: Option<&CompilerCache>, sccache: &Path, root: &Tree, started_off: bool, notes: &mut Vec<String>) {
+    let Ok(Some(why)) = root.read_text_opt(OFF_MARKER, 4096) else { return };
     if let (Some(c), false) = (cache, started_off) {
         notes.push(format!(
             "compiler cache {}: {why}; the rest compiled without it (the wheel is the same)",

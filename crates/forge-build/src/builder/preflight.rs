@@ -12,6 +12,7 @@ use super::toolchain::{self, Toolchain};
 use forge_model::interface::Branch;
 use forge_model::pins::Transport;
 use forge_os::error::Failure;
+use forge_os::fs::machine;
 
 /// Preflight checks that need more than the toolchain: build imports,
 /// compilers, NVSHMEM (and NCCL for EPv2), rdma-core for DOCA.
@@ -23,16 +24,10 @@ pub fn check(pl: &Plan, tc: &Toolchain, cache_dir: &Path) -> Result<()> {
     // ship; without it setup.py finds the pip package and links its soname file.
     if let Some(n) = pl.run.env.get("NVSHMEM_DIR") {
         let lib = Path::new(n).join("lib");
-        if !lib.join("libnvshmem_host.so").exists() {
-            let versioned = std::fs::read_dir(&lib)
-                .map(|rd| {
-                    rd.flatten()
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .filter(|f| f.starts_with("libnvshmem_host.so."))
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default();
-            let what = if !lib.is_dir() {
+        if !machine::exists(&lib.join("libnvshmem_host.so")) {
+            let versioned: Vec<String> =
+                machine::names(&lib).into_iter().filter(|f| f.starts_with("libnvshmem_host.so.")).collect();
+            let what = if !machine::is_dir(&lib) {
                 format!("{} does not exist", lib.display())
             } else if versioned.is_empty() {
                 format!("{} has no libnvshmem_host.so", lib.display())
@@ -61,7 +56,7 @@ pub fn check(pl: &Plan, tc: &Toolchain, cache_dir: &Path) -> Result<()> {
     // must be rewritten after the build: find patchelf now, not after compiling.
     let nvshmem_in_site = match pl.run.env.get("NVSHMEM_DIR") {
         Some(n) => tc.site_packages.iter().any(|sp| Path::new(n).starts_with(sp)),
-        None => tc.site_packages.iter().any(|sp| sp.join("nvidia/nvshmem/lib").is_dir()),
+        None => tc.site_packages.iter().any(|sp| machine::is_dir(&sp.join("nvidia/nvshmem/lib"))),
     };
     if nvshmem_in_site {
         relocate::require_patchelf(&tc.python, "deep_ep_cpp (links NVSHMEM from the build Python's site-packages)")?;
@@ -78,9 +73,10 @@ pub fn check(pl: &Plan, tc: &Toolchain, cache_dir: &Path) -> Result<()> {
             inc.insert(0, h.join("include"));
             libs.insert(0, h.join("lib"));
         }
-        let header =
-            inc.iter().any(|d| d.join("infiniband/verbs.h").exists() && d.join("infiniband/mlx5dv.h").exists());
-        let lib = |n: &str| libs.iter().any(|d| d.join(format!("lib{n}.so")).exists());
+        let header = inc
+            .iter()
+            .any(|d| machine::exists(&d.join("infiniband/verbs.h")) && machine::exists(&d.join("infiniband/mlx5dv.h")));
+        let lib = |n: &str| libs.iter().any(|d| machine::exists(&d.join(format!("lib{n}.so"))));
         if !header || !lib("ibverbs") || !lib("mlx5") {
             return Err(Failure::env(format!(
                 "the DOCA multinode build needs rdma-core (infiniband/verbs.h, infiniband/mlx5dv.h, libibverbs.so, libmlx5.so) under {} or the system dirs",
@@ -105,11 +101,7 @@ fn epv2_libraries(pl: &Plan, tc: &Toolchain) -> Result<()> {
         let from_env = [format!("EP_{name}_ROOT_DIR"), format!("{name}_DIR")]
             .into_iter()
             .find_map(|k| pl.run.env.get(&k).map(|v| (k, v.clone())));
-        let has_lib = |dir: &Path| {
-            std::fs::read_dir(dir.join("lib"))
-                .map(|rd| rd.flatten().any(|e| e.file_name().to_string_lossy().starts_with(lib)))
-                .unwrap_or(false)
-        };
+        let has_lib = |dir: &Path| machine::names(&dir.join("lib")).iter().any(|n| n.starts_with(lib));
         let ok = match &from_env {
             Some((_, v)) => has_lib(Path::new(v)),
             None => tc.site_packages.iter().any(|sp| has_lib(&sp.join("nvidia").join(name.to_lowercase()))),

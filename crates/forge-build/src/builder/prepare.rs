@@ -16,6 +16,7 @@ use super::{cross, preflight, registry, toolchain};
 use forge_model::interface::{self, Branch, Files, Interface, SetBy};
 use forge_model::pins::{Arch, Pins, Transport, Variant};
 use forge_os::error::{Exit, Failure};
+use forge_os::fs::{TempTree, Tree};
 use forge_store::source::{self, Origin};
 use forge_wheel::provenance::VariantInfo;
 
@@ -88,8 +89,8 @@ fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     let pins = &c.pins;
     let (here, skipped) = split_by_host(c, select_variants(c)?)?;
     let cache_dir = forge_store::cache::resolve_dir(c.cache_dir.as_deref())?;
-    std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating cache dir {}", cache_dir.display()))?;
-    let cache_dir = std::path::absolute(&cache_dir)?;
+    let cache = Tree::create(&cache_dir, "cache folder")?;
+    let cache_dir = cache.path().to_path_buf();
     let mut plans = Vec::new();
     if here.is_empty() {
         return Ok(Planned { cache_dir, plans, pythons: Vec::new(), skipped });
@@ -100,7 +101,7 @@ fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
         None => source::Origin { repo: pins_repo(pins), snapshot_of: None },
     };
     let mirror = source::mirror_path(&cache_dir, &origin.repo);
-    let (sources, knob_envs) = sources_and_knobs(c, &here, &origin, &mirror, &cache_dir)?;
+    let (sources, knob_envs) = sources_and_knobs(c, &here, &origin, &mirror, &cache)?;
     let caller = forge_os::environ::vars(caller_reads)?;
     let tc = identify(c, pins, &cache_dir, mode, nccl_need(&sources), &sources.keys().copied().collect::<Vec<_>>())?;
     let jobs = c.jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
@@ -199,7 +200,7 @@ fn sources_and_knobs(
     here: &[&Variant],
     origin: &Origin,
     mirror: &Path,
-    cache_dir: &Path,
+    cache: &Tree,
 ) -> Result<(BTreeMap<Arch, Pinned>, Vec<KnobsAndPatches>)> {
     let pins = &c.pins;
     let mut sources: BTreeMap<Arch, Pinned> = BTreeMap::new();
@@ -213,7 +214,7 @@ fn sources_and_knobs(
         };
         let set = forge_store::patch::for_variant(pins, v)?;
         if !set.is_empty() {
-            let scratch = tempfile::Builder::new().prefix("patch-check-").tempdir_in(cache_dir)?;
+            let scratch = TempTree::new_in(cache, "patch-check-")?;
             forge_store::patch::check_applies(mirror, &p.rev, &set, scratch.path())?;
         }
         knob_envs.push((knobs(pins, v, p)?, set));
@@ -753,7 +754,9 @@ fn toolchain_env(
         roots.0.insert(Root::Cuda, t.cuda_home.clone());
     }
     // A virtual environment's folder (pyvenv.cfg) is a root; a system prefix is not.
-    if let Some(env) = t.python.parent().and_then(Path::parent).filter(|e| e.join("pyvenv.cfg").is_file()) {
+    if let Some(env) =
+        t.python.parent().and_then(Path::parent).filter(|e| forge_os::fs::machine::is_file(&e.join("pyvenv.cfg")))
+    {
         roots.0.insert(Root::Python, env.to_path_buf());
     }
     run.set("CUDA_HOME", t.cuda_home.to_string_lossy(), EnvOrigin::Toolchain);

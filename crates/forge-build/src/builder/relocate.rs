@@ -13,6 +13,7 @@ use object::read::elf::{Dyn, FileHeader, Sym};
 use object::{Endianness, FileKind};
 
 use forge_os::error::Failure;
+use forge_os::fs::Tree;
 use forge_os::process::Cmd;
 use forge_wheel::provenance::Patch;
 
@@ -133,7 +134,7 @@ pub fn is_python_libdir(dir: &Path, site_packages: &[PathBuf]) -> bool {
     }
     site_packages.iter().filter_map(|sp| sp.parent()?.file_name()?.to_str()).any(|pyver| {
         // `python3.11` -> libpython3.11.so / libpython3.11.so.1.0
-        ["so", "so.1.0"].iter().any(|ext| dir.join(format!("lib{pyver}.{ext}")).exists())
+        ["so", "so.1.0"].iter().any(|ext| forge_os::fs::machine::exists(&dir.join(format!("lib{pyver}.{ext}"))))
     })
 }
 
@@ -141,12 +142,19 @@ pub fn is_python_libdir(dir: &Path, site_packages: &[PathBuf]) -> bool {
 fn find_patchelf(python: &Path) -> Option<PathBuf> {
     forge_os::process::lookup::which("patchelf").or_else(|| {
         let p = python.parent()?.join("patchelf");
-        p.is_file().then_some(p)
+        forge_os::fs::machine::is_file(&p).then_some(p)
     })
 }
 
-/// Rewrite `file`'s RUNPATH to `new` with patchelf; returns the provenance patch.
-pub fn apply(patchelf: &Path, member: &str, file: &Path, old: &[String], new: &[String]) -> Result<Patch> {
+/// Rewrite the RUNPATH of `rel` (a member's bytes in `tree`) to `new` with
+/// patchelf; returns the provenance patch and the patched bytes.
+pub fn apply(
+    patchelf: &Path,
+    member: &str,
+    (tree, rel): (&Tree, &Path),
+    old: &[String],
+    new: &[String],
+) -> Result<(Patch, Vec<u8>)> {
     let joined = new.join(":");
     let mut cmd = Cmd::new(patchelf, format!("rewrite RUNPATH of {member}"));
     if new.is_empty() {
@@ -154,13 +162,13 @@ pub fn apply(patchelf: &Path, member: &str, file: &Path, old: &[String], new: &[
     } else {
         cmd.args(["--set-rpath", &joined]);
     }
-    cmd.arg(file).output()?;
-    let data = std::fs::read(file)?;
+    cmd.arg(tree.join(rel)).output()?;
+    let data = tree.read(rel, forge_wheel::wheel::read::limits::PARSED)?;
     let after = ElfDynamic::parse(&data)?.context("patched file is not ELF")?;
     if after.runpath != new {
         anyhow::bail!("patchelf left {member} with RUNPATH {:?}, expected {:?}", after.runpath, new);
     }
-    Ok(Patch { file: member.to_string(), kind: "runpath".into(), from: old.join(":"), to: joined })
+    Ok((Patch { file: member.to_string(), kind: "runpath".into(), from: old.join(":"), to: joined }, data))
 }
 
 /// Exit 3 when a rewrite is needed and no patchelf is found.

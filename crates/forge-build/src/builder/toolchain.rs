@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use forge_os::error::Failure;
+use forge_os::fs::{self, Tree};
 use forge_os::process::Cmd;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -195,16 +196,14 @@ struct Stamp {
 
 /// The [`Stamp`] of a file or folder; None when it is gone.
 fn file_stamp(p: &Path) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(p).ok()?;
-    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    let m = fs::machine::facts(p)?;
     Some(Stamp {
         path: p.to_path_buf(),
-        size: m.len(),
-        mtime_ns: ns(m.mtime(), m.mtime_nsec()),
-        ctime_ns: ns(m.ctime(), m.ctime_nsec()),
-        dev: m.dev(),
-        ino: m.ino(),
+        size: m.len,
+        mtime_ns: m.mtime_ns,
+        ctime_ns: m.ctime_ns,
+        dev: m.dev,
+        ino: m.ino,
     })
 }
 
@@ -224,13 +223,16 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
     also: impl Fn(&T) -> Vec<PathBuf>,
     compute: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    let file = dir.join(format!("{kind}-{}.json", forge_store::source::short_hash(&path.to_string_lossy())));
-    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let file = format!("{kind}-{}.json", forge_store::source::short_hash(&path.to_string_lossy()));
+    let real = fs::machine::real(path).unwrap_or_else(|| path.to_path_buf());
     let stamps = |v: &T| -> Vec<_> {
         [path.to_path_buf(), real.clone()].into_iter().chain(also(v)).map(|p| file_stamp(&p)).collect()
     };
-    if let Some(m) = forge_os::fs::named::read_bytes(&file, "toolchain memo", forge_os::input::cap::TEXT)
-        .ok()
+    // Best effort: a read-only cache (or a planted file there) only costs the probe.
+    let memos = Tree::create(dir, "toolchain memo folder").ok();
+    if let Some(m) = memos
+        .as_ref()
+        .and_then(|t| t.read(&file, forge_os::input::cap::TEXT).ok())
         .and_then(|b| serde_json::from_slice::<Memo<T>>(&b).ok())
     {
         if m.stamps == stamps(&m.value) {
@@ -239,13 +241,8 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
     }
     let value = compute()?;
     let memo = Memo { stamps: stamps(&value), value };
-    // Best effort: a read-only cache only costs the probe next time.
-    if std::fs::create_dir_all(dir).is_ok() {
-        if let Ok(mut tmp) = tempfile::NamedTempFile::new_in(dir) {
-            if std::io::Write::write_all(&mut tmp, &serde_json::to_vec(&memo)?).is_ok() {
-                let _ = tmp.persist(&file);
-            }
-        }
+    if let (Some(t), Ok(bytes)) = (&memos, serde_json::to_vec(&memo)) {
+        let _ = t.write(&file, &bytes);
     }
     Ok(memo.value)
 }
@@ -255,7 +252,7 @@ fn memoised<T: Serialize + serde::de::DeserializeOwned>(
 fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
     if let Some(h) = forge_os::environ::var_os("CUDA_HOME").filter(|h| !h.is_empty()) {
         let h = PathBuf::from(h);
-        if h.join("bin/nvcc").exists() {
+        if fs::machine::exists(&h.join("bin/nvcc")) {
             return Ok(h);
         }
         return Err(Failure::env(format!("CUDA_HOME={} has no bin/nvcc", h.display()))
@@ -263,24 +260,32 @@ fn find_cuda_home(site: &[PathBuf]) -> Result<PathBuf> {
             .into());
     }
     if let Some(nvcc) = which("nvcc") {
-        let real = std::fs::canonicalize(&nvcc).unwrap_or(nvcc);
+        let real = fs::machine::real(&nvcc).unwrap_or(nvcc);
         if let Some(home) = real.parent().and_then(Path::parent) {
-            return Ok(home.to_path_buf());
+            return utf8_path(home, "the CUDA home nvcc on PATH resolves to");
         }
     }
     for d in site {
-        if let Ok(rd) = std::fs::read_dir(d.join("nvidia")) {
-            let mut homes: Vec<PathBuf> =
-                rd.flatten().map(|e| e.path()).filter(|p| p.join("bin/nvcc").exists()).collect();
-            homes.sort();
-            if let Some(h) = homes.pop() {
-                return Ok(h);
-            }
+        let nvidia = d.join("nvidia");
+        let mut homes = fs::machine::names(&nvidia).into_iter().map(|n| nvidia.join(n));
+        if let Some(h) = homes.rfind(|p| fs::machine::exists(&p.join("bin/nvcc"))) {
+            return Ok(h);
         }
     }
     Err(Failure::env("nvcc not found (CUDA_HOME unset, no nvcc on PATH, no nvidia-cuda-nvcc wheel in the Python's site-packages)")
         .hint("pass --toolchain registry to provision torch and the matching CUDA compiler from PyPI with uv (no CUDA install needed); or set CUDA_HOME to a CUDA toolkit")
         .into())
+}
+
+/// `p` when it is UTF-8 (a plan names its paths in JSON), else exit 3 naming
+/// what it is.
+fn utf8_path(p: &Path, what: &str) -> Result<PathBuf> {
+    match p.to_str() {
+        Some(_) => Ok(p.to_path_buf()),
+        None => Err(Failure::env(format!("{what} is not UTF-8: {}", p.display()))
+            .hint("install the CUDA toolkit at a UTF-8 path, or set CUDA_HOME")
+            .into()),
+    }
 }
 
 /// Preflight: the Python can import what the build imports, the compilers
@@ -311,24 +316,20 @@ pub fn preflight(tc: &Toolchain, needs_torch: bool, memo_dir: &Path) -> Result<(
 /// up linked statically (no NEEDED libstdc++.so.6 while `std::` symbols are
 /// defined): such a DeepEP build segfaults in HybridEPBuffer's constructor.
 fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<()> {
-    let meta = std::fs::metadata(&c.path)?;
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let memo = memo_dir.join(format!(
+    let meta = fs::machine::facts(&c.path)
+        .ok_or_else(|| Failure::env(format!("{var} compiler {} is gone", c.path.display())))?;
+    let mtime = u128::try_from(meta.mtime_ns).unwrap_or(0);
+    let memo = format!(
         "libstdcxx-ok-{}",
-        forge_store::source::short_hash(&format!("{}|{}|{mtime}|{}", c.path.display(), meta.len(), c.version))
-    ));
-    if memo.exists() {
+        forge_store::source::short_hash(&format!("{}|{}|{mtime}|{}", c.path.display(), meta.len, c.version))
+    );
+    let memos = Tree::create(memo_dir, "toolchain memo folder")?;
+    if memos.exists(&memo) {
         return Ok(());
     }
-    let tmp = tempfile::tempdir()?;
-    let src = tmp.path().join("probe.cpp");
-    std::fs::write(&src, "#include <string>\n#include <stdexcept>\nstd::string forge_probe(int n) { if (n < 0) throw std::runtime_error(\"n\"); return std::string(n, 'x'); }\n")?;
-    let so = tmp.path().join("probe.so");
+    let tmp = fs::TempTree::new("deepep-forge-libstdcxx-")?;
+    tmp.write("probe.cpp", b"#include <string>\n#include <stdexcept>\nstd::string forge_probe(int n) { if (n < 0) throw std::runtime_error(\"n\"); return std::string(n, 'x'); }\n")?;
+    let (src, so) = (tmp.join("probe.cpp"), tmp.join("probe.so"));
     Cmd::new(&c.path, format!("compile a test shared object with {var}={}", c.path.display()))
         .args(["-shared", "-fPIC", "-O1"])
         .args([&src])
@@ -339,7 +340,7 @@ fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<(
             Failure::env(format!("{e:#}"))
                 .hint(format!("{var} must compile C++ shared objects; e.g. {var}=/usr/bin/g++"))
         })?;
-    let data = std::fs::read(&so)?;
+    let data = tmp.read("probe.so", forge_wheel::wheel::read::limits::PARSED)?;
     let elf = crate::builder::relocate::ElfDynamic::parse(&data)?.context("test shared object is not ELF")?;
     let dynamic_std = elf.needed.iter().any(|n| n.starts_with("libstdc++.so"));
     if !dynamic_std && elf.defines_std {
@@ -347,9 +348,7 @@ fn check_dynamic_libstdcxx(var: &str, c: &Compiler, memo_dir: &Path) -> Result<(
             .hint(format!("a DeepEP built this way segfaults in HybridEPBuffer's constructor: use the system compiler, e.g. {var}=/usr/bin/g++"))
             .into());
     }
-    std::fs::create_dir_all(memo_dir)?;
-    std::fs::write(&memo, &c.version)?;
-    Ok(())
+    memos.write(&memo, c.version.as_bytes())
 }
 
 /// The provisioned target side of a cross build (made and used by `cross`).

@@ -16,6 +16,7 @@
 //! under the build root) -> milliseconds, from the last build that kept ninja
 //! logs; hostile or oversized files are ignored. Owns the history and the
 //! choice; the hook (`canon`) routes, `execute` starts the servers.
+use forge_os::fs::{Kind, Tree};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -47,11 +48,11 @@ fn valid_unit(u: &str) -> bool {
 /// The history of a revision: unit -> ms. A missing, oversized, linked or malformed
 /// file is no history (its units are dropped whole, never trusted in part).
 pub fn load(file: &Path) -> Option<BTreeMap<String, u64>> {
-    let meta = std::fs::symlink_metadata(file).ok()?;
-    if !meta.is_file() || meta.len() > MAX_BYTES {
+    let (dir, name) = place(file, false)?;
+    if !matches!(dir.kind(&name).ok()?, Kind::File { len } if len <= MAX_BYTES) {
         return None;
     }
-    let text = forge_os::fs::named::read_text(file, "the unit-time history", MAX_BYTES).ok()?;
+    let text = dir.read_text(&name, MAX_BYTES).ok()?;
     let times: BTreeMap<String, u64> = serde_json::from_str(&text).ok()?;
     let ok = times.len() <= MAX_UNITS && times.iter().all(|(u, ms)| valid_unit(u) && *ms <= 86_400_000);
     ok.then_some(times)
@@ -116,14 +117,15 @@ pub fn store(file: &Path, times: &BTreeMap<String, u64>) {
     if times.is_empty() {
         return;
     }
-    let Some(dir) = file.parent() else { return };
-    let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::io::Write::write_all(&mut tmp, &serde_json::to_vec_pretty(times).unwrap_or_default())?;
-        tmp.persist(file).map(|_| ()).map_err(|e| e.error)
-    };
-    let _ = write();
+    let Some((dir, name)) = place(file, true) else { return };
+    let _ = dir.write(&name, &serde_json::to_vec_pretty(times).unwrap_or_default());
+}
+
+/// A history file's folder in the cache as a tree (made when `create`), and its name.
+fn place(file: &Path, create: bool) -> Option<(Tree, std::ffi::OsString)> {
+    let (folder, name) = (file.parent()?, file.file_name()?.to_os_string());
+    let dir = if create { Tree::create(folder, "unit-time folder") } else { Tree::open(folder, "unit-time folder") };
+    Some((dir.ok()?, name))
 }
 
 /// The plan's line about it, or None.

@@ -32,6 +32,7 @@ use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 use crate::error::Failure;
 
+pub mod machine;
 mod more;
 pub mod named;
 mod temp;
@@ -335,6 +336,20 @@ impl Tree {
         self.dir.create_dir_all(&rel).map_err(|e| self.refused(&rel, e, "creating the folder"))
     }
 
+    /// Make the one folder `rel` with permission bits `mode` (less the umask):
+    /// its parent must exist, and anything already at `rel` (a link included)
+    /// is an error, never followed or reused.
+    pub fn create_dir(&self, rel: impl AsRef<Path>, mode: u32) -> Result<()> {
+        use cap_std::fs::DirBuilderExt;
+        let rel = self.rel(rel.as_ref())?;
+        let mut b = cap_std::fs::DirBuilder::new();
+        b.mode(mode);
+        self.dir.create_dir_with(&rel, &b).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => self.usage(&rel, "already exists"),
+            _ => self.refused(&rel, e, "creating the folder"),
+        })
+    }
+
     /// Remove the file (or link: the link itself) `rel`; absent is fine.
     pub fn remove_file(&self, rel: impl AsRef<Path>) -> Result<()> {
         let rel = self.rel(rel.as_ref())?;
@@ -479,6 +494,26 @@ impl Tree {
         Ok(f)
     }
 
+    /// An exclusive `flock` on the lock file `rel` (opened as [`Tree::open_lock`]:
+    /// created when absent, never through a link, never a FIFO), waiting for its
+    /// holder and checking for Ctrl-C every 100 ms; held until dropped.
+    pub fn lock_exclusive(&self, rel: impl AsRef<Path>) -> Result<Locked> {
+        let rel = rel.as_ref();
+        let f = self.open_lock(rel)?;
+        loop {
+            match f.try_lock() {
+                Ok(()) => return Ok(Locked(f)),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    crate::error::check_interrupted()?;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(anyhow::Error::new(e).context(format!("locking {}", self.join(rel).display())))
+                }
+            }
+        }
+    }
+
     /// Flush the folder itself to disk (after renames that must survive a crash).
     pub fn sync(&self) -> Result<()> {
         let f = self.dir.try_clone()?.into_std_file();
@@ -538,6 +573,11 @@ impl Tree {
         }
     }
 }
+
+/// A lock file held under an exclusive `flock` ([`Tree::lock_exclusive`]),
+/// released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct Locked(#[allow(dead_code)] std::fs::File);
 
 /// What [`Tree::stat`] tells.
 #[derive(Debug, Clone, Copy)]

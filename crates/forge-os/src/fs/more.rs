@@ -32,7 +32,7 @@ impl Tree {
 
     /// Make the folder `rel` (its parent must exist). `Ok(false)`: something
     /// is at `rel` already (a folder, a file, a link), and nothing changed.
-    pub fn create_dir(&self, rel: impl AsRef<Path>) -> Result<bool> {
+    pub fn make_dir(&self, rel: impl AsRef<Path>) -> Result<bool> {
         let rel = self.rel(rel.as_ref())?;
         match self.dir.create_dir(&rel) {
             Ok(()) => Ok(true),

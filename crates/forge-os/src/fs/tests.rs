@@ -168,10 +168,8 @@ fn new_names_and_new_folders_never_replace_what_is_there() {
     assert!(s.commit_new().unwrap());
     assert_eq!(tree.read("fresh", 3).unwrap(), b"key");
     assert_eq!(tree.names(".").unwrap(), ["dangling", "fresh", "old"], "no temporary left");
-    assert!(tree.create_dir("d").unwrap());
-    assert!(
-        !tree.create_dir("d").unwrap() && !tree.create_dir("old").unwrap() && !tree.create_dir("dangling").unwrap()
-    );
+    assert!(tree.make_dir("d").unwrap());
+    assert!(!tree.make_dir("d").unwrap() && !tree.make_dir("old").unwrap() && !tree.make_dir("dangling").unwrap());
     // the folder's own descriptor: a lock on it is seen through another opening
     let (a, b) = (tree.handle().unwrap(), Tree::open(t.path(), "again").unwrap().handle().unwrap());
     a.try_lock().unwrap();
@@ -197,4 +195,69 @@ fn an_opened_file_is_stated_on_its_descriptor() {
     let (f, _) = tree.open_file("k", 10).unwrap();
     let (s, by_name) = (Stat::of(&f).unwrap(), tree.stat("k").unwrap());
     assert_eq!((s.kind, s.mode & 0o777, s.ino), (Kind::File { len: 3 }, by_name.mode & 0o777, by_name.ino));
+}
+
+#[test]
+fn create_dir_makes_one_private_folder_and_never_reuses_what_is_there() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, t.path().join("link")).unwrap();
+    let tree = Tree::open(t.path(), "temp folder").unwrap();
+    tree.create_dir("root", 0o700).unwrap();
+    assert_eq!(std::fs::metadata(t.path().join("root")).unwrap().permissions().mode() & 0o777, 0o700);
+    for taken in ["root", "link"] {
+        let e = tree.create_dir(taken, 0o700).unwrap_err();
+        assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{e:#}");
+        assert!(format!("{e:#}").contains("already exists"), "{e:#}");
+    }
+    assert!(tree.create_dir("missing/root", 0o700).is_err(), "the parent must exist");
+    assert!(tree.create_dir("link/sub", 0o700).is_err() && !elsewhere.join("sub").exists());
+}
+
+#[test]
+fn the_machine_is_looked_at_through_links_without_opening_anything() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::create_dir(d.join("dir")).unwrap();
+    std::fs::write(d.join("dir/b"), b"xy").unwrap();
+    std::fs::write(d.join("dir/a"), b"").unwrap();
+    std::os::unix::fs::symlink("dir/b", d.join("to-file")).unwrap();
+    std::os::unix::fs::symlink("nowhere", d.join("dangling")).unwrap();
+    mkfifo(&d.join("fifo"));
+    assert!(machine::is_file(&d.join("to-file")) && machine::is_dir(&d.join("dir")));
+    assert_eq!(machine::facts(&d.join("to-file")).unwrap().kind, Kind::File { len: 2 });
+    assert_eq!(machine::kind(&d.join("to-file")), Kind::Link);
+    assert_eq!(machine::kind(&d.join("fifo")), Kind::Special);
+    assert!(!machine::exists(&d.join("dangling")) && machine::kind(&d.join("dangling")) == Kind::Link);
+    assert_eq!(machine::names(&d.join("dir")), ["a", "b"]);
+    assert!(machine::names(&d.join("fifo")).is_empty());
+    assert_eq!(machine::real(&d.join("to-file")).unwrap(), d.join("dir/b").canonicalize().unwrap());
+    // The nearest thing that exists above a path, and what it is.
+    assert_eq!(machine::nearest(&d.join("dir/x/y")), (d.join("dir"), Kind::Dir));
+    assert_eq!(machine::nearest(&d.join("dir/b/x")).1, Kind::File { len: 2 });
+    assert_eq!(machine::nearest(&d.join("dangling")), (d.join("dangling"), Kind::Link));
+    assert_eq!(machine::nearest(Path::new("no-such-folder-here/x")), (PathBuf::from("."), Kind::Dir));
+}
+
+#[test]
+fn an_exclusive_lock_waits_for_its_holder_and_refuses_a_planted_link() {
+    let t = tempfile::tempdir().unwrap();
+    let tree = Tree::open(t.path(), "build root's folder").unwrap();
+    let held = tree.lock_exclusive("root.lock").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = t.path().to_path_buf();
+    let waiter = std::thread::spawn(move || {
+        let tree = Tree::open(&path, "build root's folder").unwrap();
+        let _l = tree.lock_exclusive("root.lock").unwrap();
+        tx.send(()).unwrap();
+    });
+    assert!(rx.recv_timeout(std::time::Duration::from_millis(300)).is_err(), "waits while held");
+    drop(held);
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("taken once released");
+    waiter.join().unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", t.path().join("planted.lock")).unwrap();
+    let e = tree.lock_exclusive("planted.lock").unwrap_err();
+    assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{e:#}");
 }

@@ -383,7 +383,7 @@ impl Cache {
     fn take(tmp: &Tree, name: &str) -> Result<Option<Staging>> {
         let lock_rel = format!("{name}.lock");
         let Some(f) = lock::try_exclusive_in(tmp, &lock_rel)? else { return Ok(None) };
-        if !lock::still_in(&f, tmp, &lock_rel) || !tmp.create_dir(name)? {
+        if !lock::still_in(&f, tmp, &lock_rel) || !tmp.make_dir(name)? {
             return Ok(None); // a cleaner took it between create and lock, or a leftover is there
         }
         let tree = tmp.sub(name, "cache staging folder")?;
@@ -628,7 +628,7 @@ pub fn make_dir(tree: &Tree, rel: impl AsRef<Path>) -> Result<()> {
         at.push(c);
         match tree.kind(&at)? {
             Kind::Dir => continue,
-            Kind::Missing if tree.create_dir(&at)? => continue,
+            Kind::Missing if tree.make_dir(&at)? => continue,
             Kind::Missing if tree.kind(&at)? == Kind::Dir => continue, // made meanwhile by another process
             Kind::Link => return Err(planted(tree, &at)),
             k => {
@@ -747,7 +747,7 @@ mod tests {
         let (good, bad) = c.entries();
         assert!(good.is_empty() && bad[0].problem.contains("symbolic link"), "{bad:?}");
         let stage = c.stage().unwrap();
-        stage.tree().create_dir("entry").unwrap();
+        stage.tree().make_dir("entry").unwrap();
         assert!(c.publish_staged(&stage, "entry", &key).is_err());
         assert_eq!(std::fs::read(victim.join("entry.json")).unwrap(), b"{}");
         assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1);

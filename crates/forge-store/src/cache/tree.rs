@@ -188,7 +188,7 @@ impl Trees {
         let name = dest.file_name().with_context(|| format!("{} names no folder", dest.display()))?;
         let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let parent = Tree::open(parent, "build folder")?;
-        if !parent.create_dir(name)? {
+        if !parent.make_dir(name)? {
             bail!("{} exists: a tree is restored into a new folder only", dest.display());
         }
         restore_files(&top, &m, &parent.sub(name, "build folder")?, mtime).map(Some)

@@ -143,7 +143,7 @@ pub fn write_in(tree: &Tree, sha256: &str, kind: Kind, envelope: &[u8]) -> Resul
     match tree.kind(sha256)? {
         fs::Kind::Dir => {}
         fs::Kind::Missing => {
-            tree.create_dir(sha256)?;
+            tree.make_dir(sha256)?;
         }
         k => {
             return Err(Failure::usage(format!("{} is {}, not a folder", tree.join(sha256).display(), k.noun()))

@@ -106,7 +106,7 @@ impl Out {
             at.push(name);
             let mut kind = self.tree.kind(&at)?;
             if kind == Kind::Missing && make {
-                self.tree.create_dir(&at)?;
+                self.tree.make_dir(&at)?;
                 kind = self.tree.kind(&at)?;
             }
             if kind == Kind::Missing {

@@ -53,6 +53,12 @@ pub struct Wheel {
 /// a zip or whose layout is unbounded work is bad input (exit 2, named).
 pub fn open(path: &Path) -> Result<Wheel> {
     let (file, size) = forge_os::fs::named::open(path, "wheel", forge_os::input::cap::WHEEL)?;
+    opened(file, size, path)
+}
+
+/// A wheel already opened (through a `Tree`: a regular file of `size` bytes
+/// under the wheel cap) as [`open`] reads it; `path` names it in messages.
+pub fn opened(file: File, size: u64, path: &Path) -> Result<Wheel> {
     let reader = file.try_clone().map_err(|e| Failure::usage(format!("cannot read wheel {}: {e}", path.display())))?;
     let mut zip = zip::ZipArchive::new(BufReader::new(reader)).map_err(|e| {
         Failure::usage(format!("{} is not a readable wheel (zip): {e}", path.display()))
