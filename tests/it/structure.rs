@@ -441,7 +441,7 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("pinset/txn.rs", 1, "the user's state folder ($XDG_STATE_HOME) for pin set's journals and locks"),
     ("process/lookup.rs", 4, "a program on PATH, or named by $DEEPEP_FORGE_UV or next to --python"),
     ("process/mod.rs", 2, "the build log the caller names, written and then its tail read"),
-    ("topology/recipe.rs", 4, "the recipe the user names and --recipe-root, resolved, the git repository around the recipe, and that folder as the tree `defaults:` are read from"),
+    ("topology/recipe.rs", 5, "the recipe the user names (read as named) and --recipe-root, resolved, the git repository around the recipe, and that folder as the tree `defaults:` are read from"),
     ("wheel/read.rs", 1, "a wheel the caller names (`--wheel`, a built or fetched wheel)"),
     ("wheel/stamp.rs", 1, "the new wheel file in the folder the caller stages it in"),
 ];

@@ -184,7 +184,11 @@ impl Loader {
         if self.memo.len() >= MAX_FILES {
             return Err(bad(path, format!("the recipe pulls in more than {MAX_FILES} files")));
         }
-        let text = self.tree.read_text(&canonical, forge_os::input::cap::TEXT).map_err(unreadable)?;
+        // The recipe the user names is read as they name it (a link they name is followed).
+        let text = match declared_by {
+            None => forge_os::fs::named::read_text(path, "recipe", forge_os::input::cap::TEXT)?,
+            Some(_) => self.tree.read_text(&canonical, forge_os::input::cap::TEXT).map_err(unreadable)?,
+        };
         // The YAML scanner slows down quadratically with flow nesting (`[[[[...`);
         // serde_norway's own limit applies only after scanning.
         if flow_depth(&text) > MAX_FLOW_DEPTH {
