@@ -45,15 +45,19 @@ pub enum PlaceKind {
     Unread(&'static str),
 }
 
-/// At most this many places are read: a file that writes the revision more often is not understood.
+/// At most this many places are probed: a file that writes the revision more often (outside
+/// comments and longer words) is not understood.
 pub const MAX_PLACES: usize = 256;
 
 /// Every place `rev` (a full sha) is written in `text`, each with what it is.
 /// `None`: more than [`MAX_PLACES`] places (refused as not understood).
 pub fn places(text: &str, rev: &str) -> Option<Vec<Place>> {
     let mut out: Vec<Place> = candidates(text, rev).collect();
-    if out.len() > MAX_PLACES {
+    if out.iter().filter(|p| p.kind != PlaceKind::Other).count() > MAX_PLACES {
         return None;
+    }
+    if out.iter().all(|p| p.kind == PlaceKind::Other) {
+        return Some(out); // nothing to probe: the text is not read again
     }
     let probes: Vec<String> = (0..out.len()).map(|i| probe(rev, i)).collect();
     let mut probed = String::with_capacity(text.len());
