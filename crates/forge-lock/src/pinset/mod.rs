@@ -246,10 +246,10 @@ impl Applied {
 
 /// `deepep-forge pin set`: everything validated, every file staged and
 /// moved; the command prints [`Applied::pinned`], then calls [`Applied::finish`].
-// Over 60 lines: the one transaction of `pin set`, in the order its guarantee
-// needs (1. everything validated and the label's source read, 2. every file
-// resolved and journalled, 3. written); its validation and source reading
-// live in helpers below.
+// The one transaction of `pin set`, in the order its guarantee needs (1.
+// everything validated and the label's source read, 2. every file resolved
+// and journalled, 3. written); its validation and source reading live in
+// helpers below.
 pub fn set(args: SetRequest, folders: &Folders) -> Result<Applied> {
     // 1. Everything that can fail on input, before any write.
     let flags = place_flags(&args.place.project, &args.place.pins, args.place.no_pins);
@@ -274,7 +274,7 @@ pub fn set(args: SetRequest, folders: &Folders) -> Result<Applied> {
     let again = again_command(&args, &r.rev, &flags);
     // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
     let guard = forge_os::error::Cooperative::enter();
-    let project = held.place.project.path().to_path_buf();
+    let project = args.place.project.clone();
     let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
 
     // 3. Written: every file staged, then each renamed into place.

@@ -257,11 +257,6 @@ impl Place {
     }
 }
 
-/// Writable by us, and not marked read-only.
-fn writable(tree: &Tree, rel: &Path) -> bool {
-    tree.writable(rel)
-}
-
 /// Refuse (exit 2) a read-only file, or a folder where the temp file cannot be made.
 pub fn check_writable(place: &Place, c: &Change) -> Result<()> {
     let tree = place.tree(c.root);
@@ -269,7 +264,7 @@ pub fn check_writable(place: &Place, c: &Change) -> Result<()> {
     let dir = parent(&c.rel);
     let link =
         if c.named != c.rel { format!(" (the target of the symlink {})", c.shown.display()) } else { String::new() };
-    if c.old.is_some() && !writable(tree, &c.rel) {
+    if c.old.is_some() && !tree.writable(&c.rel) {
         return Err(Failure::usage(format!(
             "{}{link} is read-only: pin set would change it, so nothing was changed",
             real.display()
@@ -277,7 +272,7 @@ pub fn check_writable(place: &Place, c: &Change) -> Result<()> {
         .hint(format!("make it writable (chmod u+w {}) and run pin set again", real.display()))
         .into());
     }
-    if !writable(tree, dir) {
+    if !tree.writable(dir) {
         return Err(Failure::usage(format!(
             "the folder {} is not writable: {}{link} is replaced through a temp file there, so nothing was changed",
             tree.join(dir).display(),
