@@ -38,7 +38,8 @@ impl PinsArg {
 
     /// The file given, else `pins.toml` when it exists.
     pub fn if_present(&self) -> Option<&Path> {
-        self.given().or_else(|| Some(self.path()).filter(|p| p.exists()))
+        self.given()
+            .or_else(|| Some(self.path()).filter(|p| forge_os::fs::named::kind(p) != forge_os::fs::Kind::Missing))
     }
 }
 

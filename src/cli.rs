@@ -231,9 +231,9 @@ pub fn run(command: Command) -> Result<Exit> {
             }
             Ok(Exit::Ok)
         }
-        Command::Lock(LockCommand::Check(a)) => forge_lock::lock::check(&a.request(), a.format),
-        Command::Pin(PinCommand::Set(a)) => forge_lock::pinset::set(a.request()),
-        Command::Pin(PinCommand::Recover(a)) => forge_lock::pinset::recover(a.request()),
+        Command::Lock(LockCommand::Check(a)) => crate::commands::lock::run(&a),
+        Command::Pin(PinCommand::Set(a)) => crate::commands::pin::set(a),
+        Command::Pin(PinCommand::Recover(a)) => crate::commands::pin::recover(a),
         Command::Plan(a) => crate::commands::build::plan(a),
         Command::BuildWheel(a) => crate::commands::build::build_wheel(a),
         Command::Publish(a) => crate::commands::publish::run(a),
@@ -263,11 +263,13 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Man(a) => {
             let pages = man_pages()?;
             let Some(dir) = a.out_dir else { return write_stdout(&pages[0].1) };
-            std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+            let out = forge_os::fs::Tree::create(&dir, "man page folder")?;
+            // Every page staged before any is put in place: a page that cannot be written delivers none.
+            let mut delivery = forge_os::fs::Delivery::new();
             for (name, page) in &pages {
-                let path = dir.join(name);
-                std::fs::write(&path, page).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                delivery.add(&out, name, forge_os::fs::PUBLIC, |f| Ok(std::io::Write::write_all(f, page)?))?;
             }
+            delivery.commit()?;
             forge_os::outln!("wrote {} man pages to {}", pages.len(), dir.display());
             Ok(Exit::Ok)
         }

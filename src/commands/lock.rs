@@ -1,8 +1,14 @@
-//! `lock check`: the flags, turned into `lock::CheckRequest`.
+//! `lock check`: the flags, turned into `lock::CheckRequest`; the project
+//! opened as a tree (the one place its path becomes one); the report printed
+//! in the format asked, and the exit code (1 with an error finding).
 use std::path::PathBuf;
+
+use anyhow::Result;
 
 use crate::args::{CacheDirArg, ProjectArgs, TrustedKeysArg};
 use forge_lock::lock::CheckRequest;
+use forge_os::error::Exit;
+use forge_os::output::Format;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -66,4 +72,17 @@ impl CheckArgs {
             evidence_policy: true,
         }
     }
+}
+
+/// `deepep-forge lock check`: check, then print the report.
+pub fn run(a: &CheckArgs) -> Result<Exit> {
+    let req = a.request();
+    let project = forge_os::fs::Tree::open(&req.project, "project")?;
+    let report = forge_lock::lock::run_check(&req, &project)?;
+    match a.format {
+        Format::Json => forge_os::printer::json(&report)?,
+        Format::Human => forge_os::out!("{}", forge_lock::lock::render_human(&report)),
+        Format::Github => forge_os::printer::workflow(&forge_lock::lock::render_github(&report)),
+    }
+    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
 }

@@ -1,8 +1,15 @@
-//! `pin set|recover`: the flags, turned into `pinset::{SetRequest, RecoverRequest}`.
-use std::path::PathBuf;
+//! `pin set|recover`: the flags, turned into `pinset::{SetRequest, RecoverRequest}`;
+//! the project and the pins file's folder opened as trees (the one place their
+//! paths become ones); what was done printed, and the exit code.
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
 
 use crate::args::{CacheDirArg, ProjectArgs};
-use forge_lock::pinset::{RecoverRequest, SetRequest};
+use forge_lock::lock::ProjectPlace;
+use forge_lock::pinset::{Folders, Next, Pinned, RecoverRequest, SetRequest};
+use forge_os::error::{Exit, Failure};
+use forge_os::fs::Tree;
 
 #[derive(Debug, clap::Args)]
 pub struct SetArgs {
@@ -81,4 +88,82 @@ impl RecoverArgs {
     pub fn request(self) -> RecoverRequest {
         RecoverRequest { place: self.place.place() }
     }
+}
+
+/// The project folder, and the pins file's folder unless --no-pins (a
+/// missing one is "pins file not found", as every command says it).
+fn folders(place: &ProjectPlace) -> Result<Folders> {
+    let project = Tree::open(&place.project, "project")?;
+    if place.no_pins {
+        return Ok(Folders { project, pins: None });
+    }
+    let dir = place.pins.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let pins = Tree::open(dir, "pins folder").map_err(|_| {
+        Failure::usage(format!("pins file not found: {}", place.pins.display()))
+            .hint("pass --pins FILE, run from the directory that holds pins.toml, or use --no-pins where the command offers it")
+    })?;
+    Ok(Folders { project, pins: Some(pins) })
+}
+
+/// `deepep-forge pin set`: move the pin, print what moved, then finish (commit,
+/// or relock and check).
+pub fn set(a: SetArgs) -> Result<Exit> {
+    let req = a.request();
+    let folders = folders(&req.place)?;
+    let applied = forge_lock::pinset::set(req, &folders)?;
+    print_pinned(&applied.pinned);
+    match applied.finish()? {
+        Next::Plan(pins) => forge_os::outln!("next: deepep-forge plan{pins}"),
+        Next::Commands { command, key_note } => {
+            if key_note {
+                forge_os::note!("{}", forge_lock::pinset::KEY_NOTE);
+            }
+            forge_os::outln!("next: {command}");
+        }
+        Next::Relocked(check) => {
+            forge_os::outln!("uv lock: ok");
+            let report = forge_lock::lock::run_check(&check, &folders.project)?;
+            forge_os::out!("{}", forge_model::findings::render_human(&report.findings));
+            forge_os::outln!(
+                "lock check: {} error(s), {} warning(s), {} note(s)",
+                report.errors,
+                report.warnings,
+                report.notes
+            );
+            return Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok });
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// What moved, where, and the label; a label split is warned about.
+fn print_pinned(p: &Pinned) {
+    forge_os::outln!("pinned DeepEP {} ({}) for {}", p.rev, p.short, p.arches);
+    match &p.places {
+        None => forge_os::outln!("{}: none (pins.toml alone)", p.pyproject.display()),
+        Some(places) if places.is_empty() => forge_os::outln!("{}: already at that revision", p.pyproject.display()),
+        Some(places) => forge_os::outln!("{}: {}", p.pyproject.display(), places.join(", ")),
+    }
+    if let Some(l) = &p.label {
+        forge_os::outln!("label: {l}");
+    }
+    if let Some((path, changed)) = &p.pins {
+        forge_os::outln!("{}: {}", path.display(), if *changed { "updated" } else { "already at that revision" });
+    }
+    if let Some(n) = &p.branch_note {
+        forge_os::note!("{n}");
+    }
+    if let Some(which) = &p.split {
+        forge_os::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", forge_os::printer::label("warning"));
+    }
+}
+
+/// `deepep-forge pin recover`: every file back as it was, a line each.
+pub fn recover(a: RecoverArgs) -> Result<Exit> {
+    let req = a.request();
+    let folders = folders(&req.place)?;
+    for line in forge_lock::pinset::recover(req, &folders)? {
+        forge_os::outln!("{line}");
+    }
+    Ok(Exit::Ok)
 }

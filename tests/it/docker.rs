@@ -308,6 +308,17 @@ fn fixtures() -> PathBuf {
     root().join("tests/fixtures/dockerfiles")
 }
 
+/// The Dockerfiles `lock check` finds in `project` (opened as the command opens it).
+fn discover(project: &Path, extra: &[PathBuf]) -> anyhow::Result<Vec<dockerfile::Dockerfile>> {
+    dockerfile::discover(&forge_os::fs::Tree::open(project, "project")?, project, extra)
+}
+
+/// One Dockerfile as `--dockerfile FILE` reads it.
+fn given(file: &Path) -> dockerfile::Dockerfile {
+    let text = std::fs::read_to_string(file).unwrap();
+    dockerfile::Dockerfile { path: file.to_path_buf(), rel: None, text }
+}
+
 fn pins_and_revs() -> (Pins, BTreeMap<Arch, String>) {
     let p = Pins::load(&root().join("pins.toml")).unwrap();
     let revs = p.pins.iter().map(|(a, pin)| (*a, pin.rev.clone())).collect();
@@ -318,13 +329,14 @@ fn pins_and_revs() -> (Pins, BTreeMap<Arch, String>) {
 fn discover_finds_root_and_docker_dockerfiles_then_extras() {
     let project = fixtures().join("project");
     let extra = fixtures().join("revs.Dockerfile");
-    let found = dockerfile::discover(&project, &[extra.clone(), project.join("Dockerfile")]).unwrap();
-    let rel: Vec<String> = found.iter().map(|p| p.strip_prefix(fixtures()).unwrap().display().to_string()).collect();
+    let found = discover(&project, &[extra.clone(), project.join("Dockerfile")]).unwrap();
+    let rel: Vec<String> =
+        found.iter().map(|d| d.path.strip_prefix(fixtures()).unwrap().display().to_string()).collect();
     assert_eq!(rel, ["project/Dockerfile", "project/docker/hopper/Dockerfile.multinode", "revs.Dockerfile"]);
-    let e = dockerfile::discover(&project, &[fixtures().join("nope/Dockerfile")]).unwrap_err();
+    let e = discover(&project, &[fixtures().join("nope/Dockerfile")]).unwrap_err();
     assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage);
     assert!(format!("{e:#}").contains("nope/Dockerfile"), "{e:#}");
-    let e = dockerfile::discover(&fixtures().join("no-such-project"), &[]).unwrap_err();
+    let e = discover(&fixtures().join("no-such-project"), &[]).unwrap_err();
     assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage);
 }
 
@@ -332,8 +344,8 @@ fn discover_finds_root_and_docker_dockerfiles_then_extras() {
 fn nemo_rl_shaped_image_is_judged_against_the_variants() {
     let (p, revs) = pins_and_revs();
     let project = fixtures().join("project");
-    let files = dockerfile::discover(&project, &[]).unwrap();
-    let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
+    let files = discover(&project, &[]).unwrap();
+    let f = dockerfile::check(&files, Some(&p), &revs);
     let got: Vec<(String, String, usize)> = f
         .iter()
         .map(|f| (f.file.file_name().unwrap().to_string_lossy().into_owned(), f.rule.to_string(), f.line.unwrap()))
@@ -369,13 +381,13 @@ fn nemo_rl_shaped_image_is_judged_against_the_variants() {
     // Pasting the blocks into pins.toml makes the same image clean.
     let text = std::fs::read_to_string(root().join("pins.toml")).unwrap() + "\n" + &blocks.join("\n");
     let p2 = Pins::parse(&text, Path::new("pins.toml")).unwrap();
-    assert!(dockerfile::check(&files, Some(&p2), &revs).unwrap().is_empty());
+    assert!(dockerfile::check(&files, Some(&p2), &revs).is_empty());
 
     // Declare NeMo-RL's combination as a variant with a fat topology and the same image is clean.
     let text = std::fs::read_to_string(root().join("pins.toml")).unwrap()
         + "\n[[variant]]\nname = \"nemo-rl\"\narch = \"x86_64\"\ncuda_arch_list = \"10.0;9.0\"\nmultinode = true\nrdma_core_home = \"/opt/rdma-core/build\"\ntopology = { gpu = [\"h100\", \"b200\"], nodes = 2, gpus_per_node = 8, ep = 16, ranks_per_domain = 8, mnnvl = false }\n";
     let p2 = Pins::parse(&text, Path::new("pins.toml")).unwrap();
-    assert!(dockerfile::check(&files, Some(&p2), &revs).unwrap().is_empty());
+    assert!(dockerfile::check(&files, Some(&p2), &revs).is_empty());
 }
 
 /// The `[[variant]]` tables of a fix, as a user would paste them.
@@ -395,7 +407,7 @@ fn a_platform_stage_gets_one_block_and_arch_lists_compare_as_sets() {
         "FROM --platform=linux/amd64 ubuntu:24.04 AS wheel\nENV TORCH_CUDA_ARCH_LIST=\"10.0;9.0\"\nENV HYBRID_EP_MULTINODE=0\nRUN uv sync --locked\n",
     )
     .unwrap();
-    let f = dockerfile::check(std::slice::from_ref(&file), Some(&p), &revs).unwrap();
+    let f = dockerfile::check(&[given(&file)], Some(&p), &revs);
     assert_eq!(f.len(), 1, "{}", forge_model::findings::render_human(&f));
     assert_eq!((f[0].rule.as_str(), f[0].arch), ("dockerfile-build-undeclared", Some(Arch::X86_64)));
     let blocks = paste_blocks(f[0].fix.as_deref().unwrap());
@@ -408,21 +420,21 @@ fn a_platform_stage_gets_one_block_and_arch_lists_compare_as_sets() {
     assert!(!blocks[0].contains("transport"), "single-node: {}", blocks[0]);
     let text = std::fs::read_to_string(root().join("pins.toml")).unwrap() + "\n" + &blocks[0];
     let p2 = Pins::parse(&text, Path::new("pins.toml")).unwrap();
-    assert!(dockerfile::check(std::slice::from_ref(&file), Some(&p2), &revs).unwrap().is_empty());
+    assert!(dockerfile::check(&[given(&file)], Some(&p2), &revs).is_empty());
     // The shipped h100-multinode build written with another separator and spacing: no finding.
     std::fs::write(
         &file,
         "FROM ubuntu:24.04\nARG LIST=\" 9.0; \"\nENV TORCH_CUDA_ARCH_LIST=${LIST} HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n",
     )
     .unwrap();
-    let f = dockerfile::check(std::slice::from_ref(&file), Some(&p), &revs).unwrap();
+    let f = dockerfile::check(&[given(&file)], Some(&p), &revs);
     assert!(f.is_empty(), "{}", forge_model::findings::render_human(&f));
 }
 
 #[test]
 fn revisions_are_full_shas_matching_the_pins() {
     let (p, revs) = pins_and_revs();
-    let f = dockerfile::check(&[fixtures().join("revs.Dockerfile")], Some(&p), &revs).unwrap();
+    let f = dockerfile::check(&[given(&fixtures().join("revs.Dockerfile"))], Some(&p), &revs);
     let got: Vec<(&str, usize)> = f.iter().map(|f| (f.rule.as_str(), f.line.unwrap())).collect();
     assert_eq!(
         got,
@@ -439,9 +451,9 @@ fn revisions_are_full_shas_matching_the_pins() {
 #[test]
 fn the_shipped_dockerfile_passes_its_own_rules() {
     let (p, revs) = pins_and_revs();
-    let files = dockerfile::discover(&root(), &[]).unwrap();
-    assert!(files.contains(&root().join("docker/Dockerfile")), "{files:?}");
-    let f = dockerfile::check(&files, Some(&p), &revs).unwrap();
+    let files = discover(&root(), &[]).unwrap();
+    assert!(files.iter().any(|d| d.path == root().join("docker/Dockerfile")), "{files:?}");
+    let f = dockerfile::check(&files, Some(&p), &revs);
     assert!(f.is_empty(), "{}", forge_model::findings::render_human(&f));
 }
 

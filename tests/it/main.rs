@@ -62,6 +62,7 @@ mod registry;
 mod repro;
 mod runtime;
 mod safe_build;
+mod safe_lock;
 mod safe_store;
 mod side_by_side;
 mod structure;

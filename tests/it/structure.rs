@@ -452,6 +452,21 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("builder/prepare.rs", 2, "the cache folder (--cache-dir); a temporary folder in it for the source patches' check"),
     ("builder/toolchain.rs", 3, "the toolchain memo folder in the cache (twice); a temporary folder for the libstdc++ probe"),
     ("builder/unit_order.rs", 2, "the unit-time history folder in the cache; a kept ninja log"),
+    ("args.rs", 1, "whether ./pins.toml, the default --pins, is there"),
+    ("cli.rs", 1, "the folder `man --out-dir` names"),
+    ("commands/lock.rs", 1, "the --project folder of `lock check`"),
+    ("commands/pin.rs", 2, "the --project folder and the folder of the --pins file, for `pin set` and `pin recover`"),
+    ("lock/dockerfile/mod.rs", 1, "a --dockerfile FILE the user names (it may lie outside the project)"),
+    ("lock/mod.rs", 1, "a finding's path and $GITHUB_WORKSPACE (or the project) with links resolved, to tell whether one lies in the other"),
+    ("patches.rs", 3, "pins.toml's folder, resolved, the git repository around it, and the folder opened as the tree its patch files are read from"),
+    ("pinset/patches.rs", 4, "the cache's temp folder (--cache-dir) and a scratch folder in it; pins.toml's folder and a --patch FILE, resolved, to tell that the patch lies beside or below it"),
+    ("pinset/source.rs", 2, "whether --source names a folder, and the temporary folder a --source URL is cloned into"),
+    ("pinset/txn.rs", 1, "the user's state folder ($XDG_STATE_HOME) for pin set's journals and locks"),
+    ("process/lookup.rs", 4, "a program on PATH, or named by $DEEPEP_FORGE_UV or next to --python"),
+    ("process/mod.rs", 2, "the build log the caller names, written and then its tail read"),
+    ("topology/recipe.rs", 5, "the recipe the user names (read as named) and --recipe-root, resolved, the git repository around the recipe, and that folder as the tree `defaults:` are read from"),
+    ("wheel/read.rs", 1, "a wheel the caller names (`--wheel`, a built or fetched wheel)"),
+    ("wheel/stamp.rs", 1, "the new wheel file in the folder the caller stages it in"),
 ];
 
 #[test]

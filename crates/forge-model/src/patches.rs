@@ -98,29 +98,31 @@ pub fn load(pins: &Path, entries: &[&Entry]) -> Result<Vec<SourcePatch>> {
 }
 
 /// A patch file beside pins.toml: inside pins.toml's git repository, no link
-/// on the way, a regular file of at most [`MAX_BYTES`], UTF-8 text.
+/// on the way, a regular file of at most [`MAX_BYTES`], UTF-8 text. Read
+/// through pins.toml's folder as a tree (nothing resolved out of it).
 fn read_file(base: &Path, rel: &str, at: &str) -> Result<String> {
-    let base = std::fs::canonicalize(base)?;
-    if !base.ancestors().any(|a| a.join(".git").symlink_metadata().is_ok()) {
+    use forge_os::fs::Kind;
+    let real = forge_os::fs::named::canonical(base, "pins.toml's folder")?;
+    if !real.ancestors().any(|a| forge_os::fs::named::kind(&a.join(".git")) != Kind::Missing) {
         return Err(Failure::usage(format!(
             "{at}: patch `{rel}`: pins.toml is not inside a git repository, and patches must be committed beside it"
         ))
         .hint("keep pins.toml and its patches in the repository that reviews them")
         .into());
     }
-    let mut p = base.clone();
+    let tree = forge_os::fs::Tree::open(&real, "pins.toml's folder")?;
+    let mut p = std::path::PathBuf::new();
     for c in Path::new(rel).components() {
         p.push(c);
-        let is_link = p.symlink_metadata().map(|m| m.file_type().is_symlink()).unwrap_or(false);
-        if is_link {
+        if tree.kind(&p)? == Kind::Link {
             return Err(Failure::usage(format!(
                 "{at}: patch `{rel}`: {} is a symbolic link; a patch file must be a plain file inside pins.toml's repository",
-                forge_os::input::excerpt(&p.display().to_string(), 120)
+                forge_os::input::excerpt(&tree.join(&p).display().to_string(), 120)
             ))
             .into());
         }
     }
-    let bytes = match forge_os::fs::named::read_bytes_opt(&p, "patch file", MAX_BYTES) {
+    let bytes = match tree.read_opt(rel, MAX_BYTES) {
         Ok(Some(b)) => b,
         Ok(None) => return Err(Failure::usage(format!("{at}: patch `{rel}` not found beside pins.toml")).into()),
         Err(e) => {

@@ -250,9 +250,10 @@ pub fn github_log(human: &str) -> String {
 
 /// 128 random bits as hex, from the kernel (std's hasher keys as a fallback).
 fn random_token() -> String {
-    use std::io::Read;
     let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+    // SAFETY: getrandom(2) writes at most `b.len()` bytes into `b`.
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if got != b.len() as isize {
         use std::hash::{BuildHasher, Hasher};
         for (i, chunk) in b.chunks_mut(8).enumerate() {
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -266,25 +267,19 @@ fn random_token() -> String {
 /// `path` relative to the workspace when it lies inside it (relative paths are
 /// taken from the current directory); otherwise unchanged.
 pub fn workspace_relative(path: &Path, workspace: Option<&Path>) -> PathBuf {
-    let Some(ws) = workspace.filter(|w| !w.as_os_str().is_empty()) else { return path.to_path_buf() };
-    let abs = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        match std::env::current_dir() {
-            Ok(d) => d.join(path),
-            Err(_) => return path.to_path_buf(),
-        }
-    };
-    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let abs = lexical(&abs);
-    for ws in [lexical(ws), canon(ws)] {
-        for candidate in [abs.clone(), canon(&abs)] {
-            if let Ok(rel) = candidate.strip_prefix(&ws) {
-                return rel.to_path_buf();
-            }
-        }
+    workspace.and_then(|ws| relative_to(path, ws)).unwrap_or_else(|| path.to_path_buf())
+}
+
+/// `path` relative to the folder `base` when it lies inside it, both taken
+/// as written (relative paths from the current directory, `.` and `..` taken
+/// away without asking the file system); `None` when it does not (or `base`
+/// is empty). A caller that must see through links resolves both first.
+pub fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
+    if base.as_os_str().is_empty() {
+        return None;
     }
-    path.to_path_buf()
+    let abs = |p: &Path| std::path::absolute(p).ok().map(|a| lexical(&a));
+    abs(path)?.strip_prefix(abs(base)?).ok().map(Path::to_path_buf)
 }
 
 /// `a/./b/../c` -> `a/c` without touching the filesystem.

@@ -5,7 +5,9 @@
 //! Reading is split by file (`pyproject`, `uvlock`: each yields
 //! [`Reference`]s with file:line and the architectures they apply to, using
 //! `marker`), judging lives in `rules`. Parsing uses the serde `toml` crate
-//! (fast path); `toml_edit` is for `pin set` only.
+//! (fast path); `toml_edit` is for `pin set` only. Every file of the project
+//! is read through its [`Tree`] (a link out of it is refused, exit 2); the
+//! check returns a [`Report`], which the command renders and prints.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -15,8 +17,8 @@ use serde::Serialize;
 
 use forge_model::findings::{self, Finding, Severity};
 use forge_model::pins::{Arch, Pins};
-use forge_os::error::{Exit, Failure};
-use forge_os::output::Format;
+use forge_os::error::Failure;
+use forge_os::fs::Tree;
 
 pub mod causes;
 pub mod dockerfile;
@@ -45,9 +47,11 @@ pub struct ProjectPlace {
 }
 
 /// What `lock check` checks, as plain data (no clap type): made from the flags
-/// by the CLI, or by `pin set --relock` for the project it just changed.
+/// by the CLI, or by `pin set --relock` for the project it just changed. The
+/// project itself is read through the [`Tree`] the command opened.
 #[derive(Debug, Clone)]
 pub struct CheckRequest {
+    /// The project as messages name it.
     pub project: PathBuf,
     /// The pins file; `None` under --no-pins (the project's own intent).
     pub pins: Option<PathBuf>,
@@ -270,22 +274,17 @@ fn read_revisions(req: &CheckRequest, pins: Option<&Pins>, ctx: &rules::Context)
     revision::read(pins, req.source.as_deref(), req.cache_dir.clone(), revs)
 }
 
-/// Run the whole check and build the report (no printing).
-pub fn run_check(req: &CheckRequest) -> Result<Report> {
+/// Run the whole check and build the report (no printing). `project` is the
+/// project folder (`req.project`) opened as a tree.
+pub fn run_check(req: &CheckRequest, project: &Tree) -> Result<Report> {
     let pins = req.pins.as_deref().map(Pins::load).transpose()?;
     let name = match &pins {
         Some(p) => PackageName::new(p.source.name.clone())
             .map_err(|e| Failure::usage(format!("{}: source.name `{}`: {e}", p.path.display(), p.source.name)))?,
         None => PackageName::new("deep_ep".to_string()).expect("valid name"),
     };
-    if !req.project.is_dir() {
-        return Err(Failure::usage(format!("project directory not found: {}", req.project.display()))
-            .hint("pass --project DIR, the folder that holds pyproject.toml")
-            .into());
-    }
     let py_path = shown(&req.project.join("pyproject.toml"));
-    let Some(py_text) = forge_os::fs::named::read_text_opt(&py_path, "pyproject.toml", forge_os::input::cap::TEXT)?
-    else {
+    let Some(py_text) = project.read_text_opt("pyproject.toml", forge_os::input::cap::TEXT)? else {
         return Err(Failure::usage(format!("cannot read {}: not found", py_path.display()))
             .hint("--project must name a folder with a pyproject.toml")
             .into());
@@ -293,8 +292,9 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
     let py = pyproject::read(&py_path, &py_text, &name)?;
 
     let lock_path = shown(&req.project.join("uv.lock"));
-    let lock = match forge_os::fs::named::read_text_opt(&lock_path, "uv.lock", forge_os::input::cap::LOCK)? {
-        Some(text) => Some(uvlock::read(&lock_path, &text, &name, py.project_name.as_deref())?),
+    let lock_text = project.read_text_opt("uv.lock", forge_os::input::cap::LOCK)?;
+    let lock = match &lock_text {
+        Some(text) => Some(uvlock::read(&lock_path, text, &name, py.project_name.as_deref())?),
         None => None,
     };
 
@@ -306,9 +306,10 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
         .or(forge_store::cache::resolve_dir(None).ok());
     ctx.cache_dir = req.cache_dir.clone().filter(|d| inherited.as_ref() != Some(d));
     ctx.revisions = read_revisions(req, pins.as_ref(), &ctx)?;
-    let dockerfiles: Vec<PathBuf> = dockerfile::discover(&req.project, &req.dockerfiles)?;
+    let dockerfiles = dockerfile::discover(project, &req.project, &req.dockerfiles)?;
+    let lock_file: LockFile = (&lock_path, lock_text.as_deref());
     let mut found = match index::source(&py_path, &py_text, &name)? {
-        Some(src) => index_rules(req, &ctx, &src, &lock_path, &name, &dockerfiles)?,
+        Some(src) => index_rules(req, &ctx, &src, lock_file, &name, &dockerfiles)?,
         None => rules::check(&ctx),
     };
     if lock.is_none() {
@@ -323,12 +324,12 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
         );
     }
 
-    found.extend(dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent)?);
-    found.extend(patches::check(&dockerfiles, &req.project)?);
+    found.extend(dockerfile::check(&dockerfiles, pins.as_ref(), &ctx.intent));
+    found.extend(patches::check(&dockerfiles, project, &req.project)?);
     let table = pins.as_ref().and_then(|p| p.evidence.as_ref()).filter(|_| req.evidence_policy);
     if req.require_evidence.is_some() || table.is_some() {
         let gate = evidence::Gate { flag: req.require_evidence, table, pins: pins.as_ref() };
-        found.extend(required_evidence(req, &gate, &py_path, &py_text, &lock_path, &name)?);
+        found.extend(required_evidence(req, &gate, &py_path, &py_text, lock_file, &name)?);
     } else if !req.evidence.is_empty() {
         return Err(Failure::usage("--evidence is read only when evidence is required")
             .hint("add --require-evidence KIND, or an [evidence] table to pins.toml (docs/evidence.md)")
@@ -343,7 +344,11 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
         project: req.project.clone(),
         pins: pins.as_ref().map(|p| p.path.clone()),
         intent: ctx.intent.clone(),
-        checked: Checked { pyproject: py_path, uv_lock: lock.map(|_| lock_path), dockerfiles },
+        checked: Checked {
+            pyproject: py_path,
+            uv_lock: lock.map(|_| lock_path),
+            dockerfiles: dockerfiles.into_iter().map(|d| d.path).collect(),
+        },
         causes,
         errors: count(Severity::Error),
         warnings: count(Severity::Warning),
@@ -352,14 +357,17 @@ pub fn run_check(req: &CheckRequest) -> Result<Report> {
     })
 }
 
+/// uv.lock as messages name it, and its text when the project has one.
+type LockFile<'a> = (&'a Path, Option<&'a str>);
+
 /// The rules of an index-sourced DeepEP (the git rules do not apply to it).
 fn index_rules(
     req: &CheckRequest,
     ctx: &rules::Context,
     src: &index::IndexSource,
-    lock_path: &Path,
+    (lock_path, lock_text): LockFile,
     name: &PackageName,
-    dockerfiles: &[PathBuf],
+    dockerfiles: &[dockerfile::Dockerfile],
 ) -> Result<Vec<Finding>> {
     let trusted = forge_store::cache::config::trusted_keys(&req.trusted_keys)?;
     let mut manifests = Vec::new();
@@ -376,15 +384,14 @@ fn index_rules(
         };
         manifests.push(forge_store::index::manifest::load_verified_any(&at, &trusted)?.0);
     }
-    let lock_text = forge_os::fs::named::read_text_opt(lock_path, "uv.lock", forge_os::input::cap::LOCK)?;
-    let locked = match &lock_text {
+    let locked = match lock_text {
         Some(text) => index::locked_wheels(lock_path, text, name)?,
         None => index::LockedWheels::default(),
     };
     let wheels = locked.wheels;
     let mut needs = Vec::new();
     if let Some(p) = ctx.pins {
-        needs = dockerfile::needs(dockerfiles, p)?;
+        needs = dockerfile::needs(dockerfiles, p);
         for r in &req.recipes {
             needs.extend(recipe_need(r, p)?);
         }
@@ -405,7 +412,7 @@ fn index_rules(
     found.extend(rules::index_variant_mismatch(ctx, &chain));
     found.extend(rules::index_not_verified(&chain));
     found.extend(rules::lock_variant_unknown(ctx, &chain));
-    if let Some(text) = &lock_text {
+    if let Some(text) = lock_text {
         found.extend(wheel_requires(src, lock_path, text, ctx.py.project_name.as_deref(), &wheels, &manifests)?);
     }
     Ok(found)
@@ -456,7 +463,7 @@ fn required_evidence(
     gate: &evidence::Gate,
     py_path: &Path,
     py_text: &str,
-    lock_path: &Path,
+    (lock_path, lock_text): LockFile,
     name: &PackageName,
 ) -> Result<Vec<Finding>> {
     let asked = gate.asked_by();
@@ -474,8 +481,8 @@ fn required_evidence(
             ))
             .into());
     }
-    let wheels = match forge_os::fs::named::read_text_opt(lock_path, "uv.lock", forge_os::input::cap::LOCK)? {
-        Some(text) => index::locked_wheels(lock_path, &text, name)?.wheels,
+    let wheels = match lock_text {
+        Some(text) => index::locked_wheels(lock_path, text, name)?.wheels,
         None => Vec::new(),
     };
     let src = index::source(py_path, py_text, name)?;
@@ -510,27 +517,16 @@ fn recipe_need(path: &Path, pins: &Pins) -> Result<Option<dockerfile::Need>> {
     }))
 }
 
-/// `deepep-forge lock check`.
-/// `lock check`: the report of `req`, printed in `format`.
-pub fn check(req: &CheckRequest, format: Format) -> Result<Exit> {
-    let report = run_check(req)?;
-    let text = match format {
-        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
-        Format::Human => human(&report),
-        Format::Github => {
-            let workspace = forge_os::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
-            let path = |f: &Path| github_path(f, workspace.as_deref(), &req.project);
-            let text =
-                findings::render_github_causes(&report.causes, &path) + &forge_os::output::github_log(&human(&report));
-            forge_os::printer::workflow(&text);
-            return Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok });
-        }
-    };
-    forge_os::out!("{text}");
-    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+/// The GitHub rendering of a report: an annotation per cause, then the human
+/// report as a log that cannot plant annotations (the command prints it).
+pub fn render_github(report: &Report) -> String {
+    let workspace = forge_os::environ::var_os("GITHUB_WORKSPACE").map(PathBuf::from);
+    let path = |f: &Path| github_path(f, workspace.as_deref(), &report.project);
+    findings::render_github_causes(&report.causes, &path) + &forge_os::output::github_log(&render_human(report))
 }
 
-fn human(r: &Report) -> String {
+/// The human rendering of a report (the command prints it).
+pub fn render_human(r: &Report) -> String {
     let mut out = String::new();
     let intent: Vec<String> = r.intent.iter().map(|(a, rev)| format!("{a} {rev}")).collect();
     out.push_str(&format!(
@@ -562,18 +558,12 @@ fn human(r: &Report) -> String {
 /// A finding's file as GitHub annotations want it: relative to `$GITHUB_WORKSPACE` when
 /// the file is inside it, else relative to the project folder.
 fn github_path(file: &Path, workspace: Option<&Path>, project: &Path) -> PathBuf {
-    let canon = |p: &Path| std::fs::canonicalize(p).ok();
-    if let (Some(ws), Some(f)) = (workspace.and_then(canon), canon(file)) {
-        if let Ok(rel) = f.strip_prefix(&ws) {
-            return rel.to_path_buf();
-        }
-    }
-    if let (Some(pr), Some(f)) = (canon(project), canon(file)) {
-        if let Ok(rel) = f.strip_prefix(&pr) {
-            return rel.to_path_buf();
-        }
-    }
-    file.to_path_buf()
+    // As written first, then with links resolved (a workspace reached through a link).
+    let real = |p: &Path| forge_os::fs::named::canonical(p, "path").unwrap_or_else(|_| p.to_path_buf());
+    let inside = |base: &Path| {
+        forge_os::output::relative_to(file, base).or_else(|| forge_os::output::relative_to(&real(file), &real(base)))
+    };
+    workspace.and_then(inside).or_else(|| inside(project)).unwrap_or_else(|| file.to_path_buf())
 }
 
 #[cfg(test)]

@@ -5,42 +5,46 @@
 //! the patch into pins.toml. DeepEP context: the command names DeepEP (its
 //! patch file or target), or runs after a `cd`/`pushd` into a DeepEP folder,
 //! or inside a shell function named after DeepEP. Reads through
-//! `dockerfile::instructions_named` and `input`; never applies, runs or
-//! fetches anything. Must not judge anything but hand patches.
+//! `dockerfile::instructions_named` and the project's tree (a script linked
+//! out of the project is refused, exit 2); never applies, runs or fetches
+//! anything. Must not judge anything but hand patches.
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
 use forge_model::findings::{Finding, Severity};
+use forge_os::fs::{Kind, Resolved, Tree};
+
+use super::dockerfile::Dockerfile;
 
 pub const RULE: &str = "hand-patched-deepep";
 /// At most this many scripts read per Dockerfile.
 const MAX_SCRIPTS: usize = 64;
 
-/// The findings of every Dockerfile in `dockerfiles` and the project scripts they run.
-pub fn check(dockerfiles: &[PathBuf], project: &Path) -> Result<Vec<Finding>> {
+/// The findings of every Dockerfile in `dockerfiles` and the project scripts
+/// they run (`shown`: the project as messages name it).
+pub fn check(dockerfiles: &[Dockerfile], project: &Tree, shown: &Path) -> Result<Vec<Finding>> {
     let mut out = Vec::new();
     for f in dockerfiles {
-        let text = forge_os::fs::named::read_text(f, "Dockerfile", forge_os::input::cap::TEXT)?;
-        let copies = copies(&text);
+        let copies = copies(&f.text);
         let mut scripts = Vec::new();
-        for (line, run) in forge_model::dockerfile::instructions_named(&text, "RUN") {
+        for (line, run) in forge_model::dockerfile::instructions_named(&f.text, "RUN") {
             let mounts = mounts(&run);
             for (_, cmd) in patch_commands(&run) {
-                out.push(finding(f, line, &cmd, &mounts));
+                out.push(finding(&f.path, line, &cmd, &mounts));
             }
             for s in script_refs(&run) {
-                match resolve(project, &s, &copies) {
+                match resolve(project, shown, &s, &copies)? {
                     Some(p) if !scripts.contains(&p) && scripts.len() < MAX_SCRIPTS => scripts.push(p),
                     _ => {}
                 }
             }
         }
-        for s in &scripts {
+        for (rel, real) in &scripts {
             // A script the reader refuses (a FIFO, too big, not UTF-8) is skipped: it is not a Dockerfile.
-            let Ok(body) = forge_os::fs::named::read_text(s, "script", forge_os::input::cap::TEXT) else { continue };
+            let Ok(body) = project.read_text(real.as_path(), forge_os::input::cap::TEXT) else { continue };
             for (line, cmd) in patch_commands(&body) {
-                out.push(finding(s, line, &cmd, &[]));
+                out.push(finding(&shown.join(rel), line, &cmd, &[]));
             }
         }
     }
@@ -211,8 +215,14 @@ fn script_refs(run: &str) -> Vec<String> {
 }
 
 /// A script the image runs, as a file of the project: through a COPY that puts it
-/// there, else the same path in the project; inside the project, a regular file.
-fn resolve(project: &Path, script: &str, copies: &[(String, String)]) -> Option<PathBuf> {
+/// there, else the same path in the project; a regular file, its name and where
+/// its links lead inside the project. One linked out of the project is refused.
+fn resolve(
+    project: &Tree,
+    shown: &Path,
+    script: &str,
+    copies: &[(String, String)],
+) -> Result<Option<(PathBuf, PathBuf)>> {
     let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
     let copied = copies.iter().find_map(|(src, dest)| {
         let into_dir = dest.ends_with('/') && format!("{dest}{}", base(src)) == script;
@@ -221,11 +231,15 @@ fn resolve(project: &Path, script: &str, copies: &[(String, String)]) -> Option<
     let rel = copied.unwrap_or_else(|| script.to_string());
     let rel = rel.trim_start_matches("./").trim_start_matches('/');
     if rel.is_empty() || rel.split('/').any(|p| p == "..") {
-        return None;
+        return Ok(None);
     }
-    let root = std::fs::canonicalize(project).ok()?;
-    let p = std::fs::canonicalize(root.join(rel)).ok()?;
-    (p.starts_with(&root) && p.is_file()).then_some(p)
+    match project.resolve(rel).unwrap_or_else(|_| Resolved::Inside(PathBuf::new())) {
+        Resolved::Inside(real) if real.as_os_str().is_empty() => Ok(None),
+        Resolved::Outside { link, target } => Err(super::dockerfile::outside(shown, &link, &target)),
+        Resolved::Inside(real) => {
+            Ok(matches!(project.kind(&real)?, Kind::File { .. }).then(|| (PathBuf::from(rel), real)))
+        }
+    }
 }
 
 #[cfg(test)]

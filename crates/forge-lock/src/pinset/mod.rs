@@ -2,6 +2,9 @@
 //! DeepEP revision (both architectures, or one with --arch), optionally relock
 //! with real uv and re-run `lock check`. Validates everything first, writes
 //! temp files and renames them only at the end: bad input changes no file.
+//! Every file is read and written through the folders the command opened
+//! ([`Folders`]); what was done comes back as data ([`Pinned`], [`Next`]) for
+//! the command to print.
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -9,7 +12,9 @@ use pep508_rs::PackageName;
 
 use crate::lock::{pyproject, Kind, ProjectPlace};
 use forge_model::pins::{is_full_sha, Arch, Pins};
-use forge_os::error::{Exit, Failure};
+use forge_os::error::Failure;
+use forge_os::fs::Tree;
+use txn::Root;
 
 pub mod closure;
 pub mod edit;
@@ -63,10 +68,28 @@ pub struct RecoverRequest {
     pub place: ProjectPlace,
 }
 
-/// The project's canonical folders, locked for the whole change (waits for
-/// another `pin set` or `pin recover` on them).
-fn hold(project: &Path, pins: &Path, no_pins: bool) -> Result<txn::Held> {
-    txn::hold(txn::Place::new(project, (!no_pins).then_some(pins))?)
+/// The folders `pin set` and `pin recover` work in, opened by the command:
+/// the project and (unless --no-pins) the pins file's folder.
+pub struct Folders {
+    pub project: Tree,
+    pub pins: Option<Tree>,
+}
+
+/// The pins file's name in its folder.
+pub fn pins_name(pins: &Path) -> Result<&Path> {
+    pins.file_name().map(Path::new).ok_or_else(|| {
+        Failure::usage(format!("--pins {}: not a file name", pins.display())).hint("pass the path of pins.toml").into()
+    })
+}
+
+/// The project's folders, locked for the whole change (waits for another
+/// `pin set` or `pin recover` on them).
+fn hold(place: &ProjectPlace, folders: &Folders) -> Result<txn::Held> {
+    let pins = match (&folders.pins, place.no_pins) {
+        (Some(t), false) => Some((t, pins_name(&place.pins)?)),
+        _ => None,
+    };
+    txn::hold(txn::Place::new(&folders.project, pins)?)
 }
 
 /// `--project P --pins F` / `--no-pins` as the user gave them, for commands we print.
@@ -81,13 +104,13 @@ fn place_flags(project: &Path, pins: &Path, no_pins: bool) -> String {
 }
 
 /// `deepep-forge pin recover`: undo a `pin set` that was killed half-way.
-pub fn recover(args: RecoverRequest) -> Result<Exit> {
+/// Returns what was done, a line each.
+pub fn recover(args: RecoverRequest, folders: &Folders) -> Result<Vec<String>> {
     let _guard = forge_os::error::Cooperative::enter();
-    let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
-    for line in txn::recover(held)? {
-        forge_os::outln!("{line}");
-    }
-    Ok(Exit::Ok)
+    let held = hold(&args.place, folders)?;
+    let dockerfiles = crate::lock::dockerfile::discover(&held.place.project, &args.place.project, &[])?;
+    let dockerfiles: Vec<PathBuf> = dockerfiles.into_iter().filter_map(|d| d.rel).collect();
+    txn::recover(held, &dockerfiles)
 }
 
 /// Until the journal is gone a signal still undoes the change (exit 130).
@@ -104,19 +127,19 @@ pub fn find_uv() -> Result<PathBuf> {
     forge_os::process::lookup::find_uv_for(None, "--relock runs `uv lock`")
 }
 
+/// The note before a `next:` line that asks for the index's key (`Next::Commands`).
+pub const KEY_NOTE: &str = "note: NAME:BASE64 in the next step is the public key of the index's signing key (what `deepep-forge cache keygen` printed for it; ask the index's publisher); set DEEPEP_FORGE_TRUSTED_KEYS to leave --trusted-key out";
+
 /// What `lock check` needs to attest an index's wheels: the signed manifest
 /// next to the index pyproject.toml now names (`--index-manifest index`) and
 /// the signer's public key, unless the reader already trusts keys
-/// (DEEPEP_FORGE_TRUSTED_KEYS, the user config).
-fn index_check_flags() -> String {
+/// (DEEPEP_FORGE_TRUSTED_KEYS, the user config); whether to say [`KEY_NOTE`].
+fn index_check_flags() -> (String, bool) {
     // A broken config is `lock check`'s to report; here it only means "no key trusted yet".
     if forge_store::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
-        return " --index-manifest index".into();
+        return (" --index-manifest index".into(), false);
     }
-    forge_os::note!(
-        "note: NAME:BASE64 in the next step is the public key of the index's signing key (what `deepep-forge cache keygen` printed for it; ask the index's publisher); set DEEPEP_FORGE_TRUSTED_KEYS to leave --trusted-key out"
-    );
-    " --index-manifest index --trusted-key NAME:BASE64".into()
+    (" --index-manifest index --trusted-key NAME:BASE64".into(), true)
 }
 
 /// The repository DeepEP's source is read from without `--source`: pins.toml's,
@@ -135,34 +158,109 @@ fn repo_of(pins: Option<&Pins>, py: &pyproject::Pyproject, py_path: &Path) -> Re
     })
 }
 
+/// A file of the change: its tree, its name there, and as messages name it.
+type FileAt<'a> = (Root, &'a Path, &'a Path);
+
 /// A read-only pyproject.toml or pins.toml whose revision changes, or (with --relock) uv.lock,
 /// is refused before the source is fetched (a change of the label alone is refused after it).
-fn precheck_writable(files: &[Option<&Path>]) -> Result<()> {
-    for shown in files.iter().flatten().copied() {
-        let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
-        txn::check_writable(&txn::Change { shown: shown.to_path_buf(), real, old: Some(Vec::new()), new: None })?;
+fn precheck_writable(place: &txn::Place, files: &[Option<FileAt>]) -> Result<()> {
+    for (root, named, shown) in files.iter().flatten().copied() {
+        let Some(rel) = place.resolve(root, named, shown)? else { continue };
+        let change = txn::Change {
+            shown: shown.to_path_buf(),
+            root,
+            named: named.to_path_buf(),
+            rel,
+            old: Some(Vec::new()),
+            new: None,
+        };
+        txn::check_writable(place, &change)?;
     }
     Ok(())
 }
 
-/// `deepep-forge pin set`.
-// Over 120 lines: the one transaction of `pin set`, in the order its guarantee
-// needs (1. everything validated and the label's source read, 2. every file
-// resolved and journalled, 3. written, relocked, committed or rolled back);
-// its validation and source reading live in helpers above. Kept in one piece
-// while the journal work (txn.rs) changes steps 2-3.
-pub fn set(args: SetRequest) -> Result<Exit> {
+/// What `pin set` moved, for the command to print (in this order).
+#[derive(Debug, Clone)]
+pub struct Pinned {
+    pub rev: String,
+    pub short: String,
+    /// `x86_64 and aarch64`, or the one `--arch`.
+    pub arches: String,
+    /// pyproject.toml as messages name it.
+    pub pyproject: PathBuf,
+    /// The places changed there; `None`: no pyproject.toml (pins.toml alone
+    /// moves); empty: already at that revision.
+    pub places: Option<Vec<String>>,
+    pub label: Option<String>,
+    /// pins.toml as messages name it, and whether it changed.
+    pub pins: Option<(PathBuf, bool)>,
+    /// A note after the pins line: `source.branch` removed.
+    pub branch_note: Option<String>,
+    /// With --arch the other architecture keeps another revision, so one
+    /// static label fits only these architectures (`label-split` follows).
+    pub split: Option<String>,
+}
+
+/// What comes after the files moved.
+#[derive(Debug)]
+pub enum Next {
+    /// pins.toml alone moved: what the pins build now (`deepep-forge plan` and these flags).
+    Plan(String),
+    /// The commands to run next; `key_note`: say [`KEY_NOTE`] first.
+    Commands { command: String, key_note: bool },
+    /// `--relock` ran `uv lock`: the `lock check` to run now, on the same project folder.
+    Relocked(crate::lock::CheckRequest),
+}
+
+/// The files moved, the change not yet final: [`Applied::finish`] commits it
+/// (or relocks, then commits); dropped unfinished, every file is put back.
+pub struct Applied {
+    pub pinned: Pinned,
+    txn: txn::Txn,
+    then: Then,
+    _guard: forge_os::error::Cooperative,
+}
+
+/// What finishing a change does.
+enum Then {
+    Commit(Next),
+    Relock { uv: PathBuf, again: String, check: crate::lock::CheckRequest, check_cmd: String, project: PathBuf },
+}
+
+impl Applied {
+    /// Make the change final: commit it, or run `uv lock` first (a failed
+    /// `uv lock` or Ctrl-C puts every file back, uv.lock too).
+    pub fn finish(self) -> Result<Next> {
+        match self.then {
+            Then::Commit(next) => {
+                commit_unless_interrupted(self.txn)?;
+                Ok(next)
+            }
+            Then::Relock { uv, again, check, check_cmd, project } => {
+                relock(&project, &uv, self.txn, &again, &check_cmd)?;
+                Ok(Next::Relocked(check))
+            }
+        }
+    }
+}
+
+/// `deepep-forge pin set`: everything validated, every file staged and
+/// moved; the command prints [`Applied::pinned`], then calls [`Applied::finish`].
+// The one transaction of `pin set`, in the order its guarantee needs (1.
+// everything validated and the label's source read, 2. every file resolved
+// and journalled, 3. written); its validation and source reading live in
+// helpers below.
+pub fn set(args: SetRequest, folders: &Folders) -> Result<Applied> {
     // 1. Everything that can fail on input, before any write.
     let flags = place_flags(&args.place.project, &args.place.pins, args.place.no_pins);
     // Locked from before the first read to the end of the change: a second run waits here.
-    let held = hold(&args.place.project, &args.place.pins, args.place.no_pins)?;
+    let held = hold(&args.place, folders)?;
     held.warn_legacy();
     held.refuse_if_pending()?;
-    let c = read_consumer(&args)?;
+    let c = read_consumer(&args, &held.place)?;
     let uv = if args.relock { Some(find_uv()?) } else { None };
     let r = resolve_revision(&args)?;
-    let lock_path = args.place.project.join("uv.lock");
-    precheck(&args, &c, &r, uv.is_some().then_some(lock_path.as_path()))?;
+    precheck(&args, &held.place, &c, &r, uv.is_some())?;
     let (index_variant, index_url) = index_of(&args, c.pins.as_ref())?;
     let (base, label) = version_label(&args, &c, &r)?;
     let (new_py, places) = rewrite_pyproject(&args, &c, &r, (index_variant.as_deref(), index_url), label.as_deref())?;
@@ -171,46 +269,39 @@ pub fn set(args: SetRequest) -> Result<Exit> {
     let split = label_split(&after, &r.rev);
 
     // 2. Every file it will touch: resolved (a symlink's target is written), writable, its old bytes kept.
-    let lock = uv.is_some().then_some(lock_path.as_path());
-    let mut changes = changes(&c, &new_py, new_pins.as_ref(), lock)?;
-    changes.extend(dockerfiles(&args, &c, &r)?);
+    let mut changes = changes(&held.place, &c, &new_py, new_pins.as_ref(), uv.is_some())?;
+    changes.extend(dockerfiles(&args, &held.place, &c, &r)?);
     let again = again_command(&args, &r.rev, &flags);
     // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
-    let _guard = forge_os::error::Cooperative::enter();
+    let guard = forge_os::error::Cooperative::enter();
+    let project = args.place.project.clone();
     let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
+
+    // 3. Written: every file staged, then each renamed into place.
     if let Err(e) = t.apply() {
         t.rollback()?;
         return Err(e);
     }
-    report_pinned(&args, &c, &r, (&places, label.as_deref(), new_pins.as_ref(), split));
+    let pinned = pinned(&args, &c, &r, (places, label, new_pins.as_ref(), split));
     let (check, check_cmd) = lock_check_of(&args);
-    let Some(uv) = uv else {
-        commit_unless_interrupted(t)?;
-        if c.pins_only {
-            // What the pins build now: each consumer adopts the pin with its own `pin set`.
-            forge_os::outln!("next: deepep-forge plan{}", pins_flag(&args));
-            return Ok(Exit::Ok);
+    let then = match uv {
+        Some(uv) => Then::Relock { uv, again, check, check_cmd, project },
+        None if c.pins_only => Then::Commit(Next::Plan(pins_flag(&args))),
+        None => {
+            let (attest, key_note) = if args.index.is_some() { index_check_flags() } else { (String::new(), false) };
+            let command = format!("uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
+            Then::Commit(Next::Commands { command, key_note })
         }
-        let attest = if args.index.is_some() { index_check_flags() } else { String::new() };
-        forge_os::outln!("next: uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
-        return Ok(Exit::Ok);
     };
-    relock(&args, &uv, t, &again, &check_cmd)?;
-    let report = crate::lock::run_check(&check)?;
-    forge_os::out!("{}", forge_model::findings::render_human(&report.findings));
-    forge_os::outln!(
-        "lock check: {} error(s), {} warning(s), {} note(s)",
-        report.errors,
-        report.warnings,
-        report.notes
-    );
-    Ok(if report.errors > 0 { Exit::Problems } else { Exit::Ok })
+    Ok(Applied { pinned, txn: t, then, _guard: guard })
 }
 
 /// What `pin set` reads of the consumer: pins.toml (unless --no-pins), the
 /// package name, pyproject.toml's text and its DeepEP references.
 struct Consumer {
     pins: Option<Pins>,
+    /// pins.toml's text as read (what its rewrite starts from).
+    pins_text: Option<String>,
     name: PackageName,
     py_path: PathBuf,
     py_text: String,
@@ -221,19 +312,26 @@ struct Consumer {
 
 /// Read the consumer; a pyproject.toml that does not reference DeepEP is
 /// refused unless `--index` adds the requirement.
-fn read_consumer(args: &SetRequest) -> Result<Consumer> {
-    let pins = if args.place.no_pins { None } else { Some(Pins::load(&args.place.pins)?) };
+fn read_consumer(args: &SetRequest, place: &txn::Place) -> Result<Consumer> {
+    let pins_text = match &place.pins {
+        Some((_, name)) => Some(place.read_text(Root::Pins, name, &args.place.pins, forge_os::input::cap::TEXT)?.ok_or_else(|| {
+            Failure::usage(format!("pins file not found: {}", args.place.pins.display()))
+                .hint("pass --pins FILE, run from the directory that holds pins.toml, or use --no-pins where the command offers it")
+        })?),
+        None => None,
+    };
+    let pins = pins_text.as_deref().map(|t| Pins::parse(t, &args.place.pins)).transpose()?;
     let name = PackageName::new(pins.as_ref().map(|p| p.source.name.clone()).unwrap_or_else(|| "deep_ep".into()))
         .map_err(|e| Failure::usage(format!("source.name: {e}")))?;
     let py_path = crate::lock::shown(&args.place.project.join("pyproject.toml"));
-    let Some(py_text) = forge_os::fs::named::read_text_opt(&py_path, "pyproject.toml", forge_os::input::cap::TEXT)?
-    else {
+    let py_text = place.read_text(Root::Project, Path::new("pyproject.toml"), &py_path, forge_os::input::cap::TEXT)?;
+    let Some(py_text) = py_text else {
         // A platform team's pins repository (the project is pins.toml's own folder): pins.toml alone moves.
-        let pins_repo = pins.is_some() && same_dir(&args.place.project, &args.place.pins);
+        let pins_repo = pins.is_some() && place.pins_in_project();
         if pins_repo && args.index.is_none() && !args.git && !args.relock {
             forge_os::note!("note: no {}: only pins.toml moves", py_path.display());
             let before = pyproject::read(&py_path, "", &name)?;
-            return Ok(Consumer { pins, name, py_path, py_text: String::new(), before, pins_only: true });
+            return Ok(Consumer { pins, pins_text, name, py_path, py_text: String::new(), before, pins_only: true });
         }
         let why = if pins_repo && args.relock {
             "--relock needs a pyproject.toml to lock (without --relock, pin set moves pins.toml alone)"
@@ -252,7 +350,7 @@ fn read_consumer(args: &SetRequest) -> Result<Consumer> {
         .hint("add a requirement such as `deep_ep @ git+https://github.com/deepseek-ai/DeepEP.git@<40-hex sha>` first, or pass --index URL --variant NAME to install DeepEP from a `deepep-forge publish` index")
         .into());
     }
-    Ok(Consumer { pins, name, py_path, py_text, before, pins_only: false })
+    Ok(Consumer { pins, pins_text, name, py_path, py_text, before, pins_only: false })
 }
 
 /// The revision pinned: the full sha and its short form, with the cache and
@@ -291,15 +389,26 @@ fn arches_moved(p: &Pins, arch: Option<Arch>, rev: &str) -> bool {
 
 /// Everything that can be refused without the source is refused before any fetch:
 /// the rewrite itself (label filled in later) and files pin set cannot write.
-fn precheck(args: &SetRequest, c: &Consumer, r: &Revision, lock: Option<&Path>) -> Result<()> {
+fn precheck(args: &SetRequest, place: &txn::Place, c: &Consumer, r: &Revision, relock: bool) -> Result<()> {
     let target = edit::Target { rev: &r.rev, arch: args.arch, label: None };
     let moved_py = match c.pins_only {
         true => c.py_text.clone(),
         false => edit::pyproject(&c.py_path, &c.py_text, &c.name, &target)?.0,
     };
-    let relocked = lock.filter(|p| p.exists());
-    let pins_moved = c.pins.as_ref().filter(|p| arches_moved(p, args.arch, &r.rev)).map(|p| p.path.as_path());
-    precheck_writable(&[(moved_py != c.py_text).then_some(c.py_path.as_path()), pins_moved, relocked])
+    let lock_path = args.place.project.join("uv.lock");
+    let relocked = (relock && place.project.exists("uv.lock")).then_some((
+        Root::Project,
+        Path::new("uv.lock"),
+        lock_path.as_path(),
+    ));
+    let pins_moved = match (&place.pins, &c.pins) {
+        (Some((_, name)), Some(p)) if arches_moved(p, args.arch, &r.rev) => {
+            Some((Root::Pins, name.as_path(), p.path.as_path()))
+        }
+        _ => None,
+    };
+    let py = (moved_py != c.py_text).then_some((Root::Project, Path::new("pyproject.toml"), c.py_path.as_path()));
+    precheck_writable(place, &[py, pins_moved, relocked])
 }
 
 /// The index's variant and URL (with `--index`), checked before any fetch too.
@@ -344,9 +453,9 @@ fn version_label(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<(Optio
             forge_store::patch::for_variant(p, p.variant(v)?)?
         }
         (Some(_), Some(v), Some(p)) => {
-            let text = forge_os::fs::named::read_text(&p.path, "pins file", forge_os::input::cap::TEXT)?;
+            let text = c.pins_text.as_deref().unwrap_or_default();
             let arches = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
-            let edited = patches::edit_list(&p.path, &text, &arches, &args.patch, &args.drop_patch)?;
+            let edited = patches::edit_list(&p.path, text, &arches, &args.patch, &args.drop_patch)?;
             let edited = Pins::parse(&edited, &p.path)?;
             forge_store::patch::for_variant(&edited, edited.variant(v)?)?
         }
@@ -405,9 +514,9 @@ type PinsEdit = (PathBuf, String, String);
 /// (and base version) moved, the patches edited, a branch dropped; every
 /// patch the moved pins will build with checked to apply at REV.
 fn rewrite_pins(args: &SetRequest, c: &Consumer, r: &Revision, base: Option<&str>) -> Result<Option<PinsEdit>> {
-    let Some(p) = &c.pins else { return Ok(None) };
+    let (Some(p), Some(text)) = (&c.pins, &c.pins_text) else { return Ok(None) };
     let arches: Vec<Arch> = args.arch.map(|a| vec![a]).unwrap_or_else(|| Arch::ALL.to_vec());
-    let text = forge_os::fs::named::read_text(&p.path, "pins file", forge_os::input::cap::TEXT)?;
+    let text = text.clone();
     let base_change = base.filter(|b| *b != p.source.base_version);
     let new = edit::pins(&p.path, &text, &r.rev, &arches, base_change)?;
     let new = patches::edit_list(&p.path, &new, &arches, &args.patch, &args.drop_patch)?;
@@ -436,40 +545,57 @@ fn label_split(after: &pyproject::Pyproject, rev: &str) -> bool {
 }
 
 /// The files the change writes, each resolved (a symlink's target is
-/// written), checked writable, its old bytes kept; uv.lock (with --relock) is
-/// kept to be restored, never written here.
-fn changes(c: &Consumer, new_py: &str, new_pins: Option<&PinsEdit>, lock: Option<&Path>) -> Result<Vec<txn::Change>> {
+/// written, never one out of its folder), checked writable, its old bytes
+/// kept; uv.lock (with --relock) is kept to be restored, never written here.
+fn changes(
+    place: &txn::Place,
+    c: &Consumer,
+    new_py: &str,
+    new_pins: Option<&PinsEdit>,
+    relock: bool,
+) -> Result<Vec<txn::Change>> {
     let mut changes = Vec::new();
-    let mut add = |shown: &Path, old: Option<Vec<u8>>, new: Option<Vec<u8>>| -> Result<()> {
-        let real = txn::resolve(shown)?.unwrap_or_else(|| shown.to_path_buf());
-        if real != shown {
+    let mut add = |(root, named, shown): FileAt, old: Option<Vec<u8>>, new: Option<Vec<u8>>| -> Result<()> {
+        let rel = place.resolve(root, named, shown)?.unwrap_or_else(|| named.to_path_buf());
+        if rel != named {
+            let real = match root {
+                Root::Project => place.project.join(&rel),
+                Root::Pins => place.pins.as_ref().map_or_else(|| rel.clone(), |(t, _)| t.join(&rel)),
+            };
             forge_os::note!("note: {} is a symlink; its target {} is written", shown.display(), real.display());
         }
-        let c = txn::Change { shown: shown.to_path_buf(), real, old, new };
-        txn::check_writable(&c)?;
+        let c = txn::Change { shown: shown.to_path_buf(), root, named: named.to_path_buf(), rel, old, new };
+        txn::check_writable(place, &c)?;
         changes.push(c);
         Ok(())
     };
     if new_py != c.py_text {
-        add(&c.py_path, Some(c.py_text.clone().into_bytes()), Some(new_py.as_bytes().to_vec()))?;
+        let py = (Root::Project, Path::new("pyproject.toml"), c.py_path.as_path());
+        add(py, Some(c.py_text.clone().into_bytes()), Some(new_py.as_bytes().to_vec()))?;
     }
-    if let Some((path, old, new)) = new_pins {
+    if let (Some((path, old, new)), Some((_, name))) = (new_pins, &place.pins) {
         if old != new {
-            add(path, Some(old.clone().into_bytes()), Some(new.clone().into_bytes()))?;
+            add((Root::Pins, name, path), Some(old.clone().into_bytes()), Some(new.clone().into_bytes()))?;
         }
     }
-    if let Some(lock_path) = lock {
-        let old = forge_os::fs::named::read_text_opt(lock_path, "uv.lock", forge_os::input::cap::LOCK)?
-            .map(String::into_bytes);
-        add(lock_path, old, None)?;
+    if relock {
+        let shown = shown_lock(c);
+        let at = (Root::Project, Path::new("uv.lock"), shown.as_path());
+        let old = place.read_text(Root::Project, Path::new("uv.lock"), &shown, forge_os::input::cap::LOCK)?;
+        add(at, old.map(String::into_bytes), None)?;
     }
     Ok(changes)
 }
 
+/// uv.lock as messages name it: beside pyproject.toml.
+fn shown_lock(c: &Consumer) -> PathBuf {
+    c.py_path.with_file_name("uv.lock")
+}
+
 /// The consumer's Dockerfiles (those `lock check` reads) whose DeepEP pin moves with
-/// pins.toml's: each rewritten in the same transaction, or the change refused before
-/// anything is written (`lock::dockerfile::moved`).
-fn dockerfiles(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<Vec<txn::Change>> {
+/// pins.toml's: each rewritten in the same transaction (only the pin's own tokens),
+/// or the change refused before anything is written (`lock::dockerfile::moved`).
+fn dockerfiles(args: &SetRequest, place: &txn::Place, c: &Consumer, r: &Revision) -> Result<Vec<txn::Change>> {
     let Some(pins) = c.pins.as_ref() else { return Ok(Vec::new()) };
     let old: std::collections::BTreeMap<Arch, String> = pins.pins.iter().map(|(a, p)| (*a, p.rev.clone())).collect();
     let mut new = old.clone();
@@ -480,14 +606,19 @@ fn dockerfiles(args: &SetRequest, c: &Consumer, r: &Revision) -> Result<Vec<txn:
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
-    for f in crate::lock::dockerfile::discover(&args.place.project, &[])? {
-        let text = forge_os::fs::named::read_text(&f, "Dockerfile", forge_os::input::cap::TEXT)?;
-        let Some(moved) = crate::lock::dockerfile::moved(&text, &f, Some(pins), &old, &new)? else { continue };
-        let real = txn::resolve(&f)?.unwrap_or_else(|| f.clone());
-        let change =
-            txn::Change { shown: f.clone(), real, old: Some(text.into_bytes()), new: Some(moved.into_bytes()) };
-        txn::check_writable(&change)?;
-        forge_os::note!("note: {}: its DeepEP pin moves with pins.toml", f.display());
+    for f in crate::lock::dockerfile::discover(&place.project, &args.place.project, &[])? {
+        let Some(rel) = f.rel else { continue };
+        let Some(moved) = crate::lock::dockerfile::moved(&f.text, &f.path, Some(pins), &old, &new)? else { continue };
+        let change = txn::Change {
+            shown: f.path.clone(),
+            root: Root::Project,
+            named: rel.clone(),
+            rel,
+            old: Some(f.text.into_bytes()),
+            new: Some(moved.into_bytes()),
+        };
+        txn::check_writable(place, &change)?;
+        forge_os::note!("note: {}: its DeepEP pin moves with pins.toml", f.path.display());
         out.push(change);
     }
     Ok(out)
@@ -504,38 +635,25 @@ fn again_command(args: &SetRequest, rev: &str, flags: &str) -> String {
     )
 }
 
-/// What was pinned, where, and the label; a label split is warned about.
-fn report_pinned(
+/// What was pinned, where, and the label (see [`Pinned`]).
+fn pinned(
     args: &SetRequest,
     c: &Consumer,
     r: &Revision,
-    (places, label, new_pins, split): (&[String], Option<&str>, Option<&PinsEdit>, bool),
-) {
+    (places, label, new_pins, split): (Vec<String>, Option<String>, Option<&PinsEdit>, bool),
+) -> Pinned {
     let which = args.arch.map(|a| a.to_string()).unwrap_or_else(|| "x86_64 and aarch64".into());
-    forge_os::outln!("pinned DeepEP {} ({}) for {which}", r.rev, r.short);
-    if c.pins_only {
-        forge_os::outln!("{}: none (pins.toml alone)", c.py_path.display());
-    } else if places.is_empty() {
-        forge_os::outln!("{}: already at that revision", c.py_path.display());
-    } else {
-        forge_os::outln!("{}: {}", c.py_path.display(), places.join(", "));
+    Pinned {
+        rev: r.rev.clone(),
+        short: r.short.clone(),
+        pyproject: c.py_path.clone(),
+        places: (!c.pins_only).then_some(places),
+        label,
+        pins: new_pins.map(|(path, old, new)| (path.clone(), old != new)),
+        branch_note: new_pins.and_then(|(path, _, new)| branch_note(c.pins.as_ref(), path, new, &r.short)),
+        split: split.then(|| which.clone()),
+        arches: which,
     }
-    if let Some(l) = label {
-        forge_os::outln!("label: {l}");
-    }
-    if let Some((path, old, new)) = new_pins {
-        forge_os::outln!("{}: {}", path.display(), if old == new { "already at that revision" } else { "updated" });
-        branch_note(c.pins.as_ref(), path, new, &r.short);
-    }
-    if split {
-        forge_os::alert!("{}: the other architecture keeps another revision, so the one static dependency-metadata label fits only {which}; `lock check` will report label-split", forge_os::printer::label("warning"));
-    }
-}
-
-/// `project` is the folder `pins` lies in.
-fn same_dir(project: &Path, pins: &Path) -> bool {
-    let dir = pins.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    matches!((project.canonicalize(), dir.canonicalize()), (Ok(a), Ok(b)) if a == b)
 }
 
 /// ` --pins FILE` when it is not the default.
@@ -570,13 +688,13 @@ fn lock_check_of(args: &SetRequest) -> (crate::lock::CheckRequest, String) {
     (check, check_cmd)
 }
 
-/// Step 3, --relock: real uv, then commit. Ctrl-C/SIGTERM stop uv; every file is
+/// --relock: real uv, then commit. Ctrl-C/SIGTERM stop uv; every file is
 /// then restored (exit 130), as on a failed `uv lock`.
-fn relock(args: &SetRequest, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
-    forge_os::note!("running {} lock in {} ...", uv.display(), args.place.project.display());
-    let out = forge_os::process::Cmd::new(uv, format!("relock {} with uv", args.place.project.display()))
+fn relock(project: &Path, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
+    forge_os::note!("running {} lock in {} ...", uv.display(), project.display());
+    let out = forge_os::process::Cmd::new(uv, format!("relock {} with uv", project.display()))
         .arg("lock")
-        .dir(&args.place.project)
+        .dir(t.tree(Root::Project).path())
         .capture();
     let failed = !out.as_ref().is_ok_and(|o| o.status.success());
     if failed || forge_os::error::check_interrupted().is_err() {
@@ -589,30 +707,26 @@ fn relock(args: &SetRequest, uv: &Path, t: txn::Txn, again: &str, check_cmd: &st
         };
         return Err(Failure::problems(format!(
             "`uv lock` failed in {}; pyproject.toml, pins.toml and uv.lock were restored:\n{why}",
-            args.place.project.display()
+            project.display()
         ))
         .hint(format!(
             "fix what uv reports, then run `{again}` again, or by hand: uv lock --project {} && {check_cmd}",
-            args.place.project.display()
+            project.display()
         ))
         .into());
     }
-    commit_unless_interrupted(t)?;
-    forge_os::outln!("uv lock: ok");
-    Ok(())
+    commit_unless_interrupted(t)
 }
 
 /// `pin set` moved the pin and removed pins.toml's `source.branch`: which branch a commit is
 /// on is not in its source (and what it is, EPv2 or HybridEP, is read from its setup.py).
-fn branch_note(pins: Option<&Pins>, path: &Path, new: &str, short: &str) {
-    let Some(b) = pins.and_then(|p| p.source.branch.as_deref()) else { return };
-    if Pins::parse(new, path).is_ok_and(|p| p.source.branch.is_none()) {
-        forge_os::note!(
-            "note: {}: source.branch `{}` removed: which branch {short} is on is not in its source (what it is, EPv2 or HybridEP, is read from its setup.py; the branch name decides nothing)",
-            path.display(),
-            forge_os::input::excerpt(b, 60)
-        );
-    }
+fn branch_note(pins: Option<&Pins>, path: &Path, new: &str, short: &str) -> Option<String> {
+    let b = pins.and_then(|p| p.source.branch.as_deref())?;
+    Pins::parse(new, path).is_ok_and(|p| p.source.branch.is_none()).then(|| format!(
+        "note: {}: source.branch `{}` removed: which branch {short} is on is not in its source (what it is, EPv2 or HybridEP, is read from its setup.py; the branch name decides nothing)",
+        path.display(),
+        forge_os::input::excerpt(b, 60)
+    ))
 }
 
 /// `[tool.uv] override-dependencies` for the exact NCCL/NVSHMEM the index's

@@ -22,8 +22,8 @@ pub fn check(pins: &Pins, arches: &[Arch], rev: &str, repo_dir: &Path, scratch_i
         );
         for entries in sets.into_iter().filter(|s| !s.is_empty()) {
             let set = forge_model::patches::load(&pins.path, &entries)?;
-            std::fs::create_dir_all(scratch_in)?;
-            let scratch = tempfile::Builder::new().prefix("pin-set-patches-").tempdir_in(scratch_in)?;
+            let tmp = forge_os::fs::Tree::create(scratch_in, "cache's temp folder")?;
+            let scratch = forge_os::fs::TempTree::new_in(&tmp, "pin-set-patches-")?;
             for (p, fit) in set.iter().zip(patch::fits(repo_dir, rev, &set, scratch.path())?) {
                 patch::refuse(p, rev, &fit)?;
             }
@@ -48,10 +48,10 @@ pub fn edit_list(
     }
     let usage = |m: String| -> anyhow::Error { forge_os::error::Failure::usage(m).into() };
     let dir = pins_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let base = std::fs::canonicalize(dir)?;
+    let base = forge_os::fs::named::canonical(dir, "pins folder")?;
     let mut new = Vec::new();
     for f in add {
-        let real = std::fs::canonicalize(f).map_err(|e| usage(format!("--patch {}: {e}", f.display())))?;
+        let real = forge_os::fs::named::canonical(f, "--patch")?;
         let rel = real.strip_prefix(&base).map_err(|_| {
             usage(format!(
                 "--patch {}: not beside or below {} (patches live in pins.toml's repository)",

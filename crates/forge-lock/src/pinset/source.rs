@@ -18,7 +18,7 @@ pub struct GitSource {
     pub dir: PathBuf,
     /// Shown in messages: the path or URL the user gave.
     pub given: String,
-    _clone: Option<tempfile::TempDir>,
+    _clone: Option<forge_os::fs::TempTree>,
 }
 
 /// git on the user's `--source` (named on the command line: local paths allowed).
@@ -31,7 +31,7 @@ impl GitSource {
     /// folder is snapshotted under `cache` as `plan --source` does) or a URL to clone.
     pub fn open(given: &str, cache: &Path) -> Result<GitSource> {
         let p = Path::new(given);
-        if p.is_dir() {
+        if forge_os::fs::named::is_dir(p) {
             let dir = PathBuf::from(mirror::resolve(given, cache)?.repo);
             let out = git(&dir, &["rev-parse", "--git-dir"], "open the --source repository")?;
             if !out.status.success() {
@@ -46,7 +46,8 @@ impl GitSource {
                 .hint("pass a DeepEP checkout (PATH) or a URL such as https://github.com/deepseek-ai/DeepEP.git")
                 .into());
         }
-        let tmp = tempfile::tempdir().context("creating a temp dir for the --source clone")?;
+        let tmp = forge_os::fs::TempTree::new("deepep-forge-source-")
+            .context("creating a temp dir for the --source clone")?;
         let out = hardened(tmp.path(), Trust::User, format!("clone --source {given}"))
             .args(["clone", "--quiet", "--bare", "--", given])
             .arg(tmp.path().join("src.git"))

@@ -82,12 +82,21 @@ pub fn load(path: &Path) -> Result<Mapping> {
 /// Load a recipe; every file of its `defaults:` chain must lie inside `root`
 /// (`--recipe-root`), or when None the git repository holding the recipe (the
 /// nearest ancestor with `.git`; found without running git), or failing that
-/// the recipe's own folder. Each file is read once (memoised), chains are at
-/// most [`MAX_CHAIN`] deep and [`MAX_FILES`] files in all.
+/// the recipe's own folder. That folder is opened as a tree and every file is
+/// read through it (a link out of it is refused). Each file is read once
+/// (memoised), chains are at most [`MAX_CHAIN`] deep and [`MAX_FILES`] files in all.
 pub fn load_within(path: &Path, root: Option<&Path>) -> Result<Mapping> {
-    let (boundary, why) = boundary(path, root)?;
-    let mut l = Loader { boundary, why, memo: HashMap::new(), stack: Vec::new() };
-    l.load(path, None)
+    let top = forge_os::fs::named::canonical(path, "recipe")
+        .map_err(|e| Failure::usage(format!("{e:#}")).hint("pass the path of a recipe file"))?;
+    let (boundary, why) = boundary(&top, root)?;
+    let tree = forge_os::fs::Tree::open(&boundary, "recipe folder")?;
+    let mut l = Loader { tree, why, memo: HashMap::new(), stack: Vec::new() };
+    // As written (a link on the way is followed inside the folder), else as resolved.
+    let given = std::path::absolute(path).ok().as_deref().and_then(lexical);
+    let rel = given
+        .and_then(|g| g.strip_prefix(&boundary).ok().map(Path::to_path_buf))
+        .or_else(|| top.strip_prefix(&boundary).ok().map(Path::to_path_buf));
+    l.load(path, rel, None)
 }
 
 /// Longest `defaults:` chain (a recipe, its parent, its parent's parent, ...).
@@ -96,60 +105,73 @@ pub const MAX_CHAIN: usize = 64;
 pub const MAX_FILES: usize = 1000;
 
 struct Loader {
-    boundary: PathBuf,
-    /// What the boundary is, for messages.
+    /// The folder recipes must stay in.
+    tree: forge_os::fs::Tree,
+    /// What the folder is, for messages.
     why: &'static str,
     memo: HashMap<PathBuf, Mapping>,
     stack: Vec<PathBuf>,
 }
 
-/// The folder recipes must stay in, and what it is.
+/// The folder recipes must stay in, and what it is (`top`: the recipe, canonical).
 fn boundary(top: &Path, root: Option<&Path>) -> Result<(PathBuf, &'static str)> {
+    use forge_os::fs::Kind;
     if let Some(r) = root {
-        let c = r.canonicalize().map_err(|e| {
-            Failure::usage(format!("--recipe-root {}: {e}", r.display())).hint("pass an existing folder")
+        let c = forge_os::fs::named::canonical(r, "--recipe-root").map_err(|e| {
+            Failure::usage(format!("--recipe-root {}: {e:#}", r.display())).hint("pass an existing folder")
         })?;
         return Ok((c, "--recipe-root"));
     }
-    let top = top
-        .canonicalize()
-        .map_err(|e| Failure::usage(format!("recipe {}: {e}", top.display())).hint("pass the path of a recipe file"))?;
     let dir = top.parent().unwrap_or(Path::new("/")).to_path_buf();
-    match dir.ancestors().find(|a| a.join(".git").exists()) {
+    match dir.ancestors().find(|a| forge_os::fs::named::kind(&a.join(".git")) != Kind::Missing) {
         Some(git) => Ok((git.to_path_buf(), "the git repository holding the recipe")),
         None => Ok((dir, "the recipe's folder (it is in no git repository)")),
     }
 }
 
+/// `p` with `.` and `..` taken away as written; `None` when `..` climbs above its start.
+fn lexical(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
 impl Loader {
-    fn load(&mut self, path: &Path, declared_by: Option<&Path>) -> Result<Mapping> {
+    /// Load `path` (as messages name it), which is `rel` in the folder (`None`:
+    /// outside it, as written).
+    fn load(&mut self, path: &Path, rel: Option<PathBuf>, declared_by: Option<&Path>) -> Result<Mapping> {
         let unreadable = |e: anyhow::Error| match declared_by {
             Some(parent) => bad(parent, format!("`defaults:` names {}, which cannot be read: {e:#}", path.display())),
             None => e,
         };
-        let canonical = match path.canonicalize() {
-            Ok(c) => c,
-            // Let the input reader say why (not found, symlink loop, ...).
-            Err(_) => {
-                return Err(unreadable(
-                    forge_os::fs::named::read_text(path, "recipe", 0)
-                        .err()
-                        .unwrap_or_else(|| anyhow::anyhow!("unreadable")),
-                ))
-            }
+        // Parents are named relative to this file as named (as NeMo-RL joins them), not its link's target.
+        let rel_dir = rel.as_ref().and_then(|r| r.parent()).unwrap_or(Path::new("")).to_path_buf();
+        let resolved = match rel.map(|r| self.tree.resolve(r)).transpose().map_err(unreadable)? {
+            Some(forge_os::fs::Resolved::Inside(r)) => Some(r),
+            _ => None,
         };
-        if !canonical.starts_with(&self.boundary) {
+        let Some(canonical) = resolved else {
             let at = declared_by.unwrap_or(path);
             return Err(Failure::usage(format!(
                 "bad recipe {}: `defaults:` reaches {}, outside {} ({})",
                 at.display(),
                 path.display(),
-                self.boundary.display(),
+                self.tree.path().display(),
                 self.why
             ))
             .hint("recipes may only inherit from files of their own repository; pass --recipe-root DIR to allow a wider folder")
             .into());
-        }
+        };
         if self.stack.contains(&canonical) {
             return Err(bad(path, "its `defaults:` chain comes back to itself"));
         }
@@ -162,7 +184,11 @@ impl Loader {
         if self.memo.len() >= MAX_FILES {
             return Err(bad(path, format!("the recipe pulls in more than {MAX_FILES} files")));
         }
-        let text = forge_os::fs::named::read_text(path, "recipe", forge_os::input::cap::TEXT).map_err(unreadable)?;
+        // The recipe the user names is read as they name it (a link they name is followed).
+        let text = match declared_by {
+            None => forge_os::fs::named::read_text(path, "recipe", forge_os::input::cap::TEXT)?,
+            Some(_) => self.tree.read_text(&canonical, forge_os::input::cap::TEXT).map_err(unreadable)?,
+        };
         // The YAML scanner slows down quadratically with flow nesting (`[[[[...`);
         // serde_norway's own limit applies only after scanning.
         if flow_depth(&text) > MAX_FLOW_DEPTH {
@@ -183,8 +209,14 @@ impl Loader {
                 let dir = path.parent().unwrap_or(Path::new("."));
                 let mut base = Mapping::new();
                 for p in parents {
-                    let parent = if p.starts_with('/') { PathBuf::from(&p) } else { dir.join(&p) };
-                    let loaded = self.load(&parent, Some(path));
+                    let (parent, rel) = if p.starts_with('/') {
+                        let rel = lexical(Path::new(&p))
+                            .and_then(|a| a.strip_prefix(self.tree.path()).ok().map(Path::to_path_buf));
+                        (PathBuf::from(&p), rel)
+                    } else {
+                        (dir.join(&p), lexical(&rel_dir.join(&p)))
+                    };
+                    let loaded = self.load(&parent, rel, Some(path));
                     let loaded = match loaded {
                         Ok(l) => l,
                         Err(e) => {

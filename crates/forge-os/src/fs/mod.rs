@@ -32,18 +32,28 @@ use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 use crate::error::Failure;
 
+mod lock;
 pub mod machine;
 mod more;
 pub mod named;
+mod resolve;
 mod temp;
 mod walk;
 
+pub use lock::lock_exclusive;
 pub use more::set_mode_exact;
+pub use resolve::{set_file_mode, Resolved};
 /// The file a tree opens (a lock held, a file read) and why a lock was not
 /// taken: the standard ones, named here.
-pub use std::fs::{File, TryLockError};
+pub use std::fs::TryLockError;
 pub use temp::TempTree;
 pub use walk::{Walk, Walked};
+
+/// An opened file (what [`Tree::open_file`] and [`named::open`] give), and
+/// its positioned reads: named here so that code outside this module never
+/// names `std::fs`.
+pub type File = std::fs::File;
+pub use std::os::unix::fs::FileExt;
 
 /// What a name in a tree is, never following a final link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

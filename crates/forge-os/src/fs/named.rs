@@ -167,6 +167,77 @@ pub fn sha256_file(path: &Path, what: &str, cap: u64) -> Result<(String, u64)> {
     }
 }
 
+/// What `path` is, not following a final link (missing, a file, a folder, a
+/// link, a FIFO/socket/device): a path the user or the environment names.
+pub fn kind(path: &Path) -> super::Kind {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => super::Kind::Link,
+        Ok(m) if m.is_dir() => super::Kind::Dir,
+        Ok(m) if m.is_file() => super::Kind::File { len: m.len() },
+        Ok(_) => super::Kind::Special,
+        Err(_) => super::Kind::Missing,
+    }
+}
+
+/// Whether `path` is a regular file, through links (a program on `PATH`,
+/// `$DEEPEP_FORGE_UV`: the environment's own choice).
+pub fn is_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
+/// Whether `path` is a folder, through links (`--source PATH`).
+pub fn is_dir(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// `path` with every link resolved (a path the user names, for identity and
+/// for the folder that bounds what it may reach); exit 2 naming it when it
+/// cannot be resolved.
+pub fn canonical(path: &Path, what: &str) -> Result<std::path::PathBuf> {
+    std::fs::canonicalize(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => refuse(path, what, "not found"),
+        Some(libc::ELOOP) => refuse(path, what, "a symlink loop"),
+        _ => refuse(path, what, e),
+    })
+}
+
+/// A new file at `path` that must not exist yet (a link, a FIFO, anything
+/// there is refused, never followed): a file the caller names for the tool's
+/// output that it renames into place itself (a stamped wheel in a staging folder).
+pub fn create_new(path: &Path, what: &str) -> Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EEXIST) => refuse(path, what, "already exists"),
+            _ => anyhow::Error::new(e).context(format!("creating {what} {}", path.display())),
+        })
+}
+
+/// A new file at `path`, made for writing (an existing one is emptied; a
+/// final link, a FIFO or a folder there is refused, never followed or waited
+/// on): a file the caller names for the tool's own output, such as a build log.
+pub fn create(path: &Path, what: &str) -> Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refuse(path, what, "a symlink (never followed here)"),
+            Some(libc::ENXIO) => refuse(path, what, "not a regular file (a FIFO)"),
+            Some(libc::EISDIR) => refuse(path, what, "a directory, not a regular file"),
+            _ => anyhow::Error::new(e).context(format!("creating {what} {}", path.display())),
+        })?;
+    regular(&f, path, what)?;
+    Ok(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

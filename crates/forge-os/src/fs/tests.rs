@@ -261,3 +261,73 @@ fn an_exclusive_lock_waits_for_its_holder_and_refuses_a_planted_link() {
     let e = tree.lock_exclusive("planted.lock").unwrap_err();
     assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{e:#}");
 }
+
+#[test]
+fn resolve_follows_links_inside_and_names_the_one_that_leads_out() {
+    let t = tempfile::tempdir().unwrap();
+    let (p, out) = (t.path().join("proj"), t.path().join("outside"));
+    std::fs::create_dir_all(p.join("shared")).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(p.join("shared/pyproject.toml"), b"x").unwrap();
+    std::os::unix::fs::symlink("shared/pyproject.toml", p.join("pyproject.toml")).unwrap();
+    std::os::unix::fs::symlink("shared", p.join("alias")).unwrap();
+    std::os::unix::fs::symlink("../outside", p.join("docker")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", p.join("abs")).unwrap();
+    std::os::unix::fs::symlink("loop", p.join("loop")).unwrap();
+    std::os::unix::fs::symlink("gone", p.join("dangling")).unwrap();
+    let tree = Tree::open(&p, "project").unwrap();
+    let inside = |r: &str| Resolved::Inside(PathBuf::from(r));
+    assert_eq!(tree.resolve("pyproject.toml").unwrap(), inside("shared/pyproject.toml"));
+    assert_eq!(tree.resolve("alias/pyproject.toml").unwrap(), inside("shared/pyproject.toml"));
+    assert_eq!(tree.resolve("shared/new").unwrap(), inside("shared/new"), "a name not made yet");
+    assert_eq!(tree.resolve("dangling").unwrap(), inside("gone"));
+    assert_eq!(tree.resolve(".").unwrap(), inside("."));
+    let outside = tree.resolve("docker/Dockerfile").unwrap();
+    assert_eq!(outside, Resolved::Outside { link: PathBuf::from("docker"), target: out.clone() });
+    assert!(matches!(tree.resolve("abs").unwrap(), Resolved::Outside { link, .. } if link == Path::new("abs")));
+    let e = tree.resolve("loop").unwrap_err();
+    assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{e:#}");
+    assert!(tree.resolve("../x").is_err(), "not a path inside");
+    assert_eq!(tree.canonical().unwrap(), p.canonicalize().unwrap());
+}
+
+#[test]
+fn writable_and_exact_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let tree = Tree::open(t.path(), "project").unwrap();
+    tree.write("rw", b"x").unwrap();
+    tree.write("ro", b"x").unwrap();
+    std::fs::set_permissions(t.path().join("ro"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    assert!(tree.writable("rw") && tree.writable("."));
+    assert!(!tree.writable("ro"), "no write bit: read-only even for root");
+    let staged = tree
+        .stage("rw", PUBLIC, |f| {
+            f.write_all(b"y")?;
+            set_file_mode(f, 0o640)
+        })
+        .unwrap();
+    staged.commit().unwrap();
+    assert_eq!(std::fs::metadata(t.path().join("rw")).unwrap().permissions().mode() & 0o777, 0o640);
+}
+
+#[test]
+fn named_paths_kinds_and_created_files() {
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    std::os::unix::fs::symlink("f", t.path().join("l")).unwrap();
+    mkfifo(&t.path().join("fifo"));
+    assert_eq!(named::kind(&f), Kind::File { len: 1 });
+    assert_eq!(named::kind(&t.path().join("l")), Kind::Link);
+    assert_eq!(named::kind(&t.path().join("fifo")), Kind::Special);
+    assert_eq!(named::kind(&t.path().join("none")), Kind::Missing);
+    assert!(named::is_file(&t.path().join("l")) && !named::is_file(t.path()) && named::is_dir(t.path()));
+    assert_eq!(named::canonical(&t.path().join("l"), "file").unwrap(), f.canonicalize().unwrap());
+    assert!(named::canonical(&t.path().join("none"), "file").is_err());
+    let msg = |r: Result<std::fs::File>| format!("{:#}", r.unwrap_err());
+    assert!(msg(named::create(&t.path().join("fifo"), "log")).contains("not a regular file"));
+    assert!(msg(named::create(&t.path().join("l"), "log")).contains("a symlink"));
+    named::create(&t.path().join("log"), "log").unwrap().write_all(b"ok").unwrap();
+    assert_eq!(std::fs::read(t.path().join("log")).unwrap(), b"ok");
+}

@@ -179,7 +179,7 @@ impl Cmd {
         let (reader, writer) = std::io::pipe().context("pipe for the child's output")?;
         let writer2 = writer.try_clone()?;
         self.cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2);
-        let mut logf = std::fs::File::create(log).with_context(|| format!("creating log {}", log.display()))?;
+        let mut logf = crate::fs::named::create(log, "build log")?;
         let child = self.cmd.spawn().map_err(|e| self.start_error(e))?;
         // Drop our copies of the pipe's write end (held by `self.cmd`).
         self.cmd.stdout(Stdio::null()).stderr(Stdio::null());
@@ -236,7 +236,7 @@ impl Cmd {
             .with_context(|| format!("writing log {}", log.display()))?;
         check_interrupted()?;
         if !status.success() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let text = log_tail(log);
             let lines: Vec<&str> = text.lines().collect();
             let tail = lines[lines.len().saturating_sub(40)..].join("\n");
             // pip's verbose epilogue can push the compiler's message out of the tail.
@@ -285,6 +285,20 @@ impl Heartbeat {
 }
 
 /// `LABEL: 1m30s so far; last compiler line: ...` (the line cut to 200 characters).
+/// The end of a build log (its last 4 MiB at most) as text, for the failure
+/// message; empty when it cannot be read.
+fn log_tail(log: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL: u64 = 4 << 20;
+    let Ok((mut f, len)) = crate::fs::named::open(log, "build log", u64::MAX) else { return String::new() };
+    if f.seek(SeekFrom::Start(len.saturating_sub(TAIL))).is_err() {
+        return String::new();
+    }
+    let mut buf = Vec::new();
+    let _ = f.take(TAIL).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 fn heartbeat_line(label: &str, elapsed: Duration, last_line: &str) -> String {
     let s = elapsed.as_secs();
     let took = if s >= 60 { format!("{}m{:02}s", s / 60, s % 60) } else { format!("{s}s") };

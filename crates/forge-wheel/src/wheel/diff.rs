@@ -314,7 +314,7 @@ fn members(w: &mut super::Wheel) -> Result<BTreeMap<String, Member>> {
     let path = w.path().to_path_buf();
     for i in 0..w.archive().len() {
         let f = w.archive().by_index_raw(i).map_err(|e| damaged(&path, &format!("#{i}"), e))?;
-        if f.is_dir() {
+        if zip::read::ZipFile::is_dir(&f) {
             continue;
         }
         let t = f.last_modified().map(|t| (t.year(), t.month(), t.day(), t.hour(), t.minute(), t.second()));

@@ -6,9 +6,9 @@
 //! count, names, overlapping data, declared sizes, per-member and whole-file
 //! inflate ratios). Members are read with a cap each. Must not judge what a
 //! wheel holds (that is `probe`).
-use std::fs::File;
+use forge_os::fs::File;
+use forge_os::fs::FileExt;
 use std::io::{BufReader, Read, Seek};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;

@@ -5,7 +5,6 @@
 //! 0644/0755; members are sorted by name, `.dist-info/` last and RECORD last of all; signatures
 //! (`RECORD.jws`, `RECORD.p7s`) are dropped because the content changed.
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
@@ -74,7 +73,7 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         key(a).cmp(&key(b))
     });
 
-    let out = File::create_new(output).with_context(|| format!("creating {}", output.display()))?;
+    let out = forge_os::fs::named::create_new(output, "stamped wheel")?;
     let mut zout = zip::ZipWriter::new(BufWriter::with_capacity(1 << 20, out));
     let time = zip_time(changes.epoch);
     let mut new_record = Vec::new();
@@ -115,7 +114,7 @@ pub fn stamp(input: &Path, output: &Path, changes: &Changes) -> Result<()> {
         let f = zin.by_index_raw(i)?;
         // Time and mode as every build gives them: SOURCE_DATE_EPOCH, 0644/0755 (not the umask's).
         let mode = normal_mode(f.unix_mode());
-        if f.is_dir() {
+        if zip::read::ZipFile::is_dir(&f) {
             zout.raw_copy_file_touch(f, time, Some(0o755))?;
             continue;
         }
@@ -197,6 +196,7 @@ fn zip_time(epoch: i64) -> zip::DateTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
 
     /// A wheel of `members` with a RECORD (sha256 of each) in `<dir>/w.whl`.
     fn wheel(dir: &Path, members: &[(&str, &str)]) -> std::path::PathBuf {

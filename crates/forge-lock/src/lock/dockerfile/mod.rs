@@ -24,80 +24,160 @@
 //! function per rule id), [`needs`] (the variant a stage builds).
 mod needs;
 mod rules;
+pub mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use forge_model::dockerfile::model::Model;
 use forge_model::findings::Finding;
 use forge_model::pins::{Arch, Pins};
 use forge_os::error::Failure;
+use forge_os::fs::{Kind, Resolved, Tree, Walk};
 use rules::Checker;
+use tokens::PlaceKind;
 
 pub use needs::{needs, Need};
 
+/// One Dockerfile `lock check` reads and `pin set` may move, read once.
+#[derive(Debug, Clone)]
+pub struct Dockerfile {
+    /// As messages and findings name it: the project's path joined with the
+    /// name it was found at, or the path given to `--dockerfile`.
+    pub path: PathBuf,
+    /// Its file inside the project (links followed, never out of it), for
+    /// `pin set` to write; `None` for a `--dockerfile` outside the project.
+    pub rel: Option<PathBuf>,
+    pub text: String,
+}
+
+/// Whether a name is a Dockerfile's (`Dockerfile`, `Dockerfile.cuda`, not `.dockerignore`).
+fn is_dockerfile(name: &std::ffi::OsStr) -> bool {
+    name.to_str().is_some_and(|n| n.starts_with("Dockerfile") && !n.ends_with(".dockerignore"))
+}
+
 /// Dockerfiles of a project: `Dockerfile*` at the root and `docker/**/Dockerfile*`
 /// (each group sorted), then `extra` in the order given (a missing one is a usage error).
-pub fn discover(project: &Path, extra: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let is_dockerfile = |p: &Path| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("Dockerfile") && !n.ends_with(".dockerignore"))
-    };
-    let mut root: Vec<PathBuf> = match std::fs::read_dir(project) {
-        Ok(rd) => rd.flatten().map(|e| e.path()).filter(|p| p.is_file() && is_dockerfile(p)).collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Failure::usage(format!("project folder not found: {}", project.display()))
-                .hint("check --project")
-                .into())
-        }
-        Err(e) => return Err(e).with_context(|| format!("listing {}", project.display())),
-    };
-    root.sort();
-    // Bounded: a hostile tree cannot make discovery walk forever (links are not followed).
-    let mut nested: Vec<PathBuf> = walkdir::WalkDir::new(project.join("docker"))
-        .max_depth(16)
-        .into_iter()
-        .take(100_000)
-        .flatten()
-        .filter(|e| e.path().is_file() && is_dockerfile(e.path()))
-        .map(|e| e.into_path())
-        .collect();
-    nested.sort();
-    let mut out = root;
-    out.extend(nested);
-    for p in extra {
-        if !p.is_file() {
-            return Err(Failure::usage(format!("Dockerfile not found: {}", p.display()))
-                .hint("check the path given to --dockerfile")
-                .into());
-        }
-        let same = |q: &PathBuf| q.canonicalize().ok() == p.canonicalize().ok();
-        if !out.iter().any(same) {
-            out.push(p.clone());
+/// Everything is read through the project's tree: a link (`docker/` itself, a
+/// Dockerfile, a folder below `docker/`) that leads out of the project is
+/// refused (exit 2, naming it); one that stays inside is followed for a
+/// Dockerfile and not walked for a folder; a FIFO or device is not a Dockerfile.
+/// `shown` is the project as messages name it.
+pub fn discover(project: &Tree, shown: &Path, extra: &[PathBuf]) -> Result<Vec<Dockerfile>> {
+    let mut out = Vec::new();
+    for e in project.list(".", forge_os::fs::MAX_NAMES)?.entries {
+        if is_dockerfile(&e.name) {
+            out.extend(found(project, shown, Path::new(&e.name), e.kind)?);
         }
     }
+    let (docker, walked) = match project.kind("docker")? {
+        Kind::Dir => (PathBuf::from("docker"), true),
+        Kind::Link => match inside(project, shown, Path::new("docker"))? {
+            r if project.is_dir(&r) => (r, true),
+            _ => (PathBuf::new(), false),
+        },
+        _ => (PathBuf::new(), false),
+    };
+    if walked {
+        // Bounded: a hostile tree cannot make discovery walk forever (links are reported, not followed).
+        for w in project.walk(&docker, Walk { max_entries: 100_000, max_depth: 16 })? {
+            let name = PathBuf::from("docker").join(w.rel.strip_prefix(&docker).unwrap_or(&w.rel));
+            match w.kind {
+                Kind::Link if !w.rel.file_name().is_some_and(is_dockerfile) => {
+                    // A folder or file link below docker/: never walked, but never one out of the project.
+                    inside(project, shown, &w.rel)?;
+                }
+                kind if w.rel.file_name().is_some_and(is_dockerfile) => {
+                    out.extend(
+                        found(project, shown, &w.rel, kind)?.map(|d| Dockerfile { path: shown.join(&name), ..d }),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    for p in extra {
+        let same = |d: &Dockerfile| absolute(&d.path) == absolute(p);
+        if out.iter().any(same) {
+            continue;
+        }
+        let text =
+            forge_os::fs::named::read_text_opt(p, "Dockerfile", forge_os::input::cap::TEXT)?.ok_or_else(|| {
+                Failure::usage(format!("Dockerfile not found: {}", p.display()))
+                    .hint("check the path given to --dockerfile")
+            })?;
+        out.push(Dockerfile { path: p.clone(), rel: None, text });
+    }
     Ok(out)
+}
+
+/// The Dockerfile at `rel` (of kind `kind`), read: a regular file, or a link
+/// to one inside the project; `None` for anything else (a FIFO, a folder, a
+/// dangling link: not a Dockerfile).
+fn found(project: &Tree, shown: &Path, rel: &Path, kind: Kind) -> Result<Option<Dockerfile>> {
+    let file = match kind {
+        Kind::File { .. } => rel.to_path_buf(),
+        Kind::Link => inside(project, shown, rel)?,
+        _ => return Ok(None),
+    };
+    if !matches!(project.kind(&file)?, Kind::File { .. }) {
+        return Ok(None);
+    }
+    let text = project.read_text(&file, forge_os::input::cap::TEXT)?;
+    Ok(Some(Dockerfile { path: shown.join(rel), rel: Some(file), text }))
+}
+
+/// Where the link at `rel` leads inside the project; one that leads out is
+/// refused (exit 2), naming it and where it leads.
+fn inside(project: &Tree, shown: &Path, rel: &Path) -> Result<PathBuf> {
+    match project.resolve(rel)? {
+        Resolved::Inside(r) => Ok(r),
+        Resolved::Outside { link, target } => Err(outside(shown, &link, &target)),
+    }
+}
+
+/// A link out of the project: exit 2, naming the link and its target.
+pub fn outside(shown: &Path, link: &Path, target: &Path) -> anyhow::Error {
+    Failure::usage(format!(
+        "{} is a symlink to {}, outside the project {}: deepep-forge reads and writes only the project's own files, never through a link out of it; nothing was read or changed",
+        shown.join(link).display(),
+        target.display(),
+        shown.display()
+    ))
+    .hint("replace the link with the files themselves (or a link inside the project)")
+    .into()
+}
+
+/// `p` as an absolute path with `.` and `..` taken away as written (no file system asked).
+fn absolute(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Check Dockerfiles. `revs` is the intended revision per architecture (from
 /// pins.toml, or from pyproject.toml under --no-pins); `pins` is None under
 /// --no-pins (then only revisions are checked).
-pub fn check(files: &[PathBuf], pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Result<Vec<Finding>> {
-    let mut out = Vec::new();
-    for f in files {
-        let text = forge_os::fs::named::read_text(f, "Dockerfile", forge_os::input::cap::TEXT)?;
-        out.extend(check_text(&text, f, pins, revs));
-    }
-    Ok(out)
+pub fn check(files: &[Dockerfile], pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Vec<Finding> {
+    files.iter().flat_map(|f| check_text(&f.text, &f.path, pins, revs)).collect()
 }
 
 /// Check one Dockerfile's text; `file` is used in findings.
 pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<Arch, String>) -> Vec<Finding> {
     let model = Model::read(text);
-    let mut c = Checker { file, pins, revs, out: Vec::new(), seen: BTreeSet::new() };
+    let mut c = Checker::new(file, pins, revs);
     for d in &model.defs {
         c.def(d, model.platform_of(d));
     }
@@ -110,6 +190,19 @@ pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<
     for (cfg, platform) in model.configs() {
         c.config(&cfg, platform);
     }
+    // The intended revision written where the reader cannot read it as the pin.
+    for rev in revs.values().collect::<BTreeSet<_>>() {
+        match tokens::places(text, rev) {
+            None => c.unread("the Dockerfile", rev, "written in too many places to read", 1),
+            Some(places) => {
+                for p in places {
+                    if let PlaceKind::Unread(why) = p.kind {
+                        c.unread(&format!("line {}", p.line), &tokens::line_text(text, p.at.start), why, p.line);
+                    }
+                }
+            }
+        }
+    }
     c.out
 }
 
@@ -117,9 +210,13 @@ pub fn check_text(text: &str, file: &Path, pins: Option<&Pins>, revs: &BTreeMap<
 /// revision per architecture before and after `pin set`), for `pin set` to write:
 /// `Ok(None)` when the file pins nothing that moves (or was already out of step
 /// with `old`: then it is `lock check`'s to report, not `pin set`'s to change).
-/// Every full sha of `old` that moves is replaced where it is written; a pin that
-/// cannot be moved so (a short sha, a branch, a value made at build time) is refused,
-/// naming its line, before anything is written.
+/// Only the pin's own tokens move ([`tokens`]: the bytes the reader reads as
+/// DeepEP's revision); a place that holds a moving revision in a form the
+/// reader cannot read as the pin (a command substitution, the revision joined
+/// with other text), or a pin that cannot be moved so (a short sha, a branch,
+/// a value made at build time), is refused, naming its line, before anything
+/// is written. A comment, an image digest or a longer word that contains the
+/// revision is left as it is.
 pub fn moved(
     text: &str,
     file: &Path,
@@ -127,22 +224,49 @@ pub fn moved(
     old: &BTreeMap<Arch, String>,
     new: &BTreeMap<Arch, String>,
 ) -> Result<Option<String>> {
-    let revs = |f: &[Finding]| f.iter().filter(|f| f.rule == "dockerfile-rev").count();
-    if revs(&check_text(text, file, pins, old)) > 0 {
-        return Ok(None);
-    }
-    let stale = check_text(text, file, pins, new);
-    let stale: Vec<&Finding> = stale.iter().filter(|f| f.rule == "dockerfile-rev").collect();
-    if stale.is_empty() {
-        return Ok(None);
-    }
-    let mut out = text.to_string();
-    for (a, from) in old {
-        match new.get(a) {
-            Some(to) if to != from => out = out.replace(from.as_str(), to),
-            _ => {}
+    let mut edits: Vec<(Range<usize>, &str)> = Vec::new();
+    let moving: BTreeSet<&str> =
+        old.iter().filter(|(a, from)| new.get(a).is_some_and(|to| to != *from)).map(|(_, f)| f.as_str()).collect();
+    for from in moving {
+        let Some(places) = tokens::places(text, from) else {
+            return Err(unread(file, 1, "", from, "written in more places than deepep-forge reads"));
+        };
+        for p in places {
+            match p.kind {
+                PlaceKind::Unread(why) => {
+                    return Err(unread(file, p.line, &tokens::line_text(text, p.at.start), from, why))
+                }
+                PlaceKind::Other => {}
+                PlaceKind::Pin => {
+                    // A stage of one platform moves with that architecture's pin; any other with every moving one.
+                    let arches: Vec<Arch> = match p.platform {
+                        Some(a) => vec![a],
+                        None => old.keys().copied().collect(),
+                    };
+                    let to = arches
+                        .iter()
+                        .filter(|a| old.get(a).map(String::as_str) == Some(from))
+                        .find_map(|a| new.get(a).filter(|to| to.as_str() != from));
+                    if let Some(to) = to {
+                        edits.push((p.at, to.as_str()));
+                    }
+                }
+            }
         }
     }
+    let revs = |f: &[Finding]| f.iter().filter(|f| f.rule == "dockerfile-rev").count();
+    if edits.is_empty() || revs(&check_text(text, file, pins, old)) > 0 {
+        return Ok(None);
+    }
+    edits.sort_by_key(|(at, _)| at.start);
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (at, to) in &edits {
+        out.push_str(&text[last..at.start]);
+        out.push_str(to);
+        last = at.end;
+    }
+    out.push_str(&text[last..]);
     let left = check_text(&out, file, pins, new);
     if let Some(f) = left.iter().find(|f| f.rule == "dockerfile-rev") {
         let at = f.line.map(|l| format!("{}:{l}", file.display())).unwrap_or_else(|| file.display().to_string());
@@ -156,6 +280,19 @@ pub fn moved(
         .into());
     }
     Ok(Some(out))
+}
+
+/// `pin set` refuses a Dockerfile that holds the moving revision where the reader cannot read it as the pin.
+fn unread(file: &Path, line: usize, text: &str, rev: &str, why: &str) -> anyhow::Error {
+    let at = format!("{}:{line}", file.display());
+    let shown = if text.is_empty() { String::new() } else { format!(" `{text}`") };
+    Failure::usage(format!(
+        "{at}:{shown} holds DeepEP's revision {rev} where pin set cannot read it as the pin ({why}); pin set moves only the pin's own token, so nothing was changed"
+    ))
+    .hint(format!(
+        "write DeepEP's revision there as a plain value (`ARG DEEPEP_REV=<full sha>`, then `${{DEEPEP_REV}}`) and run pin set again, or change {at} by hand"
+    ))
+    .into()
 }
 
 #[cfg(test)]
@@ -314,7 +451,12 @@ mod tests {
             ("${DEEPEP_REV:+main}", false),
             ("${#DEEPEP_REV}", false), // "40"
         ] {
-            let f = run(&url(expr));
+            let mut f = run(&url(expr));
+            if !expr.contains("PFX") {
+                // PFX (line 3) holds the pin joined with other text, and nothing reads it here.
+                assert!(f.iter().any(|f| f.rule == "dockerfile-unverifiable" && f.line == Some(3)), "{expr}: {f:#?}");
+                f.retain(|f| f.line != Some(3));
+            }
             if ok {
                 assert!(f.is_empty(), "{expr}: {f:#?}");
             } else {
@@ -328,13 +470,19 @@ mod tests {
             "${DEEPEP_REV^^}",
             "${UNSET:-${DEEPEP_REV/1/2}}",
         ] {
-            let f = run(&url(expr));
+            let mut f = run(&url(expr));
+            f.retain(|f| f.line != Some(3));
             assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 4)], "{expr}: {f:#?}");
             assert!(f[0].message.starts_with("cannot verify: RUN (line 4)"), "{}", f[0].message);
         }
         // In an ARG/ENV that names DeepEP, too; elsewhere not ours.
+        // (and the pin at line 2 is read only through that expansion: not read as the pin either).
         let f = run(&format!("FROM b\nARG R={PIN}\nENV DEEPEP_REV=${{R/1/2}}\n"));
-        assert_eq!(rules(&f), vec![("dockerfile-unverifiable".into(), 3)], "{f:#?}");
+        assert_eq!(
+            rules(&f),
+            vec![("dockerfile-unverifiable".into(), 3), ("dockerfile-unverifiable".into(), 2)],
+            "{f:#?}"
+        );
         assert!(run("FROM b\nARG V=3.12.1\nENV PY=${V/./}\nRUN echo ${V/./}\n").is_empty());
         // The checkout form, and a value too long to match is refused, not guessed.
         let f = run(&format!("FROM b\nARG DEEPEP_REV={PIN}\nRUN cd DeepEP && git checkout ${{DEEPEP_REV%??}}\n"));

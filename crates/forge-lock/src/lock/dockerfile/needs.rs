@@ -1,10 +1,8 @@
 //! Which variant each Dockerfile stage builds DeepEP for (`Need`): the one it
 //! names, else every variant its settings agree with on its platform; for
 //! `index-variant-mismatch`. Must not report findings of its own.
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-use anyhow::Result;
 
 use super::rules::*;
 use forge_model::dockerfile::model::*;
@@ -28,17 +26,16 @@ const BUILDS: &str = "builds DeepEP as";
 
 /// What the Dockerfiles' DeepEP builds need (stages that build none, or that
 /// no variant describes, need nothing here: `check` reports those).
-pub fn needs(files: &[PathBuf], pins: &Pins) -> Result<Vec<Need>> {
+pub fn needs(files: &[super::Dockerfile], pins: &Pins) -> Vec<Need> {
     let (revs, mut out) = (BTreeMap::new(), Vec::new());
     for f in files {
-        let text = forge_os::fs::named::read_text(f, "Dockerfile", forge_os::input::cap::TEXT)?;
-        let model = Model::read(&text);
-        let mut c = Checker { file: f, pins: Some(pins), revs: &revs, out: Vec::new(), seen: BTreeSet::new() };
+        let model = Model::read(&f.text);
+        let mut c = Checker::new(&f.path, Some(pins), &revs);
         for (cfg, platform) in model.configs() {
             out.extend(c.need(pins, &cfg, platform));
         }
     }
-    Ok(out)
+    out
 }
 
 impl Checker<'_> {

@@ -21,6 +21,15 @@ pub(super) struct Checker<'a> {
     pub(super) out: Vec<Finding>,
     /// (rule, line) already reported: a value is reported once, at the line that holds it.
     pub(super) seen: BTreeSet<(String, usize)>,
+    /// Every value read as a DeepEP revision, as read, with the platform of
+    /// its stage (`tokens` asks which text is the pin).
+    pub(super) found: Vec<(String, Option<Arch>)>,
+}
+
+impl<'a> Checker<'a> {
+    pub(super) fn new(file: &'a Path, pins: Option<&'a Pins>, revs: &'a BTreeMap<Arch, String>) -> Checker<'a> {
+        Checker { file, pins, revs, out: Vec::new(), seen: BTreeSet::new(), found: Vec::new() }
+    }
 }
 
 impl Checker<'_> {
@@ -86,6 +95,27 @@ impl Checker<'_> {
         self.push(f);
     }
 
+    /// `dockerfile-unverifiable`: a value that holds (or is) DeepEP's revision
+    /// in a form this reader cannot read as the pin (a command substitution,
+    /// the revision joined with other text): an error naming the line, never silence.
+    pub(super) fn unread(&mut self, what: &str, value: &str, why: &str, line: usize) {
+        let f = Finding::new(
+            "dockerfile-unverifiable",
+            Severity::Error,
+            self.file,
+            format!(
+                "cannot verify: {what} is `{}`: {why}, so deepep-forge cannot tell which DeepEP revision the image builds",
+                forge_os::input::excerpt(value, 120)
+            ),
+        )
+        .line(line)
+        .fix(format!(
+            "write DeepEP's revision as a plain value (`ARG DEEPEP_REV=<full sha>`, then `${{DEEPEP_REV}}`) at {}:{line}",
+            self.file.display()
+        ));
+        self.push(f);
+    }
+
     pub(super) fn unverifiable_def(&mut self, u: &Unverifiable) {
         let upper = u.name.to_ascii_uppercase();
         let deepep = ["DEEPEP", "DEEP_EP", "ARCH_LIST", "HYBRID_EP", "USE_NIXL", "RDMA_CORE", "VARIANT"];
@@ -145,6 +175,10 @@ impl Checker<'_> {
 
     /// Compare one DeepEP rev with the intended revs.
     pub(super) fn rev(&mut self, found: &str, line: usize, what: &str, platform: Option<Arch>) {
+        self.found.push((found.to_string(), platform));
+        if found.contains("$(") || found.contains('`') {
+            return self.unread(what, found, "a command substitution", line);
+        }
         if found.is_empty() || found.contains('$') || self.revs.is_empty() {
             return;
         }
