@@ -85,13 +85,13 @@ fn facts_of(i: &Inspected) -> forge_model::verdict::BinaryFacts {
     let hep = rules::kernel_extension(&i.binary).and_then(|e| e.elf.as_ref().ok());
     let (cubin_sms, ptx) = hep.map(|h| h.sms()).unwrap_or_default();
     forge_model::verdict::BinaryFacts {
-        subject: i.binary.file.clone(),
+        subject: i.binary.file.as_str().into(),
         ptx_sms: ptx.into_iter().filter(|s| !cubin_sms.contains(s)).collect(),
         cubin_sms,
         multinode: i.evidence.multinode,
         machine: i.binary.extensions.iter().find_map(|e| e.elf.as_ref().ok().and_then(|f| f.arch())),
-        version: i.binary.version.clone(),
-        transport: i.evidence.transport.map(|t| t.as_str().to_string()),
+        version: i.binary.version.as_deref().map(Into::into),
+        transport: i.evidence.transport,
     }
 }
 
