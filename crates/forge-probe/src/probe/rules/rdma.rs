@@ -11,7 +11,8 @@ use forge_model::topology::Request;
 use forge_model::verdict::Check;
 use forge_wheel::provenance::Registration;
 
-use super::super::host::{kernel_at_least, HostFacts, Port, RdmaDevice};
+use super::super::host::{kernel_at_least, HostFacts, Port, RdmaDevice, INFINIBAND, MAX_GIDS};
+use forge_os::line::Line;
 
 /// What the rules see.
 pub struct Ctx<'a> {
@@ -55,11 +56,35 @@ pub fn rdma_checks(cx: &Ctx) -> Vec<Check> {
     RDMA_RULES.iter().map(|(_, f)| f(cx)).collect()
 }
 
-fn dev_list(d: &[RdmaDevice]) -> String {
-    d.iter()
+/// The devices as a row lists them, and what the cap left out.
+fn dev_list(h: &HostFacts) -> String {
+    let list = h
+        .devices
+        .iter()
         .map(|d| format!("{} ({})", d.name, d.driver.as_deref().unwrap_or("driver unknown")))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    format!("{list}{}", devices_cut(h))
+}
+
+/// `; read the first 64 of 70 devices (6 left out)` when the device listing was cut, else nothing.
+fn devices_cut(h: &HostFacts) -> String {
+    cut(h.devices.len(), h.devices_left_out, &format!("devices in {INFINIBAND}"))
+}
+
+/// `; read the first N of M <what> (K left out)` when a listing was cut at its cap.
+fn cut(read: usize, left_out: usize, what: &str) -> String {
+    if left_out == 0 {
+        return String::new();
+    }
+    format!("; read the first {read} of {} {what} ({left_out} left out)", read + left_out)
+}
+
+/// Every listing of ports that its cap cut, as one note (empty when none was).
+fn ports_cut(h: &HostFacts) -> String {
+    let cuts: String =
+        h.devices.iter().map(|d| cut(d.ports.len(), d.ports_left_out, &format!("ports of {}", d.name))).collect();
+    format!("{}{cuts}", devices_cut(h))
 }
 
 fn ports(h: &HostFacts) -> impl Iterator<Item = (&RdmaDevice, &Port)> {
@@ -67,8 +92,17 @@ fn ports(h: &HostFacts) -> impl Iterator<Item = (&RdmaDevice, &Port)> {
 }
 
 fn port_line(d: &RdmaDevice, p: &Port) -> String {
-    let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
+    let s = |o: &Option<Line>| o.as_ref().map_or("?", Line::as_str).to_string();
     format!("{}/{} {} {} {}", d.name, p.port, s(&p.state), s(&p.link_layer), s(&p.rate))
+}
+
+/// Every GID listing of `eth`'s ports that its cap cut, as one note (empty when none was).
+fn gids_cut(h: &HostFacts, eth: &[(&RdmaDevice, &Port)]) -> String {
+    let cuts: String = eth
+        .iter()
+        .map(|(d, p)| cut(MAX_GIDS, p.gids_left_out, &format!("GID entries of {}/{}", d.name, p.port)))
+        .collect();
+    format!("{}{cuts}", ports_cut(h))
 }
 
 fn rdma_device(cx: &Ctx) -> Check {
@@ -82,23 +116,23 @@ fn rdma_device(cx: &Ctx) -> Check {
         )
         .fix("run on nodes with an RDMA NIC and its driver loaded (mlx5_core, mlx5_ib); in a container pass --device /dev/infiniband and mount /sys");
     }
-    Check::pass("rdma-device", dev_list(&cx.host.devices))
+    Check::pass("rdma-device", dev_list(cx.host))
 }
 
 fn rdma_driver(cx: &Ctx) -> Check {
-    let d = &cx.host.devices;
+    let (d, list) = (&cx.host.devices, dev_list(cx.host));
     if d.is_empty() {
         return Check::skip("rdma-driver", "no RDMA device");
     }
     if d.iter().any(|d| d.driver.as_deref().is_some_and(|n| n.starts_with("mlx5"))) {
-        return Check::pass("rdma-driver", format!("a Mellanox mlx5 NIC: {}", dev_list(d)));
+        return Check::pass("rdma-driver", format!("a Mellanox mlx5 NIC: {list}"));
     }
     if d.iter().all(|d| d.driver.is_none()) {
-        return Check::warn("rdma-driver", format!("no device/driver link to read: {}", dev_list(d)));
+        return Check::warn("rdma-driver", format!("no device/driver link to read: {list}"));
     }
     Check::fail(
         "rdma-driver",
-        format!("no mlx5 NIC ({}): HybridEP's DOCA path (mlx5dv) and NVSHMEM's IBGDA drive Mellanox mlx5 NICs only (deepseek-ai/DeepEP#759)", dev_list(d)),
+        format!("no mlx5 NIC ({list}): HybridEP's DOCA path (mlx5dv) and NVSHMEM's IBGDA drive Mellanox mlx5 NICs only (deepseek-ai/DeepEP#759)"),
     )
     .fix("run on nodes with NVIDIA/Mellanox ConnectX NICs (driver mlx5_core)")
 }
@@ -112,11 +146,15 @@ fn rdma_port(cx: &Ctx) -> Check {
         let all: Vec<String> = ports(cx.host).map(|(d, p)| port_line(d, p)).collect();
         return Check::fail(
             "rdma-port",
-            format!("no ACTIVE port: {}", if all.is_empty() { "no ports".into() } else { all.join("; ") }),
+            format!(
+                "no ACTIVE port: {}{}",
+                if all.is_empty() { "no ports".into() } else { all.join("; ") },
+                ports_cut(cx.host)
+            ),
         )
         .fix("bring a link up: check `ibstat` (InfiniBand: cable, subnet manager) or `ip link` (RoCE)");
     }
-    Check::pass("rdma-port", active.join("; "))
+    Check::pass("rdma-port", format!("{}{}", active.join("; "), ports_cut(cx.host)))
 }
 
 fn active_ethernet(h: &HostFacts) -> Vec<(&RdmaDevice, &Port)> {
@@ -133,7 +171,7 @@ fn roce_gid(cx: &Ctx) -> Check {
     if without.len() == eth.len() {
         return Check::fail(
             "roce-gid",
-            format!("no RoCE v2 GID on {} (gid_attrs/types): NVSHMEM and NCCL need a routable RoCE v2 GID (deepseek-ai/DeepEP#608)", without.join(", ")),
+            format!("no RoCE v2 GID on {} (gid_attrs/types): NVSHMEM and NCCL need a routable RoCE v2 GID (deepseek-ai/DeepEP#608){}", without.join(", "), gids_cut(cx.host, &eth)),
         )
         .fix("give the RoCE interface an IP address (its RoCE v2 GID comes from it), then check gid_attrs/types");
     }
@@ -142,7 +180,7 @@ fn roce_gid(cx: &Ctx) -> Check {
         .filter(|(_, p)| !p.roce_v2_gids.is_empty())
         .map(|(d, p)| format!("{}/{} RoCE v2 GID index {}", d.name, p.port, join(&p.roce_v2_gids)))
         .collect();
-    Check::pass("roce-gid", with.join("; "))
+    Check::pass("roce-gid", format!("{}{}", with.join("; "), gids_cut(cx.host, &eth)))
 }
 
 fn join(v: &[u32]) -> String {
@@ -343,12 +381,16 @@ mod tests {
     const GID_V2: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001";
     const GID_LINK: &str = "fe80:0000:0000:0000:0a00:00ff:fe00:0001";
 
+    fn read(root: &std::path::Path) -> HostFacts {
+        host::read(&forge_os::fs::Tree::open(root, "host root").unwrap())
+    }
+
     fn judge(
         root: &std::path::Path,
         registration: Option<Registration>,
         variants: &[(String, Vec<String>)],
     ) -> Vec<Check> {
-        let mut h = host::read(root);
+        let mut h = read(root);
         h.settings.clear();
         judge_host(&h, registration, variants)
     }
@@ -457,7 +499,7 @@ mod tests {
         let cs = judge(t.path(), None, &[]);
         assert_eq!(rule(&cs, "roce-gid").status, Status::Fail, "{cs:?}");
         eth(&[(0, GID_LINK, "IB/RoCE v1"), (3, GID_V2, "RoCE v2")]);
-        let mut h = host::read(t.path());
+        let mut h = read(t.path());
         h.settings.clear();
         let cs = judge_host(&h, None, &[]);
         assert_eq!(rule(&cs, "roce-gid").status, Status::Pass);
@@ -488,7 +530,7 @@ mod tests {
     fn no_peermem_and_a_wheel_without_dmabuf_fails_with_errno_14_and_names_the_dmabuf_variant() {
         let t = tempfile::tempdir().unwrap();
         dmabuf_host(t.path());
-        let h = host::read(t.path());
+        let h = read(t.path());
         assert_eq!((h.open_module, h.ibverbs_dmabuf, h.peermem), (Some(true), Some(true), false), "{h:?}");
         let variants = vec![("h100-multinode-dmabuf".to_string(), vec!["patches/dmabuf.patch".to_string()])];
         let cs = judge(t.path(), Some(reg(false)), &variants);
@@ -546,7 +588,7 @@ mod tests {
         std::fs::create_dir_all(t.path().join("proc/sys/kernel")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("osrelease"), t.path().join("proc/sys/kernel/osrelease"))
             .unwrap();
-        assert_eq!(host::read(t.path()).kernel, None);
+        assert_eq!(read(t.path()).kernel, None);
     }
 
     #[test]
