@@ -253,10 +253,34 @@ mod tests {
         let s = render_github(&[f]);
         assert!(
             s.starts_with(
-                "::error file=a%2Cb/pyproject.toml,line=12,title=deepep-forge rev-mismatch::50%25 wrong%0Areally"
+                "::error file=a%2Cb/pyproject.toml,line=12,title=deepep-forge rev-mismatch::50%25 wrong\\nreally%0Afix: "
             ),
             "{s}"
         );
         assert!(s.contains("fix: deepep-forge pin set X"));
+    }
+
+    /// A value from a project file (a Dockerfile's name, an expected or found
+    /// value, a message) cannot start a line of its own in the human report.
+    #[test]
+    fn no_value_starts_a_row_of_its_own() {
+        let forged = "x\nerror[forged]: planted\r\u{1b}[2K::error::y";
+        let f = Finding::new("rev-mismatch", Severity::Error, format!("docker/{forged}/Dockerfile"), forged)
+            .at(3, 1)
+            .expected_found(forged, forged)
+            .fix(forged);
+        let cause = Cause {
+            id: "rev-mismatch".into(),
+            severity: Severity::Error,
+            summary: forged.into(),
+            fix: Some(forged.into()),
+            findings: vec![f.clone()],
+        };
+        for text in [render_human(std::slice::from_ref(&f)), render_human_causes(&[cause])] {
+            assert!(!text.contains(['\r', '\u{1b}']), "{text:?}");
+            assert!(text.lines().all(|l| !l.trim_start().starts_with("error[forged]")), "{text}");
+            assert!(text.lines().all(|l| !l.trim_start().starts_with("::")), "{text}");
+        }
+        assert_eq!(f.location(), "docker/x\\nerror[forged]: planted\\r\\u{1b}[2K::error::y/Dockerfile:3:1");
     }
 }

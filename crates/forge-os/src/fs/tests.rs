@@ -152,3 +152,23 @@ fn writes_replace_atomically_with_a_public_mode() {
     assert_eq!(tree.read("f", 3).unwrap(), b"two", "a failed write leaves the old file");
     assert_eq!(tree.names(".").unwrap(), ["f", "plain"], "and no temporary");
 }
+
+#[test]
+fn create_new_makes_a_fresh_file_and_refuses_anything_already_there() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("victim"), b"keep").unwrap();
+    let tree = Tree::open(t.path(), "log folder").unwrap();
+    let mut f = tree.create_new("rank0.out", 0o600).unwrap();
+    std::io::Write::write_all(&mut f, b"line\n").unwrap();
+    drop(f);
+    assert_eq!(tree.read_text("rank0.out", 100).unwrap(), "line\n");
+    std::os::unix::fs::symlink(t.path().join("victim"), t.path().join("link")).unwrap();
+    mkfifo(&t.path().join("fifo"));
+    for taken in ["rank0.out", "link", "fifo", "victim"] {
+        let e = tree.create_new(taken, 0o600).unwrap_err();
+        assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{taken}: {e:#}");
+        assert!(format!("{e:#}").contains("already exists"), "{taken}: {e:#}");
+    }
+    assert_eq!(std::fs::read(t.path().join("victim")).unwrap(), b"keep");
+    assert!(tree.create_new("../escape", 0o600).is_err());
+}

@@ -3,6 +3,7 @@
 //! The static probe reads a wheel once (`wheel`: RECORD, METADATA, provenance,
 //! extension ELFs via `elf` and `fatbin`) or an installed environment (`env`),
 //! resolves the topology request (`forge_model::topology`) and applies `rules`.
+pub mod disk;
 pub mod elf;
 pub mod env;
 pub mod fatbin;

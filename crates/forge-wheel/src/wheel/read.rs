@@ -53,6 +53,18 @@ pub struct Wheel {
 /// a zip or whose layout is unbounded work is bad input (exit 2, named).
 pub fn open(path: &Path) -> Result<Wheel> {
     let (file, size) = forge_os::fs::named::open(path, "wheel", forge_os::input::cap::WHEEL)?;
+    opened(file, size, path)
+}
+
+/// Open the wheel `rel` of `tree` (a tree the tool does not own: an image's
+/// `/wheels/`): a final link is refused, every other check as [`open`].
+pub fn open_in(tree: &forge_os::fs::Tree, rel: &Path) -> Result<Wheel> {
+    let (file, size) = tree.open_file_nofollow(rel, forge_os::input::cap::WHEEL)?;
+    opened(file, size, &tree.join(rel))
+}
+
+/// The wheel of an opened regular file of `size` bytes (`path` names it).
+fn opened(file: File, size: u64, path: &Path) -> Result<Wheel> {
     let reader = file.try_clone().map_err(|e| Failure::usage(format!("cannot read wheel {}: {e}", path.display())))?;
     let mut zip = zip::ZipArchive::new(BufReader::new(reader)).map_err(|e| {
         Failure::usage(format!("{} is not a readable wheel (zip): {e}", path.display()))

@@ -374,7 +374,7 @@ fn rdma_transport(cx: &Ctx) -> Check {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::host::{self, fixture};
+    use super::super::super::host;
     use super::*;
     use forge_model::verdict::Status;
 
@@ -591,6 +591,67 @@ mod tests {
         assert_eq!(read(t.path()).kernel, None);
     }
 
+    /// Device folder names, port files and the kernel release with line
+    /// breaks, CR and ESC: every value is a `Line`, so no row holds one raw.
+    #[test]
+    fn values_read_from_the_host_cannot_break_a_row() {
+        let t = tempfile::tempdir().unwrap();
+        let forged = "x\n  pass  forged-rule  ok\r\u{1b}[2K";
+        fixture::device(
+            t.path(),
+            &format!("mlx5_0{forged}"),
+            "mlx5_core",
+            &format!("4: ACTIVE{forged}"),
+            forged,
+            forged,
+            &[],
+        );
+        fixture::driver(t.path(), true, &format!("6.8.0{forged}"), "unlimited");
+        let h = read(t.path());
+        assert_eq!(h.devices.len(), 1);
+        assert!(h.kernel.as_deref().unwrap().starts_with("6.8.0x\\n"), "{h:?}");
+        for c in judge(t.path(), None, &[]) {
+            for text in [c.evidence.as_str(), c.fix.as_deref().unwrap_or("")] {
+                assert!(!text.contains(['\n', '\r', '\u{1b}']), "{c:?}");
+            }
+        }
+        assert!(rule(&judge(t.path(), None, &[]), "rdma-port").evidence.contains("mlx5_0x\\n  pass  forged-rule"));
+    }
+
+    /// More devices, ports and GID entries than the caps: the first ones by
+    /// name are read, and the rows say how many were left out.
+    #[test]
+    fn a_cut_listing_is_named_in_its_row() {
+        let t = tempfile::tempdir().unwrap();
+        for i in 0..host::MAX_ITEMS + 3 {
+            fixture::device(t.path(), &format!("mlx5_{i:03}"), "mlx5_core", "1: DOWN", "Ethernet", "1 Gb/sec", &[]);
+        }
+        let base = "sys/class/infiniband/mlx5_000/ports";
+        for p in 2..=host::MAX_ITEMS + 5 {
+            fixture::write(t.path(), &format!("{base}/{p}/state"), "1: DOWN\n");
+        }
+        fixture::write(t.path(), &format!("{base}/1/state"), "4: ACTIVE\n");
+        for g in 0..host::MAX_GIDS + 7 {
+            fixture::write(t.path(), &format!("{base}/1/gid_attrs/types/{g}"), "RoCE v2\n");
+            fixture::write(t.path(), &format!("{base}/1/gids/{g}"), &format!("{GID_V2}\n"));
+        }
+        let h = read(t.path());
+        assert_eq!((h.devices.len(), h.devices_left_out), (host::MAX_ITEMS, 3));
+        assert_eq!(h.devices[0].name, "mlx5_000");
+        assert_eq!(h.devices.last().unwrap().name, format!("mlx5_{:03}", host::MAX_ITEMS - 1));
+        let d0 = &h.devices[0];
+        assert_eq!((d0.ports.len(), d0.ports_left_out), (host::MAX_ITEMS, 5));
+        assert_eq!(d0.ports[0].port, "1", "ports in numeric order");
+        assert_eq!((d0.ports[0].roce_v2_gids.len(), d0.ports[0].gids_left_out), (host::MAX_GIDS, 7));
+        let cs = judge(t.path(), None, &[]);
+        let device = &rule(&cs, "rdma-device").evidence;
+        assert!(device.contains("read the first 64 of 67 devices in sys/class/infiniband (3 left out)"), "{device}");
+        let port = &rule(&cs, "rdma-port").evidence;
+        assert!(port.contains("read the first 64 of 69 ports of mlx5_000 (5 left out)"), "{port}");
+        let gid = &rule(&cs, "roce-gid").evidence;
+        assert!(gid.contains("read the first 256 of 263 GID entries of mlx5_000/1 (7 left out)"), "{gid}");
+    }
+
     #[test]
     fn only_requests_across_nvlink_domains_are_judged() {
         let r = |ep, rr, nodes, gpn, mnnvl| Request {
@@ -606,5 +667,94 @@ mod tests {
         assert!(!spans_domains(&r(Some(8), None, Some(1), Some(8), None)));
         assert!(!spans_domains(&r(Some(72), Some(72), Some(18), Some(4), Some(true))), "one NVL72 domain");
         assert!(!spans_domains(&r(None, None, None, None, None)));
+    }
+
+    /// Host trees shaped like the kernel's and the drivers' documented layouts, for tests:
+    /// - `Documentation/ABI/stable/sysfs-class-infiniband`: `/sys/class/infiniband/<dev>/ports/<n>/`
+    ///   `state` ("4: ACTIVE"), `link_layer` ("InfiniBand", "Ethernet"), `rate`
+    ///   ("400 Gb/sec (4X NDR)"), `gids/<i>`, `gid_attrs/types/<i>` ("IB/RoCE v1", "RoCE v2"),
+    ///   and `device/driver`, a link to the bus driver (`.../drivers/mlx5_core`);
+    /// - `Documentation/ABI/testing/sysfs-module`: a loaded module is `/sys/module/<name>`;
+    /// - proc(5): `/proc/sys/kernel/osrelease`, `/proc/self/limits` ("Max locked memory");
+    /// - NVIDIA's driver README ("Procfs interface"): `/proc/driver/nvidia/version`
+    ///   ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64 ..." for the open
+    ///   modules), `/proc/driver/nvidia/params` (`EnableStreamMemOPs: 1`, `RegistryDwords: "..."`);
+    /// - GDRCopy's README: the `gdrdrv` module creates `/dev/gdrdrv`.
+    mod fixture {
+        use std::path::Path;
+
+        pub fn write(root: &Path, rel: &str, text: &str) {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+
+        /// An RDMA device with one port; `gids`: (index, gid, type).
+        pub fn device(
+            root: &Path,
+            name: &str,
+            driver: &str,
+            state: &str,
+            layer: &str,
+            rate: &str,
+            gids: &[(u32, &str, &str)],
+        ) {
+            let base = format!("sys/class/infiniband/{name}");
+            let drv = root.join("sys/bus/pci/drivers").join(driver);
+            std::fs::create_dir_all(&drv).unwrap();
+            std::fs::create_dir_all(root.join(&base).join("device")).unwrap();
+            std::os::unix::fs::symlink(
+                format!("../../../../bus/pci/drivers/{driver}"),
+                root.join(&base).join("device/driver"),
+            )
+            .unwrap();
+            write(root, &format!("{base}/ports/1/state"), &format!("{state}\n"));
+            write(root, &format!("{base}/ports/1/link_layer"), &format!("{layer}\n"));
+            write(root, &format!("{base}/ports/1/rate"), &format!("{rate}\n"));
+            for (i, gid, ty) in gids {
+                write(root, &format!("{base}/ports/1/gids/{i}"), &format!("{gid}\n"));
+                write(root, &format!("{base}/ports/1/gid_attrs/types/{i}"), &format!("{ty}\n"));
+            }
+        }
+
+        /// rdma-core's libibverbs.so.1 stand-in, compiled by the system C compiler:
+        /// exports `ibv_reg_mr`, and `ibv_reg_dmabuf_mr` when `dmabuf` (rdma-core v34+).
+        pub fn ibverbs(root: &Path, dmabuf: bool) {
+            let dir = root.join("usr/lib/x86_64-linux-gnu");
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut c = String::from("int ibv_reg_mr(void) { return 0; }\n");
+            if dmabuf {
+                c.push_str("int ibv_reg_dmabuf_mr(void) { return 0; }\n");
+            }
+            let src = root.join("ibverbs.c");
+            std::fs::write(&src, c).unwrap();
+            let ok = std::process::Command::new("cc")
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(dir.join("libibverbs.so.1"))
+                .arg(&src)
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+
+        /// A host with the NVIDIA driver (`open`: the open kernel module), kernel `kernel`, memlock `memlock`.
+        pub fn driver(root: &Path, open: bool, kernel: &str, memlock: &str) {
+            let kind = if open { "NVIDIA UNIX Open Kernel Module" } else { "NVIDIA UNIX x86_64 Kernel Module" };
+            write(root, "proc/driver/nvidia/version", &format!("NVRM version: {kind}  570.124.06  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Mar  4 11:18:16 UTC 2025\nGCC version:  gcc version 12.3.0\n"));
+            write(root, "proc/sys/kernel/osrelease", &format!("{kernel}\n"));
+            write(
+                root,
+                "proc/self/limits",
+                &format!("Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1048576              1048576              files     \nMax locked memory         {memlock}            {memlock}            bytes     \n"),
+            );
+        }
+
+        pub fn params(root: &Path, memops: u32, dwords: &str) {
+            write(
+                root,
+                "proc/driver/nvidia/params",
+                &format!("ResmanDebugLevel: 4294967295\nEnableStreamMemOPs: {memops}\nRegistryDwords: \"{dwords}\"\nRegistryDwordsPerDevice: \"\"\n"),
+            );
+        }
     }
 }
