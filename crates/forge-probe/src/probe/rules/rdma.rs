@@ -183,6 +183,16 @@ fn roce_gid(cx: &Ctx) -> Check {
     Check::pass("roce-gid", format!("{}{}", with.join("; "), gids_cut(cx.host, &eth)))
 }
 
+/// The first `max` characters of an (already escaped) value, `…` when cut.
+fn cut_at(v: &str, max: usize) -> String {
+    let shown: String = v.chars().take(max).collect();
+    if shown.len() < v.len() {
+        format!("{shown}…")
+    } else {
+        shown
+    }
+}
+
 fn join(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
@@ -200,7 +210,7 @@ fn roce_settings(cx: &Ctx) -> Check {
                 "roce-settings",
                 format!(
                     "{n}={} is not a RoCE v2 GID index of an active port (RoCE v2: {})",
-                    forge_os::input::excerpt(v, 20),
+                    cut_at(v, 20),
                     join(&all_v2)
                 ),
             )
