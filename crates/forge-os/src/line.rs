@@ -72,8 +72,9 @@ impl AsRef<str> for Line {
 }
 
 impl fmt::Display for Line {
+    /// The escaped text, padded and cut as the format asks (`{:<18}` aligns a column).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 
@@ -150,5 +151,6 @@ mod tests {
         assert_eq!(l, "a\\nb");
         let back: Line = serde_json::from_str("\"x\\ny\"").unwrap();
         assert_eq!(back, "x\\ny");
+        assert_eq!(format!("[{:<6}]", Line::new("ab")), "[ab    ]", "a column pads a Line as a str");
     }
 }
