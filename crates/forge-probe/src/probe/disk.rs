@@ -58,3 +58,25 @@ pub fn read_text(path: &Path, what: &str, cap: u64) -> Result<String> {
 pub fn open(path: &Path, what: &str, cap: u64) -> Result<(impl std::io::Read + std::io::Seek, u64)> {
     forge_os::fs::named::open(path, what, cap)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_are_followed_listings_sorted_and_capped() {
+        let d = tempfile::tempdir().unwrap();
+        for n in ["b", "a", "c"] {
+            std::fs::write(d.path().join(n), n).unwrap();
+        }
+        std::fs::create_dir(d.path().join("dir")).unwrap();
+        std::os::unix::fs::symlink("dir", d.path().join("to-dir")).unwrap();
+        std::os::unix::fs::symlink("nowhere", d.path().join("dangling")).unwrap();
+        assert!(is_dir(&d.path().join("to-dir")) && is_file(&d.path().join("a")) && !is_file(&d.path().join("dir")));
+        assert_eq!(kind(&d.path().join("dangling")), Kind::Missing);
+        assert!(exists(&d.path().join("dangling")) && !exists(&d.path().join("none")));
+        assert_eq!(names(d.path(), 3), ["a", "b", "c"]);
+        assert!(names(&d.path().join("a"), 10).is_empty(), "a file has no names");
+        assert_eq!(canonical(&d.path().join("to-dir")), Some(std::fs::canonicalize(d.path().join("dir")).unwrap()));
+    }
+}

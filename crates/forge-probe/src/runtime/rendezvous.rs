@@ -523,6 +523,22 @@ mod tests {
         }
     }
 
+    /// Rank 0's address file: its folder made, written whole, read back by a
+    /// leaf; a folder on the way that is a file is bad input.
+    #[test]
+    fn the_address_file_is_written_whole_and_removed_with_its_tree() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("shared/rdzv");
+        let (folder, name) = write_address(&path, "node-0:4242").unwrap();
+        assert_eq!(forge_os::fs::named::read_text(&path, "rendezvous file", ADDRESS).unwrap(), "node-0:4242\n");
+        assert_eq!(std::fs::read_dir(d.path().join("shared")).unwrap().count(), 1, "no temporary file left");
+        folder.remove_file(&name).unwrap();
+        assert!(!path.exists());
+        std::fs::write(d.path().join("file"), b"x").unwrap();
+        let e = write_address(&d.path().join("file/rdzv"), "h:1").unwrap_err();
+        assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage, "{e:#}");
+    }
+
     #[test]
     fn rendezvous_spec_from_flag_or_environment() {
         assert_eq!(Rendezvous::choose(Some("file:/s/a"), env(&[])).unwrap(), Rendezvous::File("/s/a".into()));
