@@ -238,7 +238,7 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::BuildWheel(a) => crate::commands::build::build_wheel(a),
         Command::Publish(a) => crate::commands::publish::run(a),
         Command::Cache(c) => crate::commands::cache::run(c),
-        Command::Probe(a) => forge_probe::probe::run(a.request()),
+        Command::Probe(a) => crate::commands::probe::run(a),
         Command::Evidence(c) => crate::commands::evidence::run(c),
         Command::Docker(c) => crate::commands::docker::run(c),
         Command::Diff(a) => forge_build::repro::diff(a.request()),

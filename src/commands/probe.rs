@@ -1,10 +1,46 @@
 //! `probe`: the flags, turned into `probe::ProbeRequest` (with `runtime::Run`
-//! and `evidence::record::RecordRequest`).
+//! and `evidence::record::RecordRequest`); the verdict `probe::run` returns
+//! (static or `--run`) printed in the chosen format, and its exit code (0
+//! MATCH, 1 MISMATCH; 2 and 3 come as errors).
 use std::path::PathBuf;
 
+use anyhow::Result;
+
 use crate::args::PinsArg;
+use forge_model::verdict::Verdict;
+use forge_os::error::Exit;
+use forge_os::output::Format;
 use forge_probe::probe::ProbeRequest;
 use forge_store::evidence::record::RecordRequest;
+
+/// `deepep-forge probe`: judge, print the verdict, exit 0 on a MATCH and 1 on
+/// a MISMATCH. A rank other than 0 of a launched `--run` prints nothing (rank 0
+/// carries the verdict) and exits 0.
+pub fn run(args: ProbeArgs) -> Result<Exit> {
+    let format = args.format;
+    match forge_probe::probe::run(args.request())? {
+        Some(v) => {
+            print(&v, format)?;
+            Ok(v.exit())
+        }
+        None => Ok(Exit::Ok),
+    }
+}
+
+/// A verdict in `format`: one JSON document; or the table (with the runtime
+/// probe's link matrix under it); or GitHub annotations, then the table with
+/// workflow commands switched off around it.
+fn print(v: &Verdict, format: Format) -> Result<()> {
+    let human = || v.render_human() + &forge_probe::runtime::render_links(&v.facts).unwrap_or_default();
+    match format {
+        Format::Json => forge_os::printer::json(v)?,
+        Format::Human => forge_os::out!("{}", human()),
+        Format::Github => {
+            forge_os::printer::workflow(&format!("{}{}", v.render_github(), forge_os::output::github_log(&human())))
+        }
+    }
+    Ok(())
+}
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -81,7 +117,6 @@ impl ProbeArgs {
             topology: self.topology.request(),
             run: self.runtime.run.then(|| self.runtime.request()),
             record: RecordRequest { record: self.record.record, signing_key: self.record.signing_key },
-            format: self.format,
         }
     }
 }

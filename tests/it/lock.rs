@@ -623,7 +623,8 @@ fn a_planted_workflow_command_in_a_label_is_never_a_command() {
         }
     }
     assert!(stopped.is_none(), "workflow commands resumed at the end: {out}");
-    assert!(out.contains("%0A::error file=x::pwned"), "the annotation escapes the newline: {out}");
+    // The label is a `Line`: its line break is shown as `\n` in the message, never a line of its own.
+    assert!(out.contains("1.2.1+abc\\n::error file=x::pwned` is not"), "the annotation escapes the newline: {out}");
 }
 
 /// Makes `name-version-py3-none-any.whl` stand-ins (no code, no dependencies) in a find-links folder.

@@ -63,6 +63,7 @@ mod repro;
 mod runtime;
 mod safe_build;
 mod safe_lock;
+mod safe_rows;
 mod safe_store;
 mod side_by_side;
 mod structure;

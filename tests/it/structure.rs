@@ -382,7 +382,7 @@ fn touches_the_file_system(line: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     RE.get_or_init(|| {
         regex::Regex::new(
-            r"\bstd::fs\b|(^|[^:\w])fs::(read|write|create_dir|remove|rename|copy|metadata|symlink_metadata|read_dir|read_link|canonicalize|set_permissions|File|OpenOptions|hard_link|DirBuilder)|\bFile::(open|create)\(|\bOpenOptions::new\(|\bstd::os::unix::fs\b|\bwalkdir::|\bWalkDir\b|\btempfile::|\.(exists|is_file|is_dir|is_symlink)\(\)|\.(symlink_metadata|canonicalize|read_dir|read_link)\(",
+            r"\bstd::fs\b|(^|[^:\w])fs::(read|write|create_dir|remove|rename|copy|metadata|symlink_metadata|read_dir|read_link|canonicalize|set_permissions|File|OpenOptions|hard_link|DirBuilder)|\bFile::(open|create)\(|\bOpenOptions::new\(|\bstd::os::unix::fs\b|\bwalkdir::|\bWalkDir\b|\btempfile::|\.(exists|is_file|is_dir|is_symlink|symlink_metadata|canonicalize|read_dir|read_link)\(\)",
         )
         .unwrap()
     })
@@ -417,10 +417,17 @@ fn only_fs_touches_the_file_system() {
         "use std::os::unix::fs::symlink;",
         "fs::create_dir_all(&d)?;",
         "let t = tempfile::tempdir()?;",
+        "let real = p.canonicalize()?;",
+        "for e in dir.read_dir()? {",
     ] {
         assert!(touches_the_file_system(hit), "the check sees {hit}");
     }
-    for miss in ["forge_os::fs::named::read_text(p, \"pins\", cap)?", "tree.exists(\"x\")", "let m = f.metadata()?;"] {
+    for miss in [
+        "forge_os::fs::named::read_text(p, \"pins\", cap)?",
+        "tree.exists(\"x\")",
+        "let m = f.metadata()?;",
+        "tree.read_link(base.join(\"device/driver\"))",
+    ] {
         assert!(!touches_the_file_system(miss), "the check passes {miss}");
     }
 }
@@ -467,6 +474,11 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("topology/recipe.rs", 5, "the recipe the user names (read as named) and --recipe-root, resolved, the git repository around the recipe, and that folder as the tree `defaults:` are read from"),
     ("wheel/read.rs", 1, "a wheel the caller names (`--wheel`, a built or fetched wheel)"),
     ("wheel/stamp.rs", 1, "the new wheel file in the folder the caller stages it in"),
+    ("probe/disk.rs", 7, "the files an installed environment names (--python's answers: site-packages, torch, libraries, RUNPATHs, the CUDA home), anywhere on the machine"),
+    ("probe/host.rs", 1, "the host root (/, or DEEPEP_FORGE_HOST_ROOT for tests): one tree for sysfs, procfs, /dev and the libraries"),
+    ("probe/image.rs", 2, "the image's mount point (podman/buildah print it); its statement read from a file opened in that tree without following a link"),
+    ("runtime/deep_ep.rs", 1, "the tool's own temporary folder for the round trip's script and the ranks' logs"),
+    ("runtime/rendezvous.rs", 2, "the --rendezvous file:PATH the user names: rank 0 writes it (its folder made), the others read it"),
 ];
 
 #[test]

@@ -104,12 +104,14 @@ impl Finding {
         self.fix = Some(fix.into());
         self
     }
-    /// `file:line[:column]` for messages.
-    pub fn location(&self) -> String {
+    /// `file:line[:column]` for a row (the file's name escaped: it is a
+    /// name from the project, and may hold a line break).
+    pub fn location(&self) -> Line {
+        let file = Line::new(self.file.to_string_lossy());
         match (self.line, self.column) {
-            (Some(l), Some(c)) => format!("{}:{l}:{c}", self.file.display()),
-            (Some(l), None) => format!("{}:{l}", self.file.display()),
-            _ => self.file.display().to_string(),
+            (Some(l), Some(c)) => Line::new(format!("{file}:{l}:{c}")),
+            (Some(l), None) => Line::new(format!("{file}:{l}")),
+            _ => file,
         }
     }
 }
@@ -132,27 +134,16 @@ fn human_finding(f: &Finding, indent: &str, skip_fix: Option<&str>) -> String {
         "{indent}{}[{}]{arch}: {}\n{indent}  --> {}\n",
         f.severity.as_str(),
         f.rule,
-        output::one_line(&f.message),
+        f.message,
         f.location()
     ));
     if let (Some(e), Some(g)) = (&f.expected, &f.found) {
-        let (e, g) = (output::one_line(e), output::one_line(g));
         out.push_str(&format!("{indent}  expected: {e}\n{indent}     found: {g}\n"));
     }
-    if let Some(fix) = f.fix.as_deref().filter(|x| Some(*x) != skip_fix) {
-        out.push_str(&format!("{indent}  fix: {}\n", continued(fix, &format!("{indent}       "))));
+    if let Some(fix) = f.fix.as_ref().filter(|x| Some(x.as_str()) != skip_fix) {
+        out.push_str(&format!("{indent}  fix: {fix}\n"));
     }
     out
-}
-
-/// A multi-line text (a TOML block to paste) with its continuation lines indented.
-fn continued(text: &str, indent: &str) -> String {
-    let lines: Vec<String> = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| if i == 0 || l.is_empty() { l.to_string() } else { format!("{indent}{l}") })
-        .collect();
-    lines.join("\n")
 }
 
 /// Render findings as text for people.
@@ -174,12 +165,12 @@ pub fn render_human_causes(causes: &[Cause]) -> String {
             i + 1,
             causes.len(),
             c.id,
-            output::one_line(&c.summary),
+            c.summary,
             c.findings.len(),
             if c.findings.len() == 1 { "" } else { "s" }
         ));
         if let Some(fix) = &c.fix {
-            out.push_str(&format!("  fix: {}\n", continued(fix, "       ")));
+            out.push_str(&format!("  fix: {fix}\n"));
         }
         for f in &c.findings {
             out.push_str(&human_finding(f, "  ", c.fix.as_deref()));
@@ -262,10 +253,34 @@ mod tests {
         let s = render_github(&[f]);
         assert!(
             s.starts_with(
-                "::error file=a%2Cb/pyproject.toml,line=12,title=deepep-forge rev-mismatch::50%25 wrong%0Areally"
+                "::error file=a%2Cb/pyproject.toml,line=12,title=deepep-forge rev-mismatch::50%25 wrong\\nreally%0Afix: "
             ),
             "{s}"
         );
         assert!(s.contains("fix: deepep-forge pin set X"));
+    }
+
+    /// A value from a project file (a Dockerfile's name, an expected or found
+    /// value, a message) cannot start a line of its own in the human report.
+    #[test]
+    fn no_value_starts_a_row_of_its_own() {
+        let forged = "x\nerror[forged]: planted\r\u{1b}[2K::error::y";
+        let f = Finding::new("rev-mismatch", Severity::Error, format!("docker/{forged}/Dockerfile"), forged)
+            .at(3, 1)
+            .expected_found(forged, forged)
+            .fix(forged);
+        let cause = Cause {
+            id: "rev-mismatch".into(),
+            severity: Severity::Error,
+            summary: forged.into(),
+            fix: Some(forged.into()),
+            findings: vec![f.clone()],
+        };
+        for text in [render_human(std::slice::from_ref(&f)), render_human_causes(&[cause])] {
+            assert!(!text.contains(['\r', '\u{1b}']), "{text:?}");
+            assert!(text.lines().all(|l| !l.trim_start().starts_with("error[forged]")), "{text}");
+            assert!(text.lines().all(|l| !l.trim_start().starts_with("::")), "{text}");
+        }
+        assert_eq!(f.location(), "docker/x\\nerror[forged]: planted\\r\\u{1b}[2K::error::y/Dockerfile:3:1");
     }
 }

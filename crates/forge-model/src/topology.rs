@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use forge_os::line::Line;
 use serde::Serialize;
 
 pub use crate::pins::Gpu;
@@ -24,8 +25,9 @@ pub enum Origin {
 /// unknown value report "unknown" (warn) rather than guess.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Request {
-    /// Human label of where the request came from: `flags`, `preset h100-8g`, a recipe path.
-    pub source: String,
+    /// Human label of where the request came from: `flags`, `preset h100-8g`, a
+    /// recipe path (escaped when made: a verdict row shows it).
+    pub source: Line,
     pub ep: Option<u32>,
     pub nodes: Option<u32>,
     pub gpus_per_node: Option<u32>,
@@ -33,13 +35,14 @@ pub struct Request {
     pub mnnvl: Option<bool>,
     pub gpu: Option<Gpu>,
     /// MoE dispatcher backend named by a recipe (`hybridep`, or none for dense models).
-    pub dispatcher: Option<String>,
+    pub dispatcher: Option<Line>,
     /// A Megatron recipe whose EP is unknown and which sets neither R nor USE_MNNVL:
     /// NeMo-RL derives both from the EP it computes (R = min(EP, 64), USE_MNNVL = EP > 4).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub defaults_follow_ep: bool,
-    /// Notes about how values were obtained ("default applied: ...", unresolved interpolations).
-    pub notes: Vec<String>,
+    /// Notes about how values were obtained ("default applied: ...", unresolved
+    /// interpolations); each a verdict row, escaped when made.
+    pub notes: Vec<Line>,
 }
 
 /// Largest EP, node, GPU or R count a flag accepts (products stay far from u64 limits).
@@ -149,10 +152,11 @@ impl RequestFlags {
         over!(mnnvl, "--mnnvl/--no-mnnvl");
         over!(gpu, "--gpu");
         if !set.is_empty() {
-            req.notes.push(format!("flags override {}: {}", req.source, set.join(", ")));
+            req.notes.push(format!("flags override {}: {}", req.source, set.join(", ")).into());
         }
         if self.recipe.is_some() && req.gpu.is_none() {
-            req.notes.push("recipes name no GPU: pass --gpu or --preset (rules that need it report unknown)".into());
+            req.notes
+                .push(Line::new("recipes name no GPU: pass --gpu or --preset (rules that need it report unknown)"));
         }
         Ok(Some(req))
     }
@@ -174,7 +178,7 @@ pub fn preset(name: &str) -> Result<Request> {
         }
     };
     Ok(Request {
-        source: format!("preset {name}"),
+        source: format!("preset {name}").into(),
         ep: Some(ep),
         nodes: Some(nodes),
         gpus_per_node: Some(gpn),

@@ -169,11 +169,12 @@ impl Verdict {
 }
 
 /// A list of values as the human verdict shows it: long lists keep their ends.
-pub fn list_values(v: &[String]) -> String {
+pub fn list_values(v: &[Line]) -> String {
+    let join = |v: &[Line]| v.iter().map(Line::as_str).collect::<Vec<_>>().join(", ");
     if v.len() <= 16 {
-        v.join(", ")
+        join(v)
     } else {
-        format!("{}, ..., {} ({} values)", v[..8].join(", "), v[v.len() - 4..].join(", "), v.len())
+        format!("{}, ..., {} ({} values)", join(&v[..8]), join(&v[v.len() - 4..]), v.len())
     }
 }
 
@@ -182,8 +183,8 @@ pub fn list_values(v: &[String]) -> String {
 /// `probe --run`; it lives here so that neither probe imports the other).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct BinaryFacts {
-    /// The wheel path or the environment's deep_ep location.
-    pub subject: String,
+    /// The wheel path or the environment's deep_ep location (a runtime row names it).
+    pub subject: Line,
     /// SM numbers (90, 100) with a cubin in hybrid_ep_cpp.
     pub cubin_sms: Vec<u32>,
     /// SM numbers with PTX only.
@@ -192,8 +193,8 @@ pub struct BinaryFacts {
     pub multinode: Option<bool>,
     /// ELF machine of the extensions.
     pub machine: Option<crate::pins::Arch>,
-    /// `deep_ep` version (`1.2.1+17cfb81`).
-    pub version: Option<String>,
+    /// `deep_ep` version (`1.2.1+17cfb81`), as the wheel's METADATA says it.
+    pub version: Option<Line>,
     /// Multinode transport seen in the binary (`doca`, `nixl`).
-    pub transport: Option<String>,
+    pub transport: Option<crate::pins::Transport>,
 }

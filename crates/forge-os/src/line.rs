@@ -152,5 +152,6 @@ mod tests {
         assert_eq!(format!("[{:<5}]", Line::new("ab")), "[ab   ]", "padded as a str");
         let back: Line = serde_json::from_str("\"x\\ny\"").unwrap();
         assert_eq!(back, "x\\ny");
+        assert_eq!(format!("[{:<6}]", Line::new("ab")), "[ab    ]", "a column pads a Line as a str");
     }
 }

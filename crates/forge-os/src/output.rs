@@ -161,16 +161,6 @@ fn push_controls_escaped(out: &mut String, line: &str) {
     }
 }
 
-/// A one-line field (a finding's message, a cause's summary, an expected or
-/// found value) that may hold text from a file: its line breaks shown as `\n`
-/// and `\r`, so a value can never start a line of its own.
-pub fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.contains(['\n', '\r']) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    std::borrow::Cow::Owned(s.replace('\r', "\\r").replace('\n', "\\n"))
-}
-
 /// Length of an SGR colour code (`ESC [ 1;31 m`) at the start of `s`.
 fn colour_code(s: &str) -> Option<usize> {
     let body = s.strip_prefix("\x1b[")?;

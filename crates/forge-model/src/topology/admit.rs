@@ -9,6 +9,7 @@
 //! holds at most 8 GPUs and a GB200 compute tray 4; an NVLink domain is at most
 //! the node's GPUs without MNNVL and at most 72 with it; R divides EP; EP
 //! divides the job's GPUs (nodes x GPUs per node).
+use forge_os::line::Line;
 use serde::Serialize;
 
 use super::{Gpu, Request};
@@ -19,15 +20,16 @@ pub const MAX_DOMAIN: u32 = 72;
 /// (work per hostile request stays bounded).
 pub const MAX_SCENARIOS: usize = 100_000;
 
-/// One input the request did not give, and the values considered for it.
+/// One input the request did not give, and the values considered for it (a
+/// verdict row: its values are `Line`s).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Considered {
     /// `EP`, `GPUs/node`, `R`, `MNNVL`.
-    pub input: String,
+    pub input: &'static str,
     /// Every value considered, ascending (`any` when no bound is known).
-    pub values: Vec<String>,
+    pub values: Vec<Line>,
     /// Why exactly these values.
-    pub why: String,
+    pub why: Line,
 }
 
 /// The concrete requests a request stands for.
@@ -220,7 +222,11 @@ impl Request {
         }
         let considered = considered
             .into_iter()
-            .map(|(input, why)| Considered { input: input.name().into(), values: values_of(&scenarios, input), why })
+            .map(|(input, why)| Considered {
+                input: input.name(),
+                values: values_of(&scenarios, input),
+                why: why.into(),
+            })
             .collect();
         Admissible { scenarios, considered }
     }
@@ -249,7 +255,7 @@ fn expand(scenarios: Vec<Request>, f: impl Fn(&Request) -> Vec<Request>) -> Vec<
 }
 
 /// The distinct values of one input across scenarios, numbers ascending.
-fn values_of(scenarios: &[Request], input: Input) -> Vec<String> {
+fn values_of(scenarios: &[Request], input: Input) -> Vec<Line> {
     let mut v: Vec<(u8, u32, String)> = scenarios
         .iter()
         .map(|s| {
@@ -264,7 +270,7 @@ fn values_of(scenarios: &[Request], input: Input) -> Vec<String> {
         .collect();
     v.sort();
     v.dedup();
-    v.into_iter().map(|(_, _, s)| s).collect()
+    v.into_iter().map(|(_, _, s)| Line::new(s)).collect()
 }
 
 #[cfg(test)]
@@ -280,7 +286,7 @@ mod tests {
         let a = req(Some(16), Some(2), Some(8), Some(Gpu::H100)).admissible(true);
         let rs: Vec<_> = a.scenarios.iter().map(|s| (s.ranks_per_domain, s.mnnvl)).collect();
         assert_eq!(rs, [1, 2, 4, 8].map(|r| (Some(r), Some(false))));
-        assert_eq!(a.considered.iter().map(|c| c.input.as_str()).collect::<Vec<_>>(), ["MNNVL", "R"]);
+        assert_eq!(a.considered.iter().map(|c| c.input).collect::<Vec<_>>(), ["MNNVL", "R"]);
     }
 
     #[test]

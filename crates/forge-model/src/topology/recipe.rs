@@ -45,13 +45,13 @@ impl RecipeTopology {
     /// The recipe's values over a preset's (recipes name no GPU: the preset's stays).
     pub fn layer_over(self, base: Request) -> Request {
         let mut notes = base.notes;
-        notes.extend(self.notes);
+        notes.extend(self.notes.iter().map(forge_os::line::Line::new));
         let hybridep = self.dispatcher == "hybridep";
         Request {
             source: if base.source == "flags" {
-                self.path.display().to_string()
+                self.path.display().to_string().into()
             } else {
-                format!("{} over {}", self.path.display(), base.source)
+                format!("{} over {}", self.path.display(), base.source).into()
             },
             ep: self.ep.or(base.ep),
             nodes: self.nodes.or(base.nodes),
@@ -60,7 +60,7 @@ impl RecipeTopology {
             ranks_per_domain: if hybridep { self.ranks_per_domain } else { base.ranks_per_domain },
             mnnvl: if hybridep { self.mnnvl } else { base.mnnvl },
             gpu: base.gpu,
-            dispatcher: Some(self.dispatcher),
+            dispatcher: Some(self.dispatcher.into()),
             defaults_follow_ep: hybridep && self.defaults_follow_ep,
             notes,
         }

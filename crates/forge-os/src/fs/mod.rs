@@ -524,6 +524,23 @@ impl Tree {
         }
     }
 
+    /// A new regular file at `rel`, open for writing (mode `mode` before the
+    /// umask): where a child process writes its output as it runs (a log), so
+    /// it is not staged. Anything already at `rel` (a file, a link, a FIFO) is
+    /// refused, exit 2: the name must be the tool's own, fresh.
+    pub fn create_new(&self, rel: impl AsRef<Path>, mode: u32) -> Result<std::fs::File> {
+        let rel = self.rel(rel.as_ref())?;
+        let mut o = OpenOptions::new();
+        o.write(true).create_new(true).mode(mode).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        match self.dir.open_with(&rel, &o) {
+            Ok(f) => Ok(f.into_std()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(self.usage(&rel, format!("already exists ({}): not made here", self.kind(&rel)?.noun())))
+            }
+            Err(e) => Err(self.refused(&rel, e, "creating")),
+        }
+    }
+
     /// Flush the folder itself to disk (after renames that must survive a crash).
     pub fn sync(&self) -> Result<()> {
         let f = self.dir.try_clone()?.into_std_file();

@@ -238,6 +238,17 @@ pub fn create(path: &Path, what: &str) -> Result<File> {
     Ok(f)
 }
 
+/// `path` with every link and `..` resolved (realpath(3)): where a path the
+/// user or an environment names really leads. Refused (exit 2, naming it)
+/// when it leads nowhere or a part of it cannot be read.
+pub fn resolve(path: &Path) -> Result<std::path::PathBuf> {
+    std::fs::canonicalize(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => refuse(path, "path", "not found"),
+        Some(libc::ELOOP) => refuse(path, "path", "a symlink loop"),
+        _ => refuse(path, "path", e),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +269,30 @@ mod tests {
         std::os::unix::fs::symlink(&l, &l).unwrap();
         assert!(msg(read_text(&l, "pins file", 10)).contains("symlink loop"));
         assert!(read_text_opt(&d.path().join("none"), "x", 10).unwrap().is_none());
+    }
+
+    #[test]
+    fn kind_never_follows_a_final_link_and_resolve_follows_every_link() {
+        use super::super::Kind;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("real")).unwrap();
+        std::fs::write(d.path().join("real/f"), b"abc").unwrap();
+        std::os::unix::fs::symlink("real", d.path().join("link")).unwrap();
+        std::os::unix::fs::symlink("nowhere", d.path().join("dangling")).unwrap();
+        assert_eq!(kind(&d.path().join("real")), Kind::Dir);
+        assert_eq!(kind(&d.path().join("real/f")), Kind::File { len: 3 });
+        assert_eq!(kind(&d.path().join("link")), Kind::Link);
+        assert_eq!(kind(&d.path().join("dangling")), Kind::Link);
+        assert_eq!(kind(&d.path().join("none")), Kind::Missing);
+        assert_eq!(kind(Path::new("/dev/null")), Kind::Special);
+        let real = std::fs::canonicalize(d.path().join("real/f")).unwrap();
+        assert_eq!(resolve(&d.path().join("link/f")).unwrap(), real);
+        assert_eq!(resolve(&d.path().join("link/../link/f")).unwrap(), real);
+        for bad in ["dangling", "none"] {
+            let e = resolve(&d.path().join(bad)).unwrap_err();
+            assert_eq!(crate::error::exit_of(&e), crate::error::Exit::Usage);
+            assert!(format!("{e:#}").contains("not found"), "{e:#}");
+        }
     }
 
     #[test]

@@ -331,3 +331,23 @@ fn named_paths_kinds_and_created_files() {
     named::create(&t.path().join("log"), "log").unwrap().write_all(b"ok").unwrap();
     assert_eq!(std::fs::read(t.path().join("log")).unwrap(), b"ok");
 }
+
+#[test]
+fn create_new_makes_a_fresh_file_and_refuses_anything_already_there() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("victim"), b"keep").unwrap();
+    let tree = Tree::open(t.path(), "log folder").unwrap();
+    let mut f = tree.create_new("rank0.out", 0o600).unwrap();
+    std::io::Write::write_all(&mut f, b"line\n").unwrap();
+    drop(f);
+    assert_eq!(tree.read_text("rank0.out", 100).unwrap(), "line\n");
+    std::os::unix::fs::symlink(t.path().join("victim"), t.path().join("link")).unwrap();
+    mkfifo(&t.path().join("fifo"));
+    for taken in ["rank0.out", "link", "fifo", "victim"] {
+        let e = tree.create_new(taken, 0o600).unwrap_err();
+        assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{taken}: {e:#}");
+        assert!(format!("{e:#}").contains("already exists"), "{taken}: {e:#}");
+    }
+    assert_eq!(std::fs::read(t.path().join("victim")).unwrap(), b"keep");
+    assert!(tree.create_new("../escape", 0o600).is_err());
+}

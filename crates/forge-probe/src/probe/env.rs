@@ -12,10 +12,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::disk;
 use super::wheel::{self, WheelFacts};
 use forge_os::error::Failure;
+use forge_os::fs::Kind;
 use forge_os::process::Cmd;
 use forge_wheel::wheel::record;
+
+/// Most names read from one folder of the environment (torch's `nvidia/`, deep_ep's own).
+const MAX_NAMES: usize = 4096;
 
 /// Printed as JSON by the interpreter under test. `find_spec` locates modules
 /// without executing them (deep_ep is top level, so nothing is imported).
@@ -234,10 +239,12 @@ pub fn epv2_jit(platlib: Option<&str>) -> Epv2Jit {
         .or_else(|| var("CUDA_PATH").map(|h| (h, "CUDA_PATH")))
         .or_else(|| {
             let nvcc = forge_os::process::lookup::which("nvcc")?;
-            let home = nvcc.canonicalize().ok()?.parent()?.parent()?.display().to_string();
+            let home = disk::canonical(&nvcc)?.parent()?.parent()?.display().to_string();
             Some((home, "nvcc on PATH"))
         })
-        .or_else(|| Path::new("/usr/local/cuda").is_dir().then(|| ("/usr/local/cuda".to_string(), "/usr/local/cuda")));
+        .or_else(|| {
+            disk::is_dir(Path::new("/usr/local/cuda")).then(|| ("/usr/local/cuda".to_string(), "/usr/local/cuda"))
+        });
     let mut j = Epv2Jit { cuda_home: home.map(|(h, f)| (h, f.to_string())), ..Default::default() };
     if let Some((h, _)) = &j.cuda_home {
         let h = Path::new(h);
@@ -251,7 +258,7 @@ pub fn epv2_jit(platlib: Option<&str>) -> Epv2Jit {
             }
             Some(_) => {}
         }
-        if !h.join("bin/cuobjdump").is_file() {
+        if !disk::is_file(&h.join("bin/cuobjdump")) {
             j.missing.push("bin/cuobjdump (the JIT reads its cubins with it)".into());
         }
     }
@@ -260,14 +267,14 @@ pub fn epv2_jit(platlib: Option<&str>) -> Epv2Jit {
         .or_else(|| platlib.map(|p| Path::new(p).join("nvidia/nccl").display().to_string()));
     j.nccl_include = nccl_root
         .map(|r| Path::new(&r).join("include"))
-        .filter(|i| i.join("nccl.h").is_file())
+        .filter(|i| disk::is_file(&i.join("nccl.h")))
         .map(|i| i.display().to_string());
     j
 }
 
 /// `release X.Y` of `nvcc --version`, None when it does not run.
 fn nvcc_release(nvcc: &Path) -> Option<String> {
-    if !nvcc.is_file() {
+    if !disk::is_file(nvcc) {
         return None;
     }
     let out = Cmd::new(nvcc, "ask nvcc its version").arg("--version").output().ok()?;
@@ -355,7 +362,7 @@ fn versions_of(interp: &Interpreter) -> Versions {
 /// The symbol versions a shared library defines (`.gnu.version_d`), read bounded; None when unreadable.
 fn defined_versions(lib: &Path) -> Option<Vec<String>> {
     use object::read::elf::ElfFile64;
-    let data = forge_os::fs::named::read_bytes(lib, "libstdc++", forge_os::input::cap::LOCK).ok()?;
+    let data = disk::read_bytes(lib, "libstdc++", forge_os::input::cap::LOCK).ok()?;
     let file = ElfFile64::<object::Endianness>::parse(&*data).ok()?;
     let endian = file.endian();
     let sections = file.elf_section_table();
@@ -428,33 +435,27 @@ pub fn inspect(python: &Path) -> Result<(WheelFacts, EnvFacts)> {
 /// `deep_ep/_C.<abi tag>.so` beside deep_ep's `__init__.py` (the first in name order).
 fn epv2_extension(init: &Path) -> Option<PathBuf> {
     let dir = init.parent()?;
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("_C.") && n.ends_with(".so")))
-        .filter(|p| p.is_file())
-        .collect();
-    found.sort();
-    found.into_iter().next()
+    disk::names(dir, MAX_NAMES)
+        .into_iter()
+        .filter(|n| n.starts_with("_C.") && n.ends_with(".so"))
+        .map(|n| dir.join(n))
+        .find(|p| disk::is_file(p))
 }
 
 fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
     use forge_os::input::cap;
-    if let Ok(wheel) = forge_os::fs::named::read_text(&info.join("WHEEL"), "WHEEL", cap::TEXT) {
+    if let Ok(wheel) = disk::read_text(&info.join("WHEEL"), "WHEEL", cap::TEXT) {
         facts.platform = wheel
             .lines()
             .find_map(|l| l.strip_prefix("Tag:"))
             .and_then(|t| t.trim().rsplit('-').next())
             .map(str::to_string);
     }
-    if let Ok(bytes) =
-        forge_os::fs::named::read_bytes(&info.join(forge_wheel::provenance::FILE_NAME), "provenance", cap::TEXT)
-    {
+    if let Ok(bytes) = disk::read_bytes(&info.join(forge_wheel::provenance::FILE_NAME), "provenance", cap::TEXT) {
         facts.provenance =
             Some(serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", forge_wheel::provenance::FILE_NAME)));
     }
-    let text = match forge_os::fs::named::read_text(&info.join("RECORD"), "RECORD", cap::LOCK) {
+    let text = match disk::read_text(&info.join("RECORD"), "RECORD", cap::LOCK) {
         Ok(t) => t,
         Err(e) => return facts.record_problems.push(format!("{e:#}")),
     };
@@ -479,7 +480,7 @@ fn read_dist_info(info: &Path, location: &Path, facts: &mut WheelFacts) {
 /// of at most the wheel member limit: RECORD may name `/dev/zero`).
 fn hash_file(path: &Path) -> Result<(String, u64)> {
     let cap = forge_wheel::wheel::limits::MEMBER;
-    let (f, _) = forge_os::fs::named::open(path, "installed file", cap)?;
+    let (f, _) = disk::open(path, "installed file", cap)?;
     let (digest, len) = forge_os::input::sha256_reader(f, cap)?;
     Ok((record::hash_digest(&digest), len))
 }
@@ -522,10 +523,9 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
         .map(PathBuf::from)
         .and_then(|t| {
             let torch = t.parent()?.to_path_buf();
+            let nvidia = torch.parent()?.join("nvidia");
             let mut dirs = vec![torch.join("lib")];
-            if let Ok(rd) = std::fs::read_dir(torch.parent()?.join("nvidia")) {
-                dirs.extend(rd.flatten().map(|e| e.path().join("lib")));
-            }
+            dirs.extend(disk::names(&nvidia, MAX_NAMES).into_iter().map(|n| nvidia.join(n).join("lib")));
             Some(dirs)
         })
         .unwrap_or_default();
@@ -549,13 +549,16 @@ fn resolve(interp: &Interpreter, facts: &WheelFacts) -> EnvFacts {
         let here = Path::new(&ext.path);
         for dir in elf.runpath.iter().chain(&elf.rpath) {
             let d = expand_origin(dir, here);
-            if !d.is_dir() {
+            if !disk::is_dir(&d) {
                 missing_runpaths.push((ext.path.clone(), dir.clone()));
             }
         }
         for lib in &elf.needed {
             let search = |how: &str, dirs: &[PathBuf]| {
-                dirs.iter().map(|d| d.join(lib)).find(|p| p.exists()).map(|p| format!("{how} {}", p.display()))
+                dirs.iter()
+                    .map(|d| d.join(lib))
+                    .find(|p| disk::kind(p) != Kind::Missing)
+                    .map(|p| format!("{how} {}", p.display()))
             };
             let runpath: Vec<PathBuf> = elf.runpath.iter().map(|d| expand_origin(d, here)).collect();
             let rpath: Vec<PathBuf> = if runpath.is_empty() {
@@ -594,13 +597,14 @@ pub fn jit_env() -> JitEnv {
     let mut missing = Vec::new();
     if let Some(h) = &cuda_home {
         let h = Path::new(h);
-        if !h.join("bin/nvcc").exists() {
+        if !present(&h.join("bin/nvcc")) {
             missing.push("bin/nvcc".to_string());
         }
-        if !h.join("include/cuda_runtime.h").exists() {
+        if !present(&h.join("include/cuda_runtime.h")) {
             missing.push("include/cuda_runtime.h".to_string());
         }
-        if !["lib64/libcudart.so", "lib64/libcudart_static.a", "lib64/libcudart.a"].iter().any(|f| h.join(f).exists()) {
+        if !["lib64/libcudart.so", "lib64/libcudart_static.a", "lib64/libcudart.a"].iter().any(|f| present(&h.join(f)))
+        {
             missing.push("lib64/libcudart.so (the JIT links -L$CUDA_HOME/lib64 -lcudart)".to_string());
         }
     }
@@ -613,11 +617,14 @@ pub fn jit_env() -> JitEnv {
     };
     let target = Path::new(&cache_dir).join(".deepep/hybrid_ep/jit");
     // The nearest thing that exists on the way; a file there blocks create_directories.
-    let cache_writable = target
-        .ancestors()
-        .find(|a| a.symlink_metadata().is_ok())
-        .map(|a| (a.display().to_string(), a.is_dir() && writable(a)));
+    let cache_writable =
+        target.ancestors().find(|a| disk::exists(a)).map(|a| (a.display().to_string(), disk::is_dir(a) && writable(a)));
     JitEnv { cuda_home, missing, cache_dir, cache_from: cache_from.to_string(), cache_writable }
+}
+
+/// Something is at `path`, links followed (`Path::exists`).
+fn present(path: &Path) -> bool {
+    disk::kind(path) != Kind::Missing
 }
 
 /// `getpwuid(getuid())->pw_dir`, as HybridEP asks (not `$HOME`).

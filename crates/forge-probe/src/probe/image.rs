@@ -8,9 +8,10 @@
 //! bounded, names are checked. Must not judge (the rules do).
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use forge_os::error::Failure;
+use forge_os::fs::{Kind, Tree};
 use forge_os::process::engine::Builder;
 use forge_os::process::Cmd;
 
@@ -44,17 +45,20 @@ impl Drop for Mounted {
     }
 }
 
-/// What `probe --image` found in the image.
+/// What `probe --image` found in the image. The image's tree is closed before
+/// the image is unmounted (fields drop in this order).
 pub struct Found {
-    pub mounted: Mounted,
-    /// The wheel's path under the mount.
-    pub wheel: PathBuf,
+    /// The wheel at `/wheels/<name>`, opened once: hashed, checked and read from this one file.
+    pub wheel: forge_wheel::wheel::Wheel,
+    /// The image's file system, every read confined to it.
+    pub tree: Tree,
     /// `REF:/wheels/<name>`, the subject the verdict names.
     pub subject: String,
     /// Installed extensions checked against the wheel's RECORD.
     pub installed: usize,
     /// The wheel's file name and sha256.
     pub wheel_id: (String, String),
+    pub mounted: Mounted,
 }
 
 /// An image reference: registry/name[:tag][@digest] characters only, not an option.
@@ -97,49 +101,34 @@ pub fn mount(reference: &str, builder: Builder) -> Result<Mounted> {
             .hint("build the image first (deepep-forge docker build --builder podman), or pass its exact reference")
     })?;
     m.root = PathBuf::from(out.trim());
-    if !m.root.is_absolute() || !m.root.is_dir() {
+    if !m.root.is_absolute() {
         anyhow::bail!("{} printed no mount point for {reference}", builder.program());
     }
     Ok(m)
 }
 
-/// A folder of the image, reached without following any link.
-fn real_dir(root: &Path, rel: &str) -> Result<PathBuf> {
-    let mut p = root.to_path_buf();
-    for part in rel.split('/').filter(|s| !s.is_empty()) {
-        p.push(part);
-        let md = std::fs::symlink_metadata(&p);
-        if !md.as_ref().is_ok_and(|m| m.file_type().is_dir()) {
-            return Err(Failure::usage(format!("the image has no folder /{rel} (or it is a link)"))
-                .hint(
-                    "build the image with deepep-forge docker build: it keeps the wheel and its statement in /wheels/",
-                )
-                .into());
-        }
-    }
-    Ok(p)
+/// The folder `rel` of the image, reached without following any link (its path in the tree).
+fn real_dir(tree: &Tree, rel: &str) -> Result<PathBuf> {
+    no_links(tree, Path::new(""), rel, true).ok_or_else(|| {
+        Failure::usage(format!("the image has no folder /{rel} (or it is a link)"))
+            .hint("build the image with deepep-forge docker build: it keeps the wheel and its statement in /wheels/")
+            .into()
+    })
 }
 
-/// The regular files (not links) of a folder, names sorted, at most MAX_ENTRIES.
-fn files_of(dir: &Path) -> Result<Vec<String>> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?.take(MAX_ENTRIES) {
-        let e = e?;
-        if e.file_type()?.is_file() {
-            if let Some(n) = e.file_name().to_str() {
-                v.push(n.to_string());
-            }
-        }
-    }
-    v.sort();
-    Ok(v)
+/// The names in the image's folder `dir` of kind `want` (a regular file or a
+/// folder; never a link), sorted, at most [`MAX_ENTRIES`].
+fn names_of(tree: &Tree, dir: &Path, want: fn(Kind) -> bool) -> Result<Vec<String>> {
+    let listing = tree.list(dir, MAX_ENTRIES)?;
+    Ok(listing.entries.into_iter().filter(|e| want(e.kind)).filter_map(|e| e.name.into_string().ok()).collect())
 }
 
 /// Mount the image, find its one wheel and statement, check both and the installed extensions.
 pub fn open(reference: &str, builder: Builder) -> Result<Found> {
     let mounted = mount(reference, builder)?;
-    let dir = real_dir(&mounted.root, WHEELS)?;
-    let files = files_of(&dir)?;
+    let tree = Tree::open(&mounted.root, "image")?;
+    let dir = real_dir(&tree, WHEELS)?;
+    let files = names_of(&tree, &dir, Kind::is_file)?;
     let wheels: Vec<&String> = files.iter().filter(|f| f.ends_with(".whl")).collect();
     let [name] = wheels[..] else {
         return Err(Failure::usage(format!("{reference}: /{WHEELS}/ holds {} wheels, expected one", wheels.len()))
@@ -154,25 +143,26 @@ pub fn open(reference: &str, builder: Builder) -> Result<Found> {
         .hint("probe an image built from docker/Dockerfile")
         .into());
     }
-    let wheel = dir.join(name);
-    let (sha, _) = forge_os::fs::named::sha256_file(&wheel, "wheel", forge_os::input::cap::WHEEL)?;
-    check_statement(reference, &dir, name, &sha)?;
-    let installed = check_installed(reference, &mounted.root, &wheel)?;
+    let mut wheel = forge_wheel::wheel::read::open_in(&tree, &dir.join(name))?;
+    let (sha, _) = wheel.sha256()?;
+    check_statement(reference, &tree, &dir, name, &sha)?;
+    let installed = check_installed(reference, &tree, &mut wheel)?;
     let subject = format!("{reference}:/{WHEELS}/{name}");
-    Ok(Found { mounted, wheel, subject, installed, wheel_id: (name.clone(), sha) })
+    Ok(Found { wheel, tree, subject, installed, wheel_id: (name.clone(), sha), mounted })
 }
 
 /// `<wheel>.intoto.json` beside the wheel: its subject is this wheel (name and sha256), else exit 1.
-fn check_statement(reference: &str, dir: &Path, name: &str, sha: &str) -> Result<()> {
+fn check_statement(reference: &str, tree: &Tree, dir: &Path, name: &str, sha: &str) -> Result<()> {
     let file = format!("{name}{}", forge_wheel::attest::SUFFIX);
-    let path = dir.join(&file);
-    if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
+    let rel = dir.join(&file);
+    if !tree.kind(&rel).is_ok_and(Kind::is_file) {
         return Err(Failure::problems(format!("{reference}: no in-toto statement /{WHEELS}/{file} beside the wheel"))
             .hint("rebuild the image with deepep-forge docker build (the builder stage and the index stage keep it)")
             .into());
     }
-    let text = forge_os::fs::named::read_text(&path, "in-toto statement", forge_os::input::cap::TEXT)?;
-    let j: serde_json::Value = serde_json::from_str(&text)
+    let (f, _) = tree.open_file_nofollow(&rel, forge_os::input::cap::TEXT)?;
+    let bytes = forge_os::fs::named::read_opened(f, &tree.join(&rel), "in-toto statement", forge_os::input::cap::TEXT)?;
+    let j: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| Failure::usage(format!("{reference}: /{WHEELS}/{file}: not JSON: {e}")))?;
     let subject = &j["subject"][0];
     let (s_name, s_sha) = (subject["name"].as_str(), subject["digest"]["sha256"].as_str());
@@ -190,14 +180,14 @@ fn check_statement(reference: &str, dir: &Path, name: &str, sha: &str) -> Result
 
 /// The installed `deep_ep*.dist-info` in the image's venv (`/opt/venv/lib/python3.*/site-packages`):
 /// every extension its RECORD lists has the sha256 the wheel's RECORD gives. Returns how many.
-fn check_installed(reference: &str, root: &Path, wheel: &Path) -> Result<usize> {
-    let lib = real_dir(root, "opt/venv/lib")?;
-    let py = files_or_dirs(&lib)?.into_iter().find(|n| n.starts_with("python3")).ok_or_else(|| {
-        Failure::usage(format!("{reference}: no /opt/venv/lib/python3.* in the image"))
-            .hint("probe an image built from docker/Dockerfile")
-    })?;
-    let site = real_dir(root, &format!("opt/venv/lib/{py}/site-packages"))?;
-    let mut w = forge_wheel::wheel::read::open(wheel)?;
+fn check_installed(reference: &str, tree: &Tree, w: &mut forge_wheel::wheel::Wheel) -> Result<usize> {
+    let lib = real_dir(tree, "opt/venv/lib")?;
+    let py =
+        names_of(tree, &lib, |k| k == Kind::Dir)?.into_iter().find(|n| n.starts_with("python3")).ok_or_else(|| {
+            Failure::usage(format!("{reference}: no /opt/venv/lib/python3.* in the image"))
+                .hint("probe an image built from docker/Dockerfile")
+        })?;
+    let site = real_dir(tree, &format!("opt/venv/lib/{py}/site-packages"))?;
     let dist_info = w.dist_info()?;
     let record = w.member(&format!("{dist_info}/RECORD"), forge_os::input::cap::TEXT)?.unwrap_or_default();
     let record = String::from_utf8_lossy(&record).into_owned();
@@ -208,9 +198,9 @@ fn check_installed(reference: &str, root: &Path, wheel: &Path) -> Result<usize> 
         if !path.ends_with(".so") || forge_wheel::wheel::read::bad_member_name(path).is_some() {
             continue;
         }
-        let installed = no_links(&site, path);
+        let installed = no_links(tree, &site, path, false);
         let want = hash.strip_prefix("sha256=").unwrap_or(hash);
-        let got = hash_regular(&installed)?;
+        let got = hash_regular(tree, installed.as_deref())?;
         if got.as_deref() != Some(want) {
             return Err(Failure::problems(format!(
                 "{reference}: the installed {path} is {} but the wheel's RECORD says {want}",
@@ -224,42 +214,31 @@ fn check_installed(reference: &str, root: &Path, wheel: &Path) -> Result<usize> 
     Ok(checked)
 }
 
-fn files_or_dirs(dir: &Path) -> Result<Vec<String>> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)?
-        .take(MAX_ENTRIES)
-        .filter_map(|e| e.ok()?.file_name().to_str().map(String::from))
-        .collect();
-    v.sort();
-    Ok(v)
-}
-
-/// `base/rel` when no folder on the way is a link (None otherwise or when missing).
-fn no_links(base: &Path, rel: &str) -> Option<PathBuf> {
+/// `base/rel` in the image when no part on the way is a link (the last part
+/// a folder when `folder`); None otherwise or when missing.
+fn no_links(tree: &Tree, base: &Path, rel: &str, folder: bool) -> Option<PathBuf> {
     let mut p = base.to_path_buf();
-    let parts: Vec<&str> = rel.split('/').collect();
+    let parts: Vec<&str> = rel.split('/').filter(|s| !s.is_empty()).collect();
     for (i, part) in parts.iter().enumerate() {
         p.push(part);
-        let md = std::fs::symlink_metadata(&p).ok()?;
-        if i + 1 < parts.len() && !md.file_type().is_dir() {
+        let kind = tree.kind(&p).ok()?;
+        let last = i + 1 == parts.len();
+        if kind == Kind::Missing || ((!last || folder) && kind != Kind::Dir) {
             return None;
         }
     }
     Some(p)
 }
 
-/// The urlsafe-base64 sha256 (RECORD's form) of a regular file reached
-/// without links in its last component; None when it is missing or not a regular file.
-fn hash_regular(p: &Option<PathBuf>) -> Result<Option<String>> {
+/// The urlsafe-base64 sha256 (RECORD's form) of a regular file of the image
+/// reached without links; None when it is missing or not a regular file.
+fn hash_regular(tree: &Tree, rel: Option<&Path>) -> Result<Option<String>> {
     use base64::Engine;
-    let Some(p) = p else { return Ok(None) };
-    let Ok(md) = std::fs::symlink_metadata(p) else { return Ok(None) };
-    if !md.file_type().is_file() {
+    let Some(rel) = rel else { return Ok(None) };
+    if !tree.kind(rel).is_ok_and(Kind::is_file) {
         return Ok(None);
     }
-    if md.len() > MAX_SO {
-        anyhow::bail!("{}: {} bytes, more than an extension can be", p.display(), md.len());
-    }
-    let f = std::fs::File::open(p)?;
+    let (f, _) = tree.open_file_nofollow(rel, MAX_SO)?;
     let (digest, _) = forge_os::input::sha256_reader(f, MAX_SO)?;
     Ok(Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)))
 }
@@ -268,15 +247,17 @@ fn hash_regular(p: &Option<PathBuf>) -> Result<Option<String>> {
 /// `REF:/wheels/<wheel>`; the image is unmounted before this returns.
 pub fn inspect(reference: &str, builder: Builder) -> Result<super::wheel::WheelFacts> {
     let found = open(reference, builder)?;
-    let mut facts = super::wheel::read(&found.wheel)?;
     forge_os::note!(
         "{}: statement matches the wheel; {} installed extension(s) match its RECORD",
         found.subject,
         found.installed
     );
-    facts.file = found.subject.clone();
-    facts.image_wheel = Some(found.wheel_id.clone());
-    drop(found.mounted);
+    let Found { wheel, tree, subject, wheel_id, mounted, .. } = found;
+    let mut facts = super::wheel::read_opened(wheel)?;
+    facts.file = subject;
+    facts.image_wheel = Some(wheel_id);
+    drop(tree);
+    drop(mounted);
     Ok(facts)
 }
 
@@ -300,31 +281,39 @@ mod tests {
         let host = tempfile::tempdir().unwrap();
         std::fs::write(host.path().join("secret.whl"), b"host file").unwrap();
         std::os::unix::fs::symlink(host.path(), d.path().join(WHEELS)).unwrap();
-        let e = real_dir(d.path(), WHEELS).unwrap_err();
+        let tree = Tree::open(d.path(), "image").unwrap();
+        let e = real_dir(&tree, WHEELS).unwrap_err();
         assert_eq!(exit_of(&e), Exit::Usage);
         assert!(format!("{e:#}").contains("no folder /wheels (or it is a link)"), "{e:#}");
         // A link on the way to an installed extension: not hashed, reported missing.
         std::fs::create_dir_all(d.path().join("site")).unwrap();
         std::os::unix::fs::symlink(host.path(), d.path().join("site/deep_ep")).unwrap();
-        assert_eq!(no_links(&d.path().join("site"), "deep_ep/secret.whl"), None);
+        assert_eq!(no_links(&tree, Path::new("site"), "deep_ep/secret.whl", false), None);
         std::fs::create_dir_all(d.path().join("site/real")).unwrap();
         std::fs::write(d.path().join("site/real/x.so"), b"x").unwrap();
-        assert!(hash_regular(&no_links(&d.path().join("site"), "real/x.so")).unwrap().is_some());
+        let real = no_links(&tree, Path::new("site"), "real/x.so", false);
+        assert_eq!(real.as_deref(), Some(Path::new("site/real/x.so")));
+        assert!(hash_regular(&tree, real.as_deref()).unwrap().is_some());
+        // A link as the last part: not hashed.
+        std::os::unix::fs::symlink("x.so", d.path().join("site/real/y.so")).unwrap();
+        assert_eq!(hash_regular(&tree, Some(Path::new("site/real/y.so"))).unwrap(), None);
     }
 
     #[test]
     fn a_statement_for_another_wheel_is_exit_1_naming_both() {
         let d = tempfile::tempdir().unwrap();
+        let tree = Tree::open(d.path(), "image").unwrap();
+        let here = Path::new("");
         let name = "deep_ep-1.2.1+17cfb81-cp312-cp312-linux_x86_64.whl";
-        let e = check_statement("img", d.path(), name, "aa").unwrap_err();
+        let e = check_statement("img", &tree, here, name, "aa").unwrap_err();
         assert_eq!(exit_of(&e), Exit::Problems, "missing statement: {e:#}");
         let statement = serde_json::json!({"subject": [{"name": name, "digest": {"sha256": "bb"}}]});
         std::fs::write(d.path().join(format!("{name}.intoto.json")), statement.to_string()).unwrap();
-        let e = check_statement("img", d.path(), name, "aa").unwrap_err();
+        let e = check_statement("img", &tree, here, name, "aa").unwrap_err();
         assert_eq!(exit_of(&e), Exit::Problems);
         assert!(format!("{e:#}").contains("sha256 bb, the wheel is"), "{e:#}");
-        check_statement("img", d.path(), name, "bb").unwrap();
+        check_statement("img", &tree, here, name, "bb").unwrap();
         std::fs::write(d.path().join(format!("{name}.intoto.json")), "not json").unwrap();
-        assert_eq!(exit_of(&check_statement("img", d.path(), name, "bb").unwrap_err()), Exit::Usage);
+        assert_eq!(exit_of(&check_statement("img", &tree, here, name, "bb").unwrap_err()), Exit::Usage);
     }
 }

@@ -121,7 +121,7 @@ fn torch_loads(init: &Path) -> Vec<(String, PathBuf)> {
             })
             .collect();
         for n in d.needed.iter().filter(|n| LIBRARIES.iter().any(|l| n.starts_with(l.0))) {
-            if let Some(p) = dirs.iter().map(|dir| dir.join(n)).find(|p| p.is_file()) {
+            if let Some(p) = dirs.iter().map(|dir| dir.join(n)).find(|p| super::disk::is_file(p)) {
                 if !out.iter().any(|(o, _)| o == n) {
                     out.push((n.clone(), normalise(&p)));
                 }
@@ -133,7 +133,7 @@ fn torch_loads(init: &Path) -> Vec<(String, PathBuf)> {
 
 /// The real path (`deep_ep/../nvidia/nccl/lib/x` -> `nvidia/nccl/lib/x`, links resolved).
 fn normalise(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+    super::disk::canonical(p).unwrap_or_else(|| p.to_path_buf())
 }
 
 /// DT_NEEDED, DT_RUNPATH and DT_RPATH of an ELF file.
@@ -146,7 +146,7 @@ struct Dynamic {
 
 /// The dynamic entries of the 64-bit ELF at `path`, reading only what they need.
 fn dynamic(path: &Path) -> Option<Dynamic> {
-    let (f, _) = forge_os::fs::named::open(path, "library", MAX_LIBRARY).ok()?;
+    let (f, _) = super::disk::open(path, "library", MAX_LIBRARY).ok()?;
     let cache = object::ReadCache::new(f);
     let file = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
     let endian = file.endian();
@@ -170,7 +170,7 @@ fn dynamic(path: &Path) -> Option<Dynamic> {
 
 /// The version after `marker` ("NCCL version " -> `2.28.9`) in the library's `.rodata`.
 pub fn library_version(path: &Path, marker: &str) -> Option<String> {
-    let (f, _) = forge_os::fs::named::open(path, "library", MAX_LIBRARY).ok()?;
+    let (f, _) = super::disk::open(path, "library", MAX_LIBRARY).ok()?;
     let cache = object::ReadCache::new(f);
     let file = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
     let rodata = file.section_by_name(".rodata").filter(|s| s.size() <= MAX_RODATA)?;

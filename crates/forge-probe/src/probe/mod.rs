@@ -3,6 +3,7 @@
 //! The static probe reads a wheel once (`wheel`: RECORD, METADATA, provenance,
 //! extension ELFs via `elf` and `fatbin`) or an installed environment (`env`),
 //! resolves the topology request (`forge_model::topology`) and applies `rules`.
+pub mod disk;
 pub mod elf;
 pub mod env;
 pub mod fatbin;
@@ -19,8 +20,7 @@ use anyhow::Result;
 use forge_model::pins::Pins;
 use forge_model::topology::Request;
 use forge_model::verdict::Verdict;
-use forge_os::error::{Exit, Failure};
-use forge_os::output::Format;
+use forge_os::error::Failure;
 use forge_store::evidence::record::{Recorder, Wheel as RecordWheel};
 
 /// `probe`: what to judge against what, as plain data (made from the flags by the CLI).
@@ -46,7 +46,6 @@ pub struct ProbeRequest {
     pub run: Option<crate::runtime::Run>,
     /// `--record DIR --signing-key FILE`.
     pub record: forge_store::evidence::record::RecordRequest,
-    pub format: Format,
 }
 
 /// Everything the static probe read about the subject.
@@ -85,13 +84,13 @@ fn facts_of(i: &Inspected) -> forge_model::verdict::BinaryFacts {
     let hep = rules::kernel_extension(&i.binary).and_then(|e| e.elf.as_ref().ok());
     let (cubin_sms, ptx) = hep.map(|h| h.sms()).unwrap_or_default();
     forge_model::verdict::BinaryFacts {
-        subject: i.binary.file.clone(),
+        subject: i.binary.file.as_str().into(),
         ptx_sms: ptx.into_iter().filter(|s| !cubin_sms.contains(s)).collect(),
         cubin_sms,
         multinode: i.evidence.multinode,
         machine: i.binary.extensions.iter().find_map(|e| e.elf.as_ref().ok().and_then(|f| f.arch())),
-        version: i.binary.version.clone(),
-        transport: i.evidence.transport.map(|t| t.as_str().to_string()),
+        version: i.binary.version.as_deref().map(Into::into),
+        transport: i.evidence.transport,
     }
 }
 
@@ -117,10 +116,10 @@ fn static_verdict_of(args: &ProbeRequest, request: Option<Request>, inspected: O
         v.checks.extend(checks);
         v.considered = considered;
     }
-    let host = request
-        .as_ref()
-        .filter(|r| args.host_check && rules::rdma::spans_domains(r))
-        .map(|_| host::read(&host::root()));
+    let host = match request.as_ref().filter(|r| args.host_check && rules::rdma::spans_domains(r)) {
+        Some(_) => Some(host::read(&host::open()?)),
+        None => None,
+    };
     if let Some(h) = &host {
         let variants = dmabuf_variants(pins.as_ref());
         v.checks.extend(rules::rdma::rdma_checks(&rdma_ctx(h, inspected.as_ref(), &variants)));
@@ -191,7 +190,10 @@ fn dmabuf_variants(pins: Option<&Pins>) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-pub fn run(args: ProbeRequest) -> Result<Exit> {
+/// `probe`: the verdict to print (None on a rank other than 0 of a launched
+/// `--run`: rank 0 carries the verdict). Prints nothing; the command prints
+/// it and picks the exit code from it.
+pub fn run(args: ProbeRequest) -> Result<Option<Verdict>> {
     // `--record`: the folder and the key are checked before anything is probed.
     let recorder = forge_store::evidence::record::Recorder::prepare(&args.record)?;
     if recorder.is_some() && args.wheel.is_none() && (args.image.is_none() || args.run.is_some()) {
@@ -222,8 +224,7 @@ pub fn run(args: ProbeRequest) -> Result<Exit> {
         let path = r.record(&wheel, mode, &verdict, args.topology.recipe.as_deref())?;
         forge_os::note!("recorded the verdict: {}", path.display());
     }
-    print(&verdict, args.format)?;
-    Ok(verdict.exit())
+    Ok(Some(verdict))
 }
 
 impl ProbeRequest {
@@ -234,20 +235,6 @@ impl ProbeRequest {
     }
 }
 
-/// Print a verdict in the chosen format.
-pub fn print(v: &Verdict, format: Format) -> Result<()> {
-    match format {
-        Format::Json => forge_os::printer::json(v)?,
-        Format::Human => forge_os::out!("{}", v.render_human()),
-        Format::Github => forge_os::printer::workflow(&format!(
-            "{}{}",
-            v.render_github(),
-            forge_os::output::github_log(&v.render_human())
-        )),
-    }
-    Ok(())
-}
-
 /// `probe --run`: the static facts of `--wheel`/`--python` are computed here,
 /// once, and handed to the runtime probe with its flags and the request (the
 /// runtime probe does not read wheels, and does not call back into this module).
@@ -255,7 +242,7 @@ fn run_on_gpus(
     args: &ProbeRequest,
     run: &crate::runtime::Run,
     recorder: Option<&(Recorder, Option<RecordWheel>)>,
-) -> Result<Exit> {
+) -> Result<Option<Verdict>> {
     run.check()?;
     let run = run.clone();
     let request = args.topology.resolve()?;
@@ -277,7 +264,6 @@ fn run_on_gpus(
         record: recorder.is_some().then_some(&record as &dyn Fn(&Verdict) -> Result<()>),
         run,
         python: args.python.clone(),
-        format: args.format,
         request,
         binary,
         static_checks,

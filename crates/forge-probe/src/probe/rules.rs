@@ -768,7 +768,7 @@ fn rdma_core_home(cx: &Bx) -> Vec<Check> {
             .and_then(|p| p.variant.rdma_core_home.clone())
             .or_else(|| ev.rdma_core_home.clone());
         out.push(match home {
-            Some(h) if std::path::Path::new(&h).is_dir() => {
+            Some(h) if super::disk::is_dir(std::path::Path::new(&h)) => {
                 Check::pass("rdma-core-home", format!("baked RDMA_CORE_HOME {h} exists"))
             }
             Some(h) => Check::fail(

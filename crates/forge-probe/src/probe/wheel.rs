@@ -59,11 +59,10 @@ pub struct PlatformAudit {
     pub audit: Option<forge_wheel::manylinux::Audit>,
 }
 
-/// Read every ELF member of the wheel at `path` and audit them.
-fn platform_audit(path: &Path) -> Result<PlatformAudit, String> {
-    let read = || -> Result<PlatformAudit> {
-        let mut w = forge_wheel::wheel::open(path)?;
-        let elves = forge_wheel::manylinux::read_wheel(&mut w, &BTreeMap::new())?;
+/// Read every ELF member of the wheel and audit them.
+fn platform_audit(w: &mut forge_wheel::wheel::Wheel) -> Result<PlatformAudit, String> {
+    let mut read = || -> Result<PlatformAudit> {
+        let elves = forge_wheel::manylinux::read_wheel(w, &BTreeMap::new())?;
         let audit = forge_wheel::manylinux::audit(&elves, &w.names());
         Ok(PlatformAudit { elves, audit })
     };
@@ -95,13 +94,20 @@ pub fn platform_arch(platform: &str) -> Option<forge_model::pins::Arch> {
 /// Read a wheel. A missing file or a file that is not a zip is bad input (exit 2);
 /// everything wrong inside a readable zip becomes a fact for the rules.
 pub fn read(path: &Path) -> Result<WheelFacts> {
-    let mut wheel = forge_wheel::wheel::open(path).map_err(|e| match e.downcast::<Failure>() {
+    let wheel = forge_wheel::wheel::open(path).map_err(|e| match e.downcast::<Failure>() {
         Ok(f) if f.message.starts_with("wheel ") => anyhow::Error::from(
             Failure::usage(format!("cannot open {}", f.message)).hint("pass the path of a .whl file"),
         ),
         Ok(f) => f.into(),
         Err(e) => e,
     })?;
+    read_opened(wheel)
+}
+
+/// Read an opened wheel (see [`read`]); its path names it.
+pub fn read_opened(mut wheel: forge_wheel::wheel::Wheel) -> Result<WheelFacts> {
+    let path = wheel.path().to_path_buf();
+    let platform_audit = Some(platform_audit(&mut wheel));
     let zip = wheel.archive();
     let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let name = WheelName::parse(&file_name);
@@ -116,7 +122,7 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
         extensions: Vec::new(),
         members: Vec::new(),
         image_wheel: None,
-        platform_audit: Some(platform_audit(path)),
+        platform_audit,
     };
     // path -> (sha256=..., size) of what was actually read.
     let mut seen: BTreeMap<String, Result<(String, u64), String>> = BTreeMap::new();
@@ -132,7 +138,7 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
                 continue;
             }
         };
-        if member.is_dir() {
+        if member.name().ends_with(['/', '\\']) {
             continue;
         }
         let mpath = member.name().to_string();
@@ -265,7 +271,7 @@ pub fn local_label(version: &str) -> Option<&str> {
 
 /// Read a file on disk as an extension (used for installed environments).
 pub fn extension_from_disk(path: &Path) -> Result<Extension> {
-    let data = forge_os::fs::named::read_bytes(path, "extension module", forge_wheel::wheel::limits::PARSED)?;
+    let data = super::disk::read_bytes(path, "extension module", forge_wheel::wheel::limits::PARSED)?;
     let p = path.display().to_string();
     Ok(Extension { module: module_of(&p).unwrap_or_default(), elf: elf::parse(&data), path: p })
 }

@@ -18,6 +18,8 @@ use serde::Serialize;
 use forge_model::verdict::Check;
 
 const SCRIPT: &str = include_str!("deep_ep_roundtrip.py");
+/// The most of a rank's output read back (its last JSON line is the result).
+const LOG: u64 = 64 << 20;
 
 /// What the HybridEP round trip gave.
 #[derive(Debug, Clone, Serialize)]
@@ -111,9 +113,9 @@ pub fn run(python: Option<&Path>, world: u32, timeout_s: u64, named: &[String]) 
 }
 
 fn launch(py: &str, world: u32, timeout_s: u64) -> anyhow::Result<serde_json::Value> {
-    let dir = tempfile::tempdir()?;
-    let script = dir.path().join("deep_ep_roundtrip.py");
-    std::fs::write(&script, SCRIPT)?;
+    let dir = forge_os::fs::TempTree::new("deepep-forge-deep-ep")?;
+    dir.write("deep_ep_roundtrip.py", SCRIPT.as_bytes())?;
+    let script = dir.join("deep_ep_roundtrip.py");
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr())?.port();
     let mut children: Vec<Child> = Vec::new();
     for r in 0..world {
@@ -128,8 +130,8 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> anyhow::Result<serde_json::Va
             .env("PROBE_TOKENS", "4096")
             .env("PROBE_HIDDEN", "7168")
             .env("PROBE_TOPK", "8")
-            .stdout(log(dir.path(), r, "out")?)
-            .stderr(log(dir.path(), r, "err")?);
+            .stdout(log(&dir, r, "out")?)
+            .stderr(log(&dir, r, "err")?);
         let child = cmd.spawn();
         match child {
             Ok(c) => children.push(c),
@@ -157,7 +159,10 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> anyhow::Result<serde_json::Va
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let read = |ext: &str| std::fs::read_to_string(dir.path().join(format!("rank0.{ext}"))).unwrap_or_default();
+    let read = |ext: &str| {
+        let bytes = dir.read(format!("rank0.{ext}"), LOG).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
     let out0 = read("out");
     let last = out0.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
     let result: serde_json::Value = serde_json::from_str(last).unwrap_or(serde_json::Value::Null);
@@ -180,8 +185,8 @@ fn launch(py: &str, world: u32, timeout_s: u64) -> anyhow::Result<serde_json::Va
 }
 
 /// A file for a rank's stdout or stderr (files, not pipes: a chatty rank never blocks).
-fn log(dir: &Path, rank: u32, ext: &str) -> std::io::Result<std::fs::File> {
-    std::fs::File::create(dir.join(format!("rank{rank}.{ext}")))
+fn log(dir: &forge_os::fs::Tree, rank: u32, ext: &str) -> anyhow::Result<std::process::Stdio> {
+    dir.create_new(format!("rank{rank}.{ext}"), 0o600).map(std::process::Stdio::from)
 }
 
 /// Kill and wait for every child we started.

@@ -18,8 +18,7 @@ use serde_json::json;
 use engine::{Link, RankReport, Shape};
 use forge_model::topology::Request;
 use forge_model::verdict::{BinaryFacts, Check, Verdict};
-use forge_os::error::{Exit, Failure};
-use forge_os::output::Format;
+use forge_os::error::Failure;
 use gpu::{Discovery, Gpu};
 use rendezvous::{Comm, Ranks, Rendezvous};
 
@@ -73,7 +72,6 @@ pub struct Input<'a> {
     pub run: Run,
     /// The Python whose deep_ep `--deep-ep` runs (`--python`).
     pub python: Option<std::path::PathBuf>,
-    pub format: Format,
     pub request: Option<Request>,
     pub binary: Option<BinaryFacts>,
     /// The static probe's rows; an error there becomes a warning row.
@@ -82,7 +80,10 @@ pub struct Input<'a> {
     pub record: Option<&'a Record<'a>>,
 }
 
-pub fn run(args: &Input) -> Result<Exit> {
+/// The runtime verdict: rank 0's (or the one process's), None on the other
+/// ranks of a launched job. Prints nothing (the command prints the verdict,
+/// with [`render_links`] under it for people).
+pub fn run(args: &Input) -> Result<Option<Verdict>> {
     let started = Instant::now();
     let ra = &args.run;
     let request = args.request.clone();
@@ -101,35 +102,20 @@ pub fn run(args: &Input) -> Result<Exit> {
         _ => Some(single(args, shape, request.clone(), binary.as_ref(), started)?),
     };
     let Some(verdict) = outcome else {
-        return Ok(Exit::Ok); // not rank 0: rank 0 prints and carries the verdict
+        return Ok(None); // not rank 0: rank 0 carries the verdict
     };
     if let Some(record) = args.record {
         record(&verdict)?;
     }
-    match args.format {
-        Format::Json => forge_os::printer::json(&verdict)?,
-        Format::Human => {
-            forge_os::out!("{}", verdict.render_human());
-            if let Some(m) = render_links(&verdict.facts) {
-                forge_os::out!("{m}");
-            }
-        }
-        Format::Github => {
-            let human = verdict.render_human() + &render_links(&verdict.facts).unwrap_or_default();
-            forge_os::printer::workflow(&format!(
-                "{}{}",
-                verdict.render_github(),
-                forge_os::output::github_log(&human)
-            ));
-        }
-    }
-    Ok(verdict.exit())
+    Ok(Some(verdict))
 }
 
 /// The kernel group's link matrix for people: per ordered pair the copy kernel's
 /// and the copy engine's GB/s when timed alone, else P2P access (performance
-/// rank), `-` without P2P. From `facts` (kernel_group, p2p, bandwidth.pairs).
-fn render_links(facts: &serde_json::Value) -> Option<String> {
+/// rank), `-` without P2P. From `facts` (kernel_group, p2p, bandwidth.pairs);
+/// None for a verdict without a kernel group of two GPUs (a static one). Only
+/// numbers reach it: GPU ordinals and GB/s.
+pub fn render_links(facts: &serde_json::Value) -> Option<String> {
     let group: Vec<i64> = facts["kernel_group"].as_array()?.iter().filter_map(|g| g.as_i64()).collect();
     if group.len() < 2 {
         return None;

@@ -18,6 +18,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use forge_os::error::{check_interrupted, Failure};
 
 const MAGIC: &[u8; 5] = b"DEFP1";
+/// The largest rendezvous file read (one `HOST:PORT` line).
+const ADDRESS: u64 = 4096;
 
 /// Other ranks wait this much longer than rank 0, so rank 0's explanation
 /// (which rank is missing) reaches them before their own deadline does.
@@ -121,8 +123,8 @@ pub struct Comm {
     pub world: u32,
     timeout: Duration,
     peers: Peers,
-    /// The address file rank 0 wrote (removed when dropped).
-    written: Option<PathBuf>,
+    /// The address file rank 0 wrote: its folder and name (removed when dropped).
+    written: Option<(forge_os::fs::Tree, std::ffi::OsString)>,
 }
 
 enum Peers {
@@ -156,8 +158,8 @@ impl Comm {
                 Rendezvous::File(path) => {
                     let l = TcpListener::bind("0.0.0.0:0").context("rank 0 could not open a listening socket")?;
                     let port = l.local_addr()?.port();
-                    write_address(path, &format!("{}:{port}", advertised_host()))?;
-                    (l, Some(path.clone()))
+                    let written = write_address(path, &format!("{}:{port}", advertised_host()))?;
+                    (l, Some(written))
                 }
             };
             let mut comm = Comm { rank, world, timeout, peers: Peers::Root(Vec::new()), written };
@@ -283,8 +285,8 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        if let Some(p) = &self.written {
-            let _ = std::fs::remove_file(p);
+        if let Some((folder, name)) = &self.written {
+            let _ = folder.remove_file(name);
         }
     }
 }
@@ -302,14 +304,18 @@ fn advertised_host() -> String {
     "127.0.0.1".into()
 }
 
-fn write_address(path: &Path, addr: &str) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&tmp, format!("{addr}\n")).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+/// Write `addr` to the file `--rendezvous file:PATH` names (its folder made
+/// when absent; a temporary file renamed over the name, so a reader sees all
+/// of it or nothing). Returns its folder and name, for removing it.
+fn write_address(path: &Path, addr: &str) -> Result<(forge_os::fs::Tree, std::ffi::OsString)> {
+    let name = path.file_name().ok_or_else(|| {
+        Failure::usage(format!("--rendezvous file:{}: not a file name", path.display()))
+            .hint("pass file:PATH naming a file on a shared filesystem")
+    })?;
+    let folder = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let folder = forge_os::fs::Tree::create(folder, "rendezvous folder")?;
+    folder.write(name, format!("{addr}\n").as_bytes())?;
+    Ok((folder, name.to_os_string()))
 }
 
 fn accept_all(
@@ -387,11 +393,11 @@ fn connect_leaf(how: &Rendezvous, deadline: Instant) -> Result<TcpStream> {
         check_interrupted()?;
         let target = match how {
             Rendezvous::Tcp(hp) => Some(hp.clone()),
-            Rendezvous::File(p) => match std::fs::read_to_string(p) {
+            Rendezvous::File(p) => match forge_os::fs::named::read_text(p, "rendezvous file", ADDRESS) {
                 Ok(s) if s.ends_with('\n') => Some(s.trim().to_string()),
                 Ok(_) => None,
                 Err(e) => {
-                    last = format!("{}: {e}", p.display());
+                    last = format!("{e:#}");
                     None
                 }
             },
@@ -515,6 +521,22 @@ mod tests {
             assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage, "{e:#}");
             assert!(format!("{e:#}").contains(want), "{e:#}");
         }
+    }
+
+    /// Rank 0's address file: its folder made, written whole, read back by a
+    /// leaf; a folder on the way that is a file is bad input.
+    #[test]
+    fn the_address_file_is_written_whole_and_removed_with_its_tree() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("shared/rdzv");
+        let (folder, name) = write_address(&path, "node-0:4242").unwrap();
+        assert_eq!(forge_os::fs::named::read_text(&path, "rendezvous file", ADDRESS).unwrap(), "node-0:4242\n");
+        assert_eq!(std::fs::read_dir(d.path().join("shared")).unwrap().count(), 1, "no temporary file left");
+        folder.remove_file(&name).unwrap();
+        assert!(!path.exists());
+        std::fs::write(d.path().join("file"), b"x").unwrap();
+        let e = write_address(&d.path().join("file/rdzv"), "h:1").unwrap_err();
+        assert_eq!(forge_os::error::exit_of(&e), forge_os::error::Exit::Usage, "{e:#}");
     }
 
     #[test]

@@ -149,10 +149,10 @@ pub fn show(a: &ShowRequest) -> Result<Report> {
             configuration.push(show::configuration(&found, &need));
         }
         sections.push(Section {
-            variant: v.name.clone(),
+            variant: v.name.clone().into(),
             arch: v.arch.as_str().into(),
-            rev: pin.rev.clone(),
-            wheel,
+            rev: pin.rev.clone().into(),
+            wheel: wheel.map(|(name, sha, from)| (name.into(), sha.into(), from.into())),
             statements: show::items(&found),
             boundary,
             configuration,
@@ -162,7 +162,7 @@ pub fn show(a: &ShowRequest) -> Result<Report> {
     Ok(Report {
         schema: show::SCHEMA,
         sections,
-        not_counted: read.untrusted.iter().map(|u| u.path.display().to_string()).collect(),
+        not_counted: read.untrusted.iter().map(|u| u.path.display().to_string().into()).collect(),
     })
 }
 

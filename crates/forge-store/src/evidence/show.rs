@@ -1,8 +1,12 @@
 //! The validation boundary: per variant, the wheel pins.toml's revision gives,
 //! every trusted statement about its sha256 (by kind, machine, signer and
 //! date), and what a request needs against what exists. Owns the judgement
-//! "does this statement cover that need" ([`cover`]) and the three renderings;
-//! every value from a statement is escaped where it is rendered.
+//! "does this statement cover that need" ([`cover`]) and the three renderings.
+//! Every value from a statement, pins.toml or the file system is a
+//! [`Line`] in the row types (escaped when made), so no row can carry a line
+//! break, a control character or a workflow command; Markdown escapes its
+//! own markup on top ([`md`]).
+use forge_os::line::Line;
 use serde::Serialize;
 
 use super::statement::{Origin, Statement};
@@ -23,47 +27,47 @@ pub struct Need {
     pub nodes: u32,
 }
 
-/// One statement as the boundary lists it.
+/// One statement as the boundary lists it (a row: every value a [`Line`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Item {
     pub kind: Kind,
     pub origin: Origin,
-    pub signer: String,
-    pub time: String,
+    pub signer: Line,
+    pub time: Line,
     /// MATCH, MISMATCH, or the reported outcome.
-    pub result: String,
+    pub result: Line,
     /// What was judged on what machine, in one line.
-    pub summary: String,
-    pub url: Option<String>,
-    pub file: String,
+    pub summary: Line,
+    pub url: Option<Line>,
+    pub file: Line,
     /// What the statement's kind does not show, as the statement says it.
-    pub does_not_show: String,
+    pub does_not_show: Line,
 }
 
 /// One line of the boundary: a need at one kind of the ladder.
 #[derive(Debug, Clone, Serialize)]
-pub struct Line {
-    pub need: String,
+pub struct BoundaryLine {
+    pub need: Line,
     pub kind: Kind,
     /// `covered`, `partial` or `none`.
     pub status: &'static str,
-    pub detail: String,
+    pub detail: Line,
 }
 
 /// One variant's section.
 #[derive(Debug, Clone, Serialize)]
 pub struct Section {
-    pub variant: String,
-    pub arch: String,
-    pub rev: String,
+    pub variant: Line,
+    pub arch: Line,
+    pub rev: Line,
     /// The wheel file name and sha256, and where it was found; None when none was.
-    pub wheel: Option<(String, String, String)>,
+    pub wheel: Option<(Line, Line, Line)>,
     pub statements: Vec<Item>,
-    pub boundary: Vec<Line>,
+    pub boundary: Vec<BoundaryLine>,
     /// The `configuration` line of each need (the boundary lists static up).
-    pub configuration: Vec<Line>,
+    pub configuration: Vec<BoundaryLine>,
     /// One line: what was run, on what, and what was not ([`summary_line`]).
-    pub summary: String,
+    pub summary: Line,
 }
 
 #[derive(Debug, Serialize)]
@@ -71,7 +75,7 @@ pub struct Report {
     pub schema: u32,
     pub sections: Vec<Section>,
     /// Statement files no trusted key signed: not counted.
-    pub not_counted: Vec<String>,
+    pub not_counted: Vec<Line>,
 }
 
 /// The statements of one wheel, as items (strongest kind first, then newest, then by what they judged).
@@ -85,25 +89,30 @@ pub fn items(found: &[&Found]) -> Vec<Item> {
 fn item(f: &Found) -> Item {
     let p = &f.statement.predicate;
     let result = match (&p.result, &p.reported) {
-        (Some(o), _) => o.verdict.clone(),
-        (None, Some(r)) => r.outcome.clone(),
-        _ => String::new(),
+        (Some(o), _) => Line::new(&o.verdict),
+        (None, Some(r)) => Line::new(&r.outcome),
+        _ => Line::default(),
     };
     Item {
         kind: p.kind,
         origin: p.origin,
-        signer: f.signer.clone(),
-        time: p.time.clone(),
+        signer: Line::new(&f.signer),
+        time: Line::new(&p.time),
         result,
         summary: summary(&f.statement),
-        url: p.reported.as_ref().and_then(|r| r.url.clone()),
-        file: f.path.display().to_string(),
-        does_not_show: p.does_not_show.clone(),
+        url: p.reported.as_ref().and_then(|r| r.url.as_deref()).map(Line::new),
+        file: Line::new(f.path.to_string_lossy()),
+        does_not_show: Line::new(&p.does_not_show),
     }
 }
 
 /// `EP16 · 2 nodes x 8 · h100 on 16 x NVIDIA H200 (sm_90), 2 nodes, 16 ranks; dispatch 310 GB/s`.
-fn summary(s: &Statement) -> String {
+fn summary(s: &Statement) -> Line {
+    Line::new(summary_text(s))
+}
+
+/// [`summary`] before it is escaped (the statement's values as they are).
+fn summary_text(s: &Statement) -> String {
     let p = &s.predicate;
     let mut parts = Vec::new();
     if let Some(r) = &p.request {
@@ -118,7 +127,7 @@ fn summary(s: &Statement) -> String {
             q.push(g.clone());
         }
         if let Some(rc) = &r.recipe {
-            q.push(format!("recipe {} sha256 {}", rc.path, &rc.sha256[..12]));
+            q.push(format!("recipe {} sha256 {}", rc.path, short(&rc.sha256, 12)));
         }
         if !q.is_empty() {
             parts.push(q.join(" "));
@@ -193,17 +202,17 @@ pub fn cover(f: &Found, need: &Need) -> Option<bool> {
 }
 
 /// The boundary of one wheel's statements for `need`: one line per kind from static up.
-pub fn boundary(found: &[&Found], need: &Need) -> Vec<Line> {
+pub fn boundary(found: &[&Found], need: &Need) -> Vec<BoundaryLine> {
     Kind::ALL.iter().filter(|k| **k >= Kind::Static).map(|&kind| line(found, need, kind)).collect()
 }
 
 /// The `configuration` line of the boundary for `need` (a reported recipe read for its request).
-pub fn configuration(found: &[&Found], need: &Need) -> Line {
+pub fn configuration(found: &[&Found], need: &Need) -> BoundaryLine {
     line(found, need, Kind::Configuration)
 }
 
 /// One line of the boundary: the statements of `kind` that cover `need`.
-fn line(found: &[&Found], need: &Need, kind: Kind) -> Line {
+fn line(found: &[&Found], need: &Need, kind: Kind) -> BoundaryLine {
     let scale = if need.nodes > 1 { "multi-node" } else { "one-node" };
     {
         {
@@ -225,7 +234,7 @@ fn line(found: &[&Found], need: &Need, kind: Kind) -> Line {
             } else {
                 ("none", format!("{what}: no evidence"))
             };
-            Line { need: need.label.clone(), kind, status, detail }
+            BoundaryLine { need: Line::new(&need.label), kind, status, detail: Line::new(detail) }
         }
     }
 }
@@ -234,7 +243,7 @@ fn line(found: &[&Found], need: &Need, kind: Kind) -> Line {
 /// many of which GPU, how many ranks, and what it therefore does not cover),
 /// and the kinds only reported. E.g. `runtime evidence: DeepEP round trip on
 /// 1 x H200, one rank; nothing across GPUs or nodes`.
-pub fn summary_line(found: &[&Found]) -> String {
+pub fn summary_line(found: &[&Found]) -> Line {
     let ran = found
         .iter()
         .filter(|f| f.statement.predicate.origin == Origin::Observed && f.statement.predicate.kind > Kind::Static)
@@ -268,7 +277,12 @@ pub fn summary_line(found: &[&Found]) -> String {
         let names: Vec<&str> = reported.iter().map(|k| label(*k)).collect();
         out.push_str(&format!("; reported, not observed by the tool: {}", names.join(", ")));
     }
-    out
+    Line::new(out)
+}
+
+/// The first `n` characters of `s` (never cut inside a character).
+fn short(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(at, _)| &s[..at])
 }
 
 fn label(k: Kind) -> &'static str {
@@ -282,46 +296,40 @@ fn label(k: Kind) -> &'static str {
     }
 }
 
-/// The aligned text for people (values escaped for a terminal or a CI log).
+/// The aligned text for people (every value a [`Line`]: escaped when made).
 pub fn render_human(r: &Report) -> String {
-    let safe = |s: &str| forge_os::output::log_safe(&s.replace('\n', " "));
     let mut out = String::new();
     for s in &r.sections {
         match &s.wheel {
             Some((name, sha, from)) => out.push_str(&format!(
                 "{} @ {} ({})  {}  sha256 {}  ({})\n",
                 s.variant,
-                &s.rev[..7.min(s.rev.len())],
+                short(&s.rev, 7),
                 s.arch,
                 name,
-                &sha[..16],
-                safe(from)
+                short(sha, 16),
+                from
             )),
-            None => out.push_str(&format!(
-                "{} @ {} ({})  no wheel found\n",
-                s.variant,
-                &s.rev[..7.min(s.rev.len())],
-                s.arch
-            )),
+            None => out.push_str(&format!("{} @ {} ({})  no wheel found\n", s.variant, short(&s.rev, 7), s.arch)),
         }
         for i in &s.statements {
             out.push_str(&format!(
                 "  {:<18}  {:<8}  {:<9}  {}  {}  {}{}\n",
                 i.kind.as_str(),
-                safe(&i.result),
+                i.result,
                 i.origin.as_str(),
-                safe(&i.time),
-                safe(&i.signer),
-                safe(&i.summary),
-                i.url.as_deref().map(|u| format!("  {}", safe(u))).unwrap_or_default()
+                i.time,
+                i.signer,
+                i.summary,
+                i.url.as_ref().map(|u| format!("  {u}")).unwrap_or_default()
             ));
         }
         for l in &s.boundary {
-            out.push_str(&format!("  boundary {:<9} {}  [{}]\n", l.status, safe(&l.detail), safe(&l.need)));
+            out.push_str(&format!("  boundary {:<9} {}  [{}]\n", l.status, l.detail, l.need));
         }
     }
     for f in &r.not_counted {
-        out.push_str(&format!("not counted (no trusted signature): {}\n", safe(f)));
+        out.push_str(&format!("not counted (no trusted signature): {f}\n"));
     }
     out
 }
@@ -335,15 +343,10 @@ pub fn render_markdown(r: &Report) -> String {
     let mut out = String::from("### DeepEP evidence\n\n");
     for s in &r.sections {
         let wheel = match &s.wheel {
-            Some((name, sha, from)) => format!("`{}` sha256 `{}` ({})", code(name), &sha[..16], md(from)),
+            Some((name, sha, from)) => format!("`{}` sha256 `{}` ({})", code(name), code(short(sha, 16)), md(from)),
             None => "no wheel found".into(),
         };
-        out.push_str(&format!(
-            "**{}** @ `{}` ({}): {wheel}\n\n",
-            md(&s.variant),
-            code(&s.rev[..7.min(s.rev.len())]),
-            md(&s.arch)
-        ));
+        out.push_str(&format!("**{}** @ `{}` ({}): {wheel}\n\n", md(&s.variant), code(short(&s.rev, 7)), md(&s.arch)));
         out.push_str(&format!("Summary: {}\n\n", md(&s.summary)));
         if !s.statements.is_empty() {
             out.push_str("| kind | result | origin | date | signer | what | does not show |\n");
@@ -498,10 +501,10 @@ mod tests {
         let section = Section {
             variant: "demo-multinode".into(),
             arch: "x86_64".into(),
-            rev: rt.statement.subject[0].digest.sha256.clone(),
+            rev: rt.statement.subject[0].digest.sha256.clone().into(),
             wheel: Some((
-                rt.statement.subject[0].name.clone(),
-                rt.sha256().to_string(),
+                rt.statement.subject[0].name.clone().into(),
+                rt.sha256().into(),
                 "the wheel cache; exact, unpatched".into(),
             )),
             statements: items(&found),

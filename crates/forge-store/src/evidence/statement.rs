@@ -169,7 +169,7 @@ impl Judged {
     /// GPU name this build does not know is `None`: it matches no need).
     pub fn request(&self) -> forge_model::topology::Request {
         forge_model::topology::Request {
-            source: self.source.clone(),
+            source: self.source.clone().into(),
             ep: self.ep,
             nodes: self.nodes,
             gpus_per_node: self.gpus_per_node,

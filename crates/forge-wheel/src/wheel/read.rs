@@ -56,6 +56,13 @@ pub fn open(path: &Path) -> Result<Wheel> {
     opened(file, size, path)
 }
 
+/// Open the wheel `rel` of `tree` (a tree the tool does not own: an image's
+/// `/wheels/`): a final link is refused, every other check as [`open`].
+pub fn open_in(tree: &forge_os::fs::Tree, rel: &Path) -> Result<Wheel> {
+    let (file, size) = tree.open_file_nofollow(rel, forge_os::input::cap::WHEEL)?;
+    opened(file, size, &tree.join(rel))
+}
+
 /// A wheel already opened (through a `Tree`: a regular file of `size` bytes
 /// under the wheel cap) as [`open`] reads it; `path` names it in messages.
 pub fn opened(file: File, size: u64, path: &Path) -> Result<Wheel> {

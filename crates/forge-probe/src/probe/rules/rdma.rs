@@ -11,7 +11,8 @@ use forge_model::topology::Request;
 use forge_model::verdict::Check;
 use forge_wheel::provenance::Registration;
 
-use super::super::host::{kernel_at_least, HostFacts, Port, RdmaDevice};
+use super::super::host::{kernel_at_least, HostFacts, Port, RdmaDevice, INFINIBAND, MAX_GIDS};
+use forge_os::line::Line;
 
 /// What the rules see.
 pub struct Ctx<'a> {
@@ -55,11 +56,35 @@ pub fn rdma_checks(cx: &Ctx) -> Vec<Check> {
     RDMA_RULES.iter().map(|(_, f)| f(cx)).collect()
 }
 
-fn dev_list(d: &[RdmaDevice]) -> String {
-    d.iter()
+/// The devices as a row lists them, and what the cap left out.
+fn dev_list(h: &HostFacts) -> String {
+    let list = h
+        .devices
+        .iter()
         .map(|d| format!("{} ({})", d.name, d.driver.as_deref().unwrap_or("driver unknown")))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    format!("{list}{}", devices_cut(h))
+}
+
+/// `; read the first 64 of 70 devices (6 left out)` when the device listing was cut, else nothing.
+fn devices_cut(h: &HostFacts) -> String {
+    cut(h.devices.len(), h.devices_left_out, &format!("devices in {INFINIBAND}"))
+}
+
+/// `; read the first N of M <what> (K left out)` when a listing was cut at its cap.
+fn cut(read: usize, left_out: usize, what: &str) -> String {
+    if left_out == 0 {
+        return String::new();
+    }
+    format!("; read the first {read} of {} {what} ({left_out} left out)", read + left_out)
+}
+
+/// Every listing of ports that its cap cut, as one note (empty when none was).
+fn ports_cut(h: &HostFacts) -> String {
+    let cuts: String =
+        h.devices.iter().map(|d| cut(d.ports.len(), d.ports_left_out, &format!("ports of {}", d.name))).collect();
+    format!("{}{cuts}", devices_cut(h))
 }
 
 fn ports(h: &HostFacts) -> impl Iterator<Item = (&RdmaDevice, &Port)> {
@@ -67,8 +92,17 @@ fn ports(h: &HostFacts) -> impl Iterator<Item = (&RdmaDevice, &Port)> {
 }
 
 fn port_line(d: &RdmaDevice, p: &Port) -> String {
-    let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
+    let s = |o: &Option<Line>| o.as_ref().map_or("?", Line::as_str).to_string();
     format!("{}/{} {} {} {}", d.name, p.port, s(&p.state), s(&p.link_layer), s(&p.rate))
+}
+
+/// Every GID listing of `eth`'s ports that its cap cut, as one note (empty when none was).
+fn gids_cut(h: &HostFacts, eth: &[(&RdmaDevice, &Port)]) -> String {
+    let cuts: String = eth
+        .iter()
+        .map(|(d, p)| cut(MAX_GIDS, p.gids_left_out, &format!("GID entries of {}/{}", d.name, p.port)))
+        .collect();
+    format!("{}{cuts}", ports_cut(h))
 }
 
 fn rdma_device(cx: &Ctx) -> Check {
@@ -82,23 +116,23 @@ fn rdma_device(cx: &Ctx) -> Check {
         )
         .fix("run on nodes with an RDMA NIC and its driver loaded (mlx5_core, mlx5_ib); in a container pass --device /dev/infiniband and mount /sys");
     }
-    Check::pass("rdma-device", dev_list(&cx.host.devices))
+    Check::pass("rdma-device", dev_list(cx.host))
 }
 
 fn rdma_driver(cx: &Ctx) -> Check {
-    let d = &cx.host.devices;
+    let (d, list) = (&cx.host.devices, dev_list(cx.host));
     if d.is_empty() {
         return Check::skip("rdma-driver", "no RDMA device");
     }
     if d.iter().any(|d| d.driver.as_deref().is_some_and(|n| n.starts_with("mlx5"))) {
-        return Check::pass("rdma-driver", format!("a Mellanox mlx5 NIC: {}", dev_list(d)));
+        return Check::pass("rdma-driver", format!("a Mellanox mlx5 NIC: {list}"));
     }
     if d.iter().all(|d| d.driver.is_none()) {
-        return Check::warn("rdma-driver", format!("no device/driver link to read: {}", dev_list(d)));
+        return Check::warn("rdma-driver", format!("no device/driver link to read: {list}"));
     }
     Check::fail(
         "rdma-driver",
-        format!("no mlx5 NIC ({}): HybridEP's DOCA path (mlx5dv) and NVSHMEM's IBGDA drive Mellanox mlx5 NICs only (deepseek-ai/DeepEP#759)", dev_list(d)),
+        format!("no mlx5 NIC ({list}): HybridEP's DOCA path (mlx5dv) and NVSHMEM's IBGDA drive Mellanox mlx5 NICs only (deepseek-ai/DeepEP#759)"),
     )
     .fix("run on nodes with NVIDIA/Mellanox ConnectX NICs (driver mlx5_core)")
 }
@@ -112,11 +146,15 @@ fn rdma_port(cx: &Ctx) -> Check {
         let all: Vec<String> = ports(cx.host).map(|(d, p)| port_line(d, p)).collect();
         return Check::fail(
             "rdma-port",
-            format!("no ACTIVE port: {}", if all.is_empty() { "no ports".into() } else { all.join("; ") }),
+            format!(
+                "no ACTIVE port: {}{}",
+                if all.is_empty() { "no ports".into() } else { all.join("; ") },
+                ports_cut(cx.host)
+            ),
         )
         .fix("bring a link up: check `ibstat` (InfiniBand: cable, subnet manager) or `ip link` (RoCE)");
     }
-    Check::pass("rdma-port", active.join("; "))
+    Check::pass("rdma-port", format!("{}{}", active.join("; "), ports_cut(cx.host)))
 }
 
 fn active_ethernet(h: &HostFacts) -> Vec<(&RdmaDevice, &Port)> {
@@ -133,7 +171,7 @@ fn roce_gid(cx: &Ctx) -> Check {
     if without.len() == eth.len() {
         return Check::fail(
             "roce-gid",
-            format!("no RoCE v2 GID on {} (gid_attrs/types): NVSHMEM and NCCL need a routable RoCE v2 GID (deepseek-ai/DeepEP#608)", without.join(", ")),
+            format!("no RoCE v2 GID on {} (gid_attrs/types): NVSHMEM and NCCL need a routable RoCE v2 GID (deepseek-ai/DeepEP#608){}", without.join(", "), gids_cut(cx.host, &eth)),
         )
         .fix("give the RoCE interface an IP address (its RoCE v2 GID comes from it), then check gid_attrs/types");
     }
@@ -142,7 +180,17 @@ fn roce_gid(cx: &Ctx) -> Check {
         .filter(|(_, p)| !p.roce_v2_gids.is_empty())
         .map(|(d, p)| format!("{}/{} RoCE v2 GID index {}", d.name, p.port, join(&p.roce_v2_gids)))
         .collect();
-    Check::pass("roce-gid", with.join("; "))
+    Check::pass("roce-gid", format!("{}{}", with.join("; "), gids_cut(cx.host, &eth)))
+}
+
+/// The first `max` characters of an (already escaped) value, `…` when cut.
+fn cut_at(v: &str, max: usize) -> String {
+    let shown: String = v.chars().take(max).collect();
+    if shown.len() < v.len() {
+        format!("{shown}…")
+    } else {
+        shown
+    }
 }
 
 fn join(v: &[u32]) -> String {
@@ -162,7 +210,7 @@ fn roce_settings(cx: &Ctx) -> Check {
                 "roce-settings",
                 format!(
                     "{n}={} is not a RoCE v2 GID index of an active port (RoCE v2: {})",
-                    forge_os::input::excerpt(v, 20),
+                    cut_at(v, 20),
                     join(&all_v2)
                 ),
             )
@@ -336,19 +384,23 @@ fn rdma_transport(cx: &Ctx) -> Check {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::host::{self, fixture};
+    use super::super::super::host;
     use super::*;
     use forge_model::verdict::Status;
 
     const GID_V2: &str = "0000:0000:0000:0000:0000:ffff:0a00:0001";
     const GID_LINK: &str = "fe80:0000:0000:0000:0a00:00ff:fe00:0001";
 
+    fn read(root: &std::path::Path) -> HostFacts {
+        host::read(&forge_os::fs::Tree::open(root, "host root").unwrap())
+    }
+
     fn judge(
         root: &std::path::Path,
         registration: Option<Registration>,
         variants: &[(String, Vec<String>)],
     ) -> Vec<Check> {
-        let mut h = host::read(root);
+        let mut h = read(root);
         h.settings.clear();
         judge_host(&h, registration, variants)
     }
@@ -457,7 +509,7 @@ mod tests {
         let cs = judge(t.path(), None, &[]);
         assert_eq!(rule(&cs, "roce-gid").status, Status::Fail, "{cs:?}");
         eth(&[(0, GID_LINK, "IB/RoCE v1"), (3, GID_V2, "RoCE v2")]);
-        let mut h = host::read(t.path());
+        let mut h = read(t.path());
         h.settings.clear();
         let cs = judge_host(&h, None, &[]);
         assert_eq!(rule(&cs, "roce-gid").status, Status::Pass);
@@ -488,7 +540,7 @@ mod tests {
     fn no_peermem_and_a_wheel_without_dmabuf_fails_with_errno_14_and_names_the_dmabuf_variant() {
         let t = tempfile::tempdir().unwrap();
         dmabuf_host(t.path());
-        let h = host::read(t.path());
+        let h = read(t.path());
         assert_eq!((h.open_module, h.ibverbs_dmabuf, h.peermem), (Some(true), Some(true), false), "{h:?}");
         let variants = vec![("h100-multinode-dmabuf".to_string(), vec!["patches/dmabuf.patch".to_string()])];
         let cs = judge(t.path(), Some(reg(false)), &variants);
@@ -546,7 +598,68 @@ mod tests {
         std::fs::create_dir_all(t.path().join("proc/sys/kernel")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("osrelease"), t.path().join("proc/sys/kernel/osrelease"))
             .unwrap();
-        assert_eq!(host::read(t.path()).kernel, None);
+        assert_eq!(read(t.path()).kernel, None);
+    }
+
+    /// Device folder names, port files and the kernel release with line
+    /// breaks, CR and ESC: every value is a `Line`, so no row holds one raw.
+    #[test]
+    fn values_read_from_the_host_cannot_break_a_row() {
+        let t = tempfile::tempdir().unwrap();
+        let forged = "x\n  pass  forged-rule  ok\r\u{1b}[2K";
+        fixture::device(
+            t.path(),
+            &format!("mlx5_0{forged}"),
+            "mlx5_core",
+            &format!("4: ACTIVE{forged}"),
+            forged,
+            forged,
+            &[],
+        );
+        fixture::driver(t.path(), true, &format!("6.8.0{forged}"), "unlimited");
+        let h = read(t.path());
+        assert_eq!(h.devices.len(), 1);
+        assert!(h.kernel.as_deref().unwrap().starts_with("6.8.0x\\n"), "{h:?}");
+        for c in judge(t.path(), None, &[]) {
+            for text in [c.evidence.as_str(), c.fix.as_deref().unwrap_or("")] {
+                assert!(!text.contains(['\n', '\r', '\u{1b}']), "{c:?}");
+            }
+        }
+        assert!(rule(&judge(t.path(), None, &[]), "rdma-port").evidence.contains("mlx5_0x\\n  pass  forged-rule"));
+    }
+
+    /// More devices, ports and GID entries than the caps: the first ones by
+    /// name are read, and the rows say how many were left out.
+    #[test]
+    fn a_cut_listing_is_named_in_its_row() {
+        let t = tempfile::tempdir().unwrap();
+        for i in 0..host::MAX_ITEMS + 3 {
+            fixture::device(t.path(), &format!("mlx5_{i:03}"), "mlx5_core", "1: DOWN", "Ethernet", "1 Gb/sec", &[]);
+        }
+        let base = "sys/class/infiniband/mlx5_000/ports";
+        for p in 2..=host::MAX_ITEMS + 5 {
+            fixture::write(t.path(), &format!("{base}/{p}/state"), "1: DOWN\n");
+        }
+        fixture::write(t.path(), &format!("{base}/1/state"), "4: ACTIVE\n");
+        for g in 0..host::MAX_GIDS + 7 {
+            fixture::write(t.path(), &format!("{base}/1/gid_attrs/types/{g}"), "RoCE v2\n");
+            fixture::write(t.path(), &format!("{base}/1/gids/{g}"), &format!("{GID_V2}\n"));
+        }
+        let h = read(t.path());
+        assert_eq!((h.devices.len(), h.devices_left_out), (host::MAX_ITEMS, 3));
+        assert_eq!(h.devices[0].name, "mlx5_000");
+        assert_eq!(h.devices.last().unwrap().name, format!("mlx5_{:03}", host::MAX_ITEMS - 1));
+        let d0 = &h.devices[0];
+        assert_eq!((d0.ports.len(), d0.ports_left_out), (host::MAX_ITEMS, 5));
+        assert_eq!(d0.ports[0].port, "1", "ports in numeric order");
+        assert_eq!((d0.ports[0].roce_v2_gids.len(), d0.ports[0].gids_left_out), (host::MAX_GIDS, 7));
+        let cs = judge(t.path(), None, &[]);
+        let device = &rule(&cs, "rdma-device").evidence;
+        assert!(device.contains("read the first 64 of 67 devices in sys/class/infiniband (3 left out)"), "{device}");
+        let port = &rule(&cs, "rdma-port").evidence;
+        assert!(port.contains("read the first 64 of 69 ports of mlx5_000 (5 left out)"), "{port}");
+        let gid = &rule(&cs, "roce-gid").evidence;
+        assert!(gid.contains("read the first 256 of 263 GID entries of mlx5_000/1 (7 left out)"), "{gid}");
     }
 
     #[test]
@@ -564,5 +677,94 @@ mod tests {
         assert!(!spans_domains(&r(Some(8), None, Some(1), Some(8), None)));
         assert!(!spans_domains(&r(Some(72), Some(72), Some(18), Some(4), Some(true))), "one NVL72 domain");
         assert!(!spans_domains(&r(None, None, None, None, None)));
+    }
+
+    /// Host trees shaped like the kernel's and the drivers' documented layouts, for tests:
+    /// - `Documentation/ABI/stable/sysfs-class-infiniband`: `/sys/class/infiniband/<dev>/ports/<n>/`
+    ///   `state` ("4: ACTIVE"), `link_layer` ("InfiniBand", "Ethernet"), `rate`
+    ///   ("400 Gb/sec (4X NDR)"), `gids/<i>`, `gid_attrs/types/<i>` ("IB/RoCE v1", "RoCE v2"),
+    ///   and `device/driver`, a link to the bus driver (`.../drivers/mlx5_core`);
+    /// - `Documentation/ABI/testing/sysfs-module`: a loaded module is `/sys/module/<name>`;
+    /// - proc(5): `/proc/sys/kernel/osrelease`, `/proc/self/limits` ("Max locked memory");
+    /// - NVIDIA's driver README ("Procfs interface"): `/proc/driver/nvidia/version`
+    ///   ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64 ..." for the open
+    ///   modules), `/proc/driver/nvidia/params` (`EnableStreamMemOPs: 1`, `RegistryDwords: "..."`);
+    /// - GDRCopy's README: the `gdrdrv` module creates `/dev/gdrdrv`.
+    mod fixture {
+        use std::path::Path;
+
+        pub fn write(root: &Path, rel: &str, text: &str) {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+
+        /// An RDMA device with one port; `gids`: (index, gid, type).
+        pub fn device(
+            root: &Path,
+            name: &str,
+            driver: &str,
+            state: &str,
+            layer: &str,
+            rate: &str,
+            gids: &[(u32, &str, &str)],
+        ) {
+            let base = format!("sys/class/infiniband/{name}");
+            let drv = root.join("sys/bus/pci/drivers").join(driver);
+            std::fs::create_dir_all(&drv).unwrap();
+            std::fs::create_dir_all(root.join(&base).join("device")).unwrap();
+            std::os::unix::fs::symlink(
+                format!("../../../../bus/pci/drivers/{driver}"),
+                root.join(&base).join("device/driver"),
+            )
+            .unwrap();
+            write(root, &format!("{base}/ports/1/state"), &format!("{state}\n"));
+            write(root, &format!("{base}/ports/1/link_layer"), &format!("{layer}\n"));
+            write(root, &format!("{base}/ports/1/rate"), &format!("{rate}\n"));
+            for (i, gid, ty) in gids {
+                write(root, &format!("{base}/ports/1/gids/{i}"), &format!("{gid}\n"));
+                write(root, &format!("{base}/ports/1/gid_attrs/types/{i}"), &format!("{ty}\n"));
+            }
+        }
+
+        /// rdma-core's libibverbs.so.1 stand-in, compiled by the system C compiler:
+        /// exports `ibv_reg_mr`, and `ibv_reg_dmabuf_mr` when `dmabuf` (rdma-core v34+).
+        pub fn ibverbs(root: &Path, dmabuf: bool) {
+            let dir = root.join("usr/lib/x86_64-linux-gnu");
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut c = String::from("int ibv_reg_mr(void) { return 0; }\n");
+            if dmabuf {
+                c.push_str("int ibv_reg_dmabuf_mr(void) { return 0; }\n");
+            }
+            let src = root.join("ibverbs.c");
+            std::fs::write(&src, c).unwrap();
+            let ok = std::process::Command::new("cc")
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(dir.join("libibverbs.so.1"))
+                .arg(&src)
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+
+        /// A host with the NVIDIA driver (`open`: the open kernel module), kernel `kernel`, memlock `memlock`.
+        pub fn driver(root: &Path, open: bool, kernel: &str, memlock: &str) {
+            let kind = if open { "NVIDIA UNIX Open Kernel Module" } else { "NVIDIA UNIX x86_64 Kernel Module" };
+            write(root, "proc/driver/nvidia/version", &format!("NVRM version: {kind}  570.124.06  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Mar  4 11:18:16 UTC 2025\nGCC version:  gcc version 12.3.0\n"));
+            write(root, "proc/sys/kernel/osrelease", &format!("{kernel}\n"));
+            write(
+                root,
+                "proc/self/limits",
+                &format!("Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1048576              1048576              files     \nMax locked memory         {memlock}            {memlock}            bytes     \n"),
+            );
+        }
+
+        pub fn params(root: &Path, memops: u32, dwords: &str) {
+            write(
+                root,
+                "proc/driver/nvidia/params",
+                &format!("ResmanDebugLevel: 4294967295\nEnableStreamMemOPs: {memops}\nRegistryDwords: \"{dwords}\"\nRegistryDwordsPerDevice: \"\"\n"),
+            );
+        }
     }
 }

@@ -193,14 +193,14 @@ fn label(shown: &[Input], s: &Request) -> String {
 /// Labels as one list, grouped by all but their last input:
 /// `R 1, 2, 4` or `MNNVL no · R 1, 2, 4, 8; MNNVL yes · R 16`.
 fn values_text(labels: &[&String]) -> String {
-    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    let mut groups: Vec<(String, Vec<forge_os::line::Line>)> = Vec::new();
     for l in labels.iter().filter(|l| !l.is_empty()) {
         let (prefix, last) = l.rsplit_once(" · ").map(|(p, x)| (format!("{p} · "), x)).unwrap_or((String::new(), l));
         let (name, value) = last.rsplit_once(' ').unwrap_or(("", last));
         let key = format!("{prefix}{name} ");
         match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => v.push(value.to_string()),
-            None => groups.push((key, vec![value.to_string()])),
+            Some((_, v)) => v.push(value.into()),
+            None => groups.push((key, vec![value.into()])),
         }
     }
     if groups.is_empty() {
