@@ -474,6 +474,22 @@ impl Tree {
         Ok(f)
     }
 
+    /// Take an exclusive `flock` on the folder itself (no file is made in it),
+    /// without waiting: `None` when another process holds it. Held until the
+    /// returned [`FolderLock`] is dropped.
+    pub fn try_lock(&self) -> Result<Option<FolderLock>> {
+        let mut o = OpenOptions::new();
+        o.read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+        let f = self.dir.open_with(".", &o).map_err(|e| self.refused(Path::new("."), e, "locking"))?.into_std();
+        match f.try_lock() {
+            Ok(()) => Ok(Some(FolderLock(f))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(anyhow::Error::new(e).context(format!("locking {}", self.path.display())))
+            }
+        }
+    }
+
     /// Flush the folder itself to disk (after renames that must survive a crash).
     pub fn sync(&self) -> Result<()> {
         let f = self.dir.try_clone()?.into_std_file();
@@ -533,6 +549,10 @@ impl Tree {
         }
     }
 }
+
+/// A folder's `flock`, held while this lives ([`Tree::try_lock`]).
+#[derive(Debug)]
+pub struct FolderLock(#[allow(dead_code)] std::fs::File);
 
 /// What [`Tree::stat`] tells.
 #[derive(Debug, Clone, Copy)]
@@ -622,6 +642,13 @@ impl<'t> Delivery<'t> {
         }
         Ok(())
     }
+}
+
+/// Set the permission bits of an opened file (a staged one), whatever the
+/// umask: a file that must be public (an index a static host serves).
+pub fn set_file_mode(f: &std::fs::File, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(mode)).context("setting a file's mode")
 }
 
 fn create_temp(folder: &Dir, name: &std::ffi::OsStr, mode: u32) -> std::io::Result<(cap_std::fs::File, OsString)> {
