@@ -428,7 +428,17 @@ fn only_fs_touches_the_file_system() {
 /// Where a path becomes a [`forge_os::fs::Tree`] or a named file is read (the
 /// ambient authority, as cap-std's `ambient_authority()`): each file that does,
 /// how many times, and why. A reviewer reads this list to find every entry point.
-const AMBIENT: &[(&str, usize, &str)] = &[];
+const AMBIENT: &[(&str, usize, &str)] = &[
+    ("builder/cross.rs", 6, "the cache's staging folder, the build folder and the sysroot the plan names (made by the tool); /etc/os-release; a NEEDED library's candidate paths (RUNPATH, the sysroot's folders) asked and resolved as the loader would"),
+    ("builder/registry.rs", 6, "the cache folder (--cache-dir) and its staging folder; --match-project's uv.lock; the --python interpreter resolved through its links"),
+    ("builder/side_by_side.rs", 3, "the plan's build folder, the pinned revision's build tree and the build log's folder (made by the builder)"),
+    ("docker/bake.rs", 3, "the folder of --out (the current folder for a relative path: a link out of it is refused)"),
+    ("docker/base.rs", 8, "the cache folder (--cache-dir) and its staging folders; debootstrap's suite scripts and the host's CA folder"),
+    ("docker/builder.rs", 9, "the current folder (the build context) and the folder of --file; the cache's staging folder; --source, --forge-binary and --pins as the user names them; binfmt_misc's qemu entry"),
+    ("index/check.rs", 3, "the index folder and the pins file `publish --check DIR --pins FILE` names"),
+    ("publish.rs", 6, "--out (the index folder), --pins, and the wheels the build delivered into publish's own temporary folder"),
+    ("repro.rs", 5, "verify's own temporary folder; --out and the wheel's folder compared; ./pins.toml and the user config"),
+];
 
 #[test]
 fn ambient_entry_points_are_the_listed_ones() {

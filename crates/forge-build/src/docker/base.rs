@@ -171,7 +171,9 @@ fn host_cas() -> Result<Vec<(String, Vec<u8>)>> {
     let cas = Tree::open(Path::new(HOST_CAS), "host CA folder")?;
     let mut v = Vec::new();
     for e in cas.list(".", 256)?.entries {
-        let Some(name) = e.utf8().filter(|n| n.ends_with(".crt") && e.kind.is_file()) else { continue };
+        let Some(name) = e.utf8().filter(|n| n.ends_with(".crt") && matches!(e.kind, Kind::File { .. })) else {
+            continue;
+        };
         v.push((name.to_string(), cas.read(name, forge_os::input::cap::TEXT)?));
     }
     Ok(v)
@@ -227,7 +229,7 @@ fn rootfs_cached(builder: Builder, program: &Path, cache: &Cache, p: &Planned) -
         return Ok(false);
     }
     let cache = Tree::open(cache.root(), "cache")?;
-    Ok(cache.kind(Path::new(IMAGES).join(p.rootfs_rel()))?.is_file())
+    Ok(matches!(cache.kind(Path::new(IMAGES).join(p.rootfs_rel()))?, Kind::File { .. }))
 }
 
 /// The folder of the bases under the cache.
@@ -272,7 +274,7 @@ pub fn ensure(builder: Builder, program: &Path, cache: &Cache, b: &Base, p: &Pla
         return Ok(p.cuda_ref.clone());
     }
     if !image_exists(builder, program, &p.debian_ref)? {
-        if !images.kind(p.rootfs_rel())?.is_file() {
+        if !matches!(images.kind(p.rootfs_rel())?, Kind::File { .. }) {
             // Planned as cached, then removed by someone else: read the Release file now.
             let release = match &p.release {
                 Some(r) => r.clone(),

@@ -326,7 +326,7 @@ fn forge_binary(a: &BuildRequest) -> Result<PathBuf> {
         Some(p) => p.clone(),
         None => std::env::current_exe().context("finding this deepep-forge binary")?,
     };
-    if !forge_os::fs::named::kind(&p).is_file() {
+    if !matches!(forge_os::fs::named::kind(&p), Kind::File { .. }) {
         return Err(Failure::usage(format!("--forge-binary {}: not a file", p.display()))
             .hint("build it: cargo build --release --bin deepep-forge")
             .into());
@@ -340,24 +340,22 @@ fn forge_binary(a: &BuildRequest) -> Result<PathBuf> {
 /// folder reaches the builder. Written into the fresh staging folder `ctx`
 /// through its [`Tree`] (paths from the bake file stay inside it).
 fn assemble_context(ctx: &Tree, t: &Target, pins: &Path, forge: &Path, dockerfile: &str) -> Result<()> {
-    let folder_of = |rel: &Path| -> Result<()> {
-        match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+    let folder_of = |rel: &str| -> Result<()> {
+        match Path::new(rel).parent().filter(|p| !p.as_os_str().is_empty()) {
             Some(p) => ctx.create_dir_all(p),
             None => Ok(()),
         }
     };
-    let put = |rel: &str, mode: u32, fill: &mut dyn FnMut(&mut std::fs::File) -> Result<()>| -> Result<()> {
-        folder_of(Path::new(rel))?;
-        ctx.write_with(rel, mode, |f| fill(f))
-    };
-    put(&t.dockerfile, forge_os::fs::PUBLIC, &mut |f| Ok(std::io::Write::write_all(f, dockerfile.as_bytes())?))?;
-    let pins_text = forge_os::fs::named::read_text(pins, "pins file", forge_os::input::cap::TEXT)?;
-    put(pins_in_context(t)?, forge_os::fs::PUBLIC, &mut |f| Ok(std::io::Write::write_all(f, pins_text.as_bytes())?))?;
-    let (bin, _) = forge_os::fs::named::open(forge, "deepep-forge binary", forge_os::input::cap::WHEEL)?;
-    let mut bin = Some(bin);
-    put("target/release/deepep-forge", 0o755, &mut |f| {
-        let mut from = bin.take().context("copied once")?;
-        std::io::copy(&mut from, f).with_context(|| format!("copying {}", forge.display()))?;
+    folder_of(&t.dockerfile)?;
+    ctx.write(&t.dockerfile, dockerfile.as_bytes())?;
+    let pins_rel = pins_in_context(t)?;
+    folder_of(pins_rel)?;
+    ctx.write(pins_rel, forge_os::fs::named::read_text(pins, "pins file", forge_os::input::cap::TEXT)?.as_bytes())?;
+    let (mut bin, _) = forge_os::fs::named::open(forge, "deepep-forge binary", forge_os::input::cap::WHEEL)?;
+    let to = "target/release/deepep-forge";
+    folder_of(to)?;
+    ctx.write_with(to, 0o755, |f| {
+        std::io::copy(&mut bin, f).with_context(|| format!("copying {}", forge.display()))?;
         Ok(())
     })
 }

@@ -442,7 +442,7 @@ fn foreign(ix: &Index, vdir: &Path, expected: &BTreeSet<PathBuf>, out: &mut Vec<
         Err(e) => return out.push(format!("{e:#}; stopped looking")),
     };
     for e in walked {
-        if e.kind == Kind::Dir || expected.contains(&e.rel) && e.kind.is_file() {
+        if e.kind == Kind::Dir || expected.contains(&e.rel) && matches!(e.kind, Kind::File { .. }) {
             continue;
         }
         out.push(format!("{}: foreign (not in the signed manifest; not deleted)", ix.show(&e.rel).display()));
