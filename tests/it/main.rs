@@ -61,6 +61,7 @@ mod pymatrix;
 mod registry;
 mod repro;
 mod runtime;
+mod safe_ship;
 mod side_by_side;
 mod structure;
 mod unit_order;

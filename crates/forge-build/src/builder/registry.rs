@@ -472,7 +472,11 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
 /// `<cache>/toolchains/` as a [`Tree`], made when absent (the cache folder is
 /// the user's choice; a link below it that leads outside is refused).
 pub(crate) fn toolchains(cache_dir: &Path) -> Result<Tree> {
-    Tree::create(cache_dir, "cache")?.sub_create("toolchains", "toolchain folder")
+    let cache = Tree::create(cache_dir, "cache")?;
+    match cache.kind("toolchains")? {
+        FsKind::Missing => cache.sub_create("toolchains", "toolchain folder"),
+        _ => cache.sub("toolchains", "toolchain folder"),
+    }
 }
 
 /// Where a toolchain or sysroot is published under `toolchains/`: absent, or

@@ -254,6 +254,7 @@ pub fn bake(a: &BakeRequest) -> Result<BakeReport> {
     let (status, changes) = match (&current, &folder) {
         (Some(t), _) if *t == text => ("up-to-date", Vec::new()),
         (_, Some(f)) if !a.check => {
+            check_folders(f, &rel)?;
             f.check_destination(&rel)?;
             if let Some(dir) = rel.parent().filter(|d| !d.as_os_str().is_empty()) {
                 f.create_dir_all(dir)?;
@@ -275,6 +276,21 @@ pub fn bake(a: &BakeRequest) -> Result<BakeReport> {
     };
     report.fix = report.is_problem().then_some(fix);
     Ok(report)
+}
+
+/// No folder above `rel` in `tree` is a file or a FIFO (exit 2, naming it; a
+/// link there is followed only inside the tree, by the write itself).
+fn check_folders(tree: &Tree, rel: &Path) -> Result<()> {
+    let mut at = PathBuf::new();
+    for c in rel.parent().into_iter().flat_map(|p| p.components()) {
+        at.push(c);
+        if matches!(tree.kind(&at)?, forge_os::fs::Kind::File { .. } | forge_os::fs::Kind::Special) {
+            return Err(Failure::usage(format!("{} is not a folder", tree.join(&at).display()))
+                .hint("remove it, or pass another --out")
+                .into());
+        }
+    }
+    Ok(())
 }
 
 /// The human report of `docker bake` (paths escaped: one value, one line).

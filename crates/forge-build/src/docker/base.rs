@@ -253,7 +253,11 @@ impl Planned {
 /// `<cache>/images/` as a [`Tree`] (made when absent): the bases, their
 /// locks and logs; a link there or below it that leads outside is refused.
 fn images(cache: &Cache) -> Result<Tree> {
-    Tree::create(cache.root(), "cache")?.sub_create(IMAGES, "base image folder")
+    let cache = Tree::create(cache.root(), "cache")?;
+    match cache.kind(IMAGES)? {
+        Kind::Missing => cache.sub_create(IMAGES, "base image folder"),
+        _ => cache.sub(IMAGES, "base image folder"),
+    }
 }
 
 /// A log's path in `images` for a child to write: refused (exit 2) when a
