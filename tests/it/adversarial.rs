@@ -839,8 +839,8 @@ fn misc_cases() -> Vec<Case> {
             .file("pins.toml", PINS)
             .setup(|d| symlink("/dev/zero", &d.join("docker/docker-bake.json")))
             .args(&["docker", "bake", "--check"])
-            // read through the current folder's tree: a link out of it is refused, never opened
-            .says("docker-bake.json leads outside the current folder"),
+            // read through its folder's tree: a link out of it is refused, never opened
+            .says("docker-bake.json leads outside the folder"),
         Case::new("docker bake --check: bake file is a FIFO")
             .file("pins.toml", PINS)
             .setup(|d| fifo(&d.join("docker/docker-bake.json")))

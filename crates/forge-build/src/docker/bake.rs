@@ -228,14 +228,16 @@ impl BakeReport {
 
 /// `docker bake`: the bake file generated from pins.toml, compared with the
 /// one on disk and (without `--check`) written in its place by a temporary
-/// file renamed over it, through the folder it lies in as a
-/// [`forge_os::fs::Tree`]: a link on the way out of that folder, or a link,
-/// folder or FIFO where the file goes, is refused (exit 2) and nothing is
-/// written. Returns what it did; the command prints it.
+/// file renamed over it, through a [`forge_os::fs::Tree`] of the folder a
+/// relative `--out` starts from ([`super::place`]): a link on the way out of
+/// that folder (a planted `docker/`), or a link, folder or FIFO where the file
+/// goes, is refused (exit 2) and nothing is written. `--check` reads the file
+/// the path names ([`super::place_read`]). Returns what it did; the command prints it.
 pub fn bake(a: &BakeRequest) -> Result<BakeReport> {
     let pins = Pins::load(&a.pins)?;
     let text = bake_json(&pins, &pins_in_context(&a.pins)?)?;
-    let (root, rel) = super::place(&a.out)?;
+    // Written: confined to where the path starts; compared only: the folder the path names.
+    let (root, rel) = if a.check { super::place_read(&a.out)? } else { super::place(&a.out)? };
     let what = super::folder_name(&root);
     let folder = match forge_os::fs::named::kind(&root) {
         forge_os::fs::Kind::Missing if a.check => None,

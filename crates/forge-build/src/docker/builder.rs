@@ -81,7 +81,7 @@ pub fn build(a: BuildRequest, mut built: impl FnMut(&Built)) -> Result<()> {
 /// The bake file, which must be exactly what pins.toml generates (exit 2 otherwise).
 fn read_fresh(a: &BuildRequest, pins: &Pins) -> Result<BakeFile> {
     let expected = bake::bake_json(pins, &bake::pins_in_context(&a.pins)?)?;
-    let (root, rel) = super::place(&a.file)?;
+    let (root, rel) = super::place_read(&a.file)?;
     let current = match forge_os::fs::named::kind(&root) {
         Kind::Missing => None,
         _ => Tree::open(&root, super::folder_name(&root))?.read_text_opt(&rel, forge_os::input::cap::TEXT)?,

@@ -90,6 +90,16 @@ pub fn place(path: &Path) -> Result<(PathBuf, PathBuf)> {
     Ok((root, rel))
 }
 
+/// A file path the user gives, to be read (`docker bake --check`, the bake
+/// file `docker build` reads): the folder it names (links on the way are the
+/// user's choice, as for any file named on the command line) and its name
+/// there; a link at the name that leads out of that folder is refused.
+pub fn place_read(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let name = path.file_name().ok_or_else(|| Failure::usage(format!("{}: not a file path", path.display())))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok((dir.to_path_buf(), PathBuf::from(name)))
+}
+
 /// How messages name the folder [`place`] gives: the current folder (the
 /// build context), or the folder the user's path names.
 pub fn folder_name(root: &Path) -> &'static str {
