@@ -45,7 +45,7 @@ pub fn attach(pl: &mut Plan, serial: bool) {
 pub fn command(pl: &Plan) -> Result<&[String]> {
     match &pl.side_by_side {
         Some(s) => {
-            Tree::open(&pl.build_dir(), "build folder")?.write(DRIVER_FILE, DRIVER.as_bytes())?;
+            Tree::open(pl.build_dir(), "build folder")?.write(DRIVER_FILE, DRIVER.as_bytes())?;
             Ok(&s.argv)
         }
         None => Ok(&pl.run.argv),
