@@ -50,21 +50,23 @@ impl Index<'_> {
         self.dir.join(rel)
     }
 
-    /// `Ok` when `rel` is a regular file of the index (never through a final
-    /// link), else what it is, as a problem naming it.
-    fn regular(&self, rel: &Path) -> Result<(), String> {
+    /// `None` when `rel` is a regular file of the index (never through a
+    /// final link), else what it is, as a problem naming it.
+    fn not_regular(&self, rel: &Path) -> Option<String> {
         match self.tree.kind(rel) {
-            Ok(Kind::File { .. }) => Ok(()),
-            Ok(Kind::Missing) => Err(format!("{}: not found", self.show(rel).display())),
-            Ok(k) => Err(format!("{}: {}, not a regular file (never followed)", self.show(rel).display(), k.noun())),
-            Err(e) => Err(format!("{e:#}")),
+            Ok(Kind::File { .. }) => None,
+            Ok(Kind::Missing) => Some(format!("{}: not found", self.show(rel).display())),
+            Ok(k) => Some(format!("{}: {}, not a regular file (never followed)", self.show(rel).display(), k.noun())),
+            Err(e) => Some(format!("{e:#}")),
         }
     }
 
-    /// The bytes of the regular file `rel` (at most `cap`), or the problem.
-    fn read(&self, rel: &Path, cap: u64) -> Result<Vec<u8>, String> {
-        self.regular(rel)?;
-        self.tree.read(rel, cap).map_err(|e| format!("{e:#}"))
+    /// The bytes of the regular file `rel` (at most `cap`); an error is the problem's text.
+    fn read(&self, rel: &Path, cap: u64) -> Result<Vec<u8>> {
+        if let Some(p) = self.not_regular(rel) {
+            anyhow::bail!(p);
+        }
+        self.tree.read(rel, cap)
     }
 }
 
@@ -211,13 +213,12 @@ fn check_variant(
         }
         Err(e) => return out.push(format!("{e:#}")),
     }
-    let opened = ix.regular(&mrel).and_then(|()| ix.tree.open_file(&mrel, u64::MAX).map_err(|e| format!("{e:#}")));
-    let m = match opened.and_then(|(f, _)| manifest::verified_file(f, &mpath, trusted).map_err(|e| format!("{e:#}"))) {
+    if let Some(p) = ix.not_regular(&mrel) {
+        return out.push(p);
+    }
+    let m = match ix.tree.open_file(&mrel, u64::MAX).and_then(|(f, _)| manifest::verified_file(f, &mpath, trusted)) {
         Ok((m, _)) => m,
-        Err(e) => {
-            out.push(e);
-            return;
-        }
+        Err(e) => return out.push(format!("{e:#}")),
     };
     if m.variant != name {
         out.push(format!("{}: the manifest is for variant `{}`", mpath.display(), m.variant));
@@ -249,7 +250,7 @@ fn check_variant(
                 "{}: not the statement the signed manifest lists (changed or replaced)",
                 ix.show(&rel).display()
             )),
-            Err(e) => out.push(e),
+            Err(e) => out.push(format!("{e:#}")),
         }
     }
     for (rel, bytes) in pages::render(&m) {
@@ -257,7 +258,7 @@ fn check_variant(
         match ix.read(&rel, manifest::MAX_BYTES) {
             Ok(have) if have == bytes => {}
             Ok(_) => out.push(format!("{}: differs from what the signed manifest renders to", ix.show(&rel).display())),
-            Err(e) => out.push(e),
+            Err(e) => out.push(format!("{e:#}")),
         }
     }
     foreign(ix, &vdir, &expected(&vdir, &m), out);
@@ -334,8 +335,8 @@ fn check_variant_wheels(
         m.wheels.iter().filter(|w| forge_wheel::wheel::WheelName::parse(&w.wheel).is_some_and(|n| n.variant.is_some()))
     {
         let rel = files.join(&w.wheel);
-        if let Err(e) = ix.regular(&rel) {
-            out.push(e);
+        if let Some(p) = ix.not_regular(&rel) {
+            out.push(p);
         } else if let Err(e) = super::variants::check_wheel(&ix.show(&rel), pins) {
             out.push(e.to_string());
         }
@@ -358,7 +359,7 @@ fn check_variant_wheels(
         match ix.read(&rel, super::variants::MAX_VARIANTS_JSON) {
             Ok(have) if have == bytes => {}
             Ok(_) => out.push(format!("{}: differs from what the wheels and pins.toml give", p.display())),
-            Err(e) => out.push(e),
+            Err(e) => out.push(format!("{e:#}")),
         }
     }
 }
@@ -366,8 +367,8 @@ fn check_variant_wheels(
 /// One listed wheel: its three files with the signed digests.
 fn check_wheel(ix: &Index, files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
     let rel = files.join(&w.wheel);
-    if let Err(e) = ix.regular(&rel) {
-        return out.push(e);
+    if let Some(p) = ix.not_regular(&rel) {
+        return out.push(p);
     }
     let path = ix.show(&rel);
     match facts::read(&path) {
@@ -396,7 +397,7 @@ fn check_wheel(ix: &Index, files: &Path, w: &WheelEntry, out: &mut Vec<String>) 
                         ix.show(&rel).display(),
                         w.wheel
                     )),
-                    Err(e) => out.push(e),
+                    Err(e) => out.push(format!("{e:#}")),
                 }
             }
         }
