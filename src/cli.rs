@@ -241,8 +241,8 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Probe(a) => crate::commands::probe::run(a),
         Command::Evidence(c) => crate::commands::evidence::run(c),
         Command::Docker(c) => crate::commands::docker::run(c),
-        Command::Diff(a) => forge_build::repro::diff(a.request()),
-        Command::Verify(a) => forge_build::repro::verify(a.request()),
+        Command::Diff(a) => crate::commands::repro::diff(a),
+        Command::Verify(a) => crate::commands::repro::verify(a),
         Command::Completions { shell } => {
             let shell = match shell {
                 CompletionShell::Bash => clap_complete::Shell::Bash,

@@ -1,12 +1,13 @@
 //! `docker bake|build`: the flags, turned into `docker::bake::BakeRequest`
-//! and `docker::BuildRequest`.
+//! and `docker::BuildRequest`; the reports printed and the exit code chosen here.
 use std::path::PathBuf;
 
 use anyhow::Result;
 
 use crate::args::{CacheDirArg, PinsArg};
+use forge_build::docker::bake::BakeReport;
 use forge_os::error::Exit;
-use forge_os::output::Format;
+use forge_os::output::{annotation, Annotation, Format, Level};
 use forge_os::process::engine::Builder;
 
 #[derive(Debug, clap::Subcommand)]
@@ -51,12 +52,11 @@ pub struct BakeArgs {
 
 impl BakeArgs {
     /// The plain request `docker::bake::bake` takes.
-    pub fn request(self) -> forge_build::docker::bake::BakeRequest {
+    pub fn request(&self) -> forge_build::docker::bake::BakeRequest {
         forge_build::docker::bake::BakeRequest {
             check: self.check,
             pins: self.pins.to_path_buf(),
-            out: self.out,
-            format: self.format,
+            out: self.out.clone(),
         }
     }
 }
@@ -139,7 +139,35 @@ impl BuildArgs {
 /// Run a `docker` subcommand.
 pub fn run(cmd: DockerCommand) -> Result<Exit> {
     match cmd {
-        DockerCommand::Bake(a) => forge_build::docker::bake::bake(a.request()),
-        DockerCommand::Build(a) => forge_build::docker::builder::build(a.request()),
+        DockerCommand::Bake(a) => {
+            let report = forge_build::docker::bake::bake(&a.request())?;
+            print_bake(&report, a.format)?;
+            Ok(if report.is_problem() { Exit::Problems } else { Exit::Ok })
+        }
+        DockerCommand::Build(a) => {
+            forge_build::docker::builder::build(a.request(), |b| forge_os::outln!("{}", b.render()))?;
+            Ok(Exit::Ok)
+        }
     }
+}
+
+/// `docker bake`'s report: one JSON document, or the human lines (with an
+/// `::error` annotation first for a stale or missing file under `--format github`).
+fn print_bake(r: &BakeReport, format: Format) -> Result<()> {
+    if format == Format::Json {
+        return Ok(forge_os::printer::json(r)?);
+    }
+    let human = forge_build::docker::render_bake(r);
+    if format == Format::Github && r.is_problem() {
+        let msg = format!("{} is {}: regenerate it from {}", r.file.display(), r.status, r.pins.display());
+        let note = Annotation {
+            file: Some(&r.file),
+            title: "deepep-forge docker-bake".into(),
+            message: format!("{msg}\n{human}"),
+            ..Default::default()
+        };
+        forge_os::printer::workflow(&annotation(Level::Error, &note));
+    }
+    forge_os::out!("{human}");
+    Ok(())
 }

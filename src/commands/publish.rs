@@ -1,11 +1,13 @@
-//! `publish`: the flags, turned into `publish::{PublishRequest, CheckRequest}`.
+//! `publish`: the flags, turned into `publish::{PublishRequest, CheckRequest}`;
+//! the reports printed and the exit code chosen here.
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::commands::build::Common;
 use forge_build::publish::{CheckRequest, PublishRequest};
 use forge_os::error::Exit;
+use forge_os::output::DataFormat;
 
 #[derive(Debug, clap::Args)]
 #[command(mut_arg("out", |a| a
@@ -54,22 +56,34 @@ pub struct PublishArgs {
 
 /// `publish`, or `publish --check DIR`.
 pub fn run(a: PublishArgs) -> Result<Exit> {
+    let format = a.common.format;
     let Some(dir) = a.check else {
-        return forge_build::publish::run(PublishRequest {
+        let report = forge_build::publish::run(PublishRequest {
             build: a.common.options(),
-            signing_key: a.signing_key.expect("clap requires it without --check"),
+            signing_key: a.signing_key.context("--signing-key is required without --check")?,
             evidence: a.evidence,
             variant_wheels: a.variant_wheels,
             default_variant: a.default_variant,
-        });
+        })?;
+        if format == DataFormat::Json {
+            forge_os::printer::json(&report)?;
+        } else {
+            forge_os::out!("{}", report.render());
+        }
+        return Ok(Exit::Ok);
     };
     let c = &a.common;
-    forge_build::publish::check(CheckRequest {
+    let report = forge_build::publish::check(CheckRequest {
         dir,
         pins: c.pins.to_path_buf(),
         trusted_keys: c.remote.trusted_keys.to_vec(),
         variants: c.variants.clone(),
         signing_key: a.signing_key,
-        format: c.format,
-    })
+    })?;
+    if format == DataFormat::Json {
+        forge_os::printer::json(&report)?;
+    } else {
+        forge_os::out!("{}", report.render());
+    }
+    Ok(if report.ok { Exit::Ok } else { Exit::Problems })
 }

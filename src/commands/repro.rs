@@ -1,9 +1,13 @@
-//! `diff` and `verify`: the flags, turned into `repro::{DiffRequest, VerifyRequest}`.
+//! `diff` and `verify`: the flags, turned into `repro::{DiffRequest, VerifyRequest}`;
+//! the results printed and the exit code chosen here.
 use std::path::PathBuf;
+
+use anyhow::Result;
 
 use crate::args::{PinsArg, TrustedKeysArg};
 use crate::commands::build::RunArgs;
 use forge_build::repro::{DiffRequest, VerifyRequest};
+use forge_os::error::Exit;
 use forge_os::output::DataFormat as Format;
 
 #[derive(Debug, clap::Args)]
@@ -29,8 +33,8 @@ pub struct DiffArgs {
 
 impl DiffArgs {
     /// The plain request `repro::diff` takes.
-    pub fn request(self) -> DiffRequest {
-        DiffRequest { a: self.a, b: self.b, format: self.format }
+    pub fn request(&self) -> DiffRequest {
+        DiffRequest { a: self.a.clone(), b: self.b.clone() }
     }
 }
 
@@ -90,9 +94,36 @@ impl VerifyArgs {
             pins: self.pins.if_present().map(PathBuf::from),
             toolchain: self.toolchain,
             out: self.out,
-            format: self.format,
             only_wheel: self.only_wheel,
             wheel: self.wheel,
         }
     }
+}
+
+/// `deepep-forge diff A.whl B.whl`: 0 identical, 1 different.
+pub fn diff(a: DiffArgs) -> Result<Exit> {
+    let d = forge_build::repro::diff(&a.request())?;
+    if a.format == Format::Json {
+        forge_os::printer::json(&d.doc())?;
+    } else {
+        forge_os::out!("{}", d.render());
+    }
+    Ok(d.exit())
+}
+
+/// `deepep-forge verify WHEEL|URL`: each wheel's lines as its rebuild is
+/// compared, then (an index) the summary line, or one JSON document.
+pub fn verify(a: VerifyArgs) -> Result<Exit> {
+    let json = a.format == Format::Json;
+    let outcome = forge_build::repro::verify(a.request(), |v| {
+        if !json {
+            forge_os::out!("{}", v.human);
+        }
+    })?;
+    if json {
+        forge_os::printer::json(&outcome.doc)?;
+    } else if let Some(s) = &outcome.summary {
+        forge_os::outln!("{s}");
+    }
+    Ok(outcome.exit())
 }

@@ -854,7 +854,8 @@ fn misc_cases() -> Vec<Case> {
             .file("pins.toml", PINS)
             .setup(|d| symlink("/dev/zero", &d.join("docker/docker-bake.json")))
             .args(&["docker", "bake", "--check"])
-            .says("not a regular file"),
+            // read through its folder's tree: a link out of it is refused, never opened
+            .says("docker-bake.json leads outside the folder"),
         Case::new("docker bake --check: bake file is a FIFO")
             .file("pins.toml", PINS)
             .setup(|d| fifo(&d.join("docker/docker-bake.json")))

@@ -64,6 +64,7 @@ mod runtime;
 mod safe_build;
 mod safe_lock;
 mod safe_rows;
+mod safe_ship;
 mod safe_store;
 mod side_by_side;
 mod structure;

@@ -494,7 +494,15 @@ fn the_generated_stub_survives_as_needed_and_the_probe_flags_a_link_without_it()
     let cu = require!(cuda_home(), "CUDA 13 headers (tools venv)");
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("cuda-home");
-    let n = registry::cuda_home(&cu, &home, tmp.path()).unwrap();
+    // The package folder as the toolchain's stage holds it: nvcc, cuda.h, its libraries.
+    let staged = tmp.path().join("cu");
+    std::fs::create_dir_all(staged.join("bin")).unwrap();
+    std::fs::create_dir_all(staged.join("include")).unwrap();
+    std::fs::create_dir_all(staged.join("lib")).unwrap();
+    std::fs::write(staged.join("bin/nvcc"), "").unwrap();
+    std::fs::copy(cu.join("include/cuda.h"), staged.join("include/cuda.h")).unwrap();
+    let stage = forge_os::fs::Tree::open(tmp.path(), "stage").unwrap();
+    let n = registry::cuda_home(&stage, Path::new("cu"), Path::new("cuda-home")).unwrap();
     assert!(n > 400, "only {n} driver functions from cuda.h");
     let good = link_driver_user(tmp.path(), &cu, &home.join("lib64"), "good.so");
     let (_, needed, _, undef) = elf(&good);

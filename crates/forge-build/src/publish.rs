@@ -9,9 +9,15 @@
 //! `publish --check DIR` ([`check`]) verifies an index against pins.toml.
 //! `publish --variant-wheels` ([`variants`]) writes one index, `<DIR>/variants/`,
 //! of PEP 825 variant wheels (and `--default-variant`'s plain wheel) instead.
-//! Must not build by itself (the builder does), nor serve anything.
+//! The index folder is one [`Tree`], locked (flock on the folder) from reading
+//! the manifest to the last rename: no place of the index may be a link (a
+//! planted link, a folder where a file goes, a file where a folder goes is
+//! exit 2 before anything is written), and every file is staged first and
+//! renamed into place only when all are ([`Delivery`]). Returns reports; the
+//! command prints them. Must not build by itself (the builder does), nor
+//! serve anything.
 use forge_store::index::{
-    check, evidence, facts, manifest, out, pages, variants, variants_files, Source, Write, REPORT_SCHEMA, VARIANT_INDEX,
+    check, evidence, facts, manifest, pages, variants, variants_files, Source, Write, REPORT_SCHEMA, VARIANT_INDEX,
 };
 
 use std::collections::BTreeMap;
@@ -21,10 +27,10 @@ use anyhow::{Context, Result};
 
 use facts::Facts;
 use forge_model::pins::Pins;
-use forge_os::error::{Exit, Failure};
+use forge_os::error::Failure;
+use forge_os::fs::{Delivery, FolderLock, Kind, TempTree, Tree};
 use forge_store::cache::sign::{PublicKey, SecretKey};
 use manifest::{Manifest, PROJECT};
-use out::Out;
 
 /// `publish`: each variant's wheels into a signed index, as plain data.
 #[derive(Debug, Clone)]
@@ -50,23 +56,21 @@ pub struct CheckRequest {
     pub variants: Vec<String>,
     /// `--signing-key`, when given: named in the printed `publish` commands.
     pub signing_key: Option<PathBuf>,
-    pub format: forge_os::output::DataFormat,
 }
 
-/// `deepep-forge publish --check DIR`.
-pub fn check(c: CheckRequest) -> Result<Exit> {
+/// `deepep-forge publish --check DIR`: what the check found (the command prints it).
+pub fn check(c: CheckRequest) -> Result<check::CheckReport> {
     let request = check::Request {
         pins: &c.pins,
         trusted_keys: &c.trusted_keys,
         variants: &c.variants,
         signing_key: c.signing_key.as_deref(),
-        format: c.format,
     };
     check::run(&request, &c.dir)
 }
 
-/// `deepep-forge publish`.
-pub fn run(mut args: PublishRequest) -> Result<Exit> {
+/// `deepep-forge publish`: what was published (the command prints it).
+pub fn run(mut args: PublishRequest) -> Result<Report> {
     let pins = Pins::load(&args.build.pins)?;
     for v in &args.build.variants {
         pins.variant(v)?;
@@ -84,7 +88,7 @@ pub fn run(mut args: PublishRequest) -> Result<Exit> {
     trusted.push(key.public());
     let found = forge_store::evidence::store::read_all(&args.evidence, &trusted)?.found;
     let index = std::mem::replace(&mut args.build.out, PathBuf::new());
-    let built = tempfile::tempdir().context("creating a temporary folder for the wheels")?;
+    let built = TempTree::new("deepep-forge-publish-").context("creating a temporary folder for the wheels")?;
     args.build.out = built.path().to_path_buf();
     let remote = args.build.remote.connect(args.build.no_cache)?;
     // Variants of one architecture give wheels of one file name: a build of
@@ -106,7 +110,7 @@ pub fn run(mut args: PublishRequest) -> Result<Exit> {
             .map_err(|why| Failure::problems(format!("{}: {why}", o.wheel.display())))?;
         // Variants of one index (pins.toml `index`) share its folder: uv picks by platform.
         if labelled.is_some() {
-            let vw = variant_wheel(&pins, &o.wheel, variant, built.path())?;
+            let vw = variant_wheel(&pins, &o.wheel, variant, &built)?;
             let group = by_variant.entry(VARIANT_INDEX.to_string()).or_default();
             group.push(vw);
             if args.default_variant.as_deref() == Some(variant.name.as_str()) {
@@ -119,7 +123,8 @@ pub fn run(mut args: PublishRequest) -> Result<Exit> {
     // Read-manifest -> write -> rename under one lock on the folder: a second
     // publish into it waits, then adds its wheels to the manifest this one wrote.
     check_out(&index)?;
-    let out = Out::lock(&index)?;
+    let out = Out { tree: Tree::create(&index, "index folder")?, shown: index.clone() };
+    let _lock = out.lock()?;
     let mut writes = Vec::new();
     let mut summary = Vec::new();
     for (variant, wheels) in &by_variant {
@@ -142,24 +147,100 @@ pub fn run(mut args: PublishRequest) -> Result<Exit> {
         .into());
     }
     let written = apply(&out, &writes)?;
-    let report = Report {
+    Ok(Report {
         schema: REPORT_SCHEMA,
         out: index.clone(),
         wheels: summary,
         files_written: written,
         files_unchanged: writes.len() - written,
-    };
-    print_report(&report, args.build.format)?;
-    Ok(Exit::Ok)
+    })
 }
 
 /// `--out` must be a folder or absent (a file there is a usage error, before anything is built).
 fn check_out(out: &Path) -> Result<()> {
-    match std::fs::metadata(out) {
-        Ok(m) if !m.is_dir() => Err(Failure::usage(format!("--out {}: a file, not a folder", out.display()))
+    match forge_os::fs::named::kind_through(out) {
+        Kind::Missing | Kind::Dir => Ok(()),
+        _ => Err(Failure::usage(format!("--out {}: a file, not a folder", out.display()))
             .hint("pass the index folder (it is created when absent), e.g. --out public/")
             .into()),
-        _ => Ok(()),
+    }
+}
+
+/// The index folder (`--out`) as publish writes it: its [`Tree`] and its
+/// path as the user gave it (for messages).
+struct Out {
+    tree: Tree,
+    shown: PathBuf,
+}
+
+/// A place under `--out` that is not what the index needs there: exit 2.
+fn refuse(at: &Path, why: &str) -> anyhow::Error {
+    Failure::usage(format!("{}: {why}: nothing published", at.display()))
+        .hint("remove it, or publish into another --out folder")
+        .into()
+}
+
+impl Out {
+    /// The folder locked exclusively (flock on the folder itself, so no file
+    /// appears in the index); waits for another publish into it, checking for Ctrl-C.
+    fn lock(&self) -> Result<FolderLock> {
+        let mut told = false;
+        loop {
+            if let Some(l) = self.tree.try_lock()? {
+                return Ok(l);
+            }
+            if !std::mem::replace(&mut told, true) {
+                forge_os::note!("waiting for another publish into {} to finish", self.shown.display());
+            }
+            forge_os::error::check_interrupted()?;
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// The path of `rel` as the user's `--out` names it, for messages.
+    fn show(&self, rel: &Path) -> PathBuf {
+        self.shown.join(rel)
+    }
+
+    /// Every folder from `--out` down to `rel` is a real folder or absent
+    /// (never a link: a link planted for a variant or project folder would
+    /// carry the writes to another place), and `rel` a regular file or
+    /// absent. Exit 2 naming the place.
+    fn check(&self, rel: &Path) -> Result<()> {
+        let names: Vec<_> = rel.components().collect();
+        let mut at = PathBuf::new();
+        for (i, n) in names.iter().enumerate() {
+            at.push(n);
+            let last = i + 1 == names.len();
+            let why = match self.tree.kind(&at)? {
+                Kind::Missing => return Ok(()),
+                Kind::Link => "a symbolic link (publish never writes through a link)",
+                Kind::Dir if !last => continue,
+                Kind::File { .. } if last => continue,
+                _ if !last => "not a folder",
+                Kind::Dir => "a folder where a file of the index goes",
+                _ => "not a regular file",
+            };
+            return Err(refuse(&self.show(&at), why));
+        }
+        Ok(())
+    }
+
+    /// What is at `rel` now: `None` when nothing, else its sha256; a link,
+    /// special file or folder under a published name counts as different.
+    fn digest(&self, rel: &Path) -> Option<String> {
+        match self.tree.kind(rel) {
+            Ok(Kind::Missing) => None,
+            Ok(Kind::File { .. }) => Some(match self.tree.open_file(rel, forge_os::input::cap::WHEEL) {
+                Ok((f, _)) => match forge_os::input::sha256_reader(f, forge_os::input::cap::WHEEL) {
+                    Ok((d, _)) => hex::encode(d),
+                    Err(e) => format!("({e:#})"),
+                },
+                Err(e) => format!("({e:#})"),
+            }),
+            Ok(_) => Some("(not a regular file)".into()),
+            Err(e) => Some(format!("({e:#})")),
+        }
     }
 }
 
@@ -192,15 +273,21 @@ pub struct Published {
     pub sha256: String,
 }
 
-fn print_report(r: &Report, format: forge_os::output::DataFormat) -> Result<()> {
-    if format == forge_os::output::DataFormat::Json {
-        return Ok(forge_os::printer::json(r)?);
+impl Report {
+    /// The human lines: one per wheel, then the count of files.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for w in &self.wheels {
+            s.push_str(&format!("published {}: {} sha256 {}\n", w.index, w.wheel, &w.sha256[..16]));
+        }
+        s.push_str(&format!(
+            "{} files written, {} unchanged, into {}\n",
+            self.files_written,
+            self.files_unchanged,
+            forge_os::line::Line::new(self.out.to_string_lossy())
+        ));
+        s
     }
-    for w in &r.wheels {
-        forge_os::outln!("published {}: {} sha256 {}", w.index, w.wheel, &w.sha256[..16]);
-    }
-    forge_os::outln!("{} files written, {} unchanged, into {}", r.files_written, r.files_unchanged, r.out.display());
-    Ok(())
 }
 
 /// The files of one variant's index: the new wheels and their files, the
@@ -218,7 +305,8 @@ fn plan_variant(
     manifest::check_variant_name(variant).map_err(Failure::usage)?;
     let vdir = PathBuf::from(variant);
     let mpath = out.show(&vdir.join(manifest::FILE));
-    let mut m = if let Some(f) = out.open_file(&vdir.join(manifest::FILE))? {
+    let mut m = if out.tree.kind(vdir.join(manifest::FILE))? != Kind::Missing {
+        let (f, _) = out.tree.open_file_nofollow(vdir.join(manifest::FILE), u64::MAX)?;
         manifest::verified_file(f, &mpath, trusted)?.0
     } else {
         Manifest {
@@ -290,11 +378,12 @@ fn plan_variant(
 
 /// The variant wheel of a built wheel, in `dir`: labelled, `variant.json` added,
 /// its facts read back from the new file and its properties checked against pins.toml.
-fn variant_wheel(pins: &Pins, built: &Path, v: &forge_model::pins::Variant, dir: &Path) -> Result<(PathBuf, Facts)> {
+fn variant_wheel(pins: &Pins, built: &Path, v: &forge_model::pins::Variant, dir: &Tree) -> Result<(PathBuf, Facts)> {
     let label = variants::label(&v.name)?;
     let file = built.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    let path = dir.join(variants::wheel_name(file, &label)?);
-    if !path.exists() {
+    let name = variants::wheel_name(file, &label)?;
+    let path = dir.join(&name);
+    if !dir.exists(&name) {
         let props = variants::properties(v, pins.toolchain.as_ref().map(|t| t.cuda.as_str()));
         variants::relabel(built, &path, &label, &props)?;
     }
@@ -322,20 +411,28 @@ fn conflicts(out: &Out, writes: &[Write]) -> Vec<String> {
         .collect()
 }
 
-/// Put every file in place (temp file in its folder, then rename; immutable
-/// ones never over an existing file); skips files already identical. Every
-/// folder is opened (made when absent) without following a link before the
-/// first file is written, and the files go through those descriptors only
-/// ([`out`]). Returns how many were written.
+/// Put every file in place, skipping those already identical: each folder
+/// made (inside the tree) and each file staged beside its place (mode 0644
+/// whatever the umask: static hosts serve what they can read; synced), and
+/// only when every one is staged and every place checked again are they
+/// renamed into place, the manifest last ([`Delivery`]): a failure while
+/// staging (a full disk, a wheel that cannot be read) publishes nothing.
+/// Immutable files were compared under the lock ([`conflicts`]). Returns how
+/// many were written.
 fn apply(out: &Out, writes: &[Write]) -> Result<usize> {
-    let dirs = out.open_dirs(writes.iter().map(|w| w.dest.as_path()))?;
+    let mut delivery = Delivery::new();
     let mut n = 0;
     for w in writes {
         let want = digest_of(&w.bytes)?;
-        if dirs.digest(&w.dest).as_deref() == Some(want.as_str()) {
+        if out.digest(&w.dest).as_deref() == Some(want.as_str()) {
             continue;
         }
-        dirs.put(&w.dest, &out.show(&w.dest), !w.immutable, |f| {
+        if let Some(folder) = w.dest.parent().filter(|f| !f.as_os_str().is_empty()) {
+            out.tree.create_dir_all(folder)?;
+        }
+        out.check(&w.dest)?;
+        delivery.add(&out.tree, &w.dest, 0o644, |f| {
+            forge_os::fs::set_file_mode(f, 0o644)?;
             match &w.bytes {
                 Source::File(p) => {
                     let (src, _) = forge_os::fs::named::open(p, "wheel", forge_os::input::cap::WHEEL)?;
@@ -343,9 +440,10 @@ fn apply(out: &Out, writes: &[Write]) -> Result<usize> {
                 }
                 Source::Bytes(b) => std::io::Write::write_all(f, b)?,
             }
-            Ok(())
+            Ok(f.sync_all()?)
         })?;
         n += 1;
     }
+    delivery.commit()?;
     Ok(n)
 }

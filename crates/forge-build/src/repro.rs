@@ -1,13 +1,15 @@
 //! `diff` and `verify`: the commands that check a wheel's reproducibility.
 //! `diff` tells where two wheels differ (`wheel::diff`); `verify` rebuilds a
-//! wheel from its own provenance and compares. Owns these command edges
-//! (arguments, printing, exit codes); must not build or compare by itself.
-use std::path::PathBuf;
+//! wheel from its own provenance (in a private temporary folder, a
+//! [`TempTree`], unless `--out` names one) and compares. Returns what was
+//! found (the command prints it and picks the exit code); must not build or
+//! compare by itself.
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
 use forge_os::error::Exit;
-use forge_os::output::DataFormat as Format;
+use forge_os::fs::{Kind, TempTree};
 use forge_wheel::wheel::diff;
 
 /// Version of `diff --format json` and `verify --format json`.
@@ -27,21 +29,39 @@ fn what_was_built(wheel: &std::path::Path) -> String {
 pub struct DiffRequest {
     pub a: PathBuf,
     pub b: PathBuf,
-    pub format: Format,
+}
+
+/// What `diff` found: where the wheels differ and what each provenance says was built.
+#[derive(Debug)]
+pub struct Diffed {
+    pub diff: diff::WheelDiff,
+    pub a: String,
+    pub b: String,
+}
+
+impl Diffed {
+    /// The JSON document (`--format json`).
+    pub fn doc(&self) -> serde_json::Value {
+        serde_json::json!({ "schema": SCHEMA, "diff": self.diff, "built": { "a": self.a, "b": self.b } })
+    }
+    /// The human report.
+    pub fn render(&self) -> String {
+        format!("{}A  is {}\nB  is {}\n", diff::render(&self.diff), self.a, self.b)
+    }
+    /// 0 identical, 1 different.
+    pub fn exit(&self) -> Exit {
+        if self.diff.identical {
+            Exit::Ok
+        } else {
+            Exit::Problems
+        }
+    }
 }
 
 /// `deepep-forge diff A.whl B.whl`.
-pub fn diff(args: DiffRequest) -> Result<Exit> {
+pub fn diff(args: &DiffRequest) -> Result<Diffed> {
     let d = diff::diff(&args.a, &args.b)?;
-    let (a, b) = (what_was_built(&args.a), what_was_built(&args.b));
-    if args.format == Format::Json {
-        forge_os::printer::json(&serde_json::json!({ "schema": SCHEMA, "diff": d, "built": { "a": a, "b": b } }))?;
-    } else {
-        forge_os::out!("{}", diff::render(&d));
-        forge_os::outln!("A  is {a}");
-        forge_os::outln!("B  is {b}");
-    }
-    Ok(if d.identical { Exit::Ok } else { Exit::Problems })
+    Ok(Diffed { diff: d, a: what_was_built(&args.a), b: what_was_built(&args.b) })
 }
 
 /// `verify WHEEL|URL`: what to rebuild and how.
@@ -58,27 +78,65 @@ pub struct VerifyRequest {
     pub toolchain: Option<crate::builder::registry::Kind>,
     /// Keep the rebuilt wheel here; `None`: a temporary folder.
     pub out: Option<PathBuf>,
-    pub format: Format,
     /// For an index URL: only this wheel.
     pub only_wheel: Option<String>,
 }
 
+/// One wheel verified: whether the rebuild is identical, its JSON document
+/// and its human lines.
+#[derive(Debug)]
+pub struct Verified {
+    pub ok: bool,
+    pub doc: serde_json::Value,
+    pub human: String,
+}
+
+/// What `verify` found in all: every wheel identical, the JSON document, and
+/// for an index URL the last human line.
+#[derive(Debug)]
+pub struct VerifyOutcome {
+    pub ok: bool,
+    pub doc: serde_json::Value,
+    pub summary: Option<String>,
+}
+
+impl VerifyOutcome {
+    /// 0 every wheel is what its provenance says, 1 otherwise.
+    pub fn exit(&self) -> Exit {
+        if self.ok {
+            Exit::Ok
+        } else {
+            Exit::Problems
+        }
+    }
+}
+
 /// `deepep-forge verify WHEEL|URL`: a wheel file, a wheel's URL in a publish
 /// index, or an index URL (every wheel its signed manifest lists, or `--wheel NAME`).
-pub fn verify(args: VerifyRequest) -> Result<Exit> {
+/// `each` hears of every wheel as its rebuild is compared (the command prints it).
+pub fn verify(args: VerifyRequest, mut each: impl FnMut(&Verified)) -> Result<VerifyOutcome> {
     let _coop = forge_os::error::Cooperative::enter();
+    if let Some(out) = &args.out {
+        if !matches!(forge_os::fs::named::kind_through(out), Kind::Missing | Kind::Dir) {
+            return Err(forge_os::error::Failure::usage(format!("--out {}: a file, not a folder", out.display()))
+                .hint("pass a folder for the rebuilt wheel (it is created when absent), or none")
+                .into());
+        }
+    }
+    let single = |v: Verified, each: &mut dyn FnMut(&Verified)| {
+        each(&v);
+        VerifyOutcome { ok: v.ok, doc: v.doc, summary: None }
+    };
     let Some(url) = args.wheel.to_str().filter(|s| forge_store::index::manifest::is_url(s)).map(String::from) else {
         if args.only_wheel.is_some() {
             return Err(forge_os::error::Failure::usage("--wheel NAME picks a wheel of an index URL").into());
         }
-        let (ok, doc) = verify_file(&args, &args.wheel, false)?;
-        return finish(&args, ok, doc);
+        return Ok(single(verify_file(&args, &args.wheel, false)?, &mut each));
     };
     let trusted = forge_store::cache::config::trusted_keys(&args.trusted_keys)?;
     if forge_store::index::fetch::index_urls(&url)?.is_none() {
         let (_dir, path) = forge_store::index::fetch::wheel(&url, &trusted)?;
-        let (ok, doc) = verify_file(&args, &path, false)?;
-        return finish(&args, ok, doc);
+        return Ok(single(verify_file(&args, &path, false)?, &mut each));
     }
     let urls = forge_store::index::fetch::index_wheels(&url, args.only_wheel.as_deref(), &trusted)?;
     let (mut all_ok, mut docs) = (true, Vec::new());
@@ -87,9 +145,10 @@ pub fn verify(args: VerifyRequest) -> Result<Exit> {
         // A wheel changed on the server is reported and the others still checked.
         match forge_store::index::fetch::wheel(w, &trusted) {
             Ok((_dir, path)) => {
-                let (ok, doc) = verify_file(&args, &path, true)?;
-                all_ok &= ok;
-                docs.push(doc);
+                let v = verify_file(&args, &path, true)?;
+                each(&v);
+                all_ok &= v.ok;
+                docs.push(v.doc);
             }
             Err(e) if forge_os::error::exit_of(&e) == Exit::Problems => {
                 forge_os::alert!("error: {e:#}");
@@ -103,25 +162,15 @@ pub fn verify(args: VerifyRequest) -> Result<Exit> {
     }
     let shown = forge_os::http::redact(&url);
     let doc = serde_json::json!({ "schema": SCHEMA, "index": shown, "verified": all_ok, "wheels": docs });
-    if args.format != Format::Json {
-        forge_os::outln!("{}: {}", shown, if all_ok { "every wheel verified" } else { "NOT verified (see above)" });
-    }
-    finish(&args, all_ok, doc)
+    let summary = format!("{}: {}", shown, if all_ok { "every wheel verified" } else { "NOT verified (see above)" });
+    Ok(VerifyOutcome { ok: all_ok, doc, summary: Some(summary) })
 }
 
-/// The JSON document (when asked for) and the exit code.
-fn finish(args: &VerifyRequest, ok: bool, doc: serde_json::Value) -> Result<Exit> {
-    if args.format == Format::Json {
-        forge_os::printer::json(&doc)?;
-    }
-    Ok(if ok { Exit::Ok } else { Exit::Problems })
-}
-
-/// Rebuild one wheel file from its provenance and compare; prints the human
-/// lines, returns whether it is identical and its JSON document. `several`:
-/// one of an index's wheels, rebuilt into `<out>/<variant>/` (variants of one
+/// Rebuild one wheel file from its provenance and compare: whether it is
+/// identical, its JSON document and its human lines. `several`: one of an
+/// index's wheels, rebuilt into `<out>/<variant>/` (variants of one
 /// architecture have wheels of one file name).
-fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> Result<(bool, serde_json::Value)> {
+fn verify_file(args: &VerifyRequest, wheel: &Path, several: bool) -> Result<Verified> {
     let prov = crate::builder::deliver::read_provenance(wheel).map_err(|e| {
         forge_os::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;
@@ -153,7 +202,7 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
             None
         }
     };
-    let work = tempfile::tempdir()?;
+    let work = TempTree::new("deepep-forge-verify-")?;
     // The pins the provenance describes, parsed in memory; messages about them name the wheel.
     let shown = PathBuf::from(format!("the provenance of {}", wheel.display()));
     let mut pins =
@@ -168,16 +217,12 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
         Some(o) => o.clone(),
         None => work.path().join("out"),
     };
-    let same_dir = |a: &std::path::Path, b: &std::path::Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b))
-    {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
-    };
-    if args
-        .wheel
-        .parent()
-        .is_some_and(|p| same_dir(if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p }, &out))
-    {
+    let same_dir =
+        |a: &Path, b: &Path| match (forge_os::fs::named::canonical_opt(a), forge_os::fs::named::canonical_opt(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        };
+    if args.wheel.parent().is_some_and(|p| same_dir(if p.as_os_str().is_empty() { Path::new(".") } else { p }, &out)) {
         return Err(forge_os::error::Failure::usage(format!(
             "--out {} is the folder of the wheel being verified: the rebuild would replace it",
             out.display()
@@ -217,24 +262,23 @@ fn verify_file(args: &VerifyRequest, wheel: &std::path::Path, several: bool) -> 
     }
     let d = diff::diff(wheel, &outcome.wheel)?;
     let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
-    if args.format == Format::Json {
-        return Ok((d.identical, doc));
-    }
-    if d.identical {
-        forge_os::outln!(
-            "verified: {} is what its provenance says: rebuilt {} @ {} ({}; {}) gives the same sha256 {}",
+    let human = if d.identical {
+        format!(
+            "verified: {} is what its provenance says: rebuilt {} @ {} ({}; {}) gives the same sha256 {}\n",
             wheel.display(),
             prov.variant.name,
             &prov.source.rev[..prov.source.rev.len().min(12)],
             outcome.status,
             forge_model::patches::describe(&prov.source.patches),
             d.a.sha256
-        );
+        )
     } else {
-        forge_os::outln!("NOT verified: the rebuild from the wheel's provenance differs");
-        forge_os::out!("{}", diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)"));
-    }
-    Ok((d.identical, doc))
+        format!(
+            "NOT verified: the rebuild from the wheel's provenance differs\n{}",
+            diff::render(&d).replace(&outcome.wheel.display().to_string(), "(rebuilt)")
+        )
+    };
+    Ok(Verified { ok: d.identical, doc, human })
 }
 
 /// An error of the rebuild as the user can act on it: the pins generated from
@@ -412,7 +456,9 @@ mod trust {
         let default = Path::new(forge_model::pins::DEFAULT_PATH);
         match pins {
             Some(p) => out.push(forge_model::pins::Pins::load(p)?.source.repo),
-            None if default.exists() => out.push(forge_model::pins::Pins::load(default)?.source.repo),
+            None if forge_os::fs::named::kind_through(default) != forge_os::fs::Kind::Missing => {
+                out.push(forge_model::pins::Pins::load(default)?.source.repo)
+            }
             None => {}
         }
         if let Some(v) = forge_os::environ::var_os(ENV) {

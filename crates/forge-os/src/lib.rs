@@ -10,3 +10,4 @@ pub mod line;
 pub mod output;
 pub mod printer;
 pub mod process;
+pub mod url;

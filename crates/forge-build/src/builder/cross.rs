@@ -12,8 +12,11 @@
 //! setup.py computes (torch, NVSHMEM, the Python headers) to the target's.
 //! After the build, [`check_wheel`] resolves every NEEDED of the wheel's
 //! extensions in the sysroot and imports the package under qemu-aarch64.
+//! The sysroot is made in a staging folder through its [`Tree`] and published
+//! by rename into `toolchains/` (a link planted there is refused, exit 2).
 //! Owns the target side; must not decide variant settings or run the build.
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -23,6 +26,7 @@ use super::registry::{self, Provisioned};
 use super::toolchain::{Compiler, Toolchain};
 use forge_model::pins::Arch;
 use forge_os::error::{check_interrupted, Failure};
+use forge_os::fs::{Kind, Tree, Walk};
 use forge_os::process::lookup::which;
 use forge_os::process::Cmd;
 use forge_store::source;
@@ -160,30 +164,29 @@ fn keyed(
 
 /// The sysroot if it is provisioned (`plan` never downloads); exit 3 without the cross compiler.
 pub fn lookup(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> Result<Option<Sysroot>> {
-    let (_, _, root, _) = keyed(host, host_tc, cache_dir)?;
-    Ok(read_identity(&root))
+    let (_, key, root, _) = keyed(host, host_tc, cache_dir)?;
+    Ok(read_identity(cache_dir, &key, &root))
 }
 
 /// The target side for the registry toolchain `host` (Python `host_tc`), provisioned now unless cached.
 pub fn provision(host: &Provisioned, host_tc: &Toolchain, cache_dir: &Path) -> Result<Sysroot> {
     let (minor, key, root, compilers) = keyed(host, host_tc, cache_dir)?;
-    if let Some(s) = read_identity(&root) {
+    if let Some(s) = read_identity(cache_dir, &key, &root) {
         return Ok(s);
     }
     let _lock = source::lock(&cache_dir.join("locks").join(format!("toolchain-{key}.lock")))?;
-    if let Some(s) = read_identity(&root) {
+    if let Some(s) = read_identity(cache_dir, &key, &root) {
         return Ok(s);
     }
-    let tmp = forge_store::cache::Cache::at(cache_dir).stage()?;
-    let stage = tmp.path().join("sysroot");
-    std::fs::create_dir(&stage)?;
+    let toolchains = registry::toolchains(cache_dir)?;
+    registry::check_publish_place(&toolchains, &key)?;
+    let staging = forge_store::cache::Cache::at(cache_dir).stage()?;
+    let tmp = Tree::open(staging.path(), "staging folder")?;
+    let stage = tmp.sub_create("sysroot", "sysroot being made")?;
     let s = make(host, host_tc, &minor, compilers, &stage, &root, &key)?;
-    std::fs::write(stage.join(IDENTITY_FILE), serde_json::to_vec_pretty(&s)?)?;
+    stage.write(IDENTITY_FILE, &serde_json::to_vec_pretty(&s)?)?;
     check_interrupted()?;
-    if root.exists() {
-        std::fs::remove_dir_all(&root).with_context(|| format!("removing the outdated sysroot {}", root.display()))?;
-    }
-    std::fs::rename(&stage, &root).with_context(|| format!("publishing the sysroot as {}", root.display()))?;
+    registry::publish(&tmp, "sysroot", &toolchains, &key)?;
     Ok(s)
 }
 
@@ -287,14 +290,11 @@ pub fn preview(python: &str, sysroot: Option<PathBuf>) -> crate::builder::plan::
     }
 }
 
-/// The sysroot at `root` when complete, of this layout and still at that
-/// place (its wrappers hold absolute paths: a moved cache makes a new one).
-fn read_identity(root: &Path) -> Option<Sysroot> {
-    let s: Sysroot = serde_json::from_slice(
-        &forge_os::fs::named::read_bytes(&root.join(IDENTITY_FILE), "sysroot identity", forge_os::input::cap::TEXT)
-            .ok()?,
-    )
-    .ok()?;
+/// The sysroot at `root` (`<cache>/toolchains/<key>`) when complete, of this
+/// layout and still at that place (its wrappers hold absolute paths: a moved
+/// cache makes a new one).
+fn read_identity(cache_dir: &Path, key: &str, root: &Path) -> Option<Sysroot> {
+    let s: Sysroot = serde_json::from_slice(&registry::read_in_cache(cache_dir, key, IDENTITY_FILE)?).ok()?;
     (s.layout == LAYOUT && s.root == root).then_some(s)
 }
 
@@ -345,7 +345,7 @@ fn make(
     host_tc: &Toolchain,
     minor: &str,
     compilers: BTreeMap<String, Compiler>,
-    stage: &Path,
+    stage: &Tree,
     root: &Path,
     key: &str,
 ) -> Result<Sysroot> {
@@ -371,8 +371,8 @@ fn make(
             )
         })?;
     check_interrupted()?;
-    let packages = dist_infos(&site)?;
-    let droot = stage.join("root");
+    let packages = dist_infos(stage, Path::new("site"))?;
+    let droot = Path::new("root");
     let python_version = debs
         .get(&format!("python{minor}-minimal"))
         .map(|v| v.split(['-', '+', '~']).next().unwrap_or(v).to_string())
@@ -380,26 +380,32 @@ fn make(
     // 3. The target Python's headers (Debian's pyconfig.h dispatches on the
     //    compiler's macros to a multiarch folder: put the arm64 one in place)
     //    and sysconfig data.
-    let inc = stage.join(format!("python/include/python{minor}"));
-    copy_dir(&droot.join(format!("usr/include/python{minor}")), &inc)?;
-    std::fs::copy(droot.join(format!("usr/include/{TRIPLE}/python{minor}/pyconfig.h")), inc.join("pyconfig.h"))
+    let inc = PathBuf::from(format!("python/include/python{minor}"));
+    copy_dir(stage, &droot.join(format!("usr/include/python{minor}")), &inc)?;
+    stage
+        .copy_to(
+            droot.join(format!("usr/include/{TRIPLE}/python{minor}/pyconfig.h")),
+            stage,
+            inc.join("pyconfig.h"),
+            forge_os::input::cap::TEXT,
+            forge_os::fs::PUBLIC,
+        )
         .context("the arm64 pyconfig.h (libpython-dev:arm64)")?;
     let sysconfigdata = format!("_sysconfigdata__{TRIPLE}");
     let scd_src = droot.join(format!("usr/lib/python{minor}/{sysconfigdata}.py"));
-    let scd = std::fs::read_to_string(&scd_src).with_context(|| format!("reading {}", scd_src.display()))?;
-    let ext_suffix =
-        config_var(&scd, "EXT_SUFFIX").with_context(|| format!("{} has no EXT_SUFFIX", scd_src.display()))?;
-    std::fs::create_dir_all(stage.join("python/sysconfig"))?;
-    std::fs::write(stage.join(format!("python/sysconfig/{sysconfigdata}.py")), &scd)?;
+    let scd = stage.read_text(&scd_src, forge_os::input::cap::TEXT)?;
+    let ext_suffix = config_var(&scd, "EXT_SUFFIX")
+        .with_context(|| format!("{} has no EXT_SUFFIX", stage.join(&scd_src).display()))?;
+    stage.create_dir_all("python/sysconfig")?;
+    stage.write(format!("python/sysconfig/{sysconfigdata}.py"), scd.as_bytes())?;
     // 4. CUDA_HOME: the host's nvcc (through the wrapper), the target's headers and libraries.
     let major = host.cuda.split('.').next().unwrap_or("");
-    let cu = site.join(format!("nvidia/cu{major}"));
-    let home = stage.join("cuda-home");
-    std::fs::create_dir_all(home.join("bin"))?;
-    std::os::unix::fs::symlink(format!("../site/nvidia/cu{major}/include"), home.join("include"))?;
-    let stub_symbols = lib64(&cu, &home.join("lib64"), &compilers["gcc"].path, stage)?;
-    std::fs::create_dir_all(stage.join("driver-stub"))?;
-    std::os::unix::fs::symlink("../cuda-home/lib64/libcuda.so", stage.join("driver-stub/libcuda.so.1"))?;
+    let cu = PathBuf::from(format!("site/nvidia/cu{major}"));
+    stage.create_dir_all("cuda-home/bin")?;
+    stage.symlink(format!("../site/nvidia/cu{major}/include"), "cuda-home/include")?;
+    let stub_symbols = lib64(stage, &cu, Path::new("cuda-home/lib64"), &compilers["gcc"].path)?;
+    stage.create_dir_all("driver-stub")?;
+    stage.symlink("../cuda-home/lib64/libcuda.so", "driver-stub/libcuda.so.1")?;
     // 5. The wrappers, with the final (published) paths.
     let final_site = root.join("site");
     // Host packages are matched by their place in any site-packages (`.../site-packages/torch`):
@@ -414,11 +420,11 @@ fn make(
             path_map.push((d, root.join(format!("python/include/python{minor}")).to_string_lossy().into_owned()));
         }
     }
-    std::fs::create_dir_all(stage.join("bin"))?;
+    stage.create_dir_all("bin")?;
     for (k, c) in &compilers {
-        write_wrapper(&stage.join(format!("bin/{TRIPLE}-{k}")), &c.path, &path_map)?;
+        write_wrapper(stage, &format!("bin/{TRIPLE}-{k}"), &c.path, &path_map)?;
     }
-    write_wrapper(&home.join("bin/nvcc"), &host_tc.cuda_home.join("bin/nvcc"), &path_map)?;
+    write_wrapper(stage, "cuda-home/bin/nvcc", &host_tc.cuda_home.join("bin/nvcc"), &path_map)?;
     Ok(Sysroot {
         layout: LAYOUT,
         root: root.to_path_buf(),
@@ -457,11 +463,10 @@ fn config_var(text: &str, name: &str) -> Option<String> {
     Some(rest[..rest.find('\'')?].to_string())
 }
 
-/// Package name -> version from the `*.dist-info` folders of `site`.
-fn dist_infos(site: &Path) -> Result<BTreeMap<String, String>> {
+/// Package name -> version from the `*.dist-info` folders of `site` (in `stage`).
+fn dist_infos(stage: &Tree, site: &Path) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(site).with_context(|| format!("reading {}", site.display()))?.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
+    for n in stage.names(site)? {
         if let Some(stem) = n.strip_suffix(".dist-info") {
             // Folder names are untrusted text: only a PEP 440 version is taken from one.
             let valid = |v: &str| <pep440_rs::Version as std::str::FromStr>::from_str(v).is_ok();
@@ -477,7 +482,7 @@ fn dist_infos(site: &Path) -> Result<BTreeMap<String, String>> {
 /// and libstdc++, with their dependencies, downloaded through a private apt
 /// state under `stage/apt` (the system's sources, arm64 as the only
 /// architecture) and unpacked into `stage/root`. Returns name -> version.
-fn debian_root(minor: &str, stage: &Path) -> Result<BTreeMap<String, String>> {
+fn debian_root(minor: &str, stage: &Tree) -> Result<BTreeMap<String, String>> {
     for tool in ["apt-get", "apt-cache", "dpkg-deb"] {
         which(tool).ok_or_else(|| {
             Failure::env(format!("{tool} not found: the cross build takes the target's Python and C libraries from Debian's arm64 archive"))
@@ -486,7 +491,7 @@ fn debian_root(minor: &str, stage: &Path) -> Result<BTreeMap<String, String>> {
     }
     let apt = stage.join("apt");
     for d in ["lists/partial", "cache/archives/partial", "debs"] {
-        std::fs::create_dir_all(apt.join(d))?;
+        stage.create_dir_all(Path::new("apt").join(d))?;
     }
     let opts: Vec<String> = vec![
         format!("-oDir::State::Lists={}", apt.join("lists").display()),
@@ -549,59 +554,53 @@ fn debian_root(minor: &str, stage: &Path) -> Result<BTreeMap<String, String>> {
     run("apt-get", format!("download {} arm64 packages", names.len()), &dl, &debs_dir)?;
     let mut out = BTreeMap::new();
     let droot = stage.join("root");
-    std::fs::create_dir_all(&droot)?;
-    for e in std::fs::read_dir(&debs_dir)?.flatten() {
-        let f = e.file_name().to_string_lossy().into_owned();
+    stage.create_dir_all("root")?;
+    for f in stage.names("apt/debs")? {
         let Some(stem) = f.strip_suffix("_arm64.deb").or_else(|| f.strip_suffix("_all.deb")) else { continue };
         let Some((name, version)) = stem.split_once('_') else { continue };
-        Cmd::new("dpkg-deb", format!("unpack {f}")).arg("-x").arg(e.path()).arg(&droot).output()?;
+        Cmd::new("dpkg-deb", format!("unpack {f}")).arg("-x").arg(debs_dir.join(&f)).arg(&droot).output()?;
         out.insert(name.to_string(), version.replace("%3a", ":"));
     }
-    std::fs::remove_dir_all(&apt)?;
+    stage.remove_all("apt")?;
     Ok(out)
 }
 
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))?.flatten() {
-        let t = to.join(e.file_name());
-        let ft = e.file_type()?;
-        if ft.is_dir() {
-            copy_dir(&e.path(), &t)?;
-        } else if ft.is_file() {
-            std::fs::copy(e.path(), &t)?;
+/// Copy the folder `from` of `tree` to `to` (folders and regular files; links
+/// are left out, never followed).
+fn copy_dir(tree: &Tree, from: &Path, to: &Path) -> Result<()> {
+    tree.create_dir_all(to)?;
+    for e in tree.walk(from, Walk::default())? {
+        let t = to.join(e.rel.strip_prefix(from).context("a walked name is below its start")?);
+        match e.kind {
+            Kind::Dir => tree.create_dir_all(&t)?,
+            Kind::File { .. } => {
+                tree.copy_to(&e.rel, tree, &t, forge_os::input::cap::WHEEL, forge_os::fs::PUBLIC)?;
+            }
+            _ => {}
         }
     }
     Ok(())
 }
 
 /// `lib64/`: links to the target's CUDA libraries (plus unversioned names)
-/// and an aarch64 `libcuda.so` link stub compiled by the cross gcc. Returns the stub's symbol count.
-fn lib64(cu: &Path, lib64: &Path, gcc: &Path, stage: &Path) -> Result<usize> {
-    std::fs::create_dir_all(lib64)?;
+/// and an aarch64 `libcuda.so` link stub compiled by the cross gcc; `cu` and
+/// `lib64` inside `stage`. Returns the stub's symbol count.
+fn lib64(stage: &Tree, cu: &Path, lib64: &Path, gcc: &Path) -> Result<usize> {
+    stage.create_dir_all(lib64)?;
     let major = cu.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut names = BTreeSet::new();
-    for e in std::fs::read_dir(cu.join("lib")).with_context(|| format!("reading {}/lib", cu.display()))?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        std::os::unix::fs::symlink(format!("../../site/nvidia/{major}/lib/{name}"), lib64.join(&name))?;
-        names.insert(name);
+    let names: BTreeSet<String> = stage.names(cu.join("lib"))?.into_iter().collect();
+    for name in &names {
+        stage.symlink(format!("../../site/nvidia/{major}/lib/{name}"), lib64.join(name))?;
     }
-    for n in names.clone() {
-        if let Some((base, _)) = n.split_once(".so.") {
-            let plain = format!("{base}.so");
-            if names.insert(plain.clone()) {
-                std::os::unix::fs::symlink(&n, lib64.join(plain))?;
-            }
-        }
-    }
-    registry::link_stub(cu, lib64, gcc, stage, "aarch64 libcuda.so link stub")
+    registry::link_unversioned(stage, lib64, &names)?;
+    registry::link_stub(stage, cu, lib64, gcc, "aarch64 libcuda.so link stub")
 }
 
 /// A bash wrapper that rewrites every argument, then runs `real`: a host
 /// prefix of `map` becomes its target path; an entry `*/site-packages/P`
 /// matches `P` under any absolute `.../site-packages/` (followed by `/`, the
 /// end or a separator: `torch` never matches `torchgen`).
-fn write_wrapper(path: &Path, real: &Path, map: &[(String, String)]) -> Result<()> {
+fn write_wrapper(tree: &Tree, rel: &str, real: &Path, map: &[(String, String)]) -> Result<()> {
     let q = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     type Pair = (String, String);
     let (pat, exact): (Vec<&Pair>, Vec<&Pair>) = map.iter().partition(|(h, _)| h.starts_with(SITE_PATTERN));
@@ -631,11 +630,10 @@ exec {real_q} "${{a[@]}}"
         pat = pairs(&pat, SITE_PATTERN.len()),
         real_q = q(&real.to_string_lossy()),
     );
-    std::fs::write(path, text)?;
-    let mut perm = std::fs::metadata(path)?.permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-    std::fs::set_permissions(path, perm)?;
-    Ok(())
+    tree.write_with(rel, 0o755, |f| {
+        forge_os::fs::set_file_mode(f, 0o755)?;
+        Ok(f.write_all(text.as_bytes())?)
+    })
 }
 
 /// What the post-build checks found.
@@ -653,26 +651,25 @@ pub struct Checked {
 /// driver's own; then `import deep_ep, hybrid_ep_cpp` under qemu-aarch64 with
 /// Debian's arm64 Python, the target's site-packages and the libcuda stub.
 pub fn check_wheel(wheel: &Path, s: &Sysroot, tmp: &Path) -> Result<Checked> {
-    let dir = tmp.join("cross-check");
-    std::fs::create_dir_all(&dir)?;
-    let mut w = forge_wheel::wheel::open(wheel)?;
-    w.archive().extract(&dir).with_context(|| format!("unpacking {}", wheel.display()))?;
+    let dir = Tree::open(tmp, "build folder")?.sub_create("cross-check", "cross check folder")?;
+    unpack(wheel, &dir)?;
+    let sysroot = Tree::open(&s.root, "cross sysroot")?;
     // Installed beside the target's packages (RUNPATHs are `$ORIGIN`-relative to site-packages).
-    for e in std::fs::read_dir(s.site())?.flatten() {
-        let to = dir.join(e.file_name());
-        if !to.exists() {
-            std::os::unix::fs::symlink(e.path(), to)?;
+    for name in sysroot.names("site")? {
+        if !dir.exists(&name) {
+            dir.symlink(s.site().join(&name), &name)?;
         }
     }
     let mut needed = BTreeMap::new();
     let mut missing = Vec::new();
-    let lib_dirs = library_dirs(s);
-    for e in std::fs::read_dir(&dir)?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".so") {
+    let lib_dirs = library_dirs(s, &sysroot);
+    for e in dir.list(".", forge_os::fs::MAX_NAMES)?.entries {
+        let Some(name) =
+            e.utf8().filter(|n| n.ends_with(".so") && matches!(e.kind, Kind::File { .. })).map(String::from)
+        else {
             continue;
-        }
-        let data = std::fs::read(e.path())?;
+        };
+        let data = dir.read(&name, forge_os::input::cap::WHEEL)?;
         let Some(elf) = super::relocate::ElfDynamic::parse(&data)? else { continue };
         let mut found = BTreeMap::new();
         for n in &elf.needed {
@@ -680,10 +677,12 @@ pub fn check_wheel(wheel: &Path, s: &Sysroot, tmp: &Path) -> Result<Checked> {
                 found.insert(n.clone(), "the NVIDIA driver (run machine)".to_string());
                 continue;
             }
-            let runpath = elf.runpath.iter().map(|r| PathBuf::from(r.replace("$ORIGIN", &dir.to_string_lossy())));
-            match runpath.chain(lib_dirs.iter().cloned()).map(|d| d.join(n)).find(|p| p.exists()) {
+            let runpath =
+                elf.runpath.iter().map(|r| PathBuf::from(r.replace("$ORIGIN", &dir.path().to_string_lossy())));
+            let exists = |p: &PathBuf| forge_os::fs::named::kind_through(p) != Kind::Missing;
+            match runpath.chain(lib_dirs.iter().cloned()).map(|d| d.join(n)).find(exists) {
                 Some(p) => {
-                    let p = std::fs::canonicalize(&p).unwrap_or(p);
+                    let p = forge_os::fs::named::canonical_opt(&p).unwrap_or(p);
                     found.insert(n.clone(), p.strip_prefix(&s.root).unwrap_or(&p).display().to_string());
                 }
                 None => missing.push(format!("{name}: {n}")),
@@ -700,18 +699,38 @@ pub fn check_wheel(wheel: &Path, s: &Sysroot, tmp: &Path) -> Result<Checked> {
         .hint("a library the extensions link must come from the target's wheels (pins the same packages as the host) or the driver")
         .into());
     }
-    let import = import_check(&dir, s)?;
+    let import = import_check(dir.path(), s)?;
     Ok(Checked { needed, import })
 }
 
-/// Library folders of the target, as its loader would search them once the wheel is installed beside the target's packages.
-fn library_dirs(s: &Sysroot) -> Vec<PathBuf> {
-    let mut v = vec![s.site().join("torch/lib")];
-    if let Ok(rd) = std::fs::read_dir(s.site().join("nvidia")) {
-        let mut libs: Vec<PathBuf> = rd.flatten().map(|e| e.path().join("lib")).filter(|p| p.is_dir()).collect();
-        libs.sort();
-        v.extend(libs);
+/// Every member of `wheel` written into `dir` (a member's name is a path
+/// inside it: the wheel reader refuses one that leaves it).
+fn unpack(wheel: &Path, dir: &Tree) -> Result<()> {
+    let mut w = forge_wheel::wheel::open(wheel)?;
+    for name in w.names() {
+        if name.ends_with('/') {
+            dir.create_dir_all(&name)?;
+            continue;
+        }
+        let bytes = w.member(&name, forge_os::input::cap::WHEEL)?.context("a listed member")?;
+        if let Some(parent) = Path::new(&name).parent().filter(|p| !p.as_os_str().is_empty()) {
+            dir.create_dir_all(parent)?;
+        }
+        dir.write(&name, &bytes).with_context(|| format!("unpacking {}", wheel.display()))?;
     }
+    Ok(())
+}
+
+/// Library folders of the target, as its loader would search them once the wheel is installed beside the target's packages.
+fn library_dirs(s: &Sysroot, sysroot: &Tree) -> Vec<PathBuf> {
+    let mut v = vec![s.site().join("torch/lib")];
+    let nvidia = Path::new("site/nvidia");
+    let libs = sysroot.names(nvidia).unwrap_or_default();
+    v.extend(
+        libs.iter()
+            .filter(|n| sysroot.is_dir(nvidia.join(n).join("lib")))
+            .map(|n| s.site().join("nvidia").join(n).join("lib")),
+    );
     let r = s.debian_root();
     v.extend([r.join(format!("lib/{TRIPLE}")), r.join(format!("usr/lib/{TRIPLE}")), r.join("lib"), r.join("usr/lib")]);
     v
@@ -781,7 +800,8 @@ mod tests {
             ("/usr/include/python3.11".to_string(), "/t/py".to_string()),
             (format!("{SITE_PATTERN}torch"), "/t/it's/torch".to_string()),
         ];
-        write_wrapper(&w, Path::new("/bin/echo"), &map).unwrap();
+        let tree = Tree::open(d.path(), "test folder").unwrap();
+        write_wrapper(&tree, "w", Path::new("/bin/echo"), &map).unwrap();
         let o = std::process::Command::new(&w)
             .args([
                 "-I/h/lib/python3.11/site-packages/torch/include",

@@ -5,7 +5,10 @@
 //! CUDA compiler packages of torch's own CUDA minor (read from the installed
 //! torch, never assumed: nvcc 13.5 rejects torch 2.11's 13.0 headers), and a
 //! `cuda-home/` laid out the way torch's extension builder expects, with a
-//! `libcuda.so` link stub that defines the driver API.
+//! `libcuda.so` link stub that defines the driver API. The cache's
+//! `toolchains/` folder and the staging folder are [`Tree`]s: what is made is
+//! written inside the staging folder, and a link, file or FIFO planted where
+//! the toolchain is published is refused (exit 2), never replaced or followed.
 //! Owns provisioning; must not build wheels or decide variant settings.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -16,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use forge_model::pep;
 use forge_model::pins::{Arch, Pins};
 use forge_os::error::{check_interrupted, Failure};
+use forge_os::fs::{Kind as FsKind, Tree};
 use forge_os::process::Cmd;
 use forge_store::source;
 
@@ -424,7 +428,7 @@ fn interpreter_identity(uv: &Path, python: &str) -> String {
     };
     found
         .filter(|p| p.is_absolute())
-        .and_then(|p| std::fs::canonicalize(p).ok())
+        .and_then(|p| forge_os::fs::named::canonical_opt(&p))
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|| python.to_string())
 }
@@ -436,7 +440,8 @@ pub fn root_for(req: &Request, cache_dir: &Path) -> Result<PathBuf> {
 
 /// The toolchain for `req` if the cache has it; never provisions (for `plan`).
 pub fn lookup(req: &Request, cache_dir: &Path) -> Result<Option<Provisioned>> {
-    Ok(read_identity(&keyed(req, cache_dir)?.root))
+    let k = keyed(req, cache_dir)?;
+    Ok(read_identity(cache_dir, &k.key, &k.root))
 }
 
 /// The environment for `req`, provisioned now unless the cache has it.
@@ -444,39 +449,80 @@ pub fn provision(req: &Request, cache_dir: &Path) -> Result<Provisioned> {
     let Keyed { uv, uv_version, key, root } = keyed(req, cache_dir)?;
     // In use from here on: `cache gc` skips it.
     forge_store::cache::Cache::at(cache_dir).use_toolchain(&key)?;
-    if let Some(p) = read_identity(&root) {
+    if let Some(p) = read_identity(cache_dir, &key, &root) {
         return Ok(p);
     }
     let _lock = source::lock(&cache_dir.join("locks").join(format!("toolchain-{key}.lock")))?;
-    if let Some(p) = read_identity(&root) {
+    if let Some(p) = read_identity(cache_dir, &key, &root) {
         return Ok(p);
     }
     runnable_python(&req.python)?;
-    let tmp = forge_store::cache::Cache::at(cache_dir).stage()?;
-    let stage = tmp.path().join("tc");
-    std::fs::create_dir(&stage)?;
+    let toolchains = toolchains(cache_dir)?;
+    check_publish_place(&toolchains, &key)?;
+    let staging = forge_store::cache::Cache::at(cache_dir).stage()?;
+    let tmp = Tree::open(staging.path(), "staging folder")?;
+    let stage = tmp.sub_create("tc", "toolchain being made")?;
     let p = make(req, &uv, &uv_version, &stage, &root, &key)?;
-    std::fs::write(stage.join(IDENTITY_FILE), serde_json::to_vec_pretty(&p)?)?;
+    stage.write(IDENTITY_FILE, &serde_json::to_vec_pretty(&p)?)?;
     check_interrupted()?;
-    std::fs::create_dir_all(root.parent().expect("toolchains dir"))?;
-    // A folder of another layout (we hold the key's lock): replace it.
-    if root.exists() {
-        std::fs::remove_dir_all(&root)
-            .with_context(|| format!("removing the outdated toolchain {}", root.display()))?;
-    }
-    std::fs::rename(&stage, &root).with_context(|| format!("publishing the toolchain as {}", root.display()))?;
+    publish(&tmp, "tc", &toolchains, &key)?;
     Ok(p)
 }
 
-/// The toolchain published at `root`, if complete and of this layout. The
-/// environment is relocatable (relative links, `uv venv --relocatable`), so a
-/// moved cache folder (a CI cache restored elsewhere) is still used.
-fn read_identity(root: &Path) -> Option<Provisioned> {
-    let mut p: Provisioned = serde_json::from_slice(
-        &forge_os::fs::named::read_bytes(&root.join(IDENTITY_FILE), "toolchain identity", forge_os::input::cap::TEXT)
-            .ok()?,
-    )
-    .ok()?;
+/// `<cache>/toolchains/` as a [`Tree`], made when absent (the cache folder is
+/// the user's choice; a link below it that leads outside is refused).
+pub(crate) fn toolchains(cache_dir: &Path) -> Result<Tree> {
+    let cache = Tree::create(cache_dir, "cache")?;
+    match cache.kind("toolchains")? {
+        FsKind::Missing => cache.sub_create("toolchains", "toolchain folder"),
+        _ => cache.sub("toolchains", "toolchain folder"),
+    }
+}
+
+/// Where a toolchain or sysroot is published under `toolchains/`: absent, or
+/// a folder of another layout (replaced: the caller holds the key's lock);
+/// anything else (a planted link, a file, a FIFO) is refused, exit 2, naming it.
+pub(crate) fn check_publish_place(toolchains: &Tree, key: &str) -> Result<()> {
+    match toolchains.kind(key)? {
+        FsKind::Missing | FsKind::Dir => Ok(()),
+        k => Err(Failure::usage(format!("{} is {}, not a toolchain folder", toolchains.join(key).display(), k.noun()))
+            .hint("remove it (deepep-forge makes the toolchain there)")
+            .into()),
+    }
+}
+
+/// Rename the finished `made` folder of `tmp` to `toolchains/<key>`,
+/// replacing a folder of another layout there (never through a link).
+pub(crate) fn publish(tmp: &Tree, made: &str, toolchains: &Tree, key: &str) -> Result<()> {
+    check_publish_place(toolchains, key)?;
+    if toolchains.kind(key)? == FsKind::Dir {
+        toolchains
+            .remove_all(key)
+            .with_context(|| format!("removing the outdated toolchain {}", toolchains.join(key).display()))?;
+    }
+    tmp.rename_to(made, toolchains, key)
+        .with_context(|| format!("publishing the toolchain as {}", toolchains.join(key).display()))
+}
+
+/// The bytes of `toolchains/<key>/<file>` under the cache folder, when there
+/// (read through the cache's tree: never through a link out of it).
+pub(crate) fn read_in_cache(cache_dir: &Path, key: &str, file: &str) -> Option<Vec<u8>> {
+    if forge_os::fs::named::kind_through(cache_dir) != FsKind::Dir {
+        return None;
+    }
+    let cache = Tree::open(cache_dir, "cache").ok()?;
+    let rel = Path::new("toolchains").join(key);
+    if cache.kind(&rel).ok()? != FsKind::Dir {
+        return None;
+    }
+    cache.read(rel.join(file), forge_os::input::cap::TEXT).ok()
+}
+
+/// The toolchain published at `root` (`<cache>/toolchains/<key>`), if complete
+/// and of this layout. The environment is relocatable (relative links, `uv venv
+/// --relocatable`), so a moved cache folder (a CI cache restored elsewhere) is still used.
+fn read_identity(cache_dir: &Path, key: &str, root: &Path) -> Option<Provisioned> {
+    let mut p: Provisioned = serde_json::from_slice(&read_in_cache(cache_dir, key, IDENTITY_FILE)?).ok()?;
     p.root = root.to_path_buf();
     (p.layout == LAYOUT).then_some(p)
 }
@@ -518,7 +564,7 @@ fn runnable_python(python: &str) -> Result<()> {
 }
 
 /// Make the environment in `stage` (relocatable: it is renamed to `root`).
-fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, key: &str) -> Result<Provisioned> {
+fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Tree, root: &Path, key: &str) -> Result<Provisioned> {
     let env = stage.join("env");
     let uv_cmd = |purpose: String| {
         let mut c = Cmd::new(uv, purpose);
@@ -538,7 +584,7 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
     // NCCL/NVSHMEM over torch's pins: uv's override file, given to every install.
     let override_file = stage.join("overrides.txt");
     let lines: String = req.overrides.iter().map(|o| format!("{}\n", o.requirement())).collect();
-    std::fs::write(&override_file, lines)?;
+    stage.write("overrides.txt", lines.as_bytes())?;
     let install = |what: &[String], purpose: String| -> Result<()> {
         let mut c = uv_cmd(purpose);
         c.args(["pip", "install", "--quiet", "--python"]).arg(&python);
@@ -553,7 +599,8 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
     };
     install(std::slice::from_ref(&req.torch), format!("install {} from the registry", req.torch))?;
     check_interrupted()?;
-    let site = site_packages(&env)?;
+    let site_rel = site_packages(stage, Path::new("env"))?;
+    let site = stage.join(&site_rel);
     let (torch_version, cuda) = super::lookup::read_torch_version(&site.join("torch/version.py"))
         .and_then(|(v, c)| c.map(|c| (v, c)))
         .ok_or_else(|| Failure::problems(format!("the installed {} carries no CUDA version (torch/version.py `cuda` is None): a CPU build of torch cannot build DeepEP", req.torch)))?;
@@ -577,13 +624,12 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
         .map(|(n, v)| (n.trim().to_lowercase(), v.trim().to_string()))
         .collect();
     let major = cuda.split('.').next().unwrap_or("");
-    let cu = site.join(format!("nvidia/cu{major}"));
-    let stub_symbols = cuda_home(&cu, &stage.join("cuda-home"), stage)?;
+    let stub_symbols = cuda_home(stage, &site_rel.join(format!("nvidia/cu{major}")), Path::new("cuda-home"))?;
     let mut notes = vec![format!(
         "torch {torch_version} carries CUDA {cuda}: CUDA compiler packages pinned to {}",
         minor_spec(&cuda)?
     )];
-    let overrides = overridden(req, &site, &packages);
+    let overrides = overridden(req, stage, &site_rel, &packages);
     notes.extend(overrides.iter().map(|(p, what)| format!("{p} {what}")));
     Ok(Provisioned {
         layout: LAYOUT,
@@ -600,23 +646,19 @@ fn make(req: &Request, uv: &Path, uv_version: &str, stage: &Path, root: &Path, k
 }
 
 /// Package -> `2.30.7 (overrides torch's pin 2.28.9; why)` for each override,
-/// torch's pin read from its installed METADATA.
-fn overridden(req: &Request, site: &Path, packages: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    let meta = std::fs::read_dir(site)
+/// torch's pin read from its installed METADATA (`site` inside `stage`).
+fn overridden(
+    req: &Request,
+    stage: &Tree,
+    site: &Path,
+    packages: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let meta = stage
+        .names(site)
+        .unwrap_or_default()
         .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name().is_some_and(|n| {
-                n.to_string_lossy().starts_with("torch-") && n.to_string_lossy().ends_with(".dist-info")
-            })
-        })
-        .and_then(|d| {
-            forge_os::fs::named::read_text_opt(&d.join("METADATA"), "torch METADATA", forge_os::input::cap::TEXT)
-                .ok()
-                .flatten()
-        })
+        .find(|n| n.starts_with("torch-") && n.ends_with(".dist-info"))
+        .and_then(|d| stage.read_text_opt(site.join(d).join("METADATA"), forge_os::input::cap::TEXT).ok().flatten())
         .unwrap_or_default();
     req.overrides
         .iter()
@@ -676,75 +718,78 @@ pub fn cuda_requirements(cuda: &str) -> Result<Vec<String>> {
     Ok(v)
 }
 
-fn site_packages(env: &Path) -> Result<PathBuf> {
+/// The `lib/pythonX.Y/site-packages` folder of the environment `env` (relative to `stage`).
+fn site_packages(stage: &Tree, env: &Path) -> Result<PathBuf> {
     let lib = env.join("lib");
-    std::fs::read_dir(&lib)
-        .with_context(|| format!("reading {}", lib.display()))?
-        .flatten()
-        .map(|e| e.path().join("site-packages"))
-        .find(|p| p.is_dir())
-        .with_context(|| format!("no site-packages under {}", lib.display()))
+    stage
+        .names(&lib)?
+        .into_iter()
+        .map(|n| lib.join(n).join("site-packages"))
+        .find(|p| stage.kind(p).is_ok_and(|k| k == FsKind::Dir))
+        .with_context(|| format!("no site-packages under {}", stage.join(&lib).display()))
 }
 
-/// Lay out `home` from the `nvidia/cuXX` package folder `cu` (`stage`: the
-/// folder published by rename, for relative links; the C source is written there): bin, include
-/// and nvvm as relative links, lib64 with links to its libraries plus their
-/// unversioned names, and the driver stub. Returns the stub's symbol count.
-pub fn cuda_home(cu: &Path, home: &Path, stage: &Path) -> Result<usize> {
-    if !cu.join("bin/nvcc").exists() {
-        anyhow::bail!("{} has no bin/nvcc after installing nvidia-cuda-nvcc", cu.display());
-    }
-    std::fs::create_dir_all(home.join("lib64"))?;
-    // Relative links inside `stage` (it is renamed into place), absolute otherwise.
-    let rel = |target: &Path, from_dir: &Path| -> PathBuf {
-        match (target.strip_prefix(stage), from_dir.strip_prefix(stage)) {
-            (Ok(t), Ok(from)) => {
-                std::iter::repeat_n(Path::new(".."), from.components().count()).collect::<PathBuf>().join(t)
-            }
-            _ => target.to_path_buf(),
-        }
-    };
-    for d in ["bin", "include", "nvvm"] {
-        std::os::unix::fs::symlink(rel(&cu.join(d), home), home.join(d))?;
+/// `target` as a link's text from the folder `from` (both relative to the
+/// same tree): `../..`s up to the tree, then `target`.
+fn relative_link(target: &Path, from: &Path) -> PathBuf {
+    std::iter::repeat_n(Path::new(".."), from.components().count()).collect::<PathBuf>().join(target)
+}
+
+/// Lay out `home` from the `nvidia/cuXX` package folder `cu`, both inside
+/// `stage` (the folder published by rename: the links are relative; the C
+/// source is written there): bin, include and nvvm as relative links, lib64
+/// with links to its libraries plus their unversioned names, and the driver
+/// stub. Returns the stub's symbol count.
+pub fn cuda_home(stage: &Tree, cu: &Path, home: &Path) -> Result<usize> {
+    if !stage.exists(cu.join("bin/nvcc")) {
+        anyhow::bail!("{} has no bin/nvcc after installing nvidia-cuda-nvcc", stage.join(cu).display());
     }
     let lib64 = home.join("lib64");
-    let mut names = BTreeSet::new();
-    for e in std::fs::read_dir(cu.join("lib"))?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        std::os::unix::fs::symlink(rel(&e.path(), &lib64), lib64.join(&name))?;
-        names.insert(name);
+    stage.create_dir_all(&lib64)?;
+    for d in ["bin", "include", "nvvm"] {
+        stage.symlink(relative_link(&cu.join(d), home), home.join(d))?;
     }
-    for n in names.clone() {
+    let names: BTreeSet<String> = stage.names(cu.join("lib"))?.into_iter().collect();
+    for name in &names {
+        stage.symlink(relative_link(&cu.join("lib").join(name), &lib64), lib64.join(name))?;
+    }
+    link_unversioned(stage, &lib64, &names)?;
+    let cc = forge_os::environ::var("CC").filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
+    link_stub(stage, cu, &lib64, Path::new(&cc), "libcuda.so link stub")
+}
+
+/// `libX.so` -> `libX.so.N` in `lib64` for each versioned library of `names` without one.
+pub(crate) fn link_unversioned(stage: &Tree, lib64: &Path, names: &BTreeSet<String>) -> Result<()> {
+    let mut all = names.clone();
+    for n in names {
         if let Some((base, _)) = n.split_once(".so.") {
             let plain = format!("{base}.so");
-            if names.insert(plain.clone()) {
-                std::os::unix::fs::symlink(&n, lib64.join(plain))?;
+            if all.insert(plain.clone()) {
+                stage.symlink(n, lib64.join(plain))?;
             }
         }
     }
-    let cc = forge_os::environ::var("CC").filter(|c| !c.is_empty()).unwrap_or_else(|| "cc".into());
-    link_stub(cu, &lib64, Path::new(&cc), stage, "libcuda.so link stub")
+    Ok(())
 }
 
 /// The `libcuda.so` link stub in `lib64`: every driver function `<cu>/include/cuda.h`
 /// declares ([`driver_symbols`]), each returning CUDA_ERROR_STUB_LIBRARY, compiled by
-/// `cc` (the host's compiler, or the cross gcc). Returns its symbol count. The one
-/// maker for the registry and the cross toolchains.
-pub fn link_stub(cu: &Path, lib64: &Path, cc: &Path, stage: &Path, what: &str) -> Result<usize> {
-    let header = cu.join("include/cuda.h");
-    let text = std::fs::read_to_string(&header).with_context(|| format!("reading {}", header.display()))?;
+/// `cc` (the host's compiler, or the cross gcc). `cu` and `lib64` are inside
+/// `stage`, where the C source is written (and removed). Returns its symbol
+/// count. The one maker for the registry and the cross toolchains.
+pub fn link_stub(stage: &Tree, cu: &Path, lib64: &Path, cc: &Path, what: &str) -> Result<usize> {
+    let text = stage.read_text(cu.join("include/cuda.h"), forge_os::input::cap::TEXT)?;
     let symbols = driver_symbols(&text);
-    let c = stage.join("libcuda-stub.c");
     let body: String =
         symbols.iter().map(|s| format!("int {s}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}\n")).collect();
-    std::fs::write(&c, format!("/* {what} generated from cuda.h by deepep-forge. */\n{body}"))?;
+    stage.write("libcuda-stub.c", format!("/* {what} generated from cuda.h by deepep-forge. */\n{body}").as_bytes())?;
     Cmd::new(cc, format!("compile the {what}"))
         .args(["-shared", "-fPIC", "-O0", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(lib64.join("libcuda.so"))
-        .arg(&c)
+        .arg(stage.join(lib64.join("libcuda.so")))
+        .arg(stage.join("libcuda-stub.c"))
         .output()
         .map_err(|e| Failure::env(format!("{e:#}")).hint("install gcc (or point CC at a C compiler)"))?;
-    std::fs::remove_file(&c)?;
+    stage.remove_file("libcuda-stub.c")?;
     Ok(symbols.len())
 }
 

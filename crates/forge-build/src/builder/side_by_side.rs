@@ -7,11 +7,13 @@
 //! output path is the serial build's, so the wheel's bytes are too (tests/
 //! side_by_side.rs builds both ways and compares): not in the cache key, shown
 //! in the plan. Also keeps every ninja log of the build beside its log.
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::plan::{Plan, SideBySide};
+use forge_os::fs::{Kind, Tree};
 
 /// The driver, written into the build folder when the build runs.
 pub const DRIVER: &str = include_str!("side_by_side.py");
@@ -43,8 +45,7 @@ pub fn attach(pl: &mut Plan, serial: bool) {
 pub fn command(pl: &Plan) -> Result<&[String]> {
     match &pl.side_by_side {
         Some(s) => {
-            let f = pl.build_dir().join(DRIVER_FILE);
-            std::fs::write(&f, DRIVER).with_context(|| format!("writing {}", f.display()))?;
+            Tree::open(pl.build_dir(), "build folder")?.write(DRIVER_FILE, DRIVER.as_bytes())?;
             Ok(&s.argv)
         }
         None => Ok(&pl.run.argv),
@@ -67,37 +68,81 @@ const MAX_ENTRIES: usize = 100_000;
 
 /// Copy every `.ninja_log` of the build tree's `build/` folder (each extension's, or the
 /// serial build's one) into `<log>.ninja/`, named after its folder; returns the copies.
-/// The tree is the pinned revision's (not ours): `build` itself and every
-/// entry below it are taken only when they are not links (a committed `build`
-/// symlink is not followed), each log is opened without following links and
-/// copied up to [`MAX_NINJA_LOG`] bytes (`input::copy_capped`); at most 64
-/// logs, 6 folders deep, [`MAX_ENTRIES`] entries.
+/// The tree is the pinned revision's (not ours) and read through its [`Tree`]:
+/// `build` itself and every entry below it are taken only when they are not
+/// links (a committed `build` symlink is not followed), each log is opened
+/// without following links and copied up to [`MAX_NINJA_LOG`] bytes (a larger
+/// one is cut, saying so); at most 64 logs, 6 folders deep, [`MAX_ENTRIES`]
+/// entries. The copies are written through the log folder's tree. Best effort:
+/// what cannot be read or written is left out.
 pub fn keep_ninja_logs(tree: &Path, log: &Path) -> Vec<PathBuf> {
-    let dest = log.with_extension("ninja");
-    let _ = std::fs::remove_dir_all(&dest);
-    let mut kept = Vec::new();
-    let root = tree.join("build");
-    if !std::fs::symlink_metadata(&root).is_ok_and(|m| m.is_dir()) {
-        return kept;
+    let (Some(folder), Some(name)) = (log.parent(), log.file_stem()) else { return Vec::new() };
+    let dest = PathBuf::from(format!("{}.ninja", name.to_string_lossy()));
+    let Ok(logs) = Tree::open(folder, "log folder") else { return Vec::new() };
+    if logs.remove_all(&dest).is_err() {
+        return Vec::new();
     }
-    let walk = walkdir::WalkDir::new(&root).max_depth(6).follow_links(false).follow_root_links(false);
-    for e in walk.into_iter().take(MAX_ENTRIES).filter_map(|e| e.ok()) {
-        if kept.len() == 64 || !e.file_type().is_file() || e.file_name() != ".ninja_log" || e.path_is_symlink() {
-            continue;
-        }
-        let name = e.path().parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
-        let to = dest.join(format!("{}.ninja_log", name.unwrap_or_else(|| "build".into())));
-        if std::fs::create_dir_all(&dest).is_ok()
-            && forge_os::fs::named::copy_capped(e.path(), &to, MAX_NINJA_LOG).is_ok()
-        {
-            kept.push(to);
+    let Ok(src) = Tree::open(tree, "build tree") else { return Vec::new() };
+    if !matches!(src.kind("build"), Ok(Kind::Dir)) {
+        return Vec::new();
+    }
+    let mut kept = Vec::new();
+    for rel in ninja_logs(&src) {
+        let parent = rel.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+        let to = dest.join(format!("{}.ninja_log", parent.unwrap_or_else(|| "build".into())));
+        if logs.create_dir_all(&dest).is_ok() && copy_capped(&src, &rel, &logs, &to).is_ok() {
+            kept.push(logs.join(&to));
         }
     }
     kept
 }
 
+/// The `.ninja_log` files below `build/` (regular files, never through a link),
+/// depth first in sorted order, within the limits of [`keep_ninja_logs`].
+fn ninja_logs(src: &Tree) -> Vec<PathBuf> {
+    let (mut found, mut seen) = (Vec::new(), 0usize);
+    let mut stack = vec![(PathBuf::from("build"), 1usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(listing) = src.list(&dir, MAX_ENTRIES) else { continue };
+        let mut folders = Vec::new();
+        for e in listing.entries {
+            seen += 1;
+            if seen > MAX_ENTRIES || found.len() == 64 {
+                return found;
+            }
+            let rel = dir.join(&e.name);
+            match e.kind {
+                Kind::Dir if depth < 6 => folders.push(rel),
+                Kind::File { .. } if e.name == ".ninja_log" => found.push(rel),
+                _ => {}
+            }
+        }
+        stack.extend(folders.into_iter().rev().map(|f| (f, depth + 1)));
+    }
+    found
+}
+
+/// Copy `rel` of `src` (a regular file, not a link) to `to` of `dest`, at most
+/// [`MAX_NINJA_LOG`] bytes; a larger one is cut and a last line says so.
+fn copy_capped(src: &Tree, rel: &Path, dest: &Tree, to: &Path) -> Result<()> {
+    let (f, size) = src.open_file_nofollow(rel, u64::MAX)?;
+    dest.write_with(to, forge_os::fs::PUBLIC, |out| {
+        std::io::copy(&mut f.take(MAX_NINJA_LOG), out)?;
+        if size > MAX_NINJA_LOG {
+            out.write_all(
+                format!(
+                    "\n# deepep-forge: cut at {MAX_NINJA_LOG} of {size} bytes (a tree file is copied up to {MAX_NINJA_LOG} bytes)\n"
+                )
+                .as_bytes(),
+            )?;
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
-mod hostile_trees {
+mod tests {
+    //! Hostile build trees: links never followed, huge logs cut.
     use super::*;
 
     #[test]

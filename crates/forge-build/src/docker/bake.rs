@@ -1,17 +1,20 @@
 //! The generated bake file (`docker/docker-bake.json`): per variant a target
 //! that builds the wheel in the image and one (`<variant>-index`) that installs
 //! it from the variant's publish index, args from pins.toml; `docker bake`
-//! (write or `--check`). Must not run a builder.
+//! (write or `--check`), returning a report the command prints. Must not run
+//! a builder.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::{DOCKERFILE, IMAGE};
 use forge_model::pins::{Pins, Transport, Variant};
-use forge_os::error::{Exit, Failure};
-use forge_os::output::{annotation, Annotation, Format, Level};
+use forge_os::error::Failure;
+use forge_os::fs::Tree;
+use forge_os::line::Line;
+use forge_os::printer::shell_word;
 
 /// `docker bake --format json` schema version.
 pub const BAKE_REPORT_SCHEMA: u32 = 1;
@@ -214,54 +217,87 @@ pub struct BakeRequest {
     pub check: bool,
     pub pins: PathBuf,
     pub out: PathBuf,
-    pub format: Format,
 }
 
-pub fn bake(a: BakeRequest) -> Result<Exit> {
+impl BakeReport {
+    /// A stale or missing file (`--check`): exit 1.
+    pub fn is_problem(&self) -> bool {
+        matches!(self.status, "stale" | "missing")
+    }
+}
+
+/// `docker bake`: the bake file generated from pins.toml, compared with the
+/// one on disk and (without `--check`) written in its place by a temporary
+/// file renamed over it, through a [`forge_os::fs::Tree`] of the folder a
+/// relative `--out` starts from ([`super::place`]): a link on the way out of
+/// that folder (a planted `docker/`), or a link, folder or FIFO where the file
+/// goes, is refused (exit 2) and nothing is written. `--check` reads the file
+/// the path names ([`super::place_read`]). Returns what it did; the command prints it.
+pub fn bake(a: &BakeRequest) -> Result<BakeReport> {
     let pins = Pins::load(&a.pins)?;
     let text = bake_json(&pins, &pins_in_context(&a.pins)?)?;
-    let current = forge_os::fs::named::read_text_opt(&a.out, "bake file", forge_os::input::cap::TEXT)?;
-    let fix = format!("deepep-forge docker bake --pins {} --out {}", a.pins.display(), a.out.display());
-    let (status, changes) = match &current {
-        Some(t) if *t == text => ("up-to-date", Vec::new()),
-        _ if !a.check => {
-            write_atomic(&a.out, &text)?;
+    // Written: confined to where the path starts; compared only: the folder the path names.
+    let (root, rel) = if a.check { super::place_read(&a.out)? } else { super::place(&a.out)? };
+    let what = super::folder_name(&root);
+    let folder = match forge_os::fs::named::kind_through(&root) {
+        forge_os::fs::Kind::Missing if a.check => None,
+        _ if a.check => Some(Tree::open(&root, what)?),
+        _ => Some(Tree::create(&root, what)?),
+    };
+    let current = match &folder {
+        Some(t) => t.read_text_opt(&rel, forge_os::input::cap::TEXT)?,
+        None => None,
+    };
+    let fix = format!(
+        "deepep-forge docker bake --pins {} --out {}",
+        shell_word(&a.pins.to_string_lossy()),
+        shell_word(&a.out.to_string_lossy())
+    );
+    let (status, changes) = match (&current, &folder) {
+        (Some(t), _) if *t == text => ("up-to-date", Vec::new()),
+        (_, Some(f)) if !a.check => {
+            check_folders(f, &rel)?;
+            f.check_destination(&rel)?;
+            if let Some(dir) = rel.parent().filter(|d| !d.as_os_str().is_empty()) {
+                f.create_dir_all(dir)?;
+            }
+            f.write(&rel, text.as_bytes())?;
             ("written", Vec::new())
         }
-        Some(old) => ("stale", diff_summary(old, &text)),
-        None => ("missing", Vec::new()),
+        (Some(old), _) => ("stale", diff_summary(old, &text)),
+        (None, _) => ("missing", Vec::new()),
     };
-    let problem = matches!(status, "stale" | "missing");
-    let report = BakeReport {
+    let mut report = BakeReport {
         schema: BAKE_REPORT_SCHEMA,
         file: a.out.clone(),
         pins: a.pins.clone(),
         status,
         targets: pins.variants.iter().map(|v| v.name.clone()).collect(),
         changes,
-        fix: problem.then(|| fix.clone()),
+        fix: None,
     };
-    if a.format == Format::Json {
-        forge_os::printer::json(&report)?;
-    } else {
-        let human = render_bake(&report);
-        if a.format == Format::Github && problem {
-            let msg = format!("{} is {status}: regenerate it from {}", a.out.display(), a.pins.display());
-            let note = Annotation {
-                file: Some(&a.out),
-                title: "deepep-forge docker-bake".into(),
-                message: format!("{msg}\n{human}"),
-                ..Default::default()
-            };
-            forge_os::printer::workflow(&annotation(Level::Error, &note));
-        }
-        forge_os::out!("{human}");
-    }
-    Ok(if problem { Exit::Problems } else { Exit::Ok })
+    report.fix = report.is_problem().then_some(fix);
+    Ok(report)
 }
 
-fn render_bake(r: &BakeReport) -> String {
-    let (file, pins) = (r.file.display(), r.pins.display());
+/// No folder above `rel` in `tree` is a file or a FIFO (exit 2, naming it; a
+/// link there is followed only inside the tree, by the write itself).
+fn check_folders(tree: &Tree, rel: &Path) -> Result<()> {
+    let mut at = PathBuf::new();
+    for c in rel.parent().into_iter().flat_map(|p| p.components()) {
+        at.push(c);
+        if matches!(tree.kind(&at)?, forge_os::fs::Kind::File { .. } | forge_os::fs::Kind::Special) {
+            return Err(Failure::usage(format!("{} is not a folder", tree.join(&at).display()))
+                .hint("remove it, or pass another --out")
+                .into());
+        }
+    }
+    Ok(())
+}
+
+/// The human report of `docker bake` (paths escaped: one value, one line).
+pub fn render_bake(r: &BakeReport) -> String {
+    let (file, pins) = (Line::new(r.file.to_string_lossy()), Line::new(r.pins.to_string_lossy()));
     let mut s = match r.status {
         "up-to-date" => format!("{file}: up to date ({} targets from {pins})\n", r.targets.len()),
         "written" => format!("{file}: written ({} targets from {pins})\n", r.targets.len()),
@@ -269,23 +305,12 @@ fn render_bake(r: &BakeReport) -> String {
         _ => format!("{file}: stale: it differs from what {pins} generates:\n"),
     };
     for c in &r.changes {
-        s.push_str(&format!("  {c}\n"));
+        s.push_str(&format!("  {}\n", Line::new(c)));
     }
     if let Some(fix) = &r.fix {
-        s.push_str(&format!("fix: run `{fix}` and commit the result\n"));
+        s.push_str(&format!("fix: run `{}` and commit the result\n", Line::new(fix)));
     }
     s
-}
-
-/// Write via a temp file in the same directory and rename.
-fn write_atomic(path: &Path, text: &str) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a temp file in {}", dir.display()))?;
-    std::io::Write::write_all(&mut tmp, text.as_bytes())?;
-    tmp.persist(path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use forge_os::error::Failure;
+use forge_os::fs::{Kind, Tree};
+use forge_os::http::redact;
 use forge_os::process::engine::Builder;
 use forge_os::process::Cmd;
 use forge_store::cache::Cache;
@@ -62,7 +64,8 @@ pub struct BaseRequest {
 }
 
 /// A checked base request (flags only, nothing fetched): the suite's name,
-/// the mirror's URL, debootstrap knowing the suite.
+/// the mirror's URL (byte for byte as given: debootstrap gets it so, and
+/// paths are joined onto it by [`forge_os::url::join`]), debootstrap knowing the suite.
 #[derive(Debug, Clone)]
 pub struct Base {
     pub suite: String,
@@ -109,9 +112,9 @@ pub fn check(a: &BaseRequest) -> Result<Base> {
         .hint("pass a codename such as bookworm or trixie")
         .into());
     }
-    let mirror = a.mirror.trim_end_matches('/').to_string();
+    let mirror = a.mirror.clone();
     if super::check_index_url(&mirror).is_err() {
-        return Err(Failure::usage(format!("--base-mirror {}: not an http(s) URL", forge_os::http::redact(&mirror)))
+        return Err(Failure::usage(format!("--base-mirror {}: not an http(s) URL", redact(&mirror)))
             .hint(format!("pass a Debian mirror such as {DEFAULT_MIRROR}"))
             .into());
     }
@@ -119,7 +122,7 @@ pub fn check(a: &BaseRequest) -> Result<Base> {
         Failure::env("debootstrap not found on PATH: podman/buildah images start from a Debian it makes")
             .hint("install it (Debian/Ubuntu: apt-get install debootstrap)")
     })?;
-    if !Path::new("/usr/share/debootstrap/scripts").join(suite).exists() {
+    if forge_os::fs::named::kind_through(&Path::new("/usr/share/debootstrap/scripts").join(suite)) == Kind::Missing {
         return Err(Failure::usage(format!("--base-suite {suite}: debootstrap knows no such suite"))
             .hint("pass a suite listed in /usr/share/debootstrap/scripts (e.g. bookworm), or update debootstrap for a newer one")
             .into());
@@ -129,7 +132,7 @@ pub fn check(a: &BaseRequest) -> Result<Base> {
 
 /// The suite's Release file at the mirror (404: exit 2; unreachable: exit 3).
 fn release(b: &Base) -> Result<Release> {
-    let body = fetch_release(&format!("{}/dists/{}/Release", b.mirror, b.suite))?;
+    let body = fetch_release(&forge_os::url::join(&b.mirror, &format!("dists/{}/Release", b.suite)))?;
     let text = String::from_utf8_lossy(&body);
     let date = text.lines().find_map(|l| l.strip_prefix("Date: ")).unwrap_or("unknown").trim().to_string();
     Ok(Release { date, sha256: forge_os::input::sha256_hex(&body) })
@@ -159,18 +162,20 @@ fn fetch_release(url: &str) -> Result<Vec<u8>> {
     resp.read_capped(1 << 20).map_err(|why| Failure::env(format!("reading {shown}: {why}")).into())
 }
 
-/// Host CA certificates (`*.crt` in /usr/local/share/ca-certificates), sorted by name.
+/// Host CA certificates (`*.crt` regular files in /usr/local/share/ca-certificates, the
+/// first 256 names), sorted by name.
 fn host_cas() -> Result<Vec<(String, Vec<u8>)>> {
-    let Ok(rd) = std::fs::read_dir(HOST_CAS) else { return Ok(Vec::new()) };
-    let mut v = Vec::new();
-    for e in rd.take(256) {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".crt") && e.file_type()?.is_file() {
-            v.push((name, forge_os::fs::named::read_bytes(&e.path(), "CA certificate", forge_os::input::cap::TEXT)?));
-        }
+    if forge_os::fs::named::kind_through(Path::new(HOST_CAS)) != Kind::Dir {
+        return Ok(Vec::new());
     }
-    v.sort();
+    let cas = Tree::open(Path::new(HOST_CAS), "host CA folder")?;
+    let mut v = Vec::new();
+    for e in cas.list(".", 256)?.entries {
+        let Some(name) = e.utf8().filter(|n| n.ends_with(".crt") && matches!(e.kind, Kind::File { .. })) else {
+            continue;
+        };
+        v.push((name.to_string(), cas.read(name, forge_os::input::cap::TEXT)?));
+    }
     Ok(v)
 }
 
@@ -217,44 +222,71 @@ pub fn plan(builder: Builder, program: &Path, cache: &Cache, b: &Base, arch: Arc
 
 /// The Debian rootfs is there in some form: the CUDA image, the Debian image, or the tar.
 fn rootfs_cached(builder: Builder, program: &Path, cache: &Cache, p: &Planned) -> Result<bool> {
-    Ok(image_exists(builder, program, &p.cuda_ref)?
-        || image_exists(builder, program, &p.debian_ref)?
-        || p.rootfs_tar(cache).is_file())
+    if image_exists(builder, program, &p.cuda_ref)? || image_exists(builder, program, &p.debian_ref)? {
+        return Ok(true);
+    }
+    if forge_os::fs::named::kind_through(cache.root()) == Kind::Missing {
+        return Ok(false);
+    }
+    let cache = Tree::open(cache.root(), "cache")?;
+    Ok(matches!(cache.kind(Path::new(IMAGES).join(p.rootfs_rel()))?, Kind::File { .. }))
 }
 
+/// The folder of the bases under the cache.
+const IMAGES: &str = "images";
+
 impl Planned {
-    /// Where the Debian rootfs of this base is cached.
+    /// This base's folder in `<cache>/images/`.
+    fn dir(&self) -> String {
+        format!("base-{}", &self.key[..16])
+    }
+    /// Where the Debian rootfs of this base is cached, in `<cache>/images/`.
+    fn rootfs_rel(&self) -> PathBuf {
+        Path::new(&self.dir()).join("rootfs.tar")
+    }
+    /// Where the Debian rootfs of this base is cached (for tests and messages).
     pub fn rootfs_tar(&self, cache: &Cache) -> PathBuf {
-        base_dir(cache, &self.key).join("rootfs.tar")
+        cache.root().join(IMAGES).join(self.rootfs_rel())
     }
 }
 
-fn base_dir(cache: &Cache, key: &str) -> PathBuf {
-    cache.root().join("images").join(format!("base-{}", &key[..16]))
+/// `<cache>/images/` as a [`Tree`] (made when absent): the bases, their
+/// locks and logs; a link there or below it that leads outside is refused.
+fn images(cache: &Cache) -> Result<Tree> {
+    let cache = Tree::create(cache.root(), "cache")?;
+    match cache.kind(IMAGES)? {
+        Kind::Missing => cache.sub_create(IMAGES, "base image folder"),
+        _ => cache.sub(IMAGES, "base image folder"),
+    }
+}
+
+/// A log's path in `images` for a child to write: refused (exit 2) when a
+/// link, folder or FIFO is there (a child's log follows no planted link).
+fn log(images: &Tree, name: &str) -> Result<PathBuf> {
+    images.check_destination(name)?;
+    Ok(images.join(name))
 }
 
 /// The planned base in `builder`'s store: reused when cached, else made
 /// (debootstrap, import, the CUDA layer), one maker per key. Returns its reference.
 pub fn ensure(builder: Builder, program: &Path, cache: &Cache, b: &Base, p: &Planned) -> Result<String> {
-    let images = std::path::absolute(cache.root().join("images"))?;
-    std::fs::create_dir_all(&images).with_context(|| format!("creating {}", images.display()))?;
-    let lock = forge_os::fs::named::open_lock(&images.join(format!("base-{}.lock", &p.key[..16])), "base image lock")?;
+    let images = images(cache)?;
+    let lock = images.open_lock(format!("{}.lock", p.dir()))?;
     lock.lock().context("locking the base image")?;
     if image_exists(builder, program, &p.cuda_ref)? {
-        forge_os::note!("base {}: cached ({} {}, {})", p.cuda_ref, b.suite, p.arch.debian(), b.mirror);
+        forge_os::note!("base {}: cached ({} {}, {})", p.cuda_ref, b.suite, p.arch.debian(), redact(&b.mirror));
         return Ok(p.cuda_ref.clone());
     }
-    let dir = std::path::absolute(base_dir(cache, &p.key))?;
     if !image_exists(builder, program, &p.debian_ref)? {
-        if !dir.join("rootfs.tar").is_file() {
+        if !matches!(images.kind(p.rootfs_rel())?, Kind::File { .. }) {
             // Planned as cached, then removed by someone else: read the Release file now.
             let release = match &p.release {
                 Some(r) => r.clone(),
                 None => release(b)?,
             };
-            make_rootfs(cache, &images, &dir, b, &release, p.arch, &p.key)?;
+            make_rootfs(cache, &images, &p.dir(), b, &release, p.arch, &p.key)?;
         }
-        import(builder, program, &dir.join("rootfs.tar"), &p.debian_ref, &images)?;
+        import(builder, program, &images.join(p.rootfs_rel()), &p.debian_ref, &images)?;
     }
     cuda_layer(program, cache, &images, &p.containerfile, &p.cuda_ref, &p.cas)?;
     Ok(p.cuda_ref.clone())
@@ -270,45 +302,48 @@ fn image_exists(builder: Builder, program: &Path, r: &str) -> Result<bool> {
 }
 
 /// debootstrap into a staging folder, then one deterministic tar (names
-/// sorted, times 0, numeric root owner) and base.json, renamed into `dir`.
+/// sorted, times 0, numeric root owner) and base.json, renamed into
+/// `images/<dir>` (nothing is there before the rename: a failure leaves no
+/// half-made base).
 fn make_rootfs(
     cache: &Cache,
-    images: &Path,
-    dir: &Path,
+    images: &Tree,
+    dir: &str,
     b: &Base,
     release: &Release,
     arch: Arch,
     key: &str,
 ) -> Result<()> {
-    let stage = cache.stage()?;
-    let stage_dir = std::path::absolute(stage.path())?;
-    let rootfs = stage_dir.join("rootfs");
-    let out = stage_dir.join("out");
-    std::fs::create_dir_all(&out)?;
-    let debs = images.join("debs");
-    std::fs::create_dir_all(&debs)?;
+    let staging = cache.stage()?;
+    let stage = Tree::open(staging.path(), "staging folder")?;
+    let out = stage.sub_create("out", "staging folder")?;
+    let rootfs = stage.join("rootfs");
+    let debs = images.sub_create("debs", "debootstrap's package cache")?;
+    let debootstrap_log = log(images, "debootstrap.log")?;
     forge_os::note!(
         "base: debootstrap {} ({}) from {} (Release {}); log {}",
         b.suite,
         arch.debian(),
-        b.mirror,
+        redact(&b.mirror),
         release.date,
-        images.join("debootstrap.log").display()
+        debootstrap_log.display()
     );
     Cmd::new("debootstrap", format!("make Debian {} ({}) with debootstrap", b.suite, arch.debian()))
         .args(["--variant=minbase", &format!("--arch={}", arch.debian()), &format!("--include={}", PACKAGES.join(","))])
-        .arg(format!("--cache-dir={}", debs.display()))
+        .arg(format!("--cache-dir={}", debs.path().display()))
         .args([b.suite.as_str()])
         .arg(&rootfs)
         .arg(&b.mirror)
-        .run_logged(&images.join("debootstrap.log"), "debootstrap")?;
+        .run_logged(&debootstrap_log, "debootstrap")?;
     let tar = out.join("rootfs.tar");
     Cmd::new("tar", "pack the Debian rootfs")
         .args(["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner", "--xattrs", "-C"])
         .arg(&rootfs)
         .arg(format!("--file={}", tar.display()))
         .args(["-c", "."])
-        .run_logged(&images.join("tar.log"), "tar")?;
+        .run_logged(&log(images, "tar.log")?, "tar")?;
+    let (packed, _) = out.open_file("rootfs.tar", forge_os::input::cap::ROOTFS)?;
+    let (rootfs_sha256, _) = forge_os::input::sha256_reader(packed, forge_os::input::cap::ROOTFS)?;
     let record = serde_json::json!({
         "schema": SCHEMA,
         "key": key,
@@ -318,16 +353,25 @@ fn make_rootfs(
         "packages": PACKAGES,
         "release_date": release.date,
         "release_sha256": release.sha256,
-        "rootfs_sha256": forge_os::fs::named::sha256_file(&tar, "Debian rootfs tarball", forge_os::input::cap::ROOTFS)?.0,
+        "rootfs_sha256": hex::encode(rootfs_sha256),
         "snapshot": if b.mirror.contains("snapshot.debian.org") { "pinned by the mirror URL" } else { "none: the mirror's state on release_date" },
     });
-    std::fs::write(out.join("base.json"), serde_json::to_string_pretty(&record)? + "\n")?;
-    std::fs::rename(&out, dir).with_context(|| format!("publishing {}", dir.display()))?;
-    Ok(())
+    out.write("base.json", (serde_json::to_string_pretty(&record)? + "\n").as_bytes())?;
+    // A folder of an older attempt (we hold the key's lock): replaced; a link there is refused.
+    match images.kind(dir)? {
+        Kind::Missing => {}
+        Kind::Dir => images.remove_all(dir)?,
+        k => {
+            return Err(Failure::usage(format!("{} is {}, not a base folder", images.join(dir).display(), k.noun()))
+                .hint("remove it")
+                .into())
+        }
+    }
+    stage.rename_to("out", images, dir)
 }
 
-fn import(builder: Builder, program: &Path, tar: &Path, r: &str, images: &Path) -> Result<()> {
-    let log = images.join("import.log");
+fn import(builder: Builder, program: &Path, tar: &Path, r: &str, images: &Tree) -> Result<()> {
+    let log = log(images, "import.log")?;
     let purpose = format!("import the Debian rootfs as {r}");
     if builder != Builder::Buildah {
         return Cmd::new(program, purpose).arg("import").arg(tar).arg(r).run_logged(&log, "import");
@@ -371,28 +415,23 @@ fn containerfile(from: &str, reqs: &[String]) -> String {
 fn cuda_layer(
     program: &Path,
     cache: &Cache,
-    images: &Path,
+    images: &Tree,
     file: &str,
     r: &str,
     cas: &[(String, Vec<u8>)],
 ) -> Result<()> {
-    let ctx = cache.stage()?;
-    let ctx_dir = std::path::absolute(ctx.path())?;
-    let ca_dir = ctx_dir.join("extra-ca");
-    std::fs::create_dir_all(&ca_dir)?;
+    let staging = cache.stage()?;
+    let ctx = Tree::open(staging.path(), "build context")?;
+    let ca = ctx.sub_create("extra-ca", "build context")?;
     for (name, bytes) in cas {
-        std::fs::write(ca_dir.join(name), bytes)?;
+        ca.write(name, bytes)?;
     }
-    std::fs::write(ctx_dir.join("Containerfile"), file)?;
-    forge_os::note!("base: the CUDA {CUDA} registry packages -> {r}; log {}", images.join("cuda-layer.log").display());
+    ctx.write("Containerfile", file.as_bytes())?;
+    let layer_log = log(images, "cuda-layer.log")?;
+    forge_os::note!("base: the CUDA {CUDA} registry packages -> {r}; log {}", layer_log.display());
     Cmd::new(program, format!("build the base image {r}"))
         .args(["build", "--isolation=chroot", "--pull=never", &format!("--tag={r}")])
-        .arg(format!("--file={}", ctx_dir.join("Containerfile").display()))
-        .arg(&ctx_dir)
-        .run_logged(&images.join("cuda-layer.log"), "base")
-}
-
-/// Where the base's record lives for a key prefix (for docs and tests).
-pub fn record_path(cache: &Cache, key16: &str) -> PathBuf {
-    cache.root().join("images").join(format!("base-{key16}")).join("base.json")
+        .arg(format!("--file={}", ctx.join("Containerfile").display()))
+        .arg(ctx.path())
+        .run_logged(&layer_log, "base")
 }

@@ -13,7 +13,9 @@ use anyhow::{Context, Result};
 use super::bake::{self, BakeFile, Target, INDEX_ARG, INDEX_SUFFIX};
 use super::{base, check_index_url, BuildRequest};
 use forge_model::pins::Pins;
-use forge_os::error::{Exit, Failure};
+use forge_os::error::Failure;
+use forge_os::fs::{Kind, Tree};
+use forge_os::printer::shell_word;
 use forge_os::process::engine::{find, Builder};
 use forge_os::process::Cmd;
 
@@ -21,7 +23,35 @@ use forge_os::process::Cmd;
 /// none of them changes what the bake file decides (stage, platform, args, tags).
 const PASSTHROUGH: &[&str] = &["--no-cache", "--pull", "--quiet", "-q", "--squash"];
 
-pub fn build(a: BuildRequest) -> Result<Exit> {
+/// What `docker build` made, handed to the command as each build ends (it prints them).
+#[derive(Debug, Clone)]
+pub enum Built {
+    /// `docker buildx bake` built these targets of the bake file.
+    Bake { targets: Vec<String>, file: PathBuf },
+    /// podman or buildah built one target as `tag` on the base `base`.
+    Image { tag: String, target: String, builder: &'static str, base: String },
+}
+
+impl Built {
+    /// Its line in the human output.
+    pub fn render(&self) -> String {
+        match self {
+            Built::Bake { targets, file } => {
+                format!(
+                    "built {} from {} (docker)",
+                    targets.join(", "),
+                    forge_os::line::Line::new(file.to_string_lossy())
+                )
+            }
+            Built::Image { tag, target, builder, base } => format!("built {tag} ({target}, {builder}, base {base})"),
+        }
+    }
+}
+
+/// `docker build`: every target built, or the first failure (exit 1 for a
+/// failed build, 2 for bad input, 3 for a missing tool); `built` hears of
+/// each image as it is made.
+pub fn build(a: BuildRequest, mut built: impl FnMut(&Built)) -> Result<()> {
     let pins = Pins::load(&a.pins)?;
     for v in &a.variant {
         pins.variant(v)?;
@@ -37,21 +67,25 @@ pub fn build(a: BuildRequest) -> Result<Exit> {
             let t = format!("{n}{suffix}");
             let target = file.target.get(&t).cloned().ok_or_else(|| {
                 Failure::usage(format!("{} has no target `{t}`", a.file.display()))
-                    .hint(format!("run `deepep-forge docker bake --pins {}`", a.pins.display()))
+                    .hint(format!("run `deepep-forge docker bake --pins {}`", shell_word(&a.pins.to_string_lossy())))
             })?;
             Ok((t, target))
         })
         .collect::<Result<_>>()?;
     if a.builder == Builder::Docker {
-        return docker_bake(&a, &targets, index.as_deref());
+        return docker_bake(&a, &targets, index.as_deref(), &mut built);
     }
-    daemonless(&a, &targets, index.as_deref())
+    daemonless(&a, &targets, index.as_deref(), &mut built)
 }
 
 /// The bake file, which must be exactly what pins.toml generates (exit 2 otherwise).
 fn read_fresh(a: &BuildRequest, pins: &Pins) -> Result<BakeFile> {
     let expected = bake::bake_json(pins, &bake::pins_in_context(&a.pins)?)?;
-    let current = forge_os::fs::named::read_text_opt(&a.file, "bake file", forge_os::input::cap::TEXT)?;
+    let (root, rel) = super::place_read(&a.file)?;
+    let current = match forge_os::fs::named::kind_through(&root) {
+        Kind::Missing => None,
+        _ => Tree::open(&root, super::folder_name(&root))?.read_text_opt(&rel, forge_os::input::cap::TEXT)?,
+    };
     if current.as_deref() != Some(expected.as_str()) {
         return Err(Failure::usage(format!(
             "{} is {} {}: building from it would not build what pins.toml says",
@@ -59,7 +93,11 @@ fn read_fresh(a: &BuildRequest, pins: &Pins) -> Result<BakeFile> {
             if current.is_some() { "stale against" } else { "missing for" },
             a.pins.display()
         ))
-        .hint(format!("run `deepep-forge docker bake --pins {} --out {}` first", a.pins.display(), a.file.display()))
+        .hint(format!(
+            "run `deepep-forge docker bake --pins {} --out {}` first",
+            shell_word(&a.pins.to_string_lossy()),
+            shell_word(&a.file.to_string_lossy())
+        ))
         .into());
     }
     Ok(serde_json::from_str(&expected)?)
@@ -67,7 +105,12 @@ fn read_fresh(a: &BuildRequest, pins: &Pins) -> Result<BakeFile> {
 
 // ---- docker buildx bake -----------------------------------------------------
 
-fn docker_bake(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
+fn docker_bake(
+    a: &BuildRequest,
+    targets: &[(String, Target)],
+    index: Option<&str>,
+    built: &mut dyn FnMut(&Built),
+) -> Result<()> {
     if a.source.is_some() || a.forge_binary.is_some() {
         return Err(Failure::usage("--source and --forge-binary are for `--builder podman|buildah`")
             .hint("with docker, set the args in the bake call: -- --set '*.args.DEEPEP_SOURCE=PATH-IN-CONTEXT'")
@@ -101,9 +144,8 @@ fn docker_bake(a: &BuildRequest, targets: &[(String, Target)], index: Option<&st
     if !status.success() {
         return Err(failed_build(&format!("docker buildx bake failed ({status})")));
     }
-    let names: Vec<&str> = targets.iter().map(|(t, _)| t.as_str()).collect();
-    forge_os::outln!("built {} from {} (docker)", names.join(", "), a.file.display());
-    Ok(Exit::Ok)
+    built(&Built::Bake { targets: targets.iter().map(|(t, _)| t.clone()).collect(), file: a.file.clone() });
+    Ok(())
 }
 
 fn failed_build(what: &str) -> anyhow::Error {
@@ -117,9 +159,15 @@ fn failed_build(what: &str) -> anyhow::Error {
 /// What the daemonless build sets besides the bake file's args (the user may not).
 const TOOL_ARGS: &[&str] = &["CUDA_BASE_IMAGE", "FORGE_SOURCE", "FORGE_BINARY", "DEEPEP_SOURCE", "SOURCE_DATE_EPOCH"];
 
-fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str>) -> Result<Exit> {
+fn daemonless(
+    a: &BuildRequest,
+    targets: &[(String, Target)],
+    index: Option<&str>,
+    built: &mut dyn FnMut(&Built),
+) -> Result<()> {
     // Everything that can be refused is refused before anything is pulled or built.
-    let dockerfile = read_dockerfile(targets)?;
+    let here = Tree::open(Path::new("."), "build context")?;
+    let dockerfile = read_dockerfile(&here, targets)?;
     let declared = forge_model::dockerfile::declared_args(&dockerfile);
     for (_, t) in targets {
         check_extra(&a.extra, t, &declared)?;
@@ -128,7 +176,7 @@ fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str
     }
     if let Some(s) = &a.source {
         let url = s.contains("://") || s.starts_with("git@");
-        if !url && !Path::new(s).is_dir() {
+        if !url && forge_os::fs::named::kind_through(Path::new(s)) != Kind::Dir {
             return Err(Failure::usage(format!("--source {}: no such folder", forge_os::input::excerpt(s, 200)))
                 .hint("pass a DeepEP clone, a bare mirror, a folder of DeepEP's files, or a git URL")
                 .into());
@@ -145,10 +193,11 @@ fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str
     }
     for ((name, t), planned) in targets.iter().zip(&bases) {
         let base_ref = base::ensure(a.builder, &program, &cache, &base, planned)?;
-        let ctx = cache.stage()?;
-        assemble_context(ctx.path(), t, &a.pins, &forge, &dockerfile)?;
+        let staging = cache.stage()?;
+        let ctx = Tree::open(staging.path(), "build context")?;
+        assemble_context(&ctx, t, &a.pins, &forge, &dockerfile)?;
         if let Some(src) = &a.source {
-            put_source(src, &cache, &ctx.path().join("deepep"))?;
+            put_source(src, &cache, &ctx.join("deepep"))?;
         }
         let tag = format!("localhost/{}", t.tags.first().map(String::as_str).unwrap_or(name));
         let mut cmd = Cmd::new(&program, format!("build image {tag} with {}", a.builder.program()));
@@ -159,23 +208,24 @@ fn daemonless(a: &BuildRequest, targets: &[(String, Target)], index: Option<&str
         if !status.success() {
             return Err(failed_build(&format!("{} build of {name} failed ({status})", a.builder.program())));
         }
-        forge_os::outln!("built {tag} ({name}, {}, base {base_ref})", a.builder.program());
+        built(&Built::Image { tag, target: name.clone(), builder: a.builder.program(), base: base_ref });
     }
-    Ok(Exit::Ok)
+    Ok(())
 }
 
 /// The one Dockerfile the targets name (read bounded from the build context, the current
-/// folder); the bake file's `docker/Dockerfile` absent there, the one inside this binary.
-fn read_dockerfile(targets: &[(String, Target)]) -> Result<String> {
+/// folder, never through a link out of it); the bake file's `docker/Dockerfile` absent
+/// there, the one inside this binary.
+fn read_dockerfile(here: &Tree, targets: &[(String, Target)]) -> Result<String> {
     let files: BTreeSet<&str> = targets.iter().map(|(_, t)| t.dockerfile.as_str()).collect();
     let [file] = files.into_iter().collect::<Vec<_>>()[..] else {
         anyhow::bail!("the selected targets name different Dockerfiles");
     };
-    if file == super::DOCKERFILE && !Path::new(file).exists() {
+    if file == super::DOCKERFILE && here.kind(file)? == Kind::Missing {
         forge_os::note!("note: no {file} here: building with the image definition inside this deepep-forge");
         return Ok(super::DOCKERFILE_TEXT.to_string());
     }
-    forge_os::fs::named::read_text(Path::new(file), "Dockerfile", forge_os::input::cap::TEXT)
+    here.read_text(file, forge_os::input::cap::TEXT)
 }
 
 /// The flags after `--` for podman/buildah: only those that leave the bake
@@ -249,7 +299,8 @@ pub fn check_platform(t: &Target) -> Result<()> {
         return Ok(());
     }
     let entry = Path::new("/proc/sys/fs/binfmt_misc").join(format!("qemu-{}", arch.uname()));
-    let enabled = std::fs::read_to_string(&entry).is_ok_and(|s| s.lines().next() == Some("enabled"));
+    let enabled = forge_os::fs::named::read_text(&entry, "binfmt_misc entry", 64 << 10)
+        .is_ok_and(|s| s.lines().next() == Some("enabled"));
     if enabled {
         return Ok(());
     }
@@ -275,7 +326,7 @@ fn forge_binary(a: &BuildRequest) -> Result<PathBuf> {
         Some(p) => p.clone(),
         None => std::env::current_exe().context("finding this deepep-forge binary")?,
     };
-    if !p.is_file() {
+    if !matches!(forge_os::fs::named::kind_through(&p), Kind::File { .. }) {
         return Err(Failure::usage(format!("--forge-binary {}: not a file", p.display()))
             .hint("build it: cargo build --release --bin deepep-forge")
             .into());
@@ -286,20 +337,27 @@ fn forge_binary(a: &BuildRequest) -> Result<PathBuf> {
 /// The build context of one target: the Dockerfile at its path, the pins file
 /// at PINS, the deepep-forge binary at FORGE_BINARY's default and, with
 /// `--source`, DeepEP's repository at `deepep/`. Nothing else of the current
-/// folder reaches the builder.
-fn assemble_context(ctx: &Path, t: &Target, pins: &Path, forge: &Path, dockerfile: &str) -> Result<()> {
-    let put = |rel: &str, bytes: &[u8]| -> Result<()> {
-        let dest = ctx.join(rel);
-        std::fs::create_dir_all(dest.parent().expect("relative path has a parent"))?;
-        std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))
+/// folder reaches the builder. Written into the fresh staging folder `ctx`
+/// through its [`Tree`] (paths from the bake file stay inside it).
+fn assemble_context(ctx: &Tree, t: &Target, pins: &Path, forge: &Path, dockerfile: &str) -> Result<()> {
+    let folder_of = |rel: &str| -> Result<()> {
+        match Path::new(rel).parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => ctx.create_dir_all(p),
+            None => Ok(()),
+        }
     };
-    put(&t.dockerfile, dockerfile.as_bytes())?;
+    folder_of(&t.dockerfile)?;
+    ctx.write(&t.dockerfile, dockerfile.as_bytes())?;
     let pins_rel = pins_in_context(t)?;
-    put(pins_rel, forge_os::fs::named::read_text(pins, "pins file", forge_os::input::cap::TEXT)?.as_bytes())?;
-    let bin = ctx.join("target/release/deepep-forge");
-    std::fs::create_dir_all(bin.parent().expect("has a parent"))?;
-    std::fs::copy(forge, &bin).with_context(|| format!("copying {}", forge.display()))?;
-    Ok(())
+    folder_of(pins_rel)?;
+    ctx.write(pins_rel, forge_os::fs::named::read_text(pins, "pins file", forge_os::input::cap::TEXT)?.as_bytes())?;
+    let (mut bin, _) = forge_os::fs::named::open(forge, "deepep-forge binary", forge_os::input::cap::WHEEL)?;
+    let to = "target/release/deepep-forge";
+    folder_of(to)?;
+    ctx.write_with(to, 0o755, |f| {
+        std::io::copy(&mut bin, f).with_context(|| format!("copying {}", forge.display()))?;
+        Ok(())
+    })
 }
 
 /// `--source` read as build-wheel reads it (a checkout, a bare repository, or
@@ -377,6 +435,7 @@ pub fn builder_argv(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use forge_os::error::Exit;
 
     fn target() -> Target {
         let p = Pins::parse(include_str!("../../../../pins.toml"), Path::new("pins.toml")).unwrap();
@@ -458,6 +517,14 @@ mod tests {
     #[test]
     fn index_urls_are_http_and_end_in_a_slash() {
         assert_eq!(check_index_url("http://127.0.0.1:8000/h100/simple").unwrap(), "http://127.0.0.1:8000/h100/simple/");
+        // The slash goes on the path; a query, a fragment and userinfo pass through unchanged.
+        for (given, handed) in [
+            ("http://host/simple/?v=1", "http://host/simple/?v=1"),
+            ("http://host/simple?v=1", "http://host/simple/?v=1"),
+            ("https://u:p@host:8443/s#frag", "https://u:p@host:8443/s/#frag"),
+        ] {
+            assert_eq!(check_index_url(given).unwrap(), handed, "{given}");
+        }
         for bad in ["file:///srv/idx", "--index-url=x", "http://a b/", "ftp://x/"] {
             assert_eq!(forge_os::error::exit_of(&check_index_url(bad).unwrap_err()), Exit::Usage, "{bad}");
         }

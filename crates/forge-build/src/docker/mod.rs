@@ -5,7 +5,7 @@
 //! two. Must not build wheels itself (the image runs `deepep-forge
 //! build-wheel` or downloads from an index) nor parse consumer Dockerfiles
 //! (that is `lock::dockerfile`).
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
@@ -15,7 +15,7 @@ pub mod bake;
 pub mod base;
 pub mod builder;
 
-pub use bake::{bake_json, BakeReport, BAKE_REPORT_SCHEMA};
+pub use bake::{bake_json, render_bake, BakeReport, BAKE_REPORT_SCHEMA};
 
 /// Where `docker bake` writes and `docker build` reads, relative to the repository root.
 pub const BAKE_FILE: &str = "docker/docker-bake.json";
@@ -47,7 +47,9 @@ pub struct BuildRequest {
 }
 
 /// An index URL for the image's pip: http or https, no spaces or control
-/// characters (it becomes one build argument, never an option).
+/// characters (it becomes one build argument, never an option). Returned as
+/// a folder ([`forge_os::url::folder`]: a `/` ending its path, before any
+/// query or fragment); otherwise byte for byte as given.
 pub fn check_index_url(url: &str) -> Result<String> {
     let ok = (url.starts_with("https://") || url.starts_with("http://"))
         && url.len() <= 2048
@@ -57,5 +59,53 @@ pub fn check_index_url(url: &str) -> Result<String> {
             .hint("pass the variant's publish index as the image sees it, e.g. --index https://host/wheels/h100/simple/ (file:// is not reachable from inside a build)")
             .into());
     }
-    Ok(if url.ends_with('/') { url.to_string() } else { format!("{url}/") })
+    Ok(forge_os::url::folder(url).into_owned())
+}
+
+/// A file path the user gives (`--out FILE`, `--file FILE`) as the folder it
+/// lies in and its name there, for a [`forge_os::fs::Tree`]: a relative path
+/// stays inside the folder it starts from (the current folder, or the one its
+/// leading `..` name), so a link on the way (a planted `docker/`) that leads
+/// out of it is refused; an absolute path's folder is the user's own choice.
+pub fn place(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    use std::path::Component;
+    let bad = || Failure::usage(format!("{}: not a file path", path.display()));
+    if path.is_absolute() {
+        let name = path.file_name().ok_or_else(bad)?;
+        let dir = path.parent().ok_or_else(bad)?;
+        return Ok((dir.to_path_buf(), PathBuf::from(name)));
+    }
+    let (mut root, mut rel) = (PathBuf::from("."), PathBuf::new());
+    for c in path.components() {
+        match c {
+            Component::ParentDir if rel.as_os_str().is_empty() => root.push(".."),
+            Component::CurDir => {}
+            Component::Normal(n) => rel.push(n),
+            _ => return Err(bad().hint("name the file without `..` after a folder name").into()),
+        }
+    }
+    if rel.as_os_str().is_empty() {
+        return Err(bad().into());
+    }
+    Ok((root, rel))
+}
+
+/// A file path the user gives, to be read (`docker bake --check`, the bake
+/// file `docker build` reads): the folder it names (links on the way are the
+/// user's choice, as for any file named on the command line) and its name
+/// there; a link at the name that leads out of that folder is refused.
+pub fn place_read(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let name = path.file_name().ok_or_else(|| Failure::usage(format!("{}: not a file path", path.display())))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok((dir.to_path_buf(), PathBuf::from(name)))
+}
+
+/// How messages name the folder [`place`] gives: the current folder (the
+/// build context), or the folder the user's path names.
+pub fn folder_name(root: &Path) -> &'static str {
+    if root == Path::new(".") {
+        "current folder"
+    } else {
+        "folder"
+    }
 }

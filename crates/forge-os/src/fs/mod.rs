@@ -541,6 +541,22 @@ impl Tree {
         }
     }
 
+    /// Take an exclusive `flock` on the folder itself (no file is made in it),
+    /// without waiting: `None` when another process holds it. Held until the
+    /// returned [`FolderLock`] is dropped.
+    pub fn try_lock(&self) -> Result<Option<FolderLock>> {
+        let mut o = OpenOptions::new();
+        o.read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+        let f = self.dir.open_with(".", &o).map_err(|e| self.refused(Path::new("."), e, "locking"))?.into_std();
+        match f.try_lock() {
+            Ok(()) => Ok(Some(FolderLock(f))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(anyhow::Error::new(e).context(format!("locking {}", self.path.display())))
+            }
+        }
+    }
+
     /// Flush the folder itself to disk (after renames that must survive a crash).
     pub fn sync(&self) -> Result<()> {
         let f = self.dir.try_clone()?.into_std_file();
@@ -605,6 +621,10 @@ impl Tree {
 /// released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct Locked(#[allow(dead_code)] std::fs::File);
+
+/// A folder's `flock`, held while this lives ([`Tree::try_lock`]).
+#[derive(Debug)]
+pub struct FolderLock(#[allow(dead_code)] std::fs::File);
 
 /// What [`Tree::stat`] tells.
 #[derive(Debug, Clone, Copy)]

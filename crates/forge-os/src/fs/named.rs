@@ -155,6 +155,23 @@ pub fn read_text_opt(path: &Path, what: &str, cap: u64) -> Result<Option<String>
     }
 }
 
+/// What the user-named `path` is, a link followed (the path is the user's
+/// choice): `Kind::Missing` when nothing is there (or it cannot be reached).
+pub fn kind_through(path: &Path) -> super::Kind {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => super::Kind::Dir,
+        Ok(m) if m.is_file() => super::Kind::File { len: m.len() },
+        Ok(_) => super::Kind::Special,
+        Err(_) => super::Kind::Missing,
+    }
+}
+
+/// `path` with every link and `..` resolved (one program or folder however
+/// it is spelled), `None` when it does not resolve.
+pub fn canonical_opt(path: &Path) -> Option<std::path::PathBuf> {
+    std::fs::canonicalize(path).ok()
+}
+
 /// sha256 (hex) and size of a user file read through [`open`] (regular, at
 /// most `cap`, never blocks; a file that grows is cut at the cap); a read
 /// error names the file.

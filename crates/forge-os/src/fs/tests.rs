@@ -351,3 +351,44 @@ fn create_new_makes_a_fresh_file_and_refuses_anything_already_there() {
     assert_eq!(std::fs::read(t.path().join("victim")).unwrap(), b"keep");
     assert!(tree.create_new("../escape", 0o600).is_err());
 }
+
+#[test]
+fn a_folder_lock_is_exclusive_between_opened_trees_and_released_on_drop() {
+    let t = tempfile::tempdir().unwrap();
+    let a = Tree::open(t.path(), "index folder").unwrap();
+    let held = a.try_lock().unwrap().expect("free");
+    let b = Tree::open(t.path(), "index folder").unwrap();
+    assert!(b.try_lock().unwrap().is_none(), "a second lock waits");
+    // As another process holds it: flock on the folder's own descriptor.
+    let other = std::fs::File::open(t.path()).unwrap();
+    assert!(other.try_lock().is_err());
+    assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0, "no lock file in the folder");
+    drop(held);
+    assert!(b.try_lock().unwrap().is_some());
+}
+
+#[test]
+fn a_staged_file_gets_its_mode_whatever_the_umask() {
+    let t = tempfile::tempdir().unwrap();
+    let tree = Tree::open(t.path(), "index folder").unwrap();
+    tree.write_with("page", 0o600, |f| {
+        set_file_mode(f, 0o644)?;
+        Ok(f.write_all(b"x")?)
+    })
+    .unwrap();
+    assert_eq!(tree.stat("page").unwrap().mode & 0o777, 0o644);
+}
+
+#[test]
+fn named_kind_follows_links_and_canonical_resolves_them() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir(t.path().join("d")).unwrap();
+    std::fs::write(t.path().join("d/f"), b"abc").unwrap();
+    std::os::unix::fs::symlink("d", t.path().join("l")).unwrap();
+    assert_eq!(named::kind_through(&t.path().join("l")), Kind::Dir);
+    assert_eq!(named::kind_through(&t.path().join("l/f")), Kind::File { len: 3 });
+    assert_eq!(named::kind_through(&t.path().join("none")), Kind::Missing);
+    let real = named::canonical_opt(&t.path().join("l/../d/f")).unwrap();
+    assert_eq!(real, named::canonical_opt(&t.path().join("d/f")).unwrap());
+    assert!(named::canonical_opt(&t.path().join("none")).is_none());
+}

@@ -6,7 +6,10 @@
 //! `.intoto.json` = the statement of the wheel's own provenance); the pages
 //! must be what the manifest renders to; anything else is foreign (reported,
 //! never deleted). Variants published into one index (pins.toml `index`)
-//! are checked in it, each for its architecture. Must not write.
+//! are checked in it, each for its architecture. The folder is read through
+//! its [`Tree`]: a file of the index that is a link (or a FIFO, a folder) is
+//! reported, never followed or waited on. Returns a report the command
+//! prints. Must not write.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -16,7 +19,10 @@ use super::manifest::{self, Manifest, WheelEntry, PROJECT};
 use super::{facts, pages};
 use crate::cache::sign::PublicKey;
 use forge_model::pins::{Pins, Variant};
-use forge_os::error::{Exit, Failure};
+use forge_os::error::Failure;
+use forge_os::fs::{Kind, Tree, Walk};
+use forge_os::line::Line;
+use forge_os::printer::shell_word;
 
 /// Most entries walked under one index folder before giving up.
 const MAX_FILES: usize = 100_000;
@@ -30,11 +36,42 @@ pub struct Request<'a> {
     pub variants: &'a [String],
     /// `--signing-key`, when given: the key the printed `publish` commands name.
     pub signing_key: Option<&'a Path>,
-    pub format: forge_os::output::DataFormat,
+}
+
+/// The index folder being checked: its tree and its path as the user gave it.
+struct Index<'a> {
+    tree: Tree,
+    dir: &'a Path,
+}
+
+impl Index<'_> {
+    /// `rel` as the user's DIR names it (messages, and readers that take a path).
+    fn show(&self, rel: &Path) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// `None` when `rel` is a regular file of the index (never through a
+    /// final link), else what it is, as a problem naming it.
+    fn not_regular(&self, rel: &Path) -> Option<String> {
+        match self.tree.kind(rel) {
+            Ok(Kind::File { .. }) => None,
+            Ok(Kind::Missing) => Some(format!("{}: not found", self.show(rel).display())),
+            Ok(k) => Some(format!("{}: {}, not a regular file (never followed)", self.show(rel).display(), k.noun())),
+            Err(e) => Some(format!("{e:#}")),
+        }
+    }
+
+    /// The bytes of the regular file `rel` (at most `cap`); an error is the problem's text.
+    fn read(&self, rel: &Path, cap: u64) -> Result<Vec<u8>> {
+        if let Some(p) = self.not_regular(rel) {
+            anyhow::bail!(p);
+        }
+        self.tree.read(rel, cap)
+    }
 }
 
 /// `publish --check DIR`.
-pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
+pub fn run(c: &Request, dir: &Path) -> Result<CheckReport> {
     let pins = Pins::load(c.pins)?;
     let pins_sha256 =
         forge_os::input::sha256_hex(&forge_os::fs::named::read_bytes(c.pins, "pins file", forge_os::input::cap::TEXT)?);
@@ -44,9 +81,10 @@ pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
             .hint("name the publisher's key: --trusted-key NAME:BASE64 (or DEEPEP_FORGE_TRUSTED_KEYS)")
             .into());
     }
-    if !dir.is_dir() {
+    if forge_os::fs::named::kind_through(dir) != Kind::Dir {
         return Err(Failure::usage(format!("{}: not a folder", dir.display())).into());
     }
+    let ix = Index { tree: Tree::open(dir, "index folder")?, dir };
     let selected: Vec<&Variant> = if c.variants.is_empty() {
         pins.variants.iter().collect()
     } else {
@@ -61,57 +99,44 @@ pub fn run(c: &Request, dir: &Path) -> Result<Exit> {
         }
     }
     // `publish --variant-wheels`: one index holds every variant.
-    let variant_index = dir.join(super::VARIANT_INDEX).is_dir();
+    let variant_index = ix.tree.kind(super::VARIANT_INDEX)? == Kind::Dir;
     if variant_index {
         indexes = vec![super::VARIANT_INDEX];
     }
     for name in indexes {
         if variant_index {
             forge_os::note!("checking the variant index in {}", dir.display());
-            check_variant(dir, name, &selected, &pins, &pins_sha256, &trusted, &mut problems);
+            check_variant(&ix, name, &selected, &pins, &pins_sha256, &trusted, &mut problems);
             continue;
         }
         let members: Vec<&Variant> = selected.iter().copied().filter(|v| v.index_name() == name).collect();
         forge_os::note!("checking index {name} in {}", dir.display());
-        check_variant(dir, name, &members, &pins, &pins_sha256, &trusted, &mut problems);
+        check_variant(&ix, name, &members, &pins, &pins_sha256, &trusted, &mut problems);
     }
     let mut known: BTreeSet<&str> = pins.variants.iter().map(|v| v.name.as_str()).collect();
     if variant_index {
         known.insert(super::VARIANT_INDEX);
     }
-    for e in std::fs::read_dir(dir)?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !known.contains(name.as_str()) {
-            problems
-                .push(format!("{}: foreign (no variant of pins.toml has this name; not deleted)", e.path().display()));
+    let top = ix.tree.list(".", MAX_FILES)?;
+    for e in &top.entries {
+        if !e.utf8().is_some_and(|n| known.contains(n)) {
+            problems.push(format!(
+                "{}: foreign (no variant of pins.toml has this name; not deleted)",
+                ix.show(Path::new(&e.name)).display()
+            ));
         }
     }
+    if top.omitted() > 0 {
+        problems.push(format!("{}: more than {MAX_FILES} entries; stopped looking", dir.display()));
+    }
     let problems: Vec<String> = problems.into_iter().map(|p| complete(&p, c, dir)).collect();
-    let exit = if problems.is_empty() { Exit::Ok } else { Exit::Problems };
-    if c.format == forge_os::output::DataFormat::Json {
-        let report = CheckReport {
-            schema: super::REPORT_SCHEMA,
-            dir: dir.to_path_buf(),
-            variants: selected.iter().map(|v| v.name.clone()).collect(),
-            ok: problems.is_empty(),
-            problems,
-        };
-        forge_os::printer::json(&report)?;
-        return Ok(exit);
-    }
-    if problems.is_empty() {
-        forge_os::outln!(
-            "{}: ok ({} variant(s), signed, every file as its manifest says)",
-            dir.display(),
-            selected.len()
-        );
-        return Ok(exit);
-    }
-    for p in &problems {
-        forge_os::outln!("{p}");
-    }
-    forge_os::outln!("{}: {} problem(s)", dir.display(), problems.len());
-    Ok(exit)
+    Ok(CheckReport {
+        schema: super::REPORT_SCHEMA,
+        dir: dir.to_path_buf(),
+        variants: selected.iter().map(|v| v.name.clone()).collect(),
+        ok: problems.is_empty(),
+        problems,
+    })
 }
 
 /// What `publish --check --format json` prints.
@@ -126,34 +151,41 @@ pub struct CheckReport {
     pub problems: Vec<String>,
 }
 
-/// One index (`name`) and the selected variants published into it.
+impl CheckReport {
+    /// The human report: one line per problem (escaped: a file name cannot
+    /// add a line), then the count; or the one line that says all is well.
+    pub fn render(&self) -> String {
+        let dir = Line::new(self.dir.to_string_lossy());
+        if self.ok {
+            return format!(
+                "{dir}: ok ({} variant(s), signed, every file as its manifest says)\n",
+                self.variants.len()
+            );
+        }
+        let mut s: String = self.problems.iter().map(|p| format!("{}\n", Line::new(p))).collect();
+        s.push_str(&format!("{dir}: {} problem(s)\n", self.problems.len()));
+        s
+    }
+}
+
 /// A problem's `deepep-forge publish ...` command made whole with what this check was
 /// given: the same pins file and folder (`--out`), the signing key when `--signing-key`
 /// was given, else a placeholder the user fills (the check never holds a secret key).
 fn complete(problem: &str, c: &Request, dir: &Path) -> String {
-    let key = c.signing_key.map(|k| quoted(&k.display().to_string())).unwrap_or_else(|| "SIGNING_KEY_FILE".into());
+    let key = c.signing_key.map(|k| shell_word(&k.to_string_lossy())).unwrap_or_else(|| "SIGNING_KEY_FILE".into());
     problem.replace(
         "`deepep-forge publish ",
         &format!(
             "`deepep-forge publish --pins {} --out {} --signing-key {key} ",
-            quoted(&c.pins.display().to_string()),
-            quoted(&dir.display().to_string())
+            shell_word(&c.pins.to_string_lossy()),
+            shell_word(&dir.to_string_lossy())
         ),
     )
 }
 
-/// `s` as one shell word: as it is when plain, else single-quoted.
-fn quoted(s: &str) -> String {
-    let plain = !s.is_empty() && s.chars().all(|ch| ch.is_ascii_alphanumeric() || "/._-+:=@,".contains(ch));
-    if plain {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
+/// One index (`name`) and the selected variants published into it.
 fn check_variant(
-    dir: &Path,
+    ix: &Index,
     name: &str,
     members: &[&Variant],
     pins: &Pins,
@@ -161,23 +193,32 @@ fn check_variant(
     trusted: &[PublicKey],
     out: &mut Vec<String>,
 ) {
-    let vdir = dir.join(name);
-    let mpath = vdir.join(manifest::FILE);
-    if !vdir.is_dir() {
-        let names: Vec<String> = members.iter().map(|v| format!("--variant {}", v.name)).collect();
-        out.push(format!(
-            "{}: missing (index {name} is not published; run `deepep-forge publish {}`)",
-            vdir.display(),
-            names.join(" ")
-        ));
-        return;
-    }
-    let m = match manifest::load_verified(&mpath, trusted) {
-        Ok((m, _)) => m,
-        Err(e) => {
-            out.push(format!("{e:#}"));
+    let vdir = PathBuf::from(name);
+    let mrel = vdir.join(manifest::FILE);
+    let mpath = ix.show(&mrel);
+    match ix.tree.kind(&vdir) {
+        Ok(Kind::Dir) => {}
+        Ok(Kind::Missing) => {
+            let names: Vec<String> = members.iter().map(|v| format!("--variant {}", v.name)).collect();
+            out.push(format!(
+                "{}: missing (index {name} is not published; run `deepep-forge publish {}`)",
+                ix.show(&vdir).display(),
+                names.join(" ")
+            ));
             return;
         }
+        Ok(k) => {
+            out.push(format!("{}: {}, not a folder (never followed)", ix.show(&vdir).display(), k.noun()));
+            return;
+        }
+        Err(e) => return out.push(format!("{e:#}")),
+    }
+    if let Some(p) = ix.not_regular(&mrel) {
+        return out.push(p);
+    }
+    let m = match ix.tree.open_file(&mrel, u64::MAX).and_then(|(f, _)| manifest::verified_file(f, &mpath, trusted)) {
+        Ok((m, _)) => m,
+        Err(e) => return out.push(format!("{e:#}")),
     };
     if m.variant != name {
         out.push(format!("{}: the manifest is for variant `{}`", mpath.display(), m.variant));
@@ -192,25 +233,35 @@ fn check_variant(
     }
     let files = vdir.join("simple").join(PROJECT);
     if name == super::VARIANT_INDEX {
-        check_variant_wheels(&files, &mpath, &m, members, pins, out);
+        check_variant_wheels(ix, &files, &mpath, &m, members, pins, out);
     } else {
         for v in members {
             check_pinned(&mpath, &m, v, pins, out);
         }
     }
     for w in &m.wheels {
-        check_wheel(&files, w, out);
+        check_wheel(ix, &files, w, out);
     }
-    super::evidence::check(&files, &m, out);
-    for (rel, bytes) in pages::render(&m) {
-        let p = vdir.join(&rel);
-        match forge_os::fs::named::read_bytes(&p, "index page", manifest::MAX_BYTES) {
-            Ok(have) if have == bytes => {}
-            Ok(_) => out.push(format!("{}: differs from what the signed manifest renders to", p.display())),
-            Err(e) => out.push(format!("{}: {e:#}", p.display())),
+    for e in &m.evidence {
+        let rel = files.join(&e.file);
+        match ix.read(&rel, crate::evidence::statement::MAX_BYTES) {
+            Ok(b) if forge_os::input::sha256_hex(&b) == e.sha256 => {}
+            Ok(_) => out.push(format!(
+                "{}: not the statement the signed manifest lists (changed or replaced)",
+                ix.show(&rel).display()
+            )),
+            Err(e) => out.push(format!("{e:#}")),
         }
     }
-    foreign(&vdir, &expected(&vdir, &m), out);
+    for (rel, bytes) in pages::render(&m) {
+        let rel = vdir.join(&rel);
+        match ix.read(&rel, manifest::MAX_BYTES) {
+            Ok(have) if have == bytes => {}
+            Ok(_) => out.push(format!("{}: differs from what the signed manifest renders to", ix.show(&rel).display())),
+            Err(e) => out.push(format!("{e:#}")),
+        }
+    }
+    foreign(ix, &vdir, &expected(&vdir, &m), out);
 }
 
 /// The index lists a wheel of variant `v` at pins.toml's revision for its
@@ -252,6 +303,7 @@ fn check_pinned(mpath: &Path, m: &Manifest, v: &Variant, pins: &Pins, out: &mut 
 /// pins.toml describes for it; each variants.json is what the manifest's
 /// wheels and pins.toml render to, with the signed sha256.
 fn check_variant_wheels(
+    ix: &Index,
     files: &Path,
     mpath: &Path,
     m: &Manifest,
@@ -282,7 +334,10 @@ fn check_variant_wheels(
     for w in
         m.wheels.iter().filter(|w| forge_wheel::wheel::WheelName::parse(&w.wheel).is_some_and(|n| n.variant.is_some()))
     {
-        if let Err(e) = super::variants::check_wheel(&files.join(&w.wheel), pins) {
+        let rel = files.join(&w.wheel);
+        if let Some(p) = ix.not_regular(&rel) {
+            out.push(p);
+        } else if let Err(e) = super::variants::check_wheel(&ix.show(&rel), pins) {
             out.push(e.to_string());
         }
     }
@@ -292,7 +347,8 @@ fn check_variant_wheels(
     };
     let listed: BTreeSet<(&str, &str)> = m.variants_json.iter().map(|f| (f.file.as_str(), f.sha256.as_str())).collect();
     for (name, bytes) in want {
-        let p = files.join(&name);
+        let rel = files.join(&name);
+        let p = ix.show(&rel);
         let sha = forge_os::input::sha256_hex(&bytes);
         if !listed.contains(&(name.as_str(), sha.as_str())) {
             out.push(format!(
@@ -300,7 +356,7 @@ fn check_variant_wheels(
                 p.display()
             ));
         }
-        match forge_os::fs::named::read_bytes(&p, "variants.json", super::variants::MAX_VARIANTS_JSON) {
+        match ix.read(&rel, super::variants::MAX_VARIANTS_JSON) {
             Ok(have) if have == bytes => {}
             Ok(_) => out.push(format!("{}: differs from what the wheels and pins.toml give", p.display())),
             Err(e) => out.push(format!("{e:#}")),
@@ -309,8 +365,12 @@ fn check_variant_wheels(
 }
 
 /// One listed wheel: its three files with the signed digests.
-fn check_wheel(files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
-    let path = files.join(&w.wheel);
+fn check_wheel(ix: &Index, files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
+    let rel = files.join(&w.wheel);
+    if let Some(p) = ix.not_regular(&rel) {
+        return out.push(p);
+    }
+    let path = ix.show(&rel);
     match facts::read(&path) {
         Err(e) => out.push(format!("{e:#}")),
         Ok(f) if f.entry.sha256 != w.sha256 || f.entry.size != w.size => out.push(format!(
@@ -329,12 +389,12 @@ fn check_wheel(files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
                 (format!("{}{}", w.wheel, forge_wheel::attest::SUFFIX), f.intoto),
             ];
             for (name, want) in side {
-                let p = files.join(&name);
-                match forge_os::fs::named::read_bytes(&p, "index file", manifest::MAX_BYTES) {
+                let rel = files.join(&name);
+                match ix.read(&rel, manifest::MAX_BYTES) {
                     Ok(have) if have == want => {}
                     Ok(_) => out.push(format!(
                         "{}: does not match {} (it must be derived from the wheel)",
-                        p.display(),
+                        ix.show(&rel).display(),
                         w.wheel
                     )),
                     Err(e) => out.push(format!("{e:#}")),
@@ -377,16 +437,15 @@ fn expected(vdir: &Path, m: &Manifest) -> BTreeSet<PathBuf> {
 }
 
 /// Files (and links, FIFOs, ...) under `vdir` that the manifest does not explain.
-fn foreign(vdir: &Path, expected: &BTreeSet<PathBuf>, out: &mut Vec<String>) {
-    for (i, e) in walkdir::WalkDir::new(vdir).follow_links(false).into_iter().enumerate() {
-        if i > MAX_FILES {
-            out.push(format!("{}: more than {MAX_FILES} entries; stopped looking", vdir.display()));
-            return;
-        }
-        let Ok(e) = e else { continue };
-        if e.file_type().is_dir() || expected.contains(e.path()) && e.file_type().is_file() {
+fn foreign(ix: &Index, vdir: &Path, expected: &BTreeSet<PathBuf>, out: &mut Vec<String>) {
+    let walked = match ix.tree.walk(vdir, Walk { max_entries: MAX_FILES, ..Walk::default() }) {
+        Ok(w) => w,
+        Err(e) => return out.push(format!("{e:#}; stopped looking")),
+    };
+    for e in walked {
+        if e.kind == Kind::Dir || expected.contains(&e.rel) && matches!(e.kind, Kind::File { .. }) {
             continue;
         }
-        out.push(format!("{}: foreign (not in the signed manifest; not deleted)", e.path().display()));
+        out.push(format!("{}: foreign (not in the signed manifest; not deleted)", ix.show(&e.rel).display()));
     }
 }
