@@ -21,7 +21,7 @@ pub fn run(args: ProbeArgs) -> Result<Exit> {
     match forge_probe::probe::run(args.request())? {
         Some(v) => {
             print(&v, format)?;
-            Ok(v.exit())
+            Ok(if v.failed() { Exit::Problems } else { Exit::Ok })
         }
         None => Ok(Exit::Ok),
     }

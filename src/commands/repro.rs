@@ -108,7 +108,8 @@ pub fn diff(a: DiffArgs) -> Result<Exit> {
     } else {
         forge_os::out!("{}", d.render());
     }
-    Ok(d.exit())
+    // 0 identical, 1 different
+    Ok(if d.diff.identical { Exit::Ok } else { Exit::Problems })
 }
 
 /// `deepep-forge verify WHEEL|URL`: each wheel's lines as its rebuild is
@@ -125,5 +126,6 @@ pub fn verify(a: VerifyArgs) -> Result<Exit> {
     } else if let Some(s) = &outcome.summary {
         forge_os::outln!("{s}");
     }
-    Ok(outcome.exit())
+    // 0 every wheel is what its provenance says, 1 otherwise
+    Ok(if outcome.ok { Exit::Ok } else { Exit::Problems })
 }

@@ -363,7 +363,7 @@ fn nemo_rl_shaped_image_is_judged_against_the_variants() {
     assert!(m.contains("TORCH_CUDA_ARCH_LIST=\"9.0 10.0\", HYBRID_EP_MULTINODE=\"1\""), "{m}");
     // The fix never narrows the build: one [[variant]] block per platform (the stage names none:
     // every pinned architecture), carrying the Dockerfile's arch list, multinode flag, transport, rdma-core home.
-    let fix = f[0].fix.clone().unwrap();
+    let fix = f[0].fix.clone().unwrap().to_string();
     let blocks = paste_blocks(&fix);
     assert_eq!(blocks.len(), 2, "{fix}");
     for (block, arch) in blocks.iter().zip(["x86_64", "aarch64"]) {
@@ -410,7 +410,7 @@ fn a_platform_stage_gets_one_block_and_arch_lists_compare_as_sets() {
     let f = dockerfile::check(&[given(&file)], Some(&p), &revs);
     assert_eq!(f.len(), 1, "{}", forge_model::findings::render_human(&f));
     assert_eq!((f[0].rule.as_str(), f[0].arch), ("dockerfile-build-undeclared", Some(Arch::X86_64)));
-    let blocks = paste_blocks(f[0].fix.as_deref().unwrap());
+    let blocks = paste_blocks(&f[0].fix.as_ref().unwrap().to_string());
     assert_eq!(blocks.len(), 1, "{blocks:?}");
     assert!(
         blocks[0].contains("cuda_arch_list = \"10.0 9.0\"") && blocks[0].contains("multinode = false"),

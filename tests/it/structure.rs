@@ -653,3 +653,47 @@ fn no_crate_re_exports_another() {
     );
     assert!(!reexport.is_match("use forge_os::error;") && !reexport.is_match("pub use self::inner::X;"));
 }
+
+/// Printing lives with the commands (uv's `crates/uv/src/commands/`): a
+/// result (stdout: `out!`, `outln!`, `printer::out|json|workflow|stdout_bytes`)
+/// is written only by the CLI crate (`src/`), and a domain crate never picks
+/// a command's exit code (no function returns an `Exit`; an error's class,
+/// `Failure`, is the error's own): it returns a report,
+/// and the command renders it and chooses. Notes and progress on stderr
+/// (`note!`, `alert!`) stay where the long work happens; `forge-os`'s error
+/// and printer modules, which define them, are left out.
+#[test]
+fn results_and_exit_codes_are_the_commands() {
+    let printing = regex::Regex::new(
+        r"\b(out|outln)!\(|\bprinter::(out|json|workflow|stdout_bytes)\(|->\s*(anyhow::)?Result<Exit>|->\s*Exit\b|Ok\(\s*Exit::",
+    )
+    .unwrap();
+    let root = support::root();
+    let mut found = Vec::new();
+    for src in src_roots().into_iter().filter(|s| s.starts_with(root.join("crates"))) {
+        for e in walkdir::WalkDir::new(&src).into_iter().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(&root).unwrap().display().to_string();
+            if p.extension().is_none_or(|x| x != "rs")
+                || rel == "crates/forge-os/src/printer.rs"
+                || rel == "crates/forge-os/src/error.rs"
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(p).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text);
+            for (i, line) in code.lines().enumerate() {
+                if !line.trim_start().starts_with("//") && printing.is_match(line) {
+                    found.push(format!("{rel}:{}: {}", i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "results printed or exit codes chosen below the command layer (return a report; print and choose in src/commands/):\n{}",
+        found.join("\n")
+    );
+    assert!(printing.is_match("forge_os::outln!(\"{x}\");") && printing.is_match("Ok(Exit::Problems)"));
+    assert!(!printing.is_match("forge_os::note!(\"building\");"));
+}

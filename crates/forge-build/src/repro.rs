@@ -48,14 +48,6 @@ impl Diffed {
     pub fn render(&self) -> String {
         format!("{}A  is {}\nB  is {}\n", diff::render(&self.diff), self.a, self.b)
     }
-    /// 0 identical, 1 different.
-    pub fn exit(&self) -> Exit {
-        if self.diff.identical {
-            Exit::Ok
-        } else {
-            Exit::Problems
-        }
-    }
 }
 
 /// `deepep-forge diff A.whl B.whl`.
@@ -98,17 +90,6 @@ pub struct VerifyOutcome {
     pub ok: bool,
     pub doc: serde_json::Value,
     pub summary: Option<String>,
-}
-
-impl VerifyOutcome {
-    /// 0 every wheel is what its provenance says, 1 otherwise.
-    pub fn exit(&self) -> Exit {
-        if self.ok {
-            Exit::Ok
-        } else {
-            Exit::Problems
-        }
-    }
 }
 
 /// `deepep-forge verify WHEEL|URL`: a wheel file, a wheel's URL in a publish

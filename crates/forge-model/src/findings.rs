@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::pins::Arch;
-use forge_os::line::Line;
+use forge_os::line::{Line, Lines};
 use forge_os::output::{self, Annotation, Format, Level};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -37,7 +37,7 @@ pub struct Finding {
     /// What is wrong, in one line (escaped when made: see `forge_os::line`).
     pub message: Line,
     /// What to do, usually an exact command.
-    pub fix: Option<Line>,
+    pub fix: Option<Lines>,
     /// The id of the cause this finding belongs to (see [`Cause`]); set by the grouping.
     pub cause: Option<String>,
     /// Internal: the kind of root cause the rule that made it saw (`pin-not-adopted`, ...).
@@ -55,7 +55,7 @@ pub struct Cause {
     pub severity: Severity,
     pub summary: Line,
     /// The one command (or edit) that removes every finding under it.
-    pub fix: Option<Line>,
+    pub fix: Option<Lines>,
     pub findings: Vec<Finding>,
 }
 
@@ -100,7 +100,7 @@ impl Finding {
         self.found = Some(found.into());
         self
     }
-    pub fn fix(mut self, fix: impl Into<Line>) -> Self {
+    pub fn fix(mut self, fix: impl Into<Lines>) -> Self {
         self.fix = Some(fix.into());
         self
     }
@@ -127,7 +127,7 @@ impl Severity {
 }
 
 /// One finding as text, each line prefixed by `indent`; its fix is left out when it equals `skip_fix`.
-fn human_finding(f: &Finding, indent: &str, skip_fix: Option<&str>) -> String {
+fn human_finding(f: &Finding, indent: &str, skip_fix: Option<&Lines>) -> String {
     let mut out = String::new();
     let arch = f.arch.map(|a| format!(" [{a}]")).unwrap_or_default();
     out.push_str(&format!(
@@ -140,8 +140,8 @@ fn human_finding(f: &Finding, indent: &str, skip_fix: Option<&str>) -> String {
     if let (Some(e), Some(g)) = (&f.expected, &f.found) {
         out.push_str(&format!("{indent}  expected: {e}\n{indent}     found: {g}\n"));
     }
-    if let Some(fix) = f.fix.as_ref().filter(|x| Some(x.as_str()) != skip_fix) {
-        out.push_str(&format!("{indent}  fix: {fix}\n"));
+    if let Some(fix) = f.fix.as_ref().filter(|x| Some(*x) != skip_fix) {
+        out.push_str(&format!("{indent}  fix: {}\n", fix.indented(&format!("{indent}       "))));
     }
     out
 }
@@ -170,10 +170,10 @@ pub fn render_human_causes(causes: &[Cause]) -> String {
             if c.findings.len() == 1 { "" } else { "s" }
         ));
         if let Some(fix) = &c.fix {
-            out.push_str(&format!("  fix: {fix}\n"));
+            out.push_str(&format!("  fix: {}\n", fix.indented("       ")));
         }
         for f in &c.findings {
-            out.push_str(&human_finding(f, "  ", c.fix.as_deref()));
+            out.push_str(&human_finding(f, "  ", c.fix.as_ref()));
         }
     }
     out

@@ -4,7 +4,6 @@
 use serde::Serialize;
 
 use crate::topology::{Considered, Request};
-use forge_os::error::Exit;
 use forge_os::line::Line;
 
 /// Version of the JSON document `probe --format json` prints.
@@ -90,14 +89,6 @@ impl Verdict {
     }
     pub fn failed(&self) -> bool {
         self.checks.iter().any(|c| c.status == Status::Fail)
-    }
-    /// 0 when nothing failed, 1 otherwise.
-    pub fn exit(&self) -> Exit {
-        if self.failed() {
-            Exit::Problems
-        } else {
-            Exit::Ok
-        }
     }
     /// The aligned table people read.
     /// GitHub annotations: a failed check is an error, a warning a warning,

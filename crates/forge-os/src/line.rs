@@ -127,6 +127,72 @@ impl<'de> serde::Deserialize<'de> for Line {
     }
 }
 
+/// Several rows the tool lays out itself (a ready-to-paste TOML table as a
+/// fix), each a [`Line`]: the breaks between them are the tool's, never a
+/// value's. Made from one `String` it is one escaped line, as [`Line::new`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Lines(Vec<Line>);
+
+impl Lines {
+    /// The rows, in order.
+    pub fn new(lines: impl IntoIterator<Item = Line>) -> Lines {
+        Lines(lines.into_iter().collect())
+    }
+
+    /// The rows.
+    pub fn lines(&self) -> &[Line] {
+        &self.0
+    }
+
+    /// The rows joined by a line break and `indent` (for a block under a label).
+    pub fn indented(&self, indent: &str) -> String {
+        self.0.iter().map(Line::as_str).collect::<Vec<_>>().join(&format!("\n{indent}"))
+    }
+}
+
+impl fmt::Display for Lines {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.indented(""))
+    }
+}
+
+impl From<Line> for Lines {
+    fn from(l: Line) -> Lines {
+        Lines(vec![l])
+    }
+}
+
+impl From<String> for Lines {
+    fn from(s: String) -> Lines {
+        Lines(vec![Line::new(s)])
+    }
+}
+
+impl From<&str> for Lines {
+    fn from(s: &str) -> Lines {
+        Lines(vec![Line::new(s)])
+    }
+}
+
+impl PartialEq<str> for Lines {
+    fn eq(&self, o: &str) -> bool {
+        self.to_string() == o
+    }
+}
+
+impl serde::Serialize for Lines {
+    /// One string, the rows joined by `\n` (as a JSON reader expects a fix).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Lines {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Lines, D::Error> {
+        String::deserialize(d).map(|s| Lines(s.split('\n').map(Line::new).collect()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +216,9 @@ mod tests {
         l.push("\nb");
         assert_eq!(l, "a\\nb");
         assert_eq!(format!("[{:<5}]", Line::new("ab")), "[ab   ]", "padded as a str");
+        let block = Lines::new(["add:", "[[variant]]", "name = \"x\\ny\""].map(Line::new));
+        assert_eq!(block.indented("  "), "add:\n  [[variant]]\n  name = \"x\\ny\"");
+        assert_eq!(Lines::from("a\nb").lines().len(), 1, "a String is one escaped row");
         let back: Line = serde_json::from_str("\"x\\ny\"").unwrap();
         assert_eq!(back, "x\\ny");
         assert_eq!(format!("[{:<6}]", Line::new("ab")), "[ab    ]", "a column pads a Line as a str");

@@ -47,9 +47,23 @@ pub fn folder(url: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{}/{}{}", p.head, p.query, p.fragment))
 }
 
+/// `url` with `suffix` added to the end of its path (a file beside another:
+/// `<wheel>.intoto.json`), the query and the fragment kept after it.
+pub fn with_suffix(url: &str, suffix: &str) -> String {
+    let p = parts(url);
+    format!("{}{suffix}{}{}", p.head, p.query, p.fragment)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_suffix_goes_on_the_path() {
+        assert_eq!(with_suffix("http://h/d/x.whl#sha256=ab", ".intoto.json"), "http://h/d/x.whl.intoto.json#sha256=ab");
+        assert_eq!(with_suffix("http://h/d/x.whl?t=1", ".metadata"), "http://h/d/x.whl.metadata?t=1");
+        assert_eq!(with_suffix("http://h/d/x.whl", ".metadata"), "http://h/d/x.whl.metadata");
+    }
 
     #[test]
     fn a_path_joins_before_the_query_and_the_fragment() {

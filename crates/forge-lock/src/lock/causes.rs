@@ -6,7 +6,7 @@
 //! Pure: findings in, causes out; reads and prints nothing.
 use forge_model::findings::{Cause, Finding, Severity};
 use forge_model::pins::Arch;
-use forge_os::line::Line;
+use forge_os::line::Lines;
 
 use super::rules::{self, Context};
 
@@ -14,7 +14,7 @@ use super::rules::{self, Context};
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Key {
     Kind(&'static str, Option<Arch>),
-    Rule(String, Option<Line>),
+    Rule(String, Option<Lines>),
 }
 
 /// Group findings (in report order) into causes, worst first; sets each finding's `cause`.
@@ -83,7 +83,7 @@ fn cause(ctx: &Context, key: Key, findings: Vec<Finding>) -> Cause {
                 k if k == rules::RELOCK => Some(ctx.relock_fix()),
                 _ => a.or_else(|| ctx.intent.keys().next().copied()).and_then(|a| ctx.adopt_fix(a)),
             };
-            (id, summary(ctx, kind, arch), fix.map(Line::from))
+            (id, summary(ctx, kind, arch), fix.map(Lines::from))
         }
         Key::Rule(rule, fix) => {
             let summary = match findings.as_slice() {

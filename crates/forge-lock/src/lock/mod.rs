@@ -19,6 +19,7 @@ use forge_model::findings::{self, Finding, Severity};
 use forge_model::pins::{Arch, Pins};
 use forge_os::error::Failure;
 use forge_os::fs::Tree;
+use forge_os::line::Line;
 
 pub mod causes;
 pub mod dockerfile;
@@ -525,23 +526,26 @@ pub fn render_github(report: &Report) -> String {
     findings::render_github_causes(&report.causes, &path) + &forge_os::output::github_log(&render_human(report))
 }
 
-/// The human rendering of a report (the command prints it).
+/// The human rendering of a report (the command prints it). Every path and
+/// revision in its header is a [`Line`] (a Dockerfile named with a line break
+/// cannot start a row of its own).
 pub fn render_human(r: &Report) -> String {
+    let shown = |p: &Path| Line::new(p.display().to_string());
     let mut out = String::new();
-    let intent: Vec<String> = r.intent.iter().map(|(a, rev)| format!("{a} {rev}")).collect();
+    let intent: Vec<Line> = r.intent.iter().map(|(a, rev)| Line::new(format!("{a} {rev}"))).collect();
     out.push_str(&format!(
         "lock check {} against {}: {}\n",
-        r.project.display(),
-        r.pins.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "pyproject.toml (--no-pins)".into()),
-        if intent.is_empty() { "no intended revision".into() } else { intent.join(", ") }
+        shown(&r.project),
+        r.pins.as_deref().map(shown).unwrap_or_else(|| Line::new("pyproject.toml (--no-pins)")),
+        if intent.is_empty() { Line::new("no intended revision") } else { Line::new(join(&intent)) }
     ));
-    let mut files = vec![r.checked.pyproject.display().to_string()];
+    let mut files = vec![shown(&r.checked.pyproject)];
     files.push(match &r.checked.uv_lock {
-        Some(l) => l.display().to_string(),
-        None => "uv.lock not found (lock not checked)".into(),
+        Some(l) => shown(l),
+        None => Line::new("uv.lock not found (lock not checked)"),
     });
-    files.extend(r.checked.dockerfiles.iter().map(|d| d.display().to_string()));
-    out.push_str(&format!("checked: {}\n", files.join(", ")));
+    files.extend(r.checked.dockerfiles.iter().map(|d| shown(d)));
+    out.push_str(&format!("checked: {}\n", join(&files)));
     out.push_str(&findings::render_human_causes(&r.causes));
     let fixes = r.causes.iter().filter(|c| c.severity == Severity::Error).count();
     out.push_str(&format!(
@@ -553,6 +557,11 @@ pub fn render_human(r: &Report) -> String {
         if fixes > 0 { format!(" from {fixes} cause(s): run each cause's fix") } else { String::new() }
     ));
     out
+}
+
+/// Lines joined by `, ` (each already escaped).
+fn join(lines: &[Line]) -> String {
+    lines.iter().map(Line::as_str).collect::<Vec<_>>().join(", ")
 }
 
 /// A finding's file as GitHub annotations want it: relative to `$GITHUB_WORKSPACE` when

@@ -343,7 +343,29 @@ impl Tree {
         if is_here(&rel) {
             return Ok(());
         }
-        self.dir.create_dir_all(&rel).map_err(|e| self.refused(&rel, e, "creating the folder"))
+        self.dir.create_dir_all(&rel).map_err(|e| self.refused_on_the_way(&rel, e, "creating the folder"))
+    }
+
+    /// An error on the way to `rel` as [`Tree::refused`] says it, but first
+    /// the first part of `rel` that is a link leading outside, or is no
+    /// folder, named as the cause (cap-std's `create_dir_all` says only
+    /// "File exists" for a link it will not follow).
+    fn refused_on_the_way(&self, rel: &Path, e: std::io::Error, doing: &str) -> anyhow::Error {
+        let mut at = PathBuf::new();
+        for part in rel.components() {
+            at.push(part);
+            match self.kind(&at) {
+                Ok(Kind::Link) => match self.dir.open_dir(&at) {
+                    Err(inner) if escapes(&inner) => return self.refused(&at, inner, doing),
+                    Err(_) => return self.usage(&at, "a link where a folder is expected"),
+                    Ok(_) => {}
+                },
+                Ok(Kind::Dir) | Ok(Kind::Missing) => {}
+                Ok(k) => return self.usage(&at, format!("{}, where a folder is expected", k.noun())),
+                Err(refusal) => return refusal,
+            }
+        }
+        self.refused(rel, e, doing)
     }
 
     /// Make the one folder `rel` with permission bits `mode` (less the umask):

@@ -392,3 +392,21 @@ fn named_kind_follows_links_and_canonical_resolves_them() {
     assert_eq!(real, named::canonical_opt(&t.path().join("d/f")).unwrap());
     assert!(named::canonical_opt(&t.path().join("none")).is_none());
 }
+
+#[test]
+fn making_folders_through_a_link_out_names_the_link() {
+    let t = tempfile::tempdir().unwrap();
+    let (inside, elsewhere) = (t.path().join("in"), t.path().join("elsewhere"));
+    std::fs::create_dir_all(&inside).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, inside.join("wheels")).unwrap();
+    std::fs::write(inside.join("file"), b"").unwrap();
+    let tree = Tree::open(&inside, "cache").unwrap();
+    let e = tree.create_dir_all("wheels/abc/entry").unwrap_err();
+    assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{e:#}");
+    assert!(format!("{e:#}").contains("wheels leads outside the cache"), "{e:#}");
+    let e = tree.create_dir_all("file/sub").unwrap_err();
+    assert_eq!(exit_of(&e), crate::error::Exit::Usage, "{e:#}");
+    assert!(format!("{e:#}").contains("where a folder is expected"), "{e:#}");
+    assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none(), "nothing made out there");
+}

@@ -77,7 +77,7 @@ pub fn wheel(url: &str, trusted: &[PublicKey]) -> Result<(forge_os::fs::TempTree
         ))
         .into());
     }
-    let surl = format!("{url}{}", forge_wheel::attest::SUFFIX);
+    let surl = forge_os::url::with_suffix(url, forge_wheel::attest::SUFFIX);
     let st: serde_json::Value = serde_json::from_slice(&manifest::fetch(&surl)?)
         .map_err(|e| Failure::problems(format!("{}: not JSON: {e}", forge_os::http::redact(&surl))))?;
     let subject = &st["subject"][0];

@@ -340,7 +340,7 @@ mod tests {
             f[0].message
         );
         // never narrowed to the closest variant: the fix declares the build as it is
-        let fix = f[0].fix.as_deref().unwrap();
+        let fix = f[0].fix.as_ref().unwrap().to_string();
         assert!(!fix.contains("gb200-multinode") && fix.contains("cuda_arch_list = \"9.0 10.0\""), "{fix}");
         assert!(fix.contains("rdma_core_home = \"/opt/rdma-core/build\""), "{fix}");
         // The same shape for Hopper with the system rdma-core is h100-multinode: clean.
@@ -370,7 +370,7 @@ mod tests {
         let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=10.0 HYBRID_EP_MULTINODE=1 RDMA_CORE_HOME=/usr\n");
         assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
         assert_eq!(f[0].arch, Some(Arch::Aarch64));
-        assert!(f[0].fix.as_deref().unwrap().contains("rdma_core_home = \"/usr\""), "{f:#?}");
+        assert!(f[0].fix.as_ref().unwrap().to_string().contains("rdma_core_home = \"/usr\""), "{f:#?}");
         let f = run("FROM --platform=linux/arm64 base\nENV TORCH_CUDA_ARCH_LIST=9.0 HYBRID_EP_MULTINODE=0\n");
         assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
     }
@@ -379,7 +379,7 @@ mod tests {
     fn multinode_flag_and_legacy_env_form() {
         let f = run("FROM base\nENV TORCH_CUDA_ARCH_LIST 10.0\nENV HYBRID_EP_MULTINODE yes\nENV RDMA_CORE_HOME=/usr\nENV USE_NIXL=1\n");
         assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
-        assert!(f[0].fix.as_deref().unwrap().contains("transport = \"nixl\""), "{f:#?}");
+        assert!(f[0].fix.as_ref().unwrap().to_string().contains("transport = \"nixl\""), "{f:#?}");
         let f =
             run("FROM base\nENV TORCH_CUDA_ARCH_LIST=\"9.0\"\nENV HYBRID_EP_MULTINODE=1\nENV RDMA_CORE_HOME=/opt/x\n");
         assert_eq!(rules(&f), vec![("dockerfile-build-undeclared".into(), 2)], "{f:#?}");
@@ -391,7 +391,7 @@ mod tests {
         let f = run("FROM b\nARG DEEPEP_REV=17cfb81\n");
         assert_eq!(rules(&f), vec![("dockerfile-rev".into(), 2)]);
         assert!(f[0].message.contains("full sha required"), "{}", f[0].message);
-        assert!(f[0].fix.as_deref().unwrap().contains(PIN));
+        assert!(f[0].fix.as_ref().unwrap().to_string().contains(PIN));
         let f = run("FROM b\nARG DEEPEP_REF=hybrid-ep\n");
         assert!(f[0].message.contains("branch or tag"), "{}", f[0].message);
         let url = format!("FROM b\nENV DEEPEP_URL=git+https://github.com/deepseek-ai/DeepEP.git@{OTHER}\n");

@@ -390,16 +390,19 @@ impl Checker<'_> {
             pins.path.display(),
             platform.map(|p| format!(" for {}", p.docker_platform())).unwrap_or_default(),
         );
-        let fix = format!(
-            "declare the build in {} ({}), add:\n{}",
+        // The tool lays out the block; its values are TOML strings (escaped by `toml`), so each
+        // of its rows is one Line and no value adds a row.
+        let head = format!(
+            "declare the build in {} ({}), add:",
             pins.path.display(),
             if archs.len() > 1 {
                 "one variant per platform; the stage names none, so every pinned architecture"
             } else {
                 "one variant"
             },
-            blocks.join("\n")
         );
+        let rows = std::iter::once(head).chain(blocks.join("\n").lines().map(str::to_string).collect::<Vec<_>>());
+        let fix = forge_os::line::Lines::new(rows.map(forge_os::line::Line::new));
         let mut f = Finding::new("dockerfile-build-undeclared", Severity::Error, self.file, msg)
             .line(at.line)
             .expected_found("a [[variant]] with this build", settings)
