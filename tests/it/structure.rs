@@ -477,6 +477,7 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("probe/disk.rs", 7, "the files an installed environment names (--python's answers: site-packages, torch, libraries, RUNPATHs, the CUDA home), anywhere on the machine"),
     ("probe/host.rs", 1, "the host root (/, or DEEPEP_FORGE_HOST_ROOT for tests): one tree for sysfs, procfs, /dev and the libraries"),
     ("probe/image.rs", 2, "the image's mount point (podman/buildah print it); its statement read from a file opened in that tree without following a link"),
+    ("pins.rs", 1, "the pins file the user names (--pins)"),
     ("process/lookup.rs", 4, "a program on PATH, or named by $DEEPEP_FORGE_UV or next to --python"),
     ("process/mod.rs", 2, "the build log the caller names, written and then its tail read"),
     ("publish.rs", 6, "--out (the index folder), --pins, and the wheels the build delivered into publish's own temporary folder"),
@@ -486,6 +487,7 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("source.rs", 4, "the --source folder the user names; a git mirror's folder (mirror_path) and a fresh build tree, by the paths the plan gives; the mirror's objects, named in the checkout's alternates"),
     ("source/gitmodules.rs", 1, "the folder above a --source folder, where its submodules' sibling folders lie"),
     ("topology/recipe.rs", 5, "the recipe the user names (read as named) and --recipe-root, resolved, the git repository around the recipe, and that folder as the tree `defaults:` are read from"),
+    ("torch.rs", 3, "an installed torch's version.py, CMake config and library, in the environment --python names"),
     ("wheel/read.rs", 1, "a wheel the caller names (`--wheel`, a built or fetched wheel)"),
     ("wheel/stamp.rs", 1, "the new wheel file in the folder the caller stages it in"),
 ];

@@ -262,7 +262,7 @@ impl Client {
     }
 
     /// PUT a file's bytes to `u` (sent once); the status, or why it failed.
-    pub fn put(&self, u: &Url, body: std::fs::File) -> Result<StatusCode, String> {
+    pub fn put(&self, u: &Url, body: crate::fs::File) -> Result<StatusCode, String> {
         self.check_scheme(u)?;
         let resp = self
             .inner

@@ -144,9 +144,20 @@ impl Lines {
         &self.0
     }
 
-    /// The rows joined by a line break and `indent` (for a block under a label).
+    /// The rows joined by a line break and `indent` (for a block under a label);
+    /// an empty row stays empty (no trailing blanks).
     pub fn indented(&self, indent: &str) -> String {
-        self.0.iter().map(Line::as_str).collect::<Vec<_>>().join(&format!("\n{indent}"))
+        let mut out = String::new();
+        for (i, l) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+                if !l.is_empty() {
+                    out.push_str(indent);
+                }
+            }
+            out.push_str(l);
+        }
+        out
     }
 }
 

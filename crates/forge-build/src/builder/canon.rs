@@ -194,7 +194,11 @@ impl BuildRoot {
             (Some(p), Some(n)) if !p.as_os_str().is_empty() => (p, n.to_os_string()),
             _ => return Err(Failure::usage(format!("the build root {} has no parent folder", root.display())).into()),
         };
-        let parent = Tree::create(folder, "build root's folder")?;
+        // No usable build root is a missing environment (exit 3), as a root of another user's is.
+        let parent = Tree::create(folder, "build root's folder").map_err(|e| {
+            Failure::env(format!("the build root {} cannot be made: {e:#}", root.display()))
+                .hint(format!("set {ROOT_ENV} to a folder of yours, or unset it"))
+        })?;
         refuse_foreign(&parent, &name)?;
         let lock_name = root.with_extension("lock").file_name().unwrap_or_default().to_os_string();
         refuse_foreign_lock(&parent, &lock_name)?;
