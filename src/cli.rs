@@ -80,6 +80,19 @@ Examples:
     Cache(crate::commands::cache::CacheCommand),
     /// Judge a wheel, an installed environment or this machine against a requested topology.
     Probe(crate::commands::probe::ProbeArgs),
+    /// This node's facts for multi-node readiness (RDMA, driver, limits, NUMA), to judge here or elsewhere.
+    #[command(
+        subcommand,
+        after_help = "\
+Examples:
+  deepep-forge host facts
+  # every node of a job, judged later with `probe --host-facts facts/`
+  srun -N 64 sh -c \\
+    'deepep-forge host facts --format json > facts/$(hostname).json'
+  # in a container that mounts the host's /sys, /proc and /dev at /host
+  deepep-forge host facts --host-root /host --format json"
+    )]
+    Host(crate::commands::host::HostCommand),
     /// Signed evidence about wheels: add a reported result, show the validation boundary.
     #[command(
         subcommand,
@@ -239,6 +252,7 @@ pub fn run(command: Command) -> Result<Exit> {
         Command::Publish(a) => crate::commands::publish::run(a),
         Command::Cache(c) => crate::commands::cache::run(c),
         Command::Probe(a) => crate::commands::probe::run(a),
+        Command::Host(c) => crate::commands::host::run(c),
         Command::Evidence(c) => crate::commands::evidence::run(c),
         Command::Docker(c) => crate::commands::docker::run(c),
         Command::Diff(a) => crate::commands::repro::diff(a),

@@ -6,6 +6,7 @@ pub mod build;
 pub mod cache;
 pub mod docker;
 pub mod evidence;
+pub mod host;
 pub mod lock;
 pub mod pin;
 pub mod probe;

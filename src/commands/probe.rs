@@ -9,7 +9,6 @@ use anyhow::Result;
 use crate::args::PinsArg;
 use forge_model::verdict::Verdict;
 use forge_os::error::Exit;
-use forge_os::output::Format;
 use forge_probe::probe::ProbeRequest;
 use forge_store::evidence::record::RecordRequest;
 
@@ -30,16 +29,31 @@ pub fn run(args: ProbeArgs) -> Result<Exit> {
 /// A verdict in `format`: one JSON document; or the table (with the runtime
 /// probe's link matrix under it); or GitHub annotations, then the table with
 /// workflow commands switched off around it.
-fn print(v: &Verdict, format: Format) -> Result<()> {
+fn print(v: &Verdict, format: ProbeFormat) -> Result<()> {
     let human = || v.render_human() + &forge_probe::runtime::render_links(&v.facts).unwrap_or_default();
     match format {
-        Format::Json => forge_os::printer::json(v)?,
-        Format::Human => forge_os::out!("{}", human()),
-        Format::Github => {
+        ProbeFormat::Json => forge_os::printer::json(v)?,
+        ProbeFormat::Human => forge_os::out!("{}", human()),
+        ProbeFormat::Github => {
             forge_os::printer::workflow(&format!("{}{}", v.render_github(), forge_os::output::github_log(&human())))
         }
+        ProbeFormat::Markdown => forge_os::out!("{}", forge_probe::probe::markdown::render(v)),
     }
     Ok(())
+}
+
+/// `probe --format`: the report formats, and Markdown for the evidence a pull request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ProbeFormat {
+    /// Aligned text for people (default).
+    #[default]
+    Human,
+    /// One JSON document on stdout, with a `schema` version field.
+    Json,
+    /// GitHub Actions workflow commands (`::error::`), plus the human text.
+    Github,
+    /// A Markdown table (a pull request's comment or evidence), every value escaped.
+    Markdown,
 }
 
 #[derive(Debug, clap::Args)]
@@ -60,7 +74,13 @@ Examples:
   # on the GPUs themselves
   deepep-forge probe --run --preset h100-8g
   # keep the verdict as a signed statement (docs/evidence.md)
-  deepep-forge probe --wheel dist/*.whl --record ev/ --signing-key ci.key")]
+  deepep-forge probe --wheel dist/*.whl --record ev/ --signing-key ci.key
+  # a fleet: each node's `host facts --format json`, judged here
+  deepep-forge probe --wheel W.whl --preset h100-8g --nodes 64 --ep 512 \\
+    --host-facts facts/ --format markdown
+  # in a container that mounts the host's /sys, /proc and /dev at /host
+  deepep-forge probe --wheel W.whl --preset h100-8g --nodes 2 --ep 16 \\
+    --host-root /host")]
 pub struct ProbeArgs {
     /// A wheel file to inspect (with --python: against that environment's torch, NVSHMEM and NCCL).
     #[arg(long, value_name = "WHEEL", conflicts_with = "image")]
@@ -89,6 +109,16 @@ pub struct ProbeArgs {
     /// still judged. Example: `deepep-forge probe --wheel W --preset h100-8g --nodes 2 --ep 16 --no-host-check`
     #[arg(long)]
     pub no_host_check: bool,
+    /// Read this host's /sys, /proc, /dev and libraries under DIR (a container
+    /// that mounts the host's at /host: `--host-root /host`). Default: /.
+    /// Example: `deepep-forge probe --wheel W --preset h100-8g --nodes 2 --ep 16 --host-root /host`
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["no_host_check", "host_facts"])]
+    pub host_root: Option<PathBuf>,
+    /// Judge these nodes instead of this host: files `host facts --format json`
+    /// wrote, or folders of them (`*.json`); repeatable. The failing nodes are
+    /// grouped by cause, one fix each. Example: `--host-facts facts/`
+    #[arg(long, value_name = "PATH", conflicts_with = "no_host_check")]
+    pub host_facts: Vec<PathBuf>,
     #[command(flatten)]
     pub pins: PinsArg,
     #[command(flatten)]
@@ -97,10 +127,10 @@ pub struct ProbeArgs {
     pub runtime: RunArgs,
     #[command(flatten)]
     pub record: RecordArgs,
-    /// How to print the verdict: a table, one JSON document (schema 1), or the
-    /// table plus GitHub `::error`/`::warning` annotations.
+    /// How to print the verdict: a table, one JSON document (schema 1), the
+    /// table plus GitHub `::error`/`::warning` annotations, or a Markdown table.
     #[arg(long, value_enum, default_value_t)]
-    pub format: forge_os::output::Format,
+    pub format: ProbeFormat,
 }
 
 impl ProbeArgs {
@@ -113,6 +143,8 @@ impl ProbeArgs {
             python: self.python,
             driver_at_run_time: self.driver_at_run_time,
             host_check: !self.no_host_check,
+            host_root: self.host_root,
+            host_facts: self.host_facts,
             pins: self.pins.given().map(PathBuf::from),
             topology: self.topology.request(),
             run: self.runtime.run.then(|| self.runtime.request()),

@@ -28,7 +28,7 @@ const EPV2_STATEMENT: &str = "tests/fixtures/evidence/h200-epv2-deep-ep-round-tr
 const EPV2_STATEMENT_KEY: &str = "tests/fixtures/evidence/h200-epv2.pub";
 
 /// A small wheel named like the project's (pure Python, a valid RECORD).
-fn make_wheel(dir: &Path) -> PathBuf {
+pub(crate) fn make_wheel(dir: &Path) -> PathBuf {
     let path = dir.join(WHEEL);
     let f = std::fs::File::create(&path).unwrap();
     let mut z = zip::ZipWriter::new(f);

@@ -32,6 +32,8 @@ mod fleet_cache;
 mod fork;
 mod front_door;
 mod help;
+mod host_facts;
+mod host_hostile;
 mod hostile5;
 mod hostile5_evidence;
 mod hostile5_patches;

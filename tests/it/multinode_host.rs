@@ -94,7 +94,8 @@ fn on_this_cpu_machine_a_multi_node_request_fails_naming_what_is_missing() {
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
     assert!(out.contains("FAIL  rdma-device") && out.contains("no RDMA device in /sys/class/infiniband"), "{out}");
-    assert!(out.contains("FAIL  gpu-memory-registration") && out.contains("expect `ibv_reg_mr errno=14`"), "{out}");
+    // no NVIDIA driver here: that is the cause named, not a missing nvidia_peermem
+    assert!(out.contains("FAIL  gpu-memory-registration") && out.contains("no NVIDIA driver is loaded"), "{out}");
     let gh = stdout(&probe(&MULTI, "github", None));
     assert!(gh.contains("::error title=deepep-forge rdma-device::"), "{gh}");
     let j: serde_json::Value = serde_json::from_str(&stdout(&probe(&MULTI, "json", None))).unwrap();

@@ -59,11 +59,19 @@ pub const VARIABLES: &[Variable] = &[
     v("SOURCE_DATE_EPOCH", "`docker build --timestamp`"),
     v("MASTER_ADDR", "`probe --run`: the TCP rendezvous of a torchrun launch"),
     v("MASTER_PORT", "`probe --run`: see MASTER_ADDR"),
-    v("DEEPEP_FORGE_HOST_ROOT", "for tests: the folder `probe` reads the host's sysfs, procfs, /dev and libraries under instead of /"),
+    v("DEEPEP_FORGE_HOST_ROOT", "for tests: the folder `probe` and `host facts` read the host's sysfs, procfs, /dev and libraries under instead of / (`--host-root` wins)"),
     v("NVSHMEM_IB_GID_INDEX", "`probe`, multi-node: the RoCE GID index given to NVSHMEM (checked against the ports' RoCE v2 GIDs)"),
     v("NCCL_IB_GID_INDEX", "`probe`, multi-node: the RoCE GID index given to NCCL"),
     v("NVSHMEM_IB_TRAFFIC_CLASS", "`probe`, multi-node: the RoCE traffic class given to NVSHMEM"),
     v("NCCL_IB_TC", "`probe`, multi-node: the RoCE traffic class given to NCCL"),
+    v("NCCL_IB_DISABLE", "`probe`/`host facts`, multi-node: NCCL's InfiniBand switch (kept in the facts; nodes that disagree are named)"),
+    v("NCCL_IB_HCA", "`probe`/`host facts`, multi-node: the NICs NCCL uses (kept in the facts; nodes that disagree are named)"),
+    v("NCCL_IB_ROCE_VERSION_NUM", "`probe`/`host facts`, multi-node: the RoCE version NCCL picks GIDs of (kept in the facts; nodes that disagree are named)"),
+    v("NCCL_IB_SL", "`probe`/`host facts`, multi-node: NCCL's InfiniBand service level (kept in the facts; nodes that disagree are named)"),
+    v("NCCL_NET_GDR_LEVEL", "`probe`/`host facts`, multi-node: how far NCCL uses GPUDirect RDMA (kept in the facts; nodes that disagree are named)"),
+    v("NVSHMEM_HCA_LIST", "`probe`/`host facts`, multi-node: the NICs NVSHMEM uses (kept in the facts; nodes that disagree are named)"),
+    v("NVSHMEM_IB_ENABLE_IBGDA", "`probe`/`host facts`, multi-node: NVSHMEM's IBGDA switch (kept in the facts; nodes that disagree are named)"),
+    v("NVSHMEM_IB_SL", "`probe`/`host facts`, multi-node: NVSHMEM's InfiniBand service level (kept in the facts; nodes that disagree are named)"),
 ];
 
 /// A variable's value as the OS holds it.

@@ -14,8 +14,10 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use forge_os::fs::{Kind, Tree};
 use forge_os::line::Line;
@@ -23,6 +25,25 @@ use forge_os::line::Line;
 /// The variables NVSHMEM and NCCL read for RoCE (GID index, traffic class).
 pub const ROCE_SETTINGS: [&str; 4] =
     ["NVSHMEM_IB_GID_INDEX", "NCCL_IB_GID_INDEX", "NVSHMEM_IB_TRAFFIC_CLASS", "NCCL_IB_TC"];
+/// The NCCL and NVSHMEM InfiniBand/RoCE variables whose values the facts keep:
+/// only these names, never another variable's value (none of them holds a
+/// secret: device lists, indices, levels).
+pub const IB_VARIABLES: [&str; 12] = [
+    "NCCL_IB_DISABLE",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_HCA",
+    "NCCL_IB_ROCE_VERSION_NUM",
+    "NCCL_IB_SL",
+    "NCCL_IB_TC",
+    "NCCL_NET_GDR_LEVEL",
+    "NVSHMEM_HCA_LIST",
+    "NVSHMEM_IB_ENABLE_IBGDA",
+    "NVSHMEM_IB_GID_INDEX",
+    "NVSHMEM_IB_SL",
+    "NVSHMEM_IB_TRAFFIC_CLASS",
+];
+/// The facts' schema: a reader refuses another.
+pub const SCHEMA: &str = "deepep-forge.host-facts/1";
 /// Where libraries are looked for under the root (the loader's default paths).
 const LIB_DIRS: [&str; 8] = [
     "usr/lib/x86_64-linux-gnu",
@@ -36,32 +57,62 @@ const LIB_DIRS: [&str; 8] = [
 ];
 /// The RDMA devices' folder under the root.
 pub const INFINIBAND: &str = "sys/class/infiniband";
+/// The PCI devices' folder under the root (GPUs are found there).
+pub const PCI_DEVICES: &str = "sys/bus/pci/devices";
 /// At most this many RDMA devices, and ports per device, are read.
 pub const MAX_ITEMS: usize = 64;
 /// At most this many GID entries per port are read.
 pub const MAX_GIDS: usize = 256;
+/// At most this many PCI devices are looked at for GPUs.
+pub const MAX_PCI: usize = 1024;
 /// sysfs and procfs files read here are small.
 const SMALL: u64 = 64 << 10;
 /// A shared library read for its symbols.
 const LIBRARY: u64 = 64 << 20;
 
-#[derive(Debug, Clone, Default, Serialize)]
+/// One node's facts, read once ([`read`]) and judged by every host rule
+/// (`rules::rdma`), here or, from a file `host facts` wrote, on another machine.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct HostFacts {
+    /// [`SCHEMA`].
+    pub schema: String,
     /// The root read (`/` on a real host).
     pub root: Line,
+    /// `/proc/sys/kernel/hostname`.
+    pub hostname: Option<Line>,
+    /// The reading process runs in a container (`docker`, `podman`,
+    /// `kubernetes`, `containerd`, `lxc` or `container`): from `/.dockerenv`,
+    /// `/run/.containerenv` and `/proc/{1,self}/cgroup` under the root. None: not seen.
+    #[serde(default)]
+    pub container: Option<Line>,
     /// The first [`MAX_ITEMS`] devices of `sys/class/infiniband`, by name.
     pub devices: Vec<RdmaDevice>,
     /// Devices past the cap, not read (0: none).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub devices_left_out: usize,
+    /// NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302) of `sys/bus/pci/devices`, by address.
+    #[serde(default)]
+    pub gpus: Vec<Pci>,
+    /// PCI devices past [`MAX_PCI`], not looked at (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pci_left_out: usize,
     /// `/sys/module/nvidia_peermem` exists.
     pub peermem: bool,
     /// First line of `/proc/driver/nvidia/version`; None: no NVIDIA driver loaded.
     pub nvidia_driver: Option<Line>,
+    /// The driver's version (`570.124.06`): from that line, else `/sys/module/nvidia/version`.
+    #[serde(default)]
+    pub driver_version: Option<Line>,
     /// The driver is NVIDIA's open kernel module ("Open Kernel Module" in its version).
     pub open_module: Option<bool>,
     /// `/proc/sys/kernel/osrelease`.
     pub kernel: Option<Line>,
+    /// `CONFIG_DMA_SHARED_BUFFER` in `/boot/config-<kernel>` (None: no config file to read).
+    #[serde(default)]
+    pub kernel_dmabuf: Option<bool>,
+    /// `/proc/sys/kernel/numa_balancing` (`0` off; any other value runs the balancer).
+    #[serde(default)]
+    pub numa_balancing: Option<Line>,
     /// libibverbs.so.1 found (its path under the root).
     pub ibverbs: Option<Line>,
     /// libibverbs exports `ibv_reg_dmabuf_mr` (None: no libibverbs, or unreadable).
@@ -76,26 +127,44 @@ pub struct HostFacts {
     pub peer_mapping_override: Option<bool>,
     /// `/dev/gdrdrv` exists (GDRCopy).
     pub gdrdrv: bool,
-    /// "Max locked memory" soft limit in bytes; `u64::MAX` for unlimited; None unknown.
+    /// The soft "Max locked memory" of the process that read the facts
+    /// (`/proc/self/limits`: the job's own limit when the job reads them) in
+    /// bytes; `u64::MAX` for unlimited; None unknown.
     pub memlock: Option<u64>,
-    /// The RoCE settings given in the environment (name, value).
-    pub settings: Vec<(String, Line)>,
+    /// The NCCL/NVSHMEM IB variables set ([`IB_VARIABLES`] only), by name.
+    pub settings: BTreeMap<String, Line>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RdmaDevice {
     /// The folder's name under `sys/class/infiniband`.
     pub name: Line,
     /// `device/driver`'s link name (`mlx5_core`).
     pub driver: Option<Line>,
+    /// Where the device sits on PCIe (None: its `device` link does not lead to one).
+    #[serde(default)]
+    pub pci: Option<Pci>,
     /// The first [`MAX_ITEMS`] ports, by name (shown in numeric order).
     pub ports: Vec<Port>,
     /// Ports past the cap, not read (0: none).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub ports_left_out: usize,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+/// A PCI function: its address, NUMA node and path from its root complex.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pci {
+    /// `0000:17:00.0`.
+    pub address: Line,
+    /// `numa_node` (-1: the firmware does not say; None: unreadable).
+    pub numa_node: Option<i64>,
+    /// The device's path under `sys/devices` (`pci0000:15/0000:15:01.0/0000:17:00.0`).
+    pub path: Line,
+    /// Its root complex: the path's first part (`pci0000:15`).
+    pub root: Line,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Port {
     pub port: Line,
     /// `4: ACTIVE`.
@@ -104,11 +173,33 @@ pub struct Port {
     pub link_layer: Option<Line>,
     /// `400 Gb/sec (4X NDR)`.
     pub rate: Option<Line>,
-    /// GID indices whose type is `RoCE v2` and whose GID is not all zero.
-    pub roce_v2_gids: Vec<u32>,
+    /// The GID table's entries that are not all zero (by index), with their types.
+    #[serde(default)]
+    pub gids: Vec<Gid>,
     /// GID entries past the cap ([`MAX_GIDS`]), not read (0: none).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub gids_left_out: usize,
+}
+
+/// One GID table entry: `gids/<index>` and `gid_attrs/types/<index>`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Gid {
+    pub index: u32,
+    /// The entry as the kernel wrote it (`0000:0000:0000:0000:0000:ffff:0a00:0001`).
+    pub gid: Line,
+    /// `RoCE v2`, `IB/RoCE v1` (None: no type file).
+    pub kind: Option<Line>,
+}
+
+impl Gid {
+    /// The entry as an IPv6 address (a GID is one; None: not a GID).
+    pub fn address(&self) -> Option<std::net::Ipv6Addr> {
+        self.gid.trim().parse().ok()
+    }
+    /// A routable RoCE v2 GID: typed `RoCE v2` and a valid, non-zero address.
+    pub fn roce_v2(&self) -> bool {
+        self.kind.as_deref() == Some("RoCE v2") && self.address().is_some_and(|a| !a.is_unspecified())
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -122,17 +213,31 @@ impl Port {
     pub fn ethernet(&self) -> bool {
         self.link_layer.as_deref() == Some("Ethernet")
     }
+    /// The indices of its routable RoCE v2 GIDs ([`Gid::roce_v2`]), ascending.
+    pub fn roce_v2_gids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.gids.iter().filter(|g| g.roce_v2()).map(|g| g.index).collect();
+        v.sort_unstable();
+        v
+    }
+    /// Entries typed `RoCE v2` whose value is not a GID (an IPv6 address).
+    pub fn invalid_gids(&self) -> Vec<&Gid> {
+        self.gids.iter().filter(|g| g.kind.as_deref() == Some("RoCE v2") && g.address().is_none()).collect()
+    }
 }
 
-/// The root named by `DEEPEP_FORGE_HOST_ROOT` (for tests), else `/`.
-pub fn root() -> PathBuf {
-    forge_os::environ::nonempty_os("DEEPEP_FORGE_HOST_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"))
+/// The root: `--host-root` when given, else `DEEPEP_FORGE_HOST_ROOT` (for tests), else `/`.
+pub fn root(given: Option<&Path>) -> PathBuf {
+    given.map(Path::to_path_buf).unwrap_or_else(|| {
+        forge_os::environ::nonempty_os("DEEPEP_FORGE_HOST_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/"))
+    })
 }
 
 /// The host root ([`root`]) as the one tree every host fact is read through
 /// (a root that is not a folder is bad input, exit 2).
-pub fn open() -> Result<Tree> {
-    Tree::open(&root(), "host root")
+pub fn open(given: Option<&Path>) -> Result<Tree> {
+    Tree::open(&root(given), "host root")
 }
 
 /// Read the host through `host` (its root: see [`open`]).
@@ -142,14 +247,24 @@ pub fn read(host: &Tree) -> HostFacts {
     let (stream_memops, peer_mapping_override) = r.params();
     let ibverbs = r.library("libibverbs.so.1");
     let (devices, devices_left_out) = r.devices();
+    let (gpus, pci_left_out) = r.gpus();
+    let kernel = r.line("proc/sys/kernel/osrelease");
     HostFacts {
+        schema: SCHEMA.into(),
         root: Line::new(host.path().to_string_lossy()),
+        hostname: r.line("proc/sys/kernel/hostname"),
+        container: r.container(),
         devices,
         devices_left_out,
+        gpus,
+        pci_left_out,
         peermem: r.exists("sys/module/nvidia_peermem"),
+        driver_version: r.driver_version(nvidia_driver.as_deref()),
         nvidia_driver,
         open_module,
-        kernel: r.line("proc/sys/kernel/osrelease"),
+        kernel_dmabuf: kernel.as_deref().and_then(|k| r.kernel_config(k, "CONFIG_DMA_SHARED_BUFFER")),
+        kernel,
+        numa_balancing: r.line("proc/sys/kernel/numa_balancing"),
         ibverbs_dmabuf: ibverbs.as_deref().and_then(|p| r.exports(p, "ibv_reg_dmabuf_mr")),
         ibverbs: ibverbs.map(|p| r.show(&p)),
         mlx5: r.library("libmlx5.so.1").map(|p| r.show(&p)),
@@ -162,10 +277,15 @@ pub fn read(host: &Tree) -> HostFacts {
     }
 }
 
-/// The RoCE settings of this process's environment.
-fn settings() -> Vec<(String, Line)> {
-    ROCE_SETTINGS.iter().filter_map(|n| forge_os::environ::var(n).map(|v| (n.to_string(), Line::new(v)))).collect()
+/// The IB settings of this process's environment ([`IB_VARIABLES`] only).
+fn settings() -> BTreeMap<String, Line> {
+    IB_VARIABLES.iter().filter_map(|n| forge_os::environ::var(n).map(|v| (n.to_string(), Line::new(v)))).collect()
 }
+
+mod pci;
+mod render;
+
+pub use render::render_human;
 
 struct Reader<'t> {
     tree: &'t Tree,
@@ -221,27 +341,28 @@ impl Reader<'_> {
         let (mut ports, ports_left_out) = self.names(&base.join("ports"), MAX_ITEMS);
         ports.sort_by_key(|n| numeric(n));
         let ports = ports.iter().map(|p| self.port(&base.join("ports").join(p), p)).collect();
-        RdmaDevice { name: Line::new(name.to_string_lossy()), driver, ports, ports_left_out }
+        let pci = pci::of(self.tree, &base.join("device"));
+        RdmaDevice { name: Line::new(name.to_string_lossy()), driver, pci, ports, ports_left_out }
     }
 
     fn port(&self, at: &Path, n: &OsStr) -> Port {
-        let mut roce_v2_gids = Vec::new();
-        let (types, gids_left_out) = self.names(&at.join("gid_attrs/types"), MAX_GIDS);
-        for i in &types {
-            let v2 = self.text(at.join("gid_attrs/types").join(i)).is_some_and(|t| t.trim() == "RoCE v2");
-            let gid = self.text(at.join("gids").join(i)).unwrap_or_default();
-            let zero = gid.trim().chars().all(|c| c == '0' || c == ':');
-            if let (true, false, Some(Ok(i))) = (v2, zero, i.to_str().map(str::parse)) {
-                roce_v2_gids.push(i);
-            }
-        }
-        roce_v2_gids.sort_unstable();
+        let (mut types, gids_left_out) = self.names(&at.join("gid_attrs/types"), MAX_GIDS);
+        types.sort_by_key(numeric);
+        let gids = types
+            .iter()
+            .filter_map(|i| {
+                let index = i.to_str()?.parse().ok()?;
+                let gid = self.line(at.join("gids").join(i))?;
+                let zero = gid.chars().all(|c| c == '0' || c == ':');
+                (!zero).then(|| Gid { index, gid, kind: self.line(at.join("gid_attrs/types").join(i)) })
+            })
+            .collect();
         Port {
             port: Line::new(n.to_string_lossy()),
             state: self.line(at.join("state")),
             link_layer: self.line(at.join("link_layer")),
             rate: self.line(at.join("rate")),
-            roce_v2_gids,
+            gids,
             gids_left_out,
         }
     }
@@ -275,6 +396,55 @@ impl Reader<'_> {
         } else {
             soft.parse().ok()
         }
+    }
+
+    /// The NVIDIA GPUs among the first [`MAX_PCI`] PCI devices, and how many devices were left out.
+    fn gpus(&self) -> (Vec<Pci>, usize) {
+        let (names, left_out) = self.names(Path::new(PCI_DEVICES), MAX_PCI);
+        let gpus = names
+            .iter()
+            .map(|n| Path::new(PCI_DEVICES).join(n))
+            .filter(|at| {
+                let vendor = self.text(at.join("vendor")).is_some_and(|v| v.trim() == "0x10de");
+                let class = self.text(at.join("class")).unwrap_or_default();
+                vendor && (class.trim().starts_with("0x0302") || class.trim().starts_with("0x0300"))
+            })
+            .filter_map(|at| pci::of(self.tree, &at))
+            .collect();
+        (gpus, left_out)
+    }
+
+    /// The container the reading process runs in, as far as the root shows it.
+    fn container(&self) -> Option<Line> {
+        let cgroup = |rel: &str| self.text(rel).unwrap_or_default();
+        let groups = format!("{}\n{}", cgroup("proc/1/cgroup"), cgroup("proc/self/cgroup"));
+        let named = ["kubepods", "libpod", "docker", "containerd", "lxc"].into_iter().find(|k| groups.contains(k));
+        let kind = match named {
+            Some("kubepods") => Some("kubernetes"),
+            Some("libpod") => Some("podman"),
+            Some(k) => Some(k),
+            None if self.exists("run/.containerenv") => Some("podman"),
+            None if self.exists(".dockerenv") => Some("docker"),
+            None => None,
+        };
+        kind.map(Line::new)
+    }
+
+    /// The driver's version: the first `N.N[.N]` word of the version line, else `/sys/module/nvidia/version`.
+    fn driver_version(&self, line: Option<&str>) -> Option<Line> {
+        let word = line.and_then(|l| {
+            l.split_whitespace().find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        });
+        word.map(Line::new).or_else(|| self.line("sys/module/nvidia/version"))
+    }
+
+    /// `key` in `/boot/config-<release>`: `=y`/`=m` true, absent or `is not set` false; None: no file.
+    fn kernel_config(&self, release: &str, key: &str) -> Option<bool> {
+        if release.contains('/') || release.starts_with('.') {
+            return None;
+        }
+        let t = self.tree.read_text(Path::new("boot").join(format!("config-{release}")), 1 << 20).ok()?;
+        Some(t.lines().any(|l| l == format!("{key}=y") || l == format!("{key}=m")))
     }
 
     /// `name` in the first of the loader's default folders that holds it (relative to the root).

@@ -7,9 +7,11 @@ pub mod disk;
 pub mod elf;
 pub mod env;
 pub mod fatbin;
+pub mod fleet;
 pub mod host;
 pub mod image;
 pub mod loader;
+pub mod markdown;
 pub mod rules;
 pub mod wheel;
 
@@ -21,6 +23,7 @@ use forge_model::pins::Pins;
 use forge_model::topology::Request;
 use forge_model::verdict::Verdict;
 use forge_os::error::Failure;
+use forge_os::line::Line;
 use forge_store::evidence::record::{Recorder, Wheel as RecordWheel};
 
 /// `probe`: what to judge against what, as plain data (made from the flags by the CLI).
@@ -38,6 +41,10 @@ pub struct ProbeRequest {
     /// Judge this host's RDMA path for a request across NVLink domains (false:
     /// `--no-host-check`, the run is on other machines).
     pub host_check: bool,
+    /// `--host-root`: the folder the host's /sys, /proc, /dev and libraries are read under (None: `/`).
+    pub host_root: Option<PathBuf>,
+    /// `--host-facts`: files (or folders of them) `host facts` wrote, one per node: the fleet is judged instead of this host.
+    pub host_facts: Vec<PathBuf>,
     /// The pins file, only when given (its `pin` rule).
     pub pins: Option<PathBuf>,
     /// The topology asked (flags, preset, recipe).
@@ -116,13 +123,23 @@ fn static_verdict_of(args: &ProbeRequest, request: Option<Request>, inspected: O
         v.checks.extend(checks);
         v.considered = considered;
     }
-    let host = match request.as_ref().filter(|r| args.host_check && rules::rdma::spans_domains(r)) {
-        Some(_) => Some(host::read(&host::open()?)),
+    let variants = dmabuf_variants(pins.as_ref());
+    let fleet = match args.host_facts.is_empty() {
+        true => None,
+        false => Some(fleet::load(&args.host_facts)?),
+    };
+    let host = match request.as_ref().filter(|r| fleet.is_none() && args.host_check && rules::rdma::spans_domains(r)) {
+        Some(_) => Some(host::read(&host::open(args.host_root.as_deref())?)),
         None => None,
     };
     if let Some(h) = &host {
-        let variants = dmabuf_variants(pins.as_ref());
         v.checks.extend(rules::rdma::rdma_checks(&rdma_ctx(h, inspected.as_ref(), &variants)));
+    }
+    if let Some((nodes, left_out)) = &fleet {
+        v.subject = Line::new(format!("{} on {} nodes (host facts)", v.subject, nodes.len()));
+        v.checks.extend(fleet::cut_row(nodes.len(), *left_out));
+        v.checks.extend(fleet::judge(nodes, |h| rdma_ctx(h, inspected.as_ref(), &variants)));
+        v.checks.extend(fleet::consistency(nodes));
     }
     if let Some(i) = &inspected {
         v.facts = serde_json::json!({
@@ -138,6 +155,12 @@ fn static_verdict_of(args: &ProbeRequest, request: Option<Request>, inspected: O
             v.facts = serde_json::json!({});
         }
         v.facts["host"] = serde_json::json!(h);
+    }
+    if let Some((nodes, left_out)) = &fleet {
+        if v.facts.is_null() {
+            v.facts = serde_json::json!({});
+        }
+        v.facts["fleet"] = fleet::facts(nodes, *left_out);
     }
     Ok(v)
 }

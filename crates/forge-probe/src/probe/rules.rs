@@ -9,6 +9,8 @@ use super::elf::{demangle_prefix, is_std_symbol, ElfFacts};
 use super::env::{EnvFacts, Versions};
 use super::wheel::{local_label, platform_arch, Extension, WheelFacts};
 
+pub mod affinity;
+pub mod container;
 pub mod environment;
 pub mod loader;
 pub mod platform;

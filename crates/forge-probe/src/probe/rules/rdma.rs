@@ -12,6 +12,7 @@ use forge_model::verdict::Check;
 use forge_wheel::provenance::Registration;
 
 use super::super::host::{kernel_at_least, HostFacts, Port, RdmaDevice, INFINIBAND, MAX_GIDS};
+use super::container;
 use forge_os::line::Line;
 
 /// What the rules see.
@@ -29,7 +30,7 @@ pub struct Ctx<'a> {
 
 pub type RdmaRule = (&'static str, fn(&Ctx) -> Check);
 
-pub const RDMA_RULES: [RdmaRule; 9] = [
+pub const RDMA_RULES: [RdmaRule; 11] = [
     ("rdma-device", rdma_device),
     ("rdma-driver", rdma_driver),
     ("rdma-port", rdma_port),
@@ -39,6 +40,8 @@ pub const RDMA_RULES: [RdmaRule; 9] = [
     ("ibgda", ibgda),
     ("memlock", memlock),
     ("rdma-transport", rdma_transport),
+    ("numa-balancing", |cx| super::affinity::numa_balancing(cx.host)),
+    ("gpu-nic-affinity", |cx| super::affinity::gpu_nic_affinity(cx.host)),
 ];
 
 /// The request spans more than one NVLink domain: EP > R when both are known,
@@ -166,21 +169,45 @@ fn roce_gid(cx: &Ctx) -> Check {
     if eth.is_empty() {
         return Check::skip("roce-gid", "no active RoCE (Ethernet) port");
     }
-    let without: Vec<String> =
-        eth.iter().filter(|(_, p)| p.roce_v2_gids.is_empty()).map(|(d, p)| format!("{}/{}", d.name, p.port)).collect();
+    let without: Vec<String> = eth
+        .iter()
+        .filter(|(_, p)| p.roce_v2_gids().is_empty())
+        .map(|(d, p)| format!("{}/{}", d.name, p.port))
+        .collect();
+    let invalid = invalid_gids(&eth);
     if without.len() == eth.len() {
         return Check::fail(
             "roce-gid",
-            format!("no RoCE v2 GID on {} (gid_attrs/types): NVSHMEM and NCCL need a routable RoCE v2 GID (deepseek-ai/DeepEP#608){}", without.join(", "), gids_cut(cx.host, &eth)),
+            format!("no RoCE v2 GID on {} (gid_attrs/types){invalid}: NVSHMEM and NCCL need a routable RoCE v2 GID (deepseek-ai/DeepEP#608){}", without.join(", "), gids_cut(cx.host, &eth)),
         )
         .fix("give the RoCE interface an IP address (its RoCE v2 GID comes from it), then check gid_attrs/types");
     }
     let with: Vec<String> = eth
         .iter()
-        .filter(|(_, p)| !p.roce_v2_gids.is_empty())
-        .map(|(d, p)| format!("{}/{} RoCE v2 GID index {}", d.name, p.port, join(&p.roce_v2_gids)))
+        .filter(|(_, p)| !p.roce_v2_gids().is_empty())
+        .map(|(d, p)| format!("{}/{} RoCE v2 GID index {}", d.name, p.port, join(&p.roce_v2_gids())))
         .collect();
-    Check::pass("roce-gid", format!("{}{}", with.join("; "), gids_cut(cx.host, &eth)))
+    Check::pass("roce-gid", format!("{}{invalid}{}", with.join("; "), gids_cut(cx.host, &eth)))
+}
+
+/// `; entries typed RoCE v2 that are not GIDs (IPv6 addresses): mlx5_0/1 index 2 (not-a-gid)`, at most 4 named.
+fn invalid_gids(eth: &[(&RdmaDevice, &Port)]) -> String {
+    let bad: Vec<String> = eth
+        .iter()
+        .flat_map(|(d, p)| p.invalid_gids().into_iter().map(move |g| (d, p, g)))
+        .map(|(d, p, g)| format!("{}/{} index {} ({})", d.name, p.port, g.index, cut_at(&g.gid, 48)))
+        .collect();
+    match bad.len() {
+        0 => String::new(),
+        n if n <= 4 => {
+            format!("; entries typed RoCE v2 that are not GIDs (IPv6 addresses), not counted: {}", bad.join(", "))
+        }
+        n => format!(
+            "; entries typed RoCE v2 that are not GIDs (IPv6 addresses), not counted: {}, and {} more",
+            bad[..4].join(", "),
+            n - 4
+        ),
+    }
 }
 
 /// The first `max` characters of an (already escaped) value, `…` when cut.
@@ -197,13 +224,35 @@ fn join(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
+/// A value a setting must hold, checked wherever it is set: a GID index is a
+/// table index (0-255: the kernel's RoCE GID tables hold at most 256
+/// entries), a traffic class an 8-bit integer (NCCL's and NVSHMEM's docs).
+fn setting_error(name: &str, value: &str) -> Option<&'static str> {
+    let n = value.trim().parse::<u32>().ok();
+    let ok = n.is_some_and(|n| n <= 255) && value.trim() == value;
+    let what =
+        if name.contains("GID_INDEX") { "a GID index, an integer 0-255" } else { "a traffic class, an integer 0-255" };
+    (!ok && (name.contains("GID_INDEX") || name.ends_with("_TC") || name.ends_with("TRAFFIC_CLASS"))).then_some(what)
+}
+
 fn roce_settings(cx: &Ctx) -> Check {
+    for (n, v) in &cx.host.settings {
+        if let Some(want) = setting_error(n, v) {
+            return Check::fail(
+                "roce-settings",
+                format!("{n}={} is not {want}: NCCL and NVSHMEM reject or misread it", cut_at(v, 20)),
+            )
+            .fix(format!(
+                "export {n}=<{want}> (ask the fabric's owner for the lossless class; the GID index from roce-gid)"
+            ));
+        }
+    }
     let eth = active_ethernet(cx.host);
-    let Some(v2) = eth.iter().find_map(|(_, p)| p.roce_v2_gids.first().copied()) else {
+    let Some(v2) = eth.iter().find_map(|(_, p)| p.roce_v2_gids().first().copied()) else {
         return Check::skip("roce-settings", "no active RoCE port with a RoCE v2 GID");
     };
-    let all_v2: Vec<u32> = eth.iter().flat_map(|(_, p)| p.roce_v2_gids.iter().copied()).collect();
-    let given = |n: &str| cx.host.settings.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    let all_v2: Vec<u32> = eth.iter().flat_map(|(_, p)| p.roce_v2_gids()).collect();
+    let given = |n: &str| cx.host.settings.get(n).map(Line::as_str);
     for n in ["NVSHMEM_IB_GID_INDEX", "NCCL_IB_GID_INDEX"] {
         if let Some(v) = given(n).filter(|v| v.trim().parse::<u32>().map_or(true, |i| !all_v2.contains(&i))) {
             return Check::fail(
@@ -236,7 +285,7 @@ fn dmabuf_missing(h: &HostFacts) -> Vec<String> {
     match h.open_module {
         Some(true) => {}
         Some(false) => m.push("the NVIDIA driver is not the open kernel module".to_string()),
-        None => m.push("no NVIDIA driver loaded (/proc/driver/nvidia/version)".into()),
+        None => m.push("no NVIDIA driver (/proc/driver/nvidia/version)".into()),
     }
     match h.kernel.as_deref().and_then(|k| kernel_at_least(k, 5, 12)) {
         Some(true) => {}
@@ -266,9 +315,20 @@ fn gpu_memory_registration(cx: &Ctx) -> Check {
     if h.peermem {
         return Check::pass(RULE, "nvidia_peermem is loaded: ibv_reg_mr registers GPU memory with the NIC");
     }
+    let place = container::of(h);
+    if h.nvidia_driver.is_none() {
+        return Check::fail(
+            RULE,
+            format!(
+                "no NVIDIA driver is loaded{} (no /proc/driver/nvidia/version): there is no GPU memory to register with the NIC, and nvidia_peermem needs the driver first",
+                place.here()
+            ),
+        )
+        .fix(container::driver_fix(&place));
+    }
     let missing = dmabuf_missing(h);
     let uses = cx.registration.map(Registration::uses_dmabuf);
-    let peermem = "sudo modprobe nvidia_peermem";
+    let peermem = container::peermem_fix(&place);
     if !missing.is_empty() {
         let code = match uses {
             Some(true) => format!("{} uses DMA-BUF, but", cx.code),
@@ -320,7 +380,7 @@ fn ibgda(cx: &Ctx) -> Check {
     if h.gdrdrv {
         return Check::pass("ibgda", "/dev/gdrdrv: GDRCopy is loaded");
     }
-    let fix = "echo 'options nvidia NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\"' | sudo tee /etc/modprobe.d/nvidia-ibgda.conf && sudo update-initramfs -u && sudo reboot";
+    let fix = container::on_host(&container::of(h), "echo 'options nvidia NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords=\"PeerMappingOverride=1;\"' | sudo tee /etc/modprobe.d/nvidia-ibgda.conf && sudo update-initramfs -u && sudo reboot");
     match (h.stream_memops, h.peer_mapping_override) {
         (Some(true), Some(true)) => {
             Check::pass("ibgda", "driver parameters EnableStreamMemOPs=1 and PeerMappingOverride=1 (/proc/driver/nvidia/params)")
@@ -345,18 +405,26 @@ fn ibgda(cx: &Ctx) -> Check {
 const MEMLOCK_FLOOR: u64 = 64 << 20;
 
 fn memlock(cx: &Ctx) -> Check {
-    let fix = "ulimit -l unlimited   # limits.conf: `* - memlock unlimited`; docker run --ulimit memlock=-1";
+    let place = container::of(cx.host);
+    let fix = container::memlock_fix(&place);
+    let whose = "the locked-memory limit of the process that read the facts (the job's, when the job reads them)";
     match cx.host.memlock {
-        None => Check::warn("memlock", "the locked-memory limit is unknown (/proc/self/limits)").fix(fix),
+        None => Check::warn("memlock", format!("{whose} is unknown (/proc/self/limits)")).fix(fix),
         Some(u64::MAX) => Check::pass("memlock", "locked memory unlimited"),
         Some(b) if b < MEMLOCK_FLOOR => Check::fail(
             "memlock",
-            format!("locked memory is limited to {} KiB: registering RDMA buffers fails (ibv_reg_mr ENOMEM)", b / 1024),
+            format!(
+                "locked memory is limited to {} KiB{}: registering RDMA buffers fails (ibv_reg_mr ENOMEM)",
+                b / 1024,
+                place.here()
+            ),
         )
         .fix(fix),
-        Some(b) => {
-            Check::warn("memlock", format!("locked memory is limited to {} MiB, not unlimited", b >> 20)).fix(fix)
-        }
+        Some(b) => Check::warn(
+            "memlock",
+            format!("locked memory is limited to {} MiB{}, not unlimited", b >> 20, place.here()),
+        )
+        .fix(fix),
     }
 }
 
@@ -441,7 +509,10 @@ mod tests {
         assert_eq!(rule(&cs, "rdma-device").status, Status::Fail);
         assert!(rule(&cs, "rdma-device").evidence.contains("/sys/class/infiniband"), "{cs:?}");
         assert_eq!(rule(&cs, "gpu-memory-registration").status, Status::Fail);
-        assert!(rule(&cs, "gpu-memory-registration").evidence.contains("no libibverbs.so.1"), "{cs:?}");
+        // no driver: the cause is the driver, and the fix loads it first (not only nvidia_peermem)
+        let g = rule(&cs, "gpu-memory-registration");
+        assert!(g.evidence.starts_with("no NVIDIA driver is loaded"), "{cs:?}");
+        assert!(g.fix.as_deref().unwrap().starts_with("run on GPU nodes with the NVIDIA driver loaded"), "{cs:?}");
         assert_eq!(rule(&cs, "memlock").status, Status::Warn, "no /proc/self/limits: unknown");
         assert_eq!(rule(&cs, "rdma-transport").status, Status::Fail);
     }
@@ -519,7 +590,7 @@ mod tests {
         assert!(
             s.evidence.contains("NVSHMEM_IB_GID_INDEX") && s.fix.as_deref().unwrap().contains("NCCL_IB_GID_INDEX=3")
         );
-        h.settings = vec![("NVSHMEM_IB_GID_INDEX".into(), "0".into())];
+        h.settings = [("NVSHMEM_IB_GID_INDEX".to_string(), "0".into())].into();
         assert_eq!(rule(&judge_host(&h, None, &[]), "roce-settings").status, Status::Fail);
         h.settings = host::ROCE_SETTINGS
             .iter()
@@ -588,6 +659,15 @@ mod tests {
         let c = rule(&c, "memlock");
         assert_eq!(c.status, Status::Fail);
         assert!(c.evidence.contains("64 KiB") && c.fix.as_deref().unwrap().starts_with("ulimit -l unlimited"));
+        // in a container, `ulimit -l` cannot raise it: the container's own flag is the fix
+        fixture::write(t.path(), ".dockerenv", "");
+        let c = judge(t.path(), None, &[]);
+        let c = rule(&c, "memlock");
+        assert!(c.evidence.contains("in a docker container"), "{c:?}");
+        assert!(c.fix.as_deref().unwrap().starts_with("docker run --ulimit memlock=-1:-1"), "{c:?}");
+        fixture::write(t.path(), "proc/self/cgroup", "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-1.scope\n");
+        let c = judge(t.path(), None, &[]);
+        assert!(rule(&c, "memlock").fix.as_deref().unwrap().contains("LimitMEMLOCK=infinity"), "{c:?}");
     }
 
     #[test]
@@ -652,7 +732,7 @@ mod tests {
         let d0 = &h.devices[0];
         assert_eq!((d0.ports.len(), d0.ports_left_out), (host::MAX_ITEMS, 5));
         assert_eq!(d0.ports[0].port, "1", "ports in numeric order");
-        assert_eq!((d0.ports[0].roce_v2_gids.len(), d0.ports[0].gids_left_out), (host::MAX_GIDS, 7));
+        assert_eq!((d0.ports[0].roce_v2_gids().len(), d0.ports[0].gids_left_out), (host::MAX_GIDS, 7));
         let cs = judge(t.path(), None, &[]);
         let device = &rule(&cs, "rdma-device").evidence;
         assert!(device.contains("read the first 64 of 67 devices in sys/class/infiniband (3 left out)"), "{device}");
