@@ -192,9 +192,12 @@ enum HostSlot {
     DriverVersion,
     Params,
     Limits,
+    Hostname,
+    NumaBalancing,
+    Cgroup,
 }
 
-const HOST_SLOTS: [HostSlot; 13] = [
+const HOST_SLOTS: [HostSlot; 16] = [
     HostSlot::DeviceName,
     HostSlot::DriverName,
     HostSlot::PortName,
@@ -208,6 +211,9 @@ const HOST_SLOTS: [HostSlot; 13] = [
     HostSlot::DriverVersion,
     HostSlot::Params,
     HostSlot::Limits,
+    HostSlot::Hostname,
+    HostSlot::NumaBalancing,
+    HostSlot::Cgroup,
 ];
 
 /// A RoCE host (mlx5, one ACTIVE Ethernet port with a RoCE v2 GID, no peermem)
@@ -243,6 +249,9 @@ fn roce_host(root: &Path, payload: &str, hit: &dyn Fn(HostSlot) -> bool) {
         "proc/self/limits",
         &format!("Max locked memory         {}            unlimited            bytes\n", p(HostSlot::Limits, "65536")),
     );
+    write(root, "proc/sys/kernel/hostname", &format!("{}\n", p(HostSlot::Hostname, "gpu-001")));
+    write(root, "proc/sys/kernel/numa_balancing", &format!("{}\n", p(HostSlot::NumaBalancing, "1")));
+    write(root, "proc/self/cgroup", &format!("{}\n", p(HostSlot::Cgroup, "0::/system.slice/docker-1.scope")));
 }
 
 /// Every host slot crossed with every payload (and every slot at once per

@@ -6,6 +6,7 @@ use forge_os::error::Exit;
 mod build;
 mod compiler_cache;
 mod critical_path;
+mod host;
 mod incremental;
 mod install;
 mod lock;
@@ -44,6 +45,8 @@ pub enum Which {
     Runtime,
     /// `probe --wheel` (every member read once, RECORD hashes, ELF/fatbin parsing) vs `unzip -p` of the same wheel.
     ProbeWheel,
+    /// `host facts --format json` (every read of this node) vs `--version` of the same release binary.
+    HostFacts,
     /// Rebuild with a warm compiler cache vs a fresh build (wheel cache off), a second variant
     /// after the first vs fresh, and the sha256 of every build (folders, cache on/off).
     BuildCache,
@@ -122,6 +125,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::Stamp => build::stamp()?,
         Which::Runtime => return runtime::run(),
         Which::ProbeWheel => return probe::run_bench(),
+        Which::HostFacts => return host::run(),
         Which::Toolchain => toolchain::run()?,
         Which::Install => install::run()?,
         Which::BuildCache => compiler_cache::run(args.cache)?,

@@ -231,7 +231,12 @@ pub fn run(args: ProbeRequest) -> Result<Option<Verdict>> {
         return run_on_gpus(&args, run, recorder.as_ref());
     }
     let request = args.topology.resolve()?;
-    if args.wheel.is_none() && args.python.is_none() && args.image.is_none() && request.is_none() {
+    if args.wheel.is_none()
+        && args.python.is_none()
+        && args.image.is_none()
+        && request.is_none()
+        && args.host_facts.is_empty()
+    {
         return Err(Failure::usage("nothing to probe")
             .hint("pass --wheel W.whl or --python PATH, and a request: --preset h100-8g, --recipe R.yaml or --ep/--nodes/--gpus-per-node/...")
             .into());
