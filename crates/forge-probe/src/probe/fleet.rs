@@ -56,7 +56,7 @@ pub fn load(paths: &[PathBuf]) -> Result<(Vec<Node>, usize)> {
             _ => nodes.push(parse(p, &forge_os::fs::named::read_bytes(p, "host facts file", FACTS_CAP)?)?),
         }
     }
-    nodes.sort_by(|a, b| natural(&a.name).cmp(&natural(&b.name)));
+    nodes.sort_by_key(|n| natural(&n.name));
     if let Some(w) = nodes.windows(2).find(|w| w[0].name == w[1].name) {
         return Err(Failure::usage(format!(
             "host facts {} and {} both name the node {}",
@@ -174,7 +174,9 @@ pub fn judge<'a>(nodes: &'a [Node], ctx: impl Fn(&'a HostFacts) -> Ctx<'a>) -> V
         }
         let of = nodes.len();
         if !pass.is_empty() {
-            let text = if pass.len() == of {
+            let text = if of == 1 {
+                format!("the one node, {}", pass[0])
+            } else if pass.len() == of {
                 format!("all {of} nodes")
             } else {
                 format!("{} of {of} nodes: {}", pass.len(), names(&pass))
