@@ -924,7 +924,7 @@ fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&P
 fn cubin_verdict(g: Gpu, targets: Vec<Target>, seen: &str, fix: impl Fn() -> String) -> Check {
     let cc = g.cc();
     let base = targets.iter().map(|t| t.cc).filter(|b| b.major == cc.major && *b <= cc).min();
-    let needs = || format!("{}; the arch list must {}", fix(), cuda_arch::would_serve(cc, base));
+    let needs = || format!("the arch list must {}", cuda_arch::would_serve(cc, base));
     match cuda_arch::best(targets, cc) {
         (Runs::Native, Some(t)) if t.cc == cc => {
             Check::pass("cubin-arch", format!("{} cubin for {g}: {seen}", t.name()))
@@ -936,16 +936,18 @@ fn cubin_verdict(g: Gpu, targets: Vec<Target>, seen: &str, fix: impl Fn() -> Str
         (Runs::Jit, Some(t)) => Check::warn(
             "cubin-arch",
             format!(
-                "{g} (sm_{}) would JIT from {} PTX only (a slow first call; measured elsewhere to fail): {seen}",
+                "{g} (sm_{}) would JIT from {} PTX only (a slow first call; measured elsewhere to fail): {seen}; {}",
                 g.sm(),
-                t.name()
+                t.name(),
+                needs()
             ),
         )
-        .fix(needs()),
-        _ => {
-            Check::fail("cubin-arch", format!("no code that runs on {} (compute capability {cc}): {seen}", g, cc = cc))
-                .fix(needs())
-        }
+        .fix(fix()),
+        _ => Check::fail(
+            "cubin-arch",
+            format!("no code that runs on {g} (compute capability {cc}): {seen}; {}", needs()),
+        )
+        .fix(fix()),
     }
 }
 
