@@ -154,6 +154,26 @@ mod tests {
         }
     }
 
+    /// docs/pins.md's table says what this module decides: every entry it names, per GPU row.
+    #[test]
+    fn the_docs_table_is_what_runs_decides() {
+        let page = include_str!("../../../docs/pins.md");
+        let mut rows = 0;
+        for line in page.lines().filter(|l| l.starts_with("| ") && l.contains(") | ")) {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+            let cc = cells[0].rsplit('(').next().and_then(|c| c.strip_suffix(')')).and_then(|c| c.split_once('.'));
+            let Some(gpu) = cc.and_then(|(a, b)| Some(Cc::new(a.parse().ok()?, b.parse().ok()?))) else { continue };
+            for (cell, want) in cells[1..].iter().zip([Runs::Native, Runs::Jit, Runs::No]) {
+                for entry in cell.split('`').skip(1).step_by(2) {
+                    let Ok(list) = entry.parse::<crate::pins::ArchList>() else { continue };
+                    assert_eq!(list.on(gpu), want, "docs/pins.md: `{entry}` on {gpu}");
+                }
+            }
+            rows += 1;
+        }
+        assert_eq!(rows, 3, "the H100, B200 and B300 rows");
+    }
+
     #[test]
     fn best_prefers_native_and_names_the_target() {
         let (r, t) = best([ptx(90, None), cubin(103, None)], Cc::new(10, 3));

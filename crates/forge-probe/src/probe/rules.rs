@@ -576,7 +576,11 @@ fn jit_sm_arch(cx: &Bx) -> Vec<Check> {
     if let Some(g) = gpu {
         out.push(match sm_arch {
             Some((list, how)) => {
-                let has = list.parse::<forge_model::pins::ArchList>().map(|l| l.runs_on(g.cc())).unwrap_or(false);
+                // The JIT compiles cubins for SM_ARCH: one must run natively (a 10.0 list serves 10.3).
+                let has = list
+                    .parse::<forge_model::pins::ArchList>()
+                    .map(|l| l.on(g.cc()) == Runs::Native)
+                    .unwrap_or(false);
                 if has {
                     Check::pass("jit-sm-arch", format!("{how} SM_ARCH \"{list}\" covers {g} (sm_{})", g.sm()))
                 } else {
@@ -1086,6 +1090,45 @@ mod tests {
         cs.iter().find(|c| c.rule == rule).unwrap_or_else(|| panic!("no {rule}")).status
     }
     use forge_model::verdict::Status::*;
+
+    /// `cubin-arch` by CUDA's rules: plain and family cubins run on a newer minor, `a` ones
+    /// only on their own GPU, PTX is a warning, `a` PTX does not carry forward.
+    #[test]
+    fn cubin_arch_follows_cudas_compatibility_rules() {
+        use forge_model::cuda_arch::{Cc, Code};
+        let t = |sm: u32, suffix: Option<char>, code: Code| Target { cc: Cc::from_sm(sm), suffix, code };
+        let judge = |g: Gpu, ts: Vec<Target>| {
+            let c = cubin_verdict(g, ts, "x.so: cubin [..]", || "rebuild: deepep-forge build-wheel --variant v".into());
+            (c.status, c.evidence.as_str().to_string(), c.fix.map(|f| f.as_str().to_string()))
+        };
+        let (st, ev, _) = judge(Gpu::Gb300, vec![t(100, None, Code::Cubin)]);
+        assert_eq!(st, Pass, "{ev}");
+        assert!(
+            ev.contains("sm_100 cubin for gb300: runs on compute capability 10.3 (same major, newer minor)"),
+            "{ev}"
+        );
+        assert_eq!(judge(Gpu::B300, vec![t(100, Some('f'), Code::Cubin)]).0, Pass);
+        assert_eq!(judge(Gpu::Sm(103), vec![t(103, Some('a'), Code::Cubin)]).0, Pass);
+        let (st, ev, fix) = judge(Gpu::Gb300, vec![t(100, Some('a'), Code::Cubin), t(100, Some('a'), Code::Ptx)]);
+        assert_eq!(st, Fail, "{ev}");
+        assert!(ev.contains("the arch list must add 10.3 or 10.3a, or use 10.0f"), "{ev}");
+        assert_eq!(fix.as_deref(), Some("rebuild: deepep-forge build-wheel --variant v"), "the fix stays a command");
+        let (st, ev, _) = judge(Gpu::B200, vec![t(90, None, Code::Cubin), t(90, None, Code::Ptx)]);
+        assert_eq!(st, Warn, "{ev}");
+        assert!(ev.contains("would JIT from compute_90 PTX only"), "{ev}");
+        assert_eq!(judge(Gpu::H100, vec![t(100, None, Code::Cubin), t(103, None, Code::Cubin)]).0, Fail);
+        assert_eq!(judge(Gpu::B200, vec![t(103, None, Code::Cubin)]).0, Fail);
+    }
+
+    #[test]
+    fn the_provenance_compares_exact_cubins() {
+        let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(same_cubins(&v(&["sm_100a"]), &v(&["sm_100a"])));
+        assert!(!same_cubins(&v(&["sm_100a"]), &v(&["sm_100"])), "a 10.0a list with a plain cubin disagrees");
+        assert!(same_cubins(&v(&["sm_100f"]), &v(&["sm_100"])), "nvcc records a family cubin without its flag");
+        assert!(!same_cubins(&v(&["sm_103", "sm_90"]), &v(&["sm_90"])));
+    }
+
     fn tc(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
         topology_checks(r, ev, pins).0
     }
