@@ -255,6 +255,46 @@ fn a_9_0_10_3_and_a_10_0a_build_each_go_to_the_gpus_they_run_on() {
     let rows = probe(&lab, &rebuilt[0], "gb300");
     assert!(rows.iter().all(|r| r["status"] == "pass"), "{rows:#?}");
 
+    // The presets: b300-8g runs the 9.0 10.3 wheel as it is; gb300-nvl72 is one NVLink domain
+    // of 72 over multi-node NVLink, on aarch64 hosts (this x86_64 wheel is the wrong platform).
+    let preset = |w: &Path, name: &str| {
+        let o = forge(
+            lab.dir.path(),
+            &[
+                "probe",
+                "--wheel",
+                w.to_str().unwrap(),
+                "--preset",
+                name,
+                "--pins",
+                pins_s,
+                "--format",
+                "json",
+                "--no-host-check",
+            ],
+        );
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+        (o.status.code(), v)
+    };
+    let rule = |v: &serde_json::Value, id: &str| -> serde_json::Value {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["rule"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {id}: {v:#}"))
+    };
+    let (code, v) = preset(&w_hb, "b300-8g");
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(rule(&v, "cubin-arch")["status"], "pass");
+    let (code, v) = preset(&w_hb, "gb300-nvl72");
+    assert_eq!(code, Some(1), "{v:#}");
+    assert_eq!(rule(&v, "cubin-arch")["status"], "pass", "{v:#}");
+    assert_eq!(rule(&v, "mnnvl-system")["status"], "pass", "{v:#}");
+    assert_eq!(rule(&v, "multinode-build")["status"], "pass", "EP 72 = R 72: one domain, a single-node build: {v:#}");
+    assert_eq!(rule(&v, "target-arch")["status"], "fail", "{v:#}");
+
     // 6. uv 0.13.9 with the variant preview installs the same pick per forced GPU.
     let server = HttpServer::start(&lab.tools.join("bin/python"), &idx);
     let url = format!("http://127.0.0.1:{}/variants/simple/", server.port);
