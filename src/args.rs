@@ -195,16 +195,16 @@ pub struct TopologyArgs {
     /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN), 1 to 1048576.
     #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=forge_model::topology::MAX_COUNT))]
     pub ranks_per_domain: Option<u32>,
-    /// The system has multi-node NVLink (GB200 NVL72) and the job uses it.
+    /// The system has multi-node NVLink (GB200/GB300 NVL72) and the job uses it.
     #[arg(long, overrides_with = "no_mnnvl")]
     pub mnnvl: bool,
     /// The job does not use multi-node NVLink (USE_MNNVL=0).
     #[arg(long)]
     pub no_mnnvl: bool,
-    /// GPU kind: h100, h200, b200, gb200, sm_90, sm_100.
+    /// GPU kind: h100, h200, b200, gb200, b300, gb300, sm_90, sm_100, sm_103.
     #[arg(long, value_name = "GPU")]
     pub gpu: Option<forge_model::topology::Gpu>,
-    /// A named topology: h100-8g, b200-8g, gb200-nvl72 (flags override its values).
+    /// A named topology: h100-8g, b200-8g, b300-8g, gb200-nvl72, gb300-nvl72 (flags override its values).
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
     /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain. Missing

@@ -61,7 +61,9 @@ pub enum ProbeFormat {
 Presets (--preset; any flag overrides its value):
   h100-8g       8 H100, one node: EP 8, R 8, no multi-node NVLink
   b200-8g       8 B200, one node: EP 8, R 8, no multi-node NVLink
+  b300-8g       8 B300 (sm_103), one node: EP 8, R 8, no multi-node NVLink
   gb200-nvl72   a GB200 NVL72 rack, 18 nodes x 4 GPUs: EP 72, R 72, MNNVL
+  gb300-nvl72   a GB300 NVL72 rack, 18 nodes x 4 GPUs: EP 72, R 72, MNNVL
   (R: ranks per NVLink domain)
 
 Examples:

@@ -225,6 +225,16 @@ fn pins_cases() -> Vec<Case> {
             .file("pins.toml", swap(PINS, &format!("rev = \"{REV}\""), "rev = \"--output=x\"", 1))
             .args(&["pins", "check"])
             .says("not a full commit"),
+        Case::new("pins: an arch list the variant's own GPU cannot run")
+            .file("pins.toml", swap(PINS, "cuda_arch_list = \"10.3\"", "cuda_arch_list = \"10.0a\"", 1))
+            .args(&["pins", "check"])
+            .exit(2)
+            .says("gb300 (sm_103, compute capability 10.3), which cuda_arch_list \"10.0a\" cannot run on: add 10.3 or 10.3a, or use 10.0f"),
+        Case::new("pins: an unknown GPU names the known ones")
+            .file("pins.toml", swap(PINS, "gpu = \"gb300\"", "gpu = \"gb400\"", 1))
+            .args(&["pins", "check"])
+            .exit(2)
+            .says("unknown GPU `gb400`: expected h100, h200, b200, gb200, b300, gb300"),
         Case::new("pins: a 1 MB rev is quoted cut")
             .file(
                 "pins.toml",

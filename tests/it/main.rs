@@ -11,6 +11,7 @@ mod adversarial_cache;
 mod adversarial_inputs;
 mod adversarial_patches;
 mod architecture;
+mod blackwell;
 mod build;
 mod build_root;
 mod cache;

@@ -982,7 +982,7 @@ fn usage_errors() {
     let (code, _, err) = probe(&[]);
     assert!(code == 2 && err.contains("nothing to probe"), "{err}");
     let (code, _, err) = probe(&["--preset", "h999"]);
-    assert!(code == 2 && err.contains("known presets: h100-8g, b200-8g, gb200-nvl72"), "{err}");
+    assert!(code == 2 && err.contains("known presets: h100-8g, b200-8g, b300-8g, gb200-nvl72, gb300-nvl72"), "{err}");
 }
 
 /// A venv with `wheel` installed (uv, offline).

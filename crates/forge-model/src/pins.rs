@@ -10,6 +10,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::cuda_arch::{self, Cc, Code, Runs, Target};
 use crate::ladder::Kind;
 use forge_os::error::Failure;
 
@@ -79,6 +80,9 @@ impl FromStr for Arch {
     }
 }
 
+/// The GPU kinds `probe --gpu` and `topology.gpu` take, as messages list them.
+pub const KNOWN_GPUS: &str = "h100, h200, b200, gb200, b300, gb300, or sm_XY (sm_90, sm_100, sm_103)";
+
 /// A GPU kind: named products or a bare SM (pins.toml `topology.gpu`, `probe --gpu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -87,24 +91,33 @@ pub enum Gpu {
     H200,
     B200,
     Gb200,
+    /// Blackwell Ultra (compute capability 10.3): an 8-GPU x86 node.
+    B300,
+    /// Blackwell Ultra in NVL72 racks (10.3): aarch64 trays of 4 GPUs.
+    Gb300,
     /// A bare compute capability as `sm_XY` (90, 100, ...).
     Sm(u32),
 }
 
 impl Gpu {
-    /// SM number the GPU needs cubins for (90, 100).
+    /// SM number the GPU needs cubins for (90, 100, 103).
     pub fn sm(self) -> u32 {
         match self {
             Gpu::H100 | Gpu::H200 => 90,
             Gpu::B200 | Gpu::Gb200 => 100,
+            Gpu::B300 | Gpu::Gb300 => 103,
             Gpu::Sm(n) => n,
         }
+    }
+    /// Its compute capability (`10.3`), which `cuda_arch::runs` judges code against.
+    pub fn cc(self) -> Cc {
+        Cc::from_sm(self.sm())
     }
     /// The CPU architecture of hosts that carry this GPU, where fixed.
     pub fn host_arch(self) -> Option<Arch> {
         match self {
-            Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(Arch::X86_64),
-            Gpu::Gb200 => Some(Arch::Aarch64),
+            Gpu::H100 | Gpu::H200 | Gpu::B200 | Gpu::B300 => Some(Arch::X86_64),
+            Gpu::Gb200 | Gpu::Gb300 => Some(Arch::Aarch64),
             Gpu::Sm(_) => None,
         }
     }
@@ -118,8 +131,8 @@ impl Gpu {
     /// Whether systems of this kind have multi-node NVLink (NVL72 racks).
     pub fn mnnvl_capable(self) -> Option<bool> {
         match self {
-            Gpu::H100 | Gpu::H200 | Gpu::B200 => Some(false),
-            Gpu::Gb200 => Some(true),
+            Gpu::H100 | Gpu::H200 | Gpu::B200 | Gpu::B300 => Some(false),
+            Gpu::Gb200 | Gpu::Gb300 => Some(true),
             Gpu::Sm(_) => None,
         }
     }
@@ -132,6 +145,8 @@ impl fmt::Display for Gpu {
             Gpu::H200 => f.write_str("h200"),
             Gpu::B200 => f.write_str("b200"),
             Gpu::Gb200 => f.write_str("gb200"),
+            Gpu::B300 => f.write_str("b300"),
+            Gpu::Gb300 => f.write_str("gb300"),
             Gpu::Sm(n) => write!(f, "sm_{n}"),
         }
     }
@@ -145,14 +160,14 @@ impl FromStr for Gpu {
             "h200" => Ok(Gpu::H200),
             "b200" => Ok(Gpu::B200),
             "gb200" => Ok(Gpu::Gb200),
+            "b300" => Ok(Gpu::B300),
+            "gb300" => Ok(Gpu::Gb300),
             other => other
                 .strip_prefix("sm_")
                 .filter(|n| (1..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|n| n.parse::<u32>().ok())
                 .map(Gpu::Sm)
-                .ok_or_else(|| {
-                    Failure::usage(format!("unknown GPU `{s}`: expected h100, h200, b200, gb200, sm_90 or sm_100"))
-                }),
+                .ok_or_else(|| Failure::usage(format!("unknown GPU `{s}`: expected {KNOWN_GPUS}"))),
         }
     }
 }
@@ -176,6 +191,19 @@ impl CudaArch {
     /// The numeric SM as fatbins record it (90, 100).
     pub fn sm_number(&self) -> u32 {
         self.major * 10 + self.minor
+    }
+    /// The code this entry compiles: its cubin, and its PTX with `+PTX`.
+    pub fn targets(&self) -> Vec<Target> {
+        let cc = Cc::new(self.major, self.minor);
+        let mut out = vec![Target { cc, suffix: self.suffix, code: Code::Cubin }];
+        if self.ptx {
+            out.push(Target { cc, suffix: self.suffix, code: Code::Ptx });
+        }
+        out
+    }
+    /// The exact target without `+PTX`: `9.0`, `10.0a`, `10.0f`.
+    pub fn exact(&self) -> String {
+        format!("{}.{}{}", self.major, self.minor, self.suffix.map(String::from).unwrap_or_default())
     }
 }
 
@@ -245,10 +273,23 @@ impl ArchList {
     pub fn same_set(&self, other: &ArchList) -> bool {
         self.0.len() == other.0.len() && self.0.iter().all(|a| other.0.contains(a))
     }
-    /// A GPU of SM `sm` can run this build: a cubin for it, or PTX of an older
-    /// generic arch that the driver compiles for it.
-    pub fn runs_on(&self, sm: u32) -> bool {
-        self.0.iter().any(|a| a.sm_number() == sm || (a.ptx && a.suffix.is_none() && a.sm_number() < sm))
+    /// Every target this list compiles (cubins, and PTX for `+PTX` entries).
+    pub fn targets(&self) -> Vec<Target> {
+        self.0.iter().flat_map(|a| a.targets()).collect()
+    }
+    /// How a GPU of compute capability `cc` runs this build (`cuda_arch::runs`, best entry).
+    pub fn on(&self, cc: Cc) -> Runs {
+        cuda_arch::best(self.targets(), cc).0
+    }
+    /// A GPU of compute capability `cc` can run this build: a cubin that runs
+    /// on it, or PTX the driver compiles for it.
+    pub fn runs_on(&self, cc: Cc) -> bool {
+        self.on(cc) != Runs::No
+    }
+    /// What to change so `cc` runs this build natively (`add 10.3 or 10.3a, or use 10.0f`).
+    pub fn would_serve(&self, cc: Cc) -> String {
+        let base = self.0.iter().map(|a| Cc::new(a.major, a.minor)).filter(|b| b.major == cc.major && *b <= cc).min();
+        cuda_arch::would_serve(cc, base)
     }
 }
 
@@ -1375,12 +1416,14 @@ fn topology(
                 ),
             ));
         }
-        if !list.runs_on(gpu.sm()) {
+        if !list.runs_on(gpu.cc()) {
             return Err(err(
                 gspan.clone(),
                 format!(
-                    "variant `{name}`: topology names {gpu} (sm_{}), which cuda_arch_list \"{list}\" does not build for",
-                    gpu.sm()
+                    "variant `{name}`: topology names {gpu} (sm_{}, compute capability {}), which cuda_arch_list \"{list}\" cannot run on: {}",
+                    gpu.sm(),
+                    gpu.cc(),
+                    list.would_serve(gpu.cc())
                 ),
             ));
         }
@@ -1526,7 +1569,7 @@ fn evidence_rule_gpu(
     let Some(g) = gpu else { return Ok(None) };
     let parsed: Gpu = g.get_ref().parse().map_err(|m: Failure| err(g.span(), format!("evidence.rule.gpu: {m}")))?;
     for v in variants.iter().filter(|v| names.contains(&v.name)) {
-        if !v.cuda_arch_list.runs_on(parsed.sm()) {
+        if !v.cuda_arch_list.runs_on(parsed.cc()) {
             return Err(err(
                 g.span(),
                 format!(
@@ -1821,7 +1864,9 @@ mod tests {
         assert_eq!(t.gpu_names(" "), "h100 b200");
         // every named GPU must be built for and live on the variant's architecture
         for (gpus, list, msg) in [
-            ("[\"h100\", \"b200\"]", "9.0", "b200 (sm_100), which cuda_arch_list \"9.0\" does not build for"),
+            ("[\"h100\", \"b200\"]", "9.0", "b200 (sm_100, compute capability 10.0), which cuda_arch_list \"9.0\" cannot run on: add 10.0 or 10.0a"),
+            ("[\"b300\"]", "10.0a", "b300 (sm_103, compute capability 10.3), which cuda_arch_list \"10.0a\" cannot run on: add 10.3 or 10.3a, or use 10.0f"),
+            ("[\"b200\"]", "9.0a 10.3", "cuda_arch_list \"9.0a 10.3\" cannot run on: add 10.0 or 10.0a"),
             ("[\"gb200\"]", "10.0", "gb200 systems have aarch64 hosts"),
             ("[]", "9.0", "topology.gpu is empty"),
             ("[\"h100\", \"h100\"]", "9.0", "names h100 twice"),
@@ -1832,8 +1877,18 @@ mod tests {
             assert!(e.contains(msg), "{gpus} {list}: {e}");
         }
         // PTX of an older generic arch runs on newer GPUs
-        assert!("9.0+PTX".parse::<ArchList>().unwrap().runs_on(100));
-        assert!(!"9.0a+PTX".parse::<ArchList>().unwrap().runs_on(100));
+        assert!("9.0+PTX".parse::<ArchList>().unwrap().runs_on(Cc::new(10, 0)));
+        assert!(!"9.0a+PTX".parse::<ArchList>().unwrap().runs_on(Cc::new(10, 0)));
+        // CUDA's rules, not SM equality: a plain 10.0 cubin and a 10.0f one run on 10.3, 10.0a does not
+        for (list, ok) in [("10.0", true), ("10.0f", true), ("10.0a", false), ("9.0 10.3", true), ("10.3a", true)] {
+            assert_eq!(list.parse::<ArchList>().unwrap().runs_on(Cc::new(10, 3)), ok, "{list}");
+        }
+        for (gpus, list) in
+            [("[\"b300\"]", "10.0f"), ("[\"h100\", \"b300\"]", "9.0 10.3"), ("[\"b200\", \"b300\"]", "10.0")]
+        {
+            let t = with.replacen("[\"h100\", \"b200\"]", gpus, 1).replacen("\"9.0;10.0\"", &format!("\"{list}\""), 1);
+            assert!(parse(&t).is_ok(), "{gpus} {list}: {}", err_of(&t));
+        }
         let (a, b): (ArchList, ArchList) = ("9.0 10.0".parse().unwrap(), "10.0;9.0".parse().unwrap());
         assert!(a.same_set(&b) && !a.same_set(&"9.0".parse().unwrap()));
     }

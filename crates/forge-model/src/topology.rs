@@ -60,13 +60,13 @@ pub struct RequestFlags {
     pub gpus_per_node: Option<u32>,
     /// Ranks per NVLink domain (R; NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN), 1 to 1048576.
     pub ranks_per_domain: Option<u32>,
-    /// The system has multi-node NVLink (GB200 NVL72) and the job uses it.
+    /// The system has multi-node NVLink (GB200/GB300 NVL72) and the job uses it.
     pub mnnvl: bool,
     /// The job does not use multi-node NVLink (USE_MNNVL=0).
     pub no_mnnvl: bool,
-    /// GPU kind: h100, h200, b200, gb200, sm_90, sm_100.
+    /// GPU kind: h100, h200, b200, gb200, b300, gb300, sm_90, sm_100, sm_103.
     pub gpu: Option<Gpu>,
-    /// A named topology: h100-8g, b200-8g, gb200-nvl72 (flags override its values).
+    /// A named topology: h100-8g, b200-8g, b300-8g, gb200-nvl72, gb300-nvl72 (flags override its values).
     pub preset: Option<String>,
     /// A NeMo-RL recipe (YAML), resolved through its `defaults:` chain. Missing
     /// HybridEP settings get NeMo-RL's defaults (R = min(EP, 64), USE_MNNVL = EP > 4),
@@ -163,14 +163,17 @@ impl RequestFlags {
 }
 
 /// Named topologies (`--preset`).
-pub const PRESETS: [&str; 3] = ["h100-8g", "b200-8g", "gb200-nvl72"];
+pub const PRESETS: [&str; 5] = ["h100-8g", "b200-8g", "b300-8g", "gb200-nvl72", "gb300-nvl72"];
 
-/// A named topology: one 8-GPU node for h100/b200, one NVL72 rack (18 nodes x 4) for GB200.
+/// A named topology: one 8-GPU node for h100/b200/b300, one NVL72 rack (18
+/// compute trays x 4 GPUs, one NVLink domain of 72) for GB200 and GB300.
 pub fn preset(name: &str) -> Result<Request> {
     let (gpu, nodes, gpn, ep, rpd, mnnvl) = match name {
         "h100-8g" => (Gpu::H100, 1, 8, 8, 8, false),
         "b200-8g" => (Gpu::B200, 1, 8, 8, 8, false),
+        "b300-8g" => (Gpu::B300, 1, 8, 8, 8, false),
         "gb200-nvl72" => (Gpu::Gb200, 18, 4, 72, 72, true),
+        "gb300-nvl72" => (Gpu::Gb300, 18, 4, 72, 72, true),
         other => {
             return Err(forge_os::error::Failure::usage(format!("unknown preset `{other}`"))
                 .hint(format!("known presets: {}", PRESETS.join(", ")))

@@ -6,7 +6,7 @@
 //!
 //! What the hardware admits (docs/design.md, "Topology rules"): multi-node
 //! NVLink only on GB200/GB300 NVL systems; an HGX/DGX node (H100, H200, B200)
-//! holds at most 8 GPUs and a GB200 compute tray 4; an NVLink domain is at most
+//! holds at most 8 GPUs and a GB200/GB300 compute tray 4; an NVLink domain is at most
 //! the node's GPUs without MNNVL and at most 72 with it; R divides EP; EP
 //! divides the job's GPUs (nodes x GPUs per node).
 use forge_os::line::Line;
@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::{Gpu, Request};
 
-/// Largest NVLink domain (GB200 NVL72).
+/// Largest NVLink domain (GB200/GB300 NVL72).
 pub const MAX_DOMAIN: u32 = 72;
 /// Most concrete requests one verdict considers; past it EP stays unknown
 /// (work per hostile request stays bounded).
@@ -83,11 +83,11 @@ impl Input {
     }
 }
 
-/// Most GPUs a node of this kind holds (HGX/DGX: 8; a GB200 compute tray: 4;
+/// Most GPUs a node of this kind holds (HGX/DGX: 8; a GB200/GB300 compute tray: 4;
 /// an unknown kind: 8, the largest of these).
 pub fn max_gpus_per_node(gpu: Option<Gpu>) -> u32 {
     match gpu {
-        Some(Gpu::Gb200) => 4,
+        Some(Gpu::Gb200 | Gpu::Gb300) => 4,
         _ => 8,
     }
 }

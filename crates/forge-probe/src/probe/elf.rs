@@ -69,6 +69,35 @@ impl ElfFacts {
         }
         (c, p)
     }
+    /// Cubin / PTX targets with their suffix (`sm_100a`), sorted and unique.
+    pub fn archs(&self) -> (Vec<String>, Vec<String>) {
+        let Some(f) = self.device_code() else { return (Vec::new(), Vec::new()) };
+        let mut c: Vec<String> = f.cubins().map(|e| e.arch()).collect();
+        let mut p: Vec<String> = f.ptx().map(|e| e.arch()).collect();
+        for v in [&mut c, &mut p] {
+            v.sort_by_key(|a| {
+                (a.trim_start_matches("sm_").trim_end_matches(['a', 'f']).parse::<u32>().ok(), a.clone())
+            });
+            v.dedup();
+        }
+        (c, p)
+    }
+    /// Every target the device code holds, as `cuda_arch` judges them.
+    pub fn targets(&self) -> Vec<forge_model::cuda_arch::Target> {
+        use forge_model::cuda_arch::{Cc, Code, Target};
+        let Some(f) = self.device_code() else { return Vec::new() };
+        f.entries
+            .iter()
+            .map(|e| Target {
+                cc: Cc::from_sm(e.sm),
+                suffix: e.suffix,
+                code: match e.kind {
+                    super::fatbin::Kind::Cubin => Code::Cubin,
+                    super::fatbin::Kind::Ptx => Code::Ptx,
+                },
+            })
+            .collect()
+    }
 }
 
 /// Parse an extension module. An error is a one-line reason (not ELF, not 64-bit, truncated).

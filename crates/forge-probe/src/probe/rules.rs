@@ -1,6 +1,7 @@
 //! The static verdict: the rules of docs/design.md ("What a binary can do") applied to what `wheel`/`env`
 //! read and to a topology request. Owns every rule id, status, evidence line
 //! and fix; must not read files or run anything.
+use forge_model::cuda_arch::{self, Runs, Target};
 use forge_model::pins::{Arch, Pins, Transport};
 use forge_model::topology::{Gpu, Request};
 use forge_model::verdict::Check;
@@ -22,7 +23,7 @@ pub use topology::topology_checks;
 pub const SINGLE_NODE_STRING: &str =
     "Inter-node communication is not supported. Please rebuild with HYBRID_EP_MULTINODE flag";
 pub const MULTINODE_DEFINE: &str = "-DHYBRID_EP_BUILD_MULTINODE_ENABLE";
-/// Largest NVLink domain (GB200 NVL72).
+/// Largest NVLink domain (GB200/GB300 NVL72).
 pub const MAX_RANKS_PER_DOMAIN: u32 = 72;
 /// Multinode JIT code handles at most 32 remote domains.
 pub const MAX_REMOTE_DOMAINS: u32 = 32;
@@ -147,20 +148,27 @@ pub fn evidence(b: &WheelFacts) -> Evidence {
     ev
 }
 
+/// The cubins a list names (`sm_100a`) against those a binary has; a family
+/// `sm_100f` cubin may be recorded without its flag, so it also matches `sm_100`.
+fn same_cubins(want: &[String], have: &[String]) -> bool {
+    let plain = |s: &str| s.strip_suffix('f').unwrap_or(s).to_string();
+    let matches = |w: &String, h: &String| w == h || (w.ends_with('f') && plain(w) == plain(h));
+    want.len() == have.len()
+        && want.iter().all(|w| have.iter().any(|h| matches(w, h)))
+        && have.iter().all(|h| want.iter().any(|w| matches(w, h)))
+}
+
 /// The `rebuild: ...` fix for a variant that matches the request.
 fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
-    let family = match gpu {
-        Some(Gpu::H100 | Gpu::H200) | Some(Gpu::Sm(90)) => Some("h100"),
-        Some(Gpu::B200) | Some(Gpu::Sm(100)) => Some("b200"),
-        Some(Gpu::Gb200) => Some("gb200"),
-        _ => None,
-    };
+    let family = gpu.map(family_of).filter(|f| !f.is_empty());
+    // A variant of this GPU's family, else one whose arch list runs natively on it (cuda_arch).
     let from_pins = pins.and_then(|p| {
-        p.variants
-            .iter()
-            .find(|v| {
-                v.multinode == multinode
-                    && v.topology.as_ref().is_some_and(|t| t.gpu.iter().any(|g| Some(family_of(*g)) == family))
+        let same_build = || p.variants.iter().filter(|v| v.multinode == multinode);
+        same_build()
+            .find(|v| v.topology.as_ref().is_some_and(|t| t.gpu.iter().any(|g| Some(family_of(*g)) == family)))
+            .or_else(|| {
+                let g = gpu?;
+                same_build().find(|v| v.cuda_arch_list.on(g.cc()) == forge_model::cuda_arch::Runs::Native)
             })
             .map(|v| v.name.clone())
     });
@@ -179,6 +187,7 @@ fn rebuild(gpu: Option<Gpu>, multinode: bool, pins: Option<&Pins>) -> String {
     }
     let name = from_pins.unwrap_or_else(|| match (family, multinode) {
         (Some("gb200"), false) => "gb200-nvl72".into(),
+        (Some("gb300"), false) => "gb300-nvl72".into(),
         (Some("b200"), _) => "b200-multinode".into(),
         (Some(f), true) => format!("{f}-multinode"),
         (Some(f), false) => f.into(),
@@ -194,6 +203,8 @@ fn family_of(g: Gpu) -> &'static str {
         Gpu::H100 | Gpu::H200 | Gpu::Sm(90) => "h100",
         Gpu::B200 | Gpu::Sm(100) => "b200",
         Gpu::Gb200 => "gb200",
+        Gpu::B300 | Gpu::Sm(103) => "b300",
+        Gpu::Gb300 => "gb300",
         Gpu::Sm(_) => "",
     }
 }
@@ -567,8 +578,11 @@ fn jit_sm_arch(cx: &Bx) -> Vec<Check> {
     if let Some(g) = gpu {
         out.push(match sm_arch {
             Some((list, how)) => {
-                let has =
-                    list.parse::<forge_model::pins::ArchList>().map(|l| l.sm_numbers().contains(&g.sm())).unwrap_or(false);
+                // The JIT compiles cubins for SM_ARCH: one must run natively (a 10.0 list serves 10.3).
+                let has = list
+                    .parse::<forge_model::pins::ArchList>()
+                    .map(|l| l.on(g.cc()) == Runs::Native)
+                    .unwrap_or(false);
                 if has {
                     Check::pass("jit-sm-arch", format!("{how} SM_ARCH \"{list}\" covers {g} (sm_{})", g.sm()))
                 } else {
@@ -878,19 +892,19 @@ fn baked_rdma_home(hep: &ElfFacts) -> Option<String> {
     Some(after.split_whitespace().next()?.strip_suffix("/include")?.to_string())
 }
 
-/// One `cubin-arch` row per extension: a cubin for the GPU's SM, PTX only (warn), or nothing.
+/// One `cubin-arch` row per extension, judged by CUDA's rules (`cuda_arch::runs`):
+/// a cubin that runs on the GPU (pass), PTX the driver would JIT (warn), or nothing.
 fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&Pins>) -> Vec<Check> {
-    let list = |v: &[u32]| v.iter().map(|n| format!("sm_{n}")).collect::<Vec<_>>().join(" ");
     let mut out = Vec::new();
     for (e, f) in elfs(b) {
-        let (c, p) = f.sms();
+        let (c, p) = f.archs();
         let problems: Vec<String> =
             f.fatbins.iter().flat_map(|(n, fb)| fb.problems.iter().map(move |p| format!("{n}: {p}"))).collect();
         let seen = format!(
             "{}: cubin [{}]{}",
             short(&e.path),
-            list(&c),
-            if p.is_empty() { String::new() } else { format!(" ptx [{}]", list(&p)) }
+            c.join(" "),
+            if p.is_empty() { String::new() } else { format!(" ptx [{}]", p.join(" ")) }
         );
         let fix = || rebuild(gpu, ev.multinode.unwrap_or(false), pins);
         out.push(if !problems.is_empty() {
@@ -902,15 +916,7 @@ fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&P
         } else {
             match gpu {
                 None => Check::warn("cubin-arch", format!("unknown: no GPU named; {seen}")),
-                Some(g) if c.contains(&g.sm()) => {
-                    Check::pass("cubin-arch", format!("sm_{} cubin for {g}: {seen}", g.sm()))
-                }
-                Some(g) if p.iter().any(|&s| s <= g.sm()) => Check::warn(
-                    "cubin-arch",
-                    format!("{g} (sm_{}) would JIT from PTX only, measured elsewhere to fail: {seen}", g.sm()),
-                )
-                .fix(fix()),
-                Some(g) => Check::fail("cubin-arch", format!("no sm_{} code for {g}: {seen}", g.sm())).fix(fix()),
+                Some(g) => cubin_verdict(g, f.targets(), &seen, fix),
             }
         });
     }
@@ -918,6 +924,37 @@ fn cubin_checks(b: &WheelFacts, gpu: Option<Gpu>, ev: &Evidence, pins: Option<&P
         out.push(Check::skip("cubin-arch", "no readable extension"));
     }
     out
+}
+
+/// The `cubin-arch` row of one extension whose GPU code is `targets`, for `g`.
+fn cubin_verdict(g: Gpu, targets: Vec<Target>, seen: &str, fix: impl Fn() -> String) -> Check {
+    let cc = g.cc();
+    let base = targets.iter().map(|t| t.cc).filter(|b| b.major == cc.major && *b <= cc).min();
+    let needs = || format!("the arch list must {}", cuda_arch::would_serve(cc, base));
+    match cuda_arch::best(targets, cc) {
+        (Runs::Native, Some(t)) if t.cc == cc => {
+            Check::pass("cubin-arch", format!("{} cubin for {g}: {seen}", t.name()))
+        }
+        (Runs::Native, Some(t)) => Check::pass(
+            "cubin-arch",
+            format!("{} cubin for {g}: runs on compute capability {cc} (same major, newer minor): {seen}", t.name()),
+        ),
+        (Runs::Jit, Some(t)) => Check::warn(
+            "cubin-arch",
+            format!(
+                "{g} (sm_{}) would JIT from {} PTX only (a slow first call; measured elsewhere to fail): {seen}; {}",
+                g.sm(),
+                t.name(),
+                needs()
+            ),
+        )
+        .fix(fix()),
+        _ => Check::fail(
+            "cubin-arch",
+            format!("no code that runs on {g} (compute capability {cc}): {seen}; {}", needs()),
+        )
+        .fix(fix()),
+    }
 }
 
 fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Check {
@@ -951,14 +988,16 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
         }
     }
     if let (Ok(list), Some(h)) = (p.variant.cuda_arch_list.parse::<forge_model::pins::ArchList>(), hep) {
-        let mut want = list.sm_numbers();
-        want.sort_unstable();
+        // Exact targets, `a` included: a 10.0a list with a plain sm_100 cubin disagrees.
+        let mut want: Vec<String> = list.0.iter().map(|a| a.sm()).collect();
+        want.sort();
         want.dedup();
-        let (have, _) = h.sms();
-        if h.device_code().is_some() && want != have {
+        let (have, _) = h.archs();
+        if h.device_code().is_some() && !same_cubins(&want, &have) {
             disagree.push(format!(
-                "says cuda_arch_list {} but hybrid_ep_cpp has cubins {:?}",
-                p.variant.cuda_arch_list, have
+                "says cuda_arch_list {} but hybrid_ep_cpp has cubins [{}]",
+                p.variant.cuda_arch_list,
+                have.join(" ")
             ));
         }
     }
@@ -1053,6 +1092,45 @@ mod tests {
         cs.iter().find(|c| c.rule == rule).unwrap_or_else(|| panic!("no {rule}")).status
     }
     use forge_model::verdict::Status::*;
+
+    /// `cubin-arch` by CUDA's rules: plain and family cubins run on a newer minor, `a` ones
+    /// only on their own GPU, PTX is a warning, `a` PTX does not carry forward.
+    #[test]
+    fn cubin_arch_follows_cudas_compatibility_rules() {
+        use forge_model::cuda_arch::{Cc, Code};
+        let t = |sm: u32, suffix: Option<char>, code: Code| Target { cc: Cc::from_sm(sm), suffix, code };
+        let judge = |g: Gpu, ts: Vec<Target>| {
+            let c = cubin_verdict(g, ts, "x.so: cubin [..]", || "rebuild: deepep-forge build-wheel --variant v".into());
+            (c.status, c.evidence.as_str().to_string(), c.fix.map(|f| f.as_str().to_string()))
+        };
+        let (st, ev, _) = judge(Gpu::Gb300, vec![t(100, None, Code::Cubin)]);
+        assert_eq!(st, Pass, "{ev}");
+        assert!(
+            ev.contains("sm_100 cubin for gb300: runs on compute capability 10.3 (same major, newer minor)"),
+            "{ev}"
+        );
+        assert_eq!(judge(Gpu::B300, vec![t(100, Some('f'), Code::Cubin)]).0, Pass);
+        assert_eq!(judge(Gpu::Sm(103), vec![t(103, Some('a'), Code::Cubin)]).0, Pass);
+        let (st, ev, fix) = judge(Gpu::Gb300, vec![t(100, Some('a'), Code::Cubin), t(100, Some('a'), Code::Ptx)]);
+        assert_eq!(st, Fail, "{ev}");
+        assert!(ev.contains("the arch list must add 10.3 or 10.3a, or use 10.0f"), "{ev}");
+        assert_eq!(fix.as_deref(), Some("rebuild: deepep-forge build-wheel --variant v"), "the fix stays a command");
+        let (st, ev, _) = judge(Gpu::B200, vec![t(90, None, Code::Cubin), t(90, None, Code::Ptx)]);
+        assert_eq!(st, Warn, "{ev}");
+        assert!(ev.contains("would JIT from compute_90 PTX only"), "{ev}");
+        assert_eq!(judge(Gpu::H100, vec![t(100, None, Code::Cubin), t(103, None, Code::Cubin)]).0, Fail);
+        assert_eq!(judge(Gpu::B200, vec![t(103, None, Code::Cubin)]).0, Fail);
+    }
+
+    #[test]
+    fn the_provenance_compares_exact_cubins() {
+        let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(same_cubins(&v(&["sm_100a"]), &v(&["sm_100a"])));
+        assert!(!same_cubins(&v(&["sm_100a"]), &v(&["sm_100"])), "a 10.0a list with a plain cubin disagrees");
+        assert!(same_cubins(&v(&["sm_100f"]), &v(&["sm_100"])), "nvcc records a family cubin without its flag");
+        assert!(!same_cubins(&v(&["sm_103", "sm_90"]), &v(&["sm_90"])));
+    }
+
     fn tc(r: &Request, ev: Option<&Evidence>, pins: Option<&Pins>) -> Vec<Check> {
         topology_checks(r, ev, pins).0
     }

@@ -2,7 +2,9 @@
 //! index. A variant's label is its pins.toml name (`-` as `_`, checked by
 //! `wheel::is_label`); its properties are `nvidia :: sm_arch` from
 //! `cuda_arch_list` (`9.0` is `90_real`, `+PTX` adds `90_virtual`, the NVIDIA
-//! provider's values), `nvidia :: cuda_version_lower_bound` /
+//! provider's values; it has none for arch-specific `a` targets, so `10.0a`
+//! is `100_real` there too), `deepep_forge :: cuda_arch` the exact targets
+//! (`sm_100a`, `sm_103`, `compute_90` for `+PTX`), `nvidia :: cuda_version_lower_bound` /
 //! `cuda_version_upper_bound` from `[toolchain] cuda` (at least the toolkit's
 //! major.minor, below the next major), and the static `deepep_forge :: build ::
 //! singlenode|multinode` with `deepep_forge :: transport` for a multinode build.
@@ -88,6 +90,13 @@ pub fn properties(v: &Variant, cuda: Option<&str>) -> Properties {
         }
     }
     let mut own: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // The exact targets, `a`/`f` included (`sm_100a`, `compute_90` for `+PTX`):
+    // the NVIDIA provider's `sm_arch` has no arch-specific values, so `10.0a`
+    // and `10.0` both give `100_real` there; this feature tells them apart.
+    let mut exact: Vec<String> = v.cuda_arch_list.targets().iter().map(|t| t.name()).collect();
+    exact.sort();
+    exact.dedup();
+    own.insert("cuda_arch".into(), exact);
     own.insert("build".into(), vec![if v.multinode { "multinode" } else { "singlenode" }.into()]);
     if v.multinode {
         own.insert("transport".into(), vec![v.transport.as_str().into()]);
@@ -312,16 +321,29 @@ mod tests {
         let got = properties(v, Some("13.0"));
         assert_eq!(
             show(&got),
-            "deepep_forge :: build :: singlenode, nvidia :: cuda_version_lower_bound :: 13.0, \
-             nvidia :: cuda_version_upper_bound :: 14, nvidia :: sm_arch :: 100_real, nvidia :: sm_arch :: 90_real"
+            "deepep_forge :: build :: singlenode, deepep_forge :: cuda_arch :: sm_100, deepep_forge :: cuda_arch :: sm_90, \
+             nvidia :: cuda_version_lower_bound :: 13.0, nvidia :: cuda_version_upper_bound :: 14, \
+             nvidia :: sm_arch :: 100_real, nvidia :: sm_arch :: 90_real"
         );
         v.multinode = true;
         v.cuda_arch_list = "9.0+PTX".parse().unwrap();
         let mn = properties(v, None);
         assert_eq!(
             show(&mn),
-            "deepep_forge :: build :: multinode, deepep_forge :: transport :: doca, nvidia :: sm_arch :: 90_real, nvidia :: sm_arch :: 90_virtual"
+            "deepep_forge :: build :: multinode, deepep_forge :: cuda_arch :: compute_90, deepep_forge :: cuda_arch :: sm_90, \
+             deepep_forge :: transport :: doca, nvidia :: sm_arch :: 90_real, nvidia :: sm_arch :: 90_virtual"
         );
+        // The exact targets tell a 10.0a build from a plain 10.0 one (the provider's sm_arch cannot).
+        v.multinode = false;
+        v.cuda_arch_list = "10.0a".parse().unwrap();
+        let a = properties(v, None);
+        v.cuda_arch_list = "10.0".parse().unwrap();
+        let plain = properties(v, None);
+        assert_eq!(a[NVIDIA], plain[NVIDIA]);
+        assert_eq!(a[NAMESPACE]["cuda_arch"], ["sm_100a"]);
+        assert_ne!(a, plain);
+        v.cuda_arch_list = "9.0 10.3".parse().unwrap();
+        assert_eq!(properties(v, None)[NVIDIA]["sm_arch"], ["103_real", "90_real"]);
     }
 
     #[test]
