@@ -167,8 +167,9 @@ impl CompilerCache {
     }
 
     /// The caller's server-only variables that are set: (name, value). Values are
-    /// secret: never printed, never in the plan.
-    fn server_env(&self) -> Vec<(String, String)> {
+    /// secret: never printed, never in the plan; given only to the servers this module
+    /// and `execute` start for the build (the first and, with a unit order, the later one).
+    pub fn server_env(&self) -> Vec<(String, String)> {
         let CompilerCache::Remote { backend, .. } = self else { return Vec::new() };
         backend.server_only().iter().filter_map(|k| forge_os::environ::var(k).map(|v| (k.to_string(), v))).collect()
     }
@@ -378,6 +379,8 @@ fn watch(cache: &CompilerCache, stop: &AtomicBool, root: &Tree) {
                 failed += 1;
                 if failed >= 2 {
                     let _ = root.write(OFF_MARKER, format!("stopped answering during the build ({e})").as_bytes());
+                    // No unit order from now on: every compile goes to the local server (`canon::route`).
+                    let _ = root.remove_file(Path::new("bin").join(super::canon::FIRST_FILE));
                     return;
                 }
             }
