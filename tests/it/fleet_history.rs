@@ -6,7 +6,8 @@
 //! and in one `build-wheel` of two variants of a revision, the later one's order is
 //! settled at build time from what the earlier one just measured, as its plan says. A
 //! hostile history is ignored with a warning. The wheels are the same bytes with and
-//! without any of it.
+//! without any of it. The labs' mini-deepep keeps a `.ninja_log` of its nvcc compiles,
+//! as torch's ninja build of DeepEP does ([`lab`]): what a build measures.
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -24,6 +25,30 @@ cuda_arch_list = "9.0 10.0"
 multinode = false
 topology = { gpu = "h100", nodes = 1, gpus_per_node = 8, ep = 8, ranks_per_domain = 8, mnnvl = false }
 "#;
+
+/// A lab whose mini-deepep, committed once more, writes each extension's nvcc compiles
+/// into `<build_temp>/<extension>/.ninja_log` (ninja's v5 format, as torch's ninja build
+/// leaves it), so a build measures its units' times.
+fn lab() -> Lab {
+    let mut lab = Lab::new();
+    let setup = lab.repo.join("setup.py");
+    let text = std::fs::read_to_string(&setup).unwrap();
+    let compile = "            subprocess.run(cmd, check=True)\n            objs.append(obj)\n";
+    assert!(text.contains(compile), "mini-deepep's nvcc loop changed: update fleet_history::lab");
+    let timed = "            start = int((time.monotonic() - T0) * 1000)\n            subprocess.run(cmd, check=True)\n            \
+                 end = int((time.monotonic() - T0) * 1000)\n            \
+                 with open(os.path.join(os.path.dirname(obj), \".ninja_log\"), \"a\") as log:\n                \
+                 log.write(f\"{start}\\t{end}\\t0\\t{os.path.abspath(obj)}\\t0\\n\")\n            objs.append(obj)\n";
+    let text = text.replacen(compile, timed, 1).replacen(
+        "import sysconfig\n",
+        "import sysconfig\nimport time\nT0 = time.monotonic()\n",
+        1,
+    );
+    std::fs::write(&setup, text).unwrap();
+    git(&lab.repo, &["commit", "-q", "-am", "keep a ninja log of the nvcc compiles"]);
+    lab.rev = git(&lab.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    lab
+}
 
 fn pins(lab: &Lab) -> PathBuf {
     lab.pins_with(&lab.rev, &format!("{TWO_TWICE}{TWO_ARCH}"))
@@ -79,7 +104,7 @@ const PREDICTED: &str = r#"{"kind":"predicted","from":"source"}"#;
 #[test]
 #[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn a_first_build_is_predicted_and_a_later_variant_settles_its_order_at_build_time() {
-    let lab = Lab::new();
+    let lab = lab();
     let first = plans(&lab, &["--variant", "two"], &[]);
     assert_eq!(order(&first[0]), serde_json::from_str::<serde_json::Value>(PREDICTED).unwrap(), "{:#}", first[0]);
     assert!(first[0]["side_by_side"]["first_units"].as_array().is_some_and(|u| !u.is_empty()), "{:#}", first[0]);
@@ -137,7 +162,7 @@ fn serve_signed(key: &Path, rev: &str, times: &str, file: &Path) {
 #[test]
 #[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (.ci/setup-tools): bash .ci/run runs it")]
 fn the_history_travels_signed_with_cache_push_and_a_hostile_one_is_ignored() {
-    let a = Lab::new();
+    let a = lab();
     build(&a, &["--variant", "two", "--no-compiler-cache"], &[]);
     let at_a = plans(&a, &["--variant", "two"], &[]);
     assert_eq!(order(&at_a[0]), measured("this machine's last build of the revision"));
@@ -266,7 +291,7 @@ impl Drop for Redis {
 #[test]
 #[cfg_attr(not(feature = "needs-redis"), ignore = "needs system package redis-server (and the tools venv)")]
 fn machine_b_gets_machine_a_order_from_the_shared_redis_and_the_same_bytes() {
-    let (a, b) = (Lab::new(), Lab::new());
+    let (a, b) = (lab(), lab());
     let redis = Redis::start();
     let shared = ["--variant", "two", "--no-cache", "--compiler-cache", &redis.url()];
     let ra = build(&a, &shared, &[]);

@@ -32,6 +32,9 @@ use forge_os::process::{Background, Cmd};
 pub const OFF_MARKER: &str = "compiler-cache-off";
 /// The socket of the local, storing-nothing sccache server used once it is off.
 pub const LOCAL_SOCKET: &str = "sccache-local.sock";
+/// The file in `<root>/bin` naming the units that compile first (`unit_order`; the nvcc
+/// hook reads it): removed when the storage is turned off, so every compile goes local.
+pub const FIRST_FILE: &str = "units-first";
 
 const SCHEMES: &str = "a folder, redis://HOST:PORT[/DB], rediss://..., memcached://HOST:PORT, s3://BUCKET[/PREFIX], webdav+https://HOST/PATH or gha";
 
@@ -380,7 +383,7 @@ fn watch(cache: &CompilerCache, stop: &AtomicBool, root: &Tree) {
                 if failed >= 2 {
                     let _ = root.write(OFF_MARKER, format!("stopped answering during the build ({e})").as_bytes());
                     // No unit order from now on: every compile goes to the local server (`canon::route`).
-                    let _ = root.remove_file(Path::new("bin").join(super::canon::FIRST_FILE));
+                    let _ = root.remove_file(Path::new("bin").join(FIRST_FILE));
                     return;
                 }
             }

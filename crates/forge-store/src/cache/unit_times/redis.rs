@@ -11,6 +11,12 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use super::Times;
+use forge_os::error::Failure;
+
+/// Why a history could not be read or kept there (the storage answered otherwise, or not at all).
+fn fail(why: impl Into<String>) -> Failure {
+    Failure::env(why)
+}
 
 /// Each connect, read and write.
 const LIMIT: Duration = Duration::from_secs(3);
@@ -25,9 +31,11 @@ pub struct Place {
 
 /// The place of `rev`'s history in the storage `url` (`redis://HOST[:PORT][/DB][?db=N]`),
 /// or why none (TLS, a revision that is not hex).
-pub fn place(url: &str, rev: &str) -> Result<Place, String> {
-    let rest = url.strip_prefix("redis://").ok_or("only redis:// (not rediss://) carries the unit-time history")?;
-    let name = super::file_name(rev).ok_or("the revision is not a hex commit")?;
+pub fn place(url: &str, rev: &str) -> Result<Place, Failure> {
+    let rest = url
+        .strip_prefix("redis://")
+        .ok_or_else(|| fail("only redis:// (not rediss://) carries the unit-time history"))?;
+    let name = super::file_name(rev).ok_or_else(|| fail("the revision is not a hex commit"))?;
     let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
     let addr = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
         authority.to_string()
@@ -43,21 +51,21 @@ pub fn place(url: &str, rev: &str) -> Result<Place, String> {
 
 /// The history at `p`: Ok(None) when the key is not set; a value that is not a valid
 /// history is Err (why), as is a server that does not answer.
-pub fn get(p: &Place) -> Result<Option<Times>, String> {
+pub fn get(p: &Place) -> Result<Option<Times>, Failure> {
     let mut c = Conn::open(p)?;
     match c.call(&[b"GET", p.key.as_bytes()])? {
         Reply::Nil => Ok(None),
-        Reply::Bulk(b) => super::parse(&b).map(Some).ok_or_else(|| "the stored history is not a valid one".into()),
-        r => Err(format!("unexpected reply to GET: {r:?}")),
+        Reply::Bulk(b) => super::parse(&b).map(Some).ok_or_else(|| fail("the stored history is not a valid one")),
+        r => Err(fail(format!("unexpected reply to GET: {r:?}"))),
     }
 }
 
 /// Store `times` at `p` (replacing what was there).
-pub fn set(p: &Place, times: &Times) -> Result<(), String> {
+pub fn set(p: &Place, times: &Times) -> Result<(), Failure> {
     let mut c = Conn::open(p)?;
     match c.call(&[b"SET", p.key.as_bytes(), &super::bytes(times)])? {
         Reply::Done => Ok(()),
-        r => Err(format!("unexpected reply to SET: {r:?}")),
+        r => Err(fail(format!("unexpected reply to SET: {r:?}"))),
     }
 }
 
@@ -75,9 +83,14 @@ struct Conn {
 
 impl Conn {
     /// Connected, authenticated with sccache's credentials when set, the database selected.
-    fn open(p: &Place) -> Result<Conn, String> {
-        let sock = p.addr.to_socket_addrs().map_err(|e| format!("{}: {e}", p.addr))?.next().ok_or("no address")?;
-        let s = TcpStream::connect_timeout(&sock, LIMIT).map_err(|e| format!("{}: {e}", p.addr))?;
+    fn open(p: &Place) -> Result<Conn, Failure> {
+        let sock = p
+            .addr
+            .to_socket_addrs()
+            .map_err(|e| fail(format!("{}: {e}", p.addr)))?
+            .next()
+            .ok_or_else(|| fail("no address"))?;
+        let s = TcpStream::connect_timeout(&sock, LIMIT).map_err(|e| fail(format!("{}: {e}", p.addr)))?;
         s.set_read_timeout(Some(LIMIT)).ok();
         s.set_write_timeout(Some(LIMIT)).ok();
         let mut c = Conn { r: BufReader::new(s) };
@@ -95,38 +108,38 @@ impl Conn {
     }
 
     /// One command as a RESP array of bulk strings, and its reply (an error reply is Err).
-    fn call(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
+    fn call(&mut self, args: &[&[u8]]) -> Result<Reply, Failure> {
         let mut msg = format!("*{}\r\n", args.len()).into_bytes();
         for a in args {
             msg.extend(format!("${}\r\n", a.len()).as_bytes());
             msg.extend_from_slice(a);
             msg.extend(b"\r\n");
         }
-        self.r.get_mut().write_all(&msg).map_err(|e| format!("writing to Redis: {e}"))?;
+        self.r.get_mut().write_all(&msg).map_err(|e| fail(format!("writing to Redis: {e}")))?;
         self.reply()
     }
 
-    fn reply(&mut self) -> Result<Reply, String> {
+    fn reply(&mut self) -> Result<Reply, Failure> {
         let mut line = Vec::new();
-        (&mut self.r).take(256).read_until(b'\n', &mut line).map_err(|e| format!("reading from Redis: {e}"))?;
+        (&mut self.r).take(256).read_until(b'\n', &mut line).map_err(|e| fail(format!("reading from Redis: {e}")))?;
         let text = String::from_utf8_lossy(&line).trim_end().to_string();
         let (kind, rest) = text.split_at(text.len().min(1));
         match kind {
             "+" => Ok(Reply::Done),
             // An error reply's text is the server's: shown only as an excerpt.
-            "-" => Err(format!("Redis: {}", forge_os::input::excerpt(rest, 80))),
-            ":" => rest.parse::<i64>().map(|_| Reply::Done).map_err(|_| "a malformed integer reply".into()),
+            "-" => Err(fail(format!("Redis: {}", forge_os::input::excerpt(rest, 80)))),
+            ":" => rest.parse::<i64>().map(|_| Reply::Done).map_err(|_| fail("a malformed integer reply")),
             "$" => match rest.parse::<i64>() {
                 Ok(-1) => Ok(Reply::Nil),
                 Ok(n) if n >= 0 && n as u64 <= super::MAX_BYTES => {
                     let mut b = vec![0; n as usize + 2];
-                    self.r.read_exact(&mut b).map_err(|e| format!("reading from Redis: {e}"))?;
+                    self.r.read_exact(&mut b).map_err(|e| fail(format!("reading from Redis: {e}")))?;
                     b.truncate(n as usize);
                     Ok(Reply::Bulk(b))
                 }
-                _ => Err(format!("a value over {} bytes, or malformed", super::MAX_BYTES)),
+                _ => Err(fail(format!("a value over {} bytes, or malformed", super::MAX_BYTES))),
             },
-            _ => Err("not a Redis reply".into()),
+            _ => Err(fail("not a Redis reply")),
         }
     }
 }
@@ -167,7 +180,7 @@ mod tests {
             assert!(get(&p).is_err(), "{}", String::from_utf8_lossy(reply));
         }
         let p = place(&serve(b"$-1\r\n"), "abcdef1").unwrap();
-        assert_eq!(get(&p), Ok(None));
+        assert!(get(&p).unwrap().is_none());
         let p = place(&serve(b"$12\r\n{\"s/a.o\": 7}\r\n"), "abcdef1").unwrap();
         assert_eq!(get(&p).unwrap().unwrap().get("s/a.o"), Some(&7));
     }
