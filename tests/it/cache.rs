@@ -11,7 +11,7 @@ use crate::build_support::*;
 /// A tiny HTTP file store: PUT writes `<root>/<path>`, GET reads it (404 if absent).
 pub(crate) struct Server {
     pub(crate) url: String,
-    root: PathBuf,
+    pub(crate) root: PathBuf,
     puts: Arc<AtomicUsize>,
     _dir: tempfile::TempDir,
 }

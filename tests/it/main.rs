@@ -30,6 +30,7 @@ mod epv2;
 mod evidence;
 mod flags;
 mod fleet_cache;
+mod fleet_history;
 mod fork;
 mod front_door;
 mod help;

@@ -453,6 +453,7 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("cache/mod.rs", 3, "the cache folder (--cache-dir, DEEPEP_FORGE_CACHE_DIR, ~/.cache): made on the first write, opened if there for a read; and a staging folder the builder names by its path"),
     ("cache/sign.rs", 2, "the signing key file the user names (--signing-key), and the folder of the new key file `cache keygen --out` names"),
     ("cache/tree.rs", 2, "the NCCL build folder a build stores, and the folder above the one a tree is restored into, named by forge-build"),
+    ("cache/unit_times.rs", 3, "the unit-time history folder of the cache folder forge-build names (opened if there for a read, twice; made for a write)"),
     ("cli.rs", 1, "the folder `man --out-dir` names"),
     ("commands/lock.rs", 1, "the --project folder of `lock check`"),
     ("commands/pin.rs", 2, "the --project folder and the folder of the --pins file, for `pin set` and `pin recover`"),

@@ -3,8 +3,8 @@
 //! history in `<cache>/unit-times/<rev>.json`) as first; the nvcc hook sends every
 //! other unit to a second sccache server at a lower priority. The fixture's
 //! two-arch wheel is the same bytes with and without the order, and the build
-//! says how many compiles each server ran. No history, one thread, or a hostile
-//! history: no order.
+//! says how many compiles each server ran. One thread: no order; no history, or a
+//! hostile one (a warning): an order predicted from the source.
 use crate::build_support::*;
 use crate::support::*;
 
@@ -55,9 +55,12 @@ fn the_units_named_first_compile_on_the_first_server_and_the_wheel_is_the_same()
     let lab = Lab::new();
     let bare = plan(&lab, None);
     assert!(bare["side_by_side"].is_object(), "the fixture builds side by side: {bare:#}");
-    assert!(bare["side_by_side"].get("first_units").is_none(), "no history, no order: {bare:#}");
+    assert_eq!(
+        bare["side_by_side"]["order"],
+        serde_json::json!({"kind": "predicted", "from": "source"}),
+        "no history: an order predicted from the source (tests/it/fleet_history.rs): {bare:#}"
+    );
     let without = build(&lab);
-    assert!(!notes(&without).iter().any(|n| n.starts_with("unit order")), "{without:#}");
 
     let (hybrid, layout) = units(&bare);
     let history = lab.cache.join("unit-times").join(format!("{}.json", lab.rev));
@@ -87,5 +90,6 @@ fn the_units_named_first_compile_on_the_first_server_and_the_wheel_is_the_same()
 
     std::fs::write(&history, format!("{{\"../{hybrid}\": 9000, \"{layout}\": 1}}")).unwrap();
     let hostile = plan(&lab, None);
-    assert!(hostile["side_by_side"].get("first_units").is_none(), "a hostile history is no history: {hostile:#}");
+    assert_eq!(hostile["side_by_side"]["order"]["kind"], "predicted", "a hostile history is no history: {hostile:#}");
+    assert!(hostile["warnings"].to_string().contains("is not a valid one: ignored"), "{hostile:#}");
 }

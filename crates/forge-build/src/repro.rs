@@ -229,6 +229,7 @@ fn verify_file(args: &VerifyRequest, wheel: &Path, several: bool) -> Result<Veri
         serial_extensions: args.run.serial_extensions,
         // A fork's merge base as the wheel records it: the upstream is never fetched.
         recorded_fork: prov.source.fork.clone(),
+        remote: None,
     };
     let built = crate::builder::run::build(&req, None, |_| {}).map_err(|e| about_wheel(e, &shown, wheel))?;
     let mut outcome = built.results.into_iter().next().context("the rebuild produced no wheel")?;

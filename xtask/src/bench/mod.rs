@@ -6,6 +6,7 @@ use forge_os::error::Exit;
 mod build;
 mod compiler_cache;
 mod critical_path;
+mod fleet;
 mod host;
 mod incremental;
 mod install;
@@ -58,6 +59,12 @@ pub enum Which {
     /// One compiler cache through a real Redis server: machine B (another checkout and
     /// wheel cache) warm from Redis vs machine A cold; the same sha256 (takes build-cache's options).
     FleetCache,
+    /// The fleet on the fixture: machine B (a fresh cache folder against a shared Redis
+    /// compiler cache machine A filled) vs a cold build, and a two-arch first build on a
+    /// fresh cache vs the one-arch one (its unit order from history or predicted); prints
+    /// `Fleet, fixture: machine B / cold = N.NNx` and `Two architectures / one, first build
+    /// on a fresh cache: N.NNx`, and one sha256 for cold, A and B (takes --work).
+    Fleet,
     /// Provisioning the registry toolchain (`plan --toolchain registry`, empty cache) vs `uv venv` + `uv pip install` of the same packages by hand.
     Toolchain,
     /// A build against its critical path: `build-wheel --serial-extensions` (pip's order)
@@ -130,6 +137,7 @@ pub fn run(args: BenchArgs) -> Result<Exit> {
         Which::Install => install::run()?,
         Which::BuildCache => compiler_cache::run(args.cache)?,
         Which::FleetCache => compiler_cache::fleet(args.cache)?,
+        Which::Fleet => fleet::run(args.cache.work)?,
         Which::NcclReuse => nccl_reuse::run(args.cache)?,
         Which::Build => critical_path::run(args.cache)?,
         Which::Incremental => incremental::run(args.incremental)?,

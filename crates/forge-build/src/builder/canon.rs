@@ -44,7 +44,7 @@ pub const CACHE_ENV: &str = "DEEPEP_FORGE_COMPILER_CACHE";
 pub const NVCC_THREADS_ENV: &str = "DEEPEP_FORGE_NVCC_THREADS";
 /// The file in `<root>/bin` the nvcc hook reads when the plan orders units (`unit_order`):
 /// one unit a line, whose compiles stay on the build's sccache server.
-pub const FIRST_FILE: &str = "units-first";
+pub use super::compiler_cache::FIRST_FILE;
 /// The later sccache server's socket in the build root (`unit_order`): every other CUDA unit.
 pub const LATER_SOCKET: &str = "sccache-later.sock";
 /// sccache binary override.

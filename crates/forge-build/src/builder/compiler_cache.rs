@@ -32,6 +32,9 @@ use forge_os::process::{Background, Cmd};
 pub const OFF_MARKER: &str = "compiler-cache-off";
 /// The socket of the local, storing-nothing sccache server used once it is off.
 pub const LOCAL_SOCKET: &str = "sccache-local.sock";
+/// The file in `<root>/bin` naming the units that compile first (`unit_order`; the nvcc
+/// hook reads it): removed when the storage is turned off, so every compile goes local.
+pub const FIRST_FILE: &str = "units-first";
 
 const SCHEMES: &str = "a folder, redis://HOST:PORT[/DB], rediss://..., memcached://HOST:PORT, s3://BUCKET[/PREFIX], webdav+https://HOST/PATH or gha";
 
@@ -167,8 +170,9 @@ impl CompilerCache {
     }
 
     /// The caller's server-only variables that are set: (name, value). Values are
-    /// secret: never printed, never in the plan.
-    fn server_env(&self) -> Vec<(String, String)> {
+    /// secret: never printed, never in the plan; given only to the servers this module
+    /// and `execute` start for the build (the first and, with a unit order, the later one).
+    pub fn server_env(&self) -> Vec<(String, String)> {
         let CompilerCache::Remote { backend, .. } = self else { return Vec::new() };
         backend.server_only().iter().filter_map(|k| forge_os::environ::var(k).map(|v| (k.to_string(), v))).collect()
     }
@@ -378,6 +382,8 @@ fn watch(cache: &CompilerCache, stop: &AtomicBool, root: &Tree) {
                 failed += 1;
                 if failed >= 2 {
                     let _ = root.write(OFF_MARKER, format!("stopped answering during the build ({e})").as_bytes());
+                    // No unit order from now on: every compile goes to the local server (`canon::route`).
+                    let _ = root.remove_file(Path::new("bin").join(FIRST_FILE));
                     return;
                 }
             }

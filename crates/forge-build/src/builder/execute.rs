@@ -124,12 +124,17 @@ fn start_compiler_cache(
     let Some(c) = h.compiler_cache.as_ref().filter(|c| matches!(c, CompilerCache::Remote { .. })) else {
         let socket = super::compiler_cache::socket(&env, root.path());
         servers.push(super::compiler_cache::serve(&h.sccache, &socket, &env, &[])?);
-        start_later(pl, root, &env, servers)?;
+        start_later(pl, root, &env, &[], servers)?;
         return Ok(None);
     };
     let before = notes.len();
     let session = super::compiler_cache::start(c, &h.sccache, root, &env, servers, notes);
-    Ok(Some((session, notes.len() > before)))
+    let off = notes.len() > before;
+    if !off {
+        // The later server stores into the same storage (its credentials too: both servers are ours).
+        start_later(pl, root, &env, &c.server_env(), servers)?;
+    }
+    Ok(Some((session, off)))
 }
 
 /// The later sccache server at a lower priority and the hook's list of the units that
@@ -138,13 +143,14 @@ fn start_later(
     pl: &Plan,
     root: &Tree,
     env: &[(String, String)],
+    secret: &[(String, String)],
     servers: &mut Vec<forge_os::process::Background>,
 ) -> Result<()> {
     use super::unit_order::{FIRST_FILE, LATER_NICE, LATER_SOCKET};
     let (Some(h), Some(s)) = (&pl.hooks, pl.side_by_side.as_ref().filter(|s| !s.first_units.is_empty())) else {
         return Ok(());
     };
-    servers.push(super::compiler_cache::serve_at(&h.sccache, &root.join(LATER_SOCKET), env, &[], LATER_NICE)?);
+    servers.push(super::compiler_cache::serve_at(&h.sccache, &root.join(LATER_SOCKET), env, secret, LATER_NICE)?);
     root.write(Path::new("bin").join(FIRST_FILE), (s.first_units.join("\n") + "\n").as_bytes())
 }
 
@@ -284,13 +290,17 @@ fn compile(
         format!("building {} ({})", pl.variant.name, pl.source.version),
     )?
     .run_logged(&pl.outputs.log, &format!("build {}", pl.variant.name));
+    // A shared storage that answered from start to end also keeps the revision's history.
+    let mut shared_on = false;
     if let Some(r) = root {
+        shared_on = shared.as_ref().is_some_and(|(_, off)| !off) && !r.tree.exists(super::compiler_cache::OFF_MARKER);
         finish_compiler_cache(pl, &r.tree, shared, notes);
     }
     let logs = super::side_by_side::keep_ninja_logs(pl.tree(), &pl.outputs.log);
     ran?;
-    if let (Some(r), Some(file)) = (root, super::unit_order::history_file(t.cache_dir, &pl.source.rev)) {
-        super::unit_order::store(&file, &super::unit_order::read_logs(&logs, &r.root));
+    if let Some(r) = root {
+        let times = super::unit_order::read_logs(&logs, &r.root);
+        super::unit_order::keep(pl, t.cache_dir, &times, shared_on, notes);
     }
     super::nccl_reuse::after(pl, &checkout, t.cache_dir, nccl, notes);
     Ok(short)

@@ -672,6 +672,22 @@ pub struct SideBySide {
     /// (behaviour: `unit_order`); empty: every unit alike.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub first_units: Vec<String>,
+    /// Where the order comes from (`unit_order`); None: no order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Order>,
+}
+
+/// Where a plan's unit order comes from (behaviour: `unit_order`). Not keyed, not in
+/// the provenance: the order changes no byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Order {
+    /// A build of this revision measured it (`from`: this machine, the shared compiler cache, the team's cache).
+    Measured { from: String },
+    /// No history of the revision: `from` another revision's, or `source`.
+    Predicted { from: String },
+    /// Settled when the variant builds, from what an earlier variant of the run measured.
+    AtBuild,
 }
 
 /// The plan's NCCL step (behaviour: `nccl_reuse`): before the command, the stored build

@@ -108,10 +108,19 @@ fn plans_for_python(c: &BuildRequest, mode: Mode) -> Result<Planned> {
     let out_dir = std::path::absolute(&c.out)?;
     let host = Arch::host();
     let mut cross_tc = None;
+    let revs_ordered = std::cell::RefCell::new(std::collections::BTreeSet::new());
     for (v, (knob_env, set)) in here.into_iter().zip(knob_envs) {
         let p = &sources[&v.arch];
         let python = c.python.as_deref().unwrap_or("python3");
-        let ctx = Ctx { pins, python, origin: &origin, mirror: &mirror, cache_dir: &cache_dir, out_dir: &out_dir };
+        let ctx = Ctx {
+            pins,
+            python,
+            origin: &origin,
+            mirror: &mirror,
+            cache_dir: &cache_dir,
+            out_dir: &out_dir,
+            revs_ordered: &revs_ordered,
+        };
         let tc = if Some(v.arch) == host {
             &tc
         } else {
@@ -237,7 +246,12 @@ fn finish_plan(c: &BuildRequest, mode: Mode, plan: &mut Plan, ctx: &Ctx, (rev, v
         super::nccl_reuse::attach(plan, setup.as_deref(), ctx.cache_dir, c.nccl_reuse);
     }
     super::side_by_side::attach(plan, c.serial_extensions);
-    super::unit_order::attach(plan, ctx.cache_dir);
+    let remote = c.remote.as_ref().and_then(|r| r.connect(c.no_cache).ok().flatten());
+    let earlier = ctx.revs_ordered.borrow().contains(rev);
+    super::unit_order::attach(plan, ctx.cache_dir, remote.as_ref(), earlier);
+    if super::unit_order::orderable(plan) {
+        ctx.revs_ordered.borrow_mut().insert(rev.to_string());
+    }
     set_outputs(plan, ctx.cache_dir, variant, c.no_cache);
     Ok(())
 }
@@ -433,6 +447,8 @@ struct Ctx<'a> {
     mirror: &'a Path,
     cache_dir: &'a Path,
     out_dir: &'a Path,
+    /// The revisions an earlier plan of this run orders (`unit_order`): a later plan's order is settled when it builds.
+    revs_ordered: &'a std::cell::RefCell<std::collections::BTreeSet<String>>,
 }
 
 /// Names whose caller value is reported when the plan drops or replaces it:

@@ -384,8 +384,11 @@ fn put_build(buf: &mut String, pl: &Plan, cached: bool) {
     }
     if let Some(s) = &pl.side_by_side {
         put!(buf, "  extensions  {}", side_by_side::describe(s));
-        if let Some(order) = unit_order::describe(&s.first_units) {
+        if let Some(order) = unit_order::describe(&s.first_units, s.order.as_ref()) {
             put!(buf, "  unit order  {order}");
+        }
+        if let Some(o) = &s.order {
+            put!(buf, "  order       {}", unit_order::describe_order(o));
         }
     }
     put!(buf, "  cwd         {}", pl.run.cwd.display());

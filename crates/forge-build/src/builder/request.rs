@@ -85,6 +85,9 @@ pub struct BuildRequest {
     /// A fork's record as a wheel's provenance carries it (`verify`): used as
     /// recorded, so the upstream, named only there, is never fetched.
     pub recorded_fork: Option<forge_wheel::provenance::Fork>,
+    /// The remote cache (`--cache-url`), also asked for a revision's signed unit-time
+    /// history when this cache has none (`unit_order`); None: not asked.
+    pub remote: Option<forge_store::cache::RemoteRequest>,
 }
 
 /// How a build runs, whatever it builds (`--source`, `--python`, `--cache-dir`,
@@ -143,6 +146,7 @@ impl BuildOptions {
             jobs: self.run.jobs,
             serial_extensions: self.run.serial_extensions,
             recorded_fork: None,
+            remote: Some(self.remote.clone()),
         })
     }
 }

@@ -62,7 +62,12 @@ pub fn build_to(
         let mut notes: Vec<String> =
             pl.toolchain().and_then(|t| t.registry.as_ref()).map(|r| r.notes.clone()).unwrap_or_default();
         notes.extend(pl.warnings.iter().map(|w| format!("warning: {w}")));
-        let x = execute::execute(pl, &target, &mut notes)?;
+        // A later variant of a revision: its unit order from what the earlier ones just measured.
+        let settled = super::unit_order::settle(pl, &p.cache_dir, remote);
+        if let Some(s) = settled.as_ref().and_then(|s| s.side_by_side.as_ref()) {
+            notes.push(super::unit_order::settled_note(s));
+        }
+        let x = execute::execute(settled.as_ref().unwrap_or(pl), &target, &mut notes)?;
         let o = outcome(pl, &x, to, t0, notes);
         done.push((x, o));
     }

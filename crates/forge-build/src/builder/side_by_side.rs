@@ -37,8 +37,13 @@ pub fn attach(pl: &mut Plan, serial: bool) {
         jobs.to_string(),
         n.to_string(),
     ];
-    pl.side_by_side =
-        Some(SideBySide { extensions: pl.interface.extensions.clone(), jobs, argv, first_units: Vec::new() });
+    pl.side_by_side = Some(SideBySide {
+        extensions: pl.interface.extensions.clone(),
+        jobs,
+        argv,
+        first_units: Vec::new(),
+        order: None,
+    });
 }
 
 /// The command the build runs: the side-by-side driver (written now) or the plan's own.

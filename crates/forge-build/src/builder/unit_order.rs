@@ -14,48 +14,39 @@
 //! not ordered: they compile on the first server.
 //! History: `<cache>/unit-times/<revision>.json`, unit (its output's path
 //! under the build root) -> milliseconds, from the last build that kept ninja
-//! logs; hostile or oversized files are ignored. Owns the history and the
-//! choice; the hook (`canon`) routes, `execute` starts the servers.
-use forge_os::fs::{Kind, Tree};
+//! logs (the file and its bounds: `forge_store::cache::unit_times`). Where the
+//! order comes from, first found wins ([`Order`] in the plan): this machine's history
+//! of the revision; the copy in the shared Redis compiler cache the build uses
+//! (written there after every build through it); the signed copy on the team's
+//! remote cache (`--cache-url`, pushed by `cache push`); else predicted: from the
+//! history of the most recently measured other revision in this cache, else from the
+//! source (the `.cu` files setup.py names, their size as the cost: every unit
+//! compiles the same gencodes). A history that is not valid is ignored with a
+//! warning: it can only choose an order, never a byte. In one run, a variant that
+//! follows another of the same revision has its order settled when it builds
+//! ([`settle`], from what the earlier one just measured): its plan says so.
+//! Owns the choice; the hook (`canon`) routes, `execute` starts the servers.
+use forge_os::fs::Tree;
+use forge_store::cache::remote::{History, Remote};
+use forge_store::cache::unit_times::{self, redis, Times};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::plan::{CompilerCache, Plan};
+use super::plan::{Backend, CompilerCache, Order, Plan};
 
 pub use super::canon::{FIRST_FILE, LATER_SOCKET};
 /// The later server's niceness (its compiles get about a tenth of a contended core).
 pub const LATER_NICE: i32 = 10;
-/// Bounds on a history file: bytes, units, a unit's path length.
-const MAX_BYTES: u64 = 1 << 20;
-const MAX_UNITS: usize = 4096;
-const MAX_NAME: usize = 512;
+/// Where a measured order came from, as the plan says it.
+pub const FROM_HERE: &str = "this machine's last build of the revision";
+pub const FROM_SHARED: &str = "the shared compiler cache's history of the revision";
+pub const FROM_TEAM: &str = "the team's cache (signed)";
+/// A predicted order from the source.
+pub const FROM_SOURCE: &str = "source";
 
 /// `<cache>/unit-times/<rev>.json`, or None for a revision that is not a hex commit.
 pub fn history_file(cache_dir: &Path, rev: &str) -> Option<PathBuf> {
-    let hex = (7..=64).contains(&rev.len()) && rev.bytes().all(|b| b.is_ascii_hexdigit());
-    hex.then(|| cache_dir.join("unit-times").join(format!("{}.json", rev.to_ascii_lowercase())))
-}
-
-/// A unit name the hook can match line by line: a relative path of plain characters.
-fn valid_unit(u: &str) -> bool {
-    !u.is_empty()
-        && u.len() <= MAX_NAME
-        && !u.starts_with('/')
-        && u.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
-        && u.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-+/".contains(&b))
-}
-
-/// The history of a revision: unit -> ms. A missing, oversized, linked or malformed
-/// file is no history (its units are dropped whole, never trusted in part).
-pub fn load(file: &Path) -> Option<BTreeMap<String, u64>> {
-    let (dir, name) = place(file, false)?;
-    if !matches!(dir.kind(&name).ok()?, Kind::File { len } if len <= MAX_BYTES) {
-        return None;
-    }
-    let text = dir.read_text(&name, MAX_BYTES).ok()?;
-    let times: BTreeMap<String, u64> = serde_json::from_str(&text).ok()?;
-    let ok = times.len() <= MAX_UNITS && times.iter().all(|(u, ms)| valid_unit(u) && *ms <= 86_400_000);
-    ok.then_some(times)
+    unit_times::file_name(rev).map(|n| cache_dir.join(unit_times::FOLDER).join(n))
 }
 
 /// The first units: the `jobs / threads` longest (at least one; longest first, ties by
@@ -72,24 +63,123 @@ pub fn choose(times: &BTreeMap<String, u64>, threads: usize, jobs: usize) -> Vec
     first.into_iter().take(k).map(|(u, _)| u.clone()).collect()
 }
 
-/// Name the plan's first units from this machine's history of its revision: only for a
-/// side-by-side build through the hooks with several nvcc threads and a compiler cache
-/// that is local or off (a shared one's credentials reach one server only).
-pub fn attach(pl: &mut Plan, cache_dir: &Path) {
-    let remote = pl.hooks.as_ref().is_none_or(|h| matches!(h.compiler_cache, Some(CompilerCache::Remote { .. })));
-    let threads: usize = pl.run.env.get(super::canon::NVCC_THREADS_ENV).and_then(|t| t.parse().ok()).unwrap_or(1);
-    let Some(file) = history_file(cache_dir, &pl.source.rev) else { return };
-    let Some(s) = pl.side_by_side.as_mut() else { return };
-    if remote {
+/// nvcc threads of the plan (1 when unset).
+fn threads(pl: &Plan) -> usize {
+    pl.run.env.get(super::canon::NVCC_THREADS_ENV).and_then(|t| t.parse().ok()).unwrap_or(1)
+}
+
+/// Whether the plan can order its units: side by side, through the hooks, several nvcc threads.
+pub fn orderable(pl: &Plan) -> bool {
+    pl.hooks.is_some() && pl.side_by_side.is_some() && threads(pl) > 1
+}
+
+/// Name the plan's first units and where their order comes from (the sources above).
+/// `earlier`: another variant of the same revision builds before this one in the run:
+/// the order is then settled at build time ([`settle`]).
+pub fn attach(pl: &mut Plan, cache_dir: &Path, remote: Option<&Remote>, earlier: bool) {
+    if !orderable(pl) {
         return;
     }
-    if let Some(times) = load(&file) {
-        s.first_units = choose(&times, threads, s.jobs);
+    let (order, first) = if earlier { (Some(Order::AtBuild), Vec::new()) } else { resolve(pl, cache_dir, remote) };
+    if let Some(s) = pl.side_by_side.as_mut() {
+        (s.order, s.first_units) = (order, first);
     }
 }
 
+/// At build time, a plan whose order is settled then: its first units from what is
+/// known now (an earlier variant of the run has just measured the revision). The
+/// plan's line said so; the provenance and the key hold none of it.
+pub fn settle(pl: &Plan, cache_dir: &Path, remote: Option<&Remote>) -> Option<Plan> {
+    let s = pl.side_by_side.as_ref()?;
+    if s.order != Some(Order::AtBuild) {
+        return None;
+    }
+    let mut settled = pl.clone();
+    let (order, first) = resolve(&mut settled, cache_dir, remote);
+    let s = settled.side_by_side.as_mut()?;
+    (s.order, s.first_units) = (order, first);
+    Some(settled)
+}
+
+/// The order and the first units from the first source that has a history of the
+/// revision, else a prediction; a history that is not used is a warning of the plan.
+fn resolve(pl: &mut Plan, cache_dir: &Path, remote: Option<&Remote>) -> (Option<Order>, Vec<String>) {
+    let (rev, jobs, th) = (pl.source.rev.clone(), pl.side_by_side.as_ref().map_or(1, |s| s.jobs), threads(pl));
+    let measured = |from: &str, t: &Times| (Some(Order::Measured { from: from.into() }), choose(t, th, jobs));
+    if let Some(t) = unit_times::load(cache_dir, &rev) {
+        return measured(FROM_HERE, &t);
+    }
+    if history_file(cache_dir, &rev)
+        .and_then(|f| Tree::open(f.parent()?, "unit-time folder").ok()?.kind(f.file_name()?).ok())
+        .is_some()
+    {
+        pl.warnings.push(format!(
+            "the unit-time history of {rev} in this cache is not a valid one: ignored (it can only choose an order)"
+        ));
+    }
+    if let Some(place) = shared_place(pl) {
+        match redis::get(&place) {
+            Ok(Some(t)) => return measured(FROM_SHARED, &t),
+            Ok(None) => {}
+            Err(why) => pl.warnings.push(format!("the shared compiler cache's unit-time history not used: {why}")),
+        }
+    }
+    if let Some(r) = remote {
+        match r.history(&rev) {
+            Ok(History::Trusted(t)) => return measured(FROM_TEAM, &t),
+            Ok(History::Missing) => {}
+            Ok(History::Rejected(why)) => pl.warnings.push(format!("the remote unit-time history not used: {why}")),
+            Err(e) => pl.warnings.push(format!("the remote unit-time history not used: {e:#}")),
+        }
+    }
+    if let Some((other, t)) = unit_times::latest_other(cache_dir, &rev) {
+        let first = choose(&t, th, jobs);
+        if !first.is_empty() {
+            return (Some(Order::Predicted { from: other }), first);
+        }
+    }
+    let first = from_source(pl, th, jobs);
+    if first.is_empty() {
+        return (None, first);
+    }
+    (Some(Order::Predicted { from: FROM_SOURCE.into() }), first)
+}
+
+/// The Redis place of the revision's history when the build's compiler cache is a Redis storage.
+fn shared_place(pl: &Plan) -> Option<redis::Place> {
+    let h = pl.hooks.as_ref()?;
+    let Some(CompilerCache::Remote { url, backend: Backend::Redis }) = &h.compiler_cache else { return None };
+    redis::place(url, &pl.source.rev).ok()
+}
+
+/// A predicted order from the source at the pin: the `.cu` files setup.py names, the
+/// longest (by size) first, each under the object paths a build gives it (torch's
+/// `build_temp/<source>.o`, and `build_temp/<extension>/<stem>.o`).
+fn from_source(pl: &Plan, threads: usize, jobs: usize) -> Vec<String> {
+    let (Some(tc), Ok(tree)) = (pl.toolchain(), pl.tree().strip_prefix(pl.build_dir())) else { return Vec::new() };
+    let Some(setup) = forge_store::source::show(&pl.source.mirror, &pl.source.rev, "setup.py") else {
+        return Vec::new();
+    };
+    let mut sizes = Times::new();
+    for cu in setup.split(['"', '\'']).filter(|t| t.ends_with(".cu") && unit_times::valid_unit(t)).take(256) {
+        if let Some(text) = forge_store::source::show(&pl.source.mirror, &pl.source.rev, cu) {
+            sizes.insert(cu.to_string(), text.len() as u64);
+        }
+    }
+    let temp = format!("build/temp.linux-{}-cpython-{}", pl.variant.arch, tc.python_tag.trim_start_matches("cp"));
+    let base = tree.join(&temp);
+    let mut names = Vec::new();
+    for cu in choose(&sizes, threads, jobs) {
+        let stem = cu.trim_end_matches(".cu");
+        names.push(base.join(format!("{stem}.o")));
+        let file = stem.rsplit('/').next().unwrap_or(stem);
+        names.extend(pl.interface.extensions.iter().map(|e| base.join(e).join(format!("{file}.o"))));
+    }
+    names.into_iter().map(|n| n.to_string_lossy().into_owned()).filter(|n| unit_times::valid_unit(n)).collect()
+}
+
 /// Each unit's compile time from the build's kept ninja logs (the last entry of an
-/// output wins; outputs outside the build root are left out), for [`store`].
+/// output wins; outputs outside the build root are left out), for [`keep`].
 pub fn read_logs(logs: &[PathBuf], root: &Path) -> BTreeMap<String, u64> {
     let mut times = BTreeMap::new();
     for log in logs {
@@ -102,7 +192,7 @@ pub fn read_logs(logs: &[PathBuf], root: &Path) -> BTreeMap<String, u64> {
                 let (Ok(s), Ok(e)) = (start.parse::<u64>(), end.parse::<u64>()) else { continue };
                 let Ok(rel) = Path::new(out).strip_prefix(root) else { continue };
                 let unit = rel.to_string_lossy().into_owned();
-                if valid_unit(&unit) && times.len() < MAX_UNITS {
+                if unit_times::valid_unit(&unit) && times.len() < unit_times::MAX_UNITS {
                     times.insert(unit, e.saturating_sub(s));
                 }
             }
@@ -111,30 +201,56 @@ pub fn read_logs(logs: &[PathBuf], root: &Path) -> BTreeMap<String, u64> {
     times
 }
 
-/// Replace the revision's history (written beside it, then renamed). Nothing to store
-/// (no ninja logs) leaves the old one; a failure to write is only a missed order next time.
-pub fn store(file: &Path, times: &BTreeMap<String, u64>) {
+/// After a build: its measured history replaces the revision's in this cache and, when
+/// the build's compiler cache is a Redis storage that stayed on, in that storage (a
+/// failure there is a note). Nothing measured (no ninja logs) leaves the old ones.
+pub fn keep(pl: &Plan, cache_dir: &Path, times: &Times, shared_on: bool, notes: &mut Vec<String>) {
     if times.is_empty() {
         return;
     }
-    let Some((dir, name)) = place(file, true) else { return };
-    let _ = dir.write(&name, &serde_json::to_vec_pretty(times).unwrap_or_default());
+    unit_times::store(cache_dir, &pl.source.rev, times);
+    if let (Some(place), true) = (shared_place(pl), shared_on) {
+        if let Err(why) = redis::set(&place, times) {
+            notes.push(format!("the unit-time history was not kept in the shared compiler cache: {why}"));
+        }
+    }
 }
 
-/// A history file's folder in the cache as a tree (made when `create`), and its name.
-fn place(file: &Path, create: bool) -> Option<(Tree, std::ffi::OsString)> {
-    let (folder, name) = (file.parent()?, file.file_name()?.to_os_string());
-    let dir = if create { Tree::create(folder, "unit-time folder") } else { Tree::open(folder, "unit-time folder") };
-    Some((dir.ok()?, name))
+/// The build's note when its order was settled at build time ([`settle`]).
+pub fn settled_note(s: &super::plan::SideBySide) -> String {
+    let order = s.order.as_ref().map_or("none: no history and no prediction".into(), describe_order);
+    match describe(&s.first_units, s.order.as_ref()) {
+        Some(first) => format!("unit order settled at build time: {order}; {first}"),
+        None => format!("unit order settled at build time: {order}; no unit first"),
+    }
 }
 
-/// The plan's line about it, or None.
-pub fn describe(first: &[String]) -> Option<String> {
+/// The plan's line about the order's source.
+pub fn describe_order(order: &Order) -> String {
+    match order {
+        Order::Measured { from } => format!("measured ({from})"),
+        Order::Predicted { from } if from == FROM_SOURCE => "predicted (from source: the .cu files setup.py names, by size)".into(),
+        Order::Predicted { from } => format!("predicted (from {}: the most recently measured revision in this cache)", &from[..from.len().min(12)]),
+        Order::AtBuild => "settled at build time (from what an earlier variant of this run measures; else as for a first build); the build's notes say it".into(),
+    }
+}
+
+/// The plan's line about the first units, or None.
+pub fn describe(first: &[String], order: Option<&Order>) -> Option<String> {
+    let here = "the longest in this machine's last build of the revision";
+    let source = match order {
+        None => here,
+        Some(Order::Measured { from }) if from == FROM_HERE => here,
+        Some(Order::Measured { .. }) => "the longest in the revision's measured history",
+        _ => "the longest predicted",
+    };
+    let mut stems: Vec<&str> = first.iter().map(|u| u.rsplit('/').next().unwrap_or(u)).collect();
+    stems.dedup();
     (!first.is_empty()).then(|| {
         format!(
-            "{} unit(s) first, the longest in this machine's last build of the revision (jobs / nvcc threads): {}; every other CUDA unit compiles at nice {LATER_NICE} (not keyed: the same steps and bytes)",
-            first.len(),
-            first.iter().map(|u| u.rsplit('/').next().unwrap_or(u)).collect::<Vec<_>>().join(", ")
+            "{} unit(s) first, {source} (jobs / nvcc threads): {}; every other CUDA unit compiles at nice {LATER_NICE} (not keyed: the same steps and bytes)",
+            stems.len(),
+            stems.join(", ")
         )
     })
 }
@@ -162,30 +278,6 @@ mod tests {
         assert_eq!(choose(&t, 2, 6), ["s/b.o", "s/d.o", "s/c.o"]);
         assert_eq!(choose(&t, 3, 2), ["s/b.o"], "at least one");
         assert_eq!(choose(&t, 2, 16), Vec::<String>::new(), "8 would be first: all 5 are");
-    }
-
-    #[test]
-    fn a_hostile_history_is_no_history() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("h.json");
-        for bad in [
-            r#"{"../x.o": 1}"#,
-            r#"{"/abs.o": 1}"#,
-            "{\"a\\nb.o\": 1}",
-            r#"{"a.o": -1}"#,
-            r#"{"a.o": 1e30}"#,
-            r#"["a.o"]"#,
-            r#"{"-e.o": 99999999999}"#,
-        ] {
-            std::fs::write(&f, bad).unwrap();
-            assert_eq!(load(&f), None, "{bad}");
-        }
-        std::fs::write(&f, r#"{"src/build/a.o": 5}"#).unwrap();
-        assert_eq!(load(&f), Some(times(&[("src/build/a.o", 5)])));
-        std::fs::write(d.path().join("big.json"), vec![b' '; (MAX_BYTES + 1) as usize]).unwrap();
-        assert_eq!(load(&d.path().join("big.json")), None);
-        std::os::unix::fs::symlink(&f, d.path().join("l.json")).unwrap();
-        assert_eq!(load(&d.path().join("l.json")), None, "a link is not followed");
     }
 
     #[test]

@@ -518,6 +518,7 @@ pub fn push(a: PushRequest, say: &mut dyn FnMut(String)) -> Result<()> {
             }
         }
     }
+    let mut revs = std::collections::BTreeSet::new();
     for h in chosen {
         let key = Key::parse(&h.entry.key)?;
         let Some(verified) = cache.lookup(&key)? else {
@@ -531,8 +532,23 @@ pub fn push(a: PushRequest, say: &mut dyn FnMut(String)) -> Result<()> {
             client.shown_url(&key, &verified.entry.wheel),
             secret.name
         ));
+        let wheel = cache.root().join("wheels").join(key.as_str()).join(&verified.entry.wheel);
+        if let Ok((p, _)) = forge_wheel::wheel::open(&wheel).and_then(|mut w| w.provenance()) {
+            revs.insert(p.source.rev);
+        }
+    }
+    // Each revision's unit-time history travels with its wheels (signed the same way).
+    for rev in revs {
+        if let Some(url) = client.push_history(&cache, &rev, &secret)? {
+            say(format!("pushed the unit-time history of {} -> {url} (signed by {})", short_rev(&rev), secret.name));
+        }
     }
     Ok(())
+}
+
+/// A revision as a line shows it: its first 12 characters.
+fn short_rev(rev: &str) -> &str {
+    &rev[..rev.len().min(12)]
 }
 
 /// `cache keygen`: the key written (mode 0600), its public half returned.

@@ -15,6 +15,7 @@ pub mod lock;
 pub mod remote;
 pub mod sign;
 pub mod tree;
+pub mod unit_times;
 
 use forge_os::fs::File;
 use std::io::Read;

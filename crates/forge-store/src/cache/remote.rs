@@ -289,6 +289,80 @@ impl Remote {
     }
 }
 
+/// What a remote cache said of a revision's unit-time history.
+pub enum History {
+    Missing,
+    /// Signed by a trusted key, for this revision, a valid history.
+    Trusted(super::unit_times::Times),
+    /// Served, but not used (why).
+    Rejected(String),
+}
+
+impl Remote {
+    /// `<base>/unit-times/<rev>.json`.
+    fn history_url(&self, name: &str) -> http::Url {
+        let mut u = self.base.clone();
+        {
+            let mut segs = u.path_segments_mut().expect("http(s) URLs have paths");
+            segs.pop_if_empty().push(super::unit_times::FOLDER).push(name);
+        }
+        u
+    }
+
+    /// The signed unit-time history of `rev`: used only when a trusted key signed it,
+    /// it names this revision and every unit and time is within bounds.
+    pub fn history(&self, rev: &str) -> Result<History> {
+        use super::unit_times as ut;
+        let Some(name) = ut::file_name(rev) else { return Ok(History::Missing) };
+        let url = self.history_url(&name);
+        let cap = ut::MAX_BYTES + 64 * 1024;
+        let body = self.get_with(&url, http::Bound::cap(cap), |resp| {
+            let mut buf = Vec::new();
+            match resp.take(cap + 1).read_to_end(&mut buf) {
+                Ok(_) => Ok(buf),
+                Err(e) => Err(Attempt::Retry(format!("reading the body: {e}"))),
+            }
+        })?;
+        let Some(body) = body else { return Ok(History::Missing) };
+        let shown = shown(&url);
+        if body.len() as u64 > cap {
+            return Ok(History::Rejected(format!("{shown}: more than {cap} bytes")));
+        }
+        let Ok(s) = serde_json::from_slice::<ut::Signed>(&body) else {
+            return Ok(History::Rejected(format!("{shown}: not a signed unit-time history")));
+        };
+        if s.rev.to_ascii_lowercase() != rev.to_ascii_lowercase() {
+            return Ok(History::Rejected(format!("{shown}: names another revision")));
+        }
+        if !ut::valid(&s.times) {
+            return Ok(History::Rejected(format!("{shown}: a unit name or time out of bounds")));
+        }
+        match sign::verify(&self.trusted, &s.signatures, &ut::message(rev, &s.times)) {
+            Verdict::Trusted(_) => Ok(History::Trusted(s.times)),
+            Verdict::Unsigned => Ok(History::Rejected(format!("{shown}: unsigned"))),
+            Verdict::Untrusted(names) => {
+                Ok(History::Rejected(format!("{shown}: signed only by keys not trusted here: {}", names.join(", "))))
+            }
+            Verdict::Invalid(name) => Ok(History::Rejected(format!(
+                "{shown}: the signature by {name} does not match (changed after signing?)"
+            ))),
+        }
+    }
+
+    /// Sign and upload the cache's history of `rev`, if it has one: the URL it went to.
+    pub fn push_history(&self, cache: &Cache, rev: &str, key: &SecretKey) -> Result<Option<String>> {
+        use super::unit_times as ut;
+        let (Some(name), Some(times)) = (ut::file_name(rev), ut::load(cache.root(), rev)) else { return Ok(None) };
+        let signed =
+            ut::Signed { rev: rev.to_ascii_lowercase(), signatures: vec![key.sign(&ut::message(rev, &times))], times };
+        let staged = cache.stage()?;
+        staged.tree().write(&name, &serde_json::to_vec_pretty(&signed)?)?;
+        let url = self.history_url(&name);
+        self.put_file(&url, staged.tree(), Path::new(&name))?;
+        Ok(Some(shown(&url)))
+    }
+}
+
 impl Cache {
     /// Fetch `key` from `remote` into a staging folder, check it (signature,
     /// digests, provenance against `expect`) and publish it locally.
