@@ -546,7 +546,7 @@ fn plan_variant(
         hooks: None,
         nccl_reuse: None,
         side_by_side: None,
-        platform: plan::PlanPlatform::new(ctx.pins.toolchain.as_ref().and_then(|t| t.manylinux.clone())),
+        platform: plan::PlanPlatform::new(ctx.pins.manylinux.clone()),
         cache_key: None,
         cache_key_unknown: None,
         outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },
