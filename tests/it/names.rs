@@ -41,6 +41,8 @@ fn leading_zero_commit(repo: &Path) -> String {
             .args(["commit-tree", "HEAD^{tree}", "-p", "HEAD", "-m"])
             .arg(format!("names: a leading-zero sha ({i})"))
             .current_dir(repo)
+            .envs([("GIT_AUTHOR_NAME", "n"), ("GIT_AUTHOR_EMAIL", "n@invalid"), ("GIT_COMMITTER_NAME", "n")])
+            .env("GIT_COMMITTER_EMAIL", "n@invalid")
             .env("GIT_AUTHOR_DATE", "2026-12-01T00:00:00Z")
             .env("GIT_COMMITTER_DATE", "2026-12-01T00:00:00Z")
             .output()
@@ -70,12 +72,24 @@ fn note_patch(lab: &Lab) -> String {
     d
 }
 
-/// pins.toml for `rev` with the floor alone in `[toolchain]`.
+/// `ops/pins.toml` (a git repository with the committed patch beside it) for `rev`,
+/// with the floor alone in `[toolchain]`.
 fn write_pins(lab: &Lab, rev: &str, floor: &str) -> PathBuf {
-    let p = lab.pins_with(rev, VARIANTS);
-    let text = std::fs::read_to_string(&p).unwrap();
+    let ops = lab.dir.path().join("ops");
+    let text = std::fs::read_to_string(lab.pins_with(rev, VARIANTS)).unwrap();
+    let p = ops.join("pins.toml");
     std::fs::write(&p, format!("{text}\n[toolchain]\nmanylinux = \"{floor}\"\n")).unwrap();
     p
+}
+
+/// The operators' repository `ops/` with `patches/note.patch` committed.
+fn ops_repo(lab: &Lab, patch: &str) {
+    let ops = lab.dir.path().join("ops");
+    std::fs::create_dir_all(ops.join("patches")).unwrap();
+    std::fs::write(ops.join("patches/note.patch"), patch).unwrap();
+    support::git(&ops, &["init", "-q", "-b", "main"]);
+    support::git(&ops, &["add", "-A"]);
+    support::git(&ops, &["commit", "-q", "-m", "patches"]);
 }
 
 fn out(o: &Output) -> String {
@@ -159,8 +173,7 @@ fn a_leading_zero_exact_and_patched_label_round_trips_under_a_floor_above_and_be
     let short = &rev[..7];
     let label = forge_model::patches::normal_local(short);
     assert!(!label.starts_with('0') && label.len() < 7, "{label}");
-    std::fs::create_dir_all(lab.dir.path().join("patches")).unwrap();
-    std::fs::write(lab.dir.path().join("patches/note.patch"), &patch).unwrap();
+    ops_repo(&lab, &patch);
     let pins = write_pins(&lab, &rev, "2_34");
     let p = pins.to_str().unwrap();
     let exe = support::exe().to_str().unwrap().to_string();

@@ -183,18 +183,18 @@ impl<'a> Context<'a> {
     }
 
     /// Every label a wheel of the intended revision for `arch` may carry: the exact
-    /// build's, then each pins.toml variant's of that architecture whose patches
+    /// build's, then each pins.toml variant's pinned at that revision whose patches
     /// relabel it (`<base>+<short>.p<hash>`, `patches::label`), `variant`'s first.
     /// A wheel under any of them is pins.toml's revision, never another's.
     fn labels_for(&self, arch: Arch, variant: Option<&str>) -> Vec<String> {
         let Some(exact) = self.label_for(arch) else { return Vec::new() };
         let mut out = vec![exact.clone()];
         let (Some(pins), Some(rev)) = (self.pins, self.intent.get(&arch)) else { return out };
-        if pins.pins.get(&arch).is_none_or(|p| &p.rev != rev) {
-            return out;
-        }
         let base = exact.split('+').next().unwrap_or(&exact);
-        let mut variants: Vec<&forge_model::pins::Variant> = pins.variants.iter().filter(|v| v.arch == arch).collect();
+        // A variant pinned at the same revision (of any architecture: a requirement without a
+        // marker names one label for both) relabels that revision, never another.
+        let same_rev = |v: &&forge_model::pins::Variant| pins.pins.get(&v.arch).is_some_and(|p| &p.rev == rev);
+        let mut variants: Vec<&forge_model::pins::Variant> = pins.variants.iter().filter(same_rev).collect();
         variants.sort_by_key(|v| Some(v.name.as_str()) != variant);
         for v in variants {
             let Ok(patches) = forge_store::patch::for_variant(pins, v) else { continue };
