@@ -100,3 +100,23 @@ fn an_unreadable_member_fails_closed_and_musl_in_a_manylinux_wheel_fails() {
     assert!(has(&tag, "fail", "needs musl's libc"), "{tag:?}");
     assert_eq!(code, 1);
 }
+
+/// One label function: no product source but `patches::label` writes a `{..}+{..}`
+/// version (torch's own `<version>+<cuda>` in lock check's environment rule is torch's).
+#[test]
+fn labels_are_made_only_by_patches_label() {
+    let re = regex::Regex::new(r"\{[A-Za-z_.0-9:()]*\}\+\{").unwrap();
+    let mut found = Vec::new();
+    for (path, text) in crate::support::workspace_sources() {
+        let p = path.to_string_lossy().replace('\\', "/");
+        if p.ends_with("/tests.rs") || p.contains("/tests/") || p.ends_with("forge-model/src/patches.rs") {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            if re.is_match(line) && !line.contains("tc.torch") {
+                found.push(format!("{p}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "a label built outside forge_model::patches::label:\n{}", found.join("\n"));
+}

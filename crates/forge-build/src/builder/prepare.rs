@@ -670,11 +670,13 @@ fn plan_warnings(ctx: &Ctx, i: &Interface, run: &Run, tc: &ToolchainPart, short:
     }
     if i.base_version != ctx.pins.source.base_version {
         warnings.push(format!(
-            "{} says base_version = \"{}\", but the source at {short} gives {} ({}): the wheel will be {}+{short}",
+            "{} says base_version = \"{}\", but the source at {short} gives {} ({}): the wheel will be {} \
+             (`publish` refuses it until base_version says {})",
             ctx.pins.path.display(),
             ctx.pins.source.base_version,
             i.base_version,
             i.version_from,
+            forge_model::patches::label(&i.base_version, short, &[]),
             i.base_version,
         ));
     }
