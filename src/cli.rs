@@ -161,7 +161,7 @@ Examples:
   # ./pins.toml
   deepep-forge pins check
   deepep-forge pins check --pins ci/pins.toml")]
-    Check(PinsFileArgs),
+    Check(PinsCheckArgs),
     /// Print the validated pins (human or JSON).
     #[command(after_help = "\
 Examples:
@@ -175,6 +175,16 @@ Examples:
 pub struct PinsFileArgs {
     #[command(flatten)]
     pub pins: crate::args::PinsArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PinsCheckArgs {
+    #[command(flatten)]
+    pub pins: crate::args::PinsArg,
+    /// Where the mirrors of pins.toml's repository are (each pinned revision's own
+    /// version is compared with `base_version` when the mirror holds it; never fetched).
+    #[command(flatten)]
+    pub cache: crate::args::CacheDirArg,
 }
 
 #[derive(Debug, clap::Args)]
@@ -233,6 +243,11 @@ pub fn run(command: Command) -> Result<Exit> {
     match command {
         Command::Pins(PinsCommand::Check(a)) => {
             let p = forge_model::pins::Pins::load(&a.pins)?;
+            // A revision the cache's mirror does not hold is not compared (pins check never fetches).
+            let (warnings, _unread) = forge_lock::lock::revision::stale_base_version(&p, a.cache.resolve().ok())?;
+            for w in &warnings {
+                forge_os::alert!("{}: {w}", forge_os::printer::label("warning"));
+            }
             forge_os::outln!("{}: ok ({} pins, {} variants)", a.pins.display(), p.pins.len(), p.variants.len());
             Ok(Exit::Ok)
         }

@@ -52,6 +52,8 @@ mod lock;
 mod lock_environment;
 mod lock_patches;
 mod multinode_host;
+mod names;
+mod names_hostile;
 mod needs;
 mod nvcc_threads;
 mod patched_build;

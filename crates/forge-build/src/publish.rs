@@ -108,6 +108,7 @@ pub fn run(mut args: PublishRequest) -> Result<Report> {
         let variant = pins.variant(&o.variant)?;
         facts::matches_pins(&f.entry.provenance, &pins, variant)
             .map_err(|why| Failure::problems(format!("{}: {why}", o.wheel.display())))?;
+        one_label(&pins, variant, &o.wheel)?;
         // Variants of one index (pins.toml `index`) share its folder: uv picks by platform.
         if labelled.is_some() {
             let vw = variant_wheel(&pins, &o.wheel, variant, &built)?;
@@ -154,6 +155,31 @@ pub fn run(mut args: PublishRequest) -> Result<Report> {
         files_written: written,
         files_unchanged: writes.len() - written,
     })
+}
+
+/// The wheel's version is the label pins.toml gives (`patch::variant_label`: the one
+/// `docker bake` passes as `DEEPEP_VERSION`): an index never serves a version an image
+/// built from the same pins.toml would not install. A source whose own version moved
+/// (pins.toml's `base_version` stale) is refused, naming the value to write.
+fn one_label(pins: &Pins, v: &forge_model::pins::Variant, wheel: &Path) -> Result<()> {
+    let want = forge_store::patch::variant_label(pins, v)?;
+    let file = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let Some(have) = forge_wheel::wheel::WheelName::parse(&file).map(|n| n.version) else { return Ok(()) };
+    let same = |a: &str, b: &str| a.parse::<pep440_rs::Version>().ok() == b.parse::<pep440_rs::Version>().ok();
+    if same(&have, &want) {
+        return Ok(());
+    }
+    let base = have.split('+').next().unwrap_or(&have);
+    Err(Failure::problems(format!(
+        "{file}: version {have}, but pins.toml's base_version gives {want} (what `docker bake` passes as \
+         DEEPEP_VERSION): the source at the pin says {base}; nothing published"
+    ))
+    .hint(format!(
+        "set base_version = \"{base}\" in [source] of {} (the version the pinned revision's own setup.py \
+         gives), then publish again",
+        pins.path.display()
+    ))
+    .into())
 }
 
 /// `--out` must be a folder or absent (a file there is a usage error, before anything is built).
@@ -271,6 +297,15 @@ pub struct Published {
     pub arch: String,
     pub wheel: String,
     pub sha256: String,
+    /// Who can load it: its platform tag in words (`manylinux::words`).
+    pub loads: String,
+}
+
+/// The wheel file name's platform tag in words.
+pub fn loads(wheel: &str) -> String {
+    forge_wheel::wheel::WheelName::parse(wheel)
+        .map(|n| forge_wheel::manylinux::words::loads_where(&n.platform))
+        .unwrap_or_default()
 }
 
 impl Report {
@@ -279,6 +314,7 @@ impl Report {
         let mut s = String::new();
         for w in &self.wheels {
             s.push_str(&format!("published {}: {} sha256 {}\n", w.index, w.wheel, &w.sha256[..16]));
+            s.push_str(&format!("          {}\n", w.loads));
         }
         s.push_str(&format!(
             "{} files written, {} unchanged, into {}\n",
@@ -328,6 +364,13 @@ fn plan_variant(
     let mut summary = Vec::new();
     for (path, f) in wheels {
         let e = &f.entry;
+        // The one judgment of a wheel's name (the builder made it on a build or cache hit with
+        // the floor); an index never serves a wheel under a tag its members refuse.
+        if let Some(why) = forge_wheel::manylinux::judge::wheel(path, None)?.refusal() {
+            return Err(Failure::problems(format!("{}: nothing published:\n  {why}", e.wheel))
+                .hint("never rename a wheel by hand; rebuild it (deepep-forge build-wheel)")
+                .into());
+        }
         match m.wheels.iter().find(|w| w.wheel == e.wheel) {
             Some(old) if old != e => {
                 return Err(Failure::problems(format!(
@@ -349,6 +392,7 @@ fn plan_variant(
             arch: e.provenance.arch.clone(),
             wheel: e.wheel.clone(),
             sha256: e.sha256.clone(),
+            loads: loads(&e.wheel),
         });
         let imm = |name: String, bytes: Source| Write { dest: files.join(name), bytes, immutable: true };
         writes.push(imm(e.wheel.clone(), Source::File(path.clone())));

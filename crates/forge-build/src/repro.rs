@@ -166,6 +166,7 @@ fn verify_file(args: &VerifyRequest, wheel: &Path, several: bool) -> Result<Veri
     }
     let name = forge_wheel::wheel::WheelName::parse(&wheel.file_name().unwrap_or_default().to_string_lossy())
         .ok_or_else(|| forge_os::error::Failure::usage(format!("{} is not a wheel file name", wheel.display())))?;
+    names_hold(wheel, &name, &prov)?;
     // Before anything is fetched: the repository whose setup.py the rebuild runs is one the user chose.
     let source = match (&args.run.source, prov.source.repo.strip_prefix("local:")) {
         (Some(s), _) => Some(s.clone()),
@@ -261,6 +262,33 @@ fn verify_file(args: &VerifyRequest, wheel: &Path, several: bool) -> Result<Veri
         )
     };
     Ok(Verified { ok: d.identical, doc, human })
+}
+
+/// The wheel's name before any rebuild: its tag set judged against its members
+/// (`manylinux::judge`, as every path that accepts a wheel) and its version label the
+/// one the provenance gives (`patches::label`): a renamed wheel is never verified.
+fn names_hold(
+    wheel: &Path,
+    name: &forge_wheel::wheel::WheelName,
+    prov: &forge_wheel::provenance::Provenance,
+) -> Result<()> {
+    let j = forge_wheel::manylinux::judge::wheel(wheel, None)?;
+    let mut why: Vec<String> = j.refusal().into_iter().collect();
+    let base = name.version.split('+').next().unwrap_or(&name.version);
+    let want = forge_model::patches::label(base, &prov.source.short, &prov.source.patches);
+    if forge_model::patches::local_of(&name.version) != forge_model::patches::local_of(&want) {
+        why.push(format!("its version {} is not the label its provenance gives ({want})", name.version));
+    }
+    if why.is_empty() {
+        return Ok(());
+    }
+    Err(forge_os::error::Failure::problems(format!(
+        "NOT verified: {} does not hold what its name says:\n  {}",
+        wheel.display(),
+        why.join("\n  ")
+    ))
+    .hint("never rename a wheel by hand; rebuild it (deepep-forge build-wheel) under the name it earns")
+    .into())
 }
 
 /// An error of the rebuild as the user can act on it: the pins generated from

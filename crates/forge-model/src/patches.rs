@@ -282,14 +282,44 @@ pub fn set_digest(patches: &[SourcePatch]) -> Option<String> {
 }
 
 /// The version label of a build: `<base>+<short>` exact, `<base>+<short>.p<digest>`
-/// patched. The ONE place a label is computed: the wheel (`builder`), the bake file's
-/// `DEEPEP_VERSION`, labels and tag (`docker::bake`), `pin set`'s `deep_ep==LABEL` and
-/// `lock check`'s expected label all call it (an index serves the wheels' own names).
+/// patched, in PEP 440's normal form ([`normal_local`]: what setuptools, pip and uv
+/// write, so `+0303818` is `+303818`). The ONE place a label is computed: the wheel
+/// (`builder`), the bake file's `DEEPEP_VERSION`, labels and tag (`docker::bake`),
+/// `publish`, `pin set`'s `deep_ep==LABEL`, `lock check`'s expected label, `probe`'s
+/// and `verify`'s provenance check all call it (an index serves the wheels' own names).
 pub fn label(base: &str, short: &str, patches: &[SourcePatch]) -> String {
-    match set_digest(patches) {
-        Some(d) => format!("{base}+{short}.p{d}"),
-        None => format!("{base}+{short}"),
-    }
+    let local = match set_digest(patches) {
+        Some(d) => format!("{short}.p{d}"),
+        None => short.to_string(),
+    };
+    format!("{base}+{}", normal_local(&local))
+}
+
+/// A PEP 440 local version label in its normal form: lower case, `-` and `_` read as
+/// `.`, and each all-digit segment without its leading zeros (`0303818` -> `303818`,
+/// `000` -> `0`), as PEP 440 compares and the build backend writes it.
+pub fn normal_local(local: &str) -> String {
+    let segments: Vec<String> = local
+        .split(['.', '-', '_'])
+        .map(|s| {
+            if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+                let t = s.trim_start_matches('0');
+                if t.is_empty() {
+                    "0".to_string()
+                } else {
+                    t.to_string()
+                }
+            } else {
+                s.to_ascii_lowercase()
+            }
+        })
+        .collect();
+    segments.join(".")
+}
+
+/// The local part (after `+`) of a version, in normal form (`1.2.1+0303818` -> `303818`).
+pub fn local_of(version: &str) -> Option<String> {
+    version.split_once('+').map(|(_, l)| normal_local(l))
 }
 
 /// What a build is, in words: `exact, unpatched` or `patched: N patches (name sha256[..12], ...)`.
@@ -307,6 +337,26 @@ mod tests {
     use super::*;
 
     const ONE: &str = "diff --git a/csrc/a.cu b/csrc/a.cu\nindex 1..2 100644\n--- a/csrc/a.cu\n+++ b/csrc/a.cu\n@@ -1 +1 @@\n-x\n+y\n";
+
+    #[test]
+    fn labels_are_pep440_normal_local_versions() {
+        assert_eq!(label("1.2.1", "17cfb81", &[]), "1.2.1+17cfb81");
+        assert_eq!(label("2.1.0", "0303818", &[]), "2.1.0+303818");
+        assert_eq!(label("2.1.0", "0000000", &[]), "2.1.0+0");
+        assert_eq!(label("1.2.1", "ABCDEF0", &[]), "1.2.1+abcdef0");
+        assert_eq!(normal_local("0303818.p0a1b2c3d"), "303818.p0a1b2c3d");
+        assert_eq!(normal_local("0303818-P0a"), "303818.p0a");
+        assert_eq!(local_of("2.1.0+0303818"), Some("303818".into()));
+        // What pep440_rs (uv's reader) makes of the same labels.
+        for l in ["2.1.0+0303818", "2.1.0+0303818.p0a1b2c3d", "1.2.1+ABCdef0"] {
+            let v: pep440_rs::Version = l.parse().unwrap();
+            assert_eq!(
+                v.to_string(),
+                format!("{}+{}", l.split('+').next().unwrap(), normal_local(l.split_once('+').unwrap().1)),
+                "{l}"
+            );
+        }
+    }
 
     #[test]
     fn paths_are_relative_and_plain() {

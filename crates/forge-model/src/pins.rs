@@ -510,6 +510,10 @@ pub struct Pins {
     pub source: Source,
     pub pins: BTreeMap<Arch, Pin>,
     pub toolchain: Option<Toolchain>,
+    /// `[toolchain] manylinux`, the glibc floor every toolchain reads (`2_28`):
+    /// set with or without `torch` and `cuda` (docs/pins.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manylinux: Option<String>,
     pub rdma_core: Option<RdmaCore>,
     pub variants: Vec<Variant>,
     /// `[evidence]`, the policy `lock check` applies.
@@ -742,8 +746,8 @@ struct RawRecordedPatch {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawToolchain {
-    torch: Spanned<String>,
-    cuda: Spanned<String>,
+    torch: Option<Spanned<String>>,
+    cuda: Option<Spanned<String>>,
     python: Option<Spanned<RawPythons>>,
     nvshmem: Option<Spanned<String>>,
     nccl: Option<Spanned<String>>,
@@ -813,7 +817,10 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
     schema(&raw.schema, text, path, &err)?;
     let source = source(raw.source, text, &err)?;
     let pins = pin_tables(raw.pin, path, text, &err)?;
-    let toolchain = raw.toolchain.map(|t| toolchain(t, text, &err)).transpose()?;
+    let (toolchain, manylinux) = match raw.toolchain {
+        Some(t) => toolchain(t, text, &err)?,
+        None => (None, None),
+    };
     let rdma_core = raw.rdma_core.map(|r| rdma_core(r, &err)).transpose()?;
     let mut variants: Vec<Variant> = Vec::new();
     let mut index_keys = Vec::new();
@@ -824,7 +831,7 @@ fn validate(raw: RawPins, text: &str, path: &Path) -> Result<Pins> {
     }
     variant_index(&variants, &index_keys, &err)?;
     let evidence = raw.evidence.map(|e| evidence(e, &variants, text, &err)).transpose()?;
-    Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, rdma_core, variants, evidence })
+    Ok(Pins { path: path.to_path_buf(), source, pins, toolchain, manylinux, rdma_core, variants, evidence })
 }
 
 /// `schema`: this deepep-forge reads schema 2; schema 1 gets how to update.
@@ -1012,17 +1019,38 @@ fn manylinux_floor(m: Spanned<String>, err: &Err) -> Result<String> {
     ))
 }
 
-/// `[toolchain]`: torch a PEP 440 version, cuda major.minor, python a version (never a path).
-fn toolchain(t: RawToolchain, text: &str, err: &Err) -> Result<Toolchain> {
-    if let Err(why) = crate::pep::check_version(t.torch.get_ref()) {
-        return Err(err(t.torch.span(), format!("toolchain.torch {why}")));
+/// `[toolchain]`: torch a PEP 440 version, cuda major.minor, python a version (never a path),
+/// and the manylinux floor, which stands alone too (`[toolchain] manylinux = "2_28"`: the
+/// floor of every toolchain, the registry's needs torch and cuda). Returns the registry
+/// toolchain (None without torch and cuda) and the floor.
+fn toolchain(t: RawToolchain, text: &str, err: &Err) -> Result<(Option<Toolchain>, Option<String>)> {
+    let manylinux = t.manylinux.map(|m| manylinux_floor(m, err)).transpose()?;
+    let (torch, cuda) = match (t.torch, t.cuda) {
+        (Some(torch), Some(cuda)) => (torch, cuda),
+        (None, None) => {
+            let rest = [
+                t.python.as_ref().map(|p| ("python", p.span())),
+                t.nvshmem.as_ref().map(|n| ("nvshmem", n.span())),
+                t.nccl.as_ref().map(|n| ("nccl", n.span())),
+            ];
+            if let Some((key, span)) = rest.into_iter().flatten().next() {
+                return Err(err(span, format!("toolchain.{key} is the registry toolchain's: it needs toolchain.torch and toolchain.cuda too (only `manylinux` stands alone)")));
+            }
+            return Ok((None, manylinux));
+        }
+        (Some(one), None) | (None, Some(one)) => {
+            return Err(err(one.span(), "toolchain.torch and toolchain.cuda go together: give both (e.g. torch = \"2.11.0\", cuda = \"13.0\"), or neither (only `manylinux` stands alone)".to_string()));
+        }
+    };
+    if let Err(why) = crate::pep::check_version(torch.get_ref()) {
+        return Err(err(torch.span(), format!("toolchain.torch {why}")));
     }
-    let c = t.cuda.get_ref();
+    let c = cuda.get_ref();
     let part = |p: &str| (1..=2).contains(&p.len()) && p.bytes().all(|x| x.is_ascii_digit());
     let ok = c.split_once('.').is_some_and(|(a, b)| part(a) && part(b) && a != "0" && !a.starts_with('0'));
     if !ok {
         return Err(err(
-            t.cuda.span(),
+            cuda.span(),
             format!(
                 "toolchain.cuda `{}`: expected CUDA major.minor, each 1 or 2 digits (major 1 to 99), e.g. \"13.0\"",
                 forge_os::input::excerpt(c, 80)
@@ -1032,17 +1060,17 @@ fn toolchain(t: RawToolchain, text: &str, err: &Err) -> Result<Toolchain> {
     let pythons = t.python.as_ref().map(|py| pythons(py, text, err)).transpose()?.unwrap_or_default();
     let nvshmem = package_version(t.nvshmem, "toolchain.nvshmem", err)?;
     let nccl = package_version(t.nccl, "toolchain.nccl", err)?;
-    let manylinux = t.manylinux.map(|m| manylinux_floor(m, err)).transpose()?;
-    Ok(Toolchain {
-        manylinux,
-        torch: t.torch.into_inner(),
-        cuda: t.cuda.into_inner(),
+    let tc = Toolchain {
+        manylinux: manylinux.clone(),
+        torch: torch.into_inner(),
+        cuda: cuda.into_inner(),
         python: pythons.first().cloned(),
         python_matrix: matches!(t.python.as_ref().map(Spanned::get_ref), Some(RawPythons::Many(_))),
         pythons,
         nvshmem,
         nccl,
-    })
+    };
+    Ok((Some(tc), manylinux))
 }
 
 /// Most Pythons `[toolchain] python` may list (each is a column of the build matrix).

@@ -80,6 +80,7 @@ fn from_cache(
     }
     let store = Cache::at(t.cache_dir);
     let hit = |status, h: cache::Hit| -> Result<Executed> {
+        judge_hit(pl, &h.dir.join(&h.entry.wheel), status)?;
         let patches = recorded_patches(&h.dir.join(&h.entry.wheel))?;
         Ok(Executed { status, entry: h.entry, dir: h.dir, patches, log: None, staging: None })
     };
@@ -104,6 +105,26 @@ fn from_cache(
         return hit("cache-hit", h).map(Ok);
     }
     Ok(Err(Some(lock)))
+}
+
+/// A cached wheel is judged as a fresh one is (`manylinux::judge`: its tag set against
+/// its members, and the plan's floor), so a floor set after it was cached still holds.
+fn judge_hit(pl: &Plan, wheel: &Path, status: &str) -> Result<()> {
+    let floor = pl.platform.floor.as_deref();
+    let j = forge_wheel::manylinux::judge::wheel(wheel, floor)?;
+    let Some(why) = j.refusal() else { return Ok(()) };
+    let name = wheel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let hint = match floor {
+        Some(f)
+            if j.audit
+                .as_ref()
+                .is_some_and(|a| forge_wheel::manylinux::judge::above_floor(a, &j.elves, f).is_some()) =>
+        {
+            forge_wheel::manylinux::judge::floor_hint(f)
+        }
+        _ => format!("the cache entry {} does not hold what its name says: remove it and build again", wheel.display()),
+    };
+    Err(Failure::problems(format!("{name} ({status}) cannot be delivered under its name:\n  {why}")).hint(hint).into())
 }
 
 /// A shared compiler cache: probed, its server started with the credentials; a

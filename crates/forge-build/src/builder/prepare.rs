@@ -562,7 +562,7 @@ fn plan_variant(
         hooks: None,
         nccl_reuse: None,
         side_by_side: None,
-        platform: plan::PlanPlatform::new(ctx.pins.toolchain.as_ref().and_then(|t| t.manylinux.clone())),
+        platform: plan::PlanPlatform::new(ctx.pins.manylinux.clone()),
         cache_key: None,
         cache_key_unknown: None,
         outputs: Outputs { out_dir: ctx.out_dir.to_path_buf(), cache_entry: None, log: PathBuf::new() },
@@ -686,11 +686,13 @@ fn plan_warnings(ctx: &Ctx, i: &Interface, run: &Run, tc: &ToolchainPart, short:
     }
     if i.base_version != ctx.pins.source.base_version {
         warnings.push(format!(
-            "{} says base_version = \"{}\", but the source at {short} gives {} ({}): the wheel will be {}+{short}",
+            "{} says base_version = \"{}\", but the source at {short} gives {} ({}): the wheel will be {} \
+             (`publish` refuses it until base_version says {})",
             ctx.pins.path.display(),
             ctx.pins.source.base_version,
             i.base_version,
             i.version_from,
+            forge_model::patches::label(&i.base_version, short, &[]),
             i.base_version,
         ));
     }

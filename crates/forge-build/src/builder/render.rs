@@ -114,6 +114,11 @@ pub fn outcome(o: &Outcome, first: bool) -> Vec<Line> {
         &o.sha256[..o.sha256.len().min(16)],
         o.seconds
     ))];
+    if let Some(tag) =
+        o.wheel.file_name().and_then(|n| forge_wheel::wheel::WheelName::parse(&n.to_string_lossy())).map(|n| n.platform)
+    {
+        v.push(Line::Out(format!("           {tag}: {}", forge_wheel::manylinux::words::loads_where(&tag))));
+    }
     let (shown, settings) = split_dropped(&o.dropped_env);
     for (k, val) in shown {
         v.push(Line::Note(format!("           dropped {k}={val} from the environment (the plan decides it)")));
@@ -252,6 +257,17 @@ fn put_what(buf: &mut String, pl: &Plan) {
         put!(buf, "  submodule   {p} @ {c}");
     }
     put_patches(buf, &s.patches);
+    put!(buf, "  platform    {}", platform_words(pl.platform.floor.as_deref()));
+}
+
+/// The plan's platform line: the floor in words (who can load the wheel), or that the
+/// tag is the one the binaries earn.
+fn platform_words(floor: Option<&str>) -> String {
+    use forge_wheel::manylinux::{glibc, words};
+    match floor.and_then(|f| glibc(&format!("manylinux_{f}"))) {
+        Some(g) => format!("floor manylinux_{}: the wheel {}", floor.unwrap_or_default(), words::glibc_words(g)),
+        None => "no floor: the tag is the policy the binaries earn (pins.toml `[toolchain] manylinux` sets one)".into(),
+    }
 }
 
 /// What the plan dropped from the caller's environment: the variables that change a

@@ -57,32 +57,15 @@ fn refuse_forbidden(a: &Audit, file_name: &str) -> Result<()> {
     .into())
 }
 
-/// The wheel's policy against pins.toml's floor (`2_28`): newer fails, naming the symbols that raised it.
+/// The wheel's policy against pins.toml's floor (`2_28`): newer fails, naming the symbols
+/// that raised it (`manylinux::judge::above_floor`, the judgment a cache hit gets too).
 fn check_floor(a: &Audit, elves: &[manylinux::ElfNeeds], floor: &str, file_name: &str) -> Result<()> {
-    let want = manylinux::glibc(&format!("manylinux_{floor}"));
-    let have = manylinux::glibc(&a.platform.policy);
-    if have.is_some() && have <= want {
-        return Ok(());
+    match manylinux::judge::above_floor(a, elves, floor) {
+        None => Ok(()),
+        Some(why) => {
+            Err(Failure::problems(format!("{file_name} {why}")).hint(manylinux::judge::floor_hint(floor)).into())
+        }
     }
-    // The newest policy of this architecture at or below the floor names what it does not allow.
-    let row = manylinux::policies(&a.arch).filter(|r| manylinux::glibc(r.name) <= want).last();
-    let raised: Vec<String> = row
-        .map(|r| manylinux::exceeding(elves, r, &a.arch))
-        .unwrap_or_default()
-        .iter()
-        .map(|r| r.to_string())
-        .collect();
-    let why =
-        if raised.is_empty() { "(the libraries it needs; see the build log)".to_string() } else { raised.join("\n  ") };
-    Err(Failure::problems(format!(
-        "{file_name} needs {} but pins.toml's floor is manylinux_{floor}: raised by\n  {why}",
-        a.platform.policy
-    ))
-    .hint(format!(
-        "build in an image or sysroot whose glibc is {floor} or older (docs/platform-tags.md, \"Building for an \
-         older glibc\"), or raise `[toolchain] manylinux` in pins.toml if your users' machines are newer"
-    ))
-    .into())
 }
 
 /// WHEEL with each `Tag: py-abi-plat` line replaced by one line per tag of the set.

@@ -81,6 +81,35 @@ pub fn read<'r>(
     Ok(out)
 }
 
+/// `pins check`: each pinned revision whose own version (setup.py, read from the cache's
+/// mirror as `lock check` reads it, never fetched) is not pins.toml's `base_version`, the
+/// one value the labels of `publish` and `docker bake` are made from. Returns (warnings,
+/// notes: revisions that could not be read).
+pub fn stale_base_version(pins: &Pins, cache: Option<PathBuf>) -> Result<(Vec<String>, Vec<String>)> {
+    let revs = read(Some(pins), None, cache, pins.pins.values().map(|p| p.rev.as_str()))?;
+    let (mut warnings, mut notes) = (Vec::new(), Vec::new());
+    let mut seen = std::collections::BTreeSet::new();
+    for pin in pins.pins.values().filter(|p| seen.insert(p.rev.clone())) {
+        let short = pin.short();
+        match (revs.get(&pin.rev), revs.unread(&pin.rev)) {
+            (Some(i), _) if i.base_version != pins.source.base_version => warnings.push(format!(
+                "{}: base_version = \"{}\", but the source at {short} gives {} ({}): `publish` refuses its wheels \
+                 and `docker bake` would pass DEEPEP_VERSION={}; set base_version = \"{}\"",
+                pins.path.display(),
+                pins.source.base_version,
+                i.base_version,
+                i.version_from,
+                forge_model::patches::label(&pins.source.base_version, short, &[]),
+                i.base_version
+            )),
+            (Some(_), _) => {}
+            (None, Some(why)) => notes.push(format!("the version at {short} was not compared: {why}")),
+            (None, None) => {}
+        }
+    }
+    Ok((warnings, notes))
+}
+
 /// DeepEP's interface at `rev` in `mirror` (fetched from `repo` first only for `--source`).
 fn one(mirror: &Path, repo: &str, rev: &str, fetch: bool) -> Entry {
     let short = rev.get(..7).unwrap_or(rev);

@@ -182,6 +182,33 @@ impl<'a> Context<'a> {
         Some(forge_model::patches::label(base, rev.get(..7).filter(|_| is_full_sha(rev))?, &[]))
     }
 
+    /// Every label a wheel of the intended revision for `arch` may carry: the exact
+    /// build's, then each pins.toml variant's pinned at that revision whose patches
+    /// relabel it (`<base>+<short>.p<hash>`, `patches::label`), `variant`'s first.
+    /// A wheel under any of them is pins.toml's revision, never another's.
+    fn labels_for(&self, arch: Arch, variant: Option<&str>) -> Vec<String> {
+        let Some(exact) = self.label_for(arch) else { return Vec::new() };
+        let mut out = vec![exact.clone()];
+        let (Some(pins), Some(rev)) = (self.pins, self.intent.get(&arch)) else { return out };
+        let base = exact.split('+').next().unwrap_or(&exact);
+        // A variant pinned at the same revision (of any architecture: a requirement without a
+        // marker names one label for both) relabels that revision, never another.
+        let same_rev = |v: &&forge_model::pins::Variant| pins.pins.get(&v.arch).is_some_and(|p| &p.rev == rev);
+        let mut variants: Vec<&forge_model::pins::Variant> = pins.variants.iter().filter(same_rev).collect();
+        variants.sort_by_key(|v| Some(v.name.as_str()) != variant);
+        for v in variants {
+            let Ok(patches) = forge_store::patch::for_variant(pins, v) else { continue };
+            let l = forge_model::patches::label(base, &rev[..7], &patches);
+            if !out.contains(&l) {
+                match Some(v.name.as_str()) == variant && !patches.is_empty() {
+                    true => out.insert(0, l),
+                    false => out.push(l),
+                }
+            }
+        }
+        out
+    }
+
     /// The revision pyproject.toml makes uv install for `arch` (its override, else its most common pin).
     pub fn project_rev(&self, arch: Arch) -> Option<String> {
         pyproject_intent(self.py, arch)
@@ -1374,8 +1401,9 @@ pub fn index_label(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
     for r in refs {
         let Some(found) = r.version.as_deref() else { continue };
         for &a in &r.archs {
-            let (Some(want), Some(rev)) = (ctx.label_for(a), ctx.intent.get(&a)) else { continue };
-            if same_version(found, &want) {
+            let wants = ctx.labels_for(a, chain.source.variant.as_deref());
+            let (Some(want), Some(rev)) = (wants.first().cloned(), ctx.intent.get(&a)) else { continue };
+            if wants.iter().any(|w| same_version(found, w)) {
                 continue;
             }
             let url = chain

@@ -497,7 +497,10 @@ fn elf_machine(cx: &Bx) -> Vec<Check> {
         elfs(b).map(|(e, f)| (short(&e.path).to_string(), f.machine.clone())).collect();
     let elf_arch = elfs(b).find_map(|(_, f)| f.arch());
     let distinct: std::collections::BTreeSet<&str> = machines.iter().map(|(_, m)| m.as_str()).collect();
-    let tag_arch = b.platform.as_deref().and_then(platform_arch);
+    // Every tag of the set: the first that names another architecture than the ELF machine.
+    let tag_archs: Vec<Arch> =
+        b.platform.as_deref().map(|p| p.split('.').filter_map(platform_arch).collect()).unwrap_or_default();
+    let tag_arch = tag_archs.iter().copied().find(|t| Some(*t) != elf_arch).or(tag_archs.first().copied());
     let listing = machines.iter().map(|(p, m)| format!("{p} {m}")).collect::<Vec<_>>().join(", ");
     out.push(match (distinct.len(), b.platform.as_deref(), tag_arch) {
         (0, _, _) => Check::skip("elf-machine", "no readable extension"),
@@ -1012,7 +1015,7 @@ fn provenance_check(b: &WheelFacts, ev: &Evidence, hep: Option<&ElfFacts>) -> Ch
         // `<short>` exact, `<short>.p<set digest>` patched (patches::label).
         let want = forge_model::patches::label("", &p.source.short, &p.source.patches);
         let want = want.trim_start_matches('+');
-        if label != want {
+        if forge_model::patches::normal_local(label) != want {
             disagree.push(format!(
                 "says +{want} ({}) but the version label is +{label}",
                 forge_model::patches::describe(&p.source.patches)
@@ -1055,7 +1058,7 @@ fn pin_check(b: &WheelFacts, arch: Option<Arch>, pins: &Pins, gpu: Option<Gpu>, 
             Check::fail("pin", format!("built from {rev}, but {} pins {arch} to {}", pins.path.display(), pin.rev))
                 .fix(fix())
         }
-        (None, Some(l)) if l == pin.short() => {
+        (None, Some(l)) if forge_model::patches::normal_local(l) == forge_model::patches::normal_local(pin.short()) => {
             Check::pass("pin", format!("version label +{l} matches the {arch} pin {}", pin.short()))
         }
         (None, Some(l)) => Check::fail(

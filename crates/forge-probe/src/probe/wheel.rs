@@ -51,20 +51,23 @@ pub struct WheelFacts {
     pub platform_audit: Option<Result<PlatformAudit, String>>,
 }
 
-/// A wheel's ELF members and the policy they earn.
+/// A wheel's ELF members, the policy they earn and the judgment of its name's tag set.
 #[derive(Debug, Clone)]
 pub struct PlatformAudit {
     pub elves: Vec<forge_wheel::manylinux::ElfNeeds>,
-    /// None: the wheel holds no ELF member.
+    /// None: the wheel holds no readable ELF member.
     pub audit: Option<forge_wheel::manylinux::Audit>,
+    /// `manylinux::judge` of the file name's platform tag set (every tag, every member).
+    pub judgment: forge_wheel::manylinux::judge::Judgment,
 }
 
-/// Read every ELF member of the wheel and audit them.
-fn platform_audit(w: &mut forge_wheel::wheel::Wheel) -> Result<PlatformAudit, String> {
+/// Read every ELF member of the wheel and judge its tag set (a member that cannot be
+/// read fails the judgment; Err: the zip itself could not be read).
+fn platform_audit(w: &mut forge_wheel::wheel::Wheel, tag: &str) -> Result<PlatformAudit, String> {
     let mut read = || -> Result<PlatformAudit> {
-        let elves = forge_wheel::manylinux::read_wheel(w, &BTreeMap::new())?;
-        let audit = forge_wheel::manylinux::audit(&elves, &w.names());
-        Ok(PlatformAudit { elves, audit })
+        let (elves, bad) = forge_wheel::manylinux::judge::read_members(w)?;
+        let judgment = forge_wheel::manylinux::judge::judge(tag, elves, &bad, &w.names(), None);
+        Ok(PlatformAudit { elves: judgment.elves.clone(), audit: judgment.audit.clone(), judgment })
     };
     read().map_err(|e| format!("{e:#}"))
 }
@@ -107,10 +110,11 @@ pub fn read(path: &Path) -> Result<WheelFacts> {
 /// Read an opened wheel (see [`read`]); its path names it.
 pub fn read_opened(mut wheel: forge_wheel::wheel::Wheel) -> Result<WheelFacts> {
     let path = wheel.path().to_path_buf();
-    let platform_audit = Some(platform_audit(&mut wheel));
-    let zip = wheel.archive();
     let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let name = WheelName::parse(&file_name);
+    let tag = name.as_ref().map(|n| n.platform.clone()).unwrap_or_default();
+    let platform_audit = Some(platform_audit(&mut wheel, &tag));
+    let zip = wheel.archive();
     let mut facts = WheelFacts {
         file: path.display().to_string(),
         platform: name.as_ref().map(|n| n.platform.clone()),

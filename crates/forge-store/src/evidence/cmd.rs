@@ -183,7 +183,9 @@ impl Given {
         match &self.provenance {
             Some((variant, r)) => *variant == v.name && r == rev,
             None => forge_wheel::wheel::WheelName::parse(&self.name).is_some_and(|n| {
-                n.version.ends_with(&format!("+{}", &rev[..7.min(rev.len())])) && n.platform.ends_with(v.arch.as_str())
+                forge_model::patches::local_of(&n.version)
+                    .is_some_and(|l| l == forge_model::patches::normal_local(&rev[..7.min(rev.len())]))
+                    && n.platform.ends_with(v.arch.as_str())
             }),
         }
     }

@@ -240,7 +240,7 @@ fn check_variant(
         }
     }
     for w in &m.wheels {
-        check_wheel(ix, &files, w, out);
+        check_wheel(ix, &files, w, pins.manylinux.as_deref(), out);
     }
     for e in &m.evidence {
         let rel = files.join(&e.file);
@@ -365,7 +365,7 @@ fn check_variant_wheels(
 }
 
 /// One listed wheel: its three files with the signed digests.
-fn check_wheel(ix: &Index, files: &Path, w: &WheelEntry, out: &mut Vec<String>) {
+fn check_wheel(ix: &Index, files: &Path, w: &WheelEntry, floor: Option<&str>, out: &mut Vec<String>) {
     let rel = files.join(&w.wheel);
     if let Some(p) = ix.not_regular(&rel) {
         return out.push(p);
@@ -383,7 +383,7 @@ fn check_wheel(ix: &Index, files: &Path, w: &WheelEntry, out: &mut Vec<String>) 
             if f.entry != *w {
                 out.push(format!("{}: its METADATA or provenance differs from the signed manifest", path.display()));
             }
-            check_tag(&path, &w.wheel, out);
+            check_tag(&path, floor, out);
             let side = [
                 (format!("{}.metadata", w.wheel), f.metadata),
                 (format!("{}{}", w.wheel, forge_wheel::attest::SUFFIX), f.intoto),
@@ -404,21 +404,17 @@ fn check_wheel(ix: &Index, files: &Path, w: &WheelEntry, out: &mut Vec<String>) 
     }
 }
 
-/// The wheel's platform tag claims no older glibc than its binaries need (`manylinux`).
-fn check_tag(path: &Path, name: &str, out: &mut Vec<String>) {
-    let Some(tag) = forge_wheel::wheel::WheelName::parse(name).map(|n| n.platform) else { return };
-    let audited = forge_wheel::wheel::open(path).and_then(|mut w| {
-        let elves = forge_wheel::manylinux::read_wheel(&mut w, &Default::default())?;
-        Ok(forge_wheel::manylinux::audit(&elves, &w.names()))
-    });
-    match audited {
+/// The wheel's platform tag set against its members: the one judgment (`manylinux::judge`)
+/// every path that delivers or accepts a wheel makes, with pins.toml's floor; a failure is
+/// a problem of the index.
+fn check_tag(path: &Path, floor: Option<&str>, out: &mut Vec<String>) {
+    match forge_wheel::manylinux::judge::wheel(path, floor) {
         Err(e) => out.push(format!("{e:#}")),
-        Ok(Some(a)) => {
-            if let Some(why) = forge_wheel::manylinux::understated(&tag, &a.platform) {
+        Ok(j) => {
+            for why in j.texts(forge_wheel::manylinux::judge::Level::Fail) {
                 out.push(format!("{}: {why}: installers would put it where it cannot load", path.display()));
             }
         }
-        Ok(None) => {}
     }
 }
 

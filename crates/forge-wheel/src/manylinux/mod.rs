@@ -15,7 +15,9 @@
 //! auditwheel's instruction-set check (x86-64-v2/v3 code) is not made. Owns
 //! the policy rules; must not rename or rewrite wheels (that is `wheel::stamp`).
 pub mod elf;
+pub mod judge;
 pub mod table;
+pub mod words;
 
 use std::collections::{BTreeMap, BTreeSet};
 

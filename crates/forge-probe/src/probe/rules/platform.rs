@@ -4,63 +4,47 @@
 //! require against those the environment's machine provides).
 use super::Bx;
 use forge_model::verdict::Check;
-use forge_wheel::manylinux::{self, ElfNeeds, Raise};
+use forge_wheel::manylinux::judge::Level;
+use forge_wheel::manylinux::{self, ElfNeeds};
 
 /// How a wheel is given an honest tag.
 const RETAG: &str = "build it with `deepep-forge build-wheel`, which tags a wheel for the policy its binaries earn; never rename a wheel by hand";
 
-/// `platform-tag`: the tag claims no older glibc than the binaries need.
+/// `platform-tag`: the one judgment of the tag set (`manylinux::judge`): every tag, every
+/// member, fail closed on a member that cannot be read; a pass says who loads it in words.
 pub fn platform_tag(cx: &Bx) -> Vec<Check> {
     let (Some(platform), Some(audit)) = (cx.b.platform.as_deref(), cx.b.platform_audit.as_ref()) else {
         return Vec::new();
     };
     let audit = match audit {
-        Err(why) => return vec![Check::warn("platform-tag", format!("the binaries could not be read: {why}"))],
+        Err(why) => {
+            return vec![Check::fail("platform-tag", format!("the binaries could not be read: {why}")).fix(RETAG)]
+        }
         Ok(a) => a,
     };
-    let Some(a) = &audit.audit else {
-        return vec![Check::pass("platform-tag", format!("{platform}: the wheel holds no ELF file"))];
-    };
+    let j = &audit.judgment;
     let mut out = Vec::new();
-    if !a.forbidden.is_empty() {
-        let list: Vec<String> = a.forbidden.iter().map(|(m, l)| format!("{m} needs {l}")).collect();
-        out.push(Check::warn(
-            "platform-tag",
-            format!("libraries on no manylinux policy's list and not external: {}", list.join("; ")),
-        ));
+    for why in j.texts(Level::Warn) {
+        out.push(Check::warn("platform-tag", why.to_string()).fix(RETAG));
     }
-    let earned = &a.platform;
-    let need = manylinux::glibc(&earned.policy);
-    let raised = raised(&earned.raised_by);
-    out.push(match (manylinux::claimed_glibc(platform), need) {
-        (None, _) if platform.starts_with("linux_") => Check::warn(
+    for why in j.texts(Level::Fail) {
+        out.push(Check::fail("platform-tag", why.to_string()).fix(RETAG));
+    }
+    if !out.is_empty() {
+        return out;
+    }
+    match &j.audit {
+        None => vec![Check::pass("platform-tag", format!("{platform}: the wheel holds no ELF file"))],
+        Some(a) => vec![Check::pass(
             "platform-tag",
             format!(
-                "{platform} claims any Linux; the binaries need {}{raised}: installers put it where it cannot load",
-                earned.tag
+                "{platform}: the binaries need {}{}; {}",
+                a.platform.tag,
+                manylinux::judge::raised(&a.platform.raised_by),
+                manylinux::words::loads_where(platform)
             ),
-        )
-        .fix(RETAG),
-        (Some(claim), Some(need)) if claim >= need => {
-            Check::pass("platform-tag", format!("{platform}: the binaries need {}{raised}", earned.tag))
-        }
-        _ => Check::fail(
-            "platform-tag",
-            format!("{platform} claims less than the binaries need: {}{raised}", earned.tag),
-        )
-        .fix(RETAG),
-    });
-    out
-}
-
-/// ` (raised by GLIBC_2.34 from libc.so.6 in x.so ...)`, or nothing.
-fn raised(r: &[Raise]) -> String {
-    if r.is_empty() {
-        return String::new();
+        )],
     }
-    let shown: Vec<String> = r.iter().take(4).map(Raise::to_string).collect();
-    let more = if r.len() > 4 { format!(" and {} more", r.len() - 4) } else { String::new() };
-    format!(" (raised by {}{more})", shown.join("; "))
 }
 
 /// `glibc` (with `--python`): every GLIBC_ and GLIBCXX_ version the binaries require is one the environment has.
