@@ -372,7 +372,7 @@ fn index_rules(
 ) -> Result<Vec<Finding>> {
     let trusted = forge_store::cache::config::trusted_keys(&req.trusted_keys)?;
     let mut manifests = Vec::new();
-    for f in &req.index_manifests {
+    for f in &manifests_to_read(req, src, &trusted) {
         let at = match f.as_str() {
             "index" => src.url.as_deref().and_then(index::manifest_url).ok_or_else(|| {
                 Failure::usage(format!(
@@ -417,6 +417,21 @@ fn index_rules(
         found.extend(wheel_requires(src, lock_path, text, ctx.py.project_name.as_deref(), &wheels, &manifests)?);
     }
     Ok(found)
+}
+
+/// The manifests to read: those given; with none given and a key trusted (the
+/// flag, DEEPEP_FORGE_TRUSTED_KEYS or the user config: what the pre-commit hook
+/// and the action pass), the one next to the index URL pyproject.toml names.
+fn manifests_to_read(
+    req: &CheckRequest,
+    src: &index::IndexSource,
+    trusted: &[forge_store::cache::sign::PublicKey],
+) -> Vec<String> {
+    let beside = src.url.as_deref().and_then(index::manifest_url);
+    match (req.index_manifests.is_empty(), trusted.is_empty(), beside) {
+        (true, false, Some(_)) => vec!["index".to_string()],
+        _ => req.index_manifests.clone(),
+    }
 }
 
 /// `lock-requires-unmet`: the locked wheels' own `Requires-Dist` (their PEP 658

@@ -1201,7 +1201,10 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
             continue;
         };
         let Some(entry) = chain.manifests.iter().find_map(|m| m.by_sha256(sha)) else {
-            out.push(not_in_manifest(w, sha, chain));
+            // No manifest read: the cause is that (`index-not-verified`), not the lock.
+            if !chain.manifests.is_empty() {
+                out.push(not_in_manifest(w, sha, chain));
+            }
             continue;
         };
         let p = &entry.provenance;
@@ -1275,7 +1278,7 @@ fn not_in_manifest(w: &super::index::LockedWheel, sha: &str, chain: &IndexChain)
                 "uv.lock pins the deep-ep wheel {} with sha256 {sha}, the signed manifest lists it with sha256 {}: the file uv.lock recorded is not the one published (the server's copy was changed, or uv.lock was locked from an earlier publish at this URL)",
                 w.file, e.sha256
             ),
-            format!("find which: `deepep-forge verify {index} --trusted-key KEY` (KEY: the index's public key file) names a changed server file (publish the index again into an empty --out and serve that); if it verifies, relock: `uv lock --refresh-package deep-ep`"),
+            format!("find which: `deepep-forge verify {index}{}` names a changed server file (publish the index again into an empty --out and serve that); if it verifies, relock: `uv lock --refresh-package deep-ep`", trusted_key_flag()),
         ),
         (None, None) => (
             format!(
@@ -1289,6 +1292,16 @@ fn not_in_manifest(w: &super::index::LockedWheel, sha: &str, chain: &IndexChain)
         ),
     };
     Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(w.line, 1).fix(fix)
+}
+
+/// ` --trusted-key '<NAME:BASE64>'` for a printed command, unless the reader
+/// already trusts keys (DEEPEP_FORGE_TRUSTED_KEYS, the user config), which
+/// every command reads by itself.
+fn trusted_key_flag() -> &'static str {
+    match forge_store::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+        true => "",
+        false => " --trusted-key '<NAME:BASE64>'",
+    }
 }
 
 /// The variant whose `arch` wheels index `index` serves: the member of that
@@ -1467,7 +1480,11 @@ pub fn index_not_verified(chain: &IndexChain) -> Vec<Finding> {
             chain.source.name
         ),
     )
-    .fix("pass --index-manifest FILE (the index's <variant>/index.json) and --trusted-key NAME:BASE64")]
+    .fix(format!(
+        "trust the index's public key (what `deepep-forge cache keygen` printed for its signing key): `trusted-keys = [\"<NAME:BASE64>\"]` under `[cache]` in {}, or {}; then its <variant>/index.json next to the index URL is read",
+        forge_store::cache::config::config_path().map_or("$XDG_CONFIG_HOME/deepep-forge/config.toml".into(), |p| p.display().to_string()),
+        forge_store::cache::config::TRUSTED_KEYS_ENV
+    ))]
 }
 
 #[cfg(test)]

@@ -169,10 +169,17 @@ impl CheckReport {
 }
 
 /// A problem's `deepep-forge publish ...` command made whole with what this check was
-/// given: the same pins file and folder (`--out`), the signing key when `--signing-key`
-/// was given, else a placeholder the user fills (the check never holds a secret key).
+/// given: the same pins file and folder (`--out`), the signing key file when `--signing-key`
+/// was given, else the one `DEEPEP_FORGE_SIGNING_KEY_FILE` names, else the placeholder
+/// `<SIGNING_KEY_FILE>` the user fills (the check never reads a secret key).
 fn complete(problem: &str, c: &Request, dir: &Path) -> String {
-    let key = c.signing_key.map(|k| shell_word(&k.to_string_lossy())).unwrap_or_else(|| "SIGNING_KEY_FILE".into());
+    let env = forge_os::environ::var_os(crate::cache::cmd::SIGNING_KEY_ENV).filter(|v| !v.is_empty());
+    let key = c
+        .signing_key
+        .map(|k| k.as_os_str().to_os_string())
+        .or(env)
+        .map(|k| shell_word(&k.to_string_lossy()))
+        .unwrap_or_else(|| "<SIGNING_KEY_FILE>".into());
     problem.replace(
         "`deepep-forge publish ",
         &format!(

@@ -226,9 +226,14 @@ impl Manifest {
         match sign::verify(trusted, &self.signatures, &self.message()) {
             Verdict::Trusted(k) => Ok(k),
             Verdict::Unsigned => Err("it is not signed".into()),
-            Verdict::Untrusted(names) => {
-                Err(format!("it is signed only by keys you do not trust ({})", names.join(", ")))
-            }
+            Verdict::Untrusted(names) => Err(format!(
+                "it is signed only by keys you do not trust ({}); the keys trusted here: {}",
+                names.join(", "),
+                match trusted.is_empty() {
+                    true => "none".to_string(),
+                    false => trusted.iter().map(|k| format!("`{}`", k.name)).collect::<Vec<_>>().join(", "),
+                }
+            )),
             Verdict::Invalid(k) => Err(format!("its signature by `{k}` does not verify: it was changed after signing")),
         }
     }
