@@ -73,6 +73,9 @@ impl PinSetLine<'_> {
         let w = |s: &str| forge_os::printer::shell_word(s);
         let p = |p: &Path| w(&p.display().to_string());
         let mut c = format!("deepep-forge pin set {}", w(self.rev));
+        if let Some((url, variant)) = self.index {
+            c.push_str(&format!(" --index {} --variant {}", w(url), w(variant)));
+        }
         if let Some(s) = self.source {
             c.push_str(&format!(" --source {}", w(s)));
         }
@@ -89,9 +92,6 @@ impl PinSetLine<'_> {
         }
         if let Some(d) = self.cache_dir {
             c.push_str(&format!(" --cache-dir {}", p(d)));
-        }
-        if let Some((url, variant)) = self.index {
-            c.push_str(&format!(" --index {} --variant {}", w(url), w(variant)));
         }
         if self.git {
             c.push_str(" --git");
@@ -434,7 +434,7 @@ fn index_rules(
 ) -> Result<Vec<Finding>> {
     let trusted = forge_store::cache::config::trusted_keys(&req.trusted_keys)?;
     let mut manifests = Vec::new();
-    for f in &manifests_to_read(req, src, &trusted) {
+    for f in &req.index_manifests {
         let at = match f.as_str() {
             "index" => src.url.as_deref().and_then(index::manifest_url).ok_or_else(|| {
                 Failure::usage(format!(
@@ -446,6 +446,21 @@ fn index_rules(
             other => other.to_string(),
         };
         manifests.push(forge_store::index::manifest::load_verified_any(&at, &trusted)?.0);
+    }
+    // With none given and a key trusted (the flag, DEEPEP_FORGE_TRUSTED_KEYS or the user
+    // config: what the pre-commit hook and the action pass), the manifest next to the
+    // index URL; one that cannot be read or verified is an error finding, not a crash.
+    let mut unread = None;
+    if let Some(at) = src
+        .url
+        .as_deref()
+        .and_then(index::manifest_url)
+        .filter(|_| req.index_manifests.is_empty() && !trusted.is_empty())
+    {
+        match forge_store::index::manifest::load_verified_any(&at, &trusted) {
+            Ok((m, _)) => manifests.push(m),
+            Err(e) => unread = Some((forge_os::http::redact(&at), format!("{e:#}"))),
+        }
     }
     let locked = match lock_text {
         Some(text) => index::locked_wheels(lock_path, text, name)?,
@@ -466,6 +481,7 @@ fn index_rules(
         lock_path,
         needs: &needs,
         requires_python: locked.requires_python.as_deref(),
+        unread,
     };
     let mut found = rules::index_label(ctx, &chain);
     found.extend(rules::lock_wheel_unattested(ctx, &chain));
@@ -479,21 +495,6 @@ fn index_rules(
         found.extend(wheel_requires(src, lock_path, text, ctx.py.project_name.as_deref(), &wheels, &manifests)?);
     }
     Ok(found)
-}
-
-/// The manifests to read: those given; with none given and a key trusted (the
-/// flag, DEEPEP_FORGE_TRUSTED_KEYS or the user config: what the pre-commit hook
-/// and the action pass), the one next to the index URL pyproject.toml names.
-fn manifests_to_read(
-    req: &CheckRequest,
-    src: &index::IndexSource,
-    trusted: &[forge_store::cache::sign::PublicKey],
-) -> Vec<String> {
-    let beside = src.url.as_deref().and_then(index::manifest_url);
-    match (req.index_manifests.is_empty(), trusted.is_empty(), beside) {
-        (true, false, Some(_)) => vec!["index".to_string()],
-        _ => req.index_manifests.clone(),
-    }
 }
 
 /// `lock-requires-unmet`: the locked wheels' own `Requires-Dist` (their PEP 658

@@ -1066,6 +1066,9 @@ pub struct IndexChain<'a> {
     pub needs: &'a [crate::lock::dockerfile::Need],
     /// uv.lock's `requires-python`: the Pythons the lock must serve.
     pub requires_python: Option<&'a str>,
+    /// The manifest next to the index URL, read because a key is trusted, that
+    /// could not be read or verified: its URL and why (`index-not-verified`).
+    pub unread: Option<(String, String)>,
 }
 
 const REPUBLISH: &str = "deepep-forge publish --variant VARIANT --signing-key KEY --out DIR (pins.toml's revision), then `uv lock --refresh-package deep-ep`";
@@ -1470,6 +1473,22 @@ pub fn lock_variant_unknown(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
 
 /// `index-not-verified`: an index-sourced DeepEP checked without any manifest.
 pub fn index_not_verified(chain: &IndexChain) -> Vec<Finding> {
+    if let Some((url, why)) = &chain.unread {
+        return vec![Finding::new(
+            "index-not-verified",
+            Severity::Error,
+            chain.lock_path,
+            format!(
+                "deep-ep comes from index `{}`, and its signed manifest {url} could not be read or verified with the keys trusted here: {why}",
+                chain.source.name
+            ),
+        )
+        .fix(format!(
+            "serve the index's signed manifest at {url} (or pass --index-manifest FILE with a copy of it), signed by a key trusted here (`[cache] trusted-keys` in {}, or {})",
+            forge_store::cache::config::config_path().map_or("$XDG_CONFIG_HOME/deepep-forge/config.toml".into(), |p| p.display().to_string()),
+            forge_store::cache::config::TRUSTED_KEYS_ENV
+        ))];
+    }
     if !chain.manifests.is_empty() || chain.wheels.is_empty() {
         return Vec::new();
     }
