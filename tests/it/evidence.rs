@@ -652,7 +652,7 @@ fn lock_check_applies_the_evidence_table_of_pins_toml() {
     );
     assert!(
         out.contains(&format!(
-            "deepep-forge probe --run --wheel {WHEEL} --record ev --signing-key KEY   # on b200 (sm_100) GPUs"
+            "deepep-forge probe --run --wheel {WHEEL} --record ev --signing-key '<KEY_FILE>'   # on b200 (sm_100) GPUs"
         )),
         "{out}"
     );
@@ -1035,7 +1035,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
         &sha[..16]
     );
     assert!(stdout(&o).contains(&want), "{}", stdout(&o));
-    assert!(stdout(&o).contains("--record ev --signing-key KEY   # on b200 (sm_100) GPUs"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("--record ev --signing-key '<KEY_FILE>'   # on b200 (sm_100) GPUs"), "{}", stdout(&o));
 }
 
 /// pins.toml whose `h100` builds for sm_100 too (`9.0 10.0`), with `[evidence]

@@ -1071,7 +1071,21 @@ pub struct IndexChain<'a> {
     pub unread: Option<(String, String)>,
 }
 
-const REPUBLISH: &str = "deepep-forge publish --variant VARIANT --signing-key KEY --out DIR (pins.toml's revision), then `uv lock --refresh-package deep-ep`";
+/// Publish the consumer's variant at pins.toml's revision, then relock: every value the
+/// tool knows filled in (the variant the index URL names, the pins file, the signing key's
+/// file where DEEPEP_FORGE_SIGNING_KEY_FILE names it); the rest in the `<...>` form.
+fn republish(ctx: &Context, chain: &IndexChain) -> String {
+    let w = |s: &str| forge_os::printer::shell_word(s);
+    let variant = chain.source.variant.as_deref().map_or_else(|| "'<VARIANT>'".to_string(), w);
+    let pins = match ctx.pins_path != Path::new(forge_model::pins::DEFAULT_PATH) {
+        true => format!(" --pins {}", w(&ctx.pins_path.display().to_string())),
+        false => String::new(),
+    };
+    let key = forge_os::environ::var_os(forge_store::cache::cmd::SIGNING_KEY_ENV)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| "'<KEY_FILE>'".to_string(), |v| w(&v.to_string_lossy()));
+    format!("deepep-forge publish{pins} --variant {variant} --signing-key {key} --out '<OUT_DIR>' (pins.toml's revision), then `uv lock --refresh-package deep-ep`")
+}
 
 /// The Pythons pins.toml's `[toolchain] python` lists (a list, the matrix), as minors;
 /// empty for a single version, which names only the registry toolchain's default.
@@ -1186,7 +1200,7 @@ pub fn lock_python_unlisted(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
 pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
     let mut out = Vec::new();
     let rule = |msg: String, line: usize| {
-        Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(line, 1).fix(REPUBLISH)
+        Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(line, 1).fix(republish(ctx, chain))
     };
     for w in chain.wheels {
         let arch = Arch::ALL.into_iter().find(|a| w.arch.as_deref() == Some(a.as_str()));
@@ -1322,10 +1336,23 @@ pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding>
     let s = chain.source;
     let Some(v) = s.variant.as_deref() else { return Vec::new() };
     let mut out = Vec::new();
+    // pins.toml's revision (one for both architectures) and the index's base URL filled in;
+    // the variant is the user's choice, in the `<...>` form.
+    let revs: std::collections::BTreeSet<&String> = ctx.intent.values().collect();
+    let rev = match revs.len() {
+        1 => revs.into_iter().next().map_or("<REV>", |r| r.as_str()),
+        _ => "<REV>",
+    };
+    let base = s.url.as_deref().and_then(|u| {
+        let u = u.trim_end_matches('/').strip_suffix("/simple")?;
+        Some(u.rsplit_once('/')?.0.to_string())
+    });
+    let fix = format!(
+        "{} (the variant your Dockerfiles and recipes need)",
+        ctx.pin_set_line(rev, None, Some((base.as_deref().unwrap_or("<URL>"), "<VARIANT>")), true)
+    );
     let finding = |msg: String| {
-        Finding::new("index-variant-mismatch", Severity::Error, &ctx.pyproject_path, msg)
-            .at(s.line, 1)
-            .fix("deepep-forge pin set REV --index URL --variant NAME (the variant your Dockerfiles and recipes need)")
+        Finding::new("index-variant-mismatch", Severity::Error, &ctx.pyproject_path, msg).at(s.line, 1).fix(fix.clone())
     };
     if v == forge_store::index::VARIANT_INDEX {
         // One index serves every variant (publish --variant-wheels): the labels are judged per wheel.
