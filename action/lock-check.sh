@@ -12,6 +12,14 @@ pins=${DEEPEP_FORGE_PINS:-pins.toml}
 install=${DEEPEP_FORGE_INSTALL:-auto}
 wheel=${DEEPEP_FORGE_WHEEL:-}
 read -r -a extra <<< "${DEEPEP_FORGE_ARGS:-}"
+# The index's public key (the `trusted-key` input): lock check reads the signed
+# manifest next to the index URL pyproject.toml names and verifies it with this key.
+if [ -n "${DEEPEP_FORGE_TRUSTED_KEY:-}" ]; then
+  export DEEPEP_FORGE_TRUSTED_KEYS="${DEEPEP_FORGE_TRUSTED_KEYS:-} $DEEPEP_FORGE_TRUSTED_KEY"
+fi
+# `--pins` from the pins input, unless the args say `--no-pins` (a project without pins.toml).
+pins_args=(--pins "$pins")
+for a in "${extra[@]}"; do [ "$a" = --no-pins ] && pins_args=(); done
 
 die() { echo "::error title=deepep-forge action::$1"; exit 2; }
 
@@ -38,10 +46,10 @@ cd "${GITHUB_WORKSPACE:-.}" || die "cannot enter GITHUB_WORKSPACE=$GITHUB_WORKSP
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
 # The annotations and the human report, for the log:
-deepep-forge lock check --project "$project" --pins "$pins" --format github "${extra[@]}"
+deepep-forge lock check --project "$project" "${pins_args[@]}" --format github "${extra[@]}"
 code=$?
 # The same check as data, for the summary:
-deepep-forge lock check --project "$project" --pins "$pins" --format json "${extra[@]}" > "$json" 2>/dev/null
+deepep-forge lock check --project "$project" "${pins_args[@]}" --format json "${extra[@]}" > "$json" 2>/dev/null
 
 if [ -n "${GITHUB_OUTPUT:-}" ]; then echo "exit-code=$code" >> "$GITHUB_OUTPUT"; fi
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then

@@ -113,7 +113,7 @@ pub fn set(a: SetArgs) -> Result<Exit> {
     let applied = forge_lock::pinset::set(req, &folders)?;
     print_pinned(&applied.pinned);
     match applied.finish()? {
-        Next::Plan(pins) => forge_os::outln!("next: deepep-forge plan{pins}"),
+        Next::Plan(pins) => forge_os::outln!("next: deepep-forge plan --all{pins}"),
         Next::Commands { command, key_note } => {
             if key_note {
                 forge_os::note!("{}", forge_lock::pinset::KEY_NOTE);

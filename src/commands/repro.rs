@@ -63,6 +63,7 @@ pub struct VerifyArgs {
     /// manifest (keys from --trusted-key) and its .intoto.json subject, then rebuilt; or an
     /// index URL (`<base>/<variant>/`, `.../index.json`, `.../simple/deep-ep/`): every wheel
     /// its signed manifest lists (or `--wheel NAME`), each checked and rebuilt the same way.
+    /// URLs are https, http on 127.0.0.1, or file:// (an index on a mounted file system).
     #[arg(value_name = "WHEEL|URL")]
     pub wheel: PathBuf,
     #[command(flatten)]

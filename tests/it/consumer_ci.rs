@@ -33,12 +33,12 @@ fn drift(dir: &Path) {
 }
 
 /// PATH with this build's deepep-forge first.
-fn path_with_forge() -> String {
+pub(crate) fn path_with_forge() -> String {
     let bin = crate::support::exe().to_path_buf();
     format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default())
 }
 
-fn pre_commit() -> Option<PathBuf> {
+pub(crate) fn pre_commit() -> Option<PathBuf> {
     let venv = tools_venv().map(|v| v.join("bin/pre-commit")).filter(|p| p.is_file());
     venv.or_else(|| {
         std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join("pre-commit")).find(|p| p.is_file())
@@ -46,6 +46,12 @@ fn pre_commit() -> Option<PathBuf> {
 }
 
 fn try_repo(pre_commit: &Path, consumer: &Path, home: &Path) -> Output {
+    try_repo_with(pre_commit, consumer, home, &[])
+}
+
+/// The shipped hook, run by pre-commit in `consumer` with `env` added (the user's own
+/// variables: XDG_CONFIG_HOME, PATH, ...).
+pub(crate) fn try_repo_with(pre_commit: &Path, consumer: &Path, home: &Path, env: &[(String, String)]) -> Output {
     Command::new(pre_commit)
         .args(["try-repo"])
         .arg(root())
@@ -55,6 +61,7 @@ fn try_repo(pre_commit: &Path, consumer: &Path, home: &Path) -> Output {
         .env("PRE_COMMIT_HOME", home)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("PIP_NO_INDEX", "1")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("pre-commit runs")
 }

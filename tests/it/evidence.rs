@@ -618,10 +618,10 @@ fn lock_check_applies_the_evidence_table_of_pins_toml() {
     let d = tempfile::tempdir().unwrap();
     let (wheel, _, public, _) = one_statement(d.path()); // a reported training run on h100
     consumer(d.path(), &sha256_of(&wheel));
-    // (this uv.lock is in no signed manifest, so `lock-wheel-unattested` is an error throughout)
+    // (a key is trusted, and no index serves this consumer's manifest: `index-not-verified` is an error throughout)
     let ok = |o: &std::process::Output| {
         assert_eq!(o.status.code(), Some(1), "stdout:\n{}\nstderr:\n{}", stdout(o), stderr(o));
-        assert!(stdout(o).contains("error[lock-wheel-unattested]"), "{}", stdout(o));
+        assert!(stdout(o).contains("error[index-not-verified]"), "{}", stdout(o));
         assert!(!stdout(o).contains("evidence-missing"), "{}", stdout(o));
     };
     // training on h100 meets `kernel` for variant h100; a rule naming h200 too (one generation, sm_90).
@@ -652,7 +652,7 @@ fn lock_check_applies_the_evidence_table_of_pins_toml() {
     );
     assert!(
         out.contains(&format!(
-            "deepep-forge probe --run --wheel {WHEEL} --record ev --signing-key KEY   # on b200 (sm_100) GPUs"
+            "deepep-forge probe --run --wheel {WHEEL} --record ev --signing-key '<KEY_FILE>'   # on b200 (sm_100) GPUs"
         )),
         "{out}"
     );
@@ -1035,7 +1035,7 @@ fn recorded_statements_travel_through_the_index_to_the_consumers_lock_check() {
         &sha[..16]
     );
     assert!(stdout(&o).contains(&want), "{}", stdout(&o));
-    assert!(stdout(&o).contains("--record ev --signing-key KEY   # on b200 (sm_100) GPUs"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("--record ev --signing-key '<KEY_FILE>'   # on b200 (sm_100) GPUs"), "{}", stdout(&o));
 }
 
 /// pins.toml whose `h100` builds for sm_100 too (`9.0 10.0`), with `[evidence]

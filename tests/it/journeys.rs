@@ -511,11 +511,11 @@ fn j4_evidence_for_a_multinode_variant_is_its_own_request_and_the_gate_tells_rig
     assert_eq!(fix.len(), 1, "{out}");
     assert_eq!(
         fix[0],
-        format!("deepep-forge probe --wheel {name} --gpu h100 --ep 16 --nodes 2 --gpus-per-node 8 --ranks-per-domain 8 --no-mnnvl --no-host-check --record ev --signing-key KEY")
+        format!("deepep-forge probe --wheel {name} --gpu h100 --ep 16 --nodes 2 --gpus-per-node 8 --ranks-per-domain 8 --no-mnnvl --no-host-check --record ev --signing-key '<KEY_FILE>'")
     );
-    // The fix as printed, where the user has the wheel (downloaded from the index) and their key as KEY.
+    // The fix as printed, where the user has the wheel (downloaded from the index) and fills in their key file.
     std::fs::copy(&wheel, t.path(&name)).unwrap();
-    std::fs::copy(&t.key, t.path("KEY")).unwrap();
+    let fix = [fix[0].replace("'<KEY_FILE>'", t.key.to_str().unwrap())];
     let o = t.run_fix(&fix[0], t.dir.path());
     assert!(ok(&o).contains("MATCH:"), "{}", stdout(&o));
     let out = ok(&gate("ev"));

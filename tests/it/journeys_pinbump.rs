@@ -25,8 +25,9 @@ fn run_printed(lab: &FixLab, dir: &Path, fix: &str) -> String {
 /// `fix` run as printed: its exit code and output. `deepep-forge`, `uv` and
 /// `python3` on PATH; no `UV_*` variable: uv's settings are the consumer's own.
 fn run_printed_code(lab: &FixLab, dir: &Path, fix: &str) -> (i32, String) {
-    let o = lab.command("sh").arg("-c").arg(fix).current_dir(dir).output().unwrap();
-    (o.status.code().unwrap_or(-1), format!("{}{}", stdout(&o), stderr(&o)))
+    let mut sh = lab.command("sh");
+    sh.current_dir(dir);
+    sh_printed(sh, fix)
 }
 
 /// The error causes of a `lock check --format json` verdict.

@@ -44,6 +44,7 @@ mod install;
 mod interface;
 mod journeys;
 mod journeys_closure;
+mod journeys_consumer;
 mod journeys_epv2;
 mod journeys_pinbump;
 mod journeys_release;

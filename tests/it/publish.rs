@@ -302,7 +302,10 @@ fn publish_pin_set_uv_lock_sync_and_the_lock_check_chain() {
     );
     assert!(out.contains(&format!("the signed manifest lists it with sha256 {sha}")), "{out}");
     // The fix names the check that tells a changed server file from a stale lock, not "publish again".
-    assert!(out.contains(&format!("fix: find which: `deepep-forge verify {index_url} --trusted-key KEY`")), "{out}");
+    assert!(
+        out.contains(&format!("fix: find which: `deepep-forge verify {index_url} --trusted-key '<NAME:BASE64>'`")),
+        "{out}"
+    );
     assert!(out.contains("uv.lock:"), "{out}");
     let o = s.check();
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
@@ -355,10 +358,10 @@ fn a_new_consumer_from_uv_init_moves_to_the_index_and_its_next_step_passes() {
     assert!(py.contains(&format!("url = \"{url}/demo/simple\"\nexplicit = true")), "{py}");
     assert!(out.contains("project.dependencies (added)"), "{out}");
     let next = out.lines().find_map(|l| l.strip_prefix("next: ")).expect("a next: line");
-    assert!(stderr(&o).contains("NAME:BASE64 in the next step is the public key"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("<NAME:BASE64> in the next step is the public key"), "{}", stderr(&o));
     let (relock, check) = next.split_once(" && ").expect("uv lock && lock check");
     assert!(relock.starts_with("uv lock --project "), "{next}");
-    let check = check.replace("NAME:BASE64", &s.public);
+    let check = check.replace("'<NAME:BASE64>'", &s.public);
     let args: Vec<&str> = check.split_whitespace().skip(1).collect();
     assert_eq!(args[..2], ["lock", "check"], "{next}");
     assert!(check.contains(" --index-manifest index --trusted-key "), "{next}");

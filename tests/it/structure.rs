@@ -467,7 +467,7 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("index/evidence.rs", 2, "a statement found under an --evidence folder, read again to be served; the index folder `publish --check` names"),
     ("index/facts.rs", 1, "a built wheel, by the path the builder delivered it to"),
     ("index/fetch.rs", 1, "a private temporary folder for the wheel `verify URL` downloads"),
-    ("index/manifest.rs", 1, "the index manifest file the user names (a path or a file:// URL)"),
+    ("index/manifest.rs", 2, "the index manifest file the user names (a path or a file:// URL); a file of a file:// index verify reads"),
     ("index/out.rs", 1, "the --out folder `publish` writes the index into"),
     ("lock/dockerfile/mod.rs", 1, "a --dockerfile FILE the user names (it may lie outside the project)"),
     ("lock/mod.rs", 1, "a finding's path and $GITHUB_WORKSPACE (or the project) with links resolved, to tell whether one lies in the other"),

@@ -108,16 +108,17 @@ pub fn verify(args: VerifyRequest, mut each: impl FnMut(&Verified)) -> Result<Ve
         each(&v);
         VerifyOutcome { ok: v.ok, doc: v.doc, summary: None }
     };
-    let Some(url) = args.wheel.to_str().filter(|s| forge_store::index::manifest::is_url(s)).map(String::from) else {
+    let Some(url) = args.wheel.to_str().filter(|s| forge_store::index::manifest::is_index_url(s)).map(String::from)
+    else {
         if args.only_wheel.is_some() {
             return Err(forge_os::error::Failure::usage("--wheel NAME picks a wheel of an index URL").into());
         }
-        return Ok(single(verify_file(&args, &args.wheel, false)?, &mut each));
+        return Ok(single(verify_file(&args, &args.wheel, None)?, &mut each));
     };
     let trusted = forge_store::cache::config::trusted_keys(&args.trusted_keys)?;
     if forge_store::index::fetch::index_urls(&url)?.is_none() {
         let (_dir, path) = forge_store::index::fetch::wheel(&url, &trusted)?;
-        return Ok(single(verify_file(&args, &path, false)?, &mut each));
+        return Ok(single(verify_file(&args, &path, Some((&url, false)))?, &mut each));
     }
     let urls = forge_store::index::fetch::index_wheels(&url, args.only_wheel.as_deref(), &trusted)?;
     let (mut all_ok, mut docs) = (true, Vec::new());
@@ -126,7 +127,7 @@ pub fn verify(args: VerifyRequest, mut each: impl FnMut(&Verified)) -> Result<Ve
         // A wheel changed on the server is reported and the others still checked.
         match forge_store::index::fetch::wheel(w, &trusted) {
             Ok((_dir, path)) => {
-                let v = verify_file(&args, &path, true)?;
+                let v = verify_file(&args, &path, Some((w, true)))?;
                 each(&v);
                 all_ok &= v.ok;
                 docs.push(v.doc);
@@ -148,10 +149,16 @@ pub fn verify(args: VerifyRequest, mut each: impl FnMut(&Verified)) -> Result<Ve
 }
 
 /// Rebuild one wheel file from its provenance and compare: whether it is
-/// identical, its JSON document and its human lines. `several`: one of an
-/// index's wheels, rebuilt into `<out>/<variant>/` (variants of one
-/// architecture have wheels of one file name).
-fn verify_file(args: &VerifyRequest, wheel: &Path, several: bool) -> Result<Verified> {
+/// identical, its JSON document and its human lines. `fetched`: the URL the
+/// wheel was downloaded from (what the lines name, not the temporary copy),
+/// and whether it is one of an index's wheels, rebuilt into `<out>/<variant>/`
+/// (variants of one architecture have wheels of one file name).
+fn verify_file(args: &VerifyRequest, wheel: &Path, fetched: Option<(&str, bool)>) -> Result<Verified> {
+    let several = fetched.is_some_and(|(_, s)| s);
+    let named = match fetched {
+        Some((url, _)) => forge_os::http::redact(url),
+        None => wheel.display().to_string(),
+    };
     let prov = crate::builder::deliver::read_provenance(wheel).map_err(|e| {
         forge_os::error::Failure::usage(format!("{e:#}")).hint("verify needs a wheel built by deepep-forge build-wheel")
     })?;
@@ -244,11 +251,14 @@ fn verify_file(args: &VerifyRequest, wheel: &Path, several: bool) -> Result<Veri
         outcome.wheel = labelled;
     }
     let d = diff::diff(wheel, &outcome.wheel)?;
-    let doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
+    let mut doc = serde_json::json!({ "schema": SCHEMA, "verified": d.identical, "rebuilt": outcome, "diff": d });
+    if fetched.is_some() {
+        doc["url"] = serde_json::Value::String(named.clone());
+    }
     let human = if d.identical {
         format!(
             "verified: {} is what its provenance says: rebuilt {} @ {} ({}; {}) gives the same sha256 {}\n",
-            wheel.display(),
+            named,
             prov.variant.name,
             &prov.source.rev[..prov.source.rev.len().min(12)],
             outcome.status,

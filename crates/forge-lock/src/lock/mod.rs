@@ -47,6 +47,68 @@ pub struct ProjectPlace {
     pub no_pins: bool,
 }
 
+/// A `deepep-forge pin set` command line as the tool prints it (a `lock check`
+/// fix, `pin set`'s rerun hint): the one renderer, so a printed pin bump
+/// carries every flag of the request it stands for, each value shell-quoted.
+#[derive(Debug, Clone, Default)]
+pub struct PinSetLine<'a> {
+    pub rev: &'a str,
+    pub source: Option<&'a str>,
+    pub arch: Option<Arch>,
+    /// `--project` (left out when `.`).
+    pub project: Option<&'a Path>,
+    /// `--pins FILE` (left out when the default), or `None` for `--no-pins`.
+    pub pins: Option<&'a Path>,
+    pub cache_dir: Option<&'a Path>,
+    /// `--index URL --variant NAME`.
+    pub index: Option<(&'a str, &'a str)>,
+    pub git: bool,
+    pub patch: &'a [PathBuf],
+    pub drop_patch: &'a [String],
+    pub relock: bool,
+}
+
+impl PinSetLine<'_> {
+    pub fn render(&self) -> String {
+        let w = |s: &str| forge_os::printer::shell_word(s);
+        let p = |p: &Path| w(&p.display().to_string());
+        let mut c = format!("deepep-forge pin set {}", w(self.rev));
+        if let Some((url, variant)) = self.index {
+            c.push_str(&format!(" --index {} --variant {}", w(url), w(variant)));
+        }
+        if let Some(s) = self.source {
+            c.push_str(&format!(" --source {}", w(s)));
+        }
+        if let Some(a) = self.arch {
+            c.push_str(&format!(" --arch {a}"));
+        }
+        if let Some(d) = self.project.filter(|d| *d != Path::new(".")) {
+            c.push_str(&format!(" --project {}", p(d)));
+        }
+        match self.pins {
+            None => c.push_str(" --no-pins"),
+            Some(f) if f != Path::new(forge_model::pins::DEFAULT_PATH) => c.push_str(&format!(" --pins {}", p(f))),
+            Some(_) => {}
+        }
+        if let Some(d) = self.cache_dir {
+            c.push_str(&format!(" --cache-dir {}", p(d)));
+        }
+        if self.git {
+            c.push_str(" --git");
+        }
+        for f in self.patch {
+            c.push_str(&format!(" --patch {}", p(f)));
+        }
+        for n in self.drop_patch {
+            c.push_str(&format!(" --drop-patch {}", w(n)));
+        }
+        if self.relock {
+            c.push_str(" --relock");
+        }
+        c
+    }
+}
+
 /// What `lock check` checks, as plain data (no clap type): made from the flags
 /// by the CLI, or by `pin set --relock` for the project it just changed. The
 /// project itself is read through the [`Tree`] the command opened.
@@ -385,6 +447,21 @@ fn index_rules(
         };
         manifests.push(forge_store::index::manifest::load_verified_any(&at, &trusted)?.0);
     }
+    // With none given and a key trusted (the flag, DEEPEP_FORGE_TRUSTED_KEYS or the user
+    // config: what the pre-commit hook and the action pass), the manifest next to the
+    // index URL; one that cannot be read or verified is an error finding, not a crash.
+    let mut unread = None;
+    if let Some(at) = src
+        .url
+        .as_deref()
+        .and_then(index::manifest_url)
+        .filter(|_| req.index_manifests.is_empty() && !trusted.is_empty())
+    {
+        match forge_store::index::manifest::load_verified_any(&at, &trusted) {
+            Ok((m, _)) => manifests.push(m),
+            Err(e) => unread = Some((forge_os::http::redact(&at), format!("{e:#}"))),
+        }
+    }
     let locked = match lock_text {
         Some(text) => index::locked_wheels(lock_path, text, name)?,
         None => index::LockedWheels::default(),
@@ -404,6 +481,7 @@ fn index_rules(
         lock_path,
         needs: &needs,
         requires_python: locked.requires_python.as_deref(),
+        unread,
     };
     let mut found = rules::index_label(ctx, &chain);
     found.extend(rules::lock_wheel_unattested(ctx, &chain));

@@ -89,32 +89,26 @@ impl<'a> Context<'a> {
     /// runnable as printed: a name or short sha (only under --no-pins) becomes the
     /// commit uv.lock resolved it to, else it is resolved through `--source`.
     fn pin_set(&self, rev: &str, arch: Option<Arch>, relock: bool) -> String {
+        self.pin_set_line(rev, arch, None, relock)
+    }
+
+    /// [`Context::pin_set`], to the index `(URL, variant)` when given.
+    fn pin_set_line(&self, rev: &str, arch: Option<Arch>, index: Option<(&str, &str)>, relock: bool) -> String {
         let (rev, source) = self.runnable_rev(rev, arch);
-        let mut c = format!("deepep-forge pin set {rev}");
         // The user's own --source resolves the revision as it did for this check.
-        if let Some(s) = self.source.clone().or(source) {
-            c.push_str(&format!(" --source {}", forge_os::printer::shell_word(&s)));
+        let source = self.source.clone().or(source);
+        crate::lock::PinSetLine {
+            rev: &rev,
+            source: source.as_deref(),
+            arch,
+            project: Some(self.project),
+            pins: self.pins.map(|_| self.pins_path),
+            cache_dir: self.cache_dir.as_deref(),
+            index,
+            relock,
+            ..Default::default()
         }
-        if let Some(a) = arch {
-            c.push_str(&format!(" --arch {a}"));
-        }
-        if self.project != Path::new(".") {
-            c.push_str(&format!(" --project {}", self.project.display()));
-        }
-        match self.pins {
-            None => c.push_str(" --no-pins"),
-            Some(_) if self.pins_path != Path::new(forge_model::pins::DEFAULT_PATH) => {
-                c.push_str(&format!(" --pins {}", self.pins_path.display()))
-            }
-            Some(_) => {}
-        }
-        if let Some(d) = &self.cache_dir {
-            c.push_str(&format!(" --cache-dir {}", forge_os::printer::shell_word(&d.display().to_string())));
-        }
-        if relock {
-            c.push_str(" --relock");
-        }
-        c
+        .render()
     }
 
     /// `rev` as `pin set` takes it without guessing: a full sha as it is; else the
@@ -1099,9 +1093,26 @@ pub struct IndexChain<'a> {
     pub needs: &'a [crate::lock::dockerfile::Need],
     /// uv.lock's `requires-python`: the Pythons the lock must serve.
     pub requires_python: Option<&'a str>,
+    /// The manifest next to the index URL, read because a key is trusted, that
+    /// could not be read or verified: its URL and why (`index-not-verified`).
+    pub unread: Option<(String, String)>,
 }
 
-const REPUBLISH: &str = "deepep-forge publish --variant VARIANT --signing-key KEY --out DIR (pins.toml's revision), then `uv lock --refresh-package deep-ep`";
+/// Publish the consumer's variant at pins.toml's revision, then relock: every value the
+/// tool knows filled in (the variant the index URL names, the pins file, the signing key's
+/// file where DEEPEP_FORGE_SIGNING_KEY_FILE names it); the rest in the `<...>` form.
+fn republish(ctx: &Context, chain: &IndexChain) -> String {
+    let w = |s: &str| forge_os::printer::shell_word(s);
+    let variant = chain.source.variant.as_deref().map_or_else(|| "'<VARIANT>'".to_string(), w);
+    let pins = match ctx.pins_path != Path::new(forge_model::pins::DEFAULT_PATH) {
+        true => format!(" --pins {}", w(&ctx.pins_path.display().to_string())),
+        false => String::new(),
+    };
+    let key = forge_os::environ::var_os(forge_store::cache::cmd::SIGNING_KEY_ENV)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| "'<KEY_FILE>'".to_string(), |v| w(&v.to_string_lossy()));
+    format!("deepep-forge publish{pins} --variant {variant} --signing-key {key} --out '<OUT_DIR>' (pins.toml's revision), then `uv lock --refresh-package deep-ep`")
+}
 
 /// The Pythons pins.toml's `[toolchain] python` lists (a list, the matrix), as minors;
 /// empty for a single version, which names only the registry toolchain's default.
@@ -1216,7 +1227,7 @@ pub fn lock_python_unlisted(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
 pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
     let mut out = Vec::new();
     let rule = |msg: String, line: usize| {
-        Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(line, 1).fix(REPUBLISH)
+        Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(line, 1).fix(republish(ctx, chain))
     };
     for w in chain.wheels {
         let arch = Arch::ALL.into_iter().find(|a| w.arch.as_deref() == Some(a.as_str()));
@@ -1228,7 +1239,10 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
             continue;
         };
         let Some(entry) = chain.manifests.iter().find_map(|m| m.by_sha256(sha)) else {
-            out.push(not_in_manifest(w, sha, chain));
+            // No manifest read: the cause is that (`index-not-verified`), not the lock.
+            if !chain.manifests.is_empty() {
+                out.push(not_in_manifest(w, sha, chain));
+            }
             continue;
         };
         let p = &entry.provenance;
@@ -1262,7 +1276,15 @@ pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> 
                     ),
                     w.line,
                 );
-                out.push(f.fix(format!("point the consumer at variant {}'s index: deepep-forge pin set REV --index URL --variant {}, then `uv lock --refresh-package deep-ep`", p.variant, p.variant)));
+                // The index of that variant beside the one pyproject.toml names; the revision pins.toml's.
+                let base = chain.source.url.as_deref().and_then(|u| {
+                    let u = u.trim_end_matches('/').strip_suffix("/simple")?;
+                    Some(u.rsplit_once('/')?.0.to_string())
+                });
+                let rev = arch.and_then(|a| ctx.intent.get(&a)).cloned().unwrap_or_else(|| p.rev.clone());
+                let index = (base.as_deref().unwrap_or("<URL>"), p.variant.as_str());
+                let fix = ctx.pin_set_line(&rev, None, Some(index), true);
+                out.push(f.fix(format!("point the consumer at variant {}'s index: {fix}", p.variant)));
             }
         }
     }
@@ -1302,7 +1324,7 @@ fn not_in_manifest(w: &super::index::LockedWheel, sha: &str, chain: &IndexChain)
                 "uv.lock pins the deep-ep wheel {} with sha256 {sha}, the signed manifest lists it with sha256 {}: the file uv.lock recorded is not the one published (the server's copy was changed, or uv.lock was locked from an earlier publish at this URL)",
                 w.file, e.sha256
             ),
-            format!("find which: `deepep-forge verify {index} --trusted-key KEY` (KEY: the index's public key file) names a changed server file (publish the index again into an empty --out and serve that); if it verifies, relock: `uv lock --refresh-package deep-ep`"),
+            format!("find which: `deepep-forge verify {index}{}` names a changed server file (publish the index again into an empty --out and serve that); if it verifies, relock: `uv lock --refresh-package deep-ep`", trusted_key_flag()),
         ),
         (None, None) => (
             format!(
@@ -1318,6 +1340,16 @@ fn not_in_manifest(w: &super::index::LockedWheel, sha: &str, chain: &IndexChain)
     Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(w.line, 1).fix(fix)
 }
 
+/// ` --trusted-key '<NAME:BASE64>'` for a printed command, unless the reader
+/// already trusts keys (DEEPEP_FORGE_TRUSTED_KEYS, the user config), which
+/// every command reads by itself.
+fn trusted_key_flag() -> &'static str {
+    match forge_store::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
+        true => "",
+        false => " --trusted-key '<NAME:BASE64>'",
+    }
+}
+
 /// The variant whose `arch` wheels index `index` serves: the member of that
 /// architecture (pins.toml `index`), else the index's own name.
 fn variant_for(ctx: &Context, index: &str, arch: &str) -> String {
@@ -1331,10 +1363,23 @@ pub fn index_variant_mismatch(ctx: &Context, chain: &IndexChain) -> Vec<Finding>
     let s = chain.source;
     let Some(v) = s.variant.as_deref() else { return Vec::new() };
     let mut out = Vec::new();
+    // pins.toml's revision (one for both architectures) and the index's base URL filled in;
+    // the variant is the user's choice, in the `<...>` form.
+    let revs: std::collections::BTreeSet<&String> = ctx.intent.values().collect();
+    let rev = match revs.len() {
+        1 => revs.into_iter().next().map_or("<REV>", |r| r.as_str()),
+        _ => "<REV>",
+    };
+    let base = s.url.as_deref().and_then(|u| {
+        let u = u.trim_end_matches('/').strip_suffix("/simple")?;
+        Some(u.rsplit_once('/')?.0.to_string())
+    });
+    let fix = format!(
+        "{} (the variant your Dockerfiles and recipes need)",
+        ctx.pin_set_line(rev, None, Some((base.as_deref().unwrap_or("<URL>"), "<VARIANT>")), true)
+    );
     let finding = |msg: String| {
-        Finding::new("index-variant-mismatch", Severity::Error, &ctx.pyproject_path, msg)
-            .at(s.line, 1)
-            .fix("deepep-forge pin set REV --index URL --variant NAME (the variant your Dockerfiles and recipes need)")
+        Finding::new("index-variant-mismatch", Severity::Error, &ctx.pyproject_path, msg).at(s.line, 1).fix(fix.clone())
     };
     if v == forge_store::index::VARIANT_INDEX {
         // One index serves every variant (publish --variant-wheels): the labels are judged per wheel.
@@ -1413,7 +1458,7 @@ pub fn index_label(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
                 .and_then(|u| u.strip_suffix(&format!("/{variant}/simple")))
                 .unwrap_or("URL");
             // One fix for pyproject.toml and uv.lock alike (pin set says to relock), so both land under one cause.
-            let fix = format!("deepep-forge pin set {rev} --index {url} --variant {variant}");
+            let fix = ctx.pin_set_line(rev, None, Some((url, variant)), false);
             out.push(
                 Finding::new(
                     "index-label",
@@ -1483,6 +1528,22 @@ pub fn lock_variant_unknown(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
 
 /// `index-not-verified`: an index-sourced DeepEP checked without any manifest.
 pub fn index_not_verified(chain: &IndexChain) -> Vec<Finding> {
+    if let Some((url, why)) = &chain.unread {
+        return vec![Finding::new(
+            "index-not-verified",
+            Severity::Error,
+            chain.lock_path,
+            format!(
+                "deep-ep comes from index `{}`, and its signed manifest {url} could not be read or verified with the keys trusted here: {why}",
+                chain.source.name
+            ),
+        )
+        .fix(format!(
+            "serve the index's signed manifest at {url} (or pass --index-manifest FILE with a copy of it), signed by a key trusted here (`[cache] trusted-keys` in {}, or {})",
+            forge_store::cache::config::config_path().map_or("$XDG_CONFIG_HOME/deepep-forge/config.toml".into(), |p| p.display().to_string()),
+            forge_store::cache::config::TRUSTED_KEYS_ENV
+        ))];
+    }
     if !chain.manifests.is_empty() || chain.wheels.is_empty() {
         return Vec::new();
     }
@@ -1495,7 +1556,11 @@ pub fn index_not_verified(chain: &IndexChain) -> Vec<Finding> {
             chain.source.name
         ),
     )
-    .fix("pass --index-manifest FILE (the index's <variant>/index.json) and --trusted-key NAME:BASE64")]
+    .fix(format!(
+        "trust the index's public key (what `deepep-forge cache keygen` printed for its signing key): `trusted-keys = [\"<NAME:BASE64>\"]` under `[cache]` in {}, or {}; then its <variant>/index.json next to the index URL is read",
+        forge_store::cache::config::config_path().map_or("$XDG_CONFIG_HOME/deepep-forge/config.toml".into(), |p| p.display().to_string()),
+        forge_store::cache::config::TRUSTED_KEYS_ENV
+    ))]
 }
 
 #[cfg(test)]

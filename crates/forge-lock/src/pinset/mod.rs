@@ -128,7 +128,7 @@ pub fn find_uv() -> Result<PathBuf> {
 }
 
 /// The note before a `next:` line that asks for the index's key (`Next::Commands`).
-pub const KEY_NOTE: &str = "note: NAME:BASE64 in the next step is the public key of the index's signing key (what `deepep-forge cache keygen` printed for it; ask the index's publisher); set DEEPEP_FORGE_TRUSTED_KEYS to leave --trusted-key out";
+pub const KEY_NOTE: &str = "note: <NAME:BASE64> in the next step is the public key of the index's signing key (what `deepep-forge cache keygen` printed for it; ask the index's publisher); put it in `[cache] trusted-keys` of the user config or DEEPEP_FORGE_TRUSTED_KEYS to leave --trusted-key out";
 
 /// What `lock check` needs to attest an index's wheels: the signed manifest
 /// next to the index pyproject.toml now names (`--index-manifest index`) and
@@ -139,7 +139,7 @@ fn index_check_flags() -> (String, bool) {
     if forge_store::cache::config::trusted_keys(&[]).is_ok_and(|k| !k.is_empty()) {
         return (" --index-manifest index".into(), false);
     }
-    (" --index-manifest index --trusted-key NAME:BASE64".into(), true)
+    (" --index-manifest index --trusted-key '<NAME:BASE64>'".into(), true)
 }
 
 /// The repository DeepEP's source is read from without `--source`: pins.toml's,
@@ -224,7 +224,7 @@ pub struct Applied {
 /// What finishing a change does.
 enum Then {
     Commit(Next),
-    Relock { uv: PathBuf, again: String, check: crate::lock::CheckRequest, check_cmd: String, project: PathBuf },
+    Relock { uv: PathBuf, again: String, check: crate::lock::CheckRequest, lock_cmd: UvLock, check_cmd: String },
 }
 
 impl Applied {
@@ -236,8 +236,8 @@ impl Applied {
                 commit_unless_interrupted(self.txn)?;
                 Ok(next)
             }
-            Then::Relock { uv, again, check, check_cmd, project } => {
-                relock(&project, &uv, self.txn, &again, &check_cmd)?;
+            Then::Relock { uv, again, check, lock_cmd, check_cmd } => {
+                relock(&lock_cmd, &uv, self.txn, &again, &check_cmd)?;
                 Ok(Next::Relocked(check))
             }
         }
@@ -271,10 +271,12 @@ pub fn set(args: SetRequest, folders: &Folders) -> Result<Applied> {
     // 2. Every file it will touch: resolved (a symlink's target is written), writable, its old bytes kept.
     let mut changes = changes(&held.place, &c, &new_py, new_pins.as_ref(), uv.is_some())?;
     changes.extend(dockerfiles(&args, &held.place, &c, &r)?);
-    let again = again_command(&args, &r.rev, &flags);
+    let again = again_command(&args, &r.rev);
     // From here to the end, Ctrl-C/SIGTERM only set a flag: we stop at the next check and roll back.
     let guard = forge_os::error::Cooperative::enter();
-    let project = args.place.project.clone();
+    // From an index: its page for DeepEP asked again, not answered from uv's cache.
+    let from_index = crate::lock::index::source(&c.py_path, &new_py, &c.name)?.is_some();
+    let lock_cmd = UvLock { project: args.place.project.clone(), refresh: from_index.then(|| c.name.to_string()) };
     let t = held.begin(again.clone(), format!("deepep-forge pin recover{flags}"), changes)?;
 
     // 3. Written: every file staged, then each renamed into place.
@@ -285,11 +287,11 @@ pub fn set(args: SetRequest, folders: &Folders) -> Result<Applied> {
     let pinned = pinned(&args, &c, &r, (places, label, new_pins.as_ref(), split));
     let (check, check_cmd) = lock_check_of(&args);
     let then = match uv {
-        Some(uv) => Then::Relock { uv, again, check, check_cmd, project },
+        Some(uv) => Then::Relock { uv, again, check, lock_cmd, check_cmd },
         None if c.pins_only => Then::Commit(Next::Plan(pins_flag(&args))),
         None => {
             let (attest, key_note) = if args.index.is_some() { index_check_flags() } else { (String::new(), false) };
-            let command = format!("uv lock --project {} && {check_cmd}{attest}", args.place.project.display());
+            let command = format!("{} && {check_cmd}{attest}", lock_cmd.command_line());
             Then::Commit(Next::Commands { command, key_note })
         }
     };
@@ -624,15 +626,35 @@ fn dockerfiles(args: &SetRequest, place: &txn::Place, c: &Consumer, r: &Revision
     Ok(out)
 }
 
-/// The command that does this change again (kept with the transaction).
-fn again_command(args: &SetRequest, rev: &str, flags: &str) -> String {
-    format!(
-        "deepep-forge pin set {rev}{}{flags}{}{}{}",
-        args.arch.map(|a| format!(" --arch {a}")).unwrap_or_default(),
-        args.source.as_deref().map(|s| format!(" --source {s}")).unwrap_or_default(),
-        if args.relock { " --relock" } else { "" },
-        patches::flags(&args.patch, &args.drop_patch)
-    )
+/// The command that does this change again (kept with the transaction, printed
+/// in every hint): [`SetRequest::command_line`] at the resolved revision.
+fn again_command(args: &SetRequest, rev: &str) -> String {
+    args.command_line(rev)
+}
+
+impl SetRequest {
+    /// This request as a `deepep-forge pin set` command line at `rev`: every
+    /// flag the user gave, each value shell-quoted. The one renderer of a
+    /// rerun: a hint or fix that says "run pin set again" prints this, so it
+    /// cannot drop `--index`, `--variant`, `--source` or `--relock`.
+    pub fn command_line(&self, rev: &str) -> String {
+        // Carried only when given as a flag: $DEEPEP_FORGE_CACHE_DIR reaches the rerun by itself.
+        let inherited = forge_os::environ::var_os("DEEPEP_FORGE_CACHE_DIR").map(PathBuf::from);
+        crate::lock::PinSetLine {
+            rev,
+            source: self.source.as_deref(),
+            arch: self.arch,
+            project: Some(&self.place.project),
+            pins: (!self.place.no_pins).then_some(self.place.pins.as_path()),
+            cache_dir: self.cache_dir.as_deref().filter(|d| inherited.as_deref() != Some(*d)),
+            index: self.index.as_deref().zip(self.variant.as_deref()),
+            git: self.git,
+            patch: &self.patch,
+            drop_patch: &self.drop_patch,
+            relock: self.relock,
+        }
+        .render()
+    }
 }
 
 /// What was pinned, where, and the label (see [`Pinned`]).
@@ -688,12 +710,42 @@ fn lock_check_of(args: &SetRequest) -> (crate::lock::CheckRequest, String) {
     (check, check_cmd)
 }
 
+/// The `uv lock` of a moved pin: the project's lock, DeepEP's index pages
+/// asked again (`--refresh-package`: a revision published since uv cached
+/// the page is seen), run by `--relock` and printed for a hand run alike.
+struct UvLock {
+    project: PathBuf,
+    /// DeepEP's package name (validated: never an option), when it comes from an index.
+    refresh: Option<String>,
+}
+
+impl UvLock {
+    /// The arguments after `uv`, run in the project.
+    fn args(&self) -> Vec<&str> {
+        let mut a = vec!["lock"];
+        if let Some(p) = &self.refresh {
+            a.extend(["--refresh-package", p.as_str()]);
+        }
+        a
+    }
+
+    /// As printed: `uv lock --project P [--refresh-package NAME]`.
+    fn command_line(&self) -> String {
+        let project = forge_os::printer::shell_word(&self.project.display().to_string());
+        match &self.refresh {
+            Some(p) => format!("uv lock --project {project} --refresh-package {p}"),
+            None => format!("uv lock --project {project}"),
+        }
+    }
+}
+
 /// --relock: real uv, then commit. Ctrl-C/SIGTERM stop uv; every file is
 /// then restored (exit 130), as on a failed `uv lock`.
-fn relock(project: &Path, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
-    forge_os::note!("running {} lock in {} ...", uv.display(), project.display());
+fn relock(lock: &UvLock, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) -> Result<()> {
+    let project = &lock.project;
+    forge_os::note!("running {} {} in {} ...", uv.display(), lock.args().join(" "), project.display());
     let out = forge_os::process::Cmd::new(uv, format!("relock {} with uv", project.display()))
-        .arg("lock")
+        .args(lock.args())
         .dir(t.tree(Root::Project).path())
         .capture();
     let failed = !out.as_ref().is_ok_and(|o| o.status.success());
@@ -710,8 +762,8 @@ fn relock(project: &Path, uv: &Path, t: txn::Txn, again: &str, check_cmd: &str) 
             project.display()
         ))
         .hint(format!(
-            "fix what uv reports, then run `{again}` again, or by hand: uv lock --project {} && {check_cmd}",
-            project.display()
+            "fix what uv reports, then run `{again}` again, or by hand: {} && {check_cmd}",
+            lock.command_line()
         ))
         .into());
     }

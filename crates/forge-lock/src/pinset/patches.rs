@@ -105,15 +105,3 @@ pub fn edit_list(
     }
     Ok(doc.to_string())
 }
-
-/// ` --patch FILE` / ` --drop-patch NAME` as the command line gave them (for the journal's command).
-pub fn flags(add: &[std::path::PathBuf], drop: &[String]) -> String {
-    let mut s = String::new();
-    for f in add {
-        s.push_str(&format!(" --patch {}", f.display()));
-    }
-    for d in drop {
-        s.push_str(&format!(" --drop-patch {d}"));
-    }
-    s
-}

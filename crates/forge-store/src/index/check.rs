@@ -110,6 +110,17 @@ pub fn run(c: &Request, dir: &Path) -> Result<CheckReport> {
             continue;
         }
         let members: Vec<&Variant> = selected.iter().copied().filter(|v| v.index_name() == name).collect();
+        // Unasked, an unpublished index of another architecture is not this host's to publish.
+        if let Some(arch) = foreign_arch(&members).filter(|_| c.variants.is_empty()) {
+            if ix.tree.kind(name)? == Kind::Missing {
+                forge_os::note!(
+                    "skipped index {name}: not published, and its variants are for {arch}, not this host's {} (publish it on an {arch} host or cross-build it, docs/cross-build.md; --variant {} checks it)",
+                    forge_model::pins::Arch::host().map_or("architecture".to_string(), |a| a.to_string()),
+                    members.first().map_or(name, |v| v.name.as_str())
+                );
+                continue;
+            }
+        }
         forge_os::note!("checking index {name} in {}", dir.display());
         check_variant(&ix, name, &members, &pins, &pins_sha256, &trusted, &mut problems);
     }
@@ -137,6 +148,13 @@ pub fn run(c: &Request, dir: &Path) -> Result<CheckReport> {
         ok: problems.is_empty(),
         problems,
     })
+}
+
+/// The one architecture of `members` when it is not this host's.
+fn foreign_arch(members: &[&Variant]) -> Option<forge_model::pins::Arch> {
+    let arch = members.first()?.arch;
+    let host = forge_model::pins::Arch::host()?;
+    (arch != host && members.iter().all(|v| v.arch == arch)).then_some(arch)
 }
 
 /// What `publish --check --format json` prints.
@@ -169,10 +187,17 @@ impl CheckReport {
 }
 
 /// A problem's `deepep-forge publish ...` command made whole with what this check was
-/// given: the same pins file and folder (`--out`), the signing key when `--signing-key`
-/// was given, else a placeholder the user fills (the check never holds a secret key).
+/// given: the same pins file and folder (`--out`), the signing key file when `--signing-key`
+/// was given, else the one `DEEPEP_FORGE_SIGNING_KEY_FILE` names, else the placeholder
+/// `<SIGNING_KEY_FILE>` the user fills (the check never reads a secret key).
 fn complete(problem: &str, c: &Request, dir: &Path) -> String {
-    let key = c.signing_key.map(|k| shell_word(&k.to_string_lossy())).unwrap_or_else(|| "SIGNING_KEY_FILE".into());
+    let env = forge_os::environ::var_os(crate::cache::cmd::SIGNING_KEY_ENV).filter(|v| !v.is_empty());
+    let key = c
+        .signing_key
+        .map(|k| k.as_os_str().to_os_string())
+        .or(env)
+        .map(|k| shell_word(&k.to_string_lossy()))
+        .unwrap_or_else(|| "<SIGNING_KEY_FILE>".into());
     problem.replace(
         "`deepep-forge publish ",
         &format!(

@@ -226,9 +226,14 @@ impl Manifest {
         match sign::verify(trusted, &self.signatures, &self.message()) {
             Verdict::Trusted(k) => Ok(k),
             Verdict::Unsigned => Err("it is not signed".into()),
-            Verdict::Untrusted(names) => {
-                Err(format!("it is signed only by keys you do not trust ({})", names.join(", ")))
-            }
+            Verdict::Untrusted(names) => Err(format!(
+                "it is signed only by keys you do not trust ({}); the keys trusted here: {}",
+                names.join(", "),
+                match trusted.is_empty() {
+                    true => "none".to_string(),
+                    false => trusted.iter().map(|k| format!("`{}`", k.name)).collect::<Vec<_>>().join(", "),
+                }
+            )),
             Verdict::Invalid(k) => Err(format!("its signature by `{k}` does not verify: it was changed after signing")),
         }
     }
@@ -276,6 +281,12 @@ pub fn is_url(s: &str) -> bool {
     s.starts_with("https://") || s.starts_with("http://")
 }
 
+/// An index location `verify` fetches: an http(s) URL or a `file://` URL (read
+/// as the server would serve it: manifest first, every file checked against it).
+pub fn is_index_url(s: &str) -> bool {
+    is_url(s) || file_path(s).is_some()
+}
+
 /// `%XX` escapes decoded (`deep_ep-1.2.1%2B0bfa6c2` -> `deep_ep-1.2.1+0bfa6c2`),
 /// as a URL's path names a file; a `%` not followed by two hex digits, and bytes
 /// that do not decode to UTF-8, are kept as written.
@@ -307,6 +318,26 @@ pub fn file_path(url: &str) -> Option<std::path::PathBuf> {
     let rest = rest.strip_prefix("localhost").unwrap_or(rest);
     let rest = rest.split(['?', '#']).next().unwrap_or_default();
     rest.starts_with('/').then(|| std::path::PathBuf::from(percent_decode(rest)))
+}
+
+/// A `file://` URL's file read as [`fetch_bounded`] reads a body: within
+/// `bound` (a larger file is the error `too_large` makes of it), every
+/// failure exit 1 naming the URL (an index on a shared file system, a mount).
+fn read_file_url(
+    path: &std::path::Path,
+    url: &str,
+    bound: forge_os::http::Bound,
+    too_large: impl Fn(Failure) -> Failure,
+) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let bad = |why: String| Failure::problems(format!("{url}: {why}"));
+    let (f, len) = forge_os::fs::named::open(path, "index file", u64::MAX).map_err(|e| bad(format!("{e:#}")))?;
+    if len > bound.bytes {
+        return Err(too_large(bad(format!("{len} bytes, more than the {} allowed", bound.bytes))).into());
+    }
+    let mut body = Vec::new();
+    f.take(bound.bytes.saturating_add(1)).read_to_end(&mut body).map_err(|e| bad(format!("reading it: {e}")))?;
+    Ok(body)
 }
 
 /// Fetch a manifest over HTTPS (http only on 127.0.0.1/localhost). A redirect
@@ -342,6 +373,9 @@ fn fetch_bounded(
 ) -> anyhow::Result<Vec<u8>> {
     use forge_os::http;
     use std::io::Read;
+    if let Some(path) = file_path(url) {
+        return read_file_url(&path, url, bound, too_large);
+    }
     let u = http::parse(url).map_err(Failure::usage)?;
     let client = http::Client::new(std::time::Duration::from_secs(secs), http::Plain::Loopback)?;
     if client.check_scheme(&u).is_err() {
