@@ -46,8 +46,8 @@ fn pages() -> Vec<PathBuf> {
 }
 
 #[derive(Debug)]
-struct Step {
-    command: String,
+pub(crate) struct Step {
+    pub(crate) command: String,
     /// trycmd's `? N` / `? failed` line right after the command: the expected exit status.
     status: Option<String>,
     /// Line indices (0-based) of the expected output in the page.
@@ -56,15 +56,16 @@ struct Step {
 }
 
 #[derive(Debug)]
-struct Block {
-    lang: String,
+pub(crate) struct Block {
+    pub(crate) lang: String,
     /// First line after the opening fence, and the closing fence's line.
-    start: usize,
+    pub(crate) start: usize,
     end: usize,
-    steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
 }
 
-fn blocks(lines: &[&str]) -> Vec<Block> {
+/// The fenced blocks of a page's `lines`, with their `$ ` commands.
+pub(crate) fn blocks(lines: &[&str]) -> Vec<Block> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {

@@ -49,6 +49,7 @@ mod journeys_epv2;
 mod journeys_pinbump;
 mod journeys_release;
 mod journeys_release_image;
+mod journeys_tour;
 mod lock;
 mod lock_environment;
 mod lock_patches;

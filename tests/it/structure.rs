@@ -480,6 +480,7 @@ const AMBIENT: &[(&str, usize, &str)] = &[
     ("probe/fleet.rs", 3, "`probe --host-facts PATH`: what the path is, a facts file the user names (named, bounded) or a folder of them (one tree)"),
     ("probe/host.rs", 1, "the host root (/, or DEEPEP_FORGE_HOST_ROOT for tests): one tree for sysfs, procfs, /dev and the libraries"),
     ("probe/image.rs", 2, "the image's mount point (podman/buildah print it); its statement read from a file opened in that tree without following a link"),
+    ("probe/mod.rs", 1, "whether dist/<the --wheel's file name> is there (build-wheel's default --out): a printed rebuild then gets its own --out"),
     ("pins.rs", 1, "the pins file the user names (--pins)"),
     ("process/lookup.rs", 4, "a program on PATH, or named by $DEEPEP_FORGE_UV or next to --python"),
     ("process/mod.rs", 2, "the build log the caller names, written and then its tail read"),

@@ -15,7 +15,7 @@ pub mod markdown;
 pub mod rules;
 pub mod wheel;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
@@ -243,7 +243,17 @@ pub fn run(args: ProbeRequest) -> Result<Option<Verdict>> {
     }
     let inspected = inspect(&args)?;
     let image_wheel = inspected.as_ref().and_then(|i| i.binary.image_wheel.clone());
-    let verdict = static_verdict_of(&args, request, inspected)?;
+    let mut verdict = static_verdict_of(&args, request, inspected)?;
+    if let Some(name) = args.wheel.as_deref().and_then(Path::file_name) {
+        // `dist`: build-wheel's default `--out`, a path the user's command names.
+        let clash =
+            !matches!(forge_os::fs::named::kind_through(&Path::new("dist").join(name)), forge_os::fs::Kind::Missing);
+        for c in &mut verdict.checks {
+            if let Some(fix) = c.fix.as_ref().and_then(|f| rebuild_beside(f.as_str(), clash)) {
+                c.fix = Some(Line::new(fix));
+            }
+        }
+    }
     if let Some((r, wheel)) = &recorder {
         let (wheel, mode) = match image_wheel {
             Some((name, sha256)) => (forge_store::evidence::record::Wheel { name, sha256 }, "image"),
@@ -253,6 +263,27 @@ pub fn run(args: ProbeRequest) -> Result<Option<Verdict>> {
         forge_os::note!("recorded the verdict: {}", path.display());
     }
     Ok(Some(verdict))
+}
+
+/// A rebuild the verdict prints (`deepep-forge build-wheel ... --variant NAME`)
+/// with its own `--out dist/NAME` when build-wheel's default `--out` (`dist`)
+/// already holds a wheel of the probed wheel's file name (`clash`): another
+/// variant of one revision gives a wheel of that same name, and build-wheel
+/// refuses to replace another variant's wheel. None when `fix` is no such
+/// command, names no variant yet, has an `--out`, or nothing clashes.
+fn rebuild_beside(fix: &str, clash: bool) -> Option<String> {
+    const FLAG: &str = " --variant ";
+    if !clash || fix.contains(" --out ") {
+        return None;
+    }
+    let at = fix.find("deepep-forge build-wheel")?;
+    let start = fix[at..].find(FLAG)? + at + FLAG.len();
+    let end = fix[start..].find(' ').map_or(fix.len(), |e| start + e);
+    let name = &fix[start..end];
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return None;
+    }
+    Some(format!("{} --out dist/{name}{}", &fix[..end], &fix[end..]))
 }
 
 impl ProbeRequest {
@@ -296,4 +327,26 @@ fn run_on_gpus(
         binary,
         static_checks,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rebuild_beside;
+
+    #[test]
+    fn a_rebuild_whose_wheel_would_clash_in_dist_gets_its_variants_folder() {
+        let fix = "rebuild: deepep-forge build-wheel --pins p.toml --variant demo-multinode";
+        assert_eq!(rebuild_beside(fix, true).as_deref(), Some(&*format!("{fix} --out dist/demo-multinode")));
+        let nvshmem =
+            "rebuild with NVSHMEM: deepep-forge build-wheel --variant h100 --toolchain registry (it installs it)";
+        assert_eq!(
+            rebuild_beside(nvshmem, true).as_deref(),
+            Some("rebuild with NVSHMEM: deepep-forge build-wheel --variant h100 --out dist/h100 --toolchain registry (it installs it)")
+        );
+        // Nothing clashes, a placeholder, an `--out` already, or no build: left as they are.
+        assert_eq!(rebuild_beside(fix, false), None);
+        assert_eq!(rebuild_beside("rebuild: deepep-forge build-wheel --variant <variant>", true), None);
+        assert_eq!(rebuild_beside("rebuild: deepep-forge build-wheel --variant a --out x", true), None);
+        assert_eq!(rebuild_beside("raise the limit: ulimit -l unlimited", true), None);
+    }
 }
