@@ -1227,7 +1227,9 @@ pub fn lock_python_unlisted(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
 pub fn lock_wheel_unattested(ctx: &Context, chain: &IndexChain) -> Vec<Finding> {
     let mut out = Vec::new();
     let rule = |msg: String, line: usize| {
-        Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg).at(line, 1).fix(republish(ctx, chain))
+        Finding::new("lock-wheel-unattested", Severity::Error, chain.lock_path, msg)
+            .at(line, 1)
+            .fix(republish(ctx, chain))
     };
     for w in chain.wheels {
         let arch = Arch::ALL.into_iter().find(|a| w.arch.as_deref() == Some(a.as_str()));
