@@ -287,10 +287,11 @@ fn a_line_break_in_a_value_never_starts_a_workflow_command() {
         format!("[project]\nname = \"consumer\"\nversion = \"0.1.0\"\nrequires-python = \">=3.12\"\ndependencies = [\"deep_ep==1.2.1+17cfb81\"]\n\n[tool.uv.sources]\ndeep-ep = {{ index = \"deepep\" }}\n\n[[tool.uv.index]]\nname = \"deepep\"\nurl = \"{url}\"\nexplicit = true\n"),
     )
     .unwrap();
+    // No hash: `lock-wheel-unattested` names the wheel whatever the index's manifest (none is given here).
     let evil = "deep_ep-1.2.1%2B17cfb81-cp312-cp312-linux_x86_64.whl\\n::error file=x::pwned\\r\\n##[error]pwned";
     std::fs::write(
         c.join("uv.lock"),
-        format!("version = 1\nrevision = 3\nrequires-python = \">=3.12\"\n\n[[package]]\nname = \"consumer\"\nversion = \"0.1.0\"\nsource = {{ virtual = \".\" }}\ndependencies = [\n    {{ name = \"deep-ep\" }},\n]\n\n[package.metadata]\nrequires-dist = [{{ name = \"deep-ep\", specifier = \"==1.2.1+17cfb81\", index = \"{url}\" }}]\n\n[[package]]\nname = \"deep-ep\"\nversion = \"1.2.1+17cfb81\"\nsource = {{ registry = \"{url}\" }}\nwheels = [\n    {{ url = \"{url}/deep-ep/{evil}\", hash = \"sha256:{}\", size = 1 }},\n]\n", "0".repeat(64)),
+        format!("version = 1\nrevision = 3\nrequires-python = \">=3.12\"\n\n[[package]]\nname = \"consumer\"\nversion = \"0.1.0\"\nsource = {{ virtual = \".\" }}\ndependencies = [\n    {{ name = \"deep-ep\" }},\n]\n\n[package.metadata]\nrequires-dist = [{{ name = \"deep-ep\", specifier = \"==1.2.1+17cfb81\", index = \"{url}\" }}]\n\n[[package]]\nname = \"deep-ep\"\nversion = \"1.2.1+17cfb81\"\nsource = {{ registry = \"{url}\" }}\nwheels = [\n    {{ url = \"{url}/deep-ep/{evil}\", size = 1 }},\n]\n"),
     )
     .unwrap();
     for format in ["human", "json", "github"] {
