@@ -359,3 +359,77 @@ fn a_leading_zero_exact_and_patched_label_round_trips_under_a_floor_above_and_be
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     assert!(support::stdout(&o).starts_with("verified:"), "{}", out(&o));
 }
+
+/// Issue 55, item 7: pins.toml's `base_version` gone stale (the pinned revision's setup.py says
+/// 1.2.1, pins.toml 1.2.0). `plan` and `pins check` say so and name the label `docker bake`
+/// would pass; `publish` serves nothing (no index version an image of the same pins would
+/// not install), naming the value to write.
+#[test]
+#[cfg_attr(not(feature = "needs-tools-venv"), ignore = "needs the tools venv (nvcc, uv)")]
+fn a_stale_base_version_is_named_by_plan_and_pins_check_and_publish_serves_nothing() {
+    let lab = Lab::new();
+    let short = &lab.rev[..7];
+    let label = forge_model::patches::normal_local(short);
+    let pins = lab.pins_with(&lab.rev, VARIANTS);
+    let text = std::fs::read_to_string(&pins).unwrap();
+    assert!(text.contains("base_version = \"1.2.1\""), "{text}");
+    std::fs::write(&pins, text.replace("base_version = \"1.2.1\"", "base_version = \"1.2.0\"")).unwrap();
+    let p = pins.to_str().unwrap();
+    let exe = support::exe().to_str().unwrap().to_string();
+    let env = Env::new(&lab, None);
+    let forge = |args: &[&str]| env.run(lab.dir.path(), &[&[exe.as_str()][..], args].concat());
+    let (python, source) = (lab.python.to_str().unwrap(), lab.repo.to_str().unwrap());
+
+    // The plan fetches DeepEP's URL (the lab's repository behind it) into the cache's mirror.
+    let o = forge(&["plan", "--pins", p, "--variant", "r", "--python", python]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let said = format!("says base_version = \"1.2.0\", but the source at {short} gives 1.2.1");
+    assert!(out(&o).contains(&said), "{}", out(&o));
+    assert!(out(&o).contains("(`publish` refuses it until base_version says 1.2.1)"), "{}", out(&o));
+
+    // pins check reads the revision the plan fetched into the cache's mirror.
+    let o = forge(&["pins", "check", "--pins", p]);
+    let text = out(&o);
+    assert!(text.contains(&format!("base_version = \"1.2.0\", but the source at {short} gives 1.2.1")), "{text}");
+    assert!(text.contains(&format!("DEEPEP_VERSION=1.2.0+{label}; set base_version = \"1.2.1\"")), "{text}");
+    assert_ne!(o.status.code(), Some(2), "a warning, not bad input: {text}");
+
+    let key = lab.dir.path().join("k.key");
+    let o = forge(&["cache", "keygen", "--name", "k-1", "--out", key.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let public = lab.dir.path().join("public");
+    let o = forge(&[
+        "publish",
+        "--pins",
+        p,
+        "--variant",
+        "r",
+        "--source",
+        source,
+        "--python",
+        python,
+        "--no-compiler-cache",
+        "--signing-key",
+        key.to_str().unwrap(),
+        "--out",
+        public.to_str().unwrap(),
+    ]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("nothing published") && text.contains("set base_version = \"1.2.1\""), "{text}");
+    assert!(wheels_under(&public).is_empty(), "a wheel was served: {text}");
+}
+
+/// Every `.whl` under `dir`, at any depth (none when `dir` is absent).
+fn wheels_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        match p.is_dir() {
+            true => found.extend(wheels_under(&p)),
+            false if p.to_string_lossy().ends_with(".whl") => found.push(p),
+            false => {}
+        }
+    }
+    found
+}
