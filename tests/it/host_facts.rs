@@ -240,6 +240,18 @@ fn host_facts_on_this_machine_reports_absences_and_exits_0() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["schema"], "deepep-forge.host-facts/1");
     assert_eq!(v["root"], "/");
+    // Those facts judged as a fleet of one: the subject counts one node, and nothing is compared.
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("this.json"), stdout(&o)).unwrap();
+    let facts = d.path().join("this.json");
+    let o = bin()
+        .args(["probe", "--ep", "16", "--nodes", "2", "--gpus-per-node", "8", "--ranks-per-domain", "8"])
+        .args(["--no-mnnvl", "--gpu", "h100", "--host-facts", facts.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let human = stdout(&o);
+    assert!(human.contains("on 1 node (host facts)"), "{human}");
+    assert!(human.contains("fleet-consistency") && human.contains("one node: nothing to compare"), "{human}");
     let o = bin().args(["host", "facts", "--host-root", "/nonexistent-root"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

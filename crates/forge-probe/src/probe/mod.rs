@@ -136,7 +136,8 @@ fn static_verdict_of(args: &ProbeRequest, request: Option<Request>, inspected: O
         v.checks.extend(rules::rdma::rdma_checks(&rdma_ctx(h, inspected.as_ref(), &variants)));
     }
     if let Some((nodes, left_out)) = &fleet {
-        v.subject = Line::new(format!("{} on {} nodes (host facts)", v.subject, nodes.len()));
+        let n = nodes.len();
+        v.subject = Line::new(format!("{} on {n} node{} (host facts)", v.subject, if n == 1 { "" } else { "s" }));
         v.checks.extend(fleet::cut_row(nodes.len(), *left_out));
         v.checks.extend(fleet::judge(nodes, |h| rdma_ctx(h, inspected.as_ref(), &variants)));
         v.checks.extend(fleet::consistency(nodes));
