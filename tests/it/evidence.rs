@@ -1,6 +1,7 @@
 //! Evidence (docs/evidence.md): `probe --record` on real wheels, `evidence
 //! add` and `evidence show`, `lock check --require-evidence`, and every class
 //! of bad statement, each refused with nothing written.
+use crate::build_support::files_under;
 use crate::support;
 
 use std::io::Write;
@@ -75,20 +76,6 @@ pub(crate) fn run(dir: &Path, args: &[&str]) -> std::process::Output {
         .env("DEEPEP_FORGE_CACHE_DIR", dir.join("cache"))
         .output()
         .unwrap()
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    if !dir.exists() {
-        return vec![];
-    }
-    let mut v: Vec<PathBuf> = walkdir::WalkDir::new(dir)
-        .into_iter()
-        .flatten()
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.into_path())
-        .collect();
-    v.sort();
-    v
 }
 
 fn open_file(path: &Path, public: &str) -> Opened {

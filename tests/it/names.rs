@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::build_support::{files_with, Lab};
+use crate::build_support::{files_under, files_with, Lab};
 use crate::support;
 
 /// The words a manylinux_2_34 tag is shown with.
@@ -417,19 +417,5 @@ fn a_stale_base_version_is_named_by_plan_and_pins_check_and_publish_serves_nothi
     let text = out(&o);
     assert_eq!(o.status.code(), Some(1), "{text}");
     assert!(text.contains("nothing published") && text.contains("set base_version = \"1.2.1\""), "{text}");
-    assert!(wheels_under(&public).is_empty(), "a wheel was served: {text}");
-}
-
-/// Every `.whl` under `dir`, at any depth (none when `dir` is absent).
-fn wheels_under(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        match p.is_dir() {
-            true => found.extend(wheels_under(&p)),
-            false if p.to_string_lossy().ends_with(".whl") => found.push(p),
-            false => {}
-        }
-    }
-    found
+    assert!(!files_under(&public).iter().any(|f| f.to_string_lossy().ends_with(".whl")), "a wheel was served: {text}");
 }

@@ -188,6 +188,18 @@ impl Lab {
     }
 }
 
+/// Every file under `dir` at any depth, sorted (none when `dir` is absent).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.into_path())
+        .collect();
+    v.sort();
+    v
+}
+
 pub fn files_with(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
