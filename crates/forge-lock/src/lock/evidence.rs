@@ -7,6 +7,7 @@
 //! uv.lock line, naming what is required, by whom, the best kind present and
 //! the command that would produce the evidence. Owns this rule only; what a
 //! statement covers is `evidence::show::cover`'s.
+use forge_os::printer::shell_word as sh_word;
 use std::path::Path;
 
 use anyhow::Result;
@@ -262,10 +263,7 @@ fn produce(
         .unwrap_or_else(|| "--preset h100-8g".into());
     let dir = dir.map(|d| sh_word(&d.display().to_string())).unwrap_or_else(|| "evidence/".into());
     // The signing key's file where the environment names it, else the one value only the user knows.
-    let key = forge_os::environ::var_os(forge_store::cache::cmd::SIGNING_KEY_ENV)
-        .filter(|v| !v.is_empty())
-        .map(|v| sh_word(&v.to_string_lossy()))
-        .unwrap_or_else(|| "'<KEY_FILE>'".into());
+    let key = forge_store::cache::cmd::signing_key_file_word().unwrap_or_else(|| "'<KEY_FILE>'".into());
     let rec = format!("--record {dir} --signing-key {key}");
     let sha = w.sha256.as_deref().map(sh_word).unwrap_or_else(|| "SHA256".into());
     let file = sh_word(&w.file);
@@ -281,13 +279,4 @@ fn produce(
             w.file
         ),
     }
-}
-
-/// A word for a shell command line: as is when it holds only characters no
-/// shell treats specially, else single-quoted (`'` written `'\''`).
-fn sh_word(s: &str) -> String {
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_./+=:,@%-".contains(&b)) {
-        return s.to_string();
-    }
-    format!("'{}'", s.replace('\'', "'\\''"))
 }

@@ -1108,9 +1108,7 @@ fn republish(ctx: &Context, chain: &IndexChain) -> String {
         true => format!(" --pins {}", w(&ctx.pins_path.display().to_string())),
         false => String::new(),
     };
-    let key = forge_os::environ::var_os(forge_store::cache::cmd::SIGNING_KEY_ENV)
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| "'<KEY_FILE>'".to_string(), |v| w(&v.to_string_lossy()));
+    let key = forge_store::cache::cmd::signing_key_file_word().unwrap_or_else(|| "'<KEY_FILE>'".into());
     format!("deepep-forge publish{pins} --variant {variant} --signing-key {key} --out '<OUT_DIR>' (pins.toml's revision), then `uv lock --refresh-package deep-ep`")
 }
 

@@ -37,6 +37,14 @@ impl RemoteRequest {
 
 /// The environment variable naming the signing key file for `cache push`.
 pub const SIGNING_KEY_ENV: &str = "DEEPEP_FORGE_SIGNING_KEY_FILE";
+
+/// The signing key's file as a printed command names it: the file `DEEPEP_FORGE_SIGNING_KEY_FILE`
+/// names, as one shell word; None when it is unset or empty (the caller prints its placeholder).
+pub fn signing_key_file_word() -> Option<String> {
+    forge_os::environ::var_os(SIGNING_KEY_ENV)
+        .filter(|v| !v.is_empty())
+        .map(|v| forge_os::printer::shell_word(&v.to_string_lossy()))
+}
 /// The most days `--older-than` takes (about 100 years).
 pub const MAX_DAYS: u64 = 36_500;
 /// Version of `cache ls --format json` (2: `trees`, `bases`, `bad_entries[].store`, `total_bytes`).

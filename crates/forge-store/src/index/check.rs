@@ -191,12 +191,10 @@ impl CheckReport {
 /// was given, else the one `DEEPEP_FORGE_SIGNING_KEY_FILE` names, else the placeholder
 /// `<SIGNING_KEY_FILE>` the user fills (the check never reads a secret key).
 fn complete(problem: &str, c: &Request, dir: &Path) -> String {
-    let env = forge_os::environ::var_os(crate::cache::cmd::SIGNING_KEY_ENV).filter(|v| !v.is_empty());
     let key = c
         .signing_key
-        .map(|k| k.as_os_str().to_os_string())
-        .or(env)
         .map(|k| shell_word(&k.to_string_lossy()))
+        .or_else(crate::cache::cmd::signing_key_file_word)
         .unwrap_or_else(|| "<SIGNING_KEY_FILE>".into());
     problem.replace(
         "`deepep-forge publish ",
