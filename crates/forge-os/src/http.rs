@@ -392,6 +392,20 @@ impl Deadlined {
     }
 }
 
+/// A body read that failed on the client's own timeout (reqwest wraps it as a "body
+/// error") says "timed out", as the deadline here does: which of the two fires first is a race.
+fn timed_out_or(e: std::io::Error, timeout: Duration) -> std::io::Error {
+    let client_timeout = e.kind() == std::io::ErrorKind::TimedOut
+        || e.get_ref().and_then(|i| i.downcast_ref::<reqwest::Error>()).is_some_and(reqwest::Error::is_timeout);
+    match client_timeout {
+        true => std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("timed out after {} s (the client's deadline for this body)", timeout.as_secs()),
+        ),
+        false => e,
+    }
+}
+
 impl Read for Deadlined {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if self.at == self.chunk.len() && !self.done {
@@ -400,7 +414,7 @@ impl Read for Deadlined {
             match self.rx.recv_timeout(left.min(self.idle)) {
                 Ok(Ok(c)) if c.is_empty() => self.done = true,
                 Ok(Ok(c)) => (self.chunk, self.at) = (c, 0),
-                Ok(Err(e)) => return Err(e),
+                Ok(Err(e)) => return Err(timed_out_or(e, self.timeout)),
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) if idle => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
